@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# setup-host.sh: make this machine ready to build, test and run gpuvm.
+# Idempotent; needs root (or sudo) for package installs. Safe to run on every `make`.
+set -euo pipefail
+
+log() { printf 'setup-host: %s\n' "$*" >&2; }
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then
+	if command -v sudo >/dev/null 2>&1; then SUDO="sudo"; else
+		log "not root and no sudo: skipping package installs and daemons"; exit 0
+	fi
+fi
+
+# Debian packages gpuvm needs to build (libvirt-dev, protoc), test (libvirtd, QEMU,
+# xmllint, PostgreSQL) and boot its tiny test guest (cpio, genisoimage-free: we make
+# ISO images in Go).
+PKGS=(
+	pkg-config gcc libvirt-dev libvirt-daemon-system libvirt-clients
+	qemu-system-x86 qemu-utils libxml2-utils protobuf-compiler
+	postgresql
+)
+missing=()
+for p in "${PKGS[@]}"; do
+	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+	log "installing ${missing[*]}"
+	export DEBIAN_FRONTEND=noninteractive
+	# Without systemd, package scripts must not try to start services.
+	if [ ! -d /run/systemd/system ] && [ ! -e /usr/sbin/policy-rc.d ]; then
+		printf '#!/bin/sh\nexit 101\n' | $SUDO tee /usr/sbin/policy-rc.d >/dev/null
+		$SUDO chmod +x /usr/sbin/policy-rc.d
+		trap '$SUDO rm -f /usr/sbin/policy-rc.d' EXIT
+	fi
+	$SUDO apt-get update -qq
+	$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# Start virtlogd and libvirtd when no init system does it for us.
+if [ ! -d /run/systemd/system ]; then
+	if ! pgrep -x virtlogd >/dev/null 2>&1; then log "starting virtlogd"; $SUDO virtlogd -d; fi
+	if ! pgrep -x libvirtd >/dev/null 2>&1; then log "starting libvirtd"; $SUDO libvirtd -d; fi
+	for _ in $(seq 1 50); do
+		[ -S /var/run/libvirt/libvirt-sock ] && break
+		sleep 0.2
+	done
+fi
+
+# Make /dev/kvm usable by the user QEMU runs as (libvirt-qemu, group kvm).
+if [ -e /dev/kvm ]; then
+	getent group kvm >/dev/null 2>&1 || $SUDO groupadd -r kvm
+	$SUDO chgrp kvm /dev/kvm
+	$SUDO chmod 660 /dev/kvm
+fi
+log "ready"
