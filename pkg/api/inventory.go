@@ -1,0 +1,91 @@
+package api
+
+// HostInventory is what `gpuvm host inventory --json` prints (and, later,
+// GET /v1/gpus serves): every GPU of one host as the backends see it.
+//
+// Stability: fields are only ever added; none is renamed or removed within
+// API version v1. Sizes are bytes; addresses are PCI addresses in the
+// "0000:41:00.0" form.
+type HostInventory struct {
+	// Host describes what was inspected: "/sys", a captured tree, or a
+	// simulated server. Simulated is true on the simulator.
+	Host      string `json:"host"`
+	Simulated bool   `json:"simulated"`
+	// Backends lists the backends that answered.
+	Backends []string `json:"backends"`
+	// Notes are one-line explanations of what could not be seen
+	// ("NVML unavailable: ..."), prefixed with the backend's name.
+	Notes   []string `json:"notes,omitempty"`
+	GPUs    []GPU    `json:"gpus"`
+	Devices []Device `json:"devices"`
+}
+
+// GPU is one physical GPU.
+type GPU struct {
+	Address  string `json:"address"`
+	Model    string `json:"model"`
+	DeviceID string `json:"device_id"` // "10de:2331"
+	Memory   uint64 `json:"memory_bytes"`
+	NUMANode int    `json:"numa_node"`
+	Driver   string `json:"driver"`
+	// Mode is idle, vgpu, mig or passthrough.
+	Mode string `json:"mode"`
+	// Interface is how vGPUs are made: mdev, vendor-vfio or passthrough-only.
+	Interface    string       `json:"interface"`
+	IOMMUGroup   string       `json:"iommu_group,omitempty"`
+	GroupDevices []string     `json:"group_devices,omitempty"`
+	MIGCapable   bool         `json:"mig_capable"`
+	MIGEnabled   bool         `json:"mig_enabled"`
+	MixedSize    bool         `json:"mixed_size"`
+	VGPUTypes    []VGPUType   `json:"vgpu_types,omitempty"`
+	MIGProfiles  []MIGProfile `json:"mig_profiles,omitempty"`
+	// Backends maps each backend that knows the GPU to "" when it can
+	// create on it now, or the reason it cannot.
+	Backends map[string]string `json:"backends"`
+}
+
+// VGPUType is a vGPU type offered on a GPU.
+type VGPUType struct {
+	Name         string `json:"name"` // "L40S-12Q"
+	ID           string `json:"host_id"`
+	Memory       uint64 `json:"memory_bytes"`
+	MaxInstances int    `json:"max_instances"`
+	Available    int    `json:"available"`
+	MIGProfile   string `json:"mig_profile,omitempty"`
+}
+
+// MIGProfile is a MIG GPU-instance profile and where it still fits.
+type MIGProfile struct {
+	Name       string `json:"name"` // "3g.40gb"
+	ID         int    `json:"id"`
+	Slices     int    `json:"compute_slices"`
+	Size       int    `json:"memory_slices"`
+	Memory     uint64 `json:"memory_bytes"`
+	Max        int    `json:"max_instances"`
+	FreeStarts []int  `json:"free_starts"`
+}
+
+// Device is a GPU device that exists on the host.
+type Device struct {
+	ID              string  `json:"id"`
+	Backend         string  `json:"backend"`
+	Kind            string  `json:"kind"`
+	GPU             string  `json:"gpu"`
+	Type            string  `json:"type,omitempty"`
+	Profile         string  `json:"mig_profile,omitempty"`
+	Placement       *int    `json:"placement,omitempty"`
+	GPUInstance     *int    `json:"gpu_instance,omitempty"`
+	ComputeInstance *int    `json:"compute_instance,omitempty"`
+	VMUUID          string  `json:"vm_uuid,omitempty"`
+	Managed         bool    `json:"managed"`
+	Hostdev         Hostdev `json:"hostdev"`
+}
+
+// Hostdev is how libvirt attaches a device.
+type Hostdev struct {
+	Type      string   `json:"type"` // mdev or pci
+	UUID      string   `json:"uuid,omitempty"`
+	Addresses []string `json:"addresses,omitempty"`
+	Managed   bool     `json:"managed"`
+	Display   bool     `json:"display"`
+}

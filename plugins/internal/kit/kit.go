@@ -1,0 +1,125 @@
+// Package kit is what the three backend binaries share: opening the host they
+// serve (real, captured or simulated), the ledger of devices they created, and
+// the host-wide lock that serialises changes across backend processes.
+package kit
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+
+	"github.com/gpuvm/gpuvm/pkg/backend"
+	"github.com/gpuvm/gpuvm/pkg/host"
+	"github.com/gpuvm/gpuvm/pkg/host/sim"
+)
+
+// Env is the host a backend works on, opened from its Config.
+type Env struct {
+	Name      string // backend name
+	SysFS     host.SysFS
+	NVML      nvml.Interface // nil when unavailable
+	NVMLNote  string         // why NVML is unavailable, one line
+	Simulated bool
+	Sim       *sim.Host // the simulator, when Simulated
+	Ledger    *Ledger
+	lockPath  string
+}
+
+// Open opens the host described by cfg for backend name.
+func Open(name string, cfg backend.Config) (*Env, error) {
+	if cfg.StateDir == "" {
+		return nil, backend.Errorf(backend.CodeInvalid, "", "backend %s: no state directory configured", name)
+	}
+	if err := os.MkdirAll(cfg.StateDir, 0o755); err != nil {
+		return nil, fmt.Errorf("backend %s: create state directory: %w", name, err)
+	}
+	e := &Env{Name: name, lockPath: filepath.Join(cfg.StateDir, "host.lock")}
+	switch {
+	case cfg.Simulate != "":
+		h, err := sim.Open(SimDir(cfg.StateDir, cfg.Simulate), cfg.Simulate)
+		if err != nil {
+			return nil, backend.Errorf(backend.CodeInvalid, "", "backend %s: %v", name, err)
+		}
+		e.SysFS, e.Sim, e.Simulated = h, h, true
+		if cfg.NVML != backend.NVMLNone {
+			e.NVML = h.NVML()
+		} else {
+			e.NVMLNote = "NVML disabled by configuration (--nvml none)"
+		}
+	default:
+		root := cfg.SysFSRoot
+		if root == "" {
+			root = "/sys"
+		}
+		if _, err := os.Stat(root); err != nil {
+			return nil, backend.Errorf(backend.CodeInvalid, "", "backend %s: sysfs root: %v", name, err)
+		}
+		e.SysFS = host.NewDir(root)
+		switch {
+		case cfg.NVML == backend.NVMLNone:
+			e.NVMLNote = "NVML disabled by configuration (--nvml none)"
+		case root != "/sys":
+			e.NVMLNote = "NVML not used with a captured sysfs tree (" + root + ")"
+		default:
+			e.NVML, e.NVMLNote = host.OpenNVML(host.NewNVML())
+		}
+	}
+	l, err := OpenLedger(filepath.Join(cfg.StateDir, "backends", name+".json"))
+	if err != nil {
+		return nil, err
+	}
+	e.Ledger = l
+	return e, nil
+}
+
+// SimDir is where the simulated server of a preset keeps its state under a
+// state directory; gpuvmd opens the same place to watch and steer it.
+func SimDir(stateDir, preset string) string { return filepath.Join(stateDir, "sim-"+preset) }
+
+// Lock takes the host-wide lock that every backend holds while it reads
+// capacity and changes the host, so that two backends never hand out the same
+// VF or memory slice.
+func (e *Env) Lock(ctx context.Context) (func(), error) {
+	unlock, err := host.Lock(ctx, e.lockPath)
+	if err != nil {
+		return nil, backend.Errorf(backend.CodeUnavailable, "", "take the host lock %s: %v", e.lockPath, err)
+	}
+	return unlock, nil
+}
+
+// Inventory starts an inventory that says what host it describes.
+func (e *Env) Inventory() backend.Inventory {
+	inv := backend.Inventory{Backend: e.Name, Host: e.SysFS.Describe(), Simulated: e.Simulated}
+	if e.NVMLNote != "" {
+		inv.Notes = append(inv.Notes, e.NVMLNote)
+	}
+	return inv
+}
+
+// State holds a backend's Env once Configure has run; methods called before
+// get a clear error rather than a nil dereference.
+type State struct {
+	mu  sync.RWMutex
+	env *Env
+}
+
+// Set installs the Env.
+func (s *State) Set(e *Env) {
+	s.mu.Lock()
+	s.env = e
+	s.mu.Unlock()
+}
+
+// Get returns the Env, or an error if Configure has not run.
+func (s *State) Get() (*Env, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.env == nil {
+		return nil, backend.Errorf(backend.CodeUnavailable, "", "backend is not configured yet (Configure was not called)")
+	}
+	return s.env, nil
+}

@@ -1,0 +1,141 @@
+package kit
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+
+	"github.com/gofrs/flock"
+
+	"github.com/gpuvm/gpuvm/pkg/backend"
+)
+
+// Entry states in the ledger: an entry is written as Creating before the host
+// is changed (intent first), and becomes Created once the device exists.
+const (
+	Creating = "creating"
+	Created  = "created"
+)
+
+// Entry is one device a backend made, with what it needs to undo it.
+type Entry struct {
+	Device backend.Device `json:"device"`
+	State  string         `json:"state"`
+	// Functions are the PCI functions a passthrough device moved to vfio-pci,
+	// with the driver each had before.
+	Functions map[string]string `json:"functions,omitempty"`
+}
+
+// Ledger is a backend's record of the devices it created, in a JSON file
+// guarded by a file lock. It is how a backend tells its own devices from an
+// admin's, and how it finds the MIG instances under a device to remove them.
+type Ledger struct {
+	path string
+	lock *flock.Flock
+}
+
+// OpenLedger opens (creating if needed) the ledger at path.
+func OpenLedger(path string) (*Ledger, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return nil, fmt.Errorf("create ledger directory: %w", err)
+	}
+	return &Ledger{path: path, lock: flock.New(path + ".lock")}, nil
+}
+
+func (l *Ledger) load() (map[string]*Entry, error) {
+	m := map[string]*Entry{}
+	b, err := os.ReadFile(l.path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return m, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read ledger %s: %w", l.path, err)
+	}
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, fmt.Errorf("ledger %s is corrupt: %w", l.path, err)
+	}
+	return m, nil
+}
+
+func (l *Ledger) save(m map[string]*Entry) error {
+	b, err := json.MarshalIndent(m, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encode ledger: %w", err)
+	}
+	tmp := l.path + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		return fmt.Errorf("write ledger: %w", err)
+	}
+	f, err := os.Open(tmp)
+	if err == nil {
+		_ = f.Sync()
+		f.Close()
+	}
+	if err := os.Rename(tmp, l.path); err != nil {
+		return fmt.Errorf("write ledger: %w", err)
+	}
+	return nil
+}
+
+func (l *Ledger) with(fn func(m map[string]*Entry) (bool, error)) error {
+	if err := l.lock.Lock(); err != nil {
+		return fmt.Errorf("lock ledger: %w", err)
+	}
+	defer l.lock.Unlock()
+	m, err := l.load()
+	if err != nil {
+		return err
+	}
+	changed, err := fn(m)
+	if err != nil || !changed {
+		return err
+	}
+	return l.save(m)
+}
+
+// Put records or replaces an entry, keyed by its device ID.
+func (l *Ledger) Put(e Entry) error {
+	return l.with(func(m map[string]*Entry) (bool, error) {
+		m[e.Device.ID] = &e
+		return true, nil
+	})
+}
+
+// Delete forgets a device.
+func (l *Ledger) Delete(id string) error {
+	return l.with(func(m map[string]*Entry) (bool, error) {
+		_, ok := m[id]
+		delete(m, id)
+		return ok, nil
+	})
+}
+
+// Get returns the entry of a device.
+func (l *Ledger) Get(id string) (Entry, bool, error) {
+	var out Entry
+	var ok bool
+	err := l.with(func(m map[string]*Entry) (bool, error) {
+		if e, found := m[id]; found {
+			out, ok = *e, true
+		}
+		return false, nil
+	})
+	return out, ok, err
+}
+
+// All returns every entry, sorted by device ID.
+func (l *Ledger) All() ([]Entry, error) {
+	var out []Entry
+	err := l.with(func(m map[string]*Entry) (bool, error) {
+		for _, e := range m {
+			out = append(out, *e)
+		}
+		return false, nil
+	})
+	sort.Slice(out, func(i, j int) bool { return out[i].Device.ID < out[j].Device.ID })
+	return out, err
+}

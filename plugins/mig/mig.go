@@ -1,0 +1,495 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/google/uuid"
+
+	"github.com/gpuvm/gpuvm/pkg/backend"
+	"github.com/gpuvm/gpuvm/pkg/gpu"
+	"github.com/gpuvm/gpuvm/pkg/host"
+	"github.com/gpuvm/gpuvm/plugins/internal/kit"
+)
+
+// Version is set at build time with -ldflags "-X main.Version=...".
+var Version = "dev"
+
+// Backend makes MIG-backed vGPUs on GPU instances it places itself.
+type Backend struct {
+	state kit.State
+	log   *slog.Logger
+}
+
+// New returns an unconfigured backend.
+func New() *Backend { return &Backend{log: backend.PluginLogger()} }
+
+var _ backend.Backend = (*Backend)(nil)
+
+// Info implements backend.Backend.
+func (b *Backend) Info(context.Context) (backend.Info, error) {
+	return backend.Info{Name: backend.NameMIG, Version: Version, APIVersions: backend.APIVersions,
+		Description: "MIG GPU instances at a chosen placement, delivered as MIG-backed vGPUs"}, nil
+}
+
+// Configure implements backend.Backend.
+func (b *Backend) Configure(_ context.Context, cfg backend.Config) error {
+	env, err := kit.Open(backend.NameMIG, cfg)
+	if err != nil {
+		return err
+	}
+	b.state.Set(env)
+	b.log.Info("configured", "host", env.SysFS.Describe(), "simulated", env.Simulated, "nvml", env.NVML != nil)
+	return nil
+}
+
+// Health implements backend.Backend.
+func (b *Backend) Health(context.Context) (backend.Health, error) {
+	env, err := b.state.Get()
+	if err != nil {
+		return backend.Health{Detail: err.Error()}, nil
+	}
+	if env.NVML == nil {
+		return backend.Health{Detail: env.NVMLNote}, nil
+	}
+	return backend.Health{OK: true, Detail: env.SysFS.Describe()}, nil
+}
+
+func nvmlErr(gpuAddr, doing string, ret nvml.Return) error {
+	code := backend.CodeHost
+	switch ret {
+	case nvml.ERROR_INSUFFICIENT_RESOURCES:
+		code = backend.CodeExhausted
+	case nvml.ERROR_IN_USE:
+		code = backend.CodeConflict
+	case nvml.ERROR_INVALID_ARGUMENT:
+		code = backend.CodeInvalid
+	case nvml.ERROR_NOT_SUPPORTED:
+		code = backend.CodeUnsupported
+	}
+	return backend.Errorf(code, gpuAddr, "%s: NVML: %s", doing, ret.Error())
+}
+
+// gi is a GPU instance as NVML reports it.
+type gi struct {
+	id      int
+	profile gpu.MIGProfile
+	start   int
+	handle  nvml.GpuInstance
+}
+
+// migGPU is one MIG-capable GPU with its NVML handle and instances.
+type migGPU struct {
+	g           host.GPU
+	dev         nvml.Device
+	enabled     bool
+	gis         []gi
+	v           kit.VGPUView
+	unavailable string
+}
+
+func (m *migGPU) instances() []gpu.Instance {
+	out := make([]gpu.Instance, len(m.gis))
+	for i, x := range m.gis {
+		out[i] = gpu.Instance{Profile: x.profile, Start: x.start}
+	}
+	return out
+}
+
+func (b *Backend) read(env *kit.Env, g host.GPU) (*migGPU, error) {
+	m := &migGPU{g: g}
+	dev, ret := env.NVML.DeviceGetHandleByPciBusId(host.NVMLBusID(g.Address))
+	if ret != nvml.SUCCESS {
+		m.unavailable = "NVML does not see the GPU: " + ret.Error()
+		return m, nil
+	}
+	m.dev = dev
+	on, err := host.MIGMode(dev)
+	if err != nil {
+		return nil, backend.Errorf(backend.CodeHost, g.Address, "read MIG mode: %v", err)
+	}
+	m.enabled = on
+	if !on {
+		m.unavailable = "MIG mode is disabled (an admin enables it with nvidia-smi -i <index> -mig 1 while the GPU is idle)"
+		return m, nil
+	}
+	for _, p := range g.Model.MIG.Profiles {
+		info, ret := dev.GetGpuInstanceProfileInfo(p.NVMLProfile)
+		if ret == nvml.ERROR_NOT_SUPPORTED {
+			continue
+		}
+		if ret != nvml.SUCCESS {
+			return nil, nvmlErr(g.Address, "read MIG profile "+p.Name, ret)
+		}
+		list, ret := dev.GetGpuInstances(&info)
+		if ret != nvml.SUCCESS {
+			return nil, nvmlErr(g.Address, "list GPU instances of "+p.Name, ret)
+		}
+		for _, h := range list {
+			gi0, ret := h.GetInfo()
+			if ret != nvml.SUCCESS {
+				return nil, nvmlErr(g.Address, "read GPU instance", ret)
+			}
+			m.gis = append(m.gis, gi{id: int(gi0.Id), profile: p, start: int(gi0.Placement.Start), handle: h})
+		}
+	}
+	v, err := kit.ReadVGPUs(env.SysFS, g)
+	if err != nil {
+		return nil, backend.Errorf(backend.CodeHost, g.Address, "%v", err)
+	}
+	m.v = v
+	if v.Interface == gpu.InterfaceNone {
+		m.unavailable = fmt.Sprintf("no vGPU interface to deliver MIG instances to VMs (SR-IOV VFs enabled? run /usr/lib/nvidia/sriov-manage -e %s)", g.Address)
+	}
+	return m, nil
+}
+
+// Inventory implements backend.Backend.
+func (b *Backend) Inventory(ctx context.Context) (backend.Inventory, error) {
+	env, err := b.state.Get()
+	if err != nil {
+		return backend.Inventory{}, err
+	}
+	inv := env.Inventory()
+	if env.NVML == nil {
+		return inv, nil
+	}
+	gpus, err := host.ListGPUs(env.SysFS)
+	if err != nil {
+		inv.Notes = append(inv.Notes, "some PCI devices could not be read: "+err.Error())
+	}
+	ledger, err := env.Ledger.All()
+	if err != nil {
+		return inv, backend.Errorf(backend.CodeInternal, "", "%v", err)
+	}
+	for _, g := range gpus {
+		if err := ctx.Err(); err != nil {
+			return inv, err
+		}
+		if g.Model.MIG == nil || g.Driver != "nvidia" {
+			continue
+		}
+		m, err := b.read(env, g)
+		if err != nil {
+			inv.Notes = append(inv.Notes, err.Error())
+			continue
+		}
+		rec := backend.GPU{
+			Address: g.Address, Model: g.Model.Name, DeviceID: fmt.Sprintf("10de:%04x", g.Device), Memory: g.Model.Memory,
+			NUMANode: g.NUMANode, Driver: g.Driver, Interface: string(m.v.Interface), IOMMUGroup: g.IOMMUGroup,
+			MIGCapable: true, MIGEnabled: m.enabled, Mode: backend.ModeIdle, Unavailable: m.unavailable,
+		}
+		if m.enabled {
+			rec.Mode = backend.ModeMIG
+		}
+		for _, p := range g.Model.MIG.Profiles {
+			mp := backend.MIGProfile{Name: p.Name, ID: p.ID, Slices: p.Compute, Size: p.Size, Memory: uint64(p.MemoryGB) * gpu.GiB, Max: p.Max}
+			if m.enabled {
+				mp.FreeStarts = g.Model.MIG.FreeStarts(m.instances(), p)
+			}
+			rec.MIGProfiles = append(rec.MIGProfiles, mp)
+		}
+		for _, o := range m.v.Offers {
+			if !o.MIGBacked {
+				continue
+			}
+			avail := 0
+			if p, ok := g.Model.MIG.Profile(o.Profile); ok && m.unavailable == "" {
+				avail = min(len(g.Model.MIG.FreeStarts(m.instances(), p)), m.v.FreeVFs, o.Max)
+			}
+			rec.VGPUTypes = append(rec.VGPUTypes, backend.VGPUType{Name: o.Type, ID: o.HostID, Memory: o.Memory, MaxInstances: o.Max, Available: avail, MIGProfile: o.Profile})
+		}
+		inv.GPUs = append(inv.GPUs, rec)
+		for _, e := range ledger {
+			if e.Device.GPU == g.Address {
+				inv.Devices = append(inv.Devices, e.Device)
+			}
+		}
+	}
+	if len(inv.GPUs) == 0 {
+		inv.Notes = append(inv.Notes, "no MIG-capable NVIDIA GPU found on "+env.SysFS.Describe())
+	}
+	return inv, nil
+}
+
+// migType picks the MIG-backed vGPU type for a profile on a board.
+func migType(m gpu.Model, profile gpu.MIGProfile, asked string) (string, error) {
+	if asked != "" {
+		t, err := m.VGPUType(asked)
+		if err != nil {
+			return "", err
+		}
+		if t.MIGProfile != profile.Name {
+			return "", fmt.Errorf("vGPU type %s runs on MIG profile %q, not %s", t.Name, t.MIGProfile, profile.Name)
+		}
+		return t.Name, nil
+	}
+	for _, t := range m.VGPUTypes() {
+		if t.MIGProfile == profile.Name {
+			return t.Name, nil
+		}
+	}
+	return "", fmt.Errorf("%s has no MIG-backed vGPU type for profile %s", m.Name, profile.Name)
+}
+
+// Create implements backend.Backend: GPU instance at the asked placement, a
+// compute instance spanning it, then the MIG-backed vGPU. Any failure undoes
+// what was done.
+func (b *Backend) Create(ctx context.Context, req backend.CreateRequest) (backend.Device, error) {
+	env, err := b.state.Get()
+	if err != nil {
+		return backend.Device{}, err
+	}
+	if env.NVML == nil {
+		return backend.Device{}, backend.Errorf(backend.CodeUnsupported, req.GPU, "MIG needs NVML: %s", env.NVMLNote)
+	}
+	devUUID := req.DeviceUUID
+	if devUUID == "" {
+		devUUID = uuid.NewString()
+	} else if u, err := uuid.Parse(devUUID); err != nil {
+		return backend.Device{}, backend.Errorf(backend.CodeInvalid, req.GPU, "device UUID %q: %v", devUUID, err)
+	} else {
+		devUUID = u.String()
+	}
+	unlock, err := env.Lock(ctx)
+	if err != nil {
+		return backend.Device{}, err
+	}
+	defer unlock()
+	g, err := kit.FindGPU(env.SysFS, req.GPU)
+	if err != nil {
+		return backend.Device{}, err
+	}
+	if g.Model.MIG == nil {
+		return backend.Device{}, backend.Errorf(backend.CodeInvalid, g.Address, "%s does not support MIG", g.Model.Name)
+	}
+	profile, ok := g.Model.MIG.Profile(req.Profile)
+	if !ok {
+		return backend.Device{}, backend.Errorf(backend.CodeInvalid, g.Address, "MIG profile %q does not exist on %s (profiles: %v)", req.Profile, g.Model.Name, g.Model.MIG.ProfileNames())
+	}
+	typeName, err := migType(g.Model, profile, req.Type)
+	if err != nil {
+		return backend.Device{}, backend.Errorf(backend.CodeInvalid, g.Address, "%v", err)
+	}
+	m, err := b.read(env, g)
+	if err != nil {
+		return backend.Device{}, err
+	}
+	if m.unavailable != "" {
+		return backend.Device{}, backend.Errorf(backend.CodeConflict, g.Address, "cannot create %s: %s", profile.Name, m.unavailable)
+	}
+	if err := g.Model.MIG.CanPlace(m.instances(), profile, req.Placement); err != nil {
+		code := backend.CodeExhausted
+		if !contains(profile.Starts, req.Placement) {
+			code = backend.CodeInvalid
+		}
+		return backend.Device{}, backend.Errorf(code, g.Address, "%v", err)
+	}
+	if m.v.FreeVFs == 0 {
+		return backend.Device{}, backend.Errorf(backend.CodeExhausted, g.Address, "every VF already holds a vGPU")
+	}
+	// The driver puts a MIG-backed vGPU on a free GPU instance of its profile
+	// that it picks itself; refuse when a GI we did not make could be picked.
+	ledger, err := env.Ledger.All()
+	if err != nil {
+		return backend.Device{}, backend.Errorf(backend.CodeInternal, g.Address, "%v", err)
+	}
+	held := map[int]bool{}
+	for _, e := range ledger {
+		if e.Device.GPU == g.Address {
+			held[e.Device.GPUInstance] = true
+		}
+	}
+	for _, x := range m.gis {
+		if x.profile.ID == profile.ID && !held[x.id] {
+			return backend.Device{}, backend.Errorf(backend.CodeConflict, g.Address,
+				"GPU instance %d (%s at %d) was not made by gpuvm and holds no vGPU; the driver could place the new vGPU on it: destroy it first", x.id, x.profile.Name, x.start)
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return backend.Device{}, err
+	}
+	dev := backend.Device{ID: devUUID, Kind: backend.KindMIG, GPU: g.Address, Type: typeName, VMUUID: req.VMUUID,
+		Profile: profile.Name, Placement: req.Placement, GPUInstance: -1, ComputeInstance: -1, Managed: true}
+	if err := env.Ledger.Put(kit.Entry{Device: dev, State: kit.Creating}); err != nil {
+		return backend.Device{}, backend.Errorf(backend.CodeInternal, g.Address, "record intent: %v", err)
+	}
+	var rev kit.Reverter
+	fail := func(err error) (backend.Device, error) {
+		if rerr := rev.Revert(); rerr != nil {
+			b.log.Error("rollback incomplete", "gpu", g.Address, "err", rerr)
+			return backend.Device{}, fmt.Errorf("%w (rollback incomplete: %v)", err, rerr)
+		}
+		_ = env.Ledger.Delete(dev.ID)
+		return backend.Device{}, err
+	}
+	info, ret := m.dev.GetGpuInstanceProfileInfo(profile.NVMLProfile)
+	if ret != nvml.SUCCESS {
+		return fail(nvmlErr(g.Address, "read MIG profile "+profile.Name, ret))
+	}
+	giH, ret := m.dev.CreateGpuInstanceWithPlacement(&info, &nvml.GpuInstancePlacement{Start: uint32(req.Placement), Size: uint32(profile.Size)})
+	if ret != nvml.SUCCESS {
+		return fail(nvmlErr(g.Address, fmt.Sprintf("create GPU instance %s at %d", profile.Name, req.Placement), ret))
+	}
+	rev.Add(func() error { return retErr(giH.Destroy()) })
+	giInfo, ret := giH.GetInfo()
+	if ret != nvml.SUCCESS {
+		return fail(nvmlErr(g.Address, "read new GPU instance", ret))
+	}
+	dev.GPUInstance = int(giInfo.Id)
+	ciProfile, ok := ciProfileFor(profile.Compute)
+	if !ok {
+		return fail(backend.Errorf(backend.CodeUnsupported, g.Address, "no compute-instance profile spans %d slices", profile.Compute))
+	}
+	ciInfo, ret := giH.GetComputeInstanceProfileInfo(ciProfile, nvml.COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED)
+	if ret != nvml.SUCCESS {
+		return fail(nvmlErr(g.Address, "read compute-instance profile", ret))
+	}
+	ciH, ret := giH.CreateComputeInstance(&ciInfo)
+	if ret != nvml.SUCCESS {
+		return fail(nvmlErr(g.Address, "create compute instance", ret))
+	}
+	rev.Add(func() error { return retErr(ciH.Destroy()) })
+	ci, ret := ciH.GetInfo()
+	if ret != nvml.SUCCESS {
+		return fail(nvmlErr(g.Address, "read new compute instance", ret))
+	}
+	dev.ComputeInstance = int(ci.Id)
+	// The vGPU type appears among the creatable ones only now that its GI exists.
+	v, err := kit.ReadVGPUs(env.SysFS, g)
+	if err != nil {
+		return fail(backend.Errorf(backend.CodeHost, g.Address, "%v", err))
+	}
+	var offer *kit.Offer
+	for i := range v.Offers {
+		if v.Offers[i].Type == typeName {
+			offer = &v.Offers[i]
+		}
+	}
+	if offer == nil {
+		return fail(backend.Errorf(backend.CodeHost, g.Address, "the driver offers no %s after GPU instance %d was made", typeName, dev.GPUInstance))
+	}
+	if v.Interface == gpu.InterfaceVendorVFIO && len(offer.Parents) > 0 {
+		// The ledger is keyed by device ID: for vendor VFIO that is the VF.
+		_ = env.Ledger.Delete(dev.ID)
+		dev.ID = offer.Parents[0]
+		if err := env.Ledger.Put(kit.Entry{Device: dev, State: kit.Creating}); err != nil {
+			return fail(backend.Errorf(backend.CodeInternal, g.Address, "record intent: %v", err))
+		}
+	}
+	vg, err := kit.CreateVGPU(env.SysFS, g, v.Interface, *offer, devUUID)
+	if err != nil {
+		return fail(err)
+	}
+	rev.Add(func() error { return kit.RemoveVGPU(env.SysFS, g.Address, vg.ID) })
+	if vg.GPUInstance >= 0 && vg.GPUInstance != dev.GPUInstance {
+		return fail(backend.Errorf(backend.CodeHost, g.Address, "the driver put the vGPU on GPU instance %d, not %d", vg.GPUInstance, dev.GPUInstance))
+	}
+	dev.Hostdev = kit.HostdevFor(vg, v.Interface)
+	if err := env.Ledger.Put(kit.Entry{Device: dev, State: kit.Created}); err != nil {
+		return fail(backend.Errorf(backend.CodeInternal, g.Address, "record device: %v", err))
+	}
+	rev.Success()
+	b.log.Info("created MIG device", "gpu", g.Address, "profile", profile.Name, "placement", req.Placement, "gi", dev.GPUInstance, "device", dev.ID, "vm", req.VMUUID)
+	return dev, nil
+}
+
+func contains(xs []int, x int) bool {
+	for _, y := range xs {
+		if y == x {
+			return true
+		}
+	}
+	return false
+}
+
+func retErr(ret nvml.Return) error {
+	if ret == nvml.SUCCESS || ret == nvml.ERROR_NOT_FOUND {
+		return nil
+	}
+	return ret
+}
+
+func ciProfileFor(slices int) (int, bool) {
+	switch slices {
+	case 1:
+		return nvml.COMPUTE_INSTANCE_PROFILE_1_SLICE, true
+	case 2:
+		return nvml.COMPUTE_INSTANCE_PROFILE_2_SLICE, true
+	case 3:
+		return nvml.COMPUTE_INSTANCE_PROFILE_3_SLICE, true
+	case 4:
+		return nvml.COMPUTE_INSTANCE_PROFILE_4_SLICE, true
+	case 7:
+		return nvml.COMPUTE_INSTANCE_PROFILE_7_SLICE, true
+	}
+	return 0, false
+}
+
+// Remove implements backend.Backend: the vGPU, then the compute instance,
+// then the GPU instance; each step tolerates what is already gone.
+func (b *Backend) Remove(ctx context.Context, req backend.RemoveRequest) error {
+	env, err := b.state.Get()
+	if err != nil {
+		return err
+	}
+	id := req.ID
+	if u, err := uuid.Parse(id); err == nil {
+		id = u.String()
+	} else if a, err := host.ValidateAddress(id); err == nil {
+		id = a
+	} else {
+		return backend.Errorf(backend.CodeInvalid, req.GPU, "device ID %q is neither an mdev UUID nor a VF address", req.ID)
+	}
+	unlock, err := env.Lock(ctx)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	e, ok, err := env.Ledger.Get(id)
+	if err != nil {
+		return backend.Errorf(backend.CodeInternal, req.GPU, "%v", err)
+	}
+	if !ok {
+		return nil
+	}
+	d := e.Device
+	if err := kit.RemoveVGPU(env.SysFS, d.GPU, id); err != nil {
+		return err
+	}
+	if env.NVML == nil {
+		return backend.Errorf(backend.CodeUnavailable, d.GPU, "cannot destroy GPU instance %d: %s", d.GPUInstance, env.NVMLNote)
+	}
+	if d.GPUInstance >= 0 {
+		dev, ret := env.NVML.DeviceGetHandleByPciBusId(host.NVMLBusID(d.GPU))
+		if ret != nvml.SUCCESS {
+			return nvmlErr(d.GPU, "find GPU", ret)
+		}
+		giH, ret := dev.GetGpuInstanceById(d.GPUInstance)
+		switch ret {
+		case nvml.SUCCESS:
+			if d.ComputeInstance >= 0 {
+				ci, ret := giH.GetComputeInstanceById(d.ComputeInstance)
+				if ret == nvml.SUCCESS {
+					ret = ci.Destroy()
+				}
+				if ret != nvml.SUCCESS && ret != nvml.ERROR_NOT_FOUND {
+					return nvmlErr(d.GPU, fmt.Sprintf("destroy compute instance %d of GPU instance %d", d.ComputeInstance, d.GPUInstance), ret)
+				}
+			}
+			if ret := giH.Destroy(); ret != nvml.SUCCESS && ret != nvml.ERROR_NOT_FOUND {
+				return nvmlErr(d.GPU, fmt.Sprintf("destroy GPU instance %d", d.GPUInstance), ret)
+			}
+		case nvml.ERROR_NOT_FOUND:
+		default:
+			return nvmlErr(d.GPU, fmt.Sprintf("find GPU instance %d", d.GPUInstance), ret)
+		}
+	}
+	if err := env.Ledger.Delete(id); err != nil {
+		return backend.Errorf(backend.CodeInternal, d.GPU, "forget device %s: %v", id, err)
+	}
+	b.log.Info("removed MIG device", "gpu", d.GPU, "device", id, "gi", d.GPUInstance, "vm", d.VMUUID)
+	return nil
+}
