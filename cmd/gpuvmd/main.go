@@ -1,0 +1,178 @@
+// Command gpuvmd is the gpuvm daemon of one GPU server. In this first cut it
+// starts and supervises the GPU backends and serves the host's GPU inventory
+// and health over HTTP; the VM API, scheduler and libvirt layer build on it.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/gpuvm/gpuvm/pkg/backend"
+	"github.com/gpuvm/gpuvm/pkg/backend/loader"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "gpuvmd:", err)
+		os.Exit(1)
+	}
+}
+
+type options struct {
+	listen, stateDir, simulate, sysfsRoot, pluginDir, nvml, backends string
+	ready                                                            func(addr string)
+}
+
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("gpuvmd", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var o options
+	fs.StringVar(&o.listen, "listen", "127.0.0.1:8080", "address to serve HTTP on")
+	fs.StringVar(&o.stateDir, "state-dir", "/var/lib/gpuvm", "state directory")
+	fs.StringVar(&o.simulate, "simulate", "", "serve a simulated GPU server of this preset (a100x4, a40x2, l40sx4, h100x8, mixed)")
+	fs.StringVar(&o.sysfsRoot, "sysfs-root", "", "read sysfs from this directory instead of /sys")
+	fs.StringVar(&o.pluginDir, "plugin-dir", "", "directory of the gpuvm-backend-* binaries (default: next to gpuvmd)")
+	fs.StringVar(&o.nvml, "nvml", "auto", "use NVML: auto or none")
+	fs.StringVar(&o.backends, "backends", "", "comma-separated backends to start (default: all)")
+	showVersion := fs.Bool("version", false, "print the version and exit")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *showVersion {
+		fmt.Fprintln(stdout, "gpuvmd", version)
+		return nil
+	}
+	if o.nvml != "auto" && o.nvml != "none" {
+		return fmt.Errorf("--nvml must be auto or none, not %q", o.nvml)
+	}
+	if o.pluginDir == "" {
+		o.pluginDir = getenv("GPUVM_PLUGIN_DIR")
+	}
+	if o.pluginDir == "" {
+		o.pluginDir = loader.DefaultDir()
+	}
+	return serve(ctx, o, slog.New(slog.NewTextHandler(stderr, nil)))
+}
+
+func serve(ctx context.Context, o options, log *slog.Logger) error {
+	if err := os.MkdirAll(o.stateDir, 0o755); err != nil {
+		return fmt.Errorf("create state directory: %w", err)
+	}
+	var enabled []string
+	if o.backends != "" {
+		enabled = strings.Split(o.backends, ",")
+	}
+	l := loader.New(loader.Config{
+		Dir: o.pluginDir, Enabled: enabled, Logger: log,
+		Backend: backend.Config{SysFSRoot: o.sysfsRoot, Simulate: o.simulate, StateDir: o.stateDir, NVML: backend.NVMLMode(o.nvml)},
+	})
+	defer l.Close()
+	startCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	err := l.Start(startCtx)
+	cancel()
+	if err != nil {
+		log.Warn("some backends did not start", "err", err)
+	}
+	if len(l.Names()) == 0 {
+		return fmt.Errorf("no backend started from %s", o.pluginDir)
+	}
+	if o.simulate != "" {
+		log.Warn("serving a SIMULATED GPU server: no real GPU is used", "preset", o.simulate)
+	}
+	ln, err := net.Listen("tcp", o.listen)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", o.listen, err)
+	}
+	srv := &http.Server{Handler: routes(l, log), ReadHeaderTimeout: 10 * time.Second}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	log.Info("gpuvmd ready", "listen", ln.Addr().String(), "backends", l.Names(), "state_dir", o.stateDir)
+	if o.ready != nil {
+		o.ready(ln.Addr().String())
+	}
+	select {
+	case err := <-errc:
+		return fmt.Errorf("serve HTTP: %w", err)
+	case <-ctx.Done():
+	}
+	log.Info("shutting down")
+	shutCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(shutCtx); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("shut down HTTP: %w", err)
+	}
+	return nil
+}
+
+func routes(l *loader.Loader, log *slog.Logger) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		status, code := map[string]string{}, http.StatusOK
+		for _, name := range backend.Names {
+			b, ok := l.Backend(name)
+			if !ok {
+				continue
+			}
+			ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+			h, err := b.Health(ctx)
+			cancel()
+			switch {
+			case err != nil:
+				status[name], code = err.Error(), http.StatusServiceUnavailable
+			case !h.OK:
+				status[name] = "degraded: " + h.Detail
+			default:
+				status[name] = "ok"
+			}
+		}
+		writeJSON(w, code, status)
+	})
+	mux.HandleFunc("GET /v1/gpus", func(w http.ResponseWriter, r *http.Request) {
+		var invs []backend.Inventory
+		var notes []string
+		for _, name := range l.Names() {
+			b, _ := l.Backend(name)
+			ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
+			inv, err := b.Inventory(ctx)
+			cancel()
+			if err != nil {
+				log.Warn("inventory failed", "backend", name, "err", err)
+				notes = append(notes, name+": "+err.Error())
+				continue
+			}
+			invs = append(invs, inv)
+		}
+		hi := backend.Merge(invs)
+		hi.Notes = append(hi.Notes, notes...)
+		writeJSON(w, http.StatusOK, hi)
+	})
+	return mux
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}
