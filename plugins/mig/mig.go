@@ -135,7 +135,7 @@ func (b *Backend) read(env *kit.Env, g host.GPU) (*migGPU, error) {
 			m.gis = append(m.gis, gi{id: int(gi0.Id), profile: p, start: int(gi0.Placement.Start), handle: h})
 		}
 	}
-	v, err := kit.ReadVGPUs(env.SysFS, g)
+	v, err := kit.ReadVGPUs(env.SysFS, g, env.Types)
 	if err != nil {
 		return nil, backend.Errorf(backend.CodeHost, g.Address, "%v", err)
 	}
@@ -358,7 +358,7 @@ func (b *Backend) Create(ctx context.Context, req backend.CreateRequest) (backen
 	}
 	dev.ComputeInstance = int(ci.Id)
 	// The vGPU type appears among the creatable ones only now that its GI exists.
-	v, err := kit.ReadVGPUs(env.SysFS, g)
+	v, err := kit.ReadVGPUs(env.SysFS, g, env.Types)
 	if err != nil {
 		return fail(backend.Errorf(backend.CodeHost, g.Address, "%v", err))
 	}

@@ -68,7 +68,7 @@ type gpuView struct {
 
 func (b *Backend) view(env *kit.Env, g host.GPU) (gpuView, error) {
 	gv := gpuView{g: g}
-	v, err := kit.ReadVGPUs(env.SysFS, g)
+	v, err := kit.ReadVGPUs(env.SysFS, g, env.Types)
 	if err != nil {
 		return gv, err
 	}
@@ -232,14 +232,19 @@ func (b *Backend) Create(ctx context.Context, req backend.CreateRequest) (backen
 			offer = &gv.v.Offers[i]
 		}
 	}
-	if offer == nil {
-		return backend.Device{}, backend.Errorf(backend.CodeInvalid, g.Address, "the driver does not offer %s on this GPU", want.Name)
-	}
-	if offer.FreeCount == 0 {
+	if offer == nil || offer.FreeCount == 0 {
+		// The driver stops listing a type once none more fits: tell why.
 		if len(gv.v.VGPUs) > 0 && gv.v.VGPUs[0].Type != want.Name && !gv.mixed {
 			return backend.Device{}, backend.Errorf(backend.CodeConflict, g.Address, "GPU holds %s vGPUs and is in equal-size mode: %s cannot join them", gv.v.VGPUs[0].Type, want.Name)
 		}
-		return backend.Device{}, backend.Errorf(backend.CodeExhausted, g.Address, "no capacity left for %s (%d of %d in use)", want.Name, countType(gv.v, want.Name), offer.Max)
+		if offer == nil && !g.Known {
+			return backend.Device{}, backend.Errorf(backend.CodeInvalid, g.Address, "the driver does not offer %s on this GPU", want.Name)
+		}
+		limit := ""
+		if t, err := g.Model.VGPUType(want.Name); err == nil {
+			limit = fmt.Sprintf(" of %d", t.MaxInstances)
+		}
+		return backend.Device{}, backend.Errorf(backend.CodeExhausted, g.Address, "no capacity left for %s (%d%s in use, %d VFs free)", want.Name, countType(gv.v, want.Name), limit, gv.v.FreeVFs)
 	}
 	if gv.v.Interface == gpu.InterfaceMdev {
 		if mdevs, err := host.ListMdevs(env.SysFS); err == nil {

@@ -14,3 +14,12 @@
 // MIG tables are the real ones (pkg/gpu), not go-nvml's mock tables. Everything
 // that describes a simulated host says that it is simulated.
 package sim
+
+import "path/filepath"
+
+// StateDir is where the simulated server of a preset keeps its state under a
+// gpuvm state directory. gpuvmd and every backend use it, so they all open the
+// same simulated host.
+func StateDir(stateDir, preset string) string {
+	return filepath.Join(stateDir, "sim-"+preset)
+}

@@ -9,8 +9,8 @@ import (
 // simType is a vGPU type as the simulated driver offers it on a board.
 type simType struct {
 	gpu.VGPUTypeInfo
-	MdevID string // "nvidia-N" (mdev boards)
-	VFIOID int    // numeric ID (vendor-VFIO boards)
+	MdevID  string // "nvidia-N" (mdev boards)
+	VFIOID  int    // numeric ID (vendor-VFIO boards)
 	profile *gpu.MIGProfile
 }
 

@@ -16,11 +16,11 @@ import (
 
 // node is one entry of the simulated sysfs.
 type node struct {
-	dir    bool
-	link   string // symlink target, relative as the kernel writes them
-	data   string // file content
-	write  writeFunc
-	names  map[string]bool // children of a directory
+	dir   bool
+	link  string // symlink target, relative as the kernel writes them
+	data  string // file content
+	write writeFunc
+	names map[string]bool // children of a directory
 }
 
 // writeFunc applies a write to a fresh copy of the state.

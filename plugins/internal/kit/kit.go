@@ -26,7 +26,9 @@ type Env struct {
 	Simulated bool
 	Sim       *sim.Host // the simulator, when Simulated
 	Ledger    *Ledger
-	lockPath  string
+	// Types remembers vendor-VFIO type IDs and names.
+	Types    *TypeNames
+	lockPath string
 }
 
 // Open opens the host described by cfg for backend name.
@@ -40,7 +42,7 @@ func Open(name string, cfg backend.Config) (*Env, error) {
 	e := &Env{Name: name, lockPath: filepath.Join(cfg.StateDir, "host.lock")}
 	switch {
 	case cfg.Simulate != "":
-		h, err := sim.Open(SimDir(cfg.StateDir, cfg.Simulate), cfg.Simulate)
+		h, err := sim.Open(sim.StateDir(cfg.StateDir, cfg.Simulate), cfg.Simulate)
 		if err != nil {
 			return nil, backend.Errorf(backend.CodeInvalid, "", "backend %s: %v", name, err)
 		}
@@ -73,12 +75,9 @@ func Open(name string, cfg backend.Config) (*Env, error) {
 		return nil, err
 	}
 	e.Ledger = l
+	e.Types = openTypeNames(filepath.Join(cfg.StateDir, "backends", name+"-vgpu-types.json"))
 	return e, nil
 }
-
-// SimDir is where the simulated server of a preset keeps its state under a
-// state directory; gpuvmd opens the same place to watch and steer it.
-func SimDir(stateDir, preset string) string { return filepath.Join(stateDir, "sim-"+preset) }
 
 // Lock takes the host-wide lock that every backend holds while it reads
 // capacity and changes the host, so that two backends never hand out the same

@@ -51,7 +51,7 @@ func typeInfo(m gpu.Model, name string) (gpu.VGPUTypeInfo, bool) {
 }
 
 // ReadVGPUs reads the vGPU side of a GPU from sysfs.
-func ReadVGPUs(fsys host.SysFS, g host.GPU) (VGPUView, error) {
+func ReadVGPUs(fsys host.SysFS, g host.GPU, names *TypeNames) (VGPUView, error) {
 	v := VGPUView{Interface: host.DetectInterface(fsys, g.PCIDevice)}
 	offers := map[string]*Offer{}
 	offer := func(name, hostID string, mem uint64, max int, parent string, n int) {
@@ -113,6 +113,13 @@ func ReadVGPUs(fsys host.SysFS, g host.GPU) (VGPUView, error) {
 			v.FreeVFs = len(parents) - len(held)
 		}
 	case gpu.InterfaceVendorVFIO:
+		type vfRead struct {
+			addr      string
+			cur       int
+			creatable []host.VFType
+		}
+		var vfs []vfRead
+		learned := map[int]string{}
 		for _, vf := range g.VFs {
 			if !host.IsVendorVFIOVF(fsys, vf) {
 				continue
@@ -121,27 +128,35 @@ func ReadVGPUs(fsys host.SysFS, g host.GPU) (VGPUView, error) {
 			if err != nil {
 				return v, fmt.Errorf("GPU %s: %w", g.Address, err)
 			}
-			if cur != 0 {
-				name := fmt.Sprint(cur)
-				if t, ok := vendorTypeName(g.Model, cur, creatableNames(fsys, g)); ok {
-					name = t
+			for _, t := range creatable {
+				learned[t.ID] = t.Name
+			}
+			vfs = append(vfs, vfRead{vf, cur, creatable})
+		}
+		names.Learn(learned)
+		for _, r := range vfs {
+			if r.cur != 0 {
+				name, ok := names.Name(r.cur)
+				if !ok {
+					name = fmt.Sprintf("type %d", r.cur)
 				}
 				pt, _ := gpu.ParseVGPUType(name)
-				gi, err := host.VFGPUInstanceID(fsys, vf)
+				gi, err := host.VFGPUInstanceID(fsys, r.addr)
 				if err != nil || !pt.MIGBacked() {
 					gi = -1
 				}
-				v.VGPUs = append(v.VGPUs, VGPU{ID: vf, Parent: vf, Type: name, MIGBacked: pt.MIGBacked(), GPUInstance: gi})
+				v.VGPUs = append(v.VGPUs, VGPU{ID: r.addr, Parent: r.addr, Type: name, MIGBacked: pt.MIGBacked(), GPUInstance: gi})
 				continue
 			}
 			v.FreeVFs++
-			for _, t := range creatable {
-				offer(t.Name, fmt.Sprint(t.ID), 0, 0, vf, 1)
+			for _, t := range r.creatable {
+				offer(t.Name, fmt.Sprint(t.ID), 0, 0, r.addr, 1)
 			}
 		}
-		// Every type the board has is worth listing, creatable now or not.
+		// Every type of the board whose ID is known is worth listing,
+		// creatable now or not.
 		for _, t := range g.Model.VGPUTypes() {
-			if id, ok := vendorTypeID(fsys, g, t.Name); ok {
+			if id, ok := names.ID(t.Name); ok {
 				offer(t.Name, fmt.Sprint(id), t.Memory, t.MaxInstances, "", 0)
 			}
 		}
@@ -167,34 +182,6 @@ func ReadVGPUs(fsys host.SysFS, g host.GPU) (VGPUView, error) {
 		return v.Offers[i].Type < v.Offers[j].Type
 	})
 	return v, nil
-}
-
-// vendorIDs remembers the numeric IDs a GPU's VFs have listed, so that the
-// type of an occupied VF (whose list is empty) can still be named.
-func creatableNames(fsys host.SysFS, g host.GPU) map[int]string {
-	out := map[int]string{}
-	for _, vf := range g.VFs {
-		if _, creatable, err := host.VFState(fsys, vf); err == nil {
-			for _, t := range creatable {
-				out[t.ID] = t.Name
-			}
-		}
-	}
-	return out
-}
-
-func vendorTypeName(m gpu.Model, id int, known map[int]string) (string, bool) {
-	n, ok := known[id]
-	return n, ok
-}
-
-func vendorTypeID(fsys host.SysFS, g host.GPU, name string) (int, bool) {
-	for id, n := range creatableNames(fsys, g) {
-		if n == name {
-			return id, true
-		}
-	}
-	return 0, false
 }
 
 // HostdevFor says how libvirt attaches a vGPU (REFERENCE.md §1).
