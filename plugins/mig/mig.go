@@ -191,15 +191,22 @@ func (b *Backend) Inventory(ctx context.Context) (backend.Inventory, error) {
 			}
 			rec.MIGProfiles = append(rec.MIGProfiles, mp)
 		}
-		for _, o := range m.v.Offers {
-			if !o.MIGBacked {
+		for _, t := range g.Model.VGPUTypes() {
+			p, ok := g.Model.MIG.Profile(t.MIGProfile)
+			if !ok {
 				continue
 			}
 			avail := 0
-			if p, ok := g.Model.MIG.Profile(o.Profile); ok && m.unavailable == "" {
-				avail = min(len(g.Model.MIG.FreeStarts(m.instances(), p)), m.v.FreeVFs, o.Max)
+			if m.unavailable == "" {
+				avail = min(len(g.Model.MIG.FreeStarts(m.instances(), p)), m.v.FreeVFs, t.MaxInstances)
 			}
-			rec.VGPUTypes = append(rec.VGPUTypes, backend.VGPUType{Name: o.Type, ID: o.HostID, Memory: o.Memory, MaxInstances: o.Max, Available: avail, MIGProfile: o.Profile})
+			id := ""
+			for _, o := range m.v.Offers {
+				if o.Type == t.Name {
+					id = o.HostID
+				}
+			}
+			rec.VGPUTypes = append(rec.VGPUTypes, backend.VGPUType{Name: t.Name, ID: id, Memory: t.Memory, MaxInstances: t.MaxInstances, Available: avail, MIGProfile: t.MIGProfile})
 		}
 		inv.GPUs = append(inv.GPUs, rec)
 		for _, e := range ledger {
