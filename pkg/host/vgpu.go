@@ -96,7 +96,7 @@ func parseFramebuffer(v string) (uint64, error) {
 		return 0, fmt.Errorf("framebuffer %q: want a size in M or G (8192M)", v)
 	}
 	n, err := strconv.ParseUint(strings.TrimSpace(v[:len(v)-1]), 10, 64)
-	if err != nil || n > 1<<(64-shift)-1 {
+	if err != nil || n == 0 || n > 1<<(64-shift)-1 {
 		return 0, fmt.Errorf("framebuffer %q: want a size in M or G (8192M)", v)
 	}
 	return n << shift, nil
