@@ -12,7 +12,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"syscall"
 	"testing"
 	"time"
@@ -20,6 +19,7 @@ import (
 	"github.com/gpuvm/gpuvm/pkg/backend"
 	"github.com/gpuvm/gpuvm/pkg/backend/loader"
 	"github.com/gpuvm/gpuvm/pkg/host/sim"
+	"github.com/gpuvm/gpuvm/test/testbin"
 )
 
 var pluginDir string
@@ -28,27 +28,13 @@ var pluginDir string
 // $GPUVM_PLUGIN_DIR) so the tests run the very binaries gpuvmd runs.
 func TestMain(m *testing.M) {
 	os.Exit(func() int {
-		pluginDir = os.Getenv("GPUVM_PLUGIN_DIR")
-		if pluginDir == "" {
-			dir, err := os.MkdirTemp("", "gpuvm-plugins-")
-			if err != nil {
-				fmt.Fprintln(os.Stderr, err)
-				return 1
-			}
-			defer os.RemoveAll(dir)
-			_, file, _, _ := runtime.Caller(0)
-			root := filepath.Join(filepath.Dir(file), "..", "..")
-			for _, name := range backend.Names {
-				cmd := exec.Command("go", "build", "-o", filepath.Join(dir, backend.BinaryPrefix+name), "./plugins/"+name)
-				cmd.Dir = root
-				cmd.Env = append(os.Environ(), "CGO_CFLAGS=-O2 -g -Wno-deprecated-declarations")
-				if out, err := cmd.CombinedOutput(); err != nil {
-					fmt.Fprintf(os.Stderr, "build %s: %v\n%s", name, err, out)
-					return 1
-				}
-			}
-			pluginDir = dir
+		dir, cleanup, err := testbin.Plugins()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
 		}
+		defer cleanup()
+		pluginDir = dir
 		return m.Run()
 	}())
 }
@@ -80,7 +66,10 @@ func start(t *testing.T, preset string) *rig {
 
 type testWriter struct{ t *testing.T }
 
-func (w testWriter) Write(p []byte) (int, error) { w.t.Log(string(bytes.TrimRight(p, "\n"))); return len(p), nil }
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(string(bytes.TrimRight(p, "\n")))
+	return len(p), nil
+}
 
 func (r *rig) backend(t *testing.T, name string) backend.Backend {
 	t.Helper()
