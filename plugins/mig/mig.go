@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sort"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/google/uuid"
@@ -115,26 +116,11 @@ func (b *Backend) read(env *kit.Env, g host.GPU) (*migGPU, error) {
 		m.unavailable = "MIG mode is disabled (an admin enables it with nvidia-smi -i <index> -mig 1 while the GPU is idle)"
 		return m, nil
 	}
-	for _, p := range g.Model.MIG.Profiles {
-		info, ret := dev.GetGpuInstanceProfileInfo(p.NVMLProfile)
-		if ret == nvml.ERROR_NOT_SUPPORTED {
-			continue
-		}
-		if ret != nvml.SUCCESS {
-			return nil, nvmlErr(g.Address, "read MIG profile "+p.Name, ret)
-		}
-		list, ret := dev.GetGpuInstances(&info)
-		if ret != nvml.SUCCESS {
-			return nil, nvmlErr(g.Address, "list GPU instances of "+p.Name, ret)
-		}
-		for _, h := range list {
-			gi0, ret := h.GetInfo()
-			if ret != nvml.SUCCESS {
-				return nil, nvmlErr(g.Address, "read GPU instance", ret)
-			}
-			m.gis = append(m.gis, gi{id: int(gi0.Id), profile: p, start: int(gi0.Placement.Start), handle: h})
-		}
+	gis, err := listGIs(dev, g.Model.MIG)
+	if err != nil {
+		return nil, backend.Errorf(backend.CodeHost, g.Address, "%v", err)
 	}
+	m.gis = gis
 	v, err := kit.ReadVGPUs(env.SysFS, g, env.Types)
 	if err != nil {
 		return nil, backend.Errorf(backend.CodeHost, g.Address, "%v", err)
@@ -144,6 +130,37 @@ func (b *Backend) read(env *kit.Env, g host.GPU) (*migGPU, error) {
 		m.unavailable = fmt.Sprintf("no vGPU interface to deliver MIG instances to VMs (SR-IOV VFs enabled? run /usr/lib/nvidia/sriov-manage -e %s)", g.Address)
 	}
 	return m, nil
+}
+
+// listGIs reads a GPU's GPU instances through NVML, profile by profile of
+// the board's table.
+func listGIs(dev nvml.Device, table *gpu.MIGTable) ([]gi, error) {
+	var out []gi
+	for _, p := range table.Profiles {
+		info, ret := dev.GetGpuInstanceProfileInfo(p.NVMLProfile)
+		if ret == nvml.ERROR_NOT_SUPPORTED {
+			continue
+		}
+		if ret != nvml.SUCCESS {
+			return nil, fmt.Errorf("read MIG profile %s: NVML: %v", p.Name, ret)
+		}
+		// info.Id is whatever NVML numbers the profile (nvidia-smi's ID on
+		// real drivers, the profile index in go-nvml's mocks); it is only
+		// passed back to NVML, never compared with gpuvm's table.
+		list, ret := dev.GetGpuInstances(&info)
+		if ret != nvml.SUCCESS {
+			return nil, fmt.Errorf("list GPU instances of %s: NVML: %v", p.Name, ret)
+		}
+		for _, h := range list {
+			x, ret := h.GetInfo()
+			if ret != nvml.SUCCESS {
+				return nil, fmt.Errorf("read GPU instance: NVML: %v", ret)
+			}
+			out = append(out, gi{id: int(x.Id), profile: p, start: int(x.Placement.Start), handle: h})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].start < out[j].start })
+	return out, nil
 }
 
 // Inventory implements backend.Backend.

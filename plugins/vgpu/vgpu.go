@@ -111,6 +111,11 @@ func gpuRecord(gv gpuView) backend.GPU {
 		MIGCapable: g.Model.MIG != nil, MIGEnabled: gv.migEnabled, MixedSize: gv.mixed, Unavailable: gv.unavailable,
 		Mode: backend.ModeIdle,
 	}
+	if gv.v.Interface == gpu.InterfaceNone && g.Model.VGPU {
+		// Until its VFs are enabled sysfs shows no interface; the board's is
+		// the useful answer (Unavailable says what is missing).
+		out.Interface = string(g.Model.Interface())
+	}
 	switch {
 	case gv.migEnabled:
 		out.Mode = backend.ModeMIG

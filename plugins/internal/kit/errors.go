@@ -41,5 +41,7 @@ func (r *Reverter) Revert() error {
 		}
 	}
 	r.undo = nil
-	return errors.Join(r.errs...)
+	errs := r.errs
+	r.errs = nil
+	return errors.Join(errs...)
 }

@@ -5,7 +5,6 @@ package kit
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"path/filepath"
 	"sync"
@@ -37,7 +36,7 @@ func Open(name string, cfg backend.Config) (*Env, error) {
 		return nil, backend.Errorf(backend.CodeInvalid, "", "backend %s: no state directory configured", name)
 	}
 	if err := os.MkdirAll(cfg.StateDir, 0o755); err != nil {
-		return nil, fmt.Errorf("backend %s: create state directory: %w", name, err)
+		return nil, backend.Errorf(backend.CodeInternal, "", "backend %s: create state directory: %v", name, err)
 	}
 	e := &Env{Name: name, lockPath: filepath.Join(cfg.StateDir, "host.lock")}
 	switch {
@@ -72,7 +71,7 @@ func Open(name string, cfg backend.Config) (*Env, error) {
 	}
 	l, err := OpenLedger(filepath.Join(cfg.StateDir, "backends", name+".json"))
 	if err != nil {
-		return nil, err
+		return nil, backend.Errorf(backend.CodeInternal, "", "backend %s: %v", name, err)
 	}
 	e.Ledger = l
 	e.Types = openTypeNames(filepath.Join(cfg.StateDir, "backends", name+"-vgpu-types.json"))

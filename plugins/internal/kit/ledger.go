@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"sync"
 
 	"github.com/gofrs/flock"
 
@@ -35,6 +36,7 @@ type Entry struct {
 // admin's, and how it finds the MIG instances under a device to remove them.
 type Ledger struct {
 	path string
+	mu   sync.Mutex // one flock per process: goroutines queue here first
 	lock *flock.Flock
 }
 
@@ -66,22 +68,26 @@ func (l *Ledger) save(m map[string]*Entry) error {
 	if err != nil {
 		return fmt.Errorf("encode ledger: %w", err)
 	}
-	tmp := l.path + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+	f, err := os.CreateTemp(filepath.Dir(l.path), ".ledger-*.json")
+	if err != nil {
 		return fmt.Errorf("write ledger: %w", err)
 	}
-	f, err := os.Open(tmp)
-	if err == nil {
-		_ = f.Sync()
-		f.Close()
+	defer os.Remove(f.Name())
+	_, werr := f.Write(b)
+	serr := f.Sync()
+	cerr := f.Close()
+	if err := errors.Join(werr, serr, cerr); err != nil {
+		return fmt.Errorf("write ledger: %w", err)
 	}
-	if err := os.Rename(tmp, l.path); err != nil {
+	if err := os.Rename(f.Name(), l.path); err != nil {
 		return fmt.Errorf("write ledger: %w", err)
 	}
 	return nil
 }
 
 func (l *Ledger) with(fn func(m map[string]*Entry) (bool, error)) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	if err := l.lock.Lock(); err != nil {
 		return fmt.Errorf("lock ledger: %w", err)
 	}
