@@ -1,0 +1,83 @@
+package backend
+
+import (
+	"sort"
+
+	"github.com/gpuvm/gpuvm/pkg/api"
+)
+
+// Merge combines the inventories of several backends of one host into the
+// host's inventory: one record per GPU, with each backend's verdict on it.
+func Merge(invs []Inventory) api.HostInventory {
+	out := api.HostInventory{GPUs: []api.GPU{}, Devices: []api.Device{}}
+	byAddr := map[string]*api.GPU{}
+	var order []string
+	for _, inv := range invs {
+		if out.Host == "" {
+			out.Host = inv.Host
+		}
+		out.Simulated = out.Simulated || inv.Simulated
+		out.Backends = append(out.Backends, inv.Backend)
+		for _, n := range inv.Notes {
+			out.Notes = append(out.Notes, inv.Backend+": "+n)
+		}
+		for _, g := range inv.GPUs {
+			rec, ok := byAddr[g.Address]
+			if !ok {
+				rec = &api.GPU{
+					Address: g.Address, Model: g.Model, DeviceID: g.DeviceID, Memory: g.Memory, NUMANode: g.NUMANode,
+					Driver: g.Driver, Mode: string(g.Mode), Interface: g.Interface, IOMMUGroup: g.IOMMUGroup,
+					GroupDevices: g.GroupDevices, Backends: map[string]string{},
+				}
+				byAddr[g.Address] = rec
+				order = append(order, g.Address)
+			}
+			// The most specific mode wins: a backend that sees MIG or
+			// passthrough knows more than one that sees an idle GPU.
+			if rec.Mode == string(ModeIdle) || rec.Mode == "" {
+				rec.Mode = string(g.Mode)
+			}
+			if rec.Interface == "" || rec.Interface == "passthrough-only" {
+				rec.Interface = g.Interface
+			}
+			if len(rec.GroupDevices) == 0 {
+				rec.GroupDevices = g.GroupDevices
+			}
+			rec.MIGCapable = rec.MIGCapable || g.MIGCapable
+			rec.MIGEnabled = rec.MIGEnabled || g.MIGEnabled
+			rec.MixedSize = rec.MixedSize || g.MixedSize
+			rec.Backends[inv.Backend] = g.Unavailable
+			for _, t := range g.VGPUTypes {
+				rec.VGPUTypes = append(rec.VGPUTypes, api.VGPUType{Name: t.Name, ID: t.ID, Memory: t.Memory, MaxInstances: t.MaxInstances, Available: t.Available, MIGProfile: t.MIGProfile})
+			}
+			for _, p := range g.MIGProfiles {
+				starts := p.FreeStarts
+				if starts == nil {
+					starts = []int{}
+				}
+				rec.MIGProfiles = append(rec.MIGProfiles, api.MIGProfile{Name: p.Name, ID: p.ID, Slices: p.Slices, Size: p.Size, Memory: p.Memory, Max: p.Max, FreeStarts: starts})
+			}
+		}
+		for _, d := range inv.Devices {
+			ad := api.Device{ID: d.ID, Backend: inv.Backend, Kind: string(d.Kind), GPU: d.GPU, Type: d.Type, VMUUID: d.VMUUID, Managed: d.Managed,
+				Hostdev: api.Hostdev{Type: string(d.Hostdev.Type), UUID: d.Hostdev.UUID, Addresses: d.Hostdev.Addresses, Managed: d.Hostdev.Managed, Display: d.Hostdev.Display}}
+			if d.Kind == KindMIG {
+				p, gi, ci := d.Placement, d.GPUInstance, d.ComputeInstance
+				ad.Profile, ad.Placement, ad.GPUInstance, ad.ComputeInstance = d.Profile, &p, &gi, &ci
+			}
+			out.Devices = append(out.Devices, ad)
+		}
+	}
+	sort.Strings(order)
+	for _, a := range order {
+		out.GPUs = append(out.GPUs, *byAddr[a])
+	}
+	sort.Slice(out.Devices, func(i, j int) bool {
+		if out.Devices[i].GPU != out.Devices[j].GPU {
+			return out.Devices[i].GPU < out.Devices[j].GPU
+		}
+		return out.Devices[i].ID < out.Devices[j].ID
+	})
+	sort.Strings(out.Backends)
+	return out
+}
