@@ -27,8 +27,8 @@ func newHostCmd(getenv func(string) string) *cobra.Command {
 
 type inventoryOpts struct {
 	simulate, sysfsRoot, nvml, pluginDir, stateDir string
-	backends                                      []string
-	json, verbose                                 bool
+	backends                                       []string
+	json, verbose                                  bool
 }
 
 func newInventoryCmd(getenv func(string) string) *cobra.Command {
