@@ -2,6 +2,7 @@ package sim
 
 import (
 	"fmt"
+	"sync"
 
 	"github.com/gpuvm/gpuvm/pkg/gpu"
 )
@@ -18,6 +19,18 @@ type simType struct {
 // Real drivers number types globally; the simulator derives the numbers from
 // the board's position in the catalogue, so they are stable and unique per host.
 func boardTypes(m gpu.Model) []simType {
+	if v, ok := typeCache.Load(m.DeviceID); ok {
+		return v.([]simType)
+	}
+	out := computeBoardTypes(m)
+	typeCache.Store(m.DeviceID, out)
+	return out
+}
+
+// typeCache holds boardTypes by PCI device ID; the catalogue never changes.
+var typeCache sync.Map
+
+func computeBoardTypes(m gpu.Model) []simType {
 	base := 0
 	for i, x := range gpu.Models() {
 		if x.DeviceID == m.DeviceID {
