@@ -24,6 +24,7 @@ func newRoot(getenv func(string) string, stdout, stderr io.Writer) *cobra.Comman
 		return usageError{fmt.Errorf("%w (see '%s --help')", err, c.CommandPath())}
 	})
 	root.AddCommand(newHostCmd(getenv))
+	root.AddCommand(newConfigCmd(getenv), newProfileCmd(getenv))
 	return root
 }
 

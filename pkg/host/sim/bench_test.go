@@ -46,4 +46,3 @@ func (h *Host) mustGPU(b *testing.B, addr string) *gpuState {
 	}
 	return s.gpu(addr)
 }
-
