@@ -58,6 +58,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParseVGPUType$$' -fuzztime $(FUZZTIME) ./pkg/gpu/
 	$(GO) test -run '^$$' -fuzz '^FuzzParseCreatableVGPUTypes$$' -fuzztime $(FUZZTIME) ./pkg/host/
 	$(GO) test -run '^$$' -fuzz '^FuzzParseMdevDescription$$' -fuzztime $(FUZZTIME) ./pkg/host/
+	$(GO) test -run '^$$' -fuzz '^FuzzLoad$$' -fuzztime $(FUZZTIME) ./pkg/profile/
 
 clean:
 	rm -rf $(BIN) .cache

@@ -1,0 +1,424 @@
+package profile
+
+import (
+	"fmt"
+	"net"
+	"net/url"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+
+	"github.com/hashicorp/hcl/v2"
+
+	"github.com/gpuvm/gpuvm/pkg/gpu"
+)
+
+// Defaults of the server block.
+const (
+	DefaultListen         = "127.0.0.1:8080"
+	DefaultStateDir       = "/var/lib/gpuvm"
+	DefaultLibvirtURI     = "qemu:///system"
+	DefaultStoragePool    = "gpuvm"
+	DefaultPluginDir      = "/usr/lib/gpuvm/plugins"
+	DefaultGraphicsListen = "127.0.0.1"
+)
+
+// Backends lists the GPU backends gpuvm has (plugins/*), in the order they
+// are started.
+var Backends = []string{"vgpu", "mig", "passthrough"}
+
+var logLevels = []string{"debug", "info", "warn", "error"}
+
+func (r *resolver) resolveServer(b *serverBlock) {
+	s := &r.cfg.Server
+	if b == nil {
+		b = &serverBlock{}
+	}
+	s.DeclRange = b.DefRange
+	s.Listen = str(b.Listen, DefaultListen)
+	if err := checkListen(s.Listen); err != nil {
+		r.errf(valueRange(b.Body, "listen", b.DefRange), "Invalid listen address", "%v.", err)
+	}
+	s.StateDir = r.path(str(b.StateDir, DefaultStateDir), valueRange(b.Body, "state_dir", b.DefRange))
+	if b.StateDir != nil && *b.StateDir == "" {
+		r.errf(valueRange(b.Body, "state_dir", b.DefRange), "Invalid state_dir", "state_dir may not be empty.")
+	}
+	s.LogLevel = str(b.LogLevel, "info")
+	r.oneOf(b.Body, "log_level", s.LogLevel, logLevels, b.DefRange)
+	s.AllowFunctions = []string{}
+	for i, f := range b.AllowFunctions {
+		rng := listItemRange(b.Body, "allow_functions", i, b.DefRange)
+		if !contains(gatedFunctions, f) {
+			r.errf(rng, "Invalid allow_functions", "%q is not a function that can be allowed; those are %s. The pure functions (%s) are always available.%s",
+				f, quoteList(gatedFunctions), strings.Join(PureFunctionNames(), ", "), suggestion(f, gatedFunctions))
+			continue
+		}
+		s.AllowFunctions = append(s.AllowFunctions, f)
+	}
+	r.checkDuplicates(b.Body, "allow_functions", b.AllowFunctions, b.DefRange)
+
+	if t := b.TLS; t != nil {
+		s.TLS = &TLS{
+			Cert: r.path(t.Cert, t.DefRange),
+			Key:  r.path(t.Key, t.DefRange),
+		}
+		for _, a := range []struct{ name, v string }{{"cert", t.Cert}, {"key", t.Key}} {
+			if a.v == "" {
+				r.errf(valueRange(t.Body, a.name, t.DefRange), "Invalid "+a.name, "The TLS %s file may not be empty.", a.name)
+			}
+		}
+		if t.ClientCA != nil {
+			s.TLS.ClientCA = r.path(*t.ClientCA, t.DefRange)
+		}
+	} else if !strings.HasPrefix(s.Listen, "unix:") && !isLoopback(s.Listen) {
+		r.warnf(valueRange(b.Body, "listen", b.DefRange), "API served without TLS",
+			"gpuvmd listens on %s, beyond this machine, without a tls block: API tokens and console passwords would cross the network in clear text.", s.Listen)
+	}
+
+	r.resolveDatabase(b.Database)
+	r.resolveLibvirt(b.Libvirt)
+	r.resolvePlugins(b.Plugins)
+	r.resolveHost(b.Host)
+}
+
+func checkListen(addr string) error {
+	if p, ok := strings.CutPrefix(addr, "unix:"); ok {
+		if !filepath.IsAbs(p) {
+			return fmt.Errorf("%q: a unix socket needs an absolute path, e.g. unix:/run/gpuvm/gpuvm.sock", addr)
+		}
+		return nil
+	}
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("%q is not HOST:PORT (e.g. 127.0.0.1:8080, [::1]:8080, :8080) or unix:/PATH", addr)
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+		return fmt.Errorf("%q: port %q is not a number from 1 to 65535", addr, port)
+	}
+	if host != "" && net.ParseIP(host) == nil && !hostnameRE.MatchString(host) {
+		return fmt.Errorf("%q: %q is not an IP address or host name", addr, host)
+	}
+	return nil
+}
+
+var hostnameRE = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9.-]{0,252})$`)
+
+func isLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+func (r *resolver) resolveDatabase(b *databaseBlock) {
+	d := &r.cfg.Server.Database
+	if b == nil {
+		b = &databaseBlock{DefRange: r.cfg.Server.DeclRange}
+	}
+	d.Driver = str(b.Driver, "sqlite")
+	if !r.oneOf(b.Body, "driver", d.Driver, []string{"sqlite", "postgres"}, b.DefRange) {
+		return
+	}
+	switch d.Driver {
+	case "sqlite":
+		if b.DSN != nil {
+			r.errf(attrRange(b.Body, "dsn", b.DefRange), "dsn is for postgres", "The sqlite driver keeps its database in a file: write path, or set driver = \"postgres\".")
+		}
+		d.Path = filepath.Join(r.cfg.Server.StateDir, "gpuvm.db")
+		if b.Path != nil {
+			d.Path = r.path(*b.Path, valueRange(b.Body, "path", b.DefRange))
+			if *b.Path == "" {
+				r.errf(valueRange(b.Body, "path", b.DefRange), "Invalid path", "The sqlite database path may not be empty.")
+			}
+		}
+	case "postgres":
+		if b.Path != nil {
+			r.errf(attrRange(b.Body, "path", b.DefRange), "path is for sqlite", "The postgres driver connects with dsn = \"postgres://USER@HOST/DB?sslmode=verify-full\".")
+		}
+		if !has(b.Body, "dsn") {
+			r.errf(b.DefRange, "Missing dsn", "driver = \"postgres\" needs dsn = \"postgres://USER@HOST:5432/DB?sslmode=verify-full\" (a password may come from ~/.pgpass or PGPASSWORD rather than the file).")
+			return
+		}
+		d.DSN = str(b.DSN, "")
+		if d.DSN == "" {
+			r.errf(valueRange(b.Body, "dsn", b.DefRange), "Invalid dsn", "The PostgreSQL DSN may not be empty.")
+			return
+		}
+		if !strings.HasPrefix(d.DSN, "postgres://") && !strings.HasPrefix(d.DSN, "postgresql://") && !strings.Contains(d.DSN, "=") {
+			r.errf(valueRange(b.Body, "dsn", b.DefRange), "Invalid dsn", "A PostgreSQL DSN is a URL (postgres://USER@HOST/DB) or key=value pairs (host=… dbname=…).")
+		}
+	}
+}
+
+func (r *resolver) resolveLibvirt(b *libvirtBlock) {
+	l := &r.cfg.Server.Libvirt
+	if b == nil {
+		b = &libvirtBlock{DefRange: r.cfg.Server.DeclRange}
+	}
+	l.URI = str(b.URI, DefaultLibvirtURI)
+	if u, err := url.Parse(l.URI); err != nil || u.Scheme == "" || !strings.Contains(l.URI, "://") {
+		r.errf(valueRange(b.Body, "uri", b.DefRange), "Invalid uri", "%q is not a libvirt connection URI such as qemu:///system or test:///default.", l.URI)
+	}
+	l.StoragePool = str(b.StoragePool, DefaultStoragePool)
+	if !namePattern.MatchString(strings.ToLower(l.StoragePool)) {
+		r.errf(valueRange(b.Body, "storage_pool", b.DefRange), "Invalid storage_pool", "%q is not a libvirt storage pool name.", l.StoragePool)
+	}
+	l.ImagesDir = filepath.Join(r.cfg.Server.StateDir, "images")
+	if b.ImagesDir != nil {
+		l.ImagesDir = r.path(*b.ImagesDir, valueRange(b.Body, "images_dir", b.DefRange))
+	}
+	l.GraphicsListen = str(b.GraphicsListen, DefaultGraphicsListen)
+	if net.ParseIP(l.GraphicsListen) == nil {
+		r.errf(valueRange(b.Body, "graphics_listen", b.DefRange), "Invalid graphics_listen", "%q is not an IP address; VNC and SPICE listen on an address, 127.0.0.1 by default (the web console reaches it through gpuvmd).", l.GraphicsListen)
+	}
+}
+
+func (r *resolver) resolvePlugins(b *pluginsBlock) {
+	p := &r.cfg.Server.Plugins
+	if b == nil {
+		b = &pluginsBlock{DefRange: r.cfg.Server.DeclRange}
+	}
+	p.Dir = DefaultPluginDir
+	if b.Dir != nil {
+		p.Dir = r.path(*b.Dir, valueRange(b.Body, "dir", b.DefRange))
+	}
+	if !has(b.Body, "backends") {
+		p.Backends = append([]string{}, Backends...)
+		return
+	}
+	p.Backends = []string{}
+	for i, name := range b.Backends {
+		if !contains(Backends, name) {
+			r.errf(listItemRange(b.Body, "backends", i, b.DefRange), "Unknown backend", "%q is not a gpuvm backend; they are %s.%s", name, quoteList(Backends), suggestion(name, Backends))
+			continue
+		}
+		p.Backends = append(p.Backends, name)
+	}
+	r.checkDuplicates(b.Body, "backends", b.Backends, b.DefRange)
+	if len(b.Backends) == 0 {
+		r.warnf(valueRange(b.Body, "backends", b.DefRange), "No backend enabled", "With backends = [] no VM can have a GPU.")
+	}
+}
+
+var pciAddressRE = regexp.MustCompile(`^(?:([0-9a-fA-F]{4}):)?([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\.([0-7])$`)
+
+// normalizePCI writes a PCI address as sysfs does: "0000:41:00.0".
+func normalizePCI(s string) (string, bool) {
+	m := pciAddressRE.FindStringSubmatch(s)
+	if m == nil {
+		return "", false
+	}
+	dom := m[1]
+	if dom == "" {
+		dom = "0000"
+	}
+	return strings.ToLower(fmt.Sprintf("%s:%s:%s.%s", dom, m[2], m[3], m[4])), true
+}
+
+var modes = []string{ModeVGPU, ModeMIG, ModePassthrough, ModeAuto}
+
+func (r *resolver) resolveHost(b *hostBlock) {
+	h := &r.cfg.Server.Host
+	h.GPUs = []*GPUSettings{}
+	if b == nil {
+		return
+	}
+	if b.Simulate != nil {
+		h.Simulate = *b.Simulate
+		if _, ok := simPresets[h.Simulate]; !ok {
+			names := sortedKeys(simPresets)
+			r.errf(valueRange(b.Body, "simulate", b.DefRange), "Unknown simulator preset", "%q is not a simulated server; the presets are %s.%s", h.Simulate, quoteList(names), suggestion(h.Simulate, names))
+			h.Simulate = ""
+		}
+	}
+	if len(b.GPUs) > MaxGPUBlocks {
+		r.errf(b.GPUs[MaxGPUBlocks].DefRange, "Too many gpu blocks", "A host may have at most %d gpu blocks.", MaxGPUBlocks)
+		b.GPUs = b.GPUs[:MaxGPUBlocks]
+	}
+	seen := map[string]hcl.Range{}
+	for _, g := range b.GPUs {
+		s := r.resolveGPUSettings(g)
+		if s == nil {
+			continue
+		}
+		key := s.Match + ":" + strings.ToLower(s.Selector)
+		if first, dup := seen[key]; dup {
+			r.errf(g.LabelRange, "Duplicate gpu block", "Another gpu block for %q is at %s.", s.Selector, rangeString(first))
+			continue
+		}
+		seen[key] = g.DefRange
+		h.GPUs = append(h.GPUs, s)
+	}
+}
+
+func (r *resolver) resolveGPUSettings(g *gpuConfigBlock) *GPUSettings {
+	s := &GPUSettings{Selector: g.Selector, Mode: str(g.Mode, ModeAuto), DeclRange: g.DefRange, MIGLayout: g.MIGLayout}
+	ok := true
+	var models []gpu.Model // the boards this block can be about
+	switch addr, isAddr := normalizePCI(g.Selector); {
+	case strings.EqualFold(g.Selector, "all"):
+		s.Selector, s.Match = MatchAll, MatchAll
+	case isAddr:
+		s.Selector, s.Match = addr, MatchAddress
+		if sim := r.cfg.Server.Host.Simulate; sim != "" {
+			if sg, found := simGPUAt(sim, addr); found {
+				m, _ := gpu.ModelByID(sg.deviceID)
+				models = []gpu.Model{m}
+			} else {
+				r.warnf(g.LabelRange, "No such GPU", "The simulated %s server has no GPU at %s; its GPUs are at %s.", sim, addr, strings.Join(simAddresses(sim), ", "))
+			}
+		}
+	case strings.ContainsAny(g.Selector, ":") && !isAddr:
+		r.errf(g.LabelRange, "Invalid gpu selector", "%q is not a PCI address: write DOMAIN:BUS:SLOT.FUNCTION as lspci -D does, e.g. \"0000:41:00.0\".", g.Selector)
+		return nil
+	default:
+		s.Match = MatchModel
+		models = modelsMatching(g.Selector)
+		if len(models) == 0 {
+			r.errf(g.LabelRange, "Unknown GPU model", "%q is neither \"all\", a PCI address (\"0000:41:00.0\") nor a GPU model gpuvm knows.%s", g.Selector, suggestion(g.Selector, modelNames()))
+			return nil
+		}
+		s.Model = g.Selector
+	}
+	if g.Model != nil {
+		rng := valueRange(g.Body, "model", g.DefRange)
+		if s.Match == MatchModel {
+			r.errf(attrRange(g.Body, "model", g.DefRange), "model is implied", "This block selects GPUs by model already; model is for \"all\" and PCI-address blocks.")
+		} else if m, err := exactModel(*g.Model); err != nil {
+			r.errf(rng, "Unknown GPU model", "%v", err)
+			ok = false
+		} else {
+			if len(models) == 1 && models[0].DeviceID != m.DeviceID {
+				r.errf(rng, "Wrong GPU model", "The simulated GPU at %s is a %s, not a %s.", s.Selector, models[0].Name, m.Name)
+			}
+			models = []gpu.Model{m}
+			s.Model = m.Name
+		}
+	}
+	if !r.oneOf(g.Body, "mode", s.Mode, modes, g.DefRange) {
+		ok = false
+	}
+	if g.MixedSize != nil {
+		s.MixedSize = *g.MixedSize
+		if s.MixedSize && s.Mode != ModeVGPU && s.Mode != ModeAuto {
+			r.errf(attrRange(g.Body, "mixed_size", g.DefRange), "mixed_size needs vGPU mode", "Mixed-size vGPU mode applies to time-sliced vGPUs; this block sets mode = %q.", s.Mode)
+		}
+		for _, m := range models {
+			if s.MixedSize && !m.VGPU {
+				r.errf(attrRange(g.Body, "mixed_size", g.DefRange), "No vGPU on this model", "%s has no vGPU support, so no mixed-size mode.", m.Name)
+				break
+			}
+		}
+	}
+	if has(g.Body, "mig_layout") {
+		if s.Mode != ModeMIG {
+			r.errf(attrRange(g.Body, "mig_layout", g.DefRange), "mig_layout needs MIG mode", "A MIG layout applies to GPUs in mode = \"mig\"; this block sets mode = %q.", s.Mode)
+		}
+		r.checkMIGLayout(g, models)
+	}
+	if !ok {
+		return nil
+	}
+	return s
+}
+
+// checkMIGLayout checks every profile name of a layout, and, where the board
+// is known, that the layout fits on it.
+func (r *resolver) checkMIGLayout(g *gpuConfigBlock, models []gpu.Model) {
+	for i, name := range g.MIGLayout {
+		if !migProfileExists(name) {
+			r.errf(listItemRange(g.Body, "mig_layout", i, g.DefRange), "Unknown MIG profile", "%q is not a MIG profile of any board (they are named like 1g.10gb, 3g.40gb, 7g.80gb).%s", name, suggestion(name, allMIGProfileNames()))
+			return
+		}
+	}
+	if len(g.MIGLayout) == 0 {
+		r.errf(valueRange(g.Body, "mig_layout", g.DefRange), "Empty mig_layout", "List the GPU instances to create, e.g. [\"3g.40gb\", \"2g.20gb\", \"1g.10gb\", \"1g.10gb\"], or leave mig_layout out to let the scheduler place instances as VMs need them.")
+		return
+	}
+	for _, m := range models {
+		if m.MIG == nil {
+			r.errf(valueRange(g.Body, "mig_layout", g.DefRange), "No MIG on this model", "%s does not support MIG.", m.Name)
+			continue
+		}
+		if err := layoutFits(m, g.MIGLayout); err != nil {
+			r.errf(valueRange(g.Body, "mig_layout", g.DefRange), "MIG layout does not fit", "On %s: %v.", m.Name, err)
+		}
+	}
+}
+
+// layoutFits looks for start slots at which every instance of the layout
+// fits, as gpuvm's MIG backend would place them (largest first, trying every
+// allowed start: first-fit alone fails on layouts such as 3g+2g+1g+1g, which
+// need the 3g at slot 4).
+func layoutFits(m gpu.Model, layout []string) error {
+	var ps []gpu.MIGProfile
+	for _, name := range layout {
+		p, ok := m.MIG.Profile(name)
+		if !ok {
+			return fmt.Errorf("%s has no MIG profile %q (its profiles: %s)", m.Name, name, strings.Join(m.MIG.ProfileNames(), ", "))
+		}
+		ps = append(ps, p)
+	}
+	compute, slices := 0, 0
+	for _, p := range ps {
+		compute += p.Compute
+		slices += p.Size
+	}
+	if compute > m.MIG.Compute {
+		return fmt.Errorf("the instances need %d compute slices; the GPU has %d", compute, m.MIG.Compute)
+	}
+	if slices > m.MIG.Slices {
+		return fmt.Errorf("the instances need %d memory slices; the GPU has %d", slices, m.MIG.Slices)
+	}
+	sortProfilesBySize(ps)
+	var placed []gpu.Instance
+	var firstErr error
+	var place func(i int) bool
+	place = func(i int) bool {
+		if i == len(ps) {
+			return true
+		}
+		starts := m.MIG.FreeStarts(placed, ps[i])
+		if len(starts) == 0 && firstErr == nil {
+			firstErr = fmt.Errorf("no room for %s after %s: %v", ps[i].Name, describeInstances(placed), m.MIG.CanPlace(placed, ps[i], ps[i].Starts[len(ps[i].Starts)-1]))
+		}
+		for _, s := range starts {
+			placed = append(placed, gpu.Instance{Profile: ps[i], Start: s})
+			if place(i + 1) {
+				return true
+			}
+			placed = placed[:len(placed)-1]
+		}
+		return false
+	}
+	if place(0) {
+		return nil
+	}
+	return firstErr
+}
+
+func describeInstances(is []gpu.Instance) string {
+	if len(is) == 0 {
+		return "nothing"
+	}
+	parts := make([]string, len(is))
+	for i, x := range is {
+		parts[i] = fmt.Sprintf("%s@%d", x.Profile.Name, x.Start)
+	}
+	return strings.Join(parts, ", ")
+}
+
+func contains(xs []string, x string) bool {
+	for _, y := range xs {
+		if x == y {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,284 @@
+package profile
+
+import "github.com/hashicorp/hcl/v2"
+
+// The structs in this file are the configuration language itself: gohcl
+// derives the schema of every block from their tags, so an attribute or a
+// block that is not here is an error ("An argument named … is not expected
+// here. Did you mean …?"). docs/config.md is checked against them by
+// TestDocMatchesSchema.
+//
+// Optional attributes are pointers so that "not written" differs from the
+// zero value; resolve.go fills the defaults. Every block keeps its body and
+// definition range so that semantic checks can point at the offending text.
+
+// fileSchema is the top level of every file.
+type fileSchema struct {
+	Servers   []*serverBlock   `hcl:"server,block"`
+	Images    []*imageBlock    `hcl:"image,block"`
+	Templates []*templateBlock `hcl:"template,block"`
+	Profiles  []*profileBlock  `hcl:"profile,block"`
+	Policies  []*policyBlock   `hcl:"policy,block"`
+}
+
+type serverBlock struct {
+	Listen         *string        `hcl:"listen,optional"`
+	StateDir       *string        `hcl:"state_dir,optional"`
+	LogLevel       *string        `hcl:"log_level,optional"`
+	AllowFunctions []string       `hcl:"allow_functions,optional"`
+	TLS            *tlsBlock      `hcl:"tls,block"`
+	Database       *databaseBlock `hcl:"database,block"`
+	Libvirt        *libvirtBlock  `hcl:"libvirt,block"`
+	Plugins        *pluginsBlock  `hcl:"plugins,block"`
+	Host           *hostBlock     `hcl:"host,block"`
+	DefRange       hcl.Range      `hcl:",def_range"`
+	Body           hcl.Body       `hcl:",body"`
+}
+
+type tlsBlock struct {
+	Cert     string    `hcl:"cert"`
+	Key      string    `hcl:"key"`
+	ClientCA *string   `hcl:"client_ca,optional"`
+	DefRange hcl.Range `hcl:",def_range"`
+	Body     hcl.Body  `hcl:",body"`
+}
+
+type databaseBlock struct {
+	Driver   *string   `hcl:"driver,optional"`
+	Path     *string   `hcl:"path,optional"`
+	DSN      *string   `hcl:"dsn,optional"`
+	DefRange hcl.Range `hcl:",def_range"`
+	Body     hcl.Body  `hcl:",body"`
+}
+
+type libvirtBlock struct {
+	URI            *string   `hcl:"uri,optional"`
+	StoragePool    *string   `hcl:"storage_pool,optional"`
+	ImagesDir      *string   `hcl:"images_dir,optional"`
+	GraphicsListen *string   `hcl:"graphics_listen,optional"`
+	DefRange       hcl.Range `hcl:",def_range"`
+	Body           hcl.Body  `hcl:",body"`
+}
+
+type pluginsBlock struct {
+	Dir      *string   `hcl:"dir,optional"`
+	Backends []string  `hcl:"backends,optional"`
+	DefRange hcl.Range `hcl:",def_range"`
+	Body     hcl.Body  `hcl:",body"`
+}
+
+type hostBlock struct {
+	Simulate *string           `hcl:"simulate,optional"`
+	GPUs     []*gpuConfigBlock `hcl:"gpu,block"`
+	DefRange hcl.Range         `hcl:",def_range"`
+	Body     hcl.Body          `hcl:",body"`
+}
+
+type gpuConfigBlock struct {
+	Selector   string    `hcl:"selector,label"`
+	Model      *string   `hcl:"model,optional"`
+	Mode       *string   `hcl:"mode,optional"`
+	MixedSize  *bool     `hcl:"mixed_size,optional"`
+	MIGLayout  []string  `hcl:"mig_layout,optional"`
+	DefRange   hcl.Range `hcl:",def_range"`
+	LabelRange hcl.Range `hcl:"selector,label_range"`
+	Body       hcl.Body  `hcl:",body"`
+}
+
+type imageBlock struct {
+	Name        string    `hcl:"name,label"`
+	Description *string   `hcl:"description,optional"`
+	Path        *string   `hcl:"path,optional"`
+	Volume      *string   `hcl:"volume,optional"`
+	Pool        *string   `hcl:"pool,optional"`
+	Format      *string   `hcl:"format,optional"`
+	OS          *string   `hcl:"os,optional"`
+	Firmware    *string   `hcl:"firmware,optional"`
+	User        *string   `hcl:"user,optional"`
+	DefRange    hcl.Range `hcl:",def_range"`
+	LabelRange  hcl.Range `hcl:"name,label_range"`
+	Body        hcl.Body  `hcl:",body"`
+}
+
+type templateBlock struct {
+	Name        string         `hcl:"name,label"`
+	Description *string        `hcl:"description,optional"`
+	Content     hcl.Expression `hcl:"content,optional"`
+	File        *string        `hcl:"file,optional"`
+	Vars        hcl.Expression `hcl:"vars,optional"`
+	DefRange    hcl.Range      `hcl:",def_range"`
+	LabelRange  hcl.Range      `hcl:"name,label_range"`
+	Body        hcl.Body       `hcl:",body"`
+}
+
+type profileBlock struct {
+	Name        string          `hcl:"name,label"`
+	Description *string         `hcl:"description,optional"`
+	VCPUs       *int            `hcl:"vcpus,optional"`
+	Memory      *string         `hcl:"memory,optional"`
+	Firmware    *string         `hcl:"firmware,optional"`
+	TPM         *bool           `hcl:"tpm,optional"`
+	OS          *string         `hcl:"os,optional"`
+	Users       []string        `hcl:"users,optional"`
+	Groups      []string        `hcl:"groups,optional"`
+	Class       *string         `hcl:"class,optional"`
+	Priority    *int            `hcl:"priority,optional"`
+	Disk        *diskBlock      `hcl:"disk,block"`
+	Boot        *bootBlock      `hcl:"boot,block"`
+	Network     *networkBlock   `hcl:"network,block"`
+	Display     *displayBlock   `hcl:"display,block"`
+	CloudInit   *cloudInitBlock `hcl:"cloud_init,block"`
+	GPU         *gpuNeedBlock   `hcl:"gpu,block"`
+	Lease       *leaseBlock     `hcl:"lease,block"`
+	DefRange    hcl.Range       `hcl:",def_range"`
+	LabelRange  hcl.Range       `hcl:"name,label_range"`
+	Body        hcl.Body        `hcl:",body"`
+}
+
+type diskBlock struct {
+	Image    *string   `hcl:"image,optional"`
+	Size     *string   `hcl:"size,optional"`
+	DefRange hcl.Range `hcl:",def_range"`
+	Body     hcl.Body  `hcl:",body"`
+}
+
+type bootBlock struct {
+	Kernel   string    `hcl:"kernel"`
+	Initrd   *string   `hcl:"initrd,optional"`
+	Cmdline  *string   `hcl:"cmdline,optional"`
+	DefRange hcl.Range `hcl:",def_range"`
+	Body     hcl.Body  `hcl:",body"`
+}
+
+type networkBlock struct {
+	Type     *string   `hcl:"type,optional"`
+	Source   *string   `hcl:"source,optional"`
+	Model    *string   `hcl:"model,optional"`
+	DefRange hcl.Range `hcl:",def_range"`
+	Body     hcl.Body  `hcl:",body"`
+}
+
+type displayBlock struct {
+	Type        *string   `hcl:"type,optional"`
+	VGPUDisplay *bool     `hcl:"vgpu_display,optional"`
+	DefRange    hcl.Range `hcl:",def_range"`
+	Body        hcl.Body  `hcl:",body"`
+}
+
+type cloudInitBlock struct {
+	Template string         `hcl:"template"`
+	Vars     hcl.Expression `hcl:"vars,optional"`
+	DefRange hcl.Range      `hcl:",def_range"`
+	Body     hcl.Body       `hcl:",body"`
+}
+
+type gpuNeedBlock struct {
+	Kind     *string   `hcl:"kind,optional"`
+	Type     *string   `hcl:"type,optional"`
+	Profile  *string   `hcl:"profile,optional"`
+	Model    *string   `hcl:"model,optional"`
+	Count    *int      `hcl:"count,optional"`
+	Memory   *string   `hcl:"memory,optional"`
+	Kinds    []string  `hcl:"kinds,optional"`
+	Series   *string   `hcl:"series,optional"`
+	DefRange hcl.Range `hcl:",def_range"`
+	Body     hcl.Body  `hcl:",body"`
+}
+
+type leaseBlock struct {
+	Default  *string   `hcl:"default,optional"`
+	Max      *string   `hcl:"max,optional"`
+	IdleStop *string   `hcl:"idle_stop,optional"`
+	DefRange hcl.Range `hcl:",def_range"`
+	Body     hcl.Body  `hcl:",body"`
+}
+
+type policyBlock struct {
+	Timezone     *string            `hcl:"timezone,optional"`
+	Queue        *queueBlock        `hcl:"queue,block"`
+	Defaults     *defaultsBlock     `hcl:"defaults,block"`
+	Users        []*principalBlock  `hcl:"user,block"`
+	Groups       []*principalBlock  `hcl:"group,block"`
+	Windows      []*windowBlock     `hcl:"window,block"`
+	Reservations *reservationsBlock `hcl:"reservations,block"`
+	Alerts       []*alertBlock      `hcl:"alert,block"`
+	DefRange     hcl.Range          `hcl:",def_range"`
+	Body         hcl.Body           `hcl:",body"`
+}
+
+type queueBlock struct {
+	Order    *string   `hcl:"order,optional"`
+	HalfLife *string   `hcl:"half_life,optional"`
+	DefRange hcl.Range `hcl:",def_range"`
+	Body     hcl.Body  `hcl:",body"`
+}
+
+// defaultsBlock applies to every user who has no user block of their own and
+// belongs to no group that has one.
+type defaultsBlock struct {
+	Priority    *int        `hcl:"priority,optional"`
+	Preemptible *bool       `hcl:"preemptible,optional"`
+	Quota       *quotaBlock `hcl:"quota,block"`
+	DefRange    hcl.Range   `hcl:",def_range"`
+	Body        hcl.Body    `hcl:",body"`
+}
+
+type principalBlock struct {
+	Name        string      `hcl:"name,label"`
+	Priority    *int        `hcl:"priority,optional"`
+	Preemptible *bool       `hcl:"preemptible,optional"`
+	Quota       *quotaBlock `hcl:"quota,block"`
+	DefRange    hcl.Range   `hcl:",def_range"`
+	LabelRange  hcl.Range   `hcl:"name,label_range"`
+	Body        hcl.Body    `hcl:",body"`
+}
+
+type quotaBlock struct {
+	VMs              *int      `hcl:"vms,optional"`
+	GPUs             *int      `hcl:"gpus,optional"`
+	Slices           *int      `hcl:"slices,optional"`
+	GPUMemory        *string   `hcl:"gpu_memory,optional"`
+	GPUHoursPerDay   *float64  `hcl:"gpu_hours_per_day,optional"`
+	GPUHoursPerWeek  *float64  `hcl:"gpu_hours_per_week,optional"`
+	GPUHoursPerMonth *float64  `hcl:"gpu_hours_per_month,optional"`
+	DefRange         hcl.Range `hcl:",def_range"`
+	Body             hcl.Body  `hcl:",body"`
+}
+
+type windowBlock struct {
+	Name       string    `hcl:"name,label"`
+	Days       *string   `hcl:"days,optional"`
+	Hours      *string   `hcl:"hours,optional"`
+	From       *string   `hcl:"from,optional"`
+	To         *string   `hcl:"to,optional"`
+	Classes    []string  `hcl:"classes"`
+	AtEnd      *string   `hcl:"at_end,optional"`
+	WarnBefore *string   `hcl:"warn_before,optional"`
+	DefRange   hcl.Range `hcl:",def_range"`
+	LabelRange hcl.Range `hcl:"name,label_range"`
+	Body       hcl.Body  `hcl:",body"`
+}
+
+type reservationsBlock struct {
+	Users     []string  `hcl:"users,optional"`
+	Groups    []string  `hcl:"groups,optional"`
+	Profiles  []string  `hcl:"profiles,optional"`
+	MaxAhead  *string   `hcl:"max_ahead,optional"`
+	MaxLength *string   `hcl:"max_length,optional"`
+	MaxVMs    *int      `hcl:"max_vms,optional"`
+	MaxActive *int      `hcl:"max_active,optional"`
+	DefRange  hcl.Range `hcl:",def_range"`
+	Body      hcl.Body  `hcl:",body"`
+}
+
+type alertBlock struct {
+	Name       string    `hcl:"name,label"`
+	Metric     string    `hcl:"metric"`
+	Above      *float64  `hcl:"above,optional"`
+	Below      *float64  `hcl:"below,optional"`
+	Duration   *string   `hcl:"duration,optional"`
+	Webhook    string    `hcl:"webhook"`
+	DefRange   hcl.Range `hcl:",def_range"`
+	LabelRange hcl.Range `hcl:"name,label_range"`
+	Body       hcl.Body  `hcl:",body"`
+}

@@ -1,0 +1,4 @@
+profile "web" {
+  vcpus = 4
+  memory = "8GiB
+}

@@ -1,0 +1,421 @@
+package profile
+
+import (
+	"encoding/json"
+	"sort"
+	"time"
+
+	"github.com/hashicorp/hcl/v2"
+	"github.com/zclconf/go-cty/cty"
+)
+
+// The resolved configuration: every default filled in, sizes in bytes,
+// durations as time.Duration, names checked. Each value keeps the range of the
+// block it came from (DeclRange) for later diagnostics.
+//
+// In JSON (gpuvm profile show --json) sizes are numbers of bytes and durations
+// are whole numbers of seconds; the field names are the attribute names of
+// the files.
+
+// Config is one whole configuration: everything Load read from a directory.
+type Config struct {
+	Dir       string               `json:"dir,omitempty"`
+	Files     []string             `json:"files"`
+	Server    Server               `json:"server"`
+	Images    map[string]*Image    `json:"images"`
+	Templates map[string]*Template `json:"templates"`
+	Profiles  map[string]*Profile  `json:"profiles"`
+	Policy    Policy               `json:"policy"`
+}
+
+// ProfileNames returns the profile names, sorted.
+func (c *Config) ProfileNames() []string { return sortedKeys(c.Profiles) }
+
+// SortedProfiles returns the profiles sorted by name.
+func (c *Config) SortedProfiles() []*Profile {
+	out := make([]*Profile, 0, len(c.Profiles))
+	for _, n := range c.ProfileNames() {
+		out = append(out, c.Profiles[n])
+	}
+	return out
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+// Server is how gpuvmd runs on this machine.
+type Server struct {
+	Listen         string    `json:"listen"`
+	StateDir       string    `json:"state_dir"`
+	LogLevel       string    `json:"log_level"`
+	AllowFunctions []string  `json:"allow_functions"`
+	TLS            *TLS      `json:"tls,omitempty"`
+	Database       Database  `json:"database"`
+	Libvirt        Libvirt   `json:"libvirt"`
+	Plugins        Plugins   `json:"plugins"`
+	Host           Host      `json:"host"`
+	DeclRange      hcl.Range `json:"-"`
+}
+
+// TLS names the certificate files of the API listener.
+type TLS struct {
+	Cert     string `json:"cert"`
+	Key      string `json:"key"`
+	ClientCA string `json:"client_ca,omitempty"`
+}
+
+// Database says where gpuvmd keeps its state.
+type Database struct {
+	Driver string `json:"driver"` // "sqlite" or "postgres"
+	Path   string `json:"path,omitempty"`
+	// DSN may hold a password: it is never written to JSON.
+	DSN string `json:"-"`
+}
+
+// Libvirt is the hypervisor connection and where disks live.
+type Libvirt struct {
+	URI            string `json:"uri"`
+	StoragePool    string `json:"storage_pool"`
+	ImagesDir      string `json:"images_dir"`
+	GraphicsListen string `json:"graphics_listen"`
+}
+
+// Plugins says where the backend binaries are and which run.
+type Plugins struct {
+	Dir      string   `json:"dir"`
+	Backends []string `json:"backends"`
+}
+
+// Enabled reports whether the backend runs.
+func (p Plugins) Enabled(name string) bool {
+	for _, b := range p.Backends {
+		if b == name {
+			return true
+		}
+	}
+	return false
+}
+
+// Host describes the GPU server itself.
+type Host struct {
+	// Simulate names a simulated server preset ("h100x8"); "" on real
+	// hardware.
+	Simulate string         `json:"simulate,omitempty"`
+	GPUs     []*GPUSettings `json:"gpus"`
+}
+
+// GPU modes.
+const (
+	ModeVGPU        = "vgpu"
+	ModeMIG         = "mig"
+	ModePassthrough = "passthrough"
+	ModeAuto        = "auto"
+)
+
+// How a gpu block picks its GPUs.
+const (
+	MatchAll     = "all"
+	MatchAddress = "address"
+	MatchModel   = "model"
+)
+
+// GPUSettings is one gpu block of the host.
+type GPUSettings struct {
+	Selector string `json:"selector"` // "all", "0000:41:00.0" or a model name
+	Match    string `json:"match"`    // MatchAll, MatchAddress or MatchModel
+	// Model is the board the admin says is there (address and all
+	// selectors), or the selector's model name.
+	Model     string    `json:"model,omitempty"`
+	Mode      string    `json:"mode"`
+	MixedSize bool      `json:"mixed_size"`
+	MIGLayout []string  `json:"mig_layout,omitempty"`
+	DeclRange hcl.Range `json:"-"`
+}
+
+// Image is a base disk image that profiles start from.
+type Image struct {
+	Name        string    `json:"name"`
+	Description string    `json:"description,omitempty"`
+	Path        string    `json:"path,omitempty"`   // a file (qcow2 or raw)
+	Volume      string    `json:"volume,omitempty"` // or a libvirt volume
+	Pool        string    `json:"pool,omitempty"`   // the volume's pool
+	Format      string    `json:"format"`           // "qcow2" or "raw"
+	OS          string    `json:"os"`               // "linux" or "windows"
+	Firmware    string    `json:"firmware"`         // "bios" or "uefi"
+	User        string    `json:"user,omitempty"`   // default user of the image
+	DeclRange   hcl.Range `json:"-"`
+}
+
+// Profile is what a person may ask for, resolved.
+type Profile struct {
+	Name        string     `json:"name"`
+	Description string     `json:"description,omitempty"`
+	VCPUs       int        `json:"vcpus"`
+	Memory      uint64     `json:"memory"`
+	Disk        *Disk      `json:"disk,omitempty"`
+	Boot        *Boot      `json:"boot,omitempty"`
+	Firmware    string     `json:"firmware"`
+	TPM         bool       `json:"tpm"`
+	OS          string     `json:"os"`
+	Network     Network    `json:"network"`
+	Display     Display    `json:"display"`
+	CloudInit   *CloudInit `json:"cloud_init,omitempty"`
+	GPU         *GPUNeed   `json:"gpu,omitempty"`
+	Lease       Lease      `json:"lease"`
+	Users       []string   `json:"users"`  // empty with Groups empty: everyone
+	Groups      []string   `json:"groups"` // empty with Users empty: everyone
+	Class       string     `json:"class"`  // ClassInteractive or ClassBatch
+	Priority    int        `json:"priority"`
+	// Source is "file:line" of the profile block.
+	Source    string    `json:"source"`
+	DeclRange hcl.Range `json:"-"`
+}
+
+// Scheduling classes.
+const (
+	ClassInteractive = "interactive"
+	ClassBatch       = "batch"
+)
+
+// Open reports whether everyone may use the profile.
+func (p *Profile) Open() bool { return len(p.Users) == 0 && len(p.Groups) == 0 }
+
+// Allows reports whether a user who belongs to groups may use the profile.
+func (p *Profile) Allows(user string, groups []string) bool {
+	if p.Open() {
+		return true
+	}
+	for _, u := range p.Users {
+		if u == user {
+			return true
+		}
+	}
+	for _, g := range p.Groups {
+		for _, h := range groups {
+			if g == h {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// Disk is a profile's system disk: an overlay on a base image.
+type Disk struct {
+	Image string `json:"image"`
+	// Size grows the overlay to this many bytes; 0 keeps the image's size.
+	Size uint64 `json:"size,omitempty"`
+}
+
+// Boot is direct kernel boot.
+type Boot struct {
+	Kernel  string `json:"kernel"`
+	Initrd  string `json:"initrd,omitempty"`
+	Cmdline string `json:"cmdline,omitempty"`
+}
+
+// Network is the VM's one network interface.
+type Network struct {
+	Type   string `json:"type"` // "network", "bridge" or "none"
+	Source string `json:"source,omitempty"`
+	Model  string `json:"model,omitempty"`
+}
+
+// Display is the VM's libvirt display.
+type Display struct {
+	Type        string `json:"type"` // "vnc", "spice" or "none"
+	VGPUDisplay bool   `json:"vgpu_display"`
+}
+
+// CloudInit names the template that makes the VM's cloud-init seed and the
+// values of its variables.
+type CloudInit struct {
+	Template string          `json:"template"`
+	Vars     json.RawMessage `json:"vars,omitempty"`
+	vars     map[string]cty.Value
+}
+
+// GPU need kinds; KindAny is an abstract need ("memory = 20GiB").
+const (
+	KindVGPU        = "vgpu"
+	KindMIG         = "mig"
+	KindPassthrough = "passthrough"
+	KindAny         = "any"
+)
+
+// GPUNeed is what GPU a profile's VM gets.
+type GPUNeed struct {
+	// Kind is KindVGPU, KindMIG, KindPassthrough, or KindAny for an abstract
+	// need the scheduler meets with the cheapest fitting slice of Kinds.
+	Kind    string `json:"kind"`
+	Type    string `json:"type,omitempty"`    // vGPU type, canonical ("L40S-12Q")
+	Profile string `json:"profile,omitempty"` // MIG profile ("3g.40gb")
+	// Model restricts the boards: exact or family ("H100") as written.
+	Model string `json:"model,omitempty"`
+	Count int    `json:"count"`
+	// Memory is the framebuffer of one device in bytes: the type's or the
+	// profile's, the smallest matching board's for passthrough, or the
+	// minimum asked for by an abstract need.
+	Memory uint64   `json:"memory"`
+	Kinds  []string `json:"kinds,omitempty"`  // abstract needs only
+	Series string   `json:"series,omitempty"` // abstract needs: vGPU series allowed
+}
+
+// Lease is how long a VM of the profile runs.
+type Lease struct {
+	Default time.Duration `json:"default"`
+	Max     time.Duration `json:"max"`
+	// IdleStop stops a VM whose GPU has been idle this long; 0: never.
+	IdleStop time.Duration `json:"idle_stop"`
+}
+
+// MarshalJSON writes durations as whole seconds.
+func (l Lease) MarshalJSON() ([]byte, error) {
+	return json.Marshal(struct {
+		Default  int64 `json:"default"`
+		Max      int64 `json:"max"`
+		IdleStop int64 `json:"idle_stop"`
+	}{secs(l.Default), secs(l.Max), secs(l.IdleStop)})
+}
+
+func secs(d time.Duration) int64 { return int64(d / time.Second) }
+
+// Policy is the rules of sharing.
+type Policy struct {
+	Timezone     string                `json:"timezone,omitempty"`
+	Location     *time.Location        `json:"-"`
+	Queue        Queue                 `json:"queue"`
+	Defaults     Principal             `json:"defaults"`
+	Users        map[string]*Principal `json:"users"`
+	Groups       map[string]*Principal `json:"groups"`
+	Windows      []*Window             `json:"windows"`
+	Reservations *Reservations         `json:"reservations,omitempty"`
+	Alerts       []*Alert              `json:"alerts"`
+	DeclRange    hcl.Range             `json:"-"`
+}
+
+// Queue orders.
+const (
+	OrderFIFO      = "fifo"
+	OrderPriority  = "priority"
+	OrderSJF       = "sjf"
+	OrderFairshare = "fairshare"
+)
+
+// Queue is how waiting requests are ordered.
+type Queue struct {
+	Order string `json:"order"`
+	// HalfLife is how fast past usage is forgotten (fairshare).
+	HalfLife time.Duration `json:"half_life"`
+}
+
+// MarshalJSON writes durations as whole seconds.
+func (q Queue) MarshalJSON() ([]byte, error) {
+	return json.Marshal(struct {
+		Order    string `json:"order"`
+		HalfLife int64  `json:"half_life"`
+	}{q.Order, secs(q.HalfLife)})
+}
+
+// Principal is the policy of a user, a group, or the defaults.
+type Principal struct {
+	Name        string    `json:"name,omitempty"`
+	Priority    int       `json:"priority"`
+	Preemptible bool      `json:"preemptible"`
+	Quota       Quota     `json:"quota"`
+	DeclRange   hcl.Range `json:"-"`
+}
+
+// Quota limits one user. A nil limit is no limit.
+type Quota struct {
+	VMs              *int     `json:"vms,omitempty"`
+	GPUs             *int     `json:"gpus,omitempty"`   // whole GPUs at once
+	Slices           *int     `json:"slices,omitempty"` // vGPUs and MIG instances at once
+	GPUMemory        *uint64  `json:"gpu_memory,omitempty"`
+	GPUHoursPerDay   *float64 `json:"gpu_hours_per_day,omitempty"`
+	GPUHoursPerWeek  *float64 `json:"gpu_hours_per_week,omitempty"`
+	GPUHoursPerMonth *float64 `json:"gpu_hours_per_month,omitempty"`
+}
+
+// At-end actions of a window.
+const (
+	AtEndWarn    = "warn"
+	AtEndStop    = "stop"
+	AtEndNothing = "nothing"
+)
+
+// Window is a weekly time window and what may start in it.
+type Window struct {
+	Name string `json:"name"`
+	// As written: Days and Hours, or From and To.
+	Days       string        `json:"days,omitempty"`
+	Hours      string        `json:"hours,omitempty"`
+	From       string        `json:"from,omitempty"`
+	To         string        `json:"to,omitempty"`
+	Classes    []string      `json:"classes"`
+	AtEnd      string        `json:"at_end"`
+	WarnBefore time.Duration `json:"warn_before"`
+	// Spans are the minutes of the week the window covers, [start, end)
+	// from Monday 00:00, none crossing the week's end.
+	Spans     []Span    `json:"-"`
+	DeclRange hcl.Range `json:"-"`
+}
+
+// MarshalJSON writes durations as whole seconds.
+func (w Window) MarshalJSON() ([]byte, error) {
+	type plain Window
+	return json.Marshal(struct {
+		plain
+		WarnBefore int64 `json:"warn_before"`
+	}{plain(w), secs(w.WarnBefore)})
+}
+
+// Span is a stretch of the week in minutes from Monday 00:00.
+type Span struct{ Start, End int }
+
+// Reservations say who may book GPUs ahead. A nil *Reservations: nobody books.
+type Reservations struct {
+	Users     []string      `json:"users"`    // with Groups empty: everyone
+	Groups    []string      `json:"groups"`   //
+	Profiles  []string      `json:"profiles"` // empty: every profile
+	MaxAhead  time.Duration `json:"max_ahead"`
+	MaxLength time.Duration `json:"max_length"`
+	MaxVMs    int           `json:"max_vms"`
+	MaxActive int           `json:"max_active"`
+}
+
+// MarshalJSON writes durations as whole seconds.
+func (r Reservations) MarshalJSON() ([]byte, error) {
+	type plain Reservations
+	return json.Marshal(struct {
+		plain
+		MaxAhead  int64 `json:"max_ahead"`
+		MaxLength int64 `json:"max_length"`
+	}{plain(r), secs(r.MaxAhead), secs(r.MaxLength)})
+}
+
+// Alert is a rule on a metric.
+type Alert struct {
+	Name      string        `json:"name"`
+	Metric    string        `json:"metric"`
+	Above     *float64      `json:"above,omitempty"`
+	Below     *float64      `json:"below,omitempty"`
+	Duration  time.Duration `json:"duration"`
+	Webhook   string        `json:"webhook"`
+	DeclRange hcl.Range     `json:"-"`
+}
+
+// MarshalJSON writes durations as whole seconds.
+func (a Alert) MarshalJSON() ([]byte, error) {
+	type plain Alert
+	return json.Marshal(struct {
+		plain
+		Duration int64 `json:"duration"`
+	}{plain(a), secs(a.Duration)})
+}
