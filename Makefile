@@ -11,7 +11,6 @@ LDFLAGS     := -s -w
 PLUGINS     := vgpu mig passthrough
 RUN_STATE   ?= $(CURDIR)/.cache/run
 RUN_LISTEN  ?= 127.0.0.1:8080
-RUN_PRESET  ?= h100x8
 
 .PHONY: all setup build run test unit lint generate check-generate fuzz clean
 
@@ -31,10 +30,14 @@ build:
 # The main job on its embedded defaults: a simulated GPU server when this
 # machine has no NVIDIA GPU, state under .cache/run.
 run: setup build
-	@preset=""; if ! ls /sys/bus/pci/devices/*/vendor >/dev/null 2>&1 || ! grep -qx 0x10de /sys/bus/pci/devices/*/vendor 2>/dev/null; then \
-		preset="--simulate $(RUN_PRESET)"; echo "No NVIDIA GPU here: running on a simulated $(RUN_PRESET) server."; fi; \
-	echo "Try: curl -s http://$(RUN_LISTEN)/v1/gpus   (or: $(BIN)/gpuvm host inventory --simulate $(RUN_PRESET))"; \
-	exec $(BIN)/gpuvmd --listen $(RUN_LISTEN) --state-dir $(RUN_STATE) $$preset
+	@if grep -qsx 0x10de /sys/bus/pci/devices/*/vendor; then \
+		echo "NVIDIA GPU found: gpuvmd runs on the real host."; \
+		exec $(BIN)/gpuvmd --listen $(RUN_LISTEN) --state-dir $(RUN_STATE); \
+	else \
+		echo "No NVIDIA GPU here: gpuvmd runs configs/dev, a simulated h100x8 server (it says so everywhere)."; \
+		echo "Try: curl -s http://$(RUN_LISTEN)/v1/gpus   or   $(BIN)/gpuvm host inventory --simulate h100x8"; \
+		exec $(BIN)/gpuvmd --config configs/dev --listen $(RUN_LISTEN) --state-dir $(RUN_STATE); \
+	fi
 
 # Every test: lint, generated code up to date, the race-enabled suite, the
 # plugin binaries over go-plugin, and bounded fuzzing.

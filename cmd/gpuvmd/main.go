@@ -36,14 +36,25 @@ func main() {
 }
 
 type options struct {
-	listen, stateDir, simulate, sysfsRoot, pluginDir, nvml, backends string
-	ready                                                            func(addr string)
+	config, listen, stateDir, simulate, sysfsRoot, pluginDir, nvml, backends string
+	ready                                                                    func(addr string)
 }
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	return runOpts(ctx, args, getenv, stdout, stderr, nil)
+}
+
+// runWithReady runs gpuvmd with a clean environment and calls ready with the
+// address it serves on; tests use it.
+func runWithReady(ctx context.Context, args []string, logs io.Writer, ready func(string)) error {
+	return runOpts(ctx, args, func(string) string { return "" }, io.Discard, logs, ready)
+}
+
+func runOpts(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer, ready func(string)) error {
 	fs := flag.NewFlagSet("gpuvmd", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	var o options
+	o := options{ready: ready}
+	fs.StringVar(&o.config, "config", "", "configuration directory (default $GPUVM_CONFIG, else /etc/gpuvm if it exists)")
 	fs.StringVar(&o.listen, "listen", "127.0.0.1:8080", "address to serve HTTP on")
 	fs.StringVar(&o.stateDir, "state-dir", "/var/lib/gpuvm", "state directory")
 	fs.StringVar(&o.simulate, "simulate", "", "serve a simulated GPU server of this preset (a100x4, a40x2, l40sx4, h100x8, mixed)")
@@ -62,16 +73,40 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if o.nvml != "auto" && o.nvml != "none" {
 		return fmt.Errorf("--nvml must be auto or none, not %q", o.nvml)
 	}
+	log := slog.New(slog.NewTextHandler(stderr, nil))
+	if o.config == "" {
+		o.config = getenv("GPUVM_CONFIG")
+	}
+	if o.config == "" {
+		if fi, err := os.Stat("/etc/gpuvm"); err == nil && fi.IsDir() {
+			o.config = "/etc/gpuvm"
+		}
+	}
+	var cfg *config
+	if o.config != "" {
+		c, err := loadConfig(o.config, stderr)
+		if err != nil {
+			return err
+		}
+		cfg = c
+		set := map[string]bool{}
+		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		o.fromConfig(c.Load().Server, set) // flags override the files
+	}
 	if o.pluginDir == "" {
 		o.pluginDir = getenv("GPUVM_PLUGIN_DIR")
 	}
 	if o.pluginDir == "" {
 		o.pluginDir = loader.DefaultDir()
 	}
-	return serve(ctx, o, slog.New(slog.NewTextHandler(stderr, nil)))
+	return serve(ctx, o, cfg, log)
 }
 
-func serve(ctx context.Context, o options, log *slog.Logger) error {
+func serve(ctx context.Context, o options, cfg *config, log *slog.Logger) error {
+	if cfg != nil {
+		stop := cfg.reloadOnSIGHUP(ctx, log)
+		defer stop()
+	}
 	if err := os.MkdirAll(o.stateDir, 0o755); err != nil {
 		return fmt.Errorf("create state directory: %w", err)
 	}
@@ -100,7 +135,7 @@ func serve(ctx context.Context, o options, log *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", o.listen, err)
 	}
-	srv := &http.Server{Handler: routes(l, log), ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: routes(l, cfg, log), ReadHeaderTimeout: 10 * time.Second}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	log.Info("gpuvmd ready", "listen", ln.Addr().String(), "backends", l.Names(), "state_dir", o.stateDir)
@@ -121,13 +156,17 @@ func serve(ctx context.Context, o options, log *slog.Logger) error {
 	return nil
 }
 
-func routes(l *loader.Loader, log *slog.Logger) http.Handler {
+func routes(l *loader.Loader, cfg *config, log *slog.Logger) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 		status, code := map[string]string{}, http.StatusOK
+		if cfg != nil {
+			c := cfg.Load()
+			status["config"] = fmt.Sprintf("%s: %d files, %d profiles", c.Dir, len(c.Files), len(c.Profiles))
+		}
 		for _, name := range backend.Names {
 			b, ok := l.Backend(name)
 			if !ok {

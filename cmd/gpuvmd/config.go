@@ -1,0 +1,91 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"sync/atomic"
+	"syscall"
+
+	"github.com/gpuvm/gpuvm/pkg/profile"
+)
+
+// config holds the configuration in force; a reload replaces it whole or not
+// at all.
+type config struct {
+	dir string
+	atomic.Pointer[profile.Config]
+}
+
+// loadConfig loads dir and refuses it if it has errors, printing every
+// diagnostic (warnings too) to w.
+func loadConfig(dir string, w io.Writer) (*config, error) {
+	c := &config{dir: dir}
+	if err := c.reload(w); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+func (c *config) reload(w io.Writer) error {
+	l := new(profile.Loader)
+	next, diags := l.LoadDir(c.dir)
+	if len(diags) > 0 {
+		_ = l.WriteDiagnostics(w, diags, 100)
+	}
+	if diags.HasErrors() {
+		return fmt.Errorf("configuration %s has errors; nothing was changed", c.dir)
+	}
+	c.Store(next)
+	return nil
+}
+
+// reloadOnSIGHUP reloads the configuration on SIGHUP until ctx ends. A
+// broken set is rejected with its diagnostics and the old one stays in force.
+func (c *config) reloadOnSIGHUP(ctx context.Context, log *slog.Logger) (stop func()) {
+	ch := make(chan os.Signal, 1)
+	signal.Notify(ch, syscall.SIGHUP)
+	done := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-done:
+				return
+			case <-ch:
+				var diag bytes.Buffer
+				if err := c.reload(&diag); err != nil {
+					log.Error("configuration reload refused; the old configuration stays in force", "dir", c.dir, "err", err, "diagnostics", strings.TrimSpace(diag.String()))
+					continue
+				}
+				cur := c.Load()
+				log.Info("configuration reloaded", "dir", c.dir, "files", len(cur.Files), "profiles", len(cur.Profiles), "warnings", strings.TrimSpace(diag.String()))
+			}
+		}
+	}()
+	return func() { signal.Stop(ch); close(done) }
+}
+
+// fromConfig fills the options the command line did not set from the
+// server block. Settings that need a restart (listen, state, backends) are
+// read once at start.
+func (o *options) fromConfig(s profile.Server, set map[string]bool) {
+	pick := func(flagName string, dst *string, v string) {
+		if !set[flagName] && v != "" {
+			*dst = v
+		}
+	}
+	pick("listen", &o.listen, s.Listen)
+	pick("state-dir", &o.stateDir, s.StateDir)
+	pick("simulate", &o.simulate, s.Host.Simulate)
+	pick("plugin-dir", &o.pluginDir, s.Plugins.Dir)
+	if !set["backends"] && len(s.Plugins.Backends) > 0 {
+		o.backends = strings.Join(s.Plugins.Backends, ",")
+	}
+}

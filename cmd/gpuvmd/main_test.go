@@ -1,0 +1,155 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gpuvm/gpuvm/pkg/api"
+	"github.com/gpuvm/gpuvm/test/testbin"
+)
+
+var pluginDir string
+
+func TestMain(m *testing.M) {
+	os.Exit(func() int {
+		dir, cleanup, err := testbin.Plugins()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		defer cleanup()
+		pluginDir = dir
+		return m.Run()
+	}())
+}
+
+type syncBuf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuf) Write(p []byte) (int, error) { s.mu.Lock(); defer s.mu.Unlock(); return s.b.Write(p) }
+func (s *syncBuf) String() string              { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
+
+const devServer = `server {
+  state_dir = "state"
+  host { simulate = "l40sx4" }
+}
+`
+
+const devProfile = `profile "seat" {
+  vcpus  = 2
+  memory = "4GiB"
+  boot { kernel = "/boot/vmlinuz" }
+  gpu {
+    kind = "vgpu"
+    type = "L40S-12Q"
+  }
+}
+`
+
+// gpuvmd starts from a configuration directory, serves the simulated host's
+// inventory, and on SIGHUP takes a clean new set but refuses a broken one,
+// keeping the old in force.
+func TestServeConfigAndReload(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, text string) {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("server.hcl", devServer)
+	write("profiles.hcl", devProfile)
+	ctx, cancel := context.WithCancel(context.Background())
+	addrc := make(chan string, 1)
+	var logs syncBuf
+	errc := make(chan error, 1)
+	go func() {
+		o := []string{"--config", dir, "--listen", "127.0.0.1:0", "--plugin-dir", pluginDir}
+		errc <- runWithReady(ctx, o, &logs, func(a string) { addrc <- a })
+	}()
+	var addr string
+	select {
+	case addr = <-addrc:
+	case err := <-errc:
+		t.Fatalf("gpuvmd exited: %v\n%s", err, logs.String())
+	case <-time.After(60 * time.Second):
+		t.Fatalf("gpuvmd not ready\n%s", logs.String())
+	}
+	var hi api.HostInventory
+	getJSON(t, "http://"+addr+"/v1/gpus", &hi)
+	if !hi.Simulated || len(hi.GPUs) != 4 || !strings.Contains(hi.Host, "l40sx4") {
+		t.Fatalf("inventory: simulated=%v gpus=%d host=%q", hi.Simulated, len(hi.GPUs), hi.Host)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "state", "sim-l40sx4", "state.json")); err != nil {
+		t.Errorf("state_dir from the file was not used: %v", err)
+	}
+	ready := map[string]string{}
+	getJSON(t, "http://"+addr+"/readyz", &ready)
+	if !strings.Contains(ready["config"], "1 profiles") {
+		t.Errorf("readyz config = %q", ready["config"])
+	}
+	// A broken set is refused whole.
+	write("profiles.hcl", devProfile+"\nprofile \"seat2\" {\n  memroy = \"1GiB\"\n}\n")
+	syscall.Kill(os.Getpid(), syscall.SIGHUP)
+	waitFor(t, &logs, "configuration reload refused")
+	getJSON(t, "http://"+addr+"/readyz", &ready)
+	if !strings.Contains(ready["config"], "1 profiles") {
+		t.Errorf("after a refused reload: %q", ready["config"])
+	}
+	// A clean one replaces it.
+	write("profiles.hcl", devProfile+strings.Replace(devProfile, `"seat"`, `"seat2"`, 1))
+	syscall.Kill(os.Getpid(), syscall.SIGHUP)
+	waitFor(t, &logs, "configuration reloaded")
+	getJSON(t, "http://"+addr+"/readyz", &ready)
+	if !strings.Contains(ready["config"], "2 profiles") {
+		t.Errorf("after a clean reload: %q", ready["config"])
+	}
+	cancel()
+	if err := <-errc; err != nil {
+		t.Errorf("shutdown: %v", err)
+	}
+}
+
+func TestRefusesBrokenConfigAtStart(t *testing.T) {
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "x.hcl"), []byte("serverr {}\n"), 0o644)
+	var logs syncBuf
+	err := runWithReady(context.Background(), []string{"--config", dir, "--plugin-dir", pluginDir}, &logs, nil)
+	if err == nil || !strings.Contains(err.Error(), "has errors") || !strings.Contains(logs.String(), "x.hcl:1:1") {
+		t.Fatalf("err = %v\n%s", err, logs.String())
+	}
+}
+
+func getJSON(t *testing.T, url string, v any) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
+		t.Fatalf("%s: %v", url, err)
+	}
+}
+
+func waitFor(t *testing.T, logs *syncBuf, text string) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !strings.Contains(logs.String(), text) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no %q in the log:\n%s", text, logs.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
