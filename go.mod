@@ -15,6 +15,11 @@ require (
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20260817212433-ac3dfec99bb1
 	google.golang.org/grpc v1.85.0
 	google.golang.org/protobuf v1.36.12
+	gorm.io/driver/postgres v1.6.3
+	gorm.io/driver/sqlite v1.6.0
+	gorm.io/gorm v1.31.2
+	libvirt.org/go/libvirt v1.11010.0
+	libvirt.org/go/libvirtxml v1.12008.0
 )
 
 require (
@@ -44,11 +49,6 @@ require (
 	golang.org/x/text v0.42.0 // indirect
 	golang.org/x/tools v0.49.0 // indirect
 	google.golang.org/grpc/cmd/protoc-gen-go-grpc v1.6.2 // indirect
-	gorm.io/driver/postgres v1.6.3 // indirect
-	gorm.io/driver/sqlite v1.6.0 // indirect
-	gorm.io/gorm v1.31.2 // indirect
-	libvirt.org/go/libvirt v1.11010.0 // indirect
-	libvirt.org/go/libvirtxml v1.12008.0 // indirect
 )
 
 tool (

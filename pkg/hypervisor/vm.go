@@ -1,0 +1,210 @@
+package hypervisor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"strings"
+	"time"
+
+	"github.com/gpuvm/gpuvm/pkg/hypervisor/cloudinit"
+	"github.com/gpuvm/gpuvm/pkg/hypervisor/domain"
+)
+
+// VMRequest is a whole VM: its domain, its disk overlay, its cloud-init seed.
+type VMRequest struct {
+	// Spec is the domain. CreateVM adds the overlay and the seed to its
+	// disks (first and last) and to its metadata's volumes, and fills an
+	// empty DomainType from Accel.
+	Spec domain.Spec
+	// Pool holds the overlay and the seed.
+	Pool string
+	// BaseImage, when set, gets a qcow2 overlay "<name>.qcow2" of
+	// DiskBytes (0: the base's size) as the VM's first disk.
+	BaseImage  string
+	BaseFormat domain.DiskFormat
+	DiskBytes  uint64
+	// Seed, when set, is rendered (with SeedTemplates, nil for the built-in
+	// ones) into "<name>-seed.iso", attached as a CD-ROM.
+	Seed          *cloudinit.Config
+	SeedTemplates fs.FS
+}
+
+// OverlayName is the disk overlay's volume name of a VM.
+func OverlayName(vm string) string { return vm + ".qcow2" }
+
+// SeedName is the seed volume's name of a VM.
+func SeedName(vm string) string { return vm + "-seed.iso" }
+
+// CreateVM creates a VM's volumes, defines its domain and starts it. When a
+// step fails it rolls back what it made (domain, overlay, seed) and says so
+// in the error, which names the VM, the step and the cause. A retry after a
+// failure or a crash is safe: a gpuvm domain of the same UUID is redefined.
+func (c *Conn) CreateVM(ctx context.Context, req VMRequest) (Info, error) {
+	spec := req.Spec
+	name := spec.Name
+	if name == "" {
+		name = spec.UUID
+	}
+	fail := func(op string, err error) error { return vmError(name, op, err) }
+
+	if spec.DomainType == "" {
+		a, err := c.Accel(ctx)
+		if err != nil {
+			return Info{}, fail("choose accelerator", err)
+		}
+		spec.DomainType = a.Type
+	}
+	// Check what can be checked before touching anything.
+	if err := domain.Validate(spec); err != nil {
+		return Info{}, fail("check spec", err)
+	}
+	if (req.BaseImage != "" || req.Seed != nil) && req.Pool == "" {
+		return Info{}, fail("check spec", errors.New("a disk overlay or seed needs a storage pool"))
+	}
+	// A name taken by another domain would make the volume names collide
+	// with that domain's: refuse before creating anything.
+	if other, err := c.domainUUIDByName(ctx, spec.Name); err == nil && !strings.EqualFold(other, spec.UUID) {
+		return Info{}, fail("check name", fmt.Errorf("the name is taken by another domain (UUID %s)", other))
+	} else if err != nil && !IsNotFound(err) {
+		return Info{}, fail("check name", err)
+	}
+
+	var made []domain.VolumeRef
+	defined := false
+	rollback := func(op string, cause error) error {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
+		defer cancel()
+		var errs []error
+		undone := []string{}
+		if defined {
+			if err := c.Destroy(rctx, spec.UUID); err != nil {
+				errs = append(errs, err)
+			}
+			if err := c.Undefine(rctx, spec.UUID); err != nil {
+				errs = append(errs, err)
+			} else {
+				undone = append(undone, "domain")
+			}
+		}
+		for _, v := range made {
+			if err := c.DeleteVolume(rctx, v.Pool, v.Name); err != nil {
+				errs = append(errs, err)
+			} else {
+				undone = append(undone, "volume "+v.Name)
+			}
+		}
+		note := "nothing to roll back"
+		if len(undone) > 0 {
+			note = "rolled back: removed " + strings.Join(undone, ", ")
+		}
+		if len(errs) > 0 {
+			c.log.Error("VM creation failed and its rollback too", "vm", name, "uuid", spec.UUID, "op", op, "err", cause, "rollback", errors.Join(errs...))
+			return fail(op, fmt.Errorf("%w (rollback incomplete: %v)", clean(cause), errors.Join(errs...)))
+		}
+		c.log.Warn("VM creation failed; rolled back", "vm", name, "uuid", spec.UUID, "op", op, "err", clean(cause))
+		return fail(op, fmt.Errorf("%w (%s)", clean(cause), note))
+	}
+
+	var disks []domain.Disk
+	if req.BaseImage != "" {
+		vol := OverlayName(spec.Name)
+		exists, err := c.VolumeExists(ctx, req.Pool, vol)
+		if err != nil {
+			return Info{}, rollback("create disk overlay", err)
+		}
+		if exists {
+			c.log.Info("disk overlay exists; reusing it", "vm", name, "pool", req.Pool, "volume", vol)
+		} else if _, err := c.CreateOverlay(ctx, Overlay{Pool: req.Pool, Name: vol, Base: req.BaseImage, BaseFormat: req.BaseFormat, SizeBytes: req.DiskBytes}); err != nil {
+			return Info{}, rollback("create disk overlay", err)
+		}
+		made = append(made, domain.VolumeRef{Pool: req.Pool, Name: vol})
+		disks = append(disks, domain.Disk{Pool: req.Pool, Volume: vol, Format: domain.FormatQCOW2})
+	}
+	disks = append(disks, spec.Disks...)
+	if req.Seed != nil {
+		vol := SeedName(spec.Name)
+		iso, err := cloudinit.Seed(*req.Seed, req.SeedTemplates, time.Now())
+		if err != nil {
+			return Info{}, rollback("make cloud-init seed", err)
+		}
+		// A seed left by an earlier attempt may hold other settings.
+		if err := c.DeleteVolume(ctx, req.Pool, vol); err != nil {
+			return Info{}, rollback("make cloud-init seed", err)
+		}
+		if _, err := c.UploadVolume(ctx, req.Pool, vol, iso); err != nil {
+			return Info{}, rollback("upload cloud-init seed", err)
+		}
+		made = append(made, domain.VolumeRef{Pool: req.Pool, Name: vol})
+		disks = append(disks, domain.Disk{Pool: req.Pool, Volume: vol, CDROM: true})
+	}
+	spec.Disks = disks
+	spec.Metadata.Volumes = append(append([]domain.VolumeRef(nil), spec.Metadata.Volumes...), made...)
+
+	if _, err := c.Define(ctx, spec); err != nil {
+		// Define may have happened anyway (a timeout): look before leaving.
+		if _, lerr := c.Lookup(context.WithoutCancel(ctx), spec.UUID); lerr == nil {
+			defined = true
+		}
+		return Info{}, rollback("define", unwrapVM(err))
+	}
+	defined = true
+	if err := c.Start(ctx, spec.UUID); err != nil {
+		return Info{}, rollback("start", unwrapVM(err))
+	}
+	info, err := c.Lookup(ctx, spec.UUID)
+	if err != nil {
+		return Info{}, rollback("check state", unwrapVM(err))
+	}
+	c.log.Info("VM created", "vm", name, "uuid", info.UUID, "type", spec.DomainType, "state", info.State)
+	return info, nil
+}
+
+// unwrapVM strips a VMError, whose VM the caller names again.
+func unwrapVM(err error) error {
+	var ve *VMError
+	if errors.As(err, &ve) {
+		return ve.Err
+	}
+	return err
+}
+
+func (c *Conn) domainUUIDByName(ctx context.Context, name string) (string, error) {
+	d, err := c.lookupName(ctx, name)
+	if err != nil {
+		return "", err
+	}
+	defer d.Free()
+	return call(ctx, c, "domain uuid", 0, d.GetUUIDString, nil)
+}
+
+// DeleteVM shuts the VM down (ACPI, then destroy after shutdownTimeout),
+// undefines its domain and deletes the volumes its metadata lists. A missing
+// domain is not an error; a domain that is not gpuvm's is refused.
+func (c *Conn) DeleteVM(ctx context.Context, uuid string, shutdownTimeout time.Duration) error {
+	info, err := c.Lookup(ctx, uuid)
+	if IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if _, err := c.Shutdown(ctx, uuid, shutdownTimeout); err != nil {
+		return err
+	}
+	if err := c.Undefine(ctx, uuid); err != nil {
+		return err
+	}
+	var errs []error
+	for _, v := range info.Metadata.Volumes {
+		if err := c.DeleteVolume(ctx, v.Pool, v.Name); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if len(errs) > 0 {
+		return vmError(info.Name, "delete volumes", errors.Join(errs...))
+	}
+	c.log.Info("VM deleted", "vm", info.Name, "uuid", info.UUID, "volumes", len(info.Metadata.Volumes))
+	return nil
+}
