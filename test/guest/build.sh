@@ -64,6 +64,12 @@ kpat='^linux-image-[0-9]+\.[0-9]+[.-][^ ]*-cloud-amd64(-unsigned)?$'
 # apt matches an exact name before trying it as a pattern.
 [ -n "${GPUVM_GUEST_KERNEL_PKG:-}" ] && kpat=$GPUVM_GUEST_KERNEL_PKG
 policy=$(candidates "$kpat" '^busybox-static$' | LC_ALL=C sort)
+# A fresh machine may have empty apt lists: refresh them once, as root.
+if ! grep -q '^busybox-static ' <<<"$policy" && [ "$(id -u)" -eq 0 ] && [ ! -s "$cache/vmlinuz" ]; then
+	log "apt's lists know no busybox-static: running apt-get update"
+	apt-get update -qq >&2 || log "apt-get update failed"
+	policy=$(candidates "$kpat" '^busybox-static$' | LC_ALL=C sort)
+fi
 read -r kernel_pkg kernel_ver < <(grep -v '^busybox-static ' <<<"$policy" | newest) || true
 busybox_ver=$(awk '$1 == "busybox-static" {print $2}' <<<"$policy")
 if [ -n "${GPUVM_GUEST_KERNEL_PKG:-}" ] && [ -z "$kernel_pkg" ]; then
