@@ -15,7 +15,7 @@ import (
 
 func newProfileCmd(getenv func(string) string) *cobra.Command {
 	c := &cobra.Command{Use: "profile", Short: "Show the profiles of a configuration (offline, on the files)"}
-	c.AddCommand(newProfileListCmd(getenv), newProfileShowCmd(getenv))
+	c.AddCommand(newProfileListCmd(getenv), newProfileShowCmd(getenv), newProfileRenderCmd(getenv))
 	return c
 }
 

@@ -32,10 +32,10 @@ type VMRequest struct {
 }
 
 // OverlayName is the disk overlay's volume name of a VM.
-func OverlayName(vm string) string { return vm + ".qcow2" }
+func OverlayName(vm string) string { return domain.OverlayName(vm) }
 
 // SeedName is the seed volume's name of a VM.
-func SeedName(vm string) string { return vm + "-seed.iso" }
+func SeedName(vm string) string { return domain.SeedName(vm) }
 
 // CreateVM creates a VM's volumes, defines its domain and starts it. When a
 // step fails it rolls back what it made (domain, overlay, seed) and says so

@@ -75,7 +75,7 @@ func withDefaults(s Spec) Spec {
 	if s.OSFamily == "" {
 		s.OSFamily = OSLinux
 	}
-	if s.Network.Name != "" && s.Network.Model == "" {
+	if (s.Network.Name != "" || s.Network.Bridge != "") && s.Network.Model == "" {
 		s.Network.Model = "virtio"
 	}
 	if s.Video == "" {
@@ -215,11 +215,12 @@ func buildDevices(s Spec) *libvirtxml.DomainDeviceList {
 	if s.Graphics != nil {
 		dev.Controllers = append(dev.Controllers, libvirtxml.DomainController{Type: "usb", Model: "qemu-xhci"})
 	}
-	if n := s.Network; n.Name != "" {
-		iface := libvirtxml.DomainInterface{
-			Source: &libvirtxml.DomainInterfaceSource{Network: &libvirtxml.DomainInterfaceSourceNetwork{Network: n.Name}},
-			Model:  &libvirtxml.DomainInterfaceModel{Type: n.Model},
+	if n := s.Network; n.Name != "" || n.Bridge != "" {
+		src := &libvirtxml.DomainInterfaceSource{Network: &libvirtxml.DomainInterfaceSourceNetwork{Network: n.Name}}
+		if n.Bridge != "" {
+			src = &libvirtxml.DomainInterfaceSource{Bridge: &libvirtxml.DomainInterfaceSourceBridge{Bridge: n.Bridge}}
 		}
+		iface := libvirtxml.DomainInterface{Source: src, Model: &libvirtxml.DomainInterfaceModel{Type: n.Model}}
 		if n.MAC != "" {
 			iface.MAC = &libvirtxml.DomainInterfaceMAC{Address: strings.ToLower(n.MAC)}
 		}

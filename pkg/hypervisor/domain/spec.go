@@ -171,8 +171,12 @@ type Disk struct {
 
 // Network is the VM's network interface.
 type Network struct {
-	// Name is a libvirt network ("default"); empty means no network.
+	// Name is a libvirt network ("default"); empty means no network
+	// unless Bridge is set.
 	Name string
+	// Bridge is a host bridge ("br0") to attach to instead of a libvirt
+	// network.
+	Bridge string
 	// MAC is the interface's address; empty lets libvirt choose.
 	MAC string
 	// Model is the NIC model; default "virtio" ("e1000e" for a Windows

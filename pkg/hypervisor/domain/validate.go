@@ -232,8 +232,16 @@ func Validate(s Spec) error {
 	}
 
 	// Network.
-	if n := s.Network; n.Name != "" {
-		add("network.name", ValidName(n.Name))
+	if n := s.Network; n.Name != "" || n.Bridge != "" {
+		if n.Name != "" && n.Bridge != "" {
+			addf("network", "a network (%q) or a bridge (%q), not both", n.Name, n.Bridge)
+		}
+		if n.Name != "" {
+			add("network.name", ValidName(n.Name))
+		}
+		if n.Bridge != "" && !bridgeRE.MatchString(n.Bridge) {
+			addf("network.bridge", "%q is not a Linux interface name", n.Bridge)
+		}
 		if n.MAC != "" && !macRE.MatchString(n.MAC) {
 			addf("network.mac", "%q is not a MAC address", n.MAC)
 		}
@@ -241,7 +249,7 @@ func Validate(s Spec) error {
 			addf("network.model", "%q is not a NIC model gpuvm knows", n.Model)
 		}
 	} else if s.Network.MAC != "" || s.Network.Model != "" {
-		addf("network", "a MAC or model needs a network name")
+		addf("network", "a MAC or model needs a network name or a bridge")
 	}
 
 	// Graphics and video.
@@ -369,3 +377,6 @@ func targetPrefix(b DiskBus) string {
 	}
 	return "sd"
 }
+
+// bridgeRE is a Linux interface name: 1-15 characters, no '/' or space.
+var bridgeRE = regexp.MustCompile(`^[A-Za-z0-9_.:-]{1,15}$`)

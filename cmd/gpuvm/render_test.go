@@ -1,0 +1,48 @@
+package main
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestProfileRenderDomain(t *testing.T) {
+	tests := []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"--config", "../../configs/dev", "tiny-mig"}, []string{`type="pci" managed="no"`, "simulated h100x8: mig 1g.10gb@0", "<kernel>"}},
+		{[]string{"--config", "../../configs/dev", "tiny-vgpu"}, []string{`type="pci" managed="no"`, "vgpu H100-4C on GPU 0000:9a:00.0"}},
+		{[]string{"--config", "../../configs/dev", "tiny-gpu"}, []string{`type="pci" managed="yes"`, `bus="0xdb"`}},
+		{[]string{"--config", "../../configs/dev", "tiny"}, []string{"no GPU"}},
+		{[]string{"--config", "../../configs/dev", "--simulate", "mixed", "tiny-any"}, []string{"simulated mixed"}},
+		{[]string{"--config", "../../configs/studio", "artist"}, []string{`type="mdev"`, "placeholders", `<graphics type="spice"`, `display="on"`, "<tpm"}},
+	}
+	validate, _ := exec.LookPath("virt-xml-validate")
+	for _, tc := range tests {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			out, errOut, code := runCLI(t, append([]string{"profile", "render-domain"}, tc.args...)...)
+			if code != 0 {
+				t.Fatalf("exit %d: %s", code, errOut)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(out, w) {
+					t.Errorf("output lacks %q:\n%s", w, out)
+				}
+			}
+			if validate == "" {
+				return
+			}
+			f := filepath.Join(t.TempDir(), "d.xml")
+			os.WriteFile(f, []byte(out), 0o644)
+			if b, err := exec.Command(validate, f, "domain").CombinedOutput(); err != nil {
+				t.Errorf("virt-xml-validate: %v\n%s", err, b)
+			}
+		})
+	}
+	if _, errOut, code := runCLI(t, "profile", "render-domain", "--config", "../../configs/dev", "tiny-mgi"); code != 1 || !strings.Contains(errOut, `no profile "tiny-mgi"`) {
+		t.Errorf("unknown profile: exit %d, %q", code, errOut)
+	}
+}
