@@ -43,7 +43,11 @@ run: setup build
 # plugin binaries over go-plugin, and bounded fuzzing.
 test: setup lint check-generate unit fuzz
 
+# PostgreSQL tests run against the local Debian cluster, which
+# pkg/store/testdata/start-postgres.sh starts and prepares (as root); without
+# it they skip and say why.
 unit:
+	GPUVM_TEST_POSTGRES_DSN="$${GPUVM_TEST_POSTGRES_DSN:-$$(bash pkg/store/testdata/start-postgres.sh || true)}" \
 	$(GO) test -race -count=1 -timeout 20m ./...
 
 lint:

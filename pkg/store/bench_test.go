@@ -1,0 +1,131 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// seedVMs inserts n VMs of 10 owners directly (without their operations and
+// events), a second apart in groups of 4, a tenth of them deleted.
+func seedVMs(b testing.TB, s *Store, n int) {
+	b.Helper()
+	for i := range 10 {
+		mustUser(b, s, fmt.Sprint("user", i))
+	}
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	vms := make([]VM, 0, n)
+	for i := range n {
+		id, _ := uuid.NewV7()
+		state := VMRunning
+		switch i % 10 {
+		case 0:
+			state = VMDeleted
+		case 1, 2:
+			state = VMQueued
+		}
+		created := t0.Add(time.Duration(i/4) * time.Second)
+		vms = append(vms, VM{ID: id.String(), Name: fmt.Sprint("vm", i), Owner: fmt.Sprint("user", i%10),
+			Profile: "render-l40s", State: state, Host: "gpu01", Hours: 8, CreatedAt: created, UpdatedAt: created, Version: 1})
+	}
+	if err := s.db.CreateInBatches(vms, 500).Error; err != nil {
+		b.Fatal(err)
+	}
+}
+
+// BenchmarkListVMs: one page of 50 out of 10,000 VMs.
+func BenchmarkListVMs(b *testing.B) {
+	ctx := context.Background()
+	for _, driver := range drivers {
+		b.Run(driver, func(b *testing.B) {
+			d := newTestDB(b, driver)
+			s := d.open(b)
+			seedVMs(b, s, 10_000)
+			// A cursor half-way through.
+			var mid string
+			f := VMFilter{Limit: 50}
+			for range 100 {
+				p, err := s.ListVMs(ctx, f)
+				if err != nil {
+					b.Fatal(err)
+				}
+				f.After, mid = p.Next, p.Next
+			}
+			cases := []struct {
+				name string
+				f    VMFilter
+			}{
+				{"first-page", VMFilter{Limit: 50}},
+				{"middle-page", VMFilter{Limit: 50, After: mid}},
+				{"owner", VMFilter{Owner: "user3", Limit: 50, After: mid}},
+				{"state-queued", VMFilter{States: []string{VMQueued}, Limit: 50, After: mid}},
+			}
+			for _, c := range cases {
+				b.Run(c.name, func(b *testing.B) {
+					b.ReportAllocs()
+					for b.Loop() {
+						p, err := s.ListVMs(ctx, c.f)
+						if err != nil || len(p.VMs) != 50 {
+							b.Fatalf("%d VMs, %v", len(p.VMs), err)
+						}
+					}
+				})
+			}
+		})
+	}
+}
+
+// BenchmarkClaimAllocation: a new claim (one MIG slice on a fresh slot), a
+// claim refused because the slot is taken, and a claim followed by its
+// release.
+func BenchmarkClaimAllocation(b *testing.B) {
+	ctx := context.Background()
+	for _, driver := range drivers {
+		b.Run(driver, func(b *testing.B) {
+			d := newTestDB(b, driver)
+			s := d.open(b)
+			mustUser(b, s, "alice")
+			vm := mustVM(b, s, "alice", "bench")
+			b.Run("claim", func(b *testing.B) {
+				b.ReportAllocs()
+				i := 0
+				for b.Loop() {
+					c := mig(fmt.Sprintf("0000:%02x:%02x.0", i/(8*256)%256, i/8%256), i%8, 1)
+					c.Host = fmt.Sprint("h", i/(8*256*256))
+					if _, err := s.ClaimAllocation(ctx, vm.ID, []SlotClaim{c}); err != nil {
+						b.Fatal(err)
+					}
+					i++
+				}
+			})
+			b.Run("taken", func(b *testing.B) {
+				taken := whole("0000:ff:00.0")
+				if _, err := s.ClaimAllocation(ctx, vm.ID, []SlotClaim{taken}); err != nil {
+					b.Fatal(err)
+				}
+				b.ReportAllocs()
+				for b.Loop() {
+					if _, err := s.ClaimAllocation(ctx, vm.ID, []SlotClaim{taken}); !errors.Is(err, ErrSlotTaken) {
+						b.Fatal(err)
+					}
+				}
+			})
+			other := mustVM(b, s, "alice", "cycle")
+			b.Run("claim+release", func(b *testing.B) {
+				b.ReportAllocs()
+				for b.Loop() {
+					if _, err := s.ClaimAllocation(ctx, other.ID, []SlotClaim{mig("0000:fe:00.0", 4, 4)}); err != nil {
+						b.Fatal(err)
+					}
+					if _, err := s.ReleaseAllocations(ctx, other.ID); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		})
+	}
+}

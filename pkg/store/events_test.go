@@ -1,0 +1,127 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+func TestEvents(t *testing.T) {
+	ctx := context.Background()
+	eachDriver(t, func(t *testing.T, s *Store, _ *testDB) {
+		if id, err := s.LastEventID(ctx); err != nil || id != 0 {
+			t.Fatalf("LastEventID of empty = %d, %v", id, err)
+		}
+		for i := range 5 {
+			e := &Event{VMID: fmt.Sprint("vm", i%2), Owner: "alice", Type: "vm.state", Payload: JSON(fmt.Sprintf(`{"n": %d}`, i))}
+			if err := s.AppendEvent(ctx, e); err != nil || e.ID == 0 {
+				t.Fatalf("append: %+v, %v", e, err)
+			}
+		}
+		if err := s.AppendEvent(ctx, &Event{Type: "host.drain", Owner: "root"}); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.AppendEvent(ctx, &Event{Type: "x", Payload: JSON("{not json")}); err == nil {
+			t.Fatal("invalid JSON payload accepted")
+		}
+		if err := s.AppendEvent(ctx, &Event{}); !errors.Is(err, ErrInvalid) {
+			t.Fatalf("event without type: %v", err)
+		}
+		all, err := s.ListEventsSince(ctx, 0, EventFilter{})
+		if err != nil || len(all) != 6 {
+			t.Fatalf("all events: %d, %v", len(all), err)
+		}
+		var p struct{ N int }
+		if err := json.Unmarshal(all[3].Payload, &p); err != nil || p.N != 3 {
+			t.Fatalf("payload %s: %v", all[3].Payload, err)
+		}
+		if string(all[5].Payload) != "{}" {
+			t.Fatalf("empty payload stored as %q", all[5].Payload)
+		}
+		tests := []struct {
+			name  string
+			after int64
+			f     EventFilter
+			want  int
+		}{
+			{"after 2", all[1].ID, EventFilter{}, 4},
+			{"vm1", 0, EventFilter{VMID: "vm1"}, 2},
+			{"owner", 0, EventFilter{Owner: "root"}, 1},
+			{"limit", 0, EventFilter{Limit: 2}, 2},
+			{"after last", all[5].ID, EventFilter{}, 0},
+		}
+		for _, tc := range tests {
+			t.Run(tc.name, func(t *testing.T) {
+				es, err := s.ListEventsSince(ctx, tc.after, tc.f)
+				if err != nil || len(es) != tc.want {
+					t.Fatalf("%d events, %v; want %d", len(es), err, tc.want)
+				}
+				for i := 1; i < len(es); i++ {
+					if es[i].ID <= es[i-1].ID {
+						t.Fatalf("events out of order: %d after %d", es[i].ID, es[i-1].ID)
+					}
+				}
+			})
+		}
+		if id, _ := s.LastEventID(ctx); id != all[5].ID {
+			t.Fatalf("LastEventID = %d, want %d", id, all[5].ID)
+		}
+		n, err := s.DeleteEventsBefore(ctx, all[2].CreatedAt)
+		if err != nil || n != 2 {
+			t.Fatalf("DeleteEventsBefore = %d, %v", n, err)
+		}
+	})
+}
+
+// A watcher that polls "after the last ID I saw" while many writers append
+// sees every event: IDs become visible in order.
+func TestEventsWatcherMissesNothing(t *testing.T) {
+	ctx := context.Background()
+	eachDriver(t, func(t *testing.T, s *Store, _ *testDB) {
+		const writers, each = 8, 40
+		var done atomic.Bool
+		var wg sync.WaitGroup
+		for w := range writers {
+			wg.Go(func() {
+				for i := range each {
+					if err := s.AppendEvent(ctx, &Event{Type: "t", Owner: fmt.Sprint(w), Payload: JSON(fmt.Sprintf(`{"i":%d}`, i))}); err != nil {
+						t.Error(err)
+						return
+					}
+				}
+			})
+		}
+		go func() { wg.Wait(); done.Store(true) }()
+		seen := map[int64]bool{}
+		var last int64
+		for {
+			finished := done.Load()
+			es, err := s.ListEventsSince(ctx, last, EventFilter{Limit: 1000})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, e := range es {
+				seen[e.ID] = true
+				last = e.ID
+			}
+			if finished && len(es) == 0 {
+				break
+			}
+			time.Sleep(time.Millisecond)
+		}
+		all, _ := s.ListEventsSince(ctx, 0, EventFilter{Limit: 1000})
+		if len(all) != writers*each {
+			t.Fatalf("%d events, want %d", len(all), writers*each)
+		}
+		for _, e := range all {
+			if !seen[e.ID] {
+				t.Errorf("the watcher missed event %d", e.ID)
+			}
+		}
+	})
+}

@@ -1,0 +1,323 @@
+package store
+
+import (
+	"database/sql/driver"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// The gorm structs below mirror the tables the migrations create (see
+// migrate.go); their index tags name the indexes of the migrations, for
+// readers and for TestModelsMatchSchema, and are never used to create them.
+// Times are UTC. Names of people and groups are their stable identity: rows
+// refer to a user by name (vms.owner references users.name).
+
+// User is a person who may ask for VMs.
+type User struct {
+	ID        int64     `gorm:"column:id;primaryKey" json:"id"`
+	Name      string    `gorm:"column:name;not null;uniqueIndex:users_name" json:"name"`
+	Admin     bool      `gorm:"column:admin;not null" json:"admin"`
+	CreatedAt time.Time `gorm:"column:created_at;not null" json:"created_at"`
+	UpdatedAt time.Time `gorm:"column:updated_at;not null" json:"updated_at"`
+	// Groups are the names of the user's groups, sorted; filled by the
+	// store from group_members.
+	Groups []string `gorm:"-" json:"groups"`
+}
+
+func (User) TableName() string { return "users" }
+
+// Group is a set of users that policy gives quotas and reservations to.
+type Group struct {
+	ID        int64     `gorm:"column:id;primaryKey" json:"id"`
+	Name      string    `gorm:"column:name;not null;uniqueIndex:groups_name" json:"name"`
+	CreatedAt time.Time `gorm:"column:created_at;not null" json:"created_at"`
+}
+
+func (Group) TableName() string { return "groups" }
+
+// GroupMember puts a user in a group.
+type GroupMember struct {
+	GroupID int64 `gorm:"column:group_id;primaryKey"`
+	UserID  int64 `gorm:"column:user_id;primaryKey;index:group_members_user"`
+}
+
+func (GroupMember) TableName() string { return "group_members" }
+
+// APIToken is a bearer token of a user. The token itself is never stored:
+// Hash is the hex SHA-256 of it, Prefix its first characters for people to
+// tell their tokens apart.
+type APIToken struct {
+	ID         int64      `gorm:"column:id;primaryKey" json:"id"`
+	UserID     int64      `gorm:"column:user_id;not null;uniqueIndex:api_tokens_user_name_live,priority:1,where:revoked_at IS NULL" json:"user_id"`
+	Name       string     `gorm:"column:name;not null;uniqueIndex:api_tokens_user_name_live,priority:2" json:"name"`
+	Hash       string     `gorm:"column:hash;not null;uniqueIndex:api_tokens_hash" json:"-"`
+	Prefix     string     `gorm:"column:prefix;not null;index:api_tokens_prefix" json:"prefix"`
+	CreatedAt  time.Time  `gorm:"column:created_at;not null" json:"created_at"`
+	ExpiresAt  *time.Time `gorm:"column:expires_at" json:"expires_at,omitempty"`
+	RevokedAt  *time.Time `gorm:"column:revoked_at" json:"revoked_at,omitempty"`
+	LastUsedAt *time.Time `gorm:"column:last_used_at" json:"last_used_at,omitempty"`
+}
+
+func (APIToken) TableName() string { return "api_tokens" }
+
+// VM states. The lifecycle owns the transitions; the store only knows that a
+// deleted VM frees its name.
+const (
+	VMQueued     = "queued"
+	VMAllocating = "allocating"
+	VMCreating   = "creating"
+	VMRunning    = "running"
+	VMStopping   = "stopping"
+	VMStopped    = "stopped"
+	VMDeleting   = "deleting"
+	VMDeleted    = "deleted"
+	VMFailed     = "failed"
+)
+
+// VM is a GPU virtual machine somebody asked for. Version is its optimistic
+// concurrency token: every update must name the version it read, and bumps it.
+type VM struct {
+	ID          string     `gorm:"column:id;primaryKey" json:"id"`
+	Name        string     `gorm:"column:name;not null;uniqueIndex:vms_owner_name_live,priority:2" json:"name"`
+	Owner       string     `gorm:"column:owner;not null;uniqueIndex:vms_owner_name_live,priority:1,where:state <> 'deleted';index:vms_owner_created,priority:1" json:"owner"`
+	Group       string     `gorm:"column:group_name;not null" json:"group,omitempty"`
+	Profile     string     `gorm:"column:profile;not null" json:"profile"`
+	Spec        string     `gorm:"column:spec;not null" json:"spec,omitempty"` // the resolved request, JSON
+	State       string     `gorm:"column:state;not null;index:vms_state_created,priority:1" json:"state"`
+	Phase       string     `gorm:"column:phase;not null" json:"phase,omitempty"`
+	StateReason string     `gorm:"column:state_reason;not null" json:"state_reason,omitempty"`
+	Host        string     `gorm:"column:host;not null;index:vms_host" json:"host,omitempty"`
+	Hours       int        `gorm:"column:hours;not null" json:"hours"`
+	LeaseEnd    *time.Time `gorm:"column:lease_end" json:"lease_end,omitempty"`
+	CreatedAt   time.Time  `gorm:"column:created_at;not null;index:vms_created,priority:1;index:vms_owner_created,priority:2;index:vms_state_created,priority:2" json:"created_at"`
+	UpdatedAt   time.Time  `gorm:"column:updated_at;not null" json:"updated_at"`
+	Version     int64      `gorm:"column:version;not null" json:"version"`
+}
+
+func (VM) TableName() string { return "vms" }
+
+// Conditions that match the WHERE of partial indexes are written as literals:
+// SQLite uses a partial index only when the query's condition is the index's,
+// word for word, and a bound parameter never is.
+const (
+	liveAllocation = "state <> 'released'"             // allocations_host_live, allocations_vm_live
+	unfinishedOp   = "state IN ('pending', 'running')" // operations_unfinished
+	liveVM         = "state <> 'deleted'"              // vms_owner_name_live
+)
+
+// Operation kinds and states.
+const (
+	OpCreate  = "create"
+	OpDelete  = "delete"
+	OpStart   = "start"
+	OpStop    = "stop"
+	OpReboot  = "reboot"
+	OpExtend  = "extend"
+	OpPending = "pending"
+	OpRunning = "running"
+	OpDone    = "done"
+	OpFailed  = "failed"
+)
+
+// Operation is a change to a VM that takes time: the API answers 202 with it,
+// the worker moves it through its steps, the reconciler finishes the ones a
+// crash interrupted.
+type Operation struct {
+	ID          string     `gorm:"column:id;primaryKey" json:"id"`
+	VMID        string     `gorm:"column:vm_id;not null;index:operations_vm,priority:1" json:"vm_id"`
+	Kind        string     `gorm:"column:kind;not null" json:"kind"`
+	State       string     `gorm:"column:state;not null" json:"state"`
+	Step        string     `gorm:"column:step;not null" json:"step,omitempty"`
+	Error       string     `gorm:"column:error;not null" json:"error,omitempty"`
+	RequestedBy string     `gorm:"column:requested_by;not null" json:"requested_by,omitempty"`
+	CreatedAt   time.Time  `gorm:"column:created_at;not null;index:operations_vm,priority:2;index:operations_unfinished,where:state IN ('pending'\\,'running')" json:"created_at"`
+	UpdatedAt   time.Time  `gorm:"column:updated_at;not null" json:"updated_at"`
+	StartedAt   *time.Time `gorm:"column:started_at" json:"started_at,omitempty"`
+	FinishedAt  *time.Time `gorm:"column:finished_at" json:"finished_at,omitempty"`
+}
+
+func (Operation) TableName() string { return "operations" }
+
+// Finished reports whether the operation is done or failed.
+func (o *Operation) Finished() bool { return o.State == OpDone || o.State == OpFailed }
+
+// Allocation kinds (the GPU's mode) and states.
+const (
+	KindVGPU        = "vgpu"
+	KindMIG         = "mig"
+	KindPassthrough = "passthrough"
+
+	AllocReserved = "reserved" // slots held; the device is not made yet
+	AllocCreated  = "created"  // the backend made the device
+	AllocReleased = "released" // slots free; the row is history
+)
+
+// Allocation is one GPU device given to a VM: a vGPU, a MIG GPU instance or a
+// whole GPU. While it is live (not released) it holds its slots in
+// allocation_slots.
+type Allocation struct {
+	ID         int64  `gorm:"column:id;primaryKey" json:"id"`
+	VMID       string `gorm:"column:vm_id;not null;index:allocations_vm;index:allocations_vm_live,where:state <> 'released'" json:"vm_id"`
+	Host       string `gorm:"column:host;not null;index:allocations_host_live,priority:1,where:state <> 'released'" json:"host"`
+	GPUAddress string `gorm:"column:gpu_address;not null;index:allocations_host_live,priority:2" json:"gpu_address"`
+	Backend    string `gorm:"column:backend;not null" json:"backend"`
+	Kind       string `gorm:"column:kind;not null" json:"kind"`
+	// Slot names what the allocation holds: "mig:4+4" (placement start 4,
+	// size 4), "vf:0000:41:00.4", "vgpu:3", "gpu".
+	Slot           string     `gorm:"column:slot;not null" json:"slot"`
+	PlacementStart int        `gorm:"column:placement_start;not null" json:"placement_start,omitempty"`
+	PlacementSize  int        `gorm:"column:placement_size;not null" json:"placement_size,omitempty"`
+	Profile        string     `gorm:"column:profile;not null" json:"profile,omitempty"` // MIG profile or vGPU type
+	DeviceID       string     `gorm:"column:device_id;not null" json:"device_id,omitempty"`
+	Hostdev        string     `gorm:"column:hostdev;not null" json:"hostdev,omitempty"` // the backend's answer, JSON
+	State          string     `gorm:"column:state;not null" json:"state"`
+	CreatedAt      time.Time  `gorm:"column:created_at;not null" json:"created_at"`
+	UpdatedAt      time.Time  `gorm:"column:updated_at;not null" json:"updated_at"`
+	ReleasedAt     *time.Time `gorm:"column:released_at" json:"released_at,omitempty"`
+}
+
+func (Allocation) TableName() string { return "allocations" }
+
+// AllocationSlot is one unit of a GPU held by a live allocation. Its primary
+// key (host, gpu_address, slot_key) is the invariant: no unit is held twice.
+type AllocationSlot struct {
+	Host         string `gorm:"column:host;primaryKey"`
+	GPUAddress   string `gorm:"column:gpu_address;primaryKey"`
+	SlotKey      string `gorm:"column:slot_key;primaryKey"`
+	AllocationID int64  `gorm:"column:allocation_id;not null;index:allocation_slots_allocation"`
+}
+
+func (AllocationSlot) TableName() string { return "allocation_slots" }
+
+// GPUMode is the mode of a GPU's live slots and their number.
+type GPUMode struct {
+	Host       string `gorm:"column:host;primaryKey" json:"host"`
+	GPUAddress string `gorm:"column:gpu_address;primaryKey" json:"gpu_address"`
+	Mode       string `gorm:"column:mode;not null" json:"mode"`
+	LiveSlots  int    `gorm:"column:live_slots;not null" json:"live_slots"`
+}
+
+func (GPUMode) TableName() string { return "gpu_modes" }
+
+// Reservation owner kinds.
+const (
+	OwnerUser  = "user"
+	OwnerGroup = "group"
+)
+
+// Reservation books GPUs ahead for a user or a group: Count of a profile, or
+// of a GPU need (kind, model, type), from StartAt to EndAt, repeated by RRule
+// (RFC 5545 text, expanded by policy) until RepeatUntil (nil: forever).
+type Reservation struct {
+	ID          int64      `gorm:"column:id;primaryKey" json:"id"`
+	OwnerKind   string     `gorm:"column:owner_kind;not null;index:reservations_owner,priority:1" json:"owner_kind"`
+	Owner       string     `gorm:"column:owner;not null;index:reservations_owner,priority:2" json:"owner"`
+	Profile     string     `gorm:"column:profile;not null" json:"profile,omitempty"`
+	GPUKind     string     `gorm:"column:gpu_kind;not null" json:"gpu_kind,omitempty"`
+	GPUModel    string     `gorm:"column:gpu_model;not null" json:"gpu_model,omitempty"`
+	GPUType     string     `gorm:"column:gpu_type;not null" json:"gpu_type,omitempty"`
+	Count       int        `gorm:"column:gpu_count;not null" json:"count"`
+	StartAt     time.Time  `gorm:"column:start_at;not null;index:reservations_start" json:"start_at"`
+	EndAt       time.Time  `gorm:"column:end_at;not null" json:"end_at"`
+	RRule       string     `gorm:"column:rrule;not null" json:"rrule,omitempty"`
+	RepeatUntil *time.Time `gorm:"column:repeat_until" json:"repeat_until,omitempty"`
+	Note        string     `gorm:"column:note;not null" json:"note,omitempty"`
+	CreatedBy   string     `gorm:"column:created_by;not null" json:"created_by,omitempty"`
+	CreatedAt   time.Time  `gorm:"column:created_at;not null" json:"created_at"`
+	UpdatedAt   time.Time  `gorm:"column:updated_at;not null" json:"updated_at"`
+	Version     int64      `gorm:"column:version;not null" json:"version"`
+}
+
+func (Reservation) TableName() string { return "reservations" }
+
+// UsageRecord is a stretch of time a VM held a GPU device. Share is the part
+// of the GPU it held (1 for a whole GPU, 1/7 for a 1g MIG slice of seven, the
+// vGPU type's fraction); GPUSeconds = Share × seconds once it has ended.
+type UsageRecord struct {
+	ID         int64      `gorm:"column:id;primaryKey" json:"id"`
+	VMID       string     `gorm:"column:vm_id;not null;index:usage_records_open,where:ended_at IS NULL" json:"vm_id"`
+	User       string     `gorm:"column:user_name;not null;index:usage_records_user_started,priority:1" json:"user"`
+	Group      string     `gorm:"column:group_name;not null" json:"group,omitempty"`
+	Host       string     `gorm:"column:host;not null" json:"host,omitempty"`
+	GPUAddress string     `gorm:"column:gpu_address;not null" json:"gpu_address"`
+	Kind       string     `gorm:"column:kind;not null" json:"kind"`
+	Profile    string     `gorm:"column:profile;not null" json:"profile,omitempty"`
+	Share      float64    `gorm:"column:share;not null" json:"share"`
+	StartedAt  time.Time  `gorm:"column:started_at;not null;index:usage_records_user_started,priority:2;index:usage_records_started" json:"started_at"`
+	EndedAt    *time.Time `gorm:"column:ended_at" json:"ended_at,omitempty"`
+	GPUSeconds float64    `gorm:"column:gpu_seconds;not null" json:"gpu_seconds"`
+}
+
+func (UsageRecord) TableName() string { return "usage_records" }
+
+// Event is something that happened, for watchers: IDs grow in commit order,
+// so "every event after N" never skips one.
+type Event struct {
+	ID        int64     `gorm:"column:id;primaryKey" json:"id"`
+	CreatedAt time.Time `gorm:"column:created_at;not null;index:events_created" json:"time"`
+	VMID      string    `gorm:"column:vm_id;not null;index:events_vm,priority:1" json:"vm_id,omitempty"`
+	Owner     string    `gorm:"column:owner;not null" json:"owner,omitempty"`
+	Type      string    `gorm:"column:type;not null" json:"type"`
+	Payload   JSON      `gorm:"column:payload;not null" json:"payload"`
+}
+
+func (Event) TableName() string { return "events" }
+
+// IdempotencyKey remembers a request a user sent with an Idempotency-Key
+// header, so that the same request sent again gets the same answer.
+type IdempotencyKey struct {
+	User        string    `gorm:"column:user_name;primaryKey" json:"user"`
+	Key         string    `gorm:"column:idempotency_key;primaryKey" json:"key"`
+	RequestHash string    `gorm:"column:request_hash;not null" json:"request_hash"`
+	VMID        string    `gorm:"column:vm_id;not null" json:"vm_id,omitempty"`
+	OperationID string    `gorm:"column:operation_id;not null" json:"operation_id,omitempty"`
+	CreatedAt   time.Time `gorm:"column:created_at;not null;index:idempotency_keys_created" json:"created_at"`
+}
+
+func (IdempotencyKey) TableName() string { return "idempotency_keys" }
+
+// JSON is a JSON document stored as text (SQLite) or jsonb (PostgreSQL).
+// The empty value is stored as {}.
+type JSON []byte
+
+// Value implements driver.Valuer.
+func (j JSON) Value() (driver.Value, error) {
+	if len(j) == 0 {
+		return "{}", nil
+	}
+	if !json.Valid(j) {
+		return nil, errors.New("store: payload is not valid JSON")
+	}
+	return string(j), nil
+}
+
+// Scan implements sql.Scanner.
+func (j *JSON) Scan(src any) error {
+	switch v := src.(type) {
+	case nil:
+		*j = nil
+	case []byte:
+		*j = append(JSON(nil), v...)
+	case string:
+		*j = JSON(v)
+	default:
+		return fmt.Errorf("store: cannot scan %T into JSON", src)
+	}
+	return nil
+}
+
+// MarshalJSON writes the document as it is.
+func (j JSON) MarshalJSON() ([]byte, error) {
+	if len(j) == 0 {
+		return []byte("{}"), nil
+	}
+	return j, nil
+}
+
+// UnmarshalJSON keeps the document as it is.
+func (j *JSON) UnmarshalJSON(b []byte) error {
+	*j = append(JSON(nil), b...)
+	return nil
+}

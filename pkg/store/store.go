@@ -1,0 +1,323 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"strings"
+	"time"
+
+	"gorm.io/driver/postgres"
+	"gorm.io/driver/sqlite"
+	"gorm.io/gorm"
+	gormlogger "gorm.io/gorm/logger"
+)
+
+// Drivers Open understands.
+const (
+	DriverSQLite   = "sqlite"
+	DriverPostgres = "postgres"
+)
+
+// Defaults of Config.
+const (
+	DefaultBusyTimeout   = 5 * time.Second
+	DefaultSlowThreshold = 200 * time.Millisecond
+	DefaultMaxOpenConns  = 10 // PostgreSQL only
+)
+
+// Config says which database to open and how.
+type Config struct {
+	// Driver is DriverSQLite (the default when empty) or DriverPostgres.
+	Driver string
+	// DSN is, for SQLite, a file path (or a "file:" URI); Open adds the
+	// pragmas it needs (WAL, busy timeout, foreign keys, immediate
+	// transactions) unless the DSN sets them. For PostgreSQL, a libpq
+	// URL or key=value string ("postgres://u:p@host/db?sslmode=disable").
+	DSN string
+	// Now is the clock for every timestamp the store writes; nil: time.Now.
+	// Times are stored in UTC, truncated to microseconds (PostgreSQL's
+	// precision) so that what is read back equals what was written.
+	Now func() time.Time
+	// Logger receives the store's messages and gorm's: failed statements
+	// at error (expected ones, such as a taken slot, at debug), statements
+	// slower than SlowThreshold at warn. nil: slog.Default().
+	Logger *slog.Logger
+	// SlowThreshold: 0 means DefaultSlowThreshold; negative: never.
+	SlowThreshold time.Duration
+	// BusyTimeout is how long SQLite waits for another process's lock;
+	// 0 means DefaultBusyTimeout.
+	BusyTimeout time.Duration
+	// MaxOpenConns caps PostgreSQL's pool; 0 means DefaultMaxOpenConns.
+	MaxOpenConns int
+}
+
+// Store is the database of gpuvmd. Its methods are safe for concurrent use.
+// A Store handed to the function of Tx is bound to that transaction.
+type Store struct {
+	db     *gorm.DB
+	driver string
+	clock  func() time.Time
+	log    *slog.Logger
+	inTx   bool
+}
+
+// Open connects to the database, migrates its schema up to the newest version
+// this binary knows, and refuses a database whose schema is newer
+// (ErrSchemaTooNew).
+//
+// SQLite is opened with one connection for everything (database/sql pool of
+// size 1): SQLite allows one writer at a time, and a single connection makes
+// writers queue in Go instead of failing with "database is locked"; reads
+// queue behind writes too, which at gpuvmd's scale (a few requests a second,
+// pages of 50 rows) costs less than the complexity of a second pool. WAL lets
+// other processes (sqlite3 shell, backups) read while gpuvmd writes, and
+// busy_timeout makes gpuvmd wait for them instead of failing. Transactions
+// begin IMMEDIATE, taking the write lock up front, so that a transaction never
+// fails half-way on a lock upgrade.
+//
+// PostgreSQL gets an ordinary pool (MaxOpenConns, idle connections recycled).
+func Open(ctx context.Context, cfg Config) (*Store, error) {
+	if cfg.Driver == "" {
+		cfg.Driver = DriverSQLite
+	}
+	if cfg.DSN == "" {
+		return nil, fmt.Errorf("open %s database: empty DSN", cfg.Driver)
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.SlowThreshold == 0 {
+		cfg.SlowThreshold = DefaultSlowThreshold
+	}
+	if cfg.BusyTimeout <= 0 {
+		cfg.BusyTimeout = DefaultBusyTimeout
+	}
+	if cfg.MaxOpenConns <= 0 {
+		cfg.MaxOpenConns = DefaultMaxOpenConns
+	}
+	now := cfg.Now
+	s := &Store{
+		driver: cfg.Driver,
+		clock:  func() time.Time { return now().UTC().Truncate(time.Microsecond) },
+		log:    cfg.Logger.With("component", "store", "driver", cfg.Driver),
+	}
+
+	var dialector gorm.Dialector
+	switch cfg.Driver {
+	case DriverSQLite:
+		dsn, err := sqliteDSN(cfg.DSN, cfg.BusyTimeout)
+		if err != nil {
+			return nil, err
+		}
+		dialector = sqlite.Open(dsn)
+	case DriverPostgres:
+		dialector = postgres.Open(cfg.DSN)
+	default:
+		return nil, fmt.Errorf("open database: unknown driver %q (want %q or %q)", cfg.Driver, DriverSQLite, DriverPostgres)
+	}
+
+	db, err := gorm.Open(dialector, &gorm.Config{
+		TranslateError:         true,
+		NowFunc:                s.clock,
+		Logger:                 &gormLog{log: s.log, slow: cfg.SlowThreshold},
+		SkipDefaultTransaction: true, // every multi-statement write runs in an explicit transaction
+		PrepareStmt:            false,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("open %s database: %w", cfg.Driver, err)
+	}
+	s.db = db
+	sqlDB, err := db.DB()
+	if err != nil {
+		return nil, fmt.Errorf("open %s database: %w", cfg.Driver, err)
+	}
+	if cfg.Driver == DriverSQLite {
+		sqlDB.SetMaxOpenConns(1)
+		sqlDB.SetMaxIdleConns(1)
+		sqlDB.SetConnMaxLifetime(0) // an in-memory database lives as long as its connection
+		sqlDB.SetConnMaxIdleTime(0)
+	} else {
+		sqlDB.SetMaxOpenConns(cfg.MaxOpenConns)
+		sqlDB.SetMaxIdleConns(max(2, cfg.MaxOpenConns/2))
+		sqlDB.SetConnMaxLifetime(30 * time.Minute)
+		sqlDB.SetConnMaxIdleTime(5 * time.Minute)
+	}
+	if err := sqlDB.PingContext(ctx); err != nil {
+		_ = sqlDB.Close()
+		return nil, fmt.Errorf("open %s database: %w", cfg.Driver, err)
+	}
+	if err := s.checkConnection(ctx); err != nil {
+		_ = sqlDB.Close()
+		return nil, err
+	}
+	if err := s.migrate(ctx); err != nil {
+		_ = sqlDB.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// sqliteDSN adds the pragmas the store relies on to a SQLite DSN, keeping any
+// the DSN already sets.
+func sqliteDSN(dsn string, busy time.Duration) (string, error) {
+	path, query, _ := strings.Cut(dsn, "?")
+	if path == "" {
+		return "", fmt.Errorf("open sqlite database: DSN %q has no path", dsn)
+	}
+	params, err := url.ParseQuery(query)
+	if err != nil {
+		return "", fmt.Errorf("open sqlite database: DSN %q: %w", dsn, err)
+	}
+	set := func(key, value string) {
+		if _, ok := params[key]; !ok {
+			params.Set(key, value)
+		}
+	}
+	set("_journal_mode", "WAL")
+	set("_busy_timeout", fmt.Sprint(busy.Milliseconds()))
+	set("_foreign_keys", "on")
+	set("_txlock", "immediate")
+	set("_synchronous", "NORMAL")
+	return path + "?" + params.Encode(), nil
+}
+
+// checkConnection verifies what the store cannot work without.
+func (s *Store) checkConnection(ctx context.Context) error {
+	if s.driver != DriverSQLite {
+		return nil
+	}
+	var fk int
+	if err := s.db.WithContext(ctx).Raw("PRAGMA foreign_keys").Scan(&fk).Error; err != nil {
+		return fmt.Errorf("open sqlite database: read foreign_keys: %w", err)
+	}
+	if fk != 1 {
+		return errors.New("open sqlite database: foreign keys are off (the DSN must not set _foreign_keys=off)")
+	}
+	var mode string
+	if err := s.db.WithContext(ctx).Raw("PRAGMA journal_mode").Scan(&mode).Error; err != nil {
+		return fmt.Errorf("open sqlite database: read journal_mode: %w", err)
+	}
+	if !strings.EqualFold(mode, "wal") {
+		// An in-memory database has journal mode "memory": fine for tests.
+		s.log.Warn("sqlite database is not in WAL mode", "journal_mode", mode)
+	}
+	return nil
+}
+
+// Close closes the database. A Store bound to a transaction cannot be closed.
+func (s *Store) Close() error {
+	if s.inTx {
+		return errors.New("close store: inside a transaction")
+	}
+	sqlDB, err := s.db.DB()
+	if err != nil {
+		return err
+	}
+	return sqlDB.Close()
+}
+
+// Driver is DriverSQLite or DriverPostgres.
+func (s *Store) Driver() string { return s.driver }
+
+// Now is the store's clock: UTC, microseconds.
+func (s *Store) Now() time.Time { return s.clock() }
+
+// Tx runs fn in one transaction: it commits when fn returns nil and rolls back
+// otherwise. The Store given to fn is bound to the transaction; fn must use it,
+// not the outer Store (on SQLite the transaction holds the only connection, so
+// the outer Store would wait for it forever). Methods that run their own
+// transaction run as a savepoint inside it, so a method that fails (a taken
+// slot, say) undoes only its own writes and fn may go on.
+//
+// This is how the scheduler records its choice: ClaimAllocation and
+// UpdateVMState(allocating) in one Tx, so that the VM never moves without its
+// slots and the slots are never taken for a VM that did not move.
+func (s *Store) Tx(ctx context.Context, fn func(tx *Store) error) error {
+	return s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		return fn(s.with(tx))
+	})
+}
+
+func (s *Store) with(tx *gorm.DB) *Store {
+	c := *s
+	c.db = tx
+	c.inTx = true
+	return &c
+}
+
+// gormLog routes gorm's messages to slog. Errors the store expects and turns
+// into its own (a duplicate key is a taken slot or name, no row is
+// ErrNotFound, a cancelled context is the caller's) go to debug; other failed
+// statements to error; slow statements to warn. Parameters are never logged:
+// they include token hashes and user data.
+type gormLog struct {
+	log  *slog.Logger
+	slow time.Duration
+}
+
+var _ gormlogger.Interface = (*gormLog)(nil)
+
+func (l *gormLog) LogMode(gormlogger.LogLevel) gormlogger.Interface { return l }
+
+func (l *gormLog) Info(ctx context.Context, msg string, args ...any) {
+	l.log.InfoContext(ctx, fmt.Sprintf(msg, args...))
+}
+
+func (l *gormLog) Warn(ctx context.Context, msg string, args ...any) {
+	l.log.WarnContext(ctx, fmt.Sprintf(msg, args...))
+}
+
+func (l *gormLog) Error(ctx context.Context, msg string, args ...any) {
+	l.log.ErrorContext(ctx, fmt.Sprintf(msg, args...))
+}
+
+func (l *gormLog) Trace(ctx context.Context, begin time.Time, fc func() (string, int64), err error) {
+	elapsed := time.Since(begin)
+	var level slog.Level
+	switch {
+	case err != nil && expectedError(err):
+		level = slog.LevelDebug
+	case err != nil:
+		level = slog.LevelError
+	case l.slow > 0 && elapsed > l.slow:
+		level = slog.LevelWarn
+	default:
+		level = slog.LevelDebug - 4 // every statement: only when asked for
+	}
+	if !l.log.Enabled(ctx, level) {
+		return
+	}
+	sql, rows := fc()
+	attrs := []slog.Attr{
+		slog.Duration("elapsed", elapsed),
+		slog.String("sql", sql),
+		slog.Int64("rows", rows),
+	}
+	msg := "sql statement"
+	if err != nil {
+		msg = "sql statement failed"
+		attrs = append(attrs, slog.String("err", err.Error()))
+	} else if level == slog.LevelWarn {
+		msg = "slow sql statement"
+	}
+	l.log.LogAttrs(ctx, level, msg, attrs...)
+}
+
+// ParamsFilter keeps parameters out of logged SQL.
+func (l *gormLog) ParamsFilter(_ context.Context, sql string, _ ...any) (string, []any) {
+	return sql, nil
+}
+
+func expectedError(err error) bool {
+	return errors.Is(err, gorm.ErrRecordNotFound) ||
+		errors.Is(err, gorm.ErrDuplicatedKey) ||
+		errors.Is(err, gorm.ErrForeignKeyViolated) ||
+		errors.Is(err, context.Canceled) ||
+		errors.Is(err, context.DeadlineExceeded)
+}

@@ -1,0 +1,301 @@
+package store
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"gorm.io/gorm/clause"
+)
+
+// CreateUser adds a user and puts it in its groups, creating the groups that
+// do not exist yet. A taken name is ErrConflict.
+func (s *Store) CreateUser(ctx context.Context, u *User) error {
+	if u.Name == "" {
+		return fmt.Errorf("create user: %w: empty name", ErrInvalid)
+	}
+	err := s.Tx(ctx, func(tx *Store) error {
+		now := tx.clock()
+		u.ID, u.CreatedAt, u.UpdatedAt = 0, now, now
+		if err := tx.db.Create(u).Error; err != nil {
+			return err
+		}
+		return tx.setGroups(ctx, u)
+	})
+	return wrap(err, ErrNameTaken, "create user %q", u.Name)
+}
+
+// SetUserGroups replaces the groups of a user.
+func (s *Store) SetUserGroups(ctx context.Context, name string, groups []string) error {
+	err := s.Tx(ctx, func(tx *Store) error {
+		u, err := tx.getUser(ctx, "name = ?", name)
+		if err != nil {
+			return err
+		}
+		if err := tx.db.Where("user_id = ?", u.ID).Delete(&GroupMember{}).Error; err != nil {
+			return err
+		}
+		u.Groups = groups
+		return tx.setGroups(ctx, u)
+	})
+	return wrap(err, nil, "set groups of user %q", name)
+}
+
+// setGroups adds the memberships of u.Groups (creating groups) and sorts them.
+func (s *Store) setGroups(ctx context.Context, u *User) error {
+	groups := slices.Clone(u.Groups)
+	slices.Sort(groups)
+	groups = slices.Compact(groups)
+	for _, g := range groups {
+		if g == "" {
+			return fmt.Errorf("%w: empty group name", ErrInvalid)
+		}
+		grp := Group{Name: g, CreatedAt: s.clock()}
+		if err := s.db.WithContext(ctx).Clauses(clause.OnConflict{DoNothing: true}).Create(&grp).Error; err != nil {
+			return err
+		}
+		if err := s.db.WithContext(ctx).Where("name = ?", g).Take(&grp).Error; err != nil {
+			return err
+		}
+		if err := s.db.WithContext(ctx).Create(&GroupMember{GroupID: grp.ID, UserID: u.ID}).Error; err != nil {
+			return err
+		}
+	}
+	u.Groups = groups
+	return nil
+}
+
+// CreateGroup adds a group; an existing one is left as it is.
+func (s *Store) CreateGroup(ctx context.Context, name string) (*Group, error) {
+	if name == "" {
+		return nil, fmt.Errorf("create group: %w: empty name", ErrInvalid)
+	}
+	g := Group{Name: name, CreatedAt: s.clock()}
+	db := s.db.WithContext(ctx)
+	if err := db.Clauses(clause.OnConflict{DoNothing: true}).Create(&g).Error; err != nil {
+		return nil, wrap(err, nil, "create group %q", name)
+	}
+	if err := db.Where("name = ?", name).Take(&g).Error; err != nil {
+		return nil, wrap(err, nil, "create group %q", name)
+	}
+	return &g, nil
+}
+
+// ListGroups lists every group by name.
+func (s *Store) ListGroups(ctx context.Context) ([]Group, error) {
+	var gs []Group
+	err := s.db.WithContext(ctx).Order("name").Find(&gs).Error
+	return gs, wrap(err, nil, "list groups")
+}
+
+// GetUser finds a user by name, with its groups.
+func (s *Store) GetUser(ctx context.Context, name string) (*User, error) {
+	u, err := s.getUser(ctx, "name = ?", name)
+	return u, wrap(err, nil, "get user %q", name)
+}
+
+func (s *Store) getUser(ctx context.Context, query string, args ...any) (*User, error) {
+	var u User
+	if err := s.db.WithContext(ctx).Where(query, args...).Take(&u).Error; err != nil {
+		return nil, err
+	}
+	users := []User{u}
+	if err := s.fillGroups(ctx, users); err != nil {
+		return nil, err
+	}
+	return &users[0], nil
+}
+
+// ListUsers lists every user by name, with their groups.
+func (s *Store) ListUsers(ctx context.Context) ([]User, error) {
+	var us []User
+	if err := s.db.WithContext(ctx).Order("name").Find(&us).Error; err != nil {
+		return nil, wrap(err, nil, "list users")
+	}
+	return us, wrap(s.fillGroups(ctx, us), nil, "list users")
+}
+
+func (s *Store) fillGroups(ctx context.Context, us []User) error {
+	if len(us) == 0 {
+		return nil
+	}
+	ids := make([]int64, len(us))
+	byID := make(map[int64]*User, len(us))
+	for i := range us {
+		ids[i] = us[i].ID
+		byID[us[i].ID] = &us[i]
+		us[i].Groups = []string{}
+	}
+	var rows []struct {
+		UserID int64
+		Name   string
+	}
+	err := s.db.WithContext(ctx).Table("group_members AS m").
+		Select("m.user_id AS user_id, g.name AS name").
+		Joins("JOIN groups AS g ON g.id = m.group_id").
+		Where("m.user_id IN ?", ids).Order("g.name").Scan(&rows).Error
+	if err != nil {
+		return err
+	}
+	for _, r := range rows {
+		u := byID[r.UserID]
+		u.Groups = append(u.Groups, r.Name)
+	}
+	return nil
+}
+
+// TokenPrefix starts every token gpuvm makes, so that secret scanners and
+// people recognise one.
+const TokenPrefix = "gpuvm_"
+
+const (
+	tokenRandomChars  = 40 // base62: about 238 bits
+	tokenPrefixLength = len(TokenPrefix) + 8
+	tokenAlphabet     = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+	// tokenTouchEvery limits last_used_at writes to one a minute per token.
+	tokenTouchEvery = time.Minute
+)
+
+// CreateToken makes a token for a user and returns it in plaintext: the only
+// time it is seen, since the store keeps only its SHA-256. expiresAt nil: the
+// token does not expire. A live token of the user with the same name is
+// ErrNameTaken.
+func (s *Store) CreateToken(ctx context.Context, user, name string, expiresAt *time.Time) (string, *APIToken, error) {
+	if name == "" {
+		return "", nil, fmt.Errorf("create token: %w: empty name", ErrInvalid)
+	}
+	plain, err := newToken()
+	if err != nil {
+		return "", nil, fmt.Errorf("create token: %w", err)
+	}
+	var t *APIToken
+	err = s.Tx(ctx, func(tx *Store) error {
+		u, err := tx.getUser(ctx, "name = ?", user)
+		if err != nil {
+			return err
+		}
+		t = &APIToken{
+			UserID:    u.ID,
+			Name:      name,
+			Hash:      hashToken(plain),
+			Prefix:    plain[:tokenPrefixLength],
+			CreatedAt: tx.clock(),
+			ExpiresAt: utcPtr(expiresAt),
+		}
+		return tx.db.Create(t).Error
+	})
+	if err != nil {
+		return "", nil, wrap(err, ErrNameTaken, "create token %q of user %q", name, user)
+	}
+	return plain, t, nil
+}
+
+func newToken() (string, error) {
+	// Rejection sampling keeps the characters uniform.
+	var b strings.Builder
+	b.WriteString(TokenPrefix)
+	buf := make([]byte, 64)
+	for b.Len() < len(TokenPrefix)+tokenRandomChars {
+		if _, err := rand.Read(buf); err != nil {
+			return "", err
+		}
+		for _, c := range buf {
+			if c >= 248 { // 248 = 4×62
+				continue
+			}
+			b.WriteByte(tokenAlphabet[int(c)%len(tokenAlphabet)])
+			if b.Len() == len(TokenPrefix)+tokenRandomChars {
+				break
+			}
+		}
+	}
+	return b.String(), nil
+}
+
+func hashToken(plain string) string {
+	sum := sha256.Sum256([]byte(plain))
+	return hex.EncodeToString(sum[:])
+}
+
+// AuthenticateToken finds the user of a token. The token is looked up by its
+// prefix and its hash compared in constant time; an expired or revoked token
+// is refused. All refusals are ErrInvalidToken. last_used_at is updated at
+// most once a minute.
+func (s *Store) AuthenticateToken(ctx context.Context, plain string) (*User, *APIToken, error) {
+	if len(plain) != len(TokenPrefix)+tokenRandomChars || !strings.HasPrefix(plain, TokenPrefix) {
+		return nil, nil, fmt.Errorf("authenticate: %w: malformed", ErrInvalidToken)
+	}
+	var candidates []APIToken
+	if err := s.db.WithContext(ctx).Where("prefix = ?", plain[:tokenPrefixLength]).Find(&candidates).Error; err != nil {
+		return nil, nil, wrap(err, nil, "authenticate")
+	}
+	want, _ := hex.DecodeString(hashToken(plain))
+	var tok *APIToken
+	for i := range candidates {
+		got, err := hex.DecodeString(candidates[i].Hash)
+		if err == nil && subtle.ConstantTimeCompare(got, want) == 1 {
+			tok = &candidates[i]
+		}
+	}
+	now := s.clock()
+	switch {
+	case tok == nil:
+		return nil, nil, fmt.Errorf("authenticate: %w: unknown", ErrInvalidToken)
+	case tok.RevokedAt != nil:
+		return nil, nil, fmt.Errorf("authenticate token %d: %w: revoked", tok.ID, ErrInvalidToken)
+	case tok.ExpiresAt != nil && !now.Before(*tok.ExpiresAt):
+		return nil, nil, fmt.Errorf("authenticate token %d: %w: expired", tok.ID, ErrInvalidToken)
+	}
+	u, err := s.getUser(ctx, "id = ?", tok.UserID)
+	if err != nil {
+		return nil, nil, wrap(err, nil, "authenticate token %d", tok.ID)
+	}
+	if tok.LastUsedAt == nil || now.Sub(*tok.LastUsedAt) >= tokenTouchEvery {
+		err := s.db.WithContext(ctx).Model(&APIToken{}).Where("id = ?", tok.ID).Update("last_used_at", now).Error
+		if err != nil {
+			return nil, nil, wrap(err, nil, "authenticate token %d: touch", tok.ID)
+		}
+		tok.LastUsedAt = &now
+	}
+	return u, tok, nil
+}
+
+// ListTokens lists a user's tokens, revoked ones included, newest first.
+func (s *Store) ListTokens(ctx context.Context, user string) ([]APIToken, error) {
+	var ts []APIToken
+	err := s.db.WithContext(ctx).
+		Where("user_id = (SELECT id FROM users WHERE name = ?)", user).
+		Order("created_at DESC, id DESC").Find(&ts).Error
+	return ts, wrap(err, nil, "list tokens of user %q", user)
+}
+
+// RevokeToken revokes a token of a user. Revoking a revoked token is a no-op;
+// a token of another user is ErrNotFound.
+func (s *Store) RevokeToken(ctx context.Context, user string, id int64) error {
+	err := s.Tx(ctx, func(tx *Store) error {
+		var t APIToken
+		err := tx.db.Where("id = ? AND user_id = (SELECT id FROM users WHERE name = ?)", id, user).Take(&t).Error
+		if err != nil {
+			return err
+		}
+		if t.RevokedAt != nil {
+			return nil
+		}
+		return tx.db.Model(&APIToken{}).Where("id = ?", id).Update("revoked_at", tx.clock()).Error
+	})
+	return wrap(err, nil, "revoke token %d of user %q", id, user)
+}
+
+func utcPtr(t *time.Time) *time.Time {
+	if t == nil {
+		return nil
+	}
+	u := t.UTC().Truncate(time.Microsecond)
+	return &u
+}

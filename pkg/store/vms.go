@@ -1,0 +1,354 @@
+package store
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"gorm.io/gorm"
+)
+
+// CreateVMOptions are the optional parts of CreateVM.
+type CreateVMOptions struct {
+	// RequestedBy is who asked (the owner, or an admin for them).
+	RequestedBy string
+	// IdempotencyKey, when set, is stored in the same transaction with the
+	// new VM's and operation's IDs; a key the user already used is
+	// ErrIdempotencyKeyUsed and nothing is written.
+	IdempotencyKey *IdempotencyKey
+}
+
+// CreateVM writes a new VM and its create operation (pending) in one
+// transaction, with a vm.created event: the intent, before anything is made.
+// The store fills ID (a time-ordered UUID) when empty, State (queued) when
+// empty, Version, CreatedAt and UpdatedAt. A live VM of the owner with the
+// same name is ErrNameTaken; an unknown owner is ErrNotFound.
+func (s *Store) CreateVM(ctx context.Context, vm *VM, opts CreateVMOptions) (*Operation, error) {
+	if vm.Name == "" || vm.Owner == "" || vm.Profile == "" {
+		return nil, fmt.Errorf("create vm: %w: name, owner and profile are required", ErrInvalid)
+	}
+	if vm.ID == "" {
+		id, err := uuid.NewV7()
+		if err != nil {
+			return nil, fmt.Errorf("create vm: %w", err)
+		}
+		vm.ID = id.String()
+	}
+	if vm.State == "" {
+		vm.State = VMQueued
+	}
+	var op *Operation
+	err := s.Tx(ctx, func(tx *Store) error {
+		now := tx.clock()
+		vm.CreatedAt, vm.UpdatedAt, vm.Version = now, now, 1
+		vm.LeaseEnd = utcPtr(vm.LeaseEnd)
+		if err := tx.db.Create(vm).Error; err != nil {
+			return wrap(err, ErrNameTaken, "insert vm %q of %q", vm.Name, vm.Owner)
+		}
+		op = &Operation{VMID: vm.ID, Kind: OpCreate, RequestedBy: opts.RequestedBy}
+		if err := tx.createOperation(op); err != nil {
+			return err
+		}
+		if k := opts.IdempotencyKey; k != nil {
+			k.VMID, k.OperationID = vm.ID, op.ID
+			if err := tx.putIdempotencyKey(k); err != nil {
+				return err
+			}
+		}
+		return tx.appendEvent(ctx, &Event{VMID: vm.ID, Owner: vm.Owner, Type: "vm.created",
+			Payload: mustJSON(map[string]any{"name": vm.Name, "profile": vm.Profile, "state": vm.State, "operation_id": op.ID})})
+	})
+	if err != nil {
+		return nil, wrap(err, nil, "create vm")
+	}
+	return op, nil
+}
+
+// GetVM finds a VM by ID (deleted ones too).
+func (s *Store) GetVM(ctx context.Context, id string) (*VM, error) {
+	var vm VM
+	err := s.db.WithContext(ctx).Where("id = ?", id).Take(&vm).Error
+	if err != nil {
+		return nil, wrap(err, nil, "get vm %s", id)
+	}
+	return &vm, nil
+}
+
+// GetVMByName finds the live (not deleted) VM of an owner by name.
+func (s *Store) GetVMByName(ctx context.Context, owner, name string) (*VM, error) {
+	var vm VM
+	err := s.db.WithContext(ctx).Where("owner = ? AND name = ? AND "+liveVM, owner, name).Take(&vm).Error
+	if err != nil {
+		return nil, wrap(err, nil, "get vm %q of %q", name, owner)
+	}
+	return &vm, nil
+}
+
+// VMFilter selects the VMs ListVMs returns.
+type VMFilter struct {
+	Owner  string   // "": every owner
+	States []string // none: every state but deleted
+	Host   string   // "": every host
+	// After is the Next of the previous page; "": from the start.
+	After string
+	// Limit is the page size: 0 means 50, more than 1000 means 1000.
+	Limit int
+}
+
+// VMPage is one page of VMs, oldest first.
+type VMPage struct {
+	VMs []VM
+	// Next is the cursor of the next page; "" on the last page.
+	Next string
+}
+
+// ListVMs lists VMs oldest first, by keyset pagination on (created_at, id):
+// a page never skips or repeats a VM, whatever is inserted meanwhile. It asks
+// for one row more than the page to know whether there is a next page.
+func (s *Store) ListVMs(ctx context.Context, f VMFilter) (VMPage, error) {
+	limit := f.Limit
+	switch {
+	case limit <= 0:
+		limit = 50
+	case limit > 1000:
+		limit = 1000
+	}
+	q := s.db.WithContext(ctx).Model(&VM{})
+	if f.Owner != "" {
+		q = q.Where("owner = ?", f.Owner)
+	}
+	if f.Host != "" {
+		q = q.Where("host = ?", f.Host)
+	}
+	switch len(f.States) {
+	case 0:
+		q = q.Where(liveVM)
+	case 1:
+		q = q.Where("state = ?", f.States[0])
+	default:
+		q = q.Where("state IN ?", f.States)
+	}
+	if f.After != "" {
+		c, err := decodeCursor(f.After)
+		if err != nil {
+			return VMPage{}, fmt.Errorf("list vms: %w", err)
+		}
+		// A row value, which both SQLite and PostgreSQL turn into a range
+		// scan of the (…, created_at, id) index; the equivalent OR form
+		// makes both scan from the start of the index.
+		q = q.Where("(created_at, id) > (?, ?)", c.CreatedAt, c.ID)
+	}
+	var vms []VM
+	if err := q.Order("created_at, id").Limit(limit + 1).Find(&vms).Error; err != nil {
+		return VMPage{}, wrap(err, nil, "list vms")
+	}
+	page := VMPage{VMs: vms}
+	if len(vms) > limit {
+		page.VMs = vms[:limit]
+		last := vms[limit-1]
+		page.Next = encodeCursor(cursor{CreatedAt: last.CreatedAt, ID: last.ID})
+	}
+	return page, nil
+}
+
+type cursor struct {
+	CreatedAt time.Time
+	ID        string
+}
+
+// Cursors are opaque to clients: base64url of "<unix microseconds>.<id>".
+func encodeCursor(c cursor) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(c.CreatedAt.UnixMicro(), 10) + "." + c.ID))
+}
+
+func decodeCursor(s string) (cursor, error) {
+	b, err := base64.RawURLEncoding.DecodeString(s)
+	if err != nil {
+		return cursor{}, fmt.Errorf("%w: bad cursor", ErrInvalid)
+	}
+	us, id, ok := strings.Cut(string(b), ".")
+	n, err := strconv.ParseInt(us, 10, 64)
+	if !ok || err != nil || id == "" {
+		return cursor{}, fmt.Errorf("%w: bad cursor", ErrInvalid)
+	}
+	return cursor{CreatedAt: time.UnixMicro(n).UTC(), ID: id}, nil
+}
+
+// VMUpdate is a change of a VM's state. State, Phase and StateReason are
+// written as they are; nil pointers leave their columns alone.
+type VMUpdate struct {
+	State       string
+	Phase       string
+	StateReason string
+	Host        *string
+	LeaseEnd    *time.Time
+	Spec        *string
+}
+
+// UpdateVMState changes a VM's state if it is still at version (optimistic
+// concurrency), bumps the version and appends a vm.state event, in one
+// transaction. It returns the VM as written. A VM changed since it was read is
+// ErrConflict; a missing one ErrNotFound.
+func (s *Store) UpdateVMState(ctx context.Context, id string, version int64, u VMUpdate) (*VM, error) {
+	if u.State == "" {
+		return nil, fmt.Errorf("update vm %s: %w: empty state", id, ErrInvalid)
+	}
+	var vm VM
+	err := s.Tx(ctx, func(tx *Store) error {
+		set := map[string]any{
+			"state":        u.State,
+			"phase":        u.Phase,
+			"state_reason": u.StateReason,
+			"version":      gorm.Expr("version + 1"),
+			"updated_at":   tx.clock(),
+		}
+		if u.Host != nil {
+			set["host"] = *u.Host
+		}
+		if u.LeaseEnd != nil {
+			set["lease_end"] = *utcPtr(u.LeaseEnd)
+		}
+		if u.Spec != nil {
+			set["spec"] = *u.Spec
+		}
+		res := tx.db.Model(&VM{}).Where("id = ? AND version = ?", id, version).Updates(set)
+		if res.Error != nil {
+			return res.Error
+		}
+		if res.RowsAffected == 0 {
+			var cur VM
+			if err := tx.db.Select("id", "version").Where("id = ?", id).Take(&cur).Error; err != nil {
+				return err
+			}
+			return fmt.Errorf("%w: vm is at version %d, not %d", ErrConflict, cur.Version, version)
+		}
+		if err := tx.db.Where("id = ?", id).Take(&vm).Error; err != nil {
+			return err
+		}
+		return tx.appendEvent(ctx, &Event{VMID: vm.ID, Owner: vm.Owner, Type: "vm.state",
+			Payload: mustJSON(map[string]any{"state": vm.State, "phase": vm.Phase, "reason": vm.StateReason, "version": vm.Version})})
+	})
+	if err != nil {
+		return nil, wrap(err, nil, "update vm %s to %s", id, u.State)
+	}
+	return &vm, nil
+}
+
+// CreateOperation adds a pending operation to a VM (delete, start, stop...).
+func (s *Store) CreateOperation(ctx context.Context, op *Operation) error {
+	err := s.Tx(ctx, func(tx *Store) error { return tx.createOperation(op) })
+	return wrap(err, nil, "create %s operation of vm %s", op.Kind, op.VMID)
+}
+
+func (s *Store) createOperation(op *Operation) error {
+	if op.VMID == "" || op.Kind == "" {
+		return fmt.Errorf("%w: operation needs a vm and a kind", ErrInvalid)
+	}
+	if op.ID == "" {
+		id, err := uuid.NewV7()
+		if err != nil {
+			return err
+		}
+		op.ID = id.String()
+	}
+	now := s.clock()
+	op.State, op.CreatedAt, op.UpdatedAt = OpPending, now, now
+	op.StartedAt, op.FinishedAt, op.Step, op.Error = nil, nil, "", ""
+	return s.db.Create(op).Error
+}
+
+// GetOperation finds an operation by ID.
+func (s *Store) GetOperation(ctx context.Context, id string) (*Operation, error) {
+	var op Operation
+	if err := s.db.WithContext(ctx).Where("id = ?", id).Take(&op).Error; err != nil {
+		return nil, wrap(err, nil, "get operation %s", id)
+	}
+	return &op, nil
+}
+
+// ListOperations lists the operations of a VM, oldest first.
+func (s *Store) ListOperations(ctx context.Context, vmID string) ([]Operation, error) {
+	var ops []Operation
+	err := s.db.WithContext(ctx).Where("vm_id = ?", vmID).Order("created_at, id").Find(&ops).Error
+	return ops, wrap(err, nil, "list operations of vm %s", vmID)
+}
+
+// ListUnfinishedOperations lists pending and running operations, oldest
+// first: what the worker resumes after a restart.
+func (s *Store) ListUnfinishedOperations(ctx context.Context) ([]Operation, error) {
+	var ops []Operation
+	err := s.db.WithContext(ctx).Where(unfinishedOp).Order("created_at, id").Find(&ops).Error
+	return ops, wrap(err, nil, "list unfinished operations")
+}
+
+// SetOperationStep records the step an operation is at, moving a pending
+// operation to running. A finished operation is ErrConflict.
+func (s *Store) SetOperationStep(ctx context.Context, id, step string) error {
+	err := s.Tx(ctx, func(tx *Store) error {
+		now := tx.clock()
+		res := tx.db.Model(&Operation{}).Where("id = ? AND "+unfinishedOp, id).
+			Updates(map[string]any{
+				"step":       step,
+				"state":      OpRunning,
+				"updated_at": now,
+				"started_at": gorm.Expr("COALESCE(started_at, ?)", now),
+			})
+		if res.Error != nil {
+			return res.Error
+		}
+		if res.RowsAffected == 0 {
+			return tx.operationConflict(id)
+		}
+		return nil
+	})
+	return wrap(err, nil, "set step %q of operation %s", step, id)
+}
+
+// FinishOperation ends an operation: done when opErr is nil, failed with its
+// text otherwise. A finished operation is ErrConflict.
+func (s *Store) FinishOperation(ctx context.Context, id string, opErr error) error {
+	state, msg := OpDone, ""
+	if opErr != nil {
+		state, msg = OpFailed, opErr.Error()
+	}
+	err := s.Tx(ctx, func(tx *Store) error {
+		now := tx.clock()
+		res := tx.db.Model(&Operation{}).Where("id = ? AND "+unfinishedOp, id).
+			Updates(map[string]any{
+				"state":       state,
+				"error":       msg,
+				"updated_at":  now,
+				"finished_at": now,
+				"started_at":  gorm.Expr("COALESCE(started_at, ?)", now),
+			})
+		if res.Error != nil {
+			return res.Error
+		}
+		if res.RowsAffected == 0 {
+			return tx.operationConflict(id)
+		}
+		return nil
+	})
+	return wrap(err, nil, "finish operation %s", id)
+}
+
+func (s *Store) operationConflict(id string) error {
+	var op Operation
+	if err := s.db.Select("id", "state").Where("id = ?", id).Take(&op).Error; err != nil {
+		return err
+	}
+	return fmt.Errorf("%w: operation is %s", ErrConflict, op.State)
+}
+
+func mustJSON(v any) JSON {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err) // only maps of plain values are passed
+	}
+	return b
+}
