@@ -35,7 +35,7 @@ run: setup build
 		exec $(BIN)/gpuvmd --listen $(RUN_LISTEN) --state-dir $(RUN_STATE); \
 	else \
 		echo "No NVIDIA GPU here: gpuvmd runs configs/dev, a simulated h100x8 server (it says so everywhere)."; \
-		echo "Try: curl -s http://$(RUN_LISTEN)/v1/gpus   or   $(BIN)/gpuvm host inventory --simulate h100x8"; \
+		echo "Once ready: curl -s -H \"Authorization: Bearer \$$(cat $(RUN_STATE)/admin.token)\" http://$(RUN_LISTEN)/v1/gpus"; \
 		exec $(BIN)/gpuvmd --config configs/dev --listen $(RUN_LISTEN) --state-dir $(RUN_STATE); \
 	fi
 

@@ -45,6 +45,13 @@ func (c *config) reload(w io.Writer) error {
 	return nil
 }
 
+// Reload implements server.Config.
+func (c *config) Reload() (string, error) {
+	var diag bytes.Buffer
+	err := c.reload(&diag)
+	return strings.TrimSpace(diag.String()), err
+}
+
 // reloadOnSIGHUP reloads the configuration on SIGHUP until ctx ends. A
 // broken set is rejected with its diagnostics and the old one stays in force.
 func (c *config) reloadOnSIGHUP(ctx context.Context, log *slog.Logger) (stop func()) {
@@ -85,6 +92,7 @@ func (o *options) fromConfig(s profile.Server, set map[string]bool) {
 	pick("state-dir", &o.stateDir, s.StateDir)
 	pick("simulate", &o.simulate, s.Host.Simulate)
 	pick("plugin-dir", &o.pluginDir, s.Plugins.Dir)
+	o.db = profileDB{driver: s.Database.Driver, path: s.Database.Path, dsn: s.Database.DSN}
 	if !set["backends"] && len(s.Plugins.Backends) > 0 {
 		o.backends = strings.Join(s.Plugins.Backends, ",")
 	}

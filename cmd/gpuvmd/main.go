@@ -5,7 +5,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -15,12 +14,15 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/gpuvm/gpuvm/pkg/backend"
 	"github.com/gpuvm/gpuvm/pkg/backend/loader"
+	"github.com/gpuvm/gpuvm/pkg/server"
+	"github.com/gpuvm/gpuvm/pkg/store"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -36,8 +38,9 @@ func main() {
 }
 
 type options struct {
-	config, listen, stateDir, simulate, sysfsRoot, pluginDir, nvml, backends string
-	ready                                                                    func(addr string)
+	config, listen, stateDir, simulate, sysfsRoot, pluginDir, nvml, backends, database string
+	db                                                                                 profileDB
+	ready                                                                              func(addr string)
 }
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
@@ -57,6 +60,7 @@ func runOpts(ctx context.Context, args []string, getenv func(string) string, std
 	fs.StringVar(&o.config, "config", "", "configuration directory (default $GPUVM_CONFIG, else /etc/gpuvm if it exists)")
 	fs.StringVar(&o.listen, "listen", "127.0.0.1:8080", "address to serve HTTP on")
 	fs.StringVar(&o.stateDir, "state-dir", "/var/lib/gpuvm", "state directory")
+	fs.StringVar(&o.database, "database", "", "database: a SQLite file path, or a postgres:// DSN (default: STATE_DIR/gpuvm.db)")
 	fs.StringVar(&o.simulate, "simulate", "", "serve a simulated GPU server of this preset (a100x4, a40x2, l40sx4, h100x8, mixed)")
 	fs.StringVar(&o.sysfsRoot, "sysfs-root", "", "read sysfs from this directory instead of /sys")
 	fs.StringVar(&o.pluginDir, "plugin-dir", "", "directory of the gpuvm-backend-* binaries (default: next to gpuvmd)")
@@ -135,10 +139,27 @@ func serve(ctx context.Context, o options, cfg *config, log *slog.Logger) error 
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", o.listen, err)
 	}
-	srv := &http.Server{Handler: routes(l, cfg, log), ReadHeaderTimeout: 10 * time.Second}
+	st, err := openStore(ctx, o, log)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	tokenPath, created, err := server.EnsureAdmin(ctx, st, o.stateDir)
+	if err != nil {
+		return err
+	}
+	if created {
+		log.Info("created the admin user; its token is in the state directory", "token_file", tokenPath)
+	}
+	deps := server.Deps{Auth: st, Backends: l, Log: log}
+	if cfg != nil {
+		deps.Config = cfg
+	}
+	srv := &http.Server{Handler: server.New(deps), ReadHeaderTimeout: 10 * time.Second}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
-	log.Info("gpuvmd ready", "listen", ln.Addr().String(), "backends", l.Names(), "state_dir", o.stateDir)
+	log.Info("gpuvmd ready", "listen", ln.Addr().String(), "backends", l.Names(), "state_dir", o.stateDir,
+		"admin_token_file", tokenPath, "try", fmt.Sprintf("curl -s -H \"Authorization: Bearer $(cat %s)\" http://%s/v1/gpus", tokenPath, ln.Addr()))
 	if o.ready != nil {
 		o.ready(ln.Addr().String())
 	}
@@ -156,62 +177,27 @@ func serve(ctx context.Context, o options, cfg *config, log *slog.Logger) error 
 	return nil
 }
 
-func routes(l *loader.Loader, cfg *config, log *slog.Logger) http.Handler {
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
-	})
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
-		status, code := map[string]string{}, http.StatusOK
-		if cfg != nil {
-			c := cfg.Load()
-			status["config"] = fmt.Sprintf("%s: %d files, %d profiles", c.Dir, len(c.Files), len(c.Profiles))
-		}
-		for _, name := range backend.Names {
-			b, ok := l.Backend(name)
-			if !ok {
-				continue
-			}
-			ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
-			h, err := b.Health(ctx)
-			cancel()
-			switch {
-			case err != nil:
-				status[name], code = err.Error(), http.StatusServiceUnavailable
-			case !h.OK:
-				status[name] = "degraded: " + h.Detail
-			default:
-				status[name] = "ok"
-			}
-		}
-		writeJSON(w, code, status)
-	})
-	mux.HandleFunc("GET /v1/gpus", func(w http.ResponseWriter, r *http.Request) {
-		var invs []backend.Inventory
-		var notes []string
-		for _, name := range l.Names() {
-			b, _ := l.Backend(name)
-			ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
-			inv, err := b.Inventory(ctx)
-			cancel()
-			if err != nil {
-				log.Warn("inventory failed", "backend", name, "err", err)
-				notes = append(notes, name+": "+err.Error())
-				continue
-			}
-			invs = append(invs, inv)
-		}
-		hi := backend.Merge(invs)
-		hi.Notes = append(hi.Notes, notes...)
-		writeJSON(w, http.StatusOK, hi)
-	})
-	return mux
-}
+// profileDB is the database section of the configuration.
+type profileDB struct{ driver, path, dsn string }
 
-func writeJSON(w http.ResponseWriter, code int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(code)
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	_ = enc.Encode(v)
+// openStore opens the database: --database, else the configuration's, else
+// SQLite in the state directory.
+func openStore(ctx context.Context, o options, log *slog.Logger) (*store.Store, error) {
+	cfg := store.Config{Driver: store.DriverSQLite, DSN: filepath.Join(o.stateDir, "gpuvm.db"), Logger: log}
+	switch {
+	case o.database != "":
+		cfg.DSN = o.database
+		if strings.HasPrefix(o.database, "postgres://") || strings.HasPrefix(o.database, "postgresql://") {
+			cfg.Driver = store.DriverPostgres
+		}
+	case o.db.driver == "postgres":
+		cfg.Driver, cfg.DSN = store.DriverPostgres, o.db.dsn
+	case o.db.path != "":
+		cfg.DSN = o.db.path
+	}
+	st, err := store.Open(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("open the database: %w", err)
+	}
+	return st, nil
 }

@@ -86,6 +86,14 @@ func TestServeConfigAndReload(t *testing.T) {
 	case <-time.After(60 * time.Second):
 		t.Fatalf("gpuvmd not ready\n%s", logs.String())
 	}
+	token, err := os.ReadFile(filepath.Join(dir, "state", "admin.token"))
+	if err != nil {
+		t.Fatalf("first start wrote no admin token: %v", err)
+	}
+	if fi, _ := os.Stat(filepath.Join(dir, "state", "admin.token")); fi.Mode().Perm() != 0o600 {
+		t.Errorf("admin.token mode %v, want 0600", fi.Mode().Perm())
+	}
+	bearer = strings.TrimSpace(string(token))
 	var hi api.HostInventory
 	getJSON(t, "http://"+addr+"/v1/gpus", &hi)
 	if !hi.Simulated || len(hi.GPUs) != 4 || !strings.Contains(hi.Host, "l40sx4") {
@@ -99,18 +107,25 @@ func TestServeConfigAndReload(t *testing.T) {
 	if !strings.Contains(ready["config"], "1 profiles") {
 		t.Errorf("readyz config = %q", ready["config"])
 	}
-	// A broken set is refused whole.
+	// A broken set is refused whole, by SIGHUP and by the API.
 	write("profiles.hcl", devProfile+"\nprofile \"seat2\" {\n  memroy = \"1GiB\"\n}\n")
 	syscall.Kill(os.Getpid(), syscall.SIGHUP)
 	waitFor(t, &logs, "configuration reload refused")
+	var problem map[string]any
+	if code := postJSON(t, "http://"+addr+"/v1/admin/reload", &problem); code != http.StatusUnprocessableEntity ||
+		!strings.Contains(fmt.Sprint(problem["diagnostics"]), "memroy") {
+		t.Errorf("POST /v1/admin/reload of a broken set: %d %v", code, problem)
+	}
 	getJSON(t, "http://"+addr+"/readyz", &ready)
 	if !strings.Contains(ready["config"], "1 profiles") {
 		t.Errorf("after a refused reload: %q", ready["config"])
 	}
 	// A clean one replaces it.
 	write("profiles.hcl", devProfile+strings.Replace(devProfile, `"seat"`, `"seat2"`, 1))
-	syscall.Kill(os.Getpid(), syscall.SIGHUP)
-	waitFor(t, &logs, "configuration reloaded")
+	var ok map[string]any
+	if code := postJSON(t, "http://"+addr+"/v1/admin/reload", &ok); code != http.StatusOK {
+		t.Errorf("POST /v1/admin/reload: %d %v", code, ok)
+	}
 	getJSON(t, "http://"+addr+"/readyz", &ready)
 	if !strings.Contains(ready["config"], "2 profiles") {
 		t.Errorf("after a clean reload: %q", ready["config"])
@@ -131,9 +146,13 @@ func TestRefusesBrokenConfigAtStart(t *testing.T) {
 	}
 }
 
+var bearer string
+
 func getJSON(t *testing.T, url string, v any) {
 	t.Helper()
-	resp, err := http.Get(url)
+	req, _ := http.NewRequest("GET", url, nil)
+	req.Header.Set("Authorization", "Bearer "+bearer)
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -152,4 +171,19 @@ func waitFor(t *testing.T, logs *syncBuf, text string) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+func postJSON(t *testing.T, url string, v any) int {
+	t.Helper()
+	req, _ := http.NewRequest("POST", url, nil)
+	req.Header.Set("Authorization", "Bearer "+bearer)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
+		t.Fatalf("%s: %v", url, err)
+	}
+	return resp.StatusCode
 }

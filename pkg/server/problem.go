@@ -1,0 +1,54 @@
+package server
+
+import (
+	"errors"
+	"net/http"
+
+	"github.com/gin-gonic/gin"
+)
+
+// ProblemBase prefixes every problem type URI; the types are stable.
+const ProblemBase = "https://gpuvm.dev/problems/"
+
+// Problem is an RFC 9457 problem detail.
+type Problem struct {
+	Type   string `json:"type"`
+	Title  string `json:"title"`
+	Status int    `json:"status"`
+	Detail string `json:"detail,omitempty"`
+	// Field names the offending request field of a validation error.
+	Field string `json:"field,omitempty"`
+	// Diagnostics carries configuration diagnostics (reload).
+	Diagnostics string `json:"diagnostics,omitempty"`
+}
+
+func (p *Problem) Error() string { return p.Title + ": " + p.Detail }
+
+// Problem kinds.
+var (
+	errUnauthenticated = &Problem{Type: ProblemBase + "unauthenticated", Title: "Authentication required", Status: http.StatusUnauthorized}
+	errForbidden       = &Problem{Type: ProblemBase + "forbidden", Title: "Not allowed", Status: http.StatusForbidden}
+	errNotFound        = &Problem{Type: ProblemBase + "not-found", Title: "Not found", Status: http.StatusNotFound}
+	errInvalidConfig   = &Problem{Type: ProblemBase + "invalid-configuration", Title: "The configuration has errors", Status: http.StatusUnprocessableEntity}
+	errUnavailable     = &Problem{Type: ProblemBase + "unavailable", Title: "Temporarily unavailable", Status: http.StatusServiceUnavailable}
+	errInternal        = &Problem{Type: ProblemBase + "internal", Title: "Internal error", Status: http.StatusInternalServerError}
+)
+
+// with returns a copy of a problem kind with a detail.
+func (p *Problem) with(detail string) *Problem {
+	c := *p
+	c.Detail = detail
+	return &c
+}
+
+// writeProblem answers with err as problem+json; an error that is not a
+// *Problem is an internal error whose text is logged, not shown.
+func (s *Server) writeProblem(c *gin.Context, err error) {
+	var p *Problem
+	if !errors.As(err, &p) {
+		s.log.Error("request failed", "method", c.Request.Method, "path", c.Request.URL.Path, "err", err)
+		p = errInternal.with("the error was logged")
+	}
+	c.Header("Content-Type", "application/problem+json")
+	c.AbortWithStatusJSON(p.Status, p)
+}

@@ -1,0 +1,228 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/gpuvm/gpuvm/pkg/backend"
+	"github.com/gpuvm/gpuvm/pkg/profile"
+	"github.com/gpuvm/gpuvm/pkg/store"
+)
+
+// Authenticator resolves a bearer token to a user.
+type Authenticator interface {
+	AuthenticateToken(ctx context.Context, plain string) (*store.User, *store.APIToken, error)
+}
+
+// Backends gives the running GPU backends.
+type Backends interface {
+	Names() []string
+	Backend(name string) (backend.Backend, bool)
+}
+
+// Config is the configuration in force, and its reload.
+type Config interface {
+	Load() *profile.Config
+	// Reload replaces the configuration with the files' current content,
+	// all or nothing; diagnostics is the rendered text of every diagnostic.
+	Reload() (diagnostics string, err error)
+}
+
+// Deps are what the server needs.
+type Deps struct {
+	Auth     Authenticator
+	Backends Backends
+	Config   Config // nil: gpuvmd runs without a configuration directory
+	Log      *slog.Logger
+}
+
+// Server is gpuvmd's HTTP API.
+type Server struct {
+	Deps
+	log    *slog.Logger
+	engine *gin.Engine
+}
+
+// New builds the API.
+func New(d Deps) *Server {
+	if d.Log == nil {
+		d.Log = slog.Default()
+	}
+	gin.SetMode(gin.ReleaseMode)
+	s := &Server{Deps: d, log: d.Log.With("component", "api"), engine: gin.New()}
+	s.engine.Use(gin.Recovery(), s.logRequests)
+	s.engine.NoRoute(func(c *gin.Context) {
+		s.writeProblem(c, errNotFound.with("no route "+c.Request.Method+" "+c.Request.URL.Path))
+	})
+	s.routes()
+	return s
+}
+
+// ServeHTTP implements http.Handler.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.engine.ServeHTTP(w, r) }
+
+func (s *Server) routes() {
+	s.engine.GET("/healthz", func(c *gin.Context) { c.JSON(http.StatusOK, gin.H{"status": "ok"}) })
+	s.engine.GET("/readyz", s.readyz)
+	v1 := s.engine.Group("/v1", s.authenticate)
+	v1.GET("/profiles", s.listProfiles)
+	v1.GET("/profiles/:name", s.getProfile)
+	admin := v1.Group("", s.requireAdmin)
+	admin.GET("/gpus", s.gpus)
+	admin.POST("/admin/reload", s.reload)
+}
+
+func (s *Server) logRequests(c *gin.Context) {
+	start := time.Now()
+	c.Next()
+	level := slog.LevelDebug
+	if c.Writer.Status() >= 500 {
+		level = slog.LevelError
+	}
+	s.log.Log(c.Request.Context(), level, "request", "method", c.Request.Method, "path", c.Request.URL.Path,
+		"status", c.Writer.Status(), "duration", time.Since(start))
+}
+
+const userKey = "gpuvm.user"
+
+func (s *Server) authenticate(c *gin.Context) {
+	h := c.GetHeader("Authorization")
+	token, ok := strings.CutPrefix(h, "Bearer ")
+	if !ok || strings.TrimSpace(token) == "" {
+		c.Header("WWW-Authenticate", `Bearer realm="gpuvm"`)
+		s.writeProblem(c, errUnauthenticated.with("send Authorization: Bearer <token>"))
+		return
+	}
+	u, _, err := s.Auth.AuthenticateToken(c.Request.Context(), strings.TrimSpace(token))
+	switch {
+	case errors.Is(err, store.ErrInvalidToken):
+		c.Header("WWW-Authenticate", `Bearer realm="gpuvm", error="invalid_token"`)
+		s.writeProblem(c, errUnauthenticated.with("the token is unknown, expired or revoked"))
+		return
+	case err != nil:
+		s.writeProblem(c, err)
+		return
+	}
+	c.Set(userKey, u)
+	c.Next()
+}
+
+func user(c *gin.Context) *store.User {
+	u, _ := c.Get(userKey)
+	return u.(*store.User)
+}
+
+func (s *Server) requireAdmin(c *gin.Context) {
+	if !user(c).Admin {
+		s.writeProblem(c, errForbidden.with("this needs an admin"))
+		return
+	}
+	c.Next()
+}
+
+func (s *Server) readyz(c *gin.Context) {
+	status, code := map[string]string{}, http.StatusOK
+	if s.Config != nil {
+		cfg := s.Config.Load()
+		status["config"] = cfgSummary(cfg)
+	}
+	for _, name := range s.Backends.Names() {
+		b, _ := s.Backends.Backend(name)
+		ctx, cancel := context.WithTimeout(c.Request.Context(), 5*time.Second)
+		h, err := b.Health(ctx)
+		cancel()
+		switch {
+		case err != nil:
+			status[name], code = err.Error(), http.StatusServiceUnavailable
+		case !h.OK:
+			status[name] = "degraded: " + h.Detail
+		default:
+			status[name] = "ok"
+		}
+	}
+	c.JSON(code, status)
+}
+
+func cfgSummary(cfg *profile.Config) string {
+	return cfg.Dir + ": " + itoa(len(cfg.Files)) + " files, " + itoa(len(cfg.Profiles)) + " profiles"
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }
+
+func (s *Server) gpus(c *gin.Context) {
+	var invs []backend.Inventory
+	var notes []string
+	for _, name := range s.Backends.Names() {
+		b, _ := s.Backends.Backend(name)
+		ctx, cancel := context.WithTimeout(c.Request.Context(), 30*time.Second)
+		inv, err := b.Inventory(ctx)
+		cancel()
+		if err != nil {
+			s.log.Warn("inventory failed", "backend", name, "err", err)
+			notes = append(notes, name+": "+err.Error())
+			continue
+		}
+		invs = append(invs, inv)
+	}
+	hi := backend.Merge(invs)
+	hi.Notes = append(hi.Notes, notes...)
+	c.JSON(http.StatusOK, hi)
+}
+
+func (s *Server) reload(c *gin.Context) {
+	if s.Config == nil {
+		s.writeProblem(c, errUnavailable.with("gpuvmd runs without a configuration directory (--config)"))
+		return
+	}
+	diags, err := s.Config.Reload()
+	if err != nil {
+		p := errInvalidConfig.with(err.Error())
+		p.Diagnostics = diags
+		s.writeProblem(c, p)
+		return
+	}
+	c.JSON(http.StatusOK, gin.H{"config": cfgSummary(s.Config.Load()), "diagnostics": diags})
+}
+
+// visibleProfiles are the profiles the caller may use; admins see all.
+func (s *Server) visibleProfiles(c *gin.Context) []*profile.Profile {
+	if s.Config == nil {
+		return nil
+	}
+	u := user(c)
+	var out []*profile.Profile
+	for _, p := range s.Config.Load().SortedProfiles() {
+		if u.Admin || p.Allows(u.Name, u.Groups) {
+			out = append(out, p)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+func (s *Server) listProfiles(c *gin.Context) {
+	ps := s.visibleProfiles(c)
+	if ps == nil {
+		ps = []*profile.Profile{}
+	}
+	c.JSON(http.StatusOK, ps)
+}
+
+func (s *Server) getProfile(c *gin.Context) {
+	for _, p := range s.visibleProfiles(c) {
+		if p.Name == c.Param("name") {
+			c.JSON(http.StatusOK, p)
+			return
+		}
+	}
+	// Profiles the caller may not use are as absent as unknown ones.
+	s.writeProblem(c, errNotFound.with("no profile "+c.Param("name")))
+}
