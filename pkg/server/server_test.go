@@ -164,7 +164,10 @@ func (m *memUsers) GetUser(_ context.Context, n string) (*store.User, error) {
 	}
 	return nil, store.ErrNotFound
 }
-func (m *memUsers) CreateUser(_ context.Context, u *store.User) error { m.users[u.Name] = u; return nil }
+func (m *memUsers) CreateUser(_ context.Context, u *store.User) error {
+	m.users[u.Name] = u
+	return nil
+}
 func (m *memUsers) CreateToken(_ context.Context, user, name string, _ *time.Time) (string, *store.APIToken, error) {
 	if m.fail {
 		return "", nil, errors.New("disk full")
