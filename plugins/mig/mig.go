@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"sort"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
@@ -20,35 +19,19 @@ var Version = "dev"
 
 // Backend makes MIG-backed vGPUs on GPU instances it places itself.
 type Backend struct {
-	state kit.State
-	log   *slog.Logger
+	kit.Base
 }
 
 // New returns an unconfigured backend.
-func New() *Backend { return &Backend{log: backend.PluginLogger()} }
+func New() *Backend {
+	return &Backend{Base: kit.NewBase(backend.NameMIG, Version, "MIG GPU instances at a chosen placement, delivered as MIG-backed vGPUs")}
+}
 
 var _ backend.Backend = (*Backend)(nil)
 
-// Info implements backend.Backend.
-func (b *Backend) Info(context.Context) (backend.Info, error) {
-	return backend.Info{Name: backend.NameMIG, Version: Version, APIVersions: backend.APIVersions,
-		Description: "MIG GPU instances at a chosen placement, delivered as MIG-backed vGPUs"}, nil
-}
-
-// Configure implements backend.Backend.
-func (b *Backend) Configure(_ context.Context, cfg backend.Config) error {
-	env, err := kit.Open(backend.NameMIG, cfg)
-	if err != nil {
-		return err
-	}
-	b.state.Set(env)
-	b.log.Info("configured", "host", env.SysFS.Describe(), "simulated", env.Simulated, "nvml", env.NVML != nil)
-	return nil
-}
-
 // Health implements backend.Backend.
 func (b *Backend) Health(context.Context) (backend.Health, error) {
-	env, err := b.state.Get()
+	env, err := b.State.Get()
 	if err != nil {
 		return backend.Health{Detail: err.Error()}, nil
 	}
@@ -165,7 +148,7 @@ func listGIs(dev nvml.Device, table *gpu.MIGTable) ([]gi, error) {
 
 // Inventory implements backend.Backend.
 func (b *Backend) Inventory(ctx context.Context) (backend.Inventory, error) {
-	env, err := b.state.Get()
+	env, err := b.State.Get()
 	if err != nil {
 		return backend.Inventory{}, err
 	}
@@ -262,7 +245,7 @@ func migType(m gpu.Model, profile gpu.MIGProfile, asked string) (string, error) 
 // compute instance spanning it, then the MIG-backed vGPU. Any failure undoes
 // what was done.
 func (b *Backend) Create(ctx context.Context, req backend.CreateRequest) (backend.Device, error) {
-	env, err := b.state.Get()
+	env, err := b.State.Get()
 	if err != nil {
 		return backend.Device{}, err
 	}
@@ -343,7 +326,7 @@ func (b *Backend) Create(ctx context.Context, req backend.CreateRequest) (backen
 	var rev kit.Reverter
 	fail := func(err error) (backend.Device, error) {
 		if rerr := rev.Revert(); rerr != nil {
-			b.log.Error("rollback incomplete", "gpu", g.Address, "err", rerr)
+			b.Log.Error("rollback incomplete", "gpu", g.Address, "err", rerr)
 			return backend.Device{}, fmt.Errorf("%w (rollback incomplete: %v)", err, rerr)
 		}
 		_ = env.Ledger.Delete(dev.ID)
@@ -416,7 +399,7 @@ func (b *Backend) Create(ctx context.Context, req backend.CreateRequest) (backen
 		return fail(backend.Errorf(backend.CodeInternal, g.Address, "record device: %v", err))
 	}
 	rev.Success()
-	b.log.Info("created MIG device", "gpu", g.Address, "profile", profile.Name, "placement", req.Placement, "gi", dev.GPUInstance, "device", dev.ID, "vm", req.VMUUID)
+	b.Log.Info("created MIG device", "gpu", g.Address, "profile", profile.Name, "placement", req.Placement, "gi", dev.GPUInstance, "device", dev.ID, "vm", req.VMUUID)
 	return dev, nil
 }
 
@@ -455,7 +438,7 @@ func ciProfileFor(slices int) (int, bool) {
 // Remove implements backend.Backend: the vGPU, then the compute instance,
 // then the GPU instance; each step tolerates what is already gone.
 func (b *Backend) Remove(ctx context.Context, req backend.RemoveRequest) error {
-	env, err := b.state.Get()
+	env, err := b.State.Get()
 	if err != nil {
 		return err
 	}
@@ -514,6 +497,6 @@ func (b *Backend) Remove(ctx context.Context, req backend.RemoveRequest) error {
 	if err := env.Ledger.Delete(id); err != nil {
 		return backend.Errorf(backend.CodeInternal, d.GPU, "forget device %s: %v", id, err)
 	}
-	b.log.Info("removed MIG device", "gpu", d.GPU, "device", id, "gi", d.GPUInstance, "vm", d.VMUUID)
+	b.Log.Info("removed MIG device", "gpu", d.GPU, "device", id, "gi", d.GPUInstance, "vm", d.VMUUID)
 	return nil
 }

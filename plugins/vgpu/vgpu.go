@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"log/slog"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/google/uuid"
@@ -19,35 +18,19 @@ var Version = "dev"
 
 // Backend makes time-sliced vGPUs. MIG-backed vGPUs belong to the mig backend.
 type Backend struct {
-	state kit.State
-	log   *slog.Logger
+	kit.Base
 }
 
 // New returns an unconfigured backend.
-func New() *Backend { return &Backend{log: backend.PluginLogger()} }
+func New() *Backend {
+	return &Backend{Base: kit.NewBase(backend.NameVGPU, Version, "time-sliced NVIDIA vGPU through mdev (up to Ampere) or the vendor-specific VFIO framework (Ada and later)")}
+}
 
 var _ backend.Backend = (*Backend)(nil)
 
-// Info implements backend.Backend.
-func (b *Backend) Info(context.Context) (backend.Info, error) {
-	return backend.Info{Name: backend.NameVGPU, Version: Version, APIVersions: backend.APIVersions,
-		Description: "time-sliced NVIDIA vGPU through mdev (up to Ampere) or the vendor-specific VFIO framework (Ada and later)"}, nil
-}
-
-// Configure implements backend.Backend.
-func (b *Backend) Configure(_ context.Context, cfg backend.Config) error {
-	env, err := kit.Open(backend.NameVGPU, cfg)
-	if err != nil {
-		return err
-	}
-	b.state.Set(env)
-	b.log.Info("configured", "host", env.SysFS.Describe(), "simulated", env.Simulated)
-	return nil
-}
-
 // Health implements backend.Backend.
 func (b *Backend) Health(context.Context) (backend.Health, error) {
-	env, err := b.state.Get()
+	env, err := b.State.Get()
 	if err != nil {
 		return backend.Health{Detail: err.Error()}, nil
 	}
@@ -139,7 +122,7 @@ func gpuRecord(gv gpuView) backend.GPU {
 
 // Inventory implements backend.Backend.
 func (b *Backend) Inventory(ctx context.Context) (backend.Inventory, error) {
-	env, err := b.state.Get()
+	env, err := b.State.Get()
 	if err != nil {
 		return backend.Inventory{}, err
 	}
@@ -188,7 +171,7 @@ func (b *Backend) Inventory(ctx context.Context) (backend.Inventory, error) {
 
 // Create implements backend.Backend.
 func (b *Backend) Create(ctx context.Context, req backend.CreateRequest) (backend.Device, error) {
-	env, err := b.state.Get()
+	env, err := b.State.Get()
 	if err != nil {
 		return backend.Device{}, err
 	}
@@ -284,7 +267,7 @@ func (b *Backend) Create(ctx context.Context, req backend.CreateRequest) (backen
 		_ = env.Ledger.Delete(intentID)
 		return backend.Device{}, backend.Errorf(backend.CodeInternal, g.Address, "record device: %v", err)
 	}
-	b.log.Info("created vGPU", "gpu", g.Address, "type", want.Name, "device", v.ID, "vm", req.VMUUID)
+	b.Log.Info("created vGPU", "gpu", g.Address, "type", want.Name, "device", v.ID, "vm", req.VMUUID)
 	return dev, nil
 }
 
@@ -300,7 +283,7 @@ func countType(v kit.VGPUView, name string) int {
 
 // Remove implements backend.Backend.
 func (b *Backend) Remove(ctx context.Context, req backend.RemoveRequest) error {
-	env, err := b.state.Get()
+	env, err := b.State.Get()
 	if err != nil {
 		return err
 	}
@@ -333,7 +316,7 @@ func (b *Backend) Remove(ctx context.Context, req backend.RemoveRequest) error {
 	if err := env.Ledger.Delete(id); err != nil {
 		return backend.Errorf(backend.CodeInternal, e.Device.GPU, "forget device %s: %v", id, err)
 	}
-	b.log.Info("removed vGPU", "gpu", e.Device.GPU, "device", id, "vm", e.Device.VMUUID)
+	b.Log.Info("removed vGPU", "gpu", e.Device.GPU, "device", id, "vm", e.Device.VMUUID)
 	return nil
 }
 
