@@ -11,6 +11,9 @@
 // be defined or started), which is why callers keep their intent in the
 // database and the reconciler looks again.
 //
+// When libvirtd goes away the Conn reconnects by itself (see Conn); calls
+// made meanwhile fail at once with ErrDisconnected rather than hang.
+//
 // gpuvm only touches domains that carry its metadata element
 // (domain.Namespace); others on the same host are never listed, changed or
 // removed.
@@ -36,16 +39,45 @@ const (
 	DefaultStartTimeout = 5 * time.Minute // pinning a large guest's memory for VFIO takes a while
 	keepAliveInterval   = 5               // seconds between keepalive messages
 	keepAliveCount      = 3               // unanswered messages before the connection is closed
+
+	// DefaultReconnectMin and DefaultReconnectMax bound the wait between
+	// two attempts to reconnect to libvirtd (it doubles after each failure).
+	DefaultReconnectMin = 100 * time.Millisecond
+	DefaultReconnectMax = 10 * time.Second
 )
 
 // Conn is a connection to libvirt. It is safe for concurrent use.
+//
+// When the connection is lost (libvirtd stopped or restarted, keepalive
+// timeout), the Conn reconnects in the background, with a wait between
+// attempts that doubles from DefaultReconnectMin up to DefaultReconnectMax
+// (see WithReconnectBackoff), until it succeeds or Close is called. Calls
+// made meanwhile fail at once with an error that wraps ErrDisconnected; the
+// subscribers of Events keep their channel, get EventDisconnected and
+// EventReconnected, and should then resynchronise with List (events that
+// happened in between are lost). Domains and volumes live in libvirtd, not
+// in the Conn: nothing is forgotten across a reconnect.
 type Conn struct {
 	uri          string
 	log          *slog.Logger
-	lv           *libvirt.Connect
 	driver       string // "QEMU", "Test", ...
 	callTimeout  time.Duration
 	startTimeout time.Duration
+
+	// lv is the current libvirt connection and gen its generation (0 for
+	// the first, +1 per reconnect). Both change only while holding
+	// inflight exclusively and mu; a libvirt call reads them under
+	// inflight shared.
+	lv  *libvirt.Connect
+	gen uint64
+
+	backoffMin, backoffMax time.Duration
+	// dial opens a libvirt connection (libvirt.NewConnect; tests replace it).
+	dial func(uri string) (*libvirt.Connect, error)
+	// regMu orders the (de)registration of event callbacks with the swap
+	// of connections, so that every subscriber is registered on the
+	// current one.
+	regMu sync.Mutex
 
 	probeKernel  string
 	probeDir     string
@@ -60,14 +92,21 @@ type Conn struct {
 	// call (an abandoned call may still be running).
 	inflight sync.RWMutex
 
-	mu          sync.Mutex
-	closed      bool
-	callbackIDs map[int]bool
-	localFiles  map[string]bool            // volume files written without libvirt (see UploadVolume)
-	owned       map[string]domain.Metadata // gpuvm domains seen, by UUID (events of vanished ones)
+	mu           sync.Mutex
+	closed       bool
+	stop         chan struct{} // closed by Close
+	down         bool          // the connection is lost; reconnecting
+	downSince    time.Time
+	downReason   string
+	up           chan struct{} // while down: closed once reconnected (or closed)
+	reconnecting bool          // the reconnect loop runs
+	callbackIDs  map[int]bool  // event callbacks registered on lv
+	subs         map[*subscriber]bool
+	localFiles   map[string]bool            // volume files written without libvirt (see UploadVolume)
+	owned        map[string]domain.Metadata // gpuvm domains seen, by UUID (events of vanished ones)
 
-	// testHook, when set (tests only), runs inside every libvirt call,
-	// before it; an error it returns stands for the call's.
+	// testHook, when set (tests only, or WithCallHook), runs inside every
+	// libvirt call, before it; an error it returns stands for the call's.
 	testHook func(op string) error
 }
 
@@ -91,6 +130,27 @@ func WithProbeDir(dir string) Option { return func(c *Conn) { c.probeDir = dir }
 
 // WithDomainType skips the accelerator check and uses t.
 func WithDomainType(t domain.Type) Option { return func(c *Conn) { c.forcedType = t } }
+
+// WithReconnectBackoff bounds the wait between two attempts to reconnect
+// after the connection is lost: it starts at first and doubles up to limit
+// (defaults DefaultReconnectMin, DefaultReconnectMax).
+func WithReconnectBackoff(first, limit time.Duration) Option {
+	return func(c *Conn) {
+		if first > 0 {
+			c.backoffMin = first
+		}
+		if limit >= c.backoffMin {
+			c.backoffMax = limit
+		}
+	}
+}
+
+// WithCallHook is for fault-injection tests only: hook runs before every
+// libvirt call the Conn makes, with the call's name ("define domain",
+// "start domain", "create volume", ...), in the goroutine that makes the
+// call; an error it returns stands for the call's. A test can stop
+// libvirtd from the hook to see what a step does when the daemon goes away.
+func WithCallHook(hook func(op string) error) Option { return func(c *Conn) { c.testHook = hook } }
 
 var (
 	eventLoopOnce sync.Once
@@ -130,7 +190,12 @@ func Open(ctx context.Context, uri string, log *slog.Logger, opts ...Option) (*C
 		callTimeout:  DefaultCallTimeout,
 		startTimeout: DefaultStartTimeout,
 		probeTimeout: 30 * time.Second,
+		backoffMin:   DefaultReconnectMin,
+		backoffMax:   DefaultReconnectMax,
+		dial:         libvirt.NewConnect,
+		stop:         make(chan struct{}),
 		callbackIDs:  map[int]bool{},
+		subs:         map[*subscriber]bool{},
 		localFiles:   map[string]bool{},
 		owned:        map[string]domain.Metadata{},
 	}
@@ -141,7 +206,7 @@ func Open(ctx context.Context, uri string, log *slog.Logger, opts ...Option) (*C
 		return nil, err
 	}
 	lv, err := call(ctx, c, "connect", 0, func() (*libvirt.Connect, error) {
-		return libvirt.NewConnect(uri)
+		return c.dial(uri)
 	}, func(lv *libvirt.Connect) { _, _ = lv.Close() })
 	if err != nil {
 		return nil, fmt.Errorf("libvirt %s: connect: %w", uri, err)
@@ -151,11 +216,7 @@ func Open(ctx context.Context, uri string, log *slog.Logger, opts ...Option) (*C
 		// Local drivers (test:///) have no RPC to keep alive.
 		c.log.Debug("libvirt keepalive not set", "err", err)
 	}
-	if err := c.do(ctx, "close callback", func() error {
-		return lv.RegisterCloseCallback(func(_ *libvirt.Connect, reason libvirt.ConnectCloseReason) {
-			c.log.Warn("libvirt connection closed", "reason", closeReason(reason))
-		})
-	}); err != nil {
+	if err := c.do(ctx, "close callback", func() error { return c.watchClose(lv, 0) }); err != nil {
 		c.log.Debug("libvirt close callback not registered", "err", err)
 	}
 	driver, err := call(ctx, c, "driver type", 0, lv.GetType, nil)
@@ -192,7 +253,7 @@ func (c *Conn) isTestDriver() bool { return strings.EqualFold(c.driver, "test") 
 
 // Alive reports whether the connection still works.
 func (c *Conn) Alive(ctx context.Context) bool {
-	ok, err := call(ctx, c, "is alive", 0, c.lv.IsAlive, nil)
+	ok, err := call(ctx, c, "is alive", 0, func() (bool, error) { return c.lv.IsAlive() }, nil)
 	return err == nil && ok
 }
 
@@ -200,9 +261,10 @@ func (c *Conn) Alive(ctx context.Context) bool {
 var ErrClosed = errors.New("libvirt connection closed")
 
 // Close deregisters event callbacks and closes the connection, once every
-// libvirt call still running has returned. When some call is still blocked
-// after the call timeout, Close returns and the connection is closed in the
-// background as soon as it can be. Close is idempotent.
+// libvirt call still running has returned, and stops reconnecting. When
+// some call is still blocked after the call timeout, Close returns and the
+// connection is closed in the background as soon as it can be. Close is
+// idempotent.
 func (c *Conn) Close() error {
 	c.mu.Lock()
 	if c.closed || c.lv == nil {
@@ -210,17 +272,26 @@ func (c *Conn) Close() error {
 		return nil
 	}
 	c.closed = true
-	ids := make([]int, 0, len(c.callbackIDs))
-	for id := range c.callbackIDs {
-		ids = append(ids, id)
+	close(c.stop)
+	if c.down {
+		close(c.up) // wakes WaitConnected
 	}
-	c.callbackIDs = map[int]bool{}
 	c.mu.Unlock()
 
 	done := make(chan error, 1)
 	go func() {
+		// After a reconnect in progress has swapped connections or given up.
+		c.regMu.Lock()
+		defer c.regMu.Unlock()
 		c.inflight.Lock()
 		defer c.inflight.Unlock()
+		c.mu.Lock()
+		ids := make([]int, 0, len(c.callbackIDs))
+		for id := range c.callbackIDs {
+			ids = append(ids, id)
+		}
+		c.callbackIDs = map[int]bool{}
+		c.mu.Unlock()
 		for _, id := range ids {
 			_ = c.lv.DomainEventDeregister(id)
 		}
@@ -246,7 +317,9 @@ func (c *Conn) Close() error {
 // call runs f, a libvirt call, under ctx and the connection's call timeout
 // (or timeout, when not 0). When the deadline passes first it returns
 // ctx.Err() wrapped with op; f keeps running in the background and, if it
-// then succeeds, release (when not nil) frees what it returned.
+// then succeeds, release (when not nil) frees what it returned. While the
+// connection is lost, call fails at once with ErrDisconnected; a call that
+// fails because the connection went away meanwhile says so too.
 func call[T any](ctx context.Context, c *Conn, op string, timeout time.Duration, f func() (T, error), release func(T)) (T, error) {
 	var zero T
 	if err := ctx.Err(); err != nil {
@@ -264,33 +337,64 @@ func call[T any](ctx context.Context, c *Conn, op string, timeout time.Duration,
 	ch := make(chan result, 1)
 	c.mu.Lock()
 	closed := c.closed && op != "connect"
+	down, since, reason := c.down && op != "connect", c.downSince, c.downReason
 	c.mu.Unlock()
 	if closed {
 		return zero, fmt.Errorf("%s: %w", op, ErrClosed)
 	}
+	if down {
+		return zero, fmt.Errorf("%s: %w", op, &DisconnectedError{URI: c.uri, Since: since, Reason: reason})
+	}
 	hook := c.testHook
+	// abandoned is set by the caller when it stops waiting; then the
+	// worker frees what f returned, still holding inflight.
+	var handoff sync.Mutex
+	abandoned := false
 	go func() {
 		c.inflight.RLock()
 		defer c.inflight.RUnlock()
+		var r result
 		if hook != nil {
-			if err := hook(op); err != nil {
-				ch <- result{zero, err}
-				return
+			r.err = hook(op)
+		}
+		if r.err == nil {
+			lv, gen := c.lv, c.gen
+			r.v, r.err = f()
+			if r.err != nil && op != "connect" && lv != nil {
+				if lost, dead := connectionLost(lv, r.err); lost {
+					de := &DisconnectedError{URI: c.uri, Err: clean(r.err)}
+					if dead {
+						c.markDisconnected(gen, "a call failed: "+de.Err.Error())
+						c.mu.Lock()
+						de.Since, de.Reason = c.downSince, c.downReason
+						c.mu.Unlock()
+					}
+					r.err = de
+				}
 			}
 		}
-		v, err := f()
-		ch <- result{v, err}
+		handoff.Lock()
+		defer handoff.Unlock()
+		if abandoned {
+			if r.err == nil && release != nil {
+				release(r.v)
+			}
+			return
+		}
+		ch <- r
 	}()
 	select {
 	case r := <-ch:
 		return r.v, r.err
 	case <-ctx.Done():
-		go func() {
-			r := <-ch
-			if r.err == nil && release != nil {
-				release(r.v)
-			}
-		}()
+		handoff.Lock()
+		defer handoff.Unlock()
+		select {
+		case r := <-ch: // it came as the deadline passed
+			return r.v, r.err
+		default:
+			abandoned = true
+		}
 		return zero, fmt.Errorf("%s: %w (libvirt may still complete the call)", op, ctx.Err())
 	}
 }

@@ -3,6 +3,7 @@ package hypervisor
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"libvirt.org/go/libvirt"
 
@@ -16,6 +17,47 @@ var (
 	// alone.
 	ErrNotGpuvm = domain.ErrNotGpuvm
 )
+
+// ErrDisconnected says the connection to libvirtd is lost (libvirtd stopped,
+// restarting, or silent past the keepalive): the Conn reconnects in the
+// background, and the call may be retried once it has (see
+// Conn.WaitConnected). Errors that wrap it are *DisconnectedError.
+var ErrDisconnected = errors.New("not connected to libvirt")
+
+// DisconnectedError is the error of a call made while the connection to
+// libvirt was lost, or cut short by its loss. It wraps ErrDisconnected and,
+// when the call itself failed, libvirt's error.
+type DisconnectedError struct {
+	URI    string
+	Since  time.Time // when the loss was noticed; zero when unknown
+	Reason string    // why, when known
+	Err    error     // the call's own error, when it failed on the lost connection
+}
+
+func (e *DisconnectedError) Error() string {
+	msg := fmt.Sprintf("not connected to libvirt %s (libvirtd stopped or restarting; reconnecting in the background)", e.URI)
+	switch {
+	case e.Err != nil:
+		msg += ": " + e.Err.Error()
+	case e.Reason != "":
+		msg += ": " + e.Reason
+	}
+	return msg
+}
+
+func (e *DisconnectedError) Unwrap() []error {
+	if e.Err != nil {
+		return []error{ErrDisconnected, e.Err}
+	}
+	return []error{ErrDisconnected}
+}
+
+// IsDisconnected reports whether err says the connection to libvirt was
+// lost: worth a retry once reconnected.
+func IsDisconnected(err error) bool { return errors.Is(err, ErrDisconnected) }
+
+// ErrNotRunning says an operation needs a running domain.
+var ErrNotRunning = errors.New("the domain is not running")
 
 // VMError is an error about one VM: which, what gpuvm was doing, and why.
 type VMError struct {

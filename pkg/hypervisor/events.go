@@ -28,6 +28,15 @@ const (
 	EventCrashed     EventType = "crashed"
 )
 
+// Connection event types: not about one domain (Name, UUID and VMID are
+// empty, Detail says why). After EventDisconnected no event arrives until
+// EventReconnected; what happened in between is lost, so a subscriber
+// resynchronises (List) on EventReconnected.
+const (
+	EventDisconnected EventType = "disconnected"
+	EventReconnected  EventType = "reconnected"
+)
+
 // Event is a lifecycle event of one of gpuvm's domains.
 type Event struct {
 	Name   string
@@ -104,70 +113,105 @@ func eventDetail(t libvirt.DomainEventType, d int) string {
 }
 
 type rawEvent struct {
-	dom    *libvirt.Domain // referenced; the reader frees it
+	dom    *libvirt.Domain // referenced; the reader frees it; nil for connection events
 	name   string
 	uuid   string
 	typ    libvirt.DomainEventType
 	detail int
 	at     time.Time
+
+	conn   EventType // EventDisconnected or EventReconnected; then only reason and at count
+	reason string
+}
+
+func (r rawEvent) free() {
+	if r.dom != nil {
+		_ = r.dom.Free()
+	}
+}
+
+// subscriber is one Events channel: its lifecycle callback is registered on
+// every connection the Conn has, one after the other.
+type subscriber struct {
+	raw  chan rawEvent
+	done chan struct{} // closed when the subscriber goes
+	id   int           // its callback's ID on the current connection; under Conn.mu
+}
+
+// push hands r to the reader without blocking libvirt's event loop.
+func (c *Conn) push(s *subscriber, r rawEvent) {
+	select {
+	case <-s.done:
+		r.free()
+	case s.raw <- r:
+	default:
+		r.free()
+		if r.conn != "" {
+			c.log.Warn("connection event dropped: reader too slow", "event", r.conn)
+		} else {
+			c.log.Warn("libvirt event dropped: reader too slow", "vm", r.name, "event", eventType(r.typ))
+		}
+	}
+}
+
+// notify tells every subscriber about the connection.
+func (c *Conn) notify(typ EventType, reason string) {
+	c.mu.Lock()
+	subs := make([]*subscriber, 0, len(c.subs))
+	for s := range c.subs {
+		subs = append(subs, s)
+	}
+	c.mu.Unlock()
+	for _, s := range subs {
+		c.push(s, rawEvent{conn: typ, reason: reason, at: time.Now()})
+	}
+}
+
+func (c *Conn) lifecycleCallback(s *subscriber) libvirt.DomainEventLifecycleCallback {
+	return func(_ *libvirt.Connect, d *libvirt.Domain, ev *libvirt.DomainEventLifecycle) {
+		// In libvirt's event loop: no RPC here, only cached values.
+		name, _ := d.GetName()
+		uuid, _ := d.GetUUIDString()
+		if err := d.Ref(); err != nil {
+			return
+		}
+		c.push(s, rawEvent{dom: d, name: name, uuid: strings.ToLower(uuid), typ: ev.Event, detail: ev.Detail, at: time.Now()})
+	}
 }
 
 // Events delivers the lifecycle events of gpuvm's domains (others are
 // dropped) until ctx ends; then the channel is closed. Events arrive through
 // libvirt's event loop; a reader that falls more than a few hundred events
-// behind loses events, and is told so in the log.
+// behind loses events, and is told so in the log. The channel survives a
+// lost connection: it gets EventDisconnected, then EventReconnected once
+// the Conn has reconnected and registered it again.
 func (c *Conn) Events(ctx context.Context) (<-chan Event, error) {
-	raw := make(chan rawEvent, 512)
-	done := make(chan struct{})
+	s := &subscriber{raw: make(chan rawEvent, 512), done: make(chan struct{})}
+	c.regMu.Lock()
 	id, err := call(ctx, c, "register lifecycle events", 0, func() (int, error) {
-		return c.lv.DomainEventLifecycleRegister(nil, func(_ *libvirt.Connect, d *libvirt.Domain, ev *libvirt.DomainEventLifecycle) {
-			// In libvirt's event loop: no RPC here, only cached values.
-			name, _ := d.GetName()
-			uuid, _ := d.GetUUIDString()
-			if err := d.Ref(); err != nil {
-				return
-			}
-			r := rawEvent{dom: d, name: name, uuid: strings.ToLower(uuid), typ: ev.Event, detail: ev.Detail, at: time.Now()}
-			select {
-			case <-done:
-				_ = d.Free()
-			case raw <- r:
-			default:
-				_ = d.Free()
-				c.log.Warn("libvirt event dropped: reader too slow", "vm", name, "event", eventType(ev.Event))
-			}
-		})
+		return c.lv.DomainEventLifecycleRegister(nil, c.lifecycleCallback(s))
 	}, func(id int) { _ = c.lv.DomainEventDeregister(id) })
 	if err != nil {
+		c.regMu.Unlock()
 		return nil, fmt.Errorf("libvirt %s: register lifecycle events: %w", c.uri, clean(err))
 	}
 	c.mu.Lock()
+	s.id = id
+	c.subs[s] = true
 	c.callbackIDs[id] = true
 	c.mu.Unlock()
+	c.regMu.Unlock()
 
 	out := make(chan Event, 64)
 	go func() {
 		defer close(out)
 		defer func() {
-			close(done)
-			c.mu.Lock()
-			registered := c.callbackIDs[id]
-			delete(c.callbackIDs, id)
-			c.mu.Unlock()
-			if registered {
-				c.inflight.RLock()
-				c.mu.Lock()
-				closed := c.closed
-				c.mu.Unlock()
-				if !closed {
-					_ = c.lv.DomainEventDeregister(id)
-				}
-				c.inflight.RUnlock()
-			}
+			close(s.done)
+			c.unsubscribe(s)
 			for {
 				select {
-				case r := <-raw:
-					_ = r.dom.Free()
+				case r := <-s.raw:
+					r.free()
 				default:
 					return
 				}
@@ -177,13 +221,18 @@ func (c *Conn) Events(ctx context.Context) (<-chan Event, error) {
 			select {
 			case <-ctx.Done():
 				return
-			case r := <-raw:
-				meta, ok := c.ownedDomain(ctx, r)
-				_ = r.dom.Free()
-				if !ok {
-					continue
+			case r := <-s.raw:
+				var ev Event
+				if r.conn != "" {
+					ev = Event{Type: r.conn, Detail: r.reason, Time: r.at}
+				} else {
+					meta, ok := c.ownedDomain(ctx, r)
+					r.free()
+					if !ok {
+						continue
+					}
+					ev = Event{Name: r.name, UUID: r.uuid, Type: eventType(r.typ), Detail: eventDetail(r.typ, r.detail), Time: r.at, VMID: meta.VMID}
 				}
-				ev := Event{Name: r.name, UUID: r.uuid, Type: eventType(r.typ), Detail: eventDetail(r.typ, r.detail), Time: r.at, VMID: meta.VMID}
 				select {
 				case out <- ev:
 				case <-ctx.Done():
@@ -193,6 +242,30 @@ func (c *Conn) Events(ctx context.Context) (<-chan Event, error) {
 		}
 	}()
 	return out, nil
+}
+
+// unsubscribe deregisters a subscriber's callback from the current
+// connection. While the connection is lost the callback stays registered
+// on the lost one, which the reconnect retires whole.
+func (c *Conn) unsubscribe(s *subscriber) {
+	c.regMu.Lock()
+	defer c.regMu.Unlock()
+	c.mu.Lock()
+	delete(c.subs, s)
+	registered := c.callbackIDs[s.id] && !c.down && !c.closed
+	if registered {
+		delete(c.callbackIDs, s.id)
+	}
+	id := s.id
+	c.mu.Unlock()
+	if !registered {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), c.callTimeout)
+	defer cancel()
+	if err := c.do(ctx, "deregister lifecycle events", func() error { return c.lv.DomainEventDeregister(id) }); err != nil {
+		c.log.Debug("deregistering lifecycle events", "err", err)
+	}
 }
 
 // ownedDomain says whether an event's domain is gpuvm's: from the domain's

@@ -219,6 +219,10 @@ func TestListAndForeignDomains(t *testing.T) {
 			"undefine": func() error { return c.Undefine(ctx, uuid) },
 			"console":  func() error { _, err := c.Console(ctx, uuid); return err },
 			"delete":   func() error { return c.DeleteVM(ctx, uuid, time.Second) },
+			"reboot":   func() error { return c.Reboot(ctx, uuid) },
+			"forceoff": func() error { return c.ForceOff(ctx, uuid) },
+			"address":  func() error { _, err := c.Addresses(ctx, uuid); return err },
+			"cleanup":  func() error { return c.CleanupVM(ctx, uuid, "", "p") },
 			"redefine": func() error {
 				s := gpuSpec(t, kindNone)
 				s.UUID = uuid
@@ -340,8 +344,12 @@ func TestEveryCallHasADeadline(t *testing.T) {
 			_, err := c.CreateVM(ctx, VMRequest{Spec: gpuSpec(t, kindNone)})
 			return err
 		},
-		"DeleteVM": func(ctx context.Context) error { return c.DeleteVM(ctx, u, time.Second) },
-		"Accel":    func(ctx context.Context) error { _, err := c.Accel(ctx); return err },
+		"DeleteVM":  func(ctx context.Context) error { return c.DeleteVM(ctx, u, time.Second) },
+		"Reboot":    func(ctx context.Context) error { return c.Reboot(ctx, u) },
+		"ForceOff":  func(ctx context.Context) error { return c.ForceOff(ctx, u) },
+		"Addresses": func(ctx context.Context) error { _, err := c.Addresses(ctx, u); return err },
+		"CleanupVM": func(ctx context.Context) error { return c.CleanupVM(ctx, u, spec.Name, "p") },
+		"Accel":     func(ctx context.Context) error { _, err := c.Accel(ctx); return err },
 		"Alive": func(ctx context.Context) error {
 			if c.Alive(ctx) {
 				return errors.New("alive while blocked")

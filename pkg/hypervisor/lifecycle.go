@@ -365,6 +365,44 @@ func (c *Conn) destroy(ctx context.Context, h *handle) error {
 	return nil
 }
 
+// ForceOff stops the gpuvm domain with uuid at once, like pulling the plug:
+// the same as Destroy (libvirt's name for it), under the name people use
+// for the button. Forcing off a stopped or missing domain is not an error.
+func (c *Conn) ForceOff(ctx context.Context, uuid string) error { return c.Destroy(ctx, uuid) }
+
+// Reboot asks the guest to restart, the way libvirt chooses by default
+// (DOMAIN_REBOOT_DEFAULT; for QEMU: through the guest agent when one is
+// connected, else an ACPI power-button press after which libvirt starts
+// the guest again), and returns without waiting: like a power button, the
+// request can be ignored by the guest.
+// A stopped domain gives an error that wraps ErrNotRunning; a missing one,
+// IsNotFound.
+func (c *Conn) Reboot(ctx context.Context, uuid string) error {
+	h, err := c.lookup(ctx, uuid, "reboot")
+	if err != nil {
+		return err
+	}
+	defer h.Free()
+	info, err := c.info(ctx, h)
+	if err != nil {
+		return err
+	}
+	if !info.Active() {
+		return vmError(h.name, "reboot", fmt.Errorf("%w (it is %s)", ErrNotRunning, info.State))
+	}
+	err = c.do(ctx, "reboot domain", func() error { return h.d.Reboot(libvirt.DOMAIN_REBOOT_DEFAULT) })
+	if isCode(err, libvirt.ERR_OPERATION_INVALID) {
+		if i, ierr := c.info(ctx, h); ierr == nil && !i.Active() {
+			return vmError(h.name, "reboot", fmt.Errorf("%w (it stopped meanwhile)", ErrNotRunning))
+		}
+	}
+	if err != nil {
+		return vmError(h.name, "reboot", err)
+	}
+	c.log.Info("reboot requested", "vm", h.name, "uuid", h.uuid)
+	return nil
+}
+
 // Shutdown asks the guest to power off (ACPI power button) and waits up to
 // timeout for it to do so, then destroys the domain. graceful reports
 // whether the guest went by itself. A stopped or missing domain is not an

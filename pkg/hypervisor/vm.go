@@ -73,17 +73,23 @@ func (c *Conn) CreateVM(ctx context.Context, req VMRequest) (Info, error) {
 
 	var made []domain.VolumeRef
 	defined := false
+	maybeDefined := false // Define failed, and whether it happened anyway is unknown
 	rollback := func(op string, cause error) error {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
 		defer cancel()
 		var errs []error
-		undone := []string{}
+		undone, left := []string{}, []string{}
+		if maybeDefined {
+			left = append(left, "the domain, if libvirt defined it")
+		}
 		if defined {
-			if err := c.Destroy(rctx, spec.UUID); err != nil {
-				errs = append(errs, err)
+			derr := c.Destroy(rctx, spec.UUID)
+			if derr != nil {
+				errs = append(errs, derr)
 			}
 			if err := c.Undefine(rctx, spec.UUID); err != nil {
 				errs = append(errs, err)
+				left = append(left, "the domain")
 			} else {
 				undone = append(undone, "domain")
 			}
@@ -91,6 +97,7 @@ func (c *Conn) CreateVM(ctx context.Context, req VMRequest) (Info, error) {
 		for _, v := range made {
 			if err := c.DeleteVolume(rctx, v.Pool, v.Name); err != nil {
 				errs = append(errs, err)
+				left = append(left, "volume "+v.Name)
 			} else {
 				undone = append(undone, "volume "+v.Name)
 			}
@@ -99,9 +106,17 @@ func (c *Conn) CreateVM(ctx context.Context, req VMRequest) (Info, error) {
 		if len(undone) > 0 {
 			note = "rolled back: removed " + strings.Join(undone, ", ")
 		}
-		if len(errs) > 0 {
-			c.log.Error("VM creation failed and its rollback too", "vm", name, "uuid", spec.UUID, "op", op, "err", cause, "rollback", errors.Join(errs...))
-			return fail(op, fmt.Errorf("%w (rollback incomplete: %v)", clean(cause), errors.Join(errs...)))
+		if len(errs) > 0 || len(left) > 0 {
+			rerr := errors.Join(errs...)
+			c.log.Error("VM creation failed and its rollback too", "vm", name, "uuid", spec.UUID, "op", op, "err", cause, "left", left, "rollback", rerr)
+			why := fmt.Sprint(rerr)
+			if allDisconnected(errs) {
+				why = "lost the connection to libvirt"
+			}
+			if len(undone) > 0 {
+				why += "; removed " + strings.Join(undone, ", ")
+			}
+			return fail(op, fmt.Errorf("%w (rollback incomplete: %s; left: %s; CleanupVM removes them)", clean(cause), why, strings.Join(left, ", ")))
 		}
 		c.log.Warn("VM creation failed; rolled back", "vm", name, "uuid", spec.UUID, "op", op, "err", clean(cause))
 		return fail(op, fmt.Errorf("%w (%s)", clean(cause), note))
@@ -144,14 +159,22 @@ func (c *Conn) CreateVM(ctx context.Context, req VMRequest) (Info, error) {
 
 	if _, err := c.Define(ctx, spec); err != nil {
 		// Define may have happened anyway (a timeout): look before leaving.
-		if _, lerr := c.Lookup(context.WithoutCancel(ctx), spec.UUID); lerr == nil {
+		switch _, lerr := c.Lookup(context.WithoutCancel(ctx), spec.UUID); {
+		case lerr == nil:
 			defined = true
+		case !IsNotFound(lerr):
+			maybeDefined = true
 		}
 		return Info{}, rollback("define", unwrapVM(err))
 	}
 	defined = true
 	if err := c.Start(ctx, spec.UUID); err != nil {
-		return Info{}, rollback("start", unwrapVM(err))
+		err = unwrapVM(err)
+		if len(spec.Hostdevs) > 0 && !IsDisconnected(err) {
+			// Busy, missing or unusable GPU devices are the usual reason.
+			err = fmt.Errorf("%w [host devices: %s]", err, hostdevList(spec.Hostdevs))
+		}
+		return Info{}, rollback("start", err)
 	}
 	info, err := c.Lookup(ctx, spec.UUID)
 	if err != nil {
@@ -159,6 +182,34 @@ func (c *Conn) CreateVM(ctx context.Context, req VMRequest) (Info, error) {
 	}
 	c.log.Info("VM created", "vm", name, "uuid", info.UUID, "type", spec.DomainType, "state", info.State)
 	return info, nil
+}
+
+// allDisconnected reports whether every error in errs (at least one) is a
+// lost connection.
+func allDisconnected(errs []error) bool {
+	for _, err := range errs {
+		if !IsDisconnected(err) {
+			return false
+		}
+	}
+	return len(errs) > 0
+}
+
+// hostdevList names a VM's host devices for people: "PCI 0000:41:00.4,
+// mdev 8a0c…".
+func hostdevList(hs []domain.Hostdev) string {
+	var out []string
+	for _, h := range hs {
+		switch h.Type {
+		case domain.HostdevMdev:
+			out = append(out, "mdev "+h.UUID)
+		default:
+			for _, a := range h.Addresses {
+				out = append(out, "PCI "+a)
+			}
+		}
+	}
+	return strings.Join(out, ", ")
 }
 
 // unwrapVM strips a VMError, whose VM the caller names again.
@@ -206,5 +257,76 @@ func (c *Conn) DeleteVM(ctx context.Context, uuid string, shutdownTimeout time.D
 		return vmError(info.Name, "delete volumes", errors.Join(errs...))
 	}
 	c.log.Info("VM deleted", "vm", info.Name, "uuid", info.UUID, "volumes", len(info.Metadata.Volumes))
+	return nil
+}
+
+// CleanupVM removes whatever CreateVM may have left of a VM whose creation
+// did not finish, or whose rollback could not run (gpuvmd stopped, libvirtd
+// stopped midway: the error then says "rollback incomplete"): the gpuvm
+// domain with uuid, stopped at once and undefined, the volumes its metadata
+// lists, and the disk overlay and seed named after the VM in pool (pool may
+// be empty when the VM had neither). What is missing is skipped, so
+// CleanupVM may be called again, and on a VM that never got anywhere; the
+// reconciler calls it for VMs whose creation failed. It refuses, touching
+// nothing, when name belongs to another domain (the volumes would be that
+// domain's) or uuid to a domain that is not gpuvm's.
+func (c *Conn) CleanupVM(ctx context.Context, uuid, name, pool string) error {
+	vm := name
+	if vm == "" {
+		vm = uuid
+	}
+	if err := domain.ValidUUID(uuid); err != nil {
+		return vmError(vm, "clean up", err)
+	}
+	if name != "" {
+		other, err := c.domainUUIDByName(ctx, name)
+		switch {
+		case err == nil && !strings.EqualFold(other, uuid):
+			return vmError(vm, "clean up", fmt.Errorf("the name is taken by another domain (UUID %s): its volumes are left alone", other))
+		case err != nil && !IsNotFound(err):
+			return vmError(vm, "clean up", err)
+		}
+	}
+	var vols []domain.VolumeRef
+	info, err := c.Lookup(ctx, uuid)
+	switch {
+	case err == nil:
+		if err := c.Destroy(ctx, uuid); err != nil {
+			return err
+		}
+		if err := c.Undefine(ctx, uuid); err != nil {
+			return err
+		}
+		vols = append(vols, info.Metadata.Volumes...)
+		if name == "" {
+			name = info.Name
+		}
+	case !IsNotFound(err):
+		return err
+	}
+	if pool != "" && name != "" {
+		vols = append(vols, domain.VolumeRef{Pool: pool, Name: OverlayName(name)}, domain.VolumeRef{Pool: pool, Name: SeedName(name)})
+	}
+	seen := map[domain.VolumeRef]bool{}
+	var errs []error
+	removed := 0
+	for _, v := range vols {
+		if seen[v] {
+			continue
+		}
+		seen[v] = true
+		exists, err := c.VolumeExists(ctx, v.Pool, v.Name)
+		if err == nil && exists {
+			err = c.DeleteVolume(ctx, v.Pool, v.Name)
+			removed++
+		}
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if len(errs) > 0 {
+		return vmError(vm, "clean up volumes", errors.Join(errs...))
+	}
+	c.log.Info("VM cleaned up", "vm", vm, "uuid", uuid, "domain", info.Name != "", "volumes removed", removed)
 	return nil
 }

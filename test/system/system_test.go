@@ -110,7 +110,9 @@ func newEnv() (*env, string, error) {
 		}
 	}
 	conn, err := hypervisor.Open(ctx, systemURI, logger(),
-		hypervisor.WithProbeKernel(e.kernel), hypervisor.WithProbeDir(dir))
+		hypervisor.WithProbeKernel(e.kernel), hypervisor.WithProbeDir(dir),
+		// The restart tests stop libvirtd for a few seconds only.
+		hypervisor.WithReconnectBackoff(100*time.Millisecond, time.Second))
 	if err != nil {
 		return nil, "", err
 	}
@@ -221,6 +223,35 @@ func waitForLines(ctx context.Context, path string, want []string, failOn ...str
 	}
 }
 
+// waitForCount waits until the serial log holds line at least n times.
+func waitForCount(ctx context.Context, path, line string, n int) (string, error) {
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		b, _ := os.ReadFile(path)
+		count := countLines(b, line)
+		if count >= n {
+			return string(b), nil
+		}
+		select {
+		case <-ctx.Done():
+			return string(b), fmt.Errorf("serial console showed %q %d times, want %d: %w", line, count, n, ctx.Err())
+		case <-tick.C:
+		}
+	}
+}
+
+func countLines(log []byte, line string) int {
+	n := 0
+	sc := bufio.NewScanner(bytes.NewReader(log))
+	for sc.Scan() {
+		if strings.TrimRight(sc.Text(), "\r") == line {
+			n++
+		}
+	}
+	return n
+}
+
 func hasLine(log []byte, line string) bool {
 	sc := bufio.NewScanner(bytes.NewReader(log))
 	for sc.Scan() {
@@ -269,6 +300,7 @@ func TestBootTinyGuest(t *testing.T) {
 	defer cancel()
 
 	req, serial := e.request("boot")
+	req.Spec.GuestAgent = true // a channel, and no agent in the guest
 	events, err := e.conn.Events(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -331,13 +363,38 @@ func TestBootTinyGuest(t *testing.T) {
 		t.Errorf("VNC websocket: %v", err)
 	}
 
+	// No network and no guest agent: no addresses, and no error.
+	if addrs, err := e.conn.Addresses(ctx, req.Spec.UUID); len(addrs) != 0 || err != nil {
+		t.Errorf("addresses of a guest without network or agent: %v, %v", addrs, err)
+	}
+
+	// ACPI reboot: the guest powers off on the button and libvirt starts
+	// it again, so it boots a second time.
+	rebootStart := time.Now()
+	if err := e.conn.Reboot(ctx, req.Spec.UUID); err != nil {
+		t.Fatal(err)
+	}
+	bctx, bcancel = context.WithTimeout(ctx, bootTimeout)
+	log, err = waitForCount(bctx, serial, guest.ReadyMarker, 2)
+	bcancel()
+	if err != nil {
+		t.Fatalf("reboot: %v\nserial console:\n%s", err, tail(log, 3000))
+	}
+	if !hasLine([]byte(log), guest.PowerButton) {
+		t.Errorf("reboot did not go through the ACPI power button")
+	}
+	if st, err := e.conn.State(ctx, req.Spec.UUID); err != nil || st != hypervisor.StateRunning {
+		t.Errorf("after reboot: %v, %v", st, err)
+	}
+	t.Logf("ACPI reboot to %s took %v", guest.ReadyMarker, time.Since(rebootStart).Round(time.Millisecond))
+
 	// ACPI shutdown: the guest powers off by itself.
 	graceful, err := e.conn.Shutdown(ctx, req.Spec.UUID, shutdownWait)
 	if err != nil {
 		t.Fatal(err)
 	}
 	log, _ = waitForLines(ctx, serial, nil)
-	if !graceful || !hasLine([]byte(log), guest.PowerButton) {
+	if !graceful || countLines([]byte(log), guest.PowerButton) < 2 { // the reboot's, then the shutdown's
 		t.Errorf("ACPI shutdown: graceful=%v; serial console:\n%s", graceful, tail(log, 1500))
 	}
 
@@ -457,13 +514,15 @@ func TestFaults(t *testing.T) {
 
 	// Domains that libvirt defines but cannot start: GPU devices this host
 	// does not have.
+	mdev := newUUID()
 	starts := []struct {
 		name    string
 		hostdev domain.Hostdev
+		named   string // how the error names the device
 	}{
-		{"passthrough of a missing PCI device", domain.Hostdev{Type: domain.HostdevPCI, Managed: true, Addresses: []string{"0000:7f:1f.7"}}},
-		{"vendor VFIO VF that is missing", domain.Hostdev{Type: domain.HostdevPCI, Managed: false, Addresses: []string{"0000:7e:00.4"}}},
-		{"missing mdev", domain.Hostdev{Type: domain.HostdevMdev, UUID: newUUID(), Display: true}},
+		{"passthrough of a missing PCI device", domain.Hostdev{Type: domain.HostdevPCI, Managed: true, Addresses: []string{"0000:7f:1f.7"}}, "PCI 0000:7f:1f.7"},
+		{"vendor VFIO VF that is missing", domain.Hostdev{Type: domain.HostdevPCI, Managed: false, Addresses: []string{"0000:7e:00.4"}}, "PCI 0000:7e:00.4"},
+		{"missing mdev", domain.Hostdev{Type: domain.HostdevMdev, UUID: mdev, Display: true}, "mdev " + mdev},
 	}
 	for _, tt := range starts {
 		t.Run(tt.name, func(t *testing.T) {
@@ -479,6 +538,11 @@ func TestFaults(t *testing.T) {
 			var ve *hypervisor.VMError
 			if !errors.As(err, &ve) || ve.VM != req.Spec.Name || ve.Op != "start" || !strings.Contains(err.Error(), "rolled back") {
 				t.Fatalf("err = %v; want a start error naming %s and telling of the rollback", err, req.Spec.Name)
+			}
+			// The cause: libvirt's words about the device, and which device.
+			msg := strings.ToLower(err.Error())
+			if !strings.Contains(err.Error(), "host devices: "+tt.named) || !(strings.Contains(msg, "pci") || strings.Contains(msg, "vfio") || strings.Contains(msg, "device")) {
+				t.Errorf("err = %v; want the cause, naming %s", err, tt.named)
 			}
 			t.Log(err)
 			e.assertGone(t, req)
