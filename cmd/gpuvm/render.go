@@ -74,6 +74,11 @@ func runRender(ctx context.Context, o renderOpts, name string, getenv func(strin
 		in.Disks = append(in.Disks, domain.Disk{Pool: pool, Volume: domain.OverlayName(vm), BootOrder: 1})
 		in.Volumes = append(in.Volumes, domain.VolumeRef{Pool: pool, Name: domain.OverlayName(vm)})
 	}
+	if p.Disk != nil {
+		if img := cfg.Images[p.Disk.Image]; img != nil && img.DriversISO != "" {
+			in.Disks = append(in.Disks, domain.Disk{Path: img.DriversISO, CDROM: true, ReadOnly: true})
+		}
+	}
 	if p.CloudInit != nil {
 		in.Disks = append(in.Disks, domain.Disk{Pool: pool, Volume: domain.SeedName(vm), CDROM: true, ReadOnly: true})
 		in.Volumes = append(in.Volumes, domain.VolumeRef{Pool: pool, Name: domain.SeedName(vm)})

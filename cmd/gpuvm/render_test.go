@@ -18,7 +18,7 @@ func TestProfileRenderDomain(t *testing.T) {
 		{[]string{"--config", "../../configs/dev", "tiny-gpu"}, []string{`type="pci" managed="yes"`, `bus="0xdb"`}},
 		{[]string{"--config", "../../configs/dev", "tiny"}, []string{"no GPU"}},
 		{[]string{"--config", "../../configs/dev", "--simulate", "mixed", "tiny-any"}, []string{"simulated mixed"}},
-		{[]string{"--config", "../../configs/studio", "artist"}, []string{`type="mdev"`, "placeholders", `<graphics type="spice"`, `display="on"`, "<tpm"}},
+		{[]string{"--config", "../../configs/studio", "artist"}, []string{`type="mdev"`, "placeholders", `<graphics type="spice"`, `display="on"`, "<tpm", "virtio-win.iso"}},
 	}
 	validate, _ := exec.LookPath("virt-xml-validate")
 	for _, tc := range tests {

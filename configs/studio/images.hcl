@@ -6,6 +6,9 @@ image "win11-dcc" {
   os          = "windows"
   firmware    = "uefi"
   user        = "artist"
+  # The virtio drivers, for reinstalls and driver updates (Debian and Fedora
+  # ship virtio-win.iso; put it in the images directory).
+  drivers_iso = "virtio-win.iso"
 }
 
 image "rocky9-comp" {

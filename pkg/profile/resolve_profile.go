@@ -81,6 +81,19 @@ func (r *resolver) resolveImage(b *imageBlock) {
 		r.errf(b.DefRange, "Image has no source", "Image %q needs path (a qcow2 or raw file; relative to server.libvirt.images_dir) or volume (a volume of the storage pool).", b.Name)
 		ok = false
 	}
+	if b.DriversISO != nil {
+		img.DriversISO = *b.DriversISO
+		switch {
+		case img.DriversISO == "":
+			r.errf(valueRange(b.Body, "drivers_iso", b.DefRange), "Invalid path", "drivers_iso may not be empty.")
+			ok = false
+		case !filepath.IsAbs(img.DriversISO):
+			img.DriversISO = filepath.Join(r.cfg.Server.Libvirt.ImagesDir, img.DriversISO)
+		}
+		if img.OS != "windows" {
+			r.warnf(attrRange(b.Body, "drivers_iso", b.DefRange), "Drivers ISO on a Linux image", "drivers_iso is meant for Windows images (the virtio-win drivers); Linux has virtio drivers built in.")
+		}
+	}
 	if b.User != nil && !principalPattern.MatchString(img.User) {
 		r.errf(valueRange(b.Body, "user", b.DefRange), "Invalid user", "%q is not a user name.", img.User)
 		ok = false

@@ -95,6 +95,7 @@ type imageBlock struct {
 	OS          *string   `hcl:"os,optional"`
 	Firmware    *string   `hcl:"firmware,optional"`
 	User        *string   `hcl:"user,optional"`
+	DriversISO  *string   `hcl:"drivers_iso,optional"`
 	DefRange    hcl.Range `hcl:",def_range"`
 	LabelRange  hcl.Range `hcl:"name,label_range"`
 	Body        hcl.Body  `hcl:",body"`

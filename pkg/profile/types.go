@@ -140,16 +140,19 @@ type GPUSettings struct {
 
 // Image is a base disk image that profiles start from.
 type Image struct {
-	Name        string    `json:"name"`
-	Description string    `json:"description,omitempty"`
-	Path        string    `json:"path,omitempty"`   // a file (qcow2 or raw)
-	Volume      string    `json:"volume,omitempty"` // or a libvirt volume
-	Pool        string    `json:"pool,omitempty"`   // the volume's pool
-	Format      string    `json:"format"`           // "qcow2" or "raw"
-	OS          string    `json:"os"`               // "linux" or "windows"
-	Firmware    string    `json:"firmware"`         // "bios" or "uefi"
-	User        string    `json:"user,omitempty"`   // default user of the image
-	DeclRange   hcl.Range `json:"-"`
+	Name        string `json:"name"`
+	Description string `json:"description,omitempty"`
+	Path        string `json:"path,omitempty"`   // a file (qcow2 or raw)
+	Volume      string `json:"volume,omitempty"` // or a libvirt volume
+	Pool        string `json:"pool,omitempty"`   // the volume's pool
+	Format      string `json:"format"`           // "qcow2" or "raw"
+	OS          string `json:"os"`               // "linux" or "windows"
+	Firmware    string `json:"firmware"`         // "bios" or "uefi"
+	User        string `json:"user,omitempty"`   // default user of the image
+	// DriversISO is an ISO attached as a CD-ROM to every VM of the image:
+	// the virtio-win drivers for Windows guests.
+	DriversISO string    `json:"drivers_iso,omitempty"`
+	DeclRange  hcl.Range `json:"-"`
 }
 
 // Profile is what a person may ask for, resolved.
