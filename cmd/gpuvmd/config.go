@@ -92,6 +92,7 @@ func (o *options) fromConfig(s profile.Server, set map[string]bool) {
 	pick("state-dir", &o.stateDir, s.StateDir)
 	pick("simulate", &o.simulate, s.Host.Simulate)
 	pick("plugin-dir", &o.pluginDir, s.Plugins.Dir)
+	pick("libvirt-uri", &o.libvirtURI, s.Libvirt.URI)
 	o.db = profileDB{driver: s.Database.Driver, path: s.Database.Path, dsn: s.Database.DSN}
 	if !set["backends"] && len(s.Plugins.Backends) > 0 {
 		o.backends = strings.Join(s.Plugins.Backends, ",")

@@ -21,6 +21,9 @@ import (
 
 	"github.com/gpuvm/gpuvm/pkg/backend"
 	"github.com/gpuvm/gpuvm/pkg/backend/loader"
+	"github.com/gpuvm/gpuvm/pkg/hypervisor"
+	"github.com/gpuvm/gpuvm/pkg/orchestrator"
+	"github.com/gpuvm/gpuvm/pkg/profile"
 	"github.com/gpuvm/gpuvm/pkg/server"
 	"github.com/gpuvm/gpuvm/pkg/store"
 )
@@ -38,9 +41,9 @@ func main() {
 }
 
 type options struct {
-	config, listen, stateDir, simulate, sysfsRoot, pluginDir, nvml, backends, database string
-	db                                                                                 profileDB
-	ready                                                                              func(addr string)
+	config, listen, stateDir, simulate, sysfsRoot, pluginDir, nvml, backends, database, libvirtURI string
+	db                                                                                             profileDB
+	ready                                                                                          func(addr string)
 }
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
@@ -66,6 +69,7 @@ func runOpts(ctx context.Context, args []string, getenv func(string) string, std
 	fs.StringVar(&o.pluginDir, "plugin-dir", "", "directory of the gpuvm-backend-* binaries (default: next to gpuvmd)")
 	fs.StringVar(&o.nvml, "nvml", "auto", "use NVML: auto or none")
 	fs.StringVar(&o.backends, "backends", "", "comma-separated backends to start (default: all)")
+	fs.StringVar(&o.libvirtURI, "libvirt-uri", "", "libvirt connection URI (default: the configuration's libvirt uri, else qemu:///system; test:///default runs without libvirtd)")
 	showVersion := fs.Bool("version", false, "print the version and exit")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -96,6 +100,9 @@ func runOpts(ctx context.Context, args []string, getenv func(string) string, std
 		set := map[string]bool{}
 		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 		o.fromConfig(c.Load().Server, set) // flags override the files
+	}
+	if o.libvirtURI == "" {
+		o.libvirtURI = "qemu:///system"
 	}
 	if o.pluginDir == "" {
 		o.pluginDir = getenv("GPUVM_PLUGIN_DIR")
@@ -151,7 +158,24 @@ func serve(ctx context.Context, o options, cfg *config, log *slog.Logger) error 
 	if created {
 		log.Info("created the admin user; its token is in the state directory", "token_file", tokenPath)
 	}
-	deps := server.Deps{Auth: st, Backends: l, Log: log}
+	hv, err := hypervisor.Open(ctx, o.libvirtURI, log)
+	if err != nil {
+		return fmt.Errorf("open libvirt (--libvirt-uri test:///default runs gpuvmd without libvirtd): %w", err)
+	}
+	defer hv.Close()
+	profiles := func() *profile.Config { return &profile.Config{} }
+	if cfg != nil {
+		profiles = cfg.Load
+	}
+	orch := orchestrator.New(orchestrator.Config{Store: st, Backends: l, Hypervisor: hv, Profiles: profiles, Log: log})
+	if rep, err := orch.Reconcile(ctx); err != nil {
+		log.Error("start-up reconcile incomplete; it is retried every minute", "err", err, "fixed", !rep.Empty())
+	}
+	orchCtx, stopOrch := context.WithCancel(ctx)
+	orchDone := make(chan struct{})
+	go func() { orch.Run(orchCtx); close(orchDone) }()
+	defer func() { stopOrch(); <-orchDone }()
+	deps := server.Deps{Auth: st, Backends: l, Log: log, Store: st, Worker: orch}
 	if cfg != nil {
 		deps.Config = cfg
 	}

@@ -75,7 +75,7 @@ func TestServeConfigAndReload(t *testing.T) {
 	var logs syncBuf
 	errc := make(chan error, 1)
 	go func() {
-		o := []string{"--config", dir, "--listen", "127.0.0.1:0", "--plugin-dir", pluginDir}
+		o := []string{"--config", dir, "--listen", "127.0.0.1:0", "--plugin-dir", pluginDir, "--libvirt-uri", "test:///default"}
 		errc <- runWithReady(ctx, o, &logs, func(a string) { addrc <- a })
 	}()
 	var addr string
@@ -186,4 +186,75 @@ func postJSON(t *testing.T, url string, v any) int {
 		t.Fatalf("%s: %v", url, err)
 	}
 	return resp.StatusCode
+}
+
+// A VM asked for over REST reaches running on the simulated host, and is
+// deleted again.
+func TestVMOverREST(t *testing.T) {
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "server.hcl"), []byte(devServer), 0o644)
+	os.WriteFile(filepath.Join(dir, "profiles.hcl"), []byte(devProfile), 0o644)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	addrc := make(chan string, 1)
+	var logs syncBuf
+	errc := make(chan error, 1)
+	go func() {
+		o := []string{"--config", dir, "--listen", "127.0.0.1:0", "--plugin-dir", pluginDir, "--libvirt-uri", "test:///default"}
+		errc <- runWithReady(ctx, o, &logs, func(a string) { addrc <- a })
+	}()
+	var addr string
+	select {
+	case addr = <-addrc:
+	case err := <-errc:
+		t.Fatalf("gpuvmd exited: %v\n%s", err, logs.String())
+	case <-time.After(60 * time.Second):
+		t.Fatalf("gpuvmd not ready\n%s", logs.String())
+	}
+	token, _ := os.ReadFile(filepath.Join(dir, "state", "admin.token"))
+	auth := "Bearer " + strings.TrimSpace(string(token))
+	do := func(method, path, body string, v any) int {
+		t.Helper()
+		req, _ := http.NewRequest(method, "http://"+addr+path, strings.NewReader(body))
+		req.Header.Set("Authorization", auth)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		json.NewDecoder(resp.Body).Decode(v)
+		return resp.StatusCode
+	}
+	var created api.CreateVMResponse
+	if code := do("POST", "/v1/vms", `{"profile":"seat","name":"desk"}`, &created); code != 202 {
+		t.Fatalf("POST /v1/vms: %d %+v\n%s", code, created, logs.String())
+	}
+	var vm api.VM
+	deadline := time.Now().Add(30 * time.Second)
+	for vm.State != "running" {
+		if time.Now().After(deadline) {
+			t.Fatalf("VM %+v\n%s", vm, logs.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+		do("GET", "/v1/vms/desk", "", &vm)
+	}
+	if len(vm.GPUs) != 1 || vm.GPUs[0].Type != "L40S-12Q" || vm.GPUs[0].Device == "" {
+		t.Errorf("GPUs %+v", vm.GPUs)
+	}
+	var del api.OperationResponse
+	if code := do("DELETE", "/v1/vms/desk", "", &del); code != 202 {
+		t.Fatalf("DELETE: %d", code)
+	}
+	var op api.Operation
+	for op.State != "done" {
+		if time.Now().After(deadline) {
+			t.Fatalf("delete %+v\n%s", op, logs.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+		do("GET", "/v1/operations/"+del.Operation.ID, "", &op)
+	}
+	cancel()
+	if err := <-errc; err != nil {
+		t.Errorf("shutdown: %v", err)
+	}
 }

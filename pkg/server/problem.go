@@ -31,6 +31,10 @@ var (
 	errNotFound        = &Problem{Type: ProblemBase + "not-found", Title: "Not found", Status: http.StatusNotFound}
 	errInvalidConfig   = &Problem{Type: ProblemBase + "invalid-configuration", Title: "The configuration has errors", Status: http.StatusUnprocessableEntity}
 	errUnavailable     = &Problem{Type: ProblemBase + "unavailable", Title: "Temporarily unavailable", Status: http.StatusServiceUnavailable}
+	errBadRequest      = &Problem{Type: ProblemBase + "bad-request", Title: "The request is malformed", Status: http.StatusBadRequest}
+	errValidation      = &Problem{Type: ProblemBase + "validation", Title: "The request is not valid", Status: http.StatusUnprocessableEntity}
+	errConflict        = &Problem{Type: ProblemBase + "conflict", Title: "Conflict", Status: http.StatusConflict}
+	errTooLarge        = &Problem{Type: ProblemBase + "too-large", Title: "The request body is too large", Status: http.StatusRequestEntityTooLarge}
 	errInternal        = &Problem{Type: ProblemBase + "internal", Title: "Internal error", Status: http.StatusInternalServerError}
 )
 
@@ -39,6 +43,13 @@ func (p *Problem) with(detail string) *Problem {
 	c := *p
 	c.Detail = detail
 	return &c
+}
+
+// withField returns a copy of a problem kind with a detail about a field.
+func (p *Problem) withField(field, detail string) *Problem {
+	c := p.with(detail)
+	c.Field = field
+	return c
 }
 
 // writeProblem answers with err as problem+json; an error that is not a

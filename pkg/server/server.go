@@ -42,7 +42,14 @@ type Deps struct {
 	Backends Backends
 	Config   Config // nil: gpuvmd runs without a configuration directory
 	Log      *slog.Logger
+	// Store holds VMs and operations; nil: the VM API answers 503.
+	Store *store.Store
+	// Worker is told when there is new work (the orchestrator); may be nil.
+	Worker Waker
 }
+
+// Waker is told that a VM operation was queued.
+type Waker interface{ Wake() }
 
 // Server is gpuvmd's HTTP API.
 type Server struct {
@@ -75,6 +82,12 @@ func (s *Server) routes() {
 	v1 := s.engine.Group("/v1", s.authenticate)
 	v1.GET("/profiles", s.listProfiles)
 	v1.GET("/profiles/:name", s.getProfile)
+	vms := v1.Group("", s.requireStore)
+	vms.POST("/vms", s.createVM)
+	vms.GET("/vms", s.listVMs)
+	vms.GET("/vms/:id", s.getVM)
+	vms.DELETE("/vms/:id", s.deleteVM)
+	vms.GET("/operations/:id", s.getOperation)
 	admin := v1.Group("", s.requireAdmin)
 	admin.GET("/gpus", s.gpus)
 	admin.POST("/admin/reload", s.reload)

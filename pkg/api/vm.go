@@ -1,0 +1,95 @@
+package api
+
+import "time"
+
+// MaxRequestBytes bounds the body of every JSON request the API reads.
+const MaxRequestBytes = 1 << 20
+
+// CreateVMRequest is the body of POST /v1/vms. Unknown fields are refused.
+type CreateVMRequest struct {
+	// Profile names the profile the VM is made from.
+	Profile string `json:"profile"`
+	// Name is the VM's name, unique among the owner's live VMs: lower-case
+	// letters, digits and dashes, starting with a letter, at most 63
+	// characters. Empty: "<profile>-<random>".
+	Name string `json:"name,omitempty"`
+	// Hours is the lease: 0 means the profile's default; more than the
+	// profile's maximum is refused.
+	Hours int `json:"hours,omitempty"`
+	// SSHKeys are public keys for the guest's user (cloud-init).
+	SSHKeys []string `json:"ssh_keys,omitempty"`
+}
+
+// VM is a GPU virtual machine as the API shows it.
+type VM struct {
+	ID      string `json:"id"`
+	Name    string `json:"name"`
+	Owner   string `json:"owner"`
+	Profile string `json:"profile"`
+	// State is queued, allocating, creating, running, stopping, stopped,
+	// deleting, deleted or failed.
+	State string `json:"state"`
+	// Phase says what is being done now ("allocating GPU", "preparing
+	// disk", "ready").
+	Phase string `json:"phase,omitempty"`
+	// Reason says why the VM is in its state: why it is queued ("no free
+	// mig capacity for 3g.40gb"), why it failed.
+	Reason    string     `json:"reason,omitempty"`
+	Host      string     `json:"host,omitempty"`
+	GPUs      []VMGPU    `json:"gpus,omitempty"`
+	Hours     int        `json:"hours"`
+	LeaseEnd  *time.Time `json:"lease_end,omitempty"`
+	CreatedAt time.Time  `json:"created_at"`
+	UpdatedAt time.Time  `json:"updated_at"`
+	Console   *Console   `json:"console,omitempty"`
+}
+
+// VMGPU is one GPU device a VM holds.
+type VMGPU struct {
+	Address string `json:"address"` // PCI address of the physical GPU
+	Kind    string `json:"kind"`    // vgpu, mig or passthrough
+	// Type is the vGPU type ("L40S-12Q") or the MIG profile ("3g.40gb").
+	Type string `json:"type,omitempty"`
+	// Placement is the MIG instance's start slice.
+	Placement *int `json:"placement,omitempty"`
+	// Device is the device's ID (mdev UUID, VF or GPU address) once made.
+	Device string `json:"device,omitempty"`
+}
+
+// Console is how to reach a VM's display.
+type Console struct {
+	Protocol string `json:"protocol"` // vnc or spice
+	Host     string `json:"host"`
+	Port     int    `json:"port"`
+}
+
+// Operation is a change to a VM that takes time: creation, deletion.
+type Operation struct {
+	ID   string `json:"id"`
+	VMID string `json:"vm_id"`
+	Kind string `json:"kind"` // create, delete, ...
+	// State is pending, running, done or failed.
+	State      string     `json:"state"`
+	Step       string     `json:"step,omitempty"`
+	Error      string     `json:"error,omitempty"`
+	CreatedAt  time.Time  `json:"created_at"`
+	FinishedAt *time.Time `json:"finished_at,omitempty"`
+}
+
+// CreateVMResponse is the answer (202) to POST /v1/vms.
+type CreateVMResponse struct {
+	VM        VM        `json:"vm"`
+	Operation Operation `json:"operation"`
+}
+
+// OperationResponse is the answer (202) to DELETE /v1/vms/{id}.
+type OperationResponse struct {
+	Operation Operation `json:"operation"`
+}
+
+// VMList is one page of GET /v1/vms, oldest first.
+type VMList struct {
+	Items []VM `json:"items"`
+	// Next is the cursor of the next page (?after=Next); empty on the last.
+	Next string `json:"next,omitempty"`
+}

@@ -1,0 +1,378 @@
+package orchestrator
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/gpuvm/gpuvm/pkg/backend"
+	"github.com/gpuvm/gpuvm/pkg/hypervisor"
+	"github.com/gpuvm/gpuvm/pkg/hypervisor/domain"
+	"github.com/gpuvm/gpuvm/pkg/store"
+)
+
+// placing is what one dispatch round places from: the backends'
+// inventories, read once, and the live allocations, kept up to date with the
+// round's own claims.
+type placing struct {
+	invs map[string]backend.Inventory
+	live []store.Allocation
+}
+
+func (o *Orchestrator) newPlacing(ctx context.Context) *placing {
+	live, err := o.st.ListLiveAllocations(ctx, o.cfg.Host)
+	if err != nil {
+		o.log.Error("list live allocations", "err", err)
+		return nil
+	}
+	return &placing{invs: o.inventories(ctx), live: live}
+}
+
+// inventories asks every backend for its inventory; one that fails is left
+// out (its capacity is not offered this round).
+func (o *Orchestrator) inventories(ctx context.Context) map[string]backend.Inventory {
+	invs := map[string]backend.Inventory{}
+	for _, name := range o.cfg.Backends.Names() {
+		b, ok := o.cfg.Backends.Backend(name)
+		if !ok {
+			continue
+		}
+		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		inv, err := b.Inventory(cctx)
+		cancel()
+		if err != nil {
+			o.log.Warn("inventory failed; its GPUs are not offered this round", "backend", name, "err", err)
+			continue
+		}
+		invs[name] = inv
+	}
+	return invs
+}
+
+// allocate places a queued VM: it claims the slots and moves the VM to
+// allocating in one transaction, and returns the VM as written. A VM that
+// cannot be placed now stays queued with the reason (nil, nil).
+func (o *Orchestrator) allocate(ctx context.Context, vm *store.VM, op *store.Operation, pl *placing) (*store.VM, error) {
+	p := o.profile(vm.Profile)
+	if p == nil {
+		return nil, o.failVM(ctx, vm.ID, op, fmt.Errorf("profile %q no longer exists", vm.Profile))
+	}
+	host := o.cfg.Host
+	if p.GPU == nil {
+		next, err := o.st.UpdateVMState(ctx, vm.ID, vm.Version, store.VMUpdate{State: store.VMCreating, Phase: "preparing disk", Host: &host})
+		if err != nil {
+			return nil, err
+		}
+		return next, o.st.SetOperationStep(ctx, op.ID, StepAllocate)
+	}
+	placement, err := o.cfg.Placer.Place(host, p.GPU, pl.invs, pl.live)
+	if errors.Is(err, ErrNoCapacity) {
+		if vm.StateReason != err.Error() {
+			if _, uerr := o.st.UpdateVMState(ctx, vm.ID, vm.Version, store.VMUpdate{State: store.VMQueued, Phase: "waiting for a GPU", StateReason: err.Error()}); uerr != nil {
+				return nil, uerr
+			}
+		}
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var next *store.VM
+	var allocs []store.Allocation
+	err = o.st.Tx(ctx, func(tx *store.Store) error {
+		var err error
+		if allocs, err = tx.ClaimAllocation(ctx, vm.ID, placement.Claims); err != nil {
+			return err
+		}
+		next, err = tx.UpdateVMState(ctx, vm.ID, vm.Version, store.VMUpdate{State: store.VMAllocating, Phase: "allocating GPU", Host: &host})
+		return err
+	})
+	if errors.Is(err, store.ErrSlotTaken) {
+		o.log.Info("slot taken meanwhile; placing again next round", "vm", vm.ID, "err", err)
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	pl.live = append(pl.live, allocs...)
+	if err := o.st.SetOperationStep(ctx, op.ID, StepAllocate); err != nil {
+		return nil, err
+	}
+	claims := make([]string, len(placement.Claims))
+	for i, c := range placement.Claims {
+		claims[i] = c.String()
+	}
+	o.log.Info("VM placed", "vm", vm.ID, "name", vm.Name, "claims", strings.Join(claims, ", "))
+	if err := o.hook(vm.ID, HookClaimed); err != nil {
+		return nil, err
+	}
+	return next, nil
+}
+
+// DeviceUUID is the device UUID of an allocation: chosen before the backend
+// is asked, the same on every retry.
+func DeviceUUID(vmID string, allocationID int64) string {
+	return uuid.NewSHA1(uuid.NameSpaceOID, fmt.Appendf(nil, "gpuvm:%s:%d", vmID, allocationID)).String()
+}
+
+// runCreate takes a VM from allocating (or creating) to running, resuming
+// from the state it is in.
+func (o *Orchestrator) runCreate(ctx context.Context, vm *store.VM, op *store.Operation) error {
+	p := o.profile(vm.Profile)
+	if p == nil {
+		return o.failVM(ctx, vm.ID, op, fmt.Errorf("profile %q no longer exists", vm.Profile))
+	}
+	if vm.State == store.VMAllocating {
+		allocs, err := o.liveAllocations(ctx, vm.ID)
+		if err != nil {
+			return err
+		}
+		for _, a := range allocs {
+			if a.State != store.AllocReserved {
+				continue
+			}
+			if err := o.st.SetOperationStep(ctx, op.ID, StepCreateDevice); err != nil {
+				return err
+			}
+			d, err := o.createDevice(ctx, vm.ID, a, allocs)
+			if err != nil {
+				return o.createFailed(ctx, vm.ID, op, fmt.Errorf("create the %s device on GPU %s: %w", a.Kind, a.GPUAddress, err))
+			}
+			if err := o.hook(vm.ID, HookDeviceCreated); err != nil {
+				return err
+			}
+			hd, _ := json.Marshal(d.Hostdev)
+			if err := o.st.MarkAllocationCreated(ctx, a.ID, d.ID, string(hd)); err != nil {
+				return err
+			}
+		}
+		if err := o.hook(vm.ID, HookDeviceRecorded); err != nil {
+			return err
+		}
+		next, err := o.st.UpdateVMState(ctx, vm.ID, vm.Version, store.VMUpdate{State: store.VMCreating, Phase: "preparing disk"})
+		if err != nil {
+			return err
+		}
+		vm = next
+	}
+	if vm.State != store.VMCreating {
+		return fmt.Errorf("vm %s is %s, not creating", vm.ID, vm.State)
+	}
+	if err := o.st.SetOperationStep(ctx, op.ID, StepPrepareDisk); err != nil {
+		return err
+	}
+	if err := o.hook(vm.ID, HookDiskPrepared); err != nil {
+		return err
+	}
+	req, err := o.vmRequest(ctx, vm)
+	if err != nil {
+		return o.createFailed(ctx, vm.ID, op, err)
+	}
+	if _, err := o.cfg.Hypervisor.CreateVM(ctx, req); err != nil {
+		return o.createFailed(ctx, vm.ID, op, err)
+	}
+	if err := o.hook(vm.ID, HookDomainCreated); err != nil {
+		return err
+	}
+	lease := o.st.Now().Add(time.Duration(max(vm.Hours, 1)) * time.Hour)
+	if _, err := o.st.UpdateVMState(ctx, vm.ID, vm.Version, store.VMUpdate{State: store.VMRunning, Phase: "ready", LeaseEnd: &lease}); err != nil {
+		return err
+	}
+	if err := o.hook(vm.ID, HookRunning); err != nil {
+		return err
+	}
+	o.log.Info("VM running", "vm", vm.ID, "name", vm.Name, "owner", vm.Owner, "domain", req.Spec.Name)
+	return o.st.FinishOperation(ctx, op.ID, nil)
+}
+
+// vmRequest is the libvirt side of a VM: its domain from the profile and the
+// recorded devices, and its disk.
+func (o *Orchestrator) vmRequest(ctx context.Context, vm *store.VM) (hypervisor.VMRequest, error) {
+	cfg := o.cfg.Profiles()
+	p := cfg.Profiles[vm.Profile]
+	allocs, err := o.liveAllocations(ctx, vm.ID)
+	if err != nil {
+		return hypervisor.VMRequest{}, err
+	}
+	in := domain.Instance{
+		Name: o.DomainName(vm.ID), UUID: vm.ID, VMID: vm.ID, Owner: vm.Owner, DomainType: o.cfg.DomainType,
+		GraphicsListen: cfg.Server.Libvirt.GraphicsListen,
+	}
+	for _, a := range allocs {
+		var h backend.Hostdev
+		if err := json.Unmarshal([]byte(a.Hostdev), &h); err != nil || a.State != store.AllocCreated {
+			return hypervisor.VMRequest{}, fmt.Errorf("allocation %d (%s on %s) has no device recorded", a.ID, a.Slot, a.GPUAddress)
+		}
+		hd := hypervisor.HostdevFromBackend(h)
+		if hd.Type != domain.HostdevMdev {
+			hd.Display = false // only an mdev drives a display through libvirt
+		}
+		in.Hostdevs = append(in.Hostdevs, hd)
+	}
+	spec, err := domain.FromProfile(p, in)
+	if err != nil {
+		return hypervisor.VMRequest{}, err
+	}
+	req := hypervisor.VMRequest{Spec: spec, Pool: cfg.Server.Libvirt.StoragePool}
+	if p.Disk != nil && p.Disk.Image != "" {
+		img := cfg.Images[p.Disk.Image]
+		if img == nil || img.Path == "" {
+			return hypervisor.VMRequest{}, fmt.Errorf("profile %s: image %q has no file path", p.Name, p.Disk.Image)
+		}
+		req.BaseImage, req.BaseFormat, req.DiskBytes = img.Path, domain.DiskFormat(img.Format), p.Disk.Size
+	}
+	return req, nil
+}
+
+func (o *Orchestrator) liveAllocations(ctx context.Context, vmID string) ([]store.Allocation, error) {
+	all, err := o.st.ListAllocations(ctx, vmID)
+	if err != nil {
+		return nil, err
+	}
+	var live []store.Allocation
+	for _, a := range all {
+		if a.State != store.AllocReleased {
+			live = append(live, a)
+		}
+	}
+	return live, nil
+}
+
+// createDevice makes an allocation's device, or adopts the one an earlier,
+// interrupted attempt made: a device of the same VM on the same GPU that no
+// other allocation of the VM holds.
+func (o *Orchestrator) createDevice(ctx context.Context, vmID string, a store.Allocation, allocs []store.Allocation) (backend.Device, error) {
+	b, ok := o.cfg.Backends.Backend(a.Backend)
+	if !ok {
+		return backend.Device{}, backend.Errorf(backend.CodeUnavailable, a.GPUAddress, "backend %s is not running", a.Backend)
+	}
+	held := map[string]bool{}
+	for _, other := range allocs {
+		if other.DeviceID != "" {
+			held[other.DeviceID] = true
+		}
+	}
+	inv, err := b.Inventory(ctx)
+	if err != nil {
+		return backend.Device{}, err
+	}
+	for _, d := range inv.Devices {
+		if d.VMUUID == vmID && d.GPU == a.GPUAddress && string(d.Kind) == a.Kind && !held[d.ID] {
+			o.log.Info("adopting the device an interrupted create made", "vm", vmID, "device", d.ID, "gpu", d.GPU)
+			return d, nil
+		}
+	}
+	req := backend.CreateRequest{GPU: a.GPUAddress, VMUUID: vmID}
+	switch a.Kind {
+	case store.KindVGPU:
+		req.Type, req.DeviceUUID = a.Profile, DeviceUUID(vmID, a.ID)
+	case store.KindMIG:
+		req.Profile, req.Placement, req.DeviceUUID = a.Profile, a.PlacementStart, DeviceUUID(vmID, a.ID)
+	}
+	return b.Create(ctx, req)
+}
+
+// createFailed rolls back what a create made (domain, devices, slots) and
+// either queues the VM again (the GPU turned out to be full) or marks it
+// failed. An interrupted create (ctx ended) is left to the reconciler.
+func (o *Orchestrator) createFailed(ctx context.Context, vmID string, op *store.Operation, cause error) error {
+	if ctx.Err() != nil || errors.Is(cause, errAbandoned) {
+		return cause
+	}
+	if errors.Is(cause, backend.ErrExhausted) || errors.Is(cause, backend.ErrUnavailable) {
+		if err := o.rollback(ctx, vmID); err != nil {
+			return errors.Join(cause, err)
+		}
+		vm, err := o.st.GetVM(ctx, vmID)
+		if err != nil {
+			return err
+		}
+		_, err = o.st.UpdateVMState(ctx, vmID, vm.Version, store.VMUpdate{State: store.VMQueued, Phase: "waiting for a GPU", StateReason: cause.Error()})
+		o.log.Warn("VM queued again", "vm", vmID, "reason", cause)
+		return err
+	}
+	return o.failVM(ctx, vmID, op, cause)
+}
+
+// failVM rolls back and marks the VM failed with the cause, finishing op.
+func (o *Orchestrator) failVM(ctx context.Context, vmID string, op *store.Operation, cause error) error {
+	if err := o.rollback(ctx, vmID); err != nil {
+		return errors.Join(cause, err)
+	}
+	vm, err := o.st.GetVM(ctx, vmID)
+	if err != nil {
+		return err
+	}
+	if _, err := o.st.UpdateVMState(ctx, vmID, vm.Version, store.VMUpdate{State: store.VMFailed, StateReason: cause.Error()}); err != nil {
+		return err
+	}
+	if op != nil {
+		o.finishOp(ctx, op.ID, cause)
+	}
+	return cause
+}
+
+// rollback removes a VM's domain and devices and frees its slots. Every part
+// is idempotent.
+func (o *Orchestrator) rollback(ctx context.Context, vmID string) error {
+	if err := o.cfg.Hypervisor.DeleteVM(ctx, vmID, o.cfg.ShutdownTimeout); err != nil && !hypervisor.IsNotFound(err) {
+		return fmt.Errorf("delete the domain: %w", err)
+	}
+	if err := o.removeDevices(ctx, vmID); err != nil {
+		return err
+	}
+	_, err := o.st.ReleaseAllocations(ctx, vmID)
+	return err
+}
+
+// removeDevices removes every device made for a VM: those its allocations
+// recorded and any a backend lists for it (made by a create that crashed
+// before recording it).
+func (o *Orchestrator) removeDevices(ctx context.Context, vmID string) error {
+	allocs, err := o.liveAllocations(ctx, vmID)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	removed := map[string]bool{}
+	for _, a := range allocs {
+		if a.DeviceID == "" {
+			continue
+		}
+		b, ok := o.cfg.Backends.Backend(a.Backend)
+		if !ok {
+			errs = append(errs, fmt.Errorf("backend %s is not running", a.Backend))
+			continue
+		}
+		if err := b.Remove(ctx, backend.RemoveRequest{ID: a.DeviceID, GPU: a.GPUAddress}); err != nil && !errors.Is(err, backend.ErrNotFound) {
+			errs = append(errs, fmt.Errorf("remove device %s: %w", a.DeviceID, err))
+			continue
+		}
+		removed[a.Backend+"/"+a.DeviceID] = true
+	}
+	for _, name := range o.cfg.Backends.Names() {
+		b, ok := o.cfg.Backends.Backend(name)
+		if !ok {
+			continue
+		}
+		inv, err := b.Inventory(ctx)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("inventory of %s: %w", name, err))
+			continue
+		}
+		for _, d := range inv.Devices {
+			if d.VMUUID != vmID || !d.Managed || removed[name+"/"+d.ID] {
+				continue
+			}
+			if err := b.Remove(ctx, backend.RemoveRequest{ID: d.ID, GPU: d.GPU}); err != nil && !errors.Is(err, backend.ErrNotFound) {
+				errs = append(errs, fmt.Errorf("remove device %s: %w", d.ID, err))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,67 @@
+package orchestrator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/gpuvm/gpuvm/pkg/hypervisor"
+	"github.com/gpuvm/gpuvm/pkg/store"
+)
+
+// ErrCancelled ends the create operation of a VM deleted before it was ready.
+var ErrCancelled = errors.New("cancelled: the VM was deleted")
+
+// runDelete deletes a VM: domain, devices, slots, in that order, each step
+// idempotent, then marks it deleted. A create still unfinished is cancelled.
+func (o *Orchestrator) runDelete(ctx context.Context, vm *store.VM, op, create *store.Operation) error {
+	if create != nil {
+		o.finishOp(ctx, create.ID, ErrCancelled)
+	}
+	if vm.State == store.VMDeleted {
+		return o.st.FinishOperation(ctx, op.ID, nil)
+	}
+	if vm.State != store.VMDeleting {
+		next, err := o.st.UpdateVMState(ctx, vm.ID, vm.Version, store.VMUpdate{State: store.VMDeleting, Phase: "removing domain"})
+		if err != nil {
+			return err
+		}
+		vm = next
+	}
+	fail := func(step string, err error) error {
+		if ctx.Err() != nil || errors.Is(err, errAbandoned) {
+			return err
+		}
+		// Left unfinished: the next round tries again.
+		return fmt.Errorf("delete vm %s: %s: %w", vm.ID, step, err)
+	}
+	if err := o.st.SetOperationStep(ctx, op.ID, StepDeleteDomain); err != nil {
+		return err
+	}
+	if err := o.cfg.Hypervisor.DeleteVM(ctx, vm.ID, o.cfg.ShutdownTimeout); err != nil && !hypervisor.IsNotFound(err) {
+		return fail(StepDeleteDomain, err)
+	}
+	if err := o.hook(vm.ID, HookDomainDeleted); err != nil {
+		return err
+	}
+	if err := o.st.SetOperationStep(ctx, op.ID, StepRemoveDevice); err != nil {
+		return err
+	}
+	if err := o.removeDevices(ctx, vm.ID); err != nil {
+		return fail(StepRemoveDevice, err)
+	}
+	if err := o.hook(vm.ID, HookDevicesRemoved); err != nil {
+		return err
+	}
+	if err := o.st.SetOperationStep(ctx, op.ID, StepRelease); err != nil {
+		return err
+	}
+	if _, err := o.st.ReleaseAllocations(ctx, vm.ID); err != nil {
+		return fail(StepRelease, err)
+	}
+	if _, err := o.st.UpdateVMState(ctx, vm.ID, vm.Version, store.VMUpdate{State: store.VMDeleted}); err != nil {
+		return err
+	}
+	o.log.Info("VM deleted", "vm", vm.ID, "name", vm.Name, "owner", vm.Owner)
+	return o.st.FinishOperation(ctx, op.ID, nil)
+}

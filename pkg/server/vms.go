@@ -1,0 +1,369 @@
+package server
+
+import (
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/gpuvm/gpuvm/pkg/api"
+	"github.com/gpuvm/gpuvm/pkg/profile"
+	"github.com/gpuvm/gpuvm/pkg/store"
+)
+
+var vmName = regexp.MustCompile(`^[a-z][a-z0-9-]{0,62}$`)
+
+var vmStates = []string{store.VMQueued, store.VMAllocating, store.VMCreating, store.VMRunning, store.VMStopping,
+	store.VMStopped, store.VMDeleting, store.VMDeleted, store.VMFailed}
+
+func (s *Server) requireStore(c *gin.Context) {
+	if s.Store == nil {
+		s.writeProblem(c, errUnavailable.with("gpuvmd runs without a VM database"))
+		return
+	}
+	c.Next()
+}
+
+// decodeJSON reads a JSON body strictly: at most api.MaxRequestBytes, no
+// unknown fields, one value.
+func (s *Server) decodeJSON(c *gin.Context, v any) bool {
+	body := http.MaxBytesReader(c.Writer, c.Request.Body, api.MaxRequestBytes)
+	dec := json.NewDecoder(body)
+	dec.DisallowUnknownFields()
+	err := dec.Decode(v)
+	if err == nil && dec.More() {
+		err = errors.New("more than one JSON value")
+	}
+	if err == nil {
+		if _, rerr := io.Copy(io.Discard, body); rerr != nil {
+			err = rerr
+		}
+	}
+	var tooLarge *http.MaxBytesError
+	var typeErr *json.UnmarshalTypeError
+	switch {
+	case err == nil:
+		return true
+	case errors.As(err, &tooLarge):
+		s.writeProblem(c, errTooLarge.with(fmt.Sprintf("the body may have at most %d bytes", api.MaxRequestBytes)))
+	case errors.As(err, &typeErr):
+		s.writeProblem(c, errBadRequest.withField(typeErr.Field, fmt.Sprintf("%s must be a JSON %s", typeErr.Field, typeErr.Type)))
+	case strings.HasPrefix(err.Error(), "json: unknown field "):
+		f := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
+		s.writeProblem(c, errBadRequest.withField(f, "unknown field "+strconv.Quote(f)))
+	case errors.Is(err, io.EOF):
+		s.writeProblem(c, errBadRequest.with("the body is empty; send a JSON object"))
+	default:
+		s.writeProblem(c, errBadRequest.with("the body is not valid JSON: "+err.Error()))
+	}
+	return false
+}
+
+func toAPIVM(vm *store.VM, allocs []store.Allocation) api.VM {
+	out := api.VM{ID: vm.ID, Name: vm.Name, Owner: vm.Owner, Profile: vm.Profile, State: vm.State, Phase: vm.Phase,
+		Reason: vm.StateReason, Host: vm.Host, Hours: vm.Hours, LeaseEnd: vm.LeaseEnd, CreatedAt: vm.CreatedAt, UpdatedAt: vm.UpdatedAt}
+	for _, a := range allocs {
+		if a.State == store.AllocReleased {
+			continue
+		}
+		g := api.VMGPU{Address: a.GPUAddress, Kind: a.Kind, Type: a.Profile, Device: a.DeviceID}
+		if a.Kind == store.KindMIG {
+			p := a.PlacementStart
+			g.Placement = &p
+		}
+		out.GPUs = append(out.GPUs, g)
+	}
+	return out
+}
+
+func toAPIOp(op *store.Operation) api.Operation {
+	return api.Operation{ID: op.ID, VMID: op.VMID, Kind: op.Kind, State: op.State, Step: op.Step, Error: op.Error,
+		CreatedAt: op.CreatedAt, FinishedAt: op.FinishedAt}
+}
+
+// vmSpec is what the VM's spec column keeps of the request.
+type vmSpec struct {
+	Hours   int      `json:"hours"`
+	SSHKeys []string `json:"ssh_keys,omitempty"`
+}
+
+func (s *Server) createVM(c *gin.Context) {
+	u := user(c)
+	var req api.CreateVMRequest
+	if !s.decodeJSON(c, &req) {
+		return
+	}
+	var p *profile.Profile
+	if s.Config != nil {
+		if q := s.Config.Load().Profiles[req.Profile]; q != nil && (u.Admin || q.Allows(u.Name, u.Groups)) {
+			p = q
+		}
+	}
+	if req.Profile == "" {
+		s.writeProblem(c, errValidation.withField("profile", "name the profile to make the VM from"))
+		return
+	}
+	if p == nil {
+		// A profile the caller may not use is as absent as an unknown one.
+		s.writeProblem(c, errNotFound.withField("profile", "unknown profile "+strconv.Quote(req.Profile)))
+		return
+	}
+	if req.Name != "" && !vmName.MatchString(req.Name) {
+		s.writeProblem(c, errValidation.withField("name", "a name is lower-case letters, digits and dashes, starts with a letter, at most 63 characters"))
+		return
+	}
+	maxHours := int(p.Lease.Max / time.Hour)
+	switch {
+	case req.Hours < 0:
+		s.writeProblem(c, errValidation.withField("hours", "hours must be positive"))
+		return
+	case req.Hours == 0:
+		req.Hours = max(1, int((p.Lease.Default+time.Hour-1)/time.Hour))
+		if maxHours > 0 {
+			req.Hours = min(req.Hours, maxHours)
+		}
+	case p.Lease.Max > 0 && time.Duration(req.Hours)*time.Hour > p.Lease.Max:
+		s.writeProblem(c, errValidation.withField("hours", fmt.Sprintf("profile %s allows at most %d hours", p.Name, maxHours)))
+		return
+	}
+	for i, k := range req.SSHKeys {
+		if strings.TrimSpace(k) == "" || strings.ContainsAny(k, "\r\n") {
+			s.writeProblem(c, errValidation.withField(fmt.Sprintf("ssh_keys[%d]", i), "an SSH public key is one non-empty line"))
+			return
+		}
+	}
+	ctx := c.Request.Context()
+	key := c.GetHeader("Idempotency-Key")
+	canon, _ := json.Marshal(req)
+	sum := sha256.Sum256(canon)
+	hash := hex.EncodeToString(sum[:])
+	if key != "" {
+		if len(key) > 200 {
+			s.writeProblem(c, errBadRequest.withField("Idempotency-Key", "the key may have at most 200 characters"))
+			return
+		}
+		if s.replay(c, u.Name, key, hash) {
+			return
+		}
+	}
+	name := req.Name
+	if name == "" {
+		b := make([]byte, 3)
+		_, _ = rand.Read(b)
+		name = strings.ToLower(p.Name)
+		if !vmName.MatchString(name + "-x") {
+			name = "vm"
+		}
+		name = strings.TrimRight(name[:min(len(name), 55)], "-") + "-" + hex.EncodeToString(b)
+	}
+	spec, _ := json.Marshal(vmSpec{Hours: req.Hours, SSHKeys: req.SSHKeys})
+	vm := &store.VM{Name: name, Owner: u.Name, Profile: p.Name, Spec: string(spec), Hours: req.Hours, Phase: "waiting for a GPU"}
+	if len(u.Groups) > 0 {
+		vm.Group = u.Groups[0]
+	}
+	opts := store.CreateVMOptions{RequestedBy: u.Name}
+	if key != "" {
+		opts.IdempotencyKey = &store.IdempotencyKey{User: u.Name, Key: key, RequestHash: hash}
+	}
+	op, err := s.Store.CreateVM(ctx, vm, opts)
+	switch {
+	case errors.Is(err, store.ErrIdempotencyKeyUsed):
+		if !s.replay(c, u.Name, key, hash) {
+			s.writeProblem(c, err)
+		}
+		return
+	case errors.Is(err, store.ErrNameTaken):
+		s.writeProblem(c, errConflict.withField("name", "you already have a VM called "+strconv.Quote(name)))
+		return
+	case err != nil:
+		s.writeProblem(c, err)
+		return
+	}
+	if s.Worker != nil {
+		s.Worker.Wake()
+	}
+	c.Header("Location", "/v1/vms/"+vm.ID)
+	c.JSON(http.StatusAccepted, api.CreateVMResponse{VM: toAPIVM(vm, nil), Operation: toAPIOp(op)})
+}
+
+// replay answers a request whose idempotency key was used before: with the
+// first answer when the body is the same, 409 when it is not. It reports
+// whether it answered.
+func (s *Server) replay(c *gin.Context, userName, key, hash string) bool {
+	ctx := c.Request.Context()
+	k, err := s.Store.GetIdempotencyKey(ctx, userName, key)
+	if errors.Is(err, store.ErrNotFound) {
+		return false
+	}
+	if err != nil {
+		s.writeProblem(c, err)
+		return true
+	}
+	if k.RequestHash != hash {
+		s.writeProblem(c, errConflict.withField("Idempotency-Key", "this Idempotency-Key was used with another request body"))
+		return true
+	}
+	vm, err := s.Store.GetVM(ctx, k.VMID)
+	if err != nil {
+		s.writeProblem(c, err)
+		return true
+	}
+	op, err := s.Store.GetOperation(ctx, k.OperationID)
+	if err != nil {
+		s.writeProblem(c, err)
+		return true
+	}
+	allocs, _ := s.Store.ListAllocations(ctx, vm.ID)
+	c.Header("Location", "/v1/vms/"+vm.ID)
+	c.JSON(http.StatusAccepted, api.CreateVMResponse{VM: toAPIVM(vm, allocs), Operation: toAPIOp(op)})
+	return true
+}
+
+func (s *Server) listVMs(c *gin.Context) {
+	u := user(c)
+	f := store.VMFilter{After: c.Query("after")}
+	if !u.Admin {
+		f.Owner = u.Name
+	}
+	if l := c.Query("limit"); l != "" {
+		n, err := strconv.Atoi(l)
+		if err != nil || n < 1 || n > 1000 {
+			s.writeProblem(c, errBadRequest.withField("limit", "limit is a number from 1 to 1000"))
+			return
+		}
+		f.Limit = n
+	}
+	if st := c.Query("state"); st != "" {
+		for _, x := range strings.Split(st, ",") {
+			if !slices.Contains(vmStates, x) {
+				s.writeProblem(c, errBadRequest.withField("state", fmt.Sprintf("unknown state %q (known: %s)", x, strings.Join(vmStates, ", "))))
+				return
+			}
+			f.States = append(f.States, x)
+		}
+	}
+	page, err := s.Store.ListVMs(c.Request.Context(), f)
+	if errors.Is(err, store.ErrInvalid) {
+		s.writeProblem(c, errBadRequest.withField("after", "the cursor is not one this server gave"))
+		return
+	}
+	if err != nil {
+		s.writeProblem(c, err)
+		return
+	}
+	out := api.VMList{Items: []api.VM{}, Next: page.Next}
+	for i := range page.VMs {
+		allocs, err := s.Store.ListAllocations(c.Request.Context(), page.VMs[i].ID)
+		if err != nil {
+			s.writeProblem(c, err)
+			return
+		}
+		out.Items = append(out.Items, toAPIVM(&page.VMs[i], allocs))
+	}
+	c.JSON(http.StatusOK, out)
+}
+
+// findVM finds a VM the caller may see by ID, or by name among the
+// caller's own live VMs. Another user's VM is not found (admins see all).
+func (s *Server) findVM(c *gin.Context) (*store.VM, bool) {
+	u := user(c)
+	ctx := c.Request.Context()
+	ref := c.Param("id")
+	vm, err := s.Store.GetVM(ctx, ref)
+	if err == nil && (u.Admin || vm.Owner == u.Name) {
+		return vm, true
+	}
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
+		s.writeProblem(c, err)
+		return nil, false
+	}
+	vm, err = s.Store.GetVMByName(ctx, u.Name, ref)
+	if err == nil {
+		return vm, true
+	}
+	if !errors.Is(err, store.ErrNotFound) {
+		s.writeProblem(c, err)
+		return nil, false
+	}
+	s.writeProblem(c, errNotFound.with("no VM "+strconv.Quote(ref)))
+	return nil, false
+}
+
+func (s *Server) getVM(c *gin.Context) {
+	vm, ok := s.findVM(c)
+	if !ok {
+		return
+	}
+	allocs, err := s.Store.ListAllocations(c.Request.Context(), vm.ID)
+	if err != nil {
+		s.writeProblem(c, err)
+		return
+	}
+	c.JSON(http.StatusOK, toAPIVM(vm, allocs))
+}
+
+func (s *Server) deleteVM(c *gin.Context) {
+	vm, ok := s.findVM(c)
+	if !ok {
+		return
+	}
+	ctx := c.Request.Context()
+	if vm.State == store.VMDeleted {
+		s.writeProblem(c, errNotFound.with("VM "+strconv.Quote(vm.Name)+" is already deleted"))
+		return
+	}
+	ops, err := s.Store.ListOperations(ctx, vm.ID)
+	if err != nil {
+		s.writeProblem(c, err)
+		return
+	}
+	// A delete already under way is the answer to another.
+	for i := range ops {
+		if ops[i].Kind == store.OpDelete && !ops[i].Finished() {
+			c.JSON(http.StatusAccepted, api.OperationResponse{Operation: toAPIOp(&ops[i])})
+			return
+		}
+	}
+	op := &store.Operation{VMID: vm.ID, Kind: store.OpDelete, RequestedBy: user(c).Name}
+	if err := s.Store.CreateOperation(ctx, op); err != nil {
+		s.writeProblem(c, err)
+		return
+	}
+	if s.Worker != nil {
+		s.Worker.Wake()
+	}
+	c.JSON(http.StatusAccepted, api.OperationResponse{Operation: toAPIOp(op)})
+}
+
+func (s *Server) getOperation(c *gin.Context) {
+	u := user(c)
+	ctx := c.Request.Context()
+	op, err := s.Store.GetOperation(ctx, c.Param("id"))
+	if err == nil {
+		var vm *store.VM
+		vm, err = s.Store.GetVM(ctx, op.VMID)
+		if err == nil && !u.Admin && vm.Owner != u.Name {
+			err = store.ErrNotFound
+		}
+	}
+	if errors.Is(err, store.ErrNotFound) {
+		s.writeProblem(c, errNotFound.with("no operation "+strconv.Quote(c.Param("id"))))
+		return
+	}
+	if err != nil {
+		s.writeProblem(c, err)
+		return
+	}
+	c.JSON(http.StatusOK, toAPIOp(op))
+}

@@ -1,0 +1,216 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/gpuvm/gpuvm/pkg/api"
+	"github.com/gpuvm/gpuvm/pkg/profile"
+	"github.com/gpuvm/gpuvm/pkg/store"
+)
+
+type countWaker struct{ n atomic.Int32 }
+
+func (w *countWaker) Wake() { w.n.Add(1) }
+
+func vmServer(t *testing.T) (*Server, *store.Store, *countWaker) {
+	t.Helper()
+	cfg, diags := profile.Parse(profile.Source{Name: "p.hcl", Data: []byte(`
+profile "seat" {
+  vcpus = 1
+  memory = "1GiB"
+  boot { kernel = "/k" }
+  lease {
+    default = "2h"
+    max     = "8h"
+  }
+}
+profile "staff-only" {
+  vcpus = 1
+  memory = "1GiB"
+  boot { kernel = "/k" }
+  users = ["bob"]
+}
+`)})
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	st, err := store.Open(context.Background(), store.Config{DSN: filepath.Join(t.TempDir(), "db")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	users := fakeAuth{"admin-token": {Name: "admin", Admin: true}, "ann-token": {Name: "ann"}, "bob-token": {Name: "bob"}}
+	for _, u := range users {
+		if err := st.CreateUser(context.Background(), &store.User{Name: u.Name, Admin: u.Admin}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w := &countWaker{}
+	return New(Deps{Auth: users, Backends: fakeBackends{}, Config: &fakeConfig{cfg: cfg}, Store: st, Worker: w}), st, w
+}
+
+func send(t *testing.T, s *Server, method, path, token, body string, hdr ...string) (*httptest.ResponseRecorder, map[string]any) {
+	t.Helper()
+	req := httptest.NewRequest(method, path, strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+token)
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	rec := httptest.NewRecorder()
+	s.ServeHTTP(rec, req)
+	var m map[string]any
+	_ = json.Unmarshal(rec.Body.Bytes(), &m)
+	return rec, m
+}
+
+func TestCreateVMValidation(t *testing.T) {
+	s, _, w := vmServer(t)
+	tests := []struct {
+		name, token, body string
+		status            int
+		problem, field    string
+	}{
+		{"unknown field", "ann-token", `{"profile":"seat","gpu":"all"}`, 400, "bad-request", "gpu"},
+		{"wrong type", "ann-token", `{"profile":"seat","hours":"8"}`, 400, "bad-request", "hours"},
+		{"not JSON", "ann-token", `{profile`, 400, "bad-request", ""},
+		{"two values", "ann-token", `{"profile":"seat"} {}`, 400, "bad-request", ""},
+		{"no profile", "ann-token", `{}`, 422, "validation", "profile"},
+		{"unknown profile", "ann-token", `{"profile":"nope"}`, 404, "not-found", "profile"},
+		{"profile of others", "ann-token", `{"profile":"staff-only"}`, 404, "not-found", "profile"},
+		{"too many hours", "ann-token", `{"profile":"seat","hours":9}`, 422, "validation", "hours"},
+		{"negative hours", "ann-token", `{"profile":"seat","hours":-1}`, 422, "validation", "hours"},
+		{"bad name", "ann-token", `{"profile":"seat","name":"Bad Name"}`, 422, "validation", "name"},
+		{"bad key", "ann-token", `{"profile":"seat","ssh_keys":["a\nb"]}`, 422, "validation", "ssh_keys[0]"},
+		{"too large", "ann-token", `{"profile":"seat","name":"` + strings.Repeat("a", api.MaxRequestBytes) + `"}`, 413, "too-large", ""},
+		{"no token", "", `{"profile":"seat"}`, 401, "unauthenticated", ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			rec, body := send(t, s, "POST", "/v1/vms", tc.token, tc.body)
+			if rec.Code != tc.status || body["type"] != ProblemBase+tc.problem || (body["field"] != nil && body["field"] != tc.field) || (tc.field != "" && body["field"] != tc.field) {
+				t.Errorf("%d %v", rec.Code, body)
+			}
+			if rec.Header().Get("Content-Type") != "application/problem+json" {
+				t.Errorf("Content-Type %q", rec.Header().Get("Content-Type"))
+			}
+		})
+	}
+	if w.n.Load() != 0 {
+		t.Error("the worker was woken for refused requests")
+	}
+}
+
+func TestVMLifecycleAPI(t *testing.T) {
+	s, st, w := vmServer(t)
+	rec, _ := send(t, s, "POST", "/v1/vms", "ann-token", `{"profile":"seat","name":"box","hours":8,"ssh_keys":["ssh-ed25519 AAAA ann"]}`)
+	if rec.Code != 202 {
+		t.Fatalf("%d %s", rec.Code, rec.Body)
+	}
+	var created api.CreateVMResponse
+	json.Unmarshal(rec.Body.Bytes(), &created)
+	if created.VM.State != "queued" || created.VM.Owner != "ann" || created.VM.Hours != 8 || created.Operation.Kind != "create" || created.Operation.VMID != created.VM.ID {
+		t.Fatalf("%+v", created)
+	}
+	if w.n.Load() != 1 {
+		t.Errorf("woken %d times", w.n.Load())
+	}
+	// Default name and hours.
+	rec, _ = send(t, s, "POST", "/v1/vms", "bob-token", `{"profile":"staff-only"}`)
+	var bobs api.CreateVMResponse
+	json.Unmarshal(rec.Body.Bytes(), &bobs)
+	if rec.Code != 202 || !strings.HasPrefix(bobs.VM.Name, "staff-only-") || bobs.VM.Hours < 1 {
+		t.Fatalf("%d %s", rec.Code, rec.Body)
+	}
+	// The same name again is a conflict.
+	if rec, body := send(t, s, "POST", "/v1/vms", "ann-token", `{"profile":"seat","name":"box"}`); rec.Code != 409 || body["field"] != "name" {
+		t.Errorf("same name: %d %v", rec.Code, body)
+	}
+
+	// Idempotency: same key and body → the same answer; another body → 409.
+	body := `{"profile":"seat","name":"idem"}`
+	rec1, _ := send(t, s, "POST", "/v1/vms", "ann-token", body, "Idempotency-Key", "k1")
+	rec2, _ := send(t, s, "POST", "/v1/vms", "ann-token", body, "Idempotency-Key", "k1")
+	var a1, a2 api.CreateVMResponse
+	json.Unmarshal(rec1.Body.Bytes(), &a1)
+	json.Unmarshal(rec2.Body.Bytes(), &a2)
+	if rec1.Code != 202 || rec2.Code != 202 || a1.VM.ID != a2.VM.ID || a1.Operation.ID != a2.Operation.ID {
+		t.Errorf("replay: %d %d %s %s", rec1.Code, rec2.Code, a1.VM.ID, a2.VM.ID)
+	}
+	if rec, b := send(t, s, "POST", "/v1/vms", "ann-token", `{"profile":"seat","name":"other"}`, "Idempotency-Key", "k1"); rec.Code != 409 || b["type"] != ProblemBase+"conflict" {
+		t.Errorf("reused key: %d %v", rec.Code, b)
+	}
+	// Keys are per user.
+	if rec, _ := send(t, s, "POST", "/v1/vms", "bob-token", `{"profile":"seat","name":"idem"}`, "Idempotency-Key", "k1"); rec.Code != 202 {
+		t.Errorf("bob's k1: %d", rec.Code)
+	}
+
+	id := created.VM.ID
+	// Reads: own by ID or name; others' are not found; admins see all.
+	for _, tc := range []struct {
+		token, path string
+		status      int
+	}{
+		{"ann-token", "/v1/vms/" + id, 200},
+		{"ann-token", "/v1/vms/box", 200},
+		{"bob-token", "/v1/vms/" + id, 404},
+		{"bob-token", "/v1/vms/box", 404},
+		{"admin-token", "/v1/vms/" + id, 200},
+		{"ann-token", "/v1/operations/" + created.Operation.ID, 200},
+		{"bob-token", "/v1/operations/" + created.Operation.ID, 404},
+		{"admin-token", "/v1/operations/" + created.Operation.ID, 200},
+		{"ann-token", "/v1/operations/nope", 404},
+		{"bob-token", "/v1/vms?state=bogus", 400},
+		{"bob-token", "/v1/vms?limit=0", 400},
+		{"bob-token", "/v1/vms?after=!!", 400},
+	} {
+		if rec, b := send(t, s, "GET", tc.path, tc.token, ""); rec.Code != tc.status {
+			t.Errorf("%s GET %s: %d %v", tc.token, tc.path, rec.Code, b)
+		}
+	}
+	list := func(token, query string) api.VMList {
+		t.Helper()
+		rec, _ := send(t, s, "GET", "/v1/vms"+query, token, "")
+		if rec.Code != 200 {
+			t.Fatalf("list: %d %s", rec.Code, rec.Body)
+		}
+		var l api.VMList
+		json.Unmarshal(rec.Body.Bytes(), &l)
+		return l
+	}
+	if l := list("ann-token", ""); len(l.Items) != 2 {
+		t.Errorf("ann sees %d VMs", len(l.Items))
+	}
+	if l := list("admin-token", ""); len(l.Items) != 4 {
+		t.Errorf("admin sees %d VMs", len(l.Items))
+	}
+	p1 := list("admin-token", "?limit=3")
+	p2 := list("admin-token", "?limit=3&after="+p1.Next)
+	if len(p1.Items) != 3 || p1.Next == "" || len(p2.Items) != 1 || p2.Next != "" || p2.Items[0].ID == p1.Items[2].ID {
+		t.Errorf("pages: %d %q, %d %q", len(p1.Items), p1.Next, len(p2.Items), p2.Next)
+	}
+	if l := list("ann-token", "?state=running"); len(l.Items) != 0 {
+		t.Errorf("running: %d", len(l.Items))
+	}
+
+	// Delete: not others'; twice gives the same operation.
+	if rec, _ := send(t, s, "DELETE", "/v1/vms/"+id, "bob-token", ""); rec.Code != 404 {
+		t.Errorf("bob deletes ann's VM: %d", rec.Code)
+	}
+	rec, _ = send(t, s, "DELETE", "/v1/vms/box", "ann-token", "")
+	var d1, d2 api.OperationResponse
+	json.Unmarshal(rec.Body.Bytes(), &d1)
+	rec2, _ = send(t, s, "DELETE", "/v1/vms/"+id, "ann-token", "")
+	json.Unmarshal(rec2.Body.Bytes(), &d2)
+	if rec.Code != 202 || rec2.Code != 202 || d1.Operation.Kind != "delete" || d1.Operation.ID != d2.Operation.ID {
+		t.Errorf("delete: %d %d %+v %+v", rec.Code, rec2.Code, d1, d2)
+	}
+	if ops, _ := st.ListUnfinishedOperations(context.Background()); len(ops) != 5 {
+		t.Errorf("%d unfinished operations", len(ops))
+	}
+}
