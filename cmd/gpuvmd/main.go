@@ -167,7 +167,13 @@ func serve(ctx context.Context, o options, cfg *config, log *slog.Logger) error 
 	if cfg != nil {
 		profiles = cfg.Load
 	}
-	orch := orchestrator.New(orchestrator.Config{Store: st, Backends: l, Hypervisor: hv, Profiles: profiles, Log: log})
+	// A simulated server's GPUs cannot reach a real QEMU; libvirt's test
+	// driver takes the hostdevs as they are.
+	detach := o.simulate != "" && hv.Driver() != "test"
+	if detach {
+		log.Warn("simulated GPU server with a real hypervisor: VMs boot without their (simulated) GPU", "libvirt", o.libvirtURI)
+	}
+	orch := orchestrator.New(orchestrator.Config{Store: st, Backends: l, Hypervisor: hv, Profiles: profiles, Log: log, DetachSimulatedGPUs: detach})
 	if rep, err := orch.Reconcile(ctx); err != nil {
 		log.Error("start-up reconcile incomplete; it is retried every minute", "err", err, "fixed", !rep.Empty())
 	}

@@ -215,6 +215,12 @@ func (o *Orchestrator) vmRequest(ctx context.Context, vm *store.VM) (hypervisor.
 		in.Hostdevs = append(in.Hostdevs, hd)
 	}
 	spec, err := domain.FromProfile(p, in)
+	if err == nil && o.cfg.DetachSimulatedGPUs && len(spec.Hostdevs) > 0 {
+		o.log.Warn("simulated GPU server: the VM's GPU devices exist only in the simulator and are not attached to the domain",
+			"vm", vm.ID, "devices", len(spec.Hostdevs))
+		spec.Hostdevs = nil
+		spec.Title = strings.TrimSpace(spec.Title + " [simulated GPU, not attached]")
+	}
 	if err != nil {
 		return hypervisor.VMRequest{}, err
 	}

@@ -82,6 +82,11 @@ type Config struct {
 	DomainPrefix string
 	// DomainType forces the domain type; empty: the connection's choice.
 	DomainType domain.Type
+	// DetachSimulatedGPUs leaves the GPU hostdevs out of the domains: a
+	// simulated server's devices do not exist, and a real QEMU refuses to
+	// start with them. The devices are still made, recorded and removed on
+	// the simulated host; the VM boots without a GPU and says why.
+	DetachSimulatedGPUs bool
 	// Workers bounds the creates and deletes run at once (default 4).
 	Workers int
 	// Tick is how often queued VMs are retried without a wake-up (default
