@@ -601,3 +601,36 @@ func TestReconcileVanishedAndLeaks(t *testing.T) {
 		t.Errorf("live allocations: %+v", live)
 	}
 }
+
+// With a simulated server and a real hypervisor the device is made on the
+// simulator but the domain gets no hostdev, and its title says why.
+func TestDetachSimulatedGPUs(t *testing.T) {
+	e := newEnv(t, "l40sx4")
+	ctx := context.Background()
+	o := New(Config{
+		Store: e.st, Backends: e.l, Hypervisor: e.hv, Profiles: func() *profile.Config { return e.cfg },
+		Host: "test-host", DomainPrefix: e.prefix, DomainType: "qemu", Log: e.log,
+		Tick: 50 * time.Millisecond, ShutdownTimeout: time.Second, DetachSimulatedGPUs: true,
+	})
+	vm, _ := e.submit("ann", "l40s-seat", "vm1")
+	o.Drain(ctx)
+	got := e.vm(vm.ID)
+	if got.State != store.VMRunning {
+		t.Fatalf("state %s %q", got.State, got.StateReason)
+	}
+	if devs := e.devices(); len(devs) == 0 {
+		t.Error("no device was made on the simulated host")
+	}
+	xml, err := e.hv.XML(ctx, vm.ID, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(xml, "<hostdev") || !strings.Contains(xml, "[simulated GPU, not attached]") {
+		t.Errorf("domain XML:\n%s", xml)
+	}
+	e.deleteOp(got)
+	o.Drain(ctx)
+	if devs := e.devices(); len(devs) != 0 {
+		t.Errorf("devices left: %v", devs)
+	}
+}
