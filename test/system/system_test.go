@@ -301,6 +301,15 @@ func TestBootTinyGuest(t *testing.T) {
 
 	req, serial := e.request("boot")
 	req.Spec.GuestAgent = true // a channel, and no agent in the guest
+	// A system disk as profiles with an image get: a qcow2 overlay on a
+	// base image, grown to 64 MiB (the tiny guest boots from its initrd and
+	// leaves the disk alone).
+	base := filepath.Join(e.dir, req.Spec.Name+"-base.raw")
+	if err := os.WriteFile(base, make([]byte, 1<<20), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	defer os.Remove(base)
+	req.BaseImage, req.BaseFormat, req.DiskBytes = base, domain.FormatRaw, 64<<20
 	events, err := e.conn.Events(ctx)
 	if err != nil {
 		t.Fatal(err)
