@@ -13,15 +13,18 @@ import (
 	"github.com/gpuvm/gpuvm/pkg/backend"
 	"github.com/gpuvm/gpuvm/pkg/hypervisor"
 	"github.com/gpuvm/gpuvm/pkg/hypervisor/domain"
+	"github.com/gpuvm/gpuvm/pkg/profile"
 	"github.com/gpuvm/gpuvm/pkg/store"
 )
 
 // placing is what one dispatch round places from: the backends'
-// inventories, read once, and the live allocations, kept up to date with the
-// round's own claims.
+// inventories, each read at most once and only when a queued VM needs that
+// kind, and the live allocations, kept up to date with the round's own
+// claims.
 type placing struct {
-	invs map[string]backend.Inventory
-	live []store.Allocation
+	invs  map[string]backend.Inventory
+	asked map[string]bool
+	live  []store.Allocation
 }
 
 func (o *Orchestrator) newPlacing(ctx context.Context) *placing {
@@ -30,14 +33,22 @@ func (o *Orchestrator) newPlacing(ctx context.Context) *placing {
 		o.log.Error("list live allocations", "err", err)
 		return nil
 	}
-	return &placing{invs: o.inventories(ctx), live: live}
+	return &placing{invs: map[string]backend.Inventory{}, asked: map[string]bool{}, live: live}
 }
 
-// inventories asks every backend for its inventory; one that fails is left
-// out (its capacity is not offered this round).
-func (o *Orchestrator) inventories(ctx context.Context) map[string]backend.Inventory {
-	invs := map[string]backend.Inventory{}
-	for _, name := range o.cfg.Backends.Names() {
+// inventories returns the inventories of the backends a need may use,
+// asking each backend once per round; one that fails is left out (its
+// capacity is not offered this round).
+func (o *Orchestrator) inventories(ctx context.Context, pl *placing, need *profile.GPUNeed) map[string]backend.Inventory {
+	kinds := []string{need.Kind}
+	if need.Kind == profile.KindAny {
+		kinds = need.Kinds
+	}
+	for _, name := range kinds {
+		if pl.asked[name] {
+			continue
+		}
+		pl.asked[name] = true
 		b, ok := o.cfg.Backends.Backend(name)
 		if !ok {
 			continue
@@ -49,9 +60,9 @@ func (o *Orchestrator) inventories(ctx context.Context) map[string]backend.Inven
 			o.log.Warn("inventory failed; its GPUs are not offered this round", "backend", name, "err", err)
 			continue
 		}
-		invs[name] = inv
+		pl.invs[name] = inv
 	}
-	return invs
+	return pl.invs
 }
 
 // allocate places a queued VM: it claims the slots and moves the VM to
@@ -70,7 +81,7 @@ func (o *Orchestrator) allocate(ctx context.Context, vm *store.VM, op *store.Ope
 		}
 		return next, o.st.SetOperationStep(ctx, op.ID, StepAllocate)
 	}
-	placement, err := o.cfg.Placer.Place(host, p.GPU, pl.invs, pl.live)
+	placement, err := o.cfg.Placer.Place(host, p.GPU, o.inventories(ctx, pl, p.GPU), pl.live)
 	if errors.Is(err, ErrNoCapacity) {
 		if vm.StateReason != err.Error() {
 			if _, uerr := o.st.UpdateVMState(ctx, vm.ID, vm.Version, store.VMUpdate{State: store.VMQueued, Phase: "waiting for a GPU", StateReason: err.Error()}); uerr != nil {
@@ -128,6 +139,9 @@ func (o *Orchestrator) runCreate(ctx context.Context, vm *store.VM, op *store.Op
 		return o.failVM(ctx, vm.ID, op, fmt.Errorf("profile %q no longer exists", vm.Profile))
 	}
 	if vm.State == store.VMAllocating {
+		// Only an attempt that got as far as creating devices can have left
+		// one behind; a fresh create skips the backend's inventory.
+		mayExist := op.Step != "" && op.Step != StepAllocate
 		allocs, err := o.liveAllocations(ctx, vm.ID)
 		if err != nil {
 			return err
@@ -139,7 +153,7 @@ func (o *Orchestrator) runCreate(ctx context.Context, vm *store.VM, op *store.Op
 			if err := o.st.SetOperationStep(ctx, op.ID, StepCreateDevice); err != nil {
 				return err
 			}
-			d, err := o.createDevice(ctx, vm.ID, a, allocs)
+			d, err := o.createDevice(ctx, vm.ID, a, allocs, mayExist)
 			if err != nil {
 				return o.createFailed(ctx, vm.ID, op, fmt.Errorf("create the %s device on GPU %s: %w", a.Kind, a.GPUAddress, err))
 			}
@@ -249,10 +263,10 @@ func (o *Orchestrator) liveAllocations(ctx context.Context, vmID string) ([]stor
 	return live, nil
 }
 
-// createDevice makes an allocation's device, or adopts the one an earlier,
-// interrupted attempt made: a device of the same VM on the same GPU that no
-// other allocation of the VM holds.
-func (o *Orchestrator) createDevice(ctx context.Context, vmID string, a store.Allocation, allocs []store.Allocation) (backend.Device, error) {
+// createDevice makes an allocation's device, or, when an earlier attempt
+// may have made it (mayExist), adopts that one: a device of the same VM on the
+// same GPU that no other allocation of the VM holds.
+func (o *Orchestrator) createDevice(ctx context.Context, vmID string, a store.Allocation, allocs []store.Allocation, mayExist bool) (backend.Device, error) {
 	b, ok := o.cfg.Backends.Backend(a.Backend)
 	if !ok {
 		return backend.Device{}, backend.Errorf(backend.CodeUnavailable, a.GPUAddress, "backend %s is not running", a.Backend)
@@ -263,14 +277,16 @@ func (o *Orchestrator) createDevice(ctx context.Context, vmID string, a store.Al
 			held[other.DeviceID] = true
 		}
 	}
-	inv, err := b.Inventory(ctx)
-	if err != nil {
-		return backend.Device{}, err
-	}
-	for _, d := range inv.Devices {
-		if d.VMUUID == vmID && d.GPU == a.GPUAddress && string(d.Kind) == a.Kind && !held[d.ID] {
-			o.log.Info("adopting the device an interrupted create made", "vm", vmID, "device", d.ID, "gpu", d.GPU)
-			return d, nil
+	if mayExist {
+		inv, err := b.Inventory(ctx)
+		if err != nil {
+			return backend.Device{}, err
+		}
+		for _, d := range inv.Devices {
+			if d.VMUUID == vmID && d.GPU == a.GPUAddress && string(d.Kind) == a.Kind && !held[d.ID] {
+				o.log.Info("adopting the device an interrupted create made", "vm", vmID, "device", d.ID, "gpu", d.GPU)
+				return d, nil
+			}
 		}
 	}
 	req := backend.CreateRequest{GPU: a.GPUAddress, VMUUID: vmID}

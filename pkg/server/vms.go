@@ -262,14 +262,19 @@ func (s *Server) listVMs(c *gin.Context) {
 		s.writeProblem(c, err)
 		return
 	}
-	out := api.VMList{Items: []api.VM{}, Next: page.Next}
+	// The page's allocations in one query, not one per VM.
+	ids := make([]string, len(page.VMs))
 	for i := range page.VMs {
-		allocs, err := s.Store.ListAllocations(c.Request.Context(), page.VMs[i].ID)
-		if err != nil {
-			s.writeProblem(c, err)
-			return
-		}
-		out.Items = append(out.Items, toAPIVM(&page.VMs[i], allocs))
+		ids[i] = page.VMs[i].ID
+	}
+	allocs, err := s.Store.ListAllocationsForVMs(c.Request.Context(), ids)
+	if err != nil {
+		s.writeProblem(c, err)
+		return
+	}
+	out := api.VMList{Items: make([]api.VM, 0, len(page.VMs)), Next: page.Next}
+	for i := range page.VMs {
+		out.Items = append(out.Items, toAPIVM(&page.VMs[i], allocs[page.VMs[i].ID]))
 	}
 	c.JSON(http.StatusOK, out)
 }

@@ -386,3 +386,43 @@ func TestSQLiteTwoWritersNoLockedErrors(t *testing.T) {
 	}
 	checkSlotAccounting(t, s1)
 }
+
+// ListAllocationsForVMs answers, for each VM, what ListAllocations does.
+func TestListAllocationsForVMs(t *testing.T) {
+	ctx := context.Background()
+	eachDriver(t, func(t *testing.T, s *Store, _ *testDB) {
+		mustUser(t, s, "alice")
+		a, b, none := mustVM(t, s, "alice", "a").ID, mustVM(t, s, "alice", "b").ID, mustVM(t, s, "alice", "none").ID
+		if _, err := s.ClaimAllocation(ctx, a, []SlotClaim{mig(gpuA, 0, 4), mig(gpuA, 4, 4)}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.ClaimAllocation(ctx, b, []SlotClaim{whole(gpuC)}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.ReleaseAllocations(ctx, b); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.ClaimAllocation(ctx, b, []SlotClaim{vgpuVF(gpuB, "0000:41:00.4")}); err != nil {
+			t.Fatal(err)
+		}
+		got, err := s.ListAllocationsForVMs(ctx, []string{a, b, none, "no-such-vm"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != 2 {
+			t.Errorf("%d VMs in the answer, want 2 (a and b)", len(got))
+		}
+		for _, id := range []string{a, b, none} {
+			want, err := s.ListAllocations(ctx, id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if fmt.Sprint(got[id]) != fmt.Sprint(want) {
+				t.Errorf("vm %s:\n got  %+v\n want %+v", id, got[id], want)
+			}
+		}
+		if got, err := s.ListAllocationsForVMs(ctx, nil); err != nil || len(got) != 0 {
+			t.Errorf("no VMs: %v, %v", got, err)
+		}
+	})
+}

@@ -1,0 +1,296 @@
+package bench_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gpuvm/gpuvm/pkg/api"
+	"github.com/gpuvm/gpuvm/pkg/backend"
+	"github.com/gpuvm/gpuvm/pkg/backend/loader"
+	"github.com/gpuvm/gpuvm/pkg/hypervisor"
+	"github.com/gpuvm/gpuvm/pkg/orchestrator"
+	"github.com/gpuvm/gpuvm/pkg/profile"
+	"github.com/gpuvm/gpuvm/pkg/server"
+	"github.com/gpuvm/gpuvm/pkg/store"
+)
+
+// createProfile is a one-seat vGPU VM on the simulated l40sx4 host.
+const createProfile = `
+profile "l40s-seat" {
+  vcpus  = 1
+  memory = "512MiB"
+  boot { kernel = "/boot/vmlinuz" }
+  network { type = "none" }
+  gpu {
+    kind = "vgpu"
+    type = "L40S-12Q"
+  }
+  lease {
+    default = "2h"
+    max     = "8h"
+  }
+}
+`
+
+// callTimer adds up the time spent in the external calls of a create: the
+// backends' RPCs (plugin processes) and libvirt's.
+type callTimer struct {
+	mu      sync.Mutex
+	on      bool
+	create  time.Duration // backend Create
+	inv     time.Duration // backend Inventory
+	other   time.Duration // other backend calls (Remove, Health...)
+	libvirt time.Duration // hypervisor CreateVM
+	hvOther time.Duration // other hypervisor calls (Lookup, List...)
+	calls   map[string]int
+}
+
+func (t *callTimer) add(what string, d time.Duration) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if !t.on {
+		return
+	}
+	t.calls[what]++
+	switch what {
+	case "backend.Create":
+		t.create += d
+	case "backend.Inventory":
+		t.inv += d
+	case "hypervisor.CreateVM":
+		t.libvirt += d
+	default:
+		if len(what) > 11 && what[:11] == "hypervisor." {
+			t.hvOther += d
+		} else {
+			t.other += d
+		}
+	}
+}
+
+func (t *callTimer) measure(on bool) {
+	t.mu.Lock()
+	t.on = on
+	t.mu.Unlock()
+}
+
+// timedBackends is the loader with every backend wrapped in timedBackend.
+type timedBackends struct {
+	orchestrator.Backends
+	t *callTimer
+}
+
+func (tb timedBackends) Backend(name string) (backend.Backend, bool) {
+	b, ok := tb.Backends.Backend(name)
+	if !ok {
+		return b, ok
+	}
+	return timedBackend{b, tb.t}, true
+}
+
+type timedBackend struct {
+	backend.Backend
+	t *callTimer
+}
+
+func (b timedBackend) Inventory(ctx context.Context) (backend.Inventory, error) {
+	start := time.Now()
+	defer func() { b.t.add("backend.Inventory", time.Since(start)) }()
+	return b.Backend.Inventory(ctx)
+}
+
+func (b timedBackend) Create(ctx context.Context, req backend.CreateRequest) (backend.Device, error) {
+	start := time.Now()
+	defer func() { b.t.add("backend.Create", time.Since(start)) }()
+	return b.Backend.Create(ctx, req)
+}
+
+func (b timedBackend) Remove(ctx context.Context, req backend.RemoveRequest) error {
+	start := time.Now()
+	defer func() { b.t.add("backend.Remove", time.Since(start)) }()
+	return b.Backend.Remove(ctx, req)
+}
+
+func (b timedBackend) Health(ctx context.Context) (backend.Health, error) {
+	start := time.Now()
+	defer func() { b.t.add("backend.Health", time.Since(start)) }()
+	return b.Backend.Health(ctx)
+}
+
+type timedHypervisor struct {
+	orchestrator.Hypervisor
+	t *callTimer
+}
+
+func (h timedHypervisor) CreateVM(ctx context.Context, req hypervisor.VMRequest) (hypervisor.Info, error) {
+	start := time.Now()
+	defer func() { h.t.add("hypervisor.CreateVM", time.Since(start)) }()
+	return h.Hypervisor.CreateVM(ctx, req)
+}
+
+func (h timedHypervisor) DeleteVM(ctx context.Context, uuid string, timeout time.Duration) error {
+	start := time.Now()
+	defer func() { h.t.add("hypervisor.DeleteVM", time.Since(start)) }()
+	return h.Hypervisor.DeleteVM(ctx, uuid, timeout)
+}
+
+func (h timedHypervisor) Lookup(ctx context.Context, uuid string) (hypervisor.Info, error) {
+	start := time.Now()
+	defer func() { h.t.add("hypervisor.Lookup", time.Since(start)) }()
+	return h.Hypervisor.Lookup(ctx, uuid)
+}
+
+func (h timedHypervisor) List(ctx context.Context) ([]hypervisor.Info, error) {
+	start := time.Now()
+	defer func() { h.t.add("hypervisor.List", time.Since(start)) }()
+	return h.Hypervisor.List(ctx)
+}
+
+// fixedConfig is a server.Config that never changes.
+type fixedConfig struct{ c *profile.Config }
+
+func (f fixedConfig) Load() *profile.Config   { return f.c }
+func (f fixedConfig) Reload() (string, error) { return "", nil }
+
+// BenchmarkCreate measures what gpuvmd adds to a VM create over the backend
+// and libvirt calls it makes. One iteration: POST /v1/vms (the real handler
+// on the real SQLite store, behind httptest) and the orchestrator run inline
+// (Drain) until the VM is running, on a simulated l40sx4 host served by the
+// real backend plugin binaries, with libvirt's test:///default driver. The
+// backends and the hypervisor the orchestrator gets are wrapped in timing
+// decorators. The VM is then deleted (DELETE and Drain, not timed) to free
+// the host for the next one.
+//
+// Metrics, per create:
+//
+//	total-ms/op           POST to running
+//	backend-create-ms/op  backend Create (the plugin RPC that makes the device)
+//	libvirt-ms/op         hypervisor CreateVM (define and start the domain)
+//	backend+libvirt-ms/op the two above
+//	gpuvmd-ms/op          total minus backend+libvirt: gpuvmd's cost (target < 10 ms)
+//	inventory-ms/op       backend Inventory RPCs gpuvmd makes to place and
+//	                      check the device (counted in gpuvmd-ms/op: gpuvmd
+//	                      chooses to make them)
+//	gpuvmd-own-ms/op      total minus every external call, Inventory included
+func BenchmarkCreate(b *testing.B) {
+	ctx := context.Background()
+	dir := b.TempDir()
+	log := quietLog()
+
+	cfg, diags := profile.Parse(profile.Source{Name: "bench.hcl", Data: []byte(createProfile)})
+	if diags.HasErrors() {
+		b.Fatal(diags)
+	}
+	st := openStore(b, filepath.Join(dir, "gpuvm.db"))
+	b.Cleanup(func() { st.Close() })
+	token := adminToken(b, st, dir)
+
+	l := loader.New(loader.Config{Dir: plugins(b), Logger: log,
+		Backend: backend.Config{Simulate: "l40sx4", StateDir: dir, NVML: backend.NVMLAuto}})
+	b.Cleanup(l.Close)
+	sctx, cancel := context.WithTimeout(ctx, time.Minute)
+	err := l.Start(sctx)
+	cancel()
+	if err != nil {
+		b.Fatal(err)
+	}
+	hv, err := hypervisor.Open(ctx, "test:///default", log)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { hv.Close() })
+
+	timer := &callTimer{calls: map[string]int{}}
+	o := orchestrator.New(orchestrator.Config{
+		Store: st, Backends: timedBackends{l, timer}, Hypervisor: timedHypervisor{hv, timer},
+		Profiles: func() *profile.Config { return cfg }, Host: "bench-host", DomainPrefix: "bench-",
+		DomainType: "qemu", Log: log, ShutdownTimeout: time.Second,
+	})
+	// No Worker: the benchmark runs the orchestrator itself (Drain), so
+	// that the measured create is not waiting for a loop to wake up.
+	srv := httptest.NewServer(server.New(server.Deps{Auth: st, Backends: l, Config: fixedConfig{cfg}, Store: st, Log: log}))
+	b.Cleanup(srv.Close)
+	client := &http.Client{}
+
+	var total time.Duration
+	n := 0
+	for b.Loop() {
+		timer.measure(true)
+		start := time.Now()
+		var resp api.CreateVMResponse
+		if err := call(client, http.MethodPost, srv.URL+"/v1/vms", token, `{"profile":"l40s-seat"}`, http.StatusAccepted, &resp); err != nil {
+			b.Fatal(err)
+		}
+		o.Drain(ctx)
+		total += time.Since(start)
+		timer.measure(false)
+		n++
+
+		b.StopTimer()
+		vm, err := st.GetVM(ctx, resp.VM.ID)
+		if err != nil || vm.State != store.VMRunning {
+			b.Fatalf("after create: %+v, %v", vm, err)
+		}
+		if err := call(client, http.MethodDelete, srv.URL+"/v1/vms/"+vm.ID, token, "", http.StatusAccepted, nil); err != nil {
+			b.Fatal(err)
+		}
+		o.Drain(ctx)
+		if vm, err := st.GetVM(ctx, resp.VM.ID); err != nil || vm.State != store.VMDeleted {
+			b.Fatalf("after delete: %+v, %v", vm, err)
+		}
+		b.StartTimer()
+	}
+	per := func(d time.Duration) float64 { return ms(d) / float64(n) }
+	ext := timer.create + timer.libvirt
+	b.ReportMetric(per(total), "total-ms/op")
+	b.ReportMetric(per(timer.create), "backend-create-ms/op")
+	b.ReportMetric(per(timer.libvirt), "libvirt-ms/op")
+	b.ReportMetric(per(ext), "backend+libvirt-ms/op")
+	b.ReportMetric(per(total-ext), "gpuvmd-ms/op")
+	b.ReportMetric(per(timer.inv), "inventory-ms/op")
+	b.ReportMetric(per(total-ext-timer.inv-timer.other-timer.hvOther), "gpuvmd-own-ms/op")
+	b.ReportMetric(0, "ns/op")
+	b.Logf("external calls in %d creates: %v", n, timer.calls)
+}
+
+// call sends a request with a JSON body (none when empty) and decodes the
+// answer into out (when not nil), which must have status want.
+func call(client *http.Client, method, u, token, body string, want int, out any) error {
+	var r io.Reader
+	if body != "" {
+		r = bytes.NewReader([]byte(body))
+	}
+	req, err := http.NewRequest(method, u, r)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode != want {
+		return fmt.Errorf("%s %s: %s: %s", method, u, resp.Status, data)
+	}
+	if out != nil {
+		return json.Unmarshal(data, out)
+	}
+	return nil
+}

@@ -1,0 +1,193 @@
+// Package bench_test holds gpuvm's performance benchmarks (issue #5). They
+// only report figures (b.ReportMetric), never assert times, and hold no
+// Test functions: a plain `go test ./...` compiles them and runs nothing.
+// See README.md for how to run them.
+package bench_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gpuvm/gpuvm/pkg/server"
+	"github.com/gpuvm/gpuvm/pkg/store"
+	"github.com/gpuvm/gpuvm/test/testbin"
+)
+
+// Built binaries, made on first use only (a `go test ./...` that runs no
+// benchmark builds nothing) and removed when the test binary ends.
+var (
+	pluginsOnce    sync.Once
+	pluginsDir     string
+	pluginsErr     error
+	pluginsCleanup = func() {}
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	pluginsCleanup()
+	os.Exit(code)
+}
+
+// plugins returns a directory holding the backend binaries ($GPUVM_PLUGIN_DIR,
+// else built once per run).
+func plugins(b *testing.B) string {
+	b.Helper()
+	pluginsOnce.Do(func() {
+		var cleanup func()
+		pluginsDir, cleanup, pluginsErr = testbin.Plugins()
+		if cleanup != nil {
+			pluginsCleanup = cleanup
+		}
+	})
+	if pluginsErr != nil {
+		b.Fatal(pluginsErr)
+	}
+	return pluginsDir
+}
+
+// quietLog drops everything below error: the benchmarks measure gpuvmd, not
+// its logging of every statement.
+func quietLog() *slog.Logger {
+	return slog.New(slog.NewTextHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelError}))
+}
+
+// openStore opens (and migrates) a SQLite database at path.
+func openStore(b *testing.B, path string) *store.Store {
+	b.Helper()
+	st, err := store.Open(context.Background(), store.Config{DSN: path, Logger: quietLog()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return st
+}
+
+// adminToken makes the admin user and its token, as gpuvmd does on first
+// start, and returns the token.
+func adminToken(b *testing.B, st *store.Store, dir string) string {
+	b.Helper()
+	path, _, err := server.EnsureAdmin(context.Background(), st, dir)
+	if err != nil {
+		b.Fatal(err)
+	}
+	tok, err := os.ReadFile(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return strings.TrimSpace(string(tok))
+}
+
+// seedOwners is how many users the seeded VMs belong to.
+const seedOwners = 10
+
+// seedVMs records n VMs through the store's own methods, as gpuvmd would
+// have: CreateVM (VM, create operation, event), the operation finished, and
+// for every running VM a passthrough allocation of its own GPU on host (so
+// that listing loads real allocation rows). States: a tenth deleted, a fifth
+// queued, the rest running. The writes go in transactions of 500 VMs (each
+// method runs as a savepoint), which keeps 10,000 VMs to a few seconds.
+func seedVMs(b *testing.B, st *store.Store, n int, host string) {
+	b.Helper()
+	ctx := context.Background()
+	start := time.Now()
+	for i := range seedOwners {
+		name := fmt.Sprint("user", i)
+		if _, err := st.GetUser(ctx, name); err == nil {
+			continue
+		}
+		if err := st.CreateUser(ctx, &store.User{Name: name}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	const batch = 500
+	for lo := 0; lo < n; lo += batch {
+		err := st.Tx(ctx, func(tx *store.Store) error {
+			for i := lo; i < min(lo+batch, n); i++ {
+				state := store.VMRunning
+				switch i % 10 {
+				case 0:
+					state = store.VMDeleted
+				case 1, 2:
+					state = store.VMQueued
+				}
+				vm := &store.VM{Name: fmt.Sprint("vm", i), Owner: fmt.Sprint("user", i%seedOwners), Profile: "l40s-seat",
+					Spec: `{"hours":8}`, State: state, Hours: 8}
+				if state == store.VMRunning {
+					vm.Host = host
+				}
+				op, err := tx.CreateVM(ctx, vm, store.CreateVMOptions{RequestedBy: vm.Owner})
+				if err != nil {
+					return err
+				}
+				if err := tx.FinishOperation(ctx, op.ID, nil); err != nil {
+					return err
+				}
+				if state != store.VMRunning {
+					continue
+				}
+				gpu := fmt.Sprintf("0000:%02x:%02x.%d", i/(32*8)%256, i/8%32, i%8)
+				if _, err := tx.ClaimAllocation(ctx, vm.ID, []store.SlotClaim{{
+					Host: host, GPUAddress: gpu, Backend: "passthrough", Kind: store.KindPassthrough, Profile: "L40S",
+				}}); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			b.Fatalf("seed VMs %d..: %v", lo, err)
+		}
+	}
+	b.Logf("seeded %d VMs in %v", n, time.Since(start).Round(time.Millisecond))
+}
+
+// envInts reads a comma-separated list of positive integers from the
+// environment, or def.
+func envInts(b *testing.B, name string, def ...int) []int {
+	b.Helper()
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	var out []int
+	for _, f := range strings.Split(v, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			b.Fatalf("$%s: %q is not a list of positive integers", name, v)
+		}
+		out = append(out, n)
+	}
+	return out
+}
+
+func envDuration(b *testing.B, name string, def time.Duration) time.Duration {
+	b.Helper()
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		b.Fatalf("$%s: %v", name, err)
+	}
+	return d
+}
+
+// percentile of sorted durations, in milliseconds (nearest rank).
+func percentileMS(sorted []time.Duration, p float64) float64 {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(float64(len(sorted))*p/100+0.5) - 1
+	i = min(max(i, 0), len(sorted)-1)
+	return float64(sorted[i]) / float64(time.Millisecond)
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
