@@ -16,10 +16,11 @@ import (
 
 // Exit codes (documented in the README).
 const (
-	exitOK       = 0
-	exitFailure  = 1 // the command ran and failed, or found problems
-	exitUsage    = 2 // bad flags or arguments
-	exitInternal = 3
+	exitOK      = 0
+	exitFailure = 1 // the command ran and failed, or found problems
+	exitUsage   = 2 // bad flags or arguments
+	// 3 (exitNoServer, client.go): the server is unreachable, refused the
+	// token, or none is configured.
 )
 
 // usageError marks errors in how the command was called.

@@ -94,6 +94,10 @@ func (o *options) fromConfig(s profile.Server, set map[string]bool) {
 	pick("plugin-dir", &o.pluginDir, s.Plugins.Dir)
 	pick("libvirt-uri", &o.libvirtURI, s.Libvirt.URI)
 	o.db = profileDB{driver: s.Database.Driver, path: s.Database.Path, dsn: s.Database.DSN}
+	if set["state-dir"] && o.db.driver != "postgres" {
+		// --state-dir moves everything, the SQLite database included.
+		o.db.path = ""
+	}
 	if !set["backends"] && len(s.Plugins.Backends) > 0 {
 		o.backends = strings.Join(s.Plugins.Backends, ",")
 	}

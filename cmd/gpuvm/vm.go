@@ -1,0 +1,735 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/gpuvm/gpuvm/pkg/api"
+	"github.com/gpuvm/gpuvm/pkg/client"
+	"github.com/gpuvm/gpuvm/pkg/profile"
+)
+
+// vmStates are the states a VM can be in (GET /v1/vms?state=).
+var vmStates = []string{"queued", "allocating", "creating", "running", "stopping", "stopped", "deleting", "deleted", "failed"}
+
+func newProfilesCmd(getenv func(string) string) *cobra.Command {
+	o := clientOpts{getenv: getenv}
+	var out outputOpts
+	cmd := &cobra.Command{
+		Use:   "profiles",
+		Short: "List the profiles you may make VMs from (asks the server)",
+		Long: `Lists the profiles the server offers you: what GPU slice, vCPUs, memory and
+disk a VM of each gets, and its lease (default/maximum). 'gpuvm profile list'
+reads configuration files instead.
+` + connectionHelp + "\n" + exitHelp,
+		Args: noArgs,
+		RunE: o.runE(func(ctx context.Context, c *client.Client, cmd *cobra.Command, _ []string) error {
+			if err := out.check(); err != nil {
+				return err
+			}
+			ps, err := c.ListProfiles(ctx)
+			if err != nil {
+				return err
+			}
+			w := cmd.OutOrStdout()
+			switch {
+			case out.json:
+				if ps == nil {
+					ps = []client.Profile{}
+				}
+				return writeJSON(w, ps)
+			case out.quiet:
+				for _, p := range ps {
+					fmt.Fprintln(w, p.Name)
+				}
+				return nil
+			}
+			return printRemoteProfiles(w, ps)
+		}),
+	}
+	o.flags(cmd, false)
+	out.flags(cmd, "print the names only")
+	return cmd
+}
+
+func printRemoteProfiles(w io.Writer, ps []client.Profile) error {
+	if len(ps) == 0 {
+		_, err := fmt.Fprintln(w, "No profiles: the server offers you none.")
+		return err
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tGPU\tVCPUS\tMEMORY\tDISK\tLEASE\tDESCRIPTION")
+	for _, p := range ps {
+		var g *profile.GPUNeed
+		if p.GPU != nil {
+			g = &profile.GPUNeed{Kind: p.GPU.Kind, Type: p.GPU.Type, Profile: p.GPU.Profile, Model: p.GPU.Model,
+				Count: p.GPU.Count, Memory: p.GPU.Memory, Kinds: p.GPU.Kinds, Series: p.GPU.Series}
+		}
+		disk := "-"
+		if p.Disk != nil {
+			disk = p.Disk.Image
+			if p.Disk.Size > 0 {
+				disk += " " + profile.FormatSize(p.Disk.Size)
+			}
+		}
+		lease := profile.FormatDuration(time.Duration(p.Lease.Default)*time.Second) + "/" +
+			profile.FormatDuration(time.Duration(p.Lease.Max)*time.Second)
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\n", p.Name, describeGPU(g), p.VCPUs, profile.FormatSize(p.Memory), disk, lease, p.Description)
+	}
+	return tw.Flush()
+}
+
+// completeProfiles completes profile names from the server, silently
+// nothing when it cannot be asked.
+func completeProfiles(o *clientOpts) cobra.CompletionFunc {
+	return func(cmd *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
+		if len(args) > 0 {
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		c, err := o.client()
+		if err != nil {
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		ctx, cancel := context.WithTimeout(cmd.Context(), completionTimeout)
+		defer cancel()
+		ps, err := c.ListProfiles(ctx)
+		if err != nil {
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		var out []cobra.Completion
+		for _, p := range ps {
+			if strings.HasPrefix(p.Name, toComplete) {
+				out = append(out, cobra.CompletionWithDesc(p.Name, p.Description))
+			}
+		}
+		return out, cobra.ShellCompDirectiveNoFileComp
+	}
+}
+
+// completeVMs completes the names of your live VMs from the server,
+// silently nothing when it cannot be asked.
+func completeVMs(o *clientOpts) cobra.CompletionFunc {
+	return func(cmd *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
+		if len(args) > 0 {
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		c, err := o.client()
+		if err != nil {
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		ctx, cancel := context.WithTimeout(cmd.Context(), completionTimeout)
+		defer cancel()
+		vms, err := c.ListAllVMs(ctx, client.ListVMsOptions{}) // live VMs
+		if err != nil {
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		var out []cobra.Completion
+		for _, vm := range vms {
+			if strings.HasPrefix(vm.Name, toComplete) {
+				out = append(out, cobra.CompletionWithDesc(vm.Name, vm.State+", "+vm.Profile))
+			}
+		}
+		return out, cobra.ShellCompDirectiveNoFileComp
+	}
+}
+
+type createOpts struct {
+	name    string
+	hours   int
+	sshKeys []string
+	wait    bool
+	out     outputOpts
+}
+
+func newCreateCmd(getenv func(string) string) *cobra.Command {
+	o := clientOpts{getenv: getenv}
+	var c createOpts
+	cmd := &cobra.Command{
+		Use:   "create PROFILE",
+		Short: "Ask for a VM of a profile",
+		Long: `Asks the server for a VM of PROFILE ('gpuvm profiles' lists them). The server
+answers at once: the VM is queued until a GPU slice is free, then its GPU is
+allocated, its disk prepared and it boots.
+
+With --wait, follows the VM until it runs (or fails) and says each phase as it
+comes; Ctrl-C stops waiting, not the VM. Without it, prints the VM and returns;
+'gpuvm show NAME' tells how it is doing.
+
+--ssh-key FILE adds the public keys of FILE (one per line, as in
+authorized_keys) to the guest's user; repeat it for more files.
+
+Output: a summary by default; --json prints the API's answer (with --wait, the
+VM as it ended); --quiet prints the VM's ID only.
+` + connectionHelp + "\n" + exitHelp,
+		Example: `  gpuvm create l40s-seat --name render-1 --hours 4 --ssh-key ~/.ssh/id_ed25519.pub --wait`,
+		Args:    exactArgs(1, "one profile name"),
+		RunE: o.runE(func(ctx context.Context, cl *client.Client, cmd *cobra.Command, args []string) error {
+			return runCreate(ctx, cl, cmd, args[0], c)
+		}),
+		ValidArgsFunction: completeProfiles(&o),
+	}
+	o.flags(cmd, false)
+	f := cmd.Flags()
+	f.StringVar(&c.name, "name", "", "the VM's name: lower-case letters, digits and dashes (default: PROFILE-random)")
+	f.IntVar(&c.hours, "hours", 0, "the lease in hours (default: the profile's)")
+	f.StringArrayVar(&c.sshKeys, "ssh-key", nil, "a file of SSH public keys for the guest (repeatable)")
+	f.BoolVar(&c.wait, "wait", false, "wait until the VM runs or fails, showing its phases")
+	c.out.flags(cmd, "print the VM's ID only")
+	return cmd
+}
+
+// readSSHKeys reads public keys, one per non-empty, non-comment line.
+func readSSHKeys(files []string) ([]string, error) {
+	var keys []string
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			return nil, usageError{fmt.Errorf("--ssh-key: %w", err)}
+		}
+		if strings.Contains(string(data), "PRIVATE KEY") {
+			return nil, usageError{fmt.Errorf("--ssh-key %s is a private key: give the public one (%s.pub)", f, f)}
+		}
+		n := 0
+		for _, line := range strings.Split(string(data), "\n") {
+			line = strings.TrimSpace(line)
+			if line == "" || strings.HasPrefix(line, "#") {
+				continue
+			}
+			keys = append(keys, line)
+			n++
+		}
+		if n == 0 {
+			return nil, usageError{fmt.Errorf("--ssh-key %s has no key", f)}
+		}
+	}
+	return keys, nil
+}
+
+func runCreate(ctx context.Context, c *client.Client, cmd *cobra.Command, prof string, o createOpts) error {
+	if err := o.out.check(); err != nil {
+		return err
+	}
+	if o.hours < 0 {
+		return usageError{errors.New("--hours must be positive")}
+	}
+	keys, err := readSSHKeys(o.sshKeys)
+	if err != nil {
+		return err
+	}
+	stdout, stderr := cmd.OutOrStdout(), cmd.ErrOrStderr()
+	created, err := c.CreateVM(ctx, api.CreateVMRequest{Profile: prof, Name: o.name, Hours: o.hours, SSHKeys: keys}, "")
+	if err != nil {
+		return err
+	}
+	vm := created.VM
+	if !o.wait {
+		switch {
+		case o.out.json:
+			return writeJSON(stdout, created)
+		case o.out.quiet:
+			_, err := fmt.Fprintln(stdout, vm.ID)
+			return err
+		}
+		fmt.Fprintf(stdout, "VM %s (%s) is %s: %s.\n", vm.Name, vm.ID, vm.State, orDash(vm.Phase))
+		fmt.Fprintf(stdout, "Follow it with 'gpuvm show %s'.\n", vm.Name)
+		return nil
+	}
+	// Progress goes to stdout unless stdout is for --json or --quiet.
+	t := terminalOf(cmd)
+	progressW, tty := stdout, t.outTTY
+	if o.out.json || o.out.quiet {
+		progressW, tty = stderr, isTerminal(stderr)
+	}
+	fmt.Fprintf(progressW, "Created VM %s (%s) of profile %s; waiting for it (Ctrl-C stops waiting, not the VM).\n", vm.Name, vm.ID, vm.Profile)
+	p := newProgress(progressW, tty)
+	last, err := c.WaitVM(ctx, vm.ID, func(vm api.VM) { p.set(describeProgress(vm)) })
+	p.stop()
+	if err != nil {
+		if ctx.Err() != nil {
+			fmt.Fprintf(stderr, "gpuvm: stopped waiting; VM %s goes on: see 'gpuvm show %s'.\n", vm.Name, vm.Name)
+			return exitError{exitFailure}
+		}
+		return err
+	}
+	switch {
+	case o.out.json:
+		if err := writeJSON(stdout, last); err != nil {
+			return err
+		}
+	case o.out.quiet:
+		fmt.Fprintln(stdout, last.ID)
+	default:
+		if last.State == client.StateRunning {
+			printConnect(stdout, *last)
+		}
+	}
+	if last.State != client.StateRunning {
+		fmt.Fprintf(stderr, "gpuvm: VM %s %s: %s\n", last.Name, last.State, orDash(last.Reason))
+		return exitError{exitFailure}
+	}
+	return nil
+}
+
+// describeProgress is one line of a VM's progress.
+func describeProgress(vm api.VM) string {
+	switch vm.State {
+	case "queued":
+		s := "queued"
+		if vm.Phase != "" {
+			s += ": " + vm.Phase
+		}
+		if vm.Reason != "" {
+			s += " (" + vm.Reason + ")"
+		}
+		return s
+	case "running":
+		return "running: ready"
+	case "failed", "deleted", "stopped":
+		return vm.State + ": " + orDash(vm.Reason)
+	}
+	if vm.Phase == "" {
+		return vm.State
+	}
+	return vm.State + ": " + vm.Phase
+}
+
+// printConnect says where a running VM is and what to do next.
+func printConnect(w io.Writer, vm api.VM) {
+	fmt.Fprintf(w, "VM %s is running", vm.Name)
+	if vm.Host != "" {
+		fmt.Fprintf(w, " on %s", vm.Host)
+	}
+	fmt.Fprintln(w, ".")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "  ID:\t%s\n", vm.ID)
+	fmt.Fprintf(tw, "  GPU:\t%s\n", describeVMGPUs(vm.GPUs))
+	fmt.Fprintf(tw, "  Lease:\t%s\n", describeLease(vm, time.Now()))
+	if c := vm.Console; c != nil {
+		fmt.Fprintf(tw, "  Console:\t%s://%s:%d\n", c.Protocol, c.Host, c.Port)
+	}
+	fmt.Fprintf(tw, "  Details:\tgpuvm show %s\n", vm.Name)
+	fmt.Fprintf(tw, "  Delete:\tgpuvm delete %s\n", vm.Name)
+	tw.Flush()
+}
+
+// progress shows a VM's phases: one line each, or on a terminal a spinner
+// line that is replaced as the phases change.
+type progress struct {
+	w     io.Writer
+	tty   bool
+	start time.Time
+
+	mu   sync.Mutex
+	cur  string
+	n    int
+	quit chan struct{}
+	done chan struct{}
+}
+
+func newProgress(w io.Writer, tty bool) *progress {
+	p := &progress{w: w, tty: tty, start: time.Now(), quit: make(chan struct{}), done: make(chan struct{})}
+	if !tty {
+		close(p.done)
+		return p
+	}
+	go func() {
+		defer close(p.done)
+		t := time.NewTicker(150 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-p.quit:
+				return
+			case <-t.C:
+				p.mu.Lock()
+				p.draw()
+				p.mu.Unlock()
+			}
+		}
+	}()
+	return p
+}
+
+var spinner = []string{"|", "/", "-", `\`}
+
+// draw redraws the spinner line; p.mu is held.
+func (p *progress) draw() {
+	if p.cur == "" {
+		return
+	}
+	p.n++
+	fmt.Fprintf(p.w, "\r\x1b[K%s %s  %s", spinner[p.n%len(spinner)], p.cur, time.Since(p.start).Round(time.Second))
+}
+
+func (p *progress) set(line string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.tty {
+		fmt.Fprintln(p.w, line)
+		return
+	}
+	if p.cur != "" {
+		fmt.Fprintf(p.w, "\r\x1b[K  %s\n", p.cur)
+	}
+	p.cur = line
+	p.draw()
+}
+
+func (p *progress) stop() {
+	if p.tty {
+		close(p.quit)
+	}
+	<-p.done
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.tty && p.cur != "" {
+		fmt.Fprintf(p.w, "\r\x1b[K  %s\n", p.cur)
+		p.cur = ""
+	}
+}
+
+type listOpts struct {
+	states []string
+	all    bool
+	out    outputOpts
+}
+
+func newListCmd(getenv func(string) string) *cobra.Command {
+	o := clientOpts{getenv: getenv}
+	var l listOpts
+	cmd := &cobra.Command{
+		Use:     "list",
+		Aliases: []string{"ls"},
+		Short:   "List your VMs (admins: everyone's)",
+		Long: `Lists your VMs, oldest first; admins see everyone's. Deleted VMs are left out
+unless --all or --state says otherwise. --state takes one or more of
+` + strings.Join(vmStates, ", ") + ` (comma-separated or repeated).
+
+Output: a table by default; --json prints an api.VMList with every VM;
+--quiet prints the IDs only.
+` + connectionHelp + "\n" + exitHelp,
+		Args: noArgs,
+		RunE: o.runE(func(ctx context.Context, c *client.Client, cmd *cobra.Command, _ []string) error {
+			return runList(ctx, c, cmd, l)
+		}),
+	}
+	o.flags(cmd, false)
+	cmd.Flags().StringSliceVar(&l.states, "state", nil, "only VMs in these states")
+	cmd.Flags().BoolVar(&l.all, "all", false, "deleted VMs too")
+	l.out.flags(cmd, "print the IDs only")
+	_ = cmd.RegisterFlagCompletionFunc("state", func(*cobra.Command, []string, string) ([]cobra.Completion, cobra.ShellCompDirective) {
+		return vmStates, cobra.ShellCompDirectiveNoFileComp
+	})
+	return cmd
+}
+
+func runList(ctx context.Context, c *client.Client, cmd *cobra.Command, l listOpts) error {
+	if err := l.out.check(); err != nil {
+		return err
+	}
+	if l.all && len(l.states) > 0 {
+		return usageError{errors.New("--all and --state exclude each other")}
+	}
+	// The server leaves deleted VMs out unless asked for states.
+	states := l.states
+	if l.all {
+		states = vmStates
+	}
+	vms, err := c.ListAllVMs(ctx, client.ListVMsOptions{States: states})
+	if err != nil {
+		return err
+	}
+	w := cmd.OutOrStdout()
+	switch {
+	case l.out.json:
+		return writeJSON(w, api.VMList{Items: vms})
+	case l.out.quiet:
+		for _, vm := range vms {
+			fmt.Fprintln(w, vm.ID)
+		}
+		return nil
+	}
+	if len(vms) == 0 {
+		_, err := fmt.Fprintln(w, "No VMs.")
+		return err
+	}
+	owners := map[string]bool{}
+	for _, vm := range vms {
+		owners[vm.Owner] = true
+	}
+	showOwner := len(owners) > 1
+	now := time.Now()
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	head := "NAME\tSTATE\tPROFILE\tGPU\tLEASE\tID\tNOTE"
+	if showOwner {
+		head = "OWNER\t" + head
+	}
+	fmt.Fprintln(tw, head)
+	for _, vm := range vms {
+		if showOwner {
+			fmt.Fprintf(tw, "%s\t", vm.Owner)
+		}
+		note := vm.Reason
+		if note == "" && vm.State != "running" {
+			note = vm.Phase
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", vm.Name, vm.State, vm.Profile, describeVMGPUs(vm.GPUs),
+			shortLease(vm, now), vm.ID, orDash(note))
+	}
+	return tw.Flush()
+}
+
+func newShowCmd(getenv func(string) string) *cobra.Command {
+	o := clientOpts{getenv: getenv}
+	var out outputOpts
+	cmd := &cobra.Command{
+		Use:   "show VM",
+		Short: "Show one VM: its state, GPU, host and lease",
+		Long: `Shows a VM, named by its name (among your live VMs) or its ID.
+
+Output: a description by default; --json prints the api.VM.
+` + connectionHelp + "\n" + exitHelp,
+		Args: exactArgs(1, "one VM name or ID"),
+		RunE: o.runE(func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
+			if err := out.check(); err != nil {
+				return err
+			}
+			vm, err := c.GetVM(ctx, args[0])
+			if err != nil {
+				return err
+			}
+			switch {
+			case out.json:
+				return writeJSON(cmd.OutOrStdout(), vm)
+			case out.quiet:
+				_, err := fmt.Fprintln(cmd.OutOrStdout(), vm.ID)
+				return err
+			}
+			return printVM(cmd.OutOrStdout(), *vm, time.Now())
+		}),
+		ValidArgsFunction: completeVMs(&o),
+	}
+	o.flags(cmd, false)
+	out.flags(cmd, "print the ID only")
+	return cmd
+}
+
+func printVM(w io.Writer, vm api.VM, now time.Time) error {
+	fmt.Fprintf(w, "VM %s (%s)\n", vm.Name, vm.ID)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	state := vm.State
+	if vm.Phase != "" {
+		state += " (" + vm.Phase + ")"
+	}
+	fmt.Fprintf(tw, "  State:\t%s\n", state)
+	if vm.Reason != "" {
+		fmt.Fprintf(tw, "  Reason:\t%s\n", vm.Reason)
+	}
+	fmt.Fprintf(tw, "  Owner:\t%s\n", vm.Owner)
+	fmt.Fprintf(tw, "  Profile:\t%s\n", vm.Profile)
+	fmt.Fprintf(tw, "  Host:\t%s\n", orDash(vm.Host))
+	if len(vm.GPUs) == 0 {
+		fmt.Fprintf(tw, "  GPU:\tnone\n")
+	}
+	for _, g := range vm.GPUs {
+		s := describeVMGPUs([]api.VMGPU{g}) + " on " + g.Address
+		if g.Placement != nil {
+			s += fmt.Sprintf(", slice %d", *g.Placement)
+		}
+		if g.Device != "" {
+			s += ", device " + g.Device
+		}
+		fmt.Fprintf(tw, "  GPU:\t%s\n", s)
+	}
+	fmt.Fprintf(tw, "  Lease:\t%s\n", describeLease(vm, now))
+	if c := vm.Console; c != nil {
+		fmt.Fprintf(tw, "  Console:\t%s://%s:%d\n", c.Protocol, c.Host, c.Port)
+	}
+	fmt.Fprintf(tw, "  Created:\t%s\n", vm.CreatedAt.Local().Format(time.DateTime))
+	fmt.Fprintf(tw, "  Updated:\t%s\n", vm.UpdatedAt.Local().Format(time.DateTime))
+	return tw.Flush()
+}
+
+func describeVMGPUs(gs []api.VMGPU) string {
+	if len(gs) == 0 {
+		return "-"
+	}
+	var parts []string
+	for _, g := range gs {
+		s := g.Kind
+		if g.Type != "" {
+			s += " " + g.Type
+		}
+		parts = append(parts, s)
+	}
+	return strings.Join(parts, ", ")
+}
+
+func describeLease(vm api.VM, now time.Time) string {
+	s := plural(vm.Hours, "hour")
+	if vm.LeaseEnd != nil {
+		s += ", until " + vm.LeaseEnd.Local().Format(time.DateTime)
+		left := vm.LeaseEnd.Sub(now)
+		switch {
+		case vm.State == "deleted" || vm.State == "failed":
+			// The lease ended with the VM.
+		case left > 0:
+			s += " (" + humanDuration(left) + " left)"
+		default:
+			s += " (over)"
+		}
+	}
+	return s
+}
+
+func shortLease(vm api.VM, now time.Time) string {
+	switch {
+	case vm.State == "deleted" || vm.State == "failed":
+		return "-"
+	case vm.LeaseEnd == nil:
+		return fmt.Sprintf("%dh", vm.Hours)
+	}
+	left := vm.LeaseEnd.Sub(now)
+	if left <= 0 {
+		return "over"
+	}
+	return humanDuration(left) + " left"
+}
+
+// humanDuration is d to the minute: "3h", "2h59m", "45m", "<1m".
+func humanDuration(d time.Duration) string {
+	d = d.Round(time.Minute)
+	h, m := int(d/time.Hour), int(d%time.Hour/time.Minute)
+	switch {
+	case h > 0 && m > 0:
+		return fmt.Sprintf("%dh%dm", h, m)
+	case h > 0:
+		return fmt.Sprintf("%dh", h)
+	case m > 0:
+		return fmt.Sprintf("%dm", m)
+	}
+	return "<1m"
+}
+
+type deleteOpts struct {
+	yes, wait bool
+	out       outputOpts
+}
+
+func newDeleteCmd(getenv func(string) string) *cobra.Command {
+	o := clientOpts{getenv: getenv}
+	var d deleteOpts
+	cmd := &cobra.Command{
+		Use:     "delete VM",
+		Aliases: []string{"rm"},
+		Short:   "Delete a VM: its GPU slice is freed and its disk removed",
+		Long: `Deletes a VM, named by its name (among your live VMs) or its ID. Its domain,
+GPU device and disk are removed and its GPU slice freed; this cannot be undone.
+
+On a terminal it asks first, unless --yes. When the standard input is not a
+terminal it refuses to go on without --yes (exit 2).
+
+With --wait, follows the deletion to its end. Output: a line by default;
+--json prints the api.OperationResponse (with --wait, the api.Operation as it
+ended); --quiet prints the delete operation's ID only.
+` + connectionHelp + "\n" + exitHelp,
+		Args: exactArgs(1, "one VM name or ID"),
+		RunE: o.runE(func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
+			return runDelete(ctx, c, cmd, args[0], d)
+		}),
+		ValidArgsFunction: completeVMs(&o),
+	}
+	o.flags(cmd, false)
+	cmd.Flags().BoolVarP(&d.yes, "yes", "y", false, "do not ask")
+	cmd.Flags().BoolVar(&d.wait, "wait", false, "wait until the VM is deleted")
+	d.out.flags(cmd, "print the operation's ID only")
+	return cmd
+}
+
+func runDelete(ctx context.Context, c *client.Client, cmd *cobra.Command, ref string, d deleteOpts) error {
+	if err := d.out.check(); err != nil {
+		return err
+	}
+	t := terminalOf(cmd)
+	if !d.yes && !t.inTTY {
+		return usageError{errors.New("the standard input is not a terminal to ask on: pass --yes to delete without asking")}
+	}
+	vm, err := c.GetVM(ctx, ref)
+	if err != nil {
+		return err
+	}
+	stdout, stderr := cmd.OutOrStdout(), cmd.ErrOrStderr()
+	if !d.yes {
+		fmt.Fprintf(stderr, "Delete VM %s (%s, %s, profile %s)? This cannot be undone. [y/N] ", vm.Name, vm.ID, vm.State, vm.Profile)
+		answer, _ := bufio.NewReader(t.in).ReadString('\n')
+		if a := strings.ToLower(strings.TrimSpace(answer)); a != "y" && a != "yes" {
+			fmt.Fprintln(stderr, "Nothing was deleted.")
+			return exitError{exitFailure}
+		}
+	}
+	op, err := c.DeleteVM(ctx, vm.ID)
+	if err != nil {
+		return err
+	}
+	if !d.wait {
+		switch {
+		case d.out.json:
+			return writeJSON(stdout, api.OperationResponse{Operation: *op})
+		case d.out.quiet:
+			_, err := fmt.Fprintln(stdout, op.ID)
+			return err
+		}
+		_, err := fmt.Fprintf(stdout, "Deleting VM %s (%s): operation %s.\n", vm.Name, vm.ID, op.ID)
+		return err
+	}
+	progressW, tty := stdout, t.outTTY
+	if d.out.json || d.out.quiet {
+		progressW, tty = stderr, isTerminal(stderr)
+	}
+	p := newProgress(progressW, tty)
+	last, err := c.WaitOperation(ctx, op.ID, func(op api.Operation) {
+		s := "delete " + op.State
+		switch {
+		case op.State == "done":
+			s = "deleted"
+		case op.State == "failed":
+			s += ": " + orDash(op.Error)
+		case op.Step != "":
+			s += ": " + op.Step
+		}
+		p.set(s)
+	})
+	p.stop()
+	if err != nil {
+		if ctx.Err() != nil {
+			fmt.Fprintf(stderr, "gpuvm: stopped waiting; the deletion of VM %s goes on.\n", vm.Name)
+			return exitError{exitFailure}
+		}
+		return err
+	}
+	switch {
+	case d.out.json:
+		if err := writeJSON(stdout, last); err != nil {
+			return err
+		}
+	case d.out.quiet:
+		fmt.Fprintln(stdout, last.ID)
+	case last.State == "done":
+		fmt.Fprintf(stdout, "VM %s is deleted.\n", vm.Name)
+	}
+	if last.State != "done" {
+		fmt.Fprintf(stderr, "gpuvm: deleting VM %s failed: %s\n", vm.Name, orDash(last.Error))
+		return exitError{exitFailure}
+	}
+	return nil
+}

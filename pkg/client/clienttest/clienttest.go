@@ -1,0 +1,265 @@
+// Package clienttest runs a real gpuvmd API (pkg/server) for the tests of
+// API clients: a real store (SQLite in the test's temporary directory) with
+// an admin and a user and their tokens, a fake GPU backend, profiles parsed
+// from HCL, and a fake orchestrator worker that moves VMs through their
+// states without any hypervisor.
+//
+// It imports the server and the store (cgo, SQLite): tests only.
+package clienttest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http/httptest"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gpuvm/gpuvm/pkg/backend"
+	"github.com/gpuvm/gpuvm/pkg/profile"
+	"github.com/gpuvm/gpuvm/pkg/server"
+	"github.com/gpuvm/gpuvm/pkg/store"
+)
+
+// Profiles is the default configuration: "seat" (no GPU, 2h default, 8h
+// max), "mig-seat" (a MIG slice) and "broken" (the worker fails its VMs).
+const Profiles = `
+profile "seat" {
+  description = "a test seat"
+  vcpus  = 1
+  memory = "1GiB"
+  boot { kernel = "/k" }
+  lease {
+    default = "2h"
+    max     = "8h"
+  }
+}
+profile "mig-seat" {
+  vcpus  = 2
+  memory = "2GiB"
+  boot { kernel = "/k" }
+  gpu {
+    kind    = "mig"
+    profile = "3g.40gb"
+  }
+}
+profile "broken" {
+  vcpus  = 1
+  memory = "1GiB"
+  boot { kernel = "/k" }
+}
+`
+
+// FailProfile is the profile whose VMs the fake worker fails.
+const FailProfile = "broken"
+
+// Env is one running API.
+type Env struct {
+	URL        string
+	AdminToken string // user "admin", an admin
+	UserToken  string // user "ann"
+	Store      *store.Store
+	Worker     *Worker
+	Config     *Config
+}
+
+// Options change an Env.
+type Options struct {
+	// Profiles replaces the default configuration.
+	Profiles string
+	// Step is how long the worker waits between two steps of a VM
+	// (default 20ms).
+	Step time.Duration
+}
+
+// New starts an Env; it stops with the test.
+func New(t testing.TB, o Options) *Env {
+	t.Helper()
+	if o.Profiles == "" {
+		o.Profiles = Profiles
+	}
+	if o.Step <= 0 {
+		o.Step = 20 * time.Millisecond
+	}
+	cfg, diags := profile.Parse(profile.Source{Name: "test.hcl", Data: []byte(o.Profiles)})
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	ctx := context.Background()
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	st, err := store.Open(ctx, store.Config{DSN: filepath.Join(t.TempDir(), "gpuvm.db"), Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &Env{Store: st, Config: &Config{cfg: cfg}}
+	for _, u := range []store.User{{Name: "admin", Admin: true}, {Name: "ann"}} {
+		if err := st.CreateUser(ctx, &u); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if e.AdminToken, _, err = st.CreateToken(ctx, "admin", "test", nil); err != nil {
+		t.Fatal(err)
+	}
+	if e.UserToken, _, err = st.CreateToken(ctx, "ann", "test", nil); err != nil {
+		t.Fatal(err)
+	}
+	mock := &backend.Mock{
+		InventoryF: func(context.Context) (backend.Inventory, error) {
+			return backend.Inventory{Backend: "mig", Host: "test host", Simulated: true,
+				GPUs: []backend.GPU{{Address: "0000:41:00.0", Model: "H100", Memory: 80 << 30}}}, nil
+		},
+		HealthF: func(context.Context) (backend.Health, error) { return backend.Health{OK: true}, nil },
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	e.Worker = &Worker{st: st, step: o.Step, wake: make(chan struct{}, 1)}
+	e.Worker.wg.Add(1)
+	go e.Worker.run(wctx)
+	srv := httptest.NewServer(server.New(server.Deps{
+		Auth: st, Backends: backends{"mig": mock}, Config: e.Config, Log: log, Store: st, Worker: e.Worker,
+	}))
+	e.URL = srv.URL
+	t.Cleanup(func() {
+		srv.Close()
+		cancel()
+		e.Worker.wg.Wait()
+		st.Close()
+	})
+	return e
+}
+
+type backends map[string]backend.Backend
+
+func (b backends) Names() []string {
+	var out []string
+	for n := range b {
+		out = append(out, n)
+	}
+	return out
+}
+
+func (b backends) Backend(n string) (backend.Backend, bool) { x, ok := b[n]; return x, ok }
+
+// Config is the server's configuration; Broken makes Reload fail.
+type Config struct {
+	mu     sync.Mutex
+	cfg    *profile.Config
+	Broken atomic.Bool
+}
+
+func (c *Config) Load() *profile.Config { c.mu.Lock(); defer c.mu.Unlock(); return c.cfg }
+
+func (c *Config) Reload() (string, error) {
+	if c.Broken.Load() {
+		return "test.hcl:3:1: Error: Unsupported block type; Blocks of type \"profle\" are not expected here.",
+			errors.New("the configuration has errors; nothing was changed")
+	}
+	return "test.hcl:1:1: Warning: a warning", nil
+}
+
+// Worker is a fake orchestrator: every Step it moves each VM with an
+// unfinished operation one state on. A create goes queued (with a reason)
+// → allocating → creating → running, and fails at allocating for
+// FailProfile; a delete goes deleting → deleted.
+type Worker struct {
+	st   *store.Store
+	step time.Duration
+	wake chan struct{}
+	wg   sync.WaitGroup
+	// Paused stops the worker from moving VMs while true.
+	Paused atomic.Bool
+	// Woken counts the wake-ups.
+	Woken atomic.Int32
+}
+
+// Wake implements server.Waker.
+func (w *Worker) Wake() {
+	w.Woken.Add(1)
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (w *Worker) run(ctx context.Context) {
+	defer w.wg.Done()
+	tick := time.NewTicker(w.step)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		case <-w.wake:
+		}
+		if w.Paused.Load() {
+			continue
+		}
+		if err := w.round(ctx); err != nil && ctx.Err() == nil {
+			fmt.Println("clienttest worker:", err)
+		}
+	}
+}
+
+func (w *Worker) round(ctx context.Context) error {
+	ops, err := w.st.ListUnfinishedOperations(ctx)
+	if err != nil {
+		return err
+	}
+	for _, op := range ops {
+		vm, err := w.st.GetVM(ctx, op.VMID)
+		if err != nil {
+			return err
+		}
+		var u store.VMUpdate
+		var finish, fail bool
+		switch {
+		case op.Kind == store.OpCreate && vm.State == store.VMQueued && vm.StateReason == "":
+			u = store.VMUpdate{State: store.VMQueued, Phase: "waiting for a GPU", StateReason: "no free capacity (test)"}
+		case op.Kind == store.OpCreate && vm.State == store.VMQueued && vm.Profile == FailProfile:
+			u = store.VMUpdate{State: store.VMFailed, StateReason: "the test worker fails this profile"}
+			finish, fail = true, true
+		case op.Kind == store.OpCreate && vm.State == store.VMQueued:
+			host := "test-host"
+			u = store.VMUpdate{State: store.VMAllocating, Phase: "allocating GPU", Host: &host}
+		case op.Kind == store.OpCreate && vm.State == store.VMAllocating:
+			u = store.VMUpdate{State: store.VMCreating, Phase: "preparing disk"}
+		case op.Kind == store.OpCreate && vm.State == store.VMCreating:
+			lease := w.st.Now().Add(time.Duration(max(vm.Hours, 1)) * time.Hour)
+			u = store.VMUpdate{State: store.VMRunning, Phase: "ready", LeaseEnd: &lease}
+			finish = true
+		case op.Kind == store.OpDelete && vm.State != store.VMDeleting && vm.State != store.VMDeleted:
+			u = store.VMUpdate{State: store.VMDeleting, Phase: "removing domain"}
+		case op.Kind == store.OpDelete && vm.State == store.VMDeleting:
+			u = store.VMUpdate{State: store.VMDeleted}
+			finish = true
+		default:
+			// A create overtaken by a delete, or an operation this worker
+			// does not know: finish it.
+			if err := w.st.FinishOperation(ctx, op.ID, nil); err != nil {
+				return err
+			}
+			continue
+		}
+		if err := w.st.SetOperationStep(ctx, op.ID, u.Phase); err != nil {
+			return err
+		}
+		if _, err := w.st.UpdateVMState(ctx, vm.ID, vm.Version, u); err != nil {
+			return err
+		}
+		if finish {
+			var opErr error
+			if fail {
+				opErr = errors.New(u.StateReason)
+			}
+			if err := w.st.FinishOperation(ctx, op.ID, opErr); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}

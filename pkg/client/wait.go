@@ -1,0 +1,124 @@
+package client
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/gpuvm/gpuvm/pkg/api"
+)
+
+// VM states in which WaitVM stops.
+const (
+	StateRunning = "running"
+	StateFailed  = "failed"
+	StateDeleted = "deleted"
+)
+
+// Settled reports whether a VM is in a state WaitVM stops at: running,
+// failed or deleted.
+func Settled(vm api.VM) bool {
+	return vm.State == StateRunning || vm.State == StateFailed || vm.State == StateDeleted
+}
+
+// maxPollFailures is how many polls in a row may fail for want of an answer
+// (or with 5xx) before a wait gives up.
+const maxPollFailures = 5
+
+// WaitVM polls a VM until it is running, failed or deleted, and returns it
+// as last seen. changed, when not nil, is called with the VM first and then
+// each time its state, phase or reason changes. The interval starts at
+// PollMin and backs off to PollMax; a poll that gets no answer, or a 5xx, is
+// retried (five in a row end the wait). The wait ends with ctx's error when
+// ctx ends. A VM that failed is not an error: look at its State and Reason.
+func (c *Client) WaitVM(ctx context.Context, id string, changed func(api.VM)) (*api.VM, error) {
+	var last *api.VM
+	err := c.poll(ctx, func() (bool, error) {
+		vm, err := c.GetVM(ctx, id)
+		if err != nil {
+			return false, err
+		}
+		if last == nil || last.State != vm.State || last.Phase != vm.Phase || last.Reason != vm.Reason {
+			if changed != nil {
+				changed(*vm)
+			}
+		}
+		last = vm
+		return Settled(*vm), nil
+	})
+	if err != nil {
+		return last, fmt.Errorf("wait for VM %s: %w", id, err)
+	}
+	return last, nil
+}
+
+// WaitOperation polls an operation until it is done or failed, and returns
+// it as last seen; changed is called with it first and then each time its
+// state or step changes. Polling is as WaitVM's. A failed operation is not
+// an error: look at its State and Error.
+func (c *Client) WaitOperation(ctx context.Context, id string, changed func(api.Operation)) (*api.Operation, error) {
+	var last *api.Operation
+	err := c.poll(ctx, func() (bool, error) {
+		op, err := c.GetOperation(ctx, id)
+		if err != nil {
+			return false, err
+		}
+		if last == nil || last.State != op.State || last.Step != op.Step {
+			if changed != nil {
+				changed(*op)
+			}
+		}
+		last = op
+		return op.State == "done" || op.State == "failed", nil
+	})
+	if err != nil {
+		return last, fmt.Errorf("wait for operation %s: %w", id, err)
+	}
+	return last, nil
+}
+
+// poll calls check until it reports done, backing off between calls.
+func (c *Client) poll(ctx context.Context, check func() (bool, error)) error {
+	interval, maxInterval := c.PollMin, c.PollMax
+	if interval <= 0 {
+		interval = 500 * time.Millisecond
+	}
+	if maxInterval < interval {
+		maxInterval = interval
+	}
+	failures := 0
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	<-timer.C
+	for {
+		done, err := check()
+		switch {
+		case err != nil && ctx.Err() != nil:
+			return ctx.Err()
+		case err != nil && retryable(err) && failures+1 < maxPollFailures:
+			failures++
+		case err != nil:
+			return err
+		case done:
+			return nil
+		default:
+			failures = 0
+		}
+		timer.Reset(interval)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-timer.C:
+		}
+		interval = min(interval+interval/2, maxInterval)
+	}
+}
+
+// retryable: no answer, or a server error that may pass.
+func retryable(err error) bool {
+	if IsUnreachable(err) {
+		return true
+	}
+	p, ok := AsProblem(err)
+	return ok && p.Status >= 500
+}
