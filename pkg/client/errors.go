@@ -5,39 +5,23 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+
+	"github.com/gpuvm/gpuvm/pkg/api"
 )
 
 // ProblemBase prefixes every problem type URI gpuvmd sends (RFC 9457).
-const ProblemBase = "https://gpuvm.dev/problems/"
+const ProblemBase = api.ProblemBase
 
 // Problem is an error answer of gpuvmd: its application/problem+json body.
 // An error answer that is not problem+json (a proxy's HTML page) is a
 // Problem too, with Type "about:blank", the status's text as Title and the
 // start of the body as Detail.
 type Problem struct {
-	Type   string `json:"type"`
-	Title  string `json:"title"`
-	Status int    `json:"status"`
-	Detail string `json:"detail,omitempty"`
-	// Field names the offending request field of a validation error.
-	Field string `json:"field,omitempty"`
-	// Diagnostics carries configuration diagnostics (reload).
-	Diagnostics string `json:"diagnostics,omitempty"`
+	api.Problem
 	// Method and URL are the request that got this answer (not sent by
 	// the server).
 	Method string `json:"-"`
 	URL    string `json:"-"`
-}
-
-func (p *Problem) Error() string {
-	msg := p.Title
-	if msg == "" {
-		msg = http.StatusText(p.Status)
-	}
-	if p.Detail != "" {
-		msg += ": " + p.Detail
-	}
-	return msg
 }
 
 // Kind is the last part of the problem type ("not-found"), or "" for a type

@@ -5,24 +5,15 @@ import (
 	"net/http"
 
 	"github.com/gin-gonic/gin"
+
+	"github.com/gpuvm/gpuvm/pkg/api"
 )
 
-// ProblemBase prefixes every problem type URI; the types are stable.
-const ProblemBase = "https://gpuvm.dev/problems/"
+// ProblemBase prefixes every problem type URI.
+const ProblemBase = api.ProblemBase
 
-// Problem is an RFC 9457 problem detail.
-type Problem struct {
-	Type   string `json:"type"`
-	Title  string `json:"title"`
-	Status int    `json:"status"`
-	Detail string `json:"detail,omitempty"`
-	// Field names the offending request field of a validation error.
-	Field string `json:"field,omitempty"`
-	// Diagnostics carries configuration diagnostics (reload).
-	Diagnostics string `json:"diagnostics,omitempty"`
-}
-
-func (p *Problem) Error() string { return p.Title + ": " + p.Detail }
+// Problem is an RFC 9457 problem detail (the wire type of pkg/api).
+type Problem = api.Problem
 
 // Problem kinds.
 var (
@@ -39,15 +30,15 @@ var (
 )
 
 // with returns a copy of a problem kind with a detail.
-func (p *Problem) with(detail string) *Problem {
+func with(p *Problem, detail string) *Problem {
 	c := *p
 	c.Detail = detail
 	return &c
 }
 
 // withField returns a copy of a problem kind with a detail about a field.
-func (p *Problem) withField(field, detail string) *Problem {
-	c := p.with(detail)
+func withField(p *Problem, field, detail string) *Problem {
+	c := with(p, detail)
 	c.Field = field
 	return c
 }
@@ -58,7 +49,7 @@ func (s *Server) writeProblem(c *gin.Context, err error) {
 	var p *Problem
 	if !errors.As(err, &p) {
 		s.log.Error("request failed", "method", c.Request.Method, "path", c.Request.URL.Path, "err", err)
-		p = errInternal.with("the error was logged")
+		p = with(errInternal, "the error was logged")
 	}
 	c.Header("Content-Type", "application/problem+json")
 	c.AbortWithStatusJSON(p.Status, p)

@@ -67,7 +67,7 @@ func New(d Deps) *Server {
 	s := &Server{Deps: d, log: d.Log.With("component", "api"), engine: gin.New()}
 	s.engine.Use(gin.Recovery(), s.logRequests)
 	s.engine.NoRoute(func(c *gin.Context) {
-		s.writeProblem(c, errNotFound.with("no route "+c.Request.Method+" "+c.Request.URL.Path))
+		s.writeProblem(c, with(errNotFound, "no route "+c.Request.Method+" "+c.Request.URL.Path))
 	})
 	s.routes()
 	return s
@@ -111,14 +111,14 @@ func (s *Server) authenticate(c *gin.Context) {
 	token, ok := strings.CutPrefix(h, "Bearer ")
 	if !ok || strings.TrimSpace(token) == "" {
 		c.Header("WWW-Authenticate", `Bearer realm="gpuvm"`)
-		s.writeProblem(c, errUnauthenticated.with("send Authorization: Bearer <token>"))
+		s.writeProblem(c, with(errUnauthenticated, "send Authorization: Bearer <token>"))
 		return
 	}
 	u, _, err := s.Auth.AuthenticateToken(c.Request.Context(), strings.TrimSpace(token))
 	switch {
 	case errors.Is(err, store.ErrInvalidToken):
 		c.Header("WWW-Authenticate", `Bearer realm="gpuvm", error="invalid_token"`)
-		s.writeProblem(c, errUnauthenticated.with("the token is unknown, expired or revoked"))
+		s.writeProblem(c, with(errUnauthenticated, "the token is unknown, expired or revoked"))
 		return
 	case err != nil:
 		s.writeProblem(c, err)
@@ -135,7 +135,7 @@ func user(c *gin.Context) *store.User {
 
 func (s *Server) requireAdmin(c *gin.Context) {
 	if !user(c).Admin {
-		s.writeProblem(c, errForbidden.with("this needs an admin"))
+		s.writeProblem(c, with(errForbidden, "this needs an admin"))
 		return
 	}
 	c.Next()
@@ -192,12 +192,12 @@ func (s *Server) gpus(c *gin.Context) {
 
 func (s *Server) reload(c *gin.Context) {
 	if s.Config == nil {
-		s.writeProblem(c, errUnavailable.with("gpuvmd runs without a configuration directory (--config)"))
+		s.writeProblem(c, with(errUnavailable, "gpuvmd runs without a configuration directory (--config)"))
 		return
 	}
 	diags, err := s.Config.Reload()
 	if err != nil {
-		p := errInvalidConfig.with(err.Error())
+		p := with(errInvalidConfig, err.Error())
 		p.Diagnostics = diags
 		s.writeProblem(c, p)
 		return
@@ -237,5 +237,5 @@ func (s *Server) getProfile(c *gin.Context) {
 		}
 	}
 	// Profiles the caller may not use are as absent as unknown ones.
-	s.writeProblem(c, errNotFound.with("no profile "+c.Param("name")))
+	s.writeProblem(c, with(errNotFound, "no profile "+c.Param("name")))
 }

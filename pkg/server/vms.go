@@ -29,7 +29,7 @@ var vmStates = []string{store.VMQueued, store.VMAllocating, store.VMCreating, st
 
 func (s *Server) requireStore(c *gin.Context) {
 	if s.Store == nil {
-		s.writeProblem(c, errUnavailable.with("gpuvmd runs without a VM database"))
+		s.writeProblem(c, with(errUnavailable, "gpuvmd runs without a VM database"))
 		return
 	}
 	c.Next()
@@ -56,16 +56,16 @@ func (s *Server) decodeJSON(c *gin.Context, v any) bool {
 	case err == nil:
 		return true
 	case errors.As(err, &tooLarge):
-		s.writeProblem(c, errTooLarge.with(fmt.Sprintf("the body may have at most %d bytes", api.MaxRequestBytes)))
+		s.writeProblem(c, with(errTooLarge, fmt.Sprintf("the body may have at most %d bytes", api.MaxRequestBytes)))
 	case errors.As(err, &typeErr):
-		s.writeProblem(c, errBadRequest.withField(typeErr.Field, fmt.Sprintf("%s must be a JSON %s", typeErr.Field, typeErr.Type)))
+		s.writeProblem(c, withField(errBadRequest, typeErr.Field, fmt.Sprintf("%s must be a JSON %s", typeErr.Field, typeErr.Type)))
 	case strings.HasPrefix(err.Error(), "json: unknown field "):
 		f := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
-		s.writeProblem(c, errBadRequest.withField(f, "unknown field "+strconv.Quote(f)))
+		s.writeProblem(c, withField(errBadRequest, f, "unknown field "+strconv.Quote(f)))
 	case errors.Is(err, io.EOF):
-		s.writeProblem(c, errBadRequest.with("the body is empty; send a JSON object"))
+		s.writeProblem(c, with(errBadRequest, "the body is empty; send a JSON object"))
 	default:
-		s.writeProblem(c, errBadRequest.with("the body is not valid JSON: "+err.Error()))
+		s.writeProblem(c, with(errBadRequest, "the body is not valid JSON: "+err.Error()))
 	}
 	return false
 }
@@ -111,22 +111,22 @@ func (s *Server) createVM(c *gin.Context) {
 		}
 	}
 	if req.Profile == "" {
-		s.writeProblem(c, errValidation.withField("profile", "name the profile to make the VM from"))
+		s.writeProblem(c, withField(errValidation, "profile", "name the profile to make the VM from"))
 		return
 	}
 	if p == nil {
 		// A profile the caller may not use is as absent as an unknown one.
-		s.writeProblem(c, errNotFound.withField("profile", "unknown profile "+strconv.Quote(req.Profile)))
+		s.writeProblem(c, withField(errNotFound, "profile", "unknown profile "+strconv.Quote(req.Profile)))
 		return
 	}
 	if req.Name != "" && !vmName.MatchString(req.Name) {
-		s.writeProblem(c, errValidation.withField("name", "a name is lower-case letters, digits and dashes, starts with a letter, at most 63 characters"))
+		s.writeProblem(c, withField(errValidation, "name", "a name is lower-case letters, digits and dashes, starts with a letter, at most 63 characters"))
 		return
 	}
 	maxHours := int(p.Lease.Max / time.Hour)
 	switch {
 	case req.Hours < 0:
-		s.writeProblem(c, errValidation.withField("hours", "hours must be positive"))
+		s.writeProblem(c, withField(errValidation, "hours", "hours must be positive"))
 		return
 	case req.Hours == 0:
 		req.Hours = max(1, int((p.Lease.Default+time.Hour-1)/time.Hour))
@@ -134,12 +134,12 @@ func (s *Server) createVM(c *gin.Context) {
 			req.Hours = min(req.Hours, maxHours)
 		}
 	case p.Lease.Max > 0 && time.Duration(req.Hours)*time.Hour > p.Lease.Max:
-		s.writeProblem(c, errValidation.withField("hours", fmt.Sprintf("profile %s allows at most %d hours", p.Name, maxHours)))
+		s.writeProblem(c, withField(errValidation, "hours", fmt.Sprintf("profile %s allows at most %d hours", p.Name, maxHours)))
 		return
 	}
 	for i, k := range req.SSHKeys {
 		if strings.TrimSpace(k) == "" || strings.ContainsAny(k, "\r\n") {
-			s.writeProblem(c, errValidation.withField(fmt.Sprintf("ssh_keys[%d]", i), "an SSH public key is one non-empty line"))
+			s.writeProblem(c, withField(errValidation, fmt.Sprintf("ssh_keys[%d]", i), "an SSH public key is one non-empty line"))
 			return
 		}
 	}
@@ -150,7 +150,7 @@ func (s *Server) createVM(c *gin.Context) {
 	hash := hex.EncodeToString(sum[:])
 	if key != "" {
 		if len(key) > 200 {
-			s.writeProblem(c, errBadRequest.withField("Idempotency-Key", "the key may have at most 200 characters"))
+			s.writeProblem(c, withField(errBadRequest, "Idempotency-Key", "the key may have at most 200 characters"))
 			return
 		}
 		if s.replay(c, u.Name, key, hash) {
@@ -184,7 +184,7 @@ func (s *Server) createVM(c *gin.Context) {
 		}
 		return
 	case errors.Is(err, store.ErrNameTaken):
-		s.writeProblem(c, errConflict.withField("name", "you already have a VM called "+strconv.Quote(name)))
+		s.writeProblem(c, withField(errConflict, "name", "you already have a VM called "+strconv.Quote(name)))
 		return
 	case err != nil:
 		s.writeProblem(c, err)
@@ -211,7 +211,7 @@ func (s *Server) replay(c *gin.Context, userName, key, hash string) bool {
 		return true
 	}
 	if k.RequestHash != hash {
-		s.writeProblem(c, errConflict.withField("Idempotency-Key", "this Idempotency-Key was used with another request body"))
+		s.writeProblem(c, withField(errConflict, "Idempotency-Key", "this Idempotency-Key was used with another request body"))
 		return true
 	}
 	vm, err := s.Store.GetVM(ctx, k.VMID)
@@ -239,7 +239,7 @@ func (s *Server) listVMs(c *gin.Context) {
 	if l := c.Query("limit"); l != "" {
 		n, err := strconv.Atoi(l)
 		if err != nil || n < 1 || n > 1000 {
-			s.writeProblem(c, errBadRequest.withField("limit", "limit is a number from 1 to 1000"))
+			s.writeProblem(c, withField(errBadRequest, "limit", "limit is a number from 1 to 1000"))
 			return
 		}
 		f.Limit = n
@@ -247,7 +247,7 @@ func (s *Server) listVMs(c *gin.Context) {
 	if st := c.Query("state"); st != "" {
 		for _, x := range strings.Split(st, ",") {
 			if !slices.Contains(vmStates, x) {
-				s.writeProblem(c, errBadRequest.withField("state", fmt.Sprintf("unknown state %q (known: %s)", x, strings.Join(vmStates, ", "))))
+				s.writeProblem(c, withField(errBadRequest, "state", fmt.Sprintf("unknown state %q (known: %s)", x, strings.Join(vmStates, ", "))))
 				return
 			}
 			f.States = append(f.States, x)
@@ -255,7 +255,7 @@ func (s *Server) listVMs(c *gin.Context) {
 	}
 	page, err := s.Store.ListVMs(c.Request.Context(), f)
 	if errors.Is(err, store.ErrInvalid) {
-		s.writeProblem(c, errBadRequest.withField("after", "the cursor is not one this server gave"))
+		s.writeProblem(c, withField(errBadRequest, "after", "the cursor is not one this server gave"))
 		return
 	}
 	if err != nil {
@@ -301,7 +301,7 @@ func (s *Server) findVM(c *gin.Context) (*store.VM, bool) {
 		s.writeProblem(c, err)
 		return nil, false
 	}
-	s.writeProblem(c, errNotFound.with("no VM "+strconv.Quote(ref)))
+	s.writeProblem(c, with(errNotFound, "no VM "+strconv.Quote(ref)))
 	return nil, false
 }
 
@@ -325,7 +325,7 @@ func (s *Server) deleteVM(c *gin.Context) {
 	}
 	ctx := c.Request.Context()
 	if vm.State == store.VMDeleted {
-		s.writeProblem(c, errNotFound.with("VM "+strconv.Quote(vm.Name)+" is already deleted"))
+		s.writeProblem(c, with(errNotFound, "VM "+strconv.Quote(vm.Name)+" is already deleted"))
 		return
 	}
 	ops, err := s.Store.ListOperations(ctx, vm.ID)
@@ -363,7 +363,7 @@ func (s *Server) getOperation(c *gin.Context) {
 		}
 	}
 	if errors.Is(err, store.ErrNotFound) {
-		s.writeProblem(c, errNotFound.with("no operation "+strconv.Quote(c.Param("id"))))
+		s.writeProblem(c, with(errNotFound, "no operation "+strconv.Quote(c.Param("id"))))
 		return
 	}
 	if err != nil {
