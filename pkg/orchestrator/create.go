@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sort"
 	"strings"
 	"time"
 
@@ -353,8 +354,8 @@ func (o *Orchestrator) rollback(ctx context.Context, vmID string) error {
 }
 
 // removeDevices removes every device made for a VM: those its allocations
-// recorded and any a backend lists for it (made by a create that crashed
-// before recording it).
+// recorded and, for allocations whose device was never recorded (a create
+// that crashed in between), any their backend lists for the VM.
 func (o *Orchestrator) removeDevices(ctx context.Context, vmID string) error {
 	allocs, err := o.liveAllocations(ctx, vmID)
 	if err != nil {
@@ -362,8 +363,10 @@ func (o *Orchestrator) removeDevices(ctx context.Context, vmID string) error {
 	}
 	var errs []error
 	removed := map[string]bool{}
+	unrecorded := map[string]bool{}
 	for _, a := range allocs {
 		if a.DeviceID == "" {
+			unrecorded[a.Backend] = true
 			continue
 		}
 		b, ok := o.cfg.Backends.Backend(a.Backend)
@@ -377,16 +380,14 @@ func (o *Orchestrator) removeDevices(ctx context.Context, vmID string) error {
 		}
 		removed[a.Backend+"/"+a.DeviceID] = true
 	}
-	for _, name := range o.cfg.Backends.Names() {
-		b, ok := o.cfg.Backends.Backend(name)
-		if !ok {
-			continue
-		}
-		inv, err := b.Inventory(ctx)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("inventory of %s: %w", name, err))
-			continue
-		}
+	var names []string
+	for name := range unrecorded {
+		names = append(names, name)
+	}
+	invs, invErrs := o.inventoriesOf(ctx, names)
+	errs = append(errs, invErrs...)
+	for name, inv := range invs {
+		b, _ := o.cfg.Backends.Backend(name)
 		for _, d := range inv.Devices {
 			if d.VMUUID != vmID || !d.Managed || removed[name+"/"+d.ID] {
 				continue
@@ -397,4 +398,25 @@ func (o *Orchestrator) removeDevices(ctx context.Context, vmID string) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// inventoriesOf asks the named backends for their inventories; a backend
+// that is not running or fails is reported and left out.
+func (o *Orchestrator) inventoriesOf(ctx context.Context, names []string) (map[string]backend.Inventory, []error) {
+	sort.Strings(names)
+	invs := map[string]backend.Inventory{}
+	var errs []error
+	for _, name := range names {
+		b, ok := o.cfg.Backends.Backend(name)
+		if !ok {
+			continue
+		}
+		inv, err := b.Inventory(ctx)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("inventory of %s: %w", name, err))
+			continue
+		}
+		invs[name] = inv
+	}
+	return invs, errs
 }

@@ -117,19 +117,8 @@ func (o *Orchestrator) reconcileHost(ctx context.Context) (Report, error) {
 
 	// Devices and domains of VMs that are not live. Read the host first,
 	// then the database: a VM made meanwhile is then live in the list.
-	invs := map[string]backend.Inventory{}
-	for _, name := range o.cfg.Backends.Names() {
-		b, ok := o.cfg.Backends.Backend(name)
-		if !ok {
-			continue
-		}
-		inv, err := b.Inventory(ctx)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("inventory of %s: %w", name, err))
-			continue
-		}
-		invs[name] = inv
-	}
+	invs, invErrs := o.inventoriesOf(ctx, o.cfg.Backends.Names())
+	errs = append(errs, invErrs...)
 	doms, err := o.cfg.Hypervisor.List(ctx)
 	if err != nil {
 		errs = append(errs, err)
