@@ -12,7 +12,7 @@ PLUGINS     := vgpu mig passthrough
 RUN_STATE   ?= $(CURDIR)/.cache/run
 RUN_LISTEN  ?= 127.0.0.1:8080
 
-.PHONY: all setup build run test unit lint generate check-generate fuzz clean
+.PHONY: all setup build guest run test unit lint generate check-generate fuzz clean
 
 all: build
 
@@ -29,7 +29,12 @@ build:
 
 # The main job on its embedded defaults: a simulated GPU server when this
 # machine has no NVIDIA GPU, state under .cache/run.
-run: setup build
+# The project's tiny test guest (kernel + busybox initrd from Debian
+# packages), cached under test/guest/cache; configs/dev's profiles boot it.
+guest:
+	@bash test/guest/build.sh >/dev/null
+
+run: setup build guest
 	@if grep -qsx 0x10de /sys/bus/pci/devices/*/vendor; then \
 		echo "NVIDIA GPU found: gpuvmd runs on the real host."; \
 		exec $(BIN)/gpuvmd --listen $(RUN_LISTEN) --state-dir $(RUN_STATE); \
