@@ -25,6 +25,7 @@ func newRoot(getenv func(string) string, stdout, stderr io.Writer) *cobra.Comman
 	})
 	root.AddCommand(newHostCmd(getenv))
 	root.AddCommand(newConfigCmd(getenv), newProfileCmd(getenv))
+	root.AddCommand(newSimCmd(getenv))
 	addClientCommands(root, getenv) // login, profiles, create, list, show, delete, admin, completion
 	return root
 }

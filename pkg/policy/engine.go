@@ -1,0 +1,317 @@
+package policy
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/gpuvm/gpuvm/pkg/profile"
+	"github.com/gpuvm/gpuvm/pkg/scheduler"
+)
+
+// Defaults of preemption (scheduler.Options), after KAI's
+// min-guaranteed-runtime and Slurm's GraceTime.
+const (
+	DefaultNotice     = 10 * time.Minute
+	DefaultMinRuntime = time.Hour
+)
+
+// Config is what an Engine applies.
+type Config struct {
+	// Policy is the configuration's policy block; nil is no rules: fifo,
+	// no quota, no window.
+	Policy *profile.Policy
+	// Order overrides Policy.Queue.Order when set (the simulator compares
+	// orders on one policy).
+	Order string
+	// HalfLife overrides the fairshare half-life when set.
+	HalfLife time.Duration
+	// GroupTotals caps what all members of a group hold together, besides
+	// the per-user limits of the policy's group blocks.
+	GroupTotals map[string]profile.Quota
+	// Usage is the decayed usage fairshare orders by (nil: none yet).
+	Usage *Usage
+	// Ledger is the ended use GPU-hour budgets count (nil: none).
+	Ledger *Ledger
+	// Bookings are the bookings made (see Book).
+	Bookings []*Booking
+	// MaxLease caps leases of requests without a profile (0: no cap);
+	// requests with a profile are capped by its lease.max.
+	MaxLease time.Duration
+	// Profiles resolves Request.Profile for lease limits.
+	Profiles map[string]*profile.Profile
+}
+
+// Engine applies gpuvm's rules; it implements scheduler.Policy.
+type Engine struct {
+	cfg     Config
+	order   string
+	windows Windows
+	loc     *time.Location
+}
+
+var _ scheduler.Policy = (*Engine)(nil)
+
+// New makes an engine.
+func New(c Config) (*Engine, error) {
+	e := &Engine{cfg: c, order: profile.OrderFIFO, loc: time.UTC}
+	if c.Policy != nil {
+		e.order = c.Policy.Queue.Order
+		if c.Policy.Location != nil {
+			e.loc = c.Policy.Location
+		}
+	}
+	if c.Order != "" {
+		e.order = c.Order
+	}
+	switch e.order {
+	case "", profile.OrderFIFO, profile.OrderPriority, profile.OrderSJF, profile.OrderFairshare:
+	default:
+		return nil, fmt.Errorf("queue order %q is not fifo, priority, sjf or fairshare", e.order)
+	}
+	if e.order == "" {
+		e.order = profile.OrderFIFO
+	}
+	e.windows = NewWindows(c.Policy)
+	return e, nil
+}
+
+// Order is the queue order the engine applies.
+func (e *Engine) Order() string { return e.order }
+
+// Location is the timezone of windows and budgets.
+func (e *Engine) Location() *time.Location { return e.loc }
+
+// Windows are the policy's time windows.
+func (e *Engine) Windows() Windows { return e.windows }
+
+// SetBookings replaces the bookings.
+func (e *Engine) SetBookings(b []*Booking) { e.cfg.Bookings = b }
+
+// Bookings are the bookings the engine holds capacity for.
+func (e *Engine) Bookings() []*Booking { return e.cfg.Bookings }
+
+type session struct {
+	e       *Engine
+	now     time.Time
+	users   map[string]*tally
+	groups  map[string]*tally
+	running []scheduler.Running
+	usage   map[string]float64
+}
+
+// Begin opens a cycle.
+func (e *Engine) Begin(now time.Time, running []scheduler.Running) scheduler.Session {
+	s := &session{e: e, now: now, users: map[string]*tally{}, groups: map[string]*tally{}, running: running}
+	for i := range running {
+		r := &running[i]
+		f := PlacedFootprint(r.Placement)
+		ut := s.tally(s.users, r.User)
+		ut.add(f)
+		ut.running = append(ut.running, r)
+		if gt := s.groupTally(r.Group); gt != nil {
+			gt.add(f)
+			gt.running = append(gt.running, r)
+		}
+	}
+	return s
+}
+
+func (s *session) tally(m map[string]*tally, k string) *tally {
+	t, ok := m[k]
+	if !ok {
+		t = &tally{}
+		m[k] = t
+	}
+	return t
+}
+
+func (s *session) groupTally(g string) *tally {
+	if g == "" {
+		return nil
+	}
+	return s.tally(s.groups, g)
+}
+
+// Order sorts the queue by the engine's order.
+func (s *session) Order(q []scheduler.Request) []scheduler.Request {
+	var factor func(string) float64
+	if s.e.order == profile.OrderFairshare {
+		f := s.fairshare(q)
+		factor = func(u string) float64 { return f[u] }
+	}
+	return orderQueue(s.e.order, q, s.now, factor)
+}
+
+// fairshare computes every user's factor from decayed past usage plus what
+// their running VMs have used so far.
+func (s *session) fairshare(q []scheduler.Request) map[string]float64 {
+	usage := map[string]float64{}
+	var users []string
+	seen := map[string]bool{}
+	note := func(u string) {
+		if !seen[u] {
+			seen[u] = true
+			users = append(users, u)
+		}
+	}
+	if s.e.cfg.Usage != nil {
+		for _, u := range s.e.cfg.Usage.Users() {
+			usage[u] = s.e.cfg.Usage.At(u, s.now)
+			note(u)
+		}
+	}
+	for _, r := range s.running {
+		if s.now.After(r.Started) {
+			usage[r.User] += PlacedFootprint(r.Placement).Share * s.now.Sub(r.Started).Hours()
+		}
+		note(r.User)
+	}
+	for i := range q {
+		note(q[i].User)
+	}
+	s.usage = usage
+	return fairshareFactors(usage, users)
+}
+
+// Admit applies lease limits, time windows and quotas.
+func (s *session) Admit(r *scheduler.Request) (scheduler.Reason, bool) {
+	if r.Lease <= 0 {
+		return scheduler.Reason{Code: scheduler.CodeInvalid, Detail: "a VM needs a lease longer than 0"}, true
+	}
+	if max := s.maxLease(r); max > 0 && r.Lease > max {
+		return scheduler.Reason{Code: scheduler.CodeInvalid, Detail: fmt.Sprintf("a lease of %s is longer than the most, %s", profile.FormatDuration(r.Lease), profile.FormatDuration(max))}, true
+	}
+	if why, refuse := s.window(r); !why.OK() {
+		return why, refuse
+	}
+	need := NeedFootprint(r.Need)
+	p := s.e.cfg.Policy
+	if p != nil {
+		eff := p.Effective(r.User, groupsOf(r))
+		var ledger []Record
+		if s.e.cfg.Ledger != nil {
+			ledger = s.e.cfg.Ledger.byUser[r.User]
+		}
+		if why, refuse := checkQuota("user "+r.User, eff.Quota, s.users[r.User], ledger, need, r, s.now, s.e.loc); !why.OK() {
+			return why, refuse
+		}
+	}
+	if q, ok := s.e.cfg.GroupTotals[r.Group]; ok && r.Group != "" {
+		var ledger []Record
+		if s.e.cfg.Ledger != nil {
+			ledger = s.e.cfg.Ledger.byGroup[r.Group]
+		}
+		if why, refuse := checkQuota("group "+r.Group, q, s.groups[r.Group], ledger, need, r, s.now, s.e.loc); !why.OK() {
+			return why, refuse
+		}
+	}
+	return scheduler.Reason{}, false
+}
+
+func groupsOf(r *scheduler.Request) []string {
+	if r.Group == "" || contains(r.Groups, r.Group) {
+		return r.Groups
+	}
+	return append([]string{r.Group}, r.Groups...)
+}
+
+func (s *session) maxLease(r *scheduler.Request) time.Duration {
+	if p, ok := s.e.cfg.Profiles[r.Profile]; ok && p != nil && p.Lease.Max > 0 {
+		return p.Lease.Max
+	}
+	return s.e.cfg.MaxLease
+}
+
+// window applies the time windows: the class must be allowed to start now,
+// and a batch VM that is not preemptible must not run into a window that
+// forbids batch.
+func (s *session) window(r *scheduler.Request) (scheduler.Reason, bool) {
+	w := s.e.windows
+	if len(w.list) == 0 {
+		return scheduler.Reason{}, false
+	}
+	class := r.Class
+	if class == "" {
+		class = profile.ClassInteractive
+	}
+	if !w.AllowedSomewhere(class) {
+		return scheduler.Reason{Code: scheduler.CodeWindow, Detail: fmt.Sprintf("no time of the week lets %s VMs start", class)}, true
+	}
+	if st, ok := w.At(s.now); ok && !st.Window.Allows(class) {
+		return scheduler.Reason{Code: scheduler.CodeWindow, Detail: fmt.Sprintf("window %q lets only %s start, until %s", st.Window.Name, classList(st.Window), stamp(st.End, s.e.loc))}, false
+	}
+	if class == profile.ClassBatch && !r.Preemptible {
+		if l := w.LongestAllowed(class); l >= 0 && r.Lease > time.Duration(l)*time.Minute {
+			return scheduler.Reason{Code: scheduler.CodeWindow, Detail: fmt.Sprintf("a batch lease of %s always runs into a window that forbids batch (the longest free stretch is %s)", profile.FormatDuration(r.Lease), profile.FormatDuration(time.Duration(l)*time.Minute))}, true
+		}
+		if st, ok := w.Forbidding(class, s.now, s.now.Add(r.Lease)); ok {
+			return scheduler.Reason{Code: scheduler.CodeWindow, Detail: fmt.Sprintf("the lease would run into window %q (%s), which forbids batch; a preemptible VM could", st.Window.Name, stamp(st.Start, s.e.loc))}, false
+		}
+	}
+	return scheduler.Reason{}, false
+}
+
+func classList(w *profile.Window) string {
+	if len(w.Classes) == 0 {
+		return "nothing"
+	}
+	return strings.Join(w.Classes, " and ")
+}
+
+// Bookings splits the booked capacity over [from, to) into the request's
+// own and everyone else's.
+func (s *session) Bookings(r *scheduler.Request, from, to time.Time) (others, own []scheduler.Hold) {
+	for _, b := range s.e.cfg.Bookings {
+		hs := b.holds(from, to, s.e.loc)
+		if len(hs) == 0 {
+			continue
+		}
+		if b.Owner.Includes(r) && (b.Profile == "" || b.Profile == r.Profile) {
+			own = append(own, hs...)
+		} else {
+			others = append(others, hs...)
+		}
+	}
+	return others, own
+}
+
+// Started counts a start against the quotas of the rest of the cycle.
+func (s *session) Started(r *scheduler.Request, p scheduler.Placement, end time.Time) {
+	f := PlacedFootprint(p)
+	for _, t := range []*tally{s.tally(s.users, r.User), s.groupTally(r.Group)} {
+		if t == nil {
+			continue
+		}
+		t.add(f)
+		t.started = append(t.started, startedVM{f.Share, s.now, end})
+	}
+}
+
+func (t *tally) add(f Footprint) { t.Footprint.add(f) }
+
+// Actions warns and stops VMs at the end of the window they started in,
+// as the window's at_end says.
+func (s *session) Actions(running []scheduler.Running) []scheduler.Action {
+	var out []scheduler.Action
+	w := s.e.windows
+	for _, r := range running {
+		st, ok := w.At(r.Started)
+		if !ok || st.Window.AtEnd == profile.AtEndNothing || st.Window.AtEnd == "" || !r.End.After(st.End) {
+			continue
+		}
+		warnAt := st.End.Add(-st.Window.WarnBefore)
+		why := fmt.Sprintf("window %q ends at %s", st.Window.Name, stamp(st.End, s.e.loc))
+		if st.Window.AtEnd == profile.AtEndStop {
+			if !s.now.Before(st.End) {
+				out = append(out, scheduler.Action{ID: r.ID, Kind: scheduler.ActionStop, At: st.End, Reason: why})
+				continue
+			}
+			why += "; the VM will be stopped then"
+		}
+		if !r.Warned && !s.now.Before(warnAt) && s.now.Before(st.End) {
+			out = append(out, scheduler.Action{ID: r.ID, Kind: scheduler.ActionWarn, At: st.End, Reason: why})
+		}
+	}
+	return out
+}

@@ -1,0 +1,1127 @@
+package scheduler
+
+import (
+	"fmt"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gpuvm/gpuvm/pkg/gpu"
+)
+
+// Strategy is how placement chooses among GPUs that fit.
+type Strategy string
+
+// Placement strategies.
+const (
+	// Pack (the default) keeps large profiles and whole GPUs placeable:
+	// least damage to larger MIG profiles, GPUs already in the right mode,
+	// least extension of a GPU's busy horizon, fullest GPU and host.
+	Pack Strategy = "pack"
+	// Spread puts each device on the least loaded host and GPU.
+	Spread Strategy = "spread"
+	// FirstFit is NVML's own order, for comparison: the first GPU (in
+	// inventory order) that fits, at its lowest free start slot.
+	FirstFit Strategy = "first-fit"
+)
+
+// ParseStrategy parses a strategy name; "" is Pack.
+func ParseStrategy(s string) (Strategy, error) {
+	switch Strategy(s) {
+	case "", Pack:
+		return Pack, nil
+	case Spread, FirstFit:
+		return Strategy(s), nil
+	}
+	return "", fmt.Errorf("placement %q is not pack, spread or first-fit", s)
+}
+
+// Hold is capacity set aside from From to To: a booking's pinned devices,
+// or the devices the head of the queue will start on (EASY backfill).
+type Hold struct {
+	ID string `json:"id"`
+	// Code is CodeReservation for a booking, CodeHeld for a request ahead
+	// in the queue: what a request kept off it is told.
+	Code    Code      `json:"code"`
+	Host    string    `json:"host"`
+	Devices []Device  `json:"devices"`
+	From    time.Time `json:"from"`
+	To      time.Time `json:"to"`
+}
+
+// PlaceOptions are the circumstances of one placement.
+type PlaceOptions struct {
+	Strategy Strategy
+	// Now and End are when the VM would start and end (End zero: unknown).
+	Now, End time.Time
+	// Holds is capacity the request must leave alone; those that do not
+	// overlap [Now, End) do not apply.
+	Holds []Hold
+	// Own is booked capacity of the requester: a device of it that is the
+	// need exactly is taken first.
+	Own []Hold
+}
+
+// Place chooses where a request's devices go, without changing the
+// inventory (Allocate records the choice). It returns a Reason when nothing
+// fits: CodeNever if no GPU could ever give the need, else why not now.
+func (inv *Inventory) Place(need Need, o PlaceOptions) (Placement, Reason) {
+	p, _, r := inv.place(need, o)
+	return p, r
+}
+
+// place also returns the booking hold the placement used (nil if none).
+func (inv *Inventory) place(need Need, o PlaceOptions) (Placement, *Hold, Reason) {
+	return inv.placeOn(need, o, -1)
+}
+
+// placeOn is place restricted to host only (≥ 0).
+func (inv *Inventory) placeOn(need Need, o PlaceOptions, only int) (Placement, *Hold, Reason) {
+	if err := need.Validate(); err != nil {
+		return Placement{}, nil, Reason{CodeInvalid, err.Error()}
+	}
+	if o.Strategy == "" {
+		o.Strategy = Pack
+	}
+	cs := inv.resolve(need)
+	if len(cs) == 0 {
+		return Placement{}, nil, Reason{CodeNever, inv.neverDetail(need)}
+	}
+	pc := inv.newCtx(o)
+	pc.only = only
+	// Booked capacity first.
+	for i := range o.Own {
+		h := &o.Own[i]
+		if !h.overlaps(o.Now, pc.end) {
+			continue
+		}
+		for ci := range cs {
+			if p, ok := inv.placeOnHold(&cs[ci], h, pc); ok {
+				return p, h, Reason{}
+			}
+		}
+	}
+	best := Reason{}
+	never := true
+	for ci := range cs {
+		c := &cs[ci]
+		p, r := inv.placeConcrete(c, pc)
+		if r.OK() {
+			return p, nil, r
+		}
+		if r.Code != CodeNever {
+			never = false
+			if best.Code == "" || rank(r.Code) < rank(best.Code) {
+				best = r
+			}
+		}
+	}
+	if never {
+		return Placement{}, nil, Reason{CodeNever, inv.neverDetail(need)}
+	}
+	if len(cs) > 1 && best.Code == CodeNoCapacity {
+		best.Detail = fmt.Sprintf("no GPU has room for %s now", need)
+	}
+	return Placement{}, nil, best
+}
+
+// rank orders blocking reasons: the most telling first.
+func rank(c Code) int {
+	switch c {
+	case CodeReservation:
+		return 0
+	case CodeHeld:
+		return 1
+	case CodeDraining:
+		return 2
+	case CodeUnavailable:
+		return 3
+	case CodeNoCapacity:
+		return 4
+	}
+	return 5
+}
+
+func (h *Hold) overlaps(from, to time.Time) bool {
+	return h.From.Before(to) && h.To.After(from)
+}
+
+// concrete is one exact device a need may be met with.
+type concrete struct {
+	kind   Kind
+	name   string // MIG profile (lower case) or vGPU type (canonical)
+	model  string // board restriction ("" none)
+	memory uint64 // least board memory for passthrough
+	count  int
+	// Per model (Inventory.models index): whether it matches, the MIG
+	// profile index, the vGPU type.
+	match []bool
+	prof  []int
+	vt    []gpu.VGPUTypeInfo
+	share float64 // for ordering abstract options
+	mem   uint64
+}
+
+// resolve turns a need into the concrete devices that meet it, cheapest
+// first; empty when no board of the inventory has it. The answer depends
+// only on the need and the boards, and is kept (callers do not change it).
+func (inv *Inventory) resolve(n Need) []concrete {
+	key := needKey(n)
+	if cs, ok := inv.resolved.Load(key); ok {
+		return cs.([]concrete)
+	}
+	cs := inv.resolveNew(n)
+	inv.resolved.Store(key, cs)
+	return cs
+}
+
+func needKey(n Need) string {
+	var b strings.Builder
+	b.WriteString(string(n.Kind))
+	for _, f := range []string{n.Type, n.Profile, n.Model, n.Series} {
+		b.WriteByte('|')
+		b.WriteString(f)
+	}
+	b.WriteByte('|')
+	b.WriteString(strconv.Itoa(n.Count))
+	b.WriteByte('|')
+	b.WriteString(strconv.FormatUint(n.Memory, 10))
+	for _, k := range n.Kinds {
+		b.WriteByte('|')
+		b.WriteString(string(k))
+	}
+	return b.String()
+}
+
+func (inv *Inventory) resolveNew(n Need) []concrete {
+	count := n.count()
+	mk := func(k Kind, name, model string) concrete {
+		c := concrete{kind: k, name: name, model: model, count: count,
+			match: make([]bool, len(inv.models)), prof: make([]int, len(inv.models)), vt: make([]gpu.VGPUTypeInfo, len(inv.models))}
+		return c
+	}
+	fill := func(c *concrete) bool {
+		any := false
+		for mi, info := range inv.models {
+			c.prof[mi] = -1
+			if c.model != "" && !info.m.MatchesName(c.model) && !strings.EqualFold(info.m.Name, c.model) {
+				continue
+			}
+			switch c.kind {
+			case KindMIG:
+				if info.mt == nil {
+					continue
+				}
+				if pi := info.mt.profileIndex(c.name); pi >= 0 {
+					c.prof[mi], c.match[mi] = pi, true
+				}
+			case KindVGPU:
+				if t, ok := info.types[c.name]; ok {
+					c.vt[mi], c.match[mi] = t, true
+				}
+			case KindPassthrough:
+				c.match[mi] = info.m.Memory >= c.memory
+			}
+			any = any || c.match[mi]
+		}
+		return any
+	}
+	switch n.Kind {
+	case KindMIG:
+		c := mk(KindMIG, strings.ToLower(strings.TrimSpace(n.Profile)), n.Model)
+		if fill(&c) {
+			return []concrete{c}
+		}
+		return nil
+	case KindVGPU:
+		t, err := gpu.ParseVGPUType(n.Type)
+		if err != nil {
+			return nil
+		}
+		c := mk(KindVGPU, t.Name, n.Model)
+		if fill(&c) {
+			return []concrete{c}
+		}
+		return nil
+	case KindPassthrough:
+		c := mk(KindPassthrough, "", n.Model)
+		c.memory = n.Memory
+		if fill(&c) {
+			return []concrete{c}
+		}
+		return nil
+	}
+	// Abstract: every slice of an allowed kind with enough memory, on every
+	// board of the inventory, cheapest (smallest share of a GPU) first.
+	var out []concrete
+	seen := map[string]bool{}
+	kindOrder := map[Kind]int{}
+	for i, k := range n.kinds() {
+		kindOrder[k] = i
+	}
+	add := func(c concrete, share float64, mem uint64) {
+		key := string(c.kind) + "/" + c.name + "/" + c.model
+		if seen[key] {
+			return
+		}
+		seen[key] = true
+		if fill(&c) {
+			c.share, c.mem = share, mem
+			out = append(out, c)
+		}
+	}
+	for _, info := range inv.models {
+		m := info.m
+		if n.Model != "" && !m.MatchesName(n.Model) && !strings.EqualFold(m.Name, n.Model) {
+			continue
+		}
+		for _, k := range n.kinds() {
+			switch k {
+			case KindMIG:
+				if info.mt == nil {
+					continue
+				}
+				for _, p := range info.mt.t.Profiles {
+					if p.Media == "" && uint64(p.MemoryGB)*gpu.GiB >= n.Memory {
+						add(mk(KindMIG, p.Name, n.Model), migShare(info.mt.t, p), uint64(p.MemoryGB)*gpu.GiB)
+					}
+				}
+			case KindVGPU:
+				for _, t := range info.list {
+					if t.Memory >= n.Memory && (n.Series == "" || string(t.Series) == n.Series) {
+						add(mk(KindVGPU, t.Name, n.Model), float64(t.Memory)/float64(m.Memory), t.Memory)
+					}
+				}
+			case KindPassthrough:
+				if m.Memory >= n.Memory && m.Memory > 0 {
+					add(mk(KindPassthrough, "", m.Name), 1, m.Memory)
+				}
+			}
+		}
+	}
+	sort.SliceStable(out, func(i, j int) bool {
+		a, b := out[i], out[j]
+		if a.share != b.share {
+			return a.share < b.share
+		}
+		if a.mem != b.mem {
+			return a.mem < b.mem
+		}
+		if kindOrder[a.kind] != kindOrder[b.kind] {
+			return kindOrder[a.kind] < kindOrder[b.kind]
+		}
+		if sa, sb := seriesRank(a), seriesRank(b); sa != sb {
+			return sa < sb
+		}
+		if a.name != b.name {
+			return a.name < b.name
+		}
+		return a.model < b.model
+	})
+	return out
+}
+
+// seriesRank orders vGPU types of one size: Q (graphics and CUDA) first,
+// then C (compute), B (desktop), A (applications).
+func seriesRank(c concrete) int {
+	if c.kind != KindVGPU || c.name == "" {
+		return 0
+	}
+	return strings.IndexByte("QCBA", c.name[len(c.name)-1])
+}
+
+// migShare is the part of a GPU a MIG profile holds: the larger of its
+// compute and memory fractions (a 1g.10gb is 1/7, a 1g.20gb 1/4).
+func migShare(t *gpu.MIGTable, p gpu.MIGProfile) float64 {
+	c := float64(p.Compute) / float64(t.Compute)
+	m := float64(p.Size) / float64(t.Slices)
+	if m > c {
+		return m
+	}
+	return c
+}
+
+func (inv *Inventory) neverDetail(n Need) string {
+	var boards []string
+	seen := map[string]bool{}
+	for _, info := range inv.models {
+		if !seen[info.m.Name] {
+			seen[info.m.Name] = true
+			boards = append(boards, info.m.Name)
+		}
+	}
+	sort.Strings(boards)
+	return fmt.Sprintf("no GPU here can ever give %s (boards: %s; check their modes and models)", n, strings.Join(boards, ", "))
+}
+
+type holdDev struct {
+	d    Device
+	code Code
+	id   string
+	prof int // MIG profile index on the GPU's table
+}
+
+type placeCtx struct {
+	o     PlaceOptions
+	end   time.Time // never when unknown
+	holds map[int][]holdDev
+	// only, when ≥ 0, restricts the search to one host.
+	only int
+	// buf and taken are reused between hosts.
+	buf   []cand
+	taken []int
+}
+
+func (inv *Inventory) newCtx(o PlaceOptions) *placeCtx {
+	pc := &placeCtx{o: o, end: o.End, only: -1}
+	if pc.end.IsZero() {
+		pc.end = never
+	}
+	for _, h := range o.Holds {
+		if !h.overlaps(o.Now, pc.end) {
+			continue
+		}
+		for _, d := range h.Devices {
+			gi, ok := inv.gpuIndex(h.Host, d.GPU)
+			if !ok {
+				continue
+			}
+			hd := holdDev{d: d, code: h.Code, id: h.ID, prof: -1}
+			if d.Kind == KindMIG {
+				if mt := inv.models[inv.gpus[gi].model].mt; mt != nil {
+					hd.prof = mt.profileIndex(strings.ToLower(d.Profile))
+				}
+			}
+			if pc.holds == nil {
+				pc.holds = map[int][]holdDev{}
+			}
+			pc.holds[gi] = append(pc.holds[gi], hd)
+			for _, o := range inv.gpus[gi].group { // a whole GPU takes its group
+				if d.Kind == KindPassthrough {
+					pc.holds[o] = append(pc.holds[o], holdDev{d: Device{GPU: inv.gpus[o].addr, Kind: KindPassthrough}, code: h.Code, id: h.ID, prof: -1})
+				}
+			}
+		}
+	}
+	return pc
+}
+
+type score [6]int64
+
+func (a score) less(b score) bool {
+	for i := range a {
+		if a[i] != b[i] {
+			return a[i] < b[i]
+		}
+	}
+	return false
+}
+
+func (a score) add(b score) score {
+	for i := range a {
+		a[i] += b[i]
+	}
+	return a
+}
+
+// cand is one way to put one device on one GPU.
+type cand struct {
+	gi    int
+	start int
+	next  int32 // MIG state after
+	score score
+}
+
+// status of a GPU for one concrete device.
+type status int
+
+const (
+	stIncapable   status = iota // the GPU can never give it
+	stFull                      // no room now
+	stDraining                  // room, but draining
+	stUnavailable               // no backend can create on it now
+	stHeld                      // room, but held
+	stOK
+)
+
+// evalGPU finds the best way to put one device of c on g (which may be a
+// scratch copy: gi is its index in the inventory).
+func (inv *Inventory) evalGPU(gi int, g *gpuState, c *concrete, pc *placeCtx) (cand, status, Code) {
+	info := inv.models[g.model]
+	if !c.match[g.model] || !inv.configured(g, c.kind) {
+		return cand{}, stIncapable, ""
+	}
+	if g.unavail != "" {
+		return cand{}, stUnavailable, ""
+	}
+	if g.owner != "" || (g.kind != "" && g.kind != c.kind) {
+		return cand{}, stFull, ""
+	}
+	h := &inv.hosts[g.host]
+	draining := g.draining || h.draining
+	holds := pc.holds[gi]
+	best := cand{gi: gi}
+	found := false
+	heldCode := Code("")
+	switch c.kind {
+	case KindMIG:
+		mt := info.mt
+		pi := c.prof[g.model]
+		node := &mt.nodes[g.node]
+		opts := node.opts[pi]
+		if len(opts) == 0 {
+			return cand{}, stFull, ""
+		}
+		room := false
+		one := g.layout == nil && len(holds) == 0 && !draining
+		pick := int(node.best[pi])
+		if pc.o.Strategy == FirstFit {
+			pick = 0
+		}
+		for j, op := range opts {
+			if one && j != pick {
+				continue // only damage and start differ between a GPU's options
+			}
+			if g.layout != nil && !inLayout(g.layout, mt.t.Profiles[pi], op.start) {
+				continue
+			}
+			room = true
+			if draining {
+				break
+			}
+			if len(holds) > 0 {
+				if code := migHeld(mt, node, holds, pi, op.start); code != "" {
+					heldCode = code
+					continue
+				}
+			}
+			var s score
+			switch pc.o.Strategy {
+			case FirstFit:
+				s = score{int64(gi)*16 + int64(op.start)}
+			case Spread:
+				s = score{int64(h.load), int64(mt.t.Slices - node.free), op.damage, switchCost(g, c.kind), 0, int64(gi)*16 + int64(op.start)}
+			default:
+				// Least damage to larger profiles, then no mode switch, then
+				// the GPU whose busy horizon the lease extends least, then
+				// the fullest GPU and host.
+				s = score{op.damage, switchCost(g, c.kind), pc.ext(g), int64(node.free - mt.t.Profiles[pi].Size), int64(h.empty), int64(gi)*16 + int64(op.start)}
+			}
+			if !found || s.less(best.score) {
+				best = cand{gi: gi, start: op.start, next: op.next, score: s}
+				found = true
+			}
+		}
+		if !room {
+			return cand{}, stFull, ""
+		}
+	case KindVGPU:
+		t := &c.vt[g.model]
+		if !vgpuRoom(g, info, t) {
+			return cand{}, stFull, ""
+		}
+		if !draining && len(holds) > 0 {
+			if code := vgpuHeld(g, info, *t, holds); code != "" {
+				return cand{}, stHeld, code
+			}
+		}
+		class := int64(0)
+		if g.n == 0 {
+			class = 1 + switchCost(g, c.kind)
+		}
+		flex := int64(0)
+		if g.n == 0 && inv.allows(g, KindMIG) {
+			flex = 1
+		}
+		left := int64(t.MaxInstances - g.nv - 1)
+		if g.mixed {
+			left = int64((info.m.Memory - g.vmem - t.Memory) / gpu.GiB)
+		}
+		switch pc.o.Strategy {
+		case FirstFit:
+			best.score = score{int64(gi)}
+		case Spread:
+			best.score = score{int64(h.load), int64(g.nv), class, flex, 0, int64(gi)}
+		default:
+			best.score = score{class, flex, pc.ext(g), left, int64(h.empty), int64(gi)}
+		}
+		found = true
+	case KindPassthrough:
+		if g.n > 0 {
+			return cand{}, stFull, ""
+		}
+		for _, o := range g.group {
+			og := &inv.gpus[o]
+			if og.n > 0 || og.owner != "" || !inv.allows(og, KindPassthrough) {
+				return cand{}, stFull, ""
+			}
+		}
+		if !draining {
+			for _, o := range append([]int{gi}, g.group...) {
+				if hs := pc.holds[o]; len(hs) > 0 {
+					return cand{}, stHeld, hs[0].code
+				}
+			}
+		}
+		flex := int64(0)
+		if inv.allows(g, KindMIG) {
+			flex++
+		}
+		if inv.allows(g, KindVGPU) {
+			flex++
+		}
+		switch pc.o.Strategy {
+		case FirstFit:
+			best.score = score{int64(gi)}
+		case Spread:
+			best.score = score{int64(h.load), switchCost(g, c.kind), flex, int64(info.m.Memory / gpu.GiB), 0, int64(gi)}
+		default:
+			best.score = score{switchCost(g, c.kind), flex, int64(info.m.Memory / gpu.GiB), int64(len(g.group)), int64(h.empty), int64(gi)}
+		}
+		found = true
+	}
+	if draining {
+		return cand{}, stDraining, ""
+	}
+	if !found {
+		return cand{}, stHeld, heldCode
+	}
+	return best, stOK, ""
+}
+
+func switchCost(g *gpuState, k Kind) int64 {
+	if g.n == 0 && g.cur != modeOf(k) {
+		return 1
+	}
+	return 0
+}
+
+// ext is how many minutes the VM would extend the GPU's busy horizon: the
+// time until everything on it has ended.
+func (pc *placeCtx) ext(g *gpuState) int64 {
+	if pc.o.End.IsZero() {
+		return 0
+	}
+	busy := g.busy
+	if busy.Before(pc.o.Now) {
+		busy = pc.o.Now
+	}
+	if !pc.end.After(busy) {
+		return 0
+	}
+	return int64(pc.end.Sub(busy) / time.Minute)
+}
+
+// migHeld checks a MIG start against held instances on the GPU: it may not
+// overlap them, and together with what the GPU holds and the held instances
+// it may not overrun the compute budget, the profile's maximum or the media
+// engines. Held instances that overlap what the GPU holds now are in the
+// future (what holds them now ends first) and do not count twice.
+func migHeld(mt *migTable, node *migNode, holds []holdDev, pi, start int) Code {
+	p := mt.t.Profiles[pi]
+	compute := int(node.compute) + p.Compute
+	count := int(node.counts[pi]) + 1
+	media := node.media && p.Media != ""
+	for _, h := range holds {
+		if h.d.Kind != KindMIG || h.prof < 0 {
+			return h.code
+		}
+		hp := mt.t.Profiles[h.prof]
+		if h.d.Start < start+p.Size && start < h.d.Start+hp.Size {
+			return h.code
+		}
+		var hmask uint16
+		for s := h.d.Start; s < h.d.Start+hp.Size; s++ {
+			hmask |= 1 << s
+		}
+		if node.mask&hmask != 0 {
+			continue
+		}
+		compute += hp.Compute
+		if h.prof == pi {
+			count++
+		}
+		if hp.Media != "" && p.Media != "" {
+			media = true
+		}
+	}
+	if compute > mt.t.Compute || count > p.Max || media {
+		return holds[0].code
+	}
+	return ""
+}
+
+func vgpuHeld(g *gpuState, info *modelInfo, t gpu.VGPUTypeInfo, holds []holdDev) Code {
+	n, mem := g.nv+1, g.vmem+t.Memory
+	for _, h := range holds {
+		if h.d.Kind != KindVGPU {
+			return h.code
+		}
+		ht, ok := info.types[strings.ToUpper(h.d.Type)]
+		if !ok {
+			return h.code
+		}
+		if !g.mixed && ht.Name != t.Name {
+			return h.code
+		}
+		n++
+		mem += ht.Memory
+	}
+	if g.mixed {
+		if mem > info.m.Memory || n > info.m.MaxVGPUs {
+			return holds[0].code
+		}
+		return ""
+	}
+	if n > t.MaxInstances {
+		return holds[0].code
+	}
+	return ""
+}
+
+// placeConcrete places c.count devices of one concrete kind on one host.
+func (inv *Inventory) placeConcrete(c *concrete, pc *placeCtx) (Placement, Reason) {
+	var (
+		capable, drainingSeen, unavailSeen bool
+		heldCode                           Code
+		heldSeen                           bool
+	)
+	note := func(st status, code Code) {
+		switch st {
+		case stIncapable:
+			return
+		case stUnavailable:
+			unavailSeen = true
+		case stDraining:
+			drainingSeen = true
+		case stHeld:
+			heldSeen = true
+			if heldCode == "" || rank(code) < rank(heldCode) {
+				heldCode = code
+			}
+		}
+		capable = true
+	}
+	if c.count == 1 {
+		best := cand{gi: -1}
+		try := func(gi int) {
+			cd, st, code := inv.evalGPU(gi, &inv.gpus[gi], c, pc)
+			note(st, code)
+			if st == stOK && (best.gi < 0 || cd.score.less(best.score)) {
+				best = cd
+			}
+		}
+		if pc.only >= 0 {
+			h := &inv.hosts[pc.only]
+			for gi := h.first; gi < h.first+h.n; gi++ {
+				try(gi)
+			}
+		} else {
+			for mi, gis := range inv.byModel {
+				if c.match[mi] {
+					for _, gi := range gis {
+						try(gi)
+					}
+				}
+			}
+		}
+		if best.gi >= 0 {
+			g := &inv.gpus[best.gi]
+			return Placement{Host: inv.hosts[g.host].name, Devices: []Device{inv.device(best, c, g)}}, Reason{}
+		}
+	} else {
+		var bestP Placement
+		var bestS score
+		found := false
+		for hi := range inv.hosts {
+			if pc.only >= 0 && hi != pc.only {
+				continue
+			}
+			p, s, ok := inv.placeOnHost(hi, c, pc, note)
+			if ok && (!found || s.less(bestS)) {
+				bestP, bestS, found = p, s, true
+			}
+		}
+		if found {
+			return bestP, Reason{}
+		}
+	}
+	if !capable || !inv.couldEverFit(c) {
+		return Placement{}, Reason{CodeNever, ""}
+	}
+	what := c.describe()
+	switch {
+	case heldSeen && heldCode == CodeReservation:
+		return Placement{}, Reason{CodeReservation, fmt.Sprintf("the room for %s is booked by others for part of the lease", what)}
+	case heldSeen:
+		return Placement{}, Reason{CodeHeld, fmt.Sprintf("the room for %s is held for a request ahead in the queue", what)}
+	case drainingSeen:
+		return Placement{}, Reason{CodeDraining, fmt.Sprintf("only draining GPUs have room for %s", what)}
+	case unavailSeen && !inv.fitsAvailable(c):
+		return Placement{}, Reason{CodeUnavailable, fmt.Sprintf("the GPUs that could give %s cannot be used now: %s", what, inv.unavailableWhy(c))}
+	}
+	return Placement{}, Reason{CodeNoCapacity, fmt.Sprintf("no GPU has room for %s now", what)}
+}
+
+func (c *concrete) describe() string {
+	s := c.name
+	switch c.kind {
+	case KindPassthrough:
+		s = "a whole GPU"
+		if c.model != "" {
+			s = "a whole " + c.model
+		}
+	case KindMIG:
+		s = "MIG " + c.name
+	case KindVGPU:
+		s = "vGPU " + c.name
+	}
+	if c.count > 1 {
+		s = fmt.Sprintf("%d× %s on one host", c.count, s)
+	}
+	return s
+}
+
+// placeOnHost puts c.count devices on host hi, one at a time on a scratch
+// copy of its GPUs.
+func (inv *Inventory) placeOnHost(hi int, c *concrete, pc *placeCtx, note func(status, Code)) (Placement, score, bool) {
+	h := &inv.hosts[hi]
+	if h.n == 0 {
+		return Placement{}, score{}, false
+	}
+	// Before copying anything: enough GPUs here that could take one device
+	// now? (A MIG or vGPU GPU may take several; a whole GPU one.)
+	ok, slots := 0, 0
+	whole := pc.buf[:0]
+	defer func() { pc.buf = whole[:0] }()
+	for gi := h.first; gi < h.first+h.n; gi++ {
+		cd, st, code := inv.evalGPU(gi, &inv.gpus[gi], c, pc)
+		note(st, code)
+		if st == stOK {
+			ok++
+			if c.kind == KindPassthrough {
+				whole = append(whole, cd)
+			}
+			if c.kind == KindPassthrough {
+				slots++
+			} else {
+				slots += c.count
+			}
+		}
+	}
+	if ok == 0 || slots < c.count {
+		return Placement{}, score{}, false
+	}
+	if c.kind == KindPassthrough {
+		return inv.wholeOnHost(h, c, whole, pc)
+	}
+	scratch := make([]gpuState, h.n)
+	copy(scratch, inv.gpus[h.first:h.first+h.n])
+	p := Placement{Host: h.name}
+	var total score
+	for k := 0; k < c.count; k++ {
+		best := cand{gi: -1}
+		for j := range scratch {
+			gi := h.first + j
+			cd, st, _ := inv.evalScratch(gi, &scratch[j], scratch, h.first, c, pc)
+			if st == stOK && (best.gi < 0 || cd.score.less(best.score)) {
+				best = cd
+			}
+		}
+		if best.gi < 0 {
+			return Placement{}, score{}, false
+		}
+		g := &scratch[best.gi-h.first]
+		p.Devices = append(p.Devices, inv.device(best, c, g))
+		applyScratch(inv, g, scratch, h.first, best, c)
+		total = total.add(best.score)
+	}
+	return p, total, true
+}
+
+// wholeOnHost puts c.count whole GPUs on host h: the best GPUs by score,
+// none of them in the IOMMU group of another (placing a whole GPU changes
+// no other GPU's score).
+func (inv *Inventory) wholeOnHost(h *hostState, c *concrete, cands []cand, pc *placeCtx) (Placement, score, bool) {
+	slices.SortFunc(cands, func(a, b cand) int {
+		if a.score.less(b.score) {
+			return -1
+		}
+		if b.score.less(a.score) {
+			return 1
+		}
+		return 0
+	})
+	taken := pc.taken[:0]
+	defer func() { pc.taken = taken[:0] }()
+	n := 0
+	for _, cd := range cands {
+		if n == c.count {
+			break
+		}
+		if !slices.Contains(taken, cd.gi) {
+			taken = append(append(taken, cd.gi), inv.gpus[cd.gi].group...)
+			n++
+		}
+	}
+	if n < c.count {
+		return Placement{}, score{}, false
+	}
+	taken = taken[:0]
+	p := Placement{Host: h.name, Devices: make([]Device, 0, c.count)}
+	var total score
+	for _, cd := range cands {
+		if len(p.Devices) == c.count {
+			break
+		}
+		if slices.Contains(taken, cd.gi) {
+			continue
+		}
+		g := &inv.gpus[cd.gi]
+		taken = append(append(taken, cd.gi), g.group...)
+		p.Devices = append(p.Devices, inv.device(cd, c, g))
+		total = total.add(cd.score)
+	}
+	return p, total, len(p.Devices) == c.count
+}
+
+// evalScratch is evalGPU where group companions are read from scratch.
+func (inv *Inventory) evalScratch(gi int, g *gpuState, scratch []gpuState, first int, c *concrete, pc *placeCtx) (cand, status, Code) {
+	if c.kind == KindPassthrough {
+		for _, o := range g.group {
+			if og := &scratch[o-first]; og.owner != "" || og.n > 0 {
+				return cand{}, stFull, ""
+			}
+		}
+	}
+	return inv.evalGPU(gi, g, c, pc)
+}
+
+func applyScratch(inv *Inventory, g *gpuState, scratch []gpuState, first int, cd cand, c *concrete) {
+	g.kind = c.kind
+	g.n++
+	switch c.kind {
+	case KindMIG:
+		g.node = cd.next
+	case KindVGPU:
+		t := c.vt[g.model]
+		g.nv++
+		g.vmem += t.Memory
+		if !g.mixed {
+			g.vtype, g.vmax = t.Name, t.MaxInstances
+		}
+	case KindPassthrough:
+		g.owner = "?"
+		for _, o := range g.group {
+			og := &scratch[o-first]
+			og.owner, og.n, og.kind = "?", 1, KindPassthrough
+		}
+	}
+}
+
+// device describes a candidate as a Device.
+func (inv *Inventory) device(cd cand, c *concrete, g *gpuState) Device {
+	info := inv.models[g.model]
+	d := Device{GPU: g.addr, Kind: c.kind, SwitchMode: switchCost(g, c.kind) == 1}
+	switch c.kind {
+	case KindMIG:
+		p := info.mt.t.Profiles[c.prof[g.model]]
+		d.Profile, d.Start, d.Size = p.Name, cd.start, p.Size
+		d.Memory = uint64(p.MemoryGB) * gpu.GiB
+		d.Share = migShare(info.mt.t, p)
+	case KindVGPU:
+		t := c.vt[g.model]
+		d.Type, d.Memory = t.Name, t.Memory
+		if info.m.Memory > 0 {
+			d.Share = float64(t.Memory) / float64(info.m.Memory)
+		}
+	case KindPassthrough:
+		d.Memory, d.Share = info.m.Memory, 1
+		for _, o := range g.group {
+			d.Group = append(d.Group, inv.gpus[o].addr)
+			d.Share++
+		}
+		sort.Strings(d.Group)
+	}
+	return d
+}
+
+// fitsAvailable reports whether c could fit on usable GPUs alone if they
+// were empty: when not, the unusable ones are why it waits.
+func (inv *Inventory) fitsAvailable(c *concrete) bool { return inv.fits(c, false) }
+
+// unavailableWhy lists the backends' reasons for the GPUs that could give c.
+func (inv *Inventory) unavailableWhy(c *concrete) string {
+	var out []string
+	for gi := range inv.gpus {
+		g := &inv.gpus[gi]
+		if g.unavail != "" && c.match[g.model] && inv.configured(g, c.kind) && !slices.Contains(out, g.unavail) {
+			out = append(out, g.unavail)
+		}
+	}
+	return strings.Join(out, "; ")
+}
+
+// couldEverFit reports whether some host, emptied of everything (draining
+// and all, and with every backend working), could give c.
+func (inv *Inventory) couldEverFit(c *concrete) bool { return inv.fits(c, true) }
+
+func (inv *Inventory) fits(c *concrete, unusable bool) bool {
+	for hi := range inv.hosts {
+		h := &inv.hosts[hi]
+		n := 0
+		for gi := h.first; gi < h.first+h.n; gi++ {
+			g := &inv.gpus[gi]
+			if !c.match[g.model] || !inv.configured(g, c.kind) || (!unusable && g.unavail != "") {
+				continue
+			}
+			info := inv.models[g.model]
+			switch c.kind {
+			case KindMIG:
+				pi := c.prof[g.model]
+				if g.layout != nil {
+					for _, in := range g.layout {
+						if in.Profile.ID == info.mt.t.Profiles[pi].ID {
+							n++
+						}
+					}
+				} else {
+					n += info.mt.fullCap[pi]
+				}
+			case KindVGPU:
+				t := c.vt[g.model]
+				if g.mixed {
+					if t.Series == gpu.SeriesC || t.Memory == 0 {
+						continue
+					}
+					n += min(int(info.m.Memory/t.Memory), info.m.MaxVGPUs)
+				} else {
+					n += t.MaxInstances
+				}
+			case KindPassthrough:
+				n++
+			}
+		}
+		if n >= c.count {
+			return true
+		}
+	}
+	return false
+}
+
+// placeOnHold puts the need on booked devices of h that are exactly it.
+func (inv *Inventory) placeOnHold(c *concrete, h *Hold, pc *placeCtx) (Placement, bool) {
+	hi, ok := inv.byName[h.Host]
+	if !ok {
+		return Placement{}, false
+	}
+	host := &inv.hosts[hi]
+	scratch := make([]gpuState, host.n)
+	copy(scratch, inv.gpus[host.first:host.first+host.n])
+	p := Placement{Host: h.Host}
+	used := make([]bool, len(h.Devices))
+	for k := 0; k < c.count; k++ {
+		placed := false
+		for di, d := range h.Devices {
+			if used[di] || d.Kind != c.kind {
+				continue
+			}
+			gi, ok := inv.gpuIndex(h.Host, d.GPU)
+			if !ok {
+				continue
+			}
+			g := &scratch[gi-host.first]
+			if !c.match[g.model] || !inv.allows(g, c.kind) || g.owner != "" || (g.kind != "" && g.kind != c.kind) {
+				continue
+			}
+			info := inv.models[g.model]
+			cd := cand{gi: gi}
+			switch c.kind {
+			case KindMIG:
+				pi := c.prof[g.model]
+				if info.mt.t.Profiles[pi].Name != strings.ToLower(d.Profile) {
+					continue
+				}
+				cd.next = -1
+				for _, o := range info.mt.nodes[g.node].opts[pi] {
+					if o.start == d.Start {
+						cd.start, cd.next = o.start, o.next
+					}
+				}
+				if cd.next < 0 {
+					continue
+				}
+			case KindVGPU:
+				t := &c.vt[g.model]
+				if t.Name != strings.ToUpper(d.Type) || !vgpuRoom(g, info, t) {
+					continue
+				}
+			case KindPassthrough:
+				if g.n > 0 {
+					continue
+				}
+				if _, st, _ := inv.evalScratch(gi, g, scratch, host.first, c, &placeCtx{o: pc.o, end: pc.end}); st != stOK {
+					continue
+				}
+			}
+			p.Devices = append(p.Devices, inv.device(cd, c, g))
+			applyScratch(inv, g, scratch, host.first, cd, c)
+			used[di], placed = true, true
+			break
+		}
+		if !placed {
+			return Placement{}, false
+		}
+	}
+	return p, true
+}
+
+// Keep reports whether VM id may keep the devices it holds over
+// [o.Now, o.End): whether any hold of o.Holds that overlaps that time covers
+// them (a lease extension into booked capacity). A zero Reason is yes.
+func (inv *Inventory) Keep(id string, o PlaceOptions) Reason {
+	var devs []Allocation
+	for _, a := range inv.Allocations() {
+		if a.ID == id {
+			devs = append(devs, a)
+		}
+	}
+	if len(devs) == 0 {
+		return Reason{CodeInvalid, fmt.Sprintf("VM %s holds no device", id)}
+	}
+	c := inv.Clone()
+	c.Release(id)
+	pc := c.newCtx(o)
+	for _, a := range devs {
+		gi, _ := c.gpuIndex(a.Host, a.GPU)
+		g := &c.gpus[gi]
+		info := c.models[g.model]
+		code := Code("")
+		if holds := pc.holds[gi]; len(holds) > 0 {
+			switch a.Kind {
+			case KindMIG:
+				code = migHeld(info.mt, &info.mt.nodes[g.node], holds, info.mt.profileIndex(a.Profile), a.Start)
+			case KindVGPU:
+				code = vgpuHeld(g, info, info.types[a.Type], holds)
+			default:
+				code = holds[0].code
+			}
+		}
+		if a.Kind == KindPassthrough {
+			for _, o := range g.group {
+				if hs := pc.holds[o]; len(hs) > 0 {
+					code = hs[0].code
+				}
+			}
+		}
+		if code != "" {
+			return Reason{code, fmt.Sprintf("%s/%s is held for someone else during that time", a.Host, a.GPU)}
+		}
+		if _, err := c.apply(gi, Device{GPU: a.GPU, Kind: a.Kind, Type: a.Type, Profile: a.Profile, Start: a.Start}, id, o.End); err != nil {
+			return Reason{CodeNoCapacity, err.Error()}
+		}
+	}
+	return Reason{}
+}
