@@ -54,6 +54,8 @@ test: setup lint check-generate unit fuzz
 unit:
 	GPUVM_TEST_POSTGRES_DSN="$${GPUVM_TEST_POSTGRES_DSN:-$$(bash pkg/store/testdata/start-postgres.sh || true)}" \
 	$(GO) test -race -count=1 -timeout 20m ./...
+	# The scheduler's claims on the example traces, too slow under -race.
+	$(GO) test -count=1 -run '^TestExamplesBeatFirstFit$$' ./pkg/scheduler/simulate/
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '\.pb\.go$$')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
