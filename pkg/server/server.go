@@ -3,10 +3,10 @@ package server
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
@@ -165,10 +165,8 @@ func (s *Server) readyz(c *gin.Context) {
 }
 
 func cfgSummary(cfg *profile.Config) string {
-	return cfg.Dir + ": " + itoa(len(cfg.Files)) + " files, " + itoa(len(cfg.Profiles)) + " profiles"
+	return fmt.Sprintf("%s: %d files, %d profiles", cfg.Dir, len(cfg.Files), len(cfg.Profiles))
 }
-
-func itoa(n int) string { return strconv.Itoa(n) }
 
 func (s *Server) gpus(c *gin.Context) {
 	var invs []backend.Inventory
