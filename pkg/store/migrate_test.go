@@ -171,7 +171,8 @@ func TestSplitStatements(t *testing.T) {
 // columns, and every index they name exists.
 func TestModelsMatchSchema(t *testing.T) {
 	models := []any{&User{}, &Group{}, &GroupMember{}, &APIToken{}, &VM{}, &Operation{}, &Allocation{},
-		&AllocationSlot{}, &GPUMode{}, &Reservation{}, &UsageRecord{}, &Event{}, &IdempotencyKey{}, &schemaMigration{}}
+		&AllocationSlot{}, &GPUMode{}, &Reservation{}, &UsageRecord{}, &Event{}, &IdempotencyKey{}, &schemaMigration{},
+		&Host{}, &GPUDrain{}, &ConsoleTicket{}}
 	eachDriver(t, func(t *testing.T, s *Store, _ *testDB) {
 		m := s.db.Migrator()
 		var tables []string

@@ -94,6 +94,16 @@ type VM struct {
 	CreatedAt   time.Time  `gorm:"column:created_at;not null;index:vms_created,priority:1;index:vms_owner_created,priority:2;index:vms_state_created,priority:2" json:"created_at"`
 	UpdatedAt   time.Time  `gorm:"column:updated_at;not null" json:"updated_at"`
 	Version     int64      `gorm:"column:version;not null" json:"version"`
+	// DisplayPassword is the VNC/SPICE password of the VM's display; it is
+	// handed out only through console tickets and .vv files.
+	DisplayPassword string `gorm:"column:display_password;not null" json:"-"`
+	// QueuePosition is the VM's place in the queue (1 = next) while it is
+	// queued, as the last scheduling round saw it; 0 otherwise.
+	QueuePosition int `gorm:"column:queue_position;not null" json:"queue_position,omitempty"`
+	// StartAt, when set, is the earliest time the VM may be placed.
+	StartAt *time.Time `gorm:"column:start_at" json:"start_at,omitempty"`
+	// LeaseWarnedAt is when the owner was warned that the lease ends soon.
+	LeaseWarnedAt *time.Time `gorm:"column:lease_warned_at" json:"lease_warned_at,omitempty"`
 }
 
 func (VM) TableName() string { return "vms" }
@@ -321,3 +331,58 @@ func (j *JSON) UnmarshalJSON(b []byte) error {
 	*j = append(JSON(nil), b...)
 	return nil
 }
+
+// Host states.
+const (
+	HostUp       = "up"
+	HostDown     = "down"
+	HostDraining = "draining"
+)
+
+// Host is one gpuvmd (a node of the fleet): it registers at start and keeps
+// its heartbeat and inventory current.
+type Host struct {
+	Name        string    `gorm:"column:name;primaryKey" json:"name"`
+	APIURL      string    `gorm:"column:api_url;not null" json:"api_url,omitempty"`
+	Version     string    `gorm:"column:version;not null" json:"version,omitempty"`
+	State       string    `gorm:"column:state;not null" json:"state"`
+	Inventory   string    `gorm:"column:inventory;not null" json:"-"` // api.HostInventory, JSON
+	StartedAt   time.Time `gorm:"column:started_at;not null" json:"started_at"`
+	HeartbeatAt time.Time `gorm:"column:heartbeat_at;not null" json:"heartbeat_at"`
+	UpdatedAt   time.Time `gorm:"column:updated_at;not null" json:"updated_at"`
+}
+
+func (Host) TableName() string { return "hosts" }
+
+// GPUDrain marks a GPU that takes no new allocations.
+type GPUDrain struct {
+	Host       string    `gorm:"column:host;primaryKey" json:"host"`
+	GPUAddress string    `gorm:"column:gpu_address;primaryKey" json:"gpu_address"`
+	Reason     string    `gorm:"column:reason;not null" json:"reason,omitempty"`
+	DrainedBy  string    `gorm:"column:drained_by;not null" json:"drained_by,omitempty"`
+	CreatedAt  time.Time `gorm:"column:created_at;not null" json:"created_at"`
+}
+
+func (GPUDrain) TableName() string { return "gpu_drains" }
+
+// Console ticket kinds.
+const (
+	TicketConsole = "console"
+	TicketTunnel  = "tunnel"
+)
+
+// ConsoleTicket is a one-time, short-lived ticket to a VM's display (kind
+// console) or to a TCP port of its guest (kind tunnel). ID is the SHA-256 of
+// the ticket, hex; the ticket itself is never stored.
+type ConsoleTicket struct {
+	ID        string     `gorm:"column:id;primaryKey" json:"-"`
+	VMID      string     `gorm:"column:vm_id;not null" json:"vm_id"`
+	User      string     `gorm:"column:user_name;not null" json:"user"`
+	Kind      string     `gorm:"column:kind;not null" json:"kind"`
+	Port      int        `gorm:"column:port;not null" json:"port,omitempty"`
+	CreatedAt time.Time  `gorm:"column:created_at;not null" json:"created_at"`
+	ExpiresAt time.Time  `gorm:"column:expires_at;not null;index:console_tickets_expires" json:"expires_at"`
+	UsedAt    *time.Time `gorm:"column:used_at" json:"used_at,omitempty"`
+}
+
+func (ConsoleTicket) TableName() string { return "console_tickets" }
