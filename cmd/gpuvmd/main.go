@@ -185,7 +185,8 @@ func serve(ctx context.Context, o options, cfg *config, log *slog.Logger) error 
 	if cfg != nil {
 		deps.Config = cfg
 	}
-	srv := &http.Server{Handler: server.New(deps), ReadHeaderTimeout: 10 * time.Second}
+	api := server.New(deps)
+	srv := &http.Server{Handler: api, ReadHeaderTimeout: 10 * time.Second}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	log.Info("gpuvmd ready", "listen", ln.Addr().String(), "backends", l.Names(), "state_dir", o.stateDir,
@@ -201,6 +202,7 @@ func serve(ctx context.Context, o options, cfg *config, log *slog.Logger) error 
 	log.Info("shutting down")
 	shutCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
+	api.Close() // event streams end, so Shutdown need not wait for them
 	if err := srv.Shutdown(shutCtx); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return fmt.Errorf("shut down HTTP: %w", err)
 	}

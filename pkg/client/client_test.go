@@ -321,6 +321,12 @@ func scripted(t *testing.T, script []api.VM) (*Client, *atomic.Int32) {
 	t.Helper()
 	var n atomic.Int32
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v1/events" { // a server without the event stream: WaitVM polls
+			w.Header().Set("Content-Type", "application/problem+json")
+			w.WriteHeader(404)
+			io.WriteString(w, `{"type":"https://gpuvm.dev/problems/not-found","title":"Not found","status":404,"detail":"no route GET /v1/events"}`)
+			return
+		}
 		i := int(n.Add(1)) - 1
 		vm := script[min(i, len(script)-1)]
 		if vm.State == "" {

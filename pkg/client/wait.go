@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/gpuvm/gpuvm/pkg/api"
@@ -25,15 +26,18 @@ func Settled(vm api.VM) bool {
 // (or with 5xx) before a wait gives up.
 const maxPollFailures = 5
 
-// WaitVM polls a VM until it is running, failed or deleted, and returns it
-// as last seen. changed, when not nil, is called with the VM first and then
-// each time its state, phase or reason changes. The interval starts at
-// PollMin and backs off to PollMax; a poll that gets no answer, or a 5xx, is
-// retried (five in a row end the wait). The wait ends with ctx's error when
-// ctx ends. A VM that failed is not an error: look at its State and Reason.
+// WaitVM waits until a VM is running, failed or deleted, and returns it as
+// last seen. changed, when not nil, is called with the VM first and then
+// each time its state, phase or reason changes. It follows the VM's events
+// (GET /v1/events) and reads the VM when one comes, so changes show at once;
+// it also reads the VM every PollMax in case the stream is quiet, and polls
+// alone (from PollMin backing off to PollMax) when the server has no event
+// stream. A read that gets no answer, or a 5xx, is retried (five in a row
+// end the wait). The wait ends with ctx's error when ctx ends. A VM that
+// failed is not an error: look at its State and Reason.
 func (c *Client) WaitVM(ctx context.Context, id string, changed func(api.VM)) (*api.VM, error) {
 	var last *api.VM
-	err := c.poll(ctx, func() (bool, error) {
+	check := func() (bool, error) {
 		vm, err := c.GetVM(ctx, id)
 		if err != nil {
 			return false, err
@@ -45,11 +49,37 @@ func (c *Client) WaitVM(ctx context.Context, id string, changed func(api.VM)) (*
 		}
 		last = vm
 		return Settled(*vm), nil
-	})
-	if err != nil {
+	}
+	var nudge chan struct{}
+	if es, err := c.Events(ctx, EventsOptions{VM: id}); err == nil {
+		defer es.Close()
+		nudge = make(chan struct{}, 1)
+		go func() {
+			for {
+				if _, err := es.Next(ctx); err != nil {
+					return
+				}
+				select {
+				case nudge <- struct{}{}:
+				default:
+				}
+			}
+		}()
+	} else if ctx.Err() != nil {
+		return nil, fmt.Errorf("wait for VM %s: %w", id, ctx.Err())
+	} else if IsNotFound(err) && !noRoute(err) {
+		return nil, fmt.Errorf("wait for VM %s: %w", id, err)
+	}
+	if err := c.poll(ctx, check, nudge); err != nil {
 		return last, fmt.Errorf("wait for VM %s: %w", id, err)
 	}
 	return last, nil
+}
+
+// noRoute: a 404 for the route itself (a server without it), not for the VM.
+func noRoute(err error) bool {
+	p, ok := AsProblem(err)
+	return ok && strings.HasPrefix(p.Detail, "no route ")
 }
 
 // WaitOperation polls an operation until it is done or failed, and returns
@@ -70,21 +100,26 @@ func (c *Client) WaitOperation(ctx context.Context, id string, changed func(api.
 		}
 		last = op
 		return op.State == "done" || op.State == "failed", nil
-	})
+	}, nil)
 	if err != nil {
 		return last, fmt.Errorf("wait for operation %s: %w", id, err)
 	}
 	return last, nil
 }
 
-// poll calls check until it reports done, backing off between calls.
-func (c *Client) poll(ctx context.Context, check func() (bool, error)) error {
+// poll calls check until it reports done, backing off between calls. A
+// receive on nudge (when not nil) calls check at once; with nudges, the
+// interval is PollMax from the start: it is only the safety net.
+func (c *Client) poll(ctx context.Context, check func() (bool, error), nudge <-chan struct{}) error {
 	interval, maxInterval := c.PollMin, c.PollMax
 	if interval <= 0 {
 		interval = 500 * time.Millisecond
 	}
 	if maxInterval < interval {
 		maxInterval = interval
+	}
+	if nudge != nil {
+		interval = maxInterval
 	}
 	failures := 0
 	timer := time.NewTimer(0)
@@ -109,6 +144,10 @@ func (c *Client) poll(ctx context.Context, check func() (bool, error)) error {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-timer.C:
+		case <-nudge:
+			if !timer.Stop() {
+				<-timer.C
+			}
 		}
 		interval = min(interval+interval/2, maxInterval)
 	}

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -46,6 +47,10 @@ type Deps struct {
 	Store *store.Store
 	// Worker is told when there is new work (the orchestrator); may be nil.
 	Worker Waker
+	// EventPoll is how often the event stream looks for new events
+	// (default 250ms); EventKeepAlive how often an idle stream sends a
+	// comment line (default 15s).
+	EventPoll, EventKeepAlive time.Duration
 }
 
 // Waker is told that a VM operation was queued.
@@ -56,6 +61,11 @@ type Server struct {
 	Deps
 	log    *slog.Logger
 	engine *gin.Engine
+
+	hub            *eventHub
+	eventKeepAlive time.Duration
+	done           chan struct{} // closed by Close: streams end
+	closeOnce      sync.Once
 }
 
 // New builds the API.
@@ -64,13 +74,33 @@ func New(d Deps) *Server {
 		d.Log = slog.Default()
 	}
 	gin.SetMode(gin.ReleaseMode)
-	s := &Server{Deps: d, log: d.Log.With("component", "api"), engine: gin.New()}
+	if d.EventPoll <= 0 {
+		d.EventPoll = defaultEventPoll
+	}
+	if d.EventKeepAlive <= 0 {
+		d.EventKeepAlive = defaultEventKeepAlive
+	}
+	s := &Server{Deps: d, log: d.Log.With("component", "api"), engine: gin.New(),
+		eventKeepAlive: d.EventKeepAlive, done: make(chan struct{})}
+	s.hub = newEventHub(s.eventSource(), d.EventPoll, s.log)
 	s.engine.Use(gin.Recovery(), s.logRequests)
 	s.engine.NoRoute(func(c *gin.Context) {
 		s.writeProblem(c, with(errNotFound, "no route "+c.Request.Method+" "+c.Request.URL.Path))
 	})
 	s.routes()
 	return s
+}
+
+// Close ends the streams that are open (server-sent events), so that an
+// http.Server's Shutdown does not wait for them. The server still answers
+// other requests.
+func (s *Server) Close() { s.closeOnce.Do(func() { close(s.done) }) }
+
+func (s *Server) eventSource() EventSource {
+	if s.Store == nil {
+		return nil
+	}
+	return s.Store
 }
 
 // ServeHTTP implements http.Handler.
@@ -88,6 +118,7 @@ func (s *Server) routes() {
 	vms.GET("/vms/:id", s.getVM)
 	vms.DELETE("/vms/:id", s.deleteVM)
 	vms.GET("/operations/:id", s.getOperation)
+	vms.GET("/events", s.events)
 	admin := v1.Group("", s.requireAdmin)
 	admin.GET("/gpus", s.gpus)
 	admin.POST("/admin/reload", s.reload)

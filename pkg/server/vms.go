@@ -281,10 +281,13 @@ func (s *Server) listVMs(c *gin.Context) {
 
 // findVM finds a VM the caller may see by ID, or by name among the
 // caller's own live VMs. Another user's VM is not found (admins see all).
-func (s *Server) findVM(c *gin.Context) (*store.VM, bool) {
+func (s *Server) findVM(c *gin.Context) (*store.VM, bool) { return s.lookupVM(c, c.Param("id")) }
+
+// lookupVM finds the VM ref names (its ID, or its name among the caller's
+// VMs) if the caller may see it; otherwise it answers 404 and returns false.
+func (s *Server) lookupVM(c *gin.Context, ref string) (*store.VM, bool) {
 	u := user(c)
 	ctx := c.Request.Context()
-	ref := c.Param("id")
 	vm, err := s.Store.GetVM(ctx, ref)
 	if err == nil && (u.Admin || vm.Owner == u.Name) {
 		return vm, true

@@ -119,11 +119,14 @@ func New(t testing.TB, o Options) *Env {
 	e.Worker = &Worker{st: st, step: o.Step, wake: make(chan struct{}, 1)}
 	e.Worker.wg.Add(1)
 	go e.Worker.run(wctx)
-	srv := httptest.NewServer(server.New(server.Deps{
+	api := server.New(server.Deps{
 		Auth: st, Backends: backends{"mig": mock}, Config: e.Config, Log: log, Store: st, Worker: e.Worker,
-	}))
+		EventPoll: 10 * time.Millisecond,
+	})
+	srv := httptest.NewServer(api)
 	e.URL = srv.URL
 	t.Cleanup(func() {
+		api.Close() // open event streams end
 		srv.Close()
 		cancel()
 		e.Worker.wg.Wait()
