@@ -386,3 +386,57 @@ type ConsoleTicket struct {
 }
 
 func (ConsoleTicket) TableName() string { return "console_tickets" }
+
+// GPUSample is a sample of one GPU (Instance empty) or of one device on it,
+// mapped to the VM and user that held it. Resolution is 0 for a raw sample,
+// else the seconds of the period a downsampled row averages (SampleCount raw
+// samples). Ratios are 0..1 and -1 when the GPU did not report them.
+type GPUSample struct {
+	ID          int64     `gorm:"column:id;primaryKey" json:"-"`
+	Host        string    `gorm:"column:host;not null;index:gpu_samples_gpu,priority:1" json:"host"`
+	GPUAddress  string    `gorm:"column:gpu_address;not null;index:gpu_samples_gpu,priority:2" json:"gpu_address"`
+	Instance    string    `gorm:"column:instance;not null" json:"instance,omitempty"`
+	VMID        string    `gorm:"column:vm_id;not null;index:gpu_samples_vm,priority:1" json:"vm_id,omitempty"`
+	User        string    `gorm:"column:user_name;not null" json:"user,omitempty"`
+	TakenAt     time.Time `gorm:"column:taken_at;not null;index:gpu_samples_gpu,priority:4;index:gpu_samples_vm,priority:3;index:gpu_samples_resolution,priority:2" json:"taken_at"`
+	Resolution  int       `gorm:"column:resolution;not null;index:gpu_samples_gpu,priority:3;index:gpu_samples_vm,priority:2;index:gpu_samples_resolution,priority:1" json:"resolution"`
+	SampleCount int       `gorm:"column:sample_count;not null" json:"sample_count"`
+	GPUUtil     float64   `gorm:"column:gpu_util;not null" json:"gpu_util"`
+	MemUtil     float64   `gorm:"column:mem_util;not null" json:"mem_util"`
+	EncUtil     float64   `gorm:"column:enc_util;not null" json:"enc_util"`
+	DecUtil     float64   `gorm:"column:dec_util;not null" json:"dec_util"`
+	MemUsed     int64     `gorm:"column:mem_used;not null" json:"mem_used_bytes"`
+	MemTotal    int64     `gorm:"column:mem_total;not null" json:"mem_total_bytes"`
+	Temperature float64   `gorm:"column:temperature;not null" json:"temperature_celsius"`
+	PowerWatts  float64   `gorm:"column:power_watts;not null" json:"power_watts"`
+	SMClockMHz  int       `gorm:"column:sm_clock_mhz;not null" json:"sm_clock_mhz"`
+	XIDErrors   int       `gorm:"column:xid_errors;not null" json:"xid_errors"`
+	ECCErrors   int       `gorm:"column:ecc_errors;not null" json:"ecc_errors"`
+}
+
+func (GPUSample) TableName() string { return "gpu_samples" }
+
+// Alert states.
+const (
+	AlertFiring   = "firing"
+	AlertResolved = "resolved"
+)
+
+// Alert is one firing (or resolved) alert of a rule about a subject (a GPU,
+// a VM, the queue). At most one is firing per rule and subject.
+type Alert struct {
+	ID         int64      `gorm:"column:id;primaryKey" json:"id"`
+	Rule       string     `gorm:"column:rule;not null;uniqueIndex:alerts_firing,priority:1,where:state = 'firing'" json:"rule"`
+	Subject    string     `gorm:"column:subject;not null;uniqueIndex:alerts_firing,priority:2" json:"subject"`
+	Host       string     `gorm:"column:host;not null" json:"host,omitempty"`
+	Metric     string     `gorm:"column:metric;not null" json:"metric"`
+	Value      float64    `gorm:"column:value;not null" json:"value"`
+	Summary    string     `gorm:"column:summary;not null" json:"summary,omitempty"`
+	State      string     `gorm:"column:state;not null" json:"state"`
+	StartedAt  time.Time  `gorm:"column:started_at;not null;index:alerts_started" json:"started_at"`
+	ResolvedAt *time.Time `gorm:"column:resolved_at" json:"resolved_at,omitempty"`
+	NotifiedAt *time.Time `gorm:"column:notified_at" json:"notified_at,omitempty"`
+	UpdatedAt  time.Time  `gorm:"column:updated_at;not null" json:"updated_at"`
+}
+
+func (Alert) TableName() string { return "alerts" }
