@@ -19,6 +19,8 @@ func newAdminCmd(getenv func(string) string) *cobra.Command {
 	}
 	o.flags(admin, true)
 	admin.AddCommand(newAdminGPUsCmd(o), newAdminReloadCmd(o))
+	admin.AddCommand(newAdminUsersCmd(o), newAdminTokensCmd(o), newAdminDrainCmd(o), newAdminUndrainCmd(o)) // users.go
+	admin.AddCommand(newAdminAlertsCmd(o))                                                                  // alerts.go
 	return admin
 }
 

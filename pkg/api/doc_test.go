@@ -19,7 +19,7 @@ func TestInventoryDocumented(t *testing.T) {
 	sections := map[string]reflect.Type{
 		"HostInventory": reflect.TypeOf(HostInventory{}), "GPU": reflect.TypeOf(GPU{}),
 		"VGPUType": reflect.TypeOf(VGPUType{}), "MIGProfile": reflect.TypeOf(MIGProfile{}),
-		"Device": reflect.TypeOf(Device{}), "Hostdev": reflect.TypeOf(Hostdev{}),
+		"Device": reflect.TypeOf(Device{}), "Hostdev": reflect.TypeOf(Hostdev{}), "Drain": reflect.TypeOf(Drain{}),
 	}
 	row := regexp.MustCompile("(?m)^\\| `([a-z_]+)` \\|")
 	for name, typ := range sections {

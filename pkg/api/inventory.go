@@ -1,5 +1,7 @@
 package api
 
+import "time"
+
 // HostInventory is what `gpuvm host inventory --json` prints (and, later,
 // GET /v1/gpus serves): every GPU of one host as the backends see it.
 //
@@ -42,6 +44,16 @@ type GPU struct {
 	// Backends maps each backend that knows the GPU to "" when it can
 	// create on it now, or the reason it cannot.
 	Backends map[string]string `json:"backends"`
+	// Drained is set when an admin drained the GPU: it takes no new VMs
+	// (GET /v1/gpus only; the host itself does not know).
+	Drained *Drain `json:"drained,omitempty"`
+}
+
+// Drain says who drained a GPU, when and why.
+type Drain struct {
+	Reason string    `json:"reason,omitempty"`
+	By     string    `json:"by"`
+	Since  time.Time `json:"since"`
 }
 
 // VGPUType is a vGPU type offered on a GPU.

@@ -1,0 +1,537 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/gpuvm/gpuvm/pkg/api"
+	"github.com/gpuvm/gpuvm/pkg/client"
+)
+
+func newWhoamiCmd(getenv func(string) string) *cobra.Command {
+	o := clientOpts{getenv: getenv}
+	var out outputOpts
+	cmd := &cobra.Command{
+		Use:   "whoami",
+		Short: "Say who the server takes you for: name, admin or not, groups",
+		Long: `Asks the server whose token this is.
+
+Output: a line by default; --json prints the api.User; --quiet the name only.
+` + connectionHelp + "\n" + exitHelp,
+		Args: noArgs,
+		RunE: o.runE(func(ctx context.Context, c *client.Client, cmd *cobra.Command, _ []string) error {
+			if err := out.check(); err != nil {
+				return err
+			}
+			me, err := c.Whoami(ctx)
+			if err != nil {
+				return err
+			}
+			w := cmd.OutOrStdout()
+			switch {
+			case out.json:
+				return writeJSON(w, me)
+			case out.quiet:
+				_, err := fmt.Fprintln(w, me.Name)
+				return err
+			}
+			s := me.Name
+			if me.Admin {
+				s += " (admin)"
+			}
+			if len(me.Groups) > 0 {
+				s += ", groups: " + strings.Join(me.Groups, ", ")
+			}
+			_, err = fmt.Fprintf(w, "%s on %s\n", s, c.URL())
+			return err
+		}),
+	}
+	o.flags(cmd, false)
+	out.flags(cmd, "print the name only")
+	return cmd
+}
+
+func newHostsCmd(getenv func(string) string) *cobra.Command {
+	o := clientOpts{getenv: getenv}
+	var out outputOpts
+	cmd := &cobra.Command{
+		Use:   "hosts",
+		Short: "List the GPU servers: state, version, heartbeat, GPUs and what is free",
+		Long: `Lists the gpuvmd hosts that share the database: whether each is up (a host
+whose heartbeat is older than three heartbeat intervals is down), its version,
+how long ago it was last heard of, its GPUs (drained ones counted apart) and
+what could still be placed on it: idle GPUs, vGPUs by type, MIG instances by
+profile (each type counted on its own). Admins also see each host's API URL.
+
+Output: a table by default; --json prints the api.HostList; --quiet the names.
+` + connectionHelp + "\n" + exitHelp,
+		Args: noArgs,
+		RunE: o.runE(func(ctx context.Context, c *client.Client, cmd *cobra.Command, _ []string) error {
+			if err := out.check(); err != nil {
+				return err
+			}
+			hs, err := c.ListHosts(ctx)
+			if err != nil {
+				return err
+			}
+			w := cmd.OutOrStdout()
+			switch {
+			case out.json:
+				if hs == nil {
+					hs = []api.Host{}
+				}
+				return writeJSON(w, api.HostList{Items: hs})
+			case out.quiet:
+				for _, h := range hs {
+					fmt.Fprintln(w, h.Name)
+				}
+				return nil
+			}
+			return printHosts(w, hs)
+		}),
+	}
+	o.flags(cmd, false)
+	out.flags(cmd, "print the names only")
+	return cmd
+}
+
+func printHosts(w io.Writer, hs []api.Host) error {
+	if len(hs) == 0 {
+		_, err := fmt.Fprintln(w, "No hosts: no gpuvmd has registered in this database yet.")
+		return err
+	}
+	withURL := slices.ContainsFunc(hs, func(h api.Host) bool { return h.APIURL != "" })
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	head := "NAME\tSTATE\tVERSION\tHEARTBEAT\tGPUS\tFREE"
+	if withURL {
+		head += "\tURL"
+	}
+	fmt.Fprintln(tw, head)
+	for _, h := range hs {
+		gpus := strconv.Itoa(h.GPUs)
+		if h.DrainedGPUs > 0 {
+			gpus += fmt.Sprintf(" (%d drained)", h.DrainedGPUs)
+		}
+		name := h.Name
+		if h.Simulated {
+			name += " (simulated)"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s", name, h.State, orDash(h.Version), agoText(time.Duration(h.HeartbeatAge*float64(time.Second))), gpus, describeCapacity(h.Free))
+		if withURL {
+			fmt.Fprintf(tw, "\t%s", orDash(h.APIURL))
+		}
+		fmt.Fprintln(tw)
+	}
+	return tw.Flush()
+}
+
+// agoText is "12s ago", "3m ago", "2h5m ago".
+func agoText(d time.Duration) string {
+	if d < time.Minute {
+		return fmt.Sprintf("%ds ago", int(d.Round(time.Second)/time.Second))
+	}
+	return humanDuration(d) + " ago"
+}
+
+// describeCapacity is "2 idle GPUs, 3g.40gb×4, L40S-12Q×7", or "none".
+func describeCapacity(c api.Capacity) string {
+	var parts []string
+	if c.IdleGPUs > 0 {
+		parts = append(parts, plural(c.IdleGPUs, "idle GPU"))
+	}
+	for _, m := range []map[string]int{c.MIG, c.VGPU} {
+		for _, k := range slices.Sorted(maps.Keys(m)) {
+			parts = append(parts, fmt.Sprintf("%s×%d", k, m[k]))
+		}
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, ", ")
+}
+
+func newAdminUsersCmd(o *clientOpts) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "users",
+		Short: "List and create users (alone: list)",
+		Long: `Lists the users, or creates one. 'gpuvm admin users' alone lists them.
+` + exitHelp,
+	}
+	list := newAdminUsersListCmd(o)
+	cmd.Args, cmd.RunE = list.Args, list.RunE
+	cmd.Flags().AddFlagSet(list.Flags())
+	cmd.AddCommand(list, newAdminUsersCreateCmd(o))
+	return cmd
+}
+
+func newAdminUsersListCmd(o *clientOpts) *cobra.Command {
+	var out outputOpts
+	cmd := &cobra.Command{
+		Use:   "list",
+		Short: "List the users with their groups",
+		Long: `Lists every user by name: admin or not, groups, when created.
+
+Output: a table by default; --json prints the api.UserList; --quiet the names.
+` + exitHelp,
+		Args: noArgs,
+		RunE: o.runE(func(ctx context.Context, c *client.Client, cmd *cobra.Command, _ []string) error {
+			if err := out.check(); err != nil {
+				return err
+			}
+			us, err := c.ListUsers(ctx)
+			if err != nil {
+				return err
+			}
+			w := cmd.OutOrStdout()
+			switch {
+			case out.json:
+				if us == nil {
+					us = []api.User{}
+				}
+				return writeJSON(w, api.UserList{Items: us})
+			case out.quiet:
+				for _, u := range us {
+					fmt.Fprintln(w, u.Name)
+				}
+				return nil
+			}
+			tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+			fmt.Fprintln(tw, "NAME\tADMIN\tGROUPS\tCREATED")
+			for _, u := range us {
+				created := "-"
+				if u.CreatedAt != nil {
+					created = u.CreatedAt.Local().Format(time.DateTime)
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", u.Name, yesNo(u.Admin), orDash(strings.Join(u.Groups, ",")), created)
+			}
+			return tw.Flush()
+		}),
+	}
+	out.flags(cmd, "print the names only")
+	return cmd
+}
+
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
+}
+
+func newAdminUsersCreateCmd(o *clientOpts) *cobra.Command {
+	var (
+		req api.CreateUserRequest
+		out outputOpts
+	)
+	cmd := &cobra.Command{
+		Use:   "create NAME",
+		Short: "Create a user",
+		Long: `Creates a user: lower-case letters, digits and dashes, starting with a letter.
+--group puts the user in a group (repeatable; groups are made as needed);
+--admin makes an admin. The user needs a token next:
+'gpuvm admin tokens create NAME'.
+
+Output: a line by default; --json prints the api.User.
+` + exitHelp,
+		Example: `  gpuvm admin users create ann --group artists --group render`,
+		Args:    exactArgs(1, "one user name"),
+		RunE: o.runE(func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
+			req.Name = args[0]
+			u, err := c.CreateUser(ctx, req)
+			if err != nil {
+				return err
+			}
+			w := cmd.OutOrStdout()
+			if out.json {
+				return writeJSON(w, u)
+			}
+			s := "Created user " + u.Name
+			if u.Admin {
+				s += " (admin)"
+			}
+			if len(u.Groups) > 0 {
+				s += " in " + strings.Join(u.Groups, ", ")
+			}
+			fmt.Fprintln(w, s+".")
+			_, err = fmt.Fprintf(w, "Give them a token: gpuvm admin tokens create %s\n", u.Name)
+			return err
+		}),
+	}
+	cmd.Flags().BoolVar(&req.Admin, "admin", false, "make the user an admin")
+	cmd.Flags().StringArrayVar(&req.Groups, "group", nil, "a group of the user (repeatable)")
+	out.flags(cmd, "")
+	return cmd
+}
+
+func newAdminTokensCmd(o *clientOpts) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "tokens",
+		Short: "List, create and revoke API tokens",
+		Long: `Lists, creates and revokes API tokens. Admins may do it for anyone; any user
+may do it for themself with the same commands. Only a token's prefix is kept
+for show: the token itself is printed once, when it is made.
+` + exitHelp,
+		Args: noArgs,
+	}
+	cmd.AddCommand(newAdminTokensListCmd(o), newAdminTokensCreateCmd(o), newAdminTokensRevokeCmd(o))
+	return cmd
+}
+
+func newAdminTokensListCmd(o *clientOpts) *cobra.Command {
+	var out outputOpts
+	cmd := &cobra.Command{
+		Use:   "list [USER]",
+		Short: "List a user's tokens (default: your own)",
+		Long: `Lists a user's tokens, newest first, revoked and expired ones included.
+Without USER, your own.
+
+Output: a table by default; --json prints the api.TokenList; --quiet the IDs.
+` + exitHelp,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) > 1 {
+				return usageError{fmt.Errorf("%s takes at most one user name, got %d arguments", cmd.CommandPath(), len(args))}
+			}
+			return nil
+		},
+		RunE: o.runE(func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
+			if err := out.check(); err != nil {
+				return err
+			}
+			var name string
+			if len(args) == 1 {
+				name = args[0]
+			} else {
+				me, err := c.Whoami(ctx)
+				if err != nil {
+					return err
+				}
+				name = me.Name
+			}
+			ts, err := c.ListTokens(ctx, name)
+			if err != nil {
+				return err
+			}
+			w := cmd.OutOrStdout()
+			switch {
+			case out.json:
+				if ts == nil {
+					ts = []api.Token{}
+				}
+				return writeJSON(w, api.TokenList{Items: ts})
+			case out.quiet:
+				for _, t := range ts {
+					fmt.Fprintln(w, t.ID)
+				}
+				return nil
+			}
+			return printTokens(w, name, ts)
+		}),
+	}
+	out.flags(cmd, "print the IDs only")
+	return cmd
+}
+
+func printTokens(w io.Writer, user string, ts []api.Token) error {
+	if len(ts) == 0 {
+		_, err := fmt.Fprintf(w, "%s has no tokens.\n", user)
+		return err
+	}
+	when := func(t *time.Time, none string) string {
+		if t == nil {
+			return none
+		}
+		return t.Local().Format(time.DateTime)
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tNAME\tPREFIX\tSTATE\tCREATED\tEXPIRES\tLAST USED")
+	for _, t := range ts {
+		fmt.Fprintf(tw, "%d\t%s\t%s…\t%s\t%s\t%s\t%s\n", t.ID, t.Name, t.Prefix, t.State, when(&t.CreatedAt, "-"),
+			when(t.ExpiresAt, "never"), when(t.LastUsedAt, "never"))
+	}
+	return tw.Flush()
+}
+
+// parseExpiry reads --expires: a duration in whole hours ("720h", "30d",
+// "1d12h"); "" or "never": no expiry (0).
+func parseExpiry(s string) (hours int, err error) {
+	s = strings.TrimSpace(s)
+	if s == "" || s == "never" {
+		return 0, nil
+	}
+	var d time.Duration
+	if days, rest, ok := strings.Cut(s, "d"); ok {
+		n, err := strconv.Atoi(days)
+		if err != nil || n < 0 {
+			return 0, usageError{fmt.Errorf("--expires %q: %q is not a number of days", s, days)}
+		}
+		d = time.Duration(n) * 24 * time.Hour
+		s = rest
+	}
+	if s != "" {
+		x, err := time.ParseDuration(s)
+		if err != nil {
+			return 0, usageError{fmt.Errorf("--expires: %w (give hours or days: 720h, 30d)", err)}
+		}
+		d += x
+	}
+	if d <= 0 || d%time.Hour != 0 {
+		return 0, usageError{errors.New("--expires is a positive number of whole hours or days (720h, 30d), or never")}
+	}
+	return int(d / time.Hour), nil
+}
+
+func newAdminTokensCreateCmd(o *clientOpts) *cobra.Command {
+	var (
+		name, expires string
+		out           outputOpts
+	)
+	cmd := &cobra.Command{
+		Use:   "create USER",
+		Short: "Make a token for a user and print it (once)",
+		Long: `Makes an API token for USER and prints it: the server keeps only its hash, so
+this is the only time it is seen. --expires sets its life in whole hours or
+days (720h, 30d; default: it does not expire); --name tells the user's tokens
+apart (default: token-DATE-TIME).
+
+Output: the token with a note by default; --quiet prints the token only (for
+scripts: GPUVM_TOKEN=$(gpuvm admin tokens create ann -q)); --json prints the
+api.CreatedToken, the token in its "token" field.
+` + exitHelp,
+		Example: `  gpuvm admin tokens create ann --name laptop --expires 30d`,
+		Args:    exactArgs(1, "one user name"),
+		RunE: o.runE(func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
+			if err := out.check(); err != nil {
+				return err
+			}
+			hours, err := parseExpiry(expires)
+			if err != nil {
+				return err
+			}
+			if name == "" {
+				name = "token-" + time.Now().Format("20060102-150405")
+			}
+			tok, err := c.CreateToken(ctx, args[0], api.CreateTokenRequest{Name: name, ExpiresInHours: hours})
+			if err != nil {
+				return err
+			}
+			w := cmd.OutOrStdout()
+			switch {
+			case out.json:
+				return writeJSON(w, tok)
+			case out.quiet:
+				_, err := fmt.Fprintln(w, tok.Secret)
+				return err
+			}
+			exp := "does not expire"
+			if tok.ExpiresAt != nil {
+				exp = "expires " + tok.ExpiresAt.Local().Format(time.DateTime)
+			}
+			fmt.Fprintf(w, "Token %d (%s) of %s, %s:\n\n  %s\n\n", tok.ID, tok.Name, tok.User, exp, tok.Secret)
+			fmt.Fprintf(w, "It is shown only now. Use it with 'gpuvm login %s', or as GPUVM_TOKEN.\n", c.URL())
+			_, err = fmt.Fprintf(w, "Revoke it with 'gpuvm admin tokens revoke %s %d'.\n", tok.User, tok.ID)
+			return err
+		}),
+	}
+	cmd.Flags().StringVar(&name, "name", "", "the token's name (default: token-DATE-TIME)")
+	cmd.Flags().StringVar(&expires, "expires", "", "its life: whole hours or days (720h, 30d), or never (the default)")
+	out.flags(cmd, "print the token only")
+	return cmd
+}
+
+func newAdminTokensRevokeCmd(o *clientOpts) *cobra.Command {
+	return &cobra.Command{
+		Use:   "revoke USER ID",
+		Short: "Revoke a token: it is refused from now on",
+		Long: `Revokes the token ID of USER ('gpuvm admin tokens list USER' shows the IDs).
+Revoking a revoked token is no error.
+` + exitHelp,
+		Args: exactArgs(2, "a user name and a token ID"),
+		RunE: o.runE(func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
+			id, err := strconv.ParseInt(args[1], 10, 64)
+			if err != nil || id <= 0 {
+				return usageError{fmt.Errorf("token ID %q is not a number ('gpuvm admin tokens list %s' shows them)", args[1], args[0])}
+			}
+			if err := c.RevokeToken(ctx, args[0], id); err != nil {
+				return err
+			}
+			_, err = fmt.Fprintf(cmd.OutOrStdout(), "Revoked token %d of %s.\n", id, args[0])
+			return err
+		}),
+	}
+}
+
+func newAdminDrainCmd(o *clientOpts) *cobra.Command {
+	var (
+		reason string
+		out    outputOpts
+	)
+	cmd := &cobra.Command{
+		Use:   "drain GPU",
+		Short: "Drain a GPU: it takes no new VMs, the ones on it keep running",
+		Long: `Drains a GPU of the server, named by its PCI address (0000:41:00.0 or 41:00.0;
+'gpuvm admin gpus' lists them): the scheduler places nothing new on it, and
+VMs that wait only for it say so. What runs on it keeps running. Draining a
+drained GPU replaces the reason. 'gpuvm admin undrain GPU' ends it.
+
+Output: a line by default; --json prints the api.GPUDrainState.
+` + exitHelp,
+		Example: `  gpuvm admin drain 0000:41:00.0 --reason "fan replacement, back Tuesday"`,
+		Args:    exactArgs(1, "one GPU address"),
+		RunE: o.runE(func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
+			st, err := c.DrainGPU(ctx, args[0], reason)
+			if err != nil {
+				return err
+			}
+			if out.json {
+				return writeJSON(cmd.OutOrStdout(), st)
+			}
+			why := ""
+			if st.Drained != nil && st.Drained.Reason != "" {
+				why = " (" + st.Drained.Reason + ")"
+			}
+			_, err = fmt.Fprintf(cmd.OutOrStdout(), "Drained GPU %s of %s%s: it takes no new VMs; the ones on it keep running.\n", st.Address, st.Host, why)
+			return err
+		}),
+	}
+	cmd.Flags().StringVar(&reason, "reason", "", "why, for the users whose VMs wait (one line)")
+	out.flags(cmd, "")
+	return cmd
+}
+
+func newAdminUndrainCmd(o *clientOpts) *cobra.Command {
+	var out outputOpts
+	cmd := &cobra.Command{
+		Use:   "undrain GPU",
+		Short: "End a GPU's drain: it takes VMs again",
+		Long: `Ends the drain of a GPU: the scheduler may place VMs on it again, and queued
+VMs that waited for it are placed at once. A GPU that is not drained is an
+error (exit 1).
+
+Output: a line by default; --json prints the api.GPUDrainState.
+` + exitHelp,
+		Args: exactArgs(1, "one GPU address"),
+		RunE: o.runE(func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
+			st, err := c.UndrainGPU(ctx, args[0])
+			if err != nil {
+				return err
+			}
+			if out.json {
+				return writeJSON(cmd.OutOrStdout(), st)
+			}
+			_, err = fmt.Fprintf(cmd.OutOrStdout(), "GPU %s of %s takes VMs again.\n", st.Address, st.Host)
+			return err
+		}),
+	}
+	out.flags(cmd, "")
+	return cmd
+}

@@ -1,0 +1,75 @@
+package api
+
+import "time"
+
+// CreateUserRequest is the body of POST /v1/users (admins). Unknown fields
+// are refused.
+type CreateUserRequest struct {
+	// Name is the user's name: lower-case letters, digits and dashes,
+	// starting with a letter, at most 63 characters.
+	Name string `json:"name"`
+	// Admin makes the user an admin.
+	Admin bool `json:"admin,omitempty"`
+	// Groups are the user's groups (created when they do not exist).
+	Groups []string `json:"groups,omitempty"`
+}
+
+// User is a person who may ask for VMs. GET /v1/whoami answers the caller.
+type User struct {
+	Name   string   `json:"name"`
+	Admin  bool     `json:"admin"`
+	Groups []string `json:"groups"`
+	// CreatedAt is absent in answers about a user the server did not
+	// read from its database.
+	CreatedAt *time.Time `json:"created_at,omitempty"`
+}
+
+// UserList is the answer to GET /v1/users, by name.
+type UserList struct {
+	Items []User `json:"items"`
+}
+
+// CreateTokenRequest is the body of POST /v1/users/{name}/tokens. At most
+// one of ExpiresInHours and ExpiresAt; neither: the token does not expire.
+type CreateTokenRequest struct {
+	// Name tells the user's tokens apart ("laptop", "ci"): 1 to 64
+	// letters, digits, '.', '_', '@' or '-'. A live token of the user may
+	// not have the same name.
+	Name           string     `json:"name"`
+	ExpiresInHours int        `json:"expires_in_hours,omitempty"`
+	ExpiresAt      *time.Time `json:"expires_at,omitempty"`
+}
+
+// Token states.
+const (
+	TokenActive  = "active"
+	TokenExpired = "expired"
+	TokenRevoked = "revoked"
+)
+
+// Token is an API token as listed: never the token itself nor its hash.
+type Token struct {
+	ID   int64  `json:"id"`
+	User string `json:"user"`
+	Name string `json:"name"`
+	// Prefix is the token's first characters, to recognise it by.
+	Prefix string `json:"prefix"`
+	// State is active, expired or revoked.
+	State      string     `json:"state"`
+	CreatedAt  time.Time  `json:"created_at"`
+	ExpiresAt  *time.Time `json:"expires_at,omitempty"`
+	RevokedAt  *time.Time `json:"revoked_at,omitempty"`
+	LastUsedAt *time.Time `json:"last_used_at,omitempty"`
+}
+
+// TokenList is the answer to GET /v1/users/{name}/tokens, newest first.
+type TokenList struct {
+	Items []Token `json:"items"`
+}
+
+// CreatedToken is the answer (201) to POST /v1/users/{name}/tokens: the
+// only time the token itself is shown.
+type CreatedToken struct {
+	Token
+	Secret string `json:"token"`
+}
