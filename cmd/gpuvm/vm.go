@@ -149,6 +149,7 @@ type createOpts struct {
 	sshKeys []string
 	wait    bool
 	out     outputOpts
+	startAt string
 }
 
 func newCreateCmd(getenv func(string) string) *cobra.Command {
@@ -168,6 +169,11 @@ comes; Ctrl-C stops waiting, not the VM. Without it, prints the VM and returns;
 --ssh-key FILE adds the public keys of FILE (one per line, as in
 authorized_keys) to the guest's user; repeat it for more files.
 
+--start-at TIME asks for the VM ahead: it stays queued ("starts at TIME")
+until then, at most 30 days ahead. TIME is an RFC 3339 time
+(2026-06-01T18:00:00+02:00), a local date and time ("2026-06-01 18:00") or a
+delay from now (2h30m). Its lease starts when it runs.
+
 Output: a summary by default; --json prints the API's answer (with --wait, the
 VM as it ended); --quiet prints the VM's ID only.
 ` + connectionHelp + "\n" + exitHelp,
@@ -184,6 +190,7 @@ VM as it ended); --quiet prints the VM's ID only.
 	f.IntVar(&c.hours, "hours", 0, "the lease in hours (default: the profile's)")
 	f.StringArrayVar(&c.sshKeys, "ssh-key", nil, "a file of SSH public keys for the guest (repeatable)")
 	f.BoolVar(&c.wait, "wait", false, "wait until the VM runs or fails, showing its phases")
+	f.StringVar(&c.startAt, "start-at", "", `place the VM no earlier than TIME: RFC 3339, local "2026-06-01 18:00", or a delay such as 2h`)
 	c.out.flags(cmd, "print the VM's ID only")
 	return cmd
 }
@@ -226,8 +233,12 @@ func runCreate(ctx context.Context, c *client.Client, cmd *cobra.Command, prof s
 	if err != nil {
 		return err
 	}
+	startAt, err := parseStartAt(o.startAt, time.Now())
+	if err != nil {
+		return err
+	}
 	stdout, stderr := cmd.OutOrStdout(), cmd.ErrOrStderr()
-	created, err := c.CreateVM(ctx, api.CreateVMRequest{Profile: prof, Name: o.name, Hours: o.hours, SSHKeys: keys}, "")
+	created, err := c.CreateVM(ctx, api.CreateVMRequest{Profile: prof, Name: o.name, Hours: o.hours, SSHKeys: keys, StartAt: startAt}, "")
 	if err != nil {
 		return err
 	}

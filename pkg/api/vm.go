@@ -18,6 +18,10 @@ type CreateVMRequest struct {
 	Hours int `json:"hours,omitempty"`
 	// SSHKeys are public keys for the guest's user (cloud-init).
 	SSHKeys []string `json:"ssh_keys,omitempty"`
+	// StartAt, when set, is the earliest time the VM is placed (RFC 3339):
+	// in the future, at most 30 days ahead. Until then the VM is queued
+	// with the reason "starts at <time>".
+	StartAt *time.Time `json:"start_at,omitempty"`
 }
 
 // VM is a GPU virtual machine as the API shows it.
@@ -32,16 +36,24 @@ type VM struct {
 	// Phase says what is being done now ("allocating GPU", "preparing
 	// disk", "ready").
 	Phase string `json:"phase,omitempty"`
-	// Reason says why the VM is in its state: why it is queued ("no free
-	// mig capacity for 3g.40gb"), why it failed.
+	// Reason says why the VM is in its state: why it is queued ("no GPU
+	// has room for MIG 3g.40gb now", "quota: user ann: runs 2 of 2 VMs",
+	// "GPU 0000:41:00.0 is drained (fan)"), why it failed.
 	Reason    string     `json:"reason,omitempty"`
 	Host      string     `json:"host,omitempty"`
 	GPUs      []VMGPU    `json:"gpus,omitempty"`
 	Hours     int        `json:"hours"`
 	LeaseEnd  *time.Time `json:"lease_end,omitempty"`
+	StartAt   *time.Time `json:"start_at,omitempty"` // earliest placement (create's start_at)
 	CreatedAt time.Time  `json:"created_at"`
 	UpdatedAt time.Time  `json:"updated_at"`
 	Console   *Console   `json:"console,omitempty"`
+
+	// QueuePosition is the VM's place in the queue while it is queued and
+	// ranked (1 = next), as the last scheduling round saw it; absent
+	// otherwise (not queued, or waiting for its start time or for a GPU
+	// this server can never give).
+	QueuePosition int `json:"queue_position,omitempty"`
 }
 
 // VMGPU is one GPU device a VM holds.

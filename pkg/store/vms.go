@@ -188,6 +188,8 @@ type VMUpdate struct {
 	Host        *string
 	LeaseEnd    *time.Time
 	Spec        *string
+	// Hours, when set, is the VM's new total lease in hours (extend).
+	Hours *int
 }
 
 // UpdateVMState changes a VM's state if it is still at version (optimistic
@@ -215,6 +217,9 @@ func (s *Store) UpdateVMState(ctx context.Context, id string, version int64, u V
 		}
 		if u.Spec != nil {
 			set["spec"] = *u.Spec
+		}
+		if u.Hours != nil {
+			set["hours"] = *u.Hours
 		}
 		res := tx.db.Model(&VM{}).Where("id = ? AND version = ?", id, version).Updates(set)
 		if res.Error != nil {

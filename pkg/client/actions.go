@@ -1,0 +1,54 @@
+package client
+
+import (
+	"context"
+	"net/http"
+	"net/url"
+
+	"github.com/gpuvm/gpuvm/pkg/api"
+)
+
+// StartVM asks for a stopped VM (by ID, or by name among the caller's live
+// VMs) to start again. The answer comes at once (202) with the start
+// operation; WaitOperation follows it. A VM that is not stopped, or has an
+// unfinished operation, is a conflict (ErrConflict).
+func (c *Client) StartVM(ctx context.Context, idOrName string) (*api.VMActionResponse, error) {
+	return c.vmAction(ctx, idOrName, api.ActionStart)
+}
+
+// StopVM asks for a running VM to shut down (forced off when the guest does
+// not power off in time). A stopped VM keeps its GPU and its lease runs on;
+// the answer and the errors are as StartVM's.
+func (c *Client) StopVM(ctx context.Context, idOrName string) (*api.VMActionResponse, error) {
+	return c.vmAction(ctx, idOrName, api.ActionStop)
+}
+
+// RebootVM asks a running VM's guest to restart; it stays running. The
+// answer and the errors are as StartVM's.
+func (c *Client) RebootVM(ctx context.Context, idOrName string) (*api.VMActionResponse, error) {
+	return c.vmAction(ctx, idOrName, api.ActionReboot)
+}
+
+// ExtendVM adds hours to a VM's lease and returns the VM as it is now. More
+// than the profile's maximum lease in all is a validation problem
+// (ErrValidation, field "hours") that names the maximum.
+func (c *Client) ExtendVM(ctx context.Context, idOrName string, hours int) (*api.VM, error) {
+	var out api.VM
+	err := c.do(ctx, http.MethodPost, actionPath(idOrName, api.ActionExtend), nil, nil, api.ExtendVMRequest{Hours: hours}, &out)
+	if err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+func (c *Client) vmAction(ctx context.Context, idOrName, action string) (*api.VMActionResponse, error) {
+	var out api.VMActionResponse
+	if err := c.do(ctx, http.MethodPost, actionPath(idOrName, action), nil, nil, nil, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+func actionPath(idOrName, action string) string {
+	return "/v1/vms/" + url.PathEscape(idOrName) + "/actions/" + action
+}
