@@ -13,12 +13,13 @@ if [ "$(id -u)" -ne 0 ]; then
 fi
 
 # Debian packages gpuvm needs to build (libvirt-dev, protoc), test (libvirtd, QEMU,
-# xmllint, PostgreSQL) and boot its tiny test guest (cpio, genisoimage-free: we make
+# xmllint, PostgreSQL, Chromium) and boot its tiny test guest (cpio, genisoimage-free: we make
 # ISO images in Go).
 PKGS=(
 	pkg-config gcc libvirt-dev libvirt-daemon-system libvirt-clients
 	qemu-system-x86 qemu-utils libxml2-utils protobuf-compiler
 	postgresql
+	chromium # headless, for the browser console test (noVNC)
 )
 missing=()
 for p in "${PKGS[@]}"; do

@@ -1,0 +1,513 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/des"
+	"encoding/binary"
+	"errors"
+	"io"
+	"log/slog"
+	"math/bits"
+	"net"
+	"net/http/httptest"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gpuvm/gpuvm/pkg/api"
+	"github.com/gpuvm/gpuvm/pkg/backend"
+	"github.com/gpuvm/gpuvm/pkg/hypervisor"
+	"github.com/gpuvm/gpuvm/pkg/hypervisor/domain"
+	"github.com/gpuvm/gpuvm/pkg/server"
+	"github.com/gpuvm/gpuvm/pkg/store"
+)
+
+// consoleEnv is a gpuvmd API whose VM "box" of user ann runs, with a VNC
+// server (password-protected, speaking RFB 3.8) as its display and a TCP
+// echo server as its guest's ports 7, 22 and 3389.
+type consoleEnv struct {
+	url, token string
+	vm         *store.VM
+	vncAddr    string
+}
+
+var guestAddr = "192.0.2.20"
+
+func newConsoleEnv(t *testing.T) *consoleEnv {
+	t.Helper()
+	ctx := context.Background()
+	log := slog.New(slog.DiscardHandler)
+	st, err := store.Open(ctx, store.Config{DSN: filepath.Join(t.TempDir(), "db"), Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.CreateUser(ctx, &store.User{Name: "ann"}); err != nil {
+		t.Fatal(err)
+	}
+	token, _, err := st.CreateToken(ctx, "ann", "test", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	vm := &store.VM{Name: "box", Owner: "ann", Profile: "seat", Hours: 1, DisplayPassword: "s3cretpw"}
+	if _, err := st.CreateVM(ctx, vm, store.CreateVMOptions{RequestedBy: "ann"}); err != nil {
+		t.Fatal(err)
+	}
+	if vm, err = st.UpdateVMState(ctx, vm.ID, vm.Version, store.VMUpdate{State: store.VMRunning}); err != nil {
+		t.Fatal(err)
+	}
+	vnc := listen(t, func(c net.Conn) { serveVNC(c, vm.DisplayPassword) })
+	echo := listen(t, func(c net.Conn) { io.Copy(c, c) })
+	vncPort := vnc.Addr().(*net.TCPAddr).Port
+	srv := server.New(server.Deps{Auth: st, Backends: noBackends{}, Store: st, Log: log,
+		Consoles: fixedConsoles{con: domain.Console{Protocol: domain.GraphicsVNC, Host: "127.0.0.1", Port: vncPort, Password: vm.DisplayPassword}},
+		Console: server.ConsoleOptions{Dial: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			host, port, _ := net.SplitHostPort(addr)
+			if host == guestAddr {
+				if port != "7" && port != "22" && port != "3389" {
+					return nil, errors.New("connect: connection refused")
+				}
+				addr = echo.Addr().String()
+			}
+			var d net.Dialer
+			return d.DialContext(ctx, network, addr)
+		}}})
+	hs := httptest.NewServer(srv)
+	t.Cleanup(func() { srv.Close(); hs.Close(); st.Close() })
+	return &consoleEnv{url: hs.URL, token: token, vm: vm, vncAddr: vnc.Addr().String()}
+}
+
+type noBackends struct{}
+
+func (noBackends) Names() []string                        { return nil }
+func (noBackends) Backend(string) (backend.Backend, bool) { return nil, false }
+
+type fixedConsoles struct{ con domain.Console }
+
+func (f fixedConsoles) Console(context.Context, string) (domain.Console, error) { return f.con, nil }
+func (f fixedConsoles) Addresses(context.Context, string) ([]hypervisor.Address, error) {
+	return []hypervisor.Address{{IP: netip.MustParseAddr(guestAddr), Source: hypervisor.SourceLease}}, nil
+}
+
+// listen serves each connection with serve until the test ends.
+func listen(t *testing.T, serve func(net.Conn)) net.Listener {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	conns := map[net.Conn]bool{}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns[c] = true
+			mu.Unlock()
+			wg.Add(1)
+			go func() { defer wg.Done(); defer c.Close(); serve(c) }()
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		for c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	})
+	return ln
+}
+
+// serveVNC is a VNC server's side of RFB 3.8 with VNC authentication, to
+// the ServerInit of a 32×16 desktop and one raw update per request.
+func serveVNC(c net.Conn, password string) {
+	c.Write([]byte("RFB 003.008\n"))
+	buf := make([]byte, 64)
+	if _, err := io.ReadFull(c, buf[:12]); err != nil {
+		return
+	}
+	c.Write([]byte{1, 2})
+	io.ReadFull(c, buf[:1])
+	challenge := bytes.Repeat([]byte{7}, 16)
+	c.Write(challenge)
+	if _, err := io.ReadFull(c, buf[:16]); err != nil {
+		return
+	}
+	if !bytes.Equal(buf[:16], vncResponse(password, challenge)) {
+		c.Write([]byte{0, 0, 0, 1, 0, 0, 0, 3, 'b', 'a', 'd'})
+		return
+	}
+	c.Write([]byte{0, 0, 0, 0})
+	io.ReadFull(c, buf[:1])
+	c.Write([]byte{0, 32, 0, 16, 32, 24, 0, 1, 0, 255, 0, 255, 0, 255, 0, 8, 16, 0, 0, 0, 0, 0, 0, 3, 'b', 'o', 'x'})
+	r := bufio.NewReader(c)
+	for {
+		typ, err := r.ReadByte()
+		if err != nil || typ != 3 { // FramebufferUpdateRequest only
+			return
+		}
+		if _, err := io.ReadFull(r, buf[:9]); err != nil {
+			return
+		}
+		upd := []byte{0, 0, 0, 1, 0, 0, 0, 0, 0, 32, 0, 16, 0, 0, 0, 0}
+		c.Write(append(upd, bytes.Repeat([]byte{255, 0, 0, 0}, 32*16)...))
+	}
+}
+
+// vncResponse is the VNC authentication response: DES keyed with the
+// password's bytes, each bit-reversed.
+func vncResponse(password string, challenge []byte) []byte {
+	key := make([]byte, 8)
+	copy(key, password)
+	for i, b := range key {
+		key[i] = bits.Reverse8(b)
+	}
+	block, _ := des.NewCipher(key)
+	out := make([]byte, 16)
+	block.Encrypt(out[:8], challenge[:8])
+	block.Encrypt(out[8:], challenge[8:])
+	return out
+}
+
+// rfbOverNone is a client's RFB 3.8 with security None (gpuvm's proxy
+// answers the display's password): it reads the desktop's name and one
+// update of the whole screen.
+func rfbOverNone(rw io.ReadWriter) (string, error) {
+	be := binary.BigEndian
+	buf := make([]byte, 32*16*4+64)
+	if _, err := io.ReadFull(rw, buf[:12]); err != nil {
+		return "", err
+	}
+	rw.Write([]byte("RFB 003.008\n"))
+	if _, err := io.ReadFull(rw, buf[:2]); err != nil || buf[1] != 1 {
+		return "", errors.New("no security type None")
+	}
+	rw.Write([]byte{1})
+	if _, err := io.ReadFull(rw, buf[:4]); err != nil || be.Uint32(buf) != 0 {
+		return "", errors.New("security refused")
+	}
+	rw.Write([]byte{1})
+	if _, err := io.ReadFull(rw, buf[:24]); err != nil {
+		return "", err
+	}
+	name := make([]byte, be.Uint32(buf[20:]))
+	io.ReadFull(rw, name)
+	rw.Write([]byte{3, 0, 0, 0, 0, 0, 0, 32, 0, 16})
+	if _, err := io.ReadFull(rw, buf[:16+32*16*4]); err != nil {
+		return "", err
+	}
+	return string(name), nil
+}
+
+// runGPUVM runs the CLI with seams; it returns its output and exit code.
+func runGPUVM(ctx context.Context, t *testing.T, seams *consoleSeams, stdin io.Reader, stdout io.Writer, args ...string) (string, int) {
+	t.Helper()
+	var errb bytes.Buffer
+	ctx = context.WithValue(ctx, testSeamsKey{}, &testSeams{term: &terminal{in: stdin}})
+	ctx = context.WithValue(ctx, consoleSeamsKey{}, seams)
+	env := map[string]string{"HOME": t.TempDir()}
+	root := newRoot(func(k string) string { return env[k] }, stdout, &errb)
+	root.SetIn(stdin)
+	root.SetArgs(args)
+	code := exitCode(root.ExecuteContext(ctx), &errb)
+	return errb.String(), code
+}
+
+func noProgram(string) (string, error) { return "", errors.New("not found") }
+
+func TestConsolePrint(t *testing.T) {
+	e := newConsoleEnv(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	conn := []string{"--url", e.url, "--token", e.token}
+	var out bytes.Buffer
+	stderr, code := runGPUVM(ctx, t, &consoleSeams{lookPath: noProgram}, nil, &out, append([]string{"console", "box", "--print"}, conn...)...)
+	want := regexp.MustCompile(`^` + regexp.QuoteMeta(e.url+"/console/"+e.vm.ID+"?ticket=gvt_") + `[A-Za-z0-9_-]{43}\n$`)
+	if code != 0 || !want.MatchString(out.String()) {
+		t.Errorf("console --print: exit %d, %q, %s", code, out.String(), stderr)
+	}
+	out.Reset()
+	stderr, code = runGPUVM(ctx, t, &consoleSeams{lookPath: noProgram}, nil, &out, append([]string{"console", "box", "--print", "--json"}, conn...)...)
+	var con api.ConsoleResponse
+	decodeStrict(t, out.String(), &con)
+	if code != 0 || con.VMID != e.vm.ID || con.Protocol != "vnc" || !strings.HasPrefix(con.WebSocketURL, "ws://") {
+		t.Errorf("console --print --json: exit %d, %+v, %s", code, con, stderr)
+	}
+	if _, code := runGPUVM(ctx, t, &consoleSeams{}, nil, io.Discard, append([]string{"console", "box", "--json"}, conn...)...); code != 2 {
+		t.Errorf("--json without --print: exit %d", code)
+	}
+	// Without remote-viewer: the browser, opened on the desktop.
+	var opened []string
+	stderr, code = runGPUVM(ctx, t, &consoleSeams{lookPath: noProgram, open: func(u string) error { opened = append(opened, u); return nil }}, nil, io.Discard,
+		append([]string{"console", "box"}, conn...)...)
+	if code != 0 || len(opened) != 1 || !strings.HasPrefix(opened[0], e.url+"/console/"+e.vm.ID+"?ticket=") || !strings.Contains(stderr, "in your browser") {
+		t.Errorf("console in the browser: exit %d, opened %q, %s", code, opened, stderr)
+	}
+	// No browser either: the URL is printed.
+	out.Reset()
+	stderr, code = runGPUVM(ctx, t, &consoleSeams{lookPath: noProgram, open: func(string) error { return errors.New("xdg-open is not installed") }}, nil, &out,
+		append([]string{"console", "box"}, conn...)...)
+	if code != 0 || !strings.HasPrefix(out.String(), e.url+"/console/") || !strings.Contains(stderr, "xdg-open is not installed") {
+		t.Errorf("console without a browser: exit %d, %q, %s", code, out.String(), stderr)
+	}
+	// Unknown VM: the server's problem, exit 1.
+	if stderr, code := runGPUVM(ctx, t, &consoleSeams{lookPath: noProgram}, nil, io.Discard, append([]string{"console", "nope", "--print"}, conn...)...); code != 1 || !strings.Contains(stderr, `no VM "nope"`) {
+		t.Errorf("unknown VM: exit %d %s", code, stderr)
+	}
+}
+
+// TestConsoleViewer: with remote-viewer on the PATH, gpuvm hands it a .vv
+// file for a local port that leads through gpuvmd to the display.
+func TestConsoleViewer(t *testing.T) {
+	e := newConsoleEnv(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	var vvPath, vv, desktop string
+	var viewerErr error
+	seams := &consoleSeams{
+		tempDir:  dir,
+		lookPath: func(f string) (string, error) { return "/usr/bin/" + f, nil },
+		run: func(ctx context.Context, path string, args, env []string, _ io.Reader, _, _ io.Writer) (int, error) {
+			if path != "/usr/bin/remote-viewer" || len(args) != 1 {
+				return 1, errors.New("not remote-viewer")
+			}
+			vvPath = args[0]
+			fi, err := os.Stat(vvPath)
+			if err != nil || fi.Mode().Perm() != 0o600 {
+				viewerErr = errors.New("the .vv file is not private")
+			}
+			b, _ := os.ReadFile(vvPath)
+			vv = string(b)
+			m := regexp.MustCompile(`(?m)^port=(\d+)$`).FindStringSubmatch(vv)
+			if m == nil {
+				viewerErr = errors.New("no port in the .vv file")
+				return 1, nil
+			}
+			// The viewer connects twice, as viewers reconnect: each
+			// connection gets its own ticket.
+			for range 2 {
+				c, err := net.Dial("tcp", "127.0.0.1:"+m[1])
+				if err != nil {
+					viewerErr = err
+					return 1, nil
+				}
+				desktop, err = rfbOverNone(c)
+				c.Close()
+				if err != nil {
+					viewerErr = err
+					return 1, nil
+				}
+			}
+			return 0, nil
+		},
+	}
+	stderr, code := runGPUVM(ctx, t, seams, nil, io.Discard, "console", "box", "--url", e.url, "--token", e.token)
+	if code != 0 || viewerErr != nil || desktop != "box" {
+		t.Fatalf("console: exit %d, viewer %v, desktop %q, %s", code, viewerErr, desktop, stderr)
+	}
+	wantVV := regexp.MustCompile(`^\[virt-viewer\]\ntype=vnc\nhost=127\.0\.0\.1\nport=\d+\npassword=s3cretpw\ntitle=box \(gpuvm\)\ndelete-this-file=1\n`)
+	if !wantVV.MatchString(vv) || strings.Contains(vv, e.vncAddr) {
+		t.Errorf(".vv file:\n%s", vv)
+	}
+	if _, err := os.Stat(vvPath); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the .vv file is left: %v", err)
+	}
+	// --browser skips the viewer.
+	var opened string
+	seams.open = func(u string) error { opened = u; return nil }
+	if _, code := runGPUVM(ctx, t, seams, nil, io.Discard, "console", "box", "--browser", "--url", e.url, "--token", e.token); code != 0 || !strings.Contains(opened, "/console/") {
+		t.Errorf("--browser: exit %d, opened %q", code, opened)
+	}
+}
+
+// startTunnel runs 'gpuvm ARGS' until cancel, and returns the address it
+// listens on.
+func startTunnel(t *testing.T, e *consoleEnv, seams *consoleSeams, args ...string) (string, func() int) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	addr := make(chan string, 1)
+	seams.listening = func(a string) { addr <- a }
+	done := make(chan int, 1)
+	var stderr string
+	go func() {
+		var code int
+		stderr, code = runGPUVM(ctx, t, seams, nil, io.Discard, append(args, "--url", e.url, "--token", e.token)...)
+		done <- code
+	}()
+	select {
+	case a := <-addr:
+		return a, func() int { cancel(); return <-done }
+	case code := <-done:
+		cancel()
+		t.Fatalf("gpuvm %s: exit %d before listening: %s", strings.Join(args, " "), code, stderr)
+	case <-time.After(30 * time.Second):
+		cancel()
+		t.Fatalf("gpuvm %s never listened", strings.Join(args, " "))
+	}
+	return "", nil
+}
+
+func echoThrough(t *testing.T, addr, msg string) {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := c.Write([]byte(msg)); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, len(msg))
+	if _, err := io.ReadFull(c, got); err != nil || string(got) != msg {
+		t.Errorf("echo %q, %v; want %q", got, err, msg)
+	}
+}
+
+func TestTunnelCommand(t *testing.T) {
+	e := newConsoleEnv(t)
+	addr, stop := startTunnel(t, e, &consoleSeams{}, "tunnel", "box", "7")
+	if !strings.HasPrefix(addr, "127.0.0.1:") {
+		t.Errorf("listens on %s", addr)
+	}
+	// Two connections at once, each with its own ticket.
+	var wg sync.WaitGroup
+	for i := range 2 {
+		wg.Add(1)
+		go func() { defer wg.Done(); echoThrough(t, addr, strings.Repeat("x", 1000*(i+1))) }()
+	}
+	wg.Wait()
+	echoThrough(t, addr, "once more")
+	if code := stop(); code != 0 {
+		t.Errorf("exit %d after Ctrl-C", code)
+	}
+	if _, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
+		t.Error("still listening after the command ended")
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for _, tc := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"tunnel", "box", "23"}, 1, "cannot connect to port 23 of VM box"},
+		{[]string{"tunnel", "box", "0"}, 2, `PORT "0" is not a TCP port`},
+		{[]string{"tunnel", "box", "22", "--local-port", "70000"}, 2, "--local-port 70000"},
+		{[]string{"tunnel", "nope", "22"}, 1, `no VM "nope"`},
+	} {
+		stderr, code := runGPUVM(ctx, t, &consoleSeams{}, nil, io.Discard, append(tc.args, "--url", e.url, "--token", e.token)...)
+		if code != tc.code || !strings.Contains(stderr, tc.want) {
+			t.Errorf("gpuvm %v: exit %d %q", tc.args, code, stderr)
+		}
+	}
+}
+
+func TestTunnelStdio(t *testing.T) {
+	e := newConsoleEnv(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	done := make(chan int, 1)
+	go func() {
+		_, code := runGPUVM(ctx, t, &consoleSeams{}, inR, outW, "tunnel", "--stdio", e.vm.ID, "22", "--url", e.url, "--token", e.token)
+		outW.Close()
+		done <- code
+	}()
+	go inW.Write([]byte("SSH-2.0-test\r\n"))
+	line, err := bufio.NewReader(outR).ReadString('\n')
+	if err != nil || line != "SSH-2.0-test\r\n" {
+		t.Errorf("read %q, %v", line, err)
+	}
+	inW.Close() // ssh is done
+	go io.Copy(io.Discard, outR)
+	select {
+	case code := <-done:
+		if code != 0 {
+			t.Errorf("exit %d", code)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("tunnel --stdio did not end with its input")
+	}
+}
+
+func TestRDPCommand(t *testing.T) {
+	e := newConsoleEnv(t)
+	dir := t.TempDir()
+	var opened string
+	var mu sync.Mutex
+	seams := &consoleSeams{tempDir: dir, open: func(p string) error { mu.Lock(); opened = p; mu.Unlock(); return nil }}
+	addr, stop := startTunnel(t, e, seams, "rdp", "box", "--user", "Administrator")
+	files, _ := filepath.Glob(filepath.Join(dir, "gpuvm-*.rdp"))
+	if len(files) != 1 {
+		t.Fatalf("rdp files %v", files)
+	}
+	b, _ := os.ReadFile(files[0])
+	fi, _ := os.Stat(files[0])
+	want := "full address:s:" + addr + "\r\nusername:s:Administrator\r\n"
+	if !strings.HasPrefix(string(b), want) || fi.Mode().Perm() != 0o600 {
+		t.Errorf(".rdp %v:\n%s", fi.Mode(), b)
+	}
+	mu.Lock()
+	if opened != files[0] {
+		t.Errorf("opened %q", opened)
+	}
+	mu.Unlock()
+	echoThrough(t, addr, "RDP")
+	if code := stop(); code != 0 {
+		t.Errorf("exit %d", code)
+	}
+	if _, err := os.Stat(files[0]); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the .rdp file is left: %v", err)
+	}
+}
+
+func TestSSHCommand(t *testing.T) {
+	e := newConsoleEnv(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var gotArgs, gotEnv []string
+	seams := &consoleSeams{
+		lookPath:   func(f string) (string, error) { return "/usr/bin/" + f, nil },
+		executable: func() (string, error) { return "/opt/my tools/gpuvm", nil },
+		run: func(_ context.Context, path string, args, env []string, _ io.Reader, _, _ io.Writer) (int, error) {
+			if path != "/usr/bin/ssh" {
+				return 1, errors.New("not ssh")
+			}
+			gotArgs, gotEnv = args, env
+			return 5, nil
+		},
+	}
+	_, code := runGPUVM(ctx, t, seams, nil, io.Discard, "ssh", "box", "-l", "ubuntu", "--url", e.url, "--token", e.token, "--", "nvidia-smi", "-L")
+	want := []string{"-o", "ProxyCommand='/opt/my tools/gpuvm' tunnel --stdio " + e.vm.ID + " 22", "-o", "HostKeyAlias=gpuvm-" + e.vm.ID,
+		"-l", "ubuntu", "box", "nvidia-smi", "-L"}
+	if code != 5 || strings.Join(gotArgs, "|") != strings.Join(want, "|") {
+		t.Errorf("exit %d, ssh %q\nwant %q", code, gotArgs, want)
+	}
+	env := strings.Join(gotEnv, "\n")
+	if !strings.Contains(env, "\nGPUVM_URL="+e.url+"\n") || !strings.HasSuffix(env, "\nGPUVM_TOKEN="+e.token) {
+		t.Errorf("ssh's environment lacks the server and token")
+	}
+	for _, args := range [][]string{{"ssh"}, {"ssh", "box", "extra"}, {"ssh", "--", "box"}} {
+		if _, code := runGPUVM(ctx, t, seams, nil, io.Discard, append(args, "--url", e.url)...); code != 2 {
+			t.Errorf("gpuvm %v: exit %d, want 2", args, code)
+		}
+	}
+}
