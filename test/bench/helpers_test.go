@@ -12,27 +12,19 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/gpuvm/gpuvm/pkg/server"
 	"github.com/gpuvm/gpuvm/pkg/store"
-	"github.com/gpuvm/gpuvm/test/testbin"
+	"github.com/gpuvm/gpuvm/test/internal/daemon"
 )
 
-// Built binaries, made on first use only (a `go test ./...` that runs no
+// Built binaries are made on first use only (a `go test ./...` that runs no
 // benchmark builds nothing) and removed when the test binary ends.
-var (
-	pluginsOnce    sync.Once
-	pluginsDir     string
-	pluginsErr     error
-	pluginsCleanup = func() {}
-)
-
 func TestMain(m *testing.M) {
 	code := m.Run()
-	pluginsCleanup()
+	daemon.Cleanup()
 	os.Exit(code)
 }
 
@@ -40,17 +32,11 @@ func TestMain(m *testing.M) {
 // else built once per run).
 func plugins(b *testing.B) string {
 	b.Helper()
-	pluginsOnce.Do(func() {
-		var cleanup func()
-		pluginsDir, cleanup, pluginsErr = testbin.Plugins()
-		if cleanup != nil {
-			pluginsCleanup = cleanup
-		}
-	})
-	if pluginsErr != nil {
-		b.Fatal(pluginsErr)
+	dir, err := daemon.Plugins()
+	if err != nil {
+		b.Fatal(err)
 	}
-	return pluginsDir
+	return dir
 }
 
 // quietLog drops everything below error: the benchmarks measure gpuvmd, not

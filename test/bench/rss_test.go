@@ -1,21 +1,16 @@
 package bench_test
 
 import (
-	"bufio"
 	"context"
 	"fmt"
-	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
-	"github.com/gpuvm/gpuvm/test/testbin"
+	"github.com/gpuvm/gpuvm/test/internal/daemon"
 )
 
 // BenchmarkIdleRSS measures the resident memory of gpuvmd idle with 1,000
@@ -29,8 +24,8 @@ import (
 // Metrics: rss-MB (gpuvmd), hwm-MB (gpuvmd's peak, VmHWM), plugins-rss-MB
 // (the backend plugin processes, its children, together) and plugins.
 func BenchmarkIdleRSS(b *testing.B) {
-	bin := b.TempDir()
-	if err := testbin.Build(bin, "gpuvmd", "./cmd/gpuvmd"); err != nil {
+	gpuvmd, err := daemon.Gpuvmd()
+	if err != nil {
 		b.Fatal(err)
 	}
 	pluginDir := plugins(b)
@@ -45,7 +40,7 @@ func BenchmarkIdleRSS(b *testing.B) {
 		if err := st.Close(); err != nil {
 			b.Fatal(err)
 		}
-		r := runGpuvmd(b, filepath.Join(bin, "gpuvmd"), state, pluginDir, idle)
+		r := runGpuvmd(b, gpuvmd, state, pluginDir, idle)
 		rss += r.rss
 		hwm += r.hwm
 		prss += r.plugins
@@ -64,60 +59,23 @@ type rssReading struct {
 	nplugins          int
 }
 
-var readyLine = regexp.MustCompile(`gpuvmd ready.* listen=(\S+)`)
-
 func runGpuvmd(b *testing.B, gpuvmd, state, pluginDir string, idle time.Duration) rssReading {
 	b.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, gpuvmd, "--state-dir", state, "--listen", "127.0.0.1:0",
-		"--libvirt-uri", "test:///default", "--simulate", "l40sx4", "--plugin-dir", pluginDir)
-	cmd.Env = append(os.Environ(), "GPUVM_CONFIG=")
-	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
-	cmd.WaitDelay = 15 * time.Second
-	stderr, err := cmd.StderrPipe()
+	p, err := daemon.Start(ctx, daemon.Config{Binary: gpuvmd, ReadyTimeout: time.Minute,
+		Args: []string{"--state-dir", state, "--libvirt-uri", "test:///default", "--simulate", "l40sx4", "--plugin-dir", pluginDir}})
 	if err != nil {
 		b.Fatal(err)
 	}
-	if err := cmd.Start(); err != nil {
-		b.Fatal(err)
-	}
-	var logs strings.Builder
-	ready := make(chan string, 1)
-	copied := make(chan struct{})
-	go func() {
-		defer close(copied)
-		sc := bufio.NewScanner(stderr)
-		sc.Buffer(make([]byte, 64<<10), 1<<20)
-		for sc.Scan() {
-			line := sc.Text()
-			logs.WriteString(line + "\n")
-			if m := readyLine.FindStringSubmatch(line); m != nil {
-				select {
-				case ready <- m[1]:
-				default:
-				}
-			}
-		}
-		_, _ = io.Copy(io.Discard, stderr)
-	}()
 	stop := func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		err := cmd.Wait()
-		<-copied
-		if err != nil {
+		if err := p.Stop(15 * time.Second); err != nil {
 			b.Logf("gpuvmd exited: %v", err)
 		}
 	}
-	select {
-	case addr := <-ready:
-		b.Logf("gpuvmd ready on %s; idling %v", addr, idle)
-	case <-time.After(time.Minute):
-		stop()
-		b.Fatalf("gpuvmd not ready within a minute\n%s", logs.String())
-	}
+	b.Logf("gpuvmd ready on %s; idling %v", p.Addr(), idle)
 	time.Sleep(idle)
-	pid := cmd.Process.Pid
+	pid := p.Pid()
 	var r rssReading
 	st, err := procStatus(pid)
 	if err != nil {
@@ -132,8 +90,8 @@ func runGpuvmd(b *testing.B, gpuvmd, state, pluginDir string, idle time.Duration
 		}
 	}
 	stop()
-	if strings.Contains(logs.String(), "level=ERROR") {
-		b.Logf("gpuvmd logged errors:\n%s", logs.String())
+	if logs := p.Logs(); strings.Contains(logs, "level=ERROR") {
+		b.Logf("gpuvmd logged errors:\n%s", logs)
 	}
 	return r
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/gpuvm/gpuvm/pkg/hypervisor"
+	"github.com/gpuvm/gpuvm/test/internal/libvirtlock"
 )
 
 // These tests stop and start libvirtd (pkill -x libvirtd, libvirtd -d), as
@@ -37,6 +38,14 @@ func canRestartLibvirtd(t *testing.T) {
 	if _, err := exec.LookPath("libvirtd"); err != nil {
 		t.Skip("libvirtd is not on PATH")
 	}
+	// Other test packages (test/e2e) keep libvirt test-driver state in
+	// libvirtd while they run: wait until none does, and keep them out
+	// while libvirtd restarts.
+	release, err := libvirtlock.Exclusive()
+	if err != nil {
+		t.Fatalf("lock libvirtd for a restart: %v", err)
+	}
+	t.Cleanup(release)
 }
 
 // stopLibvirtd stops libvirtd and waits until it is gone.
