@@ -15,8 +15,11 @@ import (
 
 	"github.com/gpuvm/gpuvm/pkg/backend"
 	"github.com/gpuvm/gpuvm/pkg/backend/loader"
+	"github.com/gpuvm/gpuvm/pkg/gpu"
 	"github.com/gpuvm/gpuvm/pkg/hypervisor/domain"
+	"github.com/gpuvm/gpuvm/pkg/policy"
 	"github.com/gpuvm/gpuvm/pkg/profile"
+	"github.com/gpuvm/gpuvm/pkg/scheduler"
 )
 
 type renderOpts struct {
@@ -86,7 +89,7 @@ func runRender(ctx context.Context, o renderOpts, name string, getenv func(strin
 	note := "real host: GPU identifiers are placeholders"
 	if p.GPU != nil {
 		if preset != "" {
-			hd, where, cleanup, err := simulatedHostdevs(ctx, o, preset, p, getenv, stderr)
+			hd, where, cleanup, err := simulatedHostdevs(ctx, o, preset, cfg, p, getenv, stderr)
 			if err != nil {
 				return err
 			}
@@ -126,7 +129,7 @@ func placeholderHostdevs(g *profile.GPUNeed) []domain.Hostdev {
 
 // simulatedHostdevs creates the profile's devices on a throwaway simulated
 // host and returns their hostdevs; cleanup removes them.
-func simulatedHostdevs(ctx context.Context, o renderOpts, preset string, p *profile.Profile, getenv func(string) string, stderr io.Writer) ([]domain.Hostdev, string, func(), error) {
+func simulatedHostdevs(ctx context.Context, o renderOpts, preset string, cfg *profile.Config, p *profile.Profile, getenv func(string) string, stderr io.Writer) ([]domain.Hostdev, string, func(), error) {
 	stateDir, err := os.MkdirTemp("", "gpuvm-render-")
 	if err != nil {
 		return nil, "", nil, err
@@ -156,13 +159,18 @@ func simulatedHostdevs(ctx context.Context, o renderOpts, preset string, p *prof
 	}
 	var out []domain.Hostdev
 	var where []string
-	for i := 0; i < max(p.GPU.Count, 1); i++ {
-		name, req, err := chooseDevice(ctx, l, p.GPU)
-		if err != nil {
+	choices, err := chooseDevices(ctx, l, cfg, p.GPU)
+	if err != nil {
+		cleanup()
+		return nil, "", nil, fmt.Errorf("profile %s on simulated %s: %w", p.Name, preset, err)
+	}
+	for _, ch := range choices {
+		name, req := ch.backend, ch.req
+		b, ok := l.Backend(name)
+		if !ok {
 			cleanup()
-			return nil, "", nil, fmt.Errorf("profile %s on simulated %s: %w", p.Name, preset, err)
+			return nil, "", nil, fmt.Errorf("profile %s on simulated %s: backend %s is not running", p.Name, preset, name)
 		}
-		b, _ := l.Backend(name)
 		req.VMUUID = "00000000-0000-4000-8000-000000000000"
 		d, err := b.Create(ctx, req)
 		if err != nil {
@@ -181,53 +189,63 @@ func simulatedHostdevs(ctx context.Context, o renderOpts, preset string, p *prof
 	return out, strings.Join(where, ", "), cleanup, nil
 }
 
-// chooseDevice picks the first GPU that can meet a need now, first fit.
-// (The scheduler will choose better; this is a preview.)
-func chooseDevice(ctx context.Context, l *loader.Loader, need *profile.GPUNeed) (string, backend.CreateRequest, error) {
-	kinds := []string{need.Kind}
-	if need.Kind == profile.KindAny {
-		kinds = need.Kinds
-	}
-	type option struct {
-		backend string
-		req     backend.CreateRequest
-		memory  uint64
-	}
-	var options []option
-	for _, kind := range kinds {
-		b, ok := l.Backend(kind)
+// deviceChoice is one device to create: its backend and the request.
+type deviceChoice struct {
+	backend string
+	req     backend.CreateRequest
+}
+
+// chooseDevices places a need on the backends' GPUs as gpuvmd's scheduler
+// does (pkg/scheduler, pack placement under the configuration's GPU
+// modes: a MIG instance at the start slot that keeps larger profiles
+// placeable, not NVML's first fit) and returns the devices to create.
+func chooseDevices(ctx context.Context, l *loader.Loader, cfg *profile.Config, need *profile.GPUNeed) ([]deviceChoice, error) {
+	var invs []backend.Inventory
+	names := l.Names()
+	sort.Strings(names)
+	for _, name := range names {
+		b, ok := l.Backend(name)
 		if !ok {
 			continue
 		}
 		inv, err := b.Inventory(ctx)
 		if err != nil {
-			return "", backend.CreateRequest{}, err
+			return nil, fmt.Errorf("inventory of backend %s: %w", name, err)
 		}
-		for _, g := range inv.GPUs {
-			if g.Unavailable != "" || (need.Model != "" && !strings.Contains(strings.ToLower(g.Model), strings.ToLower(need.Model))) {
-				continue
-			}
-			switch kind {
-			case profile.KindPassthrough:
-				options = append(options, option{kind, backend.CreateRequest{GPU: g.Address}, g.Memory})
-			case profile.KindMIG:
-				for _, mp := range g.MIGProfiles {
-					if len(mp.FreeStarts) > 0 && (mp.Name == need.Profile || need.Profile == "" && mp.Memory >= need.Memory) {
-						options = append(options, option{kind, backend.CreateRequest{GPU: g.Address, Profile: mp.Name, Placement: mp.FreeStarts[0]}, mp.Memory})
-					}
-				}
-			case profile.KindVGPU:
-				for _, t := range g.VGPUTypes {
-					if t.Available > 0 && t.MIGProfile == "" && (t.Name == need.Type || need.Type == "" && t.Memory >= need.Memory) {
-						options = append(options, option{kind, backend.CreateRequest{GPU: g.Address, Type: t.Name}, t.Memory})
-					}
-				}
-			}
+		invs = append(invs, inv)
+	}
+	layouts := map[string][]string{}
+	modes := func(address, model string) scheduler.Mode {
+		m, _ := gpu.ModelByName(model)
+		s := cfg.Server.Host.Settings(address, m)
+		layouts[address] = s.MIGLayout
+		if s.Mode != "" {
+			return scheduler.Mode(s.Mode)
 		}
+		return scheduler.ModeAuto
 	}
-	if len(options) == 0 {
-		return "", backend.CreateRequest{}, fmt.Errorf("no GPU can take %s now", describeGPU(need))
+	spec, devices := scheduler.FromAPI("preview", backend.Merge(invs), modes)
+	for i := range spec.GPUs {
+		spec.GPUs[i].MIGLayout = layouts[spec.GPUs[i].Address]
 	}
-	sort.SliceStable(options, func(i, j int) bool { return options[i].memory < options[j].memory })
-	return options[0].backend, options[0].req, nil
+	inv, err := scheduler.NewInventory([]scheduler.HostSpec{spec}, devices)
+	if err != nil {
+		return nil, fmt.Errorf("model the GPUs: %w", err)
+	}
+	p, why := inv.Place(policy.NeedFromProfile(need), scheduler.PlaceOptions{Strategy: scheduler.Pack, Now: time.Now()})
+	if !why.OK() {
+		return nil, fmt.Errorf("no GPU can take %s now: %s", describeGPU(need), why.Detail)
+	}
+	out := make([]deviceChoice, 0, len(p.Devices))
+	for _, d := range p.Devices {
+		req := backend.CreateRequest{GPU: d.GPU}
+		switch d.Kind {
+		case scheduler.KindVGPU:
+			req.Type = d.Type
+		case scheduler.KindMIG:
+			req.Profile, req.Placement = d.Profile, d.Start
+		}
+		out = append(out, deviceChoice{string(d.Kind), req})
+	}
+	return out, nil
 }

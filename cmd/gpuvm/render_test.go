@@ -13,7 +13,7 @@ func TestProfileRenderDomain(t *testing.T) {
 		args []string
 		want []string
 	}{
-		{[]string{"--config", "../../configs/dev", "tiny-mig"}, []string{`type="pci" managed="no"`, "simulated h100x8: mig 1g.10gb@0", "<kernel>"}},
+		{[]string{"--config", "../../configs/dev", "tiny-mig"}, []string{`type="pci" managed="no"`, "simulated h100x8: mig 1g.10gb@6", "<kernel>"}}, // the scheduler keeps slot 0 for larger profiles
 		{[]string{"--config", "../../configs/dev", "tiny-vgpu"}, []string{`type="pci" managed="no"`, "vgpu H100-4C on GPU 0000:9a:00.0"}},
 		{[]string{"--config", "../../configs/dev", "tiny-gpu"}, []string{`type="pci" managed="yes"`, `bus="0xdb"`}},
 		{[]string{"--config", "../../configs/dev", "tiny"}, []string{"no GPU"}},

@@ -14,117 +14,8 @@ import (
 	"github.com/gpuvm/gpuvm/pkg/backend"
 	"github.com/gpuvm/gpuvm/pkg/hypervisor"
 	"github.com/gpuvm/gpuvm/pkg/hypervisor/domain"
-	"github.com/gpuvm/gpuvm/pkg/profile"
 	"github.com/gpuvm/gpuvm/pkg/store"
 )
-
-// placing is what one dispatch round places from: the backends'
-// inventories, each read at most once and only when a queued VM needs that
-// kind, and the live allocations, kept up to date with the round's own
-// claims.
-type placing struct {
-	invs  map[string]backend.Inventory
-	asked map[string]bool
-	live  []store.Allocation
-}
-
-func (o *Orchestrator) newPlacing(ctx context.Context) *placing {
-	live, err := o.st.ListLiveAllocations(ctx, o.cfg.Host)
-	if err != nil {
-		o.log.Error("list live allocations", "err", err)
-		return nil
-	}
-	return &placing{invs: map[string]backend.Inventory{}, asked: map[string]bool{}, live: live}
-}
-
-// inventories returns the inventories of the backends a need may use,
-// asking each backend once per round; one that fails is left out (its
-// capacity is not offered this round).
-func (o *Orchestrator) inventories(ctx context.Context, pl *placing, need *profile.GPUNeed) map[string]backend.Inventory {
-	kinds := []string{need.Kind}
-	if need.Kind == profile.KindAny {
-		kinds = need.Kinds
-	}
-	for _, name := range kinds {
-		if pl.asked[name] {
-			continue
-		}
-		pl.asked[name] = true
-		b, ok := o.cfg.Backends.Backend(name)
-		if !ok {
-			continue
-		}
-		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		inv, err := b.Inventory(cctx)
-		cancel()
-		if err != nil {
-			o.log.Warn("inventory failed; its GPUs are not offered this round", "backend", name, "err", err)
-			continue
-		}
-		pl.invs[name] = inv
-	}
-	return pl.invs
-}
-
-// allocate places a queued VM: it claims the slots and moves the VM to
-// allocating in one transaction, and returns the VM as written. A VM that
-// cannot be placed now stays queued with the reason (nil, nil).
-func (o *Orchestrator) allocate(ctx context.Context, vm *store.VM, op *store.Operation, pl *placing) (*store.VM, error) {
-	p := o.profile(vm.Profile)
-	if p == nil {
-		return nil, o.failVM(ctx, vm.ID, op, fmt.Errorf("profile %q no longer exists", vm.Profile))
-	}
-	host := o.cfg.Host
-	if p.GPU == nil {
-		next, err := o.st.UpdateVMState(ctx, vm.ID, vm.Version, store.VMUpdate{State: store.VMCreating, Phase: "preparing disk", Host: &host})
-		if err != nil {
-			return nil, err
-		}
-		return next, o.st.SetOperationStep(ctx, op.ID, StepAllocate)
-	}
-	placement, err := o.cfg.Placer.Place(host, p.GPU, o.inventories(ctx, pl, p.GPU), pl.live)
-	if errors.Is(err, ErrNoCapacity) {
-		if vm.StateReason != err.Error() {
-			if _, uerr := o.st.UpdateVMState(ctx, vm.ID, vm.Version, store.VMUpdate{State: store.VMQueued, Phase: "waiting for a GPU", StateReason: err.Error()}); uerr != nil {
-				return nil, uerr
-			}
-		}
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	var next *store.VM
-	var allocs []store.Allocation
-	err = o.st.Tx(ctx, func(tx *store.Store) error {
-		var err error
-		if allocs, err = tx.ClaimAllocation(ctx, vm.ID, placement.Claims); err != nil {
-			return err
-		}
-		next, err = tx.UpdateVMState(ctx, vm.ID, vm.Version, store.VMUpdate{State: store.VMAllocating, Phase: "allocating GPU", Host: &host})
-		return err
-	})
-	if errors.Is(err, store.ErrSlotTaken) {
-		o.log.Info("slot taken meanwhile; placing again next round", "vm", vm.ID, "err", err)
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	pl.live = append(pl.live, allocs...)
-	if err := o.st.SetOperationStep(ctx, op.ID, StepAllocate); err != nil {
-		return nil, err
-	}
-	claims := make([]string, len(placement.Claims))
-	for i, c := range placement.Claims {
-		claims[i] = c.String()
-	}
-	o.log.Info("VM placed", "vm", vm.ID, "name", vm.Name, "claims", strings.Join(claims, ", "))
-	if err := o.hook(vm.ID, HookClaimed); err != nil {
-		return nil, err
-	}
-	return next, nil
-}
 
 // DeviceUUID is the device UUID of an allocation: chosen before the backend
 // is asked, the same on every retry.
@@ -216,7 +107,7 @@ func (o *Orchestrator) vmRequest(ctx context.Context, vm *store.VM) (hypervisor.
 	}
 	in := domain.Instance{
 		Name: o.DomainName(vm.ID), UUID: vm.ID, VMID: vm.ID, Owner: vm.Owner, DomainType: o.cfg.DomainType,
-		GraphicsListen: cfg.Server.Libvirt.GraphicsListen,
+		GraphicsListen: cfg.Server.Libvirt.GraphicsListen, Password: vm.DisplayPassword,
 	}
 	for _, a := range allocs {
 		var h backend.Hostdev
@@ -315,7 +206,7 @@ func (o *Orchestrator) createFailed(ctx context.Context, vmID string, op *store.
 		if err != nil {
 			return err
 		}
-		_, err = o.st.UpdateVMState(ctx, vmID, vm.Version, store.VMUpdate{State: store.VMQueued, Phase: "waiting for a GPU", StateReason: cause.Error()})
+		_, err = o.st.UpdateVMState(ctx, vmID, vm.Version, store.VMUpdate{State: store.VMQueued, Phase: PhaseQueued, StateReason: cause.Error()})
 		o.log.Warn("VM queued again", "vm", vmID, "reason", cause)
 		return err
 	}
@@ -349,8 +240,19 @@ func (o *Orchestrator) rollback(ctx context.Context, vmID string) error {
 	if err := o.removeDevices(ctx, vmID); err != nil {
 		return err
 	}
-	_, err := o.st.ReleaseAllocations(ctx, vmID)
-	return err
+	return o.release(ctx, vmID)
+}
+
+// release frees a VM's slots and ends its usage records, in one
+// transaction: the GPU time it is charged for ends when its devices go.
+func (o *Orchestrator) release(ctx context.Context, vmID string) error {
+	return o.st.Tx(ctx, func(tx *store.Store) error {
+		if _, err := tx.ReleaseAllocations(ctx, vmID); err != nil {
+			return err
+		}
+		_, err := tx.EndUsageRecords(ctx, vmID, tx.Now())
+		return err
+	})
 }
 
 // removeDevices removes every device made for a VM: those its allocations

@@ -56,7 +56,7 @@ func (o *Orchestrator) runDelete(ctx context.Context, vm *store.VM, op, create *
 	if err := o.st.SetOperationStep(ctx, op.ID, StepRelease); err != nil {
 		return err
 	}
-	if _, err := o.st.ReleaseAllocations(ctx, vm.ID); err != nil {
+	if err := o.release(ctx, vm.ID); err != nil {
 		return fail(StepRelease, err)
 	}
 	if _, err := o.st.UpdateVMState(ctx, vm.ID, vm.Version, store.VMUpdate{State: store.VMDeleted}); err != nil {

@@ -46,19 +46,10 @@ func undrained(st *state, starts []scheduler.Start) *scheduler.Inventory {
 	return inv
 }
 
-// drainedWhy names the drained GPUs a waiting VM would get if they were
-// not drained: "GPU 0000:41:00.0 is drained (fan replacement)".
-func drainedWhy(inv *scheduler.Inventory, vm *store.VM, reqs []scheduler.Request, st *state) string {
-	if inv == nil || vm == nil {
-		return ""
-	}
-	var r *scheduler.Request
-	for i := range reqs {
-		if reqs[i].ID == vm.ID {
-			r = &reqs[i]
-		}
-	}
-	if r == nil {
+// drainedWhy names the drained GPUs a waiting request would get if they
+// were not drained: "GPU 0000:41:00.0 is drained (fan replacement)".
+func drainedWhy(inv *scheduler.Inventory, r *scheduler.Request, st *state) string {
+	if inv == nil || r == nil {
 		return ""
 	}
 	p, why := inv.Place(r.Need, scheduler.PlaceOptions{Now: st.now, End: st.now.Add(r.Lease)})

@@ -124,7 +124,7 @@ func TestDrainedGPUsAndReason(t *testing.T) {
 			}
 			got := ""
 			if why.Code == scheduler.CodeDraining {
-				got = drainedWhy(undrained(st, nil), &store.VM{ID: "vm"}, []scheduler.Request{r}, st)
+				got = drainedWhy(undrained(st, nil), &r, st)
 			}
 			if got != tc.want {
 				t.Errorf("reason %q (scheduler: %v), want %q", got, why, tc.want)

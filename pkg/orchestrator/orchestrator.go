@@ -20,6 +20,7 @@ import (
 	"github.com/gpuvm/gpuvm/pkg/hypervisor"
 	"github.com/gpuvm/gpuvm/pkg/hypervisor/domain"
 	"github.com/gpuvm/gpuvm/pkg/profile"
+	"github.com/gpuvm/gpuvm/pkg/scheduler"
 	"github.com/gpuvm/gpuvm/pkg/store"
 )
 
@@ -35,6 +36,9 @@ type Hypervisor interface {
 	DeleteVM(ctx context.Context, uuid string, shutdownTimeout time.Duration) error
 	Lookup(ctx context.Context, uuid string) (hypervisor.Info, error)
 	List(ctx context.Context) ([]hypervisor.Info, error)
+	Start(ctx context.Context, uuid string) error
+	Shutdown(ctx context.Context, uuid string, timeout time.Duration) (graceful bool, err error)
+	Reboot(ctx context.Context, uuid string) error
 }
 
 // Steps of the create and delete operations. Each is recorded with
@@ -92,10 +96,17 @@ type Config struct {
 	// Tick is how often queued VMs are retried without a wake-up (default
 	// 5s); ReconcileEvery how often Run reconciles (default 1m).
 	Tick, ReconcileEvery time.Duration
-	// ShutdownTimeout is how long a deleted VM gets to shut down (default 30s).
+	// ShutdownTimeout is how long a deleted or stopped VM gets to shut down
+	// before it is forced off (default 30s).
 	ShutdownTimeout time.Duration
-	Placer          Placer // default FirstFit
-	Log             *slog.Logger
+	// Scheduler tunes the scheduling cycle that places queued VMs. Zero:
+	// pack placement and plain EASY backfill (the first VM that cannot
+	// start gets the devices it will start on held, and later ones start
+	// only where they do not delay it), no preemption. The cycle's
+	// lookahead (holds for the largest of the first blocked requests) is
+	// off: it lets a later VM overtake an earlier one of the same size.
+	Scheduler scheduler.Options
+	Log       *slog.Logger
 	// Hook, for tests, is called at each Hook* point with the VM's ID; an
 	// error stops the work there as if gpuvmd had been killed.
 	Hook func(vmID, point string) error
@@ -142,8 +153,8 @@ func New(cfg Config) *Orchestrator {
 	if cfg.ShutdownTimeout <= 0 {
 		cfg.ShutdownTimeout = 30 * time.Second
 	}
-	if cfg.Placer == nil {
-		cfg.Placer = FirstFit{}
+	if cfg.Scheduler == (scheduler.Options{}) {
+		cfg.Scheduler = scheduler.Options{Strategy: scheduler.Pack, Reserve: scheduler.DefaultReserve}
 	}
 	if cfg.Profiles == nil {
 		cfg.Profiles = func() *profile.Config { return &profile.Config{} }
@@ -243,10 +254,10 @@ type work struct {
 	others         []store.Operation
 }
 
-// dispatch looks at every unfinished operation, oldest first: it places
-// queued VMs itself (one at a time, in order, so the queue is FIFO and two
-// placements never race) and hands the slow steps to workers, or runs them
-// inline.
+// dispatch looks at every unfinished operation, oldest first, and hands the
+// slow steps to workers, or runs them inline; it places the queued VMs
+// itself, all together after the others, in one scheduling cycle under the
+// configured policy (schedule.go), so two placements never race.
 func (o *Orchestrator) dispatch(ctx context.Context, inline bool) {
 	o.roundMu.Lock()
 	defer o.roundMu.Unlock()
@@ -277,7 +288,12 @@ func (o *Orchestrator) dispatch(ctx context.Context, inline bool) {
 			w.others = append(w.others, *op)
 		}
 	}
-	var pl *placing
+	vms, err := o.st.GetVMs(ctx, order)
+	if err != nil {
+		o.log.Error("read the vms of the operations", "err", err)
+		return
+	}
+	var queue []queued
 	for _, id := range order {
 		if ctx.Err() != nil {
 			return
@@ -286,13 +302,13 @@ func (o *Orchestrator) dispatch(ctx context.Context, inline bool) {
 		if o.isBusy(id) {
 			continue
 		}
-		vm, err := o.st.GetVM(ctx, id)
-		if err != nil {
-			o.log.Error("read vm of operation", "vm", id, "err", err)
+		vm := vms[id]
+		if vm == nil {
+			o.log.Error("an operation's vm does not exist", "vm", id)
 			continue
 		}
-		for _, op := range w.others {
-			o.finishOp(ctx, op.ID, fmt.Errorf("%s operations are not supported yet", op.Kind))
+		if o.dispatchActions(ctx, inline, vm, w) {
+			continue
 		}
 		if w.delete != nil {
 			o.start(ctx, inline, vm.ID, func(ctx context.Context) error { return o.runDelete(ctx, vm, w.delete, w.create) })
@@ -304,24 +320,10 @@ func (o *Orchestrator) dispatch(ctx context.Context, inline bool) {
 		}
 		switch vm.State {
 		case store.VMQueued:
-			if pl == nil {
-				pl = o.newPlacing(ctx)
-				if pl == nil {
-					return
-				}
-			}
-			next, err := o.allocate(ctx, vm, op, pl)
-			if err != nil {
-				if !errors.Is(err, errAbandoned) {
-					o.log.Error("allocate", "vm", vm.ID, "err", err)
-				}
+			if o.waitingToStart(ctx, vm) {
 				continue
 			}
-			if next == nil {
-				continue // still queued
-			}
-			vm = next
-			fallthrough
+			queue = append(queue, queued{vm, op}) // placed together below
 		case store.VMAllocating, store.VMCreating:
 			o.start(ctx, inline, vm.ID, func(ctx context.Context) error { return o.runCreate(ctx, vm, op) })
 		case store.VMRunning:
@@ -329,6 +331,12 @@ func (o *Orchestrator) dispatch(ctx context.Context, inline bool) {
 		default:
 			o.finishOp(ctx, op.ID, fmt.Errorf("the VM is %s", vm.State))
 		}
+	}
+	if ctx.Err() != nil {
+		return
+	}
+	for _, q := range o.schedule(ctx, queue) {
+		o.start(ctx, inline, q.vm.ID, func(ctx context.Context) error { return o.runCreate(ctx, q.vm, q.op) })
 	}
 }
 

@@ -105,7 +105,7 @@ func (s *syncBuf) String() string              { s.mu.Lock(); defer s.mu.Unlock(
 // host of their own, and libvirt's test driver (shared by the process: each
 // env has its own domain prefix).
 type env struct {
-	t                *testing.T
+	t                testing.TB
 	st               *store.Store
 	l                *loader.Loader
 	hv               *hypervisor.Conn
@@ -116,7 +116,7 @@ type env struct {
 	log              *slog.Logger
 }
 
-func newEnv(t *testing.T, preset string) *env {
+func newEnv(t testing.TB, preset string) *env {
 	t.Helper()
 	ctx := context.Background()
 	e := &env{t: t, preset: preset, stateDir: t.TempDir(), logs: &syncBuf{}}
@@ -358,7 +358,7 @@ func TestNoGPUAndQueueReason(t *testing.T) {
 		t.Errorf("first whole-GPU VM: %s %q", got.State, got.StateReason)
 	}
 	got := e.vm(w2.ID)
-	if got.State != store.VMQueued || got.StateReason != "no free passthrough capacity for a whole L40S" {
+	if got.State != store.VMQueued || got.StateReason != "no GPU has room for a whole L40S now" {
 		t.Errorf("second whole-GPU VM: %s %q", got.State, got.StateReason)
 	}
 	// Deleting the first lets the second run.
@@ -450,7 +450,7 @@ func TestConcurrentCreates(t *testing.T) {
 		t.Errorf("%d devices and %d domains, want 8 of each", devs, len(e.domains()))
 	}
 	for _, id := range ids {
-		if vm := e.vm(id); vm.State == store.VMQueued && vm.StateReason != "no free mig capacity for 3g.40gb" {
+		if vm := e.vm(id); vm.State == store.VMQueued && vm.StateReason != "no GPU has room for MIG 3g.40gb now" {
 			t.Errorf("queued VM reason %q", vm.StateReason)
 		}
 	}

@@ -40,11 +40,12 @@ func (r Report) log(l *slog.Logger) {
 }
 
 // Reconcile brings the database and the host together, at start-up and
-// periodically: it resumes every unfinished operation (a create from the
-// state its VM is in, a delete from the start), marks running VMs whose
-// domain vanished as failed (freeing their GPU), and removes devices and
-// domains gpuvm made for VMs that are not live. It runs in the caller's
-// goroutine and logs and returns what it did.
+// periodically: it resumes every unfinished operation (a create, stop,
+// start or reboot from the state its VM is in, a delete from the start;
+// see actions.go), marks running VMs whose domain vanished as failed
+// (freeing their GPU), and removes devices and domains gpuvm made for VMs
+// that are not live. It runs in the caller's goroutine and logs and
+// returns what it did.
 func (o *Orchestrator) Reconcile(ctx context.Context) (Report, error) {
 	var rep Report
 	ops, err := o.st.ListUnfinishedOperations(ctx)

@@ -220,6 +220,9 @@ func periods(q profile.Quota, now time.Time, loc *time.Location) []period {
 	return out
 }
 
+// periodUnit names the calendar unit of a budget period.
+var periodUnit = map[string]string{"daily": "day", "weekly": "week", "monthly": "month"}
+
 // periodMax is the most hours of one lease that can fall in one period.
 func periodMax(name string, lease time.Duration) float64 {
 	limit := map[string]time.Duration{"daily": 24 * time.Hour, "weekly": 7 * 24 * time.Hour, "monthly": 28 * 24 * time.Hour}[name]
@@ -261,7 +264,7 @@ func checkQuota(who string, q profile.Quota, held *tally, ledger []Record, need 
 	ps := periods(q, now, loc)
 	for _, p := range ps {
 		if want := need.Share * periodMax(p.name, r.Lease); want > *p.limit+1e-9 {
-			return never("the lease needs %.1f GPU-hours in one %s period; the %s budget is %g", want, strings.TrimSuffix(p.name, "ly"), p.name, *p.limit)
+			return never("the lease needs %.1f GPU-hours in one %s period; the %s budget is %g", want, periodUnit[p.name], p.name, *p.limit)
 		}
 	}
 	if held == nil {

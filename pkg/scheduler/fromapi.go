@@ -1,6 +1,7 @@
 package scheduler
 
 import (
+	"fmt"
 	"sort"
 	"strings"
 
@@ -13,6 +14,13 @@ import (
 // nil leaves every GPU on auto. A device the orchestrator does not know (no
 // VM) still holds its capacity, as VM "device:<id>". A GPU no backend can
 // create on is Unavailable, with their reasons.
+//
+// The backends do not switch a GPU's mode (MIG on or off, SR-IOV VFs): a
+// GPU serves the kinds whose backend can create on it now. So a GPU on
+// auto that exactly one backend can use gets that backend's mode, and a GPU
+// pinned to a mode whose backend cannot use it now is Unavailable with that
+// backend's reason, so that the scheduler never chooses a device the
+// backend would refuse.
 func FromAPI(name string, hi api.HostInventory, allow func(address, model string) Mode) (HostSpec, []Allocation) {
 	h := HostSpec{Name: name}
 	for _, g := range hi.GPUs {
@@ -42,6 +50,8 @@ func FromAPI(name string, hi api.HostInventory, allow func(address, model string
 		}
 		if len(names) > 0 && len(why) == len(names) {
 			s.Unavailable = strings.Join(why, "; ")
+		} else if len(names) > 0 {
+			narrow(&s, g.Backends)
 		}
 		h.GPUs = append(h.GPUs, s)
 	}
@@ -63,4 +73,48 @@ func FromAPI(name string, hi api.HostInventory, allow func(address, model string
 		allocs = append(allocs, a)
 	}
 	return h, allocs
+}
+
+// backendModes are the GPU modes the backends serve, by backend name.
+var backendModes = map[string]Mode{"vgpu": ModeVGPU, "mig": ModeMIG, "passthrough": ModePassthrough}
+
+// narrow restricts a GPU that some backend can use to the modes the
+// backends that can use it serve (see FromAPI).
+func narrow(s *GPUSpec, backends map[string]string) {
+	var avail []Mode
+	for b, why := range backends {
+		if m, ok := backendModes[b]; ok && why == "" {
+			avail = append(avail, m)
+		}
+	}
+	sort.Slice(avail, func(i, j int) bool { return avail[i] < avail[j] })
+	if s.Allow != ModeAuto && s.Allow != "" {
+		for _, m := range avail {
+			if m == s.Allow {
+				return
+			}
+		}
+		for b, m := range backendModes {
+			if m == s.Allow {
+				if why, ok := backends[b]; ok {
+					s.Unavailable = fmt.Sprintf("configured for %s: %s: %s", s.Allow, b, why)
+				} else {
+					s.Unavailable = fmt.Sprintf("configured for %s, and no %s backend reports it", s.Allow, b)
+				}
+			}
+		}
+		return
+	}
+	if len(avail) != 1 {
+		return
+	}
+	m, err := lookupModel(s.Model)
+	if err != nil {
+		return
+	}
+	switch {
+	case avail[0] == ModeMIG && m.MIG == nil, avail[0] == ModeVGPU && !m.VGPU:
+		return // the board says otherwise: leave the choice to the configuration
+	}
+	s.Allow = avail[0]
 }

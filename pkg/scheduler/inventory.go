@@ -342,7 +342,9 @@ func lookupModel(name string) (gpu.Model, error) {
 }
 
 // carveLayout places a layout's instances largest first, each at its lowest
-// free start.
+// free start that lets the rest fit (the first-fit carve, backtracking where
+// it would strand an instance: 3g.40gb, 2g.20gb and two 1g.10gb fit an H100
+// only with the 3g at slot 4, as the configuration's check finds).
 func carveLayout(t *gpu.MIGTable, names []string) ([]gpu.Instance, error) {
 	var ps []gpu.MIGProfile
 	for _, n := range names {
@@ -359,12 +361,27 @@ func carveLayout(t *gpu.MIGTable, names []string) ([]gpu.Instance, error) {
 		return ps[i].Compute > ps[j].Compute
 	})
 	var out []gpu.Instance
-	for _, p := range ps {
-		fs := t.FreeStarts(out, p)
-		if len(fs) == 0 {
-			return nil, fmt.Errorf("MIG layout %s does not fit: no room for %s", strings.Join(names, ", "), p.Name)
+	stuck := ""
+	var place func(i int) bool
+	place = func(i int) bool {
+		if i == len(ps) {
+			return true
 		}
-		out = append(out, gpu.Instance{Profile: p, Start: fs[0]})
+		fs := t.FreeStarts(out, ps[i])
+		if len(fs) == 0 && stuck == "" {
+			stuck = ps[i].Name
+		}
+		for _, s := range fs {
+			out = append(out, gpu.Instance{Profile: ps[i], Start: s})
+			if place(i + 1) {
+				return true
+			}
+			out = out[:len(out)-1]
+		}
+		return false
+	}
+	if !place(0) {
+		return nil, fmt.Errorf("MIG layout %s does not fit: no room for %s", strings.Join(names, ", "), stuck)
 	}
 	return out, nil
 }

@@ -1,0 +1,598 @@
+package orchestrator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/gpuvm/gpuvm/pkg/api"
+	"github.com/gpuvm/gpuvm/pkg/backend"
+	"github.com/gpuvm/gpuvm/pkg/gpu"
+	"github.com/gpuvm/gpuvm/pkg/policy"
+	"github.com/gpuvm/gpuvm/pkg/profile"
+	"github.com/gpuvm/gpuvm/pkg/scheduler"
+	"github.com/gpuvm/gpuvm/pkg/store"
+)
+
+// A dispatch round places the queued VMs together, through pkg/scheduler
+// and pkg/policy: it builds the scheduler's inventory of this host from
+// the backends' inventories, the live allocations and the drained GPUs;
+// orders the queue by the configured policy; and claims the slots of every
+// VM the cycle starts, at the exact places it chose (a MIG instance's start
+// slot included). The database's slot keys stay the final arbiter: a claim
+// that loses (store.ErrSlotTaken) is tried again next round. Every VM left
+// waiting gets its place in the queue and the scheduler's reason.
+
+// PhaseQueued is the phase of a VM that waits for a GPU.
+const PhaseQueued = "waiting for a GPU"
+
+// usageLookback is how far back ended usage counts: budgets look back a
+// calendar month at most (a week may start in the month before), and
+// fair share forgets usage by its half-life.
+const usageLookback = 40 * 24 * time.Hour
+
+// queued is a queued VM and its create operation.
+type queued struct {
+	vm *store.VM
+	op *store.Operation
+}
+
+// state is what a round or an admission decides from: the rules, and the
+// VMs that hold devices now.
+type state struct {
+	now     time.Time
+	cfg     *profile.Config
+	engine  *policy.Engine
+	running []scheduler.Running
+	groups  map[string][]string // user → groups
+
+	// Of this host, for placement only (nil for an admission):
+	inv       *scheduler.Inventory
+	spec      scheduler.HostSpec
+	allocs    []scheduler.Allocation
+	drained   map[string]store.GPUDrain
+	slotsHeld map[string]map[string]bool // GPU address → slots of live allocations
+}
+
+// schedule places what it can of the queued VMs (in dispatch order) and
+// returns those it claimed slots for (now allocating) or that need no GPU
+// (now creating); the others stay queued with their position and reason.
+func (o *Orchestrator) schedule(ctx context.Context, qs []queued) []queued {
+	if len(qs) == 0 {
+		return nil
+	}
+	cfg := o.cfg.Profiles()
+	if cfg == nil {
+		cfg = &profile.Config{}
+	}
+	var out, gpuQueue []queued
+	for _, q := range qs {
+		p := cfg.Profiles[q.vm.Profile]
+		switch {
+		case p == nil:
+			if err := o.failVM(ctx, q.vm.ID, q.op, fmt.Errorf("profile %q no longer exists", q.vm.Profile)); err != nil {
+				o.log.Warn("VM failed", "vm", q.vm.ID, "err", err)
+			}
+		case p.GPU == nil:
+			host := o.cfg.Host
+			next, err := o.st.UpdateVMState(ctx, q.vm.ID, q.vm.Version, store.VMUpdate{State: store.VMCreating, Phase: "preparing disk", Host: &host})
+			if err == nil {
+				err = o.st.SetOperationStep(ctx, q.op.ID, StepAllocate)
+			}
+			if err != nil {
+				o.log.Error("start a VM without GPU", "vm", q.vm.ID, "err", err)
+				continue
+			}
+			out = append(out, queued{next, q.op})
+		default:
+			gpuQueue = append(gpuQueue, q)
+		}
+	}
+	if len(gpuQueue) == 0 {
+		return out
+	}
+	st, err := o.placementState(ctx, cfg, o.st.Now(), kindsOf(cfg, gpuQueue))
+	if err != nil {
+		o.log.Error("scheduling round skipped", "err", err)
+		return out
+	}
+	byID := make(map[string]queued, len(gpuQueue))
+	reqs := make([]scheduler.Request, 0, len(gpuQueue))
+	reqOf := make(map[string]int, len(gpuQueue))
+	for _, q := range gpuQueue {
+		byID[q.vm.ID] = q
+		reqOf[q.vm.ID] = len(reqs)
+		reqs = append(reqs, requestOf(cfg, q.vm, st.groups[q.vm.Owner]))
+	}
+	opts := o.cfg.Scheduler
+	if opts.Strategy == "" {
+		opts.Strategy = scheduler.Pack
+	}
+	d := scheduler.Cycle(st.now, st.inv, reqs, st.running, st.engine, opts)
+
+	entries := make(map[string]store.QueueEntry, len(d.Waiting)+len(d.Refused))
+	for _, s := range d.Start {
+		q := byID[s.ID]
+		next, err := o.claim(ctx, q, s, st)
+		switch {
+		case errors.Is(err, store.ErrSlotTaken), errors.Is(err, store.ErrConflict):
+			o.log.Info("slot taken or VM changed meanwhile; placing again next round", "vm", q.vm.ID, "err", err)
+		case err != nil:
+			if !errors.Is(err, errAbandoned) {
+				o.log.Error("claim the slots the scheduler chose", "vm", q.vm.ID, "err", err)
+			}
+		default:
+			out = append(out, queued{next, q.op})
+		}
+	}
+	for _, r := range d.Refused {
+		q := byID[r.ID]
+		if r.Reason.Code == scheduler.CodeNever {
+			// What this host's GPUs can never give may still come (a backend
+			// that did not answer, a GPU put in another mode): it waits,
+			// saying why, without a place in the queue.
+			entries[r.ID] = store.QueueEntry{Reason: reasonText(r.Reason), Phase: PhaseQueued}
+			continue
+		}
+		if err := o.failVM(ctx, q.vm.ID, q.op, fmt.Errorf("refused by the sharing policy: %s", reasonText(r.Reason))); err != nil {
+			o.log.Warn("VM refused", "vm", q.vm.ID, "err", err)
+		}
+	}
+	var drainedExplainer *scheduler.Inventory
+	for _, id := range d.Order {
+		w := d.Waiting[id]
+		why := reasonText(w.Reason)
+		if w.Reason.Code == scheduler.CodeDraining {
+			if drainedExplainer == nil {
+				drainedExplainer = undrained(st, d.Start)
+			}
+			if s := drainedWhy(drainedExplainer, &reqs[reqOf[id]], st); s != "" {
+				why = s
+			}
+		}
+		entries[id] = store.QueueEntry{Position: w.Position, Reason: why, Phase: PhaseQueued}
+	}
+	ranked := len(entries) > 0
+	for _, q := range gpuQueue {
+		ranked = ranked || q.vm.QueuePosition != 0
+	}
+	if ranked { // else no position to write or clear
+		if _, err := o.st.SetQueue(ctx, entries); err != nil {
+			o.log.Error("record the queue", "err", err)
+		}
+	}
+	if len(d.Start)+len(d.Waiting) > 0 {
+		o.log.Debug("scheduling round", "queued", len(gpuQueue), "started", len(d.Start), "waiting", len(d.Waiting), "refused", len(d.Refused), "holds", len(d.Holds))
+	}
+	return out
+}
+
+// kindsOf lists the backends the queued VMs' GPU needs may use.
+func kindsOf(cfg *profile.Config, qs []queued) []string {
+	var out []string
+	for _, q := range qs {
+		g := cfg.Profiles[q.vm.Profile].GPU
+		kinds := []string{g.Kind}
+		if g.Kind == profile.KindAny {
+			kinds = g.Kinds
+			if len(kinds) == 0 {
+				kinds = []string{profile.KindVGPU, profile.KindMIG, profile.KindPassthrough}
+			}
+		}
+		for _, k := range kinds {
+			if !slices.Contains(out, k) {
+				out = append(out, k)
+			}
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// requestOf is the scheduler's request for a VM. Whether the owner may use
+// the profile was settled when the VM was asked for (admins may use any).
+func requestOf(cfg *profile.Config, vm *store.VM, groups []string) scheduler.Request {
+	r := scheduler.Request{
+		ID: vm.ID, User: vm.Owner, Group: vm.Group, Groups: groups, Profile: vm.Profile,
+		Lease: time.Duration(max(vm.Hours, 1)) * time.Hour, Submitted: vm.CreatedAt,
+	}
+	if p := cfg.Profiles[vm.Profile]; p != nil {
+		r.Need = policy.NeedFromProfile(p.GPU)
+		r.Class = p.Class
+		r.Priority = p.Priority
+	}
+	eff := cfg.Policy.Effective(vm.Owner, groups)
+	r.Priority += eff.Priority
+	r.Preemptible = eff.Preemptible
+	return r
+}
+
+// claim records a start: the slots of every device and the usage records,
+// with the VM moved to allocating, in one transaction.
+func (o *Orchestrator) claim(ctx context.Context, q queued, s scheduler.Start, st *state) (*store.VM, error) {
+	claims, err := claimsOf(s.Placement, st.slotsHeld)
+	if err != nil {
+		return nil, err
+	}
+	host := o.cfg.Host
+	var next *store.VM
+	err = o.st.Tx(ctx, func(tx *store.Store) error {
+		if _, err := tx.ClaimAllocation(ctx, q.vm.ID, claims); err != nil {
+			return err
+		}
+		var err error
+		next, err = tx.UpdateVMState(ctx, q.vm.ID, q.vm.Version, store.VMUpdate{State: store.VMAllocating, Phase: "allocating GPU", Host: &host})
+		if err != nil {
+			return err
+		}
+		for _, u := range usageOf(q.vm, s.Placement, st.now) {
+			if err := tx.InsertUsageRecord(ctx, &u); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	for _, c := range claims {
+		if keys, err := c.SlotKeys(); err == nil {
+			for _, k := range keys {
+				held(st.slotsHeld, c.GPUAddress)[k] = true
+			}
+		}
+	}
+	if err := o.st.SetOperationStep(ctx, q.op.ID, StepAllocate); err != nil {
+		return nil, err
+	}
+	o.log.Info("VM placed", "vm", q.vm.ID, "name", q.vm.Name, "placement", s.Placement.String())
+	if err := o.hook(q.vm.ID, HookClaimed); err != nil {
+		return nil, err
+	}
+	return next, nil
+}
+
+// placementState reads everything a round places from: the rules and the
+// VMs that hold devices (policyState), and this host's GPUs as the backends
+// of kinds report them, with the live allocations and the drains.
+func (o *Orchestrator) placementState(ctx context.Context, cfg *profile.Config, now time.Time, kinds []string) (*state, error) {
+	live, err := o.st.ListLiveAllocations(ctx, "")
+	if err != nil {
+		return nil, err
+	}
+	drained, err := drainsOf(ctx, o.st, o.cfg.Host)
+	if err != nil {
+		return nil, fmt.Errorf("list drained gpus: %w", err)
+	}
+	invs, errs := o.inventoriesOf(ctx, kinds)
+	for _, err := range errs {
+		o.log.Warn("a backend did not answer; its GPUs are not offered this round", "err", err)
+	}
+	spec, devices := scheduler.FromAPI(o.cfg.Host, mergedInventory(invs), configuredMode(cfg))
+	for i := range spec.GPUs {
+		g := &spec.GPUs[i]
+		if s := cfg.Server.Host.Settings(g.Address, modelOf(g.Model)); len(s.MIGLayout) > 0 {
+			g.MIGLayout = s.MIGLayout
+		}
+		if _, ok := drained[g.Address]; ok {
+			g.Draining = true
+		}
+	}
+	vms, err := o.liveVMs(ctx, live)
+	if err != nil {
+		return nil, err
+	}
+	st := &state{now: now, cfg: cfg, spec: spec, drained: drained, slotsHeld: map[string]map[string]bool{}}
+	known := map[string]bool{}
+	for _, a := range live {
+		known[a.VMID] = true
+		if a.Host != o.cfg.Host {
+			continue
+		}
+		held(st.slotsHeld, a.GPUAddress)[a.Slot] = true
+		sa := scheduler.Allocation{ID: a.VMID, Host: a.Host, GPU: a.GPUAddress, Kind: scheduler.Kind(a.Kind)}
+		switch a.Kind {
+		case store.KindMIG:
+			sa.Profile, sa.Start = a.Profile, a.PlacementStart
+		case store.KindVGPU:
+			sa.Type = a.Profile
+		}
+		if vm := vms[a.VMID]; vm != nil {
+			sa.End = leaseEnd(vm, now)
+		}
+		st.allocs = append(st.allocs, sa)
+	}
+	// Devices the backends report for no live allocation (leaked ones the
+	// reconciler will remove, or made by hand) hold their capacity too.
+	for _, d := range devices {
+		if !known[d.ID] {
+			st.allocs = append(st.allocs, d)
+		}
+	}
+	// A GPU that holds devices may be unusable to every backend because of
+	// them ("passed through to VM …"): the scheduler knows it is full, and
+	// saying it is unavailable would hide the reason VMs wait for it.
+	occupied := map[string]bool{}
+	for _, a := range st.allocs {
+		occupied[a.GPU] = true
+	}
+	for i := range spec.GPUs {
+		if g := &spec.GPUs[i]; g.Unavailable != "" && occupied[g.Address] {
+			g.Unavailable = ""
+		}
+	}
+	st.spec = spec
+	inv, problems := buildInventory(spec, st.allocs)
+	for _, p := range problems {
+		o.log.Warn("inventory: a GPU holds what gpuvm cannot account for; nothing is placed on it", "err", p)
+	}
+	if inv == nil {
+		return nil, fmt.Errorf("build the inventory of %s: %w", o.cfg.Host, errors.Join(problems...))
+	}
+	st.inv = inv
+	if err := o.policyState(ctx, st, live, vms); err != nil {
+		return nil, err
+	}
+	return st, nil
+}
+
+// liveVMs reads the VMs that hold live allocations.
+func (o *Orchestrator) liveVMs(ctx context.Context, live []store.Allocation) (map[string]*store.VM, error) {
+	var ids []string
+	for _, a := range live {
+		if len(ids) == 0 || ids[len(ids)-1] != a.VMID {
+			ids = append(ids, a.VMID)
+		}
+	}
+	slices.Sort(ids)
+	return o.st.GetVMs(ctx, slices.Compact(ids))
+}
+
+// leaseEnd is when a VM's lease ends: its recorded end, else (not yet
+// running) its hours from now.
+func leaseEnd(vm *store.VM, now time.Time) time.Time {
+	if vm.LeaseEnd != nil {
+		return *vm.LeaseEnd
+	}
+	return now.Add(time.Duration(max(vm.Hours, 1)) * time.Hour)
+}
+
+// policyState fills in the rules (the engine, with the ended usage its fair
+// share and budgets count) and the VMs that hold devices, placed as st.inv
+// knows them or, on other hosts, as their profile's need estimates.
+func (o *Orchestrator) policyState(ctx context.Context, st *state, live []store.Allocation, vms map[string]*store.VM) error {
+	users, err := o.st.ListUsers(ctx)
+	if err != nil {
+		return err
+	}
+	st.groups = make(map[string][]string, len(users))
+	for _, u := range users {
+		st.groups[u.Name] = u.Groups
+	}
+	halfLife := st.cfg.Policy.Queue.HalfLife
+	if halfLife <= 0 {
+		halfLife = profile.DefaultHalfLife
+	}
+	records, err := o.st.ListEndedUsage(ctx, st.now.Add(-max(usageLookback, 10*halfLife)))
+	if err != nil {
+		return err
+	}
+	usage, ledger := policy.NewUsage(halfLife), &policy.Ledger{}
+	for _, r := range records {
+		usage.Charge(r.User, r.Share, r.StartedAt, *r.EndedAt)
+		ledger.Add(policy.Record{User: r.User, Group: r.Group, Share: r.Share, Start: r.StartedAt, End: *r.EndedAt})
+	}
+	st.engine, err = policy.New(policy.Config{Policy: &st.cfg.Policy, Usage: usage, Ledger: ledger, Profiles: st.cfg.Profiles})
+	if err != nil {
+		return fmt.Errorf("policy: %w", err)
+	}
+	byVM := map[string][]store.Allocation{}
+	var ids []string
+	for _, a := range live {
+		if _, ok := byVM[a.VMID]; !ok {
+			ids = append(ids, a.VMID)
+		}
+		byVM[a.VMID] = append(byVM[a.VMID], a)
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		vm := vms[id]
+		if vm == nil {
+			continue // released meanwhile
+		}
+		as := byVM[id]
+		r := scheduler.Running{Request: requestOf(st.cfg, vm, st.groups[vm.Owner]), End: leaseEnd(vm, st.now), Started: as[0].CreatedAt}
+		for _, a := range as {
+			if a.CreatedAt.Before(r.Started) {
+				r.Started = a.CreatedAt
+			}
+		}
+		if p, ok := st.placedOf(id); ok {
+			r.Placement = p
+		} else {
+			r.Placement = estimated(as, r.Need)
+		}
+		st.running = append(st.running, r)
+	}
+	return nil
+}
+
+func (st *state) placedOf(id string) (scheduler.Placement, bool) {
+	if st.inv == nil {
+		return scheduler.Placement{}, false
+	}
+	return st.inv.PlacementOf(id)
+}
+
+// estimated is the placement of a VM this host's inventory does not know
+// (on another host, or counted at an admission): its allocations, each
+// with its part of the profile's estimated memory and share.
+func estimated(as []store.Allocation, need scheduler.Need) scheduler.Placement {
+	f := policy.NeedFootprint(need)
+	p := scheduler.Placement{Host: as[0].Host}
+	n := float64(len(as))
+	for _, a := range as {
+		d := scheduler.Device{GPU: a.GPUAddress, Kind: scheduler.Kind(a.Kind), Profile: a.Profile, Start: a.PlacementStart, Size: a.PlacementSize,
+			Memory: f.Memory / uint64(len(as)), Share: f.Share / n}
+		if a.Kind == store.KindVGPU {
+			d.Type, d.Profile = a.Profile, ""
+		}
+		p.Devices = append(p.Devices, d)
+	}
+	return p
+}
+
+// buildInventory builds the scheduler's inventory of one host. An
+// allocation it cannot take (a device gpuvm cannot account for, on slots
+// the rules say cannot hold it) makes its GPU unavailable instead of
+// failing the whole host; the problems are returned. It returns nil only
+// when the host itself cannot be modelled.
+func buildInventory(spec scheduler.HostSpec, allocs []scheduler.Allocation) (*scheduler.Inventory, []error) {
+	if inv, err := scheduler.NewInventory([]scheduler.HostSpec{spec}, allocs); err == nil {
+		return inv, nil
+	}
+	empty, err := scheduler.NewInventory([]scheduler.HostSpec{spec}, nil)
+	if err != nil {
+		return nil, []error{err}
+	}
+	byVM := map[string][]scheduler.Allocation{}
+	var ids []string
+	for _, a := range allocs {
+		if _, ok := byVM[a.ID]; !ok {
+			ids = append(ids, a.ID)
+		}
+		byVM[a.ID] = append(byVM[a.ID], a)
+	}
+	sort.Strings(ids)
+	var problems []error
+	bad := map[string]string{}
+	var good []scheduler.Allocation
+	for _, id := range ids {
+		as := byVM[id]
+		p := scheduler.Placement{Host: spec.Name}
+		end := time.Time{}
+		for _, a := range as {
+			p.Devices = append(p.Devices, scheduler.Device{GPU: a.GPU, Kind: a.Kind, Type: a.Type, Profile: a.Profile, Start: a.Start})
+			if a.End.After(end) {
+				end = a.End
+			}
+		}
+		if err := empty.Allocate(id, p, end); err != nil {
+			problems = append(problems, fmt.Errorf("%s: %w", id, err))
+			for _, a := range as {
+				bad[a.GPU] = err.Error()
+			}
+			continue
+		}
+		good = append(good, as...)
+	}
+	spec.GPUs = slices.Clone(spec.GPUs)
+	for i := range spec.GPUs {
+		if why, ok := bad[spec.GPUs[i].Address]; ok {
+			spec.GPUs[i].Unavailable = "it holds devices gpuvm cannot account for (" + why + ")"
+		}
+	}
+	kept := good[:0]
+	for _, a := range good {
+		if _, ok := bad[a.GPU]; !ok {
+			kept = append(kept, a)
+		}
+	}
+	inv, err := scheduler.NewInventory([]scheduler.HostSpec{spec}, kept)
+	if err != nil {
+		return nil, append(problems, err)
+	}
+	return inv, problems
+}
+
+// configuredMode gives each GPU's mode as the configuration's gpu blocks
+// set it (profile.Host.Settings).
+func configuredMode(cfg *profile.Config) func(address, model string) scheduler.Mode {
+	return func(address, model string) scheduler.Mode {
+		if m := cfg.Server.Host.Settings(address, modelOf(model)).Mode; m != "" {
+			return scheduler.Mode(m)
+		}
+		return scheduler.ModeAuto
+	}
+}
+
+// modelOf finds the board of a GPU by PCI ID ("10de:2331") or name.
+func modelOf(model string) gpu.Model {
+	if id, ok := strings.CutPrefix(strings.ToLower(model), "10de:"); ok {
+		if n, err := gpu.ParseDeviceID("0x" + id); err == nil {
+			if m, ok := gpu.ModelByID(n); ok {
+				return m
+			}
+		}
+	}
+	m, _ := gpu.ModelByName(model)
+	return m
+}
+
+// reasonText is a waiting or refused request's reason for people.
+func reasonText(r scheduler.Reason) string {
+	switch {
+	case r.Detail == "":
+		return string(r.Code)
+	case r.Code == scheduler.CodeQuota:
+		return "quota: " + r.Detail
+	}
+	return r.Detail
+}
+
+// Admit applies the sharing policy to a VM a user asks for, before it is
+// queued: refuse is true when a rule means it can never start (over a
+// quota on its own, a lease no budget or window allows), and why names the
+// rule; otherwise why says what keeps it from starting now ("" if nothing
+// in the rules does), and the VM is queued. Profiles without a GPU are not
+// subject to the GPU rules.
+func (o *Orchestrator) Admit(ctx context.Context, user string, groups []string, profileName string, hours int) (why string, refuse bool, err error) {
+	cfg := o.cfg.Profiles()
+	if cfg == nil {
+		return "", false, nil
+	}
+	p := cfg.Profiles[profileName]
+	if p == nil {
+		return fmt.Sprintf("no profile is named %q", profileName), true, nil
+	}
+	if p.GPU == nil {
+		return "", false, nil
+	}
+	now := o.st.Now()
+	live, err := o.st.ListLiveAllocations(ctx, "")
+	if err != nil {
+		return "", false, fmt.Errorf("admission: %w", err)
+	}
+	vms, err := o.liveVMs(ctx, live)
+	if err != nil {
+		return "", false, fmt.Errorf("admission: %w", err)
+	}
+	st := &state{now: now, cfg: cfg}
+	if err := o.policyState(ctx, st, live, vms); err != nil {
+		return "", false, fmt.Errorf("admission: %w", err)
+	}
+	group := ""
+	if len(groups) > 0 {
+		group = groups[0]
+	}
+	r := requestOf(cfg, &store.VM{ID: "admission", Owner: user, Group: group, Profile: profileName, Hours: hours, CreatedAt: now}, groups)
+	reason, refuse := st.engine.Begin(now, st.running).Admit(&r)
+	if reason.OK() {
+		return "", false, nil
+	}
+	return reasonText(reason), refuse, nil
+}
+
+// mergedInventory merges the backends' inventories, in name order.
+func mergedInventory(invs map[string]backend.Inventory) api.HostInventory {
+	list := make([]backend.Inventory, 0, len(invs))
+	for _, name := range slices.Sorted(maps.Keys(invs)) {
+		list = append(list, invs[name])
+	}
+	return backend.Merge(list)
+}
