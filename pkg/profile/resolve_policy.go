@@ -28,6 +28,7 @@ var (
 		"gpu_memory_utilization", // percent, per GPU
 		"gpu_temperature",        // degrees Celsius, per GPU
 		"gpu_power",              // watts, per GPU
+		"gpu_xid_errors",         // XID errors a GPU reported within the rule's duration
 		"queue_length",           // requests waiting
 		"queue_wait",             // seconds the oldest request has waited
 		"vm_idle",                // seconds a VM's GPU has been idle

@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/hashicorp/hcl/v2"
 
@@ -80,6 +81,52 @@ func (r *resolver) resolveServer(b *serverBlock) {
 	r.resolveLibvirt(b.Libvirt)
 	r.resolvePlugins(b.Plugins)
 	r.resolveHost(b.Host)
+	r.resolveMonitor(b.Monitor)
+}
+
+// Defaults and bounds of the monitor block.
+const (
+	DefaultMonitorInterval      = 10 * time.Second
+	DefaultRawRetention         = 24 * time.Hour
+	DefaultDownsample           = 5 * time.Minute
+	DefaultDownsampledRetention = 90 * 24 * time.Hour
+	DefaultIdleThreshold        = 5.0
+	minMonitorInterval          = time.Second
+	maxMonitorInterval          = 10 * time.Minute
+)
+
+func (r *resolver) resolveMonitor(b *monitorBlock) {
+	m := &r.cfg.Server.Monitor
+	if b == nil {
+		b = &monitorBlock{DefRange: r.cfg.Server.DeclRange}
+	}
+	m.Interval, _ = r.duration(b.Body, "interval", b.Interval, DefaultMonitorInterval, b.DefRange)
+	m.RawRetention, _ = r.duration(b.Body, "raw_retention", b.RawRetention, DefaultRawRetention, b.DefRange)
+	m.Downsample, _ = r.duration(b.Body, "downsample", b.Downsample, DefaultDownsample, b.DefRange)
+	m.DownsampledRetention, _ = r.duration(b.Body, "downsampled_retention", b.DownsampledRetention, DefaultDownsampledRetention, b.DefRange)
+	if m.Interval < minMonitorInterval || m.Interval > maxMonitorInterval {
+		r.errf(valueRange(b.Body, "interval", b.DefRange), "Invalid interval", "The sampling interval is from %s to %s; %s was given.", minMonitorInterval, maxMonitorInterval, m.Interval)
+	}
+	if m.Downsample < m.Interval || m.Downsample > 24*time.Hour || (24*time.Hour)%m.Downsample != 0 {
+		r.errf(valueRange(b.Body, "downsample", b.DefRange), "Invalid downsample",
+			"The downsampling period must be at least the interval (%s), at most 24h, and divide a day evenly (e.g. 1m, 5m, 15m, 1h); %s was given.", m.Interval, m.Downsample)
+	}
+	if m.RawRetention < m.Downsample {
+		r.errf(valueRange(b.Body, "raw_retention", b.DefRange), "Invalid raw_retention", "Raw samples must be kept at least one downsampling period (%s); %s was given.", m.Downsample, m.RawRetention)
+	}
+	if m.DownsampledRetention < m.RawRetention {
+		r.errf(valueRange(b.Body, "downsampled_retention", b.DefRange), "Invalid downsampled_retention",
+			"Averages must be kept at least as long as raw samples (%s); %s was given.", m.RawRetention, m.DownsampledRetention)
+	}
+	m.IdleThreshold = DefaultIdleThreshold
+	if b.IdleThreshold != nil {
+		m.IdleThreshold = *b.IdleThreshold
+		if m.IdleThreshold <= 0 || m.IdleThreshold > 100 {
+			r.errf(valueRange(b.Body, "idle_threshold", b.DefRange), "Invalid idle_threshold", "A GPU utilisation in percent, above 0 and at most 100; %g was given.", m.IdleThreshold)
+		}
+	}
+	m.MetricsAuth = str(b.MetricsAuth, MetricsAuthNone)
+	r.oneOf(b.Body, "metrics_auth", m.MetricsAuth, []string{MetricsAuthNone, MetricsAuthToken}, b.DefRange)
 }
 
 func checkListen(addr string) error {

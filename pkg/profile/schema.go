@@ -31,8 +31,20 @@ type serverBlock struct {
 	Libvirt        *libvirtBlock  `hcl:"libvirt,block"`
 	Plugins        *pluginsBlock  `hcl:"plugins,block"`
 	Host           *hostBlock     `hcl:"host,block"`
+	Monitor        *monitorBlock  `hcl:"monitor,block"`
 	DefRange       hcl.Range      `hcl:",def_range"`
 	Body           hcl.Body       `hcl:",body"`
+}
+
+type monitorBlock struct {
+	Interval             *string   `hcl:"interval,optional"`
+	RawRetention         *string   `hcl:"raw_retention,optional"`
+	Downsample           *string   `hcl:"downsample,optional"`
+	DownsampledRetention *string   `hcl:"downsampled_retention,optional"`
+	IdleThreshold        *float64  `hcl:"idle_threshold,optional"`
+	MetricsAuth          *string   `hcl:"metrics_auth,optional"`
+	DefRange             hcl.Range `hcl:",def_range"`
+	Body                 hcl.Body  `hcl:",body"`
 }
 
 type tlsBlock struct {

@@ -60,7 +60,45 @@ type Server struct {
 	Libvirt        Libvirt   `json:"libvirt"`
 	Plugins        Plugins   `json:"plugins"`
 	Host           Host      `json:"host"`
+	Monitor        Monitor   `json:"monitor"`
 	DeclRange      hcl.Range `json:"-"`
+}
+
+// Monitor says how gpuvmd samples its GPUs and keeps the samples
+// (pkg/monitor).
+type Monitor struct {
+	// Interval is the time between two sampling rounds.
+	Interval time.Duration `json:"interval"`
+	// RawRetention is how long raw samples are kept; older ones are
+	// averaged into Downsample periods.
+	RawRetention time.Duration `json:"raw_retention"`
+	Downsample   time.Duration `json:"downsample"`
+	// DownsampledRetention is how long the averages are kept.
+	DownsampledRetention time.Duration `json:"downsampled_retention"`
+	// IdleThreshold is the GPU utilisation (percent) under which a VM's
+	// GPU counts as idle.
+	IdleThreshold float64 `json:"idle_threshold"`
+	// MetricsAuth is who may read /metrics: MetricsAuthNone (anyone) or
+	// MetricsAuthToken (any valid API token).
+	MetricsAuth string `json:"metrics_auth"`
+}
+
+// Who may read /metrics.
+const (
+	MetricsAuthNone  = "none"
+	MetricsAuthToken = "token"
+)
+
+// MarshalJSON writes durations as whole seconds.
+func (m Monitor) MarshalJSON() ([]byte, error) {
+	type plain Monitor
+	return json.Marshal(struct {
+		plain
+		Interval             int64 `json:"interval"`
+		RawRetention         int64 `json:"raw_retention"`
+		Downsample           int64 `json:"downsample"`
+		DownsampledRetention int64 `json:"downsampled_retention"`
+	}{plain(m), secs(m.Interval), secs(m.RawRetention), secs(m.Downsample), secs(m.DownsampledRetention)})
 }
 
 // TLS names the certificate files of the API listener.

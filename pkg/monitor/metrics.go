@@ -1,0 +1,350 @@
+package monitor
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"sort"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/gpuvm/gpuvm/pkg/store"
+)
+
+// MetricsStore is what /metrics reads from the database at each scrape (a
+// *store.Store).
+type MetricsStore interface {
+	CountVMsByState(ctx context.Context) (map[string]int64, error)
+	CountLiveAllocations(ctx context.Context, host string) (map[string]int64, error)
+	GetQueueStats(ctx context.Context, now time.Time) (store.QueueStats, error)
+	CountFiringAlerts(ctx context.Context) (map[string]int64, error)
+}
+
+// MetricKind is how a metric behaves (its Prometheus type).
+type MetricKind string
+
+// Metric kinds.
+const (
+	Gauge     MetricKind = "gauge"
+	Counter   MetricKind = "counter"
+	Histogram MetricKind = "histogram"
+)
+
+// MetricDef describes one metric gpuvmd exports; docs/metrics.md documents
+// each (a test checks both ways).
+type MetricDef struct {
+	Name   string
+	Kind   MetricKind
+	Help   string
+	Labels []string
+}
+
+var (
+	gpuLabels      = []string{"host", "gpu", "model"}
+	instanceLabels = []string{"host", "gpu", "instance", "kind", "type", "vm", "user"}
+)
+
+// MetricDefs are every metric gpuvmd exports besides the Go runtime's and
+// the process's (go_*, process_*).
+var MetricDefs = []MetricDef{
+	{"gpuvm_gpu_utilization_ratio", Gauge, "Fraction of the last sample period during which a kernel ran on the GPU (NVML GPU utilisation).", gpuLabels},
+	{"gpuvm_gpu_memory_utilization_ratio", Gauge, "Fraction of the last sample period during which device memory was read or written.", gpuLabels},
+	{"gpuvm_gpu_encoder_utilization_ratio", Gauge, "Utilisation of the GPU's video encoders.", gpuLabels},
+	{"gpuvm_gpu_decoder_utilization_ratio", Gauge, "Utilisation of the GPU's video decoders.", gpuLabels},
+	{"gpuvm_gpu_memory_used_bytes", Gauge, "Framebuffer memory in use.", gpuLabels},
+	{"gpuvm_gpu_memory_total_bytes", Gauge, "Framebuffer memory of the GPU.", gpuLabels},
+	{"gpuvm_gpu_temperature_celsius", Gauge, "GPU core temperature.", gpuLabels},
+	{"gpuvm_gpu_power_watts", Gauge, "Power drawn by the GPU board.", gpuLabels},
+	{"gpuvm_gpu_sm_clock_hertz", Gauge, "Current SM clock.", gpuLabels},
+	{"gpuvm_gpu_xid_errors_total", Counter, "XID (critical) errors the GPU reported since gpuvmd started.", gpuLabels},
+	{"gpuvm_gpu_ecc_uncorrected_errors_total", Counter, "Uncorrected ECC errors since the driver loaded (NVML volatile counter).", gpuLabels},
+	{"gpuvm_gpu_info", Gauge, "1 for each GPU; whether it is in MIG mode, and the VM that holds it whole, if any.", []string{"host", "gpu", "model", "uuid", "mig", "vm", "user"}},
+	{"gpuvm_vgpu_utilization_ratio", Gauge, "SM utilisation of a vGPU (time-sliced: NVML vGPU samples) or MIG instance (GPM, Hopper and later).", instanceLabels},
+	{"gpuvm_vgpu_memory_utilization_ratio", Gauge, "Memory-bandwidth utilisation of a vGPU or MIG instance.", instanceLabels},
+	{"gpuvm_vgpu_encoder_utilization_ratio", Gauge, "Video encoder utilisation of a vGPU.", instanceLabels},
+	{"gpuvm_vgpu_decoder_utilization_ratio", Gauge, "Video decoder utilisation of a vGPU.", instanceLabels},
+	{"gpuvm_vgpu_memory_used_bytes", Gauge, "Framebuffer memory a vGPU or MIG instance uses.", instanceLabels},
+	{"gpuvm_vgpu_memory_total_bytes", Gauge, "Framebuffer memory of a vGPU or MIG instance.", instanceLabels},
+	{"gpuvm_sampling_up", Gauge, "1 when the last sampling round succeeded, 0 when it failed or the host cannot be sampled (no NVML).", []string{"host"}},
+	{"gpuvm_sampling_rounds_total", Counter, "Sampling rounds run.", []string{"host"}},
+	{"gpuvm_sampling_failures_total", Counter, "Sampling rounds that failed.", []string{"host"}},
+	{"gpuvm_sampling_duration_seconds", Gauge, "How long the last sampling round took (read, map, write).", []string{"host"}},
+	{"gpuvm_last_sample_timestamp_seconds", Gauge, "Unix time of the last sampling round that succeeded.", []string{"host"}},
+	{"gpuvm_vms", Gauge, "VMs in each state (every host's; deleted ones are not counted).", []string{"state"}},
+	{"gpuvm_queue_length", Gauge, "VMs waiting in the queue (every host's).", nil},
+	{"gpuvm_queue_wait_seconds", Gauge, "How long the VM that has waited longest has waited (0 with none waiting).", nil},
+	{"gpuvm_allocations", Gauge, "Live GPU allocations of this host by kind (vgpu, mig, passthrough).", []string{"host", "kind"}},
+	{"gpuvm_alerts_firing", Gauge, "Firing alerts of each alert rule.", []string{"rule"}},
+	{"gpuvm_api_requests_total", Counter, "API requests answered, by method, route template and status code.", []string{"method", "route", "code"}},
+	{"gpuvm_api_request_duration_seconds", Histogram, "Time to answer API requests, by method and route template.", []string{"method", "route"}},
+	{"gpuvm_provisioning_seconds", Histogram, "Time from a VM's create request to the VM running, queue time included.", []string{"host"}},
+}
+
+// Buckets of the histograms.
+var (
+	requestBuckets      = prometheus.DefBuckets
+	provisioningBuckets = []float64{1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1800, 3600, 7200, 14400, 43200, 86400}
+)
+
+func metricDef(name string) MetricDef {
+	for _, d := range MetricDefs {
+		if d.Name == name {
+			return d
+		}
+	}
+	panic("monitor: no metric " + name) // a programming error: every name used is in MetricDefs
+}
+
+// Exporter serves /metrics: the latest sampling round, counts read from
+// the database at each scrape, and the API's request metrics.
+type Exporter struct {
+	host    string
+	sampler *Sampler // nil: the host is not sampled
+	st      MetricsStore
+	clock   Clock
+	log     *slog.Logger
+
+	reg          *prometheus.Registry
+	requests     *prometheus.CounterVec
+	durations    *prometheus.HistogramVec
+	provisioning prometheus.Observer
+	handler      http.Handler
+
+	mu        sync.Mutex
+	lastError string
+}
+
+// NewExporter builds the registry of host's metrics. sampler may be nil
+// (the host is not sampled); st may be nil (no database counts).
+func NewExporter(host string, sampler *Sampler, st MetricsStore, clock Clock, log *slog.Logger) *Exporter {
+	if clock == nil {
+		clock = realClock{}
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	e := &Exporter{host: host, sampler: sampler, st: st, clock: clock, log: log, reg: prometheus.NewRegistry()}
+	req := metricDef("gpuvm_api_requests_total")
+	e.requests = prometheus.NewCounterVec(prometheus.CounterOpts{Name: req.Name, Help: req.Help}, req.Labels)
+	dur := metricDef("gpuvm_api_request_duration_seconds")
+	e.durations = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: dur.Name, Help: dur.Help, Buckets: requestBuckets}, dur.Labels)
+	prov := metricDef("gpuvm_provisioning_seconds")
+	pv := prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: prov.Name, Help: prov.Help, Buckets: provisioningBuckets}, prov.Labels)
+	e.provisioning = pv.WithLabelValues(host)
+	e.reg.MustRegister(e.requests, e.durations, pv, (*collector)(e),
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	e.handler = promhttp.HandlerFor(e.reg, promhttp.HandlerOpts{ErrorLog: slogErrorLog{log}, ErrorHandling: promhttp.ContinueOnError})
+	return e
+}
+
+// ServeHTTP serves the metrics in the Prometheus text format (or
+// OpenMetrics, when asked for).
+func (e *Exporter) ServeHTTP(w http.ResponseWriter, r *http.Request) { e.handler.ServeHTTP(w, r) }
+
+// Registry is the registry behind the exporter (tests gather it).
+func (e *Exporter) Registry() *prometheus.Registry { return e.reg }
+
+// ObserveRequest counts an API request; route is the route template
+// ("/v1/vms/:id"), never the path, so that the label set stays bounded.
+func (e *Exporter) ObserveRequest(method, route string, code int, d time.Duration) {
+	method = normalizeMethod(method)
+	if route == "" {
+		route = "unmatched"
+	}
+	e.requests.WithLabelValues(method, route, strconv.Itoa(code)).Inc()
+	e.durations.WithLabelValues(method, route).Observe(d.Seconds())
+}
+
+// ObserveProvisioning records the time from a create request to a running
+// VM.
+func (e *Exporter) ObserveProvisioning(d time.Duration) {
+	if d >= 0 {
+		e.provisioning.Observe(d.Seconds())
+	}
+}
+
+func normalizeMethod(m string) string {
+	switch m {
+	case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete, http.MethodOptions:
+		return m
+	}
+	return "OTHER"
+}
+
+// collector turns the last round and the database counts into metrics at
+// each scrape.
+type collector Exporter
+
+var collectorDescs = func() map[string]*prometheus.Desc {
+	out := map[string]*prometheus.Desc{}
+	for _, d := range MetricDefs {
+		if d.Kind != Histogram && d.Name != "gpuvm_api_requests_total" {
+			out[d.Name] = prometheus.NewDesc(d.Name, d.Help, d.Labels, nil)
+		}
+	}
+	return out
+}()
+
+// Describe implements prometheus.Collector.
+func (c *collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range collectorDescs {
+		ch <- d
+	}
+}
+
+// scrapeTimeout bounds the database queries of one scrape.
+const scrapeTimeout = 5 * time.Second
+
+// Collect implements prometheus.Collector.
+func (c *collector) Collect(ch chan<- prometheus.Metric) {
+	emit := func(name string, t prometheus.ValueType, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(collectorDescs[name], t, v, labels...)
+	}
+	c.collectRound(emit)
+	if c.st == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), scrapeTimeout)
+	defer cancel()
+	var errs []string
+	if states, err := c.st.CountVMsByState(ctx); err != nil {
+		errs = append(errs, err.Error())
+	} else {
+		for _, s := range sortedKeys(states) {
+			emit("gpuvm_vms", prometheus.GaugeValue, float64(states[s]), s)
+		}
+	}
+	if q, err := c.st.GetQueueStats(ctx, c.clock.Now()); err != nil {
+		errs = append(errs, err.Error())
+	} else {
+		emit("gpuvm_queue_length", prometheus.GaugeValue, float64(q.Length))
+		wait := 0.0
+		if !q.OldestSince.IsZero() {
+			wait = max(0, c.clock.Now().Sub(q.OldestSince).Seconds())
+		}
+		emit("gpuvm_queue_wait_seconds", prometheus.GaugeValue, wait)
+	}
+	if allocs, err := c.st.CountLiveAllocations(ctx, c.host); err != nil {
+		errs = append(errs, err.Error())
+	} else {
+		for _, k := range []string{store.KindVGPU, store.KindMIG, store.KindPassthrough} {
+			emit("gpuvm_allocations", prometheus.GaugeValue, float64(allocs[k]), c.host, k)
+		}
+	}
+	if firing, err := c.st.CountFiringAlerts(ctx); err != nil {
+		errs = append(errs, err.Error())
+	} else {
+		for _, r := range sortedKeys(firing) {
+			emit("gpuvm_alerts_firing", prometheus.GaugeValue, float64(firing[r]), r)
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(errs) > 0 && errs[0] != c.lastError {
+		c.log.Warn("metrics: reading the database failed; those metrics are left out", "err", errs[0], "failures", len(errs))
+		c.lastError = errs[0]
+	} else if len(errs) == 0 {
+		c.lastError = ""
+	}
+}
+
+func (c *collector) collectRound(emit func(string, prometheus.ValueType, float64, ...string)) {
+	h := c.host
+	if c.sampler == nil {
+		emit("gpuvm_sampling_up", prometheus.GaugeValue, 0, h)
+		return
+	}
+	rounds, failures := c.sampler.Stats()
+	emit("gpuvm_sampling_rounds_total", prometheus.CounterValue, float64(rounds), h)
+	emit("gpuvm_sampling_failures_total", prometheus.CounterValue, float64(failures), h)
+	r := c.sampler.Last()
+	up := 0.0
+	if r != nil && c.sampler.Healthy() {
+		up = 1
+	}
+	emit("gpuvm_sampling_up", prometheus.GaugeValue, up, h)
+	if r == nil {
+		return
+	}
+	emit("gpuvm_sampling_duration_seconds", prometheus.GaugeValue, r.Duration.Seconds(), h)
+	emit("gpuvm_last_sample_timestamp_seconds", prometheus.GaugeValue, float64(r.At.UnixNano())/1e9, h)
+	xids := c.sampler.XIDTotal()
+	for _, g := range r.GPUs {
+		l := []string{h, g.Address, g.Model}
+		ratio := func(name string, v float64) {
+			if v >= 0 {
+				emit(name, prometheus.GaugeValue, v, l...)
+			}
+		}
+		ratio("gpuvm_gpu_utilization_ratio", g.Util)
+		ratio("gpuvm_gpu_memory_utilization_ratio", g.MemUtil)
+		ratio("gpuvm_gpu_encoder_utilization_ratio", g.EncUtil)
+		ratio("gpuvm_gpu_decoder_utilization_ratio", g.DecUtil)
+		ratio("gpuvm_gpu_temperature_celsius", g.Temperature)
+		ratio("gpuvm_gpu_power_watts", g.PowerWatts)
+		if g.MemTotal > 0 {
+			emit("gpuvm_gpu_memory_used_bytes", prometheus.GaugeValue, float64(g.MemUsed), l...)
+			emit("gpuvm_gpu_memory_total_bytes", prometheus.GaugeValue, float64(g.MemTotal), l...)
+		}
+		if g.SMClockMHz > 0 {
+			emit("gpuvm_gpu_sm_clock_hertz", prometheus.GaugeValue, float64(g.SMClockMHz)*1e6, l...)
+		}
+		emit("gpuvm_gpu_xid_errors_total", prometheus.CounterValue, float64(xids[g.Address]), l...)
+		emit("gpuvm_gpu_ecc_uncorrected_errors_total", prometheus.CounterValue, float64(g.ECCErrors), l...)
+		emit("gpuvm_gpu_info", prometheus.GaugeValue, 1, h, g.Address, g.Model, g.UUID, strconv.FormatBool(g.MIG), g.VMID, g.User)
+	}
+	for _, in := range r.Instances {
+		l := []string{h, in.GPUAddress, in.Key, in.Kind, in.Type, in.VMID, in.User}
+		ratio := func(name string, v float64) {
+			if v >= 0 {
+				emit(name, prometheus.GaugeValue, v, l...)
+			}
+		}
+		ratio("gpuvm_vgpu_utilization_ratio", in.Util)
+		ratio("gpuvm_vgpu_memory_utilization_ratio", in.MemUtil)
+		ratio("gpuvm_vgpu_encoder_utilization_ratio", in.EncUtil)
+		ratio("gpuvm_vgpu_decoder_utilization_ratio", in.DecUtil)
+		if in.MemTotal > 0 || in.MemUsed > 0 {
+			emit("gpuvm_vgpu_memory_used_bytes", prometheus.GaugeValue, float64(in.MemUsed), l...)
+		}
+		if in.MemTotal > 0 {
+			emit("gpuvm_vgpu_memory_total_bytes", prometheus.GaugeValue, float64(in.MemTotal), l...)
+		}
+	}
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// slogErrorLog hands promhttp's errors to slog.
+type slogErrorLog struct{ log *slog.Logger }
+
+func (l slogErrorLog) Println(v ...any) {
+	l.log.Warn("metrics: serving /metrics", "err", slogJoin(v))
+}
+
+func slogJoin(v []any) string {
+	s := ""
+	for i, x := range v {
+		if i > 0 {
+			s += " "
+		}
+		if e, ok := x.(error); ok {
+			s += e.Error()
+		} else if str, ok := x.(string); ok {
+			s += str
+		}
+	}
+	return s
+}
