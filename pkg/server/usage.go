@@ -1,0 +1,104 @@
+package server
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/gpuvm/gpuvm/pkg/api"
+	"github.com/gpuvm/gpuvm/pkg/monitor"
+	"github.com/gpuvm/gpuvm/pkg/store"
+)
+
+// Usage ranges: the default when from is not given, and the longest one
+// may ask for (samples are kept 90 days by default; records for good).
+const (
+	defaultUsageRange = 30 * 24 * time.Hour
+	maxUsageRange     = 400 * 24 * time.Hour
+)
+
+// usageRange reads the from and to parameters (RFC 3339; default: the last
+// 30 days up to now), answering 422 naming the parameter when one is not
+// valid.
+func (s *Server) usageRange(c *gin.Context) (from, to time.Time, ok bool) {
+	parse := func(name string) (time.Time, bool) {
+		v := c.Query(name)
+		if v == "" {
+			return time.Time{}, true
+		}
+		t, err := time.Parse(time.RFC3339, v)
+		if err != nil {
+			s.writeProblem(c, withField(errValidation, name, fmt.Sprintf("%s must be an RFC 3339 time (2026-03-01T00:00:00Z), got %s", name, strconv.Quote(v))))
+			return time.Time{}, false
+		}
+		return t.UTC(), true
+	}
+	if from, ok = parse("from"); !ok {
+		return
+	}
+	if to, ok = parse("to"); !ok {
+		return
+	}
+	if to.IsZero() {
+		to = s.Store.Now().UTC()
+	}
+	if from.IsZero() {
+		from = to.Add(-defaultUsageRange)
+	}
+	switch {
+	case !to.After(from):
+		s.writeProblem(c, withField(errValidation, "to", fmt.Sprintf("to (%s) must be after from (%s)", to.Format(time.RFC3339), from.Format(time.RFC3339))))
+		return from, to, false
+	case to.Sub(from) > maxUsageRange:
+		s.writeProblem(c, withField(errValidation, "from", fmt.Sprintf("the range from %s to %s is longer than %d days", from.Format(time.RFC3339),
+			to.Format(time.RFC3339), int(maxUsageRange.Hours()/24))))
+		return from, to, false
+	}
+	return from, to, true
+}
+
+func (s *Server) usage(c *gin.Context) {
+	from, to, ok := s.usageRange(c)
+	if !ok {
+		return
+	}
+	by := c.DefaultQuery("by", api.UsageByUser)
+	if !slices.Contains(api.UsageGroupings, by) {
+		s.writeProblem(c, withField(errValidation, "by", fmt.Sprintf("by must be one of %s, got %s", strings.Join(api.UsageGroupings, ", "), strconv.Quote(by))))
+		return
+	}
+	// Users see their own usage only; admins everyone's, or one user's.
+	u := user(c)
+	who := c.Query("user")
+	switch {
+	case !u.Admin && who != "" && who != u.Name:
+		s.writeProblem(c, withField(errForbidden, "user", "users see their own usage only"))
+		return
+	case !u.Admin:
+		who = u.Name
+	}
+	r, err := s.Ledger.Usage(c.Request.Context(), monitor.UsageQuery{From: from, To: to, By: by, User: who})
+	if err != nil {
+		s.writeProblem(c, usageError(err))
+		return
+	}
+	if r.Rows == nil {
+		r.Rows = []api.UsageRow{}
+	}
+	c.JSON(http.StatusOK, r)
+}
+
+// usageError turns the ledger's invalid arguments into a 422; other errors
+// stay internal.
+func usageError(err error) error {
+	if errors.Is(err, store.ErrInvalid) {
+		return with(errValidation, err.Error())
+	}
+	return err
+}

@@ -1,0 +1,244 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"math"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gpuvm/gpuvm/pkg/api"
+	"github.com/gpuvm/gpuvm/pkg/store"
+)
+
+// usageEnv is a server on a real store with users admin, ann (group
+// render) and bob (group sim), and a little usage: now is 2026-03-10 12:00.
+type usageEnv struct {
+	s      *Server
+	st     *store.Store
+	tokens map[string]string
+}
+
+type usageTestClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *usageTestClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *usageTestClock) Set(t time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = t
+}
+
+var usageNow = time.Date(2026, 3, 10, 12, 0, 0, 0, time.UTC)
+
+func newUsageEnv(t *testing.T) *usageEnv {
+	t.Helper()
+	ctx := context.Background()
+	clock := &usageTestClock{t: usageNow.Add(-60 * 24 * time.Hour)}
+	st, err := store.Open(ctx, store.Config{DSN: filepath.Join(t.TempDir(), "db"), Now: clock.Now,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	e := &usageEnv{st: st, tokens: map[string]string{}}
+	for _, u := range []struct {
+		name, group string
+		admin       bool
+	}{{"admin", "staff", true}, {"ann", "render", false}, {"bob", "sim", false}} {
+		if err := st.CreateUser(ctx, &store.User{Name: u.name, Admin: u.admin, Groups: []string{u.group}}); err != nil {
+			t.Fatal(err)
+		}
+		tok, _, err := st.CreateToken(ctx, u.name, "test", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.tokens[u.name] = tok
+	}
+	// ann: a whole GPU for 2 hours on 03-09 at 50%, and one 40 days ago;
+	// bob: a 1/7 MIG slice from 03-09 10:00, still held, no samples.
+	hold := func(owner, group, name, profile string, share float64, from time.Time, to *time.Time, util float64) {
+		clock.Set(from.Add(-30 * time.Minute))
+		vm := &store.VM{Name: name, Owner: owner, Group: group, Profile: profile, Hours: 8}
+		if _, err := st.CreateVM(ctx, vm, store.CreateVMOptions{RequestedBy: owner}); err != nil {
+			t.Fatal(err)
+		}
+		clock.Set(from)
+		if _, err := st.UpdateVMState(ctx, vm.ID, vm.Version, store.VMUpdate{State: store.VMRunning}); err != nil {
+			t.Fatal(err)
+		}
+		r := &store.UsageRecord{VMID: vm.ID, User: owner, Group: group, Host: "h1", GPUAddress: "0000:41:00.0", Kind: store.KindMIG,
+			Share: share, StartedAt: from, EndedAt: to}
+		if err := st.InsertUsageRecord(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+		if util < 0 {
+			return
+		}
+		var rows []store.GPUSample
+		for at := from; at.Before(*to); at = at.Add(5 * time.Minute) {
+			rows = append(rows, store.GPUSample{Host: "h1", GPUAddress: "0000:41:00.0", VMID: vm.ID, User: owner, TakenAt: at,
+				Resolution: 300, SampleCount: 30, GPUUtil: util, MemUtil: -1, EncUtil: -1, DecUtil: -1, Temperature: -1, PowerWatts: -1})
+		}
+		if err := st.InsertSamples(ctx, rows); err != nil {
+			t.Fatal(err)
+		}
+	}
+	at := func(day, hour int) time.Time { return time.Date(2026, 3, day, hour, 0, 0, 0, time.UTC) }
+	ptr := func(t time.Time) *time.Time { return &t }
+	hold("ann", "render", "old", "render-l40s", 1, usageNow.Add(-40*24*time.Hour), ptr(usageNow.Add(-40*24*time.Hour+time.Hour)), -1)
+	hold("ann", "render", "a", "render-l40s", 1, at(9, 8), ptr(at(9, 10)), 0.5)
+	hold("bob", "sim", "b", "small-1g", 1.0/7, at(9, 10), nil, -1)
+	clock.Set(usageNow)
+	e.s = New(Deps{Auth: st, Backends: fakeBackends{}, Store: st, Host: "h1", Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	return e
+}
+
+func (e *usageEnv) get(t *testing.T, path, who string, out any) (int, api.Problem) {
+	t.Helper()
+	req := httptest.NewRequest("GET", path, nil)
+	if who != "" {
+		req.Header.Set("Authorization", "Bearer "+e.tokens[who])
+	}
+	rec := httptest.NewRecorder()
+	e.s.ServeHTTP(rec, req)
+	var p api.Problem
+	if rec.Code >= 300 {
+		if ct := rec.Header().Get("Content-Type"); ct != "application/problem+json" {
+			t.Errorf("GET %s: %d with %s, not problem+json", path, rec.Code, ct)
+		}
+		_ = json.Unmarshal(rec.Body.Bytes(), &p)
+	} else if err := json.Unmarshal(rec.Body.Bytes(), out); err != nil {
+		t.Fatalf("GET %s: %v in %s", path, err, rec.Body)
+	}
+	return rec.Code, p
+}
+
+func TestUsageRoute(t *testing.T) {
+	e := newUsageEnv(t)
+	bobHours := 26.0 / 7 // 03-09 10:00 to now (03-10 12:00), a seventh
+	tests := []struct {
+		name, who, query string
+		status           int
+		field            string
+		rows             map[string]float64 // GPU-hours by key
+		user, by         string
+	}{
+		{"ann sees her own", "ann", "", 200, "", map[string]float64{"ann": 2}, "ann", "user"},
+		{"bob sees his own, still held", "bob", "", 200, "", map[string]float64{"bob": bobHours}, "bob", "user"},
+		{"admin sees everyone's", "admin", "", 200, "", map[string]float64{"ann": 2, "bob": bobHours}, "", "user"},
+		{"admin asks for bob's", "admin", "?user=bob", 200, "", map[string]float64{"bob": bobHours}, "bob", "user"},
+		{"ann asks for her own by name", "ann", "?user=ann", 200, "", map[string]float64{"ann": 2}, "ann", "user"},
+		{"ann asks for bob's", "ann", "?user=bob", 403, "user", nil, "", ""},
+		{"by group", "admin", "?by=group", 200, "", map[string]float64{"render": 2, "sim": bobHours}, "", "group"},
+		{"by profile", "admin", "?by=profile", 200, "", map[string]float64{"render-l40s": 2, "small-1g": bobHours}, "", "profile"},
+		{"by gpu", "admin", "?by=gpu", 200, "", map[string]float64{"h1/0000:41:00.0": 2 + bobHours}, "", "gpu"},
+		{"a range", "admin", "?from=2026-03-09T09:00:00Z&to=2026-03-09T11:00:00Z", 200, "", map[string]float64{"ann": 1, "bob": 1.0 / 7}, "", "user"},
+		{"40 days back", "ann", "?from=2026-01-20T00:00:00Z", 200, "", map[string]float64{"ann": 3}, "ann", "user"},
+		{"an empty range", "ann", "?from=2025-01-01T00:00:00Z&to=2025-02-01T00:00:00Z", 200, "", map[string]float64{}, "ann", "user"},
+		{"from is not a time", "ann", "?from=yesterday", 422, "from", nil, "", ""},
+		{"to is not RFC 3339", "ann", "?to=2026-03-01", 422, "to", nil, "", ""},
+		{"to before from", "ann", "?from=2026-03-02T00:00:00Z&to=2026-03-01T00:00:00Z", 422, "to", nil, "", ""},
+		{"a range too long", "admin", "?from=2024-01-01T00:00:00Z", 422, "from", nil, "", ""},
+		{"by colour", "ann", "?by=colour", 422, "by", nil, "", ""},
+		{"no token", "", "", 401, "", nil, "", ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var r api.UsageReport
+			code, p := e.get(t, "/v1/usage"+tc.query, tc.who, &r)
+			if code != tc.status || p.Field != tc.field {
+				t.Fatalf("%d field %q (%s), want %d field %q", code, p.Field, p.Detail, tc.status, tc.field)
+			}
+			if code != 200 {
+				return
+			}
+			if r.User != tc.user || r.By != tc.by || r.Rows == nil {
+				t.Errorf("user %q by %q rows %v, want user %q by %q", r.User, r.By, r.Rows, tc.user, tc.by)
+			}
+			got := map[string]float64{}
+			for _, row := range r.Rows {
+				got[row.Key] = row.GPUHours
+			}
+			if len(got) != len(tc.rows) {
+				t.Errorf("rows %v, want %v", got, tc.rows)
+			}
+			for k, w := range tc.rows {
+				if math.Abs(got[k]-w) > 1e-9 {
+					t.Errorf("%s: %g GPU-hours, want %g", k, got[k], w)
+				}
+			}
+		})
+	}
+	// The default range is the last 30 days up to now; ann's used half.
+	var r api.UsageReport
+	if code, _ := e.get(t, "/v1/usage", "ann", &r); code != 200 {
+		t.Fatal(code)
+	}
+	if !r.To.Equal(usageNow) || !r.From.Equal(usageNow.Add(-30*24*time.Hour)) {
+		t.Errorf("default range %s–%s", r.From, r.To)
+	}
+	if u := r.Total.Utilization; u == nil || math.Abs(*u-0.5) > 1e-9 || math.Abs(r.Total.UsedGPUHours-1) > 1e-9 || math.Abs(r.Total.IdleGPUHours-1) > 1e-9 {
+		t.Errorf("ann's total: %+v", r.Total)
+	}
+	var b api.UsageReport
+	if code, _ := e.get(t, "/v1/usage", "bob", &b); code != 200 || b.Total.Utilization != nil || b.Total.Running != 1 {
+		t.Errorf("bob's total (no samples: unknown): %d %+v", code, b.Total)
+	}
+}
+
+func TestReportSummaryRoute(t *testing.T) {
+	e := newUsageEnv(t)
+	tests := []struct {
+		name, who, query string
+		status           int
+		field            string
+	}{
+		{"admin", "admin", "?from=2026-03-09T00:00:00Z&to=2026-03-10T00:00:00Z&tz=Europe/Berlin", 200, ""},
+		{"admin, defaults", "admin", "", 200, ""},
+		{"a user", "ann", "", 403, ""},
+		{"an unknown zone", "admin", "?tz=Mars/Olympus", 422, "tz"},
+		{"Local is not a zone name", "admin", "?tz=Local", 422, "tz"},
+		{"idle_below above 1", "admin", "?idle_below=2", 422, "idle_below"},
+		{"idle_below not a number", "admin", "?idle_below=low", 422, "idle_below"},
+		{"from is not a time", "admin", "?from=monday", 422, "from"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var r api.ReportSummary
+			code, p := e.get(t, "/v1/reports/summary"+tc.query, tc.who, &r)
+			if code != tc.status || p.Field != tc.field {
+				t.Fatalf("%d field %q (%s), want %d field %q", code, p.Field, p.Detail, tc.status, tc.field)
+			}
+		})
+	}
+	var r api.ReportSummary
+	if code, _ := e.get(t, "/v1/reports/summary?from=2026-03-09T00:00:00Z&to=2026-03-10T00:00:00Z&tz=Europe/Berlin&idle_below=0.6", "admin", &r); code != 200 {
+		t.Fatal(code)
+	}
+	if r.Location != "Europe/Berlin" || r.IdleBelow != 0.6 || len(r.ByUser) != 2 || r.GPUs != 1 || len(r.Notes) == 0 {
+		t.Errorf("summary: %+v", r)
+	}
+	// ann's VM at 50% is idle under 60%; Monday 09:00 in Berlin is 08:00 UTC.
+	if len(r.IdleVMs) != 1 || r.IdleVMs[0].Name != "a" || r.IdleVMs[0].Owner != "ann" {
+		t.Errorf("idle VMs: %+v", r.IdleVMs)
+	}
+	if u := r.Heatmaps.Utilization[0][9]; u == nil || math.Abs(*u-0.5) > 1e-9 {
+		t.Errorf("utilisation of Monday 09:00 Berlin: %v", u)
+	}
+	if n := len(r.QueueWaits); n == 0 || r.QueueWaits[n-1].Profile != "total" || r.QueueWaits[n-1].Requests != 2 ||
+		math.Abs(r.QueueWaits[n-1].MeanSeconds-1800) > 1e-6 {
+		t.Errorf("queue waits: %+v", r.QueueWaits)
+	}
+	if !strings.Contains(strings.Join(r.Notes, " "), "GPU-hours") {
+		t.Errorf("notes: %q", r.Notes)
+	}
+}
