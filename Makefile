@@ -12,14 +12,19 @@ PLUGINS     := vgpu mig passthrough
 RUN_STATE   ?= $(CURDIR)/.cache/run
 RUN_LISTEN  ?= 127.0.0.1:8080
 
-.PHONY: all setup build guest run test unit lint generate check-generate fuzz clean
+.PHONY: all setup novnc build guest run test unit lint generate check-generate fuzz clean
 
 all: build
 
 setup:
 	@bash scripts/setup-host.sh
 
-build:
+# noVNC (npm @novnc/novnc, pinned and integrity-checked) for the browser
+# console, which gpuvmd embeds; a build without it says so on the page.
+novnc:
+	@bash scripts/fetch-novnc.sh
+
+build: novnc
 	$(GO) build -ldflags '$(LDFLAGS) -X main.version=$(VERSION)' -o $(BIN)/gpuvmd ./cmd/gpuvmd
 	CGO_ENABLED=0 $(GO) build -ldflags '$(LDFLAGS) -X main.version=$(VERSION)' -o $(BIN)/gpuvm ./cmd/gpuvm
 	@for p in $(PLUGINS); do \
@@ -40,17 +45,18 @@ run: setup build guest
 		exec $(BIN)/gpuvmd --listen $(RUN_LISTEN) --state-dir $(RUN_STATE); \
 	else \
 		echo "No NVIDIA GPU here: gpuvmd runs configs/dev, a simulated h100x8 server (it says so everywhere)."; \
-		echo "Once ready: curl -s -H \"Authorization: Bearer \$$(cat $(RUN_STATE)/admin.token)\" http://$(RUN_LISTEN)/v1/gpus"; \
 		exec $(BIN)/gpuvmd --config configs/dev --listen $(RUN_LISTEN) --state-dir $(RUN_STATE); \
 	fi
 
 # Every test: lint, generated code up to date, the race-enabled suite, the
 # plugin binaries over go-plugin, and bounded fuzzing.
-test: setup lint check-generate unit fuzz
+test: setup novnc lint check-generate unit fuzz
 
 # PostgreSQL tests run against the local Debian cluster, which
 # pkg/store/testdata/start-postgres.sh starts and prepares (as root); without
-# it they skip and say why.
+# it they skip and say why. test/e2e runs the real gpuvmd: its crash and
+# real-libvirt tests need root and the libvirtd that `setup` starts (they
+# skip without), and never restart it.
 unit:
 	GPUVM_TEST_POSTGRES_DSN="$${GPUVM_TEST_POSTGRES_DSN:-$$(bash pkg/store/testdata/start-postgres.sh || true)}" \
 	$(GO) test -race -count=1 -timeout 20m ./...

@@ -41,6 +41,13 @@ $GPUVM_TOKEN, else what 'gpuvm login' saved in $XDG_CONFIG_HOME/gpuvm/config.hcl
 func addClientCommands(root *cobra.Command, getenv func(string) string) {
 	root.AddCommand(newLoginCmd(getenv), newProfilesCmd(getenv), newCreateCmd(getenv), newListCmd(getenv),
 		newShowCmd(getenv), newDeleteCmd(getenv), newAdminCmd(getenv), newCompletionCmd(root))
+	root.AddCommand(newStartCmd(getenv), newStopCmd(getenv), newRebootCmd(getenv), newExtendCmd(getenv))
+	// users.go: who the server takes you for, the fleet's hosts.
+	root.AddCommand(newWhoamiCmd(getenv), newHostsCmd(getenv))
+	root.AddCommand(newEventsCmd(getenv)) // events.go
+	// console.go: the display, tunnels, RDP and SSH through gpuvmd.
+	root.AddCommand(newConsoleCmd(getenv), newTunnelCmd(getenv), newRDPCmd(getenv), newSSHCmd(getenv))
+	root.AddCommand(newUsageCmd(getenv), newReportCmd(getenv)) // usage.go, report.go
 }
 
 // clientOpts are the connection flags of a command.

@@ -291,7 +291,7 @@ func waitFor(t *testing.T, cond func() bool) {
 func TestCreateWaitPhases(t *testing.T) {
 	script := []api.VM{
 		{State: "queued", Phase: "waiting for a GPU"},
-		{State: "queued", Phase: "waiting for a GPU", Reason: "no free mig capacity for 3g.40gb"},
+		{State: "queued", Phase: "waiting for a GPU", Reason: "no free mig capacity for 3g.40gb", QueuePosition: 2},
 		{State: "allocating", Phase: "allocating GPU"},
 		{State: "creating", Phase: "preparing disk"},
 		{State: "creating", Phase: "booting"},
@@ -307,7 +307,7 @@ func TestCreateWaitPhases(t *testing.T) {
 		{"plain", script[5], false, 0, []string{
 			"Created VM box (v1) of profile seat",
 			"queued: waiting for a GPU\n",
-			"queued: waiting for a GPU (no free mig capacity for 3g.40gb)\n",
+			"queued #2: waiting for a GPU (no free mig capacity for 3g.40gb)\n",
 			"allocating: allocating GPU\ncreating: preparing disk\ncreating: booting\nrunning: ready\n",
 			"VM box is running on gpu1.", "mig 3g.40gb"}},
 		{"terminal", script[5], true, 0, []string{"\r\x1b[K", "  creating: booting\n", "  running: ready\n", "VM box is running on gpu1."}},

@@ -296,6 +296,9 @@ func describeProgress(vm api.VM) string {
 	switch vm.State {
 	case "queued":
 		s := "queued"
+		if vm.QueuePosition > 0 {
+			s += fmt.Sprintf(" #%d", vm.QueuePosition)
+		}
 		if vm.Phase != "" {
 			s += ": " + vm.Phase
 		}
@@ -494,7 +497,11 @@ func runList(ctx context.Context, c *client.Client, cmd *cobra.Command, l listOp
 		if note == "" && vm.State != "running" {
 			note = vm.Phase
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", vm.Name, vm.State, vm.Profile, describeVMGPUs(vm.GPUs),
+		state := vm.State
+		if vm.QueuePosition > 0 {
+			state += fmt.Sprintf(" #%d", vm.QueuePosition)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", vm.Name, state, vm.Profile, describeVMGPUs(vm.GPUs),
 			shortLease(vm, now), vm.ID, orDash(note))
 	}
 	return tw.Flush()
@@ -543,6 +550,12 @@ func printVM(w io.Writer, vm api.VM, now time.Time) error {
 		state += " (" + vm.Phase + ")"
 	}
 	fmt.Fprintf(tw, "  State:\t%s\n", state)
+	if vm.QueuePosition > 0 {
+		fmt.Fprintf(tw, "  Queue:\tposition %d\n", vm.QueuePosition)
+	}
+	if vm.StartAt != nil && vm.State == "queued" {
+		fmt.Fprintf(tw, "  Starts:\tnot before %s\n", vm.StartAt.Local().Format(time.DateTime))
+	}
 	if vm.Reason != "" {
 		fmt.Fprintf(tw, "  Reason:\t%s\n", vm.Reason)
 	}

@@ -15,6 +15,8 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -22,6 +24,7 @@ import (
 	"github.com/gpuvm/gpuvm/pkg/backend"
 	"github.com/gpuvm/gpuvm/pkg/backend/loader"
 	"github.com/gpuvm/gpuvm/pkg/hypervisor"
+	"github.com/gpuvm/gpuvm/pkg/monitor"
 	"github.com/gpuvm/gpuvm/pkg/orchestrator"
 	"github.com/gpuvm/gpuvm/pkg/profile"
 	"github.com/gpuvm/gpuvm/pkg/server"
@@ -44,6 +47,8 @@ type options struct {
 	config, listen, stateDir, simulate, sysfsRoot, pluginDir, nvml, backends, database, libvirtURI string
 	db                                                                                             profileDB
 	ready                                                                                          func(addr string)
+	stdout                                                                                         io.Writer
+	test                                                                                           testSeams
 }
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
@@ -59,7 +64,7 @@ func runWithReady(ctx context.Context, args []string, logs io.Writer, ready func
 func runOpts(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer, ready func(string)) error {
 	fs := flag.NewFlagSet("gpuvmd", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	o := options{ready: ready}
+	o := options{ready: ready, stdout: stdout}
 	fs.StringVar(&o.config, "config", "", "configuration directory (default $GPUVM_CONFIG, else /etc/gpuvm if it exists)")
 	fs.StringVar(&o.listen, "listen", "127.0.0.1:8080", "address to serve HTTP on")
 	fs.StringVar(&o.stateDir, "state-dir", "/var/lib/gpuvm", "state directory")
@@ -110,6 +115,11 @@ func runOpts(ctx context.Context, args []string, getenv func(string) string, std
 	if o.pluginDir == "" {
 		o.pluginDir = loader.DefaultDir()
 	}
+	seams, err := readTestSeams(getenv)
+	if err != nil {
+		return err
+	}
+	o.test = seams
 	return serve(ctx, o, cfg, log)
 }
 
@@ -169,11 +179,12 @@ func serve(ctx context.Context, o options, cfg *config, log *slog.Logger) error 
 	}
 	// A simulated server's GPUs cannot reach a real QEMU; libvirt's test
 	// driver takes the hostdevs as they are.
-	detach := o.simulate != "" && hv.Driver() != "test"
+	detach := o.simulate != "" && !strings.EqualFold(hv.Driver(), "test")
 	if detach {
 		log.Warn("simulated GPU server with a real hypervisor: VMs boot without their (simulated) GPU", "libvirt", o.libvirtURI)
 	}
-	orch := orchestrator.New(orchestrator.Config{Store: st, Backends: l, Hypervisor: hv, Profiles: profiles, Log: log, DetachSimulatedGPUs: detach})
+	orch := orchestrator.New(orchestrator.Config{Store: st, Backends: l, Hypervisor: hv, Profiles: profiles, Log: log, DetachSimulatedGPUs: detach,
+		DomainPrefix: o.test.domainPrefix, Hook: o.test.hook(ctx, log)})
 	if rep, err := orch.Reconcile(ctx); err != nil {
 		log.Error("start-up reconcile incomplete; it is retried every minute", "err", err, "fixed", !rep.Empty())
 	}
@@ -181,16 +192,50 @@ func serve(ctx context.Context, o options, cfg *config, log *slog.Logger) error 
 	orchDone := make(chan struct{})
 	go func() { orch.Run(orchCtx); close(orchDone) }()
 	defer func() { stopOrch(); <-orchDone }()
-	deps := server.Deps{Auth: st, Backends: l, Log: log, Store: st, Worker: orch}
+	// This host's row in the hosts table: registered now, then a heartbeat
+	// with the inventory every server.HeartbeatInterval.
+	hb := &server.Heartbeater{Store: st, Backends: l, Host: orch.Host(), APIURL: server.ListenURL("http", ln.Addr().String()), Version: version, Log: log}
+	if err := hb.Register(ctx); err != nil {
+		return fmt.Errorf("register this host in the database: %w", err)
+	}
+	hbDone := make(chan struct{})
+	go func() { hb.Run(orchCtx); close(hbDone) }()
+	defer func() { stopOrch(); <-hbDone }()
+	// GPU sampling, sample retention, alert rules and /metrics.
+	src, noSource, closeSource := monitor.OpenSource(monitor.SourceOptions{Simulate: o.simulate, StateDir: o.stateDir,
+		SysFSRoot: o.sysfsRoot, NoNVML: o.nvml == string(backend.NVMLNone)})
+	defer closeSource()
+	monSettings := profiles().Server.Monitor
+	mon := monitor.New(monitor.Config{Host: orch.Host(), Store: st, Source: src, NoSource: noSource, Settings: monSettings,
+		Rules: func() []*profile.Alert { return profiles().Policy.Alerts }, Backends: monitor.LoaderHealth(l), Log: log})
+	monDone := make(chan struct{})
+	go func() { mon.Run(orchCtx); close(monDone) }()
+	defer func() { stopOrch(); <-monDone }()
+	// The usage ledger keeps past hours' utilisation in memory: read the
+	// last 90 days now, in the background, so the first usage query after a
+	// start is as quick as the others.
+	ledger := monitor.NewLedger(st)
+	go func() {
+		start := time.Now()
+		if err := ledger.Warm(orchCtx, 90*24*time.Hour); err != nil && orchCtx.Err() == nil {
+			log.Warn("usage ledger: could not read past utilisation; the first usage query reads it", "err", err)
+			return
+		}
+		log.Debug("usage ledger warm", "took", time.Since(start))
+	}()
+	deps := server.Deps{Auth: st, Backends: l, Log: log, Store: st, Worker: orch, Admission: orch, Host: orch.Host(),
+		Metrics: mon.Exporter(), MetricsAuth: monSettings.MetricsAuth, Ledger: ledger}
 	if cfg != nil {
 		deps.Config = cfg
 	}
+	deps.Consoles = hv // the console and tunnel proxies find displays and guest addresses here
 	api := server.New(deps)
 	srv := &http.Server{Handler: api, ReadHeaderTimeout: 10 * time.Second}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	log.Info("gpuvmd ready", "listen", ln.Addr().String(), "backends", l.Names(), "state_dir", o.stateDir,
-		"admin_token_file", tokenPath, "try", fmt.Sprintf("curl -s -H \"Authorization: Bearer $(cat %s)\" http://%s/v1/gpus", tokenPath, ln.Addr()))
+		"admin_token_file", tokenPath)
+	fmt.Fprint(o.stdout, readyHelp(tokenPath, ln.Addr().String(), profiles()))
 	if o.ready != nil {
 		o.ready(ln.Addr().String())
 	}
@@ -232,4 +277,70 @@ func openStore(ctx context.Context, o options, log *slog.Logger) (*store.Store, 
 		return nil, fmt.Errorf("open the database: %w", err)
 	}
 	return st, nil
+}
+
+// Test seams: environment variables that only the end-to-end tests
+// (test/e2e) set, to run the real gpuvmd process in ways a test needs. They
+// are not configuration: gpuvmd ignores them unless they are set, and no
+// deployment should set them.
+const (
+	// envTestPauseAt names an orchestrator hook point (orchestrator.CreateHooks,
+	// orchestrator.DeleteHooks). Every VM operation that reaches it logs
+	// pauseMessage (with point and vm) and blocks there until gpuvmd stops, so
+	// that a test can SIGKILL gpuvmd at exactly that step.
+	envTestPauseAt = "GPUVM_TEST_PAUSE_AT"
+	// envTestDomainPrefix replaces the "gpuvm-" that starts the name of
+	// every domain gpuvmd makes and the only domains its reconciler removes:
+	// tests that share one libvirtd give each gpuvmd its own.
+	envTestDomainPrefix = "GPUVM_TEST_DOMAIN_PREFIX"
+	pauseMessage        = "GPUVM_TEST_PAUSE_AT: paused at a hook point until gpuvmd stops"
+)
+
+var testDomainPrefix = regexp.MustCompile(`^[a-z][a-z0-9-]{0,30}$`)
+
+type testSeams struct {
+	pauseAt, domainPrefix string
+}
+
+func readTestSeams(getenv func(string) string) (testSeams, error) {
+	s := testSeams{pauseAt: getenv(envTestPauseAt), domainPrefix: getenv(envTestDomainPrefix)}
+	if s.pauseAt != "" && !slices.Contains(orchestrator.CreateHooks, s.pauseAt) && !slices.Contains(orchestrator.DeleteHooks, s.pauseAt) {
+		return s, fmt.Errorf("$%s=%q is not a hook point; they are %q and %q", envTestPauseAt, s.pauseAt,
+			orchestrator.CreateHooks, orchestrator.DeleteHooks)
+	}
+	if s.domainPrefix != "" && !testDomainPrefix.MatchString(s.domainPrefix) {
+		return s, fmt.Errorf("$%s=%q: a domain prefix is a lower-case letter, then up to 30 letters, digits and dashes", envTestDomainPrefix, s.domainPrefix)
+	}
+	return s, nil
+}
+
+// hook is the orchestrator's hook: nil unless a pause point is set.
+func (s testSeams) hook(ctx context.Context, log *slog.Logger) func(vmID, point string) error {
+	if s.pauseAt == "" {
+		return nil
+	}
+	log.Warn("test seam set: VM operations pause at a hook point", "env", envTestPauseAt, "point", s.pauseAt)
+	return func(vmID, point string) error {
+		if point != s.pauseAt {
+			return nil
+		}
+		log.Warn(pauseMessage, "point", point, "vm", vmID)
+		<-ctx.Done()
+		return fmt.Errorf("paused at %q when gpuvmd stopped", point)
+	}
+}
+
+// readyHelp is what gpuvmd prints once it serves: where the admin token is
+// and two curl lines to try, the second creating a VM from the first profile.
+func readyHelp(tokenPath, addr string, cfg *profile.Config) string {
+	auth := fmt.Sprintf("-H \"Authorization: Bearer $(cat %s)\"", tokenPath)
+	var b strings.Builder
+	fmt.Fprintf(&b, "gpuvmd is ready on http://%s\n  admin token: %s\n", addr, tokenPath)
+	fmt.Fprintf(&b, "  the GPUs:    curl -s %s http://%s/v1/gpus\n", auth, addr)
+	if ps := cfg.SortedProfiles(); len(ps) > 0 {
+		fmt.Fprintf(&b, "  create a VM: curl -s %s -H 'Content-Type: application/json' -d '{\"profile\":\"%s\"}' http://%s/v1/vms\n",
+			auth, ps[0].Name, addr)
+	}
+	fmt.Fprintf(&b, "  or the CLI:  gpuvm login http://%s < %s\n", addr, tokenPath)
+	return b.String()
 }

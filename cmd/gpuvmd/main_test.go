@@ -102,6 +102,13 @@ func TestServeConfigAndReload(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, "state", "sim-l40sx4", "state.json")); err != nil {
 		t.Errorf("state_dir from the file was not used: %v", err)
 	}
+	// It registered itself as a host, with its URL and inventory.
+	var hosts api.HostList
+	getJSON(t, "http://"+addr+"/v1/hosts", &hosts)
+	if len(hosts.Items) != 1 || hosts.Items[0].State != "up" || hosts.Items[0].APIURL != "http://"+addr || hosts.Items[0].GPUs != 4 ||
+		hosts.Items[0].Version != version || !hosts.Items[0].Simulated {
+		t.Errorf("hosts: %+v", hosts.Items)
+	}
 	ready := map[string]string{}
 	getJSON(t, "http://"+addr+"/readyz", &ready)
 	if !strings.Contains(ready["config"], "1 profiles") {

@@ -25,8 +25,12 @@ type EventsOptions struct {
 	VM string
 	// Owner (admins only) keeps the events of one user's VMs.
 	Owner string
-	// After resumes after an event ID; 0 starts with what happens next.
+	// After resumes after an event ID. 0 starts with what happens next,
+	// unless FromStart is set.
 	After int64
+	// FromStart replays every event the server still keeps (after ID 0)
+	// before what happens next.
+	FromStart bool
 }
 
 // EventStream is an open GET /v1/events stream. A stream that breaks is
@@ -104,7 +108,7 @@ func (s *EventStream) open(ctx context.Context) (io.ReadCloser, error) {
 		return nil, fmt.Errorf("GET %s: %w", target, err)
 	}
 	req.Header.Set("Accept", "text/event-stream, application/problem+json")
-	if last > 0 {
+	if last > 0 || s.o.FromStart {
 		req.Header.Set("Last-Event-ID", strconv.FormatInt(last, 10))
 	}
 	if s.c.token != "" {

@@ -3,7 +3,6 @@ package client
 import (
 	"context"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/gpuvm/gpuvm/pkg/api"
@@ -67,19 +66,13 @@ func (c *Client) WaitVM(ctx context.Context, id string, changed func(api.VM)) (*
 		}()
 	} else if ctx.Err() != nil {
 		return nil, fmt.Errorf("wait for VM %s: %w", id, ctx.Err())
-	} else if IsNotFound(err) && !noRoute(err) {
-		return nil, fmt.Errorf("wait for VM %s: %w", id, err)
 	}
+	// Without a stream (an older server, a proxy that buffers) the wait
+	// polls; a VM that does not exist shows on the first read.
 	if err := c.poll(ctx, check, nudge); err != nil {
 		return last, fmt.Errorf("wait for VM %s: %w", id, err)
 	}
 	return last, nil
-}
-
-// noRoute: a 404 for the route itself (a server without it), not for the VM.
-func noRoute(err error) bool {
-	p, ok := AsProblem(err)
-	return ok && strings.HasPrefix(p.Detail, "no route ")
 }
 
 // WaitOperation polls an operation until it is done or failed, and returns

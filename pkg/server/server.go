@@ -14,6 +14,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/gpuvm/gpuvm/pkg/backend"
+	"github.com/gpuvm/gpuvm/pkg/monitor"
 	"github.com/gpuvm/gpuvm/pkg/profile"
 	"github.com/gpuvm/gpuvm/pkg/store"
 )
@@ -47,10 +48,30 @@ type Deps struct {
 	Store *store.Store
 	// Worker is told when there is new work (the orchestrator); may be nil.
 	Worker Waker
+	// Admission applies the sharing policy to new VMs (the orchestrator);
+	// nil: every valid request is queued.
+	Admission Admitter
 	// EventPoll is how often the event stream looks for new events
 	// (default 250ms); EventKeepAlive how often an idle stream sends a
 	// comment line (default 15s).
 	EventPoll, EventKeepAlive time.Duration
+	// Host names this server in the database (drained GPUs, hosts), as
+	// the orchestrator's Host does; default: the hostname.
+	Host string
+	// Consoles finds VMs' displays and guest addresses (the hypervisor);
+	// nil: the console and tunnel routes answer 503.
+	Consoles Consoles
+	// Console tunes the console and tunnel proxies (ticket lifetime,
+	// timeouts); zero values take the defaults.
+	Console ConsoleOptions
+	// Metrics serves GET /metrics and counts requests (pkg/monitor); nil:
+	// /metrics answers 503. MetricsAuth is MetricsAuthNone (the default)
+	// or MetricsAuthToken.
+	Metrics     MetricsExporter
+	MetricsAuth string
+	// Ledger answers usage questions (usage.go, report.go); nil: the
+	// server makes one of Store.
+	Ledger *monitor.Ledger
 }
 
 // Waker is told that a VM operation was queued.
@@ -73,6 +94,9 @@ func New(d Deps) *Server {
 	if d.Log == nil {
 		d.Log = slog.Default()
 	}
+	if d.Host == "" {
+		d.Host = defaultHost()
+	}
 	gin.SetMode(gin.ReleaseMode)
 	if d.EventPoll <= 0 {
 		d.EventPoll = defaultEventPoll
@@ -80,10 +104,16 @@ func New(d Deps) *Server {
 	if d.EventKeepAlive <= 0 {
 		d.EventKeepAlive = defaultEventKeepAlive
 	}
+	if d.Ledger == nil && d.Store != nil {
+		d.Ledger = monitor.NewLedger(d.Store)
+	}
 	s := &Server{Deps: d, log: d.Log.With("component", "api"), engine: gin.New(),
 		eventKeepAlive: d.EventKeepAlive, done: make(chan struct{})}
 	s.hub = newEventHub(s.eventSource(), d.EventPoll, s.log)
 	s.engine.Use(gin.Recovery(), s.logRequests)
+	if d.Metrics != nil {
+		s.engine.Use(s.observeRequests) // metrics.go
+	}
 	s.engine.NoRoute(func(c *gin.Context) {
 		s.writeProblem(c, with(errNotFound, "no route "+c.Request.Method+" "+c.Request.URL.Path))
 	})
@@ -109,6 +139,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.engine.Se
 func (s *Server) routes() {
 	s.engine.GET("/healthz", func(c *gin.Context) { c.JSON(http.StatusOK, gin.H{"status": "ok"}) })
 	s.engine.GET("/readyz", s.readyz)
+	s.engine.GET("/openapi.json", s.openAPI)
+	s.engine.GET("/metrics", s.metrics) // metrics.go
 	v1 := s.engine.Group("/v1", s.authenticate)
 	v1.GET("/profiles", s.listProfiles)
 	v1.GET("/profiles/:name", s.getProfile)
@@ -117,11 +149,29 @@ func (s *Server) routes() {
 	vms.GET("/vms", s.listVMs)
 	vms.GET("/vms/:id", s.getVM)
 	vms.DELETE("/vms/:id", s.deleteVM)
+	s.actionRoutes(vms) // actions.go
 	vms.GET("/operations/:id", s.getOperation)
 	vms.GET("/events", s.events)
+	s.consoleRoutes(vms) // console, console.vv, tunnel; their websockets and the browser page
 	admin := v1.Group("", s.requireAdmin)
 	admin.GET("/gpus", s.gpus)
 	admin.POST("/admin/reload", s.reload)
+	admin.GET("/users", s.requireStore, s.listUsers)
+	admin.POST("/users", s.requireStore, s.createUser)
+	admin.POST("/admin/gpus/:addr/drain", s.requireStore, s.drainGPU)
+	admin.DELETE("/admin/gpus/:addr/drain", s.requireStore, s.undrainGPU)
+	admin.GET("/alerts", s.requireStore, s.listAlerts) // alerts.go
+	v1.GET("/whoami", s.whoami)
+	v1.GET("/usage", s.requireStore, s.usage)                      // usage.go
+	admin.GET("/reports/summary", s.requireStore, s.reportSummary) // report.go
+	v1.GET("/hosts", s.requireStore, s.listHosts)
+	// A user's own record and tokens: the user or an admin; to others
+	// the user does not exist.
+	self := v1.Group("/users/:name", s.requireStore, s.requireSelfOrAdmin)
+	self.GET("", s.getUser)
+	self.GET("/tokens", s.listTokens)
+	self.POST("/tokens", s.createToken)
+	self.DELETE("/tokens/:id", s.revokeToken)
 }
 
 func (s *Server) logRequests(c *gin.Context) {
@@ -200,22 +250,10 @@ func cfgSummary(cfg *profile.Config) string {
 }
 
 func (s *Server) gpus(c *gin.Context) {
-	var invs []backend.Inventory
-	var notes []string
-	for _, name := range s.Backends.Names() {
-		b, _ := s.Backends.Backend(name)
-		ctx, cancel := context.WithTimeout(c.Request.Context(), 30*time.Second)
-		inv, err := b.Inventory(ctx)
-		cancel()
-		if err != nil {
-			s.log.Warn("inventory failed", "backend", name, "err", err)
-			notes = append(notes, name+": "+err.Error())
-			continue
-		}
-		invs = append(invs, inv)
+	hi, _ := CollectInventory(c.Request.Context(), s.Backends, s.log)
+	if !s.markDrained(c, &hi) {
+		return
 	}
-	hi := backend.Merge(invs)
-	hi.Notes = append(hi.Notes, notes...)
 	c.JSON(http.StatusOK, hi)
 }
 

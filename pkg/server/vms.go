@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
@@ -70,9 +71,25 @@ func (s *Server) decodeJSON(c *gin.Context, v any) bool {
 	return false
 }
 
+// Admitter applies the sharing policy to a VM asked for, before it is
+// queued (the orchestrator): refuse when a rule means it can never start,
+// with why naming the rule; otherwise why is what keeps it from starting
+// now ("" if nothing in the rules does).
+type Admitter interface {
+	Admit(ctx context.Context, user string, groups []string, profile string, hours int) (why string, refuse bool, err error)
+}
+
+// errPolicy refuses a VM that a rule of the sharing policy (a quota, a time
+// window, a GPU-hour budget) means can never start.
+var errPolicy = &Problem{Type: ProblemBase + "policy", Title: "Refused by the sharing policy", Status: http.StatusForbidden}
+
 func toAPIVM(vm *store.VM, allocs []store.Allocation) api.VM {
 	out := api.VM{ID: vm.ID, Name: vm.Name, Owner: vm.Owner, Profile: vm.Profile, State: vm.State, Phase: vm.Phase,
 		Reason: vm.StateReason, Host: vm.Host, Hours: vm.Hours, LeaseEnd: vm.LeaseEnd, CreatedAt: vm.CreatedAt, UpdatedAt: vm.UpdatedAt}
+	out.StartAt = vm.StartAt
+	if vm.State == store.VMQueued {
+		out.QueuePosition = vm.QueuePosition
+	}
 	for _, a := range allocs {
 		if a.State == store.AllocReleased {
 			continue
@@ -137,6 +154,10 @@ func (s *Server) createVM(c *gin.Context) {
 		s.writeProblem(c, withField(errValidation, "hours", fmt.Sprintf("profile %s allows at most %d hours", p.Name, maxHours)))
 		return
 	}
+	startAt, ok := s.checkStartAt(c, req.StartAt)
+	if !ok {
+		return
+	}
 	for i, k := range req.SSHKeys {
 		if strings.TrimSpace(k) == "" || strings.ContainsAny(k, "\r\n") {
 			s.writeProblem(c, withField(errValidation, fmt.Sprintf("ssh_keys[%d]", i), "an SSH public key is one non-empty line"))
@@ -157,6 +178,19 @@ func (s *Server) createVM(c *gin.Context) {
 			return
 		}
 	}
+	var waitReason string
+	if s.Admission != nil {
+		why, refuse, err := s.Admission.Admit(ctx, u.Name, u.Groups, p.Name, req.Hours)
+		switch {
+		case err != nil:
+			s.writeProblem(c, err)
+			return
+		case refuse:
+			s.writeProblem(c, with(errPolicy, why))
+			return
+		}
+		waitReason = why
+	}
 	name := req.Name
 	if name == "" {
 		b := make([]byte, 3)
@@ -168,7 +202,12 @@ func (s *Server) createVM(c *gin.Context) {
 		name = strings.TrimRight(name[:min(len(name), 55)], "-") + "-" + hex.EncodeToString(b)
 	}
 	spec, _ := json.Marshal(vmSpec{Hours: req.Hours, SSHKeys: req.SSHKeys})
-	vm := &store.VM{Name: name, Owner: u.Name, Profile: p.Name, Spec: string(spec), Hours: req.Hours, Phase: "waiting for a GPU"}
+	vm := &store.VM{Name: name, Owner: u.Name, Profile: p.Name, Spec: string(spec), Hours: req.Hours, Phase: "waiting for a GPU",
+		DisplayPassword: newDisplayPassword()}
+	vm.StateReason = waitReason
+	if startAt != nil {
+		vm.StartAt, vm.Phase, vm.StateReason = startAt, startAtPhase, startAtReason(*startAt)
+	}
 	if len(u.Groups) > 0 {
 		vm.Group = u.Groups[0]
 	}

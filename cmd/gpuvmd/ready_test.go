@@ -1,0 +1,53 @@
+package main
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/gpuvm/gpuvm/pkg/profile"
+)
+
+func TestReadyHelp(t *testing.T) {
+	cfg, diags := profile.Parse(profile.Source{Name: "p.hcl", Data: []byte(`
+profile "zeta" {
+  vcpus = 1
+  memory = "1GiB"
+  boot { kernel = "/k" }
+}
+profile "alpha" {
+  vcpus = 1
+  memory = "1GiB"
+  boot { kernel = "/k" }
+}
+`)})
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	for _, tc := range []struct {
+		name string
+		cfg  *profile.Config
+		want []string
+		not  string
+	}{
+		{"profiles", cfg, []string{
+			"gpuvmd is ready on http://127.0.0.1:8080\n",
+			"admin token: /s/admin.token\n",
+			`curl -s -H "Authorization: Bearer $(cat /s/admin.token)" http://127.0.0.1:8080/v1/gpus`,
+			`-d '{"profile":"alpha"}' http://127.0.0.1:8080/v1/vms`,
+			"gpuvm login http://127.0.0.1:8080 < /s/admin.token",
+		}, ""},
+		{"no profiles", &profile.Config{}, []string{"/v1/gpus"}, "/v1/vms"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := readyHelp("/s/admin.token", "127.0.0.1:8080", tc.cfg)
+			for _, w := range tc.want {
+				if !strings.Contains(got, w) {
+					t.Errorf("missing %q in\n%s", w, got)
+				}
+			}
+			if tc.not != "" && strings.Contains(got, tc.not) {
+				t.Errorf("unexpected %q in\n%s", tc.not, got)
+			}
+		})
+	}
+}

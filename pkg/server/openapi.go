@@ -1,0 +1,307 @@
+package server
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"reflect"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/gpuvm/gpuvm/pkg/api"
+)
+
+// Who may call a route.
+const (
+	authNone   = "none"   // anyone
+	authUser   = "user"   // any bearer token
+	authAdmin  = "admin"  // an admin's bearer token
+	authTicket = "ticket" // a one-time ticket in the query, no bearer token
+)
+
+// param is a query or header parameter of a route.
+type param struct {
+	Name, In, Description string
+	Type                  string // string, integer
+}
+
+// route describes one route of the API for the OpenAPI document. The list
+// (apiRoutes) is checked against the routes gin has, both ways, by a test.
+type route struct {
+	Method, Path, Summary, Auth string
+	Params                      []param
+	// Body is the request body's Go type (nil: none).
+	Body any
+	// Status is the success status; Answer its body's Go type (nil: none).
+	Status int
+	Answer any
+	// ContentType of the answer when it is not JSON (an event stream, a
+	// file).
+	ContentType string
+	// Errors are the problem statuses the route answers with, beyond the
+	// authentication ones its Auth implies.
+	Errors []int
+}
+
+// profileDoc stands for a profile as the API serves it (pkg/profile's JSON).
+type profileDoc map[string]any
+
+var (
+	pVM      = param{Name: "id", In: "path", Description: "the VM's ID, or its name among the caller's VMs", Type: "string"}
+	pProfile = param{Name: "name", In: "path", Description: "the profile's name", Type: "string"}
+	pOpID    = param{Name: "id", In: "path", Description: "the operation's ID", Type: "string"}
+	pIdemKey = param{Name: "Idempotency-Key", In: "header", Description: "the same key with the same body gets the same answer (24 hours)", Type: "string"}
+	pAfter   = param{Name: "after", In: "query", Description: "the cursor of the next page (the previous page's next)", Type: "string"}
+	pLimit   = param{Name: "limit", In: "query", Description: "page size, 1–500 (default 100)", Type: "integer"}
+	pState   = param{Name: "state", In: "query", Description: "only VMs in this state", Type: "string"}
+	pOwner   = param{Name: "owner", In: "query", Description: "only this user's (admins)", Type: "string"}
+	pEvVM    = param{Name: "vm", In: "query", Description: "only this VM's events (ID or name)", Type: "string"}
+	pEvAfter = param{Name: "after", In: "query", Description: "resume after this event ID (Last-Event-ID wins)", Type: "integer"}
+	pLastID  = param{Name: "Last-Event-ID", In: "header", Description: "resume after this event ID", Type: "integer"}
+	pUser    = param{Name: "name", In: "path", Description: "the user's name", Type: "string"}
+	pTokenID = param{Name: "id", In: "path", Description: "the token's ID", Type: "integer"}
+	pGPU     = param{Name: "addr", In: "path", Description: "the GPU's PCI address (0000:41:00.0 or 41:00.0)", Type: "string"}
+	p404     = []int{http.StatusNotFound}
+
+	// alerts.go
+	pAlertState = param{Name: "state", In: "query", Description: "only alerts in this state: firing or resolved", Type: "string"}
+	pAlertRule  = param{Name: "rule", In: "query", Description: "only this rule's alerts", Type: "string"}
+
+	// usage.go, report.go
+	pFrom      = param{Name: "from", In: "query", Description: "start of the range, RFC 3339 (default: 30 days before to)", Type: "string"}
+	pTo        = param{Name: "to", In: "query", Description: "end of the range, RFC 3339, excluded (default: now); at most 400 days after from", Type: "string"}
+	pUsageBy   = param{Name: "by", In: "query", Description: "grouping: user (default), group, profile, gpu, host or vm", Type: "string"}
+	pUsageUser = param{Name: "user", In: "query", Description: "only this user's VMs (admins; a user sees only their own)", Type: "string"}
+	pTZ        = param{Name: "tz", In: "query", Description: "IANA time zone of the weekday × hour heatmaps (default: the server's)", Type: "string"}
+	pIdleBelow = param{Name: "idle_below", In: "query", Description: "utilisation (0..1) under which a VM counts as idle (default 0.1)", Type: "number"}
+)
+
+// apiRoutes is every route of the API.
+var apiRoutes = []route{
+	{Method: "GET", Path: "/healthz", Summary: "Liveness: the process answers", Auth: authNone, Status: 200, Answer: map[string]string{}},
+	{Method: "GET", Path: "/readyz", Summary: "Readiness: configuration and every backend", Auth: authNone, Status: 200, Answer: map[string]string{}, Errors: []int{503}},
+	{Method: "GET", Path: "/openapi.json", Summary: "This document", Auth: authNone, Status: 200, Answer: map[string]any{}},
+	{Method: "GET", Path: "/v1/profiles", Summary: "The profiles the caller may use", Auth: authUser, Status: 200, Answer: []profileDoc{}},
+	{Method: "GET", Path: "/v1/profiles/{name}", Summary: "One profile the caller may use", Auth: authUser, Params: []param{pProfile}, Status: 200, Answer: profileDoc{}, Errors: p404},
+	{Method: "POST", Path: "/v1/vms", Summary: "Ask for a VM: it is queued, then created", Auth: authUser, Params: []param{pIdemKey}, Body: api.CreateVMRequest{}, Status: 202, Answer: api.CreateVMResponse{}, Errors: []int{400, 404, 409, 413, 422, 503}},
+	{Method: "GET", Path: "/v1/vms", Summary: "The caller's VMs (admins: everyone's), oldest first, by pages", Auth: authUser, Params: []param{pAfter, pLimit, pState, pOwner}, Status: 200, Answer: api.VMList{}, Errors: []int{422, 503}},
+	{Method: "GET", Path: "/v1/vms/{id}", Summary: "One VM", Auth: authUser, Params: []param{pVM}, Status: 200, Answer: api.VM{}, Errors: []int{404, 503}},
+	{Method: "DELETE", Path: "/v1/vms/{id}", Summary: "Delete a VM: its GPU is freed", Auth: authUser, Params: []param{pVM}, Status: 202, Answer: api.OperationResponse{}, Errors: []int{404, 409, 503}},
+	{Method: "POST", Path: "/v1/vms/{id}/actions/start", Summary: "Start a stopped VM on the GPU it kept (a device the host lost is made again); no body", Auth: authUser, Params: []param{pVM}, Status: 202, Answer: api.VMActionResponse{}, Errors: []int{400, 404, 409, 413, 503}},
+	{Method: "POST", Path: "/v1/vms/{id}/actions/stop", Summary: "Stop a running VM (ACPI, forced off after the shutdown timeout): it keeps its GPU and its lease runs on; no body", Auth: authUser, Params: []param{pVM}, Status: 202, Answer: api.VMActionResponse{}, Errors: []int{400, 404, 409, 413, 503}},
+	{Method: "POST", Path: "/v1/vms/{id}/actions/reboot", Summary: "Ask a running VM's guest to restart; it stays running; no body", Auth: authUser, Params: []param{pVM}, Status: 202, Answer: api.VMActionResponse{}, Errors: []int{400, 404, 409, 413, 503}},
+	{Method: "POST", Path: "/v1/vms/{id}/actions/extend", Summary: "Add hours to the lease of a queued, running or stopped VM, up to its profile's maximum", Auth: authUser, Params: []param{pVM}, Body: api.ExtendVMRequest{}, Status: 200, Answer: api.VM{}, Errors: []int{400, 404, 409, 413, 422, 503}},
+	{Method: "GET", Path: "/v1/operations/{id}", Summary: "One operation of the caller's VMs", Auth: authUser, Params: []param{pOpID}, Status: 200, Answer: api.Operation{}, Errors: []int{404, 503}},
+	{Method: "GET", Path: "/v1/events", Summary: "Server-sent events of the VMs the caller may see (text/event-stream; each data line is an Event)", Auth: authUser, Params: []param{pEvVM, pOwner, pEvAfter, pLastID}, Status: 200, Answer: api.Event{}, ContentType: "text/event-stream", Errors: []int{404, 422, 503}},
+	{Method: "GET", Path: "/v1/whoami", Summary: "Who the token belongs to", Auth: authUser, Status: 200, Answer: api.User{}},
+	{Method: "GET", Path: "/v1/users", Summary: "Every user", Auth: authAdmin, Status: 200, Answer: api.UserList{}},
+	{Method: "POST", Path: "/v1/users", Summary: "Add a user", Auth: authAdmin, Body: api.CreateUserRequest{}, Status: 201, Answer: api.User{}, Errors: []int{400, 409, 413, 422}},
+	{Method: "GET", Path: "/v1/users/{name}", Summary: "One user (admins, or the user)", Auth: authUser, Params: []param{pUser}, Status: 200, Answer: api.User{}, Errors: p404},
+	{Method: "GET", Path: "/v1/users/{name}/tokens", Summary: "A user's API tokens, never their secrets (admins, or the user)", Auth: authUser, Params: []param{pUser}, Status: 200, Answer: api.TokenList{}, Errors: p404},
+	{Method: "POST", Path: "/v1/users/{name}/tokens", Summary: "Make an API token; the answer shows it once (admins, or the user)", Auth: authUser, Params: []param{pUser}, Body: api.CreateTokenRequest{}, Status: 201, Answer: api.CreatedToken{}, Errors: []int{400, 404, 409, 413, 422}},
+	{Method: "DELETE", Path: "/v1/users/{name}/tokens/{id}", Summary: "Revoke an API token (admins, or the user)", Auth: authUser, Params: []param{pUser, pTokenID}, Status: 204, Errors: p404},
+	{Method: "GET", Path: "/v1/hosts", Summary: "Every host (gpuvmd) with its health and free capacity", Auth: authUser, Status: 200, Answer: api.HostList{}},
+	{Method: "POST", Path: "/v1/admin/gpus/{addr}/drain", Summary: "Drain a GPU: it takes no new VMs, what it holds keeps running", Auth: authAdmin, Params: []param{pGPU}, Body: api.DrainRequest{}, Status: 200, Answer: api.GPUDrainState{}, Errors: []int{400, 404, 413, 422, 503}},
+	{Method: "DELETE", Path: "/v1/admin/gpus/{addr}/drain", Summary: "Undrain a GPU", Auth: authAdmin, Params: []param{pGPU}, Status: 200, Answer: api.GPUDrainState{}, Errors: p404},
+	{Method: "GET", Path: "/v1/gpus", Summary: "The host's GPUs and devices, with drained state", Auth: authAdmin, Status: 200, Answer: api.HostInventory{}},
+	{Method: "POST", Path: "/v1/admin/reload", Summary: "Reload the configuration files, all or nothing", Auth: authAdmin, Status: 200, Answer: map[string]string{}, Errors: []int{422, 503}},
+	{Method: "GET", Path: "/metrics", Summary: "Prometheus metrics (text format; docs/metrics.md); open to all unless server.monitor.metrics_auth = \"token\", which wants any valid API token", Auth: authNone, Status: 200, Answer: "", ContentType: "text/plain; version=0.0.4", Errors: []int{401, 503}},
+	{Method: "GET", Path: "/v1/alerts", Summary: "Alerts of the policy's alert rules, newest first, by pages", Auth: authAdmin, Params: []param{pAlertState, pAlertRule, pAfter, pLimit}, Status: 200, Answer: api.AlertList{}, Errors: []int{400, 503}},
+	{Method: "GET", Path: "/v1/usage", Summary: "GPU-hours held in a range, weighted by the share of each GPU, with the utilisation achieved, grouped (users: their own; admins: everyone's)", Auth: authUser, Params: []param{pFrom, pTo, pUsageBy, pUsageUser}, Status: 200, Answer: api.UsageReport{}, Errors: []int{403, 422, 503}},
+	{Method: "GET", Path: "/v1/reports/summary", Summary: "Everything the periodic review report shows: usage, idle VMs, queue waits, weekday × hour heatmaps, notes", Auth: authAdmin, Params: []param{pFrom, pTo, pTZ, pIdleBelow}, Status: 200, Answer: api.ReportSummary{}, Errors: []int{422, 503}},
+}
+
+// openAPI builds the OpenAPI 3.1 document of routes.
+func openAPI(routes []route) map[string]any {
+	g := &schemaGen{defs: map[string]any{}}
+	paths := map[string]any{}
+	for _, r := range routes {
+		op := map[string]any{"summary": r.Summary, "operationId": operationID(r)}
+		tag := strings.Split(strings.TrimPrefix(strings.TrimPrefix(r.Path, "/v1"), "/"), "/")[0]
+		op["tags"] = []string{tag}
+		switch r.Auth {
+		case authNone, authTicket:
+			op["security"] = []any{}
+		default:
+			op["security"] = []any{map[string]any{"bearer": []string{}}}
+		}
+		if r.Auth == authAdmin {
+			op["description"] = "Admins only."
+		}
+		var params []any
+		for _, p := range r.Params {
+			params = append(params, map[string]any{"name": p.Name, "in": p.In, "description": p.Description,
+				"required": p.In == "path", "schema": map[string]any{"type": p.Type}})
+		}
+		if r.Auth == authTicket {
+			params = append(params, map[string]any{"name": "ticket", "in": "query", "required": true,
+				"description": "a one-time ticket", "schema": map[string]any{"type": "string"}})
+		}
+		if params != nil {
+			op["parameters"] = params
+		}
+		if r.Body != nil {
+			op["requestBody"] = map[string]any{"required": true, "content": map[string]any{
+				"application/json": map[string]any{"schema": g.schema(reflect.TypeOf(r.Body))}}}
+		}
+		resps := map[string]any{}
+		ok := map[string]any{"description": http.StatusText(r.Status)}
+		if r.Answer != nil {
+			ct := r.ContentType
+			if ct == "" {
+				ct = "application/json"
+			}
+			ok["content"] = map[string]any{ct: map[string]any{"schema": g.schema(reflect.TypeOf(r.Answer))}}
+		}
+		resps[strconv.Itoa(r.Status)] = ok
+		errs := append([]int(nil), r.Errors...)
+		switch r.Auth {
+		case authUser:
+			errs = append(errs, 401)
+		case authAdmin:
+			errs = append(errs, 401, 403)
+		case authTicket:
+			errs = append(errs, 401, 403)
+		}
+		for _, code := range errs {
+			resps[strconv.Itoa(code)] = map[string]any{"$ref": "#/components/responses/problem"}
+		}
+		op["responses"] = resps
+		item, _ := paths[r.Path].(map[string]any)
+		if item == nil {
+			item = map[string]any{}
+			paths[r.Path] = item
+		}
+		item[strings.ToLower(r.Method)] = op
+	}
+	g.defs["Problem"] = g.structSchema(reflect.TypeOf(api.Problem{}))
+	return map[string]any{
+		"openapi": "3.1.0",
+		"info": map[string]any{"title": "gpuvm", "version": "v1",
+			"description": "GPU virtual machines on shared GPU servers. Errors are RFC 9457 problem+json; every problem type is " + api.ProblemBase + "<kind>."},
+		"paths": paths,
+		"components": map[string]any{
+			"schemas":         g.defs,
+			"securitySchemes": map[string]any{"bearer": map[string]any{"type": "http", "scheme": "bearer"}},
+			"responses": map[string]any{"problem": map[string]any{"description": "RFC 9457 problem details",
+				"content": map[string]any{"application/problem+json": map[string]any{"schema": map[string]any{"$ref": "#/components/schemas/Problem"}}}}},
+		},
+	}
+}
+
+func operationID(r route) string {
+	var b strings.Builder
+	b.WriteString(strings.ToLower(r.Method))
+	for _, part := range strings.Split(r.Path, "/") {
+		part = strings.Trim(part, "{}")
+		for _, w := range strings.FieldsFunc(part, func(c rune) bool { return c == '.' || c == '-' || c == '_' }) {
+			b.WriteString(strings.ToUpper(w[:1]) + w[1:])
+		}
+	}
+	return b.String()
+}
+
+// schemaGen makes JSON Schemas of Go types: named structs become
+// components, referenced by name.
+type schemaGen struct{ defs map[string]any }
+
+var (
+	timeType = reflect.TypeOf(time.Time{})
+	rawType  = reflect.TypeOf(json.RawMessage(nil))
+)
+
+func (g *schemaGen) schema(t reflect.Type) map[string]any {
+	switch {
+	case t == timeType:
+		return map[string]any{"type": "string", "format": "date-time"}
+	case t == rawType:
+		return map[string]any{"description": "any JSON value"}
+	}
+	switch t.Kind() {
+	case reflect.Pointer:
+		return g.schema(t.Elem())
+	case reflect.String:
+		return map[string]any{"type": "string"}
+	case reflect.Bool:
+		return map[string]any{"type": "boolean"}
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return map[string]any{"type": "integer"}
+	case reflect.Float32, reflect.Float64:
+		return map[string]any{"type": "number"}
+	case reflect.Slice, reflect.Array:
+		return map[string]any{"type": "array", "items": g.schema(t.Elem())}
+	case reflect.Map:
+		return map[string]any{"type": "object", "additionalProperties": g.schema(t.Elem())}
+	case reflect.Interface:
+		return map[string]any{}
+	case reflect.Struct:
+		if t.Name() == "" {
+			return g.structSchema(t)
+		}
+		if _, ok := g.defs[t.Name()]; !ok {
+			g.defs[t.Name()] = nil // a placeholder stops recursion
+			g.defs[t.Name()] = g.structSchema(t)
+		}
+		return map[string]any{"$ref": "#/components/schemas/" + t.Name()}
+	}
+	return map[string]any{}
+}
+
+func (g *schemaGen) structSchema(t reflect.Type) map[string]any {
+	props := map[string]any{}
+	var required []string
+	for i := range t.NumField() {
+		f := t.Field(i)
+		if !f.IsExported() {
+			continue
+		}
+		name, opts, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if name == "-" {
+			continue
+		}
+		if f.Anonymous && name == "" && f.Type.Kind() == reflect.Struct {
+			embedded := g.structSchema(f.Type)
+			for k, v := range embedded["properties"].(map[string]any) {
+				props[k] = v
+			}
+			if r, ok := embedded["required"].([]string); ok {
+				required = append(required, r...)
+			}
+			continue
+		}
+		if name == "" {
+			name = f.Name
+		}
+		props[name] = g.schema(f.Type)
+		if !strings.Contains(opts, "omitempty") && f.Type.Kind() != reflect.Pointer {
+			required = append(required, name)
+		}
+	}
+	out := map[string]any{"type": "object", "properties": props}
+	if len(required) > 0 {
+		sort.Strings(required)
+		out["required"] = required
+	}
+	return out
+}
+
+// openAPIJSON is the document, built once.
+var openAPIJSON = sync.OnceValues(func() ([]byte, error) {
+	b, err := json.MarshalIndent(openAPI(apiRoutes), "", "  ")
+	return append(b, '\n'), err
+})
+
+func (s *Server) openAPI(c *gin.Context) {
+	doc, err := openAPIJSON()
+	if err != nil {
+		s.writeProblem(c, fmt.Errorf("build the OpenAPI document: %w", err))
+		return
+	}
+	c.Data(http.StatusOK, "application/json", doc)
+}
