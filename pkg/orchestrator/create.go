@@ -234,8 +234,10 @@ func (o *Orchestrator) failVM(ctx context.Context, vmID string, op *store.Operat
 // rollback removes a VM's domain and devices and frees its slots. Every part
 // is idempotent.
 func (o *Orchestrator) rollback(ctx context.Context, vmID string) error {
-	if err := o.cfg.Hypervisor.DeleteVM(ctx, vmID, o.cfg.ShutdownTimeout); err != nil && !hypervisor.IsNotFound(err) {
-		return fmt.Errorf("delete the domain: %w", err)
+	// A create that failed has nothing to shut down gracefully: the
+	// domain goes at once, with every volume made for it.
+	if err := o.cleanupVolumes(ctx, vmID); err != nil {
+		return fmt.Errorf("remove the domain and its volumes: %w", err)
 	}
 	if err := o.removeDevices(ctx, vmID); err != nil {
 		return err

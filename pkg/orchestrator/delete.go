@@ -41,6 +41,9 @@ func (o *Orchestrator) runDelete(ctx context.Context, vm *store.VM, op, create *
 	if err := o.cfg.Hypervisor.DeleteVM(ctx, vm.ID, o.cfg.ShutdownTimeout); err != nil && !hypervisor.IsNotFound(err) {
 		return fail(StepDeleteDomain, err)
 	}
+	if err := o.cleanupVolumes(ctx, vm.ID); err != nil {
+		return fail(StepDeleteDomain, err)
+	}
 	if err := o.hook(vm.ID, HookDomainDeleted); err != nil {
 		return err
 	}

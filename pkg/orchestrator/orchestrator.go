@@ -39,6 +39,9 @@ type Hypervisor interface {
 	Start(ctx context.Context, uuid string) error
 	Shutdown(ctx context.Context, uuid string, timeout time.Duration) (graceful bool, err error)
 	Reboot(ctx context.Context, uuid string) error
+	// CleanupVM removes what a CreateVM that never finished may have left:
+	// the domain, and the VM's disk overlay and seed in pool.
+	CleanupVM(ctx context.Context, uuid, name, pool string) error
 }
 
 // Steps of the create and delete operations. Each is recorded with
@@ -392,4 +395,15 @@ func (o *Orchestrator) profile(name string) *profile.Profile {
 		return nil
 	}
 	return cfg.Profiles[name]
+}
+
+// cleanupVolumes removes the disk overlay and seed a create may have made
+// before gpuvmd stopped and before the domain that lists them was defined:
+// DeleteVM finds no domain then, and would leave them.
+func (o *Orchestrator) cleanupVolumes(ctx context.Context, vmID string) error {
+	pool := ""
+	if cfg := o.cfg.Profiles(); cfg != nil {
+		pool = cfg.Server.Libvirt.StoragePool
+	}
+	return o.cfg.Hypervisor.CleanupVM(ctx, vmID, o.DomainName(vmID), pool)
 }

@@ -634,3 +634,33 @@ func TestDetachSimulatedGPUs(t *testing.T) {
 		t.Errorf("devices left: %v", devs)
 	}
 }
+
+// A create killed inside CreateVM, after the disk overlay and seed were made
+// and before the domain that lists them was defined, leaves them in the
+// pool: deleting the VM removes them too.
+func TestDeleteRemovesVolumesOfAnUnfinishedCreate(t *testing.T) {
+	e := newEnv(t, "l40sx4")
+	ctx := context.Background()
+	cfg := *e.cfg
+	cfg.Server.Libvirt.StoragePool = "default-pool" // the test driver's pool
+	e.cfg = &cfg
+	o := e.orch(nil)
+	vm, _ := e.submit("ann", "nogpu", "half")
+	name := o.DomainName(vm.ID)
+	for _, vol := range []string{hypervisor.OverlayName(name), hypervisor.SeedName(name)} {
+		// The test driver takes the format and size as given: no base file is read.
+		if _, err := e.hv.CreateOverlay(ctx, hypervisor.Overlay{Pool: "default-pool", Name: vol, Base: "/base.img", BaseFormat: "raw", SizeBytes: 1 << 20}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.deleteOp(vm)
+	o.Drain(ctx)
+	if got := e.vm(vm.ID); got.State != store.VMDeleted {
+		t.Fatalf("VM is %s (%s)", got.State, got.StateReason)
+	}
+	for _, vol := range []string{hypervisor.OverlayName(name), hypervisor.SeedName(name)} {
+		if ok, err := e.hv.VolumeExists(ctx, "default-pool", vol); err != nil || ok {
+			t.Errorf("volume %s left: %v %v", vol, ok, err)
+		}
+	}
+}
