@@ -45,7 +45,7 @@ run: setup build guest
 		exec $(BIN)/gpuvmd --listen $(RUN_LISTEN) --state-dir $(RUN_STATE); \
 	else \
 		echo "No NVIDIA GPU here: gpuvmd runs configs/dev, a simulated h100x8 server (it says so everywhere)."; \
-		exec $(BIN)/gpuvmd --config configs/dev --listen $(RUN_LISTEN) --state-dir $(RUN_STATE); \
+		exec bash scripts/run-dev.sh $(BIN) $(RUN_STATE) $(RUN_LISTEN); \
 	fi
 
 # Every test: lint, generated code up to date, the race-enabled suite, the
