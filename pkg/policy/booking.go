@@ -3,6 +3,7 @@ package policy
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -269,93 +270,131 @@ type BookOptions struct {
 	Inventory *scheduler.Inventory
 	Running   []scheduler.Running
 	Existing  []*Booking
+	// Prefer are devices Pin keeps when it can, one VM's each.
+	Prefer []scheduler.Placement
 }
 
 // Book checks a booking and pins its devices. It returns a new Booking
 // with Pinned set, or every reason it cannot be made; nothing is changed
 // either way, so nothing is ever half-booked.
 func Book(b Booking, o BookOptions) (*Booking, error) {
+	if err := CheckBooking(b, o); err != nil {
+		return nil, err
+	}
+	loc := o.Location
+	if loc == nil {
+		loc = time.UTC
+	}
+	return pin(b, o, loc)
+}
+
+// Fields of a booking that FieldError names.
+const (
+	FieldID          = "id"
+	FieldOwner       = "owner"
+	FieldProfile     = "profile"
+	FieldNeed        = "need"
+	FieldVMs         = "vms"
+	FieldStart       = "start"
+	FieldEnd         = "end"
+	FieldRepeat      = "repeat"
+	FieldRepeatDays  = "repeat.days"
+	FieldRepeatUntil = "repeat.until"
+)
+
+// FieldError is what is wrong with one field of a booking (Field*).
+type FieldError struct {
+	Field string
+	Err   error
+}
+
+func (e *FieldError) Error() string { return e.Err.Error() }
+func (e *FieldError) Unwrap() error { return e.Err }
+
+// CheckBooking checks a booking against the limits and, unless o.Admin,
+// the rules (o.Rules), without looking at capacity: every problem, each a
+// *FieldError, joined (errors.Join), or nil.
+func CheckBooking(b Booking, o BookOptions) error {
 	var errs []error
-	bad := func(f string, a ...any) { errs = append(errs, fmt.Errorf(f, a...)) }
+	bad := func(field, f string, a ...any) { errs = append(errs, &FieldError{field, fmt.Errorf(f, a...)}) }
 	loc := o.Location
 	if loc == nil {
 		loc = time.UTC
 	}
 	if b.ID == "" {
-		bad("a booking needs an ID")
+		bad(FieldID, "a booking needs an ID")
 	}
 	for _, x := range o.Existing {
 		if x.ID == b.ID {
-			bad("booking %q exists", b.ID)
+			bad(FieldID, "booking %q exists", b.ID)
 		}
 	}
 	if (b.Owner.Kind != OwnerUser && b.Owner.Kind != OwnerGroup) || b.Owner.Name == "" {
-		bad("the owner is a user or a group, with a name (got %q %q)", b.Owner.Kind, b.Owner.Name)
+		bad(FieldOwner, "the owner is a user or a group, with a name (got %q %q)", b.Owner.Kind, b.Owner.Name)
 	}
 	if b.VMs < 1 || b.VMs > MaxBookingVMs {
-		bad("a booking is for 1 to %d VMs, not %d", MaxBookingVMs, b.VMs)
+		bad(FieldVMs, "a booking is for 1 to %d VMs, not %d", MaxBookingVMs, b.VMs)
 	}
 	if err := b.Need.Validate(); err != nil {
-		bad("the need: %v", err)
+		bad(FieldNeed, "the need: %v", err)
 	} else if b.VMs*max(b.Need.Count, 1) > MaxBookingDevs {
-		bad("%d VMs × %d devices is more than %d devices", b.VMs, max(b.Need.Count, 1), MaxBookingDevs)
+		bad(FieldVMs, "%d VMs × %d devices is more than %d devices", b.VMs, max(b.Need.Count, 1), MaxBookingDevs)
 	}
 	switch {
-	case b.Start.IsZero() || b.End.IsZero():
-		bad("a booking has a start and an end")
+	case b.Start.IsZero():
+		bad(FieldStart, "a booking has a start and an end")
+	case b.End.IsZero():
+		bad(FieldEnd, "a booking has a start and an end")
 	case !b.End.After(b.Start):
-		bad("the booking ends (%s) before it starts (%s)", stamp(b.End, loc), stamp(b.Start, loc))
+		bad(FieldEnd, "the booking ends (%s) before it starts (%s)", stamp(b.End, loc), stamp(b.Start, loc))
 	case b.Start.Before(o.Now):
-		bad("the booking starts in the past (%s; it is %s)", stamp(b.Start, loc), stamp(o.Now, loc))
+		bad(FieldStart, "the booking starts in the past (%s; it is %s)", stamp(b.Start, loc), stamp(o.Now, loc))
 	}
 	length := b.End.Sub(b.Start)
 	switch b.Repeat.Freq {
 	case Once:
 		if len(b.Repeat.Days) > 0 || !b.Repeat.Until.IsZero() {
-			bad("days and until are for repeating bookings")
+			bad(FieldRepeat, "days and until are for repeating bookings")
 		}
 	case Daily:
 		if length >= 24*time.Hour {
-			bad("a daily booking of %s overlaps its next occurrence", profile.FormatDuration(length))
+			bad(FieldRepeat, "a daily booking of %s overlaps its next occurrence", profile.FormatDuration(length))
 		}
 	case Weekly:
 		seen := map[time.Weekday]bool{}
 		for _, d := range b.Repeat.Days {
 			if d < time.Sunday || d > time.Saturday {
-				bad("%d is not a weekday", d)
+				bad(FieldRepeatDays, "%d is not a weekday", d)
 				continue
 			}
 			if seen[d] {
-				bad("the weekly booking names %s twice", d)
+				bad(FieldRepeatDays, "the weekly booking names %s twice", d)
 			}
 			seen[d] = true
 		}
 		if len(b.Repeat.Days) > 0 && !seen[b.Start.In(loc).Weekday()] {
-			bad("the first occurrence (%s) is not on one of the booking's days", stamp(b.Start, loc))
+			bad(FieldRepeatDays, "the first occurrence (%s) is not on one of the booking's days", stamp(b.Start, loc))
 		}
 		if gap := minGap(b.Repeat.Days, b.Start.In(loc).Weekday()); length > gap {
-			bad("occurrences of %s overlap: two of the days are %s apart", profile.FormatDuration(length), profile.FormatDuration(gap))
+			bad(FieldRepeat, "occurrences of %s overlap: two of the days are %s apart", profile.FormatDuration(length), profile.FormatDuration(gap))
 		}
 	default:
-		bad("repeat %q is not daily or weekly", b.Repeat.Freq)
+		bad(FieldRepeat, "repeat %q is not daily or weekly", b.Repeat.Freq)
 	}
 	if b.Repeat.Freq != Once {
 		switch {
 		case b.Repeat.Until.IsZero():
-			bad("a repeating booking needs an end date (until)")
+			bad(FieldRepeatUntil, "a repeating booking needs an end date (until)")
 		case !b.Repeat.Until.After(b.Start):
-			bad("the repetition ends (%s) before the first occurrence (%s)", stamp(b.Repeat.Until, loc), stamp(b.Start, loc))
+			bad(FieldRepeatUntil, "the repetition ends (%s) before the first occurrence (%s)", stamp(b.Repeat.Until, loc), stamp(b.Start, loc))
 		case b.Repeat.Until.Sub(b.Start) > MaxRepeatSpan:
-			bad("a repeating booking ends within a year of its start (until %s)", stamp(b.Repeat.Until, loc))
+			bad(FieldRepeatUntil, "a repeating booking ends within a year of its start (until %s)", stamp(b.Repeat.Until, loc))
 		}
 	}
 	if !o.Admin {
 		errs = append(errs, checkRules(b, o, loc)...)
 	}
-	if len(errs) > 0 {
-		return nil, errors.Join(errs...)
-	}
-	return pin(b, o, loc)
+	return errors.Join(errs...)
 }
 
 func stamp(t time.Time, loc *time.Location) string {
@@ -385,9 +424,10 @@ func minGap(days []time.Weekday, first time.Weekday) time.Duration {
 
 func checkRules(b Booking, o BookOptions, loc *time.Location) []error {
 	var errs []error
+	bad := func(field, f string, a ...any) { errs = append(errs, &FieldError{field, fmt.Errorf(f, a...)}) }
 	r := o.Rules
 	if r == nil {
-		return []error{fmt.Errorf("nobody may book: the policy has no reservations block")}
+		return []error{&FieldError{FieldOwner, fmt.Errorf("nobody may book: the policy has no reservations block")}}
 	}
 	allowed := len(r.Users) == 0 && len(r.Groups) == 0
 	switch b.Owner.Kind {
@@ -400,19 +440,19 @@ func checkRules(b Booking, o BookOptions, loc *time.Location) []error {
 		allowed = allowed || contains(r.Groups, b.Owner.Name)
 	}
 	if !allowed {
-		errs = append(errs, fmt.Errorf("%s may not book (reservations allow users %v, groups %v)", b.Owner, r.Users, r.Groups))
+		bad(FieldOwner, "%s may not book (reservations allow users %v, groups %v)", b.Owner, r.Users, r.Groups)
 	}
 	if len(r.Profiles) > 0 && !contains(r.Profiles, b.Profile) {
-		errs = append(errs, fmt.Errorf("profile %q may not be booked (bookable: %s)", b.Profile, strings.Join(r.Profiles, ", ")))
+		bad(FieldProfile, "profile %q may not be booked (bookable: %s)", b.Profile, strings.Join(r.Profiles, ", "))
 	}
 	if r.MaxAhead > 0 && b.Start.Sub(o.Now) > r.MaxAhead {
-		errs = append(errs, fmt.Errorf("the booking starts more than %s ahead", profile.FormatDuration(r.MaxAhead)))
+		bad(FieldStart, "the booking starts more than %s ahead", profile.FormatDuration(r.MaxAhead))
 	}
 	if r.MaxLength > 0 && b.End.Sub(b.Start) > r.MaxLength {
-		errs = append(errs, fmt.Errorf("the booking lasts %s; the longest is %s", profile.FormatDuration(b.End.Sub(b.Start)), profile.FormatDuration(r.MaxLength)))
+		bad(FieldEnd, "the booking lasts %s; the longest is %s", profile.FormatDuration(b.End.Sub(b.Start)), profile.FormatDuration(r.MaxLength))
 	}
 	if r.MaxVMs > 0 && b.VMs > r.MaxVMs {
-		errs = append(errs, fmt.Errorf("the booking is for %d VMs; the most is %d", b.VMs, r.MaxVMs))
+		bad(FieldVMs, "the booking is for %d VMs; the most is %d", b.VMs, r.MaxVMs)
 	}
 	if r.MaxActive > 0 {
 		n := 1
@@ -422,7 +462,7 @@ func checkRules(b Booking, o BookOptions, loc *time.Location) []error {
 			}
 		}
 		if n > r.MaxActive {
-			errs = append(errs, fmt.Errorf("%s would hold %d bookings; the most is %d", b.Owner, n, r.MaxActive))
+			bad(FieldOwner, "%s would hold %d bookings; the most is %d", b.Owner, n, r.MaxActive)
 		}
 	}
 	return errs
@@ -442,6 +482,48 @@ var (
 	farFuture = time.Date(9000, 1, 1, 0, 0, 0, 0, time.UTC)
 )
 
+// CapacityError says a booking cannot be honoured: from From to To only
+// Fit of its Want VMs of Need fit on the GPUs.
+type CapacityError struct {
+	Need      scheduler.Need
+	Want, Fit int
+	// From and To are the occurrence that fails: the first one the GPUs
+	// cannot give alone, else the first of all (no one set of devices is
+	// free at every occurrence).
+	From, To time.Time
+	// Cause says what holds the rest: other bookings, VMs that run into
+	// the booking, or the host itself (too few GPUs of that kind).
+	Cause string
+	// Never is true when no GPU here could ever give the need.
+	Never bool
+	loc   *time.Location
+}
+
+func (e *CapacityError) Error() string {
+	if e.loc == nil {
+		e.loc = time.UTC
+	}
+	what := e.Need.String()
+	if e.Never {
+		return fmt.Sprintf("the booking cannot be honoured: %s", e.Cause)
+	}
+	to := stamp(e.To, e.loc)
+	if f, t := e.From.In(e.loc), e.To.In(e.loc); f.YearDay() == t.YearDay() && f.Year() == t.Year() {
+		to = t.Format("15:04")
+	}
+	return fmt.Sprintf("the booking cannot be honoured: %d of %d VMs of %s fit from %s to %s; %s",
+		e.Fit, e.Want, what, stamp(e.From, e.loc), to, e.Cause)
+}
+
+// Capacity causes.
+const (
+	causeBookings = "other bookings hold the rest then"
+	causeRunning  = "VMs whose leases run past the start hold the rest"
+	causeBoth     = "other bookings and VMs whose leases run past the start hold the rest"
+	causeHost     = "this host has too few GPUs of that kind free then"
+	causeSpread   = "no one set of devices is free at every occurrence"
+)
+
 // pin chooses the devices: one set for every occurrence, so that the lab
 // is always on the same GPUs. A VM that runs now and into the first
 // occurrence keeps its devices; another booking that overlaps any
@@ -452,34 +534,233 @@ func pin(b Booking, o BookOptions, loc *time.Location) (*Booking, error) {
 	}
 	occ := b.Occurrences(b.Start, farFuture, loc)
 	if len(occ) == 0 {
-		return nil, fmt.Errorf("the booking has no occurrence before %s", stamp(b.Repeat.Until, loc))
+		return nil, &FieldError{FieldRepeatUntil, fmt.Errorf("the booking has no occurrence before %s", stamp(b.Repeat.Until, loc))}
 	}
+	placed, cerr := pinOn(b, occ, o.Inventory, o.Running, o.Existing, loc)
+	if cerr != nil {
+		return nil, diagnose(b, occ, o, loc, cerr)
+	}
+	out := b
+	out.Pinned = mergeByHost(placed)
+	return &out, nil
+}
+
+// pinOn places b.VMs VMs for the occurrences occ: around the running VMs
+// that end after the first occurrence starts, and so that at every instant
+// of the occurrences its devices and those of the bookings of existing
+// that hold theirs then fit together (holdSets). It returns one placement
+// per VM.
+func pinOn(b Booking, occ []Interval, inv *scheduler.Inventory, running []scheduler.Running, existing []*Booking, loc *time.Location) ([]scheduler.Placement, *CapacityError) {
 	first, last := occ[0].Start, occ[len(occ)-1].End
-	trial := o.Inventory.Clone()
-	for _, r := range o.Running {
+	trial := inv.Clone()
+	for _, r := range running {
 		if !r.End.After(first) {
 			trial.Release(r.ID)
 		}
 	}
-	var holds []scheduler.Hold
-	for _, x := range o.Existing {
-		if !overlapsAny(occ, x.Occurrences(first, last, loc)) {
+	f := fitter{need: b.Need, first: first, last: last, sets: holdSets(b.ID, occ, existing, loc)}
+	var out []scheduler.Placement
+	for k := 0; k < b.VMs; k++ {
+		p, why := f.place(trial, nil)
+		if why.OK() {
+			if err := trial.Allocate(fmt.Sprintf("booking:%s:%d", b.ID, k), p, last); err != nil {
+				why = scheduler.Reason{Code: scheduler.CodeNoCapacity, Detail: err.Error()}
+			}
+		}
+		if !why.OK() {
+			return nil, &CapacityError{Need: b.Need, Want: b.VMs, Fit: k, From: first, To: occ[0].End, Never: why.Code == scheduler.CodeNever, Cause: why.Detail, loc: loc}
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+// holdSets are the sets of other bookings' devices that are held at the
+// same time during the occurrences occ: the occurrences are cut where
+// another booking's occurrence starts or ends, and each piece holds the
+// devices of the bookings whose occurrences cover it. Each distinct set is
+// given once, its holds spanning all time (so that the scheduler counts
+// them together). There is at least one set (maybe empty).
+func holdSets(id string, occ []Interval, existing []*Booking, loc *time.Location) [][]scheduler.Hold {
+	first, last := occ[0].Start, occ[len(occ)-1].End
+	type xocc struct {
+		b *Booking
+		i Interval
+	}
+	var xs []xocc
+	longest := time.Duration(0)
+	for _, x := range existing {
+		if x.ID == id || len(x.Pinned) == 0 {
 			continue
 		}
-		for _, p := range x.Pinned {
-			holds = append(holds, scheduler.Hold{ID: x.ID, Code: scheduler.CodeReservation, Host: p.Host, Devices: p.Devices, From: farPast, To: farFuture})
+		for _, i := range x.Occurrences(first, last, loc) {
+			xs = append(xs, xocc{x, i})
+			longest = max(longest, i.End.Sub(i.Start))
 		}
 	}
+	if len(xs) == 0 {
+		return [][]scheduler.Hold{nil}
+	}
+	sort.Slice(xs, func(a, b int) bool { return xs[a].i.Start.Before(xs[b].i.Start) })
+	seen := map[string]bool{}
+	var sets [][]scheduler.Hold
+	for _, o := range occ {
+		// The other occurrences that may overlap o.
+		lo := sort.Search(len(xs), func(k int) bool { return !xs[k].i.Start.Before(o.Start.Add(-longest)) })
+		var near []xocc
+		cuts := []time.Time{o.Start, o.End}
+		for k := lo; k < len(xs) && xs[k].i.Start.Before(o.End); k++ {
+			x := xs[k]
+			if !x.i.End.After(o.Start) {
+				continue
+			}
+			near = append(near, x)
+			for _, t := range []time.Time{x.i.Start, x.i.End} {
+				if t.After(o.Start) && t.Before(o.End) {
+					cuts = append(cuts, t)
+				}
+			}
+		}
+		sort.Slice(cuts, func(a, b int) bool { return cuts[a].Before(cuts[b]) })
+		for c := 0; c+1 < len(cuts); c++ {
+			from, to := cuts[c], cuts[c+1]
+			if !to.After(from) {
+				continue
+			}
+			var ids []string
+			var holds []scheduler.Hold
+			for _, x := range near {
+				if x.i.Start.Before(to) && x.i.End.After(from) {
+					ids = append(ids, x.b.ID)
+					for _, p := range x.b.Pinned {
+						holds = append(holds, scheduler.Hold{ID: x.b.ID, Code: scheduler.CodeReservation, Host: p.Host, Devices: p.Devices, From: farPast, To: farFuture})
+					}
+				}
+			}
+			sort.Strings(ids)
+			key := strings.Join(ids, "\x00")
+			if !seen[key] {
+				seen[key] = true
+				sets = append(sets, holds)
+			}
+		}
+	}
+	// The most crowded first: the placement is chosen against it.
+	sort.SliceStable(sets, func(a, b int) bool { return len(sets[a]) > len(sets[b]) })
+	return sets
+}
+
+// fitter places one VM of a booking so that its devices fit with each set
+// of other bookings' devices held at the same time.
+type fitter struct {
+	need        scheduler.Need
+	first, last time.Time
+	sets        [][]scheduler.Hold
+}
+
+// place chooses a placement on inv that fits with every set (and extra,
+// devices held besides): it places against the most crowded set, checks
+// the others (Inventory.Keep), and places again against the union of the
+// sets it did not fit, until it fits all or cannot be placed.
+func (f *fitter) place(inv *scheduler.Inventory, extra []scheduler.Hold) (scheduler.Placement, scheduler.Reason) {
+	const probe = "booking:probe"
+	against := slices.Concat(f.sets[0], extra)
+	used := map[int]bool{0: true}
+	for {
+		p, why := inv.Place(f.need, scheduler.PlaceOptions{Strategy: scheduler.Pack, Now: f.first, End: f.last, Holds: against})
+		if !why.OK() {
+			return p, why
+		}
+		bad := f.misfit(inv, probe, p, extra)
+		if bad < 0 {
+			return p, why
+		}
+		if used[bad] {
+			return scheduler.Placement{}, scheduler.Reason{Code: scheduler.CodeReservation, Detail: fmt.Sprintf("the room for %s is booked by others then", f.need)}
+		}
+		used[bad] = true
+		against = append(against, f.sets[bad]...)
+	}
+}
+
+// misfit is the first set p does not fit with on inv (-1: none).
+func (f *fitter) misfit(inv *scheduler.Inventory, probe string, p scheduler.Placement, extra []scheduler.Hold) int {
+	if inv.Allocate(probe, p, f.last) != nil {
+		return 0
+	}
+	defer inv.Release(probe)
+	for i, set := range f.sets {
+		if why := inv.Keep(probe, scheduler.PlaceOptions{Now: f.first, End: f.last, Holds: slices.Concat(set, extra)}); !why.OK() {
+			return i
+		}
+	}
+	return -1
+}
+
+// fits reports whether p fits with every set on inv, and if so records it
+// there as id.
+func (f *fitter) fits(inv *scheduler.Inventory, id string, p scheduler.Placement) bool {
+	if f.misfit(inv, id+":probe", p, nil) >= 0 {
+		return false
+	}
+	return inv.Allocate(id, p, f.last) == nil
+}
+
+// diagnose explains a booking that cannot be pinned: the first occurrence
+// that the GPUs cannot give on its own (how many VMs fit then, and what
+// holds the rest), or that no one set of devices is free at all of them.
+func diagnose(b Booking, occ []Interval, o BookOptions, loc *time.Location, cerr *CapacityError) error {
+	if cerr.Never {
+		return cerr
+	}
+	const most = 400              // a daily booking for a year
+	var idle *scheduler.Inventory // no VM runs
+	for i, oc := range occ {
+		if i == most {
+			break
+		}
+		one := []Interval{oc}
+		// VMs that end before the occurrence starts are released (pinOn).
+		_, e := pinOn(b, one, o.Inventory, o.Running, o.Existing, loc)
+		if e == nil {
+			continue
+		}
+		e.From, e.To = oc.Start, oc.End
+		if idle == nil {
+			idle = o.Inventory.Clone()
+			for _, r := range o.Running {
+				idle.Release(r.ID)
+			}
+		}
+		_, noBookings := pinOn(b, one, o.Inventory, o.Running, nil, loc)
+		_, noVMs := pinOn(b, one, idle, nil, o.Existing, loc)
+		switch {
+		case noBookings == nil && noVMs == nil:
+			e.Cause = causeBoth
+		case noBookings == nil:
+			e.Cause = causeBookings
+		case noVMs == nil:
+			e.Cause = causeRunning
+		default:
+			_, bare := pinOn(b, one, idle, nil, nil, loc)
+			if bare == nil {
+				e.Cause = causeBoth
+			} else {
+				e.Cause = causeHost
+			}
+		}
+		return e
+	}
+	cerr.Cause = causeSpread
+	return cerr
+}
+
+// mergeByHost merges one placement per VM into one per host, in host
+// order, as Booking.Pinned keeps them.
+func mergeByHost(ps []scheduler.Placement) []scheduler.Placement {
 	byHost := map[string]*scheduler.Placement{}
 	var hosts []string
-	for k := 0; k < b.VMs; k++ {
-		p, why := trial.Place(b.Need, scheduler.PlaceOptions{Strategy: scheduler.Pack, Now: first, End: last, Holds: holds})
-		if !why.OK() {
-			return nil, fmt.Errorf("the booking cannot be honoured: %d of %d VMs fit from %s (%s)", k, b.VMs, stamp(first, loc), why.Detail)
-		}
-		if err := trial.Allocate(fmt.Sprintf("booking:%s:%d", b.ID, k), p, last); err != nil {
-			return nil, fmt.Errorf("the booking cannot be honoured: %v", err)
-		}
+	for _, p := range ps {
 		if byHost[p.Host] == nil {
 			byHost[p.Host] = &scheduler.Placement{Host: p.Host}
 			hosts = append(hosts, p.Host)
@@ -487,11 +768,93 @@ func pin(b Booking, o BookOptions, loc *time.Location) (*Booking, error) {
 		byHost[p.Host].Devices = append(byHost[p.Host].Devices, p.Devices...)
 	}
 	sort.Strings(hosts)
+	var out []scheduler.Placement
+	for _, h := range hosts {
+		out = append(out, *byHost[h])
+	}
+	return out
+}
+
+// SplitPinned splits a booking's pinned devices into one placement per VM
+// (need.Count devices each, in the order Book chose them): what Pin takes
+// as BookOptions.Prefer to keep them.
+func (b *Booking) SplitPinned() []scheduler.Placement {
+	per := max(b.Need.Count, 1)
+	var out []scheduler.Placement
+	for _, p := range b.Pinned {
+		for i := 0; i+per <= len(p.Devices); i += per {
+			out = append(out, scheduler.Placement{Host: p.Host, Devices: append([]scheduler.Device(nil), p.Devices[i:i+per]...)})
+		}
+	}
+	return out
+}
+
+// Pin chooses again the devices of a booking that was made (Book checked
+// it), for the occurrences from o.Now on: each scheduling round, after a
+// restart, when the GPUs changed. It checks no rule. It keeps each
+// placement of o.Prefer (one VM's devices each: those held before, see
+// SplitPinned) that the GPUs can still give and no overlapping booking of
+// o.Existing holds; it places the other VMs around the VMs of o.Running
+// that run into the first occurrence, except the owner's (they run in the
+// booking), and where that fails over them: the booking was promised, and
+// those VMs are told to make way. A booking with no occurrence left holds
+// nothing. The error is a *CapacityError when the GPUs cannot give it.
+func Pin(b Booking, o BookOptions) (*Booking, error) {
+	loc := o.Location
+	if loc == nil {
+		loc = time.UTC
+	}
 	out := b
 	out.Pinned = nil
-	for _, h := range hosts {
-		out.Pinned = append(out.Pinned, *byHost[h])
+	if o.Inventory == nil {
+		return nil, fmt.Errorf("no inventory to pin booking %s on", b.ID)
 	}
+	occ := b.Occurrences(o.Now, farFuture, loc)
+	if len(occ) == 0 {
+		return &out, nil
+	}
+	first, last := occ[0].Start, occ[len(occ)-1].End
+	f := fitter{need: b.Need, first: first, last: last, sets: holdSets(b.ID, occ, o.Existing, loc)}
+	// free has no VM, and the devices chosen so far: what the GPUs can
+	// give at all.
+	free := o.Inventory.Clone()
+	for _, r := range o.Running {
+		free.Release(r.ID)
+	}
+	var placed []scheduler.Placement
+	var mine []scheduler.Hold // the devices chosen so far, for around
+	choose := func(p scheduler.Placement) {
+		placed = append(placed, p)
+		mine = append(mine, scheduler.Hold{ID: b.ID, Code: scheduler.CodeReservation, Host: p.Host, Devices: p.Devices, From: farPast, To: farFuture})
+	}
+	for i, p := range o.Prefer {
+		if len(placed) == b.VMs {
+			break
+		}
+		if f.fits(free, fmt.Sprintf("booking:%s:keep:%d", b.ID, i), p) {
+			choose(p)
+		}
+	}
+	around := o.Inventory.Clone()
+	for _, r := range o.Running {
+		if !r.End.After(first) || (b.Owner.Includes(&r.Request) && (b.Profile == "" || b.Profile == r.Profile)) {
+			around.Release(r.ID)
+		}
+	}
+	for k := len(placed); k < b.VMs; k++ {
+		p, why := f.place(around, mine)
+		if !why.OK() {
+			p, why = f.place(free, nil)
+		}
+		if !why.OK() {
+			return nil, &CapacityError{Need: b.Need, Want: b.VMs, Fit: k, From: first, To: occ[0].End, Never: why.Code == scheduler.CodeNever, Cause: why.Detail, loc: loc}
+		}
+		if err := free.Allocate(fmt.Sprintf("booking:%s:%d", b.ID, k), p, last); err != nil {
+			return nil, &CapacityError{Need: b.Need, Want: b.VMs, Fit: k, From: first, To: occ[0].End, Cause: err.Error(), loc: loc}
+		}
+		choose(p)
+	}
+	out.Pinned = mergeByHost(placed)
 	return &out, nil
 }
 

@@ -2,6 +2,7 @@ package policy
 
 import (
 	"fmt"
+	"sort"
 	"strings"
 	"time"
 
@@ -260,8 +261,11 @@ func classList(w *profile.Window) string {
 }
 
 // Bookings splits the booked capacity over [from, to) into the request's
-// own and everyone else's.
+// own and everyone else's. The own come in the order a VM should use them:
+// those that hold at from before those that start later, then the user's
+// own before their groups', then by start.
 func (s *session) Bookings(r *scheduler.Request, from, to time.Time) (others, own []scheduler.Hold) {
+	group := map[string]bool{}
 	for _, b := range s.e.cfg.Bookings {
 		hs := b.holds(from, to, s.e.loc)
 		if len(hs) == 0 {
@@ -269,10 +273,21 @@ func (s *session) Bookings(r *scheduler.Request, from, to time.Time) (others, ow
 		}
 		if b.Owner.Includes(r) && (b.Profile == "" || b.Profile == r.Profile) {
 			own = append(own, hs...)
+			group[b.ID] = b.Owner.Kind == OwnerGroup
 		} else {
 			others = append(others, hs...)
 		}
 	}
+	sort.SliceStable(own, func(i, j int) bool {
+		a, b := own[i], own[j]
+		if na, nb := !a.From.After(from), !b.From.After(from); na != nb {
+			return na
+		}
+		if group[a.ID] != group[b.ID] {
+			return !group[a.ID]
+		}
+		return a.From.Before(b.From)
+	})
 	return others, own
 }
 

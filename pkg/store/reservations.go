@@ -51,6 +51,10 @@ func (s *Store) GetReservation(ctx context.Context, id int64) (*Reservation, err
 type ReservationFilter struct {
 	OwnerKind string
 	Owner     string
+	// VisibleTo, when set, keeps the reservations this user may see: their
+	// own, those of their groups (VisibleGroups) and those they made.
+	VisibleTo     string
+	VisibleGroups []string
 	// From and To select reservations that may have an occurrence in
 	// [From, To): the first one overlaps it, or it repeats past From.
 	From, To time.Time
@@ -64,6 +68,11 @@ func (s *Store) ListReservations(ctx context.Context, f ReservationFilter) ([]Re
 	}
 	if f.Owner != "" {
 		q = q.Where("owner = ?", f.Owner)
+	}
+	if f.VisibleTo != "" {
+		groups := append([]string{""}, f.VisibleGroups...) // IN () is not SQL
+		q = q.Where("((owner_kind = ? AND owner = ?) OR (owner_kind = ? AND owner IN ?) OR created_by = ?)",
+			OwnerUser, f.VisibleTo, OwnerGroup, groups, f.VisibleTo)
 	}
 	if !f.To.IsZero() {
 		q = q.Where("start_at < ?", f.To.UTC())

@@ -1,0 +1,215 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpuvm/gpuvm/pkg/api"
+	"github.com/gpuvm/gpuvm/pkg/backend"
+	"github.com/gpuvm/gpuvm/pkg/orchestrator"
+	"github.com/gpuvm/gpuvm/pkg/profile"
+	"github.com/gpuvm/gpuvm/pkg/server"
+	"github.com/gpuvm/gpuvm/pkg/store"
+)
+
+const reserveConfig = `
+policy {
+  group "lab" {}
+  reservations {
+    max_ahead  = "30d"
+    max_length = "8h"
+  }
+}
+profile "whole" {
+  vcpus  = 1
+  memory = "1GiB"
+  boot { kernel = "/k" }
+  gpu {
+    kind  = "passthrough"
+    model = "L40S"
+  }
+}
+`
+
+type reserveCfg struct{ cfg *profile.Config }
+
+func (c reserveCfg) Load() *profile.Config   { return c.cfg }
+func (c reserveCfg) Reload() (string, error) { return "", nil }
+
+type reserveBackends map[string]backend.Backend
+
+func (b reserveBackends) Names() []string {
+	var out []string
+	for n := range b {
+		out = append(out, n)
+	}
+	return out
+}
+
+func (b reserveBackends) Backend(n string) (backend.Backend, bool) { x, ok := b[n]; return x, ok }
+
+// reserveAPI runs the API with the orchestrator's bookings on a host of
+// one whole L40S: its URL and the tokens of ann and an admin.
+func reserveAPI(t *testing.T) (url, ann, admin string) {
+	t.Helper()
+	ctx := context.Background()
+	cfg, diags := profile.Parse(profile.Source{Name: "p.hcl", Data: []byte(reserveConfig)})
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	st, err := store.Open(ctx, store.Config{DSN: filepath.Join(t.TempDir(), "db"), Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	for _, u := range []store.User{{Name: "admin", Admin: true}, {Name: "ann", Groups: []string{"lab"}}} {
+		if err := st.CreateUser(ctx, &u); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if admin, _, err = st.CreateToken(ctx, "admin", "t", nil); err != nil {
+		t.Fatal(err)
+	}
+	if ann, _, err = st.CreateToken(ctx, "ann", "t", nil); err != nil {
+		t.Fatal(err)
+	}
+	bs := reserveBackends{"passthrough": &backend.Mock{InventoryF: func(context.Context) (backend.Inventory, error) {
+		return backend.Inventory{Backend: "passthrough", Host: "test", GPUs: []backend.GPU{
+			{Address: "0000:a1:00.0", Model: "L40S", DeviceID: "10de:26b9", Memory: 48 << 30, Mode: backend.ModeIdle, IOMMUGroup: "31"}}}, nil
+	}}}
+	orch := orchestrator.New(orchestrator.Config{Store: st, Backends: bs, Profiles: func() *profile.Config { return cfg }, Host: "test", Log: log})
+	srv := httptest.NewServer(server.New(server.Deps{Auth: st, Backends: bs, Config: reserveCfg{cfg}, Store: st, Bookings: orch, Log: log}))
+	t.Cleanup(srv.Close)
+	return srv.URL, ann, admin
+}
+
+func TestReserveCommands(t *testing.T) {
+	url, annToken, adminToken := reserveAPI(t)
+	ann := newCLI(t, map[string]string{"GPUVM_URL": url, "GPUVM_TOKEN": annToken})
+	admin := newCLI(t, map[string]string{"GPUVM_URL": url, "GPUVM_TOKEN": adminToken})
+	day := time.Now().AddDate(0, 0, 2)
+	at := func(d time.Time, hour int) time.Time {
+		return time.Date(d.Year(), d.Month(), d.Day(), hour, 0, 0, 0, time.Local)
+	}
+	local := func(t time.Time) string { return t.Format("2006-01-02 15:04") }
+
+	// A local time and --hours.
+	out := ann.must("reserve", "whole", "--start", local(at(day, 14)), "--hours", "2", "--note", "thesis")
+	want := fmt.Sprintf("Reserved 1× whole for ann (reservation 1).\n  %s–16:00 %s\n", at(day, 14).Format("Mon 2 Jan 15:04"), at(day, 16).Format("MST"))
+	if !strings.HasPrefix(out, want) || !strings.Contains(out, "gpuvm reservations cancel 1") {
+		t.Errorf("reserve:\n%s\nwant it to start with\n%s", out, want)
+	}
+	// The GPU is booked then: refused with the reason, exit 1.
+	_, errOut, code := ann.run("reserve", "whole", "--start", at(day, 15).Format(time.RFC3339), "--end", local(at(day, 17)))
+	if code != 1 || !strings.Contains(errOut, "cannot be honoured: 0 of 1 VMs of a whole L40S fit") {
+		t.Errorf("overlap: exit %d %q", code, errOut)
+	}
+	// The server's rules: too long, naming the field.
+	_, errOut, code = ann.run("reserve", "whole", "--start", local(at(day, 8)), "--hours", "9")
+	if code != 1 || !strings.Contains(errOut, "the longest is 8h") {
+		t.Errorf("too long: exit %d %q", code, errOut)
+	}
+	// An admin books a weekly slot for the lab; --json.
+	next := at(day, 18)
+	var lab api.Reservation
+	decodeStrict(t, admin.must("reserve", "whole", "--start", local(next), "--hours", "1", "--every", next.Format("Mon"), "--until",
+		next.AddDate(0, 0, 14).Format(time.DateOnly), "--for", "group:lab", "--json"), &lab)
+	if lab.Owner != "group:lab" || lab.Recurrence == nil || len(lab.Next) != 3 || lab.CreatedBy != "admin" {
+		t.Errorf("the lab's: %+v", lab)
+	}
+	if id := strings.TrimSpace(ann.must("reserve", "whole", "--start", local(at(day.AddDate(0, 0, 1), 9)), "--hours", "1", "-q")); id != "3" {
+		t.Errorf("-q: %q", id)
+	}
+
+	// The list: a table, --json, --quiet.
+	out = ann.must("reservations")
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 4 || !strings.HasPrefix(lines[0], "ID") || !strings.Contains(lines[0], "REPEATS") ||
+		!strings.Contains(lines[1], "1× whole") || !strings.Contains(lines[1], "thesis") ||
+		!strings.Contains(lines[2], "group:lab") || !strings.Contains(lines[2], "every "+next.Format("Mon")+" until") {
+		t.Errorf("table:\n%s", out)
+	}
+	var l api.ReservationList
+	decodeStrict(t, ann.must("reservations", "--json", "--all"), &l)
+	if len(l.Items) != 3 || l.Items[0].Note != "thesis" {
+		t.Errorf("--json: %+v", l)
+	}
+	if out := admin.must("reservations", "-q", "--owner", "group:lab"); out != "2\n" {
+		t.Errorf("-q --owner group:lab: %q", out)
+	}
+
+	// Cancel.
+	if _, errOut, code := ann.run("reservations", "cancel", "2"); code != 1 || !strings.Contains(errOut, "an admin may cancel it") {
+		t.Errorf("ann cancels the lab's: exit %d %q", code, errOut)
+	}
+	if out := ann.must("reservations", "cancel", "1"); out != "Cancelled reservation 1.\n" {
+		t.Errorf("cancel: %q", out)
+	}
+	if _, errOut, code := ann.run("reservations", "cancel", "1"); code != 1 || !strings.Contains(errOut, "no reservation 1") {
+		t.Errorf("cancel again: exit %d %q", code, errOut)
+	}
+	if out := admin.must("reservations", "cancel", "2"); out != "Cancelled reservation 2.\n" {
+		t.Errorf("admin cancels: %q", out)
+	}
+	if out := ann.must("reservations", "-q"); out != "3\n" {
+		t.Errorf("left: %q", out)
+	}
+
+	// Usage errors, found before asking the server: exit 2.
+	for _, args := range [][]string{
+		{"reserve", "whole", "--hours", "2"},
+		{"reserve", "whole", "--start", "tomorrow", "--hours", "2"},
+		{"reserve", "whole", "--start", local(at(day, 9))},
+		{"reserve", "whole", "--start", local(at(day, 9)), "--hours", "2", "--end", local(at(day, 12))},
+		{"reserve", "whole", "--start", local(at(day, 9)), "--hours", "-2"},
+		{"reserve", "whole", "--start", local(at(day, 9)), "--hours", "2", "--every", "tue"},
+		{"reserve", "whole", "--start", local(at(day, 9)), "--hours", "2", "--until", "2027-01-01"},
+		{"reserve", "whole", "--start", local(at(day, 9)), "--hours", "2", "--every", "mo,tu", "--until", "2027-01-01"},
+		{"reserve", "whole", "--start", local(at(day, 9)), "--hours", "2", "--every", "tue", "--until", "soon"},
+		{"reserve", "whole", "--start", local(at(day, 9)), "--hours", "2", "--json", "-q"},
+		{"reserve", "--start", local(at(day, 9)), "--hours", "2"},
+		{"reservations", "cancel", "x"},
+		{"reservations", "cancel"},
+		{"reservations", "extra"},
+	} {
+		if _, errOut, code := ann.run(args...); code != 2 || errOut == "" {
+			t.Errorf("%v: exit %d %q", args, code, errOut)
+		}
+	}
+}
+
+func TestParseEvery(t *testing.T) {
+	tests := []struct {
+		in, freq string
+		days     []string
+		bad      bool
+	}{
+		{"daily", "daily", nil, false},
+		{"Weekly", "weekly", nil, false},
+		{"mon,Thu", "weekly", []string{"mon", "thu"}, false},
+		{"tuesday, friday", "weekly", []string{"tue", "fri"}, false},
+		{"tues", "weekly", []string{"tue"}, false},
+		{"mo", "", nil, true},
+		{"monx", "", nil, true},
+		{"", "", nil, true},
+	}
+	for _, tc := range tests {
+		freq, days, err := parseEvery(tc.in)
+		if (err != nil) != tc.bad || freq != tc.freq || fmt.Sprint(days) != fmt.Sprint(tc.days) {
+			t.Errorf("%q: %q %v %v", tc.in, freq, days, err)
+		}
+	}
+	// A date is the last day: until the next midnight.
+	u, err := parseUntil("2026-12-20")
+	if err != nil || !u.Equal(time.Date(2026, 12, 21, 0, 0, 0, 0, time.Local)) {
+		t.Errorf("until a date: %v %v", u, err)
+	}
+}
