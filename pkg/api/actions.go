@@ -4,14 +4,20 @@ import "time"
 
 // Actions of POST /v1/vms/{id}/actions/{action}.
 //
-//   - start (202, VMActionResponse): a stopped VM boots again on the GPU
-//     device it kept; a device the host lost meanwhile (a host reboot wipes
-//     mdevs and MIG instances) is made again first.
+//   - start (202, VMActionResponse): a stopped VM that has a GPU waits in
+//     the queue for one again (state queued, with a queue position and a
+//     reason, like a new VM; the operation stays unfinished until it runs);
+//     once placed, its device is made, its domain is given it in place of
+//     the one it had (possibly of another GPU), and it boots on its own
+//     disk. A VM without a GPU boots at once. A start after the lease has
+//     ended fails: extend the lease first.
 //   - stop (202, VMActionResponse): a running VM's guest is asked to power
 //     off (ACPI), and forced off when it has not after the server's shutdown
-//     timeout. A stopped VM keeps its GPU allocation and device, so that it
-//     starts again at once, and its lease keeps running: stopping does not
-//     give the GPU back, deleting does.
+//     timeout; then its GPU is given back (its device removed, its slot free
+//     for the next VM in the queue, its GPU time no longer counted). The VM
+//     keeps its domain and disk, and its lease keeps running. The rules of
+//     sharing stop VMs the same way: at a lease's or a window's end, when
+//     idle, when preempted.
 //   - reboot (202, VMActionResponse): a running VM's guest is asked to
 //     restart (ACPI); the VM stays running.
 //   - extend (200, VM): ExtendVMRequest adds hours to the lease of a queued,

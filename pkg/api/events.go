@@ -27,6 +27,45 @@ const (
 	EventVMState   = "vm.state"
 )
 
+// EventVMWarning is the type of the notices gpuvmd gives a VM's owner
+// before, and when, a rule of sharing stops or deletes the VM: its lease
+// ends, its GPU has been idle, the time window it started in ends, or it
+// is preempted. Its payload is a VMWarningPayload.
+const EventVMWarning = "vm.warning"
+
+// Kinds of vm.warning.
+const (
+	WarningLeaseEnd   = "lease_end"  // the lease ends (or ended)
+	WarningIdle       = "idle"       // the GPU stayed idle for the profile's idle_stop
+	WarningWindowEnd  = "window_end" // the time window the VM started in ends
+	WarningPreemption = "preemption" // the VM makes room for a VM of higher priority
+)
+
+// What a vm.warning says will happen, or happens now.
+const (
+	NoticeStop      = "stop"      // the VM is stopped (its GPU is given back; it keeps its disk)
+	NoticeDelete    = "delete"    // the VM is deleted (its GPU and disk go)
+	NoticeNone      = "none"      // nothing: a warning only
+	NoticeCancelled = "cancelled" // an announced preemption no longer happens
+)
+
+// VMWarningPayload is the payload of a vm.warning event.
+type VMWarningPayload struct {
+	Kind string `json:"kind"`
+	// Action is what happens to the VM at At.
+	Action string    `json:"action"`
+	At     time.Time `json:"at"`
+	// MinutesLeft is how long until At, when the notice was given; 0 when
+	// it happens now.
+	MinutesLeft int    `json:"minutes_left"`
+	Reason      string `json:"reason"`
+	// OperationID is the stop or delete the notice started, when it
+	// happens now.
+	OperationID string `json:"operation_id,omitempty"`
+	// For is the VM a preemption makes room for.
+	For string `json:"for,omitempty"`
+}
+
 // VMStatePayload is the payload of a vm.state event.
 type VMStatePayload struct {
 	State   string `json:"state"`

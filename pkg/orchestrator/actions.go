@@ -5,45 +5,68 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"reflect"
-	"strings"
+	"slices"
 	"time"
 
 	"github.com/gpuvm/gpuvm/pkg/api"
 	"github.com/gpuvm/gpuvm/pkg/backend"
 	"github.com/gpuvm/gpuvm/pkg/hypervisor"
+	"github.com/gpuvm/gpuvm/pkg/hypervisor/domain"
+	"github.com/gpuvm/gpuvm/pkg/scheduler"
 	"github.com/gpuvm/gpuvm/pkg/store"
 )
 
 // Steps and hook points of the actions on a VM that exists: stop, start,
 // reboot. Like a create or a delete, each action runs intent first (the
-// operation row, written by the API), records its step before doing it,
-// and resumes from the VM's state, so one interrupted anywhere is finished
-// by the next dispatch round or Reconcile.
+// operation row, written by the API or a rule of sharing), records its step
+// before doing it, and resumes from the VM's state, so one interrupted
+// anywhere is finished by the next dispatch round or Reconcile.
 //
-// A stopped VM keeps its allocations and devices (start is immediate) and
-// its lease runs on. While a start runs the VM stays stopped (phase
-// "starting") until its domain runs.
+// A stop gives the GPU back: the domain is shut down, then the VM's devices
+// are removed through their backends and its slots released, its usage
+// records ended, as a delete does (removeDevices, release); the domain
+// stays defined, with its disk. A start queues the VM for a GPU again
+// (queued, phase PhaseQueued, with a position and a reason like any VM that
+// waits, its start operation pending); the scheduling round places it like
+// a new VM (schedule.go), its devices are made as a create makes them
+// (makeDevices), the domain is given them in place of those it had
+// (Hypervisor.ReplaceHostdevs), and it starts. A VM without a GPU starts at
+// once. The lease runs on while a VM is stopped: a start after it ended is
+// refused until the lease is extended.
 const (
-	StepShutdown     = "shut down domain"
-	StepCheckDevices = "check devices"
-	StepStartDomain  = "start domain"
-	StepReboot       = "request reboot"
+	StepShutdown    = "shut down domain"
+	StepQueue       = "wait for a GPU"
+	StepAttach      = "attach devices"
+	StepStartDomain = "start domain"
+	StepReboot      = "request reboot"
+	// A stop's other steps are a delete's: StepRemoveDevice, StepRelease.
 
 	HookStopping        = "stopping"         // stop: VM stopping, domain not yet shut down
-	HookDomainStopped   = "domain stopped"   // stop: domain off, VM not yet stopped
-	HookDevicesReady    = "devices ready"    // start: every device present, domain not yet started
+	HookDomainStopped   = "domain stopped"   // stop: domain off, devices not yet removed
+	HookGPURemoved      = "GPU removed"      // stop: devices removed, slots not yet released
+	HookGPUReleased     = "GPU released"     // stop: slots released, VM not yet stopped
+	HookStartQueued     = "start queued"     // start: VM queued for a GPU, no slot claimed yet
+	HookDevicesReady    = "devices ready"    // start: every device made and recorded, not yet given to the domain
+	HookDevicesAttached = "devices attached" // start: domain redefined with the devices, not yet started
 	HookDomainStarted   = "domain started"   // start: domain running, VM not yet running
 	HookRebootRequested = "reboot requested" // reboot: asked of the guest, operation not yet finished
 )
 
 // StopHooks, StartHooks and RebootHooks list the hook points of the
-// actions in order.
+// actions in order. A start that claims a GPU also passes the create's
+// HookClaimed and HookDeviceCreated, between HookStartQueued and
+// HookDevicesReady.
 var (
-	StopHooks   = []string{HookStopping, HookDomainStopped}
-	StartHooks  = []string{HookDevicesReady, HookDomainStarted}
+	StopHooks   = []string{HookStopping, HookDomainStopped, HookGPURemoved, HookGPUReleased}
+	StartHooks  = []string{HookStartQueued, HookDevicesReady, HookDevicesAttached, HookDomainStarted}
 	RebootHooks = []string{HookRebootRequested}
 )
+
+// HookPoints lists every hook point once: the create's, the delete's, then
+// the actions'.
+func HookPoints() []string {
+	return slices.Concat(CreateHooks, DeleteHooks, StopHooks, StartHooks, RebootHooks)
+}
 
 // PhaseStartAt is the phase of a VM queued until its start time.
 const PhaseStartAt = "waiting for its start time"
@@ -72,7 +95,10 @@ func (o *Orchestrator) waitingToStart(ctx context.Context, vm *store.VM) bool {
 
 // dispatchActions handles the start, stop and reboot operations of a VM:
 // a delete cancels them (and goes on), an unfinished create makes them
-// wait, else the oldest runs. It reports whether it took the VM this round.
+// wait, else the oldest runs. A start that needs a GPU queues the VM here,
+// in the round (queueStart, which updates vm in place), and leaves it to
+// the round's scheduling like a queued create (dispatch, waitingStart). It
+// reports whether it took the VM this round.
 func (o *Orchestrator) dispatchActions(ctx context.Context, inline bool, vm *store.VM, w *work) bool {
 	if len(w.others) == 0 {
 		return false
@@ -87,8 +113,42 @@ func (o *Orchestrator) dispatchActions(ctx context.Context, inline bool, vm *sto
 		return false
 	}
 	op := w.others[0]
+	if op.Kind == store.OpStart {
+		switch {
+		case vm.State == store.VMQueued:
+			if err := o.leaseOver(vm); err != nil {
+				// It ended while the VM waited: it goes back to stopped.
+				o.start(ctx, inline, vm.ID, func(ctx context.Context) error { return o.startFailed(ctx, vm, &op, err) })
+				return true
+			}
+			return false // placed with the queue
+		case vm.State == store.VMStopped && o.needsGPU(vm):
+			next, ok := o.queueStart(ctx, vm, &op)
+			if !ok {
+				return true // refused, or interrupted: nothing to place this round
+			}
+			*vm = *next
+			return false
+		}
+	}
 	o.start(ctx, inline, vm.ID, func(ctx context.Context) error { return o.runAction(ctx, vm, &op) })
 	return true
+}
+
+// waitingStart is the start operation of a VM that waits in the queue for
+// a GPU to start on; nil for any other VM.
+func waitingStart(vm *store.VM, w *work) *store.Operation {
+	if vm.State != store.VMQueued || w.create != nil || w.delete != nil || len(w.others) == 0 || w.others[0].Kind != store.OpStart {
+		return nil
+	}
+	return &w.others[0]
+}
+
+// needsGPU reports whether a VM's start waits for a GPU: its profile asks
+// for one (or is gone, which the scheduling round then says).
+func (o *Orchestrator) needsGPU(vm *store.VM) bool {
+	p := o.profile(vm.Profile)
+	return p == nil || p.GPU != nil
 }
 
 func (o *Orchestrator) runAction(ctx context.Context, vm *store.VM, op *store.Operation) error {
@@ -159,9 +219,11 @@ func (o *Orchestrator) vanished(ctx context.Context, vm *store.VM, op *store.Ope
 	return nil
 }
 
-// runStop shuts a running VM down: stopping, then the guest is asked to
-// power off and forced off after ShutdownTimeout, then stopped. The
-// devices and slots stay.
+// runStop shuts a running VM down and gives its GPU back: stopping, then
+// the guest is asked to power off and forced off after ShutdownTimeout,
+// then its devices are removed and its slots released (its usage records
+// ended), then it is stopped, its reason saying so. The domain and its
+// disk stay.
 func (o *Orchestrator) runStop(ctx context.Context, vm *store.VM, op *store.Operation) error {
 	switch vm.State {
 	case store.VMStopped:
@@ -212,9 +274,39 @@ func (o *Orchestrator) runStop(ctx context.Context, vm *store.VM, op *store.Oper
 	if err := o.hook(vm.ID, HookDomainStopped); err != nil {
 		return err
 	}
-	reason := "stopped by " + op.RequestedBy
-	if op.RequestedBy == "" {
-		reason = "stopped"
+	hadGPU, err := o.hasGPU(ctx, vm)
+	if err != nil {
+		return err
+	}
+	// The GPU goes back as a delete gives it: devices, then slots; a
+	// failure leaves the VM stopping, and the next round tries again.
+	fail := func(step string, err error) error {
+		if interrupted(ctx, err) {
+			return err
+		}
+		return fmt.Errorf("stop vm %s: %s: %w", vm.ID, step, err)
+	}
+	if err := o.st.SetOperationStep(ctx, op.ID, StepRemoveDevice); err != nil {
+		return err
+	}
+	if err := o.removeDevices(ctx, vm.ID); err != nil {
+		return fail(StepRemoveDevice, err)
+	}
+	if err := o.hook(vm.ID, HookGPURemoved); err != nil {
+		return err
+	}
+	if err := o.st.SetOperationStep(ctx, op.ID, StepRelease); err != nil {
+		return err
+	}
+	if err := o.release(ctx, vm.ID); err != nil {
+		return fail(StepRelease, err)
+	}
+	if err := o.hook(vm.ID, HookGPUReleased); err != nil {
+		return err
+	}
+	reason := o.stopReason(ctx, vm, op) // leases.go: a rule's reason, or who asked
+	if hadGPU {
+		reason += "; its GPU was given back"
 	}
 	if !graceful {
 		reason += fmt.Sprintf("; forced off: the guest did not power off within %s", o.cfg.ShutdownTimeout)
@@ -223,41 +315,168 @@ func (o *Orchestrator) runStop(ctx context.Context, vm *store.VM, op *store.Oper
 	if err != nil {
 		return err
 	}
-	o.log.Info("VM stopped", "vm", vm.ID, "name", vm.Name, "owner", vm.Owner, "graceful", graceful)
+	o.log.Info("VM stopped", "vm", vm.ID, "name", vm.Name, "owner", vm.Owner, "graceful", graceful, "gpu_given_back", hadGPU)
 	o.finishAction(ctx, next, op, nil)
 	return nil
 }
 
-// runStart starts a stopped VM: it makes again any device the host lost,
-// then starts the domain. The VM stays stopped (phase "starting") until
-// the domain runs; a start that fails leaves it stopped with the reason.
+// hasGPU reports whether a VM holds a GPU, or asks for one: whether a stop
+// gives one back.
+func (o *Orchestrator) hasGPU(ctx context.Context, vm *store.VM) (bool, error) {
+	if p := o.profile(vm.Profile); p != nil && p.GPU != nil {
+		return true, nil
+	}
+	allocs, err := o.liveAllocations(ctx, vm.ID)
+	return len(allocs) > 0, err
+}
+
+// giveBack removes a VM's devices and releases its slots, ending its usage
+// records, as a delete does; both are idempotent.
+func (o *Orchestrator) giveBack(ctx context.Context, vmID string) error {
+	if err := o.removeDevices(ctx, vmID); err != nil {
+		return fmt.Errorf("remove its GPU devices: %w", err)
+	}
+	if err := o.release(ctx, vmID); err != nil {
+		return fmt.Errorf("release its GPU: %w", err)
+	}
+	return nil
+}
+
+// leaseOver says why a stopped VM may not start: its lease has ended (nil
+// when it has not).
+func (o *Orchestrator) leaseOver(vm *store.VM) error {
+	if vm.LeaseEnd == nil || o.st.Now().Before(*vm.LeaseEnd) {
+		return nil
+	}
+	cfg := o.cfg.Profiles()
+	var loc *time.Location
+	if cfg != nil {
+		loc = cfg.Policy.Location
+	}
+	return fmt.Errorf("the lease ended at %s: extend it to start the VM", stampIn(*vm.LeaseEnd, loc))
+}
+
+// queueStart queues a stopped VM that needs a GPU for one: it waits like a
+// new VM, its start operation pending, until a scheduling round places it.
+// A GPU it still holds (stopped before stops gave it back) is given back
+// first. A start after the lease ended fails, the VM staying stopped. It
+// returns the queued VM, or false when there is nothing to place: the
+// start failed, or was interrupted, which the next round takes up.
+func (o *Orchestrator) queueStart(ctx context.Context, vm *store.VM, op *store.Operation) (*store.VM, bool) {
+	if err := o.leaseOver(vm); err != nil {
+		o.finishAction(ctx, vm, op, err)
+		return nil, false
+	}
+	err := o.st.SetOperationStep(ctx, op.ID, StepQueue)
+	if err == nil {
+		var allocs []store.Allocation
+		if allocs, err = o.liveAllocations(ctx, vm.ID); err == nil && len(allocs) > 0 {
+			err = o.giveBack(ctx, vm.ID)
+		}
+	}
+	var next *store.VM
+	if err == nil {
+		next, err = o.st.UpdateVMState(ctx, vm.ID, vm.Version, store.VMUpdate{State: store.VMQueued, Phase: PhaseQueued})
+	}
+	if err == nil {
+		err = o.hook(vm.ID, HookStartQueued)
+	}
+	if errors.Is(err, store.ErrConflict) {
+		o.log.Info("VM changed while its start queued it; the next round tries again", "vm", vm.ID, "err", err)
+		return nil, false
+	}
+	if err != nil {
+		o.report(vm.ID, fmt.Errorf("start vm %s: queue it for a GPU: %w", vm.ID, err))
+		return nil, false
+	}
+	o.log.Info("VM queued for a GPU to start on", "vm", vm.ID, "name", vm.Name, "owner", vm.Owner)
+	return next, true
+}
+
+// runStart starts a VM (see the top of this file), resuming from the state
+// it is in: stopped (one without a GPU starts at once, in phase
+// "starting"; one that needs a GPU is queued for one), allocating (placed:
+// its devices are made), or creating (placed by a round that found its
+// profile asks for a GPU no more). The domain is then given the VM's
+// devices and started, and the VM runs, in phase booting until its guest
+// is up (boot.go). A start that fails leaves the VM stopped with the
+// reason, its GPU given back.
 func (o *Orchestrator) runStart(ctx context.Context, vm *store.VM, op *store.Operation) error {
 	switch vm.State {
 	case store.VMRunning:
 		o.finishAction(ctx, vm, op, nil) // an interrupted start that got this far
 		return nil
+	case store.VMQueued:
+		return nil // waits for a GPU: the scheduling round places it
 	case store.VMStopped:
+		if o.needsGPU(vm) {
+			if _, ok := o.queueStart(ctx, vm, op); ok {
+				o.Wake()
+			}
+			return nil
+		}
+		if err := o.leaseOver(vm); err != nil {
+			o.finishAction(ctx, vm, op, err)
+			return nil
+		}
+		if vm.Phase != "starting" {
+			next, err := o.st.UpdateVMState(ctx, vm.ID, vm.Version, store.VMUpdate{State: store.VMStopped, Phase: "starting"})
+			if err != nil {
+				return err
+			}
+			vm = next
+		}
+	case store.VMAllocating:
+		deviceErr, err := o.makeDevices(ctx, vm.ID, op)
+		if err != nil {
+			return err
+		}
+		if deviceErr != nil {
+			return o.startDeviceFailed(ctx, vm, op, deviceErr)
+		}
+		if err := o.hook(vm.ID, HookDevicesReady); err != nil {
+			return err
+		}
+	case store.VMCreating:
 	default:
 		o.finishAction(ctx, vm, op, fmt.Errorf("the VM is %s, not stopped", vm.State))
 		return nil
 	}
-	if vm.Phase != "starting" {
-		next, err := o.st.UpdateVMState(ctx, vm.ID, vm.Version, store.VMUpdate{State: store.VMStopped, Phase: "starting"})
-		if err != nil {
-			return err
-		}
-		vm = next
-	}
-	if err := o.st.SetOperationStep(ctx, op.ID, StepCheckDevices); err != nil {
+	return o.startDomain(ctx, vm, op)
+}
+
+// startDomain gives a VM's domain the VM's devices in place of those it
+// had (none for a VM without a GPU, or when the domains carry no GPU) and
+// starts it; the VM runs then.
+func (o *Orchestrator) startDomain(ctx context.Context, vm *store.VM, op *store.Operation) error {
+	if err := o.st.SetOperationStep(ctx, op.ID, StepAttach); err != nil {
 		return err
 	}
-	if err := o.ensureDevices(ctx, vm.ID); err != nil {
-		if interrupted(ctx, err) {
-			return err
-		}
-		return o.startFailed(ctx, vm, op, err)
+	allocs, err := o.liveAllocations(ctx, vm.ID)
+	if err != nil {
+		return err
 	}
-	if err := o.hook(vm.ID, HookDevicesReady); err != nil {
+	var hostdevs []domain.Hostdev
+	if len(allocs) > 0 {
+		if o.profile(vm.Profile) == nil {
+			return o.startFailed(ctx, vm, op, fmt.Errorf("profile %q no longer exists", vm.Profile))
+		}
+		req, err := o.vmRequest(ctx, vm) // the devices as a create gives them
+		if err != nil {
+			return o.startFailed(ctx, vm, op, err)
+		}
+		hostdevs = req.Spec.Hostdevs
+	}
+	if err := o.cfg.Hypervisor.ReplaceHostdevs(ctx, vm.ID, hostdevs); err != nil {
+		switch {
+		case hypervisor.IsNotFound(err):
+			return o.vanished(ctx, vm, op)
+		case interrupted(ctx, err), hypervisor.IsDisconnected(err):
+			return err // the next round tries again
+		}
+		return o.startFailed(ctx, vm, op, fmt.Errorf("give the domain its GPU devices: %w", err))
+	}
+	if err := o.hook(vm.ID, HookDevicesAttached); err != nil {
 		return err
 	}
 	if err := o.st.SetOperationStep(ctx, op.ID, StepStartDomain); err != nil {
@@ -267,25 +486,54 @@ func (o *Orchestrator) runStart(ctx context.Context, vm *store.VM, op *store.Ope
 		switch {
 		case hypervisor.IsNotFound(err):
 			return o.vanished(ctx, vm, op)
-		case interrupted(ctx, err):
-			return err
+		case interrupted(ctx, err), hypervisor.IsDisconnected(err):
+			return err // the next round tries again
 		}
 		return o.startFailed(ctx, vm, op, fmt.Errorf("start the domain: %w", err))
 	}
 	if err := o.hook(vm.ID, HookDomainStarted); err != nil {
 		return err
 	}
-	next, err := o.st.UpdateVMState(ctx, vm.ID, vm.Version, store.VMUpdate{State: store.VMRunning, Phase: "ready"})
+	next, err := o.st.UpdateVMState(ctx, vm.ID, vm.Version, store.VMUpdate{State: store.VMRunning, Phase: o.startedPhase()})
 	if err != nil {
 		return err
 	}
-	o.log.Info("VM started", "vm", vm.ID, "name", vm.Name, "owner", vm.Owner)
+	o.booting(next)
+	o.log.Info("VM started", "vm", vm.ID, "name", vm.Name, "owner", vm.Owner, "devices", len(allocs))
 	o.finishAction(ctx, next, op, nil)
 	return nil
 }
 
-// startFailed leaves the VM stopped with the cause and fails the action.
+// startDeviceFailed handles a device the backend could not make for a
+// start: the GPU turned out to be full or unusable, and the VM waits in
+// the queue again, its start pending; any other failure fails the start.
+func (o *Orchestrator) startDeviceFailed(ctx context.Context, vm *store.VM, op *store.Operation, cause error) error {
+	if interrupted(ctx, cause) {
+		return cause
+	}
+	if !errors.Is(cause, backend.ErrExhausted) && !errors.Is(cause, backend.ErrUnavailable) {
+		return o.startFailed(ctx, vm, op, cause)
+	}
+	if err := o.giveBack(ctx, vm.ID); err != nil {
+		return errors.Join(cause, err)
+	}
+	if _, err := o.setState(ctx, vm.ID, store.VMUpdate{State: store.VMQueued, Phase: PhaseQueued, StateReason: cause.Error()}); err != nil {
+		return err
+	}
+	o.log.Warn("VM queued again to start", "vm", vm.ID, "reason", cause)
+	return nil
+}
+
+// startFailed gives back whatever GPU the start got, leaves the VM stopped
+// with the cause and fails the action. An interrupted start is left to the
+// next round.
 func (o *Orchestrator) startFailed(ctx context.Context, vm *store.VM, op *store.Operation, cause error) error {
+	if interrupted(ctx, cause) {
+		return cause
+	}
+	if err := o.giveBack(ctx, vm.ID); err != nil {
+		return errors.Join(cause, err)
+	}
 	if _, err := o.setState(ctx, vm.ID, store.VMUpdate{State: store.VMStopped, StateReason: "start failed: " + cause.Error()}); err != nil {
 		return errors.Join(cause, err)
 	}
@@ -293,98 +541,37 @@ func (o *Orchestrator) startFailed(ctx context.Context, vm *store.VM, op *store.
 	return cause
 }
 
-// ensureDevices makes sure every recorded device of a VM exists on the host.
-// One the host lost (a host reboot removes mdevs, vGPUs on VFs and MIG
-// instances) is made again through its backend from its allocation, as the
-// create made it: same GPU, same MIG placement, same device UUID. The domain
-// refers to the recorded device, so a device that comes back different (the
-// backend chose another VF) is removed again and the start fails, saying
-// so, rather than booting the VM on a device it was not defined with.
-func (o *Orchestrator) ensureDevices(ctx context.Context, vmID string) error {
-	allocs, err := o.liveAllocations(ctx, vmID)
-	if err != nil || len(allocs) == 0 {
-		return err
+// refuse ends the wait of a queued VM that will not get a GPU: a create
+// fails the VM (failVM); a start leaves it stopped, with its disk, saying
+// why (startFailed).
+func (o *Orchestrator) refuse(ctx context.Context, q queued, cause error) error {
+	if q.op.Kind == store.OpStart {
+		return o.startFailed(ctx, q.vm, q.op, cause)
 	}
-	seen := map[string]bool{}
-	var names []string
-	for _, a := range allocs {
-		if !seen[a.Backend] {
-			seen[a.Backend] = true
-			names = append(names, a.Backend)
-		}
-	}
-	invs, errs := o.inventoriesOf(ctx, names)
-	if len(errs) > 0 {
-		return errors.Join(errs...)
-	}
-	for _, a := range allocs {
-		if a.State == store.AllocCreated && hasDevice(invs[a.Backend], vmID, a) {
-			continue
-		}
-		o.log.Warn("a stopped VM's GPU device is gone from the host; making it again", "vm", vmID, "device", a.DeviceID,
-			"gpu", a.GPUAddress, "kind", a.Kind)
-		d, err := o.createDevice(ctx, vmID, a, allocs, true)
-		if err != nil {
-			return fmt.Errorf("make the %s device on GPU %s again: %w", a.Kind, a.GPUAddress, err)
-		}
-		if a.State == store.AllocReserved {
-			hd, _ := json.Marshal(d.Hostdev)
-			if err := o.st.MarkAllocationCreated(ctx, a.ID, d.ID, string(hd)); err != nil {
-				return err
-			}
-			continue
-		}
-		if why := o.differs(a, d); why != "" {
-			b, _ := o.cfg.Backends.Backend(a.Backend)
-			rerr := b.Remove(ctx, backend.RemoveRequest{ID: d.ID, GPU: d.GPU})
-			if rerr != nil && !errors.Is(rerr, backend.ErrNotFound) {
-				return fmt.Errorf("the %s device on GPU %s came back different (%s), and removing it failed: %w", a.Kind, a.GPUAddress, why, rerr)
-			}
-			return fmt.Errorf("the %s device on GPU %s could not be made as it was: %s; start the VM again later, or delete it and create a new one", a.Kind, a.GPUAddress, why)
-		}
-		o.log.Info("GPU device made again", "vm", vmID, "device", d.ID, "gpu", d.GPU)
-	}
-	return nil
+	return o.failVM(ctx, q.vm.ID, q.op, cause)
 }
 
-// hasDevice reports whether inv lists the recorded device of allocation a
-// as the VM's.
-func hasDevice(inv backend.Inventory, vmID string, a store.Allocation) bool {
-	for _, d := range inv.Devices {
-		if d.ID == a.DeviceID && d.VMUUID == vmID && d.GPU == a.GPUAddress {
-			return true
-		}
+// restartRequest fits the scheduler's request of a VM queued by a start:
+// it was asked for when the start was, and runs for what is left of its
+// lease.
+func restartRequest(r *scheduler.Request, q queued, now time.Time) {
+	if q.op.Kind != store.OpStart {
+		return
 	}
-	return false
+	r.Submitted = q.op.CreatedAt
+	if q.vm.LeaseEnd != nil && q.vm.LeaseEnd.After(now) {
+		r.Lease = q.vm.LeaseEnd.Sub(now)
+	}
 }
 
-// differs says how a device made again differs from the recorded one in
-// what matters: its ID (what delete removes) and, unless the domains carry
-// no GPU, how the domain attaches it. "" when it does not.
-func (o *Orchestrator) differs(a store.Allocation, d backend.Device) string {
-	if d.ID != a.DeviceID {
-		return fmt.Sprintf("the backend made %s instead of %s", d.ID, a.DeviceID)
-	}
-	if o.cfg.DetachSimulatedGPUs {
+// elsewhere says why a VM queued by a start may not take a placement on
+// host: in a fleet its domain and disk are on the node it ran on. "" when
+// it may.
+func (o *Orchestrator) elsewhere(q queued, host string) string {
+	if o.cfg.Fleet == nil || q.op.Kind != store.OpStart || q.vm.Host == "" || q.vm.Host == host {
 		return ""
 	}
-	var was, now backend.Hostdev
-	_ = json.Unmarshal([]byte(a.Hostdev), &was)
-	b, _ := json.Marshal(d.Hostdev)
-	_ = json.Unmarshal(b, &now)
-	if !reflect.DeepEqual(was, now) {
-		return fmt.Sprintf("it is %s now, not %s", describeHostdev(now), describeHostdev(was))
-	}
-	return ""
-}
-
-// describeHostdev names a device as the domain attaches it: "mdev <uuid>",
-// "PCI 0000:41:00.5".
-func describeHostdev(h backend.Hostdev) string {
-	if h.Type == backend.HostdevMdev {
-		return "mdev " + h.UUID
-	}
-	return "PCI " + strings.Join(h.Addresses, ", ")
+	return fmt.Sprintf("its disk is on %s: it starts only on a GPU there (the scheduler chose %s)", q.vm.Host, host)
 }
 
 // runReboot asks a running VM's guest to restart (ACPI); the VM stays

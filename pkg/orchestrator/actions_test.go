@@ -5,15 +5,21 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"maps"
 	"path/filepath"
+	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"libvirt.org/go/libvirtxml"
+
 	"github.com/gpuvm/gpuvm/pkg/api"
 	"github.com/gpuvm/gpuvm/pkg/backend"
 	"github.com/gpuvm/gpuvm/pkg/hypervisor"
+	"github.com/gpuvm/gpuvm/pkg/hypervisor/domain"
 	"github.com/gpuvm/gpuvm/pkg/profile"
 	"github.com/gpuvm/gpuvm/pkg/store"
 )
@@ -76,14 +82,99 @@ func (e *env) wantVM(id, state, reasonPart string) *store.VM {
 	return vm
 }
 
-// Stop keeps the GPU (allocation and device) and shuts the domain off;
-// start boots it again on the same device; reboot leaves it running. Each
-// records its result as a vm.action event, and a delete of the stopped VM
-// gives the host back as it was.
+// wantGPUGivenBack asserts a VM holds no GPU: no live allocation, no device
+// on the host, no open usage record; and that its domain is still defined
+// and shut off, with its hostdevs, if any, of devices no longer there.
+func (e *env) wantGPUGivenBack(vmID string) {
+	e.t.Helper()
+	ctx := context.Background()
+	allocs, err := e.st.ListAllocations(ctx, vmID)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	for _, a := range allocs {
+		if a.State != store.AllocReleased {
+			e.t.Errorf("allocation %d (%s on %s) is %s, want released", a.ID, a.Slot, a.GPUAddress, a.State)
+		}
+	}
+	if devs := e.devices()[vmID]; len(devs) != 0 {
+		e.t.Errorf("devices left on the host: %+v", devs)
+	}
+	for _, u := range e.usage(vmID) {
+		if u.Open {
+			e.t.Errorf("usage record %d on %s is still open", u.Record.ID, u.Record.GPUAddress)
+		}
+	}
+	if s := e.domainState(vmID); s != hypervisor.StateShutoff {
+		e.t.Errorf("domain %s, want shut off and defined", s)
+	}
+}
+
+// usage lists a VM's usage records.
+func (e *env) usage(vmID string) []store.UsageSpan {
+	e.t.Helper()
+	spans, err := e.st.ListUsageSpans(context.Background(), store.UsageQuery{From: time.Unix(0, 0), To: time.Now().Add(100 * 365 * 24 * time.Hour)})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	var out []store.UsageSpan
+	for _, s := range spans {
+		if s.Record.VMID == vmID {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// wantDomainOnDevices asserts that a VM's domain attaches exactly the
+// devices its live allocations recorded, as the backends made them.
+func (e *env) wantDomainOnDevices(vmID string) {
+	e.t.Helper()
+	ctx := context.Background()
+	x, err := e.hv.XML(ctx, vmID, false)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	var d libvirtxml.Domain
+	if err := d.Unmarshal(x); err != nil {
+		e.t.Fatal(err)
+	}
+	allocs, err := e.st.ListLiveAllocations(ctx, "")
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	var want []domain.Hostdev
+	for _, a := range allocs {
+		if a.VMID != vmID {
+			continue
+		}
+		var h backend.Hostdev
+		if err := json.Unmarshal([]byte(a.Hostdev), &h); err != nil {
+			e.t.Fatalf("allocation %d: %v", a.ID, err)
+		}
+		if h.Type == backend.HostdevMdev {
+			want = append(want, domain.Hostdev{Type: domain.HostdevMdev, UUID: strings.ToLower(h.UUID), Display: h.Display})
+			continue
+		}
+		for _, addr := range h.Addresses {
+			want = append(want, domain.Hostdev{Type: domain.HostdevPCI, Addresses: []string{addr}, Managed: h.Managed})
+		}
+	}
+	if got := domain.GPUHostdevs(&d); len(want) == 0 || !reflect.DeepEqual(got, want) {
+		e.t.Errorf("the domain attaches %+v, want the recorded devices %+v", got, want)
+	}
+}
+
+// Stop gives the GPU back (devices removed, slots released, usage ended:
+// the simulated host is as it was before the VM) and shuts the domain off,
+// keeping it; start queues the VM, places it again and boots the domain on
+// its new device; reboot leaves it running. Each records its result as a
+// vm.action event, and a delete of the stopped VM removes the domain.
 func TestStopStartReboot(t *testing.T) {
 	for _, tc := range []struct{ preset, profile, xml string }{
 		{"l40sx4", "l40s-seat", "type='pci'"},
 		{"h100x8", "h100-mig", "type='pci'"},
+		{"h100x8", "h100-vgpu", "type='pci'"},
 		{"l40sx4", "l40s-whole", "managed='yes'"},
 	} {
 		t.Run(tc.profile, func(t *testing.T) {
@@ -94,24 +185,23 @@ func TestStopStartReboot(t *testing.T) {
 			vm, create := e.submit("ann", tc.profile, "vm1")
 			o.Drain(ctx)
 			e.checkRunning(vm, create, o, tc.xml)
+			e.wantDomainOnDevices(vm.ID)
 			allocsBefore, _ := o.liveAllocations(ctx, vm.ID)
 			lease := e.vm(vm.ID).LeaseEnd
 
 			stop := e.action(e.vm(vm.ID), store.OpStop)
 			o.Drain(ctx)
 			e.wantOp(stop.ID, store.OpDone, "")
-			got := e.wantVM(vm.ID, store.VMStopped, "stopped by ann")
+			got := e.wantVM(vm.ID, store.VMStopped, "stopped by ann; its GPU was given back")
 			if got.LeaseEnd == nil || !got.LeaseEnd.Equal(*lease) {
 				t.Errorf("the lease changed with the stop: %v, was %v", got.LeaseEnd, lease)
 			}
-			if s := e.domainState(vm.ID); s != hypervisor.StateShutoff {
-				t.Errorf("domain of the stopped VM: %s", s)
+			e.wantGPUGivenBack(vm.ID)
+			if !bytes.Equal(before, e.snapshot()) {
+				t.Error("the simulated host differs from before the VM once it is stopped")
 			}
-			allocs, _ := o.liveAllocations(ctx, vm.ID)
-			devs := e.devices()[vm.ID]
-			if len(allocs) != 1 || allocs[0].ID != allocsBefore[0].ID || allocs[0].State != store.AllocCreated ||
-				len(devs) != 1 || devs[0].ID != allocs[0].DeviceID {
-				t.Fatalf("a stopped VM keeps its GPU: allocations %+v, devices %+v", allocs, devs)
+			if op := e.op(stop.ID); op.Step != StepRelease {
+				t.Errorf("the stop's last step %q, want %q", op.Step, StepRelease)
 			}
 
 			// Reboot needs a running VM.
@@ -123,11 +213,19 @@ func TestStopStartReboot(t *testing.T) {
 			o.Drain(ctx)
 			e.wantOp(start.ID, store.OpDone, "")
 			e.checkRunning(vm, create, o, tc.xml)
+			e.wantDomainOnDevices(vm.ID)
 			if s := e.domainState(vm.ID); s != hypervisor.StateRunning {
 				t.Errorf("domain of the started VM: %s", s)
 			}
-			if allocs, _ := o.liveAllocations(ctx, vm.ID); allocs[0].ID != allocsBefore[0].ID || allocs[0].DeviceID != allocsBefore[0].DeviceID {
-				t.Errorf("start changed the allocation: %+v, was %+v", allocs, allocsBefore)
+			allocs, _ := o.liveAllocations(ctx, vm.ID)
+			if allocs[0].ID == allocsBefore[0].ID {
+				t.Errorf("the start kept the released allocation %d", allocs[0].ID)
+			}
+			if us := e.usage(vm.ID); len(us) != 2 || us[0].Open || !us[1].Open {
+				t.Errorf("usage records %+v, want the first run's ended and the second's open", us)
+			}
+			if got := e.vm(vm.ID); got.LeaseEnd == nil || !got.LeaseEnd.Equal(*lease) {
+				t.Errorf("the lease changed with the start: %v, was %v", got.LeaseEnd, lease)
 			}
 
 			reboot = e.action(e.vm(vm.ID), store.OpReboot)
@@ -157,89 +255,269 @@ func TestStopStartReboot(t *testing.T) {
 	}
 }
 
-// A host reboot removes the devices of stopped VMs: start makes them again,
-// the same devices (same UUID, same MIG placement, same GPU).
-func TestStartRemakesLostDevice(t *testing.T) {
-	for _, tc := range []struct{ preset, profile, xml string }{
-		{"l40sx4", "l40s-seat", "type='pci'"},
-		{"h100x8", "h100-mig", "type='pci'"},
-		{"h100x8", "h100-vgpu", "type='pci'"},
-		{"l40sx4", "l40s-whole", "managed='yes'"},
-	} {
-		t.Run(tc.profile, func(t *testing.T) {
-			e := newEnv(t, tc.preset)
-			ctx := context.Background()
-			o := e.orch(nil)
-			vm, create := e.submit("ann", tc.profile, "vm1")
-			o.Drain(ctx)
-			e.action(e.vm(vm.ID), store.OpStop)
-			o.Drain(ctx)
-			e.wantVM(vm.ID, store.VMStopped, "")
-			allocs, _ := o.liveAllocations(ctx, vm.ID)
-			b, _ := e.l.Backend(allocs[0].Backend)
-			if err := b.Remove(ctx, backend.RemoveRequest{ID: allocs[0].DeviceID, GPU: allocs[0].GPUAddress}); err != nil {
-				t.Fatal(err)
-			}
-			if devs := e.devices()[vm.ID]; len(devs) != 0 {
-				t.Fatalf("device still there: %+v", devs)
-			}
-			start := e.action(e.vm(vm.ID), store.OpStart)
-			o.Drain(ctx)
-			e.wantOp(start.ID, store.OpDone, "")
-			e.checkRunning(vm, create, o, tc.xml)
-			if !strings.Contains(e.logs.String(), "making it again") {
-				t.Error("the log does not say the device was made again")
-			}
-		})
+// A stopped VM's GPU goes to the next VM in the queue at once. Started
+// again, the stopped VM waits in the queue like any VM, with its position
+// and reason, its domain kept (a reconcile leaves it), until a GPU frees
+// up: it then starts on that one, another than it had, and its domain
+// attaches the new device.
+func TestStopGivesTheGPUToTheQueue(t *testing.T) {
+	e := newEnv(t, "h100x8") // four H100 in MIG mode: four 7g.80gb
+	e.withPolicy(`profile "h100-7g" {
+  vcpus  = 1
+  memory = "512MiB"
+  boot { kernel = "/boot/vmlinuz" }
+  network { type = "none" }
+  gpu {
+    kind    = "mig"
+    profile = "7g.80gb"
+  }
+}`)
+	ctx := context.Background()
+	o := e.orch(nil)
+	var vms []*store.VM
+	for _, name := range []string{"a", "b", "c", "d"} {
+		vm, _ := e.submit("ann", "h100-7g", name)
+		vms = append(vms, vm)
+	}
+	o.Drain(ctx)
+	gpuOf := func(vmID string) string {
+		t.Helper()
+		allocs, err := o.liveAllocations(ctx, vmID)
+		if err != nil || len(allocs) != 1 {
+			t.Fatalf("allocations of %s: %+v, %v", vmID, allocs, err)
+		}
+		return allocs[0].GPUAddress
+	}
+	was := gpuOf(vms[0].ID)
+	waiter, waiterCreate := e.submit("bob", "h100-7g", "waiter")
+	o.Drain(ctx)
+	e.wantVM(waiter.ID, store.VMQueued, "no GPU has room")
+
+	// a stops: the waiter takes its GPU in the same round.
+	e.action(e.vm(vms[0].ID), store.OpStop)
+	o.Drain(ctx)
+	e.wantVM(vms[0].ID, store.VMStopped, "its GPU was given back")
+	e.wantGPUGivenBack(vms[0].ID)
+	e.checkRunning(waiter, waiterCreate, o, "type='pci'")
+	if g := gpuOf(waiter.ID); g != was {
+		t.Errorf("the waiter got %s, not the GPU a gave back (%s)", g, was)
+	}
+
+	// a starts again: no GPU is free, it waits.
+	start := e.action(e.vm(vms[0].ID), store.OpStart)
+	o.Drain(ctx)
+	if op := e.op(start.ID); op.Finished() {
+		t.Fatalf("the start is %s, want it waiting", op.State)
+	}
+	got := e.wantVM(vms[0].ID, store.VMQueued, "no GPU has room")
+	if got.Phase != PhaseQueued || got.QueuePosition != 1 {
+		t.Errorf("waiting: phase %q, position %d", got.Phase, got.QueuePosition)
+	}
+	if op := e.op(start.ID); op.Step != StepQueue {
+		t.Errorf("the start's step %q, want %q", op.Step, StepQueue)
+	}
+	rep, err := o.Reconcile(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.LeakedDomains)+len(rep.LeakedDevices)+len(rep.Vanished) != 0 {
+		t.Fatalf("a reconcile while the VM waits: %+v", rep)
+	}
+	e.wantGPUGivenBack(vms[0].ID)
+
+	// b is deleted: a starts on b's GPU.
+	freed := gpuOf(vms[1].ID)
+	e.deleteOp(e.vm(vms[1].ID))
+	o.Drain(ctx)
+	e.wantVM(vms[1].ID, store.VMDeleted, "")
+	o.Drain(ctx)
+	e.wantOp(start.ID, store.OpDone, "")
+	got = e.wantVM(vms[0].ID, store.VMRunning, "")
+	if got.QueuePosition != 0 || got.Phase != "ready" {
+		t.Errorf("running: phase %q, position %d", got.Phase, got.QueuePosition)
+	}
+	if g := gpuOf(vms[0].ID); g != freed || g == was {
+		t.Errorf("a started on %s, want the freed %s (it had %s)", g, freed, was)
+	}
+	e.wantDomainOnDevices(vms[0].ID)
+	if want := []string{"stop done", "start done"}; strings.Join(e.actionResults(vms[0].ID), ",") != strings.Join(want, ",") {
+		t.Errorf("vm.action events %q, want %q", e.actionResults(vms[0].ID), want)
 	}
 }
 
-// On a GPU whose vGPUs sit on VFs the backend picks the VF: when two stopped
-// VMs lost theirs and the second starts first, it would get the first's VF.
-// Its start fails without leaving a device behind, and once the first has
-// started the second starts on its own VF.
-func TestStartRefusesAnotherDevice(t *testing.T) {
+// A VM without a GPU starts at once, as before.
+func TestStartWithoutGPU(t *testing.T) {
 	e := newEnv(t, "l40sx4")
 	ctx := context.Background()
 	o := e.orch(nil)
-	vm1, c1 := e.submit("ann", "l40s-seat", "vm1")
-	vm2, c2 := e.submit("ann", "l40s-seat", "vm2")
+	vm, _ := e.submit("ann", "nogpu", "plain")
 	o.Drain(ctx)
-	var recorded []store.Allocation
-	for _, vm := range []*store.VM{vm1, vm2} {
-		e.action(e.vm(vm.ID), store.OpStop)
-		o.Drain(ctx)
-		e.wantVM(vm.ID, store.VMStopped, "")
-		allocs, _ := o.liveAllocations(ctx, vm.ID)
-		recorded = append(recorded, allocs[0])
-		b, _ := e.l.Backend(allocs[0].Backend)
-		if err := b.Remove(ctx, backend.RemoveRequest{ID: allocs[0].DeviceID, GPU: allocs[0].GPUAddress}); err != nil {
+	e.action(e.vm(vm.ID), store.OpStop)
+	o.Drain(ctx)
+	got := e.wantVM(vm.ID, store.VMStopped, "stopped by ann")
+	if strings.Contains(got.StateReason, "GPU") {
+		t.Errorf("a VM without a GPU gave one back: %q", got.StateReason)
+	}
+	start := e.action(got, store.OpStart)
+	o.Drain(ctx)
+	e.wantOp(start.ID, store.OpDone, "")
+	e.wantVM(vm.ID, store.VMRunning, "")
+	if op := e.op(start.ID); op.Step != StepStartDomain {
+		t.Errorf("the start's last step %q, want %q", op.Step, StepStartDomain)
+	}
+}
+
+// A VM stopped before stops gave GPUs back still holds its device and
+// slot: its start gives them back, then places it like any other.
+func TestStartOfAVMThatKeptItsGPU(t *testing.T) {
+	e := newEnv(t, "h100x8")
+	ctx := context.Background()
+	before := e.snapshot()
+	o := e.orch(nil)
+	vm, create := e.submit("ann", "h100-mig", "old")
+	o.Drain(ctx)
+	old, _ := o.liveAllocations(ctx, vm.ID)
+	// Stopped the way it used to be: the domain off, the GPU kept.
+	if _, err := e.hv.Shutdown(ctx, vm.ID, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	cur := e.vm(vm.ID)
+	if _, err := e.st.UpdateVMState(ctx, vm.ID, cur.Version, store.VMUpdate{State: store.VMStopped, StateReason: "stopped by ann"}); err != nil {
+		t.Fatal(err)
+	}
+	start := e.action(e.vm(vm.ID), store.OpStart)
+	o.Drain(ctx)
+	e.wantOp(start.ID, store.OpDone, "")
+	e.checkRunning(vm, create, o, "type='pci'")
+	e.wantDomainOnDevices(vm.ID)
+	all, _ := e.st.ListAllocations(ctx, vm.ID)
+	if len(all) != 2 || all[0].ID != old[0].ID || all[0].State != store.AllocReleased || all[1].State != store.AllocCreated {
+		t.Errorf("allocations %+v: want the kept one released and a new one", all)
+	}
+	e.deleteOp(e.vm(vm.ID))
+	o.Drain(ctx)
+	if !bytes.Equal(before, e.snapshot()) {
+		t.Error("the simulated host differs after the delete")
+	}
+}
+
+// A start after the lease ended is refused, the VM staying stopped with
+// nothing claimed; once the lease is extended the VM starts. A lease that
+// ends while the VM waits for a GPU ends the start too.
+func TestStartAfterTheLeaseEnded(t *testing.T) {
+	e := newEnv(t, "l40sx4")
+	var mu sync.Mutex
+	now := time.Date(2030, 5, 1, 9, 0, 0, 0, time.UTC)
+	e.useClock(func() time.Time { mu.Lock(); defer mu.Unlock(); return now })
+	ctx := context.Background()
+	o := e.orch(nil)
+	vm, _ := e.submit("ann", "l40s-seat", "vm1") // 2 hours
+	o.Drain(ctx)
+	e.action(e.vm(vm.ID), store.OpStop)
+	o.Drain(ctx)
+	e.wantVM(vm.ID, store.VMStopped, "")
+	mu.Lock()
+	now = now.Add(3 * time.Hour)
+	mu.Unlock()
+
+	start := e.action(e.vm(vm.ID), store.OpStart)
+	o.Drain(ctx)
+	e.wantOp(start.ID, store.OpFailed, "the lease ended at Wed 1 May 2030 11:00 UTC: extend it to start the VM")
+	e.wantVM(vm.ID, store.VMStopped, "its GPU was given back")
+	e.wantGPUGivenBack(vm.ID)
+
+	cur := e.vm(vm.ID)
+	end := now.Add(time.Hour)
+	if _, err := e.st.UpdateVMState(ctx, vm.ID, cur.Version, store.VMUpdate{State: store.VMStopped, StateReason: cur.StateReason, LeaseEnd: &end}); err != nil {
+		t.Fatal(err)
+	}
+	start = e.action(e.vm(vm.ID), store.OpStart)
+	o.Drain(ctx)
+	e.wantOp(start.ID, store.OpDone, "")
+	e.wantVM(vm.ID, store.VMRunning, "")
+
+	// A lease that ends while the VM waits for a GPU sends it back to
+	// stopped.
+	e.action(e.vm(vm.ID), store.OpStop)
+	o.Drain(ctx)
+	for _, gpu := range []string{"0000:01:00.0", "0000:21:00.0", "0000:81:00.0", "0000:a1:00.0"} {
+		if err := e.st.DrainGPU(ctx, &store.GPUDrain{Host: "test-host", GPUAddress: gpu, Reason: "maintenance", DrainedBy: "admin"}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if recorded[0].GPUAddress != recorded[1].GPUAddress || recorded[0].DeviceID == recorded[1].DeviceID {
-		t.Fatalf("want two VFs of one GPU: %+v", recorded)
-	}
-	start2 := e.action(e.vm(vm2.ID), store.OpStart)
+	start = e.action(e.vm(vm.ID), store.OpStart)
 	o.Drain(ctx)
-	e.wantOp(start2.ID, store.OpFailed, "could not be made as it was: the backend made "+recorded[0].DeviceID+" instead of "+recorded[1].DeviceID)
-	e.wantVM(vm2.ID, store.VMStopped, "start failed")
-	if devs := e.devices(); len(devs) != 0 {
-		t.Fatalf("the refused device was left: %+v", devs)
-	}
-	e.action(e.vm(vm1.ID), store.OpStart)
+	e.wantVM(vm.ID, store.VMQueued, "drained")
+	mu.Lock()
+	now = end.Add(time.Minute)
+	mu.Unlock()
 	o.Drain(ctx)
-	e.checkRunning(vm1, c1, o, "type='pci'")
-	if allocs, _ := o.liveAllocations(ctx, vm1.ID); allocs[0].DeviceID != recorded[0].DeviceID {
-		t.Errorf("vm1 runs on %s, not its own %s", allocs[0].DeviceID, recorded[0].DeviceID)
+	e.wantOp(start.ID, store.OpFailed, "the lease ended at Wed 1 May 2030 13:00 UTC")
+	e.wantVM(vm.ID, store.VMStopped, "start failed: the lease ended at Wed 1 May 2030 13:00 UTC")
+	e.wantGPUGivenBack(vm.ID)
+}
+
+// faultyBackends makes the next device create fail as a full GPU does.
+type faultyBackends struct {
+	Backends
+	mu   sync.Mutex
+	full int // creates left to fail
+}
+
+func (f *faultyBackends) Backend(name string) (backend.Backend, bool) {
+	b, ok := f.Backends.Backend(name)
+	if !ok {
+		return nil, false
 	}
-	start2 = e.action(e.vm(vm2.ID), store.OpStart)
+	return &fullBackend{Backend: b, f: f}, true
+}
+
+type fullBackend struct {
+	backend.Backend
+	f *faultyBackends
+}
+
+func (b *fullBackend) Create(ctx context.Context, req backend.CreateRequest) (backend.Device, error) {
+	b.f.mu.Lock()
+	full := b.f.full > 0
+	if full {
+		b.f.full--
+	}
+	b.f.mu.Unlock()
+	if full {
+		return backend.Device{}, backend.Errorf(backend.CodeExhausted, req.GPU, "injected: the GPU has no room")
+	}
+	return b.Backend.Create(ctx, req)
+}
+
+// A start whose device the backend cannot make on a full GPU waits in the
+// queue again, its start pending and its slot released; the next round
+// starts it.
+func TestStartQueuedAgainWhenTheGPUIsFull(t *testing.T) {
+	e := newEnv(t, "h100x8")
+	ctx := context.Background()
+	fb := &faultyBackends{Backends: e.l}
+	o := New(Config{
+		Store: e.st, Backends: fb, Hypervisor: e.hv, Profiles: func() *profile.Config { return e.cfg },
+		Host: "test-host", DomainPrefix: e.prefix, DomainType: "qemu", Log: e.log,
+		Tick: 50 * time.Millisecond, ShutdownTimeout: time.Second,
+	})
+	vm, create := e.submit("ann", "h100-mig", "vm1")
 	o.Drain(ctx)
-	e.wantOp(start2.ID, store.OpDone, "")
-	e.checkRunning(vm2, c2, o, "type='pci'")
-	if got := e.vm(vm2.ID); got.StateReason != "" {
-		t.Errorf("the reason of the failed start stayed: %q", got.StateReason)
+	e.action(e.vm(vm.ID), store.OpStop)
+	o.Drain(ctx)
+	fb.full = 1
+	start := e.action(e.vm(vm.ID), store.OpStart)
+	o.Drain(ctx)
+	if op := e.op(start.ID); op.Finished() {
+		t.Fatalf("the start is %s, want it waiting", op.State)
 	}
+	e.wantVM(vm.ID, store.VMQueued, "injected: the GPU has no room")
+	e.wantGPUGivenBack(vm.ID)
+	o.Drain(ctx)
+	e.wantOp(start.ID, store.OpDone, "")
+	e.checkRunning(vm, create, o, "type='pci'")
+	e.wantDomainOnDevices(vm.ID)
 }
 
 // Actions wait for an unfinished create, and a delete cancels them.
@@ -282,9 +560,9 @@ func TestActionOrdering(t *testing.T) {
 // hv wraps libvirt's test driver with faults.
 type faultyHV struct {
 	*hypervisor.Conn
-	mu                    sync.Mutex
-	shutdownErr, startErr error
-	forced                bool
+	mu                                sync.Mutex
+	shutdownErr, startErr, replaceErr error
+	forced                            bool
 }
 
 func (f *faultyHV) Shutdown(ctx context.Context, uuid string, timeout time.Duration) (bool, error) {
@@ -308,6 +586,15 @@ func (f *faultyHV) Start(ctx context.Context, uuid string) error {
 	return f.Conn.Start(ctx, uuid)
 }
 
+func (f *faultyHV) ReplaceHostdevs(ctx context.Context, uuid string, hs []domain.Hostdev) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.replaceErr != nil {
+		return f.replaceErr
+	}
+	return f.Conn.ReplaceHostdevs(ctx, uuid, hs)
+}
+
 func (e *env) orchWith(hv Hypervisor) *Orchestrator {
 	return New(Config{
 		Store: e.st, Backends: e.l, Hypervisor: hv, Profiles: func() *profile.Config { return e.cfg },
@@ -317,9 +604,10 @@ func (e *env) orchWith(hv Hypervisor) *Orchestrator {
 }
 
 // A shutdown that fails leaves the VM running and says why; a guest forced
-// off is stopped, and the reason says so; a start that fails leaves the VM
-// stopped; a stop or start of a VM whose domain vanished fails the VM and
-// frees its GPU.
+// off is stopped, and the reason says so; a start that fails (the domain
+// does not take its new devices, or does not start) leaves the VM stopped,
+// saying why, with the GPU it had been given back; a stop or start of a VM
+// whose domain vanished fails the VM and frees its GPU.
 func TestActionFailures(t *testing.T) {
 	e := newEnv(t, "l40sx4")
 	ctx := context.Background()
@@ -340,14 +628,21 @@ func TestActionFailures(t *testing.T) {
 	e.wantOp(stop.ID, store.OpDone, "")
 	e.wantVM(vm.ID, store.VMStopped, "forced off: the guest did not power off within 1s")
 
-	f.startErr = errors.New("no memory")
+	e.wantGPUGivenBack(vm.ID)
+
+	f.replaceErr = errors.New("XML refused")
 	start := e.action(e.vm(vm.ID), store.OpStart)
+	o.Drain(ctx)
+	e.wantOp(start.ID, store.OpFailed, "give the domain its GPU devices: XML refused")
+	e.wantVM(vm.ID, store.VMStopped, "start failed: give the domain its GPU devices: XML refused")
+	e.wantGPUGivenBack(vm.ID)
+
+	f.replaceErr, f.startErr = nil, errors.New("no memory")
+	start = e.action(e.vm(vm.ID), store.OpStart)
 	o.Drain(ctx)
 	e.wantOp(start.ID, store.OpFailed, "start the domain: no memory")
 	e.wantVM(vm.ID, store.VMStopped, "start failed: start the domain: no memory")
-	if len(e.devices()[vm.ID]) != 1 {
-		t.Error("a failed start lost the device")
-	}
+	e.wantGPUGivenBack(vm.ID)
 
 	// The domain vanishes under a stopped VM.
 	f.startErr = nil
@@ -374,8 +669,10 @@ func TestActionFailures(t *testing.T) {
 	e.wantVM(vm2.ID, store.VMFailed, "domain vanished")
 }
 
-// gpuvmd killed at each step of a stop, start and reboot: a fresh
-// orchestrator's Reconcile finishes the action.
+// gpuvmd killed at each step of a stop, start and reboot (a start's also at
+// the create's points it passes: the claim and the device made): a fresh
+// orchestrator's Reconcile finishes the action, with nothing leaked. A
+// stopped VM holds no GPU; a started one the device its domain attaches.
 func TestActionCrashAtEachStep(t *testing.T) {
 	type crashCase struct {
 		kind, point     string
@@ -386,7 +683,7 @@ func TestActionCrashAtEachStep(t *testing.T) {
 	for _, p := range StopHooks {
 		cases = append(cases, crashCase{store.OpStop, p, store.VMRunning, store.VMStopped, hypervisor.StateShutoff})
 	}
-	for _, p := range StartHooks {
+	for _, p := range slices.Concat(StartHooks[:1], []string{HookClaimed, HookDeviceCreated}, StartHooks[1:]) {
 		cases = append(cases, crashCase{store.OpStart, p, store.VMStopped, store.VMRunning, hypervisor.StateRunning})
 	}
 	for _, p := range RebootHooks {
@@ -431,9 +728,17 @@ func TestActionCrashAtEachStep(t *testing.T) {
 			if s := e.domainState(vm.ID); s != tc.wantDomain {
 				t.Errorf("domain %s, want %s", s, tc.wantDomain)
 			}
+			if tc.wantState == store.VMStopped {
+				e.wantGPUGivenBack(vm.ID)
+				return
+			}
 			if devs := e.devices()[vm.ID]; len(devs) != 1 {
 				t.Errorf("devices %+v", devs)
 			}
+			if live, _ := e.st.ListLiveAllocations(ctx, ""); len(live) != 1 {
+				t.Errorf("live allocations %+v", live)
+			}
+			e.wantDomainOnDevices(vm.ID)
 		})
 	}
 }
@@ -489,5 +794,71 @@ func TestStartAt(t *testing.T) {
 	got = e.wantVM(later.ID, store.VMRunning, "")
 	if want := now.Add(2 * time.Hour); got.LeaseEnd == nil || !got.LeaseEnd.Equal(want) {
 		t.Errorf("lease end %v, want %v (the lease starts when the VM runs)", got.LeaseEnd, want)
+	}
+}
+
+// A start the scheduling round refuses (the profile is gone) leaves the VM
+// stopped, saying why, with its domain and disk: a create would fail the
+// VM, but a stopped VM's disk is its owner's.
+func TestStartRefusedKeepsTheDisk(t *testing.T) {
+	e := newEnv(t, "l40sx4")
+	ctx := context.Background()
+	o := e.orch(nil)
+	vm, _ := e.submit("ann", "l40s-seat", "vm1")
+	o.Drain(ctx)
+	e.action(e.vm(vm.ID), store.OpStop)
+	o.Drain(ctx)
+	cfg := *e.cfg
+	cfg.Profiles = maps.Clone(e.cfg.Profiles)
+	delete(cfg.Profiles, "l40s-seat")
+	e.cfg = &cfg
+	start := e.action(e.vm(vm.ID), store.OpStart)
+	o.Drain(ctx)
+	e.wantOp(start.ID, store.OpFailed, `profile "l40s-seat" no longer exists`)
+	e.wantVM(vm.ID, store.VMStopped, `start failed: profile "l40s-seat" no longer exists`)
+	e.wantGPUGivenBack(vm.ID)
+}
+
+// fleetOf is a fleet whose leader this node is.
+type fleetOf struct{}
+
+func (fleetOf) IsLeader() bool { return true }
+func (fleetOf) Notify(string)  {}
+
+// A VM queued by a start asks the scheduler as of when its start was asked
+// for, for what is left of its lease; in a fleet it starts only on the node
+// that holds its domain and disk.
+func TestRestartRequest(t *testing.T) {
+	now := time.Date(2030, 5, 1, 9, 0, 0, 0, time.UTC)
+	end := now.Add(90 * time.Minute)
+	created := now.Add(-48 * time.Hour)
+	asked := now.Add(-time.Minute)
+	vm := &store.VM{ID: "v", Host: "node-a", Hours: 8, CreatedAt: created, LeaseEnd: &end}
+	for _, tc := range []struct {
+		name      string
+		q         queued
+		fleet     Fleet
+		host      string
+		submitted time.Time
+		lease     time.Duration
+		elsewhere string
+	}{
+		{"create", queued{vm, &store.Operation{Kind: store.OpCreate, CreatedAt: asked}}, fleetOf{}, "node-b", created, 8 * time.Hour, ""},
+		{"start", queued{vm, &store.Operation{Kind: store.OpStart, CreatedAt: asked}}, nil, "node-b", asked, 90 * time.Minute, ""},
+		{"start in a fleet, its node", queued{vm, &store.Operation{Kind: store.OpStart, CreatedAt: asked}}, fleetOf{}, "node-a", asked, 90 * time.Minute, ""},
+		{"start in a fleet, another node", queued{vm, &store.Operation{Kind: store.OpStart, CreatedAt: asked}}, fleetOf{}, "node-b", asked, 90 * time.Minute,
+			"its disk is on node-a: it starts only on a GPU there (the scheduler chose node-b)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := requestOf(&profile.Config{}, tc.q.vm, nil)
+			restartRequest(&r, tc.q, now)
+			if !r.Submitted.Equal(tc.submitted) || r.Lease != tc.lease {
+				t.Errorf("submitted %v, lease %v; want %v, %v", r.Submitted, r.Lease, tc.submitted, tc.lease)
+			}
+			o := New(Config{Fleet: tc.fleet, Host: "node-a"})
+			if got := o.elsewhere(tc.q, tc.host); got != tc.elsewhere {
+				t.Errorf("elsewhere %q, want %q", got, tc.elsewhere)
+			}
+		})
 	}
 }

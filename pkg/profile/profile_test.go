@@ -186,7 +186,7 @@ profile "p" {
 	}
 	p := cfg.Profiles["p"]
 	want := Profile{VCPUs: 2, Memory: 4 << 30, Firmware: "uefi", OS: "linux", Class: ClassInteractive,
-		Lease: Lease{Default: 8 * time.Hour, Max: 24 * time.Hour}}
+		Lease: Lease{Default: 8 * time.Hour, Max: 24 * time.Hour, WarnBefore: 30 * time.Minute, OnEnd: LeaseEndStop, Grace: 24 * time.Hour}}
 	if p.VCPUs != want.VCPUs || p.Memory != want.Memory || p.Firmware != want.Firmware || p.OS != want.OS ||
 		p.Class != want.Class || p.Lease != want.Lease || p.Network.Type != "network" || p.Network.Source != "default" ||
 		p.Display.Type != "vnc" || !p.Open() {
@@ -417,6 +417,43 @@ func TestWindows(t *testing.T) {
 		}
 		if ok != tc.ok || name != tc.window {
 			t.Errorf("%s %s: ok=%v in %q, want ok=%v in %q", tc.when, tc.class, ok, name, tc.ok, tc.window)
+		}
+	}
+}
+
+// What happens at a lease's end resolves with its defaults: a grace only
+// for on_end = "stop", warn_before "0" turns warnings off.
+func TestLeaseEnd(t *testing.T) {
+	tests := []struct {
+		lease string
+		want  Lease
+	}{
+		{``, Lease{Default: 8 * time.Hour, Max: 24 * time.Hour, WarnBefore: 30 * time.Minute, OnEnd: LeaseEndStop, Grace: 24 * time.Hour}},
+		{`warn_before = "1h"
+    grace = "2h"`, Lease{Default: 8 * time.Hour, Max: 24 * time.Hour, WarnBefore: time.Hour, OnEnd: LeaseEndStop, Grace: 2 * time.Hour}},
+		{`on_end = "delete"`, Lease{Default: 8 * time.Hour, Max: 24 * time.Hour, WarnBefore: 30 * time.Minute, OnEnd: LeaseEndDelete}},
+		{`on_end = "keep"
+    warn_before = "0"`, Lease{Default: 8 * time.Hour, Max: 24 * time.Hour, OnEnd: LeaseEndKeep}},
+	}
+	for _, tc := range tests {
+		cfg, diags := Parse(Source{Name: "p.hcl", Data: []byte(`
+profile "p" {
+  boot { kernel = "/boot/vmlinuz" }
+  lease {
+    ` + tc.lease + `
+  }
+}
+policy {
+  webhook = "https://hooks.example.com/notices"
+}`)})
+		if len(diags) > 0 {
+			t.Fatalf("%s: %v", tc.lease, diags)
+		}
+		if got := cfg.Profiles["p"].Lease; got != tc.want {
+			t.Errorf("%s: %+v, want %+v", tc.lease, got, tc.want)
+		}
+		if cfg.Policy.Webhook != "https://hooks.example.com/notices" {
+			t.Errorf("policy webhook %q", cfg.Policy.Webhook)
 		}
 	}
 }

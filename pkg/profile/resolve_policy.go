@@ -47,6 +47,12 @@ func (r *resolver) resolvePolicy(b *policyBlock) {
 		return
 	}
 	p.DeclRange = b.DefRange
+	if b.Webhook != nil {
+		p.Webhook = *b.Webhook
+		if u, err := url.Parse(p.Webhook); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			r.errf(valueRange(b.Body, "webhook", b.DefRange), "Invalid webhook", "%q is not an http:// or https:// URL.", p.Webhook)
+		}
+	}
 	if b.Timezone != nil {
 		p.Timezone = *b.Timezone
 		rng := valueRange(b.Body, "timezone", b.DefRange)

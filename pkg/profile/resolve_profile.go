@@ -15,6 +15,8 @@ const (
 	DefaultMemory       = 4 << 30
 	DefaultLease        = 8 * time.Hour
 	DefaultMaxLease     = 24 * time.Hour
+	DefaultLeaseWarning = 30 * time.Minute
+	DefaultLeaseGrace   = 24 * time.Hour
 	DefaultNetwork      = "default"
 	DefaultNetworkModel = "virtio"
 	MaxVCPUs            = 256
@@ -300,7 +302,7 @@ func (r *resolver) checkGroupRefs(body hcl.Body, attr string, groups []string, d
 }
 
 func (r *resolver) resolveLease(b *leaseBlock) Lease {
-	l := Lease{Default: DefaultLease, Max: DefaultMaxLease}
+	l := Lease{Default: DefaultLease, Max: DefaultMaxLease, WarnBefore: DefaultLeaseWarning, OnEnd: LeaseEndStop, Grace: DefaultLeaseGrace}
 	if b == nil {
 		return l
 	}
@@ -312,7 +314,7 @@ func (r *resolver) resolveLease(b *leaseBlock) Lease {
 	}
 	l.Max, ok2 = r.duration(b.Body, "max", b.Max, maxDef, b.DefRange)
 	l.IdleStop, ok3 = r.duration(b.Body, "idle_stop", b.IdleStop, 0, b.DefRange)
-	if !ok1 || !ok2 || !ok3 {
+	if !r.resolveLeaseEnd(b, &l) || !ok1 || !ok2 || !ok3 {
 		return l
 	}
 	switch {
@@ -325,5 +327,35 @@ func (r *resolver) resolveLease(b *leaseBlock) Lease {
 	case l.IdleStop >= l.Max:
 		r.warnf(valueRange(b.Body, "idle_stop", b.DefRange), "idle_stop never fires", "idle_stop (%s) is not shorter than max (%s): the lease ends first.", FormatDuration(l.IdleStop), FormatDuration(l.Max))
 	}
+	if l.WarnBefore > 0 && l.WarnBefore >= l.Default && l.Default > 0 {
+		r.warnf(valueRange(b.Body, "warn_before", b.DefRange), "warn_before too long", "warn_before (%s) is not shorter than default (%s): a VM of the default lease is warned as soon as it starts.", FormatDuration(l.WarnBefore), FormatDuration(l.Default))
+	}
 	return l
+}
+
+var leaseEnds = []string{LeaseEndStop, LeaseEndDelete, LeaseEndKeep}
+
+// resolveLeaseEnd reads what happens at the end of a lease: warn_before,
+// on_end and grace.
+func (r *resolver) resolveLeaseEnd(b *leaseBlock, l *Lease) bool {
+	l.OnEnd = str(b.OnEnd, LeaseEndStop)
+	ok := r.oneOf(b.Body, "on_end", l.OnEnd, leaseEnds, b.DefRange)
+	var wok, gok bool
+	l.WarnBefore, wok = r.duration(b.Body, "warn_before", b.WarnBefore, DefaultLeaseWarning, b.DefRange)
+	l.Grace, gok = r.duration(b.Body, "grace", b.Grace, DefaultLeaseGrace, b.DefRange)
+	if b.Grace != nil && l.OnEnd != LeaseEndStop {
+		r.errf(attrRange(b.Body, "grace", b.DefRange), "grace needs on_end = \"stop\"", "grace is how long a VM stopped at the end of its lease is kept before it is deleted; with on_end = %q it does not apply.", l.OnEnd)
+		ok = false
+	}
+	if l.OnEnd != LeaseEndStop {
+		l.Grace = 0
+	} else if gok && l.Grace <= 0 {
+		r.errf(valueRange(b.Body, "grace", b.DefRange), "Invalid grace", "A grace lasts longer than 0; to delete VMs when their lease ends, write on_end = \"delete\".")
+		ok = false
+	}
+	if wok && l.WarnBefore < 0 {
+		r.errf(valueRange(b.Body, "warn_before", b.DefRange), "Invalid warn_before", "warn_before is 0 (no warning) or longer.")
+		ok = false
+	}
+	return ok && wok && gok
 }

@@ -82,6 +82,43 @@ func (r *resolver) resolveServer(b *serverBlock) {
 	r.resolvePlugins(b.Plugins)
 	r.resolveHost(b.Host)
 	r.resolveMonitor(b.Monitor)
+	r.resolveNode(b.Node)
+}
+
+// Defaults and bounds of the node block.
+const (
+	DefaultHeartbeatInterval = 15 * time.Second
+	minHeartbeatInterval     = time.Second
+	maxHeartbeatInterval     = 5 * time.Minute
+)
+
+// nodeNamePattern is a node's name: a host name or one label of it.
+var nodeNamePattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$`)
+
+func (r *resolver) resolveNode(b *nodeBlock) {
+	n := &r.cfg.Server.Node
+	if b == nil {
+		b = &nodeBlock{DefRange: r.cfg.Server.DeclRange}
+	}
+	if b.Name != nil {
+		n.Name = *b.Name
+		if !nodeNamePattern.MatchString(n.Name) {
+			r.errf(valueRange(b.Body, "name", b.DefRange), "Invalid node name",
+				"%q: a node name is 1 to 63 letters, digits, '.', '_' or '-', starting with a letter or digit (e.g. \"gpu-03\"); leave name out to use the hostname.", n.Name)
+		}
+	}
+	var ok bool
+	n.HeartbeatInterval, ok = r.duration(b.Body, "heartbeat_interval", b.HeartbeatInterval, DefaultHeartbeatInterval, b.DefRange)
+	if ok && (n.HeartbeatInterval < minHeartbeatInterval || n.HeartbeatInterval > maxHeartbeatInterval) {
+		r.errf(valueRange(b.Body, "heartbeat_interval", b.DefRange), "Invalid heartbeat_interval",
+			"The heartbeat interval is from %s to %s; %s was given.", minHeartbeatInterval, maxHeartbeatInterval, n.HeartbeatInterval)
+	}
+	n.HeartbeatTimeout, ok = r.duration(b.Body, "heartbeat_timeout", b.HeartbeatTimeout, 3*n.HeartbeatInterval, b.DefRange)
+	if ok && n.HeartbeatTimeout < 2*n.HeartbeatInterval {
+		r.errf(valueRange(b.Body, "heartbeat_timeout", b.DefRange), "Invalid heartbeat_timeout",
+			"A node is down when its heartbeat is older than heartbeat_timeout, which must be at least two heartbeat intervals (%s) so that one late heartbeat does not take a node down; %s was given.",
+			2*n.HeartbeatInterval, n.HeartbeatTimeout)
+	}
 }
 
 // Defaults and bounds of the monitor block.

@@ -32,8 +32,19 @@ type serverBlock struct {
 	Plugins        *pluginsBlock  `hcl:"plugins,block"`
 	Host           *hostBlock     `hcl:"host,block"`
 	Monitor        *monitorBlock  `hcl:"monitor,block"`
+	Node           *nodeBlock     `hcl:"node,block"`
 	DefRange       hcl.Range      `hcl:",def_range"`
 	Body           hcl.Body       `hcl:",body"`
+}
+
+// nodeBlock names this server in a fleet (several gpuvmds sharing one
+// PostgreSQL database) and sets its heartbeat.
+type nodeBlock struct {
+	Name              *string   `hcl:"name,optional"`
+	HeartbeatInterval *string   `hcl:"heartbeat_interval,optional"`
+	HeartbeatTimeout  *string   `hcl:"heartbeat_timeout,optional"`
+	DefRange          hcl.Range `hcl:",def_range"`
+	Body              hcl.Body  `hcl:",body"`
 }
 
 type monitorBlock struct {
@@ -199,11 +210,14 @@ type gpuNeedBlock struct {
 }
 
 type leaseBlock struct {
-	Default  *string   `hcl:"default,optional"`
-	Max      *string   `hcl:"max,optional"`
-	IdleStop *string   `hcl:"idle_stop,optional"`
-	DefRange hcl.Range `hcl:",def_range"`
-	Body     hcl.Body  `hcl:",body"`
+	Default    *string   `hcl:"default,optional"`
+	Max        *string   `hcl:"max,optional"`
+	IdleStop   *string   `hcl:"idle_stop,optional"`
+	WarnBefore *string   `hcl:"warn_before,optional"`
+	OnEnd      *string   `hcl:"on_end,optional"`
+	Grace      *string   `hcl:"grace,optional"`
+	DefRange   hcl.Range `hcl:",def_range"`
+	Body       hcl.Body  `hcl:",body"`
 }
 
 type policyBlock struct {
@@ -215,6 +229,7 @@ type policyBlock struct {
 	Windows      []*windowBlock     `hcl:"window,block"`
 	Reservations *reservationsBlock `hcl:"reservations,block"`
 	Alerts       []*alertBlock      `hcl:"alert,block"`
+	Webhook      *string            `hcl:"webhook,optional"`
 	DefRange     hcl.Range          `hcl:",def_range"`
 	Body         hcl.Body           `hcl:",body"`
 }

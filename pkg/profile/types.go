@@ -61,7 +61,31 @@ type Server struct {
 	Plugins        Plugins   `json:"plugins"`
 	Host           Host      `json:"host"`
 	Monitor        Monitor   `json:"monitor"`
+	Node           Node      `json:"node"`
 	DeclRange      hcl.Range `json:"-"`
+}
+
+// Node is this server as a node of a fleet: several gpuvmds that share one
+// PostgreSQL database (pkg/fleet).
+type Node struct {
+	// Name names the node in the database (the hosts table, VMs' host);
+	// "" is the machine's hostname.
+	Name string `json:"name,omitempty"`
+	// HeartbeatInterval is how often gpuvmd writes its heartbeat and
+	// inventory; a node whose heartbeat is older than HeartbeatTimeout is
+	// down: its capacity leaves scheduling, its VMs show host-down.
+	HeartbeatInterval time.Duration `json:"heartbeat_interval"`
+	HeartbeatTimeout  time.Duration `json:"heartbeat_timeout"`
+}
+
+// MarshalJSON writes durations as whole seconds.
+func (n Node) MarshalJSON() ([]byte, error) {
+	type plain Node
+	return json.Marshal(struct {
+		plain
+		HeartbeatInterval int64 `json:"heartbeat_interval"`
+		HeartbeatTimeout  int64 `json:"heartbeat_timeout"`
+	}{plain(n), secs(n.HeartbeatInterval), secs(n.HeartbeatTimeout)})
 }
 
 // Monitor says how gpuvmd samples its GPUs and keeps the samples
@@ -314,15 +338,33 @@ type Lease struct {
 	Max     time.Duration `json:"max"`
 	// IdleStop stops a VM whose GPU has been idle this long; 0: never.
 	IdleStop time.Duration `json:"idle_stop"`
+	// WarnBefore is how long before the lease ends its owner is warned;
+	// 0: never.
+	WarnBefore time.Duration `json:"warn_before"`
+	// OnEnd is what happens when the lease ends: LeaseEndStop (stopped,
+	// then deleted after Grace), LeaseEndDelete or LeaseEndKeep (stopped,
+	// and kept until its owner extends or deletes it).
+	OnEnd string        `json:"on_end"`
+	Grace time.Duration `json:"grace"`
 }
+
+// What happens at the end of a lease.
+const (
+	LeaseEndStop   = "stop"
+	LeaseEndDelete = "delete"
+	LeaseEndKeep   = "keep"
+)
 
 // MarshalJSON writes durations as whole seconds.
 func (l Lease) MarshalJSON() ([]byte, error) {
 	return json.Marshal(struct {
-		Default  int64 `json:"default"`
-		Max      int64 `json:"max"`
-		IdleStop int64 `json:"idle_stop"`
-	}{secs(l.Default), secs(l.Max), secs(l.IdleStop)})
+		Default    int64  `json:"default"`
+		Max        int64  `json:"max"`
+		IdleStop   int64  `json:"idle_stop"`
+		WarnBefore int64  `json:"warn_before"`
+		OnEnd      string `json:"on_end"`
+		Grace      int64  `json:"grace"`
+	}{secs(l.Default), secs(l.Max), secs(l.IdleStop), secs(l.WarnBefore), l.OnEnd, secs(l.Grace)})
 }
 
 func secs(d time.Duration) int64 { return int64(d / time.Second) }
@@ -338,7 +380,11 @@ type Policy struct {
 	Windows      []*Window             `json:"windows"`
 	Reservations *Reservations         `json:"reservations,omitempty"`
 	Alerts       []*Alert              `json:"alerts"`
-	DeclRange    hcl.Range             `json:"-"`
+	// Webhook receives the notices to VMs' owners (api.VMWarningPayload
+	// events: a lease ending, a VM stopped or deleted by a rule); "":
+	// none.
+	Webhook   string    `json:"webhook,omitempty"`
+	DeclRange hcl.Range `json:"-"`
 }
 
 // Queue orders.

@@ -80,7 +80,9 @@ type Options struct {
 	// GPUs as they were before this cycle's starts: small requests find
 	// room in the gaps that open all the time, large ones wait for a whole
 	// GPU to drain and are the ones that starve. A request ahead of the
-	// holder in the queue may still start, only not on its devices. With
+	// holder in the queue may still start, only not on its devices unless
+	// it is at least as large: a hold never lets its holder overtake a
+	// request as large that is ahead of it in the queue. With
 	// Lookahead ≤ Reserve the first blocked requests get the holds (plain
 	// EASY).
 	Lookahead int
@@ -218,6 +220,7 @@ func Cycle(now time.Time, inv *Inventory, queue []Request, running []Running, po
 // first blocked requests.
 func passMain(now time.Time, inv *Inventory, ordered []Request, s Session, o Options, held []Hold, lookahead bool, reserved int, ends []ending, preempting map[string]time.Time, d *Decision) ([]blocked, []Hold) {
 	var waiting []blocked
+	yield := lookaheadYield(inv, ordered, held, lookahead)
 	for i := range ordered {
 		r := &ordered[i]
 		if inv.Holds(r.ID) {
@@ -234,7 +237,7 @@ func passMain(now time.Time, inv *Inventory, ordered []Request, s Session, o Opt
 		}
 		end := now.Add(r.Lease)
 		others, own := s.Bookings(r, now, end)
-		p, bk, why := inv.place(r.Need, PlaceOptions{Strategy: o.Strategy, Now: now, End: end, Holds: append(others, holdsExcept(held, r.ID)...), Own: own})
+		p, bk, why := inv.place(r.Need, PlaceOptions{Strategy: o.Strategy, Now: now, End: end, Holds: append(others, holdsAgainst(held, r.ID, yield[r.ID])...), Own: own})
 		if why.OK() {
 			st := Start{ID: r.ID, Placement: p, End: end}
 			if bk != nil {
@@ -314,6 +317,61 @@ func (inv *Inventory) shadowNow(now time.Time, r *Request, ends []ending, s Sess
 		return Hold{ID: r.ID, Code: CodeHeld, Host: p.Host, Devices: p.Devices, From: now, To: end}, true
 	}
 	return inv.shadow(now, r, ends, s, held, st)
+}
+
+// lookaheadYield says, for each request, the lookahead holds it need not
+// keep off: those of requests behind it in the queue that are no larger
+// than it. A lookahead hold keeps the capacity a large request waits for
+// from smaller requests, ahead of it in the queue or not; it must not let
+// that request overtake one as large, or larger, that is ahead of it.
+func lookaheadYield(inv *Inventory, ordered []Request, held []Hold, lookahead bool) map[string]map[string]bool {
+	if !lookahead || len(held) == 0 {
+		return nil
+	}
+	rank := make(map[string]int, len(ordered))
+	for i := range ordered {
+		rank[ordered[i].ID] = i
+	}
+	size := make(map[string]float64, len(held))
+	for _, h := range held {
+		if i, ok := rank[h.ID]; ok {
+			size[h.ID] = inv.size(ordered[i].Need)
+		}
+	}
+	out := map[string]map[string]bool{}
+	for i := range ordered {
+		r := &ordered[i]
+		var mine float64
+		sized := false
+		for _, h := range held {
+			j, ok := rank[h.ID]
+			if !ok || j <= i {
+				continue
+			}
+			if !sized {
+				mine, sized = inv.size(r.Need), true
+			}
+			if size[h.ID] <= mine+1e-9 {
+				if out[r.ID] == nil {
+					out[r.ID] = map[string]bool{}
+				}
+				out[r.ID][h.ID] = true
+			}
+		}
+	}
+	return out
+}
+
+// holdsAgainst are the holds request id keeps off: all but its own and
+// those it need not yield to.
+func holdsAgainst(held []Hold, id string, yield map[string]bool) []Hold {
+	out := make([]Hold, 0, len(held))
+	for _, h := range held {
+		if h.ID != id && !yield[h.ID] {
+			out = append(out, h)
+		}
+	}
+	return out
 }
 
 // holdsExcept leaves out the holds of request id: its own.

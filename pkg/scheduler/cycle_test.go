@@ -171,3 +171,32 @@ func TestLookahead(t *testing.T) {
 		t.Errorf("small: %+v", w)
 	}
 }
+
+// With lookahead a hold never lets a request overtake one as large, or
+// larger, that is ahead of it: of two 7g.80gb for one empty GPU the first
+// asked starts, and a 7g ahead of a held 3g takes the GPU the 3g holds.
+func TestLookaheadKeepsOrderOfEqualSizes(t *testing.T) {
+	tests := []struct {
+		name  string
+		queue []Request
+		start string
+	}{
+		{"equal", []Request{req("first", "7g.80gb", time.Hour, 0), req("second", "7g.80gb", time.Hour, 1)}, "first"},
+		{"larger ahead", []Request{req("large", "7g.80gb", time.Hour, 0), req("medium", "4g.40gb", time.Hour, 1), req("medium2", "4g.40gb", time.Hour, 2)}, "large"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			inv := mustInv(t, []HostSpec{h100Host("a", 2, ModeMIG)})
+			run := []Running{runningOn(inv, "busy", "a", "0000:11:00.0", "7g.80gb", 0, t0.Add(-time.Hour), t0.Add(3*time.Hour), 0, false)}
+			d := Cycle(t0, inv, tc.queue, run, fifo{}, Options{Reserve: 1, Lookahead: 4})
+			if len(d.Start) != 1 || d.Start[0].ID != tc.start {
+				t.Fatalf("started %+v, want %s", d.Start, tc.start)
+			}
+			for i, r := range tc.queue[1:] {
+				if w := d.Waiting[r.ID]; w.Position != i+1 {
+					t.Errorf("%s: %+v", r.ID, w)
+				}
+			}
+		})
+	}
+}

@@ -59,7 +59,9 @@
 // soonest (Options.Reserve of them), planned on the GPUs as they are.
 // Requests then start in queue order wherever they do not touch held
 // capacity before the hold's holder starts (EASY backfill: a request may
-// start ahead only if it does not delay the reservation). Bookings of the
+// start ahead only if it does not delay the reservation), except a request
+// ahead of the holder in the queue and at least as large: a hold never lets
+// a request overtake one as large that asked first. Bookings of the
 // Policy are holds too. Small requests find room in the gaps that open all
 // the time; large ones must wait for a whole GPU to drain, and without holds
 // they starve (greedy "start whatever fits" accepts a third of the 7g.80gb

@@ -56,7 +56,7 @@ func FromAPI(name string, hi api.HostInventory, allow func(address, model string
 		h.GPUs = append(h.GPUs, s)
 	}
 	var allocs []Allocation
-	for _, d := range hi.Devices {
+	for _, d := range uniqueDevices(hi.Devices) {
 		a := Allocation{ID: d.VMUUID, Host: name, GPU: d.GPU, Kind: Kind(d.Kind)}
 		if a.ID == "" {
 			a.ID = "device:" + d.ID
@@ -73,6 +73,35 @@ func FromAPI(name string, hi api.HostInventory, allow func(address, model string
 		allocs = append(allocs, a)
 	}
 	return h, allocs
+}
+
+// uniqueDevices keeps one report of each device. Two backends may report
+// the same one: on the vendor-specific VFIO interface a MIG instance is
+// given to a VM as a VF with a MIG-backed vGPU type, which the mig backend
+// made (and knows the VM of) and the vgpu backend also lists. Counting it
+// twice would make its GPU look over-full. The report that names a VM wins,
+// then the mig backend's, then the first.
+func uniqueDevices(ds []api.Device) []api.Device {
+	better := func(a, b api.Device) bool { // a over b
+		if (a.VMUUID != "") != (b.VMUUID != "") {
+			return a.VMUUID != ""
+		}
+		return a.Kind == string(KindMIG) && b.Kind != string(KindMIG)
+	}
+	at := map[string]int{}
+	var out []api.Device
+	for _, d := range ds {
+		key := d.GPU + "/" + d.ID
+		if i, ok := at[key]; ok {
+			if better(d, out[i]) {
+				out[i] = d
+			}
+			continue
+		}
+		at[key] = len(out)
+		out = append(out, d)
+	}
+	return out
 }
 
 // backendModes are the GPU modes the backends serve, by backend name.

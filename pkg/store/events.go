@@ -48,6 +48,9 @@ func (s *Store) appendEvent(ctx context.Context, e *Event) error {
 type EventFilter struct {
 	VMID  string // "": every VM
 	Owner string // "": every owner
+	Type  string // "": every type
+	// From, when set, leaves out events created before it.
+	From time.Time
 	// Limit: 0 means 100, more than 1000 means 1000.
 	Limit int
 }
@@ -68,6 +71,12 @@ func (s *Store) ListEventsSince(ctx context.Context, afterID int64, f EventFilte
 	}
 	if f.Owner != "" {
 		q = q.Where("owner = ?", f.Owner)
+	}
+	if f.Type != "" {
+		q = q.Where("type = ?", f.Type)
+	}
+	if !f.From.IsZero() {
+		q = q.Where("created_at >= ?", f.From.UTC().Truncate(time.Microsecond))
 	}
 	var es []Event
 	err := q.Order("id").Limit(limit).Find(&es).Error

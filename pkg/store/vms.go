@@ -186,8 +186,10 @@ type VMUpdate struct {
 	Phase       string
 	StateReason string
 	Host        *string
-	LeaseEnd    *time.Time
-	Spec        *string
+	// LeaseEnd, when set, is the VM's new lease end; it clears
+	// LeaseWarnedAt, which was about the end before.
+	LeaseEnd *time.Time
+	Spec     *string
 	// Hours, when set, is the VM's new total lease in hours (extend).
 	Hours *int
 }
@@ -214,6 +216,7 @@ func (s *Store) UpdateVMState(ctx context.Context, id string, version int64, u V
 		}
 		if u.LeaseEnd != nil {
 			set["lease_end"] = *utcPtr(u.LeaseEnd)
+			set["lease_warned_at"] = nil
 		}
 		if u.Spec != nil {
 			set["spec"] = *u.Spec
@@ -242,6 +245,29 @@ func (s *Store) UpdateVMState(ctx context.Context, id string, version int64, u V
 		return nil, wrap(err, nil, "update vm %s to %s", id, u.State)
 	}
 	return &vm, nil
+}
+
+// WarnLease records that the owner of a VM was warned that its lease ends
+// at leaseEnd, and appends the warning's event, in one transaction. It
+// neither bumps the VM's version nor its updated_at: a warning is not a
+// change of the VM. It reports false, writing nothing, when the VM was
+// warned already or its lease no longer ends at leaseEnd (it was extended
+// meanwhile).
+func (s *Store) WarnLease(ctx context.Context, id string, leaseEnd time.Time, e *Event) (bool, error) {
+	warned := false
+	err := s.Tx(ctx, func(tx *Store) error {
+		res := tx.db.Model(&VM{}).Where("id = ? AND lease_end = ? AND lease_warned_at IS NULL", id, leaseEnd.UTC().Truncate(time.Microsecond)).
+			UpdateColumn("lease_warned_at", tx.clock())
+		if res.Error != nil || res.RowsAffected == 0 {
+			return res.Error
+		}
+		warned = true
+		return tx.appendEvent(ctx, e)
+	})
+	if err != nil {
+		return false, wrap(err, nil, "warn vm %s of its lease end", id)
+	}
+	return warned, nil
 }
 
 // CreateOperation adds a pending operation to a VM (delete, start, stop...).

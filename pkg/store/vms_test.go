@@ -347,3 +347,56 @@ func TestOperations(t *testing.T) {
 		}
 	})
 }
+
+// A lease warning is recorded once per lease end, with its event, without
+// touching the VM's version; a new lease end clears it, and a warning for
+// an end that is no longer the VM's writes nothing. The events are found
+// by type and time.
+func TestWarnLease(t *testing.T) {
+	ctx := context.Background()
+	eachDriver(t, func(t *testing.T, s *Store, d *testDB) {
+		mustUser(t, s, "alice")
+		vm := mustVM(t, s, "alice", "a")
+		end := time.Date(2026, 3, 1, 17, 0, 0, 123456789, time.UTC)
+		vm, err := s.UpdateVMState(ctx, vm.ID, vm.Version, VMUpdate{State: VMRunning, LeaseEnd: &end})
+		if err != nil {
+			t.Fatal(err)
+		}
+		warn := func(at time.Time) bool {
+			t.Helper()
+			ok, err := s.WarnLease(ctx, vm.ID, at, &Event{VMID: vm.ID, Owner: "alice", Type: "vm.warning", Payload: JSON(`{"kind":"lease_end"}`)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return ok
+		}
+		from := d.clock.Now()
+		if !warn(end) || warn(end) {
+			t.Fatal("warned not exactly once")
+		}
+		got, _ := s.GetVM(ctx, vm.ID)
+		if got.LeaseWarnedAt == nil || got.Version != vm.Version {
+			t.Fatalf("after the warning: warned at %v, version %d (was %d)", got.LeaseWarnedAt, got.Version, vm.Version)
+		}
+		later := end.Add(time.Hour)
+		if _, err := s.UpdateVMState(ctx, vm.ID, got.Version, VMUpdate{State: VMRunning, LeaseEnd: &later}); err != nil {
+			t.Fatal(err)
+		}
+		if got, _ := s.GetVM(ctx, vm.ID); got.LeaseWarnedAt != nil {
+			t.Fatalf("a new lease end kept the warning of %v", got.LeaseWarnedAt)
+		}
+		if warn(end) {
+			t.Fatal("warned of a lease end that is no longer the VM's")
+		}
+		if !warn(later) {
+			t.Fatal("the new lease end was not warned of")
+		}
+		es, err := s.ListEventsSince(ctx, 0, EventFilter{Type: "vm.warning", From: from})
+		if err != nil || len(es) != 2 {
+			t.Fatalf("warning events since %v: %d, %v", from, len(es), err)
+		}
+		if es, _ := s.ListEventsSince(ctx, 0, EventFilter{Type: "vm.warning", From: d.clock.Now().Add(time.Hour)}); len(es) != 0 {
+			t.Fatalf("warning events from the future: %+v", es)
+		}
+	})
+}

@@ -296,9 +296,44 @@ func Validate(s Spec) error {
 	}
 
 	// GPU hostdevs.
+	probs = append(probs, hostdevProblems(s.Hostdevs, s.Graphics != nil)...)
+
+	// Metadata.
+	if s.Metadata.VMID == "" {
+		addf("metadata.vm id", "is empty: every gpuvm domain names its VM")
+	}
+	add("metadata.vm id", text(s.Metadata.VMID))
+	add("metadata.owner", text(s.Metadata.Owner))
+	add("metadata.profile", text(s.Metadata.Profile))
+	for i, v := range s.Metadata.Volumes {
+		f := fmt.Sprintf("metadata.volumes[%d]", i)
+		add(f+".pool", ValidName(v.Pool))
+		if v.Name == "" || v.Name == "." || v.Name == ".." || strings.ContainsAny(v.Name, "/\x00\n") {
+			addf(f+".name", "%q is not a volume name", v.Name)
+		}
+	}
+
+	if len(probs) > 0 {
+		return &SpecError{Name: s.Name, Problems: probs}
+	}
+	return nil
+}
+
+// hostdevProblems lists what is wrong with a domain's GPU hostdevs, as
+// "field: what is wrong"; graphics says whether the domain has a display.
+func hostdevProblems(hs []Hostdev, graphics bool) []string {
+	var probs []string
+	add := func(field string, err error) {
+		if err != nil {
+			probs = append(probs, field+": "+err.Error())
+		}
+	}
+	addf := func(field, format string, args ...any) {
+		probs = append(probs, field+": "+fmt.Sprintf(format, args...))
+	}
 	seenPCI := map[PCIAddress]string{}
 	seenMdev := map[string]bool{}
-	for i, h := range s.Hostdevs {
+	for i, h := range hs {
 		f := fmt.Sprintf("hostdevs[%d]", i)
 		switch h.Type {
 		case HostdevMdev:
@@ -311,7 +346,7 @@ func Validate(s Spec) error {
 			if len(h.Addresses) > 0 {
 				addf(f+".addresses", "an mdev is named by its UUID, not by PCI addresses")
 			}
-			if h.Display && s.Graphics == nil {
+			if h.Display && !graphics {
 				addf(f+".display", "an mdev display needs VNC or SPICE graphics")
 			}
 		case HostdevPCI:
@@ -339,26 +374,7 @@ func Validate(s Spec) error {
 			addf(f+".type", "%q is neither %q nor %q", h.Type, HostdevMdev, HostdevPCI)
 		}
 	}
-
-	// Metadata.
-	if s.Metadata.VMID == "" {
-		addf("metadata.vm id", "is empty: every gpuvm domain names its VM")
-	}
-	add("metadata.vm id", text(s.Metadata.VMID))
-	add("metadata.owner", text(s.Metadata.Owner))
-	add("metadata.profile", text(s.Metadata.Profile))
-	for i, v := range s.Metadata.Volumes {
-		f := fmt.Sprintf("metadata.volumes[%d]", i)
-		add(f+".pool", ValidName(v.Pool))
-		if v.Name == "" || v.Name == "." || v.Name == ".." || strings.ContainsAny(v.Name, "/\x00\n") {
-			addf(f+".name", "%q is not a volume name", v.Name)
-		}
-	}
-
-	if len(probs) > 0 {
-		return &SpecError{Name: s.Name, Problems: probs}
-	}
-	return nil
+	return probs
 }
 
 func diskBus(d Disk) DiskBus {

@@ -1,0 +1,54 @@
+package profile
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestNodeBlock(t *testing.T) {
+	def := Node{HeartbeatInterval: 15 * time.Second, HeartbeatTimeout: 45 * time.Second}
+	for _, tc := range []struct {
+		name, hcl string
+		want      Node
+		err       string // a diagnostic's summary; "" for none
+	}{
+		{"no server block", ``, def, ""},
+		{"no node block", `server {}`, def, ""},
+		{"name only", "server {\n node {\n name = \"gpu-03\"\n }\n}", Node{Name: "gpu-03", HeartbeatInterval: 15 * time.Second, HeartbeatTimeout: 45 * time.Second}, ""},
+		{"fast heartbeat, default timeout", "server {\n node {\n heartbeat_interval = \"1s\"\n }\n}", Node{HeartbeatInterval: time.Second, HeartbeatTimeout: 3 * time.Second}, ""},
+		{"all set", "server {\n node {\n name = \"gpu.lab-2_a\"\n heartbeat_interval = \"10s\"\n heartbeat_timeout = \"1m\"\n }\n}",
+			Node{Name: "gpu.lab-2_a", HeartbeatInterval: 10 * time.Second, HeartbeatTimeout: time.Minute}, ""},
+		{"name with a space", "server {\n node {\n name = \"gpu 3\"\n }\n}", Node{}, "Invalid node name"},
+		{"name of a leader payload", "server {\n node {\n name = \"*\"\n }\n}", Node{}, "Invalid node name"},
+		{"empty name", "server {\n node {\n name = \"\"\n }\n}", Node{}, "Invalid node name"},
+		{"interval zero", "server {\n node {\n heartbeat_interval = \"0\"\n }\n}", Node{}, "Invalid heartbeat_interval"},
+		{"interval too long", "server {\n node {\n heartbeat_interval = \"10m\"\n }\n}", Node{}, "Invalid heartbeat_interval"},
+		{"timeout under two intervals", "server {\n node {\n heartbeat_interval = \"10s\"\n heartbeat_timeout = \"15s\"\n }\n}", Node{}, "Invalid heartbeat_timeout"},
+		{"bad duration", "server {\n node {\n heartbeat_timeout = \"soon\"\n }\n}", Node{}, "Invalid duration"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, diags := Parse(Source{Name: "p.hcl", Data: []byte(tc.hcl)})
+			if tc.err == "" {
+				if diags.HasErrors() {
+					t.Fatal(diags)
+				}
+				if got := cfg.Server.Node; got != tc.want {
+					t.Errorf("node = %+v, want %+v", got, tc.want)
+				}
+				return
+			}
+			var sums []string
+			for _, d := range diags {
+				sums = append(sums, d.Summary)
+				if d.Summary == tc.err {
+					if d.Subject == nil || d.Subject.Start.Line < 2 {
+						t.Errorf("diagnostic %q points at %v, not into the node block", d.Summary, d.Subject)
+					}
+					return
+				}
+			}
+			t.Errorf("diagnostics %s; want %q", strings.Join(sums, "; "), tc.err)
+		})
+	}
+}
