@@ -1,0 +1,232 @@
+package orchestrator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gpuvm/gpuvm/pkg/api"
+	"github.com/gpuvm/gpuvm/pkg/hypervisor"
+	"github.com/gpuvm/gpuvm/pkg/store"
+)
+
+// A VM whose domain has started is running in phase "booting" until its
+// guest is up, then "ready". Up means the guest has an IP address: in the
+// DHCP leases of its libvirt network or, failing that, from its QEMU guest
+// agent (Guests). A guest that shows none within BootTimeout (no network,
+// no agent, a static address on a bridge) is ready anyway, and its reason
+// says so. The phase is the VM row's: a gpuvmd that restarts finds its
+// booting VMs again (watchBoots) and goes on watching them.
+
+// Guests tells whether a started VM's guest is up (a *hypervisor.Conn):
+// its IP addresses, none (nil, nil) while it has none.
+type Guests interface {
+	Addresses(ctx context.Context, uuid string) ([]hypervisor.Address, error)
+}
+
+// Defaults of Config.BootTimeout and Config.BootCheck.
+const (
+	DefaultBootTimeout = 5 * time.Minute
+	DefaultBootCheck   = 2 * time.Second
+)
+
+// bootQueryTimeout bounds one look at a guest's addresses: a guest agent
+// that hangs must not hold up the other booting VMs for long.
+const bootQueryTimeout = 10 * time.Second
+
+// BootTimeoutReason is the reason of a VM that was made ready because its
+// guest reported no address within d.
+func BootTimeoutReason(d time.Duration) string {
+	return "the guest reported no address within " + shortDuration(d)
+}
+
+// shortDuration writes d without its zero tails: 5m, 1h30m, 90s → 1m30s.
+func shortDuration(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
+}
+
+// bootWatch is the set of this orchestrator's booting VMs: ID → when they
+// began booting (for a VM found booting after a restart, when its row was
+// last written: its timeout may then run a little late, never early).
+type bootWatch struct {
+	mu    sync.Mutex
+	since map[string]time.Time
+}
+
+// add watches a VM from since, unless it is watched already.
+func (b *bootWatch) add(vmID string, since time.Time) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.since == nil {
+		b.since = map[string]time.Time{}
+	}
+	if _, ok := b.since[vmID]; !ok {
+		b.since[vmID] = since
+	}
+}
+
+func (b *bootWatch) remove(vmID string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	delete(b.since, vmID)
+}
+
+// list is the watched VMs, by ID.
+func (b *bootWatch) list() map[string]time.Time {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	out := make(map[string]time.Time, len(b.since))
+	for id, t := range b.since {
+		out[id] = t
+	}
+	return out
+}
+
+// startedPhase is the phase of a VM whose domain has just started:
+// booting while guests are watched, else ready.
+func (o *Orchestrator) startedPhase() string {
+	if o.cfg.Guests == nil {
+		return api.PhaseReady
+	}
+	return api.PhaseBooting
+}
+
+// booting has the watcher follow a VM that the caller has just moved to
+// phase booting.
+func (o *Orchestrator) booting(vm *store.VM) {
+	if vm.State == store.VMRunning && vm.Phase == api.PhaseBooting {
+		o.boots.add(vm.ID, vm.UpdatedAt)
+	}
+}
+
+// watchBoots follows the booting VMs of this host until ctx ends: those a
+// previous gpuvmd left booting (looked for at once and every
+// ReconcileEvery) and those this one starts, every BootCheck.
+func (o *Orchestrator) watchBoots(ctx context.Context) {
+	tick := time.NewTicker(o.cfg.BootCheck)
+	defer tick.Stop()
+	rescan := time.NewTicker(o.cfg.ReconcileEvery)
+	defer rescan.Stop()
+	if err := o.findBooting(ctx); err != nil && ctx.Err() == nil {
+		o.log.Error("look for booting VMs", "err", err)
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		case <-rescan.C:
+			if err := o.findBooting(ctx); err != nil && ctx.Err() == nil {
+				o.log.Error("look for booting VMs", "err", err)
+			}
+		}
+		o.checkBoots(ctx)
+	}
+}
+
+// findBooting adds the booting VMs of this host the watcher does not know
+// of: those a gpuvmd that stopped left booting.
+func (o *Orchestrator) findBooting(ctx context.Context) error {
+	vms, err := o.listVMs(ctx, store.VMFilter{States: []string{store.VMRunning}, Host: o.cfg.Host})
+	if err != nil {
+		return fmt.Errorf("list the running VMs: %w", err)
+	}
+	for i := range vms {
+		o.booting(&vms[i])
+	}
+	return nil
+}
+
+// checkBoots looks once at every watched VM, oldest boot first: a VM whose
+// guest has an address, or whose boot timeout has passed, is made ready; a
+// VM no longer booting (stopped, deleted, failed) is dropped.
+func (o *Orchestrator) checkBoots(ctx context.Context) {
+	watched := o.boots.list()
+	ids := make([]string, 0, len(watched))
+	for id := range watched {
+		ids = append(ids, id)
+	}
+	sort.Slice(ids, func(i, j int) bool { return watched[ids[i]].Before(watched[ids[j]]) })
+	for _, id := range ids {
+		if ctx.Err() != nil {
+			return
+		}
+		vm, err := o.st.GetVM(ctx, id)
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+			o.boots.remove(id)
+			continue
+		case err != nil:
+			o.log.Error("read a booting VM", "vm", id, "err", err)
+			continue
+		}
+		if vm.State != store.VMRunning || vm.Phase != api.PhaseBooting {
+			o.boots.remove(id)
+			continue
+		}
+		if err := o.checkBoot(ctx, vm, watched[id]); err != nil && ctx.Err() == nil {
+			o.log.Error("mark a booted VM ready", "vm", id, "err", err)
+		}
+	}
+}
+
+// checkBoot makes a booting VM ready when its guest has an address or its
+// boot began BootTimeout ago or more.
+func (o *Orchestrator) checkBoot(ctx context.Context, vm *store.VM, since time.Time) error {
+	var addrs []hypervisor.Address
+	var qerr error
+	if o.cfg.Guests != nil {
+		qctx, cancel := context.WithTimeout(ctx, bootQueryTimeout)
+		addrs, qerr = o.cfg.Guests.Addresses(qctx, vm.ID)
+		cancel()
+	}
+	reason := ""
+	switch {
+	case len(addrs) > 0:
+	case o.cfg.Guests == nil:
+		// Guests are not watched (any more): nothing to wait for.
+	case o.st.Now().Sub(since) >= o.cfg.BootTimeout:
+		reason = BootTimeoutReason(o.cfg.BootTimeout)
+	default:
+		switch {
+		case qerr == nil || ctx.Err() != nil:
+		case hypervisor.IsNotFound(qerr):
+			// The domain is gone: the reconciler marks the VM failed.
+			o.log.Debug("a booting VM has no domain", "vm", vm.ID, "name", vm.Name)
+		default:
+			// Not fatal: the next look may answer; the timeout bounds it.
+			o.log.Warn("could not read a booting guest's addresses", "vm", vm.ID, "name", vm.Name, "err", qerr)
+		}
+		return nil
+	}
+	_, err := o.st.UpdateVMState(ctx, vm.ID, vm.Version, store.VMUpdate{State: store.VMRunning, Phase: api.PhaseReady, StateReason: reason})
+	if errors.Is(err, store.ErrConflict) {
+		return nil // changed meanwhile (an extend, a stop): the next look reads it again
+	}
+	if err != nil {
+		return err
+	}
+	o.boots.remove(vm.ID)
+	if reason != "" {
+		o.log.Warn("VM ready without a guest address", "vm", vm.ID, "name", vm.Name, "owner", vm.Owner, "reason", reason, "query_err", qerr)
+		return nil
+	}
+	shown := make([]string, len(addrs))
+	for i, a := range addrs {
+		shown[i] = a.String() + " (" + string(a.Source) + ")"
+	}
+	o.log.Info("VM ready: its guest is up", "vm", vm.ID, "name", vm.Name, "owner", vm.Owner, "addresses", shown,
+		"booted_in", o.st.Now().Sub(since).Round(time.Second))
+	return nil
+}
