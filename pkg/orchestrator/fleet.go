@@ -1,0 +1,310 @@
+package orchestrator
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/gpuvm/gpuvm/pkg/api"
+	"github.com/gpuvm/gpuvm/pkg/profile"
+	"github.com/gpuvm/gpuvm/pkg/scheduler"
+	"github.com/gpuvm/gpuvm/pkg/store"
+)
+
+// An orchestrator may be one node of a fleet: several gpuvmds sharing one
+// PostgreSQL database (pkg/fleet). Then
+//
+//   - only the leader places queued VMs, in one scheduling cycle over the
+//     whole fleet's queue and every healthy node's GPUs: this host's as
+//     its backends report them now, the others' as their last heartbeat
+//     published them (hosts.inventory, with the scheduler's view of each
+//     GPU under "spec"). A node whose heartbeat is older than HostTimeout
+//     offers nothing; a draining node keeps what runs and takes nothing
+//     new. The claim stays one transaction under the database's slot
+//     keys, so two leaders for a moment still never give a slot twice;
+//   - each node runs the operations of the VMs placed on it (vm.host);
+//     VMs not placed anywhere yet (queued) are the leader's;
+//   - the leader is told of new work by a notification (Fleet.Notify), a
+//     node of the VMs placed on it, and the leader of capacity a node
+//     freed; the tick is the fallback.
+
+// Fleet is what an orchestrator asks of the fleet it is a node of (a
+// *fleet.Node).
+type Fleet interface {
+	// IsLeader reports whether this node places the fleet's queue now.
+	IsLeader() bool
+	// Notify wakes another node ("" the leader).
+	Notify(node string)
+}
+
+// DefaultHostTimeout is how old a node's heartbeat may be before its
+// capacity leaves scheduling, when Config.HostTimeout is not set.
+const DefaultHostTimeout = 45 * time.Second
+
+// leading reports whether this orchestrator places queued VMs: always on a
+// single server.
+func (o *Orchestrator) leading() bool { return o.cfg.Fleet == nil || o.cfg.Fleet.IsLeader() }
+
+// owns reports whether this node runs a VM's operations: those of VMs
+// placed on it, and, on the leader, those of VMs placed nowhere (queued,
+// or never placed: a delete of one has nothing on any host to remove).
+func (o *Orchestrator) owns(vm *store.VM) bool {
+	if o.cfg.Fleet == nil {
+		return true
+	}
+	if vm.State == store.VMQueued || vm.Host == "" {
+		return o.cfg.Fleet.IsLeader()
+	}
+	return vm.Host == o.cfg.Host
+}
+
+// wakeNode wakes another node of the fleet ("" the leader); nothing on a
+// single server.
+func (o *Orchestrator) wakeNode(node string) {
+	if o.cfg.Fleet != nil && node != o.cfg.Host {
+		o.cfg.Fleet.Notify(node)
+	}
+}
+
+// capacityFreed tells the leader that this node freed slots, so that a
+// queued VM may take them at once.
+func (o *Orchestrator) capacityFreed() {
+	if o.cfg.Fleet != nil && !o.cfg.Fleet.IsLeader() {
+		o.cfg.Fleet.Notify("")
+	}
+}
+
+// HostSpec is this host's GPUs as the scheduler sees them, from the
+// backends' inventory and the configuration's gpu blocks (modes, MIG
+// layouts). A fleet's nodes publish it with their heartbeat; the leader
+// places on it.
+func (o *Orchestrator) HostSpec(hi api.HostInventory) scheduler.HostSpec {
+	spec, _ := o.hostSpec(o.cfg.Profiles(), hi)
+	return spec
+}
+
+// hostSpec is HostSpec with the devices the inventory reports.
+func (o *Orchestrator) hostSpec(cfg *profile.Config, hi api.HostInventory) (scheduler.HostSpec, []scheduler.Allocation) {
+	if cfg == nil {
+		cfg = &profile.Config{}
+	}
+	spec, devices := scheduler.FromAPI(o.cfg.Host, hi, configuredMode(cfg))
+	for i := range spec.GPUs {
+		g := &spec.GPUs[i]
+		if s := cfg.Server.Host.Settings(g.Address, modelOf(g.Model)); len(s.MIGLayout) > 0 {
+			g.MIGLayout = s.MIGLayout
+		}
+	}
+	return spec, devices
+}
+
+// HeartbeatInventory is what a node's heartbeat stores in hosts.inventory:
+// its inventory (api.HostInventory, which GET /v1/hosts reads) and, for the
+// fleet's leader, the scheduler's view of its GPUs.
+type HeartbeatInventory struct {
+	api.HostInventory
+	Spec *scheduler.HostSpec `json:"spec,omitempty"`
+}
+
+// placeHost is one host of a round: its GPUs and the devices it reports.
+type placeHost struct {
+	spec    scheduler.HostSpec
+	devices []scheduler.Allocation
+}
+
+// placementHosts are the hosts a round places on: this one, from its
+// backends (of kinds) now, and in a fleet every other node that is up or
+// draining and whose heartbeat is younger than HostTimeout, from that
+// heartbeat. A node's devices of VMs the database knows are left out: the
+// live ones are counted by their allocations, and the others were removed
+// before their slots were released (what a heartbeat older than the
+// removal still lists).
+func (o *Orchestrator) placementHosts(ctx context.Context, cfg *profile.Config, kinds []string) ([]placeHost, error) {
+	invs, errs := o.inventoriesOf(ctx, kinds)
+	for _, err := range errs {
+		o.log.Warn("a backend did not answer; its GPUs are not offered this round", "err", err)
+	}
+	self, devices := o.hostSpec(cfg, mergedInventory(invs))
+	if o.cfg.Fleet == nil {
+		return []placeHost{{self, devices}}, nil
+	}
+	rows, err := o.st.ListHosts(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("list the fleet's nodes: %w", err)
+	}
+	now := o.st.Now()
+	out := []placeHost{{self, devices}}
+	var foreign []string // VM IDs of the other nodes' devices
+	for _, h := range rows {
+		if h.Name == o.cfg.Host {
+			out[0].spec.Draining = h.State == store.HostDraining
+			continue
+		}
+		if h.State == store.HostDown || now.Sub(h.HeartbeatAt) > o.hostTimeout() {
+			continue // down: its capacity is not offered
+		}
+		ph, err := o.remote.get(cfg, h)
+		if err != nil {
+			o.log.Warn("a node's published inventory is unusable; nothing is placed on it this round", "host", h.Name, "err", err)
+			continue
+		}
+		for _, d := range ph.devices {
+			foreign = append(foreign, d.ID)
+		}
+		out = append(out, ph)
+	}
+	if len(foreign) == 0 {
+		return out, nil
+	}
+	slices.Sort(foreign)
+	known, err := o.st.GetVMs(ctx, slices.Compact(foreign))
+	if err != nil {
+		return nil, err
+	}
+	for i := range out[1:] {
+		h := &out[i+1]
+		h.devices = slices.DeleteFunc(slices.Clone(h.devices), func(d scheduler.Allocation) bool { return known[d.ID] != nil }) // the cache's stay whole
+	}
+	return out, nil
+}
+
+// remoteHosts keeps the nodes' heartbeats as last read: a heartbeat that
+// did not change (the usual case: inventories change when devices do) is
+// not decoded and checked again every round.
+type remoteHosts struct {
+	mu    sync.Mutex
+	cfg   *profile.Config // the configuration they were read under
+	hosts map[string]remoteEntry
+}
+
+type remoteEntry struct {
+	inventory, state string
+	ph               placeHost
+	err              error
+}
+
+func (r *remoteHosts) get(cfg *profile.Config, h store.Host) (placeHost, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.cfg != cfg { // a reload: modes may read otherwise
+		r.cfg, r.hosts = cfg, map[string]remoteEntry{}
+	}
+	if e, ok := r.hosts[h.Name]; ok && e.inventory == h.Inventory && e.state == h.State {
+		return e.ph, e.err
+	}
+	ph, err := remoteHost(cfg, h)
+	r.hosts[h.Name] = remoteEntry{inventory: h.Inventory, state: h.State, ph: ph, err: err}
+	return ph, err
+}
+
+// remoteHost reads a node's heartbeat: the scheduler's view of its GPUs as
+// it published it (its own configuration's modes and layouts), else, from
+// a node that publishes none, its inventory under this configuration.
+func remoteHost(cfg *profile.Config, h store.Host) (placeHost, error) {
+	if h.Inventory == "" {
+		return placeHost{}, errors.New("it has sent no inventory yet")
+	}
+	var hb HeartbeatInventory
+	if err := json.Unmarshal([]byte(h.Inventory), &hb); err != nil {
+		return placeHost{}, fmt.Errorf("its inventory is not valid JSON: %w", err)
+	}
+	spec, devices := scheduler.FromAPI(h.Name, hb.HostInventory, configuredMode(cfg))
+	if hb.Spec != nil {
+		spec = *hb.Spec
+		spec.Name = h.Name
+	}
+	spec.Draining = h.State == store.HostDraining
+	if _, err := scheduler.NewInventory([]scheduler.HostSpec{spec}, nil); err != nil {
+		return placeHost{}, err
+	}
+	return placeHost{spec, devices}, nil
+}
+
+func (o *Orchestrator) hostTimeout() time.Duration {
+	if o.cfg.HostTimeout > 0 {
+		return o.cfg.HostTimeout
+	}
+	return DefaultHostTimeout
+}
+
+// RequeueFromDownHosts puts back in the queue the VMs placed on the given
+// nodes (down: their heartbeat stopped) that those nodes had not begun to
+// make: allocating, every allocation still reserved with no device, the
+// create not past its allocation step. Their slots are released and their
+// usage records ended, with the VM queued again and placed nowhere, in one
+// transaction each, so the leader places them elsewhere. VMs whose node
+// made anything stay where they are (host-down) until it returns. It
+// returns the VMs it queued again.
+func (o *Orchestrator) RequeueFromDownHosts(ctx context.Context, hosts []string) ([]string, error) {
+	var requeued []string
+	var errs []error
+	for _, host := range hosts {
+		vms, err := o.listVMs(ctx, store.VMFilter{States: []string{store.VMAllocating}, Host: host})
+		if err != nil {
+			return requeued, err
+		}
+		for i := range vms {
+			ok, err := o.requeueUnstarted(ctx, &vms[i])
+			if err != nil {
+				errs = append(errs, fmt.Errorf("vm %s on %s: %w", vms[i].ID, host, err))
+				continue
+			}
+			if ok {
+				requeued = append(requeued, vms[i].ID)
+				o.log.Warn("VM queued again: its node went down before making it", "vm", vms[i].ID, "name", vms[i].Name, "host", host)
+			}
+		}
+	}
+	if len(requeued) > 0 {
+		o.Wake()
+	}
+	return requeued, errors.Join(errs...)
+}
+
+// requeueUnstarted queues a VM again if its node never began to make it.
+func (o *Orchestrator) requeueUnstarted(ctx context.Context, vm *store.VM) (bool, error) {
+	allocs, err := o.liveAllocations(ctx, vm.ID)
+	if err != nil {
+		return false, err
+	}
+	for _, a := range allocs {
+		if a.State != store.AllocReserved || a.DeviceID != "" {
+			return false, nil
+		}
+	}
+	ops, err := o.st.ListOperations(ctx, vm.ID)
+	if err != nil {
+		return false, err
+	}
+	for _, op := range ops {
+		if op.Kind == store.OpCreate && !op.Finished() && op.Step != "" && op.Step != StepAllocate {
+			return false, nil // the node may have begun to make a device
+		}
+		if op.Kind == store.OpStart && !op.Finished() {
+			return false, nil // a stopped VM starting again: its domain and disk are on that node
+		}
+	}
+	// Slots first, the VM (and its event) last, as a claim does: two
+	// transactions never wait on each other's locks in opposite orders.
+	// A delete asked meanwhile is then the leader's, as for any queued VM.
+	nowhere := ""
+	err = o.st.Tx(ctx, func(tx *store.Store) error {
+		if _, err := tx.ReleaseAllocations(ctx, vm.ID); err != nil {
+			return err
+		}
+		if _, err := tx.EndUsageRecords(ctx, vm.ID, tx.Now()); err != nil {
+			return err
+		}
+		_, err := tx.UpdateVMState(ctx, vm.ID, vm.Version, store.VMUpdate{State: store.VMQueued, Phase: PhaseQueued, Host: &nowhere,
+			StateReason: fmt.Sprintf("node %s went down before making the VM; queued again", vm.Host)})
+		return err
+	})
+	if errors.Is(err, store.ErrConflict) {
+		return false, nil // changed meanwhile: the node is back, or it was deleted
+	}
+	return err == nil, err
+}
