@@ -29,10 +29,13 @@ var (
 	startAction = vmAction{
 		name:  "start",
 		short: "Start a stopped VM again",
-		long: `Starts a stopped VM, named by its name (among your live VMs) or its ID. It boots
-on the GPU it kept while stopped; a GPU device the server lost meanwhile (a
-server reboot removes them) is made again first. A VM that is not stopped is
-refused (exit 1).`,
+		long: `Starts a stopped VM, named by its name (among your live VMs) or its ID. A VM
+with a GPU waits in the queue for one again, like a new VM ('gpuvm show' gives
+its place and why it waits), then boots on the device it is given, possibly on
+another GPU, with its own disk; with --wait, "wait for a GPU" is the step shown
+meanwhile. A VM without a GPU boots at once. A VM that is not stopped is
+refused (exit 1), and so is the start of a VM whose lease has ended (extend it
+first).`,
 		example: `  gpuvm start render-1 --wait`,
 		call:    (*client.Client).StartVM,
 		doing:   "Starting",
@@ -40,24 +43,24 @@ refused (exit 1).`,
 	}
 	stopAction = vmAction{
 		name:  "stop",
-		short: "Shut a VM down; it keeps its GPU and its lease runs on",
+		short: "Shut a VM down and give its GPU back; it keeps its disk",
 		long: `Stops a running VM, named by its name (among your live VMs) or its ID: the guest
 is asked to power off (ACPI) and forced off when it has not within the
-server's shutdown timeout. A stopped VM keeps its GPU slice, so 'gpuvm start'
-boots it again at once, and its lease keeps running: 'gpuvm delete' gives the
-GPU back. A VM that is not running is refused (exit 1).`,
+server's shutdown timeout, then its GPU is given back, to the next VM in the
+queue. The VM keeps its disk and its lease keeps running; 'gpuvm start' queues
+it for a GPU again. A VM that is not running is refused (exit 1).`,
 		example: `  gpuvm stop render-1 --wait`,
 		call:    (*client.Client).StopVM,
 		doing:   "Stopping",
 		note: func(vm api.VM) string {
-			return fmt.Sprintf(" It keeps its GPU and its lease runs on; 'gpuvm delete %s' gives the GPU back.", vm.Name)
+			return fmt.Sprintf(" It gives its GPU back and keeps its disk; its lease runs on; 'gpuvm start %s' queues it for a GPU again.", vm.Name)
 		},
 		done: func(vm api.VM, now time.Time) string {
 			s := fmt.Sprintf("VM %s is %s", vm.Name, vm.State)
 			if vm.Reason != "" {
 				s += " (" + vm.Reason + ")"
 			}
-			return s + ". It keeps its GPU; lease " + describeLease(vm, now) + "."
+			return s + ". It keeps its disk; lease " + describeLease(vm, now) + "."
 		},
 	}
 	rebootAction = vmAction{

@@ -62,7 +62,7 @@ func TestActionCommands(t *testing.T) {
 	// stop, reboot: a line, the operation's ID, the answer as JSON. (The
 	// test server's worker finishes their operations without a hypervisor.)
 	out = c.must("stop", "box")
-	if !strings.Contains(out, "Stopping VM box ("+box.ID+"): operation ") || !strings.Contains(out, "It keeps its GPU and its lease runs on; 'gpuvm delete box' gives the GPU back.") {
+	if !strings.Contains(out, "Stopping VM box ("+box.ID+"): operation ") || !strings.Contains(out, "It gives its GPU back and keeps its disk; its lease runs on; 'gpuvm start box' queues it for a GPU again.") {
 		t.Errorf("stop: %q", out)
 	}
 	waitFor(t, func() bool {
@@ -127,7 +127,7 @@ func TestActionWait(t *testing.T) {
 		want, stderr []string
 	}{
 		{"stop", "stop", api.Operation{State: "done"}, api.VM{State: "stopped", Reason: "stopped by ann", Hours: 2}, 0,
-			[]string{"stop pending\n", "stop running: shut down domain\n", "stop done\n", "VM box is stopped (stopped by ann). It keeps its GPU; lease 2 hours"}, nil},
+			[]string{"stop pending\n", "stop running: shut down domain\n", "stop done\n", "VM box is stopped (stopped by ann). It keeps its disk; lease 2 hours"}, nil},
 		{"start", "start", api.Operation{State: "done"}, api.VM{State: "running"}, 0,
 			[]string{"start running: shut down domain\n", "start done\n", "VM box is running.\n"}, nil},
 		{"reboot", "reboot", api.Operation{State: "done"}, api.VM{State: "running"}, 0,

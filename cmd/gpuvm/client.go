@@ -48,6 +48,8 @@ func addClientCommands(root *cobra.Command, getenv func(string) string) {
 	// console.go: the display, tunnels, RDP and SSH through gpuvmd.
 	root.AddCommand(newConsoleCmd(getenv), newTunnelCmd(getenv), newRDPCmd(getenv), newSSHCmd(getenv))
 	root.AddCommand(newUsageCmd(getenv), newReportCmd(getenv)) // usage.go, report.go
+	// reservations.go: GPU capacity booked ahead.
+	root.AddCommand(newReserveCmd(getenv), newReservationsCmd(getenv))
 }
 
 // clientOpts are the connection flags of a command.

@@ -163,7 +163,8 @@ func TestVMCommands(t *testing.T) {
 	// Create and wait.
 	out = c.must("create", "seat", "--name", "box", "--hours", "3", "--ssh-key", keyFile, "--wait")
 	if !strings.Contains(out, "Created VM box") || !strings.Contains(out, "running: ready\n") || !strings.Contains(out, "VM box is running on test-host") ||
-		!strings.Contains(out, "gpuvm show box") || !strings.Contains(out, "(3h left)") {
+		!strings.Contains(out, "gpuvm show box") || !strings.Contains(out, "(3h left)") ||
+		!strings.Contains(out, "/24 (lease, vnet0)") || !strings.Contains(out, "gpuvm ssh box") || !strings.Contains(out, "gpuvm console box (VNC)") {
 		t.Errorf("create --wait:\n%s", out)
 	}
 	// Without waiting, --quiet: the ID.
@@ -203,7 +204,8 @@ func TestVMCommands(t *testing.T) {
 	for _, vm := range l.Items {
 		names[vm.Name] = vm
 	}
-	if len(l.Items) != 4 || names["box"].State != "running" || names["box"].Hours != 3 || names["second"].ID != id2 {
+	if len(l.Items) != 4 || names["box"].State != "running" || names["box"].Hours != 3 || names["second"].ID != id2 ||
+		names["box"].Addresses != nil || names["box"].Console != nil {
 		t.Errorf("list --json: %+v", l)
 	}
 	ids := strings.Fields(c.must("list", "--quiet"))
@@ -222,12 +224,17 @@ func TestVMCommands(t *testing.T) {
 	// show.
 	var vm api.VM
 	decodeStrict(t, c.must("show", "box", "--json"), &vm)
-	if vm.ID != names["box"].ID || vm.State != "running" || vm.LeaseEnd == nil {
-		t.Errorf("show --json: %+v", vm)
+	if vm.ID != names["box"].ID || vm.State != "running" || vm.LeaseEnd == nil || len(vm.Addresses) != 1 || vm.Console == nil ||
+		vm.Console.VVURL != env.URL+"/v1/vms/"+vm.ID+"/console.vv" {
+		t.Fatalf("show --json: %+v", vm)
 	}
 	out = c.must("show", vm.ID)
-	if !strings.Contains(out, "VM box ("+vm.ID+")") || !strings.Contains(out, "running (ready)") || !strings.Contains(out, "3 hours, until") {
-		t.Errorf("show:\n%s", out)
+	for _, want := range []string{"VM box (" + vm.ID + ")", "running (ready)", "3 hours, until",
+		"Addresses:       " + vm.Addresses[0].IP + "/24 (lease, vnet0)\n", "Display:         gpuvm console box (VNC)\n",
+		"SSH:             gpuvm ssh box\n", "Remote desktop:  gpuvm rdp box"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("show lacks %q:\n%s", want, out)
+		}
 	}
 	if _, errOut, code := c.run("show", "nope"); code != 1 || !strings.Contains(errOut, `Not found: no VM "nope"`) {
 		t.Errorf("show nope: exit %d %q", code, errOut)
@@ -294,24 +301,34 @@ func TestCreateWaitPhases(t *testing.T) {
 		{State: "queued", Phase: "waiting for a GPU", Reason: "no free mig capacity for 3g.40gb", QueuePosition: 2},
 		{State: "allocating", Phase: "allocating GPU"},
 		{State: "creating", Phase: "preparing disk"},
-		{State: "creating", Phase: "booting"},
-		{State: "running", Phase: "ready", Host: "gpu1", GPUs: []api.VMGPU{{Address: "0000:41:00.0", Kind: "mig", Type: "3g.40gb"}}},
+		{State: "running", Phase: "booting", Host: "gpu1", Console: &api.VMConsole{Protocol: "vnc"}},
+		{State: "running", Phase: "ready", Host: "gpu1", GPUs: []api.VMGPU{{Address: "0000:41:00.0", Kind: "mig", Type: "3g.40gb"}},
+			Addresses: []api.VMAddress{{IP: "192.0.2.7", Prefix: 24, Interface: "vnet0", Source: "lease"}, {IP: "2001:db8::7", Prefix: 64, Source: "agent"}},
+			Console:   &api.VMConsole{Protocol: "vnc", TicketURL: "http://x/v1/vms/v1/console", VVURL: "http://x/v1/vms/v1/console.vv"}},
 	}
+	timedOut := script[5]
+	timedOut.Addresses, timedOut.Reason = nil, "the guest reported no address within 5m"
 	for _, tc := range []struct {
-		name  string
-		final api.VM
-		tty   bool
-		code  int
-		want  []string
+		name    string
+		final   api.VM
+		tty     bool
+		code    int
+		want    []string
+		notWant []string
 	}{
 		{"plain", script[5], false, 0, []string{
 			"Created VM box (v1) of profile seat",
 			"queued: waiting for a GPU\n",
 			"queued #2: waiting for a GPU (no free mig capacity for 3g.40gb)\n",
-			"allocating: allocating GPU\ncreating: preparing disk\ncreating: booting\nrunning: ready\n",
-			"VM box is running on gpu1.", "mig 3g.40gb"}},
-		{"terminal", script[5], true, 0, []string{"\r\x1b[K", "  creating: booting\n", "  running: ready\n", "VM box is running on gpu1."}},
-		{"fails", api.VM{State: "failed", Reason: "the image is missing"}, false, 1, []string{"allocating: allocating GPU\n", "failed: the image is missing\n"}},
+			"allocating: allocating GPU\ncreating: preparing disk\nrunning: booting\nrunning: ready\n",
+			"VM box is running on gpu1.", "mig 3g.40gb",
+			"  Addresses:       192.0.2.7/24 (lease, vnet0)\n                   2001:db8::7/64 (agent)\n",
+			"  Display:         gpuvm console box (VNC)\n", "  SSH:             gpuvm ssh box\n",
+			"  Remote desktop:  gpuvm rdp box (RDP in the guest), or gpuvm tunnel box PORT\n"}, nil},
+		{"terminal", script[5], true, 0, []string{"\r\x1b[K", "  running: booting\n", "  running: ready\n", "VM box is running on gpu1."}, nil},
+		{"boot timeout", timedOut, false, 0, []string{"running: booting\nrunning: ready (the guest reported no address within 5m)\n",
+			"  Addresses:  none reported by the guest", "gpuvm console box (VNC)"}, []string{"gpuvm ssh", "gpuvm rdp"}},
+		{"fails", api.VM{State: "failed", Reason: "the image is missing"}, false, 1, []string{"allocating: allocating GPU\n", "failed: the image is missing\n"}, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var mu sync.Mutex
@@ -344,7 +361,12 @@ func TestCreateWaitPhases(t *testing.T) {
 			}
 			for _, w := range tc.want {
 				if !strings.Contains(out, w) {
-					t.Errorf("output lacks %q:\n%q", w, out)
+					t.Errorf("output lacks %q:\n%s", w, out)
+				}
+			}
+			for _, w := range tc.notWant {
+				if strings.Contains(out, w) {
+					t.Errorf("output has %q:\n%s", w, out)
 				}
 			}
 			if !tc.tty && strings.Contains(out, "\r") {

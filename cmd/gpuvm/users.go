@@ -126,6 +126,9 @@ func printHosts(w io.Writer, hs []api.Host) error {
 		if h.Simulated {
 			name += " (simulated)"
 		}
+		if h.Leader && len(hs) > 1 { // the node that places the fleet's queue
+			name += " (leader)"
+		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s", name, h.State, orDash(h.Version), agoText(time.Duration(h.HeartbeatAge*float64(time.Second))), gpus, describeCapacity(h.Free))
 		if withURL {
 			fmt.Fprintf(tw, "\t%s", orDash(h.APIURL))
@@ -476,18 +479,28 @@ func newAdminDrainCmd(o *clientOpts) *cobra.Command {
 		out    outputOpts
 	)
 	cmd := &cobra.Command{
-		Use:   "drain GPU",
-		Short: "Drain a GPU: it takes no new VMs, the ones on it keep running",
+		Use:   "drain GPU|NODE",
+		Short: "Drain a GPU or a node: it takes no new VMs, the ones on it keep running",
 		Long: `Drains a GPU of the server, named by its PCI address (0000:41:00.0 or 41:00.0;
 'gpuvm admin gpus' lists them): the scheduler places nothing new on it, and
 VMs that wait only for it say so. What runs on it keeps running. Draining a
 drained GPU replaces the reason. 'gpuvm admin undrain GPU' ends it.
 
-Output: a line by default; --json prints the api.GPUDrainState.
+Given a node's name ('gpuvm hosts' lists the nodes sharing the database), it
+drains the whole node: nothing new is placed there. The VMs on it stay there
+and are named: their disks are local to the node, so gpuvm cannot move them;
+the node is empty once they are deleted or their leases end.
+
+Output: a line by default; --json prints the api.GPUDrainState (a GPU) or
+the api.HostDrainState (a node).
 ` + exitHelp,
-		Example: `  gpuvm admin drain 0000:41:00.0 --reason "fan replacement, back Tuesday"`,
-		Args:    exactArgs(1, "one GPU address"),
+		Example: `  gpuvm admin drain 0000:41:00.0 --reason "fan replacement, back Tuesday"
+  gpuvm admin drain gpu-03`,
+		Args: exactArgs(1, "one GPU address or node name"),
 		RunE: o.runE(func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
+			if !isGPUAddress(args[0]) { // a node (fleet.go)
+				return drainNode(ctx, c, cmd.OutOrStdout(), args[0], reason, out)
+			}
 			st, err := c.DrainGPU(ctx, args[0], reason)
 			if err != nil {
 				return err
@@ -511,16 +524,20 @@ Output: a line by default; --json prints the api.GPUDrainState.
 func newAdminUndrainCmd(o *clientOpts) *cobra.Command {
 	var out outputOpts
 	cmd := &cobra.Command{
-		Use:   "undrain GPU",
-		Short: "End a GPU's drain: it takes VMs again",
-		Long: `Ends the drain of a GPU: the scheduler may place VMs on it again, and queued
-VMs that waited for it are placed at once. A GPU that is not drained is an
-error (exit 1).
+		Use:   "undrain GPU|NODE",
+		Short: "End a GPU's or a node's drain: it takes VMs again",
+		Long: `Ends the drain of a GPU (a PCI address) or of a node (a name, 'gpuvm hosts'):
+the scheduler may place VMs on it again, and queued VMs that waited for it
+are placed at once. One that is not drained is an error (exit 1).
 
-Output: a line by default; --json prints the api.GPUDrainState.
+Output: a line by default; --json prints the api.GPUDrainState (a GPU) or
+the api.HostDrainState (a node).
 ` + exitHelp,
-		Args: exactArgs(1, "one GPU address"),
+		Args: exactArgs(1, "one GPU address or node name"),
 		RunE: o.runE(func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
+			if !isGPUAddress(args[0]) { // a node (fleet.go)
+				return undrainNode(ctx, c, cmd.OutOrStdout(), args[0], out)
+			}
 			st, err := c.UndrainGPU(ctx, args[0])
 			if err != nil {
 				return err

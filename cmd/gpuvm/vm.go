@@ -162,9 +162,10 @@ func newCreateCmd(getenv func(string) string) *cobra.Command {
 answers at once: the VM is queued until a GPU slice is free, then its GPU is
 allocated, its disk prepared and it boots.
 
-With --wait, follows the VM until it runs (or fails) and says each phase as it
-comes; Ctrl-C stops waiting, not the VM. Without it, prints the VM and returns;
-'gpuvm show NAME' tells how it is doing.
+With --wait, follows the VM until it runs and its guest is up (or it fails) and
+says each phase as it comes: queued, allocating GPU, preparing disk, booting,
+ready; then prints how to connect. Ctrl-C stops waiting, not the VM. Without
+it, prints the VM and returns; 'gpuvm show NAME' tells how it is doing.
 
 --ssh-key FILE adds the public keys of FILE (one per line, as in
 authorized_keys) to the guest's user; repeat it for more files.
@@ -189,7 +190,7 @@ VM as it ended); --quiet prints the VM's ID only.
 	f.StringVar(&c.name, "name", "", "the VM's name: lower-case letters, digits and dashes (default: PROFILE-random)")
 	f.IntVar(&c.hours, "hours", 0, "the lease in hours (default: the profile's)")
 	f.StringArrayVar(&c.sshKeys, "ssh-key", nil, "a file of SSH public keys for the guest (repeatable)")
-	f.BoolVar(&c.wait, "wait", false, "wait until the VM runs or fails, showing its phases")
+	f.BoolVar(&c.wait, "wait", false, "wait until the VM runs and its guest is up (or it fails), showing its phases")
 	f.StringVar(&c.startAt, "start-at", "", `place the VM no earlier than TIME: RFC 3339, local "2026-06-01 18:00", or a delay such as 2h`)
 	c.out.flags(cmd, "print the VM's ID only")
 	return cmd
@@ -263,7 +264,7 @@ func runCreate(ctx context.Context, c *client.Client, cmd *cobra.Command, prof s
 	}
 	fmt.Fprintf(progressW, "Created VM %s (%s) of profile %s; waiting for it (Ctrl-C stops waiting, not the VM).\n", vm.Name, vm.ID, vm.Profile)
 	p := newProgress(progressW, tty)
-	last, err := c.WaitVM(ctx, vm.ID, func(vm api.VM) { p.set(describeProgress(vm)) })
+	last, err := c.WaitVMReady(ctx, vm.ID, func(vm api.VM) { p.set(describeProgress(vm)) })
 	p.stop()
 	if err != nil {
 		if ctx.Err() != nil {
@@ -307,7 +308,14 @@ func describeProgress(vm api.VM) string {
 		}
 		return s
 	case "running":
-		return "running: ready"
+		s := "running"
+		if vm.Phase != "" {
+			s += ": " + vm.Phase
+		}
+		if vm.Reason != "" {
+			s += " (" + vm.Reason + ")"
+		}
+		return s
 	case "failed", "deleted", "stopped":
 		return vm.State + ": " + orDash(vm.Reason)
 	}
@@ -328,12 +336,45 @@ func printConnect(w io.Writer, vm api.VM) {
 	fmt.Fprintf(tw, "  ID:\t%s\n", vm.ID)
 	fmt.Fprintf(tw, "  GPU:\t%s\n", describeVMGPUs(vm.GPUs))
 	fmt.Fprintf(tw, "  Lease:\t%s\n", describeLease(vm, time.Now()))
-	if c := vm.Console; c != nil {
-		fmt.Fprintf(tw, "  Console:\t%s://%s:%d\n", c.Protocol, c.Host, c.Port)
-	}
+	printAccess(tw, vm)
 	fmt.Fprintf(tw, "  Details:\tgpuvm show %s\n", vm.Name)
 	fmt.Fprintf(tw, "  Delete:\tgpuvm delete %s\n", vm.Name)
 	tw.Flush()
+}
+
+// printAccess writes, in a table of "  Label:\tvalue" rows, how to reach a
+// running VM: its guest's addresses, and the commands that open its
+// display (gpuvm console) and, once the guest has an address, reach it
+// through gpuvmd (gpuvm ssh, gpuvm rdp, gpuvm tunnel).
+func printAccess(tw io.Writer, vm api.VM) {
+	if vm.State != "running" {
+		return
+	}
+	for i, a := range vm.Addresses {
+		label := ""
+		if i == 0 {
+			label = "Addresses:"
+		}
+		fmt.Fprintf(tw, "  %s\t%s/%d (%s", label, a.IP, a.Prefix, a.Source)
+		if a.Interface != "" {
+			fmt.Fprintf(tw, ", %s", a.Interface)
+		}
+		fmt.Fprintln(tw, ")")
+	}
+	if len(vm.Addresses) == 0 {
+		note := "none reported by the guest (no network, or no DHCP lease or guest agent to tell)"
+		if vm.Phase == api.PhaseBooting {
+			note = "none yet: the guest is booting"
+		}
+		fmt.Fprintf(tw, "  Addresses:\t%s\n", note)
+	}
+	if c := vm.Console; c != nil {
+		fmt.Fprintf(tw, "  Display:\tgpuvm console %s (%s)\n", vm.Name, strings.ToUpper(c.Protocol))
+	}
+	if len(vm.Addresses) > 0 {
+		fmt.Fprintf(tw, "  SSH:\tgpuvm ssh %s\n", vm.Name)
+		fmt.Fprintf(tw, "  Remote desktop:\tgpuvm rdp %s (RDP in the guest), or gpuvm tunnel %s PORT\n", vm.Name, vm.Name)
+	}
 }
 
 // progress shows a VM's phases: one line each, or on a terminal a spinner
@@ -501,6 +542,9 @@ func runList(ctx context.Context, c *client.Client, cmd *cobra.Command, l listOp
 		if vm.QueuePosition > 0 {
 			state += fmt.Sprintf(" #%d", vm.QueuePosition)
 		}
+		if vm.HostState == "down" { // its node of the fleet stopped answering
+			state += " host-down"
+		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", vm.Name, state, vm.Profile, describeVMGPUs(vm.GPUs),
 			shortLease(vm, now), vm.ID, orDash(note))
 	}
@@ -512,8 +556,10 @@ func newShowCmd(getenv func(string) string) *cobra.Command {
 	var out outputOpts
 	cmd := &cobra.Command{
 		Use:   "show VM",
-		Short: "Show one VM: its state, GPU, host and lease",
-		Long: `Shows a VM, named by its name (among your live VMs) or its ID.
+		Short: "Show one VM: its state, GPU, host, lease and how to connect",
+		Long: `Shows a VM, named by its name (among your live VMs) or its ID. While it runs:
+its guest's addresses (once it has booted) and the commands that connect to it
+(gpuvm console, gpuvm ssh, gpuvm rdp).
 
 Output: a description by default; --json prints the api.VM.
 ` + connectionHelp + "\n" + exitHelp,
@@ -549,6 +595,9 @@ func printVM(w io.Writer, vm api.VM, now time.Time) error {
 	if vm.Phase != "" {
 		state += " (" + vm.Phase + ")"
 	}
+	if vm.HostState == "down" {
+		state += ", host-down: node " + vm.Host + " stopped answering; the VM is kept as it is until it returns"
+	}
 	fmt.Fprintf(tw, "  State:\t%s\n", state)
 	if vm.QueuePosition > 0 {
 		fmt.Fprintf(tw, "  Queue:\tposition %d\n", vm.QueuePosition)
@@ -576,9 +625,7 @@ func printVM(w io.Writer, vm api.VM, now time.Time) error {
 		fmt.Fprintf(tw, "  GPU:\t%s\n", s)
 	}
 	fmt.Fprintf(tw, "  Lease:\t%s\n", describeLease(vm, now))
-	if c := vm.Console; c != nil {
-		fmt.Fprintf(tw, "  Console:\t%s://%s:%d\n", c.Protocol, c.Host, c.Port)
-	}
+	printAccess(tw, vm)
 	fmt.Fprintf(tw, "  Created:\t%s\n", vm.CreatedAt.Local().Format(time.DateTime))
 	fmt.Fprintf(tw, "  Updated:\t%s\n", vm.UpdatedAt.Local().Format(time.DateTime))
 	return tw.Flush()

@@ -4,6 +4,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -48,10 +49,14 @@ type options struct {
 	db                                                                                             profileDB
 	ready                                                                                          func(addr string)
 	stdout                                                                                         io.Writer
+	bootTimeout                                                                                    time.Duration
 	test                                                                                           testSeams
 }
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	if len(args) > 0 && args[0] == "migrate-db" {
+		return runMigrateDB(ctx, args[1:], stdout, stderr) // migrate.go
+	}
 	return runOpts(ctx, args, getenv, stdout, stderr, nil)
 }
 
@@ -75,6 +80,7 @@ func runOpts(ctx context.Context, args []string, getenv func(string) string, std
 	fs.StringVar(&o.nvml, "nvml", "auto", "use NVML: auto or none")
 	fs.StringVar(&o.backends, "backends", "", "comma-separated backends to start (default: all)")
 	fs.StringVar(&o.libvirtURI, "libvirt-uri", "", "libvirt connection URI (default: the configuration's libvirt uri, else qemu:///system; test:///default runs without libvirtd)")
+	fs.DurationVar(&o.bootTimeout, "boot-timeout", orchestrator.DefaultBootTimeout, "a started VM is booting until its guest has an address, at most this long; then it is ready")
 	showVersion := fs.Bool("version", false, "print the version and exit")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -82,6 +88,9 @@ func runOpts(ctx context.Context, args []string, getenv func(string) string, std
 	if *showVersion {
 		fmt.Fprintln(stdout, "gpuvmd", version)
 		return nil
+	}
+	if o.bootTimeout <= 0 {
+		return fmt.Errorf("--boot-timeout must be positive, not %s", o.bootTimeout)
 	}
 	if o.nvml != "auto" && o.nvml != "none" {
 		return fmt.Errorf("--nvml must be auto or none, not %q", o.nvml)
@@ -161,6 +170,13 @@ func serve(ctx context.Context, o options, cfg *config, log *slog.Logger) error 
 		return err
 	}
 	defer st.Close()
+	// This gpuvmd's name and heartbeat; on PostgreSQL, a node of the
+	// fleet sharing the database (fleet.go).
+	apiURL := server.ListenURL("http", ln.Addr().String())
+	nd, err := openNode(ctx, o, cfg, st, apiURL, log)
+	if err != nil {
+		return err
+	}
 	tokenPath, created, err := server.EnsureAdmin(ctx, st, o.stateDir)
 	if err != nil {
 		return err
@@ -183,8 +199,28 @@ func serve(ctx context.Context, o options, cfg *config, log *slog.Logger) error 
 	if detach {
 		log.Warn("simulated GPU server with a real hypervisor: VMs boot without their (simulated) GPU", "libvirt", o.libvirtURI)
 	}
+	// The timed rules of sharing (leases, idle stop, window ends,
+	// preemption) are the fleet's work: they see every host's VMs, so
+	// their idle detector does too, and their notices go to the policy's
+	// webhook.
+	notices := monitor.NewNotifier(nil, nil, nil, log)
+	defer notices.Close()
+	idleSettings := profiles().Server.Monitor
+	idle := monitor.NewIdle(st, "", cmp.Or(idleSettings.IdleThreshold, profile.DefaultIdleThreshold),
+		cmp.Or(idleSettings.Interval, profile.DefaultMonitorInterval), nil)
+	// A started VM is booting until its guest has an address (DHCP
+	// leases, then the guest agent); libvirt's test driver runs no guest.
+	var guests orchestrator.Guests = hv
+	if strings.EqualFold(hv.Driver(), "test") {
+		guests = nil
+		log.Info("libvirt's test driver runs no guest: VMs are ready as soon as their domain runs", "libvirt", o.libvirtURI)
+	}
 	orch := orchestrator.New(orchestrator.Config{Store: st, Backends: l, Hypervisor: hv, Profiles: profiles, Log: log, DetachSimulatedGPUs: detach,
-		DomainPrefix: o.test.domainPrefix, Hook: o.test.hook(ctx, log)})
+		Guests: guests, BootTimeout: o.bootTimeout,
+		Idle: idle, Notifier: notices,
+		DomainPrefix: o.test.domainPrefix, Hook: o.test.hook(ctx, log),
+		Host: nd.name, Fleet: nd.orchestratorFleet(), Leader: nd.leader(), HostTimeout: nd.timeout})
+	nd.start(ctx, orch) // knows whether it leads before the first round
 	if rep, err := orch.Reconcile(ctx); err != nil {
 		log.Error("start-up reconcile incomplete; it is retried every minute", "err", err, "fixed", !rep.Empty())
 	}
@@ -192,9 +228,13 @@ func serve(ctx context.Context, o options, cfg *config, log *slog.Logger) error 
 	orchDone := make(chan struct{})
 	go func() { orch.Run(orchCtx); close(orchDone) }()
 	defer func() { stopOrch(); <-orchDone }()
+	fleetDone := make(chan struct{})
+	go func() { nd.run(orchCtx); close(fleetDone) }()
+	defer func() { stopOrch(); <-fleetDone }()
 	// This host's row in the hosts table: registered now, then a heartbeat
 	// with the inventory every server.HeartbeatInterval.
-	hb := &server.Heartbeater{Store: st, Backends: l, Host: orch.Host(), APIURL: server.ListenURL("http", ln.Addr().String()), Version: version, Log: log}
+	hb := &server.Heartbeater{Store: st, Backends: l, Host: orch.Host(), APIURL: apiURL, Version: version, Log: log,
+		Every: nd.interval, Publish: nd.publish(orch)}
 	if err := hb.Register(ctx); err != nil {
 		return fmt.Errorf("register this host in the database: %w", err)
 	}
@@ -223,7 +263,8 @@ func serve(ctx context.Context, o options, cfg *config, log *slog.Logger) error 
 		}
 		log.Debug("usage ledger warm", "took", time.Since(start))
 	}()
-	deps := server.Deps{Auth: st, Backends: l, Log: log, Store: st, Worker: orch, Admission: orch, Host: orch.Host(),
+	deps := server.Deps{Auth: st, Backends: l, Log: log, Store: st, Worker: nd.waker(orch), Admission: orch,
+		Fleet: nd.serverFleet(), HostTimeout: nd.timeout, Bookings: orch, Host: orch.Host(),
 		Metrics: mon.Exporter(), MetricsAuth: monSettings.MetricsAuth, Ledger: ledger}
 	if cfg != nil {
 		deps.Config = cfg
@@ -284,8 +325,9 @@ func openStore(ctx context.Context, o options, log *slog.Logger) (*store.Store, 
 // are not configuration: gpuvmd ignores them unless they are set, and no
 // deployment should set them.
 const (
-	// envTestPauseAt names an orchestrator hook point (orchestrator.CreateHooks,
-	// orchestrator.DeleteHooks). Every VM operation that reaches it logs
+	// envTestPauseAt names an orchestrator hook point (orchestrator.HookPoints:
+	// a create's, a delete's, a stop's, a start's, a reboot's). Every VM
+	// operation that reaches it logs
 	// pauseMessage (with point and vm) and blocks there until gpuvmd stops, so
 	// that a test can SIGKILL gpuvmd at exactly that step.
 	envTestPauseAt = "GPUVM_TEST_PAUSE_AT"
@@ -304,9 +346,8 @@ type testSeams struct {
 
 func readTestSeams(getenv func(string) string) (testSeams, error) {
 	s := testSeams{pauseAt: getenv(envTestPauseAt), domainPrefix: getenv(envTestDomainPrefix)}
-	if s.pauseAt != "" && !slices.Contains(orchestrator.CreateHooks, s.pauseAt) && !slices.Contains(orchestrator.DeleteHooks, s.pauseAt) {
-		return s, fmt.Errorf("$%s=%q is not a hook point; they are %q and %q", envTestPauseAt, s.pauseAt,
-			orchestrator.CreateHooks, orchestrator.DeleteHooks)
+	if s.pauseAt != "" && !slices.Contains(orchestrator.HookPoints(), s.pauseAt) {
+		return s, fmt.Errorf("$%s=%q is not a hook point; they are %q", envTestPauseAt, s.pauseAt, orchestrator.HookPoints())
 	}
 	if s.domainPrefix != "" && !testDomainPrefix.MatchString(s.domainPrefix) {
 		return s, fmt.Errorf("$%s=%q: a domain prefix is a lower-case letter, then up to 30 letters, digits and dashes", envTestDomainPrefix, s.domainPrefix)

@@ -22,6 +22,9 @@ type Host struct {
 	// Free is what could still be placed on the host, as its last
 	// heartbeat saw it (drained GPUs left out).
 	Free Capacity `json:"free"`
+	// Leader marks the node that places the fleet's queue and runs its
+	// once-only work (one at a time, elected through the database).
+	Leader bool `json:"leader,omitempty"`
 }
 
 // Capacity summarises free GPU capacity.
@@ -47,6 +50,21 @@ type DrainRequest struct {
 	// Reason is shown to users whose VMs wait for the GPU: one line, at
 	// most 200 characters.
 	Reason string `json:"reason,omitempty"`
+}
+
+// HostDrainState is the answer to POST and DELETE
+// /v1/admin/hosts/{name}/drain: the node, its state, and what stays on it.
+type HostDrainState struct {
+	Host string `json:"host"`
+	// State is draining after a drain, else up (or down when its
+	// heartbeat stopped).
+	State string `json:"state"`
+	// VMs are the VMs placed on the node that are not deleted: they stay
+	// on it. Their disks are local to the node, so gpuvm cannot move them
+	// to another; they end when deleted or when their lease ends.
+	VMs []string `json:"vms"`
+	// Message says it in a sentence.
+	Message string `json:"message"`
 }
 
 // GPUDrainState is the answer to drain and undrain: the GPU and its drain

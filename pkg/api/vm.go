@@ -34,26 +34,76 @@ type VM struct {
 	// deleting, deleted or failed.
 	State string `json:"state"`
 	// Phase says what is being done now ("allocating GPU", "preparing
-	// disk", "ready").
+	// disk"); a running VM is "booting" until its guest is up, then
+	// "ready" (see PhaseBooting).
 	Phase string `json:"phase,omitempty"`
 	// Reason says why the VM is in its state: why it is queued ("no GPU
 	// has room for MIG 3g.40gb now", "quota: user ann: runs 2 of 2 VMs",
 	// "GPU 0000:41:00.0 is drained (fan)"), why it failed.
-	Reason    string     `json:"reason,omitempty"`
-	Host      string     `json:"host,omitempty"`
+	Reason string `json:"reason,omitempty"`
+	Host   string `json:"host,omitempty"`
+	// HostState is the state of the VM's node (gpuvm hosts): up,
+	// draining (it takes no new VMs), or down (its heartbeat stopped: the
+	// VM is host-down, kept as it is until the node returns, and nothing
+	// can be done to it meanwhile). Absent while the VM is on no node.
+	HostState string     `json:"host_state,omitempty"`
 	GPUs      []VMGPU    `json:"gpus,omitempty"`
 	Hours     int        `json:"hours"`
 	LeaseEnd  *time.Time `json:"lease_end,omitempty"`
 	StartAt   *time.Time `json:"start_at,omitempty"` // earliest placement (create's start_at)
 	CreatedAt time.Time  `json:"created_at"`
 	UpdatedAt time.Time  `json:"updated_at"`
-	Console   *Console   `json:"console,omitempty"`
+	// Addresses are the guest's IP addresses, read live from the
+	// hypervisor: GET /v1/vms/{id} of a running VM only (never in lists);
+	// absent while the guest has none or the hypervisor did not answer in
+	// time.
+	Addresses []VMAddress `json:"addresses,omitempty"`
+	// Console says how to open the display of a running VM that has one:
+	// GET /v1/vms/{id} only (never in lists).
+	Console *VMConsole `json:"console,omitempty"`
 
 	// QueuePosition is the VM's place in the queue while it is queued and
 	// ranked (1 = next), as the last scheduling round saw it; absent
 	// otherwise (not queued, or waiting for its start time or for a GPU
 	// this server can never give).
 	QueuePosition int `json:"queue_position,omitempty"`
+}
+
+// Phases of a running VM: "booting" from the moment its domain starts until
+// its guest is up — it has an IP address (from the DHCP leases of its
+// network, or its guest agent) — or the boot timeout passes; then "ready"
+// (with the reason "the guest reported no address within 5m" after a
+// timeout).
+const (
+	PhaseBooting = "booting"
+	PhaseReady   = "ready"
+)
+
+// VMAddress is an IP address of a running VM's guest.
+type VMAddress struct {
+	// IP is the address: "192.168.122.5", "2001:db8::5".
+	IP string `json:"ip"`
+	// Prefix is the length of its network prefix (24 for a /24).
+	Prefix int `json:"prefix"`
+	// Interface names the interface: the host's tap device ("vnet3") for
+	// a lease, the guest's own name ("eth0") for the agent.
+	Interface string `json:"interface,omitempty"`
+	MAC       string `json:"mac,omitempty"` // lower case
+	// Source is where it was learnt: "lease" (the DHCP leases of the
+	// VM's libvirt network) or "agent" (the QEMU guest agent).
+	Source string `json:"source"`
+}
+
+// VMConsole says how to open a running VM's display. It holds no
+// credential: TicketURL gives a one-time ticket to the caller.
+type VMConsole struct {
+	Protocol string `json:"protocol"` // vnc or spice
+	// TicketURL is GET /v1/vms/{id}/console (bearer token): a one-time
+	// ticket with the websocket and browser URLs (a ConsoleResponse).
+	TicketURL string `json:"ticket_url"`
+	// VVURL is GET /v1/vms/{id}/console.vv (bearer token): a virt-viewer
+	// connection file.
+	VVURL string `json:"vv_url"`
 }
 
 // VMGPU is one GPU device a VM holds.
@@ -68,7 +118,7 @@ type VMGPU struct {
 	Device string `json:"device,omitempty"`
 }
 
-// Console is how to reach a VM's display.
+// Console is where a VM's display listens (ConsoleResponse.Direct).
 type Console struct {
 	Protocol string `json:"protocol"` // vnc or spice
 	Host     string `json:"host"`

@@ -10,15 +10,16 @@ import (
 
 // StartVM asks for a stopped VM (by ID, or by name among the caller's live
 // VMs) to start again. The answer comes at once (202) with the start
-// operation; WaitOperation follows it. A VM that is not stopped, or has an
+// operation; WaitOperation follows it (a VM with a GPU waits in the queue
+// for one first: the operation ends when the VM runs). A VM that is not stopped, or has an
 // unfinished operation, is a conflict (ErrConflict).
 func (c *Client) StartVM(ctx context.Context, idOrName string) (*api.VMActionResponse, error) {
 	return c.vmAction(ctx, idOrName, api.ActionStart)
 }
 
 // StopVM asks for a running VM to shut down (forced off when the guest does
-// not power off in time). A stopped VM keeps its GPU and its lease runs on;
-// the answer and the errors are as StartVM's.
+// not power off in time) and give its GPU back; it keeps its disk, and its
+// lease runs on. The answer and the errors are as StartVM's.
 func (c *Client) StopVM(ctx context.Context, idOrName string) (*api.VMActionResponse, error) {
 	return c.vmAction(ctx, idOrName, api.ActionStop)
 }

@@ -92,6 +92,26 @@ func (c *Client) DrainGPU(ctx context.Context, address, reason string) (*api.GPU
 	return &out, nil
 }
 
+// DrainHost drains a node of the fleet (admins only): it takes no new VMs;
+// the VMs on it stay there (the answer names them).
+func (c *Client) DrainHost(ctx context.Context, name string) (*api.HostDrainState, error) {
+	var out api.HostDrainState
+	if err := c.do(ctx, http.MethodPost, "/v1/admin/hosts/"+url.PathEscape(name)+"/drain", nil, nil, nil, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// UndrainHost lets a drained node take VMs again (admins only); a node that
+// is not drained is not found.
+func (c *Client) UndrainHost(ctx context.Context, name string) (*api.HostDrainState, error) {
+	var out api.HostDrainState
+	if err := c.do(ctx, http.MethodDelete, "/v1/admin/hosts/"+url.PathEscape(name)+"/drain", nil, nil, nil, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
 // UndrainGPU lets a drained GPU take VMs again (admins only); a GPU that
 // is not drained is not found.
 func (c *Client) UndrainGPU(ctx context.Context, address string) (*api.GPUDrainState, error) {

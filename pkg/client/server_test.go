@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -58,18 +59,30 @@ func TestAgainstServer(t *testing.T) {
 	if p, ok := client.AsProblem(err); !client.IsValidation(err) || !ok || p.Field != "hours" {
 		t.Errorf("too many hours: %v", err)
 	}
-	var states []string
-	vm, err := ann.WaitVM(ctx, created.VM.ID, func(vm api.VM) {
+	// The guest stays booting until the wait has seen it booting.
+	var states, running []string
+	env.Worker.HoldBoot.Store(true)
+	vm, err := ann.WaitVMReady(ctx, created.VM.ID, func(vm api.VM) {
 		if len(states) == 0 || states[len(states)-1] != vm.State {
 			states = append(states, vm.State)
+		}
+		if vm.State == "running" {
+			running = append(running, vm.Phase)
+			env.Worker.HoldBoot.Store(false)
 		}
 		env.Worker.Paused.Store(false)
 	})
 	if err != nil || vm.State != "running" || vm.Phase != "ready" || vm.LeaseEnd == nil || vm.Host != "test-host" {
 		t.Fatalf("%v %+v", err, vm)
 	}
-	if states[0] != "queued" || states[len(states)-1] != "running" {
-		t.Errorf("states %v", states)
+	if states[0] != "queued" || states[len(states)-1] != "running" || strings.Join(running, ",") != "booting,ready" {
+		t.Errorf("states %v, running phases %v", states, running)
+	}
+	// Once up: the guest's address and how to open the display (read
+	// live for this VM only: lists have neither).
+	if len(vm.Addresses) != 1 || vm.Addresses[0].Source != "lease" || !strings.HasPrefix(vm.Addresses[0].IP, "192.0.2.") ||
+		vm.Console == nil || vm.Console.Protocol != "vnc" || vm.Console.TicketURL != env.URL+"/v1/vms/"+vm.ID+"/console" {
+		t.Errorf("addresses %+v, console %+v", vm.Addresses, vm.Console)
 	}
 	if op, err := ann.GetOperation(ctx, created.Operation.ID); err != nil || op.State != "done" {
 		t.Errorf("%v %+v", err, op)
@@ -88,7 +101,7 @@ func TestAgainstServer(t *testing.T) {
 	if vm, err := ann.GetVM(ctx, "box"); err != nil || vm.ID != created.VM.ID {
 		t.Errorf("%v %+v", err, vm)
 	}
-	if l, err := ann.ListVMs(ctx, client.ListVMsOptions{States: []string{"running"}}); err != nil || len(l.Items) != 1 {
+	if l, err := ann.ListVMs(ctx, client.ListVMsOptions{States: []string{"running"}}); err != nil || len(l.Items) != 1 || l.Items[0].Addresses != nil || l.Items[0].Console != nil {
 		t.Errorf("%v %+v", err, l)
 	}
 	if _, err := ann.ListVMs(ctx, client.ListVMsOptions{States: []string{"bogus"}}); !errors.Is(err, client.ErrBadRequest) {

@@ -21,6 +21,16 @@ func Settled(vm api.VM) bool {
 	return vm.State == StateRunning || vm.State == StateFailed || vm.State == StateDeleted
 }
 
+// Ready reports whether a VM is in a state WaitVMReady stops at: failed,
+// deleted, stopped, or running past its boot (phase not "booting": its
+// guest is up, or the server's boot timeout has passed).
+func Ready(vm api.VM) bool {
+	if vm.State == StateRunning {
+		return vm.Phase != api.PhaseBooting
+	}
+	return Settled(vm) || vm.State == "stopped"
+}
+
 // maxPollFailures is how many polls in a row may fail for want of an answer
 // (or with 5xx) before a wait gives up.
 const maxPollFailures = 5
@@ -35,6 +45,17 @@ const maxPollFailures = 5
 // end the wait). The wait ends with ctx's error when ctx ends. A VM that
 // failed is not an error: look at its State and Reason.
 func (c *Client) WaitVM(ctx context.Context, id string, changed func(api.VM)) (*api.VM, error) {
+	return c.waitVM(ctx, id, Settled, changed)
+}
+
+// WaitVMReady waits as WaitVM does, and on while a running VM boots: until
+// Ready (its guest is up or the server gave up waiting for it, it failed,
+// or it was stopped or deleted meanwhile).
+func (c *Client) WaitVMReady(ctx context.Context, id string, changed func(api.VM)) (*api.VM, error) {
+	return c.waitVM(ctx, id, Ready, changed)
+}
+
+func (c *Client) waitVM(ctx context.Context, id string, done func(api.VM) bool, changed func(api.VM)) (*api.VM, error) {
 	var last *api.VM
 	check := func() (bool, error) {
 		vm, err := c.GetVM(ctx, id)
@@ -47,7 +68,7 @@ func (c *Client) WaitVM(ctx context.Context, id string, changed func(api.VM)) (*
 			}
 		}
 		last = vm
-		return Settled(*vm), nil
+		return done(*vm), nil
 	}
 	var nudge chan struct{}
 	if es, err := c.Events(ctx, EventsOptions{VM: id}); err == nil {

@@ -24,38 +24,20 @@ func DeviceUUID(vmID string, allocationID int64) string {
 }
 
 // runCreate takes a VM from allocating (or creating) to running, resuming
-// from the state it is in.
+// from the state it is in. The create is done when the domain runs; the
+// VM is in phase booting then, until its guest is up (boot.go).
 func (o *Orchestrator) runCreate(ctx context.Context, vm *store.VM, op *store.Operation) error {
 	p := o.profile(vm.Profile)
 	if p == nil {
 		return o.failVM(ctx, vm.ID, op, fmt.Errorf("profile %q no longer exists", vm.Profile))
 	}
 	if vm.State == store.VMAllocating {
-		// Only an attempt that got as far as creating devices can have left
-		// one behind; a fresh create skips the backend's inventory.
-		mayExist := op.Step != "" && op.Step != StepAllocate
-		allocs, err := o.liveAllocations(ctx, vm.ID)
+		deviceErr, err := o.makeDevices(ctx, vm.ID, op)
 		if err != nil {
 			return err
 		}
-		for _, a := range allocs {
-			if a.State != store.AllocReserved {
-				continue
-			}
-			if err := o.st.SetOperationStep(ctx, op.ID, StepCreateDevice); err != nil {
-				return err
-			}
-			d, err := o.createDevice(ctx, vm.ID, a, allocs, mayExist)
-			if err != nil {
-				return o.createFailed(ctx, vm.ID, op, fmt.Errorf("create the %s device on GPU %s: %w", a.Kind, a.GPUAddress, err))
-			}
-			if err := o.hook(vm.ID, HookDeviceCreated); err != nil {
-				return err
-			}
-			hd, _ := json.Marshal(d.Hostdev)
-			if err := o.st.MarkAllocationCreated(ctx, a.ID, d.ID, string(hd)); err != nil {
-				return err
-			}
+		if deviceErr != nil {
+			return o.createFailed(ctx, vm.ID, op, deviceErr)
 		}
 		if err := o.hook(vm.ID, HookDeviceRecorded); err != nil {
 			return err
@@ -86,14 +68,52 @@ func (o *Orchestrator) runCreate(ctx context.Context, vm *store.VM, op *store.Op
 		return err
 	}
 	lease := o.st.Now().Add(time.Duration(max(vm.Hours, 1)) * time.Hour)
-	if _, err := o.st.UpdateVMState(ctx, vm.ID, vm.Version, store.VMUpdate{State: store.VMRunning, Phase: "ready", LeaseEnd: &lease}); err != nil {
+	running, err := o.st.UpdateVMState(ctx, vm.ID, vm.Version, store.VMUpdate{State: store.VMRunning, Phase: o.startedPhase(), LeaseEnd: &lease})
+	if err != nil {
 		return err
 	}
+	o.booting(running)
 	if err := o.hook(vm.ID, HookRunning); err != nil {
 		return err
 	}
 	o.log.Info("VM running", "vm", vm.ID, "name", vm.Name, "owner", vm.Owner, "domain", req.Spec.Name)
 	return o.st.FinishOperation(ctx, op.ID, nil)
+}
+
+// makeDevices has the backends make the devices of a VM's claimed slots
+// (its reserved allocations) and records each (the allocation created,
+// with its device and hostdev), for a create or a start. deviceErr is a
+// device the backend could not make, which the caller rolls back; err
+// anything else that stopped it (the database, a test hook), to be tried
+// again.
+func (o *Orchestrator) makeDevices(ctx context.Context, vmID string, op *store.Operation) (deviceErr, err error) {
+	// Only an attempt that got as far as creating devices can have left
+	// one behind; a fresh one skips the backend's inventory.
+	mayExist := op.Step != "" && op.Step != StepAllocate
+	allocs, err := o.liveAllocations(ctx, vmID)
+	if err != nil {
+		return nil, err
+	}
+	for _, a := range allocs {
+		if a.State != store.AllocReserved {
+			continue
+		}
+		if err := o.st.SetOperationStep(ctx, op.ID, StepCreateDevice); err != nil {
+			return nil, err
+		}
+		d, err := o.createDevice(ctx, vmID, a, allocs, mayExist)
+		if err != nil {
+			return fmt.Errorf("create the %s device on GPU %s: %w", a.Kind, a.GPUAddress, err), nil
+		}
+		if err := o.hook(vmID, HookDeviceCreated); err != nil {
+			return nil, err
+		}
+		hd, _ := json.Marshal(d.Hostdev)
+		if err := o.st.MarkAllocationCreated(ctx, a.ID, d.ID, string(hd)); err != nil {
+			return nil, err
+		}
+	}
+	return nil, nil
 }
 
 // vmRequest is the libvirt side of a VM: its domain from the profile and the
@@ -248,13 +268,17 @@ func (o *Orchestrator) rollback(ctx context.Context, vmID string) error {
 // release frees a VM's slots and ends its usage records, in one
 // transaction: the GPU time it is charged for ends when its devices go.
 func (o *Orchestrator) release(ctx context.Context, vmID string) error {
-	return o.st.Tx(ctx, func(tx *store.Store) error {
+	err := o.st.Tx(ctx, func(tx *store.Store) error {
 		if _, err := tx.ReleaseAllocations(ctx, vmID); err != nil {
 			return err
 		}
 		_, err := tx.EndUsageRecords(ctx, vmID, tx.Now())
 		return err
 	})
+	if err == nil {
+		o.capacityFreed() // in a fleet, the leader may place a queued VM there now
+	}
+	return err
 }
 
 // removeDevices removes every device made for a VM: those its allocations

@@ -15,15 +15,18 @@ import (
 // on them and places nothing new there, and a VM that only a drained GPU
 // has room for is told which: "GPU 0000:41:00.0 is drained (fan)".
 
-// drainsOf reads the drained GPUs of a host, by address.
-func drainsOf(ctx context.Context, st *store.Store, host string) (map[string]store.GPUDrain, error) {
-	ds, err := st.ListGPUDrains(ctx, host)
+// drainsOf reads the drained GPUs of every host, by host and address.
+func drainsOf(ctx context.Context, st *store.Store) (map[string]map[string]store.GPUDrain, error) {
+	ds, err := st.ListGPUDrains(ctx, "")
 	if err != nil {
 		return nil, err
 	}
-	out := make(map[string]store.GPUDrain, len(ds))
+	out := map[string]map[string]store.GPUDrain{}
 	for _, d := range ds {
-		out[d.GPUAddress] = d
+		if out[d.Host] == nil {
+			out[d.Host] = map[string]store.GPUDrain{}
+		}
+		out[d.Host][d.GPUAddress] = d
 	}
 	return out, nil
 }
@@ -31,12 +34,15 @@ func drainsOf(ctx context.Context, st *store.Store, host string) (map[string]sto
 // undrained is the inventory as it would be if no GPU were drained, with
 // the round's starts: where a request held back by drains would go.
 func undrained(st *state, starts []scheduler.Start) *scheduler.Inventory {
-	spec := st.spec
-	spec.GPUs = slices.Clone(spec.GPUs)
-	for i := range spec.GPUs {
-		spec.GPUs[i].Draining = false
+	specs := slices.Clone(st.specs)
+	for h := range specs {
+		specs[h].Draining = false
+		specs[h].GPUs = slices.Clone(specs[h].GPUs)
+		for i := range specs[h].GPUs {
+			specs[h].GPUs[i].Draining = false
+		}
 	}
-	inv, _ := buildInventory(spec, st.allocs)
+	inv, _ := buildInventory(specs, st.allocs)
 	if inv == nil {
 		return nil
 	}
@@ -56,15 +62,23 @@ func drainedWhy(inv *scheduler.Inventory, r *scheduler.Request, st *state) strin
 	if !why.OK() {
 		return ""
 	}
+	drained := st.drained[p.Host]
 	var addrs []string
 	for _, d := range p.Devices {
 		for _, g := range append([]string{d.GPU}, d.Group...) {
-			if _, ok := st.drained[g]; ok && !slices.Contains(addrs, g) {
+			if _, ok := drained[g]; ok && !slices.Contains(addrs, g) {
 				addrs = append(addrs, g)
 			}
 		}
 	}
-	return drainedText(addrs, st.drained)
+	if len(addrs) == 0 {
+		for _, h := range st.specs {
+			if h.Name == p.Host && h.Draining {
+				return fmt.Sprintf("node %s is drained (gpuvm admin undrain %s)", h.Name, h.Name)
+			}
+		}
+	}
+	return drainedText(addrs, drained)
 }
 
 // drainedText says which GPUs are drained, with the admin's reason when

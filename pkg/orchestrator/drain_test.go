@@ -104,8 +104,8 @@ func TestDrainedGPUsAndReason(t *testing.T) {
 			for i := range s.GPUs {
 				_, s.GPUs[i].Draining = tc.drained[s.GPUs[i].Address]
 			}
-			st := &state{now: now, spec: s, allocs: tc.live, drained: tc.drained}
-			inv, problems := buildInventory(s, tc.live)
+			st := &state{now: now, specs: []scheduler.HostSpec{s}, allocs: tc.live, drained: map[string]map[string]store.GPUDrain{s.Name: tc.drained}}
+			inv, problems := buildInventory(st.specs, tc.live)
 			if inv == nil || len(problems) > 0 {
 				t.Fatal(problems)
 			}

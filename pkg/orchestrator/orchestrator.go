@@ -19,6 +19,8 @@ import (
 	"github.com/gpuvm/gpuvm/pkg/backend"
 	"github.com/gpuvm/gpuvm/pkg/hypervisor"
 	"github.com/gpuvm/gpuvm/pkg/hypervisor/domain"
+	"github.com/gpuvm/gpuvm/pkg/monitor"
+	"github.com/gpuvm/gpuvm/pkg/policy"
 	"github.com/gpuvm/gpuvm/pkg/profile"
 	"github.com/gpuvm/gpuvm/pkg/scheduler"
 	"github.com/gpuvm/gpuvm/pkg/store"
@@ -39,6 +41,9 @@ type Hypervisor interface {
 	Start(ctx context.Context, uuid string) error
 	Shutdown(ctx context.Context, uuid string, timeout time.Duration) (graceful bool, err error)
 	Reboot(ctx context.Context, uuid string) error
+	// ReplaceHostdevs gives a stopped VM's domain the GPU devices it starts
+	// on next, in place of those it had (actions.go).
+	ReplaceHostdevs(ctx context.Context, uuid string, hs []domain.Hostdev) error
 	// CleanupVM removes what a CreateVM that never finished may have left:
 	// the domain, and the VM's disk overlay and seed in pool.
 	CleanupVM(ctx context.Context, uuid, name, pool string) error
@@ -102,14 +107,42 @@ type Config struct {
 	// ShutdownTimeout is how long a deleted or stopped VM gets to shut down
 	// before it is forced off (default 30s).
 	ShutdownTimeout time.Duration
+	// Guests is where a started VM's guest is seen to be up (boot.go): a
+	// VM is running in phase "booting" until its guest has an address,
+	// or BootTimeout (default 5m) has passed, then "ready"; booting VMs
+	// are looked at every BootCheck (default 2s). nil: guests are not
+	// watched (libvirt's test driver runs none), and a VM is ready as
+	// soon as its domain runs.
+	Guests                 Guests
+	BootTimeout, BootCheck time.Duration
 	// Scheduler tunes the scheduling cycle that places queued VMs. Zero:
-	// pack placement and plain EASY backfill (the first VM that cannot
-	// start gets the devices it will start on held, and later ones start
-	// only where they do not delay it), no preemption. The cycle's
-	// lookahead (holds for the largest of the first blocked requests) is
-	// off: it lets a later VM overtake an earlier one of the same size.
+	// pack placement, EASY backfill with the scheduler's lookahead (the
+	// largest of the first 16 VMs that cannot start gets the devices it
+	// will start on held, and other VMs start only where they do not delay
+	// it, or ahead of it in the queue and at least as large), and
+	// preemption with the policy's default notice and minimum runtime
+	// (preempt.go).
 	Scheduler scheduler.Options
-	Log       *slog.Logger
+	// RulesEvery is how often Run applies the timed rules of sharing
+	// (leases.go: lease warnings and ends, idle stop, window ends,
+	// preemption; default DefaultRulesEvery). Idle tells how long running
+	// VMs' GPUs have been idle (nil: no idle stop); Notifier sends the
+	// rules' notices to the policy's webhook (nil: events only); Leader,
+	// when several gpuvmds share the database, says whether this one
+	// applies the rules (nil: always).
+	RulesEvery time.Duration
+	Idle       monitor.IdleDetector
+	Notifier   Notifier
+	Leader     Leader
+	Log        *slog.Logger
+	// Fleet, when set, makes this orchestrator one node of several that
+	// share the database (fleet.go): only the leader places queued VMs,
+	// across every healthy node's GPUs, and each node runs the VMs placed
+	// on it. nil: one server, always the leader. HostTimeout is how old a
+	// node's heartbeat may be before its capacity leaves scheduling
+	// (default DefaultHostTimeout).
+	Fleet       Fleet
+	HostTimeout time.Duration
 	// Hook, for tests, is called at each Hook* point with the VM's ID; an
 	// error stops the work there as if gpuvmd had been killed.
 	Hook func(vmID, point string) error
@@ -128,6 +161,14 @@ type Orchestrator struct {
 	busy map[string]bool // VMs a worker is on
 	// roundMu makes dispatch rounds and reconciles run one at a time.
 	roundMu sync.Mutex
+	boots   bootWatch // the booting VMs (boot.go)
+	rules   rules     // the notices given (leases.go)
+
+	// bookings are the devices each reservation holds (reservations.go).
+	bookings bookingState
+
+	// remote is the fleet's other nodes as last read (fleet.go).
+	remote remoteHosts
 }
 
 // New returns an Orchestrator; Run runs it.
@@ -156,8 +197,17 @@ func New(cfg Config) *Orchestrator {
 	if cfg.ShutdownTimeout <= 0 {
 		cfg.ShutdownTimeout = 30 * time.Second
 	}
+	if cfg.BootTimeout <= 0 {
+		cfg.BootTimeout = DefaultBootTimeout
+	}
+	if cfg.BootCheck <= 0 {
+		cfg.BootCheck = DefaultBootCheck
+	}
 	if cfg.Scheduler == (scheduler.Options{}) {
-		cfg.Scheduler = scheduler.Options{Strategy: scheduler.Pack, Reserve: scheduler.DefaultReserve}
+		cfg.Scheduler = scheduler.DefaultOptions(policy.DefaultNotice, policy.DefaultMinRuntime)
+	}
+	if cfg.RulesEvery <= 0 {
+		cfg.RulesEvery = DefaultRulesEvery
 	}
 	if cfg.Profiles == nil {
 		cfg.Profiles = func() *profile.Config { return &profile.Config{} }
@@ -190,13 +240,18 @@ func (o *Orchestrator) Wake() {
 
 // Run processes operations until ctx ends, then waits for the workers it
 // started: on every wake-up, every Tick, and it reconciles every
-// ReconcileEvery. Reconcile once before Run at start-up.
+// ReconcileEvery; it applies the timed rules every RulesEvery. Alongside, it watches booting VMs until their guests are
+// up (boot.go). Reconcile once before Run at start-up.
 func (o *Orchestrator) Run(ctx context.Context) {
 	tick := time.NewTicker(o.cfg.Tick)
 	defer tick.Stop()
 	rec := time.NewTicker(o.cfg.ReconcileEvery)
 	defer rec.Stop()
+	rules := time.NewTicker(o.cfg.RulesEvery)
+	defer rules.Stop()
 	defer o.wg.Wait()
+	o.wg.Add(1)
+	go func() { defer o.wg.Done(); o.watchBoots(ctx) }()
 	o.dispatch(ctx, false)
 	for {
 		select {
@@ -210,6 +265,8 @@ func (o *Orchestrator) Run(ctx context.Context) {
 			} else {
 				rep.log(o.log)
 			}
+		case <-rules.C:
+			o.applyRules(ctx)
 		}
 		o.dispatch(ctx, false)
 	}
@@ -310,6 +367,9 @@ func (o *Orchestrator) dispatch(ctx context.Context, inline bool) {
 			o.log.Error("an operation's vm does not exist", "vm", id)
 			continue
 		}
+		if !o.owns(vm) {
+			continue // another node's (fleet.go)
+		}
 		if o.dispatchActions(ctx, inline, vm, w) {
 			continue
 		}
@@ -318,6 +378,9 @@ func (o *Orchestrator) dispatch(ctx context.Context, inline bool) {
 			continue
 		}
 		op := w.create
+		if op == nil {
+			op = waitingStart(vm, w) // actions.go: a start that waits for a GPU
+		}
 		if op == nil {
 			continue
 		}
@@ -339,7 +402,15 @@ func (o *Orchestrator) dispatch(ctx context.Context, inline bool) {
 		return
 	}
 	for _, q := range o.schedule(ctx, queue) {
-		o.start(ctx, inline, q.vm.ID, func(ctx context.Context) error { return o.runCreate(ctx, q.vm, q.op) })
+		if q.vm.Host != o.cfg.Host {
+			o.wakeNode(q.vm.Host) // placed on another node of the fleet: it makes the VM
+			continue
+		}
+		run := o.runCreate
+		if q.op.Kind == store.OpStart {
+			run = o.runStart // actions.go
+		}
+		o.start(ctx, inline, q.vm.ID, func(ctx context.Context) error { return run(ctx, q.vm, q.op) })
 	}
 }
 

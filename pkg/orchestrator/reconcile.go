@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 
 	"github.com/gpuvm/gpuvm/pkg/backend"
@@ -124,12 +125,27 @@ func (o *Orchestrator) reconcileHost(ctx context.Context) (Report, error) {
 	if err != nil {
 		errs = append(errs, err)
 	}
-	liveVMs, err := o.listVMs(ctx, store.VMFilter{States: liveStates})
+	// In a fleet a VM is live here only if it is placed here: this host's
+	// devices and domains of VMs placed elsewhere (or queued again after
+	// this node went down) are leaked.
+	// A queued VM that has run (its lease end is set then) is one a start
+	// queued for a GPU again: it keeps its domain and disk while it waits.
+	liveFilter := store.VMFilter{States: append(slices.Clone(liveStates), store.VMQueued)}
+	if o.cfg.Fleet != nil {
+		liveFilter.Host = o.cfg.Host
+	}
+	liveVMs, err := o.listVMs(ctx, liveFilter)
 	if err != nil {
 		return rep, errors.Join(append(errs, err)...)
 	}
-	live := map[string]bool{}
+	live, keepDomain := map[string]bool{}, map[string]bool{}
 	for _, vm := range liveVMs {
+		if vm.State == store.VMQueued {
+			if vm.LeaseEnd != nil {
+				keepDomain[vm.ID] = true
+			}
+			continue
+		}
 		live[vm.ID] = true
 	}
 	o.mu.Lock()
@@ -152,7 +168,7 @@ func (o *Orchestrator) reconcileHost(ctx context.Context) (Report, error) {
 		}
 	}
 	for _, d := range doms {
-		if !strings.HasPrefix(d.Name, o.cfg.DomainPrefix) || live[d.Metadata.VMID] {
+		if !strings.HasPrefix(d.Name, o.cfg.DomainPrefix) || live[d.Metadata.VMID] || keepDomain[d.Metadata.VMID] {
 			continue
 		}
 		o.log.Warn("deleting a leaked domain", "domain", d.Name, "vm", d.Metadata.VMID)

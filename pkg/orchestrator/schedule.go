@@ -21,7 +21,8 @@ import (
 
 // A dispatch round places the queued VMs together, through pkg/scheduler
 // and pkg/policy: it builds the scheduler's inventory of this host from
-// the backends' inventories, the live allocations and the drained GPUs;
+// the backends' inventories (in a fleet, of every healthy node, the others
+// from their heartbeats: fleet.go), the live allocations and the drains;
 // orders the queue by the configured policy; and claims the slots of every
 // VM the cycle starts, at the exact places it chose (a MIG instance's start
 // slot included). The database's slot keys stay the final arbiter: a claim
@@ -36,7 +37,8 @@ const PhaseQueued = "waiting for a GPU"
 // fair share forgets usage by its half-life.
 const usageLookback = 40 * 24 * time.Hour
 
-// queued is a queued VM and its create operation.
+// queued is a queued VM and its create operation, or the start operation
+// of a stopped VM that waits for a GPU again (actions.go).
 type queued struct {
 	vm *store.VM
 	op *store.Operation
@@ -51,12 +53,24 @@ type state struct {
 	running []scheduler.Running
 	groups  map[string][]string // user → groups
 
-	// Of this host, for placement only (nil for an admission):
+	// Of the hosts placed on (this one; in a fleet every healthy node,
+	// fleet.go), for placement only (nil for an admission):
 	inv       *scheduler.Inventory
-	spec      scheduler.HostSpec
+	specs     []scheduler.HostSpec
 	allocs    []scheduler.Allocation
-	drained   map[string]store.GPUDrain
-	slotsHeld map[string]map[string]bool // GPU address → slots of live allocations
+	drained   map[string]map[string]store.GPUDrain  // host → GPU address → drain
+	slotsHeld map[string]map[string]map[string]bool // host → GPU address → slots of live allocations
+	// reservations is the stamp of the reservations the engine holds
+	// capacity for (reservations.go: holdBookings, claimBookings).
+	reservations string
+}
+
+// heldOn is the slots held on a host's GPUs, made on first use.
+func (st *state) heldOn(host string) map[string]map[string]bool {
+	if st.slotsHeld[host] == nil {
+		st.slotsHeld[host] = map[string]map[string]bool{}
+	}
+	return st.slotsHeld[host]
 }
 
 // schedule places what it can of the queued VMs (in dispatch order) and
@@ -75,7 +89,7 @@ func (o *Orchestrator) schedule(ctx context.Context, qs []queued) []queued {
 		p := cfg.Profiles[q.vm.Profile]
 		switch {
 		case p == nil:
-			if err := o.failVM(ctx, q.vm.ID, q.op, fmt.Errorf("profile %q no longer exists", q.vm.Profile)); err != nil {
+			if err := o.refuse(ctx, q, fmt.Errorf("profile %q no longer exists", q.vm.Profile)); err != nil {
 				o.log.Warn("VM failed", "vm", q.vm.ID, "err", err)
 			}
 		case p.GPU == nil:
@@ -96,7 +110,10 @@ func (o *Orchestrator) schedule(ctx context.Context, qs []queued) []queued {
 	if len(gpuQueue) == 0 {
 		return out
 	}
-	st, err := o.placementState(ctx, cfg, o.st.Now(), kindsOf(cfg, gpuQueue))
+	st, err := o.placementState(ctx, cfg, o.st.Now(), o.withBookedKinds(ctx, cfg, kindsOf(cfg, gpuQueue)))
+	if err == nil {
+		err = o.markPreempted(ctx, st) // preempt.go
+	}
 	if err != nil {
 		o.log.Error("scheduling round skipped", "err", err)
 		return out
@@ -108,16 +125,25 @@ func (o *Orchestrator) schedule(ctx context.Context, qs []queued) []queued {
 		byID[q.vm.ID] = q
 		reqOf[q.vm.ID] = len(reqs)
 		reqs = append(reqs, requestOf(cfg, q.vm, st.groups[q.vm.Owner]))
+		restartRequest(&reqs[len(reqs)-1], q, st.now) // actions.go
 	}
 	opts := o.cfg.Scheduler
 	if opts.Strategy == "" {
 		opts.Strategy = scheduler.Pack
 	}
 	d := scheduler.Cycle(st.now, st.inv, reqs, st.running, st.engine, opts)
+	// The cycle's window actions (d.Actions) are ApplyRules' to act on, in
+	// every round whether VMs wait or not (windows.go); its preemptions are
+	// announced here, and carried out when their notice ends (preempt.go).
+	o.announcePreemptions(ctx, cfg, st.now, d.Preempt, byID)
 
 	entries := make(map[string]store.QueueEntry, len(d.Waiting)+len(d.Refused))
 	for _, s := range d.Start {
 		q := byID[s.ID]
+		if why := o.elsewhere(q, s.Placement.Host); why != "" { // actions.go
+			entries[s.ID] = store.QueueEntry{Reason: why, Phase: PhaseQueued}
+			continue
+		}
 		next, err := o.claim(ctx, q, s, st)
 		switch {
 		case errors.Is(err, store.ErrSlotTaken), errors.Is(err, store.ErrConflict):
@@ -139,7 +165,7 @@ func (o *Orchestrator) schedule(ctx context.Context, qs []queued) []queued {
 			entries[r.ID] = store.QueueEntry{Reason: reasonText(r.Reason), Phase: PhaseQueued}
 			continue
 		}
-		if err := o.failVM(ctx, q.vm.ID, q.op, fmt.Errorf("refused by the sharing policy: %s", reasonText(r.Reason))); err != nil {
+		if err := o.refuse(ctx, q, fmt.Errorf("refused by the sharing policy: %s", reasonText(r.Reason))); err != nil {
 			o.log.Warn("VM refused", "vm", q.vm.ID, "err", err)
 		}
 	}
@@ -152,6 +178,11 @@ func (o *Orchestrator) schedule(ctx context.Context, qs []queued) []queued {
 				drainedExplainer = undrained(st, d.Start)
 			}
 			if s := drainedWhy(drainedExplainer, &reqs[reqOf[id]], st); s != "" {
+				why = s
+			}
+		}
+		if w.Reason.Code == scheduler.CodeReservation {
+			if s := bookedWhy(st, &reqs[reqOf[id]]); s != "" { // reservations.go
 				why = s
 			}
 		}
@@ -215,13 +246,16 @@ func requestOf(cfg *profile.Config, vm *store.VM, groups []string) scheduler.Req
 // claim records a start: the slots of every device and the usage records,
 // with the VM moved to allocating, in one transaction.
 func (o *Orchestrator) claim(ctx context.Context, q queued, s scheduler.Start, st *state) (*store.VM, error) {
-	claims, err := claimsOf(s.Placement, st.slotsHeld)
+	claims, err := claimsOf(s.Placement, st.slotsHeld[s.Placement.Host])
 	if err != nil {
 		return nil, err
 	}
-	host := o.cfg.Host
+	host := s.Placement.Host
 	var next *store.VM
 	err = o.st.Tx(ctx, func(tx *store.Store) error {
+		if err := claimBookings(ctx, tx, st); err != nil { // reservations.go
+			return err
+		}
 		if _, err := tx.ClaimAllocation(ctx, q.vm.ID, claims); err != nil {
 			return err
 		}
@@ -235,7 +269,9 @@ func (o *Orchestrator) claim(ctx context.Context, q queued, s scheduler.Start, s
 				return err
 			}
 		}
-		return nil
+		// The step too: one commit per claim (a fleet's leader claims for
+		// every node, one after the other).
+		return tx.SetOperationStep(ctx, q.op.ID, StepAllocate)
 	})
 	if err != nil {
 		return nil, err
@@ -243,14 +279,11 @@ func (o *Orchestrator) claim(ctx context.Context, q queued, s scheduler.Start, s
 	for _, c := range claims {
 		if keys, err := c.SlotKeys(); err == nil {
 			for _, k := range keys {
-				held(st.slotsHeld, c.GPUAddress)[k] = true
+				held(st.heldOn(c.Host), c.GPUAddress)[k] = true
 			}
 		}
 	}
-	if err := o.st.SetOperationStep(ctx, q.op.ID, StepAllocate); err != nil {
-		return nil, err
-	}
-	o.log.Info("VM placed", "vm", q.vm.ID, "name", q.vm.Name, "placement", s.Placement.String())
+	o.log.Info("VM placed", "vm", q.vm.ID, "name", q.vm.Name, "host", host, "placement", s.Placement.String())
 	if err := o.hook(q.vm.ID, HookClaimed); err != nil {
 		return nil, err
 	}
@@ -258,43 +291,68 @@ func (o *Orchestrator) claim(ctx context.Context, q queued, s scheduler.Start, s
 }
 
 // placementState reads everything a round places from: the rules and the
-// VMs that hold devices (policyState), and this host's GPUs as the backends
-// of kinds report them, with the live allocations and the drains.
+// VMs that hold devices (policyState), and the GPUs of the hosts it places
+// on (placementHosts: this host's as the backends of kinds report them;
+// in a fleet every healthy node's too), with the live allocations and the
+// drains.
 func (o *Orchestrator) placementState(ctx context.Context, cfg *profile.Config, now time.Time, kinds []string) (*state, error) {
 	live, err := o.st.ListLiveAllocations(ctx, "")
 	if err != nil {
 		return nil, err
 	}
-	drained, err := drainsOf(ctx, o.st, o.cfg.Host)
+	drained, err := drainsOf(ctx, o.st)
 	if err != nil {
 		return nil, fmt.Errorf("list drained gpus: %w", err)
 	}
-	invs, errs := o.inventoriesOf(ctx, kinds)
-	for _, err := range errs {
-		o.log.Warn("a backend did not answer; its GPUs are not offered this round", "err", err)
-	}
-	spec, devices := scheduler.FromAPI(o.cfg.Host, mergedInventory(invs), configuredMode(cfg))
-	for i := range spec.GPUs {
-		g := &spec.GPUs[i]
-		if s := cfg.Server.Host.Settings(g.Address, modelOf(g.Model)); len(s.MIGLayout) > 0 {
-			g.MIGLayout = s.MIGLayout
-		}
-		if _, ok := drained[g.Address]; ok {
-			g.Draining = true
-		}
+	hosts, err := o.placementHosts(ctx, cfg, kinds)
+	if err != nil {
+		return nil, err
 	}
 	vms, err := o.liveVMs(ctx, live)
 	if err != nil {
 		return nil, err
 	}
-	st := &state{now: now, cfg: cfg, spec: spec, drained: drained, slotsHeld: map[string]map[string]bool{}}
+	st := &state{now: now, cfg: cfg, drained: drained, slotsHeld: map[string]map[string]map[string]bool{}}
 	known := map[string]bool{}
 	for _, a := range live {
 		known[a.VMID] = true
-		if a.Host != o.cfg.Host {
+	}
+	for _, h := range hosts {
+		st.addHost(h.spec, h.devices, live, vms, known)
+	}
+	inv, problems := buildInventory(st.specs, st.allocs)
+	for _, p := range problems {
+		o.log.Warn("inventory: a GPU holds what gpuvm cannot account for; nothing is placed on it", "err", p)
+	}
+	if inv == nil {
+		return nil, fmt.Errorf("build the inventory of %s: %w", o.cfg.Host, errors.Join(problems...))
+	}
+	st.inv = inv
+	if err := o.policyState(ctx, st, live, vms); err != nil {
+		return nil, err
+	}
+	// The reservations: capacity held for their owners (reservations.go).
+	if err := o.holdBookings(ctx, st); err != nil {
+		return nil, err
+	}
+	return st, nil
+}
+
+// addHost adds a host to a round: its GPUs (drained ones marked), the live
+// allocations on it and the devices it reports for none.
+func (st *state) addHost(spec scheduler.HostSpec, devices []scheduler.Allocation, live []store.Allocation, vms map[string]*store.VM, known map[string]bool) {
+	spec.GPUs = slices.Clone(spec.GPUs)
+	for i := range spec.GPUs {
+		if _, ok := st.drained[spec.Name][spec.GPUs[i].Address]; ok {
+			spec.GPUs[i].Draining = true
+		}
+	}
+	first := len(st.allocs)
+	for _, a := range live {
+		if a.Host != spec.Name {
 			continue
 		}
-		held(st.slotsHeld, a.GPUAddress)[a.Slot] = true
+		held(st.heldOn(a.Host), a.GPUAddress)[a.Slot] = true
 		sa := scheduler.Allocation{ID: a.VMID, Host: a.Host, GPU: a.GPUAddress, Kind: scheduler.Kind(a.Kind)}
 		switch a.Kind {
 		case store.KindMIG:
@@ -303,7 +361,7 @@ func (o *Orchestrator) placementState(ctx context.Context, cfg *profile.Config, 
 			sa.Type = a.Profile
 		}
 		if vm := vms[a.VMID]; vm != nil {
-			sa.End = leaseEnd(vm, now)
+			sa.End = leaseEnd(vm, st.now)
 		}
 		st.allocs = append(st.allocs, sa)
 	}
@@ -318,7 +376,7 @@ func (o *Orchestrator) placementState(ctx context.Context, cfg *profile.Config, 
 	// them ("passed through to VM …"): the scheduler knows it is full, and
 	// saying it is unavailable would hide the reason VMs wait for it.
 	occupied := map[string]bool{}
-	for _, a := range st.allocs {
+	for _, a := range st.allocs[first:] {
 		occupied[a.GPU] = true
 	}
 	for i := range spec.GPUs {
@@ -326,19 +384,7 @@ func (o *Orchestrator) placementState(ctx context.Context, cfg *profile.Config, 
 			g.Unavailable = ""
 		}
 	}
-	st.spec = spec
-	inv, problems := buildInventory(spec, st.allocs)
-	for _, p := range problems {
-		o.log.Warn("inventory: a GPU holds what gpuvm cannot account for; nothing is placed on it", "err", p)
-	}
-	if inv == nil {
-		return nil, fmt.Errorf("build the inventory of %s: %w", o.cfg.Host, errors.Join(problems...))
-	}
-	st.inv = inv
-	if err := o.policyState(ctx, st, live, vms); err != nil {
-		return nil, err
-	}
-	return st, nil
+	st.specs = append(st.specs, spec)
 }
 
 // liveVMs reads the VMs that hold live allocations.
@@ -447,16 +493,16 @@ func estimated(as []store.Allocation, need scheduler.Need) scheduler.Placement {
 	return p
 }
 
-// buildInventory builds the scheduler's inventory of one host. An
+// buildInventory builds the scheduler's inventory of the hosts. An
 // allocation it cannot take (a device gpuvm cannot account for, on slots
 // the rules say cannot hold it) makes its GPU unavailable instead of
-// failing the whole host; the problems are returned. It returns nil only
-// when the host itself cannot be modelled.
-func buildInventory(spec scheduler.HostSpec, allocs []scheduler.Allocation) (*scheduler.Inventory, []error) {
-	if inv, err := scheduler.NewInventory([]scheduler.HostSpec{spec}, allocs); err == nil {
+// failing the whole round; the problems are returned. It returns nil only
+// when the hosts themselves cannot be modelled.
+func buildInventory(specs []scheduler.HostSpec, allocs []scheduler.Allocation) (*scheduler.Inventory, []error) {
+	if inv, err := scheduler.NewInventory(specs, allocs); err == nil {
 		return inv, nil
 	}
-	empty, err := scheduler.NewInventory([]scheduler.HostSpec{spec}, nil)
+	empty, err := scheduler.NewInventory(specs, nil)
 	if err != nil {
 		return nil, []error{err}
 	}
@@ -470,11 +516,11 @@ func buildInventory(spec scheduler.HostSpec, allocs []scheduler.Allocation) (*sc
 	}
 	sort.Strings(ids)
 	var problems []error
-	bad := map[string]string{}
+	bad := map[string]string{} // host/GPU → why
 	var good []scheduler.Allocation
 	for _, id := range ids {
 		as := byVM[id]
-		p := scheduler.Placement{Host: spec.Name}
+		p := scheduler.Placement{Host: as[0].Host}
 		end := time.Time{}
 		for _, a := range as {
 			p.Devices = append(p.Devices, scheduler.Device{GPU: a.GPU, Kind: a.Kind, Type: a.Type, Profile: a.Profile, Start: a.Start})
@@ -485,25 +531,28 @@ func buildInventory(spec scheduler.HostSpec, allocs []scheduler.Allocation) (*sc
 		if err := empty.Allocate(id, p, end); err != nil {
 			problems = append(problems, fmt.Errorf("%s: %w", id, err))
 			for _, a := range as {
-				bad[a.GPU] = err.Error()
+				bad[a.Host+"/"+a.GPU] = err.Error()
 			}
 			continue
 		}
 		good = append(good, as...)
 	}
-	spec.GPUs = slices.Clone(spec.GPUs)
-	for i := range spec.GPUs {
-		if why, ok := bad[spec.GPUs[i].Address]; ok {
-			spec.GPUs[i].Unavailable = "it holds devices gpuvm cannot account for (" + why + ")"
+	specs = slices.Clone(specs)
+	for h := range specs {
+		specs[h].GPUs = slices.Clone(specs[h].GPUs)
+		for i := range specs[h].GPUs {
+			if why, ok := bad[specs[h].Name+"/"+specs[h].GPUs[i].Address]; ok {
+				specs[h].GPUs[i].Unavailable = "it holds devices gpuvm cannot account for (" + why + ")"
+			}
 		}
 	}
 	kept := good[:0]
 	for _, a := range good {
-		if _, ok := bad[a.GPU]; !ok {
+		if _, ok := bad[a.Host+"/"+a.GPU]; !ok {
 			kept = append(kept, a)
 		}
 	}
-	inv, err := scheduler.NewInventory([]scheduler.HostSpec{spec}, kept)
+	inv, err := scheduler.NewInventory(specs, kept)
 	if err != nil {
 		return nil, append(problems, err)
 	}

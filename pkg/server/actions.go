@@ -2,6 +2,7 @@ package server
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -156,6 +157,12 @@ func actionEvent(vm *store.VM, p api.VMActionPayload) *store.Event {
 // maximum. A queued VM's lease starts when it runs. Two extends at once
 // cannot lose one: each writes the version it read, and one that lost the
 // race reads again and checks again.
+// ExtendChecker says whether the sharing policy lets a VM's lease end at
+// newEnd (the orchestrator; found through Deps.Admission).
+type ExtendChecker interface {
+	CheckExtend(ctx context.Context, vmID string, newEnd time.Time) error
+}
+
 func (s *Server) extendVM(c *gin.Context, vm *store.VM) {
 	var req api.ExtendVMRequest
 	if !s.decodeJSON(c, &req) {
@@ -204,6 +211,14 @@ func (s *Server) extendVM(c *gin.Context, vm *store.VM) {
 		if vm.LeaseEnd != nil {
 			end := vm.LeaseEnd.Add(time.Duration(req.Hours) * time.Hour)
 			up.LeaseEnd = &end
+			// The longer lease may not run into a window that forbids the
+			// VM or onto GPUs a reservation holds for someone else then.
+			if ec, ok := s.Admission.(ExtendChecker); ok {
+				if err := ec.CheckExtend(ctx, vm.ID, end); err != nil {
+					s.writeProblem(c, withField(errPolicy, "hours", fmt.Sprintf("VM %s cannot run until %s: %v", vm.Name, end.UTC().Format(time.RFC3339), err)))
+					return
+				}
+			}
 		}
 		var next *store.VM
 		err = s.Store.Tx(ctx, func(tx *store.Store) error {

@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/gpuvm/gpuvm/pkg/api"
 	"github.com/gpuvm/gpuvm/pkg/store"
@@ -97,5 +99,47 @@ func TestVMQueuePosition(t *testing.T) {
 	}
 	if vm := get(); vm.QueuePosition != 0 {
 		t.Errorf("allocating: position %d", vm.QueuePosition)
+	}
+}
+
+// extendChecker is an admitter that also checks extensions.
+type extendChecker struct {
+	fakeAdmitter
+	refuse error
+	asked  []time.Time
+}
+
+func (e *extendChecker) CheckExtend(_ context.Context, _ string, newEnd time.Time) error {
+	e.asked = append(e.asked, newEnd)
+	return e.refuse
+}
+
+// An extension the sharing policy forbids (a reservation, a window) is
+// refused with the rule; one it allows goes through; a queued VM, which
+// holds no GPU yet, is not asked about.
+func TestExtendAsksThePolicy(t *testing.T) {
+	s, st, _ := vmServer(t)
+	ec := &extendChecker{refuse: errors.New("GPU 0000:41:00.0 is booked from 12:00 by bob (reservation 3)")}
+	s.Admission = ec
+	box := createBox(t, s, "ann-token", `{"profile":"seat","name":"box","hours":2}`)
+	if rec, _ := send(t, s, "POST", "/v1/vms/box/actions/extend", "ann-token", `{"hours":1}`); rec.Code != 200 || len(ec.asked) != 0 {
+		t.Fatalf("queued: %d, asked %v", rec.Code, ec.asked)
+	}
+	end := time.Now().Add(3 * time.Hour).UTC().Truncate(time.Second)
+	settle(t, st, box.VM.ID, store.VMRunning, &end)
+	rec, body := send(t, s, "POST", "/v1/vms/box/actions/extend", "ann-token", `{"hours":2}`)
+	if rec.Code != 403 || body["type"] != api.ProblemBase+"policy" || body["field"] != "hours" ||
+		!strings.Contains(body["detail"].(string), "booked from 12:00 by bob") {
+		t.Fatalf("refused: %d %v", rec.Code, body)
+	}
+	if len(ec.asked) != 1 || !ec.asked[0].Equal(end.Add(2*time.Hour)) {
+		t.Errorf("asked about %v, want %v", ec.asked, end.Add(2*time.Hour))
+	}
+	if vm, _ := st.GetVM(context.Background(), box.VM.ID); !vm.LeaseEnd.Equal(end) || vm.Hours != 3 {
+		t.Errorf("a refused extension changed the VM: %v %d", vm.LeaseEnd, vm.Hours)
+	}
+	ec.refuse = nil
+	if rec, _ := send(t, s, "POST", "/v1/vms/box/actions/extend", "ann-token", `{"hours":2}`); rec.Code != 200 {
+		t.Errorf("allowed: %d %s", rec.Code, rec.Body)
 	}
 }

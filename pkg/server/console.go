@@ -26,9 +26,9 @@ import (
 	"github.com/gpuvm/gpuvm/pkg/store"
 )
 
-// Consoles is what the console and tunnel routes need of the hypervisor
-// (*hypervisor.Conn): where a running VM's display listens, and its guest's
-// addresses.
+// Consoles is what the console and tunnel routes, and GET /v1/vms/{id},
+// need of the hypervisor (*hypervisor.Conn): where a running VM's display
+// listens, and its guest's addresses.
 type Consoles interface {
 	Console(ctx context.Context, uuid string) (domain.Console, error)
 	Addresses(ctx context.Context, uuid string) ([]hypervisor.Address, error)
@@ -58,6 +58,10 @@ type ConsoleOptions struct {
 	// MaxMessage is the largest websocket message a client may send
 	// (default 1 MiB); a larger one closes the connection.
 	MaxMessage int64
+	// LiveTimeout bounds what GET /v1/vms/{id} asks the hypervisor of a
+	// running VM: its guest's addresses and its display (default 2s);
+	// what does not answer in time is left out of the answer.
+	LiveTimeout time.Duration
 	// Dial connects to a display or a guest's port; nil: a net.Dialer.
 	// Tests send the connections elsewhere.
 	Dial func(ctx context.Context, network, address string) (net.Conn, error)
@@ -72,6 +76,7 @@ const (
 	DefaultCheckInterval = 2 * time.Second
 	DefaultDialTimeout   = 10 * time.Second
 	DefaultMaxMessage    = 1 << 20
+	DefaultLiveTimeout   = 2 * time.Second
 )
 
 func (o ConsoleOptions) withDefaults() ConsoleOptions {
@@ -86,6 +91,7 @@ func (o ConsoleOptions) withDefaults() ConsoleOptions {
 	def(&o.WriteTimeout, DefaultWriteTimeout)
 	def(&o.CheckInterval, DefaultCheckInterval)
 	def(&o.DialTimeout, DefaultDialTimeout)
+	def(&o.LiveTimeout, DefaultLiveTimeout)
 	if o.MaxMessage <= 0 {
 		o.MaxMessage = DefaultMaxMessage
 	}
@@ -206,6 +212,12 @@ func baseURLs(r *http.Request) (httpBase, wsBase string) {
 	return "http://" + r.Host, "ws://" + r.Host
 }
 
+// vmURL is the URL of one of a VM's routes: vmURL(base, id, "/console")
+// is base/v1/vms/{id}/console.
+func vmURL(httpBase, vmID, suffix string) string {
+	return httpBase + "/v1/vms/" + url.PathEscape(vmID) + suffix
+}
+
 func ticketQuery(vmID, ticket string) string {
 	return "?" + url.Values{"vm": {vmID}, "ticket": {ticket}}.Encode()
 }
@@ -225,7 +237,7 @@ func directHost(listen string, r *http.Request) string {
 
 func (s *Server) getConsole(c *gin.Context) {
 	vm, ok := s.findVM(c)
-	if !ok || !s.requireConsoles(c) || !s.requireRunning(c, vm) {
+	if !ok || s.forwardToOwner(c, vm) || !s.requireConsoles(c) || !s.requireRunning(c, vm) { // forwardToOwner: fleet.go
 		return
 	}
 	con, ok := s.liveConsole(c, vm)
@@ -241,7 +253,7 @@ func (s *Server) getConsole(c *gin.Context) {
 	out := api.ConsoleResponse{
 		VMID: vm.ID, Protocol: string(con.Protocol), Ticket: plain, ExpiresAt: t.ExpiresAt,
 		WebSocketURL: wsBase + consoleWSPath + q,
-		VVURL:        httpBase + "/v1/vms/" + url.PathEscape(vm.ID) + "/console.vv",
+		VVURL:        vmURL(httpBase, vm.ID, "/console.vv"),
 	}
 	if con.Protocol == domain.GraphicsVNC {
 		out.BrowserURL = httpBase + consolePageURL + url.PathEscape(vm.ID) + "?" + url.Values{"ticket": {plain}}.Encode()
@@ -269,7 +281,7 @@ func VVFile(protocol domain.GraphicsType, host string, port int, password, title
 
 func (s *Server) getConsoleVV(c *gin.Context) {
 	vm, ok := s.findVM(c)
-	if !ok || !s.requireConsoles(c) || !s.requireRunning(c, vm) {
+	if !ok || s.forwardToOwner(c, vm) || !s.requireConsoles(c) || !s.requireRunning(c, vm) { // forwardToOwner: fleet.go
 		return
 	}
 	con, ok := s.liveConsole(c, vm)
@@ -337,6 +349,9 @@ func (s *Server) serveTicket(c *gin.Context, kind string) {
 	}
 	if !isWebSocketRequest(c.Request) {
 		s.writeProblem(c, with(errBadRequest, "this is a websocket endpoint: send a websocket upgrade (the ticket was not used)"))
+		return
+	}
+	if s.forwardTicket(c, plain) { // a VM on another node of the fleet (fleet.go)
 		return
 	}
 	ctx := c.Request.Context()

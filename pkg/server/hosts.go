@@ -87,7 +87,12 @@ type Heartbeater struct {
 	Host, APIURL, Version string
 	// Every is the heartbeat interval (default HeartbeatInterval).
 	Every time.Duration
-	Log   *slog.Logger
+	// Publish, when set, makes what is stored of the inventory (JSON); it
+	// must keep the api.HostInventory's fields (GET /v1/hosts reads them)
+	// and may add others: a fleet's nodes add what the leader places by
+	// (orchestrator.HeartbeatInventory). nil: the inventory as it is.
+	Publish func(api.HostInventory) any
+	Log     *slog.Logger
 }
 
 func (h *Heartbeater) log() *slog.Logger {
@@ -99,7 +104,11 @@ func (h *Heartbeater) log() *slog.Logger {
 
 func (h *Heartbeater) inventory(ctx context.Context) (string, error) {
 	hi, _ := CollectInventory(ctx, h.Backends, h.log())
-	b, err := json.Marshal(hi)
+	var v any = hi
+	if h.Publish != nil {
+		v = h.Publish(hi)
+	}
+	b, err := json.Marshal(v)
 	if err != nil {
 		return "", fmt.Errorf("encode the inventory of %s: %w", h.Host, err)
 	}
@@ -176,14 +185,17 @@ func (s *Server) listHosts(c *gin.Context) {
 	}
 	admin := user(c).Admin
 	now := s.Store.Now()
+	leader := s.Host // one server leads itself
+	if s.Fleet != nil {
+		if leader, err = s.Fleet.LeaderName(ctx); err != nil {
+			s.log.Warn("cannot tell which node leads the fleet", "err", err)
+		}
+	}
 	out := api.HostList{Items: make([]api.Host, 0, len(hosts))}
 	for _, h := range hosts {
 		age := now.Sub(h.HeartbeatAt)
-		ah := api.Host{Name: h.Name, State: h.State, Version: h.Version, StartedAt: h.StartedAt, HeartbeatAt: h.HeartbeatAt,
-			HeartbeatAge: max(0, age.Round(time.Millisecond).Seconds())}
-		if age > HostDownAfter {
-			ah.State = store.HostDown
-		}
+		ah := api.Host{Name: h.Name, State: s.hostState(&h, now), Version: h.Version, StartedAt: h.StartedAt, HeartbeatAt: h.HeartbeatAt,
+			HeartbeatAge: max(0, age.Round(time.Millisecond).Seconds()), Leader: h.Name == leader && leader != ""}
 		if admin {
 			ah.APIURL = h.APIURL
 		}

@@ -68,6 +68,12 @@ var (
 	pGPU     = param{Name: "addr", In: "path", Description: "the GPU's PCI address (0000:41:00.0 or 41:00.0)", Type: "string"}
 	p404     = []int{http.StatusNotFound}
 
+	// reservations.go
+	pResID    = param{Name: "id", In: "path", Description: "the reservation's ID", Type: "integer"}
+	pResFrom  = param{Name: "from", In: "query", Description: "only reservations with an occurrence ending after this RFC 3339 time (default: now)", Type: "string"}
+	pResTo    = param{Name: "to", In: "query", Description: "only reservations whose first occurrence starts before this RFC 3339 time", Type: "string"}
+	pResOwner = param{Name: "owner", In: "query", Description: "only this owner's: a user, or group:NAME (users: themselves or their groups)", Type: "string"}
+
 	// alerts.go
 	pAlertState = param{Name: "state", In: "query", Description: "only alerts in this state: firing or resolved", Type: "string"}
 	pAlertRule  = param{Name: "rule", In: "query", Description: "only this rule's alerts", Type: "string"}
@@ -89,8 +95,8 @@ var apiRoutes = []route{
 	{Method: "GET", Path: "/v1/profiles", Summary: "The profiles the caller may use", Auth: authUser, Status: 200, Answer: []profileDoc{}},
 	{Method: "GET", Path: "/v1/profiles/{name}", Summary: "One profile the caller may use", Auth: authUser, Params: []param{pProfile}, Status: 200, Answer: profileDoc{}, Errors: p404},
 	{Method: "POST", Path: "/v1/vms", Summary: "Ask for a VM: it is queued, then created", Auth: authUser, Params: []param{pIdemKey}, Body: api.CreateVMRequest{}, Status: 202, Answer: api.CreateVMResponse{}, Errors: []int{400, 404, 409, 413, 422, 503}},
-	{Method: "GET", Path: "/v1/vms", Summary: "The caller's VMs (admins: everyone's), oldest first, by pages", Auth: authUser, Params: []param{pAfter, pLimit, pState, pOwner}, Status: 200, Answer: api.VMList{}, Errors: []int{422, 503}},
-	{Method: "GET", Path: "/v1/vms/{id}", Summary: "One VM", Auth: authUser, Params: []param{pVM}, Status: 200, Answer: api.VM{}, Errors: []int{404, 503}},
+	{Method: "GET", Path: "/v1/vms", Summary: "The caller's VMs (admins: everyone's), oldest first, by pages; without addresses or console (GET /v1/vms/{id} has them)", Auth: authUser, Params: []param{pAfter, pLimit, pState, pOwner}, Status: 200, Answer: api.VMList{}, Errors: []int{422, 503}},
+	{Method: "GET", Path: "/v1/vms/{id}", Summary: "One VM; while it runs, also its guest's addresses and how to open its display, read live from the hypervisor (left out when it does not answer within 2s)", Auth: authUser, Params: []param{pVM}, Status: 200, Answer: api.VM{}, Errors: []int{404, 503}},
 	{Method: "DELETE", Path: "/v1/vms/{id}", Summary: "Delete a VM: its GPU is freed", Auth: authUser, Params: []param{pVM}, Status: 202, Answer: api.OperationResponse{}, Errors: []int{404, 409, 503}},
 	{Method: "POST", Path: "/v1/vms/{id}/actions/start", Summary: "Start a stopped VM on the GPU it kept (a device the host lost is made again); no body", Auth: authUser, Params: []param{pVM}, Status: 202, Answer: api.VMActionResponse{}, Errors: []int{400, 404, 409, 413, 503}},
 	{Method: "POST", Path: "/v1/vms/{id}/actions/stop", Summary: "Stop a running VM (ACPI, forced off after the shutdown timeout): it keeps its GPU and its lease runs on; no body", Auth: authUser, Params: []param{pVM}, Status: 202, Answer: api.VMActionResponse{}, Errors: []int{400, 404, 409, 413, 503}},
@@ -114,6 +120,11 @@ var apiRoutes = []route{
 	{Method: "GET", Path: "/v1/alerts", Summary: "Alerts of the policy's alert rules, newest first, by pages", Auth: authAdmin, Params: []param{pAlertState, pAlertRule, pAfter, pLimit}, Status: 200, Answer: api.AlertList{}, Errors: []int{400, 503}},
 	{Method: "GET", Path: "/v1/usage", Summary: "GPU-hours held in a range, weighted by the share of each GPU, with the utilisation achieved, grouped (users: their own; admins: everyone's)", Auth: authUser, Params: []param{pFrom, pTo, pUsageBy, pUsageUser}, Status: 200, Answer: api.UsageReport{}, Errors: []int{403, 422, 503}},
 	{Method: "GET", Path: "/v1/reports/summary", Summary: "Everything the periodic review report shows: usage, idle VMs, queue waits, weekday × hour heatmaps, notes", Auth: authAdmin, Params: []param{pFrom, pTo, pTZ, pIdleBelow}, Status: 200, Answer: api.ReportSummary{}, Errors: []int{422, 503}},
+	// reservations.go
+	{Method: "POST", Path: "/v1/reservations", Summary: "Book GPU capacity ahead for the caller (admins: for a user or a group), once or weekly/daily; refused with 409 when the GPUs cannot honour it then", Auth: authUser, Body: api.CreateReservationRequest{}, Status: 201, Answer: api.Reservation{}, Errors: []int{400, 403, 404, 409, 413, 422, 503}},
+	{Method: "GET", Path: "/v1/reservations", Summary: "The reservations not over (or in a range) that the caller may see: their own, their groups', those they made (admins: all), by start", Auth: authUser, Params: []param{pResFrom, pResTo, pResOwner}, Status: 200, Answer: api.ReservationList{}, Errors: []int{403, 422, 503}},
+	{Method: "GET", Path: "/v1/reservations/{id}", Summary: "One reservation the caller may see, with its next occurrences", Auth: authUser, Params: []param{pResID}, Status: 200, Answer: api.Reservation{}, Errors: []int{404, 503}},
+	{Method: "DELETE", Path: "/v1/reservations/{id}", Summary: "Cancel a reservation (its owner, who booked it, or an admin)", Auth: authUser, Params: []param{pResID}, Status: 204, Errors: []int{403, 404, 503}},
 }
 
 // openAPI builds the OpenAPI 3.1 document of routes.

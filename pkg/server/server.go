@@ -51,6 +51,9 @@ type Deps struct {
 	// Admission applies the sharing policy to new VMs (the orchestrator);
 	// nil: every valid request is queued.
 	Admission Admitter
+	// Bookings books GPU capacity ahead (the orchestrator); nil: POST
+	// /v1/reservations answers 503 (reservations.go).
+	Bookings Booker
 	// EventPoll is how often the event stream looks for new events
 	// (default 250ms); EventKeepAlive how often an idle stream sends a
 	// comment line (default 15s).
@@ -59,7 +62,8 @@ type Deps struct {
 	// the orchestrator's Host does; default: the hostname.
 	Host string
 	// Consoles finds VMs' displays and guest addresses (the hypervisor);
-	// nil: the console and tunnel routes answer 503.
+	// nil: the console and tunnel routes answer 503, and GET
+	// /v1/vms/{id} shows neither addresses nor console.
 	Consoles Consoles
 	// Console tunes the console and tunnel proxies (ticket lifetime,
 	// timeouts); zero values take the defaults.
@@ -72,6 +76,13 @@ type Deps struct {
 	// Ledger answers usage questions (usage.go, report.go); nil: the
 	// server makes one of Store.
 	Ledger *monitor.Ledger
+	// Fleet, when set, makes this gpuvmd a node of a fleet (fleet.go):
+	// the console and tunnel of a VM on another node are proxied to that
+	// node's gpuvmd, and GET /v1/hosts says which node leads. nil: one
+	// server. HostTimeout is how old a heartbeat may be before its host
+	// is down (default HostDownAfter).
+	Fleet       Fleet
+	HostTimeout time.Duration
 }
 
 // Waker is told that a VM operation was queued.
@@ -160,11 +171,14 @@ func (s *Server) routes() {
 	admin.POST("/users", s.requireStore, s.createUser)
 	admin.POST("/admin/gpus/:addr/drain", s.requireStore, s.drainGPU)
 	admin.DELETE("/admin/gpus/:addr/drain", s.requireStore, s.undrainGPU)
-	admin.GET("/alerts", s.requireStore, s.listAlerts) // alerts.go
+	admin.POST("/admin/hosts/:name/drain", s.requireStore, s.drainHost)     // fleet.go
+	admin.DELETE("/admin/hosts/:name/drain", s.requireStore, s.undrainHost) // fleet.go
+	admin.GET("/alerts", s.requireStore, s.listAlerts)                      // alerts.go
 	v1.GET("/whoami", s.whoami)
 	v1.GET("/usage", s.requireStore, s.usage)                      // usage.go
 	admin.GET("/reports/summary", s.requireStore, s.reportSummary) // report.go
 	v1.GET("/hosts", s.requireStore, s.listHosts)
+	s.reservationRoutes(v1.Group("", s.requireStore)) // reservations.go
 	// A user's own record and tokens: the user or an admin; to others
 	// the user does not exist.
 	self := v1.Group("/users/:name", s.requireStore, s.requireSelfOrAdmin)

@@ -23,7 +23,7 @@ import (
 
 func (s *Server) createTunnel(c *gin.Context) {
 	vm, ok := s.findVM(c)
-	if !ok || !s.requireConsoles(c) {
+	if !ok || s.forwardToOwner(c, vm) || !s.requireConsoles(c) { // forwardToOwner: fleet.go
 		return
 	}
 	var req api.TunnelRequest

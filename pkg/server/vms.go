@@ -315,6 +315,7 @@ func (s *Server) listVMs(c *gin.Context) {
 	for i := range page.VMs {
 		out.Items = append(out.Items, toAPIVM(&page.VMs[i], allocs[page.VMs[i].ID]))
 	}
+	setHostStates(out.Items, s.hostStates(c.Request.Context())) // fleet.go
 	c.JSON(http.StatusOK, out)
 }
 
@@ -357,7 +358,12 @@ func (s *Server) getVM(c *gin.Context) {
 		s.writeProblem(c, err)
 		return
 	}
-	c.JSON(http.StatusOK, toAPIVM(vm, allocs))
+	out := toAPIVM(vm, allocs)
+	if vm.Host != "" && vm.State != store.VMDeleted {
+		out.HostState = s.hostStates(c.Request.Context())[vm.Host] // fleet.go
+	}
+	s.addLiveInfo(c, vm, &out) // addresses and console: here only, never in lists
+	c.JSON(http.StatusOK, out)
 }
 
 func (s *Server) deleteVM(c *gin.Context) {

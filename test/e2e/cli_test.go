@@ -130,6 +130,7 @@ func TestCLIAgainstGpuvmd(t *testing.T) {
 		t.Fatalf("list: %+v", list)
 	}
 	var vm api.VM
+	vm = api.VM{} // omitted fields must not keep what the last answer had
 	c.json(&vm, "show", "box")
 	if vm.ID != list.Items[0].ID || len(vm.GPUs) != 1 || vm.GPUs[0].Type != "1g.10gb" || vm.GPUs[0].Kind != "mig" || vm.LeaseEnd == nil {
 		t.Fatalf("show: %+v", vm)
@@ -146,14 +147,16 @@ func TestCLIAgainstGpuvmd(t *testing.T) {
 	}
 
 	c.must("stop", "box", "--wait")
+	vm = api.VM{} // omitted fields must not keep what the last answer had
 	c.json(&vm, "show", "box")
-	if vm.State != "stopped" || len(vm.GPUs) != 1 {
-		t.Errorf("after stop: %+v", vm)
+	if vm.State != "stopped" || len(vm.GPUs) != 0 || !strings.Contains(vm.Reason, "its GPU was given back") {
+		t.Errorf("after stop (the GPU given back): %+v", vm)
 	}
 	c.must("start", "box", "--wait")
+	vm = api.VM{} // omitted fields must not keep what the last answer had
 	c.json(&vm, "show", "box")
-	if vm.State != "running" {
-		t.Errorf("after start: %+v", vm)
+	if vm.State != "running" || len(vm.GPUs) != 1 || vm.GPUs[0].Type != "1g.10gb" {
+		t.Errorf("after start (on a GPU again): %+v", vm)
 	}
 
 	// The events of that history, replayed.

@@ -1,12 +1,14 @@
 package e2e
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -42,13 +44,27 @@ profile "seat" {
 
 // crashStep is a point where gpuvmd is killed, and what is true there.
 type crashStep struct {
-	point  string
-	delete bool // a step of the delete (else of the create)
+	point string
+	// action is the operation the point is a step of: a create (""), or a
+	// delete, stop, start or reboot of the running VM (a start's of the VM
+	// once stopped).
+	action string
 	// At the pause: the VM's state, whether the backend has made its
 	// device, whether libvirt has its domain.
 	state          string
 	device, domain bool
 }
+
+// The actions a crash step may be a step of, besides the create, and the
+// state a stop leaves.
+const (
+	stateStopped = "stopped"
+
+	actionDelete = "delete"
+	actionStop   = "stop"
+	actionStart  = "start"
+	actionReboot = "reboot"
+)
 
 var crashSteps = []crashStep{
 	{point: orchestrator.HookClaimed, state: "allocating"},
@@ -57,15 +73,26 @@ var crashSteps = []crashStep{
 	{point: orchestrator.HookDiskPrepared, state: "creating", device: true},
 	{point: orchestrator.HookDomainCreated, state: "creating", device: true, domain: true},
 	{point: orchestrator.HookRunning, state: "running", device: true, domain: true},
-	{point: orchestrator.HookDomainDeleted, delete: true, state: "deleting", device: true},
-	{point: orchestrator.HookDevicesRemoved, delete: true, state: "deleting"},
+	{point: orchestrator.HookDomainDeleted, action: actionDelete, state: "deleting", device: true},
+	{point: orchestrator.HookDevicesRemoved, action: actionDelete, state: "deleting"},
+	// A stop gives the GPU back and keeps the domain.
+	{point: orchestrator.HookStopping, action: actionStop, state: "stopping", device: true, domain: true},
+	{point: orchestrator.HookDomainStopped, action: actionStop, state: "stopping", device: true, domain: true},
+	{point: orchestrator.HookGPURemoved, action: actionStop, state: "stopping", domain: true},
+	{point: orchestrator.HookGPUReleased, action: actionStop, state: "stopping", domain: true},
+	// A start queues the VM, and makes a device once it is placed.
+	{point: orchestrator.HookStartQueued, action: actionStart, state: "queued", domain: true},
+	{point: orchestrator.HookDevicesReady, action: actionStart, state: "allocating", device: true, domain: true},
+	{point: orchestrator.HookDevicesAttached, action: actionStart, state: "allocating", device: true, domain: true},
+	{point: orchestrator.HookDomainStarted, action: actionStart, state: "allocating", device: true, domain: true},
+	{point: orchestrator.HookRebootRequested, action: actionReboot, state: "running", device: true, domain: true},
 }
 
 // Every hook point of the orchestrator is in the table: a new step gets a
 // crash test or this fails.
 func TestCrashStepsCoverEveryHook(t *testing.T) {
-	var want, got []string
-	want = append(append(want, orchestrator.CreateHooks...), orchestrator.DeleteHooks...)
+	var got []string
+	want := orchestrator.HookPoints()
 	for _, s := range crashSteps {
 		got = append(got, s.point)
 	}
@@ -74,15 +101,17 @@ func TestCrashStepsCoverEveryHook(t *testing.T) {
 	}
 }
 
-// gpuvmd is SIGKILLed (with its backend plugins) at each step of a create
-// and of a delete, on a simulated h100x8 host with libvirt's test driver
-// hosted by libvirtd, whose domains and volumes outlive gpuvmd. A fresh
-// gpuvmd on the same state directory and database must take the VM to the
-// end the user asked for (create: running; delete: deleted) with nothing
-// leaked and no slot given twice; a created VM is then deleted normally,
-// which must leave the simulated host and libvirt exactly as before. The
-// kind of GPU alternates between a MIG instance and a vGPU. Steps run in
-// parallel, each with its own gpuvmd, state directory and domain prefix.
+// gpuvmd is SIGKILLed (with its backend plugins) at each step of a create,
+// a delete, a stop, a start and a reboot, on a simulated h100x8 host with
+// libvirt's test driver hosted by libvirtd, whose domains and volumes
+// outlive gpuvmd. A fresh gpuvmd on the same state directory and database
+// must take the VM to the end the user asked for (create, start, reboot:
+// running, its domain on its devices; delete: deleted; stop: stopped, its
+// GPU given back and its domain and disk kept) with nothing leaked and no
+// slot given twice; a VM left is then deleted normally, which must leave
+// the simulated host and libvirt exactly as before. The kind of GPU
+// alternates between a MIG instance and a vGPU. Steps run in parallel,
+// each with its own gpuvmd, state directory and domain prefix.
 func TestCrashAtEachHook(t *testing.T) {
 	hv := libvirt(t, testDriverURI)
 	base := filepath.Join(t.TempDir(), "base.raw")
@@ -95,10 +124,7 @@ func TestCrashAtEachHook(t *testing.T) {
 	}
 	for i, step := range crashSteps {
 		gpu := gpus[i%len(gpus)]
-		name := "create"
-		if step.delete {
-			name = "delete"
-		}
+		name := cmp.Or(step.action, "create")
 		t.Run(name+"/"+strings.ReplaceAll(step.point, " ", "_"), func(t *testing.T) {
 			t.Parallel()
 			w := newWorld(t, worldConfig{preset: "h100x8", uri: testDriverURI, pool: testDriverPool,
@@ -111,12 +137,11 @@ func TestCrashAtEachHook(t *testing.T) {
 				t.Fatal(err)
 			}
 			vm := resp.VM
-			var deleteOp *api.Operation
-			if step.delete {
+			opID := resp.Operation.ID
+			if step.action != "" {
 				w.waitState(vm.ID, client.StateRunning, time.Minute)
-				if deleteOp, err = w.cl.DeleteVM(w.ctx(30*time.Second), vm.ID); err != nil {
-					t.Fatal(err)
-				}
+				w.waitOperation(opID, time.Minute)
+				opID = w.act(step.action, vm.ID)
 			}
 			w.waitPaused(step.point, vm.ID)
 			w.checkPaused(hv, step, vm.ID)
@@ -125,19 +150,22 @@ func TestCrashAtEachHook(t *testing.T) {
 
 			w.start()
 			ready := time.Since(killed)
-			if step.delete {
-				w.waitOperation(deleteOp.ID, time.Minute)
+			w.waitOperation(opID, time.Minute)
+			switch step.action {
+			case actionDelete:
 				w.waitState(vm.ID, client.StateDeleted, time.Minute)
-			} else {
+			case actionStop:
+				w.waitState(vm.ID, stateStopped, time.Minute)
+				w.checkStopped(hv, vm.ID)
+			default:
 				running := w.waitState(vm.ID, client.StateRunning, time.Minute)
-				w.waitOperation(resp.Operation.ID, time.Minute)
 				w.checkHost(hv, map[string]api.VM{vm.ID: running}, true)
 				if live := w.checkSlots(); len(live) != 1 {
 					t.Errorf("%d live allocations after the restart, want 1: %+v", len(live), live)
 				}
 			}
 			recovered := time.Since(killed)
-			if !step.delete {
+			if step.action != actionDelete {
 				w.deleteVM(vm.ID)
 			}
 			w.sameHost(hostBefore, w.simHost())
@@ -147,9 +175,69 @@ func TestCrashAtEachHook(t *testing.T) {
 			}
 			w.noErrors()
 			t.Logf("killed at %q (%s): gpuvmd ready again %v after the kill, VM %s %v after it",
-				step.point, gpu.kind, ready.Round(time.Millisecond), map[bool]string{false: "running", true: "deleted"}[step.delete],
+				step.point, gpu.kind, ready.Round(time.Millisecond), cmp.Or(map[string]string{actionDelete: "deleted", actionStop: "stopped"}[step.action], "running"),
 				recovered.Round(time.Millisecond))
 		})
+	}
+}
+
+// act asks for an action on a running VM and returns its operation: a
+// start stops the VM first.
+func (w *world) act(action, vmID string) string {
+	w.t.Helper()
+	ctx := w.ctx(30 * time.Second)
+	var resp *api.VMActionResponse
+	var err error
+	switch action {
+	case actionDelete:
+		op, err := w.cl.DeleteVM(ctx, vmID)
+		if err != nil {
+			w.t.Fatal(err)
+		}
+		return op.ID
+	case actionStop:
+		resp, err = w.cl.StopVM(ctx, vmID)
+	case actionStart:
+		w.waitOperation(w.act(actionStop, vmID), time.Minute)
+		w.waitState(vmID, stateStopped, time.Minute)
+		resp, err = w.cl.StartVM(ctx, vmID)
+	case actionReboot:
+		resp, err = w.cl.RebootVM(ctx, vmID)
+	default:
+		w.t.Fatalf("unknown action %q", action)
+	}
+	if err != nil {
+		w.t.Fatalf("%s VM %s: %v", action, vmID, err)
+	}
+	return resp.Operation.ID
+}
+
+// checkStopped checks a stopped VM: it has given its GPU back (no device,
+// no live allocation) and kept its domain, shut off, with its volumes.
+func (w *world) checkStopped(hv *hypervisor.Conn, vmID string) {
+	w.t.Helper()
+	if devs := devicesOf(w.inventory())[vmID]; len(devs) != 0 {
+		w.t.Errorf("the stopped VM's devices are left: %+v", devs)
+	}
+	if live := w.checkSlots(); len(live) != 0 {
+		w.t.Errorf("%d live allocations once the VM is stopped, want none: %+v", len(live), live)
+	}
+	ls := w.libvirtState(hv)
+	var doms []hypervisor.Info
+	for _, d := range ls.domains {
+		if d.Metadata.VMID == vmID {
+			doms = append(doms, d)
+		}
+	}
+	if len(doms) != 1 || doms[0].State != hypervisor.StateShutoff || len(doms[0].Metadata.Volumes) == 0 {
+		w.t.Errorf("the stopped VM's domains: %+v, want one, shut off, with its volumes", doms)
+	}
+	for _, d := range doms {
+		for _, v := range d.Metadata.Volumes {
+			if v.Pool == w.pool && !slices.Contains(ls.volumes, v.Name) {
+				w.t.Errorf("the stopped VM's volume %s is gone", v.Name)
+			}
+		}
 	}
 }
 

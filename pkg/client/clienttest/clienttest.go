@@ -1,8 +1,8 @@
 // Package clienttest runs a real gpuvmd API (pkg/server) for the tests of
 // API clients: a real store (SQLite in the test's temporary directory) with
 // an admin and a user and their tokens, a fake GPU backend, profiles parsed
-// from HCL, and a fake orchestrator worker that moves VMs through their
-// states without any hypervisor.
+// from HCL, a fake orchestrator worker that moves VMs through their states
+// without any hypervisor, and fake guests (their addresses and displays).
 //
 // It imports the server and the store (cgo, SQLite): tests only.
 package clienttest
@@ -14,13 +14,17 @@ import (
 	"io"
 	"log/slog"
 	"net/http/httptest"
+	"net/netip"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/gpuvm/gpuvm/pkg/api"
 	"github.com/gpuvm/gpuvm/pkg/backend"
+	"github.com/gpuvm/gpuvm/pkg/hypervisor"
+	"github.com/gpuvm/gpuvm/pkg/hypervisor/domain"
 	"github.com/gpuvm/gpuvm/pkg/profile"
 	"github.com/gpuvm/gpuvm/pkg/server"
 	"github.com/gpuvm/gpuvm/pkg/store"
@@ -65,6 +69,7 @@ type Env struct {
 	UserToken  string // user "ann"
 	Store      *store.Store
 	Worker     *Worker
+	Guests     *Guests
 	Config     *Config
 }
 
@@ -116,12 +121,13 @@ func New(t testing.TB, o Options) *Env {
 		HealthF: func(context.Context) (backend.Health, error) { return backend.Health{OK: true}, nil },
 	}
 	wctx, cancel := context.WithCancel(ctx)
-	e.Worker = &Worker{st: st, step: o.Step, wake: make(chan struct{}, 1)}
+	e.Guests = &Guests{st: st, addrs: map[string]netip.Addr{}}
+	e.Worker = &Worker{st: st, step: o.Step, wake: make(chan struct{}, 1), guests: e.Guests}
 	e.Worker.wg.Add(1)
 	go e.Worker.run(wctx)
 	api := server.New(server.Deps{
 		Auth: st, Backends: backends{"mig": mock}, Config: e.Config, Log: log, Store: st, Worker: e.Worker,
-		EventPoll: 10 * time.Millisecond,
+		Consoles: e.Guests, EventPoll: 10 * time.Millisecond,
 	})
 	srv := httptest.NewServer(api)
 	e.URL = srv.URL
@@ -166,15 +172,21 @@ func (c *Config) Reload() (string, error) {
 
 // Worker is a fake orchestrator: every Step it moves each VM with an
 // unfinished operation one state on. A create goes queued (with a reason)
-// → allocating → creating → running, and fails at allocating for
-// FailProfile; a delete goes deleting → deleted.
+// → allocating → creating → running (phase booting, the create done),
+// and fails at allocating for FailProfile; one Step later the guest of a
+// booting VM gets its address and the VM is ready. A delete goes deleting
+// → deleted.
 type Worker struct {
-	st   *store.Store
-	step time.Duration
-	wake chan struct{}
-	wg   sync.WaitGroup
+	st     *store.Store
+	step   time.Duration
+	wake   chan struct{}
+	guests *Guests
+	wg     sync.WaitGroup
 	// Paused stops the worker from moving VMs while true.
 	Paused atomic.Bool
+	// HoldBoot keeps booting VMs booting while true: their guests get no
+	// address.
+	HoldBoot atomic.Bool
 	// Woken counts the wake-ups.
 	Woken atomic.Int32
 }
@@ -209,6 +221,10 @@ func (w *Worker) run(ctx context.Context) {
 }
 
 func (w *Worker) round(ctx context.Context) error {
+	// The VMs that were booting when the round began are up: ready.
+	if err := w.boot(ctx); err != nil {
+		return err
+	}
 	ops, err := w.st.ListUnfinishedOperations(ctx)
 	if err != nil {
 		return err
@@ -233,7 +249,7 @@ func (w *Worker) round(ctx context.Context) error {
 			u = store.VMUpdate{State: store.VMCreating, Phase: "preparing disk"}
 		case op.Kind == store.OpCreate && vm.State == store.VMCreating:
 			lease := w.st.Now().Add(time.Duration(max(vm.Hours, 1)) * time.Hour)
-			u = store.VMUpdate{State: store.VMRunning, Phase: "ready", LeaseEnd: &lease}
+			u = store.VMUpdate{State: store.VMRunning, Phase: api.PhaseBooting, LeaseEnd: &lease}
 			finish = true
 		case op.Kind == store.OpDelete && vm.State != store.VMDeleting && vm.State != store.VMDeleted:
 			u = store.VMUpdate{State: store.VMDeleting, Phase: "removing domain"}
@@ -265,4 +281,84 @@ func (w *Worker) round(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// boot gives the guest of every booting VM its address and makes the VM
+// ready.
+func (w *Worker) boot(ctx context.Context) error {
+	if w.HoldBoot.Load() {
+		return nil
+	}
+	page, err := w.st.ListVMs(ctx, store.VMFilter{States: []string{store.VMRunning}, Limit: 1000})
+	if err != nil {
+		return err
+	}
+	for _, vm := range page.VMs {
+		if vm.Phase != api.PhaseBooting {
+			continue
+		}
+		w.guests.up(vm.ID)
+		_, err := w.st.UpdateVMState(ctx, vm.ID, vm.Version, store.VMUpdate{State: store.VMRunning, Phase: api.PhaseReady})
+		if err != nil && !errors.Is(err, store.ErrConflict) { // changed meanwhile: the next round
+			return err
+		}
+	}
+	return nil
+}
+
+// Guests stands for the hypervisor of the worker's VMs (server.Consoles):
+// the guest of a VM the worker has booted has an address in 192.0.2.0/24
+// (the first gets 192.0.2.10, then .11…), from a DHCP lease on "vnet0";
+// every running VM has a VNC display on 127.0.0.1:5900, where nothing
+// listens.
+type Guests struct {
+	st    *store.Store
+	mu    sync.Mutex
+	addrs map[string]netip.Addr
+}
+
+// up gives a VM's guest its address, once.
+func (g *Guests) up(vmID string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if _, ok := g.addrs[vmID]; !ok {
+		g.addrs[vmID] = netip.AddrFrom4([4]byte{192, 0, 2, byte(10 + len(g.addrs)%240)})
+	}
+}
+
+// running reads a VM as the hypervisor would look its domain up.
+func (g *Guests) running(ctx context.Context, uuid string) (bool, error) {
+	vm, err := g.st.GetVM(ctx, uuid)
+	if errors.Is(err, store.ErrNotFound) {
+		return false, fmt.Errorf("domain %s: %w", uuid, hypervisor.ErrNotFound)
+	}
+	if err != nil {
+		return false, err
+	}
+	return vm.State == store.VMRunning, nil
+}
+
+// Addresses implements server.Consoles: a running VM's guest's address
+// once it has one.
+func (g *Guests) Addresses(ctx context.Context, uuid string) ([]hypervisor.Address, error) {
+	if run, err := g.running(ctx, uuid); !run || err != nil {
+		return nil, err
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	ip, ok := g.addrs[uuid]
+	if !ok {
+		return nil, nil
+	}
+	return []hypervisor.Address{{Interface: "vnet0", MAC: "52:54:00:00:00:01", IP: ip, Prefix: 24, Source: hypervisor.SourceLease}}, nil
+}
+
+// Console implements server.Consoles: a running VM's VNC display.
+func (g *Guests) Console(ctx context.Context, uuid string) (domain.Console, error) {
+	if run, err := g.running(ctx, uuid); err != nil {
+		return domain.Console{}, err
+	} else if !run {
+		return domain.Console{}, fmt.Errorf("domain %s is not running: %w", uuid, domain.ErrNoConsole)
+	}
+	return domain.Console{Protocol: domain.GraphicsVNC, Host: "127.0.0.1", Port: 5900}, nil
 }
