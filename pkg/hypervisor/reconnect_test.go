@@ -275,10 +275,12 @@ func TestReconnectHonoursClose(t *testing.T) {
 		block := make(chan struct{})
 		fd := &flakyDial{block: block, isUp: true}
 		c.dial = fd.dial
-		waiting := make(chan error, 1)
-		go func() { waiting <- c.WaitConnected(context.Background()) }()
 		simulateLoss(c, "injected")
 		fd.waitTries(t, 1)
+		// Wait only once the connection is down: a wait started before
+		// the loss may see the old connection up and return at once.
+		waiting := make(chan error, 1)
+		go func() { waiting <- c.WaitConnected(context.Background()) }()
 		start := time.Now()
 		if err := c.Close(); err != nil {
 			t.Fatal(err)
