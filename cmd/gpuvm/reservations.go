@@ -353,29 +353,14 @@ who booked it, or an admin may.
 	}
 }
 
-// completeReservations completes the IDs of the reservations you may see,
-// silently nothing when the server cannot be asked.
+// completeReservations completes the IDs of the reservations you may see.
 func completeReservations(o *clientOpts) cobra.CompletionFunc {
-	return func(cmd *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
-		if len(args) > 0 {
-			return nil, cobra.ShellCompDirectiveNoFileComp
-		}
-		c, err := o.client()
-		if err != nil {
-			return nil, cobra.ShellCompDirectiveNoFileComp
-		}
-		ctx, cancel := context.WithTimeout(cmd.Context(), completionTimeout)
-		defer cancel()
+	return completeFromServer(o, func(ctx context.Context, c *client.Client) ([]cobra.Completion, error) {
 		rs, err := c.ListReservations(ctx, client.ListReservationsOptions{})
-		if err != nil {
-			return nil, cobra.ShellCompDirectiveNoFileComp
-		}
 		var out []cobra.Completion
 		for _, r := range rs {
-			if id := strconv.FormatInt(r.ID, 10); strings.HasPrefix(id, toComplete) {
-				out = append(out, cobra.CompletionWithDesc(id, r.Owner+", "+booked(r)))
-			}
+			out = append(out, cobra.CompletionWithDesc(strconv.FormatInt(r.ID, 10), r.Owner+", "+booked(r)))
 		}
-		return out, cobra.ShellCompDirectiveNoFileComp
-	}
+		return out, err
+	})
 }

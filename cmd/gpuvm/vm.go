@@ -89,9 +89,10 @@ func printRemoteProfiles(w io.Writer, ps []client.Profile) error {
 	return tw.Flush()
 }
 
-// completeProfiles completes profile names from the server, silently
-// nothing when it cannot be asked.
-func completeProfiles(o *clientOpts) cobra.CompletionFunc {
+// completeFromServer makes a completion of a command's first argument
+// from what list asks the server (the names and their descriptions), and
+// silently nothing when the server cannot be asked.
+func completeFromServer(o *clientOpts, list func(context.Context, *client.Client) ([]cobra.Completion, error)) cobra.CompletionFunc {
 	return func(cmd *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
 		if len(args) > 0 {
 			return nil, cobra.ShellCompDirectiveNoFileComp
@@ -102,45 +103,42 @@ func completeProfiles(o *clientOpts) cobra.CompletionFunc {
 		}
 		ctx, cancel := context.WithTimeout(cmd.Context(), completionTimeout)
 		defer cancel()
-		ps, err := c.ListProfiles(ctx)
+		all, err := list(ctx, c)
 		if err != nil {
 			return nil, cobra.ShellCompDirectiveNoFileComp
 		}
 		var out []cobra.Completion
-		for _, p := range ps {
-			if strings.HasPrefix(p.Name, toComplete) {
-				out = append(out, cobra.CompletionWithDesc(p.Name, p.Description))
+		for _, x := range all {
+			if strings.HasPrefix(string(x), toComplete) {
+				out = append(out, x)
 			}
 		}
 		return out, cobra.ShellCompDirectiveNoFileComp
 	}
 }
 
-// completeVMs completes the names of your live VMs from the server,
-// silently nothing when it cannot be asked.
+// completeProfiles completes the names of the profiles you may use.
+func completeProfiles(o *clientOpts) cobra.CompletionFunc {
+	return completeFromServer(o, func(ctx context.Context, c *client.Client) ([]cobra.Completion, error) {
+		ps, err := c.ListProfiles(ctx)
+		var out []cobra.Completion
+		for _, p := range ps {
+			out = append(out, cobra.CompletionWithDesc(p.Name, p.Description))
+		}
+		return out, err
+	})
+}
+
+// completeVMs completes the names of your live VMs.
 func completeVMs(o *clientOpts) cobra.CompletionFunc {
-	return func(cmd *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
-		if len(args) > 0 {
-			return nil, cobra.ShellCompDirectiveNoFileComp
-		}
-		c, err := o.client()
-		if err != nil {
-			return nil, cobra.ShellCompDirectiveNoFileComp
-		}
-		ctx, cancel := context.WithTimeout(cmd.Context(), completionTimeout)
-		defer cancel()
+	return completeFromServer(o, func(ctx context.Context, c *client.Client) ([]cobra.Completion, error) {
 		vms, err := c.ListAllVMs(ctx, client.ListVMsOptions{}) // live VMs
-		if err != nil {
-			return nil, cobra.ShellCompDirectiveNoFileComp
-		}
 		var out []cobra.Completion
 		for _, vm := range vms {
-			if strings.HasPrefix(vm.Name, toComplete) {
-				out = append(out, cobra.CompletionWithDesc(vm.Name, vm.State+", "+vm.Profile))
-			}
+			out = append(out, cobra.CompletionWithDesc(vm.Name, vm.State+", "+vm.Profile))
 		}
-		return out, cobra.ShellCompDirectiveNoFileComp
-	}
+		return out, err
+	})
 }
 
 type createOpts struct {
