@@ -70,6 +70,12 @@ func TestActionCommands(t *testing.T) {
 		return len(ops) == 0
 	})
 	id := strings.TrimSpace(c.must("reboot", "box", "--quiet"))
+	// A second action while the first is unfinished is refused (409):
+	// let the test worker finish it.
+	waitFor(t, func() bool {
+		ops, _ := env.Store.ListUnfinishedOperations(context.Background())
+		return len(ops) == 0
+	})
 	var op api.Operation
 	decodeStrict(t, c.must("reboot", "box", "--wait", "--json"), &op)
 	if op.Kind != "reboot" || op.State != "done" || op.ID == id || len(id) < 10 {
