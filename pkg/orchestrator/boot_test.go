@@ -232,7 +232,8 @@ func TestBootWatchSurvivesRestart(t *testing.T) {
 	g := newFakeGuests(e.hv)
 	g.give(up.ID, "10.0.0.5")
 	second := e.orchGuests(g, time.Hour)
-	runFor(t, second, func() bool { return e.vm(up.ID).Phase == api.PhaseReady })
+	// Until both were looked at: a round may be stopped between two VMs.
+	runFor(t, second, func() bool { return e.vm(up.ID).Phase == api.PhaseReady && g.queries(unwatched.ID) > 0 })
 	e.wantPhase(up.ID, store.VMRunning, api.PhaseReady, "")
 	e.wantPhase(unwatched.ID, store.VMRunning, api.PhaseBooting, "")
 	e.wantPhase(stopped.ID, store.VMStopped, "", "stopped by ann; its GPU was given back")
