@@ -1,98 +1,17 @@
 package main
 
 import (
-	"context"
 	"fmt"
-	"io"
-	"log/slog"
-	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/gpuvm/gpuvm/pkg/api"
-	"github.com/gpuvm/gpuvm/pkg/backend"
-	"github.com/gpuvm/gpuvm/pkg/orchestrator"
-	"github.com/gpuvm/gpuvm/pkg/profile"
-	"github.com/gpuvm/gpuvm/pkg/server"
-	"github.com/gpuvm/gpuvm/pkg/store"
+	"github.com/gpuvm/gpuvm/pkg/client/clienttest"
 )
 
-const reserveConfig = `
-policy {
-  group "lab" {}
-  reservations {
-    max_ahead  = "30d"
-    max_length = "8h"
-  }
-}
-profile "whole" {
-  vcpus  = 1
-  memory = "1GiB"
-  boot { kernel = "/k" }
-  gpu {
-    kind  = "passthrough"
-    model = "L40S"
-  }
-}
-`
-
-type reserveCfg struct{ cfg *profile.Config }
-
-func (c reserveCfg) Load() *profile.Config   { return c.cfg }
-func (c reserveCfg) Reload() (string, error) { return "", nil }
-
-type reserveBackends map[string]backend.Backend
-
-func (b reserveBackends) Names() []string {
-	var out []string
-	for n := range b {
-		out = append(out, n)
-	}
-	return out
-}
-
-func (b reserveBackends) Backend(n string) (backend.Backend, bool) { x, ok := b[n]; return x, ok }
-
-// reserveAPI runs the API with the orchestrator's bookings on a host of
-// one whole L40S: its URL and the tokens of ann and an admin.
-func reserveAPI(t *testing.T) (url, ann, admin string) {
-	t.Helper()
-	ctx := context.Background()
-	cfg, diags := profile.Parse(profile.Source{Name: "p.hcl", Data: []byte(reserveConfig)})
-	if diags.HasErrors() {
-		t.Fatal(diags)
-	}
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	st, err := store.Open(ctx, store.Config{DSN: filepath.Join(t.TempDir(), "db"), Logger: log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	for _, u := range []store.User{{Name: "admin", Admin: true}, {Name: "ann", Groups: []string{"lab"}}} {
-		if err := st.CreateUser(ctx, &u); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if admin, _, err = st.CreateToken(ctx, "admin", "t", nil); err != nil {
-		t.Fatal(err)
-	}
-	if ann, _, err = st.CreateToken(ctx, "ann", "t", nil); err != nil {
-		t.Fatal(err)
-	}
-	bs := reserveBackends{"passthrough": &backend.Mock{InventoryF: func(context.Context) (backend.Inventory, error) {
-		return backend.Inventory{Backend: "passthrough", Host: "test", GPUs: []backend.GPU{
-			{Address: "0000:a1:00.0", Model: "L40S", DeviceID: "10de:26b9", Memory: 48 << 30, Mode: backend.ModeIdle, IOMMUGroup: "31"}}}, nil
-	}}}
-	orch := orchestrator.New(orchestrator.Config{Store: st, Backends: bs, Profiles: func() *profile.Config { return cfg }, Host: "test", Log: log})
-	srv := httptest.NewServer(server.New(server.Deps{Auth: st, Backends: bs, Config: reserveCfg{cfg}, Store: st, Bookings: orch, Log: log}))
-	t.Cleanup(srv.Close)
-	return srv.URL, ann, admin
-}
-
 func TestReserveCommands(t *testing.T) {
-	url, annToken, adminToken := reserveAPI(t)
+	url, annToken, adminToken := clienttest.NewBooking(t)
 	ann := newCLI(t, map[string]string{"GPUVM_URL": url, "GPUVM_TOKEN": annToken})
 	admin := newCLI(t, map[string]string{"GPUVM_URL": url, "GPUVM_TOKEN": adminToken})
 	day := time.Now().AddDate(0, 0, 2)
