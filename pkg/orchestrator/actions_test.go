@@ -245,12 +245,7 @@ func TestStopStartReboot(t *testing.T) {
 			e.deleteOp(e.vm(vm.ID))
 			o.Drain(ctx)
 			e.wantVM(vm.ID, store.VMDeleted, "")
-			if !bytes.Equal(before, e.snapshot()) {
-				t.Error("the simulated host differs after the delete")
-			}
-			if d := e.domains(); len(d) != 0 {
-				t.Errorf("domains left: %v", d)
-			}
+			e.wantAsBefore(before)
 		})
 	}
 }

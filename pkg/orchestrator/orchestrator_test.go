@@ -201,6 +201,21 @@ func (e *env) snapshot() []byte {
 }
 
 // domains lists this env's domains by name.
+// wantAsBefore checks that the simulated host is as its snapshot before,
+// and that no domain and no live allocation is left.
+func (e *env) wantAsBefore(before []byte) {
+	e.t.Helper()
+	if after := e.snapshot(); !bytes.Equal(before, after) {
+		e.t.Errorf("the simulated host differs:\nbefore %s\nafter  %s", before, after)
+	}
+	if d := e.domains(); len(d) != 0 {
+		e.t.Errorf("domains left: %v", d)
+	}
+	if live, _ := e.st.ListLiveAllocations(context.Background(), ""); len(live) != 0 {
+		e.t.Errorf("live allocations left: %+v", live)
+	}
+}
+
 func (e *env) domains() map[string]hypervisor.Info {
 	e.t.Helper()
 	all, err := e.hv.List(context.Background())
@@ -329,15 +344,7 @@ func TestCreateAndDeleteEachKind(t *testing.T) {
 			if op := e.op(del.ID); op.State != store.OpDone {
 				t.Errorf("delete operation: %s %q", op.State, op.Error)
 			}
-			if after := e.snapshot(); !bytes.Equal(before, after) {
-				t.Errorf("the simulated host differs after delete:\nbefore %s\nafter  %s", before, after)
-			}
-			if d := e.domains(); len(d) != 0 {
-				t.Errorf("domains left: %v", d)
-			}
-			if live, _ := e.st.ListLiveAllocations(ctx, ""); len(live) != 0 {
-				t.Errorf("live allocations left: %+v", live)
-			}
+			e.wantAsBefore(before)
 		})
 	}
 }
@@ -513,12 +520,7 @@ func TestCrashAtEachStep(t *testing.T) {
 			if got := e.vm(vm.ID); got.State != store.VMDeleted {
 				t.Fatalf("after reconcile: %s", got.State)
 			}
-			if !bytes.Equal(before, e.snapshot()) {
-				t.Error("the simulated host differs after the delete")
-			}
-			if d := e.domains(); len(d) != 0 {
-				t.Errorf("domains left: %v", d)
-			}
+			e.wantAsBefore(before)
 		})
 	}
 	for _, point := range DeleteHooks {
@@ -542,12 +544,7 @@ func TestCrashAtEachStep(t *testing.T) {
 			if got := e.vm(vm.ID); got.State != store.VMDeleted {
 				t.Fatalf("after reconcile: %s", got.State)
 			}
-			if !bytes.Equal(before, e.snapshot()) {
-				t.Error("the simulated host differs after the delete")
-			}
-			if d := e.domains(); len(d) != 0 {
-				t.Errorf("domains left: %v", d)
-			}
+			e.wantAsBefore(before)
 		})
 	}
 }
@@ -591,15 +588,7 @@ func TestReconcileVanishedAndLeaks(t *testing.T) {
 	if _, err := e.st.ReleaseAllocations(ctx, leak.ID); err != nil {
 		t.Fatal(err)
 	}
-	if !bytes.Equal(before, e.snapshot()) {
-		t.Error("the simulated host differs after reconcile")
-	}
-	if d := e.domains(); len(d) != 0 {
-		t.Errorf("domains left: %v", d)
-	}
-	if live, _ := e.st.ListLiveAllocations(ctx, ""); len(live) != 0 {
-		t.Errorf("live allocations: %+v", live)
-	}
+	e.wantAsBefore(before)
 }
 
 // With a simulated server and a real hypervisor the device is made on the
