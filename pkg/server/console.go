@@ -769,5 +769,3 @@ var consoleAPIRoutes = []route{
 
 // pTicketVM names the VM a websocket's ticket must be for.
 var pTicketVM = param{Name: "vm", In: "query", Description: "the VM's ID: when given, a ticket for another VM is refused", Type: "string"}
-
-func init() { apiRoutes = append(apiRoutes, consoleAPIRoutes...) }

@@ -251,5 +251,3 @@ var fleetAPIRoutes = []route{
 	{Method: "POST", Path: "/v1/admin/hosts/{name}/drain", Summary: "Drain a node: it takes no new VMs; the VMs on it stay there (their disks are local to it, gpuvm cannot move them), and the answer names them", Auth: authAdmin, Params: []param{pNode}, Status: 200, Answer: api.HostDrainState{}, Errors: []int{404, 503}},
 	{Method: "DELETE", Path: "/v1/admin/hosts/{name}/drain", Summary: "Undrain a node: it takes VMs again", Auth: authAdmin, Params: []param{pNode}, Status: 200, Answer: api.HostDrainState{}, Errors: []int{404, 503}},
 }
-
-func init() { apiRoutes = append(apiRoutes, fleetAPIRoutes...) }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"reflect"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -87,8 +88,11 @@ var (
 	pIdleBelow = param{Name: "idle_below", In: "query", Description: "utilisation (0..1) under which a VM counts as idle (default 0.1)", Type: "number"}
 )
 
-// apiRoutes is every route of the API.
-var apiRoutes = []route{
+// apiRoutes is every route of the API: those of this table, and the
+// console's and the fleet's, which their files list.
+var apiRoutes = slices.Concat(coreAPIRoutes, consoleAPIRoutes, fleetAPIRoutes)
+
+var coreAPIRoutes = []route{
 	{Method: "GET", Path: "/healthz", Summary: "Liveness: the process answers", Auth: authNone, Status: 200, Answer: map[string]string{}},
 	{Method: "GET", Path: "/readyz", Summary: "Readiness: configuration and every backend", Auth: authNone, Status: 200, Answer: map[string]string{}, Errors: []int{503}},
 	{Method: "GET", Path: "/openapi.json", Summary: "This document", Auth: authNone, Status: 200, Answer: map[string]any{}},
