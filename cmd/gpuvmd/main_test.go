@@ -71,21 +71,7 @@ func TestServeConfigAndReload(t *testing.T) {
 	write("server.hcl", devServer)
 	write("profiles.hcl", devProfile)
 	ctx, cancel := context.WithCancel(context.Background())
-	addrc := make(chan string, 1)
-	var logs syncBuf
-	errc := make(chan error, 1)
-	go func() {
-		o := []string{"--config", dir, "--listen", "127.0.0.1:0", "--plugin-dir", pluginDir, "--libvirt-uri", "test:///default"}
-		errc <- runWithReady(ctx, o, &logs, func(a string) { addrc <- a })
-	}()
-	var addr string
-	select {
-	case addr = <-addrc:
-	case err := <-errc:
-		t.Fatalf("gpuvmd exited: %v\n%s", err, logs.String())
-	case <-time.After(60 * time.Second):
-		t.Fatalf("gpuvmd not ready\n%s", logs.String())
-	}
+	addr, errc, logs := serveConfig(t, ctx, dir)
 	token, err := os.ReadFile(filepath.Join(dir, "state", "admin.token"))
 	if err != nil {
 		t.Fatalf("first start wrote no admin token: %v", err)
@@ -117,7 +103,7 @@ func TestServeConfigAndReload(t *testing.T) {
 	// A broken set is refused whole, by SIGHUP and by the API.
 	write("profiles.hcl", devProfile+"\nprofile \"seat2\" {\n  memroy = \"1GiB\"\n}\n")
 	syscall.Kill(os.Getpid(), syscall.SIGHUP)
-	waitFor(t, &logs, "configuration reload refused")
+	waitFor(t, logs, "configuration reload refused")
 	var problem map[string]any
 	if code := postJSON(t, "http://"+addr+"/v1/admin/reload", &problem); code != http.StatusUnprocessableEntity ||
 		!strings.Contains(fmt.Sprint(problem["diagnostics"]), "memroy") {
@@ -203,21 +189,7 @@ func TestVMOverREST(t *testing.T) {
 	os.WriteFile(filepath.Join(dir, "profiles.hcl"), []byte(devProfile), 0o644)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	addrc := make(chan string, 1)
-	var logs syncBuf
-	errc := make(chan error, 1)
-	go func() {
-		o := []string{"--config", dir, "--listen", "127.0.0.1:0", "--plugin-dir", pluginDir, "--libvirt-uri", "test:///default"}
-		errc <- runWithReady(ctx, o, &logs, func(a string) { addrc <- a })
-	}()
-	var addr string
-	select {
-	case addr = <-addrc:
-	case err := <-errc:
-		t.Fatalf("gpuvmd exited: %v\n%s", err, logs.String())
-	case <-time.After(60 * time.Second):
-		t.Fatalf("gpuvmd not ready\n%s", logs.String())
-	}
+	addr, errc, logs := serveConfig(t, ctx, dir)
 	token, _ := os.ReadFile(filepath.Join(dir, "state", "admin.token"))
 	auth := "Bearer " + strings.TrimSpace(string(token))
 	do := func(method, path, body string, v any) int {
@@ -268,4 +240,27 @@ func TestVMOverREST(t *testing.T) {
 	if err := <-errc; err != nil {
 		t.Errorf("shutdown: %v", err)
 	}
+}
+
+// serveConfig runs gpuvmd on the configuration directory dir (an
+// ephemeral port, libvirt's test driver) until ctx ends, and waits until
+// it serves: its address, where its run's error comes, and its log.
+func serveConfig(t *testing.T, ctx context.Context, dir string) (string, <-chan error, *syncBuf) {
+	t.Helper()
+	addrc := make(chan string, 1)
+	logs := &syncBuf{}
+	errc := make(chan error, 1)
+	go func() {
+		o := []string{"--config", dir, "--listen", "127.0.0.1:0", "--plugin-dir", pluginDir, "--libvirt-uri", "test:///default"}
+		errc <- runWithReady(ctx, o, logs, func(a string) { addrc <- a })
+	}()
+	select {
+	case addr := <-addrc:
+		return addr, errc, logs
+	case err := <-errc:
+		t.Fatalf("gpuvmd exited: %v\n%s", err, logs.String())
+	case <-time.After(60 * time.Second):
+		t.Fatalf("gpuvmd not ready\n%s", logs.String())
+	}
+	return "", nil, nil
 }
