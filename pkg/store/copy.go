@@ -70,11 +70,12 @@ var copiers = []tableCopier{
 	copierOf[ConsoleTicket]("console_tickets", "id"),
 	copierOf[GPUSample]("gpu_samples", "id"),
 	copierOf[Alert]("alerts", "id"),
+	copierOf[AuditEntry]("audit_log", "id"),
 }
 
 // identityTables have a generated id whose sequence must go on after the
 // copied rows.
-var identityTables = []string{"users", "groups", "api_tokens", "allocations", "reservations", "usage_records", "events", "gpu_samples", "alerts"}
+var identityTables = []string{"users", "groups", "api_tokens", "allocations", "reservations", "usage_records", "events", "gpu_samples", "alerts", "audit_log"}
 
 // TableCount is how many rows a table had.
 type TableCount struct {
@@ -120,6 +121,15 @@ func (s *Store) CopyInto(ctx context.Context, dst *Store) ([]TableCount, error) 
 				return fmt.Errorf("%w (%s): copy into an empty database only; it was copied already, or other gpuvmds use it",
 					ErrTargetNotEmpty, strings.Join(held, ", "))
 			}
+			// The target's migration made an installation ID of its own:
+			// the copy is the same installation, so it takes the source's.
+			var inst Installation
+			if err := src.Table(inst.TableName()).Take(&inst).Error; err != nil {
+				return fmt.Errorf("read the source's installation: %w", err)
+			}
+			if err := tx.Table(inst.TableName()).Where("singleton = 1").Updates(map[string]any{"id": inst.ID, "created_at": inst.CreatedAt}).Error; err != nil {
+				return fmt.Errorf("write the installation: %w", err)
+			}
 			for _, c := range copiers {
 				n, err := c.copy(ctx, src, tx, c.order)
 				if err != nil {
@@ -152,7 +162,7 @@ func (s *Store) knowsEveryTable(ctx context.Context) error {
 	}
 	var unknown []string
 	for _, t := range tables {
-		if t == (schemaMigration{}).TableName() || strings.HasPrefix(t, "sqlite_") {
+		if t == (schemaMigration{}).TableName() || t == (Installation{}).TableName() || strings.HasPrefix(t, "sqlite_") {
 			continue
 		}
 		if !slices.ContainsFunc(copiers, func(c tableCopier) bool { return c.table == t }) {

@@ -51,6 +51,9 @@ func fillEveryTable(t *testing.T, s *Store) {
 		GPUUtil: 0.5, MemUtil: -1, EncUtil: -1, DecUtil: -1}}); err != nil {
 		t.Fatal(err)
 	}
+	if err := s.db.Create(&AuditEntry{CreatedAt: s.Now(), User: "ann", TokenID: 1, Source: "192.0.2.7", Action: "vm.create", Target: "vm/x", Outcome: AuditOK, Status: 202, RequestID: "r1"}).Error; err != nil {
+		t.Fatal(err)
+	}
 	if _, err := s.FireAlert(ctx, &Alert{Rule: "hot", Subject: "gpu-01/0000:41:00.0", Host: "gpu-01", Metric: "gpu_temperature", Value: 91, StartedAt: s.Now()}); err != nil {
 		t.Fatal(err)
 	}
@@ -135,6 +138,7 @@ func TestCopyInto(t *testing.T) {
 		"console_tickets":  func(s *Store) []string { return dumpRows[ConsoleTicket](t, s, "console_tickets", "id") },
 		"gpu_samples":      func(s *Store) []string { return dumpRows[GPUSample](t, s, "gpu_samples", "id") },
 		"alerts":           func(s *Store) []string { return dumpRows[Alert](t, s, "alerts", "id") },
+		"audit_log":        func(s *Store) []string { return dumpRows[AuditEntry](t, s, "audit_log", "id") },
 	}
 	for _, c := range copiers {
 		dump := dumps[c.table]
@@ -146,6 +150,18 @@ func TestCopyInto(t *testing.T) {
 		if !reflect.DeepEqual(a, b) {
 			t.Errorf("table %s differs:\nsqlite:   %q\npostgres: %q", c.table, a, b)
 		}
+	}
+	// The copy is the same installation.
+	si, err := src.Installation(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	di, err := dst.Installation(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if si.ID != di.ID || !si.CreatedAt.Equal(di.CreatedAt) {
+		t.Errorf("installation: source %+v, copy %+v", si, di)
 	}
 	// New rows get IDs after the copied ones.
 	u := mustUser(t, dst, "cid")

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"errors"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -172,7 +173,7 @@ func TestSplitStatements(t *testing.T) {
 func TestModelsMatchSchema(t *testing.T) {
 	models := []any{&User{}, &Group{}, &GroupMember{}, &APIToken{}, &VM{}, &Operation{}, &Allocation{},
 		&AllocationSlot{}, &GPUMode{}, &Reservation{}, &UsageRecord{}, &Event{}, &IdempotencyKey{}, &schemaMigration{},
-		&Host{}, &GPUDrain{}, &ConsoleTicket{}, &GPUSample{}, &Alert{}}
+		&Host{}, &GPUDrain{}, &ConsoleTicket{}, &GPUSample{}, &Alert{}, &Installation{}, &AuditEntry{}}
 	eachDriver(t, func(t *testing.T, s *Store, _ *testDB) {
 		m := s.db.Migrator()
 		var tables []string
@@ -245,4 +246,34 @@ func checkIndex(t *testing.T, s *Store, sch *schema.Schema, idx *schema.Index) {
 	if want := idx.Class == "UNIQUE"; unique != want {
 		t.Errorf("%s.%s: unique in the database %v, in the model %v", sch.Table, idx.Name, unique, want)
 	}
+}
+
+// Every database gets an installation ID of its own at the first migration:
+// a UUID, the same at every open, different in another database.
+func TestInstallationID(t *testing.T) {
+	eachDriver(t, func(t *testing.T, s *Store, _ *testDB) {
+		ctx := context.Background()
+		a, err := s.Installation(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`).MatchString(a.ID) {
+			t.Fatalf("installation ID %q is not a UUID v4", a.ID)
+		}
+		if a.CreatedAt.IsZero() || time.Since(a.CreatedAt) > time.Hour || time.Since(a.CreatedAt) < -time.Hour {
+			t.Fatalf("installation created at %v", a.CreatedAt)
+		}
+		b, err := s.Installation(ctx)
+		if err != nil || b.ID != a.ID {
+			t.Fatalf("second read: %v, %v", b, err)
+		}
+		other := newTestDB(t, DriverSQLite).open(t)
+		o, err := other.Installation(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if o.ID == a.ID {
+			t.Fatalf("two databases share the installation ID %s", a.ID)
+		}
+	})
 }

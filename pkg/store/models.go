@@ -440,3 +440,40 @@ type Alert struct {
 }
 
 func (Alert) TableName() string { return "alerts" }
+
+// Installation is the one row naming the gpuvm installation a database
+// belongs to (made at the first migration, kept by migrate-db and restore).
+type Installation struct {
+	Singleton int       `gorm:"column:singleton;primaryKey" json:"-"`
+	ID        string    `gorm:"column:id;not null" json:"id"`
+	CreatedAt time.Time `gorm:"column:created_at;not null" json:"created_at"`
+}
+
+func (Installation) TableName() string { return "installation" }
+
+// Audit outcomes.
+const (
+	AuditOK      = "ok"
+	AuditRefused = "refused"
+	AuditFailed  = "failed"
+)
+
+// AuditEntry is one state-changing request, or one console or tunnel
+// opened: append only (an update is refused by a trigger), removed only by
+// retention. TokenID names the token (never its secret); 0 when none.
+type AuditEntry struct {
+	ID        int64     `gorm:"column:id;primaryKey" json:"id"`
+	CreatedAt time.Time `gorm:"column:created_at;not null;index:audit_log_created" json:"time"`
+	User      string    `gorm:"column:user_name;not null;index:audit_log_user,priority:1" json:"user,omitempty"`
+	TokenID   int64     `gorm:"column:token_id;not null" json:"token_id,omitempty"`
+	Source    string    `gorm:"column:source;not null" json:"source,omitempty"`
+	Action    string    `gorm:"column:action;not null;index:audit_log_action,priority:1" json:"action"`
+	Target    string    `gorm:"column:target;not null" json:"target,omitempty"`
+	VMID      string    `gorm:"column:vm_id;not null;index:audit_log_vm,priority:1" json:"vm_id,omitempty"`
+	Outcome   string    `gorm:"column:outcome;not null" json:"outcome"`
+	Status    int       `gorm:"column:status;not null" json:"status,omitempty"`
+	Detail    string    `gorm:"column:detail;not null" json:"detail,omitempty"`
+	RequestID string    `gorm:"column:request_id;not null" json:"request_id,omitempty"`
+}
+
+func (AuditEntry) TableName() string { return "audit_log" }
