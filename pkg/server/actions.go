@@ -1,12 +1,10 @@
 package server
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"strconv"
 	"time"
@@ -254,23 +252,4 @@ func (s *Server) extendVM(c *gin.Context, vm *store.VM) {
 		c.JSON(http.StatusOK, toAPIVM(next, allocs))
 		return
 	}
-}
-
-// decodeOptionalJSON is decodeJSON for a body that may be absent: an empty
-// body leaves v as it is.
-func (s *Server) decodeOptionalJSON(c *gin.Context, v any) bool {
-	body, err := io.ReadAll(http.MaxBytesReader(c.Writer, c.Request.Body, api.MaxRequestBytes))
-	var tooLarge *http.MaxBytesError
-	switch {
-	case errors.As(err, &tooLarge):
-		s.writeProblem(c, with(errTooLarge, fmt.Sprintf("the body may have at most %d bytes", api.MaxRequestBytes)))
-		return false
-	case err != nil:
-		s.writeProblem(c, with(errBadRequest, "the body could not be read: "+err.Error()))
-		return false
-	case len(bytes.TrimSpace(body)) == 0:
-		return true
-	}
-	c.Request.Body = io.NopCloser(bytes.NewReader(body))
-	return s.decodeJSON(c, v)
 }

@@ -101,7 +101,7 @@ func (s *Server) drainGPU(c *gin.Context) {
 		return
 	}
 	var req api.DrainRequest
-	if c.Request.ContentLength != 0 && !s.decodeJSON(c, &req) {
+	if !s.decodeOptionalJSON(c, &req) {
 		return
 	}
 	req.Reason = strings.TrimSpace(req.Reason)

@@ -1,12 +1,10 @@
 package server
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"slices"
 	"strconv"
@@ -175,15 +173,9 @@ func joinedText(err error) string {
 // is not an RFC 3339 time (encoding/json's error does not); it leaves the
 // body to be read again.
 func (s *Server) decodeTimes(c *gin.Context) bool {
-	body, err := io.ReadAll(http.MaxBytesReader(c.Writer, c.Request.Body, api.MaxRequestBytes))
-	c.Request.Body = io.NopCloser(bytes.NewReader(body))
-	var tooLarge *http.MaxBytesError
-	if errors.As(err, &tooLarge) {
-		s.writeProblem(c, with(errTooLarge, fmt.Sprintf("the body may have at most %d bytes", api.MaxRequestBytes)))
+	body, ok := s.readBody(c, false)
+	if !ok {
 		return false
-	}
-	if err != nil {
-		return true // decodeJSON answers
 	}
 	var top map[string]json.RawMessage
 	if json.Unmarshal(body, &top) != nil {

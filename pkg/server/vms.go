@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"regexp"
 	"slices"
@@ -34,41 +33,6 @@ func (s *Server) requireStore(c *gin.Context) {
 		return
 	}
 	c.Next()
-}
-
-// decodeJSON reads a JSON body strictly: at most api.MaxRequestBytes, no
-// unknown fields, one value.
-func (s *Server) decodeJSON(c *gin.Context, v any) bool {
-	body := http.MaxBytesReader(c.Writer, c.Request.Body, api.MaxRequestBytes)
-	dec := json.NewDecoder(body)
-	dec.DisallowUnknownFields()
-	err := dec.Decode(v)
-	if err == nil && dec.More() {
-		err = errors.New("more than one JSON value")
-	}
-	if err == nil {
-		if _, rerr := io.Copy(io.Discard, body); rerr != nil {
-			err = rerr
-		}
-	}
-	var tooLarge *http.MaxBytesError
-	var typeErr *json.UnmarshalTypeError
-	switch {
-	case err == nil:
-		return true
-	case errors.As(err, &tooLarge):
-		s.writeProblem(c, with(errTooLarge, fmt.Sprintf("the body may have at most %d bytes", api.MaxRequestBytes)))
-	case errors.As(err, &typeErr):
-		s.writeProblem(c, withField(errBadRequest, typeErr.Field, fmt.Sprintf("%s must be a JSON %s", typeErr.Field, typeErr.Type)))
-	case strings.HasPrefix(err.Error(), "json: unknown field "):
-		f := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
-		s.writeProblem(c, withField(errBadRequest, f, "unknown field "+strconv.Quote(f)))
-	case errors.Is(err, io.EOF):
-		s.writeProblem(c, with(errBadRequest, "the body is empty; send a JSON object"))
-	default:
-		s.writeProblem(c, with(errBadRequest, "the body is not valid JSON: "+err.Error()))
-	}
-	return false
 }
 
 // Admitter applies the sharing policy to a VM asked for, before it is
