@@ -11,7 +11,7 @@ func TestCheckJSON(t *testing.T) {
 	deep := strings.Repeat("[", maxJSONDepth+1) + strings.Repeat("]", maxJSONDepth+1)
 	justDeep := strings.Repeat("[", maxJSONDepth) + strings.Repeat("]", maxJSONDepth)
 	for _, tc := range []struct {
-		name, body string
+		name, body  string
 		wantPointer string // "" with wantOK false: a fault at the root
 		wantOK      bool
 		wantDetail  string
