@@ -55,9 +55,14 @@ const (
 
 // Limits of bookings whatever the rules say.
 const (
-	MaxRepeatSpan  = 366 * 24 * time.Hour // a recurring booking ends within a year
-	MaxBookingVMs  = 1000
-	MaxBookingDevs = 1000
+	MaxRepeatSpan = 366 * 24 * time.Hour // a recurring booking ends within a year
+	// A booking starts within two years and lasts at most a year (admins'
+	// too, whom the rules' max_ahead and max_length do not bind): times
+	// beyond stay far from what time.Time.Sub can tell apart (292 years).
+	MaxBookingAhead  = 2 * 366 * 24 * time.Hour
+	MaxBookingLength = MaxRepeatSpan
+	MaxBookingVMs    = 1000
+	MaxBookingDevs   = 1000
 )
 
 // Recurrence repeats a booking.
@@ -349,6 +354,10 @@ func CheckBooking(b Booking, o BookOptions) error {
 		bad(FieldEnd, "the booking ends (%s) before it starts (%s)", stamp(b.End, loc), stamp(b.Start, loc))
 	case b.Start.Before(o.Now):
 		bad(FieldStart, "the booking starts in the past (%s; it is %s)", stamp(b.Start, loc), stamp(o.Now, loc))
+	case b.Start.Sub(o.Now) > MaxBookingAhead:
+		bad(FieldStart, "the booking starts (%s) more than %s ahead, the most for anyone", stamp(b.Start, loc), profile.FormatDuration(MaxBookingAhead))
+	case b.End.Sub(b.Start) > MaxBookingLength:
+		bad(FieldEnd, "the booking lasts more than %s, the most for anyone", profile.FormatDuration(MaxBookingLength))
 	}
 	length := b.End.Sub(b.Start)
 	switch b.Repeat.Freq {

@@ -68,6 +68,45 @@ policy {
 	}
 }
 
+// The limits that bind admins too: a start past MaxBookingAhead or a
+// length past MaxBookingLength, as far as time.Time goes.
+func TestCheckBookingLimitsForAdmins(t *testing.T) {
+	start := monday.Add(time.Hour)
+	base := Booking{ID: "b", Owner: Owner{OwnerUser, "ann"}, Need: scheduler.Need{Kind: scheduler.KindMIG, Profile: "3g.40gb", Count: 1}, VMs: 1,
+		Start: start, End: start.Add(2 * time.Hour)}
+	opts := BookOptions{Now: monday, Admin: true, Location: paris}
+	far := time.Date(9999, 12, 31, 0, 0, 0, 0, time.UTC)
+	tests := []struct {
+		name, field string // "" field: allowed
+		mutate      func(b *Booking)
+	}{
+		{"as it is", "", func(b *Booking) {}},
+		{"starts at the limit", "", func(b *Booking) { b.Start, b.End = monday.Add(MaxBookingAhead), monday.Add(MaxBookingAhead+time.Hour) }},
+		{"lasts the longest", "", func(b *Booking) { b.End = b.Start.Add(MaxBookingLength) }},
+		{"starts past the limit", FieldStart, func(b *Booking) { b.Start, b.End = monday.Add(MaxBookingAhead+time.Hour), monday.Add(MaxBookingAhead+2*time.Hour) }},
+		{"starts in year 9999", FieldStart, func(b *Booking) { b.Start, b.End = far, far.Add(time.Hour) }},
+		{"lasts past the limit", FieldEnd, func(b *Booking) { b.End = b.Start.Add(MaxBookingLength + time.Second) }},
+		{"lasts until year 9999", FieldEnd, func(b *Booking) { b.End = far }},
+		{"VMs overflowing", FieldVMs, func(b *Booking) { b.VMs = 1 << 62 }},
+		{"VMs negative", FieldVMs, func(b *Booking) { b.VMs = -1 << 62 }},
+	}
+	for _, tc := range tests {
+		b := base
+		tc.mutate(&b)
+		err := CheckBooking(b, opts)
+		if tc.field == "" {
+			if err != nil {
+				t.Errorf("%s: %v", tc.name, err)
+			}
+			continue
+		}
+		var fe *FieldError
+		if !errors.As(err, &fe) || fe.Field != tc.field {
+			t.Errorf("%s: %v, want an error of field %s", tc.name, err, tc.field)
+		}
+	}
+}
+
 // A booking the GPUs cannot give says which occurrence fails, how many VMs
 // fit then and what holds the rest.
 func TestCapacityError(t *testing.T) {

@@ -180,7 +180,10 @@ func (s *Server) extendVM(c *gin.Context, vm *store.VM) {
 	}
 	// Every profile has a maximum lease (profile.DefaultMaxLease when it
 	// names none); a part of an hour does not count.
-	maxHours := int(p.Lease.Max / time.Hour)
+	maxHours := maxLeaseHours
+	if p.Lease.Max > 0 {
+		maxHours = min(maxHours, int(p.Lease.Max/time.Hour))
+	}
 	ctx := c.Request.Context()
 	u := user(c)
 	for attempt := 1; ; attempt++ {
@@ -199,12 +202,13 @@ func (s *Server) extendVM(c *gin.Context, vm *store.VM) {
 			s.writeProblem(c, busy(vm, op))
 			return
 		}
-		total := vm.Hours + req.Hours
-		if req.Hours > maxHours || total > maxHours {
+		// Whole hours compared before they are added or multiplied.
+		if req.Hours > maxHours || vm.Hours > maxHours-req.Hours {
 			s.writeProblem(c, withField(errValidation, "hours", fmt.Sprintf("profile %s allows a lease of at most %d hours; VM %s has %d, so at most %d more",
 				p.Name, maxHours, vm.Name, vm.Hours, max(0, maxHours-vm.Hours))))
 			return
 		}
+		total := vm.Hours + req.Hours
 		up := store.VMUpdate{State: vm.State, Phase: vm.Phase, StateReason: vm.StateReason, Hours: &total}
 		if vm.LeaseEnd != nil {
 			end := vm.LeaseEnd.Add(time.Duration(req.Hours) * time.Hour)

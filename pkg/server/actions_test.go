@@ -182,6 +182,10 @@ func TestExtendAPI(t *testing.T) {
 		{"no hours", "ann-token", `{}`, 422, "validation", "hours", "at least 1"},
 		{"negative", "ann-token", `{"hours":-3}`, 422, "validation", "hours", "at least 1"},
 		{"wrong type", "ann-token", `{"hours":"2"}`, 400, "bad-request", "hours", ""},
+		{"overflowing a duration", "ann-token", `{"hours":2562048}`, 422, "validation", "hours", "at most 1 more"},
+		{"int64 maximum", "ann-token", `{"hours":9223372036854775807}`, 422, "validation", "hours", "at most 1 more"},
+		{"past int64", "ann-token", `{"hours":9223372036854775808}`, 400, "bad-request", "hours", "whole number"},
+		{"duplicate key", "ann-token", `{"hours":1,"hours":1}`, 400, "bad-request", "hours", "twice"},
 		{"no body", "ann-token", ``, 400, "bad-request", "", "empty"},
 		{"another user", "bob-token", `{"hours":1}`, 404, "not-found", "", ""},
 	} {

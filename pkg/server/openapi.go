@@ -59,6 +59,7 @@ var (
 	pIdemKey = param{Name: "Idempotency-Key", In: "header", Description: "the same key with the same body gets the same answer (24 hours)", Type: "string"}
 	pAfter   = param{Name: "after", In: "query", Description: "the cursor of the next page (the previous page's next)", Type: "string"}
 	pLimit   = param{Name: "limit", In: "query", Description: "page size, 1–500 (default 100)", Type: "integer"}
+	pVMLimit = param{Name: "limit", In: "query", Description: "page size, 1–1000 (default 50)", Type: "integer"}
 	pState   = param{Name: "state", In: "query", Description: "only VMs in this state", Type: "string"}
 	pOwner   = param{Name: "owner", In: "query", Description: "only this user's (admins)", Type: "string"}
 	pEvVM    = param{Name: "vm", In: "query", Description: "only this VM's events (ID or name)", Type: "string"}
@@ -99,7 +100,7 @@ var coreAPIRoutes = []route{
 	{Method: "GET", Path: "/v1/profiles", Summary: "The profiles the caller may use", Auth: authUser, Status: 200, Answer: []profileDoc{}},
 	{Method: "GET", Path: "/v1/profiles/{name}", Summary: "One profile the caller may use", Auth: authUser, Params: []param{pProfile}, Status: 200, Answer: profileDoc{}, Errors: p404},
 	{Method: "POST", Path: "/v1/vms", Summary: "Ask for a VM: it is queued, then created", Auth: authUser, Params: []param{pIdemKey}, Body: api.CreateVMRequest{}, Status: 202, Answer: api.CreateVMResponse{}, Errors: []int{400, 404, 409, 413, 422, 503}},
-	{Method: "GET", Path: "/v1/vms", Summary: "The caller's VMs (admins: everyone's), oldest first, by pages; without addresses or console (GET /v1/vms/{id} has them)", Auth: authUser, Params: []param{pAfter, pLimit, pState, pOwner}, Status: 200, Answer: api.VMList{}, Errors: []int{422, 503}},
+	{Method: "GET", Path: "/v1/vms", Summary: "The caller's VMs (admins: everyone's), oldest first, by pages; without addresses or console (GET /v1/vms/{id} has them)", Auth: authUser, Params: []param{pAfter, pVMLimit, pState, pOwner}, Status: 200, Answer: api.VMList{}, Errors: []int{400, 503}},
 	{Method: "GET", Path: "/v1/vms/{id}", Summary: "One VM; while it runs, also its guest's addresses and how to open its display, read live from the hypervisor (left out when it does not answer within 2s)", Auth: authUser, Params: []param{pVM}, Status: 200, Answer: api.VM{}, Errors: []int{404, 503}},
 	{Method: "DELETE", Path: "/v1/vms/{id}", Summary: "Delete a VM: its GPU is freed", Auth: authUser, Params: []param{pVM}, Status: 202, Answer: api.OperationResponse{}, Errors: []int{404, 409, 503}},
 	{Method: "POST", Path: "/v1/vms/{id}/actions/start", Summary: "Start a stopped VM on the GPU it kept (a device the host lost is made again); no body", Auth: authUser, Params: []param{pVM}, Status: 202, Answer: api.VMActionResponse{}, Errors: []int{400, 404, 409, 413, 503}},

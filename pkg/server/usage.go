@@ -51,7 +51,16 @@ func (s *Server) usageRange(c *gin.Context) (from, to time.Time, ok bool) {
 	if from.IsZero() {
 		from = to.Add(-defaultUsageRange)
 	}
+	// Times past 1970 and up to a year ahead: the ledger keys hours by
+	// their Unix time, and no usage is recorded before or far after now.
+	earliest, latest := time.Unix(0, 0).UTC(), s.Store.Now().UTC().Add(366*24*time.Hour)
 	switch {
+	case to.Before(earliest) || to.After(latest):
+		s.writeProblem(c, withField(errValidation, "to", fmt.Sprintf("to must be between %s and %s", earliest.Format(time.RFC3339), latest.Format(time.RFC3339))))
+		return from, to, false
+	case from.Before(earliest) || from.After(latest):
+		s.writeProblem(c, withField(errValidation, "from", fmt.Sprintf("from must be between %s and %s", earliest.Format(time.RFC3339), latest.Format(time.RFC3339))))
+		return from, to, false
 	case !to.After(from):
 		s.writeProblem(c, withField(errValidation, "to", fmt.Sprintf("to (%s) must be after from (%s)", to.Format(time.RFC3339), from.Format(time.RFC3339))))
 		return from, to, false

@@ -148,6 +148,9 @@ func TestUsageRoute(t *testing.T) {
 		{"to is not RFC 3339", "ann", "?to=2026-03-01", 422, "to", nil, "", ""},
 		{"to before from", "ann", "?from=2026-03-02T00:00:00Z&to=2026-03-01T00:00:00Z", 422, "to", nil, "", ""},
 		{"a range too long", "admin", "?from=2024-01-01T00:00:00Z", 422, "from", nil, "", ""},
+		{"from before 1970", "admin", "?from=1969-12-31T00:00:00Z&to=1970-01-02T00:00:00Z", 422, "from", nil, "", ""},
+		{"years ahead", "admin", "?from=9999-12-30T00:00:00Z&to=9999-12-31T00:00:00Z", 422, "to", nil, "", ""},
+		{"to a decade ahead", "admin", "?to=2036-03-01T00:00:00Z", 422, "to", nil, "", ""},
 		{"by colour", "ann", "?by=colour", 422, "by", nil, "", ""},
 		{"no token", "", "", 401, "", nil, "", ""},
 	}

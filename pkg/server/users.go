@@ -26,6 +26,9 @@ var (
 // maxTokenHours bounds the life of a token: ten years.
 const maxTokenHours = 10 * 365 * 24
 
+// maxUserGroups bounds the groups of a user made through the API.
+const maxUserGroups = 100
+
 func toAPIUser(u *store.User) api.User {
 	out := api.User{Name: u.Name, Admin: u.Admin, Groups: u.Groups}
 	if out.Groups == nil {
@@ -109,6 +112,10 @@ func (s *Server) createUser(c *gin.Context) {
 	}
 	if !userName.MatchString(req.Name) {
 		s.writeProblem(c, withField(errValidation, "name", "a user name is lower-case letters, digits and dashes, starts with a letter, at most 63 characters"))
+		return
+	}
+	if len(req.Groups) > maxUserGroups {
+		s.writeProblem(c, withField(errValidation, "groups", fmt.Sprintf("a user is in at most %d groups, not %d", maxUserGroups, len(req.Groups))))
 		return
 	}
 	for i, g := range req.Groups {

@@ -165,6 +165,8 @@ func TestCreateUserAndWhoami(t *testing.T) {
 		{"too long", `{"name":"` + strings.Repeat("a", 64) + `"}`, 422, "validation", "name"},
 		{"bad group", `{"name":"erin","groups":["ok","no spaces"]}`, 422, "validation", "groups[1]"},
 		{"unknown field", `{"name":"erin","password":"x"}`, 400, "bad-request", "password"},
+		{"too many groups", `{"name":"erin","groups":[` + strings.Repeat(`"g",`, maxUserGroups) + `"g"]}`, 422, "validation", "groups"},
+		{"duplicate key", `{"name":"../x","name":"erin"}`, 400, "bad-request", "name"},
 		{"not JSON", `{`, 400, "bad-request", ""},
 	}
 	for _, tc := range tests {

@@ -22,6 +22,18 @@ import (
 	"github.com/gpuvm/gpuvm/pkg/store"
 )
 
+// maxLeaseHours bounds every lease in hours (ten years), whatever a
+// profile says: leases become time.Durations and times, which it keeps far
+// from overflowing.
+const maxLeaseHours = 10 * 365 * 24
+
+// Limits of a VM's SSH keys: how many, and how long each (an RSA 16384-bit
+// key is about 2.8 kB).
+const (
+	maxSSHKeys     = 64
+	maxSSHKeyBytes = 16 << 10
+)
+
 var vmName = regexp.MustCompile(`^[a-z][a-z0-9-]{0,62}$`)
 
 var vmStates = []string{store.VMQueued, store.VMAllocating, store.VMCreating, store.VMRunning, store.VMStopping,
@@ -104,17 +116,20 @@ func (s *Server) createVM(c *gin.Context) {
 		s.writeProblem(c, withField(errValidation, "name", "a name is lower-case letters, digits and dashes, starts with a letter, at most 63 characters"))
 		return
 	}
-	maxHours := int(p.Lease.Max / time.Hour)
+	// Hours are compared as whole numbers before any arithmetic on them:
+	// time.Duration(hours)*time.Hour overflows past 2562047 hours.
+	maxHours := maxLeaseHours
+	if p.Lease.Max > 0 {
+		maxHours = min(maxHours, int(p.Lease.Max/time.Hour))
+	}
 	switch {
 	case req.Hours < 0:
 		s.writeProblem(c, withField(errValidation, "hours", "hours must be positive"))
 		return
 	case req.Hours == 0:
-		req.Hours = max(1, int((p.Lease.Default+time.Hour-1)/time.Hour))
-		if maxHours > 0 {
-			req.Hours = min(req.Hours, maxHours)
-		}
-	case p.Lease.Max > 0 && time.Duration(req.Hours)*time.Hour > p.Lease.Max:
+		req.Hours = max(1, int((min(p.Lease.Default, maxLeaseHours*time.Hour)+time.Hour-1)/time.Hour))
+		req.Hours = min(req.Hours, max(maxHours, 1))
+	case req.Hours > maxHours:
 		s.writeProblem(c, withField(errValidation, "hours", fmt.Sprintf("profile %s allows at most %d hours", p.Name, maxHours)))
 		return
 	}
@@ -122,7 +137,15 @@ func (s *Server) createVM(c *gin.Context) {
 	if !ok {
 		return
 	}
+	if len(req.SSHKeys) > maxSSHKeys {
+		s.writeProblem(c, withField(errValidation, "ssh_keys", fmt.Sprintf("at most %d SSH keys, not %d", maxSSHKeys, len(req.SSHKeys))))
+		return
+	}
 	for i, k := range req.SSHKeys {
+		if len(k) > maxSSHKeyBytes {
+			s.writeProblem(c, withField(errValidation, fmt.Sprintf("ssh_keys[%d]", i), fmt.Sprintf("an SSH public key has at most %d bytes", maxSSHKeyBytes)))
+			return
+		}
 		if strings.TrimSpace(k) == "" || strings.ContainsAny(k, "\r\n") {
 			s.writeProblem(c, withField(errValidation, fmt.Sprintf("ssh_keys[%d]", i), "an SSH public key is one non-empty line"))
 			return
@@ -238,6 +261,8 @@ func (s *Server) listVMs(c *gin.Context) {
 	f := store.VMFilter{After: c.Query("after")}
 	if !u.Admin {
 		f.Owner = u.Name
+	} else {
+		f.Owner = c.Query("owner") // documented, and ignored until now
 	}
 	if l := c.Query("limit"); l != "" {
 		n, err := strconv.Atoi(l)

@@ -85,6 +85,20 @@ func TestCreateVMValidation(t *testing.T) {
 		{"profile of others", "ann-token", `{"profile":"staff-only"}`, 404, "not-found", "profile"},
 		{"too many hours", "ann-token", `{"profile":"seat","hours":9}`, 422, "validation", "hours"},
 		{"negative hours", "ann-token", `{"profile":"seat","hours":-1}`, 422, "validation", "hours"},
+		// time.Duration(2562048)*time.Hour overflows to a negative duration.
+		{"hours overflowing a duration", "ann-token", `{"profile":"seat","hours":2562048}`, 422, "validation", "hours"},
+		{"hours at the int64 maximum", "ann-token", `{"profile":"seat","hours":9223372036854775807}`, 422, "validation", "hours"},
+		{"hours past int64", "ann-token", `{"profile":"seat","hours":9223372036854775808}`, 400, "bad-request", "hours"},
+		{"fractional hours", "ann-token", `{"profile":"seat","hours":2.5}`, 400, "bad-request", "hours"},
+		{"exponent hours", "ann-token", `{"profile":"seat","hours":1e3}`, 400, "bad-request", "hours"},
+		{"hours past the default maximum", "bob-token", `{"profile":"staff-only","hours":2562048}`, 422, "validation", "hours"},
+		{"start far ahead", "ann-token", `{"profile":"seat","start_at":"9999-12-31T23:59:59Z"}`, 422, "validation", "start_at"},
+		{"start long ago", "ann-token", `{"profile":"seat","start_at":"0001-01-01T00:00:00Z"}`, 422, "validation", "start_at"},
+		{"duplicate key", "ann-token", `{"profile":"seat","hours":1,"hours":2}`, 400, "bad-request", "hours"},
+		{"duplicate key in a list", "ann-token", `{"profile":"seat","ssh_keys":[{"a":1,"a":2}]}`, 400, "bad-request", "ssh_keys/0/a"},
+		{"trailing garbage", "ann-token", `{"profile":"seat"}garbage`, 400, "bad-request", ""},
+		{"too many SSH keys", "ann-token", `{"profile":"seat","ssh_keys":[` + strings.Repeat(`"ssh-ed25519 AAAA",`, maxSSHKeys) + `"x"]}`, 422, "validation", "ssh_keys"},
+		{"a huge SSH key", "ann-token", `{"profile":"seat","ssh_keys":["ssh-rsa ` + strings.Repeat("A", maxSSHKeyBytes) + `"]}`, 422, "validation", "ssh_keys[0]"},
 		{"bad name", "ann-token", `{"profile":"seat","name":"Bad Name"}`, 422, "validation", "name"},
 		{"bad key", "ann-token", `{"profile":"seat","ssh_keys":["a\nb"]}`, 422, "validation", "ssh_keys[0]"},
 		{"too large", "ann-token", `{"profile":"seat","name":"` + strings.Repeat("a", api.MaxRequestBytes) + `"}`, 413, "too-large", ""},
@@ -188,6 +202,14 @@ func TestVMLifecycleAPI(t *testing.T) {
 	}
 	if l := list("admin-token", ""); len(l.Items) != 4 {
 		t.Errorf("admin sees %d VMs", len(l.Items))
+	}
+	// owner, as documented: admins see one user's; a user sees their own
+	// whatever they ask.
+	if l := list("admin-token", "?owner=ann"); len(l.Items) != 2 || l.Items[0].Owner != "ann" || l.Items[1].Owner != "ann" {
+		t.Errorf("admin asks for ann's: %+v", l.Items)
+	}
+	if l := list("bob-token", "?owner=ann"); len(l.Items) != 2 || l.Items[0].Owner != "bob" {
+		t.Errorf("bob asks for ann's: %+v", l.Items)
 	}
 	p1 := list("admin-token", "?limit=3")
 	p2 := list("admin-token", "?limit=3&after="+p1.Next)
