@@ -83,7 +83,9 @@ func TestCheckBookingLimitsForAdmins(t *testing.T) {
 		{"as it is", "", func(b *Booking) {}},
 		{"starts at the limit", "", func(b *Booking) { b.Start, b.End = monday.Add(MaxBookingAhead), monday.Add(MaxBookingAhead+time.Hour) }},
 		{"lasts the longest", "", func(b *Booking) { b.End = b.Start.Add(MaxBookingLength) }},
-		{"starts past the limit", FieldStart, func(b *Booking) { b.Start, b.End = monday.Add(MaxBookingAhead+time.Hour), monday.Add(MaxBookingAhead+2*time.Hour) }},
+		{"starts past the limit", FieldStart, func(b *Booking) {
+			b.Start, b.End = monday.Add(MaxBookingAhead+time.Hour), monday.Add(MaxBookingAhead+2*time.Hour)
+		}},
 		{"starts in year 9999", FieldStart, func(b *Booking) { b.Start, b.End = far, far.Add(time.Hour) }},
 		{"lasts past the limit", FieldEnd, func(b *Booking) { b.End = b.Start.Add(MaxBookingLength + time.Second) }},
 		{"lasts until year 9999", FieldEnd, func(b *Booking) { b.End = far }},
