@@ -420,6 +420,12 @@ func (o *Orchestrator) runStart(ctx context.Context, vm *store.VM, op *store.Ope
 			return nil
 		}
 		if vm.Phase != "starting" {
+			// It counts against its owner's quotas again (a stopped VM does
+			// not): one its other VMs fill refuses the start.
+			if err := o.startQuota(ctx, vm); err != nil {
+				o.finishAction(ctx, vm, op, err)
+				return nil
+			}
 			next, err := o.st.UpdateVMState(ctx, vm.ID, vm.Version, store.VMUpdate{State: store.VMStopped, Phase: "starting"})
 			if err != nil {
 				return err
@@ -443,6 +449,25 @@ func (o *Orchestrator) runStart(ctx context.Context, vm *store.VM, op *store.Ope
 		return nil
 	}
 	return o.startDomain(ctx, vm, op)
+}
+
+// startQuota says why a stopped VM without a GPU may not start now: a
+// quota of its owner (or group) that the VMs running already fill. nil: it
+// may start.
+func (o *Orchestrator) startQuota(ctx context.Context, vm *store.VM) error {
+	cfg := o.cfg.Profiles()
+	if cfg == nil {
+		return nil
+	}
+	st, err := o.quotaState(ctx, cfg, o.st.Now())
+	if err != nil {
+		return fmt.Errorf("read what the quotas count: %w", err)
+	}
+	r := requestOf(cfg, vm, st.groups[vm.Owner])
+	if why, _ := st.engine.AdmitWithoutGPU(st.now, st.running, &r); !why.OK() {
+		return fmt.Errorf("refused by the sharing policy: %s", reasonText(why))
+	}
+	return nil
 }
 
 // startDomain gives a VM's domain the VM's devices in place of those it

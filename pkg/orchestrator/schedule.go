@@ -85,6 +85,11 @@ func (o *Orchestrator) schedule(ctx context.Context, qs []queued) []queued {
 		cfg = &profile.Config{}
 	}
 	var out, gpuQueue []queued
+	// VMs without a GPU start at once unless a quota keeps them waiting:
+	// they count against it (the vms quota) as every VM does.
+	entries := map[string]store.QueueEntry{}
+	var plain *state
+	plainSkipped := false
 	for _, q := range qs {
 		p := cfg.Profiles[q.vm.Profile]
 		switch {
@@ -93,6 +98,27 @@ func (o *Orchestrator) schedule(ctx context.Context, qs []queued) []queued {
 				o.log.Warn("VM failed", "vm", q.vm.ID, "err", err)
 			}
 		case p.GPU == nil:
+			if plain == nil && !plainSkipped {
+				var err error
+				if plain, err = o.quotaState(ctx, cfg, o.st.Now()); err != nil {
+					o.log.Error("VMs without a GPU wait this round: their quotas could not be read", "err", err)
+					plainSkipped = true
+				}
+			}
+			if plain == nil {
+				continue
+			}
+			r := requestOf(cfg, q.vm, plain.groups[q.vm.Owner])
+			if why, refuse := plain.engine.AdmitWithoutGPU(plain.now, plain.running, &r); !why.OK() {
+				if refuse {
+					if err := o.refuse(ctx, q, fmt.Errorf("refused by the sharing policy: %s", reasonText(why))); err != nil {
+						o.log.Warn("VM refused", "vm", q.vm.ID, "err", err)
+					}
+					continue
+				}
+				entries[q.vm.ID] = store.QueueEntry{Reason: reasonText(why), Phase: PhaseQueued}
+				continue
+			}
 			host := o.cfg.Host
 			next, err := o.st.UpdateVMState(ctx, q.vm.ID, q.vm.Version, store.VMUpdate{State: store.VMCreating, Phase: "preparing disk", Host: &host})
 			if err == nil {
@@ -102,12 +128,18 @@ func (o *Orchestrator) schedule(ctx context.Context, qs []queued) []queued {
 				o.log.Error("start a VM without GPU", "vm", q.vm.ID, "err", err)
 				continue
 			}
+			plain.engine.AddWithoutGPU(r)
 			out = append(out, queued{next, q.op})
 		default:
 			gpuQueue = append(gpuQueue, q)
 		}
 	}
 	if len(gpuQueue) == 0 {
+		if len(entries) > 0 {
+			if _, err := o.st.SetQueue(ctx, entries); err != nil {
+				o.log.Error("record the queue", "err", err)
+			}
+		}
 		return out
 	}
 	st, err := o.placementState(ctx, cfg, o.st.Now(), o.withBookedKinds(ctx, cfg, kindsOf(cfg, gpuQueue)))
@@ -137,7 +169,6 @@ func (o *Orchestrator) schedule(ctx context.Context, qs []queued) []queued {
 	// announced here, and carried out when their notice ends (preempt.go).
 	o.announcePreemptions(ctx, cfg, st.now, d.Preempt, byID)
 
-	entries := make(map[string]store.QueueEntry, len(d.Waiting)+len(d.Refused))
 	for _, s := range d.Start {
 		q := byID[s.ID]
 		if why := o.elsewhere(q, s.Placement.Host); why != "" { // actions.go
@@ -437,6 +468,11 @@ func (o *Orchestrator) policyState(ctx context.Context, st *state, live []store.
 	if err != nil {
 		return fmt.Errorf("policy: %w", err)
 	}
+	plain, err := o.withoutGPU(ctx, st.cfg, live, st.groups)
+	if err != nil {
+		return err
+	}
+	st.engine.SetWithoutGPU(plain)
 	byVM := map[string][]store.Allocation{}
 	var ids []string
 	for _, a := range live {
@@ -598,8 +634,10 @@ func reasonText(r scheduler.Reason) string {
 // queued: refuse is true when a rule means it can never start (over a
 // quota on its own, a lease no budget or window allows), and why names the
 // rule; otherwise why says what keeps it from starting now ("" if nothing
-// in the rules does), and the VM is queued. Profiles without a GPU are not
-// subject to the GPU rules.
+// in the rules does), and the VM is queued. A VM of a profile without a
+// GPU counts against the quotas as one VM (it takes CPU, memory and disk),
+// and the GPU rules (slices, GPUs, GPU memory and hours, windows) do not
+// apply to it.
 func (o *Orchestrator) Admit(ctx context.Context, user string, groups []string, profileName string, hours int) (why string, refuse bool, err error) {
 	cfg := o.cfg.Profiles()
 	if cfg == nil {
@@ -609,20 +647,9 @@ func (o *Orchestrator) Admit(ctx context.Context, user string, groups []string, 
 	if p == nil {
 		return fmt.Sprintf("no profile is named %q", profileName), true, nil
 	}
-	if p.GPU == nil {
-		return "", false, nil
-	}
 	now := o.st.Now()
-	live, err := o.st.ListLiveAllocations(ctx, "")
+	st, err := o.quotaState(ctx, cfg, now)
 	if err != nil {
-		return "", false, fmt.Errorf("admission: %w", err)
-	}
-	vms, err := o.liveVMs(ctx, live)
-	if err != nil {
-		return "", false, fmt.Errorf("admission: %w", err)
-	}
-	st := &state{now: now, cfg: cfg}
-	if err := o.policyState(ctx, st, live, vms); err != nil {
 		return "", false, fmt.Errorf("admission: %w", err)
 	}
 	group := ""
@@ -630,11 +657,71 @@ func (o *Orchestrator) Admit(ctx context.Context, user string, groups []string, 
 		group = groups[0]
 	}
 	r := requestOf(cfg, &store.VM{ID: "admission", Owner: user, Group: group, Profile: profileName, Hours: hours, CreatedAt: now}, groups)
-	reason, refuse := st.engine.Begin(now, st.running).Admit(&r)
+	var reason scheduler.Reason
+	if p.GPU == nil {
+		reason, refuse = st.engine.AdmitWithoutGPU(now, st.running, &r)
+	} else {
+		reason, refuse = st.engine.Begin(now, st.running).Admit(&r)
+	}
 	if reason.OK() {
 		return "", false, nil
 	}
 	return reasonText(reason), refuse, nil
+}
+
+// quotaState reads what the quotas count, without the GPUs: the rules, the
+// VMs that hold devices (policyState) and those that hold none.
+func (o *Orchestrator) quotaState(ctx context.Context, cfg *profile.Config, now time.Time) (*state, error) {
+	live, err := o.st.ListLiveAllocations(ctx, "")
+	if err != nil {
+		return nil, err
+	}
+	vms, err := o.liveVMs(ctx, live)
+	if err != nil {
+		return nil, err
+	}
+	st := &state{now: now, cfg: cfg}
+	if err := o.policyState(ctx, st, live, vms); err != nil {
+		return nil, err
+	}
+	return st, nil
+}
+
+// withoutGPUStates are the states in which a VM that needs no GPU counts
+// against the quotas, as a VM with one does while it holds its devices
+// (from its placement until it is stopped or deleted).
+var withoutGPUStates = []string{store.VMAllocating, store.VMCreating, store.VMRunning, store.VMStopping}
+
+// withoutGPU lists, as requests, the VMs of every host that count against
+// the quotas but hold no device: in withoutGPUStates, without a live
+// allocation, of a profile that asks for no GPU (or is gone).
+func (o *Orchestrator) withoutGPU(ctx context.Context, cfg *profile.Config, live []store.Allocation, groups map[string][]string) ([]scheduler.Request, error) {
+	holds := make(map[string]bool, len(live))
+	for _, a := range live {
+		holds[a.VMID] = true
+	}
+	var out []scheduler.Request
+	f := store.VMFilter{States: withoutGPUStates, Limit: 1000}
+	for {
+		page, err := o.st.ListVMs(ctx, f)
+		if err != nil {
+			return nil, fmt.Errorf("list the VMs without a GPU: %w", err)
+		}
+		for i := range page.VMs {
+			vm := &page.VMs[i]
+			if holds[vm.ID] {
+				continue
+			}
+			if p := cfg.Profiles[vm.Profile]; p != nil && p.GPU != nil {
+				continue // counted when it holds its devices
+			}
+			out = append(out, requestOf(cfg, vm, groups[vm.Owner]))
+		}
+		if page.Next == "" {
+			return out, nil
+		}
+		f.After = page.Next
+	}
 }
 
 // mergedInventory merges the backends' inventories, in name order.

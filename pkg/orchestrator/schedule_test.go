@@ -252,6 +252,80 @@ func TestAdmission(t *testing.T) {
 	}
 }
 
+// The vms quota counts every VM, with a GPU or without: a user with vms = 2
+// runs two VMs of a GPU-less profile at once, and a third waits, saying so,
+// at admission and in the queue; GPU VMs wait for them too; vms = 0 refuses
+// a GPU-less VM at once; a stopped one that would pass the quota cannot
+// start; a deleted one makes room.
+func TestQuotaCountsVMsWithoutGPU(t *testing.T) {
+	e := newEnv(t, "l40sx4")
+	e.withPolicy(`policy {
+  timezone = "UTC"
+  defaults {
+    quota { vms = 2 }
+  }
+  user "bob" {
+    quota { vms = 0 }
+  }
+  group "lab" {
+    quota { vms = 5 }
+  }
+}`)
+	ctx := context.Background()
+	o := e.orch(nil)
+	if why, refuse, err := o.Admit(ctx, "bob", nil, "nogpu", 1); err != nil || !refuse || why != "quota: user bob: may run 0 VMs at once" {
+		t.Errorf("bob at admission: %q %v %v", why, refuse, err)
+	}
+	one, _ := e.submit("ann", "nogpu", "one")
+	two, _ := e.submit("ann", "nogpu", "two")
+	three, _ := e.submit("ann", "nogpu", "three")
+	o.Drain(ctx)
+	e.wantVM(one.ID, store.VMRunning, "")
+	e.wantVM(two.ID, store.VMRunning, "")
+	const wait = "quota: user ann: runs 2 of 2 VMs"
+	if got := e.vm(three.ID); got.State != store.VMQueued || got.StateReason != wait {
+		t.Errorf("third VM: %s %q, want queued %q", got.State, got.StateReason, wait)
+	}
+	for _, prof := range []string{"nogpu", "l40s-seat"} {
+		if why, refuse, err := o.Admit(ctx, "ann", nil, prof, 1); err != nil || refuse || why != wait {
+			t.Errorf("ann's next %s at admission: %q %v %v, want %q", prof, why, refuse, err, wait)
+		}
+	}
+	gpuVM, _ := e.submit("ann", "l40s-seat", "gpu")
+	o.Drain(ctx)
+	if got := e.vm(gpuVM.ID); got.State != store.VMQueued || got.StateReason != wait {
+		t.Errorf("GPU VM: %s %q, want queued %q", got.State, got.StateReason, wait)
+	}
+	// Another user is not held up by ann's VMs.
+	if err := e.st.CreateUser(ctx, &store.User{Name: "cara"}); err != nil {
+		t.Fatal(err)
+	}
+	other, _ := e.submit("cara", "nogpu", "other")
+	o.Drain(ctx)
+	e.wantVM(other.ID, store.VMRunning, "")
+
+	// One stopped: the third takes its place; the stopped one may not
+	// start then.
+	e.action(e.vm(one.ID), store.OpStop)
+	o.Drain(ctx)
+	e.wantVM(one.ID, store.VMStopped, "")
+	if got := e.vm(three.ID); got.State != store.VMRunning {
+		t.Fatalf("third VM after a stop: %s %q", got.State, got.StateReason)
+	}
+	start := e.action(e.vm(one.ID), store.OpStart)
+	o.Drain(ctx)
+	e.wantOp(start.ID, store.OpFailed, "refused by the sharing policy: "+wait)
+	if got := e.vm(one.ID); got.State != store.VMStopped {
+		t.Errorf("refused start: %s", got.State)
+	}
+	// A delete makes room for the GPU VM that waited.
+	e.deleteOp(e.vm(two.ID))
+	o.Drain(ctx)
+	if got := e.vm(gpuVM.ID); got.State != store.VMRunning {
+		t.Errorf("GPU VM after a delete: %s %q", got.State, got.StateReason)
+	}
+}
+
 // A VM is charged from its claim to its release: an open usage record
 // with its part of the GPU while it holds it, ended when it is deleted.
 func TestUsageRecordsFollowAllocations(t *testing.T) {

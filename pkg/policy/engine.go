@@ -2,6 +2,7 @@ package policy
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -49,6 +50,9 @@ type Engine struct {
 	order   string
 	windows Windows
 	loc     *time.Location
+	// plain are the VMs that hold no GPU and count against the quotas as
+	// one VM each (SetWithoutGPU).
+	plain []scheduler.Request
 }
 
 var _ scheduler.Policy = (*Engine)(nil)
@@ -89,6 +93,24 @@ func (e *Engine) Windows() Windows { return e.windows }
 // SetBookings replaces the bookings.
 func (e *Engine) SetBookings(b []*Booking) { e.cfg.Bookings = b }
 
+// SetWithoutGPU replaces the live VMs that hold no GPU (their profile asks
+// for none): every session counts each against its owner's and group's
+// quotas as one VM, for a VM without a GPU still takes CPU, memory and
+// disk. Their ID, User, Group and Groups are what counts.
+func (e *Engine) SetWithoutGPU(vms []scheduler.Request) { e.plain = slices.Clone(vms) }
+
+// AddWithoutGPU counts one more VM without a GPU (one a round started).
+func (e *Engine) AddWithoutGPU(r scheduler.Request) { e.plain = append(e.plain, r) }
+
+// AdmitWithoutGPU applies the quotas to a VM whose profile asks for no GPU:
+// it counts as one VM, and holds no slice, GPU, memory or GPU-hours; the
+// time windows and lease limits, which are about GPUs, do not apply. As
+// Admit, refuse is true when the VM alone is over a limit.
+func (e *Engine) AdmitWithoutGPU(now time.Time, running []scheduler.Running, r *scheduler.Request) (scheduler.Reason, bool) {
+	s := e.Begin(now, running).(*session)
+	return s.quotas(r, Footprint{VMs: 1})
+}
+
 // Bookings are the bookings the engine holds capacity for.
 func (e *Engine) Bookings() []*Booking { return e.cfg.Bookings }
 
@@ -113,6 +135,13 @@ func (e *Engine) Begin(now time.Time, running []scheduler.Running) scheduler.Ses
 		if gt := s.groupTally(r.Group); gt != nil {
 			gt.add(f)
 			gt.running = append(gt.running, r)
+		}
+	}
+	for i := range e.plain {
+		r := &e.plain[i]
+		s.tally(s.users, r.User).add(Footprint{VMs: 1})
+		if gt := s.groupTally(r.Group); gt != nil {
+			gt.add(Footprint{VMs: 1})
 		}
 	}
 	return s
@@ -186,7 +215,11 @@ func (s *session) Admit(r *scheduler.Request) (scheduler.Reason, bool) {
 	if why, refuse := s.window(r); !why.OK() {
 		return why, refuse
 	}
-	need := NeedFootprint(r.Need)
+	return s.quotas(r, NeedFootprint(r.Need))
+}
+
+// quotas checks what r needs against its user's and its group's quotas.
+func (s *session) quotas(r *scheduler.Request, need Footprint) (scheduler.Reason, bool) {
 	p := s.e.cfg.Policy
 	if p != nil {
 		eff := p.Effective(r.User, groupsOf(r))
