@@ -271,9 +271,11 @@ func serve(ctx context.Context, o options, cfg *config, log *slog.Logger) error 
 	}
 	deps.Consoles = hv // the console and tunnel proxies find displays and guest addresses here
 	api := server.New(deps)
-	srv := &http.Server{Handler: api, ReadHeaderTimeout: 10 * time.Second}
+	// Header, body, write and idle timeouts, and connections per IP
+	// (pkg/server/limits.go).
+	srv := api.HTTPServer()
 	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
+	go func() { errc <- srv.Serve(api.LimitListener(ln)) }()
 	log.Info("gpuvmd ready", "listen", ln.Addr().String(), "backends", l.Names(), "state_dir", o.stateDir,
 		"admin_token_file", tokenPath)
 	fmt.Fprint(o.stdout, readyHelp(tokenPath, ln.Addr().String(), profiles()))

@@ -124,8 +124,8 @@ func (s *Server) consoleRoutes(vms *gin.RouterGroup) {
 	vms.GET("/vms/:id/console", s.getConsole)
 	vms.GET("/vms/:id/console.vv", s.getConsoleVV)
 	vms.POST("/vms/:id/tunnel", s.createTunnel)
-	s.engine.GET(consoleWSPath, func(c *gin.Context) { s.serveTicket(c, store.TicketConsole) })
-	s.engine.GET(tunnelWSPath, func(c *gin.Context) { s.serveTicket(c, store.TicketTunnel) })
+	s.engine.GET(consoleWSPath, s.stream, func(c *gin.Context) { s.serveTicket(c, store.TicketConsole) })
+	s.engine.GET(tunnelWSPath, s.stream, func(c *gin.Context) { s.serveTicket(c, store.TicketTunnel) })
 	s.engine.GET(consolePageURL+":id", s.consolePage)
 	s.engine.GET(consoleAssets+"/*filepath", gin.WrapH(web.AssetHandler(consoleAssets)))
 }

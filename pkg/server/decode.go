@@ -145,6 +145,11 @@ func (s *Server) readBody(c *gin.Context, optional bool) ([]byte, bool) {
 	case errors.As(err, &tooLarge):
 		s.writeProblem(c, with(errTooLarge, fmt.Sprintf("the body may have at most %d bytes", api.MaxRequestBytes)))
 		return nil, false
+	case isTimeout(err):
+		s.log.Info("request body too slow", "method", c.Request.Method, "path", c.Request.URL.Path, "remote", c.ClientIP(), "limit", s.HTTP.BodyTimeout)
+		c.Header("Connection", "close")
+		s.writeProblem(c, with(errTimeout, fmt.Sprintf("the body did not come within %s", s.HTTP.BodyTimeout)))
+		return nil, false
 	case err != nil:
 		s.log.Info("request body not read", "method", c.Request.Method, "path", c.Request.URL.Path, "err", err)
 		s.writeProblem(c, with(errBadRequest, "the body could not be read: "+err.Error()))

@@ -83,6 +83,9 @@ type Deps struct {
 	// is down (default HostDownAfter).
 	Fleet       Fleet
 	HostTimeout time.Duration
+	// HTTP bounds what one client may hold: timeouts and connections per
+	// IP (limits.go); zero values take the defaults.
+	HTTP HTTPLimits
 }
 
 // Waker is told that a VM operation was queued.
@@ -115,13 +118,14 @@ func New(d Deps) *Server {
 	if d.EventKeepAlive <= 0 {
 		d.EventKeepAlive = defaultEventKeepAlive
 	}
+	d.HTTP = d.HTTP.withDefaults()
 	if d.Ledger == nil && d.Store != nil {
 		d.Ledger = monitor.NewLedger(d.Store)
 	}
 	s := &Server{Deps: d, log: d.Log.With("component", "api"), engine: gin.New(),
 		eventKeepAlive: d.EventKeepAlive, done: make(chan struct{})}
 	s.hub = newEventHub(s.eventSource(), d.EventPoll, s.log)
-	s.engine.Use(gin.Recovery(), s.logRequests)
+	s.engine.Use(gin.Recovery(), s.logRequests, s.deadlines)
 	if d.Metrics != nil {
 		s.engine.Use(s.observeRequests) // metrics.go
 	}
@@ -162,7 +166,7 @@ func (s *Server) routes() {
 	vms.DELETE("/vms/:id", s.deleteVM)
 	s.actionRoutes(vms) // actions.go
 	vms.GET("/operations/:id", s.getOperation)
-	vms.GET("/events", s.events)
+	vms.GET("/events", s.stream, s.events)
 	s.consoleRoutes(vms) // console, console.vv, tunnel; their websockets and the browser page
 	admin := v1.Group("", s.requireAdmin)
 	admin.GET("/gpus", s.gpus)
