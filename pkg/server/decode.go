@@ -128,9 +128,27 @@ func escapePointer(k string) string {
 	return strings.ReplaceAll(strings.ReplaceAll(k, "~", "~0"), "/", "~1")
 }
 
-// pointerField is a JSON pointer as a field name: "name" for /name,
-// "ssh_keys/0" for /ssh_keys/0 (the root is "").
-func pointerField(p string) string { return strings.TrimPrefix(p, "/") }
+// pointerField names the field a JSON pointer points at as the API's
+// problems name fields: "name" for /name, "recurrence.until" for
+// /recurrence/until, "ssh_keys[0]" for /ssh_keys/0 (the root is "").
+func pointerField(p string) string {
+	if p == "" {
+		return ""
+	}
+	var b strings.Builder
+	for _, part := range strings.Split(p[1:], "/") {
+		part = strings.ReplaceAll(strings.ReplaceAll(part, "~1", "/"), "~0", "~")
+		if _, err := strconv.Atoi(part); err == nil && b.Len() > 0 {
+			b.WriteString("[" + part + "]")
+			continue
+		}
+		if b.Len() > 0 {
+			b.WriteByte('.')
+		}
+		b.WriteString(part)
+	}
+	return b.String()
+}
 
 // readBody reads the request's body (at most api.MaxRequestBytes) and
 // checks its JSON form (checkJSON). An empty body is returned empty when

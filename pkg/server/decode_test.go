@@ -55,6 +55,12 @@ func TestCheckJSON(t *testing.T) {
 			}
 		})
 	}
+	for p, want := range map[string]string{"": "", "/name": "name", "/recurrence/until": "recurrence.until",
+		"/ssh_keys/0": "ssh_keys[0]", "/ssh_keys/1/name": "ssh_keys[1].name", "/a~1b/0/0": "a/b[0][0]", "/0": "0"} {
+		if got := pointerField(p); got != want {
+			t.Errorf("pointerField(%q) = %q, want %q", p, got, want)
+		}
+	}
 	if err := checkJSON([]byte("  ")); !errors.Is(err, io.EOF) {
 		t.Errorf("checkJSON of blanks = %v, want io.EOF", err)
 	}

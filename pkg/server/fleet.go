@@ -186,6 +186,10 @@ func (s *Server) drainHost(c *gin.Context) { s.setHostDrain(c, true) }
 func (s *Server) undrainHost(c *gin.Context) { s.setHostDrain(c, false) }
 
 func (s *Server) setHostDrain(c *gin.Context, drain bool) {
+	var none struct{} // no body, or an empty object
+	if drain && !s.decodeOptionalJSON(c, &none) {
+		return
+	}
 	h, ok := s.hostOfPath(c)
 	if !ok {
 		return
@@ -248,6 +252,6 @@ var pNode = param{Name: "name", In: "path", Description: "the node's name (gpuvm
 
 // fleetAPIRoutes are the routes of this file, for the OpenAPI document.
 var fleetAPIRoutes = []route{
-	{Method: "POST", Path: "/v1/admin/hosts/{name}/drain", Summary: "Drain a node: it takes no new VMs; the VMs on it stay there (their disks are local to it, gpuvm cannot move them), and the answer names them", Auth: authAdmin, Params: []param{pNode}, Status: 200, Answer: api.HostDrainState{}, Errors: []int{404, 503}},
+	{Method: "POST", Path: "/v1/admin/hosts/{name}/drain", Summary: "Drain a node: it takes no new VMs; the VMs on it stay there (their disks are local to it, gpuvm cannot move them), and the answer names them", Auth: authAdmin, Params: []param{pNode}, Status: 200, Answer: api.HostDrainState{}, Errors: []int{400, 404, 413, 503}},
 	{Method: "DELETE", Path: "/v1/admin/hosts/{name}/drain", Summary: "Undrain a node: it takes VMs again", Auth: authAdmin, Params: []param{pNode}, Status: 200, Answer: api.HostDrainState{}, Errors: []int{404, 503}},
 }

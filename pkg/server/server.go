@@ -276,6 +276,10 @@ func (s *Server) gpus(c *gin.Context) {
 }
 
 func (s *Server) reload(c *gin.Context) {
+	var none struct{} // no body, or an empty object
+	if !s.decodeOptionalJSON(c, &none) {
+		return
+	}
 	if s.Config == nil {
 		s.writeProblem(c, with(errUnavailable, "gpuvmd runs without a configuration directory (--config)"))
 		return

@@ -95,7 +95,7 @@ func TestCreateVMValidation(t *testing.T) {
 		{"start far ahead", "ann-token", `{"profile":"seat","start_at":"9999-12-31T23:59:59Z"}`, 422, "validation", "start_at"},
 		{"start long ago", "ann-token", `{"profile":"seat","start_at":"0001-01-01T00:00:00Z"}`, 422, "validation", "start_at"},
 		{"duplicate key", "ann-token", `{"profile":"seat","hours":1,"hours":2}`, 400, "bad-request", "hours"},
-		{"duplicate key in a list", "ann-token", `{"profile":"seat","ssh_keys":[{"a":1,"a":2}]}`, 400, "bad-request", "ssh_keys/0/a"},
+		{"duplicate key in a list", "ann-token", `{"profile":"seat","ssh_keys":[{"a":1,"a":2}]}`, 400, "bad-request", "ssh_keys[0].a"},
 		{"trailing garbage", "ann-token", `{"profile":"seat"}garbage`, 400, "bad-request", ""},
 		{"too many SSH keys", "ann-token", `{"profile":"seat","ssh_keys":[` + strings.Repeat(`"ssh-ed25519 AAAA",`, maxSSHKeys) + `"x"]}`, 422, "validation", "ssh_keys"},
 		{"a huge SSH key", "ann-token", `{"profile":"seat","ssh_keys":["ssh-rsa ` + strings.Repeat("A", maxSSHKeyBytes) + `"]}`, 422, "validation", "ssh_keys[0]"},
