@@ -298,7 +298,7 @@ func TestCreateStartAt(t *testing.T) {
 	}{
 		{"past", time.Now().Add(-time.Minute).Format(time.RFC3339), 422, "validation", "start_at", "not in the future"},
 		{"too far", time.Now().Add(31 * 24 * time.Hour).Format(time.RFC3339), 422, "validation", "start_at", "at most 30 days ahead"},
-		{"not a time", "tomorrow", 400, "bad-request", "", "parsing time"},
+		{"not a time", "tomorrow", 400, "bad-request", "start_at", "parsing time"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rec, body := send(t, s, "POST", "/v1/vms", "ann-token", `{"profile":"seat","start_at":"`+tc.startAt+`"}`)

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -233,10 +235,70 @@ func (s *Server) decodeBody(c *gin.Context, body []byte, v any) bool {
 	case errors.As(err, &syntaxErr):
 		s.writeProblem(c, with(errBadRequest, "the body is not valid JSON: "+err.Error()))
 	default:
-		// A time that does not parse, a value a type refuses.
-		s.writeProblem(c, with(errBadRequest, "the body is not valid: "+strings.TrimPrefix(err.Error(), "json: ")))
+		// A time that does not parse, a value a type refuses: encoding/json
+		// does not say which field, so it is found by decoding one at a
+		// time.
+		field := blameField(body, reflect.TypeOf(v))
+		s.writeProblem(c, withField(errBadRequest, field, fmt.Sprintf("%s is not valid: %s", cmpOr(field, "the body"), strings.TrimPrefix(err.Error(), "json: "))))
 	}
 	return false
+}
+
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+// blameField is the field of a JSON object whose value t refuses: each key
+// (in name order) is decoded alone into a new t, and the first that fails
+// is the field, followed into objects ("recurrence.until"). "" when none
+// fails alone.
+func blameField(body []byte, t reflect.Type) string {
+	for t != nil && t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t == nil || t.Kind() != reflect.Struct {
+		return ""
+	}
+	var top map[string]json.RawMessage
+	if json.Unmarshal(body, &top) != nil {
+		return ""
+	}
+	keys := make([]string, 0, len(top))
+	for k := range top {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		one, _ := json.Marshal(map[string]json.RawMessage{k: top[k]})
+		if json.Unmarshal(one, reflect.New(t).Interface()) == nil {
+			continue
+		}
+		if f, ok := jsonField(t, k); ok {
+			if sub := blameField(top[k], f.Type); sub != "" {
+				return k + "." + sub
+			}
+		}
+		return k
+	}
+	return ""
+}
+
+// jsonField is the field of struct type t that JSON key k decodes into.
+func jsonField(t reflect.Type, k string) (reflect.StructField, bool) {
+	for i := range t.NumField() {
+		f := t.Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if name == "" {
+			name = f.Name
+		}
+		if strings.EqualFold(name, k) {
+			return f, true
+		}
+	}
+	return reflect.StructField{}, false
 }
 
 func isNumberKind(t string) bool {
