@@ -265,7 +265,8 @@ func serve(ctx context.Context, o options, cfg *config, log *slog.Logger) error 
 	}()
 	deps := server.Deps{Auth: st, Backends: l, Log: log, Store: st, Worker: nd.waker(orch), Admission: orch,
 		Fleet: nd.serverFleet(), HostTimeout: nd.timeout, Bookings: orch, Host: orch.Host(),
-		Metrics: mon.Exporter(), MetricsAuth: monSettings.MetricsAuth, Ledger: ledger}
+		Metrics: mon.Exporter(), MetricsAuth: monSettings.MetricsAuth, Ledger: ledger,
+		HTTP: server.LimitsOf(profiles().Server.HTTP)}
 	if cfg != nil {
 		deps.Config = cfg
 	}

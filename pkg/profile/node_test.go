@@ -52,3 +52,48 @@ func TestNodeBlock(t *testing.T) {
 		})
 	}
 }
+
+func TestHTTPBlock(t *testing.T) {
+	def := HTTP{ReadHeaderTimeout: 10 * time.Second, BodyTimeout: 30 * time.Second, WriteTimeout: 2 * time.Minute, IdleTimeout: 2 * time.Minute, MaxConnsPerIP: 128}
+	for _, tc := range []struct {
+		name, hcl string
+		want      HTTP
+		err       string // a diagnostic's summary; "" for none
+	}{
+		{"no server block", ``, def, ""},
+		{"no http block", `server {}`, def, ""},
+		{"all set", "server {\n http {\n read_header_timeout = \"5s\"\n body_timeout = \"1m\"\n write_timeout = \"5m\"\n idle_timeout = \"1h\"\n max_conns_per_ip = 4\n }\n}",
+			HTTP{ReadHeaderTimeout: 5 * time.Second, BodyTimeout: time.Minute, WriteTimeout: 5 * time.Minute, IdleTimeout: time.Hour, MaxConnsPerIP: 4}, ""},
+		{"timeout zero", "server {\n http {\n body_timeout = \"0\"\n }\n}", HTTP{}, "Invalid body_timeout"},
+		{"timeout past an hour", "server {\n http {\n write_timeout = \"2h\"\n }\n}", HTTP{}, "Invalid write_timeout"},
+		{"timeout not a duration", "server {\n http {\n idle_timeout = \"forever\"\n }\n}", HTTP{}, "Invalid duration"},
+		{"timeout overflowing", "server {\n http {\n read_header_timeout = \"9999999999999h\"\n }\n}", HTTP{}, "Invalid duration"},
+		{"no connection", "server {\n http {\n max_conns_per_ip = 0\n }\n}", HTTP{}, "Invalid max_conns_per_ip"},
+		{"negative connections", "server {\n http {\n max_conns_per_ip = -5\n }\n}", HTTP{}, "Invalid max_conns_per_ip"},
+		{"too many connections", "server {\n http {\n max_conns_per_ip = 9223372036854775807\n }\n}", HTTP{}, "Invalid max_conns_per_ip"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, diags := Parse(Source{Name: "p.hcl", Data: []byte(tc.hcl)})
+			if tc.err == "" {
+				if diags.HasErrors() {
+					t.Fatal(diags)
+				}
+				if got := cfg.Server.HTTP; got != tc.want {
+					t.Errorf("http = %+v, want %+v", got, tc.want)
+				}
+				return
+			}
+			var sums []string
+			for _, d := range diags {
+				sums = append(sums, d.Summary)
+				if d.Summary == tc.err {
+					if d.Subject == nil || d.Subject.Start.Line < 2 {
+						t.Errorf("diagnostic %q points at %v, not into the http block", d.Summary, d.Subject)
+					}
+					return
+				}
+			}
+			t.Errorf("diagnostics %s; want %q", strings.Join(sums, "; "), tc.err)
+		})
+	}
+}

@@ -83,6 +83,54 @@ func (r *resolver) resolveServer(b *serverBlock) {
 	r.resolveHost(b.Host)
 	r.resolveMonitor(b.Monitor)
 	r.resolveNode(b.Node)
+	r.resolveHTTP(b.HTTP)
+}
+
+// Defaults and bounds of the http block.
+const (
+	DefaultReadHeaderTimeout = 10 * time.Second
+	DefaultBodyTimeout       = 30 * time.Second
+	DefaultWriteTimeout      = 2 * time.Minute
+	DefaultHTTPIdleTimeout   = 2 * time.Minute
+	DefaultMaxConnsPerIP     = 128
+	minHTTPTimeout           = time.Second
+	maxHTTPTimeout           = time.Hour
+	maxConnsPerIP            = 100000
+)
+
+func (r *resolver) resolveHTTP(b *httpBlock) {
+	h := &r.cfg.Server.HTTP
+	if b == nil {
+		b = &httpBlock{DefRange: r.cfg.Server.DeclRange}
+	}
+	for _, a := range []struct {
+		name string
+		p    *string
+		def  time.Duration
+		out  *time.Duration
+	}{
+		{"read_header_timeout", b.ReadHeaderTimeout, DefaultReadHeaderTimeout, &h.ReadHeaderTimeout},
+		{"body_timeout", b.BodyTimeout, DefaultBodyTimeout, &h.BodyTimeout},
+		{"write_timeout", b.WriteTimeout, DefaultWriteTimeout, &h.WriteTimeout},
+		{"idle_timeout", b.IdleTimeout, DefaultHTTPIdleTimeout, &h.IdleTimeout},
+	} {
+		v, ok := r.duration(b.Body, a.name, a.p, a.def, b.DefRange)
+		if ok && (v < minHTTPTimeout || v > maxHTTPTimeout) {
+			r.errf(valueRange(b.Body, a.name, b.DefRange), "Invalid "+a.name,
+				"%s is from %s to %s; %s was given.", a.name, FormatDuration(minHTTPTimeout), FormatDuration(maxHTTPTimeout), FormatDuration(v))
+			v = a.def
+		}
+		*a.out = v
+	}
+	h.MaxConnsPerIP = DefaultMaxConnsPerIP
+	if b.MaxConnsPerIP != nil {
+		if n := *b.MaxConnsPerIP; n < 1 || n > maxConnsPerIP {
+			r.errf(valueRange(b.Body, "max_conns_per_ip", b.DefRange), "Invalid max_conns_per_ip",
+				"max_conns_per_ip is from 1 to %d; %d was given.", maxConnsPerIP, n)
+		} else {
+			h.MaxConnsPerIP = n
+		}
+	}
 }
 
 // Defaults and bounds of the node block.

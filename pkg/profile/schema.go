@@ -33,8 +33,20 @@ type serverBlock struct {
 	Host           *hostBlock     `hcl:"host,block"`
 	Monitor        *monitorBlock  `hcl:"monitor,block"`
 	Node           *nodeBlock     `hcl:"node,block"`
+	HTTP           *httpBlock     `hcl:"http,block"`
 	DefRange       hcl.Range      `hcl:",def_range"`
 	Body           hcl.Body       `hcl:",body"`
+}
+
+// httpBlock bounds what one client of the API may hold.
+type httpBlock struct {
+	ReadHeaderTimeout *string   `hcl:"read_header_timeout,optional"`
+	BodyTimeout       *string   `hcl:"body_timeout,optional"`
+	WriteTimeout      *string   `hcl:"write_timeout,optional"`
+	IdleTimeout       *string   `hcl:"idle_timeout,optional"`
+	MaxConnsPerIP     *int      `hcl:"max_conns_per_ip,optional"`
+	DefRange          hcl.Range `hcl:",def_range"`
+	Body              hcl.Body  `hcl:",body"`
 }
 
 // nodeBlock names this server in a fleet (several gpuvmds sharing one

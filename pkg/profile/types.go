@@ -62,7 +62,34 @@ type Server struct {
 	Host           Host      `json:"host"`
 	Monitor        Monitor   `json:"monitor"`
 	Node           Node      `json:"node"`
+	HTTP           HTTP      `json:"http"`
 	DeclRange      hcl.Range `json:"-"`
+}
+
+// HTTP bounds what one client of the API may hold (pkg/server's
+// HTTPLimits): its headers must come within ReadHeaderTimeout, its body
+// within BodyTimeout, the answer is written within WriteTimeout (the event
+// stream and the websockets excepted), an idle keep-alive connection is
+// closed after IdleTimeout, and one source IP holds at most MaxConnsPerIP
+// connections at once (one more is closed unanswered).
+type HTTP struct {
+	ReadHeaderTimeout time.Duration `json:"read_header_timeout"`
+	BodyTimeout       time.Duration `json:"body_timeout"`
+	WriteTimeout      time.Duration `json:"write_timeout"`
+	IdleTimeout       time.Duration `json:"idle_timeout"`
+	MaxConnsPerIP     int           `json:"max_conns_per_ip"`
+}
+
+// MarshalJSON writes durations as whole seconds.
+func (h HTTP) MarshalJSON() ([]byte, error) {
+	type plain HTTP
+	return json.Marshal(struct {
+		plain
+		ReadHeaderTimeout int64 `json:"read_header_timeout"`
+		BodyTimeout       int64 `json:"body_timeout"`
+		WriteTimeout      int64 `json:"write_timeout"`
+		IdleTimeout       int64 `json:"idle_timeout"`
+	}{plain(h), secs(h.ReadHeaderTimeout), secs(h.BodyTimeout), secs(h.WriteTimeout), secs(h.IdleTimeout)})
 }
 
 // Node is this server as a node of a fleet: several gpuvmds that share one

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/gin-gonic/gin"
+
+	"github.com/gpuvm/gpuvm/pkg/profile"
 )
 
 // A client may hold a connection, and the goroutine serving it, only so
@@ -25,7 +27,7 @@ import (
 // that opens connections and sends nothing costs nothing more.
 
 // HTTPLimits bounds what one client may hold; zero values take the
-// defaults (Default*).
+// defaults (Default*). gpuvmd takes them from server { http { … } }.
 type HTTPLimits struct {
 	ReadHeaderTimeout time.Duration
 	BodyTimeout       time.Duration
@@ -34,14 +36,20 @@ type HTTPLimits struct {
 	MaxConnsPerIP     int
 }
 
-// Defaults of HTTPLimits.
+// Defaults of HTTPLimits: the server block's (pkg/profile).
 const (
-	DefaultHTTPReadHeaderTimeout = 10 * time.Second
-	DefaultHTTPBodyTimeout       = 30 * time.Second
-	DefaultHTTPWriteTimeout      = 2 * time.Minute
-	DefaultHTTPIdleTimeout       = 2 * time.Minute
-	DefaultHTTPMaxConnsPerIP     = 128
+	DefaultHTTPReadHeaderTimeout = profile.DefaultReadHeaderTimeout
+	DefaultHTTPBodyTimeout       = profile.DefaultBodyTimeout
+	DefaultHTTPWriteTimeout      = profile.DefaultWriteTimeout
+	DefaultHTTPIdleTimeout       = profile.DefaultHTTPIdleTimeout
+	DefaultHTTPMaxConnsPerIP     = profile.DefaultMaxConnsPerIP
 )
+
+// LimitsOf are the limits of a server block's http block.
+func LimitsOf(h profile.HTTP) HTTPLimits {
+	return HTTPLimits{ReadHeaderTimeout: h.ReadHeaderTimeout, BodyTimeout: h.BodyTimeout, WriteTimeout: h.WriteTimeout,
+		IdleTimeout: h.IdleTimeout, MaxConnsPerIP: h.MaxConnsPerIP}
+}
 
 // withDefaults fills in the zero values.
 func (l HTTPLimits) withDefaults() HTTPLimits {
