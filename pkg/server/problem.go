@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"errors"
 	"net/http"
 
@@ -29,6 +30,10 @@ var (
 	errInternal        = &Problem{Type: ProblemBase + "internal", Title: "Internal error", Status: http.StatusInternalServerError}
 )
 
+// StatusClientClosed is the status a request gets in the logs and metrics
+// when its client left before the answer (nginx's 499).
+const StatusClientClosed = 499
+
 // with returns a copy of a problem kind with a detail.
 func with(p *Problem, detail string) *Problem {
 	c := *p
@@ -47,6 +52,13 @@ func withField(p *Problem, field, detail string) *Problem {
 // *Problem is an internal error whose text is logged, not shown.
 func (s *Server) writeProblem(c *gin.Context, err error) {
 	var p *Problem
+	if c.Request.Context().Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
+		// The client left: nobody reads an answer, and it is no error of
+		// the server's.
+		s.log.Info("client left before the answer", "method", c.Request.Method, "path", c.Request.URL.Path, "err", err)
+		c.AbortWithStatus(StatusClientClosed)
+		return
+	}
 	if !errors.As(err, &p) {
 		s.log.Error("request failed", "method", c.Request.Method, "path", c.Request.URL.Path, "err", err)
 		p = with(errInternal, "the error was logged")

@@ -278,7 +278,9 @@ func (s *Server) listVMs(c *gin.Context) {
 				s.writeProblem(c, withField(errBadRequest, "state", fmt.Sprintf("unknown state %q (known: %s)", x, strings.Join(vmStates, ", "))))
 				return
 			}
-			f.States = append(f.States, x)
+			if !slices.Contains(f.States, x) { // a state named 50000 times is one SQL parameter, not 50000
+				f.States = append(f.States, x)
+			}
 		}
 	}
 	page, err := s.Store.ListVMs(c.Request.Context(), f)
