@@ -16,6 +16,10 @@ import (
 	"github.com/gpuvm/gpuvm/pkg/client"
 )
 
+// maxReserveHours is the longest reservation the server takes (a year of
+// 366 days, pkg/policy's MaxBookingLength).
+const maxReserveHours = 366 * 24
+
 // reserveOpts are the flags of gpuvm reserve.
 type reserveOpts struct {
 	start, end, until, every, owner, note string
@@ -96,6 +100,8 @@ func (r *reserveOpts) request(profile string) (api.CreateReservationRequest, err
 		if req.End, err = parseSlot("end", r.end); err != nil {
 			return req, err
 		}
+	case r.hours > maxReserveHours: // before the multiplication, which overflows
+		return req, usageError{fmt.Errorf("--hours: a reservation lasts at most %d hours", maxReserveHours)}
 	case r.hours > 0:
 		req.End = start.Add(time.Duration(r.hours) * time.Hour)
 	case r.hours < 0:

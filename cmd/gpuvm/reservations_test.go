@@ -132,3 +132,22 @@ func TestParseEvery(t *testing.T) {
 		t.Errorf("until a date: %v %v", u, err)
 	}
 }
+
+// --hours is checked before it becomes a duration: time.Duration(hours) *
+// time.Hour wraps past 2562047 hours, to an end before the start.
+func TestReserveHoursRange(t *testing.T) {
+	for _, tc := range []struct {
+		hours int
+		ok    bool
+	}{{1, true}, {maxReserveHours, true}, {maxReserveHours + 1, false}, {2562048, false}, {1 << 62, false}, {-1, false}} {
+		r := reserveOpts{start: "2030-03-01T10:00:00Z", hours: tc.hours}
+		req, err := r.request("whole")
+		if (err == nil) != tc.ok {
+			t.Errorf("--hours %d: %v, want ok=%v", tc.hours, err, tc.ok)
+			continue
+		}
+		if tc.ok && req.End.Sub(req.Start) != time.Duration(tc.hours)*time.Hour {
+			t.Errorf("--hours %d: %s to %s", tc.hours, req.Start, req.End)
+		}
+	}
+}

@@ -364,6 +364,10 @@ func printTokens(w io.Writer, user string, ts []api.Token) error {
 	return tw.Flush()
 }
 
+// maxExpiryDays is the longest life of a token, as the server allows it
+// (ten years of 365 days).
+const maxExpiryDays = 10 * 365
+
 // parseExpiry reads --expires: a duration in whole hours ("720h", "30d",
 // "1d12h"); "" or "never": no expiry (0).
 func parseExpiry(s string) (hours int, err error) {
@@ -377,6 +381,9 @@ func parseExpiry(s string) (hours int, err error) {
 		if err != nil || n < 0 {
 			return 0, usageError{fmt.Errorf("--expires %q: %q is not a number of days", s, days)}
 		}
+		if n > maxExpiryDays { // before the multiplication, which overflows
+			return 0, usageError{fmt.Errorf("--expires %q: a token lives at most %d days (ten years)", s, maxExpiryDays)}
+		}
 		d = time.Duration(n) * 24 * time.Hour
 		s = rest
 	}
@@ -389,6 +396,9 @@ func parseExpiry(s string) (hours int, err error) {
 	}
 	if d <= 0 || d%time.Hour != 0 {
 		return 0, usageError{errors.New("--expires is a positive number of whole hours or days (720h, 30d), or never")}
+	}
+	if d > maxExpiryDays*24*time.Hour {
+		return 0, usageError{fmt.Errorf("--expires: a token lives at most %d days (ten years)", maxExpiryDays)}
 	}
 	return int(d / time.Hour), nil
 }

@@ -129,6 +129,9 @@ func TestParseExpiry(t *testing.T) {
 	}{
 		{"", 0, true}, {"never", 0, true}, {"720h", 720, true}, {"30d", 720, true}, {"1d12h", 36, true}, {"2h0m", 2, true},
 		{"90m", 0, false}, {"0h", 0, false}, {"-1h", 0, false}, {"xd", 0, false}, {"1y", 0, false}, {"-2d", 0, false},
+		{"3650d", 87600, true}, {"3651d", 0, false}, {"87601h", 0, false},
+		// time.Duration(n)*24*time.Hour wraps for these.
+		{"106751992d", 0, false}, {"9223372036854775807d", 0, false}, {"3650d9223372036854775807h", 0, false},
 	}
 	for _, tc := range tests {
 		h, err := parseExpiry(tc.in)
