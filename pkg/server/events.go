@@ -158,6 +158,12 @@ func (s *Server) events(c *gin.Context) {
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")
 	h.Set("X-Accel-Buffering", "no")
+	// The stream has no write deadline (stream), but each write has one: a
+	// client that stops reading is let go once the socket's buffers are
+	// full and a write waits WriteTimeout.
+	rc := http.NewResponseController(w)
+	extend := func() { _ = rc.SetWriteDeadline(time.Now().Add(s.HTTP.WriteTimeout)) }
+	extend()
 	w.WriteHeader(http.StatusOK)
 	// The first line tells the client the stream is open, and where it
 	// starts, before any event happens.
@@ -178,6 +184,7 @@ func (s *Server) events(c *gin.Context) {
 				}
 				return // the client reconnects with Last-Event-ID
 			}
+			extend()
 			for _, e := range es {
 				if err := writeEvent(w, e); err != nil {
 					return
@@ -195,6 +202,7 @@ func (s *Server) events(c *gin.Context) {
 		case <-s.done:
 			return
 		case <-keep.C:
+			extend()
 			if _, err := fmt.Fprint(w, ": keep-alive\n\n"); err != nil {
 				return
 			}

@@ -3,6 +3,7 @@ package server
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -14,6 +15,8 @@ import (
 
 	"github.com/coder/websocket"
 	"go.uber.org/goleak"
+
+	"github.com/gpuvm/gpuvm/pkg/store"
 )
 
 // liveServer serves s as gpuvmd does (HTTPServer on LimitListener) on a
@@ -223,4 +226,42 @@ func TestStreamsOutliveTheWriteTimeout(t *testing.T) {
 			t.Fatalf("echo after %s: %q %v", 3*writeTimeout, got, err)
 		}
 	})
+}
+
+// An event stream whose client stops reading is let go: once the socket's
+// buffers are full, a write waits at most the write timeout, and the
+// stream ends.
+func TestEventStreamLetsAStalledReaderGo(t *testing.T) {
+	s, st, _ := vmServer(t)
+	s.HTTP = HTTPLimits{WriteTimeout: 300 * time.Millisecond}.withDefaults()
+	ctx := context.Background()
+	// 12 MB of events, more than loopback's buffers hold.
+	big, _ := json.Marshal(strings.Repeat("x", 256<<10))
+	for range 48 {
+		if err := st.AppendEvent(ctx, &store.Event{Owner: "ann", Type: "vm.state", Payload: big}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	addr, _ := liveServer(t, s)
+	c := dialRaw(t, addr)
+	// A bounded receive window (not autotuned to 32 MB), yet wider than
+	// loopback's segment size so that the client's window updates are
+	// sent once it reads.
+	if tc, ok := c.(*net.TCPConn); ok {
+		_ = tc.SetReadBuffer(256 << 10)
+	}
+	fmt.Fprint(c, "GET /v1/events?after=0 HTTP/1.1\r\nHost: gpuvm\r\nAuthorization: Bearer ann-token\r\n\r\n")
+	time.Sleep(time.Second) // the client reads nothing meanwhile
+	b, err := io.ReadAll(c)
+	got := string(b)
+	if !strings.HasPrefix(got, "HTTP/1.1 200") {
+		t.Fatalf("stream: %.100q", got)
+	}
+	n := strings.Count(got, "\nevent: vm.state\n")
+	if isTimeout(err) {
+		t.Fatalf("the stream was still open after 10s, with %d events and %d bytes sent, ending %q", n, len(got), got[max(0, len(got)-100):])
+	}
+	if n == 48 {
+		t.Errorf("the client got all %d events: the stream did not stall", n)
+	}
 }
