@@ -171,6 +171,69 @@ func TestQuotas(t *testing.T) {
 	}
 }
 
+// VMs without a GPU count against the quotas as one VM each: for VMs
+// asked for without a GPU (AdmitWithoutGPU) and with one (Admit), for the
+// user and for group totals; nothing else of theirs counts.
+func TestQuotasCountVMsWithoutGPU(t *testing.T) {
+	cfg := parse(t, quotaPolicy)
+	plain := func(id, user string) scheduler.Request {
+		return scheduler.Request{ID: id, User: user, Group: "students", Groups: []string{"students"}, Lease: time.Hour, Submitted: monday}
+	}
+	tests := []struct {
+		name    string
+		held    []scheduler.Request // live VMs without a GPU
+		totals  map[string]profile.Quota
+		gpu     bool // the VM asked for has a GPU
+		code    scheduler.Code
+		refuse  bool
+		details string
+	}{
+		{"first", nil, nil, false, "", false, ""},
+		{"second", []scheduler.Request{plain("a", "sam")}, nil, false, "", false, ""},
+		{"third waits", []scheduler.Request{plain("a", "sam"), plain("b", "sam")}, nil, false, scheduler.CodeQuota, false, "user sam: runs 2 of 2 VMs"},
+		{"a GPU VM waits for them too", []scheduler.Request{plain("a", "sam"), plain("b", "sam")}, nil, true, scheduler.CodeQuota, false, "user sam: runs 2 of 2 VMs"},
+		{"others' do not count", []scheduler.Request{plain("a", "tom"), plain("b", "tom")}, nil, false, "", false, ""},
+		{"group total", []scheduler.Request{plain("a", "tom")}, map[string]profile.Quota{"students": {VMs: ptr(1)}}, false, scheduler.CodeQuota, false, "group students"},
+		{"no slice, memory or hours counted", []scheduler.Request{plain("a", "sam")}, map[string]profile.Quota{"students": {Slices: ptr(0), GPUMemory: ptr(uint64(0))}}, false, "", false, ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			e, err := New(Config{Policy: &cfg.Policy, GroupTotals: tc.totals})
+			if err != nil {
+				t.Fatal(err)
+			}
+			e.SetWithoutGPU(tc.held)
+			var why scheduler.Reason
+			var refuse bool
+			if tc.gpu {
+				r := migReq("new", "sam", "1g.10gb", time.Hour, monday)
+				r.Group, r.Groups = "students", []string{"students"}
+				why, refuse = e.Begin(monday, nil).Admit(&r)
+			} else {
+				r := plain("new", "sam")
+				why, refuse = e.AdmitWithoutGPU(monday, nil, &r)
+			}
+			if why.Code != tc.code || refuse != tc.refuse || !strings.Contains(why.Detail, tc.details) {
+				t.Errorf("%v refuse=%v, want %q %v %q", why, refuse, tc.code, tc.refuse, tc.details)
+			}
+		})
+	}
+	// One the round starts counts for the next.
+	e, _ := New(Config{Policy: &cfg.Policy})
+	e.AddWithoutGPU(plain("a", "sam"))
+	e.AddWithoutGPU(plain("b", "sam"))
+	r := plain("c", "sam")
+	if why, _ := e.AdmitWithoutGPU(monday, nil, &r); why.Code != scheduler.CodeQuota {
+		t.Errorf("after two started: %v", why)
+	}
+	// vms = 0 refuses one at once.
+	o := plain("o", "olga")
+	o.Group, o.Groups = "", nil
+	if why, refuse := e.AdmitWithoutGPU(monday, nil, &o); why.Code != scheduler.CodeQuota || !refuse {
+		t.Errorf("vms = 0: %v %v", why, refuse)
+	}
+}
+
 func ptr[T any](v T) *T { return &v }
 
 const windowPolicy = `
