@@ -180,6 +180,10 @@ type CreateRequest struct {
 type RemoveRequest struct {
 	ID  string // Device.ID
 	GPU string // optional: the GPU it is on, to speed the search
+	// OfInstallation, when set, is the gpuvm installation an admin
+	// confirmed the device belongs to (an orphan they chose to delete):
+	// the device is removed only if its ledger entry names that one.
+	OfInstallation string
 }
 
 // HostdevType says which libvirt hostdev a device becomes.

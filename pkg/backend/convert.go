@@ -158,11 +158,11 @@ func createRequestFromProto(r *pb.CreateRequest) CreateRequest {
 }
 
 func removeRequestToProto(r RemoveRequest) *pb.RemoveRequest {
-	return &pb.RemoveRequest{Id: r.ID, Gpu: r.GPU}
+	return &pb.RemoveRequest{Id: r.ID, Gpu: r.GPU, OfInstallation: r.OfInstallation}
 }
 
 func removeRequestFromProto(r *pb.RemoveRequest) RemoveRequest {
-	return RemoveRequest{ID: r.GetId(), GPU: r.GetGpu()}
+	return RemoveRequest{ID: r.GetId(), GPU: r.GetGpu(), OfInstallation: r.GetOfInstallation()}
 }
 
 func hostdevToProto(h Hostdev) *pb.Hostdev {

@@ -462,7 +462,7 @@ func (b *Backend) Remove(ctx context.Context, req backend.RemoveRequest) error {
 	if !ok {
 		return nil
 	}
-	if err := env.Owns(e); err != nil {
+	if err := env.Owns(e, req.OfInstallation); err != nil {
 		return err
 	}
 	d := e.Device

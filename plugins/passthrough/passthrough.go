@@ -541,7 +541,7 @@ func (b *Backend) Remove(ctx context.Context, req backend.RemoveRequest) error {
 		}
 		return nil // removed already, or never made
 	}
-	if err := env.Owns(e); err != nil {
+	if err := env.Owns(e, req.OfInstallation); err != nil {
 		return err
 	}
 	order := []string{e.Device.GPU}

@@ -310,7 +310,7 @@ func (b *Backend) Remove(ctx context.Context, req backend.RemoveRequest) error {
 		}
 		return nil
 	}
-	if err := env.Owns(e); err != nil {
+	if err := env.Owns(e, req.OfInstallation); err != nil {
 		return err
 	}
 	if err := kit.RemoveVGPU(env.SysFS, e.Device.GPU, id); err != nil {

@@ -1085,11 +1085,15 @@ func (x *CreateRequest) GetDeviceUuid() string {
 }
 
 type RemoveRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	Gpu           string                 `protobuf:"bytes,2,opt,name=gpu,proto3" json:"gpu,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Gpu   string                 `protobuf:"bytes,2,opt,name=gpu,proto3" json:"gpu,omitempty"`
+	// of_installation, when set, is the installation an admin confirmed the
+	// device belongs to (an orphan they chose to delete): the backend removes
+	// it only if its ledger entry names that installation.
+	OfInstallation string `protobuf:"bytes,3,opt,name=of_installation,json=ofInstallation,proto3" json:"of_installation,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *RemoveRequest) Reset() {
@@ -1132,6 +1136,13 @@ func (x *RemoveRequest) GetId() string {
 func (x *RemoveRequest) GetGpu() string {
 	if x != nil {
 		return x.Gpu
+	}
+	return ""
+}
+
+func (x *RemoveRequest) GetOfInstallation() string {
+	if x != nil {
+		return x.OfInstallation
 	}
 	return ""
 }
@@ -1487,10 +1498,11 @@ const file_backend_proto_rawDesc = "" +
 	"\aprofile\x18\x04 \x01(\tR\aprofile\x12\x1c\n" +
 	"\tplacement\x18\x05 \x01(\x03R\tplacement\x12\x1f\n" +
 	"\vdevice_uuid\x18\x06 \x01(\tR\n" +
-	"deviceUuid\"1\n" +
+	"deviceUuid\"Z\n" +
 	"\rRemoveRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x10\n" +
-	"\x03gpu\x18\x02 \x01(\tR\x03gpu\"\x83\x01\n" +
+	"\x03gpu\x18\x02 \x01(\tR\x03gpu\x12'\n" +
+	"\x0fof_installation\x18\x03 \x01(\tR\x0eofInstallation\"\x83\x01\n" +
 	"\aHostdev\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x12\x12\n" +
 	"\x04uuid\x18\x02 \x01(\tR\x04uuid\x12\x1c\n" +

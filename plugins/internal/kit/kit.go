@@ -96,9 +96,17 @@ func (e *Env) Lock(ctx context.Context) (func(), error) {
 // that another gpuvm installation made: two installations that share a
 // state directory, or a ledger copied from elsewhere, never remove each
 // other's devices. An entry recorded before installations existed, or a
-// backend configured without one, is not refused.
-func (e *Env) Owns(entry Entry) error {
+// backend configured without one, is not refused. confirmed, when set, is
+// the installation an admin confirmed the device belongs to (an orphan they
+// chose to delete): the entry must name exactly that one.
+func (e *Env) Owns(entry Entry, confirmed string) error {
 	made := entry.Device.Installation
+	if confirmed != "" {
+		if made != confirmed {
+			return backend.Errorf(backend.CodeConflict, entry.Device.GPU, "device %s was made by gpuvm installation %q, not %q as confirmed: left alone", entry.Device.ID, made, confirmed)
+		}
+		return nil
+	}
 	if made == "" || e.Installation == "" || made == e.Installation {
 		return nil
 	}
