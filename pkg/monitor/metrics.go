@@ -80,6 +80,7 @@ var MetricDefs = []MetricDef{
 	{"gpuvm_queue_wait_seconds", Gauge, "How long the VM that has waited longest has waited (0 with none waiting).", nil},
 	{"gpuvm_allocations", Gauge, "Live GPU allocations of this host by kind (vgpu, mig, passthrough).", []string{"host", "kind"}},
 	{"gpuvm_alerts_firing", Gauge, "Firing alerts of each alert rule.", []string{"rule"}},
+	{"gpuvm_orphans", Gauge, "Things on this host that look like gpuvm's but are not provably this installation's (domains, volumes, devices): left as they are until an admin deletes or adopts them.", []string{"host", "kind"}},
 	{"gpuvm_api_requests_total", Counter, "API requests answered, by method, route template and status code.", []string{"method", "route", "code"}},
 	{"gpuvm_api_request_duration_seconds", Histogram, "Time to answer API requests, by method and route template.", []string{"method", "route"}},
 	{"gpuvm_provisioning_seconds", Histogram, "Time from a VM's create request to the VM running, queue time included.", []string{"host"}},
@@ -117,6 +118,15 @@ type Exporter struct {
 
 	mu        sync.Mutex
 	lastError string
+	orphans   func() map[string]int // nil: not exported
+}
+
+// ExportOrphans makes the exporter report counts() (orphans by kind, the
+// reconciler's) as gpuvm_orphans at each scrape.
+func (e *Exporter) ExportOrphans(counts func() map[string]int) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.orphans = counts
 }
 
 // NewExporter builds the registry of host's metrics. sampler may be nil
@@ -206,6 +216,15 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(collectorDescs[name], t, v, labels...)
 	}
 	c.collectRound(emit)
+	c.mu.Lock()
+	orphans := c.orphans
+	c.mu.Unlock()
+	if orphans != nil {
+		counts := orphans()
+		for _, k := range sortedKeys(counts) {
+			emit("gpuvm_orphans", prometheus.GaugeValue, float64(counts[k]), c.host, k)
+		}
+	}
 	if c.st == nil {
 		return
 	}

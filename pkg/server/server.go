@@ -83,6 +83,10 @@ type Deps struct {
 	// is down (default HostDownAfter).
 	Fleet       Fleet
 	HostTimeout time.Duration
+	// Orphans lists, deletes and adopts what the reconciler found that
+	// looks like gpuvm's but is not provably this installation's (the
+	// orchestrator); nil: the orphan routes answer 503.
+	Orphans Orphans
 }
 
 // Waker is told that a VM operation was queued.
@@ -174,6 +178,7 @@ func (s *Server) routes() {
 	admin.POST("/admin/hosts/:name/drain", s.requireStore, s.drainHost)     // fleet.go
 	admin.DELETE("/admin/hosts/:name/drain", s.requireStore, s.undrainHost) // fleet.go
 	admin.GET("/alerts", s.requireStore, s.listAlerts)                      // alerts.go
+	s.orphanRoutes(admin)                                                   // orphans.go
 	v1.GET("/whoami", s.whoami)
 	v1.GET("/usage", s.requireStore, s.usage)                      // usage.go
 	admin.GET("/reports/summary", s.requireStore, s.reportSummary) // report.go
