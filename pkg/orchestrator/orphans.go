@@ -131,6 +131,15 @@ func (o *Orchestrator) Installation() string { return o.cfg.Installation }
 // not provably this installation's to keep or remove, and when it looked.
 func (o *Orchestrator) Orphans() ([]api.Orphan, time.Time) { return o.orphans.list() }
 
+// CheckOrphans compares the host with the database now (a reconcile) and
+// returns the orphans it found; when the comparison is incomplete the
+// error says why, and the orphans are those it could judge.
+func (o *Orchestrator) CheckOrphans(ctx context.Context) ([]api.Orphan, time.Time, error) {
+	_, err := o.reconcileHost(ctx)
+	items, at := o.orphans.list()
+	return items, at, err
+}
+
 // OrphanCounts are the orphans by kind (every kind named, 0 when none).
 func (o *Orchestrator) OrphanCounts() map[string]int {
 	items, _ := o.orphans.list()

@@ -18,13 +18,13 @@ import (
 // listed, and deleted or adopted only when an admin says so.
 type Orphans interface {
 	Installation() string
-	Orphans() ([]api.Orphan, time.Time)
+	CheckOrphans(ctx context.Context) ([]api.Orphan, time.Time, error)
 	DeleteOrphan(ctx context.Context, id string) (api.Orphan, error)
 	AdoptOrphan(ctx context.Context, id string, req api.AdoptRequest, by string) (*store.VM, error)
 }
 
 var orphanAPIRoutes = []route{
-	{Method: "GET", Path: "/v1/admin/orphans", Summary: "What this host has that looks like gpuvm's but is not provably this installation's: another installation's domains and devices, this installation's whose VM is not in the database, volumes nothing refers to. gpuvm never removes them on its own", Auth: authAdmin, Status: 200, Answer: api.OrphanList{}, Errors: []int{503}},
+	{Method: "GET", Path: "/v1/admin/orphans", Summary: "Compare the host with the database now, and list what this host has that looks like gpuvm's but is not provably this installation's: another installation's domains and devices, this installation's whose VM is not in the database, volumes nothing refers to. gpuvm never removes them on its own", Auth: authAdmin, Status: 200, Answer: api.OrphanList{}, Errors: []int{503}},
 	{Method: "DELETE", Path: "/v1/admin/orphans/{id}", Summary: "Delete an orphan: a domain with the volumes its metadata names, a volume, or a device (its backend checks the installation it was reported with)", Auth: authAdmin, Params: []param{pOrphan}, Status: 200, Answer: api.Orphan{}, Errors: []int{404, 503}},
 	{Method: "POST", Path: "/v1/admin/orphans/{id}/adopt", Summary: "Make an orphaned domain of this installation a VM of a user again, running or stopped as it is, with the GPU devices made for it", Auth: authAdmin, Params: []param{pOrphan}, Body: api.AdoptRequest{}, Status: 201, Answer: api.VM{}, Errors: []int{400, 404, 409, 413, 422, 503}},
 }
@@ -46,7 +46,11 @@ func (s *Server) requireOrphans(c *gin.Context) {
 }
 
 func (s *Server) listOrphans(c *gin.Context) {
-	items, at := s.Orphans.Orphans()
+	items, at, err := s.Orphans.CheckOrphans(c.Request.Context())
+	if err != nil {
+		// What could be judged is listed; the rest is logged.
+		s.log.Warn("the host could not be compared with the database in full", "err", err)
+	}
 	out := api.OrphanList{Installation: s.Orphans.Installation(), Items: items}
 	if !at.IsZero() {
 		out.CheckedAt = &at
