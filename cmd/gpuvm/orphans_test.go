@@ -35,7 +35,9 @@ func (f *cliOrphans) take(id string) (api.Orphan, error) {
 	return api.Orphan{}, fmt.Errorf("orphan %s: %w", id, store.ErrNotFound)
 }
 
-func (f *cliOrphans) DeleteOrphan(_ context.Context, id string) (api.Orphan, error) { return f.take(id) }
+func (f *cliOrphans) DeleteOrphan(_ context.Context, id string) (api.Orphan, error) {
+	return f.take(id)
+}
 
 func (f *cliOrphans) AdoptOrphan(ctx context.Context, id string, req api.AdoptRequest, by string) (*store.VM, error) {
 	o, err := f.take(id)
