@@ -21,6 +21,7 @@ func newAdminCmd(getenv func(string) string) *cobra.Command {
 	admin.AddCommand(newAdminGPUsCmd(o), newAdminReloadCmd(o))
 	admin.AddCommand(newAdminUsersCmd(o), newAdminTokensCmd(o), newAdminDrainCmd(o), newAdminUndrainCmd(o)) // users.go
 	admin.AddCommand(newAdminAlertsCmd(o))                                                                  // alerts.go
+	admin.AddCommand(newAdminAuditCmd(o))                                                                   // audit.go
 	return admin
 }
 
