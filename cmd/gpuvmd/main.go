@@ -251,6 +251,18 @@ func serve(ctx context.Context, o options, cfg *config, log *slog.Logger) error 
 	monDone := make(chan struct{})
 	go func() { mon.Run(orchCtx); close(monDone) }()
 	defer func() { stopOrch(); <-monDone }()
+	// The audit log's retention (server.audit.retention, read at each
+	// round so that a reload applies).
+	pruner := &auditPruner{st: st, every: auditPruneInterval, log: log.With("component", "audit"),
+		retention: func() time.Duration {
+			if cfg == nil {
+				return profile.DefaultAuditRetention
+			}
+			return cfg.Load().Server.Audit.Retention
+		}}
+	pruneDone := make(chan struct{})
+	go func() { pruner.run(orchCtx); close(pruneDone) }()
+	defer func() { stopOrch(); <-pruneDone }()
 	// The usage ledger keeps past hours' utilisation in memory: read the
 	// last 90 days now, in the background, so the first usage query after a
 	// start is as quick as the others.
