@@ -302,7 +302,12 @@ func (s *Server) fillAudit(c *gin.Context, rec *auditRecord, status int) {
 	if status >= 400 {
 		e.Detail = ""
 		if v, ok := c.Get(problemKey); ok {
-			e.Detail = clip(v.(*Problem).Detail, maxAuditDetail)
+			p := v.(*Problem)
+			d := p.Detail
+			if p.Field != "" {
+				d = p.Field + ": " + d
+			}
+			e.Detail = clip(d, maxAuditDetail)
 		}
 	}
 }
