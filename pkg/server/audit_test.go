@@ -207,6 +207,10 @@ func TestAuditMiddleware(t *testing.T) {
 			&want{"vm.create", "", "", "", "", "refused", 401, "send Authorization"}},
 		{"stop a queued VM", "POST", "/v1/vms/box/actions/stop", ann, "",
 			&want{"vm.stop", "ann", "ann", "vm/ann/box", vmID, "refused", 409, ""}},
+		{"start a queued VM", "POST", "/v1/vms/box/actions/start", ann, "",
+			&want{"vm.start", "ann", "ann", "vm/ann/box", vmID, "refused", 409, ""}},
+		{"reboot, by an admin", "POST", "/v1/vms/" + vmID + "/actions/reboot", admin, "",
+			&want{"vm.reboot", "admin", "admin", "vm/ann/box", vmID, "refused", 409, ""}},
 		{"extend", "POST", "/v1/vms/" + vmID + "/actions/extend", ann, `{"hours":1}`,
 			&want{"vm.extend", "ann", "ann", "vm/ann/box", vmID, "ok", 200, ""}},
 		{"another's VM", "DELETE", "/v1/vms/" + vmID, bob, "",
@@ -565,10 +569,21 @@ func TestAuditConsoleAndTunnel(t *testing.T) {
 		if got.Action != action || got.User != user || got.Outcome != outcome || got.Status != status || !strings.Contains(got.Detail, detail) {
 			t.Errorf("%s: %+v; want %s by %q, %s %d, detail %q", what, got, action, user, outcome, status, detail)
 		}
-		if user != "" && (got.VMID != e.box.ID || got.Target != "vm/ann/box") {
+		if user != "" && got.Status < 400 && (got.VMID != e.box.ID || got.Target != "vm/ann/box") {
 			t.Errorf("%s: target %q vm %q", what, got.Target, got.VMID)
 		}
 	}
+	if resp, _ := e.call("GET", "/v1/vms/box/console.vv", "ann-token", ""); resp.StatusCode != 200 {
+		t.Fatalf("console.vv: %d", resp.StatusCode)
+	}
+	check("virt-viewer file", last(), "console.file", "ann", "ok", 200, "")
+	if resp, _ := e.call("GET", "/v1/vms/other/console", "ann-token", ""); resp.StatusCode != 404 {
+		t.Fatalf("another's console: %d", resp.StatusCode)
+	}
+	if got := last(); got.Target != "vm/other" || got.VMID != "" {
+		t.Errorf("another's console: target %q vm %q, want what was asked only", got.Target, got.VMID)
+	}
+	check("another's console", last(), "console.ticket", "ann", "refused", 404, "no VM")
 	c := e.console("ann-token", e.box)
 	check("console ticket", last(), "console.ticket", "ann", "ok", 200, "")
 	ws, code, detail := e.dialWS(ctx, c.WebSocketURL)
