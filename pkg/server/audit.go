@@ -188,18 +188,18 @@ func auditSource(r *http.Request) string {
 }
 
 // clip makes text fit an entry: control characters become spaces, and it
-// is cut at max bytes (on a rune boundary).
-func clip(s string, max int) string {
+// is cut at n bytes (on a rune boundary).
+func clip(s string, n int) string {
 	s = strings.Map(func(r rune) rune {
 		if unicode.IsControl(r) || r == utf8.RuneError {
 			return ' '
 		}
 		return r
 	}, s)
-	if len(s) <= max {
+	if len(s) <= n {
 		return s
 	}
-	cut := max - len("…")
+	cut := n - len("…")
 	for cut > 0 && !utf8.RuneStart(s[cut]) {
 		cut--
 	}

@@ -628,3 +628,31 @@ func TestAuditConsoleAndTunnel(t *testing.T) {
 		t.Errorf("an entry was written: %+v", got)
 	}
 }
+
+// What a client sends is kept short and on one line.
+func TestAuditClip(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		n    int
+		want string
+	}{
+		{"vm/ann/box", 20, "vm/ann/box"},
+		{"a\nb\rc\x00d", 20, "a b c d"},
+		{"abcdefghij", 8, "abcde…"},
+		{"ééééé", 8, "éé…"}, // never half a rune
+		{"bad \xff byte", 20, "bad   byte"},
+	} {
+		if got := clip(tc.in, tc.n); got != tc.want || len(got) > tc.n {
+			t.Errorf("clip(%q, %d) = %q, want %q", tc.in, tc.n, got, tc.want)
+		}
+	}
+	r := httptest.NewRequest("POST", "/v1/vms", nil)
+	r.RemoteAddr = "[2001:db8::1]:5000"
+	if got := auditSource(r); got != "2001:db8::1" {
+		t.Errorf("source %q", got)
+	}
+	r.Header.Set("X-Forwarded-For", "203.0.113.5\n, 10.0.0.1")
+	if got := auditSource(r); got != "2001:db8::1 (forwarded for 203.0.113.5 , 10.0.0.1)" {
+		t.Errorf("source %q", got)
+	}
+}
