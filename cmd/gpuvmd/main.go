@@ -283,6 +283,22 @@ func serve(ctx context.Context, o options, cfg *config, log *slog.Logger) error 
 	}
 	deps.Consoles = hv // the console and tunnel proxies find displays and guest addresses here
 	api := server.New(deps)
+	if cfg != nil {
+		// A reload on SIGHUP is a change too: the audit log records it
+		// as it records POST /v1/admin/reload.
+		recordReload := func(err error, diagnostics string) {
+			e := &store.AuditEntry{Action: "config.reload", Target: "config", Source: "SIGHUP", Outcome: store.AuditOK}
+			if err != nil {
+				e.Outcome, e.Detail = store.AuditRefused, err.Error()
+				if first, _, _ := strings.Cut(diagnostics, "\n"); first != "" {
+					e.Detail += ": " + first
+				}
+			}
+			api.RecordAudit(ctx, e)
+		}
+		cfg.sighup.Store(&recordReload)
+		defer cfg.sighup.Store(nil)
+	}
 	srv := &http.Server{Handler: api, ReadHeaderTimeout: 10 * time.Second}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()

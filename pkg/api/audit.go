@@ -35,7 +35,8 @@ type AuditEntry struct {
 	// VMID is the VM acted on, when there is one.
 	VMID string `json:"vm_id,omitempty"`
 	// Outcome is ok, refused or failed; Status the HTTP status answered
-	// (101 for a console or tunnel that opened).
+	// (101 for a console or tunnel that opened; 0 for what was no request:
+	// a reload on SIGHUP, whose Source is "SIGHUP").
 	Outcome string `json:"outcome"`
 	Status  int    `json:"status"`
 	// Detail says a little more: the problem's detail when refused or

@@ -349,6 +349,15 @@ func auditAttrs(e *store.AuditEntry) []slog.Attr {
 	}
 }
 
+// RecordAudit writes the entry of a change made outside the API (gpuvmd's
+// reload on SIGHUP) as the API's own are written: in the log too when
+// server.audit.log says so, a failure logged at error and counted. It
+// reports whether the entry was stored.
+func (s *Server) RecordAudit(ctx context.Context, e *store.AuditEntry) bool {
+	e.Detail = clip(e.Detail, maxAuditDetail)
+	return s.writeAudit(ctx, e)
+}
+
 // AuditWriteFailures counts the audit entries that could not be written
 // since the server started.
 func (s *Server) AuditWriteFailures() int64 { return s.auditFailures.Load() }
