@@ -83,9 +83,9 @@ var auditRoutes = map[string]auditRoute{
 	"POST /v1/admin/hosts/{name}/drain":   {"host.drain", "host/{name}"},
 	"DELETE /v1/admin/hosts/{name}/drain": {"host.undrain", "host/{name}"},
 	"POST /v1/admin/reload":               {"config.reload", "config"},
-	// The orphan decisions of the reconciler's admin routes.
-	"POST /v1/admin/orphans/{id}/delete": {"orphan.delete", "orphan/{id}"},
-	"POST /v1/admin/orphans/{id}/adopt":  {"orphan.adopt", "orphan/{id}"},
+	// The orphan decisions of the reconciler's admin routes (orphans.go).
+	"DELETE /v1/admin/orphans/{id}":     {"orphan.delete", "orphan/{id}"},
+	"POST /v1/admin/orphans/{id}/adopt": {"orphan.adopt", "orphan/{id}"},
 }
 
 // stateChanging says whether requests of a method change state: all but
