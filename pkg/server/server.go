@@ -180,13 +180,14 @@ func (s *Server) routes() {
 	admin.POST("/admin/hosts/:name/drain", s.requireStore, s.drainHost)     // fleet.go
 	admin.DELETE("/admin/hosts/:name/drain", s.requireStore, s.undrainHost) // fleet.go
 	admin.GET("/alerts", s.requireStore, s.listAlerts)                      // alerts.go
-	admin.GET("/admin/audit", s.requireStore, s.listAllAudit)               // audit.go
-	v1.GET("/audit", s.requireStore, s.listOwnAudit)                        // audit.go
 	v1.GET("/whoami", s.whoami)
 	v1.GET("/usage", s.requireStore, s.usage)                      // usage.go
 	admin.GET("/reports/summary", s.requireStore, s.reportSummary) // report.go
 	v1.GET("/hosts", s.requireStore, s.listHosts)
 	s.reservationRoutes(v1.Group("", s.requireStore)) // reservations.go
+	// audit.go: the audit log (admins), and the caller's own entries.
+	admin.GET("/admin/audit", s.requireStore, s.listAllAudit)
+	v1.GET("/audit", s.requireStore, s.listOwnAudit)
 	// A user's own record and tokens: the user or an admin; to others
 	// the user does not exist.
 	self := v1.Group("/users/:name", s.requireStore, s.requireSelfOrAdmin)
