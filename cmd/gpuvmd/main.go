@@ -260,6 +260,18 @@ func serve(ctx context.Context, o options, cfg *config, log *slog.Logger) error 
 	monDone := make(chan struct{})
 	go func() { mon.Run(orchCtx); close(monDone) }()
 	defer func() { stopOrch(); <-monDone }()
+	// The audit log's retention (server.audit.retention, read at each
+	// round so that a reload applies).
+	pruner := &auditPruner{st: st, every: auditPruneInterval, log: log.With("component", "audit"),
+		retention: func() time.Duration {
+			if cfg == nil {
+				return profile.DefaultAuditRetention
+			}
+			return cfg.Load().Server.Audit.Retention
+		}}
+	pruneDone := make(chan struct{})
+	go func() { pruner.run(orchCtx); close(pruneDone) }()
+	defer func() { stopOrch(); <-pruneDone }()
 	// The usage ledger keeps past hours' utilisation in memory: read the
 	// last 90 days now, in the background, so the first usage query after a
 	// start is as quick as the others.
@@ -280,6 +292,22 @@ func serve(ctx context.Context, o options, cfg *config, log *slog.Logger) error 
 	}
 	deps.Consoles = hv // the console and tunnel proxies find displays and guest addresses here
 	api := server.New(deps)
+	if cfg != nil {
+		// A reload on SIGHUP is a change too: the audit log records it
+		// as it records POST /v1/admin/reload.
+		recordReload := func(err error, diagnostics string) {
+			e := &store.AuditEntry{Action: "config.reload", Target: "config", Source: "SIGHUP", Outcome: store.AuditOK}
+			if err != nil {
+				e.Outcome, e.Detail = store.AuditRefused, err.Error()
+				if first, _, _ := strings.Cut(diagnostics, "\n"); first != "" {
+					e.Detail += ": " + first
+				}
+			}
+			api.RecordAudit(ctx, e)
+		}
+		cfg.sighup.Store(&recordReload)
+		defer cfg.sighup.Store(nil)
+	}
 	srv := &http.Server{Handler: api, ReadHeaderTimeout: 10 * time.Second}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()

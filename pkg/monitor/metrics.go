@@ -84,6 +84,7 @@ var MetricDefs = []MetricDef{
 	{"gpuvm_api_requests_total", Counter, "API requests answered, by method, route template and status code.", []string{"method", "route", "code"}},
 	{"gpuvm_api_request_duration_seconds", Histogram, "Time to answer API requests, by method and route template.", []string{"method", "route"}},
 	{"gpuvm_provisioning_seconds", Histogram, "Time from a VM's create request to the VM running, queue time included.", []string{"host"}},
+	{"gpuvm_audit_write_failures_total", Counter, "Audit entries that could not be written to the database (each one is logged at error), by action.", []string{"action"}},
 }
 
 // Buckets of the histograms.
@@ -114,6 +115,7 @@ type Exporter struct {
 	requests     *prometheus.CounterVec
 	durations    *prometheus.HistogramVec
 	provisioning prometheus.Observer
+	auditFails   *prometheus.CounterVec
 	handler      http.Handler
 
 	mu        sync.Mutex
@@ -146,7 +148,9 @@ func NewExporter(host string, sampler *Sampler, st MetricsStore, clock Clock, lo
 	prov := metricDef("gpuvm_provisioning_seconds")
 	pv := prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: prov.Name, Help: prov.Help, Buckets: provisioningBuckets}, prov.Labels)
 	e.provisioning = pv.WithLabelValues(host)
-	e.reg.MustRegister(e.requests, e.durations, pv, (*collector)(e),
+	af := metricDef("gpuvm_audit_write_failures_total")
+	e.auditFails = prometheus.NewCounterVec(prometheus.CounterOpts{Name: af.Name, Help: af.Help}, af.Labels)
+	e.reg.MustRegister(e.requests, e.durations, pv, e.auditFails, (*collector)(e),
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	e.handler = promhttp.HandlerFor(e.reg, promhttp.HandlerOpts{ErrorLog: slogErrorLog{log}, ErrorHandling: promhttp.ContinueOnError})
 	return e
@@ -169,6 +173,10 @@ func (e *Exporter) ObserveRequest(method, route string, code int, d time.Duratio
 	e.requests.WithLabelValues(method, route, strconv.Itoa(code)).Inc()
 	e.durations.WithLabelValues(method, route).Observe(d.Seconds())
 }
+
+// ObserveAuditFailure counts an audit entry of an action (a bounded set of
+// names, pkg/server's audit table) that could not be written.
+func (e *Exporter) ObserveAuditFailure(action string) { e.auditFails.WithLabelValues(action).Inc() }
 
 // ObserveProvisioning records the time from a create request to a running
 // VM.
@@ -193,7 +201,7 @@ type collector Exporter
 var collectorDescs = func() map[string]*prometheus.Desc {
 	out := map[string]*prometheus.Desc{}
 	for _, d := range MetricDefs {
-		if d.Kind != Histogram && d.Name != "gpuvm_api_requests_total" {
+		if d.Kind != Histogram && d.Name != "gpuvm_api_requests_total" && d.Name != "gpuvm_audit_write_failures_total" {
 			out[d.Name] = prometheus.NewDesc(d.Name, d.Help, d.Labels, nil)
 		}
 	}

@@ -33,8 +33,18 @@ type serverBlock struct {
 	Host           *hostBlock     `hcl:"host,block"`
 	Monitor        *monitorBlock  `hcl:"monitor,block"`
 	Node           *nodeBlock     `hcl:"node,block"`
+	Audit          *auditBlock    `hcl:"audit,block"`
 	DefRange       hcl.Range      `hcl:",def_range"`
 	Body           hcl.Body       `hcl:",body"`
+}
+
+// auditBlock says how long the audit log is kept and whether its entries
+// are logged too.
+type auditBlock struct {
+	Retention *string   `hcl:"retention,optional"`
+	Log       *bool     `hcl:"log,optional"`
+	DefRange  hcl.Range `hcl:",def_range"`
+	Body      hcl.Body  `hcl:",body"`
 }
 
 // nodeBlock names this server in a fleet (several gpuvmds sharing one
