@@ -86,6 +86,7 @@ func (s *Server) adoptOrphan(c *gin.Context) {
 		s.writeProblem(c, orphanProblem(err))
 		return
 	}
+	auditVM(c, vm) // the audit entry names the VM it became
 	allocs, err := s.Store.ListAllocations(c.Request.Context(), vm.ID)
 	if err != nil {
 		s.writeProblem(c, err)
