@@ -18,9 +18,11 @@ func newAdminCmd(getenv func(string) string) *cobra.Command {
 		Long:  "Commands for the admins of a gpuvmd; the token must be an admin's.\n" + connectionHelp + "\n" + exitHelp,
 	}
 	o.flags(admin, true)
+	admin.AddCommand(newAdminAuditCmd(o)) // audit.go
 	admin.AddCommand(newAdminGPUsCmd(o), newAdminReloadCmd(o))
 	admin.AddCommand(newAdminUsersCmd(o), newAdminTokensCmd(o), newAdminDrainCmd(o), newAdminUndrainCmd(o)) // users.go
 	admin.AddCommand(newAdminAlertsCmd(o))                                                                  // alerts.go
+	admin.AddCommand(newAdminOrphansCmd(o))                                                                 // orphans.go
 	return admin
 }
 

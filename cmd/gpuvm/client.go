@@ -50,6 +50,7 @@ func addClientCommands(root *cobra.Command, getenv func(string) string) {
 	root.AddCommand(newUsageCmd(getenv), newReportCmd(getenv)) // usage.go, report.go
 	// reservations.go: GPU capacity booked ahead.
 	root.AddCommand(newReserveCmd(getenv), newReservationsCmd(getenv))
+	root.AddCommand(newAuditCmd(getenv)) // audit.go: your entries of the audit log
 }
 
 // clientOpts are the connection flags of a command.

@@ -20,6 +20,9 @@ import (
 type config struct {
 	dir string
 	atomic.Pointer[profile.Config]
+	// sighup, when set, is told of each reload on SIGHUP and its outcome
+	// (the audit log records it).
+	sighup atomic.Pointer[func(err error, diagnostics string)]
 }
 
 // loadConfig loads dir and refuses it if it has errors, printing every
@@ -67,7 +70,11 @@ func (c *config) reloadOnSIGHUP(ctx context.Context, log *slog.Logger) (stop fun
 				return
 			case <-ch:
 				var diag bytes.Buffer
-				if err := c.reload(&diag); err != nil {
+				err := c.reload(&diag)
+				if hook := c.sighup.Load(); hook != nil {
+					(*hook)(err, strings.TrimSpace(diag.String()))
+				}
+				if err != nil {
 					log.Error("configuration reload refused; the old configuration stays in force", "dir", c.dir, "err", err, "diagnostics", strings.TrimSpace(diag.String()))
 					continue
 				}

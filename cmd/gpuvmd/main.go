@@ -140,17 +140,30 @@ func serve(ctx context.Context, o options, cfg *config, log *slog.Logger) error 
 	if err := os.MkdirAll(o.stateDir, 0o755); err != nil {
 		return fmt.Errorf("create state directory: %w", err)
 	}
+	// The database first: its installation ID goes into everything the
+	// backends and the hypervisor make, and the reconciler removes only
+	// what carries it.
+	st, err := openStore(ctx, o, log)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	inst, err := st.Installation(ctx)
+	if err != nil {
+		return err
+	}
+	log.Info("installation", "id", inst.ID, "since", inst.CreatedAt)
 	var enabled []string
 	if o.backends != "" {
 		enabled = strings.Split(o.backends, ",")
 	}
 	l := loader.New(loader.Config{
 		Dir: o.pluginDir, Enabled: enabled, Logger: log,
-		Backend: backend.Config{SysFSRoot: o.sysfsRoot, Simulate: o.simulate, StateDir: o.stateDir, NVML: backend.NVMLMode(o.nvml)},
+		Backend: backend.Config{SysFSRoot: o.sysfsRoot, Simulate: o.simulate, StateDir: o.stateDir, NVML: backend.NVMLMode(o.nvml), Installation: inst.ID},
 	})
 	defer l.Close()
 	startCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	err := l.Start(startCtx)
+	err = l.Start(startCtx)
 	cancel()
 	if err != nil {
 		log.Warn("some backends did not start", "err", err)
@@ -165,11 +178,6 @@ func serve(ctx context.Context, o options, cfg *config, log *slog.Logger) error 
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", o.listen, err)
 	}
-	st, err := openStore(ctx, o, log)
-	if err != nil {
-		return err
-	}
-	defer st.Close()
 	// This gpuvmd's name and heartbeat; on PostgreSQL, a node of the
 	// fleet sharing the database (fleet.go).
 	apiURL := server.ListenURL("http", ln.Addr().String())
@@ -216,7 +224,7 @@ func serve(ctx context.Context, o options, cfg *config, log *slog.Logger) error 
 		log.Info("libvirt's test driver runs no guest: VMs are ready as soon as their domain runs", "libvirt", o.libvirtURI)
 	}
 	orch := orchestrator.New(orchestrator.Config{Store: st, Backends: l, Hypervisor: hv, Profiles: profiles, Log: log, DetachSimulatedGPUs: detach,
-		Guests: guests, BootTimeout: o.bootTimeout,
+		Guests: guests, BootTimeout: o.bootTimeout, Installation: inst.ID,
 		Idle: idle, Notifier: notices,
 		DomainPrefix: o.test.domainPrefix, Hook: o.test.hook(ctx, log),
 		Host: nd.name, Fleet: nd.orchestratorFleet(), Leader: nd.leader(), HostTimeout: nd.timeout})
@@ -248,9 +256,22 @@ func serve(ctx context.Context, o options, cfg *config, log *slog.Logger) error 
 	monSettings := profiles().Server.Monitor
 	mon := monitor.New(monitor.Config{Host: orch.Host(), Store: st, Source: src, NoSource: noSource, Settings: monSettings,
 		Rules: func() []*profile.Alert { return profiles().Policy.Alerts }, Backends: monitor.LoaderHealth(l), Log: log})
+	mon.Exporter().ExportOrphans(orch.OrphanCounts)
 	monDone := make(chan struct{})
 	go func() { mon.Run(orchCtx); close(monDone) }()
 	defer func() { stopOrch(); <-monDone }()
+	// The audit log's retention (server.audit.retention, read at each
+	// round so that a reload applies).
+	pruner := &auditPruner{st: st, every: auditPruneInterval, log: log.With("component", "audit"),
+		retention: func() time.Duration {
+			if cfg == nil {
+				return profile.DefaultAuditRetention
+			}
+			return cfg.Load().Server.Audit.Retention
+		}}
+	pruneDone := make(chan struct{})
+	go func() { pruner.run(orchCtx); close(pruneDone) }()
+	defer func() { stopOrch(); <-pruneDone }()
 	// The usage ledger keeps past hours' utilisation in memory: read the
 	// last 90 days now, in the background, so the first usage query after a
 	// start is as quick as the others.
@@ -265,13 +286,29 @@ func serve(ctx context.Context, o options, cfg *config, log *slog.Logger) error 
 	}()
 	deps := server.Deps{Auth: st, Backends: l, Log: log, Store: st, Worker: nd.waker(orch), Admission: orch,
 		Fleet: nd.serverFleet(), HostTimeout: nd.timeout, Bookings: orch, Host: orch.Host(),
-		Metrics: mon.Exporter(), MetricsAuth: monSettings.MetricsAuth, Ledger: ledger,
+		Metrics: mon.Exporter(), MetricsAuth: monSettings.MetricsAuth, Ledger: ledger, Orphans: orch,
 		HTTP: server.LimitsOf(profiles().Server.HTTP)}
 	if cfg != nil {
 		deps.Config = cfg
 	}
 	deps.Consoles = hv // the console and tunnel proxies find displays and guest addresses here
 	api := server.New(deps)
+	if cfg != nil {
+		// A reload on SIGHUP is a change too: the audit log records it
+		// as it records POST /v1/admin/reload.
+		recordReload := func(err error, diagnostics string) {
+			e := &store.AuditEntry{Action: "config.reload", Target: "config", Source: "SIGHUP", Outcome: store.AuditOK}
+			if err != nil {
+				e.Outcome, e.Detail = store.AuditRefused, err.Error()
+				if first, _, _ := strings.Cut(diagnostics, "\n"); first != "" {
+					e.Detail += ": " + first
+				}
+			}
+			api.RecordAudit(ctx, e)
+		}
+		cfg.sighup.Store(&recordReload)
+		defer cfg.sighup.Store(nil)
+	}
 	// Header, body, write and idle timeouts, and connections per IP
 	// (pkg/server/limits.go).
 	srv := api.HTTPServer()

@@ -123,6 +123,19 @@ func TestServeConfigAndReload(t *testing.T) {
 	if !strings.Contains(ready["config"], "2 profiles") {
 		t.Errorf("after a clean reload: %q", ready["config"])
 	}
+	// Every reload is in the audit log — the API's and SIGHUP's — and in
+	// the log (server.audit.log is on by default).
+	var audit api.AuditList
+	getJSON(t, "http://"+addr+"/v1/admin/audit?action=config.", &audit)
+	if len(audit.Items) != 3 || audit.Items[0].Outcome != api.AuditOK || audit.Items[1].Outcome != api.AuditRefused ||
+		audit.Items[1].Status != http.StatusUnprocessableEntity || audit.Items[0].User != "admin" || audit.Items[0].Source != "127.0.0.1" {
+		t.Errorf("audit log: %+v", audit)
+	} else if sig := audit.Items[2]; sig.Source != "SIGHUP" || sig.Outcome != api.AuditRefused || sig.User != "" || !strings.Contains(sig.Detail, "has errors") {
+		t.Errorf("the SIGHUP reload: %+v", sig)
+	}
+	if !strings.Contains(logs.String(), "msg=audit") || !strings.Contains(logs.String(), "action=config.reload") {
+		t.Errorf("no audit line in the log:\n%s", logs.String())
+	}
 	cancel()
 	if err := <-errc; err != nil {
 		t.Errorf("shutdown: %v", err)

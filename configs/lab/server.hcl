@@ -37,4 +37,11 @@ server {
       mig_layout = ["3g.20gb", "3g.20gb"]
     }
   }
+
+  # Who changed what and who opened which console: the department keeps
+  # access records two years; the log lines go to the campus log server too.
+  audit {
+    retention = "730d"
+    log       = true
+  }
 }

@@ -73,6 +73,10 @@ type Config struct {
 	// where the simulated server keeps its state.
 	StateDir string
 	NVML     NVMLMode
+	// Installation is the ID of the gpuvm installation the backend serves
+	// (its database's): every device it makes is recorded with it, and it
+	// removes no device of another installation.
+	Installation string
 }
 
 // Kind is how a VM gets its GPU.
@@ -176,6 +180,10 @@ type CreateRequest struct {
 type RemoveRequest struct {
 	ID  string // Device.ID
 	GPU string // optional: the GPU it is on, to speed the search
+	// OfInstallation, when set, is the gpuvm installation an admin
+	// confirmed the device belongs to (an orphan they chose to delete):
+	// the device is removed only if its ledger entry names that one.
+	OfInstallation string
 }
 
 // HostdevType says which libvirt hostdev a device becomes.
@@ -220,6 +228,10 @@ type Device struct {
 	// ledger); false for devices an admin made by hand, which gpuvm never
 	// removes on its own.
 	Managed bool
+	// Installation is the gpuvm installation that made the device, as its
+	// ledger entry says; empty for a device not in the ledger or recorded
+	// before installations existed.
+	Installation string
 }
 
 // Health is a backend's self-assessment.

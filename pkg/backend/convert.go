@@ -18,11 +18,11 @@ func infoFromProto(i *pb.Info) Info {
 }
 
 func configToProto(c Config) *pb.Config {
-	return &pb.Config{ApiVersion: c.APIVersion, SysfsRoot: c.SysFSRoot, Simulate: c.Simulate, StateDir: c.StateDir, Nvml: string(c.NVML)}
+	return &pb.Config{ApiVersion: c.APIVersion, SysfsRoot: c.SysFSRoot, Simulate: c.Simulate, StateDir: c.StateDir, Nvml: string(c.NVML), Installation: c.Installation}
 }
 
 func configFromProto(c *pb.Config) Config {
-	return Config{APIVersion: c.GetApiVersion(), SysFSRoot: c.GetSysfsRoot(), Simulate: c.GetSimulate(), StateDir: c.GetStateDir(), NVML: NVMLMode(c.GetNvml())}
+	return Config{APIVersion: c.GetApiVersion(), SysFSRoot: c.GetSysfsRoot(), Simulate: c.GetSimulate(), StateDir: c.GetStateDir(), NVML: NVMLMode(c.GetNvml()), Installation: c.GetInstallation()}
 }
 
 func inventoryToProto(i Inventory) *pb.Inventory {
@@ -158,11 +158,11 @@ func createRequestFromProto(r *pb.CreateRequest) CreateRequest {
 }
 
 func removeRequestToProto(r RemoveRequest) *pb.RemoveRequest {
-	return &pb.RemoveRequest{Id: r.ID, Gpu: r.GPU}
+	return &pb.RemoveRequest{Id: r.ID, Gpu: r.GPU, OfInstallation: r.OfInstallation}
 }
 
 func removeRequestFromProto(r *pb.RemoveRequest) RemoveRequest {
-	return RemoveRequest{ID: r.GetId(), GPU: r.GetGpu()}
+	return RemoveRequest{ID: r.GetId(), GPU: r.GetGpu(), OfInstallation: r.GetOfInstallation()}
 }
 
 func hostdevToProto(h Hostdev) *pb.Hostdev {
@@ -186,6 +186,7 @@ func deviceToProto(d Device) *pb.Device {
 		ComputeInstance: int64(d.ComputeInstance),
 		Hostdev:         hostdevToProto(d.Hostdev),
 		Managed:         d.Managed,
+		Installation:    d.Installation,
 	}
 }
 
@@ -202,6 +203,7 @@ func deviceFromProto(d *pb.Device) Device {
 		ComputeInstance: int(d.GetComputeInstance()),
 		Hostdev:         hostdevFromProto(d.GetHostdev()),
 		Managed:         d.GetManaged(),
+		Installation:    d.GetInstallation(),
 	}
 }
 

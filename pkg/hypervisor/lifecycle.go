@@ -297,6 +297,7 @@ func (c *Conn) List(ctx context.Context) ([]Info, error) {
 		if err != nil {
 			return nil, vmError(name, "list", err)
 		}
+		c.remember(uuid, meta) // its undefine event is then known for gpuvm's
 		info, err := c.info(ctx, &handle{d: d, name: name, uuid: uuid, meta: meta})
 		if IsNotFound(err) {
 			continue

@@ -159,6 +159,12 @@ type observation struct {
 // failed query); its alerts keep their state.
 var errNoData = errors.New("no data this round")
 
+// BuiltinAlertRules are the alerts gpuvmd raises and resolves itself, not
+// through an HCL alert rule: the evaluator leaves them alone. "orphans"
+// fires while a host has things that look like gpuvm's but are not this
+// installation's to remove (the reconciler's).
+var BuiltinAlertRules = map[string]bool{"orphans": true}
+
 // Evaluate evaluates every rule against round r (nil when the round failed
 // or the host is not sampled: GPU rules then keep their state).
 func (e *Evaluator) Evaluate(ctx context.Context, r *Round) error {
@@ -170,6 +176,9 @@ func (e *Evaluator) Evaluate(ctx context.Context, r *Round) error {
 			return fmt.Errorf("evaluate alerts: %w", err)
 		}
 		for i := range as {
+			if BuiltinAlertRules[as[i].Rule] {
+				continue // raised and resolved by gpuvmd's own code, not by a rule
+			}
 			if as[i].Host == e.host || as[i].Host == "" {
 				e.firing[alertKey{as[i].Rule, as[i].Subject}] = &as[i]
 			}

@@ -80,9 +80,11 @@ var MetricDefs = []MetricDef{
 	{"gpuvm_queue_wait_seconds", Gauge, "How long the VM that has waited longest has waited (0 with none waiting).", nil},
 	{"gpuvm_allocations", Gauge, "Live GPU allocations of this host by kind (vgpu, mig, passthrough).", []string{"host", "kind"}},
 	{"gpuvm_alerts_firing", Gauge, "Firing alerts of each alert rule.", []string{"rule"}},
+	{"gpuvm_orphans", Gauge, "Things on this host that look like gpuvm's but are not provably this installation's (domains, volumes, devices): left as they are until an admin deletes or adopts them.", []string{"host", "kind"}},
 	{"gpuvm_api_requests_total", Counter, "API requests answered, by method, route template and status code.", []string{"method", "route", "code"}},
 	{"gpuvm_api_request_duration_seconds", Histogram, "Time to answer API requests, by method and route template.", []string{"method", "route"}},
 	{"gpuvm_provisioning_seconds", Histogram, "Time from a VM's create request to the VM running, queue time included.", []string{"host"}},
+	{"gpuvm_audit_write_failures_total", Counter, "Audit entries that could not be written to the database (each one is logged at error), by action.", []string{"action"}},
 }
 
 // Buckets of the histograms.
@@ -113,10 +115,20 @@ type Exporter struct {
 	requests     *prometheus.CounterVec
 	durations    *prometheus.HistogramVec
 	provisioning prometheus.Observer
+	auditFails   *prometheus.CounterVec
 	handler      http.Handler
 
 	mu        sync.Mutex
 	lastError string
+	orphans   func() map[string]int // nil: not exported
+}
+
+// ExportOrphans makes the exporter report counts() (orphans by kind, the
+// reconciler's) as gpuvm_orphans at each scrape.
+func (e *Exporter) ExportOrphans(counts func() map[string]int) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.orphans = counts
 }
 
 // NewExporter builds the registry of host's metrics. sampler may be nil
@@ -136,7 +148,9 @@ func NewExporter(host string, sampler *Sampler, st MetricsStore, clock Clock, lo
 	prov := metricDef("gpuvm_provisioning_seconds")
 	pv := prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: prov.Name, Help: prov.Help, Buckets: provisioningBuckets}, prov.Labels)
 	e.provisioning = pv.WithLabelValues(host)
-	e.reg.MustRegister(e.requests, e.durations, pv, (*collector)(e),
+	af := metricDef("gpuvm_audit_write_failures_total")
+	e.auditFails = prometheus.NewCounterVec(prometheus.CounterOpts{Name: af.Name, Help: af.Help}, af.Labels)
+	e.reg.MustRegister(e.requests, e.durations, pv, e.auditFails, (*collector)(e),
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	e.handler = promhttp.HandlerFor(e.reg, promhttp.HandlerOpts{ErrorLog: slogErrorLog{log}, ErrorHandling: promhttp.ContinueOnError})
 	return e
@@ -159,6 +173,10 @@ func (e *Exporter) ObserveRequest(method, route string, code int, d time.Duratio
 	e.requests.WithLabelValues(method, route, strconv.Itoa(code)).Inc()
 	e.durations.WithLabelValues(method, route).Observe(d.Seconds())
 }
+
+// ObserveAuditFailure counts an audit entry of an action (a bounded set of
+// names, pkg/server's audit table) that could not be written.
+func (e *Exporter) ObserveAuditFailure(action string) { e.auditFails.WithLabelValues(action).Inc() }
 
 // ObserveProvisioning records the time from a create request to a running
 // VM.
@@ -183,7 +201,7 @@ type collector Exporter
 var collectorDescs = func() map[string]*prometheus.Desc {
 	out := map[string]*prometheus.Desc{}
 	for _, d := range MetricDefs {
-		if d.Kind != Histogram && d.Name != "gpuvm_api_requests_total" {
+		if d.Kind != Histogram && d.Name != "gpuvm_api_requests_total" && d.Name != "gpuvm_audit_write_failures_total" {
 			out[d.Name] = prometheus.NewDesc(d.Name, d.Help, d.Labels, nil)
 		}
 	}
@@ -206,6 +224,15 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(collectorDescs[name], t, v, labels...)
 	}
 	c.collectRound(emit)
+	c.mu.Lock()
+	orphans := c.orphans
+	c.mu.Unlock()
+	if orphans != nil {
+		counts := orphans()
+		for _, k := range sortedKeys(counts) {
+			emit("gpuvm_orphans", prometheus.GaugeValue, float64(counts[k]), c.host, k)
+		}
+	}
 	if c.st == nil {
 		return
 	}

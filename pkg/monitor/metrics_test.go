@@ -119,6 +119,7 @@ func metricsEnv(t *testing.T) (*Monitor, *store.Store, *fakeClock, map[string]*s
 	mon.Exporter().ObserveRequest("GET", "/v1/vms/:id", 200, 20*time.Millisecond)
 	mon.Exporter().ObserveRequest("GET", "/v1/vms/:id", 404, 5*time.Millisecond)
 	mon.Exporter().ObserveRequest("BREW", "", 404, time.Millisecond)
+	mon.Exporter().ObserveAuditFailure("vm.create")
 	return mon, st, clock, vms
 }
 
@@ -168,6 +169,7 @@ func TestMetricsEndpoint(t *testing.T) {
 		{"gpuvm_api_requests_total", map[string]string{"method": "OTHER", "route": "unmatched", "code": "404"}, 1},
 		{"gpuvm_api_request_duration_seconds", map[string]string{"method": "GET", "route": "/v1/vms/:id"}, 2},
 		{"gpuvm_provisioning_seconds", map[string]string{"host": testHost}, 1},
+		{"gpuvm_audit_write_failures_total", map[string]string{"action": "vm.create"}, 1},
 	} {
 		got, ok := value(fams, tc.name, tc.labels)
 		if !ok {
@@ -203,6 +205,7 @@ func TestMetricsEndpoint(t *testing.T) {
 // something to say.
 func TestMetricsServedAreDefined(t *testing.T) {
 	mon, _, _, _ := metricsEnv(t)
+	mon.Exporter().ExportOrphans(func() map[string]int { return map[string]int{"domain": 1, "volume": 0, "device": 2} })
 	fams, err := mon.Exporter().Registry().Gather()
 	if err != nil {
 		t.Fatal(err)

@@ -126,7 +126,7 @@ func (o *Orchestrator) vmRequest(ctx context.Context, vm *store.VM) (hypervisor.
 		return hypervisor.VMRequest{}, err
 	}
 	in := domain.Instance{
-		Name: o.DomainName(vm.ID), UUID: vm.ID, VMID: vm.ID, Owner: vm.Owner, DomainType: o.cfg.DomainType,
+		Name: o.DomainName(vm.ID), UUID: vm.ID, Installation: o.cfg.Installation, VMID: vm.ID, Owner: vm.Owner, DomainType: o.cfg.DomainType,
 		GraphicsListen: cfg.Server.Libvirt.GraphicsListen, Password: vm.DisplayPassword,
 	}
 	for _, a := range allocs {

@@ -88,6 +88,11 @@ type Config struct {
 	Profiles func() *profile.Config
 	// Host names this server in the database (default: the hostname).
 	Host string
+	// Installation is the ID of the gpuvm installation (the database's,
+	// store.Installation), written into every domain made; the reconciler
+	// removes nothing that names another (orphans.go). Empty: read from
+	// the store.
+	Installation string
 	// DomainPrefix starts the name of every domain this orchestrator makes
 	// (default "gpuvm-"); the reconciler only ever removes domains that
 	// carry gpuvm's metadata and this prefix.
@@ -169,6 +174,10 @@ type Orchestrator struct {
 
 	// remote is the fleet's other nodes as last read (fleet.go).
 	remote remoteHosts
+
+	// orphans are what the last reconcile found that looks like gpuvm's
+	// but is not provably this installation's (orphans.go).
+	orphans orphanState
 }
 
 // New returns an Orchestrator; Run runs it.
@@ -212,6 +221,17 @@ func New(cfg Config) *Orchestrator {
 	if cfg.Profiles == nil {
 		cfg.Profiles = func() *profile.Config { return &profile.Config{} }
 	}
+	if cfg.Installation == "" && cfg.Store != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		inst, err := cfg.Store.Installation(ctx)
+		cancel()
+		if err != nil {
+			// Without its ID the reconciler would take every domain
+			// that names an installation for another's: safe, but say so.
+			cfg.Log.Error("cannot read the installation ID: every domain and device that names one is treated as another installation's", "err", err)
+		}
+		cfg.Installation = inst.ID
+	}
 	return &Orchestrator{
 		cfg: cfg, st: cfg.Store, log: cfg.Log.With("component", "orchestrator"),
 		wake: make(chan struct{}, 1), sem: make(chan struct{}, cfg.Workers), busy: map[string]bool{},
@@ -252,6 +272,8 @@ func (o *Orchestrator) Run(ctx context.Context) {
 	defer o.wg.Wait()
 	o.wg.Add(1)
 	go func() { defer o.wg.Done(); o.watchBoots(ctx) }()
+	o.wg.Add(1)
+	go func() { defer o.wg.Done(); o.watchDomains(ctx) }()
 	o.dispatch(ctx, false)
 	for {
 		select {

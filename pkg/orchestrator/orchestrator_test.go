@@ -15,6 +15,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/gpuvm/gpuvm/pkg/api"
 	"github.com/gpuvm/gpuvm/pkg/backend"
 	"github.com/gpuvm/gpuvm/pkg/backend/loader"
 	"github.com/gpuvm/gpuvm/pkg/host/sim"
@@ -550,7 +551,9 @@ func TestCrashAtEachStep(t *testing.T) {
 }
 
 // The reconciler marks a VM whose domain vanished as failed and frees its
-// GPU, and removes devices and domains of no live VM.
+// GPU, removes devices and domains of VMs of this installation that are not
+// live, and leaves a device whose VM the database does not know as an
+// orphan until an admin deletes it.
 func TestReconcileVanishedAndLeaks(t *testing.T) {
 	e := newEnv(t, "l40sx4")
 	ctx := context.Background()
@@ -568,20 +571,35 @@ func TestReconcileVanishedAndLeaks(t *testing.T) {
 	if _, err := e.st.UpdateVMState(ctx, l.ID, l.Version, store.VMUpdate{State: store.VMFailed, StateReason: "test"}); err != nil {
 		t.Fatal(err)
 	}
-	// And a device nobody asked for.
+	// And a device made for a VM the database does not know.
 	b, _ := e.l.Backend("vgpu")
-	if _, err := b.Create(ctx, backend.CreateRequest{GPU: "0000:21:00.0", Type: "L40S-12Q", VMUUID: uuid.NewString()}); err != nil {
+	stranger := uuid.NewString()
+	if _, err := b.Create(ctx, backend.CreateRequest{GPU: "0000:21:00.0", Type: "L40S-12Q", VMUUID: stranger}); err != nil {
 		t.Fatal(err)
 	}
 	rep, err := o.Reconcile(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(rep.Vanished) != 1 || rep.Vanished[0] != vm.ID || len(rep.LeakedDevices) != 2 || len(rep.LeakedDomains) != 1 {
+	if len(rep.Vanished) != 1 || rep.Vanished[0] != vm.ID || len(rep.LeakedDevices) != 1 || len(rep.LeakedDomains) != 1 || rep.Orphans != 1 {
 		t.Errorf("report %+v", rep)
 	}
-	if got := e.vm(vm.ID); got.State != store.VMFailed || got.StateReason != "domain vanished" {
+	if got := e.vm(vm.ID); got.State != store.VMFailed || !strings.Contains(got.StateReason, "vanished") || !strings.Contains(got.StateReason, "disk is kept") {
 		t.Errorf("vanished VM: %s %q", got.State, got.StateReason)
+	}
+	orphans, _ := o.Orphans()
+	if len(orphans) != 1 || orphans[0].Kind != api.OrphanDevice || orphans[0].VMID != stranger || orphans[0].Adoptable {
+		t.Fatalf("orphans %+v", orphans)
+	}
+	// A second pass leaves it too; then an admin deletes it.
+	if rep, err := o.Reconcile(ctx); err != nil || rep.Orphans != 1 || len(rep.LeakedDevices) != 0 {
+		t.Fatalf("second reconcile: %+v, %v", rep, err)
+	}
+	if _, err := o.DeleteOrphan(ctx, orphans[0].ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := o.DeleteOrphan(ctx, orphans[0].ID); !errors.Is(err, ErrNoOrphan) {
+		t.Errorf("deleting it again: %v, want ErrNoOrphan", err)
 	}
 	// vm2's slot is still recorded as live (its row says failed, the test
 	// did not release it): release, then the host is as before.

@@ -1,6 +1,7 @@
 package orchestrator
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/gpuvm/gpuvm/pkg/api"
 	"github.com/gpuvm/gpuvm/pkg/backend"
 	"github.com/gpuvm/gpuvm/pkg/hypervisor"
 	"github.com/gpuvm/gpuvm/pkg/store"
@@ -25,6 +27,10 @@ type Report struct {
 	LeakedDevices []string
 	// LeakedDomains were gpuvm's domains of no live VM: deleted.
 	LeakedDomains []string
+	// Orphans is how many things look like gpuvm's but are not provably
+	// this installation's to remove: left as they are, and reported
+	// (Orchestrator.Orphans).
+	Orphans int
 }
 
 // Empty reports whether nothing needed fixing.
@@ -37,7 +43,7 @@ func (r Report) log(l *slog.Logger) {
 		l.Debug("reconciled: nothing to fix")
 		return
 	}
-	l.Warn("reconciled", "resumed", r.Resumed, "vanished", r.Vanished, "leaked_devices", r.LeakedDevices, "leaked_domains", r.LeakedDomains)
+	l.Warn("reconciled", "resumed", r.Resumed, "vanished", r.Vanished, "leaked_devices", r.LeakedDevices, "leaked_domains", r.LeakedDomains, "orphans", r.Orphans)
 }
 
 // Reconcile brings the database and the host together, at start-up and
@@ -58,7 +64,7 @@ func (o *Orchestrator) Reconcile(ctx context.Context) (Report, error) {
 	}
 	o.dispatch(ctx, true)
 	host, err := o.reconcileHost(ctx)
-	rep.Vanished, rep.LeakedDevices, rep.LeakedDomains = host.Vanished, host.LeakedDevices, host.LeakedDomains
+	rep.Vanished, rep.LeakedDevices, rep.LeakedDomains, rep.Orphans = host.Vanished, host.LeakedDevices, host.LeakedDomains, host.Orphans
 	rep.log(o.log)
 	return rep, err
 }
@@ -83,6 +89,9 @@ func (o *Orchestrator) listVMs(ctx context.Context, f store.VMFilter) ([]store.V
 }
 
 // reconcileHost compares the host with the database (not the operations).
+// It removes only what is provably this installation's and made for a VM
+// that is not live (orphans.go says what that means); everything else that
+// looks like gpuvm's is reported as an orphan and left as it is.
 func (o *Orchestrator) reconcileHost(ctx context.Context) (Report, error) {
 	o.roundMu.Lock()
 	defer o.roundMu.Unlock()
@@ -106,57 +115,70 @@ func (o *Orchestrator) reconcileHost(ctx context.Context) (Report, error) {
 			errs = append(errs, fmt.Errorf("look up the domain of vm %s: %w", vm.ID, err))
 			continue
 		}
-		o.log.Warn("the domain of a running VM vanished; marking it failed", "vm", vm.ID, "name", vm.Name, "owner", vm.Owner)
-		if err := o.rollback(ctx, vm.ID); err != nil {
-			errs = append(errs, err)
-		}
-		if _, err := o.st.UpdateVMState(ctx, vm.ID, vm.Version, store.VMUpdate{State: store.VMFailed, StateReason: "domain vanished"}); err != nil {
+		if err := o.vanish(ctx, vm); err != nil {
 			errs = append(errs, err)
 			continue
 		}
 		rep.Vanished = append(rep.Vanished, vm.ID)
 	}
 
-	// Devices and domains of VMs that are not live. Read the host first,
-	// then the database: a VM made meanwhile is then live in the list.
+	// Devices, domains and volumes. Read the host first, then the
+	// database: a VM made meanwhile is then in the list.
 	invs, invErrs := o.inventoriesOf(ctx, o.cfg.Backends.Names())
 	errs = append(errs, invErrs...)
 	doms, err := o.cfg.Hypervisor.List(ctx)
 	if err != nil {
 		errs = append(errs, err)
 	}
-	// In a fleet a VM is live here only if it is placed here: this host's
-	// devices and domains of VMs placed elsewhere (or queued again after
-	// this node went down) are leaked.
-	// A queued VM that has run (its lease end is set then) is one a start
-	// queued for a GPU again: it keeps its domain and disk while it waits.
-	liveFilter := store.VMFilter{States: append(slices.Clone(liveStates), store.VMQueued)}
-	if o.cfg.Fleet != nil {
-		liveFilter.Host = o.cfg.Host
+	pool, vols, err := o.poolVolumes(ctx)
+	if err != nil {
+		errs = append(errs, err)
 	}
-	liveVMs, err := o.listVMs(ctx, liveFilter)
+	// Every VM that is not deleted (their disks are kept), of which the
+	// live ones must have their devices and domain. In a fleet a VM is
+	// live here only if it is placed here: this host's devices and domains
+	// of VMs placed elsewhere (or queued again after this node went down)
+	// are leaked. A queued VM that has run (its lease end is set then) is
+	// one a start queued for a GPU again: it keeps its domain and disk
+	// while it waits.
+	vms, err := o.listVMs(ctx, store.VMFilter{})
 	if err != nil {
 		return rep, errors.Join(append(errs, err)...)
 	}
 	live, keepDomain := map[string]bool{}, map[string]bool{}
-	for _, vm := range liveVMs {
-		if vm.State == store.VMQueued {
+	wantVolumes := map[string]bool{}
+	for _, vm := range vms {
+		name := o.DomainName(vm.ID)
+		wantVolumes[hypervisor.OverlayName(name)], wantVolumes[hypervisor.SeedName(name)] = true, true
+		switch {
+		case vm.State == store.VMQueued:
 			if vm.LeaseEnd != nil {
 				keepDomain[vm.ID] = true
 			}
-			continue
+		case slices.Contains(liveStates, vm.State) && (o.cfg.Fleet == nil || vm.Host == o.cfg.Host):
+			live[vm.ID] = true
 		}
-		live[vm.ID] = true
 	}
 	o.mu.Lock()
 	for id := range o.busy {
 		live[id] = true
 	}
 	o.mu.Unlock()
+	recs := &records{st: o.st, seen: map[string]bool{}}
+	var orphans []orphan
 	for name, inv := range invs {
 		b, _ := o.cfg.Backends.Backend(name)
 		for _, d := range inv.Devices {
 			if !d.Managed || live[d.VMUUID] {
+				continue
+			}
+			why, err := o.whyOrphan(ctx, recs, d.Installation, d.VMUUID)
+			if err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			if why != "" {
+				orphans = append(orphans, o.deviceOrphan(name, d, why))
 				continue
 			}
 			o.log.Warn("removing a leaked device", "backend", name, "device", d.ID, "gpu", d.GPU, "vm", d.VMUUID)
@@ -168,7 +190,23 @@ func (o *Orchestrator) reconcileHost(ctx context.Context) (Report, error) {
 		}
 	}
 	for _, d := range doms {
+		for _, v := range d.Metadata.Volumes {
+			if v.Pool == pool {
+				wantVolumes[v.Name] = true
+			}
+		}
+		// Only domains named as this gpuvmd names them are judged (a
+		// test instance's prefix is its own).
 		if !strings.HasPrefix(d.Name, o.cfg.DomainPrefix) || live[d.Metadata.VMID] || keepDomain[d.Metadata.VMID] {
+			continue
+		}
+		why, err := o.whyOrphan(ctx, recs, d.Metadata.Installation, d.Metadata.VMID)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if why != "" {
+			orphans = append(orphans, o.domainOrphan(d, why))
 			continue
 		}
 		o.log.Warn("deleting a leaked domain", "domain", d.Name, "vm", d.Metadata.VMID)
@@ -178,5 +216,127 @@ func (o *Orchestrator) reconcileHost(ctx context.Context) (Report, error) {
 		}
 		rep.LeakedDomains = append(rep.LeakedDomains, d.Name)
 	}
+	named := o.volumeName()
+	for _, v := range vols {
+		if named.MatchString(v) && !wantVolumes[v] {
+			orphans = append(orphans, o.volumeOrphan(pool, v))
+		}
+	}
+	if err := o.publishOrphans(ctx, orphans); err != nil {
+		errs = append(errs, err)
+	}
+	rep.Orphans = len(orphans)
 	return rep, errors.Join(errs...)
+}
+
+// vanish marks a running VM whose domain is gone from libvirt failed and
+// gives its GPU back. Its disk is kept — the domain may have been removed
+// by hand, and the disk is the person's work — until the VM is deleted.
+func (o *Orchestrator) vanish(ctx context.Context, vm store.VM) error {
+	o.log.Warn("the domain of a running VM vanished; marking it failed, giving its GPU back and keeping its disk", "vm", vm.ID, "name", vm.Name, "owner", vm.Owner)
+	if err := o.removeDevices(ctx, vm.ID); err != nil {
+		return fmt.Errorf("vm %s vanished: remove its devices: %w", vm.ID, err)
+	}
+	if err := o.release(ctx, vm.ID); err != nil {
+		return fmt.Errorf("vm %s vanished: release its GPU: %w", vm.ID, err)
+	}
+	o.boots.remove(vm.ID)
+	if _, err := o.st.UpdateVMState(ctx, vm.ID, vm.Version, store.VMUpdate{State: store.VMFailed,
+		StateReason: "its domain vanished from libvirt: the GPU was given back, the disk is kept until the VM is deleted"}); err != nil {
+		return fmt.Errorf("vm %s vanished: mark it failed: %w", vm.ID, err)
+	}
+	return nil
+}
+
+func (o *Orchestrator) deviceOrphan(backendName string, d backend.Device, why string) orphan {
+	name := backendName + "/" + d.ID
+	return orphan{Orphan: api.Orphan{ID: orphanID(api.OrphanDevice, o.cfg.Host, name), Kind: api.OrphanDevice, Name: name, Host: o.cfg.Host,
+		GPU: d.GPU, VMID: d.VMUUID, Profile: cmp.Or(d.Profile, d.Type), Installation: d.Installation, Reason: why},
+		backend: backendName, deviceID: d.ID, device: d}
+}
+
+func (o *Orchestrator) domainOrphan(d hypervisor.Info, why string) orphan {
+	m := d.Metadata
+	mine := m.Installation == "" || m.Installation == o.cfg.Installation
+	return orphan{Orphan: api.Orphan{ID: orphanID(api.OrphanDomain, o.cfg.Host, d.UUID), Kind: api.OrphanDomain, Name: d.Name, Host: o.cfg.Host,
+		UUID: d.UUID, VMID: m.VMID, Owner: m.Owner, Profile: m.Profile, Installation: m.Installation, Reason: why,
+		Adoptable: mine && m.VMID != "" && strings.EqualFold(m.VMID, d.UUID)}}
+}
+
+func (o *Orchestrator) volumeOrphan(pool, name string) orphan {
+	full := pool + "/" + name
+	return orphan{Orphan: api.Orphan{ID: orphanID(api.OrphanVolume, o.cfg.Host, full), Kind: api.OrphanVolume, Name: full, Host: o.cfg.Host,
+		Reason: "no VM of this installation and no domain refers to it"}, pool: pool, volume: name}
+}
+
+// domainEvents is the lifecycle event stream of a hypervisor
+// (*hypervisor.Conn has it).
+type domainEvents interface {
+	Events(ctx context.Context) (<-chan hypervisor.Event, error)
+}
+
+// watchDomains follows libvirt's lifecycle events, so that a running VM
+// whose domain is undefined behind gpuvm's back is noticed at once, not at
+// the next periodic reconcile; after a lost connection it reconciles, since
+// events in between are lost.
+func (o *Orchestrator) watchDomains(ctx context.Context) {
+	o.followDomains(ctx, o.subscribeDomains(ctx))
+}
+
+// subscribeDomains starts the lifecycle event stream; nil when the
+// hypervisor has none.
+func (o *Orchestrator) subscribeDomains(ctx context.Context) <-chan hypervisor.Event {
+	src, ok := o.cfg.Hypervisor.(domainEvents)
+	if !ok {
+		return nil
+	}
+	events, err := src.Events(ctx)
+	if err != nil {
+		o.log.Warn("cannot follow libvirt's lifecycle events: a vanished domain is noticed at the next reconcile", "err", err)
+		return nil
+	}
+	return events
+}
+
+func (o *Orchestrator) followDomains(ctx context.Context, events <-chan hypervisor.Event) {
+	for ev := range events {
+		switch ev.Type {
+		case hypervisor.EventUndefined:
+			if err := o.domainUndefined(ctx, ev); err != nil {
+				o.log.Error("handling an undefined domain", "domain", ev.Name, "vm", ev.VMID, "err", err)
+			}
+		case hypervisor.EventReconnected:
+			if rep, err := o.reconcileHost(ctx); err != nil {
+				o.log.Error("reconcile after libvirt reconnected", "err", err)
+			} else {
+				rep.log(o.log)
+			}
+		}
+	}
+}
+
+// domainUndefined marks the running VM of an undefined domain vanished,
+// unless gpuvm is working on it (a delete undefines its domain).
+func (o *Orchestrator) domainUndefined(ctx context.Context, ev hypervisor.Event) error {
+	id := cmp.Or(ev.VMID, ev.UUID)
+	if id == "" || o.isBusy(id) {
+		return nil
+	}
+	o.roundMu.Lock()
+	defer o.roundMu.Unlock()
+	vm, err := o.st.GetVM(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil // not this installation's VM
+	}
+	if err != nil {
+		return err
+	}
+	if vm.State != store.VMRunning || vm.Host != o.cfg.Host || o.isBusy(id) {
+		return nil
+	}
+	// The event may be stale (the domain defined again since): look.
+	if _, err := o.cfg.Hypervisor.Lookup(ctx, vm.ID); !hypervisor.IsNotFound(err) {
+		return err
+	}
+	return o.vanish(ctx, *vm)
 }

@@ -84,6 +84,33 @@ func (r *resolver) resolveServer(b *serverBlock) {
 	r.resolveMonitor(b.Monitor)
 	r.resolveNode(b.Node)
 	r.resolveHTTP(b.HTTP)
+	r.resolveAudit(b.Audit)
+}
+
+// Defaults and bounds of the audit block.
+const (
+	// DefaultAuditRetention keeps a year and a month: a yearly review
+	// still finds the whole year.
+	DefaultAuditRetention = 400 * 24 * time.Hour
+	DefaultAuditLog       = true
+	minAuditRetention     = 24 * time.Hour
+)
+
+func (r *resolver) resolveAudit(b *auditBlock) {
+	a := &r.cfg.Server.Audit
+	if b == nil {
+		b = &auditBlock{DefRange: r.cfg.Server.DeclRange}
+	}
+	var ok bool
+	a.Retention, ok = r.duration(b.Body, "retention", b.Retention, DefaultAuditRetention, b.DefRange)
+	if ok && a.Retention != 0 && a.Retention < minAuditRetention {
+		r.errf(valueRange(b.Body, "retention", b.DefRange), "Invalid retention",
+			"Audit entries are kept at least %s (or forever, with \"0\"); %s was given.", minAuditRetention, a.Retention)
+	}
+	a.Log = DefaultAuditLog
+	if b.Log != nil {
+		a.Log = *b.Log
+	}
 }
 
 // Defaults and bounds of the http block.

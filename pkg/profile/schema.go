@@ -34,6 +34,7 @@ type serverBlock struct {
 	Monitor        *monitorBlock  `hcl:"monitor,block"`
 	Node           *nodeBlock     `hcl:"node,block"`
 	HTTP           *httpBlock     `hcl:"http,block"`
+	Audit          *auditBlock    `hcl:"audit,block"`
 	DefRange       hcl.Range      `hcl:",def_range"`
 	Body           hcl.Body       `hcl:",body"`
 }
@@ -47,6 +48,15 @@ type httpBlock struct {
 	MaxConnsPerIP     *int      `hcl:"max_conns_per_ip,optional"`
 	DefRange          hcl.Range `hcl:",def_range"`
 	Body              hcl.Body  `hcl:",body"`
+}
+
+// auditBlock says how long the audit log is kept and whether its entries
+// are logged too.
+type auditBlock struct {
+	Retention *string   `hcl:"retention,optional"`
+	Log       *bool     `hcl:"log,optional"`
+	DefRange  hcl.Range `hcl:",def_range"`
+	Body      hcl.Body  `hcl:",body"`
 }
 
 // nodeBlock names this server in a fleet (several gpuvmds sharing one

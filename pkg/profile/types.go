@@ -63,6 +63,7 @@ type Server struct {
 	Monitor        Monitor   `json:"monitor"`
 	Node           Node      `json:"node"`
 	HTTP           HTTP      `json:"http"`
+	Audit          Audit     `json:"audit"`
 	DeclRange      hcl.Range `json:"-"`
 }
 
@@ -90,6 +91,26 @@ func (h HTTP) MarshalJSON() ([]byte, error) {
 		WriteTimeout      int64 `json:"write_timeout"`
 		IdleTimeout       int64 `json:"idle_timeout"`
 	}{plain(h), secs(h.ReadHeaderTimeout), secs(h.BodyTimeout), secs(h.WriteTimeout), secs(h.IdleTimeout)})
+}
+
+// Audit says how gpuvmd keeps its audit log: every state-changing request
+// and every console or tunnel opened (pkg/server).
+type Audit struct {
+	// Retention is how long entries are kept (gpuvmd deletes older ones
+	// periodically); 0 keeps them forever.
+	Retention time.Duration `json:"retention"`
+	// Log also writes every entry as a structured log line at info, for
+	// journald and log shippers.
+	Log bool `json:"log"`
+}
+
+// MarshalJSON writes the retention as whole seconds.
+func (a Audit) MarshalJSON() ([]byte, error) {
+	type plain Audit
+	return json.Marshal(struct {
+		plain
+		Retention int64 `json:"retention"`
+	}{plain(a), secs(a.Retention)})
 }
 
 // Node is this server as a node of a fleet: several gpuvmds that share one

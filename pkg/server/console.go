@@ -361,6 +361,8 @@ func (s *Server) serveTicket(c *gin.Context, kind string) {
 		return
 	}
 	log := s.log.With("vm", t.VMID, "user", t.User, "kind", t.Kind)
+	auditUser(c, t.User) // the ticket is the credential: its user acts
+	auditTarget(c, "vm/"+t.VMID)
 	if t.Kind != kind {
 		s.writeProblem(c, with(errForbidden, fmt.Sprintf("this is a %s ticket; it does not open %s (the ticket is spent)", t.Kind, c.Request.URL.Path)))
 		return
@@ -378,6 +380,10 @@ func (s *Server) serveTicket(c *gin.Context, kind string) {
 	if err != nil {
 		s.writeProblem(c, err)
 		return
+	}
+	auditVM(c, vm)
+	if t.Kind == store.TicketTunnel {
+		auditDetail(c, "port %d", t.Port)
 	}
 	if !s.requireRunning(c, vm) {
 		return
@@ -399,6 +405,12 @@ func (s *Server) serveTicket(c *gin.Context, kind string) {
 			s.writeProblem(c, with(errBadGateway, fmt.Sprintf("%s refused gpuvmd's handshake: %v", what, err)))
 			return
 		}
+	}
+	// Recorded before it opens; not opened when it cannot be recorded.
+	if !s.auditOpened(c) {
+		target.Close()
+		s.writeProblem(c, with(errUnavailable, "the audit log cannot record this connection, so it is refused; try again later (the ticket is spent)"))
+		return
 	}
 	ws, err := websocket.Accept(c.Writer, c.Request, &websocket.AcceptOptions{Subprotocols: []string{"binary"}})
 	if err != nil {

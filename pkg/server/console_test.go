@@ -344,6 +344,7 @@ type consoleEnv struct {
 	srv      *Server
 	http     *httptest.Server
 	st       *store.Store
+	dsn      string
 	clock    *setClock
 	vnc      *fakeVNC
 	consoles *fakeConsoles
@@ -360,8 +361,8 @@ var guestIP = netip.MustParseAddr("192.0.2.10")
 func newConsoleEnv(t *testing.T, o ConsoleOptions) *consoleEnv {
 	t.Helper()
 	ctx := context.Background()
-	e := &consoleEnv{t: t, clock: &setClock{}}
-	st, err := store.Open(ctx, store.Config{DSN: filepath.Join(t.TempDir(), "db"), Now: e.clock.Now, Logger: slog.New(slog.DiscardHandler)})
+	e := &consoleEnv{t: t, clock: &setClock{}, dsn: filepath.Join(t.TempDir(), "db")}
+	st, err := store.Open(ctx, store.Config{DSN: e.dsn, Now: e.clock.Now, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}

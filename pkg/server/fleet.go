@@ -124,11 +124,13 @@ func (s *Server) forwardToOwner(c *gin.Context, vm *store.VM) bool {
 			r.Out.Header.Set(forwardedHeader, s.Host)
 		},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			auditForwarded(c, false) // no node answered: this one records it
 			s.log.Warn("the VM's node did not answer a proxied request", "vm", vm.ID, "node", vm.Host, "api_url", h.APIURL, "err", err)
 			s.writeProblem(c, with(errBadGateway, fmt.Sprintf("VM %s is on node %s, whose gpuvmd at %s did not answer: %v", vm.Name, vm.Host, h.APIURL, err)))
 		},
 		FlushInterval: -1, // websockets and streams as they come
 	}
+	auditForwarded(c, true) // the VM's node answers, and records it
 	rp.ServeHTTP(c.Writer, c.Request)
 	c.Abort()
 	return true

@@ -4,9 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -192,13 +194,33 @@ func TestForwardToOwner(t *testing.T) {
 		r := seen[len(seen)-1]
 		mu.Unlock()
 		if r.URL.Path != path || r.Header.Get("Authorization") != "Bearer "+e.ann || r.Header.Get(forwardedHeader) != "h1" ||
-			r.Host != strings.TrimPrefix(front.URL, "http://") || r.Header.Get("X-Forwarded-For") == "" {
+			r.Host != strings.TrimPrefix(front.URL, "http://") || r.Header.Get("X-Forwarded-For") == "" || r.Header.Get("X-Request-ID") == "" {
 			t.Errorf("%s reached the owner as %s %s, host %s, headers %v", path, r.Method, r.URL, r.Host, r.Header)
 		}
+	}
+	// The owner records what it answers; the node that proxied records
+	// nothing.
+	audited := func() []string {
+		t.Helper()
+		es, _, err := e.st.ListAudit(context.Background(), store.AuditFilter{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, x := range es {
+			out = append(out, fmt.Sprintf("%s %s %d", x.Action, x.Outcome, x.Status))
+		}
+		return out
+	}
+	if got := audited(); len(got) != 0 {
+		t.Errorf("the proxying node recorded %v", got)
 	}
 	// A request another node forwarded is not forwarded again.
 	if code, body := call("GET", "/v1/vms/"+vm.ID+"/console", forwardedHeader, "h3"); code != 502 || !strings.Contains(body, "disagree") {
 		t.Errorf("a forwarded request: %d %s", code, body)
+	}
+	if got := audited(); !slices.Equal(got, []string{"console.ticket failed 502"}) {
+		t.Errorf("a refused forward is recorded here: %v", got)
 	}
 
 	// The websocket of a ticket, through h1 to h2.
@@ -221,6 +243,9 @@ func TestForwardToOwner(t *testing.T) {
 	ws.Close(websocket.StatusNormalClosure, "")
 	if _, err := e.st.PeekTicket(ctx, ticket); err != nil {
 		t.Errorf("h1 spent or lost the ticket it forwarded: %v", err)
+	}
+	if got := audited(); len(got) != 1 {
+		t.Errorf("a forwarded websocket is recorded by the node that proxied it: %v", got)
 	}
 
 	// A node that is down is said to be down.
@@ -252,5 +277,10 @@ func TestForwardToOwnerUnreachable(t *testing.T) {
 	}
 	if resp.StatusCode != 502 || !strings.Contains(p["detail"].(string), "node h2") || !strings.Contains(p["detail"].(string), url) {
 		t.Errorf("%d %v", resp.StatusCode, p)
+	}
+	// No node answered: this one records it.
+	es, _, err := e.st.ListAudit(context.Background(), store.AuditFilter{})
+	if err != nil || len(es) != 1 || es[0].Action != "console.ticket" || es[0].Outcome != store.AuditFailed || es[0].Status != 502 || es[0].User != "ann" {
+		t.Errorf("audit %+v, %v", es, err)
 	}
 }

@@ -18,6 +18,9 @@ type MetricsExporter interface {
 	// ObserveRequest counts a request; route is gin's route template
 	// ("/v1/vms/:id"), "" when no route matched.
 	ObserveRequest(method, route string, code int, d time.Duration)
+	// ObserveAuditFailure counts an audit entry of the action that could
+	// not be written (audit.go).
+	ObserveAuditFailure(action string)
 }
 
 // Who may read /metrics (Deps.MetricsAuth).

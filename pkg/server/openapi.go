@@ -76,6 +76,14 @@ var (
 	pResTo    = param{Name: "to", In: "query", Description: "only reservations whose first occurrence starts before this RFC 3339 time", Type: "string"}
 	pResOwner = param{Name: "owner", In: "query", Description: "only this owner's: a user, or group:NAME (users: themselves or their groups)", Type: "string"}
 
+	// audit.go
+	pAuditUser    = param{Name: "user", In: "query", Description: "only this user's entries", Type: "string"}
+	pAuditOwnUser = param{Name: "user", In: "query", Description: "the caller's name, or left out; another user's is refused (403)", Type: "string"}
+	pAuditVM      = param{Name: "vm", In: "query", Description: "only entries about this VM: its ID, or the name of one of the caller's VMs", Type: "string"}
+	pAuditAction  = param{Name: "action", In: "query", Description: "only this action (vm.create), or every action of a kind (vm.)", Type: "string"}
+	pAuditFrom    = param{Name: "from", In: "query", Description: "only entries at or after this RFC 3339 time", Type: "string"}
+	pAuditTo      = param{Name: "to", In: "query", Description: "only entries before this RFC 3339 time", Type: "string"}
+
 	// alerts.go
 	pAlertState = param{Name: "state", In: "query", Description: "only alerts in this state: firing or resolved", Type: "string"}
 	pAlertRule  = param{Name: "rule", In: "query", Description: "only this rule's alerts", Type: "string"}
@@ -91,7 +99,7 @@ var (
 
 // apiRoutes is every route of the API: those of this table, and the
 // console's and the fleet's, which their files list.
-var apiRoutes = slices.Concat(coreAPIRoutes, consoleAPIRoutes, fleetAPIRoutes)
+var apiRoutes = slices.Concat(coreAPIRoutes, consoleAPIRoutes, fleetAPIRoutes, orphanAPIRoutes)
 
 var coreAPIRoutes = []route{
 	{Method: "GET", Path: "/healthz", Summary: "Liveness: the process answers", Auth: authNone, Status: 200, Answer: map[string]string{}},
@@ -125,6 +133,11 @@ var coreAPIRoutes = []route{
 	{Method: "GET", Path: "/v1/alerts", Summary: "Alerts of the policy's alert rules, newest first, by pages", Auth: authAdmin, Params: []param{pAlertState, pAlertRule, pAfter, pLimit}, Status: 200, Answer: api.AlertList{}, Errors: []int{400, 503}},
 	{Method: "GET", Path: "/v1/usage", Summary: "GPU-hours held in a range, weighted by the share of each GPU, with the utilisation achieved, grouped (users: their own; admins: everyone's)", Auth: authUser, Params: []param{pFrom, pTo, pUsageBy, pUsageUser}, Status: 200, Answer: api.UsageReport{}, Errors: []int{403, 422, 503}},
 	{Method: "GET", Path: "/v1/reports/summary", Summary: "Everything the periodic review report shows: usage, idle VMs, queue waits, weekday × hour heatmaps, notes", Auth: authAdmin, Params: []param{pFrom, pTo, pTZ, pIdleBelow}, Status: 200, Answer: api.ReportSummary{}, Errors: []int{422, 503}},
+	// audit.go
+	{Method: "GET", Path: "/v1/admin/audit", Summary: "The audit log: every state-changing request and every console or tunnel ticket issued and connection opened, newest first, by pages; no route changes it",
+		Auth: authAdmin, Params: []param{pAuditUser, pAuditVM, pAuditAction, pAuditFrom, pAuditTo, pLimit, pAfter}, Status: 200, Answer: api.AuditList{}, Errors: []int{400, 503}},
+	{Method: "GET", Path: "/v1/audit", Summary: "The caller's own entries of the audit log, newest first, by pages",
+		Auth: authUser, Params: []param{pAuditOwnUser, pAuditVM, pAuditAction, pAuditFrom, pAuditTo, pLimit, pAfter}, Status: 200, Answer: api.AuditList{}, Errors: []int{400, 403, 503}},
 	// reservations.go
 	{Method: "POST", Path: "/v1/reservations", Summary: "Book GPU capacity ahead for the caller (admins: for a user or a group), once or weekly/daily; refused with 409 when the GPUs cannot honour it then", Auth: authUser, Body: api.CreateReservationRequest{}, Status: 201, Answer: api.Reservation{}, Errors: []int{400, 403, 404, 409, 413, 422, 503}},
 	{Method: "GET", Path: "/v1/reservations", Summary: "The reservations not over (or in a range) that the caller may see: their own, their groups', those they made (admins: all), by start", Auth: authUser, Params: []param{pResFrom, pResTo, pResOwner}, Status: 200, Answer: api.ReservationList{}, Errors: []int{403, 422, 503}},

@@ -60,9 +60,10 @@ func (s *Server) writeProblem(c *gin.Context, err error) {
 		return
 	}
 	if !errors.As(err, &p) {
-		s.log.Error("request failed", "method", c.Request.Method, "path", c.Request.URL.Path, "err", err)
+		s.log.Error("request failed", "method", c.Request.Method, "path", c.Request.URL.Path, "err", err, "request_id", c.GetString(requestIDKey))
 		p = with(errInternal, "the error was logged")
 	}
+	c.Set(problemKey, p) // its detail goes in the audit log
 	c.Header("Content-Type", "application/problem+json")
 	c.AbortWithStatusJSON(p.Status, p)
 }

@@ -160,6 +160,7 @@ func (s *Server) createReservation(c *gin.Context) {
 	if s.Worker != nil {
 		s.Worker.Wake()
 	}
+	auditTarget(c, "reservation/"+strconv.FormatInt(res.ID, 10))
 	c.Header("Location", "/v1/reservations/"+strconv.FormatInt(res.ID, 10))
 	c.JSON(http.StatusCreated, s.toAPIReservation(res, now))
 }

@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -86,6 +87,10 @@ type Deps struct {
 	// HTTP bounds what one client may hold: timeouts and connections per
 	// IP (limits.go); zero values take the defaults.
 	HTTP HTTPLimits
+	// Orphans lists, deletes and adopts what the reconciler found that
+	// looks like gpuvm's but is not provably this installation's (the
+	// orchestrator); nil: the orphan routes answer 503.
+	Orphans Orphans
 }
 
 // Waker is told that a VM operation was queued.
@@ -99,6 +104,9 @@ type Server struct {
 
 	hub            *eventHub
 	eventKeepAlive time.Duration
+	audited        map[string]auditRoute // audit.go: by gin's method and route template
+	auditLog       *slog.Logger
+	auditFailures  atomic.Int64
 	done           chan struct{} // closed by Close: streams end
 	closeOnce      sync.Once
 }
@@ -123,16 +131,18 @@ func New(d Deps) *Server {
 		d.Ledger = monitor.NewLedger(d.Store)
 	}
 	s := &Server{Deps: d, log: d.Log.With("component", "api"), engine: gin.New(),
-		eventKeepAlive: d.EventKeepAlive, done: make(chan struct{})}
+		eventKeepAlive: d.EventKeepAlive, done: make(chan struct{}), auditLog: d.Log.With("component", "audit")}
 	s.hub = newEventHub(s.eventSource(), d.EventPoll, s.log)
-	s.engine.Use(gin.Recovery(), s.logRequests, s.deadlines)
+	s.engine.Use(gin.Recovery(), s.requestID, s.logRequests, s.deadlines)
 	if d.Metrics != nil {
 		s.engine.Use(s.observeRequests) // metrics.go
 	}
+	s.engine.Use(s.auditRequests) // audit.go
 	s.engine.NoRoute(func(c *gin.Context) {
 		s.writeProblem(c, with(errNotFound, "no route "+c.Request.Method+" "+c.Request.URL.Path))
 	})
 	s.routes()
+	s.audited = s.auditTable()
 	return s
 }
 
@@ -178,11 +188,15 @@ func (s *Server) routes() {
 	admin.POST("/admin/hosts/:name/drain", s.requireStore, s.drainHost)     // fleet.go
 	admin.DELETE("/admin/hosts/:name/drain", s.requireStore, s.undrainHost) // fleet.go
 	admin.GET("/alerts", s.requireStore, s.listAlerts)                      // alerts.go
+	s.orphanRoutes(admin)                                                   // orphans.go
 	v1.GET("/whoami", s.whoami)
 	v1.GET("/usage", s.requireStore, s.usage)                      // usage.go
 	admin.GET("/reports/summary", s.requireStore, s.reportSummary) // report.go
 	v1.GET("/hosts", s.requireStore, s.listHosts)
 	s.reservationRoutes(v1.Group("", s.requireStore)) // reservations.go
+	// audit.go: the audit log (admins), and the caller's own entries.
+	admin.GET("/admin/audit", s.requireStore, s.listAllAudit)
+	v1.GET("/audit", s.requireStore, s.listOwnAudit)
 	// A user's own record and tokens: the user or an admin; to others
 	// the user does not exist.
 	self := v1.Group("/users/:name", s.requireStore, s.requireSelfOrAdmin)
@@ -200,7 +214,7 @@ func (s *Server) logRequests(c *gin.Context) {
 		level = slog.LevelError
 	}
 	s.log.Log(c.Request.Context(), level, "request", "method", c.Request.Method, "path", c.Request.URL.Path,
-		"status", c.Writer.Status(), "duration", time.Since(start))
+		"status", c.Writer.Status(), "duration", time.Since(start), "request_id", c.GetString(requestIDKey))
 }
 
 const userKey = "gpuvm.user"
@@ -213,7 +227,7 @@ func (s *Server) authenticate(c *gin.Context) {
 		s.writeProblem(c, with(errUnauthenticated, "send Authorization: Bearer <token>"))
 		return
 	}
-	u, _, err := s.Auth.AuthenticateToken(c.Request.Context(), strings.TrimSpace(token))
+	u, tok, err := s.Auth.AuthenticateToken(c.Request.Context(), strings.TrimSpace(token))
 	switch {
 	case errors.Is(err, store.ErrInvalidToken):
 		c.Header("WWW-Authenticate", `Bearer realm="gpuvm", error="invalid_token"`)
@@ -224,6 +238,7 @@ func (s *Server) authenticate(c *gin.Context) {
 		return
 	}
 	c.Set(userKey, u)
+	c.Set(tokenKey, tok) // its ID goes in the audit log
 	c.Next()
 }
 

@@ -34,6 +34,7 @@ func (s *Server) createTunnel(c *gin.Context) {
 		s.writeProblem(c, withField(errValidation, "port", fmt.Sprintf("port %d is not a TCP port (1–65535)", req.Port)))
 		return
 	}
+	auditDetail(c, "port %d", req.Port)
 	if !s.requireRunning(c, vm) {
 		return
 	}

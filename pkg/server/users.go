@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"regexp"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -110,6 +111,7 @@ func (s *Server) createUser(c *gin.Context) {
 	if !s.decodeJSON(c, &req) {
 		return
 	}
+	auditTarget(c, "user/"+req.Name)
 	if !userName.MatchString(req.Name) {
 		s.writeProblem(c, withField(errValidation, "name", "a user name is lower-case letters, digits and dashes, starts with a letter, at most 63 characters"))
 		return
@@ -136,6 +138,7 @@ func (s *Server) createUser(c *gin.Context) {
 		return
 	}
 	s.log.Info("user created", "user", u.Name, "admin", u.Admin, "groups", u.Groups, "by", user(c).Name)
+	auditDetail(c, "admin %t, groups %s", u.Admin, strings.Join(u.Groups, ","))
 	c.Header("Location", "/v1/users/"+u.Name)
 	c.JSON(http.StatusCreated, toAPIUser(u))
 }
@@ -204,6 +207,8 @@ func (s *Server) createToken(c *gin.Context) {
 		return
 	}
 	s.log.Info("token created", "user", u.Name, "token", t.ID, "name", t.Name, "prefix", t.Prefix, "expires", t.ExpiresAt, "by", user(c).Name)
+	auditTarget(c, fmt.Sprintf("user/%s/token/%d", u.Name, t.ID))
+	auditDetail(c, "token %q", t.Name)
 	c.JSON(http.StatusCreated, api.CreatedToken{Token: toAPIToken(u.Name, t, now), Secret: plain})
 }
 

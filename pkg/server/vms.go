@@ -219,6 +219,8 @@ func (s *Server) createVM(c *gin.Context) {
 	if s.Worker != nil {
 		s.Worker.Wake()
 	}
+	auditVM(c, vm)
+	auditDetail(c, "profile %s, %d hours", vm.Profile, vm.Hours)
 	c.Header("Location", "/v1/vms/"+vm.ID)
 	c.JSON(http.StatusAccepted, api.CreateVMResponse{VM: toAPIVM(vm, nil), Operation: toAPIOp(op)})
 }
@@ -251,6 +253,8 @@ func (s *Server) replay(c *gin.Context, userName, key, hash string) bool {
 		return true
 	}
 	allocs, _ := s.Store.ListAllocations(ctx, vm.ID)
+	auditVM(c, vm)
+	auditDetail(c, "the answer to an earlier request with the same Idempotency-Key")
 	c.Header("Location", "/v1/vms/"+vm.ID)
 	c.JSON(http.StatusAccepted, api.CreateVMResponse{VM: toAPIVM(vm, allocs), Operation: toAPIOp(op)})
 	return true
@@ -321,6 +325,7 @@ func (s *Server) lookupVM(c *gin.Context, ref string) (*store.VM, bool) {
 	ctx := c.Request.Context()
 	vm, err := s.Store.GetVM(ctx, ref)
 	if err == nil && (u.Admin || vm.Owner == u.Name) {
+		auditVM(c, vm)
 		return vm, true
 	}
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
@@ -329,6 +334,7 @@ func (s *Server) lookupVM(c *gin.Context, ref string) (*store.VM, bool) {
 	}
 	vm, err = s.Store.GetVMByName(ctx, u.Name, ref)
 	if err == nil {
+		auditVM(c, vm)
 		return vm, true
 	}
 	if !errors.Is(err, store.ErrNotFound) {

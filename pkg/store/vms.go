@@ -383,3 +383,48 @@ func mustJSON(v any) JSON {
 	}
 	return b
 }
+
+// AdoptedDevice is a GPU device an adopted VM already holds: the slots it
+// occupies, and the device and hostdev (JSON) its backend reported.
+type AdoptedDevice struct {
+	Claim             SlotClaim
+	DeviceID, Hostdev string
+}
+
+// AdoptVM writes a VM an admin adopted from an orphaned domain (its row was
+// lost): the row as given (ID, state and host set by the caller), each
+// device's allocation claimed and recorded created, and a vm.created event
+// that says it was adopted, all in one transaction. A live VM of the owner
+// with the same name is ErrNameTaken, an ID in use ErrConflict, a slot held
+// by another VM ErrSlotTaken; nothing is written then.
+func (s *Store) AdoptVM(ctx context.Context, vm *VM, devices []AdoptedDevice, adoptedBy string) error {
+	if vm.ID == "" || vm.Name == "" || vm.Owner == "" || vm.Profile == "" || vm.State == "" {
+		return fmt.Errorf("adopt vm: %w: id, name, owner, profile and state are required", ErrInvalid)
+	}
+	err := s.Tx(ctx, func(tx *Store) error {
+		if _, err := tx.GetVM(ctx, vm.ID); err == nil {
+			return fmt.Errorf("%w: vm %s exists", ErrConflict, vm.ID)
+		}
+		now := tx.clock()
+		vm.CreatedAt, vm.UpdatedAt, vm.Version = now, now, 1
+		vm.LeaseEnd = utcPtr(vm.LeaseEnd)
+		if err := tx.db.Create(vm).Error; err != nil {
+			return wrap(err, ErrNameTaken, "insert vm %q of %q", vm.Name, vm.Owner)
+		}
+		for _, d := range devices {
+			allocs, err := tx.ClaimAllocation(ctx, vm.ID, []SlotClaim{d.Claim})
+			if err != nil {
+				return err
+			}
+			if err := tx.MarkAllocationCreated(ctx, allocs[0].ID, d.DeviceID, d.Hostdev); err != nil {
+				return err
+			}
+		}
+		return tx.appendEvent(ctx, &Event{VMID: vm.ID, Owner: vm.Owner, Type: "vm.created",
+			Payload: mustJSON(map[string]any{"name": vm.Name, "profile": vm.Profile, "state": vm.State, "adopted_by": adoptedBy, "devices": len(devices)})})
+	})
+	if err != nil {
+		return wrap(err, nil, "adopt vm %s", vm.ID)
+	}
+	return nil
+}

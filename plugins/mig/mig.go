@@ -319,7 +319,7 @@ func (b *Backend) Create(ctx context.Context, req backend.CreateRequest) (backen
 		return backend.Device{}, err
 	}
 	dev := backend.Device{ID: devUUID, Kind: backend.KindMIG, GPU: g.Address, Type: typeName, VMUUID: req.VMUUID,
-		Profile: profile.Name, Placement: req.Placement, GPUInstance: -1, ComputeInstance: -1, Managed: true}
+		Profile: profile.Name, Placement: req.Placement, GPUInstance: -1, ComputeInstance: -1, Managed: true, Installation: env.Installation}
 	if err := env.Ledger.Put(kit.Entry{Device: dev, State: kit.Creating}); err != nil {
 		return backend.Device{}, backend.Errorf(backend.CodeInternal, g.Address, "record intent: %v", err)
 	}
@@ -461,6 +461,9 @@ func (b *Backend) Remove(ctx context.Context, req backend.RemoveRequest) error {
 	}
 	if !ok {
 		return nil
+	}
+	if err := env.Owns(e, req.OfInstallation); err != nil {
+		return err
 	}
 	d := e.Device
 	if err := kit.RemoveVGPU(env.SysFS, d.GPU, id); err != nil {

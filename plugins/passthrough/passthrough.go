@@ -354,7 +354,7 @@ func (b *Backend) Create(ctx context.Context, req backend.CreateRequest) (backen
 
 	addrs := c.addresses()
 	dev := backend.Device{
-		ID: addr, Kind: backend.KindPassthrough, GPU: addr, VMUUID: req.VMUUID, Managed: true,
+		ID: addr, Kind: backend.KindPassthrough, GPU: addr, VMUUID: req.VMUUID, Managed: true, Installation: env.Installation,
 		Hostdev: backend.Hostdev{Type: backend.HostdevPCI, Addresses: addrs, Managed: true},
 	}
 	prev := map[string]string{}
@@ -540,6 +540,9 @@ func (b *Backend) Remove(ctx context.Context, req backend.RemoveRequest) error {
 			return backend.Errorf(backend.CodeConflict, addr, "bound to vfio-pci but not created by gpuvm; left alone")
 		}
 		return nil // removed already, or never made
+	}
+	if err := env.Owns(e, req.OfInstallation); err != nil {
+		return err
 	}
 	order := []string{e.Device.GPU}
 	var rest []string

@@ -158,7 +158,7 @@ func (b *Backend) Inventory(ctx context.Context) (backend.Inventory, error) {
 			}
 			d := backend.Device{ID: x.ID, Kind: backend.KindVGPU, GPU: g.Address, Type: x.Type, Hostdev: kit.HostdevFor(x, gv.v.Interface)}
 			if e, ok := ours[x.ID]; ok {
-				d.VMUUID, d.Managed = e.Device.VMUUID, true
+				d.VMUUID, d.Managed, d.Installation = e.Device.VMUUID, true, e.Device.Installation
 			}
 			inv.Devices = append(inv.Devices, d)
 		}
@@ -252,7 +252,7 @@ func (b *Backend) Create(ctx context.Context, req backend.CreateRequest) (backen
 	if gv.v.Interface == gpu.InterfaceVendorVFIO {
 		intentID = offer.Parents[0]
 	}
-	dev := backend.Device{ID: intentID, Kind: backend.KindVGPU, GPU: g.Address, Type: want.Name, VMUUID: req.VMUUID, Managed: true}
+	dev := backend.Device{ID: intentID, Kind: backend.KindVGPU, GPU: g.Address, Type: want.Name, VMUUID: req.VMUUID, Managed: true, Installation: env.Installation}
 	if err := env.Ledger.Put(kit.Entry{Device: dev, State: kit.Creating}); err != nil {
 		return backend.Device{}, backend.Errorf(backend.CodeInternal, g.Address, "record intent: %v", err)
 	}
@@ -309,6 +309,9 @@ func (b *Backend) Remove(ctx context.Context, req backend.RemoveRequest) error {
 			return backend.Errorf(backend.CodeConflict, req.GPU, "device %s was not created by gpuvm: left alone", id)
 		}
 		return nil
+	}
+	if err := env.Owns(e, req.OfInstallation); err != nil {
+		return err
 	}
 	if err := kit.RemoveVGPU(env.SysFS, e.Device.GPU, id); err != nil {
 		return err

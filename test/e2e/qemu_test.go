@@ -68,43 +68,11 @@ func TestRealLibvirtTinyGuest(t *testing.T) {
 	hv := libvirt(t, systemURI)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	kernel, initrd, err := guest.Ensure(ctx)
-	if err != nil {
-		t.Fatalf("tiny guest: %v", err)
-	}
-	// QEMU runs as libvirt-qemu: it must be able to walk to its files.
-	dir, err := os.MkdirTemp("", "gpuvm-e2e-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	if err := os.Chmod(dir, 0o711); err != nil {
-		t.Fatal(err)
-	}
-	files := map[string]string{kernel: filepath.Join(dir, "vmlinuz"), initrd: filepath.Join(dir, "initrd.img")}
-	for src, dst := range files {
-		if err := copyFile(src, dst); err != nil {
-			t.Fatal(err)
-		}
-	}
-	blank := filepath.Join(dir, "blank.raw")
-	if err := os.WriteFile(blank, make([]byte, 1<<20), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	pool := "gpuvm-e2e-" + randHex(4)
-	if err := hv.EnsurePool(ctx, pool, filepath.Join(dir, "pool")); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		if err := hv.DeletePool(ctx, pool); err != nil {
-			t.Errorf("delete pool %s: %v", pool, err)
-		}
-	})
+	tiny := setUpTinyGuest(t, hv)
+	files, pool := tiny.files, tiny.pool
+	kernel, initrd := tiny.kernel, tiny.initrd
 
-	w := newWorld(t, worldConfig{preset: "h100x8", uri: systemURI, pool: pool,
-		profiles: fmt.Sprintf(tinyProfiles, blank, files[kernel], files[initrd], guest.Cmdline)})
+	w := newWorld(t, worldConfig{preset: "h100x8", uri: systemURI, pool: pool, profiles: tiny.profiles})
 	w.start()
 	hostBefore, lvBefore := w.simHost(), w.libvirtState(hv)
 
@@ -153,6 +121,58 @@ func TestRealLibvirtTinyGuest(t *testing.T) {
 	w.noErrors()
 	t.Logf("running %v after the create, booted (%s) %v after it; deleted in %v",
 		toRunning.Round(time.Millisecond), strings.TrimSpace(booted), toBooted.Round(time.Millisecond), deleted.Round(time.Millisecond))
+}
+
+// tinyGuest is what a gpuvmd needs to boot the tiny guest under a real
+// QEMU: its files where QEMU (libvirt-qemu) may read them, a storage pool
+// of its own (deleted at the end of the test), and the profiles.
+type tinyGuest struct {
+	kernel, initrd string            // the cached files
+	files          map[string]string // cached file → the copy QEMU reads
+	pool           string
+	profiles       string
+}
+
+func setUpTinyGuest(t *testing.T, hv *hypervisor.Conn) tinyGuest {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	kernel, initrd, err := guest.Ensure(ctx)
+	if err != nil {
+		t.Fatalf("tiny guest: %v", err)
+	}
+	// QEMU runs as libvirt-qemu: it must be able to walk to its files.
+	dir, err := os.MkdirTemp("", "gpuvm-e2e-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o711); err != nil {
+		t.Fatal(err)
+	}
+	files := map[string]string{kernel: filepath.Join(dir, "vmlinuz"), initrd: filepath.Join(dir, "initrd.img")}
+	for src, dst := range files {
+		if err := copyFile(src, dst); err != nil {
+			t.Fatal(err)
+		}
+	}
+	blank := filepath.Join(dir, "blank.raw")
+	if err := os.WriteFile(blank, make([]byte, 1<<20), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	pool := "gpuvm-e2e-" + randHex(4)
+	if err := hv.EnsurePool(ctx, pool, filepath.Join(dir, "pool")); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := hv.DeletePool(ctx, pool); err != nil {
+			t.Errorf("delete pool %s: %v", pool, err)
+		}
+	})
+	return tinyGuest{kernel: kernel, initrd: initrd, files: files, pool: pool,
+		profiles: fmt.Sprintf(tinyProfiles, blank, files[kernel], files[initrd], guest.Cmdline)}
 }
 
 // domainOf is the domain libvirt holds for a VM of this world.

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -47,10 +48,15 @@ type rig struct {
 
 func start(t *testing.T, preset string) *rig {
 	t.Helper()
-	stateDir := t.TempDir()
+	return startIn(t, preset, t.TempDir(), "")
+}
+
+// startIn starts the backends on stateDir for a gpuvm installation.
+func startIn(t *testing.T, preset, stateDir, installation string) *rig {
+	t.Helper()
 	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	l := loader.New(loader.Config{Dir: pluginDir, Logger: log, MinBackoff: 50 * time.Millisecond, MaxBackoff: time.Second,
-		Backend: backend.Config{Simulate: preset, StateDir: stateDir, NVML: backend.NVMLAuto}})
+		Backend: backend.Config{Simulate: preset, StateDir: stateDir, NVML: backend.NVMLAuto, Installation: installation}})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := l.Start(ctx); err != nil {
@@ -338,5 +344,83 @@ func TestBackendCrashRestart(t *testing.T) {
 	}
 	if err := b.Remove(ctx(t), backend.RemoveRequest{ID: d.ID}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// Two gpuvm installations on one state directory (a test instance pointed
+// at a production host's, or a copied ledger): every backend records the
+// installation that made a device, shows it in the inventory, and refuses
+// to remove another installation's device, leaving the host as it was,
+// unless an admin confirmed which installation the orphan is of.
+func TestInstallationsKeepTheirDevices(t *testing.T) {
+	const preset = "h100x8"
+	const instA, instB = "0f6f1a52-9a40-4c3e-8d7e-2b1f3c4d5e6f", "7c1d2e3f-4a5b-4c6d-9e7f-8a9b0c1d2e3f"
+	dir := t.TempDir()
+	for _, name := range backend.Names {
+		t.Run(name, func(t *testing.T) {
+			a := startIn(t, preset, dir, instA)
+			ba := a.backend(t, name)
+			inv, err := ba.Inventory(ctx(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var req backend.CreateRequest
+			found := false
+			for _, g := range inv.GPUs {
+				if g.Unavailable != "" {
+					continue
+				}
+				if req, found = request(name, g); found {
+					break
+				}
+			}
+			if !found {
+				t.Fatalf("%s: nothing to create on %s", name, preset)
+			}
+			before := a.snapshot(t)
+			d, err := ba.Create(ctx(t), req)
+			if err != nil {
+				t.Fatalf("create: %v", err)
+			}
+			if d.Installation != instA {
+				t.Fatalf("created device says installation %q, want %q", d.Installation, instA)
+			}
+			a.l.Close()
+
+			b := startIn(t, preset, dir, instB)
+			bb := b.backend(t, name)
+			inv, err = bb.Inventory(ctx(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var seen *backend.Device
+			for i := range inv.Devices {
+				if inv.Devices[i].ID == d.ID {
+					seen = &inv.Devices[i]
+				}
+			}
+			if seen == nil || seen.Installation != instA || !seen.Managed {
+				t.Fatalf("installation B's inventory shows %+v for the device A made", seen)
+			}
+			during := b.snapshot(t)
+			err = bb.Remove(ctx(t), backend.RemoveRequest{ID: d.ID, GPU: d.GPU})
+			if backend.CodeOf(err) != backend.CodeConflict || !strings.Contains(err.Error(), instA) {
+				t.Fatalf("installation B removing A's device: %v, want a conflict naming %s", err, instA)
+			}
+			if !bytes.Equal(during, b.snapshot(t)) {
+				t.Fatal("the refused remove changed the host")
+			}
+			err = bb.Remove(ctx(t), backend.RemoveRequest{ID: d.ID, GPU: d.GPU, OfInstallation: instB})
+			if backend.CodeOf(err) != backend.CodeConflict {
+				t.Fatalf("removing with the wrong installation confirmed: %v, want a conflict", err)
+			}
+			// An admin of B confirmed it is A's orphan: removed.
+			if err := bb.Remove(ctx(t), backend.RemoveRequest{ID: d.ID, GPU: d.GPU, OfInstallation: instA}); err != nil {
+				t.Fatalf("removing the orphan with its installation confirmed: %v", err)
+			}
+			if !bytes.Equal(before, b.snapshot(t)) {
+				t.Fatal("the host is not as it was before the create")
+			}
+		})
 	}
 }

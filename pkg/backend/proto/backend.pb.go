@@ -490,12 +490,16 @@ func (x *Info) GetDescription() string {
 }
 
 type Config struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	ApiVersion    string                 `protobuf:"bytes,1,opt,name=api_version,json=apiVersion,proto3" json:"api_version,omitempty"`
-	SysfsRoot     string                 `protobuf:"bytes,2,opt,name=sysfs_root,json=sysfsRoot,proto3" json:"sysfs_root,omitempty"`
-	Simulate      string                 `protobuf:"bytes,3,opt,name=simulate,proto3" json:"simulate,omitempty"`
-	StateDir      string                 `protobuf:"bytes,4,opt,name=state_dir,json=stateDir,proto3" json:"state_dir,omitempty"`
-	Nvml          string                 `protobuf:"bytes,5,opt,name=nvml,proto3" json:"nvml,omitempty"` // NVMLMode
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	ApiVersion string                 `protobuf:"bytes,1,opt,name=api_version,json=apiVersion,proto3" json:"api_version,omitempty"`
+	SysfsRoot  string                 `protobuf:"bytes,2,opt,name=sysfs_root,json=sysfsRoot,proto3" json:"sysfs_root,omitempty"`
+	Simulate   string                 `protobuf:"bytes,3,opt,name=simulate,proto3" json:"simulate,omitempty"`
+	StateDir   string                 `protobuf:"bytes,4,opt,name=state_dir,json=stateDir,proto3" json:"state_dir,omitempty"`
+	Nvml       string                 `protobuf:"bytes,5,opt,name=nvml,proto3" json:"nvml,omitempty"` // NVMLMode
+	// installation is the gpuvm installation (its database's ID) the backend
+	// serves: written into every ledger entry it makes; it removes no device
+	// another installation made.
+	Installation  string `protobuf:"bytes,6,opt,name=installation,proto3" json:"installation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -561,6 +565,13 @@ func (x *Config) GetStateDir() string {
 func (x *Config) GetNvml() string {
 	if x != nil {
 		return x.Nvml
+	}
+	return ""
+}
+
+func (x *Config) GetInstallation() string {
+	if x != nil {
+		return x.Installation
 	}
 	return ""
 }
@@ -1074,11 +1085,15 @@ func (x *CreateRequest) GetDeviceUuid() string {
 }
 
 type RemoveRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	Gpu           string                 `protobuf:"bytes,2,opt,name=gpu,proto3" json:"gpu,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Gpu   string                 `protobuf:"bytes,2,opt,name=gpu,proto3" json:"gpu,omitempty"`
+	// of_installation, when set, is the installation an admin confirmed the
+	// device belongs to (an orphan they chose to delete): the backend removes
+	// it only if its ledger entry names that installation.
+	OfInstallation string `protobuf:"bytes,3,opt,name=of_installation,json=ofInstallation,proto3" json:"of_installation,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *RemoveRequest) Reset() {
@@ -1121,6 +1136,13 @@ func (x *RemoveRequest) GetId() string {
 func (x *RemoveRequest) GetGpu() string {
 	if x != nil {
 		return x.Gpu
+	}
+	return ""
+}
+
+func (x *RemoveRequest) GetOfInstallation() string {
+	if x != nil {
+		return x.OfInstallation
 	}
 	return ""
 }
@@ -1214,8 +1236,11 @@ type Device struct {
 	ComputeInstance int64                  `protobuf:"varint,9,opt,name=compute_instance,json=computeInstance,proto3" json:"compute_instance,omitempty"`
 	Hostdev         *Hostdev               `protobuf:"bytes,10,opt,name=hostdev,proto3" json:"hostdev,omitempty"`
 	Managed         bool                   `protobuf:"varint,11,opt,name=managed,proto3" json:"managed,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// installation made the device (its ledger entry says so); empty for a
+	// device not in the ledger, or one recorded before installations existed.
+	Installation  string `protobuf:"bytes,12,opt,name=installation,proto3" json:"installation,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Device) Reset() {
@@ -1325,6 +1350,13 @@ func (x *Device) GetManaged() bool {
 	return false
 }
 
+func (x *Device) GetInstallation() string {
+	if x != nil {
+		return x.Installation
+	}
+	return ""
+}
+
 type Health struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Ok            bool                   `protobuf:"varint,1,opt,name=ok,proto3" json:"ok,omitempty"`
@@ -1401,7 +1433,7 @@ const file_backend_proto_rawDesc = "" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x12!\n" +
 	"\fapi_versions\x18\x03 \x03(\tR\vapiVersions\x12 \n" +
-	"\vdescription\x18\x04 \x01(\tR\vdescription\"\x95\x01\n" +
+	"\vdescription\x18\x04 \x01(\tR\vdescription\"\xb9\x01\n" +
 	"\x06Config\x12\x1f\n" +
 	"\vapi_version\x18\x01 \x01(\tR\n" +
 	"apiVersion\x12\x1d\n" +
@@ -1409,7 +1441,8 @@ const file_backend_proto_rawDesc = "" +
 	"sysfs_root\x18\x02 \x01(\tR\tsysfsRoot\x12\x1a\n" +
 	"\bsimulate\x18\x03 \x01(\tR\bsimulate\x12\x1b\n" +
 	"\tstate_dir\x18\x04 \x01(\tR\bstateDir\x12\x12\n" +
-	"\x04nvml\x18\x05 \x01(\tR\x04nvml\"\xcc\x01\n" +
+	"\x04nvml\x18\x05 \x01(\tR\x04nvml\x12\"\n" +
+	"\finstallation\x18\x06 \x01(\tR\finstallation\"\xcc\x01\n" +
 	"\tInventory\x12\x18\n" +
 	"\abackend\x18\x01 \x01(\tR\abackend\x12\x12\n" +
 	"\x04host\x18\x02 \x01(\tR\x04host\x12\x1c\n" +
@@ -1465,16 +1498,17 @@ const file_backend_proto_rawDesc = "" +
 	"\aprofile\x18\x04 \x01(\tR\aprofile\x12\x1c\n" +
 	"\tplacement\x18\x05 \x01(\x03R\tplacement\x12\x1f\n" +
 	"\vdevice_uuid\x18\x06 \x01(\tR\n" +
-	"deviceUuid\"1\n" +
+	"deviceUuid\"Z\n" +
 	"\rRemoveRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x10\n" +
-	"\x03gpu\x18\x02 \x01(\tR\x03gpu\"\x83\x01\n" +
+	"\x03gpu\x18\x02 \x01(\tR\x03gpu\x12'\n" +
+	"\x0fof_installation\x18\x03 \x01(\tR\x0eofInstallation\"\x83\x01\n" +
 	"\aHostdev\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x12\x12\n" +
 	"\x04uuid\x18\x02 \x01(\tR\x04uuid\x12\x1c\n" +
 	"\taddresses\x18\x03 \x03(\tR\taddresses\x12\x18\n" +
 	"\amanaged\x18\x04 \x01(\bR\amanaged\x12\x18\n" +
-	"\adisplay\x18\x05 \x01(\bR\adisplay\"\xc0\x02\n" +
+	"\adisplay\x18\x05 \x01(\bR\adisplay\"\xe4\x02\n" +
 	"\x06Device\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x10\n" +
@@ -1487,7 +1521,8 @@ const file_backend_proto_rawDesc = "" +
 	"\x10compute_instance\x18\t \x01(\x03R\x0fcomputeInstance\x123\n" +
 	"\ahostdev\x18\n" +
 	" \x01(\v2\x19.gpuvm.backend.v1.HostdevR\ahostdev\x12\x18\n" +
-	"\amanaged\x18\v \x01(\bR\amanaged\"0\n" +
+	"\amanaged\x18\v \x01(\bR\amanaged\x12\"\n" +
+	"\finstallation\x18\f \x01(\tR\finstallation\"0\n" +
 	"\x06Health\x12\x0e\n" +
 	"\x02ok\x18\x01 \x01(\bR\x02ok\x12\x16\n" +
 	"\x06detail\x18\x02 \x01(\tR\x06detail2\xe3\x03\n" +

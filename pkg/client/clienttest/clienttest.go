@@ -80,6 +80,8 @@ type Options struct {
 	// Step is how long the worker waits between two steps of a VM
 	// (default 20ms).
 	Step time.Duration
+	// Orphans answers the orphan routes (nil: they answer 503).
+	Orphans server.Orphans
 }
 
 // New starts an Env; it stops with the test.
@@ -127,7 +129,7 @@ func New(t testing.TB, o Options) *Env {
 	go e.Worker.run(wctx)
 	api := server.New(server.Deps{
 		Auth: st, Backends: backends{"mig": mock}, Config: e.Config, Log: log, Store: st, Worker: e.Worker,
-		Consoles: e.Guests, EventPoll: 10 * time.Millisecond,
+		Consoles: e.Guests, EventPoll: 10 * time.Millisecond, Orphans: o.Orphans,
 	})
 	srv := httptest.NewServer(api)
 	e.URL = srv.URL

@@ -22,7 +22,7 @@ const (
 
 // Specs behind the golden files, one per kind of VM gpuvm makes.
 func goldenSpecs() map[string]Spec {
-	meta := Metadata{VMID: "vm-42", Owner: "alice", Profile: "render-l40s",
+	meta := Metadata{Installation: "0f6f1a52-9a40-4c3e-8d7e-2b1f3c4d5e6f", VMID: "vm-42", Owner: "alice", Profile: "render-l40s",
 		Volumes: []VolumeRef{{Pool: "gpuvm", Name: "vm-42.qcow2"}, {Pool: "gpuvm", Name: "vm-42-seed.iso"}}}
 	vnc := &Graphics{Type: GraphicsVNC, Password: "s3cr3t!x", WebSocket: -1}
 	overlay := Disk{Pool: "gpuvm", Volume: "vm-42.qcow2"}
@@ -486,6 +486,8 @@ func TestParseMetadata(t *testing.T) {
 		{"other prefix", `<g:vm xmlns:g="https://gpuvm.dev/xmlns/domain/1"><g:id>vm-2</g:id><g:profile>p</g:profile></g:vm>`, Metadata{VMID: "vm-2", Profile: "p"}, nil},
 		{"default namespace", `<vm xmlns="https://gpuvm.dev/xmlns/domain/1"><id>vm-3</id></vm>`, Metadata{VMID: "vm-3"}, nil},
 		{"as libvirt returns it", "<vm>\n  <id>vm-5</id>\n  <owner>a</owner>\n</vm>\n", Metadata{VMID: "vm-5", Owner: "a"}, nil},
+		{"installation", "<vm>\n  <installation>0f6f1a52-9a40-4c3e-8d7e-2b1f3c4d5e6f</installation>\n  <id>vm-6</id>\n</vm>\n",
+			Metadata{Installation: "0f6f1a52-9a40-4c3e-8d7e-2b1f3c4d5e6f", VMID: "vm-6"}, nil},
 		{"other element", `<other><id>x</id></other>`, Metadata{}, ErrNotGpuvm},
 		{"other namespace", `<x:vm xmlns:x="https://example.com/ns"><x:id>vm-4</x:id></x:vm>`, Metadata{}, ErrNotGpuvm},
 		{"empty", "", Metadata{}, ErrNotGpuvm},

@@ -11,6 +11,7 @@ import (
 // The element gpuvm writes in a domain's <metadata>:
 //
 //	<gpuvm:vm xmlns:gpuvm="https://gpuvm.dev/xmlns/domain/1">
+//	  <gpuvm:installation>0f6f1a52-9a40-4c3e-8d7e-2b1f3c4d5e6f</gpuvm:installation>
 //	  <gpuvm:id>vm-42</gpuvm:id>
 //	  <gpuvm:owner>alice</gpuvm:owner>
 //	  <gpuvm:profile>render-l40s</gpuvm:profile>
@@ -31,7 +32,7 @@ func (m Metadata) marshal() (string, error) {
 	if err := e.EncodeToken(start); err != nil {
 		return "", err
 	}
-	for _, f := range []struct{ name, value string }{{"id", m.VMID}, {"owner", m.Owner}, {"profile", m.Profile}} {
+	for _, f := range []struct{ name, value string }{{"installation", m.Installation}, {"id", m.VMID}, {"owner", m.Owner}, {"profile", m.Profile}} {
 		if f.value == "" {
 			continue
 		}
@@ -61,18 +62,19 @@ func MetadataXML(m Metadata) (string, error) { return m.marshal() }
 // libvirt's virDomainGetMetadata returns the element stripped of its
 // namespace ("<vm><id>…"), while a whole domain document keeps it.
 type metadataDoc struct {
-	XMLName xml.Name
-	ID      string `xml:"id"`
-	Owner   string `xml:"owner"`
-	Profile string `xml:"profile"`
-	Volumes []struct {
+	XMLName      xml.Name
+	Installation string `xml:"installation"`
+	ID           string `xml:"id"`
+	Owner        string `xml:"owner"`
+	Profile      string `xml:"profile"`
+	Volumes      []struct {
 		Pool string `xml:"pool,attr"`
 		Name string `xml:",chardata"`
 	} `xml:"volume"`
 }
 
 func (d *metadataDoc) metadata() Metadata {
-	m := Metadata{VMID: d.ID, Owner: d.Owner, Profile: d.Profile}
+	m := Metadata{Installation: d.Installation, VMID: d.ID, Owner: d.Owner, Profile: d.Profile}
 	for _, v := range d.Volumes {
 		m.Volumes = append(m.Volumes, VolumeRef{Pool: v.Pool, Name: v.Name})
 	}

@@ -16,9 +16,9 @@ func SeedName(vm string) string { return vm + "-seed.iso" }
 // and display are, and the GPU devices its backends made.
 type Instance struct {
 	Name, UUID string
-	// VMID, Owner go to gpuvm's metadata.
-	VMID, Owner string
-	DomainType  Type
+	// Installation, VMID, Owner go to gpuvm's metadata.
+	Installation, VMID, Owner string
+	DomainType                Type
 	// Disks are the VM's prepared disks: its overlay on the profile's image
 	// and its cloud-init seed, as the storage layer made them.
 	Disks    []Disk
@@ -45,7 +45,7 @@ func FromProfile(p *profile.Profile, in Instance) (Spec, error) {
 		Firmware: Firmware{Type: FirmwareType(p.Firmware), TPM: p.TPM},
 		OSFamily: OSFamily(p.OS), Disks: in.Disks, GuestAgent: true, SerialLog: in.SerialLog,
 		Hostdevs: in.Hostdevs,
-		Metadata: Metadata{VMID: in.VMID, Owner: in.Owner, Profile: p.Name, Volumes: in.Volumes},
+		Metadata: Metadata{Installation: in.Installation, VMID: in.VMID, Owner: in.Owner, Profile: p.Name, Volumes: in.Volumes},
 	}
 	// Windows 11 wants secure boot whenever it has UEFI and a TPM.
 	s.Firmware.SecureBoot = s.OSFamily == OSWindows && s.Firmware.Type == FirmwareUEFI && p.TPM

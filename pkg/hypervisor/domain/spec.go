@@ -222,6 +222,11 @@ type Hostdev struct {
 // Metadata is gpuvm's mark on a domain, stored in the domain's <metadata>
 // under Namespace.
 type Metadata struct {
+	// Installation is the ID of the gpuvm installation (its database's)
+	// that made the domain: a reconciler removes only its own
+	// installation's domains. Empty in domains made before installations
+	// existed.
+	Installation string
 	// VMID is gpuvm's identifier of the VM (required).
 	VMID string
 	// Owner is the user the VM belongs to.

@@ -26,8 +26,11 @@ type Env struct {
 	Sim       *sim.Host // the simulator, when Simulated
 	Ledger    *Ledger
 	// Types remembers vendor-VFIO type IDs and names.
-	Types    *TypeNames
-	lockPath string
+	Types *TypeNames
+	// Installation is the gpuvm installation served (Config.Installation):
+	// written into every device made, and checked before one is removed.
+	Installation string
+	lockPath     string
 }
 
 // Open opens the host described by cfg for backend name.
@@ -38,7 +41,7 @@ func Open(name string, cfg backend.Config) (*Env, error) {
 	if err := os.MkdirAll(cfg.StateDir, 0o755); err != nil {
 		return nil, backend.Errorf(backend.CodeInternal, "", "backend %s: create state directory: %v", name, err)
 	}
-	e := &Env{Name: name, lockPath: filepath.Join(cfg.StateDir, "host.lock")}
+	e := &Env{Name: name, Installation: cfg.Installation, lockPath: filepath.Join(cfg.StateDir, "host.lock")}
 	switch {
 	case cfg.Simulate != "":
 		h, err := sim.Open(sim.StateDir(cfg.StateDir, cfg.Simulate), cfg.Simulate)
@@ -87,6 +90,27 @@ func (e *Env) Lock(ctx context.Context) (func(), error) {
 		return nil, backend.Errorf(backend.CodeUnavailable, "", "take the host lock %s: %v", e.lockPath, err)
 	}
 	return unlock, nil
+}
+
+// Owns refuses (CodeConflict, touching nothing) to remove a ledger entry
+// that another gpuvm installation made: two installations that share a
+// state directory, or a ledger copied from elsewhere, never remove each
+// other's devices. An entry recorded before installations existed, or a
+// backend configured without one, is not refused. confirmed, when set, is
+// the installation an admin confirmed the device belongs to (an orphan they
+// chose to delete): the entry must name exactly that one.
+func (e *Env) Owns(entry Entry, confirmed string) error {
+	made := entry.Device.Installation
+	if confirmed != "" {
+		if made != confirmed {
+			return backend.Errorf(backend.CodeConflict, entry.Device.GPU, "device %s was made by gpuvm installation %q, not %q as confirmed: left alone", entry.Device.ID, made, confirmed)
+		}
+		return nil
+	}
+	if made == "" || e.Installation == "" || made == e.Installation {
+		return nil
+	}
+	return backend.Errorf(backend.CodeConflict, entry.Device.GPU, "device %s was made by gpuvm installation %s, not this one (%s): left alone", entry.Device.ID, made, e.Installation)
 }
 
 // Inventory starts an inventory that says what host it describes.
