@@ -48,6 +48,7 @@ var hostileBodies = map[string]struct {
 	"POST /v1/vms/{id}/actions/reboot":  {status: 409, optional: true},
 	"POST /v1/admin/reload":             {status: 200, optional: true},
 	"POST /v1/admin/hosts/{name}/drain": {status: 404, optional: true}, // no node of that name
+	"POST /v1/admin/orphans/{id}/adopt": {body: `{"owner":"ann","name":"adopted","profile":"seat"}`, status: 201},
 }
 
 // Routes whose dependencies the walk's server lacks answer 503 by design.
@@ -70,6 +71,8 @@ func newHostileEnv(t *testing.T) *hostileEnv {
 	s, st, _ := reservationServer(t)
 	s.Admission = s.Bookings.(Admitter) // the orchestrator
 	s.Consoles = &fakeConsoles{}
+	s.Orphans = &fakeOrphans{st: st, items: []api.Orphan{
+		{ID: "domain-aaaaaaaaaaaa", Kind: api.OrphanDomain, Name: "gpuvm-0123456789ab", VMID: "01a23326-de26-7342-b7c0-0123456789ab", Adoptable: true, Reason: "no row"}}}
 	e := &hostileEnv{t: t, s: s, st: st}
 	var vm api.CreateVMResponse
 	e.mustCall("POST", "/v1/vms", "ann-token", `{"profile":"seat","name":"box","hours":2}`, 202, &vm)
@@ -135,6 +138,8 @@ func (e *hostileEnv) path(r route, bad string) string {
 			return e.op
 		case strings.HasPrefix(p, "/v1/reservations/"):
 			return e.resID
+		case strings.HasPrefix(p, "/v1/admin/orphans/"):
+			return "domain-aaaaaaaaaaaa"
 		}
 		return e.box
 	}

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 	"time"
@@ -77,8 +78,14 @@ func (s *Server) adoptOrphan(c *gin.Context) {
 	case strings.TrimSpace(req.Owner) == "":
 		s.writeProblem(c, withField(errBadRequest, "owner", "name the user the adopted VM is to belong to"))
 		return
+	case !userName.MatchString(req.Owner):
+		s.writeProblem(c, withField(errValidation, "owner", fmt.Sprintf("no user can be called %q: a user name is lower-case letters, digits and dashes, at most 63 characters", clip(req.Owner, 80))))
+		return
 	case req.Name != "" && !vmName.MatchString(req.Name):
 		s.writeProblem(c, withField(errValidation, "name", "a name is lower-case letters, digits and dashes, starts with a letter, at most 63 characters"))
+		return
+	case req.Profile != "" && s.config().Profiles[req.Profile] == nil:
+		s.writeProblem(c, withField(errValidation, "profile", fmt.Sprintf("no profile is called %q", clip(req.Profile, 80))))
 		return
 	}
 	vm, err := s.Orphans.AdoptOrphan(c.Request.Context(), c.Param("id"), req, user(c).Name)
