@@ -291,6 +291,9 @@ func (e *hostileEnv) check(r route, tc hostileCase) {
 		e.last = "" // it may have changed the database
 		return
 	}
+	if !documented(r, code) {
+		t.Errorf("%s: %d, which the route does not document (its Errors: %v)", what, code, r.Errors)
+	}
 	if tc.wantCode != 0 && code != tc.wantCode {
 		t.Errorf("%s: %d %s, want %d", what, code, rec.Body, tc.wantCode)
 	}
@@ -568,4 +571,20 @@ func TestClientThatLeftIsNoServerError(t *testing.T) {
 			t.Errorf("GET %s with its client gone: %d %s, want %d", path, rec.Code, rec.Body, StatusClientClosed)
 		}
 	}
+}
+
+// documented reports whether the OpenAPI document lists code for r: its
+// Errors, those its Auth implies, 408 for a POST's body, and 404 for a
+// path parameter that makes a path no route has.
+func documented(r route, code int) bool {
+	switch {
+	case slices.Contains(r.Errors, code):
+		return true
+	case code == http.StatusUnauthorized && r.Auth != authNone,
+		code == http.StatusForbidden && (r.Auth == authAdmin || r.Auth == authTicket),
+		code == http.StatusRequestTimeout && r.Method == http.MethodPost,
+		code == http.StatusNotFound && strings.Contains(r.Path, "{"): // a hostile path parameter can name no route
+		return true
+	}
+	return false
 }

@@ -189,6 +189,11 @@ func openAPI(routes []route) map[string]any {
 		}
 		resps[strconv.Itoa(r.Status)] = ok
 		errs := append([]int(nil), r.Errors...)
+		if r.Method == http.MethodPost {
+			// Every POST reads its body (decode.go): one that does not
+			// come within the body timeout is answered 408 (limits.go).
+			errs = append(errs, http.StatusRequestTimeout)
+		}
 		switch r.Auth {
 		case authUser:
 			errs = append(errs, 401)
