@@ -54,7 +54,7 @@ type frame struct {
 func checkJSON(body []byte) error {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.UseNumber()
-	var stack []*frame
+	var stack, frames []*frame // frames: every frame made, by depth
 	pointer := func() string {
 		var b strings.Builder
 		for _, f := range stack {
@@ -109,7 +109,18 @@ func checkJSON(body []byte) error {
 				return &jsonFault{Pointer: pointer(), Detail: fmt.Sprintf("the body nests deeper than %d levels", maxJSONDepth)}
 			}
 			obj := tok == json.Delim('{')
-			stack = append(stack, &frame{object: obj, keys: map[string]bool{}, isKey: obj})
+			// The frames (and their key sets) of closed values are used
+			// again: a body of many small objects makes no garbage.
+			if len(stack) < len(frames) {
+				f := frames[len(stack)]
+				clear(f.keys)
+				f.object, f.key, f.index, f.isKey = obj, "", 0, obj
+				stack = append(stack, f)
+			} else {
+				f := &frame{object: obj, keys: map[string]bool{}, isKey: obj}
+				frames = append(frames, f)
+				stack = append(stack, f)
+			}
 			continue
 		case json.Delim('}'), json.Delim(']'):
 			stack = stack[:len(stack)-1]
