@@ -202,7 +202,7 @@ func existing(t Target, m *Manifest) ([]string, error) {
 		}
 		return nil
 	}
-	if t.SQLitePath != "" {
+	if t.SQLitePath != "" && m.Database.File != "" {
 		for _, suffix := range []string{"", "-wal", "-shm", "-journal"} {
 			if err := add(t.SQLitePath + suffix); err != nil {
 				return nil, err
