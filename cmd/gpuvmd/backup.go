@@ -108,8 +108,8 @@ func pgDumpHint(dsn string, now time.Time) string {
 	return fmt.Sprintf(`Dump it with pg_dump, in the custom format, at the same time:
   pg_dump -Fc --dbname '%s'%s --file %s
 Restore it into a new, empty database (never over the live one):
-  createdb -O gpuvm gpuvm_restored
-  pg_restore --no-owner --role gpuvm --dbname 'postgres://gpuvm@HOST/gpuvm_restored' %s
+  sudo -u postgres createdb -O gpuvm gpuvm_restored
+  pg_restore --no-owner --exit-on-error --dbname 'postgres://gpuvm@HOST/gpuvm_restored' %s
 (Give the password as PGPASSWORD or in ~/.pgpass, not in the URL.)`, shown, schema, dump, dump)
 }
 
