@@ -574,6 +574,17 @@ func TestStateFilesTakeTheLedgerLock(t *testing.T) {
 	if len(srcs) != 3 {
 		t.Errorf("%d state files, want 3", len(srcs))
 	}
+	// A ledger no backend has locked yet is read as it is, and the backup
+	// makes no lock file (one made by root could lock the backends out).
+	if _, err := os.Stat(filepath.Join(stateDir, "backends", "mig.json.lock")); err == nil {
+		t.Fatal("the test's mig.json has a lock file")
+	}
+	if _, err := StateFiles(context.Background(), stateDir); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(stateDir, "backends", "mig.json.lock")); err == nil {
+		t.Error("the backup made mig.json.lock")
+	}
 }
 
 // Pruning keeps the newest keep archives of its own names and touches no

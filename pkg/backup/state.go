@@ -92,10 +92,16 @@ func StateFiles(ctx context.Context, stateDir string) ([]Source, error) {
 }
 
 // readLocked reads a ledger while holding its lock shared: no backend
-// changes it meanwhile.
+// changes it meanwhile. The lock file is opened, never made: one made by a
+// backup run as root could not be opened by the backends. A ledger without
+// a lock file no backend has locked yet; its backend replaces it whole
+// (rename), so it is read as it is.
 func readLocked(ctx context.Context, path string) ([]byte, fs.FileMode, error) {
-	lock := flock.New(path + ".lock")
+	lock := flock.New(path+".lock", flock.SetFlag(os.O_RDONLY))
 	ok, err := lock.TryRLock()
+	if errors.Is(err, fs.ErrNotExist) {
+		return readFile(path)
+	}
 	if err == nil && !ok { // a backend is changing it: wait
 		wctx, cancel := context.WithTimeout(ctx, lockWait)
 		defer cancel()
