@@ -195,7 +195,7 @@ func runRestore(ctx context.Context, args []string, getenv func(string) string, 
 	if sc.Driver == store.DriverSQLite {
 		target.SQLitePath = sc.DSN
 	}
-	res, err := backup.Restore(*from, target)
+	res, err := backup.Restore(ctx, *from, target)
 	if res != nil && res.Aside != "" {
 		fmt.Fprintf(stdout, "Moved aside to %s:\n", res.Aside)
 		for _, p := range res.Moved {

@@ -20,7 +20,6 @@ import (
 	"io"
 	"io/fs"
 	"os"
-	"path"
 	"path/filepath"
 	"strings"
 	"time"
@@ -208,15 +207,16 @@ func hashSource(s Source) (int64, string, error) {
 	return n, hex.EncodeToString(h.Sum(nil)), nil
 }
 
-// checkName accepts the entries an archive may hold: the database copy and
-// relative, clean paths under state/.
+// checkName accepts the entries an archive may hold: the database copy
+// and the files of the backends directory StateFiles takes, under state/.
+// Nothing else can be named, so a restore writes nowhere else.
 func checkName(name string) error {
 	if name == DatabaseEntry {
 		return nil
 	}
-	rel, ok := strings.CutPrefix(name, statePrefix)
-	if !ok || rel == "" || path.Clean(rel) != rel || path.IsAbs(rel) || rel == ".." || strings.HasPrefix(rel, "../") || strings.Contains(rel, "\\") {
-		return fmt.Errorf("%q is not a file a gpuvm backup holds (%s, or a relative path under %s)", name, DatabaseEntry, statePrefix)
+	file, ok := strings.CutPrefix(name, statePrefix+BackendsDir+"/")
+	if !ok || !stateFileRE.MatchString(file) {
+		return fmt.Errorf("%q is not a file a gpuvm backup holds (%s, or %s%s/NAME.json)", name, DatabaseEntry, statePrefix, BackendsDir)
 	}
 	return nil
 }

@@ -207,7 +207,7 @@ func TestRoundTrip(t *testing.T) {
 	createBackup(t, stateDir, out)
 
 	fresh := filepath.Join(t.TempDir(), "state")
-	res, err := Restore(out, Target{StateDir: fresh, SQLitePath: filepath.Join(fresh, "gpuvm.db")})
+	res, err := Restore(context.Background(), out, Target{StateDir: fresh, SQLitePath: filepath.Join(fresh, "gpuvm.db")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -388,6 +388,11 @@ func TestRestoreRefusals(t *testing.T) {
 				m["files"].([]any)[1].(map[string]any)["name"] = "state/../../etc/passwd"
 			}))
 		}, nil, ErrBadArchive, "is not a file a gpuvm backup holds"},
+		{"a state file over the database", func(p string) {
+			rewrite(t, good, p, editManifest(t, func(m map[string]any) {
+				m["files"].([]any)[1].(map[string]any)["name"] = "state/gpuvm.db"
+			}))
+		}, nil, ErrBadArchive, `"state/gpuvm.db" is not a file a gpuvm backup holds`},
 		{"wrong format version", func(p string) {
 			rewrite(t, good, p, editManifest(t, func(m map[string]any) { m["format"] = 2 }))
 		}, nil, ErrBadArchive, "archive format version 2; this gpuvmd reads version 1"},
@@ -404,6 +409,9 @@ func TestRestoreRefusals(t *testing.T) {
 				t.Fatal(err)
 			}
 		}, nil, ErrBadArchive, "no manifest"},
+		{"manifest lying about the installation", func(p string) {
+			rewrite(t, good, p, editManifest(t, func(m map[string]any) { m["installation_id"] = "00000000-0000-0000-0000-000000000000" }))
+		}, nil, ErrBadArchive, "the manifest says 00000000-0000-0000-0000-000000000000"},
 		{"newer schema", func(p string) {
 			rewrite(t, good, p, editManifest(t, func(m map[string]any) { m["schema_version"] = store.SchemaVersion() + 1 }))
 		}, nil, ErrSchemaTooNew, "this gpuvmd knows up to"},
@@ -457,7 +465,7 @@ func TestRestoreRefusals(t *testing.T) {
 				target = Target{StateDir: d, SQLitePath: filepath.Join(d, "gpuvm.db")}
 			}
 			before := tree(t, target.StateDir)
-			_, err := Restore(archive, target)
+			_, err := Restore(context.Background(), archive, target)
 			if err == nil || !strings.Contains(err.Error(), tc.want) || (tc.wantErr != nil && !errors.Is(err, tc.wantErr)) {
 				t.Fatalf("err = %v; want %v with %q", err, tc.wantErr, tc.want)
 			}
@@ -469,7 +477,7 @@ func TestRestoreRefusals(t *testing.T) {
 	// The untouched archive restores, compressed or not.
 	for _, a := range []string{good, plain} {
 		d := filepath.Join(t.TempDir(), "state")
-		if _, err := Restore(a, Target{StateDir: d, SQLitePath: filepath.Join(d, "gpuvm.db")}); err != nil {
+		if _, err := Restore(context.Background(), a, Target{StateDir: d, SQLitePath: filepath.Join(d, "gpuvm.db")}); err != nil {
 			t.Errorf("%s: %v", filepath.Base(a), err)
 		}
 	}
@@ -496,7 +504,7 @@ func TestRestoreForce(t *testing.T) {
 	beforeFiles := tree(t, target)
 
 	at := time.Date(2026, 3, 2, 8, 0, 0, 0, time.UTC)
-	res, err := Restore(archive, Target{StateDir: target, SQLitePath: filepath.Join(target, "gpuvm.db"), Force: true, Now: func() time.Time { return at }})
+	res, err := Restore(context.Background(), archive, Target{StateDir: target, SQLitePath: filepath.Join(target, "gpuvm.db"), Force: true, Now: func() time.Time { return at }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -546,7 +554,7 @@ func TestRestoreForce(t *testing.T) {
 		t.Errorf("the old database aside is installation %s, want %s", i.ID, oldInst.ID)
 	}
 	// A second forced restore in the same second refuses rather than mix.
-	if _, err := Restore(archive, Target{StateDir: target, SQLitePath: filepath.Join(target, "gpuvm.db"), Force: true, Now: func() time.Time { return at }}); err == nil {
+	if _, err := Restore(context.Background(), archive, Target{StateDir: target, SQLitePath: filepath.Join(target, "gpuvm.db"), Force: true, Now: func() time.Time { return at }}); err == nil {
 		t.Error("a second restore into the same aside folder went through")
 	}
 }

@@ -1,6 +1,7 @@
 package backup
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -62,7 +63,7 @@ func AsideName(t time.Time) string {
 // a staging directory, checked again as they are written, and only then
 // renamed into place; on any error before that the state directory is as
 // it was.
-func Restore(archive string, t Target) (*Restored, error) {
+func Restore(ctx context.Context, archive string, t Target) (*Restored, error) {
 	m, err := Verify(archive)
 	if err != nil {
 		return nil, err
@@ -98,49 +99,66 @@ func Restore(archive string, t Target) (*Restored, error) {
 	}
 
 	// Stage, checking every byte again: the archive may have changed
-	// since Verify.
-	if err := os.MkdirAll(t.StateDir, 0o755); err != nil {
-		return nil, fmt.Errorf("restore: create the state directory: %w", err)
-	}
+	// since Verify. One staging directory in each destination directory,
+	// so that the final renames stay on one file system. On an error
+	// before the files are moved, the directories made for them go too.
+	var made []string // directories made, parents first
+	placed := false
 	stageDirs := map[string]string{} // destination directory -> its staging directory
 	defer func() {
 		for _, s := range stageDirs {
 			_ = os.RemoveAll(s)
 		}
-	}()
-	staged := map[string]string{}
-	var stageErr error
-	stage := func(f File) string {
-		d := filepath.Dir(dest[f.Name])
-		s, ok := stageDirs[d]
-		if !ok {
-			if err := os.MkdirAll(d, 0o755); err != nil {
-				stageErr = err
-				return filepath.Join(os.DevNull, "x") // fails in Extract
+		if !placed {
+			for i := len(made) - 1; i >= 0; i-- {
+				_ = os.Remove(made[i]) // only if empty
 			}
-			s, err = os.MkdirTemp(d, ".gpuvm-restore-")
-			if err != nil {
-				stageErr = err
-				return filepath.Join(os.DevNull, "x")
-			}
-			stageDirs[d] = s
 		}
-		p := filepath.Join(s, filepath.Base(dest[f.Name]))
-		staged[f.Name] = p
-		return p
+	}()
+	if err := mkdirAll(t.StateDir, &made); err != nil {
+		return nil, fmt.Errorf("restore: create the state directory: %w", err)
 	}
-	m2, err := Extract(archive, stage)
-	if stageErr != nil {
-		return nil, fmt.Errorf("restore: stage the files: %w", stageErr)
+	for _, p := range dest {
+		d := filepath.Dir(p)
+		if _, ok := stageDirs[d]; ok {
+			continue
+		}
+		if err := mkdirAll(d, &made); err != nil {
+			return nil, fmt.Errorf("restore: stage the files: %w", err)
+		}
+		s, err := os.MkdirTemp(d, ".gpuvm-restore-")
+		if err != nil {
+			return nil, fmt.Errorf("restore: stage the files: %w", err)
+		}
+		stageDirs[d] = s
 	}
+	staged := func(name string) string {
+		return filepath.Join(stageDirs[filepath.Dir(dest[name])], filepath.Base(dest[name]))
+	}
+	m2, err := Extract(archive, func(f File) string { return staged(f.Name) })
 	if err != nil {
 		return nil, err
 	}
 	if !sameFiles(m, m2) {
 		return nil, fmt.Errorf("%w: %s changed while it was restored", ErrBadArchive, archive)
 	}
+	if m.Database.File != "" {
+		// The copy itself, not only its manifest, must be what it says.
+		info, err := store.Inspect(ctx, store.Config{Driver: store.DriverSQLite, DSN: staged(m.Database.File)})
+		switch {
+		case err != nil:
+			return nil, fmt.Errorf("%w: %s: the database: %v", ErrBadArchive, archive, err)
+		case info.SchemaVersion > store.SchemaVersion():
+			return nil, fmt.Errorf("%w: %s: its database is of schema version %d; this gpuvmd knows up to %d",
+				ErrSchemaTooNew, archive, info.SchemaVersion, store.SchemaVersion())
+		case info.SchemaVersion != m.SchemaVersion || info.Installation.ID != m.InstallationID:
+			return nil, fmt.Errorf("%w: %s: its database is installation %s at schema version %d; the manifest says %s at %d",
+				ErrBadArchive, archive, info.Installation.ID, info.SchemaVersion, m.InstallationID, m.SchemaVersion)
+		}
+	}
 
 	out := &Restored{Manifest: m}
+	placed = true
 	if len(present) > 0 {
 		now := time.Now
 		if t.Now != nil {
@@ -171,10 +189,10 @@ func Restore(archive string, t Target) (*Restored, error) {
 		mode[f.Name] = fs.FileMode(f.Mode).Perm()
 	}
 	for _, n := range names {
-		if err := os.Chmod(staged[n], mode[n]|0o600); err != nil {
+		if err := os.Chmod(staged(n), mode[n]|0o600); err != nil {
 			return out, fmt.Errorf("restore %s: %w", dest[n], err)
 		}
-		if err := os.Rename(staged[n], dest[n]); err != nil {
+		if err := os.Rename(staged(n), dest[n]); err != nil {
 			return out, fmt.Errorf("restore %s: %w", dest[n], err)
 		}
 		out.Written = append(out.Written, dest[n])
@@ -185,6 +203,29 @@ func Restore(archive string, t Target) (*Restored, error) {
 		}
 	}
 	return out, nil
+}
+
+// mkdirAll is os.MkdirAll that appends the directories it made to made.
+func mkdirAll(dir string, made *[]string) error {
+	var missing []string
+	for d := filepath.Clean(dir); ; d = filepath.Dir(d) {
+		if _, err := os.Stat(d); err == nil {
+			break
+		} else if !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+		missing = append(missing, d)
+		if filepath.Dir(d) == d {
+			break
+		}
+	}
+	for i := len(missing) - 1; i >= 0; i-- {
+		if err := os.Mkdir(missing[i], 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+			return err
+		}
+		*made = append(*made, missing[i])
+	}
+	return nil
 }
 
 // existing lists what a restore would replace: the SQLite database with
