@@ -364,6 +364,11 @@ func TestServeRunsScheduledBackups(t *testing.T) {
 	if !strings.Contains(logs.String(), `msg="next scheduled backup"`) {
 		t.Errorf("the next run is not logged:\n%s", logs.String())
 	}
+	// gpuvmd backup, run beside the serving gpuvmd on its configuration.
+	manual := filepath.Join(t.TempDir(), "manual.tar.gz")
+	if out, err := gpuvmd(t, "backup", "--config", dir, "--to", manual); err != nil || !strings.Contains(out, m.InstallationID) {
+		t.Errorf("gpuvmd backup beside a serving gpuvmd: %v\n%s", err, out)
+	}
 	cancel()
 	if err := <-errc; err != nil {
 		t.Errorf("shutdown: %v", err)
