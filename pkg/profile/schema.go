@@ -34,6 +34,7 @@ type serverBlock struct {
 	Monitor        *monitorBlock  `hcl:"monitor,block"`
 	Node           *nodeBlock     `hcl:"node,block"`
 	Audit          *auditBlock    `hcl:"audit,block"`
+	Backup         *backupBlock   `hcl:"backup,block"`
 	DefRange       hcl.Range      `hcl:",def_range"`
 	Body           hcl.Body       `hcl:",body"`
 }
@@ -55,6 +56,15 @@ type nodeBlock struct {
 	HeartbeatTimeout  *string   `hcl:"heartbeat_timeout,optional"`
 	DefRange          hcl.Range `hcl:",def_range"`
 	Body              hcl.Body  `hcl:",body"`
+}
+
+// backupBlock makes gpuvmd back itself up on a schedule (gpuvmd backup).
+type backupBlock struct {
+	Every    *string   `hcl:"every,optional"`
+	Keep     *int      `hcl:"keep,optional"`
+	Dir      *string   `hcl:"dir,optional"`
+	DefRange hcl.Range `hcl:",def_range"`
+	Body     hcl.Body  `hcl:",body"`
 }
 
 type monitorBlock struct {
