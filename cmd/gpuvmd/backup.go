@@ -210,6 +210,12 @@ func runRestore(ctx context.Context, args []string, getenv func(string) string, 
 	for _, p := range res.Written {
 		fmt.Fprintf(stdout, "  %s\n", p)
 	}
+	if len(res.Kept) > 0 {
+		fmt.Fprintf(stdout, "Kept as they were (they record what the backends made on this host's GPUs up to now):\n")
+		for _, p := range res.Kept {
+			fmt.Fprintf(stdout, "  %s\n", p)
+		}
+	}
 	if m.Database.File == "" {
 		fmt.Fprintf(stdout, "\nThe archive holds no database: it was on PostgreSQL (installation %s, schema version %d). Restore the pg_dump of the same time with pg_restore into a new database and point database { driver = \"postgres\" dsn = \"…\" } at it (README, \"Operations\").\n",
 			orUnknown(m.InstallationID), m.SchemaVersion)

@@ -434,20 +434,6 @@ func TestRestoreRefusals(t *testing.T) {
 			}
 			return Target{StateDir: d, SQLitePath: filepath.Join(d, "gpuvm.db")}
 		}, ErrTargetInUse, "gpuvm.db-wal"},
-		{"ledgers only", func(p string) {
-			if err := os.WriteFile(p, raw, 0o600); err != nil {
-				t.Fatal(err)
-			}
-		}, func(t *testing.T) Target {
-			d := t.TempDir()
-			if err := os.MkdirAll(filepath.Join(d, "backends"), 0o755); err != nil {
-				t.Fatal(err)
-			}
-			if err := os.WriteFile(filepath.Join(d, "backends", "passthrough.json"), []byte("{}"), 0o600); err != nil {
-				t.Fatal(err)
-			}
-			return Target{StateDir: d, SQLitePath: filepath.Join(d, "gpuvm.db")}
-		}, ErrTargetInUse, "passthrough.json"},
 		{"SQLite archive onto PostgreSQL", func(p string) {
 			if err := os.WriteFile(p, raw, 0o600); err != nil {
 				t.Fatal(err)
@@ -528,13 +514,21 @@ func TestRestoreForce(t *testing.T) {
 			t.Errorf("%s (moved %v): %q, %v; want the earlier content", rel, moved, b, err)
 		}
 	}
-	for _, rel := range []string{"gpuvm.db", "backends/vgpu.json", "backends/mig.json", "backends/passthrough.json"} {
-		if !contains(res.Moved, filepath.Join(target, rel)) {
-			t.Errorf("%s was not moved aside: %q", rel, res.Moved)
+	if !contains(res.Moved, filepath.Join(target, "gpuvm.db")) {
+		t.Errorf("the database was not moved aside: %q", res.Moved)
+	}
+	// The host's own ledgers say what is on its GPUs now: kept, never
+	// replaced by the archive's older copies.
+	for _, rel := range []string{"backends/vgpu.json", "backends/mig.json", "backends/passthrough.json"} {
+		if _, err := os.Stat(filepath.Join(target, rel)); err != nil {
+			continue
+		}
+		if contains(res.Moved, filepath.Join(target, rel)) || contains(res.Written, filepath.Join(target, rel)) {
+			t.Errorf("%s was replaced: moved %q, written %q", rel, res.Moved, res.Written)
 		}
 	}
-	if _, err := os.Stat(extra); err == nil {
-		t.Error("a ledger not in the archive stayed in place")
+	if b, err := os.ReadFile(extra); err != nil || string(b) != `{"x":1}` {
+		t.Errorf("the host's ledger: %q, %v; want it kept as it was", b, err)
 	}
 	for _, rel := range []string{"admin.token", "sim-mixed/host.json", "images/base.qcow2"} {
 		if _, err := os.Stat(filepath.Join(target, rel)); err != nil {
@@ -693,3 +687,49 @@ func TestNextRun(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// A database restored on a host whose backends have ledgers already (the
+// database was lost, the GPUs were not): no --force is needed, the
+// database is written, and every ledger already there is kept as it is —
+// it records the devices on this host's GPUs now, which the archive's
+// older copy may lack.
+func TestRestoreKeepsTheHostsLedgers(t *testing.T) {
+	src, _ := newNode(t)
+	archive := filepath.Join(t.TempDir(), "b.tar.gz")
+	m := createBackup(t, src, archive)
+	target := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(target, BackendsDir), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ledger := filepath.Join(target, BackendsDir, "mig.json")
+	const now = `{"3f0c9a5e-8a2b-4b7e-9d1c-2e3f4a5b6c7d":{"device":{"ID":"3f0c9a5e-8a2b-4b7e-9d1c-2e3f4a5b6c7d"},"state":"created"}}`
+	if err := os.WriteFile(ledger, []byte(now), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	res, err := Restore(context.Background(), archive, Target{StateDir: target, SQLitePath: filepath.Join(target, "gpuvm.db")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(ledger); err != nil || string(b) != now {
+		t.Fatalf("the host's ledger after the restore: %q, %v", b, err)
+	}
+	if !contains(res.Kept, ledger) || contains(res.Written, ledger) || res.Aside != "" {
+		t.Errorf("kept %q, written %q, aside %q", res.Kept, res.Written, res.Aside)
+	}
+	if !contains(res.Written, filepath.Join(target, "gpuvm.db")) {
+		t.Errorf("the database was not written: %q", res.Written)
+	}
+	// The archive's other state files, absent here, are written.
+	wrote := 0
+	for _, f := range m.Files {
+		if rel, ok := f.StatePath(); ok && filepath.Join(target, rel) != ledger {
+			if !contains(res.Written, filepath.Join(target, rel)) {
+				t.Errorf("%s was not restored", rel)
+			}
+			wrote++
+		}
+	}
+	if wrote == 0 {
+		t.Fatal("the archive has no other state file: the test checks nothing")
+	}
+}

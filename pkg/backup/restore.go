@@ -42,6 +42,10 @@ type Restored struct {
 	Manifest *Manifest
 	// Written are the paths written, the database first.
 	Written []string
+	// Kept are the state files (ledgers, caches) that were on the host
+	// already and were kept rather than replaced by the archive's: they
+	// say what is on this host's GPUs now.
+	Kept []string
 	// Aside is the folder the earlier files were moved to ("" if none).
 	Aside string
 	// Moved are the earlier files moved aside, as they were named.
@@ -57,9 +61,13 @@ func AsideName(t time.Time) string {
 // Restore puts an archive's database and state files in place. It first
 // reads the whole archive and checks the manifest and every file
 // (Verify), and refuses one of a newer schema; then it looks at what is
-// there already: a database (with its -wal and -shm) or any ledger refuses
-// the restore unless t.Force, which moves them into
-// STATE_DIR/before-restore-TIME/ (nothing is deleted). Files are written to
+// there already: a database (with its -wal and -shm) refuses the restore
+// unless t.Force, which moves it into STATE_DIR/before-restore-TIME/
+// (nothing is deleted). A ledger or cache already in the state directory
+// is kept, not replaced by the archive's older copy: it records what the
+// backends made on this host's GPUs up to now, and with it a device made
+// after the backup shows as an orphan of its VM rather than as a device an
+// admin made by hand. Files are written to
 // a staging directory, checked again as they are written, and only then
 // renamed into place; on any error before that the state directory is as
 // it was.
@@ -92,6 +100,17 @@ func Restore(ctx context.Context, archive string, t Target) (*Restored, error) {
 	present, err := existing(t, m)
 	if err != nil {
 		return nil, err
+	}
+	kept := map[string]bool{}
+	for _, f := range m.Files {
+		if f.Name == m.Database.File {
+			continue
+		}
+		if _, err := os.Lstat(dest[f.Name]); err == nil {
+			kept[f.Name] = true
+		} else if !errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("restore: look at %s: %w", dest[f.Name], err)
+		}
 	}
 	if len(present) > 0 && !t.Force {
 		return nil, fmt.Errorf("%w: %s holds %s already: restore into an empty state directory, or give --force to move them aside (nothing is deleted)",
@@ -158,6 +177,11 @@ func Restore(ctx context.Context, archive string, t Target) (*Restored, error) {
 	}
 
 	out := &Restored{Manifest: m}
+	for _, f := range m.Files {
+		if kept[f.Name] {
+			out.Kept = append(out.Kept, dest[f.Name])
+		}
+	}
 	placed = true
 	if len(present) > 0 {
 		now := time.Now
@@ -189,6 +213,9 @@ func Restore(ctx context.Context, archive string, t Target) (*Restored, error) {
 		mode[f.Name] = fs.FileMode(f.Mode).Perm()
 	}
 	for _, n := range names {
+		if kept[n] {
+			continue
+		}
 		if err := os.Chmod(staged(n), mode[n]|0o600); err != nil {
 			return out, fmt.Errorf("restore %s: %w", dest[n], err)
 		}
@@ -229,8 +256,7 @@ func mkdirAll(dir string, made *[]string) error {
 }
 
 // existing lists what a restore would replace: the SQLite database with
-// its companion files, and every state file of the backends directory
-// (those of the archive and any other).
+// its companion files. (State files already there are kept.)
 func existing(t Target, m *Manifest) ([]string, error) {
 	var out []string
 	add := func(p string) error {
@@ -248,23 +274,6 @@ func existing(t Target, m *Manifest) ([]string, error) {
 			if err := add(t.SQLitePath + suffix); err != nil {
 				return nil, err
 			}
-		}
-	}
-	for _, f := range m.Files {
-		if rel, ok := f.StatePath(); ok {
-			if err := add(filepath.Join(t.StateDir, rel)); err != nil {
-				return nil, err
-			}
-		}
-	}
-	entries, err := os.ReadDir(filepath.Join(t.StateDir, BackendsDir))
-	if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return nil, fmt.Errorf("restore: list %s: %w", filepath.Join(t.StateDir, BackendsDir), err)
-	}
-	for _, e := range entries {
-		p := filepath.Join(t.StateDir, BackendsDir, e.Name())
-		if stateFileRE.MatchString(e.Name()) && e.Type().IsRegular() && !contains(out, p) {
-			out = append(out, p)
 		}
 	}
 	return out, nil
