@@ -176,7 +176,7 @@ func runRestore(ctx context.Context, args []string, getenv func(string) string, 
 	var o options
 	o.stateFlags(fs)
 	from := fs.String("from", "", "the archive to restore")
-	force := fs.Bool("force", false, "move an existing database and ledgers aside to STATE_DIR/before-restore-TIME/ instead of refusing")
+	force := fs.Bool("force", false, "move an existing database aside to STATE_DIR/before-restore-TIME/ instead of refusing (ledgers already there are kept)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}

@@ -62,6 +62,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			return runBackup(ctx, args[1:], getenv, stdout, stderr) // backup.go
 		case "restore":
 			return runRestore(ctx, args[1:], getenv, stdout, stderr)
+		case "join-installation":
+			return runJoinInstallation(ctx, args[1:], getenv, stdout, stderr) // join.go
 		}
 	}
 	return runOpts(ctx, args, getenv, stdout, stderr, nil)
