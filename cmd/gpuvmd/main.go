@@ -54,8 +54,17 @@ type options struct {
 }
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	if len(args) > 0 && args[0] == "migrate-db" {
-		return runMigrateDB(ctx, args[1:], stdout, stderr) // migrate.go
+	if len(args) > 0 {
+		switch args[0] {
+		case "migrate-db":
+			return runMigrateDB(ctx, args[1:], stdout, stderr) // migrate.go
+		case "backup":
+			return runBackup(ctx, args[1:], getenv, stdout, stderr) // backup.go
+		case "restore":
+			return runRestore(ctx, args[1:], getenv, stdout, stderr)
+		case "join-installation":
+			return runJoinInstallation(ctx, args[1:], getenv, stdout, stderr) // join.go
+		}
 	}
 	return runOpts(ctx, args, getenv, stdout, stderr, nil)
 }
@@ -70,10 +79,8 @@ func runOpts(ctx context.Context, args []string, getenv func(string) string, std
 	fs := flag.NewFlagSet("gpuvmd", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	o := options{ready: ready, stdout: stdout}
-	fs.StringVar(&o.config, "config", "", "configuration directory (default $GPUVM_CONFIG, else /etc/gpuvm if it exists)")
+	o.stateFlags(fs)
 	fs.StringVar(&o.listen, "listen", "127.0.0.1:8080", "address to serve HTTP on")
-	fs.StringVar(&o.stateDir, "state-dir", "/var/lib/gpuvm", "state directory")
-	fs.StringVar(&o.database, "database", "", "database: a SQLite file path, or a postgres:// DSN (default: STATE_DIR/gpuvm.db)")
 	fs.StringVar(&o.simulate, "simulate", "", "serve a simulated GPU server of this preset (a100x4, a40x2, l40sx4, h100x8, mixed)")
 	fs.StringVar(&o.sysfsRoot, "sysfs-root", "", "read sysfs from this directory instead of /sys")
 	fs.StringVar(&o.pluginDir, "plugin-dir", "", "directory of the gpuvm-backend-* binaries (default: next to gpuvmd)")
@@ -96,24 +103,9 @@ func runOpts(ctx context.Context, args []string, getenv func(string) string, std
 		return fmt.Errorf("--nvml must be auto or none, not %q", o.nvml)
 	}
 	log := slog.New(slog.NewTextHandler(stderr, nil))
-	if o.config == "" {
-		o.config = getenv("GPUVM_CONFIG")
-	}
-	if o.config == "" {
-		if fi, err := os.Stat("/etc/gpuvm"); err == nil && fi.IsDir() {
-			o.config = "/etc/gpuvm"
-		}
-	}
-	var cfg *config
-	if o.config != "" {
-		c, err := loadConfig(o.config, stderr)
-		if err != nil {
-			return err
-		}
-		cfg = c
-		set := map[string]bool{}
-		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-		o.fromConfig(c.Load().Server, set) // flags override the files
+	cfg, err := o.loadConfigFiles(fs, getenv, stderr)
+	if err != nil {
+		return err
 	}
 	if o.libvirtURI == "" {
 		o.libvirtURI = "qemu:///system"
@@ -272,6 +264,10 @@ func serve(ctx context.Context, o options, cfg *config, log *slog.Logger) error 
 	pruneDone := make(chan struct{})
 	go func() { pruner.run(orchCtx); close(pruneDone) }()
 	defer func() { stopOrch(); <-pruneDone }()
+	// Scheduled backups (server.backup): a copy of the live database and
+	// the ledgers every so often, the oldest pruned (backup.go).
+	stopBackups := startBackups(orchCtx, o, profiles, log, mon.Exporter().ObserveBackup)
+	defer stopBackups()
 	// The usage ledger keeps past hours' utilisation in memory: read the
 	// last 90 days now, in the background, so the first usage query after a
 	// start is as quick as the others.
@@ -338,9 +334,51 @@ func serve(ctx context.Context, o options, cfg *config, log *slog.Logger) error 
 // profileDB is the database section of the configuration.
 type profileDB struct{ driver, path, dsn string }
 
-// openStore opens the database: --database, else the configuration's, else
-// SQLite in the state directory.
+// stateFlags are the flags that say where gpuvmd's state is: the same for
+// serving, gpuvmd backup and gpuvmd restore.
+func (o *options) stateFlags(fs *flag.FlagSet) {
+	fs.StringVar(&o.config, "config", "", "configuration directory (default $GPUVM_CONFIG, else /etc/gpuvm if it exists)")
+	fs.StringVar(&o.stateDir, "state-dir", "/var/lib/gpuvm", "state directory")
+	fs.StringVar(&o.database, "database", "", "database: a SQLite file path, or a postgres:// DSN (default: STATE_DIR/gpuvm.db)")
+}
+
+// loadConfigFiles finds the configuration (--config, $GPUVM_CONFIG,
+// /etc/gpuvm), loads it and fills the options the command line did not
+// set from its server block; nil without a configuration.
+func (o *options) loadConfigFiles(fs *flag.FlagSet, getenv func(string) string, stderr io.Writer) (*config, error) {
+	if o.config == "" {
+		o.config = getenv("GPUVM_CONFIG")
+	}
+	if o.config == "" {
+		if fi, err := os.Stat("/etc/gpuvm"); err == nil && fi.IsDir() {
+			o.config = "/etc/gpuvm"
+		}
+	}
+	if o.config == "" {
+		return nil, nil
+	}
+	c, err := loadConfig(o.config, stderr)
+	if err != nil {
+		return nil, err
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	o.fromConfig(c.Load().Server, set) // flags override the files
+	return c, nil
+}
+
+// openStore opens the database of storeConfig.
 func openStore(ctx context.Context, o options, log *slog.Logger) (*store.Store, error) {
+	st, err := store.Open(ctx, o.storeConfig(log))
+	if err != nil {
+		return nil, fmt.Errorf("open the database: %w", err)
+	}
+	return st, nil
+}
+
+// storeConfig is the database: --database, else the configuration's, else
+// SQLite in the state directory.
+func (o options) storeConfig(log *slog.Logger) store.Config {
 	cfg := store.Config{Driver: store.DriverSQLite, DSN: filepath.Join(o.stateDir, "gpuvm.db"), Logger: log}
 	switch {
 	case o.database != "":
@@ -353,11 +391,7 @@ func openStore(ctx context.Context, o options, log *slog.Logger) (*store.Store, 
 	case o.db.path != "":
 		cfg.DSN = o.db.path
 	}
-	st, err := store.Open(ctx, cfg)
-	if err != nil {
-		return nil, fmt.Errorf("open the database: %w", err)
-	}
-	return st, nil
+	return cfg
 }
 
 // Test seams: environment variables that only the end-to-end tests

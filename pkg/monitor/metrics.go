@@ -83,6 +83,8 @@ var MetricDefs = []MetricDef{
 	{"gpuvm_orphans", Gauge, "Things on this host that look like gpuvm's but are not provably this installation's (domains, volumes, devices): left as they are until an admin deletes or adopts them.", []string{"host", "kind"}},
 	{"gpuvm_api_requests_total", Counter, "API requests answered, by method, route template and status code.", []string{"method", "route", "code"}},
 	{"gpuvm_api_request_duration_seconds", Histogram, "Time to answer API requests, by method and route template.", []string{"method", "route"}},
+	{"gpuvm_backup_failures_total", Counter, "Scheduled backups (server.backup) that failed since gpuvmd started.", []string{"host"}},
+	{"gpuvm_last_backup_timestamp_seconds", Gauge, "Unix time of the last scheduled backup that succeeded (absent until one has).", []string{"host"}},
 	{"gpuvm_provisioning_seconds", Histogram, "Time from a VM's create request to the VM running, queue time included.", []string{"host"}},
 	{"gpuvm_audit_write_failures_total", Counter, "Audit entries that could not be written to the database (each one is logged at error), by action.", []string{"action"}},
 }
@@ -118,9 +120,11 @@ type Exporter struct {
 	auditFails   *prometheus.CounterVec
 	handler      http.Handler
 
-	mu        sync.Mutex
-	lastError string
-	orphans   func() map[string]int // nil: not exported
+	mu             sync.Mutex
+	lastError      string
+	orphans        func() map[string]int // nil: not exported
+	backupFailures int
+	lastBackup     time.Time
 }
 
 // ExportOrphans makes the exporter report counts() (orphans by kind, the
@@ -186,6 +190,18 @@ func (e *Exporter) ObserveProvisioning(d time.Duration) {
 	}
 }
 
+// ObserveBackup records a scheduled backup's outcome: err nil for one that
+// succeeded at at.
+func (e *Exporter) ObserveBackup(at time.Time, err error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if err != nil {
+		e.backupFailures++
+		return
+	}
+	e.lastBackup = at
+}
+
 func normalizeMethod(m string) string {
 	switch m {
 	case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete, http.MethodOptions:
@@ -226,6 +242,10 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	c.collectRound(emit)
 	c.mu.Lock()
 	orphans := c.orphans
+	emit("gpuvm_backup_failures_total", prometheus.CounterValue, float64(c.backupFailures), c.host)
+	if !c.lastBackup.IsZero() {
+		emit("gpuvm_last_backup_timestamp_seconds", prometheus.GaugeValue, float64(c.lastBackup.Unix()), c.host)
+	}
 	c.mu.Unlock()
 	if orphans != nil {
 		counts := orphans()

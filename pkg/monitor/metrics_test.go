@@ -2,6 +2,7 @@ package monitor
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"sort"
@@ -206,6 +207,7 @@ func TestMetricsEndpoint(t *testing.T) {
 func TestMetricsServedAreDefined(t *testing.T) {
 	mon, _, _, _ := metricsEnv(t)
 	mon.Exporter().ExportOrphans(func() map[string]int { return map[string]int{"domain": 1, "volume": 0, "device": 2} })
+	mon.Exporter().ObserveBackup(time.Unix(1_700_000_000, 0), nil) // the last backup's time is served once there was one
 	fams, err := mon.Exporter().Registry().Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -242,6 +244,30 @@ func TestMetricsServedAreDefined(t *testing.T) {
 		if !served[d.Name] {
 			t.Errorf("%s is defined but not served", d.Name)
 		}
+	}
+}
+
+// Scheduled backups: failures are counted, the last success's time is
+// served once there is one and stays when a later run fails.
+func TestBackupMetrics(t *testing.T) {
+	e := NewExporter(testHost, nil, nil, nil, nil)
+	host := map[string]string{"host": testHost}
+	fams := scrape(t, e)
+	if v, ok := value(fams, "gpuvm_backup_failures_total", host); !ok || v != 0 {
+		t.Errorf("failures before any backup = %v (served %v), want 0", v, ok)
+	}
+	if _, ok := value(fams, "gpuvm_last_backup_timestamp_seconds", host); ok {
+		t.Error("a last-backup time is served before any backup")
+	}
+	e.ObserveBackup(time.Unix(1_700_000_000, 0), nil)
+	e.ObserveBackup(time.Unix(1_700_086_400, 0), errors.New("disk full"))
+	e.ObserveBackup(time.Unix(1_700_172_800, 0), errors.New("disk full"))
+	fams = scrape(t, e)
+	if v, _ := value(fams, "gpuvm_backup_failures_total", host); v != 2 {
+		t.Errorf("failures = %v, want 2", v)
+	}
+	if v, _ := value(fams, "gpuvm_last_backup_timestamp_seconds", host); v != 1_700_000_000 {
+		t.Errorf("last backup = %v, want 1700000000", v)
 	}
 }
 

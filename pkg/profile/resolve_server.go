@@ -85,6 +85,7 @@ func (r *resolver) resolveServer(b *serverBlock) {
 	r.resolveNode(b.Node)
 	r.resolveHTTP(b.HTTP)
 	r.resolveAudit(b.Audit)
+	r.resolveBackup(b.Backup)
 }
 
 // Defaults and bounds of the audit block.
@@ -156,6 +157,41 @@ func (r *resolver) resolveHTTP(b *httpBlock) {
 				"max_conns_per_ip is from 1 to %d; %d was given.", maxConnsPerIP, n)
 		} else {
 			h.MaxConnsPerIP = n
+		}
+	}
+}
+
+// Defaults and bounds of the backup block.
+const (
+	DefaultBackupEvery = 24 * time.Hour
+	DefaultBackupKeep  = 7
+	minBackupEvery     = 10 * time.Minute
+	maxBackupKeep      = 1000
+)
+
+func (r *resolver) resolveBackup(b *backupBlock) {
+	if b == nil {
+		return
+	}
+	bk := &Backup{Keep: DefaultBackupKeep, Dir: filepath.Join(r.cfg.Server.StateDir, "backups")}
+	r.cfg.Server.Backup = bk
+	var ok bool
+	bk.Every, ok = r.duration(b.Body, "every", b.Every, DefaultBackupEvery, b.DefRange)
+	if ok && bk.Every < minBackupEvery {
+		r.errf(valueRange(b.Body, "every", b.DefRange), "Invalid every",
+			"Backups are at least %s apart (each copies the whole database); %s was given.", minBackupEvery, bk.Every)
+	}
+	if b.Keep != nil {
+		bk.Keep = *b.Keep
+		if bk.Keep < 1 || bk.Keep > maxBackupKeep {
+			r.errf(valueRange(b.Body, "keep", b.DefRange), "Invalid keep",
+				"keep is how many archives to keep, from 1 to %d; %d was given.", maxBackupKeep, bk.Keep)
+		}
+	}
+	if b.Dir != nil {
+		bk.Dir = r.path(*b.Dir, valueRange(b.Body, "dir", b.DefRange))
+		if *b.Dir == "" {
+			r.errf(valueRange(b.Body, "dir", b.DefRange), "Invalid dir", "The backup directory may not be empty.")
 		}
 	}
 }

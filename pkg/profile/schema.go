@@ -35,6 +35,7 @@ type serverBlock struct {
 	Node           *nodeBlock     `hcl:"node,block"`
 	HTTP           *httpBlock     `hcl:"http,block"`
 	Audit          *auditBlock    `hcl:"audit,block"`
+	Backup         *backupBlock   `hcl:"backup,block"`
 	DefRange       hcl.Range      `hcl:",def_range"`
 	Body           hcl.Body       `hcl:",body"`
 }
@@ -67,6 +68,15 @@ type nodeBlock struct {
 	HeartbeatTimeout  *string   `hcl:"heartbeat_timeout,optional"`
 	DefRange          hcl.Range `hcl:",def_range"`
 	Body              hcl.Body  `hcl:",body"`
+}
+
+// backupBlock makes gpuvmd back itself up on a schedule (gpuvmd backup).
+type backupBlock struct {
+	Every    *string   `hcl:"every,optional"`
+	Keep     *int      `hcl:"keep,optional"`
+	Dir      *string   `hcl:"dir,optional"`
+	DefRange hcl.Range `hcl:",def_range"`
+	Body     hcl.Body  `hcl:",body"`
 }
 
 type monitorBlock struct {

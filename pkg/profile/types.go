@@ -64,6 +64,7 @@ type Server struct {
 	Node           Node      `json:"node"`
 	HTTP           HTTP      `json:"http"`
 	Audit          Audit     `json:"audit"`
+	Backup         *Backup   `json:"backup,omitempty"`
 	DeclRange      hcl.Range `json:"-"`
 }
 
@@ -134,6 +135,27 @@ func (n Node) MarshalJSON() ([]byte, error) {
 		HeartbeatInterval int64 `json:"heartbeat_interval"`
 		HeartbeatTimeout  int64 `json:"heartbeat_timeout"`
 	}{plain(n), secs(n.HeartbeatInterval), secs(n.HeartbeatTimeout)})
+}
+
+// Backup is gpuvmd's schedule of backups of itself (gpuvmd backup; README,
+// "Operations"); nil without a backup block: no scheduled backup.
+type Backup struct {
+	// Every is the time between two backups.
+	Every time.Duration `json:"every"`
+	// Keep is how many of its archives gpuvmd keeps in Dir; older ones
+	// (of its own name pattern only) are deleted after each backup.
+	Keep int `json:"keep"`
+	// Dir is where the archives are written.
+	Dir string `json:"dir"`
+}
+
+// MarshalJSON writes durations as whole seconds.
+func (b Backup) MarshalJSON() ([]byte, error) {
+	type plain Backup
+	return json.Marshal(struct {
+		plain
+		Every int64 `json:"every"`
+	}{plain(b), secs(b.Every)})
 }
 
 // Monitor says how gpuvmd samples its GPUs and keeps the samples

@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"os"
+	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -10,6 +12,7 @@ import (
 	"github.com/gpuvm/gpuvm/pkg/api"
 	"github.com/gpuvm/gpuvm/pkg/client"
 	"github.com/gpuvm/gpuvm/pkg/hypervisor"
+	"github.com/gpuvm/gpuvm/test/internal/daemon"
 )
 
 // needSystemLibvirt skips unless the real libvirtd may be used (as
@@ -131,11 +134,12 @@ func TestTwoInstallationsOnOneLibvirtd(t *testing.T) {
 	b.noErrors()
 }
 
-// An older copy of the database restored on a running host: nothing is
-// deleted. The VM made after the copy keeps its domain, its volumes and
-// its MIG device, all reported as orphans of this installation; the domain
-// is adoptable, and adopting it makes it a VM again that deletes like any
-// other.
+// A backup made while gpuvmd serves (gpuvmd backup), restored later on the
+// running host with gpuvmd restore --force: nothing is deleted. The VM
+// made after the backup keeps its domain, its volumes and its MIG device
+// (the host's ledgers are kept by the restore), all reported as orphans of
+// this installation; the domain is adoptable, and adopting it makes it a
+// VM again that deletes like any other.
 func TestRestoreOlderDatabase(t *testing.T) {
 	hv := needSystemLibvirt(t)
 	tiny := setUpTinyGuest(t, hv)
@@ -144,26 +148,17 @@ func TestRestoreOlderDatabase(t *testing.T) {
 	w.start()
 	old := w.create("tiny-mig", "old")
 	w.waitState(old.ID, client.StateRunning, 3*time.Minute)
-	w.stop()
-	backup := w.database + ".older"
-	if err := copyFile(w.database, backup); err != nil {
-		t.Fatal(err)
-	}
-	w.start()
+	archive := filepath.Join(t.TempDir(), "gpuvm.tar.gz")
+	w.gpuvmd("backup", "--to", archive)
 	newer := w.create("tiny-mig", "newer")
 	w.waitState(newer.ID, client.StateRunning, 3*time.Minute)
 	dom := w.domainOf(hv, newer.ID)
 	w.stop()
 	lvWithBoth, hostWithBoth := w.libvirtState(hv), w.simHost()
 
-	// The restore: the older database back in place.
-	for _, suffix := range []string{"", "-wal", "-shm"} {
-		if err := os.Remove(w.database + suffix); err != nil && !os.IsNotExist(err) {
-			t.Fatal(err)
-		}
-	}
-	if err := copyFile(backup, w.database); err != nil {
-		t.Fatal(err)
+	out := w.gpuvmd("restore", "--from", archive, "--force")
+	if !strings.Contains(out, "Kept as they were") || !strings.Contains(out, "mig.json") {
+		t.Errorf("restore did not keep the host's ledgers:\n%s", out)
 	}
 	w.start()
 	w.waitState(old.ID, client.StateRunning, time.Minute)
@@ -200,6 +195,23 @@ func TestRestoreOlderDatabase(t *testing.T) {
 		t.Errorf("%d live allocations at the end", len(allocs))
 	}
 	w.noErrors()
+}
+
+// gpuvmd runs a gpuvmd subcommand on the world (its state directory,
+// configuration and database) and returns what it printed; it fails the
+// test unless it exits 0.
+func (w *world) gpuvmd(sub string, args ...string) string {
+	w.t.Helper()
+	bin, err := daemon.Gpuvmd()
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	args = append([]string{sub, "--state-dir", w.state, "--config", w.configDir, "--database", w.database}, args...)
+	out, err := exec.CommandContext(w.ctx(2*time.Minute), bin, args...).CombinedOutput()
+	if err != nil {
+		w.t.Fatalf("gpuvmd %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return string(out)
 }
 
 // stop stops gpuvmd cleanly (SIGTERM), keeping its logs.

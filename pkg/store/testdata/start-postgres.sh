@@ -14,6 +14,9 @@
 # edits; over the unix socket it only allows peer authentication, which would
 # need an OS user named like the role.
 #
+# The role may create databases (CREATEDB): TestPgDumpRestore restores a
+# pg_dump into a new database, as the README's operations part says to.
+#
 # Environment: GPUVM_TEST_PG_ROLE (gpuvm), GPUVM_TEST_PG_DB (gpuvm_test),
 # GPUVM_TEST_PG_PASSWORD (gpuvm; a test-only database on localhost).
 set -euo pipefail
@@ -54,7 +57,8 @@ BEGIN
 	END IF;
 END
 \$\$;
-ALTER ROLE $role LOGIN PASSWORD '$password';
+-- CREATEDB: the backup test restores a pg_dump into a database of its own.
+ALTER ROLE $role LOGIN CREATEDB PASSWORD '$password';
 SQL
 if ! psql -d postgres -tAc "SELECT 1 FROM pg_database WHERE datname = '$db'" | grep -qx 1; then
 	log "creating database $db"

@@ -45,6 +45,7 @@ func OpenLedger(path string) (*Ledger, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return nil, fmt.Errorf("create ledger directory: %w", err)
 	}
+	// pkg/backup reads ledgers under this lock too: keep the name.
 	return &Ledger{path: path, lock: flock.New(path + ".lock")}, nil
 }
 
