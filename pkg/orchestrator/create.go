@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -98,7 +99,7 @@ func (o *Orchestrator) makeDevices(ctx context.Context, vmID string, op *store.O
 		if a.State != store.AllocReserved {
 			continue
 		}
-		if err := o.st.SetOperationStep(ctx, op.ID, StepCreateDevice); err != nil {
+		if err := o.beginDeviceStep(ctx, vmID, op.ID, a.ID); err != nil {
 			return nil, err
 		}
 		d, err := o.createDevice(ctx, vmID, a, allocs, mayExist)
@@ -114,6 +115,30 @@ func (o *Orchestrator) makeDevices(ctx context.Context, vmID string, op *store.O
 		}
 	}
 	return nil, nil
+}
+
+// errSlotsGone: the allocation a device was to be made for was released
+// meanwhile (in a fleet, the leader queued the VM again because this node
+// looked down): nothing is made, and the VM is the leader's to place.
+var errSlotsGone = errors.New("its GPU slots were released meanwhile (the VM was queued again): no device is made")
+
+// beginDeviceStep records that the create begins to make a device for
+// allocation allocID, in one transaction with the VM's allocations locked,
+// and refuses (errSlotsGone) when that allocation is no longer live.
+// RequeueFromDownHosts takes the same lock before it releases a VM's
+// slots: either it sees this step and leaves the VM, or this sees the
+// slots released and makes nothing.
+func (o *Orchestrator) beginDeviceStep(ctx context.Context, vmID, opID string, allocID int64) error {
+	return o.st.Tx(ctx, func(tx *store.Store) error {
+		live, err := tx.LockLiveAllocations(ctx, vmID)
+		if err != nil {
+			return err
+		}
+		if !slices.ContainsFunc(live, func(a store.Allocation) bool { return a.ID == allocID }) {
+			return fmt.Errorf("vm %s, allocation %d: %w", vmID, allocID, errSlotsGone)
+		}
+		return tx.SetOperationStep(ctx, opID, StepCreateDevice)
+	})
 }
 
 // vmRequest is the libvirt side of a VM: its domain from the profile and the

@@ -266,45 +266,53 @@ func (o *Orchestrator) RequeueFromDownHosts(ctx context.Context, hosts []string)
 }
 
 // requeueUnstarted queues a VM again if its node never began to make it.
+// Everything is decided inside one transaction that first locks the VM's
+// allocations, as the node does before it makes a device
+// (beginDeviceStep): a node that began meanwhile is seen, and one that
+// begins after finds its slots released.
 func (o *Orchestrator) requeueUnstarted(ctx context.Context, vm *store.VM) (bool, error) {
-	allocs, err := o.liveAllocations(ctx, vm.ID)
-	if err != nil {
-		return false, err
-	}
-	for _, a := range allocs {
-		if a.State != store.AllocReserved || a.DeviceID != "" {
-			return false, nil
-		}
-	}
-	ops, err := o.st.ListOperations(ctx, vm.ID)
-	if err != nil {
-		return false, err
-	}
-	for _, op := range ops {
-		if op.Kind == store.OpCreate && !op.Finished() && op.Step != "" && op.Step != StepAllocate {
-			return false, nil // the node may have begun to make a device
-		}
-		if op.Kind == store.OpStart && !op.Finished() {
-			return false, nil // a stopped VM starting again: its domain and disk are on that node
-		}
-	}
-	// Slots first, the VM (and its event) last, as a claim does: two
-	// transactions never wait on each other's locks in opposite orders.
-	// A delete asked meanwhile is then the leader's, as for any queued VM.
 	nowhere := ""
-	err = o.st.Tx(ctx, func(tx *store.Store) error {
+	requeued := false
+	err := o.st.Tx(ctx, func(tx *store.Store) error {
+		allocs, err := tx.LockLiveAllocations(ctx, vm.ID)
+		if err != nil {
+			return err
+		}
+		for _, a := range allocs {
+			if a.State != store.AllocReserved || a.DeviceID != "" {
+				return nil
+			}
+		}
+		ops, err := tx.ListOperations(ctx, vm.ID)
+		if err != nil {
+			return err
+		}
+		for _, op := range ops {
+			if op.Kind == store.OpCreate && !op.Finished() && op.Step != "" && op.Step != StepAllocate {
+				return nil // the node may have begun to make a device
+			}
+			if op.Kind == store.OpStart && !op.Finished() {
+				return nil // a stopped VM starting again: its domain and disk are on that node
+			}
+		}
+		// Slots first, the VM (and its event) last, as a claim does.
+		// A delete asked meanwhile is then the leader's, as for any
+		// queued VM.
 		if _, err := tx.ReleaseAllocations(ctx, vm.ID); err != nil {
 			return err
 		}
 		if _, err := tx.EndUsageRecords(ctx, vm.ID, tx.Now()); err != nil {
 			return err
 		}
-		_, err := tx.UpdateVMState(ctx, vm.ID, vm.Version, store.VMUpdate{State: store.VMQueued, Phase: PhaseQueued, Host: &nowhere,
-			StateReason: fmt.Sprintf("node %s went down before making the VM; queued again", vm.Host)})
-		return err
+		if _, err := tx.UpdateVMState(ctx, vm.ID, vm.Version, store.VMUpdate{State: store.VMQueued, Phase: PhaseQueued, Host: &nowhere,
+			StateReason: fmt.Sprintf("node %s went down before making the VM; queued again", vm.Host)}); err != nil {
+			return err
+		}
+		requeued = true
+		return nil
 	})
 	if errors.Is(err, store.ErrConflict) {
 		return false, nil // changed meanwhile: the node is back, or it was deleted
 	}
-	return err == nil, err
+	return requeued && err == nil, err
 }

@@ -2,6 +2,7 @@ package orchestrator
 
 import (
 	"context"
+	"errors"
 	"encoding/json"
 	"slices"
 	"strings"
@@ -244,4 +245,72 @@ func TestFleetReconcileOwnHostOnly(t *testing.T) {
 	if len(n1.devices()) != 0 || len(n1.domains()) != 0 {
 		t.Errorf("n1 still holds %v, %v", n1.devices(), n1.domains())
 	}
+}
+
+// The leader queues again a VM of a node it takes for down while that
+// node, which read the VM as its own just before, is about to make its
+// device: the node sees its slots released and makes nothing (without the
+// shared lock it made a device that no allocation recorded, left on the
+// host for good; found by test/fleet's PostgreSQL restart under load).
+func TestRequeueAndDeviceStepExcludeEachOther(t *testing.T) {
+	ctx := context.Background()
+	n1 := newFleetNode(t, "n1", "h100x8", nil)
+	n2 := newFleetNode(t, "n2", "l40sx4", n1.st)
+	n1.fleet.leader.Store(true)
+	n1.beat(t)
+	n2.beat(t)
+	vm, op := n1.submit("ann", "l40s-seat", "raced")
+	n1.o.Drain(ctx)
+	placed := n1.vm(vm.ID)
+	if placed.State != store.VMAllocating || placed.Host != "n2" {
+		t.Fatalf("%s: %s on %q", placed.Name, placed.State, placed.Host)
+	}
+	alloc := n1.liveAllocation(vm.ID) // what n2 read before the leader acted
+	requeued, err := n1.o.RequeueFromDownHosts(ctx, []string{"n2"})
+	if err != nil || len(requeued) != 1 {
+		t.Fatalf("requeued %v, %v", requeued, err)
+	}
+	// n2, past its read of the allocations, begins the device step.
+	if err := n2.o.beginDeviceStep(ctx, vm.ID, op.ID, alloc.ID); !errors.Is(err, errSlotsGone) {
+		t.Fatalf("n2 beginning the device of a requeued VM: %v; want errSlotsGone", err)
+	}
+	if got := n1.op(op.ID); got.Step == StepCreateDevice {
+		t.Error("the refused step was recorded")
+	}
+	if deviceErr, err := n2.o.makeDevices(ctx, vm.ID, n1.op(op.ID)); deviceErr != nil || err != nil {
+		t.Fatalf("n2's makeDevices after the requeue: %v, %v", deviceErr, err)
+	}
+	if devs := n2.devices(); len(devs) != 0 {
+		t.Errorf("n2 made devices %v for slots the leader gave away", devs)
+	}
+	// The other order: n2 began (its step is recorded), so the leader
+	// leaves the VM where it is.
+	n1.o.Drain(ctx)
+	again := n1.vm(vm.ID)
+	if again.State != store.VMAllocating {
+		t.Fatalf("placed again: %s on %q", again.State, again.Host)
+	}
+	if again.Host == "n2" {
+		if err := n2.o.beginDeviceStep(ctx, vm.ID, op.ID, n1.liveAllocation(vm.ID).ID); err != nil {
+			t.Fatal(err)
+		}
+		if requeued, err := n1.o.RequeueFromDownHosts(ctx, []string{"n2"}); err != nil || len(requeued) != 0 {
+			t.Errorf("the leader queued again a VM whose node began: %v, %v", requeued, err)
+		}
+	}
+}
+
+func (e *env) liveAllocation(vmID string) store.Allocation {
+	e.t.Helper()
+	as, err := e.st.ListAllocations(context.Background(), vmID)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	for _, a := range as {
+		if a.State != store.AllocReleased {
+			return a
+		}
+	}
+	e.t.Fatalf("vm %s has no live allocation", vmID)
+	return store.Allocation{}
 }

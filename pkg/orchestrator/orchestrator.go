@@ -471,6 +471,8 @@ func (o *Orchestrator) report(vmID string, err error) {
 		o.log.Warn("work abandoned", "vm", vmID, "err", err)
 	case errors.Is(err, context.Canceled):
 		o.log.Info("work interrupted; the reconciler resumes it", "vm", vmID, "err", err)
+	case errors.Is(err, errSlotsGone):
+		o.log.Info("create left to the leader: the VM was queued again", "vm", vmID, "err", err)
 	default:
 		o.log.Error("vm operation failed", "vm", vmID, "err", err)
 	}

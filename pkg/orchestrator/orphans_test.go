@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gpuvm/gpuvm/pkg/api"
+	"github.com/gpuvm/gpuvm/pkg/backend"
 	"github.com/gpuvm/gpuvm/pkg/profile"
 	"github.com/gpuvm/gpuvm/pkg/store"
 )
@@ -214,5 +215,39 @@ func TestVanishedDomainNoticedFromEvents(t *testing.T) {
 	}
 	if !sameBytes(before, e.snapshot()) {
 		t.Error("the vanished VM's device is still on the host")
+	}
+}
+
+// A running VM's device that none of its allocations recorded (made by an
+// attempt whose slots went elsewhere) is removed by the reconciler; the
+// device its allocation recorded stays.
+func TestReconcileRemovesUnrecordedDeviceOfLiveVM(t *testing.T) {
+	e := newEnv(t, "l40sx4")
+	ctx := context.Background()
+	o := e.orch(nil)
+	vm, _ := e.submit("ann", "l40s-seat", "vm1")
+	o.Drain(ctx)
+	if got := e.vm(vm.ID); got.State != store.VMRunning {
+		t.Fatalf("vm1: %s", got.State)
+	}
+	b, _ := e.l.Backend("vgpu")
+	extra, err := b.Create(ctx, backend.CreateRequest{GPU: "0000:21:00.0", Type: "L40S-12Q", VMUUID: vm.ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := o.Reconcile(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.LeakedDevices) != 1 || rep.LeakedDevices[0] != "vgpu/"+extra.ID || rep.Orphans != 0 {
+		t.Fatalf("report %+v, want the extra device %s removed", rep, extra.ID)
+	}
+	allocs, _ := e.st.ListAllocations(ctx, vm.ID)
+	devs := e.devices()[vm.ID]
+	if len(devs) != 1 || len(allocs) != 1 || devs[0].ID != allocs[0].DeviceID {
+		t.Errorf("vm1's devices %v, its allocation %+v", devs, allocs)
+	}
+	if got := e.vm(vm.ID); got.State != store.VMRunning {
+		t.Errorf("vm1 after the reconcile: %s", got.State)
 	}
 }

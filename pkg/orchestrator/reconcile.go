@@ -164,12 +164,32 @@ func (o *Orchestrator) reconcileHost(ctx context.Context) (Report, error) {
 		live[id] = true
 	}
 	o.mu.Unlock()
+	// The devices the live allocations here recorded, and the VMs with an
+	// allocation still waiting for its device.
+	held, err := o.st.ListLiveAllocations(ctx, o.cfg.Host)
+	if err != nil {
+		return rep, errors.Join(append(errs, err)...)
+	}
+	recorded, pending := map[string]bool{}, map[string]bool{}
+	for _, a := range held {
+		if a.DeviceID == "" {
+			pending[a.VMID] = true
+		} else {
+			recorded[a.Backend+"/"+a.DeviceID] = true
+		}
+	}
 	recs := &records{st: o.st, seen: map[string]bool{}}
 	var orphans []orphan
 	for name, inv := range invs {
 		b, _ := o.cfg.Backends.Backend(name)
 		for _, d := range inv.Devices {
-			if !d.Managed || live[d.VMUUID] {
+			if !d.Managed {
+				continue
+			}
+			// A live VM's device that none of its allocations recorded,
+			// while none waits for one, was made by an attempt whose
+			// slots went elsewhere: leaked like any other.
+			if live[d.VMUUID] && (o.isBusy(d.VMUUID) || pending[d.VMUUID] || recorded[name+"/"+d.ID]) {
 				continue
 			}
 			why, err := o.whyOrphan(ctx, recs, d.Installation, d.VMUUID)

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"gorm.io/gorm"
+	"gorm.io/gorm/clause"
 )
 
 // SlotClaim is one device the scheduler chose for a VM: which GPU, and which
@@ -310,4 +311,23 @@ func (c SlotClaim) String() string {
 		fmt.Fprintf(&b, " (%s)", c.Profile)
 	}
 	return b.String()
+}
+
+// LockLiveAllocations lists a VM's live allocations, oldest first, locking
+// their rows until the transaction ends (FOR UPDATE on PostgreSQL; a SQLite
+// transaction holds the database's write lock already). Call it in a Tx:
+// the node that makes a VM's devices and the leader that queues the VM of a
+// down node again both take it first, so that one of them sees what the
+// other did — a node never makes a device for slots the leader gave away.
+func (s *Store) LockLiveAllocations(ctx context.Context, vmID string) ([]Allocation, error) {
+	if !s.inTx {
+		return nil, fmt.Errorf("lock the allocations of vm %s: %w: outside a transaction", vmID, ErrInvalid)
+	}
+	q := s.db.WithContext(ctx)
+	if s.driver == DriverPostgres {
+		q = q.Clauses(clause.Locking{Strength: "UPDATE"})
+	}
+	var as []Allocation
+	err := q.Where("vm_id = ? AND "+liveAllocation, vmID).Order("id").Find(&as).Error
+	return as, wrap(err, nil, "lock the allocations of vm %s", vmID)
 }
