@@ -2,8 +2,8 @@ package orchestrator
 
 import (
 	"context"
-	"errors"
 	"encoding/json"
+	"errors"
 	"slices"
 	"strings"
 	"sync"
