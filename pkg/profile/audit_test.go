@@ -2,7 +2,6 @@ package profile
 
 import (
 	"encoding/json"
-	"strings"
 	"testing"
 	"time"
 )
@@ -27,27 +26,7 @@ func TestAuditBlock(t *testing.T) {
 		{"unknown attribute", "server {\n audit {\n keep = \"1y\"\n }\n}", Audit{}, "Unsupported argument", 3},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cfg, diags := Parse(Source{Name: "p.hcl", Data: []byte(tc.hcl)})
-			if tc.err == "" {
-				if diags.HasErrors() {
-					t.Fatal(diags)
-				}
-				if got := cfg.Server.Audit; got != tc.want {
-					t.Errorf("audit = %+v, want %+v", got, tc.want)
-				}
-				return
-			}
-			var sums []string
-			for _, d := range diags {
-				sums = append(sums, d.Summary)
-				if d.Summary == tc.err {
-					if d.Subject == nil || d.Subject.Start.Line != tc.line || d.Subject.Filename != "p.hcl" {
-						t.Errorf("diagnostic %q points at %v, want p.hcl line %d", d.Summary, d.Subject, tc.line)
-					}
-					return
-				}
-			}
-			t.Errorf("diagnostics %s; want %q", strings.Join(sums, "; "), tc.err)
+			checkBlock(t, tc.hcl, tc.err, tc.line, tc.want, func(c *Config) Audit { return c.Server.Audit })
 		})
 	}
 }

@@ -1,7 +1,6 @@
 package profile
 
 import (
-	"strings"
 	"testing"
 	"time"
 )
@@ -54,30 +53,7 @@ downsample = "30s"`, Monitor{}, "Invalid downsample"},
 		{"unknown auth", `metrics_auth = "basic"`, Monitor{}, "Invalid metrics_auth"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cfg, diags := Parse(Source{Name: "p.hcl", Data: []byte("server {\n monitor {\n" + tc.body + "\n }\n}\n")})
-			if tc.err == "" {
-				if diags.HasErrors() {
-					t.Fatal(diags)
-				}
-				if got := cfg.Server.Monitor; got != tc.want {
-					t.Errorf("monitor = %+v, want %+v", got, tc.want)
-				}
-				return
-			}
-			if !diags.HasErrors() {
-				t.Fatalf("no error; want %q", tc.err)
-			}
-			var sums []string
-			for _, d := range diags {
-				sums = append(sums, d.Summary)
-				if d.Summary == tc.err {
-					if d.Subject == nil || d.Subject.Start.Line < 2 {
-						t.Errorf("diagnostic %q points at %v, not into the monitor block", d.Summary, d.Subject)
-					}
-					return
-				}
-			}
-			t.Errorf("diagnostics %s; want %q", strings.Join(sums, "; "), tc.err)
+			checkBlock(t, "server {\n monitor {\n"+tc.body+"\n }\n}\n", tc.err, 0, tc.want, func(c *Config) Monitor { return c.Server.Monitor })
 		})
 	}
 }

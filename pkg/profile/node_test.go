@@ -1,7 +1,6 @@
 package profile
 
 import (
-	"strings"
 	"testing"
 	"time"
 )
@@ -28,27 +27,7 @@ func TestNodeBlock(t *testing.T) {
 		{"bad duration", "server {\n node {\n heartbeat_timeout = \"soon\"\n }\n}", Node{}, "Invalid duration"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cfg, diags := Parse(Source{Name: "p.hcl", Data: []byte(tc.hcl)})
-			if tc.err == "" {
-				if diags.HasErrors() {
-					t.Fatal(diags)
-				}
-				if got := cfg.Server.Node; got != tc.want {
-					t.Errorf("node = %+v, want %+v", got, tc.want)
-				}
-				return
-			}
-			var sums []string
-			for _, d := range diags {
-				sums = append(sums, d.Summary)
-				if d.Summary == tc.err {
-					if d.Subject == nil || d.Subject.Start.Line < 2 {
-						t.Errorf("diagnostic %q points at %v, not into the node block", d.Summary, d.Subject)
-					}
-					return
-				}
-			}
-			t.Errorf("diagnostics %s; want %q", strings.Join(sums, "; "), tc.err)
+			checkBlock(t, tc.hcl, tc.err, 0, tc.want, func(c *Config) Node { return c.Server.Node })
 		})
 	}
 }
@@ -73,27 +52,7 @@ func TestHTTPBlock(t *testing.T) {
 		{"too many connections", "server {\n http {\n max_conns_per_ip = 9223372036854775807\n }\n}", HTTP{}, "Invalid max_conns_per_ip"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cfg, diags := Parse(Source{Name: "p.hcl", Data: []byte(tc.hcl)})
-			if tc.err == "" {
-				if diags.HasErrors() {
-					t.Fatal(diags)
-				}
-				if got := cfg.Server.HTTP; got != tc.want {
-					t.Errorf("http = %+v, want %+v", got, tc.want)
-				}
-				return
-			}
-			var sums []string
-			for _, d := range diags {
-				sums = append(sums, d.Summary)
-				if d.Summary == tc.err {
-					if d.Subject == nil || d.Subject.Start.Line < 2 {
-						t.Errorf("diagnostic %q points at %v, not into the http block", d.Summary, d.Subject)
-					}
-					return
-				}
-			}
-			t.Errorf("diagnostics %s; want %q", strings.Join(sums, "; "), tc.err)
+			checkBlock(t, tc.hcl, tc.err, 0, tc.want, func(c *Config) HTTP { return c.Server.HTTP })
 		})
 	}
 }
