@@ -27,6 +27,7 @@ import (
 	"github.com/gpuvm/gpuvm/pkg/hypervisor/domain"
 	"github.com/gpuvm/gpuvm/pkg/server"
 	"github.com/gpuvm/gpuvm/pkg/store"
+	"github.com/gpuvm/gpuvm/pkg/store/storetest"
 )
 
 // consoleEnv is a gpuvmd API whose VM "box" of user ann runs, with a VNC
@@ -44,10 +45,7 @@ func newConsoleEnv(t *testing.T) *consoleEnv {
 	t.Helper()
 	ctx := context.Background()
 	log := slog.New(slog.DiscardHandler)
-	st, err := store.Open(ctx, store.Config{DSN: filepath.Join(t.TempDir(), "db"), Logger: log})
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := storetest.New(t, storetest.WithLogger(log))
 	if err := st.CreateUser(ctx, &store.User{Name: "ann"}); err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/gpuvm/gpuvm/pkg/api"
+	"github.com/gpuvm/gpuvm/pkg/clocktest"
 	"github.com/gpuvm/gpuvm/pkg/profile"
 	"github.com/gpuvm/gpuvm/pkg/store"
 )
@@ -82,7 +83,7 @@ func (f *fakeHealth) BackendStates(context.Context) map[string]string {
 // a webhook receiver.
 type alertEnv struct {
 	t      *testing.T
-	clock  *fakeClock
+	clock  *clocktest.Clock
 	st     *store.Store
 	src    *fixedSource
 	health *fakeHealth

@@ -11,7 +11,9 @@ import (
 	"time"
 
 	"github.com/gpuvm/gpuvm/pkg/api"
+	"github.com/gpuvm/gpuvm/pkg/clocktest"
 	"github.com/gpuvm/gpuvm/pkg/store"
+	"github.com/gpuvm/gpuvm/pkg/store/storetest"
 )
 
 // wantUsageRow is a usage row in hours; util < 0: unknown.
@@ -119,7 +121,7 @@ func TestLedgerUsage(t *testing.T) {
 		}, wantUsageRow{"total", 2 + 4.0/7, 2 + 4.0/7, 1.5 + 2.5/7, (1.5 + 2.5/7) / (2 + 4.0/7), 3, 1}, ""},
 		{"before anything", UsageQuery{From: usageAt(-100), To: usageAt(-50)}, nil, wantUsageRow{"total", 0, 0, 0, -1, 0, 0}, ""},
 	}
-	usageStores(t, func(t *testing.T, s *store.Store, clock *usageClock) {
+	usageStores(t, func(t *testing.T, s *store.Store, clock *clocktest.Clock) {
 		seedUsageSchedule(t, s, clock)
 		l := NewLedger(s)
 		for _, c := range cases {
@@ -184,7 +186,7 @@ func (c *usageCountingStore) take() [][2]time.Time {
 // parts of hours at the ends of a range every time.
 func TestLedgerKeepsPastHours(t *testing.T) {
 	ctx := context.Background()
-	usageStores(t, func(t *testing.T, s *store.Store, clock *usageClock) {
+	usageStores(t, func(t *testing.T, s *store.Store, clock *clocktest.Clock) {
 		seedUsageSchedule(t, s, clock)
 		cs := &usageCountingStore{UsageStore: s}
 		l := NewLedger(cs)
@@ -237,12 +239,8 @@ func TestLedgerKeepsPastHours(t *testing.T) {
 // one that answered before.
 func BenchmarkUsage(b *testing.B) {
 	ctx := context.Background()
-	clock := &usageClock{t: time.Date(2025, 12, 1, 0, 0, 0, 0, time.UTC)}
-	s, err := store.Open(ctx, store.Config{Driver: store.DriverSQLite, DSN: b.TempDir() + "/gpuvm.db", Now: clock.Now, SlowThreshold: -1})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer s.Close()
+	clock := clocktest.New(time.Date(2025, 12, 1, 0, 0, 0, 0, time.UTC))
+	s := storetest.New(b, storetest.WithClock(clock.Now), func(c *store.Config) { c.SlowThreshold = -1 })
 	end := time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC)
 	records, samples := seedBenchUsage(b, s, clock, 100, 90, end)
 	clock.Set(end.Add(30 * time.Minute))
@@ -272,7 +270,7 @@ func BenchmarkUsage(b *testing.B) {
 // user's VM holds a slice (1, 3/7, 1/7 or 2/7 of a GPU) 8 hours a day, with
 // a downsampled sample every 5 minutes, the last day's still held; and the
 // 8 GPUs' own rows, mapped to no VM.
-func seedBenchUsage(b *testing.B, s *store.Store, clock *usageClock, users, days int, end time.Time) (records, samples int) {
+func seedBenchUsage(b *testing.B, s *store.Store, clock *clocktest.Clock, users, days int, end time.Time) (records, samples int) {
 	ctx := context.Background()
 	start := end.Add(-time.Duration(days) * 24 * time.Hour)
 	shares := []float64{1, 3.0 / 7, 1.0 / 7, 2.0 / 7}

@@ -14,7 +14,6 @@ import (
 	"net/http/httptest"
 	"net/netip"
 	"net/url"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -25,11 +24,13 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/gpuvm/gpuvm/pkg/api"
+	"github.com/gpuvm/gpuvm/pkg/clocktest"
 	"github.com/gpuvm/gpuvm/pkg/hypervisor"
 	"github.com/gpuvm/gpuvm/pkg/hypervisor/domain"
 	"github.com/gpuvm/gpuvm/pkg/profile"
 	"github.com/gpuvm/gpuvm/pkg/server/web"
 	"github.com/gpuvm/gpuvm/pkg/store"
+	"github.com/gpuvm/gpuvm/pkg/store/storetest"
 )
 
 // fakeVNC is a VNC server on a loopback port that speaks RFB 3.8 with VNC
@@ -318,24 +319,6 @@ func (f *fakeConsoles) Addresses(context.Context, string) ([]hypervisor.Address,
 	return f.addrs, f.addrErr
 }
 
-// setClock is a settable clock for the store.
-type setClock struct {
-	mu  sync.Mutex
-	off time.Duration
-}
-
-func (c *setClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return time.Now().Add(c.off)
-}
-
-func (c *setClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.off += d
-}
-
 // consoleEnv is an API on a real loopback port with a store, ann's running
 // VM "box" (and bob's "other"), the fake VNC server as every display and a
 // TCP echo server as every guest port.
@@ -345,7 +328,7 @@ type consoleEnv struct {
 	http     *httptest.Server
 	st       *store.Store
 	dsn      string
-	clock    *setClock
+	clock    *clocktest.Clock
 	vnc      *fakeVNC
 	consoles *fakeConsoles
 	box      *store.VM // ann's, running
@@ -361,11 +344,10 @@ var guestIP = netip.MustParseAddr("192.0.2.10")
 func newConsoleEnv(t *testing.T, o ConsoleOptions) *consoleEnv {
 	t.Helper()
 	ctx := context.Background()
-	e := &consoleEnv{t: t, clock: &setClock{}, dsn: filepath.Join(t.TempDir(), "db")}
-	st, err := store.Open(ctx, store.Config{DSN: e.dsn, Now: e.clock.Now, Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	e := &consoleEnv{t: t, clock: clocktest.New(time.Now())}
+	db := storetest.Config(t, store.DriverSQLite, storetest.WithClock(e.clock.Now), storetest.Quiet)
+	e.dsn = db.DSN
+	st := storetest.Open(t, db)
 	e.st = st
 	users := fakeAuth{"admin-token": {Name: "admin", Admin: true}, "ann-token": {Name: "ann"}, "bob-token": {Name: "bob"}}
 	for _, u := range users {
@@ -410,7 +392,6 @@ profile "seat" {
 		e.srv.Close()
 		e.vnc.Close() // before the HTTP server, which waits for its handlers
 		e.http.Close()
-		st.Close()
 	})
 	return e
 }
