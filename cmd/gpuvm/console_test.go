@@ -4,12 +4,10 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/des"
 	"encoding/binary"
 	"errors"
 	"io"
 	"log/slog"
-	"math/bits"
 	"net"
 	"net/http/httptest"
 	"net/netip"
@@ -25,6 +23,7 @@ import (
 	"github.com/gpuvm/gpuvm/pkg/backend"
 	"github.com/gpuvm/gpuvm/pkg/hypervisor"
 	"github.com/gpuvm/gpuvm/pkg/hypervisor/domain"
+	"github.com/gpuvm/gpuvm/pkg/rfb"
 	"github.com/gpuvm/gpuvm/pkg/server"
 	"github.com/gpuvm/gpuvm/pkg/store"
 	"github.com/gpuvm/gpuvm/pkg/store/storetest"
@@ -145,7 +144,7 @@ func serveVNC(c net.Conn, password string) {
 	if _, err := io.ReadFull(c, buf[:16]); err != nil {
 		return
 	}
-	if !bytes.Equal(buf[:16], vncResponse(password, challenge)) {
+	if want := rfb.AuthResponse(password, [16]byte(challenge)); !bytes.Equal(buf[:16], want[:]) {
 		c.Write([]byte{0, 0, 0, 1, 0, 0, 0, 3, 'b', 'a', 'd'})
 		return
 	}
@@ -164,21 +163,6 @@ func serveVNC(c net.Conn, password string) {
 		upd := []byte{0, 0, 0, 1, 0, 0, 0, 0, 0, 32, 0, 16, 0, 0, 0, 0}
 		c.Write(append(upd, bytes.Repeat([]byte{255, 0, 0, 0}, 32*16)...))
 	}
-}
-
-// vncResponse is the VNC authentication response: DES keyed with the
-// password's bytes, each bit-reversed.
-func vncResponse(password string, challenge []byte) []byte {
-	key := make([]byte, 8)
-	copy(key, password)
-	for i, b := range key {
-		key[i] = bits.Reverse8(b)
-	}
-	block, _ := des.NewCipher(key)
-	out := make([]byte, 16)
-	block.Encrypt(out[:8], challenge[:8])
-	block.Encrypt(out[8:], challenge[8:])
-	return out
 }
 
 // rfbOverNone is a client's RFB 3.8 with security None (gpuvm's proxy

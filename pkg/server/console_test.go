@@ -1,7 +1,6 @@
 package server
 
 import (
-	"bytes"
 	"context"
 	"encoding/binary"
 	"encoding/json"
@@ -28,6 +27,7 @@ import (
 	"github.com/gpuvm/gpuvm/pkg/hypervisor"
 	"github.com/gpuvm/gpuvm/pkg/hypervisor/domain"
 	"github.com/gpuvm/gpuvm/pkg/profile"
+	"github.com/gpuvm/gpuvm/pkg/rfb"
 	"github.com/gpuvm/gpuvm/pkg/server/web"
 	"github.com/gpuvm/gpuvm/pkg/store"
 	"github.com/gpuvm/gpuvm/pkg/store/storetest"
@@ -118,22 +118,22 @@ func (f *fakeVNC) serve(c net.Conn) error {
 	if _, err := io.ReadFull(c, ver); err != nil {
 		return err
 	}
-	if _, err := c.Write([]byte{1, rfbSecVNCAuth}); err != nil {
+	if _, err := c.Write([]byte{1, rfb.SecVNCAuth}); err != nil {
 		return err
 	}
 	var chosen [1]byte
 	if _, err := io.ReadFull(c, chosen[:]); err != nil {
 		return err
 	}
-	challenge := []byte("0123456789abcdef")
-	if _, err := c.Write(challenge); err != nil {
+	challenge := [16]byte([]byte("0123456789abcdef"))
+	if _, err := c.Write(challenge[:]); err != nil {
 		return err
 	}
-	resp := make([]byte, 16)
-	if _, err := io.ReadFull(c, resp); err != nil {
+	var resp [16]byte
+	if _, err := io.ReadFull(c, resp[:]); err != nil {
 		return err
 	}
-	if !bytes.Equal(resp, vncAuthResponse(f.password, challenge)) {
+	if resp != rfb.AuthResponse(f.password, challenge) {
 		msg := "Authentication failed"
 		_ = binary.Write(c, be, uint32(1))
 		_ = binary.Write(c, be, uint32(len(msg)))
@@ -250,10 +250,10 @@ func rfbFrame(rw io.ReadWriter) (string, int, error) {
 	if _, err := io.ReadFull(rw, types); err != nil {
 		return "", 0, fmt.Errorf("read security types: %w", err)
 	}
-	if types[0] != 1 || types[1] != rfbSecNone {
+	if types[0] != 1 || types[1] != rfb.SecNone {
 		return "", 0, fmt.Errorf("security types %v, want [1 None]", types)
 	}
-	if _, err := rw.Write([]byte{rfbSecNone}); err != nil {
+	if _, err := rw.Write([]byte{rfb.SecNone}); err != nil {
 		return "", 0, err
 	}
 	var result uint32
@@ -815,7 +815,7 @@ func TestConsoleTimeouts(t *testing.T) {
 		io.ReadFull(nc, buf)
 		nc.Write([]byte("RFB 003.008\n"))
 		io.ReadFull(nc, buf[:2])
-		nc.Write([]byte{rfbSecNone})
+		nc.Write([]byte{rfb.SecNone})
 		io.ReadFull(nc, buf[:4])
 		nc.Write([]byte{1})
 		waitFor(t, "the stalled proxy to close the display connection", func() bool { return e2.vnc.closed.Load() == 1 && e2.vnc.open() == 0 })
