@@ -22,8 +22,10 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/gpuvm/gpuvm/pkg/api"
 	"github.com/gpuvm/gpuvm/pkg/backend"
 	"github.com/gpuvm/gpuvm/pkg/backend/loader"
+	"github.com/gpuvm/gpuvm/pkg/heartbeat"
 	"github.com/gpuvm/gpuvm/pkg/hypervisor"
 	"github.com/gpuvm/gpuvm/pkg/monitor"
 	"github.com/gpuvm/gpuvm/pkg/orchestrator"
@@ -232,9 +234,10 @@ func serve(ctx context.Context, o options, cfg *config, log *slog.Logger) error 
 	go func() { nd.run(orchCtx); close(fleetDone) }()
 	defer func() { stopOrch(); <-fleetDone }()
 	// This host's row in the hosts table: registered now, then a heartbeat
-	// with the inventory every server.HeartbeatInterval.
-	hb := &server.Heartbeater{Store: st, Backends: l, Host: orch.Host(), APIURL: apiURL, Version: version, Log: log,
-		Every: nd.interval, Publish: nd.publish(orch)}
+	// with the inventory every node interval.
+	hb := &heartbeat.Beater{Store: st, Host: orch.Host(), APIURL: apiURL, Version: version, Log: log,
+		Inventory: func(ctx context.Context) api.HostInventory { hi, _ := server.CollectInventory(ctx, l, log); return hi },
+		Every:     nd.interval, Publish: nd.publish(orch)}
 	if err := hb.Register(ctx); err != nil {
 		return fmt.Errorf("register this host in the database: %w", err)
 	}

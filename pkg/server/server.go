@@ -81,7 +81,7 @@ type Deps struct {
 	// the console and tunnel of a VM on another node are proxied to that
 	// node's gpuvmd, and GET /v1/hosts says which node leads. nil: one
 	// server. HostTimeout is how old a heartbeat may be before its host
-	// is down (default HostDownAfter).
+	// is down (default profile.DefaultHeartbeatTimeout).
 	Fleet       Fleet
 	HostTimeout time.Duration
 	// HTTP bounds what one client may hold: timeouts and connections per
