@@ -32,6 +32,7 @@ import (
 	"github.com/gpuvm/gpuvm/pkg/profile"
 	"github.com/gpuvm/gpuvm/pkg/server"
 	"github.com/gpuvm/gpuvm/pkg/store"
+	"github.com/gpuvm/gpuvm/pkg/usage"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -274,7 +275,7 @@ func serve(ctx context.Context, o options, cfg *config, log *slog.Logger) error 
 	// The usage ledger keeps past hours' utilisation in memory: read the
 	// last 90 days now, in the background, so the first usage query after a
 	// start is as quick as the others.
-	ledger := monitor.NewLedger(st)
+	ledger := usage.NewLedger(st)
 	go func() {
 		start := time.Now()
 		if err := ledger.Warm(orchCtx, 90*24*time.Hour); err != nil && orchCtx.Err() == nil {

@@ -1,3 +1,7 @@
+// Package monitor watches the GPUs: it samples them (NVML, or the simulated
+// server), keeps the samples, exports Prometheus metrics, evaluates alert
+// rules on each round and sends their webhooks, and tells which VMs' GPUs
+// are idle. The usage ledger built on the samples is pkg/usage.
 package monitor
 
 import (
