@@ -35,6 +35,7 @@ import (
 	"github.com/gpuvm/gpuvm/pkg/server"
 	"github.com/gpuvm/gpuvm/pkg/store"
 	"github.com/gpuvm/gpuvm/pkg/usage"
+	"github.com/gpuvm/gpuvm/pkg/webhook"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -184,7 +185,7 @@ func serve(ctx context.Context, o options, cfg *config, log *slog.Logger) error 
 	}
 	// The timed rules of sharing (leases, idle stop, window ends,
 	// preemption) send their notices to the policy's webhook.
-	notices := monitor.NewNotifier(nil, nil, nil, log)
+	notices := webhook.New(nil, nil, nil, log)
 	defer notices.Close()
 	orch := newOrchestrator(ctx, o, st, l, hv, nd, profiles, notices, inst.ID, log)
 	// GPU sampling, sample retention, alert rules and /metrics.
@@ -248,7 +249,7 @@ func startBackends(ctx context.Context, o options, installation string, log *slo
 // newOrchestrator makes the VM lifecycle of this host, and its fleet node
 // knows whether it leads before the first round.
 func newOrchestrator(ctx context.Context, o options, st *store.Store, l *loader.Loader, hv *hypervisor.Conn, nd *node,
-	profiles func() *profile.Config, notices *monitor.Notifier, installation string, log *slog.Logger) *orchestrator.Orchestrator {
+	profiles func() *profile.Config, notices *webhook.Notifier, installation string, log *slog.Logger) *orchestrator.Orchestrator {
 	// A simulated server's GPUs cannot reach a real QEMU; libvirt's test
 	// driver takes the hostdevs as they are.
 	detach := o.simulate != "" && !strings.EqualFold(hv.Driver(), "test")

@@ -118,7 +118,7 @@ func (e *alertEnv) start() {
 			return e.rules
 		},
 		Backends: e.health, Clock: e.clock, Log: log})
-	e.mon.notifier.backoff = func(int) time.Duration { return time.Millisecond }
+	e.mon.notifier.SetBackoff(func(int) time.Duration { return time.Millisecond })
 	e.t.Cleanup(e.mon.notifier.Close)
 }
 
