@@ -132,23 +132,10 @@ func listen(t *testing.T, serve func(net.Conn)) net.Listener {
 // serveVNC is a VNC server's side of RFB 3.8 with VNC authentication, to
 // the ServerInit of a 32×16 desktop and one raw update per request.
 func serveVNC(c net.Conn, password string) {
-	c.Write([]byte("RFB 003.008\n"))
+	if rfb.ServeVNCAuth(c, password, [16]byte(bytes.Repeat([]byte{7}, 16))) != nil {
+		return
+	}
 	buf := make([]byte, 64)
-	if _, err := io.ReadFull(c, buf[:12]); err != nil {
-		return
-	}
-	c.Write([]byte{1, 2})
-	io.ReadFull(c, buf[:1])
-	challenge := bytes.Repeat([]byte{7}, 16)
-	c.Write(challenge)
-	if _, err := io.ReadFull(c, buf[:16]); err != nil {
-		return
-	}
-	if want := rfb.AuthResponse(password, [16]byte(challenge)); !bytes.Equal(buf[:16], want[:]) {
-		c.Write([]byte{0, 0, 0, 1, 0, 0, 0, 3, 'b', 'a', 'd'})
-		return
-	}
-	c.Write([]byte{0, 0, 0, 0})
 	io.ReadFull(c, buf[:1])
 	c.Write([]byte{0, 32, 0, 16, 32, 24, 0, 1, 0, 255, 0, 255, 0, 255, 0, 8, 16, 0, 0, 0, 0, 0, 0, 3, 'b', 'o', 'x'})
 	r := bufio.NewReader(c)

@@ -172,6 +172,60 @@ func ServeNoAuth(conn io.ReadWriter) error {
 	return nil
 }
 
+// ServeVNCAuth is a display's side of the handshake with VNC
+// authentication, as QEMU's: version 3.8, security type VNC authentication
+// with challenge, and the security result. A wrong response is answered
+// with "Authentication failed" and returned as ErrAuthFailed. After it the
+// display reads ClientInit. gpuvm's own displays are QEMU's; this side
+// stands in for them where there is none.
+func ServeVNCAuth(conn io.ReadWriter, password string, challenge [16]byte) error {
+	if _, err := conn.Write([]byte("RFB 003.008\n")); err != nil {
+		return err
+	}
+	buf := make([]byte, 12)
+	if _, err := io.ReadFull(conn, buf); err != nil {
+		return fmt.Errorf("read the client's version: %w", err)
+	}
+	minor, err := ParseVersion(buf)
+	if err != nil {
+		return err
+	}
+	if minor == 3 {
+		if _, err := conn.Write([]byte{0, 0, 0, SecVNCAuth}); err != nil {
+			return err
+		}
+	} else {
+		if _, err := conn.Write([]byte{1, SecVNCAuth}); err != nil {
+			return err
+		}
+		var chosen [1]byte
+		if _, err := io.ReadFull(conn, chosen[:]); err != nil {
+			return fmt.Errorf("read the client's security type: %w", err)
+		}
+		if chosen[0] != SecVNCAuth {
+			return fmt.Errorf("the client chose security type %d, not VNC authentication", chosen[0])
+		}
+	}
+	if _, err := conn.Write(challenge[:]); err != nil {
+		return err
+	}
+	var resp [16]byte
+	if _, err := io.ReadFull(conn, resp[:]); err != nil {
+		return fmt.Errorf("read the client's response: %w", err)
+	}
+	if resp != AuthResponse(password, challenge) {
+		const msg = "Authentication failed"
+		result := binary.BigEndian.AppendUint32(nil, 1)
+		if minor == 8 {
+			result = append(binary.BigEndian.AppendUint32(result, uint32(len(msg))), msg...)
+		}
+		_, _ = conn.Write(result)
+		return fmt.Errorf("%w: %s", ErrAuthFailed, msg)
+	}
+	_, err = conn.Write([]byte{0, 0, 0, 0})
+	return err
+}
+
 // Reason reads the reason string of a refusal (a length, then the text).
 func Reason(r io.Reader) string {
 	var n uint32

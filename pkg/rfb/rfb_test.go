@@ -49,29 +49,6 @@ func TestParseVersion(t *testing.T) {
 	}
 }
 
-// serveVNCAuth is a display's side of RFB 3.8 with VNC authentication.
-func serveVNCAuth(conn net.Conn, password string) {
-	defer conn.Close()
-	be := binary.BigEndian
-	_, _ = conn.Write([]byte("RFB 003.008\n"))
-	ver := make([]byte, 12)
-	_, _ = io.ReadFull(conn, ver)
-	_, _ = conn.Write([]byte{1, SecVNCAuth})
-	var chosen [1]byte
-	_, _ = io.ReadFull(conn, chosen[:])
-	challenge := [16]byte([]byte("0123456789abcdef"))
-	_, _ = conn.Write(challenge[:])
-	var resp [16]byte
-	_, _ = io.ReadFull(conn, resp[:])
-	if resp != AuthResponse(password, challenge) {
-		_ = binary.Write(conn, be, uint32(1))
-		_ = binary.Write(conn, be, uint32(len("bad password")))
-		_, _ = conn.Write([]byte("bad password"))
-		return
-	}
-	_ = binary.Write(conn, be, uint32(0))
-}
-
 func TestAuthenticate(t *testing.T) {
 	for _, tc := range []struct {
 		name, server, client string
@@ -83,7 +60,11 @@ func TestAuthenticate(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			c, s := net.Pipe()
 			defer c.Close()
-			go serveVNCAuth(s, tc.server)
+			served := make(chan error, 1)
+			go func() {
+				defer s.Close()
+				served <- ServeVNCAuth(s, tc.server, [16]byte([]byte("0123456789abcdef")))
+			}()
 			minor, err := Authenticate(c, tc.client)
 			if !errors.Is(err, tc.wantErr) {
 				t.Fatalf("err = %v, want %v", err, tc.wantErr)
@@ -91,8 +72,11 @@ func TestAuthenticate(t *testing.T) {
 			if err == nil && minor != 8 {
 				t.Errorf("minor version %d, want 8", minor)
 			}
-			if err != nil && err.Error() != "the password was refused: bad password" {
+			if err != nil && err.Error() != "the password was refused: Authentication failed" {
 				t.Errorf("err = %q, want the server's reason", err)
+			}
+			if serr := <-served; !errors.Is(serr, tc.wantErr) {
+				t.Errorf("ServeVNCAuth: %v, want %v", serr, tc.wantErr)
 			}
 		})
 	}

@@ -111,39 +111,10 @@ func (f *fakeVNC) port() int { return f.ln.Addr().(*net.TCPAddr).Port }
 
 func (f *fakeVNC) serve(c net.Conn) error {
 	be := binary.BigEndian
-	if _, err := c.Write([]byte("RFB 003.008\n")); err != nil {
+	if err := rfb.ServeVNCAuth(c, f.password, [16]byte([]byte("0123456789abcdef"))); err != nil {
 		return err
-	}
-	ver := make([]byte, 12)
-	if _, err := io.ReadFull(c, ver); err != nil {
-		return err
-	}
-	if _, err := c.Write([]byte{1, rfb.SecVNCAuth}); err != nil {
-		return err
-	}
-	var chosen [1]byte
-	if _, err := io.ReadFull(c, chosen[:]); err != nil {
-		return err
-	}
-	challenge := [16]byte([]byte("0123456789abcdef"))
-	if _, err := c.Write(challenge[:]); err != nil {
-		return err
-	}
-	var resp [16]byte
-	if _, err := io.ReadFull(c, resp[:]); err != nil {
-		return err
-	}
-	if resp != rfb.AuthResponse(f.password, challenge) {
-		msg := "Authentication failed"
-		_ = binary.Write(c, be, uint32(1))
-		_ = binary.Write(c, be, uint32(len(msg)))
-		_, _ = c.Write([]byte(msg))
-		return errors.New(msg)
 	}
 	f.authOK.Add(1)
-	if err := binary.Write(c, be, uint32(0)); err != nil {
-		return err
-	}
 	var shared [1]byte
 	if _, err := io.ReadFull(c, shared[:]); err != nil {
 		return err

@@ -15,25 +15,9 @@ func fakeServer(t *testing.T, conn net.Conn, password string, w, h uint16) {
 	t.Helper()
 	defer conn.Close()
 	be := binary.BigEndian
-	_, _ = conn.Write([]byte("RFB 003.008\n"))
-	ver := make([]byte, 12)
-	if _, err := io.ReadFull(conn, ver); err != nil {
+	if rfb.ServeVNCAuth(conn, password, [16]byte([]byte("0123456789abcdef"))) != nil {
 		return
 	}
-	_, _ = conn.Write([]byte{1, 2})
-	var chosen [1]byte
-	_, _ = io.ReadFull(conn, chosen[:])
-	challenge := [16]byte([]byte("0123456789abcdef"))
-	_, _ = conn.Write(challenge[:])
-	var resp [16]byte
-	_, _ = io.ReadFull(conn, resp[:])
-	if resp != rfb.AuthResponse(password, challenge) {
-		_ = binary.Write(conn, be, uint32(1))
-		_ = binary.Write(conn, be, uint32(len("bad password")))
-		_, _ = conn.Write([]byte("bad password"))
-		return
-	}
-	_ = binary.Write(conn, be, uint32(0))
 	var shared [1]byte
 	_, _ = io.ReadFull(conn, shared[:])
 	pf := [16]byte{32, 24, 0, 1}
