@@ -159,9 +159,9 @@ func runVMAction(ctx context.Context, c *client.Client, cmd *cobra.Command, ref 
 	last, err := c.WaitOperation(ctx, op.ID, func(op api.Operation) {
 		s := a.name + " " + op.State
 		switch {
-		case op.State == "done":
+		case op.State == api.OpDone:
 			s = a.name + " done"
-		case op.State == "failed":
+		case op.State == api.OpFailed:
 			s += ": " + orDash(op.Error)
 		case op.Step != "":
 			s += ": " + op.Step
@@ -183,14 +183,14 @@ func runVMAction(ctx context.Context, c *client.Client, cmd *cobra.Command, ref 
 		}
 	case o.out.quiet:
 		fmt.Fprintln(stdout, last.ID)
-	case last.State == "done":
+	case last.State == api.OpDone:
 		cur, err := c.GetVM(ctx, vm.ID)
 		if err != nil {
 			return err
 		}
 		fmt.Fprintln(stdout, a.done(*cur, time.Now()))
 	}
-	if last.State != "done" {
+	if last.State != api.OpDone {
 		fmt.Fprintf(stderr, "gpuvm: the %s of VM %s failed: %s\n", a.name, vm.Name, orDash(last.Error))
 		return exitError{exitFailure}
 	}

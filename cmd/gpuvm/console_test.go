@@ -4,12 +4,10 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/des"
 	"encoding/binary"
 	"errors"
 	"io"
 	"log/slog"
-	"math/bits"
 	"net"
 	"net/http/httptest"
 	"net/netip"
@@ -25,8 +23,10 @@ import (
 	"github.com/gpuvm/gpuvm/pkg/backend"
 	"github.com/gpuvm/gpuvm/pkg/hypervisor"
 	"github.com/gpuvm/gpuvm/pkg/hypervisor/domain"
+	"github.com/gpuvm/gpuvm/pkg/rfb"
 	"github.com/gpuvm/gpuvm/pkg/server"
 	"github.com/gpuvm/gpuvm/pkg/store"
+	"github.com/gpuvm/gpuvm/pkg/store/storetest"
 )
 
 // consoleEnv is a gpuvmd API whose VM "box" of user ann runs, with a VNC
@@ -44,10 +44,7 @@ func newConsoleEnv(t *testing.T) *consoleEnv {
 	t.Helper()
 	ctx := context.Background()
 	log := slog.New(slog.DiscardHandler)
-	st, err := store.Open(ctx, store.Config{DSN: filepath.Join(t.TempDir(), "db"), Logger: log})
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := storetest.New(t, storetest.WithLogger(log))
 	if err := st.CreateUser(ctx, &store.User{Name: "ann"}); err != nil {
 		t.Fatal(err)
 	}
@@ -135,23 +132,10 @@ func listen(t *testing.T, serve func(net.Conn)) net.Listener {
 // serveVNC is a VNC server's side of RFB 3.8 with VNC authentication, to
 // the ServerInit of a 32×16 desktop and one raw update per request.
 func serveVNC(c net.Conn, password string) {
-	c.Write([]byte("RFB 003.008\n"))
+	if rfb.ServeVNCAuth(c, password, [16]byte(bytes.Repeat([]byte{7}, 16))) != nil {
+		return
+	}
 	buf := make([]byte, 64)
-	if _, err := io.ReadFull(c, buf[:12]); err != nil {
-		return
-	}
-	c.Write([]byte{1, 2})
-	io.ReadFull(c, buf[:1])
-	challenge := bytes.Repeat([]byte{7}, 16)
-	c.Write(challenge)
-	if _, err := io.ReadFull(c, buf[:16]); err != nil {
-		return
-	}
-	if !bytes.Equal(buf[:16], vncResponse(password, challenge)) {
-		c.Write([]byte{0, 0, 0, 1, 0, 0, 0, 3, 'b', 'a', 'd'})
-		return
-	}
-	c.Write([]byte{0, 0, 0, 0})
 	io.ReadFull(c, buf[:1])
 	c.Write([]byte{0, 32, 0, 16, 32, 24, 0, 1, 0, 255, 0, 255, 0, 255, 0, 8, 16, 0, 0, 0, 0, 0, 0, 3, 'b', 'o', 'x'})
 	r := bufio.NewReader(c)
@@ -166,21 +150,6 @@ func serveVNC(c net.Conn, password string) {
 		upd := []byte{0, 0, 0, 1, 0, 0, 0, 0, 0, 32, 0, 16, 0, 0, 0, 0}
 		c.Write(append(upd, bytes.Repeat([]byte{255, 0, 0, 0}, 32*16)...))
 	}
-}
-
-// vncResponse is the VNC authentication response: DES keyed with the
-// password's bytes, each bit-reversed.
-func vncResponse(password string, challenge []byte) []byte {
-	key := make([]byte, 8)
-	copy(key, password)
-	for i, b := range key {
-		key[i] = bits.Reverse8(b)
-	}
-	block, _ := des.NewCipher(key)
-	out := make([]byte, 16)
-	block.Encrypt(out[:8], challenge[:8])
-	block.Encrypt(out[8:], challenge[8:])
-	return out
 }
 
 // rfbOverNone is a client's RFB 3.8 with security None (gpuvm's proxy

@@ -20,7 +20,7 @@ import (
 )
 
 // vmStates are the states a VM can be in (GET /v1/vms?state=).
-var vmStates = []string{"queued", "allocating", "creating", "running", "stopping", "stopped", "deleting", "deleted", "failed"}
+var vmStates = api.VMStates
 
 func newProfilesCmd(getenv func(string) string) *cobra.Command {
 	o := clientOpts{getenv: getenv}
@@ -293,8 +293,8 @@ func runCreate(ctx context.Context, c *client.Client, cmd *cobra.Command, prof s
 // describeProgress is one line of a VM's progress.
 func describeProgress(vm api.VM) string {
 	switch vm.State {
-	case "queued":
-		s := "queued"
+	case api.VMQueued:
+		s := api.VMQueued
 		if vm.QueuePosition > 0 {
 			s += fmt.Sprintf(" #%d", vm.QueuePosition)
 		}
@@ -305,8 +305,8 @@ func describeProgress(vm api.VM) string {
 			s += " (" + vm.Reason + ")"
 		}
 		return s
-	case "running":
-		s := "running"
+	case api.VMRunning:
+		s := api.VMRunning
 		if vm.Phase != "" {
 			s += ": " + vm.Phase
 		}
@@ -314,7 +314,7 @@ func describeProgress(vm api.VM) string {
 			s += " (" + vm.Reason + ")"
 		}
 		return s
-	case "failed", "deleted", "stopped":
+	case api.VMFailed, api.VMDeleted, api.VMStopped:
 		return vm.State + ": " + orDash(vm.Reason)
 	}
 	if vm.Phase == "" {
@@ -345,7 +345,7 @@ func printConnect(w io.Writer, vm api.VM) {
 // display (gpuvm console) and, once the guest has an address, reach it
 // through gpuvmd (gpuvm ssh, gpuvm rdp, gpuvm tunnel).
 func printAccess(tw io.Writer, vm api.VM) {
-	if vm.State != "running" {
+	if vm.State != api.VMRunning {
 		return
 	}
 	for i, a := range vm.Addresses {
@@ -533,7 +533,7 @@ func runList(ctx context.Context, c *client.Client, cmd *cobra.Command, l listOp
 			fmt.Fprintf(tw, "%s\t", vm.Owner)
 		}
 		note := vm.Reason
-		if note == "" && vm.State != "running" {
+		if note == "" && vm.State != api.VMRunning {
 			note = vm.Phase
 		}
 		state := vm.State
@@ -600,7 +600,7 @@ func printVM(w io.Writer, vm api.VM, now time.Time) error {
 	if vm.QueuePosition > 0 {
 		fmt.Fprintf(tw, "  Queue:\tposition %d\n", vm.QueuePosition)
 	}
-	if vm.StartAt != nil && vm.State == "queued" {
+	if vm.StartAt != nil && vm.State == api.VMQueued {
 		fmt.Fprintf(tw, "  Starts:\tnot before %s\n", vm.StartAt.Local().Format(time.DateTime))
 	}
 	if vm.Reason != "" {
@@ -650,7 +650,7 @@ func describeLease(vm api.VM, now time.Time) string {
 		s += ", until " + vm.LeaseEnd.Local().Format(time.DateTime)
 		left := vm.LeaseEnd.Sub(now)
 		switch {
-		case vm.State == "deleted" || vm.State == "failed":
+		case vm.State == api.VMDeleted || vm.State == api.VMFailed:
 			// The lease ended with the VM.
 		case left > 0:
 			s += " (" + humanDuration(left) + " left)"
@@ -663,7 +663,7 @@ func describeLease(vm api.VM, now time.Time) string {
 
 func shortLease(vm api.VM, now time.Time) string {
 	switch {
-	case vm.State == "deleted" || vm.State == "failed":
+	case vm.State == api.VMDeleted || vm.State == api.VMFailed:
 		return "-"
 	case vm.LeaseEnd == nil:
 		return fmt.Sprintf("%dh", vm.Hours)
@@ -769,9 +769,9 @@ func runDelete(ctx context.Context, c *client.Client, cmd *cobra.Command, ref st
 	last, err := c.WaitOperation(ctx, op.ID, func(op api.Operation) {
 		s := "delete " + op.State
 		switch {
-		case op.State == "done":
-			s = "deleted"
-		case op.State == "failed":
+		case op.State == api.OpDone:
+			s = api.VMDeleted
+		case op.State == api.OpFailed:
 			s += ": " + orDash(op.Error)
 		case op.Step != "":
 			s += ": " + op.Step
@@ -793,10 +793,10 @@ func runDelete(ctx context.Context, c *client.Client, cmd *cobra.Command, ref st
 		}
 	case d.out.quiet:
 		fmt.Fprintln(stdout, last.ID)
-	case last.State == "done":
+	case last.State == api.OpDone:
 		fmt.Fprintf(stdout, "VM %s is deleted.\n", vm.Name)
 	}
-	if last.State != "done" {
+	if last.State != api.OpDone {
 		fmt.Fprintf(stderr, "gpuvm: deleting VM %s failed: %s\n", vm.Name, orDash(last.Error))
 		return exitError{exitFailure}
 	}

@@ -3,12 +3,13 @@ package main
 import (
 	"context"
 	"log/slog"
-	"path/filepath"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/gpuvm/gpuvm/pkg/clocktest"
 	"github.com/gpuvm/gpuvm/pkg/store"
+	"github.com/gpuvm/gpuvm/pkg/store/storetest"
 )
 
 // The pruner deletes the entries older than the retention in force, keeps
@@ -16,12 +17,7 @@ import (
 func TestAuditPruner(t *testing.T) {
 	ctx := context.Background()
 	now := time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC)
-	st, err := store.Open(ctx, store.Config{DSN: filepath.Join(t.TempDir(), "db"), Now: func() time.Time { return now },
-		Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := storetest.New(t, storetest.WithClock(clocktest.New(now).Now), storetest.Quiet)
 	for _, age := range []time.Duration{500 * 24 * time.Hour, 401 * 24 * time.Hour, 399 * 24 * time.Hour, time.Hour} {
 		if err := st.AppendAudit(ctx, &store.AuditEntry{CreatedAt: now.Add(-age), Action: "vm.create", Outcome: store.AuditOK}); err != nil {
 			t.Fatal(err)

@@ -365,13 +365,14 @@ func (s *backupScheduler) make(ctx context.Context, set *profile.Backup, at time
 	return path, m, nil
 }
 
-// startBackups starts the scheduled backups when the configuration has a
-// backup block; stop waits for a run in progress to end.
-func startBackups(ctx context.Context, o options, profiles func() *profile.Config, log *slog.Logger, observe func(time.Time, error)) (stop func()) {
+// newBackupScheduler is the scheduled backups when the configuration has a
+// backup block (nil when it has none); its run returns when its context
+// ends, after a run in progress.
+func newBackupScheduler(o options, profiles func() *profile.Config, log *slog.Logger, observe func(time.Time, error)) *backupScheduler {
 	if profiles().Server.Backup == nil {
-		return func() {}
+		return nil
 	}
-	s := &backupScheduler{
+	return &backupScheduler{
 		settings: func() *profile.Backup { return profiles().Server.Backup },
 		opts: func(ctx context.Context) (backup.Options, error) {
 			return backupOptions(ctx, o, log)
@@ -380,8 +381,4 @@ func startBackups(ctx context.Context, o options, profiles func() *profile.Confi
 		log:     log.With("component", "backup"),
 		observe: observe,
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() { s.run(ctx); close(done) }()
-	return func() { cancel(); <-done }
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/gpuvm/gpuvm/pkg/backup"
 	"github.com/gpuvm/gpuvm/pkg/profile"
 	"github.com/gpuvm/gpuvm/pkg/store"
+	"github.com/gpuvm/gpuvm/pkg/store/storetest"
 )
 
 func noEnv(string) string { return "" }
@@ -30,10 +31,7 @@ func newStateDir(t *testing.T) (dir, installation string) {
 	t.Helper()
 	dir = t.TempDir()
 	ctx := context.Background()
-	st, err := store.Open(ctx, store.Config{DSN: filepath.Join(dir, "gpuvm.db"), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := storetest.Open(t, store.Config{DSN: filepath.Join(dir, "gpuvm.db"), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	defer st.Close()
 	if err := st.CreateUser(ctx, &store.User{Name: "ann"}); err != nil {
 		t.Fatal(err)
@@ -188,12 +186,9 @@ func TestBackupArguments(t *testing.T) {
 // On PostgreSQL the archive holds the node's state only, and gpuvmd says to
 // dump the database with pg_dump, and how.
 func TestBackupPostgres(t *testing.T) {
-	dsn := postgresSchemaDSN(t)
+	dsn := storetest.PostgresDSN(t)
 	ctx := context.Background()
-	st, err := store.Open(ctx, store.Config{Driver: store.DriverPostgres, DSN: dsn, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := storetest.Open(t, store.Config{Driver: store.DriverPostgres, DSN: dsn, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	inst, err := st.Installation(ctx)
 	st.Close()
 	if err != nil {
@@ -206,7 +201,12 @@ func TestBackupPostgres(t *testing.T) {
 		t.Fatalf("backup: %v\n%s", err, out)
 	}
 	t.Logf("gpuvmd backup on PostgreSQL:\n%s", out)
-	for _, want := range []string{"NOT in this archive", "pg_dump -Fc --dbname 'postgres://gpuvm@", "--schema 'mig_", "pg_restore", "installation    " + inst.ID, "state/backends/mig.json"} {
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	schema := u.Query().Get("search_path")
+	for _, want := range []string{"NOT in this archive", "pg_dump -Fc --dbname 'postgres://gpuvm@", "--schema '" + schema + "'", "pg_restore", "installation    " + inst.ID, "state/backends/mig.json"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}

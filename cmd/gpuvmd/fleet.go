@@ -45,7 +45,7 @@ func openNode(ctx context.Context, o options, cfg *config, st *store.Store, apiU
 		n.interval = profile.DefaultHeartbeatInterval
 	}
 	if n.timeout <= 0 {
-		n.timeout = 3 * n.interval
+		n.timeout = profile.HeartbeatTimeoutIntervals * n.interval
 	}
 	if st.Driver() != store.DriverPostgres {
 		return n, nil

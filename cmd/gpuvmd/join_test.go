@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/gpuvm/gpuvm/pkg/store"
+	"github.com/gpuvm/gpuvm/pkg/store/storetest"
 )
 
 // join-installation makes an empty database part of another installation;
@@ -16,10 +17,7 @@ func TestJoinInstallation(t *testing.T) {
 	dir := t.TempDir()
 	db := filepath.Join(dir, "gpuvm.db")
 	ctx := context.Background()
-	st, err := store.Open(ctx, store.Config{DSN: db})
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := storetest.Open(t, store.Config{DSN: db})
 	before, _ := st.Installation(ctx)
 	st.Close()
 	const id = "0f6f1a52-9a40-4c3e-8d7e-2b1f3c4d5e6f"
@@ -38,10 +36,7 @@ func TestJoinInstallation(t *testing.T) {
 	if err != nil || !strings.Contains(out, "now installation "+id) || !strings.Contains(out, before.ID) {
 		t.Fatalf("join: %v\n%s", err, out)
 	}
-	st, err = store.Open(ctx, store.Config{DSN: db})
-	if err != nil {
-		t.Fatal(err)
-	}
+	st = storetest.Open(t, store.Config{DSN: db})
 	defer st.Close()
 	if got, _ := st.Installation(ctx); got.ID != id {
 		t.Fatalf("installation %s after the join, want %s", got.ID, id)

@@ -22,14 +22,20 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sync/errgroup"
+
+	"github.com/gpuvm/gpuvm/pkg/api"
 	"github.com/gpuvm/gpuvm/pkg/backend"
 	"github.com/gpuvm/gpuvm/pkg/backend/loader"
+	"github.com/gpuvm/gpuvm/pkg/heartbeat"
 	"github.com/gpuvm/gpuvm/pkg/hypervisor"
 	"github.com/gpuvm/gpuvm/pkg/monitor"
 	"github.com/gpuvm/gpuvm/pkg/orchestrator"
 	"github.com/gpuvm/gpuvm/pkg/profile"
 	"github.com/gpuvm/gpuvm/pkg/server"
 	"github.com/gpuvm/gpuvm/pkg/store"
+	"github.com/gpuvm/gpuvm/pkg/usage"
+	"github.com/gpuvm/gpuvm/pkg/webhook"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -134,7 +140,7 @@ func serve(ctx context.Context, o options, cfg *config, log *slog.Logger) error 
 	}
 	// The database first: its installation ID goes into everything the
 	// backends and the hypervisor make, and the reconciler removes only
-	// what carries it.
+	// what carries it. It is closed last, after the loops that use it.
 	st, err := openStore(ctx, o, log)
 	if err != nil {
 		return err
@@ -145,27 +151,11 @@ func serve(ctx context.Context, o options, cfg *config, log *slog.Logger) error 
 		return err
 	}
 	log.Info("installation", "id", inst.ID, "since", inst.CreatedAt)
-	var enabled []string
-	if o.backends != "" {
-		enabled = strings.Split(o.backends, ",")
-	}
-	l := loader.New(loader.Config{
-		Dir: o.pluginDir, Enabled: enabled, Logger: log,
-		Backend: backend.Config{SysFSRoot: o.sysfsRoot, Simulate: o.simulate, StateDir: o.stateDir, NVML: backend.NVMLMode(o.nvml), Installation: inst.ID},
-	})
-	defer l.Close()
-	startCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	err = l.Start(startCtx)
-	cancel()
+	l, err := startBackends(ctx, o, inst.ID, log)
 	if err != nil {
-		log.Warn("some backends did not start", "err", err)
+		return err
 	}
-	if len(l.Names()) == 0 {
-		return fmt.Errorf("no backend started from %s", o.pluginDir)
-	}
-	if o.simulate != "" {
-		log.Warn("serving a SIMULATED GPU server: no real GPU is used", "preset", o.simulate)
-	}
+	defer l.Close()
 	ln, err := net.Listen("tcp", o.listen)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", o.listen, err)
@@ -193,18 +183,81 @@ func serve(ctx context.Context, o options, cfg *config, log *slog.Logger) error 
 	if cfg != nil {
 		profiles = cfg.Load
 	}
+	// The timed rules of sharing (leases, idle stop, window ends,
+	// preemption) send their notices to the policy's webhook.
+	notices := webhook.New(nil, nil, nil, log)
+	defer notices.Close()
+	orch := newOrchestrator(ctx, o, st, l, hv, nd, profiles, notices, inst.ID, log)
+	// GPU sampling, sample retention, alert rules and /metrics.
+	src, noSource, closeSource := monitor.OpenSource(monitor.SourceOptions{Simulate: o.simulate, StateDir: o.stateDir,
+		SysFSRoot: o.sysfsRoot, NoNVML: o.nvml == string(backend.NVMLNone)})
+	defer closeSource()
+	mon := monitor.New(monitor.Config{Host: orch.Host(), Store: st, Source: src, NoSource: noSource, Settings: profiles().Server.Monitor,
+		Rules: func() []*profile.Alert { return profiles().Policy.Alerts }, Backends: monitor.LoaderHealth(l), Log: log})
+	mon.Exporter().ExportOrphans(orch.OrphanCounts)
+	// This host's row in the hosts table: registered now, then a heartbeat
+	// with the inventory every node interval.
+	hb := &heartbeat.Beater{Store: st, Host: orch.Host(), APIURL: apiURL, Version: version, Log: log,
+		Inventory: func(ctx context.Context) api.HostInventory { hi, _ := server.CollectInventory(ctx, l, log); return hi },
+		Every:     nd.interval, Publish: nd.publish(orch)}
+	ledger := usage.NewLedger(st)
+	// The loops run until serve returns, after the HTTP server has shut
+	// down (deferred after everything they use, so they stop first).
+	loopCtx, stopLoops := context.WithCancel(ctx)
+	var loops errgroup.Group
+	defer func() { stopLoops(); _ = loops.Wait() }()
+	if err := runLoops(loopCtx, &loops, o, cfg, st, orch, nd, hb, mon, ledger, profiles, log); err != nil {
+		return err
+	}
+	deps := server.Deps{Auth: st, Backends: l, Log: log, Store: st, Worker: nd.waker(orch), Admission: orch,
+		Fleet: nd.serverFleet(), HostTimeout: nd.timeout, Bookings: orch, Host: orch.Host(),
+		Metrics: mon.Exporter(), MetricsAuth: profiles().Server.Monitor.MetricsAuth, Ledger: ledger, Orphans: orch,
+		HTTP: server.LimitsOf(profiles().Server.HTTP)}
+	if cfg != nil {
+		deps.Config = cfg
+	}
+	deps.Consoles = hv // the console and tunnel proxies find displays and guest addresses here
+	return serveHTTP(ctx, o, cfg, server.New(deps), ln, tokenPath, l.Names(), profiles, log)
+}
+
+// startBackends starts the backend plugins; gpuvmd needs at least one.
+func startBackends(ctx context.Context, o options, installation string, log *slog.Logger) (*loader.Loader, error) {
+	var enabled []string
+	if o.backends != "" {
+		enabled = strings.Split(o.backends, ",")
+	}
+	l := loader.New(loader.Config{
+		Dir: o.pluginDir, Enabled: enabled, Logger: log,
+		Backend: backend.Config{SysFSRoot: o.sysfsRoot, Simulate: o.simulate, StateDir: o.stateDir, NVML: backend.NVMLMode(o.nvml), Installation: installation},
+	})
+	startCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	err := l.Start(startCtx)
+	cancel()
+	if err != nil {
+		log.Warn("some backends did not start", "err", err)
+	}
+	if len(l.Names()) == 0 {
+		l.Close()
+		return nil, fmt.Errorf("no backend started from %s", o.pluginDir)
+	}
+	if o.simulate != "" {
+		log.Warn("serving a SIMULATED GPU server: no real GPU is used", "preset", o.simulate)
+	}
+	return l, nil
+}
+
+// newOrchestrator makes the VM lifecycle of this host, and its fleet node
+// knows whether it leads before the first round.
+func newOrchestrator(ctx context.Context, o options, st *store.Store, l *loader.Loader, hv *hypervisor.Conn, nd *node,
+	profiles func() *profile.Config, notices *webhook.Notifier, installation string, log *slog.Logger) *orchestrator.Orchestrator {
 	// A simulated server's GPUs cannot reach a real QEMU; libvirt's test
 	// driver takes the hostdevs as they are.
 	detach := o.simulate != "" && !strings.EqualFold(hv.Driver(), "test")
 	if detach {
 		log.Warn("simulated GPU server with a real hypervisor: VMs boot without their (simulated) GPU", "libvirt", o.libvirtURI)
 	}
-	// The timed rules of sharing (leases, idle stop, window ends,
-	// preemption) are the fleet's work: they see every host's VMs, so
-	// their idle detector does too, and their notices go to the policy's
-	// webhook.
-	notices := monitor.NewNotifier(nil, nil, nil, log)
-	defer notices.Close()
+	// The timed rules of sharing are the fleet's work: they see every
+	// host's VMs, so their idle detector does too.
 	idleSettings := profiles().Server.Monitor
 	idle := monitor.NewIdle(st, "", cmp.Or(idleSettings.IdleThreshold, profile.DefaultIdleThreshold),
 		cmp.Or(idleSettings.Interval, profile.DefaultMonitorInterval), nil)
@@ -216,42 +269,31 @@ func serve(ctx context.Context, o options, cfg *config, log *slog.Logger) error 
 		log.Info("libvirt's test driver runs no guest: VMs are ready as soon as their domain runs", "libvirt", o.libvirtURI)
 	}
 	orch := orchestrator.New(orchestrator.Config{Store: st, Backends: l, Hypervisor: hv, Profiles: profiles, Log: log, DetachSimulatedGPUs: detach,
-		Guests: guests, BootTimeout: o.bootTimeout, Installation: inst.ID,
+		Guests: guests, BootTimeout: o.bootTimeout, Installation: installation,
 		Idle: idle, Notifier: notices,
 		DomainPrefix: o.test.domainPrefix, Hook: o.test.hook(ctx, log),
 		Host: nd.name, Fleet: nd.orchestratorFleet(), Leader: nd.leader(), HostTimeout: nd.timeout})
-	nd.start(ctx, orch) // knows whether it leads before the first round
+	nd.start(ctx, orch)
+	return orch
+}
+
+// runLoops reconciles once, registers the host, and starts in loops what
+// runs until ctx ends: the orchestrator, the fleet node, the heartbeat, the
+// monitor, the audit log's pruner, scheduled backups and the usage ledger's
+// warm-up.
+func runLoops(ctx context.Context, loops *errgroup.Group, o options, cfg *config, st *store.Store, orch *orchestrator.Orchestrator,
+	nd *node, hb *heartbeat.Beater, mon *monitor.Monitor, ledger *usage.Ledger, profiles func() *profile.Config, log *slog.Logger) error {
 	if rep, err := orch.Reconcile(ctx); err != nil {
 		log.Error("start-up reconcile incomplete; it is retried every minute", "err", err, "fixed", !rep.Empty())
 	}
-	orchCtx, stopOrch := context.WithCancel(ctx)
-	orchDone := make(chan struct{})
-	go func() { orch.Run(orchCtx); close(orchDone) }()
-	defer func() { stopOrch(); <-orchDone }()
-	fleetDone := make(chan struct{})
-	go func() { nd.run(orchCtx); close(fleetDone) }()
-	defer func() { stopOrch(); <-fleetDone }()
-	// This host's row in the hosts table: registered now, then a heartbeat
-	// with the inventory every server.HeartbeatInterval.
-	hb := &server.Heartbeater{Store: st, Backends: l, Host: orch.Host(), APIURL: apiURL, Version: version, Log: log,
-		Every: nd.interval, Publish: nd.publish(orch)}
+	loop := func(run func(context.Context)) { loops.Go(func() error { run(ctx); return nil }) }
+	loop(orch.Run)
+	loop(nd.run)
 	if err := hb.Register(ctx); err != nil {
 		return fmt.Errorf("register this host in the database: %w", err)
 	}
-	hbDone := make(chan struct{})
-	go func() { hb.Run(orchCtx); close(hbDone) }()
-	defer func() { stopOrch(); <-hbDone }()
-	// GPU sampling, sample retention, alert rules and /metrics.
-	src, noSource, closeSource := monitor.OpenSource(monitor.SourceOptions{Simulate: o.simulate, StateDir: o.stateDir,
-		SysFSRoot: o.sysfsRoot, NoNVML: o.nvml == string(backend.NVMLNone)})
-	defer closeSource()
-	monSettings := profiles().Server.Monitor
-	mon := monitor.New(monitor.Config{Host: orch.Host(), Store: st, Source: src, NoSource: noSource, Settings: monSettings,
-		Rules: func() []*profile.Alert { return profiles().Policy.Alerts }, Backends: monitor.LoaderHealth(l), Log: log})
-	mon.Exporter().ExportOrphans(orch.OrphanCounts)
-	monDone := make(chan struct{})
-	go func() { mon.Run(orchCtx); close(monDone) }()
-	defer func() { stopOrch(); <-monDone }()
+	loop(hb.Run)
+	loop(mon.Run)
 	// The audit log's retention (server.audit.retention, read at each
 	// round so that a reload applies).
 	pruner := &auditPruner{st: st, every: auditPruneInterval, log: log.With("component", "audit"),
@@ -261,34 +303,31 @@ func serve(ctx context.Context, o options, cfg *config, log *slog.Logger) error 
 			}
 			return cfg.Load().Server.Audit.Retention
 		}}
-	pruneDone := make(chan struct{})
-	go func() { pruner.run(orchCtx); close(pruneDone) }()
-	defer func() { stopOrch(); <-pruneDone }()
+	loop(pruner.run)
 	// Scheduled backups (server.backup): a copy of the live database and
 	// the ledgers every so often, the oldest pruned (backup.go).
-	stopBackups := startBackups(orchCtx, o, profiles, log, mon.Exporter().ObserveBackup)
-	defer stopBackups()
+	if b := newBackupScheduler(o, profiles, log, mon.Exporter().ObserveBackup); b != nil {
+		loop(b.run)
+	}
 	// The usage ledger keeps past hours' utilisation in memory: read the
 	// last 90 days now, in the background, so the first usage query after a
 	// start is as quick as the others.
-	ledger := monitor.NewLedger(st)
-	go func() {
+	loop(func(ctx context.Context) {
 		start := time.Now()
-		if err := ledger.Warm(orchCtx, 90*24*time.Hour); err != nil && orchCtx.Err() == nil {
+		if err := ledger.Warm(ctx, 90*24*time.Hour); err != nil && ctx.Err() == nil {
 			log.Warn("usage ledger: could not read past utilisation; the first usage query reads it", "err", err)
 			return
 		}
 		log.Debug("usage ledger warm", "took", time.Since(start))
-	}()
-	deps := server.Deps{Auth: st, Backends: l, Log: log, Store: st, Worker: nd.waker(orch), Admission: orch,
-		Fleet: nd.serverFleet(), HostTimeout: nd.timeout, Bookings: orch, Host: orch.Host(),
-		Metrics: mon.Exporter(), MetricsAuth: monSettings.MetricsAuth, Ledger: ledger, Orphans: orch,
-		HTTP: server.LimitsOf(profiles().Server.HTTP)}
-	if cfg != nil {
-		deps.Config = cfg
-	}
-	deps.Consoles = hv // the console and tunnel proxies find displays and guest addresses here
-	api := server.New(deps)
+	})
+	return nil
+}
+
+// serveHTTP serves the API on ln until ctx ends (or the server fails), then
+// shuts it down: event streams first, so that Shutdown need not wait for
+// them.
+func serveHTTP(ctx context.Context, o options, cfg *config, api *server.Server, ln net.Listener, tokenPath string, backends []string,
+	profiles func() *profile.Config, log *slog.Logger) error {
 	if cfg != nil {
 		// A reload on SIGHUP is a change too: the audit log records it
 		// as it records POST /v1/admin/reload.
@@ -310,7 +349,7 @@ func serve(ctx context.Context, o options, cfg *config, log *slog.Logger) error 
 	srv := api.HTTPServer()
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(api.LimitListener(ln)) }()
-	log.Info("gpuvmd ready", "listen", ln.Addr().String(), "backends", l.Names(), "state_dir", o.stateDir,
+	log.Info("gpuvmd ready", "listen", ln.Addr().String(), "backends", backends, "state_dir", o.stateDir,
 		"admin_token_file", tokenPath)
 	fmt.Fprint(o.stdout, readyHelp(tokenPath, ln.Addr().String(), profiles()))
 	if o.ready != nil {

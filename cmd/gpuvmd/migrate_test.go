@@ -3,66 +3,25 @@ package main
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"io"
 	"log/slog"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/gpuvm/gpuvm/pkg/store"
+	"github.com/gpuvm/gpuvm/pkg/store/storetest"
 )
-
-// postgresSchemaDSN makes a fresh schema in $GPUVM_TEST_POSTGRES_DSN's
-// database for the test and returns a DSN whose search_path is it; it
-// skips without PostgreSQL.
-func postgresSchemaDSN(t *testing.T) string {
-	t.Helper()
-	base := os.Getenv("GPUVM_TEST_POSTGRES_DSN")
-	if base == "" {
-		t.Skip("GPUVM_TEST_POSTGRES_DSN is not set: migrate-db needs PostgreSQL (as root: export GPUVM_TEST_POSTGRES_DSN=\"$(bash pkg/store/testdata/start-postgres.sh)\")")
-	}
-	u, err := url.Parse(base)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	schema := "mig_" + hex.EncodeToString(b[:])
-	ctx := context.Background()
-	c, err := pgx.Connect(ctx, base)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_, _ = c.Exec(context.Background(), "DROP SCHEMA "+schema+" CASCADE")
-		_ = c.Close(context.Background())
-	})
-	q := u.Query()
-	q.Set("search_path", schema)
-	u.RawQuery = q.Encode()
-	return u.String()
-}
 
 // A single server's SQLite database moves to PostgreSQL with everything in
 // it, once: the second run is refused and changes nothing.
 func TestMigrateDB(t *testing.T) {
-	dsn := postgresSchemaDSN(t)
+	dsn := storetest.PostgresDSN(t)
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "gpuvm.db")
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	src, err := store.Open(ctx, store.Config{DSN: path, Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
+	src := storetest.Open(t, store.Config{DSN: path, Logger: quiet})
 	if err := src.CreateUser(ctx, &store.User{Name: "ann"}); err != nil {
 		t.Fatal(err)
 	}
@@ -85,10 +44,7 @@ func TestMigrateDB(t *testing.T) {
 			t.Errorf("the output lacks %q:\n%s", want, out.String())
 		}
 	}
-	dst, err := store.Open(ctx, store.Config{Driver: store.DriverPostgres, DSN: dsn, Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
+	dst := storetest.Open(t, store.Config{Driver: store.DriverPostgres, DSN: dsn, Logger: quiet})
 	defer dst.Close()
 	got, err := dst.GetVM(ctx, vm.ID)
 	if err != nil || got.Name != "one" || got.Owner != "ann" {

@@ -69,6 +69,23 @@ type VM struct {
 	QueuePosition int `json:"queue_position,omitempty"`
 }
 
+// States of a VM (VM.State). The lifecycle owns the transitions (see
+// docs); a deleted VM frees its name.
+const (
+	VMQueued     = "queued"
+	VMAllocating = "allocating"
+	VMCreating   = "creating"
+	VMRunning    = "running"
+	VMStopping   = "stopping"
+	VMStopped    = "stopped"
+	VMDeleting   = "deleting"
+	VMDeleted    = "deleted"
+	VMFailed     = "failed"
+)
+
+// VMStates are the states of a VM in the order of its lifecycle.
+var VMStates = []string{VMQueued, VMAllocating, VMCreating, VMRunning, VMStopping, VMStopped, VMDeleting, VMDeleted, VMFailed}
+
 // Phases of a running VM: "booting" from the moment its domain starts until
 // its guest is up — it has an IP address (from the DHCP leases of its
 // network, or its guest agent) — or the boot timeout passes; then "ready"
@@ -124,6 +141,14 @@ type Console struct {
 	Host     string `json:"host"`
 	Port     int    `json:"port"`
 }
+
+// States of an operation (Operation.State).
+const (
+	OpPending = "pending"
+	OpRunning = "running"
+	OpDone    = "done"
+	OpFailed  = "failed"
+)
 
 // Operation is a change to a VM that takes time: creation, deletion.
 type Operation struct {

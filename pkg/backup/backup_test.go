@@ -21,6 +21,7 @@ import (
 	"github.com/gofrs/flock"
 
 	"github.com/gpuvm/gpuvm/pkg/store"
+	"github.com/gpuvm/gpuvm/pkg/store/storetest"
 )
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -34,11 +35,7 @@ func newNode(t *testing.T) (stateDir string, st *store.Store) {
 	t.Helper()
 	stateDir = t.TempDir()
 	ctx := context.Background()
-	st, err := store.Open(ctx, store.Config{DSN: filepath.Join(stateDir, "gpuvm.db"), Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	st = storetest.Open(t, store.Config{DSN: filepath.Join(stateDir, "gpuvm.db"), Logger: quiet})
 	for _, name := range []string{"ann", "bob"} {
 		if err := st.CreateUser(ctx, &store.User{Name: name}); err != nil {
 			t.Fatal(err)
@@ -229,10 +226,7 @@ func TestRoundTrip(t *testing.T) {
 			t.Errorf("%s was restored; it is not to be in a backup", name)
 		}
 	}
-	got, err := store.Open(ctx, store.Config{DSN: filepath.Join(fresh, "gpuvm.db"), Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
+	got := storetest.Open(t, store.Config{DSN: filepath.Join(fresh, "gpuvm.db"), Logger: quiet})
 	defer got.Close()
 	after, err := got.Info(ctx)
 	if err != nil {
@@ -536,10 +530,7 @@ func TestRestoreForce(t *testing.T) {
 		}
 	}
 	// The old database still opens, aside.
-	oldAgain, err := store.Open(ctx, store.Config{DSN: filepath.Join(wantAside, "gpuvm.db"), Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
+	oldAgain := storetest.Open(t, store.Config{DSN: filepath.Join(wantAside, "gpuvm.db"), Logger: quiet})
 	defer oldAgain.Close()
 	if _, err := oldAgain.GetUser(ctx, "only-in-the-old-one"); err != nil {
 		t.Errorf("the old database aside: %v", err)

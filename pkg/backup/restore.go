@@ -72,45 +72,17 @@ func AsideName(t time.Time) string {
 // renamed into place; on any error before that the state directory is as
 // it was.
 func Restore(ctx context.Context, archive string, t Target) (*Restored, error) {
-	m, err := Verify(archive)
+	m, dest, err := plan(archive, t)
 	if err != nil {
 		return nil, err
-	}
-	if m.SchemaVersion > store.SchemaVersion() {
-		return nil, fmt.Errorf("%w: %s holds schema version %d; this gpuvmd knows up to %d: restore it with the gpuvmd that made it, or a newer one",
-			ErrSchemaTooNew, archive, m.SchemaVersion, store.SchemaVersion())
-	}
-	if m.Database.File != "" && t.SQLitePath == "" {
-		return nil, fmt.Errorf("restore %s: it holds a SQLite database and this configuration uses PostgreSQL: restore it on SQLite (--database PATH), then move it with gpuvmd migrate-db", archive)
-	}
-	// Where each file goes.
-	dest := map[string]string{}
-	for _, f := range m.Files {
-		switch {
-		case f.Name == m.Database.File:
-			dest[f.Name] = t.SQLitePath
-		default:
-			rel, ok := f.StatePath()
-			if !ok {
-				return nil, fmt.Errorf("%w: %s: file %s is neither the database nor state", ErrBadArchive, archive, f.Name)
-			}
-			dest[f.Name] = filepath.Join(t.StateDir, rel)
-		}
 	}
 	present, err := existing(t, m)
 	if err != nil {
 		return nil, err
 	}
-	kept := map[string]bool{}
-	for _, f := range m.Files {
-		if f.Name == m.Database.File {
-			continue
-		}
-		if _, err := os.Lstat(dest[f.Name]); err == nil {
-			kept[f.Name] = true
-		} else if !errors.Is(err, fs.ErrNotExist) {
-			return nil, fmt.Errorf("restore: look at %s: %w", dest[f.Name], err)
-		}
+	kept, err := keptFiles(m, dest)
+	if err != nil {
+		return nil, err
 	}
 	if len(present) > 0 && !t.Force {
 		return nil, fmt.Errorf("%w: %s holds %s already: restore into an empty state directory, or give --force to move them aside (nothing is deleted)",
@@ -137,19 +109,8 @@ func Restore(ctx context.Context, archive string, t Target) (*Restored, error) {
 	if err := mkdirAll(t.StateDir, &made); err != nil {
 		return nil, fmt.Errorf("restore: create the state directory: %w", err)
 	}
-	for _, p := range dest {
-		d := filepath.Dir(p)
-		if _, ok := stageDirs[d]; ok {
-			continue
-		}
-		if err := mkdirAll(d, &made); err != nil {
-			return nil, fmt.Errorf("restore: stage the files: %w", err)
-		}
-		s, err := os.MkdirTemp(d, ".gpuvm-restore-")
-		if err != nil {
-			return nil, fmt.Errorf("restore: stage the files: %w", err)
-		}
-		stageDirs[d] = s
+	if err := makeStageDirs(dest, stageDirs, &made); err != nil {
+		return nil, err
 	}
 	staged := func(name string) string {
 		return filepath.Join(stageDirs[filepath.Dir(dest[name])], filepath.Base(dest[name]))
@@ -162,20 +123,10 @@ func Restore(ctx context.Context, archive string, t Target) (*Restored, error) {
 		return nil, fmt.Errorf("%w: %s changed while it was restored", ErrBadArchive, archive)
 	}
 	if m.Database.File != "" {
-		// The copy itself, not only its manifest, must be what it says.
-		info, err := store.Inspect(ctx, store.Config{Driver: store.DriverSQLite, DSN: staged(m.Database.File)})
-		switch {
-		case err != nil:
-			return nil, fmt.Errorf("%w: %s: the database: %v", ErrBadArchive, archive, err)
-		case info.SchemaVersion > store.SchemaVersion():
-			return nil, fmt.Errorf("%w: %s: its database is of schema version %d; this gpuvmd knows up to %d",
-				ErrSchemaTooNew, archive, info.SchemaVersion, store.SchemaVersion())
-		case info.SchemaVersion != m.SchemaVersion || info.Installation.ID != m.InstallationID:
-			return nil, fmt.Errorf("%w: %s: its database is installation %s at schema version %d; the manifest says %s at %d",
-				ErrBadArchive, archive, info.Installation.ID, info.SchemaVersion, m.InstallationID, m.SchemaVersion)
+		if err := checkStagedDatabase(ctx, archive, m, staged(m.Database.File)); err != nil {
+			return nil, err
 		}
 	}
-
 	out := &Restored{Manifest: m}
 	for _, f := range m.Files {
 		if kept[f.Name] {
@@ -192,17 +143,122 @@ func Restore(ctx context.Context, archive string, t Target) (*Restored, error) {
 		if err := os.Mkdir(out.Aside, 0o700); err != nil {
 			return nil, fmt.Errorf("restore: make the folder for the earlier files: %w", err)
 		}
-		for _, p := range present {
-			to := filepath.Join(out.Aside, asideRel(t, p))
-			if err := os.MkdirAll(filepath.Dir(to), 0o700); err != nil {
-				return out, fmt.Errorf("restore: move %s aside: %w", p, err)
-			}
-			if err := os.Rename(p, to); err != nil {
-				return out, fmt.Errorf("restore: move %s aside to %s: %w (the files moved so far are there)", p, out.Aside, err)
-			}
-			out.Moved = append(out.Moved, p)
+		if err := moveAside(t, present, out); err != nil {
+			return out, err
 		}
 	}
+	if err := place(m, dest, kept, staged, stageDirs, out); err != nil {
+		return out, err
+	}
+	return out, nil
+}
+
+// plan checks that the archive can be restored into t, and says where each
+// of its files goes.
+func plan(archive string, t Target) (*Manifest, map[string]string, error) {
+	m, err := Verify(archive)
+	if err != nil {
+		return nil, nil, err
+	}
+	if m.SchemaVersion > store.SchemaVersion() {
+		return nil, nil, fmt.Errorf("%w: %s holds schema version %d; this gpuvmd knows up to %d: restore it with the gpuvmd that made it, or a newer one",
+			ErrSchemaTooNew, archive, m.SchemaVersion, store.SchemaVersion())
+	}
+	if m.Database.File != "" && t.SQLitePath == "" {
+		return nil, nil, fmt.Errorf("restore %s: it holds a SQLite database and this configuration uses PostgreSQL: restore it on SQLite (--database PATH), then move it with gpuvmd migrate-db", archive)
+	}
+	// Where each file goes.
+	dest := map[string]string{}
+	for _, f := range m.Files {
+		switch {
+		case f.Name == m.Database.File:
+			dest[f.Name] = t.SQLitePath
+		default:
+			rel, ok := f.StatePath()
+			if !ok {
+				return nil, nil, fmt.Errorf("%w: %s: file %s is neither the database nor state", ErrBadArchive, archive, f.Name)
+			}
+			dest[f.Name] = filepath.Join(t.StateDir, rel)
+		}
+	}
+	return m, dest, nil
+}
+
+// keptFiles are the archive's state files already at their destination,
+// which restore leaves as they are.
+func keptFiles(m *Manifest, dest map[string]string) (map[string]bool, error) {
+	kept := map[string]bool{}
+	for _, f := range m.Files {
+		if f.Name == m.Database.File {
+			continue
+		}
+		if _, err := os.Lstat(dest[f.Name]); err == nil {
+			kept[f.Name] = true
+		} else if !errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("restore: look at %s: %w", dest[f.Name], err)
+		}
+	}
+	return kept, nil
+}
+
+// makeStageDirs makes a staging directory in each destination directory
+// (recorded in stageDirs), so that the final renames stay on one file
+// system; the directories it makes on the way are appended to made.
+func makeStageDirs(dest map[string]string, stageDirs map[string]string, made *[]string) error {
+	for _, p := range dest {
+		d := filepath.Dir(p)
+		if _, ok := stageDirs[d]; ok {
+			continue
+		}
+		if err := mkdirAll(d, made); err != nil {
+			return fmt.Errorf("restore: stage the files: %w", err)
+		}
+		s, err := os.MkdirTemp(d, ".gpuvm-restore-")
+		if err != nil {
+			return fmt.Errorf("restore: stage the files: %w", err)
+		}
+		stageDirs[d] = s
+	}
+	return nil
+}
+
+// checkStagedDatabase checks the staged copy of the database itself, not
+// only its manifest: it must be what the manifest says.
+func checkStagedDatabase(ctx context.Context, archive string, m *Manifest, path string) error {
+	// The copy itself, not only its manifest, must be what it says.
+	info, err := store.Inspect(ctx, store.Config{Driver: store.DriverSQLite, DSN: path})
+	switch {
+	case err != nil:
+		return fmt.Errorf("%w: %s: the database: %v", ErrBadArchive, archive, err)
+	case info.SchemaVersion > store.SchemaVersion():
+		return fmt.Errorf("%w: %s: its database is of schema version %d; this gpuvmd knows up to %d",
+			ErrSchemaTooNew, archive, info.SchemaVersion, store.SchemaVersion())
+	case info.SchemaVersion != m.SchemaVersion || info.Installation.ID != m.InstallationID:
+		return fmt.Errorf("%w: %s: its database is installation %s at schema version %d; the manifest says %s at %d",
+			ErrBadArchive, archive, info.Installation.ID, info.SchemaVersion, m.InstallationID, m.SchemaVersion)
+	}
+	return nil
+}
+
+// moveAside moves the files present at the target into out.Aside, a
+// folder of their own in the state directory (nothing is deleted).
+func moveAside(t Target, present []string, out *Restored) error {
+	for _, p := range present {
+		to := filepath.Join(out.Aside, asideRel(t, p))
+		if err := os.MkdirAll(filepath.Dir(to), 0o700); err != nil {
+			return fmt.Errorf("restore: move %s aside: %w", p, err)
+		}
+		if err := os.Rename(p, to); err != nil {
+			return fmt.Errorf("restore: move %s aside to %s: %w (the files moved so far are there)", p, out.Aside, err)
+		}
+		out.Moved = append(out.Moved, p)
+	}
+	return nil
+}
+
+// place renames the staged files to their destinations, the database
+// first, and syncs the directories.
+func place(m *Manifest, dest map[string]string, kept map[string]bool, staged func(string) string, stageDirs map[string]string, out *Restored) error {
 	names := make([]string, 0, len(m.Files))
 	for _, f := range m.Files {
 		names = append(names, f.Name)
@@ -217,19 +273,19 @@ func Restore(ctx context.Context, archive string, t Target) (*Restored, error) {
 			continue
 		}
 		if err := os.Chmod(staged(n), mode[n]|0o600); err != nil {
-			return out, fmt.Errorf("restore %s: %w", dest[n], err)
+			return fmt.Errorf("restore %s: %w", dest[n], err)
 		}
 		if err := os.Rename(staged(n), dest[n]); err != nil {
-			return out, fmt.Errorf("restore %s: %w", dest[n], err)
+			return fmt.Errorf("restore %s: %w", dest[n], err)
 		}
 		out.Written = append(out.Written, dest[n])
 	}
 	for d := range stageDirs {
 		if err := syncDir(d); err != nil {
-			return out, err
+			return err
 		}
 	}
-	return out, nil
+	return nil
 }
 
 // mkdirAll is os.MkdirAll that appends the directories it made to made.

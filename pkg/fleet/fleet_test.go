@@ -6,8 +6,6 @@ import (
 	"encoding/hex"
 	"io"
 	"log/slog"
-	"net/url"
-	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -16,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/gpuvm/gpuvm/pkg/store"
+	"github.com/gpuvm/gpuvm/pkg/store/storetest"
 )
 
 // envPostgres names a PostgreSQL database the tests may make schemas in
@@ -23,39 +22,6 @@ import (
 const envPostgres = "GPUVM_TEST_POSTGRES_DSN"
 
 func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
-
-// schemaDSN makes a fresh schema, dropped when the test ends, and returns
-// a DSN whose search_path is that schema; it skips without PostgreSQL.
-func schemaDSN(t *testing.T) string {
-	t.Helper()
-	base := os.Getenv(envPostgres)
-	if base == "" {
-		t.Skipf("%s is not set: the fleet needs PostgreSQL (as root: export %s=\"$(bash pkg/store/testdata/start-postgres.sh)\")", envPostgres, envPostgres)
-	}
-	u, err := url.Parse(base)
-	if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
-		t.Fatalf("$%s must be a postgres:// URL: %q", envPostgres, base)
-	}
-	schema := "fleet_" + randHex()
-	ctx := context.Background()
-	admin, err := pgx.Connect(ctx, base)
-	if err != nil {
-		t.Fatalf("connect to $%s: %v", envPostgres, err)
-	}
-	if _, err := admin.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if _, err := admin.Exec(context.Background(), "DROP SCHEMA "+schema+" CASCADE"); err != nil {
-			t.Errorf("drop schema %s: %v", schema, err)
-		}
-		_ = admin.Close(context.Background())
-	})
-	q := u.Query()
-	q.Set("search_path", schema)
-	u.RawQuery = q.Encode()
-	return u.String()
-}
 
 func randHex() string {
 	var b [6]byte
@@ -65,12 +31,7 @@ func randHex() string {
 
 func openStore(t *testing.T, dsn string) *store.Store {
 	t.Helper()
-	st, err := store.Open(context.Background(), store.Config{Driver: store.DriverPostgres, DSN: dsn, Logger: quiet()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	return st
+	return storetest.Open(t, store.Config{Driver: store.DriverPostgres, DSN: dsn, Logger: quiet()})
 }
 
 // terminate ends the PostgreSQL sessions of an application_name, as a
@@ -106,7 +67,7 @@ func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) 
 // its next check and the other takes over; when it stops, it releases the
 // lock at once. LeaderName says who leads.
 func TestLeaderElection(t *testing.T) {
-	dsn := schemaDSN(t)
+	dsn := storetest.PostgresDSN(t)
 	st := openStore(t, dsn)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -174,7 +135,7 @@ func TestScopesApart(t *testing.T) {
 // and the leader's (only while it leads). After its session is lost the
 // listener comes back and wakes its node once to look for missed work.
 func TestNotifications(t *testing.T) {
-	dsn := schemaDSN(t)
+	dsn := storetest.PostgresDSN(t)
 	st := openStore(t, dsn)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -237,7 +198,7 @@ func TestNotifications(t *testing.T) {
 // A node whose clock is off the database's, or whose name a live node at
 // another address uses, is refused with the reason.
 func TestOpenRefuses(t *testing.T) {
-	dsn := schemaDSN(t)
+	dsn := storetest.PostgresDSN(t)
 	st := openStore(t, dsn)
 	ctx := context.Background()
 	if err := st.RegisterHost(ctx, &store.Host{Name: "gpu-01", APIURL: "http://10.0.0.1:8080"}); err != nil {
@@ -275,10 +236,7 @@ func TestOpenRefuses(t *testing.T) {
 		t.Errorf("the name of a down node: %v", err)
 	}
 	// SQLite has no fleet.
-	lite, err := store.Open(ctx, store.Config{DSN: t.TempDir() + "/db", Logger: quiet()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	lite := storetest.Open(t, store.Config{DSN: t.TempDir() + "/db", Logger: quiet()})
 	defer lite.Close()
 	if _, err := Open(ctx, Config{Store: lite, Node: "x"}); err == nil || !strings.Contains(err.Error(), "PostgreSQL") {
 		t.Errorf("a fleet on SQLite: %v", err)
@@ -288,7 +246,7 @@ func TestOpenRefuses(t *testing.T) {
 // The leader marks nodes silent past the timeout down and hands the down
 // ones to HostsDown; a node that beats again is up.
 func TestLeaderMarksDown(t *testing.T) {
-	dsn := schemaDSN(t)
+	dsn := storetest.PostgresDSN(t)
 	st := openStore(t, dsn)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

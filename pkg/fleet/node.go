@@ -29,6 +29,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gpuvm/gpuvm/pkg/profile"
 	"github.com/gpuvm/gpuvm/pkg/store"
 )
 
@@ -42,12 +43,6 @@ const (
 
 // lockClass is the first part of the fleet's advisory lock key ("gpuv").
 const lockClass = 0x67707576
-
-// Defaults of Config.
-const (
-	DefaultHeartbeatInterval = 15 * time.Second
-	DefaultHeartbeatTimeout  = 3 * DefaultHeartbeatInterval
-)
 
 // Clock skew between a node and the database: more than ClockWarn is
 // logged as an error at every check; more than the heartbeat timeout's
@@ -113,10 +108,10 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 		return nil, errors.New("a fleet node needs a name")
 	}
 	if cfg.HeartbeatInterval <= 0 {
-		cfg.HeartbeatInterval = DefaultHeartbeatInterval
+		cfg.HeartbeatInterval = profile.DefaultHeartbeatInterval
 	}
 	if cfg.HeartbeatTimeout <= 0 {
-		cfg.HeartbeatTimeout = 3 * cfg.HeartbeatInterval
+		cfg.HeartbeatTimeout = profile.HeartbeatTimeoutIntervals * cfg.HeartbeatInterval
 	}
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()

@@ -15,6 +15,7 @@ import (
 	"github.com/gpuvm/gpuvm/pkg/backend"
 	"github.com/gpuvm/gpuvm/pkg/profile"
 	"github.com/gpuvm/gpuvm/pkg/store"
+	"github.com/gpuvm/gpuvm/pkg/webhook"
 )
 
 // Alert metrics (profile.AlertMetrics).
@@ -97,9 +98,9 @@ type Evaluator struct {
 	host     string
 	st       AlertStore
 	rules    func() []*profile.Alert
-	idle     IdleDetector  // nil: vm_idle rules observe nothing
-	backends BackendHealth // nil: backend_down rules observe nothing
-	notifier *Notifier     // nil: log only
+	idle     IdleDetector      // nil: vm_idle rules observe nothing
+	backends BackendHealth     // nil: backend_down rules observe nothing
+	notifier *webhook.Notifier // nil: log only
 	clock    Clock
 	log      *slog.Logger
 	interval time.Duration
@@ -120,7 +121,7 @@ type EvaluatorConfig struct {
 	Rules    func() []*profile.Alert
 	Idle     IdleDetector
 	Backends BackendHealth
-	Notifier *Notifier
+	Notifier *webhook.Notifier
 	Clock    Clock
 	Log      *slog.Logger
 	// Interval is the sampling interval: samples further apart than three

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/gpuvm/gpuvm/pkg/api"
+	"github.com/gpuvm/gpuvm/pkg/clocktest"
 	"github.com/gpuvm/gpuvm/pkg/profile"
 	"github.com/gpuvm/gpuvm/pkg/store"
 )
@@ -82,7 +83,7 @@ func (f *fakeHealth) BackendStates(context.Context) map[string]string {
 // a webhook receiver.
 type alertEnv struct {
 	t      *testing.T
-	clock  *fakeClock
+	clock  *clocktest.Clock
 	st     *store.Store
 	src    *fixedSource
 	health *fakeHealth
@@ -117,7 +118,7 @@ func (e *alertEnv) start() {
 			return e.rules
 		},
 		Backends: e.health, Clock: e.clock, Log: log})
-	e.mon.notifier.backoff = func(int) time.Duration { return time.Millisecond }
+	e.mon.notifier.SetBackoff(func(int) time.Duration { return time.Millisecond })
 	e.t.Cleanup(e.mon.notifier.Close)
 }
 

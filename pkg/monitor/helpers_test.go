@@ -4,36 +4,20 @@ import (
 	"bytes"
 	"context"
 	"log/slog"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/gpuvm/gpuvm/pkg/clocktest"
 	"github.com/gpuvm/gpuvm/pkg/store"
+	"github.com/gpuvm/gpuvm/pkg/store/storetest"
 )
 
 const testHost = "gpu01"
 
-// fakeClock is a settable clock shared by the store and the monitor.
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func newFakeClock() *fakeClock {
-	return &fakeClock{t: time.Date(2026, 3, 2, 9, 0, 0, 0, time.UTC)}
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
+// newFakeClock is the clock shared by a test's store and monitor.
+func newFakeClock() *clocktest.Clock {
+	return clocktest.New(time.Date(2026, 3, 2, 9, 0, 0, 0, time.UTC))
 }
 
 // syncBuffer is a log sink safe for concurrent writers.
@@ -61,14 +45,10 @@ func testLog(t testing.TB) (*slog.Logger, *syncBuffer) {
 }
 
 // newStore opens a SQLite database in the test's directory on clock.
-func newStore(t testing.TB, clock *fakeClock) *store.Store {
+func newStore(t testing.TB, clock *clocktest.Clock) *store.Store {
 	t.Helper()
 	log := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
-	st, err := store.Open(context.Background(), store.Config{DSN: filepath.Join(t.TempDir(), "gpuvm.db"), Now: clock.Now, Logger: log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = st.Close() })
+	st := storetest.New(t, storetest.WithClock(clock.Now), storetest.WithLogger(log))
 	return st
 }
 

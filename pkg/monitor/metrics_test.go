@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
+	"github.com/gpuvm/gpuvm/pkg/clocktest"
 	"github.com/gpuvm/gpuvm/pkg/profile"
 	"github.com/gpuvm/gpuvm/pkg/store"
 )
@@ -73,7 +74,7 @@ next:
 // metricsEnv is a monitor with every kind of metric populated: GPUs,
 // devices held by VMs, a queued VM, a firing alert, API requests and a
 // provisioned VM.
-func metricsEnv(t *testing.T) (*Monitor, *store.Store, *fakeClock, map[string]*store.VM) {
+func metricsEnv(t *testing.T) (*Monitor, *store.Store, *clocktest.Clock, map[string]*store.VM) {
 	t.Helper()
 	clock := newFakeClock()
 	st := newStore(t, clock)

@@ -1,3 +1,7 @@
+// Package monitor watches the GPUs: it samples them (NVML, or the simulated
+// server), keeps the samples, exports Prometheus metrics, evaluates alert
+// rules on each round and sends their webhooks, and tells which VMs' GPUs
+// are idle. The usage ledger built on the samples is pkg/usage.
 package monitor
 
 import (
@@ -11,6 +15,7 @@ import (
 
 	"github.com/gpuvm/gpuvm/pkg/profile"
 	"github.com/gpuvm/gpuvm/pkg/store"
+	"github.com/gpuvm/gpuvm/pkg/webhook"
 )
 
 // Store is everything the monitor reads and writes (a *store.Store).
@@ -19,7 +24,7 @@ type Store interface {
 	MetricsStore
 	AlertStore
 	IdleStore
-	NotifiedStore
+	webhook.Store
 	DownsampleSamples(ctx context.Context, host string, before time.Time, period time.Duration) (store.DownsampleResult, error)
 	DeleteSamplesBefore(ctx context.Context, t time.Time) (int64, error)
 	DeleteResolvedAlertsBefore(ctx context.Context, t time.Time) (int64, error)
@@ -43,7 +48,7 @@ type Config struct {
 	Rules    func() []*profile.Alert
 	Backends BackendHealth // nil: backend_down rules observe nothing
 	// HTTPClient posts webhooks; nil: a plain client (each attempt has
-	// WebhookTimeout).
+	// webhook.Timeout).
 	HTTPClient *http.Client
 	Clock      Clock
 	Log        *slog.Logger
@@ -59,7 +64,7 @@ type Monitor struct {
 	exporter  *Exporter
 	evaluator *Evaluator
 	idle      *Idle
-	notifier  *Notifier
+	notifier  *webhook.Notifier
 
 	mu         sync.Mutex
 	provCursor time.Time
@@ -101,7 +106,7 @@ func New(cfg Config) *Monitor {
 	}
 	m.exporter = NewExporter(cfg.Host, m.sampler, cfg.Store, cfg.Clock, log)
 	m.idle = NewIdle(cfg.Store, cfg.Host, cfg.Settings.IdleThreshold, cfg.Settings.Interval, cfg.Clock)
-	m.notifier = NewNotifier(cfg.HTTPClient, cfg.Store, cfg.Clock, log)
+	m.notifier = webhook.New(cfg.HTTPClient, cfg.Store, cfg.Clock, log)
 	m.evaluator = NewEvaluator(EvaluatorConfig{Host: cfg.Host, Store: cfg.Store, Rules: cfg.Rules, Idle: m.idle,
 		Backends: cfg.Backends, Notifier: m.notifier, Clock: cfg.Clock, Log: cfg.Log, Interval: cfg.Settings.Interval})
 	return m

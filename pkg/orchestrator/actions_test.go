@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"maps"
-	"path/filepath"
 	"reflect"
 	"slices"
 	"strings"
@@ -22,6 +21,7 @@ import (
 	"github.com/gpuvm/gpuvm/pkg/hypervisor/domain"
 	"github.com/gpuvm/gpuvm/pkg/profile"
 	"github.com/gpuvm/gpuvm/pkg/store"
+	"github.com/gpuvm/gpuvm/pkg/store/storetest"
 )
 
 // action queues an action's operation, as the API does.
@@ -742,11 +742,7 @@ func TestActionCrashAtEachStep(t *testing.T) {
 func (e *env) useClock(now func() time.Time) {
 	e.t.Helper()
 	ctx := context.Background()
-	st, err := store.Open(ctx, store.Config{DSN: filepath.Join(e.t.TempDir(), "clock.db"), Logger: e.log, Now: now})
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	e.t.Cleanup(func() { st.Close() })
+	st := storetest.New(e.t, storetest.WithClock(now), storetest.WithLogger(e.log))
 	for _, u := range []string{"ann", "bob"} {
 		if err := st.CreateUser(ctx, &store.User{Name: u}); err != nil {
 			e.t.Fatal(err)

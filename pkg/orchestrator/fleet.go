@@ -41,10 +41,6 @@ type Fleet interface {
 	Notify(node string)
 }
 
-// DefaultHostTimeout is how old a node's heartbeat may be before its
-// capacity leaves scheduling, when Config.HostTimeout is not set.
-const DefaultHostTimeout = 45 * time.Second
-
 // leading reports whether this orchestrator places queued VMs: always on a
 // single server.
 func (o *Orchestrator) leading() bool { return o.cfg.Fleet == nil || o.cfg.Fleet.IsLeader() }
@@ -228,7 +224,7 @@ func (o *Orchestrator) hostTimeout() time.Duration {
 	if o.cfg.HostTimeout > 0 {
 		return o.cfg.HostTimeout
 	}
-	return DefaultHostTimeout
+	return profile.DefaultHeartbeatTimeout
 }
 
 // RequeueFromDownHosts puts back in the queue the VMs placed on the given

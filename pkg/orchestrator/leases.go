@@ -45,7 +45,7 @@ import (
 type Leader interface{ IsLeader() bool }
 
 // Notifier POSTs notices to a webhook in the background (a
-// *monitor.Notifier): each as an alert notification whose rule is the
+// *webhook.Notifier): each as an alert notification whose rule is the
 // notice's kind, subject "vm/<id>", metric "vm_warning", value the minutes
 // left.
 type Notifier interface {

@@ -10,20 +10,11 @@ import (
 	"time"
 
 	"github.com/gpuvm/gpuvm/pkg/api"
+	"github.com/gpuvm/gpuvm/pkg/clocktest"
 	"github.com/gpuvm/gpuvm/pkg/monitor"
 	"github.com/gpuvm/gpuvm/pkg/profile"
 	"github.com/gpuvm/gpuvm/pkg/store"
 )
-
-// testClock is a clock the test moves.
-type testClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *testClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-
-func (c *testClock) set(t time.Time) { c.mu.Lock(); defer c.mu.Unlock(); c.t = t }
 
 // fakeNotifier collects the notifications the rules send.
 type fakeNotifier struct {
@@ -88,7 +79,7 @@ func (f *fakeLeader) set(b bool) { f.mu.Lock(); defer f.mu.Unlock(); f.leader = 
 // rulesEnv is an env on a clock the test moves, with the rules' fakes.
 type rulesEnv struct {
 	*env
-	clock  *testClock
+	clock  *clocktest.Clock
 	notify *fakeNotifier
 	idle   *fakeIdle
 }
@@ -96,7 +87,7 @@ type rulesEnv struct {
 var rulesStart = time.Date(2030, 5, 1, 9, 0, 0, 0, time.UTC) // a Wednesday
 
 func newRulesEnv(t *testing.T, preset, policy string) *rulesEnv {
-	e := &rulesEnv{env: newEnv(t, preset), clock: &testClock{t: rulesStart}, notify: &fakeNotifier{}, idle: &fakeIdle{}}
+	e := &rulesEnv{env: newEnv(t, preset), clock: clocktest.New(rulesStart), notify: &fakeNotifier{}, idle: &fakeIdle{}}
 	e.useClock(e.clock.Now)
 	e.withPolicy(policy)
 	return e
@@ -116,7 +107,7 @@ func (e *rulesEnv) orchRules(leader Leader) *Orchestrator {
 // at moves the clock to start+d and applies the rules.
 func (e *rulesEnv) at(o *Orchestrator, d time.Duration) RulesReport {
 	e.t.Helper()
-	e.clock.set(rulesStart.Add(d))
+	e.clock.Set(rulesStart.Add(d))
 	rep, err := o.ApplyRules(context.Background())
 	if err != nil {
 		e.t.Fatalf("rules at +%s: %v", d, err)
@@ -360,7 +351,7 @@ func TestIdleStop(t *testing.T) {
 	}
 	// A detector that fails keeps no other rule from applying.
 	e.idle.err = errors.New("samples unreadable")
-	e.clock.set(rulesStart.Add(8 * time.Hour))
+	e.clock.Set(rulesStart.Add(8 * time.Hour))
 	rep, err := o.ApplyRules(ctx)
 	if err == nil || !strings.Contains(err.Error(), "samples unreadable") || len(rep.Stopped) != 3 ||
 		!strings.Contains(strings.Join(rep.Stopped, ","), other.ID+" lease_end") || !strings.Contains(strings.Join(rep.Stopped, ","), busy.ID+" lease_end") ||
@@ -414,7 +405,7 @@ func TestRunAppliesRules(t *testing.T) {
 		}
 	}
 	waitFor("running", func(v *store.VM) bool { return v.State == store.VMRunning })
-	e.clock.set(rulesStart.Add(2 * time.Hour))
+	e.clock.Set(rulesStart.Add(2 * time.Hour))
 	waitFor("stopped at the lease's end", func(v *store.VM) bool {
 		return v.State == store.VMStopped && strings.Contains(v.StateReason, "the lease ended")
 	})

@@ -145,7 +145,7 @@ type Config struct {
 	// across every healthy node's GPUs, and each node runs the VMs placed
 	// on it. nil: one server, always the leader. HostTimeout is how old a
 	// node's heartbeat may be before its capacity leaves scheduling
-	// (default DefaultHostTimeout).
+	// (default profile.DefaultHeartbeatTimeout).
 	Fleet       Fleet
 	HostTimeout time.Duration
 	// Hook, for tests, is called at each Hook* point with the VM's ID; an

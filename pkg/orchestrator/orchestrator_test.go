@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -22,6 +21,7 @@ import (
 	"github.com/gpuvm/gpuvm/pkg/hypervisor"
 	"github.com/gpuvm/gpuvm/pkg/profile"
 	"github.com/gpuvm/gpuvm/pkg/store"
+	"github.com/gpuvm/gpuvm/pkg/store/storetest"
 	"github.com/gpuvm/gpuvm/test/testbin"
 )
 
@@ -133,11 +133,7 @@ func newEnv(t testing.TB, preset string) *env {
 		t.Fatal(diags)
 	}
 	e.cfg = cfg
-	st, err := store.Open(ctx, store.Config{DSN: filepath.Join(t.TempDir(), "gpuvm.db"), Logger: e.log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	st := storetest.New(t, storetest.WithLogger(e.log))
 	e.st = st
 	for _, u := range []string{"ann", "bob"} {
 		if err := st.CreateUser(ctx, &store.User{Name: u}); err != nil {

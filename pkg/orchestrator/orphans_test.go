@@ -3,7 +3,6 @@ package orchestrator
 import (
 	"context"
 	"errors"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +11,7 @@ import (
 	"github.com/gpuvm/gpuvm/pkg/backend"
 	"github.com/gpuvm/gpuvm/pkg/profile"
 	"github.com/gpuvm/gpuvm/pkg/store"
+	"github.com/gpuvm/gpuvm/pkg/store/storetest"
 )
 
 // openStore opens another, empty database (another installation, or this
@@ -19,11 +19,7 @@ import (
 func (e *env) openStore(installation string) *store.Store {
 	e.t.Helper()
 	ctx := context.Background()
-	st, err := store.Open(ctx, store.Config{DSN: filepath.Join(e.t.TempDir(), "other.db"), Logger: e.log})
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	e.t.Cleanup(func() { st.Close() })
+	st := storetest.New(e.t, storetest.WithLogger(e.log))
 	if installation != "" {
 		if err := st.JoinInstallation(ctx, installation); err != nil {
 			e.t.Fatal(err)

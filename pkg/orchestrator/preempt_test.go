@@ -50,21 +50,21 @@ func TestPreemption(t *testing.T) {
 
 			// Five minutes later ann waits: the victim is too young to stop
 			// within the notice.
-			e.clock.set(rulesStart.Add(5 * time.Minute))
+			e.clock.Set(rulesStart.Add(5 * time.Minute))
 			waiter := e.submitHours("ann", "l40s-whole", "waiter", 2)
 			o.Drain(ctx)
 			e.wantVM(waiter.ID, store.VMQueued, "no GPU has room")
 			if ws := e.warnings(victim.ID); len(ws) != 0 {
 				t.Fatalf("preempted before it could have run its minimum: %+v", ws)
 			}
-			e.clock.set(rulesStart.Add(49 * time.Minute))
+			e.clock.Set(rulesStart.Add(49 * time.Minute))
 			o.Drain(ctx)
 			if ws := e.warnings(victim.ID); len(ws) != 0 {
 				t.Fatalf("at 0:49 the notice would end before the minimum runtime: %+v", ws)
 			}
 
 			// At 0:50 its notice would end at 1:00, its minimum runtime.
-			e.clock.set(rulesStart.Add(50 * time.Minute))
+			e.clock.Set(rulesStart.Add(50 * time.Minute))
 			o.Drain(ctx)
 			stopAt := rulesStart.Add(time.Hour)
 			ws := e.warnings(victim.ID)
@@ -79,7 +79,7 @@ func TestPreemption(t *testing.T) {
 			}
 			// Later rounds choose nobody else, and the rules wait for the
 			// notice to end.
-			e.clock.set(rulesStart.Add(55 * time.Minute))
+			e.clock.Set(rulesStart.Add(55 * time.Minute))
 			o.Drain(ctx)
 			if rep := e.at(o, 55*time.Minute); !rep.Empty() {
 				t.Fatalf("before the notice ends: %+v", rep)
@@ -142,7 +142,7 @@ func TestPreemption(t *testing.T) {
 			e.wantVM(waiter.ID, store.VMRunning, "")
 
 			// Its owner starts it again: it waits for a GPU.
-			e.clock.set(rulesStart.Add(70 * time.Minute))
+			e.clock.Set(rulesStart.Add(70 * time.Minute))
 			start := e.action(e.vm(victim.ID), store.OpStart)
 			o.Drain(ctx)
 			got := e.wantVM(victim.ID, store.VMQueued, "no GPU has room")

@@ -2,39 +2,23 @@ package orchestrator
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	mrand "math/rand/v2"
-	"net/url"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"gorm.io/driver/postgres"
-	"gorm.io/gorm"
-	gormlogger "gorm.io/gorm/logger"
-
 	"github.com/gpuvm/gpuvm/pkg/api"
+	"github.com/gpuvm/gpuvm/pkg/clocktest"
 	"github.com/gpuvm/gpuvm/pkg/policy"
 	"github.com/gpuvm/gpuvm/pkg/profile"
 	"github.com/gpuvm/gpuvm/pkg/scheduler"
 	"github.com/gpuvm/gpuvm/pkg/store"
+	"github.com/gpuvm/gpuvm/pkg/store/storetest"
 )
-
-// bookClock is a settable clock for a store (the reservation tests' own).
-type bookClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *bookClock) Now() time.Time  { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *bookClock) Set(t time.Time) { c.mu.Lock(); defer c.mu.Unlock(); c.t = t }
 
 // berlin is the policy's time zone of the reservation tests.
 var berlin = mustLocation("Europe/Berlin")
@@ -61,29 +45,22 @@ const bookingPolicy = `policy {
 // "" or store.DriverSQLite: a file; store.DriverPostgres: a fresh schema of
 // $GPUVM_TEST_POSTGRES_DSN, or the test is skipped), with the users ann,
 // bob and cara (in group lab).
-func (e *env) withClock(driver string, clock *bookClock) {
+func (e *env) withClock(driver string, clock *clocktest.Clock) {
 	e.t.Helper()
 	e.st = openClockStore(e.t, driver, "", clock, e)
 }
 
 // openClockStore opens a store; dsn "" makes a new database.
-func openClockStore(t testing.TB, driver, dsn string, clock *bookClock, e *env) *store.Store {
+func openClockStore(t testing.TB, driver, dsn string, clock *clocktest.Clock, e *env) *store.Store {
 	t.Helper()
 	ctx := context.Background()
 	fresh := dsn == ""
+	cfg := store.Config{Driver: driver, DSN: dsn}
 	if fresh {
-		switch driver {
-		case "", store.DriverSQLite:
-			driver, dsn = store.DriverSQLite, filepath.Join(t.TempDir(), "clock.db")
-		case store.DriverPostgres:
-			dsn = postgresSchema(t)
-		}
+		cfg = storetest.Config(t, driver)
 	}
-	st, err := store.Open(ctx, store.Config{Driver: driver, DSN: dsn, Logger: e.log, Now: clock.Now})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	cfg.Logger, cfg.Now = e.log, clock.Now
+	st := storetest.Open(t, cfg)
 	if fresh {
 		for _, u := range []store.User{{Name: "ann"}, {Name: "bob"}, {Name: "cara", Groups: []string{"lab"}}, {Name: "admin", Admin: true}} {
 			if err := st.CreateUser(ctx, &u); err != nil {
@@ -92,43 +69,6 @@ func openClockStore(t testing.TB, driver, dsn string, clock *bookClock, e *env) 
 		}
 	}
 	return st
-}
-
-// postgresSchema makes a schema of its own in $GPUVM_TEST_POSTGRES_DSN
-// for the test (dropped after it), or skips the test.
-func postgresSchema(t testing.TB) string {
-	t.Helper()
-	base := os.Getenv("GPUVM_TEST_POSTGRES_DSN")
-	if base == "" {
-		t.Skip("GPUVM_TEST_POSTGRES_DSN is not set: PostgreSQL tests skipped (see pkg/store/testdata/start-postgres.sh)")
-	}
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	schema := "t_" + hex.EncodeToString(b[:])
-	admin, err := gorm.Open(postgres.Open(base), &gorm.Config{Logger: gormlogger.Discard})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sqlDB, _ := admin.DB()
-	if err := admin.Exec("CREATE SCHEMA " + schema).Error; err != nil {
-		sqlDB.Close()
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		admin.Exec("DROP SCHEMA " + schema + " CASCADE")
-		sqlDB.Close()
-	})
-	if strings.HasPrefix(base, "postgres://") || strings.HasPrefix(base, "postgresql://") {
-		u, err := url.Parse(base)
-		if err != nil {
-			t.Fatal(err)
-		}
-		q := u.Query()
-		q.Set("search_path", schema)
-		u.RawQuery = q.Encode()
-		return u.String()
-	}
-	return base + " search_path=" + schema
 }
 
 // reservation is a one-off reservation of count VMs of a profile.
@@ -143,7 +83,7 @@ func reservation(owner, prof string, count int, start, end time.Time) *store.Res
 func TestReservationHoldsGPU(t *testing.T) {
 	e := newEnv(t, "l40sx4") // one GPU for passthrough: 0000:a1:00.0
 	e.withPolicy(bookingPolicy)
-	clock := &bookClock{t: time.Date(2026, 12, 1, 10, 0, 0, 0, berlin)}
+	clock := clocktest.New(time.Date(2026, 12, 1, 10, 0, 0, 0, berlin))
 	e.withClock("", clock)
 	ctx := context.Background()
 	o := e.orch(nil)
@@ -211,7 +151,7 @@ func TestBookRules(t *testing.T) {
 	e := newEnv(t, "l40sx4")
 	e.withPolicy(bookingPolicy)
 	now := time.Date(2026, 12, 1, 10, 0, 0, 0, berlin)
-	e.withClock("", &bookClock{t: now})
+	e.withClock("", clocktest.New(now))
 	ctx := context.Background()
 	o := e.orch(nil)
 	tests := []struct {
@@ -257,17 +197,12 @@ func ptr[T any](v T) *T { return &v }
 // Two bookings for the last capacity at once, by two gpuvmds on one
 // database: exactly one is made, the other refused for capacity.
 func TestBookConcurrent(t *testing.T) {
-	for _, driver := range []string{store.DriverSQLite, store.DriverPostgres} {
+	for _, driver := range storetest.Drivers {
 		t.Run(driver, func(t *testing.T) {
 			e := newEnv(t, "l40sx4")
 			e.withPolicy(bookingPolicy)
-			clock := &bookClock{t: time.Date(2026, 12, 1, 10, 0, 0, 0, berlin)}
-			dsn := ""
-			if driver == store.DriverPostgres {
-				dsn = postgresSchema(t)
-			} else {
-				dsn = filepath.Join(t.TempDir(), "shared.db")
-			}
+			clock := clocktest.New(time.Date(2026, 12, 1, 10, 0, 0, 0, berlin))
+			dsn := storetest.Config(t, driver).DSN
 			e.st = openClockStore(t, driver, dsn, clock, e)
 			// Users made by hand on the shared database.
 			for _, u := range []store.User{{Name: "ann"}, {Name: "bob"}} {
@@ -320,7 +255,7 @@ func TestBookConcurrent(t *testing.T) {
 func TestWeeklyReservationAcrossDST(t *testing.T) {
 	e := newEnv(t, "l40sx4")
 	e.withPolicy(bookingPolicy)
-	clock := &bookClock{t: time.Date(2026, 3, 16, 9, 0, 0, 0, berlin)}
+	clock := clocktest.New(time.Date(2026, 3, 16, 9, 0, 0, 0, berlin))
 	e.withClock("", clock)
 	ctx := context.Background()
 	o := e.orch(nil)
@@ -364,7 +299,7 @@ func TestReservationConflictRule(t *testing.T) {
 	e := newEnv(t, "l40sx4")
 	e.withPolicy(bookingPolicy)
 	now := time.Date(2026, 12, 1, 10, 0, 0, 0, berlin)
-	clock := &bookClock{t: now}
+	clock := clocktest.New(now)
 	e.withClock("", clock)
 	ctx := context.Background()
 	o := e.orch(nil)
@@ -765,7 +700,7 @@ func TestCheckExtend(t *testing.T) {
 	e := newEnv(t, "l40sx4")
 	e.withPolicy(bookingPolicy)
 	now := time.Date(2026, 12, 1, 10, 0, 0, 0, berlin)
-	e.withClock("", &bookClock{t: now})
+	e.withClock("", clocktest.New(now))
 	ctx := context.Background()
 	o := e.orch(nil)
 	vm, op := e.askVM("bob", "l40s-whole", "bob", 2)

@@ -40,7 +40,7 @@ func TestWindowEndWarnsThenStops(t *testing.T) {
 }`)
 			ctx := context.Background()
 			o := e.orchRules(nil)
-			e.clock.set(rulesStart.Add(time.Hour))
+			e.clock.Set(rulesStart.Add(time.Hour))
 			vm := e.submitHours("ann", "l40s-seat", "lab", 8) // till 18:00
 			o.Drain(ctx)
 			e.wantVM(vm.ID, store.VMRunning, "")
@@ -138,7 +138,7 @@ policy {
 	e.wantVM(shortVM.ID, store.VMRunning, "")
 	e.wantVM(interactive.ID, store.VMRunning, "")
 	// After the window it starts.
-	e.clock.set(rulesStart.Add(9 * time.Hour))
+	e.clock.Set(rulesStart.Add(9 * time.Hour))
 	o.Drain(ctx)
 	e.wantVM(long.ID, store.VMRunning, "")
 }

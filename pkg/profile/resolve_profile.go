@@ -134,6 +134,35 @@ func (r *resolver) resolveProfile(b *profileBlock) {
 	// Keep the name taken even when the profile has errors, so a second
 	// definition is reported as a duplicate.
 	r.cfg.Profiles[b.Name] = p
+	r.resolveSizes(b, p)
+	img := r.resolveBootSource(b, p)
+	r.resolveOS(b, p, img)
+	r.resolveNetwork(b, p)
+	if b.GPU != nil {
+		p.GPU = r.resolveGPUNeed(b)
+	}
+
+	r.resolveDisplay(b, p)
+
+	if ci := b.CloudInit; ci != nil {
+		p.CloudInit = r.resolveCloudInit(ci)
+	}
+
+	p.Lease = r.resolveLease(b.Lease)
+
+	r.resolveAccess(b, p)
+
+	if p.GPU != nil && r.errorCount() == before {
+		r.checkSatisfiable(b, p.GPU)
+	}
+	if p.Boot != nil && p.Boot.Kernel != "" && img == nil && p.OS == "windows" {
+		r.errf(valueRange(body, "os", def), "Windows from a kernel", "Direct kernel boot starts a Linux kernel; os = \"windows\" needs a disk image.")
+	}
+}
+
+// resolveSizes reads the profile's vCPUs and memory.
+func (r *resolver) resolveSizes(b *profileBlock, p *Profile) {
+	body, def := b.Body, b.DefRange
 	if b.VCPUs != nil {
 		p.VCPUs = *b.VCPUs
 		if p.VCPUs < 1 || p.VCPUs > MaxVCPUs {
@@ -144,7 +173,12 @@ func (r *resolver) resolveProfile(b *profileBlock) {
 	if p.Memory < MinMemory {
 		r.errf(valueRange(body, "memory", def), "Invalid memory", "A VM needs at least %s of memory; %s is too little.", FormatSize(MinMemory), FormatSize(p.Memory))
 	}
+}
 
+// resolveBootSource reads the disk (an overlay on an image, which it
+// returns) and the direct kernel boot; a profile needs one or both.
+func (r *resolver) resolveBootSource(b *profileBlock, p *Profile) *Image {
+	body, def := b.Body, b.DefRange
 	var img *Image
 	if d := b.Disk; d != nil {
 		p.Disk = &Disk{}
@@ -177,7 +211,13 @@ func (r *resolver) resolveProfile(b *profileBlock) {
 	if !hasBlock(body, "disk") && !hasBlock(body, "boot") {
 		r.errf(def, "Profile has nothing to boot", "Profile %q needs a disk block (disk { image = \"NAME\" }) or a boot block (boot { kernel = \"PATH\" }), or both.", b.Name)
 	}
+	return img
+}
 
+// resolveOS reads the OS family and firmware (the image's unless the
+// profile says) and the TPM.
+func (r *resolver) resolveOS(b *profileBlock, p *Profile, img *Image) {
+	body, def := b.Body, b.DefRange
 	p.OS, p.Firmware = "linux", "bios"
 	if img != nil {
 		p.OS, p.Firmware = img.OS, img.Firmware
@@ -197,7 +237,10 @@ func (r *resolver) resolveProfile(b *profileBlock) {
 	if b.TPM != nil {
 		p.TPM = *b.TPM
 	}
+}
 
+// resolveNetwork reads the network block.
+func (r *resolver) resolveNetwork(b *profileBlock, p *Profile) {
 	p.Network = Network{Type: "network", Source: DefaultNetwork, Model: DefaultNetworkModel}
 	if n := b.Network; n != nil {
 		p.Network.Type = str(n.Type, "network")
@@ -222,11 +265,10 @@ func (r *resolver) resolveProfile(b *profileBlock) {
 			r.oneOf(n.Body, "model", p.Network.Model, networkModels, n.DefRange)
 		}
 	}
+}
 
-	if b.GPU != nil {
-		p.GPU = r.resolveGPUNeed(b)
-	}
-
+// resolveDisplay reads the display block, and whether a vGPU drives it.
+func (r *resolver) resolveDisplay(b *profileBlock, p *Profile) {
 	p.Display = Display{Type: "vnc"}
 	if d := b.Display; d != nil {
 		p.Display.Type = str(d.Type, "vnc")
@@ -248,13 +290,11 @@ func (r *resolver) resolveProfile(b *profileBlock) {
 			}
 		}
 	}
+}
 
-	if ci := b.CloudInit; ci != nil {
-		p.CloudInit = r.resolveCloudInit(ci)
-	}
-
-	p.Lease = r.resolveLease(b.Lease)
-
+// resolveAccess reads who may use the profile, its class and priority.
+func (r *resolver) resolveAccess(b *profileBlock, p *Profile) {
+	body, def := b.Body, b.DefRange
 	for i, u := range b.Users {
 		r.checkPrincipal("user", u, listItemRange(body, "users", i, def))
 	}
@@ -267,13 +307,6 @@ func (r *resolver) resolveProfile(b *profileBlock) {
 		if p.Priority < 0 || p.Priority > MaxPriority {
 			r.errf(valueRange(body, "priority", def), "Invalid priority", "priority is from 0 to %d (higher goes first), not %d.", MaxPriority, p.Priority)
 		}
-	}
-
-	if p.GPU != nil && r.errorCount() == before {
-		r.checkSatisfiable(b, p.GPU)
-	}
-	if p.Boot != nil && p.Boot.Kernel != "" && img == nil && p.OS == "windows" {
-		r.errf(valueRange(body, "os", def), "Windows from a kernel", "Direct kernel boot starts a Linux kernel; os = \"windows\" needs a disk image.")
 	}
 }
 

@@ -196,11 +196,17 @@ func (r *resolver) resolveBackup(b *backupBlock) {
 	}
 }
 
-// Defaults and bounds of the node block.
+// Defaults and bounds of the node block: these are the heartbeat's
+// defaults everywhere (pkg/heartbeat, pkg/fleet, the server's and the
+// orchestrator's host timeout).
 const (
 	DefaultHeartbeatInterval = 15 * time.Second
-	minHeartbeatInterval     = time.Second
-	maxHeartbeatInterval     = 5 * time.Minute
+	// HeartbeatTimeoutIntervals is how many heartbeat intervals a node may
+	// miss before it is down, when heartbeat_timeout is not set.
+	HeartbeatTimeoutIntervals = 3
+	DefaultHeartbeatTimeout   = HeartbeatTimeoutIntervals * DefaultHeartbeatInterval
+	minHeartbeatInterval      = time.Second
+	maxHeartbeatInterval      = 5 * time.Minute
 )
 
 // nodeNamePattern is a node's name: a host name or one label of it.
@@ -224,7 +230,7 @@ func (r *resolver) resolveNode(b *nodeBlock) {
 		r.errf(valueRange(b.Body, "heartbeat_interval", b.DefRange), "Invalid heartbeat_interval",
 			"The heartbeat interval is from %s to %s; %s was given.", minHeartbeatInterval, maxHeartbeatInterval, n.HeartbeatInterval)
 	}
-	n.HeartbeatTimeout, ok = r.duration(b.Body, "heartbeat_timeout", b.HeartbeatTimeout, 3*n.HeartbeatInterval, b.DefRange)
+	n.HeartbeatTimeout, ok = r.duration(b.Body, "heartbeat_timeout", b.HeartbeatTimeout, HeartbeatTimeoutIntervals*n.HeartbeatInterval, b.DefRange)
 	if ok && n.HeartbeatTimeout < 2*n.HeartbeatInterval {
 		r.errf(valueRange(b.Body, "heartbeat_timeout", b.DefRange), "Invalid heartbeat_timeout",
 			"A node is down when its heartbeat is older than heartbeat_timeout, which must be at least two heartbeat intervals (%s) so that one late heartbeat does not take a node down; %s was given.",

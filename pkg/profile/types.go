@@ -418,6 +418,28 @@ type Lease struct {
 	Grace time.Duration `json:"grace"`
 }
 
+// MaxLeaseHours bounds every lease in hours (ten years), whatever a profile
+// says: leases become time.Durations and times, which it keeps far from
+// overflowing.
+const MaxLeaseHours = 10 * 365 * 24
+
+// MaxHours is the longest lease in whole hours (a part of an hour does not
+// count): lease.max's, within MaxLeaseHours.
+func (l Lease) MaxHours() int {
+	h := MaxLeaseHours
+	if l.Max > 0 {
+		h = min(h, int(l.Max/time.Hour))
+	}
+	return h
+}
+
+// DefaultHours is the lease of a VM asked for without hours: lease.default
+// rounded up to whole hours, at least 1, at most MaxHours (or 1).
+func (l Lease) DefaultHours() int {
+	h := max(1, int((min(l.Default, MaxLeaseHours*time.Hour)+time.Hour-1)/time.Hour))
+	return min(h, max(l.MaxHours(), 1))
+}
+
 // What happens at the end of a lease.
 const (
 	LeaseEndStop   = "stop"

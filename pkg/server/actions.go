@@ -180,10 +180,7 @@ func (s *Server) extendVM(c *gin.Context, vm *store.VM) {
 	}
 	// Every profile has a maximum lease (profile.DefaultMaxLease when it
 	// names none); a part of an hour does not count.
-	maxHours := maxLeaseHours
-	if p.Lease.Max > 0 {
-		maxHours = min(maxHours, int(p.Lease.Max/time.Hour))
-	}
+	maxHours := p.Lease.MaxHours()
 	ctx := c.Request.Context()
 	u := user(c)
 	for attempt := 1; ; attempt++ {

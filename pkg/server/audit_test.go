@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -26,6 +25,7 @@ import (
 	"github.com/gpuvm/gpuvm/pkg/backend"
 	"github.com/gpuvm/gpuvm/pkg/profile"
 	"github.com/gpuvm/gpuvm/pkg/store"
+	"github.com/gpuvm/gpuvm/pkg/store/storetest"
 )
 
 // Every state-changing route of the API (all but GET; the OpenAPI route
@@ -108,12 +108,9 @@ func (b *syncBuffer) String() string {
 func newAuditEnv(t *testing.T, hcl string) *auditEnv {
 	t.Helper()
 	ctx := context.Background()
-	e := &auditEnv{dsn: filepath.Join(t.TempDir(), "db"), log: &syncBuffer{}, tokens: map[string]string{}, tokenID: map[string]int64{}}
-	st, err := store.Open(ctx, store.Config{DSN: e.dsn, Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	db := storetest.Config(t, store.DriverSQLite, storetest.Quiet)
+	e := &auditEnv{dsn: db.DSN, log: &syncBuffer{}, tokens: map[string]string{}, tokenID: map[string]int64{}}
+	st := storetest.Open(t, db)
 	e.st = st
 	for _, name := range []string{"admin", "ann", "bob"} {
 		if err := st.CreateUser(ctx, &store.User{Name: name, Admin: name == "admin"}); err != nil {

@@ -2,12 +2,9 @@ package server
 
 import (
 	"context"
-	"crypto/des"
 	"crypto/rand"
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -22,6 +19,7 @@ import (
 	"github.com/gpuvm/gpuvm/pkg/api"
 	"github.com/gpuvm/gpuvm/pkg/hypervisor"
 	"github.com/gpuvm/gpuvm/pkg/hypervisor/domain"
+	"github.com/gpuvm/gpuvm/pkg/rfb"
 	"github.com/gpuvm/gpuvm/pkg/server/web"
 	"github.com/gpuvm/gpuvm/pkg/store"
 )
@@ -397,7 +395,7 @@ func (s *Server) serveTicket(c *gin.Context, kind string) {
 	// password never reaches the browser; the client sees no security.
 	if vncPassword != nil {
 		_ = target.SetDeadline(time.Now().Add(o.DialTimeout))
-		err := vncAuthenticate(target, *vncPassword)
+		_, err := rfb.Authenticate(target, *vncPassword)
 		_ = target.SetDeadline(time.Time{})
 		if err != nil {
 			target.Close()
@@ -425,8 +423,8 @@ func (s *Server) serveTicket(c *gin.Context, kind string) {
 	p := &proxy{s: s, o: o, ws: ws, target: target, vmID: vm.ID, what: what, log: log}
 	if vncPassword != nil {
 		hctx, cancel := context.WithTimeout(ctx, o.WriteTimeout)
-		p.client = wsReader{ws: ws, ctx: hctx}
-		err := vncServeNoAuth(hctx, &p.client)
+		p.client = wsStream{ws: ws, ctx: hctx}
+		err := rfb.ServeNoAuth(&p.client)
 		cancel()
 		if err != nil {
 			log.Info("console: the client's handshake failed", "err", err)
@@ -494,192 +492,21 @@ func trimReason(s string) string {
 	return s[:120] + "..."
 }
 
-// RFB (RFC 6143) security types and versions gpuvmd speaks.
-const (
-	rfbSecNone    = 1
-	rfbSecVNCAuth = 2
-)
-
-// rfbVersion parses "RFB 003.008\n" into 3.3, 3.7 or 3.8 (as 3, 7 or 8);
-// an unknown minor version counts as 3.3, as RFC 6143 says.
-func rfbVersion(b []byte) (int, error) {
-	var major, minor int
-	if _, err := fmt.Sscanf(string(b), "RFB %03d.%03d\n", &major, &minor); err != nil || major != 3 {
-		return 0, fmt.Errorf("not an RFB 3.x protocol version: %q", b)
-	}
-	switch {
-	case minor >= 8:
-		return 8, nil
-	case minor == 7:
-		return 7, nil
-	}
-	return 3, nil
-}
-
-// vncAuthenticate is the client side of the RFB handshake with the VM's
-// display, up to its security result: version, security type (VNC
-// authentication with password, or none when the display has no password).
-// After it the display waits for ClientInit, which the proxied client sends.
-func vncAuthenticate(conn io.ReadWriter, password string) error {
-	buf := make([]byte, 12)
-	if _, err := io.ReadFull(conn, buf); err != nil {
-		return fmt.Errorf("read its protocol version: %w", err)
-	}
-	minor, err := rfbVersion(buf)
-	if err != nil {
-		return err
-	}
-	if _, err := fmt.Fprintf(conn, "RFB 003.%03d\n", minor); err != nil {
-		return err
-	}
-	var chosen uint32
-	if minor == 3 {
-		if err := binary.Read(conn, binary.BigEndian, &chosen); err != nil {
-			return fmt.Errorf("read its security type: %w", err)
-		}
-		if chosen == 0 {
-			return fmt.Errorf("it refused the connection: %s", rfbReason(conn))
-		}
-	} else {
-		var n [1]byte
-		if _, err := io.ReadFull(conn, n[:]); err != nil {
-			return fmt.Errorf("read its security types: %w", err)
-		}
-		if n[0] == 0 {
-			return fmt.Errorf("it refused the connection: %s", rfbReason(conn))
-		}
-		types := make([]byte, n[0])
-		if _, err := io.ReadFull(conn, types); err != nil {
-			return fmt.Errorf("read its security types: %w", err)
-		}
-		for _, t := range types {
-			if t == rfbSecVNCAuth && password != "" || t == rfbSecNone && chosen == 0 {
-				chosen = uint32(t)
-			}
-		}
-		if chosen == 0 {
-			return fmt.Errorf("it offers security types %v, gpuvmd speaks none (1) and VNC authentication (2)", types)
-		}
-		if _, err := conn.Write([]byte{byte(chosen)}); err != nil {
-			return err
-		}
-	}
-	switch chosen {
-	case rfbSecNone:
-		if minor < 8 {
-			return nil // no security result for None before 3.8
-		}
-	case rfbSecVNCAuth:
-		if password == "" {
-			return errors.New("it asks for a password and the VM has none recorded")
-		}
-		challenge := make([]byte, 16)
-		if _, err := io.ReadFull(conn, challenge); err != nil {
-			return fmt.Errorf("read its challenge: %w", err)
-		}
-		if _, err := conn.Write(vncAuthResponse(password, challenge)); err != nil {
-			return err
-		}
-	default:
-		return fmt.Errorf("it chose security type %d, which gpuvmd does not speak", chosen)
-	}
-	var result uint32
-	if err := binary.Read(conn, binary.BigEndian, &result); err != nil {
-		return fmt.Errorf("read its security result: %w", err)
-	}
-	if result != 0 {
-		reason := "the password was refused"
-		if minor == 8 {
-			reason += ": " + rfbReason(conn)
-		}
-		return errors.New(reason)
-	}
-	return nil
-}
-
-func rfbReason(r io.Reader) string {
-	var n uint32
-	if err := binary.Read(r, binary.BigEndian, &n); err != nil || n > 4096 {
-		return "no reason given"
-	}
-	b := make([]byte, n)
-	if _, err := io.ReadFull(r, b); err != nil {
-		return "no reason given"
-	}
-	return strings.TrimSpace(string(b))
-}
-
-// vncAuthResponse encrypts a VNC authentication challenge with the
-// password: DES keyed with its first 8 bytes, each byte's bits reversed.
-func vncAuthResponse(password string, challenge []byte) []byte {
-	key := make([]byte, 8)
-	copy(key, password)
-	for i, b := range key {
-		var r byte
-		for j := range 8 {
-			if b&(1<<j) != 0 {
-				r |= 0x80 >> j
-			}
-		}
-		key[i] = r
-	}
-	block, _ := des.NewCipher(key) // an 8-byte key never fails
-	out := make([]byte, 16)
-	block.Encrypt(out[:8], challenge[:8])
-	block.Encrypt(out[8:], challenge[8:])
-	return out
-}
-
-// vncServeNoAuth is the server side of the RFB handshake with the client,
-// which gpuvmd has authenticated by its ticket: version 3.8 (or the
-// client's older one) and security type None. What the client sends after
-// it (ClientInit) is left in in.rest.
-func vncServeNoAuth(ctx context.Context, in *wsReader) error {
-	write := func(b []byte) error { return in.ws.Write(ctx, websocket.MessageBinary, b) }
-	if err := write([]byte("RFB 003.008\n")); err != nil {
-		return err
-	}
-	buf := make([]byte, 12)
-	if _, err := io.ReadFull(in, buf); err != nil {
-		return fmt.Errorf("read the client's version: %w", err)
-	}
-	minor, err := rfbVersion(buf)
-	if err != nil {
-		return err
-	}
-	if minor == 3 {
-		return write([]byte{0, 0, 0, rfbSecNone})
-	}
-	if err := write([]byte{1, rfbSecNone}); err != nil {
-		return err
-	}
-	var chosen [1]byte
-	if _, err := io.ReadFull(in, chosen[:]); err != nil {
-		return fmt.Errorf("read the client's security type: %w", err)
-	}
-	if chosen[0] != rfbSecNone {
-		msg := "gpuvmd offers security type None only"
-		if minor == 8 {
-			_ = write(binary.BigEndian.AppendUint32(binary.BigEndian.AppendUint32(nil, 1), uint32(len(msg))))
-			_ = write([]byte(msg))
-		}
-		return fmt.Errorf("the client chose security type %d: %s", chosen[0], msg)
-	}
-	if minor == 8 {
-		return write([]byte{0, 0, 0, 0})
-	}
-	return nil
-}
-
-// wsReader reads a websocket's binary messages as a stream; the client's
-// handshake leaves what it did not read in rest.
-type wsReader struct {
+// wsStream is a websocket's binary messages as a stream: each Write is one
+// message; what a handshake did not read of the client's is left in rest.
+type wsStream struct {
 	ws   *websocket.Conn
 	ctx  context.Context
 	rest []byte
 }
 
-func (r *wsReader) Read(p []byte) (int, error) {
+func (r *wsStream) Write(p []byte) (int, error) {
+	if err := r.ws.Write(r.ctx, websocket.MessageBinary, p); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+func (r *wsStream) Read(p []byte) (int, error) {
 	for len(r.rest) == 0 {
 		typ, data, err := r.ws.Read(r.ctx)
 		if err != nil {

@@ -1,7 +1,6 @@
 package server
 
 import (
-	"bytes"
 	"context"
 	"encoding/binary"
 	"encoding/json"
@@ -14,7 +13,6 @@ import (
 	"net/http/httptest"
 	"net/netip"
 	"net/url"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -25,11 +23,14 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/gpuvm/gpuvm/pkg/api"
+	"github.com/gpuvm/gpuvm/pkg/clocktest"
 	"github.com/gpuvm/gpuvm/pkg/hypervisor"
 	"github.com/gpuvm/gpuvm/pkg/hypervisor/domain"
 	"github.com/gpuvm/gpuvm/pkg/profile"
+	"github.com/gpuvm/gpuvm/pkg/rfb"
 	"github.com/gpuvm/gpuvm/pkg/server/web"
 	"github.com/gpuvm/gpuvm/pkg/store"
+	"github.com/gpuvm/gpuvm/pkg/store/storetest"
 )
 
 // fakeVNC is a VNC server on a loopback port that speaks RFB 3.8 with VNC
@@ -110,39 +111,10 @@ func (f *fakeVNC) port() int { return f.ln.Addr().(*net.TCPAddr).Port }
 
 func (f *fakeVNC) serve(c net.Conn) error {
 	be := binary.BigEndian
-	if _, err := c.Write([]byte("RFB 003.008\n")); err != nil {
+	if err := rfb.ServeVNCAuth(c, f.password, [16]byte([]byte("0123456789abcdef"))); err != nil {
 		return err
-	}
-	ver := make([]byte, 12)
-	if _, err := io.ReadFull(c, ver); err != nil {
-		return err
-	}
-	if _, err := c.Write([]byte{1, rfbSecVNCAuth}); err != nil {
-		return err
-	}
-	var chosen [1]byte
-	if _, err := io.ReadFull(c, chosen[:]); err != nil {
-		return err
-	}
-	challenge := []byte("0123456789abcdef")
-	if _, err := c.Write(challenge); err != nil {
-		return err
-	}
-	resp := make([]byte, 16)
-	if _, err := io.ReadFull(c, resp); err != nil {
-		return err
-	}
-	if !bytes.Equal(resp, vncAuthResponse(f.password, challenge)) {
-		msg := "Authentication failed"
-		_ = binary.Write(c, be, uint32(1))
-		_ = binary.Write(c, be, uint32(len(msg)))
-		_, _ = c.Write([]byte(msg))
-		return errors.New(msg)
 	}
 	f.authOK.Add(1)
-	if err := binary.Write(c, be, uint32(0)); err != nil {
-		return err
-	}
 	var shared [1]byte
 	if _, err := io.ReadFull(c, shared[:]); err != nil {
 		return err
@@ -249,10 +221,10 @@ func rfbFrame(rw io.ReadWriter) (string, int, error) {
 	if _, err := io.ReadFull(rw, types); err != nil {
 		return "", 0, fmt.Errorf("read security types: %w", err)
 	}
-	if types[0] != 1 || types[1] != rfbSecNone {
+	if types[0] != 1 || types[1] != rfb.SecNone {
 		return "", 0, fmt.Errorf("security types %v, want [1 None]", types)
 	}
-	if _, err := rw.Write([]byte{rfbSecNone}); err != nil {
+	if _, err := rw.Write([]byte{rfb.SecNone}); err != nil {
 		return "", 0, err
 	}
 	var result uint32
@@ -318,24 +290,6 @@ func (f *fakeConsoles) Addresses(context.Context, string) ([]hypervisor.Address,
 	return f.addrs, f.addrErr
 }
 
-// setClock is a settable clock for the store.
-type setClock struct {
-	mu  sync.Mutex
-	off time.Duration
-}
-
-func (c *setClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return time.Now().Add(c.off)
-}
-
-func (c *setClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.off += d
-}
-
 // consoleEnv is an API on a real loopback port with a store, ann's running
 // VM "box" (and bob's "other"), the fake VNC server as every display and a
 // TCP echo server as every guest port.
@@ -345,7 +299,7 @@ type consoleEnv struct {
 	http     *httptest.Server
 	st       *store.Store
 	dsn      string
-	clock    *setClock
+	clock    *clocktest.Clock
 	vnc      *fakeVNC
 	consoles *fakeConsoles
 	box      *store.VM // ann's, running
@@ -361,11 +315,10 @@ var guestIP = netip.MustParseAddr("192.0.2.10")
 func newConsoleEnv(t *testing.T, o ConsoleOptions) *consoleEnv {
 	t.Helper()
 	ctx := context.Background()
-	e := &consoleEnv{t: t, clock: &setClock{}, dsn: filepath.Join(t.TempDir(), "db")}
-	st, err := store.Open(ctx, store.Config{DSN: e.dsn, Now: e.clock.Now, Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	e := &consoleEnv{t: t, clock: clocktest.New(time.Now())}
+	db := storetest.Config(t, store.DriverSQLite, storetest.WithClock(e.clock.Now), storetest.Quiet)
+	e.dsn = db.DSN
+	st := storetest.Open(t, db)
 	e.st = st
 	users := fakeAuth{"admin-token": {Name: "admin", Admin: true}, "ann-token": {Name: "ann"}, "bob-token": {Name: "bob"}}
 	for _, u := range users {
@@ -410,7 +363,6 @@ profile "seat" {
 		e.srv.Close()
 		e.vnc.Close() // before the HTTP server, which waits for its handlers
 		e.http.Close()
-		st.Close()
 	})
 	return e
 }
@@ -834,7 +786,7 @@ func TestConsoleTimeouts(t *testing.T) {
 		io.ReadFull(nc, buf)
 		nc.Write([]byte("RFB 003.008\n"))
 		io.ReadFull(nc, buf[:2])
-		nc.Write([]byte{rfbSecNone})
+		nc.Write([]byte{rfb.SecNone})
 		io.ReadFull(nc, buf[:4])
 		nc.Write([]byte{1})
 		waitFor(t, "the stalled proxy to close the display connection", func() bool { return e2.vnc.closed.Load() == 1 && e2.vnc.open() == 0 })

@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net/http/httptest"
 	"net/netip"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -18,6 +17,7 @@ import (
 	"github.com/gpuvm/gpuvm/pkg/hypervisor"
 	"github.com/gpuvm/gpuvm/pkg/hypervisor/domain"
 	"github.com/gpuvm/gpuvm/pkg/store"
+	"github.com/gpuvm/gpuvm/pkg/store/storetest"
 )
 
 // liveConsoles is a hypervisor whose answers a test sets, and which counts
@@ -87,11 +87,7 @@ func (l *liveConsoles) count() int {
 // another user's VM cost no hypervisor call.
 func TestGetVMLiveInfo(t *testing.T) {
 	ctx := context.Background()
-	st, err := store.Open(ctx, store.Config{DSN: filepath.Join(t.TempDir(), "db"), Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := storetest.New(t, storetest.Quiet)
 	for _, u := range []string{"ann", "bob"} {
 		if err := st.CreateUser(ctx, &store.User{Name: u}); err != nil {
 			t.Fatal(err)
@@ -103,6 +99,7 @@ func TestGetVMLiveInfo(t *testing.T) {
 			t.Fatal(err)
 		}
 		if state != store.VMQueued {
+			var err error
 			if vm, err = st.UpdateVMState(ctx, vm.ID, vm.Version, store.VMUpdate{State: state, Phase: api.PhaseReady}); err != nil {
 				t.Fatal(err)
 			}

@@ -3,8 +3,6 @@ package server
 import (
 	"context"
 	"encoding/json"
-	"errors"
-	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
@@ -16,14 +14,6 @@ import (
 
 	"github.com/gpuvm/gpuvm/pkg/api"
 	"github.com/gpuvm/gpuvm/pkg/backend"
-	"github.com/gpuvm/gpuvm/pkg/store"
-)
-
-// HeartbeatInterval is how often a gpuvmd writes its heartbeat; a host
-// whose last heartbeat is older than HostDownAfter is shown down.
-const (
-	HeartbeatInterval = 15 * time.Second
-	HostDownAfter     = 3 * HeartbeatInterval
 )
 
 // inventoryTimeout bounds one backend's answer to an inventory request.
@@ -75,93 +65,6 @@ func CollectInventory(ctx context.Context, bs Backends, log *slog.Logger) (hi ap
 	hi = backend.Merge(invs)
 	hi.Notes = append(hi.Notes, notes...)
 	return hi, failed
-}
-
-// Heartbeater registers a gpuvmd in the hosts table and keeps its heartbeat
-// and inventory current.
-type Heartbeater struct {
-	Store    *store.Store
-	Backends Backends
-	// Host is the host's name (the orchestrator's); APIURL where its API
-	// answers; Version gpuvmd's version.
-	Host, APIURL, Version string
-	// Every is the heartbeat interval (default HeartbeatInterval).
-	Every time.Duration
-	// Publish, when set, makes what is stored of the inventory (JSON); it
-	// must keep the api.HostInventory's fields (GET /v1/hosts reads them)
-	// and may add others: a fleet's nodes add what the leader places by
-	// (orchestrator.HeartbeatInventory). nil: the inventory as it is.
-	Publish func(api.HostInventory) any
-	Log     *slog.Logger
-}
-
-func (h *Heartbeater) log() *slog.Logger {
-	if h.Log == nil {
-		return slog.Default()
-	}
-	return h.Log
-}
-
-func (h *Heartbeater) inventory(ctx context.Context) (string, error) {
-	hi, _ := CollectInventory(ctx, h.Backends, h.log())
-	var v any = hi
-	if h.Publish != nil {
-		v = h.Publish(hi)
-	}
-	b, err := json.Marshal(v)
-	if err != nil {
-		return "", fmt.Errorf("encode the inventory of %s: %w", h.Host, err)
-	}
-	return string(b), nil
-}
-
-// Register records that the host started, with its inventory now.
-func (h *Heartbeater) Register(ctx context.Context) error {
-	inv, err := h.inventory(ctx)
-	if err != nil {
-		return err
-	}
-	row := &store.Host{Name: h.Host, APIURL: h.APIURL, Version: h.Version, Inventory: inv}
-	if err := h.Store.RegisterHost(ctx, row); err != nil {
-		return err
-	}
-	h.log().Info("host registered", "host", h.Host, "api_url", h.APIURL, "state", row.State)
-	return nil
-}
-
-// Beat writes one heartbeat with the inventory now; a host whose row has
-// gone (an admin removed it) registers again.
-func (h *Heartbeater) Beat(ctx context.Context) error {
-	inv, err := h.inventory(ctx)
-	if err != nil {
-		return err
-	}
-	err = h.Store.Heartbeat(ctx, h.Host, inv)
-	if errors.Is(err, store.ErrNotFound) {
-		return h.Register(ctx)
-	}
-	return err
-}
-
-// Run beats every interval until ctx ends; failures are logged and the
-// next beat tries again.
-func (h *Heartbeater) Run(ctx context.Context) {
-	every := h.Every
-	if every <= 0 {
-		every = HeartbeatInterval
-	}
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		if err := h.Beat(ctx); err != nil && ctx.Err() == nil {
-			h.log().Warn("heartbeat failed; trying again at the next one", "host", h.Host, "err", err)
-		}
-	}
 }
 
 func (s *Server) listHosts(c *gin.Context) {

@@ -11,13 +11,23 @@ import (
 	"time"
 
 	"github.com/gpuvm/gpuvm/pkg/api"
+	"github.com/gpuvm/gpuvm/pkg/heartbeat"
+	"github.com/gpuvm/gpuvm/pkg/profile"
 	"github.com/gpuvm/gpuvm/pkg/store"
 )
+
+// inventoryOf is the inventory gpuvmd's heartbeat stores: its backends'.
+func inventoryOf(s *Server) func(context.Context) api.HostInventory {
+	return func(ctx context.Context) api.HostInventory {
+		hi, _ := CollectInventory(ctx, s.Backends, s.log)
+		return hi
+	}
+}
 
 func TestHeartbeaterAndHostList(t *testing.T) {
 	e := newAdminEnv(t)
 	ctx := context.Background()
-	hb := &Heartbeater{Store: e.st, Backends: e.s.Backends, Host: "h1", APIURL: "http://h1:8080", Version: "1.2.3",
+	hb := &heartbeat.Beater{Store: e.st, Inventory: inventoryOf(e.s), Host: "h1", APIURL: "http://h1:8080", Version: "1.2.3",
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	if err := hb.Register(ctx); err != nil {
 		t.Fatal(err)
@@ -79,7 +89,7 @@ func TestHeartbeaterAndHostList(t *testing.T) {
 	}
 
 	// A beat keeps h1 up; three intervals without one show it down.
-	e.clock.Advance(HostDownAfter)
+	e.clock.Advance(profile.DefaultHeartbeatTimeout)
 	if err := hb.Beat(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -91,44 +101,12 @@ func TestHeartbeaterAndHostList(t *testing.T) {
 	if err := e.st.Heartbeat(ctx, "gone", "{}"); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("heartbeat of an unknown host: %v", err)
 	}
-	hb2 := &Heartbeater{Store: e.st, Backends: e.s.Backends, Host: "h3", Log: hb.Log}
+	hb2 := &heartbeat.Beater{Store: e.st, Inventory: inventoryOf(e.s), Host: "h3", Log: hb.Log}
 	if err := hb2.Beat(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if _, ok := hosts(e.admin)["h3"]; !ok {
 		t.Error("h3 did not register at its first beat")
-	}
-}
-
-// Run beats until its context ends.
-func TestHeartbeaterRun(t *testing.T) {
-	e := newAdminEnv(t)
-	hb := &Heartbeater{Store: e.st, Backends: e.s.Backends, Host: "h1", Every: 5 * time.Millisecond,
-		Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
-	ctx, cancel := context.WithCancel(context.Background())
-	if err := hb.Register(ctx); err != nil {
-		t.Fatal(err)
-	}
-	first, _ := e.st.GetHost(ctx, "h1")
-	e.clock.Advance(time.Minute)
-	done := make(chan struct{})
-	go func() { hb.Run(ctx); close(done) }()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		h, err := e.st.GetHost(ctx, "h1")
-		if err == nil && h.HeartbeatAt.After(first.HeartbeatAt) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no heartbeat: %+v %v", h, err)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	cancel()
-	select {
-	case <-done:
-	case <-time.After(10 * time.Second):
-		t.Fatal("Run did not stop")
 	}
 }
 

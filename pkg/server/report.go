@@ -8,7 +8,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
-	"github.com/gpuvm/gpuvm/pkg/monitor"
+	"github.com/gpuvm/gpuvm/pkg/usage"
 )
 
 // reportSummary answers GET /v1/reports/summary (admins): what gpuvm report
@@ -20,7 +20,7 @@ func (s *Server) reportSummary(c *gin.Context) {
 	if !ok {
 		return
 	}
-	q := monitor.ReportQuery{From: from, To: to, Location: time.Local, LocationName: localZoneName(to)}
+	q := usage.ReportQuery{From: from, To: to, Location: time.Local, LocationName: localZoneName(to)}
 	if tz := c.Query("tz"); tz != "" {
 		loc, err := time.LoadLocation(tz)
 		if err != nil || tz == "Local" {
@@ -37,7 +37,7 @@ func (s *Server) reportSummary(c *gin.Context) {
 		}
 		q.IdleBelow = f
 	}
-	r, err := monitor.Summarize(c.Request.Context(), s.Ledger, s.Store, q)
+	r, err := usage.Summarize(c.Request.Context(), s.Ledger, s.Store, q)
 	if err != nil {
 		s.writeProblem(c, usageError(err))
 		return

@@ -7,17 +7,17 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/gpuvm/gpuvm/pkg/api"
 	"github.com/gpuvm/gpuvm/pkg/backend"
+	"github.com/gpuvm/gpuvm/pkg/clocktest"
 	"github.com/gpuvm/gpuvm/pkg/orchestrator"
 	"github.com/gpuvm/gpuvm/pkg/profile"
 	"github.com/gpuvm/gpuvm/pkg/store"
+	"github.com/gpuvm/gpuvm/pkg/store/storetest"
 )
 
 // reservationConfig: two bookable GPU profiles, one of bob's, one without
@@ -58,14 +58,6 @@ profile "seat" {
 }
 `
 
-type settableClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *settableClock) Now() time.Time  { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *settableClock) set(t time.Time) { c.mu.Lock(); defer c.mu.Unlock(); c.t = t }
-
 var berlin = func() *time.Location {
 	loc, err := time.LoadLocation("Europe/Berlin")
 	if err != nil {
@@ -76,19 +68,15 @@ var berlin = func() *time.Location {
 
 // reservationServer is an API whose bookings a real orchestrator makes, on
 // a host of two whole L40S (a passthrough backend's inventory).
-func reservationServer(t *testing.T) (*Server, *store.Store, *settableClock) {
+func reservationServer(t *testing.T) (*Server, *store.Store, *clocktest.Clock) {
 	t.Helper()
 	cfg, diags := profile.Parse(profile.Source{Name: "p.hcl", Data: []byte(reservationConfig)})
 	if diags.HasErrors() {
 		t.Fatal(diags)
 	}
-	clock := &settableClock{t: time.Date(2026, 12, 1, 10, 0, 0, 0, berlin)}
+	clock := clocktest.New(time.Date(2026, 12, 1, 10, 0, 0, 0, berlin))
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	st, err := store.Open(context.Background(), store.Config{DSN: filepath.Join(t.TempDir(), "db"), Now: clock.Now, Logger: log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	st := storetest.New(t, storetest.WithClock(clock.Now), storetest.WithLogger(log))
 	users := fakeAuth{"admin-token": {Name: "admin", Admin: true}, "ann-token": {Name: "ann", Groups: []string{"lab"}},
 		"bob-token": {Name: "bob"}, "cara-token": {Name: "cara", Groups: []string{"lab"}}}
 	for _, u := range users {
@@ -313,7 +301,7 @@ func TestReservationVisibility(t *testing.T) {
 	}
 	// Once over, a reservation leaves the default list.
 	book("ann-token", `{"profile":"whole","start":"2026-12-02T14:00:00+01:00","end":"2026-12-02T16:00:00+01:00"}`)
-	clock.set(time.Date(2026, 12, 2, 17, 0, 0, 0, berlin))
+	clock.Set(time.Date(2026, 12, 2, 17, 0, 0, 0, berlin))
 	if _, ids := list("ann-token", ""); len(ids) != 0 {
 		t.Errorf("over: %v", ids)
 	}
@@ -326,7 +314,7 @@ func TestReservationVisibility(t *testing.T) {
 // time: 14:00 CET, then 14:00 CEST.
 func TestReservationNextAcrossDST(t *testing.T) {
 	s, _, clock := reservationServer(t)
-	clock.set(time.Date(2027, 3, 15, 9, 0, 0, 0, berlin))
+	clock.Set(time.Date(2027, 3, 15, 9, 0, 0, 0, berlin))
 	rec, got := send(t, s, "POST", "/v1/reservations", "ann-token",
 		`{"profile":"whole","start":"2027-03-16T14:00:00+01:00","end":"2027-03-16T16:00:00+01:00","recurrence":{"days":["tue"],"until":"2027-04-07T00:00:00+02:00"}}`)
 	if rec.Code != 201 {

@@ -15,9 +15,9 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/gpuvm/gpuvm/pkg/backend"
-	"github.com/gpuvm/gpuvm/pkg/monitor"
 	"github.com/gpuvm/gpuvm/pkg/profile"
 	"github.com/gpuvm/gpuvm/pkg/store"
+	"github.com/gpuvm/gpuvm/pkg/usage"
 )
 
 // Authenticator resolves a bearer token to a user.
@@ -76,12 +76,12 @@ type Deps struct {
 	MetricsAuth string
 	// Ledger answers usage questions (usage.go, report.go); nil: the
 	// server makes one of Store.
-	Ledger *monitor.Ledger
+	Ledger *usage.Ledger
 	// Fleet, when set, makes this gpuvmd a node of a fleet (fleet.go):
 	// the console and tunnel of a VM on another node are proxied to that
 	// node's gpuvmd, and GET /v1/hosts says which node leads. nil: one
 	// server. HostTimeout is how old a heartbeat may be before its host
-	// is down (default HostDownAfter).
+	// is down (default profile.DefaultHeartbeatTimeout).
 	Fleet       Fleet
 	HostTimeout time.Duration
 	// HTTP bounds what one client may hold: timeouts and connections per
@@ -128,7 +128,7 @@ func New(d Deps) *Server {
 	}
 	d.HTTP = d.HTTP.withDefaults()
 	if d.Ledger == nil && d.Store != nil {
-		d.Ledger = monitor.NewLedger(d.Store)
+		d.Ledger = usage.NewLedger(d.Store)
 	}
 	s := &Server{Deps: d, log: d.Log.With("component", "api"), engine: gin.New(),
 		eventKeepAlive: d.EventKeepAlive, done: make(chan struct{}), auditLog: d.Log.With("component", "audit")}

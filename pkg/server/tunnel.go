@@ -125,7 +125,7 @@ type proxy struct {
 	what   string // "the vnc display of VM x", for messages
 	log    *slog.Logger
 	// client holds what the VNC handshake read beyond itself.
-	client wsReader
+	client wsStream
 
 	last    atomic.Int64 // unix nanoseconds of the last byte either way
 	in, out atomic.Int64 // bytes from the client, to the client

@@ -12,8 +12,8 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/gpuvm/gpuvm/pkg/api"
-	"github.com/gpuvm/gpuvm/pkg/monitor"
 	"github.com/gpuvm/gpuvm/pkg/store"
+	"github.com/gpuvm/gpuvm/pkg/usage"
 )
 
 // Usage ranges: the default when from is not given, and the longest one
@@ -92,7 +92,7 @@ func (s *Server) usage(c *gin.Context) {
 	case !u.Admin:
 		who = u.Name
 	}
-	r, err := s.Ledger.Usage(c.Request.Context(), monitor.UsageQuery{From: from, To: to, By: by, User: who})
+	r, err := s.Ledger.Usage(c.Request.Context(), usage.Query{From: from, To: to, By: by, User: who})
 	if err != nil {
 		s.writeProblem(c, usageError(err))
 		return

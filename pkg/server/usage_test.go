@@ -7,14 +7,14 @@ import (
 	"log/slog"
 	"math"
 	"net/http/httptest"
-	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/gpuvm/gpuvm/pkg/api"
+	"github.com/gpuvm/gpuvm/pkg/clocktest"
 	"github.com/gpuvm/gpuvm/pkg/store"
+	"github.com/gpuvm/gpuvm/pkg/store/storetest"
 )
 
 // usageEnv is a server on a real store with users admin, ann (group
@@ -25,30 +25,13 @@ type usageEnv struct {
 	tokens map[string]string
 }
 
-type usageTestClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *usageTestClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *usageTestClock) Set(t time.Time) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = t
-}
-
 var usageNow = time.Date(2026, 3, 10, 12, 0, 0, 0, time.UTC)
 
 func newUsageEnv(t *testing.T) *usageEnv {
 	t.Helper()
 	ctx := context.Background()
-	clock := &usageTestClock{t: usageNow.Add(-60 * 24 * time.Hour)}
-	st, err := store.Open(ctx, store.Config{DSN: filepath.Join(t.TempDir(), "db"), Now: clock.Now,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	clock := clocktest.New(usageNow.Add(-60 * 24 * time.Hour))
+	st := storetest.New(t, storetest.WithClock(clock.Now), storetest.Quiet)
 	e := &usageEnv{st: st, tokens: map[string]string{}}
 	for _, u := range []struct {
 		name, group string

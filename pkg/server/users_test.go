@@ -6,36 +6,23 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/gpuvm/gpuvm/pkg/api"
 	"github.com/gpuvm/gpuvm/pkg/backend"
+	"github.com/gpuvm/gpuvm/pkg/clocktest"
 	"github.com/gpuvm/gpuvm/pkg/store"
+	"github.com/gpuvm/gpuvm/pkg/store/storetest"
 )
-
-// testClock is the store's clock in the admin tests.
-type testClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *testClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *testClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
 
 // adminEnv is a server that authenticates with a real store: users admin,
 // ann and bob with a token each, on host "h1" with two GPUs.
 type adminEnv struct {
 	s               *Server
 	st              *store.Store
-	clock           *testClock
+	clock           *clocktest.Clock
 	worker          *countWaker
 	inventoryErr    error
 	admin, ann, bob string
@@ -44,19 +31,15 @@ type adminEnv struct {
 func newAdminEnv(t *testing.T) *adminEnv {
 	t.Helper()
 	ctx := context.Background()
-	e := &adminEnv{clock: &testClock{t: time.Date(2026, 3, 1, 9, 0, 0, 0, time.UTC)}, worker: &countWaker{}}
-	st, err := store.Open(ctx, store.Config{DSN: filepath.Join(t.TempDir(), "db"), Now: e.clock.Now,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	e := &adminEnv{clock: clocktest.New(time.Date(2026, 3, 1, 9, 0, 0, 0, time.UTC)), worker: &countWaker{}}
+	st := storetest.New(t, storetest.WithClock(e.clock.Now), storetest.Quiet)
 	e.st = st
 	tokens := map[string]*string{"admin": &e.admin, "ann": &e.ann, "bob": &e.bob}
 	for _, name := range []string{"admin", "ann", "bob"} {
 		if err := st.CreateUser(ctx, &store.User{Name: name, Admin: name == "admin", Groups: []string{"staff"}}); err != nil {
 			t.Fatal(err)
 		}
+		var err error
 		if *tokens[name], _, err = st.CreateToken(ctx, name, "test", nil); err != nil {
 			t.Fatal(err)
 		}

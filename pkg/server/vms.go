@@ -13,7 +13,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/gin-gonic/gin"
 
@@ -21,11 +20,6 @@ import (
 	"github.com/gpuvm/gpuvm/pkg/profile"
 	"github.com/gpuvm/gpuvm/pkg/store"
 )
-
-// maxLeaseHours bounds every lease in hours (ten years), whatever a
-// profile says: leases become time.Durations and times, which it keeps far
-// from overflowing.
-const maxLeaseHours = 10 * 365 * 24
 
 // Limits of a VM's SSH keys: how many, and how long each (an RSA 16384-bit
 // key is about 2.8 kB).
@@ -118,17 +112,13 @@ func (s *Server) createVM(c *gin.Context) {
 	}
 	// Hours are compared as whole numbers before any arithmetic on them:
 	// time.Duration(hours)*time.Hour overflows past 2562047 hours.
-	maxHours := maxLeaseHours
-	if p.Lease.Max > 0 {
-		maxHours = min(maxHours, int(p.Lease.Max/time.Hour))
-	}
+	maxHours := p.Lease.MaxHours()
 	switch {
 	case req.Hours < 0:
 		s.writeProblem(c, withField(errValidation, "hours", "hours must be positive"))
 		return
 	case req.Hours == 0:
-		req.Hours = max(1, int((min(p.Lease.Default, maxLeaseHours*time.Hour)+time.Hour-1)/time.Hour))
-		req.Hours = min(req.Hours, max(maxHours, 1))
+		req.Hours = p.Lease.DefaultHours()
 	case req.Hours > maxHours:
 		s.writeProblem(c, withField(errValidation, "hours", fmt.Sprintf("profile %s allows at most %d hours", p.Name, maxHours)))
 		return

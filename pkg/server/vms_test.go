@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -12,6 +11,7 @@ import (
 	"github.com/gpuvm/gpuvm/pkg/api"
 	"github.com/gpuvm/gpuvm/pkg/profile"
 	"github.com/gpuvm/gpuvm/pkg/store"
+	"github.com/gpuvm/gpuvm/pkg/store/storetest"
 )
 
 type countWaker struct{ n atomic.Int32 }
@@ -40,11 +40,7 @@ profile "staff-only" {
 	if diags.HasErrors() {
 		t.Fatal(diags)
 	}
-	st, err := store.Open(context.Background(), store.Config{DSN: filepath.Join(t.TempDir(), "db")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	st := storetest.New(t)
 	users := fakeAuth{"admin-token": {Name: "admin", Admin: true}, "ann-token": {Name: "ann"}, "bob-token": {Name: "bob"}}
 	for _, u := range users {
 		if err := st.CreateUser(context.Background(), &store.User{Name: u.Name, Admin: u.Admin}); err != nil {

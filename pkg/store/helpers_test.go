@@ -9,13 +9,14 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
 	gormlogger "gorm.io/gorm/logger"
+
+	"github.com/gpuvm/gpuvm/pkg/clocktest"
 )
 
 // envPostgres names the DSN of a PostgreSQL database the tests may use: each
@@ -25,42 +26,19 @@ const envPostgres = "GPUVM_TEST_POSTGRES_DSN"
 
 var drivers = []string{DriverSQLite, DriverPostgres}
 
-// testClock is a settable clock; each reading advances it by step.
-type testClock struct {
-	mu   sync.Mutex
-	t    time.Time
-	step time.Duration
-}
-
-func newTestClock() *testClock {
-	return &testClock{t: time.Date(2026, 3, 1, 9, 0, 0, 0, time.UTC), step: time.Millisecond}
-}
-
-func (c *testClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	t := c.t
-	c.t = c.t.Add(c.step)
-	return t
-}
-
-func (c *testClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
-
-func (c *testClock) SetStep(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.step = d
+// newTestClock is a settable clock; each reading advances it by a
+// millisecond, so that two timestamps differ.
+func newTestClock() *clocktest.Clock {
+	c := clocktest.New(time.Date(2026, 3, 1, 9, 0, 0, 0, time.UTC))
+	c.SetStep(time.Millisecond)
+	return c
 }
 
 // testDB is where one test's database lives: reopen it with config.
 type testDB struct {
 	driver string
 	dsn    string
-	clock  *testClock
+	clock  *clocktest.Clock
 	log    *slog.Logger
 }
 

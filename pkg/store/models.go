@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/gpuvm/gpuvm/pkg/api"
 )
 
 // The gorm structs below mirror the tables the migrations create (see
@@ -62,18 +64,18 @@ type APIToken struct {
 
 func (APIToken) TableName() string { return "api_tokens" }
 
-// VM states. The lifecycle owns the transitions; the store only knows that a
-// deleted VM frees its name.
+// VM states (the API's). The lifecycle owns the transitions; the store only
+// knows that a deleted VM frees its name.
 const (
-	VMQueued     = "queued"
-	VMAllocating = "allocating"
-	VMCreating   = "creating"
-	VMRunning    = "running"
-	VMStopping   = "stopping"
-	VMStopped    = "stopped"
-	VMDeleting   = "deleting"
-	VMDeleted    = "deleted"
-	VMFailed     = "failed"
+	VMQueued     = api.VMQueued
+	VMAllocating = api.VMAllocating
+	VMCreating   = api.VMCreating
+	VMRunning    = api.VMRunning
+	VMStopping   = api.VMStopping
+	VMStopped    = api.VMStopped
+	VMDeleting   = api.VMDeleting
+	VMDeleted    = api.VMDeleted
+	VMFailed     = api.VMFailed
 )
 
 // VM is a GPU virtual machine somebody asked for. Version is its optimistic
@@ -125,10 +127,10 @@ const (
 	OpStop    = "stop"
 	OpReboot  = "reboot"
 	OpExtend  = "extend"
-	OpPending = "pending"
-	OpRunning = "running"
-	OpDone    = "done"
-	OpFailed  = "failed"
+	OpPending = api.OpPending
+	OpRunning = api.OpRunning
+	OpDone    = api.OpDone
+	OpFailed  = api.OpFailed
 )
 
 // Operation is a change to a VM that takes time: the API answers 202 with it,

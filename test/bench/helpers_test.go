@@ -17,6 +17,7 @@ import (
 
 	"github.com/gpuvm/gpuvm/pkg/server"
 	"github.com/gpuvm/gpuvm/pkg/store"
+	"github.com/gpuvm/gpuvm/pkg/store/storetest"
 	"github.com/gpuvm/gpuvm/test/internal/daemon"
 )
 
@@ -48,11 +49,7 @@ func quietLog() *slog.Logger {
 // openStore opens (and migrates) a SQLite database at path.
 func openStore(b *testing.B, path string) *store.Store {
 	b.Helper()
-	st, err := store.Open(context.Background(), store.Config{DSN: path, Logger: quietLog()})
-	if err != nil {
-		b.Fatal(err)
-	}
-	return st
+	return storetest.Open(b, store.Config{DSN: path, Logger: quietLog()})
 }
 
 // adminToken makes the admin user and its token, as gpuvmd does on first

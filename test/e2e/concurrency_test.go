@@ -1,8 +1,6 @@
 package e2e
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"net/url"
 	"os"
@@ -11,12 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"gorm.io/driver/postgres"
-	"gorm.io/gorm"
-	gormlogger "gorm.io/gorm/logger"
-
 	"github.com/gpuvm/gpuvm/pkg/api"
 	"github.com/gpuvm/gpuvm/pkg/client"
+	"github.com/gpuvm/gpuvm/pkg/store/storetest"
 )
 
 // halfH100 takes a 3g.40gb MIG instance: two fit on each of the h100x8
@@ -194,29 +189,5 @@ func postgresSchema(t *testing.T) string {
 	if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
 		t.Fatalf("$%s must be a postgres:// URL (gpuvmd --database takes one): %q", envPostgres, base)
 	}
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	schema := "e2e_" + hex.EncodeToString(b[:])
-	admin, err := gorm.Open(postgres.Open(base), &gorm.Config{Logger: gormlogger.Discard})
-	if err != nil {
-		t.Fatalf("connect to $%s: %v", envPostgres, err)
-	}
-	sqlDB, err := admin.DB()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := admin.Exec("CREATE SCHEMA " + schema).Error; err != nil {
-		_ = sqlDB.Close()
-		t.Fatalf("create schema %s: %v", schema, err)
-	}
-	t.Cleanup(func() {
-		if err := admin.Exec("DROP SCHEMA " + schema + " CASCADE").Error; err != nil {
-			t.Errorf("drop schema %s: %v", schema, err)
-		}
-		_ = sqlDB.Close()
-	})
-	q := u.Query()
-	q.Set("search_path", schema)
-	u.RawQuery = q.Encode()
-	return u.String()
+	return storetest.SchemaDSN(t, base)
 }

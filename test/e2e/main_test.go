@@ -43,6 +43,7 @@ import (
 	"github.com/gpuvm/gpuvm/pkg/host/sim"
 	"github.com/gpuvm/gpuvm/pkg/hypervisor"
 	"github.com/gpuvm/gpuvm/pkg/store"
+	"github.com/gpuvm/gpuvm/pkg/store/storetest"
 	"github.com/gpuvm/gpuvm/test/internal/daemon"
 	"github.com/gpuvm/gpuvm/test/internal/libvirtlock"
 )
@@ -407,11 +408,7 @@ func (w *world) openStore() *store.Store {
 	if strings.HasPrefix(w.database, "postgres://") {
 		cfg.Driver = store.DriverPostgres
 	}
-	st, err := store.Open(w.ctx(time.Minute), cfg)
-	if err != nil {
-		w.t.Fatal(err)
-	}
-	return st
+	return storetest.Open(w.t, cfg)
 }
 
 // liveStates are the VM states that may hold GPU slots.

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -17,11 +16,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/gpuvm/gpuvm/pkg/api"
 	"github.com/gpuvm/gpuvm/pkg/client"
 	"github.com/gpuvm/gpuvm/pkg/store"
+	"github.com/gpuvm/gpuvm/pkg/store/storetest"
 	"github.com/gpuvm/gpuvm/test/internal/daemon"
 )
 
@@ -49,43 +47,6 @@ func randHex(n int) string {
 	return hex.EncodeToString(b)
 }
 
-// schemaDSN makes a fresh schema in base's database, dropped when the test
-// ends, and returns a DSN whose search_path is it.
-func schemaDSN(t *testing.T, base string) string {
-	t.Helper()
-	u, err := url.Parse(base)
-	if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
-		t.Fatalf("$%s must be a postgres:// URL: %q", envPostgres, base)
-	}
-	schema := "fleet_" + randHex(6)
-	ctx := context.Background()
-	c, err := pgx.Connect(ctx, base)
-	if err != nil {
-		t.Fatalf("connect to %s: %v", base, err)
-	}
-	defer c.Close(ctx)
-	if _, err := c.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		c, err := pgx.Connect(ctx, base)
-		if err != nil {
-			t.Errorf("drop schema %s: %v", schema, err)
-			return
-		}
-		defer c.Close(ctx)
-		if _, err := c.Exec(ctx, "DROP SCHEMA "+schema+" CASCADE"); err != nil {
-			t.Errorf("drop schema %s: %v", schema, err)
-		}
-	})
-	q := u.Query()
-	q.Set("search_path", schema)
-	u.RawQuery = q.Encode()
-	return u.String()
-}
-
 // postgres is the test's database: a fresh schema of $GPUVM_TEST_POSTGRES_DSN;
 // the test skips without it.
 func postgres(t *testing.T) string {
@@ -94,7 +55,7 @@ func postgres(t *testing.T) string {
 	if base == "" {
 		t.Skipf("%s is not set: a fleet needs PostgreSQL (as root: export %s=\"$(bash pkg/store/testdata/start-postgres.sh)\")", envPostgres, envPostgres)
 	}
-	return schemaDSN(t, base)
+	return storetest.SchemaDSN(t, base)
 }
 
 // node is one gpuvmd of a test fleet: its own configuration, state
@@ -221,10 +182,7 @@ func newCluster(t *testing.T, dsn string, presets [][2]string) *cluster {
 	for _, n := range c.nodes {
 		c.start(n)
 	}
-	st, err := store.Open(c.ctx(time.Minute), store.Config{Driver: store.DriverPostgres, DSN: dsn, Logger: quiet()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := storetest.Open(t, store.Config{Driver: store.DriverPostgres, DSN: dsn, Logger: quiet()})
 	c.st = st
 	return c
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/gpuvm/gpuvm/pkg/api"
 	"github.com/gpuvm/gpuvm/pkg/client"
 	"github.com/gpuvm/gpuvm/pkg/store"
+	"github.com/gpuvm/gpuvm/pkg/store/storetest"
 )
 
 // privatePostgres is a PostgreSQL cluster of the test's own (initdb into
@@ -105,7 +106,7 @@ func (p *privatePostgres) dsn() string {
 // is lost: every VM accepted exists and settles, no slot is given twice.
 func TestFleetPostgresRestart(t *testing.T) {
 	pg := newPrivatePostgres(t)
-	c := newCluster(t, schemaDSN(t, pg.dsn()), [][2]string{{"p1", "l40sx4"}, {"p2", "l40sx4"}, {"p3", "l40sx4"}})
+	c := newCluster(t, storetest.SchemaDSN(t, pg.dsn()), [][2]string{{"p1", "l40sx4"}, {"p2", "l40sx4"}, {"p3", "l40sx4"}})
 
 	type attempt struct {
 		key, name string

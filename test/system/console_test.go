@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -25,6 +24,7 @@ import (
 	"github.com/gpuvm/gpuvm/pkg/server"
 	"github.com/gpuvm/gpuvm/pkg/server/web"
 	"github.com/gpuvm/gpuvm/pkg/store"
+	"github.com/gpuvm/gpuvm/pkg/store/storetest"
 	"github.com/gpuvm/gpuvm/test/guest"
 )
 
@@ -72,11 +72,7 @@ func TestConsoleThroughProxy(t *testing.T) {
 
 	// gpuvmd's API over the real hypervisor, with the VM recorded as the
 	// orchestrator records it: its ID is the domain's UUID.
-	st, err := store.Open(ctx, store.Config{DSN: filepath.Join(t.TempDir(), "gpuvm.db"), Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := storetest.New(t, storetest.Quiet)
 	users := consoleTokens{"ann-token": {Name: "ann"}, "bob-token": {Name: "bob"}}
 	for _, u := range users {
 		if err := st.CreateUser(ctx, &store.User{Name: u.Name}); err != nil {

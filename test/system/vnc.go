@@ -4,14 +4,13 @@ package system
 
 import (
 	"context"
-	"crypto/des"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"io"
 	"net"
-	"strings"
 	"time"
+
+	"github.com/gpuvm/gpuvm/pkg/rfb"
 )
 
 // FrameInfo is what a VNC server told a client: its desktop, and the first
@@ -26,10 +25,10 @@ type FrameInfo struct {
 }
 
 // ErrAuthFailed says the server refused the password.
-var ErrAuthFailed = errors.New("VNC authentication failed")
+var ErrAuthFailed = rfb.ErrAuthFailed
 
 // VNCFrame connects to a VNC server, authenticates with VNC authentication
-// (DES challenge-response) when it asks for it, completes the RFB handshake
+// (pkg/rfb) when it asks for it, completes the RFB handshake
 // (version, security, ClientInit, ServerInit), asks for a full framebuffer
 // update in raw encoding and reads it (RFC 6143).
 func VNCFrame(ctx context.Context, addr, password string) (FrameInfo, error) {
@@ -49,64 +48,11 @@ func VNCFrame(ctx context.Context, addr, password string) (FrameInfo, error) {
 
 func rfbSession(conn io.ReadWriter, password string) (FrameInfo, error) {
 	var fi FrameInfo
-	// ProtocolVersion.
-	ver := make([]byte, 12)
-	if _, err := io.ReadFull(conn, ver); err != nil {
-		return fi, fmt.Errorf("read version: %w", err)
-	}
-	if !strings.HasPrefix(string(ver), "RFB ") {
-		return fi, fmt.Errorf("not an RFB server: %q", ver)
-	}
-	fi.Version = strings.TrimSpace(string(ver))
-	if _, err := conn.Write([]byte("RFB 003.008\n")); err != nil {
+	minor, err := rfb.Authenticate(conn, password)
+	if err != nil {
 		return fi, err
 	}
-
-	// Security types (3.7+: a list; 3.3 would send one u32 instead).
-	var n [1]byte
-	if _, err := io.ReadFull(conn, n[:]); err != nil {
-		return fi, fmt.Errorf("read security types: %w", err)
-	}
-	if n[0] == 0 {
-		return fi, fmt.Errorf("server refused the connection: %s", readReason(conn))
-	}
-	types := make([]byte, n[0])
-	if _, err := io.ReadFull(conn, types); err != nil {
-		return fi, err
-	}
-	var chosen byte
-	for _, t := range types {
-		if t == 2 && password != "" || t == 1 && password == "" {
-			chosen = t
-			break
-		}
-	}
-	if chosen == 0 {
-		return fi, fmt.Errorf("no usable security type among %v (VNC auth is 2, none is 1)", types)
-	}
-	if _, err := conn.Write([]byte{chosen}); err != nil {
-		return fi, err
-	}
-	if chosen == 2 {
-		challenge := make([]byte, 16)
-		if _, err := io.ReadFull(conn, challenge); err != nil {
-			return fi, fmt.Errorf("read challenge: %w", err)
-		}
-		resp, err := VNCAuthResponse(password, challenge)
-		if err != nil {
-			return fi, err
-		}
-		if _, err := conn.Write(resp); err != nil {
-			return fi, err
-		}
-	}
-	var result uint32
-	if err := binary.Read(conn, binary.BigEndian, &result); err != nil {
-		return fi, fmt.Errorf("read security result: %w", err)
-	}
-	if result != 0 {
-		return fi, fmt.Errorf("%w: %s", ErrAuthFailed, readReason(conn))
-	}
+	fi.Version = fmt.Sprintf("RFB 003.%03d", minor)
 
 	// ClientInit (shared) and ServerInit.
 	if _, err := conn.Write([]byte{1}); err != nil {
@@ -194,44 +140,4 @@ func rfbSession(conn io.ReadWriter, password string) (FrameInfo, error) {
 			return fi, fmt.Errorf("unexpected server message type %d before the framebuffer update", typ[0])
 		}
 	}
-}
-
-func readReason(r io.Reader) string {
-	var n uint32
-	if err := binary.Read(r, binary.BigEndian, &n); err != nil || n > 4096 {
-		return "(no reason given)"
-	}
-	b := make([]byte, n)
-	if _, err := io.ReadFull(r, b); err != nil {
-		return "(no reason given)"
-	}
-	return string(b)
-}
-
-// VNCAuthResponse encrypts a VNC authentication challenge with the password:
-// DES in ECB mode, keyed with the password's first 8 bytes (zero-padded),
-// each byte's bits reversed (the RFB protocol's historical quirk).
-func VNCAuthResponse(password string, challenge []byte) ([]byte, error) {
-	if len(challenge) != 16 {
-		return nil, fmt.Errorf("VNC challenge of %d bytes, want 16", len(challenge))
-	}
-	key := make([]byte, 8)
-	copy(key, password)
-	for i, b := range key {
-		var r byte
-		for j := 0; j < 8; j++ {
-			if b&(1<<j) != 0 {
-				r |= 0x80 >> j
-			}
-		}
-		key[i] = r
-	}
-	block, err := des.NewCipher(key)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]byte, 16)
-	block.Encrypt(out[:8], challenge[:8])
-	block.Encrypt(out[8:], challenge[8:])
-	return out, nil
 }

@@ -1,65 +1,23 @@
 package system
 
 import (
-	"bytes"
-	"crypto/des"
 	"encoding/binary"
 	"errors"
 	"io"
 	"net"
 	"testing"
-)
 
-func TestVNCAuthResponseKey(t *testing.T) {
-	challenge := bytes.Repeat([]byte{0x5a}, 16)
-	got, err := VNCAuthResponse("a", challenge)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// 'a' = 0x61 = 0b01100001, bit-reversed 0b10000110 = 0x86; padded with zeros.
-	block, _ := des.NewCipher([]byte{0x86, 0, 0, 0, 0, 0, 0, 0})
-	want := make([]byte, 16)
-	block.Encrypt(want[:8], challenge[:8])
-	block.Encrypt(want[8:], challenge[8:])
-	if !bytes.Equal(got, want) {
-		t.Errorf("response % x, want % x", got, want)
-	}
-	// Only the first 8 characters count.
-	a, _ := VNCAuthResponse("12345678", challenge)
-	b, _ := VNCAuthResponse("123456789", challenge)
-	if !bytes.Equal(a, b) {
-		t.Error("characters after the eighth changed the response")
-	}
-	if _, err := VNCAuthResponse("x", []byte{1}); err == nil {
-		t.Error("short challenge accepted")
-	}
-}
+	"github.com/gpuvm/gpuvm/pkg/rfb"
+)
 
 // fakeServer speaks the server side of RFB 3.8 with VNC authentication.
 func fakeServer(t *testing.T, conn net.Conn, password string, w, h uint16) {
 	t.Helper()
 	defer conn.Close()
 	be := binary.BigEndian
-	_, _ = conn.Write([]byte("RFB 003.008\n"))
-	ver := make([]byte, 12)
-	if _, err := io.ReadFull(conn, ver); err != nil {
+	if rfb.ServeVNCAuth(conn, password, [16]byte([]byte("0123456789abcdef"))) != nil {
 		return
 	}
-	_, _ = conn.Write([]byte{1, 2})
-	var chosen [1]byte
-	_, _ = io.ReadFull(conn, chosen[:])
-	challenge := []byte("0123456789abcdef")
-	_, _ = conn.Write(challenge)
-	resp := make([]byte, 16)
-	_, _ = io.ReadFull(conn, resp)
-	want, _ := VNCAuthResponse(password, challenge)
-	if !bytes.Equal(resp, want) {
-		_ = binary.Write(conn, be, uint32(1))
-		_ = binary.Write(conn, be, uint32(len("bad password")))
-		_, _ = conn.Write([]byte("bad password"))
-		return
-	}
-	_ = binary.Write(conn, be, uint32(0))
 	var shared [1]byte
 	_, _ = io.ReadFull(conn, shared[:])
 	pf := [16]byte{32, 24, 0, 1}

@@ -154,6 +154,15 @@ func giProfileInfo(p gpu.MIGProfile) nvml.GpuInstanceProfileInfo {
 
 func (h *Host) device(addr string, index int) nvml.Device {
 	d := &mock.Device{}
+	h.identify(d, addr, index)
+	h.reportState(d, addr)
+	h.migProfiles(d, addr)
+	h.migInstances(d, addr, index)
+	return d
+}
+
+// identify answers what the GPU is: its index, UUID, name and PCI address.
+func (h *Host) identify(d *mock.Device, addr string, index int) {
 	d.GetIndexFunc = func() (int, nvml.Return) { return index, nvml.SUCCESS }
 	d.GetUUIDFunc = func() (string, nvml.Return) { return h.gpuUUID(addr), nvml.SUCCESS }
 	d.GetNameFunc = func() (string, nvml.Return) {
@@ -174,6 +183,11 @@ func (h *Host) device(addr string, index int) nvml.Device {
 		})
 		return info, ret
 	}
+}
+
+// reportState answers what the GPU holds now: memory, MIG and vGPU modes,
+// utilisation.
+func (h *Host) reportState(d *mock.Device, addr string) {
 	d.GetMemoryInfoFunc = func() (nvml.Memory, nvml.Return) {
 		var mem nvml.Memory
 		ret := h.withGPU(addr, func(g *gpuState) nvml.Return {
@@ -220,6 +234,10 @@ func (h *Host) device(addr string, index int) nvml.Device {
 		u := uint32(s.Utilization[addr])
 		return nvml.Utilization{Gpu: u, Memory: u}, nvml.SUCCESS
 	}
+}
+
+// migProfiles answers the GPU instance profiles and their placements.
+func (h *Host) migProfiles(d *mock.Device, addr string) {
 	d.GetGpuInstanceProfileInfoFunc = func(idx int) (nvml.GpuInstanceProfileInfo, nvml.Return) {
 		var info nvml.GpuInstanceProfileInfo
 		ret := h.withGPU(addr, func(g *gpuState) nvml.Return {
@@ -249,6 +267,10 @@ func (h *Host) device(addr string, index int) nvml.Device {
 		})
 		return out, ret
 	}
+}
+
+// migInstances creates and lists the GPU instances.
+func (h *Host) migInstances(d *mock.Device, addr string, index int) {
 	create := func(info *nvml.GpuInstanceProfileInfo, placement *nvml.GpuInstancePlacement) (nvml.GpuInstance, nvml.Return) {
 		var id int
 		ret := h.updateGPU(addr, func(s *state, g *gpuState) nvml.Return {
@@ -322,7 +344,6 @@ func (h *Host) device(addr string, index int) nvml.Device {
 		}
 		return h.gpuInstance(addr, index, id), nvml.SUCCESS
 	}
-	return d
 }
 
 // profileFor checks that the GPU is in MIG mode and finds the profile info's

@@ -121,202 +121,228 @@ func absPath(p string) error {
 // Validate checks a Spec and returns a *SpecError listing every problem, or
 // nil.
 func Validate(s Spec) error {
-	var probs []string
-	add := func(field string, err error) {
-		if err != nil {
-			probs = append(probs, field+": "+err.Error())
-		}
+	var p problems
+	p.machine(s)
+	p.firmware(s.Firmware)
+	p.boot(s)
+	p.disks(s.Disks)
+	p.network(s.Network)
+	p.graphics(s.Graphics)
+	if s.Video != "" && !videoModels[s.Video] {
+		p.addf("video", "%q is not one of virtio, vga, bochs, qxl, cirrus, none", s.Video)
 	}
-	addf := func(field, format string, args ...any) {
-		probs = append(probs, field+": "+fmt.Sprintf(format, args...))
+	if s.SerialLog != "" {
+		p.add("serial log", absPath(s.SerialLog))
 	}
+	p = append(p, hostdevProblems(s.Hostdevs, s.Graphics != nil)...)
+	p.metadata(s.Metadata)
+	if len(p) > 0 {
+		return &SpecError{Name: s.Name, Problems: p}
+	}
+	return nil
+}
 
-	add("name", ValidName(s.Name))
-	add("uuid", ValidUUID(s.UUID))
-	add("title", text(s.Title))
+// problems are what Validate finds, each "field: what is wrong".
+type problems []string
+
+// add notes err about field, when there is one.
+func (p *problems) add(field string, err error) {
+	if err != nil {
+		*p = append(*p, field+": "+err.Error())
+	}
+}
+
+func (p *problems) addf(field, format string, args ...any) {
+	*p = append(*p, field+": "+fmt.Sprintf(format, args...))
+}
+
+// machine checks the name, size and kind of machine.
+func (p *problems) machine(s Spec) {
+	p.add("name", ValidName(s.Name))
+	p.add("uuid", ValidUUID(s.UUID))
+	p.add("title", text(s.Title))
 	if s.VCPUs < 1 || s.VCPUs > MaxVCPUs {
-		addf("vcpus", "%d is not between 1 and %d", s.VCPUs, MaxVCPUs)
+		p.addf("vcpus", "%d is not between 1 and %d", s.VCPUs, MaxVCPUs)
 	}
 	if s.MemoryBytes < MinMemoryBytes || s.MemoryBytes > MaxMemoryBytes {
-		addf("memory", "%d bytes is not between %d MiB and %d TiB", s.MemoryBytes, MinMemoryBytes>>20, MaxMemoryBytes>>40)
+		p.addf("memory", "%d bytes is not between %d MiB and %d TiB", s.MemoryBytes, MinMemoryBytes>>20, MaxMemoryBytes>>40)
 	}
 	switch s.DomainType {
 	case "", TypeKVM, TypeQEMU:
 	default:
-		addf("domain type", "%q is neither %q nor %q", s.DomainType, TypeKVM, TypeQEMU)
+		p.addf("domain type", "%q is neither %q nor %q", s.DomainType, TypeKVM, TypeQEMU)
 	}
 	if s.Machine != "" && !machineRE.MatchString(s.Machine) {
-		addf("machine", "%q is not a machine type", s.Machine)
+		p.addf("machine", "%q is not a machine type", s.Machine)
 	}
 	switch s.OSFamily {
 	case "", OSLinux, OSWindows:
 	default:
-		addf("os family", "%q is neither %q nor %q", s.OSFamily, OSLinux, OSWindows)
+		p.addf("os family", "%q is neither %q nor %q", s.OSFamily, OSLinux, OSWindows)
 	}
+}
 
-	// Firmware.
-	fw := s.Firmware
+// firmware checks BIOS or UEFI and what needs UEFI.
+func (p *problems) firmware(fw Firmware) {
 	switch fw.Type {
 	case "", FirmwareBIOS:
 		if fw.SecureBoot {
-			addf("firmware.secure boot", "needs UEFI firmware")
+			p.addf("firmware.secure boot", "needs UEFI firmware")
 		}
 		if fw.NVRAM != "" {
-			addf("firmware.nvram", "needs UEFI firmware")
+			p.addf("firmware.nvram", "needs UEFI firmware")
 		}
 	case FirmwareUEFI:
 		if fw.NVRAM != "" {
-			add("firmware.nvram", absPath(fw.NVRAM))
+			p.add("firmware.nvram", absPath(fw.NVRAM))
 		}
 	default:
-		addf("firmware", "%q is neither %q nor %q", fw.Type, FirmwareBIOS, FirmwareUEFI)
+		p.addf("firmware", "%q is neither %q nor %q", fw.Type, FirmwareBIOS, FirmwareUEFI)
 	}
+}
 
-	// Direct kernel boot.
+// boot checks a direct kernel boot.
+func (p *problems) boot(s Spec) {
 	if s.Kernel != "" {
-		add("kernel", absPath(s.Kernel))
+		p.add("kernel", absPath(s.Kernel))
 		if s.Initrd != "" {
-			add("initrd", absPath(s.Initrd))
+			p.add("initrd", absPath(s.Initrd))
 		}
 		if len(s.Cmdline) > 4096 {
-			addf("cmdline", "is %d bytes long, at most 4096 allowed", len(s.Cmdline))
+			p.addf("cmdline", "is %d bytes long, at most 4096 allowed", len(s.Cmdline))
 		}
 		for _, r := range s.Cmdline {
 			if r < ' ' || r == 0x7f {
-				addf("cmdline", "holds a control character (%q)", r)
+				p.addf("cmdline", "holds a control character (%q)", r)
 				break
 			}
 		}
 	} else if s.Initrd != "" || s.Cmdline != "" {
-		addf("kernel", "initrd and cmdline need a kernel")
+		p.addf("kernel", "initrd and cmdline need a kernel")
 	}
+}
 
-	// Disks.
+// disks checks each disk's source, format and bus, and the disks per bus.
+func (p *problems) disks(disks []Disk) {
 	perBus := map[string]int{}
-	for i, d := range s.Disks {
+	for i, d := range disks {
 		f := fmt.Sprintf("disks[%d]", i)
 		switch {
 		case d.Path != "" && (d.Pool != "" || d.Volume != ""):
-			addf(f, "give either a path or a pool and volume, not both")
+			p.addf(f, "give either a path or a pool and volume, not both")
 		case d.Path != "":
-			add(f+".path", absPath(d.Path))
+			p.add(f+".path", absPath(d.Path))
 		case d.Pool != "" && d.Volume != "":
-			add(f+".pool", ValidName(d.Pool))
+			p.add(f+".pool", ValidName(d.Pool))
 			if d.Volume == "." || d.Volume == ".." || strings.ContainsAny(d.Volume, "/\x00\n") {
-				addf(f+".volume", "%q is not a volume name", d.Volume)
+				p.addf(f+".volume", "%q is not a volume name", d.Volume)
 			}
 		default:
-			addf(f, "needs a path, or a pool and a volume")
+			p.addf(f, "needs a path, or a pool and a volume")
 		}
 		switch d.Format {
 		case "", FormatQCOW2, FormatRaw:
 		default:
-			addf(f+".format", "%q is neither %q nor %q", d.Format, FormatQCOW2, FormatRaw)
+			p.addf(f+".format", "%q is neither %q nor %q", d.Format, FormatQCOW2, FormatRaw)
 		}
 		bus := diskBus(d)
 		switch bus {
 		case BusVirtIO:
 			if d.CDROM {
-				addf(f+".bus", "a CD-ROM cannot be on virtio (use sata or scsi)")
+				p.addf(f+".bus", "a CD-ROM cannot be on virtio (use sata or scsi)")
 			}
 		case BusSATA, BusSCSI:
 		default:
-			addf(f+".bus", "%q is not one of virtio, sata, scsi", d.Bus)
+			p.addf(f+".bus", "%q is not one of virtio, sata, scsi", d.Bus)
 		}
 		perBus[targetPrefix(bus)]++
 	}
 	for prefix, n := range perBus {
 		if n > maxDisksPerBus {
-			addf("disks", "%d disks named %s*, at most %d", n, prefix, maxDisksPerBus)
+			p.addf("disks", "%d disks named %s*, at most %d", n, prefix, maxDisksPerBus)
 		}
 	}
+}
 
-	// Network.
-	if n := s.Network; n.Name != "" || n.Bridge != "" {
+// network checks the network or bridge of the NIC.
+func (p *problems) network(n Network) {
+	if n.Name != "" || n.Bridge != "" {
 		if n.Name != "" && n.Bridge != "" {
-			addf("network", "a network (%q) or a bridge (%q), not both", n.Name, n.Bridge)
+			p.addf("network", "a network (%q) or a bridge (%q), not both", n.Name, n.Bridge)
 		}
 		if n.Name != "" {
-			add("network.name", ValidName(n.Name))
+			p.add("network.name", ValidName(n.Name))
 		}
 		if n.Bridge != "" && !bridgeRE.MatchString(n.Bridge) {
-			addf("network.bridge", "%q is not a Linux interface name", n.Bridge)
+			p.addf("network.bridge", "%q is not a Linux interface name", n.Bridge)
 		}
 		if n.MAC != "" && !macRE.MatchString(n.MAC) {
-			addf("network.mac", "%q is not a MAC address", n.MAC)
+			p.addf("network.mac", "%q is not a MAC address", n.MAC)
 		}
 		if n.Model != "" && !nicModels[n.Model] {
-			addf("network.model", "%q is not a NIC model gpuvm knows", n.Model)
+			p.addf("network.model", "%q is not a NIC model gpuvm knows", n.Model)
 		}
-	} else if s.Network.MAC != "" || s.Network.Model != "" {
-		addf("network", "a MAC or model needs a network name or a bridge")
+	} else if n.MAC != "" || n.Model != "" {
+		p.addf("network", "a MAC or model needs a network name or a bridge")
 	}
+}
 
-	// Graphics and video.
-	if g := s.Graphics; g != nil {
-		switch g.Type {
-		case GraphicsVNC:
-			if len(g.Password) > MaxVNCPassword {
-				addf("graphics.password", "VNC passwords are at most %d characters (got %d)", MaxVNCPassword, len(g.Password))
-			}
-		case GraphicsSpice:
-			if len(g.Password) > 60 {
-				addf("graphics.password", "at most 60 characters (got %d)", len(g.Password))
-			}
-			if g.WebSocket != 0 {
-				addf("graphics.websocket", "only VNC has a websocket")
-			}
-		default:
-			addf("graphics.type", "%q is neither %q nor %q", g.Type, GraphicsVNC, GraphicsSpice)
+// graphics checks the display: its type, password, listen address and
+// ports.
+func (p *problems) graphics(g *Graphics) {
+	if g == nil {
+		return
+	}
+	switch g.Type {
+	case GraphicsVNC:
+		if len(g.Password) > MaxVNCPassword {
+			p.addf("graphics.password", "VNC passwords are at most %d characters (got %d)", MaxVNCPassword, len(g.Password))
 		}
-		for _, r := range g.Password {
-			if r < 0x21 || r > 0x7e {
-				addf("graphics.password", "may hold printable ASCII characters only, without spaces")
-				break
-			}
+	case GraphicsSpice:
+		if len(g.Password) > 60 {
+			p.addf("graphics.password", "at most 60 characters (got %d)", len(g.Password))
 		}
-		if g.Listen != "" && net.ParseIP(g.Listen) == nil {
-			addf("graphics.listen", "%q is not an IP address", g.Listen)
+		if g.WebSocket != 0 {
+			p.addf("graphics.websocket", "only VNC has a websocket")
 		}
-		if g.Port != 0 && (g.Port < 5900 || g.Port > 65535) {
-			addf("graphics.port", "%d is not between 5900 and 65535 (0 lets libvirt choose)", g.Port)
-		}
-		if g.WebSocket != 0 && g.WebSocket != -1 && (g.WebSocket < 1024 || g.WebSocket > 65535) {
-			addf("graphics.websocket", "%d is not a port between 1024 and 65535 (-1 lets libvirt choose, 0 is off)", g.WebSocket)
-		}
-		if g.WebSocket > 0 && g.WebSocket == g.Port {
-			addf("graphics.websocket", "port %d is also the display port", g.WebSocket)
+	default:
+		p.addf("graphics.type", "%q is neither %q nor %q", g.Type, GraphicsVNC, GraphicsSpice)
+	}
+	for _, r := range g.Password {
+		if r < 0x21 || r > 0x7e {
+			p.addf("graphics.password", "may hold printable ASCII characters only, without spaces")
+			break
 		}
 	}
-	if s.Video != "" && !videoModels[s.Video] {
-		addf("video", "%q is not one of virtio, vga, bochs, qxl, cirrus, none", s.Video)
+	if g.Listen != "" && net.ParseIP(g.Listen) == nil {
+		p.addf("graphics.listen", "%q is not an IP address", g.Listen)
 	}
-	if s.SerialLog != "" {
-		add("serial log", absPath(s.SerialLog))
+	if g.Port != 0 && (g.Port < 5900 || g.Port > 65535) {
+		p.addf("graphics.port", "%d is not between 5900 and 65535 (0 lets libvirt choose)", g.Port)
 	}
+	if g.WebSocket != 0 && g.WebSocket != -1 && (g.WebSocket < 1024 || g.WebSocket > 65535) {
+		p.addf("graphics.websocket", "%d is not a port between 1024 and 65535 (-1 lets libvirt choose, 0 is off)", g.WebSocket)
+	}
+	if g.WebSocket > 0 && g.WebSocket == g.Port {
+		p.addf("graphics.websocket", "port %d is also the display port", g.WebSocket)
+	}
+}
 
-	// GPU hostdevs.
-	probs = append(probs, hostdevProblems(s.Hostdevs, s.Graphics != nil)...)
-
-	// Metadata.
-	if s.Metadata.VMID == "" {
-		addf("metadata.vm id", "is empty: every gpuvm domain names its VM")
+// metadata checks what the domain records of its VM.
+func (p *problems) metadata(m Metadata) {
+	if m.VMID == "" {
+		p.addf("metadata.vm id", "is empty: every gpuvm domain names its VM")
 	}
-	add("metadata.vm id", text(s.Metadata.VMID))
-	add("metadata.owner", text(s.Metadata.Owner))
-	add("metadata.profile", text(s.Metadata.Profile))
-	for i, v := range s.Metadata.Volumes {
+	p.add("metadata.vm id", text(m.VMID))
+	p.add("metadata.owner", text(m.Owner))
+	p.add("metadata.profile", text(m.Profile))
+	for i, v := range m.Volumes {
 		f := fmt.Sprintf("metadata.volumes[%d]", i)
-		add(f+".pool", ValidName(v.Pool))
+		p.add(f+".pool", ValidName(v.Pool))
 		if v.Name == "" || v.Name == "." || v.Name == ".." || strings.ContainsAny(v.Name, "/\x00\n") {
-			addf(f+".name", "%q is not a volume name", v.Name)
+			p.addf(f+".name", "%q is not a volume name", v.Name)
 		}
 	}
-
-	if len(probs) > 0 {
-		return &SpecError{Name: s.Name, Problems: probs}
-	}
-	return nil
 }
 
 // hostdevProblems lists what is wrong with a domain's GPU hostdevs, as

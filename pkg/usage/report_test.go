@@ -1,4 +1,4 @@
-package monitor
+package usage
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gpuvm/gpuvm/pkg/api"
+	"github.com/gpuvm/gpuvm/pkg/clocktest"
 	"github.com/gpuvm/gpuvm/pkg/store"
 )
 
@@ -26,7 +27,7 @@ func usageRatioText(u *float64) string {
 // The summary of day 0 of usageSchedule, worked out by hand.
 func TestSummarize(t *testing.T) {
 	ctx := context.Background()
-	usageStores(t, func(t *testing.T, s *store.Store, clock *usageClock) {
+	usageStores(t, func(t *testing.T, s *store.Store, clock *clocktest.Clock) {
 		seedUsageSchedule(t, s, clock)
 		l := NewLedger(s)
 		r, err := Summarize(ctx, l, s, ReportQuery{From: usageAt(0), To: usageAt(24), IdleBelow: 0.5})

@@ -1,8 +1,7 @@
-// Package monitor watches the GPUs and their use: it samples them, exports
-// metrics, evaluates alerts and keeps the usage ledger (GPU time held per VM,
-// weighted by share, and the utilisation achieved) that usage reports and
-// quotas read.
-package monitor
+// Package usage is the usage ledger (GPU time held per VM, weighted by
+// share, and the utilisation achieved) that usage reports and quotas read,
+// and the periodic review's summary built on it (Summarize).
+package usage
 
 import (
 	"cmp"
@@ -21,8 +20,8 @@ import (
 // meanwhile (samples mapped to the VM), so that what is held but idle is
 // visible.
 
-// UsageStore is what the ledger reads (pkg/store).
-type UsageStore interface {
+// Store is what the ledger reads (pkg/store).
+type Store interface {
 	Now() time.Time
 	ListUsageSpans(ctx context.Context, q store.UsageQuery) ([]store.UsageSpan, error)
 	SampleUtilizationBuckets(ctx context.Context, q store.UsageQuery, bucket time.Duration) ([]store.UtilBucket, error)
@@ -44,7 +43,7 @@ const (
 // once read: a query reads from the database only the hours it has not
 // seen and the current one. It is safe for concurrent use.
 type Ledger struct {
-	st UsageStore
+	st Store
 	// Settle and CacheHorizon: see DefaultSettle and DefaultCacheHorizon;
 	// set them before the first query.
 	Settle, CacheHorizon time.Duration
@@ -54,7 +53,7 @@ type Ledger struct {
 }
 
 // NewLedger returns a ledger of the store.
-func NewLedger(st UsageStore) *Ledger {
+func NewLedger(st Store) *Ledger {
 	return &Ledger{st: st, Settle: DefaultSettle, CacheHorizon: DefaultCacheHorizon, hours: map[int64][]store.UtilBucket{}}
 }
 
@@ -274,8 +273,8 @@ func (l *Ledger) Warm(ctx context.Context, back time.Duration) error {
 	return l.utilization(ctx, now.Add(-back), now, func(time.Time, store.UtilBucket) {})
 }
 
-// UsageQuery asks for a usage report.
-type UsageQuery struct {
+// Query asks for a usage report.
+type Query struct {
 	From, To time.Time
 	// By is one of api.UsageGroupings (default api.UsageByUser).
 	By string
@@ -285,7 +284,7 @@ type UsageQuery struct {
 
 // Usage is the usage report of q: GPU-hours held per key of the grouping,
 // with the utilisation achieved.
-func (l *Ledger) Usage(ctx context.Context, q UsageQuery) (*api.UsageReport, error) {
+func (l *Ledger) Usage(ctx context.Context, q Query) (*api.UsageReport, error) {
 	if q.By == "" {
 		q.By = api.UsageByUser
 	}

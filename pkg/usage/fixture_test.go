@@ -1,24 +1,14 @@
-package monitor
+package usage
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"log/slog"
 	"math"
-	"net/url"
-	"os"
-	"path/filepath"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"gorm.io/driver/postgres"
-	"gorm.io/gorm"
-	gormlogger "gorm.io/gorm/logger"
-
+	"github.com/gpuvm/gpuvm/pkg/clocktest"
 	"github.com/gpuvm/gpuvm/pkg/store"
+	"github.com/gpuvm/gpuvm/pkg/store/storetest"
 )
 
 // The known schedule the usage and report tests share. Day 0 is Monday
@@ -27,84 +17,17 @@ var usageDay0 = time.Date(2026, 3, 2, 0, 0, 0, 0, time.UTC)
 
 func usageAt(h float64) time.Time { return usageDay0.Add(time.Duration(h * float64(time.Hour))) }
 
-// usageClock is a clock the test sets.
-type usageClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *usageClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *usageClock) Set(t time.Time) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = t
-}
-
 // usageStores runs fn on a fresh SQLite store and, when
 // GPUVM_TEST_POSTGRES_DSN is set, on a fresh PostgreSQL schema, as
 // pkg/store's own tests do.
-func usageStores(t *testing.T, fn func(t *testing.T, s *store.Store, clock *usageClock)) {
+func usageStores(t *testing.T, fn func(t *testing.T, s *store.Store, clock *clocktest.Clock)) {
 	t.Helper()
-	for _, driver := range []string{store.DriverSQLite, store.DriverPostgres} {
+	for _, driver := range storetest.Drivers {
 		t.Run(driver, func(t *testing.T) {
-			clock := &usageClock{t: usageAt(-72)}
-			cfg := store.Config{Driver: driver, Now: clock.Now,
-				Logger: slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))}
-			switch driver {
-			case store.DriverSQLite:
-				cfg.DSN = filepath.Join(t.TempDir(), "gpuvm.db")
-			default:
-				cfg.DSN = usagePostgresSchema(t)
-			}
-			s, err := store.Open(context.Background(), cfg)
-			if err != nil {
-				t.Fatalf("open %s: %v", driver, err)
-			}
-			t.Cleanup(func() { _ = s.Close() })
-			fn(t, s, clock)
+			clock := clocktest.New(usageAt(-72))
+			fn(t, storetest.Open(t, storetest.Config(t, driver, storetest.WithClock(clock.Now))), clock)
 		})
 	}
-}
-
-func usagePostgresSchema(t *testing.T) string {
-	base := os.Getenv("GPUVM_TEST_POSTGRES_DSN")
-	if base == "" {
-		t.Skip("GPUVM_TEST_POSTGRES_DSN is not set: PostgreSQL tests skipped (see pkg/store/testdata/start-postgres.sh)")
-	}
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	schema := "t_" + hex.EncodeToString(b[:])
-	admin, err := gorm.Open(postgres.Open(base), &gorm.Config{Logger: gormlogger.Discard})
-	if err != nil {
-		t.Fatalf("connect to PostgreSQL: %v", err)
-	}
-	sqlDB, _ := admin.DB()
-	if err := admin.Exec("CREATE SCHEMA " + schema).Error; err != nil {
-		_ = sqlDB.Close()
-		t.Fatalf("create schema: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := admin.Exec("DROP SCHEMA " + schema + " CASCADE").Error; err != nil {
-			t.Errorf("drop schema %s: %v", schema, err)
-		}
-		_ = sqlDB.Close()
-	})
-	if strings.HasPrefix(base, "postgres://") || strings.HasPrefix(base, "postgresql://") {
-		u, err := url.Parse(base)
-		if err != nil {
-			t.Fatal(err)
-		}
-		q := u.Query()
-		q.Set("search_path", schema)
-		u.RawQuery = q.Encode()
-		return u.String()
-	}
-	return base + " search_path=" + schema
 }
 
 const (
@@ -177,7 +100,7 @@ func usageIsNaN(f float64) bool { return math.IsNaN(f) }
 // seedUsageSchedule writes the schedule: users, VMs with their state
 // events, usage records, and five-minute downsampled samples. It leaves
 // the clock at usageNow and returns the VMs' IDs by name.
-func seedUsageSchedule(t *testing.T, s *store.Store, clock *usageClock) map[string]string {
+func seedUsageSchedule(t *testing.T, s *store.Store, clock *clocktest.Clock) map[string]string {
 	t.Helper()
 	ctx := context.Background()
 	ids := map[string]string{}

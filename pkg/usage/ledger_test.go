@@ -1,4 +1,4 @@
-package monitor
+package usage
 
 import (
 	"context"
@@ -11,7 +11,9 @@ import (
 	"time"
 
 	"github.com/gpuvm/gpuvm/pkg/api"
+	"github.com/gpuvm/gpuvm/pkg/clocktest"
 	"github.com/gpuvm/gpuvm/pkg/store"
+	"github.com/gpuvm/gpuvm/pkg/store/storetest"
 )
 
 // wantUsageRow is a usage row in hours; util < 0: unknown.
@@ -78,48 +80,48 @@ func TestLedgerUsage(t *testing.T) {
 	total := sum("total", alice, bob, carol)
 	cases := []struct {
 		name     string
-		q        UsageQuery
+		q        Query
 		rows     []wantUsageRow
 		total    wantUsageRow
 		wantUser string
 	}{
-		{"day 0 by user", UsageQuery{From: usageAt(0), To: usageAt(24)}, []wantUsageRow{alice, bob, carol}, total, ""},
-		{"day 0 by group", UsageQuery{From: usageAt(0), To: usageAt(24), By: api.UsageByGroup},
+		{"day 0 by user", Query{From: usageAt(0), To: usageAt(24)}, []wantUsageRow{alice, bob, carol}, total, ""},
+		{"day 0 by group", Query{From: usageAt(0), To: usageAt(24), By: api.UsageByGroup},
 			[]wantUsageRow{sum("render", alice, carol), sum("sim", bob)}, total, ""},
-		{"day 0 by profile", UsageQuery{From: usageAt(0), To: usageAt(24), By: api.UsageByProfile}, []wantUsageRow{
+		{"day 0 by profile", Query{From: usageAt(0), To: usageAt(24), By: api.UsageByProfile}, []wantUsageRow{
 			{"train-3g", 8.5 * 3 / 7, 8.5 * 3 / 7, 0.8 * 8.5 * 3 / 7, 0.8, 1, 0},
 			{"small-1g", 16.0 / 7, 16.0 / 7, 0.1 * 16 / 7, 0.1, 1, 1},
 			{"dual", 2, 2, 1.5, 0.75, 1, 0},
 			{"render-l40s", 2, 0, 0, -1, 1, 0},
 			{"desk-12q", 1, 0, 0, -1, 1, 0},
 		}, total, ""},
-		{"day 0 by gpu", UsageQuery{From: usageAt(0), To: usageAt(24), By: api.UsageByGPU}, []wantUsageRow{
+		{"day 0 by gpu", Query{From: usageAt(0), To: usageAt(24), By: api.UsageByGPU}, []wantUsageRow{
 			{"gpu01/" + usageMIG, 8.5*3/7 + 16.0/7, 8.5*3/7 + 16.0/7, 0.8*8.5*3/7 + 0.1*16/7, (0.8*8.5*3/7 + 0.1*16/7) / (8.5*3/7 + 16.0/7), 2, 1},
 			{"gpu01/" + usageGPU1, 3, 1, 0.5, 0.5, 2, 0},
 			{"gpu01/" + usageVGPU, 1, 0, 0, -1, 1, 0},
 			{"gpu01/" + usageGPU2, 1, 1, 1, 1, 1, 0},
 		}, total, ""},
-		{"day 0 by host", UsageQuery{From: usageAt(0), To: usageAt(24), By: api.UsageByHost},
+		{"day 0 by host", Query{From: usageAt(0), To: usageAt(24), By: api.UsageByHost},
 			[]wantUsageRow{sum("gpu01", alice, bob, carol)}, total, ""},
-		{"day 0 by vm", UsageQuery{From: usageAt(0), To: usageAt(24), By: api.UsageByVM}, []wantUsageRow{
+		{"day 0 by vm", Query{From: usageAt(0), To: usageAt(24), By: api.UsageByVM}, []wantUsageRow{
 			{"alice/a2", 8.5 * 3 / 7, 8.5 * 3 / 7, 0.8 * 8.5 * 3 / 7, 0.8, 1, 0},
 			{"bob/b1", 16.0 / 7, 16.0 / 7, 0.1 * 16 / 7, 0.1, 1, 1},
 			{"alice/a1", 2, 0, 0, -1, 1, 0},
 			{"carol/c1", 2, 2, 1.5, 0.75, 1, 0},
 			{"bob/b2", 1, 0, 0, -1, 1, 0},
 		}, total, ""},
-		{"day 0, alice only", UsageQuery{From: usageAt(0), To: usageAt(24), User: "alice"}, []wantUsageRow{alice}, sum("total", alice), "alice"},
-		{"day 1 up to now", UsageQuery{From: usageAt(24), To: usageAt(48)},
+		{"day 0, alice only", Query{From: usageAt(0), To: usageAt(24), User: "alice"}, []wantUsageRow{alice}, sum("total", alice), "alice"},
+		{"day 1 up to now", Query{From: usageAt(24), To: usageAt(48)},
 			[]wantUsageRow{{"bob", 12.0/7 + 1, 12.0 / 7, 0.6 * 12 / 7, 0.6, 2, 1}},
 			wantUsageRow{"total", 12.0/7 + 1, 12.0 / 7, 0.6 * 12 / 7, 0.6, 2, 1}, ""},
-		{"an hour of the afternoon", UsageQuery{From: usageAt(12), To: usageAt(13)}, []wantUsageRow{
+		{"an hour of the afternoon", Query{From: usageAt(12), To: usageAt(13)}, []wantUsageRow{
 			{"carol", 2, 2, 1.5, 0.75, 1, 0},
 			{"alice", 3.0 / 7, 3.0 / 7, 0.8 * 3 / 7, 0.8, 1, 0},
 			{"bob", 1.0 / 7, 1.0 / 7, 0.1 / 7, 0.1, 1, 1},
 		}, wantUsageRow{"total", 2 + 4.0/7, 2 + 4.0/7, 1.5 + 2.5/7, (1.5 + 2.5/7) / (2 + 4.0/7), 3, 1}, ""},
-		{"before anything", UsageQuery{From: usageAt(-100), To: usageAt(-50)}, nil, wantUsageRow{"total", 0, 0, 0, -1, 0, 0}, ""},
+		{"before anything", Query{From: usageAt(-100), To: usageAt(-50)}, nil, wantUsageRow{"total", 0, 0, 0, -1, 0, 0}, ""},
 	}
-	usageStores(t, func(t *testing.T, s *store.Store, clock *usageClock) {
+	usageStores(t, func(t *testing.T, s *store.Store, clock *clocktest.Clock) {
 		seedUsageSchedule(t, s, clock)
 		l := NewLedger(s)
 		for _, c := range cases {
@@ -149,10 +151,10 @@ func TestLedgerUsage(t *testing.T) {
 				}
 			})
 		}
-		if _, err := l.Usage(ctx, UsageQuery{From: usageAt(0), To: usageAt(24), By: "colour"}); !errors.Is(err, store.ErrInvalid) {
+		if _, err := l.Usage(ctx, Query{From: usageAt(0), To: usageAt(24), By: "colour"}); !errors.Is(err, store.ErrInvalid) {
 			t.Errorf("by colour: %v", err)
 		}
-		if _, err := l.Usage(ctx, UsageQuery{From: usageAt(24), To: usageAt(0)}); !errors.Is(err, store.ErrInvalid) {
+		if _, err := l.Usage(ctx, Query{From: usageAt(24), To: usageAt(0)}); !errors.Is(err, store.ErrInvalid) {
 			t.Errorf("a range backwards: %v", err)
 		}
 	})
@@ -160,7 +162,7 @@ func TestLedgerUsage(t *testing.T) {
 
 // usageCountingStore counts the sample reads of a ledger.
 type usageCountingStore struct {
-	UsageStore
+	Store
 	mu    sync.Mutex
 	reads [][2]time.Time
 }
@@ -169,7 +171,7 @@ func (c *usageCountingStore) SampleUtilizationBuckets(ctx context.Context, q sto
 	c.mu.Lock()
 	c.reads = append(c.reads, [2]time.Time{q.From, q.To})
 	c.mu.Unlock()
-	return c.UsageStore.SampleUtilizationBuckets(ctx, q, bucket)
+	return c.Store.SampleUtilizationBuckets(ctx, q, bucket)
 }
 
 func (c *usageCountingStore) take() [][2]time.Time {
@@ -184,9 +186,9 @@ func (c *usageCountingStore) take() [][2]time.Time {
 // parts of hours at the ends of a range every time.
 func TestLedgerKeepsPastHours(t *testing.T) {
 	ctx := context.Background()
-	usageStores(t, func(t *testing.T, s *store.Store, clock *usageClock) {
+	usageStores(t, func(t *testing.T, s *store.Store, clock *clocktest.Clock) {
 		seedUsageSchedule(t, s, clock)
-		cs := &usageCountingStore{UsageStore: s}
+		cs := &usageCountingStore{Store: s}
 		l := NewLedger(cs)
 		steps := []struct {
 			name     string
@@ -200,7 +202,7 @@ func TestLedgerKeepsPastHours(t *testing.T) {
 			{"from half past: the first half hour, then nothing kept", 9.5, 20.25, [][2]float64{{9.5, 10}, {20, 20.25}}},
 		}
 		for _, st := range steps {
-			if _, err := l.Usage(ctx, UsageQuery{From: usageAt(st.from), To: usageAt(st.to)}); err != nil {
+			if _, err := l.Usage(ctx, Query{From: usageAt(st.from), To: usageAt(st.to)}); err != nil {
 				t.Fatal(err)
 			}
 			got := cs.take()
@@ -237,16 +239,12 @@ func TestLedgerKeepsPastHours(t *testing.T) {
 // one that answered before.
 func BenchmarkUsage(b *testing.B) {
 	ctx := context.Background()
-	clock := &usageClock{t: time.Date(2025, 12, 1, 0, 0, 0, 0, time.UTC)}
-	s, err := store.Open(ctx, store.Config{Driver: store.DriverSQLite, DSN: b.TempDir() + "/gpuvm.db", Now: clock.Now, SlowThreshold: -1})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer s.Close()
+	clock := clocktest.New(time.Date(2025, 12, 1, 0, 0, 0, 0, time.UTC))
+	s := storetest.New(b, storetest.WithClock(clock.Now), func(c *store.Config) { c.SlowThreshold = -1 })
 	end := time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC)
 	records, samples := seedBenchUsage(b, s, clock, 100, 90, end)
 	clock.Set(end.Add(30 * time.Minute))
-	q := UsageQuery{From: end.Add(-90 * 24 * time.Hour), To: end.Add(30 * time.Minute)}
+	q := Query{From: end.Add(-90 * 24 * time.Hour), To: end.Add(30 * time.Minute)}
 	b.Logf("%d usage records, %d sample rows", records, samples)
 	check := func(r *api.UsageReport, err error) {
 		if err != nil || len(r.Rows) != 100 || r.Total.Utilization == nil {
@@ -272,7 +270,7 @@ func BenchmarkUsage(b *testing.B) {
 // user's VM holds a slice (1, 3/7, 1/7 or 2/7 of a GPU) 8 hours a day, with
 // a downsampled sample every 5 minutes, the last day's still held; and the
 // 8 GPUs' own rows, mapped to no VM.
-func seedBenchUsage(b *testing.B, s *store.Store, clock *usageClock, users, days int, end time.Time) (records, samples int) {
+func seedBenchUsage(b *testing.B, s *store.Store, clock *clocktest.Clock, users, days int, end time.Time) (records, samples int) {
 	ctx := context.Background()
 	start := end.Add(-time.Duration(days) * 24 * time.Hour)
 	shares := []float64{1, 3.0 / 7, 1.0 / 7, 2.0 / 7}

@@ -1,4 +1,7 @@
-package monitor
+// Package webhook delivers alert notifications (api.AlertNotification) to
+// the webhooks of alert rules and of the policy's notices: each on its own
+// goroutine, retried with backoff, recorded in the store once delivered.
+package webhook
 
 import (
 	"bytes"
@@ -16,30 +19,37 @@ import (
 	"github.com/gpuvm/gpuvm/pkg/api"
 )
 
-// Webhook delivery: every notification goes out on its own goroutine, so
+// Delivery: every notification goes out on its own goroutine, so
 // that a slow or dead receiver never holds a sampling round. Each attempt
-// has WebhookTimeout; a failed one (a network error, 408, 429 or 5xx) is
-// retried after 1 s, 2 s, 4 s… up to WebhookAttempts in all. Other 4xx
+// has Timeout; a failed one (a network error, 408, 429 or 5xx) is
+// retried after 1 s, 2 s, 4 s… up to Attempts in all. Other 4xx
 // answers are not retried: the receiver refuses the body.
 const (
-	WebhookTimeout  = 5 * time.Second
-	WebhookAttempts = 5
-	webhookBackoff  = time.Second
+	Timeout      = 5 * time.Second
+	Attempts     = 5
+	firstBackoff = time.Second
 	// maxInFlight bounds the notifications being delivered; beyond it new
 	// ones are dropped (and logged), so that a dead receiver cannot pile
 	// up goroutines.
 	maxInFlight = 256
 )
 
-// NotifiedStore records deliveries (a *store.Store).
-type NotifiedStore interface {
+// Store records deliveries (a *store.Store).
+type Store interface {
 	MarkAlertNotified(ctx context.Context, id int64, at time.Time) error
 }
+
+// Clock reads the time of a delivery.
+type Clock interface{ Now() time.Time }
+
+type realClock struct{}
+
+func (realClock) Now() time.Time { return time.Now() }
 
 // Notifier POSTs alert notifications to webhooks.
 type Notifier struct {
 	client *http.Client
-	st     NotifiedStore // may be nil
+	st     Store // may be nil
 	clock  Clock
 	log    *slog.Logger
 	// backoff is the wait before retry n (1, 2, …); sleep waits or
@@ -53,9 +63,9 @@ type Notifier struct {
 	slots  chan struct{}
 }
 
-// NewNotifier delivers with client (nil: a client without its own
-// timeout; each attempt has WebhookTimeout) until Close.
-func NewNotifier(client *http.Client, st NotifiedStore, clock Clock, log *slog.Logger) *Notifier {
+// New delivers with client (nil: a client without its own
+// timeout; each attempt has Timeout) until Close.
+func New(client *http.Client, st Store, clock Clock, log *slog.Logger) *Notifier {
 	if client == nil {
 		client = &http.Client{}
 	}
@@ -68,7 +78,7 @@ func NewNotifier(client *http.Client, st NotifiedStore, clock Clock, log *slog.L
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Notifier{client: client, st: st, clock: clock, log: log, ctx: ctx, cancel: cancel,
 		slots:   make(chan struct{}, maxInFlight),
-		backoff: func(n int) time.Duration { return webhookBackoff << (n - 1) },
+		backoff: func(n int) time.Duration { return firstBackoff << (n - 1) },
 		sleep: func(ctx context.Context, d time.Duration) error {
 			t := time.NewTimer(d)
 			defer t.Stop()
@@ -81,6 +91,10 @@ func NewNotifier(client *http.Client, st NotifiedStore, clock Clock, log *slog.L
 		},
 	}
 }
+
+// SetBackoff replaces the wait before retry n (1, 2, …), which is 1 s, 2 s,
+// 4 s… by default; call it before the first Notify.
+func (n *Notifier) SetBackoff(backoff func(n int) time.Duration) { n.backoff = backoff }
 
 // Notify sends n to url in the background and returns at once.
 func (n *Notifier) Notify(url string, note api.AlertNotification) {
@@ -125,7 +139,7 @@ func (n *Notifier) deliver(ctx context.Context, url string, note api.AlertNotifi
 		return fmt.Errorf("encode the notification: %w", err)
 	}
 	var last error
-	for attempt := 1; attempt <= WebhookAttempts; attempt++ {
+	for attempt := 1; attempt <= Attempts; attempt++ {
 		if attempt > 1 {
 			if err := n.sleep(ctx, n.backoff(attempt-1)); err != nil {
 				return fmt.Errorf("gave up after %d attempts (%w); last: %w", attempt-1, err, last)
@@ -145,12 +159,12 @@ func (n *Notifier) deliver(ctx context.Context, url string, note api.AlertNotifi
 		n.log.Warn("alert notification failed; retrying", "rule", note.Rule, "subject", note.Subject, "webhook", url,
 			"attempt", attempt, "err", err)
 	}
-	return fmt.Errorf("gave up after %d attempts; last: %w", WebhookAttempts, last)
+	return fmt.Errorf("gave up after %d attempts; last: %w", Attempts, last)
 }
 
 // post makes one attempt; retry says whether another may succeed.
 func (n *Notifier) post(ctx context.Context, url string, body []byte, attempt int) (retry bool, err error) {
-	ctx, cancel := context.WithTimeout(ctx, WebhookTimeout)
+	ctx, cancel := context.WithTimeout(ctx, Timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
 	if err != nil {
