@@ -1,0 +1,200 @@
+package backend
+
+import (
+	"context"
+	"errors"
+	"io"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"golang.org/x/mod/semver"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/proto"
+
+	pb "github.com/gpuvm/gpuvm/pkg/backend/proto"
+)
+
+// APIVersionWatch is the first API version with WatchInventory: a backend
+// that speaks it pushes its inventory to gpuvmd instead of being polled.
+const APIVersionWatch = "v1.1"
+
+// SupportsWatch says whether the negotiated API version has WatchInventory.
+func SupportsWatch(apiVersion string) bool {
+	return semver.IsValid(apiVersion) && semver.Compare(apiVersion, APIVersionWatch) >= 0
+}
+
+// DefaultResync is how often a watched backend re-reads the host for
+// changes it did not make, unless the watcher asks for another period.
+const DefaultResync = 30 * time.Second
+
+// changeTrailer is the gRPC trailer of Create and Remove that carries the
+// number of Create and Remove calls the backend process has finished.
+const changeTrailer = "gpuvm-inventory-change"
+
+// InventoryWatcher is what the gRPC client of a backend offers besides
+// Backend (API v1.1): the backend's inventory pushed as it changes.
+type InventoryWatcher interface {
+	// WatchInventory calls got with the backend's full inventory at once,
+	// then again after every Create and Remove it finishes and whenever
+	// its re-read of the host every resync (0: DefaultResync) finds a
+	// change, until ctx ends or the stream breaks; it returns why it
+	// ended (CodeUnsupported: the backend has no WatchInventory). changes
+	// is how many Create and Remove calls the backend had finished before
+	// it read that inventory.
+	WatchInventory(ctx context.Context, resync time.Duration, got func(inv Inventory, changes uint64)) error
+	// InventoryChanges is the highest count of finished Create and Remove
+	// calls that the backend reported with a Create or Remove through
+	// this client: an inventory pushed with changes at least this high
+	// reflects every change those calls made.
+	InventoryChanges() uint64
+}
+
+var _ InventoryWatcher = (*grpcClient)(nil)
+
+// WatchInventory implements InventoryWatcher.
+func (c *grpcClient) WatchInventory(ctx context.Context, resync time.Duration, got func(Inventory, uint64)) error {
+	if c.done.Err() != nil {
+		return c.unavailable("exited before WatchInventory")
+	}
+	streamCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(c.done, cancel)()
+	stream, err := c.client.WatchInventory(streamCtx, &pb.WatchInventoryRequest{ResyncMs: resync.Milliseconds()})
+	if err != nil {
+		return c.error(ctx, "WatchInventory", err)
+	}
+	for {
+		resp, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			if ctx.Err() != nil {
+				return c.error(ctx, "WatchInventory", ctx.Err())
+			}
+			return c.unavailable("ended the WatchInventory stream")
+		}
+		if err != nil {
+			return c.error(ctx, "WatchInventory", err)
+		}
+		got(inventoryFromProto(resp.GetInventory()), resp.GetChanges())
+	}
+}
+
+// InventoryChanges implements InventoryWatcher.
+func (c *grpcClient) InventoryChanges() uint64 { return c.changes.Load() }
+
+// noteChanges keeps the change count of a Create or Remove's trailer.
+func (c *grpcClient) noteChanges(md metadata.MD) {
+	vs := md.Get(changeTrailer)
+	if len(vs) == 0 {
+		return
+	}
+	n, err := strconv.ParseUint(vs[len(vs)-1], 10, 64)
+	if err != nil {
+		return
+	}
+	for {
+		old := c.changes.Load()
+		if n <= old || c.changes.CompareAndSwap(old, n) {
+			return
+		}
+	}
+}
+
+// changeHub counts the Create and Remove calls a plugin process has
+// finished, and wakes the WatchInventory streams after each.
+type changeHub struct {
+	mu   sync.Mutex
+	n    uint64
+	wake chan struct{} // closed and replaced at every change
+}
+
+// changed counts one finished Create or Remove and returns the count.
+func (h *changeHub) changed() uint64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.n++
+	if h.wake != nil {
+		close(h.wake)
+		h.wake = nil
+	}
+	return h.n
+}
+
+// current returns the count and a channel closed at the next change.
+func (h *changeHub) current() (uint64, <-chan struct{}) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.wake == nil {
+		h.wake = make(chan struct{})
+	}
+	return h.n, h.wake
+}
+
+// noteChange counts a finished Create or Remove (whatever its outcome: a
+// failed one may have changed the host too) and tells the caller its count
+// in the trailer.
+func (s *grpcServer) noteChange(ctx context.Context) {
+	n := s.changes.changed()
+	_ = grpc.SetTrailer(ctx, metadata.Pairs(changeTrailer, strconv.FormatUint(n, 10)))
+}
+
+// WatchInventory serves the stream of the backend's inventory: the first
+// read at once, then a read after every Create and Remove (sent with the
+// count of those finished before it began, so that it surely reflects
+// them) and every resync, sent only when it differs from the last one sent
+// or covers more changes. A failed read ends the stream with its error.
+func (s *grpcServer) WatchInventory(req *pb.WatchInventoryRequest, stream grpc.ServerStreamingServer[pb.InventoryResponse]) error {
+	ctx := stream.Context()
+	resync := DefaultResync
+	if ms := req.GetResyncMs(); ms > 0 {
+		resync = time.Duration(ms) * time.Millisecond
+	}
+	timer := time.NewTimer(resync)
+	defer timer.Stop()
+	var last *pb.InventoryResponse
+	for {
+		n, wake := s.changes.current()
+		inv, err := serve(ctx, "WatchInventory", func() (*pb.Inventory, error) {
+			inv, err := s.impl.Inventory(ctx)
+			return inventoryToProto(inv), err
+		})
+		if err != nil {
+			return err
+		}
+		if last == nil || last.GetChanges() != n || !proto.Equal(last.GetInventory(), inv) {
+			last = &pb.InventoryResponse{Inventory: inv, Changes: n}
+			if err := stream.Send(last); err != nil {
+				return err
+			}
+		}
+		timer.Reset(resync)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-wake:
+		case <-timer.C:
+		}
+	}
+}
+
+// Clone returns a deep copy of inv, which the caller may change.
+func (inv Inventory) Clone() Inventory {
+	inv.Notes = slices.Clone(inv.Notes)
+	inv.GPUs = slices.Clone(inv.GPUs)
+	for i := range inv.GPUs {
+		g := &inv.GPUs[i]
+		g.GroupDevices = slices.Clone(g.GroupDevices)
+		g.VGPUTypes = slices.Clone(g.VGPUTypes)
+		g.MIGProfiles = slices.Clone(g.MIGProfiles)
+		for j := range g.MIGProfiles {
+			g.MIGProfiles[j].FreeStarts = slices.Clone(g.MIGProfiles[j].FreeStarts)
+		}
+	}
+	inv.Devices = slices.Clone(inv.Devices)
+	for i := range inv.Devices {
+		inv.Devices[i].Hostdev.Addresses = slices.Clone(inv.Devices[i].Hostdev.Addresses)
+	}
+	return inv
+}
