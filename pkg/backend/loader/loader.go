@@ -42,6 +42,13 @@ type Config struct {
 	// that exited (default 250ms and 30s). The wait doubles with each
 	// restart, and starts over once a plugin has run for MaxBackoff.
 	MinBackoff, MaxBackoff time.Duration
+	// InventoryResync is how often a backend that pushes its inventory
+	// (API v1.1, inventory.go) re-reads the host for changes it did not
+	// make (default backend.DefaultResync). InventoryWait bounds how long
+	// Inventories waits for a pushed inventory it needs (the backend is
+	// restarting, or has not pushed since a Create or Remove) before it
+	// asks the backend instead (default 5s).
+	InventoryResync, InventoryWait time.Duration
 }
 
 // Loader runs the backend plugins.
@@ -75,6 +82,12 @@ func New(cfg Config) *Loader {
 		cfg.MaxBackoff = 30 * time.Second
 	}
 	cfg.MaxBackoff = max(cfg.MaxBackoff, cfg.MinBackoff)
+	if cfg.InventoryResync <= 0 {
+		cfg.InventoryResync = backend.DefaultResync
+	}
+	if cfg.InventoryWait <= 0 {
+		cfg.InventoryWait = 5 * time.Second
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Loader{
 		cfg:         cfg,
@@ -207,6 +220,13 @@ type instance struct {
 	info       backend.Info
 	apiVersion string
 	pid        int
+	// Of a backend that pushes its inventory (inventory.go), guarded by
+	// the handle's mu: watched until the stream turns out to be
+	// unsupported; inv is the latest pushed (nil: none yet, or the stream
+	// broke), read after changes of its Create and Remove calls.
+	watched bool
+	inv     *backend.Inventory
+	changes uint64
 }
 
 // startTimeout bounds the bring-up of one plugin process.
@@ -267,6 +287,9 @@ func (l *Loader) bringUp(ctx context.Context, client *plugin.Client, p *watchedP
 		return nil, fmt.Errorf("configuring plugin: %w", err)
 	}
 	inst := &instance{client: client, impl: impl, done: p.done, info: info, apiVersion: version}
+	if _, ok := impl.(backend.InventoryWatcher); ok && backend.SupportsWatch(version) {
+		inst.watched = true
+	}
 	if rc := client.ReattachConfig(); rc != nil {
 		inst.pid = rc.Pid
 	}
@@ -297,6 +320,7 @@ func (l *Loader) adopt(name, path string, inst *instance) {
 	l.handles[name] = h
 	l.wg.Add(1)
 	l.mu.Unlock()
+	l.watch(h, inst)
 	go l.supervise(h, path, inst)
 }
 
@@ -341,6 +365,7 @@ func (l *Loader) supervise(h *handle, path string, inst *instance) {
 		}
 		log.Info("backend plugin restarted", "pid", inst.pid, "api_version", inst.apiVersion)
 		h.set(inst, "")
+		l.watch(h, inst)
 	}
 }
 
@@ -388,6 +413,12 @@ type handle struct {
 	mu   sync.RWMutex
 	inst *instance // nil while the plugin is down
 	why  string    // why inst is nil
+	// Of the pushed inventories (inventory.go): gen counts them, at is
+	// when the latest came, and wake is closed (and replaced) whenever
+	// inst or its inventory changes.
+	gen  uint64
+	at   time.Time
+	wake chan struct{}
 }
 
 var _ backend.Backend = (*handle)(nil)
@@ -396,6 +427,7 @@ func (h *handle) set(inst *instance, why string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.inst, h.why = inst, why
+	h.changed()
 }
 
 func (h *handle) current() (backend.Backend, error) {

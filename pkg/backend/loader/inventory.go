@@ -1,0 +1,208 @@
+package loader
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/gpuvm/gpuvm/pkg/backend"
+)
+
+// The loader keeps the inventory of every backend that pushes it (API
+// v1.1, backend.InventoryWatcher): one stream per running plugin process,
+// whose every message replaces the inventory held for it. A new process
+// (a restart) starts with none and sends its full inventory first; until
+// then, and while a stream is broken, that backend's inventory is stale.
+//
+// A Create or Remove through the handle returns the number of changes the
+// backend process has finished, that one included (the call's trailer);
+// the held inventory is fresh only once the backend has pushed one read
+// after all of them. So the next Inventories after a Create or Remove
+// returns sees what it did: it waits for that push (bounded by
+// Config.InventoryWait), or asks the backend. The backend pushes after
+// every Create and Remove, so the wait is one inventory read of the
+// plugin, which it starts as soon as the call is done, while gpuvmd goes
+// on with the rest of its work.
+
+// InventoryStatus is what the loader holds of one backend's pushed
+// inventory.
+type InventoryStatus struct {
+	// Pushed: the backend pushes its inventory (false: it is polled, or
+	// is down or was never started).
+	Pushed bool
+	// Fresh: the inventory held reflects every Create and Remove the
+	// running process finished; Inventories returns it without a call.
+	Fresh bool
+	// Generation counts the inventories the backend pushed, across
+	// restarts; At is when the latest came.
+	Generation uint64
+	At         time.Time
+}
+
+// InventoryStatus reports what the loader holds of backend name's
+// inventory.
+func (l *Loader) InventoryStatus(name string) InventoryStatus {
+	l.mu.Lock()
+	h := l.handles[name]
+	l.mu.Unlock()
+	if h == nil {
+		return InventoryStatus{}
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	st := InventoryStatus{Generation: h.gen, At: h.at}
+	if inst := h.inst; inst != nil && inst.watched {
+		st.Pushed = true
+		_, st.Fresh = h.fresh()
+	}
+	return st
+}
+
+// Inventories returns the inventories of the named backends that are
+// supervised (the others are left out): the one each pushed when it is
+// fresh, with no call to the backend; else, once it is fresh or
+// Config.InventoryWait has passed, the pushed one or the backend's answer
+// to Inventory. A backend that does not push (API v1) is asked every time.
+// A backend that fails or is down is reported and left out.
+func (l *Loader) Inventories(ctx context.Context, names []string) (map[string]backend.Inventory, []error) {
+	wait, cancel := context.WithTimeout(ctx, l.cfg.InventoryWait)
+	defer cancel()
+	out := map[string]backend.Inventory{}
+	var errs []error
+	for _, name := range slices.Sorted(slices.Values(names)) {
+		l.mu.Lock()
+		h := l.handles[name]
+		l.mu.Unlock()
+		if h == nil {
+			continue
+		}
+		inv, err := h.inventory(ctx, wait)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("inventory of %s: %w", name, err))
+			continue
+		}
+		out[name] = inv
+	}
+	return out, errs
+}
+
+// inventory is the pushed inventory once fresh, waiting while wait lasts;
+// else the backend's answer.
+func (h *handle) inventory(ctx, wait context.Context) (backend.Inventory, error) {
+	for {
+		h.mu.Lock()
+		if inst := h.inst; inst != nil && !inst.watched {
+			h.mu.Unlock()
+			return h.Inventory(ctx) // polled
+		}
+		if inv, ok := h.fresh(); ok {
+			h.mu.Unlock()
+			return inv.Clone(), nil
+		}
+		if h.wake == nil {
+			h.wake = make(chan struct{})
+		}
+		wake := h.wake
+		h.mu.Unlock()
+		select {
+		case <-wake:
+		case <-wait.Done():
+			if err := ctx.Err(); err != nil {
+				return backend.Inventory{}, fmt.Errorf("waiting for backend %s's inventory: %w", h.name, err)
+			}
+			// Still stale: the backend itself answers (or, down, fails
+			// with CodeUnavailable at once).
+			return h.Inventory(ctx)
+		}
+	}
+}
+
+// fresh returns the pushed inventory if it reflects every finished Create
+// and Remove of the running process. h.mu is held.
+func (h *handle) fresh() (*backend.Inventory, bool) {
+	inst := h.inst
+	if inst == nil || !inst.watched || inst.inv == nil {
+		return nil, false
+	}
+	w := inst.impl.(backend.InventoryWatcher)
+	return inst.inv, inst.changes >= w.InventoryChanges()
+}
+
+// changed wakes those waiting for the handle's inventory. h.mu is held.
+func (h *handle) changed() {
+	if h.wake != nil {
+		close(h.wake)
+		h.wake = nil
+	}
+}
+
+// push keeps an inventory inst pushed, read after changes Creates and
+// Removes; one of a process already replaced is dropped.
+func (h *handle) push(inst *instance, inv backend.Inventory, changes uint64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.inst != inst {
+		return
+	}
+	inst.inv, inst.changes = &inv, changes
+	h.gen++
+	h.at = time.Now()
+	h.changed()
+}
+
+// lost marks inst's inventory stale (its stream broke), or, when unsupported,
+// makes inst a polled backend for good.
+func (h *handle) lost(inst *instance, unsupported bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	inst.inv = nil
+	if unsupported {
+		inst.watched = false
+	}
+	h.changed()
+}
+
+// watch subscribes to inst's inventory, if it pushes one, until inst exits
+// or the loader closes; a broken stream is subscribed again after a backoff.
+// The caller holds a count of l.wg (it is the supervisor, or adopt before
+// it starts one).
+func (l *Loader) watch(h *handle, inst *instance) {
+	if !inst.watched {
+		return
+	}
+	w := inst.impl.(backend.InventoryWatcher)
+	log := l.log.With("backend", h.name, "pid", inst.pid)
+	l.wg.Add(1)
+	go func() {
+		defer l.wg.Done()
+		ctx, cancel := context.WithCancel(l.ctx)
+		defer cancel()
+		defer context.AfterFunc(inst.done, cancel)()
+		backoff := l.cfg.MinBackoff
+		for {
+			err := w.WatchInventory(ctx, l.cfg.InventoryResync, func(inv backend.Inventory, changes uint64) {
+				h.push(inst, inv, changes)
+				backoff = l.cfg.MinBackoff
+			})
+			if ctx.Err() != nil {
+				h.lost(inst, false)
+				return
+			}
+			if errors.Is(err, backend.ErrUnsupported) {
+				log.Info("backend does not push its inventory; it is asked for it instead", "error", err)
+				h.lost(inst, true)
+				return
+			}
+			h.lost(inst, false)
+			log.Warn("backend inventory stream broke; subscribing again", "error", err, "backoff", backoff)
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(backoff):
+			}
+			backoff = min(2*backoff, l.cfg.MaxBackoff)
+		}
+	}()
+}
