@@ -17,14 +17,17 @@ import (
 // then, and while a stream is broken, that backend's inventory is stale.
 //
 // A Create or Remove through the handle returns the number of changes the
-// backend process has finished, that one included (the call's trailer);
-// the held inventory is fresh only once the backend has pushed one read
-// after all of them. So the next Inventories after a Create or Remove
-// returns sees what it did: it waits for that push (bounded by
-// Config.InventoryWait), or asks the backend. The backend pushes after
-// every Create and Remove, so the wait is one inventory read of the
-// plugin, which it starts as soon as the call is done, while gpuvmd goes
-// on with the rest of its work.
+// backend process has finished, that one included (the call's trailer),
+// and the backend pushes an inventory read after it. Until that push has
+// come, the loader applies the call's result to the inventory it holds
+// itself (patch): the device made is listed and its capacity taken, the
+// device removed is no longer listed (its capacity comes back with the
+// push: until then the GPU looks fuller than it is, never emptier). So
+// the next read after a Create or Remove returned reflects it, without
+// waiting for the backend. A Create or Remove that failed may have
+// changed the host in a way only the backend knows: the held inventory is
+// stale until a push covers it, and Inventories waits for that push
+// (bounded by Config.InventoryWait), or asks the backend.
 
 // InventoryStatus is what the loader holds of one backend's pushed
 // inventory.
@@ -119,15 +122,43 @@ func (h *handle) inventory(ctx, wait context.Context) (backend.Inventory, error)
 	}
 }
 
-// fresh returns the pushed inventory if it reflects every finished Create
-// and Remove of the running process. h.mu is held.
+// fresh returns the pushed inventory with the patches it does not cover
+// yet applied, if it reflects every finished Create and Remove of the
+// running process. h.mu is held.
 func (h *handle) fresh() (*backend.Inventory, bool) {
 	inst := h.inst
-	if inst == nil || !inst.watched || inst.inv == nil {
+	if inst == nil || !inst.watched || inst.inv == nil || inst.changes < inst.mustSee {
 		return nil, false
 	}
-	w := inst.impl.(backend.InventoryWatcher)
-	return inst.inv, inst.changes >= w.InventoryChanges()
+	if len(inst.patches) == 0 {
+		return inst.inv, true
+	}
+	inv := inst.inv.Clone()
+	for _, p := range inst.patches {
+		p.apply(&inv)
+	}
+	return &inv, true
+}
+
+// applied records the outcome of a Create or Remove that inst made: a
+// patch of its held inventory until a push covers it, or, when it failed,
+// a change the next fresh inventory must have been read after.
+func (h *handle) applied(inst *instance, p patch, err error) {
+	w, ok := inst.impl.(backend.InventoryWatcher)
+	if !ok {
+		return
+	}
+	p.n = w.InventoryChanges()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	switch {
+	case !inst.watched || p.n <= inst.changes:
+		// Polled, or already covered by a push.
+	case err != nil:
+		inst.mustSee = max(inst.mustSee, p.n)
+	default:
+		inst.patches = append(inst.patches, p)
+	}
 }
 
 // changed wakes those waiting for the handle's inventory. h.mu is held.
@@ -147,6 +178,7 @@ func (h *handle) push(inst *instance, inv backend.Inventory, changes uint64) {
 		return
 	}
 	inst.inv, inst.changes = &inv, changes
+	inst.patches = slices.DeleteFunc(inst.patches, func(p patch) bool { return p.n <= changes })
 	h.gen++
 	h.at = time.Now()
 	h.changed()
@@ -205,4 +237,72 @@ func (l *Loader) watch(h *handle, inst *instance) {
 			backoff = min(2*backoff, l.cfg.MaxBackoff)
 		}
 	}()
+}
+
+// patch is the result of a Create (create) or Remove (remove, the device
+// ID) that returned, the n-th change of its backend process.
+type patch struct {
+	n      uint64
+	create *backend.Device
+	remove string
+}
+
+// apply makes inv show the patch's change: the device made listed, an
+// idle GPU in the device's mode, and what it takes taken (its vGPU type's
+// count; the MIG starts it covers, and for MIG-backed types one more; a
+// passed-through GPU whole), as much or more than the backend will then
+// report; or the device removed gone.
+func (p patch) apply(inv *backend.Inventory) {
+	if p.remove != "" {
+		inv.Devices = slices.DeleteFunc(inv.Devices, func(d backend.Device) bool { return d.ID == p.remove })
+		return
+	}
+	d := *p.create
+	inv.Devices = slices.DeleteFunc(inv.Devices, func(x backend.Device) bool { return x.ID == d.ID })
+	inv.Devices = append(inv.Devices, d)
+	for i := range inv.GPUs {
+		g := &inv.GPUs[i]
+		if g.Address != d.GPU {
+			continue
+		}
+		if g.Mode == backend.ModeIdle || g.Mode == "" {
+			g.Mode = map[backend.Kind]backend.Mode{backend.KindVGPU: backend.ModeVGPU, backend.KindMIG: backend.ModeMIG, backend.KindPassthrough: backend.ModePassthrough}[d.Kind]
+		}
+		switch d.Kind {
+		case backend.KindPassthrough:
+			g.Unavailable = "passed through to VM " + d.VMUUID
+			for j := range g.VGPUTypes {
+				g.VGPUTypes[j].Available = 0
+			}
+		case backend.KindMIG:
+			size := 0
+			for _, mp := range g.MIGProfiles {
+				if mp.Name == d.Profile {
+					size = mp.Size
+				}
+			}
+			free := map[string]int{}
+			for j := range g.MIGProfiles {
+				mp := &g.MIGProfiles[j]
+				mp.FreeStarts = slices.DeleteFunc(mp.FreeStarts, func(s int) bool {
+					return size > 0 && s < d.Placement+size && d.Placement < s+mp.Size
+				})
+				free[mp.Name] = len(mp.FreeStarts)
+			}
+			// A MIG-backed type needs a free start and may need a VF:
+			// one fewer of each, at most, is left.
+			for j := range g.VGPUTypes {
+				t := &g.VGPUTypes[j]
+				if n, ok := free[t.MIGProfile]; ok {
+					t.Available = max(0, min(t.Available, n)-1)
+				}
+			}
+		case backend.KindVGPU:
+			for j := range g.VGPUTypes {
+				if t := &g.VGPUTypes[j]; t.Name == d.Type && t.Available > 0 {
+					t.Available--
+				}
+			}
+		}
+	}
 }

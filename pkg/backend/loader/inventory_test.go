@@ -143,3 +143,81 @@ func TestInventoryAcrossRestart(t *testing.T) {
 		t.Errorf("inventory after the restart: %v; plugin pids %v", got, pids)
 	}
 }
+
+// counted is a backend whose change count a test sets.
+type counted struct {
+	backend.Mock
+	n uint64
+}
+
+func (c *counted) WatchInventory(ctx context.Context, _ time.Duration, _ func(backend.Inventory, uint64)) error {
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+func (c *counted) InventoryChanges() uint64 { return c.n }
+
+// Between a Create or Remove and the push that covers it, the held
+// inventory shows the call's result; a push read before the call does not
+// undo it; a failed call makes the inventory stale until a push covers it.
+func TestInventoryPatches(t *testing.T) {
+	c := &counted{}
+	inst := &instance{impl: c, watched: true}
+	h := &handle{name: "vgpu", inst: inst}
+	const gpu = "0000:41:00.0"
+	pushed := backend.Inventory{GPUs: []backend.GPU{{Address: gpu, Mode: backend.ModeIdle,
+		VGPUTypes: []backend.VGPUType{{Name: "L40S-12Q", Available: 4}, {Name: "L40S-24Q", Available: 2}}}}}
+	view := func() (backend.Inventory, bool) {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		inv, ok := h.fresh()
+		if !ok {
+			return backend.Inventory{}, false
+		}
+		return inv.Clone(), true
+	}
+	h.push(inst, pushed.Clone(), 0)
+
+	c.n = 1
+	h.applied(inst, patch{create: &backend.Device{ID: "dev-a", Kind: backend.KindVGPU, GPU: gpu, Type: "L40S-12Q"}}, nil)
+	h.push(inst, pushed.Clone(), 0) // read before the Create finished
+	inv, ok := view()
+	if !ok || !slices.Equal(deviceIDs(inv), []string{"dev-a"}) || inv.GPUs[0].VGPUTypes[0].Available != 3 || inv.GPUs[0].Mode != backend.ModeVGPU {
+		t.Fatalf("after Create: fresh %v, %+v; want dev-a listed, 3 L40S-12Q left, mode vgpu", ok, inv)
+	}
+
+	c.n = 2
+	h.applied(inst, patch{remove: "dev-a"}, nil)
+	if inv, ok := view(); !ok || len(inv.Devices) != 0 {
+		t.Fatalf("after Remove: fresh %v, devices %v; want none", ok, deviceIDs(inv))
+	}
+
+	c.n = 3
+	h.applied(inst, patch{create: &backend.Device{ID: "dev-b", Kind: backend.KindVGPU, GPU: gpu, Type: "L40S-12Q"}}, errors.New("the driver refused"))
+	if _, ok := view(); ok {
+		t.Fatal("fresh after a failed Create, before a push covers it")
+	}
+	covering := pushed.Clone()
+	covering.Notes = []string{"read after change 3"}
+	h.push(inst, covering, 3)
+	if inv, ok := view(); !ok || len(inv.Devices) != 0 || !slices.Equal(inv.Notes, covering.Notes) || len(inst.patches) != 0 {
+		t.Fatalf("after the covering push: fresh %v, %+v, patches %d; want the push alone", ok, inv, len(inst.patches))
+	}
+}
+
+func TestPatchMIG(t *testing.T) {
+	const gpu = "0000:41:00.0"
+	inv := backend.Inventory{GPUs: []backend.GPU{{Address: gpu, Mode: backend.ModeMIG,
+		MIGProfiles: []backend.MIGProfile{
+			{Name: "1g.10gb", Size: 1, FreeStarts: []int{0, 1, 2, 3, 4, 5, 6}},
+			{Name: "3g.40gb", Size: 4, FreeStarts: []int{0, 4}},
+			{Name: "7g.80gb", Size: 8, FreeStarts: []int{0}},
+		},
+		VGPUTypes: []backend.VGPUType{{Name: "A100D-3-40C", MIGProfile: "3g.40gb", Available: 2}}}}}
+	patch{create: &backend.Device{ID: "mig-1", Kind: backend.KindMIG, GPU: gpu, Profile: "3g.40gb", Placement: 4}}.apply(&inv)
+	g := inv.GPUs[0]
+	if !slices.Equal(g.MIGProfiles[0].FreeStarts, []int{0, 1, 2, 3}) || !slices.Equal(g.MIGProfiles[1].FreeStarts, []int{0}) ||
+		len(g.MIGProfiles[2].FreeStarts) != 0 || g.VGPUTypes[0].Available != 0 || !slices.Equal(deviceIDs(inv), []string{"mig-1"}) {
+		t.Errorf("after a 3g.40gb at 4: %+v", inv)
+	}
+}

@@ -227,6 +227,12 @@ type instance struct {
 	watched bool
 	inv     *backend.Inventory
 	changes uint64
+	// patches are the Creates and Removes that returned since, applied to
+	// inv until a push covers them; mustSee is the change count of the
+	// latest that failed (which may have changed the host too: only a
+	// push can say), that inv must cover to be fresh.
+	patches []patch
+	mustSee uint64
 }
 
 // startTimeout bounds the bring-up of one plugin process.
@@ -431,12 +437,20 @@ func (h *handle) set(inst *instance, why string) {
 }
 
 func (h *handle) current() (backend.Backend, error) {
+	inst, err := h.currentInstance()
+	if err != nil {
+		return nil, err
+	}
+	return inst.impl, nil
+}
+
+func (h *handle) currentInstance() (*instance, error) {
 	h.mu.RLock()
 	defer h.mu.RUnlock()
 	if h.inst == nil {
 		return nil, &backend.Error{Code: backend.CodeUnavailable, Reason: fmt.Sprintf("backend %s: %s", h.name, h.why)}
 	}
-	return h.inst.impl, nil
+	return h.inst, nil
 }
 
 func (h *handle) Info(ctx context.Context) (backend.Info, error) {
@@ -464,19 +478,23 @@ func (h *handle) Inventory(ctx context.Context) (backend.Inventory, error) {
 }
 
 func (h *handle) Create(ctx context.Context, req backend.CreateRequest) (backend.Device, error) {
-	b, err := h.current()
+	inst, err := h.currentInstance()
 	if err != nil {
 		return backend.Device{}, err
 	}
-	return b.Create(ctx, req)
+	d, err := inst.impl.Create(ctx, req)
+	h.applied(inst, patch{create: &d}, err)
+	return d, err
 }
 
 func (h *handle) Remove(ctx context.Context, req backend.RemoveRequest) error {
-	b, err := h.current()
+	inst, err := h.currentInstance()
 	if err != nil {
 		return err
 	}
-	return b.Remove(ctx, req)
+	err = inst.impl.Remove(ctx, req)
+	h.applied(inst, patch{remove: req.ID}, err)
+	return err
 }
 
 func (h *handle) Health(ctx context.Context) (backend.Health, error) {
