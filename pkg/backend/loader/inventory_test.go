@@ -157,9 +157,9 @@ func (c *counted) WatchInventory(ctx context.Context, _ time.Duration, _ func(ba
 
 func (c *counted) InventoryChanges() uint64 { return c.n }
 
-// Between a Create or Remove and the push that covers it, the held
-// inventory shows the call's result; a push read before the call does not
-// undo it; a failed call makes the inventory stale until a push covers it.
+// Between a Create and the push that covers it, the held inventory shows
+// the device made; a push read before the Create does not undo it; a
+// Remove or a failed call makes the inventory stale until a push covers it.
 func TestInventoryPatches(t *testing.T) {
 	c := &counted{}
 	inst := &instance{impl: c, watched: true}
@@ -187,9 +187,13 @@ func TestInventoryPatches(t *testing.T) {
 	}
 
 	c.n = 2
-	h.applied(inst, patch{remove: "dev-a"}, nil)
+	h.applied(inst, patch{}, nil) // a Remove
+	if _, ok := view(); ok {
+		t.Fatal("fresh after a Remove, before a push covers it")
+	}
+	h.push(inst, pushed.Clone(), 2)
 	if inv, ok := view(); !ok || len(inv.Devices) != 0 {
-		t.Fatalf("after Remove: fresh %v, devices %v; want none", ok, deviceIDs(inv))
+		t.Fatalf("after the push covering the Remove: fresh %v, devices %v; want none", ok, deviceIDs(inv))
 	}
 
 	c.n = 3
