@@ -19,17 +19,18 @@ import (
 // A Create or Remove through the handle returns the number of changes the
 // backend process has finished, that one included (the call's trailer),
 // and the backend pushes an inventory read after it. Until that push has
-// come, the loader applies a Create that succeeded to the inventory it
-// holds itself (patch): the device made is listed and what it takes is
-// taken, as much as or more than the backend will then report. So the
-// read after a Create returned reflects it at once, and never shows free
-// what the device holds. A Remove gives capacity back, which only the
-// backend can say exactly (a GPU that empties may offer other vGPU types,
-// MIG starts, or itself whole), and a Create or Remove that failed may
-// have changed the host in a way only the backend knows: after either,
-// the held inventory is stale until a push covers it, and Inventories
-// waits for that push (bounded by Config.InventoryWait), or asks the
-// backend.
+// come, the loader applies the call's result to the inventory it holds
+// itself (patch), so that the read after a Create or Remove returned
+// reflects it at once, without waiting for the backend: a Create lists
+// the device made and takes what it holds (as much as or more than the
+// backend will then report: never is capacity shown free that the device
+// holds); a Remove unlists the device and gives back what it held (one
+// more of its vGPU type, a GPU it passed through), no more: what else
+// the GPU may offer once empty (other vGPU types, MIG starts) comes with
+// the push. A Create or Remove that failed may have changed the host in
+// a way only the backend knows: after one, the held inventory is stale
+// until a push covers it, and Inventories waits for that push (bounded by
+// Config.InventoryWait), or asks the backend.
 
 // InventoryStatus is what the loader holds of one backend's pushed
 // inventory.
@@ -142,10 +143,9 @@ func (h *handle) fresh() (*backend.Inventory, bool) {
 	return &inv, true
 }
 
-// applied records the outcome of a Create or Remove (p.create nil) that
-// inst made: a Create's patch of its held inventory until a push covers
-// it, or, for a Remove or a failed call, a change the next fresh inventory
-// must have been read after.
+// applied records the outcome of a Create or Remove that inst made: a
+// patch of its held inventory until a push covers it, or, when it failed,
+// a change the next fresh inventory must have been read after.
 func (h *handle) applied(inst *instance, p patch, err error) {
 	w, ok := inst.impl.(backend.InventoryWatcher)
 	if !ok {
@@ -157,7 +157,7 @@ func (h *handle) applied(inst *instance, p patch, err error) {
 	switch {
 	case !inst.watched || p.n <= inst.changes:
 		// Polled, or already covered by a push.
-	case err != nil || p.create == nil:
+	case err != nil:
 		inst.mustSee = max(inst.mustSee, p.n)
 	default:
 		inst.patches = append(inst.patches, p)
@@ -242,19 +242,24 @@ func (l *Loader) watch(h *handle, inst *instance) {
 	}()
 }
 
-// patch is the device a Create made (nil for a Remove), the n-th change
-// of its backend process.
+// patch is the device a Create made (create), or the ID of the device a
+// Remove removed (remove), the n-th change of its backend process.
 type patch struct {
 	n      uint64
 	create *backend.Device
+	remove string
 }
 
 // apply makes inv show the patch's change: the device made listed, an
 // idle GPU in the device's mode, and what it takes taken (its vGPU type's
 // count; the MIG starts it covers, and for MIG-backed types one more; a
 // passed-through GPU whole), as much or more than the backend will then
-// report.
+// report; or the device removed unlisted and what it held given back.
 func (p patch) apply(inv *backend.Inventory) {
+	if p.create == nil {
+		p.unapply(inv)
+		return
+	}
 	d := *p.create
 	inv.Devices = slices.DeleteFunc(inv.Devices, func(x backend.Device) bool { return x.ID == d.ID })
 	inv.Devices = append(inv.Devices, d)
@@ -299,6 +304,36 @@ func (p patch) apply(inv *backend.Inventory) {
 			for j := range g.VGPUTypes {
 				if t := &g.VGPUTypes[j]; t.Name == d.Type && t.Available > 0 {
 					t.Available--
+				}
+			}
+		}
+	}
+}
+
+// unapply removes device p.remove from inv and gives back what it held:
+// one more of its vGPU type (up to the type's maximum), or the GPU it
+// passed through.
+func (p patch) unapply(inv *backend.Inventory) {
+	i := slices.IndexFunc(inv.Devices, func(d backend.Device) bool { return d.ID == p.remove })
+	if i < 0 {
+		return
+	}
+	d := inv.Devices[i]
+	inv.Devices = slices.Delete(inv.Devices, i, i+1)
+	for j := range inv.GPUs {
+		g := &inv.GPUs[j]
+		if g.Address != d.GPU {
+			continue
+		}
+		switch d.Kind {
+		case backend.KindPassthrough:
+			if g.Unavailable == "passed through to VM "+d.VMUUID || (d.VMUUID == "" && g.Unavailable == "passed through by gpuvm") {
+				g.Unavailable = ""
+			}
+		case backend.KindVGPU:
+			for k := range g.VGPUTypes {
+				if t := &g.VGPUTypes[k]; t.Name == d.Type && g.Unavailable == "" {
+					t.Available = min(t.Available+1, t.MaxInstances)
 				}
 			}
 		}

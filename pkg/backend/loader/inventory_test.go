@@ -157,16 +157,16 @@ func (c *counted) WatchInventory(ctx context.Context, _ time.Duration, _ func(ba
 
 func (c *counted) InventoryChanges() uint64 { return c.n }
 
-// Between a Create and the push that covers it, the held inventory shows
-// the device made; a push read before the Create does not undo it; a
-// Remove or a failed call makes the inventory stale until a push covers it.
+// Between a Create or Remove and the push that covers it, the held
+// inventory shows the call's result; a push read before the call does not
+// undo it; a failed call makes the inventory stale until a push covers it.
 func TestInventoryPatches(t *testing.T) {
 	c := &counted{}
 	inst := &instance{impl: c, watched: true}
 	h := &handle{name: "vgpu", inst: inst}
 	const gpu = "0000:41:00.0"
 	pushed := backend.Inventory{GPUs: []backend.GPU{{Address: gpu, Mode: backend.ModeIdle,
-		VGPUTypes: []backend.VGPUType{{Name: "L40S-12Q", Available: 4}, {Name: "L40S-24Q", Available: 2}}}}}
+		VGPUTypes: []backend.VGPUType{{Name: "L40S-12Q", MaxInstances: 4, Available: 4}, {Name: "L40S-24Q", MaxInstances: 2, Available: 2}}}}}
 	view := func() (backend.Inventory, bool) {
 		h.mu.Lock()
 		defer h.mu.Unlock()
@@ -187,13 +187,9 @@ func TestInventoryPatches(t *testing.T) {
 	}
 
 	c.n = 2
-	h.applied(inst, patch{}, nil) // a Remove
-	if _, ok := view(); ok {
-		t.Fatal("fresh after a Remove, before a push covers it")
-	}
-	h.push(inst, pushed.Clone(), 2)
-	if inv, ok := view(); !ok || len(inv.Devices) != 0 {
-		t.Fatalf("after the push covering the Remove: fresh %v, devices %v; want none", ok, deviceIDs(inv))
+	h.applied(inst, patch{remove: "dev-a"}, nil)
+	if inv, ok := view(); !ok || len(inv.Devices) != 0 || inv.GPUs[0].VGPUTypes[0].Available != 4 {
+		t.Fatalf("after Remove: fresh %v, %+v; want no device, 4 L40S-12Q left", ok, inv)
 	}
 
 	c.n = 3
@@ -223,5 +219,21 @@ func TestPatchMIG(t *testing.T) {
 	if !slices.Equal(g.MIGProfiles[0].FreeStarts, []int{0, 1, 2, 3}) || !slices.Equal(g.MIGProfiles[1].FreeStarts, []int{0}) ||
 		len(g.MIGProfiles[2].FreeStarts) != 0 || g.VGPUTypes[0].Available != 0 || !slices.Equal(deviceIDs(inv), []string{"mig-1"}) {
 		t.Errorf("after a 3g.40gb at 4: %+v", inv)
+	}
+}
+
+func TestPatchPassthroughRemove(t *testing.T) {
+	const gpu, vm = "0000:c1:00.0", "5d1c9c52-8f9e-4a59-9a42-6e5b1d7c2f10"
+	inv := backend.Inventory{
+		GPUs:    []backend.GPU{{Address: gpu, Mode: backend.ModePassthrough, Unavailable: "passed through to VM " + vm}, {Address: "0000:c2:00.0", Unavailable: "no IOMMU group"}},
+		Devices: []backend.Device{{ID: gpu, Kind: backend.KindPassthrough, GPU: gpu, VMUUID: vm}},
+	}
+	patch{remove: gpu}.apply(&inv)
+	if len(inv.Devices) != 0 || inv.GPUs[0].Unavailable != "" || inv.GPUs[1].Unavailable != "no IOMMU group" {
+		t.Errorf("after the Remove: %+v", inv)
+	}
+	patch{remove: "not-listed"}.apply(&inv) // nothing to give back
+	if inv.GPUs[1].Unavailable != "no IOMMU group" {
+		t.Errorf("a Remove of a device not listed changed %+v", inv)
 	}
 }

@@ -227,10 +227,10 @@ type instance struct {
 	watched bool
 	inv     *backend.Inventory
 	changes uint64
-	// patches are the Creates that returned since, applied to inv until
-	// a push covers them; mustSee is the change count of the latest
-	// Remove or failed call, which only a push can say the outcome of,
-	// that inv must cover to be fresh.
+	// patches are the Creates and Removes that returned since, applied
+	// to inv until a push covers them; mustSee is the change count of the
+	// latest call that failed (which only a push can say the outcome
+	// of), that inv must cover to be fresh.
 	patches []patch
 	mustSee uint64
 }
@@ -493,7 +493,7 @@ func (h *handle) Remove(ctx context.Context, req backend.RemoveRequest) error {
 		return err
 	}
 	err = inst.impl.Remove(ctx, req)
-	h.applied(inst, patch{}, err)
+	h.applied(inst, patch{remove: req.ID}, err)
 	return err
 }
 
