@@ -27,8 +27,19 @@ func SupportsWatch(apiVersion string) bool {
 }
 
 // DefaultResync is how often a watched backend re-reads the host for
-// changes it did not make, unless the watcher asks for another period.
-const DefaultResync = 30 * time.Second
+// changes it did not make, and DefaultSettle how long it waits after a
+// Create or Remove before it re-reads the host (so that one read covers a
+// burst of them), unless the watcher asks otherwise (WatchOptions).
+const (
+	DefaultResync = 30 * time.Second
+	DefaultSettle = 200 * time.Millisecond
+)
+
+// WatchOptions tune a WatchInventory stream; zero fields take the
+// defaults. A negative Settle makes the backend re-read at once.
+type WatchOptions struct {
+	Resync, Settle time.Duration
+}
 
 // changeTrailer is the gRPC trailer of Create and Remove that carries the
 // number of Create and Remove calls the backend process has finished.
@@ -38,13 +49,13 @@ const changeTrailer = "gpuvm-inventory-change"
 // Backend (API v1.1): the backend's inventory pushed as it changes.
 type InventoryWatcher interface {
 	// WatchInventory calls got with the backend's full inventory at once,
-	// then again after every Create and Remove it finishes and whenever
-	// its re-read of the host every resync (0: DefaultResync) finds a
+	// then again opts.Settle after the Creates and Removes it finishes
+	// and whenever its re-read of the host every opts.Resync finds a
 	// change, until ctx ends or the stream breaks; it returns why it
 	// ended (CodeUnsupported: the backend has no WatchInventory). changes
 	// is how many Create and Remove calls the backend had finished before
 	// it read that inventory.
-	WatchInventory(ctx context.Context, resync time.Duration, got func(inv Inventory, changes uint64)) error
+	WatchInventory(ctx context.Context, opts WatchOptions, got func(inv Inventory, changes uint64)) error
 	// InventoryChanges is the highest count of finished Create and Remove
 	// calls that the backend reported with a Create or Remove through
 	// this client: an inventory pushed with changes at least this high
@@ -55,14 +66,18 @@ type InventoryWatcher interface {
 var _ InventoryWatcher = (*grpcClient)(nil)
 
 // WatchInventory implements InventoryWatcher.
-func (c *grpcClient) WatchInventory(ctx context.Context, resync time.Duration, got func(Inventory, uint64)) error {
+func (c *grpcClient) WatchInventory(ctx context.Context, opts WatchOptions, got func(Inventory, uint64)) error {
 	if c.done.Err() != nil {
 		return c.unavailable("exited before WatchInventory")
 	}
 	streamCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	defer context.AfterFunc(c.done, cancel)()
-	stream, err := c.client.WatchInventory(streamCtx, &pb.WatchInventoryRequest{ResyncMs: resync.Milliseconds()})
+	req := &pb.WatchInventoryRequest{ResyncMs: opts.Resync.Milliseconds(), SettleMs: opts.Settle.Milliseconds()}
+	if opts.Settle < 0 {
+		req.SettleMs = -1
+	}
+	stream, err := c.client.WatchInventory(streamCtx, req)
 	if err != nil {
 		return c.error(ctx, "WatchInventory", err)
 	}
@@ -141,7 +156,7 @@ func (s *grpcServer) noteChange(ctx context.Context) {
 }
 
 // WatchInventory serves the stream of the backend's inventory: the first
-// read at once, then a read after every Create and Remove (sent with the
+// read at once, then a read settle after a Create or Remove (sent with the
 // count of those finished before it began, so that it surely reflects
 // them) and every resync, sent only when it differs from the last one sent
 // or covers more changes. A failed read ends the stream with its error.
@@ -150,6 +165,13 @@ func (s *grpcServer) WatchInventory(req *pb.WatchInventoryRequest, stream grpc.S
 	resync := DefaultResync
 	if ms := req.GetResyncMs(); ms > 0 {
 		resync = time.Duration(ms) * time.Millisecond
+	}
+	settle := DefaultSettle
+	switch ms := req.GetSettleMs(); {
+	case ms > 0:
+		settle = time.Duration(ms) * time.Millisecond
+	case ms < 0:
+		settle = 0
 	}
 	timer := time.NewTimer(resync)
 	defer timer.Stop()
@@ -173,8 +195,16 @@ func (s *grpcServer) WatchInventory(req *pb.WatchInventoryRequest, stream grpc.S
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-wake:
 		case <-timer.C:
+			continue
+		case <-wake:
+		}
+		if settle > 0 {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(settle):
+			}
 		}
 	}
 }

@@ -126,7 +126,7 @@ func TestWatchInventory(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	p := newPushes()
 	done := make(chan error, 1)
-	go func() { done <- w.WatchInventory(ctx, 50*time.Millisecond, p.add) }()
+	go func() { done <- w.WatchInventory(ctx, WatchOptions{Resync: 50 * time.Millisecond, Settle: -1}, p.add) }()
 
 	p.waitFor(t, "at once", func(x pushed) bool { return x.changes == 0 && len(x.inv.GPUs) == 1 })
 	if n := w.InventoryChanges(); n != 0 {
@@ -195,7 +195,7 @@ func TestWatchInventoryUnsupported(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = raw.(InventoryWatcher).WatchInventory(t.Context(), 0, func(Inventory, uint64) { t.Error("a v1 backend pushed an inventory") })
+	err = raw.(InventoryWatcher).WatchInventory(t.Context(), WatchOptions{}, func(Inventory, uint64) { t.Error("a v1 backend pushed an inventory") })
 	if !errors.Is(err, ErrUnsupported) {
 		t.Errorf("WatchInventory of a v1 backend: %v, want CodeUnsupported", err)
 	}
@@ -218,4 +218,29 @@ func TestInventoryClone(t *testing.T) {
 	if inv.Notes[0] == "changed" || inv.GPUs[0].MIGProfiles[0].FreeStarts[0] == 99 || inv.Devices[0].Hostdev.Addresses[0] == "changed" {
 		t.Error("Clone shares memory with the original")
 	}
+}
+
+// Creates that come within the settle time of the first are covered by one
+// read, pushed after it.
+func TestWatchInventorySettles(t *testing.T) {
+	host := &hostModel{}
+	b, _ := connect(t, host.mock())
+	w := b.(InventoryWatcher)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	p := newPushes()
+	done := make(chan error, 1)
+	go func() { done <- w.WatchInventory(ctx, WatchOptions{Resync: time.Hour, Settle: 5 * time.Second}, p.add) }()
+	p.waitFor(t, "at once", func(x pushed) bool { return x.changes == 0 })
+	for _, id := range []string{"dev-a", "dev-b", "dev-c"} {
+		if _, err := b.Create(ctx, CreateRequest{GPU: "0000:41:00.0", DeviceUUID: id}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	x := p.waitFor(t, "after the Creates", func(x pushed) bool { return x.changes > 0 })
+	if x.changes != 3 || !slices.Equal(devicesOf(x.inv), []string{"dev-a", "dev-b", "dev-c"}) {
+		t.Errorf("first push after three Creates: changes %d, devices %v; want one read covering all three", x.changes, devicesOf(x.inv))
+	}
+	cancel()
+	<-done
 }

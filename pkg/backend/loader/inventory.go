@@ -217,7 +217,7 @@ func (l *Loader) watch(h *handle, inst *instance) {
 		defer context.AfterFunc(inst.done, cancel)()
 		backoff := l.cfg.MinBackoff
 		for {
-			err := w.WatchInventory(ctx, l.cfg.InventoryResync, func(inv backend.Inventory, changes uint64) {
+			err := w.WatchInventory(ctx, backend.WatchOptions{Resync: l.cfg.InventoryResync, Settle: l.cfg.InventorySettle}, func(inv backend.Inventory, changes uint64) {
 				h.push(inst, inv, changes)
 				backoff = l.cfg.MinBackoff
 			})

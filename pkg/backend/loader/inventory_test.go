@@ -150,7 +150,7 @@ type counted struct {
 	n uint64
 }
 
-func (c *counted) WatchInventory(ctx context.Context, _ time.Duration, _ func(backend.Inventory, uint64)) error {
+func (c *counted) WatchInventory(ctx context.Context, _ backend.WatchOptions, _ func(backend.Inventory, uint64)) error {
 	<-ctx.Done()
 	return ctx.Err()
 }

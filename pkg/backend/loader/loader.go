@@ -44,11 +44,13 @@ type Config struct {
 	MinBackoff, MaxBackoff time.Duration
 	// InventoryResync is how often a backend that pushes its inventory
 	// (API v1.1, inventory.go) re-reads the host for changes it did not
-	// make (default backend.DefaultResync). InventoryWait bounds how long
-	// Inventories waits for a pushed inventory it needs (the backend is
-	// restarting, or has not pushed since a Create or Remove) before it
+	// make (default backend.DefaultResync), and InventorySettle how long
+	// after a Create or Remove (default backend.DefaultSettle; negative:
+	// at once): the loader applies those itself meanwhile. InventoryWait
+	// bounds how long Inventories waits for a pushed inventory it needs
+	// (the backend is restarting, or a Create or Remove failed) before it
 	// asks the backend instead (default 5s).
-	InventoryResync, InventoryWait time.Duration
+	InventoryResync, InventorySettle, InventoryWait time.Duration
 }
 
 // Loader runs the backend plugins.

@@ -25,7 +25,11 @@ type WatchInventoryRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// resync_ms is how often the backend re-reads the host for changes it did
 	// not make (0: the backend's default, 30 s).
-	ResyncMs      int64 `protobuf:"varint,1,opt,name=resync_ms,json=resyncMs,proto3" json:"resync_ms,omitempty"`
+	ResyncMs int64 `protobuf:"varint,1,opt,name=resync_ms,json=resyncMs,proto3" json:"resync_ms,omitempty"`
+	// settle_ms is how long the backend waits after a Create or Remove
+	// before it re-reads the host, so that one read covers a burst of them
+	// (0: the backend's default, 200 ms; negative: no wait).
+	SettleMs      int64 `protobuf:"varint,2,opt,name=settle_ms,json=settleMs,proto3" json:"settle_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -63,6 +67,13 @@ func (*WatchInventoryRequest) Descriptor() ([]byte, []int) {
 func (x *WatchInventoryRequest) GetResyncMs() int64 {
 	if x != nil {
 		return x.ResyncMs
+	}
+	return 0
+}
+
+func (x *WatchInventoryRequest) GetSettleMs() int64 {
+	if x != nil {
+		return x.SettleMs
 	}
 	return 0
 }
@@ -1470,9 +1481,10 @@ var File_backend_proto protoreflect.FileDescriptor
 
 const file_backend_proto_rawDesc = "" +
 	"\n" +
-	"\rbackend.proto\x12\x10gpuvm.backend.v1\"4\n" +
+	"\rbackend.proto\x12\x10gpuvm.backend.v1\"Q\n" +
 	"\x15WatchInventoryRequest\x12\x1b\n" +
-	"\tresync_ms\x18\x01 \x01(\x03R\bresyncMs\"\r\n" +
+	"\tresync_ms\x18\x01 \x01(\x03R\bresyncMs\x12\x1b\n" +
+	"\tsettle_ms\x18\x02 \x01(\x03R\bsettleMs\"\r\n" +
 	"\vInfoRequest\":\n" +
 	"\fInfoResponse\x12*\n" +
 	"\x04info\x18\x01 \x01(\v2\x16.gpuvm.backend.v1.InfoR\x04info\"D\n" +

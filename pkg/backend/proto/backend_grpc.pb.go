@@ -50,7 +50,8 @@ type BackendClient interface {
 	Remove(ctx context.Context, in *RemoveRequest, opts ...grpc.CallOption) (*RemoveResponse, error)
 	Health(ctx context.Context, in *HealthRequest, opts ...grpc.CallOption) (*HealthResponse, error)
 	// WatchInventory sends the backend's full inventory at once, then again
-	// after every Create and Remove it finishes, and whenever a periodic
+	// after the Creates and Removes it finishes (one read for those that
+	// come within settle_ms of each other), and whenever a periodic
 	// re-read of the host finds it changed (an admin's change by hand). API
 	// v1.1; a v1 backend answers Unimplemented and is polled with Inventory.
 	WatchInventory(ctx context.Context, in *WatchInventoryRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[InventoryResponse], error)
@@ -165,7 +166,8 @@ type BackendServer interface {
 	Remove(context.Context, *RemoveRequest) (*RemoveResponse, error)
 	Health(context.Context, *HealthRequest) (*HealthResponse, error)
 	// WatchInventory sends the backend's full inventory at once, then again
-	// after every Create and Remove it finishes, and whenever a periodic
+	// after the Creates and Removes it finishes (one read for those that
+	// come within settle_ms of each other), and whenever a periodic
 	// re-read of the host finds it changed (an admin's change by hand). API
 	// v1.1; a v1 backend answers Unimplemented and is polled with Inventory.
 	WatchInventory(*WatchInventoryRequest, grpc.ServerStreamingServer[InventoryResponse]) error
