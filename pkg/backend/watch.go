@@ -35,6 +35,19 @@ const (
 	DefaultSettle = 200 * time.Millisecond
 )
 
+// HostGenerations is what a backend may offer besides Backend: a token
+// that changes whenever any backend process changes the host (the backend
+// binaries share one, under their host lock). WatchInventory polls it
+// every HostPoll and re-reads the host when it changed, so that a change
+// one backend makes reaches the others' inventories too (a GPU the
+// passthrough backend takes is no longer offered by the vgpu backend).
+type HostGenerations interface {
+	HostGeneration() string
+}
+
+// HostPoll is how often WatchInventory polls HostGenerations.
+const HostPoll = 250 * time.Millisecond
+
 // WatchOptions tune a WatchInventory stream; zero fields take the
 // defaults. A negative Settle makes the backend re-read at once.
 type WatchOptions struct {
@@ -158,8 +171,9 @@ func (s *grpcServer) noteChange(ctx context.Context) {
 // WatchInventory serves the stream of the backend's inventory: the first
 // read at once, then a read settle after a Create or Remove (sent with the
 // count of those finished before it began, so that it surely reflects
-// them) and every resync, sent only when it differs from the last one sent
-// or covers more changes. A failed read ends the stream with its error.
+// them) or after another backend's change (HostGenerations), and every
+// resync, sent only when it differs from the last one sent or covers more
+// changes. A failed read ends the stream with its error.
 func (s *grpcServer) WatchInventory(req *pb.WatchInventoryRequest, stream grpc.ServerStreamingServer[pb.InventoryResponse]) error {
 	ctx := stream.Context()
 	resync := DefaultResync
@@ -175,9 +189,20 @@ func (s *grpcServer) WatchInventory(req *pb.WatchInventoryRequest, stream grpc.S
 	}
 	timer := time.NewTimer(resync)
 	defer timer.Stop()
+	hosts, polled := s.impl.(HostGenerations)
+	var poll <-chan time.Time
+	if polled {
+		ticker := time.NewTicker(HostPoll)
+		defer ticker.Stop()
+		poll = ticker.C
+	}
 	var last *pb.InventoryResponse
 	for {
 		n, wake := s.changes.current()
+		var gen string
+		if polled {
+			gen = hosts.HostGeneration()
+		}
 		inv, err := serve(ctx, "WatchInventory", func() (*pb.Inventory, error) {
 			inv, err := s.impl.Inventory(ctx)
 			return inventoryToProto(inv), err
@@ -192,12 +217,20 @@ func (s *grpcServer) WatchInventory(req *pb.WatchInventoryRequest, stream grpc.S
 			}
 		}
 		timer.Reset(resync)
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-timer.C:
-			continue
-		case <-wake:
+	wait:
+		for {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-timer.C:
+				break wait
+			case <-wake:
+				break wait
+			case <-poll:
+				if hosts.HostGeneration() != gen { // another backend changed the host
+					break wait
+				}
+			}
 		}
 		if settle > 0 {
 			select {

@@ -185,3 +185,36 @@ func TestInventoryPushedAfterHostChange(t *testing.T) {
 		return r.l.InventoryStatus(backend.NameVGPU).Fresh && driverOf() == "vfio-pci"
 	})
 }
+
+// A GPU one backend takes (passthrough binds it to vfio-pci) reaches the
+// other backends' held inventories without waiting for their re-read of
+// the host (made an hour here).
+func TestInventoryPushedAfterOtherBackend(t *testing.T) {
+	r := startPushing(t, "a40x2", time.Hour)
+	const gpu = "0000:c1:00.0"
+	driverOf := func() string {
+		for _, g := range r.cached(t, backend.NameVGPU).GPUs {
+			if g.Address == gpu {
+				return g.Driver
+			}
+		}
+		return "missing"
+	}
+	r.pushedAsAsked(t, backend.NameVGPU, "at start")
+	if d := driverOf(); d != "nvidia" {
+		t.Fatalf("GPU %s on driver %q at start", gpu, d)
+	}
+	d, err := r.backend(t, backend.NamePassthrough).Create(ctx(t), backend.CreateRequest{GPU: gpu, VMUUID: pushVM})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "the vgpu backend's held inventory does not show the GPU passed through", func() bool {
+		return r.l.InventoryStatus(backend.NameVGPU).Fresh && driverOf() == "vfio-pci"
+	})
+	if err := r.backend(t, backend.NamePassthrough).Remove(ctx(t), backend.RemoveRequest{ID: d.ID, GPU: gpu}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "the vgpu backend's held inventory does not show the GPU given back", func() bool {
+		return r.l.InventoryStatus(backend.NameVGPU).Fresh && driverOf() == "nvidia"
+	})
+}
