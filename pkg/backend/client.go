@@ -3,8 +3,11 @@ package backend
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	pb "github.com/gpuvm/gpuvm/pkg/backend/proto"
@@ -15,6 +18,9 @@ type grpcClient struct {
 	name   string
 	client pb.BackendClient
 	done   context.Context // ends when the plugin process exits
+	// changes is the highest count of finished Create and Remove calls a
+	// Create or Remove's trailer reported (watch.go).
+	changes atomic.Uint64
 }
 
 var _ Backend = (*grpcClient)(nil)
@@ -41,16 +47,20 @@ func (c *grpcClient) Inventory(ctx context.Context) (Inventory, error) {
 }
 
 func (c *grpcClient) Create(ctx context.Context, req CreateRequest) (Device, error) {
+	var md metadata.MD
 	resp, err := call(ctx, c, "Create", func(ctx context.Context) (*pb.CreateResponse, error) {
-		return c.client.Create(ctx, createRequestToProto(req))
+		return c.client.Create(ctx, createRequestToProto(req), grpc.Trailer(&md))
 	})
+	c.noteChanges(md)
 	return deviceFromProto(resp.GetDevice()), err
 }
 
 func (c *grpcClient) Remove(ctx context.Context, req RemoveRequest) error {
+	var md metadata.MD
 	_, err := call(ctx, c, "Remove", func(ctx context.Context) (*pb.RemoveResponse, error) {
-		return c.client.Remove(ctx, removeRequestToProto(req))
+		return c.client.Remove(ctx, removeRequestToProto(req), grpc.Trailer(&md))
 	})
+	c.noteChanges(md)
 	return err
 }
 

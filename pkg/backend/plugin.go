@@ -32,7 +32,8 @@ var Handshake = plugin.HandshakeConfig{
 const PluginType = "backend"
 
 // APIVersions are the backend API versions this build speaks, oldest first.
-var APIVersions = []string{"v1"}
+// v1.1 adds WatchInventory (watch.go); a v1 backend is polled.
+var APIVersions = []string{"v1", APIVersionWatch}
 
 // NegotiateAPIVersion returns the highest API version in both host and plugin.
 func NegotiateAPIVersion(host, plugin []string) (string, error) {

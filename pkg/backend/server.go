@@ -33,6 +33,9 @@ var grpcCodes = map[Code]codes.Code{
 type grpcServer struct {
 	pb.UnimplementedBackendServer
 	impl Backend
+	// changes counts the finished Create and Remove calls, for
+	// WatchInventory (watch.go).
+	changes changeHub
 }
 
 func (s *grpcServer) Info(ctx context.Context, _ *pb.InfoRequest) (*pb.InfoResponse, error) {
@@ -56,6 +59,7 @@ func (s *grpcServer) Inventory(ctx context.Context, _ *pb.InventoryRequest) (*pb
 }
 
 func (s *grpcServer) Create(ctx context.Context, req *pb.CreateRequest) (*pb.CreateResponse, error) {
+	defer s.noteChange(ctx)
 	return serve(ctx, "Create", func() (*pb.CreateResponse, error) {
 		dev, err := s.impl.Create(ctx, createRequestFromProto(req))
 		return &pb.CreateResponse{Device: deviceToProto(dev)}, err
@@ -63,6 +67,7 @@ func (s *grpcServer) Create(ctx context.Context, req *pb.CreateRequest) (*pb.Cre
 }
 
 func (s *grpcServer) Remove(ctx context.Context, req *pb.RemoveRequest) (*pb.RemoveResponse, error) {
+	defer s.noteChange(ctx)
 	return serve(ctx, "Remove", func() (*pb.RemoveResponse, error) {
 		return &pb.RemoveResponse{}, s.impl.Remove(ctx, removeRequestFromProto(req))
 	})

@@ -215,11 +215,11 @@ func (o *Orchestrator) createDevice(ctx context.Context, vmID string, a store.Al
 		}
 	}
 	if mayExist {
-		inv, err := b.Inventory(ctx)
-		if err != nil {
-			return backend.Device{}, err
+		invs, errs := o.currentInventoriesOf(ctx, []string{a.Backend})
+		if len(errs) > 0 {
+			return backend.Device{}, errors.Join(errs...)
 		}
-		for _, d := range inv.Devices {
+		for _, d := range invs[a.Backend].Devices {
 			if d.VMUUID == vmID && d.GPU == a.GPUAddress && string(d.Kind) == a.Kind && !held[d.ID] {
 				o.log.Info("adopting the device an interrupted create made", "vm", vmID, "device", d.ID, "gpu", d.GPU)
 				return d, nil
@@ -337,7 +337,7 @@ func (o *Orchestrator) removeDevices(ctx context.Context, vmID string) error {
 	for name := range unrecorded {
 		names = append(names, name)
 	}
-	invs, invErrs := o.inventoriesOf(ctx, names)
+	invs, invErrs := o.currentInventoriesOf(ctx, names)
 	errs = append(errs, invErrs...)
 	for name, inv := range invs {
 		b, _ := o.cfg.Backends.Backend(name)
@@ -351,6 +351,16 @@ func (o *Orchestrator) removeDevices(ctx context.Context, vmID string) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// currentInventoriesOf is the named backends' inventories as the backends
+// keep them current (InventoryCache), without calling them; from
+// inventoriesOf when the Backends keep none.
+func (o *Orchestrator) currentInventoriesOf(ctx context.Context, names []string) (map[string]backend.Inventory, []error) {
+	if c, ok := o.cfg.Backends.(InventoryCache); ok {
+		return c.Inventories(ctx, names)
+	}
+	return o.inventoriesOf(ctx, names)
 }
 
 // inventoriesOf asks the named backends for their inventories; a backend

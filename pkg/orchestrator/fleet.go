@@ -113,14 +113,15 @@ type placeHost struct {
 }
 
 // placementHosts are the hosts a round places on: this one, from its
-// backends (of kinds) now, and in a fleet every other node that is up or
+// backends (of kinds) as they keep their inventories current
+// (currentInventoriesOf), and in a fleet every other node that is up or
 // draining and whose heartbeat is younger than HostTimeout, from that
 // heartbeat. A node's devices of VMs the database knows are left out: the
 // live ones are counted by their allocations, and the others were removed
 // before their slots were released (what a heartbeat older than the
 // removal still lists).
 func (o *Orchestrator) placementHosts(ctx context.Context, cfg *profile.Config, kinds []string) ([]placeHost, error) {
-	invs, errs := o.inventoriesOf(ctx, kinds)
+	invs, errs := o.currentInventoriesOf(ctx, kinds)
 	for _, err := range errs {
 		o.log.Warn("a backend did not answer; its GPUs are not offered this round", "err", err)
 	}

@@ -32,6 +32,17 @@ type Backends interface {
 	Backend(name string) (backend.Backend, bool)
 }
 
+// InventoryCache is what a Backends may offer besides (a *loader.Loader
+// does): the backends' inventories as they last pushed them, with every
+// Create and Remove that returned reflected, read without calling them.
+// The create path and the dispatch rounds read it when it is there; the
+// reconciler always asks the backends (inventoriesOf).
+type InventoryCache interface {
+	// Inventories returns the inventory of each named backend that runs;
+	// one that fails is reported and left out.
+	Inventories(ctx context.Context, names []string) (map[string]backend.Inventory, []error)
+}
+
 // Hypervisor is what the orchestrator asks of libvirt (a *hypervisor.Conn).
 type Hypervisor interface {
 	CreateVM(ctx context.Context, req hypervisor.VMRequest) (hypervisor.Info, error)

@@ -27,7 +27,10 @@ func New() *Backend {
 	return &Backend{Base: kit.NewBase(backend.NameMIG, Version, "MIG GPU instances at a chosen placement, delivered as MIG-backed vGPUs")}
 }
 
-var _ backend.Backend = (*Backend)(nil)
+var (
+	_ backend.Backend         = (*Backend)(nil)
+	_ backend.HostGenerations = (*Backend)(nil)
+)
 
 // Health implements backend.Backend.
 func (b *Backend) Health(context.Context) (backend.Health, error) {

@@ -46,7 +46,13 @@ type Backend struct {
 // New returns an unconfigured backend.
 func New() *Backend { return &Backend{log: backend.PluginLogger()} }
 
-var _ backend.Backend = (*Backend)(nil)
+var (
+	_ backend.Backend         = (*Backend)(nil)
+	_ backend.HostGenerations = (*Backend)(nil)
+)
+
+// HostGeneration implements backend.HostGenerations.
+func (b *Backend) HostGeneration() string { return b.state.HostGeneration() }
 
 // Info implements backend.Backend.
 func (b *Backend) Info(context.Context) (backend.Info, error) {

@@ -26,7 +26,10 @@ func New() *Backend {
 	return &Backend{Base: kit.NewBase(backend.NameVGPU, Version, "time-sliced NVIDIA vGPU through mdev (up to Ampere) or the vendor-specific VFIO framework (Ada and later)")}
 }
 
-var _ backend.Backend = (*Backend)(nil)
+var (
+	_ backend.Backend         = (*Backend)(nil)
+	_ backend.HostGenerations = (*Backend)(nil)
+)
 
 // Health implements backend.Backend.
 func (b *Backend) Health(context.Context) (backend.Health, error) {

@@ -42,6 +42,15 @@ type Config struct {
 	// that exited (default 250ms and 30s). The wait doubles with each
 	// restart, and starts over once a plugin has run for MaxBackoff.
 	MinBackoff, MaxBackoff time.Duration
+	// InventoryResync is how often a backend that pushes its inventory
+	// (API v1.1, inventory.go) re-reads the host for changes it did not
+	// make (default backend.DefaultResync), and InventorySettle how long
+	// after a Create or Remove (default backend.DefaultSettle; negative:
+	// at once): the loader applies those itself meanwhile. InventoryWait
+	// bounds how long Inventories waits for a pushed inventory it needs
+	// (the backend is restarting, or a Create or Remove failed) before it
+	// asks the backend instead (default 5s).
+	InventoryResync, InventorySettle, InventoryWait time.Duration
 }
 
 // Loader runs the backend plugins.
@@ -75,6 +84,12 @@ func New(cfg Config) *Loader {
 		cfg.MaxBackoff = 30 * time.Second
 	}
 	cfg.MaxBackoff = max(cfg.MaxBackoff, cfg.MinBackoff)
+	if cfg.InventoryResync <= 0 {
+		cfg.InventoryResync = backend.DefaultResync
+	}
+	if cfg.InventoryWait <= 0 {
+		cfg.InventoryWait = 5 * time.Second
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Loader{
 		cfg:         cfg,
@@ -207,6 +222,19 @@ type instance struct {
 	info       backend.Info
 	apiVersion string
 	pid        int
+	// Of a backend that pushes its inventory (inventory.go), guarded by
+	// the handle's mu: watched until the stream turns out to be
+	// unsupported; inv is the latest pushed (nil: none yet, or the stream
+	// broke), read after changes of its Create and Remove calls.
+	watched bool
+	inv     *backend.Inventory
+	changes uint64
+	// patches are the Creates and Removes that returned since, applied
+	// to inv until a push covers them; mustSee is the change count of the
+	// latest call that failed (which only a push can say the outcome
+	// of), that inv must cover to be fresh.
+	patches []patch
+	mustSee uint64
 }
 
 // startTimeout bounds the bring-up of one plugin process.
@@ -267,6 +295,9 @@ func (l *Loader) bringUp(ctx context.Context, client *plugin.Client, p *watchedP
 		return nil, fmt.Errorf("configuring plugin: %w", err)
 	}
 	inst := &instance{client: client, impl: impl, done: p.done, info: info, apiVersion: version}
+	if _, ok := impl.(backend.InventoryWatcher); ok && backend.SupportsWatch(version) {
+		inst.watched = true
+	}
 	if rc := client.ReattachConfig(); rc != nil {
 		inst.pid = rc.Pid
 	}
@@ -297,6 +328,7 @@ func (l *Loader) adopt(name, path string, inst *instance) {
 	l.handles[name] = h
 	l.wg.Add(1)
 	l.mu.Unlock()
+	l.watch(h, inst)
 	go l.supervise(h, path, inst)
 }
 
@@ -341,6 +373,7 @@ func (l *Loader) supervise(h *handle, path string, inst *instance) {
 		}
 		log.Info("backend plugin restarted", "pid", inst.pid, "api_version", inst.apiVersion)
 		h.set(inst, "")
+		l.watch(h, inst)
 	}
 }
 
@@ -388,6 +421,12 @@ type handle struct {
 	mu   sync.RWMutex
 	inst *instance // nil while the plugin is down
 	why  string    // why inst is nil
+	// Of the pushed inventories (inventory.go): gen counts them, at is
+	// when the latest came, and wake is closed (and replaced) whenever
+	// inst or its inventory changes.
+	gen  uint64
+	at   time.Time
+	wake chan struct{}
 }
 
 var _ backend.Backend = (*handle)(nil)
@@ -396,15 +435,24 @@ func (h *handle) set(inst *instance, why string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.inst, h.why = inst, why
+	h.changed()
 }
 
 func (h *handle) current() (backend.Backend, error) {
+	inst, err := h.currentInstance()
+	if err != nil {
+		return nil, err
+	}
+	return inst.impl, nil
+}
+
+func (h *handle) currentInstance() (*instance, error) {
 	h.mu.RLock()
 	defer h.mu.RUnlock()
 	if h.inst == nil {
 		return nil, &backend.Error{Code: backend.CodeUnavailable, Reason: fmt.Sprintf("backend %s: %s", h.name, h.why)}
 	}
-	return h.inst.impl, nil
+	return h.inst, nil
 }
 
 func (h *handle) Info(ctx context.Context) (backend.Info, error) {
@@ -432,19 +480,23 @@ func (h *handle) Inventory(ctx context.Context) (backend.Inventory, error) {
 }
 
 func (h *handle) Create(ctx context.Context, req backend.CreateRequest) (backend.Device, error) {
-	b, err := h.current()
+	inst, err := h.currentInstance()
 	if err != nil {
 		return backend.Device{}, err
 	}
-	return b.Create(ctx, req)
+	d, err := inst.impl.Create(ctx, req)
+	h.applied(inst, patch{create: &d}, err)
+	return d, err
 }
 
 func (h *handle) Remove(ctx context.Context, req backend.RemoveRequest) error {
-	b, err := h.current()
+	inst, err := h.currentInstance()
 	if err != nil {
 		return err
 	}
-	return b.Remove(ctx, req)
+	err = inst.impl.Remove(ctx, req)
+	h.applied(inst, patch{remove: req.ID}, err)
+	return err
 }
 
 func (h *handle) Health(ctx context.Context) (backend.Health, error) {

@@ -286,7 +286,7 @@ func TestStartFailures(t *testing.T) {
 			name:      "no common API version",
 			plugins:   []bin{{"vgpu", "normal", 0o755}, {"mig", "no-common-api", 0o755}},
 			wantNames: []string{"vgpu"},
-			wantErrs:  map[string]string{"mig": "backend mig: no common API version: host speaks v1, plugin speaks v0, v9"},
+			wantErrs:  map[string]string{"mig": "backend mig: no common API version: host speaks v1, v1.1, plugin speaks v0, v9"},
 		},
 		{
 			name:     "every backend fails",

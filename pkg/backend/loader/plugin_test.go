@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -47,7 +48,8 @@ func touch(dir, name string) {
 
 // fakeBackend behaves according to its mode:
 //
-//	normal             serves every call
+//	normal             serves every call, speaking API v1 only (polled)
+//	watch              serves every call, speaking v1 and v1.1 (pushes its inventory)
 //	wrong-name         calls itself "impostor" in Info
 //	no-common-api      speaks only API versions v0 and v9
 //	exit-at-start      exits before serving
@@ -58,8 +60,9 @@ func touch(dir, name string) {
 type fakeBackend struct {
 	name, mode, state string
 
-	mu  sync.Mutex
-	cfg *backend.Config
+	mu      sync.Mutex
+	cfg     *backend.Config
+	devices []backend.Device // made by Create, listed by Inventory
 }
 
 func (f *fakeBackend) Info(context.Context) (backend.Info, error) {
@@ -69,6 +72,8 @@ func (f *fakeBackend) Info(context.Context) (backend.Info, error) {
 		info.Name = "impostor"
 	case "no-common-api":
 		info.APIVersions = []string{"v0", "v9"}
+	case "watch":
+		info.APIVersions = []string{"v1", backend.APIVersionWatch}
 	}
 	return info, nil
 }
@@ -96,16 +101,19 @@ func (f *fakeBackend) config() (backend.Config, error) {
 }
 
 // Inventory reports the Config it got: Host is the SysFSRoot, and Notes the
-// API version and pid.
+// API version and pid; and the devices Create made.
 func (f *fakeBackend) Inventory(context.Context) (backend.Inventory, error) {
 	cfg, err := f.config()
 	if err != nil {
 		return backend.Inventory{}, err
 	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	return backend.Inventory{
 		Backend: f.name,
 		Host:    cfg.SysFSRoot,
 		Notes:   []string{"api " + cfg.APIVersion, fmt.Sprint("pid ", os.Getpid())},
+		Devices: slices.Clone(f.devices),
 	}, nil
 }
 
@@ -124,12 +132,24 @@ func (f *fakeBackend) Create(ctx context.Context, req backend.CreateRequest) (ba
 		case <-time.After(time.Minute):
 		}
 	}
-	return backend.Device{ID: "dev-1", Kind: backend.KindVGPU, GPU: req.GPU, VMUUID: req.VMUUID}, nil
+	d := backend.Device{ID: "dev-1", Kind: backend.KindVGPU, GPU: req.GPU, VMUUID: req.VMUUID}
+	if req.DeviceUUID != "" {
+		d.ID = req.DeviceUUID
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.devices = append(f.devices, d)
+	return d, nil
 }
 
-func (f *fakeBackend) Remove(context.Context, backend.RemoveRequest) error {
-	_, err := f.config()
-	return err
+func (f *fakeBackend) Remove(_ context.Context, req backend.RemoveRequest) error {
+	if _, err := f.config(); err != nil {
+		return err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.devices = slices.DeleteFunc(f.devices, func(d backend.Device) bool { return d.ID == req.ID })
+	return nil
 }
 
 func (f *fakeBackend) Health(context.Context) (backend.Health, error) {

@@ -21,6 +21,63 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+type WatchInventoryRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// resync_ms is how often the backend re-reads the host for changes it did
+	// not make (0: the backend's default, 30 s).
+	ResyncMs int64 `protobuf:"varint,1,opt,name=resync_ms,json=resyncMs,proto3" json:"resync_ms,omitempty"`
+	// settle_ms is how long the backend waits after a Create or Remove
+	// before it re-reads the host, so that one read covers a burst of them
+	// (0: the backend's default, 200 ms; negative: no wait).
+	SettleMs      int64 `protobuf:"varint,2,opt,name=settle_ms,json=settleMs,proto3" json:"settle_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchInventoryRequest) Reset() {
+	*x = WatchInventoryRequest{}
+	mi := &file_backend_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchInventoryRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchInventoryRequest) ProtoMessage() {}
+
+func (x *WatchInventoryRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_backend_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchInventoryRequest.ProtoReflect.Descriptor instead.
+func (*WatchInventoryRequest) Descriptor() ([]byte, []int) {
+	return file_backend_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *WatchInventoryRequest) GetResyncMs() int64 {
+	if x != nil {
+		return x.ResyncMs
+	}
+	return 0
+}
+
+func (x *WatchInventoryRequest) GetSettleMs() int64 {
+	if x != nil {
+		return x.SettleMs
+	}
+	return 0
+}
+
 type InfoRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -29,7 +86,7 @@ type InfoRequest struct {
 
 func (x *InfoRequest) Reset() {
 	*x = InfoRequest{}
-	mi := &file_backend_proto_msgTypes[0]
+	mi := &file_backend_proto_msgTypes[1]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -41,7 +98,7 @@ func (x *InfoRequest) String() string {
 func (*InfoRequest) ProtoMessage() {}
 
 func (x *InfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_backend_proto_msgTypes[0]
+	mi := &file_backend_proto_msgTypes[1]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -54,7 +111,7 @@ func (x *InfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InfoRequest.ProtoReflect.Descriptor instead.
 func (*InfoRequest) Descriptor() ([]byte, []int) {
-	return file_backend_proto_rawDescGZIP(), []int{0}
+	return file_backend_proto_rawDescGZIP(), []int{1}
 }
 
 type InfoResponse struct {
@@ -66,7 +123,7 @@ type InfoResponse struct {
 
 func (x *InfoResponse) Reset() {
 	*x = InfoResponse{}
-	mi := &file_backend_proto_msgTypes[1]
+	mi := &file_backend_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -78,7 +135,7 @@ func (x *InfoResponse) String() string {
 func (*InfoResponse) ProtoMessage() {}
 
 func (x *InfoResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_backend_proto_msgTypes[1]
+	mi := &file_backend_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -91,7 +148,7 @@ func (x *InfoResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InfoResponse.ProtoReflect.Descriptor instead.
 func (*InfoResponse) Descriptor() ([]byte, []int) {
-	return file_backend_proto_rawDescGZIP(), []int{1}
+	return file_backend_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *InfoResponse) GetInfo() *Info {
@@ -110,7 +167,7 @@ type ConfigureRequest struct {
 
 func (x *ConfigureRequest) Reset() {
 	*x = ConfigureRequest{}
-	mi := &file_backend_proto_msgTypes[2]
+	mi := &file_backend_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -122,7 +179,7 @@ func (x *ConfigureRequest) String() string {
 func (*ConfigureRequest) ProtoMessage() {}
 
 func (x *ConfigureRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_backend_proto_msgTypes[2]
+	mi := &file_backend_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -135,7 +192,7 @@ func (x *ConfigureRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigureRequest.ProtoReflect.Descriptor instead.
 func (*ConfigureRequest) Descriptor() ([]byte, []int) {
-	return file_backend_proto_rawDescGZIP(), []int{2}
+	return file_backend_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *ConfigureRequest) GetConfig() *Config {
@@ -153,7 +210,7 @@ type ConfigureResponse struct {
 
 func (x *ConfigureResponse) Reset() {
 	*x = ConfigureResponse{}
-	mi := &file_backend_proto_msgTypes[3]
+	mi := &file_backend_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -165,7 +222,7 @@ func (x *ConfigureResponse) String() string {
 func (*ConfigureResponse) ProtoMessage() {}
 
 func (x *ConfigureResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_backend_proto_msgTypes[3]
+	mi := &file_backend_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -178,7 +235,7 @@ func (x *ConfigureResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigureResponse.ProtoReflect.Descriptor instead.
 func (*ConfigureResponse) Descriptor() ([]byte, []int) {
-	return file_backend_proto_rawDescGZIP(), []int{3}
+	return file_backend_proto_rawDescGZIP(), []int{4}
 }
 
 type InventoryRequest struct {
@@ -189,7 +246,7 @@ type InventoryRequest struct {
 
 func (x *InventoryRequest) Reset() {
 	*x = InventoryRequest{}
-	mi := &file_backend_proto_msgTypes[4]
+	mi := &file_backend_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -201,7 +258,7 @@ func (x *InventoryRequest) String() string {
 func (*InventoryRequest) ProtoMessage() {}
 
 func (x *InventoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_backend_proto_msgTypes[4]
+	mi := &file_backend_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -214,19 +271,23 @@ func (x *InventoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InventoryRequest.ProtoReflect.Descriptor instead.
 func (*InventoryRequest) Descriptor() ([]byte, []int) {
-	return file_backend_proto_rawDescGZIP(), []int{4}
+	return file_backend_proto_rawDescGZIP(), []int{5}
 }
 
 type InventoryResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Inventory     *Inventory             `protobuf:"bytes,1,opt,name=inventory,proto3" json:"inventory,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Inventory *Inventory             `protobuf:"bytes,1,opt,name=inventory,proto3" json:"inventory,omitempty"`
+	// changes is, on WatchInventory, how many Create and Remove calls the
+	// backend process had finished before this inventory was read (see the
+	// service's trailer); 0 on Inventory.
+	Changes       uint64 `protobuf:"varint,2,opt,name=changes,proto3" json:"changes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *InventoryResponse) Reset() {
 	*x = InventoryResponse{}
-	mi := &file_backend_proto_msgTypes[5]
+	mi := &file_backend_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -238,7 +299,7 @@ func (x *InventoryResponse) String() string {
 func (*InventoryResponse) ProtoMessage() {}
 
 func (x *InventoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_backend_proto_msgTypes[5]
+	mi := &file_backend_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -251,7 +312,7 @@ func (x *InventoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InventoryResponse.ProtoReflect.Descriptor instead.
 func (*InventoryResponse) Descriptor() ([]byte, []int) {
-	return file_backend_proto_rawDescGZIP(), []int{5}
+	return file_backend_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *InventoryResponse) GetInventory() *Inventory {
@@ -259,6 +320,13 @@ func (x *InventoryResponse) GetInventory() *Inventory {
 		return x.Inventory
 	}
 	return nil
+}
+
+func (x *InventoryResponse) GetChanges() uint64 {
+	if x != nil {
+		return x.Changes
+	}
+	return 0
 }
 
 type CreateResponse struct {
@@ -270,7 +338,7 @@ type CreateResponse struct {
 
 func (x *CreateResponse) Reset() {
 	*x = CreateResponse{}
-	mi := &file_backend_proto_msgTypes[6]
+	mi := &file_backend_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -282,7 +350,7 @@ func (x *CreateResponse) String() string {
 func (*CreateResponse) ProtoMessage() {}
 
 func (x *CreateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_backend_proto_msgTypes[6]
+	mi := &file_backend_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -295,7 +363,7 @@ func (x *CreateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateResponse.ProtoReflect.Descriptor instead.
 func (*CreateResponse) Descriptor() ([]byte, []int) {
-	return file_backend_proto_rawDescGZIP(), []int{6}
+	return file_backend_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *CreateResponse) GetDevice() *Device {
@@ -313,7 +381,7 @@ type RemoveResponse struct {
 
 func (x *RemoveResponse) Reset() {
 	*x = RemoveResponse{}
-	mi := &file_backend_proto_msgTypes[7]
+	mi := &file_backend_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -325,7 +393,7 @@ func (x *RemoveResponse) String() string {
 func (*RemoveResponse) ProtoMessage() {}
 
 func (x *RemoveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_backend_proto_msgTypes[7]
+	mi := &file_backend_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -338,7 +406,7 @@ func (x *RemoveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveResponse.ProtoReflect.Descriptor instead.
 func (*RemoveResponse) Descriptor() ([]byte, []int) {
-	return file_backend_proto_rawDescGZIP(), []int{7}
+	return file_backend_proto_rawDescGZIP(), []int{8}
 }
 
 type HealthRequest struct {
@@ -349,7 +417,7 @@ type HealthRequest struct {
 
 func (x *HealthRequest) Reset() {
 	*x = HealthRequest{}
-	mi := &file_backend_proto_msgTypes[8]
+	mi := &file_backend_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -361,7 +429,7 @@ func (x *HealthRequest) String() string {
 func (*HealthRequest) ProtoMessage() {}
 
 func (x *HealthRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_backend_proto_msgTypes[8]
+	mi := &file_backend_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -374,7 +442,7 @@ func (x *HealthRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthRequest.ProtoReflect.Descriptor instead.
 func (*HealthRequest) Descriptor() ([]byte, []int) {
-	return file_backend_proto_rawDescGZIP(), []int{8}
+	return file_backend_proto_rawDescGZIP(), []int{9}
 }
 
 type HealthResponse struct {
@@ -386,7 +454,7 @@ type HealthResponse struct {
 
 func (x *HealthResponse) Reset() {
 	*x = HealthResponse{}
-	mi := &file_backend_proto_msgTypes[9]
+	mi := &file_backend_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -398,7 +466,7 @@ func (x *HealthResponse) String() string {
 func (*HealthResponse) ProtoMessage() {}
 
 func (x *HealthResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_backend_proto_msgTypes[9]
+	mi := &file_backend_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -411,7 +479,7 @@ func (x *HealthResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthResponse.ProtoReflect.Descriptor instead.
 func (*HealthResponse) Descriptor() ([]byte, []int) {
-	return file_backend_proto_rawDescGZIP(), []int{9}
+	return file_backend_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *HealthResponse) GetHealth() *Health {
@@ -433,7 +501,7 @@ type Info struct {
 
 func (x *Info) Reset() {
 	*x = Info{}
-	mi := &file_backend_proto_msgTypes[10]
+	mi := &file_backend_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -445,7 +513,7 @@ func (x *Info) String() string {
 func (*Info) ProtoMessage() {}
 
 func (x *Info) ProtoReflect() protoreflect.Message {
-	mi := &file_backend_proto_msgTypes[10]
+	mi := &file_backend_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -458,7 +526,7 @@ func (x *Info) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Info.ProtoReflect.Descriptor instead.
 func (*Info) Descriptor() ([]byte, []int) {
-	return file_backend_proto_rawDescGZIP(), []int{10}
+	return file_backend_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Info) GetName() string {
@@ -506,7 +574,7 @@ type Config struct {
 
 func (x *Config) Reset() {
 	*x = Config{}
-	mi := &file_backend_proto_msgTypes[11]
+	mi := &file_backend_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -518,7 +586,7 @@ func (x *Config) String() string {
 func (*Config) ProtoMessage() {}
 
 func (x *Config) ProtoReflect() protoreflect.Message {
-	mi := &file_backend_proto_msgTypes[11]
+	mi := &file_backend_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -531,7 +599,7 @@ func (x *Config) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Config.ProtoReflect.Descriptor instead.
 func (*Config) Descriptor() ([]byte, []int) {
-	return file_backend_proto_rawDescGZIP(), []int{11}
+	return file_backend_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Config) GetApiVersion() string {
@@ -590,7 +658,7 @@ type Inventory struct {
 
 func (x *Inventory) Reset() {
 	*x = Inventory{}
-	mi := &file_backend_proto_msgTypes[12]
+	mi := &file_backend_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -602,7 +670,7 @@ func (x *Inventory) String() string {
 func (*Inventory) ProtoMessage() {}
 
 func (x *Inventory) ProtoReflect() protoreflect.Message {
-	mi := &file_backend_proto_msgTypes[12]
+	mi := &file_backend_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -615,7 +683,7 @@ func (x *Inventory) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Inventory.ProtoReflect.Descriptor instead.
 func (*Inventory) Descriptor() ([]byte, []int) {
-	return file_backend_proto_rawDescGZIP(), []int{12}
+	return file_backend_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Inventory) GetBackend() string {
@@ -684,7 +752,7 @@ type GPU struct {
 
 func (x *GPU) Reset() {
 	*x = GPU{}
-	mi := &file_backend_proto_msgTypes[13]
+	mi := &file_backend_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -696,7 +764,7 @@ func (x *GPU) String() string {
 func (*GPU) ProtoMessage() {}
 
 func (x *GPU) ProtoReflect() protoreflect.Message {
-	mi := &file_backend_proto_msgTypes[13]
+	mi := &file_backend_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -709,7 +777,7 @@ func (x *GPU) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GPU.ProtoReflect.Descriptor instead.
 func (*GPU) Descriptor() ([]byte, []int) {
-	return file_backend_proto_rawDescGZIP(), []int{13}
+	return file_backend_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *GPU) GetAddress() string {
@@ -838,7 +906,7 @@ type VGPUType struct {
 
 func (x *VGPUType) Reset() {
 	*x = VGPUType{}
-	mi := &file_backend_proto_msgTypes[14]
+	mi := &file_backend_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -850,7 +918,7 @@ func (x *VGPUType) String() string {
 func (*VGPUType) ProtoMessage() {}
 
 func (x *VGPUType) ProtoReflect() protoreflect.Message {
-	mi := &file_backend_proto_msgTypes[14]
+	mi := &file_backend_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -863,7 +931,7 @@ func (x *VGPUType) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VGPUType.ProtoReflect.Descriptor instead.
 func (*VGPUType) Descriptor() ([]byte, []int) {
-	return file_backend_proto_rawDescGZIP(), []int{14}
+	return file_backend_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *VGPUType) GetName() string {
@@ -923,7 +991,7 @@ type MIGProfile struct {
 
 func (x *MIGProfile) Reset() {
 	*x = MIGProfile{}
-	mi := &file_backend_proto_msgTypes[15]
+	mi := &file_backend_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -935,7 +1003,7 @@ func (x *MIGProfile) String() string {
 func (*MIGProfile) ProtoMessage() {}
 
 func (x *MIGProfile) ProtoReflect() protoreflect.Message {
-	mi := &file_backend_proto_msgTypes[15]
+	mi := &file_backend_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -948,7 +1016,7 @@ func (x *MIGProfile) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MIGProfile.ProtoReflect.Descriptor instead.
 func (*MIGProfile) Descriptor() ([]byte, []int) {
-	return file_backend_proto_rawDescGZIP(), []int{15}
+	return file_backend_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *MIGProfile) GetName() string {
@@ -1014,7 +1082,7 @@ type CreateRequest struct {
 
 func (x *CreateRequest) Reset() {
 	*x = CreateRequest{}
-	mi := &file_backend_proto_msgTypes[16]
+	mi := &file_backend_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1026,7 +1094,7 @@ func (x *CreateRequest) String() string {
 func (*CreateRequest) ProtoMessage() {}
 
 func (x *CreateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_backend_proto_msgTypes[16]
+	mi := &file_backend_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1039,7 +1107,7 @@ func (x *CreateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateRequest.ProtoReflect.Descriptor instead.
 func (*CreateRequest) Descriptor() ([]byte, []int) {
-	return file_backend_proto_rawDescGZIP(), []int{16}
+	return file_backend_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *CreateRequest) GetGpu() string {
@@ -1098,7 +1166,7 @@ type RemoveRequest struct {
 
 func (x *RemoveRequest) Reset() {
 	*x = RemoveRequest{}
-	mi := &file_backend_proto_msgTypes[17]
+	mi := &file_backend_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1110,7 +1178,7 @@ func (x *RemoveRequest) String() string {
 func (*RemoveRequest) ProtoMessage() {}
 
 func (x *RemoveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_backend_proto_msgTypes[17]
+	mi := &file_backend_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1123,7 +1191,7 @@ func (x *RemoveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveRequest.ProtoReflect.Descriptor instead.
 func (*RemoveRequest) Descriptor() ([]byte, []int) {
-	return file_backend_proto_rawDescGZIP(), []int{17}
+	return file_backend_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *RemoveRequest) GetId() string {
@@ -1160,7 +1228,7 @@ type Hostdev struct {
 
 func (x *Hostdev) Reset() {
 	*x = Hostdev{}
-	mi := &file_backend_proto_msgTypes[18]
+	mi := &file_backend_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1172,7 +1240,7 @@ func (x *Hostdev) String() string {
 func (*Hostdev) ProtoMessage() {}
 
 func (x *Hostdev) ProtoReflect() protoreflect.Message {
-	mi := &file_backend_proto_msgTypes[18]
+	mi := &file_backend_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1185,7 +1253,7 @@ func (x *Hostdev) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Hostdev.ProtoReflect.Descriptor instead.
 func (*Hostdev) Descriptor() ([]byte, []int) {
-	return file_backend_proto_rawDescGZIP(), []int{18}
+	return file_backend_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Hostdev) GetType() string {
@@ -1245,7 +1313,7 @@ type Device struct {
 
 func (x *Device) Reset() {
 	*x = Device{}
-	mi := &file_backend_proto_msgTypes[19]
+	mi := &file_backend_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1257,7 +1325,7 @@ func (x *Device) String() string {
 func (*Device) ProtoMessage() {}
 
 func (x *Device) ProtoReflect() protoreflect.Message {
-	mi := &file_backend_proto_msgTypes[19]
+	mi := &file_backend_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1270,7 +1338,7 @@ func (x *Device) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Device.ProtoReflect.Descriptor instead.
 func (*Device) Descriptor() ([]byte, []int) {
-	return file_backend_proto_rawDescGZIP(), []int{19}
+	return file_backend_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Device) GetId() string {
@@ -1367,7 +1435,7 @@ type Health struct {
 
 func (x *Health) Reset() {
 	*x = Health{}
-	mi := &file_backend_proto_msgTypes[20]
+	mi := &file_backend_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1379,7 +1447,7 @@ func (x *Health) String() string {
 func (*Health) ProtoMessage() {}
 
 func (x *Health) ProtoReflect() protoreflect.Message {
-	mi := &file_backend_proto_msgTypes[20]
+	mi := &file_backend_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1392,7 +1460,7 @@ func (x *Health) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Health.ProtoReflect.Descriptor instead.
 func (*Health) Descriptor() ([]byte, []int) {
-	return file_backend_proto_rawDescGZIP(), []int{20}
+	return file_backend_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Health) GetOk() bool {
@@ -1413,16 +1481,20 @@ var File_backend_proto protoreflect.FileDescriptor
 
 const file_backend_proto_rawDesc = "" +
 	"\n" +
-	"\rbackend.proto\x12\x10gpuvm.backend.v1\"\r\n" +
+	"\rbackend.proto\x12\x10gpuvm.backend.v1\"Q\n" +
+	"\x15WatchInventoryRequest\x12\x1b\n" +
+	"\tresync_ms\x18\x01 \x01(\x03R\bresyncMs\x12\x1b\n" +
+	"\tsettle_ms\x18\x02 \x01(\x03R\bsettleMs\"\r\n" +
 	"\vInfoRequest\":\n" +
 	"\fInfoResponse\x12*\n" +
 	"\x04info\x18\x01 \x01(\v2\x16.gpuvm.backend.v1.InfoR\x04info\"D\n" +
 	"\x10ConfigureRequest\x120\n" +
 	"\x06config\x18\x01 \x01(\v2\x18.gpuvm.backend.v1.ConfigR\x06config\"\x13\n" +
 	"\x11ConfigureResponse\"\x12\n" +
-	"\x10InventoryRequest\"N\n" +
+	"\x10InventoryRequest\"h\n" +
 	"\x11InventoryResponse\x129\n" +
-	"\tinventory\x18\x01 \x01(\v2\x1b.gpuvm.backend.v1.InventoryR\tinventory\"B\n" +
+	"\tinventory\x18\x01 \x01(\v2\x1b.gpuvm.backend.v1.InventoryR\tinventory\x12\x18\n" +
+	"\achanges\x18\x02 \x01(\x04R\achanges\"B\n" +
 	"\x0eCreateResponse\x120\n" +
 	"\x06device\x18\x01 \x01(\v2\x18.gpuvm.backend.v1.DeviceR\x06device\"\x10\n" +
 	"\x0eRemoveResponse\"\x0f\n" +
@@ -1525,14 +1597,15 @@ const file_backend_proto_rawDesc = "" +
 	"\finstallation\x18\f \x01(\tR\finstallation\"0\n" +
 	"\x06Health\x12\x0e\n" +
 	"\x02ok\x18\x01 \x01(\bR\x02ok\x12\x16\n" +
-	"\x06detail\x18\x02 \x01(\tR\x06detail2\xe3\x03\n" +
+	"\x06detail\x18\x02 \x01(\tR\x06detail2\xc5\x04\n" +
 	"\aBackend\x12E\n" +
 	"\x04Info\x12\x1d.gpuvm.backend.v1.InfoRequest\x1a\x1e.gpuvm.backend.v1.InfoResponse\x12T\n" +
 	"\tConfigure\x12\".gpuvm.backend.v1.ConfigureRequest\x1a#.gpuvm.backend.v1.ConfigureResponse\x12T\n" +
 	"\tInventory\x12\".gpuvm.backend.v1.InventoryRequest\x1a#.gpuvm.backend.v1.InventoryResponse\x12K\n" +
 	"\x06Create\x12\x1f.gpuvm.backend.v1.CreateRequest\x1a .gpuvm.backend.v1.CreateResponse\x12K\n" +
 	"\x06Remove\x12\x1f.gpuvm.backend.v1.RemoveRequest\x1a .gpuvm.backend.v1.RemoveResponse\x12K\n" +
-	"\x06Health\x12\x1f.gpuvm.backend.v1.HealthRequest\x1a .gpuvm.backend.v1.HealthResponseB0Z.github.com/gpuvm/gpuvm/pkg/backend/proto;protob\x06proto3"
+	"\x06Health\x12\x1f.gpuvm.backend.v1.HealthRequest\x1a .gpuvm.backend.v1.HealthResponse\x12`\n" +
+	"\x0eWatchInventory\x12'.gpuvm.backend.v1.WatchInventoryRequest\x1a#.gpuvm.backend.v1.InventoryResponse0\x01B0Z.github.com/gpuvm/gpuvm/pkg/backend/proto;protob\x06proto3"
 
 var (
 	file_backend_proto_rawDescOnce sync.Once
@@ -1546,55 +1619,58 @@ func file_backend_proto_rawDescGZIP() []byte {
 	return file_backend_proto_rawDescData
 }
 
-var file_backend_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
+var file_backend_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
 var file_backend_proto_goTypes = []any{
-	(*InfoRequest)(nil),       // 0: gpuvm.backend.v1.InfoRequest
-	(*InfoResponse)(nil),      // 1: gpuvm.backend.v1.InfoResponse
-	(*ConfigureRequest)(nil),  // 2: gpuvm.backend.v1.ConfigureRequest
-	(*ConfigureResponse)(nil), // 3: gpuvm.backend.v1.ConfigureResponse
-	(*InventoryRequest)(nil),  // 4: gpuvm.backend.v1.InventoryRequest
-	(*InventoryResponse)(nil), // 5: gpuvm.backend.v1.InventoryResponse
-	(*CreateResponse)(nil),    // 6: gpuvm.backend.v1.CreateResponse
-	(*RemoveResponse)(nil),    // 7: gpuvm.backend.v1.RemoveResponse
-	(*HealthRequest)(nil),     // 8: gpuvm.backend.v1.HealthRequest
-	(*HealthResponse)(nil),    // 9: gpuvm.backend.v1.HealthResponse
-	(*Info)(nil),              // 10: gpuvm.backend.v1.Info
-	(*Config)(nil),            // 11: gpuvm.backend.v1.Config
-	(*Inventory)(nil),         // 12: gpuvm.backend.v1.Inventory
-	(*GPU)(nil),               // 13: gpuvm.backend.v1.GPU
-	(*VGPUType)(nil),          // 14: gpuvm.backend.v1.VGPUType
-	(*MIGProfile)(nil),        // 15: gpuvm.backend.v1.MIGProfile
-	(*CreateRequest)(nil),     // 16: gpuvm.backend.v1.CreateRequest
-	(*RemoveRequest)(nil),     // 17: gpuvm.backend.v1.RemoveRequest
-	(*Hostdev)(nil),           // 18: gpuvm.backend.v1.Hostdev
-	(*Device)(nil),            // 19: gpuvm.backend.v1.Device
-	(*Health)(nil),            // 20: gpuvm.backend.v1.Health
+	(*WatchInventoryRequest)(nil), // 0: gpuvm.backend.v1.WatchInventoryRequest
+	(*InfoRequest)(nil),           // 1: gpuvm.backend.v1.InfoRequest
+	(*InfoResponse)(nil),          // 2: gpuvm.backend.v1.InfoResponse
+	(*ConfigureRequest)(nil),      // 3: gpuvm.backend.v1.ConfigureRequest
+	(*ConfigureResponse)(nil),     // 4: gpuvm.backend.v1.ConfigureResponse
+	(*InventoryRequest)(nil),      // 5: gpuvm.backend.v1.InventoryRequest
+	(*InventoryResponse)(nil),     // 6: gpuvm.backend.v1.InventoryResponse
+	(*CreateResponse)(nil),        // 7: gpuvm.backend.v1.CreateResponse
+	(*RemoveResponse)(nil),        // 8: gpuvm.backend.v1.RemoveResponse
+	(*HealthRequest)(nil),         // 9: gpuvm.backend.v1.HealthRequest
+	(*HealthResponse)(nil),        // 10: gpuvm.backend.v1.HealthResponse
+	(*Info)(nil),                  // 11: gpuvm.backend.v1.Info
+	(*Config)(nil),                // 12: gpuvm.backend.v1.Config
+	(*Inventory)(nil),             // 13: gpuvm.backend.v1.Inventory
+	(*GPU)(nil),                   // 14: gpuvm.backend.v1.GPU
+	(*VGPUType)(nil),              // 15: gpuvm.backend.v1.VGPUType
+	(*MIGProfile)(nil),            // 16: gpuvm.backend.v1.MIGProfile
+	(*CreateRequest)(nil),         // 17: gpuvm.backend.v1.CreateRequest
+	(*RemoveRequest)(nil),         // 18: gpuvm.backend.v1.RemoveRequest
+	(*Hostdev)(nil),               // 19: gpuvm.backend.v1.Hostdev
+	(*Device)(nil),                // 20: gpuvm.backend.v1.Device
+	(*Health)(nil),                // 21: gpuvm.backend.v1.Health
 }
 var file_backend_proto_depIdxs = []int32{
-	10, // 0: gpuvm.backend.v1.InfoResponse.info:type_name -> gpuvm.backend.v1.Info
-	11, // 1: gpuvm.backend.v1.ConfigureRequest.config:type_name -> gpuvm.backend.v1.Config
-	12, // 2: gpuvm.backend.v1.InventoryResponse.inventory:type_name -> gpuvm.backend.v1.Inventory
-	19, // 3: gpuvm.backend.v1.CreateResponse.device:type_name -> gpuvm.backend.v1.Device
-	20, // 4: gpuvm.backend.v1.HealthResponse.health:type_name -> gpuvm.backend.v1.Health
-	13, // 5: gpuvm.backend.v1.Inventory.gpus:type_name -> gpuvm.backend.v1.GPU
-	19, // 6: gpuvm.backend.v1.Inventory.devices:type_name -> gpuvm.backend.v1.Device
-	14, // 7: gpuvm.backend.v1.GPU.vgpu_types:type_name -> gpuvm.backend.v1.VGPUType
-	15, // 8: gpuvm.backend.v1.GPU.mig_profiles:type_name -> gpuvm.backend.v1.MIGProfile
-	18, // 9: gpuvm.backend.v1.Device.hostdev:type_name -> gpuvm.backend.v1.Hostdev
-	0,  // 10: gpuvm.backend.v1.Backend.Info:input_type -> gpuvm.backend.v1.InfoRequest
-	2,  // 11: gpuvm.backend.v1.Backend.Configure:input_type -> gpuvm.backend.v1.ConfigureRequest
-	4,  // 12: gpuvm.backend.v1.Backend.Inventory:input_type -> gpuvm.backend.v1.InventoryRequest
-	16, // 13: gpuvm.backend.v1.Backend.Create:input_type -> gpuvm.backend.v1.CreateRequest
-	17, // 14: gpuvm.backend.v1.Backend.Remove:input_type -> gpuvm.backend.v1.RemoveRequest
-	8,  // 15: gpuvm.backend.v1.Backend.Health:input_type -> gpuvm.backend.v1.HealthRequest
-	1,  // 16: gpuvm.backend.v1.Backend.Info:output_type -> gpuvm.backend.v1.InfoResponse
-	3,  // 17: gpuvm.backend.v1.Backend.Configure:output_type -> gpuvm.backend.v1.ConfigureResponse
-	5,  // 18: gpuvm.backend.v1.Backend.Inventory:output_type -> gpuvm.backend.v1.InventoryResponse
-	6,  // 19: gpuvm.backend.v1.Backend.Create:output_type -> gpuvm.backend.v1.CreateResponse
-	7,  // 20: gpuvm.backend.v1.Backend.Remove:output_type -> gpuvm.backend.v1.RemoveResponse
-	9,  // 21: gpuvm.backend.v1.Backend.Health:output_type -> gpuvm.backend.v1.HealthResponse
-	16, // [16:22] is the sub-list for method output_type
-	10, // [10:16] is the sub-list for method input_type
+	11, // 0: gpuvm.backend.v1.InfoResponse.info:type_name -> gpuvm.backend.v1.Info
+	12, // 1: gpuvm.backend.v1.ConfigureRequest.config:type_name -> gpuvm.backend.v1.Config
+	13, // 2: gpuvm.backend.v1.InventoryResponse.inventory:type_name -> gpuvm.backend.v1.Inventory
+	20, // 3: gpuvm.backend.v1.CreateResponse.device:type_name -> gpuvm.backend.v1.Device
+	21, // 4: gpuvm.backend.v1.HealthResponse.health:type_name -> gpuvm.backend.v1.Health
+	14, // 5: gpuvm.backend.v1.Inventory.gpus:type_name -> gpuvm.backend.v1.GPU
+	20, // 6: gpuvm.backend.v1.Inventory.devices:type_name -> gpuvm.backend.v1.Device
+	15, // 7: gpuvm.backend.v1.GPU.vgpu_types:type_name -> gpuvm.backend.v1.VGPUType
+	16, // 8: gpuvm.backend.v1.GPU.mig_profiles:type_name -> gpuvm.backend.v1.MIGProfile
+	19, // 9: gpuvm.backend.v1.Device.hostdev:type_name -> gpuvm.backend.v1.Hostdev
+	1,  // 10: gpuvm.backend.v1.Backend.Info:input_type -> gpuvm.backend.v1.InfoRequest
+	3,  // 11: gpuvm.backend.v1.Backend.Configure:input_type -> gpuvm.backend.v1.ConfigureRequest
+	5,  // 12: gpuvm.backend.v1.Backend.Inventory:input_type -> gpuvm.backend.v1.InventoryRequest
+	17, // 13: gpuvm.backend.v1.Backend.Create:input_type -> gpuvm.backend.v1.CreateRequest
+	18, // 14: gpuvm.backend.v1.Backend.Remove:input_type -> gpuvm.backend.v1.RemoveRequest
+	9,  // 15: gpuvm.backend.v1.Backend.Health:input_type -> gpuvm.backend.v1.HealthRequest
+	0,  // 16: gpuvm.backend.v1.Backend.WatchInventory:input_type -> gpuvm.backend.v1.WatchInventoryRequest
+	2,  // 17: gpuvm.backend.v1.Backend.Info:output_type -> gpuvm.backend.v1.InfoResponse
+	4,  // 18: gpuvm.backend.v1.Backend.Configure:output_type -> gpuvm.backend.v1.ConfigureResponse
+	6,  // 19: gpuvm.backend.v1.Backend.Inventory:output_type -> gpuvm.backend.v1.InventoryResponse
+	7,  // 20: gpuvm.backend.v1.Backend.Create:output_type -> gpuvm.backend.v1.CreateResponse
+	8,  // 21: gpuvm.backend.v1.Backend.Remove:output_type -> gpuvm.backend.v1.RemoveResponse
+	10, // 22: gpuvm.backend.v1.Backend.Health:output_type -> gpuvm.backend.v1.HealthResponse
+	6,  // 23: gpuvm.backend.v1.Backend.WatchInventory:output_type -> gpuvm.backend.v1.InventoryResponse
+	17, // [17:24] is the sub-list for method output_type
+	10, // [10:17] is the sub-list for method input_type
 	10, // [10:10] is the sub-list for extension type_name
 	10, // [10:10] is the sub-list for extension extendee
 	0,  // [0:10] is the sub-list for field type_name
@@ -1611,7 +1687,7 @@ func file_backend_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_backend_proto_rawDesc), len(file_backend_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   21,
+			NumMessages:   22,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -19,12 +19,13 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Backend_Info_FullMethodName      = "/gpuvm.backend.v1.Backend/Info"
-	Backend_Configure_FullMethodName = "/gpuvm.backend.v1.Backend/Configure"
-	Backend_Inventory_FullMethodName = "/gpuvm.backend.v1.Backend/Inventory"
-	Backend_Create_FullMethodName    = "/gpuvm.backend.v1.Backend/Create"
-	Backend_Remove_FullMethodName    = "/gpuvm.backend.v1.Backend/Remove"
-	Backend_Health_FullMethodName    = "/gpuvm.backend.v1.Backend/Health"
+	Backend_Info_FullMethodName           = "/gpuvm.backend.v1.Backend/Info"
+	Backend_Configure_FullMethodName      = "/gpuvm.backend.v1.Backend/Configure"
+	Backend_Inventory_FullMethodName      = "/gpuvm.backend.v1.Backend/Inventory"
+	Backend_Create_FullMethodName         = "/gpuvm.backend.v1.Backend/Create"
+	Backend_Remove_FullMethodName         = "/gpuvm.backend.v1.Backend/Remove"
+	Backend_Health_FullMethodName         = "/gpuvm.backend.v1.Backend/Health"
+	Backend_WatchInventory_FullMethodName = "/gpuvm.backend.v1.Backend/WatchInventory"
 )
 
 // BackendClient is the client API for Backend service.
@@ -35,6 +36,12 @@ const (
 // call returns a gRPC status with a google.rpc.ErrorInfo detail (domain
 // "gpuvm.backend") whose reason is the backend error code and whose
 // metadata["gpu"] is the GPU address the error is about.
+//
+// Since API v1.1 a backend also offers WatchInventory, and every Create and
+// Remove (answered or failed) carries the trailer "gpuvm-inventory-change":
+// the number of Create and Remove calls the backend process has finished,
+// this one included. An inventory sent on WatchInventory whose changes is at
+// least that number was read after the call's change to the host.
 type BackendClient interface {
 	Info(ctx context.Context, in *InfoRequest, opts ...grpc.CallOption) (*InfoResponse, error)
 	Configure(ctx context.Context, in *ConfigureRequest, opts ...grpc.CallOption) (*ConfigureResponse, error)
@@ -42,6 +49,12 @@ type BackendClient interface {
 	Create(ctx context.Context, in *CreateRequest, opts ...grpc.CallOption) (*CreateResponse, error)
 	Remove(ctx context.Context, in *RemoveRequest, opts ...grpc.CallOption) (*RemoveResponse, error)
 	Health(ctx context.Context, in *HealthRequest, opts ...grpc.CallOption) (*HealthResponse, error)
+	// WatchInventory sends the backend's full inventory at once, then again
+	// after the Creates and Removes it finishes (one read for those that
+	// come within settle_ms of each other), and whenever a periodic
+	// re-read of the host finds it changed (an admin's change by hand). API
+	// v1.1; a v1 backend answers Unimplemented and is polled with Inventory.
+	WatchInventory(ctx context.Context, in *WatchInventoryRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[InventoryResponse], error)
 }
 
 type backendClient struct {
@@ -112,6 +125,25 @@ func (c *backendClient) Health(ctx context.Context, in *HealthRequest, opts ...g
 	return out, nil
 }
 
+func (c *backendClient) WatchInventory(ctx context.Context, in *WatchInventoryRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[InventoryResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Backend_ServiceDesc.Streams[0], Backend_WatchInventory_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[WatchInventoryRequest, InventoryResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Backend_WatchInventoryClient = grpc.ServerStreamingClient[InventoryResponse]
+
 // BackendServer is the server API for Backend service.
 // All implementations must embed UnimplementedBackendServer
 // for forward compatibility.
@@ -120,6 +152,12 @@ func (c *backendClient) Health(ctx context.Context, in *HealthRequest, opts ...g
 // call returns a gRPC status with a google.rpc.ErrorInfo detail (domain
 // "gpuvm.backend") whose reason is the backend error code and whose
 // metadata["gpu"] is the GPU address the error is about.
+//
+// Since API v1.1 a backend also offers WatchInventory, and every Create and
+// Remove (answered or failed) carries the trailer "gpuvm-inventory-change":
+// the number of Create and Remove calls the backend process has finished,
+// this one included. An inventory sent on WatchInventory whose changes is at
+// least that number was read after the call's change to the host.
 type BackendServer interface {
 	Info(context.Context, *InfoRequest) (*InfoResponse, error)
 	Configure(context.Context, *ConfigureRequest) (*ConfigureResponse, error)
@@ -127,6 +165,12 @@ type BackendServer interface {
 	Create(context.Context, *CreateRequest) (*CreateResponse, error)
 	Remove(context.Context, *RemoveRequest) (*RemoveResponse, error)
 	Health(context.Context, *HealthRequest) (*HealthResponse, error)
+	// WatchInventory sends the backend's full inventory at once, then again
+	// after the Creates and Removes it finishes (one read for those that
+	// come within settle_ms of each other), and whenever a periodic
+	// re-read of the host finds it changed (an admin's change by hand). API
+	// v1.1; a v1 backend answers Unimplemented and is polled with Inventory.
+	WatchInventory(*WatchInventoryRequest, grpc.ServerStreamingServer[InventoryResponse]) error
 	mustEmbedUnimplementedBackendServer()
 }
 
@@ -154,6 +198,9 @@ func (UnimplementedBackendServer) Remove(context.Context, *RemoveRequest) (*Remo
 }
 func (UnimplementedBackendServer) Health(context.Context, *HealthRequest) (*HealthResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Health not implemented")
+}
+func (UnimplementedBackendServer) WatchInventory(*WatchInventoryRequest, grpc.ServerStreamingServer[InventoryResponse]) error {
+	return status.Error(codes.Unimplemented, "method WatchInventory not implemented")
 }
 func (UnimplementedBackendServer) mustEmbedUnimplementedBackendServer() {}
 func (UnimplementedBackendServer) testEmbeddedByValue()                 {}
@@ -284,6 +331,17 @@ func _Backend_Health_Handler(srv interface{}, ctx context.Context, dec func(inte
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Backend_WatchInventory_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(WatchInventoryRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(BackendServer).WatchInventory(m, &grpc.GenericServerStream[WatchInventoryRequest, InventoryResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Backend_WatchInventoryServer = grpc.ServerStreamingServer[InventoryResponse]
+
 // Backend_ServiceDesc is the grpc.ServiceDesc for Backend service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -316,6 +374,12 @@ var Backend_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _Backend_Health_Handler,
 		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "WatchInventory",
+			Handler:       _Backend_WatchInventory_Handler,
+			ServerStreams: true,
+		},
+	},
 	Metadata: "backend.proto",
 }

@@ -36,3 +36,6 @@ func (b *Base) Configure(_ context.Context, cfg backend.Config) error {
 	b.Log.Info("configured", "host", env.SysFS.Describe(), "simulated", env.Simulated, "nvml", env.NVML != nil)
 	return nil
 }
+
+// HostGeneration implements backend.HostGenerations.
+func (b *Base) HostGeneration() string { return b.State.HostGeneration() }

@@ -5,8 +5,11 @@ package kit
 
 import (
 	"context"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
@@ -31,6 +34,7 @@ type Env struct {
 	// written into every device made, and checked before one is removed.
 	Installation string
 	lockPath     string
+	genPath      string // the host generation (HostGeneration)
 }
 
 // Open opens the host described by cfg for backend name.
@@ -41,7 +45,8 @@ func Open(name string, cfg backend.Config) (*Env, error) {
 	if err := os.MkdirAll(cfg.StateDir, 0o755); err != nil {
 		return nil, backend.Errorf(backend.CodeInternal, "", "backend %s: create state directory: %v", name, err)
 	}
-	e := &Env{Name: name, Installation: cfg.Installation, lockPath: filepath.Join(cfg.StateDir, "host.lock")}
+	e := &Env{Name: name, Installation: cfg.Installation, lockPath: filepath.Join(cfg.StateDir, "host.lock"),
+		genPath: filepath.Join(cfg.StateDir, "host.generation")}
 	switch {
 	case cfg.Simulate != "":
 		h, err := sim.Open(sim.StateDir(cfg.StateDir, cfg.Simulate), cfg.Simulate)
@@ -83,13 +88,46 @@ func Open(name string, cfg backend.Config) (*Env, error) {
 
 // Lock takes the host-wide lock that every backend holds while it reads
 // capacity and changes the host, so that two backends never hand out the same
-// VF or memory slice.
+// VF or memory slice. The unlock counts a change of the host first
+// (HostGeneration).
 func (e *Env) Lock(ctx context.Context) (func(), error) {
 	unlock, err := host.Lock(ctx, e.lockPath)
 	if err != nil {
 		return nil, backend.Errorf(backend.CodeUnavailable, "", "take the host lock %s: %v", e.lockPath, err)
 	}
-	return unlock, nil
+	return func() {
+		e.bumpGeneration()
+		unlock()
+	}, nil
+}
+
+// bumpGeneration counts a change of the host, under the host lock. It is
+// best effort: a count lost is made up by the backends' periodic re-read.
+func (e *Env) bumpGeneration() {
+	n := 0
+	if b, err := os.ReadFile(e.genPath); err == nil {
+		n, _ = strconv.Atoi(strings.TrimSpace(string(b)))
+	}
+	if err := os.WriteFile(e.genPath, []byte(strconv.Itoa(n+1)+"\n"), 0o644); err != nil {
+		slog.Warn("count a change of the host", "file", e.genPath, "error", err)
+	}
+}
+
+// HostGeneration implements backend.HostGenerations: the count of changes
+// the backends made to the host (taking its lock), shared by all of them
+// through the state directory.
+func (e *Env) HostGeneration() string {
+	b, _ := os.ReadFile(e.genPath)
+	return string(b)
+}
+
+// HostGeneration is the Env's HostGeneration, "" before Configure.
+func (s *State) HostGeneration() string {
+	e, err := s.Get()
+	if err != nil {
+		return ""
+	}
+	return e.HostGeneration()
 }
 
 // Owns refuses (CodeConflict, touching nothing) to remove a ledger entry
