@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/gpuvm/gpuvm/pkg/api"
+	"github.com/gpuvm/gpuvm/pkg/gpu"
 	"github.com/gpuvm/gpuvm/pkg/policy"
 	"github.com/gpuvm/gpuvm/pkg/profile"
 	"github.com/gpuvm/gpuvm/pkg/scheduler"
@@ -105,13 +106,13 @@ func ReservationNeed(r *store.Reservation, cfg *profile.Config) (scheduler.Need,
 		}
 		return policy.NeedFromProfile(p.GPU), nil
 	}
-	n := scheduler.Need{Kind: scheduler.Kind(r.GPUKind), Model: r.GPUModel, Count: 1}
+	n := scheduler.Need{Kind: r.GPUKind, Model: r.GPUModel, Count: 1}
 	switch n.Kind {
-	case scheduler.KindMIG:
+	case gpu.KindMIG:
 		n.Profile = r.GPUType
-	case scheduler.KindVGPU:
+	case gpu.KindVGPU:
 		n.Type = r.GPUType
-	case scheduler.KindPassthrough:
+	case gpu.KindPassthrough:
 		if r.GPUType != "" {
 			return n, fmt.Errorf("a whole GPU has no type (got %q); name its model", r.GPUType)
 		}
@@ -297,11 +298,11 @@ func (o *Orchestrator) withBookedKinds(ctx context.Context, cfg *profile.Config,
 		if err != nil {
 			continue
 		}
-		ks := []scheduler.Kind{need.Kind}
-		if need.Kind == scheduler.KindAny {
+		ks := []gpu.Kind{need.Kind}
+		if need.Kind == gpu.KindAny {
 			ks = need.Kinds
 			if len(ks) == 0 {
-				ks = []scheduler.Kind{scheduler.KindVGPU, scheduler.KindMIG, scheduler.KindPassthrough}
+				ks = []gpu.Kind{gpu.KindVGPU, gpu.KindMIG, gpu.KindPassthrough}
 			}
 		}
 		for _, k := range ks {

@@ -150,7 +150,7 @@ func (h *Hold) overlaps(from, to time.Time) bool {
 
 // concrete is one exact device a need may be met with.
 type concrete struct {
-	kind   Kind
+	kind   gpu.Kind
 	name   string // MIG profile (lower case) or vGPU type (canonical)
 	model  string // board restriction ("" none)
 	memory uint64 // least board memory for passthrough
@@ -197,7 +197,7 @@ func needKey(n Need) string {
 
 func (inv *Inventory) resolveNew(n Need) []concrete {
 	count := n.count()
-	mk := func(k Kind, name, model string) concrete {
+	mk := func(k gpu.Kind, name, model string) concrete {
 		c := concrete{kind: k, name: name, model: model, count: count,
 			match: make([]bool, len(inv.models)), prof: make([]int, len(inv.models)), vt: make([]gpu.VGPUTypeInfo, len(inv.models))}
 		return c
@@ -210,18 +210,18 @@ func (inv *Inventory) resolveNew(n Need) []concrete {
 				continue
 			}
 			switch c.kind {
-			case KindMIG:
+			case gpu.KindMIG:
 				if info.mt == nil {
 					continue
 				}
 				if pi := info.mt.profileIndex(c.name); pi >= 0 {
 					c.prof[mi], c.match[mi] = pi, true
 				}
-			case KindVGPU:
+			case gpu.KindVGPU:
 				if t, ok := info.types[c.name]; ok {
 					c.vt[mi], c.match[mi] = t, true
 				}
-			case KindPassthrough:
+			case gpu.KindPassthrough:
 				c.match[mi] = info.m.Memory >= c.memory
 			}
 			any = any || c.match[mi]
@@ -229,24 +229,24 @@ func (inv *Inventory) resolveNew(n Need) []concrete {
 		return any
 	}
 	switch n.Kind {
-	case KindMIG:
-		c := mk(KindMIG, strings.ToLower(strings.TrimSpace(n.Profile)), n.Model)
+	case gpu.KindMIG:
+		c := mk(gpu.KindMIG, strings.ToLower(strings.TrimSpace(n.Profile)), n.Model)
 		if fill(&c) {
 			return []concrete{c}
 		}
 		return nil
-	case KindVGPU:
+	case gpu.KindVGPU:
 		t, err := gpu.ParseVGPUType(n.Type)
 		if err != nil {
 			return nil
 		}
-		c := mk(KindVGPU, t.Name, n.Model)
+		c := mk(gpu.KindVGPU, t.Name, n.Model)
 		if fill(&c) {
 			return []concrete{c}
 		}
 		return nil
-	case KindPassthrough:
-		c := mk(KindPassthrough, "", n.Model)
+	case gpu.KindPassthrough:
+		c := mk(gpu.KindPassthrough, "", n.Model)
 		c.memory = n.Memory
 		if fill(&c) {
 			return []concrete{c}
@@ -257,7 +257,7 @@ func (inv *Inventory) resolveNew(n Need) []concrete {
 	// board of the inventory, cheapest (smallest share of a GPU) first.
 	var out []concrete
 	seen := map[string]bool{}
-	kindOrder := map[Kind]int{}
+	kindOrder := map[gpu.Kind]int{}
 	for i, k := range n.kinds() {
 		kindOrder[k] = i
 	}
@@ -279,24 +279,24 @@ func (inv *Inventory) resolveNew(n Need) []concrete {
 		}
 		for _, k := range n.kinds() {
 			switch k {
-			case KindMIG:
+			case gpu.KindMIG:
 				if info.mt == nil {
 					continue
 				}
 				for _, p := range info.mt.t.Profiles {
 					if p.Media == "" && uint64(p.MemoryGB)*gpu.GiB >= n.Memory {
-						add(mk(KindMIG, p.Name, n.Model), migShare(info.mt.t, p), uint64(p.MemoryGB)*gpu.GiB)
+						add(mk(gpu.KindMIG, p.Name, n.Model), migShare(info.mt.t, p), uint64(p.MemoryGB)*gpu.GiB)
 					}
 				}
-			case KindVGPU:
+			case gpu.KindVGPU:
 				for _, t := range info.list {
 					if t.Memory >= n.Memory && (n.Series == "" || string(t.Series) == n.Series) {
-						add(mk(KindVGPU, t.Name, n.Model), float64(t.Memory)/float64(m.Memory), t.Memory)
+						add(mk(gpu.KindVGPU, t.Name, n.Model), float64(t.Memory)/float64(m.Memory), t.Memory)
 					}
 				}
-			case KindPassthrough:
+			case gpu.KindPassthrough:
 				if m.Memory >= n.Memory && m.Memory > 0 {
-					add(mk(KindPassthrough, "", m.Name), 1, m.Memory)
+					add(mk(gpu.KindPassthrough, "", m.Name), 1, m.Memory)
 				}
 			}
 		}
@@ -326,7 +326,7 @@ func (inv *Inventory) resolveNew(n Need) []concrete {
 // seriesRank orders vGPU types of one size: Q (graphics and CUDA) first,
 // then C (compute), B (desktop), A (applications).
 func seriesRank(c concrete) int {
-	if c.kind != KindVGPU || c.name == "" {
+	if c.kind != gpu.KindVGPU || c.name == "" {
 		return 0
 	}
 	return strings.IndexByte("QCBA", c.name[len(c.name)-1])
@@ -389,7 +389,7 @@ func (inv *Inventory) newCtx(o PlaceOptions) *placeCtx {
 				continue
 			}
 			hd := holdDev{d: d, code: h.Code, id: h.ID, prof: -1}
-			if d.Kind == KindMIG {
+			if d.Kind == gpu.KindMIG {
 				if mt := inv.models[inv.gpus[gi].model].mt; mt != nil {
 					hd.prof = mt.profileIndex(strings.ToLower(d.Profile))
 				}
@@ -399,8 +399,8 @@ func (inv *Inventory) newCtx(o PlaceOptions) *placeCtx {
 			}
 			pc.holds[gi] = append(pc.holds[gi], hd)
 			for _, o := range inv.gpus[gi].group { // a whole GPU takes its group
-				if d.Kind == KindPassthrough {
-					pc.holds[o] = append(pc.holds[o], holdDev{d: Device{GPU: inv.gpus[o].addr, Kind: KindPassthrough}, code: h.Code, id: h.ID, prof: -1})
+				if d.Kind == gpu.KindPassthrough {
+					pc.holds[o] = append(pc.holds[o], holdDev{d: Device{GPU: inv.gpus[o].addr, Kind: gpu.KindPassthrough}, code: h.Code, id: h.ID, prof: -1})
 				}
 			}
 		}
@@ -466,7 +466,7 @@ func (inv *Inventory) evalGPU(gi int, g *gpuState, c *concrete, pc *placeCtx) (c
 	found := false
 	heldCode := Code("")
 	switch c.kind {
-	case KindMIG:
+	case gpu.KindMIG:
 		mt := info.mt
 		pi := c.prof[g.model]
 		node := &mt.nodes[g.node]
@@ -517,7 +517,7 @@ func (inv *Inventory) evalGPU(gi int, g *gpuState, c *concrete, pc *placeCtx) (c
 		if !room {
 			return cand{}, stFull, ""
 		}
-	case KindVGPU:
+	case gpu.KindVGPU:
 		t := &c.vt[g.model]
 		if !vgpuRoom(g, info, t) {
 			return cand{}, stFull, ""
@@ -532,7 +532,7 @@ func (inv *Inventory) evalGPU(gi int, g *gpuState, c *concrete, pc *placeCtx) (c
 			class = 1 + switchCost(g, c.kind)
 		}
 		flex := int64(0)
-		if g.n == 0 && inv.allows(g, KindMIG) {
+		if g.n == 0 && inv.allows(g, gpu.KindMIG) {
 			flex = 1
 		}
 		left := int64(t.MaxInstances - g.nv - 1)
@@ -548,13 +548,13 @@ func (inv *Inventory) evalGPU(gi int, g *gpuState, c *concrete, pc *placeCtx) (c
 			best.score = score{class, flex, pc.ext(g), left, int64(h.empty), int64(gi)}
 		}
 		found = true
-	case KindPassthrough:
+	case gpu.KindPassthrough:
 		if g.n > 0 {
 			return cand{}, stFull, ""
 		}
 		for _, o := range g.group {
 			og := &inv.gpus[o]
-			if og.n > 0 || og.owner != "" || !inv.allows(og, KindPassthrough) {
+			if og.n > 0 || og.owner != "" || !inv.allows(og, gpu.KindPassthrough) {
 				return cand{}, stFull, ""
 			}
 		}
@@ -566,10 +566,10 @@ func (inv *Inventory) evalGPU(gi int, g *gpuState, c *concrete, pc *placeCtx) (c
 			}
 		}
 		flex := int64(0)
-		if inv.allows(g, KindMIG) {
+		if inv.allows(g, gpu.KindMIG) {
 			flex++
 		}
-		if inv.allows(g, KindVGPU) {
+		if inv.allows(g, gpu.KindVGPU) {
 			flex++
 		}
 		switch pc.o.Strategy {
@@ -591,8 +591,8 @@ func (inv *Inventory) evalGPU(gi int, g *gpuState, c *concrete, pc *placeCtx) (c
 	return best, stOK, ""
 }
 
-func switchCost(g *gpuState, k Kind) int64 {
-	if g.n == 0 && g.cur != modeOf(k) {
+func switchCost(g *gpuState, k gpu.Kind) int64 {
+	if g.n == 0 && g.cur != gpu.ModeOf(k) {
 		return 1
 	}
 	return 0
@@ -625,7 +625,7 @@ func migHeld(mt *migTable, node *migNode, holds []holdDev, pi, start int) Code {
 	count := int(node.counts[pi]) + 1
 	media := node.media && p.Media != ""
 	for _, h := range holds {
-		if h.d.Kind != KindMIG || h.prof < 0 {
+		if h.d.Kind != gpu.KindMIG || h.prof < 0 {
 			return h.code
 		}
 		hp := mt.t.Profiles[h.prof]
@@ -656,7 +656,7 @@ func migHeld(mt *migTable, node *migNode, holds []holdDev, pi, start int) Code {
 func vgpuHeld(g *gpuState, info *modelInfo, t gpu.VGPUTypeInfo, holds []holdDev) Code {
 	n, mem := g.nv+1, g.vmem+t.Memory
 	for _, h := range holds {
-		if h.d.Kind != KindVGPU {
+		if h.d.Kind != gpu.KindVGPU {
 			return h.code
 		}
 		ht, ok := info.types[strings.ToUpper(h.d.Type)]
@@ -768,14 +768,14 @@ func (inv *Inventory) placeConcrete(c *concrete, pc *placeCtx) (Placement, Reaso
 func (c *concrete) describe() string {
 	s := c.name
 	switch c.kind {
-	case KindPassthrough:
+	case gpu.KindPassthrough:
 		s = "a whole GPU"
 		if c.model != "" {
 			s = "a whole " + c.model
 		}
-	case KindMIG:
+	case gpu.KindMIG:
 		s = "MIG " + c.name
-	case KindVGPU:
+	case gpu.KindVGPU:
 		s = "vGPU " + c.name
 	}
 	if c.count > 1 {
@@ -801,10 +801,10 @@ func (inv *Inventory) placeOnHost(hi int, c *concrete, pc *placeCtx, note func(s
 		note(st, code)
 		if st == stOK {
 			ok++
-			if c.kind == KindPassthrough {
+			if c.kind == gpu.KindPassthrough {
 				whole = append(whole, cd)
 			}
-			if c.kind == KindPassthrough {
+			if c.kind == gpu.KindPassthrough {
 				slots++
 			} else {
 				slots += c.count
@@ -814,7 +814,7 @@ func (inv *Inventory) placeOnHost(hi int, c *concrete, pc *placeCtx, note func(s
 	if ok == 0 || slots < c.count {
 		return Placement{}, score{}, false
 	}
-	if c.kind == KindPassthrough {
+	if c.kind == gpu.KindPassthrough {
 		return inv.wholeOnHost(h, c, whole, pc)
 	}
 	scratch := make([]gpuState, h.n)
@@ -889,7 +889,7 @@ func (inv *Inventory) wholeOnHost(h *hostState, c *concrete, cands []cand, pc *p
 
 // evalScratch is evalGPU where group companions are read from scratch.
 func (inv *Inventory) evalScratch(gi int, g *gpuState, scratch []gpuState, first int, c *concrete, pc *placeCtx) (cand, status, Code) {
-	if c.kind == KindPassthrough {
+	if c.kind == gpu.KindPassthrough {
 		for _, o := range g.group {
 			if og := &scratch[o-first]; og.owner != "" || og.n > 0 {
 				return cand{}, stFull, ""
@@ -903,20 +903,20 @@ func applyScratch(inv *Inventory, g *gpuState, scratch []gpuState, first int, cd
 	g.kind = c.kind
 	g.n++
 	switch c.kind {
-	case KindMIG:
+	case gpu.KindMIG:
 		g.node = cd.next
-	case KindVGPU:
+	case gpu.KindVGPU:
 		t := c.vt[g.model]
 		g.nv++
 		g.vmem += t.Memory
 		if !g.mixed {
 			g.vtype, g.vmax = t.Name, t.MaxInstances
 		}
-	case KindPassthrough:
+	case gpu.KindPassthrough:
 		g.owner = "?"
 		for _, o := range g.group {
 			og := &scratch[o-first]
-			og.owner, og.n, og.kind = "?", 1, KindPassthrough
+			og.owner, og.n, og.kind = "?", 1, gpu.KindPassthrough
 		}
 	}
 }
@@ -926,18 +926,18 @@ func (inv *Inventory) device(cd cand, c *concrete, g *gpuState) Device {
 	info := inv.models[g.model]
 	d := Device{GPU: g.addr, Kind: c.kind, SwitchMode: switchCost(g, c.kind) == 1}
 	switch c.kind {
-	case KindMIG:
+	case gpu.KindMIG:
 		p := info.mt.t.Profiles[c.prof[g.model]]
 		d.Profile, d.Start, d.Size = p.Name, cd.start, p.Size
 		d.Memory = uint64(p.MemoryGB) * gpu.GiB
 		d.Share = migShare(info.mt.t, p)
-	case KindVGPU:
+	case gpu.KindVGPU:
 		t := c.vt[g.model]
 		d.Type, d.Memory = t.Name, t.Memory
 		if info.m.Memory > 0 {
 			d.Share = float64(t.Memory) / float64(info.m.Memory)
 		}
-	case KindPassthrough:
+	case gpu.KindPassthrough:
 		d.Memory, d.Share = info.m.Memory, 1
 		for _, o := range g.group {
 			d.Group = append(d.Group, inv.gpus[o].addr)
@@ -979,7 +979,7 @@ func (inv *Inventory) fits(c *concrete, unusable bool) bool {
 			}
 			info := inv.models[g.model]
 			switch c.kind {
-			case KindMIG:
+			case gpu.KindMIG:
 				pi := c.prof[g.model]
 				if g.layout != nil {
 					for _, in := range g.layout {
@@ -990,7 +990,7 @@ func (inv *Inventory) fits(c *concrete, unusable bool) bool {
 				} else {
 					n += info.mt.fullCap[pi]
 				}
-			case KindVGPU:
+			case gpu.KindVGPU:
 				t := c.vt[g.model]
 				if g.mixed {
 					if t.Series == gpu.SeriesC || t.Memory == 0 {
@@ -1000,7 +1000,7 @@ func (inv *Inventory) fits(c *concrete, unusable bool) bool {
 				} else {
 					n += t.MaxInstances
 				}
-			case KindPassthrough:
+			case gpu.KindPassthrough:
 				n++
 			}
 		}
@@ -1039,7 +1039,7 @@ func (inv *Inventory) placeOnHold(c *concrete, h *Hold, pc *placeCtx) (Placement
 			info := inv.models[g.model]
 			cd := cand{gi: gi}
 			switch c.kind {
-			case KindMIG:
+			case gpu.KindMIG:
 				pi := c.prof[g.model]
 				if info.mt.t.Profiles[pi].Name != strings.ToLower(d.Profile) {
 					continue
@@ -1053,12 +1053,12 @@ func (inv *Inventory) placeOnHold(c *concrete, h *Hold, pc *placeCtx) (Placement
 				if cd.next < 0 {
 					continue
 				}
-			case KindVGPU:
+			case gpu.KindVGPU:
 				t := &c.vt[g.model]
 				if t.Name != strings.ToUpper(d.Type) || !vgpuRoom(g, info, t) {
 					continue
 				}
-			case KindPassthrough:
+			case gpu.KindPassthrough:
 				if g.n > 0 {
 					continue
 				}
@@ -1101,15 +1101,15 @@ func (inv *Inventory) Keep(id string, o PlaceOptions) Reason {
 		code := Code("")
 		if holds := pc.holds[gi]; len(holds) > 0 {
 			switch a.Kind {
-			case KindMIG:
+			case gpu.KindMIG:
 				code = migHeld(info.mt, &info.mt.nodes[g.node], holds, info.mt.profileIndex(a.Profile), a.Start)
-			case KindVGPU:
+			case gpu.KindVGPU:
 				code = vgpuHeld(g, info, info.types[a.Type], holds)
 			default:
 				code = holds[0].code
 			}
 		}
-		if a.Kind == KindPassthrough {
+		if a.Kind == gpu.KindPassthrough {
 			for _, o := range g.group {
 				if hs := pc.holds[o]; len(hs) > 0 {
 					code = hs[0].code

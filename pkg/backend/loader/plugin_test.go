@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gpuvm/gpuvm/pkg/backend"
+	"github.com/gpuvm/gpuvm/pkg/gpu"
 )
 
 // The test binary doubles as every backend plugin (the self-exec pattern of
@@ -124,7 +125,7 @@ func (f *fakeBackend) Create(ctx context.Context, req backend.CreateRequest) (ba
 		case <-time.After(time.Minute):
 		}
 	}
-	return backend.Device{ID: "dev-1", Kind: backend.KindVGPU, GPU: req.GPU, VMUUID: req.VMUUID}, nil
+	return backend.Device{ID: "dev-1", Kind: gpu.KindVGPU, GPU: req.GPU, VMUUID: req.VMUUID}, nil
 }
 
 func (f *fakeBackend) Remove(context.Context, backend.RemoveRequest) error {

@@ -185,7 +185,7 @@ func ParseCluster(name string, src []byte) (*Cluster, error) {
 				continue
 			}
 		}
-		mode := scheduler.Mode("")
+		mode := gpu.Mode("")
 		if h.Mode != nil {
 			m, err := parseMode(*h.Mode)
 			if err != nil {
@@ -206,11 +206,11 @@ func ParseCluster(name string, src []byte) (*Cluster, error) {
 				s := scheduler.GPUSpec{Address: fmt.Sprintf("0000:%02x:00.0", p.bus), DeviceID: p.deviceID, IOMMUGroup: strconv.Itoa(10 + i), MixedSize: p.mixed}
 				switch {
 				case p.mig:
-					s.Allow, s.Mode = scheduler.ModeMIG, scheduler.ModeMIG
+					s.Allow, s.Mode = gpu.ModeMIG, gpu.ModeMIG
 				case p.vfs:
-					s.Allow, s.Mode = scheduler.ModeVGPU, scheduler.ModeVGPU
+					s.Allow, s.Mode = gpu.ModeVGPU, gpu.ModeVGPU
 				default:
-					s.Allow = scheduler.ModePassthrough
+					s.Allow = gpu.ModePassthrough
 				}
 				specs = append(specs, s)
 			}
@@ -228,7 +228,7 @@ func ParseCluster(name string, src []byte) (*Cluster, error) {
 				bad(g.DefRange, "host %q: address names one GPU; drop count or address", h.Name)
 				continue
 			}
-			gm := scheduler.Mode("")
+			gm := gpu.Mode("")
 			if g.Mode != nil {
 				m, err := parseMode(*g.Mode)
 				if err != nil {
@@ -250,7 +250,7 @@ func ParseCluster(name string, src []byte) (*Cluster, error) {
 				if g.Address != nil {
 					s.Address = *g.Address
 				}
-				if gm == scheduler.ModeMIG || gm == scheduler.ModeVGPU || gm == scheduler.ModePassthrough {
+				if gm == gpu.ModeMIG || gm == gpu.ModeVGPU || gm == gpu.ModePassthrough {
 					s.Mode = gm
 				}
 				if gm != "" {
@@ -276,7 +276,7 @@ func ParseCluster(name string, src []byte) (*Cluster, error) {
 			if mode != "" && !own[i] {
 				specs[i].Allow = mode
 				specs[i].Mode = ""
-				if mode != scheduler.ModeAuto {
+				if mode != gpu.ModeAuto {
 					specs[i].Mode = mode
 				}
 			}
@@ -328,9 +328,9 @@ func ParseCluster(name string, src []byte) (*Cluster, error) {
 	return c, nil
 }
 
-func parseMode(s string) (scheduler.Mode, error) {
-	switch m := scheduler.Mode(s); m {
-	case scheduler.ModeAuto, scheduler.ModeVGPU, scheduler.ModeMIG, scheduler.ModePassthrough:
+func parseMode(s string) (gpu.Mode, error) {
+	switch m := gpu.Mode(s); m {
+	case gpu.ModeAuto, gpu.ModeVGPU, gpu.ModeMIG, gpu.ModePassthrough:
 		return m, nil
 	}
 	return "", fmt.Errorf("mode %q is not auto, vgpu, mig or passthrough", s)
@@ -453,7 +453,7 @@ func needOf(kind, typ string, count int) (scheduler.Need, error) {
 		for _, m := range gpu.Models() {
 			if m.MIG != nil {
 				if _, ok := m.MIG.Profile(p); ok {
-					n.Kind, n.Profile = scheduler.KindMIG, p
+					n.Kind, n.Profile = gpu.KindMIG, p
 					return n, nil
 				}
 			}
@@ -473,15 +473,15 @@ func needOf(kind, typ string, count int) (scheduler.Need, error) {
 				return n, err
 			}
 			if info.MIGBacked() {
-				n.Kind, n.Profile, n.Model = scheduler.KindMIG, info.MIGProfile, m.Board
+				n.Kind, n.Profile, n.Model = gpu.KindMIG, info.MIGProfile, m.Board
 				return n, nil
 			}
-			n.Kind, n.Type = scheduler.KindVGPU, info.Name
+			n.Kind, n.Type = gpu.KindVGPU, info.Name
 			return n, nil
 		}
 		return n, fmt.Errorf("no board gpuvm knows makes vGPU type %s", t.Name)
 	case "passthrough":
-		n.Kind = scheduler.KindPassthrough
+		n.Kind = gpu.KindPassthrough
 		if typ != "" {
 			ok := false
 			for _, m := range gpu.Models() {
@@ -498,7 +498,7 @@ func needOf(kind, typ string, count int) (scheduler.Need, error) {
 		if err != nil {
 			return n, err
 		}
-		n.Kind, n.Memory = scheduler.KindAny, mem
+		n.Kind, n.Memory = gpu.KindAny, mem
 		return n, nil
 	}
 	return n, fmt.Errorf("gpu_kind %q is not mig, vgpu, passthrough or any", kind)

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gpuvm/gpuvm/pkg/gpu"
 	"github.com/gpuvm/gpuvm/pkg/policy"
 	"github.com/gpuvm/gpuvm/pkg/profile"
 	"github.com/gpuvm/gpuvm/pkg/scheduler"
@@ -444,7 +445,7 @@ func mixedHosts(hosts []scheduler.HostSpec) []scheduler.HostSpec {
 		out[i].GPUs = append([]scheduler.GPUSpec(nil), h.GPUs...)
 		for j := range out[i].GPUs {
 			g := &out[i].GPUs[j]
-			if g.Allow == scheduler.ModeVGPU || g.Mode == scheduler.ModeVGPU {
+			if g.Allow == gpu.ModeVGPU || g.Mode == gpu.ModeVGPU {
 				g.MixedSize = true
 			}
 		}
