@@ -216,57 +216,7 @@ func ParseCluster(name string, src []byte) (*Cluster, error) {
 			}
 		}
 		for _, g := range h.GPUs {
-			n := 1
-			if g.Count != nil {
-				n = *g.Count
-				if n < 1 || n > 64 {
-					bad(g.DefRange, "host %q: a gpu block's count is from 1 to 64, not %d", h.Name, n)
-					continue
-				}
-			}
-			if g.Address != nil && n > 1 {
-				bad(g.DefRange, "host %q: address names one GPU; drop count or address", h.Name)
-				continue
-			}
-			gm := gpu.Mode("")
-			if g.Mode != nil {
-				m, err := parseMode(*g.Mode)
-				if err != nil {
-					bad(g.DefRange, "host %q: %v", h.Name, err)
-					continue
-				}
-				gm = m
-			}
-			if _, err := scheduler.NewInventory([]scheduler.HostSpec{{Name: "x", GPUs: []scheduler.GPUSpec{{Address: "x", Model: g.Model}}}}, nil); err != nil {
-				bad(g.DefRange, "host %q: %v", h.Name, strings.TrimPrefix(err.Error(), "host x: GPU x: "))
-				continue
-			}
-			for k := 0; k < n; k++ {
-				s := scheduler.GPUSpec{Model: g.Model, Allow: gm, MIGLayout: g.MIGLayout}
-				s.Address = fmt.Sprintf("0000:%02x:00.0", 0xe0+len(specs)%32)
-				if len(specs) >= 32 {
-					s.Address = fmt.Sprintf("%04x:%02x:00.0", len(specs)/32, 0xe0+len(specs)%32)
-				}
-				if g.Address != nil {
-					s.Address = *g.Address
-				}
-				if gm == gpu.ModeMIG || gm == gpu.ModeVGPU || gm == gpu.ModePassthrough {
-					s.Mode = gm
-				}
-				if gm != "" {
-					own[len(specs)] = true
-				}
-				if g.MixedSize != nil {
-					s.MixedSize = *g.MixedSize
-				}
-				if g.IOMMUGroup != nil {
-					s.IOMMUGroup = *g.IOMMUGroup
-				}
-				if g.Draining != nil {
-					s.Draining = *g.Draining
-				}
-				specs = append(specs, s)
-			}
+			specs = appendGPUBlock(specs, own, h.Name, g, bad)
 		}
 		if len(specs) == 0 {
 			bad(h.DefRange, "host %q has no GPU: give it a preset or gpu blocks", h.Name)
@@ -326,6 +276,63 @@ func ParseCluster(name string, src []byte) (*Cluster, error) {
 		return nil, errors.Join(errs...)
 	}
 	return c, nil
+}
+
+// appendGPUBlock adds the GPUs of one gpu block of host to specs, marking
+// in own those that set a mode of their own; bad reports what is wrong.
+func appendGPUBlock(specs []scheduler.GPUSpec, own map[int]bool, host string, g *gpuBlock, bad func(hcl.Range, string, ...any)) []scheduler.GPUSpec {
+	n := 1
+	if g.Count != nil {
+		n = *g.Count
+		if n < 1 || n > 64 {
+			bad(g.DefRange, "host %q: a gpu block's count is from 1 to 64, not %d", host, n)
+			return specs
+		}
+	}
+	if g.Address != nil && n > 1 {
+		bad(g.DefRange, "host %q: address names one GPU; drop count or address", host)
+		return specs
+	}
+	gm := gpu.Mode("")
+	if g.Mode != nil {
+		m, err := parseMode(*g.Mode)
+		if err != nil {
+			bad(g.DefRange, "host %q: %v", host, err)
+			return specs
+		}
+		gm = m
+	}
+	if _, err := scheduler.NewInventory([]scheduler.HostSpec{{Name: "x", GPUs: []scheduler.GPUSpec{{Address: "x", Model: g.Model}}}}, nil); err != nil {
+		bad(g.DefRange, "host %q: %v", host, strings.TrimPrefix(err.Error(), "host x: GPU x: "))
+		return specs
+	}
+	for k := 0; k < n; k++ {
+		s := scheduler.GPUSpec{Model: g.Model, Allow: gm, MIGLayout: g.MIGLayout}
+		s.Address = fmt.Sprintf("0000:%02x:00.0", 0xe0+len(specs)%32)
+		if len(specs) >= 32 {
+			s.Address = fmt.Sprintf("%04x:%02x:00.0", len(specs)/32, 0xe0+len(specs)%32)
+		}
+		if g.Address != nil {
+			s.Address = *g.Address
+		}
+		if gm == gpu.ModeMIG || gm == gpu.ModeVGPU || gm == gpu.ModePassthrough {
+			s.Mode = gm
+		}
+		if gm != "" {
+			own[len(specs)] = true
+		}
+		if g.MixedSize != nil {
+			s.MixedSize = *g.MixedSize
+		}
+		if g.IOMMUGroup != nil {
+			s.IOMMUGroup = *g.IOMMUGroup
+		}
+		if g.Draining != nil {
+			s.Draining = *g.Draining
+		}
+		specs = append(specs, s)
+	}
+	return specs
 }
 
 func parseMode(s string) (gpu.Mode, error) {
