@@ -179,7 +179,7 @@ func pinReservations(rs []store.Reservation, cfg *profile.Config, now time.Time,
 	for i, it := range items {
 		if k, ok := kept[it.r.ID]; ok && k.version == it.r.Version {
 			b := it.b
-			b.Pinned = mergeByHost(k.vms)
+			b.Pinned = scheduler.MergeByHost(k.vms)
 			provisional[i] = &b
 		}
 	}
@@ -212,22 +212,6 @@ func pinReservations(rs []store.Reservation, cfg *profile.Config, now time.Time,
 		next[it.r.ID] = keptPins{version: it.r.Version, vms: b.SplitPinned()}
 	}
 	return bookings, next, problems
-}
-
-// mergeByHost is one placement per host of per-VM placements, as
-// policy.Booking.Pinned keeps them.
-func mergeByHost(vms []scheduler.Placement) []scheduler.Placement {
-	var out []scheduler.Placement
-	for _, p := range vms {
-		i := slices.IndexFunc(out, func(q scheduler.Placement) bool { return q.Host == p.Host })
-		if i < 0 {
-			out = append(out, scheduler.Placement{Host: p.Host})
-			i = len(out) - 1
-		}
-		out[i].Devices = append(out[i].Devices, p.Devices...)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Host < out[j].Host })
-	return out
 }
 
 // holdBookings gives the round's engine the reservations with the devices

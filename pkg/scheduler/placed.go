@@ -1,7 +1,9 @@
 package scheduler
 
 import (
+	"slices"
 	"sort"
+	"strings"
 
 	"github.com/gpuvm/gpuvm/pkg/gpu"
 )
@@ -54,4 +56,21 @@ func (inv *Inventory) PlacementOf(id string) (Placement, bool) {
 		return a.Start < b.Start
 	})
 	return p, len(p.Devices) > 0
+}
+
+// MergeByHost merges placements (one VM's devices each) into one placement
+// per host, in host order, each host's devices in the order given: how a
+// booking records the devices it pins.
+func MergeByHost(ps []Placement) []Placement {
+	var out []Placement
+	for _, p := range ps {
+		i := slices.IndexFunc(out, func(q Placement) bool { return q.Host == p.Host })
+		if i < 0 {
+			out = append(out, Placement{Host: p.Host})
+			i = len(out) - 1
+		}
+		out[i].Devices = append(out[i].Devices, p.Devices...)
+	}
+	slices.SortStableFunc(out, func(a, b Placement) int { return strings.Compare(a.Host, b.Host) })
+	return out
 }

@@ -1,6 +1,7 @@
 package scheduler
 
 import (
+	"reflect"
 	"testing"
 
 	"github.com/gpuvm/gpuvm/pkg/gpu"
@@ -56,5 +57,30 @@ func TestPlacerPerKind(t *testing.T) {
 	}
 	if cs := inv.resolve(Need{Kind: gpu.KindVGPU, Type: "not a type"}); cs != nil {
 		t.Errorf("a vGPU type that does not parse resolves to %v", cs)
+	}
+}
+
+func TestMergeByHost(t *testing.T) {
+	d := func(addr string) Device { return Device{GPU: addr, Kind: gpu.KindPassthrough} }
+	for name, c := range map[string]struct {
+		in   []Placement
+		want []Placement
+	}{
+		"none": {nil, nil},
+		"one":  {[]Placement{{Host: "a", Devices: []Device{d("1")}}}, []Placement{{Host: "a", Devices: []Device{d("1")}}}},
+		"hosts sorted, devices in order": {
+			[]Placement{{Host: "b", Devices: []Device{d("3")}}, {Host: "a", Devices: []Device{d("1")}}, {Host: "b", Devices: []Device{d("2"), d("4")}}},
+			[]Placement{{Host: "a", Devices: []Device{d("1")}}, {Host: "b", Devices: []Device{d("3"), d("2"), d("4")}}},
+		},
+		"a host with no device stays": {
+			[]Placement{{Host: "z"}, {Host: "a", Devices: []Device{d("1")}}},
+			[]Placement{{Host: "a", Devices: []Device{d("1")}}, {Host: "z"}},
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			if got := MergeByHost(c.in); !reflect.DeepEqual(got, c.want) {
+				t.Errorf("MergeByHost = %+v, want %+v", got, c.want)
+			}
+		})
 	}
 }
