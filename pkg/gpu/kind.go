@@ -44,25 +44,18 @@ func ModeOf(k Kind) Mode {
 }
 
 // Kinds converts kind names (as the wire and the database write them).
-func Kinds(names []string) []Kind {
-	if names == nil {
-		return nil
-	}
-	out := make([]Kind, len(names))
-	for i, n := range names {
-		out[i] = Kind(n)
-	}
-	return out
-}
+func Kinds(names []string) []Kind { return convertStrings[string, Kind](names) }
 
 // KindNames is the inverse of Kinds.
-func KindNames(kinds []Kind) []string {
-	if kinds == nil {
+func KindNames(kinds []Kind) []string { return convertStrings[Kind, string](kinds) }
+
+func convertStrings[T, U ~string](xs []T) []U {
+	if xs == nil {
 		return nil
 	}
-	out := make([]string, len(kinds))
-	for i, k := range kinds {
-		out[i] = string(k)
+	out := make([]U, len(xs))
+	for i, x := range xs {
+		out[i] = U(x)
 	}
 	return out
 }

@@ -175,8 +175,9 @@ type placer interface {
 	device(inv *Inventory, d *Device, cd cand, c *concrete, g *gpuState)
 	// capacity is how many of c an empty g could give.
 	capacity(g *gpuState, info *modelInfo, c *concrete) int
-	// held is the code of a hold that a device a already on g would break.
-	held(inv *Inventory, pc *placeCtx, gi int, g *gpuState, a Allocation) Code
+	// held is the code of a hold of holds (g's, at least one) that device
+	// a, already on g, would break; "" when none.
+	held(inv *Inventory, g *gpuState, a Allocation, holds []holdDev) Code
 	// noun names one device of c for people ("MIG 3g.40gb").
 	noun(c *concrete) string
 }
@@ -745,11 +746,20 @@ func (inv *Inventory) Keep(id string, o PlaceOptions) Reason {
 	for _, a := range devs {
 		gi, _ := c.gpuIndex(a.Host, a.GPU)
 		g := &c.gpus[gi]
+		pl := placerOf(a.Kind)
 		code := Code("")
-		if pl := placerOf(a.Kind); pl != nil {
-			code = pl.held(c, pc, gi, g, a)
-		} else if holds := pc.holds[gi]; len(holds) > 0 {
+		if holds := pc.holds[gi]; len(holds) > 0 {
 			code = holds[0].code
+			if pl != nil {
+				code = pl.held(c, g, a, holds)
+			}
+		}
+		if pl != nil && pl.whole() {
+			for _, o := range g.group {
+				if hs := pc.holds[o]; len(hs) > 0 {
+					code = hs[0].code
+				}
+			}
 		}
 		if code != "" {
 			return Reason{code, fmt.Sprintf("%s/%s is held for someone else during that time", a.Host, a.GPU)}

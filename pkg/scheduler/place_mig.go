@@ -142,11 +142,7 @@ func (migPlacer) capacity(g *gpuState, info *modelInfo, c *concrete) int {
 	return n
 }
 
-func (migPlacer) held(inv *Inventory, pc *placeCtx, gi int, g *gpuState, a Allocation) Code {
-	holds := pc.holds[gi]
-	if len(holds) == 0 {
-		return ""
-	}
+func (migPlacer) held(inv *Inventory, g *gpuState, a Allocation, holds []holdDev) Code {
 	info := inv.models[g.model]
 	return migHeld(info.mt, &info.mt.nodes[g.node], holds, info.mt.profileIndex(a.Profile), a.Start)
 }

@@ -95,17 +95,10 @@ func (passthroughPlacer) device(inv *Inventory, d *Device, _ cand, _ *concrete, 
 
 func (passthroughPlacer) capacity(*gpuState, *modelInfo, *concrete) int { return 1 }
 
-func (passthroughPlacer) held(_ *Inventory, pc *placeCtx, gi int, g *gpuState, _ Allocation) Code {
-	code := Code("")
-	if holds := pc.holds[gi]; len(holds) > 0 {
-		code = holds[0].code
-	}
-	for _, o := range g.group {
-		if hs := pc.holds[o]; len(hs) > 0 {
-			code = hs[0].code
-		}
-	}
-	return code
+// held: any hold on a whole GPU is broken (its IOMMU group companions'
+// holds are checked by Keep).
+func (passthroughPlacer) held(_ *Inventory, _ *gpuState, _ Allocation, holds []holdDev) Code {
+	return holds[0].code
 }
 
 func (passthroughPlacer) noun(c *concrete) string {

@@ -110,11 +110,7 @@ func (vgpuPlacer) capacity(g *gpuState, info *modelInfo, c *concrete) int {
 	return min(int(info.m.Memory/t.Memory), info.m.MaxVGPUs)
 }
 
-func (vgpuPlacer) held(inv *Inventory, pc *placeCtx, gi int, g *gpuState, a Allocation) Code {
-	holds := pc.holds[gi]
-	if len(holds) == 0 {
-		return ""
-	}
+func (vgpuPlacer) held(inv *Inventory, g *gpuState, a Allocation, holds []holdDev) Code {
 	info := inv.models[g.model]
 	return vgpuHeld(g, info, info.types[a.Type], holds)
 }
