@@ -158,9 +158,9 @@ type placer interface {
 	// exact is the concrete device an exact need of this kind names (its
 	// name: a MIG profile or vGPU type; the least memory of a whole GPU).
 	exact(n Need) (name string, memory uint64, ok bool)
-	// abstract offers the devices of this kind a board has that meet an
-	// abstract need.
-	abstract(n Need, info *modelInfo, add func(name, model string, share float64, mem uint64))
+	// abstract appends to out the devices of this kind a board has that
+	// meet an abstract need.
+	abstract(n Need, info *modelInfo, out []option) []option
 	// match reports whether board mi (info) has c, and records c's
 	// per-board fields.
 	match(c *concrete, mi int, info *modelInfo) bool
@@ -171,8 +171,9 @@ type placer interface {
 	onHold(inv *Inventory, gi int, g *gpuState, scratch []gpuState, first int, c *concrete, d Device, pc *placeCtx) (cand, bool)
 	// take records candidate cd on the scratch copy g (and its companions).
 	take(g *gpuState, scratch []gpuState, first int, cd cand, c *concrete)
-	// device fills the kind's fields of candidate cd's Device.
-	device(inv *Inventory, d *Device, cd cand, c *concrete, g *gpuState)
+	// device is d, candidate cd's Device, with the kind's fields filled in
+	// (by value: a pointer would make every Device escape).
+	device(inv *Inventory, d Device, cd cand, c *concrete, g *gpuState) Device
 	// capacity is how many of c an empty g could give.
 	capacity(g *gpuState, info *modelInfo, c *concrete) int
 	// held is the code of a hold of holds (g's, at least one) that device
@@ -193,6 +194,14 @@ func placerOf(k gpu.Kind) placer {
 		return passthroughPlacer{}
 	}
 	return nil
+}
+
+// option is a device a board offers for an abstract need: its name, the
+// board restriction, the share of a GPU it takes and its memory.
+type option struct {
+	name, model string
+	share       float64
+	mem         uint64
 }
 
 // concrete is one exact device a need may be met with.
@@ -293,6 +302,7 @@ func (inv *Inventory) resolveNew(n Need) []concrete {
 			out = append(out, c)
 		}
 	}
+	var opts []option
 	for _, info := range inv.models {
 		m := info.m
 		if n.Model != "" && !m.MatchesName(n.Model) && !strings.EqualFold(m.Name, n.Model) {
@@ -300,9 +310,10 @@ func (inv *Inventory) resolveNew(n Need) []concrete {
 		}
 		for _, k := range n.kinds() {
 			if pl := placerOf(k); pl != nil {
-				pl.abstract(n, info, func(name, model string, share float64, mem uint64) {
-					add(mk(k, name, model), share, mem)
-				})
+				opts = pl.abstract(n, info, opts[:0])
+				for _, o := range opts {
+					add(mk(k, o.name, o.model), o.share, o.mem)
+				}
 			}
 		}
 	}
@@ -443,11 +454,9 @@ func (inv *Inventory) evalGPU(gi int, g *gpuState, c *concrete, pc *placeCtx) (c
 	if g.owner != "" || (g.kind != "" && g.kind != c.kind) {
 		return cand{}, stFull, ""
 	}
-	cd, st, code := c.pl.eval(inv, gi, g, c, pc, g.draining || inv.hosts[g.host].draining)
-	switch {
-	case st == stFull:
-		return cand{}, stFull, ""
-	case g.draining || inv.hosts[g.host].draining:
+	draining := g.draining || inv.hosts[g.host].draining
+	cd, st, code := c.pl.eval(inv, gi, g, c, pc, draining)
+	if draining && st != stFull {
 		return cand{}, stDraining, ""
 	}
 	return cd, st, code
@@ -644,8 +653,7 @@ func applyScratch(g *gpuState, scratch []gpuState, first int, cd cand, c *concre
 // device describes a candidate as a Device.
 func (inv *Inventory) device(cd cand, c *concrete, g *gpuState) Device {
 	d := Device{GPU: g.addr, Kind: c.kind, SwitchMode: switchCost(g, c.kind) == 1}
-	c.pl.device(inv, &d, cd, c, g)
-	return d
+	return c.pl.device(inv, d, cd, c, g)
 }
 
 // fitsAvailable reports whether c could fit on usable GPUs alone if they

@@ -16,15 +16,16 @@ func (migPlacer) exact(n Need) (string, uint64, bool) {
 	return strings.ToLower(strings.TrimSpace(n.Profile)), 0, true
 }
 
-func (migPlacer) abstract(n Need, info *modelInfo, add func(name, model string, share float64, mem uint64)) {
+func (migPlacer) abstract(n Need, info *modelInfo, out []option) []option {
 	if info.mt == nil {
-		return
+		return out
 	}
 	for _, p := range info.mt.t.Profiles {
 		if p.Media == "" && uint64(p.MemoryGB)*gpu.GiB >= n.Memory {
-			add(p.Name, n.Model, migShare(info.mt.t, p), uint64(p.MemoryGB)*gpu.GiB)
+			out = append(out, option{p.Name, n.Model, migShare(info.mt.t, p), uint64(p.MemoryGB) * gpu.GiB})
 		}
 	}
+	return out
 }
 
 func (migPlacer) match(c *concrete, mi int, info *modelInfo) bool {
@@ -40,16 +41,15 @@ func (migPlacer) match(c *concrete, mi int, info *modelInfo) bool {
 }
 
 func (migPlacer) eval(inv *Inventory, gi int, g *gpuState, c *concrete, pc *placeCtx, draining bool) (cand, status, Code) {
-	info := inv.models[g.model]
-	h := &inv.hosts[g.host]
-	holds := pc.holds[gi]
-	mt := info.mt
+	mt := inv.models[g.model].mt
 	pi := c.prof[g.model]
 	node := &mt.nodes[g.node]
 	opts := node.opts[pi]
 	if len(opts) == 0 {
 		return cand{}, stFull, ""
 	}
+	h := &inv.hosts[g.host]
+	holds := pc.holds[gi]
 	best := cand{gi: gi}
 	found, room := false, false
 	heldCode := Code("")
@@ -120,12 +120,13 @@ func (migPlacer) take(g *gpuState, _ []gpuState, _ int, cd cand, _ *concrete) {
 	g.node = cd.next
 }
 
-func (migPlacer) device(inv *Inventory, d *Device, cd cand, c *concrete, g *gpuState) {
+func (migPlacer) device(inv *Inventory, d Device, cd cand, c *concrete, g *gpuState) Device {
 	info := inv.models[g.model]
 	p := info.mt.t.Profiles[c.prof[g.model]]
 	d.Profile, d.Start, d.Size = p.Name, cd.start, p.Size
 	d.Memory = uint64(p.MemoryGB) * gpu.GiB
 	d.Share = migShare(info.mt.t, p)
+	return d
 }
 
 func (migPlacer) capacity(g *gpuState, info *modelInfo, c *concrete) int {

@@ -15,10 +15,11 @@ func (passthroughPlacer) whole() bool { return true }
 
 func (passthroughPlacer) exact(n Need) (string, uint64, bool) { return "", n.Memory, true }
 
-func (passthroughPlacer) abstract(n Need, info *modelInfo, add func(name, model string, share float64, mem uint64)) {
+func (passthroughPlacer) abstract(n Need, info *modelInfo, out []option) []option {
 	if m := info.m; m.Memory >= n.Memory && m.Memory > 0 {
-		add("", m.Name, 1, m.Memory)
+		out = append(out, option{"", m.Name, 1, m.Memory})
 	}
+	return out
 }
 
 func (passthroughPlacer) match(c *concrete, _ int, info *modelInfo) bool {
@@ -84,13 +85,14 @@ func (passthroughPlacer) take(g *gpuState, scratch []gpuState, first int, _ cand
 	}
 }
 
-func (passthroughPlacer) device(inv *Inventory, d *Device, _ cand, _ *concrete, g *gpuState) {
+func (passthroughPlacer) device(inv *Inventory, d Device, _ cand, _ *concrete, g *gpuState) Device {
 	d.Memory, d.Share = inv.models[g.model].m.Memory, 1
 	for _, o := range g.group {
 		d.Group = append(d.Group, inv.gpus[o].addr)
 		d.Share++
 	}
 	sort.Strings(d.Group)
+	return d
 }
 
 func (passthroughPlacer) capacity(*gpuState, *modelInfo, *concrete) int { return 1 }

@@ -20,12 +20,13 @@ func (vgpuPlacer) exact(n Need) (string, uint64, bool) {
 	return t.Name, 0, true
 }
 
-func (vgpuPlacer) abstract(n Need, info *modelInfo, add func(name, model string, share float64, mem uint64)) {
+func (vgpuPlacer) abstract(n Need, info *modelInfo, out []option) []option {
 	for _, t := range info.list {
 		if t.Memory >= n.Memory && (n.Series == "" || string(t.Series) == n.Series) {
-			add(t.Name, n.Model, float64(t.Memory)/float64(info.m.Memory), t.Memory)
+			out = append(out, option{t.Name, n.Model, float64(t.Memory) / float64(info.m.Memory), t.Memory})
 		}
 	}
+	return out
 }
 
 func (vgpuPlacer) match(c *concrete, mi int, info *modelInfo) bool {
@@ -90,13 +91,14 @@ func (vgpuPlacer) take(g *gpuState, _ []gpuState, _ int, _ cand, c *concrete) {
 	}
 }
 
-func (vgpuPlacer) device(inv *Inventory, d *Device, _ cand, c *concrete, g *gpuState) {
+func (vgpuPlacer) device(inv *Inventory, d Device, _ cand, c *concrete, g *gpuState) Device {
 	info := inv.models[g.model]
 	t := c.vt[g.model]
 	d.Type, d.Memory = t.Name, t.Memory
 	if info.m.Memory > 0 {
 		d.Share = float64(t.Memory) / float64(info.m.Memory)
 	}
+	return d
 }
 
 func (vgpuPlacer) capacity(g *gpuState, info *modelInfo, c *concrete) int {
