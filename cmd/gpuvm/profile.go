@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/gpuvm/gpuvm/pkg/gpu"
 	"github.com/gpuvm/gpuvm/pkg/profile"
 )
 
@@ -128,20 +129,20 @@ func describeGPU(g *profile.GPUNeed) string {
 	}
 	var s string
 	switch g.Kind {
-	case profile.KindVGPU:
+	case gpu.KindVGPU:
 		s = "vGPU " + g.Type
-	case profile.KindMIG:
+	case gpu.KindMIG:
 		s = "MIG " + g.Profile
 		if g.Model != "" {
 			s += " on " + g.Model
 		}
-	case profile.KindPassthrough:
+	case gpu.KindPassthrough:
 		s = "whole GPU"
 		if g.Model != "" {
 			s = "whole " + g.Model
 		}
 	default:
-		s = "≥" + profile.FormatSize(g.Memory) + " " + strings.Join(g.Kinds, "|")
+		s = "≥" + profile.FormatSize(g.Memory) + " " + strings.Join(gpu.KindNames(g.Kinds), "|")
 		if g.Series != "" {
 			s += " (" + g.Series + ")"
 		}
@@ -213,16 +214,16 @@ func printProfile(w io.Writer, cfg *profile.Config, p *profile.Profile) error {
 			fmt.Fprintf(tw, "\tcmdline %q\n", b.Cmdline)
 		}
 	}
-	gpu := "none"
+	desc := "none"
 	if g := p.GPU; g != nil {
-		gpu = describeGPU(g)
-		if g.Kind != profile.KindAny {
-			gpu += fmt.Sprintf(" (%s each)", profile.FormatSize(g.Memory))
+		desc = describeGPU(g)
+		if g.Kind != gpu.KindAny {
+			desc += fmt.Sprintf(" (%s each)", profile.FormatSize(g.Memory))
 		} else {
-			gpu = "the cheapest slice with " + gpu
+			desc = "the cheapest slice with " + desc
 		}
 	}
-	fmt.Fprintf(tw, "  GPU:\t%s\n", gpu)
+	fmt.Fprintf(tw, "  GPU:\t%s\n", desc)
 	display := p.Display.Type
 	if p.Display.VGPUDisplay {
 		display += ", showing the vGPU's display"

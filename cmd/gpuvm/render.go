@@ -118,7 +118,7 @@ func placeholderHostdevs(g *profile.GPUNeed) []domain.Hostdev {
 	var out []domain.Hostdev
 	for i := 0; i < max(g.Count, 1); i++ {
 		switch g.Kind {
-		case profile.KindPassthrough:
+		case gpu.KindPassthrough:
 			out = append(out, domain.Hostdev{Type: domain.HostdevPCI, Addresses: []string{fmt.Sprintf("0000:00:%02x.0", 0x10+i)}, Managed: true})
 		default:
 			out = append(out, domain.Hostdev{Type: domain.HostdevMdev, UUID: fmt.Sprintf("00000000-0000-4000-8000-%012d", i), Display: true})
@@ -215,14 +215,14 @@ func chooseDevices(ctx context.Context, l *loader.Loader, cfg *profile.Config, n
 		invs = append(invs, inv)
 	}
 	layouts := map[string][]string{}
-	modes := func(address, model string) scheduler.Mode {
+	modes := func(address, model string) gpu.Mode {
 		m, _ := gpu.ModelByName(model)
 		s := cfg.Server.Host.Settings(address, m)
 		layouts[address] = s.MIGLayout
 		if s.Mode != "" {
-			return scheduler.Mode(s.Mode)
+			return s.Mode
 		}
-		return scheduler.ModeAuto
+		return gpu.ModeAuto
 	}
 	spec, devices := scheduler.FromAPI("preview", backend.Merge(invs), modes)
 	for i := range spec.GPUs {
@@ -240,9 +240,9 @@ func chooseDevices(ctx context.Context, l *loader.Loader, cfg *profile.Config, n
 	for _, d := range p.Devices {
 		req := backend.CreateRequest{GPU: d.GPU}
 		switch d.Kind {
-		case scheduler.KindVGPU:
+		case gpu.KindVGPU:
 			req.Type = d.Type
-		case scheduler.KindMIG:
+		case gpu.KindMIG:
 			req.Profile, req.Placement = d.Profile, d.Start
 		}
 		out = append(out, deviceChoice{string(d.Kind), req})

@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/gpuvm/gpuvm/pkg/gpu"
 	"github.com/gpuvm/gpuvm/pkg/profile"
 	"github.com/gpuvm/gpuvm/pkg/scheduler"
 	"github.com/gpuvm/gpuvm/pkg/scheduler/simulate"
@@ -217,7 +218,7 @@ func simSpecs(o simOpts, configured string, tr *simulate.Trace, c *simulate.Clus
 func wantsMixed(tr *simulate.Trace, c *simulate.Cluster) bool {
 	vgpu := false
 	for _, it := range tr.Items {
-		if it.Request.Need.Kind == scheduler.KindVGPU {
+		if it.Request.Need.Kind == gpu.KindVGPU {
 			vgpu = true
 			break
 		}
@@ -227,7 +228,7 @@ func wantsMixed(tr *simulate.Trace, c *simulate.Cluster) bool {
 	}
 	for _, h := range c.Hosts {
 		for _, g := range h.GPUs {
-			if !g.MixedSize && (g.Allow == scheduler.ModeVGPU || g.Allow == scheduler.ModeAuto || g.Allow == "") {
+			if !g.MixedSize && (g.Allow == gpu.ModeVGPU || g.Allow == gpu.ModeAuto || g.Allow == "") {
 				return true
 			}
 		}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/gpuvm/gpuvm/pkg/api"
 	"github.com/gpuvm/gpuvm/pkg/client/clienttest"
+	"github.com/gpuvm/gpuvm/pkg/gpu"
 	"github.com/gpuvm/gpuvm/pkg/store"
 )
 
@@ -31,7 +32,7 @@ func seedCLIUsage(t *testing.T, st *store.Store) {
 			t.Fatal(err)
 		}
 		end := at(h.to)
-		r := &store.UsageRecord{VMID: vm.ID, User: h.owner, Group: h.group, Host: "h1", GPUAddress: "0000:41:00.0", Kind: store.KindMIG,
+		r := &store.UsageRecord{VMID: vm.ID, User: h.owner, Group: h.group, Host: "h1", GPUAddress: "0000:41:00.0", Kind: gpu.KindMIG,
 			Share: h.share, StartedAt: at(h.from), EndedAt: &end}
 		if err := st.InsertUsageRecord(ctx, r); err != nil {
 			t.Fatal(err)

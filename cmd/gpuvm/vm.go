@@ -16,6 +16,7 @@ import (
 
 	"github.com/gpuvm/gpuvm/pkg/api"
 	"github.com/gpuvm/gpuvm/pkg/client"
+	"github.com/gpuvm/gpuvm/pkg/gpu"
 	"github.com/gpuvm/gpuvm/pkg/profile"
 )
 
@@ -72,8 +73,8 @@ func printRemoteProfiles(w io.Writer, ps []client.Profile) error {
 	for _, p := range ps {
 		var g *profile.GPUNeed
 		if p.GPU != nil {
-			g = &profile.GPUNeed{Kind: p.GPU.Kind, Type: p.GPU.Type, Profile: p.GPU.Profile, Model: p.GPU.Model,
-				Count: p.GPU.Count, Memory: p.GPU.Memory, Kinds: p.GPU.Kinds, Series: p.GPU.Series}
+			g = &profile.GPUNeed{Kind: gpu.Kind(p.GPU.Kind), Type: p.GPU.Type, Profile: p.GPU.Profile, Model: p.GPU.Model,
+				Count: p.GPU.Count, Memory: p.GPU.Memory, Kinds: gpu.Kinds(p.GPU.Kinds), Series: p.GPU.Series}
 		}
 		disk := "-"
 		if p.Disk != nil {

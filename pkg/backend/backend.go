@@ -8,6 +8,8 @@ package backend
 
 import (
 	"context"
+
+	"github.com/gpuvm/gpuvm/pkg/gpu"
 )
 
 // Backend is what gpuvmd asks of a GPU backend. Every method honours ctx.
@@ -79,25 +81,25 @@ type Config struct {
 	Installation string
 }
 
-// Kind is how a VM gets its GPU.
-type Kind string
+// Kind is how a VM gets its GPU: a deprecated alias; use pkg/gpu.
+type Kind = gpu.Kind
 
-// Device kinds, one per backend.
+// Device kinds: deprecated aliases; use pkg/gpu.
 const (
-	KindVGPU        Kind = "vgpu"
-	KindMIG         Kind = "mig"
-	KindPassthrough Kind = "passthrough"
+	KindVGPU        = gpu.KindVGPU
+	KindMIG         = gpu.KindMIG
+	KindPassthrough = gpu.KindPassthrough
 )
 
-// Mode is what a GPU is currently used for.
-type Mode string
+// Mode is what a GPU is currently used for: a deprecated alias; use pkg/gpu.
+type Mode = gpu.Mode
 
-// GPU modes. A GPU changes mode only when empty.
+// GPU modes: deprecated aliases; use pkg/gpu.
 const (
-	ModeIdle        Mode = "idle"        // nothing on it; any mode may start
-	ModeVGPU        Mode = "vgpu"        // time-sliced vGPUs (or VFs enabled, MIG off)
-	ModeMIG         Mode = "mig"         // MIG mode enabled
-	ModePassthrough Mode = "passthrough" // bound to vfio-pci for a whole-GPU VM
+	ModeIdle        = gpu.ModeIdle
+	ModeVGPU        = gpu.ModeVGPU
+	ModeMIG         = gpu.ModeMIG
+	ModePassthrough = gpu.ModePassthrough
 )
 
 // Inventory is one backend's view of the host.

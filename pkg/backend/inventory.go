@@ -4,6 +4,7 @@ import (
 	"sort"
 
 	"github.com/gpuvm/gpuvm/pkg/api"
+	"github.com/gpuvm/gpuvm/pkg/gpu"
 )
 
 // Merge combines the inventories of several backends of one host into the
@@ -34,7 +35,7 @@ func Merge(invs []Inventory) api.HostInventory {
 			}
 			// The most specific mode wins: a backend that sees MIG or
 			// passthrough knows more than one that sees an idle GPU.
-			if rec.Mode == string(ModeIdle) || rec.Mode == "" {
+			if rec.Mode == string(gpu.ModeIdle) || rec.Mode == "" {
 				rec.Mode = string(g.Mode)
 			}
 			if rec.Interface == "" || rec.Interface == "passthrough-only" {
@@ -61,7 +62,7 @@ func Merge(invs []Inventory) api.HostInventory {
 		for _, d := range inv.Devices {
 			ad := api.Device{ID: d.ID, Backend: inv.Backend, Kind: string(d.Kind), GPU: d.GPU, Type: d.Type, VMUUID: d.VMUUID, Managed: d.Managed,
 				Hostdev: api.Hostdev{Type: string(d.Hostdev.Type), UUID: d.Hostdev.UUID, Addresses: d.Hostdev.Addresses, Managed: d.Hostdev.Managed, Display: d.Hostdev.Display}}
-			if d.Kind == KindMIG {
+			if d.Kind == gpu.KindMIG {
 				p, gi, ci := d.Placement, d.GPUInstance, d.ComputeInstance
 				ad.Profile, ad.Placement, ad.GPUInstance, ad.ComputeInstance = d.Profile, &p, &gi, &ci
 			}

@@ -8,6 +8,7 @@ import (
 	"github.com/gpuvm/gpuvm/pkg/api"
 	"github.com/gpuvm/gpuvm/pkg/client"
 	"github.com/gpuvm/gpuvm/pkg/client/clienttest"
+	"github.com/gpuvm/gpuvm/pkg/gpu"
 	"github.com/gpuvm/gpuvm/pkg/store"
 )
 
@@ -24,7 +25,7 @@ func TestUsageAgainstServer(t *testing.T) {
 	}
 	end := from.Add(150 * time.Minute)
 	if err := env.Store.InsertUsageRecord(ctx, &store.UsageRecord{VMID: vm.ID, User: "ann", Group: "render", Host: "h1",
-		GPUAddress: "0000:41:00.0", Kind: store.KindPassthrough, Share: 1, StartedAt: from, EndedAt: &end}); err != nil {
+		GPUAddress: "0000:41:00.0", Kind: gpu.KindPassthrough, Share: 1, StartedAt: from, EndedAt: &end}); err != nil {
 		t.Fatal(err)
 	}
 	admin, _ := client.New(env.URL, env.AdminToken)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/gpuvm/gpuvm/pkg/api"
 	"github.com/gpuvm/gpuvm/pkg/clocktest"
+	"github.com/gpuvm/gpuvm/pkg/gpu"
 	"github.com/gpuvm/gpuvm/pkg/profile"
 	"github.com/gpuvm/gpuvm/pkg/store"
 )
@@ -307,9 +308,9 @@ func TestAlertQueueWait(t *testing.T) {
 // A VM whose GPU idles for 4 hours fires; it resolves when the VM uses it.
 func TestAlertVMIdle(t *testing.T) {
 	e := newAlertEnv(t, rule("idle", MetricVMIdle, num(4*3600), 0))
-	vm := runningVM(t, e.st, "ann", "render", store.SlotClaim{Kind: store.KindVGPU, GPUAddress: "0000:41:00.0", VF: "0000:41:00.4"}, "0000:41:00.4")
+	vm := runningVM(t, e.st, "ann", "render", store.SlotClaim{Kind: gpu.KindVGPU, GPUAddress: "0000:41:00.0", VF: "0000:41:00.4"}, "0000:41:00.4")
 	e.src.set(func(r *Reading) {
-		in := newInstance("0000:41:00.0", KindVGPU)
+		in := newInstance("0000:41:00.0", gpu.KindVGPU)
 		in.ID, in.Util = "0000:41:00.4", 0.01
 		r.Instances = []InstanceReading{in}
 	})

@@ -9,6 +9,7 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/gpus"
 
+	"github.com/gpuvm/gpuvm/pkg/gpu"
 	"github.com/gpuvm/gpuvm/pkg/store"
 )
 
@@ -33,7 +34,7 @@ func BenchmarkSamplingRound(b *testing.B) {
 					vf := fmt.Sprintf("%s:%02x:01.%d", g.addr[:4], 0x10+i, slot)
 					h.addVGPU(i, vf, "H100-1-10C", 0, gi, 0).noSamples = true
 					runningVM(b, st, fmt.Sprintf("u%02d", i*7+slot), fmt.Sprintf("vm%02d", i*7+slot),
-						store.SlotClaim{Kind: store.KindMIG, GPUAddress: g.addr, PlacementStart: slot, PlacementSize: 1}, vf)
+						store.SlotClaim{Kind: gpu.KindMIG, GPUAddress: g.addr, PlacementStart: slot, PlacementSize: 1}, vf)
 				}
 			}
 		}},
@@ -43,7 +44,7 @@ func BenchmarkSamplingRound(b *testing.B) {
 					vf := fmt.Sprintf("%s:%02x:01.%d", g.addr[:4], 0x10+i, k)
 					h.addVGPU(i, vf, "H100-8C", 1<<30, -1, uint32(10*k))
 					runningVM(b, st, fmt.Sprintf("u%02d", i*8+k), fmt.Sprintf("vm%02d", i*8+k),
-						store.SlotClaim{Kind: store.KindVGPU, GPUAddress: g.addr, VF: vf}, vf)
+						store.SlotClaim{Kind: gpu.KindVGPU, GPUAddress: g.addr, VF: vf}, vf)
 				}
 			}
 		}},

@@ -68,7 +68,7 @@ func runningVM(t testing.TB, st *store.Store, owner, name string, claim store.Sl
 	}
 	claim.Host = testHost
 	if claim.Backend == "" {
-		claim.Backend = claim.Kind
+		claim.Backend = string(claim.Kind)
 	}
 	allocs, err := st.ClaimAllocation(ctx, vm.ID, []store.SlotClaim{claim})
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpuvm/gpuvm/pkg/gpu"
 	"github.com/gpuvm/gpuvm/pkg/store"
 )
 
@@ -14,7 +15,7 @@ func TestIdleVMs(t *testing.T) {
 	st := newStore(t, clock)
 	ctx := context.Background()
 	claim := func(vf string) store.SlotClaim {
-		return store.SlotClaim{Kind: store.KindVGPU, GPUAddress: "0000:41:00.0", VF: vf}
+		return store.SlotClaim{Kind: gpu.KindVGPU, GPUAddress: "0000:41:00.0", VF: vf}
 	}
 	idle := runningVM(t, st, "ann", "idle", claim("0000:41:00.4"), "0000:41:00.4")
 	busyEarlier := runningVM(t, st, "bob", "was-busy", claim("0000:41:00.5"), "0000:41:00.5")

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/gpuvm/gpuvm/pkg/gpu"
 	"github.com/gpuvm/gpuvm/pkg/store"
 )
 
@@ -20,7 +21,7 @@ import (
 // *store.Store).
 type MetricsStore interface {
 	CountVMsByState(ctx context.Context) (map[string]int64, error)
-	CountLiveAllocations(ctx context.Context, host string) (map[string]int64, error)
+	CountLiveAllocations(ctx context.Context, host string) (map[gpu.Kind]int64, error)
 	GetQueueStats(ctx context.Context, now time.Time) (store.QueueStats, error)
 	CountFiringAlerts(ctx context.Context) (map[string]int64, error)
 }
@@ -279,8 +280,8 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	if allocs, err := c.st.CountLiveAllocations(ctx, c.host); err != nil {
 		errs = append(errs, err.Error())
 	} else {
-		for _, k := range []string{store.KindVGPU, store.KindMIG, store.KindPassthrough} {
-			emit("gpuvm_allocations", prometheus.GaugeValue, float64(allocs[k]), c.host, k)
+		for _, k := range []gpu.Kind{gpu.KindVGPU, gpu.KindMIG, gpu.KindPassthrough} {
+			emit("gpuvm_allocations", prometheus.GaugeValue, float64(allocs[k]), c.host, string(k))
 		}
 	}
 	if firing, err := c.st.CountFiringAlerts(ctx); err != nil {
@@ -346,7 +347,7 @@ func (c *collector) collectRound(emit func(string, prometheus.ValueType, float64
 		emit("gpuvm_gpu_info", prometheus.GaugeValue, 1, h, g.Address, g.Model, g.UUID, strconv.FormatBool(g.MIG), g.VMID, g.User)
 	}
 	for _, in := range r.Instances {
-		l := []string{h, in.GPUAddress, in.Key, in.Kind, in.Type, in.VMID, in.User}
+		l := []string{h, in.GPUAddress, in.Key, string(in.Kind), in.Type, in.VMID, in.User}
 		ratio := func(name string, v float64) {
 			if v >= 0 {
 				emit(name, prometheus.GaugeValue, v, l...)

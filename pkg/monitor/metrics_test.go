@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/gpuvm/gpuvm/pkg/clocktest"
+	"github.com/gpuvm/gpuvm/pkg/gpu"
 	"github.com/gpuvm/gpuvm/pkg/profile"
 	"github.com/gpuvm/gpuvm/pkg/store"
 )
@@ -81,8 +82,8 @@ func metricsEnv(t *testing.T) (*Monitor, *store.Store, *clocktest.Clock, map[str
 	ctx := context.Background()
 	start := clock.Now()
 	vms := map[string]*store.VM{
-		"ann": runningVM(t, st, "ann", "render", store.SlotClaim{Kind: store.KindVGPU, GPUAddress: "0000:41:00.0", VF: "0000:41:00.4", Profile: "L40S-12Q"}, "0000:41:00.4"),
-		"bob": runningVM(t, st, "bob", "train", store.SlotClaim{Kind: store.KindMIG, GPUAddress: "0000:17:00.0", PlacementStart: 4, PlacementSize: 4, Profile: "3g.40gb"}, "0000:17:00.4"),
+		"ann": runningVM(t, st, "ann", "render", store.SlotClaim{Kind: gpu.KindVGPU, GPUAddress: "0000:41:00.0", VF: "0000:41:00.4", Profile: "L40S-12Q"}, "0000:41:00.4"),
+		"bob": runningVM(t, st, "bob", "train", store.SlotClaim{Kind: gpu.KindMIG, GPUAddress: "0000:17:00.0", PlacementStart: 4, PlacementSize: 4, Profile: "3g.40gb"}, "0000:17:00.4"),
 	}
 	// ann's create operation finishes 90 s after it was asked for.
 	clock.Advance(90 * time.Second)
@@ -104,9 +105,9 @@ func metricsEnv(t *testing.T) (*Monitor, *store.Store, *clocktest.Clock, map[str
 		g.MemUsed, g.MemTotal, g.Temperature, g.PowerWatts, g.SMClockMHz, g.XIDErrors, g.ECCErrors = 12<<30, 48<<30, 71, 250, 2100, 1, 4
 		m := newGPU("0000:17:00.0")
 		m.Model, m.MIG, m.Temperature = "NVIDIA A100", true, 90
-		v := newInstance("0000:41:00.0", KindVGPU)
+		v := newInstance("0000:41:00.0", gpu.KindVGPU)
 		v.ID, v.Type, v.Util, v.MemUtil, v.EncUtil, v.DecUtil, v.MemUsed, v.MemTotal = "0000:41:00.4", "L40S-12Q", 0.6, 0.3, 0, 0.05, 3<<30, 12<<30
-		mi := newInstance("0000:17:00.0", KindMIG)
+		mi := newInstance("0000:17:00.0", gpu.KindMIG)
 		mi.GPUInstance, mi.PlacementStart, mi.Type, mi.MemTotal = 2, 4, "3g.40gb", 40<<30
 		r.GPUs, r.Instances = []GPUReading{g, m}, []InstanceReading{v, mi}
 	})

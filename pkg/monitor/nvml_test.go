@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gpuvm/gpuvm/pkg/gpu"
+
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/gpus"
@@ -85,7 +87,7 @@ func TestNVMLSourceVGPUs(t *testing.T) {
 	}
 	for i, w := range want {
 		in := r.Instances[i]
-		if in.ID != w.id || in.Kind != KindVGPU || in.Type != "A100-4C" || in.GPUInstance != -1 || in.MemTotal != 4<<30 ||
+		if in.ID != w.id || in.Kind != gpu.KindVGPU || in.Type != "A100-4C" || in.GPUInstance != -1 || in.MemTotal != 4<<30 ||
 			!near(in.Util, w.util) || !near(in.MemUtil, w.mem) || !near(in.EncUtil, w.enc) || in.MemUsed != w.used {
 			t.Errorf("instance %d = %+v, want %+v", i, in, w)
 		}
@@ -133,10 +135,10 @@ func TestNVMLSourceMIG(t *testing.T) {
 		byGI[in.GPUInstance] = in
 	}
 	a, b := byGI[gi3], byGI[gi1]
-	if a.Kind != KindMIG || a.ID != "0000:10:00.4" || a.PlacementStart != 4 || a.Type != "3g.40gb" || a.MemUsed != 3<<30 || a.MemTotal == 0 {
+	if a.Kind != gpu.KindMIG || a.ID != "0000:10:00.4" || a.PlacementStart != 4 || a.Type != "3g.40gb" || a.MemUsed != 3<<30 || a.MemTotal == 0 {
 		t.Errorf("3g instance %+v", a)
 	}
-	if b.Kind != KindMIG || b.ID != "" || b.PlacementStart != 0 || b.Key() != "gi:"+strconv.Itoa(gi1) || b.MemUsed != 0 {
+	if b.Kind != gpu.KindMIG || b.ID != "" || b.PlacementStart != 0 || b.Key() != "gi:"+strconv.Itoa(gi1) || b.MemUsed != 0 {
 		t.Errorf("1g instance %+v", b)
 	}
 	if a.Util != Unknown || b.Util != Unknown {

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gpuvm/gpuvm/pkg/gpu"
 	"github.com/gpuvm/gpuvm/pkg/store"
 )
 
@@ -204,7 +205,7 @@ func mapReading(host string, at time.Time, rd Reading, allocs []store.Allocation
 	}
 	whole := map[string]string{}
 	for _, a := range allocs {
-		if a.Kind == store.KindPassthrough {
+		if a.Kind == gpu.KindPassthrough {
 			whole[a.GPUAddress] = a.VMID
 		}
 	}
@@ -226,7 +227,7 @@ func mapReading(host string, at time.Time, rd Reading, allocs []store.Allocation
 		return -1
 	}
 	for _, a := range allocs {
-		if a.Kind == store.KindPassthrough {
+		if a.Kind == gpu.KindPassthrough {
 			continue
 		}
 		byID := -1
@@ -234,9 +235,9 @@ func mapReading(host string, at time.Time, rd Reading, allocs []store.Allocation
 			byID = find(func(in InstanceReading) bool { return in.GPUAddress == a.GPUAddress && in.ID == a.DeviceID })
 		}
 		byPlace := -1
-		if a.Kind == store.KindMIG {
+		if a.Kind == gpu.KindMIG {
 			byPlace = find(func(in InstanceReading) bool {
-				return in.GPUAddress == a.GPUAddress && in.Kind == KindMIG && in.PlacementStart == a.PlacementStart && (in.ID == "" || in.ID == a.DeviceID)
+				return in.GPUAddress == a.GPUAddress && in.Kind == gpu.KindMIG && in.PlacementStart == a.PlacementStart && (in.ID == "" || in.ID == a.DeviceID)
 			})
 		}
 		var in InstanceReading

@@ -13,6 +13,7 @@ import (
 
 	"github.com/gofrs/flock"
 
+	"github.com/gpuvm/gpuvm/pkg/gpu"
 	"github.com/gpuvm/gpuvm/pkg/host"
 	"github.com/gpuvm/gpuvm/pkg/host/sim"
 )
@@ -84,7 +85,7 @@ func (s *SimSource) Read(ctx context.Context) (Reading, error) {
 	// vGPUs from sysfs, on GPUs whose NVML listed none.
 	withVGPUs := map[string]bool{}
 	for _, in := range r.Instances {
-		if in.Kind == KindVGPU || in.ID != "" {
+		if in.Kind == gpu.KindVGPU || in.ID != "" {
 			withVGPUs[in.GPUAddress] = true
 		}
 	}
@@ -125,7 +126,7 @@ func (s *SimSource) sysfsVGPUs(gpus []host.GPU, parentGPU map[string]string, ski
 		if !ok || skip[g] {
 			continue
 		}
-		in := newInstance(g, KindVGPU)
+		in := newInstance(g, gpu.KindVGPU)
 		in.ID = m.UUID
 		typeDir := path.Join("bus/mdev/devices", m.UUID, "mdev_type")
 		if name, err := host.ReadString(s.host, path.Join(typeDir, "name")); err == nil {
@@ -154,7 +155,7 @@ func (s *SimSource) sysfsVGPUs(gpus []host.GPU, parentGPU map[string]string, ski
 			if cur == 0 {
 				continue
 			}
-			in := newInstance(g.Address, KindVGPU)
+			in := newInstance(g.Address, gpu.KindVGPU)
 			in.ID = vf
 			if gi, err := host.VFGPUInstanceID(s.host, vf); err == nil && gi >= 0 {
 				in.GPUInstance = gi

@@ -7,6 +7,7 @@ import (
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
+	"github.com/gpuvm/gpuvm/pkg/gpu"
 	"github.com/gpuvm/gpuvm/pkg/host"
 	"github.com/gpuvm/gpuvm/pkg/host/sim"
 	"github.com/gpuvm/gpuvm/pkg/store"
@@ -120,10 +121,10 @@ func TestSamplerOnSimulatedHost(t *testing.T) {
 	clock := newFakeClock()
 	st := newStore(t, clock)
 	ctx := context.Background()
-	vmA := runningVM(t, st, "ann", "a40", store.SlotClaim{Kind: store.KindVGPU, GPUAddress: "0000:41:00.0", VF: "0000:41:00.4", Profile: "A40-8Q"}, simMdev)
-	vmB := runningVM(t, st, "bob", "l40s", store.SlotClaim{Kind: store.KindVGPU, GPUAddress: "0000:81:00.0", VF: "0000:81:00.4", Profile: "L40S-12Q"}, "0000:81:00.4")
-	vmC := runningVM(t, st, "ann", "h100", store.SlotClaim{Kind: store.KindMIG, GPUAddress: "0000:9a:00.0", PlacementStart: 4, PlacementSize: 4, Profile: "3g.40gb"}, "0000:9a:00.4")
-	vmD := runningVM(t, st, "carl", "rtx", store.SlotClaim{Kind: store.KindPassthrough, GPUAddress: "0000:c1:00.0"}, "0000:c1:00.0")
+	vmA := runningVM(t, st, "ann", "a40", store.SlotClaim{Kind: gpu.KindVGPU, GPUAddress: "0000:41:00.0", VF: "0000:41:00.4", Profile: "A40-8Q"}, simMdev)
+	vmB := runningVM(t, st, "bob", "l40s", store.SlotClaim{Kind: gpu.KindVGPU, GPUAddress: "0000:81:00.0", VF: "0000:81:00.4", Profile: "L40S-12Q"}, "0000:81:00.4")
+	vmC := runningVM(t, st, "ann", "h100", store.SlotClaim{Kind: gpu.KindMIG, GPUAddress: "0000:9a:00.0", PlacementStart: 4, PlacementSize: 4, Profile: "3g.40gb"}, "0000:9a:00.4")
+	vmD := runningVM(t, st, "carl", "rtx", store.SlotClaim{Kind: gpu.KindPassthrough, GPUAddress: "0000:c1:00.0"}, "0000:c1:00.0")
 
 	if err := sh.h.SetUtilization("0000:41:00.0", 40); err != nil {
 		t.Fatal(err)
@@ -171,10 +172,10 @@ func TestSamplerOnSimulatedHost(t *testing.T) {
 	if in := ins[simMdev]; in.VMID != vmA.ID || in.User != "ann" || !near(in.Util, 0.7) || !near(in.MemUtil, 0.1) || in.Type != "A40-8Q" || in.MemTotal != 8<<30 {
 		t.Errorf("A40 mdev %+v", in)
 	}
-	if in := ins["0000:81:00.4"]; in.VMID != vmB.ID || in.User != "bob" || !near(in.Util, 0.05) || in.Kind != KindVGPU {
+	if in := ins["0000:81:00.4"]; in.VMID != vmB.ID || in.User != "bob" || !near(in.Util, 0.05) || in.Kind != gpu.KindVGPU {
 		t.Errorf("L40S vGPU %+v", in)
 	}
-	if in := ins["0000:9a:00.4"]; in.VMID != vmC.ID || in.User != "ann" || in.Kind != KindMIG || in.PlacementStart != 4 ||
+	if in := ins["0000:9a:00.4"]; in.VMID != vmC.ID || in.User != "ann" || in.Kind != gpu.KindMIG || in.PlacementStart != 4 ||
 		!near(in.Util, 0.55) || in.MemUsed != 1<<30 || in.MemTotal != 40<<30 || in.Type != "3g.40gb" {
 		t.Errorf("H100 MIG instance %+v", in)
 	}

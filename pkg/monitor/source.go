@@ -3,6 +3,8 @@ package monitor
 import (
 	"context"
 	"fmt"
+
+	"github.com/gpuvm/gpuvm/pkg/gpu"
 )
 
 // Unknown is the value of a figure a GPU did not report (a ratio, a
@@ -41,17 +43,11 @@ type GPUReading struct {
 	ECCErrors int
 }
 
-// Instance kinds.
-const (
-	KindVGPU = "vgpu" // a time-sliced vGPU
-	KindMIG  = "mig"  // a MIG GPU instance (with the MIG-backed vGPU on it, if any)
-)
-
 // InstanceReading is one device on a GPU: a time-sliced vGPU, or a MIG GPU
 // instance (with the MIG-backed vGPU on it when there is one).
 type InstanceReading struct {
 	GPUAddress string
-	Kind       string
+	Kind       gpu.Kind
 	// ID is the device as gpuvm's allocations name it: the vGPU's mdev
 	// UUID, or the VF that carries it (vendor-specific VFIO); "" for a MIG
 	// instance that holds no vGPU.
@@ -91,8 +87,8 @@ type Source interface {
 }
 
 // newInstance is an instance with every figure unknown.
-func newInstance(gpu, kind string) InstanceReading {
-	return InstanceReading{GPUAddress: gpu, Kind: kind, GPUInstance: -1, PlacementStart: -1,
+func newInstance(addr string, kind gpu.Kind) InstanceReading {
+	return InstanceReading{GPUAddress: addr, Kind: kind, GPUInstance: -1, PlacementStart: -1,
 		Util: Unknown, MemUtil: Unknown, EncUtil: Unknown, DecUtil: Unknown}
 }
 
@@ -118,8 +114,8 @@ func mergeInstance(a, b InstanceReading) InstanceReading {
 	if a.Type == "" {
 		a.Type = b.Type
 	}
-	if a.Kind != KindMIG && b.Kind == KindMIG {
-		a.Kind = KindMIG
+	if a.Kind != gpu.KindMIG && b.Kind == gpu.KindMIG {
+		a.Kind = gpu.KindMIG
 	}
 	for _, p := range []struct{ dst, src *float64 }{{&a.Util, &b.Util}, {&a.MemUtil, &b.MemUtil}, {&a.EncUtil, &b.EncUtil}, {&a.DecUtil, &b.DecUtil}} {
 		if *p.dst < 0 {
@@ -146,19 +142,19 @@ func mergeMIGBacked(ins []InstanceReading) []InstanceReading {
 	}
 	at := map[giKey]int{}
 	for i, in := range ins {
-		if in.Kind == KindMIG && in.GPUInstance >= 0 && in.ID == "" {
+		if in.Kind == gpu.KindMIG && in.GPUInstance >= 0 && in.ID == "" {
 			at[giKey{in.GPUAddress, in.GPUInstance}] = i
 		}
 	}
 	out := ins[:0:0]
 	drop := map[int]bool{}
 	for i, in := range ins {
-		if in.Kind != KindVGPU || in.GPUInstance < 0 {
+		if in.Kind != gpu.KindVGPU || in.GPUInstance < 0 {
 			continue
 		}
 		if j, ok := at[giKey{in.GPUAddress, in.GPUInstance}]; ok {
 			ins[j] = mergeInstance(ins[j], in)
-			ins[j].Kind = KindMIG
+			ins[j].Kind = gpu.KindMIG
 			drop[i] = true
 			delete(at, giKey{in.GPUAddress, in.GPUInstance})
 		}

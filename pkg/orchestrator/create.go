@@ -13,6 +13,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/gpuvm/gpuvm/pkg/backend"
+	"github.com/gpuvm/gpuvm/pkg/gpu"
 	"github.com/gpuvm/gpuvm/pkg/hypervisor"
 	"github.com/gpuvm/gpuvm/pkg/hypervisor/domain"
 	"github.com/gpuvm/gpuvm/pkg/store"
@@ -220,7 +221,7 @@ func (o *Orchestrator) createDevice(ctx context.Context, vmID string, a store.Al
 			return backend.Device{}, errors.Join(errs...)
 		}
 		for _, d := range invs[a.Backend].Devices {
-			if d.VMUUID == vmID && d.GPU == a.GPUAddress && string(d.Kind) == a.Kind && !held[d.ID] {
+			if d.VMUUID == vmID && d.GPU == a.GPUAddress && d.Kind == a.Kind && !held[d.ID] {
 				o.log.Info("adopting the device an interrupted create made", "vm", vmID, "device", d.ID, "gpu", d.GPU)
 				return d, nil
 			}
@@ -228,9 +229,9 @@ func (o *Orchestrator) createDevice(ctx context.Context, vmID string, a store.Al
 	}
 	req := backend.CreateRequest{GPU: a.GPUAddress, VMUUID: vmID}
 	switch a.Kind {
-	case store.KindVGPU:
+	case gpu.KindVGPU:
 		req.Type, req.DeviceUUID = a.Profile, DeviceUUID(vmID, a.ID)
-	case store.KindMIG:
+	case gpu.KindMIG:
 		req.Profile, req.Placement, req.DeviceUUID = a.Profile, a.PlacementStart, DeviceUUID(vmID, a.ID)
 	}
 	return b.Create(ctx, req)

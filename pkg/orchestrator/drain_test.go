@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpuvm/gpuvm/pkg/profile"
+	"github.com/gpuvm/gpuvm/pkg/gpu"
 	"github.com/gpuvm/gpuvm/pkg/scheduler"
 	"github.com/gpuvm/gpuvm/pkg/store"
 )
@@ -16,7 +16,7 @@ func TestDrainedGPUGetsNothing(t *testing.T) {
 	ctx := context.Background()
 	o := e.orch(nil)
 	// The GPUs a whole-GPU VM could get: drain them all.
-	b, _ := e.l.Backend(profile.KindPassthrough)
+	b, _ := e.l.Backend(string(gpu.KindPassthrough))
 	inv, err := b.Inventory(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -75,14 +75,14 @@ func TestDrainedGPUGetsNothing(t *testing.T) {
 func TestDrainedGPUsAndReason(t *testing.T) {
 	now := time.Date(2026, 3, 2, 9, 0, 0, 0, time.UTC)
 	spec := scheduler.HostSpec{Name: "h", GPUs: []scheduler.GPUSpec{
-		{Address: "0000:01:00.0", Model: "L40S", Allow: scheduler.ModePassthrough},
-		{Address: "0000:02:00.0", Model: "L40S", Allow: scheduler.ModePassthrough},
+		{Address: "0000:01:00.0", Model: "L40S", Allow: gpu.ModePassthrough},
+		{Address: "0000:02:00.0", Model: "L40S", Allow: gpu.ModePassthrough},
 	}}
 	one := map[string]store.GPUDrain{"0000:01:00.0": {GPUAddress: "0000:01:00.0"}}
 	both := map[string]store.GPUDrain{"0000:01:00.0": {GPUAddress: "0000:01:00.0", Reason: "x"}, "0000:02:00.0": {GPUAddress: "0000:02:00.0"}}
-	whole := scheduler.Need{Kind: scheduler.KindPassthrough, Count: 1}
-	two := scheduler.Need{Kind: scheduler.KindPassthrough, Count: 2}
-	busy := []scheduler.Allocation{{ID: "other", Host: "h", GPU: "0000:02:00.0", Kind: scheduler.KindPassthrough}}
+	whole := scheduler.Need{Kind: gpu.KindPassthrough, Count: 1}
+	two := scheduler.Need{Kind: gpu.KindPassthrough, Count: 2}
+	busy := []scheduler.Allocation{{ID: "other", Host: "h", GPU: "0000:02:00.0", Kind: gpu.KindPassthrough}}
 	tests := []struct {
 		name    string
 		need    scheduler.Need

@@ -19,6 +19,7 @@ import (
 
 	"github.com/gpuvm/gpuvm/pkg/api"
 	"github.com/gpuvm/gpuvm/pkg/backend"
+	"github.com/gpuvm/gpuvm/pkg/gpu"
 	"github.com/gpuvm/gpuvm/pkg/hypervisor"
 	"github.com/gpuvm/gpuvm/pkg/store"
 )
@@ -414,9 +415,9 @@ func (o *Orchestrator) adoptedDevices(ctx context.Context, vmID string) ([]store
 			if !d.Managed || d.VMUUID != vmID || (d.Installation != "" && d.Installation != o.cfg.Installation) {
 				continue
 			}
-			c := store.SlotClaim{Host: o.cfg.Host, GPUAddress: d.GPU, Backend: name, Kind: string(d.Kind), Profile: cmp.Or(d.Profile, d.Type)}
+			c := store.SlotClaim{Host: o.cfg.Host, GPUAddress: d.GPU, Backend: name, Kind: d.Kind, Profile: cmp.Or(d.Profile, d.Type)}
 			switch d.Kind {
-			case backend.KindMIG:
+			case gpu.KindMIG:
 				c.PlacementStart = d.Placement
 				for _, g := range inv.GPUs {
 					for _, mp := range g.MIGProfiles {
@@ -428,7 +429,7 @@ func (o *Orchestrator) adoptedDevices(ctx context.Context, vmID string) ([]store
 				if c.PlacementSize == 0 {
 					return nil, fmt.Errorf("device %s/%s: GPU %s reports no MIG profile %q", name, d.ID, d.GPU, d.Profile)
 				}
-			case backend.KindVGPU:
+			case gpu.KindVGPU:
 				if d.Hostdev.Type == backend.HostdevPCI {
 					c.VF = d.ID
 				} else {

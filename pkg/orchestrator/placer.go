@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/gpuvm/gpuvm/pkg/gpu"
 	"github.com/gpuvm/gpuvm/pkg/scheduler"
 	"github.com/gpuvm/gpuvm/pkg/store"
 )
@@ -29,11 +30,11 @@ func claimsOf(p scheduler.Placement, slots map[string]map[string]bool) ([]store.
 	taken := map[string]map[string]bool{}
 	var out []store.SlotClaim
 	for _, d := range p.Devices {
-		c := store.SlotClaim{Host: p.Host, GPUAddress: d.GPU, Backend: string(d.Kind), Kind: string(d.Kind)}
+		c := store.SlotClaim{Host: p.Host, GPUAddress: d.GPU, Backend: string(d.Kind), Kind: d.Kind}
 		switch d.Kind {
-		case scheduler.KindMIG:
+		case gpu.KindMIG:
 			c.Profile, c.PlacementStart, c.PlacementSize = d.Profile, d.Start, d.Size
-		case scheduler.KindVGPU:
+		case gpu.KindVGPU:
 			c.Profile, c.Index = d.Type, -1
 			for i := range backendMaxVGPUs {
 				k := fmt.Sprintf("vgpu:%d", i)
@@ -46,7 +47,7 @@ func claimsOf(p scheduler.Placement, slots map[string]map[string]bool) ([]store.
 			if c.Index < 0 {
 				return nil, fmt.Errorf("GPU %s has no free vGPU index", d.GPU)
 			}
-		case scheduler.KindPassthrough:
+		case gpu.KindPassthrough:
 		default:
 			return nil, fmt.Errorf("device kind %q", d.Kind)
 		}
@@ -64,20 +65,20 @@ const backendMaxVGPUs = 64
 // held whole too).
 func usageOf(vm *store.VM, p scheduler.Placement, now time.Time) []store.UsageRecord {
 	var out []store.UsageRecord
-	add := func(gpu, kind, prof string, share float64) {
-		out = append(out, store.UsageRecord{VMID: vm.ID, User: vm.Owner, Group: vm.Group, Host: p.Host, GPUAddress: gpu,
+	add := func(addr string, kind gpu.Kind, prof string, share float64) {
+		out = append(out, store.UsageRecord{VMID: vm.ID, User: vm.Owner, Group: vm.Group, Host: p.Host, GPUAddress: addr,
 			Kind: kind, Profile: prof, Share: min(max(share, 1e-6), 1), StartedAt: now})
 	}
 	for _, d := range p.Devices {
 		switch d.Kind {
-		case scheduler.KindMIG:
-			add(d.GPU, string(d.Kind), d.Profile, d.Share)
-		case scheduler.KindVGPU:
-			add(d.GPU, string(d.Kind), d.Type, d.Share)
+		case gpu.KindMIG:
+			add(d.GPU, d.Kind, d.Profile, d.Share)
+		case gpu.KindVGPU:
+			add(d.GPU, d.Kind, d.Type, d.Share)
 		default:
-			add(d.GPU, string(d.Kind), "", 1)
+			add(d.GPU, d.Kind, "", 1)
 			for _, g := range d.Group {
-				add(g, string(d.Kind), "", 1)
+				add(g, d.Kind, "", 1)
 			}
 		}
 	}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/gpuvm/gpuvm/pkg/api"
+	"github.com/gpuvm/gpuvm/pkg/gpu"
 	"github.com/gpuvm/gpuvm/pkg/policy"
 	"github.com/gpuvm/gpuvm/pkg/profile"
 	"github.com/gpuvm/gpuvm/pkg/scheduler"
@@ -105,13 +106,13 @@ func ReservationNeed(r *store.Reservation, cfg *profile.Config) (scheduler.Need,
 		}
 		return policy.NeedFromProfile(p.GPU), nil
 	}
-	n := scheduler.Need{Kind: scheduler.Kind(r.GPUKind), Model: r.GPUModel, Count: 1}
+	n := scheduler.Need{Kind: r.GPUKind, Model: r.GPUModel, Count: 1}
 	switch n.Kind {
-	case scheduler.KindMIG:
+	case gpu.KindMIG:
 		n.Profile = r.GPUType
-	case scheduler.KindVGPU:
+	case gpu.KindVGPU:
 		n.Type = r.GPUType
-	case scheduler.KindPassthrough:
+	case gpu.KindPassthrough:
 		if r.GPUType != "" {
 			return n, fmt.Errorf("a whole GPU has no type (got %q); name its model", r.GPUType)
 		}
@@ -178,7 +179,7 @@ func pinReservations(rs []store.Reservation, cfg *profile.Config, now time.Time,
 	for i, it := range items {
 		if k, ok := kept[it.r.ID]; ok && k.version == it.r.Version {
 			b := it.b
-			b.Pinned = mergeByHost(k.vms)
+			b.Pinned = scheduler.MergeByHost(k.vms)
 			provisional[i] = &b
 		}
 	}
@@ -211,22 +212,6 @@ func pinReservations(rs []store.Reservation, cfg *profile.Config, now time.Time,
 		next[it.r.ID] = keptPins{version: it.r.Version, vms: b.SplitPinned()}
 	}
 	return bookings, next, problems
-}
-
-// mergeByHost is one placement per host of per-VM placements, as
-// policy.Booking.Pinned keeps them.
-func mergeByHost(vms []scheduler.Placement) []scheduler.Placement {
-	var out []scheduler.Placement
-	for _, p := range vms {
-		i := slices.IndexFunc(out, func(q scheduler.Placement) bool { return q.Host == p.Host })
-		if i < 0 {
-			out = append(out, scheduler.Placement{Host: p.Host})
-			i = len(out) - 1
-		}
-		out[i].Devices = append(out[i].Devices, p.Devices...)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Host < out[j].Host })
-	return out
 }
 
 // holdBookings gives the round's engine the reservations with the devices
@@ -297,11 +282,11 @@ func (o *Orchestrator) withBookedKinds(ctx context.Context, cfg *profile.Config,
 		if err != nil {
 			continue
 		}
-		ks := []scheduler.Kind{need.Kind}
-		if need.Kind == scheduler.KindAny {
+		ks := []gpu.Kind{need.Kind}
+		if need.Kind == gpu.KindAny {
 			ks = need.Kinds
 			if len(ks) == 0 {
-				ks = []scheduler.Kind{scheduler.KindVGPU, scheduler.KindMIG, scheduler.KindPassthrough}
+				ks = []gpu.Kind{gpu.KindVGPU, gpu.KindMIG, gpu.KindPassthrough}
 			}
 		}
 		for _, k := range ks {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/gpuvm/gpuvm/pkg/api"
 	"github.com/gpuvm/gpuvm/pkg/clocktest"
+	"github.com/gpuvm/gpuvm/pkg/gpu"
 	"github.com/gpuvm/gpuvm/pkg/policy"
 	"github.com/gpuvm/gpuvm/pkg/profile"
 	"github.com/gpuvm/gpuvm/pkg/scheduler"
@@ -387,14 +388,14 @@ func TestPinReservationsKeeps(t *testing.T) {
 	}
 	// The next round, with a VM of cara's where it fits around them, the
 	// devices stay.
-	p, why := inv.Place(scheduler.Need{Kind: scheduler.KindMIG, Profile: "1g.10gb", Count: 1}, scheduler.PlaceOptions{Now: now, End: now.Add(8 * time.Hour), Holds: holdsOf(b1)})
+	p, why := inv.Place(scheduler.Need{Kind: gpu.KindMIG, Profile: "1g.10gb", Count: 1}, scheduler.PlaceOptions{Now: now, End: now.Add(8 * time.Hour), Holds: holdsOf(b1)})
 	if !why.OK() {
 		t.Fatal(why)
 	}
 	if err := inv.Allocate("cara", p, now.Add(8*time.Hour)); err != nil {
 		t.Fatal(err)
 	}
-	running := []scheduler.Running{{Request: scheduler.Request{ID: "cara", User: "cara", Need: scheduler.Need{Kind: scheduler.KindMIG, Profile: "1g.10gb"}}, Placement: p, End: now.Add(8 * time.Hour)}}
+	running := []scheduler.Running{{Request: scheduler.Request{ID: "cara", User: "cara", Need: scheduler.Need{Kind: gpu.KindMIG, Profile: "1g.10gb"}}, Placement: p, End: now.Add(8 * time.Hour)}}
 	b2, _, problems := pinReservations(rs[:2], cfg, now.Add(30*time.Minute), berlin, inv, running, kept)
 	if len(problems) != 0 || fmt.Sprint(b2[0].Pinned) != fmt.Sprint(b1[0].Pinned) || fmt.Sprint(b2[1].Pinned) != fmt.Sprint(b1[1].Pinned) {
 		t.Errorf("moved: %v → %v (%v)", b1, b2, problems)
@@ -428,10 +429,10 @@ func migInventory(t testing.TB, n int) *scheduler.Inventory {
 // VMs asked for at each start all start then), and capacity never goes
 // negative (the VMs that run always fit the GPUs together).
 var propertyNeeds = []scheduler.Need{
-	{Kind: scheduler.KindMIG, Profile: "3g.40gb", Count: 1},
-	{Kind: scheduler.KindMIG, Profile: "1g.10gb", Count: 1},
-	{Kind: scheduler.KindMIG, Profile: "7g.80gb", Count: 1},
-	{Kind: scheduler.KindPassthrough, Model: "L40S", Count: 1},
+	{Kind: gpu.KindMIG, Profile: "3g.40gb", Count: 1},
+	{Kind: gpu.KindMIG, Profile: "1g.10gb", Count: 1},
+	{Kind: gpu.KindMIG, Profile: "7g.80gb", Count: 1},
+	{Kind: gpu.KindPassthrough, Model: "L40S", Count: 1},
 }
 
 var propertyDebug = func(string, ...any) {}
@@ -500,7 +501,7 @@ func propertyRun(t *testing.T, seed uint64, needs []scheduler.Need) {
 				r.OwnerKind, r.Owner = store.OwnerGroup, g
 			}
 			n := needs[rng.IntN(len(needs))]
-			r.GPUKind, r.GPUType, r.GPUModel = string(n.Kind), n.Profile, n.Model
+			r.GPUKind, r.GPUType, r.GPUModel = n.Kind, n.Profile, n.Model
 			switch rng.IntN(4) {
 			case 0:
 				r.RRule, r.RepeatUntil = "FREQ=WEEKLY", ptr(start.AddDate(0, 0, 15))
@@ -650,10 +651,10 @@ func propertyRun(t *testing.T, seed uint64, needs []scheduler.Need) {
 func specOf(n int) scheduler.HostSpec {
 	spec := scheduler.HostSpec{Name: "h"}
 	for i := range n {
-		spec.GPUs = append(spec.GPUs, scheduler.GPUSpec{Address: fmt.Sprintf("0000:%02x:00.0", 0x18+i), Model: "H100 PCIe 80GB", Allow: scheduler.ModeMIG})
+		spec.GPUs = append(spec.GPUs, scheduler.GPUSpec{Address: fmt.Sprintf("0000:%02x:00.0", 0x18+i), Model: "H100 PCIe 80GB", Allow: gpu.ModeMIG})
 	}
 	for i := range 2 {
-		spec.GPUs = append(spec.GPUs, scheduler.GPUSpec{Address: fmt.Sprintf("0000:%02x:00.0", 0xa1+i), Model: "L40S", Allow: scheduler.ModePassthrough})
+		spec.GPUs = append(spec.GPUs, scheduler.GPUSpec{Address: fmt.Sprintf("0000:%02x:00.0", 0xa1+i), Model: "L40S", Allow: gpu.ModePassthrough})
 	}
 	return spec
 }
@@ -664,19 +665,19 @@ func TestConflictsOfYoungestFirst(t *testing.T) {
 	inv := migInventory(t, 1)
 	now := time.Date(2026, 12, 1, 10, 0, 0, 0, berlin)
 	T := now.Add(time.Hour)
-	gpu := "0000:18:00.0"
+	addr := "0000:18:00.0"
 	// Two 3g.40gb of others fill the H100, both past T.
 	var running []scheduler.Running
 	for i, start := range []int{0, 4} {
-		p := scheduler.Placement{Host: "h", Devices: []scheduler.Device{{GPU: gpu, Kind: scheduler.KindMIG, Profile: "3g.40gb", Start: start}}}
+		p := scheduler.Placement{Host: "h", Devices: []scheduler.Device{{GPU: addr, Kind: gpu.KindMIG, Profile: "3g.40gb", Start: start}}}
 		if err := inv.Allocate(fmt.Sprintf("v%d", i), p, T.Add(time.Hour)); err != nil {
 			t.Fatal(err)
 		}
-		running = append(running, scheduler.Running{Request: scheduler.Request{ID: fmt.Sprintf("v%d", i), User: "bob", Need: scheduler.Need{Kind: scheduler.KindMIG, Profile: "3g.40gb"}},
+		running = append(running, scheduler.Running{Request: scheduler.Request{ID: fmt.Sprintf("v%d", i), User: "bob", Need: scheduler.Need{Kind: gpu.KindMIG, Profile: "3g.40gb"}},
 			Placement: p, Started: now.Add(-time.Duration(2-i) * time.Hour), End: T.Add(time.Hour)})
 	}
 	// ann's booking holds the slice at 4 from T.
-	b := &policy.Booking{ID: "7", Owner: policy.Owner{Kind: policy.OwnerUser, Name: "ann"}, Need: scheduler.Need{Kind: scheduler.KindMIG, Profile: "3g.40gb", Count: 1}, VMs: 1,
+	b := &policy.Booking{ID: "7", Owner: policy.Owner{Kind: policy.OwnerUser, Name: "ann"}, Need: scheduler.Need{Kind: gpu.KindMIG, Profile: "3g.40gb", Count: 1}, VMs: 1,
 		Start: T, End: T.Add(2 * time.Hour), Pinned: []scheduler.Placement{running[1].Placement}}
 	cs := conflictsOf(now, inv, running, []*policy.Booking{b}, berlin)
 	if len(cs) != 1 || cs[0].VMID != "v1" || cs[0].Reservation != 7 || !cs[0].From.Equal(T) {

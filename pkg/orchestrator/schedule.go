@@ -239,16 +239,16 @@ func kindsOf(cfg *profile.Config, qs []queued) []string {
 	var out []string
 	for _, q := range qs {
 		g := cfg.Profiles[q.vm.Profile].GPU
-		kinds := []string{g.Kind}
-		if g.Kind == profile.KindAny {
+		kinds := []gpu.Kind{g.Kind}
+		if g.Kind == gpu.KindAny {
 			kinds = g.Kinds
 			if len(kinds) == 0 {
-				kinds = []string{profile.KindVGPU, profile.KindMIG, profile.KindPassthrough}
+				kinds = []gpu.Kind{gpu.KindVGPU, gpu.KindMIG, gpu.KindPassthrough}
 			}
 		}
 		for _, k := range kinds {
-			if !slices.Contains(out, k) {
-				out = append(out, k)
+			if !slices.Contains(out, string(k)) {
+				out = append(out, string(k))
 			}
 		}
 	}
@@ -384,11 +384,11 @@ func (st *state) addHost(spec scheduler.HostSpec, devices []scheduler.Allocation
 			continue
 		}
 		held(st.heldOn(a.Host), a.GPUAddress)[a.Slot] = true
-		sa := scheduler.Allocation{ID: a.VMID, Host: a.Host, GPU: a.GPUAddress, Kind: scheduler.Kind(a.Kind)}
+		sa := scheduler.Allocation{ID: a.VMID, Host: a.Host, GPU: a.GPUAddress, Kind: a.Kind}
 		switch a.Kind {
-		case store.KindMIG:
+		case gpu.KindMIG:
 			sa.Profile, sa.Start = a.Profile, a.PlacementStart
-		case store.KindVGPU:
+		case gpu.KindVGPU:
 			sa.Type = a.Profile
 		}
 		if vm := vms[a.VMID]; vm != nil {
@@ -519,9 +519,9 @@ func estimated(as []store.Allocation, need scheduler.Need) scheduler.Placement {
 	p := scheduler.Placement{Host: as[0].Host}
 	n := float64(len(as))
 	for _, a := range as {
-		d := scheduler.Device{GPU: a.GPUAddress, Kind: scheduler.Kind(a.Kind), Profile: a.Profile, Start: a.PlacementStart, Size: a.PlacementSize,
+		d := scheduler.Device{GPU: a.GPUAddress, Kind: a.Kind, Profile: a.Profile, Start: a.PlacementStart, Size: a.PlacementSize,
 			Memory: f.Memory / uint64(len(as)), Share: f.Share / n}
-		if a.Kind == store.KindVGPU {
+		if a.Kind == gpu.KindVGPU {
 			d.Type, d.Profile = a.Profile, ""
 		}
 		p.Devices = append(p.Devices, d)
@@ -597,12 +597,12 @@ func buildInventory(specs []scheduler.HostSpec, allocs []scheduler.Allocation) (
 
 // configuredMode gives each GPU's mode as the configuration's gpu blocks
 // set it (profile.Host.Settings).
-func configuredMode(cfg *profile.Config) func(address, model string) scheduler.Mode {
-	return func(address, model string) scheduler.Mode {
+func configuredMode(cfg *profile.Config) func(address, model string) gpu.Mode {
+	return func(address, model string) gpu.Mode {
 		if m := cfg.Server.Host.Settings(address, modelOf(model)).Mode; m != "" {
-			return scheduler.Mode(m)
+			return m
 		}
-		return scheduler.ModeAuto
+		return gpu.ModeAuto
 	}
 }
 

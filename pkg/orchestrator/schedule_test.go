@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpuvm/gpuvm/pkg/gpu"
 	"github.com/gpuvm/gpuvm/pkg/profile"
 	"github.com/gpuvm/gpuvm/pkg/store"
 )
@@ -162,7 +163,7 @@ func TestFairshareOrdersByUsage(t *testing.T) {
 			}
 			now := e.st.Now()
 			end := now.Add(-14 * time.Hour)
-			err := e.st.InsertUsageRecord(ctx, &store.UsageRecord{VMID: old.ID, User: "ann", GPUAddress: "0000:a1:00.0", Kind: store.KindPassthrough,
+			err := e.st.InsertUsageRecord(ctx, &store.UsageRecord{VMID: old.ID, User: "ann", GPUAddress: "0000:a1:00.0", Kind: gpu.KindPassthrough,
 				Share: 1, StartedAt: end.Add(-10 * time.Hour), EndedAt: &end})
 			if err != nil {
 				t.Fatal(err)
@@ -355,7 +356,7 @@ func TestUsageRecordsFollowAllocations(t *testing.T) {
 		t.Fatal(err)
 	}
 	// 3g.40gb on an H100: 4 of 8 memory slices, 3 of 7 compute: half a GPU.
-	if len(ended) != 1 || ended[0].VMID != vm.ID || ended[0].Share != 0.5 || ended[0].Kind != store.KindMIG || ended[0].Profile != "3g.40gb" ||
+	if len(ended) != 1 || ended[0].VMID != vm.ID || ended[0].Share != 0.5 || ended[0].Kind != gpu.KindMIG || ended[0].Profile != "3g.40gb" ||
 		ended[0].EndedAt == nil || ended[0].EndedAt.Before(ended[0].StartedAt) {
 		t.Errorf("usage after delete: %+v", ended)
 	}

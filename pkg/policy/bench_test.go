@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpuvm/gpuvm/pkg/gpu"
 	"github.com/gpuvm/gpuvm/pkg/profile"
 	"github.com/gpuvm/gpuvm/pkg/scheduler"
 )
@@ -28,12 +29,12 @@ func BenchmarkFairshareOrder10k(b *testing.B) {
 	q := make([]scheduler.Request, 10000)
 	for i := range q {
 		q[i] = scheduler.Request{ID: fmt.Sprintf("r%05d", i), User: fmt.Sprintf("u%03d", rng.Intn(300)), Priority: rng.Intn(3),
-			Need: scheduler.Need{Kind: scheduler.KindMIG, Profile: "1g.10gb"}, Lease: time.Hour, Submitted: monday.Add(-time.Duration(rng.Intn(3600)) * time.Second)}
+			Need: scheduler.Need{Kind: gpu.KindMIG, Profile: "1g.10gb"}, Lease: time.Hour, Submitted: monday.Add(-time.Duration(rng.Intn(3600)) * time.Second)}
 	}
 	run := make([]scheduler.Running, 2000)
 	for i := range run {
 		run[i] = scheduler.Running{Request: scheduler.Request{ID: fmt.Sprintf("vm%04d", i), User: fmt.Sprintf("u%03d", rng.Intn(300))},
-			Placement: scheduler.Placement{Devices: []scheduler.Device{{Kind: scheduler.KindMIG, Share: 1.0 / 7}}}, Started: monday.Add(-time.Hour), End: monday.Add(time.Hour)}
+			Placement: scheduler.Placement{Devices: []scheduler.Device{{Kind: gpu.KindMIG, Share: 1.0 / 7}}}, Started: monday.Add(-time.Hour), End: monday.Add(time.Hour)}
 	}
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
@@ -51,7 +52,7 @@ func BenchmarkAdmit10k(b *testing.B) {
 	e, _ := New(Config{Policy: &cfg.Policy, Ledger: &Ledger{}})
 	q := make([]scheduler.Request, 10000)
 	for i := range q {
-		q[i] = scheduler.Request{ID: fmt.Sprint(i), User: fmt.Sprintf("u%03d", i%300), Group: "students", Need: scheduler.Need{Kind: scheduler.KindMIG, Profile: "1g.10gb"}, Lease: time.Hour, Submitted: monday}
+		q[i] = scheduler.Request{ID: fmt.Sprint(i), User: fmt.Sprintf("u%03d", i%300), Group: "students", Need: scheduler.Need{Kind: gpu.KindMIG, Profile: "1g.10gb"}, Lease: time.Hour, Submitted: monday}
 	}
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {

@@ -3,7 +3,6 @@ package policy
 import (
 	"errors"
 	"fmt"
-	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -550,7 +549,7 @@ func pin(b Booking, o BookOptions, loc *time.Location) (*Booking, error) {
 		return nil, diagnose(b, occ, o, loc, cerr)
 	}
 	out := b
-	out.Pinned = mergeByHost(placed)
+	out.Pinned = scheduler.MergeByHost(placed)
 	return &out, nil
 }
 
@@ -567,10 +566,10 @@ func pinOn(b Booking, occ []Interval, inv *scheduler.Inventory, running []schedu
 			trial.Release(r.ID)
 		}
 	}
-	f := fitter{need: b.Need, first: first, last: last, sets: holdSets(b.ID, occ, existing, loc)}
+	f := scheduler.Fitter{Need: b.Need, First: first, Last: last, Sets: holdSets(b.ID, occ, existing, loc)}
 	var out []scheduler.Placement
 	for k := 0; k < b.VMs; k++ {
-		p, why := f.place(trial, nil)
+		p, why := f.Place(trial, nil)
 		if why.OK() {
 			if err := trial.Allocate(fmt.Sprintf("booking:%s:%d", b.ID, k), p, last); err != nil {
 				why = scheduler.Reason{Code: scheduler.CodeNoCapacity, Detail: err.Error()}
@@ -659,62 +658,6 @@ func holdSets(id string, occ []Interval, existing []*Booking, loc *time.Location
 	return sets
 }
 
-// fitter places one VM of a booking so that its devices fit with each set
-// of other bookings' devices held at the same time.
-type fitter struct {
-	need        scheduler.Need
-	first, last time.Time
-	sets        [][]scheduler.Hold
-}
-
-// place chooses a placement on inv that fits with every set (and extra,
-// devices held besides): it places against the most crowded set, checks
-// the others (Inventory.Keep), and places again against the union of the
-// sets it did not fit, until it fits all or cannot be placed.
-func (f *fitter) place(inv *scheduler.Inventory, extra []scheduler.Hold) (scheduler.Placement, scheduler.Reason) {
-	const probe = "booking:probe"
-	against := slices.Concat(f.sets[0], extra)
-	used := map[int]bool{0: true}
-	for {
-		p, why := inv.Place(f.need, scheduler.PlaceOptions{Strategy: scheduler.Pack, Now: f.first, End: f.last, Holds: against})
-		if !why.OK() {
-			return p, why
-		}
-		bad := f.misfit(inv, probe, p, extra)
-		if bad < 0 {
-			return p, why
-		}
-		if used[bad] {
-			return scheduler.Placement{}, scheduler.Reason{Code: scheduler.CodeReservation, Detail: fmt.Sprintf("the room for %s is booked by others then", f.need)}
-		}
-		used[bad] = true
-		against = append(against, f.sets[bad]...)
-	}
-}
-
-// misfit is the first set p does not fit with on inv (-1: none).
-func (f *fitter) misfit(inv *scheduler.Inventory, probe string, p scheduler.Placement, extra []scheduler.Hold) int {
-	if inv.Allocate(probe, p, f.last) != nil {
-		return 0
-	}
-	defer inv.Release(probe)
-	for i, set := range f.sets {
-		if why := inv.Keep(probe, scheduler.PlaceOptions{Now: f.first, End: f.last, Holds: slices.Concat(set, extra)}); !why.OK() {
-			return i
-		}
-	}
-	return -1
-}
-
-// fits reports whether p fits with every set on inv, and if so records it
-// there as id.
-func (f *fitter) fits(inv *scheduler.Inventory, id string, p scheduler.Placement) bool {
-	if f.misfit(inv, id+":probe", p, nil) >= 0 {
-		return false
-	}
-	return inv.Allocate(id, p, f.last) == nil
-}
-
 // diagnose explains a booking that cannot be pinned: the first occurrence
 // that the GPUs cannot give on its own (how many VMs fit then, and what
 // holds the rest), or that no one set of devices is free at all of them.
@@ -764,26 +707,6 @@ func diagnose(b Booking, occ []Interval, o BookOptions, loc *time.Location, cerr
 	return cerr
 }
 
-// mergeByHost merges one placement per VM into one per host, in host
-// order, as Booking.Pinned keeps them.
-func mergeByHost(ps []scheduler.Placement) []scheduler.Placement {
-	byHost := map[string]*scheduler.Placement{}
-	var hosts []string
-	for _, p := range ps {
-		if byHost[p.Host] == nil {
-			byHost[p.Host] = &scheduler.Placement{Host: p.Host}
-			hosts = append(hosts, p.Host)
-		}
-		byHost[p.Host].Devices = append(byHost[p.Host].Devices, p.Devices...)
-	}
-	sort.Strings(hosts)
-	var out []scheduler.Placement
-	for _, h := range hosts {
-		out = append(out, *byHost[h])
-	}
-	return out
-}
-
 // SplitPinned splits a booking's pinned devices into one placement per VM
 // (need.Count devices each, in the order Book chose them): what Pin takes
 // as BookOptions.Prefer to keep them.
@@ -823,7 +746,7 @@ func Pin(b Booking, o BookOptions) (*Booking, error) {
 		return &out, nil
 	}
 	first, last := occ[0].Start, occ[len(occ)-1].End
-	f := fitter{need: b.Need, first: first, last: last, sets: holdSets(b.ID, occ, o.Existing, loc)}
+	f := scheduler.Fitter{Need: b.Need, First: first, Last: last, Sets: holdSets(b.ID, occ, o.Existing, loc)}
 	// free has no VM, and the devices chosen so far: what the GPUs can
 	// give at all.
 	free := o.Inventory.Clone()
@@ -840,7 +763,7 @@ func Pin(b Booking, o BookOptions) (*Booking, error) {
 		if len(placed) == b.VMs {
 			break
 		}
-		if f.fits(free, fmt.Sprintf("booking:%s:keep:%d", b.ID, i), p) {
+		if f.Fits(free, fmt.Sprintf("booking:%s:keep:%d", b.ID, i), p) {
 			choose(p)
 		}
 	}
@@ -851,9 +774,9 @@ func Pin(b Booking, o BookOptions) (*Booking, error) {
 		}
 	}
 	for k := len(placed); k < b.VMs; k++ {
-		p, why := f.place(around, mine)
+		p, why := f.Place(around, mine)
 		if !why.OK() {
-			p, why = f.place(free, nil)
+			p, why = f.Place(free, nil)
 		}
 		if !why.OK() {
 			return nil, &CapacityError{Need: b.Need, Want: b.VMs, Fit: k, From: first, To: occ[0].End, Never: why.Code == scheduler.CodeNever, Cause: why.Detail, loc: loc}
@@ -863,7 +786,7 @@ func Pin(b Booking, o BookOptions) (*Booking, error) {
 		}
 		choose(p)
 	}
-	out.Pinned = mergeByHost(placed)
+	out.Pinned = scheduler.MergeByHost(placed)
 	return &out, nil
 }
 

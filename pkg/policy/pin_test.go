@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpuvm/gpuvm/pkg/gpu"
 	"github.com/gpuvm/gpuvm/pkg/scheduler"
 )
 
@@ -24,7 +25,7 @@ policy {
 }
 `)
 	tuesday := time.Date(2026, 3, 3, 14, 0, 0, 0, paris)
-	base := Booking{ID: "b", Owner: Owner{OwnerUser, "ann"}, Need: scheduler.Need{Kind: scheduler.KindMIG, Profile: "3g.40gb", Count: 1}, VMs: 1,
+	base := Booking{ID: "b", Owner: Owner{OwnerUser, "ann"}, Need: scheduler.Need{Kind: gpu.KindMIG, Profile: "3g.40gb", Count: 1}, VMs: 1,
 		Start: tuesday, End: tuesday.Add(2 * time.Hour)}
 	opts := BookOptions{Now: monday, Rules: cfg.Policy.Reservations, OwnerGroups: []string{"staff"}, Location: paris}
 	if err := CheckBooking(base, opts); err != nil {
@@ -72,7 +73,7 @@ policy {
 // length past MaxBookingLength, as far as time.Time goes.
 func TestCheckBookingLimitsForAdmins(t *testing.T) {
 	start := monday.Add(time.Hour)
-	base := Booking{ID: "b", Owner: Owner{OwnerUser, "ann"}, Need: scheduler.Need{Kind: scheduler.KindMIG, Profile: "3g.40gb", Count: 1}, VMs: 1,
+	base := Booking{ID: "b", Owner: Owner{OwnerUser, "ann"}, Need: scheduler.Need{Kind: gpu.KindMIG, Profile: "3g.40gb", Count: 1}, VMs: 1,
 		Start: start, End: start.Add(2 * time.Hour)}
 	opts := BookOptions{Now: monday, Admin: true, Location: paris}
 	far := time.Date(9999, 12, 31, 0, 0, 0, 0, time.UTC)
@@ -114,7 +115,7 @@ func TestCheckBookingLimitsForAdmins(t *testing.T) {
 func TestCapacityError(t *testing.T) {
 	inv := h100s(t, 1) // two 3g.40gb
 	tuesday := time.Date(2026, 3, 3, 14, 0, 0, 0, paris)
-	lab := Booking{ID: "lab", Owner: Owner{OwnerGroup, "ml"}, Need: scheduler.Need{Kind: scheduler.KindMIG, Profile: "3g.40gb", Count: 1}, VMs: 1,
+	lab := Booking{ID: "lab", Owner: Owner{OwnerGroup, "ml"}, Need: scheduler.Need{Kind: gpu.KindMIG, Profile: "3g.40gb", Count: 1}, VMs: 1,
 		Start: tuesday, End: tuesday.Add(2 * time.Hour),
 		Repeat: Recurrence{Freq: Weekly, Days: []time.Weekday{time.Tuesday}, Until: tuesday.AddDate(0, 0, 22)}}
 	b, err := Book(lab, BookOptions{Now: monday, Admin: true, Location: paris, Inventory: inv})
@@ -143,7 +144,7 @@ func TestCapacityError(t *testing.T) {
 	}
 	// A running VM that runs past the first start holds the rest then.
 	vm := scheduler.Running{Request: migReq("vm", "cara", "3g.40gb", 30*time.Hour, monday), End: tuesday.Add(time.Hour)}
-	p := scheduler.Placement{Host: "a", Devices: []scheduler.Device{{GPU: "g0", Kind: scheduler.KindMIG, Profile: "3g.40gb", Start: 0}}}
+	p := scheduler.Placement{Host: "a", Devices: []scheduler.Device{{GPU: "g0", Kind: gpu.KindMIG, Profile: "3g.40gb", Start: 0}}}
 	inv2 := h100s(t, 1)
 	if err := inv2.Allocate("vm", p, vm.End); err != nil {
 		t.Fatal(err)
@@ -168,7 +169,7 @@ func TestCapacityError(t *testing.T) {
 func TestPin(t *testing.T) {
 	inv := h100s(t, 2)
 	tuesday := time.Date(2026, 3, 3, 14, 0, 0, 0, paris)
-	lab := Booking{ID: "lab", Owner: Owner{OwnerUser, "ann"}, Need: scheduler.Need{Kind: scheduler.KindMIG, Profile: "3g.40gb", Count: 1}, VMs: 2,
+	lab := Booking{ID: "lab", Owner: Owner{OwnerUser, "ann"}, Need: scheduler.Need{Kind: gpu.KindMIG, Profile: "3g.40gb", Count: 1}, VMs: 2,
 		Start: tuesday, End: tuesday.Add(2 * time.Hour)}
 	b, err := Book(lab, BookOptions{Now: monday, Admin: true, Location: paris, Inventory: inv})
 	if err != nil {

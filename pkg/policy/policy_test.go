@@ -8,6 +8,7 @@ import (
 	"time"
 	_ "time/tzdata" // the tests use Europe/Paris
 
+	"github.com/gpuvm/gpuvm/pkg/gpu"
 	"github.com/gpuvm/gpuvm/pkg/profile"
 	"github.com/gpuvm/gpuvm/pkg/scheduler"
 )
@@ -30,7 +31,7 @@ func h100s(t testing.TB, n int) *scheduler.Inventory {
 	t.Helper()
 	h := scheduler.HostSpec{Name: "a"}
 	for i := 0; i < n; i++ {
-		h.GPUs = append(h.GPUs, scheduler.GPUSpec{Address: fmt.Sprintf("g%d", i), Model: "H100 PCIe 80GB", Allow: scheduler.ModeMIG})
+		h.GPUs = append(h.GPUs, scheduler.GPUSpec{Address: fmt.Sprintf("g%d", i), Model: "H100 PCIe 80GB", Allow: gpu.ModeMIG})
 	}
 	inv, err := scheduler.NewInventory([]scheduler.HostSpec{h}, nil)
 	if err != nil {
@@ -40,7 +41,7 @@ func h100s(t testing.TB, n int) *scheduler.Inventory {
 }
 
 func migReq(id, user, prof string, lease time.Duration, at time.Time) scheduler.Request {
-	return scheduler.Request{ID: id, User: user, Need: scheduler.Need{Kind: scheduler.KindMIG, Profile: prof, Count: 1}, Lease: lease, Submitted: at}
+	return scheduler.Request{ID: id, User: user, Need: scheduler.Need{Kind: gpu.KindMIG, Profile: prof, Count: 1}, Lease: lease, Submitted: at}
 }
 
 func ids(rs []scheduler.Request) string {
@@ -153,18 +154,18 @@ func TestQuotas(t *testing.T) {
 	ok := student("ok", "3g.40gb", 4*time.Hour)
 	check(ok, "", false)
 	// Two 3g.40gb: the second waits for memory (80 > 40 GiB)…
-	s.Started(ok, scheduler.Placement{Host: "a", Devices: []scheduler.Device{{Kind: scheduler.KindMIG, Memory: 40 << 30, Share: 0.5}}}, monday.Add(4*time.Hour))
+	s.Started(ok, scheduler.Placement{Host: "a", Devices: []scheduler.Device{{Kind: gpu.KindMIG, Memory: 40 << 30, Share: 0.5}}}, monday.Add(4*time.Hour))
 	check(student("second", "3g.40gb", time.Hour), scheduler.CodeQuota, false)
 	// …and the weekly budget counts what runs: 4h × 0.5 = 2 used; 17h more
 	// of a 1/2 share is over 10.
 	ledger.Add(Record{User: "sam", Group: "students", Share: 1, Start: monday.Add(-9 * time.Hour), End: monday.Add(-2 * time.Hour)})
-	s = e.Begin(monday, []scheduler.Running{{Request: *ok, Placement: scheduler.Placement{Devices: []scheduler.Device{{Kind: scheduler.KindMIG, Memory: 20 << 30, Share: 0.25}}}, Started: monday, End: monday.Add(4 * time.Hour)}})
+	s = e.Begin(monday, []scheduler.Running{{Request: *ok, Placement: scheduler.Placement{Devices: []scheduler.Device{{Kind: gpu.KindMIG, Memory: 20 << 30, Share: 0.25}}}, Started: monday, End: monday.Add(4 * time.Hour)}})
 	// used: 7 (ledger) + 1 (running: 4h × 0.25) = 8; 1g.10gb for 15h = 2.14 → over.
 	check(student("budget", "1g.10gb", 15*time.Hour), scheduler.CodeQuota, false)
 	check(student("fits", "1g.10gb", 7*time.Hour), "", false)
 	// Group totals.
 	e2, _ := New(Config{Policy: &cfg.Policy, GroupTotals: map[string]profile.Quota{"students": {VMs: ptr(1)}}})
-	s2 := e2.Begin(monday, []scheduler.Running{{Request: scheduler.Request{ID: "x", User: "other", Group: "students"}, Placement: scheduler.Placement{Devices: []scheduler.Device{{Kind: scheduler.KindMIG}}}, Started: monday, End: monday.Add(time.Hour)}})
+	s2 := e2.Begin(monday, []scheduler.Running{{Request: scheduler.Request{ID: "x", User: "other", Group: "students"}, Placement: scheduler.Placement{Devices: []scheduler.Device{{Kind: gpu.KindMIG}}}, Started: monday, End: monday.Add(time.Hour)}})
 	r := student("grp", "1g.10gb", time.Hour)
 	if why, refuse := s2.Admit(r); why.Code != scheduler.CodeQuota || refuse || !strings.Contains(why.Detail, "group students") {
 		t.Errorf("group total: %v %v", why, refuse)
@@ -337,7 +338,7 @@ policy {
 	rules := cfg.Policy.Reservations
 	inv := h100s(t, 2)
 	tuesday := time.Date(2026, 3, 3, 14, 0, 0, 0, paris)
-	lab := Booking{ID: "lab", Owner: Owner{OwnerGroup, "staff"}, Need: scheduler.Need{Kind: scheduler.KindMIG, Profile: "3g.40gb", Count: 1}, VMs: 2,
+	lab := Booking{ID: "lab", Owner: Owner{OwnerGroup, "staff"}, Need: scheduler.Need{Kind: gpu.KindMIG, Profile: "3g.40gb", Count: 1}, VMs: 2,
 		Start: tuesday, End: tuesday.Add(2 * time.Hour), Repeat: Recurrence{Freq: Weekly, Days: []time.Weekday{time.Tuesday}, Until: tuesday.AddDate(0, 0, 28)}}
 	opts := BookOptions{Now: monday, Rules: rules, Location: paris, Inventory: inv}
 	b, err := Book(lab, opts)
@@ -418,7 +419,7 @@ func (b Booking) Until() time.Time { return b.Repeat.Until }
 func TestBookingInCycle(t *testing.T) {
 	inv := h100s(t, 1)
 	tuesday := time.Date(2026, 3, 3, 14, 0, 0, 0, paris)
-	b, err := Book(Booking{ID: "lab", Owner: Owner{OwnerGroup, "ml101"}, Need: scheduler.Need{Kind: scheduler.KindMIG, Profile: "3g.40gb", Count: 1}, VMs: 1,
+	b, err := Book(Booking{ID: "lab", Owner: Owner{OwnerGroup, "ml101"}, Need: scheduler.Need{Kind: gpu.KindMIG, Profile: "3g.40gb", Count: 1}, VMs: 1,
 		Start: tuesday, End: tuesday.Add(2 * time.Hour)}, BookOptions{Now: monday, Admin: true, Location: paris, Inventory: inv})
 	if err != nil {
 		t.Fatal(err)
@@ -473,7 +474,7 @@ profile "p" {
 	inv := h100s(t, 1)
 	r := migReq("vm", "u", "3g.40gb", 2*time.Hour, monday)
 	r.Profile = "p"
-	p := scheduler.Placement{Host: "a", Devices: []scheduler.Device{{GPU: "g0", Kind: scheduler.KindMIG, Profile: "3g.40gb", Start: 4}}}
+	p := scheduler.Placement{Host: "a", Devices: []scheduler.Device{{GPU: "g0", Kind: gpu.KindMIG, Profile: "3g.40gb", Start: 4}}}
 	if err := inv.Allocate("vm", p, monday.Add(2*time.Hour)); err != nil {
 		t.Fatal(err)
 	}
@@ -486,7 +487,7 @@ profile "p" {
 		t.Errorf("past max: %v", err)
 	}
 	// A booking of the whole GPU from +3h forbids running past it.
-	b, err := Book(Booking{ID: "all", Owner: Owner{OwnerUser, "boss"}, Need: scheduler.Need{Kind: scheduler.KindMIG, Profile: "3g.40gb"}, VMs: 2,
+	b, err := Book(Booking{ID: "all", Owner: Owner{OwnerUser, "boss"}, Need: scheduler.Need{Kind: gpu.KindMIG, Profile: "3g.40gb"}, VMs: 2,
 		Start: monday.Add(3 * time.Hour), End: monday.Add(5 * time.Hour)}, BookOptions{Now: monday, Admin: true, Inventory: inv, Running: []scheduler.Running{vm}})
 	if err != nil {
 		t.Fatal(err)
@@ -544,7 +545,7 @@ func TestRequestForLabConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.Need.Kind != scheduler.KindMIG || r.Need.Profile != "1g.5gb" || r.Lease != 3*time.Hour || !r.Preemptible || r.Class != profile.ClassInteractive {
+	if r.Need.Kind != gpu.KindMIG || r.Need.Profile != "1g.5gb" || r.Lease != 3*time.Hour || !r.Preemptible || r.Class != profile.ClassInteractive {
 		t.Errorf("%+v", r)
 	}
 	if _, err := RequestFor(cfg, "2", "sam", []string{"students"}, "staff", 0, monday); err == nil {

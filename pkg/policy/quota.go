@@ -34,7 +34,7 @@ func PlacedFootprint(p scheduler.Placement) Footprint {
 	f := Footprint{VMs: 1}
 	for _, d := range p.Devices {
 		switch d.Kind {
-		case scheduler.KindPassthrough:
+		case gpu.KindPassthrough:
 			f.GPUs += 1 + len(d.Group)
 		default:
 			f.Slices++
@@ -65,7 +65,7 @@ func needFootprint(n scheduler.Need) Footprint {
 	count := max(n.Count, 1)
 	f := Footprint{VMs: 1}
 	switch n.Kind {
-	case scheduler.KindMIG:
+	case gpu.KindMIG:
 		// A name may mean two profiles ("1g.10gb" is 1/7 of an 80 GB GPU and
 		// 1/4 of a 40 GB one): take the smallest, so that an estimate never
 		// refuses what the placement would allow.
@@ -85,7 +85,7 @@ func needFootprint(n scheduler.Need) Footprint {
 			}
 		}
 		f.Slices, f.Memory, f.Share = count, mem*uint64(count), share*float64(count)
-	case scheduler.KindVGPU:
+	case gpu.KindVGPU:
 		t, err := gpu.ParseVGPUType(n.Type)
 		share := 0.0
 		if err == nil {
@@ -97,7 +97,7 @@ func needFootprint(n scheduler.Need) Footprint {
 			}
 		}
 		f.Slices, f.Memory, f.Share = count, t.Memory*uint64(count), share*float64(count)
-	case scheduler.KindPassthrough:
+	case gpu.KindPassthrough:
 		mem := n.Memory
 		if mem == 0 {
 			for _, m := range gpu.Models() {

@@ -2,8 +2,10 @@ package policy
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
+	"github.com/gpuvm/gpuvm/pkg/gpu"
 	"github.com/gpuvm/gpuvm/pkg/profile"
 	"github.com/gpuvm/gpuvm/pkg/scheduler"
 )
@@ -13,11 +15,9 @@ func NeedFromProfile(g *profile.GPUNeed) scheduler.Need {
 	if g == nil {
 		return scheduler.Need{}
 	}
-	n := scheduler.Need{Kind: scheduler.Kind(g.Kind), Type: g.Type, Profile: g.Profile, Model: g.Model, Count: g.Count, Memory: g.Memory, Series: g.Series}
-	for _, k := range g.Kinds {
-		n.Kinds = append(n.Kinds, scheduler.Kind(k))
-	}
-	if n.Kind != scheduler.KindAny && n.Kind != scheduler.KindPassthrough {
+	n := scheduler.Need{Kind: g.Kind, Type: g.Type, Profile: g.Profile, Model: g.Model, Count: g.Count, Memory: g.Memory, Series: g.Series,
+		Kinds: slices.Clone(g.Kinds)}
+	if n.Kind != gpu.KindAny && n.Kind != gpu.KindPassthrough {
 		n.Memory = 0 // the type or profile says it
 	}
 	return n

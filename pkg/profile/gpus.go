@@ -2,6 +2,7 @@ package profile
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -213,7 +214,7 @@ func (h *Host) Settings(address string, m gpu.Model) GPUSettings {
 	case all != nil:
 		return *all
 	}
-	return GPUSettings{Selector: MatchAll, Match: MatchAll, Mode: ModeAuto}
+	return GPUSettings{Selector: MatchAll, Match: MatchAll, Mode: gpu.ModeAuto}
 }
 
 func (r *resolver) newGPUWorld() *gpuWorld {
@@ -230,7 +231,7 @@ func (r *resolver) newGPUWorld() *gpuWorld {
 		return w
 	}
 	var allModel *gpu.Model
-	allSettings := GPUSettings{Selector: MatchAll, Match: MatchAll, Mode: ModeAuto}
+	allSettings := GPUSettings{Selector: MatchAll, Match: MatchAll, Mode: gpu.ModeAuto}
 	for _, s := range h.GPUs {
 		if s.Match == MatchAll {
 			allSettings = *s
@@ -264,25 +265,25 @@ func (r *resolver) newGPUWorld() *gpuWorld {
 }
 
 // backendFor is the backend that serves a kind of need.
-func backendFor(kind string) string {
+func backendFor(kind gpu.Kind) string {
 	switch kind {
-	case KindVGPU:
+	case gpu.KindVGPU:
 		return "vgpu"
-	case KindMIG:
+	case gpu.KindMIG:
 		return "mig"
 	}
 	return "passthrough"
 }
 
 // whyNot says why slot cannot give one device of need, or "" if it can.
-func whyNot(s gpuSlot, need *GPUNeed, kind string) string {
+func whyNot(s gpuSlot, need *GPUNeed, kind gpu.Kind) string {
 	mode := s.settings.Mode
 	if need.Model != "" && s.model != nil && !s.model.MatchesName(need.Model) {
 		return fmt.Sprintf("the profile wants a %s", need.Model)
 	}
 	switch kind {
-	case KindVGPU:
-		if mode != ModeVGPU && mode != ModeAuto {
+	case gpu.KindVGPU:
+		if mode != gpu.ModeVGPU && mode != gpu.ModeAuto {
 			return "vGPUs need mode \"vgpu\" or \"auto\""
 		}
 		if s.model == nil {
@@ -291,7 +292,7 @@ func whyNot(s gpuSlot, need *GPUNeed, kind string) string {
 		if !s.model.VGPU {
 			return "the board has no vGPU support"
 		}
-		if need.Kind == KindAny {
+		if need.Kind == gpu.KindAny {
 			for _, t := range s.model.VGPUTypes() {
 				if !t.MIGBacked() && t.Memory >= need.Memory && (need.Series == "" || string(t.Series) == need.Series) &&
 					(!s.settings.MixedSize || t.Series != gpu.SeriesC) {
@@ -308,8 +309,8 @@ func whyNot(s gpuSlot, need *GPUNeed, kind string) string {
 			return "mixed-size mode offers only Q, B and A types"
 		}
 		return ""
-	case KindMIG:
-		if mode != ModeMIG && mode != ModeAuto {
+	case gpu.KindMIG:
+		if mode != gpu.ModeMIG && mode != gpu.ModeAuto {
 			return "MIG instances need mode \"mig\" or \"auto\""
 		}
 		if s.model == nil {
@@ -320,7 +321,7 @@ func whyNot(s gpuSlot, need *GPUNeed, kind string) string {
 		}
 		layout := s.settings.MIGLayout
 		fits := func(p gpu.MIGProfile) bool {
-			if need.Kind == KindAny {
+			if need.Kind == gpu.KindAny {
 				return uint64(p.MemoryGB)*gpu.GiB >= need.Memory
 			}
 			return p.Name == strings.ToLower(need.Profile)
@@ -338,15 +339,15 @@ func whyNot(s gpuSlot, need *GPUNeed, kind string) string {
 				return ""
 			}
 		}
-		if need.Kind == KindAny {
+		if need.Kind == gpu.KindAny {
 			return fmt.Sprintf("no MIG profile of %s has %s or more", s.model.Name, FormatSize(need.Memory))
 		}
 		return fmt.Sprintf("%s has no MIG profile %s (its profiles: %s)", s.model.Name, need.Profile, strings.Join(s.model.MIG.ProfileNames(), ", "))
 	default:
-		if mode != ModePassthrough && mode != ModeAuto {
+		if mode != gpu.ModePassthrough && mode != gpu.ModeAuto {
 			return "whole GPUs need mode \"passthrough\" or \"auto\""
 		}
-		if s.model != nil && need.Kind == KindAny && s.model.Memory < need.Memory {
+		if s.model != nil && need.Kind == gpu.KindAny && s.model.Memory < need.Memory {
 			return fmt.Sprintf("%s has less than %s", s.model.Name, FormatSize(need.Memory))
 		}
 		return ""
@@ -356,8 +357,8 @@ func whyNot(s gpuSlot, need *GPUNeed, kind string) string {
 // checkSatisfiable warns when no GPU of this server can ever give the need.
 func (r *resolver) checkSatisfiable(p *profileBlock, need *GPUNeed) {
 	w := r.gpus
-	kinds := []string{need.Kind}
-	if need.Kind == KindAny {
+	kinds := []gpu.Kind{need.Kind}
+	if need.Kind == gpu.KindAny {
 		kinds = need.Kinds
 	}
 	var reasons []string
@@ -392,7 +393,7 @@ func (r *resolver) checkSatisfiable(p *profileBlock, need *GPUNeed) {
 			p.Name, describeNeed(need), w.where, strings.Join(reasons, "\n- "))
 		return
 	}
-	if w.complete && need.Kind == KindPassthrough && need.Count > serving {
+	if w.complete && need.Kind == gpu.KindPassthrough && need.Count > serving {
 		r.warnf(valueRange(p.GPU.Body, "count", rng), "Not enough GPUs", "Profile %q wants %d whole GPUs; %s has %d that can be given whole.", p.Name, need.Count, w.where, serving)
 	}
 }
@@ -400,20 +401,20 @@ func (r *resolver) checkSatisfiable(p *profileBlock, need *GPUNeed) {
 func describeNeed(n *GPUNeed) string {
 	var s string
 	switch n.Kind {
-	case KindVGPU:
+	case gpu.KindVGPU:
 		s = "vGPU " + n.Type
-	case KindMIG:
+	case gpu.KindMIG:
 		s = "MIG instance " + n.Profile
 		if n.Model != "" {
 			s += " on a " + n.Model
 		}
-	case KindPassthrough:
+	case gpu.KindPassthrough:
 		s = "a whole GPU"
 		if n.Model != "" {
 			s = "a whole " + n.Model
 		}
 	default:
-		s = fmt.Sprintf("%s of GPU memory as %s", FormatSize(n.Memory), strings.Join(n.Kinds, " or "))
+		s = fmt.Sprintf("%s of GPU memory as %s", FormatSize(n.Memory), strings.Join(gpu.KindNames(n.Kinds), " or "))
 	}
 	if n.Count > 1 {
 		s = fmt.Sprintf("%d× %s", n.Count, s)
@@ -422,7 +423,7 @@ func describeNeed(n *GPUNeed) string {
 }
 
 var (
-	needKinds  = []string{KindVGPU, KindMIG, KindPassthrough}
+	needKinds  = []string{string(gpu.KindVGPU), string(gpu.KindMIG), string(gpu.KindPassthrough)}
 	seriesList = []string{"Q", "B", "A", "C"}
 )
 
@@ -447,7 +448,7 @@ func (r *resolver) resolveGPUNeed(p *profileBlock) *GPUNeed {
 			bad = true
 		}
 	}
-	notFor := func(attr, kind string) bool {
+	notFor := func(attr string, kind gpu.Kind) bool {
 		if has(body, attr) {
 			r.errf(attrRange(body, attr, def), attr+" does not apply", "%s is not used by a gpu block of kind %q.", attr, kind)
 			return true
@@ -461,8 +462,8 @@ func (r *resolver) resolveGPUNeed(p *profileBlock) *GPUNeed {
 		}
 		return need
 	}
-	need.Kind = *g.Kind
-	if !r.oneOf(body, "kind", need.Kind, needKinds, def) {
+	need.Kind = gpu.Kind(*g.Kind)
+	if !r.oneOf(body, "kind", string(need.Kind), needKinds, def) {
 		return nil
 	}
 	for _, a := range []string{"memory", "kinds", "series"} {
@@ -472,7 +473,7 @@ func (r *resolver) resolveGPUNeed(p *profileBlock) *GPUNeed {
 		}
 	}
 	switch need.Kind {
-	case KindVGPU:
+	case gpu.KindVGPU:
 		bad = notFor("profile", need.Kind) || bad
 		if g.Type == nil && has(body, "type") {
 			return nil
@@ -509,7 +510,7 @@ func (r *resolver) resolveGPUNeed(p *profileBlock) *GPUNeed {
 		if need.Model == "" {
 			need.Model = boards[0].Board
 		}
-	case KindMIG:
+	case gpu.KindMIG:
 		bad = notFor("type", need.Kind) || bad
 		if g.Profile == nil && has(body, "profile") {
 			return nil
@@ -545,7 +546,7 @@ func (r *resolver) resolveGPUNeed(p *profileBlock) *GPUNeed {
 			return nil
 		}
 		need.Profile, need.Memory = name, mem
-	case KindPassthrough:
+	case gpu.KindPassthrough:
 		bad = notFor("type", need.Kind) || bad
 		bad = notFor("profile", need.Kind) || bad
 		for _, m := range gpu.Models() {
@@ -579,10 +580,10 @@ func typeHint(m gpu.Model, t gpu.VGPUType) string {
 func (r *resolver) resolveAbstractNeed(p *profileBlock, need *GPUNeed) *GPUNeed {
 	g := p.GPU
 	body, def := g.Body, g.DefRange
-	need.Kind = KindAny
+	need.Kind = gpu.KindAny
 	for _, a := range []string{"type", "profile"} {
 		if has(body, a) {
-			r.errf(attrRange(body, a, def), "Missing kind", "%s names a slice exactly: add kind = %q. Without kind, a gpu block is an abstract need: memory = \"20GiB\" and kinds = [\"mig\", \"vgpu\"].", a, map[string]string{"type": KindVGPU, "profile": KindMIG}[a])
+			r.errf(attrRange(body, a, def), "Missing kind", "%s names a slice exactly: add kind = %q. Without kind, a gpu block is an abstract need: memory = \"20GiB\" and kinds = [\"mig\", \"vgpu\"].", a, map[string]gpu.Kind{"type": gpu.KindVGPU, "profile": gpu.KindMIG}[a])
 			return nil
 		}
 	}
@@ -602,7 +603,7 @@ func (r *resolver) resolveAbstractNeed(p *profileBlock, need *GPUNeed) *GPUNeed 
 		return nil
 	}
 	need.Memory = mem
-	need.Kinds = []string{KindMIG, KindVGPU, KindPassthrough}
+	need.Kinds = []gpu.Kind{gpu.KindMIG, gpu.KindVGPU, gpu.KindPassthrough}
 	if has(body, "kinds") {
 		need.Kinds = nil
 		for i, k := range g.Kinds {
@@ -610,7 +611,7 @@ func (r *resolver) resolveAbstractNeed(p *profileBlock, need *GPUNeed) *GPUNeed 
 				r.errf(listItemRange(body, "kinds", i, def), "Invalid kinds", "%q is not one of %s.%s", k, quoteList(needKinds), suggestion(k, needKinds))
 				return nil
 			}
-			need.Kinds = append(need.Kinds, k)
+			need.Kinds = append(need.Kinds, gpu.Kind(k))
 		}
 		r.checkDuplicates(body, "kinds", g.Kinds, def)
 		if len(need.Kinds) == 0 {
@@ -623,7 +624,7 @@ func (r *resolver) resolveAbstractNeed(p *profileBlock, need *GPUNeed) *GPUNeed 
 		if !r.oneOf(body, "series", need.Series, seriesList, def) {
 			return nil
 		}
-		if !contains(need.Kinds, KindVGPU) {
+		if !slices.Contains(need.Kinds, gpu.KindVGPU) {
 			r.errf(attrRange(body, "series", def), "series needs vgpu", "series limits the vGPU types the scheduler may choose; kinds does not include \"vgpu\".")
 			return nil
 		}

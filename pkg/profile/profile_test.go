@@ -151,10 +151,10 @@ func TestDevConfig(t *testing.T) {
 	if !filepath.IsAbs(tiny.Boot.Kernel) || !strings.HasSuffix(tiny.Boot.Kernel, "test/guest/cache/vmlinuz") {
 		t.Errorf("kernel = %q, want an absolute path ending in test/guest/cache/vmlinuz", tiny.Boot.Kernel)
 	}
-	if g := cfg.Profiles["tiny-mig"].GPU; g == nil || g.Kind != KindMIG || g.Profile != "1g.10gb" || g.Memory != 10<<30 {
+	if g := cfg.Profiles["tiny-mig"].GPU; g == nil || g.Kind != gpu.KindMIG || g.Profile != "1g.10gb" || g.Memory != 10<<30 {
 		t.Errorf("tiny-mig gpu = %+v", g)
 	}
-	if g := cfg.Profiles["tiny-vgpu"].GPU; g == nil || g.Kind != KindVGPU || g.Type != "H100-4C" || g.Memory != 4<<30 {
+	if g := cfg.Profiles["tiny-vgpu"].GPU; g == nil || g.Kind != gpu.KindVGPU || g.Type != "H100-4C" || g.Memory != 4<<30 {
 		t.Errorf("tiny-vgpu gpu = %+v", g)
 	}
 	if !strings.HasSuffix(cfg.Server.StateDir, ".cache/run") || !filepath.IsAbs(cfg.Server.StateDir) {
@@ -164,10 +164,10 @@ func TestDevConfig(t *testing.T) {
 		t.Errorf("database path = %q", cfg.Server.Database.Path)
 	}
 	s := cfg.Server.Host.Settings("0000:5d:00.0", mustModel(t, "H100 PCIe 80GB"))
-	if s.Mode != ModeMIG || len(s.MIGLayout) != 4 {
+	if s.Mode != gpu.ModeMIG || len(s.MIGLayout) != 4 {
 		t.Errorf("settings of 0000:5d:00.0 = %+v", s)
 	}
-	if s := cfg.Server.Host.Settings("0000:99:00.0", mustModel(t, "H100 PCIe 80GB")); s.Mode != ModeAuto {
+	if s := cfg.Server.Host.Settings("0000:99:00.0", mustModel(t, "H100 PCIe 80GB")); s.Mode != gpu.ModeAuto {
 		t.Errorf("settings of an unnamed GPU = %+v", s)
 	}
 }

@@ -3,8 +3,11 @@ package profile
 import (
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
+
+	"github.com/gpuvm/gpuvm/pkg/gpu"
 
 	"github.com/hashicorp/hcl/v2"
 )
@@ -283,9 +286,9 @@ func (r *resolver) resolveDisplay(b *profileBlock, p *Profile) {
 				r.errf(rng, "vgpu_display needs a display", "The vGPU's display is shown through a VNC or SPICE display: set type = \"vnc\" or \"spice\".")
 			case b.GPU == nil:
 				r.errf(rng, "vgpu_display needs a vGPU", "Profile %q has no gpu block.", b.Name)
-			case p.GPU != nil && p.GPU.Kind == KindPassthrough:
+			case p.GPU != nil && p.GPU.Kind == gpu.KindPassthrough:
 				r.errf(rng, "vgpu_display needs a vGPU", "A whole GPU given by passthrough has no virtual display; it drives its own outputs.")
-			case p.GPU != nil && p.GPU.Kind == KindAny && !contains(p.GPU.Kinds, KindVGPU) && !contains(p.GPU.Kinds, KindMIG):
+			case p.GPU != nil && p.GPU.Kind == gpu.KindAny && !slices.Contains(p.GPU.Kinds, gpu.KindVGPU) && !slices.Contains(p.GPU.Kinds, gpu.KindMIG):
 				r.errf(rng, "vgpu_display needs a vGPU", "The gpu block allows only whole GPUs.")
 			}
 		}

@@ -422,7 +422,7 @@ func normalizePCI(s string) (string, bool) {
 	return strings.ToLower(fmt.Sprintf("%s:%s:%s.%s", dom, m[2], m[3], m[4])), true
 }
 
-var modes = []string{ModeVGPU, ModeMIG, ModePassthrough, ModeAuto}
+var modes = []string{string(gpu.ModeVGPU), string(gpu.ModeMIG), string(gpu.ModePassthrough), string(gpu.ModeAuto)}
 
 func (r *resolver) resolveHost(b *hostBlock) {
 	h := &r.cfg.Server.Host
@@ -459,7 +459,7 @@ func (r *resolver) resolveHost(b *hostBlock) {
 }
 
 func (r *resolver) resolveGPUSettings(g *gpuConfigBlock) *GPUSettings {
-	s := &GPUSettings{Selector: g.Selector, Mode: str(g.Mode, ModeAuto), DeclRange: g.DefRange, MIGLayout: g.MIGLayout}
+	s := &GPUSettings{Selector: g.Selector, Mode: gpu.Mode(str(g.Mode, string(gpu.ModeAuto))), DeclRange: g.DefRange, MIGLayout: g.MIGLayout}
 	ok := true
 	var models []gpu.Model // the boards this block can be about
 	switch addr, isAddr := normalizePCI(g.Selector); {
@@ -502,12 +502,12 @@ func (r *resolver) resolveGPUSettings(g *gpuConfigBlock) *GPUSettings {
 			s.Model = m.Name
 		}
 	}
-	if !r.oneOf(g.Body, "mode", s.Mode, modes, g.DefRange) {
+	if !r.oneOf(g.Body, "mode", string(s.Mode), modes, g.DefRange) {
 		ok = false
 	}
 	if g.MixedSize != nil {
 		s.MixedSize = *g.MixedSize
-		if s.MixedSize && s.Mode != ModeVGPU && s.Mode != ModeAuto {
+		if s.MixedSize && s.Mode != gpu.ModeVGPU && s.Mode != gpu.ModeAuto {
 			r.errf(attrRange(g.Body, "mixed_size", g.DefRange), "mixed_size needs vGPU mode", "Mixed-size vGPU mode applies to time-sliced vGPUs; this block sets mode = %q.", s.Mode)
 		}
 		for _, m := range models {
@@ -518,7 +518,7 @@ func (r *resolver) resolveGPUSettings(g *gpuConfigBlock) *GPUSettings {
 		}
 	}
 	if has(g.Body, "mig_layout") {
-		if s.Mode != ModeMIG {
+		if s.Mode != gpu.ModeMIG {
 			r.errf(attrRange(g.Body, "mig_layout", g.DefRange), "mig_layout needs MIG mode", "A MIG layout applies to GPUs in mode = \"mig\"; this block sets mode = %q.", s.Mode)
 		}
 		r.checkMIGLayout(g, models)

@@ -5,6 +5,8 @@ import (
 	"sort"
 	"time"
 
+	"github.com/gpuvm/gpuvm/pkg/gpu"
+
 	"github.com/hashicorp/hcl/v2"
 	"github.com/zclconf/go-cty/cty"
 )
@@ -242,14 +244,6 @@ type Host struct {
 	GPUs     []*GPUSettings `json:"gpus"`
 }
 
-// GPU modes.
-const (
-	ModeVGPU        = "vgpu"
-	ModeMIG         = "mig"
-	ModePassthrough = "passthrough"
-	ModeAuto        = "auto"
-)
-
 // How a gpu block picks its GPUs.
 const (
 	MatchAll     = "all"
@@ -264,7 +258,7 @@ type GPUSettings struct {
 	// Model is the board the admin says is there (address and all
 	// selectors), or the selector's model name.
 	Model     string    `json:"model,omitempty"`
-	Mode      string    `json:"mode"`
+	Mode      gpu.Mode  `json:"mode"`
 	MixedSize bool      `json:"mixed_size"`
 	MIGLayout []string  `json:"mig_layout,omitempty"`
 	DeclRange hcl.Range `json:"-"`
@@ -376,30 +370,22 @@ type CloudInit struct {
 	vars     map[string]cty.Value
 }
 
-// GPU need kinds; KindAny is an abstract need ("memory = 20GiB").
-const (
-	KindVGPU        = "vgpu"
-	KindMIG         = "mig"
-	KindPassthrough = "passthrough"
-	KindAny         = "any"
-)
-
 // GPUNeed is what GPU a profile's VM gets.
 type GPUNeed struct {
-	// Kind is KindVGPU, KindMIG, KindPassthrough, or KindAny for an abstract
+	// Kind is gpu.KindVGPU, KindMIG, KindPassthrough, or KindAny for an abstract
 	// need the scheduler meets with the cheapest fitting slice of Kinds.
-	Kind    string `json:"kind"`
-	Type    string `json:"type,omitempty"`    // vGPU type, canonical ("L40S-12Q")
-	Profile string `json:"profile,omitempty"` // MIG profile ("3g.40gb")
+	Kind    gpu.Kind `json:"kind"`
+	Type    string   `json:"type,omitempty"`    // vGPU type, canonical ("L40S-12Q")
+	Profile string   `json:"profile,omitempty"` // MIG profile ("3g.40gb")
 	// Model restricts the boards: exact or family ("H100") as written.
 	Model string `json:"model,omitempty"`
 	Count int    `json:"count"`
 	// Memory is the framebuffer of one device in bytes: the type's or the
 	// profile's, the smallest matching board's for passthrough, or the
 	// minimum asked for by an abstract need.
-	Memory uint64   `json:"memory"`
-	Kinds  []string `json:"kinds,omitempty"`  // abstract needs only
-	Series string   `json:"series,omitempty"` // abstract needs: vGPU series allowed
+	Memory uint64     `json:"memory"`
+	Kinds  []gpu.Kind `json:"kinds,omitempty"`  // abstract needs only
+	Series string     `json:"series,omitempty"` // abstract needs: vGPU series allowed
 }
 
 // Lease is how long a VM of the profile runs.

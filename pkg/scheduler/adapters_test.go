@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/gpuvm/gpuvm/pkg/api"
+	"github.com/gpuvm/gpuvm/pkg/gpu"
 )
 
 // A GPU serves the kinds whose backend can create on it now (the backends
@@ -17,24 +18,24 @@ func TestFromAPINarrowsModes(t *testing.T) {
 		name     string
 		model    string
 		backends map[string]string
-		config   Mode
-		allow    Mode
+		config   gpu.Mode
+		allow    gpu.Mode
 		unavail  string // part of the reason; "" none
 	}{
-		{"MIG on", "H100 PCIe 80GB", map[string]string{"mig": "", "vgpu": "MIG mode is enabled", "passthrough": "VFs are enabled"}, ModeAuto, ModeMIG, ""},
-		{"VFs on", "H100 PCIe 80GB", map[string]string{"mig": "MIG mode is disabled", "vgpu": "", "passthrough": "VFs are enabled"}, ModeAuto, ModeVGPU, ""},
-		{"bare", "H100 PCIe 80GB", map[string]string{"mig": "MIG mode is disabled", "vgpu": "VFs are not enabled", "passthrough": ""}, ModeAuto, ModePassthrough, ""},
-		{"two kinds: the configuration decides", "L40S", map[string]string{"vgpu": "", "passthrough": ""}, ModeAuto, ModeAuto, ""},
-		{"pinned and usable", "H100 PCIe 80GB", map[string]string{"mig": "", "vgpu": "MIG mode is enabled"}, ModeMIG, ModeMIG, ""},
-		{"pinned, its backend cannot", "H100 PCIe 80GB", map[string]string{"mig": "MIG mode is disabled", "vgpu": ""}, ModeMIG, ModeMIG, "configured for mig: mig: MIG mode is disabled"},
-		{"pinned, no such backend", "L40S", map[string]string{"vgpu": ""}, ModePassthrough, ModePassthrough, "no passthrough backend reports it"},
-		{"nobody can", "L40S", map[string]string{"vgpu": "no driver", "passthrough": "in use by the host"}, ModeAuto, ModeAuto, "passthrough: in use by the host; vgpu: no driver"},
-		{"the board has no MIG", "L40S", map[string]string{"mig": "", "vgpu": "x"}, ModeAuto, ModeAuto, ""},
+		{"MIG on", "H100 PCIe 80GB", map[string]string{"mig": "", "vgpu": "MIG mode is enabled", "passthrough": "VFs are enabled"}, gpu.ModeAuto, gpu.ModeMIG, ""},
+		{"VFs on", "H100 PCIe 80GB", map[string]string{"mig": "MIG mode is disabled", "vgpu": "", "passthrough": "VFs are enabled"}, gpu.ModeAuto, gpu.ModeVGPU, ""},
+		{"bare", "H100 PCIe 80GB", map[string]string{"mig": "MIG mode is disabled", "vgpu": "VFs are not enabled", "passthrough": ""}, gpu.ModeAuto, gpu.ModePassthrough, ""},
+		{"two kinds: the configuration decides", "L40S", map[string]string{"vgpu": "", "passthrough": ""}, gpu.ModeAuto, gpu.ModeAuto, ""},
+		{"pinned and usable", "H100 PCIe 80GB", map[string]string{"mig": "", "vgpu": "MIG mode is enabled"}, gpu.ModeMIG, gpu.ModeMIG, ""},
+		{"pinned, its backend cannot", "H100 PCIe 80GB", map[string]string{"mig": "MIG mode is disabled", "vgpu": ""}, gpu.ModeMIG, gpu.ModeMIG, "configured for mig: mig: MIG mode is disabled"},
+		{"pinned, no such backend", "L40S", map[string]string{"vgpu": ""}, gpu.ModePassthrough, gpu.ModePassthrough, "no passthrough backend reports it"},
+		{"nobody can", "L40S", map[string]string{"vgpu": "no driver", "passthrough": "in use by the host"}, gpu.ModeAuto, gpu.ModeAuto, "passthrough: in use by the host; vgpu: no driver"},
+		{"the board has no MIG", "L40S", map[string]string{"mig": "", "vgpu": "x"}, gpu.ModeAuto, gpu.ModeAuto, ""},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			hi := api.HostInventory{GPUs: []api.GPU{{Address: "0000:18:00.0", Model: tc.model, Backends: tc.backends}}}
-			h, _ := FromAPI("n", hi, func(string, string) Mode { return tc.config })
+			h, _ := FromAPI("n", hi, func(string, string) gpu.Mode { return tc.config })
 			g := h.GPUs[0]
 			if g.Allow != tc.allow || (tc.unavail == "") != (g.Unavailable == "") || !strings.Contains(g.Unavailable, tc.unavail) {
 				t.Errorf("allow %q unavailable %q; want %q %q", g.Allow, g.Unavailable, tc.allow, tc.unavail)
@@ -51,19 +52,19 @@ func TestFromAPINarrowsModes(t *testing.T) {
 func TestPlacementOf(t *testing.T) {
 	inv, err := NewInventory([]HostSpec{
 		{Name: "n", GPUs: []GPUSpec{
-			{Address: "0000:18:00.0", Model: "H100 PCIe 80GB", Mode: ModeMIG, Allow: ModeMIG},
-			{Address: "0000:41:00.0", Model: "L40S", Mode: ModeVGPU, Allow: ModeVGPU},
-			{Address: "0000:81:00.0", Model: "L40S", Allow: ModePassthrough, IOMMUGroup: "7"},
-			{Address: "0000:82:00.0", Model: "L40S", Allow: ModePassthrough, IOMMUGroup: "7"},
+			{Address: "0000:18:00.0", Model: "H100 PCIe 80GB", Mode: gpu.ModeMIG, Allow: gpu.ModeMIG},
+			{Address: "0000:41:00.0", Model: "L40S", Mode: gpu.ModeVGPU, Allow: gpu.ModeVGPU},
+			{Address: "0000:81:00.0", Model: "L40S", Allow: gpu.ModePassthrough, IOMMUGroup: "7"},
+			{Address: "0000:82:00.0", Model: "L40S", Allow: gpu.ModePassthrough, IOMMUGroup: "7"},
 		}},
 	}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, n := range []Need{
-		{Kind: KindMIG, Profile: "3g.40gb", Count: 2},
-		{Kind: KindVGPU, Type: "L40S-12Q"},
-		{Kind: KindPassthrough},
+		{Kind: gpu.KindMIG, Profile: "3g.40gb", Count: 2},
+		{Kind: gpu.KindVGPU, Type: "L40S-12Q"},
+		{Kind: gpu.KindPassthrough},
 	} {
 		p, why := inv.Place(n, PlaceOptions{Now: t0, End: t0.Add(time.Hour)})
 		if !why.OK() {
@@ -75,10 +76,10 @@ func TestPlacementOf(t *testing.T) {
 		}
 		// Rebuild from the allocation rows alone, as the orchestrator does.
 		again, err := NewInventory([]HostSpec{{Name: "n", GPUs: []GPUSpec{
-			{Address: "0000:18:00.0", Model: "H100 PCIe 80GB", Mode: ModeMIG, Allow: ModeMIG},
-			{Address: "0000:41:00.0", Model: "L40S", Mode: ModeVGPU, Allow: ModeVGPU},
-			{Address: "0000:81:00.0", Model: "L40S", Allow: ModePassthrough, IOMMUGroup: "7"},
-			{Address: "0000:82:00.0", Model: "L40S", Allow: ModePassthrough, IOMMUGroup: "7"},
+			{Address: "0000:18:00.0", Model: "H100 PCIe 80GB", Mode: gpu.ModeMIG, Allow: gpu.ModeMIG},
+			{Address: "0000:41:00.0", Model: "L40S", Mode: gpu.ModeVGPU, Allow: gpu.ModeVGPU},
+			{Address: "0000:81:00.0", Model: "L40S", Allow: gpu.ModePassthrough, IOMMUGroup: "7"},
+			{Address: "0000:82:00.0", Model: "L40S", Allow: gpu.ModePassthrough, IOMMUGroup: "7"},
 		}}}, inv.Allocations())
 		if err != nil {
 			t.Fatal(err)
@@ -106,7 +107,7 @@ func TestPlacementOf(t *testing.T) {
 // A pinned MIG layout that a plain first-fit carve cannot fit, but another
 // arrangement does (as the configuration's check accepts it).
 func TestMIGLayoutCarveBacktracks(t *testing.T) {
-	spec := HostSpec{Name: "n", GPUs: []GPUSpec{{Address: "0000:5d:00.0", Model: "H100 PCIe 80GB", Allow: ModeMIG,
+	spec := HostSpec{Name: "n", GPUs: []GPUSpec{{Address: "0000:5d:00.0", Model: "H100 PCIe 80GB", Allow: gpu.ModeMIG,
 		MIGLayout: []string{"3g.40gb", "2g.20gb", "1g.10gb", "1g.10gb"}}}}
 	inv, err := NewInventory([]HostSpec{spec}, nil)
 	if err != nil {
@@ -114,7 +115,7 @@ func TestMIGLayoutCarveBacktracks(t *testing.T) {
 	}
 	// Every instance of the layout can be placed, and only those.
 	for _, prof := range []string{"3g.40gb", "2g.20gb", "1g.10gb", "1g.10gb"} {
-		p, why := inv.Place(Need{Kind: KindMIG, Profile: prof}, PlaceOptions{Now: t0})
+		p, why := inv.Place(Need{Kind: gpu.KindMIG, Profile: prof}, PlaceOptions{Now: t0})
 		if !why.OK() {
 			t.Fatalf("%s: %v", prof, why)
 		}
@@ -122,7 +123,7 @@ func TestMIGLayoutCarveBacktracks(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, why := inv.Place(Need{Kind: KindMIG, Profile: "1g.10gb"}, PlaceOptions{Now: t0}); why.OK() {
+	if _, why := inv.Place(Need{Kind: gpu.KindMIG, Profile: "1g.10gb"}, PlaceOptions{Now: t0}); why.OK() {
 		t.Error("a fifth instance fits a four-instance layout")
 	}
 	// A layout that does not fit at all is still refused.

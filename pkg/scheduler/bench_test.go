@@ -7,6 +7,8 @@ import (
 	"sort"
 	"testing"
 	"time"
+
+	"github.com/gpuvm/gpuvm/pkg/gpu"
 )
 
 // bigCluster builds hosts × 8 GPUs in mixed states: a third H100 hosts in
@@ -23,9 +25,9 @@ func bigCluster(tb testing.TB, hosts int) (*Inventory, int) {
 			s := GPUSpec{Address: fmt.Sprintf("0000:%02x:00.0", 0x10+g)}
 			switch h % 3 {
 			case 0:
-				s.Model, s.Allow = "H100 PCIe 80GB", ModeMIG
+				s.Model, s.Allow = "H100 PCIe 80GB", gpu.ModeMIG
 			case 1:
-				s.Model, s.Allow, s.MixedSize = "L40S", ModeVGPU, g == 7
+				s.Model, s.Allow, s.MixedSize = "L40S", gpu.ModeVGPU, g == 7
 			default:
 				s.Model = "A100 PCIe 40GB"
 			}
@@ -45,7 +47,7 @@ func bigCluster(tb testing.TB, hosts int) (*Inventory, int) {
 		info := inv.models[g.model]
 		end := t0.Add(time.Duration(1+rng.Intn(12)) * time.Hour)
 		switch {
-		case info.mt != nil && (g.allow == ModeMIG || rng.Intn(2) == 0):
+		case info.mt != nil && (g.allow == gpu.ModeMIG || rng.Intn(2) == 0):
 			for k := rng.Intn(6); k > 0; k-- {
 				pi := rng.Intn(len(info.mt.t.Profiles))
 				opts := info.mt.nodes[g.node].opts[pi]
@@ -54,24 +56,24 @@ func bigCluster(tb testing.TB, hosts int) (*Inventory, int) {
 				}
 				o := opts[rng.Intn(len(opts))]
 				id := fmt.Sprint("vm", allocs)
-				if inv.Allocate(id, Placement{Host: host, Devices: []Device{{GPU: g.addr, Kind: KindMIG, Profile: info.mt.t.Profiles[pi].Name, Start: o.start}}}, end) == nil {
+				if inv.Allocate(id, Placement{Host: host, Devices: []Device{{GPU: g.addr, Kind: gpu.KindMIG, Profile: info.mt.t.Profiles[pi].Name, Start: o.start}}}, end) == nil {
 					allocs++
 				}
 			}
-		case info.m.VGPU && g.allow != ModePassthrough && rng.Intn(3) > 0:
+		case info.m.VGPU && g.allow != gpu.ModePassthrough && rng.Intn(3) > 0:
 			typ := vtypes[rng.Intn(len(vtypes))]
 			for k := rng.Intn(6); k > 0; k-- {
 				if g.mixed {
 					typ = vtypes[rng.Intn(len(vtypes))]
 				}
 				id := fmt.Sprint("vm", allocs)
-				if inv.Allocate(id, Placement{Host: host, Devices: []Device{{GPU: g.addr, Kind: KindVGPU, Type: typ}}}, end) == nil {
+				if inv.Allocate(id, Placement{Host: host, Devices: []Device{{GPU: g.addr, Kind: gpu.KindVGPU, Type: typ}}}, end) == nil {
 					allocs++
 				}
 			}
 		case rng.Intn(3) == 0:
 			id := fmt.Sprint("vm", allocs)
-			if inv.Allocate(id, Placement{Host: host, Devices: []Device{{GPU: g.addr, Kind: KindPassthrough}}}, end) == nil {
+			if inv.Allocate(id, Placement{Host: host, Devices: []Device{{GPU: g.addr, Kind: gpu.KindPassthrough}}}, end) == nil {
 				allocs++
 			}
 		}
@@ -80,9 +82,9 @@ func bigCluster(tb testing.TB, hosts int) (*Inventory, int) {
 }
 
 var benchNeeds = []Need{
-	{Kind: KindMIG, Profile: "1g.10gb"}, {Kind: KindMIG, Profile: "3g.40gb"}, {Kind: KindMIG, Profile: "7g.80gb"},
-	{Kind: KindMIG, Profile: "2g.10gb"}, {Kind: KindVGPU, Type: "L40S-12Q"}, {Kind: KindVGPU, Type: "L40S-48Q"},
-	{Kind: KindPassthrough}, {Kind: KindPassthrough, Count: 4}, {Kind: KindAny, Memory: 20 << 30},
+	{Kind: gpu.KindMIG, Profile: "1g.10gb"}, {Kind: gpu.KindMIG, Profile: "3g.40gb"}, {Kind: gpu.KindMIG, Profile: "7g.80gb"},
+	{Kind: gpu.KindMIG, Profile: "2g.10gb"}, {Kind: gpu.KindVGPU, Type: "L40S-12Q"}, {Kind: gpu.KindVGPU, Type: "L40S-48Q"},
+	{Kind: gpu.KindPassthrough}, {Kind: gpu.KindPassthrough, Count: 4}, {Kind: gpu.KindAny, Memory: 20 << 30},
 }
 
 // BenchmarkPlace1000x8 times one placement decision over 1,000 hosts × 8

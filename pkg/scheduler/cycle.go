@@ -5,6 +5,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/gpuvm/gpuvm/pkg/gpu"
 )
 
 // Running is a VM that holds devices.
@@ -441,9 +443,9 @@ func (inv *Inventory) size(n Need) float64 {
 		}
 		info := inv.models[mi]
 		switch c.kind {
-		case KindMIG:
+		case gpu.KindMIG:
 			return migShare(info.mt.t, info.mt.t.Profiles[c.prof[mi]]) * float64(c.count)
-		case KindVGPU:
+		case gpu.KindVGPU:
 			if info.m.Memory > 0 {
 				return float64(c.vt[mi].Memory) / float64(info.m.Memory) * float64(c.count)
 			}

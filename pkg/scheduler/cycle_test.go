@@ -4,6 +4,8 @@ import (
 	"sort"
 	"testing"
 	"time"
+
+	"github.com/gpuvm/gpuvm/pkg/gpu"
 )
 
 // fifo is the simplest policy: first come first, everything admitted, no
@@ -39,8 +41,8 @@ func req(id, profile string, lease time.Duration, at int) Request {
 	return Request{ID: id, User: "u" + id, Need: mig(profile), Lease: lease, Submitted: t0.Add(time.Duration(at) * time.Second)}
 }
 
-func runningOn(inv *Inventory, id, host, gpu, profile string, start int, started, end time.Time, prio int, preemptible bool) Running {
-	p := Placement{Host: host, Devices: []Device{{GPU: gpu, Kind: KindMIG, Profile: profile, Start: start}}}
+func runningOn(inv *Inventory, id, host, addr, profile string, start int, started, end time.Time, prio int, preemptible bool) Running {
+	p := Placement{Host: host, Devices: []Device{{GPU: addr, Kind: gpu.KindMIG, Profile: profile, Start: start}}}
 	if err := inv.Allocate(id, p, end); err != nil {
 		panic(err)
 	}
@@ -49,7 +51,7 @@ func runningOn(inv *Inventory, id, host, gpu, profile string, start int, started
 
 func TestEASYBackfill(t *testing.T) {
 	setup := func() (*Inventory, []Running, []Request) {
-		inv := mustInv(t, []HostSpec{h100Host("a", 1, ModeMIG)})
+		inv := mustInv(t, []HostSpec{h100Host("a", 1, gpu.ModeMIG)})
 		run := []Running{runningOn(inv, "old", "a", "0000:10:00.0", "3g.40gb", 0, t0.Add(-time.Hour), t0.Add(time.Hour), 0, false)}
 		q := []Request{
 			req("big", "7g.80gb", 4*time.Hour, 1),
@@ -81,7 +83,7 @@ func TestEASYBackfill(t *testing.T) {
 }
 
 func TestCycleRefusesNever(t *testing.T) {
-	inv := mustInv(t, []HostSpec{h100Host("a", 1, ModeMIG)})
+	inv := mustInv(t, []HostSpec{h100Host("a", 1, gpu.ModeMIG)})
 	q := []Request{req("x", "1g.5gb", time.Hour, 0), {ID: "bad", Need: Need{Kind: "gpu"}}}
 	d := Cycle(t0, inv, q, nil, fifo{}, Options{Reserve: 1})
 	if len(d.Refused) != 2 || d.Refused[1].Reason.Code != CodeNever || d.Refused[0].Reason.Code != CodeInvalid {
@@ -90,7 +92,7 @@ func TestCycleRefusesNever(t *testing.T) {
 }
 
 func TestPreemption(t *testing.T) {
-	inv := mustInv(t, []HostSpec{h100Host("a", 1, ModeMIG)})
+	inv := mustInv(t, []HostSpec{h100Host("a", 1, gpu.ModeMIG)})
 	run := []Running{
 		runningOn(inv, "young", "a", "0000:10:00.0", "3g.40gb", 0, t0.Add(-5*time.Minute), t0.Add(5*time.Hour), 0, true),
 		runningOn(inv, "old", "a", "0000:10:00.0", "3g.40gb", 4, t0.Add(-2*time.Hour), t0.Add(5*time.Hour), 0, true),
@@ -122,9 +124,9 @@ func TestPreemption(t *testing.T) {
 }
 
 func TestBookingOwnerFirstAndClipped(t *testing.T) {
-	inv := mustInv(t, []HostSpec{h100Host("a", 1, ModeMIG)})
+	inv := mustInv(t, []HostSpec{h100Host("a", 1, gpu.ModeMIG)})
 	lab := Hold{ID: "own:ustudent", Code: CodeReservation, Host: "a", From: t0, To: t0.Add(2 * time.Hour),
-		Devices: []Device{{GPU: "0000:10:00.0", Kind: KindMIG, Profile: "3g.40gb", Start: 0}}}
+		Devices: []Device{{GPU: "0000:10:00.0", Kind: gpu.KindMIG, Profile: "3g.40gb", Start: 0}}}
 	pol := fifo{holds: []Hold{lab}}
 	other := req("other", "3g.40gb", 8*time.Hour, 0)
 	student := req("student", "3g.40gb", 8*time.Hour, 1)
@@ -152,7 +154,7 @@ func TestBookingOwnerFirstAndClipped(t *testing.T) {
 // small one waits for room elsewhere.
 func TestLookahead(t *testing.T) {
 	setup := func() (*Inventory, []Running) {
-		inv := mustInv(t, []HostSpec{h100Host("a", 2, ModeMIG)})
+		inv := mustInv(t, []HostSpec{h100Host("a", 2, gpu.ModeMIG)})
 		run := []Running{runningOn(inv, "busy", "a", "0000:11:00.0", "7g.80gb", 0, t0.Add(-time.Hour), t0.Add(3*time.Hour), 0, false)}
 		return inv, run
 	}
@@ -186,7 +188,7 @@ func TestLookaheadKeepsOrderOfEqualSizes(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			inv := mustInv(t, []HostSpec{h100Host("a", 2, ModeMIG)})
+			inv := mustInv(t, []HostSpec{h100Host("a", 2, gpu.ModeMIG)})
 			run := []Running{runningOn(inv, "busy", "a", "0000:11:00.0", "7g.80gb", 0, t0.Add(-time.Hour), t0.Add(3*time.Hour), 0, false)}
 			d := Cycle(t0, inv, tc.queue, run, fifo{}, Options{Reserve: 1, Lookahead: 4})
 			if len(d.Start) != 1 || d.Start[0].ID != tc.start {

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/gpuvm/gpuvm/pkg/api"
+	"github.com/gpuvm/gpuvm/pkg/gpu"
 )
 
 // FromAPI turns what one host's backends report (backend.Merge, `gpuvm host
@@ -21,18 +22,18 @@ import (
 // pinned to a mode whose backend cannot use it now is Unavailable with that
 // backend's reason, so that the scheduler never chooses a device the
 // backend would refuse.
-func FromAPI(name string, hi api.HostInventory, allow func(address, model string) Mode) (HostSpec, []Allocation) {
+func FromAPI(name string, hi api.HostInventory, allow func(address, model string) gpu.Mode) (HostSpec, []Allocation) {
 	h := HostSpec{Name: name}
 	for _, g := range hi.GPUs {
-		s := GPUSpec{Address: g.Address, Model: g.Model, Memory: g.Memory, IOMMUGroup: g.IOMMUGroup, MixedSize: g.MixedSize, Allow: ModeAuto}
+		s := GPUSpec{Address: g.Address, Model: g.Model, Memory: g.Memory, IOMMUGroup: g.IOMMUGroup, MixedSize: g.MixedSize, Allow: gpu.ModeAuto}
 		if id, ok := strings.CutPrefix(strings.ToLower(g.DeviceID), "10de:"); ok {
 			s.Model = "10de:" + id
 		}
-		switch Mode(g.Mode) {
-		case ModeVGPU, ModeMIG, ModePassthrough:
-			s.Mode = Mode(g.Mode)
+		switch gpu.Mode(g.Mode) {
+		case gpu.ModeVGPU, gpu.ModeMIG, gpu.ModePassthrough:
+			s.Mode = gpu.Mode(g.Mode)
 		default:
-			s.Mode = ModeIdle
+			s.Mode = gpu.ModeIdle
 		}
 		if allow != nil {
 			s.Allow = allow(g.Address, g.Model)
@@ -57,17 +58,17 @@ func FromAPI(name string, hi api.HostInventory, allow func(address, model string
 	}
 	var allocs []Allocation
 	for _, d := range uniqueDevices(hi.Devices) {
-		a := Allocation{ID: d.VMUUID, Host: name, GPU: d.GPU, Kind: Kind(d.Kind)}
+		a := Allocation{ID: d.VMUUID, Host: name, GPU: d.GPU, Kind: gpu.Kind(d.Kind)}
 		if a.ID == "" {
 			a.ID = "device:" + d.ID
 		}
 		switch a.Kind {
-		case KindMIG:
+		case gpu.KindMIG:
 			a.Profile = d.Profile
 			if d.Placement != nil {
 				a.Start = *d.Placement
 			}
-		case KindVGPU:
+		case gpu.KindVGPU:
 			a.Type = d.Type
 		}
 		allocs = append(allocs, a)
@@ -86,7 +87,7 @@ func uniqueDevices(ds []api.Device) []api.Device {
 		if (a.VMUUID != "") != (b.VMUUID != "") {
 			return a.VMUUID != ""
 		}
-		return a.Kind == string(KindMIG) && b.Kind != string(KindMIG)
+		return a.Kind == string(gpu.KindMIG) && b.Kind != string(gpu.KindMIG)
 	}
 	at := map[string]int{}
 	var out []api.Device
@@ -105,19 +106,19 @@ func uniqueDevices(ds []api.Device) []api.Device {
 }
 
 // backendModes are the GPU modes the backends serve, by backend name.
-var backendModes = map[string]Mode{"vgpu": ModeVGPU, "mig": ModeMIG, "passthrough": ModePassthrough}
+var backendModes = map[string]gpu.Mode{"vgpu": gpu.ModeVGPU, "mig": gpu.ModeMIG, "passthrough": gpu.ModePassthrough}
 
 // narrow restricts a GPU that some backend can use to the modes the
 // backends that can use it serve (see FromAPI).
 func narrow(s *GPUSpec, backends map[string]string) {
-	var avail []Mode
+	var avail []gpu.Mode
 	for b, why := range backends {
 		if m, ok := backendModes[b]; ok && why == "" {
 			avail = append(avail, m)
 		}
 	}
 	sort.Slice(avail, func(i, j int) bool { return avail[i] < avail[j] })
-	if s.Allow != ModeAuto && s.Allow != "" {
+	if s.Allow != gpu.ModeAuto && s.Allow != "" {
 		for _, m := range avail {
 			if m == s.Allow {
 				return
@@ -142,7 +143,7 @@ func narrow(s *GPUSpec, backends map[string]string) {
 		return
 	}
 	switch {
-	case avail[0] == ModeMIG && m.MIG == nil, avail[0] == ModeVGPU && !m.VGPU:
+	case avail[0] == gpu.ModeMIG && m.MIG == nil, avail[0] == gpu.ModeVGPU && !m.VGPU:
 		return // the board says otherwise: leave the choice to the configuration
 	}
 	s.Allow = avail[0]

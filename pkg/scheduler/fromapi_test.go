@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/gpuvm/gpuvm/pkg/api"
+	"github.com/gpuvm/gpuvm/pkg/gpu"
 )
 
 // A MIG instance handed to a VM as a VF (vendor-specific VFIO) is listed by
@@ -20,11 +21,11 @@ func TestFromAPICountsADeviceOnce(t *testing.T) {
 			{ID: "0000:18:00.5", Backend: "mig", Kind: "mig", GPU: "0000:18:00.0", Profile: "1g.10gb", VMUUID: ""},
 		},
 	}
-	_, allocs := FromAPI("n", hi, func(string, string) Mode { return ModeAuto })
+	_, allocs := FromAPI("n", hi, func(string, string) gpu.Mode { return gpu.ModeAuto })
 	if len(allocs) != 2 {
 		t.Fatalf("%d allocations, want 2: %+v", len(allocs), allocs)
 	}
-	if a := allocs[0]; a.ID != "vm-1" || a.Kind != KindMIG || a.Profile != "3g.40gb" || a.Start != 4 {
+	if a := allocs[0]; a.ID != "vm-1" || a.Kind != gpu.KindMIG || a.Profile != "3g.40gb" || a.Start != 4 {
 		t.Errorf("the shared device counts as %+v", a)
 	}
 	if a := allocs[1]; a.ID != "device:0000:18:00.5" {

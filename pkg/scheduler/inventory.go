@@ -33,8 +33,8 @@ type GPUSpec struct {
 	// Mode is what the GPU is used for now, as the backends report it
 	// ("" is idle). Allow is what the configuration lets it be: auto
 	// (default: anything while empty), vgpu, mig or passthrough.
-	Mode  Mode `json:"mode,omitempty"`
-	Allow Mode `json:"allow,omitempty"`
+	Mode  gpu.Mode `json:"mode,omitempty"`
+	Allow gpu.Mode `json:"allow,omitempty"`
 	// MixedSize: vGPUs of different sizes may share the GPU.
 	MixedSize bool `json:"mixed_size,omitempty"`
 	// MIGLayout pins the GPU's MIG instances (configuration mig_layout):
@@ -52,10 +52,10 @@ type GPUSpec struct {
 // Allocation is a device that exists or is being made: one live row of
 // pkg/store's allocations.
 type Allocation struct {
-	ID   string `json:"id"` // the VM
-	Host string `json:"host"`
-	GPU  string `json:"gpu"`
-	Kind Kind   `json:"kind"`
+	ID   string   `json:"id"` // the VM
+	Host string   `json:"host"`
+	GPU  string   `json:"gpu"`
+	Kind gpu.Kind `json:"kind"`
 	// Type is the vGPU type; Profile and Start the MIG instance.
 	Type    string `json:"type,omitempty"`
 	Profile string `json:"profile,omitempty"`
@@ -99,16 +99,16 @@ type gpuState struct {
 	host     int
 	addr     string
 	model    int // index into Inventory.models
-	cur      Mode
-	allow    Mode
+	cur      gpu.Mode
+	allow    gpu.Mode
 	mixed    bool
 	draining bool
 	unavail  string
 	group    []int          // the other GPUs of its IOMMU group
 	layout   []gpu.Instance // pinned MIG layout, nil if free
 
-	kind Kind // of what it holds; "" when empty
-	n    int  // devices on it (a passthrough group member counts 1)
+	kind gpu.Kind // of what it holds; "" when empty
+	n    int      // devices on it (a passthrough group member counts 1)
 	// MIG
 	node int32
 	inst []migInst
@@ -263,26 +263,26 @@ func (inv *Inventory) newGPU(host int, s GPUSpec, modelIdx map[string]int) (gpuS
 	g := gpuState{host: host, addr: s.Address, model: mi, cur: s.Mode, allow: s.Allow, mixed: s.MixedSize,
 		draining: s.Draining, unavail: s.Unavailable}
 	if g.cur == "" {
-		g.cur = ModeIdle
+		g.cur = gpu.ModeIdle
 	}
 	if g.allow == "" {
-		g.allow = ModeAuto
+		g.allow = gpu.ModeAuto
 	}
 	switch g.allow {
-	case ModeAuto, ModeVGPU, ModeMIG, ModePassthrough:
+	case gpu.ModeAuto, gpu.ModeVGPU, gpu.ModeMIG, gpu.ModePassthrough:
 	default:
 		return gpuState{}, fmt.Errorf("GPU %s: mode %q is not auto, vgpu, mig or passthrough", s.Address, g.allow)
 	}
 	switch g.cur {
-	case ModeIdle, ModeVGPU, ModeMIG, ModePassthrough:
+	case gpu.ModeIdle, gpu.ModeVGPU, gpu.ModeMIG, gpu.ModePassthrough:
 	default:
 		return gpuState{}, fmt.Errorf("GPU %s: current mode %q is not idle, vgpu, mig or passthrough", s.Address, g.cur)
 	}
 	info := inv.models[mi]
-	if g.allow == ModeMIG && info.mt == nil {
+	if g.allow == gpu.ModeMIG && info.mt == nil {
 		return gpuState{}, fmt.Errorf("GPU %s: %s has no MIG", s.Address, m.Name)
 	}
-	if g.allow == ModeVGPU && !m.VGPU {
+	if g.allow == gpu.ModeVGPU && !m.VGPU {
 		return gpuState{}, fmt.Errorf("GPU %s: %s has no vGPU support", s.Address, m.Name)
 	}
 	if info.mt != nil {
@@ -441,33 +441,23 @@ func (inv *Inventory) gpuIndex(host, addr string) (int, bool) {
 
 // allows reports whether the configuration and the board let the GPU serve
 // kind at all (what it holds now aside), and no backend says it cannot now.
-func (inv *Inventory) allows(g *gpuState, k Kind) bool {
+func (inv *Inventory) allows(g *gpuState, k gpu.Kind) bool {
 	return g.unavail == "" && inv.configured(g, k)
 }
 
 // configured is allows without the backends' word: whether the GPU could
 // ever serve kind.
-func (inv *Inventory) configured(g *gpuState, k Kind) bool {
+func (inv *Inventory) configured(g *gpuState, k gpu.Kind) bool {
 	info := inv.models[g.model]
 	switch k {
-	case KindMIG:
-		return info.mt != nil && (g.allow == ModeAuto || g.allow == ModeMIG)
-	case KindVGPU:
-		return info.m.VGPU && len(info.list) > 0 && (g.allow == ModeAuto || g.allow == ModeVGPU)
-	case KindPassthrough:
-		return g.allow == ModeAuto || g.allow == ModePassthrough
+	case gpu.KindMIG:
+		return info.mt != nil && (g.allow == gpu.ModeAuto || g.allow == gpu.ModeMIG)
+	case gpu.KindVGPU:
+		return info.m.VGPU && len(info.list) > 0 && (g.allow == gpu.ModeAuto || g.allow == gpu.ModeVGPU)
+	case gpu.KindPassthrough:
+		return g.allow == gpu.ModeAuto || g.allow == gpu.ModePassthrough
 	}
 	return false
-}
-
-func modeOf(k Kind) Mode {
-	switch k {
-	case KindMIG:
-		return ModeMIG
-	case KindVGPU:
-		return ModeVGPU
-	}
-	return ModePassthrough
 }
 
 // Allocate records a placement for VM id, ending at end (zero: unknown). It
@@ -542,7 +532,7 @@ func (inv *Inventory) apply(gi int, d Device, id string, end time.Time) (extra [
 		return nil, fmt.Errorf("the GPU cannot give %s (mode %s, %s)", d.Kind, g.allow, info.m.Name)
 	}
 	switch d.Kind {
-	case KindMIG:
+	case gpu.KindMIG:
 		pi := info.mt.profileIndex(strings.ToLower(d.Profile))
 		if pi < 0 {
 			return nil, fmt.Errorf("%s has no MIG profile %q", info.m.Name, d.Profile)
@@ -562,7 +552,7 @@ func (inv *Inventory) apply(gi int, d Device, id string, end time.Time) (extra [
 		}
 		g.node = next
 		g.inst = append(g.inst, migInst{id: id, prof: pi, start: d.Start, end: end})
-	case KindVGPU:
+	case gpu.KindVGPU:
 		t, ok := info.types[strings.ToUpper(d.Type)]
 		if !ok {
 			return nil, fmt.Errorf("%s offers no time-sliced vGPU type %q", info.m.Name, d.Type)
@@ -576,7 +566,7 @@ func (inv *Inventory) apply(gi int, d Device, id string, end time.Time) (extra [
 		g.vmem += t.Memory
 		g.nv++
 		g.vgpus = append(g.vgpus, vgpuInst{id: id, typ: t.Name, mem: t.Memory, end: end})
-	case KindPassthrough:
+	case gpu.KindPassthrough:
 		if g.n > 0 {
 			return nil, fmt.Errorf("the GPU is not empty")
 		}
@@ -585,14 +575,14 @@ func (inv *Inventory) apply(gi int, d Device, id string, end time.Time) (extra [
 			if og.n > 0 || og.owner != "" {
 				return nil, fmt.Errorf("GPU %s of its IOMMU group is in use", og.addr)
 			}
-			if !inv.configured(og, KindPassthrough) {
+			if !inv.configured(og, gpu.KindPassthrough) {
 				return nil, fmt.Errorf("GPU %s of its IOMMU group cannot be passed through", og.addr)
 			}
 		}
 		g.owner = id
 		for _, o := range g.group {
 			og := &inv.gpus[o]
-			og.owner, og.kind, og.n, og.companion = id, KindPassthrough, 1, true
+			og.owner, og.kind, og.n, og.companion = id, gpu.KindPassthrough, 1, true
 			og.ends = append(og.ends, end)
 			og.busy = end
 			inv.hosts[og.host].empty--
@@ -745,11 +735,11 @@ func (inv *Inventory) removeFrom(gi int, id string) {
 	}
 	if g.n == 0 {
 		g.kind, g.vtype, g.vmax, g.vmem = "", "", 0, 0
-		g.cur = ModeIdle
+		g.cur = gpu.ModeIdle
 		inv.hosts[g.host].empty++
 		g.busy = time.Time{}
 	} else {
-		g.cur = modeOf(g.kind)
+		g.cur = gpu.ModeOf(g.kind)
 	}
 }
 
@@ -768,13 +758,13 @@ func (inv *Inventory) Allocations() []Allocation {
 			return e
 		}
 		for _, in := range g.inst {
-			out = append(out, Allocation{ID: in.id, Host: host, GPU: g.addr, Kind: KindMIG, Profile: info.mt.t.Profiles[in.prof].Name, Start: in.start, End: end(in.end)})
+			out = append(out, Allocation{ID: in.id, Host: host, GPU: g.addr, Kind: gpu.KindMIG, Profile: info.mt.t.Profiles[in.prof].Name, Start: in.start, End: end(in.end)})
 		}
 		for _, v := range g.vgpus {
-			out = append(out, Allocation{ID: v.id, Host: host, GPU: g.addr, Kind: KindVGPU, Type: v.typ, End: end(v.end)})
+			out = append(out, Allocation{ID: v.id, Host: host, GPU: g.addr, Kind: gpu.KindVGPU, Type: v.typ, End: end(v.end)})
 		}
 		if g.owner != "" && !g.companion {
-			out = append(out, Allocation{ID: g.owner, Host: host, GPU: g.addr, Kind: KindPassthrough, End: end(inv.ends[g.owner])})
+			out = append(out, Allocation{ID: g.owner, Host: host, GPU: g.addr, Kind: gpu.KindPassthrough, End: end(inv.ends[g.owner])})
 		}
 	}
 	sort.SliceStable(out, func(i, j int) bool {

@@ -148,9 +148,66 @@ func (h *Hold) overlaps(from, to time.Time) bool {
 	return h.From.Before(to) && h.To.After(from)
 }
 
+// placer is the placement mechanism of one device kind, one file each
+// (place_mig.go, place_vgpu.go, place_passthrough.go). The generic code
+// (this file) looks a kind's placer up once, when it resolves a need, and
+// keeps it in the concrete need.
+type placer interface {
+	// whole is true when one device takes its GPU and the GPU's IOMMU group.
+	whole() bool
+	// exact is the concrete device an exact need of this kind names (its
+	// name: a MIG profile or vGPU type; the least memory of a whole GPU).
+	exact(n Need) (name string, memory uint64, ok bool)
+	// abstract appends to out the devices of this kind a board has that
+	// meet an abstract need.
+	abstract(n Need, info *modelInfo, out []option) []option
+	// match reports whether board mi (info) has c, and records c's
+	// per-board fields.
+	match(c *concrete, mi int, info *modelInfo) bool
+	// eval is evalGPU for a GPU that may give this kind: stFull when it has
+	// no room; stOK with the best candidate; stHeld with a hold's code.
+	eval(inv *Inventory, gi int, g *gpuState, c *concrete, pc *placeCtx, draining bool) (cand, status, Code)
+	// onHold is the candidate for booked device d on g, if g can give it.
+	onHold(inv *Inventory, gi int, g *gpuState, scratch []gpuState, first int, c *concrete, d Device, pc *placeCtx) (cand, bool)
+	// take records candidate cd on the scratch copy g (and its companions).
+	take(g *gpuState, scratch []gpuState, first int, cd cand, c *concrete)
+	// device is d, candidate cd's Device, with the kind's fields filled in
+	// (by value: a pointer would make every Device escape).
+	device(inv *Inventory, d Device, cd cand, c *concrete, g *gpuState) Device
+	// capacity is how many of c an empty g could give.
+	capacity(g *gpuState, info *modelInfo, c *concrete) int
+	// held is the code of a hold of holds (g's, at least one) that device
+	// a, already on g, would break; "" when none.
+	held(inv *Inventory, g *gpuState, a Allocation, holds []holdDev) Code
+	// noun names one device of c for people ("MIG 3g.40gb").
+	noun(c *concrete) string
+}
+
+// placerOf is the placer of kind k; nil for no device kind (KindAny, "").
+func placerOf(k gpu.Kind) placer {
+	switch k {
+	case gpu.KindMIG:
+		return migPlacer{}
+	case gpu.KindVGPU:
+		return vgpuPlacer{}
+	case gpu.KindPassthrough:
+		return passthroughPlacer{}
+	}
+	return nil
+}
+
+// option is a device a board offers for an abstract need: its name, the
+// board restriction, the share of a GPU it takes and its memory.
+type option struct {
+	name, model string
+	share       float64
+	mem         uint64
+}
+
 // concrete is one exact device a need may be met with.
 type concrete struct {
-	kind   Kind
+	kind   gpu.Kind
+	pl     placer // of kind
 	name   string // MIG profile (lower case) or vGPU type (canonical)
 	model  string // board restriction ("" none)
 	memory uint64 // least board memory for passthrough
@@ -197,8 +254,8 @@ func needKey(n Need) string {
 
 func (inv *Inventory) resolveNew(n Need) []concrete {
 	count := n.count()
-	mk := func(k Kind, name, model string) concrete {
-		c := concrete{kind: k, name: name, model: model, count: count,
+	mk := func(k gpu.Kind, name, model string) concrete {
+		c := concrete{kind: k, pl: placerOf(k), name: name, model: model, count: count,
 			match: make([]bool, len(inv.models)), prof: make([]int, len(inv.models)), vt: make([]gpu.VGPUTypeInfo, len(inv.models))}
 		return c
 	}
@@ -209,45 +266,18 @@ func (inv *Inventory) resolveNew(n Need) []concrete {
 			if c.model != "" && !info.m.MatchesName(c.model) && !strings.EqualFold(info.m.Name, c.model) {
 				continue
 			}
-			switch c.kind {
-			case KindMIG:
-				if info.mt == nil {
-					continue
-				}
-				if pi := info.mt.profileIndex(c.name); pi >= 0 {
-					c.prof[mi], c.match[mi] = pi, true
-				}
-			case KindVGPU:
-				if t, ok := info.types[c.name]; ok {
-					c.vt[mi], c.match[mi] = t, true
-				}
-			case KindPassthrough:
-				c.match[mi] = info.m.Memory >= c.memory
-			}
+			c.match[mi] = c.pl.match(c, mi, info)
 			any = any || c.match[mi]
 		}
 		return any
 	}
-	switch n.Kind {
-	case KindMIG:
-		c := mk(KindMIG, strings.ToLower(strings.TrimSpace(n.Profile)), n.Model)
-		if fill(&c) {
-			return []concrete{c}
-		}
-		return nil
-	case KindVGPU:
-		t, err := gpu.ParseVGPUType(n.Type)
-		if err != nil {
+	if pl := placerOf(n.Kind); pl != nil {
+		name, memory, ok := pl.exact(n)
+		if !ok {
 			return nil
 		}
-		c := mk(KindVGPU, t.Name, n.Model)
-		if fill(&c) {
-			return []concrete{c}
-		}
-		return nil
-	case KindPassthrough:
-		c := mk(KindPassthrough, "", n.Model)
-		c.memory = n.Memory
+		c := mk(n.Kind, name, n.Model)
+		c.memory = memory
 		if fill(&c) {
 			return []concrete{c}
 		}
@@ -257,7 +287,7 @@ func (inv *Inventory) resolveNew(n Need) []concrete {
 	// board of the inventory, cheapest (smallest share of a GPU) first.
 	var out []concrete
 	seen := map[string]bool{}
-	kindOrder := map[Kind]int{}
+	kindOrder := map[gpu.Kind]int{}
 	for i, k := range n.kinds() {
 		kindOrder[k] = i
 	}
@@ -272,31 +302,17 @@ func (inv *Inventory) resolveNew(n Need) []concrete {
 			out = append(out, c)
 		}
 	}
+	var opts []option
 	for _, info := range inv.models {
 		m := info.m
 		if n.Model != "" && !m.MatchesName(n.Model) && !strings.EqualFold(m.Name, n.Model) {
 			continue
 		}
 		for _, k := range n.kinds() {
-			switch k {
-			case KindMIG:
-				if info.mt == nil {
-					continue
-				}
-				for _, p := range info.mt.t.Profiles {
-					if p.Media == "" && uint64(p.MemoryGB)*gpu.GiB >= n.Memory {
-						add(mk(KindMIG, p.Name, n.Model), migShare(info.mt.t, p), uint64(p.MemoryGB)*gpu.GiB)
-					}
-				}
-			case KindVGPU:
-				for _, t := range info.list {
-					if t.Memory >= n.Memory && (n.Series == "" || string(t.Series) == n.Series) {
-						add(mk(KindVGPU, t.Name, n.Model), float64(t.Memory)/float64(m.Memory), t.Memory)
-					}
-				}
-			case KindPassthrough:
-				if m.Memory >= n.Memory && m.Memory > 0 {
-					add(mk(KindPassthrough, "", m.Name), 1, m.Memory)
+			if pl := placerOf(k); pl != nil {
+				opts = pl.abstract(n, info, opts[:0])
+				for _, o := range opts {
+					add(mk(k, o.name, o.model), o.share, o.mem)
 				}
 			}
 		}
@@ -321,26 +337,6 @@ func (inv *Inventory) resolveNew(n Need) []concrete {
 		return a.model < b.model
 	})
 	return out
-}
-
-// seriesRank orders vGPU types of one size: Q (graphics and CUDA) first,
-// then C (compute), B (desktop), A (applications).
-func seriesRank(c concrete) int {
-	if c.kind != KindVGPU || c.name == "" {
-		return 0
-	}
-	return strings.IndexByte("QCBA", c.name[len(c.name)-1])
-}
-
-// migShare is the part of a GPU a MIG profile holds: the larger of its
-// compute and memory fractions (a 1g.10gb is 1/7, a 1g.20gb 1/4).
-func migShare(t *gpu.MIGTable, p gpu.MIGProfile) float64 {
-	c := float64(p.Compute) / float64(t.Compute)
-	m := float64(p.Size) / float64(t.Slices)
-	if m > c {
-		return m
-	}
-	return c
 }
 
 func (inv *Inventory) neverDetail(n Need) string {
@@ -389,7 +385,7 @@ func (inv *Inventory) newCtx(o PlaceOptions) *placeCtx {
 				continue
 			}
 			hd := holdDev{d: d, code: h.Code, id: h.ID, prof: -1}
-			if d.Kind == KindMIG {
+			if d.Kind == gpu.KindMIG {
 				if mt := inv.models[inv.gpus[gi].model].mt; mt != nil {
 					hd.prof = mt.profileIndex(strings.ToLower(d.Profile))
 				}
@@ -399,8 +395,8 @@ func (inv *Inventory) newCtx(o PlaceOptions) *placeCtx {
 			}
 			pc.holds[gi] = append(pc.holds[gi], hd)
 			for _, o := range inv.gpus[gi].group { // a whole GPU takes its group
-				if d.Kind == KindPassthrough {
-					pc.holds[o] = append(pc.holds[o], holdDev{d: Device{GPU: inv.gpus[o].addr, Kind: KindPassthrough}, code: h.Code, id: h.ID, prof: -1})
+				if d.Kind == gpu.KindPassthrough {
+					pc.holds[o] = append(pc.holds[o], holdDev{d: Device{GPU: inv.gpus[o].addr, Kind: gpu.KindPassthrough}, code: h.Code, id: h.ID, prof: -1})
 				}
 			}
 		}
@@ -449,7 +445,6 @@ const (
 // evalGPU finds the best way to put one device of c on g (which may be a
 // scratch copy: gi is its index in the inventory).
 func (inv *Inventory) evalGPU(gi int, g *gpuState, c *concrete, pc *placeCtx) (cand, status, Code) {
-	info := inv.models[g.model]
 	if !c.match[g.model] || !inv.configured(g, c.kind) {
 		return cand{}, stIncapable, ""
 	}
@@ -459,140 +454,16 @@ func (inv *Inventory) evalGPU(gi int, g *gpuState, c *concrete, pc *placeCtx) (c
 	if g.owner != "" || (g.kind != "" && g.kind != c.kind) {
 		return cand{}, stFull, ""
 	}
-	h := &inv.hosts[g.host]
-	draining := g.draining || h.draining
-	holds := pc.holds[gi]
-	best := cand{gi: gi}
-	found := false
-	heldCode := Code("")
-	switch c.kind {
-	case KindMIG:
-		mt := info.mt
-		pi := c.prof[g.model]
-		node := &mt.nodes[g.node]
-		opts := node.opts[pi]
-		if len(opts) == 0 {
-			return cand{}, stFull, ""
-		}
-		room := false
-		one := g.layout == nil && len(holds) == 0 && !draining
-		pick := int(node.best[pi])
-		if pc.o.Strategy == FirstFit {
-			pick = 0
-		}
-		for j, op := range opts {
-			if one && j != pick {
-				continue // only damage and start differ between a GPU's options
-			}
-			if g.layout != nil && !inLayout(g.layout, mt.t.Profiles[pi], op.start) {
-				continue
-			}
-			room = true
-			if draining {
-				break
-			}
-			if len(holds) > 0 {
-				if code := migHeld(mt, node, holds, pi, op.start); code != "" {
-					heldCode = code
-					continue
-				}
-			}
-			var s score
-			switch pc.o.Strategy {
-			case FirstFit:
-				s = score{int64(gi)*16 + int64(op.start)}
-			case Spread:
-				s = score{int64(h.load), int64(mt.t.Slices - node.free), op.damage, switchCost(g, c.kind), 0, int64(gi)*16 + int64(op.start)}
-			default:
-				// Least damage to larger profiles, then no mode switch, then
-				// the GPU whose busy horizon the lease extends least, then
-				// the fullest GPU and host.
-				s = score{op.damage, switchCost(g, c.kind), pc.ext(g), int64(node.free - mt.t.Profiles[pi].Size), int64(h.empty), int64(gi)*16 + int64(op.start)}
-			}
-			if !found || s.less(best.score) {
-				best = cand{gi: gi, start: op.start, next: op.next, score: s}
-				found = true
-			}
-		}
-		if !room {
-			return cand{}, stFull, ""
-		}
-	case KindVGPU:
-		t := &c.vt[g.model]
-		if !vgpuRoom(g, info, t) {
-			return cand{}, stFull, ""
-		}
-		if !draining && len(holds) > 0 {
-			if code := vgpuHeld(g, info, *t, holds); code != "" {
-				return cand{}, stHeld, code
-			}
-		}
-		class := int64(0)
-		if g.n == 0 {
-			class = 1 + switchCost(g, c.kind)
-		}
-		flex := int64(0)
-		if g.n == 0 && inv.allows(g, KindMIG) {
-			flex = 1
-		}
-		left := int64(t.MaxInstances - g.nv - 1)
-		if g.mixed {
-			left = int64((info.m.Memory - g.vmem - t.Memory) / gpu.GiB)
-		}
-		switch pc.o.Strategy {
-		case FirstFit:
-			best.score = score{int64(gi)}
-		case Spread:
-			best.score = score{int64(h.load), int64(g.nv), class, flex, 0, int64(gi)}
-		default:
-			best.score = score{class, flex, pc.ext(g), left, int64(h.empty), int64(gi)}
-		}
-		found = true
-	case KindPassthrough:
-		if g.n > 0 {
-			return cand{}, stFull, ""
-		}
-		for _, o := range g.group {
-			og := &inv.gpus[o]
-			if og.n > 0 || og.owner != "" || !inv.allows(og, KindPassthrough) {
-				return cand{}, stFull, ""
-			}
-		}
-		if !draining {
-			for _, o := range append([]int{gi}, g.group...) {
-				if hs := pc.holds[o]; len(hs) > 0 {
-					return cand{}, stHeld, hs[0].code
-				}
-			}
-		}
-		flex := int64(0)
-		if inv.allows(g, KindMIG) {
-			flex++
-		}
-		if inv.allows(g, KindVGPU) {
-			flex++
-		}
-		switch pc.o.Strategy {
-		case FirstFit:
-			best.score = score{int64(gi)}
-		case Spread:
-			best.score = score{int64(h.load), switchCost(g, c.kind), flex, int64(info.m.Memory / gpu.GiB), 0, int64(gi)}
-		default:
-			best.score = score{switchCost(g, c.kind), flex, int64(info.m.Memory / gpu.GiB), int64(len(g.group)), int64(h.empty), int64(gi)}
-		}
-		found = true
-	}
-	if draining {
+	draining := g.draining || inv.hosts[g.host].draining
+	cd, st, code := c.pl.eval(inv, gi, g, c, pc, draining)
+	if draining && st != stFull {
 		return cand{}, stDraining, ""
 	}
-	if !found {
-		return cand{}, stHeld, heldCode
-	}
-	return best, stOK, ""
+	return cd, st, code
 }
 
-func switchCost(g *gpuState, k Kind) int64 {
-	if g.n == 0 && g.cur != modeOf(k) {
+func switchCost(g *gpuState, k gpu.Kind) int64 {
+	if g.n == 0 && g.cur != gpu.ModeOf(k) {
 		return 1
 	}
 	return 0
@@ -612,73 +483,6 @@ func (pc *placeCtx) ext(g *gpuState) int64 {
 		return 0
 	}
 	return int64(pc.end.Sub(busy) / time.Minute)
-}
-
-// migHeld checks a MIG start against held instances on the GPU: it may not
-// overlap them, and together with what the GPU holds and the held instances
-// it may not overrun the compute budget, the profile's maximum or the media
-// engines. Held instances that overlap what the GPU holds now are in the
-// future (what holds them now ends first) and do not count twice.
-func migHeld(mt *migTable, node *migNode, holds []holdDev, pi, start int) Code {
-	p := mt.t.Profiles[pi]
-	compute := int(node.compute) + p.Compute
-	count := int(node.counts[pi]) + 1
-	media := node.media && p.Media != ""
-	for _, h := range holds {
-		if h.d.Kind != KindMIG || h.prof < 0 {
-			return h.code
-		}
-		hp := mt.t.Profiles[h.prof]
-		if h.d.Start < start+p.Size && start < h.d.Start+hp.Size {
-			return h.code
-		}
-		var hmask uint16
-		for s := h.d.Start; s < h.d.Start+hp.Size; s++ {
-			hmask |= 1 << s
-		}
-		if node.mask&hmask != 0 {
-			continue
-		}
-		compute += hp.Compute
-		if h.prof == pi {
-			count++
-		}
-		if hp.Media != "" && p.Media != "" {
-			media = true
-		}
-	}
-	if compute > mt.t.Compute || count > p.Max || media {
-		return holds[0].code
-	}
-	return ""
-}
-
-func vgpuHeld(g *gpuState, info *modelInfo, t gpu.VGPUTypeInfo, holds []holdDev) Code {
-	n, mem := g.nv+1, g.vmem+t.Memory
-	for _, h := range holds {
-		if h.d.Kind != KindVGPU {
-			return h.code
-		}
-		ht, ok := info.types[strings.ToUpper(h.d.Type)]
-		if !ok {
-			return h.code
-		}
-		if !g.mixed && ht.Name != t.Name {
-			return h.code
-		}
-		n++
-		mem += ht.Memory
-	}
-	if g.mixed {
-		if mem > info.m.Memory || n > info.m.MaxVGPUs {
-			return holds[0].code
-		}
-		return ""
-	}
-	if n > t.MaxInstances {
-		return holds[0].code
-	}
-	return ""
 }
 
 // placeConcrete places c.count devices of one concrete kind on one host.
@@ -766,18 +570,7 @@ func (inv *Inventory) placeConcrete(c *concrete, pc *placeCtx) (Placement, Reaso
 }
 
 func (c *concrete) describe() string {
-	s := c.name
-	switch c.kind {
-	case KindPassthrough:
-		s = "a whole GPU"
-		if c.model != "" {
-			s = "a whole " + c.model
-		}
-	case KindMIG:
-		s = "MIG " + c.name
-	case KindVGPU:
-		s = "vGPU " + c.name
-	}
+	s := c.pl.noun(c)
 	if c.count > 1 {
 		s = fmt.Sprintf("%d× %s on one host", c.count, s)
 	}
@@ -801,10 +594,8 @@ func (inv *Inventory) placeOnHost(hi int, c *concrete, pc *placeCtx, note func(s
 		note(st, code)
 		if st == stOK {
 			ok++
-			if c.kind == KindPassthrough {
+			if c.pl.whole() {
 				whole = append(whole, cd)
-			}
-			if c.kind == KindPassthrough {
 				slots++
 			} else {
 				slots += c.count
@@ -814,7 +605,7 @@ func (inv *Inventory) placeOnHost(hi int, c *concrete, pc *placeCtx, note func(s
 	if ok == 0 || slots < c.count {
 		return Placement{}, score{}, false
 	}
-	if c.kind == KindPassthrough {
+	if c.pl.whole() {
 		return inv.wholeOnHost(h, c, whole, pc)
 	}
 	scratch := make([]gpuState, h.n)
@@ -835,61 +626,15 @@ func (inv *Inventory) placeOnHost(hi int, c *concrete, pc *placeCtx, note func(s
 		}
 		g := &scratch[best.gi-h.first]
 		p.Devices = append(p.Devices, inv.device(best, c, g))
-		applyScratch(inv, g, scratch, h.first, best, c)
+		applyScratch(g, scratch, h.first, best, c)
 		total = total.add(best.score)
 	}
 	return p, total, true
 }
 
-// wholeOnHost puts c.count whole GPUs on host h: the best GPUs by score,
-// none of them in the IOMMU group of another (placing a whole GPU changes
-// no other GPU's score).
-func (inv *Inventory) wholeOnHost(h *hostState, c *concrete, cands []cand, pc *placeCtx) (Placement, score, bool) {
-	slices.SortFunc(cands, func(a, b cand) int {
-		if a.score.less(b.score) {
-			return -1
-		}
-		if b.score.less(a.score) {
-			return 1
-		}
-		return 0
-	})
-	taken := pc.taken[:0]
-	defer func() { pc.taken = taken[:0] }()
-	n := 0
-	for _, cd := range cands {
-		if n == c.count {
-			break
-		}
-		if !slices.Contains(taken, cd.gi) {
-			taken = append(append(taken, cd.gi), inv.gpus[cd.gi].group...)
-			n++
-		}
-	}
-	if n < c.count {
-		return Placement{}, score{}, false
-	}
-	taken = taken[:0]
-	p := Placement{Host: h.name, Devices: make([]Device, 0, c.count)}
-	var total score
-	for _, cd := range cands {
-		if len(p.Devices) == c.count {
-			break
-		}
-		if slices.Contains(taken, cd.gi) {
-			continue
-		}
-		g := &inv.gpus[cd.gi]
-		taken = append(append(taken, cd.gi), g.group...)
-		p.Devices = append(p.Devices, inv.device(cd, c, g))
-		total = total.add(cd.score)
-	}
-	return p, total, len(p.Devices) == c.count
-}
-
 // evalScratch is evalGPU where group companions are read from scratch.
 func (inv *Inventory) evalScratch(gi int, g *gpuState, scratch []gpuState, first int, c *concrete, pc *placeCtx) (cand, status, Code) {
-	if c.kind == KindPassthrough {
+	if c.pl.whole() {
 		for _, o := range g.group {
 			if og := &scratch[o-first]; og.owner != "" || og.n > 0 {
 				return cand{}, stFull, ""
@@ -899,53 +644,16 @@ func (inv *Inventory) evalScratch(gi int, g *gpuState, scratch []gpuState, first
 	return inv.evalGPU(gi, g, c, pc)
 }
 
-func applyScratch(inv *Inventory, g *gpuState, scratch []gpuState, first int, cd cand, c *concrete) {
+func applyScratch(g *gpuState, scratch []gpuState, first int, cd cand, c *concrete) {
 	g.kind = c.kind
 	g.n++
-	switch c.kind {
-	case KindMIG:
-		g.node = cd.next
-	case KindVGPU:
-		t := c.vt[g.model]
-		g.nv++
-		g.vmem += t.Memory
-		if !g.mixed {
-			g.vtype, g.vmax = t.Name, t.MaxInstances
-		}
-	case KindPassthrough:
-		g.owner = "?"
-		for _, o := range g.group {
-			og := &scratch[o-first]
-			og.owner, og.n, og.kind = "?", 1, KindPassthrough
-		}
-	}
+	c.pl.take(g, scratch, first, cd, c)
 }
 
 // device describes a candidate as a Device.
 func (inv *Inventory) device(cd cand, c *concrete, g *gpuState) Device {
-	info := inv.models[g.model]
 	d := Device{GPU: g.addr, Kind: c.kind, SwitchMode: switchCost(g, c.kind) == 1}
-	switch c.kind {
-	case KindMIG:
-		p := info.mt.t.Profiles[c.prof[g.model]]
-		d.Profile, d.Start, d.Size = p.Name, cd.start, p.Size
-		d.Memory = uint64(p.MemoryGB) * gpu.GiB
-		d.Share = migShare(info.mt.t, p)
-	case KindVGPU:
-		t := c.vt[g.model]
-		d.Type, d.Memory = t.Name, t.Memory
-		if info.m.Memory > 0 {
-			d.Share = float64(t.Memory) / float64(info.m.Memory)
-		}
-	case KindPassthrough:
-		d.Memory, d.Share = info.m.Memory, 1
-		for _, o := range g.group {
-			d.Group = append(d.Group, inv.gpus[o].addr)
-			d.Share++
-		}
-		sort.Strings(d.Group)
-	}
-	return d
+	return c.pl.device(inv, d, cd, c, g)
 }
 
 // fitsAvailable reports whether c could fit on usable GPUs alone if they
@@ -977,32 +685,7 @@ func (inv *Inventory) fits(c *concrete, unusable bool) bool {
 			if !c.match[g.model] || !inv.configured(g, c.kind) || (!unusable && g.unavail != "") {
 				continue
 			}
-			info := inv.models[g.model]
-			switch c.kind {
-			case KindMIG:
-				pi := c.prof[g.model]
-				if g.layout != nil {
-					for _, in := range g.layout {
-						if in.Profile.ID == info.mt.t.Profiles[pi].ID {
-							n++
-						}
-					}
-				} else {
-					n += info.mt.fullCap[pi]
-				}
-			case KindVGPU:
-				t := c.vt[g.model]
-				if g.mixed {
-					if t.Series == gpu.SeriesC || t.Memory == 0 {
-						continue
-					}
-					n += min(int(info.m.Memory/t.Memory), info.m.MaxVGPUs)
-				} else {
-					n += t.MaxInstances
-				}
-			case KindPassthrough:
-				n++
-			}
+			n += c.pl.capacity(g, inv.models[g.model], c)
 		}
 		if n >= c.count {
 			return true
@@ -1036,38 +719,12 @@ func (inv *Inventory) placeOnHold(c *concrete, h *Hold, pc *placeCtx) (Placement
 			if !c.match[g.model] || !inv.allows(g, c.kind) || g.owner != "" || (g.kind != "" && g.kind != c.kind) {
 				continue
 			}
-			info := inv.models[g.model]
-			cd := cand{gi: gi}
-			switch c.kind {
-			case KindMIG:
-				pi := c.prof[g.model]
-				if info.mt.t.Profiles[pi].Name != strings.ToLower(d.Profile) {
-					continue
-				}
-				cd.next = -1
-				for _, o := range info.mt.nodes[g.node].opts[pi] {
-					if o.start == d.Start {
-						cd.start, cd.next = o.start, o.next
-					}
-				}
-				if cd.next < 0 {
-					continue
-				}
-			case KindVGPU:
-				t := &c.vt[g.model]
-				if t.Name != strings.ToUpper(d.Type) || !vgpuRoom(g, info, t) {
-					continue
-				}
-			case KindPassthrough:
-				if g.n > 0 {
-					continue
-				}
-				if _, st, _ := inv.evalScratch(gi, g, scratch, host.first, c, &placeCtx{o: pc.o, end: pc.end}); st != stOK {
-					continue
-				}
+			cd, ok := c.pl.onHold(inv, gi, g, scratch, host.first, c, d, pc)
+			if !ok {
+				continue
 			}
 			p.Devices = append(p.Devices, inv.device(cd, c, g))
-			applyScratch(inv, g, scratch, host.first, cd, c)
+			applyScratch(g, scratch, host.first, cd, c)
 			used[di], placed = true, true
 			break
 		}
@@ -1097,19 +754,15 @@ func (inv *Inventory) Keep(id string, o PlaceOptions) Reason {
 	for _, a := range devs {
 		gi, _ := c.gpuIndex(a.Host, a.GPU)
 		g := &c.gpus[gi]
-		info := c.models[g.model]
+		pl := placerOf(a.Kind)
 		code := Code("")
 		if holds := pc.holds[gi]; len(holds) > 0 {
-			switch a.Kind {
-			case KindMIG:
-				code = migHeld(info.mt, &info.mt.nodes[g.node], holds, info.mt.profileIndex(a.Profile), a.Start)
-			case KindVGPU:
-				code = vgpuHeld(g, info, info.types[a.Type], holds)
-			default:
-				code = holds[0].code
+			code = holds[0].code
+			if pl != nil {
+				code = pl.held(c, g, a, holds)
 			}
 		}
-		if a.Kind == KindPassthrough {
+		if pl != nil && pl.whole() {
 			for _, o := range g.group {
 				if hs := pc.holds[o]; len(hs) > 0 {
 					code = hs[0].code

@@ -23,7 +23,7 @@ func mustInv(t testing.TB, hosts []HostSpec, allocs ...Allocation) *Inventory {
 	return inv
 }
 
-func h100Host(name string, n int, allow Mode) HostSpec {
+func h100Host(name string, n int, allow gpu.Mode) HostSpec {
 	h := HostSpec{Name: name}
 	for i := 0; i < n; i++ {
 		h.GPUs = append(h.GPUs, GPUSpec{Address: fmt.Sprintf("0000:%02x:00.0", 0x10+i), Model: "H100 PCIe 80GB", Allow: allow})
@@ -31,7 +31,7 @@ func h100Host(name string, n int, allow Mode) HostSpec {
 	return h
 }
 
-func mig(p string) Need { return Need{Kind: KindMIG, Profile: p, Count: 1} }
+func mig(p string) Need { return Need{Kind: gpu.KindMIG, Profile: p, Count: 1} }
 
 // TestMIGTableMatchesRules walks random placements and removals and checks
 // that the enumerated state graph gives exactly the free starts of
@@ -74,7 +74,7 @@ func TestMIGTableMatchesRules(t *testing.T) {
 }
 
 func TestMIGPlacementKeepsLargeProfiles(t *testing.T) {
-	inv := mustInv(t, []HostSpec{h100Host("a", 1, ModeMIG)})
+	inv := mustInv(t, []HostSpec{h100Host("a", 1, gpu.ModeMIG)})
 	// Three 1g.10gb on an empty GPU go to the top, leaving 4g.40gb@0.
 	var starts []int
 	for i := 0; i < 3; i++ {
@@ -95,7 +95,7 @@ func TestMIGPlacementKeepsLargeProfiles(t *testing.T) {
 		t.Errorf("4g.40gb after three 1g: %v %v", p, r)
 	}
 	// First fit would have put them at 0, 1, 2 and lost the 4g.
-	ff := mustInv(t, []HostSpec{h100Host("a", 1, ModeMIG)})
+	ff := mustInv(t, []HostSpec{h100Host("a", 1, gpu.ModeMIG)})
 	for i := 0; i < 3; i++ {
 		p, _ := ff.Place(mig("1g.10gb"), PlaceOptions{Now: t0, Strategy: FirstFit})
 		if p.Devices[0].Start != i {
@@ -111,7 +111,7 @@ func TestMIGPlacementKeepsLargeProfiles(t *testing.T) {
 }
 
 func TestMIGThreeGGoesHigh(t *testing.T) {
-	inv := mustInv(t, []HostSpec{h100Host("a", 2, ModeMIG)})
+	inv := mustInv(t, []HostSpec{h100Host("a", 2, gpu.ModeMIG)})
 	p, r := inv.Place(mig("3g.40gb"), PlaceOptions{Now: t0})
 	if !r.OK() || p.Devices[0].Start != 4 || p.Devices[0].GPU != "0000:10:00.0" {
 		t.Fatalf("3g.40gb on empty GPUs: %v %v", p, r)
@@ -129,9 +129,9 @@ func TestMIGThreeGGoesHigh(t *testing.T) {
 func TestPackPrefersGPUsEndingLater(t *testing.T) {
 	// Two GPUs each with a 3g at 4; one ends in 1h, the other in 10h. A new
 	// 8h 3g goes with the one ending late, so the other empties for a 7g.
-	inv := mustInv(t, []HostSpec{h100Host("a", 2, ModeMIG)},
-		Allocation{ID: "early", Host: "a", GPU: "0000:10:00.0", Kind: KindMIG, Profile: "3g.40gb", Start: 4, End: t0.Add(time.Hour)},
-		Allocation{ID: "late", Host: "a", GPU: "0000:11:00.0", Kind: KindMIG, Profile: "3g.40gb", Start: 4, End: t0.Add(10 * time.Hour)},
+	inv := mustInv(t, []HostSpec{h100Host("a", 2, gpu.ModeMIG)},
+		Allocation{ID: "early", Host: "a", GPU: "0000:10:00.0", Kind: gpu.KindMIG, Profile: "3g.40gb", Start: 4, End: t0.Add(time.Hour)},
+		Allocation{ID: "late", Host: "a", GPU: "0000:11:00.0", Kind: gpu.KindMIG, Profile: "3g.40gb", Start: 4, End: t0.Add(10 * time.Hour)},
 	)
 	p, r := inv.Place(mig("3g.40gb"), PlaceOptions{Now: t0, End: t0.Add(8 * time.Hour)})
 	if !r.OK() || p.Devices[0].GPU != "0000:11:00.0" {
@@ -142,12 +142,12 @@ func TestPackPrefersGPUsEndingLater(t *testing.T) {
 func TestVGPUPlacement(t *testing.T) {
 	hosts := []HostSpec{{Name: "a", GPUs: []GPUSpec{
 		{Address: "g0", Model: "L40S"},
-		{Address: "g1", Model: "L40S", Allow: ModeVGPU, Mode: ModeVGPU},
-		{Address: "g2", Model: "L40S", Allow: ModeVGPU, Mode: ModeVGPU},
-		{Address: "g3", Model: "L40S", Allow: ModeVGPU, Mode: ModeVGPU, MixedSize: true},
+		{Address: "g1", Model: "L40S", Allow: gpu.ModeVGPU, Mode: gpu.ModeVGPU},
+		{Address: "g2", Model: "L40S", Allow: gpu.ModeVGPU, Mode: gpu.ModeVGPU},
+		{Address: "g3", Model: "L40S", Allow: gpu.ModeVGPU, Mode: gpu.ModeVGPU, MixedSize: true},
 	}}}
-	inv := mustInv(t, hosts, Allocation{ID: "x", Host: "a", GPU: "g2", Kind: KindVGPU, Type: "L40S-12Q"})
-	need := Need{Kind: KindVGPU, Type: "L40S-12Q", Count: 1}
+	inv := mustInv(t, hosts, Allocation{ID: "x", Host: "a", GPU: "g2", Kind: gpu.KindVGPU, Type: "L40S-12Q"})
+	need := Need{Kind: gpu.KindVGPU, Type: "L40S-12Q", Count: 1}
 	p, r := inv.Place(need, PlaceOptions{Now: t0})
 	if !r.OK() || p.Devices[0].GPU != "g2" {
 		t.Fatalf("12Q: %v %v, want g2 (already holds 12Q)", p, r)
@@ -167,18 +167,18 @@ func TestVGPUPlacement(t *testing.T) {
 		t.Errorf("after g2 is full: %v, want g1 (empty, in vgpu mode)", p)
 	}
 	// A different type cannot share g2 (equal-size) but can share g3.
-	if err := inv.Allocate("z", Placement{Host: "a", Devices: []Device{{GPU: "g2", Kind: KindVGPU, Type: "L40S-4Q"}}}, time.Time{}); err == nil {
+	if err := inv.Allocate("z", Placement{Host: "a", Devices: []Device{{GPU: "g2", Kind: gpu.KindVGPU, Type: "L40S-4Q"}}}, time.Time{}); err == nil {
 		t.Error("equal-size GPU took a second type")
 	}
 	for _, typ := range []string{"L40S-24Q", "L40S-12Q", "L40S-8Q"} {
-		if err := inv.Allocate("m"+typ, Placement{Host: "a", Devices: []Device{{GPU: "g3", Kind: KindVGPU, Type: typ}}}, time.Time{}); err != nil {
+		if err := inv.Allocate("m"+typ, Placement{Host: "a", Devices: []Device{{GPU: "g3", Kind: gpu.KindVGPU, Type: typ}}}, time.Time{}); err != nil {
 			t.Errorf("mixed-size GPU refused %s: %v", typ, err)
 		}
 	}
-	if err := inv.Allocate("over", Placement{Host: "a", Devices: []Device{{GPU: "g3", Kind: KindVGPU, Type: "L40S-8Q"}}}, time.Time{}); err == nil {
+	if err := inv.Allocate("over", Placement{Host: "a", Devices: []Device{{GPU: "g3", Kind: gpu.KindVGPU, Type: "L40S-8Q"}}}, time.Time{}); err == nil {
 		t.Error("mixed-size GPU took more than its framebuffer")
 	}
-	if err := inv.Allocate("c", Placement{Host: "a", Devices: []Device{{GPU: "g3", Kind: KindVGPU, Type: "L40S-4C"}}}, time.Time{}); err == nil {
+	if err := inv.Allocate("c", Placement{Host: "a", Devices: []Device{{GPU: "g3", Kind: gpu.KindVGPU, Type: "L40S-4C"}}}, time.Time{}); err == nil {
 		t.Error("mixed-size GPU took a C type")
 	}
 }
@@ -190,7 +190,7 @@ func TestPassthroughIOMMUGroup(t *testing.T) {
 		{Address: "g2", Model: "GeForce RTX 4090", IOMMUGroup: "8"},
 	}}}
 	inv := mustInv(t, hosts)
-	pt := Need{Kind: KindPassthrough, Count: 1}
+	pt := Need{Kind: gpu.KindPassthrough, Count: 1}
 	p, r := inv.Place(pt, PlaceOptions{Now: t0})
 	if !r.OK() || p.Devices[0].GPU != "g2" {
 		t.Fatalf("got %v %v, want g2 (alone in its group)", p, r)
@@ -219,24 +219,24 @@ func TestPassthroughIOMMUGroup(t *testing.T) {
 
 func TestAbstractNeedTakesCheapest(t *testing.T) {
 	hosts := []HostSpec{{Name: "a", GPUs: []GPUSpec{
-		{Address: "m", Model: "H100 PCIe 80GB", Allow: ModeMIG},
-		{Address: "v", Model: "L40S", Allow: ModeVGPU},
+		{Address: "m", Model: "H100 PCIe 80GB", Allow: gpu.ModeMIG},
+		{Address: "v", Model: "L40S", Allow: gpu.ModeVGPU},
 		{Address: "p", Model: "GeForce RTX 4090"},
 	}}}
 	inv := mustInv(t, hosts)
 	cases := []struct {
 		mem   uint64
-		kinds []Kind
+		kinds []gpu.Kind
 		want  string
 	}{
 		{20 * gpu.GiB, nil, "m mig 1g.20gb@"}, // 1/4 of an H100 beats 24/48 of an L40S
-		{12 * gpu.GiB, []Kind{KindVGPU}, "v vgpu L40S-12Q"},
-		{16 * gpu.GiB, []Kind{KindVGPU}, "v vgpu L40S-16Q"},
-		{24 * gpu.GiB, []Kind{KindPassthrough}, "p passthrough"},
+		{12 * gpu.GiB, []gpu.Kind{gpu.KindVGPU}, "v vgpu L40S-12Q"},
+		{16 * gpu.GiB, []gpu.Kind{gpu.KindVGPU}, "v vgpu L40S-16Q"},
+		{24 * gpu.GiB, []gpu.Kind{gpu.KindPassthrough}, "p passthrough"},
 		{90 * gpu.GiB, nil, ""},
 	}
 	for _, c := range cases {
-		p, r := inv.Place(Need{Kind: KindAny, Memory: c.mem, Kinds: c.kinds, Count: 1}, PlaceOptions{Now: t0})
+		p, r := inv.Place(Need{Kind: gpu.KindAny, Memory: c.mem, Kinds: c.kinds, Count: 1}, PlaceOptions{Now: t0})
 		if c.want == "" {
 			if r.Code != CodeNever {
 				t.Errorf("%s: %v %v, want never", formatBytes(c.mem), p, r)
@@ -251,29 +251,29 @@ func TestAbstractNeedTakesCheapest(t *testing.T) {
 
 func TestReasons(t *testing.T) {
 	hosts := []HostSpec{
-		{Name: "a", GPUs: []GPUSpec{{Address: "g0", Model: "H100 PCIe 80GB", Allow: ModeMIG}}},
-		{Name: "b", Draining: true, GPUs: []GPUSpec{{Address: "g0", Model: "H100 PCIe 80GB", Allow: ModeMIG}}},
+		{Name: "a", GPUs: []GPUSpec{{Address: "g0", Model: "H100 PCIe 80GB", Allow: gpu.ModeMIG}}},
+		{Name: "b", Draining: true, GPUs: []GPUSpec{{Address: "g0", Model: "H100 PCIe 80GB", Allow: gpu.ModeMIG}}},
 	}
-	inv := mustInv(t, hosts, Allocation{ID: "x", Host: "a", GPU: "g0", Kind: KindMIG, Profile: "7g.80gb"})
+	inv := mustInv(t, hosts, Allocation{ID: "x", Host: "a", GPU: "g0", Kind: gpu.KindMIG, Profile: "7g.80gb"})
 	if _, r := inv.Place(mig("7g.80gb"), PlaceOptions{Now: t0}); r.Code != CodeDraining {
 		t.Errorf("only a draining host has room: %v", r)
 	}
 	if _, r := inv.Place(mig("1g.5gb"), PlaceOptions{Now: t0}); r.Code != CodeNever {
 		t.Errorf("A100 40GB profile on H100s: %v", r)
 	}
-	if _, r := inv.Place(Need{Kind: KindVGPU, Type: "L40S-12Q"}, PlaceOptions{Now: t0}); r.Code != CodeNever {
+	if _, r := inv.Place(Need{Kind: gpu.KindVGPU, Type: "L40S-12Q"}, PlaceOptions{Now: t0}); r.Code != CodeNever {
 		t.Errorf("vGPU on MIG-only GPUs: %v", r)
 	}
-	if _, r := inv.Place(Need{Kind: KindMIG, Profile: "1g.10gb", Count: 8}, PlaceOptions{Now: t0}); r.Code != CodeNever {
+	if _, r := inv.Place(Need{Kind: gpu.KindMIG, Profile: "1g.10gb", Count: 8}, PlaceOptions{Now: t0}); r.Code != CodeNever {
 		t.Errorf("eight 1g.10gb on one GPU per host: %v", r)
 	}
-	if _, r := inv.Place(Need{Kind: KindMIG, Profile: "1g.10gb", Count: 100}, PlaceOptions{Now: t0}); r.Code != CodeInvalid {
+	if _, r := inv.Place(Need{Kind: gpu.KindMIG, Profile: "1g.10gb", Count: 100}, PlaceOptions{Now: t0}); r.Code != CodeInvalid {
 		t.Errorf("absurd count: %v", r)
 	}
 	// A booking on host a's GPU keeps a 3g off it if the lease overlaps.
 	inv2 := mustInv(t, hosts[:1])
 	hold := Hold{ID: "lab", Code: CodeReservation, Host: "a", From: t0.Add(2 * time.Hour), To: t0.Add(4 * time.Hour),
-		Devices: []Device{{GPU: "g0", Kind: KindMIG, Profile: "4g.40gb", Start: 0}}}
+		Devices: []Device{{GPU: "g0", Kind: gpu.KindMIG, Profile: "4g.40gb", Start: 0}}}
 	o := PlaceOptions{Now: t0, End: t0.Add(3 * time.Hour), Holds: []Hold{hold}}
 	p, r := inv2.Place(mig("3g.40gb"), o)
 	if !r.OK() || p.Devices[0].Start != 4 {
@@ -292,22 +292,22 @@ func TestReasons(t *testing.T) {
 }
 
 func TestNewInventoryErrors(t *testing.T) {
-	hosts := []HostSpec{h100Host("a", 1, ModeMIG)}
+	hosts := []HostSpec{h100Host("a", 1, gpu.ModeMIG)}
 	cases := map[string]struct {
 		hosts  []HostSpec
 		allocs []Allocation
 		want   string
 	}{
 		"overlap": {hosts, []Allocation{
-			{ID: "1", Host: "a", GPU: "0000:10:00.0", Kind: KindMIG, Profile: "3g.40gb", Start: 0},
-			{ID: "2", Host: "a", GPU: "0000:10:00.0", Kind: KindMIG, Profile: "4g.40gb", Start: 0},
+			{ID: "1", Host: "a", GPU: "0000:10:00.0", Kind: gpu.KindMIG, Profile: "3g.40gb", Start: 0},
+			{ID: "2", Host: "a", GPU: "0000:10:00.0", Kind: gpu.KindMIG, Profile: "4g.40gb", Start: 0},
 		}, "cannot be created at slot 0"},
-		"bad start":   {hosts, []Allocation{{ID: "1", Host: "a", GPU: "0000:10:00.0", Kind: KindMIG, Profile: "3g.40gb", Start: 2}}, "cannot be created at slot 2"},
-		"unknown gpu": {hosts, []Allocation{{ID: "1", Host: "a", GPU: "nope", Kind: KindMIG, Profile: "3g.40gb"}}, "no GPU nope"},
-		"vgpu on mig": {hosts, []Allocation{{ID: "1", Host: "a", GPU: "0000:10:00.0", Kind: KindVGPU, Type: "H100-4C"}}, "cannot give vgpu"},
+		"bad start":   {hosts, []Allocation{{ID: "1", Host: "a", GPU: "0000:10:00.0", Kind: gpu.KindMIG, Profile: "3g.40gb", Start: 2}}, "cannot be created at slot 2"},
+		"unknown gpu": {hosts, []Allocation{{ID: "1", Host: "a", GPU: "nope", Kind: gpu.KindMIG, Profile: "3g.40gb"}}, "no GPU nope"},
+		"vgpu on mig": {hosts, []Allocation{{ID: "1", Host: "a", GPU: "0000:10:00.0", Kind: gpu.KindVGPU, Type: "H100-4C"}}, "cannot give vgpu"},
 		"model":       {[]HostSpec{{Name: "x", GPUs: []GPUSpec{{Address: "g", Model: "Voodoo 5"}}}}, nil, "not a GPU gpuvm knows"},
 		"ambiguous":   {[]HostSpec{{Name: "x", GPUs: []GPUSpec{{Address: "g", Model: "GeForce RTX"}}}}, nil, "could be"},
-		"mig on l40s": {[]HostSpec{{Name: "x", GPUs: []GPUSpec{{Address: "g", Model: "L40S", Allow: ModeMIG}}}}, nil, "has no MIG"},
+		"mig on l40s": {[]HostSpec{{Name: "x", GPUs: []GPUSpec{{Address: "g", Model: "L40S", Allow: gpu.ModeMIG}}}}, nil, "has no MIG"},
 		"dup host":    {[]HostSpec{{Name: "x"}, {Name: "x"}}, nil, "listed twice"},
 		"layout":      {[]HostSpec{{Name: "x", GPUs: []GPUSpec{{Address: "g", Model: "A100 PCIe 40GB", MIGLayout: []string{"4g.20gb", "4g.20gb"}}}}}, nil, "does not fit"},
 	}
@@ -322,7 +322,7 @@ func TestNewInventoryErrors(t *testing.T) {
 }
 
 func TestMIGLayout(t *testing.T) {
-	hosts := []HostSpec{{Name: "x", GPUs: []GPUSpec{{Address: "g", Model: "A100 PCIe 40GB", Allow: ModeMIG, MIGLayout: []string{"3g.20gb", "3g.20gb"}}}}}
+	hosts := []HostSpec{{Name: "x", GPUs: []GPUSpec{{Address: "g", Model: "A100 PCIe 40GB", Allow: gpu.ModeMIG, MIGLayout: []string{"3g.20gb", "3g.20gb"}}}}}
 	inv := mustInv(t, hosts)
 	if _, r := inv.Place(mig("1g.5gb"), PlaceOptions{Now: t0}); r.Code != CodeNever {
 		t.Errorf("1g.5gb outside the layout: %v", r)
@@ -342,19 +342,19 @@ func TestMIGLayout(t *testing.T) {
 }
 
 func TestMultiDeviceOneHost(t *testing.T) {
-	inv := mustInv(t, []HostSpec{h100Host("a", 2, ModeAuto), h100Host("b", 4, ModeAuto)},
-		Allocation{ID: "x", Host: "b", GPU: "0000:10:00.0", Kind: KindPassthrough})
-	p, r := inv.Place(Need{Kind: KindPassthrough, Count: 3}, PlaceOptions{Now: t0})
+	inv := mustInv(t, []HostSpec{h100Host("a", 2, gpu.ModeAuto), h100Host("b", 4, gpu.ModeAuto)},
+		Allocation{ID: "x", Host: "b", GPU: "0000:10:00.0", Kind: gpu.KindPassthrough})
+	p, r := inv.Place(Need{Kind: gpu.KindPassthrough, Count: 3}, PlaceOptions{Now: t0})
 	if !r.OK() || p.Host != "b" || len(p.Devices) != 3 {
 		t.Fatalf("3 whole GPUs: %v %v", p, r)
 	}
 	if err := inv.Allocate("y", p, time.Time{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, r := inv.Place(Need{Kind: KindPassthrough, Count: 3}, PlaceOptions{Now: t0}); r.Code != CodeNoCapacity {
+	if _, r := inv.Place(Need{Kind: gpu.KindPassthrough, Count: 3}, PlaceOptions{Now: t0}); r.Code != CodeNoCapacity {
 		t.Errorf("a second 3×: %v", r)
 	}
-	p, r = inv.Place(Need{Kind: KindPassthrough, Count: 2}, PlaceOptions{Now: t0})
+	p, r = inv.Place(Need{Kind: gpu.KindPassthrough, Count: 2}, PlaceOptions{Now: t0})
 	if !r.OK() || p.Host != "a" {
 		t.Errorf("2×: %v %v", p, r)
 	}
@@ -364,12 +364,12 @@ func TestDeterministic(t *testing.T) {
 	build := func() *Inventory {
 		var hosts []HostSpec
 		for i := 0; i < 5; i++ {
-			hosts = append(hosts, h100Host(fmt.Sprint("h", i), 4, ModeAuto))
+			hosts = append(hosts, h100Host(fmt.Sprint("h", i), 4, gpu.ModeAuto))
 		}
 		return mustInv(t, hosts)
 	}
 	a, b := build(), build()
-	needs := []Need{mig("1g.10gb"), mig("3g.40gb"), {Kind: KindVGPU, Type: "H100-20C"}, {Kind: KindPassthrough}, mig("2g.20gb")}
+	needs := []Need{mig("1g.10gb"), mig("3g.40gb"), {Kind: gpu.KindVGPU, Type: "H100-20C"}, {Kind: gpu.KindPassthrough}, mig("2g.20gb")}
 	for i := 0; i < 60; i++ {
 		n := needs[i%len(needs)]
 		pa, ra := a.Place(n, PlaceOptions{Now: t0})
@@ -397,11 +397,11 @@ func TestFromAPI(t *testing.T) {
 			{ID: "mdev-1", Kind: "vgpu", GPU: "0000:41:00.0", Type: "A40-8Q"},
 		},
 	}
-	h, allocs := FromAPI("node1", hi, func(addr, model string) Mode {
+	h, allocs := FromAPI("node1", hi, func(addr, model string) gpu.Mode {
 		if strings.HasPrefix(model, "A100") {
-			return ModeMIG
+			return gpu.ModeMIG
 		}
-		return ModeAuto
+		return gpu.ModeAuto
 	})
 	inv, err := NewInventory([]HostSpec{h}, allocs)
 	if err != nil {
@@ -411,14 +411,14 @@ func TestFromAPI(t *testing.T) {
 	if len(got) != 2 || got[0].ID != "device:mdev-1" || got[1].Start != 4 {
 		t.Errorf("allocations %+v", got)
 	}
-	if h.GPUs[2].Unavailable == "" || h.GPUs[0].Unavailable != "" || h.GPUs[0].Allow != ModeMIG {
+	if h.GPUs[2].Unavailable == "" || h.GPUs[0].Unavailable != "" || h.GPUs[0].Allow != gpu.ModeMIG {
 		t.Errorf("GPUs %+v", h.GPUs)
 	}
 	// The A40 holds an 8Q: a 12Q must go elsewhere, and the 4090 is out.
-	if _, r := inv.Place(Need{Kind: KindVGPU, Type: "A40-12Q"}, PlaceOptions{Now: t0}); r.Code != CodeNoCapacity {
+	if _, r := inv.Place(Need{Kind: gpu.KindVGPU, Type: "A40-12Q"}, PlaceOptions{Now: t0}); r.Code != CodeNoCapacity {
 		t.Errorf("A40-12Q next to an 8Q: %v", r)
 	}
-	if _, r := inv.Place(Need{Kind: KindPassthrough, Model: "GeForce RTX 4090"}, PlaceOptions{Now: t0}); r.Code != CodeUnavailable || !strings.Contains(r.Detail, "snd_hda_intel") {
+	if _, r := inv.Place(Need{Kind: gpu.KindPassthrough, Model: "GeForce RTX 4090"}, PlaceOptions{Now: t0}); r.Code != CodeUnavailable || !strings.Contains(r.Detail, "snd_hda_intel") {
 		t.Errorf("unavailable 4090: %v", r)
 	}
 }

@@ -16,30 +16,30 @@ import (
 func mixedHosts() []HostSpec {
 	return []HostSpec{
 		{Name: "h1", GPUs: []GPUSpec{
-			{Address: "m0", Model: "H100 PCIe 80GB", Allow: ModeMIG},
-			{Address: "m1", Model: "A100 PCIe 40GB", Allow: ModeMIG},
+			{Address: "m0", Model: "H100 PCIe 80GB", Allow: gpu.ModeMIG},
+			{Address: "m1", Model: "A100 PCIe 40GB", Allow: gpu.ModeMIG},
 			{Address: "a0", Model: "H100 PCIe 80GB"},
-			{Address: "l0", Model: "A100 PCIe 40GB", Allow: ModeMIG, MIGLayout: []string{"3g.20gb", "2g.10gb", "1g.5gb"}},
+			{Address: "l0", Model: "A100 PCIe 40GB", Allow: gpu.ModeMIG, MIGLayout: []string{"3g.20gb", "2g.10gb", "1g.5gb"}},
 		}},
 		{Name: "h2", GPUs: []GPUSpec{
-			{Address: "v0", Model: "L40S", Allow: ModeVGPU},
-			{Address: "v1", Model: "L40S", Allow: ModeVGPU, MixedSize: true},
+			{Address: "v0", Model: "L40S", Allow: gpu.ModeVGPU},
+			{Address: "v1", Model: "L40S", Allow: gpu.ModeVGPU, MixedSize: true},
 			{Address: "v2", Model: "A40"},
 			{Address: "p0", Model: "GeForce RTX 4090", IOMMUGroup: "5"},
 			{Address: "p1", Model: "GeForce RTX 4090", IOMMUGroup: "5"},
-			{Address: "p2", Model: "GeForce RTX 4090", Allow: ModePassthrough},
+			{Address: "p2", Model: "GeForce RTX 4090", Allow: gpu.ModePassthrough},
 		}},
 	}
 }
 
 var propNeeds = []Need{
-	{Kind: KindMIG, Profile: "1g.10gb"}, {Kind: KindMIG, Profile: "1g.5gb"}, {Kind: KindMIG, Profile: "3g.40gb"},
-	{Kind: KindMIG, Profile: "3g.20gb"}, {Kind: KindMIG, Profile: "7g.80gb"}, {Kind: KindMIG, Profile: "2g.20gb"},
-	{Kind: KindMIG, Profile: "4g.20gb"}, {Kind: KindMIG, Profile: "1g.20gb"}, {Kind: KindMIG, Profile: "1g.10gb", Count: 3},
-	{Kind: KindVGPU, Type: "L40S-12Q"}, {Kind: KindVGPU, Type: "L40S-4Q"}, {Kind: KindVGPU, Type: "L40S-24Q"},
-	{Kind: KindVGPU, Type: "A40-8Q"}, {Kind: KindVGPU, Type: "L40S-8C"},
-	{Kind: KindPassthrough}, {Kind: KindPassthrough, Count: 2},
-	{Kind: KindAny, Memory: 20 * gpu.GiB}, {Kind: KindAny, Memory: 8 * gpu.GiB, Kinds: []Kind{KindVGPU}},
+	{Kind: gpu.KindMIG, Profile: "1g.10gb"}, {Kind: gpu.KindMIG, Profile: "1g.5gb"}, {Kind: gpu.KindMIG, Profile: "3g.40gb"},
+	{Kind: gpu.KindMIG, Profile: "3g.20gb"}, {Kind: gpu.KindMIG, Profile: "7g.80gb"}, {Kind: gpu.KindMIG, Profile: "2g.20gb"},
+	{Kind: gpu.KindMIG, Profile: "4g.20gb"}, {Kind: gpu.KindMIG, Profile: "1g.20gb"}, {Kind: gpu.KindMIG, Profile: "1g.10gb", Count: 3},
+	{Kind: gpu.KindVGPU, Type: "L40S-12Q"}, {Kind: gpu.KindVGPU, Type: "L40S-4Q"}, {Kind: gpu.KindVGPU, Type: "L40S-24Q"},
+	{Kind: gpu.KindVGPU, Type: "A40-8Q"}, {Kind: gpu.KindVGPU, Type: "L40S-8C"},
+	{Kind: gpu.KindPassthrough}, {Kind: gpu.KindPassthrough, Count: 2},
+	{Kind: gpu.KindAny, Memory: 20 * gpu.GiB}, {Kind: gpu.KindAny, Memory: 8 * gpu.GiB, Kinds: []gpu.Kind{gpu.KindVGPU}},
 }
 
 // checkInvariants rebuilds every GPU from the inventory's allocation rows
@@ -74,7 +74,7 @@ func checkInvariants(t *testing.T, inv *Inventory) {
 			}
 		}
 		switch kind {
-		case KindMIG:
+		case gpu.KindMIG:
 			var inst []gpu.Instance
 			for _, r := range rows {
 				p, _ := info.mt.t.Profile(r.Profile)
@@ -83,7 +83,7 @@ func checkInvariants(t *testing.T, inv *Inventory) {
 				}
 				inst = append(inst, gpu.Instance{Profile: p, Start: r.Start})
 			}
-		case KindVGPU:
+		case gpu.KindVGPU:
 			mem := uint64(0)
 			for _, r := range rows {
 				ty := info.types[r.Type]
@@ -98,7 +98,7 @@ func checkInvariants(t *testing.T, inv *Inventory) {
 			if mem > info.m.Memory || len(rows) > info.m.MaxVGPUs {
 				t.Fatalf("%s: %d vGPUs with %s on %s", k, len(rows), formatBytes(mem), formatBytes(info.m.Memory))
 			}
-		case KindPassthrough:
+		case gpu.KindPassthrough:
 			if len(rows) != 1 {
 				t.Fatalf("%s given whole %d times", k, len(rows))
 			}
@@ -166,7 +166,7 @@ func TestPropertyNoOverlap(t *testing.T) {
 			if rng.Intn(4) == 0 {
 				h := inv.hosts[rng.Intn(len(inv.hosts))]
 				g := inv.gpus[h.first+rng.Intn(h.n)]
-				d := Device{GPU: g.addr, Kind: []Kind{KindMIG, KindVGPU, KindPassthrough}[rng.Intn(3)], Profile: []string{"1g.10gb", "3g.40gb", "1g.5gb", "2g.10gb"}[rng.Intn(4)], Start: rng.Intn(8), Type: []string{"L40S-12Q", "L40S-4Q", "A40-8Q"}[rng.Intn(3)]}
+				d := Device{GPU: g.addr, Kind: []gpu.Kind{gpu.KindMIG, gpu.KindVGPU, gpu.KindPassthrough}[rng.Intn(3)], Profile: []string{"1g.10gb", "3g.40gb", "1g.5gb", "2g.10gb"}[rng.Intn(4)], Start: rng.Intn(8), Type: []string{"L40S-12Q", "L40S-4Q", "A40-8Q"}[rng.Intn(3)]}
 				before := len(inv.Allocations())
 				id := fmt.Sprintf("x%d-%d", seed, step)
 				if err := inv.Allocate(id, Placement{Host: h.name, Devices: []Device{d, d}}, time.Time{}); err == nil {
@@ -267,7 +267,7 @@ func TestPropertyCycleAccounts(t *testing.T) {
 			q = append(q, Request{ID: fmt.Sprint("r", i), User: fmt.Sprint("u", rng.Intn(5)), Need: propNeeds[rng.Intn(len(propNeeds))],
 				Lease: time.Duration(1+rng.Intn(6)) * time.Hour, Submitted: t0.Add(time.Duration(i) * time.Minute), Priority: rng.Intn(3)})
 		}
-		q = append(q, Request{ID: "bad", Need: Need{Kind: KindMIG, Profile: "1g.10gb", Count: 500}, Lease: time.Hour})
+		q = append(q, Request{ID: "bad", Need: Need{Kind: gpu.KindMIG, Profile: "1g.10gb", Count: 500}, Lease: time.Hour})
 		for _, o := range []Options{{Reserve: 0}, {Reserve: 1}, {Reserve: 1, Lookahead: 8}, {Reserve: 3, Lookahead: 8, Preempt: true}} {
 			c := inv.Clone()
 			d := Cycle(t0.Add(time.Hour), c, q, nil, fifo{}, o)

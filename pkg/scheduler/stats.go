@@ -1,5 +1,7 @@
 package scheduler
 
+import "github.com/gpuvm/gpuvm/pkg/gpu"
+
 // Stats summarises what an inventory holds.
 type Stats struct {
 	GPUs int `json:"gpus"`
@@ -29,7 +31,7 @@ func (inv *Inventory) Stats() Stats {
 		switch {
 		case g.owner != "":
 			s.Used++
-		case g.kind == KindMIG || (g.n == 0 && g.allow == ModeMIG && info.mt != nil):
+		case g.kind == gpu.KindMIG || (g.n == 0 && g.allow == gpu.ModeMIG && info.mt != nil):
 			n := &info.mt.nodes[g.node]
 			s.MIGSlices += info.mt.t.Slices
 			s.MIGFree += n.free
@@ -41,7 +43,7 @@ func (inv *Inventory) Stats() Stats {
 				u += migShare(info.mt.t, info.mt.t.Profiles[in.prof])
 			}
 			s.Used += min(u, 1) // 4g + 3g is a whole GPU, not 1.07
-		case g.kind == KindVGPU:
+		case g.kind == gpu.KindVGPU:
 			if info.m.Memory > 0 {
 				s.Used += float64(g.vmem) / float64(info.m.Memory)
 				s.VGPUFree += info.m.Memory - g.vmem

@@ -4,32 +4,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
-)
 
-// Kind is how a VM gets a GPU device; it is also the name of the backend that
-// makes it.
-type Kind string
-
-// Device kinds. KindAny is an abstract need that the scheduler meets with the
-// cheapest fitting slice of Need.Kinds.
-const (
-	KindVGPU        Kind = "vgpu"
-	KindMIG         Kind = "mig"
-	KindPassthrough Kind = "passthrough"
-	KindAny         Kind = "any"
-)
-
-// Mode is what a GPU is used for now (as the backends report it), or what it
-// may be used for (as the configuration pins it).
-type Mode string
-
-// GPU modes. ModeIdle is a current mode only; ModeAuto a configured one.
-const (
-	ModeIdle        Mode = "idle"
-	ModeVGPU        Mode = "vgpu"
-	ModeMIG         Mode = "mig"
-	ModePassthrough Mode = "passthrough"
-	ModeAuto        Mode = "auto"
+	"github.com/gpuvm/gpuvm/pkg/gpu"
 )
 
 // MaxCount bounds the devices one request may ask for.
@@ -38,9 +14,9 @@ const MaxCount = 64
 // Need is what GPU devices a request wants: the same fields as a resolved
 // profile's gpu block (pkg/profile GPUNeed).
 type Need struct {
-	Kind    Kind   `json:"kind"`
-	Type    string `json:"type,omitempty"`    // vGPU type ("L40S-12Q")
-	Profile string `json:"profile,omitempty"` // MIG profile ("3g.40gb")
+	Kind    gpu.Kind `json:"kind"`
+	Type    string   `json:"type,omitempty"`    // vGPU type ("L40S-12Q")
+	Profile string   `json:"profile,omitempty"` // MIG profile ("3g.40gb")
 	// Model restricts the boards: a full name or a family ("H100").
 	Model string `json:"model,omitempty"`
 	Count int    `json:"count"`
@@ -48,7 +24,7 @@ type Need struct {
 	// for passthrough the least board memory when set.
 	Memory uint64 `json:"memory,omitempty"`
 	// Kinds are the kinds KindAny may be met with; empty: all three.
-	Kinds []Kind `json:"kinds,omitempty"`
+	Kinds []gpu.Kind `json:"kinds,omitempty"`
 	// Series limits the vGPU types of KindAny ("Q", "B", "A", "C").
 	Series string `json:"series,omitempty"`
 }
@@ -58,16 +34,16 @@ type Need struct {
 func (n Need) String() string {
 	var s string
 	switch n.Kind {
-	case KindMIG:
+	case gpu.KindMIG:
 		s = n.Profile
-	case KindVGPU:
+	case gpu.KindVGPU:
 		s = n.Type
-	case KindPassthrough:
+	case gpu.KindPassthrough:
 		s = "a whole GPU"
 		if n.Model != "" {
 			s = "a whole " + n.Model
 		}
-	case KindAny:
+	case gpu.KindAny:
 		kinds := make([]string, len(n.kinds()))
 		for i, k := range n.kinds() {
 			kinds[i] = string(k)
@@ -76,7 +52,7 @@ func (n Need) String() string {
 	default:
 		s = string(n.Kind)
 	}
-	if n.Model != "" && n.Kind != KindPassthrough {
+	if n.Model != "" && n.Kind != gpu.KindPassthrough {
 		s += " on " + n.Model
 	}
 	if n.Count > 1 {
@@ -89,11 +65,11 @@ func (n Need) String() string {
 // vGPU type, "passthrough[:MODEL]" or "any:<memory>".
 func (n Need) Key() string {
 	switch n.Kind {
-	case KindMIG:
+	case gpu.KindMIG:
 		return strings.ToLower(n.Profile)
-	case KindVGPU:
+	case gpu.KindVGPU:
 		return strings.ToUpper(n.Type)
-	case KindPassthrough:
+	case gpu.KindPassthrough:
 		if n.Model != "" {
 			return "passthrough:" + n.Model
 		}
@@ -102,9 +78,9 @@ func (n Need) Key() string {
 	return "any:" + formatBytes(n.Memory)
 }
 
-func (n Need) kinds() []Kind {
+func (n Need) kinds() []gpu.Kind {
 	if len(n.Kinds) == 0 {
-		return []Kind{KindMIG, KindVGPU, KindPassthrough}
+		return []gpu.Kind{gpu.KindMIG, gpu.KindVGPU, gpu.KindPassthrough}
 	}
 	return n.Kinds
 }
@@ -123,21 +99,21 @@ func (n Need) Validate() error {
 		return fmt.Errorf("count %d is out of range (1 to %d devices)", n.Count, MaxCount)
 	}
 	switch n.Kind {
-	case KindMIG:
+	case gpu.KindMIG:
 		if n.Profile == "" {
 			return fmt.Errorf("a MIG need names a profile (e.g. 3g.40gb)")
 		}
-	case KindVGPU:
+	case gpu.KindVGPU:
 		if n.Type == "" {
 			return fmt.Errorf("a vGPU need names a type (e.g. L40S-12Q)")
 		}
-	case KindPassthrough:
-	case KindAny:
+	case gpu.KindPassthrough:
+	case gpu.KindAny:
 		if n.Memory == 0 {
 			return fmt.Errorf("an abstract need asks for some GPU memory")
 		}
 		for _, k := range n.Kinds {
-			if k != KindMIG && k != KindVGPU && k != KindPassthrough {
+			if k != gpu.KindMIG && k != gpu.KindVGPU && k != gpu.KindPassthrough {
 				return fmt.Errorf("kind %q is not mig, vgpu or passthrough", k)
 			}
 		}
@@ -210,8 +186,8 @@ func (p Placement) String() string {
 
 // Device is one device of a placement, as the backend is asked to create it.
 type Device struct {
-	GPU  string `json:"gpu"` // PCI address of the physical GPU
-	Kind Kind   `json:"kind"`
+	GPU  string   `json:"gpu"` // PCI address of the physical GPU
+	Kind gpu.Kind `json:"kind"`
 	// Type is the vGPU type (KindVGPU).
 	Type string `json:"type,omitempty"`
 	// Profile, Start and Size are the MIG GPU instance (KindMIG): the
@@ -233,9 +209,9 @@ type Device struct {
 
 func (d Device) String() string {
 	switch d.Kind {
-	case KindMIG:
+	case gpu.KindMIG:
 		return fmt.Sprintf("%s mig %s@%d", d.GPU, d.Profile, d.Start)
-	case KindVGPU:
+	case gpu.KindVGPU:
 		return fmt.Sprintf("%s vgpu %s", d.GPU, d.Type)
 	}
 	if len(d.Group) > 0 {

@@ -23,6 +23,7 @@ import (
 
 	"github.com/gpuvm/gpuvm/pkg/api"
 	"github.com/gpuvm/gpuvm/pkg/backend"
+	"github.com/gpuvm/gpuvm/pkg/gpu"
 	"github.com/gpuvm/gpuvm/pkg/profile"
 	"github.com/gpuvm/gpuvm/pkg/store"
 	"github.com/gpuvm/gpuvm/pkg/store/storetest"
@@ -135,7 +136,7 @@ profile "seat" {
 	mock := &backend.Mock{
 		InventoryF: func(context.Context) (backend.Inventory, error) {
 			return backend.Inventory{Backend: "passthrough", Host: "sim", Simulated: true, GPUs: []backend.GPU{
-				{Address: "0000:41:00.0", Model: "L40S", Mode: backend.ModeIdle}}}, nil
+				{Address: "0000:41:00.0", Model: "L40S", Mode: gpu.ModeIdle}}}, nil
 		},
 	}
 	e.s = New(Deps{Auth: st, Backends: fakeBackends{"passthrough": mock}, Store: st, Config: &fakeConfig{cfg: cfg}, Host: "h1",

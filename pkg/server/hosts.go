@@ -14,6 +14,7 @@ import (
 
 	"github.com/gpuvm/gpuvm/pkg/api"
 	"github.com/gpuvm/gpuvm/pkg/backend"
+	"github.com/gpuvm/gpuvm/pkg/gpu"
 )
 
 // inventoryTimeout bounds one backend's answer to an inventory request.
@@ -138,7 +139,7 @@ func freeCapacity(inv api.HostInventory, drained map[string]bool) (api.Capacity,
 		if !usable {
 			continue
 		}
-		if g.Mode == string(backend.ModeIdle) && devices[g.Address] == 0 {
+		if g.Mode == string(gpu.ModeIdle) && devices[g.Address] == 0 {
 			free.IdleGPUs++
 		}
 		for _, t := range g.VGPUTypes {

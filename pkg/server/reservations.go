@@ -14,6 +14,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/gpuvm/gpuvm/pkg/api"
+	"github.com/gpuvm/gpuvm/pkg/gpu"
 	"github.com/gpuvm/gpuvm/pkg/policy"
 	"github.com/gpuvm/gpuvm/pkg/profile"
 	"github.com/gpuvm/gpuvm/pkg/store"
@@ -261,13 +262,13 @@ func (s *Server) reservationNeed(c *gin.Context, req api.CreateReservationReques
 		return false
 	case req.GPU != nil:
 		g := req.GPU
-		switch g.Kind {
-		case store.KindMIG, store.KindVGPU:
+		switch gpu.Kind(g.Kind) {
+		case gpu.KindMIG, gpu.KindVGPU:
 			if g.Type == "" {
 				s.writeProblem(c, withField(errValidation, "gpu.type", fmt.Sprintf("a %s need names its type (3g.40gb, L40S-12Q)", g.Kind)))
 				return false
 			}
-		case store.KindPassthrough:
+		case gpu.KindPassthrough:
 			if g.Type != "" {
 				s.writeProblem(c, withField(errValidation, "gpu.type", "a whole GPU has no type; name its model"))
 				return false
@@ -276,7 +277,7 @@ func (s *Server) reservationNeed(c *gin.Context, req api.CreateReservationReques
 			s.writeProblem(c, withField(errValidation, "gpu.kind", fmt.Sprintf("kind is mig, vgpu or passthrough, not %s", strconv.Quote(g.Kind))))
 			return false
 		}
-		res.GPUKind, res.GPUModel, res.GPUType = g.Kind, g.Model, g.Type
+		res.GPUKind, res.GPUModel, res.GPUType = gpu.Kind(g.Kind), g.Model, g.Type
 		return true
 	}
 	p := s.config().Profiles[req.Profile]
@@ -372,7 +373,7 @@ func (s *Server) toAPIReservation(r *store.Reservation, now time.Time) api.Reser
 	out := api.Reservation{ID: r.ID, Owner: ownerText(r.OwnerKind, r.Owner), Profile: r.Profile, Count: r.Count, Start: r.StartAt.In(loc),
 		End: r.EndAt.In(loc), Note: r.Note, CreatedBy: r.CreatedBy, CreatedAt: r.CreatedAt, Timezone: loc.String(), Next: []api.Occurrence{}}
 	if r.GPUKind != "" {
-		out.GPU = &api.ReservationGPU{Kind: r.GPUKind, Model: r.GPUModel, Type: r.GPUType}
+		out.GPU = &api.ReservationGPU{Kind: string(r.GPUKind), Model: r.GPUModel, Type: r.GPUType}
 	}
 	b := policy.Booking{Start: r.StartAt, End: r.EndAt}
 	if r.RRule != "" {

@@ -14,6 +14,7 @@ import (
 	"github.com/gpuvm/gpuvm/pkg/api"
 	"github.com/gpuvm/gpuvm/pkg/backend"
 	"github.com/gpuvm/gpuvm/pkg/clocktest"
+	"github.com/gpuvm/gpuvm/pkg/gpu"
 	"github.com/gpuvm/gpuvm/pkg/orchestrator"
 	"github.com/gpuvm/gpuvm/pkg/profile"
 	"github.com/gpuvm/gpuvm/pkg/store"
@@ -86,8 +87,8 @@ func reservationServer(t *testing.T) (*Server, *store.Store, *clocktest.Clock) {
 	}
 	pt := &backend.Mock{InventoryF: func(context.Context) (backend.Inventory, error) {
 		return backend.Inventory{Backend: "passthrough", Host: "test", GPUs: []backend.GPU{
-			{Address: "0000:a1:00.0", Model: "L40S", DeviceID: "10de:26b9", Memory: 48 << 30, Mode: backend.ModeIdle, IOMMUGroup: "31"},
-			{Address: "0000:a2:00.0", Model: "L40S", DeviceID: "10de:26b9", Memory: 48 << 30, Mode: backend.ModeIdle, IOMMUGroup: "32"},
+			{Address: "0000:a1:00.0", Model: "L40S", DeviceID: "10de:26b9", Memory: 48 << 30, Mode: gpu.ModeIdle, IOMMUGroup: "31"},
+			{Address: "0000:a2:00.0", Model: "L40S", DeviceID: "10de:26b9", Memory: 48 << 30, Mode: gpu.ModeIdle, IOMMUGroup: "32"},
 		}}, nil
 	}}
 	bs := fakeBackends{"passthrough": pt}

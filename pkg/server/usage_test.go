@@ -13,6 +13,7 @@ import (
 
 	"github.com/gpuvm/gpuvm/pkg/api"
 	"github.com/gpuvm/gpuvm/pkg/clocktest"
+	"github.com/gpuvm/gpuvm/pkg/gpu"
 	"github.com/gpuvm/gpuvm/pkg/store"
 	"github.com/gpuvm/gpuvm/pkg/store/storetest"
 )
@@ -58,7 +59,7 @@ func newUsageEnv(t *testing.T) *usageEnv {
 		if _, err := st.UpdateVMState(ctx, vm.ID, vm.Version, store.VMUpdate{State: store.VMRunning}); err != nil {
 			t.Fatal(err)
 		}
-		r := &store.UsageRecord{VMID: vm.ID, User: owner, Group: group, Host: "h1", GPUAddress: "0000:41:00.0", Kind: store.KindMIG,
+		r := &store.UsageRecord{VMID: vm.ID, User: owner, Group: group, Host: "h1", GPUAddress: "0000:41:00.0", Kind: gpu.KindMIG,
 			Share: share, StartedAt: from, EndedAt: to}
 		if err := st.InsertUsageRecord(ctx, r); err != nil {
 			t.Fatal(err)

@@ -13,6 +13,7 @@ import (
 	"github.com/gpuvm/gpuvm/pkg/api"
 	"github.com/gpuvm/gpuvm/pkg/backend"
 	"github.com/gpuvm/gpuvm/pkg/clocktest"
+	"github.com/gpuvm/gpuvm/pkg/gpu"
 	"github.com/gpuvm/gpuvm/pkg/store"
 	"github.com/gpuvm/gpuvm/pkg/store/storetest"
 )
@@ -50,8 +51,8 @@ func newAdminEnv(t *testing.T) *adminEnv {
 				return backend.Inventory{}, e.inventoryErr
 			}
 			return backend.Inventory{Backend: "passthrough", Host: "sim", Simulated: true, GPUs: []backend.GPU{
-				{Address: "0000:41:00.0", Model: "L40S", Mode: backend.ModeIdle},
-				{Address: "0000:42:00.0", Model: "L40S", Mode: backend.ModeIdle},
+				{Address: "0000:41:00.0", Model: "L40S", Mode: gpu.ModeIdle},
+				{Address: "0000:42:00.0", Model: "L40S", Mode: gpu.ModeIdle},
 			}}, nil
 		},
 	}

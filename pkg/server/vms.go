@@ -17,6 +17,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/gpuvm/gpuvm/pkg/api"
+	"github.com/gpuvm/gpuvm/pkg/gpu"
 	"github.com/gpuvm/gpuvm/pkg/profile"
 	"github.com/gpuvm/gpuvm/pkg/store"
 )
@@ -64,8 +65,8 @@ func toAPIVM(vm *store.VM, allocs []store.Allocation) api.VM {
 		if a.State == store.AllocReleased {
 			continue
 		}
-		g := api.VMGPU{Address: a.GPUAddress, Kind: a.Kind, Type: a.Profile, Device: a.DeviceID}
-		if a.Kind == store.KindMIG {
+		g := api.VMGPU{Address: a.GPUAddress, Kind: string(a.Kind), Type: a.Profile, Device: a.DeviceID}
+		if a.Kind == gpu.KindMIG {
 			p := a.PlacementStart
 			g.Placement = &p
 		}

@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/gpuvm/gpuvm/pkg/gpu"
+
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
 )
@@ -34,7 +36,7 @@ type SlotClaim struct {
 	Host       string
 	GPUAddress string // PCI address of the GPU (the PF)
 	Backend    string // the backend plugin that makes the device
-	Kind       string // KindMIG, KindVGPU or KindPassthrough
+	Kind       gpu.Kind
 	Profile    string // MIG profile ("3g.40gb") or vGPU type ("L40S-12Q")
 
 	// MIG: the GPU instance placement, in memory slices.
@@ -56,7 +58,7 @@ func (c SlotClaim) keys() (string, []string, error) {
 		return "", nil, fmt.Errorf("%w: slot claim needs a host, a GPU and a backend", ErrInvalid)
 	}
 	switch c.Kind {
-	case KindMIG:
+	case gpu.KindMIG:
 		if c.PlacementStart < 0 || c.PlacementSize < 1 || c.PlacementStart+c.PlacementSize > maxMIGSlices {
 			return "", nil, fmt.Errorf("%w: MIG placement %d+%d", ErrInvalid, c.PlacementStart, c.PlacementSize)
 		}
@@ -65,7 +67,7 @@ func (c SlotClaim) keys() (string, []string, error) {
 			keys = append(keys, fmt.Sprintf("mig:%d", i))
 		}
 		return fmt.Sprintf("mig:%d+%d", c.PlacementStart, c.PlacementSize), keys, nil
-	case KindVGPU:
+	case gpu.KindVGPU:
 		if c.VF != "" {
 			k := "vf:" + c.VF
 			return k, []string{k}, nil
@@ -75,7 +77,7 @@ func (c SlotClaim) keys() (string, []string, error) {
 		}
 		k := fmt.Sprintf("vgpu:%d", c.Index)
 		return k, []string{k}, nil
-	case KindPassthrough:
+	case gpu.KindPassthrough:
 		return "gpu", []string{"gpu"}, nil
 	default:
 		return "", nil, fmt.Errorf("%w: slot claim kind %q", ErrInvalid, c.Kind)
@@ -101,7 +103,7 @@ func (s *Store) ClaimAllocation(ctx context.Context, vmID string, claims []SlotC
 		keys  []string
 	}
 	ps := make([]prepared, len(claims))
-	modes := map[gpuKey]string{}
+	modes := map[gpuKey]gpu.Kind{}
 	units := map[gpuKey]int{}
 	for i, c := range claims {
 		slot, keys, err := c.keys()
@@ -158,7 +160,7 @@ WHERE gpu_modes.mode = excluded.mode OR gpu_modes.live_slots = 0`, g.host, g.gpu
 				CreatedAt:  now,
 				UpdatedAt:  now,
 			}
-			if p.claim.Kind == KindMIG {
+			if p.claim.Kind == gpu.KindMIG {
 				a.PlacementStart, a.PlacementSize = p.claim.PlacementStart, p.claim.PlacementSize
 			}
 			if err := tx.db.Create(&a).Error; err != nil {

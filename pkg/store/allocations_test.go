@@ -7,6 +7,8 @@ import (
 	"slices"
 	"sync"
 	"testing"
+
+	"github.com/gpuvm/gpuvm/pkg/gpu"
 )
 
 const (
@@ -15,16 +17,16 @@ const (
 	gpuC = "0000:9a:00.0" // passthrough
 )
 
-func mig(gpu string, start, size int) SlotClaim {
-	return SlotClaim{Host: "gpu01", GPUAddress: gpu, Backend: "mig", Kind: KindMIG, Profile: fmt.Sprintf("%dg", size), PlacementStart: start, PlacementSize: size}
+func mig(addr string, start, size int) SlotClaim {
+	return SlotClaim{Host: "gpu01", GPUAddress: addr, Backend: "mig", Kind: gpu.KindMIG, Profile: fmt.Sprintf("%dg", size), PlacementStart: start, PlacementSize: size}
 }
 
-func vgpuVF(gpu, vf string) SlotClaim {
-	return SlotClaim{Host: "gpu01", GPUAddress: gpu, Backend: "vgpu", Kind: KindVGPU, Profile: "L40S-12Q", VF: vf}
+func vgpuVF(addr, vf string) SlotClaim {
+	return SlotClaim{Host: "gpu01", GPUAddress: addr, Backend: "vgpu", Kind: gpu.KindVGPU, Profile: "L40S-12Q", VF: vf}
 }
 
-func whole(gpu string) SlotClaim {
-	return SlotClaim{Host: "gpu01", GPUAddress: gpu, Backend: "passthrough", Kind: KindPassthrough}
+func whole(addr string) SlotClaim {
+	return SlotClaim{Host: "gpu01", GPUAddress: addr, Backend: "passthrough", Kind: gpu.KindPassthrough}
 }
 
 func TestSlotKeys(t *testing.T) {
@@ -38,11 +40,11 @@ func TestSlotKeys(t *testing.T) {
 		{mig(gpuA, 0, 0), nil, true},
 		{mig(gpuA, -1, 2), nil, true},
 		{vgpuVF(gpuB, "0000:41:00.4"), []string{"vf:0000:41:00.4"}, false},
-		{SlotClaim{Host: "h", GPUAddress: gpuB, Backend: "vgpu", Kind: KindVGPU, Index: 3}, []string{"vgpu:3"}, false},
-		{SlotClaim{Host: "h", GPUAddress: gpuB, Backend: "vgpu", Kind: KindVGPU, Index: -1}, nil, true},
+		{SlotClaim{Host: "h", GPUAddress: gpuB, Backend: "vgpu", Kind: gpu.KindVGPU, Index: 3}, []string{"vgpu:3"}, false},
+		{SlotClaim{Host: "h", GPUAddress: gpuB, Backend: "vgpu", Kind: gpu.KindVGPU, Index: -1}, nil, true},
 		{whole(gpuC), []string{"gpu"}, false},
 		{SlotClaim{Host: "h", GPUAddress: gpuC, Backend: "x", Kind: "sriov"}, nil, true},
-		{SlotClaim{GPUAddress: gpuC, Backend: "x", Kind: KindPassthrough}, nil, true},
+		{SlotClaim{GPUAddress: gpuC, Backend: "x", Kind: gpu.KindPassthrough}, nil, true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.claim.String(), func(t *testing.T) {
@@ -84,12 +86,12 @@ func TestClaimAllocation(t *testing.T) {
 			{"other VF", []SlotClaim{vgpuVF(gpuB, "0000:41:00.5")}, nil},
 			{"whole GPU twice", []SlotClaim{whole(gpuC)}, ErrSlotTaken},
 			{"passthrough of a MIG GPU", []SlotClaim{whole(gpuA)}, ErrSlotTaken},
-			{"vGPU on a MIG GPU", []SlotClaim{{Host: "gpu01", GPUAddress: gpuA, Backend: "vgpu", Kind: KindVGPU, Index: 0}}, ErrSlotTaken},
+			{"vGPU on a MIG GPU", []SlotClaim{{Host: "gpu01", GPUAddress: gpuA, Backend: "vgpu", Kind: gpu.KindVGPU, Index: 0}}, ErrSlotTaken},
 			{"MIG on a passthrough GPU", []SlotClaim{mig(gpuC, 0, 1)}, ErrSlotTaken},
-			{"same slot on another host", []SlotClaim{{Host: "gpu02", GPUAddress: gpuC, Backend: "passthrough", Kind: KindPassthrough}}, nil},
+			{"same slot on another host", []SlotClaim{{Host: "gpu02", GPUAddress: gpuC, Backend: "passthrough", Kind: gpu.KindPassthrough}}, nil},
 			{"one of two taken", []SlotClaim{vgpuVF(gpuB, "0000:41:00.6"), vgpuVF(gpuB, "0000:41:00.4")}, ErrSlotTaken},
-			{"overlap within the claim", []SlotClaim{{Host: "gpu03", GPUAddress: gpuA, Backend: "mig", Kind: KindMIG, PlacementStart: 0, PlacementSize: 2}, {Host: "gpu03", GPUAddress: gpuA, Backend: "mig", Kind: KindMIG, PlacementStart: 1, PlacementSize: 1}}, ErrSlotTaken},
-			{"two modes within the claim", []SlotClaim{{Host: "gpu03", GPUAddress: gpuC, Backend: "mig", Kind: KindMIG, PlacementSize: 1}, {Host: "gpu03", GPUAddress: gpuC, Backend: "passthrough", Kind: KindPassthrough}}, ErrInvalid},
+			{"overlap within the claim", []SlotClaim{{Host: "gpu03", GPUAddress: gpuA, Backend: "mig", Kind: gpu.KindMIG, PlacementStart: 0, PlacementSize: 2}, {Host: "gpu03", GPUAddress: gpuA, Backend: "mig", Kind: gpu.KindMIG, PlacementStart: 1, PlacementSize: 1}}, ErrSlotTaken},
+			{"two modes within the claim", []SlotClaim{{Host: "gpu03", GPUAddress: gpuC, Backend: "mig", Kind: gpu.KindMIG, PlacementSize: 1}, {Host: "gpu03", GPUAddress: gpuC, Backend: "passthrough", Kind: gpu.KindPassthrough}}, ErrInvalid},
 			{"no claims", nil, ErrInvalid},
 		}
 		for _, tc := range tests {
@@ -300,7 +302,7 @@ func checkSlotAccounting(t *testing.T, s *Store) {
 		held[sl.AllocationID] = append(held[sl.AllocationID], sl.SlotKey)
 		perGPU[gpuKey{sl.Host, sl.GPUAddress}]++
 	}
-	kinds := map[gpuKey]string{}
+	kinds := map[gpuKey]gpu.Kind{}
 	for _, a := range allocs {
 		got := held[a.ID]
 		slices.Sort(got)
@@ -313,7 +315,7 @@ func checkSlotAccounting(t *testing.T, s *Store) {
 		claim := SlotClaim{Host: a.Host, GPUAddress: a.GPUAddress, Backend: a.Backend, Kind: a.Kind,
 			PlacementStart: a.PlacementStart, PlacementSize: a.PlacementSize}
 		switch a.Kind {
-		case KindVGPU:
+		case gpu.KindVGPU:
 			if _, err := fmt.Sscanf(a.Slot, "vgpu:%d", &claim.Index); err != nil {
 				claim.VF = a.Slot[len("vf:"):]
 			}
@@ -336,7 +338,7 @@ func checkSlotAccounting(t *testing.T, s *Store) {
 		if m.LiveSlots != perGPU[g] {
 			t.Errorf("gpu_modes %v counts %d slots, %d are held", g, m.LiveSlots, perGPU[g])
 		}
-		if m.LiveSlots > 0 && kinds[g] != m.Mode {
+		if m.LiveSlots > 0 && kinds[g] != gpu.Kind(m.Mode) {
 			t.Errorf("gpu_modes %v says %s, allocations are %s", g, m.Mode, kinds[g])
 		}
 		delete(perGPU, g)

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/gpuvm/gpuvm/pkg/gpu"
 )
 
 // Two bookings for the last capacity at once: the booking lock and the
@@ -30,7 +32,7 @@ func TestBookReservationConcurrent(t *testing.T) {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					r := &Reservation{OwnerKind: OwnerUser, Owner: owners[i], GPUKind: KindPassthrough, Count: 1,
+					r := &Reservation{OwnerKind: OwnerUser, Owner: owners[i], GPUKind: gpu.KindPassthrough, Count: 1,
 						StartAt: start.Add(time.Duration(round) * 24 * time.Hour), EndAt: start.Add(time.Duration(round)*24*time.Hour + time.Hour)}
 					errs[i] = st.BookReservation(ctx, r, func(tx *Store) error {
 						checks <- struct{}{}
@@ -104,7 +106,7 @@ func TestBookingStamp(t *testing.T) {
 		}
 		mustUser(t, s, "ann")
 		vm := mustVM(t, s, "ann", "v")
-		if _, err := s.ClaimAllocation(ctx, vm.ID, []SlotClaim{{Host: "h", GPUAddress: "0000:41:00.0", Backend: KindPassthrough, Kind: KindPassthrough}}); err != nil {
+		if _, err := s.ClaimAllocation(ctx, vm.ID, []SlotClaim{{Host: "h", GPUAddress: "0000:41:00.0", Backend: string(gpu.KindPassthrough), Kind: gpu.KindPassthrough}}); err != nil {
 			t.Fatal(err)
 		}
 		s4, _ := s.BookingStamp(ctx)

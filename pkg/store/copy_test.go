@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gpuvm/gpuvm/pkg/gpu"
 )
 
 // fillEveryTable writes at least one row into every table of gpuvm.
@@ -22,7 +24,7 @@ func fillEveryTable(t *testing.T, s *Store) {
 	}
 	vm := mustVM(t, s, "ann", "one")
 	mustVM(t, s, "bob", "two")
-	if _, err := s.ClaimAllocation(ctx, vm.ID, []SlotClaim{{Host: "gpu-01", GPUAddress: "0000:41:00.0", Backend: "mig", Kind: KindMIG,
+	if _, err := s.ClaimAllocation(ctx, vm.ID, []SlotClaim{{Host: "gpu-01", GPUAddress: "0000:41:00.0", Backend: "mig", Kind: gpu.KindMIG,
 		Profile: "3g.40gb", PlacementStart: 4, PlacementSize: 4}}); err != nil {
 		t.Fatal(err)
 	}
@@ -31,7 +33,7 @@ func fillEveryTable(t *testing.T, s *Store) {
 		StartAt: start, EndAt: start.Add(2 * time.Hour), CreatedBy: "admin"}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.InsertUsageRecord(ctx, &UsageRecord{VMID: vm.ID, User: "ann", Host: "gpu-01", GPUAddress: "0000:41:00.0", Kind: KindMIG,
+	if err := s.InsertUsageRecord(ctx, &UsageRecord{VMID: vm.ID, User: "ann", Host: "gpu-01", GPUAddress: "0000:41:00.0", Kind: gpu.KindMIG,
 		Profile: "3g.40gb", Share: 0.5, StartedAt: s.Now()}); err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gpuvm/gpuvm/pkg/gpu"
 )
 
 func TestIdempotencyKeys(t *testing.T) {
@@ -50,10 +52,10 @@ func TestReservations(t *testing.T) {
 	day := func(d, h int) time.Time { return time.Date(2026, 3, d, h, 0, 0, 0, time.UTC) }
 	eachDriver(t, func(t *testing.T, s *Store, _ *testDB) {
 		once := &Reservation{OwnerKind: OwnerUser, Owner: "alice", Profile: "render-l40s", Count: 1, StartAt: day(2, 20), EndAt: day(3, 6)}
-		weekly := &Reservation{OwnerKind: OwnerGroup, Owner: "ml", GPUKind: KindPassthrough, GPUModel: "H100", Count: 4,
+		weekly := &Reservation{OwnerKind: OwnerGroup, Owner: "ml", GPUKind: gpu.KindPassthrough, GPUModel: "H100", Count: 4,
 			StartAt: day(6, 18), EndAt: day(6, 23), RRule: "FREQ=WEEKLY;BYDAY=FR"}
 		until := day(20, 0)
-		ended := &Reservation{OwnerKind: OwnerGroup, Owner: "ml", GPUKind: KindMIG, GPUType: "3g.40gb", Count: 2,
+		ended := &Reservation{OwnerKind: OwnerGroup, Owner: "ml", GPUKind: gpu.KindMIG, GPUType: "3g.40gb", Count: 2,
 			StartAt: day(1, 8), EndAt: day(1, 12), RRule: "FREQ=DAILY", RepeatUntil: &until}
 		for _, r := range []*Reservation{once, weekly, ended} {
 			if err := s.CreateReservation(ctx, r); err != nil {
@@ -155,11 +157,11 @@ func TestUsage(t *testing.T) {
 		b := mustVM(t, s, "bob", "b")
 		records := []*UsageRecord{
 			// alice: a whole GPU from 10 to 12, and 1/7 of one from 11, still open.
-			{VMID: a.ID, User: "alice", Group: "render", GPUAddress: gpuC, Kind: KindPassthrough, Share: 1, StartedAt: at(10), EndedAt: ptr(at(12))},
-			{VMID: a.ID, User: "alice", Group: "render", GPUAddress: gpuA, Kind: KindMIG, Profile: "1g.10gb", Share: 1.0 / 7, StartedAt: at(11)},
+			{VMID: a.ID, User: "alice", Group: "render", GPUAddress: gpuC, Kind: gpu.KindPassthrough, Share: 1, StartedAt: at(10), EndedAt: ptr(at(12))},
+			{VMID: a.ID, User: "alice", Group: "render", GPUAddress: gpuA, Kind: gpu.KindMIG, Profile: "1g.10gb", Share: 1.0 / 7, StartedAt: at(11)},
 			// bob: half a GPU from 8 to 9, outside the range below.
-			{VMID: b.ID, User: "bob", GPUAddress: gpuB, Kind: KindVGPU, Share: 0.5, StartedAt: at(8), EndedAt: ptr(at(9))},
-			{VMID: b.ID, User: "bob", GPUAddress: gpuB, Kind: KindVGPU, Share: 0.5, StartedAt: at(9), EndedAt: ptr(at(13))},
+			{VMID: b.ID, User: "bob", GPUAddress: gpuB, Kind: gpu.KindVGPU, Share: 0.5, StartedAt: at(8), EndedAt: ptr(at(9))},
+			{VMID: b.ID, User: "bob", GPUAddress: gpuB, Kind: gpu.KindVGPU, Share: 0.5, StartedAt: at(9), EndedAt: ptr(at(13))},
 		}
 		for _, r := range records {
 			if err := s.InsertUsageRecord(ctx, r); err != nil {
@@ -170,10 +172,10 @@ func TestUsage(t *testing.T) {
 			t.Fatalf("gpu seconds of a closed record: %g", records[0].GPUSeconds)
 		}
 		for _, r := range []UsageRecord{
-			{VMID: a.ID, User: "alice", GPUAddress: gpuC, Kind: KindPassthrough, Share: 0},
-			{VMID: a.ID, User: "alice", GPUAddress: gpuC, Kind: KindPassthrough, Share: 1.5},
-			{VMID: a.ID, GPUAddress: gpuC, Kind: KindPassthrough, Share: 1},
-			{VMID: a.ID, User: "alice", GPUAddress: gpuC, Kind: KindPassthrough, Share: 1, StartedAt: at(5), EndedAt: ptr(at(4))},
+			{VMID: a.ID, User: "alice", GPUAddress: gpuC, Kind: gpu.KindPassthrough, Share: 0},
+			{VMID: a.ID, User: "alice", GPUAddress: gpuC, Kind: gpu.KindPassthrough, Share: 1.5},
+			{VMID: a.ID, GPUAddress: gpuC, Kind: gpu.KindPassthrough, Share: 1},
+			{VMID: a.ID, User: "alice", GPUAddress: gpuC, Kind: gpu.KindPassthrough, Share: 1, StartedAt: at(5), EndedAt: ptr(at(4))},
 		} {
 			if err := s.InsertUsageRecord(ctx, &r); !errors.Is(err, ErrInvalid) {
 				t.Errorf("bad record %+v: %v", r, err)

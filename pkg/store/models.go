@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/gpuvm/gpuvm/pkg/api"
+	"github.com/gpuvm/gpuvm/pkg/gpu"
 )
 
 // The gorm structs below mirror the tables the migrations create (see
@@ -155,12 +156,9 @@ func (Operation) TableName() string { return "operations" }
 // Finished reports whether the operation is done or failed.
 func (o *Operation) Finished() bool { return o.State == OpDone || o.State == OpFailed }
 
-// Allocation kinds (the GPU's mode) and states.
+// Allocation states. An allocation's kind (the GPU's mode) is a gpu.Kind,
+// stored as its name.
 const (
-	KindVGPU        = "vgpu"
-	KindMIG         = "mig"
-	KindPassthrough = "passthrough"
-
 	AllocReserved = "reserved" // slots held; the device is not made yet
 	AllocCreated  = "created"  // the backend made the device
 	AllocReleased = "released" // slots free; the row is history
@@ -170,12 +168,12 @@ const (
 // whole GPU. While it is live (not released) it holds its slots in
 // allocation_slots.
 type Allocation struct {
-	ID         int64  `gorm:"column:id;primaryKey" json:"id"`
-	VMID       string `gorm:"column:vm_id;not null;index:allocations_vm;index:allocations_vm_live,where:state <> 'released'" json:"vm_id"`
-	Host       string `gorm:"column:host;not null;index:allocations_host_live,priority:1,where:state <> 'released'" json:"host"`
-	GPUAddress string `gorm:"column:gpu_address;not null;index:allocations_host_live,priority:2" json:"gpu_address"`
-	Backend    string `gorm:"column:backend;not null" json:"backend"`
-	Kind       string `gorm:"column:kind;not null" json:"kind"`
+	ID         int64    `gorm:"column:id;primaryKey" json:"id"`
+	VMID       string   `gorm:"column:vm_id;not null;index:allocations_vm;index:allocations_vm_live,where:state <> 'released'" json:"vm_id"`
+	Host       string   `gorm:"column:host;not null;index:allocations_host_live,priority:1,where:state <> 'released'" json:"host"`
+	GPUAddress string   `gorm:"column:gpu_address;not null;index:allocations_host_live,priority:2" json:"gpu_address"`
+	Backend    string   `gorm:"column:backend;not null" json:"backend"`
+	Kind       gpu.Kind `gorm:"column:kind;not null" json:"kind"`
 	// Slot names what the allocation holds: "mig:4+4" (placement start 4,
 	// size 4), "vf:0000:41:00.4", "vgpu:3", "gpu".
 	Slot           string     `gorm:"column:slot;not null" json:"slot"`
@@ -227,7 +225,7 @@ type Reservation struct {
 	OwnerKind   string     `gorm:"column:owner_kind;not null;index:reservations_owner,priority:1" json:"owner_kind"`
 	Owner       string     `gorm:"column:owner;not null;index:reservations_owner,priority:2" json:"owner"`
 	Profile     string     `gorm:"column:profile;not null" json:"profile,omitempty"`
-	GPUKind     string     `gorm:"column:gpu_kind;not null" json:"gpu_kind,omitempty"`
+	GPUKind     gpu.Kind   `gorm:"column:gpu_kind;not null" json:"gpu_kind,omitempty"`
 	GPUModel    string     `gorm:"column:gpu_model;not null" json:"gpu_model,omitempty"`
 	GPUType     string     `gorm:"column:gpu_type;not null" json:"gpu_type,omitempty"`
 	Count       int        `gorm:"column:gpu_count;not null" json:"count"`
@@ -254,7 +252,7 @@ type UsageRecord struct {
 	Group      string     `gorm:"column:group_name;not null" json:"group,omitempty"`
 	Host       string     `gorm:"column:host;not null" json:"host,omitempty"`
 	GPUAddress string     `gorm:"column:gpu_address;not null" json:"gpu_address"`
-	Kind       string     `gorm:"column:kind;not null" json:"kind"`
+	Kind       gpu.Kind   `gorm:"column:kind;not null" json:"kind"`
 	Profile    string     `gorm:"column:profile;not null" json:"profile,omitempty"`
 	Share      float64    `gorm:"column:share;not null" json:"share"`
 	StartedAt  time.Time  `gorm:"column:started_at;not null;index:usage_records_user_started,priority:2;index:usage_records_started" json:"started_at"`

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/gpuvm/gpuvm/pkg/gpu"
 )
 
 func TestSetQueue(t *testing.T) {
@@ -128,8 +130,8 @@ func TestGetVMsAndEndedUsage(t *testing.T) {
 		start := d.clock.Now()
 		end := start.Add(2 * time.Hour)
 		recs := []UsageRecord{
-			{VMID: a.ID, User: "ann", GPUAddress: "g", Kind: KindMIG, Share: 0.5, StartedAt: start, EndedAt: &end},
-			{VMID: b.ID, User: "ann", GPUAddress: "g", Kind: KindMIG, Share: 0.25, StartedAt: start}, // still open
+			{VMID: a.ID, User: "ann", GPUAddress: "g", Kind: gpu.KindMIG, Share: 0.5, StartedAt: start, EndedAt: &end},
+			{VMID: b.ID, User: "ann", GPUAddress: "g", Kind: gpu.KindMIG, Share: 0.25, StartedAt: start}, // still open
 		}
 		for i := range recs {
 			if err := s.InsertUsageRecord(ctx, &recs[i]); err != nil {

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/gpuvm/gpuvm/pkg/gpu"
 )
 
 // GPU samples (pkg/monitor writes them every sampling round). A round is one
@@ -410,19 +412,19 @@ func (s *Store) CountVMsByState(ctx context.Context) (map[string]int64, error) {
 
 // CountLiveAllocations counts a host's live allocations ("": every host's)
 // by kind.
-func (s *Store) CountLiveAllocations(ctx context.Context, host string) (map[string]int64, error) {
+func (s *Store) CountLiveAllocations(ctx context.Context, host string) (map[gpu.Kind]int64, error) {
 	q := s.db.WithContext(ctx).Model(&Allocation{}).Select("kind, COUNT(*) AS n").Where(liveAllocation)
 	if host != "" {
 		q = q.Where("host = ?", host)
 	}
 	var rows []struct {
-		Kind string
+		Kind gpu.Kind
 		N    int64
 	}
 	if err := q.Group("kind").Scan(&rows).Error; err != nil {
 		return nil, wrap(err, nil, "count live allocations of host %q", host)
 	}
-	out := make(map[string]int64, len(rows))
+	out := make(map[gpu.Kind]int64, len(rows))
 	for _, r := range rows {
 		out[r.Kind] = r.N
 	}

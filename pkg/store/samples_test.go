@@ -6,6 +6,8 @@ import (
 	"math"
 	"testing"
 	"time"
+
+	"github.com/gpuvm/gpuvm/pkg/gpu"
 )
 
 // raw is a raw sample of a device of gpu01.
@@ -291,7 +293,7 @@ func TestMonitorCounts(t *testing.T) {
 			t.Errorf("states %v, %v", states, err)
 		}
 		allocs, err := s.CountLiveAllocations(ctx, "gpu01")
-		if err != nil || allocs[KindMIG] != 2 || len(allocs) != 1 {
+		if err != nil || allocs[gpu.KindMIG] != 2 || len(allocs) != 1 {
 			t.Errorf("allocations %v, %v", allocs, err)
 		}
 		if none, _ := s.CountLiveAllocations(ctx, "gpu02"); len(none) != 0 {

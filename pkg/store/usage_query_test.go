@@ -6,6 +6,8 @@ import (
 	"math"
 	"testing"
 	"time"
+
+	"github.com/gpuvm/gpuvm/pkg/gpu"
 )
 
 // usageDay0 is midnight before the test clock's start (2026-03-01 09:00 UTC).
@@ -29,11 +31,11 @@ func TestListUsageSpans(t *testing.T) {
 		a := mustVM(t, s, "alice", "a")
 		b := mustVM(t, s, "bob", "b")
 		recs := []*UsageRecord{
-			{VMID: a.ID, User: "alice", GPUAddress: gpuC, Kind: KindPassthrough, Share: 1, StartedAt: usageHour(8), EndedAt: ptr(usageHour(11))},                 // crosses from
-			{VMID: a.ID, User: "alice", GPUAddress: gpuA, Kind: KindMIG, Profile: "3g.40gb", Share: 3.0 / 7, StartedAt: usageHour(11)},                           // open
-			{VMID: b.ID, User: "bob", GPUAddress: gpuB, Kind: KindVGPU, Profile: "L40S-12Q", Share: 0.25, StartedAt: usageHour(2), EndedAt: ptr(usageHour(9))},   // before from
-			{VMID: b.ID, User: "bob", GPUAddress: gpuB, Kind: KindVGPU, Profile: "L40S-12Q", Share: 0.25, StartedAt: usageHour(12), EndedAt: ptr(usageHour(20))}, // crosses to
-			{VMID: b.ID, User: "bob", GPUAddress: gpuB, Kind: KindVGPU, Share: 0.25, StartedAt: usageHour(19), EndedAt: ptr(usageHour(21))},                      // after to
+			{VMID: a.ID, User: "alice", GPUAddress: gpuC, Kind: gpu.KindPassthrough, Share: 1, StartedAt: usageHour(8), EndedAt: ptr(usageHour(11))},                 // crosses from
+			{VMID: a.ID, User: "alice", GPUAddress: gpuA, Kind: gpu.KindMIG, Profile: "3g.40gb", Share: 3.0 / 7, StartedAt: usageHour(11)},                           // open
+			{VMID: b.ID, User: "bob", GPUAddress: gpuB, Kind: gpu.KindVGPU, Profile: "L40S-12Q", Share: 0.25, StartedAt: usageHour(2), EndedAt: ptr(usageHour(9))},   // before from
+			{VMID: b.ID, User: "bob", GPUAddress: gpuB, Kind: gpu.KindVGPU, Profile: "L40S-12Q", Share: 0.25, StartedAt: usageHour(12), EndedAt: ptr(usageHour(20))}, // crosses to
+			{VMID: b.ID, User: "bob", GPUAddress: gpuB, Kind: gpu.KindVGPU, Share: 0.25, StartedAt: usageHour(19), EndedAt: ptr(usageHour(21))},                      // after to
 		}
 		for _, r := range recs {
 			if err := s.InsertUsageRecord(ctx, r); err != nil {
@@ -137,7 +139,7 @@ func TestUsageSchedule(t *testing.T) {
 				}
 				vms[r.vm] = mustVM(t, s, r.user, r.vm)
 			}
-			u := &UsageRecord{VMID: vms[r.vm].ID, User: r.user, Group: r.group, Host: "gpu01", GPUAddress: r.gpu, Kind: KindMIG,
+			u := &UsageRecord{VMID: vms[r.vm].ID, User: r.user, Group: r.group, Host: "gpu01", GPUAddress: r.gpu, Kind: gpu.KindMIG,
 				Share: r.share, StartedAt: usageHour(r.from)}
 			if r.to != open {
 				u.EndedAt = ptr(usageHour(r.to))
@@ -306,7 +308,7 @@ func TestListQueueWaits(t *testing.T) {
 		gaveUp = state(gaveUp, VMDeleted)
 		// pruned: created at 10:00, its events gone, a usage record from 12:00.
 		pruned := mustVM(t, s, "alice", "pruned")
-		rec := &UsageRecord{VMID: pruned.ID, User: "alice", GPUAddress: gpuC, Kind: KindPassthrough, Share: 1, StartedAt: usageHour(12)}
+		rec := &UsageRecord{VMID: pruned.ID, User: "alice", GPUAddress: gpuC, Kind: gpu.KindPassthrough, Share: 1, StartedAt: usageHour(12)}
 		if err := s.InsertUsageRecord(ctx, rec); err != nil {
 			t.Fatal(err)
 		}

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/gpuvm/gpuvm/pkg/clocktest"
+
+	"github.com/gpuvm/gpuvm/pkg/gpu"
 	"github.com/gpuvm/gpuvm/pkg/store"
 	"github.com/gpuvm/gpuvm/pkg/store/storetest"
 )
@@ -49,7 +51,8 @@ type usageVM struct {
 
 type usageHold struct {
 	gpu, instance string // instance "" for a whole GPU
-	kind, prof    string
+	kind          gpu.Kind
+	prof          string
 	share         float64
 	from, to      float64 // to: usageOpen while it holds
 	// util is the utilisation of its samples per day (by day index from
@@ -75,18 +78,18 @@ const usageOpen = 1e9
 //     20:00 and deleted at 22:00 without running.
 var usageSchedule = []usageVM{
 	{user: "alice", group: "render", name: "a1", profile: "render-l40s", created: -2.5, ran: -2, left: usageNaN(), holds: []usageHold{
-		{gpu: usageGPU1, kind: store.KindPassthrough, share: 1, from: -2, to: 2}}},
+		{gpu: usageGPU1, kind: gpu.KindPassthrough, share: 1, from: -2, to: 2}}},
 	{user: "alice", group: "render", name: "a2", profile: "train-3g", created: 8, ran: 9, left: usageNaN(), holds: []usageHold{
-		{gpu: usageMIG, instance: "mig-a2", kind: store.KindMIG, prof: "3g.40gb", share: 3.0 / 7, from: 9, to: 17.5,
+		{gpu: usageMIG, instance: "mig-a2", kind: gpu.KindMIG, prof: "3g.40gb", share: 3.0 / 7, from: 9, to: 17.5,
 			util: map[int]float64{0: 0.8}, gpuRowUtil: 1}}},
 	{user: "bob", group: "sim", name: "b1", profile: "small-1g", created: 7.5, ran: 8, left: usageNaN(), holds: []usageHold{
-		{gpu: usageMIG, instance: "mig-b1", kind: store.KindMIG, prof: "1g.10gb", share: 1.0 / 7, from: 8, to: usageOpen,
+		{gpu: usageMIG, instance: "mig-b1", kind: gpu.KindMIG, prof: "1g.10gb", share: 1.0 / 7, from: 8, to: usageOpen,
 			util: map[int]float64{0: 0.1, 1: 0.6}}}},
 	{user: "bob", group: "sim", name: "b2", profile: "desk-12q", created: 20, ran: 20, left: usageNaN(), holds: []usageHold{
-		{gpu: usageVGPU, instance: "vf-b2", kind: store.KindVGPU, prof: "L40S-12Q", share: 0.25, from: 20, to: 28}}},
+		{gpu: usageVGPU, instance: "vf-b2", kind: gpu.KindVGPU, prof: "L40S-12Q", share: 0.25, from: 20, to: 28}}},
 	{user: "carol", group: "render", name: "c1", profile: "dual", created: 11, ran: 12, left: usageNaN(), holds: []usageHold{
-		{gpu: usageGPU1, kind: store.KindPassthrough, share: 1, from: 12, to: 13, util: map[int]float64{0: 0.5}},
-		{gpu: usageGPU2, kind: store.KindPassthrough, share: 1, from: 12, to: 13, util: map[int]float64{0: 1}}}},
+		{gpu: usageGPU1, kind: gpu.KindPassthrough, share: 1, from: 12, to: 13, util: map[int]float64{0: 0.5}},
+		{gpu: usageGPU2, kind: gpu.KindPassthrough, share: 1, from: 12, to: 13, util: map[int]float64{0: 1}}}},
 	{user: "carol", group: "render", name: "c2", profile: "dual", created: 12, ran: usageNaN(), left: usageNaN()},
 	{user: "bob", group: "sim", name: "b3", profile: "small-1g", created: 20, ran: usageNaN(), left: 22},
 }

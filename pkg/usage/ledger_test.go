@@ -12,6 +12,7 @@ import (
 
 	"github.com/gpuvm/gpuvm/pkg/api"
 	"github.com/gpuvm/gpuvm/pkg/clocktest"
+	"github.com/gpuvm/gpuvm/pkg/gpu"
 	"github.com/gpuvm/gpuvm/pkg/store"
 	"github.com/gpuvm/gpuvm/pkg/store/storetest"
 )
@@ -297,8 +298,8 @@ func seedBenchUsage(b *testing.B, s *store.Store, clock *clocktest.Clock, users,
 			if _, err := s.CreateVM(ctx, vm, store.CreateVMOptions{RequestedBy: user}); err != nil {
 				b.Fatal(err)
 			}
-			gpu := fmt.Sprintf("0000:%02x:00.0", u%8)
-			r := &store.UsageRecord{VMID: vm.ID, User: user, Group: vm.Group, Host: "gpu01", GPUAddress: gpu, Kind: store.KindMIG,
+			addr := fmt.Sprintf("0000:%02x:00.0", u%8)
+			r := &store.UsageRecord{VMID: vm.ID, User: user, Group: vm.Group, Host: "gpu01", GPUAddress: addr, Kind: gpu.KindMIG,
 				Profile: "3g.40gb", Share: shares[u%len(shares)], StartedAt: t0}
 			if day < days-1 {
 				r.EndedAt = &t1
@@ -308,7 +309,7 @@ func seedBenchUsage(b *testing.B, s *store.Store, clock *clocktest.Clock, users,
 			}
 			records++
 			for ts := t0; ts.Before(t1) && ts.Before(end); ts = ts.Add(5 * time.Minute) {
-				batch = append(batch, usageSample(vm.ID, user, gpu, "mig-"+vm.ID[len(vm.ID)-8:], ts, float64((u*7+day)%100)/100))
+				batch = append(batch, usageSample(vm.ID, user, addr, "mig-"+vm.ID[len(vm.ID)-8:], ts, float64((u*7+day)%100)/100))
 			}
 		}
 		for g := range 8 {

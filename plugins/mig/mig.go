@@ -182,10 +182,10 @@ func (b *Backend) Inventory(ctx context.Context) (backend.Inventory, error) {
 		rec := backend.GPU{
 			Address: g.Address, Model: g.Model.Name, DeviceID: fmt.Sprintf("10de:%04x", g.Device), Memory: g.Model.Memory,
 			NUMANode: g.NUMANode, Driver: g.Driver, Interface: string(m.v.Interface), IOMMUGroup: g.IOMMUGroup,
-			MIGCapable: true, MIGEnabled: m.enabled, Mode: backend.ModeIdle, Unavailable: m.unavailable,
+			MIGCapable: true, MIGEnabled: m.enabled, Mode: gpu.ModeIdle, Unavailable: m.unavailable,
 		}
 		if m.enabled {
-			rec.Mode = backend.ModeMIG
+			rec.Mode = gpu.ModeMIG
 		}
 		for _, p := range g.Model.MIG.Profiles {
 			mp := backend.MIGProfile{Name: p.Name, ID: p.ID, Slices: p.Compute, Size: p.Size, Memory: uint64(p.MemoryGB) * gpu.GiB, Max: p.Max}
@@ -321,7 +321,7 @@ func (b *Backend) Create(ctx context.Context, req backend.CreateRequest) (backen
 	if err := ctx.Err(); err != nil {
 		return backend.Device{}, err
 	}
-	dev := backend.Device{ID: devUUID, Kind: backend.KindMIG, GPU: g.Address, Type: typeName, VMUUID: req.VMUUID,
+	dev := backend.Device{ID: devUUID, Kind: gpu.KindMIG, GPU: g.Address, Type: typeName, VMUUID: req.VMUUID,
 		Profile: profile.Name, Placement: req.Placement, GPUInstance: -1, ComputeInstance: -1, Managed: true, Installation: env.Installation}
 	if err := env.Ledger.Put(kit.Entry{Device: dev, State: kit.Creating}); err != nil {
 		return backend.Device{}, backend.Errorf(backend.CodeInternal, g.Address, "record intent: %v", err)

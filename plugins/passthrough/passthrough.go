@@ -278,16 +278,16 @@ func plural(n int, one, many string) string {
 }
 
 // mode says what the GPU is used for now.
-func (c *card) mode() backend.Mode {
+func (c *card) mode() gpu.Mode {
 	switch {
 	case c.g.Driver == vfioPCI, c.entry != nil: // the ledger reserves it even when libvirt gave it back
-		return backend.ModePassthrough
+		return gpu.ModePassthrough
 	case c.migEnabled:
-		return backend.ModeMIG
+		return gpu.ModeMIG
 	case max(c.g.NumVFs, len(c.g.VFs)) > 0 || c.mdevs > 0:
-		return backend.ModeVGPU
+		return gpu.ModeVGPU
 	}
-	return backend.ModeIdle
+	return gpu.ModeIdle
 }
 
 func (c *card) record() backend.GPU {
@@ -360,7 +360,7 @@ func (b *Backend) Create(ctx context.Context, req backend.CreateRequest) (backen
 
 	addrs := c.addresses()
 	dev := backend.Device{
-		ID: addr, Kind: backend.KindPassthrough, GPU: addr, VMUUID: req.VMUUID, Managed: true, Installation: env.Installation,
+		ID: addr, Kind: gpu.KindPassthrough, GPU: addr, VMUUID: req.VMUUID, Managed: true, Installation: env.Installation,
 		Hostdev: backend.Hostdev{Type: backend.HostdevPCI, Addresses: addrs, Managed: true},
 	}
 	prev := map[string]string{}

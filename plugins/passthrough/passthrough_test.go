@@ -18,6 +18,7 @@ import (
 	"testing"
 
 	"github.com/gpuvm/gpuvm/pkg/backend"
+	"github.com/gpuvm/gpuvm/pkg/gpu"
 	"github.com/gpuvm/gpuvm/pkg/host"
 	"github.com/gpuvm/gpuvm/pkg/host/sim"
 	"github.com/gpuvm/gpuvm/plugins/internal/kit"
@@ -190,7 +191,7 @@ func TestHealth(t *testing.T) {
 type want struct {
 	addr, model string
 	numa        int
-	mode        backend.Mode
+	mode        gpu.Mode
 	iface       string
 	unavailable string
 	group       []string
@@ -203,37 +204,37 @@ const (
 
 var presetGPUs = map[string][]want{
 	"a100x4": {
-		{"0000:17:00.0", "A100 PCIe 40GB", 0, backend.ModeMIG, "mdev", vfs16, nil},
-		{"0000:31:00.0", "A100 PCIe 40GB", 0, backend.ModeMIG, "mdev", vfs16, nil},
-		{"0000:b1:00.0", "A100 PCIe 40GB", 1, backend.ModeVGPU, "mdev", vfs16, nil},
-		{"0000:ca:00.0", "A100 PCIe 40GB", 1, backend.ModeIdle, "passthrough-only", "", nil},
+		{"0000:17:00.0", "A100 PCIe 40GB", 0, gpu.ModeMIG, "mdev", vfs16, nil},
+		{"0000:31:00.0", "A100 PCIe 40GB", 0, gpu.ModeMIG, "mdev", vfs16, nil},
+		{"0000:b1:00.0", "A100 PCIe 40GB", 1, gpu.ModeVGPU, "mdev", vfs16, nil},
+		{"0000:ca:00.0", "A100 PCIe 40GB", 1, gpu.ModeIdle, "passthrough-only", "", nil},
 	},
 	"a40x2": {
-		{"0000:41:00.0", "A40", 0, backend.ModeVGPU, "mdev", vfs32, nil},
-		{"0000:c1:00.0", "A40", 1, backend.ModeIdle, "passthrough-only", "", nil},
+		{"0000:41:00.0", "A40", 0, gpu.ModeVGPU, "mdev", vfs32, nil},
+		{"0000:c1:00.0", "A40", 1, gpu.ModeIdle, "passthrough-only", "", nil},
 	},
 	"l40sx4": {
-		{"0000:01:00.0", "L40S", 0, backend.ModeVGPU, "vendor-vfio", vfs32, nil},
-		{"0000:21:00.0", "L40S", 0, backend.ModeVGPU, "vendor-vfio", vfs32, nil},
-		{"0000:81:00.0", "L40S", 1, backend.ModeVGPU, "vendor-vfio", vfs32, nil},
-		{"0000:a1:00.0", "L40S", 1, backend.ModeIdle, "passthrough-only", "", nil},
+		{"0000:01:00.0", "L40S", 0, gpu.ModeVGPU, "vendor-vfio", vfs32, nil},
+		{"0000:21:00.0", "L40S", 0, gpu.ModeVGPU, "vendor-vfio", vfs32, nil},
+		{"0000:81:00.0", "L40S", 1, gpu.ModeVGPU, "vendor-vfio", vfs32, nil},
+		{"0000:a1:00.0", "L40S", 1, gpu.ModeIdle, "passthrough-only", "", nil},
 	},
 	"h100x8": {
-		{"0000:18:00.0", "H100 PCIe 80GB", 0, backend.ModeMIG, "vendor-vfio", vfs32, nil},
-		{"0000:2a:00.0", "H100 PCIe 80GB", 0, backend.ModeMIG, "vendor-vfio", vfs32, nil},
-		{"0000:3a:00.0", "H100 PCIe 80GB", 0, backend.ModeMIG, "vendor-vfio", vfs32, nil},
-		{"0000:5d:00.0", "H100 PCIe 80GB", 0, backend.ModeMIG, "vendor-vfio", vfs32, nil},
-		{"0000:9a:00.0", "H100 PCIe 80GB", 1, backend.ModeVGPU, "vendor-vfio", vfs32, nil},
-		{"0000:ab:00.0", "H100 PCIe 80GB", 1, backend.ModeVGPU, "vendor-vfio", vfs32, nil},
-		{"0000:ba:00.0", "H100 PCIe 80GB", 1, backend.ModeVGPU, "vendor-vfio", vfs32, nil},
-		{"0000:db:00.0", "H100 PCIe 80GB", 1, backend.ModeIdle, "passthrough-only", "", nil},
+		{"0000:18:00.0", "H100 PCIe 80GB", 0, gpu.ModeMIG, "vendor-vfio", vfs32, nil},
+		{"0000:2a:00.0", "H100 PCIe 80GB", 0, gpu.ModeMIG, "vendor-vfio", vfs32, nil},
+		{"0000:3a:00.0", "H100 PCIe 80GB", 0, gpu.ModeMIG, "vendor-vfio", vfs32, nil},
+		{"0000:5d:00.0", "H100 PCIe 80GB", 0, gpu.ModeMIG, "vendor-vfio", vfs32, nil},
+		{"0000:9a:00.0", "H100 PCIe 80GB", 1, gpu.ModeVGPU, "vendor-vfio", vfs32, nil},
+		{"0000:ab:00.0", "H100 PCIe 80GB", 1, gpu.ModeVGPU, "vendor-vfio", vfs32, nil},
+		{"0000:ba:00.0", "H100 PCIe 80GB", 1, gpu.ModeVGPU, "vendor-vfio", vfs32, nil},
+		{"0000:db:00.0", "H100 PCIe 80GB", 1, gpu.ModeIdle, "passthrough-only", "", nil},
 	},
 	"mixed": {
-		{"0000:17:00.0", "A100 PCIe 40GB", 0, backend.ModeMIG, "mdev", vfs16, nil},
-		{"0000:41:00.0", "A40", 0, backend.ModeVGPU, "mdev", vfs32, nil},
-		{"0000:81:00.0", "L40S", 1, backend.ModeVGPU, "vendor-vfio", vfs32, nil},
-		{"0000:9a:00.0", "H100 PCIe 80GB", 1, backend.ModeMIG, "vendor-vfio", vfs32, nil},
-		{"0000:c1:00.0", "GeForce RTX 4090", 1, backend.ModeIdle, "passthrough-only", "", []string{"0000:c1:00.1"}},
+		{"0000:17:00.0", "A100 PCIe 40GB", 0, gpu.ModeMIG, "mdev", vfs16, nil},
+		{"0000:41:00.0", "A40", 0, gpu.ModeVGPU, "mdev", vfs32, nil},
+		{"0000:81:00.0", "L40S", 1, gpu.ModeVGPU, "vendor-vfio", vfs32, nil},
+		{"0000:9a:00.0", "H100 PCIe 80GB", 1, gpu.ModeMIG, "vendor-vfio", vfs32, nil},
+		{"0000:c1:00.0", "GeForce RTX 4090", 1, gpu.ModeIdle, "passthrough-only", "", []string{"0000:c1:00.1"}},
 	},
 }
 
@@ -289,7 +290,7 @@ func TestInventoryPresets(t *testing.T) {
 				if !slices.Equal(g.GroupDevices, w.group) {
 					t.Errorf("%s: group devices %v, want %v", w.addr, g.GroupDevices, w.group)
 				}
-				if g.MIGEnabled != (w.mode == backend.ModeMIG) {
+				if g.MIGEnabled != (w.mode == gpu.ModeMIG) {
 					t.Errorf("%s: MIGEnabled %v in mode %s", w.addr, g.MIGEnabled, w.mode)
 				}
 			}
@@ -316,7 +317,7 @@ func TestCreateRemoveEveryAvailableGPU(t *testing.T) {
 					t.Fatalf("Create: %v", err)
 				}
 				fns := append([]string{w.addr}, w.group...)
-				wantDev := backend.Device{ID: w.addr, Kind: backend.KindPassthrough, GPU: w.addr, VMUUID: vmA, Managed: true,
+				wantDev := backend.Device{ID: w.addr, Kind: gpu.KindPassthrough, GPU: w.addr, VMUUID: vmA, Managed: true,
 					Hostdev: backend.Hostdev{Type: backend.HostdevPCI, Addresses: fns, Managed: true}}
 				if fmt.Sprint(dev) != fmt.Sprint(wantDev) {
 					t.Errorf("Create = %+v\nwant     %+v", dev, wantDev)
@@ -335,7 +336,7 @@ func TestCreateRemoveEveryAvailableGPU(t *testing.T) {
 				}
 				inv := inventory(t, b)
 				g := gpuOf(t, inv, w.addr)
-				if g.Mode != backend.ModePassthrough || g.Driver != "vfio-pci" || g.Unavailable != "passed through to VM "+vmA {
+				if g.Mode != gpu.ModePassthrough || g.Driver != "vfio-pci" || g.Unavailable != "passed through to VM "+vmA {
 					t.Errorf("GPU after Create: mode %s driver %s unavailable %q", g.Mode, g.Driver, g.Unavailable)
 				}
 				if len(inv.Devices) != 1 || fmt.Sprint(inv.Devices[0]) != fmt.Sprint(wantDev) {
@@ -715,7 +716,7 @@ func TestRemoveAfterVMStop(t *testing.T) {
 		}
 	}
 	sameHost(t, h, before, "libvirt's reattach")
-	if g := gpuOf(t, inventory(t, b), "0000:c1:00.0"); g.Unavailable != "passed through to VM "+vmA || g.Mode != backend.ModePassthrough {
+	if g := gpuOf(t, inventory(t, b), "0000:c1:00.0"); g.Unavailable != "passed through to VM "+vmA || g.Mode != gpu.ModePassthrough {
 		t.Errorf("GPU reserved by the ledger: mode %s, unavailable %q", g.Mode, g.Unavailable)
 	}
 	if err := b.Remove(ctx, backend.RemoveRequest{ID: "0000:c1:00.0"}); err != nil {
@@ -732,23 +733,23 @@ func TestVFIOOutsideGPUVM(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b, h := simBackend(t, "a40x2")
-	const gpu = "0000:c1:00.0"
-	for _, w := range [][2]string{{overridePath(gpu), "vfio-pci"}, {"bus/pci/drivers/nvidia/unbind", gpu}, {"bus/pci/drivers_probe", gpu}} {
+	const addr = "0000:c1:00.0"
+	for _, w := range [][2]string{{overridePath(addr), "vfio-pci"}, {"bus/pci/drivers/nvidia/unbind", addr}, {"bus/pci/drivers_probe", addr}} {
 		if err := h.WriteFile(w[0], []byte(w[1])); err != nil {
 			t.Fatal(err)
 		}
 	}
 	before := snapshot(t, h)
-	g := gpuOf(t, inventory(t, b), gpu)
+	g := gpuOf(t, inventory(t, b), addr)
 	if g.Unavailable != "bound to vfio-pci outside gpuvm" && !strings.Contains(g.Unavailable, "it is bound to vfio-pci outside gpuvm") {
 		t.Errorf("Unavailable = %q", g.Unavailable)
 	}
-	if g.Mode != backend.ModePassthrough || g.Driver != "vfio-pci" {
+	if g.Mode != gpu.ModePassthrough || g.Driver != "vfio-pci" {
 		t.Errorf("mode %s driver %s", g.Mode, g.Driver)
 	}
-	_, err := b.Create(ctx, backend.CreateRequest{GPU: gpu, VMUUID: vmA})
+	_, err := b.Create(ctx, backend.CreateRequest{GPU: addr, VMUUID: vmA})
 	wantCode(t, "Create", err, backend.CodeConflict)
-	err = b.Remove(ctx, backend.RemoveRequest{ID: gpu})
+	err = b.Remove(ctx, backend.RemoveRequest{ID: addr})
 	wantCode(t, "Remove", err, backend.CodeConflict)
 	if !strings.Contains(err.Error(), "not created by gpuvm; left alone") {
 		t.Errorf("Remove: %q", err)
@@ -757,10 +758,10 @@ func TestVFIOOutsideGPUVM(t *testing.T) {
 
 	// A driver_override someone else set is someone else's plan.
 	b2, h2 := simBackend(t, "a40x2")
-	if err := h2.WriteFile(overridePath(gpu), []byte("vfio-pci")); err != nil {
+	if err := h2.WriteFile(overridePath(addr), []byte("vfio-pci")); err != nil {
 		t.Fatal(err)
 	}
-	_, err = b2.Create(ctx, backend.CreateRequest{GPU: gpu, VMUUID: vmA})
+	_, err = b2.Create(ctx, backend.CreateRequest{GPU: addr, VMUUID: vmA})
 	wantCode(t, "Create with a foreign driver_override", err, backend.CodeConflict)
 	if !strings.Contains(err.Error(), "driver_override") {
 		t.Errorf("Create: %q", err)
@@ -897,18 +898,18 @@ func TestCapturedTrees(t *testing.T) {
 	for _, tc := range []struct {
 		tree, gpu string
 		model     string
-		mode      backend.Mode
+		mode      gpu.Mode
 		iface     string
 		group     []string
 		says      []string // parts of Unavailable
 		code      backend.Code
 		prepare   func(t *testing.T, root string)
 	}{
-		{tree: "shared-group", gpu: "0000:05:00.0", model: "NVIDIA 2882", mode: backend.ModeIdle, iface: "passthrough-only",
+		{tree: "shared-group", gpu: "0000:05:00.0", model: "NVIDIA 2882", mode: gpu.ModeIdle, iface: "passthrough-only",
 			group: []string{"0000:03:00.0", "0000:04:00.0", "0000:04:01.0", "0000:05:00.1", "0000:06:00.0"},
 			says:  []string{"IOMMU group 7", "0000:06:00.0 (class 0x010802, vendor 0x144d)", "neither a PCI bridge nor a function of this card"},
 			code:  backend.CodeUnsupported},
-		{tree: "shared-group", gpu: "0000:05:00.0", model: "NVIDIA 2882", mode: backend.ModeIdle, iface: "passthrough-only",
+		{tree: "shared-group", gpu: "0000:05:00.0", model: "NVIDIA 2882", mode: gpu.ModeIdle, iface: "passthrough-only",
 			says: []string{"no IOMMU group: the IOMMU is off; boot with intel_iommu=on or amd_iommu=on"}, code: backend.CodeUnsupported,
 			prepare: func(t *testing.T, root string) { // the same host booted without an IOMMU
 				var links []string
@@ -930,13 +931,13 @@ func TestCapturedTrees(t *testing.T) {
 					t.Fatal(err)
 				}
 			}},
-		{tree: "rtx4090-group", gpu: "0000:01:00.0", model: "GeForce RTX 4090", mode: backend.ModePassthrough, iface: "passthrough-only",
+		{tree: "rtx4090-group", gpu: "0000:01:00.0", model: "GeForce RTX 4090", mode: gpu.ModePassthrough, iface: "passthrough-only",
 			group: []string{"0000:00:01.0", "0000:01:00.1"}, says: []string{"bound to vfio-pci outside gpuvm"}, code: backend.CodeConflict},
-		{tree: "t4", gpu: "0000:3b:00.0", model: "T4", mode: backend.ModeVGPU, iface: "mdev",
+		{tree: "t4", gpu: "0000:3b:00.0", model: "T4", mode: gpu.ModeVGPU, iface: "mdev",
 			says: []string{"1 vGPU mdev exist"}, code: backend.CodeConflict},
-		{tree: "a40-vfs", gpu: "0000:41:00.0", model: "A40", mode: backend.ModeVGPU, iface: "mdev",
+		{tree: "a40-vfs", gpu: "0000:41:00.0", model: "A40", mode: gpu.ModeVGPU, iface: "mdev",
 			says: []string{"4 SR-IOV VFs are enabled for vGPU"}, code: backend.CodeConflict},
-		{tree: "l40s-vfio", gpu: "0000:c1:00.0", model: "L40S", mode: backend.ModeVGPU, iface: "vendor-vfio",
+		{tree: "l40s-vfio", gpu: "0000:c1:00.0", model: "L40S", mode: gpu.ModeVGPU, iface: "vendor-vfio",
 			says: []string{"4 SR-IOV VFs are enabled for vGPU"}, code: backend.CodeConflict},
 	} {
 		name := tc.tree
@@ -969,7 +970,7 @@ func TestCapturedTrees(t *testing.T) {
 			}
 			_, err := b.Create(context.Background(), backend.CreateRequest{GPU: tc.gpu, VMUUID: vmA})
 			wantCode(t, "Create", err, tc.code)
-			if err := b.Remove(context.Background(), backend.RemoveRequest{ID: tc.gpu}); tc.mode == backend.ModePassthrough {
+			if err := b.Remove(context.Background(), backend.RemoveRequest{ID: tc.gpu}); tc.mode == gpu.ModePassthrough {
 				wantCode(t, "Remove of a GPU on vfio-pci outside gpuvm", err, backend.CodeConflict)
 			} else if err != nil {
 				t.Errorf("Remove of a device gpuvm never made: %v", err)

@@ -95,7 +95,7 @@ func gpuRecord(gv gpuView) backend.GPU {
 		Address: g.Address, Model: g.Model.Name, DeviceID: fmt.Sprintf("10de:%04x", g.Device), Memory: g.Model.Memory,
 		NUMANode: g.NUMANode, Driver: g.Driver, Interface: string(gv.v.Interface), IOMMUGroup: g.IOMMUGroup,
 		MIGCapable: g.Model.MIG != nil, MIGEnabled: gv.migEnabled, MixedSize: gv.mixed, Unavailable: gv.unavailable,
-		Mode: backend.ModeIdle,
+		Mode: gpu.ModeIdle,
 	}
 	if gv.v.Interface == gpu.InterfaceNone && g.Model.VGPU {
 		// Until its VFs are enabled sysfs shows no interface; the board's is
@@ -104,11 +104,11 @@ func gpuRecord(gv gpuView) backend.GPU {
 	}
 	switch {
 	case gv.migEnabled:
-		out.Mode = backend.ModeMIG
+		out.Mode = gpu.ModeMIG
 	case g.Driver == "vfio-pci":
-		out.Mode = backend.ModePassthrough
+		out.Mode = gpu.ModePassthrough
 	case len(gv.v.VGPUs) > 0 || g.NumVFs > 0:
-		out.Mode = backend.ModeVGPU
+		out.Mode = gpu.ModeVGPU
 	}
 	for _, o := range gv.v.Offers {
 		if o.MIGBacked {
@@ -159,7 +159,7 @@ func (b *Backend) Inventory(ctx context.Context) (backend.Inventory, error) {
 			if x.MIGBacked {
 				continue
 			}
-			d := backend.Device{ID: x.ID, Kind: backend.KindVGPU, GPU: g.Address, Type: x.Type, Hostdev: kit.HostdevFor(x, gv.v.Interface)}
+			d := backend.Device{ID: x.ID, Kind: gpu.KindVGPU, GPU: g.Address, Type: x.Type, Hostdev: kit.HostdevFor(x, gv.v.Interface)}
 			if e, ok := ours[x.ID]; ok {
 				d.VMUUID, d.Managed, d.Installation = e.Device.VMUUID, true, e.Device.Installation
 			}
@@ -255,7 +255,7 @@ func (b *Backend) Create(ctx context.Context, req backend.CreateRequest) (backen
 	if gv.v.Interface == gpu.InterfaceVendorVFIO {
 		intentID = offer.Parents[0]
 	}
-	dev := backend.Device{ID: intentID, Kind: backend.KindVGPU, GPU: g.Address, Type: want.Name, VMUUID: req.VMUUID, Managed: true, Installation: env.Installation}
+	dev := backend.Device{ID: intentID, Kind: gpu.KindVGPU, GPU: g.Address, Type: want.Name, VMUUID: req.VMUUID, Managed: true, Installation: env.Installation}
 	if err := env.Ledger.Put(kit.Entry{Device: dev, State: kit.Creating}); err != nil {
 		return backend.Device{}, backend.Errorf(backend.CodeInternal, g.Address, "record intent: %v", err)
 	}

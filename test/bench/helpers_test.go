@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpuvm/gpuvm/pkg/gpu"
 	"github.com/gpuvm/gpuvm/pkg/server"
 	"github.com/gpuvm/gpuvm/pkg/store"
 	"github.com/gpuvm/gpuvm/pkg/store/storetest"
@@ -115,9 +116,9 @@ func seedVMs(b *testing.B, st *store.Store, n int, host string) {
 				if state != store.VMRunning {
 					continue
 				}
-				gpu := fmt.Sprintf("0000:%02x:%02x.%d", i/(32*8)%256, i/8%32, i%8)
+				addr := fmt.Sprintf("0000:%02x:%02x.%d", i/(32*8)%256, i/8%32, i%8)
 				if _, err := tx.ClaimAllocation(ctx, vm.ID, []store.SlotClaim{{
-					Host: host, GPUAddress: gpu, Backend: "passthrough", Kind: store.KindPassthrough, Profile: "L40S",
+					Host: host, GPUAddress: addr, Backend: "passthrough", Kind: gpu.KindPassthrough, Profile: "L40S",
 				}}); err != nil {
 					return err
 				}

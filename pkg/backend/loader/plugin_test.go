@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/gpuvm/gpuvm/pkg/backend"
+	"github.com/gpuvm/gpuvm/pkg/gpu"
 )
 
 // The test binary doubles as every backend plugin (the self-exec pattern of
@@ -132,7 +133,7 @@ func (f *fakeBackend) Create(ctx context.Context, req backend.CreateRequest) (ba
 		case <-time.After(time.Minute):
 		}
 	}
-	d := backend.Device{ID: "dev-1", Kind: backend.KindVGPU, GPU: req.GPU, VMUUID: req.VMUUID}
+	d := backend.Device{ID: "dev-1", Kind: gpu.KindVGPU, GPU: req.GPU, VMUUID: req.VMUUID}
 	if req.DeviceUUID != "" {
 		d.ID = req.DeviceUUID
 	}

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/gpuvm/gpuvm/pkg/backend"
+	"github.com/gpuvm/gpuvm/pkg/gpu"
 	"github.com/gpuvm/gpuvm/pkg/orchestrator"
 	"github.com/gpuvm/gpuvm/pkg/profile"
 	"github.com/gpuvm/gpuvm/pkg/server"
@@ -66,7 +67,7 @@ func NewBooking(t testing.TB) (url, ann, admin string) {
 	}
 	bs := backends{"passthrough": &backend.Mock{InventoryF: func(context.Context) (backend.Inventory, error) {
 		return backend.Inventory{Backend: "passthrough", Host: "test", GPUs: []backend.GPU{
-			{Address: "0000:a1:00.0", Model: "L40S", DeviceID: "10de:26b9", Memory: 48 << 30, Mode: backend.ModeIdle, IOMMUGroup: "31"}}}, nil
+			{Address: "0000:a1:00.0", Model: "L40S", DeviceID: "10de:26b9", Memory: 48 << 30, Mode: gpu.ModeIdle, IOMMUGroup: "31"}}}, nil
 	}}}
 	orch := orchestrator.New(orchestrator.Config{Store: st, Backends: bs, Profiles: func() *profile.Config { return cfg }, Host: "test", Log: log})
 	srv := httptest.NewServer(server.New(server.Deps{Auth: st, Backends: bs, Config: &Config{cfg: cfg}, Store: st, Bookings: orch, Log: log}))

@@ -185,7 +185,7 @@ func ParseCluster(name string, src []byte) (*Cluster, error) {
 				continue
 			}
 		}
-		mode := scheduler.Mode("")
+		mode := gpu.Mode("")
 		if h.Mode != nil {
 			m, err := parseMode(*h.Mode)
 			if err != nil {
@@ -206,67 +206,17 @@ func ParseCluster(name string, src []byte) (*Cluster, error) {
 				s := scheduler.GPUSpec{Address: fmt.Sprintf("0000:%02x:00.0", p.bus), DeviceID: p.deviceID, IOMMUGroup: strconv.Itoa(10 + i), MixedSize: p.mixed}
 				switch {
 				case p.mig:
-					s.Allow, s.Mode = scheduler.ModeMIG, scheduler.ModeMIG
+					s.Allow, s.Mode = gpu.ModeMIG, gpu.ModeMIG
 				case p.vfs:
-					s.Allow, s.Mode = scheduler.ModeVGPU, scheduler.ModeVGPU
+					s.Allow, s.Mode = gpu.ModeVGPU, gpu.ModeVGPU
 				default:
-					s.Allow = scheduler.ModePassthrough
+					s.Allow = gpu.ModePassthrough
 				}
 				specs = append(specs, s)
 			}
 		}
 		for _, g := range h.GPUs {
-			n := 1
-			if g.Count != nil {
-				n = *g.Count
-				if n < 1 || n > 64 {
-					bad(g.DefRange, "host %q: a gpu block's count is from 1 to 64, not %d", h.Name, n)
-					continue
-				}
-			}
-			if g.Address != nil && n > 1 {
-				bad(g.DefRange, "host %q: address names one GPU; drop count or address", h.Name)
-				continue
-			}
-			gm := scheduler.Mode("")
-			if g.Mode != nil {
-				m, err := parseMode(*g.Mode)
-				if err != nil {
-					bad(g.DefRange, "host %q: %v", h.Name, err)
-					continue
-				}
-				gm = m
-			}
-			if _, err := scheduler.NewInventory([]scheduler.HostSpec{{Name: "x", GPUs: []scheduler.GPUSpec{{Address: "x", Model: g.Model}}}}, nil); err != nil {
-				bad(g.DefRange, "host %q: %v", h.Name, strings.TrimPrefix(err.Error(), "host x: GPU x: "))
-				continue
-			}
-			for k := 0; k < n; k++ {
-				s := scheduler.GPUSpec{Model: g.Model, Allow: gm, MIGLayout: g.MIGLayout}
-				s.Address = fmt.Sprintf("0000:%02x:00.0", 0xe0+len(specs)%32)
-				if len(specs) >= 32 {
-					s.Address = fmt.Sprintf("%04x:%02x:00.0", len(specs)/32, 0xe0+len(specs)%32)
-				}
-				if g.Address != nil {
-					s.Address = *g.Address
-				}
-				if gm == scheduler.ModeMIG || gm == scheduler.ModeVGPU || gm == scheduler.ModePassthrough {
-					s.Mode = gm
-				}
-				if gm != "" {
-					own[len(specs)] = true
-				}
-				if g.MixedSize != nil {
-					s.MixedSize = *g.MixedSize
-				}
-				if g.IOMMUGroup != nil {
-					s.IOMMUGroup = *g.IOMMUGroup
-				}
-				if g.Draining != nil {
-					s.Draining = *g.Draining
-				}
-				specs = append(specs, s)
-			}
+			specs = appendGPUBlock(specs, own, h.Name, g, bad)
 		}
 		if len(specs) == 0 {
 			bad(h.DefRange, "host %q has no GPU: give it a preset or gpu blocks", h.Name)
@@ -276,7 +226,7 @@ func ParseCluster(name string, src []byte) (*Cluster, error) {
 			if mode != "" && !own[i] {
 				specs[i].Allow = mode
 				specs[i].Mode = ""
-				if mode != scheduler.ModeAuto {
+				if mode != gpu.ModeAuto {
 					specs[i].Mode = mode
 				}
 			}
@@ -328,9 +278,66 @@ func ParseCluster(name string, src []byte) (*Cluster, error) {
 	return c, nil
 }
 
-func parseMode(s string) (scheduler.Mode, error) {
-	switch m := scheduler.Mode(s); m {
-	case scheduler.ModeAuto, scheduler.ModeVGPU, scheduler.ModeMIG, scheduler.ModePassthrough:
+// appendGPUBlock adds the GPUs of one gpu block of host to specs, marking
+// in own those that set a mode of their own; bad reports what is wrong.
+func appendGPUBlock(specs []scheduler.GPUSpec, own map[int]bool, host string, g *gpuBlock, bad func(hcl.Range, string, ...any)) []scheduler.GPUSpec {
+	n := 1
+	if g.Count != nil {
+		n = *g.Count
+		if n < 1 || n > 64 {
+			bad(g.DefRange, "host %q: a gpu block's count is from 1 to 64, not %d", host, n)
+			return specs
+		}
+	}
+	if g.Address != nil && n > 1 {
+		bad(g.DefRange, "host %q: address names one GPU; drop count or address", host)
+		return specs
+	}
+	gm := gpu.Mode("")
+	if g.Mode != nil {
+		m, err := parseMode(*g.Mode)
+		if err != nil {
+			bad(g.DefRange, "host %q: %v", host, err)
+			return specs
+		}
+		gm = m
+	}
+	if _, err := scheduler.NewInventory([]scheduler.HostSpec{{Name: "x", GPUs: []scheduler.GPUSpec{{Address: "x", Model: g.Model}}}}, nil); err != nil {
+		bad(g.DefRange, "host %q: %v", host, strings.TrimPrefix(err.Error(), "host x: GPU x: "))
+		return specs
+	}
+	for k := 0; k < n; k++ {
+		s := scheduler.GPUSpec{Model: g.Model, Allow: gm, MIGLayout: g.MIGLayout}
+		s.Address = fmt.Sprintf("0000:%02x:00.0", 0xe0+len(specs)%32)
+		if len(specs) >= 32 {
+			s.Address = fmt.Sprintf("%04x:%02x:00.0", len(specs)/32, 0xe0+len(specs)%32)
+		}
+		if g.Address != nil {
+			s.Address = *g.Address
+		}
+		if gm == gpu.ModeMIG || gm == gpu.ModeVGPU || gm == gpu.ModePassthrough {
+			s.Mode = gm
+		}
+		if gm != "" {
+			own[len(specs)] = true
+		}
+		if g.MixedSize != nil {
+			s.MixedSize = *g.MixedSize
+		}
+		if g.IOMMUGroup != nil {
+			s.IOMMUGroup = *g.IOMMUGroup
+		}
+		if g.Draining != nil {
+			s.Draining = *g.Draining
+		}
+		specs = append(specs, s)
+	}
+	return specs
+}
+
+func parseMode(s string) (gpu.Mode, error) {
+	switch m := gpu.Mode(s); m {
+	case gpu.ModeAuto, gpu.ModeVGPU, gpu.ModeMIG, gpu.ModePassthrough:
 		return m, nil
 	}
 	return "", fmt.Errorf("mode %q is not auto, vgpu, mig or passthrough", s)
@@ -453,7 +460,7 @@ func needOf(kind, typ string, count int) (scheduler.Need, error) {
 		for _, m := range gpu.Models() {
 			if m.MIG != nil {
 				if _, ok := m.MIG.Profile(p); ok {
-					n.Kind, n.Profile = scheduler.KindMIG, p
+					n.Kind, n.Profile = gpu.KindMIG, p
 					return n, nil
 				}
 			}
@@ -473,15 +480,15 @@ func needOf(kind, typ string, count int) (scheduler.Need, error) {
 				return n, err
 			}
 			if info.MIGBacked() {
-				n.Kind, n.Profile, n.Model = scheduler.KindMIG, info.MIGProfile, m.Board
+				n.Kind, n.Profile, n.Model = gpu.KindMIG, info.MIGProfile, m.Board
 				return n, nil
 			}
-			n.Kind, n.Type = scheduler.KindVGPU, info.Name
+			n.Kind, n.Type = gpu.KindVGPU, info.Name
 			return n, nil
 		}
 		return n, fmt.Errorf("no board gpuvm knows makes vGPU type %s", t.Name)
 	case "passthrough":
-		n.Kind = scheduler.KindPassthrough
+		n.Kind = gpu.KindPassthrough
 		if typ != "" {
 			ok := false
 			for _, m := range gpu.Models() {
@@ -498,7 +505,7 @@ func needOf(kind, typ string, count int) (scheduler.Need, error) {
 		if err != nil {
 			return n, err
 		}
-		n.Kind, n.Memory = scheduler.KindAny, mem
+		n.Kind, n.Memory = gpu.KindAny, mem
 		return n, nil
 	}
 	return n, fmt.Errorf("gpu_kind %q is not mig, vgpu, passthrough or any", kind)

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gpuvm/gpuvm/pkg/gpu"
 	"github.com/gpuvm/gpuvm/pkg/policy"
 	"github.com/gpuvm/gpuvm/pkg/profile"
 	"github.com/gpuvm/gpuvm/pkg/scheduler"
@@ -279,115 +280,151 @@ func Run(setup Setup, tr *Trace, spec Spec) (*Result, error) {
 		d := scheduler.Cycle(now, inv, queue, runList, eng, opts)
 		res.Cycles++
 		res.Holds += len(d.Holds)
-		gone := map[string]bool{}
-		for _, s := range d.Start {
-			st := byID[s.ID]
-			st.accepted, st.wait = true, now.Sub(st.item.Request.Submitted)
-			f := policy.PlacedFootprint(s.Placement)
-			v := &vmState{st: st, share: f.Share, run: scheduler.Running{Request: st.item.Request, Placement: s.Placement, Started: now, End: s.End, Booking: s.Booking}}
-			v.actual = now.Add(st.item.Runtime)
-			if s.End.Before(v.actual) {
-				v.actual = s.End
-			}
-			running[s.ID] = v
-			gone[s.ID] = true
-		}
-		for _, r := range d.Refused {
-			byID[r.ID].refused = string(r.Reason.Code)
-			res.RefusedAtOnce[string(r.Reason.Code)]++
-			gone[r.ID] = true
-		}
-		for _, p := range d.Preempt {
-			if v, ok := running[p.ID]; ok {
-				v.run.Stopping, v.run.PreemptedFor, v.run.End = true, p.For, p.StopAt
-				if p.StopAt.Before(v.actual) {
-					v.actual = p.StopAt
-				}
-				res.Preemptions++
-			}
-		}
-		for _, a := range d.Actions {
-			v, ok := running[a.ID]
-			if !ok {
-				continue
-			}
-			switch a.Kind {
-			case scheduler.ActionWarn:
-				v.run.Warned = true
-			case scheduler.ActionStop:
-				v.run.Stopping = true
-				if now.Before(v.actual) {
-					v.actual = now
-					res.WindowStops++
-				}
-			}
-		}
-		for id, w := range d.Waiting {
-			byID[id].last = w.Reason
-		}
-		// Withdraw requests whose last chance was this cycle.
-		kept := queue[:0]
-		for _, r := range queue {
-			st := byID[r.ID]
-			switch {
-			case gone[r.ID]:
-			case !st.deadline.IsZero() && !now.Before(st.deadline):
-				code := string(st.last.Code)
-				if code == "" {
-					code = string(scheduler.CodeNoCapacity)
-				}
-				st.refused = "max_wait:" + code
-				res.Expired[code]++
-			default:
-				kept = append(kept, r)
-				continue
-			}
-			delete(queued, r.ID)
-		}
-		queue = kept
+		gone := applyDecision(now, d, byID, running, res)
+		queue = withdraw(now, queue, byID, gone, queued, res)
 		for _, id := range sortedIDs(running) {
 			if v := running[id]; !v.actual.After(now) {
 				end(id, now)
 			}
 		}
-		// The next event.
-		t := now.Add(tick).Truncate(tick)
-		if !t.After(now) {
-			t = now.Add(tick)
-		}
-		if len(queue) == 0 && len(running) > 0 && !timed {
-			t = horizon // nothing waits and no rule depends on the time: only events matter
-		}
-		if next < len(tr.Items) && tr.Items[next].Request.Submitted.Before(t) {
-			t = tr.Items[next].Request.Submitted
-		}
-		for _, v := range running {
-			if v.actual.Before(t) {
-				t = v.actual
-			}
-		}
-		for _, r := range queue {
-			if dl := byID[r.ID].deadline; !dl.IsZero() && dl.Before(t) {
-				t = dl
-			}
-		}
-		if next >= len(tr.Items) && len(running) == 0 && (len(queue) == 0 || now.After(horizon)) {
+		t, done := nextEvent(now, tick, horizon, timed, tr, next, queue, running, byID)
+		if done {
 			break
-		}
-		if len(queue) == 0 && len(running) == 0 && next < len(tr.Items) {
-			t = tr.Items[next].Request.Submitted
-		}
-		if !t.After(now) {
-			t = now.Add(time.Second)
 		}
 		integrate(now, t)
 		now = t
 	}
-	for _, r := range queue { // only when max-wait is 0 and the horizon passed
+	expireLeft(queue, byID, res)
+	finish(res, series, bucket, gpus, sumUsed, sumStranded, sumFree, sumVFree, sumTime)
+	summarise(res, states)
+	return res, nil
+}
+
+// applyDecision records a cycle's decision d at now: the VMs it starts,
+// refuses, preempts, warns and stops, and why the others wait. It returns
+// the requests that leave the queue.
+func applyDecision(now time.Time, d scheduler.Decision, byID map[string]*reqState, running map[string]*vmState, res *Result) map[string]bool {
+	gone := map[string]bool{}
+	for _, s := range d.Start {
+		st := byID[s.ID]
+		st.accepted, st.wait = true, now.Sub(st.item.Request.Submitted)
+		f := policy.PlacedFootprint(s.Placement)
+		v := &vmState{st: st, share: f.Share, run: scheduler.Running{Request: st.item.Request, Placement: s.Placement, Started: now, End: s.End, Booking: s.Booking}}
+		v.actual = now.Add(st.item.Runtime)
+		if s.End.Before(v.actual) {
+			v.actual = s.End
+		}
+		running[s.ID] = v
+		gone[s.ID] = true
+	}
+	for _, r := range d.Refused {
+		byID[r.ID].refused = string(r.Reason.Code)
+		res.RefusedAtOnce[string(r.Reason.Code)]++
+		gone[r.ID] = true
+	}
+	for _, p := range d.Preempt {
+		if v, ok := running[p.ID]; ok {
+			v.run.Stopping, v.run.PreemptedFor, v.run.End = true, p.For, p.StopAt
+			if p.StopAt.Before(v.actual) {
+				v.actual = p.StopAt
+			}
+			res.Preemptions++
+		}
+	}
+	for _, a := range d.Actions {
+		v, ok := running[a.ID]
+		if !ok {
+			continue
+		}
+		switch a.Kind {
+		case scheduler.ActionWarn:
+			v.run.Warned = true
+		case scheduler.ActionStop:
+			v.run.Stopping = true
+			if now.Before(v.actual) {
+				v.actual = now
+				res.WindowStops++
+			}
+		}
+	}
+	for id, w := range d.Waiting {
+		byID[id].last = w.Reason
+	}
+	return gone
+}
+
+// withdraw takes out of the queue the requests that leave it: gone, or
+// whose last chance was this cycle (max wait).
+func withdraw(now time.Time, queue []scheduler.Request, byID map[string]*reqState, gone, queued map[string]bool, res *Result) []scheduler.Request {
+	// Withdraw requests whose last chance was this cycle.
+	kept := queue[:0]
+	for _, r := range queue {
+		st := byID[r.ID]
+		switch {
+		case gone[r.ID]:
+		case !st.deadline.IsZero() && !now.Before(st.deadline):
+			code := string(st.last.Code)
+			if code == "" {
+				code = string(scheduler.CodeNoCapacity)
+			}
+			st.refused = "max_wait:" + code
+			res.Expired[code]++
+		default:
+			kept = append(kept, r)
+			continue
+		}
+		delete(queued, r.ID)
+	}
+	return kept
+}
+
+// nextEvent is the time of the next cycle after now; done when the run is
+// over.
+func nextEvent(now time.Time, tick time.Duration, horizon time.Time, timed bool, tr *Trace, next int, queue []scheduler.Request, running map[string]*vmState, byID map[string]*reqState) (time.Time, bool) {
+	t := now.Add(tick).Truncate(tick)
+	if !t.After(now) {
+		t = now.Add(tick)
+	}
+	if len(queue) == 0 && len(running) > 0 && !timed {
+		t = horizon // nothing waits and no rule depends on the time: only events matter
+	}
+	if next < len(tr.Items) && tr.Items[next].Request.Submitted.Before(t) {
+		t = tr.Items[next].Request.Submitted
+	}
+	for _, v := range running {
+		if v.actual.Before(t) {
+			t = v.actual
+		}
+	}
+	for _, r := range queue {
+		if dl := byID[r.ID].deadline; !dl.IsZero() && dl.Before(t) {
+			t = dl
+		}
+	}
+	if next >= len(tr.Items) && len(running) == 0 && (len(queue) == 0 || now.After(horizon)) {
+		return t, true
+	}
+	if len(queue) == 0 && len(running) == 0 && next < len(tr.Items) {
+		t = tr.Items[next].Request.Submitted
+	}
+	if !t.After(now) {
+		t = now.Add(time.Second)
+	}
+	return t, false
+}
+
+// expireLeft refuses what is still queued at the end of the run (only
+// when max-wait is 0 and the horizon passed).
+func expireLeft(queue []scheduler.Request, byID map[string]*reqState, res *Result) {
+	for _, r := range queue {
 		st := byID[r.ID]
 		st.refused = "max_wait:" + string(st.last.Code)
 		res.Expired[string(st.last.Code)]++
 	}
+}
+
+// finish turns the time integrals and the series into the result's figures.
+func finish(res *Result, series map[int64]*Point, bucket time.Duration, gpus, sumUsed, sumStranded, sumFree, sumVFree, sumTime float64) {
 	if sumTime > 0 {
 		res.Utilization = sumUsed / sumTime / gpus
 		res.Stranded = sumStranded / sumTime
@@ -407,8 +444,6 @@ func Run(setup Setup, tr *Trace, spec Spec) (*Result, error) {
 		p.Utilization, p.Stranded, p.Waiting = round(p.Utilization/h, 4), round(p.Stranded/h, 3), round(p.Waiting/h, 2)
 		res.Series = append(res.Series, p)
 	}
-	summarise(res, states)
-	return res, nil
 }
 
 func (s *reqState) servedHours(h float64) { s.served += h }
@@ -444,7 +479,7 @@ func mixedHosts(hosts []scheduler.HostSpec) []scheduler.HostSpec {
 		out[i].GPUs = append([]scheduler.GPUSpec(nil), h.GPUs...)
 		for j := range out[i].GPUs {
 			g := &out[i].GPUs[j]
-			if g.Allow == scheduler.ModeVGPU || g.Mode == scheduler.ModeVGPU {
+			if g.Allow == gpu.ModeVGPU || g.Mode == gpu.ModeVGPU {
 				g.MixedSize = true
 			}
 		}

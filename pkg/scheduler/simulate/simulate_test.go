@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpuvm/gpuvm/pkg/gpu"
 	"github.com/gpuvm/gpuvm/pkg/profile"
 	"github.com/gpuvm/gpuvm/pkg/scheduler"
 )
@@ -54,17 +55,17 @@ booking "ml101" {
 	if got := strings.Join(names, " "); got != "lab-1:4 lab-2:4 render:4" {
 		t.Errorf("hosts %s", got)
 	}
-	if g := c.Hosts[0].GPUs[0]; g.Allow != scheduler.ModeMIG || g.DeviceID != 0x20f1 {
+	if g := c.Hosts[0].GPUs[0]; g.Allow != gpu.ModeMIG || g.DeviceID != 0x20f1 {
 		t.Errorf("a100x4 GPU 0: %+v", g)
 	}
-	if g := c.Hosts[0].GPUs[3]; g.Allow != scheduler.ModePassthrough {
+	if g := c.Hosts[0].GPUs[3]; g.Allow != gpu.ModePassthrough {
 		t.Errorf("a100x4 GPU 3 (no VFs): %+v", g)
 	}
 	// The host's mode applies to every GPU, the gpu block's own mode wins.
-	if g := c.Hosts[2].GPUs[0]; g.Allow != scheduler.ModeVGPU {
+	if g := c.Hosts[2].GPUs[0]; g.Allow != gpu.ModeVGPU {
 		t.Errorf("host mode did not apply: %+v", g)
 	}
-	if g := c.Hosts[2].GPUs[3]; g.Allow != scheduler.ModePassthrough || g.Address != "0000:c1:00.0" {
+	if g := c.Hosts[2].GPUs[3]; g.Allow != gpu.ModePassthrough || g.Address != "0000:c1:00.0" {
 		t.Errorf("the gpu block's own mode lost: %+v", g)
 	}
 	if len(c.Bookings) != 1 || c.Bookings[0].Offset == nil || *c.Bookings[0].Offset != time.Hour || c.Bookings[0].Booking.VMs != 7 {
@@ -126,7 +127,7 @@ func TestParseTrace(t *testing.T) {
 	if first.User != "u07" || first.Group != "students" || first.Lease != 150*time.Minute || first.Priority != 10 || !first.Preemptible || !first.Submitted.Equal(DefaultStart.Add(912*time.Second)) {
 		t.Errorf("row 3: %+v", first)
 	}
-	if n := tr.Items[2].Request.Need; n.Kind != scheduler.KindMIG || n.Model != "A100" {
+	if n := tr.Items[2].Request.Need; n.Kind != gpu.KindMIG || n.Model != "A100" {
 		t.Errorf("MIG-backed vGPU type: %+v", n)
 	}
 }
