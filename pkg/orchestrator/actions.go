@@ -210,12 +210,12 @@ func (o *Orchestrator) setState(ctx context.Context, vmID string, u store.VMUpda
 // vanished fails a VM whose domain is gone, as the reconciler does for a
 // running one (its devices removed, its slots freed), and the action.
 func (o *Orchestrator) vanished(ctx context.Context, vm *store.VM, op *store.Operation) error {
-	o.log.Warn("the domain of a VM vanished; marking it failed", "vm", vm.ID, "name", vm.Name, "operation", op.Kind)
-	cause := errors.New("domain vanished")
-	if err := o.failVM(ctx, vm.ID, nil, cause); !errors.Is(err, cause) {
+	// As the reconciler does (reconcile.go): failed, the GPU given back,
+	// the disk kept until the VM is deleted.
+	if err := o.vanish(ctx, *vm); err != nil {
 		return err // not failed yet: the next round tries again
 	}
-	o.finishAction(ctx, vm, op, cause)
+	o.finishAction(ctx, vm, op, errors.New("domain vanished"))
 	return nil
 }
 
@@ -225,6 +225,10 @@ func (o *Orchestrator) vanished(ctx context.Context, vm *store.VM, op *store.Ope
 // ended), then it is stopped, its reason saying so. The domain and its
 // disk stay.
 func (o *Orchestrator) runStop(ctx context.Context, vm *store.VM, op *store.Operation) error {
+	vm, op, done, err := o.fresh(ctx, vm, op)
+	if err != nil || done {
+		return err
+	}
 	switch vm.State {
 	case store.VMStopped:
 		o.finishAction(ctx, vm, op, nil) // an interrupted stop that got this far
@@ -402,6 +406,10 @@ func (o *Orchestrator) queueStart(ctx context.Context, vm *store.VM, op *store.O
 // is up (boot.go). A start that fails leaves the VM stopped with the
 // reason, its GPU given back.
 func (o *Orchestrator) runStart(ctx context.Context, vm *store.VM, op *store.Operation) error {
+	vm, op, done, err := o.fresh(ctx, vm, op)
+	if err != nil || done {
+		return err
+	}
 	switch vm.State {
 	case store.VMRunning:
 		o.finishAction(ctx, vm, op, nil) // an interrupted start that got this far
@@ -603,6 +611,10 @@ func (o *Orchestrator) elsewhere(q queued, host string) string {
 // running. A reboot interrupted after it was asked is asked again (a
 // guest may get it twice; it never misses it).
 func (o *Orchestrator) runReboot(ctx context.Context, vm *store.VM, op *store.Operation) error {
+	vm, op, done, err := o.fresh(ctx, vm, op)
+	if err != nil || done {
+		return err
+	}
 	if vm.State != store.VMRunning {
 		o.finishAction(ctx, vm, op, fmt.Errorf("the VM is %s, not running", vm.State))
 		return nil
@@ -610,7 +622,7 @@ func (o *Orchestrator) runReboot(ctx context.Context, vm *store.VM, op *store.Op
 	if err := o.st.SetOperationStep(ctx, op.ID, StepReboot); err != nil {
 		return err
 	}
-	err := o.cfg.Hypervisor.Reboot(ctx, vm.ID)
+	err = o.cfg.Hypervisor.Reboot(ctx, vm.ID)
 	switch {
 	case hypervisor.IsNotFound(err):
 		return o.vanished(ctx, vm, op)

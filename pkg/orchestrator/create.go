@@ -29,6 +29,10 @@ func DeviceUUID(vmID string, allocationID int64) string {
 // from the state it is in. The create is done when the domain runs; the
 // VM is in phase booting then, until its guest is up (boot.go).
 func (o *Orchestrator) runCreate(ctx context.Context, vm *store.VM, op *store.Operation) error {
+	vm, op, done, err := o.fresh(ctx, vm, op)
+	if err != nil || done {
+		return err
+	}
 	p := o.profile(vm.Profile)
 	if p == nil {
 		return o.failVM(ctx, vm.ID, op, fmt.Errorf("profile %q no longer exists", vm.Profile))
@@ -80,6 +84,25 @@ func (o *Orchestrator) runCreate(ctx context.Context, vm *store.VM, op *store.Op
 	}
 	o.log.Info("VM running", "vm", vm.ID, "name", vm.Name, "owner", vm.Owner, "domain", req.Spec.Name)
 	return o.st.FinishOperation(ctx, op.ID, nil)
+}
+
+// fresh re-reads the VM and the operation a round handed to a worker: the
+// round read them before it marked the VM busy, and another run of the
+// same VM's work may have moved them on in between. done is true when the
+// operation is finished by now (nothing is left to do).
+func (o *Orchestrator) fresh(ctx context.Context, vm *store.VM, op *store.Operation) (*store.VM, *store.Operation, bool, error) {
+	cur, err := o.st.GetOperation(ctx, op.ID)
+	if err != nil {
+		return vm, op, false, err
+	}
+	if cur.Finished() {
+		return vm, cur, true, nil
+	}
+	now, err := o.st.GetVM(ctx, vm.ID)
+	if err != nil {
+		return vm, cur, false, err
+	}
+	return now, cur, false, nil
 }
 
 // makeDevices has the backends make the devices of a VM's claimed slots

@@ -15,6 +15,10 @@ var ErrCancelled = errors.New("cancelled: the VM was deleted")
 // runDelete deletes a VM: domain, devices, slots, in that order, each step
 // idempotent, then marks it deleted. A create still unfinished is cancelled.
 func (o *Orchestrator) runDelete(ctx context.Context, vm *store.VM, op, create *store.Operation) error {
+	vm, op, done, err := o.fresh(ctx, vm, op)
+	if err != nil || done {
+		return err
+	}
 	if create != nil {
 		o.finishOp(ctx, create.ID, ErrCancelled)
 	}
