@@ -56,6 +56,17 @@ func newFleetNode(t testing.TB, name, preset string, st *store.Store) *fleetNode
 	return n
 }
 
+// newTwoNodeFleet is n1 (of preset, leading) and n2 (l40sx4) on one
+// database, both with a fresh heartbeat.
+func newTwoNodeFleet(t testing.TB, preset string) (n1, n2 *fleetNode) {
+	n1 = newFleetNode(t, "n1", preset, nil)
+	n2 = newFleetNode(t, "n2", "l40sx4", n1.st)
+	n1.fleet.leader.Store(true)
+	n1.beat(t)
+	n2.beat(t)
+	return n1, n2
+}
+
 // beat writes the node's heartbeat as gpuvmd's heartbeater does: its
 // inventory with the scheduler's view of its GPUs.
 func (n *fleetNode) beat(t testing.TB) { n.beatAs(t, n.name) }
@@ -88,11 +99,7 @@ func (n *fleetNode) beatAs(t testing.TB, name string) {
 // not begun goes back to the queue; a drained node takes nothing new.
 func TestFleetPlacement(t *testing.T) {
 	ctx := context.Background()
-	n1 := newFleetNode(t, "n1", "h100x8", nil)
-	n2 := newFleetNode(t, "n2", "l40sx4", n1.st)
-	n1.fleet.leader.Store(true)
-	n1.beat(t)
-	n2.beat(t)
+	n1, n2 := newTwoNodeFleet(t, "h100x8")
 
 	// One VM only n2's L40S can hold, one only n1's H100s.
 	l40s, l40sOp := n1.submit("ann", "l40s-seat", "on-l40s")
@@ -216,11 +223,7 @@ func TestFleetPlacement(t *testing.T) {
 // elsewhere, and leaves the other nodes' alone.
 func TestFleetReconcileOwnHostOnly(t *testing.T) {
 	ctx := context.Background()
-	n1 := newFleetNode(t, "n1", "l40sx4", nil)
-	n2 := newFleetNode(t, "n2", "l40sx4", n1.st)
-	n1.fleet.leader.Store(true)
-	n1.beat(t)
-	n2.beat(t)
+	n1, n2 := newTwoNodeFleet(t, "l40sx4")
 	a, _ := n1.submit("ann", "l40s-seat", "a")
 	n1.o.Drain(ctx)
 	if vm := n1.wantVM(a.ID, store.VMRunning, ""); vm.Host != "n1" {
@@ -254,11 +257,7 @@ func TestFleetReconcileOwnHostOnly(t *testing.T) {
 // host for good; found by test/fleet's PostgreSQL restart under load).
 func TestRequeueAndDeviceStepExcludeEachOther(t *testing.T) {
 	ctx := context.Background()
-	n1 := newFleetNode(t, "n1", "h100x8", nil)
-	n2 := newFleetNode(t, "n2", "l40sx4", n1.st)
-	n1.fleet.leader.Store(true)
-	n1.beat(t)
-	n2.beat(t)
+	n1, n2 := newTwoNodeFleet(t, "h100x8")
 	vm, op := n1.submit("ann", "l40s-seat", "raced")
 	n1.o.Drain(ctx)
 	placed := n1.vm(vm.ID)
