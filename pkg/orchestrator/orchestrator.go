@@ -246,6 +246,7 @@ func New(cfg Config) *Orchestrator {
 	return &Orchestrator{
 		cfg: cfg, st: cfg.Store, log: cfg.Log.With("component", "orchestrator"),
 		wake: make(chan struct{}, 1), sem: make(chan struct{}, cfg.Workers), busy: map[string]bool{},
+		orphans: orphanState{volumes: volumeNames(cfg.DomainPrefix)},
 	}
 }
 

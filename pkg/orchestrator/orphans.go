@@ -15,12 +15,11 @@ import (
 	"sync"
 	"time"
 
-	"libvirt.org/go/libvirtxml"
-
 	"github.com/gpuvm/gpuvm/pkg/api"
 	"github.com/gpuvm/gpuvm/pkg/backend"
 	"github.com/gpuvm/gpuvm/pkg/gpu"
 	"github.com/gpuvm/gpuvm/pkg/hypervisor"
+	"github.com/gpuvm/gpuvm/pkg/hypervisor/domain"
 	"github.com/gpuvm/gpuvm/pkg/store"
 )
 
@@ -63,6 +62,7 @@ type orphanState struct {
 	mu        sync.Mutex
 	items     map[string]orphan
 	checkedAt time.Time
+	volumes   *regexp.Regexp       // the names of this gpuvmd's volumes (volumeNames)
 	seen      map[string]time.Time // first seen, by ID
 }
 
@@ -197,10 +197,10 @@ func (o *Orchestrator) whyOrphan(ctx context.Context, r *records, inst, vmID str
 	return fmt.Sprintf("this installation's, but its database has no VM %s (restored from an older backup, or the row was lost)", vmID), nil
 }
 
-// volumeName matches the volumes gpuvm makes for a domain: the overlay and
-// the seed (domain.OverlayName, domain.SeedName).
-func (o *Orchestrator) volumeName() *regexp.Regexp {
-	return regexp.MustCompile(`^` + regexp.QuoteMeta(o.cfg.DomainPrefix) + `[0-9a-f]{12}(\.qcow2|-seed\.iso)$`)
+// volumeNames matches the volumes gpuvm makes for a domain named with
+// prefix: the overlay and the seed (domain.OverlayName, domain.SeedName).
+func volumeNames(prefix string) *regexp.Regexp {
+	return regexp.MustCompile(`^` + regexp.QuoteMeta(prefix) + `[0-9a-f]{12}(\.qcow2|-seed\.iso)$`)
 }
 
 // poolVolumes lists the configured pool's volumes ("" pool: none).
@@ -379,7 +379,7 @@ func (o *Orchestrator) AdoptOrphan(ctx context.Context, id string, req api.Adopt
 	}
 	if x, ok := o.cfg.Hypervisor.(domainXML); ok {
 		if doc, err := x.XML(ctx, it.UUID, true); err == nil {
-			vm.DisplayPassword = displayPassword(doc)
+			vm.DisplayPassword = domain.DisplayPassword(doc)
 		}
 	}
 	if err := o.st.AdoptVM(ctx, vm, devices, by); err != nil {
@@ -447,22 +447,4 @@ func (o *Orchestrator) adoptedDevices(ctx context.Context, vmID string) ([]store
 		}
 	}
 	return out, nil
-}
-
-// displayPassword is the password of the first VNC or SPICE display of a
-// domain XML (read with its secrets), "" when none.
-func displayPassword(doc string) string {
-	var x libvirtxml.Domain
-	if err := x.Unmarshal(doc); err != nil || x.Devices == nil {
-		return ""
-	}
-	for _, g := range x.Devices.Graphics {
-		switch {
-		case g.VNC != nil && g.VNC.Passwd != "":
-			return g.VNC.Passwd
-		case g.Spice != nil && g.Spice.Passwd != "":
-			return g.Spice.Passwd
-		}
-	}
-	return ""
 }

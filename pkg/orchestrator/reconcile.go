@@ -236,7 +236,7 @@ func (o *Orchestrator) reconcileHost(ctx context.Context) (Report, error) {
 		}
 		rep.LeakedDomains = append(rep.LeakedDomains, d.Name)
 	}
-	named := o.volumeName()
+	named := o.orphans.volumes
 	for _, v := range vols {
 		if named.MatchString(v) && !wantVolumes[v] {
 			orphans = append(orphans, o.volumeOrphan(pool, v))

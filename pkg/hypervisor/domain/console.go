@@ -67,3 +67,22 @@ func listenAddress(attr string, ls []libvirtxml.DomainGraphicListener) string {
 	}
 	return "127.0.0.1"
 }
+
+// DisplayPassword is the password of a domain's first VNC or SPICE display,
+// read from its XML (with secrets); unlike ConsoleFromXML it needs no port,
+// so it reads a domain that is shut off too. "" when there is none.
+func DisplayPassword(domainXML string) string {
+	var d libvirtxml.Domain
+	if err := d.Unmarshal(domainXML); err != nil || d.Devices == nil {
+		return ""
+	}
+	for _, g := range d.Devices.Graphics {
+		switch {
+		case g.VNC != nil:
+			return g.VNC.Passwd
+		case g.Spice != nil:
+			return g.Spice.Passwd
+		}
+	}
+	return ""
+}

@@ -557,3 +557,18 @@ func TestPureGo(t *testing.T) {
 		}
 	}
 }
+
+// DisplayPassword reads the password of a shut-off domain too (no port).
+func TestDisplayPassword(t *testing.T) {
+	for _, tc := range []struct{ name, xml, want string }{
+		{"vnc, shut off", `<domain><devices><graphics type="vnc" port="-1" autoport="yes" passwd="s3cr3t!x"/></devices></domain>`, "s3cr3t!x"},
+		{"spice", `<domain><devices><graphics type="spice" passwd="pw"/></devices></domain>`, "pw"},
+		{"no password", `<domain><devices><graphics type="vnc" port="5900"/></devices></domain>`, ""},
+		{"no display", `<domain><devices></devices></domain>`, ""},
+		{"not XML", `<domain`, ""},
+	} {
+		if got := DisplayPassword(tc.xml); got != tc.want {
+			t.Errorf("%s: %q, want %q", tc.name, got, tc.want)
+		}
+	}
+}
