@@ -286,16 +286,14 @@ func TestRequeueAndDeviceStepExcludeEachOther(t *testing.T) {
 	// leaves the VM where it is.
 	n1.o.Drain(ctx)
 	again := n1.vm(vm.ID)
-	if again.State != store.VMAllocating {
+	if again.State != store.VMAllocating || again.Host != "n2" { // only n2's L40S can hold it
 		t.Fatalf("placed again: %s on %q", again.State, again.Host)
 	}
-	if again.Host == "n2" {
-		if err := n2.o.beginDeviceStep(ctx, vm.ID, op.ID, n1.liveAllocation(vm.ID).ID); err != nil {
-			t.Fatal(err)
-		}
-		if requeued, err := n1.o.RequeueFromDownHosts(ctx, []string{"n2"}); err != nil || len(requeued) != 0 {
-			t.Errorf("the leader queued again a VM whose node began: %v, %v", requeued, err)
-		}
+	if err := n2.o.beginDeviceStep(ctx, vm.ID, op.ID, n1.liveAllocation(vm.ID).ID); err != nil {
+		t.Fatal(err)
+	}
+	if requeued, err := n1.o.RequeueFromDownHosts(ctx, []string{"n2"}); err != nil || len(requeued) != 0 {
+		t.Errorf("the leader queued again a VM whose node began: %v, %v", requeued, err)
 	}
 }
 
