@@ -54,9 +54,18 @@ func start(t *testing.T, preset string) *rig {
 // startIn starts the backends on stateDir for a gpuvm installation.
 func startIn(t *testing.T, preset, stateDir, installation string) *rig {
 	t.Helper()
-	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	l := loader.New(loader.Config{Dir: pluginDir, Logger: log, MinBackoff: 50 * time.Millisecond, MaxBackoff: time.Second,
-		Backend: backend.Config{Simulate: preset, StateDir: stateDir, NVML: backend.NVMLAuto, Installation: installation}})
+	return startLoader(t, preset, stateDir, loader.Config{MinBackoff: 50 * time.Millisecond, MaxBackoff: time.Second,
+		Backend: backend.Config{Installation: installation}})
+}
+
+// startLoader starts the backends on preset's simulated host in stateDir,
+// with cfg's other settings (backoff, inventory pushes, installation).
+func startLoader(t *testing.T, preset, stateDir string, cfg loader.Config) *rig {
+	t.Helper()
+	cfg.Dir = pluginDir
+	cfg.Logger = slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	cfg.Backend.Simulate, cfg.Backend.StateDir, cfg.Backend.NVML = preset, stateDir, backend.NVMLAuto
+	l := loader.New(cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := l.Start(ctx); err != nil {

@@ -1,9 +1,7 @@
 package plugins_test
 
 import (
-	"context"
 	"fmt"
-	"log/slog"
 	"os/exec"
 	"path/filepath"
 	"reflect"
@@ -16,7 +14,6 @@ import (
 
 	"github.com/gpuvm/gpuvm/pkg/backend"
 	"github.com/gpuvm/gpuvm/pkg/backend/loader"
-	"github.com/gpuvm/gpuvm/pkg/host/sim"
 )
 
 // startPushing starts the real backends on a simulated preset, each
@@ -26,21 +23,7 @@ func startPushing(t *testing.T, preset string, resync time.Duration) *rig {
 	t.Helper()
 	leaks := goleak.IgnoreCurrent()
 	t.Cleanup(func() { goleak.VerifyNone(t, leaks) }) // after l.Close
-	stateDir := t.TempDir()
-	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	l := loader.New(loader.Config{Dir: pluginDir, Logger: log, MinBackoff: time.Second, MaxBackoff: 2 * time.Second, InventoryResync: resync,
-		Backend: backend.Config{Simulate: preset, StateDir: stateDir, NVML: backend.NVMLAuto}})
-	sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := l.Start(sctx); err != nil {
-		t.Fatalf("start backends: %v", err)
-	}
-	t.Cleanup(l.Close)
-	h, err := sim.Open(sim.StateDir(stateDir, preset), preset)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &rig{l: l, host: h, stateDir: stateDir}
+	return startLoader(t, preset, t.TempDir(), loader.Config{MinBackoff: time.Second, MaxBackoff: 2 * time.Second, InventoryResync: resync})
 }
 
 // eventually polls f until it returns true, failing the test after d.
