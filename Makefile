@@ -81,7 +81,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParseVGPUType$$' -fuzztime $(FUZZN)x ./pkg/gpu/
 	$(GO) test -run '^$$' -fuzz '^FuzzParseCreatableVGPUTypes$$' -fuzztime $(FUZZN)x ./pkg/host/
 	$(GO) test -run '^$$' -fuzz '^FuzzParseMdevDescription$$' -fuzztime $(FUZZN)x ./pkg/host/
-	$(GO) test -run '^$$' -fuzz '^FuzzLoad$$' -fuzztime 500x ./pkg/profile/
+	$(GO) test -run '^$$' -fuzz '^FuzzLoad$$' -fuzztime 500x ./pkg/config/
 
 clean:
 	rm -rf $(BIN) .cache

@@ -10,7 +10,7 @@ import (
 	"github.com/hashicorp/hcl/v2"
 	"github.com/spf13/cobra"
 
-	"github.com/gpuvm/gpuvm/pkg/profile"
+	"github.com/gpuvm/gpuvm/pkg/config"
 )
 
 func newConfigCmd(getenv func(string) string) *cobra.Command {
@@ -27,7 +27,7 @@ func configDir(flag string, getenv func(string) string) string {
 	if d := getenv("GPUVM_CONFIG"); d != "" {
 		return d
 	}
-	return profile.DefaultDir
+	return config.DefaultDir
 }
 
 func newValidateCmd(getenv func(string) string) *cobra.Command {
@@ -88,8 +88,8 @@ func runValidate(args []string, strict bool, getenv func(string) string, stdout,
 	}
 	failed := false
 	for _, s := range sets {
-		l := new(profile.Loader)
-		var cfg *profile.Config
+		l := new(config.Loader)
+		var cfg *config.Config
 		var diags hcl.Diagnostics
 		if s.dir != "" {
 			cfg, diags = l.LoadDir(s.dir)

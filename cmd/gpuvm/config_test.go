@@ -45,22 +45,22 @@ func TestConfigValidateErrors(t *testing.T) {
 		code int
 		want []string
 	}{
-		{[]string{"../../pkg/profile/testdata/errors/unknown.hcl"}, 1, []string{
+		{[]string{"../../pkg/config/testdata/errors/unknown.hcl"}, 1, []string{
 			"Error: Unsupported argument",
-			"on ../../pkg/profile/testdata/errors/unknown.hcl:2:3, in profile \"web\":",
+			"on ../../pkg/config/testdata/errors/unknown.hcl:2:3, in profile \"web\":",
 			"   2:   vcpu   = 4\n        ^^^^\n",
 			`Did you mean "vcpus"?`,
 			"Did you mean \"gpu\"?",
 			"4 errors, 0 warnings",
 		}},
-		{[]string{"../../pkg/profile/testdata/dirs/duplicates"}, 1, []string{
+		{[]string{"../../pkg/config/testdata/dirs/duplicates"}, 1, []string{
 			"Duplicate profile", `Profile "dev" is defined twice`, "duplicates/a.hcl:5",
-			"on ../../pkg/profile/testdata/dirs/duplicates/b.hcl:13:9",
+			"on ../../pkg/config/testdata/dirs/duplicates/b.hcl:13:9",
 		}},
-		{[]string{"../../pkg/profile/testdata/errors/unsatisfiable.hcl"}, 0, []string{
+		{[]string{"../../pkg/config/testdata/errors/unsatisfiable.hcl"}, 0, []string{
 			"Warning: No GPU can give this profile", "valid (1 file: 5 profiles, 1 image, 0 templates), 4 warnings",
 		}},
-		{[]string{"--strict", "../../pkg/profile/testdata/errors/unsatisfiable.hcl"}, 1, []string{"4 warnings"}},
+		{[]string{"--strict", "../../pkg/config/testdata/errors/unsatisfiable.hcl"}, 1, []string{"4 warnings"}},
 		{[]string{"/nonexistent/gpuvm"}, 2, []string{"no such file or directory"}},
 		{[]string{"--bogus"}, 2, []string{"unknown flag"}},
 		{[]string{t.TempDir()}, 1, []string{"No configuration files"}},
@@ -169,7 +169,7 @@ func TestProfileErrors(t *testing.T) {
 		{[]string{"profile", "show", "--config", "../../configs/dev"}, 2, "takes one profile name"},
 		{[]string{"profile", "show", "a", "b"}, 2, "takes one profile name"},
 		{[]string{"profile", "list", "extra"}, 2, "takes no arguments"},
-		{[]string{"profile", "list", "--config", "../../pkg/profile/testdata/dirs/duplicates"}, 1, "has 4 errors (gpuvm config validate"},
+		{[]string{"profile", "list", "--config", "../../pkg/config/testdata/dirs/duplicates"}, 1, "has 4 errors (gpuvm config validate"},
 		{[]string{"profile", "list", "--config", "/nonexistent/gpuvm"}, 1, "Cannot read the configuration directory"},
 	}
 	for _, tc := range tests {

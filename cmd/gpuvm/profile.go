@@ -10,8 +10,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/gpuvm/gpuvm/pkg/config"
 	"github.com/gpuvm/gpuvm/pkg/gpu"
-	"github.com/gpuvm/gpuvm/pkg/profile"
 )
 
 func newProfileCmd(getenv func(string) string) *cobra.Command {
@@ -84,9 +84,9 @@ func newProfileShowCmd(getenv func(string) string) *cobra.Command {
 
 // loadForProfiles loads the configuration; diagnostics go to stderr. A
 // configuration with errors is no configuration.
-func loadForProfiles(o profileOpts, getenv func(string) string, stderr io.Writer) (*profile.Config, error) {
+func loadForProfiles(o profileOpts, getenv func(string) string, stderr io.Writer) (*config.Config, error) {
 	dir := configDir(o.config, getenv)
-	l := new(profile.Loader)
+	l := new(config.Loader)
 	cfg, diags := l.LoadDir(dir)
 	if err := l.WriteDiagnostics(stderr, diags, 0); err != nil {
 		return nil, err
@@ -123,7 +123,7 @@ func closest(name string, names []string) string {
 	return " (profiles: " + strings.Join(near, ", ") + ")"
 }
 
-func describeGPU(g *profile.GPUNeed) string {
+func describeGPU(g *config.GPUNeed) string {
 	if g == nil {
 		return "-"
 	}
@@ -142,7 +142,7 @@ func describeGPU(g *profile.GPUNeed) string {
 			s = "whole " + g.Model
 		}
 	default:
-		s = "≥" + profile.FormatSize(g.Memory) + " " + strings.Join(gpu.KindNames(g.Kinds), "|")
+		s = "≥" + config.FormatSize(g.Memory) + " " + strings.Join(gpu.KindNames(g.Kinds), "|")
 		if g.Series != "" {
 			s += " (" + g.Series + ")"
 		}
@@ -153,10 +153,10 @@ func describeGPU(g *profile.GPUNeed) string {
 	return s
 }
 
-func describeDisk(p *profile.Profile) string {
+func describeDisk(p *config.Profile) string {
 	switch {
 	case p.Disk != nil && p.Disk.Size > 0:
-		return p.Disk.Image + " " + profile.FormatSize(p.Disk.Size)
+		return p.Disk.Image + " " + config.FormatSize(p.Disk.Size)
 	case p.Disk != nil:
 		return p.Disk.Image
 	case p.Boot != nil:
@@ -165,7 +165,7 @@ func describeDisk(p *profile.Profile) string {
 	return "-"
 }
 
-func printProfileList(w io.Writer, ps []*profile.Profile) error {
+func printProfileList(w io.Writer, ps []*config.Profile) error {
 	if len(ps) == 0 {
 		_, err := fmt.Fprintln(w, "No profiles.")
 		return err
@@ -174,13 +174,13 @@ func printProfileList(w io.Writer, ps []*profile.Profile) error {
 	fmt.Fprintln(tw, "NAME\tGPU\tVCPUS\tMEMORY\tDISK\tCLASS\tLEASE\tDESCRIPTION")
 	for _, p := range ps {
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s/%s\t%s\n", p.Name, describeGPU(p.GPU), p.VCPUs,
-			profile.FormatSize(p.Memory), describeDisk(p), p.Class,
-			profile.FormatDuration(p.Lease.Default), profile.FormatDuration(p.Lease.Max), p.Description)
+			config.FormatSize(p.Memory), describeDisk(p), p.Class,
+			config.FormatDuration(p.Lease.Default), config.FormatDuration(p.Lease.Max), p.Description)
 	}
 	return tw.Flush()
 }
 
-func printProfile(w io.Writer, cfg *profile.Config, p *profile.Profile) error {
+func printProfile(w io.Writer, cfg *config.Config, p *config.Profile) error {
 	fmt.Fprintf(w, "Profile %s (%s)\n", p.Name, p.Source)
 	if p.Description != "" {
 		fmt.Fprintf(w, "  %s\n", p.Description)
@@ -190,7 +190,7 @@ func printProfile(w io.Writer, cfg *profile.Config, p *profile.Profile) error {
 	if p.TPM {
 		tpm = "TPM 2.0"
 	}
-	fmt.Fprintf(tw, "  VM:\t%s, %s memory, %s, %s firmware, %s\n", plural(p.VCPUs, "vCPU"), profile.FormatSize(p.Memory), p.OS, p.Firmware, tpm)
+	fmt.Fprintf(tw, "  VM:\t%s, %s memory, %s, %s firmware, %s\n", plural(p.VCPUs, "vCPU"), config.FormatSize(p.Memory), p.OS, p.Firmware, tpm)
 	if d := p.Disk; d != nil {
 		src := ""
 		if img := cfg.Images[d.Image]; img != nil {
@@ -201,7 +201,7 @@ func printProfile(w io.Writer, cfg *profile.Config, p *profile.Profile) error {
 		}
 		size := "the image's size"
 		if d.Size > 0 {
-			size = profile.FormatSize(d.Size)
+			size = config.FormatSize(d.Size)
 		}
 		fmt.Fprintf(tw, "  Disk:\toverlay on image %s (%s), %s\n", d.Image, src, size)
 	}
@@ -218,7 +218,7 @@ func printProfile(w io.Writer, cfg *profile.Config, p *profile.Profile) error {
 	if g := p.GPU; g != nil {
 		desc = describeGPU(g)
 		if g.Kind != gpu.KindAny {
-			desc += fmt.Sprintf(" (%s each)", profile.FormatSize(g.Memory))
+			desc += fmt.Sprintf(" (%s each)", config.FormatSize(g.Memory))
 		} else {
 			desc = "the cheapest slice with " + desc
 		}
@@ -244,9 +244,9 @@ func printProfile(w io.Writer, cfg *profile.Config, p *profile.Profile) error {
 		}
 		fmt.Fprintf(tw, "  Cloud-init:\ttemplate %s%s\n", ci.Template, vars)
 	}
-	lease := fmt.Sprintf("%s by default, at most %s", profile.FormatDuration(p.Lease.Default), profile.FormatDuration(p.Lease.Max))
+	lease := fmt.Sprintf("%s by default, at most %s", config.FormatDuration(p.Lease.Default), config.FormatDuration(p.Lease.Max))
 	if p.Lease.IdleStop > 0 {
-		lease += ", stopped after " + profile.FormatDuration(p.Lease.IdleStop) + " idle"
+		lease += ", stopped after " + config.FormatDuration(p.Lease.IdleStop) + " idle"
 	}
 	fmt.Fprintf(tw, "  Lease:\t%s\n", lease)
 	who := "everyone"

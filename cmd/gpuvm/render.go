@@ -15,10 +15,10 @@ import (
 
 	"github.com/gpuvm/gpuvm/pkg/backend"
 	"github.com/gpuvm/gpuvm/pkg/backend/loader"
+	"github.com/gpuvm/gpuvm/pkg/config"
 	"github.com/gpuvm/gpuvm/pkg/gpu"
 	"github.com/gpuvm/gpuvm/pkg/hypervisor/domain"
 	"github.com/gpuvm/gpuvm/pkg/policy"
-	"github.com/gpuvm/gpuvm/pkg/profile"
 	"github.com/gpuvm/gpuvm/pkg/scheduler"
 )
 
@@ -114,7 +114,7 @@ func runRender(ctx context.Context, o renderOpts, name string, getenv func(strin
 }
 
 // placeholderHostdevs shows the shape of the profile's devices without a host.
-func placeholderHostdevs(g *profile.GPUNeed) []domain.Hostdev {
+func placeholderHostdevs(g *config.GPUNeed) []domain.Hostdev {
 	var out []domain.Hostdev
 	for i := 0; i < max(g.Count, 1); i++ {
 		switch g.Kind {
@@ -129,7 +129,7 @@ func placeholderHostdevs(g *profile.GPUNeed) []domain.Hostdev {
 
 // simulatedHostdevs creates the profile's devices on a throwaway simulated
 // host and returns their hostdevs; cleanup removes them.
-func simulatedHostdevs(ctx context.Context, o renderOpts, preset string, cfg *profile.Config, p *profile.Profile, getenv func(string) string, stderr io.Writer) ([]domain.Hostdev, string, func(), error) {
+func simulatedHostdevs(ctx context.Context, o renderOpts, preset string, cfg *config.Config, p *config.Profile, getenv func(string) string, stderr io.Writer) ([]domain.Hostdev, string, func(), error) {
 	stateDir, err := os.MkdirTemp("", "gpuvm-render-")
 	if err != nil {
 		return nil, "", nil, err
@@ -199,7 +199,7 @@ type deviceChoice struct {
 // does (pkg/scheduler, pack placement under the configuration's GPU
 // modes: a MIG instance at the start slot that keeps larger profiles
 // placeable, not NVML's first fit) and returns the devices to create.
-func chooseDevices(ctx context.Context, l *loader.Loader, cfg *profile.Config, need *profile.GPUNeed) ([]deviceChoice, error) {
+func chooseDevices(ctx context.Context, l *loader.Loader, cfg *config.Config, need *config.GPUNeed) ([]deviceChoice, error) {
 	var invs []backend.Inventory
 	names := l.Names()
 	sort.Strings(names)

@@ -11,8 +11,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/gpuvm/gpuvm/pkg/config"
 	"github.com/gpuvm/gpuvm/pkg/gpu"
-	"github.com/gpuvm/gpuvm/pkg/profile"
 	"github.com/gpuvm/gpuvm/pkg/scheduler"
 	"github.com/gpuvm/gpuvm/pkg/scheduler/simulate"
 )
@@ -109,7 +109,7 @@ func runSim(o simOpts, getenv func(string) string, stdout, stderr io.Writer) err
 		return exitError{exitFailure}
 	}
 	setup := simulate.Setup{Cluster: cluster, MaxWait: o.maxWait, Tick: o.tick}
-	var cfg *profile.Config
+	var cfg *config.Config
 	if o.config != "" {
 		cfg, err = loadForProfiles(profileOpts{config: o.config}, getenv, stderr)
 		if err != nil {
@@ -160,7 +160,7 @@ func readInput(path string) ([]byte, error) {
 	return b, nil
 }
 
-var simOrders = []string{profile.OrderFIFO, profile.OrderPriority, profile.OrderSJF, profile.OrderFairshare}
+var simOrders = []string{config.OrderFIFO, config.OrderPriority, config.OrderSJF, config.OrderFairshare}
 
 // simSpecs turns --runs (or the defaults) into run specs.
 func simSpecs(o simOpts, configured string, tr *simulate.Trace, c *simulate.Cluster) ([]simulate.Spec, error) {
@@ -168,7 +168,7 @@ func simSpecs(o simOpts, configured string, tr *simulate.Trace, c *simulate.Clus
 	if len(names) == 0 {
 		names = append([]string{simulate.Baseline.Name}, simOrders...)
 		if wantsMixed(tr, c) {
-			first := profile.OrderFIFO
+			first := config.OrderFIFO
 			if configured != "" {
 				first = configured
 			}

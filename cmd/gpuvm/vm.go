@@ -16,8 +16,8 @@ import (
 
 	"github.com/gpuvm/gpuvm/pkg/api"
 	"github.com/gpuvm/gpuvm/pkg/client"
+	"github.com/gpuvm/gpuvm/pkg/config"
 	"github.com/gpuvm/gpuvm/pkg/gpu"
-	"github.com/gpuvm/gpuvm/pkg/profile"
 )
 
 // vmStates are the states a VM can be in (GET /v1/vms?state=).
@@ -71,21 +71,21 @@ func printRemoteProfiles(w io.Writer, ps []client.Profile) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "NAME\tGPU\tVCPUS\tMEMORY\tDISK\tLEASE\tDESCRIPTION")
 	for _, p := range ps {
-		var g *profile.GPUNeed
+		var g *config.GPUNeed
 		if p.GPU != nil {
-			g = &profile.GPUNeed{Kind: gpu.Kind(p.GPU.Kind), Type: p.GPU.Type, Profile: p.GPU.Profile, Model: p.GPU.Model,
+			g = &config.GPUNeed{Kind: gpu.Kind(p.GPU.Kind), Type: p.GPU.Type, Profile: p.GPU.Profile, Model: p.GPU.Model,
 				Count: p.GPU.Count, Memory: p.GPU.Memory, Kinds: gpu.Kinds(p.GPU.Kinds), Series: p.GPU.Series}
 		}
 		disk := "-"
 		if p.Disk != nil {
 			disk = p.Disk.Image
 			if p.Disk.Size > 0 {
-				disk += " " + profile.FormatSize(p.Disk.Size)
+				disk += " " + config.FormatSize(p.Disk.Size)
 			}
 		}
-		lease := profile.FormatDuration(time.Duration(p.Lease.Default)*time.Second) + "/" +
-			profile.FormatDuration(time.Duration(p.Lease.Max)*time.Second)
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\n", p.Name, describeGPU(g), p.VCPUs, profile.FormatSize(p.Memory), disk, lease, p.Description)
+		lease := config.FormatDuration(time.Duration(p.Lease.Default)*time.Second) + "/" +
+			config.FormatDuration(time.Duration(p.Lease.Max)*time.Second)
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\n", p.Name, describeGPU(g), p.VCPUs, config.FormatSize(p.Memory), disk, lease, p.Description)
 	}
 	return tw.Flush()
 }

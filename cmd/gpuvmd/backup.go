@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/gpuvm/gpuvm/pkg/backup"
-	"github.com/gpuvm/gpuvm/pkg/profile"
+	"github.com/gpuvm/gpuvm/pkg/config"
 	"github.com/gpuvm/gpuvm/pkg/store"
 )
 
@@ -256,7 +256,7 @@ func orUnknown(s string) string {
 
 // backupScheduler runs the backups of server.backup while gpuvmd serves.
 type backupScheduler struct {
-	settings func() *profile.Backup // read before each run: a reload applies
+	settings func() *config.Backup // read before each run: a reload applies
 	opts     func(ctx context.Context) (backup.Options, error)
 	now      func() time.Time
 	log      *slog.Logger
@@ -300,7 +300,7 @@ func (s *backupScheduler) run(ctx context.Context) {
 // due is when the next backup is: every after the newest archive
 // (backup.NextRun), but after a failure not before min(every, retryAfter)
 // has passed.
-func (s *backupScheduler) due(set *profile.Backup, failedAt time.Time) time.Time {
+func (s *backupScheduler) due(set *config.Backup, failedAt time.Time) time.Time {
 	now := s.now()
 	next, err := backup.NextRun(set.Dir, set.Every, now)
 	if err != nil {
@@ -316,7 +316,7 @@ func (s *backupScheduler) due(set *profile.Backup, failedAt time.Time) time.Time
 
 // runOnce makes one scheduled backup in set.Dir, then prunes the archives
 // beyond set.Keep. Each run is logged; a failed one at error level.
-func (s *backupScheduler) runOnce(ctx context.Context, set *profile.Backup) (string, error) {
+func (s *backupScheduler) runOnce(ctx context.Context, set *config.Backup) (string, error) {
 	start := s.now()
 	path, m, err := s.make(ctx, set, start)
 	took := s.now().Sub(start)
@@ -343,7 +343,7 @@ func (s *backupScheduler) runOnce(ctx context.Context, set *profile.Backup) (str
 	return path, nil
 }
 
-func (s *backupScheduler) make(ctx context.Context, set *profile.Backup, at time.Time) (string, *backup.Manifest, error) {
+func (s *backupScheduler) make(ctx context.Context, set *config.Backup, at time.Time) (string, *backup.Manifest, error) {
 	if err := os.MkdirAll(set.Dir, 0o700); err != nil {
 		return "", nil, fmt.Errorf("create the backup directory: %w", err)
 	}
@@ -368,12 +368,12 @@ func (s *backupScheduler) make(ctx context.Context, set *profile.Backup, at time
 // newBackupScheduler is the scheduled backups when the configuration has a
 // backup block (nil when it has none); its run returns when its context
 // ends, after a run in progress.
-func newBackupScheduler(o options, profiles func() *profile.Config, log *slog.Logger, observe func(time.Time, error)) *backupScheduler {
+func newBackupScheduler(o options, profiles func() *config.Config, log *slog.Logger, observe func(time.Time, error)) *backupScheduler {
 	if profiles().Server.Backup == nil {
 		return nil
 	}
 	return &backupScheduler{
-		settings: func() *profile.Backup { return profiles().Server.Backup },
+		settings: func() *config.Backup { return profiles().Server.Backup },
 		opts: func(ctx context.Context) (backup.Options, error) {
 			return backupOptions(ctx, o, log)
 		},

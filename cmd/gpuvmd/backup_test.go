@@ -18,7 +18,7 @@ import (
 	"time"
 
 	"github.com/gpuvm/gpuvm/pkg/backup"
-	"github.com/gpuvm/gpuvm/pkg/profile"
+	"github.com/gpuvm/gpuvm/pkg/config"
 	"github.com/gpuvm/gpuvm/pkg/store"
 	"github.com/gpuvm/gpuvm/pkg/store/storetest"
 )
@@ -254,10 +254,10 @@ func TestBackupScheduler(t *testing.T) {
 		err error
 	}
 	var observed []outcome
-	set := &profile.Backup{Every: 24 * time.Hour, Keep: 2, Dir: dir}
+	set := &config.Backup{Every: 24 * time.Hour, Keep: 2, Dir: dir}
 	o := options{stateDir: state}
 	s := &backupScheduler{
-		settings: func() *profile.Backup { return set },
+		settings: func() *config.Backup { return set },
 		opts: func(ctx context.Context) (backup.Options, error) {
 			return backupOptions(ctx, o, slog.New(slog.NewTextHandler(&logs, nil)))
 		},
@@ -301,7 +301,7 @@ func TestBackupScheduler(t *testing.T) {
 
 	// A run that cannot write is an error in the log and in the metric.
 	logs.Reset()
-	bad := &profile.Backup{Every: time.Hour, Keep: 2, Dir: foreign} // a file, not a directory
+	bad := &config.Backup{Every: time.Hour, Keep: 2, Dir: foreign} // a file, not a directory
 	if _, err := s.runOnce(ctx, bad); err == nil {
 		t.Fatal("a backup into a file went through")
 	}

@@ -12,14 +12,14 @@ import (
 	"sync/atomic"
 	"syscall"
 
-	"github.com/gpuvm/gpuvm/pkg/profile"
+	"github.com/gpuvm/gpuvm/pkg/config"
 )
 
-// config holds the configuration in force; a reload replaces it whole or not
+// liveConfig holds the configuration in force; a reload replaces it whole or not
 // at all.
-type config struct {
+type liveConfig struct {
 	dir string
-	atomic.Pointer[profile.Config]
+	atomic.Pointer[config.Config]
 	// sighup, when set, is told of each reload on SIGHUP and its outcome
 	// (the audit log records it).
 	sighup atomic.Pointer[func(err error, diagnostics string)]
@@ -27,16 +27,16 @@ type config struct {
 
 // loadConfig loads dir and refuses it if it has errors, printing every
 // diagnostic (warnings too) to w.
-func loadConfig(dir string, w io.Writer) (*config, error) {
-	c := &config{dir: dir}
+func loadConfig(dir string, w io.Writer) (*liveConfig, error) {
+	c := &liveConfig{dir: dir}
 	if err := c.reload(w); err != nil {
 		return nil, err
 	}
 	return c, nil
 }
 
-func (c *config) reload(w io.Writer) error {
-	l := new(profile.Loader)
+func (c *liveConfig) reload(w io.Writer) error {
+	l := new(config.Loader)
 	next, diags := l.LoadDir(c.dir)
 	if len(diags) > 0 {
 		_ = l.WriteDiagnostics(w, diags, 100)
@@ -49,7 +49,7 @@ func (c *config) reload(w io.Writer) error {
 }
 
 // Reload implements server.Config.
-func (c *config) Reload() (string, error) {
+func (c *liveConfig) Reload() (string, error) {
 	var diag bytes.Buffer
 	err := c.reload(&diag)
 	return strings.TrimSpace(diag.String()), err
@@ -57,7 +57,7 @@ func (c *config) Reload() (string, error) {
 
 // reloadOnSIGHUP reloads the configuration on SIGHUP until ctx ends. A
 // broken set is rejected with its diagnostics and the old one stays in force.
-func (c *config) reloadOnSIGHUP(ctx context.Context, log *slog.Logger) (stop func()) {
+func (c *liveConfig) reloadOnSIGHUP(ctx context.Context, log *slog.Logger) (stop func()) {
 	ch := make(chan os.Signal, 1)
 	signal.Notify(ch, syscall.SIGHUP)
 	done := make(chan struct{})
@@ -89,7 +89,7 @@ func (c *config) reloadOnSIGHUP(ctx context.Context, log *slog.Logger) (stop fun
 // fromConfig fills the options the command line did not set from the
 // server block. Settings that need a restart (listen, state, backends) are
 // read once at start.
-func (o *options) fromConfig(s profile.Server, set map[string]bool) {
+func (o *options) fromConfig(s config.Server, set map[string]bool) {
 	pick := func(flagName string, dst *string, v string) {
 		if !set[flagName] && v != "" {
 			*dst = v

@@ -8,9 +8,9 @@ import (
 	"time"
 
 	"github.com/gpuvm/gpuvm/pkg/api"
+	"github.com/gpuvm/gpuvm/pkg/config"
 	"github.com/gpuvm/gpuvm/pkg/fleet"
 	"github.com/gpuvm/gpuvm/pkg/orchestrator"
-	"github.com/gpuvm/gpuvm/pkg/profile"
 	"github.com/gpuvm/gpuvm/pkg/server"
 	"github.com/gpuvm/gpuvm/pkg/store"
 )
@@ -29,8 +29,8 @@ type node struct {
 // 15s, down after 45s) and, on PostgreSQL, joins the fleet: a node whose
 // name a live node at another address uses, or whose clock is off the
 // database's, is refused here, before it does anything.
-func openNode(ctx context.Context, o options, cfg *config, st *store.Store, apiURL string, log *slog.Logger) (*node, error) {
-	n := &node{interval: profile.DefaultHeartbeatInterval, log: log}
+func openNode(ctx context.Context, o options, cfg *liveConfig, st *store.Store, apiURL string, log *slog.Logger) (*node, error) {
+	n := &node{interval: config.DefaultHeartbeatInterval, log: log}
 	if cfg != nil {
 		s := cfg.Load().Server.Node
 		n.name, n.interval, n.timeout = s.Name, s.HeartbeatInterval, s.HeartbeatTimeout
@@ -42,10 +42,10 @@ func openNode(ctx context.Context, o options, cfg *config, st *store.Store, apiU
 		}
 	}
 	if n.interval <= 0 {
-		n.interval = profile.DefaultHeartbeatInterval
+		n.interval = config.DefaultHeartbeatInterval
 	}
 	if n.timeout <= 0 {
-		n.timeout = profile.HeartbeatTimeoutIntervals * n.interval
+		n.timeout = config.HeartbeatTimeoutIntervals * n.interval
 	}
 	if st.Driver() != store.DriverPostgres {
 		return n, nil

@@ -27,11 +27,11 @@ import (
 	"github.com/gpuvm/gpuvm/pkg/api"
 	"github.com/gpuvm/gpuvm/pkg/backend"
 	"github.com/gpuvm/gpuvm/pkg/backend/loader"
+	"github.com/gpuvm/gpuvm/pkg/config"
 	"github.com/gpuvm/gpuvm/pkg/heartbeat"
 	"github.com/gpuvm/gpuvm/pkg/hypervisor"
 	"github.com/gpuvm/gpuvm/pkg/monitor"
 	"github.com/gpuvm/gpuvm/pkg/orchestrator"
-	"github.com/gpuvm/gpuvm/pkg/profile"
 	"github.com/gpuvm/gpuvm/pkg/server"
 	"github.com/gpuvm/gpuvm/pkg/store"
 	"github.com/gpuvm/gpuvm/pkg/usage"
@@ -130,7 +130,7 @@ func runOpts(ctx context.Context, args []string, getenv func(string) string, std
 	return serve(ctx, o, cfg, log)
 }
 
-func serve(ctx context.Context, o options, cfg *config, log *slog.Logger) error {
+func serve(ctx context.Context, o options, cfg *liveConfig, log *slog.Logger) error {
 	if cfg != nil {
 		stop := cfg.reloadOnSIGHUP(ctx, log)
 		defer stop()
@@ -179,7 +179,7 @@ func serve(ctx context.Context, o options, cfg *config, log *slog.Logger) error 
 		return fmt.Errorf("open libvirt (--libvirt-uri test:///default runs gpuvmd without libvirtd): %w", err)
 	}
 	defer hv.Close()
-	profiles := func() *profile.Config { return &profile.Config{} }
+	profiles := func() *config.Config { return &config.Config{} }
 	if cfg != nil {
 		profiles = cfg.Load
 	}
@@ -193,7 +193,7 @@ func serve(ctx context.Context, o options, cfg *config, log *slog.Logger) error 
 		SysFSRoot: o.sysfsRoot, NoNVML: o.nvml == string(backend.NVMLNone)})
 	defer closeSource()
 	mon := monitor.New(monitor.Config{Host: orch.Host(), Store: st, Source: src, NoSource: noSource, Settings: profiles().Server.Monitor,
-		Rules: func() []*profile.Alert { return profiles().Policy.Alerts }, Backends: monitor.LoaderHealth(l), Log: log})
+		Rules: func() []*config.Alert { return profiles().Policy.Alerts }, Backends: monitor.LoaderHealth(l), Log: log})
 	mon.Exporter().ExportOrphans(orch.OrphanCounts)
 	// This host's row in the hosts table: registered now, then a heartbeat
 	// with the inventory every node interval.
@@ -249,7 +249,7 @@ func startBackends(ctx context.Context, o options, installation string, log *slo
 // newOrchestrator makes the VM lifecycle of this host, and its fleet node
 // knows whether it leads before the first round.
 func newOrchestrator(ctx context.Context, o options, st *store.Store, l *loader.Loader, hv *hypervisor.Conn, nd *node,
-	profiles func() *profile.Config, notices *webhook.Notifier, installation string, log *slog.Logger) *orchestrator.Orchestrator {
+	profiles func() *config.Config, notices *webhook.Notifier, installation string, log *slog.Logger) *orchestrator.Orchestrator {
 	// A simulated server's GPUs cannot reach a real QEMU; libvirt's test
 	// driver takes the hostdevs as they are.
 	detach := o.simulate != "" && !strings.EqualFold(hv.Driver(), "test")
@@ -259,8 +259,8 @@ func newOrchestrator(ctx context.Context, o options, st *store.Store, l *loader.
 	// The timed rules of sharing are the fleet's work: they see every
 	// host's VMs, so their idle detector does too.
 	idleSettings := profiles().Server.Monitor
-	idle := monitor.NewIdle(st, "", cmp.Or(idleSettings.IdleThreshold, profile.DefaultIdleThreshold),
-		cmp.Or(idleSettings.Interval, profile.DefaultMonitorInterval), nil)
+	idle := monitor.NewIdle(st, "", cmp.Or(idleSettings.IdleThreshold, config.DefaultIdleThreshold),
+		cmp.Or(idleSettings.Interval, config.DefaultMonitorInterval), nil)
 	// A started VM is booting until its guest has an address (DHCP
 	// leases, then the guest agent); libvirt's test driver runs no guest.
 	var guests orchestrator.Guests = hv
@@ -281,8 +281,8 @@ func newOrchestrator(ctx context.Context, o options, st *store.Store, l *loader.
 // runs until ctx ends: the orchestrator, the fleet node, the heartbeat, the
 // monitor, the audit log's pruner, scheduled backups and the usage ledger's
 // warm-up.
-func runLoops(ctx context.Context, loops *errgroup.Group, o options, cfg *config, st *store.Store, orch *orchestrator.Orchestrator,
-	nd *node, hb *heartbeat.Beater, mon *monitor.Monitor, ledger *usage.Ledger, profiles func() *profile.Config, log *slog.Logger) error {
+func runLoops(ctx context.Context, loops *errgroup.Group, o options, cfg *liveConfig, st *store.Store, orch *orchestrator.Orchestrator,
+	nd *node, hb *heartbeat.Beater, mon *monitor.Monitor, ledger *usage.Ledger, profiles func() *config.Config, log *slog.Logger) error {
 	if rep, err := orch.Reconcile(ctx); err != nil {
 		log.Error("start-up reconcile incomplete; it is retried every minute", "err", err, "fixed", !rep.Empty())
 	}
@@ -299,7 +299,7 @@ func runLoops(ctx context.Context, loops *errgroup.Group, o options, cfg *config
 	pruner := &auditPruner{st: st, every: auditPruneInterval, log: log.With("component", "audit"),
 		retention: func() time.Duration {
 			if cfg == nil {
-				return profile.DefaultAuditRetention
+				return config.DefaultAuditRetention
 			}
 			return cfg.Load().Server.Audit.Retention
 		}}
@@ -326,8 +326,8 @@ func runLoops(ctx context.Context, loops *errgroup.Group, o options, cfg *config
 // serveHTTP serves the API on ln until ctx ends (or the server fails), then
 // shuts it down: event streams first, so that Shutdown need not wait for
 // them.
-func serveHTTP(ctx context.Context, o options, cfg *config, api *server.Server, ln net.Listener, tokenPath string, backends []string,
-	profiles func() *profile.Config, log *slog.Logger) error {
+func serveHTTP(ctx context.Context, o options, cfg *liveConfig, api *server.Server, ln net.Listener, tokenPath string, backends []string,
+	profiles func() *config.Config, log *slog.Logger) error {
 	if cfg != nil {
 		// A reload on SIGHUP is a change too: the audit log records it
 		// as it records POST /v1/admin/reload.
@@ -384,7 +384,7 @@ func (o *options) stateFlags(fs *flag.FlagSet) {
 // loadConfigFiles finds the configuration (--config, $GPUVM_CONFIG,
 // /etc/gpuvm), loads it and fills the options the command line did not
 // set from its server block; nil without a configuration.
-func (o *options) loadConfigFiles(fs *flag.FlagSet, getenv func(string) string, stderr io.Writer) (*config, error) {
+func (o *options) loadConfigFiles(fs *flag.FlagSet, getenv func(string) string, stderr io.Writer) (*liveConfig, error) {
 	if o.config == "" {
 		o.config = getenv("GPUVM_CONFIG")
 	}
@@ -486,7 +486,7 @@ func (s testSeams) hook(ctx context.Context, log *slog.Logger) func(vmID, point 
 
 // readyHelp is what gpuvmd prints once it serves: where the admin token is
 // and two curl lines to try, the second creating a VM from the first profile.
-func readyHelp(tokenPath, addr string, cfg *profile.Config) string {
+func readyHelp(tokenPath, addr string, cfg *config.Config) string {
 	auth := fmt.Sprintf("-H \"Authorization: Bearer $(cat %s)\"", tokenPath)
 	var b strings.Builder
 	fmt.Fprintf(&b, "gpuvmd is ready on http://%s\n  admin token: %s\n", addr, tokenPath)

@@ -4,11 +4,11 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gpuvm/gpuvm/pkg/profile"
+	"github.com/gpuvm/gpuvm/pkg/config"
 )
 
 func TestReadyHelp(t *testing.T) {
-	cfg, diags := profile.Parse(profile.Source{Name: "p.hcl", Data: []byte(`
+	cfg, diags := config.Parse(config.Source{Name: "p.hcl", Data: []byte(`
 profile "zeta" {
   vcpus = 1
   memory = "1GiB"
@@ -25,7 +25,7 @@ profile "alpha" {
 	}
 	for _, tc := range []struct {
 		name string
-		cfg  *profile.Config
+		cfg  *config.Config
 		want []string
 		not  string
 	}{
@@ -36,7 +36,7 @@ profile "alpha" {
 			`-d '{"profile":"alpha"}' http://127.0.0.1:8080/v1/vms`,
 			"gpuvm login http://127.0.0.1:8080 < /s/admin.token",
 		}, ""},
-		{"no profiles", &profile.Config{}, []string{"/v1/gpus"}, "/v1/vms"},
+		{"no profiles", &config.Config{}, []string{"/v1/gpus"}, "/v1/vms"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := readyHelp("/s/admin.token", "127.0.0.1:8080", tc.cfg)

@@ -29,7 +29,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/gpuvm/gpuvm/pkg/profile"
+	"github.com/gpuvm/gpuvm/pkg/config"
 	"github.com/gpuvm/gpuvm/pkg/store"
 )
 
@@ -108,10 +108,10 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 		return nil, errors.New("a fleet node needs a name")
 	}
 	if cfg.HeartbeatInterval <= 0 {
-		cfg.HeartbeatInterval = profile.DefaultHeartbeatInterval
+		cfg.HeartbeatInterval = config.DefaultHeartbeatInterval
 	}
 	if cfg.HeartbeatTimeout <= 0 {
-		cfg.HeartbeatTimeout = profile.HeartbeatTimeoutIntervals * cfg.HeartbeatInterval
+		cfg.HeartbeatTimeout = config.HeartbeatTimeoutIntervals * cfg.HeartbeatInterval
 	}
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()

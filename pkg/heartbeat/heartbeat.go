@@ -1,7 +1,7 @@
 // Package heartbeat keeps a gpuvmd's row in the hosts table current: it
 // registers the host at start-up and then writes its heartbeat, with the
 // inventory, every interval. How old a heartbeat may be before its host is
-// down is profile.DefaultHeartbeatTimeout unless the node block says.
+// down is config.DefaultHeartbeatTimeout unless the node block says.
 package heartbeat
 
 import (
@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/gpuvm/gpuvm/pkg/api"
-	"github.com/gpuvm/gpuvm/pkg/profile"
+	"github.com/gpuvm/gpuvm/pkg/config"
 	"github.com/gpuvm/gpuvm/pkg/store"
 )
 
@@ -26,7 +26,7 @@ type Beater struct {
 	// Host is the host's name (the orchestrator's); APIURL where its API
 	// answers; Version gpuvmd's version.
 	Host, APIURL, Version string
-	// Every is the heartbeat interval (default profile.DefaultHeartbeatInterval).
+	// Every is the heartbeat interval (default config.DefaultHeartbeatInterval).
 	Every time.Duration
 	// Publish, when set, makes what is stored of the inventory (JSON); it
 	// must keep the api.HostInventory's fields (GET /v1/hosts reads them)
@@ -89,7 +89,7 @@ func (h *Beater) Beat(ctx context.Context) error {
 func (h *Beater) Run(ctx context.Context) {
 	every := h.Every
 	if every <= 0 {
-		every = profile.DefaultHeartbeatInterval
+		every = config.DefaultHeartbeatInterval
 	}
 	t := time.NewTicker(every)
 	defer t.Stop()

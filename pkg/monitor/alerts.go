@@ -13,12 +13,12 @@ import (
 
 	"github.com/gpuvm/gpuvm/pkg/api"
 	"github.com/gpuvm/gpuvm/pkg/backend"
-	"github.com/gpuvm/gpuvm/pkg/profile"
+	"github.com/gpuvm/gpuvm/pkg/config"
 	"github.com/gpuvm/gpuvm/pkg/store"
 	"github.com/gpuvm/gpuvm/pkg/webhook"
 )
 
-// Alert metrics (profile.AlertMetrics).
+// Alert metrics (config.AlertMetrics).
 const (
 	MetricGPUUtilization       = "gpu_utilization"
 	MetricGPUMemoryUtilization = "gpu_memory_utilization"
@@ -97,7 +97,7 @@ func (l loaderHealth) BackendStates(ctx context.Context) map[string]string {
 type Evaluator struct {
 	host     string
 	st       AlertStore
-	rules    func() []*profile.Alert
+	rules    func() []*config.Alert
 	idle     IdleDetector      // nil: vm_idle rules observe nothing
 	backends BackendHealth     // nil: backend_down rules observe nothing
 	notifier *webhook.Notifier // nil: log only
@@ -118,7 +118,7 @@ type alertKey struct{ rule, subject string }
 type EvaluatorConfig struct {
 	Host     string
 	Store    AlertStore
-	Rules    func() []*profile.Alert
+	Rules    func() []*config.Alert
 	Idle     IdleDetector
 	Backends BackendHealth
 	Notifier *webhook.Notifier
@@ -138,10 +138,10 @@ func NewEvaluator(c EvaluatorConfig) *Evaluator {
 		c.Log = slog.Default()
 	}
 	if c.Interval <= 0 {
-		c.Interval = profile.DefaultMonitorInterval
+		c.Interval = config.DefaultMonitorInterval
 	}
 	if c.Rules == nil {
-		c.Rules = func() []*profile.Alert { return nil }
+		c.Rules = func() []*config.Alert { return nil }
 	}
 	return &Evaluator{host: c.Host, st: c.Store, rules: c.Rules, idle: c.Idle, backends: c.Backends, notifier: c.Notifier,
 		clock: c.Clock, log: c.Log.With("component", "alerts"), interval: c.Interval,
@@ -235,7 +235,7 @@ func (e *Evaluator) forgetPending(rule string) {
 }
 
 // signature changes when a rule's condition does.
-func signature(a *profile.Alert) string {
+func signature(a *config.Alert) string {
 	f := func(p *float64) string {
 		if p == nil {
 			return "-"
@@ -247,13 +247,13 @@ func signature(a *profile.Alert) string {
 
 // holds tells whether a value meets a rule's condition: above `above`,
 // below `below`, or (both) outside the band.
-func holds(a *profile.Alert, v float64) bool {
+func holds(a *config.Alert, v float64) bool {
 	return (a.Above != nil && v > *a.Above) || (a.Below != nil && v < *a.Below)
 }
 
 // need is how long the condition must hold: gpu_xid_errors counts over
 // the duration instead, and fires at once.
-func need(a *profile.Alert) time.Duration {
+func need(a *config.Alert) time.Duration {
 	if a.Metric == MetricGPUXIDErrors {
 		return 0
 	}
@@ -261,7 +261,7 @@ func need(a *profile.Alert) time.Duration {
 }
 
 // apply moves each subject's alert of a rule on by one round.
-func (e *Evaluator) apply(ctx context.Context, rule *profile.Alert, obs []observation, now time.Time) {
+func (e *Evaluator) apply(ctx context.Context, rule *config.Alert, obs []observation, now time.Time) {
 	observed := map[string]bool{}
 	for _, o := range obs {
 		observed[o.subject] = true
@@ -315,7 +315,7 @@ func (e *Evaluator) apply(ctx context.Context, rule *profile.Alert, obs []observ
 }
 
 // resolve resolves a firing alert (rule nil: the rule is gone).
-func (e *Evaluator) resolve(ctx context.Context, rule *profile.Alert, a *store.Alert, value float64, now time.Time, why string) {
+func (e *Evaluator) resolve(ctx context.Context, rule *config.Alert, a *store.Alert, value float64, now time.Time, why string) {
 	k := alertKey{a.Rule, a.Subject}
 	r, err := e.st.ResolveAlert(ctx, a.Rule, a.Subject, value, why, now)
 	switch {
@@ -333,7 +333,7 @@ func (e *Evaluator) resolve(ctx context.Context, rule *profile.Alert, a *store.A
 	}
 }
 
-func (e *Evaluator) notify(rule *profile.Alert, a *store.Alert) {
+func (e *Evaluator) notify(rule *config.Alert, a *store.Alert) {
 	if e.notifier == nil || rule.Webhook == "" {
 		return
 	}
@@ -343,7 +343,7 @@ func (e *Evaluator) notify(rule *profile.Alert, a *store.Alert) {
 }
 
 // describe is a firing alert's summary.
-func describe(rule *profile.Alert, o observation, held time.Duration) string {
+func describe(rule *config.Alert, o observation, held time.Duration) string {
 	var cond []string
 	if rule.Above != nil {
 		cond = append(cond, "above "+formatValue(rule.Metric, *rule.Above))
@@ -427,7 +427,7 @@ func gpuSubject(host, addr string) string { return host + "/" + addr }
 // condition has held on each GPU, from the raw samples: the start of the
 // last run of samples that meet it, with no gap of more than three
 // intervals, reaching the newest sample.
-func (e *Evaluator) seed(ctx context.Context, rule *profile.Alert, now time.Time) error {
+func (e *Evaluator) seed(ctx context.Context, rule *config.Alert, now time.Time) error {
 	switch rule.Metric {
 	case MetricGPUUtilization, MetricGPUMemoryUtilization, MetricGPUTemperature, MetricGPUPower:
 	default:
@@ -489,7 +489,7 @@ type roundInputs struct {
 }
 
 // observe reads a rule's metric for every subject.
-func (in *roundInputs) observe(ctx context.Context, rule *profile.Alert) ([]observation, error) {
+func (in *roundInputs) observe(ctx context.Context, rule *config.Alert) ([]observation, error) {
 	e := in.e
 	switch rule.Metric {
 	case MetricGPUUtilization, MetricGPUMemoryUtilization, MetricGPUTemperature, MetricGPUPower:

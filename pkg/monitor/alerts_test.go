@@ -14,8 +14,8 @@ import (
 
 	"github.com/gpuvm/gpuvm/pkg/api"
 	"github.com/gpuvm/gpuvm/pkg/clocktest"
+	"github.com/gpuvm/gpuvm/pkg/config"
 	"github.com/gpuvm/gpuvm/pkg/gpu"
-	"github.com/gpuvm/gpuvm/pkg/profile"
 	"github.com/gpuvm/gpuvm/pkg/store"
 )
 
@@ -90,12 +90,12 @@ type alertEnv struct {
 	health *fakeHealth
 	hook   *hook
 	mu     sync.Mutex
-	rules  []*profile.Alert
+	rules  []*config.Alert
 	mon    *Monitor
 	log    *syncBuffer
 }
 
-func newAlertEnv(t *testing.T, rules ...*profile.Alert) *alertEnv {
+func newAlertEnv(t *testing.T, rules ...*config.Alert) *alertEnv {
 	e := &alertEnv{t: t, clock: newFakeClock(), src: &fixedSource{}, health: &fakeHealth{states: map[string]string{}}, hook: newHook(t), rules: rules}
 	e.st = newStore(t, e.clock)
 	for _, r := range rules {
@@ -112,8 +112,8 @@ func newAlertEnv(t *testing.T, rules ...*profile.Alert) *alertEnv {
 func (e *alertEnv) start() {
 	log, buf := testLog(e.t)
 	e.log = buf
-	e.mon = New(Config{Host: testHost, Store: e.st, Source: e.src, Settings: profile.Monitor{Interval: 10 * time.Minute},
-		Rules: func() []*profile.Alert {
+	e.mon = New(Config{Host: testHost, Store: e.st, Source: e.src, Settings: config.Monitor{Interval: 10 * time.Minute},
+		Rules: func() []*config.Alert {
 			e.mu.Lock()
 			defer e.mu.Unlock()
 			return e.rules
@@ -178,8 +178,8 @@ func (e *alertEnv) expect(want ...string) []api.AlertNotification {
 	return got
 }
 
-func rule(name, metric string, above *float64, d time.Duration) *profile.Alert {
-	return &profile.Alert{Name: name, Metric: metric, Above: above, Duration: d}
+func rule(name, metric string, above *float64, d time.Duration) *config.Alert {
+	return &config.Alert{Name: name, Metric: metric, Above: above, Duration: d}
 }
 
 func num(v float64) *float64 { return &v }

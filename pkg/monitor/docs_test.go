@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	"github.com/gpuvm/gpuvm/pkg/api"
-	"github.com/gpuvm/gpuvm/pkg/profile"
+	"github.com/gpuvm/gpuvm/pkg/config"
 )
 
 func readDoc(t *testing.T) string {
@@ -95,7 +95,7 @@ func TestWebhookBodyDocumented(t *testing.T) {
 	}
 	// And every alert metric has its row.
 	table := section(t, readDoc(t), "Alerts")
-	for _, m := range profile.AlertMetrics {
+	for _, m := range config.AlertMetrics {
 		if !strings.Contains(table, "| `"+m+"` |") {
 			t.Errorf("alert metric %s is not described in docs/metrics.md", m)
 		}

@@ -15,8 +15,8 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/gpuvm/gpuvm/pkg/clocktest"
+	"github.com/gpuvm/gpuvm/pkg/config"
 	"github.com/gpuvm/gpuvm/pkg/gpu"
-	"github.com/gpuvm/gpuvm/pkg/profile"
 	"github.com/gpuvm/gpuvm/pkg/store"
 )
 
@@ -113,7 +113,7 @@ func metricsEnv(t *testing.T) (*Monitor, *store.Store, *clocktest.Clock, map[str
 	})
 	log, _ := testLog(t)
 	mon := New(Config{Host: testHost, Store: st, Source: src, Clock: clock, Log: log,
-		Rules: func() []*profile.Alert { return []*profile.Alert{rule("hot", MetricGPUTemperature, num(85), 0)} }})
+		Rules: func() []*config.Alert { return []*config.Alert{rule("hot", MetricGPUTemperature, num(85), 0)} }})
 	mon.provCursor = start
 	t.Cleanup(mon.notifier.Close)
 	if err := mon.Round(ctx); err != nil {
@@ -289,8 +289,8 @@ func TestMonitorWithoutSource(t *testing.T) {
 	st := newStore(t, clock)
 	log, buf := testLog(t)
 	mon := New(Config{Host: testHost, Store: st, NoSource: "NVML unavailable: libnvidia-ml.so.1 not found (no NVIDIA driver on this host)",
-		Settings: profile.Monitor{Interval: 5 * time.Millisecond, Downsample: 5 * time.Millisecond}, Clock: clock, Log: log,
-		Rules: func() []*profile.Alert { return []*profile.Alert{rule("queue", MetricQueueLength, num(-1), 0)} }})
+		Settings: config.Monitor{Interval: 5 * time.Millisecond, Downsample: 5 * time.Millisecond}, Clock: clock, Log: log,
+		Rules: func() []*config.Alert { return []*config.Alert{rule("queue", MetricQueueLength, num(-1), 0)} }})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { mon.Run(ctx); close(done) }()
@@ -326,7 +326,7 @@ func TestMonitorPrune(t *testing.T) {
 	src.set(func(r *Reading) { r.GPUs = []GPUReading{gpuAt("0000:41:00.0")} })
 	log, _ := testLog(t)
 	mon := New(Config{Host: testHost, Store: st, Source: src, Clock: clock, Log: log,
-		Settings: profile.Monitor{Interval: time.Minute, RawRetention: time.Hour, Downsample: 10 * time.Minute, DownsampledRetention: 3 * time.Hour}})
+		Settings: config.Monitor{Interval: time.Minute, RawRetention: time.Hour, Downsample: 10 * time.Minute, DownsampledRetention: 3 * time.Hour}})
 	ctx := context.Background()
 	for range 4 * 60 { // four hours, a round a minute
 		if err := mon.Round(ctx); err != nil {

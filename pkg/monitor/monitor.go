@@ -13,7 +13,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/gpuvm/gpuvm/pkg/profile"
+	"github.com/gpuvm/gpuvm/pkg/config"
 	"github.com/gpuvm/gpuvm/pkg/store"
 	"github.com/gpuvm/gpuvm/pkg/webhook"
 )
@@ -42,10 +42,10 @@ type Config struct {
 	NoSource string
 	// Settings are the server's monitor block; zero fields take the
 	// defaults.
-	Settings profile.Monitor
+	Settings config.Monitor
 	// Rules are the alert rules in force (read at each round, so that a
 	// reload applies).
-	Rules    func() []*profile.Alert
+	Rules    func() []*config.Alert
 	Backends BackendHealth // nil: backend_down rules observe nothing
 	// HTTPClient posts webhooks; nil: a plain client (each attempt has
 	// webhook.Timeout).
@@ -71,21 +71,21 @@ type Monitor struct {
 }
 
 // withDefaults fills the zero settings.
-func withDefaults(s profile.Monitor) profile.Monitor {
+func withDefaults(s config.Monitor) config.Monitor {
 	if s.Interval <= 0 {
-		s.Interval = profile.DefaultMonitorInterval
+		s.Interval = config.DefaultMonitorInterval
 	}
 	if s.RawRetention <= 0 {
-		s.RawRetention = profile.DefaultRawRetention
+		s.RawRetention = config.DefaultRawRetention
 	}
 	if s.Downsample <= 0 {
-		s.Downsample = profile.DefaultDownsample
+		s.Downsample = config.DefaultDownsample
 	}
 	if s.DownsampledRetention <= 0 {
-		s.DownsampledRetention = profile.DefaultDownsampledRetention
+		s.DownsampledRetention = config.DefaultDownsampledRetention
 	}
 	if s.IdleThreshold <= 0 {
-		s.IdleThreshold = profile.DefaultIdleThreshold
+		s.IdleThreshold = config.DefaultIdleThreshold
 	}
 	return s
 }
@@ -125,7 +125,7 @@ func (m *Monitor) Evaluator() *Evaluator { return m.evaluator }
 func (m *Monitor) Sampler() *Sampler { return m.sampler }
 
 // Settings are the settings in force, defaults filled.
-func (m *Monitor) Settings() profile.Monitor { return m.cfg.Settings }
+func (m *Monitor) Settings() config.Monitor { return m.cfg.Settings }
 
 // Round runs one round: sample (when the host can be), record the
 // provisioning times of VMs that came up since the last round, evaluate

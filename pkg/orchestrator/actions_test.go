@@ -17,9 +17,9 @@ import (
 
 	"github.com/gpuvm/gpuvm/pkg/api"
 	"github.com/gpuvm/gpuvm/pkg/backend"
+	"github.com/gpuvm/gpuvm/pkg/config"
 	"github.com/gpuvm/gpuvm/pkg/hypervisor"
 	"github.com/gpuvm/gpuvm/pkg/hypervisor/domain"
-	"github.com/gpuvm/gpuvm/pkg/profile"
 	"github.com/gpuvm/gpuvm/pkg/store"
 	"github.com/gpuvm/gpuvm/pkg/store/storetest"
 )
@@ -493,7 +493,7 @@ func TestStartQueuedAgainWhenTheGPUIsFull(t *testing.T) {
 	ctx := context.Background()
 	fb := &faultyBackends{Backends: e.l}
 	o := New(Config{
-		Store: e.st, Backends: fb, Hypervisor: e.hv, Profiles: func() *profile.Config { return e.cfg },
+		Store: e.st, Backends: fb, Hypervisor: e.hv, Profiles: func() *config.Config { return e.cfg },
 		Host: "test-host", DomainPrefix: e.prefix, DomainType: "qemu", Log: e.log,
 		Tick: 50 * time.Millisecond, ShutdownTimeout: time.Second,
 	})
@@ -592,7 +592,7 @@ func (f *faultyHV) ReplaceHostdevs(ctx context.Context, uuid string, hs []domain
 
 func (e *env) orchWith(hv Hypervisor) *Orchestrator {
 	return New(Config{
-		Store: e.st, Backends: e.l, Hypervisor: hv, Profiles: func() *profile.Config { return e.cfg },
+		Store: e.st, Backends: e.l, Hypervisor: hv, Profiles: func() *config.Config { return e.cfg },
 		Host: "test-host", DomainPrefix: e.prefix, DomainType: "qemu", Log: e.log,
 		Tick: 50 * time.Millisecond, ShutdownTimeout: time.Second,
 	})
@@ -841,7 +841,7 @@ func TestRestartRequest(t *testing.T) {
 			"its disk is on node-a: it starts only on a GPU there (the scheduler chose node-b)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r := requestOf(&profile.Config{}, tc.q.vm, nil)
+			r := requestOf(&config.Config{}, tc.q.vm, nil)
 			restartRequest(&r, tc.q, now)
 			if !r.Submitted.Equal(tc.submitted) || r.Lease != tc.lease {
 				t.Errorf("submitted %v, lease %v; want %v, %v", r.Submitted, r.Lease, tc.submitted, tc.lease)

@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/gpuvm/gpuvm/pkg/api"
+	"github.com/gpuvm/gpuvm/pkg/config"
 	"github.com/gpuvm/gpuvm/pkg/hypervisor"
-	"github.com/gpuvm/gpuvm/pkg/profile"
 	"github.com/gpuvm/gpuvm/pkg/store"
 )
 
@@ -71,7 +71,7 @@ func (f *fakeGuests) queries(vmID string) int {
 // orchGuests is e.orch watching guests through g.
 func (e *env) orchGuests(g Guests, timeout time.Duration) *Orchestrator {
 	return New(Config{
-		Store: e.st, Backends: e.l, Hypervisor: e.hv, Profiles: func() *profile.Config { return e.cfg },
+		Store: e.st, Backends: e.l, Hypervisor: e.hv, Profiles: func() *config.Config { return e.cfg },
 		Host: "test-host", DomainPrefix: e.prefix, DomainType: "qemu", Log: e.log,
 		Tick: 50 * time.Millisecond, ShutdownTimeout: time.Second,
 		Guests: g, BootTimeout: timeout, BootCheck: 10 * time.Millisecond,

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/gpuvm/gpuvm/pkg/api"
-	"github.com/gpuvm/gpuvm/pkg/profile"
+	"github.com/gpuvm/gpuvm/pkg/config"
 	"github.com/gpuvm/gpuvm/pkg/scheduler"
 	"github.com/gpuvm/gpuvm/pkg/store"
 )
@@ -84,9 +84,9 @@ func (o *Orchestrator) HostSpec(hi api.HostInventory) scheduler.HostSpec {
 }
 
 // hostSpec is HostSpec with the devices the inventory reports.
-func (o *Orchestrator) hostSpec(cfg *profile.Config, hi api.HostInventory) (scheduler.HostSpec, []scheduler.Allocation) {
+func (o *Orchestrator) hostSpec(cfg *config.Config, hi api.HostInventory) (scheduler.HostSpec, []scheduler.Allocation) {
 	if cfg == nil {
-		cfg = &profile.Config{}
+		cfg = &config.Config{}
 	}
 	spec, devices := scheduler.FromAPI(o.cfg.Host, hi, configuredMode(cfg))
 	for i := range spec.GPUs {
@@ -120,7 +120,7 @@ type placeHost struct {
 // live ones are counted by their allocations, and the others were removed
 // before their slots were released (what a heartbeat older than the
 // removal still lists).
-func (o *Orchestrator) placementHosts(ctx context.Context, cfg *profile.Config, kinds []string) ([]placeHost, error) {
+func (o *Orchestrator) placementHosts(ctx context.Context, cfg *config.Config, kinds []string) ([]placeHost, error) {
 	invs, errs := o.currentInventoriesOf(ctx, kinds)
 	for _, err := range errs {
 		o.log.Warn("a backend did not answer; its GPUs are not offered this round", "err", err)
@@ -174,7 +174,7 @@ func (o *Orchestrator) placementHosts(ctx context.Context, cfg *profile.Config, 
 // not decoded and checked again every round.
 type remoteHosts struct {
 	mu    sync.Mutex
-	cfg   *profile.Config // the configuration they were read under
+	cfg   *config.Config // the configuration they were read under
 	hosts map[string]remoteEntry
 }
 
@@ -184,7 +184,7 @@ type remoteEntry struct {
 	err              error
 }
 
-func (r *remoteHosts) get(cfg *profile.Config, h store.Host) (placeHost, error) {
+func (r *remoteHosts) get(cfg *config.Config, h store.Host) (placeHost, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.cfg != cfg { // a reload: modes may read otherwise
@@ -201,7 +201,7 @@ func (r *remoteHosts) get(cfg *profile.Config, h store.Host) (placeHost, error) 
 // remoteHost reads a node's heartbeat: the scheduler's view of its GPUs as
 // it published it (its own configuration's modes and layouts), else, from
 // a node that publishes none, its inventory under this configuration.
-func remoteHost(cfg *profile.Config, h store.Host) (placeHost, error) {
+func remoteHost(cfg *config.Config, h store.Host) (placeHost, error) {
 	if h.Inventory == "" {
 		return placeHost{}, errors.New("it has sent no inventory yet")
 	}
@@ -225,7 +225,7 @@ func (o *Orchestrator) hostTimeout() time.Duration {
 	if o.cfg.HostTimeout > 0 {
 		return o.cfg.HostTimeout
 	}
-	return profile.DefaultHeartbeatTimeout
+	return config.DefaultHeartbeatTimeout
 }
 
 // RequeueFromDownHosts puts back in the queue the VMs placed on the given

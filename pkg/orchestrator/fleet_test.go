@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpuvm/gpuvm/pkg/profile"
+	"github.com/gpuvm/gpuvm/pkg/config"
 	"github.com/gpuvm/gpuvm/pkg/store"
 )
 
@@ -50,7 +50,7 @@ func newFleetNode(t testing.TB, name, preset string, st *store.Store) *fleetNode
 		e.st = st
 	}
 	n := &fleetNode{env: e, name: name, fleet: &testFleet{}}
-	n.o = New(Config{Store: e.st, Backends: e.l, Hypervisor: e.hv, Profiles: func() *profile.Config { return e.cfg },
+	n.o = New(Config{Store: e.st, Backends: e.l, Hypervisor: e.hv, Profiles: func() *config.Config { return e.cfg },
 		Host: name, DomainPrefix: e.prefix, DomainType: "qemu", Log: e.log.With("node", name),
 		Tick: 50 * time.Millisecond, ShutdownTimeout: time.Second, Fleet: n.fleet, HostTimeout: 2 * time.Second})
 	return n

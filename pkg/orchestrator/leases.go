@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/gpuvm/gpuvm/pkg/api"
+	"github.com/gpuvm/gpuvm/pkg/config"
 	"github.com/gpuvm/gpuvm/pkg/monitor"
-	"github.com/gpuvm/gpuvm/pkg/profile"
 	"github.com/gpuvm/gpuvm/pkg/store"
 )
 
@@ -126,7 +126,7 @@ func (r *rules) forget(now time.Time) {
 type round struct {
 	o    *Orchestrator
 	ctx  context.Context
-	cfg  *profile.Config
+	cfg  *config.Config
 	now  time.Time
 	busy map[string]bool // VMs with an unfinished operation, or acted on
 	rep  RulesReport
@@ -143,7 +143,7 @@ func (o *Orchestrator) ApplyRules(ctx context.Context) (RulesReport, error) {
 	}
 	cfg := o.cfg.Profiles()
 	if cfg == nil {
-		cfg = &profile.Config{}
+		cfg = &config.Config{}
 	}
 	r := &round{o: o, ctx: ctx, cfg: cfg, now: o.st.Now(), busy: map[string]bool{}}
 	o.rules.forget(r.now)
@@ -213,11 +213,11 @@ func (o *Orchestrator) applyRules(ctx context.Context) {
 
 // leaseOf is the lease settings of a VM's profile (the defaults when the
 // profile is gone).
-func (r *round) leaseOf(vm *store.VM) profile.Lease {
+func (r *round) leaseOf(vm *store.VM) config.Lease {
 	if p := r.cfg.Profiles[vm.Profile]; p != nil {
 		return p.Lease
 	}
-	return profile.Lease{WarnBefore: profile.DefaultLeaseWarning, OnEnd: profile.LeaseEndStop, Grace: profile.DefaultLeaseGrace}
+	return config.Lease{WarnBefore: config.DefaultLeaseWarning, OnEnd: config.LeaseEndStop, Grace: config.DefaultLeaseGrace}
 }
 
 // lease warns before a VM's lease ends and stops or deletes it at the end;
@@ -236,22 +236,22 @@ func (r *round) lease(vm *store.VM) bool {
 	}
 	ended := "the lease ended at " + r.stamp(end)
 	switch {
-	case l.OnEnd == profile.LeaseEndDelete:
+	case l.OnEnd == config.LeaseEndDelete:
 		return r.act(vm, store.OpDelete, ByLease, api.VMWarningPayload{Kind: api.WarningLeaseEnd, Action: api.NoticeDelete,
 			Reason: ended + "; the VM is deleted"})
 	case vm.State == store.VMRunning:
 		return r.act(vm, store.OpStop, ByLease, api.VMWarningPayload{Kind: api.WarningLeaseEnd, Action: api.NoticeStop,
 			Reason: ended + r.afterStop(l, end)})
-	case l.OnEnd == profile.LeaseEndStop && !r.now.Before(end.Add(l.Grace)):
+	case l.OnEnd == config.LeaseEndStop && !r.now.Before(end.Add(l.Grace)):
 		return r.act(vm, store.OpDelete, ByLease, api.VMWarningPayload{Kind: api.WarningLeaseEnd, Action: api.NoticeDelete,
-			Reason: fmt.Sprintf("%s and the VM was kept stopped for %s; it is deleted", ended, profile.FormatDuration(l.Grace))})
+			Reason: fmt.Sprintf("%s and the VM was kept stopped for %s; it is deleted", ended, config.FormatDuration(l.Grace))})
 	}
 	return false
 }
 
 // afterStop says what becomes of a VM stopped at the end of its lease.
-func (r *round) afterStop(l profile.Lease, end time.Time) string {
-	if l.OnEnd == profile.LeaseEndKeep {
+func (r *round) afterStop(l config.Lease, end time.Time) string {
+	if l.OnEnd == config.LeaseEndKeep {
 		return "; the VM is stopped and kept until its owner extends or deletes it"
 	}
 	return "; the VM is stopped, and deleted at " + r.stamp(end.Add(l.Grace)) + " unless its lease is extended"
@@ -259,22 +259,22 @@ func (r *round) afterStop(l profile.Lease, end time.Time) string {
 
 // warnLease warns a VM's owner that its lease ends soon, once per lease
 // end (store.WarnLease).
-func (r *round) warnLease(vm *store.VM, l profile.Lease, end time.Time) {
+func (r *round) warnLease(vm *store.VM, l config.Lease, end time.Time) {
 	var what string
 	switch {
-	case l.OnEnd == profile.LeaseEndDelete:
+	case l.OnEnd == config.LeaseEndDelete:
 		what = "it will be deleted then, with its disk"
-	case vm.State == store.VMStopped && l.OnEnd == profile.LeaseEndStop:
+	case vm.State == store.VMStopped && l.OnEnd == config.LeaseEndStop:
 		what = "it will be deleted at " + r.stamp(end.Add(l.Grace))
 	case vm.State == store.VMStopped:
 		what = "it is stopped and will be kept"
-	case l.OnEnd == profile.LeaseEndKeep:
+	case l.OnEnd == config.LeaseEndKeep:
 		what = "it will be stopped then"
 	default:
 		what = "it will be stopped then, and deleted at " + r.stamp(end.Add(l.Grace))
 	}
 	action := api.NoticeStop
-	if l.OnEnd == profile.LeaseEndDelete || (vm.State == store.VMStopped && l.OnEnd == profile.LeaseEndStop) {
+	if l.OnEnd == config.LeaseEndDelete || (vm.State == store.VMStopped && l.OnEnd == config.LeaseEndStop) {
 		action = api.NoticeDelete
 	} else if vm.State == store.VMStopped {
 		action = api.NoticeNone
@@ -324,7 +324,7 @@ func (r *round) idle(vm *store.VM, v monitor.VMIdle) bool {
 		return false
 	}
 	return r.act(vm, store.OpStop, ByIdle, api.VMWarningPayload{Kind: api.WarningIdle, Action: api.NoticeStop,
-		Reason: fmt.Sprintf("idle for %s on its GPU", profile.FormatDuration(v.For.Truncate(time.Minute)))})
+		Reason: fmt.Sprintf("idle for %s on its GPU", config.FormatDuration(v.For.Truncate(time.Minute)))})
 }
 
 // act starts a stop or delete of a VM for a rule, in one transaction: the
@@ -496,7 +496,7 @@ func warningEvent(vm *store.VM, n api.VMWarningPayload) *store.Event {
 }
 
 // notify POSTs a notice to the policy's webhook, if it has one.
-func (o *Orchestrator) notify(cfg *profile.Config, vm *store.VM, n api.VMWarningPayload, now time.Time) {
+func (o *Orchestrator) notify(cfg *config.Config, vm *store.VM, n api.VMWarningPayload, now time.Time) {
 	if o.cfg.Notifier == nil || cfg == nil || cfg.Policy.Webhook == "" {
 		return
 	}

@@ -11,8 +11,8 @@ import (
 
 	"github.com/gpuvm/gpuvm/pkg/api"
 	"github.com/gpuvm/gpuvm/pkg/clocktest"
+	"github.com/gpuvm/gpuvm/pkg/config"
 	"github.com/gpuvm/gpuvm/pkg/monitor"
-	"github.com/gpuvm/gpuvm/pkg/profile"
 	"github.com/gpuvm/gpuvm/pkg/store"
 )
 
@@ -97,7 +97,7 @@ func newRulesEnv(t *testing.T, preset, policy string) *rulesEnv {
 // nil).
 func (e *rulesEnv) orchRules(leader Leader) *Orchestrator {
 	return New(Config{
-		Store: e.st, Backends: e.l, Hypervisor: e.hv, Profiles: func() *profile.Config { return e.cfg },
+		Store: e.st, Backends: e.l, Hypervisor: e.hv, Profiles: func() *config.Config { return e.cfg },
 		Host: "test-host", DomainPrefix: e.prefix, DomainType: "qemu", Log: e.log,
 		Tick: 50 * time.Millisecond, ShutdownTimeout: time.Second,
 		Idle: e.idle, Notifier: e.notify, Leader: leader,
@@ -381,7 +381,7 @@ func TestRulesOnlyOnLeader(t *testing.T) {
 func TestRunAppliesRules(t *testing.T) {
 	e := newRulesEnv(t, "l40sx4", strings.Replace(leaseProfile, "%s", "", 1))
 	o := New(Config{
-		Store: e.st, Backends: e.l, Hypervisor: e.hv, Profiles: func() *profile.Config { return e.cfg },
+		Store: e.st, Backends: e.l, Hypervisor: e.hv, Profiles: func() *config.Config { return e.cfg },
 		Host: "test-host", DomainPrefix: e.prefix, DomainType: "qemu", Log: e.log,
 		Tick: time.Hour, RulesEvery: 20 * time.Millisecond, ShutdownTimeout: time.Second, Notifier: e.notify,
 	})

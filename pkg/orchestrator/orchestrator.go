@@ -17,11 +17,11 @@ import (
 	"time"
 
 	"github.com/gpuvm/gpuvm/pkg/backend"
+	"github.com/gpuvm/gpuvm/pkg/config"
 	"github.com/gpuvm/gpuvm/pkg/hypervisor"
 	"github.com/gpuvm/gpuvm/pkg/hypervisor/domain"
 	"github.com/gpuvm/gpuvm/pkg/monitor"
 	"github.com/gpuvm/gpuvm/pkg/policy"
-	"github.com/gpuvm/gpuvm/pkg/profile"
 	"github.com/gpuvm/gpuvm/pkg/scheduler"
 	"github.com/gpuvm/gpuvm/pkg/store"
 )
@@ -96,7 +96,7 @@ type Config struct {
 	Backends   Backends
 	Hypervisor Hypervisor
 	// Profiles is the configuration in force.
-	Profiles func() *profile.Config
+	Profiles func() *config.Config
 	// Host names this server in the database (default: the hostname).
 	Host string
 	// Installation is the ID of the gpuvm installation (the database's,
@@ -156,7 +156,7 @@ type Config struct {
 	// across every healthy node's GPUs, and each node runs the VMs placed
 	// on it. nil: one server, always the leader. HostTimeout is how old a
 	// node's heartbeat may be before its capacity leaves scheduling
-	// (default profile.DefaultHeartbeatTimeout).
+	// (default config.DefaultHeartbeatTimeout).
 	Fleet       Fleet
 	HostTimeout time.Duration
 	// Hook, for tests, is called at each Hook* point with the VM's ID; an
@@ -230,7 +230,7 @@ func New(cfg Config) *Orchestrator {
 		cfg.RulesEvery = DefaultRulesEvery
 	}
 	if cfg.Profiles == nil {
-		cfg.Profiles = func() *profile.Config { return &profile.Config{} }
+		cfg.Profiles = func() *config.Config { return &config.Config{} }
 	}
 	if cfg.Installation == "" && cfg.Store != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -496,7 +496,7 @@ func (o *Orchestrator) finishOp(ctx context.Context, id string, opErr error) {
 	}
 }
 
-func (o *Orchestrator) profile(name string) *profile.Profile {
+func (o *Orchestrator) profile(name string) *config.Profile {
 	cfg := o.cfg.Profiles()
 	if cfg == nil {
 		return nil

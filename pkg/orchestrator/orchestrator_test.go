@@ -17,9 +17,9 @@ import (
 	"github.com/gpuvm/gpuvm/pkg/api"
 	"github.com/gpuvm/gpuvm/pkg/backend"
 	"github.com/gpuvm/gpuvm/pkg/backend/loader"
+	"github.com/gpuvm/gpuvm/pkg/config"
 	"github.com/gpuvm/gpuvm/pkg/host/sim"
 	"github.com/gpuvm/gpuvm/pkg/hypervisor"
-	"github.com/gpuvm/gpuvm/pkg/profile"
 	"github.com/gpuvm/gpuvm/pkg/store"
 	"github.com/gpuvm/gpuvm/pkg/store/storetest"
 	"github.com/gpuvm/gpuvm/test/testbin"
@@ -110,7 +110,7 @@ type env struct {
 	st               *store.Store
 	l                *loader.Loader
 	hv               *hypervisor.Conn
-	cfg              *profile.Config
+	cfg              *config.Config
 	stateDir, preset string
 	prefix           string
 	logs             *syncBuf
@@ -128,7 +128,7 @@ func newEnv(t testing.TB, preset string) *env {
 			t.Logf("logs:\n%s", e.logs.String())
 		}
 	})
-	cfg, diags := profile.Parse(profile.Source{Name: "p.hcl", Data: []byte(testProfiles)})
+	cfg, diags := config.Parse(config.Source{Name: "p.hcl", Data: []byte(testProfiles)})
 	if diags.HasErrors() {
 		t.Fatal(diags)
 	}
@@ -159,7 +159,7 @@ func newEnv(t testing.TB, preset string) *env {
 
 func (e *env) orch(hook func(vmID, point string) error) *Orchestrator {
 	return New(Config{
-		Store: e.st, Backends: e.l, Hypervisor: e.hv, Profiles: func() *profile.Config { return e.cfg },
+		Store: e.st, Backends: e.l, Hypervisor: e.hv, Profiles: func() *config.Config { return e.cfg },
 		Host: "test-host", DomainPrefix: e.prefix, DomainType: "qemu", Log: e.log, Hook: hook,
 		Tick: 50 * time.Millisecond, ShutdownTimeout: time.Second,
 	})
@@ -611,7 +611,7 @@ func TestDetachSimulatedGPUs(t *testing.T) {
 	e := newEnv(t, "l40sx4")
 	ctx := context.Background()
 	o := New(Config{
-		Store: e.st, Backends: e.l, Hypervisor: e.hv, Profiles: func() *profile.Config { return e.cfg },
+		Store: e.st, Backends: e.l, Hypervisor: e.hv, Profiles: func() *config.Config { return e.cfg },
 		Host: "test-host", DomainPrefix: e.prefix, DomainType: "qemu", Log: e.log,
 		Tick: 50 * time.Millisecond, ShutdownTimeout: time.Second, DetachSimulatedGPUs: true,
 	})

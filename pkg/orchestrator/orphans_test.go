@@ -9,7 +9,7 @@ import (
 
 	"github.com/gpuvm/gpuvm/pkg/api"
 	"github.com/gpuvm/gpuvm/pkg/backend"
-	"github.com/gpuvm/gpuvm/pkg/profile"
+	"github.com/gpuvm/gpuvm/pkg/config"
 	"github.com/gpuvm/gpuvm/pkg/store"
 	"github.com/gpuvm/gpuvm/pkg/store/storetest"
 )
@@ -33,7 +33,7 @@ func (e *env) openStore(installation string) *store.Store {
 
 func (e *env) orchOn(st *store.Store) *Orchestrator {
 	return New(Config{
-		Store: st, Backends: e.l, Hypervisor: e.hv, Profiles: func() *profile.Config { return e.cfg },
+		Store: st, Backends: e.l, Hypervisor: e.hv, Profiles: func() *config.Config { return e.cfg },
 		Host: "test-host", DomainPrefix: e.prefix, DomainType: "qemu", Log: e.log,
 		Tick: 50 * time.Millisecond, ShutdownTimeout: time.Second,
 	})
@@ -169,7 +169,7 @@ func TestVanishedDomainNoticedFromEvents(t *testing.T) {
 	defer cancel()
 	before := e.snapshot()
 	o := New(Config{
-		Store: e.st, Backends: e.l, Hypervisor: e.hv, Profiles: func() *profile.Config { return e.cfg },
+		Store: e.st, Backends: e.l, Hypervisor: e.hv, Profiles: func() *config.Config { return e.cfg },
 		Host: "test-host", DomainPrefix: e.prefix, DomainType: "qemu", Log: e.log,
 		Tick: time.Hour, ReconcileEvery: time.Hour, RulesEvery: time.Hour, ShutdownTimeout: time.Second,
 	})

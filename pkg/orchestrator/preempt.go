@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/gpuvm/gpuvm/pkg/api"
-	"github.com/gpuvm/gpuvm/pkg/profile"
+	"github.com/gpuvm/gpuvm/pkg/config"
 	"github.com/gpuvm/gpuvm/pkg/scheduler"
 	"github.com/gpuvm/gpuvm/pkg/store"
 )
@@ -97,7 +97,7 @@ func (o *Orchestrator) markPreempted(ctx context.Context, st *state) error {
 
 // announcePreemptions tells the owners of the VMs a cycle chose to preempt:
 // a vm.warning each, and the webhook.
-func (o *Orchestrator) announcePreemptions(ctx context.Context, cfg *profile.Config, now time.Time, ps []scheduler.Preemption, waiting map[string]queued) {
+func (o *Orchestrator) announcePreemptions(ctx context.Context, cfg *config.Config, now time.Time, ps []scheduler.Preemption, waiting map[string]queued) {
 	if len(ps) == 0 {
 		return
 	}

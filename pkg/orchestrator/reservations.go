@@ -12,9 +12,9 @@ import (
 	"time"
 
 	"github.com/gpuvm/gpuvm/pkg/api"
+	"github.com/gpuvm/gpuvm/pkg/config"
 	"github.com/gpuvm/gpuvm/pkg/gpu"
 	"github.com/gpuvm/gpuvm/pkg/policy"
-	"github.com/gpuvm/gpuvm/pkg/profile"
 	"github.com/gpuvm/gpuvm/pkg/scheduler"
 	"github.com/gpuvm/gpuvm/pkg/store"
 )
@@ -92,9 +92,9 @@ func OwnerText(kind, name string) string {
 
 // ReservationNeed is the GPU need of one VM of a reservation: its
 // profile's, or its GPU need's (one device per VM).
-func ReservationNeed(r *store.Reservation, cfg *profile.Config) (scheduler.Need, error) {
+func ReservationNeed(r *store.Reservation, cfg *config.Config) (scheduler.Need, error) {
 	if r.Profile != "" {
-		var p *profile.Profile
+		var p *config.Profile
 		if cfg != nil {
 			p = cfg.Profiles[r.Profile]
 		}
@@ -123,7 +123,7 @@ func ReservationNeed(r *store.Reservation, cfg *profile.Config) (scheduler.Need,
 }
 
 // bookingOf is a reservation as the policy books it.
-func bookingOf(r *store.Reservation, cfg *profile.Config) (policy.Booking, error) {
+func bookingOf(r *store.Reservation, cfg *config.Config) (policy.Booking, error) {
 	rep, err := policy.ParseRRule(r.RRule, r.RepeatUntil)
 	if err != nil {
 		return policy.Booking{}, &policy.FieldError{Field: policy.FieldRepeat, Err: err}
@@ -154,7 +154,7 @@ func entitled(b *policy.Booking, r *scheduler.Request) bool {
 // in the order the reservations were made. A reservation that cannot hold
 // its devices (its profile is gone, the GPUs changed) holds nothing and is
 // reported in problems. It returns the devices to keep for the next round.
-func pinReservations(rs []store.Reservation, cfg *profile.Config, now time.Time, loc *time.Location, inv *scheduler.Inventory,
+func pinReservations(rs []store.Reservation, cfg *config.Config, now time.Time, loc *time.Location, inv *scheduler.Inventory,
 	running []scheduler.Running, kept map[int64]keptPins) (bookings []*policy.Booking, next map[int64]keptPins, problems map[int64]error) {
 	rs = slices.Clone(rs)
 	sort.Slice(rs, func(i, j int) bool { return rs[i].ID < rs[j].ID })
@@ -270,7 +270,7 @@ func (o *Orchestrator) holdBookings(ctx context.Context, st *state) error {
 // withBookedKinds adds to kinds the kinds of GPU device the reservations
 // that have an occurrence left hold, so that the round's inventory has the
 // backends that give them.
-func (o *Orchestrator) withBookedKinds(ctx context.Context, cfg *profile.Config, kinds []string) []string {
+func (o *Orchestrator) withBookedKinds(ctx context.Context, cfg *config.Config, kinds []string) []string {
 	rs, err := o.st.ListReservations(ctx, store.ReservationFilter{From: o.st.Now()})
 	if err != nil {
 		o.log.Warn("reservations: list them to know their GPU kinds", "err", err)
@@ -378,7 +378,7 @@ const startSkew = time.Minute
 func (o *Orchestrator) Book(ctx context.Context, r *store.Reservation, admin bool) error {
 	cfg := o.cfg.Profiles()
 	if cfg == nil {
-		cfg = &profile.Config{}
+		cfg = &config.Config{}
 	}
 	loc := cfg.Policy.Location
 	if loc == nil {
@@ -458,7 +458,7 @@ func (o *Orchestrator) Book(ctx context.Context, r *store.Reservation, admin boo
 // ownerBookings adds to existing the owner's reservations it lacks (those
 // that held nothing in the round), for the rule of how many an owner may
 // hold.
-func (o *Orchestrator) ownerBookings(ctx context.Context, r *store.Reservation, cfg *profile.Config, existing []*policy.Booking) ([]*policy.Booking, error) {
+func (o *Orchestrator) ownerBookings(ctx context.Context, r *store.Reservation, cfg *config.Config, existing []*policy.Booking) ([]*policy.Booking, error) {
 	rs, err := o.st.ListReservations(ctx, store.ReservationFilter{OwnerKind: r.OwnerKind, Owner: r.Owner, From: o.st.Now()})
 	if err != nil {
 		return nil, err
@@ -500,7 +500,7 @@ type ReservationConflict struct {
 func (o *Orchestrator) ReservationConflicts(ctx context.Context) ([]ReservationConflict, error) {
 	cfg := o.cfg.Profiles()
 	if cfg == nil {
-		cfg = &profile.Config{}
+		cfg = &config.Config{}
 	}
 	st, err := o.placementState(ctx, cfg, o.st.Now(), o.cfg.Backends.Names())
 	if err != nil {
@@ -616,7 +616,7 @@ func (r *round) reservationConflicts() (map[string][]ReservationConflict, error)
 func (r *round) reservation(vm *store.VM, cs []ReservationConflict) bool {
 	warnBefore := r.leaseOf(vm).WarnBefore
 	if warnBefore <= 0 {
-		warnBefore = profile.DefaultLeaseWarning
+		warnBefore = config.DefaultLeaseWarning
 	}
 	for _, c := range cs {
 		why := fmt.Sprintf("GPU %s is booked from %s by %s (reservation %d)", strings.Join(c.GPUs, ", "), r.stamp(c.From), c.Owner, c.Reservation)
@@ -643,7 +643,7 @@ func (r *round) reservation(vm *store.VM, cs []ReservationConflict) bool {
 func (o *Orchestrator) CheckExtend(ctx context.Context, vmID string, newEnd time.Time) error {
 	cfg := o.cfg.Profiles()
 	if cfg == nil {
-		cfg = &profile.Config{}
+		cfg = &config.Config{}
 	}
 	st, err := o.placementState(ctx, cfg, o.st.Now(), o.cfg.Backends.Names())
 	if err != nil {

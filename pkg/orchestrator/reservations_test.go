@@ -13,9 +13,9 @@ import (
 
 	"github.com/gpuvm/gpuvm/pkg/api"
 	"github.com/gpuvm/gpuvm/pkg/clocktest"
+	"github.com/gpuvm/gpuvm/pkg/config"
 	"github.com/gpuvm/gpuvm/pkg/gpu"
 	"github.com/gpuvm/gpuvm/pkg/policy"
-	"github.com/gpuvm/gpuvm/pkg/profile"
 	"github.com/gpuvm/gpuvm/pkg/scheduler"
 	"github.com/gpuvm/gpuvm/pkg/store"
 	"github.com/gpuvm/gpuvm/pkg/store/storetest"
@@ -371,7 +371,7 @@ func TestReservationConflictRule(t *testing.T) {
 // pinReservations keeps each reservation's devices from round to round,
 // and a reservation whose profile is gone holds nothing, with the reason.
 func TestPinReservationsKeeps(t *testing.T) {
-	cfg, diags := profile.Parse(profile.Source{Name: "p.hcl", Data: []byte(testProfiles + schedProfiles)})
+	cfg, diags := config.Parse(config.Source{Name: "p.hcl", Data: []byte(testProfiles + schedProfiles)})
 	if diags.HasErrors() {
 		t.Fatal(diags)
 	}
@@ -455,7 +455,7 @@ func propertyRun(t *testing.T, seed uint64, needs []scheduler.Need) {
 	spec := specOf(2)
 	inv := migInventory(t, 2)
 	t0 := time.Date(2026, 3, 23, 0, 0, 0, 0, berlin) // the DST change is on the 29th
-	engine, err := policy.New(policy.Config{Policy: &profile.Policy{Location: berlin}})
+	engine, err := policy.New(policy.Config{Policy: &config.Policy{Location: berlin}})
 	if err != nil {
 		t.Fatal(err)
 	}

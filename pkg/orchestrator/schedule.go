@@ -12,9 +12,9 @@ import (
 
 	"github.com/gpuvm/gpuvm/pkg/api"
 	"github.com/gpuvm/gpuvm/pkg/backend"
+	"github.com/gpuvm/gpuvm/pkg/config"
 	"github.com/gpuvm/gpuvm/pkg/gpu"
 	"github.com/gpuvm/gpuvm/pkg/policy"
-	"github.com/gpuvm/gpuvm/pkg/profile"
 	"github.com/gpuvm/gpuvm/pkg/scheduler"
 	"github.com/gpuvm/gpuvm/pkg/store"
 )
@@ -48,7 +48,7 @@ type queued struct {
 // VMs that hold devices now.
 type state struct {
 	now     time.Time
-	cfg     *profile.Config
+	cfg     *config.Config
 	engine  *policy.Engine
 	running []scheduler.Running
 	groups  map[string][]string // user → groups
@@ -82,7 +82,7 @@ func (o *Orchestrator) schedule(ctx context.Context, qs []queued) []queued {
 	}
 	cfg := o.cfg.Profiles()
 	if cfg == nil {
-		cfg = &profile.Config{}
+		cfg = &config.Config{}
 	}
 	var out, gpuQueue []queued
 	// VMs without a GPU start at once unless a quota keeps them waiting:
@@ -235,7 +235,7 @@ func (o *Orchestrator) schedule(ctx context.Context, qs []queued) []queued {
 }
 
 // kindsOf lists the backends the queued VMs' GPU needs may use.
-func kindsOf(cfg *profile.Config, qs []queued) []string {
+func kindsOf(cfg *config.Config, qs []queued) []string {
 	var out []string
 	for _, q := range qs {
 		g := cfg.Profiles[q.vm.Profile].GPU
@@ -258,7 +258,7 @@ func kindsOf(cfg *profile.Config, qs []queued) []string {
 
 // requestOf is the scheduler's request for a VM. Whether the owner may use
 // the profile was settled when the VM was asked for (admins may use any).
-func requestOf(cfg *profile.Config, vm *store.VM, groups []string) scheduler.Request {
+func requestOf(cfg *config.Config, vm *store.VM, groups []string) scheduler.Request {
 	r := scheduler.Request{
 		ID: vm.ID, User: vm.Owner, Group: vm.Group, Groups: groups, Profile: vm.Profile,
 		Lease: time.Duration(max(vm.Hours, 1)) * time.Hour, Submitted: vm.CreatedAt,
@@ -326,7 +326,7 @@ func (o *Orchestrator) claim(ctx context.Context, q queued, s scheduler.Start, s
 // on (placementHosts: this host's as the backends of kinds report them;
 // in a fleet every healthy node's too), with the live allocations and the
 // drains.
-func (o *Orchestrator) placementState(ctx context.Context, cfg *profile.Config, now time.Time, kinds []string) (*state, error) {
+func (o *Orchestrator) placementState(ctx context.Context, cfg *config.Config, now time.Time, kinds []string) (*state, error) {
 	live, err := o.st.ListLiveAllocations(ctx, "")
 	if err != nil {
 		return nil, err
@@ -453,7 +453,7 @@ func (o *Orchestrator) policyState(ctx context.Context, st *state, live []store.
 	}
 	halfLife := st.cfg.Policy.Queue.HalfLife
 	if halfLife <= 0 {
-		halfLife = profile.DefaultHalfLife
+		halfLife = config.DefaultHalfLife
 	}
 	records, err := o.st.ListEndedUsage(ctx, st.now.Add(-max(usageLookback, 10*halfLife)))
 	if err != nil {
@@ -596,8 +596,8 @@ func buildInventory(specs []scheduler.HostSpec, allocs []scheduler.Allocation) (
 }
 
 // configuredMode gives each GPU's mode as the configuration's gpu blocks
-// set it (profile.Host.Settings).
-func configuredMode(cfg *profile.Config) func(address, model string) gpu.Mode {
+// set it (config.Host.Settings).
+func configuredMode(cfg *config.Config) func(address, model string) gpu.Mode {
 	return func(address, model string) gpu.Mode {
 		if m := cfg.Server.Host.Settings(address, modelOf(model)).Mode; m != "" {
 			return m
@@ -671,7 +671,7 @@ func (o *Orchestrator) Admit(ctx context.Context, user string, groups []string, 
 
 // quotaState reads what the quotas count, without the GPUs: the rules, the
 // VMs that hold devices (policyState) and those that hold none.
-func (o *Orchestrator) quotaState(ctx context.Context, cfg *profile.Config, now time.Time) (*state, error) {
+func (o *Orchestrator) quotaState(ctx context.Context, cfg *config.Config, now time.Time) (*state, error) {
 	live, err := o.st.ListLiveAllocations(ctx, "")
 	if err != nil {
 		return nil, err
@@ -695,7 +695,7 @@ var withoutGPUStates = []string{store.VMAllocating, store.VMCreating, store.VMRu
 // withoutGPU lists, as requests, the VMs of every host that count against
 // the quotas but hold no device: in withoutGPUStates, without a live
 // allocation, of a profile that asks for no GPU (or is gone).
-func (o *Orchestrator) withoutGPU(ctx context.Context, cfg *profile.Config, live []store.Allocation, groups map[string][]string) ([]scheduler.Request, error) {
+func (o *Orchestrator) withoutGPU(ctx context.Context, cfg *config.Config, live []store.Allocation, groups map[string][]string) ([]scheduler.Request, error) {
 	holds := make(map[string]bool, len(live))
 	for _, a := range live {
 		holds[a.VMID] = true

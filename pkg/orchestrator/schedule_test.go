@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpuvm/gpuvm/pkg/config"
 	"github.com/gpuvm/gpuvm/pkg/gpu"
-	"github.com/gpuvm/gpuvm/pkg/profile"
 	"github.com/gpuvm/gpuvm/pkg/store"
 )
 
@@ -30,7 +30,7 @@ profile "h100-1g" {
 // scheduling profiles and more HCL (a policy block).
 func (e *env) withPolicy(extra string) {
 	e.t.Helper()
-	cfg, diags := profile.Parse(profile.Source{Name: "p.hcl", Data: []byte(testProfiles + schedProfiles)}, profile.Source{Name: "policy.hcl", Data: []byte(extra)})
+	cfg, diags := config.Parse(config.Source{Name: "p.hcl", Data: []byte(testProfiles + schedProfiles)}, config.Source{Name: "policy.hcl", Data: []byte(extra)})
 	if diags.HasErrors() {
 		e.t.Fatal(diags)
 	}

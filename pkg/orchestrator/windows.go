@@ -5,8 +5,8 @@ import (
 	"time"
 
 	"github.com/gpuvm/gpuvm/pkg/api"
+	"github.com/gpuvm/gpuvm/pkg/config"
 	"github.com/gpuvm/gpuvm/pkg/policy"
-	"github.com/gpuvm/gpuvm/pkg/profile"
 	"github.com/gpuvm/gpuvm/pkg/scheduler"
 	"github.com/gpuvm/gpuvm/pkg/store"
 )
@@ -35,7 +35,7 @@ func (r *round) windowActions(vms []store.VM) (map[string][]windowAction, error)
 	pol := &r.cfg.Policy
 	acting := false
 	for _, w := range pol.Windows {
-		acting = acting || w.AtEnd == profile.AtEndWarn || w.AtEnd == profile.AtEndStop
+		acting = acting || w.AtEnd == config.AtEndWarn || w.AtEnd == config.AtEndStop
 	}
 	if !acting {
 		return nil, nil
@@ -70,7 +70,7 @@ func (r *round) windowActions(vms []store.VM) (map[string][]windowAction, error)
 	out := map[string][]windowAction{}
 	for _, a := range engine.Begin(r.now, running).Actions(running) {
 		st, _ := engine.Windows().At(started[a.ID])
-		stops := st.Window != nil && st.Window.AtEnd == profile.AtEndStop
+		stops := st.Window != nil && st.Window.AtEnd == config.AtEndStop
 		out[a.ID] = append(out[a.ID], windowAction{a, stops})
 	}
 	return out, nil

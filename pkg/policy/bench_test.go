@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpuvm/gpuvm/pkg/config"
 	"github.com/gpuvm/gpuvm/pkg/gpu"
-	"github.com/gpuvm/gpuvm/pkg/profile"
 	"github.com/gpuvm/gpuvm/pkg/scheduler"
 )
 
@@ -22,7 +22,7 @@ func BenchmarkFairshareOrder10k(b *testing.B) {
 			usage.Charge(fmt.Sprintf("u%03d", u), rng.Float64(), monday.Add(-time.Duration(rng.Intn(30*24))*time.Hour), monday.Add(-time.Duration(rng.Intn(24))*time.Hour))
 		}
 	}
-	e, err := New(Config{Order: profile.OrderFairshare, Usage: usage})
+	e, err := New(Config{Order: config.OrderFairshare, Usage: usage})
 	if err != nil {
 		b.Fatal(err)
 	}

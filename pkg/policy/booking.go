@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gpuvm/gpuvm/pkg/profile"
+	"github.com/gpuvm/gpuvm/pkg/config"
 	"github.com/gpuvm/gpuvm/pkg/scheduler"
 )
 
@@ -263,7 +263,7 @@ type BookOptions struct {
 	Now time.Time
 	// Rules are the policy's reservations block (nil: nobody but admins
 	// may book).
-	Rules *profile.Reservations
+	Rules *config.Reservations
 	// Admin books without the rules (capacity still counts).
 	Admin bool
 	// OwnerGroups are the groups of a user owner, for the rules.
@@ -354,9 +354,9 @@ func CheckBooking(b Booking, o BookOptions) error {
 	case b.Start.Before(o.Now):
 		bad(FieldStart, "the booking starts in the past (%s; it is %s)", stamp(b.Start, loc), stamp(o.Now, loc))
 	case b.Start.Sub(o.Now) > MaxBookingAhead:
-		bad(FieldStart, "the booking starts (%s) more than %s ahead, the most for anyone", stamp(b.Start, loc), profile.FormatDuration(MaxBookingAhead))
+		bad(FieldStart, "the booking starts (%s) more than %s ahead, the most for anyone", stamp(b.Start, loc), config.FormatDuration(MaxBookingAhead))
 	case b.End.Sub(b.Start) > MaxBookingLength:
-		bad(FieldEnd, "the booking lasts more than %s, the most for anyone", profile.FormatDuration(MaxBookingLength))
+		bad(FieldEnd, "the booking lasts more than %s, the most for anyone", config.FormatDuration(MaxBookingLength))
 	}
 	length := b.End.Sub(b.Start)
 	switch b.Repeat.Freq {
@@ -366,7 +366,7 @@ func CheckBooking(b Booking, o BookOptions) error {
 		}
 	case Daily:
 		if length >= 24*time.Hour {
-			bad(FieldRepeat, "a daily booking of %s overlaps its next occurrence", profile.FormatDuration(length))
+			bad(FieldRepeat, "a daily booking of %s overlaps its next occurrence", config.FormatDuration(length))
 		}
 	case Weekly:
 		seen := map[time.Weekday]bool{}
@@ -384,7 +384,7 @@ func CheckBooking(b Booking, o BookOptions) error {
 			bad(FieldRepeatDays, "the first occurrence (%s) is not on one of the booking's days", stamp(b.Start, loc))
 		}
 		if gap := minGap(b.Repeat.Days, b.Start.In(loc).Weekday()); length > gap {
-			bad(FieldRepeat, "occurrences of %s overlap: two of the days are %s apart", profile.FormatDuration(length), profile.FormatDuration(gap))
+			bad(FieldRepeat, "occurrences of %s overlap: two of the days are %s apart", config.FormatDuration(length), config.FormatDuration(gap))
 		}
 	default:
 		bad(FieldRepeat, "repeat %q is not daily or weekly", b.Repeat.Freq)
@@ -454,10 +454,10 @@ func checkRules(b Booking, o BookOptions, loc *time.Location) []error {
 		bad(FieldProfile, "profile %q may not be booked (bookable: %s)", b.Profile, strings.Join(r.Profiles, ", "))
 	}
 	if r.MaxAhead > 0 && b.Start.Sub(o.Now) > r.MaxAhead {
-		bad(FieldStart, "the booking starts more than %s ahead", profile.FormatDuration(r.MaxAhead))
+		bad(FieldStart, "the booking starts more than %s ahead", config.FormatDuration(r.MaxAhead))
 	}
 	if r.MaxLength > 0 && b.End.Sub(b.Start) > r.MaxLength {
-		bad(FieldEnd, "the booking lasts %s; the longest is %s", profile.FormatDuration(b.End.Sub(b.Start)), profile.FormatDuration(r.MaxLength))
+		bad(FieldEnd, "the booking lasts %s; the longest is %s", config.FormatDuration(b.End.Sub(b.Start)), config.FormatDuration(r.MaxLength))
 	}
 	if r.MaxVMs > 0 && b.VMs > r.MaxVMs {
 		bad(FieldVMs, "the booking is for %d VMs; the most is %d", b.VMs, r.MaxVMs)

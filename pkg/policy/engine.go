@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gpuvm/gpuvm/pkg/profile"
+	"github.com/gpuvm/gpuvm/pkg/config"
 	"github.com/gpuvm/gpuvm/pkg/scheduler"
 )
 
@@ -22,7 +22,7 @@ const (
 type Config struct {
 	// Policy is the configuration's policy block; nil is no rules: fifo,
 	// no quota, no window.
-	Policy *profile.Policy
+	Policy *config.Policy
 	// Order overrides Policy.Queue.Order when set (the simulator compares
 	// orders on one policy).
 	Order string
@@ -30,7 +30,7 @@ type Config struct {
 	HalfLife time.Duration
 	// GroupTotals caps what all members of a group hold together, besides
 	// the per-user limits of the policy's group blocks.
-	GroupTotals map[string]profile.Quota
+	GroupTotals map[string]config.Quota
 	// Usage is the decayed usage fairshare orders by (nil: none yet).
 	Usage *Usage
 	// Ledger is the ended use GPU-hour budgets count (nil: none).
@@ -41,7 +41,7 @@ type Config struct {
 	// requests with a profile are capped by its lease.max.
 	MaxLease time.Duration
 	// Profiles resolves Request.Profile for lease limits.
-	Profiles map[string]*profile.Profile
+	Profiles map[string]*config.Profile
 }
 
 // Engine applies gpuvm's rules; it implements scheduler.Policy.
@@ -59,7 +59,7 @@ var _ scheduler.Policy = (*Engine)(nil)
 
 // New makes an engine.
 func New(c Config) (*Engine, error) {
-	e := &Engine{cfg: c, order: profile.OrderFIFO, loc: time.UTC}
+	e := &Engine{cfg: c, order: config.OrderFIFO, loc: time.UTC}
 	if c.Policy != nil {
 		e.order = c.Policy.Queue.Order
 		if c.Policy.Location != nil {
@@ -70,12 +70,12 @@ func New(c Config) (*Engine, error) {
 		e.order = c.Order
 	}
 	switch e.order {
-	case "", profile.OrderFIFO, profile.OrderPriority, profile.OrderSJF, profile.OrderFairshare:
+	case "", config.OrderFIFO, config.OrderPriority, config.OrderSJF, config.OrderFairshare:
 	default:
 		return nil, fmt.Errorf("queue order %q is not fifo, priority, sjf or fairshare", e.order)
 	}
 	if e.order == "" {
-		e.order = profile.OrderFIFO
+		e.order = config.OrderFIFO
 	}
 	e.windows = NewWindows(c.Policy)
 	return e, nil
@@ -166,7 +166,7 @@ func (s *session) groupTally(g string) *tally {
 // Order sorts the queue by the engine's order.
 func (s *session) Order(q []scheduler.Request) []scheduler.Request {
 	var factor func(string) float64
-	if s.e.order == profile.OrderFairshare {
+	if s.e.order == config.OrderFairshare {
 		f := s.fairshare(q)
 		factor = func(u string) float64 { return f[u] }
 	}
@@ -210,7 +210,7 @@ func (s *session) Admit(r *scheduler.Request) (scheduler.Reason, bool) {
 		return scheduler.Reason{Code: scheduler.CodeInvalid, Detail: "a VM needs a lease longer than 0"}, true
 	}
 	if max := s.maxLease(r); max > 0 && r.Lease > max {
-		return scheduler.Reason{Code: scheduler.CodeInvalid, Detail: fmt.Sprintf("a lease of %s is longer than the most, %s", profile.FormatDuration(r.Lease), profile.FormatDuration(max))}, true
+		return scheduler.Reason{Code: scheduler.CodeInvalid, Detail: fmt.Sprintf("a lease of %s is longer than the most, %s", config.FormatDuration(r.Lease), config.FormatDuration(max))}, true
 	}
 	if why, refuse := s.window(r); !why.OK() {
 		return why, refuse
@@ -267,7 +267,7 @@ func (s *session) window(r *scheduler.Request) (scheduler.Reason, bool) {
 	}
 	class := r.Class
 	if class == "" {
-		class = profile.ClassInteractive
+		class = config.ClassInteractive
 	}
 	if !w.AllowedSomewhere(class) {
 		return scheduler.Reason{Code: scheduler.CodeWindow, Detail: fmt.Sprintf("no time of the week lets %s VMs start", class)}, true
@@ -275,9 +275,9 @@ func (s *session) window(r *scheduler.Request) (scheduler.Reason, bool) {
 	if st, ok := w.At(s.now); ok && !st.Window.Allows(class) {
 		return scheduler.Reason{Code: scheduler.CodeWindow, Detail: fmt.Sprintf("window %q lets only %s start, until %s", st.Window.Name, classList(st.Window), stamp(st.End, s.e.loc))}, false
 	}
-	if class == profile.ClassBatch && !r.Preemptible {
+	if class == config.ClassBatch && !r.Preemptible {
 		if l := w.LongestAllowed(class); l >= 0 && r.Lease > time.Duration(l)*time.Minute {
-			return scheduler.Reason{Code: scheduler.CodeWindow, Detail: fmt.Sprintf("a batch lease of %s always runs into a window that forbids batch (the longest free stretch is %s)", profile.FormatDuration(r.Lease), profile.FormatDuration(time.Duration(l)*time.Minute))}, true
+			return scheduler.Reason{Code: scheduler.CodeWindow, Detail: fmt.Sprintf("a batch lease of %s always runs into a window that forbids batch (the longest free stretch is %s)", config.FormatDuration(r.Lease), config.FormatDuration(time.Duration(l)*time.Minute))}, true
 		}
 		if st, ok := w.Forbidding(class, s.now, s.now.Add(r.Lease)); ok {
 			return scheduler.Reason{Code: scheduler.CodeWindow, Detail: fmt.Sprintf("the lease would run into window %q (%s), which forbids batch; a preemptible VM could", st.Window.Name, stamp(st.Start, s.e.loc))}, false
@@ -286,7 +286,7 @@ func (s *session) window(r *scheduler.Request) (scheduler.Reason, bool) {
 	return scheduler.Reason{}, false
 }
 
-func classList(w *profile.Window) string {
+func classList(w *config.Window) string {
 	if len(w.Classes) == 0 {
 		return "nothing"
 	}
@@ -345,12 +345,12 @@ func (s *session) Actions(running []scheduler.Running) []scheduler.Action {
 	w := s.e.windows
 	for _, r := range running {
 		st, ok := w.At(r.Started)
-		if !ok || st.Window.AtEnd == profile.AtEndNothing || st.Window.AtEnd == "" || !r.End.After(st.End) {
+		if !ok || st.Window.AtEnd == config.AtEndNothing || st.Window.AtEnd == "" || !r.End.After(st.End) {
 			continue
 		}
 		warnAt := st.End.Add(-st.Window.WarnBefore)
 		why := fmt.Sprintf("window %q ends at %s", st.Window.Name, stamp(st.End, s.e.loc))
-		if st.Window.AtEnd == profile.AtEndStop {
+		if st.Window.AtEnd == config.AtEndStop {
 			if !s.now.Before(st.End) {
 				out = append(out, scheduler.Action{ID: r.ID, Kind: scheduler.ActionStop, At: st.End, Reason: why})
 				continue

@@ -5,7 +5,7 @@ import (
 	"sort"
 	"time"
 
-	"github.com/gpuvm/gpuvm/pkg/profile"
+	"github.com/gpuvm/gpuvm/pkg/config"
 	"github.com/gpuvm/gpuvm/pkg/scheduler"
 )
 
@@ -27,7 +27,7 @@ func (e *Engine) Extend(vm scheduler.Running, newEnd time.Time, inv *scheduler.I
 		maxLease = p.Lease.Max
 	}
 	if maxLease > 0 && newEnd.Sub(vm.Started) > maxLease {
-		return fmt.Errorf("a lease lasts at most %s: this VM may run until %s", profile.FormatDuration(maxLease), stamp(vm.Started.Add(maxLease), loc))
+		return fmt.Errorf("a lease lasts at most %s: this VM may run until %s", config.FormatDuration(maxLease), stamp(vm.Started.Add(maxLease), loc))
 	}
 	if vm.Booking != "" {
 		for _, b := range e.cfg.Bookings {
@@ -41,11 +41,11 @@ func (e *Engine) Extend(vm scheduler.Running, newEnd time.Time, inv *scheduler.I
 			}
 		}
 	}
-	if st, ok := e.windows.At(vm.Started); ok && st.Window.AtEnd == profile.AtEndStop && newEnd.After(st.End) {
+	if st, ok := e.windows.At(vm.Started); ok && st.Window.AtEnd == config.AtEndStop && newEnd.After(st.End) {
 		return fmt.Errorf("window %q, which the VM started in, stops it at %s", st.Window.Name, stamp(st.End, loc))
 	}
-	if vm.Class == profile.ClassBatch && !vm.Preemptible {
-		if st, ok := e.windows.Forbidding(profile.ClassBatch, vm.End, newEnd); ok {
+	if vm.Class == config.ClassBatch && !vm.Preemptible {
+		if st, ok := e.windows.Forbidding(config.ClassBatch, vm.End, newEnd); ok {
 			return fmt.Errorf("the extension would run into window %q (%s), which forbids batch", st.Window.Name, stamp(st.Start, loc))
 		}
 	}

@@ -5,7 +5,7 @@ import (
 	"sort"
 	"time"
 
-	"github.com/gpuvm/gpuvm/pkg/profile"
+	"github.com/gpuvm/gpuvm/pkg/config"
 	"github.com/gpuvm/gpuvm/pkg/scheduler"
 )
 
@@ -24,11 +24,11 @@ type decayed struct {
 	at time.Time
 }
 
-// NewUsage makes an empty ledger with a half-life (profile.DefaultHalfLife
+// NewUsage makes an empty ledger with a half-life (config.DefaultHalfLife
 // when 0).
 func NewUsage(halfLife time.Duration) *Usage {
 	if halfLife <= 0 {
-		halfLife = profile.DefaultHalfLife
+		halfLife = config.DefaultHalfLife
 	}
 	return &Usage{halfLife: halfLife, users: map[string]decayed{}}
 }
@@ -108,21 +108,21 @@ func orderQueue(order string, q []scheduler.Request, now time.Time, factor func(
 		return a.ID < b.ID
 	}
 	switch order {
-	case profile.OrderPriority:
+	case config.OrderPriority:
 		sort.SliceStable(out, func(i, j int) bool {
 			if out[i].Priority != out[j].Priority {
 				return out[i].Priority > out[j].Priority
 			}
 			return base(&out[i], &out[j])
 		})
-	case profile.OrderSJF:
+	case config.OrderSJF:
 		sort.SliceStable(out, func(i, j int) bool {
 			if out[i].Lease != out[j].Lease {
 				return out[i].Lease < out[j].Lease
 			}
 			return base(&out[i], &out[j])
 		})
-	case profile.OrderFairshare:
+	case config.OrderFairshare:
 		keys := make([]float64, len(out))
 		idx := make([]int, len(out))
 		for i := range out {

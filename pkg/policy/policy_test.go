@@ -8,8 +8,8 @@ import (
 	"time"
 	_ "time/tzdata" // the tests use Europe/Paris
 
+	"github.com/gpuvm/gpuvm/pkg/config"
 	"github.com/gpuvm/gpuvm/pkg/gpu"
-	"github.com/gpuvm/gpuvm/pkg/profile"
 	"github.com/gpuvm/gpuvm/pkg/scheduler"
 )
 
@@ -18,9 +18,9 @@ var paris, _ = time.LoadLocation("Europe/Paris")
 // monday is Monday 2 March 2026, 10:00 in Paris.
 var monday = time.Date(2026, 3, 2, 10, 0, 0, 0, paris)
 
-func parse(t testing.TB, src string) *profile.Config {
+func parse(t testing.TB, src string) *config.Config {
 	t.Helper()
-	cfg, diags := profile.Parse(profile.Source{Name: "test.hcl", Data: []byte(src)})
+	cfg, diags := config.Parse(config.Source{Name: "test.hcl", Data: []byte(src)})
 	if diags.HasErrors() {
 		t.Fatal(diags)
 	}
@@ -63,10 +63,10 @@ func TestOrders(t *testing.T) {
 	usage.Add("heavy", 100, monday.Add(-time.Hour))
 	usage.Add("light", 10, monday.Add(-time.Hour))
 	cases := map[string]string{
-		profile.OrderFIFO:      "a,b,c,d",
-		profile.OrderPriority:  "b,c,a,d",
-		profile.OrderSJF:       "b,c,d,a",
-		profile.OrderFairshare: "d,b,a,c", // new (no usage), light, then heavy (older first: age)
+		config.OrderFIFO:      "a,b,c,d",
+		config.OrderPriority:  "b,c,a,d",
+		config.OrderSJF:       "b,c,d,a",
+		config.OrderFairshare: "d,b,a,c", // new (no usage), light, then heavy (older first: age)
 	}
 	for order, want := range cases {
 		e, err := New(Config{Order: order, Usage: usage})
@@ -164,7 +164,7 @@ func TestQuotas(t *testing.T) {
 	check(student("budget", "1g.10gb", 15*time.Hour), scheduler.CodeQuota, false)
 	check(student("fits", "1g.10gb", 7*time.Hour), "", false)
 	// Group totals.
-	e2, _ := New(Config{Policy: &cfg.Policy, GroupTotals: map[string]profile.Quota{"students": {VMs: ptr(1)}}})
+	e2, _ := New(Config{Policy: &cfg.Policy, GroupTotals: map[string]config.Quota{"students": {VMs: ptr(1)}}})
 	s2 := e2.Begin(monday, []scheduler.Running{{Request: scheduler.Request{ID: "x", User: "other", Group: "students"}, Placement: scheduler.Placement{Devices: []scheduler.Device{{Kind: gpu.KindMIG}}}, Started: monday, End: monday.Add(time.Hour)}})
 	r := student("grp", "1g.10gb", time.Hour)
 	if why, refuse := s2.Admit(r); why.Code != scheduler.CodeQuota || refuse || !strings.Contains(why.Detail, "group students") {
@@ -183,7 +183,7 @@ func TestQuotasCountVMsWithoutGPU(t *testing.T) {
 	tests := []struct {
 		name    string
 		held    []scheduler.Request // live VMs without a GPU
-		totals  map[string]profile.Quota
+		totals  map[string]config.Quota
 		gpu     bool // the VM asked for has a GPU
 		code    scheduler.Code
 		refuse  bool
@@ -194,8 +194,8 @@ func TestQuotasCountVMsWithoutGPU(t *testing.T) {
 		{"third waits", []scheduler.Request{plain("a", "sam"), plain("b", "sam")}, nil, false, scheduler.CodeQuota, false, "user sam: runs 2 of 2 VMs"},
 		{"a GPU VM waits for them too", []scheduler.Request{plain("a", "sam"), plain("b", "sam")}, nil, true, scheduler.CodeQuota, false, "user sam: runs 2 of 2 VMs"},
 		{"others' do not count", []scheduler.Request{plain("a", "tom"), plain("b", "tom")}, nil, false, "", false, ""},
-		{"group total", []scheduler.Request{plain("a", "tom")}, map[string]profile.Quota{"students": {VMs: ptr(1)}}, false, scheduler.CodeQuota, false, "group students"},
-		{"no slice, memory or hours counted", []scheduler.Request{plain("a", "sam")}, map[string]profile.Quota{"students": {Slices: ptr(0), GPUMemory: ptr(uint64(0))}}, false, "", false, ""},
+		{"group total", []scheduler.Request{plain("a", "tom")}, map[string]config.Quota{"students": {VMs: ptr(1)}}, false, scheduler.CodeQuota, false, "group students"},
+		{"no slice, memory or hours counted", []scheduler.Request{plain("a", "sam")}, map[string]config.Quota{"students": {Slices: ptr(0), GPUMemory: ptr(uint64(0))}}, false, "", false, ""},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -260,7 +260,7 @@ func TestWindows(t *testing.T) {
 	e, _ := New(Config{Policy: &cfg.Policy})
 	batch := func(at time.Time, lease time.Duration, preemptible bool) (scheduler.Reason, bool) {
 		r := migReq("b", "u", "1g.10gb", lease, at)
-		r.Class, r.Preemptible = profile.ClassBatch, preemptible
+		r.Class, r.Preemptible = config.ClassBatch, preemptible
 		return e.Begin(at, nil).Admit(&r)
 	}
 	if why, refuse := batch(monday, time.Hour, false); why.Code != scheduler.CodeWindow || refuse {
@@ -537,7 +537,7 @@ func TestIdleStop(t *testing.T) {
 }
 
 func TestRequestForLabConfig(t *testing.T) {
-	cfg, diags := profile.Load("../../configs/lab")
+	cfg, diags := config.Load("../../configs/lab")
 	if diags.HasErrors() {
 		t.Fatal(diags)
 	}
@@ -545,7 +545,7 @@ func TestRequestForLabConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.Need.Kind != gpu.KindMIG || r.Need.Profile != "1g.5gb" || r.Lease != 3*time.Hour || !r.Preemptible || r.Class != profile.ClassInteractive {
+	if r.Need.Kind != gpu.KindMIG || r.Need.Profile != "1g.5gb" || r.Lease != 3*time.Hour || !r.Preemptible || r.Class != config.ClassInteractive {
 		t.Errorf("%+v", r)
 	}
 	if _, err := RequestFor(cfg, "2", "sam", []string{"students"}, "staff", 0, monday); err == nil {

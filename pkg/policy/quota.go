@@ -7,8 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gpuvm/gpuvm/pkg/config"
 	"github.com/gpuvm/gpuvm/pkg/gpu"
-	"github.com/gpuvm/gpuvm/pkg/profile"
 	"github.com/gpuvm/gpuvm/pkg/scheduler"
 )
 
@@ -199,7 +199,7 @@ type period struct {
 
 // periods are the calendar day, week (from Monday) and month around now in
 // loc.
-func periods(q profile.Quota, now time.Time, loc *time.Location) []period {
+func periods(q config.Quota, now time.Time, loc *time.Location) []period {
 	if loc == nil {
 		loc = time.UTC
 	}
@@ -244,7 +244,7 @@ type startedVM struct {
 // checkQuota checks a request against one principal's limits: refuse when
 // the request alone is over a limit, else a reason to wait when what the
 // principal holds plus the request is.
-func checkQuota(who string, q profile.Quota, held *tally, ledger []Record, need Footprint, r *scheduler.Request, now time.Time, loc *time.Location) (scheduler.Reason, bool) {
+func checkQuota(who string, q config.Quota, held *tally, ledger []Record, need Footprint, r *scheduler.Request, now time.Time, loc *time.Location) (scheduler.Reason, bool) {
 	never := func(f string, a ...any) (scheduler.Reason, bool) {
 		return scheduler.Reason{Code: scheduler.CodeQuota, Detail: who + ": " + fmt.Sprintf(f, a...)}, true
 	}
@@ -259,7 +259,7 @@ func checkQuota(who string, q profile.Quota, held *tally, ledger []Record, need 
 	case q.GPUs != nil && need.GPUs > *q.GPUs:
 		return never("asks for %d whole GPUs; the limit is %d at once", need.GPUs, *q.GPUs)
 	case q.GPUMemory != nil && need.Memory > *q.GPUMemory:
-		return never("asks for %s of GPU memory; the limit is %s at once", profile.FormatSize(need.Memory), profile.FormatSize(*q.GPUMemory))
+		return never("asks for %s of GPU memory; the limit is %s at once", config.FormatSize(need.Memory), config.FormatSize(*q.GPUMemory))
 	}
 	ps := periods(q, now, loc)
 	for _, p := range ps {
@@ -278,7 +278,7 @@ func checkQuota(who string, q profile.Quota, held *tally, ledger []Record, need 
 	case q.GPUs != nil && held.GPUs+need.GPUs > *q.GPUs:
 		return wait("holds %d of %d whole GPUs", held.GPUs, *q.GPUs)
 	case q.GPUMemory != nil && held.Memory+need.Memory > *q.GPUMemory:
-		return wait("holds %s of %s GPU memory", profile.FormatSize(held.Memory), profile.FormatSize(*q.GPUMemory))
+		return wait("holds %s of %s GPU memory", config.FormatSize(held.Memory), config.FormatSize(*q.GPUMemory))
 	}
 	for _, p := range ps {
 		used := sumRecords(ledger, p.start, p.end)

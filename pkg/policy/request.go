@@ -5,13 +5,13 @@ import (
 	"slices"
 	"time"
 
+	"github.com/gpuvm/gpuvm/pkg/config"
 	"github.com/gpuvm/gpuvm/pkg/gpu"
-	"github.com/gpuvm/gpuvm/pkg/profile"
 	"github.com/gpuvm/gpuvm/pkg/scheduler"
 )
 
 // NeedFromProfile converts a resolved profile's gpu block.
-func NeedFromProfile(g *profile.GPUNeed) scheduler.Need {
+func NeedFromProfile(g *config.GPUNeed) scheduler.Need {
 	if g == nil {
 		return scheduler.Need{}
 	}
@@ -27,7 +27,7 @@ func NeedFromProfile(g *profile.GPUNeed) scheduler.Need {
 // the profile's GPU need and class, its lease (default when lease is 0,
 // refused above lease.max), and the priority of the profile plus the
 // user's (or their best group's); preemptible as the user's policy says.
-func RequestFor(cfg *profile.Config, id, user string, groups []string, profileName string, lease time.Duration, submitted time.Time) (scheduler.Request, error) {
+func RequestFor(cfg *config.Config, id, user string, groups []string, profileName string, lease time.Duration, submitted time.Time) (scheduler.Request, error) {
 	p, ok := cfg.Profiles[profileName]
 	if !ok || p == nil {
 		return scheduler.Request{}, fmt.Errorf("no profile is named %q", profileName)
@@ -42,7 +42,7 @@ func RequestFor(cfg *profile.Config, id, user string, groups []string, profileNa
 		lease = p.Lease.Default
 	}
 	if p.Lease.Max > 0 && lease > p.Lease.Max {
-		return scheduler.Request{}, fmt.Errorf("profile %q leases for at most %s, not %s", profileName, profile.FormatDuration(p.Lease.Max), profile.FormatDuration(lease))
+		return scheduler.Request{}, fmt.Errorf("profile %q leases for at most %s, not %s", profileName, config.FormatDuration(p.Lease.Max), config.FormatDuration(lease))
 	}
 	eff := cfg.Policy.Effective(user, groups)
 	r := scheduler.Request{

@@ -4,19 +4,19 @@ import (
 	"sort"
 	"time"
 
-	"github.com/gpuvm/gpuvm/pkg/profile"
+	"github.com/gpuvm/gpuvm/pkg/config"
 )
 
 // Windows answers questions about a policy's weekly time windows in
 // absolute time, in the policy's timezone (so that "09:00" stays 09:00
 // across daylight-saving changes).
 type Windows struct {
-	list []*profile.Window
+	list []*config.Window
 	loc  *time.Location
 }
 
 // NewWindows wraps a policy's windows; p may be nil (no windows).
-func NewWindows(p *profile.Policy) Windows {
+func NewWindows(p *config.Policy) Windows {
 	if p == nil {
 		return Windows{loc: time.UTC}
 	}
@@ -29,7 +29,7 @@ func NewWindows(p *profile.Policy) Windows {
 
 // Stretch is one occurrence of a window.
 type Stretch struct {
-	Window     *profile.Window
+	Window     *config.Window
 	Start, End time.Time
 }
 

@@ -12,7 +12,7 @@ import (
 const MaxCount = 64
 
 // Need is what GPU devices a request wants: the same fields as a resolved
-// profile's gpu block (pkg/profile GPUNeed).
+// profile's gpu block (pkg/config GPUNeed).
 type Need struct {
 	Kind    gpu.Kind `json:"kind"`
 	Type    string   `json:"type,omitempty"`    // vGPU type ("L40S-12Q")

@@ -12,7 +12,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/gpuvm/gpuvm/pkg/api"
-	"github.com/gpuvm/gpuvm/pkg/profile"
+	"github.com/gpuvm/gpuvm/pkg/config"
 	"github.com/gpuvm/gpuvm/pkg/store"
 )
 
@@ -166,7 +166,7 @@ func (s *Server) extendVM(c *gin.Context, vm *store.VM) {
 	if !s.decodeJSON(c, &req) {
 		return
 	}
-	var p *profile.Profile
+	var p *config.Profile
 	if s.Config != nil {
 		p = s.Config.Load().Profiles[vm.Profile]
 	}
@@ -178,7 +178,7 @@ func (s *Server) extendVM(c *gin.Context, vm *store.VM) {
 		s.writeProblem(c, with(errConflict, fmt.Sprintf("the profile %q of VM %q no longer exists: its lease cannot be extended", vm.Profile, vm.Name)))
 		return
 	}
-	// Every profile has a maximum lease (profile.DefaultMaxLease when it
+	// Every profile has a maximum lease (config.DefaultMaxLease when it
 	// names none); a part of an hour does not count.
 	maxHours := p.Lease.MaxHours()
 	ctx := c.Request.Context()

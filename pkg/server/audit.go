@@ -20,7 +20,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/gpuvm/gpuvm/pkg/api"
-	"github.com/gpuvm/gpuvm/pkg/profile"
+	"github.com/gpuvm/gpuvm/pkg/config"
 	"github.com/gpuvm/gpuvm/pkg/store"
 )
 
@@ -388,13 +388,13 @@ func (s *Server) requestID(c *gin.Context) {
 
 // auditSettings is server.audit of the configuration in force (defaults
 // without a configuration).
-func (s *Server) auditSettings() profile.Audit {
+func (s *Server) auditSettings() config.Audit {
 	if s.Config != nil {
 		if cfg := s.Config.Load(); cfg != nil {
 			return cfg.Server.Audit
 		}
 	}
-	return profile.Audit{Retention: profile.DefaultAuditRetention, Log: profile.DefaultAuditLog}
+	return config.Audit{Retention: config.DefaultAuditRetention, Log: config.DefaultAuditLog}
 }
 
 // Page size of the audit routes.

@@ -23,8 +23,8 @@ import (
 
 	"github.com/gpuvm/gpuvm/pkg/api"
 	"github.com/gpuvm/gpuvm/pkg/backend"
+	"github.com/gpuvm/gpuvm/pkg/config"
 	"github.com/gpuvm/gpuvm/pkg/gpu"
-	"github.com/gpuvm/gpuvm/pkg/profile"
 	"github.com/gpuvm/gpuvm/pkg/store"
 	"github.com/gpuvm/gpuvm/pkg/store/storetest"
 )
@@ -123,7 +123,7 @@ func newAuditEnv(t *testing.T, hcl string) *auditEnv {
 		}
 		e.tokens[name], e.tokenID[name] = plain, tok.ID
 	}
-	cfg, diags := profile.Parse(profile.Source{Name: "p.hcl", Data: []byte(hcl + `
+	cfg, diags := config.Parse(config.Source{Name: "p.hcl", Data: []byte(hcl + `
 profile "seat" {
   vcpus = 1
   memory = "1GiB"

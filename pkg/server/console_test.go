@@ -24,9 +24,9 @@ import (
 
 	"github.com/gpuvm/gpuvm/pkg/api"
 	"github.com/gpuvm/gpuvm/pkg/clocktest"
+	"github.com/gpuvm/gpuvm/pkg/config"
 	"github.com/gpuvm/gpuvm/pkg/hypervisor"
 	"github.com/gpuvm/gpuvm/pkg/hypervisor/domain"
-	"github.com/gpuvm/gpuvm/pkg/profile"
 	"github.com/gpuvm/gpuvm/pkg/rfb"
 	"github.com/gpuvm/gpuvm/pkg/server/web"
 	"github.com/gpuvm/gpuvm/pkg/store"
@@ -346,7 +346,7 @@ func newConsoleEnv(t *testing.T, o ConsoleOptions) *consoleEnv {
 		var d net.Dialer
 		return d.DialContext(ctx, network, addr)
 	}
-	cfg, diags := profile.Parse(profile.Source{Name: "p.hcl", Data: []byte(`
+	cfg, diags := config.Parse(config.Source{Name: "p.hcl", Data: []byte(`
 profile "seat" {
   vcpus = 1
   memory = "1GiB"

@@ -13,7 +13,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/gpuvm/gpuvm/pkg/api"
-	"github.com/gpuvm/gpuvm/pkg/profile"
+	"github.com/gpuvm/gpuvm/pkg/config"
 	"github.com/gpuvm/gpuvm/pkg/store"
 )
 
@@ -42,7 +42,7 @@ func (s *Server) hostTimeout() time.Duration {
 	if s.HostTimeout > 0 {
 		return s.HostTimeout
 	}
-	return profile.DefaultHeartbeatTimeout
+	return config.DefaultHeartbeatTimeout
 }
 
 // hostState is a host's state as the API shows it: down when its

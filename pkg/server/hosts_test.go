@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/gpuvm/gpuvm/pkg/api"
+	"github.com/gpuvm/gpuvm/pkg/config"
 	"github.com/gpuvm/gpuvm/pkg/heartbeat"
-	"github.com/gpuvm/gpuvm/pkg/profile"
 	"github.com/gpuvm/gpuvm/pkg/store"
 )
 
@@ -89,7 +89,7 @@ func TestHeartbeaterAndHostList(t *testing.T) {
 	}
 
 	// A beat keeps h1 up; three intervals without one show it down.
-	e.clock.Advance(profile.DefaultHeartbeatTimeout)
+	e.clock.Advance(config.DefaultHeartbeatTimeout)
 	if err := hb.Beat(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -11,7 +11,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
-	"github.com/gpuvm/gpuvm/pkg/profile"
+	"github.com/gpuvm/gpuvm/pkg/config"
 )
 
 // A client may hold a connection, and the goroutine serving it, only so
@@ -36,17 +36,17 @@ type HTTPLimits struct {
 	MaxConnsPerIP     int
 }
 
-// Defaults of HTTPLimits: the server block's (pkg/profile).
+// Defaults of HTTPLimits: the server block's (pkg/config).
 const (
-	DefaultHTTPReadHeaderTimeout = profile.DefaultReadHeaderTimeout
-	DefaultHTTPBodyTimeout       = profile.DefaultBodyTimeout
-	DefaultHTTPWriteTimeout      = profile.DefaultWriteTimeout
-	DefaultHTTPIdleTimeout       = profile.DefaultHTTPIdleTimeout
-	DefaultHTTPMaxConnsPerIP     = profile.DefaultMaxConnsPerIP
+	DefaultHTTPReadHeaderTimeout = config.DefaultReadHeaderTimeout
+	DefaultHTTPBodyTimeout       = config.DefaultBodyTimeout
+	DefaultHTTPWriteTimeout      = config.DefaultWriteTimeout
+	DefaultHTTPIdleTimeout       = config.DefaultHTTPIdleTimeout
+	DefaultHTTPMaxConnsPerIP     = config.DefaultMaxConnsPerIP
 )
 
 // LimitsOf are the limits of a server block's http block.
-func LimitsOf(h profile.HTTP) HTTPLimits {
+func LimitsOf(h config.HTTP) HTTPLimits {
 	return HTTPLimits{ReadHeaderTimeout: h.ReadHeaderTimeout, BodyTimeout: h.BodyTimeout, WriteTimeout: h.WriteTimeout,
 		IdleTimeout: h.IdleTimeout, MaxConnsPerIP: h.MaxConnsPerIP}
 }

@@ -49,7 +49,7 @@ type route struct {
 	Errors []int
 }
 
-// profileDoc stands for a profile as the API serves it (pkg/profile's JSON).
+// profileDoc stands for a profile as the API serves it (pkg/config's JSON).
 type profileDoc map[string]any
 
 var (

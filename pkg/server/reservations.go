@@ -14,9 +14,9 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/gpuvm/gpuvm/pkg/api"
+	"github.com/gpuvm/gpuvm/pkg/config"
 	"github.com/gpuvm/gpuvm/pkg/gpu"
 	"github.com/gpuvm/gpuvm/pkg/policy"
-	"github.com/gpuvm/gpuvm/pkg/profile"
 	"github.com/gpuvm/gpuvm/pkg/store"
 )
 
@@ -83,13 +83,13 @@ func (s *Server) location() *time.Location {
 	return time.UTC
 }
 
-func (s *Server) config() *profile.Config {
+func (s *Server) config() *config.Config {
 	if s.Config != nil {
 		if cfg := s.Config.Load(); cfg != nil {
 			return cfg
 		}
 	}
-	return &profile.Config{}
+	return &config.Config{}
 }
 
 func (s *Server) createReservation(c *gin.Context) {

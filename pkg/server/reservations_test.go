@@ -14,9 +14,9 @@ import (
 	"github.com/gpuvm/gpuvm/pkg/api"
 	"github.com/gpuvm/gpuvm/pkg/backend"
 	"github.com/gpuvm/gpuvm/pkg/clocktest"
+	"github.com/gpuvm/gpuvm/pkg/config"
 	"github.com/gpuvm/gpuvm/pkg/gpu"
 	"github.com/gpuvm/gpuvm/pkg/orchestrator"
-	"github.com/gpuvm/gpuvm/pkg/profile"
 	"github.com/gpuvm/gpuvm/pkg/store"
 	"github.com/gpuvm/gpuvm/pkg/store/storetest"
 )
@@ -71,7 +71,7 @@ var berlin = func() *time.Location {
 // a host of two whole L40S (a passthrough backend's inventory).
 func reservationServer(t *testing.T) (*Server, *store.Store, *clocktest.Clock) {
 	t.Helper()
-	cfg, diags := profile.Parse(profile.Source{Name: "p.hcl", Data: []byte(reservationConfig)})
+	cfg, diags := config.Parse(config.Source{Name: "p.hcl", Data: []byte(reservationConfig)})
 	if diags.HasErrors() {
 		t.Fatal(diags)
 	}
@@ -92,7 +92,7 @@ func reservationServer(t *testing.T) (*Server, *store.Store, *clocktest.Clock) {
 		}}, nil
 	}}
 	bs := fakeBackends{"passthrough": pt}
-	orch := orchestrator.New(orchestrator.Config{Store: st, Backends: bs, Profiles: func() *profile.Config { return cfg }, Host: "test", Log: log})
+	orch := orchestrator.New(orchestrator.Config{Store: st, Backends: bs, Profiles: func() *config.Config { return cfg }, Host: "test", Log: log})
 	return New(Deps{Auth: users, Backends: bs, Config: &fakeConfig{cfg: cfg}, Store: st, Bookings: orch, Log: log}), st, clock
 }
 

@@ -15,7 +15,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/gpuvm/gpuvm/pkg/backend"
-	"github.com/gpuvm/gpuvm/pkg/profile"
+	"github.com/gpuvm/gpuvm/pkg/config"
 	"github.com/gpuvm/gpuvm/pkg/store"
 	"github.com/gpuvm/gpuvm/pkg/usage"
 )
@@ -33,7 +33,7 @@ type Backends interface {
 
 // Config is the configuration in force, and its reload.
 type Config interface {
-	Load() *profile.Config
+	Load() *config.Config
 	// Reload replaces the configuration with the files' current content,
 	// all or nothing; diagnostics is the rendered text of every diagnostic.
 	Reload() (diagnostics string, err error)
@@ -81,7 +81,7 @@ type Deps struct {
 	// the console and tunnel of a VM on another node are proxied to that
 	// node's gpuvmd, and GET /v1/hosts says which node leads. nil: one
 	// server. HostTimeout is how old a heartbeat may be before its host
-	// is down (default profile.DefaultHeartbeatTimeout).
+	// is down (default config.DefaultHeartbeatTimeout).
 	Fleet       Fleet
 	HostTimeout time.Duration
 	// HTTP bounds what one client may hold: timeouts and connections per
@@ -278,7 +278,7 @@ func (s *Server) readyz(c *gin.Context) {
 	c.JSON(code, status)
 }
 
-func cfgSummary(cfg *profile.Config) string {
+func cfgSummary(cfg *config.Config) string {
 	return fmt.Sprintf("%s: %d files, %d profiles", cfg.Dir, len(cfg.Files), len(cfg.Profiles))
 }
 
@@ -310,12 +310,12 @@ func (s *Server) reload(c *gin.Context) {
 }
 
 // visibleProfiles are the profiles the caller may use; admins see all.
-func (s *Server) visibleProfiles(c *gin.Context) []*profile.Profile {
+func (s *Server) visibleProfiles(c *gin.Context) []*config.Profile {
 	if s.Config == nil {
 		return nil
 	}
 	u := user(c)
-	var out []*profile.Profile
+	var out []*config.Profile
 	for _, p := range s.Config.Load().SortedProfiles() {
 		if u.Admin || p.Allows(u.Name, u.Groups) {
 			out = append(out, p)
@@ -328,7 +328,7 @@ func (s *Server) visibleProfiles(c *gin.Context) []*profile.Profile {
 func (s *Server) listProfiles(c *gin.Context) {
 	ps := s.visibleProfiles(c)
 	if ps == nil {
-		ps = []*profile.Profile{}
+		ps = []*config.Profile{}
 	}
 	c.JSON(http.StatusOK, ps)
 }

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/gpuvm/gpuvm/pkg/backend"
-	"github.com/gpuvm/gpuvm/pkg/profile"
+	"github.com/gpuvm/gpuvm/pkg/config"
 	"github.com/gpuvm/gpuvm/pkg/store"
 )
 
@@ -36,11 +36,11 @@ func (f fakeBackends) Names() []string {
 func (f fakeBackends) Backend(n string) (backend.Backend, bool) { b, ok := f[n]; return b, ok }
 
 type fakeConfig struct {
-	cfg    *profile.Config
+	cfg    *config.Config
 	broken bool
 }
 
-func (f *fakeConfig) Load() *profile.Config { return f.cfg }
+func (f *fakeConfig) Load() *config.Config { return f.cfg }
 func (f *fakeConfig) Reload() (string, error) {
 	if f.broken {
 		return "x.hcl:1:1: Unsupported block type", errors.New("configuration has errors; nothing was changed")
@@ -77,7 +77,7 @@ func do(t *testing.T, s *Server, method, path, token string) (*httptest.Response
 }
 
 func TestAuthAndProblems(t *testing.T) {
-	cfg, diags := profile.Parse(profile.Source{Name: "p.hcl", Data: []byte(`
+	cfg, diags := config.Parse(config.Source{Name: "p.hcl", Data: []byte(`
 policy {
   group "artists" {}
 }

@@ -17,8 +17,8 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/gpuvm/gpuvm/pkg/api"
+	"github.com/gpuvm/gpuvm/pkg/config"
 	"github.com/gpuvm/gpuvm/pkg/gpu"
-	"github.com/gpuvm/gpuvm/pkg/profile"
 	"github.com/gpuvm/gpuvm/pkg/store"
 )
 
@@ -92,7 +92,7 @@ func (s *Server) createVM(c *gin.Context) {
 	if !s.decodeJSON(c, &req) {
 		return
 	}
-	var p *profile.Profile
+	var p *config.Profile
 	if s.Config != nil {
 		if q := s.Config.Load().Profiles[req.Profile]; q != nil && (u.Admin || q.Allows(u.Name, u.Groups)) {
 			p = q

@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/gpuvm/gpuvm/pkg/api"
-	"github.com/gpuvm/gpuvm/pkg/profile"
+	"github.com/gpuvm/gpuvm/pkg/config"
 	"github.com/gpuvm/gpuvm/pkg/store"
 	"github.com/gpuvm/gpuvm/pkg/store/storetest"
 )
@@ -20,7 +20,7 @@ func (w *countWaker) Wake() { w.n.Add(1) }
 
 func vmServer(t *testing.T) (*Server, *store.Store, *countWaker) {
 	t.Helper()
-	cfg, diags := profile.Parse(profile.Source{Name: "p.hcl", Data: []byte(`
+	cfg, diags := config.Parse(config.Source{Name: "p.hcl", Data: []byte(`
 profile "seat" {
   vcpus = 1
   memory = "1GiB"

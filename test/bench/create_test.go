@@ -16,9 +16,9 @@ import (
 	"github.com/gpuvm/gpuvm/pkg/api"
 	"github.com/gpuvm/gpuvm/pkg/backend"
 	"github.com/gpuvm/gpuvm/pkg/backend/loader"
+	"github.com/gpuvm/gpuvm/pkg/config"
 	"github.com/gpuvm/gpuvm/pkg/hypervisor"
 	"github.com/gpuvm/gpuvm/pkg/orchestrator"
-	"github.com/gpuvm/gpuvm/pkg/profile"
 	"github.com/gpuvm/gpuvm/pkg/server"
 	"github.com/gpuvm/gpuvm/pkg/store"
 )
@@ -184,9 +184,9 @@ func (h timedHypervisor) List(ctx context.Context) ([]hypervisor.Info, error) {
 }
 
 // fixedConfig is a server.Config that never changes.
-type fixedConfig struct{ c *profile.Config }
+type fixedConfig struct{ c *config.Config }
 
-func (f fixedConfig) Load() *profile.Config   { return f.c }
+func (f fixedConfig) Load() *config.Config    { return f.c }
 func (f fixedConfig) Reload() (string, error) { return "", nil }
 
 // BenchmarkCreate measures what gpuvmd adds to a VM create over the backend
@@ -218,7 +218,7 @@ func BenchmarkCreate(b *testing.B) {
 	dir := b.TempDir()
 	log := quietLog()
 
-	cfg, diags := profile.Parse(profile.Source{Name: "bench.hcl", Data: []byte(createProfile)})
+	cfg, diags := config.Parse(config.Source{Name: "bench.hcl", Data: []byte(createProfile)})
 	if diags.HasErrors() {
 		b.Fatal(diags)
 	}
@@ -249,7 +249,7 @@ func BenchmarkCreate(b *testing.B) {
 	timer := &callTimer{calls: map[string]int{}}
 	o := orchestrator.New(orchestrator.Config{
 		Store: st, Backends: timedBackends{l, timer}, Hypervisor: timedHypervisor{hv, timer},
-		Profiles: func() *profile.Config { return cfg }, Host: "bench-host", DomainPrefix: "bench-",
+		Profiles: func() *config.Config { return cfg }, Host: "bench-host", DomainPrefix: "bench-",
 		DomainType: "qemu", Log: log, ShutdownTimeout: time.Second,
 	})
 	// No Worker: the benchmark runs the orchestrator itself (Drain), so

@@ -9,9 +9,9 @@ import (
 	"testing"
 
 	"github.com/gpuvm/gpuvm/pkg/backend"
+	"github.com/gpuvm/gpuvm/pkg/config"
 	"github.com/gpuvm/gpuvm/pkg/gpu"
 	"github.com/gpuvm/gpuvm/pkg/orchestrator"
-	"github.com/gpuvm/gpuvm/pkg/profile"
 	"github.com/gpuvm/gpuvm/pkg/server"
 	"github.com/gpuvm/gpuvm/pkg/store"
 )
@@ -44,7 +44,7 @@ profile "whole" {
 func NewBooking(t testing.TB) (url, ann, admin string) {
 	t.Helper()
 	ctx := context.Background()
-	cfg, diags := profile.Parse(profile.Source{Name: "p.hcl", Data: []byte(BookingProfiles)})
+	cfg, diags := config.Parse(config.Source{Name: "p.hcl", Data: []byte(BookingProfiles)})
 	if diags.HasErrors() {
 		t.Fatal(diags)
 	}
@@ -69,7 +69,7 @@ func NewBooking(t testing.TB) (url, ann, admin string) {
 		return backend.Inventory{Backend: "passthrough", Host: "test", GPUs: []backend.GPU{
 			{Address: "0000:a1:00.0", Model: "L40S", DeviceID: "10de:26b9", Memory: 48 << 30, Mode: gpu.ModeIdle, IOMMUGroup: "31"}}}, nil
 	}}}
-	orch := orchestrator.New(orchestrator.Config{Store: st, Backends: bs, Profiles: func() *profile.Config { return cfg }, Host: "test", Log: log})
+	orch := orchestrator.New(orchestrator.Config{Store: st, Backends: bs, Profiles: func() *config.Config { return cfg }, Host: "test", Log: log})
 	srv := httptest.NewServer(server.New(server.Deps{Auth: st, Backends: bs, Config: &Config{cfg: cfg}, Store: st, Bookings: orch, Log: log}))
 	t.Cleanup(srv.Close)
 	return srv.URL, ann, admin

@@ -23,9 +23,9 @@ import (
 
 	"github.com/gpuvm/gpuvm/pkg/api"
 	"github.com/gpuvm/gpuvm/pkg/backend"
+	"github.com/gpuvm/gpuvm/pkg/config"
 	"github.com/gpuvm/gpuvm/pkg/hypervisor"
 	"github.com/gpuvm/gpuvm/pkg/hypervisor/domain"
-	"github.com/gpuvm/gpuvm/pkg/profile"
 	"github.com/gpuvm/gpuvm/pkg/server"
 	"github.com/gpuvm/gpuvm/pkg/store"
 )
@@ -93,7 +93,7 @@ func New(t testing.TB, o Options) *Env {
 	if o.Step <= 0 {
 		o.Step = 20 * time.Millisecond
 	}
-	cfg, diags := profile.Parse(profile.Source{Name: "test.hcl", Data: []byte(o.Profiles)})
+	cfg, diags := config.Parse(config.Source{Name: "test.hcl", Data: []byte(o.Profiles)})
 	if diags.HasErrors() {
 		t.Fatal(diags)
 	}
@@ -158,11 +158,11 @@ func (b backends) Backend(n string) (backend.Backend, bool) { x, ok := b[n]; ret
 // Config is the server's configuration; Broken makes Reload fail.
 type Config struct {
 	mu     sync.Mutex
-	cfg    *profile.Config
+	cfg    *config.Config
 	Broken atomic.Bool
 }
 
-func (c *Config) Load() *profile.Config { c.mu.Lock(); defer c.mu.Unlock(); return c.cfg }
+func (c *Config) Load() *config.Config { c.mu.Lock(); defer c.mu.Unlock(); return c.cfg }
 
 func (c *Config) Reload() (string, error) {
 	if c.Broken.Load() {

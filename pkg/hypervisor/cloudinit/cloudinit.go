@@ -43,7 +43,7 @@ type Config struct {
 	VMID  string
 	Owner string
 	// UserData, when set, is the user-data itself, used as is instead of
-	// user-data.tmpl: a profile's own template, rendered by pkg/profile
+	// user-data.tmpl: a profile's own template, rendered by pkg/config
 	// (Config.RenderCloudInit). meta-data and network-config still come
 	// from the templates.
 	UserData string

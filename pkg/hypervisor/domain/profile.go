@@ -3,7 +3,7 @@ package domain
 import (
 	"fmt"
 
-	"github.com/gpuvm/gpuvm/pkg/profile"
+	"github.com/gpuvm/gpuvm/pkg/config"
 )
 
 // OverlayName is the volume name of a VM's disk overlay.
@@ -32,7 +32,7 @@ type Instance struct {
 
 // FromProfile builds the Spec of a VM of profile p. The profile's GPU need
 // must already be met by in.Hostdevs (one device per counted GPU).
-func FromProfile(p *profile.Profile, in Instance) (Spec, error) {
+func FromProfile(p *config.Profile, in Instance) (Spec, error) {
 	if p == nil {
 		return Spec{}, fmt.Errorf("VM %s: no profile", in.Name)
 	}

@@ -3,7 +3,7 @@ package simulate
 import (
 	"testing"
 
-	"github.com/gpuvm/gpuvm/pkg/profile"
+	"github.com/gpuvm/gpuvm/pkg/config"
 )
 
 // BenchmarkReplay replays each example trace under fifo, fairshare and
@@ -17,9 +17,9 @@ func BenchmarkReplay(b *testing.B) {
 	} {
 		b.Run(ex.name, func(b *testing.B) {
 			setup, tr := loadExample(b, ex.cluster, ex.trace)
-			mixed := PolicySpec(profile.OrderFIFO)
+			mixed := PolicySpec(config.OrderFIFO)
 			mixed.Name, mixed.MixedSize = "fifo+mixed-size", true
-			specs := []Spec{Baseline, PolicySpec(profile.OrderFIFO), PolicySpec(profile.OrderFairshare), mixed}
+			specs := []Spec{Baseline, PolicySpec(config.OrderFIFO), PolicySpec(config.OrderFairshare), mixed}
 			var rep *Report
 			for i := 0; i < b.N; i++ {
 				var err error

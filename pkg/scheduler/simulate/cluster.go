@@ -105,7 +105,7 @@ type presetGPU struct {
 
 // presets copies the GPUs of pkg/host/sim's presets (presets.go), which this
 // pure package cannot import (it needs cgo). Keep them in step;
-// TestPresetsMatchProfile checks the names and boards against pkg/profile's
+// TestPresetsMatchProfile checks the names and boards against pkg/config's
 // copy.
 var presets = map[string][]presetGPU{
 	"a100x4": {{0x17, 0x20f1, true, true, false}, {0x31, 0x20f1, true, true, false}, {0xb1, 0x20f1, true, false, false}, {0xca, 0x20f1, false, false, false}},

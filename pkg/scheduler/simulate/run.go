@@ -7,9 +7,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gpuvm/gpuvm/pkg/config"
 	"github.com/gpuvm/gpuvm/pkg/gpu"
 	"github.com/gpuvm/gpuvm/pkg/policy"
-	"github.com/gpuvm/gpuvm/pkg/profile"
 	"github.com/gpuvm/gpuvm/pkg/scheduler"
 )
 
@@ -32,7 +32,7 @@ type Spec struct {
 // Baseline is NVML's own behaviour with a greedy queue: first come first,
 // whatever fits starts, at the lowest free start slot of the first GPU
 // that fits.
-var Baseline = Spec{Name: "first-fit", Strategy: scheduler.FirstFit, Order: profile.OrderFIFO}
+var Baseline = Spec{Name: "first-fit", Strategy: scheduler.FirstFit, Order: config.OrderFIFO}
 
 // PolicySpec is gpuvm's scheduling under a queue order: pack placement,
 // backfill around a hold for the largest of the first blocked requests,
@@ -45,8 +45,8 @@ func PolicySpec(order string) Spec {
 type Setup struct {
 	Cluster *Cluster
 	// Policy and Profiles come from the configuration (nil: no rules).
-	Policy   *profile.Policy
-	Profiles map[string]*profile.Profile
+	Policy   *config.Policy
+	Profiles map[string]*config.Profile
 	// HalfLife of fairshare usage (default the policy's, else 7 days).
 	HalfLife time.Duration
 	// MaxWait: a request not started this long after it was submitted is
@@ -506,7 +506,7 @@ func book(setup Setup, tr *Trace, inv *scheduler.Inventory, eng *policy.Engine) 
 				b.Need = policy.NeedFromProfile(p.GPU)
 			}
 		}
-		var rules *profile.Reservations
+		var rules *config.Reservations
 		if setup.Policy != nil {
 			rules = setup.Policy.Reservations
 		}

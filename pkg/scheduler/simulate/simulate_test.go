@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpuvm/gpuvm/pkg/config"
 	"github.com/gpuvm/gpuvm/pkg/gpu"
-	"github.com/gpuvm/gpuvm/pkg/profile"
 	"github.com/gpuvm/gpuvm/pkg/scheduler"
 )
 
@@ -203,7 +203,7 @@ func TestRunAccounting(t *testing.T) {
   }
 }`)
 	tr := trace(t, goodHeader+"0,u1,g,mig,7g.80gb,1,2,0,false\n60,u2,g,mig,3g.40gb,1,1,0,false\n7200,u2,g,mig,3g.40gb,1,1,0,false\n", TraceOptions{})
-	r, err := Run(Setup{Cluster: c, MaxWait: 30 * time.Minute}, tr, PolicySpec(profile.OrderFIFO))
+	r, err := Run(Setup{Cluster: c, MaxWait: 30 * time.Minute}, tr, PolicySpec(config.OrderFIFO))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -238,7 +238,7 @@ func TestJain(t *testing.T) {
 // outsiders at once, a student's second VM waits for the first (vms = 1),
 // and a booked lab keeps others off its slices.
 func TestLabPolicy(t *testing.T) {
-	cfg, diags := profile.Load("../../../configs/lab")
+	cfg, diags := config.Load("../../../configs/lab")
 	if diags.HasErrors() {
 		t.Fatal(diags)
 	}
@@ -265,7 +265,7 @@ booking "thursday" {
 		"30,tom,staff,staff,0.5,t2\n" // ends before it: starts
 	tr := trace(t, src, TraceOptions{Config: cfg})
 	setup := Setup{Cluster: c, Policy: &cfg.Policy, Profiles: cfg.Profiles, MaxWait: 30 * time.Minute}
-	r, err := Run(setup, tr, PolicySpec(profile.OrderPriority))
+	r, err := Run(setup, tr, PolicySpec(config.OrderPriority))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -284,7 +284,7 @@ booking "thursday" {
 func TestDeterministic(t *testing.T) {
 	setup, tr := loadExample(t, "vgpu-cluster.hcl", "vgpu-mixed.csv")
 	tr.Items = tr.Items[:400]
-	specs := []Spec{Baseline, PolicySpec(profile.OrderFairshare)}
+	specs := []Spec{Baseline, PolicySpec(config.OrderFairshare)}
 	a, err := Compare(setup, tr, specs)
 	if err != nil {
 		t.Fatal(err)
@@ -312,7 +312,7 @@ func TestExamplesBeatFirstFit(t *testing.T) {
 		t.Run(ex.trace, func(t *testing.T) {
 			setup, tr := loadExample(t, ex.cluster, ex.trace)
 			specs := []Spec{Baseline}
-			for _, o := range []string{profile.OrderFIFO, profile.OrderPriority, profile.OrderSJF, profile.OrderFairshare} {
+			for _, o := range []string{config.OrderFIFO, config.OrderPriority, config.OrderSJF, config.OrderFairshare} {
 				specs = append(specs, PolicySpec(o))
 				np := PolicySpec(o)
 				np.Name, np.Preempt = o+"+no-preempt", false
@@ -350,7 +350,7 @@ func TestReportText(t *testing.T) {
   preset = "a100x4"
 }`)
 	tr := trace(t, goodHeader+"0,u1,g,mig,3g.20gb,1,2,0,false\n60,u2,g,mig,7g.40gb,1,1,0,false\n", TraceOptions{})
-	rep, err := Compare(Setup{Cluster: c, MaxWait: time.Hour}, tr, []Spec{Baseline, PolicySpec(profile.OrderFIFO)})
+	rep, err := Compare(Setup{Cluster: c, MaxWait: time.Hour}, tr, []Spec{Baseline, PolicySpec(config.OrderFIFO)})
 	if err != nil {
 		t.Fatal(err)
 	}

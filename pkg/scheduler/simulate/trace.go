@@ -10,8 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gpuvm/gpuvm/pkg/config"
 	"github.com/gpuvm/gpuvm/pkg/policy"
-	"github.com/gpuvm/gpuvm/pkg/profile"
 	"github.com/gpuvm/gpuvm/pkg/scheduler"
 )
 
@@ -72,7 +72,7 @@ type TraceOptions struct {
 	// Start is time zero for seconds (DefaultStart when zero).
 	Start time.Time
 	// Config resolves the profile column (nil: the column is an error).
-	Config *profile.Config
+	Config *config.Config
 	// SkipBad skips bad rows (listed in Trace.Bad); otherwise any bad row
 	// fails the whole trace.
 	SkipBad bool
@@ -287,7 +287,7 @@ func parseRow(field func(string) string, line int, o TraceOptions) (Item, error)
 		return it, err
 	}
 	if s := field("class"); s != "" {
-		if s != profile.ClassInteractive && s != profile.ClassBatch {
+		if s != config.ClassInteractive && s != config.ClassBatch {
 			return it, fmt.Errorf("class %q is not interactive or batch", s)
 		}
 		r.Class = s

@@ -1,4 +1,4 @@
-package profile
+package config
 
 import (
 	"fmt"
@@ -17,7 +17,7 @@ type simGPU struct {
 
 // simPresets mirrors the presets of the simulated GPU server (pkg/host/sim,
 // presets.go): the PCI address and board of every GPU. It is repeated here
-// because pkg/profile stays pure and free of cgo; TestSimPresetsMatch keeps
+// because pkg/config stays pure and free of cgo; TestSimPresetsMatch keeps
 // the names in step.
 var simPresets = map[string][]simGPU{
 	"a100x4": {{"0000:17:00.0", 0x20f1}, {"0000:31:00.0", 0x20f1}, {"0000:b1:00.0", 0x20f1}, {"0000:ca:00.0", 0x20f1}},

@@ -19,4 +19,4 @@
 // results, and limits on size, nesting and counts (Parse is the entry point
 // for text that does not come from the configuration directory). FuzzLoad
 // checks that nothing panics.
-package profile
+package config

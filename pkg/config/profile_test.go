@@ -1,4 +1,4 @@
-package profile
+package config
 
 import (
 	"bytes"
@@ -44,7 +44,7 @@ func golden(t *testing.T, path, got string) {
 	}
 	want, err := os.ReadFile(path)
 	if err != nil {
-		t.Fatalf("%v (run go test ./pkg/profile -update to create it)", err)
+		t.Fatalf("%v (run go test ./pkg/config -update to create it)", err)
 	}
 	if got != string(want) {
 		t.Errorf("diagnostics differ from %s (run with -update if the change is intended)\n--- got ---\n%s", path, got)
