@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"github.com/gpuvm/gpuvm/pkg/config"
 	"io"
 	"strconv"
 	"text/tabwriter"
@@ -103,7 +104,7 @@ func printAlerts(w io.Writer, as []api.Alert, now time.Time) error {
 			end = *a.ResolvedAt
 		}
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", a.ID, a.State, a.Rule, a.Subject, strconv.FormatFloat(a.Value, 'g', 6, 64),
-			a.StartedAt.Local().Format(time.DateTime), humanDuration(end.Sub(a.StartedAt)), orDash(a.Summary))
+			a.StartedAt.Local().Format(time.DateTime), config.HumanDuration(end.Sub(a.StartedAt)), orDash(a.Summary))
 	}
 	return tw.Flush()
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"github.com/gpuvm/gpuvm/pkg/config"
 	"io"
 	"text/tabwriter"
 	"time"
@@ -154,7 +155,7 @@ func printOrphans(w io.Writer, list *api.OrphanList, now time.Time) error {
 			adopt = "yes"
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s ago\t%s\n", x.ID, x.Kind, x.Name, orDash(x.VMID), orDash(x.Owner),
-			orDash(x.Installation), adopt, humanDuration(now.Sub(x.FirstSeen)), x.Reason)
+			orDash(x.Installation), adopt, config.HumanDuration(now.Sub(x.FirstSeen)), x.Reason)
 	}
 	if err := tw.Flush(); err != nil {
 		return err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/gpuvm/gpuvm/pkg/config"
 	"io"
 	"maps"
 	"slices"
@@ -143,7 +144,7 @@ func agoText(d time.Duration) string {
 	if d < time.Minute {
 		return fmt.Sprintf("%ds ago", int(d.Round(time.Second)/time.Second))
 	}
-	return humanDuration(d) + " ago"
+	return config.HumanDuration(d) + " ago"
 }
 
 // describeCapacity is "2 idle GPUs, 3g.40gb×4, L40S-12Q×7", or "none".

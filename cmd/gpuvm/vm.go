@@ -654,7 +654,7 @@ func describeLease(vm api.VM, now time.Time) string {
 		case vm.State == api.VMDeleted || vm.State == api.VMFailed:
 			// The lease ended with the VM.
 		case left > 0:
-			s += " (" + humanDuration(left) + " left)"
+			s += " (" + config.HumanDuration(left) + " left)"
 		default:
 			s += " (over)"
 		}
@@ -673,22 +673,7 @@ func shortLease(vm api.VM, now time.Time) string {
 	if left <= 0 {
 		return "over"
 	}
-	return humanDuration(left) + " left"
-}
-
-// humanDuration is d to the minute: "3h", "2h59m", "45m", "<1m".
-func humanDuration(d time.Duration) string {
-	d = d.Round(time.Minute)
-	h, m := int(d/time.Hour), int(d%time.Hour/time.Minute)
-	switch {
-	case h > 0 && m > 0:
-		return fmt.Sprintf("%dh%dm", h, m)
-	case h > 0:
-		return fmt.Sprintf("%dh", h)
-	case m > 0:
-		return fmt.Sprintf("%dm", m)
-	}
-	return "<1m"
+	return config.HumanDuration(left) + " left"
 }
 
 type deleteOpts struct {

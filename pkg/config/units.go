@@ -266,3 +266,31 @@ func parseWeekTime(s string) (int, error) {
 	}
 	return d*24*60 + m, nil
 }
+
+// HumanDuration is d as people read it, rounded to its largest two units:
+// "45s", "12m", "4h5m", "2d3h". It is for messages and tables; HCL and the
+// API take FormatDuration's exact form.
+func HumanDuration(d time.Duration) string {
+	if d < 0 {
+		return "-" + HumanDuration(-d)
+	}
+	if r := d.Round(time.Second); r < time.Minute {
+		return fmt.Sprintf("%ds", r/time.Second)
+	}
+	if r := d.Round(time.Minute); r < 48*time.Hour {
+		h, m := r/time.Hour, r%time.Hour/time.Minute
+		switch {
+		case h == 0:
+			return fmt.Sprintf("%dm", m)
+		case m == 0:
+			return fmt.Sprintf("%dh", h)
+		}
+		return fmt.Sprintf("%dh%dm", h, m)
+	}
+	r := d.Round(time.Hour)
+	days, h := r/(24*time.Hour), r%(24*time.Hour)/time.Hour
+	if h == 0 {
+		return fmt.Sprintf("%dd", days)
+	}
+	return fmt.Sprintf("%dd%dh", days, h)
+}

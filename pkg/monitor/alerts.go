@@ -354,9 +354,9 @@ func describe(rule *config.Alert, o observation, held time.Duration) string {
 	s := fmt.Sprintf("%s: %s is %s, %s", o.what, rule.Metric, formatValue(rule.Metric, o.value), strings.Join(cond, " or "))
 	switch {
 	case rule.Metric == MetricGPUXIDErrors:
-		s += " within " + humanDuration(rule.Duration)
+		s += " within " + config.HumanDuration(rule.Duration)
 	case held > 0:
-		s += " for " + humanDuration(held)
+		s += " for " + config.HumanDuration(held)
 	}
 	return s
 }
@@ -371,7 +371,7 @@ func formatValue(metric string, v float64) string {
 	case MetricGPUPower:
 		return fmt.Sprintf("%.0f W", v)
 	case MetricQueueWait, MetricVMIdle:
-		return humanDuration(time.Duration(v * float64(time.Second)))
+		return config.HumanDuration(time.Duration(v * float64(time.Second)))
 	case MetricBackendDown:
 		if v > 0 {
 			return "down"
@@ -379,24 +379,6 @@ func formatValue(metric string, v float64) string {
 		return "up"
 	}
 	return fmt.Sprintf("%g", v)
-}
-
-// humanDuration is "45s", "12m", "4h5m", "2d3h".
-func humanDuration(d time.Duration) string {
-	switch {
-	case d < time.Minute:
-		return fmt.Sprintf("%ds", int(d.Round(time.Second)/time.Second))
-	case d < time.Hour:
-		return fmt.Sprintf("%dm", int(d/time.Minute))
-	case d < 48*time.Hour:
-		h, m := int(d/time.Hour), int(d%time.Hour/time.Minute)
-		if m == 0 {
-			return fmt.Sprintf("%dh", h)
-		}
-		return fmt.Sprintf("%dh%dm", h, m)
-	default:
-		return fmt.Sprintf("%dd%dh", int(d/(24*time.Hour)), int(d%(24*time.Hour)/time.Hour))
-	}
 }
 
 // gpuValue is a GPU metric's value from a reading; false when not reported.

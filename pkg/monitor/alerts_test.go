@@ -460,14 +460,3 @@ func TestAlertKeepsStateWhenSamplingFails(t *testing.T) {
 		t.Error("the alert resolved while nothing could be read")
 	}
 }
-
-func TestHumanDuration(t *testing.T) {
-	for d, want := range map[time.Duration]string{
-		30 * time.Second: "30s", 12 * time.Minute: "12m", 4 * time.Hour: "4h", 4*time.Hour + 5*time.Minute: "4h5m",
-		50 * time.Hour: "2d2h",
-	} {
-		if got := humanDuration(d); got != want {
-			t.Errorf("humanDuration(%s) = %q, want %q", d, got, want)
-		}
-	}
-}

@@ -536,27 +536,26 @@ func TestIdleStop(t *testing.T) {
 	}
 }
 
-func TestRequestForLabConfig(t *testing.T) {
+func TestFillLabConfig(t *testing.T) {
 	cfg, diags := config.Load("../../configs/lab")
 	if diags.HasErrors() {
 		t.Fatal(diags)
 	}
-	r, err := RequestFor(cfg, "1", "sam", []string{"students"}, "student", 0, monday)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if r.Need.Kind != gpu.KindMIG || r.Need.Profile != "1g.5gb" || r.Lease != 3*time.Hour || !r.Preemptible || r.Class != config.ClassInteractive {
-		t.Errorf("%+v", r)
-	}
-	if _, err := RequestFor(cfg, "2", "sam", []string{"students"}, "staff", 0, monday); err == nil {
-		t.Error("a student got the staff profile")
-	}
-	if _, err := RequestFor(cfg, "3", "sam", []string{"students"}, "student", 9*time.Hour, monday); err == nil {
-		t.Error("lease over the max accepted")
-	}
-	r, _ = RequestFor(cfg, "4", "tom", []string{"staff"}, "staff", 0, monday)
-	if r.Priority != 150 || r.Preemptible {
-		t.Errorf("staff: %+v", r)
+	for _, tc := range []struct {
+		user, group, profile string
+		check                func(r scheduler.Request) bool
+	}{
+		{"sam", "students", "student", func(r scheduler.Request) bool {
+			return r.Need.Kind == gpu.KindMIG && r.Need.Profile == "1g.5gb" && r.Preemptible && r.Class == config.ClassInteractive
+		}},
+		{"tom", "staff", "staff", func(r scheduler.Request) bool { return r.Priority == 150 && !r.Preemptible }},
+		{"tom", "staff", "no-such-profile", func(r scheduler.Request) bool { return r.Need.Kind == "" && r.Need.Count == 0 && r.Class == "" }},
+	} {
+		r := scheduler.Request{ID: "1", User: tc.user, Groups: []string{tc.group}, Profile: tc.profile}
+		Fill(cfg, &r)
+		if !tc.check(r) {
+			t.Errorf("%s/%s: %+v", tc.user, tc.profile, r)
+		}
 	}
 }
 

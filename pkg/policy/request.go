@@ -1,9 +1,7 @@
 package policy
 
 import (
-	"fmt"
 	"slices"
-	"time"
 
 	"github.com/gpuvm/gpuvm/pkg/config"
 	"github.com/gpuvm/gpuvm/pkg/gpu"
@@ -23,34 +21,20 @@ func NeedFromProfile(g *config.GPUNeed) scheduler.Need {
 	return n
 }
 
-// RequestFor makes the request of a user who asks for a VM of a profile:
-// the profile's GPU need and class, its lease (default when lease is 0,
-// refused above lease.max), and the priority of the profile plus the
-// user's (or their best group's); preemptible as the user's policy says.
-func RequestFor(cfg *config.Config, id, user string, groups []string, profileName string, lease time.Duration, submitted time.Time) (scheduler.Request, error) {
-	p, ok := cfg.Profiles[profileName]
-	if !ok || p == nil {
-		return scheduler.Request{}, fmt.Errorf("no profile is named %q", profileName)
+// Fill completes a request whose ID, user, groups and profile are set with
+// what the configuration says of them: the profile's GPU need and class, the
+// priority of the profile plus the user's (or their best group's), and
+// whether the user's policy makes it preemptible. A profile the configuration
+// no longer has leaves the need empty (the scheduler refuses it). Whether the
+// user may use the profile, and the lease, are settled when the VM is asked
+// for (pkg/server), not here.
+func Fill(cfg *config.Config, r *scheduler.Request) {
+	if p := cfg.Profiles[r.Profile]; p != nil {
+		r.Need = NeedFromProfile(p.GPU)
+		r.Class = p.Class
+		r.Priority = p.Priority
 	}
-	if !p.Allows(user, groups) {
-		return scheduler.Request{}, fmt.Errorf("profile %q is not open to %s", profileName, user)
-	}
-	if p.GPU == nil {
-		return scheduler.Request{}, fmt.Errorf("profile %q has no GPU", profileName)
-	}
-	if lease == 0 {
-		lease = p.Lease.Default
-	}
-	if p.Lease.Max > 0 && lease > p.Lease.Max {
-		return scheduler.Request{}, fmt.Errorf("profile %q leases for at most %s, not %s", profileName, config.FormatDuration(p.Lease.Max), config.FormatDuration(lease))
-	}
-	eff := cfg.Policy.Effective(user, groups)
-	r := scheduler.Request{
-		ID: id, User: user, Groups: groups, Profile: profileName, Need: NeedFromProfile(p.GPU), Lease: lease,
-		Priority: p.Priority + eff.Priority, Preemptible: eff.Preemptible, Class: p.Class, Submitted: submitted,
-	}
-	if len(groups) > 0 {
-		r.Group = groups[0]
-	}
-	return r, nil
+	eff := cfg.Policy.Effective(r.User, r.Groups)
+	r.Priority += eff.Priority
+	r.Preemptible = eff.Preemptible
 }
