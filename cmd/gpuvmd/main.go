@@ -24,6 +24,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/gpuvm/gpuvm/pkg/alert"
 	"github.com/gpuvm/gpuvm/pkg/api"
 	"github.com/gpuvm/gpuvm/pkg/backend"
 	"github.com/gpuvm/gpuvm/pkg/backend/loader"
@@ -192,8 +193,12 @@ func serve(ctx context.Context, o options, cfg *liveConfig, log *slog.Logger) er
 	src, noSource, closeSource := monitor.OpenSource(monitor.SourceOptions{Simulate: o.simulate, StateDir: o.stateDir,
 		SysFSRoot: o.sysfsRoot, NoNVML: o.nvml == string(backend.NVMLNone)})
 	defer closeSource()
-	mon := monitor.New(monitor.Config{Host: orch.Host(), Store: st, Source: src, NoSource: noSource, Settings: profiles().Server.Monitor,
-		Rules: func() []*config.Alert { return profiles().Policy.Alerts }, Backends: monitor.LoaderHealth(l), Log: log})
+	mon := monitor.New(monitor.Config{Host: orch.Host(), Store: st, Source: src, NoSource: noSource, Settings: profiles().Server.Monitor, Log: log})
+	// The alert rules, evaluated after each round, notify their webhooks.
+	alertHooks := webhook.New(nil, st, nil, log)
+	defer alertHooks.Close()
+	mon.Observe(alert.NewEvaluator(alert.Config{Host: orch.Host(), Store: st, Rules: func() []*config.Alert { return profiles().Policy.Alerts },
+		Idle: mon.Idle(), Backends: alert.LoaderHealth(l), Notifier: alertHooks, Log: log, Interval: mon.Settings().Interval}))
 	mon.Exporter().ExportOrphans(orch.OrphanCounts)
 	// This host's row in the hosts table: registered now, then a heartbeat
 	// with the inventory every node interval.

@@ -56,33 +56,7 @@ func newStore(t testing.TB, clock *clocktest.Clock) *store.Store {
 // device made as deviceID.
 func runningVM(t testing.TB, st *store.Store, owner, name string, claim store.SlotClaim, deviceID string) *store.VM {
 	t.Helper()
-	ctx := context.Background()
-	if _, err := st.GetUser(ctx, owner); err != nil {
-		if err := st.CreateUser(ctx, &store.User{Name: owner}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	vm := &store.VM{Name: name, Owner: owner, Profile: "p", Hours: 8}
-	if _, err := st.CreateVM(ctx, vm, store.CreateVMOptions{RequestedBy: owner}); err != nil {
-		t.Fatal(err)
-	}
-	claim.Host = testHost
-	if claim.Backend == "" {
-		claim.Backend = string(claim.Kind)
-	}
-	allocs, err := st.ClaimAllocation(ctx, vm.ID, []store.SlotClaim{claim})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := st.MarkAllocationCreated(ctx, allocs[0].ID, deviceID, "{}"); err != nil {
-		t.Fatal(err)
-	}
-	host := testHost
-	vm, err = st.UpdateVMState(ctx, vm.ID, vm.Version, store.VMUpdate{State: store.VMRunning, Host: &host})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return vm
+	return storetest.RunningVM(t, st, testHost, owner, name, claim, deviceID)
 }
 
 // fixedSource is a Source whose reading the test sets.
@@ -107,4 +81,11 @@ func (f *fixedSource) set(fn func(r *Reading)) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	fn(&f.r)
+}
+
+// gpuAt is a GPU at addr with every figure known.
+func gpuAt(addr string) GPUReading {
+	g := NewGPUReading(addr)
+	g.Util, g.Temperature, g.PowerWatts, g.MemUsed, g.MemTotal = 0.1, 50, 100, 1<<30, 40<<30
+	return g
 }

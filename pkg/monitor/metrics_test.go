@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -99,23 +100,24 @@ func metricsEnv(t *testing.T) (*Monitor, *store.Store, *clocktest.Clock, map[str
 	}
 	src := &fixedSource{}
 	src.set(func(r *Reading) {
-		g := newGPU("0000:41:00.0")
+		g := NewGPUReading("0000:41:00.0")
 		g.Model, g.UUID = "NVIDIA L40S", "GPU-1"
 		g.Util, g.MemUtil, g.EncUtil, g.DecUtil = 0.75, 0.5, 0.1, 0.2
 		g.MemUsed, g.MemTotal, g.Temperature, g.PowerWatts, g.SMClockMHz, g.XIDErrors, g.ECCErrors = 12<<30, 48<<30, 71, 250, 2100, 1, 4
-		m := newGPU("0000:17:00.0")
+		m := NewGPUReading("0000:17:00.0")
 		m.Model, m.MIG, m.Temperature = "NVIDIA A100", true, 90
-		v := newInstance("0000:41:00.0", gpu.KindVGPU)
+		v := NewInstanceReading("0000:41:00.0", gpu.KindVGPU)
 		v.ID, v.Type, v.Util, v.MemUtil, v.EncUtil, v.DecUtil, v.MemUsed, v.MemTotal = "0000:41:00.4", "L40S-12Q", 0.6, 0.3, 0, 0.05, 3<<30, 12<<30
-		mi := newInstance("0000:17:00.0", gpu.KindMIG)
+		mi := NewInstanceReading("0000:17:00.0", gpu.KindMIG)
 		mi.GPUInstance, mi.PlacementStart, mi.Type, mi.MemTotal = 2, 4, "3g.40gb", 40<<30
 		r.GPUs, r.Instances = []GPUReading{g, m}, []InstanceReading{v, mi}
 	})
 	log, _ := testLog(t)
-	mon := New(Config{Host: testHost, Store: st, Source: src, Clock: clock, Log: log,
-		Rules: func() []*config.Alert { return []*config.Alert{rule("hot", MetricGPUTemperature, num(85), 0)} }})
+	mon := New(Config{Host: testHost, Store: st, Source: src, Clock: clock, Log: log})
 	mon.provCursor = start
-	t.Cleanup(mon.notifier.Close)
+	if _, err := st.FireAlert(ctx, &store.Alert{Rule: "hot", Subject: testHost + "/0000:17:00.0", Metric: "gpu_temperature", Value: 90}); err != nil {
+		t.Fatal(err)
+	}
 	if err := mon.Round(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -289,8 +291,9 @@ func TestMonitorWithoutSource(t *testing.T) {
 	st := newStore(t, clock)
 	log, buf := testLog(t)
 	mon := New(Config{Host: testHost, Store: st, NoSource: "NVML unavailable: libnvidia-ml.so.1 not found (no NVIDIA driver on this host)",
-		Settings: config.Monitor{Interval: 5 * time.Millisecond, Downsample: 5 * time.Millisecond}, Clock: clock, Log: log,
-		Rules: func() []*config.Alert { return []*config.Alert{rule("queue", MetricQueueLength, num(-1), 0)} }})
+		Settings: config.Monitor{Interval: 5 * time.Millisecond, Downsample: 5 * time.Millisecond}, Clock: clock, Log: log})
+	obs := &roundCounter{}
+	mon.Observe(obs)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { mon.Run(ctx); close(done) }()
@@ -306,8 +309,8 @@ func TestMonitorWithoutSource(t *testing.T) {
 	if rows, _ := st.ListSamples(context.Background(), store.SampleFilter{Host: testHost, Since: clock.Now().Add(-time.Hour)}); len(rows) != 0 {
 		t.Errorf("%d samples written without a source", len(rows))
 	}
-	if a, _ := st.ListAlerts(context.Background(), store.AlertFilter{State: store.AlertFiring}); len(a) != 1 || a[0].Subject != "queue" {
-		t.Errorf("queue rule not evaluated: %+v", a)
+	if rounds, withReading := obs.counts(); rounds == 0 || withReading != 0 {
+		t.Errorf("observers told of %d rounds, %d with a reading; want some, none with one", rounds, withReading)
 	}
 	fams := scrape(t, mon.Exporter())
 	if v, ok := value(fams, "gpuvm_sampling_up", nil); !ok || v != 0 {
@@ -358,4 +361,26 @@ func TestMonitorPrune(t *testing.T) {
 	if a, _ := st.ListAlerts(ctx, store.AlertFilter{}); len(a) != 0 {
 		t.Errorf("old resolved alert kept: %+v", a)
 	}
+}
+
+// roundCounter is a RoundObserver that counts the rounds it is told of.
+type roundCounter struct {
+	mu                  sync.Mutex
+	rounds, withReading int
+}
+
+func (c *roundCounter) Evaluate(_ context.Context, r *Round) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.rounds++
+	if r != nil {
+		c.withReading++
+	}
+	return nil
+}
+
+func (c *roundCounter) counts() (int, int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.rounds, c.withReading
 }

@@ -9,22 +9,18 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"sync"
 	"time"
 
 	"github.com/gpuvm/gpuvm/pkg/config"
 	"github.com/gpuvm/gpuvm/pkg/store"
-	"github.com/gpuvm/gpuvm/pkg/webhook"
 )
 
 // Store is everything the monitor reads and writes (a *store.Store).
 type Store interface {
 	SamplerStore
 	MetricsStore
-	AlertStore
 	IdleStore
-	webhook.Store
 	DownsampleSamples(ctx context.Context, host string, before time.Time, period time.Duration) (store.DownsampleResult, error)
 	DeleteSamplesBefore(ctx context.Context, t time.Time) (int64, error)
 	DeleteResolvedAlertsBefore(ctx context.Context, t time.Time) (int64, error)
@@ -43,28 +39,27 @@ type Config struct {
 	// Settings are the server's monitor block; zero fields take the
 	// defaults.
 	Settings config.Monitor
-	// Rules are the alert rules in force (read at each round, so that a
-	// reload applies).
-	Rules    func() []*config.Alert
-	Backends BackendHealth // nil: backend_down rules observe nothing
-	// HTTPClient posts webhooks; nil: a plain client (each attempt has
-	// webhook.Timeout).
-	HTTPClient *http.Client
-	Clock      Clock
-	Log        *slog.Logger
+	Clock    Clock
+	Log      *slog.Logger
+}
+
+// RoundObserver is told of each round once it is sampled: pkg/alert's
+// Evaluator. The round is nil when the host is not sampled (no source) or
+// its sample failed; rules on other metrics still apply then.
+type RoundObserver interface {
+	Evaluate(ctx context.Context, r *Round) error
 }
 
 // Monitor samples the GPUs of one gpuvmd on an interval, keeps the samples
-// bounded, evaluates the alert rules after each round, and serves the
-// metrics.
+// bounded, tells its observers (the alert rules) of each round, and serves
+// the metrics.
 type Monitor struct {
 	cfg       Config
 	log       *slog.Logger
 	sampler   *Sampler // nil: not sampled
 	exporter  *Exporter
-	evaluator *Evaluator
+	observers []RoundObserver
 	idle      *Idle
-	notifier  *webhook.Notifier
 
 	mu         sync.Mutex
 	provCursor time.Time
@@ -106,9 +101,6 @@ func New(cfg Config) *Monitor {
 	}
 	m.exporter = NewExporter(cfg.Host, m.sampler, cfg.Store, cfg.Clock, log)
 	m.idle = NewIdle(cfg.Store, cfg.Host, cfg.Settings.IdleThreshold, cfg.Settings.Interval, cfg.Clock)
-	m.notifier = webhook.New(cfg.HTTPClient, cfg.Store, cfg.Clock, log)
-	m.evaluator = NewEvaluator(EvaluatorConfig{Host: cfg.Host, Store: cfg.Store, Rules: cfg.Rules, Idle: m.idle,
-		Backends: cfg.Backends, Notifier: m.notifier, Clock: cfg.Clock, Log: cfg.Log, Interval: cfg.Settings.Interval})
 	return m
 }
 
@@ -118,8 +110,8 @@ func (m *Monitor) Exporter() *Exporter { return m.exporter }
 // Idle tells how long running VMs have been idle (for idle stop).
 func (m *Monitor) Idle() IdleDetector { return m.idle }
 
-// Evaluator evaluates the alert rules.
-func (m *Monitor) Evaluator() *Evaluator { return m.evaluator }
+// Observe adds an observer of the rounds; call it before Run.
+func (m *Monitor) Observe(o RoundObserver) { m.observers = append(m.observers, o) }
 
 // Sampler samples the GPUs; nil when the host cannot be sampled.
 func (m *Monitor) Sampler() *Sampler { return m.sampler }
@@ -128,8 +120,8 @@ func (m *Monitor) Sampler() *Sampler { return m.sampler }
 func (m *Monitor) Settings() config.Monitor { return m.cfg.Settings }
 
 // Round runs one round: sample (when the host can be), record the
-// provisioning times of VMs that came up since the last round, evaluate
-// the alert rules. The sample's failure does not stop the rest.
+// provisioning times of VMs that came up since the last round, tell the
+// observers (evaluate the alert rules). The sample's failure does not stop the rest.
 func (m *Monitor) Round(ctx context.Context) error {
 	var errs []error
 	var r *Round
@@ -142,8 +134,10 @@ func (m *Monitor) Round(ctx context.Context) error {
 	if err := m.observeProvisioning(ctx); err != nil {
 		errs = append(errs, err)
 	}
-	if err := m.evaluator.Evaluate(ctx, r); err != nil {
-		errs = append(errs, err)
+	for _, o := range m.observers {
+		if err := o.Evaluate(ctx, r); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	return errors.Join(errs...)
 }
@@ -192,8 +186,7 @@ func (m *Monitor) Prune(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// Run samples, prunes and evaluates until ctx ends, then abandons the
-// webhook deliveries still retrying and returns.
+// Run samples, prunes and tells the observers until ctx ends.
 func (m *Monitor) Run(ctx context.Context) {
 	s := m.cfg.Settings
 	if m.sampler == nil {
@@ -202,7 +195,6 @@ func (m *Monitor) Run(ctx context.Context) {
 		m.log.Info("sampling GPUs", "source", m.cfg.Source.Describe(), "interval", s.Interval,
 			"raw_retention", s.RawRetention, "downsample", s.Downsample, "downsampled_retention", s.DownsampledRetention)
 	}
-	defer m.notifier.Close()
 	round := func() {
 		rctx, cancel := context.WithTimeout(ctx, max(s.Interval, 5*time.Second))
 		defer cancel()

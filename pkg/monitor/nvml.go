@@ -167,7 +167,7 @@ func (s *NVMLSource) readGPU(dev nvml.Device, r *Reading) (GPUReading, bool) {
 		r.Notes = append(r.Notes, "a GPU reports no PCI address: it is not sampled")
 		return GPUReading{}, false
 	}
-	g := newGPU(host.AddressFromNVML(busID))
+	g := NewGPUReading(host.AddressFromNVML(busID))
 	g.Model, _ = try(dev.GetName)
 	g.UUID, _ = try(dev.GetUUID)
 	if u, ret := try(dev.GetUtilizationRates); ret == nvml.SUCCESS {
@@ -281,7 +281,7 @@ func (s *NVMLSource) readVGPUs(dev nvml.Device, addr string, r *Reading) []Insta
 	utils := s.readVGPUUtil(dev, addr, r)
 	out := make([]InstanceReading, 0, len(vis))
 	for _, vi := range vis {
-		in := newInstance(addr, gpu.KindVGPU)
+		in := NewInstanceReading(addr, gpu.KindVGPU)
 		if u, ret := try(vi.GetMdevUUID); ret == nvml.SUCCESS && strings.Trim(u, "\x00 ") != "" {
 			in.ID = strings.ToLower(strings.Trim(u, "\x00 "))
 		} else if p, ret := try(vi.GetGpuPciId); ret == nvml.SUCCESS && strings.Trim(p, "\x00 ") != "" {
@@ -410,7 +410,7 @@ func (s *NVMLSource) readMIG(dev nvml.Device, g GPUReading, liveGPM map[gpmKey]b
 			if ret != nvml.SUCCESS {
 				continue
 			}
-			in := newInstance(g.Address, gpu.KindMIG)
+			in := NewInstanceReading(g.Address, gpu.KindMIG)
 			in.GPUInstance, in.PlacementStart = int(gii.Id), int(gii.Placement.Start)
 			in.MemTotal = clampInt64(info.MemorySizeMB << 20)
 			if model != nil {

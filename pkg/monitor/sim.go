@@ -77,7 +77,7 @@ func (s *SimSource) Read(ctx context.Context) (Reading, error) {
 			continue
 		}
 		// Not bound to nvidia (given whole to a VM): NVML does not see it.
-		x := newGPU(g.Address)
+		x := NewGPUReading(g.Address)
 		x.Model, x.MemTotal = "NVIDIA "+g.Model.Name, clampInt64(g.Model.Memory)
 		x.Util, x.MemUtil = 0, 0
 		r.GPUs = append(r.GPUs, x)
@@ -126,7 +126,7 @@ func (s *SimSource) sysfsVGPUs(gpus []host.GPU, parentGPU map[string]string, ski
 		if !ok || skip[g] {
 			continue
 		}
-		in := newInstance(g, gpu.KindVGPU)
+		in := NewInstanceReading(g, gpu.KindVGPU)
 		in.ID = m.UUID
 		typeDir := path.Join("bus/mdev/devices", m.UUID, "mdev_type")
 		if name, err := host.ReadString(s.host, path.Join(typeDir, "name")); err == nil {
@@ -155,7 +155,7 @@ func (s *SimSource) sysfsVGPUs(gpus []host.GPU, parentGPU map[string]string, ski
 			if cur == 0 {
 				continue
 			}
-			in := newInstance(g.Address, gpu.KindVGPU)
+			in := NewInstanceReading(g.Address, gpu.KindVGPU)
 			in.ID = vf
 			if gi, err := host.VFGPUInstanceID(s.host, vf); err == nil && gi >= 0 {
 				in.GPUInstance = gi

@@ -86,14 +86,14 @@ type Source interface {
 	Describe() string
 }
 
-// newInstance is an instance with every figure unknown.
-func newInstance(addr string, kind gpu.Kind) InstanceReading {
+// NewInstanceReading is an instance with every figure unknown (for a Source to fill).
+func NewInstanceReading(addr string, kind gpu.Kind) InstanceReading {
 	return InstanceReading{GPUAddress: addr, Kind: kind, GPUInstance: -1, PlacementStart: -1,
 		Util: Unknown, MemUtil: Unknown, EncUtil: Unknown, DecUtil: Unknown}
 }
 
-// newGPU is a GPU with every figure unknown.
-func newGPU(addr string) GPUReading {
+// NewGPUReading is a GPU with every figure unknown (for a Source to fill).
+func NewGPUReading(addr string) GPUReading {
 	return GPUReading{Address: addr, Util: Unknown, MemUtil: Unknown, EncUtil: Unknown, DecUtil: Unknown,
 		Temperature: Unknown, PowerWatts: Unknown}
 }

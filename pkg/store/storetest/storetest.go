@@ -149,3 +149,35 @@ func exec(dsn, sql string) error {
 func Logger(t testing.TB) *slog.Logger {
 	return slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
 }
+
+// RunningVM makes a running VM of owner (made when missing) on host holding
+// claim, its device made as deviceID: what monitoring and alert tests watch.
+func RunningVM(t testing.TB, st *store.Store, host, owner, name string, claim store.SlotClaim, deviceID string) *store.VM {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := st.GetUser(ctx, owner); err != nil {
+		if err := st.CreateUser(ctx, &store.User{Name: owner}); err != nil {
+			t.Fatalf("create user %s: %v", owner, err)
+		}
+	}
+	vm := &store.VM{Name: name, Owner: owner, Profile: "p", Hours: 8}
+	if _, err := st.CreateVM(ctx, vm, store.CreateVMOptions{RequestedBy: owner}); err != nil {
+		t.Fatalf("create VM %s: %v", name, err)
+	}
+	claim.Host = host
+	if claim.Backend == "" {
+		claim.Backend = string(claim.Kind)
+	}
+	allocs, err := st.ClaimAllocation(ctx, vm.ID, []store.SlotClaim{claim})
+	if err != nil {
+		t.Fatalf("claim for VM %s: %v", name, err)
+	}
+	if err := st.MarkAllocationCreated(ctx, allocs[0].ID, deviceID, "{}"); err != nil {
+		t.Fatalf("device of VM %s: %v", name, err)
+	}
+	vm, err = st.UpdateVMState(ctx, vm.ID, vm.Version, store.VMUpdate{State: store.VMRunning, Host: &host})
+	if err != nil {
+		t.Fatalf("start VM %s: %v", name, err)
+	}
+	return vm
+}

@@ -1,4 +1,4 @@
-package monitor
+package alert
 
 import (
 	"context"
@@ -16,7 +16,10 @@ import (
 	"github.com/gpuvm/gpuvm/pkg/clocktest"
 	"github.com/gpuvm/gpuvm/pkg/config"
 	"github.com/gpuvm/gpuvm/pkg/gpu"
+	"github.com/gpuvm/gpuvm/pkg/monitor"
 	"github.com/gpuvm/gpuvm/pkg/store"
+	"github.com/gpuvm/gpuvm/pkg/store/storetest"
+	"github.com/gpuvm/gpuvm/pkg/webhook"
 )
 
 // hook is a webhook receiver: it records what it was sent, and fails the
@@ -91,7 +94,9 @@ type alertEnv struct {
 	hook   *hook
 	mu     sync.Mutex
 	rules  []*config.Alert
-	mon    *Monitor
+	mon    *monitor.Monitor
+	eval   *Evaluator
+	hooks  *webhook.Notifier
 	log    *syncBuffer
 }
 
@@ -101,8 +106,8 @@ func newAlertEnv(t *testing.T, rules ...*config.Alert) *alertEnv {
 	for _, r := range rules {
 		r.Webhook = e.hook.URL + "/" + r.Name
 	}
-	e.src.set(func(r *Reading) {
-		r.GPUs = []GPUReading{gpuAt("0000:41:00.0"), gpuAt("0000:42:00.0")}
+	e.src.set(func(r *monitor.Reading) {
+		r.GPUs = []monitor.GPUReading{gpuAt("0000:41:00.0"), gpuAt("0000:42:00.0")}
 	})
 	e.start()
 	return e
@@ -112,25 +117,27 @@ func newAlertEnv(t *testing.T, rules ...*config.Alert) *alertEnv {
 func (e *alertEnv) start() {
 	log, buf := testLog(e.t)
 	e.log = buf
-	e.mon = New(Config{Host: testHost, Store: e.st, Source: e.src, Settings: config.Monitor{Interval: 10 * time.Minute},
-		Rules: func() []*config.Alert {
-			e.mu.Lock()
-			defer e.mu.Unlock()
-			return e.rules
-		},
-		Backends: e.health, Clock: e.clock, Log: log})
-	e.mon.notifier.SetBackoff(func(int) time.Duration { return time.Millisecond })
-	e.t.Cleanup(e.mon.notifier.Close)
+	e.mon = monitor.New(monitor.Config{Host: testHost, Store: e.st, Source: e.src, Settings: config.Monitor{Interval: 10 * time.Minute},
+		Clock: e.clock, Log: log})
+	e.hooks = webhook.New(nil, e.st, e.clock, log)
+	e.hooks.SetBackoff(func(int) time.Duration { return time.Millisecond })
+	e.t.Cleanup(e.hooks.Close)
+	e.eval = NewEvaluator(Config{Host: testHost, Store: e.st, Rules: func() []*config.Alert {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		return e.rules
+	}, Idle: e.mon.Idle(), Backends: e.health, Notifier: e.hooks, Clock: e.clock, Log: log, Interval: 10 * time.Minute})
+	e.mon.Observe(e.eval)
 }
 
-func gpuAt(addr string) GPUReading {
-	g := newGPU(addr)
+func gpuAt(addr string) monitor.GPUReading {
+	g := monitor.NewGPUReading(addr)
 	g.Util, g.Temperature, g.PowerWatts, g.MemUsed, g.MemTotal = 0.1, 50, 100, 1<<30, 40<<30
 	return g
 }
 
-func (e *alertEnv) setGPU(addr string, fn func(g *GPUReading)) {
-	e.src.set(func(r *Reading) {
+func (e *alertEnv) setGPU(addr string, fn func(g *monitor.GPUReading)) {
+	e.src.set(func(r *monitor.Reading) {
 		for i := range r.GPUs {
 			if r.GPUs[i].Address == addr {
 				fn(&r.GPUs[i])
@@ -146,7 +153,7 @@ func (e *alertEnv) round(d time.Duration) {
 	if err := e.mon.Round(context.Background()); err != nil {
 		e.t.Fatalf("round at %s: %v", e.clock.Now().Format(time.TimeOnly), err)
 	}
-	e.mon.notifier.Wait()
+	e.hooks.Wait()
 }
 
 func (e *alertEnv) alerts(state string) []store.Alert {
@@ -193,11 +200,11 @@ const (
 // per GPU, and resolves as soon as it stops.
 func TestAlertGPUUtilization(t *testing.T) {
 	e := newAlertEnv(t, rule("busy", MetricGPUUtilization, num(95), 30*time.Minute))
-	e.setGPU("0000:41:00.0", func(g *GPUReading) { g.Util = 0.97 })
+	e.setGPU("0000:41:00.0", func(g *monitor.GPUReading) { g.Util = 0.97 })
 	e.round(0)
 	e.expect()
 	e.round(10 * time.Minute)
-	e.setGPU("0000:42:00.0", func(g *GPUReading) { g.Util = 0.99 })
+	e.setGPU("0000:42:00.0", func(g *monitor.GPUReading) { g.Util = 0.99 })
 	e.round(10 * time.Minute) // GPU 2 busy from here (9:20)
 	e.expect()
 	if len(e.alerts("")) != 0 {
@@ -218,13 +225,13 @@ func TestAlertGPUUtilization(t *testing.T) {
 	if !strings.Contains(e.log.String(), "alert firing") {
 		t.Errorf("firing not logged:\n%s", e.log.String())
 	}
-	e.setGPU("0000:41:00.0", func(g *GPUReading) { g.Util = 0.96 })
+	e.setGPU("0000:41:00.0", func(g *monitor.GPUReading) { g.Util = 0.96 })
 	e.round(10 * time.Minute) // still firing, a new value: recorded, not notified again
 	e.expect()
 	if a := e.alerts(store.AlertFiring); len(a) != 1 || a[0].Value != 96 {
 		t.Errorf("firing value %+v", a)
 	}
-	e.setGPU("0000:41:00.0", func(g *GPUReading) { g.Util = 0.5 })
+	e.setGPU("0000:41:00.0", func(g *monitor.GPUReading) { g.Util = 0.5 })
 	e.round(10 * time.Minute) // 9:50: GPU 1 resolves, GPU 2 has been busy 30 minutes
 	got = e.expect("firing "+gpu2, "resolved "+gpu1)
 	if len(got) == 2 {
@@ -242,21 +249,21 @@ func TestAlertGPUUtilization(t *testing.T) {
 // Temperature above 85 °C with no duration fires at once.
 func TestAlertTemperature(t *testing.T) {
 	e := newAlertEnv(t, rule("hot", MetricGPUTemperature, num(85), 0))
-	e.setGPU("0000:42:00.0", func(g *GPUReading) { g.Temperature = 86 })
+	e.setGPU("0000:42:00.0", func(g *monitor.GPUReading) { g.Temperature = 86 })
 	e.round(0)
 	if n := e.expect("firing " + gpu2); len(n) == 1 && !strings.Contains(n[0].Summary, "86 °C, above 85 °C") {
 		t.Errorf("summary %q", n[0].Summary)
 	}
 	e.round(time.Minute)
 	e.expect()
-	e.setGPU("0000:42:00.0", func(g *GPUReading) { g.Temperature = 80 })
+	e.setGPU("0000:42:00.0", func(g *monitor.GPUReading) { g.Temperature = 80 })
 	e.round(time.Minute)
 	e.expect("resolved " + gpu2)
 	// A GPU that stops reporting the figure resolves too.
-	e.setGPU("0000:42:00.0", func(g *GPUReading) { g.Temperature = 90 })
+	e.setGPU("0000:42:00.0", func(g *monitor.GPUReading) { g.Temperature = 90 })
 	e.round(time.Minute)
 	e.expect("firing " + gpu2)
-	e.setGPU("0000:42:00.0", func(g *GPUReading) { g.Temperature = Unknown })
+	e.setGPU("0000:42:00.0", func(g *monitor.GPUReading) { g.Temperature = monitor.Unknown })
 	e.round(time.Minute)
 	e.expect("resolved " + gpu2)
 }
@@ -267,12 +274,12 @@ func TestAlertXIDErrors(t *testing.T) {
 	e := newAlertEnv(t, rule("xid", MetricGPUXIDErrors, num(0), time.Hour))
 	e.round(0)
 	e.expect()
-	e.setGPU("0000:41:00.0", func(g *GPUReading) { g.XIDErrors = 2 })
+	e.setGPU("0000:41:00.0", func(g *monitor.GPUReading) { g.XIDErrors = 2 })
 	e.round(10 * time.Minute) // 9:10
 	if n := e.expect("firing " + gpu1); len(n) == 1 && (n[0].Value != 2 || !strings.Contains(n[0].Summary, "within 1h")) {
 		t.Errorf("notification %+v", n[0])
 	}
-	e.setGPU("0000:41:00.0", func(g *GPUReading) { g.XIDErrors = 0 })
+	e.setGPU("0000:41:00.0", func(g *monitor.GPUReading) { g.XIDErrors = 0 })
 	e.round(50 * time.Minute) // 10:00: the errors of 9:10 are within the hour
 	e.expect()
 	e.round(10*time.Minute + time.Second) // 10:10:01: they are not
@@ -308,11 +315,11 @@ func TestAlertQueueWait(t *testing.T) {
 // A VM whose GPU idles for 4 hours fires; it resolves when the VM uses it.
 func TestAlertVMIdle(t *testing.T) {
 	e := newAlertEnv(t, rule("idle", MetricVMIdle, num(4*3600), 0))
-	vm := runningVM(t, e.st, "ann", "render", store.SlotClaim{Kind: gpu.KindVGPU, GPUAddress: "0000:41:00.0", VF: "0000:41:00.4"}, "0000:41:00.4")
-	e.src.set(func(r *Reading) {
-		in := newInstance("0000:41:00.0", gpu.KindVGPU)
+	vm := storetest.RunningVM(t, e.st, testHost, "ann", "render", store.SlotClaim{Kind: gpu.KindVGPU, GPUAddress: "0000:41:00.0", VF: "0000:41:00.4"}, "0000:41:00.4")
+	e.src.set(func(r *monitor.Reading) {
+		in := monitor.NewInstanceReading("0000:41:00.0", gpu.KindVGPU)
 		in.ID, in.Util = "0000:41:00.4", 0.01
-		r.Instances = []InstanceReading{in}
+		r.Instances = []monitor.InstanceReading{in}
 	})
 	for range 24 { // four hours of rounds every 10 minutes
 		e.round(10 * time.Minute)
@@ -327,7 +334,7 @@ func TestAlertVMIdle(t *testing.T) {
 	if err != nil || len(idle) != 1 || idle[0].VMID != vm.ID || idle[0].For != 4*time.Hour+10*time.Minute || !idle[0].Since.Equal(vm.UpdatedAt) {
 		t.Errorf("idle VMs %+v, %v", idle, err)
 	}
-	e.src.set(func(r *Reading) { r.Instances[0].Util = 0.5 })
+	e.src.set(func(r *monitor.Reading) { r.Instances[0].Util = 0.5 })
 	e.round(10 * time.Minute)
 	e.expect("resolved vm/" + vm.ID)
 }
@@ -357,7 +364,7 @@ func TestAlertBackendDown(t *testing.T) {
 func TestAlertWebhookRetries(t *testing.T) {
 	e := newAlertEnv(t, rule("hot", MetricGPUTemperature, num(85), 0))
 	e.hook.fail = 2
-	e.setGPU("0000:41:00.0", func(g *GPUReading) { g.Temperature = 90 })
+	e.setGPU("0000:41:00.0", func(g *monitor.GPUReading) { g.Temperature = 90 })
 	e.round(0)
 	e.expect("firing " + gpu1)
 	e.hook.mu.Lock()
@@ -375,7 +382,7 @@ func TestAlertWebhookRetries(t *testing.T) {
 	e.hook.mu.Lock()
 	e.hook.attempts, e.hook.fail, e.hook.failStatus = nil, 1, http.StatusBadRequest
 	e.hook.mu.Unlock()
-	e.setGPU("0000:41:00.0", func(g *GPUReading) { g.Temperature = 70 })
+	e.setGPU("0000:41:00.0", func(g *monitor.GPUReading) { g.Temperature = 70 })
 	e.round(time.Minute)
 	e.expect()
 	if len(e.hook.attempts) != 1 || !strings.Contains(e.log.String(), "not retried") {
@@ -391,7 +398,7 @@ func TestAlertWebhookDoesNotBlockRounds(t *testing.T) {
 	defer close(block)
 	e := newAlertEnv(t, rule("hot", MetricGPUTemperature, num(85), 0))
 	e.rules[0].Webhook = slow.URL
-	e.setGPU("0000:41:00.0", func(g *GPUReading) { g.Temperature = 90 })
+	e.setGPU("0000:41:00.0", func(g *monitor.GPUReading) { g.Temperature = 90 })
 	start := time.Now()
 	if err := e.mon.Round(context.Background()); err != nil {
 		t.Fatal(err)
@@ -409,7 +416,7 @@ func TestAlertWebhookDoesNotBlockRounds(t *testing.T) {
 // after the restart.
 func TestAlertStateSurvivesRestart(t *testing.T) {
 	e := newAlertEnv(t, rule("busy", MetricGPUUtilization, num(95), 30*time.Minute))
-	e.setGPU("0000:41:00.0", func(g *GPUReading) { g.Util = 0.97 })
+	e.setGPU("0000:41:00.0", func(g *monitor.GPUReading) { g.Util = 0.97 })
 	e.round(0)
 	e.round(10 * time.Minute)
 	e.round(10 * time.Minute) // 9:20: busy for 20 minutes
@@ -419,7 +426,7 @@ func TestAlertStateSurvivesRestart(t *testing.T) {
 	e.expect("firing " + gpu1)
 	// A firing alert is known to the new process: it resolves it.
 	e.start()
-	e.setGPU("0000:41:00.0", func(g *GPUReading) { g.Util = 0.1 })
+	e.setGPU("0000:41:00.0", func(g *monitor.GPUReading) { g.Util = 0.1 })
 	e.round(10 * time.Minute)
 	e.expect("resolved " + gpu1)
 }
@@ -427,7 +434,7 @@ func TestAlertStateSurvivesRestart(t *testing.T) {
 // Changing the configuration: a rule taken out resolves its alerts.
 func TestAlertRuleRemoved(t *testing.T) {
 	e := newAlertEnv(t, rule("hot", MetricGPUTemperature, num(85), 0))
-	e.setGPU("0000:41:00.0", func(g *GPUReading) { g.Temperature = 90 })
+	e.setGPU("0000:41:00.0", func(g *monitor.GPUReading) { g.Temperature = 90 })
 	e.round(0)
 	e.expect("firing " + gpu1)
 	e.mu.Lock()
@@ -444,7 +451,7 @@ func TestAlertRuleRemoved(t *testing.T) {
 // A failed round (the source fails) leaves GPU alerts as they are.
 func TestAlertKeepsStateWhenSamplingFails(t *testing.T) {
 	e := newAlertEnv(t, rule("hot", MetricGPUTemperature, num(85), 0))
-	e.setGPU("0000:41:00.0", func(g *GPUReading) { g.Temperature = 90 })
+	e.setGPU("0000:41:00.0", func(g *monitor.GPUReading) { g.Temperature = 90 })
 	e.round(0)
 	e.expect("firing " + gpu1)
 	e.src.mu.Lock()
@@ -454,7 +461,7 @@ func TestAlertKeepsStateWhenSamplingFails(t *testing.T) {
 	if err := e.mon.Round(context.Background()); err == nil {
 		t.Fatal("a failed read did not fail the round")
 	}
-	e.mon.notifier.Wait()
+	e.hooks.Wait()
 	e.expect()
 	if len(e.alerts(store.AlertFiring)) != 1 {
 		t.Error("the alert resolved while nothing could be read")

@@ -1,11 +1,13 @@
-package monitor
+package alert
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -14,6 +16,7 @@ import (
 	"github.com/gpuvm/gpuvm/pkg/api"
 	"github.com/gpuvm/gpuvm/pkg/backend"
 	"github.com/gpuvm/gpuvm/pkg/config"
+	"github.com/gpuvm/gpuvm/pkg/monitor"
 	"github.com/gpuvm/gpuvm/pkg/store"
 	"github.com/gpuvm/gpuvm/pkg/webhook"
 )
@@ -31,9 +34,9 @@ const (
 	MetricBackendDown          = "backend_down"
 )
 
-// AlertStore is what alert evaluation needs of the database (a
+// Store is what alert evaluation needs of the database (a
 // *store.Store).
-type AlertStore interface {
+type Store interface {
 	FireAlert(ctx context.Context, a *store.Alert) (bool, error)
 	ResolveAlert(ctx context.Context, rule, subject string, value float64, summary string, at time.Time) (*store.Alert, error)
 	ListAlerts(ctx context.Context, f store.AlertFilter) ([]store.Alert, error)
@@ -96,12 +99,12 @@ func (l loaderHealth) BackendStates(ctx context.Context) map[string]string {
 // duration, so that a restart does not delay a GPU alert.
 type Evaluator struct {
 	host     string
-	st       AlertStore
+	st       Store
 	rules    func() []*config.Alert
-	idle     IdleDetector      // nil: vm_idle rules observe nothing
-	backends BackendHealth     // nil: backend_down rules observe nothing
-	notifier *webhook.Notifier // nil: log only
-	clock    Clock
+	idle     monitor.IdleDetector // nil: vm_idle rules observe nothing
+	backends BackendHealth        // nil: backend_down rules observe nothing
+	notifier *webhook.Notifier    // nil: log only
+	clock    monitor.Clock
 	log      *slog.Logger
 	interval time.Duration
 
@@ -114,15 +117,15 @@ type Evaluator struct {
 
 type alertKey struct{ rule, subject string }
 
-// EvaluatorConfig is what an Evaluator needs.
-type EvaluatorConfig struct {
+// Config is what an Evaluator needs.
+type Config struct {
 	Host     string
-	Store    AlertStore
+	Store    Store
 	Rules    func() []*config.Alert
-	Idle     IdleDetector
+	Idle     monitor.IdleDetector
 	Backends BackendHealth
 	Notifier *webhook.Notifier
-	Clock    Clock
+	Clock    monitor.Clock
 	Log      *slog.Logger
 	// Interval is the sampling interval: samples further apart than three
 	// intervals do not prove that a condition held in between.
@@ -130,9 +133,9 @@ type EvaluatorConfig struct {
 }
 
 // NewEvaluator makes an evaluator.
-func NewEvaluator(c EvaluatorConfig) *Evaluator {
+func NewEvaluator(c Config) *Evaluator {
 	if c.Clock == nil {
-		c.Clock = realClock{}
+		c.Clock = clocks{}
 	}
 	if c.Log == nil {
 		c.Log = slog.Default()
@@ -168,7 +171,7 @@ var BuiltinAlertRules = map[string]bool{"orphans": true}
 
 // Evaluate evaluates every rule against round r (nil when the round failed
 // or the host is not sampled: GPU rules then keep their state).
-func (e *Evaluator) Evaluate(ctx context.Context, r *Round) error {
+func (e *Evaluator) Evaluate(ctx context.Context, r *monitor.Round) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if !e.loaded {
@@ -382,7 +385,7 @@ func formatValue(metric string, v float64) string {
 }
 
 // gpuValue is a GPU metric's value from a reading; false when not reported.
-func gpuValue(metric string, g GPUReading) (float64, bool) {
+func gpuValue(metric string, g monitor.GPUReading) (float64, bool) {
 	var v float64
 	switch metric {
 	case MetricGPUUtilization:
@@ -426,7 +429,7 @@ func (e *Evaluator) seed(ctx context.Context, rule *config.Alert, now time.Time)
 	type run struct{ start, last time.Time }
 	runs := map[string]*run{}
 	for _, s := range samples {
-		g := GPUReading{Util: s.GPUUtil, MemUsed: s.MemUsed, MemTotal: s.MemTotal, Temperature: s.Temperature, PowerWatts: s.PowerWatts}
+		g := monitor.GPUReading{Util: s.GPUUtil, MemUsed: s.MemUsed, MemTotal: s.MemTotal, Temperature: s.Temperature, PowerWatts: s.PowerWatts}
 		v, ok := gpuValue(rule.Metric, g)
 		cur := runs[s.GPUAddress]
 		if cur == nil {
@@ -459,12 +462,12 @@ func (e *Evaluator) seed(ctx context.Context, rule *config.Alert, now time.Time)
 // roundInputs reads what rules need, once per round.
 type roundInputs struct {
 	e   *Evaluator
-	r   *Round
+	r   *monitor.Round
 	now time.Time
 
 	queue    *store.QueueStats
 	queueErr error
-	idle     []VMIdle
+	idle     []monitor.VMIdle
 	idleErr  error
 	idleRead bool
 	backends map[string]string
@@ -546,7 +549,7 @@ func (in *roundInputs) observe(ctx context.Context, rule *config.Alert) ([]obser
 		if in.backends == nil {
 			in.backends = e.backends.BackendStates(ctx)
 		}
-		names := sortedKeys(in.backends)
+		names := slices.Sorted(maps.Keys(in.backends))
 		out := make([]observation, 0, len(names))
 		for _, n := range names {
 			v, what := 0.0, "backend "+n+" on "+e.host
@@ -581,3 +584,8 @@ func (e *Evaluator) Firing() []store.Alert {
 	})
 	return out
 }
+
+// clocks is the wall clock.
+type clocks struct{}
+
+func (clocks) Now() time.Time { return time.Now() }
