@@ -323,9 +323,6 @@ func (s *Server) writeAudit(ctx context.Context, e *store.AuditEntry) bool {
 	if s.auditSettings().Log {
 		s.auditLog.LogAttrs(ctx, slog.LevelInfo, "audit", auditAttrs(e)...)
 	}
-	if s.Store == nil {
-		return true // gpuvmd without a database has no audit log
-	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), auditWriteTimeout)
 	defer cancel()
 	if err := s.Store.AppendAudit(ctx, e); err != nil {

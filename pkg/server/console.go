@@ -329,10 +329,6 @@ func headerHas(h http.Header, key, token string) bool {
 // ticket, connects to the VM's display or the guest's port, and only then
 // accepts the websocket, so that every refusal is an HTTP problem.
 func (s *Server) serveTicket(c *gin.Context, kind string) {
-	if s.Store == nil {
-		s.writeProblem(c, with(errUnavailable, "gpuvmd runs without a VM database"))
-		return
-	}
 	if !s.requireConsoles(c) {
 		return
 	}
@@ -542,10 +538,6 @@ func (s *Server) consolePage(c *gin.Context) {
 		}
 	}
 	again := "Run 'gpuvm console VM' (or GET /v1/vms/{id}/console) for a new link: a link works once, within a minute."
-	if s.Store == nil {
-		fail(http.StatusServiceUnavailable, "No console here", "gpuvmd runs without a VM database.", "")
-		return
-	}
 	ticket := c.Query("ticket")
 	if ticket == "" {
 		fail(http.StatusUnauthorized, "This console link has no ticket", "The page needs the one-time ticket that gpuvm gives with the link.", again)

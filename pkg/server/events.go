@@ -141,7 +141,7 @@ func (s *Server) events(c *gin.Context) {
 		after = n
 		break
 	}
-	src := s.eventSource()
+	src := s.Store
 	wait, leave := s.hub.subscribe()
 	defer leave()
 	if after < 0 {

@@ -35,7 +35,7 @@ var pOrphan = param{Name: "id", In: "path", Description: "the orphan's ID, as GE
 func (s *Server) orphanRoutes(admin *gin.RouterGroup) {
 	admin.GET("/admin/orphans", s.requireOrphans, s.listOrphans)
 	admin.DELETE("/admin/orphans/:id", s.requireOrphans, s.deleteOrphan)
-	admin.POST("/admin/orphans/:id/adopt", s.requireOrphans, s.requireStore, s.adoptOrphan)
+	admin.POST("/admin/orphans/:id/adopt", s.requireOrphans, s.adoptOrphan)
 }
 
 func (s *Server) requireOrphans(c *gin.Context) {

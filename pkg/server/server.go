@@ -45,8 +45,9 @@ type Deps struct {
 	Backends Backends
 	Config   Config // nil: gpuvmd runs without a configuration directory
 	Log      *slog.Logger
-	// Store holds VMs and operations; nil: the VM API answers 503.
-	Store *store.Store
+	// Store holds VMs, operations, users and the rest (a *store.Store);
+	// required.
+	Store Store
 	// Worker is told when there is new work (the orchestrator); may be nil.
 	Worker Waker
 	// Admission applies the sharing policy to new VMs (the orchestrator);
@@ -127,12 +128,15 @@ func New(d Deps) *Server {
 		d.EventKeepAlive = defaultEventKeepAlive
 	}
 	d.HTTP = d.HTTP.withDefaults()
-	if d.Ledger == nil && d.Store != nil {
+	if d.Store == nil {
+		panic("server.New: Deps.Store is required")
+	}
+	if d.Ledger == nil {
 		d.Ledger = usage.NewLedger(d.Store)
 	}
 	s := &Server{Deps: d, log: d.Log.With("component", "api"), engine: gin.New(),
 		eventKeepAlive: d.EventKeepAlive, done: make(chan struct{}), auditLog: d.Log.With("component", "audit")}
-	s.hub = newEventHub(s.eventSource(), d.EventPoll, s.log)
+	s.hub = newEventHub(d.Store, d.EventPoll, s.log)
 	s.engine.Use(gin.Recovery(), s.requestID, s.logRequests, s.deadlines)
 	if d.Metrics != nil {
 		s.engine.Use(s.observeRequests) // metrics.go
@@ -151,13 +155,6 @@ func New(d Deps) *Server {
 // other requests.
 func (s *Server) Close() { s.closeOnce.Do(func() { close(s.done) }) }
 
-func (s *Server) eventSource() EventSource {
-	if s.Store == nil {
-		return nil
-	}
-	return s.Store
-}
-
 // ServeHTTP implements http.Handler.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.engine.ServeHTTP(w, r) }
 
@@ -169,7 +166,7 @@ func (s *Server) routes() {
 	v1 := s.engine.Group("/v1", s.authenticate)
 	v1.GET("/profiles", s.listProfiles)
 	v1.GET("/profiles/:name", s.getProfile)
-	vms := v1.Group("", s.requireStore)
+	vms := v1.Group("")
 	vms.POST("/vms", s.createVM)
 	vms.GET("/vms", s.listVMs)
 	vms.GET("/vms/:id", s.getVM)
@@ -181,25 +178,25 @@ func (s *Server) routes() {
 	admin := v1.Group("", s.requireAdmin)
 	admin.GET("/gpus", s.gpus)
 	admin.POST("/admin/reload", s.reload)
-	admin.GET("/users", s.requireStore, s.listUsers)
-	admin.POST("/users", s.requireStore, s.createUser)
-	admin.POST("/admin/gpus/:addr/drain", s.requireStore, s.drainGPU)
-	admin.DELETE("/admin/gpus/:addr/drain", s.requireStore, s.undrainGPU)
-	admin.POST("/admin/hosts/:name/drain", s.requireStore, s.drainHost)     // fleet.go
-	admin.DELETE("/admin/hosts/:name/drain", s.requireStore, s.undrainHost) // fleet.go
-	admin.GET("/alerts", s.requireStore, s.listAlerts)                      // alerts.go
-	s.orphanRoutes(admin)                                                   // orphans.go
+	admin.GET("/users", s.listUsers)
+	admin.POST("/users", s.createUser)
+	admin.POST("/admin/gpus/:addr/drain", s.drainGPU)
+	admin.DELETE("/admin/gpus/:addr/drain", s.undrainGPU)
+	admin.POST("/admin/hosts/:name/drain", s.drainHost)     // fleet.go
+	admin.DELETE("/admin/hosts/:name/drain", s.undrainHost) // fleet.go
+	admin.GET("/alerts", s.listAlerts)                      // alerts.go
+	s.orphanRoutes(admin)                                   // orphans.go
 	v1.GET("/whoami", s.whoami)
-	v1.GET("/usage", s.requireStore, s.usage)                      // usage.go
-	admin.GET("/reports/summary", s.requireStore, s.reportSummary) // report.go
-	v1.GET("/hosts", s.requireStore, s.listHosts)
-	s.reservationRoutes(v1.Group("", s.requireStore)) // reservations.go
+	v1.GET("/usage", s.usage)                      // usage.go
+	admin.GET("/reports/summary", s.reportSummary) // report.go
+	v1.GET("/hosts", s.listHosts)
+	s.reservationRoutes(v1.Group("")) // reservations.go
 	// audit.go: the audit log (admins), and the caller's own entries.
-	admin.GET("/admin/audit", s.requireStore, s.listAllAudit)
-	v1.GET("/audit", s.requireStore, s.listOwnAudit)
+	admin.GET("/admin/audit", s.listAllAudit)
+	v1.GET("/audit", s.listOwnAudit)
 	// A user's own record and tokens: the user or an admin; to others
 	// the user does not exist.
-	self := v1.Group("/users/:name", s.requireStore, s.requireSelfOrAdmin)
+	self := v1.Group("/users/:name", s.requireSelfOrAdmin)
 	self.GET("", s.getUser)
 	self.GET("/tokens", s.listTokens)
 	self.POST("/tokens", s.createToken)

@@ -13,6 +13,7 @@ import (
 	"github.com/gpuvm/gpuvm/pkg/backend"
 	"github.com/gpuvm/gpuvm/pkg/config"
 	"github.com/gpuvm/gpuvm/pkg/store"
+	"github.com/gpuvm/gpuvm/pkg/store/storetest"
 )
 
 type fakeAuth map[string]*store.User
@@ -60,6 +61,7 @@ func testServer(t *testing.T, cfg *fakeConfig) *Server {
 		Auth:     fakeAuth{"admin-token": {Name: "admin", Admin: true}, "ann-token": {Name: "ann", Groups: []string{"artists"}}},
 		Backends: fakeBackends{"vgpu": mock},
 		Config:   cfg,
+		Store:    storetest.New(t),
 	})
 }
 

@@ -34,14 +34,6 @@ var vmName = regexp.MustCompile(`^[a-z][a-z0-9-]{0,62}$`)
 var vmStates = []string{store.VMQueued, store.VMAllocating, store.VMCreating, store.VMRunning, store.VMStopping,
 	store.VMStopped, store.VMDeleting, store.VMDeleted, store.VMFailed}
 
-func (s *Server) requireStore(c *gin.Context) {
-	if s.Store == nil {
-		s.writeProblem(c, with(errUnavailable, "gpuvmd runs without a VM database"))
-		return
-	}
-	c.Next()
-}
-
 // Admitter applies the sharing policy to a VM asked for, before it is
 // queued (the orchestrator): refuse when a rule means it can never start,
 // with why naming the rule; otherwise why is what keeps it from starting

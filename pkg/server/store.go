@@ -1,0 +1,93 @@
+package server
+
+import (
+	"context"
+	"time"
+
+	"github.com/gpuvm/gpuvm/pkg/store"
+	"github.com/gpuvm/gpuvm/pkg/usage"
+)
+
+// Store is what the API reads and writes of the database (a *store.Store),
+// grouped by the routes that use it. The server uses nothing else of it.
+type Store interface {
+	VMStore
+	TicketStore
+	AccountStore
+	HostStore
+	BookingStore
+	AuditStore
+	AlertStore
+	EventSource
+	usage.Store
+	usage.ReportStore
+}
+
+// VMStore backs the VM routes (vms.go, actions.go). Tx runs the lifecycle
+// actions' read-check-write in one transaction.
+type VMStore interface {
+	CreateVM(ctx context.Context, vm *store.VM, opts store.CreateVMOptions) (*store.Operation, error)
+	GetVM(ctx context.Context, id string) (*store.VM, error)
+	GetVMByName(ctx context.Context, owner, name string) (*store.VM, error)
+	ListVMs(ctx context.Context, f store.VMFilter) (store.VMPage, error)
+	UpdateVMState(ctx context.Context, id string, version int64, u store.VMUpdate) (*store.VM, error)
+	ListAllocations(ctx context.Context, vmID string) ([]store.Allocation, error)
+	ListAllocationsForVMs(ctx context.Context, vmIDs []string) (map[string][]store.Allocation, error)
+	CreateOperation(ctx context.Context, op *store.Operation) error
+	GetOperation(ctx context.Context, id string) (*store.Operation, error)
+	ListOperations(ctx context.Context, vmID string) ([]store.Operation, error)
+	GetIdempotencyKey(ctx context.Context, user, key string) (*store.IdempotencyKey, error)
+	AppendEvent(ctx context.Context, e *store.Event) error
+	Tx(ctx context.Context, fn func(tx *store.Store) error) error
+}
+
+// TicketStore backs the console and tunnel tickets (console.go, tunnel.go).
+type TicketStore interface {
+	IssueTicket(ctx context.Context, t *store.ConsoleTicket, ttl time.Duration) (string, error)
+	PeekTicket(ctx context.Context, plain string) (*store.ConsoleTicket, error)
+	ConsumeTicket(ctx context.Context, plain string) (*store.ConsoleTicket, error)
+	DeleteExpiredTickets(ctx context.Context, t time.Time) (int64, error)
+}
+
+// AccountStore backs users, groups and tokens (users.go, bootstrap.go).
+type AccountStore interface {
+	GetUser(ctx context.Context, name string) (*store.User, error)
+	CreateUser(ctx context.Context, u *store.User) error
+	ListUsers(ctx context.Context) ([]store.User, error)
+	ListGroups(ctx context.Context) ([]store.Group, error)
+	CreateToken(ctx context.Context, user, name string, expiresAt *time.Time) (string, *store.APIToken, error)
+	ListTokens(ctx context.Context, user string) ([]store.APIToken, error)
+	RevokeToken(ctx context.Context, user string, id int64) error
+}
+
+// HostStore backs hosts, heartbeats and drains (hosts.go, drain.go,
+// fleet.go).
+type HostStore interface {
+	ListHosts(ctx context.Context) ([]store.Host, error)
+	GetHost(ctx context.Context, name string) (*store.Host, error)
+	SetHostDraining(ctx context.Context, name string, draining bool) (*store.Host, error)
+	ListGPUDrains(ctx context.Context, host string) ([]store.GPUDrain, error)
+	DrainGPU(ctx context.Context, d *store.GPUDrain) error
+	UndrainGPU(ctx context.Context, host, gpuAddress string) (bool, error)
+}
+
+// BookingStore backs the reservation routes (reservations.go); creating
+// one goes through the Booker.
+type BookingStore interface {
+	ListReservations(ctx context.Context, f store.ReservationFilter) ([]store.Reservation, error)
+	GetReservation(ctx context.Context, id int64) (*store.Reservation, error)
+	DeleteReservation(ctx context.Context, id int64) error
+}
+
+// AuditStore backs the audit log (audit.go).
+type AuditStore interface {
+	AppendAudit(ctx context.Context, e *store.AuditEntry) error
+	ListAudit(ctx context.Context, f store.AuditFilter) (entries []store.AuditEntry, next int64, err error)
+}
+
+// AlertStore backs GET /v1/alerts (alerts.go).
+type AlertStore interface {
+	ListAlerts(ctx context.Context, f store.AlertFilter) ([]store.Alert, error)
+}
+
+var _ Store = (*store.Store)(nil)
