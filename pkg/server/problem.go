@@ -8,6 +8,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/gpuvm/gpuvm/pkg/api"
+	"github.com/gpuvm/gpuvm/pkg/store"
 )
 
 // ProblemBase prefixes every problem type URI.
@@ -60,10 +61,28 @@ func (s *Server) writeProblem(c *gin.Context, err error) {
 		return
 	}
 	if !errors.As(err, &p) {
+		p = storeProblem(err)
+	}
+	if p == nil {
 		s.log.Error("request failed", "method", c.Request.Method, "path", c.Request.URL.Path, "err", err, "request_id", c.GetString(requestIDKey))
 		p = with(errInternal, "the error was logged")
 	}
 	c.Set(problemKey, p) // its detail goes in the audit log
 	c.Header("Content-Type", "application/problem+json")
 	c.AbortWithStatusJSON(p.Status, p)
+}
+
+// storeProblem is the problem of a store error that a handler did not turn
+// into one of its own (most say more: which VM, which user): its text, with
+// the status its kind means; nil for any other error, which is the server's.
+func storeProblem(err error) *Problem {
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return with(errNotFound, err.Error())
+	case errors.Is(err, store.ErrSlotTaken), errors.Is(err, store.ErrConflict):
+		return with(errConflict, err.Error())
+	case errors.Is(err, store.ErrInvalid):
+		return with(errValidation, err.Error())
+	}
+	return nil
 }

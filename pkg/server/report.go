@@ -39,7 +39,7 @@ func (s *Server) reportSummary(c *gin.Context) {
 	}
 	r, err := usage.Summarize(c.Request.Context(), s.Ledger, s.Store, q)
 	if err != nil {
-		s.writeProblem(c, usageError(err))
+		s.writeProblem(c, err)
 		return
 	}
 	c.JSON(http.StatusOK, r)

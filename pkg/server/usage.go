@@ -1,7 +1,6 @@
 package server
 
 import (
-	"errors"
 	"fmt"
 	"net/http"
 	"slices"
@@ -12,7 +11,6 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/gpuvm/gpuvm/pkg/api"
-	"github.com/gpuvm/gpuvm/pkg/store"
 	"github.com/gpuvm/gpuvm/pkg/usage"
 )
 
@@ -94,20 +92,11 @@ func (s *Server) usage(c *gin.Context) {
 	}
 	r, err := s.Ledger.Usage(c.Request.Context(), usage.Query{From: from, To: to, By: by, User: who})
 	if err != nil {
-		s.writeProblem(c, usageError(err))
+		s.writeProblem(c, err) // the ledger's invalid arguments are a 422 (storeProblem)
 		return
 	}
 	if r.Rows == nil {
 		r.Rows = []api.UsageRow{}
 	}
 	c.JSON(http.StatusOK, r)
-}
-
-// usageError turns the ledger's invalid arguments into a 422; other errors
-// stay internal.
-func usageError(err error) error {
-	if errors.Is(err, store.ErrInvalid) {
-		return with(errValidation, err.Error())
-	}
-	return err
 }
