@@ -300,23 +300,8 @@ func (b *Backend) Create(ctx context.Context, req backend.CreateRequest) (backen
 	if m.v.FreeVFs == 0 {
 		return backend.Device{}, backend.Errorf(backend.CodeExhausted, g.Address, "every VF already holds a vGPU")
 	}
-	// The driver puts a MIG-backed vGPU on a free GPU instance of its profile
-	// that it picks itself; refuse when a GI we did not make could be picked.
-	ledger, err := env.Ledger.All()
-	if err != nil {
-		return backend.Device{}, backend.Errorf(backend.CodeInternal, g.Address, "%v", err)
-	}
-	held := map[int]bool{}
-	for _, e := range ledger {
-		if e.Device.GPU == g.Address {
-			held[e.Device.GPUInstance] = true
-		}
-	}
-	for _, x := range m.gis {
-		if x.profile.ID == profile.ID && !held[x.id] {
-			return backend.Device{}, backend.Errorf(backend.CodeConflict, g.Address,
-				"GPU instance %d (%s at %d) was not made by gpuvm and holds no vGPU; the driver could place the new vGPU on it: destroy it first", x.id, x.profile.Name, x.start)
-		}
+	if err := refuseForeignInstances(env, g.Address, m, profile.ID); err != nil {
+		return backend.Device{}, err
 	}
 	if err := ctx.Err(); err != nil {
 		return backend.Device{}, err
@@ -372,12 +357,7 @@ func (b *Backend) Create(ctx context.Context, req backend.CreateRequest) (backen
 	if err != nil {
 		return fail(backend.Errorf(backend.CodeHost, g.Address, "%v", err))
 	}
-	var offer *kit.Offer
-	for i := range v.Offers {
-		if v.Offers[i].Type == typeName {
-			offer = &v.Offers[i]
-		}
-	}
+	offer := v.Offer(typeName)
 	if offer == nil {
 		return fail(backend.Errorf(backend.CodeHost, g.Address, "the driver offers no %s after GPU instance %d was made", typeName, dev.GPUInstance))
 	}
@@ -404,6 +384,30 @@ func (b *Backend) Create(ctx context.Context, req backend.CreateRequest) (backen
 	rev.Success()
 	b.Log.Info("created MIG device", "gpu", g.Address, "profile", profile.Name, "placement", req.Placement, "gi", dev.GPUInstance, "device", dev.ID, "vm", req.VMUUID)
 	return dev, nil
+}
+
+// refuseForeignInstances refuses a create on a GPU that has a GPU instance
+// of the profile which gpuvm did not make: the driver puts a MIG-backed vGPU
+// on a free GPU instance of its profile that it picks itself, and could pick
+// that one.
+func refuseForeignInstances(env *kit.Env, addr string, m *migGPU, profileID int) error {
+	ledger, err := env.Ledger.All()
+	if err != nil {
+		return backend.Errorf(backend.CodeInternal, addr, "read the ledger: %v", err)
+	}
+	held := map[int]bool{}
+	for _, e := range ledger {
+		if e.Device.GPU == addr {
+			held[e.Device.GPUInstance] = true
+		}
+	}
+	for _, x := range m.gis {
+		if x.profile.ID == profileID && !held[x.id] {
+			return backend.Errorf(backend.CodeConflict, addr,
+				"GPU instance %d (%s at %d) was not made by gpuvm and holds no vGPU; the driver could place the new vGPU on it: destroy it first", x.id, x.profile.Name, x.start)
+		}
+	}
+	return nil
 }
 
 func contains(xs []int, x int) bool {

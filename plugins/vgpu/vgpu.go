@@ -217,12 +217,7 @@ func (b *Backend) Create(ctx context.Context, req backend.CreateRequest) (backen
 	if gv.unavailable != "" {
 		return backend.Device{}, backend.Errorf(backend.CodeConflict, g.Address, "cannot create %s: %s", want.Name, gv.unavailable)
 	}
-	var offer *kit.Offer
-	for i := range gv.v.Offers {
-		if gv.v.Offers[i].Type == want.Name {
-			offer = &gv.v.Offers[i]
-		}
-	}
+	offer := gv.v.Offer(want.Name)
 	if offer == nil || offer.FreeCount == 0 {
 		// The driver stops listing a type once none more fits: tell why.
 		if len(gv.v.VGPUs) > 0 && gv.v.VGPUs[0].Type != want.Name && !gv.mixed {

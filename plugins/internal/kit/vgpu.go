@@ -45,6 +45,18 @@ type VGPUView struct {
 	FreeVFs   int // VFs (or mdev parents) holding nothing
 }
 
+// Offer is the driver's offer of the vGPU type named typeName; nil when it
+// offers none now. The last one listed wins, as the driver lists each once.
+func (v *VGPUView) Offer(typeName string) *Offer {
+	var o *Offer
+	for i := range v.Offers {
+		if v.Offers[i].Type == typeName {
+			o = &v.Offers[i]
+		}
+	}
+	return o
+}
+
 func typeInfo(m gpu.Model, name string) (gpu.VGPUTypeInfo, bool) {
 	t, err := m.VGPUType(name)
 	return t, err == nil
