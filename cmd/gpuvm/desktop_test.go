@@ -464,3 +464,27 @@ func TestDesktopConsole(t *testing.T) {
 		t.Errorf("--json: exit %d %s", code, out.String())
 	}
 }
+
+// TestProfileShowDesktop: gpuvm profile show says the desktop in the guest.
+func TestProfileShowDesktop(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "p.hcl"), []byte(`
+profile "dcv" {
+  boot { kernel = "/k" }
+  desktop {
+    protocol = "dcv"
+    session  = "work"
+  }
+}
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, errOut, code := runCLI(t, "profile", "show", "dcv", "--config", dir)
+	if code != 0 || !strings.Contains(out, "Desktop:") || !strings.Contains(out, "dcv in the guest, port 8443 (gpuvm desktop), session work") {
+		t.Errorf("exit %d: %s%s", code, out, errOut)
+	}
+	js, _, code := runCLI(t, "profile", "show", "dcv", "--config", dir, "--json")
+	if code != 0 || !strings.Contains(js, `"desktop": {`) || !strings.Contains(js, `"session": "work"`) {
+		t.Errorf("--json: %s", js)
+	}
+}
