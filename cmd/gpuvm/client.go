@@ -45,8 +45,10 @@ func addClientCommands(root *cobra.Command, getenv func(string) string) {
 	// users.go: who the server takes you for, the fleet's hosts.
 	root.AddCommand(newWhoamiCmd(getenv), newHostsCmd(getenv))
 	root.AddCommand(newEventsCmd(getenv)) // events.go
-	// console.go: the display, tunnels, RDP and SSH through gpuvmd.
+	// console.go: the display, tunnels and SSH through gpuvmd; desktop.go:
+	// the profile's desktop (RDP, Sunshine, DCV, the display).
 	root.AddCommand(newConsoleCmd(getenv), newTunnelCmd(getenv), newRDPCmd(getenv), newSSHCmd(getenv))
+	root.AddCommand(newDesktopCmd(getenv))
 	root.AddCommand(newUsageCmd(getenv), newReportCmd(getenv)) // usage.go, report.go
 	// reservations.go: GPU capacity booked ahead.
 	root.AddCommand(newReserveCmd(getenv), newReservationsCmd(getenv))

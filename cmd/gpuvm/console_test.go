@@ -422,7 +422,7 @@ func TestRDPCommand(t *testing.T) {
 	dir := t.TempDir()
 	var opened string
 	var mu sync.Mutex
-	seams := &consoleSeams{tempDir: dir, open: func(p string) error { mu.Lock(); opened = p; mu.Unlock(); return nil }}
+	seams := &consoleSeams{tempDir: dir, lookPath: noProgram, open: func(p string) error { mu.Lock(); opened = p; mu.Unlock(); return nil }}
 	addr, stop := startTunnel(t, e, seams, "rdp", "box", "--user", "Administrator")
 	files, _ := filepath.Glob(filepath.Join(dir, "gpuvm-*.rdp"))
 	if len(files) != 1 {

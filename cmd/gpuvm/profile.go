@@ -229,6 +229,13 @@ func printProfile(w io.Writer, cfg *config.Config, p *config.Profile) error {
 		display += ", showing the vGPU's display"
 	}
 	fmt.Fprintf(tw, "  Display:\t%s\n", display)
+	if d := p.Desktop; d.Tunneled() {
+		desktop := fmt.Sprintf("%s in the guest, port %d (gpuvm desktop)", d.Protocol, d.Port)
+		if d.Protocol == config.DesktopDCV {
+			desktop += ", session " + d.Session
+		}
+		fmt.Fprintf(tw, "  Desktop:\t%s\n", desktop)
+	}
 	switch p.Network.Type {
 	case "none":
 		fmt.Fprintf(tw, "  Network:\tnone\n")

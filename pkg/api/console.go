@@ -6,25 +6,46 @@ import "time"
 // running VM's display. Ticket is one-time and short-lived: it opens one
 // connection, through WebSocketURL or BrowserURL (both carry it), before
 // ExpiresAt.
+//
+// A VM whose profile's desktop is a server in the guest (rdp, sunshine, dcv)
+// and that has no display (display { type = "none" }) is answered with
+// Protocol "none" and no ticket: Desktop says how to reach it.
 type ConsoleResponse struct {
 	VMID string `json:"vm_id"`
-	// Protocol is the display's protocol: vnc or spice.
-	Protocol  string    `json:"protocol"`
-	Ticket    string    `json:"ticket"`
-	ExpiresAt time.Time `json:"expires_at"`
+	// Protocol is the display's protocol: vnc or spice; none when the VM
+	// has no display but a desktop in the guest.
+	Protocol string `json:"protocol"`
+	// Ticket, ExpiresAt, WebSocketURL and VVURL are absent with Protocol
+	// none.
+	Ticket    string    `json:"ticket,omitempty"`
+	ExpiresAt time.Time `json:"expires_at,omitzero"`
 	// WebSocketURL is gpuvmd's websocket proxy to the display
 	// (ws(s)://HOST/v1/console/ws?vm=ID&ticket=T); it takes binary frames.
 	// For VNC, gpuvmd answers the display's password itself: the client
 	// sees security type None.
-	WebSocketURL string `json:"websocket_url"`
+	WebSocketURL string `json:"websocket_url,omitempty"`
 	// VVURL is the virt-viewer file of the VM (GET, bearer token).
-	VVURL string `json:"vv_url"`
+	VVURL string `json:"vv_url,omitempty"`
 	// BrowserURL opens the display in a browser (noVNC, served by
 	// gpuvmd); VNC only.
 	BrowserURL string `json:"browser_url,omitempty"`
 	// Direct is where QEMU itself listens, for admins only (and useful only
 	// when the display listens on an address they can reach).
 	Direct *Console `json:"direct,omitempty"`
+	// Desktop is how the VM's profile says people work on it
+	// (profile.desktop): the display console above, or a server in the
+	// guest reached through gpuvmd's tunnels. Absent when the VM's profile
+	// no longer exists.
+	Desktop *Desktop `json:"desktop,omitempty"`
+	// GPUDisplay says whether the display shows the VM's GPU: "emulated"
+	// (QEMU's emulated card only: what a vGPU, a MIG slice or a whole GPU
+	// renders is not on it) or "vgpu" (profile.display.vgpu_display: the
+	// vGPU's own framebuffer is shown through the display). Absent for a
+	// VM without a GPU.
+	GPUDisplay string `json:"gpu_display,omitempty"`
+	// Notes are messages for people about what the console shows and how
+	// to work on the VM.
+	Notes []string `json:"notes,omitempty"`
 }
 
 // TunnelRequest is the body of POST /v1/vms/{id}/tunnel. Unknown fields are

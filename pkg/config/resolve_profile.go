@@ -146,6 +146,7 @@ func (r *resolver) resolveProfile(b *profileBlock) {
 	}
 
 	r.resolveDisplay(b, p)
+	r.resolveDesktop(b, p) // desktop.go
 
 	if ci := b.CloudInit; ci != nil {
 		p.CloudInit = r.resolveCloudInit(ci)

@@ -183,6 +183,7 @@ type profileBlock struct {
 	Boot        *bootBlock      `hcl:"boot,block"`
 	Network     *networkBlock   `hcl:"network,block"`
 	Display     *displayBlock   `hcl:"display,block"`
+	Desktop     *desktopBlock   `hcl:"desktop,block"`
 	CloudInit   *cloudInitBlock `hcl:"cloud_init,block"`
 	GPU         *gpuNeedBlock   `hcl:"gpu,block"`
 	Lease       *leaseBlock     `hcl:"lease,block"`
@@ -217,6 +218,18 @@ type networkBlock struct {
 type displayBlock struct {
 	Type        *string   `hcl:"type,optional"`
 	VGPUDisplay *bool     `hcl:"vgpu_display,optional"`
+	DefRange    hcl.Range `hcl:",def_range"`
+	Body        hcl.Body  `hcl:",body"`
+}
+
+// desktopBlock says how people work on the VM: the display console, or a
+// remote-desktop server in the guest reached through gpuvmd's tunnels.
+type desktopBlock struct {
+	Protocol    *string   `hcl:"protocol,optional"`
+	Port        *int      `hcl:"port,optional"`
+	WebPort     *int      `hcl:"web_port,optional"`
+	Credentials *string   `hcl:"credentials,optional"`
+	Session     *string   `hcl:"session,optional"`
 	DefRange    hcl.Range `hcl:",def_range"`
 	Body        hcl.Body  `hcl:",body"`
 }

@@ -294,6 +294,7 @@ type Profile struct {
 	OS          string     `json:"os"`
 	Network     Network    `json:"network"`
 	Display     Display    `json:"display"`
+	Desktop     Desktop    `json:"desktop"`
 	CloudInit   *CloudInit `json:"cloud_init,omitempty"`
 	GPU         *GPUNeed   `json:"gpu,omitempty"`
 	Lease       Lease      `json:"lease"`

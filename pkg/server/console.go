@@ -169,9 +169,17 @@ func (s *Server) requireRunning(c *gin.Context, vm *store.VM) bool {
 // request itself when it cannot say.
 func (s *Server) liveConsole(c *gin.Context, vm *store.VM) (domain.Console, bool) {
 	con, err := s.Consoles.Console(c.Request.Context(), vm.ID)
-	switch {
-	case err == nil:
+	if err == nil {
 		return con, true
+	}
+	s.consoleProblem(c, vm, err)
+	return domain.Console{}, false
+}
+
+// consoleProblem answers why the hypervisor cannot say where the VM's
+// display is.
+func (s *Server) consoleProblem(c *gin.Context, vm *store.VM, err error) {
+	switch {
 	case errors.Is(err, domain.ErrNoConsole):
 		s.writeProblem(c, with(errConflict, fmt.Sprintf("VM %s has no VNC or SPICE display (its profile says display = none, or its domain is not running)", vm.Name)))
 	case hypervisor.IsNotFound(err):
@@ -179,7 +187,6 @@ func (s *Server) liveConsole(c *gin.Context, vm *store.VM) (domain.Console, bool
 	default:
 		s.writeProblem(c, fmt.Errorf("console of vm %s: %w", vm.ID, err))
 	}
-	return domain.Console{}, false
 }
 
 // issueTicket stores a one-time ticket of the caller for the VM, sweeping
@@ -238,27 +245,38 @@ func (s *Server) getConsole(c *gin.Context) {
 	if !ok || s.forwardToOwner(c, vm) || !s.requireConsoles(c) || !s.requireRunning(c, vm) { // forwardToOwner: fleet.go
 		return
 	}
-	con, ok := s.liveConsole(c, vm)
-	if !ok {
-		return
-	}
-	plain, t, ok := s.issueTicket(c, vm, store.TicketConsole, 0)
-	if !ok {
-		return
-	}
+	prof := s.vmProfile(vm) // desktop.go
 	httpBase, wsBase := baseURLs(c.Request)
-	q := ticketQuery(vm.ID, plain)
-	out := api.ConsoleResponse{
-		VMID: vm.ID, Protocol: string(con.Protocol), Ticket: plain, ExpiresAt: t.ExpiresAt,
-		WebSocketURL: wsBase + consoleWSPath + q,
-		VVURL:        vmURL(httpBase, vm.ID, "/console.vv"),
+	out := api.ConsoleResponse{VMID: vm.ID, Protocol: api.DesktopNone}
+	con, err := s.Consoles.Console(c.Request.Context(), vm.ID)
+	switch {
+	case err == nil:
+		plain, t, ok := s.issueTicket(c, vm, store.TicketConsole, 0)
+		if !ok {
+			return
+		}
+		out.Protocol, out.Ticket, out.ExpiresAt = string(con.Protocol), plain, t.ExpiresAt
+		out.WebSocketURL = wsBase + consoleWSPath + ticketQuery(vm.ID, plain)
+		out.VVURL = vmURL(httpBase, vm.ID, "/console.vv")
+		if con.Protocol == domain.GraphicsVNC {
+			out.BrowserURL = httpBase + consolePageURL + url.PathEscape(vm.ID) + "?" + url.Values{"ticket": {plain}}.Encode()
+		}
+		if user(c).Admin {
+			out.Direct = &api.Console{Protocol: string(con.Protocol), Host: directHost(con.Host, c.Request), Port: con.Port}
+		}
+	case errors.Is(err, domain.ErrNoConsole) && desktopTunneled(prof):
+		// No display, but a desktop in the guest: the answer says how
+		// to reach it.
+	default:
+		s.consoleProblem(c, vm, err)
+		return
 	}
-	if con.Protocol == domain.GraphicsVNC {
-		out.BrowserURL = httpBase + consolePageURL + url.PathEscape(vm.ID) + "?" + url.Values{"ticket": {plain}}.Encode()
+	display := "" // the live display's protocol
+	if out.Ticket != "" {
+		display = out.Protocol
 	}
-	if user(c).Admin {
-		out.Direct = &api.Console{Protocol: string(con.Protocol), Host: directHost(con.Host, c.Request), Port: con.Port}
-	}
+	out.Desktop = desktopAnswer(prof, vm, httpBase, display)
+	out.GPUDisplay, out.Notes = gpuDisplay(prof)
 	c.Header("Cache-Control", "no-store")
 	c.JSON(http.StatusOK, out)
 }
@@ -582,7 +600,7 @@ func (s *Server) consolePage(c *gin.Context) {
 // consoleAPIRoutes document the console and tunnel routes for the OpenAPI
 // document (apiRoutes).
 var consoleAPIRoutes = []route{
-	{Method: "GET", Path: "/v1/vms/{id}/console", Summary: "A one-time ticket (valid a minute) to a running VM's display, and the ways in: gpuvmd's websocket, the virt-viewer file, the browser console; admins also get where the display listens",
+	{Method: "GET", Path: "/v1/vms/{id}/console", Summary: "A one-time ticket (valid a minute) to a running VM's display, and the ways in: gpuvmd's websocket, the virt-viewer file, the browser console; admins also get where the display listens. desktop says how the profile's desktop is reached (the display, or RDP, Sunshine or DCV in the guest through tunnels); gpu_display and notes say whether the display shows the GPU",
 		Auth: authUser, Params: []param{pVM}, Status: 200, Answer: api.ConsoleResponse{}, Errors: []int{404, 409, 503}},
 	{Method: "GET", Path: "/v1/vms/{id}/console.vv", Summary: "The virt-viewer connection file of a running VM's display: type, host, port, password, title, delete-this-file",
 		Auth: authUser, Params: []param{pVM}, Status: 200, Answer: "", ContentType: api.VVContentType, Errors: []int{404, 409, 503}},

@@ -352,7 +352,7 @@ profile "seat" {
   memory = "1GiB"
   boot { kernel = "/k" }
 }
-`)})
+` + desktopTestProfiles)}) // desktop_test.go
 	if diags.HasErrors() {
 		t.Fatal(diags)
 	}

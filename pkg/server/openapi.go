@@ -313,7 +313,7 @@ func (g *schemaGen) structSchema(t reflect.Type) map[string]any {
 			name = f.Name
 		}
 		props[name] = g.schema(f.Type)
-		if !strings.Contains(opts, "omitempty") && f.Type.Kind() != reflect.Pointer {
+		if !strings.Contains(opts, "omitempty") && !strings.Contains(opts, "omitzero") && f.Type.Kind() != reflect.Pointer {
 			required = append(required, name)
 		}
 	}
