@@ -10,7 +10,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gpuvm/gpuvm/pkg/api"
 	"github.com/gpuvm/gpuvm/pkg/backend"
 	"github.com/gpuvm/gpuvm/pkg/config"
 	"github.com/gpuvm/gpuvm/pkg/gpu"
@@ -725,7 +724,7 @@ func (o *Orchestrator) withoutGPU(ctx context.Context, cfg *config.Config, live 
 }
 
 // mergedInventory merges the backends' inventories, in name order.
-func mergedInventory(invs map[string]backend.Inventory) api.HostInventory {
+func mergedInventory(invs map[string]backend.Inventory) gpu.HostInventory {
 	list := make([]backend.Inventory, 0, len(invs))
 	for _, name := range slices.Sorted(maps.Keys(invs)) {
 		list = append(list, invs[name])

@@ -44,7 +44,7 @@ func defaultHost() string {
 // CollectInventory asks every backend for its inventory and merges the
 // answers. A backend that fails is left out and named in the notes; failed
 // counts them.
-func CollectInventory(ctx context.Context, bs Backends, log *slog.Logger) (hi api.HostInventory, failed int) {
+func CollectInventory(ctx context.Context, bs Backends, log *slog.Logger) (hi gpu.HostInventory, failed int) {
 	var invs []backend.Inventory
 	var notes []string
 	for _, name := range bs.Names() {
@@ -103,7 +103,7 @@ func (s *Server) listHosts(c *gin.Context) {
 		if admin {
 			ah.APIURL = h.APIURL
 		}
-		var inv api.HostInventory
+		var inv gpu.HostInventory // as heartbeats store it (orchestrator.HeartbeatInventory)
 		if h.Inventory != "" {
 			if err := json.Unmarshal([]byte(h.Inventory), &inv); err != nil {
 				s.log.Warn("a host's stored inventory is not valid JSON", "host", h.Name, "err", err)
@@ -120,7 +120,7 @@ func (s *Server) listHosts(c *gin.Context) {
 // freeCapacity sums what could still be placed on the GPUs of an inventory
 // that are not drained and that some backend can serve; it also counts the
 // drained GPUs.
-func freeCapacity(inv api.HostInventory, drained map[string]bool) (api.Capacity, int) {
+func freeCapacity(inv gpu.HostInventory, drained map[string]bool) (api.Capacity, int) {
 	var free api.Capacity
 	ndrained := 0
 	devices := map[string]int{}
@@ -132,14 +132,10 @@ func freeCapacity(inv api.HostInventory, drained map[string]bool) (api.Capacity,
 			ndrained++
 			continue
 		}
-		usable := false
-		for _, why := range g.Backends {
-			usable = usable || why == ""
-		}
-		if !usable {
+		if !g.Usable() {
 			continue
 		}
-		if g.Mode == string(gpu.ModeIdle) && devices[g.Address] == 0 {
+		if g.Mode == gpu.ModeIdle && devices[g.Address] == 0 {
 			free.IdleGPUs++
 		}
 		for _, t := range g.VGPUTypes {
@@ -167,7 +163,7 @@ func freeCapacity(inv api.HostInventory, drained map[string]bool) (api.Capacity,
 
 // migFits is how many instances of a profile fit side by side in its free
 // start slots.
-func migFits(p api.MIGProfile) int {
+func migFits(p gpu.MIGOffer) int {
 	n, end := 0, -1
 	for _, s := range slices.Sorted(slices.Values(p.FreeStarts)) {
 		if s >= end {

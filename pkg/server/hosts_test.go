@@ -12,13 +12,14 @@ import (
 
 	"github.com/gpuvm/gpuvm/pkg/api"
 	"github.com/gpuvm/gpuvm/pkg/config"
+	"github.com/gpuvm/gpuvm/pkg/gpu"
 	"github.com/gpuvm/gpuvm/pkg/heartbeat"
 	"github.com/gpuvm/gpuvm/pkg/store"
 )
 
 // inventoryOf is the inventory gpuvmd's heartbeat stores: its backends'.
-func inventoryOf(s *Server) func(context.Context) api.HostInventory {
-	return func(ctx context.Context) api.HostInventory {
+func inventoryOf(s *Server) func(context.Context) gpu.HostInventory {
+	return func(ctx context.Context) gpu.HostInventory {
 		hi, _ := CollectInventory(ctx, s.Backends, s.log)
 		return hi
 	}
@@ -40,8 +41,9 @@ func TestHeartbeaterAndHostList(t *testing.T) {
 	if err := json.Unmarshal([]byte(row.Inventory), &inv); err != nil || len(inv.GPUs) != 2 || row.State != store.HostUp || row.Version != "1.2.3" {
 		t.Fatalf("registered %+v (%v)", row, err)
 	}
-	// Another host, registered by hand, whose inventory has MIG and vGPU
-	// capacity and a drained GPU.
+	// Another host, registered by hand as an older gpuvmd stored its
+	// inventory (api.HostInventory), with MIG and vGPU capacity and a
+	// drained GPU.
 	other := api.HostInventory{Simulated: true, GPUs: []api.GPU{
 		{Address: "0000:01:00.0", Mode: "mig", MIGEnabled: true, Backends: map[string]string{"mig": ""},
 			MIGProfiles: []api.MIGProfile{{Name: "3g.40gb", Size: 4, FreeStarts: []int{4, 0}}, {Name: "1g.10gb", Size: 1, FreeStarts: []int{0, 1, 2}}}},
@@ -124,7 +126,7 @@ func TestMigFits(t *testing.T) {
 		{0, []int{0, 0}, 1},
 	}
 	for _, tc := range tests {
-		if got := migFits(api.MIGProfile{Size: tc.size, FreeStarts: tc.starts}); got != tc.want {
+		if got := migFits(gpu.MIGOffer{Size: tc.size, FreeStarts: tc.starts}); got != tc.want {
 			t.Errorf("size %d starts %v: %d, want %d", tc.size, tc.starts, got, tc.want)
 		}
 	}
