@@ -4,9 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -17,7 +19,7 @@ import (
 	"github.com/gpuvm/gpuvm/pkg/scheduler"
 )
 
-// inventoryTimeout bounds one backend's answer to an inventory request.
+// inventoryTimeout bounds the backends' answers to one inventory request.
 const inventoryTimeout = 30 * time.Second
 
 // ListenURL is the URL at which others reach a server listening on addr
@@ -41,31 +43,25 @@ func defaultHost() string {
 	return "localhost"
 }
 
-// CollectInventory asks every backend for its inventory and merges the
-// answers. A backend that fails is left out and named in the notes; failed
-// counts them.
+// CollectInventory merges the inventories of every backend, as the
+// backends keep them current (backend.CurrentInventories: a loader's
+// pushed inventories, with no call to the backends that push theirs). A
+// backend that fails is left out and named in the notes; failed counts
+// them.
 func CollectInventory(ctx context.Context, bs Backends, log *slog.Logger) (hi gpu.HostInventory, failed int) {
-	var invs []backend.Inventory
-	var notes []string
-	for _, name := range bs.Names() {
-		b, ok := bs.Backend(name)
-		if !ok {
-			continue
-		}
-		cctx, cancel := context.WithTimeout(ctx, inventoryTimeout)
-		inv, err := b.Inventory(cctx)
-		cancel()
-		if err != nil {
-			log.Warn("inventory failed", "backend", name, "err", err)
-			notes = append(notes, name+": "+err.Error())
-			failed++
-			continue
-		}
-		invs = append(invs, inv)
+	ctx, cancel := context.WithTimeout(ctx, inventoryTimeout)
+	defer cancel()
+	byName, errs := backend.CurrentInventories(ctx, bs, bs.Names())
+	invs := make([]backend.Inventory, 0, len(byName))
+	for _, name := range slices.Sorted(maps.Keys(byName)) {
+		invs = append(invs, byName[name])
 	}
 	hi = backend.Merge(invs)
-	hi.Notes = append(hi.Notes, notes...)
-	return hi, failed
+	for _, err := range errs {
+		log.Warn("a backend's inventory is missing", "err", err)
+		hi.Notes = append(hi.Notes, err.Error())
+	}
+	return hi, len(errs)
 }
 
 func (s *Server) listHosts(c *gin.Context) {

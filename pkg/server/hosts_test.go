@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gpuvm/gpuvm/pkg/api"
+	"github.com/gpuvm/gpuvm/pkg/backend"
 	"github.com/gpuvm/gpuvm/pkg/config"
 	"github.com/gpuvm/gpuvm/pkg/gpu"
 	"github.com/gpuvm/gpuvm/pkg/heartbeat"
@@ -122,6 +123,52 @@ func TestHeartbeaterAndHostList(t *testing.T) {
 	}
 	if _, ok := hosts(e.admin)["h3"]; !ok {
 		t.Error("h3 did not register at its first beat")
+	}
+}
+
+// cachedBackends keeps the backends' inventories, as the loader does.
+type cachedBackends struct {
+	fakeBackends
+	invs map[string]backend.Inventory
+}
+
+func (c cachedBackends) Inventories(_ context.Context, names []string) (map[string]backend.Inventory, []error) {
+	out := map[string]backend.Inventory{}
+	for _, n := range names {
+		out[n] = c.invs[n]
+	}
+	return out, nil
+}
+
+// GET /v1/gpus, /v1/hosts (through the heartbeat) and the drains read the
+// inventories the backends keep current, calling no backend that pushes
+// its own; the others are asked.
+func TestCollectInventoryReadsTheCache(t *testing.T) {
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	calls := 0
+	asked := &backend.Mock{InventoryF: func(context.Context) (backend.Inventory, error) {
+		calls++
+		return backend.Inventory{Backend: "passthrough", GPUs: []backend.GPU{{Address: "0000:41:00.0", Model: "L40S", Mode: gpu.ModeIdle}}}, nil
+	}}
+	pushed := map[string]backend.Inventory{"passthrough": {Backend: "passthrough", GPUs: []backend.GPU{
+		{Address: "0000:41:00.0", Model: "L40S", Mode: gpu.ModeIdle}, {Address: "0000:42:00.0", Model: "L40S", Mode: gpu.ModeIdle}}}}
+	tests := []struct {
+		name      string
+		bs        Backends
+		wantGPUs  int
+		wantCalls int
+	}{
+		{"the loader keeps them", cachedBackends{fakeBackends{"passthrough": asked}, pushed}, 2, 0},
+		{"no cache: asked", fakeBackends{"passthrough": asked}, 1, 1},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			calls = 0
+			hi, failed := CollectInventory(context.Background(), tc.bs, log)
+			if len(hi.GPUs) != tc.wantGPUs || failed != 0 || calls != tc.wantCalls {
+				t.Errorf("%d GPUs, %d failed, %d Inventory calls; want %d, 0, %d", len(hi.GPUs), failed, calls, tc.wantGPUs, tc.wantCalls)
+			}
+		})
 	}
 }
 

@@ -32,6 +32,11 @@ import (
 // until a push covers it, and Inventories waits for that push (bounded by
 // Config.InventoryWait), or asks the backend.
 
+// The loader is the backends' inventory cache of gpuvmd: the create path,
+// the dispatch rounds, GET /v1/gpus and the heartbeat read it
+// (backend.CurrentInventories).
+var _ backend.InventoryCache = (*Loader)(nil)
+
 // InventoryStatus is what the loader holds of one backend's pushed
 // inventory.
 type InventoryStatus struct {
