@@ -71,13 +71,13 @@ func (inv *Inventory) fitsMore(gi int, need Need, pc *placeCtx) int {
 	g := inv.gpus[gi] // a scratch copy; take changes only its counters
 	n := 0
 	for ; n < maxFree; n++ {
-		cd, st, _ := inv.evalGPU(gi, &g, c, pc)
+		st, _ := inv.evalGPU(gi, &g, c, pc, &pc.cd)
 		if st != stOK {
 			break
 		}
 		g.kind = c.kind
 		g.n++
-		c.pl.take(&g, nil, 0, cd, c)
+		c.pl.take(&g, nil, 0, pc.cd, c)
 	}
 	return n
 }
