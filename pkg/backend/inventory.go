@@ -1,10 +1,22 @@
 package backend
 
 import (
+	"maps"
+	"slices"
 	"sort"
 
 	"github.com/gpuvm/gpuvm/pkg/gpu"
 )
+
+// MergeByName merges the inventories of the backends they are keyed by, in
+// name order.
+func MergeByName(invs map[string]Inventory) gpu.HostInventory {
+	list := make([]Inventory, 0, len(invs))
+	for _, name := range slices.Sorted(maps.Keys(invs)) {
+		list = append(list, invs[name])
+	}
+	return Merge(list)
+}
 
 // Merge combines the inventories of several backends of one host into the
 // host's inventory: one record per GPU, with each backend's verdict on it.

@@ -46,16 +46,6 @@ type HostGPU struct {
 	Backends map[string]string `json:"backends"`
 }
 
-// Usable reports whether some backend can create on the GPU now.
-func (g *HostGPU) Usable() bool {
-	for _, why := range g.Backends {
-		if why == "" {
-			return true
-		}
-	}
-	return false
-}
-
 // VGPUOffer is a vGPU type a GPU offers, and how many more it can make.
 type VGPUOffer struct {
 	Name         string `json:"name"`    // "L40S-12Q"

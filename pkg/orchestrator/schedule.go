@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -725,9 +724,5 @@ func (o *Orchestrator) withoutGPU(ctx context.Context, cfg *config.Config, live 
 
 // mergedInventory merges the backends' inventories, in name order.
 func mergedInventory(invs map[string]backend.Inventory) gpu.HostInventory {
-	list := make([]backend.Inventory, 0, len(invs))
-	for _, name := range slices.Sorted(maps.Keys(invs)) {
-		list = append(list, invs[name])
-	}
-	return backend.Merge(list)
+	return backend.MergeByName(invs)
 }

@@ -4,11 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
-	"maps"
 	"net"
 	"net/http"
 	"os"
-	"slices"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -51,12 +49,8 @@ func defaultHost() string {
 func CollectInventory(ctx context.Context, bs Backends, log *slog.Logger) (hi gpu.HostInventory, failed int) {
 	ctx, cancel := context.WithTimeout(ctx, inventoryTimeout)
 	defer cancel()
-	byName, errs := backend.CurrentInventories(ctx, bs, bs.Names())
-	invs := make([]backend.Inventory, 0, len(byName))
-	for _, name := range slices.Sorted(maps.Keys(byName)) {
-		invs = append(invs, byName[name])
-	}
-	hi = backend.Merge(invs)
+	invs, errs := backend.CurrentInventories(ctx, bs, bs.Names())
+	hi = backend.MergeByName(invs)
 	for _, err := range errs {
 		log.Warn("a backend's inventory is missing", "err", err)
 		hi.Notes = append(hi.Notes, err.Error())
