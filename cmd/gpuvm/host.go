@@ -123,7 +123,7 @@ func runInventory(ctx context.Context, o inventoryOpts, getenv func(string) stri
 		}
 		invs = append(invs, inv)
 	}
-	hi := backend.Merge(invs)
+	hi := api.FromHost(backend.Merge(invs))
 	hi.Notes = append(hi.Notes, notes...)
 	if hi.Host == "" {
 		hi.Host = describeTarget(o)

@@ -224,7 +224,7 @@ func chooseDevices(ctx context.Context, l *loader.Loader, cfg *config.Config, ne
 		}
 		return gpu.ModeAuto
 	}
-	spec, devices := scheduler.FromAPI("preview", backend.Merge(invs), modes)
+	spec, devices := scheduler.FromHost("preview", backend.Merge(invs), modes)
 	for i := range spec.GPUs {
 		spec.GPUs[i].MIGLayout = layouts[spec.GPUs[i].Address]
 	}

@@ -11,6 +11,8 @@ import (
 
 	"github.com/gpuvm/gpuvm/pkg/api"
 	"github.com/gpuvm/gpuvm/pkg/client/clienttest"
+	"github.com/gpuvm/gpuvm/pkg/gpu"
+	"github.com/gpuvm/gpuvm/pkg/scheduler"
 	"github.com/gpuvm/gpuvm/pkg/store"
 )
 
@@ -182,11 +184,20 @@ func TestAdminDrainAndHosts(t *testing.T) {
 		t.Errorf("no hosts: %q", out)
 	}
 	ctx := context.Background()
-	inv, _ := json.Marshal(api.HostInventory{Simulated: true, GPUs: []api.GPU{
-		{Address: "0000:41:00.0", Mode: "idle", Backends: map[string]string{"mig": ""}},
-		{Address: "0000:42:00.0", Mode: "mig", MIGEnabled: true, Backends: map[string]string{"mig": ""},
+	// As a gpuvmd's heartbeat stores it: the inventory, and the scheduler's
+	// view of the GPUs under that node's configuration (the second GPU's
+	// MIG layout is two 3g.40gb).
+	inv, _ := json.Marshal(struct {
+		api.HostInventory
+		Spec scheduler.HostSpec `json:"spec"`
+	}{api.HostInventory{Simulated: true, GPUs: []api.GPU{
+		{Address: "0000:41:00.0", Model: "H100 PCIe 80GB", DeviceID: "10de:2331", Mode: "idle", Backends: map[string]string{"passthrough": ""}},
+		{Address: "0000:42:00.0", Model: "H100 PCIe 80GB", DeviceID: "10de:2331", Mode: "mig", MIGEnabled: true, Backends: map[string]string{"mig": ""},
 			MIGProfiles: []api.MIGProfile{{Name: "3g.40gb", Size: 4, FreeStarts: []int{0, 4}}}},
-	}})
+	}}, scheduler.HostSpec{GPUs: []scheduler.GPUSpec{
+		{Address: "0000:41:00.0", Model: "10de:2331", Allow: gpu.ModePassthrough},
+		{Address: "0000:42:00.0", Model: "10de:2331", Mode: gpu.ModeMIG, Allow: gpu.ModeMIG, MIGLayout: []string{"3g.40gb", "3g.40gb"}},
+	}}})
 	for _, name := range []string{"gpu-b", "gpu-a"} {
 		if err := env.Store.RegisterHost(ctx, &store.Host{Name: name, APIURL: "http://" + name + ":8080", Version: "1.0", Inventory: string(inv)}); err != nil {
 			t.Fatal(err)

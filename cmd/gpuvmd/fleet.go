@@ -7,9 +7,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gpuvm/gpuvm/pkg/api"
 	"github.com/gpuvm/gpuvm/pkg/config"
 	"github.com/gpuvm/gpuvm/pkg/fleet"
+	"github.com/gpuvm/gpuvm/pkg/gpu"
 	"github.com/gpuvm/gpuvm/pkg/orchestrator"
 	"github.com/gpuvm/gpuvm/pkg/server"
 	"github.com/gpuvm/gpuvm/pkg/store"
@@ -118,8 +118,8 @@ func (n *node) run(ctx context.Context) {
 
 // publish is what a heartbeat stores: the inventory and the scheduler's
 // view of this host's GPUs, which the fleet's leader places by.
-func (n *node) publish(orch *orchestrator.Orchestrator) func(api.HostInventory) any {
-	return func(hi api.HostInventory) any {
+func (n *node) publish(orch *orchestrator.Orchestrator) func(gpu.HostInventory) any {
+	return func(hi gpu.HostInventory) any {
 		spec := orch.HostSpec(hi)
 		return orchestrator.HeartbeatInventory{HostInventory: hi, Spec: &spec}
 	}

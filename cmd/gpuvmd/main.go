@@ -25,10 +25,10 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/gpuvm/gpuvm/pkg/alert"
-	"github.com/gpuvm/gpuvm/pkg/api"
 	"github.com/gpuvm/gpuvm/pkg/backend"
 	"github.com/gpuvm/gpuvm/pkg/backend/loader"
 	"github.com/gpuvm/gpuvm/pkg/config"
+	"github.com/gpuvm/gpuvm/pkg/gpu"
 	"github.com/gpuvm/gpuvm/pkg/heartbeat"
 	"github.com/gpuvm/gpuvm/pkg/hypervisor"
 	"github.com/gpuvm/gpuvm/pkg/monitor"
@@ -203,7 +203,7 @@ func serve(ctx context.Context, o options, cfg *liveConfig, log *slog.Logger) er
 	// This host's row in the hosts table: registered now, then a heartbeat
 	// with the inventory every node interval.
 	hb := &heartbeat.Beater{Store: st, Host: orch.Host(), APIURL: apiURL, Version: version, Log: log,
-		Inventory: func(ctx context.Context) api.HostInventory { hi, _ := server.CollectInventory(ctx, l, log); return hi },
+		Inventory: func(ctx context.Context) gpu.HostInventory { hi, _ := server.CollectInventory(ctx, l, log); return hi },
 		Every:     nd.interval, Publish: nd.publish(orch)}
 	ledger := usage.NewLedger(st)
 	// The loops run until serve returns, after the HTTP server has shut

@@ -1,6 +1,10 @@
 package api
 
-import "time"
+import (
+	"time"
+
+	"github.com/gpuvm/gpuvm/pkg/gpu"
+)
 
 // HostInventory is what `gpuvm host inventory --json` prints (and, later,
 // GET /v1/gpus serves): every GPU of one host as the backends see it.
@@ -100,4 +104,36 @@ type Hostdev struct {
 	Addresses []string `json:"addresses,omitempty"`
 	Managed   bool     `json:"managed"`
 	Display   bool     `json:"display"`
+}
+
+// FromHost is a host's merged inventory (backend.Merge) as the API shows
+// it; no GPU is drained (the server marks those that are).
+func FromHost(hi gpu.HostInventory) HostInventory {
+	out := HostInventory{Host: hi.Host, Simulated: hi.Simulated, Backends: hi.Backends, Notes: hi.Notes,
+		GPUs: make([]GPU, 0, len(hi.GPUs)), Devices: make([]Device, 0, len(hi.Devices))}
+	if hi.GPUs == nil {
+		out.GPUs = nil
+	}
+	if hi.Devices == nil {
+		out.Devices = nil
+	}
+	for _, g := range hi.GPUs {
+		ag := GPU{Address: g.Address, Model: g.Model, DeviceID: g.DeviceID, Memory: g.Memory, NUMANode: g.NUMANode,
+			Driver: g.Driver, Mode: string(g.Mode), Interface: string(g.Interface), IOMMUGroup: g.IOMMUGroup,
+			GroupDevices: g.GroupDevices, MIGCapable: g.MIGCapable, MIGEnabled: g.MIGEnabled, MixedSize: g.MixedSize,
+			Backends: g.Backends}
+		for _, t := range g.VGPUTypes {
+			ag.VGPUTypes = append(ag.VGPUTypes, VGPUType(t))
+		}
+		for _, p := range g.MIGProfiles {
+			ag.MIGProfiles = append(ag.MIGProfiles, MIGProfile(p))
+		}
+		out.GPUs = append(out.GPUs, ag)
+	}
+	for _, d := range hi.Devices {
+		out.Devices = append(out.Devices, Device{ID: d.ID, Backend: d.Backend, Kind: string(d.Kind), GPU: d.GPU, Type: d.Type,
+			Profile: d.Profile, Placement: d.Placement, GPUInstance: d.GPUInstance, ComputeInstance: d.ComputeInstance,
+			VMUUID: d.VMUUID, Managed: d.Managed, Hostdev: Hostdev(d.Hostdev)})
+	}
+	return out
 }

@@ -81,27 +81,6 @@ type Config struct {
 	Installation string
 }
 
-// Kind is how a VM gets its GPU: a deprecated alias; use pkg/gpu.
-type Kind = gpu.Kind
-
-// Device kinds: deprecated aliases; use pkg/gpu.
-const (
-	KindVGPU        = gpu.KindVGPU
-	KindMIG         = gpu.KindMIG
-	KindPassthrough = gpu.KindPassthrough
-)
-
-// Mode is what a GPU is currently used for: a deprecated alias; use pkg/gpu.
-type Mode = gpu.Mode
-
-// GPU modes: deprecated aliases; use pkg/gpu.
-const (
-	ModeIdle        = gpu.ModeIdle
-	ModeVGPU        = gpu.ModeVGPU
-	ModeMIG         = gpu.ModeMIG
-	ModePassthrough = gpu.ModePassthrough
-)
-
 // Inventory is one backend's view of the host.
 type Inventory struct {
 	Backend string
@@ -124,7 +103,7 @@ type GPU struct {
 	Memory   uint64 // bytes
 	NUMANode int    // -1 when unknown
 	Driver   string // bound driver: "nvidia", "vfio-pci", ""
-	Mode     Mode
+	Mode     gpu.Mode
 	// Interface is how vGPUs are made on it: "mdev", "vendor-vfio" or
 	// "passthrough-only".
 	Interface  string
@@ -215,7 +194,7 @@ type Hostdev struct {
 // Device is a GPU device a backend created (or found on the host).
 type Device struct {
 	ID     string // mdev UUID, VF address, or GPU address (passthrough)
-	Kind   Kind
+	Kind   gpu.Kind
 	GPU    string // physical GPU address
 	Type   string // vGPU type name, if any
 	VMUUID string // the VM it was made for; empty when not ours

@@ -2,6 +2,7 @@ package backend
 
 import (
 	pb "github.com/gpuvm/gpuvm/pkg/backend/proto"
+	"github.com/gpuvm/gpuvm/pkg/gpu"
 )
 
 // Conversions between the Go contract and its wire form. FromProto functions
@@ -76,7 +77,7 @@ func gpuFromProto(g *pb.GPU) GPU {
 		Memory:       g.GetMemory(),
 		NUMANode:     int(g.GetNumaNode()),
 		Driver:       g.GetDriver(),
-		Mode:         Mode(g.GetMode()),
+		Mode:         gpu.Mode(g.GetMode()),
 		Interface:    g.GetInterface(),
 		IOMMUGroup:   g.GetIommuGroup(),
 		GroupDevices: nonEmpty(g.GetGroupDevices()),
@@ -193,7 +194,7 @@ func deviceToProto(d Device) *pb.Device {
 func deviceFromProto(d *pb.Device) Device {
 	return Device{
 		ID:              d.GetId(),
-		Kind:            Kind(d.GetKind()),
+		Kind:            gpu.Kind(d.GetKind()),
 		GPU:             d.GetGpu(),
 		Type:            d.GetType(),
 		VMUUID:          d.GetVmUuid(),

@@ -1,17 +1,28 @@
 package backend
 
 import (
+	"maps"
+	"slices"
 	"sort"
 
-	"github.com/gpuvm/gpuvm/pkg/api"
 	"github.com/gpuvm/gpuvm/pkg/gpu"
 )
 
+// MergeByName merges the inventories of the backends they are keyed by, in
+// name order.
+func MergeByName(invs map[string]Inventory) gpu.HostInventory {
+	list := make([]Inventory, 0, len(invs))
+	for _, name := range slices.Sorted(maps.Keys(invs)) {
+		list = append(list, invs[name])
+	}
+	return Merge(list)
+}
+
 // Merge combines the inventories of several backends of one host into the
 // host's inventory: one record per GPU, with each backend's verdict on it.
-func Merge(invs []Inventory) api.HostInventory {
-	out := api.HostInventory{GPUs: []api.GPU{}, Devices: []api.Device{}}
-	byAddr := map[string]*api.GPU{}
+func Merge(invs []Inventory) gpu.HostInventory {
+	out := gpu.HostInventory{GPUs: []gpu.HostGPU{}, Devices: []gpu.HostDevice{}}
+	byAddr := map[string]*gpu.HostGPU{}
 	var order []string
 	for _, inv := range invs {
 		if out.Host == "" {
@@ -25,9 +36,9 @@ func Merge(invs []Inventory) api.HostInventory {
 		for _, g := range inv.GPUs {
 			rec, ok := byAddr[g.Address]
 			if !ok {
-				rec = &api.GPU{
+				rec = &gpu.HostGPU{
 					Address: g.Address, Model: g.Model, DeviceID: g.DeviceID, Memory: g.Memory, NUMANode: g.NUMANode,
-					Driver: g.Driver, Mode: string(g.Mode), Interface: g.Interface, IOMMUGroup: g.IOMMUGroup,
+					Driver: g.Driver, Mode: g.Mode, Interface: gpu.VGPUInterface(g.Interface), IOMMUGroup: g.IOMMUGroup,
 					GroupDevices: g.GroupDevices, Backends: map[string]string{},
 				}
 				byAddr[g.Address] = rec
@@ -35,11 +46,11 @@ func Merge(invs []Inventory) api.HostInventory {
 			}
 			// The most specific mode wins: a backend that sees MIG or
 			// passthrough knows more than one that sees an idle GPU.
-			if rec.Mode == string(gpu.ModeIdle) || rec.Mode == "" {
-				rec.Mode = string(g.Mode)
+			if rec.Mode == gpu.ModeIdle || rec.Mode == "" {
+				rec.Mode = g.Mode
 			}
-			if rec.Interface == "" || rec.Interface == "passthrough-only" {
-				rec.Interface = g.Interface
+			if rec.Interface == "" || rec.Interface == gpu.InterfaceNone {
+				rec.Interface = gpu.VGPUInterface(g.Interface)
 			}
 			if len(rec.GroupDevices) == 0 {
 				rec.GroupDevices = g.GroupDevices
@@ -49,19 +60,19 @@ func Merge(invs []Inventory) api.HostInventory {
 			rec.MixedSize = rec.MixedSize || g.MixedSize
 			rec.Backends[inv.Backend] = g.Unavailable
 			for _, t := range g.VGPUTypes {
-				rec.VGPUTypes = append(rec.VGPUTypes, api.VGPUType{Name: t.Name, ID: t.ID, Memory: t.Memory, MaxInstances: t.MaxInstances, Available: t.Available, MIGProfile: t.MIGProfile})
+				rec.VGPUTypes = append(rec.VGPUTypes, gpu.VGPUOffer{Name: t.Name, ID: t.ID, Memory: t.Memory, MaxInstances: t.MaxInstances, Available: t.Available, MIGProfile: t.MIGProfile})
 			}
 			for _, p := range g.MIGProfiles {
 				starts := p.FreeStarts
 				if starts == nil {
 					starts = []int{}
 				}
-				rec.MIGProfiles = append(rec.MIGProfiles, api.MIGProfile{Name: p.Name, ID: p.ID, Slices: p.Slices, Size: p.Size, Memory: p.Memory, Max: p.Max, FreeStarts: starts})
+				rec.MIGProfiles = append(rec.MIGProfiles, gpu.MIGOffer{Name: p.Name, ID: p.ID, Slices: p.Slices, Size: p.Size, Memory: p.Memory, Max: p.Max, FreeStarts: starts})
 			}
 		}
 		for _, d := range inv.Devices {
-			ad := api.Device{ID: d.ID, Backend: inv.Backend, Kind: string(d.Kind), GPU: d.GPU, Type: d.Type, VMUUID: d.VMUUID, Managed: d.Managed,
-				Hostdev: api.Hostdev{Type: string(d.Hostdev.Type), UUID: d.Hostdev.UUID, Addresses: d.Hostdev.Addresses, Managed: d.Hostdev.Managed, Display: d.Hostdev.Display}}
+			ad := gpu.HostDevice{ID: d.ID, Backend: inv.Backend, Kind: d.Kind, GPU: d.GPU, Type: d.Type, VMUUID: d.VMUUID, Managed: d.Managed,
+				Hostdev: gpu.Hostdev{Type: string(d.Hostdev.Type), UUID: d.Hostdev.UUID, Addresses: d.Hostdev.Addresses, Managed: d.Hostdev.Managed, Display: d.Hostdev.Display}}
 			if d.Kind == gpu.KindMIG {
 				p, gi, ci := d.Placement, d.GPUInstance, d.ComputeInstance
 				ad.Profile, ad.Placement, ad.GPUInstance, ad.ComputeInstance = d.Profile, &p, &gi, &ci

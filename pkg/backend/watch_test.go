@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	pb "github.com/gpuvm/gpuvm/pkg/backend/proto"
+	"github.com/gpuvm/gpuvm/pkg/gpu"
 )
 
 // hostModel is a host whose devices a Mock creates and removes, and that a
@@ -43,7 +44,7 @@ func (h *hostModel) mock() *Mock {
 			defer h.mu.Unlock()
 			inv := Inventory{Backend: "vgpu", GPUs: []GPU{{Address: "0000:41:00.0"}}}
 			for _, d := range h.devices {
-				inv.Devices = append(inv.Devices, Device{ID: d, GPU: "0000:41:00.0", Kind: KindVGPU})
+				inv.Devices = append(inv.Devices, Device{ID: d, GPU: "0000:41:00.0", Kind: gpu.KindVGPU})
 			}
 			return inv, nil
 		},
@@ -52,7 +53,7 @@ func (h *hostModel) mock() *Mock {
 				return Device{}, Errorf(CodeExhausted, r.GPU, "no capacity left")
 			}
 			h.add(r.DeviceUUID)
-			return Device{ID: r.DeviceUUID, GPU: r.GPU, Kind: KindVGPU}, nil
+			return Device{ID: r.DeviceUUID, GPU: r.GPU, Kind: gpu.KindVGPU}, nil
 		},
 		RemoveF: func(_ context.Context, r RemoveRequest) error {
 			h.remove(r.ID)

@@ -110,7 +110,7 @@ func TestAdminAgainstServer(t *testing.T) {
 	}
 
 	// Hosts.
-	inv, _ := json.Marshal(api.HostInventory{GPUs: []api.GPU{{Address: "0000:41:00.0", Mode: "idle", Backends: map[string]string{"mig": ""}}}})
+	inv, _ := json.Marshal(api.HostInventory{GPUs: []api.GPU{{Address: "0000:41:00.0", Model: "H100 PCIe 80GB", DeviceID: "10de:2331", Mode: "idle", Backends: map[string]string{"mig": ""}}}})
 	if err := env.Store.RegisterHost(ctx, &store.Host{Name: "gpu-a", APIURL: "http://gpu-a:8080", Version: "v1", Inventory: string(inv)}); err != nil {
 		t.Fatal(err)
 	}

@@ -12,8 +12,8 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/gpuvm/gpuvm/pkg/api"
 	"github.com/gpuvm/gpuvm/pkg/config"
+	"github.com/gpuvm/gpuvm/pkg/gpu"
 	"github.com/gpuvm/gpuvm/pkg/store"
 )
 
@@ -22,17 +22,17 @@ import (
 type Beater struct {
 	Store *store.Store
 	// Inventory collects the host's inventory now.
-	Inventory func(context.Context) api.HostInventory
+	Inventory func(context.Context) gpu.HostInventory
 	// Host is the host's name (the orchestrator's); APIURL where its API
 	// answers; Version gpuvmd's version.
 	Host, APIURL, Version string
 	// Every is the heartbeat interval (default config.DefaultHeartbeatInterval).
 	Every time.Duration
 	// Publish, when set, makes what is stored of the inventory (JSON); it
-	// must keep the api.HostInventory's fields (GET /v1/hosts reads them)
+	// must keep the gpu.HostInventory's fields (GET /v1/hosts reads them)
 	// and may add others: a fleet's nodes add what the leader places by
 	// (orchestrator.HeartbeatInventory). nil: the inventory as it is.
-	Publish func(api.HostInventory) any
+	Publish func(gpu.HostInventory) any
 	Log     *slog.Logger
 }
 

@@ -6,27 +6,27 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpuvm/gpuvm/pkg/api"
 	"github.com/gpuvm/gpuvm/pkg/clocktest"
+	"github.com/gpuvm/gpuvm/pkg/gpu"
 	"github.com/gpuvm/gpuvm/pkg/store"
 	"github.com/gpuvm/gpuvm/pkg/store/storetest"
 )
 
 // fixedInventory is a host of one GPU.
-func fixedInventory(context.Context) api.HostInventory {
-	return api.HostInventory{GPUs: []api.GPU{{Address: "0000:01:00.0", Mode: "idle"}}}
+func fixedInventory(context.Context) gpu.HostInventory {
+	return gpu.HostInventory{GPUs: []gpu.HostGPU{{Address: "0000:01:00.0", Mode: "idle"}}}
 }
 
 func TestRegisterAndPublish(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
-		publish func(api.HostInventory) any
+		publish func(gpu.HostInventory) any
 		want    string // a key of the stored JSON
 	}{
 		{"inventory as it is", nil, "gpus"},
-		{"published", func(hi api.HostInventory) any {
+		{"published", func(hi gpu.HostInventory) any {
 			return struct {
-				api.HostInventory
+				gpu.HostInventory
 				Extra int `json:"extra"`
 			}{hi, 1}
 		}, "extra"},

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sort"
 	"strings"
 	"time"
 
@@ -381,29 +380,11 @@ func (o *Orchestrator) removeDevices(ctx context.Context, vmID string) error {
 // keep them current (InventoryCache), without calling them; from
 // inventoriesOf when the Backends keep none.
 func (o *Orchestrator) currentInventoriesOf(ctx context.Context, names []string) (map[string]backend.Inventory, []error) {
-	if c, ok := o.cfg.Backends.(InventoryCache); ok {
-		return c.Inventories(ctx, names)
-	}
-	return o.inventoriesOf(ctx, names)
+	return backend.CurrentInventories(ctx, o.cfg.Backends, names)
 }
 
 // inventoriesOf asks the named backends for their inventories; a backend
 // that is not running or fails is reported and left out.
 func (o *Orchestrator) inventoriesOf(ctx context.Context, names []string) (map[string]backend.Inventory, []error) {
-	sort.Strings(names)
-	invs := map[string]backend.Inventory{}
-	var errs []error
-	for _, name := range names {
-		b, ok := o.cfg.Backends.Backend(name)
-		if !ok {
-			continue
-		}
-		inv, err := b.Inventory(ctx)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("inventory of %s: %w", name, err))
-			continue
-		}
-		invs[name] = inv
-	}
-	return invs, errs
+	return backend.Inventories(ctx, o.cfg.Backends, names)
 }

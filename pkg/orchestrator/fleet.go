@@ -9,8 +9,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/gpuvm/gpuvm/pkg/api"
 	"github.com/gpuvm/gpuvm/pkg/config"
+	"github.com/gpuvm/gpuvm/pkg/gpu"
 	"github.com/gpuvm/gpuvm/pkg/scheduler"
 	"github.com/gpuvm/gpuvm/pkg/store"
 )
@@ -78,17 +78,17 @@ func (o *Orchestrator) capacityFreed() {
 // backends' inventory and the configuration's gpu blocks (modes, MIG
 // layouts). A fleet's nodes publish it with their heartbeat; the leader
 // places on it.
-func (o *Orchestrator) HostSpec(hi api.HostInventory) scheduler.HostSpec {
+func (o *Orchestrator) HostSpec(hi gpu.HostInventory) scheduler.HostSpec {
 	spec, _ := o.hostSpec(o.cfg.Profiles(), hi)
 	return spec
 }
 
 // hostSpec is HostSpec with the devices the inventory reports.
-func (o *Orchestrator) hostSpec(cfg *config.Config, hi api.HostInventory) (scheduler.HostSpec, []scheduler.Allocation) {
+func (o *Orchestrator) hostSpec(cfg *config.Config, hi gpu.HostInventory) (scheduler.HostSpec, []scheduler.Allocation) {
 	if cfg == nil {
 		cfg = &config.Config{}
 	}
-	spec, devices := scheduler.FromAPI(o.cfg.Host, hi, configuredMode(cfg))
+	spec, devices := scheduler.FromHost(o.cfg.Host, hi, configuredMode(cfg))
 	for i := range spec.GPUs {
 		g := &spec.GPUs[i]
 		if s := cfg.Server.Host.Settings(g.Address, modelOf(g.Model)); len(s.MIGLayout) > 0 {
@@ -99,10 +99,11 @@ func (o *Orchestrator) hostSpec(cfg *config.Config, hi api.HostInventory) (sched
 }
 
 // HeartbeatInventory is what a node's heartbeat stores in hosts.inventory:
-// its inventory (api.HostInventory, which GET /v1/hosts reads) and, for the
-// fleet's leader, the scheduler's view of its GPUs.
+// its inventory (gpu.HostInventory, which GET /v1/hosts reads; older nodes
+// stored api.HostInventory, of the same JSON) and, for the fleet's leader,
+// the scheduler's view of its GPUs.
 type HeartbeatInventory struct {
-	api.HostInventory
+	gpu.HostInventory
 	Spec *scheduler.HostSpec `json:"spec,omitempty"`
 }
 
@@ -209,7 +210,7 @@ func remoteHost(cfg *config.Config, h store.Host) (placeHost, error) {
 	if err := json.Unmarshal([]byte(h.Inventory), &hb); err != nil {
 		return placeHost{}, fmt.Errorf("its inventory is not valid JSON: %w", err)
 	}
-	spec, devices := scheduler.FromAPI(h.Name, hb.HostInventory, configuredMode(cfg))
+	spec, devices := scheduler.FromHost(h.Name, hb.HostInventory, configuredMode(cfg))
 	if hb.Spec != nil {
 		spec = *hb.Spec
 		spec.Name = h.Name

@@ -4,13 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"slices"
 	"sort"
 	"strings"
 	"time"
 
-	"github.com/gpuvm/gpuvm/pkg/api"
 	"github.com/gpuvm/gpuvm/pkg/backend"
 	"github.com/gpuvm/gpuvm/pkg/config"
 	"github.com/gpuvm/gpuvm/pkg/gpu"
@@ -725,10 +723,6 @@ func (o *Orchestrator) withoutGPU(ctx context.Context, cfg *config.Config, live 
 }
 
 // mergedInventory merges the backends' inventories, in name order.
-func mergedInventory(invs map[string]backend.Inventory) api.HostInventory {
-	list := make([]backend.Inventory, 0, len(invs))
-	for _, name := range slices.Sorted(maps.Keys(invs)) {
-		list = append(list, invs[name])
-	}
-	return backend.Merge(list)
+func mergedInventory(invs map[string]backend.Inventory) gpu.HostInventory {
+	return backend.MergeByName(invs)
 }

@@ -6,14 +6,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpuvm/gpuvm/pkg/api"
 	"github.com/gpuvm/gpuvm/pkg/gpu"
 )
 
 // A GPU serves the kinds whose backend can create on it now (the backends
-// do not switch modes): FromAPI narrows auto to the one such kind, and
+// do not switch modes): FromHost narrows auto to the one such kind, and
 // makes a GPU pinned to a kind its backend cannot use now unavailable.
-func TestFromAPINarrowsModes(t *testing.T) {
+func TestFromHostNarrowsModes(t *testing.T) {
 	tests := []struct {
 		name     string
 		model    string
@@ -34,8 +33,8 @@ func TestFromAPINarrowsModes(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			hi := api.HostInventory{GPUs: []api.GPU{{Address: "0000:18:00.0", Model: tc.model, Backends: tc.backends}}}
-			h, _ := FromAPI("n", hi, func(string, string) gpu.Mode { return tc.config })
+			hi := gpu.HostInventory{GPUs: []gpu.HostGPU{{Address: "0000:18:00.0", Model: tc.model, Backends: tc.backends}}}
+			h, _ := FromHost("n", hi, func(string, string) gpu.Mode { return tc.config })
 			g := h.GPUs[0]
 			if g.Allow != tc.allow || (tc.unavail == "") != (g.Unavailable == "") || !strings.Contains(g.Unavailable, tc.unavail) {
 				t.Errorf("allow %q unavailable %q; want %q %q", g.Allow, g.Unavailable, tc.allow, tc.unavail)

@@ -25,7 +25,7 @@
 //   - Passthrough: the whole GPU, with every other GPU of its IOMMU group.
 //
 // NewInventory builds the model from plain HostSpec/GPUSpec values and the
-// live Allocations (FromAPI converts a backend inventory); Allocate and
+// live Allocations (FromHost converts a host's merged inventory); Allocate and
 // Release keep it up to date; Clone copies it for planning.
 //
 // # Placement

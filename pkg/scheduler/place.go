@@ -165,8 +165,10 @@ type placer interface {
 	// per-board fields.
 	match(c *concrete, mi int, info *modelInfo) bool
 	// eval is evalGPU for a GPU that may give this kind: stFull when it has
-	// no room; stOK with the best candidate; stHeld with a hold's code.
-	eval(inv *Inventory, gi int, g *gpuState, c *concrete, pc *placeCtx, draining bool) (cand, status, Code)
+	// no room; stOK with the best candidate in *out; stHeld with a hold's
+	// code. (It runs for every GPU of every placement: a cand is too large
+	// to come back in registers, so it is written where the caller keeps it.)
+	eval(inv *Inventory, gi int, g *gpuState, c *concrete, pc *placeCtx, draining bool, out *cand) (status, Code)
 	// onHold is the candidate for booked device d on g, if g can give it.
 	onHold(inv *Inventory, gi int, g *gpuState, scratch []gpuState, first int, c *concrete, d Device, pc *placeCtx) (cand, bool)
 	// take records candidate cd on the scratch copy g (and its companions).
@@ -368,6 +370,9 @@ type placeCtx struct {
 	// buf and taken are reused between hosts.
 	buf   []cand
 	taken []int
+	// cd is where the placement loops have evalGPU write a candidate (a
+	// local would escape to the heap: the placers' eval takes its address).
+	cd cand
 }
 
 func (inv *Inventory) newCtx(o PlaceOptions) *placeCtx {
@@ -443,23 +448,24 @@ const (
 )
 
 // evalGPU finds the best way to put one device of c on g (which may be a
-// scratch copy: gi is its index in the inventory).
-func (inv *Inventory) evalGPU(gi int, g *gpuState, c *concrete, pc *placeCtx) (cand, status, Code) {
+// scratch copy: gi is its index in the inventory); it writes it to *out
+// when the status is stOK.
+func (inv *Inventory) evalGPU(gi int, g *gpuState, c *concrete, pc *placeCtx, out *cand) (status, Code) {
 	if !c.match[g.model] || !inv.configured(g, c.kind) {
-		return cand{}, stIncapable, ""
+		return stIncapable, ""
 	}
 	if g.unavail != "" {
-		return cand{}, stUnavailable, ""
+		return stUnavailable, ""
 	}
 	if g.owner != "" || (g.kind != "" && g.kind != c.kind) {
-		return cand{}, stFull, ""
+		return stFull, ""
 	}
 	draining := g.draining || inv.hosts[g.host].draining
-	cd, st, code := c.pl.eval(inv, gi, g, c, pc, draining)
+	st, code := c.pl.eval(inv, gi, g, c, pc, draining, out)
 	if draining && st != stFull {
-		return cand{}, stDraining, ""
+		return stDraining, ""
 	}
-	return cd, st, code
+	return st, code
 }
 
 func switchCost(g *gpuState, k gpu.Kind) int64 {
@@ -510,11 +516,12 @@ func (inv *Inventory) placeConcrete(c *concrete, pc *placeCtx) (Placement, Reaso
 	}
 	if c.count == 1 {
 		best := cand{gi: -1}
+		cd := &pc.cd
 		try := func(gi int) {
-			cd, st, code := inv.evalGPU(gi, &inv.gpus[gi], c, pc)
+			st, code := inv.evalGPU(gi, &inv.gpus[gi], c, pc, cd)
 			note(st, code)
 			if st == stOK && (best.gi < 0 || cd.score.less(best.score)) {
-				best = cd
+				best = *cd
 			}
 		}
 		if pc.only >= 0 {
@@ -589,13 +596,14 @@ func (inv *Inventory) placeOnHost(hi int, c *concrete, pc *placeCtx, note func(s
 	ok, slots := 0, 0
 	whole := pc.buf[:0]
 	defer func() { pc.buf = whole[:0] }()
+	cd := &pc.cd
 	for gi := h.first; gi < h.first+h.n; gi++ {
-		cd, st, code := inv.evalGPU(gi, &inv.gpus[gi], c, pc)
+		st, code := inv.evalGPU(gi, &inv.gpus[gi], c, pc, cd)
 		note(st, code)
 		if st == stOK {
 			ok++
 			if c.pl.whole() {
-				whole = append(whole, cd)
+				whole = append(whole, *cd)
 				slots++
 			} else {
 				slots += c.count
@@ -616,9 +624,9 @@ func (inv *Inventory) placeOnHost(hi int, c *concrete, pc *placeCtx, note func(s
 		best := cand{gi: -1}
 		for j := range scratch {
 			gi := h.first + j
-			cd, st, _ := inv.evalScratch(gi, &scratch[j], scratch, h.first, c, pc)
+			st, _ := inv.evalScratch(gi, &scratch[j], scratch, h.first, c, pc, cd)
 			if st == stOK && (best.gi < 0 || cd.score.less(best.score)) {
-				best = cd
+				best = *cd
 			}
 		}
 		if best.gi < 0 {
@@ -633,15 +641,15 @@ func (inv *Inventory) placeOnHost(hi int, c *concrete, pc *placeCtx, note func(s
 }
 
 // evalScratch is evalGPU where group companions are read from scratch.
-func (inv *Inventory) evalScratch(gi int, g *gpuState, scratch []gpuState, first int, c *concrete, pc *placeCtx) (cand, status, Code) {
+func (inv *Inventory) evalScratch(gi int, g *gpuState, scratch []gpuState, first int, c *concrete, pc *placeCtx, out *cand) (status, Code) {
 	if c.pl.whole() {
 		for _, o := range g.group {
 			if og := &scratch[o-first]; og.owner != "" || og.n > 0 {
-				return cand{}, stFull, ""
+				return stFull, ""
 			}
 		}
 	}
-	return inv.evalGPU(gi, g, c, pc)
+	return inv.evalGPU(gi, g, c, pc, out)
 }
 
 func applyScratch(g *gpuState, scratch []gpuState, first int, cd cand, c *concrete) {

@@ -40,17 +40,16 @@ func (migPlacer) match(c *concrete, mi int, info *modelInfo) bool {
 	return true
 }
 
-func (migPlacer) eval(inv *Inventory, gi int, g *gpuState, c *concrete, pc *placeCtx, draining bool) (cand, status, Code) {
+func (migPlacer) eval(inv *Inventory, gi int, g *gpuState, c *concrete, pc *placeCtx, draining bool, out *cand) (status, Code) {
 	mt := inv.models[g.model].mt
 	pi := c.prof[g.model]
 	node := &mt.nodes[g.node]
 	opts := node.opts[pi]
 	if len(opts) == 0 {
-		return cand{}, stFull, ""
+		return stFull, ""
 	}
 	h := &inv.hosts[g.host]
 	holds := pc.holds[gi]
-	best := cand{gi: gi}
 	found, room := false, false
 	heldCode := Code("")
 	one := g.layout == nil && len(holds) == 0 && !draining
@@ -87,18 +86,18 @@ func (migPlacer) eval(inv *Inventory, gi int, g *gpuState, c *concrete, pc *plac
 			// the fullest GPU and host.
 			s = score{op.damage, switchCost(g, c.kind), pc.ext(g), int64(node.free - mt.t.Profiles[pi].Size), int64(h.empty), int64(gi)*16 + int64(op.start)}
 		}
-		if !found || s.less(best.score) {
-			best = cand{gi: gi, start: op.start, next: op.next, score: s}
+		if !found || s.less(out.score) {
+			*out = cand{gi: gi, start: op.start, next: op.next, score: s}
 			found = true
 		}
 	}
 	if !room {
-		return cand{}, stFull, ""
+		return stFull, ""
 	}
 	if !found {
-		return cand{}, stHeld, heldCode
+		return stHeld, heldCode
 	}
-	return best, stOK, ""
+	return stOK, ""
 }
 
 func (migPlacer) onHold(inv *Inventory, gi int, g *gpuState, _ []gpuState, _ int, c *concrete, d Device, _ *placeCtx) (cand, bool) {

@@ -26,23 +26,23 @@ func (passthroughPlacer) match(c *concrete, _ int, info *modelInfo) bool {
 	return info.m.Memory >= c.memory
 }
 
-func (passthroughPlacer) eval(inv *Inventory, gi int, g *gpuState, c *concrete, pc *placeCtx, draining bool) (cand, status, Code) {
+func (passthroughPlacer) eval(inv *Inventory, gi int, g *gpuState, c *concrete, pc *placeCtx, draining bool, out *cand) (status, Code) {
 	if g.n > 0 {
-		return cand{}, stFull, ""
+		return stFull, ""
 	}
 	for _, o := range g.group {
 		og := &inv.gpus[o]
 		if og.n > 0 || og.owner != "" || !inv.allows(og, gpu.KindPassthrough) {
-			return cand{}, stFull, ""
+			return stFull, ""
 		}
 	}
 	if !draining {
 		if hs := pc.holds[gi]; len(hs) > 0 {
-			return cand{}, stHeld, hs[0].code
+			return stHeld, hs[0].code
 		}
 		for _, o := range g.group {
 			if hs := pc.holds[o]; len(hs) > 0 {
-				return cand{}, stHeld, hs[0].code
+				return stHeld, hs[0].code
 			}
 		}
 	}
@@ -55,7 +55,8 @@ func (passthroughPlacer) eval(inv *Inventory, gi int, g *gpuState, c *concrete, 
 	if inv.allows(g, gpu.KindVGPU) {
 		flex++
 	}
-	best := cand{gi: gi}
+	best := out
+	*best = cand{gi: gi}
 	switch pc.o.Strategy {
 	case FirstFit:
 		best.score = score{int64(gi)}
@@ -64,14 +65,15 @@ func (passthroughPlacer) eval(inv *Inventory, gi int, g *gpuState, c *concrete, 
 	default:
 		best.score = score{switchCost(g, c.kind), flex, int64(info.m.Memory / gpu.GiB), int64(len(g.group)), int64(h.empty), int64(gi)}
 	}
-	return best, stOK, ""
+	return stOK, ""
 }
 
 func (passthroughPlacer) onHold(inv *Inventory, gi int, g *gpuState, scratch []gpuState, first int, c *concrete, _ Device, pc *placeCtx) (cand, bool) {
 	if g.n > 0 {
 		return cand{}, false
 	}
-	if _, st, _ := inv.evalScratch(gi, g, scratch, first, c, &placeCtx{o: pc.o, end: pc.end}); st != stOK {
+	var cd cand
+	if st, _ := inv.evalScratch(gi, g, scratch, first, c, &placeCtx{o: pc.o, end: pc.end}, &cd); st != stOK {
 		return cand{}, false
 	}
 	return cand{gi: gi}, true

@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpuvm/gpuvm/pkg/api"
 	"github.com/gpuvm/gpuvm/pkg/gpu"
 )
 
@@ -384,20 +383,20 @@ func TestDeterministic(t *testing.T) {
 	}
 }
 
-func TestFromAPI(t *testing.T) {
+func TestFromHost(t *testing.T) {
 	five := 4
-	hi := api.HostInventory{
-		GPUs: []api.GPU{
+	hi := gpu.HostInventory{
+		GPUs: []gpu.HostGPU{
 			{Address: "0000:17:00.0", Model: "A100 PCIe 40GB", DeviceID: "10de:20f1", Mode: "mig", Backends: map[string]string{"mig": "", "vgpu": "GPU is in MIG mode"}},
 			{Address: "0000:41:00.0", Model: "A40", DeviceID: "10de:2235", Mode: "vgpu", Backends: map[string]string{"vgpu": ""}},
 			{Address: "0000:c1:00.0", Model: "GeForce RTX 4090", DeviceID: "10de:2684", Mode: "idle", IOMMUGroup: "14", Backends: map[string]string{"passthrough": "bound to snd_hda_intel"}},
 		},
-		Devices: []api.Device{
+		Devices: []gpu.HostDevice{
 			{ID: "gi-1", Kind: "mig", GPU: "0000:17:00.0", Profile: "3g.20gb", Placement: &five, VMUUID: "vm-a"},
 			{ID: "mdev-1", Kind: "vgpu", GPU: "0000:41:00.0", Type: "A40-8Q"},
 		},
 	}
-	h, allocs := FromAPI("node1", hi, func(addr, model string) gpu.Mode {
+	h, allocs := FromHost("node1", hi, func(addr, model string) gpu.Mode {
 		if strings.HasPrefix(model, "A100") {
 			return gpu.ModeMIG
 		}

@@ -37,17 +37,17 @@ func (vgpuPlacer) match(c *concrete, mi int, info *modelInfo) bool {
 	return ok
 }
 
-func (vgpuPlacer) eval(inv *Inventory, gi int, g *gpuState, c *concrete, pc *placeCtx, draining bool) (cand, status, Code) {
+func (vgpuPlacer) eval(inv *Inventory, gi int, g *gpuState, c *concrete, pc *placeCtx, draining bool, out *cand) (status, Code) {
 	info := inv.models[g.model]
 	h := &inv.hosts[g.host]
 	holds := pc.holds[gi]
 	t := &c.vt[g.model]
 	if !vgpuRoom(g, info, t) {
-		return cand{}, stFull, ""
+		return stFull, ""
 	}
 	if !draining && len(holds) > 0 {
 		if code := vgpuHeld(g, info, *t, holds); code != "" {
-			return cand{}, stHeld, code
+			return stHeld, code
 		}
 	}
 	class := int64(0)
@@ -62,7 +62,8 @@ func (vgpuPlacer) eval(inv *Inventory, gi int, g *gpuState, c *concrete, pc *pla
 	if g.mixed {
 		left = int64((info.m.Memory - g.vmem - t.Memory) / gpu.GiB)
 	}
-	best := cand{gi: gi}
+	best := out
+	*best = cand{gi: gi}
 	switch pc.o.Strategy {
 	case FirstFit:
 		best.score = score{int64(gi)}
@@ -71,7 +72,7 @@ func (vgpuPlacer) eval(inv *Inventory, gi int, g *gpuState, c *concrete, pc *pla
 	default:
 		best.score = score{class, flex, pc.ext(g), left, int64(h.empty), int64(gi)}
 	}
-	return best, stOK, ""
+	return stOK, ""
 }
 
 func (vgpuPlacer) onHold(inv *Inventory, gi int, g *gpuState, _ []gpuState, _ int, c *concrete, d Device, _ *placeCtx) (cand, bool) {

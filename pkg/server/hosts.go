@@ -7,7 +7,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"slices"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -15,9 +14,10 @@ import (
 	"github.com/gpuvm/gpuvm/pkg/api"
 	"github.com/gpuvm/gpuvm/pkg/backend"
 	"github.com/gpuvm/gpuvm/pkg/gpu"
+	"github.com/gpuvm/gpuvm/pkg/scheduler"
 )
 
-// inventoryTimeout bounds one backend's answer to an inventory request.
+// inventoryTimeout bounds the backends' answers to one inventory request.
 const inventoryTimeout = 30 * time.Second
 
 // ListenURL is the URL at which others reach a server listening on addr
@@ -41,31 +41,21 @@ func defaultHost() string {
 	return "localhost"
 }
 
-// CollectInventory asks every backend for its inventory and merges the
-// answers. A backend that fails is left out and named in the notes; failed
-// counts them.
-func CollectInventory(ctx context.Context, bs Backends, log *slog.Logger) (hi api.HostInventory, failed int) {
-	var invs []backend.Inventory
-	var notes []string
-	for _, name := range bs.Names() {
-		b, ok := bs.Backend(name)
-		if !ok {
-			continue
-		}
-		cctx, cancel := context.WithTimeout(ctx, inventoryTimeout)
-		inv, err := b.Inventory(cctx)
-		cancel()
-		if err != nil {
-			log.Warn("inventory failed", "backend", name, "err", err)
-			notes = append(notes, name+": "+err.Error())
-			failed++
-			continue
-		}
-		invs = append(invs, inv)
+// CollectInventory merges the inventories of every backend, as the
+// backends keep them current (backend.CurrentInventories: a loader's
+// pushed inventories, with no call to the backends that push theirs). A
+// backend that fails is left out and named in the notes; failed counts
+// them.
+func CollectInventory(ctx context.Context, bs Backends, log *slog.Logger) (hi gpu.HostInventory, failed int) {
+	ctx, cancel := context.WithTimeout(ctx, inventoryTimeout)
+	defer cancel()
+	invs, errs := backend.CurrentInventories(ctx, bs, bs.Names())
+	hi = backend.MergeByName(invs)
+	for _, err := range errs {
+		log.Warn("a backend's inventory is missing", "err", err)
+		hi.Notes = append(hi.Notes, err.Error())
 	}
-	hi = backend.Merge(invs)
-	hi.Notes = append(hi.Notes, notes...)
-	return hi, failed
+	return hi, len(errs)
 }
 
 func (s *Server) listHosts(c *gin.Context) {
@@ -103,77 +93,51 @@ func (s *Server) listHosts(c *gin.Context) {
 		if admin {
 			ah.APIURL = h.APIURL
 		}
-		var inv api.HostInventory
+		var stored storedInventory
 		if h.Inventory != "" {
-			if err := json.Unmarshal([]byte(h.Inventory), &inv); err != nil {
+			if err := json.Unmarshal([]byte(h.Inventory), &stored); err != nil {
 				s.log.Warn("a host's stored inventory is not valid JSON", "host", h.Name, "err", err)
 			}
 		}
-		ah.Simulated = inv.Simulated
-		ah.GPUs = len(inv.GPUs)
-		ah.Free, ah.DrainedGPUs = freeCapacity(inv, drained[h.Name])
+		ah.Simulated = stored.Simulated
+		ah.GPUs = len(stored.GPUs)
+		ah.Free, ah.DrainedGPUs = s.freeCapacity(h.Name, stored, drained[h.Name])
 		out.Items = append(out.Items, ah)
 	}
 	c.JSON(http.StatusOK, out)
 }
 
-// freeCapacity sums what could still be placed on the GPUs of an inventory
-// that are not drained and that some backend can serve; it also counts the
-// drained GPUs.
-func freeCapacity(inv api.HostInventory, drained map[string]bool) (api.Capacity, int) {
-	var free api.Capacity
-	ndrained := 0
-	devices := map[string]int{}
-	for _, d := range inv.Devices {
-		devices[d.GPU]++
-	}
-	for _, g := range inv.GPUs {
-		if drained[g.Address] {
-			ndrained++
-			continue
-		}
-		usable := false
-		for _, why := range g.Backends {
-			usable = usable || why == ""
-		}
-		if !usable {
-			continue
-		}
-		if g.Mode == string(gpu.ModeIdle) && devices[g.Address] == 0 {
-			free.IdleGPUs++
-		}
-		for _, t := range g.VGPUTypes {
-			if t.Available > 0 {
-				if free.VGPU == nil {
-					free.VGPU = map[string]int{}
-				}
-				free.VGPU[t.Name] += t.Available
-			}
-		}
-		if !g.MIGEnabled {
-			continue
-		}
-		for _, p := range g.MIGProfiles {
-			if n := migFits(p); n > 0 {
-				if free.MIG == nil {
-					free.MIG = map[string]int{}
-				}
-				free.MIG[p.Name] += n
-			}
-		}
-	}
-	return free, ndrained
+// storedInventory is what a heartbeat stores in hosts.inventory
+// (orchestrator.HeartbeatInventory): the host's inventory and, from
+// gpuvmds that publish it, the scheduler's view of its GPUs under its own
+// configuration (modes, MIG layouts).
+type storedInventory struct {
+	gpu.HostInventory
+	Spec *scheduler.HostSpec `json:"spec,omitempty"`
 }
 
-// migFits is how many instances of a profile fit side by side in its free
-// start slots.
-func migFits(p api.MIGProfile) int {
-	n, end := 0, -1
-	for _, s := range slices.Sorted(slices.Values(p.FreeStarts)) {
-		if s >= end {
-			n++
-			end = s + max(p.Size, 1)
+// freeCapacity is what the scheduler could still place on a host whose
+// heartbeat stored inv, its drained GPUs left out (and counted): the GPUs
+// as its spec shows them (else as its inventory does, every GPU on auto),
+// holding the devices the inventory lists.
+func (s *Server) freeCapacity(host string, inv storedInventory, drained map[string]bool) (api.Capacity, int) {
+	spec, devices := scheduler.FromHost(host, inv.HostInventory, nil)
+	if inv.Spec != nil {
+		spec = *inv.Spec
+		spec.Name = host
+	}
+	ndrained := 0
+	for i := range spec.GPUs {
+		if drained[spec.GPUs[i].Address] {
+			spec.GPUs[i].Draining = true
+			ndrained++
 		}
 	}
-	return n
+	model, err := scheduler.NewInventory([]scheduler.HostSpec{spec}, devices)
+	if err != nil {
+		s.log.Warn("a host's stored inventory does not make a model of its GPUs; its free capacity is shown as none", "host", host, "err", err)
+		return api.Capacity{}, ndrained
+	}
+	free, _ := model.Free(host)
+	return api.Capacity{IdleGPUs: free.IdleGPUs, VGPU: free.VGPU, MIG: free.MIG}, ndrained
 }

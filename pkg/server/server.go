@@ -14,6 +14,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/gpuvm/gpuvm/pkg/api"
 	"github.com/gpuvm/gpuvm/pkg/backend"
 	"github.com/gpuvm/gpuvm/pkg/config"
 	"github.com/gpuvm/gpuvm/pkg/store"
@@ -280,7 +281,8 @@ func cfgSummary(cfg *config.Config) string {
 }
 
 func (s *Server) gpus(c *gin.Context) {
-	hi, _ := CollectInventory(c.Request.Context(), s.Backends, s.log)
+	collected, _ := CollectInventory(c.Request.Context(), s.Backends, s.log)
+	hi := api.FromHost(collected)
 	if !s.markDrained(c, &hi) {
 		return
 	}

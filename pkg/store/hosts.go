@@ -43,7 +43,7 @@ ON CONFLICT (name) DO UPDATE SET `+sets,
 }
 
 // Heartbeat says that a host is alive and what its inventory
-// (api.HostInventory, JSON) is now. A host marked down comes back up; an
+// (gpu.HostInventory, JSON) is now. A host marked down comes back up; an
 // unknown host is ErrNotFound (it must register first).
 func (s *Store) Heartbeat(ctx context.Context, host, inventory string) error {
 	now := s.clock()

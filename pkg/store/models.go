@@ -346,7 +346,7 @@ type Host struct {
 	APIURL      string    `gorm:"column:api_url;not null" json:"api_url,omitempty"`
 	Version     string    `gorm:"column:version;not null" json:"version,omitempty"`
 	State       string    `gorm:"column:state;not null" json:"state"`
-	Inventory   string    `gorm:"column:inventory;not null" json:"-"` // api.HostInventory, JSON
+	Inventory   string    `gorm:"column:inventory;not null" json:"-"` // gpu.HostInventory, JSON (older gpuvmds: api.HostInventory, the same shape)
 	StartedAt   time.Time `gorm:"column:started_at;not null" json:"started_at"`
 	HeartbeatAt time.Time `gorm:"column:heartbeat_at;not null" json:"heartbeat_at"`
 	UpdatedAt   time.Time `gorm:"column:updated_at;not null" json:"updated_at"`

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/gpuvm/gpuvm/pkg/api"
+	"github.com/gpuvm/gpuvm/pkg/gpu"
 	"github.com/gpuvm/gpuvm/pkg/store"
 )
 
@@ -125,7 +126,7 @@ func fleetGPUs(ctx context.Context, st ReportStore) (int, error) {
 	}
 	n := 0
 	for _, h := range hosts {
-		var inv api.HostInventory
+		var inv gpu.HostInventory
 		if h.Inventory == "" || json.Unmarshal([]byte(h.Inventory), &inv) != nil {
 			continue
 		}

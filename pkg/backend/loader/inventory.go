@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/gpuvm/gpuvm/pkg/backend"
+	"github.com/gpuvm/gpuvm/pkg/gpu"
 )
 
 // The loader keeps the inventory of every backend that pushes it (API
@@ -31,6 +32,11 @@ import (
 // a way only the backend knows: after one, the held inventory is stale
 // until a push covers it, and Inventories waits for that push (bounded by
 // Config.InventoryWait), or asks the backend.
+
+// The loader is the backends' inventory cache of gpuvmd: the create path,
+// the dispatch rounds, GET /v1/gpus and the heartbeat read it
+// (backend.CurrentInventories).
+var _ backend.InventoryCache = (*Loader)(nil)
 
 // InventoryStatus is what the loader holds of one backend's pushed
 // inventory.
@@ -268,16 +274,16 @@ func (p patch) apply(inv *backend.Inventory) {
 		if g.Address != d.GPU {
 			continue
 		}
-		if g.Mode == backend.ModeIdle || g.Mode == "" {
-			g.Mode = map[backend.Kind]backend.Mode{backend.KindVGPU: backend.ModeVGPU, backend.KindMIG: backend.ModeMIG, backend.KindPassthrough: backend.ModePassthrough}[d.Kind]
+		if g.Mode == gpu.ModeIdle || g.Mode == "" {
+			g.Mode = gpu.ModeOf(d.Kind)
 		}
 		switch d.Kind {
-		case backend.KindPassthrough:
+		case gpu.KindPassthrough:
 			g.Unavailable = "passed through to VM " + d.VMUUID
 			for j := range g.VGPUTypes {
 				g.VGPUTypes[j].Available = 0
 			}
-		case backend.KindMIG:
+		case gpu.KindMIG:
 			size := 0
 			for _, mp := range g.MIGProfiles {
 				if mp.Name == d.Profile {
@@ -300,7 +306,7 @@ func (p patch) apply(inv *backend.Inventory) {
 					t.Available = max(0, min(t.Available, n)-1)
 				}
 			}
-		case backend.KindVGPU:
+		case gpu.KindVGPU:
 			for j := range g.VGPUTypes {
 				if t := &g.VGPUTypes[j]; t.Name == d.Type && t.Available > 0 {
 					t.Available--
@@ -326,11 +332,11 @@ func (p patch) unapply(inv *backend.Inventory) {
 			continue
 		}
 		switch d.Kind {
-		case backend.KindPassthrough:
+		case gpu.KindPassthrough:
 			if g.Unavailable == "passed through to VM "+d.VMUUID || (d.VMUUID == "" && g.Unavailable == "passed through by gpuvm") {
 				g.Unavailable = ""
 			}
-		case backend.KindVGPU:
+		case gpu.KindVGPU:
 			for k := range g.VGPUTypes {
 				if t := &g.VGPUTypes[k]; t.Name == d.Type && g.Unavailable == "" {
 					t.Available = min(t.Available+1, t.MaxInstances)

@@ -12,6 +12,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/gpuvm/gpuvm/pkg/backend"
+	"github.com/gpuvm/gpuvm/pkg/gpu"
 )
 
 // noLeaks checks, once the test's loader is closed, that it left no
@@ -164,8 +165,8 @@ func TestInventoryPatches(t *testing.T) {
 	c := &counted{}
 	inst := &instance{impl: c, watched: true}
 	h := &handle{name: "vgpu", inst: inst}
-	const gpu = "0000:41:00.0"
-	pushed := backend.Inventory{GPUs: []backend.GPU{{Address: gpu, Mode: backend.ModeIdle,
+	const addr = "0000:41:00.0"
+	pushed := backend.Inventory{GPUs: []backend.GPU{{Address: addr, Mode: gpu.ModeIdle,
 		VGPUTypes: []backend.VGPUType{{Name: "L40S-12Q", MaxInstances: 4, Available: 4}, {Name: "L40S-24Q", MaxInstances: 2, Available: 2}}}}}
 	view := func() (backend.Inventory, bool) {
 		h.mu.Lock()
@@ -179,10 +180,10 @@ func TestInventoryPatches(t *testing.T) {
 	h.push(inst, pushed.Clone(), 0)
 
 	c.n = 1
-	h.applied(inst, patch{create: &backend.Device{ID: "dev-a", Kind: backend.KindVGPU, GPU: gpu, Type: "L40S-12Q"}}, nil)
+	h.applied(inst, patch{create: &backend.Device{ID: "dev-a", Kind: gpu.KindVGPU, GPU: addr, Type: "L40S-12Q"}}, nil)
 	h.push(inst, pushed.Clone(), 0) // read before the Create finished
 	inv, ok := view()
-	if !ok || !slices.Equal(deviceIDs(inv), []string{"dev-a"}) || inv.GPUs[0].VGPUTypes[0].Available != 3 || inv.GPUs[0].Mode != backend.ModeVGPU {
+	if !ok || !slices.Equal(deviceIDs(inv), []string{"dev-a"}) || inv.GPUs[0].VGPUTypes[0].Available != 3 || inv.GPUs[0].Mode != gpu.ModeVGPU {
 		t.Fatalf("after Create: fresh %v, %+v; want dev-a listed, 3 L40S-12Q left, mode vgpu", ok, inv)
 	}
 
@@ -193,7 +194,7 @@ func TestInventoryPatches(t *testing.T) {
 	}
 
 	c.n = 3
-	h.applied(inst, patch{create: &backend.Device{ID: "dev-b", Kind: backend.KindVGPU, GPU: gpu, Type: "L40S-12Q"}}, errors.New("the driver refused"))
+	h.applied(inst, patch{create: &backend.Device{ID: "dev-b", Kind: gpu.KindVGPU, GPU: addr, Type: "L40S-12Q"}}, errors.New("the driver refused"))
 	if _, ok := view(); ok {
 		t.Fatal("fresh after a failed Create, before a push covers it")
 	}
@@ -206,15 +207,15 @@ func TestInventoryPatches(t *testing.T) {
 }
 
 func TestPatchMIG(t *testing.T) {
-	const gpu = "0000:41:00.0"
-	inv := backend.Inventory{GPUs: []backend.GPU{{Address: gpu, Mode: backend.ModeMIG,
+	const addr = "0000:41:00.0"
+	inv := backend.Inventory{GPUs: []backend.GPU{{Address: addr, Mode: gpu.ModeMIG,
 		MIGProfiles: []backend.MIGProfile{
 			{Name: "1g.10gb", Size: 1, FreeStarts: []int{0, 1, 2, 3, 4, 5, 6}},
 			{Name: "3g.40gb", Size: 4, FreeStarts: []int{0, 4}},
 			{Name: "7g.80gb", Size: 8, FreeStarts: []int{0}},
 		},
 		VGPUTypes: []backend.VGPUType{{Name: "A100D-3-40C", MIGProfile: "3g.40gb", Available: 2}}}}}
-	patch{create: &backend.Device{ID: "mig-1", Kind: backend.KindMIG, GPU: gpu, Profile: "3g.40gb", Placement: 4}}.apply(&inv)
+	patch{create: &backend.Device{ID: "mig-1", Kind: gpu.KindMIG, GPU: addr, Profile: "3g.40gb", Placement: 4}}.apply(&inv)
 	g := inv.GPUs[0]
 	if !slices.Equal(g.MIGProfiles[0].FreeStarts, []int{0, 1, 2, 3}) || !slices.Equal(g.MIGProfiles[1].FreeStarts, []int{0}) ||
 		len(g.MIGProfiles[2].FreeStarts) != 0 || g.VGPUTypes[0].Available != 0 || !slices.Equal(deviceIDs(inv), []string{"mig-1"}) {
@@ -223,12 +224,12 @@ func TestPatchMIG(t *testing.T) {
 }
 
 func TestPatchPassthroughRemove(t *testing.T) {
-	const gpu, vm = "0000:c1:00.0", "5d1c9c52-8f9e-4a59-9a42-6e5b1d7c2f10"
+	const addr, vm = "0000:c1:00.0", "5d1c9c52-8f9e-4a59-9a42-6e5b1d7c2f10"
 	inv := backend.Inventory{
-		GPUs:    []backend.GPU{{Address: gpu, Mode: backend.ModePassthrough, Unavailable: "passed through to VM " + vm}, {Address: "0000:c2:00.0", Unavailable: "no IOMMU group"}},
-		Devices: []backend.Device{{ID: gpu, Kind: backend.KindPassthrough, GPU: gpu, VMUUID: vm}},
+		GPUs:    []backend.GPU{{Address: addr, Mode: gpu.ModePassthrough, Unavailable: "passed through to VM " + vm}, {Address: "0000:c2:00.0", Unavailable: "no IOMMU group"}},
+		Devices: []backend.Device{{ID: addr, Kind: gpu.KindPassthrough, GPU: addr, VMUUID: vm}},
 	}
-	patch{remove: gpu}.apply(&inv)
+	patch{remove: addr}.apply(&inv)
 	if len(inv.Devices) != 0 || inv.GPUs[0].Unavailable != "" || inv.GPUs[1].Unavailable != "no IOMMU group" {
 		t.Errorf("after the Remove: %+v", inv)
 	}

@@ -3,25 +3,24 @@ package scheduler
 import (
 	"testing"
 
-	"github.com/gpuvm/gpuvm/pkg/api"
 	"github.com/gpuvm/gpuvm/pkg/gpu"
 )
 
 // A MIG instance handed to a VM as a VF (vendor-specific VFIO) is listed by
 // the mig backend, which made it, and by the vgpu backend: it counts once,
 // as the VM's.
-func TestFromAPICountsADeviceOnce(t *testing.T) {
+func TestFromHostCountsADeviceOnce(t *testing.T) {
 	start := 4
-	hi := api.HostInventory{
-		GPUs: []api.GPU{{Address: "0000:18:00.0", Model: "H100 SXM5 80GB", Memory: 80 << 30, MIGCapable: true, MIGEnabled: true, Mode: "mig",
+	hi := gpu.HostInventory{
+		GPUs: []gpu.HostGPU{{Address: "0000:18:00.0", Model: "H100 SXM5 80GB", Memory: 80 << 30, MIGCapable: true, MIGEnabled: true, Mode: "mig",
 			Backends: map[string]string{"mig": "", "vgpu": ""}}},
-		Devices: []api.Device{
+		Devices: []gpu.HostDevice{
 			{ID: "0000:18:00.4", Backend: "vgpu", Kind: "vgpu", GPU: "0000:18:00.0", Type: "type 2316"},
 			{ID: "0000:18:00.4", Backend: "mig", Kind: "mig", GPU: "0000:18:00.0", Profile: "3g.40gb", Placement: &start, VMUUID: "vm-1"},
 			{ID: "0000:18:00.5", Backend: "mig", Kind: "mig", GPU: "0000:18:00.0", Profile: "1g.10gb", VMUUID: ""},
 		},
 	}
-	_, allocs := FromAPI("n", hi, func(string, string) gpu.Mode { return gpu.ModeAuto })
+	_, allocs := FromHost("n", hi, func(string, string) gpu.Mode { return gpu.ModeAuto })
 	if len(allocs) != 2 {
 		t.Fatalf("%d allocations, want 2: %+v", len(allocs), allocs)
 	}

@@ -5,12 +5,11 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/gpuvm/gpuvm/pkg/api"
 	"github.com/gpuvm/gpuvm/pkg/gpu"
 )
 
-// FromAPI turns what one host's backends report (backend.Merge, `gpuvm host
-// inventory --json`) into a HostSpec and the allocations of the devices that
+// FromHost turns what one host's backends report together (backend.Merge)
+// into a HostSpec and the allocations of the devices that
 // exist. allow gives each GPU's configured mode (profile.Host.Settings);
 // nil leaves every GPU on auto. A device the orchestrator does not know (no
 // VM) still holds its capacity, as VM "device:<id>". A GPU no backend can
@@ -22,16 +21,16 @@ import (
 // pinned to a mode whose backend cannot use it now is Unavailable with that
 // backend's reason, so that the scheduler never chooses a device the
 // backend would refuse.
-func FromAPI(name string, hi api.HostInventory, allow func(address, model string) gpu.Mode) (HostSpec, []Allocation) {
+func FromHost(name string, hi gpu.HostInventory, allow func(address, model string) gpu.Mode) (HostSpec, []Allocation) {
 	h := HostSpec{Name: name}
 	for _, g := range hi.GPUs {
 		s := GPUSpec{Address: g.Address, Model: g.Model, Memory: g.Memory, IOMMUGroup: g.IOMMUGroup, MixedSize: g.MixedSize, Allow: gpu.ModeAuto}
 		if id, ok := strings.CutPrefix(strings.ToLower(g.DeviceID), "10de:"); ok {
 			s.Model = "10de:" + id
 		}
-		switch gpu.Mode(g.Mode) {
+		switch g.Mode {
 		case gpu.ModeVGPU, gpu.ModeMIG, gpu.ModePassthrough:
-			s.Mode = gpu.Mode(g.Mode)
+			s.Mode = g.Mode
 		default:
 			s.Mode = gpu.ModeIdle
 		}
@@ -58,7 +57,7 @@ func FromAPI(name string, hi api.HostInventory, allow func(address, model string
 	}
 	var allocs []Allocation
 	for _, d := range uniqueDevices(hi.Devices) {
-		a := Allocation{ID: d.VMUUID, Host: name, GPU: d.GPU, Kind: gpu.Kind(d.Kind)}
+		a := Allocation{ID: d.VMUUID, Host: name, GPU: d.GPU, Kind: d.Kind}
 		if a.ID == "" {
 			a.ID = "device:" + d.ID
 		}
@@ -82,15 +81,15 @@ func FromAPI(name string, hi api.HostInventory, allow func(address, model string
 // made (and knows the VM of) and the vgpu backend also lists. Counting it
 // twice would make its GPU look over-full. The report that names a VM wins,
 // then the mig backend's, then the first.
-func uniqueDevices(ds []api.Device) []api.Device {
-	better := func(a, b api.Device) bool { // a over b
+func uniqueDevices(ds []gpu.HostDevice) []gpu.HostDevice {
+	better := func(a, b gpu.HostDevice) bool { // a over b
 		if (a.VMUUID != "") != (b.VMUUID != "") {
 			return a.VMUUID != ""
 		}
-		return a.Kind == string(gpu.KindMIG) && b.Kind != string(gpu.KindMIG)
+		return a.Kind == gpu.KindMIG && b.Kind != gpu.KindMIG
 	}
 	at := map[string]int{}
-	var out []api.Device
+	var out []gpu.HostDevice
 	for _, d := range ds {
 		key := d.GPU + "/" + d.ID
 		if i, ok := at[key]; ok {
@@ -109,7 +108,7 @@ func uniqueDevices(ds []api.Device) []api.Device {
 var backendModes = map[string]gpu.Mode{"vgpu": gpu.ModeVGPU, "mig": gpu.ModeMIG, "passthrough": gpu.ModePassthrough}
 
 // narrow restricts a GPU that some backend can use to the modes the
-// backends that can use it serve (see FromAPI).
+// backends that can use it serve (see FromHost).
 func narrow(s *GPUSpec, backends map[string]string) {
 	var avail []gpu.Mode
 	for b, why := range backends {

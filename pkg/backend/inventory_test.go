@@ -1,0 +1,62 @@
+package backend
+
+import (
+	"reflect"
+	"testing"
+
+	"github.com/gpuvm/gpuvm/pkg/gpu"
+)
+
+func TestMerge(t *testing.T) {
+	l40s := func(mode gpu.Mode, iface, unavailable string) GPU {
+		return GPU{Address: "0000:41:00.0", Model: "L40S", DeviceID: "10de:26b9", Mode: mode, Interface: iface, Unavailable: unavailable}
+	}
+	h100 := GPU{Address: "0000:17:00.0", Model: "H100 PCIe 80GB", Mode: gpu.ModeMIG, MIGCapable: true, MIGEnabled: true,
+		MIGProfiles: []MIGProfile{{Name: "7g.80gb", Size: 8}}}
+	tests := []struct {
+		name string
+		invs map[string]Inventory
+		want gpu.HostInventory
+	}{
+		{name: "nothing", invs: nil, want: gpu.HostInventory{GPUs: []gpu.HostGPU{}, Devices: []gpu.HostDevice{}}},
+		{name: "one GPU, each backend's verdict; the most specific mode and interface win; the host as the first backend by name saw it",
+			invs: map[string]Inventory{
+				"passthrough": {Backend: "passthrough", Host: "/sys", GPUs: []GPU{l40s(gpu.ModeIdle, "passthrough-only", "in use")}},
+				"vgpu":        {Backend: "vgpu", Host: "a simulated server", Notes: []string{"NVML unavailable"}, GPUs: []GPU{l40s(gpu.ModeVGPU, "vendor-vfio", "")}},
+			},
+			want: gpu.HostInventory{Host: "/sys", Backends: []string{"passthrough", "vgpu"}, Notes: []string{"vgpu: NVML unavailable"},
+				GPUs: []gpu.HostGPU{{Address: "0000:41:00.0", Model: "L40S", DeviceID: "10de:26b9", Mode: gpu.ModeVGPU, Interface: gpu.InterfaceVendorVFIO,
+					Backends: map[string]string{"passthrough": "in use", "vgpu": ""}}},
+				Devices: []gpu.HostDevice{}}},
+		{name: "GPUs by address, devices by GPU and ID; a MIG device's placement; no free starts is an empty list",
+			invs: map[string]Inventory{
+				"mig": {Backend: "mig", Simulated: true, GPUs: []GPU{h100}, Devices: []Device{
+					{ID: "gi-2", Kind: gpu.KindMIG, GPU: "0000:17:00.0", Profile: "3g.40gb", Placement: 4, GPUInstance: 2, ComputeInstance: 0, VMUUID: "vm-2"},
+					{ID: "gi-1", Kind: gpu.KindMIG, GPU: "0000:17:00.0", Profile: "3g.40gb", Placement: 0, GPUInstance: 1, ComputeInstance: 0, VMUUID: "vm-1"},
+				}},
+				"vgpu": {Backend: "vgpu", GPUs: []GPU{l40s(gpu.ModeVGPU, "vendor-vfio", "")}, Devices: []Device{
+					{ID: "0000:41:00.4", Kind: gpu.KindVGPU, GPU: "0000:41:00.0", Type: "L40S-12Q", Hostdev: Hostdev{Type: HostdevPCI, Addresses: []string{"0000:41:00.4"}}},
+				}},
+			},
+			want: gpu.HostInventory{Simulated: true, Backends: []string{"mig", "vgpu"},
+				GPUs: []gpu.HostGPU{
+					{Address: "0000:17:00.0", Model: "H100 PCIe 80GB", Mode: gpu.ModeMIG, MIGCapable: true, MIGEnabled: true,
+						MIGProfiles: []gpu.MIGOffer{{Name: "7g.80gb", Size: 8, FreeStarts: []int{}}}, Backends: map[string]string{"mig": ""}},
+					{Address: "0000:41:00.0", Model: "L40S", DeviceID: "10de:26b9", Mode: gpu.ModeVGPU, Interface: gpu.InterfaceVendorVFIO, Backends: map[string]string{"vgpu": ""}},
+				},
+				Devices: []gpu.HostDevice{
+					{ID: "gi-1", Backend: "mig", Kind: gpu.KindMIG, GPU: "0000:17:00.0", Profile: "3g.40gb", Placement: ptr(0), GPUInstance: ptr(1), ComputeInstance: ptr(0), VMUUID: "vm-1"},
+					{ID: "gi-2", Backend: "mig", Kind: gpu.KindMIG, GPU: "0000:17:00.0", Profile: "3g.40gb", Placement: ptr(4), GPUInstance: ptr(2), ComputeInstance: ptr(0), VMUUID: "vm-2"},
+					{ID: "0000:41:00.4", Backend: "vgpu", Kind: gpu.KindVGPU, GPU: "0000:41:00.0", Type: "L40S-12Q", Hostdev: gpu.Hostdev{Type: "pci", Addresses: []string{"0000:41:00.4"}}},
+				}}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := MergeByName(tc.invs); !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("got\n%+v\nwant\n%+v", got, tc.want)
+			}
+		})
+	}
+}
+
+func ptr(i int) *int { return &i }
