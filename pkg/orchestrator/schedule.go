@@ -76,14 +76,11 @@ func (st *state) heldOn(host string) map[string]map[string]bool {
 // schedule places what it can of the queued VMs (in dispatch order) and
 // returns those it claimed slots for (now allocating) or that need no GPU
 // (now creating); the others stay queued with their position and reason.
-func (o *Orchestrator) schedule(ctx context.Context, qs []queued) []queued {
+func (dp *dispatcher) schedule(ctx context.Context, qs []queued) []queued {
 	if len(qs) == 0 {
 		return nil
 	}
-	cfg := o.cfg.Profiles()
-	if cfg == nil {
-		cfg = &config.Config{}
-	}
+	cfg := dp.settings().Config
 	var out, gpuQueue []queued
 	// VMs without a GPU start at once unless a quota keeps them waiting:
 	// they count against it (the vms quota) as every VM does.
@@ -94,14 +91,14 @@ func (o *Orchestrator) schedule(ctx context.Context, qs []queued) []queued {
 		p := cfg.Profiles[q.vm.Profile]
 		switch {
 		case p == nil:
-			if err := o.refuse(ctx, q, fmt.Errorf("profile %q no longer exists", q.vm.Profile)); err != nil {
-				o.log.Warn("VM failed", "vm", q.vm.ID, "err", err)
+			if err := dp.life.refuse(ctx, q, fmt.Errorf("profile %q no longer exists", q.vm.Profile)); err != nil {
+				dp.log.Warn("VM failed", "vm", q.vm.ID, "err", err)
 			}
 		case p.GPU == nil:
 			if plain == nil && !plainSkipped {
 				var err error
-				if plain, err = o.quotaState(ctx, cfg, o.st.Now()); err != nil {
-					o.log.Error("VMs without a GPU wait this round: their quotas could not be read", "err", err)
+				if plain, err = dp.quotaState(ctx, cfg, dp.st.Now()); err != nil {
+					dp.log.Error("VMs without a GPU wait this round: their quotas could not be read", "err", err)
 					plainSkipped = true
 				}
 			}
@@ -111,21 +108,21 @@ func (o *Orchestrator) schedule(ctx context.Context, qs []queued) []queued {
 			r := requestOf(cfg, q.vm, plain.groups[q.vm.Owner])
 			if why, refuse := plain.engine.AdmitWithoutGPU(plain.now, plain.running, &r); !why.OK() {
 				if refuse {
-					if err := o.refuse(ctx, q, fmt.Errorf("refused by the sharing policy: %s", reasonText(why))); err != nil {
-						o.log.Warn("VM refused", "vm", q.vm.ID, "err", err)
+					if err := dp.life.refuse(ctx, q, fmt.Errorf("refused by the sharing policy: %s", reasonText(why))); err != nil {
+						dp.log.Warn("VM refused", "vm", q.vm.ID, "err", err)
 					}
 					continue
 				}
 				entries[q.vm.ID] = store.QueueEntry{Reason: reasonText(why), Phase: PhaseQueued}
 				continue
 			}
-			host := o.cfg.Host
-			next, err := o.st.UpdateVMState(ctx, q.vm.ID, q.vm.Version, store.VMUpdate{State: store.VMCreating, Phase: "preparing disk", Host: &host})
+			host := dp.settings().Host
+			next, err := dp.st.UpdateVMState(ctx, q.vm.ID, q.vm.Version, store.VMUpdate{State: store.VMCreating, Phase: "preparing disk", Host: &host})
 			if err == nil {
-				err = o.st.SetOperationStep(ctx, q.op.ID, StepAllocate)
+				err = dp.st.SetOperationStep(ctx, q.op.ID, StepAllocate)
 			}
 			if err != nil {
-				o.log.Error("start a VM without GPU", "vm", q.vm.ID, "err", err)
+				dp.log.Error("start a VM without GPU", "vm", q.vm.ID, "err", err)
 				continue
 			}
 			plain.engine.AddWithoutGPU(r)
@@ -136,18 +133,18 @@ func (o *Orchestrator) schedule(ctx context.Context, qs []queued) []queued {
 	}
 	if len(gpuQueue) == 0 {
 		if len(entries) > 0 {
-			if _, err := o.st.SetQueue(ctx, entries); err != nil {
-				o.log.Error("record the queue", "err", err)
+			if _, err := dp.st.SetQueue(ctx, entries); err != nil {
+				dp.log.Error("record the queue", "err", err)
 			}
 		}
 		return out
 	}
-	st, err := o.placementState(ctx, cfg, o.st.Now(), o.withBookedKinds(ctx, cfg, kindsOf(cfg, gpuQueue)))
+	st, err := dp.placementState(ctx, cfg, dp.st.Now(), dp.withBookedKinds(ctx, cfg, kindsOf(cfg, gpuQueue)))
 	if err == nil {
-		err = o.markPreempted(ctx, st) // preempt.go
+		err = dp.markPreempted(ctx, st) // preempt.go
 	}
 	if err != nil {
-		o.log.Error("scheduling round skipped", "err", err)
+		dp.log.Error("scheduling round skipped", "err", err)
 		return out
 	}
 	byID := make(map[string]queued, len(gpuQueue))
@@ -159,7 +156,7 @@ func (o *Orchestrator) schedule(ctx context.Context, qs []queued) []queued {
 		reqs = append(reqs, requestOf(cfg, q.vm, st.groups[q.vm.Owner]))
 		restartRequest(&reqs[len(reqs)-1], q, st.now) // actions.go
 	}
-	opts := o.cfg.Scheduler
+	opts := dp.settings().Scheduler
 	if opts.Strategy == "" {
 		opts.Strategy = scheduler.Pack
 	}
@@ -167,21 +164,21 @@ func (o *Orchestrator) schedule(ctx context.Context, qs []queued) []queued {
 	// The cycle's window actions (d.Actions) are ApplyRules' to act on, in
 	// every round whether VMs wait or not (windows.go); its preemptions are
 	// announced here, and carried out when their notice ends (preempt.go).
-	o.announcePreemptions(ctx, cfg, st.now, d.Preempt, byID)
+	dp.announcePreemptions(ctx, cfg, st.now, d.Preempt, byID)
 
 	for _, s := range d.Start {
 		q := byID[s.ID]
-		if why := o.elsewhere(q, s.Placement.Host); why != "" { // actions.go
+		if why := dp.life.elsewhere(q, s.Placement.Host); why != "" { // actions.go
 			entries[s.ID] = store.QueueEntry{Reason: why, Phase: PhaseQueued}
 			continue
 		}
-		next, err := o.claim(ctx, q, s, st)
+		next, err := dp.claim(ctx, q, s, st)
 		switch {
 		case errors.Is(err, store.ErrSlotTaken), errors.Is(err, store.ErrConflict):
-			o.log.Info("slot taken or VM changed meanwhile; placing again next round", "vm", q.vm.ID, "err", err)
+			dp.log.Info("slot taken or VM changed meanwhile; placing again next round", "vm", q.vm.ID, "err", err)
 		case err != nil:
 			if !errors.Is(err, errAbandoned) {
-				o.log.Error("claim the slots the scheduler chose", "vm", q.vm.ID, "err", err)
+				dp.log.Error("claim the slots the scheduler chose", "vm", q.vm.ID, "err", err)
 			}
 		default:
 			out = append(out, queued{next, q.op})
@@ -196,8 +193,8 @@ func (o *Orchestrator) schedule(ctx context.Context, qs []queued) []queued {
 			entries[r.ID] = store.QueueEntry{Reason: reasonText(r.Reason), Phase: PhaseQueued}
 			continue
 		}
-		if err := o.refuse(ctx, q, fmt.Errorf("refused by the sharing policy: %s", reasonText(r.Reason))); err != nil {
-			o.log.Warn("VM refused", "vm", q.vm.ID, "err", err)
+		if err := dp.life.refuse(ctx, q, fmt.Errorf("refused by the sharing policy: %s", reasonText(r.Reason))); err != nil {
+			dp.log.Warn("VM refused", "vm", q.vm.ID, "err", err)
 		}
 	}
 	var drainedExplainer *scheduler.Inventory
@@ -224,12 +221,12 @@ func (o *Orchestrator) schedule(ctx context.Context, qs []queued) []queued {
 		ranked = ranked || q.vm.QueuePosition != 0
 	}
 	if ranked { // else no position to write or clear
-		if _, err := o.st.SetQueue(ctx, entries); err != nil {
-			o.log.Error("record the queue", "err", err)
+		if _, err := dp.st.SetQueue(ctx, entries); err != nil {
+			dp.log.Error("record the queue", "err", err)
 		}
 	}
 	if len(d.Start)+len(d.Waiting) > 0 {
-		o.log.Debug("scheduling round", "queued", len(gpuQueue), "started", len(d.Start), "waiting", len(d.Waiting), "refused", len(d.Refused), "holds", len(d.Holds))
+		dp.log.Debug("scheduling round", "queued", len(gpuQueue), "started", len(d.Start), "waiting", len(d.Waiting), "refused", len(d.Refused), "holds", len(d.Holds))
 	}
 	return out
 }
@@ -276,14 +273,14 @@ func requestOf(cfg *config.Config, vm *store.VM, groups []string) scheduler.Requ
 
 // claim records a start: the slots of every device and the usage records,
 // with the VM moved to allocating, in one transaction.
-func (o *Orchestrator) claim(ctx context.Context, q queued, s scheduler.Start, st *state) (*store.VM, error) {
+func (dp *dispatcher) claim(ctx context.Context, q queued, s scheduler.Start, st *state) (*store.VM, error) {
 	claims, err := claimsOf(s.Placement, st.slotsHeld[s.Placement.Host])
 	if err != nil {
 		return nil, err
 	}
 	host := s.Placement.Host
 	var next *store.VM
-	err = o.st.Tx(ctx, func(tx *store.Store) error {
+	err = dp.st.Tx(ctx, func(tx *store.Store) error {
 		if err := claimBookings(ctx, tx, st); err != nil { // reservations.go
 			return err
 		}
@@ -314,8 +311,8 @@ func (o *Orchestrator) claim(ctx context.Context, q queued, s scheduler.Start, s
 			}
 		}
 	}
-	o.log.Info("VM placed", "vm", q.vm.ID, "name", q.vm.Name, "host", host, "placement", s.Placement.String())
-	if err := o.hook(q.vm.ID, HookClaimed); err != nil {
+	dp.log.Info("VM placed", "vm", q.vm.ID, "name", q.vm.Name, "host", host, "placement", s.Placement.String())
+	if err := dp.life.hook(q.vm.ID, HookClaimed); err != nil {
 		return nil, err
 	}
 	return next, nil
@@ -326,20 +323,20 @@ func (o *Orchestrator) claim(ctx context.Context, q queued, s scheduler.Start, s
 // on (placementHosts: this host's as the backends of kinds report them;
 // in a fleet every healthy node's too), with the live allocations and the
 // drains.
-func (o *Orchestrator) placementState(ctx context.Context, cfg *config.Config, now time.Time, kinds []string) (*state, error) {
-	live, err := o.st.ListLiveAllocations(ctx, "")
+func (dp *dispatcher) placementState(ctx context.Context, cfg *config.Config, now time.Time, kinds []string) (*state, error) {
+	live, err := dp.st.ListLiveAllocations(ctx, "")
 	if err != nil {
 		return nil, err
 	}
-	drained, err := drainsOf(ctx, o.st)
+	drained, err := drainsOf(ctx, dp.st)
 	if err != nil {
 		return nil, fmt.Errorf("list drained gpus: %w", err)
 	}
-	hosts, err := o.placementHosts(ctx, cfg, kinds)
+	hosts, err := dp.fleet.placementHosts(ctx, cfg, kinds)
 	if err != nil {
 		return nil, err
 	}
-	vms, err := o.liveVMs(ctx, live)
+	vms, err := dp.liveVMs(ctx, live)
 	if err != nil {
 		return nil, err
 	}
@@ -353,17 +350,17 @@ func (o *Orchestrator) placementState(ctx context.Context, cfg *config.Config, n
 	}
 	inv, problems := buildInventory(st.specs, st.allocs)
 	for _, p := range problems {
-		o.log.Warn("inventory: a GPU holds what gpuvm cannot account for; nothing is placed on it", "err", p)
+		dp.log.Warn("inventory: a GPU holds what gpuvm cannot account for; nothing is placed on it", "err", p)
 	}
 	if inv == nil {
-		return nil, fmt.Errorf("build the inventory of %s: %w", o.cfg.Host, errors.Join(problems...))
+		return nil, fmt.Errorf("build the inventory of %s: %w", dp.settings().Host, errors.Join(problems...))
 	}
 	st.inv = inv
-	if err := o.policyState(ctx, st, live, vms); err != nil {
+	if err := dp.policyState(ctx, st, live, vms); err != nil {
 		return nil, err
 	}
 	// The reservations: capacity held for their owners (reservations.go).
-	if err := o.holdBookings(ctx, st); err != nil {
+	if err := dp.holdBookings(ctx, st); err != nil {
 		return nil, err
 	}
 	return st, nil
@@ -419,7 +416,7 @@ func (st *state) addHost(spec scheduler.HostSpec, devices []scheduler.Allocation
 }
 
 // liveVMs reads the VMs that hold live allocations.
-func (o *Orchestrator) liveVMs(ctx context.Context, live []store.Allocation) (map[string]*store.VM, error) {
+func (dp *dispatcher) liveVMs(ctx context.Context, live []store.Allocation) (map[string]*store.VM, error) {
 	var ids []string
 	for _, a := range live {
 		if len(ids) == 0 || ids[len(ids)-1] != a.VMID {
@@ -427,7 +424,7 @@ func (o *Orchestrator) liveVMs(ctx context.Context, live []store.Allocation) (ma
 		}
 	}
 	slices.Sort(ids)
-	return o.st.GetVMs(ctx, slices.Compact(ids))
+	return dp.st.GetVMs(ctx, slices.Compact(ids))
 }
 
 // leaseEnd is when a VM's lease ends: its recorded end, else (not yet
@@ -442,8 +439,8 @@ func leaseEnd(vm *store.VM, now time.Time) time.Time {
 // policyState fills in the rules (the engine, with the ended usage its fair
 // share and budgets count) and the VMs that hold devices, placed as st.inv
 // knows them or, on other hosts, as their profile's need estimates.
-func (o *Orchestrator) policyState(ctx context.Context, st *state, live []store.Allocation, vms map[string]*store.VM) error {
-	users, err := o.st.ListUsers(ctx)
+func (dp *dispatcher) policyState(ctx context.Context, st *state, live []store.Allocation, vms map[string]*store.VM) error {
+	users, err := dp.st.ListUsers(ctx)
 	if err != nil {
 		return err
 	}
@@ -455,7 +452,7 @@ func (o *Orchestrator) policyState(ctx context.Context, st *state, live []store.
 	if halfLife <= 0 {
 		halfLife = config.DefaultHalfLife
 	}
-	records, err := o.st.ListEndedUsage(ctx, st.now.Add(-max(usageLookback, 10*halfLife)))
+	records, err := dp.st.ListEndedUsage(ctx, st.now.Add(-max(usageLookback, 10*halfLife)))
 	if err != nil {
 		return err
 	}
@@ -468,7 +465,7 @@ func (o *Orchestrator) policyState(ctx context.Context, st *state, live []store.
 	if err != nil {
 		return fmt.Errorf("policy: %w", err)
 	}
-	plain, err := o.withoutGPU(ctx, st.cfg, live, st.groups)
+	plain, err := dp.withoutGPU(ctx, st.cfg, live, st.groups)
 	if err != nil {
 		return err
 	}
@@ -638,17 +635,14 @@ func reasonText(r scheduler.Reason) string {
 // GPU counts against the quotas as one VM (it takes CPU, memory and disk),
 // and the GPU rules (slices, GPUs, GPU memory and hours, windows) do not
 // apply to it.
-func (o *Orchestrator) Admit(ctx context.Context, user string, groups []string, profileName string, hours int) (why string, refuse bool, err error) {
-	cfg := o.cfg.Profiles()
-	if cfg == nil {
-		return "", false, nil
-	}
+func (dp *dispatcher) Admit(ctx context.Context, user string, groups []string, profileName string, hours int) (why string, refuse bool, err error) {
+	cfg := dp.settings().Config
 	p := cfg.Profiles[profileName]
 	if p == nil {
 		return fmt.Sprintf("no profile is named %q", profileName), true, nil
 	}
-	now := o.st.Now()
-	st, err := o.quotaState(ctx, cfg, now)
+	now := dp.st.Now()
+	st, err := dp.quotaState(ctx, cfg, now)
 	if err != nil {
 		return "", false, fmt.Errorf("admission: %w", err)
 	}
@@ -671,17 +665,17 @@ func (o *Orchestrator) Admit(ctx context.Context, user string, groups []string, 
 
 // quotaState reads what the quotas count, without the GPUs: the rules, the
 // VMs that hold devices (policyState) and those that hold none.
-func (o *Orchestrator) quotaState(ctx context.Context, cfg *config.Config, now time.Time) (*state, error) {
-	live, err := o.st.ListLiveAllocations(ctx, "")
+func (dp *dispatcher) quotaState(ctx context.Context, cfg *config.Config, now time.Time) (*state, error) {
+	live, err := dp.st.ListLiveAllocations(ctx, "")
 	if err != nil {
 		return nil, err
 	}
-	vms, err := o.liveVMs(ctx, live)
+	vms, err := dp.liveVMs(ctx, live)
 	if err != nil {
 		return nil, err
 	}
 	st := &state{now: now, cfg: cfg}
-	if err := o.policyState(ctx, st, live, vms); err != nil {
+	if err := dp.policyState(ctx, st, live, vms); err != nil {
 		return nil, err
 	}
 	return st, nil
@@ -695,7 +689,7 @@ var withoutGPUStates = []string{store.VMAllocating, store.VMCreating, store.VMRu
 // withoutGPU lists, as requests, the VMs of every host that count against
 // the quotas but hold no device: in withoutGPUStates, without a live
 // allocation, of a profile that asks for no GPU (or is gone).
-func (o *Orchestrator) withoutGPU(ctx context.Context, cfg *config.Config, live []store.Allocation, groups map[string][]string) ([]scheduler.Request, error) {
+func (dp *dispatcher) withoutGPU(ctx context.Context, cfg *config.Config, live []store.Allocation, groups map[string][]string) ([]scheduler.Request, error) {
 	holds := make(map[string]bool, len(live))
 	for _, a := range live {
 		holds[a.VMID] = true
@@ -703,7 +697,7 @@ func (o *Orchestrator) withoutGPU(ctx context.Context, cfg *config.Config, live 
 	var out []scheduler.Request
 	f := store.VMFilter{States: withoutGPUStates, Limit: 1000}
 	for {
-		page, err := o.st.ListVMs(ctx, f)
+		page, err := dp.st.ListVMs(ctx, f)
 		if err != nil {
 			return nil, fmt.Errorf("list the VMs without a GPU: %w", err)
 		}
@@ -731,4 +725,20 @@ func mergedInventory(invs map[string]backend.Inventory) api.HostInventory {
 		list = append(list, invs[name])
 	}
 	return backend.Merge(list)
+}
+
+// startQuota says why a stopped VM without a GPU may not start now: a
+// quota of its owner (or group) that the VMs running already fill. nil: it
+// may start.
+func (dp *dispatcher) startQuota(ctx context.Context, vm *store.VM) error {
+	cfg := dp.settings().Config
+	st, err := dp.quotaState(ctx, cfg, dp.st.Now())
+	if err != nil {
+		return fmt.Errorf("read what the quotas count: %w", err)
+	}
+	r := requestOf(cfg, vm, st.groups[vm.Owner])
+	if why, _ := st.engine.AdmitWithoutGPU(st.now, st.running, &r); !why.OK() {
+		return fmt.Errorf("refused by the sharing policy: %s", reasonText(why))
+	}
+	return nil
 }

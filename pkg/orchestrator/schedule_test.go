@@ -41,7 +41,7 @@ func (e *env) withPolicy(extra string) {
 // placement of the device the mig backend made for it.
 func (e *env) migPlacements(o *Orchestrator, vmID string) (allocs, devices []string) {
 	e.t.Helper()
-	live, err := o.liveAllocations(context.Background(), vmID)
+	live, err := liveAllocations(context.Background(), o.life.st, vmID)
 	if err != nil {
 		e.t.Fatal(err)
 	}
