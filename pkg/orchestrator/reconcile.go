@@ -122,20 +122,13 @@ func (o *Orchestrator) Reconcile(ctx context.Context) (Report, error) {
 // liveForHost are the VM states whose devices and domain must exist.
 var liveStates = []string{store.VMAllocating, store.VMCreating, store.VMRunning, store.VMStopping, store.VMStopped, store.VMDeleting}
 
-// reconcileHost compares the host with the database (not the operations).
-// It removes only what is provably this installation's and made for a VM
-// that is not live (orphans.go says what that means); everything else that
-// looks like gpuvm's is reported as an orphan and left as it is.
-func (rc *reconciler) reconcileHost(ctx context.Context) (Report, error) {
-	rc.roundMu.Lock()
-	defer rc.roundMu.Unlock()
-	var rep Report
-	var errs []error
-
-	// Running VMs whose domain vanished.
+// vanished marks the running VMs of this host whose domain is gone as
+// failed, giving their GPU back (lifecycle.vanish), and returns them; errs
+// are the VMs it could not judge or mark, err a failure to list them.
+func (rc *reconciler) vanished(ctx context.Context) (ids []string, errs []error, err error) {
 	running, err := listVMs(ctx, rc.st, store.VMFilter{States: []string{store.VMRunning}, Host: rc.settings().Host})
 	if err != nil {
-		return rep, err
+		return nil, nil, err
 	}
 	for _, vm := range running {
 		if rc.busy.is(vm.ID) {
@@ -153,8 +146,26 @@ func (rc *reconciler) reconcileHost(ctx context.Context) (Report, error) {
 			errs = append(errs, err)
 			continue
 		}
-		rep.Vanished = append(rep.Vanished, vm.ID)
+		ids = append(ids, vm.ID)
 	}
+	return ids, errs, nil
+}
+
+// reconcileHost compares the host with the database (not the operations).
+// It removes only what is provably this installation's and made for a VM
+// that is not live (orphans.go says what that means); everything else that
+// looks like gpuvm's is reported as an orphan and left as it is.
+func (rc *reconciler) reconcileHost(ctx context.Context) (Report, error) {
+	rc.roundMu.Lock()
+	defer rc.roundMu.Unlock()
+	var rep Report
+
+	// Running VMs whose domain vanished.
+	vanished, errs, err := rc.vanished(ctx)
+	if err != nil {
+		return rep, err
+	}
+	rep.Vanished = vanished
 
 	// Devices, domains and volumes. Read the host first, then the
 	// database: a VM made meanwhile is then in the list.

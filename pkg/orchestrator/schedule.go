@@ -81,56 +81,8 @@ func (dp *dispatcher) schedule(ctx context.Context, qs []queued) []queued {
 		return nil
 	}
 	cfg := dp.settings().Config
-	var out, gpuQueue []queued
-	// VMs without a GPU start at once unless a quota keeps them waiting:
-	// they count against it (the vms quota) as every VM does.
 	entries := map[string]store.QueueEntry{}
-	var plain *state
-	plainSkipped := false
-	for _, q := range qs {
-		p := cfg.Profiles[q.vm.Profile]
-		switch {
-		case p == nil:
-			if err := dp.life.refuse(ctx, q, fmt.Errorf("profile %q no longer exists", q.vm.Profile)); err != nil {
-				dp.log.Warn("VM failed", "vm", q.vm.ID, "err", err)
-			}
-		case p.GPU == nil:
-			if plain == nil && !plainSkipped {
-				var err error
-				if plain, err = dp.quotaState(ctx, cfg, dp.st.Now()); err != nil {
-					dp.log.Error("VMs without a GPU wait this round: their quotas could not be read", "err", err)
-					plainSkipped = true
-				}
-			}
-			if plain == nil {
-				continue
-			}
-			r := requestOf(cfg, q.vm, plain.groups[q.vm.Owner])
-			if why, refuse := plain.engine.AdmitWithoutGPU(plain.now, plain.running, &r); !why.OK() {
-				if refuse {
-					if err := dp.life.refuse(ctx, q, fmt.Errorf("refused by the sharing policy: %s", reasonText(why))); err != nil {
-						dp.log.Warn("VM refused", "vm", q.vm.ID, "err", err)
-					}
-					continue
-				}
-				entries[q.vm.ID] = store.QueueEntry{Reason: reasonText(why), Phase: PhaseQueued}
-				continue
-			}
-			host := dp.settings().Host
-			next, err := dp.st.UpdateVMState(ctx, q.vm.ID, q.vm.Version, store.VMUpdate{State: store.VMCreating, Phase: "preparing disk", Host: &host})
-			if err == nil {
-				err = dp.st.SetOperationStep(ctx, q.op.ID, StepAllocate)
-			}
-			if err != nil {
-				dp.log.Error("start a VM without GPU", "vm", q.vm.ID, "err", err)
-				continue
-			}
-			plain.engine.AddWithoutGPU(r)
-			out = append(out, queued{next, q.op})
-		default:
-			gpuQueue = append(gpuQueue, q)
-		}
-	}
+	out, gpuQueue := dp.startWithoutGPU(ctx, cfg, qs, entries)
 	if len(gpuQueue) == 0 {
 		if len(entries) > 0 {
 			if _, err := dp.st.SetQueue(ctx, entries); err != nil {
@@ -229,6 +181,60 @@ func (dp *dispatcher) schedule(ctx context.Context, qs []queued) []queued {
 		dp.log.Debug("scheduling round", "queued", len(gpuQueue), "started", len(d.Start), "waiting", len(d.Waiting), "refused", len(d.Refused), "holds", len(d.Holds))
 	}
 	return out
+}
+
+// startWithoutGPU starts the queued VMs that need no GPU, at once unless a
+// quota keeps them waiting (they count against it, the vms quota, as every
+// VM does; entries gets why), and refuses those whose profile is gone. It
+// returns those it started (now creating) and the VMs that need a GPU.
+func (dp *dispatcher) startWithoutGPU(ctx context.Context, cfg *config.Config, qs []queued, entries map[string]store.QueueEntry) (out, gpuQueue []queued) {
+	var plain *state
+	plainSkipped := false
+	for _, q := range qs {
+		p := cfg.Profiles[q.vm.Profile]
+		switch {
+		case p == nil:
+			if err := dp.life.refuse(ctx, q, fmt.Errorf("profile %q no longer exists", q.vm.Profile)); err != nil {
+				dp.log.Warn("VM failed", "vm", q.vm.ID, "err", err)
+			}
+		case p.GPU == nil:
+			if plain == nil && !plainSkipped {
+				var err error
+				if plain, err = dp.quotaState(ctx, cfg, dp.st.Now()); err != nil {
+					dp.log.Error("VMs without a GPU wait this round: their quotas could not be read", "err", err)
+					plainSkipped = true
+				}
+			}
+			if plain == nil {
+				continue
+			}
+			r := requestOf(cfg, q.vm, plain.groups[q.vm.Owner])
+			if why, refuse := plain.engine.AdmitWithoutGPU(plain.now, plain.running, &r); !why.OK() {
+				if refuse {
+					if err := dp.life.refuse(ctx, q, fmt.Errorf("refused by the sharing policy: %s", reasonText(why))); err != nil {
+						dp.log.Warn("VM refused", "vm", q.vm.ID, "err", err)
+					}
+					continue
+				}
+				entries[q.vm.ID] = store.QueueEntry{Reason: reasonText(why), Phase: PhaseQueued}
+				continue
+			}
+			host := dp.settings().Host
+			next, err := dp.st.UpdateVMState(ctx, q.vm.ID, q.vm.Version, store.VMUpdate{State: store.VMCreating, Phase: "preparing disk", Host: &host})
+			if err == nil {
+				err = dp.st.SetOperationStep(ctx, q.op.ID, StepAllocate)
+			}
+			if err != nil {
+				dp.log.Error("start a VM without GPU", "vm", q.vm.ID, "err", err)
+				continue
+			}
+			plain.engine.AddWithoutGPU(r)
+			out = append(out, queued{next, q.op})
+		default:
+			gpuQueue = append(gpuQueue, q)
+		}
+	}
+	return out, gpuQueue
 }
 
 // kindsOf lists the backends the queued VMs' GPU needs may use.
