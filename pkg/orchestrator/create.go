@@ -15,6 +15,7 @@ import (
 	"github.com/gpuvm/gpuvm/pkg/gpu"
 	"github.com/gpuvm/gpuvm/pkg/hypervisor"
 	"github.com/gpuvm/gpuvm/pkg/hypervisor/domain"
+	"github.com/gpuvm/gpuvm/pkg/revert"
 	"github.com/gpuvm/gpuvm/pkg/store"
 )
 
@@ -288,15 +289,22 @@ func (lc *lifecycle) failVM(ctx context.Context, vmID string, op *store.Operatio
 // rollback removes a VM's domain and devices and frees its slots. Every part
 // is idempotent.
 func (lc *lifecycle) rollback(ctx context.Context, vmID string) error {
-	// A create that failed has nothing to shut down gracefully: the
-	// domain goes at once, with every volume made for it.
-	if err := lc.cleanupVolumes(ctx, vmID); err != nil {
-		return fmt.Errorf("remove the domain and its volumes: %w", err)
-	}
-	if err := lc.removeDevices(ctx, vmID); err != nil {
-		return err
-	}
-	return lc.release(ctx, vmID)
+	// What a create makes, in the order it makes it, undone last first and
+	// each only once the one made after it is gone: the slots are freed
+	// once the devices are removed, the devices once no domain holds them.
+	// The steps look at what exists, not at how far the create got.
+	var r revert.Reverter
+	r.Add(func() error { return lc.release(ctx, vmID) })       // the slots claimed
+	r.Add(func() error { return lc.removeDevices(ctx, vmID) }) // the devices made
+	r.Add(func() error {
+		// A create that failed has nothing to shut down gracefully: the
+		// domain goes at once, with every volume made for it.
+		if err := lc.cleanupVolumes(ctx, vmID); err != nil {
+			return fmt.Errorf("remove the domain and its volumes: %w", err)
+		}
+		return nil
+	})
+	return r.RevertUntilFailure()
 }
 
 // release frees a VM's slots and ends its usage records, in one

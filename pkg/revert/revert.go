@@ -42,6 +42,22 @@ func (r *Reverter) Success() { r.steps = nil }
 // errors of those that failed, joined (nil if none did).
 func (r *Reverter) Revert() error { return r.Unwind().Err() }
 
+// RevertUntilFailure runs the undo steps, last first, until one fails, and
+// returns that step's error: each step runs only once every step
+// registered after it is undone (a device goes only once no domain holds
+// it). The steps are dropped either way, so that a rollback whose steps
+// are idempotent is run again from the start.
+func (r *Reverter) RevertUntilFailure() error {
+	steps := r.steps
+	r.steps = nil
+	for i := len(steps) - 1; i >= 0; i-- {
+		if err := steps[i].undo(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // Result is what an Unwind did.
 type Result struct {
 	// Undone and Left are the named steps that succeeded and that failed,

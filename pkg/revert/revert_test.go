@@ -63,3 +63,43 @@ func TestReverter(t *testing.T) {
 		})
 	}
 }
+
+func TestRevertUntilFailure(t *testing.T) {
+	tests := []struct {
+		name  string
+		steps []string // "name!" fails
+		ran   []string
+		fails string
+	}{
+		{name: "all undone, last first", steps: []string{"slots", "devices", "domain"}, ran: []string{"domain", "devices", "slots"}},
+		{name: "a failure stops the rest", steps: []string{"slots", "devices!", "domain"}, ran: []string{"domain", "devices!"}, fails: "devices!"},
+		{name: "the last step fails first", steps: []string{"slots", "domain!"}, ran: []string{"domain!"}, fails: "domain!"},
+		{name: "nothing to undo", steps: nil},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var r Reverter
+			var ran []string
+			for _, s := range tc.steps {
+				r.Add(func() error {
+					ran = append(ran, s)
+					if s[len(s)-1] == '!' {
+						return errors.New(s)
+					}
+					return nil
+				})
+			}
+			err := r.RevertUntilFailure()
+			if !slices.Equal(ran, tc.ran) {
+				t.Errorf("ran %q, want %q", ran, tc.ran)
+			}
+			if got := fmt.Sprint(err); (tc.fails == "" && err != nil) || (tc.fails != "" && got != tc.fails) {
+				t.Errorf("err %v, want the error of %q", err, tc.fails)
+			}
+			ran = nil
+			if err := r.RevertUntilFailure(); err != nil || len(ran) != 0 {
+				t.Errorf("second run ran %q, err %v: the steps are dropped", ran, err)
+			}
+		})
+	}
+}
