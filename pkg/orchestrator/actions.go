@@ -69,7 +69,7 @@ func HookPoints() []string {
 }
 
 // PhaseStartAt is the phase of a VM queued until its start time.
-const PhaseStartAt = "waiting for its start time"
+const PhaseStartAt = api.PhaseStartAt
 
 // StartAtReason is the state reason of a VM queued until t.
 func StartAtReason(t time.Time) string { return "starts at " + t.UTC().Format(time.RFC3339) }
@@ -167,7 +167,7 @@ func (lc *lifecycle) runStop(ctx context.Context, vm *store.VM, op *store.Operat
 		lc.finishAction(ctx, vm, op, nil) // an interrupted stop that got this far
 		return nil
 	case store.VMRunning:
-		next, err := lc.st.UpdateVMState(ctx, vm.ID, vm.Version, store.VMUpdate{State: store.VMStopping, Phase: "shutting down"})
+		next, err := lc.st.UpdateVMState(ctx, vm.ID, vm.Version, store.VMUpdate{State: store.VMStopping, Phase: api.PhaseShuttingDown})
 		if err != nil {
 			return err
 		}
@@ -200,7 +200,7 @@ func (lc *lifecycle) runStop(ctx context.Context, vm *store.VM, op *store.Operat
 		}
 		if info.Active() {
 			cause := fmt.Errorf("shut down the domain: %w", err)
-			if _, uerr := lc.setState(ctx, vm.ID, store.VMUpdate{State: store.VMRunning, Phase: "ready", StateReason: "stop failed: " + cause.Error()}); uerr != nil {
+			if _, uerr := lc.setState(ctx, vm.ID, store.VMUpdate{State: store.VMRunning, Phase: api.PhaseReady, StateReason: "stop failed: " + cause.Error()}); uerr != nil {
 				return uerr
 			}
 			lc.finishAction(ctx, vm, op, cause)
@@ -355,14 +355,14 @@ func (lc *lifecycle) runStart(ctx context.Context, vm *store.VM, op *store.Opera
 			lc.finishAction(ctx, vm, op, err)
 			return nil
 		}
-		if vm.Phase != "starting" {
+		if vm.Phase != api.PhaseStarting {
 			// It counts against its owner's quotas again (a stopped VM does
 			// not): one its other VMs fill refuses the start.
 			if err := lc.quota.startQuota(ctx, vm); err != nil {
 				lc.finishAction(ctx, vm, op, err)
 				return nil
 			}
-			next, err := lc.st.UpdateVMState(ctx, vm.ID, vm.Version, store.VMUpdate{State: store.VMStopped, Phase: "starting"})
+			next, err := lc.st.UpdateVMState(ctx, vm.ID, vm.Version, store.VMUpdate{State: store.VMStopped, Phase: api.PhaseStarting})
 			if err != nil {
 				return err
 			}

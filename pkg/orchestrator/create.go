@@ -11,6 +11,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/gpuvm/gpuvm/pkg/api"
 	"github.com/gpuvm/gpuvm/pkg/backend"
 	"github.com/gpuvm/gpuvm/pkg/gpu"
 	"github.com/gpuvm/gpuvm/pkg/hypervisor"
@@ -48,7 +49,7 @@ func (lc *lifecycle) runCreate(ctx context.Context, vm *store.VM, op *store.Oper
 		if err := lc.hook(vm.ID, HookDeviceRecorded); err != nil {
 			return err
 		}
-		next, err := lc.st.UpdateVMState(ctx, vm.ID, vm.Version, store.VMUpdate{State: store.VMCreating, Phase: "preparing disk"})
+		next, err := lc.st.UpdateVMState(ctx, vm.ID, vm.Version, store.VMUpdate{State: store.VMCreating, Phase: api.PhasePreparingDisk})
 		if err != nil {
 			return err
 		}

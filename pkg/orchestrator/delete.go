@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/gpuvm/gpuvm/pkg/api"
 	"github.com/gpuvm/gpuvm/pkg/hypervisor"
 	"github.com/gpuvm/gpuvm/pkg/store"
 )
@@ -26,7 +27,7 @@ func (lc *lifecycle) runDelete(ctx context.Context, vm *store.VM, op, create *st
 		return lc.st.FinishOperation(ctx, op.ID, nil)
 	}
 	if vm.State != store.VMDeleting {
-		next, err := lc.st.UpdateVMState(ctx, vm.ID, vm.Version, store.VMUpdate{State: store.VMDeleting, Phase: "removing domain"})
+		next, err := lc.st.UpdateVMState(ctx, vm.ID, vm.Version, store.VMUpdate{State: store.VMDeleting, Phase: api.PhaseRemovingDomain})
 		if err != nil {
 			return err
 		}

@@ -461,7 +461,7 @@ func (o *Orchestrator) ApplyRules(ctx context.Context) (RulesReport, error) {
 }
 
 // Admit says whether a request may be queued (dispatcher.Admit).
-func (o *Orchestrator) Admit(ctx context.Context, user string, groups []string, profileName string, hours int) (why string, refuse bool, err error) {
+func (o *Orchestrator) Admit(ctx context.Context, user string, groups []string, profileName string, hours int) (scheduler.Admission, error) {
 	return o.disp.Admit(ctx, user, groups, profileName, hours)
 }
 

@@ -30,7 +30,7 @@ import (
 // waiting gets its place in the queue and the scheduler's reason.
 
 // PhaseQueued is the phase of a VM that waits for a GPU.
-const PhaseQueued = "waiting for a GPU"
+const PhaseQueued = api.PhaseQueued
 
 // usageLookback is how far back ended usage counts: budgets look back a
 // calendar month at most (a week may start in the month before), and
@@ -142,17 +142,17 @@ func (dp *dispatcher) schedule(ctx context.Context, qs []queued) []queued {
 			// What this host's GPUs can never give may still come (a backend
 			// that did not answer, a GPU put in another mode): it waits,
 			// saying why, without a place in the queue.
-			entries[r.ID] = store.QueueEntry{Reason: reasonText(r.Reason), Phase: PhaseQueued}
+			entries[r.ID] = store.QueueEntry{Reason: r.Reason.Text(), Phase: PhaseQueued}
 			continue
 		}
-		if err := dp.life.refuse(ctx, q, fmt.Errorf("refused by the sharing policy: %s", reasonText(r.Reason))); err != nil {
+		if err := dp.life.refuse(ctx, q, fmt.Errorf("refused by the sharing policy: %s", r.Reason.Text())); err != nil {
 			dp.log.Warn("VM refused", "vm", q.vm.ID, "err", err)
 		}
 	}
 	var drainedExplainer *scheduler.Inventory
 	for _, id := range d.Order {
 		w := d.Waiting[id]
-		why := reasonText(w.Reason)
+		why := w.Reason.Text()
 		if w.Reason.Code == scheduler.CodeDraining {
 			if drainedExplainer == nil {
 				drainedExplainer = undrained(st, d.Start)
@@ -211,16 +211,16 @@ func (dp *dispatcher) startWithoutGPU(ctx context.Context, cfg *config.Config, q
 			r := requestOf(cfg, q.vm, plain.groups[q.vm.Owner])
 			if why, refuse := plain.engine.AdmitWithoutGPU(plain.now, plain.running, &r); !why.OK() {
 				if refuse {
-					if err := dp.life.refuse(ctx, q, fmt.Errorf("refused by the sharing policy: %s", reasonText(why))); err != nil {
+					if err := dp.life.refuse(ctx, q, fmt.Errorf("refused by the sharing policy: %s", why.Text())); err != nil {
 						dp.log.Warn("VM refused", "vm", q.vm.ID, "err", err)
 					}
 					continue
 				}
-				entries[q.vm.ID] = store.QueueEntry{Reason: reasonText(why), Phase: PhaseQueued}
+				entries[q.vm.ID] = store.QueueEntry{Reason: why.Text(), Phase: PhaseQueued}
 				continue
 			}
 			host := dp.settings().Host
-			next, err := dp.st.UpdateVMState(ctx, q.vm.ID, q.vm.Version, store.VMUpdate{State: store.VMCreating, Phase: "preparing disk", Host: &host})
+			next, err := dp.st.UpdateVMState(ctx, q.vm.ID, q.vm.Version, store.VMUpdate{State: store.VMCreating, Phase: api.PhasePreparingDisk, Host: &host})
 			if err == nil {
 				err = dp.st.SetOperationStep(ctx, q.op.ID, StepAllocate)
 			}
@@ -294,7 +294,7 @@ func (dp *dispatcher) claim(ctx context.Context, q queued, s scheduler.Start, st
 			return err
 		}
 		var err error
-		next, err = tx.UpdateVMState(ctx, q.vm.ID, q.vm.Version, store.VMUpdate{State: store.VMAllocating, Phase: "allocating GPU", Host: &host})
+		next, err = tx.UpdateVMState(ctx, q.vm.ID, q.vm.Version, store.VMUpdate{State: store.VMAllocating, Phase: api.PhaseAllocating, Host: &host})
 		if err != nil {
 			return err
 		}
@@ -622,51 +622,40 @@ func modelOf(model string) gpu.Model {
 	return m
 }
 
-// reasonText is a waiting or refused request's reason for people.
-func reasonText(r scheduler.Reason) string {
-	switch {
-	case r.Detail == "":
-		return string(r.Code)
-	case r.Code == scheduler.CodeQuota:
-		return "quota: " + r.Detail
-	}
-	return r.Detail
-}
-
 // Admit applies the sharing policy to a VM a user asks for, before it is
-// queued: refuse is true when a rule means it can never start (over a
-// quota on its own, a lease no budget or window allows), and why names the
-// rule; otherwise why says what keeps it from starting now ("" if nothing
-// in the rules does), and the VM is queued. A VM of a profile without a
+// queued: Refuse is true when a rule means it can never start (over a
+// quota on its own, a lease no budget or window allows), and the Reason
+// names the rule; otherwise the Reason says what keeps it from starting now
+// (none if nothing in the rules does), and the VM is queued. A VM of a profile without a
 // GPU counts against the quotas as one VM (it takes CPU, memory and disk),
 // and the GPU rules (slices, GPUs, GPU memory and hours, windows) do not
 // apply to it.
-func (dp *dispatcher) Admit(ctx context.Context, user string, groups []string, profileName string, hours int) (why string, refuse bool, err error) {
+func (dp *dispatcher) Admit(ctx context.Context, user string, groups []string, profileName string, hours int) (scheduler.Admission, error) {
 	cfg := dp.settings().Config
 	p := cfg.Profiles[profileName]
 	if p == nil {
-		return fmt.Sprintf("no profile is named %q", profileName), true, nil
+		return scheduler.Admission{Reason: scheduler.Reason{Code: scheduler.CodeInvalid, Detail: fmt.Sprintf("no profile is named %q", profileName)}, Refuse: true}, nil
 	}
 	now := dp.st.Now()
 	st, err := dp.quotaState(ctx, cfg, now)
 	if err != nil {
-		return "", false, fmt.Errorf("admission: %w", err)
+		return scheduler.Admission{}, fmt.Errorf("admission: %w", err)
 	}
 	group := ""
 	if len(groups) > 0 {
 		group = groups[0]
 	}
 	r := requestOf(cfg, &store.VM{ID: "admission", Owner: user, Group: group, Profile: profileName, Hours: hours, CreatedAt: now}, groups)
-	var reason scheduler.Reason
+	var a scheduler.Admission
 	if p.GPU == nil {
-		reason, refuse = st.engine.AdmitWithoutGPU(now, st.running, &r)
+		a.Reason, a.Refuse = st.engine.AdmitWithoutGPU(now, st.running, &r)
 	} else {
-		reason, refuse = st.engine.Begin(now, st.running).Admit(&r)
+		a.Reason, a.Refuse = st.engine.Begin(now, st.running).Admit(&r)
 	}
-	if reason.OK() {
-		return "", false, nil
+	if a.Reason.OK() {
+		return scheduler.Admission{}, nil
 	}
-	return reasonText(reason), refuse, nil
+	return a, nil
 }
 
 // quotaState reads what the quotas count, without the GPUs: the rules, the
@@ -744,7 +733,7 @@ func (dp *dispatcher) startQuota(ctx context.Context, vm *store.VM) error {
 	}
 	r := requestOf(cfg, vm, st.groups[vm.Owner])
 	if why, _ := st.engine.AdmitWithoutGPU(st.now, st.running, &r); !why.OK() {
-		return fmt.Errorf("refused by the sharing policy: %s", reasonText(why))
+		return fmt.Errorf("refused by the sharing policy: %s", why.Text())
 	}
 	return nil
 }
