@@ -176,7 +176,7 @@ func (lc *lifecycle) vmRequest(ctx context.Context, vm *store.VM) (hypervisor.VM
 		return hypervisor.VMRequest{}, err
 	}
 	in := domain.Instance{
-		Name: lc.names.of(vm.ID), UUID: vm.ID, Installation: set.Installation, VMID: vm.ID, Owner: vm.Owner, DomainType: set.DomainType,
+		Name: lc.names.of(vm.ID), UUID: vm.ID, Installation: lc.installation, VMID: vm.ID, Owner: vm.Owner, DomainType: set.DomainType,
 		GraphicsListen: set.Libvirt.GraphicsListen, Password: vm.DisplayPassword,
 	}
 	for _, a := range allocs {

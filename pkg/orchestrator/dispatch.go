@@ -20,6 +20,7 @@ import (
 // placer.go, drain.go); it also admits requests (Admit) and tells a stopped
 // VM without a GPU whether a quota lets it start.
 type dispatcher struct {
+	host     string // this server (Config.Host)
 	st       dispatchStore
 	log      *slog.Logger
 	life     *lifecycle
@@ -59,7 +60,6 @@ type dispatchStore interface {
 
 // dispatchSettings are the dispatcher's settings, read at each round.
 type dispatchSettings struct {
-	Host      string
 	Scheduler scheduler.Options
 	// Config is the configuration in force: profiles, policy, host
 	// settings.
@@ -199,7 +199,7 @@ func (dp *dispatcher) dispatch(ctx context.Context, inline bool) {
 		return
 	}
 	for _, q := range dp.schedule(ctx, queue) {
-		if q.vm.Host != dp.settings().Host {
+		if q.vm.Host != dp.host {
 			dp.fleet.wakeNode(q.vm.Host) // placed on another node of the fleet: it makes the VM
 			continue
 		}

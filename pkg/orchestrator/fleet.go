@@ -55,13 +55,13 @@ func (fl *fleetDuties) owns(vm *store.VM) bool {
 	if vm.State == store.VMQueued || vm.Host == "" {
 		return fl.fleet.IsLeader()
 	}
-	return vm.Host == fl.settings().Host
+	return vm.Host == fl.host
 }
 
 // wakeNode wakes another node of the fleet ("" the leader); nothing on a
 // single server.
 func (fl *fleetDuties) wakeNode(node string) {
-	if fl.fleet != nil && node != fl.settings().Host {
+	if fl.fleet != nil && node != fl.host {
 		fl.fleet.Notify(node)
 	}
 }
@@ -137,7 +137,7 @@ func (fl *fleetDuties) placementHosts(ctx context.Context, cfg *config.Config, k
 	out := []placeHost{{self, devices}}
 	var foreign []string // VM IDs of the other nodes' devices
 	for _, h := range rows {
-		if h.Name == fl.settings().Host {
+		if h.Name == fl.host {
 			out[0].spec.Draining = h.State == store.HostDraining
 			continue
 		}

@@ -17,6 +17,7 @@ import (
 // again the VMs of nodes that went down. With no fleet it is one server
 // that always leads.
 type fleetDuties struct {
+	host     string // this node (Config.Host)
 	st       fleetStore
 	log      *slog.Logger
 	fleet    Fleet // nil: one server
@@ -41,7 +42,6 @@ type fleetStore interface {
 
 // fleetSettings are the fleet duties' settings.
 type fleetSettings struct {
-	Host string
 	// HostTimeout: Config's (0: config.DefaultHeartbeatTimeout).
 	HostTimeout time.Duration
 }

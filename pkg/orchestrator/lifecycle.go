@@ -18,10 +18,13 @@ import (
 // guests (boot.go). The dispatcher decides what runs when; lifecycle does
 // it.
 type lifecycle struct {
-	st       lifecycleStore
-	log      *slog.Logger
-	hv       Hypervisor
-	backends backendSet
+	// host and installation name this server and the gpuvm installation
+	// in every domain made (Config.Host, Config.Installation).
+	host, installation string
+	st                 lifecycleStore
+	log                *slog.Logger
+	hv                 Hypervisor
+	backends           backendSet
 	// guests is where a started VM's guest is seen to be up; nil: guests
 	// are not watched, and a VM is ready as soon as its domain runs.
 	guests Guests
@@ -57,7 +60,6 @@ type lifecycleStore interface {
 // lifecycleSettings are the lifecycle's settings, read for each operation
 // (Config, and the configuration in force).
 type lifecycleSettings struct {
-	Host, Installation  string
 	DomainType          domain.Type
 	DetachSimulatedGPUs bool
 	ShutdownTimeout     time.Duration

@@ -231,37 +231,47 @@ func New(cfg Config, opts ...Option) *Orchestrator {
 		roundMu  = &sync.Mutex{}
 		bookings = &bookingState{}
 	)
-	o.fleet = &fleetDuties{st: set.Store, log: o.log, fleet: set.Fleet, backends: backends, wake: o.wake.Wake,
-		spec: o.hostSpec, settings: func() fleetSettings { return fleetSettings{Host: set.Host, HostTimeout: set.HostTimeout} }}
-	o.life = &lifecycle{st: set.Store, log: o.log, hv: set.Hypervisor, backends: backends, guests: set.Guests,
+	o.fleet = &fleetDuties{host: set.Host, st: set.Store, log: o.log, fleet: set.Fleet, backends: backends, wake: o.wake.Wake,
+		spec: o.hostSpec, settings: func() fleetSettings { return fleetSettings{HostTimeout: set.HostTimeout} }}
+	o.life = &lifecycle{host: set.Host, installation: set.Installation, st: set.Store, log: o.log, hv: set.Hypervisor, backends: backends, guests: set.Guests,
 		names: names, testHook: opt.hook, wake: o.wake.Wake, fleet: o.fleet,
 		settings: func() lifecycleSettings {
 			c := live()
-			return lifecycleSettings{Host: set.Host, Installation: set.Installation, DomainType: set.DomainType,
+			return lifecycleSettings{DomainType: set.DomainType,
 				DetachSimulatedGPUs: set.DetachSimulatedGPUs, ShutdownTimeout: set.ShutdownTimeout,
 				BootTimeout: set.BootTimeout, BootCheck: set.BootCheck, Rescan: set.ReconcileEvery, InFleet: set.Fleet != nil,
 				Profiles: c.Profiles, Images: c.Images, Libvirt: c.Server.Libvirt, Location: c.Policy.Location}
 		}}
-	o.disp = &dispatcher{st: set.Store, log: o.log, life: o.life, fleet: o.fleet, notifier: set.Notifier,
+	o.disp = &dispatcher{host: set.Host, st: set.Store, log: o.log, life: o.life, fleet: o.fleet, notifier: set.Notifier,
 		busy: busy, roundMu: roundMu, bookings: bookings, sem: make(chan struct{}, set.Workers), wake: o.wake.Wake,
 		settings: func() dispatchSettings {
-			return dispatchSettings{Host: set.Host, Scheduler: set.Scheduler, Config: live()}
+			return dispatchSettings{Scheduler: set.Scheduler, Config: live()}
 		}}
 	o.life.quota = o.disp
 	o.rules = &rulesLoop{st: set.Store, log: o.log, backends: backends, idle: set.Idle, notifier: set.Notifier, leader: set.Leader,
 		placement: o.disp, bookings: bookings, wake: o.wake.Wake,
 		settings: func() rulesSettings { return rulesSettings{Notice: set.Scheduler.Notice, Config: live()} }}
-	o.rec = &reconciler{st: set.Store, log: o.log, hv: set.Hypervisor, backends: backends, life: o.life,
+	o.rec = &reconciler{host: set.Host, installation: set.Installation, st: set.Store, log: o.log, hv: set.Hypervisor, backends: backends, life: o.life,
 		names: names, busy: busy, roundMu: roundMu,
 		orphans: orphanState{volumes: volumeNames(set.DomainPrefix)},
 		settings: func() reconcileSettings {
 			c := live()
-			return reconcileSettings{Host: set.Host, Installation: set.Installation, DomainPrefix: set.DomainPrefix,
+			return reconcileSettings{DomainPrefix: set.DomainPrefix,
 				ShutdownTimeout: set.ShutdownTimeout, InFleet: set.Fleet != nil,
 				Profiles: c.Profiles, StoragePool: c.Server.Libvirt.StoragePool}
 		}}
 	return o
 }
+
+// The database (*store.Store) is every job's store; each job names the
+// methods it uses beside it.
+var (
+	_ lifecycleStore = (*store.Store)(nil)
+	_ dispatchStore  = (*store.Store)(nil)
+	_ rulesStore     = (*store.Store)(nil)
+	_ reconcileStore = (*store.Store)(nil)
+	_ fleetStore     = (*store.Store)(nil)
+)
 
 // withDefaults fills in what cfg leaves out, and stands a do-nothing
 // implementation in for each optional dependency whose absence means

@@ -180,7 +180,7 @@ func (r *records) has(ctx context.Context, vmID string) (bool, error) {
 // whyOrphan says why something made for vmID by installation inst is not
 // this installation's to remove; "" when it is.
 func (rc *reconciler) whyOrphan(ctx context.Context, r *records, inst, vmID string) (string, error) {
-	if inst != "" && inst != rc.settings().Installation {
+	if inst != "" && inst != rc.installation {
 		return fmt.Sprintf("made by another gpuvm installation (%s)", inst), nil
 	}
 	ok, err := r.has(ctx, vmID)
@@ -242,19 +242,19 @@ func (rc *reconciler) publishOrphans(ctx context.Context, found []orphan) error 
 		rc.log.Warn("found an orphan: left as it is until an admin deletes or adopts it (gpuvm admin orphans)",
 			"orphan", n.ID, "kind", n.Kind, "name", n.Name, "vm", n.VMID, "installation", n.Installation, "reason", n.Reason)
 	}
-	subject := "host/" + rc.settings().Host
+	subject := "host/" + rc.host
 	if len(found) > 0 {
 		counts := rc.OrphanCounts()
 		summary := fmt.Sprintf("%d things on %s look like gpuvm's but are not this installation's to remove (%d domains, %d volumes, %d devices): see gpuvm admin orphans",
-			len(found), rc.settings().Host, counts[api.OrphanDomain], counts[api.OrphanVolume], counts[api.OrphanDevice])
-		_, err := rc.st.FireAlert(ctx, &store.Alert{Rule: OrphanAlertRule, Subject: subject, Host: rc.settings().Host, Metric: "gpuvm_orphans",
+			len(found), rc.host, counts[api.OrphanDomain], counts[api.OrphanVolume], counts[api.OrphanDevice])
+		_, err := rc.st.FireAlert(ctx, &store.Alert{Rule: OrphanAlertRule, Subject: subject, Host: rc.host, Metric: "gpuvm_orphans",
 			Value: float64(len(found)), Summary: summary, StartedAt: now})
 		if err != nil {
 			return fmt.Errorf("fire the orphans alert: %w", err)
 		}
 		return nil
 	}
-	if _, err := rc.st.ResolveAlert(ctx, OrphanAlertRule, subject, 0, "no orphans on "+rc.settings().Host, now); err != nil && !errors.Is(err, store.ErrNotFound) {
+	if _, err := rc.st.ResolveAlert(ctx, OrphanAlertRule, subject, 0, "no orphans on "+rc.host, now); err != nil && !errors.Is(err, store.ErrNotFound) {
 		return fmt.Errorf("resolve the orphans alert: %w", err)
 	}
 	return nil
@@ -360,7 +360,7 @@ func (rc *reconciler) AdoptOrphan(ctx context.Context, id string, req api.AdoptR
 	if err != nil {
 		return nil, fmt.Errorf("adopt orphan %s: %w", it.ID, err)
 	}
-	vm := &store.VM{ID: it.VMID, Name: name, Owner: owner.Name, Profile: p.Name, Host: rc.settings().Host,
+	vm := &store.VM{ID: it.VMID, Name: name, Owner: owner.Name, Profile: p.Name, Host: rc.host,
 		Spec: `{"hours":` + fmt.Sprint(int(p.Lease.Default/time.Hour)) + `}`, Hours: int(p.Lease.Default / time.Hour),
 		StateReason: "adopted by " + by + " from an orphaned domain"}
 	if len(owner.Groups) > 0 {
@@ -383,7 +383,7 @@ func (rc *reconciler) AdoptOrphan(ctx context.Context, id string, req api.AdoptR
 	rc.log.Warn("adopted an orphaned domain", "orphan", it.ID, "domain", it.Name, "vm", vm.ID, "name", vm.Name, "owner", vm.Owner, "devices", len(devices), "by", by)
 	rc.orphans.drop(it.ID)
 	for _, d := range devices {
-		rc.orphans.drop(orphanID(api.OrphanDevice, rc.settings().Host, d.Claim.Backend+"/"+d.DeviceID))
+		rc.orphans.drop(orphanID(api.OrphanDevice, rc.host, d.Claim.Backend+"/"+d.DeviceID))
 	}
 	return vm, nil
 }
@@ -395,7 +395,7 @@ func (rc *reconciler) adoptedDevices(ctx context.Context, vmID string) ([]store.
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
-	held, err := rc.st.ListLiveAllocations(ctx, rc.settings().Host)
+	held, err := rc.st.ListLiveAllocations(ctx, rc.host)
 	if err != nil {
 		return nil, err
 	}
@@ -407,10 +407,10 @@ func (rc *reconciler) adoptedDevices(ctx context.Context, vmID string) ([]store.
 	for _, name := range slices.Sorted(maps.Keys(invs)) {
 		inv := invs[name]
 		for _, d := range inv.Devices {
-			if !d.Managed || d.VMUUID != vmID || (d.Installation != "" && d.Installation != rc.settings().Installation) {
+			if !d.Managed || d.VMUUID != vmID || (d.Installation != "" && d.Installation != rc.installation) {
 				continue
 			}
-			c := store.SlotClaim{Host: rc.settings().Host, GPUAddress: d.GPU, Backend: name, Kind: d.Kind, Profile: cmp.Or(d.Profile, d.Type)}
+			c := store.SlotClaim{Host: rc.host, GPUAddress: d.GPU, Backend: name, Kind: d.Kind, Profile: cmp.Or(d.Profile, d.Type)}
 			switch d.Kind {
 			case gpu.KindMIG:
 				c.PlacementStart = d.Placement

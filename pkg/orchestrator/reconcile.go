@@ -24,10 +24,13 @@ import (
 // provably this installation's (orphans.go), and follows libvirt's domain
 // events. It leaves alone the VMs a worker is on.
 type reconciler struct {
-	st       reconcileStore
-	log      *slog.Logger
-	hv       Hypervisor
-	backends backendSet
+	// host and installation name this server and the gpuvm installation
+	// (Config.Host, Config.Installation).
+	host, installation string
+	st                 reconcileStore
+	log                *slog.Logger
+	hv                 Hypervisor
+	backends           backendSet
 	// life gives a vanished VM's GPU back.
 	life interface {
 		vanish(ctx context.Context, vm store.VM) error
@@ -56,8 +59,8 @@ type reconcileStore interface {
 
 // reconcileSettings are the reconciler's settings, read at each reconcile.
 type reconcileSettings struct {
-	Host, Installation, DomainPrefix string
-	ShutdownTimeout                  time.Duration
+	DomainPrefix    string
+	ShutdownTimeout time.Duration
 	// InFleet: this orchestrator is one node of a fleet (Config.Fleet).
 	InFleet bool
 	// Of the configuration in force:
@@ -126,7 +129,7 @@ var liveStates = []string{store.VMAllocating, store.VMCreating, store.VMRunning,
 // failed, giving their GPU back (lifecycle.vanish), and returns them; errs
 // are the VMs it could not judge or mark, err a failure to list them.
 func (rc *reconciler) vanished(ctx context.Context) (ids []string, errs []error, err error) {
-	running, err := listVMs(ctx, rc.st, store.VMFilter{States: []string{store.VMRunning}, Host: rc.settings().Host})
+	running, err := listVMs(ctx, rc.st, store.VMFilter{States: []string{store.VMRunning}, Host: rc.host})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -200,7 +203,7 @@ func (rc *reconciler) reconcileHost(ctx context.Context) (Report, error) {
 			if vm.LeaseEnd != nil {
 				keepDomain[vm.ID] = true
 			}
-		case slices.Contains(liveStates, vm.State) && (!rc.settings().InFleet || vm.Host == rc.settings().Host):
+		case slices.Contains(liveStates, vm.State) && (!rc.settings().InFleet || vm.Host == rc.host):
 			live[vm.ID] = true
 		}
 	}
@@ -209,7 +212,7 @@ func (rc *reconciler) reconcileHost(ctx context.Context) (Report, error) {
 	}
 	// The devices the live allocations here recorded, and the VMs with an
 	// allocation still waiting for its device.
-	held, err := rc.st.ListLiveAllocations(ctx, rc.settings().Host)
+	held, err := rc.st.ListLiveAllocations(ctx, rc.host)
 	if err != nil {
 		return rep, errors.Join(append(errs, err)...)
 	}
@@ -294,22 +297,22 @@ func (rc *reconciler) reconcileHost(ctx context.Context) (Report, error) {
 
 func (rc *reconciler) deviceOrphan(backendName string, d backend.Device, why string) orphan {
 	name := backendName + "/" + d.ID
-	return orphan{Orphan: api.Orphan{ID: orphanID(api.OrphanDevice, rc.settings().Host, name), Kind: api.OrphanDevice, Name: name, Host: rc.settings().Host,
+	return orphan{Orphan: api.Orphan{ID: orphanID(api.OrphanDevice, rc.host, name), Kind: api.OrphanDevice, Name: name, Host: rc.host,
 		GPU: d.GPU, VMID: d.VMUUID, Profile: cmp.Or(d.Profile, d.Type), Installation: d.Installation, Reason: why},
 		backend: backendName, deviceID: d.ID, device: d}
 }
 
 func (rc *reconciler) domainOrphan(d hypervisor.Info, why string) orphan {
 	m := d.Metadata
-	mine := m.Installation == "" || m.Installation == rc.settings().Installation
-	return orphan{Orphan: api.Orphan{ID: orphanID(api.OrphanDomain, rc.settings().Host, d.UUID), Kind: api.OrphanDomain, Name: d.Name, Host: rc.settings().Host,
+	mine := m.Installation == "" || m.Installation == rc.installation
+	return orphan{Orphan: api.Orphan{ID: orphanID(api.OrphanDomain, rc.host, d.UUID), Kind: api.OrphanDomain, Name: d.Name, Host: rc.host,
 		UUID: d.UUID, VMID: m.VMID, Owner: m.Owner, Profile: m.Profile, Installation: m.Installation, Reason: why,
 		Adoptable: mine && m.VMID != "" && strings.EqualFold(m.VMID, d.UUID)}}
 }
 
 func (rc *reconciler) volumeOrphan(pool, name string) orphan {
 	full := pool + "/" + name
-	return orphan{Orphan: api.Orphan{ID: orphanID(api.OrphanVolume, rc.settings().Host, full), Kind: api.OrphanVolume, Name: full, Host: rc.settings().Host,
+	return orphan{Orphan: api.Orphan{ID: orphanID(api.OrphanVolume, rc.host, full), Kind: api.OrphanVolume, Name: full, Host: rc.host,
 		Reason: "no VM of this installation and no domain refers to it"}, pool: pool, volume: name}
 }
 
@@ -375,7 +378,7 @@ func (rc *reconciler) domainUndefined(ctx context.Context, ev hypervisor.Event) 
 	if err != nil {
 		return err
 	}
-	if vm.State != store.VMRunning || vm.Host != rc.settings().Host || rc.busy.is(id) {
+	if vm.State != store.VMRunning || vm.Host != rc.host || rc.busy.is(id) {
 		return nil
 	}
 	// The event may be stale (the domain defined again since): look.

@@ -219,7 +219,7 @@ func (dp *dispatcher) startWithoutGPU(ctx context.Context, cfg *config.Config, q
 				entries[q.vm.ID] = store.QueueEntry{Reason: why.Text(), Phase: PhaseQueued}
 				continue
 			}
-			host := dp.settings().Host
+			host := dp.host
 			next, err := dp.st.UpdateVMState(ctx, q.vm.ID, q.vm.Version, store.VMUpdate{State: store.VMCreating, Phase: api.PhasePreparingDisk, Host: &host})
 			if err == nil {
 				err = dp.st.SetOperationStep(ctx, q.op.ID, StepAllocate)
@@ -359,7 +359,7 @@ func (dp *dispatcher) placementState(ctx context.Context, cfg *config.Config, no
 		dp.log.Warn("inventory: a GPU holds what gpuvm cannot account for; nothing is placed on it", "err", p)
 	}
 	if inv == nil {
-		return nil, fmt.Errorf("build the inventory of %s: %w", dp.settings().Host, errors.Join(problems...))
+		return nil, fmt.Errorf("build the inventory of %s: %w", dp.host, errors.Join(problems...))
 	}
 	st.inv = inv
 	if err := dp.policyState(ctx, st, live, vms); err != nil {
