@@ -49,7 +49,7 @@ func writeHostDrain(w io.Writer, st *api.HostDrainState, out outputOpts) error {
 	if _, err := fmt.Fprintln(w, st.Message); err != nil {
 		return err
 	}
-	if len(st.VMs) > 0 && st.State == "draining" {
+	if len(st.VMs) > 0 && st.State == api.HostDraining {
 		_, err := fmt.Fprintf(w, "VMs on %s: %s\n", st.Host, strings.Join(st.VMs, ", "))
 		return err
 	}

@@ -541,7 +541,7 @@ func runList(ctx context.Context, c *client.Client, cmd *cobra.Command, l listOp
 		if vm.QueuePosition > 0 {
 			state += fmt.Sprintf(" #%d", vm.QueuePosition)
 		}
-		if vm.HostState == "down" { // its node of the fleet stopped answering
+		if vm.HostState == api.HostDown { // its node of the fleet stopped answering
 			state += " host-down"
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", vm.Name, state, vm.Profile, describeVMGPUs(vm.GPUs),
@@ -594,7 +594,7 @@ func printVM(w io.Writer, vm api.VM, now time.Time) error {
 	if vm.Phase != "" {
 		state += " (" + vm.Phase + ")"
 	}
-	if vm.HostState == "down" {
+	if vm.HostState == api.HostDown {
 		state += ", host-down: node " + vm.Host + " stopped answering; the VM is kept as it is until it returns"
 	}
 	fmt.Fprintf(tw, "  State:\t%s\n", state)

@@ -276,8 +276,8 @@ func newOrchestrator(ctx context.Context, o options, st *store.Store, l *loader.
 	orch := orchestrator.New(orchestrator.Config{Store: st, Backends: l, Hypervisor: hv, Profiles: profiles, Log: log, DetachSimulatedGPUs: detach,
 		Guests: guests, BootTimeout: o.bootTimeout, Installation: installation,
 		Idle: idle, Notifier: notices,
-		DomainPrefix: o.test.domainPrefix, Hook: o.test.hook(ctx, log),
-		Host: nd.name, Fleet: nd.orchestratorFleet(), Leader: nd.leader(), HostTimeout: nd.timeout})
+		DomainPrefix: o.test.domainPrefix, Host: nd.name, Fleet: nd.orchestratorFleet(), Leader: nd.leader(), HostTimeout: nd.timeout},
+		orchestrator.WithHook(o.test.hook(ctx, log)))
 	nd.start(ctx, orch)
 	return orch
 }

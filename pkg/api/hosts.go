@@ -2,6 +2,13 @@ package api
 
 import "time"
 
+// States of a host (Host.State, HostDrainState.State, VM.HostState).
+const (
+	HostUp       = "up"
+	HostDown     = "down"
+	HostDraining = "draining"
+)
+
 // Host is one gpuvmd of the fleet as GET /v1/hosts shows it.
 type Host struct {
 	Name string `json:"name"`

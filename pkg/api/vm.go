@@ -96,6 +96,18 @@ const (
 	PhaseReady   = "ready"
 )
 
+// Phases of a VM in the other states (VM.Phase): what it waits for, or the
+// step under way.
+const (
+	PhaseQueued         = "waiting for a GPU"          // queued: for a GPU to start on
+	PhaseStartAt        = "waiting for its start time" // queued: asked for ahead
+	PhaseAllocating     = "allocating GPU"             // allocating: its devices are made
+	PhasePreparingDisk  = "preparing disk"             // creating: its disk and domain are made
+	PhaseShuttingDown   = "shutting down"              // stopping
+	PhaseStarting       = "starting"                   // stopped: a start is under way
+	PhaseRemovingDomain = "removing domain"            // deleting
+)
+
 // VMAddress is an IP address of a running VM's guest.
 type VMAddress struct {
 	// IP is the address: "192.168.122.5", "2001:db8::5".

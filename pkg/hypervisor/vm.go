@@ -10,6 +10,7 @@ import (
 
 	"github.com/gpuvm/gpuvm/pkg/hypervisor/cloudinit"
 	"github.com/gpuvm/gpuvm/pkg/hypervisor/domain"
+	"github.com/gpuvm/gpuvm/pkg/revert"
 )
 
 // VMRequest is a whole VM: its domain, its disk overlay, its cloud-init seed.
@@ -71,36 +72,34 @@ func (c *Conn) CreateVM(ctx context.Context, req VMRequest) (Info, error) {
 		return Info{}, fail("check name", err)
 	}
 
+	// The rollback undoes what was made, last first (revert): the domain,
+	// then the volumes. Its steps run under rctx, set when it runs.
 	var made []domain.VolumeRef
-	defined := false
+	var rev revert.Reverter
+	rctx := context.WithoutCancel(ctx)
 	maybeDefined := false // Define failed, and whether it happened anyway is unknown
+	defined := func() {
+		rev.AddNamed("domain", func() error { return c.Undefine(rctx, spec.UUID) })
+		rev.Add(func() error { return c.Destroy(rctx, spec.UUID) })
+	}
+	madeVolume := func(v domain.VolumeRef) {
+		made = append(made, v)
+		rev.AddNamed("volume "+v.Name, func() error { return c.DeleteVolume(rctx, v.Pool, v.Name) })
+	}
 	rollback := func(op string, cause error) error {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
+		var cancel context.CancelFunc
+		rctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
 		defer cancel()
-		var errs []error
-		undone, left := []string{}, []string{}
+		res := rev.Unwind()
+		errs, undone, left := res.Errs, res.Undone, []string{}
 		if maybeDefined {
 			left = append(left, "the domain, if libvirt defined it")
 		}
-		if defined {
-			derr := c.Destroy(rctx, spec.UUID)
-			if derr != nil {
-				errs = append(errs, derr)
+		for _, what := range res.Left {
+			if what == "domain" {
+				what = "the domain"
 			}
-			if err := c.Undefine(rctx, spec.UUID); err != nil {
-				errs = append(errs, err)
-				left = append(left, "the domain")
-			} else {
-				undone = append(undone, "domain")
-			}
-		}
-		for _, v := range made {
-			if err := c.DeleteVolume(rctx, v.Pool, v.Name); err != nil {
-				errs = append(errs, err)
-				left = append(left, "volume "+v.Name)
-			} else {
-				undone = append(undone, "volume "+v.Name)
-			}
+			left = append(left, what)
 		}
 		note := "nothing to roll back"
 		if len(undone) > 0 {
@@ -134,7 +133,7 @@ func (c *Conn) CreateVM(ctx context.Context, req VMRequest) (Info, error) {
 		} else if _, err := c.CreateOverlay(ctx, Overlay{Pool: req.Pool, Name: vol, Base: req.BaseImage, BaseFormat: req.BaseFormat, SizeBytes: req.DiskBytes}); err != nil {
 			return Info{}, rollback("create disk overlay", err)
 		}
-		made = append(made, domain.VolumeRef{Pool: req.Pool, Name: vol})
+		madeVolume(domain.VolumeRef{Pool: req.Pool, Name: vol})
 		disks = append(disks, domain.Disk{Pool: req.Pool, Volume: vol, Format: domain.FormatQCOW2})
 	}
 	disks = append(disks, spec.Disks...)
@@ -151,7 +150,7 @@ func (c *Conn) CreateVM(ctx context.Context, req VMRequest) (Info, error) {
 		if _, err := c.UploadVolume(ctx, req.Pool, vol, iso); err != nil {
 			return Info{}, rollback("upload cloud-init seed", err)
 		}
-		made = append(made, domain.VolumeRef{Pool: req.Pool, Name: vol})
+		madeVolume(domain.VolumeRef{Pool: req.Pool, Name: vol})
 		disks = append(disks, domain.Disk{Pool: req.Pool, Volume: vol, CDROM: true})
 	}
 	spec.Disks = disks
@@ -161,13 +160,13 @@ func (c *Conn) CreateVM(ctx context.Context, req VMRequest) (Info, error) {
 		// Define may have happened anyway (a timeout): look before leaving.
 		switch _, lerr := c.Lookup(context.WithoutCancel(ctx), spec.UUID); {
 		case lerr == nil:
-			defined = true
+			defined()
 		case !IsNotFound(lerr):
 			maybeDefined = true
 		}
 		return Info{}, rollback("define", unwrapVM(err))
 	}
-	defined = true
+	defined()
 	if err := c.Start(ctx, spec.UUID); err != nil {
 		err = unwrapVM(err)
 		if len(spec.Hostdevs) > 0 && !IsDisconnected(err) {

@@ -69,7 +69,7 @@ func HookPoints() []string {
 }
 
 // PhaseStartAt is the phase of a VM queued until its start time.
-const PhaseStartAt = "waiting for its start time"
+const PhaseStartAt = api.PhaseStartAt
 
 // StartAtReason is the state reason of a VM queued until t.
 func StartAtReason(t time.Time) string { return "starts at " + t.UTC().Format(time.RFC3339) }
@@ -77,111 +77,44 @@ func StartAtReason(t time.Time) string { return "starts at " + t.UTC().Format(ti
 // errDeleting ends the actions of a VM that is being deleted.
 var errDeleting = errors.New("cancelled: the VM is being deleted")
 
-// waitingToStart keeps a queued VM whose start time has not come out of
-// placement, saying so in its reason, and reports whether it did.
-func (o *Orchestrator) waitingToStart(ctx context.Context, vm *store.VM) bool {
-	if vm.StartAt == nil || !o.st.Now().Before(*vm.StartAt) {
-		return false
-	}
-	reason := StartAtReason(*vm.StartAt)
-	if vm.StateReason != reason || vm.Phase != PhaseStartAt {
-		_, err := o.st.UpdateVMState(ctx, vm.ID, vm.Version, store.VMUpdate{State: store.VMQueued, Phase: PhaseStartAt, StateReason: reason})
-		if err != nil && !errors.Is(err, store.ErrConflict) {
-			o.log.Error("record the start time of a queued VM", "vm", vm.ID, "err", err)
-		}
-	}
-	return true
-}
-
-// dispatchActions handles the start, stop and reboot operations of a VM:
-// a delete cancels them (and goes on), an unfinished create makes them
-// wait, else the oldest runs. A start that needs a GPU queues the VM here,
-// in the round (queueStart, which updates vm in place), and leaves it to
-// the round's scheduling like a queued create (dispatch, waitingStart). It
-// reports whether it took the VM this round.
-func (o *Orchestrator) dispatchActions(ctx context.Context, inline bool, vm *store.VM, w *work) bool {
-	if len(w.others) == 0 {
-		return false
-	}
-	if w.delete != nil {
-		for i := range w.others {
-			o.finishAction(ctx, vm, &w.others[i], errDeleting)
-		}
-		return false
-	}
-	if w.create != nil {
-		return false
-	}
-	op := w.others[0]
-	if op.Kind == store.OpStart {
-		switch {
-		case vm.State == store.VMQueued:
-			if err := o.leaseOver(vm); err != nil {
-				// It ended while the VM waited: it goes back to stopped.
-				o.start(ctx, inline, vm.ID, func(ctx context.Context) error { return o.startFailed(ctx, vm, &op, err) })
-				return true
-			}
-			return false // placed with the queue
-		case vm.State == store.VMStopped && o.needsGPU(vm):
-			next, ok := o.queueStart(ctx, vm, &op)
-			if !ok {
-				return true // refused, or interrupted: nothing to place this round
-			}
-			*vm = *next
-			return false
-		}
-	}
-	o.start(ctx, inline, vm.ID, func(ctx context.Context) error { return o.runAction(ctx, vm, &op) })
-	return true
-}
-
-// waitingStart is the start operation of a VM that waits in the queue for
-// a GPU to start on; nil for any other VM.
-func waitingStart(vm *store.VM, w *work) *store.Operation {
-	if vm.State != store.VMQueued || w.create != nil || w.delete != nil || len(w.others) == 0 || w.others[0].Kind != store.OpStart {
-		return nil
-	}
-	return &w.others[0]
-}
-
 // needsGPU reports whether a VM's start waits for a GPU: its profile asks
 // for one (or is gone, which the scheduling round then says).
-func (o *Orchestrator) needsGPU(vm *store.VM) bool {
-	p := o.profile(vm.Profile)
+func (lc *lifecycle) needsGPU(vm *store.VM) bool {
+	p := lc.profile(vm.Profile)
 	return p == nil || p.GPU != nil
 }
 
-func (o *Orchestrator) runAction(ctx context.Context, vm *store.VM, op *store.Operation) error {
+func (lc *lifecycle) runAction(ctx context.Context, vm *store.VM, op *store.Operation) error {
 	switch op.Kind {
 	case store.OpStop:
-		return o.runStop(ctx, vm, op)
+		return lc.runStop(ctx, vm, op)
 	case store.OpStart:
-		return o.runStart(ctx, vm, op)
+		return lc.runStart(ctx, vm, op)
 	case store.OpReboot:
-		return o.runReboot(ctx, vm, op)
+		return lc.runReboot(ctx, vm, op)
 	}
 	// Extend is applied by the API at once; nothing else is known.
-	o.finishAction(ctx, vm, op, fmt.Errorf("the worker does not carry out %q operations", op.Kind))
+	lc.finishAction(ctx, vm, op, fmt.Errorf("the worker does not carry out %q operations", op.Kind))
 	return nil
 }
 
 // finishAction ends an action's operation and records a vm.action event
 // with its result, in one transaction. An operation finished meanwhile is
 // left as it is.
-func (o *Orchestrator) finishAction(ctx context.Context, vm *store.VM, op *store.Operation, opErr error) {
+func (lc *lifecycle) finishAction(ctx context.Context, vm *store.VM, op *store.Operation, opErr error) {
 	p := api.VMActionPayload{Action: op.Kind, OperationID: op.ID, RequestedBy: op.RequestedBy, Result: store.OpDone}
 	if opErr != nil {
 		p.Result, p.Error = store.OpFailed, opErr.Error()
 	}
 	payload, _ := json.Marshal(p)
-	err := o.st.Tx(ctx, func(tx *store.Store) error {
+	err := lc.st.Tx(ctx, func(tx *store.Store) error {
 		if err := tx.FinishOperation(ctx, op.ID, opErr); err != nil {
 			return err
 		}
 		return tx.AppendEvent(ctx, &store.Event{VMID: vm.ID, Owner: vm.Owner, Type: api.EventVMAction, Payload: payload})
 	})
 	if err != nil && !errors.Is(err, store.ErrConflict) {
-		o.log.Error("finish operation", "operation", op.ID, "kind", op.Kind, "vm", vm.ID, "err", err)
+		lc.log.Error("finish operation", "operation", op.ID, "kind", op.Kind, "vm", vm.ID, "err", err)
 	}
 }
 
@@ -193,13 +126,13 @@ func interrupted(ctx context.Context, err error) bool {
 
 // setState moves a VM to u from whatever version it is at now: for the
 // failure paths, which must not be lost to a concurrent extend.
-func (o *Orchestrator) setState(ctx context.Context, vmID string, u store.VMUpdate) (*store.VM, error) {
+func (lc *lifecycle) setState(ctx context.Context, vmID string, u store.VMUpdate) (*store.VM, error) {
 	for range 5 {
-		vm, err := o.st.GetVM(ctx, vmID)
+		vm, err := lc.st.GetVM(ctx, vmID)
 		if err != nil {
 			return nil, err
 		}
-		next, err := o.st.UpdateVMState(ctx, vmID, vm.Version, u)
+		next, err := lc.st.UpdateVMState(ctx, vmID, vm.Version, u)
 		if !errors.Is(err, store.ErrConflict) {
 			return next, err
 		}
@@ -209,13 +142,13 @@ func (o *Orchestrator) setState(ctx context.Context, vmID string, u store.VMUpda
 
 // vanished fails a VM whose domain is gone, as the reconciler does for a
 // running one (its devices removed, its slots freed), and the action.
-func (o *Orchestrator) vanished(ctx context.Context, vm *store.VM, op *store.Operation) error {
+func (lc *lifecycle) vanished(ctx context.Context, vm *store.VM, op *store.Operation) error {
 	// As the reconciler does (reconcile.go): failed, the GPU given back,
 	// the disk kept until the VM is deleted.
-	if err := o.vanish(ctx, *vm); err != nil {
+	if err := lc.vanish(ctx, *vm); err != nil {
 		return err // not failed yet: the next round tries again
 	}
-	o.finishAction(ctx, vm, op, errors.New("domain vanished"))
+	lc.finishAction(ctx, vm, op, errors.New("domain vanished"))
 	return nil
 }
 
@@ -224,61 +157,61 @@ func (o *Orchestrator) vanished(ctx context.Context, vm *store.VM, op *store.Ope
 // then its devices are removed and its slots released (its usage records
 // ended), then it is stopped, its reason saying so. The domain and its
 // disk stay.
-func (o *Orchestrator) runStop(ctx context.Context, vm *store.VM, op *store.Operation) error {
-	vm, op, done, err := o.fresh(ctx, vm, op)
+func (lc *lifecycle) runStop(ctx context.Context, vm *store.VM, op *store.Operation) error {
+	vm, op, done, err := lc.fresh(ctx, vm, op)
 	if err != nil || done {
 		return err
 	}
 	switch vm.State {
 	case store.VMStopped:
-		o.finishAction(ctx, vm, op, nil) // an interrupted stop that got this far
+		lc.finishAction(ctx, vm, op, nil) // an interrupted stop that got this far
 		return nil
 	case store.VMRunning:
-		next, err := o.st.UpdateVMState(ctx, vm.ID, vm.Version, store.VMUpdate{State: store.VMStopping, Phase: "shutting down"})
+		next, err := lc.st.UpdateVMState(ctx, vm.ID, vm.Version, store.VMUpdate{State: store.VMStopping, Phase: api.PhaseShuttingDown})
 		if err != nil {
 			return err
 		}
 		vm = next
-		if err := o.hook(vm.ID, HookStopping); err != nil {
+		if err := lc.hook(vm.ID, HookStopping); err != nil {
 			return err
 		}
 	case store.VMStopping:
 	default:
-		o.finishAction(ctx, vm, op, fmt.Errorf("the VM is %s, not running", vm.State))
+		lc.finishAction(ctx, vm, op, fmt.Errorf("the VM is %s, not running", vm.State))
 		return nil
 	}
-	if err := o.st.SetOperationStep(ctx, op.ID, StepShutdown); err != nil {
+	if err := lc.st.SetOperationStep(ctx, op.ID, StepShutdown); err != nil {
 		return err
 	}
-	if _, err := o.cfg.Hypervisor.Lookup(ctx, vm.ID); hypervisor.IsNotFound(err) {
-		return o.vanished(ctx, vm, op)
+	if _, err := lc.hv.Lookup(ctx, vm.ID); hypervisor.IsNotFound(err) {
+		return lc.vanished(ctx, vm, op)
 	} else if err != nil {
 		return fmt.Errorf("stop vm %s: look up its domain: %w", vm.ID, err)
 	}
-	graceful, err := o.cfg.Hypervisor.Shutdown(ctx, vm.ID, o.cfg.ShutdownTimeout)
+	graceful, err := lc.hv.Shutdown(ctx, vm.ID, lc.settings().ShutdownTimeout)
 	if err != nil {
 		if interrupted(ctx, err) {
 			return err
 		}
-		info, lerr := o.cfg.Hypervisor.Lookup(ctx, vm.ID)
+		info, lerr := lc.hv.Lookup(ctx, vm.ID)
 		if lerr != nil {
 			// The domain's state is unknown: the next round tries again.
 			return fmt.Errorf("stop vm %s: %w", vm.ID, errors.Join(err, lerr))
 		}
 		if info.Active() {
 			cause := fmt.Errorf("shut down the domain: %w", err)
-			if _, uerr := o.setState(ctx, vm.ID, store.VMUpdate{State: store.VMRunning, Phase: "ready", StateReason: "stop failed: " + cause.Error()}); uerr != nil {
+			if _, uerr := lc.setState(ctx, vm.ID, store.VMUpdate{State: store.VMRunning, Phase: api.PhaseReady, StateReason: "stop failed: " + cause.Error()}); uerr != nil {
 				return uerr
 			}
-			o.finishAction(ctx, vm, op, cause)
+			lc.finishAction(ctx, vm, op, cause)
 			return cause
 		}
 		graceful = false // off anyway
 	}
-	if err := o.hook(vm.ID, HookDomainStopped); err != nil {
+	if err := lc.hook(vm.ID, HookDomainStopped); err != nil {
 		return err
 	}
-	hadGPU, err := o.hasGPU(ctx, vm)
+	hadGPU, err := lc.hasGPU(ctx, vm)
 	if err != nil {
 		return err
 	}
@@ -290,57 +223,57 @@ func (o *Orchestrator) runStop(ctx context.Context, vm *store.VM, op *store.Oper
 		}
 		return fmt.Errorf("stop vm %s: %s: %w", vm.ID, step, err)
 	}
-	if err := o.st.SetOperationStep(ctx, op.ID, StepRemoveDevice); err != nil {
+	if err := lc.st.SetOperationStep(ctx, op.ID, StepRemoveDevice); err != nil {
 		return err
 	}
-	if err := o.removeDevices(ctx, vm.ID); err != nil {
+	if err := lc.removeDevices(ctx, vm.ID); err != nil {
 		return fail(StepRemoveDevice, err)
 	}
-	if err := o.hook(vm.ID, HookGPURemoved); err != nil {
+	if err := lc.hook(vm.ID, HookGPURemoved); err != nil {
 		return err
 	}
-	if err := o.st.SetOperationStep(ctx, op.ID, StepRelease); err != nil {
+	if err := lc.st.SetOperationStep(ctx, op.ID, StepRelease); err != nil {
 		return err
 	}
-	if err := o.release(ctx, vm.ID); err != nil {
+	if err := lc.release(ctx, vm.ID); err != nil {
 		return fail(StepRelease, err)
 	}
-	if err := o.hook(vm.ID, HookGPUReleased); err != nil {
+	if err := lc.hook(vm.ID, HookGPUReleased); err != nil {
 		return err
 	}
-	reason := o.stopReason(ctx, vm, op) // leases.go: a rule's reason, or who asked
+	reason := lc.stopReason(ctx, vm, op) // leases.go: a rule's reason, or who asked
 	if hadGPU {
 		reason += "; its GPU was given back"
 	}
 	if !graceful {
-		reason += fmt.Sprintf("; forced off: the guest did not power off within %s", o.cfg.ShutdownTimeout)
+		reason += fmt.Sprintf("; forced off: the guest did not power off within %s", lc.settings().ShutdownTimeout)
 	}
-	next, err := o.st.UpdateVMState(ctx, vm.ID, vm.Version, store.VMUpdate{State: store.VMStopped, StateReason: reason})
+	next, err := lc.st.UpdateVMState(ctx, vm.ID, vm.Version, store.VMUpdate{State: store.VMStopped, StateReason: reason})
 	if err != nil {
 		return err
 	}
-	o.log.Info("VM stopped", "vm", vm.ID, "name", vm.Name, "owner", vm.Owner, "graceful", graceful, "gpu_given_back", hadGPU)
-	o.finishAction(ctx, next, op, nil)
+	lc.log.Info("VM stopped", "vm", vm.ID, "name", vm.Name, "owner", vm.Owner, "graceful", graceful, "gpu_given_back", hadGPU)
+	lc.finishAction(ctx, next, op, nil)
 	return nil
 }
 
 // hasGPU reports whether a VM holds a GPU, or asks for one: whether a stop
 // gives one back.
-func (o *Orchestrator) hasGPU(ctx context.Context, vm *store.VM) (bool, error) {
-	if p := o.profile(vm.Profile); p != nil && p.GPU != nil {
+func (lc *lifecycle) hasGPU(ctx context.Context, vm *store.VM) (bool, error) {
+	if p := lc.profile(vm.Profile); p != nil && p.GPU != nil {
 		return true, nil
 	}
-	allocs, err := o.liveAllocations(ctx, vm.ID)
+	allocs, err := liveAllocations(ctx, lc.st, vm.ID)
 	return len(allocs) > 0, err
 }
 
 // giveBack removes a VM's devices and releases its slots, ending its usage
 // records, as a delete does; both are idempotent.
-func (o *Orchestrator) giveBack(ctx context.Context, vmID string) error {
-	if err := o.removeDevices(ctx, vmID); err != nil {
+func (lc *lifecycle) giveBack(ctx context.Context, vmID string) error {
+	if err := lc.removeDevices(ctx, vmID); err != nil {
 		return fmt.Errorf("remove its GPU devices: %w", err)
 	}
-	if err := o.release(ctx, vmID); err != nil {
+	if err := lc.release(ctx, vmID); err != nil {
 		return fmt.Errorf("release its GPU: %w", err)
 	}
 	return nil
@@ -348,16 +281,11 @@ func (o *Orchestrator) giveBack(ctx context.Context, vmID string) error {
 
 // leaseOver says why a stopped VM may not start: its lease has ended (nil
 // when it has not).
-func (o *Orchestrator) leaseOver(vm *store.VM) error {
-	if vm.LeaseEnd == nil || o.st.Now().Before(*vm.LeaseEnd) {
+func (lc *lifecycle) leaseOver(vm *store.VM) error {
+	if vm.LeaseEnd == nil || lc.st.Now().Before(*vm.LeaseEnd) {
 		return nil
 	}
-	cfg := o.cfg.Profiles()
-	var loc *time.Location
-	if cfg != nil {
-		loc = cfg.Policy.Location
-	}
-	return fmt.Errorf("the lease ended at %s: extend it to start the VM", stampIn(*vm.LeaseEnd, loc))
+	return fmt.Errorf("the lease ended at %s: extend it to start the VM", stampIn(*vm.LeaseEnd, lc.settings().Location))
 }
 
 // queueStart queues a stopped VM that needs a GPU for one: it waits like a
@@ -366,34 +294,34 @@ func (o *Orchestrator) leaseOver(vm *store.VM) error {
 // first. A start after the lease ended fails, the VM staying stopped. It
 // returns the queued VM, or false when there is nothing to place: the
 // start failed, or was interrupted, which the next round takes up.
-func (o *Orchestrator) queueStart(ctx context.Context, vm *store.VM, op *store.Operation) (*store.VM, bool) {
-	if err := o.leaseOver(vm); err != nil {
-		o.finishAction(ctx, vm, op, err)
+func (lc *lifecycle) queueStart(ctx context.Context, vm *store.VM, op *store.Operation) (*store.VM, bool) {
+	if err := lc.leaseOver(vm); err != nil {
+		lc.finishAction(ctx, vm, op, err)
 		return nil, false
 	}
-	err := o.st.SetOperationStep(ctx, op.ID, StepQueue)
+	err := lc.st.SetOperationStep(ctx, op.ID, StepQueue)
 	if err == nil {
 		var allocs []store.Allocation
-		if allocs, err = o.liveAllocations(ctx, vm.ID); err == nil && len(allocs) > 0 {
-			err = o.giveBack(ctx, vm.ID)
+		if allocs, err = liveAllocations(ctx, lc.st, vm.ID); err == nil && len(allocs) > 0 {
+			err = lc.giveBack(ctx, vm.ID)
 		}
 	}
 	var next *store.VM
 	if err == nil {
-		next, err = o.st.UpdateVMState(ctx, vm.ID, vm.Version, store.VMUpdate{State: store.VMQueued, Phase: PhaseQueued})
+		next, err = lc.st.UpdateVMState(ctx, vm.ID, vm.Version, store.VMUpdate{State: store.VMQueued, Phase: PhaseQueued})
 	}
 	if err == nil {
-		err = o.hook(vm.ID, HookStartQueued)
+		err = lc.hook(vm.ID, HookStartQueued)
 	}
 	if errors.Is(err, store.ErrConflict) {
-		o.log.Info("VM changed while its start queued it; the next round tries again", "vm", vm.ID, "err", err)
+		lc.log.Info("VM changed while its start queued it; the next round tries again", "vm", vm.ID, "err", err)
 		return nil, false
 	}
 	if err != nil {
-		o.report(vm.ID, fmt.Errorf("start vm %s: queue it for a GPU: %w", vm.ID, err))
+		report(lc.log, vm.ID, fmt.Errorf("start vm %s: queue it for a GPU: %w", vm.ID, err))
 		return nil, false
 	}
-	o.log.Info("VM queued for a GPU to start on", "vm", vm.ID, "name", vm.Name, "owner", vm.Owner)
+	lc.log.Info("VM queued for a GPU to start on", "vm", vm.ID, "name", vm.Name, "owner", vm.Owner)
 	return next, true
 }
 
@@ -405,183 +333,164 @@ func (o *Orchestrator) queueStart(ctx context.Context, vm *store.VM, op *store.O
 // devices and started, and the VM runs, in phase booting until its guest
 // is up (boot.go). A start that fails leaves the VM stopped with the
 // reason, its GPU given back.
-func (o *Orchestrator) runStart(ctx context.Context, vm *store.VM, op *store.Operation) error {
-	vm, op, done, err := o.fresh(ctx, vm, op)
+func (lc *lifecycle) runStart(ctx context.Context, vm *store.VM, op *store.Operation) error {
+	vm, op, done, err := lc.fresh(ctx, vm, op)
 	if err != nil || done {
 		return err
 	}
 	switch vm.State {
 	case store.VMRunning:
-		o.finishAction(ctx, vm, op, nil) // an interrupted start that got this far
+		lc.finishAction(ctx, vm, op, nil) // an interrupted start that got this far
 		return nil
 	case store.VMQueued:
 		return nil // waits for a GPU: the scheduling round places it
 	case store.VMStopped:
-		if o.needsGPU(vm) {
-			if _, ok := o.queueStart(ctx, vm, op); ok {
-				o.Wake()
+		if lc.needsGPU(vm) {
+			if _, ok := lc.queueStart(ctx, vm, op); ok {
+				lc.wake()
 			}
 			return nil
 		}
-		if err := o.leaseOver(vm); err != nil {
-			o.finishAction(ctx, vm, op, err)
+		if err := lc.leaseOver(vm); err != nil {
+			lc.finishAction(ctx, vm, op, err)
 			return nil
 		}
-		if vm.Phase != "starting" {
+		if vm.Phase != api.PhaseStarting {
 			// It counts against its owner's quotas again (a stopped VM does
 			// not): one its other VMs fill refuses the start.
-			if err := o.startQuota(ctx, vm); err != nil {
-				o.finishAction(ctx, vm, op, err)
+			if err := lc.quota.startQuota(ctx, vm); err != nil {
+				lc.finishAction(ctx, vm, op, err)
 				return nil
 			}
-			next, err := o.st.UpdateVMState(ctx, vm.ID, vm.Version, store.VMUpdate{State: store.VMStopped, Phase: "starting"})
+			next, err := lc.st.UpdateVMState(ctx, vm.ID, vm.Version, store.VMUpdate{State: store.VMStopped, Phase: api.PhaseStarting})
 			if err != nil {
 				return err
 			}
 			vm = next
 		}
 	case store.VMAllocating:
-		deviceErr, err := o.makeDevices(ctx, vm.ID, op)
+		deviceErr, err := lc.makeDevices(ctx, vm.ID, op)
 		if err != nil {
 			return err
 		}
 		if deviceErr != nil {
-			return o.startDeviceFailed(ctx, vm, op, deviceErr)
+			return lc.startDeviceFailed(ctx, vm, op, deviceErr)
 		}
-		if err := o.hook(vm.ID, HookDevicesReady); err != nil {
+		if err := lc.hook(vm.ID, HookDevicesReady); err != nil {
 			return err
 		}
 	case store.VMCreating:
 	default:
-		o.finishAction(ctx, vm, op, fmt.Errorf("the VM is %s, not stopped", vm.State))
+		lc.finishAction(ctx, vm, op, fmt.Errorf("the VM is %s, not stopped", vm.State))
 		return nil
 	}
-	return o.startDomain(ctx, vm, op)
-}
-
-// startQuota says why a stopped VM without a GPU may not start now: a
-// quota of its owner (or group) that the VMs running already fill. nil: it
-// may start.
-func (o *Orchestrator) startQuota(ctx context.Context, vm *store.VM) error {
-	cfg := o.cfg.Profiles()
-	if cfg == nil {
-		return nil
-	}
-	st, err := o.quotaState(ctx, cfg, o.st.Now())
-	if err != nil {
-		return fmt.Errorf("read what the quotas count: %w", err)
-	}
-	r := requestOf(cfg, vm, st.groups[vm.Owner])
-	if why, _ := st.engine.AdmitWithoutGPU(st.now, st.running, &r); !why.OK() {
-		return fmt.Errorf("refused by the sharing policy: %s", reasonText(why))
-	}
-	return nil
+	return lc.startDomain(ctx, vm, op)
 }
 
 // startDomain gives a VM's domain the VM's devices in place of those it
 // had (none for a VM without a GPU, or when the domains carry no GPU) and
 // starts it; the VM runs then.
-func (o *Orchestrator) startDomain(ctx context.Context, vm *store.VM, op *store.Operation) error {
-	if err := o.st.SetOperationStep(ctx, op.ID, StepAttach); err != nil {
+func (lc *lifecycle) startDomain(ctx context.Context, vm *store.VM, op *store.Operation) error {
+	if err := lc.st.SetOperationStep(ctx, op.ID, StepAttach); err != nil {
 		return err
 	}
-	allocs, err := o.liveAllocations(ctx, vm.ID)
+	allocs, err := liveAllocations(ctx, lc.st, vm.ID)
 	if err != nil {
 		return err
 	}
 	var hostdevs []domain.Hostdev
 	if len(allocs) > 0 {
-		if o.profile(vm.Profile) == nil {
-			return o.startFailed(ctx, vm, op, fmt.Errorf("profile %q no longer exists", vm.Profile))
+		if lc.profile(vm.Profile) == nil {
+			return lc.startFailed(ctx, vm, op, fmt.Errorf("profile %q no longer exists", vm.Profile))
 		}
-		req, err := o.vmRequest(ctx, vm) // the devices as a create gives them
+		req, err := lc.vmRequest(ctx, vm) // the devices as a create gives them
 		if err != nil {
-			return o.startFailed(ctx, vm, op, err)
+			return lc.startFailed(ctx, vm, op, err)
 		}
 		hostdevs = req.Spec.Hostdevs
 	}
-	if err := o.cfg.Hypervisor.ReplaceHostdevs(ctx, vm.ID, hostdevs); err != nil {
+	if err := lc.hv.ReplaceHostdevs(ctx, vm.ID, hostdevs); err != nil {
 		switch {
 		case hypervisor.IsNotFound(err):
-			return o.vanished(ctx, vm, op)
+			return lc.vanished(ctx, vm, op)
 		case interrupted(ctx, err), hypervisor.IsDisconnected(err):
 			return err // the next round tries again
 		}
-		return o.startFailed(ctx, vm, op, fmt.Errorf("give the domain its GPU devices: %w", err))
+		return lc.startFailed(ctx, vm, op, fmt.Errorf("give the domain its GPU devices: %w", err))
 	}
-	if err := o.hook(vm.ID, HookDevicesAttached); err != nil {
+	if err := lc.hook(vm.ID, HookDevicesAttached); err != nil {
 		return err
 	}
-	if err := o.st.SetOperationStep(ctx, op.ID, StepStartDomain); err != nil {
+	if err := lc.st.SetOperationStep(ctx, op.ID, StepStartDomain); err != nil {
 		return err
 	}
-	if err := o.cfg.Hypervisor.Start(ctx, vm.ID); err != nil {
+	if err := lc.hv.Start(ctx, vm.ID); err != nil {
 		switch {
 		case hypervisor.IsNotFound(err):
-			return o.vanished(ctx, vm, op)
+			return lc.vanished(ctx, vm, op)
 		case interrupted(ctx, err), hypervisor.IsDisconnected(err):
 			return err // the next round tries again
 		}
-		return o.startFailed(ctx, vm, op, fmt.Errorf("start the domain: %w", err))
+		return lc.startFailed(ctx, vm, op, fmt.Errorf("start the domain: %w", err))
 	}
-	if err := o.hook(vm.ID, HookDomainStarted); err != nil {
+	if err := lc.hook(vm.ID, HookDomainStarted); err != nil {
 		return err
 	}
-	next, err := o.st.UpdateVMState(ctx, vm.ID, vm.Version, store.VMUpdate{State: store.VMRunning, Phase: o.startedPhase()})
+	next, err := lc.st.UpdateVMState(ctx, vm.ID, vm.Version, store.VMUpdate{State: store.VMRunning, Phase: lc.startedPhase()})
 	if err != nil {
 		return err
 	}
-	o.booting(next)
-	o.log.Info("VM started", "vm", vm.ID, "name", vm.Name, "owner", vm.Owner, "devices", len(allocs))
-	o.finishAction(ctx, next, op, nil)
+	lc.booting(next)
+	lc.log.Info("VM started", "vm", vm.ID, "name", vm.Name, "owner", vm.Owner, "devices", len(allocs))
+	lc.finishAction(ctx, next, op, nil)
 	return nil
 }
 
 // startDeviceFailed handles a device the backend could not make for a
 // start: the GPU turned out to be full or unusable, and the VM waits in
 // the queue again, its start pending; any other failure fails the start.
-func (o *Orchestrator) startDeviceFailed(ctx context.Context, vm *store.VM, op *store.Operation, cause error) error {
+func (lc *lifecycle) startDeviceFailed(ctx context.Context, vm *store.VM, op *store.Operation, cause error) error {
 	if interrupted(ctx, cause) {
 		return cause
 	}
 	if !errors.Is(cause, backend.ErrExhausted) && !errors.Is(cause, backend.ErrUnavailable) {
-		return o.startFailed(ctx, vm, op, cause)
+		return lc.startFailed(ctx, vm, op, cause)
 	}
-	if err := o.giveBack(ctx, vm.ID); err != nil {
+	if err := lc.giveBack(ctx, vm.ID); err != nil {
 		return errors.Join(cause, err)
 	}
-	if _, err := o.setState(ctx, vm.ID, store.VMUpdate{State: store.VMQueued, Phase: PhaseQueued, StateReason: cause.Error()}); err != nil {
+	if _, err := lc.setState(ctx, vm.ID, store.VMUpdate{State: store.VMQueued, Phase: PhaseQueued, StateReason: cause.Error()}); err != nil {
 		return err
 	}
-	o.log.Warn("VM queued again to start", "vm", vm.ID, "reason", cause)
+	lc.log.Warn("VM queued again to start", "vm", vm.ID, "reason", cause)
 	return nil
 }
 
 // startFailed gives back whatever GPU the start got, leaves the VM stopped
 // with the cause and fails the action. An interrupted start is left to the
 // next round.
-func (o *Orchestrator) startFailed(ctx context.Context, vm *store.VM, op *store.Operation, cause error) error {
+func (lc *lifecycle) startFailed(ctx context.Context, vm *store.VM, op *store.Operation, cause error) error {
 	if interrupted(ctx, cause) {
 		return cause
 	}
-	if err := o.giveBack(ctx, vm.ID); err != nil {
+	if err := lc.giveBack(ctx, vm.ID); err != nil {
 		return errors.Join(cause, err)
 	}
-	if _, err := o.setState(ctx, vm.ID, store.VMUpdate{State: store.VMStopped, StateReason: "start failed: " + cause.Error()}); err != nil {
+	if _, err := lc.setState(ctx, vm.ID, store.VMUpdate{State: store.VMStopped, StateReason: "start failed: " + cause.Error()}); err != nil {
 		return errors.Join(cause, err)
 	}
-	o.finishAction(ctx, vm, op, cause)
+	lc.finishAction(ctx, vm, op, cause)
 	return cause
 }
 
 // refuse ends the wait of a queued VM that will not get a GPU: a create
 // fails the VM (failVM); a start leaves it stopped, with its disk, saying
 // why (startFailed).
-func (o *Orchestrator) refuse(ctx context.Context, q queued, cause error) error {
+func (lc *lifecycle) refuse(ctx context.Context, q queued, cause error) error {
 	if q.op.Kind == store.OpStart {
-		return o.startFailed(ctx, q.vm, q.op, cause)
+		return lc.startFailed(ctx, q.vm, q.op, cause)
 	}
-	return o.failVM(ctx, q.vm.ID, q.op, cause)
+	return lc.failVM(ctx, q.vm.ID, q.op, cause)
 }
 
 // restartRequest fits the scheduler's request of a VM queued by a start:
@@ -600,8 +509,8 @@ func restartRequest(r *scheduler.Request, q queued, now time.Time) {
 // elsewhere says why a VM queued by a start may not take a placement on
 // host: in a fleet its domain and disk are on the node it ran on. "" when
 // it may.
-func (o *Orchestrator) elsewhere(q queued, host string) string {
-	if o.cfg.Fleet == nil || q.op.Kind != store.OpStart || q.vm.Host == "" || q.vm.Host == host {
+func (lc *lifecycle) elsewhere(q queued, host string) string {
+	if !lc.settings().InFleet || q.op.Kind != store.OpStart || q.vm.Host == "" || q.vm.Host == host {
 		return ""
 	}
 	return fmt.Sprintf("its disk is on %s: it starts only on a GPU there (the scheduler chose %s)", q.vm.Host, host)
@@ -610,37 +519,56 @@ func (o *Orchestrator) elsewhere(q queued, host string) string {
 // runReboot asks a running VM's guest to restart (ACPI); the VM stays
 // running. A reboot interrupted after it was asked is asked again (a
 // guest may get it twice; it never misses it).
-func (o *Orchestrator) runReboot(ctx context.Context, vm *store.VM, op *store.Operation) error {
-	vm, op, done, err := o.fresh(ctx, vm, op)
+func (lc *lifecycle) runReboot(ctx context.Context, vm *store.VM, op *store.Operation) error {
+	vm, op, done, err := lc.fresh(ctx, vm, op)
 	if err != nil || done {
 		return err
 	}
 	if vm.State != store.VMRunning {
-		o.finishAction(ctx, vm, op, fmt.Errorf("the VM is %s, not running", vm.State))
+		lc.finishAction(ctx, vm, op, fmt.Errorf("the VM is %s, not running", vm.State))
 		return nil
 	}
-	if err := o.st.SetOperationStep(ctx, op.ID, StepReboot); err != nil {
+	if err := lc.st.SetOperationStep(ctx, op.ID, StepReboot); err != nil {
 		return err
 	}
-	err = o.cfg.Hypervisor.Reboot(ctx, vm.ID)
+	err = lc.hv.Reboot(ctx, vm.ID)
 	switch {
 	case hypervisor.IsNotFound(err):
-		return o.vanished(ctx, vm, op)
+		return lc.vanished(ctx, vm, op)
 	case errors.Is(err, hypervisor.ErrNotRunning):
 		cause := fmt.Errorf("reboot: %w", err)
-		o.finishAction(ctx, vm, op, cause)
+		lc.finishAction(ctx, vm, op, cause)
 		return cause
 	case err != nil && (interrupted(ctx, err) || hypervisor.IsDisconnected(err)):
 		return err // the next round asks again
 	case err != nil:
 		cause := fmt.Errorf("reboot: %w", err)
-		o.finishAction(ctx, vm, op, cause)
+		lc.finishAction(ctx, vm, op, cause)
 		return cause
 	}
-	if err := o.hook(vm.ID, HookRebootRequested); err != nil {
+	if err := lc.hook(vm.ID, HookRebootRequested); err != nil {
 		return err
 	}
-	o.log.Info("VM reboot requested", "vm", vm.ID, "name", vm.Name, "owner", vm.Owner)
-	o.finishAction(ctx, vm, op, nil)
+	lc.log.Info("VM reboot requested", "vm", vm.ID, "name", vm.Name, "owner", vm.Owner)
+	lc.finishAction(ctx, vm, op, nil)
+	return nil
+}
+
+// vanish marks a running VM whose domain is gone from libvirt failed and
+// gives its GPU back. Its disk is kept — the domain may have been removed
+// by hand, and the disk is the person's work — until the VM is deleted.
+func (lc *lifecycle) vanish(ctx context.Context, vm store.VM) error {
+	lc.log.Warn("the domain of a running VM vanished; marking it failed, giving its GPU back and keeping its disk", "vm", vm.ID, "name", vm.Name, "owner", vm.Owner)
+	if err := lc.removeDevices(ctx, vm.ID); err != nil {
+		return fmt.Errorf("vm %s vanished: remove its devices: %w", vm.ID, err)
+	}
+	if err := lc.release(ctx, vm.ID); err != nil {
+		return fmt.Errorf("vm %s vanished: release its GPU: %w", vm.ID, err)
+	}
+	lc.boots.remove(vm.ID)
+	if _, err := lc.st.UpdateVMState(ctx, vm.ID, vm.Version, store.VMUpdate{State: store.VMFailed,
+		StateReason: "its domain vanished from libvirt: the GPU was given back, the disk is kept until the VM is deleted"}); err != nil {
+		return fmt.Errorf("vm %s vanished: mark it failed: %w", vm.ID, err)
+	}
 	return nil
 }

@@ -186,7 +186,7 @@ func TestStopStartReboot(t *testing.T) {
 			o.Drain(ctx)
 			e.checkRunning(vm, create, o, tc.xml)
 			e.wantDomainOnDevices(vm.ID)
-			allocsBefore, _ := o.liveAllocations(ctx, vm.ID)
+			allocsBefore, _ := liveAllocations(ctx, o.life.st, vm.ID)
 			lease := e.vm(vm.ID).LeaseEnd
 
 			stop := e.action(e.vm(vm.ID), store.OpStop)
@@ -217,7 +217,7 @@ func TestStopStartReboot(t *testing.T) {
 			if s := e.domainState(vm.ID); s != hypervisor.StateRunning {
 				t.Errorf("domain of the started VM: %s", s)
 			}
-			allocs, _ := o.liveAllocations(ctx, vm.ID)
+			allocs, _ := liveAllocations(ctx, o.life.st, vm.ID)
 			if allocs[0].ID == allocsBefore[0].ID {
 				t.Errorf("the start kept the released allocation %d", allocs[0].ID)
 			}
@@ -277,7 +277,7 @@ func TestStopGivesTheGPUToTheQueue(t *testing.T) {
 	o.Drain(ctx)
 	gpuOf := func(vmID string) string {
 		t.Helper()
-		allocs, err := o.liveAllocations(ctx, vmID)
+		allocs, err := liveAllocations(ctx, o.life.st, vmID)
 		if err != nil || len(allocs) != 1 {
 			t.Fatalf("allocations of %s: %+v, %v", vmID, allocs, err)
 		}
@@ -371,7 +371,7 @@ func TestStartOfAVMThatKeptItsGPU(t *testing.T) {
 	o := e.orch(nil)
 	vm, create := e.submit("ann", "h100-mig", "old")
 	o.Drain(ctx)
-	old, _ := o.liveAllocations(ctx, vm.ID)
+	old, _ := liveAllocations(ctx, o.life.st, vm.ID)
 	// Stopped the way it used to be: the domain off, the GPU kept.
 	if _, err := e.hv.Shutdown(ctx, vm.ID, time.Second); err != nil {
 		t.Fatal(err)
@@ -847,7 +847,7 @@ func TestRestartRequest(t *testing.T) {
 				t.Errorf("submitted %v, lease %v; want %v, %v", r.Submitted, r.Lease, tc.submitted, tc.lease)
 			}
 			o := New(Config{Fleet: tc.fleet, Host: "node-a"})
-			if got := o.elsewhere(tc.q, tc.host); got != tc.elsewhere {
+			if got := o.life.elsewhere(tc.q, tc.host); got != tc.elsewhere {
 				t.Errorf("elsewhere %q, want %q", got, tc.elsewhere)
 			}
 		})

@@ -95,8 +95,8 @@ func (b *bootWatch) list() map[string]time.Time {
 
 // startedPhase is the phase of a VM whose domain has just started:
 // booting while guests are watched, else ready.
-func (o *Orchestrator) startedPhase() string {
-	if o.cfg.Guests == nil {
+func (lc *lifecycle) startedPhase() string {
+	if lc.guests == nil {
 		return api.PhaseReady
 	}
 	return api.PhaseBooting
@@ -104,22 +104,22 @@ func (o *Orchestrator) startedPhase() string {
 
 // booting has the watcher follow a VM that the caller has just moved to
 // phase booting.
-func (o *Orchestrator) booting(vm *store.VM) {
+func (lc *lifecycle) booting(vm *store.VM) {
 	if vm.State == store.VMRunning && vm.Phase == api.PhaseBooting {
-		o.boots.add(vm.ID, vm.UpdatedAt)
+		lc.boots.add(vm.ID, vm.UpdatedAt)
 	}
 }
 
 // watchBoots follows the booting VMs of this host until ctx ends: those a
 // previous gpuvmd left booting (looked for at once and every
 // ReconcileEvery) and those this one starts, every BootCheck.
-func (o *Orchestrator) watchBoots(ctx context.Context) {
-	tick := time.NewTicker(o.cfg.BootCheck)
+func (lc *lifecycle) watchBoots(ctx context.Context) {
+	tick := time.NewTicker(lc.settings().BootCheck)
 	defer tick.Stop()
-	rescan := time.NewTicker(o.cfg.ReconcileEvery)
+	rescan := time.NewTicker(lc.settings().Rescan)
 	defer rescan.Stop()
-	if err := o.findBooting(ctx); err != nil && ctx.Err() == nil {
-		o.log.Error("look for booting VMs", "err", err)
+	if err := lc.findBooting(ctx); err != nil && ctx.Err() == nil {
+		lc.log.Error("look for booting VMs", "err", err)
 	}
 	for {
 		select {
@@ -127,23 +127,23 @@ func (o *Orchestrator) watchBoots(ctx context.Context) {
 			return
 		case <-tick.C:
 		case <-rescan.C:
-			if err := o.findBooting(ctx); err != nil && ctx.Err() == nil {
-				o.log.Error("look for booting VMs", "err", err)
+			if err := lc.findBooting(ctx); err != nil && ctx.Err() == nil {
+				lc.log.Error("look for booting VMs", "err", err)
 			}
 		}
-		o.checkBoots(ctx)
+		lc.checkBoots(ctx)
 	}
 }
 
 // findBooting adds the booting VMs of this host the watcher does not know
 // of: those a gpuvmd that stopped left booting.
-func (o *Orchestrator) findBooting(ctx context.Context) error {
-	vms, err := o.listVMs(ctx, store.VMFilter{States: []string{store.VMRunning}, Host: o.cfg.Host})
+func (lc *lifecycle) findBooting(ctx context.Context) error {
+	vms, err := listVMs(ctx, lc.st, store.VMFilter{States: []string{store.VMRunning}, Host: lc.host})
 	if err != nil {
 		return fmt.Errorf("list the running VMs: %w", err)
 	}
 	for i := range vms {
-		o.booting(&vms[i])
+		lc.booting(&vms[i])
 	}
 	return nil
 }
@@ -151,8 +151,8 @@ func (o *Orchestrator) findBooting(ctx context.Context) error {
 // checkBoots looks once at every watched VM, oldest boot first: a VM whose
 // guest has an address, or whose boot timeout has passed, is made ready; a
 // VM no longer booting (stopped, deleted, failed) is dropped.
-func (o *Orchestrator) checkBoots(ctx context.Context) {
-	watched := o.boots.list()
+func (lc *lifecycle) checkBoots(ctx context.Context) {
+	watched := lc.boots.list()
 	ids := make([]string, 0, len(watched))
 	for id := range watched {
 		ids = append(ids, id)
@@ -162,71 +162,71 @@ func (o *Orchestrator) checkBoots(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		vm, err := o.st.GetVM(ctx, id)
+		vm, err := lc.st.GetVM(ctx, id)
 		switch {
 		case errors.Is(err, store.ErrNotFound):
-			o.boots.remove(id)
+			lc.boots.remove(id)
 			continue
 		case err != nil:
-			o.log.Error("read a booting VM", "vm", id, "err", err)
+			lc.log.Error("read a booting VM", "vm", id, "err", err)
 			continue
 		}
 		if vm.State != store.VMRunning || vm.Phase != api.PhaseBooting {
-			o.boots.remove(id)
+			lc.boots.remove(id)
 			continue
 		}
-		if err := o.checkBoot(ctx, vm, watched[id]); err != nil && ctx.Err() == nil {
-			o.log.Error("mark a booted VM ready", "vm", id, "err", err)
+		if err := lc.checkBoot(ctx, vm, watched[id]); err != nil && ctx.Err() == nil {
+			lc.log.Error("mark a booted VM ready", "vm", id, "err", err)
 		}
 	}
 }
 
 // checkBoot makes a booting VM ready when its guest has an address or its
 // boot began BootTimeout ago or more.
-func (o *Orchestrator) checkBoot(ctx context.Context, vm *store.VM, since time.Time) error {
+func (lc *lifecycle) checkBoot(ctx context.Context, vm *store.VM, since time.Time) error {
 	var addrs []hypervisor.Address
 	var qerr error
-	if o.cfg.Guests != nil {
+	if lc.guests != nil {
 		qctx, cancel := context.WithTimeout(ctx, bootQueryTimeout)
-		addrs, qerr = o.cfg.Guests.Addresses(qctx, vm.ID)
+		addrs, qerr = lc.guests.Addresses(qctx, vm.ID)
 		cancel()
 	}
 	reason := ""
 	switch {
 	case len(addrs) > 0:
-	case o.cfg.Guests == nil:
+	case lc.guests == nil:
 		// Guests are not watched (any more): nothing to wait for.
-	case o.st.Now().Sub(since) >= o.cfg.BootTimeout:
-		reason = BootTimeoutReason(o.cfg.BootTimeout)
+	case lc.st.Now().Sub(since) >= lc.settings().BootTimeout:
+		reason = BootTimeoutReason(lc.settings().BootTimeout)
 	default:
 		switch {
 		case qerr == nil || ctx.Err() != nil:
 		case hypervisor.IsNotFound(qerr):
 			// The domain is gone: the reconciler marks the VM failed.
-			o.log.Debug("a booting VM has no domain", "vm", vm.ID, "name", vm.Name)
+			lc.log.Debug("a booting VM has no domain", "vm", vm.ID, "name", vm.Name)
 		default:
 			// Not fatal: the next look may answer; the timeout bounds it.
-			o.log.Warn("could not read a booting guest's addresses", "vm", vm.ID, "name", vm.Name, "err", qerr)
+			lc.log.Warn("could not read a booting guest's addresses", "vm", vm.ID, "name", vm.Name, "err", qerr)
 		}
 		return nil
 	}
-	_, err := o.st.UpdateVMState(ctx, vm.ID, vm.Version, store.VMUpdate{State: store.VMRunning, Phase: api.PhaseReady, StateReason: reason})
+	_, err := lc.st.UpdateVMState(ctx, vm.ID, vm.Version, store.VMUpdate{State: store.VMRunning, Phase: api.PhaseReady, StateReason: reason})
 	if errors.Is(err, store.ErrConflict) {
 		return nil // changed meanwhile (an extend, a stop): the next look reads it again
 	}
 	if err != nil {
 		return err
 	}
-	o.boots.remove(vm.ID)
+	lc.boots.remove(vm.ID)
 	if reason != "" {
-		o.log.Warn("VM ready without a guest address", "vm", vm.ID, "name", vm.Name, "owner", vm.Owner, "reason", reason, "query_err", qerr)
+		lc.log.Warn("VM ready without a guest address", "vm", vm.ID, "name", vm.Name, "owner", vm.Owner, "reason", reason, "query_err", qerr)
 		return nil
 	}
 	shown := make([]string, len(addrs))
 	for i, a := range addrs {
 		shown[i] = a.String() + " (" + string(a.Source) + ")"
 	}
-	o.log.Info("VM ready: its guest is up", "vm", vm.ID, "name", vm.Name, "owner", vm.Owner, "addresses", shown,
-		"booted_in", o.st.Now().Sub(since).Round(time.Second))
+	lc.log.Info("VM ready: its guest is up", "vm", vm.ID, "name", vm.Name, "owner", vm.Owner, "addresses", shown,
+		"booted_in", lc.st.Now().Sub(since).Round(time.Second))
 	return nil
 }

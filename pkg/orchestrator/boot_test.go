@@ -123,7 +123,7 @@ func TestBootWaitsForGuestAddress(t *testing.T) {
 	}
 	e.wantOp(op.ID, store.OpDone, "")
 
-	o.checkBoots(ctx)
+	o.life.checkBoots(ctx)
 	e.wantPhase(vm.ID, store.VMRunning, api.PhaseBooting, "")
 	if n := g.queries(vm.ID); n != 1 {
 		t.Errorf("the guest was asked %d times, want 1", n)
@@ -135,13 +135,13 @@ func TestBootWaitsForGuestAddress(t *testing.T) {
 	if _, err := e.st.UpdateVMState(ctx, vm.ID, booting.Version, store.VMUpdate{State: store.VMRunning, Phase: api.PhaseBooting}); err != nil {
 		t.Fatal(err)
 	}
-	if err := o.checkBoot(ctx, booting, o.boots.list()[vm.ID]); err != nil {
+	if err := o.life.checkBoot(ctx, booting, o.life.boots.list()[vm.ID]); err != nil {
 		t.Fatalf("a VM changed meanwhile: %v", err)
 	}
 	e.wantPhase(vm.ID, store.VMRunning, api.PhaseBooting, "")
-	o.checkBoots(ctx)
+	o.life.checkBoots(ctx)
 	e.wantPhase(vm.ID, store.VMRunning, api.PhaseReady, "")
-	if w := o.boots.list(); len(w) != 0 {
+	if w := o.life.boots.list(); len(w) != 0 {
 		t.Errorf("still watched: %v", w)
 	}
 	if !strings.Contains(e.logs.String(), "192.168.122.7/24 (lease)") {
@@ -152,12 +152,12 @@ func TestBootWaitsForGuestAddress(t *testing.T) {
 	e.action(vm, store.OpStop)
 	o.Drain(ctx)
 	e.wantPhase(vm.ID, store.VMStopped, "", "stopped by ann; its GPU was given back")
-	o.checkBoots(ctx)
+	o.life.checkBoots(ctx)
 	start := e.action(vm, store.OpStart)
 	o.Drain(ctx)
 	e.wantOp(start.ID, store.OpDone, "")
 	e.wantPhase(vm.ID, store.VMRunning, api.PhaseBooting, "")
-	o.checkBoots(ctx)
+	o.life.checkBoots(ctx)
 	e.wantPhase(vm.ID, store.VMRunning, api.PhaseReady, "")
 
 	want := []string{api.PhaseBooting, api.PhaseBooting, api.PhaseReady, api.PhaseBooting, api.PhaseReady}
@@ -191,10 +191,10 @@ func TestBootTimeout(t *testing.T) {
 			o.Drain(ctx)
 			e.wantPhase(vm.ID, store.VMRunning, api.PhaseBooting, "")
 			advance(DefaultBootTimeout - time.Second)
-			o.checkBoots(ctx)
+			o.life.checkBoots(ctx)
 			e.wantPhase(vm.ID, store.VMRunning, api.PhaseBooting, "")
 			advance(time.Second)
-			o.checkBoots(ctx)
+			o.life.checkBoots(ctx)
 			e.wantPhase(vm.ID, store.VMRunning, api.PhaseReady, "the guest reported no address within 5m")
 			if g.queries(vm.ID) != 2 {
 				t.Errorf("the guest was asked %d times, want 2", g.queries(vm.ID))
@@ -282,7 +282,7 @@ func TestBootTimeoutReason(t *testing.T) {
 			t.Errorf("BootTimeoutReason(%v) = %q, want %q", tc.d, got, tc.want)
 		}
 	}
-	if o := New(Config{}); o.cfg.BootTimeout != DefaultBootTimeout || o.cfg.BootCheck != DefaultBootCheck {
-		t.Errorf("defaults: timeout %v, check %v", o.cfg.BootTimeout, o.cfg.BootCheck)
+	if o := New(Config{}); o.life.settings().BootTimeout != DefaultBootTimeout || o.life.settings().BootCheck != DefaultBootCheck {
+		t.Errorf("defaults: timeout %v, check %v", o.life.settings().BootTimeout, o.life.settings().BootCheck)
 	}
 }

@@ -11,10 +11,12 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/gpuvm/gpuvm/pkg/api"
 	"github.com/gpuvm/gpuvm/pkg/backend"
 	"github.com/gpuvm/gpuvm/pkg/gpu"
 	"github.com/gpuvm/gpuvm/pkg/hypervisor"
 	"github.com/gpuvm/gpuvm/pkg/hypervisor/domain"
+	"github.com/gpuvm/gpuvm/pkg/revert"
 	"github.com/gpuvm/gpuvm/pkg/store"
 )
 
@@ -27,27 +29,27 @@ func DeviceUUID(vmID string, allocationID int64) string {
 // runCreate takes a VM from allocating (or creating) to running, resuming
 // from the state it is in. The create is done when the domain runs; the
 // VM is in phase booting then, until its guest is up (boot.go).
-func (o *Orchestrator) runCreate(ctx context.Context, vm *store.VM, op *store.Operation) error {
-	vm, op, done, err := o.fresh(ctx, vm, op)
+func (lc *lifecycle) runCreate(ctx context.Context, vm *store.VM, op *store.Operation) error {
+	vm, op, done, err := lc.fresh(ctx, vm, op)
 	if err != nil || done {
 		return err
 	}
-	p := o.profile(vm.Profile)
+	p := lc.profile(vm.Profile)
 	if p == nil {
-		return o.failVM(ctx, vm.ID, op, fmt.Errorf("profile %q no longer exists", vm.Profile))
+		return lc.failVM(ctx, vm.ID, op, fmt.Errorf("profile %q no longer exists", vm.Profile))
 	}
 	if vm.State == store.VMAllocating {
-		deviceErr, err := o.makeDevices(ctx, vm.ID, op)
+		deviceErr, err := lc.makeDevices(ctx, vm.ID, op)
 		if err != nil {
 			return err
 		}
 		if deviceErr != nil {
-			return o.createFailed(ctx, vm.ID, op, deviceErr)
+			return lc.createFailed(ctx, vm.ID, op, deviceErr)
 		}
-		if err := o.hook(vm.ID, HookDeviceRecorded); err != nil {
+		if err := lc.hook(vm.ID, HookDeviceRecorded); err != nil {
 			return err
 		}
-		next, err := o.st.UpdateVMState(ctx, vm.ID, vm.Version, store.VMUpdate{State: store.VMCreating, Phase: "preparing disk"})
+		next, err := lc.st.UpdateVMState(ctx, vm.ID, vm.Version, store.VMUpdate{State: store.VMCreating, Phase: api.PhasePreparingDisk})
 		if err != nil {
 			return err
 		}
@@ -56,48 +58,48 @@ func (o *Orchestrator) runCreate(ctx context.Context, vm *store.VM, op *store.Op
 	if vm.State != store.VMCreating {
 		return fmt.Errorf("vm %s is %s, not creating", vm.ID, vm.State)
 	}
-	if err := o.st.SetOperationStep(ctx, op.ID, StepPrepareDisk); err != nil {
+	if err := lc.st.SetOperationStep(ctx, op.ID, StepPrepareDisk); err != nil {
 		return err
 	}
-	if err := o.hook(vm.ID, HookDiskPrepared); err != nil {
+	if err := lc.hook(vm.ID, HookDiskPrepared); err != nil {
 		return err
 	}
-	req, err := o.vmRequest(ctx, vm)
+	req, err := lc.vmRequest(ctx, vm)
 	if err != nil {
-		return o.createFailed(ctx, vm.ID, op, err)
+		return lc.createFailed(ctx, vm.ID, op, err)
 	}
-	if _, err := o.cfg.Hypervisor.CreateVM(ctx, req); err != nil {
-		return o.createFailed(ctx, vm.ID, op, err)
+	if _, err := lc.hv.CreateVM(ctx, req); err != nil {
+		return lc.createFailed(ctx, vm.ID, op, err)
 	}
-	if err := o.hook(vm.ID, HookDomainCreated); err != nil {
+	if err := lc.hook(vm.ID, HookDomainCreated); err != nil {
 		return err
 	}
-	lease := o.st.Now().Add(time.Duration(max(vm.Hours, 1)) * time.Hour)
-	running, err := o.st.UpdateVMState(ctx, vm.ID, vm.Version, store.VMUpdate{State: store.VMRunning, Phase: o.startedPhase(), LeaseEnd: &lease})
+	lease := lc.st.Now().Add(time.Duration(max(vm.Hours, 1)) * time.Hour)
+	running, err := lc.st.UpdateVMState(ctx, vm.ID, vm.Version, store.VMUpdate{State: store.VMRunning, Phase: lc.startedPhase(), LeaseEnd: &lease})
 	if err != nil {
 		return err
 	}
-	o.booting(running)
-	if err := o.hook(vm.ID, HookRunning); err != nil {
+	lc.booting(running)
+	if err := lc.hook(vm.ID, HookRunning); err != nil {
 		return err
 	}
-	o.log.Info("VM running", "vm", vm.ID, "name", vm.Name, "owner", vm.Owner, "domain", req.Spec.Name)
-	return o.st.FinishOperation(ctx, op.ID, nil)
+	lc.log.Info("VM running", "vm", vm.ID, "name", vm.Name, "owner", vm.Owner, "domain", req.Spec.Name)
+	return lc.st.FinishOperation(ctx, op.ID, nil)
 }
 
 // fresh re-reads the VM and the operation a round handed to a worker: the
 // round read them before it marked the VM busy, and another run of the
 // same VM's work may have moved them on in between. done is true when the
 // operation is finished by now (nothing is left to do).
-func (o *Orchestrator) fresh(ctx context.Context, vm *store.VM, op *store.Operation) (*store.VM, *store.Operation, bool, error) {
-	cur, err := o.st.GetOperation(ctx, op.ID)
+func (lc *lifecycle) fresh(ctx context.Context, vm *store.VM, op *store.Operation) (*store.VM, *store.Operation, bool, error) {
+	cur, err := lc.st.GetOperation(ctx, op.ID)
 	if err != nil {
 		return vm, op, false, err
 	}
 	if cur.Finished() {
 		return vm, cur, true, nil
 	}
-	now, err := o.st.GetVM(ctx, vm.ID)
+	now, err := lc.st.GetVM(ctx, vm.ID)
 	if err != nil {
 		return vm, cur, false, err
 	}
@@ -110,11 +112,11 @@ func (o *Orchestrator) fresh(ctx context.Context, vm *store.VM, op *store.Operat
 // device the backend could not make, which the caller rolls back; err
 // anything else that stopped it (the database, a test hook), to be tried
 // again.
-func (o *Orchestrator) makeDevices(ctx context.Context, vmID string, op *store.Operation) (deviceErr, err error) {
+func (lc *lifecycle) makeDevices(ctx context.Context, vmID string, op *store.Operation) (deviceErr, err error) {
 	// Only an attempt that got as far as creating devices can have left
 	// one behind; a fresh one skips the backend's inventory.
 	mayExist := op.Step != "" && op.Step != StepAllocate
-	allocs, err := o.liveAllocations(ctx, vmID)
+	allocs, err := liveAllocations(ctx, lc.st, vmID)
 	if err != nil {
 		return nil, err
 	}
@@ -122,18 +124,18 @@ func (o *Orchestrator) makeDevices(ctx context.Context, vmID string, op *store.O
 		if a.State != store.AllocReserved {
 			continue
 		}
-		if err := o.beginDeviceStep(ctx, vmID, op.ID, a.ID); err != nil {
+		if err := lc.beginDeviceStep(ctx, vmID, op.ID, a.ID); err != nil {
 			return nil, err
 		}
-		d, err := o.createDevice(ctx, vmID, a, allocs, mayExist)
+		d, err := lc.createDevice(ctx, vmID, a, allocs, mayExist)
 		if err != nil {
 			return fmt.Errorf("create the %s device on GPU %s: %w", a.Kind, a.GPUAddress, err), nil
 		}
-		if err := o.hook(vmID, HookDeviceCreated); err != nil {
+		if err := lc.hook(vmID, HookDeviceCreated); err != nil {
 			return nil, err
 		}
 		hd, _ := json.Marshal(d.Hostdev)
-		if err := o.st.MarkAllocationCreated(ctx, a.ID, d.ID, string(hd)); err != nil {
+		if err := lc.st.MarkAllocationCreated(ctx, a.ID, d.ID, string(hd)); err != nil {
 			return nil, err
 		}
 	}
@@ -151,8 +153,8 @@ var errSlotsGone = errors.New("its GPU slots were released meanwhile (the VM was
 // RequeueFromDownHosts takes the same lock before it releases a VM's
 // slots: either it sees this step and leaves the VM, or this sees the
 // slots released and makes nothing.
-func (o *Orchestrator) beginDeviceStep(ctx context.Context, vmID, opID string, allocID int64) error {
-	return o.st.Tx(ctx, func(tx *store.Store) error {
+func (lc *lifecycle) beginDeviceStep(ctx context.Context, vmID, opID string, allocID int64) error {
+	return lc.st.Tx(ctx, func(tx *store.Store) error {
 		live, err := tx.LockLiveAllocations(ctx, vmID)
 		if err != nil {
 			return err
@@ -166,16 +168,16 @@ func (o *Orchestrator) beginDeviceStep(ctx context.Context, vmID, opID string, a
 
 // vmRequest is the libvirt side of a VM: its domain from the profile and the
 // recorded devices, and its disk.
-func (o *Orchestrator) vmRequest(ctx context.Context, vm *store.VM) (hypervisor.VMRequest, error) {
-	cfg := o.cfg.Profiles()
-	p := cfg.Profiles[vm.Profile]
-	allocs, err := o.liveAllocations(ctx, vm.ID)
+func (lc *lifecycle) vmRequest(ctx context.Context, vm *store.VM) (hypervisor.VMRequest, error) {
+	set := lc.settings()
+	p := set.Profiles[vm.Profile]
+	allocs, err := liveAllocations(ctx, lc.st, vm.ID)
 	if err != nil {
 		return hypervisor.VMRequest{}, err
 	}
 	in := domain.Instance{
-		Name: o.DomainName(vm.ID), UUID: vm.ID, Installation: o.cfg.Installation, VMID: vm.ID, Owner: vm.Owner, DomainType: o.cfg.DomainType,
-		GraphicsListen: cfg.Server.Libvirt.GraphicsListen, Password: vm.DisplayPassword,
+		Name: lc.names.of(vm.ID), UUID: vm.ID, Installation: lc.installation, VMID: vm.ID, Owner: vm.Owner, DomainType: set.DomainType,
+		GraphicsListen: set.Libvirt.GraphicsListen, Password: vm.DisplayPassword,
 	}
 	for _, a := range allocs {
 		var h backend.Hostdev
@@ -189,8 +191,8 @@ func (o *Orchestrator) vmRequest(ctx context.Context, vm *store.VM) (hypervisor.
 		in.Hostdevs = append(in.Hostdevs, hd)
 	}
 	spec, err := domain.FromProfile(p, in)
-	if err == nil && o.cfg.DetachSimulatedGPUs && len(spec.Hostdevs) > 0 {
-		o.log.Warn("simulated GPU server: the VM's GPU devices exist only in the simulator and are not attached to the domain",
+	if err == nil && lc.settings().DetachSimulatedGPUs && len(spec.Hostdevs) > 0 {
+		lc.log.Warn("simulated GPU server: the VM's GPU devices exist only in the simulator and are not attached to the domain",
 			"vm", vm.ID, "devices", len(spec.Hostdevs))
 		spec.Hostdevs = nil
 		spec.Title = strings.TrimSpace(spec.Title + " [simulated GPU, not attached]")
@@ -198,9 +200,9 @@ func (o *Orchestrator) vmRequest(ctx context.Context, vm *store.VM) (hypervisor.
 	if err != nil {
 		return hypervisor.VMRequest{}, err
 	}
-	req := hypervisor.VMRequest{Spec: spec, Pool: cfg.Server.Libvirt.StoragePool}
+	req := hypervisor.VMRequest{Spec: spec, Pool: set.Libvirt.StoragePool}
 	if p.Disk != nil && p.Disk.Image != "" {
-		img := cfg.Images[p.Disk.Image]
+		img := set.Images[p.Disk.Image]
 		if img == nil || img.Path == "" {
 			return hypervisor.VMRequest{}, fmt.Errorf("profile %s: image %q has no file path", p.Name, p.Disk.Image)
 		}
@@ -209,25 +211,11 @@ func (o *Orchestrator) vmRequest(ctx context.Context, vm *store.VM) (hypervisor.
 	return req, nil
 }
 
-func (o *Orchestrator) liveAllocations(ctx context.Context, vmID string) ([]store.Allocation, error) {
-	all, err := o.st.ListAllocations(ctx, vmID)
-	if err != nil {
-		return nil, err
-	}
-	var live []store.Allocation
-	for _, a := range all {
-		if a.State != store.AllocReleased {
-			live = append(live, a)
-		}
-	}
-	return live, nil
-}
-
 // createDevice makes an allocation's device, or, when an earlier attempt
 // may have made it (mayExist), adopts that one: a device of the same VM on the
 // same GPU that no other allocation of the VM holds.
-func (o *Orchestrator) createDevice(ctx context.Context, vmID string, a store.Allocation, allocs []store.Allocation, mayExist bool) (backend.Device, error) {
-	b, ok := o.cfg.Backends.Backend(a.Backend)
+func (lc *lifecycle) createDevice(ctx context.Context, vmID string, a store.Allocation, allocs []store.Allocation, mayExist bool) (backend.Device, error) {
+	b, ok := lc.backends.Backend(a.Backend)
 	if !ok {
 		return backend.Device{}, backend.Errorf(backend.CodeUnavailable, a.GPUAddress, "backend %s is not running", a.Backend)
 	}
@@ -238,13 +226,13 @@ func (o *Orchestrator) createDevice(ctx context.Context, vmID string, a store.Al
 		}
 	}
 	if mayExist {
-		invs, errs := o.currentInventoriesOf(ctx, []string{a.Backend})
+		invs, errs := lc.backends.currentInventoriesOf(ctx, []string{a.Backend})
 		if len(errs) > 0 {
 			return backend.Device{}, errors.Join(errs...)
 		}
 		for _, d := range invs[a.Backend].Devices {
 			if d.VMUUID == vmID && d.GPU == a.GPUAddress && d.Kind == a.Kind && !held[d.ID] {
-				o.log.Info("adopting the device an interrupted create made", "vm", vmID, "device", d.ID, "gpu", d.GPU)
+				lc.log.Info("adopting the device an interrupted create made", "vm", vmID, "device", d.ID, "gpu", d.GPU)
 				return d, nil
 			}
 		}
@@ -262,61 +250,68 @@ func (o *Orchestrator) createDevice(ctx context.Context, vmID string, a store.Al
 // createFailed rolls back what a create made (domain, devices, slots) and
 // either queues the VM again (the GPU turned out to be full) or marks it
 // failed. An interrupted create (ctx ended) is left to the reconciler.
-func (o *Orchestrator) createFailed(ctx context.Context, vmID string, op *store.Operation, cause error) error {
+func (lc *lifecycle) createFailed(ctx context.Context, vmID string, op *store.Operation, cause error) error {
 	if ctx.Err() != nil || errors.Is(cause, errAbandoned) {
 		return cause
 	}
 	if errors.Is(cause, backend.ErrExhausted) || errors.Is(cause, backend.ErrUnavailable) {
-		if err := o.rollback(ctx, vmID); err != nil {
+		if err := lc.rollback(ctx, vmID); err != nil {
 			return errors.Join(cause, err)
 		}
-		vm, err := o.st.GetVM(ctx, vmID)
+		vm, err := lc.st.GetVM(ctx, vmID)
 		if err != nil {
 			return err
 		}
-		_, err = o.st.UpdateVMState(ctx, vmID, vm.Version, store.VMUpdate{State: store.VMQueued, Phase: PhaseQueued, StateReason: cause.Error()})
-		o.log.Warn("VM queued again", "vm", vmID, "reason", cause)
+		_, err = lc.st.UpdateVMState(ctx, vmID, vm.Version, store.VMUpdate{State: store.VMQueued, Phase: PhaseQueued, StateReason: cause.Error()})
+		lc.log.Warn("VM queued again", "vm", vmID, "reason", cause)
 		return err
 	}
-	return o.failVM(ctx, vmID, op, cause)
+	return lc.failVM(ctx, vmID, op, cause)
 }
 
 // failVM rolls back and marks the VM failed with the cause, finishing op.
-func (o *Orchestrator) failVM(ctx context.Context, vmID string, op *store.Operation, cause error) error {
-	if err := o.rollback(ctx, vmID); err != nil {
+func (lc *lifecycle) failVM(ctx context.Context, vmID string, op *store.Operation, cause error) error {
+	if err := lc.rollback(ctx, vmID); err != nil {
 		return errors.Join(cause, err)
 	}
-	vm, err := o.st.GetVM(ctx, vmID)
+	vm, err := lc.st.GetVM(ctx, vmID)
 	if err != nil {
 		return err
 	}
-	if _, err := o.st.UpdateVMState(ctx, vmID, vm.Version, store.VMUpdate{State: store.VMFailed, StateReason: cause.Error()}); err != nil {
+	if _, err := lc.st.UpdateVMState(ctx, vmID, vm.Version, store.VMUpdate{State: store.VMFailed, StateReason: cause.Error()}); err != nil {
 		return err
 	}
 	if op != nil {
-		o.finishOp(ctx, op.ID, cause)
+		lc.finishOp(ctx, op.ID, cause)
 	}
 	return cause
 }
 
 // rollback removes a VM's domain and devices and frees its slots. Every part
 // is idempotent.
-func (o *Orchestrator) rollback(ctx context.Context, vmID string) error {
-	// A create that failed has nothing to shut down gracefully: the
-	// domain goes at once, with every volume made for it.
-	if err := o.cleanupVolumes(ctx, vmID); err != nil {
-		return fmt.Errorf("remove the domain and its volumes: %w", err)
-	}
-	if err := o.removeDevices(ctx, vmID); err != nil {
-		return err
-	}
-	return o.release(ctx, vmID)
+func (lc *lifecycle) rollback(ctx context.Context, vmID string) error {
+	// What a create makes, in the order it makes it, undone last first and
+	// each only once the one made after it is gone: the slots are freed
+	// once the devices are removed, the devices once no domain holds them.
+	// The steps look at what exists, not at how far the create got.
+	var r revert.Reverter
+	r.Add(func() error { return lc.release(ctx, vmID) })       // the slots claimed
+	r.Add(func() error { return lc.removeDevices(ctx, vmID) }) // the devices made
+	r.Add(func() error {
+		// A create that failed has nothing to shut down gracefully: the
+		// domain goes at once, with every volume made for it.
+		if err := lc.cleanupVolumes(ctx, vmID); err != nil {
+			return fmt.Errorf("remove the domain and its volumes: %w", err)
+		}
+		return nil
+	})
+	return r.RevertUntilFailure()
 }
 
 // release frees a VM's slots and ends its usage records, in one
 // transaction: the GPU time it is charged for ends when its devices go.
-func (o *Orchestrator) release(ctx context.Context, vmID string) error {
-	err := o.st.Tx(ctx, func(tx *store.Store) error {
+func (lc *lifecycle) release(ctx context.Context, vmID string) error {
+	err := lc.st.Tx(ctx, func(tx *store.Store) error {
 		if _, err := tx.ReleaseAllocations(ctx, vmID); err != nil {
 			return err
 		}
@@ -324,7 +319,7 @@ func (o *Orchestrator) release(ctx context.Context, vmID string) error {
 		return err
 	})
 	if err == nil {
-		o.capacityFreed() // in a fleet, the leader may place a queued VM there now
+		lc.fleet.capacityFreed() // in a fleet, the leader may place a queued VM there now
 	}
 	return err
 }
@@ -332,8 +327,8 @@ func (o *Orchestrator) release(ctx context.Context, vmID string) error {
 // removeDevices removes every device made for a VM: those its allocations
 // recorded and, for allocations whose device was never recorded (a create
 // that crashed in between), any their backend lists for the VM.
-func (o *Orchestrator) removeDevices(ctx context.Context, vmID string) error {
-	allocs, err := o.liveAllocations(ctx, vmID)
+func (lc *lifecycle) removeDevices(ctx context.Context, vmID string) error {
+	allocs, err := liveAllocations(ctx, lc.st, vmID)
 	if err != nil {
 		return err
 	}
@@ -345,7 +340,7 @@ func (o *Orchestrator) removeDevices(ctx context.Context, vmID string) error {
 			unrecorded[a.Backend] = true
 			continue
 		}
-		b, ok := o.cfg.Backends.Backend(a.Backend)
+		b, ok := lc.backends.Backend(a.Backend)
 		if !ok {
 			errs = append(errs, fmt.Errorf("backend %s is not running", a.Backend))
 			continue
@@ -360,10 +355,10 @@ func (o *Orchestrator) removeDevices(ctx context.Context, vmID string) error {
 	for name := range unrecorded {
 		names = append(names, name)
 	}
-	invs, invErrs := o.currentInventoriesOf(ctx, names)
+	invs, invErrs := lc.backends.currentInventoriesOf(ctx, names)
 	errs = append(errs, invErrs...)
 	for name, inv := range invs {
-		b, _ := o.cfg.Backends.Backend(name)
+		b, _ := lc.backends.Backend(name)
 		for _, d := range inv.Devices {
 			if d.VMUUID != vmID || !d.Managed || removed[name+"/"+d.ID] {
 				continue
@@ -374,17 +369,4 @@ func (o *Orchestrator) removeDevices(ctx context.Context, vmID string) error {
 		}
 	}
 	return errors.Join(errs...)
-}
-
-// currentInventoriesOf is the named backends' inventories as the backends
-// keep them current (InventoryCache), without calling them; from
-// inventoriesOf when the Backends keep none.
-func (o *Orchestrator) currentInventoriesOf(ctx context.Context, names []string) (map[string]backend.Inventory, []error) {
-	return backend.CurrentInventories(ctx, o.cfg.Backends, names)
-}
-
-// inventoriesOf asks the named backends for their inventories; a backend
-// that is not running or fails is reported and left out.
-func (o *Orchestrator) inventoriesOf(ctx context.Context, names []string) (map[string]backend.Inventory, []error) {
-	return backend.Inventories(ctx, o.cfg.Backends, names)
 }

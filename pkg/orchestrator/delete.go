@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/gpuvm/gpuvm/pkg/api"
 	"github.com/gpuvm/gpuvm/pkg/hypervisor"
 	"github.com/gpuvm/gpuvm/pkg/store"
 )
@@ -14,19 +15,19 @@ var ErrCancelled = errors.New("cancelled: the VM was deleted")
 
 // runDelete deletes a VM: domain, devices, slots, in that order, each step
 // idempotent, then marks it deleted. A create still unfinished is cancelled.
-func (o *Orchestrator) runDelete(ctx context.Context, vm *store.VM, op, create *store.Operation) error {
-	vm, op, done, err := o.fresh(ctx, vm, op)
+func (lc *lifecycle) runDelete(ctx context.Context, vm *store.VM, op, create *store.Operation) error {
+	vm, op, done, err := lc.fresh(ctx, vm, op)
 	if err != nil || done {
 		return err
 	}
 	if create != nil {
-		o.finishOp(ctx, create.ID, ErrCancelled)
+		lc.finishOp(ctx, create.ID, ErrCancelled)
 	}
 	if vm.State == store.VMDeleted {
-		return o.st.FinishOperation(ctx, op.ID, nil)
+		return lc.st.FinishOperation(ctx, op.ID, nil)
 	}
 	if vm.State != store.VMDeleting {
-		next, err := o.st.UpdateVMState(ctx, vm.ID, vm.Version, store.VMUpdate{State: store.VMDeleting, Phase: "removing domain"})
+		next, err := lc.st.UpdateVMState(ctx, vm.ID, vm.Version, store.VMUpdate{State: store.VMDeleting, Phase: api.PhaseRemovingDomain})
 		if err != nil {
 			return err
 		}
@@ -39,36 +40,36 @@ func (o *Orchestrator) runDelete(ctx context.Context, vm *store.VM, op, create *
 		// Left unfinished: the next round tries again.
 		return fmt.Errorf("delete vm %s: %s: %w", vm.ID, step, err)
 	}
-	if err := o.st.SetOperationStep(ctx, op.ID, StepDeleteDomain); err != nil {
+	if err := lc.st.SetOperationStep(ctx, op.ID, StepDeleteDomain); err != nil {
 		return err
 	}
-	if err := o.cfg.Hypervisor.DeleteVM(ctx, vm.ID, o.cfg.ShutdownTimeout); err != nil && !hypervisor.IsNotFound(err) {
+	if err := lc.hv.DeleteVM(ctx, vm.ID, lc.settings().ShutdownTimeout); err != nil && !hypervisor.IsNotFound(err) {
 		return fail(StepDeleteDomain, err)
 	}
-	if err := o.cleanupVolumes(ctx, vm.ID); err != nil {
+	if err := lc.cleanupVolumes(ctx, vm.ID); err != nil {
 		return fail(StepDeleteDomain, err)
 	}
-	if err := o.hook(vm.ID, HookDomainDeleted); err != nil {
+	if err := lc.hook(vm.ID, HookDomainDeleted); err != nil {
 		return err
 	}
-	if err := o.st.SetOperationStep(ctx, op.ID, StepRemoveDevice); err != nil {
+	if err := lc.st.SetOperationStep(ctx, op.ID, StepRemoveDevice); err != nil {
 		return err
 	}
-	if err := o.removeDevices(ctx, vm.ID); err != nil {
+	if err := lc.removeDevices(ctx, vm.ID); err != nil {
 		return fail(StepRemoveDevice, err)
 	}
-	if err := o.hook(vm.ID, HookDevicesRemoved); err != nil {
+	if err := lc.hook(vm.ID, HookDevicesRemoved); err != nil {
 		return err
 	}
-	if err := o.st.SetOperationStep(ctx, op.ID, StepRelease); err != nil {
+	if err := lc.st.SetOperationStep(ctx, op.ID, StepRelease); err != nil {
 		return err
 	}
-	if err := o.release(ctx, vm.ID); err != nil {
+	if err := lc.release(ctx, vm.ID); err != nil {
 		return fail(StepRelease, err)
 	}
-	if _, err := o.st.UpdateVMState(ctx, vm.ID, vm.Version, store.VMUpdate{State: store.VMDeleted}); err != nil {
+	if _, err := lc.st.UpdateVMState(ctx, vm.ID, vm.Version, store.VMUpdate{State: store.VMDeleted}); err != nil {
 		return err
 	}
-	o.log.Info("VM deleted", "vm", vm.ID, "name", vm.Name, "owner", vm.Owner)
-	return o.st.FinishOperation(ctx, op.ID, nil)
+	lc.log.Info("VM deleted", "vm", vm.ID, "name", vm.Name, "owner", vm.Owner)
+	return lc.st.FinishOperation(ctx, op.ID, nil)
 }

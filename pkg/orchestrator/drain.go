@@ -16,7 +16,9 @@ import (
 // has room for is told which: "GPU 0000:41:00.0 is drained (fan)".
 
 // drainsOf reads the drained GPUs of every host, by host and address.
-func drainsOf(ctx context.Context, st *store.Store) (map[string]map[string]store.GPUDrain, error) {
+func drainsOf(ctx context.Context, st interface {
+	ListGPUDrains(ctx context.Context, host string) ([]store.GPUDrain, error)
+}) (map[string]map[string]store.GPUDrain, error) {
 	ds, err := st.ListGPUDrains(ctx, "")
 	if err != nil {
 		return nil, err

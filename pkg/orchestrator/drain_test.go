@@ -64,7 +64,7 @@ func TestDrainedGPUGetsNothing(t *testing.T) {
 	}
 	o.Drain(ctx)
 	e.checkRunning(vm, op, o, "managed='yes'")
-	allocs, _ := o.liveAllocations(ctx, vm.ID)
+	allocs, _ := liveAllocations(ctx, o.life.st, vm.ID)
 	if allocs[0].GPUAddress != gpu {
 		t.Errorf("placed on %s, want %s", allocs[0].GPUAddress, gpu)
 	}

@@ -43,34 +43,34 @@ type Fleet interface {
 
 // leading reports whether this orchestrator places queued VMs: always on a
 // single server.
-func (o *Orchestrator) leading() bool { return o.cfg.Fleet == nil || o.cfg.Fleet.IsLeader() }
+func (fl *fleetDuties) leading() bool { return fl.fleet == nil || fl.fleet.IsLeader() }
 
 // owns reports whether this node runs a VM's operations: those of VMs
 // placed on it, and, on the leader, those of VMs placed nowhere (queued,
 // or never placed: a delete of one has nothing on any host to remove).
-func (o *Orchestrator) owns(vm *store.VM) bool {
-	if o.cfg.Fleet == nil {
+func (fl *fleetDuties) owns(vm *store.VM) bool {
+	if fl.fleet == nil {
 		return true
 	}
 	if vm.State == store.VMQueued || vm.Host == "" {
-		return o.cfg.Fleet.IsLeader()
+		return fl.fleet.IsLeader()
 	}
-	return vm.Host == o.cfg.Host
+	return vm.Host == fl.host
 }
 
 // wakeNode wakes another node of the fleet ("" the leader); nothing on a
 // single server.
-func (o *Orchestrator) wakeNode(node string) {
-	if o.cfg.Fleet != nil && node != o.cfg.Host {
-		o.cfg.Fleet.Notify(node)
+func (fl *fleetDuties) wakeNode(node string) {
+	if fl.fleet != nil && node != fl.host {
+		fl.fleet.Notify(node)
 	}
 }
 
 // capacityFreed tells the leader that this node freed slots, so that a
 // queued VM may take them at once.
-func (o *Orchestrator) capacityFreed() {
-	if o.cfg.Fleet != nil && !o.cfg.Fleet.IsLeader() {
-		o.cfg.Fleet.Notify("")
+func (fl *fleetDuties) capacityFreed() {
+	if fl.fleet != nil && !fl.fleet.IsLeader() {
+		fl.fleet.Notify("")
 	}
 }
 
@@ -121,33 +121,33 @@ type placeHost struct {
 // live ones are counted by their allocations, and the others were removed
 // before their slots were released (what a heartbeat older than the
 // removal still lists).
-func (o *Orchestrator) placementHosts(ctx context.Context, cfg *config.Config, kinds []string) ([]placeHost, error) {
-	invs, errs := o.currentInventoriesOf(ctx, kinds)
+func (fl *fleetDuties) placementHosts(ctx context.Context, cfg *config.Config, kinds []string) ([]placeHost, error) {
+	invs, errs := fl.backends.currentInventoriesOf(ctx, kinds)
 	for _, err := range errs {
-		o.log.Warn("a backend did not answer; its GPUs are not offered this round", "err", err)
+		fl.log.Warn("a backend did not answer; its GPUs are not offered this round", "err", err)
 	}
-	self, devices := o.hostSpec(cfg, mergedInventory(invs))
-	if o.cfg.Fleet == nil {
+	self, devices := fl.spec(cfg, mergedInventory(invs))
+	if fl.fleet == nil {
 		return []placeHost{{self, devices}}, nil
 	}
-	rows, err := o.st.ListHosts(ctx)
+	rows, err := fl.st.ListHosts(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("list the fleet's nodes: %w", err)
 	}
-	now := o.st.Now()
+	now := fl.st.Now()
 	out := []placeHost{{self, devices}}
 	var foreign []string // VM IDs of the other nodes' devices
 	for _, h := range rows {
-		if h.Name == o.cfg.Host {
+		if h.Name == fl.host {
 			out[0].spec.Draining = h.State == store.HostDraining
 			continue
 		}
-		if h.State == store.HostDown || now.Sub(h.HeartbeatAt) > o.hostTimeout() {
+		if h.State == store.HostDown || now.Sub(h.HeartbeatAt) > fl.hostTimeout() {
 			continue // down: its capacity is not offered
 		}
-		ph, err := o.remote.get(cfg, h)
+		ph, err := fl.remote.get(cfg, h)
 		if err != nil {
-			o.log.Warn("a node's published inventory is unusable; nothing is placed on it this round", "host", h.Name, "err", err)
+			fl.log.Warn("a node's published inventory is unusable; nothing is placed on it this round", "host", h.Name, "err", err)
 			continue
 		}
 		for _, d := range ph.devices {
@@ -159,7 +159,7 @@ func (o *Orchestrator) placementHosts(ctx context.Context, cfg *config.Config, k
 		return out, nil
 	}
 	slices.Sort(foreign)
-	known, err := o.st.GetVMs(ctx, slices.Compact(foreign))
+	known, err := fl.st.GetVMs(ctx, slices.Compact(foreign))
 	if err != nil {
 		return nil, err
 	}
@@ -222,9 +222,9 @@ func remoteHost(cfg *config.Config, h store.Host) (placeHost, error) {
 	return placeHost{spec, devices}, nil
 }
 
-func (o *Orchestrator) hostTimeout() time.Duration {
-	if o.cfg.HostTimeout > 0 {
-		return o.cfg.HostTimeout
+func (fl *fleetDuties) hostTimeout() time.Duration {
+	if fl.settings().HostTimeout > 0 {
+		return fl.settings().HostTimeout
 	}
 	return config.DefaultHeartbeatTimeout
 }
@@ -237,28 +237,28 @@ func (o *Orchestrator) hostTimeout() time.Duration {
 // transaction each, so the leader places them elsewhere. VMs whose node
 // made anything stay where they are (host-down) until it returns. It
 // returns the VMs it queued again.
-func (o *Orchestrator) RequeueFromDownHosts(ctx context.Context, hosts []string) ([]string, error) {
+func (fl *fleetDuties) RequeueFromDownHosts(ctx context.Context, hosts []string) ([]string, error) {
 	var requeued []string
 	var errs []error
 	for _, host := range hosts {
-		vms, err := o.listVMs(ctx, store.VMFilter{States: []string{store.VMAllocating}, Host: host})
+		vms, err := listVMs(ctx, fl.st, store.VMFilter{States: []string{store.VMAllocating}, Host: host})
 		if err != nil {
 			return requeued, err
 		}
 		for i := range vms {
-			ok, err := o.requeueUnstarted(ctx, &vms[i])
+			ok, err := fl.requeueUnstarted(ctx, &vms[i])
 			if err != nil {
 				errs = append(errs, fmt.Errorf("vm %s on %s: %w", vms[i].ID, host, err))
 				continue
 			}
 			if ok {
 				requeued = append(requeued, vms[i].ID)
-				o.log.Warn("VM queued again: its node went down before making it", "vm", vms[i].ID, "name", vms[i].Name, "host", host)
+				fl.log.Warn("VM queued again: its node went down before making it", "vm", vms[i].ID, "name", vms[i].Name, "host", host)
 			}
 		}
 	}
 	if len(requeued) > 0 {
-		o.Wake()
+		fl.wake()
 	}
 	return requeued, errors.Join(errs...)
 }
@@ -268,10 +268,10 @@ func (o *Orchestrator) RequeueFromDownHosts(ctx context.Context, hosts []string)
 // allocations, as the node does before it makes a device
 // (beginDeviceStep): a node that began meanwhile is seen, and one that
 // begins after finds its slots released.
-func (o *Orchestrator) requeueUnstarted(ctx context.Context, vm *store.VM) (bool, error) {
+func (fl *fleetDuties) requeueUnstarted(ctx context.Context, vm *store.VM) (bool, error) {
 	nowhere := ""
 	requeued := false
-	err := o.st.Tx(ctx, func(tx *store.Store) error {
+	err := fl.st.Tx(ctx, func(tx *store.Store) error {
 		allocs, err := tx.LockLiveAllocations(ctx, vm.ID)
 		if err != nil {
 			return err

@@ -37,7 +37,7 @@ func BenchmarkFleetDecision(b *testing.B) {
 			var started int
 			b.ResetTimer()
 			for b.Loop() {
-				st, err := n.o.placementState(ctx, cfg, n.st.Now(), kinds)
+				st, err := n.o.disp.placementState(ctx, cfg, n.st.Now(), kinds)
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -75,7 +75,7 @@ func (n *fleetNode) beat(t testing.TB) { n.beatAs(t, n.name) }
 func (n *fleetNode) beatAs(t testing.TB, name string) {
 	t.Helper()
 	ctx := context.Background()
-	invs, errs := n.o.inventoriesOf(ctx, n.l.Names())
+	invs, errs := n.o.life.backends.inventoriesOf(ctx, n.l.Names())
 	if len(errs) > 0 {
 		t.Fatal(errs)
 	}
@@ -241,7 +241,7 @@ func TestFleetReconcileOwnHostOnly(t *testing.T) {
 	if _, err := n1.st.UpdateVMState(ctx, a.ID, vm.Version, store.VMUpdate{State: store.VMCreating, Host: &nowhere}); err != nil {
 		t.Fatal(err)
 	}
-	rep, err := n1.o.reconcileHost(ctx)
+	rep, err := n1.o.rec.reconcileHost(ctx)
 	if err != nil || len(rep.LeakedDevices) != 1 || len(rep.LeakedDomains) != 1 {
 		t.Fatalf("n1's reconcile: %+v, %v", rep, err)
 	}
@@ -270,13 +270,13 @@ func TestRequeueAndDeviceStepExcludeEachOther(t *testing.T) {
 		t.Fatalf("requeued %v, %v", requeued, err)
 	}
 	// n2, past its read of the allocations, begins the device step.
-	if err := n2.o.beginDeviceStep(ctx, vm.ID, op.ID, alloc.ID); !errors.Is(err, errSlotsGone) {
+	if err := n2.o.life.beginDeviceStep(ctx, vm.ID, op.ID, alloc.ID); !errors.Is(err, errSlotsGone) {
 		t.Fatalf("n2 beginning the device of a requeued VM: %v; want errSlotsGone", err)
 	}
 	if got := n1.op(op.ID); got.Step == StepCreateDevice {
 		t.Error("the refused step was recorded")
 	}
-	if deviceErr, err := n2.o.makeDevices(ctx, vm.ID, n1.op(op.ID)); deviceErr != nil || err != nil {
+	if deviceErr, err := n2.o.life.makeDevices(ctx, vm.ID, n1.op(op.ID)); deviceErr != nil || err != nil {
 		t.Fatalf("n2's makeDevices after the requeue: %v, %v", deviceErr, err)
 	}
 	if devs := n2.devices(); len(devs) != 0 {
@@ -289,7 +289,7 @@ func TestRequeueAndDeviceStepExcludeEachOther(t *testing.T) {
 	if again.State != store.VMAllocating || again.Host != "n2" { // only n2's L40S can hold it
 		t.Fatalf("placed again: %s on %q", again.State, again.Host)
 	}
-	if err := n2.o.beginDeviceStep(ctx, vm.ID, op.ID, n1.liveAllocation(vm.ID).ID); err != nil {
+	if err := n2.o.life.beginDeviceStep(ctx, vm.ID, op.ID, n1.liveAllocation(vm.ID).ID); err != nil {
 		t.Fatal(err)
 	}
 	if requeued, err := n1.o.RequeueFromDownHosts(ctx, []string{"n2"}); err != nil || len(requeued) != 0 {

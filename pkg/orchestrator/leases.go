@@ -124,7 +124,7 @@ func (r *rules) forget(now time.Time) {
 
 // round is one application of the rules.
 type round struct {
-	o    *Orchestrator
+	loop *rulesLoop
 	ctx  context.Context
 	cfg  *config.Config
 	now  time.Time
@@ -137,28 +137,25 @@ type round struct {
 // says what it did. It does nothing when this gpuvmd is not the leader. A
 // rule that fails for one VM does not keep the others from being applied;
 // the failures are returned together.
-func (o *Orchestrator) ApplyRules(ctx context.Context) (RulesReport, error) {
-	if o.cfg.Leader != nil && !o.cfg.Leader.IsLeader() {
+func (rl *rulesLoop) ApplyRules(ctx context.Context) (RulesReport, error) {
+	if !rl.leader.IsLeader() {
 		return RulesReport{Skipped: true}, nil
 	}
-	cfg := o.cfg.Profiles()
-	if cfg == nil {
-		cfg = &config.Config{}
-	}
-	r := &round{o: o, ctx: ctx, cfg: cfg, now: o.st.Now(), busy: map[string]bool{}}
-	o.rules.forget(r.now)
-	vms, err := o.listVMs(ctx, store.VMFilter{States: []string{store.VMRunning, store.VMStopped}})
+	cfg := rl.settings().Config
+	r := &round{loop: rl, ctx: ctx, cfg: cfg, now: rl.st.Now(), busy: map[string]bool{}}
+	rl.rules.forget(r.now)
+	vms, err := listVMs(ctx, rl.st, store.VMFilter{States: []string{store.VMRunning, store.VMStopped}})
 	if err != nil {
 		return r.rep, fmt.Errorf("rules: list the VMs: %w", err)
 	}
-	ops, err := o.st.ListUnfinishedOperations(ctx)
+	ops, err := rl.st.ListUnfinishedOperations(ctx)
 	if err != nil {
 		return r.rep, fmt.Errorf("rules: list the operations: %w", err)
 	}
 	for _, op := range ops {
 		r.busy[op.VMID] = true // it is being stopped, deleted, started…
 	}
-	pre, err := o.pendingPreemptions(ctx, r.now)
+	pre, err := pendingPreemptions(ctx, rl.st, rl.settings().Notice, r.now)
 	if err != nil {
 		return r.rep, fmt.Errorf("rules: %w", err)
 	}
@@ -197,18 +194,18 @@ func (o *Orchestrator) ApplyRules(ctx context.Context) (RulesReport, error) {
 		r.window(vm, windows[vm.ID])
 	}
 	if len(r.rep.Stopped)+len(r.rep.Deleted) > 0 {
-		o.Wake()
+		rl.wake()
 	}
 	return r.rep, errors.Join(append(r.errs, ctx.Err())...)
 }
 
 // applyRules is ApplyRules for Run: it logs.
-func (o *Orchestrator) applyRules(ctx context.Context) {
-	rep, err := o.ApplyRules(ctx)
+func (rl *rulesLoop) applyRules(ctx context.Context) {
+	rep, err := rl.ApplyRules(ctx)
 	if err != nil && ctx.Err() == nil {
-		o.log.Error("rules of sharing: some were not applied; they are tried again next round", "err", err)
+		rl.log.Error("rules of sharing: some were not applied; they are tried again next round", "err", err)
 	}
-	rep.log(o.log)
+	rep.log(rl.log)
 }
 
 // leaseOf is the lease settings of a VM's profile (the defaults when the
@@ -281,23 +278,20 @@ func (r *round) warnLease(vm *store.VM, l config.Lease, end time.Time) {
 	}
 	n := api.VMWarningPayload{Kind: api.WarningLeaseEnd, Action: action, At: end, MinutesLeft: minutesUntil(r.now, end),
 		Reason: fmt.Sprintf("the lease ends at %s (in %d minutes): %s unless it is extended", r.stamp(end), minutesUntil(r.now, end), what)}
-	ok, err := r.o.st.WarnLease(r.ctx, vm.ID, end, warningEvent(vm, n))
+	ok, err := r.loop.st.WarnLease(r.ctx, vm.ID, end, warningEvent(vm, n))
 	if err != nil {
 		r.errs = append(r.errs, err)
 		return
 	}
 	if ok {
 		r.rep.Warned = append(r.rep.Warned, vm.ID+" "+n.Kind)
-		r.o.notify(r.cfg, vm, n, r.now)
+		notify(r.loop.notifier, r.cfg, vm, n, r.now)
 	}
 }
 
 // idleVMs asks the idle detector about the running VMs, when a profile of
 // theirs stops idle VMs.
 func (r *round) idleVMs(vms []store.VM) (map[string]monitor.VMIdle, error) {
-	if r.o.cfg.Idle == nil {
-		return nil, nil
-	}
 	needed := false
 	for i := range vms {
 		needed = needed || (vms[i].State == store.VMRunning && r.leaseOf(&vms[i]).IdleStop > 0)
@@ -305,7 +299,7 @@ func (r *round) idleVMs(vms []store.VM) (map[string]monitor.VMIdle, error) {
 	if !needed {
 		return nil, nil
 	}
-	list, err := r.o.cfg.Idle.IdleVMs(r.ctx)
+	list, err := r.loop.idle.IdleVMs(r.ctx)
 	if err != nil {
 		return nil, fmt.Errorf("rules: idle stop: %w", err)
 	}
@@ -336,7 +330,7 @@ func (r *round) act(vm *store.VM, kind, by string, n api.VMWarningPayload) bool 
 	if n.At.IsZero() {
 		n.At = r.now
 	}
-	err := r.o.st.Tx(r.ctx, func(tx *store.Store) error {
+	err := r.loop.st.Tx(r.ctx, func(tx *store.Store) error {
 		if err := tx.CreateOperation(r.ctx, op); err != nil {
 			return err
 		}
@@ -354,16 +348,16 @@ func (r *round) act(vm *store.VM, kind, by string, n api.VMWarningPayload) bool 
 		return false
 	}
 	r.busy[vm.ID] = true
-	r.o.rules.remember(noticeKey(vm.ID, n.Kind, noticeAct, n.At), n.At)
+	r.loop.rules.remember(noticeKey(vm.ID, n.Kind, noticeAct, n.At), n.At)
 	entry := vm.ID + " " + n.Kind
 	if kind == store.OpDelete {
 		r.rep.Deleted = append(r.rep.Deleted, entry)
 	} else {
 		r.rep.Stopped = append(r.rep.Stopped, entry)
 	}
-	r.o.log.Info("rule of sharing: VM "+map[string]string{store.OpStop: "stopped", store.OpDelete: "deleted"}[kind], "vm", vm.ID, "name", vm.Name,
+	r.loop.log.Info("rule of sharing: VM "+map[string]string{store.OpStop: "stopped", store.OpDelete: "deleted"}[kind], "vm", vm.ID, "name", vm.Name,
 		"owner", vm.Owner, "rule", n.Kind, "reason", n.Reason, "operation", op.ID)
-	r.o.notify(r.cfg, vm, n, r.now)
+	notify(r.loop.notifier, r.cfg, vm, n, r.now)
 	return true
 }
 
@@ -372,7 +366,7 @@ func (r *round) act(vm *store.VM, kind, by string, n api.VMWarningPayload) bool 
 // (noticeAct), or its cancellation (noticeCancel). An error counts as
 // given: nothing is done twice for want of knowing.
 func (r *round) given(vm *store.VM, kind, what string, at time.Time) bool {
-	given, err := r.o.noticeGiven(r.ctx, vm.ID, noticeKey(vm.ID, kind, what, at))
+	given, err := r.loop.noticeGiven(r.ctx, vm.ID, noticeKey(vm.ID, kind, what, at))
 	if err != nil {
 		r.errs = append(r.errs, err)
 		return true
@@ -384,7 +378,7 @@ func (r *round) given(vm *store.VM, kind, what string, at time.Time) bool {
 // past notices when this gpuvmd does not know it).
 func (r *round) warn(vm *store.VM, n api.VMWarningPayload) {
 	key := noticeKey(vm.ID, n.Kind, noticeWhat(n), n.At)
-	given, err := r.o.noticeGiven(r.ctx, vm.ID, key)
+	given, err := r.loop.noticeGiven(r.ctx, vm.ID, key)
 	if err != nil {
 		r.errs = append(r.errs, err)
 		return
@@ -392,17 +386,17 @@ func (r *round) warn(vm *store.VM, n api.VMWarningPayload) {
 	if given {
 		return
 	}
-	if err := r.o.st.AppendEvent(r.ctx, warningEvent(vm, n)); err != nil {
+	if err := r.loop.st.AppendEvent(r.ctx, warningEvent(vm, n)); err != nil {
 		r.errs = append(r.errs, err)
 		return
 	}
-	r.o.rules.remember(key, n.At)
+	r.loop.rules.remember(key, n.At)
 	if n.Action == api.NoticeCancelled {
 		r.rep.Cancelled = append(r.rep.Cancelled, vm.ID+" "+n.Kind)
 	} else {
 		r.rep.Warned = append(r.rep.Warned, vm.ID+" "+n.Kind)
 	}
-	r.o.notify(r.cfg, vm, n, r.now)
+	notify(r.loop.notifier, r.cfg, vm, n, r.now)
 }
 
 // What a notice was, for deduplication.
@@ -430,28 +424,33 @@ func noticeKey(vmID, kind, what string, at time.Time) string {
 
 // noticeGiven reports whether the notice named key was given to a VM: known
 // to this gpuvmd, or among the VM's vm.warning events.
-func (o *Orchestrator) noticeGiven(ctx context.Context, vmID, key string) (bool, error) {
-	if o.rules.known(key) {
+func (rl *rulesLoop) noticeGiven(ctx context.Context, vmID, key string) (bool, error) {
+	if rl.rules.known(key) {
 		return true, nil
 	}
-	ns, err := o.notices(ctx, vmID)
+	ns, err := notices(ctx, rl.st, vmID)
 	if err != nil {
 		return false, err
 	}
 	found := false
 	for _, n := range ns {
 		k := noticeKey(vmID, n.Kind, noticeWhat(n), n.At)
-		o.rules.remember(k, n.At)
+		rl.rules.remember(k, n.At)
 		found = found || k == key
 	}
 	return found, nil
 }
 
+// eventLister reads the event log.
+type eventLister interface {
+	ListEventsSince(ctx context.Context, afterID int64, f store.EventFilter) ([]store.Event, error)
+}
+
 // notices are the vm.warning notices given to a VM, oldest first.
-func (o *Orchestrator) notices(ctx context.Context, vmID string) ([]api.VMWarningPayload, error) {
+func notices(ctx context.Context, st eventLister, vmID string) ([]api.VMWarningPayload, error) {
 	var out []api.VMWarningPayload
 	for after := int64(0); ; {
-		evs, err := o.st.ListEventsSince(ctx, after, store.EventFilter{VMID: vmID, Type: api.EventVMWarning, Limit: 1000})
+		evs, err := st.ListEventsSince(ctx, after, store.EventFilter{VMID: vmID, Type: api.EventVMWarning, Limit: 1000})
 		if err != nil {
 			return nil, fmt.Errorf("read the notices of vm %s: %w", vmID, err)
 		}
@@ -470,14 +469,14 @@ func (o *Orchestrator) notices(ctx context.Context, vmID string) ([]api.VMWarnin
 
 // stopReason is the state reason of a VM stopped by op: the reason of the
 // rule that asked for it, else who did.
-func (o *Orchestrator) stopReason(ctx context.Context, vm *store.VM, op *store.Operation) string {
+func (lc *lifecycle) stopReason(ctx context.Context, vm *store.VM, op *store.Operation) string {
 	switch op.RequestedBy {
 	case "":
 		return "stopped"
 	case ByLease, ByIdle, ByWindow, ByPreemption:
-		ns, err := o.notices(ctx, vm.ID)
+		ns, err := notices(ctx, lc.st, vm.ID)
 		if err != nil {
-			o.log.Warn("the reason of a stop could not be read", "vm", vm.ID, "operation", op.ID, "err", err)
+			lc.log.Warn("the reason of a stop could not be read", "vm", vm.ID, "operation", op.ID, "err", err)
 		}
 		for i := len(ns) - 1; i >= 0; i-- {
 			if ns[i].OperationID == op.ID && ns[i].Reason != "" {
@@ -496,11 +495,11 @@ func warningEvent(vm *store.VM, n api.VMWarningPayload) *store.Event {
 }
 
 // notify POSTs a notice to the policy's webhook, if it has one.
-func (o *Orchestrator) notify(cfg *config.Config, vm *store.VM, n api.VMWarningPayload, now time.Time) {
-	if o.cfg.Notifier == nil || cfg == nil || cfg.Policy.Webhook == "" {
+func notify(nt Notifier, cfg *config.Config, vm *store.VM, n api.VMWarningPayload, now time.Time) {
+	if cfg.Policy.Webhook == "" {
 		return
 	}
-	o.cfg.Notifier.Notify(cfg.Policy.Webhook, api.AlertNotification{
+	nt.Notify(cfg.Policy.Webhook, api.AlertNotification{
 		Rule: n.Kind, Metric: NoticeMetric, Subject: "vm/" + vm.ID, Host: vm.Host, State: api.AlertFiring,
 		Value: float64(n.MinutesLeft), Summary: fmt.Sprintf("VM %q of %s: %s", vm.Name, vm.Owner, n.Reason),
 		StartedAt: now, SentAt: now,

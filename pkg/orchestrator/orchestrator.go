@@ -10,12 +10,12 @@ package orchestrator
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"os"
 	"sync"
 	"time"
 
+	"github.com/gpuvm/gpuvm/pkg/api"
 	"github.com/gpuvm/gpuvm/pkg/backend"
 	"github.com/gpuvm/gpuvm/pkg/config"
 	"github.com/gpuvm/gpuvm/pkg/hypervisor"
@@ -30,17 +30,6 @@ import (
 type Backends interface {
 	Names() []string
 	Backend(name string) (backend.Backend, bool)
-}
-
-// InventoryCache is what a Backends may offer besides (a *loader.Loader
-// does): the backends' inventories as they last pushed them, with every
-// Create and Remove that returned reflected, read without calling them.
-// The create path and the dispatch rounds read it when it is there; the
-// reconciler always asks the backends (inventoriesOf).
-type InventoryCache interface {
-	// Inventories returns the inventory of each named backend that runs;
-	// one that fails is reported and left out.
-	Inventories(ctx context.Context, names []string) (map[string]backend.Inventory, []error)
 }
 
 // Hypervisor is what the orchestrator asks of libvirt (a *hypervisor.Conn).
@@ -61,7 +50,7 @@ type Hypervisor interface {
 }
 
 // Steps of the create and delete operations. Each is recorded with
-// SetOperationStep before it is done, and the hook (Config.Hook) is called
+// SetOperationStep before it is done, and the test hook (WithHook) is called
 // at each of the points named Hook*.
 const (
 	StepAllocate     = "allocate GPU"
@@ -159,40 +148,123 @@ type Config struct {
 	// (default config.DefaultHeartbeatTimeout).
 	Fleet       Fleet
 	HostTimeout time.Duration
-	// Hook, for tests, is called at each Hook* point with the VM's ID; an
-	// error stops the work there as if gpuvmd had been killed.
-	Hook func(vmID, point string) error
 }
 
-// Orchestrator runs VM operations.
+// Orchestrator assembles the jobs of one gpuvmd's VM work and runs their
+// loops. Each job is its own type, with the store methods it uses (an
+// interface beside it) and its settings, read from the configuration in
+// force at each round or operation (so a reload applies to the next):
+//
+//   - lifecycle (lifecycle.go; create.go, delete.go, actions.go, boot.go):
+//     the steps of a create, delete, stop, start and reboot, and their
+//     rollback; the watch of booting guests;
+//   - dispatcher (dispatch.go; schedule.go, placer.go, drain.go): the
+//     dispatch round that hands operations to workers and places the
+//     queued VMs in one scheduling cycle, and admission;
+//   - rulesLoop (rules.go; leases.go, windows.go, preempt.go,
+//     reservations.go): the timed rules of sharing, and bookings;
+//   - reconciler (reconcile.go, orphans.go): the database against the
+//     host, leaks and orphans, libvirt's domain events;
+//   - fleetDuties (fleet.go): what one node of a fleet does for the others.
 type Orchestrator struct {
 	cfg  Config
-	st   *store.Store
 	log  *slog.Logger
-	wake chan struct{}
-	sem  chan struct{}
+	wake wakeup
 	wg   sync.WaitGroup
 
-	mu   sync.Mutex
-	busy map[string]bool // VMs a worker is on
-	// roundMu makes dispatch rounds and reconciles run one at a time.
-	roundMu sync.Mutex
-	boots   bootWatch // the booting VMs (boot.go)
-	rules   rules     // the notices given (leases.go)
+	life  *lifecycle
+	disp  *dispatcher
+	rules *rulesLoop
+	rec   *reconciler
+	fleet *fleetDuties
+}
 
-	// bookings are the devices each reservation holds (reservations.go).
-	bookings bookingState
+// Option changes what New makes.
+type Option func(*options)
 
-	// remote is the fleet's other nodes as last read (fleet.go).
-	remote remoteHosts
+type options struct {
+	hook func(vmID, point string) error
+}
 
-	// orphans are what the last reconcile found that looks like gpuvm's
-	// but is not provably this installation's (orphans.go).
-	orphans orphanState
+// WithHook has hook called at each Hook* point with the VM's ID (tests,
+// and gpuvmd's test mode); an error stops the work there as if gpuvmd had
+// been killed.
+func WithHook(hook func(vmID, point string) error) Option {
+	return func(o *options) { o.hook = hook }
 }
 
 // New returns an Orchestrator; Run runs it.
-func New(cfg Config) *Orchestrator {
+func New(cfg Config, opts ...Option) *Orchestrator {
+	var opt options
+	for _, f := range opts {
+		f(&opt)
+	}
+	cfg = withDefaults(cfg)
+	// live is the configuration in force, never nil.
+	live := func() *config.Config {
+		if c := cfg.Profiles(); c != nil {
+			return c
+		}
+		return &config.Config{}
+	}
+	o := &Orchestrator{cfg: cfg, log: cfg.Log.With("component", "orchestrator"), wake: make(wakeup, 1)}
+	// The jobs' settings are read from o.cfg and the configuration in
+	// force at each call: a reload applies to the next round.
+	set := &o.cfg
+	var (
+		names    = domainNames(set.DomainPrefix)
+		backends = backendSet{set.Backends}
+		busy     = &busySet{m: map[string]bool{}}
+		roundMu  = &sync.Mutex{}
+		bookings = &bookingState{}
+	)
+	o.fleet = &fleetDuties{host: set.Host, st: set.Store, log: o.log, fleet: set.Fleet, backends: backends, wake: o.wake.Wake,
+		spec: o.hostSpec, settings: func() fleetSettings { return fleetSettings{HostTimeout: set.HostTimeout} }}
+	o.life = &lifecycle{host: set.Host, installation: set.Installation, st: set.Store, log: o.log, hv: set.Hypervisor, backends: backends, guests: set.Guests,
+		names: names, testHook: opt.hook, wake: o.wake.Wake, fleet: o.fleet,
+		settings: func() lifecycleSettings {
+			c := live()
+			return lifecycleSettings{DomainType: set.DomainType,
+				DetachSimulatedGPUs: set.DetachSimulatedGPUs, ShutdownTimeout: set.ShutdownTimeout,
+				BootTimeout: set.BootTimeout, BootCheck: set.BootCheck, Rescan: set.ReconcileEvery, InFleet: set.Fleet != nil,
+				Profiles: c.Profiles, Images: c.Images, Libvirt: c.Server.Libvirt, Location: c.Policy.Location}
+		}}
+	o.disp = &dispatcher{host: set.Host, st: set.Store, log: o.log, life: o.life, fleet: o.fleet, notifier: set.Notifier,
+		busy: busy, roundMu: roundMu, bookings: bookings, sem: make(chan struct{}, set.Workers), wake: o.wake.Wake,
+		settings: func() dispatchSettings {
+			return dispatchSettings{Scheduler: set.Scheduler, Config: live()}
+		}}
+	o.life.quota = o.disp
+	o.rules = &rulesLoop{st: set.Store, log: o.log, backends: backends, idle: set.Idle, notifier: set.Notifier, leader: set.Leader,
+		placement: o.disp, bookings: bookings, wake: o.wake.Wake,
+		settings: func() rulesSettings { return rulesSettings{Notice: set.Scheduler.Notice, Config: live()} }}
+	o.rec = &reconciler{host: set.Host, installation: set.Installation, st: set.Store, log: o.log, hv: set.Hypervisor, backends: backends, life: o.life,
+		names: names, busy: busy, roundMu: roundMu,
+		orphans: orphanState{volumes: volumeNames(set.DomainPrefix)},
+		settings: func() reconcileSettings {
+			c := live()
+			return reconcileSettings{DomainPrefix: set.DomainPrefix,
+				ShutdownTimeout: set.ShutdownTimeout, InFleet: set.Fleet != nil,
+				Profiles: c.Profiles, StoragePool: c.Server.Libvirt.StoragePool}
+		}}
+	return o
+}
+
+// The database (*store.Store) is every job's store; each job names the
+// methods it uses beside it.
+var (
+	_ lifecycleStore = (*store.Store)(nil)
+	_ dispatchStore  = (*store.Store)(nil)
+	_ rulesStore     = (*store.Store)(nil)
+	_ reconcileStore = (*store.Store)(nil)
+	_ fleetStore     = (*store.Store)(nil)
+)
+
+// withDefaults fills in what cfg leaves out, and stands a do-nothing
+// implementation in for each optional dependency whose absence means
+// "nothing to do" (Notifier, Leader, Idle), so that the jobs need no nil
+// checks.
+func withDefaults(cfg Config) Config {
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
@@ -232,6 +304,15 @@ func New(cfg Config) *Orchestrator {
 	if cfg.Profiles == nil {
 		cfg.Profiles = func() *config.Config { return &config.Config{} }
 	}
+	if cfg.Notifier == nil {
+		cfg.Notifier = noNotifier{}
+	}
+	if cfg.Leader == nil {
+		cfg.Leader = alwaysLeader{}
+	}
+	if cfg.Idle == nil {
+		cfg.Idle = noIdle{}
+	}
 	if cfg.Installation == "" && cfg.Store != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		inst, err := cfg.Store.Installation(ctx)
@@ -243,11 +324,58 @@ func New(cfg Config) *Orchestrator {
 		}
 		cfg.Installation = inst.ID
 	}
-	return &Orchestrator{
-		cfg: cfg, st: cfg.Store, log: cfg.Log.With("component", "orchestrator"),
-		wake: make(chan struct{}, 1), sem: make(chan struct{}, cfg.Workers), busy: map[string]bool{},
-		orphans: orphanState{volumes: volumeNames(cfg.DomainPrefix)},
+	return cfg
+}
+
+// The stand-ins for the optional dependencies (withDefaults).
+type (
+	noNotifier   struct{}
+	alwaysLeader struct{}
+	noIdle       struct{}
+)
+
+func (noNotifier) Notify(string, api.AlertNotification)          {}
+func (alwaysLeader) IsLeader() bool                              { return true }
+func (noIdle) IdleVMs(context.Context) ([]monitor.VMIdle, error) { return nil, nil }
+
+// wakeup tells the loop there is new work; a wake-up while one is pending
+// is one.
+type wakeup chan struct{}
+
+// Wake wakes the loop.
+func (w wakeup) Wake() {
+	select {
+	case w <- struct{}{}:
+	default:
 	}
+}
+
+// domainNames names the domains of this orchestrator's VMs: its prefix,
+// then the random end of the VM's ID.
+type domainNames string
+
+func (p domainNames) of(vmID string) string {
+	short := vmID
+	if len(short) > 12 {
+		short = short[len(short)-12:] // the random end of a UUID v7
+	}
+	return string(p) + short
+}
+
+// backendSet is the running backends, and their inventories.
+type backendSet struct{ Backends }
+
+// currentInventoriesOf is the named backends' inventories as the backends
+// keep them current (backend.InventoryCache), without calling them; asked
+// of them when the Backends keep none.
+func (b backendSet) currentInventoriesOf(ctx context.Context, names []string) (map[string]backend.Inventory, []error) {
+	return backend.CurrentInventories(ctx, b.Backends, names)
+}
+
+// inventoriesOf asks the named backends for their inventories; a backend
+// that is not running or fails is reported and left out.
+func (b backendSet) inventoriesOf(ctx context.Context, names []string) (map[string]backend.Inventory, []error) {
+	return backend.Inventories(ctx, b.Backends, names)
 }
 
 // Host is the host name VMs of this orchestrator are placed on.
@@ -255,25 +383,17 @@ func (o *Orchestrator) Host() string { return o.cfg.Host }
 
 // DomainName is the libvirt name of a VM's domain.
 func (o *Orchestrator) DomainName(vmID string) string {
-	short := vmID
-	if len(short) > 12 {
-		short = short[len(short)-12:] // the random end of a UUID v7
-	}
-	return o.cfg.DomainPrefix + short
+	return domainNames(o.cfg.DomainPrefix).of(vmID)
 }
 
 // Wake tells the worker loop there is new work (a VM to create or delete).
-func (o *Orchestrator) Wake() {
-	select {
-	case o.wake <- struct{}{}:
-	default:
-	}
-}
+func (o *Orchestrator) Wake() { o.wake.Wake() }
 
 // Run processes operations until ctx ends, then waits for the workers it
 // started: on every wake-up, every Tick, and it reconciles every
-// ReconcileEvery; it applies the timed rules every RulesEvery. Alongside, it watches booting VMs until their guests are
-// up (boot.go). Reconcile once before Run at start-up.
+// ReconcileEvery; it applies the timed rules every RulesEvery. Alongside,
+// it watches booting VMs until their guests are up (boot.go) and libvirt's
+// domain events (reconcile.go). Reconcile once before Run at start-up.
 func (o *Orchestrator) Run(ctx context.Context) {
 	tick := time.NewTicker(o.cfg.Tick)
 	defer tick.Stop()
@@ -281,12 +401,13 @@ func (o *Orchestrator) Run(ctx context.Context) {
 	defer rec.Stop()
 	rules := time.NewTicker(o.cfg.RulesEvery)
 	defer rules.Stop()
+	defer o.disp.wait()
 	defer o.wg.Wait()
 	o.wg.Add(1)
-	go func() { defer o.wg.Done(); o.watchBoots(ctx) }()
+	go func() { defer o.wg.Done(); o.life.watchBoots(ctx) }()
 	o.wg.Add(1)
-	go func() { defer o.wg.Done(); o.watchDomains(ctx) }()
-	o.dispatch(ctx, false)
+	go func() { defer o.wg.Done(); o.rec.watchDomains(ctx) }()
+	o.disp.dispatch(ctx, false)
 	for {
 		select {
 		case <-ctx.Done():
@@ -294,223 +415,80 @@ func (o *Orchestrator) Run(ctx context.Context) {
 		case <-o.wake:
 		case <-tick.C:
 		case <-rec.C:
-			if rep, err := o.reconcileHost(ctx); err != nil {
+			if rep, err := o.rec.reconcileHost(ctx); err != nil {
 				o.log.Error("reconcile failed", "err", err)
 			} else {
 				rep.log(o.log)
 			}
 		case <-rules.C:
-			o.applyRules(ctx)
+			o.rules.applyRules(ctx)
 		}
-		o.dispatch(ctx, false)
+		o.disp.dispatch(ctx, false)
 	}
 }
 
 // Drain processes every unfinished operation once, in the calling
 // goroutine: queued VMs that cannot be placed stay queued. Tests use it to
 // run an orchestrator without its loop.
-func (o *Orchestrator) Drain(ctx context.Context) { o.dispatch(ctx, true) }
+func (o *Orchestrator) Drain(ctx context.Context) { o.disp.dispatch(ctx, true) }
 
-func (o *Orchestrator) hook(vmID, point string) error {
-	if o.cfg.Hook == nil {
-		return nil
-	}
-	if err := o.cfg.Hook(vmID, point); err != nil {
-		return fmt.Errorf("%w %q: %v", errAbandoned, point, err)
-	}
-	return nil
+// The jobs' services, for the server and gpuvmd.
+
+// ApplyRules applies the timed rules of sharing once (rulesLoop.ApplyRules).
+func (o *Orchestrator) ApplyRules(ctx context.Context) (RulesReport, error) {
+	return o.rules.ApplyRules(ctx)
 }
 
-func (o *Orchestrator) setBusy(id string, b bool) bool {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if b && o.busy[id] {
-		return false
-	}
-	if b {
-		o.busy[id] = true
-	} else {
-		delete(o.busy, id)
-	}
-	return true
+// Admit says whether a request may be queued (dispatcher.Admit).
+func (o *Orchestrator) Admit(ctx context.Context, user string, groups []string, profileName string, hours int) (scheduler.Admission, error) {
+	return o.disp.Admit(ctx, user, groups, profileName, hours)
 }
 
-func (o *Orchestrator) isBusy(id string) bool {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return o.busy[id]
+// Book checks and records a reservation (rulesLoop.Book).
+func (o *Orchestrator) Book(ctx context.Context, r *store.Reservation, admin bool) error {
+	return o.rules.Book(ctx, r, admin)
 }
 
-// work is what one VM has to have done.
-type work struct {
-	vmID           string
-	create, delete *store.Operation
-	others         []store.Operation
+// ReservationConflicts lists the running VMs in the way of a reservation
+// (rulesLoop.ReservationConflicts).
+func (o *Orchestrator) ReservationConflicts(ctx context.Context) ([]ReservationConflict, error) {
+	return o.rules.ReservationConflicts(ctx)
 }
 
-// dispatch looks at every unfinished operation, oldest first, and hands the
-// slow steps to workers, or runs them inline; it places the queued VMs
-// itself, all together after the others, in one scheduling cycle under the
-// configured policy (schedule.go), so two placements never race.
-func (o *Orchestrator) dispatch(ctx context.Context, inline bool) {
-	o.roundMu.Lock()
-	defer o.roundMu.Unlock()
-	if ctx.Err() != nil {
-		return
-	}
-	ops, err := o.st.ListUnfinishedOperations(ctx)
-	if err != nil {
-		o.log.Error("list unfinished operations", "err", err)
-		return
-	}
-	var order []string
-	byVM := map[string]*work{}
-	for i := range ops {
-		op := &ops[i]
-		w := byVM[op.VMID]
-		if w == nil {
-			w = &work{vmID: op.VMID}
-			byVM[op.VMID] = w
-			order = append(order, op.VMID)
-		}
-		switch {
-		case op.Kind == store.OpCreate && w.create == nil:
-			w.create = op
-		case op.Kind == store.OpDelete && w.delete == nil:
-			w.delete = op
-		default:
-			w.others = append(w.others, *op)
-		}
-	}
-	vms, err := o.st.GetVMs(ctx, order)
-	if err != nil {
-		o.log.Error("read the vms of the operations", "err", err)
-		return
-	}
-	var queue []queued
-	for _, id := range order {
-		if ctx.Err() != nil {
-			return
-		}
-		w := byVM[id]
-		if o.isBusy(id) {
-			continue
-		}
-		vm := vms[id]
-		if vm == nil {
-			o.log.Error("an operation's vm does not exist", "vm", id)
-			continue
-		}
-		if !o.owns(vm) {
-			continue // another node's (fleet.go)
-		}
-		if o.dispatchActions(ctx, inline, vm, w) {
-			continue
-		}
-		if w.delete != nil {
-			o.start(ctx, inline, vm.ID, func(ctx context.Context) error { return o.runDelete(ctx, vm, w.delete, w.create) })
-			continue
-		}
-		op := w.create
-		if op == nil {
-			op = waitingStart(vm, w) // actions.go: a start that waits for a GPU
-		}
-		if op == nil {
-			continue
-		}
-		switch vm.State {
-		case store.VMQueued:
-			if o.waitingToStart(ctx, vm) {
-				continue
-			}
-			queue = append(queue, queued{vm, op}) // placed together below
-		case store.VMAllocating, store.VMCreating:
-			o.start(ctx, inline, vm.ID, func(ctx context.Context) error { return o.runCreate(ctx, vm, op) })
-		case store.VMRunning:
-			o.finishOp(ctx, op.ID, nil)
-		default:
-			o.finishOp(ctx, op.ID, fmt.Errorf("the VM is %s", vm.State))
-		}
-	}
-	if ctx.Err() != nil {
-		return
-	}
-	for _, q := range o.schedule(ctx, queue) {
-		if q.vm.Host != o.cfg.Host {
-			o.wakeNode(q.vm.Host) // placed on another node of the fleet: it makes the VM
-			continue
-		}
-		run := o.runCreate
-		if q.op.Kind == store.OpStart {
-			run = o.runStart // actions.go
-		}
-		o.start(ctx, inline, q.vm.ID, func(ctx context.Context) error { return run(ctx, q.vm, q.op) })
-	}
+// CheckExtend says whether a VM's lease may end at newEnd
+// (rulesLoop.CheckExtend).
+func (o *Orchestrator) CheckExtend(ctx context.Context, vmID string, newEnd time.Time) error {
+	return o.rules.CheckExtend(ctx, vmID, newEnd)
 }
 
-// start runs fn for a VM, inline or on a free worker; with no free worker
-// it leaves the VM for a later round.
-func (o *Orchestrator) start(ctx context.Context, inline bool, vmID string, fn func(context.Context) error) {
-	if inline {
-		if !o.setBusy(vmID, true) {
-			return
-		}
-		defer o.setBusy(vmID, false)
-		o.report(vmID, fn(ctx))
-		return
-	}
-	select {
-	case o.sem <- struct{}{}:
-	default:
-		return
-	}
-	if !o.setBusy(vmID, true) {
-		<-o.sem
-		return
-	}
-	o.wg.Add(1)
-	go func() {
-		defer o.wg.Done()
-		defer func() { <-o.sem; o.setBusy(vmID, false); o.Wake() }()
-		o.report(vmID, fn(ctx))
-	}()
+// RequeueFromDownHosts queues again the VMs of nodes that went down
+// (fleetDuties.RequeueFromDownHosts).
+func (o *Orchestrator) RequeueFromDownHosts(ctx context.Context, hosts []string) ([]string, error) {
+	return o.fleet.RequeueFromDownHosts(ctx, hosts)
 }
 
-func (o *Orchestrator) report(vmID string, err error) {
-	switch {
-	case err == nil:
-	case errors.Is(err, errAbandoned):
-		o.log.Warn("work abandoned", "vm", vmID, "err", err)
-	case errors.Is(err, context.Canceled):
-		o.log.Info("work interrupted; the reconciler resumes it", "vm", vmID, "err", err)
-	case errors.Is(err, errSlotsGone):
-		o.log.Info("create left to the leader: the VM was queued again", "vm", vmID, "err", err)
-	default:
-		o.log.Error("vm operation failed", "vm", vmID, "err", err)
-	}
+// Installation is the installation ID written into every domain made.
+func (o *Orchestrator) Installation() string { return o.cfg.Installation }
+
+// Orphans is what the last reconcile found that looks like gpuvm's but is
+// not provably this installation's (reconciler.Orphans).
+func (o *Orchestrator) Orphans() ([]api.Orphan, time.Time) { return o.rec.Orphans() }
+
+// CheckOrphans looks for orphans now (reconciler.CheckOrphans).
+func (o *Orchestrator) CheckOrphans(ctx context.Context) ([]api.Orphan, time.Time, error) {
+	return o.rec.CheckOrphans(ctx)
 }
 
-func (o *Orchestrator) finishOp(ctx context.Context, id string, opErr error) {
-	if err := o.st.FinishOperation(ctx, id, opErr); err != nil && !errors.Is(err, store.ErrConflict) {
-		o.log.Error("finish operation", "operation", id, "err", err)
-	}
+// OrphanCounts counts the orphans by kind (reconciler.OrphanCounts).
+func (o *Orchestrator) OrphanCounts() map[string]int { return o.rec.OrphanCounts() }
+
+// DeleteOrphan removes an orphan (reconciler.DeleteOrphan).
+func (o *Orchestrator) DeleteOrphan(ctx context.Context, id string) (api.Orphan, error) {
+	return o.rec.DeleteOrphan(ctx, id)
 }
 
-func (o *Orchestrator) profile(name string) *config.Profile {
-	cfg := o.cfg.Profiles()
-	if cfg == nil {
-		return nil
-	}
-	return cfg.Profiles[name]
-}
-
-// cleanupVolumes removes the disk overlay and seed a create may have made
-// before gpuvmd stopped and before the domain that lists them was defined:
-// DeleteVM finds no domain then, and would leave them.
-func (o *Orchestrator) cleanupVolumes(ctx context.Context, vmID string) error {
-	pool := ""
-	if cfg := o.cfg.Profiles(); cfg != nil {
-		pool = cfg.Server.Libvirt.StoragePool
-	}
-	return o.cfg.Hypervisor.CleanupVM(ctx, vmID, o.DomainName(vmID), pool)
+// AdoptOrphan makes an orphan domain a VM of this installation
+// (reconciler.AdoptOrphan).
+func (o *Orchestrator) AdoptOrphan(ctx context.Context, id string, req api.AdoptRequest, by string) (*store.VM, error) {
+	return o.rec.AdoptOrphan(ctx, id, req, by)
 }

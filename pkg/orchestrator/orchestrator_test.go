@@ -160,9 +160,9 @@ func newEnv(t testing.TB, preset string) *env {
 func (e *env) orch(hook func(vmID, point string) error) *Orchestrator {
 	return New(Config{
 		Store: e.st, Backends: e.l, Hypervisor: e.hv, Profiles: func() *config.Config { return e.cfg },
-		Host: "test-host", DomainPrefix: e.prefix, DomainType: "qemu", Log: e.log, Hook: hook,
+		Host: "test-host", DomainPrefix: e.prefix, DomainType: "qemu", Log: e.log,
 		Tick: 50 * time.Millisecond, ShutdownTimeout: time.Second,
-	})
+	}, WithHook(hook))
 }
 
 func (e *env) submit(owner, prof, name string) (*store.VM, *store.Operation) {
@@ -277,7 +277,7 @@ func (e *env) checkRunning(vm *store.VM, createOp *store.Operation, o *Orchestra
 	if op := e.op(createOp.ID); op.State != store.OpDone {
 		e.t.Errorf("create operation %s: %s %q", op.ID, op.State, op.Error)
 	}
-	allocs, err := o.liveAllocations(ctx, vm.ID)
+	allocs, err := liveAllocations(ctx, o.life.st, vm.ID)
 	if err != nil {
 		e.t.Fatal(err)
 	}

@@ -125,25 +125,22 @@ func (s *orphanState) list() ([]api.Orphan, time.Time) {
 	return out, s.checkedAt
 }
 
-// Installation is the ID of the installation this orchestrator serves.
-func (o *Orchestrator) Installation() string { return o.cfg.Installation }
-
 // Orphans are what the last reconcile found that looks like gpuvm's but is
 // not provably this installation's to keep or remove, and when it looked.
-func (o *Orchestrator) Orphans() ([]api.Orphan, time.Time) { return o.orphans.list() }
+func (rc *reconciler) Orphans() ([]api.Orphan, time.Time) { return rc.orphans.list() }
 
 // CheckOrphans compares the host with the database now (a reconcile) and
 // returns the orphans it found; when the comparison is incomplete the
 // error says why, and the orphans are those it could judge.
-func (o *Orchestrator) CheckOrphans(ctx context.Context) ([]api.Orphan, time.Time, error) {
-	_, err := o.reconcileHost(ctx)
-	items, at := o.orphans.list()
+func (rc *reconciler) CheckOrphans(ctx context.Context) ([]api.Orphan, time.Time, error) {
+	_, err := rc.reconcileHost(ctx)
+	items, at := rc.orphans.list()
 	return items, at, err
 }
 
 // OrphanCounts are the orphans by kind (every kind named, 0 when none).
-func (o *Orchestrator) OrphanCounts() map[string]int {
-	items, _ := o.orphans.list()
+func (rc *reconciler) OrphanCounts() map[string]int {
+	items, _ := rc.orphans.list()
 	out := map[string]int{api.OrphanDomain: 0, api.OrphanVolume: 0, api.OrphanDevice: 0}
 	for _, it := range items {
 		out[it.Kind]++
@@ -155,7 +152,9 @@ func (o *Orchestrator) OrphanCounts() map[string]int {
 // a VM (deleted ones too): the proof that this installation made what was
 // made for it.
 type records struct {
-	st   *store.Store
+	st interface {
+		GetVM(ctx context.Context, id string) (*store.VM, error)
+	}
 	seen map[string]bool
 }
 
@@ -180,8 +179,8 @@ func (r *records) has(ctx context.Context, vmID string) (bool, error) {
 
 // whyOrphan says why something made for vmID by installation inst is not
 // this installation's to remove; "" when it is.
-func (o *Orchestrator) whyOrphan(ctx context.Context, r *records, inst, vmID string) (string, error) {
-	if inst != "" && inst != o.cfg.Installation {
+func (rc *reconciler) whyOrphan(ctx context.Context, r *records, inst, vmID string) (string, error) {
+	if inst != "" && inst != rc.installation {
 		return fmt.Sprintf("made by another gpuvm installation (%s)", inst), nil
 	}
 	ok, err := r.has(ctx, vmID)
@@ -204,12 +203,9 @@ func volumeNames(prefix string) *regexp.Regexp {
 }
 
 // poolVolumes lists the configured pool's volumes ("" pool: none).
-func (o *Orchestrator) poolVolumes(ctx context.Context) (string, []string, error) {
-	pool := ""
-	if cfg := o.cfg.Profiles(); cfg != nil {
-		pool = cfg.Server.Libvirt.StoragePool
-	}
-	vh, ok := o.cfg.Hypervisor.(volumeLister)
+func (rc *reconciler) poolVolumes(ctx context.Context) (string, []string, error) {
+	pool := rc.settings().StoragePool
+	vh, ok := rc.hv.(volumeLister)
 	if pool == "" || !ok {
 		return "", nil, nil
 	}
@@ -240,25 +236,25 @@ type domainXML interface {
 
 // publishOrphans records what this reconcile found: the list, a log line
 // for each new one, and the host's "orphans" alert.
-func (o *Orchestrator) publishOrphans(ctx context.Context, found []orphan) error {
-	now := o.st.Now()
-	for _, n := range o.orphans.set(found, now) {
-		o.log.Warn("found an orphan: left as it is until an admin deletes or adopts it (gpuvm admin orphans)",
+func (rc *reconciler) publishOrphans(ctx context.Context, found []orphan) error {
+	now := rc.st.Now()
+	for _, n := range rc.orphans.set(found, now) {
+		rc.log.Warn("found an orphan: left as it is until an admin deletes or adopts it (gpuvm admin orphans)",
 			"orphan", n.ID, "kind", n.Kind, "name", n.Name, "vm", n.VMID, "installation", n.Installation, "reason", n.Reason)
 	}
-	subject := "host/" + o.cfg.Host
+	subject := "host/" + rc.host
 	if len(found) > 0 {
-		counts := o.OrphanCounts()
+		counts := rc.OrphanCounts()
 		summary := fmt.Sprintf("%d things on %s look like gpuvm's but are not this installation's to remove (%d domains, %d volumes, %d devices): see gpuvm admin orphans",
-			len(found), o.cfg.Host, counts[api.OrphanDomain], counts[api.OrphanVolume], counts[api.OrphanDevice])
-		_, err := o.st.FireAlert(ctx, &store.Alert{Rule: OrphanAlertRule, Subject: subject, Host: o.cfg.Host, Metric: "gpuvm_orphans",
+			len(found), rc.host, counts[api.OrphanDomain], counts[api.OrphanVolume], counts[api.OrphanDevice])
+		_, err := rc.st.FireAlert(ctx, &store.Alert{Rule: OrphanAlertRule, Subject: subject, Host: rc.host, Metric: "gpuvm_orphans",
 			Value: float64(len(found)), Summary: summary, StartedAt: now})
 		if err != nil {
 			return fmt.Errorf("fire the orphans alert: %w", err)
 		}
 		return nil
 	}
-	if _, err := o.st.ResolveAlert(ctx, OrphanAlertRule, subject, 0, "no orphans on "+o.cfg.Host, now); err != nil && !errors.Is(err, store.ErrNotFound) {
+	if _, err := rc.st.ResolveAlert(ctx, OrphanAlertRule, subject, 0, "no orphans on "+rc.host, now); err != nil && !errors.Is(err, store.ErrNotFound) {
 		return fmt.Errorf("resolve the orphans alert: %w", err)
 	}
 	return nil
@@ -266,11 +262,11 @@ func (o *Orchestrator) publishOrphans(ctx context.Context, found []orphan) error
 
 // findOrphan runs a reconcile (so that the decision is taken on what is
 // there now) and returns the orphan with id.
-func (o *Orchestrator) findOrphan(ctx context.Context, id string) (orphan, error) {
-	if _, err := o.reconcileHost(ctx); err != nil {
-		o.log.Warn("reconcile before an orphan decision incomplete", "err", err)
+func (rc *reconciler) findOrphan(ctx context.Context, id string) (orphan, error) {
+	if _, err := rc.reconcileHost(ctx); err != nil {
+		rc.log.Warn("reconcile before an orphan decision incomplete", "err", err)
 	}
-	it, ok := o.orphans.get(id)
+	it, ok := rc.orphans.get(id)
 	if !ok {
 		return orphan{}, fmt.Errorf("orphan %s: %w", id, ErrNoOrphan)
 	}
@@ -281,27 +277,27 @@ func (o *Orchestrator) findOrphan(ctx context.Context, id string) (orphan, error
 // the volumes its metadata names, a volume, or a device (removed by its
 // backend only if its ledger entry names the installation the orphan
 // report named).
-func (o *Orchestrator) DeleteOrphan(ctx context.Context, id string) (api.Orphan, error) {
-	it, err := o.findOrphan(ctx, id)
+func (rc *reconciler) DeleteOrphan(ctx context.Context, id string) (api.Orphan, error) {
+	it, err := rc.findOrphan(ctx, id)
 	if err != nil {
 		return api.Orphan{}, err
 	}
-	o.roundMu.Lock()
-	defer o.roundMu.Unlock()
+	rc.roundMu.Lock()
+	defer rc.roundMu.Unlock()
 	switch it.Kind {
 	case api.OrphanDomain:
-		err = o.cfg.Hypervisor.DeleteVM(ctx, it.UUID, o.cfg.ShutdownTimeout)
+		err = rc.hv.DeleteVM(ctx, it.UUID, rc.settings().ShutdownTimeout)
 		if hypervisor.IsNotFound(err) {
 			err = nil
 		}
 	case api.OrphanVolume:
-		vd, ok := o.cfg.Hypervisor.(volumeDeleter)
+		vd, ok := rc.hv.(volumeDeleter)
 		if !ok {
 			return it.Orphan, errors.New("this hypervisor cannot delete volumes")
 		}
 		err = vd.DeleteVolume(ctx, it.pool, it.volume)
 	case api.OrphanDevice:
-		b, ok := o.cfg.Backends.Backend(it.backend)
+		b, ok := rc.backends.Backend(it.backend)
 		if !ok {
 			return it.Orphan, fmt.Errorf("backend %s is not running", it.backend)
 		}
@@ -313,8 +309,8 @@ func (o *Orchestrator) DeleteOrphan(ctx context.Context, id string) (api.Orphan,
 	if err != nil {
 		return it.Orphan, fmt.Errorf("delete orphan %s (%s %s): %w", it.ID, it.Kind, it.Name, err)
 	}
-	o.log.Warn("deleted an orphan an admin chose to delete", "orphan", it.ID, "kind", it.Kind, "name", it.Name, "vm", it.VMID, "installation", it.Installation)
-	o.orphans.drop(it.ID)
+	rc.log.Warn("deleted an orphan an admin chose to delete", "orphan", it.ID, "kind", it.Kind, "name", it.Name, "vm", it.VMID, "installation", it.Installation)
+	rc.orphans.drop(it.ID)
 	return it.Orphan, nil
 }
 
@@ -328,8 +324,8 @@ func (s *orphanState) drop(id string) {
 // was lost, a VM of owner again: running or stopped as its domain is, with
 // the GPU devices made for it (orphaned devices of this installation naming
 // its VM) recorded as its allocations. by is the admin who adopts it.
-func (o *Orchestrator) AdoptOrphan(ctx context.Context, id string, req api.AdoptRequest, by string) (*store.VM, error) {
-	it, err := o.findOrphan(ctx, id)
+func (rc *reconciler) AdoptOrphan(ctx context.Context, id string, req api.AdoptRequest, by string) (*store.VM, error) {
+	it, err := rc.findOrphan(ctx, id)
 	if err != nil {
 		return nil, err
 	}
@@ -337,13 +333,12 @@ func (o *Orchestrator) AdoptOrphan(ctx context.Context, id string, req api.Adopt
 		return nil, fmt.Errorf("orphan %s (%s %s): %w: only a domain of this installation whose VM is not in the database can be adopted; this one is an orphan because %s",
 			it.ID, it.Kind, it.Name, ErrNotAdoptable, it.Reason)
 	}
-	cfg := o.cfg.Profiles()
 	profName := cmp.Or(req.Profile, it.Profile)
-	p := cfg.Profiles[profName]
+	p := rc.settings().Profiles[profName]
 	if p == nil {
 		return nil, fmt.Errorf("%w: profile %q is not in the configuration (name one with \"profile\")", store.ErrInvalid, profName)
 	}
-	owner, err := o.st.GetUser(ctx, req.Owner)
+	owner, err := rc.st.GetUser(ctx, req.Owner)
 	if err != nil {
 		if errors.Is(err, store.ErrNotFound) {
 			return nil, fmt.Errorf("%w: owner: no user %q", store.ErrInvalid, req.Owner)
@@ -355,52 +350,52 @@ func (o *Orchestrator) AdoptOrphan(ctx context.Context, id string, req api.Adopt
 		name = "adopted-" + it.VMID[max(0, len(it.VMID)-8):]
 	}
 
-	o.roundMu.Lock()
-	defer o.roundMu.Unlock()
-	info, err := o.cfg.Hypervisor.Lookup(ctx, it.UUID)
+	rc.roundMu.Lock()
+	defer rc.roundMu.Unlock()
+	info, err := rc.hv.Lookup(ctx, it.UUID)
 	if err != nil {
 		return nil, fmt.Errorf("adopt orphan %s: look up domain %s: %w", it.ID, it.Name, err)
 	}
-	devices, err := o.adoptedDevices(ctx, it.VMID)
+	devices, err := rc.adoptedDevices(ctx, it.VMID)
 	if err != nil {
 		return nil, fmt.Errorf("adopt orphan %s: %w", it.ID, err)
 	}
-	vm := &store.VM{ID: it.VMID, Name: name, Owner: owner.Name, Profile: p.Name, Host: o.cfg.Host,
+	vm := &store.VM{ID: it.VMID, Name: name, Owner: owner.Name, Profile: p.Name, Host: rc.host,
 		Spec: `{"hours":` + fmt.Sprint(int(p.Lease.Default/time.Hour)) + `}`, Hours: int(p.Lease.Default / time.Hour),
 		StateReason: "adopted by " + by + " from an orphaned domain"}
 	if len(owner.Groups) > 0 {
 		vm.Group = owner.Groups[0]
 	}
 	if info.Active() {
-		lease := o.st.Now().Add(p.Lease.Default)
+		lease := rc.st.Now().Add(p.Lease.Default)
 		vm.State, vm.Phase, vm.LeaseEnd = store.VMRunning, api.PhaseReady, &lease
 	} else {
 		vm.State = store.VMStopped
 	}
-	if x, ok := o.cfg.Hypervisor.(domainXML); ok {
+	if x, ok := rc.hv.(domainXML); ok {
 		if doc, err := x.XML(ctx, it.UUID, true); err == nil {
 			vm.DisplayPassword = domain.DisplayPassword(doc)
 		}
 	}
-	if err := o.st.AdoptVM(ctx, vm, devices, by); err != nil {
+	if err := rc.st.AdoptVM(ctx, vm, devices, by); err != nil {
 		return nil, fmt.Errorf("adopt orphan %s: %w", it.ID, err)
 	}
-	o.log.Warn("adopted an orphaned domain", "orphan", it.ID, "domain", it.Name, "vm", vm.ID, "name", vm.Name, "owner", vm.Owner, "devices", len(devices), "by", by)
-	o.orphans.drop(it.ID)
+	rc.log.Warn("adopted an orphaned domain", "orphan", it.ID, "domain", it.Name, "vm", vm.ID, "name", vm.Name, "owner", vm.Owner, "devices", len(devices), "by", by)
+	rc.orphans.drop(it.ID)
 	for _, d := range devices {
-		o.orphans.drop(orphanID(api.OrphanDevice, o.cfg.Host, d.Claim.Backend+"/"+d.DeviceID))
+		rc.orphans.drop(orphanID(api.OrphanDevice, rc.host, d.Claim.Backend+"/"+d.DeviceID))
 	}
 	return vm, nil
 }
 
 // adoptedDevices are the slots held by the orphaned devices of this
 // installation made for vmID, as the backends report them now.
-func (o *Orchestrator) adoptedDevices(ctx context.Context, vmID string) ([]store.AdoptedDevice, error) {
-	invs, errs := o.inventoriesOf(ctx, o.cfg.Backends.Names())
+func (rc *reconciler) adoptedDevices(ctx context.Context, vmID string) ([]store.AdoptedDevice, error) {
+	invs, errs := rc.backends.inventoriesOf(ctx, rc.backends.Names())
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
-	held, err := o.st.ListLiveAllocations(ctx, o.cfg.Host)
+	held, err := rc.st.ListLiveAllocations(ctx, rc.host)
 	if err != nil {
 		return nil, err
 	}
@@ -412,10 +407,10 @@ func (o *Orchestrator) adoptedDevices(ctx context.Context, vmID string) ([]store
 	for _, name := range slices.Sorted(maps.Keys(invs)) {
 		inv := invs[name]
 		for _, d := range inv.Devices {
-			if !d.Managed || d.VMUUID != vmID || (d.Installation != "" && d.Installation != o.cfg.Installation) {
+			if !d.Managed || d.VMUUID != vmID || (d.Installation != "" && d.Installation != rc.installation) {
 				continue
 			}
-			c := store.SlotClaim{Host: o.cfg.Host, GPUAddress: d.GPU, Backend: name, Kind: d.Kind, Profile: cmp.Or(d.Profile, d.Type)}
+			c := store.SlotClaim{Host: rc.host, GPUAddress: d.GPU, Backend: name, Kind: d.Kind, Profile: cmp.Or(d.Profile, d.Type)}
 			switch d.Kind {
 			case gpu.KindMIG:
 				c.PlacementStart = d.Placement

@@ -179,12 +179,12 @@ func TestVanishedDomainNoticedFromEvents(t *testing.T) {
 		t.Fatalf("vm1: %s %q", got.State, got.StateReason)
 	}
 	// What Run does, with the subscription made before the domain goes.
-	events := o.subscribeDomains(ctx)
+	events := o.rec.subscribeDomains(ctx)
 	if events == nil {
 		t.Fatal("no lifecycle events from libvirt's test driver")
 	}
 	done := make(chan struct{})
-	go func() { o.followDomains(ctx, events); close(done) }()
+	go func() { o.rec.followDomains(ctx, events); close(done) }()
 	defer func() { cancel(); <-done }()
 	if err := e.hv.Destroy(ctx, vm.ID); err != nil {
 		t.Fatal(err)

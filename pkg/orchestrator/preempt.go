@@ -46,11 +46,11 @@ type pendingPreemption struct {
 
 // pendingPreemptions reads the preemptions under way, by preempted VM, from
 // the recent notices: each VM's last announcement, unless called off.
-func (o *Orchestrator) pendingPreemptions(ctx context.Context, now time.Time) (map[string]pendingPreemption, error) {
-	from := now.Add(-(o.cfg.Scheduler.Notice + preemptionLookback))
+func pendingPreemptions(ctx context.Context, st eventLister, notice time.Duration, now time.Time) (map[string]pendingPreemption, error) {
+	from := now.Add(-(notice + preemptionLookback))
 	out := map[string]pendingPreemption{}
 	for after := int64(0); ; {
-		evs, err := o.st.ListEventsSince(ctx, after, store.EventFilter{Type: api.EventVMWarning, From: from, Limit: 1000})
+		evs, err := st.ListEventsSince(ctx, after, store.EventFilter{Type: api.EventVMWarning, From: from, Limit: 1000})
 		if err != nil {
 			return nil, fmt.Errorf("read the preemptions under way: %w", err)
 		}
@@ -75,11 +75,11 @@ func (o *Orchestrator) pendingPreemptions(ctx context.Context, now time.Time) (m
 // markPreempted tells the cycle which running VMs are being preempted: they
 // are stopping, for the VM they make room for, and end at their stop. A VM
 // that runs again since (started after its stop) is not.
-func (o *Orchestrator) markPreempted(ctx context.Context, st *state) error {
-	if !o.cfg.Scheduler.Preempt {
+func (dp *dispatcher) markPreempted(ctx context.Context, st *state) error {
+	if !dp.settings().Scheduler.Preempt {
 		return nil
 	}
-	pre, err := o.pendingPreemptions(ctx, st.now)
+	pre, err := pendingPreemptions(ctx, dp.st, dp.settings().Scheduler.Notice, st.now)
 	if err != nil {
 		return err
 	}
@@ -97,7 +97,7 @@ func (o *Orchestrator) markPreempted(ctx context.Context, st *state) error {
 
 // announcePreemptions tells the owners of the VMs a cycle chose to preempt:
 // a vm.warning each, and the webhook.
-func (o *Orchestrator) announcePreemptions(ctx context.Context, cfg *config.Config, now time.Time, ps []scheduler.Preemption, waiting map[string]queued) {
+func (dp *dispatcher) announcePreemptions(ctx context.Context, cfg *config.Config, now time.Time, ps []scheduler.Preemption, waiting map[string]queued) {
 	if len(ps) == 0 {
 		return
 	}
@@ -105,9 +105,9 @@ func (o *Orchestrator) announcePreemptions(ctx context.Context, cfg *config.Conf
 	for i, p := range ps {
 		ids[i] = p.ID
 	}
-	vms, err := o.st.GetVMs(ctx, ids)
+	vms, err := dp.st.GetVMs(ctx, ids)
 	if err != nil {
-		o.log.Error("read the VMs to preempt; they are chosen again next round", "err", err)
+		dp.log.Error("read the VMs to preempt; they are chosen again next round", "err", err)
 		return
 	}
 	for _, p := range ps {
@@ -118,12 +118,12 @@ func (o *Orchestrator) announcePreemptions(ctx context.Context, cfg *config.Conf
 		n := api.VMWarningPayload{Kind: api.WarningPreemption, Action: api.NoticeStop, At: p.StopAt, MinutesLeft: minutesUntil(now, p.StopAt), For: p.For,
 			Reason: fmt.Sprintf("the VM is preemptible and will be stopped at %s (in %d minutes), giving its GPU back, to make room for VM %q of %s, which has a higher priority; it keeps its disk and can be started again later",
 				stampIn(p.StopAt, cfg.Policy.Location), minutesUntil(now, p.StopAt), w.Name, w.Owner)}
-		if err := o.st.AppendEvent(ctx, warningEvent(vm, n)); err != nil {
-			o.log.Error("announce a preemption; it is chosen again next round", "vm", vm.ID, "for", p.For, "err", err)
+		if err := dp.st.AppendEvent(ctx, warningEvent(vm, n)); err != nil {
+			dp.log.Error("announce a preemption; it is chosen again next round", "vm", vm.ID, "for", p.For, "err", err)
 			continue
 		}
-		o.log.Info("VM preempted", "vm", vm.ID, "name", vm.Name, "owner", vm.Owner, "for", p.For, "stop_at", p.StopAt)
-		o.notify(cfg, vm, n, now)
+		dp.log.Info("VM preempted", "vm", vm.ID, "name", vm.Name, "owner", vm.Owner, "for", p.For, "stop_at", p.StopAt)
+		notify(dp.notifier, cfg, vm, n, now)
 	}
 }
 
@@ -135,7 +135,7 @@ func (r *round) preemption(vm *store.VM, p pendingPreemption) bool {
 	if p.done {
 		return false
 	}
-	w, err := r.o.st.GetVM(r.ctx, p.For)
+	w, err := r.loop.st.GetVM(r.ctx, p.For)
 	gone := errors.Is(err, store.ErrNotFound)
 	if err != nil && !gone {
 		r.errs = append(r.errs, fmt.Errorf("preemption of vm %s: %w", vm.ID, err))
@@ -170,7 +170,7 @@ func (r *round) gaveBack(vm *store.VM, p pendingPreemption) (string, error) {
 	if vm.State != store.VMRunning {
 		return "the VM was " + vm.State + " before its notice ended, and its GPU given back", nil
 	}
-	allocs, err := r.o.liveAllocations(r.ctx, vm.ID)
+	allocs, err := liveAllocations(r.ctx, r.loop.st, vm.ID)
 	if err != nil {
 		r.errs = append(r.errs, fmt.Errorf("preemption of vm %s: %w", vm.ID, err))
 		return "", err

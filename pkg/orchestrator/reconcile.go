@@ -8,12 +8,65 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/gpuvm/gpuvm/pkg/api"
 	"github.com/gpuvm/gpuvm/pkg/backend"
+	"github.com/gpuvm/gpuvm/pkg/config"
 	"github.com/gpuvm/gpuvm/pkg/hypervisor"
 	"github.com/gpuvm/gpuvm/pkg/store"
 )
+
+// reconciler brings the database and the host together: it marks running
+// VMs whose domain vanished, removes the devices, domains and volumes gpuvm
+// made for VMs that are not live, reports what looks like gpuvm's but is not
+// provably this installation's (orphans.go), and follows libvirt's domain
+// events. It leaves alone the VMs a worker is on.
+type reconciler struct {
+	// host and installation name this server and the gpuvm installation
+	// (Config.Host, Config.Installation).
+	host, installation string
+	st                 reconcileStore
+	log                *slog.Logger
+	hv                 Hypervisor
+	backends           backendSet
+	// life gives a vanished VM's GPU back.
+	life interface {
+		vanish(ctx context.Context, vm store.VM) error
+	}
+	names domainNames
+	busy  *busySet // the dispatcher's workers'
+	// roundMu makes dispatch rounds and reconciles run one at a time.
+	roundMu  *sync.Mutex
+	settings func() reconcileSettings
+	// orphans are what the last reconcile found that looks like gpuvm's
+	// but is not provably this installation's (orphans.go).
+	orphans orphanState
+}
+
+// reconcileStore is what the reconciler asks of the database.
+type reconcileStore interface {
+	Now() time.Time
+	GetVM(ctx context.Context, id string) (*store.VM, error)
+	ListVMs(ctx context.Context, f store.VMFilter) (store.VMPage, error)
+	ListLiveAllocations(ctx context.Context, host string) ([]store.Allocation, error)
+	GetUser(ctx context.Context, name string) (*store.User, error)
+	AdoptVM(ctx context.Context, vm *store.VM, devices []store.AdoptedDevice, adoptedBy string) error
+	FireAlert(ctx context.Context, a *store.Alert) (fired bool, err error)
+	ResolveAlert(ctx context.Context, rule, subject string, value float64, summary string, at time.Time) (*store.Alert, error)
+}
+
+// reconcileSettings are the reconciler's settings, read at each reconcile.
+type reconcileSettings struct {
+	DomainPrefix    string
+	ShutdownTimeout time.Duration
+	// InFleet: this orchestrator is one node of a fleet (Config.Fleet).
+	InFleet bool
+	// Of the configuration in force:
+	Profiles    map[string]*config.Profile
+	StoragePool string
+}
 
 // Report says what a Reconcile found and fixed.
 type Report struct {
@@ -55,15 +108,15 @@ func (r Report) log(l *slog.Logger) {
 // returns what it did.
 func (o *Orchestrator) Reconcile(ctx context.Context) (Report, error) {
 	var rep Report
-	ops, err := o.st.ListUnfinishedOperations(ctx)
+	ops, err := o.disp.st.ListUnfinishedOperations(ctx)
 	if err != nil {
 		return rep, err
 	}
 	for _, op := range ops {
 		rep.Resumed = append(rep.Resumed, op.Kind+" "+op.ID+" of vm "+op.VMID)
 	}
-	o.dispatch(ctx, true)
-	host, err := o.reconcileHost(ctx)
+	o.disp.dispatch(ctx, true)
+	host, err := o.rec.reconcileHost(ctx)
 	rep.Vanished, rep.LeakedDevices, rep.LeakedDomains, rep.Orphans = host.Vanished, host.LeakedDevices, host.LeakedDomains, host.Orphans
 	rep.log(o.log)
 	return rep, err
@@ -72,42 +125,19 @@ func (o *Orchestrator) Reconcile(ctx context.Context) (Report, error) {
 // liveForHost are the VM states whose devices and domain must exist.
 var liveStates = []string{store.VMAllocating, store.VMCreating, store.VMRunning, store.VMStopping, store.VMStopped, store.VMDeleting}
 
-func (o *Orchestrator) listVMs(ctx context.Context, f store.VMFilter) ([]store.VM, error) {
-	var out []store.VM
-	f.Limit = 1000
-	for {
-		page, err := o.st.ListVMs(ctx, f)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, page.VMs...)
-		if page.Next == "" {
-			return out, nil
-		}
-		f.After = page.Next
-	}
-}
-
-// reconcileHost compares the host with the database (not the operations).
-// It removes only what is provably this installation's and made for a VM
-// that is not live (orphans.go says what that means); everything else that
-// looks like gpuvm's is reported as an orphan and left as it is.
-func (o *Orchestrator) reconcileHost(ctx context.Context) (Report, error) {
-	o.roundMu.Lock()
-	defer o.roundMu.Unlock()
-	var rep Report
-	var errs []error
-
-	// Running VMs whose domain vanished.
-	running, err := o.listVMs(ctx, store.VMFilter{States: []string{store.VMRunning}, Host: o.cfg.Host})
+// vanished marks the running VMs of this host whose domain is gone as
+// failed, giving their GPU back (lifecycle.vanish), and returns them; errs
+// are the VMs it could not judge or mark, err a failure to list them.
+func (rc *reconciler) vanished(ctx context.Context) (ids []string, errs []error, err error) {
+	running, err := listVMs(ctx, rc.st, store.VMFilter{States: []string{store.VMRunning}, Host: rc.host})
 	if err != nil {
-		return rep, err
+		return nil, nil, err
 	}
 	for _, vm := range running {
-		if o.isBusy(vm.ID) {
+		if rc.busy.is(vm.ID) {
 			continue
 		}
-		_, err := o.cfg.Hypervisor.Lookup(ctx, vm.ID)
+		_, err := rc.hv.Lookup(ctx, vm.ID)
 		if err == nil {
 			continue
 		}
@@ -115,22 +145,40 @@ func (o *Orchestrator) reconcileHost(ctx context.Context) (Report, error) {
 			errs = append(errs, fmt.Errorf("look up the domain of vm %s: %w", vm.ID, err))
 			continue
 		}
-		if err := o.vanish(ctx, vm); err != nil {
+		if err := rc.life.vanish(ctx, vm); err != nil {
 			errs = append(errs, err)
 			continue
 		}
-		rep.Vanished = append(rep.Vanished, vm.ID)
+		ids = append(ids, vm.ID)
 	}
+	return ids, errs, nil
+}
+
+// reconcileHost compares the host with the database (not the operations).
+// It removes only what is provably this installation's and made for a VM
+// that is not live (orphans.go says what that means); everything else that
+// looks like gpuvm's is reported as an orphan and left as it is.
+func (rc *reconciler) reconcileHost(ctx context.Context) (Report, error) {
+	rc.roundMu.Lock()
+	defer rc.roundMu.Unlock()
+	var rep Report
+
+	// Running VMs whose domain vanished.
+	vanished, errs, err := rc.vanished(ctx)
+	if err != nil {
+		return rep, err
+	}
+	rep.Vanished = vanished
 
 	// Devices, domains and volumes. Read the host first, then the
 	// database: a VM made meanwhile is then in the list.
-	invs, invErrs := o.inventoriesOf(ctx, o.cfg.Backends.Names())
+	invs, invErrs := rc.backends.inventoriesOf(ctx, rc.backends.Names())
 	errs = append(errs, invErrs...)
-	doms, err := o.cfg.Hypervisor.List(ctx)
+	doms, err := rc.hv.List(ctx)
 	if err != nil {
 		errs = append(errs, err)
 	}
-	pool, vols, err := o.poolVolumes(ctx)
+	pool, vols, err := rc.poolVolumes(ctx)
 	if err != nil {
 		errs = append(errs, err)
 	}
@@ -141,32 +189,30 @@ func (o *Orchestrator) reconcileHost(ctx context.Context) (Report, error) {
 	// are leaked. A queued VM that has run (its lease end is set then) is
 	// one a start queued for a GPU again: it keeps its domain and disk
 	// while it waits.
-	vms, err := o.listVMs(ctx, store.VMFilter{})
+	vms, err := listVMs(ctx, rc.st, store.VMFilter{})
 	if err != nil {
 		return rep, errors.Join(append(errs, err)...)
 	}
 	live, keepDomain := map[string]bool{}, map[string]bool{}
 	wantVolumes := map[string]bool{}
 	for _, vm := range vms {
-		name := o.DomainName(vm.ID)
+		name := rc.names.of(vm.ID)
 		wantVolumes[hypervisor.OverlayName(name)], wantVolumes[hypervisor.SeedName(name)] = true, true
 		switch {
 		case vm.State == store.VMQueued:
 			if vm.LeaseEnd != nil {
 				keepDomain[vm.ID] = true
 			}
-		case slices.Contains(liveStates, vm.State) && (o.cfg.Fleet == nil || vm.Host == o.cfg.Host):
+		case slices.Contains(liveStates, vm.State) && (!rc.settings().InFleet || vm.Host == rc.host):
 			live[vm.ID] = true
 		}
 	}
-	o.mu.Lock()
-	for id := range o.busy {
+	for id := range rc.busy.all() {
 		live[id] = true
 	}
-	o.mu.Unlock()
 	// The devices the live allocations here recorded, and the VMs with an
 	// allocation still waiting for its device.
-	held, err := o.st.ListLiveAllocations(ctx, o.cfg.Host)
+	held, err := rc.st.ListLiveAllocations(ctx, rc.host)
 	if err != nil {
 		return rep, errors.Join(append(errs, err)...)
 	}
@@ -178,10 +224,10 @@ func (o *Orchestrator) reconcileHost(ctx context.Context) (Report, error) {
 			recorded[a.Backend+"/"+a.DeviceID] = true
 		}
 	}
-	recs := &records{st: o.st, seen: map[string]bool{}}
+	recs := &records{st: rc.st, seen: map[string]bool{}}
 	var orphans []orphan
 	for name, inv := range invs {
-		b, _ := o.cfg.Backends.Backend(name)
+		b, _ := rc.backends.Backend(name)
 		for _, d := range inv.Devices {
 			if !d.Managed {
 				continue
@@ -189,19 +235,19 @@ func (o *Orchestrator) reconcileHost(ctx context.Context) (Report, error) {
 			// A live VM's device that none of its allocations recorded,
 			// while none waits for one, was made by an attempt whose
 			// slots went elsewhere: leaked like any other.
-			if live[d.VMUUID] && (o.isBusy(d.VMUUID) || pending[d.VMUUID] || recorded[name+"/"+d.ID]) {
+			if live[d.VMUUID] && (rc.busy.is(d.VMUUID) || pending[d.VMUUID] || recorded[name+"/"+d.ID]) {
 				continue
 			}
-			why, err := o.whyOrphan(ctx, recs, d.Installation, d.VMUUID)
+			why, err := rc.whyOrphan(ctx, recs, d.Installation, d.VMUUID)
 			if err != nil {
 				errs = append(errs, err)
 				continue
 			}
 			if why != "" {
-				orphans = append(orphans, o.deviceOrphan(name, d, why))
+				orphans = append(orphans, rc.deviceOrphan(name, d, why))
 				continue
 			}
-			o.log.Warn("removing a leaked device", "backend", name, "device", d.ID, "gpu", d.GPU, "vm", d.VMUUID)
+			rc.log.Warn("removing a leaked device", "backend", name, "device", d.ID, "gpu", d.GPU, "vm", d.VMUUID)
 			if err := b.Remove(ctx, backend.RemoveRequest{ID: d.ID, GPU: d.GPU}); err != nil && !errors.Is(err, backend.ErrNotFound) {
 				errs = append(errs, fmt.Errorf("remove leaked device %s: %w", d.ID, err))
 				continue
@@ -217,75 +263,56 @@ func (o *Orchestrator) reconcileHost(ctx context.Context) (Report, error) {
 		}
 		// Only domains named as this gpuvmd names them are judged (a
 		// test instance's prefix is its own).
-		if !strings.HasPrefix(d.Name, o.cfg.DomainPrefix) || live[d.Metadata.VMID] || keepDomain[d.Metadata.VMID] {
+		if !strings.HasPrefix(d.Name, rc.settings().DomainPrefix) || live[d.Metadata.VMID] || keepDomain[d.Metadata.VMID] {
 			continue
 		}
-		why, err := o.whyOrphan(ctx, recs, d.Metadata.Installation, d.Metadata.VMID)
+		why, err := rc.whyOrphan(ctx, recs, d.Metadata.Installation, d.Metadata.VMID)
 		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
 		if why != "" {
-			orphans = append(orphans, o.domainOrphan(d, why))
+			orphans = append(orphans, rc.domainOrphan(d, why))
 			continue
 		}
-		o.log.Warn("deleting a leaked domain", "domain", d.Name, "vm", d.Metadata.VMID)
-		if err := o.cfg.Hypervisor.DeleteVM(ctx, d.UUID, o.cfg.ShutdownTimeout); err != nil && !hypervisor.IsNotFound(err) {
+		rc.log.Warn("deleting a leaked domain", "domain", d.Name, "vm", d.Metadata.VMID)
+		if err := rc.hv.DeleteVM(ctx, d.UUID, rc.settings().ShutdownTimeout); err != nil && !hypervisor.IsNotFound(err) {
 			errs = append(errs, fmt.Errorf("delete leaked domain %s: %w", d.Name, err))
 			continue
 		}
 		rep.LeakedDomains = append(rep.LeakedDomains, d.Name)
 	}
-	named := o.orphans.volumes
+	named := rc.orphans.volumes
 	for _, v := range vols {
 		if named.MatchString(v) && !wantVolumes[v] {
-			orphans = append(orphans, o.volumeOrphan(pool, v))
+			orphans = append(orphans, rc.volumeOrphan(pool, v))
 		}
 	}
-	if err := o.publishOrphans(ctx, orphans); err != nil {
+	if err := rc.publishOrphans(ctx, orphans); err != nil {
 		errs = append(errs, err)
 	}
 	rep.Orphans = len(orphans)
 	return rep, errors.Join(errs...)
 }
 
-// vanish marks a running VM whose domain is gone from libvirt failed and
-// gives its GPU back. Its disk is kept — the domain may have been removed
-// by hand, and the disk is the person's work — until the VM is deleted.
-func (o *Orchestrator) vanish(ctx context.Context, vm store.VM) error {
-	o.log.Warn("the domain of a running VM vanished; marking it failed, giving its GPU back and keeping its disk", "vm", vm.ID, "name", vm.Name, "owner", vm.Owner)
-	if err := o.removeDevices(ctx, vm.ID); err != nil {
-		return fmt.Errorf("vm %s vanished: remove its devices: %w", vm.ID, err)
-	}
-	if err := o.release(ctx, vm.ID); err != nil {
-		return fmt.Errorf("vm %s vanished: release its GPU: %w", vm.ID, err)
-	}
-	o.boots.remove(vm.ID)
-	if _, err := o.st.UpdateVMState(ctx, vm.ID, vm.Version, store.VMUpdate{State: store.VMFailed,
-		StateReason: "its domain vanished from libvirt: the GPU was given back, the disk is kept until the VM is deleted"}); err != nil {
-		return fmt.Errorf("vm %s vanished: mark it failed: %w", vm.ID, err)
-	}
-	return nil
-}
-
-func (o *Orchestrator) deviceOrphan(backendName string, d backend.Device, why string) orphan {
+func (rc *reconciler) deviceOrphan(backendName string, d backend.Device, why string) orphan {
 	name := backendName + "/" + d.ID
-	return orphan{Orphan: api.Orphan{ID: orphanID(api.OrphanDevice, o.cfg.Host, name), Kind: api.OrphanDevice, Name: name, Host: o.cfg.Host,
+	return orphan{Orphan: api.Orphan{ID: orphanID(api.OrphanDevice, rc.host, name), Kind: api.OrphanDevice, Name: name, Host: rc.host,
 		GPU: d.GPU, VMID: d.VMUUID, Profile: cmp.Or(d.Profile, d.Type), Installation: d.Installation, Reason: why},
 		backend: backendName, deviceID: d.ID, device: d}
 }
 
-func (o *Orchestrator) domainOrphan(d hypervisor.Info, why string) orphan {
+func (rc *reconciler) domainOrphan(d hypervisor.Info, why string) orphan {
 	m := d.Metadata
-	mine := m.Installation == "" || m.Installation == o.cfg.Installation
-	return orphan{Orphan: api.Orphan{ID: orphanID(api.OrphanDomain, o.cfg.Host, d.UUID), Kind: api.OrphanDomain, Name: d.Name, Host: o.cfg.Host,
+	mine := m.Installation == "" || m.Installation == rc.installation
+	return orphan{Orphan: api.Orphan{ID: orphanID(api.OrphanDomain, rc.host, d.UUID), Kind: api.OrphanDomain, Name: d.Name, Host: rc.host,
 		UUID: d.UUID, VMID: m.VMID, Owner: m.Owner, Profile: m.Profile, Installation: m.Installation, Reason: why,
 		Adoptable: mine && m.VMID != "" && strings.EqualFold(m.VMID, d.UUID)}}
 }
 
-func (o *Orchestrator) volumeOrphan(pool, name string) orphan {
+func (rc *reconciler) volumeOrphan(pool, name string) orphan {
 	full := pool + "/" + name
-	return orphan{Orphan: api.Orphan{ID: orphanID(api.OrphanVolume, o.cfg.Host, full), Kind: api.OrphanVolume, Name: full, Host: o.cfg.Host,
+	return orphan{Orphan: api.Orphan{ID: orphanID(api.OrphanVolume, rc.host, full), Kind: api.OrphanVolume, Name: full, Host: rc.host,
 		Reason: "no VM of this installation and no domain refers to it"}, pool: pool, volume: name}
 }
 
@@ -299,37 +326,37 @@ type domainEvents interface {
 // whose domain is undefined behind gpuvm's back is noticed at once, not at
 // the next periodic reconcile; after a lost connection it reconciles, since
 // events in between are lost.
-func (o *Orchestrator) watchDomains(ctx context.Context) {
-	o.followDomains(ctx, o.subscribeDomains(ctx))
+func (rc *reconciler) watchDomains(ctx context.Context) {
+	rc.followDomains(ctx, rc.subscribeDomains(ctx))
 }
 
 // subscribeDomains starts the lifecycle event stream; nil when the
 // hypervisor has none.
-func (o *Orchestrator) subscribeDomains(ctx context.Context) <-chan hypervisor.Event {
-	src, ok := o.cfg.Hypervisor.(domainEvents)
+func (rc *reconciler) subscribeDomains(ctx context.Context) <-chan hypervisor.Event {
+	src, ok := rc.hv.(domainEvents)
 	if !ok {
 		return nil
 	}
 	events, err := src.Events(ctx)
 	if err != nil {
-		o.log.Warn("cannot follow libvirt's lifecycle events: a vanished domain is noticed at the next reconcile", "err", err)
+		rc.log.Warn("cannot follow libvirt's lifecycle events: a vanished domain is noticed at the next reconcile", "err", err)
 		return nil
 	}
 	return events
 }
 
-func (o *Orchestrator) followDomains(ctx context.Context, events <-chan hypervisor.Event) {
+func (rc *reconciler) followDomains(ctx context.Context, events <-chan hypervisor.Event) {
 	for ev := range events {
 		switch ev.Type {
 		case hypervisor.EventUndefined:
-			if err := o.domainUndefined(ctx, ev); err != nil {
-				o.log.Error("handling an undefined domain", "domain", ev.Name, "vm", ev.VMID, "err", err)
+			if err := rc.domainUndefined(ctx, ev); err != nil {
+				rc.log.Error("handling an undefined domain", "domain", ev.Name, "vm", ev.VMID, "err", err)
 			}
 		case hypervisor.EventReconnected:
-			if rep, err := o.reconcileHost(ctx); err != nil {
-				o.log.Error("reconcile after libvirt reconnected", "err", err)
+			if rep, err := rc.reconcileHost(ctx); err != nil {
+				rc.log.Error("reconcile after libvirt reconnected", "err", err)
 			} else {
-				rep.log(o.log)
+				rep.log(rc.log)
 			}
 		}
 	}
@@ -337,26 +364,48 @@ func (o *Orchestrator) followDomains(ctx context.Context, events <-chan hypervis
 
 // domainUndefined marks the running VM of an undefined domain vanished,
 // unless gpuvm is working on it (a delete undefines its domain).
-func (o *Orchestrator) domainUndefined(ctx context.Context, ev hypervisor.Event) error {
+func (rc *reconciler) domainUndefined(ctx context.Context, ev hypervisor.Event) error {
 	id := cmp.Or(ev.VMID, ev.UUID)
-	if id == "" || o.isBusy(id) {
+	if id == "" || rc.busy.is(id) {
 		return nil
 	}
-	o.roundMu.Lock()
-	defer o.roundMu.Unlock()
-	vm, err := o.st.GetVM(ctx, id)
+	rc.roundMu.Lock()
+	defer rc.roundMu.Unlock()
+	vm, err := rc.st.GetVM(ctx, id)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil // not this installation's VM
 	}
 	if err != nil {
 		return err
 	}
-	if vm.State != store.VMRunning || vm.Host != o.cfg.Host || o.isBusy(id) {
+	if vm.State != store.VMRunning || vm.Host != rc.host || rc.busy.is(id) {
 		return nil
 	}
 	// The event may be stale (the domain defined again since): look.
-	if _, err := o.cfg.Hypervisor.Lookup(ctx, vm.ID); !hypervisor.IsNotFound(err) {
+	if _, err := rc.hv.Lookup(ctx, vm.ID); !hypervisor.IsNotFound(err) {
 		return err
 	}
-	return o.vanish(ctx, *vm)
+	return rc.life.vanish(ctx, *vm)
+}
+
+// vmLister lists VMs.
+type vmLister interface {
+	ListVMs(ctx context.Context, f store.VMFilter) (store.VMPage, error)
+}
+
+// listVMs lists every VM f selects, page by page.
+func listVMs(ctx context.Context, st vmLister, f store.VMFilter) ([]store.VM, error) {
+	var out []store.VM
+	f.Limit = 1000
+	for {
+		page, err := st.ListVMs(ctx, f)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, page.VMs...)
+		if page.Next == "" {
+			return out, nil
+		}
+		f.After = page.Next
+	}
 }

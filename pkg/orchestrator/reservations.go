@@ -218,50 +218,50 @@ func pinReservations(rs []store.Reservation, cfg *config.Config, now time.Time, 
 // they hold (pinReservations), and notes in st which reservations they
 // were (the stamp claims check). Fleet: st.inv is every node's GPUs
 // (placementHosts), so a reservation's devices may be on any node; each
-// node keeps its own choice (o.bookings) and only the leader's places VMs,
+// node keeps its own choice (bookingState) and only the leader's places VMs,
 // so a booking made through another node is chosen again by the leader,
 // around what runs, on its first round.
-func (o *Orchestrator) holdBookings(ctx context.Context, st *state) error {
-	stamp, err := o.st.ReservationsStamp(ctx)
+func (dp *dispatcher) holdBookings(ctx context.Context, st *state) error {
+	stamp, err := dp.st.ReservationsStamp(ctx)
 	if err != nil {
 		return fmt.Errorf("reservations: %w", err)
 	}
-	rs, err := o.st.ListReservations(ctx, store.ReservationFilter{From: st.now})
+	rs, err := dp.st.ListReservations(ctx, store.ReservationFilter{From: st.now})
 	if err != nil {
 		return fmt.Errorf("reservations: %w", err)
 	}
-	o.bookings.mu.Lock()
-	kept := o.bookings.pins
-	o.bookings.mu.Unlock()
+	dp.bookings.mu.Lock()
+	kept := dp.bookings.pins
+	dp.bookings.mu.Unlock()
 	bookings, next, problems := pinReservations(rs, st.cfg, st.now, st.engine.Location(), st.inv, st.running, kept)
 	var listed int64
 	for i := range rs {
 		listed = max(listed, rs[i].ID)
 	}
-	o.bookings.mu.Lock()
-	for id, k := range o.bookings.pins {
+	dp.bookings.mu.Lock()
+	for id, k := range dp.bookings.pins {
 		if id > listed {
 			next[id] = k // booked after the list was read (Book)
 		}
 	}
-	o.bookings.pins = next
-	if o.bookings.problems == nil {
-		o.bookings.problems = map[int64]string{}
+	dp.bookings.pins = next
+	if dp.bookings.problems == nil {
+		dp.bookings.problems = map[int64]string{}
 	}
 	for id, err := range problems {
-		if o.bookings.problems[id] != err.Error() {
-			o.log.Warn("a reservation holds no GPU now", "reservation", id, "err", err)
+		if dp.bookings.problems[id] != err.Error() {
+			dp.log.Warn("a reservation holds no GPU now", "reservation", id, "err", err)
 		}
 	}
-	for id := range o.bookings.problems {
+	for id := range dp.bookings.problems {
 		if _, ok := problems[id]; !ok {
-			delete(o.bookings.problems, id)
+			delete(dp.bookings.problems, id)
 		}
 	}
 	for id, err := range problems {
-		o.bookings.problems[id] = err.Error()
+		dp.bookings.problems[id] = err.Error()
 	}
-	o.bookings.mu.Unlock()
+	dp.bookings.mu.Unlock()
 	st.engine.SetBookings(bookings)
 	st.reservations = stamp
 	return nil
@@ -270,10 +270,10 @@ func (o *Orchestrator) holdBookings(ctx context.Context, st *state) error {
 // withBookedKinds adds to kinds the kinds of GPU device the reservations
 // that have an occurrence left hold, so that the round's inventory has the
 // backends that give them.
-func (o *Orchestrator) withBookedKinds(ctx context.Context, cfg *config.Config, kinds []string) []string {
-	rs, err := o.st.ListReservations(ctx, store.ReservationFilter{From: o.st.Now()})
+func (dp *dispatcher) withBookedKinds(ctx context.Context, cfg *config.Config, kinds []string) []string {
+	rs, err := dp.st.ListReservations(ctx, store.ReservationFilter{From: dp.st.Now()})
 	if err != nil {
-		o.log.Warn("reservations: list them to know their GPU kinds", "err", err)
+		dp.log.Warn("reservations: list them to know their GPU kinds", "err", err)
 		return kinds
 	}
 	out := slices.Clone(kinds)
@@ -375,11 +375,8 @@ const startSkew = time.Minute
 // Errors: what is wrong with r is a *policy.FieldError (several joined with
 // errors.Join); capacity that is not there a *policy.CapacityError (which
 // time, which kind, how much fits); other errors are the server's.
-func (o *Orchestrator) Book(ctx context.Context, r *store.Reservation, admin bool) error {
-	cfg := o.cfg.Profiles()
-	if cfg == nil {
-		cfg = &config.Config{}
-	}
+func (rl *rulesLoop) Book(ctx context.Context, r *store.Reservation, admin bool) error {
+	cfg := rl.settings().Config
 	loc := cfg.Policy.Location
 	if loc == nil {
 		loc = time.UTC
@@ -391,20 +388,20 @@ func (o *Orchestrator) Book(ctx context.Context, r *store.Reservation, admin boo
 	b.ID = "new"
 	opts := policy.BookOptions{Rules: cfg.Policy.Reservations, Admin: admin, Location: loc}
 	if r.OwnerKind == store.OwnerUser {
-		u, err := o.st.GetUser(ctx, r.Owner)
+		u, err := rl.st.GetUser(ctx, r.Owner)
 		if err != nil {
 			return fmt.Errorf("book: the owner: %w", err)
 		}
 		opts.OwnerGroups = u.Groups
 	}
-	kinds := o.cfg.Backends.Names()
+	kinds := rl.backends.Names()
 	for attempt := 1; ; attempt++ {
-		stamp, err := o.st.BookingStamp(ctx)
+		stamp, err := rl.st.BookingStamp(ctx)
 		if err != nil {
 			return fmt.Errorf("book: %w", err)
 		}
-		now := o.st.Now()
-		st, err := o.placementState(ctx, cfg, now, kinds)
+		now := rl.st.Now()
+		st, err := rl.placement.placementState(ctx, cfg, now, kinds)
 		if err != nil {
 			return fmt.Errorf("book: %w", err)
 		}
@@ -416,7 +413,7 @@ func (o *Orchestrator) Book(ctx context.Context, r *store.Reservation, admin boo
 		if !admin && opts.Rules != nil && opts.Rules.MaxActive > 0 {
 			// Every reservation of the owner counts, also those that hold
 			// nothing now.
-			if opts.Existing, err = o.ownerBookings(ctx, r, cfg, opts.Existing); err != nil {
+			if opts.Existing, err = rl.ownerBookings(ctx, r, cfg, opts.Existing); err != nil {
 				return fmt.Errorf("book: %w", err)
 			}
 		}
@@ -424,7 +421,7 @@ func (o *Orchestrator) Book(ctx context.Context, r *store.Reservation, admin boo
 		if err != nil {
 			return err
 		}
-		err = o.st.BookReservation(ctx, r, func(tx *store.Store) error {
+		err = rl.st.BookReservation(ctx, r, func(tx *store.Store) error {
 			now, err := tx.BookingStamp(ctx)
 			if err != nil {
 				return err
@@ -442,15 +439,15 @@ func (o *Orchestrator) Book(ctx context.Context, r *store.Reservation, admin boo
 		case err != nil:
 			return err
 		}
-		o.bookings.mu.Lock()
-		if o.bookings.pins == nil {
-			o.bookings.pins = map[int64]keptPins{}
+		rl.bookings.mu.Lock()
+		if rl.bookings.pins == nil {
+			rl.bookings.pins = map[int64]keptPins{}
 		}
-		o.bookings.pins[r.ID] = keptPins{version: r.Version, vms: pinned.SplitPinned()}
-		o.bookings.mu.Unlock()
-		o.log.Info("reservation booked", "reservation", r.ID, "owner", OwnerText(r.OwnerKind, r.Owner), "need", b.Need.String(),
+		rl.bookings.pins[r.ID] = keptPins{version: r.Version, vms: pinned.SplitPinned()}
+		rl.bookings.mu.Unlock()
+		rl.log.Info("reservation booked", "reservation", r.ID, "owner", OwnerText(r.OwnerKind, r.Owner), "need", b.Need.String(),
 			"count", r.Count, "start", r.StartAt, "end", r.EndAt, "rrule", r.RRule, "devices", pinned.Pinned)
-		o.Wake() // a waiting VM's reason may change
+		rl.wake() // a waiting VM's reason may change
 		return nil
 	}
 }
@@ -458,8 +455,8 @@ func (o *Orchestrator) Book(ctx context.Context, r *store.Reservation, admin boo
 // ownerBookings adds to existing the owner's reservations it lacks (those
 // that held nothing in the round), for the rule of how many an owner may
 // hold.
-func (o *Orchestrator) ownerBookings(ctx context.Context, r *store.Reservation, cfg *config.Config, existing []*policy.Booking) ([]*policy.Booking, error) {
-	rs, err := o.st.ListReservations(ctx, store.ReservationFilter{OwnerKind: r.OwnerKind, Owner: r.Owner, From: o.st.Now()})
+func (rl *rulesLoop) ownerBookings(ctx context.Context, r *store.Reservation, cfg *config.Config, existing []*policy.Booking) ([]*policy.Booking, error) {
+	rs, err := rl.st.ListReservations(ctx, store.ReservationFilter{OwnerKind: r.OwnerKind, Owner: r.Owner, From: rl.st.Now()})
 	if err != nil {
 		return nil, err
 	}
@@ -497,12 +494,9 @@ type ReservationConflict struct {
 // devices) whose leases run into devices a reservation not their owner's
 // holds, earliest first. The timed rules warn them and delete them at the
 // reservation's start (round.reservation).
-func (o *Orchestrator) ReservationConflicts(ctx context.Context) ([]ReservationConflict, error) {
-	cfg := o.cfg.Profiles()
-	if cfg == nil {
-		cfg = &config.Config{}
-	}
-	st, err := o.placementState(ctx, cfg, o.st.Now(), o.cfg.Backends.Names())
+func (rl *rulesLoop) ReservationConflicts(ctx context.Context) ([]ReservationConflict, error) {
+	cfg := rl.settings().Config
+	st, err := rl.placement.placementState(ctx, cfg, rl.st.Now(), rl.backends.Names())
 	if err != nil {
 		return nil, fmt.Errorf("reservation conflicts: %w", err)
 	}
@@ -594,11 +588,11 @@ func conflictsOf(now time.Time, inv *scheduler.Inventory, running []scheduler.Ru
 // reservationConflicts are the round's reservation conflicts by VM (none
 // when no reservation is made).
 func (r *round) reservationConflicts() (map[string][]ReservationConflict, error) {
-	rs, err := r.o.st.ListReservations(r.ctx, store.ReservationFilter{From: r.now})
+	rs, err := r.loop.st.ListReservations(r.ctx, store.ReservationFilter{From: r.now})
 	if err != nil || len(rs) == 0 {
 		return nil, err
 	}
-	cs, err := r.o.ReservationConflicts(r.ctx)
+	cs, err := r.loop.ReservationConflicts(r.ctx)
 	if err != nil {
 		return nil, fmt.Errorf("rules: %w", err)
 	}
@@ -640,12 +634,9 @@ func (r *round) reservation(vm *store.VM, cs []ReservationConflict) bool {
 // lease.max, not into a window that stops or forbids it, and not onto
 // devices a reservation holds for someone else then. nil: it may. A VM
 // that holds no device (queued) meets no reservation.
-func (o *Orchestrator) CheckExtend(ctx context.Context, vmID string, newEnd time.Time) error {
-	cfg := o.cfg.Profiles()
-	if cfg == nil {
-		cfg = &config.Config{}
-	}
-	st, err := o.placementState(ctx, cfg, o.st.Now(), o.cfg.Backends.Names())
+func (rl *rulesLoop) CheckExtend(ctx context.Context, vmID string, newEnd time.Time) error {
+	cfg := rl.settings().Config
+	st, err := rl.placement.placementState(ctx, cfg, rl.st.Now(), rl.backends.Names())
 	if err != nil {
 		return fmt.Errorf("check the extension of vm %s: %w", vmID, err)
 	}

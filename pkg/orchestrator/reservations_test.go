@@ -121,7 +121,7 @@ func TestReservationHoldsGPU(t *testing.T) {
 	ann, annOp := e.askVM("ann", "l40s-whole", "lab", 2)
 	o.Drain(ctx)
 	e.checkRunning(ann, annOp, o, "type='pci'")
-	if allocs, _ := o.liveAllocations(ctx, ann.ID); len(allocs) != 1 || allocs[0].GPUAddress != "0000:a1:00.0" {
+	if allocs, _ := liveAllocations(ctx, o.life.st, ann.ID); len(allocs) != 1 || allocs[0].GPUAddress != "0000:a1:00.0" {
 		t.Errorf("ann's VM on %+v", allocs)
 	}
 	if got := e.vm(long.ID); got.State != store.VMQueued {
@@ -329,7 +329,7 @@ func TestReservationConflictRule(t *testing.T) {
 	}
 	rule := func() RulesReport {
 		t.Helper()
-		rd := &round{o: o, ctx: ctx, cfg: e.cfg, now: clock.Now(), busy: map[string]bool{}}
+		rd := &round{loop: o.rules, ctx: ctx, cfg: e.cfg, now: clock.Now(), busy: map[string]bool{}}
 		byVM, err := rd.reservationConflicts()
 		if err != nil {
 			t.Fatal(err)
@@ -352,7 +352,7 @@ func TestReservationConflictRule(t *testing.T) {
 	if rep := rule(); !rep.Empty() {
 		t.Errorf("11:40 again: %+v", rep)
 	}
-	ns, _ := o.notices(ctx, vm.ID)
+	ns, _ := notices(ctx, o.rules.st, vm.ID)
 	if len(ns) != 1 || ns[0].Kind != api.WarningReservation || ns[0].Action != api.NoticeDelete || ns[0].MinutesLeft != 20 ||
 		!strings.Contains(ns[0].Reason, "booked from Tue 1 Dec 2026 12:00 CET by ann") {
 		t.Errorf("notices %+v", ns)

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gpuvm/gpuvm/pkg/api"
 	"github.com/gpuvm/gpuvm/pkg/backend"
 	"github.com/gpuvm/gpuvm/pkg/config"
 	"github.com/gpuvm/gpuvm/pkg/gpu"
@@ -28,7 +29,7 @@ import (
 // waiting gets its place in the queue and the scheduler's reason.
 
 // PhaseQueued is the phase of a VM that waits for a GPU.
-const PhaseQueued = "waiting for a GPU"
+const PhaseQueued = api.PhaseQueued
 
 // usageLookback is how far back ended usage counts: budgets look back a
 // calendar month at most (a week may start in the month before), and
@@ -74,78 +75,27 @@ func (st *state) heldOn(host string) map[string]map[string]bool {
 // schedule places what it can of the queued VMs (in dispatch order) and
 // returns those it claimed slots for (now allocating) or that need no GPU
 // (now creating); the others stay queued with their position and reason.
-func (o *Orchestrator) schedule(ctx context.Context, qs []queued) []queued {
+func (dp *dispatcher) schedule(ctx context.Context, qs []queued) []queued {
 	if len(qs) == 0 {
 		return nil
 	}
-	cfg := o.cfg.Profiles()
-	if cfg == nil {
-		cfg = &config.Config{}
-	}
-	var out, gpuQueue []queued
-	// VMs without a GPU start at once unless a quota keeps them waiting:
-	// they count against it (the vms quota) as every VM does.
+	cfg := dp.settings().Config
 	entries := map[string]store.QueueEntry{}
-	var plain *state
-	plainSkipped := false
-	for _, q := range qs {
-		p := cfg.Profiles[q.vm.Profile]
-		switch {
-		case p == nil:
-			if err := o.refuse(ctx, q, fmt.Errorf("profile %q no longer exists", q.vm.Profile)); err != nil {
-				o.log.Warn("VM failed", "vm", q.vm.ID, "err", err)
-			}
-		case p.GPU == nil:
-			if plain == nil && !plainSkipped {
-				var err error
-				if plain, err = o.quotaState(ctx, cfg, o.st.Now()); err != nil {
-					o.log.Error("VMs without a GPU wait this round: their quotas could not be read", "err", err)
-					plainSkipped = true
-				}
-			}
-			if plain == nil {
-				continue
-			}
-			r := requestOf(cfg, q.vm, plain.groups[q.vm.Owner])
-			if why, refuse := plain.engine.AdmitWithoutGPU(plain.now, plain.running, &r); !why.OK() {
-				if refuse {
-					if err := o.refuse(ctx, q, fmt.Errorf("refused by the sharing policy: %s", reasonText(why))); err != nil {
-						o.log.Warn("VM refused", "vm", q.vm.ID, "err", err)
-					}
-					continue
-				}
-				entries[q.vm.ID] = store.QueueEntry{Reason: reasonText(why), Phase: PhaseQueued}
-				continue
-			}
-			host := o.cfg.Host
-			next, err := o.st.UpdateVMState(ctx, q.vm.ID, q.vm.Version, store.VMUpdate{State: store.VMCreating, Phase: "preparing disk", Host: &host})
-			if err == nil {
-				err = o.st.SetOperationStep(ctx, q.op.ID, StepAllocate)
-			}
-			if err != nil {
-				o.log.Error("start a VM without GPU", "vm", q.vm.ID, "err", err)
-				continue
-			}
-			plain.engine.AddWithoutGPU(r)
-			out = append(out, queued{next, q.op})
-		default:
-			gpuQueue = append(gpuQueue, q)
-		}
-	}
+	out, gpuQueue := dp.startWithoutGPU(ctx, cfg, qs, entries)
 	if len(gpuQueue) == 0 {
 		if len(entries) > 0 {
-			if _, err := o.st.SetQueue(ctx, entries); err != nil {
-				o.log.Error("record the queue", "err", err)
+			if _, err := dp.st.SetQueue(ctx, entries); err != nil {
+				dp.log.Error("record the queue", "err", err)
 			}
 		}
 		return out
 	}
-	st, err := o.placementState(ctx, cfg, o.st.Now(), o.withBookedKinds(ctx, cfg, kindsOf(cfg, gpuQueue)))
+	st, err := dp.placementState(ctx, cfg, dp.st.Now(), dp.withBookedKinds(ctx, cfg, kindsOf(cfg, gpuQueue)))
 	if err == nil {
-		err = o.markPreempted(ctx, st) // preempt.go
+		err = dp.markPreempted(ctx, st) // preempt.go
 	}
 	if err != nil {
-		o.log.Error("scheduling round skipped", "err", err)
+		dp.log.Error("scheduling round skipped", "err", err)
 		return out
 	}
 	byID := make(map[string]queued, len(gpuQueue))
@@ -157,7 +107,7 @@ func (o *Orchestrator) schedule(ctx context.Context, qs []queued) []queued {
 		reqs = append(reqs, requestOf(cfg, q.vm, st.groups[q.vm.Owner]))
 		restartRequest(&reqs[len(reqs)-1], q, st.now) // actions.go
 	}
-	opts := o.cfg.Scheduler
+	opts := dp.settings().Scheduler
 	if opts.Strategy == "" {
 		opts.Strategy = scheduler.Pack
 	}
@@ -165,21 +115,21 @@ func (o *Orchestrator) schedule(ctx context.Context, qs []queued) []queued {
 	// The cycle's window actions (d.Actions) are ApplyRules' to act on, in
 	// every round whether VMs wait or not (windows.go); its preemptions are
 	// announced here, and carried out when their notice ends (preempt.go).
-	o.announcePreemptions(ctx, cfg, st.now, d.Preempt, byID)
+	dp.announcePreemptions(ctx, cfg, st.now, d.Preempt, byID)
 
 	for _, s := range d.Start {
 		q := byID[s.ID]
-		if why := o.elsewhere(q, s.Placement.Host); why != "" { // actions.go
+		if why := dp.life.elsewhere(q, s.Placement.Host); why != "" { // actions.go
 			entries[s.ID] = store.QueueEntry{Reason: why, Phase: PhaseQueued}
 			continue
 		}
-		next, err := o.claim(ctx, q, s, st)
+		next, err := dp.claim(ctx, q, s, st)
 		switch {
 		case errors.Is(err, store.ErrSlotTaken), errors.Is(err, store.ErrConflict):
-			o.log.Info("slot taken or VM changed meanwhile; placing again next round", "vm", q.vm.ID, "err", err)
+			dp.log.Info("slot taken or VM changed meanwhile; placing again next round", "vm", q.vm.ID, "err", err)
 		case err != nil:
 			if !errors.Is(err, errAbandoned) {
-				o.log.Error("claim the slots the scheduler chose", "vm", q.vm.ID, "err", err)
+				dp.log.Error("claim the slots the scheduler chose", "vm", q.vm.ID, "err", err)
 			}
 		default:
 			out = append(out, queued{next, q.op})
@@ -191,17 +141,17 @@ func (o *Orchestrator) schedule(ctx context.Context, qs []queued) []queued {
 			// What this host's GPUs can never give may still come (a backend
 			// that did not answer, a GPU put in another mode): it waits,
 			// saying why, without a place in the queue.
-			entries[r.ID] = store.QueueEntry{Reason: reasonText(r.Reason), Phase: PhaseQueued}
+			entries[r.ID] = store.QueueEntry{Reason: r.Reason.Text(), Phase: PhaseQueued}
 			continue
 		}
-		if err := o.refuse(ctx, q, fmt.Errorf("refused by the sharing policy: %s", reasonText(r.Reason))); err != nil {
-			o.log.Warn("VM refused", "vm", q.vm.ID, "err", err)
+		if err := dp.life.refuse(ctx, q, fmt.Errorf("refused by the sharing policy: %s", r.Reason.Text())); err != nil {
+			dp.log.Warn("VM refused", "vm", q.vm.ID, "err", err)
 		}
 	}
 	var drainedExplainer *scheduler.Inventory
 	for _, id := range d.Order {
 		w := d.Waiting[id]
-		why := reasonText(w.Reason)
+		why := w.Reason.Text()
 		if w.Reason.Code == scheduler.CodeDraining {
 			if drainedExplainer == nil {
 				drainedExplainer = undrained(st, d.Start)
@@ -222,14 +172,68 @@ func (o *Orchestrator) schedule(ctx context.Context, qs []queued) []queued {
 		ranked = ranked || q.vm.QueuePosition != 0
 	}
 	if ranked { // else no position to write or clear
-		if _, err := o.st.SetQueue(ctx, entries); err != nil {
-			o.log.Error("record the queue", "err", err)
+		if _, err := dp.st.SetQueue(ctx, entries); err != nil {
+			dp.log.Error("record the queue", "err", err)
 		}
 	}
 	if len(d.Start)+len(d.Waiting) > 0 {
-		o.log.Debug("scheduling round", "queued", len(gpuQueue), "started", len(d.Start), "waiting", len(d.Waiting), "refused", len(d.Refused), "holds", len(d.Holds))
+		dp.log.Debug("scheduling round", "queued", len(gpuQueue), "started", len(d.Start), "waiting", len(d.Waiting), "refused", len(d.Refused), "holds", len(d.Holds))
 	}
 	return out
+}
+
+// startWithoutGPU starts the queued VMs that need no GPU, at once unless a
+// quota keeps them waiting (they count against it, the vms quota, as every
+// VM does; entries gets why), and refuses those whose profile is gone. It
+// returns those it started (now creating) and the VMs that need a GPU.
+func (dp *dispatcher) startWithoutGPU(ctx context.Context, cfg *config.Config, qs []queued, entries map[string]store.QueueEntry) (out, gpuQueue []queued) {
+	var plain *state
+	plainSkipped := false
+	for _, q := range qs {
+		p := cfg.Profiles[q.vm.Profile]
+		switch {
+		case p == nil:
+			if err := dp.life.refuse(ctx, q, fmt.Errorf("profile %q no longer exists", q.vm.Profile)); err != nil {
+				dp.log.Warn("VM failed", "vm", q.vm.ID, "err", err)
+			}
+		case p.GPU == nil:
+			if plain == nil && !plainSkipped {
+				var err error
+				if plain, err = dp.quotaState(ctx, cfg, dp.st.Now()); err != nil {
+					dp.log.Error("VMs without a GPU wait this round: their quotas could not be read", "err", err)
+					plainSkipped = true
+				}
+			}
+			if plain == nil {
+				continue
+			}
+			r := requestOf(cfg, q.vm, plain.groups[q.vm.Owner])
+			if why, refuse := plain.engine.AdmitWithoutGPU(plain.now, plain.running, &r); !why.OK() {
+				if refuse {
+					if err := dp.life.refuse(ctx, q, fmt.Errorf("refused by the sharing policy: %s", why.Text())); err != nil {
+						dp.log.Warn("VM refused", "vm", q.vm.ID, "err", err)
+					}
+					continue
+				}
+				entries[q.vm.ID] = store.QueueEntry{Reason: why.Text(), Phase: PhaseQueued}
+				continue
+			}
+			host := dp.host
+			next, err := dp.st.UpdateVMState(ctx, q.vm.ID, q.vm.Version, store.VMUpdate{State: store.VMCreating, Phase: api.PhasePreparingDisk, Host: &host})
+			if err == nil {
+				err = dp.st.SetOperationStep(ctx, q.op.ID, StepAllocate)
+			}
+			if err != nil {
+				dp.log.Error("start a VM without GPU", "vm", q.vm.ID, "err", err)
+				continue
+			}
+			plain.engine.AddWithoutGPU(r)
+			out = append(out, queued{next, q.op})
+		default:
+			gpuQueue = append(gpuQueue, q)
+		}
+	}
+	return out, gpuQueue
 }
 
 // kindsOf lists the backends the queued VMs' GPU needs may use.
@@ -261,27 +265,20 @@ func requestOf(cfg *config.Config, vm *store.VM, groups []string) scheduler.Requ
 		ID: vm.ID, User: vm.Owner, Group: vm.Group, Groups: groups, Profile: vm.Profile,
 		Lease: time.Duration(max(vm.Hours, 1)) * time.Hour, Submitted: vm.CreatedAt,
 	}
-	if p := cfg.Profiles[vm.Profile]; p != nil {
-		r.Need = policy.NeedFromProfile(p.GPU)
-		r.Class = p.Class
-		r.Priority = p.Priority
-	}
-	eff := cfg.Policy.Effective(vm.Owner, groups)
-	r.Priority += eff.Priority
-	r.Preemptible = eff.Preemptible
+	policy.Fill(cfg, &r)
 	return r
 }
 
 // claim records a start: the slots of every device and the usage records,
 // with the VM moved to allocating, in one transaction.
-func (o *Orchestrator) claim(ctx context.Context, q queued, s scheduler.Start, st *state) (*store.VM, error) {
+func (dp *dispatcher) claim(ctx context.Context, q queued, s scheduler.Start, st *state) (*store.VM, error) {
 	claims, err := claimsOf(s.Placement, st.slotsHeld[s.Placement.Host])
 	if err != nil {
 		return nil, err
 	}
 	host := s.Placement.Host
 	var next *store.VM
-	err = o.st.Tx(ctx, func(tx *store.Store) error {
+	err = dp.st.Tx(ctx, func(tx *store.Store) error {
 		if err := claimBookings(ctx, tx, st); err != nil { // reservations.go
 			return err
 		}
@@ -289,7 +286,7 @@ func (o *Orchestrator) claim(ctx context.Context, q queued, s scheduler.Start, s
 			return err
 		}
 		var err error
-		next, err = tx.UpdateVMState(ctx, q.vm.ID, q.vm.Version, store.VMUpdate{State: store.VMAllocating, Phase: "allocating GPU", Host: &host})
+		next, err = tx.UpdateVMState(ctx, q.vm.ID, q.vm.Version, store.VMUpdate{State: store.VMAllocating, Phase: api.PhaseAllocating, Host: &host})
 		if err != nil {
 			return err
 		}
@@ -312,8 +309,8 @@ func (o *Orchestrator) claim(ctx context.Context, q queued, s scheduler.Start, s
 			}
 		}
 	}
-	o.log.Info("VM placed", "vm", q.vm.ID, "name", q.vm.Name, "host", host, "placement", s.Placement.String())
-	if err := o.hook(q.vm.ID, HookClaimed); err != nil {
+	dp.log.Info("VM placed", "vm", q.vm.ID, "name", q.vm.Name, "host", host, "placement", s.Placement.String())
+	if err := dp.life.hook(q.vm.ID, HookClaimed); err != nil {
 		return nil, err
 	}
 	return next, nil
@@ -324,20 +321,20 @@ func (o *Orchestrator) claim(ctx context.Context, q queued, s scheduler.Start, s
 // on (placementHosts: this host's as the backends of kinds report them;
 // in a fleet every healthy node's too), with the live allocations and the
 // drains.
-func (o *Orchestrator) placementState(ctx context.Context, cfg *config.Config, now time.Time, kinds []string) (*state, error) {
-	live, err := o.st.ListLiveAllocations(ctx, "")
+func (dp *dispatcher) placementState(ctx context.Context, cfg *config.Config, now time.Time, kinds []string) (*state, error) {
+	live, err := dp.st.ListLiveAllocations(ctx, "")
 	if err != nil {
 		return nil, err
 	}
-	drained, err := drainsOf(ctx, o.st)
+	drained, err := drainsOf(ctx, dp.st)
 	if err != nil {
 		return nil, fmt.Errorf("list drained gpus: %w", err)
 	}
-	hosts, err := o.placementHosts(ctx, cfg, kinds)
+	hosts, err := dp.fleet.placementHosts(ctx, cfg, kinds)
 	if err != nil {
 		return nil, err
 	}
-	vms, err := o.liveVMs(ctx, live)
+	vms, err := dp.liveVMs(ctx, live)
 	if err != nil {
 		return nil, err
 	}
@@ -351,17 +348,17 @@ func (o *Orchestrator) placementState(ctx context.Context, cfg *config.Config, n
 	}
 	inv, problems := buildInventory(st.specs, st.allocs)
 	for _, p := range problems {
-		o.log.Warn("inventory: a GPU holds what gpuvm cannot account for; nothing is placed on it", "err", p)
+		dp.log.Warn("inventory: a GPU holds what gpuvm cannot account for; nothing is placed on it", "err", p)
 	}
 	if inv == nil {
-		return nil, fmt.Errorf("build the inventory of %s: %w", o.cfg.Host, errors.Join(problems...))
+		return nil, fmt.Errorf("build the inventory of %s: %w", dp.host, errors.Join(problems...))
 	}
 	st.inv = inv
-	if err := o.policyState(ctx, st, live, vms); err != nil {
+	if err := dp.policyState(ctx, st, live, vms); err != nil {
 		return nil, err
 	}
 	// The reservations: capacity held for their owners (reservations.go).
-	if err := o.holdBookings(ctx, st); err != nil {
+	if err := dp.holdBookings(ctx, st); err != nil {
 		return nil, err
 	}
 	return st, nil
@@ -417,7 +414,7 @@ func (st *state) addHost(spec scheduler.HostSpec, devices []scheduler.Allocation
 }
 
 // liveVMs reads the VMs that hold live allocations.
-func (o *Orchestrator) liveVMs(ctx context.Context, live []store.Allocation) (map[string]*store.VM, error) {
+func (dp *dispatcher) liveVMs(ctx context.Context, live []store.Allocation) (map[string]*store.VM, error) {
 	var ids []string
 	for _, a := range live {
 		if len(ids) == 0 || ids[len(ids)-1] != a.VMID {
@@ -425,7 +422,7 @@ func (o *Orchestrator) liveVMs(ctx context.Context, live []store.Allocation) (ma
 		}
 	}
 	slices.Sort(ids)
-	return o.st.GetVMs(ctx, slices.Compact(ids))
+	return dp.st.GetVMs(ctx, slices.Compact(ids))
 }
 
 // leaseEnd is when a VM's lease ends: its recorded end, else (not yet
@@ -440,8 +437,8 @@ func leaseEnd(vm *store.VM, now time.Time) time.Time {
 // policyState fills in the rules (the engine, with the ended usage its fair
 // share and budgets count) and the VMs that hold devices, placed as st.inv
 // knows them or, on other hosts, as their profile's need estimates.
-func (o *Orchestrator) policyState(ctx context.Context, st *state, live []store.Allocation, vms map[string]*store.VM) error {
-	users, err := o.st.ListUsers(ctx)
+func (dp *dispatcher) policyState(ctx context.Context, st *state, live []store.Allocation, vms map[string]*store.VM) error {
+	users, err := dp.st.ListUsers(ctx)
 	if err != nil {
 		return err
 	}
@@ -453,7 +450,7 @@ func (o *Orchestrator) policyState(ctx context.Context, st *state, live []store.
 	if halfLife <= 0 {
 		halfLife = config.DefaultHalfLife
 	}
-	records, err := o.st.ListEndedUsage(ctx, st.now.Add(-max(usageLookback, 10*halfLife)))
+	records, err := dp.st.ListEndedUsage(ctx, st.now.Add(-max(usageLookback, 10*halfLife)))
 	if err != nil {
 		return err
 	}
@@ -466,7 +463,7 @@ func (o *Orchestrator) policyState(ctx context.Context, st *state, live []store.
 	if err != nil {
 		return fmt.Errorf("policy: %w", err)
 	}
-	plain, err := o.withoutGPU(ctx, st.cfg, live, st.groups)
+	plain, err := dp.withoutGPU(ctx, st.cfg, live, st.groups)
 	if err != nil {
 		return err
 	}
@@ -617,69 +614,55 @@ func modelOf(model string) gpu.Model {
 	return m
 }
 
-// reasonText is a waiting or refused request's reason for people.
-func reasonText(r scheduler.Reason) string {
-	switch {
-	case r.Detail == "":
-		return string(r.Code)
-	case r.Code == scheduler.CodeQuota:
-		return "quota: " + r.Detail
-	}
-	return r.Detail
-}
-
 // Admit applies the sharing policy to a VM a user asks for, before it is
-// queued: refuse is true when a rule means it can never start (over a
-// quota on its own, a lease no budget or window allows), and why names the
-// rule; otherwise why says what keeps it from starting now ("" if nothing
-// in the rules does), and the VM is queued. A VM of a profile without a
+// queued: Refuse is true when a rule means it can never start (over a
+// quota on its own, a lease no budget or window allows), and the Reason
+// names the rule; otherwise the Reason says what keeps it from starting now
+// (none if nothing in the rules does), and the VM is queued. A VM of a profile without a
 // GPU counts against the quotas as one VM (it takes CPU, memory and disk),
 // and the GPU rules (slices, GPUs, GPU memory and hours, windows) do not
 // apply to it.
-func (o *Orchestrator) Admit(ctx context.Context, user string, groups []string, profileName string, hours int) (why string, refuse bool, err error) {
-	cfg := o.cfg.Profiles()
-	if cfg == nil {
-		return "", false, nil
-	}
+func (dp *dispatcher) Admit(ctx context.Context, user string, groups []string, profileName string, hours int) (scheduler.Admission, error) {
+	cfg := dp.settings().Config
 	p := cfg.Profiles[profileName]
 	if p == nil {
-		return fmt.Sprintf("no profile is named %q", profileName), true, nil
+		return scheduler.Admission{Reason: scheduler.Reason{Code: scheduler.CodeInvalid, Detail: fmt.Sprintf("no profile is named %q", profileName)}, Refuse: true}, nil
 	}
-	now := o.st.Now()
-	st, err := o.quotaState(ctx, cfg, now)
+	now := dp.st.Now()
+	st, err := dp.quotaState(ctx, cfg, now)
 	if err != nil {
-		return "", false, fmt.Errorf("admission: %w", err)
+		return scheduler.Admission{}, fmt.Errorf("admission: %w", err)
 	}
 	group := ""
 	if len(groups) > 0 {
 		group = groups[0]
 	}
 	r := requestOf(cfg, &store.VM{ID: "admission", Owner: user, Group: group, Profile: profileName, Hours: hours, CreatedAt: now}, groups)
-	var reason scheduler.Reason
+	var a scheduler.Admission
 	if p.GPU == nil {
-		reason, refuse = st.engine.AdmitWithoutGPU(now, st.running, &r)
+		a.Reason, a.Refuse = st.engine.AdmitWithoutGPU(now, st.running, &r)
 	} else {
-		reason, refuse = st.engine.Begin(now, st.running).Admit(&r)
+		a.Reason, a.Refuse = st.engine.Begin(now, st.running).Admit(&r)
 	}
-	if reason.OK() {
-		return "", false, nil
+	if a.Reason.OK() {
+		return scheduler.Admission{}, nil
 	}
-	return reasonText(reason), refuse, nil
+	return a, nil
 }
 
 // quotaState reads what the quotas count, without the GPUs: the rules, the
 // VMs that hold devices (policyState) and those that hold none.
-func (o *Orchestrator) quotaState(ctx context.Context, cfg *config.Config, now time.Time) (*state, error) {
-	live, err := o.st.ListLiveAllocations(ctx, "")
+func (dp *dispatcher) quotaState(ctx context.Context, cfg *config.Config, now time.Time) (*state, error) {
+	live, err := dp.st.ListLiveAllocations(ctx, "")
 	if err != nil {
 		return nil, err
 	}
-	vms, err := o.liveVMs(ctx, live)
+	vms, err := dp.liveVMs(ctx, live)
 	if err != nil {
 		return nil, err
 	}
 	st := &state{now: now, cfg: cfg}
-	if err := o.policyState(ctx, st, live, vms); err != nil {
+	if err := dp.policyState(ctx, st, live, vms); err != nil {
 		return nil, err
 	}
 	return st, nil
@@ -693,7 +676,7 @@ var withoutGPUStates = []string{store.VMAllocating, store.VMCreating, store.VMRu
 // withoutGPU lists, as requests, the VMs of every host that count against
 // the quotas but hold no device: in withoutGPUStates, without a live
 // allocation, of a profile that asks for no GPU (or is gone).
-func (o *Orchestrator) withoutGPU(ctx context.Context, cfg *config.Config, live []store.Allocation, groups map[string][]string) ([]scheduler.Request, error) {
+func (dp *dispatcher) withoutGPU(ctx context.Context, cfg *config.Config, live []store.Allocation, groups map[string][]string) ([]scheduler.Request, error) {
 	holds := make(map[string]bool, len(live))
 	for _, a := range live {
 		holds[a.VMID] = true
@@ -701,7 +684,7 @@ func (o *Orchestrator) withoutGPU(ctx context.Context, cfg *config.Config, live 
 	var out []scheduler.Request
 	f := store.VMFilter{States: withoutGPUStates, Limit: 1000}
 	for {
-		page, err := o.st.ListVMs(ctx, f)
+		page, err := dp.st.ListVMs(ctx, f)
 		if err != nil {
 			return nil, fmt.Errorf("list the VMs without a GPU: %w", err)
 		}
@@ -725,4 +708,20 @@ func (o *Orchestrator) withoutGPU(ctx context.Context, cfg *config.Config, live 
 // mergedInventory merges the backends' inventories, in name order.
 func mergedInventory(invs map[string]backend.Inventory) gpu.HostInventory {
 	return backend.MergeByName(invs)
+}
+
+// startQuota says why a stopped VM without a GPU may not start now: a
+// quota of its owner (or group) that the VMs running already fill. nil: it
+// may start.
+func (dp *dispatcher) startQuota(ctx context.Context, vm *store.VM) error {
+	cfg := dp.settings().Config
+	st, err := dp.quotaState(ctx, cfg, dp.st.Now())
+	if err != nil {
+		return fmt.Errorf("read what the quotas count: %w", err)
+	}
+	r := requestOf(cfg, vm, st.groups[vm.Owner])
+	if why, _ := st.engine.AdmitWithoutGPU(st.now, st.running, &r); !why.OK() {
+		return fmt.Errorf("refused by the sharing policy: %s", why.Text())
+	}
+	return nil
 }

@@ -41,7 +41,7 @@ func (e *env) withPolicy(extra string) {
 // placement of the device the mig backend made for it.
 func (e *env) migPlacements(o *Orchestrator, vmID string) (allocs, devices []string) {
 	e.t.Helper()
-	live, err := o.liveAllocations(context.Background(), vmID)
+	live, err := liveAllocations(context.Background(), o.life.st, vmID)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -220,7 +220,7 @@ func TestAdmission(t *testing.T) {
 		{"ann", "l40s-seat", 2, "", false},
 	}
 	for _, tc := range tests {
-		why, refuse, err := o.Admit(ctx, tc.user, nil, tc.profile, tc.hours)
+		why, refuse, err := admitText(ctx, o, tc.user, nil, tc.profile, tc.hours)
 		if err != nil || why != tc.why || refuse != tc.refuse {
 			t.Errorf("%s %s %dh: %q %v %v; want %q %v", tc.user, tc.profile, tc.hours, why, refuse, err, tc.why, tc.refuse)
 		}
@@ -233,7 +233,7 @@ func TestAdmission(t *testing.T) {
 		t.Fatalf("first VM: %s %q", got.State, got.StateReason)
 	}
 	const wait = "quota: user ann: runs 1 of 1 VMs"
-	if why, refuse, err := o.Admit(ctx, "ann", nil, "l40s-seat", 2); err != nil || why != wait || refuse {
+	if why, refuse, err := admitText(ctx, o, "ann", nil, "l40s-seat", 2); err != nil || why != wait || refuse {
 		t.Errorf("second VM at admission: %q %v %v", why, refuse, err)
 	}
 	second, _ := e.submit("ann", "l40s-seat", "two")
@@ -274,7 +274,7 @@ func TestQuotaCountsVMsWithoutGPU(t *testing.T) {
 }`)
 	ctx := context.Background()
 	o := e.orch(nil)
-	if why, refuse, err := o.Admit(ctx, "bob", nil, "nogpu", 1); err != nil || !refuse || why != "quota: user bob: may run 0 VMs at once" {
+	if why, refuse, err := admitText(ctx, o, "bob", nil, "nogpu", 1); err != nil || !refuse || why != "quota: user bob: may run 0 VMs at once" {
 		t.Errorf("bob at admission: %q %v %v", why, refuse, err)
 	}
 	one, _ := e.submit("ann", "nogpu", "one")
@@ -288,7 +288,7 @@ func TestQuotaCountsVMsWithoutGPU(t *testing.T) {
 		t.Errorf("third VM: %s %q, want queued %q", got.State, got.StateReason, wait)
 	}
 	for _, prof := range []string{"nogpu", "l40s-seat"} {
-		if why, refuse, err := o.Admit(ctx, "ann", nil, prof, 1); err != nil || refuse || why != wait {
+		if why, refuse, err := admitText(ctx, o, "ann", nil, prof, 1); err != nil || refuse || why != wait {
 			t.Errorf("ann's next %s at admission: %q %v %v, want %q", prof, why, refuse, err, wait)
 		}
 	}
@@ -400,4 +400,10 @@ func BenchmarkScheduleRound(b *testing.B) {
 	if got := e.vm(ids[n-1]); got.QueuePosition != n-head {
 		b.Fatalf("last of the queue at %d, want %d", got.QueuePosition, n-head)
 	}
+}
+
+// admitText is o.Admit with its reason as the server writes it.
+func admitText(ctx context.Context, o *Orchestrator, user string, groups []string, profile string, hours int) (why string, refuse bool, err error) {
+	a, err := o.Admit(ctx, user, groups, profile, hours)
+	return a.Reason.Text(), a.Refuse, err
 }

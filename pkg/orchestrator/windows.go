@@ -40,7 +40,7 @@ func (r *round) windowActions(vms []store.VM) (map[string][]windowAction, error)
 	if !acting {
 		return nil, nil
 	}
-	live, err := r.o.st.ListLiveAllocations(r.ctx, "")
+	live, err := r.loop.st.ListLiveAllocations(r.ctx, "")
 	if err != nil {
 		return nil, fmt.Errorf("rules: windows: %w", err)
 	}

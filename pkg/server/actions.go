@@ -22,7 +22,7 @@ const maxStartAhead = 30 * 24 * time.Hour
 
 // startAtPhase and startAtReason say why a VM asked for ahead is queued,
 // in the orchestrator's words (orchestrator.PhaseStartAt, StartAtReason).
-const startAtPhase = "waiting for its start time"
+const startAtPhase = api.PhaseStartAt
 
 func startAtReason(t time.Time) string { return "starts at " + t.UTC().Format(time.RFC3339) }
 

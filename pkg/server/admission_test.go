@@ -9,20 +9,20 @@ import (
 	"time"
 
 	"github.com/gpuvm/gpuvm/pkg/api"
+	"github.com/gpuvm/gpuvm/pkg/scheduler"
 	"github.com/gpuvm/gpuvm/pkg/store"
 )
 
 // fakeAdmitter answers every admission the same, and remembers the last.
 type fakeAdmitter struct {
-	why    string
-	refuse bool
-	err    error
-	got    []any
+	adm scheduler.Admission
+	err error
+	got []any
 }
 
-func (f *fakeAdmitter) Admit(_ context.Context, user string, groups []string, profile string, hours int) (string, bool, error) {
+func (f *fakeAdmitter) Admit(_ context.Context, user string, groups []string, profile string, hours int) (scheduler.Admission, error) {
 	f.got = []any{user, len(groups), profile, hours}
-	return f.why, f.refuse, f.err
+	return f.adm, f.err
 }
 
 func TestCreateVMAdmission(t *testing.T) {
@@ -30,11 +30,13 @@ func TestCreateVMAdmission(t *testing.T) {
 		name   string
 		adm    fakeAdmitter
 		status int
-		// problem type, or the queued VM's reason
+		// problem type; the problem's detail or the queued VM's reason
 		problem, reason string
 	}{
-		{"refused by a rule", fakeAdmitter{why: "quota: user ann: asks for 2 whole GPUs; the limit is 1 at once", refuse: true}, 403, "policy", ""},
-		{"waits for a rule", fakeAdmitter{why: "quota: user ann: runs 2 of 2 VMs"}, 202, "", "quota: user ann: runs 2 of 2 VMs"},
+		{"refused by a rule", fakeAdmitter{adm: scheduler.Admission{Reason: scheduler.Reason{Code: scheduler.CodeQuota, Detail: "user ann: asks for 2 whole GPUs; the limit is 1 at once"}, Refuse: true}},
+			403, "policy", "quota: user ann: asks for 2 whole GPUs; the limit is 1 at once"},
+		{"waits for a rule", fakeAdmitter{adm: scheduler.Admission{Reason: scheduler.Reason{Code: scheduler.CodeQuota, Detail: "user ann: runs 2 of 2 VMs"}}}, 202, "", "quota: user ann: runs 2 of 2 VMs"},
+		{"waits, no detail", fakeAdmitter{adm: scheduler.Admission{Reason: scheduler.Reason{Code: scheduler.CodeNoCapacity}}}, 202, "", "no_capacity"},
 		{"nothing in the way", fakeAdmitter{}, 202, "", ""},
 		{"policy unreadable", fakeAdmitter{err: errors.New("database gone")}, 500, "internal", ""},
 	}
@@ -51,7 +53,7 @@ func TestCreateVMAdmission(t *testing.T) {
 				t.Errorf("admitted %v", adm.got)
 			}
 			if tc.problem != "" {
-				if body["type"] != ProblemBase+tc.problem || (tc.problem == "policy" && body["detail"] != tc.adm.why) {
+				if body["type"] != ProblemBase+tc.problem || (tc.problem == "policy" && body["detail"] != tc.reason) {
 					t.Errorf("problem %v", body)
 				}
 				page, _ := st.ListVMs(context.Background(), store.VMFilter{})

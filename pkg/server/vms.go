@@ -19,6 +19,7 @@ import (
 	"github.com/gpuvm/gpuvm/pkg/api"
 	"github.com/gpuvm/gpuvm/pkg/config"
 	"github.com/gpuvm/gpuvm/pkg/gpu"
+	"github.com/gpuvm/gpuvm/pkg/scheduler"
 	"github.com/gpuvm/gpuvm/pkg/store"
 )
 
@@ -35,11 +36,12 @@ var vmStates = []string{store.VMQueued, store.VMAllocating, store.VMCreating, st
 	store.VMStopped, store.VMDeleting, store.VMDeleted, store.VMFailed}
 
 // Admitter applies the sharing policy to a VM asked for, before it is
-// queued (the orchestrator): refuse when a rule means it can never start,
-// with why naming the rule; otherwise why is what keeps it from starting
-// now ("" if nothing in the rules does).
+// queued (the orchestrator): Refuse when a rule means it can never start,
+// with the Reason naming the rule; otherwise the Reason is what keeps it
+// from starting now (none if nothing in the rules does). The server writes
+// the reason for people (Reason.Text) only here, at the edge.
 type Admitter interface {
-	Admit(ctx context.Context, user string, groups []string, profile string, hours int) (why string, refuse bool, err error)
+	Admit(ctx context.Context, user string, groups []string, profile string, hours int) (scheduler.Admission, error)
 }
 
 // errPolicy refuses a VM that a rule of the sharing policy (a quota, a time
@@ -150,16 +152,16 @@ func (s *Server) createVM(c *gin.Context) {
 	}
 	var waitReason string
 	if s.Admission != nil {
-		why, refuse, err := s.Admission.Admit(ctx, u.Name, u.Groups, p.Name, req.Hours)
+		adm, err := s.Admission.Admit(ctx, u.Name, u.Groups, p.Name, req.Hours)
 		switch {
 		case err != nil:
 			s.writeProblem(c, err)
 			return
-		case refuse:
-			s.writeProblem(c, with(errPolicy, why))
+		case adm.Refuse:
+			s.writeProblem(c, with(errPolicy, adm.Reason.Text()))
 			return
 		}
-		waitReason = why
+		waitReason = adm.Reason.Text()
 	}
 	name := req.Name
 	if name == "" {
@@ -172,7 +174,7 @@ func (s *Server) createVM(c *gin.Context) {
 		name = strings.TrimRight(name[:min(len(name), 55)], "-") + "-" + hex.EncodeToString(b)
 	}
 	spec, _ := json.Marshal(vmSpec{Hours: req.Hours, SSHKeys: req.SSHKeys})
-	vm := &store.VM{Name: name, Owner: u.Name, Profile: p.Name, Spec: string(spec), Hours: req.Hours, Phase: "waiting for a GPU",
+	vm := &store.VM{Name: name, Owner: u.Name, Profile: p.Name, Spec: string(spec), Hours: req.Hours, Phase: api.PhaseQueued,
 		DisplayPassword: newDisplayPassword()}
 	vm.StateReason = waitReason
 	if startAt != nil {

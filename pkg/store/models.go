@@ -332,11 +332,11 @@ func (j *JSON) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-// Host states.
+// Host states (the API's).
 const (
-	HostUp       = "up"
-	HostDown     = "down"
-	HostDraining = "draining"
+	HostUp       = api.HostUp
+	HostDown     = api.HostDown
+	HostDraining = api.HostDraining
 )
 
 // Host is one gpuvmd (a node of the fleet): it registers at start and keeps

@@ -11,6 +11,7 @@ import (
 	"github.com/gpuvm/gpuvm/pkg/backend"
 	"github.com/gpuvm/gpuvm/pkg/gpu"
 	"github.com/gpuvm/gpuvm/pkg/host"
+	"github.com/gpuvm/gpuvm/pkg/revert"
 	"github.com/gpuvm/gpuvm/plugins/internal/kit"
 )
 
@@ -311,7 +312,7 @@ func (b *Backend) Create(ctx context.Context, req backend.CreateRequest) (backen
 	if err := env.Ledger.Put(kit.Entry{Device: dev, State: kit.Creating}); err != nil {
 		return backend.Device{}, backend.Errorf(backend.CodeInternal, g.Address, "record intent: %v", err)
 	}
-	var rev kit.Reverter
+	var rev revert.Reverter
 	fail := func(err error) (backend.Device, error) {
 		if rerr := rev.Revert(); rerr != nil {
 			b.Log.Error("rollback incomplete", "gpu", g.Address, "err", rerr)

@@ -14,6 +14,7 @@ import (
 	"github.com/gpuvm/gpuvm/pkg/backend"
 	"github.com/gpuvm/gpuvm/pkg/gpu"
 	"github.com/gpuvm/gpuvm/pkg/host"
+	"github.com/gpuvm/gpuvm/pkg/revert"
 	"github.com/gpuvm/gpuvm/plugins/internal/kit"
 )
 
@@ -373,7 +374,7 @@ func (b *Backend) Create(ctx context.Context, req backend.CreateRequest) (backen
 		return backend.Device{}, backend.Errorf(backend.CodeInternal, addr, "record intent: %v", err)
 	}
 
-	var r kit.Reverter
+	var r revert.Reverter
 	fail := func(err error) (backend.Device, error) {
 		if rerr := r.Revert(); rerr != nil {
 			// The host is not as it was: keep the record, so that the

@@ -105,7 +105,7 @@ func (tb timedBackends) Backend(name string) (backend.Backend, bool) {
 // gpuvmd-ms/op; its time is reported apart (cache-ms/op), since a read
 // may wait for a push.
 func (tb timedBackends) Inventories(ctx context.Context, names []string) (map[string]backend.Inventory, []error) {
-	if c, ok := tb.Backends.(orchestrator.InventoryCache); ok {
+	if c, ok := tb.Backends.(backend.InventoryCache); ok {
 		start := time.Now()
 		defer func() { tb.t.add("cache.Inventories", time.Since(start)) }()
 		return c.Inventories(ctx, names)

@@ -19,29 +19,3 @@ func HostError(gpu, doing string, err error) error {
 	}
 	return backend.Errorf(code, gpu, "%s: %v", doing, err)
 }
-
-// Reverter collects undo steps for a multi-step host change and runs them in
-// reverse unless the change succeeded.
-type Reverter struct {
-	undo []func() error
-	errs []error
-}
-
-// Add registers an undo step.
-func (r *Reverter) Add(f func() error) { r.undo = append(r.undo, f) }
-
-// Success drops the undo steps.
-func (r *Reverter) Success() { r.undo = nil }
-
-// Revert runs the undo steps in reverse order and returns what failed.
-func (r *Reverter) Revert() error {
-	for i := len(r.undo) - 1; i >= 0; i-- {
-		if err := r.undo[i](); err != nil {
-			r.errs = append(r.errs, err)
-		}
-	}
-	r.undo = nil
-	errs := r.errs
-	r.errs = nil
-	return errors.Join(errs...)
-}

@@ -48,26 +48,6 @@ func TestLedgerConcurrent(t *testing.T) {
 	}
 }
 
-func TestReverter(t *testing.T) {
-	var order []int
-	var r Reverter
-	r.Add(func() error { order = append(order, 1); return nil })
-	r.Add(func() error { order = append(order, 2); return errors.New("two") })
-	r.Add(func() error { order = append(order, 3); return nil })
-	err := r.Revert()
-	if fmt.Sprint(order) != "[3 2 1]" || err == nil || err.Error() != "two" {
-		t.Fatalf("order %v err %v", order, err)
-	}
-	if err := r.Revert(); err != nil {
-		t.Errorf("second Revert: %v", err)
-	}
-	r.Add(func() error { t.Error("undo ran after Success"); return nil })
-	r.Success()
-	if err := r.Revert(); err != nil {
-		t.Error(err)
-	}
-}
-
 func TestHostError(t *testing.T) {
 	tests := []struct {
 		err  error
