@@ -10,6 +10,8 @@
 //   - TestConcurrentCreates: 50 creates at once against 8 free slots, on
 //     SQLite and on PostgreSQL.
 //   - TestRealLibvirtTinyGuest: the tiny guest booted by a real libvirtd.
+//   - TestTinyGuestOnNetwork: the tiny guest on libvirt's NAT network, ready
+//     with its address, reached by `gpuvm ssh` and `gpuvm tunnel`.
 //
 // Tests that need a libvirtd (libvirt's test driver hosted by libvirtd,
 // test+unix:///default, whose state outlives a killed gpuvmd; or QEMU) skip
