@@ -77,14 +77,12 @@ kpat='^linux-image-[0-9]+\.[0-9]+[.-][^ ]*-cloud-amd64(-unsigned)?$'
 # apt matches an exact name before trying it as a pattern.
 [ -n "${GPUVM_GUEST_KERNEL_PKG:-}" ] && kpat=$GPUVM_GUEST_KERNEL_PKG
 others=(busybox-static "${SSH_PKGS[@]}")
-others_pat=()
-for p in "${others[@]}"; do others_pat+=("^${p//./\\.}\$"); done
-policy=$(candidates "$kpat" "${others_pat[@]}" | LC_ALL=C sort)
+policy=$(candidates "$kpat" "${others[@]}" | LC_ALL=C sort)
 # A fresh machine may have empty apt lists: refresh them once, as root.
 if ! grep -q '^busybox-static ' <<<"$policy" && [ "$(id -u)" -eq 0 ] && [ ! -s "$cache/vmlinuz" ]; then
 	log "apt's lists know no busybox-static: running apt-get update"
 	apt-get update -qq >&2 || log "apt-get update failed"
-	policy=$(candidates "$kpat" "${others_pat[@]}" | LC_ALL=C sort)
+	policy=$(candidates "$kpat" "${others[@]}" | LC_ALL=C sort)
 fi
 read -r kernel_pkg kernel_ver < <(awk -v o=" ${others[*]} " 'index(o, " " $1 " ") == 0' <<<"$policy" | newest) || true
 busybox_ver=$(awk '$1 == "busybox-static" {print $2}' <<<"$policy")
