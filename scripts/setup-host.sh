@@ -14,12 +14,14 @@ fi
 
 # Debian packages gpuvm needs to build (libvirt-dev, protoc), test (libvirtd, QEMU,
 # xmllint, PostgreSQL, Chromium) and boot its tiny test guest (cpio, genisoimage-free: we make
-# ISO images in Go).
+# ISO images in Go) on libvirt's NAT network "default" (dnsmasq-base serves its DHCP), and
+# reach it with `gpuvm ssh` (the OpenSSH client).
 PKGS=(
 	pkg-config gcc libvirt-dev libvirt-daemon-system libvirt-clients
 	qemu-system-x86 qemu-utils libxml2-utils protobuf-compiler
 	postgresql
 	chromium # headless, for the browser console test (noVNC)
+	dnsmasq-base openssh-client
 )
 missing=()
 for p in "${PKGS[@]}"; do
@@ -47,6 +49,29 @@ if [ ! -d /run/systemd/system ]; then
 		sleep 0.2
 	done
 fi
+
+# libvirt's NAT network "default" (192.168.122.0/24, DHCP by dnsmasq), which the tiny
+# guest's profiles use: defined from libvirt's own default.xml when missing, started, and
+# marked autostart (libvirtd starts it next time).
+ensure_default_network() {
+	local virsh=($SUDO virsh -q -c qemu:///system) xml=/usr/share/libvirt/networks/default.xml
+	"${virsh[@]}" uri >/dev/null 2>&1 || { log "libvirtd does not answer: network \"default\" not checked"; return 0; }
+	if ! "${virsh[@]}" net-info default >/dev/null 2>&1; then
+		if [ ! -r "$xml" ]; then log "libvirt network \"default\" is missing and $xml too: guests get no network"; return 0; fi
+		log "defining libvirt network \"default\" from $xml"
+		"${virsh[@]}" net-define "$xml" >/dev/null || { log "cannot define network \"default\""; return 0; }
+	fi
+	local info
+	info=$("${virsh[@]}" net-info default 2>/dev/null || true)
+	if ! grep -Eq '^Active: +yes' <<<"$info"; then
+		log "starting libvirt network \"default\""
+		"${virsh[@]}" net-start default >/dev/null || log "cannot start network \"default\": guests on it will not start"
+	fi
+	if ! grep -Eq '^Autostart: +yes' <<<"$info"; then
+		"${virsh[@]}" net-autostart default >/dev/null || log "cannot mark network \"default\" autostart"
+	fi
+}
+ensure_default_network
 
 # Make /dev/kvm usable by the user QEMU runs as (libvirt-qemu, group kvm).
 if [ -e /dev/kvm ]; then

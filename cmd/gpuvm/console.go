@@ -488,9 +488,11 @@ func newSSHCmd(getenv func(string) string) *cobra.Command {
 		Short: "SSH into a VM's guest through gpuvmd",
 		Long: `Runs ssh to the VM's guest, reaching its port 22 through gpuvmd's tunnel
 ('gpuvm tunnel --stdio VM 22' as ssh's ProxyCommand), so that it works wherever
-gpuvmd can be reached. The guest's host key is remembered under the VM's ID.
-Arguments after -- go to ssh (a command to run, -L forwards, ...). gpuvm ends
-with ssh's exit status.
+gpuvmd can be reached. It logs in as the VM's owner, the account cloud-init
+made with the SSH keys given at create time, unless -l (or ssh's own -l or
+-o User= after --) names another. The guest's host key is remembered under
+the VM's ID. Arguments after -- go to ssh (a command to run, -L forwards,
+...). gpuvm ends with ssh's exit status.
 ` + connectionHelp + "\n" + exitHelp,
 		Example: "  gpuvm ssh render-1\n  gpuvm ssh render-1 -l ubuntu -- nvidia-smi",
 		Args: func(cmd *cobra.Command, args []string) error {
@@ -506,7 +508,7 @@ with ssh's exit status.
 		ValidArgsFunction: completeVMs(&o),
 	}
 	o.flags(cmd, false)
-	cmd.Flags().StringVarP(&user, "login", "l", "", "the user to log in as (default: ssh's)")
+	cmd.Flags().StringVarP(&user, "login", "l", "", "the user to log in as (default: the VM owner's account, which cloud-init makes)")
 	return cmd
 }
 
@@ -530,6 +532,10 @@ func runSSH(ctx context.Context, c *client.Client, cmd *cobra.Command, o clientO
 	}
 	proxy := proxyCommand(self, vm.ID)
 	args := []string{"-o", "ProxyCommand=" + proxy, "-o", "HostKeyAlias=gpuvm-" + vm.ID}
+	if user == "" && !sshNamesUser(sshArgs) {
+		// cloud-init made the account of the VM's owner.
+		user = vm.Owner
+	}
 	if user != "" {
 		args = append(args, "-l", user)
 	}
@@ -555,6 +561,45 @@ func runSSH(ctx context.Context, c *client.Client, cmd *cobra.Command, o clientO
 	}
 	return nil
 }
+
+// sshNamesUser reports whether ssh's arguments choose the login user
+// themselves (-l USER, -o User=USER) before the command: ssh takes the first
+// it is given, so gpuvm's default must not come before them.
+func sshNamesUser(args []string) bool {
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "--" || !strings.HasPrefix(a, "-") || a == "-" {
+			return false // the command: what follows is its own
+		}
+		// Flags may be grouped (-vvl bob); one that takes a value takes
+		// the rest of its word, or the next word.
+		for j := 1; j < len(a); j++ {
+			if !strings.ContainsRune(sshValueFlags, rune(a[j])) {
+				continue
+			}
+			v := a[j+1:]
+			if v == "" && i+1 < len(args) {
+				i++
+				v = args[i]
+			}
+			switch a[j] {
+			case 'l':
+				return true
+			case 'o':
+				k, _, _ := strings.Cut(strings.TrimSpace(v), "=")
+				k, _, _ = strings.Cut(k, " ")
+				if strings.EqualFold(k, "user") {
+					return true
+				}
+			}
+			break
+		}
+	}
+	return false
+}
+
+// sshValueFlags are OpenSSH's ssh flags that take a value.
+const sshValueFlags = "BbcDEeFIiJLlmOoPpQRSWw"
 
 // proxyCommand is ssh's ProxyCommand that tunnels to port 22 of a VM: ssh
 // runs it with the user's shell (cmd.exe on Windows) and expands %

@@ -474,9 +474,49 @@ func TestSSHCommand(t *testing.T) {
 	if !strings.Contains(env, "\nGPUVM_URL="+e.url+"\n") || !strings.HasSuffix(env, "\nGPUVM_TOKEN="+e.token) {
 		t.Errorf("ssh's environment lacks the server and token")
 	}
+	// Without -l, the owner's account (cloud-init made it); an -l or
+	// -o User= of ssh's own, after --, wins.
+	for _, tc := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"--", "cat", "/etc/hostname"}, []string{"-l", "ann", "box", "cat", "/etc/hostname"}},
+		{[]string{"--", "-i", "k", "-l", "bob"}, []string{"box", "-i", "k", "-l", "bob"}},
+		{[]string{"--", "-oUser=bob", "id"}, []string{"box", "-oUser=bob", "id"}},
+	} {
+		gotArgs = nil
+		runGPUVM(ctx, t, seams, nil, io.Discard, append([]string{"ssh", "box", "--url", e.url, "--token", e.token}, tc.args...)...)
+		if len(gotArgs) < 4 || strings.Join(gotArgs[4:], "|") != strings.Join(tc.want, "|") {
+			t.Errorf("gpuvm ssh box %q: ssh %q, want the options then %q", tc.args, gotArgs, tc.want)
+		}
+	}
 	for _, args := range [][]string{{"ssh"}, {"ssh", "box", "extra"}, {"ssh", "--", "box"}} {
 		if _, code := runGPUVM(ctx, t, seams, nil, io.Discard, append(args, "--url", e.url)...); code != 2 {
 			t.Errorf("gpuvm %v: exit %d, want 2", args, code)
+		}
+	}
+}
+
+func TestSSHNamesUser(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want bool
+	}{
+		{nil, false},
+		{[]string{"nvidia-smi", "-l", "x"}, false}, // the command's own -l
+		{[]string{"-l", "bob"}, true},
+		{[]string{"-lbob"}, true},
+		{[]string{"-vvl", "bob"}, true},
+		{[]string{"-i", "key", "-l", "bob", "id"}, true},
+		{[]string{"-i", "-lkey", "id"}, false}, // -i's value
+		{[]string{"-o", "User=bob"}, true},
+		{[]string{"-o", "user bob"}, true},
+		{[]string{"-oUser=bob"}, true},
+		{[]string{"-o", "UserKnownHostsFile=/dev/null", "id"}, false},
+		{[]string{"-p", "22", "--", "-l", "x"}, false},
+	} {
+		if got := sshNamesUser(tc.args); got != tc.want {
+			t.Errorf("sshNamesUser(%q) = %v, want %v", tc.args, got, tc.want)
 		}
 	}
 }

@@ -1,9 +1,12 @@
 # The tiny test guest (test/guest/build.sh puts it in test/guest/cache): a
 # Debian cloud kernel and a busybox initramfs that prints GPUVM-GUEST-READY on
-# the serial console within seconds, even under software emulation.
+# the serial console within seconds, even under software emulation. On
+# libvirt's NAT network "default" (scripts/setup-host.sh starts it) it gets an
+# address by DHCP, which makes the VM ready, and serves SSH (dropbear) to the
+# owner's account with the keys given at create time: `gpuvm ssh NAME`.
 
 template "tiny-seed" {
-  description = "user-data for the tiny guest: it only prints what it read"
+  description = "user-data for the tiny guest: the owner's account and SSH keys (it reads users and ssh_authorized_keys only)"
   content     = <<EOT
 #cloud-config
 hostname: ${hostname}
@@ -28,7 +31,8 @@ profile "tiny" {
   }
 
   network {
-    type = "none"
+    type   = "network"
+    source = "default"
   }
 
   display {
@@ -58,7 +62,12 @@ profile "tiny-mig" {
   }
 
   network {
-    type = "none"
+    type   = "network"
+    source = "default"
+  }
+
+  cloud_init {
+    template = "tiny-seed"
   }
 
   gpu {
@@ -84,7 +93,12 @@ profile "tiny-vgpu" {
   }
 
   network {
-    type = "none"
+    type   = "network"
+    source = "default"
+  }
+
+  cloud_init {
+    template = "tiny-seed"
   }
 
   gpu {
@@ -110,7 +124,12 @@ profile "tiny-gpu" {
   }
 
   network {
-    type = "none"
+    type   = "network"
+    source = "default"
+  }
+
+  cloud_init {
+    template = "tiny-seed"
   }
 
   gpu {
@@ -138,7 +157,12 @@ profile "tiny-any" {
   }
 
   network {
-    type = "none"
+    type   = "network"
+    source = "default"
+  }
+
+  cloud_init {
+    template = "tiny-seed"
   }
 
   gpu {

@@ -71,8 +71,11 @@ type lifecycleSettings struct {
 	// Of the configuration in force:
 	Profiles map[string]*config.Profile
 	Images   map[string]*config.Image
-	Libvirt  config.Libvirt
-	Location *time.Location // the policy's timezone
+	// RenderCloudInit renders a profile's cloud-init user-data with its
+	// template (config.Config.RenderCloudInit).
+	RenderCloudInit func(p *config.Profile, in config.CloudInitInput) (string, error)
+	Libvirt         config.Libvirt
+	Location        *time.Location // the policy's timezone
 }
 
 // hook calls the test hook at a hook point; its error stops the work there,

@@ -227,7 +227,8 @@ func New(cfg Config, opts ...Option) *Orchestrator {
 			return lifecycleSettings{DomainType: set.DomainType,
 				DetachSimulatedGPUs: set.DetachSimulatedGPUs, ShutdownTimeout: set.ShutdownTimeout,
 				BootTimeout: set.BootTimeout, BootCheck: set.BootCheck, Rescan: set.ReconcileEvery, InFleet: set.Fleet != nil,
-				Profiles: c.Profiles, Images: c.Images, Libvirt: c.Server.Libvirt, Location: c.Policy.Location}
+				Profiles: c.Profiles, Images: c.Images, Libvirt: c.Server.Libvirt, Location: c.Policy.Location,
+				RenderCloudInit: c.RenderCloudInit}
 		}}
 	o.disp = &dispatcher{host: set.Host, st: set.Store, log: o.log, life: o.life, fleet: o.fleet, notifier: set.Notifier,
 		busy: busy, roundMu: roundMu, bookings: bookings, sem: make(chan struct{}, set.Workers), wake: o.wake.Wake,

@@ -10,6 +10,8 @@
 //   - TestConcurrentCreates: 50 creates at once against 8 free slots, on
 //     SQLite and on PostgreSQL.
 //   - TestRealLibvirtTinyGuest: the tiny guest booted by a real libvirtd.
+//   - TestTinyGuestOnNetwork: the tiny guest on libvirt's NAT network, ready
+//     with its address, reached by `gpuvm ssh` and `gpuvm tunnel`.
 //
 // Tests that need a libvirtd (libvirt's test driver hosted by libvirtd,
 // test+unix:///default, whose state outlives a killed gpuvmd; or QEMU) skip
@@ -133,6 +135,7 @@ type world struct {
 	database         string // --database: a SQLite path or a PostgreSQL DSN
 	uri, preset      string
 	prefix, pool     string
+	args             []string // more gpuvmd flags
 	proc             *daemon.Process
 	cl               *client.Client
 	mu               sync.Mutex
@@ -147,12 +150,14 @@ type worldConfig struct {
 	profiles string
 	// database is the DSN (default: SQLite in the state directory).
 	database string
+	// args are more gpuvmd flags ("--boot-timeout", "90s").
+	args []string
 }
 
 func newWorld(t *testing.T, c worldConfig) *world {
 	t.Helper()
 	w := &world{t: t, configDir: t.TempDir(), state: t.TempDir(), uri: c.uri, preset: c.preset,
-		pool: c.pool, database: c.database, prefix: "e2e" + randHex(4) + "-"}
+		pool: c.pool, database: c.database, args: c.args, prefix: "e2e" + randHex(4) + "-"}
 	if w.database == "" {
 		w.database = filepath.Join(w.state, "gpuvm.db")
 	}
@@ -193,8 +198,8 @@ func (w *world) start(env ...string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	p, err := daemon.Start(ctx, daemon.Config{
-		Args: []string{"--config", w.configDir, "--state-dir", w.state, "--database", w.database,
-			"--libvirt-uri", w.uri, "--simulate", w.preset},
+		Args: append([]string{"--config", w.configDir, "--state-dir", w.state, "--database", w.database,
+			"--libvirt-uri", w.uri, "--simulate", w.preset}, w.args...),
 		Env: append([]string{"GPUVM_TEST_DOMAIN_PREFIX=" + w.prefix}, env...),
 	})
 	if err != nil {

@@ -8,14 +8,19 @@
 # busybox-static whose /init (rootfs/init) mounts /proc, /sys and /dev, reads a
 # cloud-init NoCloud seed from a CD-ROM labelled "cidata", prints
 # "GPUVM-HOSTNAME=<local-hostname>" and "GPUVM-GUEST-READY" on the console, and
-# powers off on an ACPI power-button press (busybox init + acpid).
+# powers off on an ACPI power-button press (busybox init + acpid). It makes an
+# account for each user of the seed's user-data with its ssh_authorized_keys,
+# starts dropbear (Debian's dropbear-bin, with the shared libraries it needs
+# from Debian's packages) on port 22 and gets an address by DHCP on its
+# virtio-net interface (busybox udhcpc; rootfs/sbin/gpuvm-net).
 #
 # Environment:
 #   GPUVM_GUEST_CACHE        cache directory (default: test/guest/cache, git-ignored)
 #   GPUVM_GUEST_KERNEL_PKG   kernel package to use instead of the newest one
 #
 # Idempotent: the build is skipped when $CACHE/stamp matches the chosen package
-# versions and the hash of this script and rootfs/. Concurrent runs serialise on
+# versions (kernel, busybox-static, and dropbear-bin with its libraries) and the
+# hash of this script and rootfs/. Concurrent runs serialise on
 # $CACHE/.lock. Needs apt-get, apt-cache, dpkg, gzip and xz (or busybox's), and
 # network access to the Debian mirror on the first build only. The last two
 # lines on stdout are "kernel=<path>" and "initrd=<path>".
@@ -31,7 +36,15 @@ die() { log "error: $*"; exit 1; }
 result() { printf 'kernel=%s\ninitrd=%s\n' "$cache/vmlinuz" "$cache/initrd.img"; }
 
 # Modules the guest loads, by name; their dependencies are added.
-MODULES=(button evdev ahci ata_piix sr_mod isofs)
+MODULES=(button evdev ahci ata_piix sr_mod isofs virtio_net)
+
+# Debian packages the SSH server comes from: dropbear-bin and every package
+# holding a library it links (its Depends); the libraries are taken from
+# these, not from the host, so that the stamp names all that goes in
+# (libtomcrypt1 links libgmp10).
+SSH_PKGS=(dropbear-bin libc6 libcrypt1 libgmp10 libtomcrypt1 libtommath1 zlib1g)
+# The dropbear programs the guest runs.
+SSH_BINS=(usr/sbin/dropbear usr/bin/dropbearkey)
 
 mkdir -p "$cache"
 cache=$(cd "$cache" && pwd)
@@ -59,35 +72,44 @@ kernel_pkg="" kernel_ver="" busybox_ver=""
 # One apt-cache call (each costs about a second): every versioned cloud kernel
 # (the linux-image-6.12-cloud-amd64 style metapackages hold no kernel; the
 # -unsigned package holds the same kernel as its signed twin, and either boots)
-# and busybox-static.
+# busybox-static and the SSH packages.
 kpat='^linux-image-[0-9]+\.[0-9]+[.-][^ ]*-cloud-amd64(-unsigned)?$'
 # apt matches an exact name before trying it as a pattern.
 [ -n "${GPUVM_GUEST_KERNEL_PKG:-}" ] && kpat=$GPUVM_GUEST_KERNEL_PKG
-policy=$(candidates "$kpat" '^busybox-static$' | LC_ALL=C sort)
+others=(busybox-static "${SSH_PKGS[@]}")
+policy=$(candidates "$kpat" "${others[@]}" | LC_ALL=C sort)
 # A fresh machine may have empty apt lists: refresh them once, as root.
 if ! grep -q '^busybox-static ' <<<"$policy" && [ "$(id -u)" -eq 0 ] && [ ! -s "$cache/vmlinuz" ]; then
 	log "apt's lists know no busybox-static: running apt-get update"
 	apt-get update -qq >&2 || log "apt-get update failed"
-	policy=$(candidates "$kpat" '^busybox-static$' | LC_ALL=C sort)
+	policy=$(candidates "$kpat" "${others[@]}" | LC_ALL=C sort)
 fi
-read -r kernel_pkg kernel_ver < <(grep -v '^busybox-static ' <<<"$policy" | newest) || true
+read -r kernel_pkg kernel_ver < <(awk -v o=" ${others[*]} " 'index(o, " " $1 " ") == 0' <<<"$policy" | newest) || true
 busybox_ver=$(awk '$1 == "busybox-static" {print $2}' <<<"$policy")
+declare -A ssh_ver=()
+missing_ssh=()
+for p in "${SSH_PKGS[@]}"; do
+	ssh_ver[$p]=$(awk -v p="$p" '$1 == p {print $2}' <<<"$policy")
+	[ -n "${ssh_ver[$p]}" ] || missing_ssh+=("$p")
+done
 if [ -n "${GPUVM_GUEST_KERNEL_PKG:-}" ] && [ -z "$kernel_pkg" ]; then
 	die "GPUVM_GUEST_KERNEL_PKG=$GPUVM_GUEST_KERNEL_PKG: no such package in apt's lists"
 fi
 
 script_hash=$( (cat "$here/build.sh"; cd "$here/rootfs" && find . -type f | LC_ALL=C sort | xargs -d '\n' sha256sum) | sha256sum | cut -c1-16)
 
-if [ -z "$kernel_pkg" ] || [ -z "$busybox_ver" ]; then
+if [ -z "$kernel_pkg" ] || [ -z "$busybox_ver" ] || [ ${#missing_ssh[@]} -gt 0 ]; then
 	if [ -s "$cache/vmlinuz" ] && [ -s "$cache/initrd.img" ]; then
-		log "apt knows no cloud kernel or busybox-static (run apt-get update?); using the cached guest"
+		log "apt knows no cloud kernel, busybox-static or ${SSH_PKGS[*]} (run apt-get update?); using the cached guest"
 		result
 		exit 0
 	fi
-	die "apt knows no linux-image-*-cloud-amd64 or busybox-static package: run 'apt-get update'"
+	die "apt knows no linux-image-*-cloud-amd64, busybox-static or ${missing_ssh[*]:-${SSH_PKGS[*]}} package: run 'apt-get update'"
 fi
 
-stamp="kernel=$kernel_pkg=$kernel_ver busybox-static=$busybox_ver script=$script_hash"
+ssh_stamp=""
+for p in "${SSH_PKGS[@]}"; do ssh_stamp+=" $p=${ssh_ver[$p]}"; done
+stamp="kernel=$kernel_pkg=$kernel_ver busybox-static=$busybox_ver$ssh_stamp script=$script_hash"
 if [ $force -eq 0 ] && [ -s "$cache/vmlinuz" ] && [ -s "$cache/initrd.img" ] &&
 	[ "$(cat "$cache/stamp" 2>/dev/null)" = "$stamp" ]; then
 	result
@@ -122,8 +144,14 @@ fetch() { # fetch PKG VERSION: prints the .deb path
 
 kdeb=$(fetch "$kernel_pkg" "$kernel_ver")
 bdeb=$(fetch busybox-static "$busybox_ver")
-# Keep only the two packages in use.
-find "$debs" -maxdepth 1 -name '*.deb' ! -path "$kdeb" ! -path "$bdeb" -delete
+keep=(! -path "$kdeb" ! -path "$bdeb")
+for p in "${SSH_PKGS[@]}"; do
+	d=$(fetch "$p" "${ssh_ver[$p]}")
+	dpkg -x "$d" "$work/ssh"
+	keep+=(! -path "$d")
+done
+# Keep only the packages in use.
+find "$debs" -maxdepth 1 -name '*.deb' "${keep[@]}" -delete
 dpkg -x "$kdeb" "$work/k"
 dpkg -x "$bdeb" "$work/bb"
 
@@ -144,7 +172,43 @@ cp "$bb" "$root/bin/busybox"
 	[ -e "$root/$applet" ] || ln -s /bin/busybox "$root/$applet"
 done
 cp -R "$here/rootfs/." "$root/"
-chmod 0755 "$root/init" "$root/etc/acpi/PWRF/00000080"
+chmod 0755 "$root/init" "$root/etc/acpi/PWRF/00000080" "$root/sbin/gpuvm-net" "$root/etc/udhcpc/default.script"
+chmod 0644 "$root/etc/passwd" "$root/etc/group" "$root/etc/shells" "$root/etc/nsswitch.conf" "$root/etc/gpuvm/users.awk"
+
+# The SSH server: dropbear's programs, and the shared libraries ldd names for
+# them, found in the SSH packages (never the host's), at the paths the
+# packages give them; the dynamic loader at its ABI path too.
+ssh="$work/ssh"
+libpath=""
+for d in lib/x86_64-linux-gnu usr/lib/x86_64-linux-gnu lib64; do
+	[ -d "$ssh/$d" ] && libpath+="${libpath:+:}$ssh/$d"
+done
+# from_pkgs SONAME: the path of SONAME in the SSH packages.
+from_pkgs() {
+	local d
+	for d in lib/x86_64-linux-gnu usr/lib/x86_64-linux-gnu lib64; do
+		[ -e "$ssh/$d/$1" ] && { echo "$d/$1"; return 0; }
+	done
+	return 1
+}
+declare -A libs=()
+for b in "${SSH_BINS[@]}"; do
+	[ -x "$ssh/$b" ] || die "dropbear-bin holds no /$b"
+	install -D -m 0755 "$ssh/$b" "$root/$b"
+	# ldd prints "libz.so.1 => /path (0x…)" and the loader as "/lib64/ld-linux-x86-64.so.2 (0x…)".
+	out=$(LD_LIBRARY_PATH=$libpath ldd "$ssh/$b") || die "ldd $b failed: $out"
+	while read -r name; do
+		[ -n "$name" ] && libs[$name]=1
+	done < <(awk '$2 == "=>" && $1 !~ /^linux-vdso/ {print $1} $1 ~ /^\// {n = split($1, p, "/"); print p[n]}' <<<"$out")
+	if grep -q 'not found' <<<"$out"; then die "$b needs a library none of ${SSH_PKGS[*]} holds: $out"; fi
+done
+for name in "${!libs[@]}"; do
+	rel=$(from_pkgs "$name") || die "no package of ${SSH_PKGS[*]} holds $name, which dropbear needs"
+	install -D -m 0755 "$(readlink -f "$ssh/$rel")" "$root/$rel"
+done
+ld=$(from_pkgs ld-linux-x86-64.so.2) || die "libc6 holds no ld-linux-x86-64.so.2"
+mkdir -p "$root/lib64"
+[ -e "$root/lib64/ld-linux-x86-64.so.2" ] || ln -s "/$ld" "$root/lib64/ld-linux-x86-64.so.2"
 
 # decompress SRC DST: kernel modules are .ko, .ko.xz, .ko.gz or .ko.zst.
 decompress() {
@@ -195,5 +259,5 @@ mv -f "$cache/vmlinuz.new" "$cache/vmlinuz"
 mv -f "$cache/initrd.img.new" "$cache/initrd.img"
 echo "$stamp" >"$cache/stamp"
 chmod 0755 "$cache"
-log "kernel $kver ($(du -h "$cache/vmlinuz" | cut -f1)), initramfs $(du -h "$cache/initrd.img" | cut -f1), modules: ${order[*]}"
+log "kernel $kver ($(du -h "$cache/vmlinuz" | cut -f1)), initramfs $(du -h "$cache/initrd.img" | cut -f1), modules: ${order[*]}, libraries: ${!libs[*]}"
 result

@@ -2,14 +2,22 @@
 // kernel and a busybox initramfs (build.sh beside this file) that boots in
 // seconds under software emulation, prints what it read from a cloud-init
 // NoCloud seed on its serial console, and powers off on an ACPI power-button
-// press.
+// press. On a network (virtio-net, e.g. libvirt's NAT network "default") it
+// gets an address by DHCP, sending its hostname, and serves SSH on port 22
+// (Debian's dropbear, keys only): an account for each user of the seed's
+// user-data, with its ssh_authorized_keys, a home and /bin/sh.
 //
 // The guest prints these lines on the serial console (console=ttyS0):
 //
 //	GPUVM-HOSTNAME=<local-hostname>   when a "cidata" CD-ROM holds meta-data
 //	GPUVM-INSTANCE-ID=<instance-id>   likewise
 //	GPUVM-SEED=none                   when there is no seed
+//	GPUVM-USER=<name>                 for each account made from user-data
 //	GPUVM-GUEST-READY                 once booted and listening for ACPI events
+//	GPUVM-SSH-HOSTKEY=SHA256:…        the SSH host key made at boot
+//	GPUVM-SSH=listening on port 22    once dropbear runs
+//	GPUVM-ADDRESS=<ip>/<len> on eth0  once DHCP gave an address
+//	GPUVM-NET=none                    when there is no network interface
 //	GPUVM-GUEST-POWERBUTTON           on an ACPI power-button press
 //	GPUVM-GUEST-SHUTDOWN              as it powers off
 package guest
@@ -30,6 +38,10 @@ import (
 // Lines the guest prints on its serial console.
 const (
 	ReadyMarker    = "GPUVM-GUEST-READY"
+	UserPrefix     = "GPUVM-USER="
+	SSHMarker      = "GPUVM-SSH=listening on port 22"
+	AddressPrefix  = "GPUVM-ADDRESS="
+	NoNetMarker    = "GPUVM-NET=none"
 	HostnamePrefix = "GPUVM-HOSTNAME="
 	InstancePrefix = "GPUVM-INSTANCE-ID="
 	NoSeedMarker   = "GPUVM-SEED=none"
@@ -69,8 +81,8 @@ var (
 
 // Ensure builds the guest unless the cache is current (build.sh decides, in
 // about a second when there is nothing to do) and returns the paths of its
-// kernel and initramfs. The first build downloads two Debian packages (about
-// 35 MB). Within one process, later calls return the first answer.
+// kernel and initramfs. The first build downloads nine Debian packages (about
+// 39 MB: the kernel, busybox-static, dropbear-bin and its libraries). Within one process, later calls return the first answer.
 func Ensure(ctx context.Context) (kernelPath, initrdPath string, err error) {
 	mu.Lock()
 	defer mu.Unlock()

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -67,20 +68,30 @@ func TestEnsure(t *testing.T) {
 		t.Errorf("second Ensure took %v", d)
 	}
 
-	entries, err := readInitramfs(i)
+	entries, err := readInitramfs(i, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := map[string]uint32{ // path: required permission bits
-		"init":                   0o755,
-		"bin/busybox":            0o755,
-		"etc/inittab":            0o644,
-		"etc/modules.load":       0o644,
-		"etc/acpi/PWRF/00000080": 0o755,
-		"lib/modules/isofs.ko":   0o644,
-		"lib/modules/sr_mod.ko":  0o644,
-		"lib/modules/button.ko":  0o644,
-		"lib/modules/evdev.ko":   0o644,
+		"init":                                      0o755,
+		"bin/busybox":                               0o755,
+		"etc/inittab":                               0o644,
+		"etc/modules.load":                          0o644,
+		"etc/acpi/PWRF/00000080":                    0o755,
+		"lib/modules/isofs.ko":                      0o644,
+		"lib/modules/sr_mod.ko":                     0o644,
+		"lib/modules/button.ko":                     0o644,
+		"lib/modules/evdev.ko":                      0o644,
+		"lib/modules/virtio_net.ko":                 0o644,
+		"sbin/gpuvm-net":                            0o755,
+		"etc/udhcpc/default.script":                 0o755,
+		"etc/gpuvm/users.awk":                       0o644,
+		"etc/passwd":                                0o644,
+		"etc/shells":                                0o644,
+		"usr/sbin/dropbear":                         0o755,
+		"usr/bin/dropbearkey":                       0o755,
+		"lib/x86_64-linux-gnu/libc.so.6":            0o755,
+		"usr/lib/x86_64-linux-gnu/libtomcrypt.so.1": 0o755,
 	}
 	for p, perm := range want {
 		e, ok := entries[p]
@@ -95,7 +106,10 @@ func TestEnsure(t *testing.T) {
 			t.Errorf("%s: owned by %d:%d, want 0:0", p, e.uid, e.gid)
 		}
 	}
-	for _, link := range []string{"sbin/init", "sbin/acpid", "sbin/poweroff", "bin/sh", "sbin/findfs"} {
+	if e, ok := entries["lib64/ld-linux-x86-64.so.2"]; !ok || e.mode&0o170000 != 0o120000 {
+		t.Errorf("initramfs lacks the dynamic loader's link lib64/ld-linux-x86-64.so.2")
+	}
+	for _, link := range []string{"sbin/init", "sbin/acpid", "sbin/poweroff", "bin/sh", "sbin/findfs", "sbin/udhcpc", "sbin/ip", "usr/bin/awk"} {
 		e, ok := entries[link]
 		if !ok || e.mode&0o170000 != 0o120000 {
 			t.Errorf("initramfs lacks the busybox link %s", link)
@@ -105,10 +119,12 @@ func TestEnsure(t *testing.T) {
 
 type cpioEntry struct {
 	mode, uid, gid uint32
+	data           []byte // only for the files asked for
 }
 
-// readInitramfs lists a gzip-compressed newc cpio archive.
-func readInitramfs(path string) (map[string]cpioEntry, error) {
+// readInitramfs lists a gzip-compressed newc cpio archive, with the contents
+// of the files named in keep.
+func readInitramfs(path string, keep map[string]bool) (map[string]cpioEntry, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
@@ -150,15 +166,93 @@ func readInitramfs(path string) (map[string]cpioEntry, error) {
 		if n == "TRAILER!!!" {
 			return out, nil
 		}
-		out[n] = cpioEntry{mode: mode, uid: uid, gid: gid}
+		e := cpioEntry{mode: mode, uid: uid, gid: gid}
 		if err := pad(); err != nil {
 			return nil, err
 		}
-		if err := skip(int64(size)); err != nil {
+		if keep[n] {
+			e.data = make([]byte, size)
+			if _, err := io.ReadFull(r, e.data); err != nil {
+				return nil, err
+			}
+			off += int64(size)
+		} else if err := skip(int64(size)); err != nil {
 			return nil, err
 		}
+		out[n] = e
 		if err := pad(); err != nil {
 			return nil, err
 		}
+	}
+}
+
+// TestUsersFromUserData runs the guest's own user-data reader
+// (rootfs/etc/gpuvm/users.awk) with the guest's busybox awk, taken from the
+// built initramfs, on the user-data gpuvm's templates write: plain and
+// quoted scalars, keys indented under their key or level with it, other
+// fields between, CRLF line ends, an item without a name (its keys go
+// nowhere), and a top-level ssh_authorized_keys list (the first user's).
+func TestUsersFromUserData(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the tiny guest from Debian packages; skipped with -short")
+	}
+	if _, err := exec.LookPath("apt-get"); err != nil {
+		if _, _, ok := cached(); !ok {
+			t.Skip("apt-get is missing and no guest is cached: the guest is built from Debian packages")
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	_, i, err := Ensure(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	entries, err := readInitramfs(i, map[string]bool{"bin/busybox": true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	bb := filepath.Join(dir, "busybox")
+	if err := os.WriteFile(bb, entries["bin/busybox"].data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	userData := `#cloud-config
+hostname: box-1
+users:
+  - name: ann
+    ssh_authorized_keys:
+      - ssh-ed25519 AAAAC3Nza ann@laptop
+      - ssh-rsa BBBB other # a comment
+  - name: "bob"
+    gecos: "gpuvm user bob"
+    groups: [adm, sudo]
+    ssh_authorized_keys:
+    - "ssh-ed25519 CCCC quoted \"x\""
+    lock_passwd: true
+  - default
+  - gecos: nameless
+    ssh_authorized_keys:
+      - ssh-ed25519 DDDD
+ssh_authorized_keys:
+  - 'ssh-ed25519 TOP it''s'
+disable_root: true
+`
+	ud := filepath.Join(dir, "user-data")
+	if err := os.WriteFile(ud, []byte(strings.ReplaceAll(userData, "\n", "\r\n")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.CommandContext(ctx, bb, "awk", "-f", filepath.Join(Dir(), "rootfs/etc/gpuvm/users.awk"), ud).CombinedOutput()
+	if err != nil {
+		t.Fatalf("users.awk: %v\n%s", err, out)
+	}
+	want := `user ann
+key ann ssh-ed25519 AAAAC3Nza ann@laptop
+key ann ssh-rsa BBBB other
+user bob
+key bob ssh-ed25519 CCCC quoted "x"
+key ann ssh-ed25519 TOP it's
+`
+	if string(out) != want {
+		t.Errorf("users.awk read:\n%s\nwant:\n%s", out, want)
 	}
 }
