@@ -296,7 +296,7 @@ func (f *fakeConsoles) Addresses(context.Context, string) ([]hypervisor.Address,
 // port 7 (other UDP ports: a loopback port nobody listens on). gpuvmd's
 // log is kept in log (JSON).
 type consoleEnv struct {
-	t        *testing.T
+	t        testing.TB
 	srv      *Server
 	http     *httptest.Server
 	st       *store.Store
@@ -316,7 +316,7 @@ type consoleEnv struct {
 // it to the echo server.
 var guestIP = netip.MustParseAddr("192.0.2.10")
 
-func newConsoleEnv(t *testing.T, o ConsoleOptions) *consoleEnv {
+func newConsoleEnv(t testing.TB, o ConsoleOptions) *consoleEnv {
 	t.Helper()
 	ctx := context.Background()
 	e := &consoleEnv{t: t, clock: clocktest.New(time.Now())}
@@ -455,7 +455,7 @@ func (e *consoleEnv) dialWS(ctx context.Context, rawURL string) (*websocket.Conn
 	return ws, 101, ""
 }
 
-func echoServer(t *testing.T) net.Listener {
+func echoServer(t testing.TB) net.Listener {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -572,7 +572,7 @@ func TestConsoleOverWebSocket(t *testing.T) {
 	}
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
+func waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for !cond() {
