@@ -403,3 +403,31 @@ func TestUDPRate(t *testing.T) {
 		t.Error("a bucket holds no more than its burst, however long it waits")
 	}
 }
+
+// TestTunnelUDPClientReadsNothing: a client that sends and never reads
+// holds no more than the socket buffers: the guest's datagrams wait in the
+// UDP socket (then drop) while the websocket write waits, and the tunnel
+// closes after WriteTimeout.
+func TestTunnelUDPClientReadsNothing(t *testing.T) {
+	e := newConsoleEnv(t, ConsoleOptions{CheckInterval: 20 * time.Millisecond, WriteTimeout: 300 * time.Millisecond})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ws := e.udpTunnel(ctx, "ann-token", "box")
+	defer ws.CloseNow()
+	msg := make([]byte, DefaultUDPMaxDatagram)
+	for ctx.Err() == nil {
+		wctx, wcancel := context.WithTimeout(ctx, time.Second)
+		err := ws.Write(wctx, websocket.MessageBinary, msg)
+		wcancel()
+		if err != nil {
+			break // gpuvmd has closed the connection
+		}
+		if len(e.logEntries("proxy closed")) > 0 {
+			break
+		}
+	}
+	m := e.closedLog("port 7/udp of VM box (192.0.2.10)")
+	if m["reason"] != "the client took no data for 300ms" {
+		t.Errorf("close log: %v", m)
+	}
+}
