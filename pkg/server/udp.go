@@ -212,6 +212,14 @@ func (p *proxy) udpToClient(ctx context.Context) {
 			p.log.Debug("udp tunnel: cannot enlarge the socket's receive buffer", "err", err)
 		}
 	}
+	// A write that waits WriteTimeout ends the tunnel, saying so before
+	// the closed websocket fails the write (and the read of the other
+	// direction). One timer, not a context a datagram.
+	stall := time.AfterFunc(time.Hour, func() {
+		p.end(websocket.StatusPolicyViolation, fmt.Sprintf("the client took no data for %s", p.o.WriteTimeout))
+	})
+	stall.Stop()
+	defer stall.Stop()
 	buf := make([]byte, u.limits.UDPMaxDatagram+1)
 	for {
 		n, err := p.target.Read(buf)
@@ -234,16 +242,11 @@ func (p *proxy) udpToClient(ctx context.Context) {
 			u.dropped(p.log, &u.limited[udpDown], now)
 			continue
 		}
-		wctx, cancel := context.WithTimeout(ctx, p.o.WriteTimeout)
-		werr := p.ws.Write(wctx, websocket.MessageBinary, buf[:n])
-		stalled := wctx.Err() == context.DeadlineExceeded
-		cancel()
+		stall.Reset(p.o.WriteTimeout)
+		werr := p.ws.Write(ctx, websocket.MessageBinary, buf[:n])
+		stall.Stop()
 		if werr != nil {
-			if stalled {
-				p.end(websocket.StatusPolicyViolation, fmt.Sprintf("the client took no data for %s", p.o.WriteTimeout))
-			} else {
-				p.end(clientEnd(werr, udpReadLimit))
-			}
+			p.end(clientEnd(werr, udpReadLimit)) // unless the stall ended it first
 			return
 		}
 		u.forwarded[udpDown].Add(1)
