@@ -372,7 +372,7 @@ func (t *tunnelOpts) flags(cmd *cobra.Command) {
 
 func (t tunnelOpts) check() error {
 	if t.localPort < 0 || t.localPort > 65535 {
-		return usageError{fmt.Errorf("--local-port %d is not a TCP port", t.localPort)}
+		return usageError{fmt.Errorf("--local-port %d is not a port (1–65535, or 0: one the system picks)", t.localPort)}
 	}
 	if net.ParseIP(t.bind) == nil && t.bind != "localhost" {
 		return usageError{fmt.Errorf("--bind %q is not an IP address", t.bind)}
