@@ -372,7 +372,7 @@ func (t *tunnelOpts) flags(cmd *cobra.Command) {
 
 func (t tunnelOpts) check() error {
 	if t.localPort < 0 || t.localPort > 65535 {
-		return usageError{fmt.Errorf("--local-port %d is not a TCP port", t.localPort)}
+		return usageError{fmt.Errorf("--local-port %d is not a port (1–65535, or 0: one the system picks)", t.localPort)}
 	}
 	if net.ParseIP(t.bind) == nil && t.bind != "localhost" {
 		return usageError{fmt.Errorf("--bind %q is not an IP address", t.bind)}
@@ -380,20 +380,11 @@ func (t tunnelOpts) check() error {
 	return nil
 }
 
-// parsePort reads a TCP port argument.
-func parsePort(s, what string) (int, error) {
-	n, err := strconv.Atoi(s)
-	if err != nil || n < 1 || n > 65535 {
-		return 0, usageError{fmt.Errorf("%s %q is not a TCP port (1–65535)", what, s)}
-	}
-	return n, nil
-}
-
 func newTunnelCmd(getenv func(string) string) *cobra.Command {
 	o := clientOpts{getenv: getenv}
 	var t tunnelOpts
 	cmd := &cobra.Command{
-		Use:   "tunnel VM PORT",
+		Use:   "tunnel VM PORT[/udp]",
 		Short: "Forward a local port to a port of a VM's guest, through gpuvmd",
 		Long: `Listens on a local port (127.0.0.1, --local-port or one the system picks) and
 forwards every connection to PORT of the VM's guest: over a websocket to
@@ -401,21 +392,36 @@ gpuvmd, which connects to the guest's address. It works wherever gpuvmd can be
 reached, even when the VM's network cannot. Each connection takes a fresh
 one-time ticket. Ctrl-C stops it.
 
+PORT/udp forwards datagrams instead: gpuvm listens on a local UDP port and
+carries every datagram it gets, one websocket message each, through one
+tunnel to the guest's UDP port; the guest's datagrams go back to the local
+peer that sent last. gpuvmd caps a tunnel's datagram size and rate (the
+excess is dropped, as a network drops it) and closes it when idle or when the
+guest's port is unreachable; the next datagram then opens a new one.
+
 For an in-guest remote desktop: RDP 3389 ('gpuvm rdp' does it for you),
-VNC 5900, NICE DCV 8443, Sunshine 47984-47990; for SSH see 'gpuvm ssh'.
+VNC 5900, NICE DCV 8443 (and 8443/udp for QUIC), PCoIP 4172 and 4172/udp,
+Sunshine/Moonlight TCP 47984, 47989, 48010 and UDP 47998-48000, each with
+--local-port equal to the port (see the README); for SSH see 'gpuvm ssh'.
 
 --stdio carries one connection over the standard input and output instead
-(ssh's ProxyCommand).
+(ssh's ProxyCommand); TCP only.
 ` + connectionHelp + "\n" + exitHelp,
-		Example: "  gpuvm tunnel render-1 3389 --local-port 13389\n  ssh -o ProxyCommand='gpuvm tunnel --stdio render-1 22' user@render-1",
+		Example: "  gpuvm tunnel render-1 3389 --local-port 13389\n  gpuvm tunnel render-1 47998/udp --local-port 47998\n  ssh -o ProxyCommand='gpuvm tunnel --stdio render-1 22' user@render-1",
 		Args:    exactArgs(2, "a VM name or ID and a port"),
 		RunE: o.runE(func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
-			port, err := parsePort(args[1], "PORT")
+			port, proto, err := parseTunnelPort(args[1])
 			if err != nil {
 				return err
 			}
 			if err := t.check(); err != nil {
 				return err
+			}
+			if proto == "udp" {
+				if t.stdio {
+					return usageError{errors.New("--stdio carries one TCP connection; a UDP tunnel listens on a local UDP port")}
+				}
+				return runUDPTunnel(ctx, c, cmd, args[0], port, t)
 			}
 			if t.stdio {
 				return runTunnelStdio(ctx, c, cmd, args[0], port)

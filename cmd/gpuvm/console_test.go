@@ -30,8 +30,9 @@ import (
 )
 
 // consoleEnv is a gpuvmd API whose VM "box" of user ann runs, with a VNC
-// server (password-protected, speaking RFB 3.8) as its display and a TCP
-// echo server as its guest's ports 7, 22 and 3389.
+// server (password-protected, speaking RFB 3.8) as its display, a TCP echo
+// server as its guest's ports 7, 22 and 3389, and a UDP echo server as its
+// UDP port 7 (its other UDP ports: a loopback port nobody listens on).
 type consoleEnv struct {
 	url, token string
 	vm         *store.VM
@@ -41,6 +42,12 @@ type consoleEnv struct {
 var guestAddr = "192.0.2.20"
 
 func newConsoleEnv(t *testing.T) *consoleEnv {
+	t.Helper()
+	return newConsoleEnvWith(t, nil)
+}
+
+// newConsoleEnvWith is newConsoleEnv with set changing the server's Deps.
+func newConsoleEnvWith(t *testing.T, set func(*server.Deps)) *consoleEnv {
 	t.Helper()
 	ctx := context.Background()
 	log := slog.New(slog.DiscardHandler)
@@ -61,12 +68,18 @@ func newConsoleEnv(t *testing.T) *consoleEnv {
 	}
 	vnc := listen(t, func(c net.Conn) { serveVNC(c, vm.DisplayPassword) })
 	echo := listen(t, func(c net.Conn) { io.Copy(c, c) })
+	udpEcho, closedUDP := udpEchoServer(t), closedUDPPort(t)
 	vncPort := vnc.Addr().(*net.TCPAddr).Port
-	srv := server.New(server.Deps{Auth: st, Backends: noBackends{}, Store: st, Log: log,
+	deps := server.Deps{Auth: st, Backends: noBackends{}, Store: st, Log: log,
 		Consoles: fixedConsoles{con: domain.Console{Protocol: domain.GraphicsVNC, Host: "127.0.0.1", Port: vncPort, Password: vm.DisplayPassword}},
 		Console: server.ConsoleOptions{Dial: func(ctx context.Context, network, addr string) (net.Conn, error) {
 			host, port, _ := net.SplitHostPort(addr)
-			if host == guestAddr {
+			if host == guestAddr && network == "udp" {
+				addr = closedUDP
+				if port == "7" {
+					addr = udpEcho
+				}
+			} else if host == guestAddr {
 				if port != "7" && port != "22" && port != "3389" {
 					return nil, errors.New("connect: connection refused")
 				}
@@ -74,7 +87,11 @@ func newConsoleEnv(t *testing.T) *consoleEnv {
 			}
 			var d net.Dialer
 			return d.DialContext(ctx, network, addr)
-		}}})
+		}}}
+	if set != nil {
+		set(&deps)
+	}
+	srv := server.New(deps)
 	hs := httptest.NewServer(srv)
 	t.Cleanup(func() { srv.Close(); hs.Close(); st.Close() })
 	return &consoleEnv{url: hs.URL, token: token, vm: vm, vncAddr: vnc.Addr().String()}
@@ -378,6 +395,7 @@ func TestTunnelCommand(t *testing.T) {
 	}{
 		{[]string{"tunnel", "box", "23"}, 1, "cannot connect to port 23 of VM box"},
 		{[]string{"tunnel", "box", "0"}, 2, `PORT "0" is not a TCP port`},
+		{[]string{"tunnel", "box", "0/tcp"}, 2, `PORT "0/tcp" is not a TCP port`},
 		{[]string{"tunnel", "box", "22", "--local-port", "70000"}, 2, "--local-port 70000"},
 		{[]string{"tunnel", "nope", "22"}, 1, `no VM "nope"`},
 	} {

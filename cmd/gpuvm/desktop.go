@@ -388,17 +388,11 @@ func urlQueryEscape(s string) string {
 // pinPattern is a Moonlight PIN.
 var pinPattern = regexp.MustCompile(`^[0-9]{4}$`)
 
-// errNoUDPTunnels: this build carries TCP only through gpuvmd.
-var errNoUDPTunnels = errors.New("UDP tunnels not available in this build")
-
 // openUDPForwards forwards each UDP port of the VM's guest to the same
 // port on bind through gpuvmd (POST /v1/vms/{id}/tunnel with protocol
-// udp, as 'gpuvm tunnel VM PORT/udp' does), until ctx ends. It is the one
-// place gpuvm desktop asks for UDP; until UDP tunnels are in this build it
-// refuses.
-var openUDPForwards = func(ctx context.Context, c *client.Client, cmd *cobra.Command, ref string, ports []int, bind string) error {
-	return errNoUDPTunnels
-}
+// udp, as 'gpuvm tunnel VM PORT/udp' does) until ctx ends: udpForwards. A
+// variable, so that tests can see what gpuvm desktop asks for.
+var openUDPForwards = udpForwards
 
 // vmDesktopCredentials are the VM's one-time desktop credentials (user and
 // password, GET /v1/vms/{id}/credentials), which cloud-init set in the

@@ -344,15 +344,13 @@ func TestDesktopDCV(t *testing.T) {
 func TestDesktopSunshine(t *testing.T) {
 	e := newDesktopEnv(t)
 	var udpPorts []int
+	defer func(prev func(context.Context, *client.Client, *cobra.Command, string, []int, string) error) {
+		openUDPForwards = prev
+	}(openUDPForwards)
 	openUDPForwards = func(_ context.Context, _ *client.Client, _ *cobra.Command, ref string, ports []int, bind string) error {
 		udpPorts = ports
 		return nil
 	}
-	defer func() {
-		openUDPForwards = func(context.Context, *client.Client, *cobra.Command, string, []int, string) error {
-			return errNoUDPTunnels
-		}
-	}()
 	var moonlight []string
 	var mu sync.Mutex
 	seams := &consoleSeams{
@@ -407,6 +405,13 @@ func TestDesktopRefusals(t *testing.T) {
 	e := newDesktopEnv(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
+	// The test's guest is not reachable over UDP: its forwards fail.
+	defer func(prev func(context.Context, *client.Client, *cobra.Command, string, []int, string) error) {
+		openUDPForwards = prev
+	}(openUDPForwards)
+	openUDPForwards = func(context.Context, *client.Client, *cobra.Command, string, []int, string) error {
+		return errors.New("UDP port 47998: tunnel refused")
+	}
 	for _, tc := range []struct {
 		name  string
 		args  []string
@@ -418,7 +423,7 @@ func TestDesktopRefusals(t *testing.T) {
 		{"no such VM", []string{"desktop", "nope"}, "", 1, []string{`no VM "nope"`}},
 		{"nothing listens on the desktop's port", []string{"desktop", "broken", "--print"}, "", 1,
 			[]string{"cannot connect to port 3390 of VM broken", "nothing answers on port 3390 of the guest: is the RDP (xrdp, or Windows' Remote Desktop) server installed and running"}},
-		{"sunshine without UDP tunnels", []string{"desktop", "stream"}, "", 1, []string{"UDP " + strconv.Itoa(e.base+9) + ", ", "need UDP tunnels: UDP tunnels not available in this build"}},
+		{"sunshine whose UDP forwards fail", []string{"desktop", "stream"}, "", 1, []string{"UDP " + strconv.Itoa(e.base+9) + ", ", "need UDP tunnels: UDP port 47998: tunnel refused"}},
 		{"sunshine wrong password", []string{"desktop", "stream", "--pin", "1234", "--user", "gpuvm"}, "nope\n", 1, []string{"Sunshine refused the web UI's user \"gpuvm\" and password (401)"}},
 		{"sunshine pin without user", []string{"desktop", "stream", "--pin", "1234"}, "", 2, []string{"--user NAME or $GPUVM_DESKTOP_USER"}},
 		{"bad pin", []string{"desktop", "stream", "--pin", "12"}, "", 2, []string{`--pin "12" is not a 4-digit PIN`}},

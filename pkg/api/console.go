@@ -51,21 +51,38 @@ type ConsoleResponse struct {
 // TunnelRequest is the body of POST /v1/vms/{id}/tunnel. Unknown fields are
 // refused.
 type TunnelRequest struct {
-	// Port is the guest's TCP port to reach: 1–65535 (22 ssh, 3389 RDP,
-	// 5900 a VNC server in the guest, 8443 NICE DCV, 47990 Sunshine...).
+	// Port is the guest's port to reach: 1–65535 (TCP: 22 ssh, 3389 RDP,
+	// 5900 a VNC server in the guest, 8443 NICE DCV, 47984/47989/48010
+	// Sunshine; UDP: 47998–48000 Sunshine's video, control and audio,
+	// 8443 DCV's QUIC, 4172 PCoIP).
 	Port int `json:"port"`
+	// Protocol is TunnelTCP (the default when empty) or TunnelUDP.
+	Protocol string `json:"protocol,omitempty"`
 }
+
+// Tunnel protocols.
+const (
+	// TunnelTCP: the websocket carries one TCP connection's bytes.
+	TunnelTCP = "tcp"
+	// TunnelUDP: the websocket carries datagrams, one binary message
+	// each, to and from a UDP socket of gpuvmd connected to the guest's
+	// port.
+	TunnelUDP = "udp"
+)
 
 // TunnelResponse is the answer to POST /v1/vms/{id}/tunnel: a one-time
 // ticket that opens one websocket, forwarded to Port of the guest.
 type TunnelResponse struct {
 	VMID      string    `json:"vm_id"`
 	Port      int       `json:"port"`
+	Protocol  string    `json:"protocol"`
 	Ticket    string    `json:"ticket"`
 	ExpiresAt time.Time `json:"expires_at"`
-	// WebSocketURL is gpuvmd's websocket to the guest's port
-	// (ws(s)://HOST/v1/tunnel/ws?vm=ID&ticket=T); binary frames carry
-	// the TCP stream.
+	// WebSocketURL is gpuvmd's websocket to the guest's port. TCP:
+	// ws(s)://HOST/v1/tunnel/ws?vm=ID&ticket=T, binary messages carry
+	// the TCP stream. UDP: ws(s)://HOST/v1/tunnel/udp/ws?vm=ID&ticket=T,
+	// each binary message is one datagram, whole (its length is the
+	// message's), either way.
 	WebSocketURL string `json:"websocket_url"`
 }
 

@@ -55,8 +55,14 @@ func (c *Client) ConsoleVV(ctx context.Context, idOrName string) ([]byte, error)
 
 // Tunnel asks for a one-time ticket to a TCP port of a running VM's guest.
 func (c *Client) Tunnel(ctx context.Context, idOrName string, port int) (*api.TunnelResponse, error) {
+	return c.OpenTunnel(ctx, idOrName, api.TunnelRequest{Port: port})
+}
+
+// OpenTunnel asks for a one-time ticket to a TCP or UDP port of a running
+// VM's guest (req.Protocol, empty: tcp).
+func (c *Client) OpenTunnel(ctx context.Context, idOrName string, req api.TunnelRequest) (*api.TunnelResponse, error) {
 	var out api.TunnelResponse
-	if err := c.do(ctx, http.MethodPost, "/v1/vms/"+url.PathEscape(idOrName)+"/tunnel", nil, nil, api.TunnelRequest{Port: port}, &out); err != nil {
+	if err := c.do(ctx, http.MethodPost, "/v1/vms/"+url.PathEscape(idOrName)+"/tunnel", nil, nil, req, &out); err != nil {
 		return nil, err
 	}
 	return &out, nil
@@ -64,8 +70,9 @@ func (c *Client) Tunnel(ctx context.Context, idOrName string, port int) (*api.Tu
 
 // Websocket paths of gpuvmd.
 const (
-	consoleWSPath = "/v1/console/ws"
-	tunnelWSPath  = "/v1/tunnel/ws"
+	consoleWSPath   = "/v1/console/ws"
+	tunnelWSPath    = "/v1/tunnel/ws"
+	tunnelUDPWSPath = "/v1/tunnel/udp/ws"
 )
 
 // DialConsole opens a running VM's display through gpuvmd: a fresh ticket,
@@ -94,6 +101,86 @@ func (c *Client) DialTunnel(ctx context.Context, idOrName string, port int) (net
 	return c.dialTicket(ctx, tunnelWSPath, t.VMID, t.Ticket)
 }
 
+// UDPTunnel carries datagrams to and from a UDP port of a VM's guest,
+// through gpuvmd: one websocket message is one datagram. Send and Receive
+// may be called at once from two goroutines.
+type UDPTunnel struct {
+	ws *websocket.Conn
+	// VMID and Port are where it goes.
+	VMID string
+	Port int
+}
+
+// maxDatagram is the largest UDP payload; gpuvmd sends none larger.
+const maxDatagram = 65535
+
+// DialUDPTunnel opens a UDP port of a running VM's guest through gpuvmd: a
+// fresh ticket (protocol udp), then its websocket.
+func (c *Client) DialUDPTunnel(ctx context.Context, idOrName string, port int) (*UDPTunnel, error) {
+	t, err := c.OpenTunnel(ctx, idOrName, api.TunnelRequest{Port: port, Protocol: api.TunnelUDP})
+	if err != nil {
+		return nil, err
+	}
+	ws, err := c.dialTicketWS(ctx, tunnelUDPWSPath, t.VMID, t.Ticket)
+	if err != nil {
+		return nil, err
+	}
+	ws.SetReadLimit(maxDatagram)
+	return &UDPTunnel{ws: ws, VMID: t.VMID, Port: t.Port}, nil
+}
+
+// Send sends one datagram to the guest's port. gpuvmd drops one larger than
+// its cap, or past its rate cap, as a network drops datagrams.
+func (t *UDPTunnel) Send(ctx context.Context, datagram []byte) error {
+	return tunnelError(t.ws.Write(ctx, websocket.MessageBinary, datagram))
+}
+
+// Receive waits for the next datagram from the guest's port. When gpuvmd
+// closes the tunnel (idle, the guest's port unreachable, the VM stopped)
+// the error is a *TunnelClosedError that says why.
+func (t *UDPTunnel) Receive(ctx context.Context) ([]byte, error) {
+	for {
+		typ, b, err := t.ws.Read(ctx)
+		if err != nil {
+			return nil, tunnelError(err)
+		}
+		if typ == websocket.MessageBinary {
+			return b, nil
+		}
+	}
+}
+
+// Close ends the tunnel.
+func (t *UDPTunnel) Close() error {
+	err := t.ws.Close(websocket.StatusNormalClosure, "")
+	if err != nil && websocket.CloseStatus(err) != -1 {
+		return nil
+	}
+	return err
+}
+
+// TunnelClosedError: gpuvmd closed a tunnel, with a websocket status and
+// the reason.
+type TunnelClosedError struct {
+	Code   int
+	Reason string
+}
+
+func (e *TunnelClosedError) Error() string {
+	if e.Reason == "" {
+		return fmt.Sprintf("gpuvmd closed the tunnel (status %d)", e.Code)
+	}
+	return "gpuvmd closed the tunnel: " + e.Reason
+}
+
+func tunnelError(err error) error {
+	var ce websocket.CloseError
+	if errors.As(err, &ce) {
+		return &TunnelClosedError{Code: int(ce.Code), Reason: ce.Reason}
+	}
+	return err
+}
+
 // WebSocketURL is the websocket URL of path on this client's server, with
 // a ticket: built from the client's own base URL (ws for http, wss for
 // https, with its path prefix), which a proxy in front of gpuvmd keeps.
@@ -112,6 +199,16 @@ func (c *Client) WebSocketURL(path, vmID, ticket string) string {
 // dialTicket opens a ticket's websocket. The net.Conn it returns lives
 // until it is closed, not as long as ctx.
 func (c *Client) dialTicket(ctx context.Context, path, vmID, ticket string) (net.Conn, error) {
+	ws, err := c.dialTicketWS(ctx, path, vmID, ticket)
+	if err != nil {
+		return nil, err
+	}
+	// The connection outlives the dial's context; Close ends it.
+	return websocket.NetConn(context.WithoutCancel(ctx), ws, websocket.MessageBinary), nil
+}
+
+// dialTicketWS opens a ticket's websocket.
+func (c *Client) dialTicketWS(ctx context.Context, path, vmID, ticket string) (*websocket.Conn, error) {
 	target := c.WebSocketURL(path, vmID, ticket)
 	shown := strings.Replace(target, url.QueryEscape(ticket), "…", 1) // a ticket is a credential: not in messages
 	hdr := http.Header{}
@@ -132,8 +229,7 @@ func (c *Client) dialTicket(ctx context.Context, path, vmID, ticket string) (net
 		}
 		return nil, &TransportError{Method: http.MethodGet, URL: shown, Err: err}
 	}
-	// The connection outlives the dial's context; Close ends it.
-	return websocket.NetConn(context.WithoutCancel(ctx), ws, websocket.MessageBinary), nil
+	return ws, nil
 }
 
 func (c *Client) httpClient() *http.Client {

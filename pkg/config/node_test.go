@@ -33,7 +33,12 @@ func TestNodeBlock(t *testing.T) {
 }
 
 func TestHTTPBlock(t *testing.T) {
-	def := HTTP{ReadHeaderTimeout: 10 * time.Second, BodyTimeout: 30 * time.Second, WriteTimeout: 2 * time.Minute, IdleTimeout: 2 * time.Minute, MaxConnsPerIP: 128}
+	def := HTTP{ReadHeaderTimeout: 10 * time.Second, BodyTimeout: 30 * time.Second, WriteTimeout: 2 * time.Minute, IdleTimeout: 2 * time.Minute, MaxConnsPerIP: 128,
+		UDPMaxDatagram: 8192, UDPDatagramsPerSecond: 50000, UDPBytesPerSecond: 64 << 20, UDPIdleTimeout: 2 * time.Minute}
+	udp := func(h HTTP) HTTP {
+		h.UDPMaxDatagram, h.UDPDatagramsPerSecond, h.UDPBytesPerSecond, h.UDPIdleTimeout = def.UDPMaxDatagram, def.UDPDatagramsPerSecond, def.UDPBytesPerSecond, def.UDPIdleTimeout
+		return h
+	}
 	for _, tc := range []struct {
 		name, hcl string
 		want      HTTP
@@ -42,7 +47,16 @@ func TestHTTPBlock(t *testing.T) {
 		{"no server block", ``, def, ""},
 		{"no http block", `server {}`, def, ""},
 		{"all set", "server {\n http {\n read_header_timeout = \"5s\"\n body_timeout = \"1m\"\n write_timeout = \"5m\"\n idle_timeout = \"1h\"\n max_conns_per_ip = 4\n }\n}",
-			HTTP{ReadHeaderTimeout: 5 * time.Second, BodyTimeout: time.Minute, WriteTimeout: 5 * time.Minute, IdleTimeout: time.Hour, MaxConnsPerIP: 4}, ""},
+			udp(HTTP{ReadHeaderTimeout: 5 * time.Second, BodyTimeout: time.Minute, WriteTimeout: 5 * time.Minute, IdleTimeout: time.Hour, MaxConnsPerIP: 4}), ""},
+		{"udp caps", "server {\n http {\n udp_max_datagram = \"1500B\"\n udp_datagrams_per_second = 2000\n udp_bytes_per_second = \"2MiB\"\n udp_idle_timeout = \"30s\"\n }\n}",
+			HTTP{ReadHeaderTimeout: 10 * time.Second, BodyTimeout: 30 * time.Second, WriteTimeout: 2 * time.Minute, IdleTimeout: 2 * time.Minute, MaxConnsPerIP: 128,
+				UDPMaxDatagram: 1500, UDPDatagramsPerSecond: 2000, UDPBytesPerSecond: 2 << 20, UDPIdleTimeout: 30 * time.Second}, ""},
+		{"datagram too small", "server {\n http {\n udp_max_datagram = \"100B\"\n }\n}", HTTP{}, "Invalid udp_max_datagram"},
+		{"datagram past UDP", "server {\n http {\n udp_max_datagram = \"64KiB\"\n }\n}", HTTP{}, "Invalid udp_max_datagram"},
+		{"datagram without a unit", "server {\n http {\n udp_max_datagram = \"1500\"\n }\n}", HTTP{}, "Invalid size"},
+		{"no datagram a second", "server {\n http {\n udp_datagrams_per_second = 0\n }\n}", HTTP{}, "Invalid udp_datagrams_per_second"},
+		{"bytes a second too few", "server {\n http {\n udp_bytes_per_second = \"1KiB\"\n }\n}", HTTP{}, "Invalid udp_bytes_per_second"},
+		{"udp idle zero", "server {\n http {\n udp_idle_timeout = \"0\"\n }\n}", HTTP{}, "Invalid udp_idle_timeout"},
 		{"timeout zero", "server {\n http {\n body_timeout = \"0\"\n }\n}", HTTP{}, "Invalid body_timeout"},
 		{"timeout past an hour", "server {\n http {\n write_timeout = \"2h\"\n }\n}", HTTP{}, "Invalid write_timeout"},
 		{"timeout not a duration", "server {\n http {\n idle_timeout = \"forever\"\n }\n}", HTTP{}, "Invalid duration"},

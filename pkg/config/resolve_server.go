@@ -124,6 +124,19 @@ const (
 	minHTTPTimeout           = time.Second
 	maxHTTPTimeout           = time.Hour
 	maxConnsPerIP            = 100000
+
+	// A UDP tunnel's caps. The largest datagram default is above what the
+	// streaming desktops send (they keep under a 1500-byte MTU), the rates
+	// above one 4K stream at a few hundred Mbit/s.
+	DefaultUDPMaxDatagram        = 8 << 10
+	DefaultUDPDatagramsPerSecond = 50000
+	DefaultUDPBytesPerSecond     = 64 << 20
+	DefaultUDPIdleTimeout        = 2 * time.Minute
+	minUDPMaxDatagram            = 512
+	MaxUDPDatagram               = 65507 // the largest UDP payload over IPv4
+	maxUDPDatagramsPerSecond     = 10000000
+	minUDPBytesPerSecond         = 64 << 10
+	maxUDPBytesPerSecond         = 10 << 30
 )
 
 func (r *resolver) resolveHTTP(b *httpBlock) {
@@ -141,6 +154,7 @@ func (r *resolver) resolveHTTP(b *httpBlock) {
 		{"body_timeout", b.BodyTimeout, DefaultBodyTimeout, &h.BodyTimeout},
 		{"write_timeout", b.WriteTimeout, DefaultWriteTimeout, &h.WriteTimeout},
 		{"idle_timeout", b.IdleTimeout, DefaultHTTPIdleTimeout, &h.IdleTimeout},
+		{"udp_idle_timeout", b.UDPIdleTimeout, DefaultUDPIdleTimeout, &h.UDPIdleTimeout},
 	} {
 		v, ok := r.duration(b.Body, a.name, a.p, a.def, b.DefRange)
 		if ok && (v < minHTTPTimeout || v > maxHTTPTimeout) {
@@ -157,6 +171,33 @@ func (r *resolver) resolveHTTP(b *httpBlock) {
 				"max_conns_per_ip is from 1 to %d; %d was given.", maxConnsPerIP, n)
 		} else {
 			h.MaxConnsPerIP = n
+		}
+	}
+	h.UDPMaxDatagram = DefaultUDPMaxDatagram
+	if v, ok := r.size(b.Body, "udp_max_datagram", b.UDPMaxDatagram, DefaultUDPMaxDatagram, b.DefRange); ok {
+		if v < minUDPMaxDatagram || v > MaxUDPDatagram {
+			r.errf(valueRange(b.Body, "udp_max_datagram", b.DefRange), "Invalid udp_max_datagram",
+				"udp_max_datagram is from %dB to %dB (the largest UDP payload over IPv4); %s was given.", minUDPMaxDatagram, MaxUDPDatagram, FormatSize(v))
+		} else {
+			h.UDPMaxDatagram = int(v)
+		}
+	}
+	h.UDPDatagramsPerSecond = DefaultUDPDatagramsPerSecond
+	if b.UDPDatagramsPerSecond != nil {
+		if n := *b.UDPDatagramsPerSecond; n < 1 || n > maxUDPDatagramsPerSecond {
+			r.errf(valueRange(b.Body, "udp_datagrams_per_second", b.DefRange), "Invalid udp_datagrams_per_second",
+				"udp_datagrams_per_second is from 1 to %d; %d was given.", maxUDPDatagramsPerSecond, n)
+		} else {
+			h.UDPDatagramsPerSecond = n
+		}
+	}
+	h.UDPBytesPerSecond = DefaultUDPBytesPerSecond
+	if v, ok := r.size(b.Body, "udp_bytes_per_second", b.UDPBytesPerSecond, DefaultUDPBytesPerSecond, b.DefRange); ok {
+		if v < minUDPBytesPerSecond || v > maxUDPBytesPerSecond {
+			r.errf(valueRange(b.Body, "udp_bytes_per_second", b.DefRange), "Invalid udp_bytes_per_second",
+				"udp_bytes_per_second is from %s to %s; %s was given.", FormatSize(minUDPBytesPerSecond), FormatSize(maxUDPBytesPerSecond), FormatSize(v))
+		} else {
+			h.UDPBytesPerSecond = int64(v)
 		}
 	}
 }

@@ -42,13 +42,18 @@ type serverBlock struct {
 
 // httpBlock bounds what one client of the API may hold.
 type httpBlock struct {
-	ReadHeaderTimeout *string   `hcl:"read_header_timeout,optional"`
-	BodyTimeout       *string   `hcl:"body_timeout,optional"`
-	WriteTimeout      *string   `hcl:"write_timeout,optional"`
-	IdleTimeout       *string   `hcl:"idle_timeout,optional"`
-	MaxConnsPerIP     *int      `hcl:"max_conns_per_ip,optional"`
-	DefRange          hcl.Range `hcl:",def_range"`
-	Body              hcl.Body  `hcl:",body"`
+	ReadHeaderTimeout *string `hcl:"read_header_timeout,optional"`
+	BodyTimeout       *string `hcl:"body_timeout,optional"`
+	WriteTimeout      *string `hcl:"write_timeout,optional"`
+	IdleTimeout       *string `hcl:"idle_timeout,optional"`
+	MaxConnsPerIP     *int    `hcl:"max_conns_per_ip,optional"`
+	// The caps of one UDP tunnel (server.UDPLimits).
+	UDPMaxDatagram        *string   `hcl:"udp_max_datagram,optional"`
+	UDPDatagramsPerSecond *int      `hcl:"udp_datagrams_per_second,optional"`
+	UDPBytesPerSecond     *string   `hcl:"udp_bytes_per_second,optional"`
+	UDPIdleTimeout        *string   `hcl:"udp_idle_timeout,optional"`
+	DefRange              hcl.Range `hcl:",def_range"`
+	Body                  hcl.Body  `hcl:",body"`
 }
 
 // auditBlock says how long the audit log is kept and whether its entries

@@ -82,6 +82,13 @@ type HTTP struct {
 	WriteTimeout      time.Duration `json:"write_timeout"`
 	IdleTimeout       time.Duration `json:"idle_timeout"`
 	MaxConnsPerIP     int           `json:"max_conns_per_ip"`
+	// The caps of one UDP tunnel, each direction on its own: the largest
+	// datagram (bytes), datagrams and bytes a second (token buckets that
+	// hold a quarter second), and how long it may carry nothing.
+	UDPMaxDatagram        int           `json:"udp_max_datagram"`
+	UDPDatagramsPerSecond int           `json:"udp_datagrams_per_second"`
+	UDPBytesPerSecond     int64         `json:"udp_bytes_per_second"`
+	UDPIdleTimeout        time.Duration `json:"udp_idle_timeout"`
 }
 
 // MarshalJSON writes durations as whole seconds.
@@ -93,7 +100,8 @@ func (h HTTP) MarshalJSON() ([]byte, error) {
 		BodyTimeout       int64 `json:"body_timeout"`
 		WriteTimeout      int64 `json:"write_timeout"`
 		IdleTimeout       int64 `json:"idle_timeout"`
-	}{plain(h), secs(h.ReadHeaderTimeout), secs(h.BodyTimeout), secs(h.WriteTimeout), secs(h.IdleTimeout)})
+		UDPIdleTimeout    int64 `json:"udp_idle_timeout"`
+	}{plain(h), secs(h.ReadHeaderTimeout), secs(h.BodyTimeout), secs(h.WriteTimeout), secs(h.IdleTimeout), secs(h.UDPIdleTimeout)})
 }
 
 // Audit says how gpuvmd keeps its audit log: every state-changing request

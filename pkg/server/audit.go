@@ -73,6 +73,7 @@ var auditRoutes = map[string]auditRoute{
 	"POST /v1/vms/{id}/tunnel":            {"tunnel.ticket", "vm/{id}"},
 	"GET /v1/console/ws":                  {"console.open", ""},
 	"GET /v1/tunnel/ws":                   {"tunnel.open", ""},
+	"GET /v1/tunnel/udp/ws":               {"udptunnel.open", ""},
 	"POST /v1/users":                      {"user.create", ""},
 	"POST /v1/users/{name}/tokens":        {"token.create", "user/{name}"},
 	"DELETE /v1/users/{name}/tokens/{id}": {"token.revoke", "user/{name}/token/{id}"},

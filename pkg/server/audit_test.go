@@ -36,7 +36,7 @@ import (
 func TestAuditCoversStateChangingRoutes(t *testing.T) {
 	mustAudit := map[string]bool{ // GETs that give access to a VM
 		"GET /v1/vms/{id}/console": true, "GET /v1/vms/{id}/console.vv": true,
-		"GET " + consoleWSPath: true, "GET " + tunnelWSPath: true,
+		"GET " + consoleWSPath: true, "GET " + tunnelWSPath: true, "GET " + tunnelUDPWSPath: true,
 	}
 	for _, r := range apiRoutes {
 		key := r.Method + " " + r.Path
@@ -609,6 +609,16 @@ func TestAuditConsoleAndTunnel(t *testing.T) {
 		t.Fatalf("tunnel refused: %d %s", code, detail)
 	}
 	check("tunnel open", last(), "tunnel.open", "admin", "ok", 101, "port 7")
+	tws.Close(websocket.StatusNormalClosure, "")
+	code, tun, p = e.tunnel("ann-token", e.box.ID, `{"port":7,"protocol":"udp"}`)
+	if code != 200 {
+		t.Fatalf("udp tunnel: %d %+v", code, p)
+	}
+	check("udp tunnel ticket", last(), "tunnel.ticket", "ann", "ok", 200, "port 7/udp")
+	if tws, code, detail = e.dialWS(ctx, tun.WebSocketURL); tws == nil {
+		t.Fatalf("udp tunnel refused: %d %s", code, detail)
+	}
+	check("udp tunnel open", last(), "udptunnel.open", "ann", "ok", 101, "port 7/udp")
 	tws.Close(websocket.StatusNormalClosure, "")
 
 	// The audit log fails: a ticket is still issued (its answer stands),

@@ -122,8 +122,9 @@ func (s *Server) consoleRoutes(vms *gin.RouterGroup) {
 	vms.GET("/vms/:id/console", s.getConsole)
 	vms.GET("/vms/:id/console.vv", s.getConsoleVV)
 	vms.POST("/vms/:id/tunnel", s.createTunnel)
-	s.engine.GET(consoleWSPath, s.stream, func(c *gin.Context) { s.serveTicket(c, store.TicketConsole) })
-	s.engine.GET(tunnelWSPath, s.stream, func(c *gin.Context) { s.serveTicket(c, store.TicketTunnel) })
+	s.engine.GET(consoleWSPath, s.stream, func(c *gin.Context) { s.serveTicket(c, store.TicketConsole, store.ProtocolTCP) })
+	s.engine.GET(tunnelWSPath, s.stream, func(c *gin.Context) { s.serveTicket(c, store.TicketTunnel, store.ProtocolTCP) })
+	s.engine.GET(tunnelUDPWSPath, s.stream, func(c *gin.Context) { s.serveTicket(c, store.TicketTunnel, store.ProtocolUDP) })
 	s.engine.GET(consolePageURL+":id", s.consolePage)
 	s.engine.GET(consoleAssets+"/*filepath", gin.WrapH(web.AssetHandler(consoleAssets)))
 }
@@ -191,14 +192,14 @@ func (s *Server) consoleProblem(c *gin.Context, vm *store.VM, err error) {
 
 // issueTicket stores a one-time ticket of the caller for the VM, sweeping
 // long-expired ones on the way.
-func (s *Server) issueTicket(c *gin.Context, vm *store.VM, kind string, port int) (string, *store.ConsoleTicket, bool) {
+func (s *Server) issueTicket(c *gin.Context, vm *store.VM, kind string, port int, proto string) (string, *store.ConsoleTicket, bool) {
 	ctx := c.Request.Context()
 	if n, err := s.Store.DeleteExpiredTickets(ctx, s.Store.Now().Add(-ticketSweepAge)); err != nil {
 		s.log.Warn("removing expired console tickets failed", "err", err)
 	} else if n > 0 {
 		s.log.Debug("removed expired console tickets", "count", n)
 	}
-	t := &store.ConsoleTicket{VMID: vm.ID, User: user(c).Name, Kind: kind, Port: port}
+	t := &store.ConsoleTicket{VMID: vm.ID, User: user(c).Name, Kind: kind, Port: port, Protocol: proto}
 	plain, err := s.Store.IssueTicket(ctx, t, s.Console.withDefaults().TicketTTL)
 	if err != nil {
 		s.writeProblem(c, err)
@@ -251,7 +252,7 @@ func (s *Server) getConsole(c *gin.Context) {
 	con, err := s.Consoles.Console(c.Request.Context(), vm.ID)
 	switch {
 	case err == nil:
-		plain, t, ok := s.issueTicket(c, vm, store.TicketConsole, 0)
+		plain, t, ok := s.issueTicket(c, vm, store.TicketConsole, 0, store.ProtocolTCP)
 		if !ok {
 			return
 		}
@@ -343,10 +344,11 @@ func headerHas(h http.Header, key, token string) bool {
 	return false
 }
 
-// serveTicket is the websocket of a console or tunnel ticket: it spends the
-// ticket, connects to the VM's display or the guest's port, and only then
-// accepts the websocket, so that every refusal is an HTTP problem.
-func (s *Server) serveTicket(c *gin.Context, kind string) {
+// serveTicket is the websocket of a console or tunnel ticket of a protocol:
+// it spends the ticket, connects to the VM's display or the guest's port,
+// and only then accepts the websocket, so that every refusal is an HTTP
+// problem.
+func (s *Server) serveTicket(c *gin.Context, kind, proto string) {
 	if !s.requireConsoles(c) {
 		return
 	}
@@ -379,6 +381,11 @@ func (s *Server) serveTicket(c *gin.Context, kind string) {
 		s.writeProblem(c, with(errForbidden, fmt.Sprintf("this is a %s ticket; it does not open %s (the ticket is spent)", t.Kind, c.Request.URL.Path)))
 		return
 	}
+	if t.Protocol != proto {
+		s.writeProblem(c, with(errForbidden, fmt.Sprintf("this is a %s %s ticket; it opens %s, not %s (the ticket is spent)",
+			strings.ToUpper(t.Protocol), t.Kind, tunnelPath(t.Protocol), c.Request.URL.Path)))
+		return
+	}
 	if want := c.Query("vm"); want != "" && want != t.VMID {
 		log.Warn("ticket used for another VM", "asked_vm", want)
 		s.writeProblem(c, with(errForbidden, "the ticket is for another VM (the ticket is spent)"))
@@ -395,7 +402,7 @@ func (s *Server) serveTicket(c *gin.Context, kind string) {
 	}
 	auditVM(c, vm)
 	if t.Kind == store.TicketTunnel {
-		auditDetail(c, "port %d", t.Port)
+		auditDetail(c, "%s", portDetail(t.Port, t.Protocol))
 	}
 	if !s.requireRunning(c, vm) {
 		return
@@ -435,6 +442,10 @@ func (s *Server) serveTicket(c *gin.Context, kind string) {
 	c.Abort()
 	ws.SetReadLimit(o.MaxMessage)
 	p := &proxy{s: s, o: o, ws: ws, target: target, vmID: vm.ID, what: what, log: log}
+	if t.Protocol == store.ProtocolUDP {
+		ws.SetReadLimit(udpReadLimit)
+		p.udp, p.idle = newUDPRelay(s.HTTP, t.Port), s.HTTP.UDPIdleTimeout
+	}
 	if vncPassword != nil {
 		hctx, cancel := context.WithTimeout(ctx, o.WriteTimeout)
 		p.client = wsStream{ws: ws, ctx: hctx}
@@ -481,9 +492,13 @@ func (s *Server) openTarget(c *gin.Context, o ConsoleOptions, vm *store.VM, t *s
 			return nil, "", nil, false
 		}
 		addr = net.JoinHostPort(ip.String(), strconv.Itoa(t.Port))
-		what = fmt.Sprintf("port %d of VM %s (%s)", t.Port, vm.Name, ip)
+		what = fmt.Sprintf("%s of VM %s (%s)", portDetail(t.Port, t.Protocol), vm.Name, ip)
 	}
-	target, err := s.dial(ctx, o, addr)
+	network := "tcp"
+	if t.Protocol == store.ProtocolUDP {
+		network = "udp" // a connected socket: only the guest's datagrams come back
+	}
+	target, err := s.dial(ctx, o, network, addr)
 	if err != nil {
 		log.Info("cannot connect to what the ticket opens", "addr", addr, "err", err)
 		s.writeProblem(c, with(errBadGateway, fmt.Sprintf("cannot connect to %s: %v", what, err)))
@@ -492,10 +507,10 @@ func (s *Server) openTarget(c *gin.Context, o ConsoleOptions, vm *store.VM, t *s
 	return target, what, vncPassword, true
 }
 
-func (s *Server) dial(ctx context.Context, o ConsoleOptions, addr string) (net.Conn, error) {
+func (s *Server) dial(ctx context.Context, o ConsoleOptions, network, addr string) (net.Conn, error) {
 	dctx, cancel := context.WithTimeout(ctx, o.DialTimeout)
 	defer cancel()
-	return o.Dial(dctx, "tcp", addr)
+	return o.Dial(dctx, network, addr)
 }
 
 // trimReason fits a websocket close reason in its 123 bytes.
@@ -604,11 +619,13 @@ var consoleAPIRoutes = []route{
 		Auth: authUser, Params: []param{pVM}, Status: 200, Answer: api.ConsoleResponse{}, Errors: []int{404, 409, 503}},
 	{Method: "GET", Path: "/v1/vms/{id}/console.vv", Summary: "The virt-viewer connection file of a running VM's display: type, host, port, password, title, delete-this-file",
 		Auth: authUser, Params: []param{pVM}, Status: 200, Answer: "", ContentType: api.VVContentType, Errors: []int{404, 409, 503}},
-	{Method: "POST", Path: "/v1/vms/{id}/tunnel", Summary: "A one-time ticket (valid a minute) to a TCP port of a running VM's guest, and its websocket URL",
+	{Method: "POST", Path: "/v1/vms/{id}/tunnel", Summary: "A one-time ticket (valid a minute) to a TCP or UDP port (protocol, default tcp) of a running VM's guest, and its websocket URL",
 		Auth: authUser, Params: []param{pVM}, Body: api.TunnelRequest{}, Status: 200, Answer: api.TunnelResponse{}, Errors: []int{400, 404, 409, 413, 422, 503}},
 	{Method: "GET", Path: consoleWSPath, Summary: "Websocket (binary messages) to the display of the ticket's VM; for VNC gpuvmd answers the display's password and offers the client security type None. It closes, with a reason, when idle, at its time limit, when the client stalls, when the VM stops",
 		Auth: authTicket, Params: []param{pTicketVM}, Status: http.StatusSwitchingProtocols, Errors: []int{400, 404, 409, 502, 503}},
 	{Method: "GET", Path: tunnelWSPath, Summary: "Websocket (binary messages) to the ticket's TCP port of its VM's guest, at the guest's address from libvirt; closes as the console's does",
+		Auth: authTicket, Params: []param{pTicketVM}, Status: http.StatusSwitchingProtocols, Errors: []int{400, 404, 409, 502, 503}},
+	{Method: "GET", Path: tunnelUDPWSPath, Summary: "Websocket to the ticket's UDP port of its VM's guest: each binary message is one datagram, whole, either way. Datagrams over the size or rate caps (server.http udp_*) are dropped and counted; it closes when the guest's port is unreachable (ICMP), when idle, and as the console's does",
 		Auth: authTicket, Params: []param{pTicketVM}, Status: http.StatusSwitchingProtocols, Errors: []int{400, 404, 409, 502, 503}},
 	{Method: "GET", Path: consolePageURL + "{id}", Summary: "The browser console of a VM (HTML, noVNC); the page checks its console ticket and its websocket spends it. Refusals are HTML pages too",
 		Auth: authTicket, Params: []param{{Name: "id", In: "path", Description: "the VM's ID", Type: "string"}}, Status: 200, Answer: "", ContentType: "text/html"},

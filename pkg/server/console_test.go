@@ -291,10 +291,12 @@ func (f *fakeConsoles) Addresses(context.Context, string) ([]hypervisor.Address,
 }
 
 // consoleEnv is an API on a real loopback port with a store, ann's running
-// VM "box" (and bob's "other"), the fake VNC server as every display and a
-// TCP echo server as every guest port.
+// VM "box" (and bob's "other"), the fake VNC server as every display, a TCP
+// echo server as the guest's TCP port 7 and a UDP echo server as its UDP
+// port 7 (other UDP ports: a loopback port nobody listens on). gpuvmd's
+// log is kept in log (JSON).
 type consoleEnv struct {
-	t        *testing.T
+	t        testing.TB
 	srv      *Server
 	http     *httptest.Server
 	st       *store.Store
@@ -305,14 +307,16 @@ type consoleEnv struct {
 	box      *store.VM // ann's, running
 	other    *store.VM // bob's, running
 	echo     net.Listener
+	udpEcho  *net.UDPConn
 	dials    atomic.Int32 // tunnel dials to the fake guest address
+	log      *syncBuffer
 }
 
 // guestIP is the address the fake hypervisor gives every guest; Dial sends
 // it to the echo server.
 var guestIP = netip.MustParseAddr("192.0.2.10")
 
-func newConsoleEnv(t *testing.T, o ConsoleOptions) *consoleEnv {
+func newConsoleEnv(t testing.TB, o ConsoleOptions) *consoleEnv {
 	t.Helper()
 	ctx := context.Background()
 	e := &consoleEnv{t: t, clock: clocktest.New(time.Now())}
@@ -334,9 +338,17 @@ func newConsoleEnv(t *testing.T, o ConsoleOptions) *consoleEnv {
 		addrs: []hypervisor.Address{{Interface: "vnet0", IP: guestIP, Prefix: 24, Source: hypervisor.SourceLease}},
 	}
 	e.echo = echoServer(t)
+	e.udpEcho = udpEchoServer(t)
+	closedUDP := closedUDPPort(t)
 	o.Dial = func(ctx context.Context, network, addr string) (net.Conn, error) {
 		host, port, _ := net.SplitHostPort(addr)
-		if host == guestIP.String() {
+		if host == guestIP.String() && network == "udp" {
+			e.dials.Add(1)
+			addr = closedUDP
+			if port == "7" {
+				addr = e.udpEcho.LocalAddr().String()
+			}
+		} else if host == guestIP.String() {
 			e.dials.Add(1)
 			if port != "7" {
 				return nil, fmt.Errorf("dial tcp %s: connect: connection refused", addr)
@@ -356,8 +368,9 @@ profile "seat" {
 	if diags.HasErrors() {
 		t.Fatal(diags)
 	}
+	e.log = &syncBuffer{}
 	e.srv = New(Deps{Auth: users, Backends: fakeBackends{}, Config: &fakeConfig{cfg: cfg}, Store: st,
-		Consoles: e.consoles, Console: o, Log: slog.New(slog.DiscardHandler)})
+		Consoles: e.consoles, Console: o, Log: slog.New(slog.NewJSONHandler(e.log, nil))})
 	e.http = httptest.NewServer(e.srv)
 	t.Cleanup(func() {
 		e.srv.Close()
@@ -442,7 +455,7 @@ func (e *consoleEnv) dialWS(ctx context.Context, rawURL string) (*websocket.Conn
 	return ws, 101, ""
 }
 
-func echoServer(t *testing.T) net.Listener {
+func echoServer(t testing.TB) net.Listener {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -559,7 +572,7 @@ func TestConsoleOverWebSocket(t *testing.T) {
 	}
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
+func waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for !cond() {

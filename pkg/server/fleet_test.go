@@ -145,7 +145,7 @@ func TestForwardToOwner(t *testing.T) {
 		mu.Lock()
 		seen = append(seen, r.Clone(context.Background()))
 		mu.Unlock()
-		if r.URL.Path == consoleWSPath {
+		if r.URL.Path == consoleWSPath || r.URL.Path == tunnelUDPWSPath {
 			ws, err := websocket.Accept(w, r, nil)
 			if err != nil {
 				return
@@ -246,6 +246,25 @@ func TestForwardToOwner(t *testing.T) {
 	}
 	if got := audited(); len(got) != 1 {
 		t.Errorf("a forwarded websocket is recorded by the node that proxied it: %v", got)
+	}
+	// A UDP tunnel's websocket, too: its datagrams are messages.
+	udp, err := e.st.IssueTicket(ctx, &store.ConsoleTicket{VMID: vm.ID, User: "ann", Kind: store.TicketTunnel, Port: 47998, Protocol: store.ProtocolUDP}, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ws, _, err = websocket.Dial(ctx, "ws"+strings.TrimPrefix(front.URL, "http")+tunnelUDPWSPath+ticketQuery(vm.ID, udp), nil)
+	if err != nil {
+		t.Fatalf("UDP tunnel through h1: %v", err)
+	}
+	if err := ws.Write(ctx, websocket.MessageBinary, []byte("datagram")); err != nil {
+		t.Fatal(err)
+	}
+	if _, b, err := ws.Read(ctx); err != nil || string(b) != "owner: datagram" {
+		t.Errorf("read %q, %v", b, err)
+	}
+	ws.Close(websocket.StatusNormalClosure, "")
+	if _, err := e.st.PeekTicket(ctx, udp); err != nil {
+		t.Errorf("h1 spent or lost the UDP ticket it forwarded: %v", err)
 	}
 
 	// A node that is down is said to be down.

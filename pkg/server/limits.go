@@ -34,6 +34,13 @@ type HTTPLimits struct {
 	WriteTimeout      time.Duration
 	IdleTimeout       time.Duration
 	MaxConnsPerIP     int
+	// The caps of one UDP tunnel, each direction on its own (udp.go):
+	// the largest datagram in bytes, datagrams and bytes a second, and
+	// how long it may forward nothing.
+	UDPMaxDatagram        int
+	UDPDatagramsPerSecond int
+	UDPBytesPerSecond     int64
+	UDPIdleTimeout        time.Duration
 }
 
 // Defaults of HTTPLimits: the server block's (pkg/config).
@@ -43,12 +50,17 @@ const (
 	DefaultHTTPWriteTimeout      = config.DefaultWriteTimeout
 	DefaultHTTPIdleTimeout       = config.DefaultHTTPIdleTimeout
 	DefaultHTTPMaxConnsPerIP     = config.DefaultMaxConnsPerIP
+	DefaultUDPMaxDatagram        = config.DefaultUDPMaxDatagram
+	DefaultUDPDatagramsPerSecond = config.DefaultUDPDatagramsPerSecond
+	DefaultUDPBytesPerSecond     = config.DefaultUDPBytesPerSecond
+	DefaultUDPIdleTimeout        = config.DefaultUDPIdleTimeout
 )
 
 // LimitsOf are the limits of a server block's http block.
 func LimitsOf(h config.HTTP) HTTPLimits {
 	return HTTPLimits{ReadHeaderTimeout: h.ReadHeaderTimeout, BodyTimeout: h.BodyTimeout, WriteTimeout: h.WriteTimeout,
-		IdleTimeout: h.IdleTimeout, MaxConnsPerIP: h.MaxConnsPerIP}
+		IdleTimeout: h.IdleTimeout, MaxConnsPerIP: h.MaxConnsPerIP,
+		UDPMaxDatagram: h.UDPMaxDatagram, UDPDatagramsPerSecond: h.UDPDatagramsPerSecond, UDPBytesPerSecond: h.UDPBytesPerSecond, UDPIdleTimeout: h.UDPIdleTimeout}
 }
 
 // withDefaults fills in the zero values.
@@ -67,6 +79,19 @@ func (l HTTPLimits) withDefaults() HTTPLimits {
 	}
 	if l.MaxConnsPerIP <= 0 {
 		l.MaxConnsPerIP = DefaultHTTPMaxConnsPerIP
+	}
+	if l.UDPMaxDatagram <= 0 {
+		l.UDPMaxDatagram = DefaultUDPMaxDatagram
+	}
+	l.UDPMaxDatagram = min(l.UDPMaxDatagram, config.MaxUDPDatagram)
+	if l.UDPDatagramsPerSecond <= 0 {
+		l.UDPDatagramsPerSecond = DefaultUDPDatagramsPerSecond
+	}
+	if l.UDPBytesPerSecond <= 0 {
+		l.UDPBytesPerSecond = DefaultUDPBytesPerSecond
+	}
+	if l.UDPIdleTimeout <= 0 {
+		l.UDPIdleTimeout = DefaultUDPIdleTimeout
 	}
 	return l
 }

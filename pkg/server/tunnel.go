@@ -30,11 +30,20 @@ func (s *Server) createTunnel(c *gin.Context) {
 	if !s.decodeJSON(c, &req) {
 		return
 	}
-	if req.Port < 1 || req.Port > 65535 {
-		s.writeProblem(c, withField(errValidation, "port", fmt.Sprintf("port %d is not a TCP port (1–65535)", req.Port)))
+	proto := req.Protocol
+	switch proto {
+	case "":
+		proto = api.TunnelTCP
+	case api.TunnelTCP, api.TunnelUDP:
+	default:
+		s.writeProblem(c, withField(errBadRequest, "protocol", fmt.Sprintf("protocol %q is neither %q (the default) nor %q", clip(req.Protocol, 40), api.TunnelTCP, api.TunnelUDP)))
 		return
 	}
-	auditDetail(c, "port %d", req.Port)
+	if req.Port < 1 || req.Port > 65535 {
+		s.writeProblem(c, withField(errValidation, "port", fmt.Sprintf("port %d is not a %s port (1–65535)", req.Port, strings.ToUpper(proto))))
+		return
+	}
+	auditDetail(c, "%s", portDetail(req.Port, proto))
 	if !s.requireRunning(c, vm) {
 		return
 	}
@@ -43,14 +52,31 @@ func (s *Server) createTunnel(c *gin.Context) {
 		s.writeProblem(c, err)
 		return
 	}
-	plain, t, ok := s.issueTicket(c, vm, store.TicketTunnel, req.Port)
+	plain, t, ok := s.issueTicket(c, vm, store.TicketTunnel, req.Port, proto)
 	if !ok {
 		return
 	}
 	_, wsBase := baseURLs(c.Request)
 	c.Header("Cache-Control", "no-store")
-	c.JSON(http.StatusOK, api.TunnelResponse{VMID: vm.ID, Port: req.Port, Ticket: plain, ExpiresAt: t.ExpiresAt,
-		WebSocketURL: wsBase + tunnelWSPath + ticketQuery(vm.ID, plain)})
+	c.JSON(http.StatusOK, api.TunnelResponse{VMID: vm.ID, Port: req.Port, Protocol: proto, Ticket: plain, ExpiresAt: t.ExpiresAt,
+		WebSocketURL: wsBase + tunnelPath(proto) + ticketQuery(vm.ID, plain)})
+}
+
+// tunnelPath is the websocket path of a tunnel of the protocol.
+func tunnelPath(proto string) string {
+	if proto == store.ProtocolUDP {
+		return tunnelUDPWSPath
+	}
+	return tunnelWSPath
+}
+
+// portDetail names a tunnel's port in the audit log and in messages: "port
+// 22", "port 47998/udp".
+func portDetail(port int, proto string) string {
+	if proto == store.ProtocolUDP {
+		return fmt.Sprintf("port %d/udp", port)
+	}
+	return fmt.Sprintf("port %d", port)
 }
 
 // guestAddress is the address a tunnel connects to: the guest's first
@@ -114,8 +140,9 @@ func hostAddresses() map[netip.Addr]bool {
 }
 
 // proxy carries one websocket to one TCP connection (the VM's display or a
-// port of its guest) until either side ends, the connection idles or
-// outlives its limit, a peer stalls, the VM stops, or gpuvmd closes.
+// port of its guest), or to one connected UDP socket (udp.go), until either
+// side ends, the connection idles or outlives its limit, a peer stalls, the
+// VM stops, or gpuvmd closes.
 type proxy struct {
 	s      *Server
 	o      ConsoleOptions
@@ -126,6 +153,10 @@ type proxy struct {
 	log    *slog.Logger
 	// client holds what the VNC handshake read beyond itself.
 	client wsStream
+	// udp, when set, makes it a UDP tunnel: datagrams, not a stream.
+	udp *udpRelay
+	// idle is the idle timeout (default o.IdleTimeout).
+	idle time.Duration
 
 	last    atomic.Int64 // unix nanoseconds of the last byte either way
 	in, out atomic.Int64 // bytes from the client, to the client
@@ -152,11 +183,18 @@ func (p *proxy) run(ctx context.Context) {
 	p.touch()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	if p.idle <= 0 {
+		p.idle = p.o.IdleTimeout
+	}
 	p.log.Info("proxy opened", "to", p.what)
+	from, to := p.fromClient, p.toClient
+	if p.udp != nil {
+		from, to = p.udpFromClient, p.udpToClient
+	}
 	var wg sync.WaitGroup
 	wg.Add(3)
-	go func() { defer wg.Done(); p.fromClient(ctx) }()
-	go func() { defer wg.Done(); p.toClient(ctx) }()
+	go func() { defer wg.Done(); from(ctx) }()
+	go func() { defer wg.Done(); to(ctx) }()
 	go func() { defer wg.Done(); p.watch(ctx) }()
 	<-p.done
 	// Unblock both copies: the target's reads and writes fail at once;
@@ -176,8 +214,12 @@ func (p *proxy) run(ctx context.Context) {
 	}
 	cancel()
 	wg.Wait()
-	p.log.Info("proxy closed", "to", p.what, "reason", p.reason, "code", int(p.code),
-		"duration", time.Since(p.started).Round(time.Millisecond), "bytes_from_client", p.in.Load(), "bytes_to_client", p.out.Load())
+	attrs := []any{"to", p.what, "reason", p.reason, "code", int(p.code),
+		"duration", time.Since(p.started).Round(time.Millisecond), "bytes_from_client", p.in.Load(), "bytes_to_client", p.out.Load()}
+	if p.udp != nil {
+		attrs = append(attrs, p.udp.counts()...)
+	}
+	p.log.Info("proxy closed", attrs...)
 }
 
 // fromClient copies the client's binary messages to the target.
@@ -278,8 +320,8 @@ func (p *proxy) watch(ctx context.Context) {
 			p.end(websocket.StatusGoingAway, "gpuvmd is shutting down")
 			return
 		case now := <-tick.C:
-			if idle := now.Sub(time.Unix(0, p.last.Load())); idle >= p.o.IdleTimeout {
-				p.end(websocket.StatusPolicyViolation, fmt.Sprintf("idle for %s: closed", p.o.IdleTimeout))
+			if idle := now.Sub(time.Unix(0, p.last.Load())); idle >= p.idle {
+				p.end(websocket.StatusPolicyViolation, fmt.Sprintf("idle for %s: closed", p.idle))
 				return
 			}
 			if !now.Before(deadline) {

@@ -371,15 +371,24 @@ const (
 	TicketTunnel  = "tunnel"
 )
 
+// Ticket protocols: what a tunnel ticket carries to its guest's port. A
+// console ticket is tcp (the display is a TCP connection).
+const (
+	ProtocolTCP = "tcp"
+	ProtocolUDP = "udp"
+)
+
 // ConsoleTicket is a one-time, short-lived ticket to a VM's display (kind
-// console) or to a TCP port of its guest (kind tunnel). ID is the SHA-256 of
-// the ticket, hex; the ticket itself is never stored.
+// console) or to a TCP or UDP port of its guest (kind tunnel, Protocol tcp
+// or udp). ID is the SHA-256 of the ticket, hex; the ticket itself is never
+// stored.
 type ConsoleTicket struct {
 	ID        string     `gorm:"column:id;primaryKey" json:"-"`
 	VMID      string     `gorm:"column:vm_id;not null" json:"vm_id"`
 	User      string     `gorm:"column:user_name;not null" json:"user"`
 	Kind      string     `gorm:"column:kind;not null" json:"kind"`
 	Port      int        `gorm:"column:port;not null" json:"port,omitempty"`
+	Protocol  string     `gorm:"column:protocol;not null" json:"protocol"`
 	CreatedAt time.Time  `gorm:"column:created_at;not null" json:"created_at"`
 	ExpiresAt time.Time  `gorm:"column:expires_at;not null;index:console_tickets_expires" json:"expires_at"`
 	UsedAt    *time.Time `gorm:"column:used_at" json:"used_at,omitempty"`

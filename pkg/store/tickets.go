@@ -38,11 +38,15 @@ func TicketID(plain string) string {
 }
 
 // IssueTicket stores a new one-time ticket to a VM's display (Kind
-// TicketConsole, Port 0) or to a TCP port of its guest (TicketTunnel, Port
-// 1–65535) for t.User, valid for ttl, and returns the ticket itself: only
-// its SHA-256 is kept. It fills t's ID, CreatedAt and ExpiresAt. An unknown
+// TicketConsole, Port 0) or to a port of its guest (TicketTunnel, Port
+// 1–65535, Protocol ProtocolTCP or ProtocolUDP; empty is tcp) for t.User,
+// valid for ttl, and returns the ticket itself: only its SHA-256 is kept. It
+// fills t's ID, CreatedAt and ExpiresAt (and an empty Protocol). An unknown
 // VM is ErrNotFound.
 func (s *Store) IssueTicket(ctx context.Context, t *ConsoleTicket, ttl time.Duration) (string, error) {
+	if t.Protocol == "" {
+		t.Protocol = ProtocolTCP
+	}
 	switch {
 	case t.VMID == "" || t.User == "":
 		return "", fmt.Errorf("issue ticket: %w: vm and user are required", ErrInvalid)
@@ -54,6 +58,10 @@ func (s *Store) IssueTicket(ctx context.Context, t *ConsoleTicket, ttl time.Dura
 		return "", fmt.Errorf("issue ticket: %w: port %d is not between 1 and 65535", ErrInvalid, t.Port)
 	case t.Kind != TicketConsole && t.Kind != TicketTunnel:
 		return "", fmt.Errorf("issue ticket: %w: kind %q is neither %q nor %q", ErrInvalid, t.Kind, TicketConsole, TicketTunnel)
+	case t.Protocol != ProtocolTCP && t.Protocol != ProtocolUDP:
+		return "", fmt.Errorf("issue ticket: %w: protocol %q is neither %q nor %q", ErrInvalid, t.Protocol, ProtocolTCP, ProtocolUDP)
+	case t.Kind == TicketConsole && t.Protocol != ProtocolTCP:
+		return "", fmt.Errorf("issue ticket: %w: a console ticket is tcp", ErrInvalid)
 	}
 	var b [32]byte
 	if _, err := rand.Read(b[:]); err != nil {

@@ -28,6 +28,8 @@ func TestIssueTicketValidation(t *testing.T) {
 			{"tunnel without a port", ConsoleTicket{VMID: vm.ID, User: "ann", Kind: TicketTunnel}, time.Minute, ErrInvalid},
 			{"tunnel port too high", ConsoleTicket{VMID: vm.ID, User: "ann", Kind: TicketTunnel, Port: 65536}, time.Minute, ErrInvalid},
 			{"unknown vm", ConsoleTicket{VMID: "nope", User: "ann", Kind: TicketConsole}, time.Minute, ErrNotFound},
+			{"bad protocol", ConsoleTicket{VMID: vm.ID, User: "ann", Kind: TicketTunnel, Port: 4172, Protocol: "sctp"}, time.Minute, ErrInvalid},
+			{"console over udp", ConsoleTicket{VMID: vm.ID, User: "ann", Kind: TicketConsole, Protocol: ProtocolUDP}, time.Minute, ErrInvalid},
 		}
 		for _, tc := range tests {
 			t.Run(tc.name, func(t *testing.T) {
@@ -70,8 +72,16 @@ func TestTicketOneUse(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got.VMID != vm.ID || got.User != "ann" || got.Kind != TicketTunnel || got.Port != 3389 || got.UsedAt == nil {
+		if got.VMID != vm.ID || got.User != "ann" || got.Kind != TicketTunnel || got.Port != 3389 || got.Protocol != ProtocolTCP || got.UsedAt == nil {
 			t.Errorf("consumed %+v", got)
+		}
+		// A UDP ticket keeps its protocol.
+		udp, err := s.IssueTicket(ctx, &ConsoleTicket{VMID: vm.ID, User: "ann", Kind: TicketTunnel, Port: 47998, Protocol: ProtocolUDP}, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, err := s.ConsumeTicket(ctx, udp); err != nil || got.Protocol != ProtocolUDP || got.Port != 47998 {
+			t.Errorf("UDP ticket: %+v, %v", got, err)
 		}
 		for _, f := range []func(context.Context, string) (*ConsoleTicket, error){s.ConsumeTicket, s.PeekTicket} {
 			if _, err := f(ctx, plain); !errors.Is(err, ErrTicketUsed) || !errors.Is(err, ErrInvalidTicket) || !strings.Contains(err.Error(), "already used") {
@@ -99,8 +109,8 @@ func TestTicketOneUse(t *testing.T) {
 				t.Errorf("expired ticket: %v", err)
 			}
 		}
-		if n := count(t, s, "console_tickets", "used_at IS NOT NULL"); n != 1 {
-			t.Errorf("%d tickets marked used, want 1", n)
+		if n := count(t, s, "console_tickets", "used_at IS NOT NULL"); n != 2 {
+			t.Errorf("%d tickets marked used, want 2", n)
 		}
 
 		// The expired ones go; a fresh one stays.
@@ -109,8 +119,8 @@ func TestTicketOneUse(t *testing.T) {
 			t.Fatal(err)
 		}
 		n, err := s.DeleteExpiredTickets(ctx, s.Now())
-		if err != nil || n != 2 {
-			t.Fatalf("DeleteExpiredTickets = %d, %v; want 2", n, err)
+		if err != nil || n != 3 {
+			t.Fatalf("DeleteExpiredTickets = %d, %v; want 3", n, err)
 		}
 		if _, err := s.ConsumeTicket(ctx, fresh); err != nil {
 			t.Errorf("fresh ticket after the cleanup: %v", err)
