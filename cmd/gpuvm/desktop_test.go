@@ -20,6 +20,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpuvm/gpuvm/pkg/logtest"
+
 	"github.com/spf13/cobra"
 
 	"github.com/gpuvm/gpuvm/pkg/client"
@@ -197,24 +199,6 @@ profile "sunshine" {
 	return e
 }
 
-// lockedBuffer is a buffer the command and the test may use at once.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // startDesktop runs 'gpuvm ARGS' until stop, once it listens on n
 // addresses (which it returns).
 func startDesktop(t *testing.T, e *desktopEnv, seams *consoleSeams, n int, stdin io.Reader, stdout io.Writer, args ...string) ([]string, func() (int, string)) {
@@ -284,7 +268,7 @@ func TestDesktopRDPFile(t *testing.T) {
 		t.Error("opened something")
 		return nil
 	}}
-	var out lockedBuffer
+	var out logtest.Buffer
 	addrs, stop := startDesktop(t, e, seams, 1, nil, &out, "desktop", "win", "--rdp-file", path, "--user", "ann", "--local-port", "0")
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -306,7 +290,7 @@ func TestDesktopRDPFile(t *testing.T) {
 	}
 
 	for _, cmd := range []string{"desktop", "rdp"} {
-		var out lockedBuffer
+		var out logtest.Buffer
 		addrs, stop := startDesktop(t, e, &consoleSeams{lookPath: noProgram}, 1, nil, &out, cmd, "win", "--print")
 		if out.String() != addrs[0]+"\n" {
 			t.Errorf("%s --print: stdout %q", cmd, out.String())
@@ -319,7 +303,7 @@ func TestDesktopRDPFile(t *testing.T) {
 // TestDesktopDCV: the web URL and the dcv:// link through the tunnel.
 func TestDesktopDCV(t *testing.T) {
 	e := newDesktopEnv(t)
-	var out lockedBuffer
+	var out logtest.Buffer
 	var opened string
 	var mu sync.Mutex
 	seams := &consoleSeams{open: func(u string) error { mu.Lock(); opened = u; mu.Unlock(); return nil }}
@@ -362,7 +346,7 @@ func TestDesktopSunshine(t *testing.T) {
 			return 0, nil
 		},
 	}
-	var out lockedBuffer
+	var out logtest.Buffer
 	addrs, stop := startDesktop(t, e, seams, 4, strings.NewReader("pw\n"), &out, "desktop", "stream", "--pin", "4321", "--user", "gpuvm")
 	for i, off := range []int{-5, 0, 1, 21} {
 		if addrs[i] != "127.0.0.1:"+strconv.Itoa(e.base+off) {

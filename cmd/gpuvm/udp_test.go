@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpuvm/gpuvm/pkg/logtest"
+
 	"github.com/gpuvm/gpuvm/pkg/server"
 )
 
@@ -52,12 +54,12 @@ func closedUDPPort(t *testing.T) string {
 
 // startUDPTunnel runs 'gpuvm ARGS' until stop, with its standard error
 // readable while it runs, and returns the address it listens on.
-func startUDPTunnel(t *testing.T, e *consoleEnv, args ...string) (string, *lockedBuffer, func() int) {
+func startUDPTunnel(t *testing.T, e *consoleEnv, args ...string) (string, *logtest.Buffer, func() int) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	addr := make(chan string, 1)
 	seams := &consoleSeams{listening: func(a string) { addr <- a }}
-	stderr := &lockedBuffer{}
+	stderr := &logtest.Buffer{}
 	done := make(chan int, 1)
 	go func() {
 		ctx := context.WithValue(ctx, testSeamsKey{}, &testSeams{term: &terminal{in: strings.NewReader("")}})

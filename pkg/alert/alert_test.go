@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpuvm/gpuvm/pkg/logtest"
+
 	"github.com/gpuvm/gpuvm/pkg/api"
 	"github.com/gpuvm/gpuvm/pkg/clocktest"
 	"github.com/gpuvm/gpuvm/pkg/config"
@@ -97,7 +99,7 @@ type alertEnv struct {
 	mon    *monitor.Monitor
 	eval   *Evaluator
 	hooks  *webhook.Notifier
-	log    *syncBuffer
+	log    *logtest.Buffer
 }
 
 func newAlertEnv(t *testing.T, rules ...*config.Alert) *alertEnv {

@@ -1,12 +1,13 @@
 package monitor
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/gpuvm/gpuvm/pkg/logtest"
 
 	"github.com/gpuvm/gpuvm/pkg/clocktest"
 	"github.com/gpuvm/gpuvm/pkg/store"
@@ -20,29 +21,8 @@ func newFakeClock() *clocktest.Clock {
 	return clocktest.New(time.Date(2026, 3, 2, 9, 0, 0, 0, time.UTC))
 }
 
-// syncBuffer is a log sink safe for concurrent writers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // testLog logs to the test's output and into a buffer the test may read.
-func testLog(t testing.TB) (*slog.Logger, *syncBuffer) {
-	buf := &syncBuffer{}
-	return slog.New(slog.NewTextHandler(buf, &slog.HandlerOptions{Level: slog.LevelDebug})), buf
-}
+func testLog(testing.TB) (*slog.Logger, *logtest.Buffer) { return logtest.New() }
 
 // newStore opens a SQLite database in the test's directory on clock.
 func newStore(t testing.TB, clock *clocktest.Clock) *store.Store {

@@ -1,7 +1,6 @@
 package server
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -11,9 +10,10 @@ import (
 	"regexp"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/gpuvm/gpuvm/pkg/logtest"
 
 	"github.com/coder/websocket"
 	"github.com/gin-gonic/gin"
@@ -84,33 +84,16 @@ type auditEnv struct {
 	s       *Server
 	st      *store.Store
 	dsn     string
-	log     *syncBuffer
+	log     *logtest.Buffer
 	tokens  map[string]string // user → token
 	tokenID map[string]int64
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
 }
 
 func newAuditEnv(t *testing.T, hcl string) *auditEnv {
 	t.Helper()
 	ctx := context.Background()
 	db := storetest.Config(t, store.DriverSQLite, storetest.Quiet)
-	e := &auditEnv{dsn: db.DSN, log: &syncBuffer{}, tokens: map[string]string{}, tokenID: map[string]int64{}}
+	e := &auditEnv{dsn: db.DSN, log: &logtest.Buffer{}, tokens: map[string]string{}, tokenID: map[string]int64{}}
 	st := storetest.Open(t, db)
 	e.st = st
 	for _, name := range []string{"admin", "ann", "bob"} {

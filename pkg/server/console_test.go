@@ -19,6 +19,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpuvm/gpuvm/pkg/logtest"
+
 	"github.com/coder/websocket"
 	"go.uber.org/goleak"
 
@@ -309,7 +311,7 @@ type consoleEnv struct {
 	echo     net.Listener
 	udpEcho  *net.UDPConn
 	dials    atomic.Int32 // tunnel dials to the fake guest address
-	log      *syncBuffer
+	log      *logtest.Buffer
 }
 
 // guestIP is the address the fake hypervisor gives every guest; Dial sends
@@ -368,7 +370,7 @@ profile "seat" {
 	if diags.HasErrors() {
 		t.Fatal(diags)
 	}
-	e.log = &syncBuffer{}
+	e.log = &logtest.Buffer{}
 	e.srv = New(Deps{Auth: users, Backends: fakeBackends{}, Config: &fakeConfig{cfg: cfg}, Store: st,
 		Consoles: e.consoles, Console: o, Log: slog.New(slog.NewJSONHandler(e.log, nil))})
 	e.http = httptest.NewServer(e.srv)

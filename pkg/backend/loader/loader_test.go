@@ -1,7 +1,6 @@
 package loader
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -12,10 +11,11 @@ import (
 	"reflect"
 	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gpuvm/gpuvm/pkg/logtest"
 
 	"github.com/gpuvm/gpuvm/pkg/backend"
 )
@@ -24,7 +24,7 @@ import (
 // state dir where the fake plugins leave their pid files.
 type harness struct {
 	dir, state string
-	logs       syncBuffer
+	logs       logtest.Buffer
 }
 
 func newHarness(t *testing.T) *harness {
@@ -127,23 +127,6 @@ func eventually(t *testing.T, d time.Duration, what string, f func() bool) {
 			t.Fatalf("after %v: %s", d, what)
 		}
 	}
-}
-
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 type bin struct {
