@@ -200,6 +200,9 @@ func (o *Orchestrator) vmRequest(ctx context.Context, vm *store.VM) (hypervisor.
 		return hypervisor.VMRequest{}, err
 	}
 	req := hypervisor.VMRequest{Spec: spec, Pool: cfg.Server.Libvirt.StoragePool}
+	if req.Seed, err = o.seed(ctx, cfg, p, vm); err != nil { // seed.go
+		return hypervisor.VMRequest{}, err
+	}
 	if p.Disk != nil && p.Disk.Image != "" {
 		img := cfg.Images[p.Disk.Image]
 		if img == nil || img.Path == "" {
