@@ -157,12 +157,37 @@ func TestDesktopOverRDP(t *testing.T) {
 	toReady := time.Since(begin)
 
 	// cloud-init done (it made the user and set the password), through the
-	// guest agent, which answers by then.
-	code, out, err := guestExec(ctx, dom, 5*time.Minute, "/usr/bin/cloud-init", "status", "--wait", "--long")
-	if err != nil || code != 0 {
-		t.Fatalf("cloud-init status --wait: exit %d, %v\n%s", code, err, out)
+	// guest agent, which answers by then: boot-finished is written at the
+	// end of its last stage, result.json lists its errors. (No `cloud-init
+	// status --wait`: Python takes most of a minute to start under
+	// software emulation.)
+	for {
+		code, out, err := guestExec(ctx, dom, 5*time.Minute, "/usr/bin/test", "-e", "/var/lib/cloud/instance/boot-finished")
+		if err != nil {
+			t.Fatalf("cloud-init: %v %s", err, out)
+		}
+		if code == 0 {
+			break
+		}
+		if time.Since(begin) > 8*time.Minute {
+			t.Fatalf("cloud-init did not finish in %v", time.Since(begin).Round(time.Second))
+		}
+		time.Sleep(3 * time.Second)
 	}
 	toCloudInit := time.Since(begin)
+	if code, out, err := guestExec(ctx, dom, time.Minute, "/bin/cat", "/var/lib/cloud/data/result.json"); err != nil || code != 0 {
+		t.Errorf("cloud-init's result: exit %d, %v: %s", code, err, out)
+	} else {
+		var res struct {
+			V1 struct {
+				Datasource string   `json:"datasource"`
+				Errors     []string `json:"errors"`
+			} `json:"v1"`
+		}
+		if err := json.Unmarshal([]byte(out), &res); err != nil || len(res.V1.Errors) > 0 || !strings.Contains(res.V1.Datasource, "NoCloud") {
+			t.Errorf("cloud-init's result: %v %s", err, out)
+		}
+	}
 
 	// The one-time password, through the CLI; a second read is refused.
 	cli := cliRun{t: t, bin: gpuvmCLI(t), home: t.TempDir()}
@@ -313,7 +338,8 @@ type rdpResult struct {
 // rdpSession runs xfreerdp on display against addr as user with password
 // for at most within, taking a screenshot every few seconds, until one
 // passes as the desktop (and sessionUp, when set, says the guest runs the
-// session). The last screenshot is kept as name.png in artifacts.
+// session), or, without sessionUp (the wrong password), until xrdp shows
+// its error dialog. The last screenshot is kept as name.png in artifacts.
 func rdpSession(t *testing.T, ctx context.Context, display, addr, user, password string, within time.Duration, artifacts, name, dom string, sessionUp func() bool) rdpResult {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(ctx, within)
@@ -364,6 +390,9 @@ func rdpSession(t *testing.T, ctx context.Context, display, addr, user, password
 			up = sessionUp()
 		}
 		res.desktop, res.why = looksLikeDesktop(img)
+		if sessionUp == nil && strings.HasSuffix(res.why, "xrdp's login or error dialog") {
+			return res // the negative control: refused, as it should be
+		}
 		if res.desktop && !up {
 			res.desktop, res.why = false, res.why+", but the guest runs no IceWM session for "+user
 		}
