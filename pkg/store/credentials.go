@@ -72,3 +72,9 @@ func (s *Store) TakeVMCredential(ctx context.Context, vmID, by string) (*VMCrede
 	}
 	return out, nil
 }
+
+// forgetCredential empties the password of a VM's credential (a deleted VM):
+// the hash stays, read_at stays empty (nobody read it).
+func (s *Store) forgetCredential(vmID string) error {
+	return s.db.Model(&VMCredential{}).Where("vm_id = ? AND password <> ''", vmID).Update("password", "").Error
+}

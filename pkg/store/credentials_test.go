@@ -65,6 +65,17 @@ func TestVMCredentialOnce(t *testing.T) {
 		if _, err := s.TakeVMCredential(ctx, "no-such-vm", "ann"); !errors.Is(err, ErrNotFound) {
 			t.Errorf("unknown vm: %v", err)
 		}
+		// Deleting a VM forgets a password nobody read.
+		gone := &VM{Name: "gone", Owner: "ann", Profile: "desktop", Hours: 1}
+		if _, err := s.CreateVM(ctx, gone, CreateVMOptions{RequestedBy: "ann", Credential: &VMCredential{Login: "ann", Password: "unread", PasswordHash: "$6$saltsalt$hash"}}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.UpdateVMState(ctx, gone.ID, gone.Version, VMUpdate{State: VMDeleted}); err != nil {
+			t.Fatal(err)
+		}
+		if n := count(t, s, "vm_credentials", "vm_id = ? AND password = ''", gone.ID); n != 1 {
+			t.Errorf("the deleted VM's unread password is still stored")
+		}
 		// A VM made without one has none.
 		other := mustVM(t, s, "ann", "plain")
 		if _, err := s.GetVMCredential(ctx, other.ID); !errors.Is(err, ErrNotFound) {

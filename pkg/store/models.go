@@ -481,7 +481,8 @@ func (AuditEntry) TableName() string { return "audit_log" }
 // VMCredential is the one-time desktop password of a VM: Login is the
 // guest account cloud-init makes, PasswordHash its SHA-512 crypt hash (what
 // the seed carries), Password the password itself until its owner reads it
-// once (TakeVMCredential empties it and sets ReadAt). Never in JSON.
+// once (TakeVMCredential empties it and sets ReadAt), or the VM is deleted.
+// Never in JSON.
 type VMCredential struct {
 	VMID         string     `gorm:"column:vm_id;primaryKey" json:"-"`
 	Login        string     `gorm:"column:login;not null" json:"-"`

@@ -247,6 +247,12 @@ func (s *Store) UpdateVMState(ctx context.Context, id string, version int64, u V
 		if err := tx.db.Where("id = ?", id).Take(&vm).Error; err != nil {
 			return err
 		}
+		if u.State == VMDeleted {
+			// A desktop password nobody read dies with its VM.
+			if err := tx.forgetCredential(id); err != nil {
+				return err
+			}
+		}
 		return tx.appendEvent(ctx, &Event{VMID: vm.ID, Owner: vm.Owner, Type: "vm.state",
 			Payload: mustJSON(map[string]any{"state": vm.State, "phase": vm.Phase, "reason": vm.StateReason, "version": vm.Version})})
 	})
