@@ -39,8 +39,8 @@
 #
 # Idempotent: the build is skipped when $CACHE/stamp matches the hash of this
 # script and rootfs/ and the candidate versions of PACKAGES in apt's lists.
-# Downloaded .debs are kept in $CACHE/debs, so a rebuild after a recipe change
-# downloads only what changed. Concurrent runs serialise on $CACHE/.lock.
+# The .debs of the last build are kept in $CACHE/debs, so a rebuild after a
+# recipe change downloads only what changed. Concurrent runs serialise on $CACHE/.lock.
 # Needs root, mmdebstrap, mke2fs (e2fsprogs) and qemu-img (qemu-utils). The
 # last line on stdout is the image's path; the lines before it are
 # "kernel=<path>" and "initrd=<path>".
@@ -111,7 +111,7 @@ start=$(date +%s)
 # never meet its /proc and /sys mounts.
 work=$(mktemp -d "${TMPDIR:-/var/tmp}/gpuvm-desktop.XXXXXX")
 trap 'rm -rf "$work"' EXIT
-mkdir -p "$cache/debs"
+mkdir -p "$cache/debs" "$work/debs"
 root="$work/root"
 
 # --- install --------------------------------------------------------------
@@ -137,11 +137,23 @@ mmdebstrap --mode=root --variant=apt --format=directory \
 	--setup-hook='mkdir -p "$1"/var/cache/apt/archives/' \
 	--setup-hook="sync-in '$cache/debs' /var/cache/apt/archives/" \
 	--essential-hook="cp -R '$here/rootfs/.' \"\$1/\"" \
-	--customize-hook="sync-out /var/cache/apt/archives '$cache/debs'" \
+	--customize-hook="sync-out /var/cache/apt/archives '$work/debs'" \
 	--customize-hook='rm -f "$1"/var/cache/apt/archives/*.deb' \
 	"$SUITE" "$root" \
 	"deb $mirror $SUITE main" "deb $mirror $SUITE-updates main" "deb $security $SUITE-security main" \
 	>&2 || die "mmdebstrap failed"
+
+# Keep the .debs of this package set only (a new kernel replaces the old
+# one): those of the packages installed, at the versions installed.
+installed=$(dpkg-query --admindir="$root/var/lib/dpkg" -W -f='${Package} ${Version}\n')
+for deb in "$work"/debs/*.deb; do
+	[ -e "$deb" ] || continue
+	grep -qxF "$(dpkg-deb --show --showformat='${Package} ${Version}' "$deb")" <<<"$installed" || rm -f "$deb"
+done
+rm -rf "$cache/debs.old"
+mv "$cache/debs" "$cache/debs.old"
+mv "$work/debs" "$cache/debs"
+rm -rf "$cache/debs.old"
 
 # --- configure ------------------------------------------------------------
 
