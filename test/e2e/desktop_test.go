@@ -419,13 +419,18 @@ var (
 	xrdpDialogGrey = color.RGBA{0xde, 0xde, 0xde, 0xff}
 )
 
-// looksLikeDesktop says whether a screenshot shows the session's desktop
-// and not an xrdp login or error dialog: not one colour over most of the
-// screen (black before the first frame, or a bare background), not xrdp's
-// dialog (its grey over more than 5% of the screen under its blue title
-// bar: a failed login leaves it on black), and more than a handful of
-// colours (IceWM's wallpaper, taskbar and clock have thousands; xrdp's
-// screens about five).
+// icewmTaskbarGrey is the face of IceWM's taskbar (its default theme), the
+// bottom 25 rows of the desktop image's session.
+var icewmTaskbarGrey = color.RGBA{0xd7, 0xd7, 0xd7, 0xff}
+
+// looksLikeDesktop says whether a screenshot shows the desktop image's
+// session and not an xrdp login or error dialog: no colour over more than a
+// third of the screen (black before the first frame, or a frame half drawn:
+// IceWM's wallpaper has no such colour), not xrdp's dialog (its grey over more
+// than 5% of the screen under its blue title bar: a failed login leaves it on
+// black), more than a handful of colours (the wallpaper, the taskbar and its
+// clock have thousands; xrdp's screens about five), and IceWM's taskbar along
+// the bottom (its grey on at least 40% of the last 20 rows).
 func looksLikeDesktop(img image.Image) (bool, string) {
 	b := img.Bounds()
 	counts := map[color.RGBA]int{}
@@ -443,15 +448,27 @@ func looksLikeDesktop(img image.Image) (bool, string) {
 		}
 	}
 	share := func(c color.RGBA) float64 { return float64(counts[c]) / float64(total) }
-	desc := fmt.Sprintf("%d colours, the commonest #%02x%02x%02x on %.1f%%, xrdp's dialog grey on %.1f%% and title blue on %.1f%%",
-		len(counts), top.R, top.G, top.B, 100*share(top), 100*share(xrdpDialogGrey), 100*share(xrdpTitleBlue))
+	bar := 0
+	for y := max(b.Max.Y-20, b.Min.Y); y < b.Max.Y; y++ {
+		for x := b.Min.X; x < b.Max.X; x++ {
+			r, g, bl, _ := img.At(x, y).RGBA()
+			if (color.RGBA{uint8(r >> 8), uint8(g >> 8), uint8(bl >> 8), 0xff}) == icewmTaskbarGrey {
+				bar++
+			}
+		}
+	}
+	barShare := float64(bar) / float64(b.Dx()*min(20, b.Dy()))
+	desc := fmt.Sprintf("%d colours, the commonest #%02x%02x%02x on %.1f%%, xrdp's dialog grey on %.1f%% and title blue on %.1f%%, IceWM's taskbar grey on %.0f%% of the bottom rows",
+		len(counts), top.R, top.G, top.B, 100*share(top), 100*share(xrdpDialogGrey), 100*share(xrdpTitleBlue), 100*barShare)
 	switch {
-	case share(top) > 0.85:
-		return false, desc + ": mostly one colour"
 	case share(xrdpDialogGrey) > 0.05 && share(xrdpTitleBlue) > 0.002:
 		return false, desc + ": xrdp's login or error dialog"
+	case share(top) > 1.0/3:
+		return false, desc + ": one colour over a third of the screen (not drawn yet?)"
 	case len(counts) < 16:
 		return false, desc + ": too few colours for a desktop"
+	case barShare < 0.4:
+		return false, desc + ": no IceWM taskbar (yet)"
 	}
 	return true, desc
 }
@@ -587,8 +604,8 @@ func agentCommand(ctx context.Context, dom string, cmd, ret any) error {
 }
 
 // The screenshot check on made-up screens (no QEMU needed): black, xrdp's
-// failed-login dialog on black, and a busy desktop; and an XWD of each
-// decodes back to it.
+// failed-login dialog on black, a desktop half drawn, one without the
+// taskbar, and a busy desktop with it; and an XWD of each decodes back to it.
 func TestLooksLikeDesktop(t *testing.T) {
 	black := image.NewRGBA(image.Rect(0, 0, 64, 48))
 	for i := 3; i < len(black.Pix); i += 4 {
@@ -608,14 +625,27 @@ func TestLooksLikeDesktop(t *testing.T) {
 	busy := image.NewRGBA(black.Rect)
 	for y := range 48 {
 		for x := range 64 {
-			busy.SetRGBA(x, y, color.RGBA{uint8(x * 4), uint8(y * 5), uint8(x * y), 0xff})
+			c := color.RGBA{uint8(x * 4), uint8(y * 5), uint8(x * y), 0xff}
+			if y >= 28 && x%4 != 0 {
+				c = icewmTaskbarGrey
+			}
+			busy.SetRGBA(x, y, c)
+		}
+	}
+	half := image.NewRGBA(black.Rect)
+	copy(half.Pix, busy.Pix)
+	copy(half.Pix, black.Pix[:len(black.Pix)/2])
+	noBar := image.NewRGBA(black.Rect)
+	for y := range 48 {
+		for x := range 64 {
+			noBar.SetRGBA(x, y, color.RGBA{uint8(x * 4), uint8(y * 5), uint8(x * y), 0xff})
 		}
 	}
 	for _, tc := range []struct {
 		name string
 		img  *image.RGBA
 		want bool
-	}{{"black", black, false}, {"xrdp dialog", dialog, false}, {"desktop", busy, true}} {
+	}{{"black", black, false}, {"xrdp dialog", dialog, false}, {"half drawn", half, false}, {"no taskbar", noBar, false}, {"desktop", busy, true}} {
 		got, why := looksLikeDesktop(tc.img)
 		if got != tc.want {
 			t.Errorf("%s: %v (%s), want %v", tc.name, got, why, tc.want)
