@@ -3,6 +3,7 @@ module github.com/gpuvm/gpuvm
 go 1.26.8
 
 require (
+	github.com/GehirnInc/crypt v0.0.0-20230320061759-8cc1b52080c5
 	github.com/NVIDIA/go-nvml v0.13.4-1
 	github.com/gofrs/flock v0.13.2
 	github.com/google/uuid v1.6.0

@@ -28,8 +28,16 @@ if ! qemu_can_read "$root/test/guest/cache/vmlinuz"; then
 	rm -rf "$dev/configs/dev" "$dev/test/guest/cache" "$dev/bin/plugins"
 	cp -r "$root/configs/dev" "$dev/configs/dev"
 	cp -r "$root/test/guest/cache" "$dev/test/guest/cache"
+	# The desktop profile's cloud-init template, and its image when built.
+	install -d -m 0755 "$dev/templates/cloud-init"
+	cp "$root/templates/cloud-init/desktop.yaml" "$dev/templates/cloud-init/"
+	rm -rf "$dev/test/guest/desktop"
+	if [ -s "$root/test/guest/desktop/cache/desktop.qcow2" ]; then
+		install -d -m 0755 "$dev/test/guest/desktop/cache"
+		cp "$root"/test/guest/desktop/cache/{desktop.qcow2,vmlinuz,initrd.img} "$dev/test/guest/desktop/cache/"
+	fi
 	cp -r "$root/$bin/plugins" "$dev/bin/plugins"
-	chmod -R a+rX "$dev/configs" "$dev/test" "$dev/bin"
+	chmod -R a+rX "$dev/configs" "$dev/test" "$dev/templates" "$dev/bin"
 	root=$dev
 	if [ "$state" = "$(pwd)/.cache/run" ]; then
 		state=$dev/.cache/run

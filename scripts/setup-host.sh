@@ -79,4 +79,18 @@ if [ -e /dev/kvm ]; then
 	$SUDO chgrp kvm /dev/kvm
 	$SUDO chmod 660 /dev/kvm
 fi
+# The desktop guest and its system test (test/guest/desktop, test/e2e's
+# TestDesktopOverRDP): mmdebstrap and e2fsprogs build the image; FreeRDP,
+# Xvfb and xwd (x11-apps) reach its desktop and take the screenshot.
+DESKTOP_PKGS=(mmdebstrap e2fsprogs freerdp2-x11 xvfb x11-apps)
+missing=()
+for p in "${DESKTOP_PKGS[@]}"; do
+	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+	log "installing ${missing[*]} (the desktop guest and its RDP test)"
+	export DEBIAN_FRONTEND=noninteractive
+	$SUDO apt-get update -qq
+	$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
 log "ready"

@@ -53,6 +53,8 @@ func addClientCommands(root *cobra.Command, getenv func(string) string) {
 	// reservations.go: GPU capacity booked ahead.
 	root.AddCommand(newReserveCmd(getenv), newReservationsCmd(getenv))
 	root.AddCommand(newAuditCmd(getenv)) // audit.go: your entries of the audit log
+	// credentials.go: the one-time desktop password.
+	root.AddCommand(newCredentialsCmd(getenv))
 }
 
 // clientOpts are the connection flags of a command.

@@ -165,7 +165,7 @@ func TestProfileErrors(t *testing.T) {
 		code int
 		want string
 	}{
-		{[]string{"profile", "show", "nope", "--config", "../../configs/dev"}, 1, `no profile "nope" in ../../configs/dev (profiles: tiny`},
+		{[]string{"profile", "show", "nope", "--config", "../../configs/dev"}, 1, `no profile "nope" in ../../configs/dev (profiles: desktop, tiny`},
 		{[]string{"profile", "show", "--config", "../../configs/dev"}, 2, "takes one profile name"},
 		{[]string{"profile", "show", "a", "b"}, 2, "takes one profile name"},
 		{[]string{"profile", "list", "extra"}, 2, "takes no arguments"},

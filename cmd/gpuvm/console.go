@@ -15,6 +15,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gpuvm/gpuvm/pkg/hypervisor/cloudinit"
+
 	"github.com/spf13/cobra"
 
 	"github.com/gpuvm/gpuvm/pkg/client"
@@ -539,8 +541,8 @@ func runSSH(ctx context.Context, c *client.Client, cmd *cobra.Command, o clientO
 	proxy := proxyCommand(self, vm.ID)
 	args := []string{"-o", "ProxyCommand=" + proxy, "-o", "HostKeyAlias=gpuvm-" + vm.ID}
 	if user == "" && !sshNamesUser(sshArgs) {
-		// cloud-init made the account of the VM's owner.
-		user = vm.Owner
+		// cloud-init made the account of the VM's owner, by this name.
+		user = cloudinit.LoginName(vm.Owner)
 	}
 	if user != "" {
 		args = append(args, "-l", user)

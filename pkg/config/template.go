@@ -22,7 +22,9 @@ import (
 // the template's vars — and rendered per VM with Config.RenderCloudInit.
 
 // BuiltinTemplateVars are the variables every template may use, set per VM.
-var BuiltinTemplateVars = []string{"user", "hostname", "ssh_authorized_keys", "vm_id", "vm_name", "profile"}
+// password_hash is the SHA-512 crypt hash of the VM's one-time desktop
+// password ("" for a VM without one), for users[].passwd.
+var BuiltinTemplateVars = []string{"user", "hostname", "ssh_authorized_keys", "vm_id", "vm_name", "profile", "password_hash"}
 
 // maxTemplateForDepth bounds "%{ for }" directives inside each other.
 const maxTemplateForDepth = 2
@@ -282,6 +284,9 @@ type CloudInitInput struct {
 	SSHAuthorizedKeys []string
 	VMID              string
 	VMName            string
+	// PasswordHash is the SHA-512 crypt hash of the VM's one-time desktop
+	// password ("" when it has none): the template's password_hash.
+	PasswordHash string
 }
 
 // RenderCloudInit renders the profile's cloud-init template for one VM: the
@@ -316,6 +321,7 @@ func (c *Config) RenderCloudInit(p *Profile, in CloudInitInput) (string, error) 
 	vars["vm_id"] = cty.StringVal(in.VMID)
 	vars["vm_name"] = cty.StringVal(in.VMName)
 	vars["profile"] = cty.StringVal(p.Name)
+	vars["password_hash"] = cty.StringVal(in.PasswordHash)
 	b := &budget{limit: evalBudgetBytes}
 	ctx := &hcl.EvalContext{Variables: vars, Functions: functionsFor(b, nil, false, "", nil)}
 	v, diags := t.expr.Value(ctx)

@@ -13,10 +13,8 @@ import (
 
 	"github.com/gpuvm/gpuvm/pkg/api"
 	"github.com/gpuvm/gpuvm/pkg/backend"
-	"github.com/gpuvm/gpuvm/pkg/config"
 	"github.com/gpuvm/gpuvm/pkg/gpu"
 	"github.com/gpuvm/gpuvm/pkg/hypervisor"
-	"github.com/gpuvm/gpuvm/pkg/hypervisor/cloudinit"
 	"github.com/gpuvm/gpuvm/pkg/hypervisor/domain"
 	"github.com/gpuvm/gpuvm/pkg/revert"
 	"github.com/gpuvm/gpuvm/pkg/store"
@@ -203,6 +201,9 @@ func (lc *lifecycle) vmRequest(ctx context.Context, vm *store.VM) (hypervisor.VM
 		return hypervisor.VMRequest{}, err
 	}
 	req := hypervisor.VMRequest{Spec: spec, Pool: set.Libvirt.StoragePool}
+	if req.Seed, err = lc.seed(ctx, set, p, vm); err != nil { // seed.go
+		return hypervisor.VMRequest{}, err
+	}
 	if p.Disk != nil && p.Disk.Image != "" {
 		img := set.Images[p.Disk.Image]
 		if img == nil || img.Path == "" {
@@ -210,36 +211,7 @@ func (lc *lifecycle) vmRequest(ctx context.Context, vm *store.VM) (hypervisor.VM
 		}
 		req.BaseImage, req.BaseFormat, req.DiskBytes = img.Path, domain.DiskFormat(img.Format), p.Disk.Size
 	}
-	if p.CloudInit != nil {
-		seed, err := seedOf(set.RenderCloudInit, p, vm)
-		if err != nil {
-			return hypervisor.VMRequest{}, err
-		}
-		req.Seed = seed
-	}
 	return req, nil
-}
-
-// seedOf is the cloud-init seed of a VM whose profile has a cloud_init
-// block: the account of its owner with the SSH keys asked for at create
-// time, the VM's name as hostname, and the user-data of the profile's
-// template.
-func seedOf(render func(*config.Profile, config.CloudInitInput) (string, error), p *config.Profile, vm *store.VM) (*cloudinit.Config, error) {
-	var spec struct {
-		SSHKeys []string `json:"ssh_keys"`
-	}
-	if vm.Spec != "" {
-		if err := json.Unmarshal([]byte(vm.Spec), &spec); err != nil {
-			return nil, fmt.Errorf("the VM's recorded request: %w", err)
-		}
-	}
-	userData, err := render(p, config.CloudInitInput{User: vm.Owner, Hostname: vm.Name,
-		SSHAuthorizedKeys: spec.SSHKeys, VMID: vm.ID, VMName: vm.Name})
-	if err != nil {
-		return nil, err
-	}
-	return &cloudinit.Config{InstanceID: vm.ID, Hostname: vm.Name, User: vm.Owner, SSHKeys: spec.SSHKeys,
-		VMID: vm.ID, Owner: vm.Owner, UserData: userData}, nil
 }
 
 // createDevice makes an allocation's device, or, when an earlier attempt

@@ -55,6 +55,7 @@ type lifecycleStore interface {
 	MarkAllocationCreated(ctx context.Context, id int64, deviceID, hostdev string) error
 	ListVMs(ctx context.Context, f store.VMFilter) (store.VMPage, error)
 	ListEventsSince(ctx context.Context, afterID int64, f store.EventFilter) ([]store.Event, error)
+	GetVMCredential(ctx context.Context, vmID string) (*store.VMCredential, error)
 }
 
 // lifecycleSettings are the lifecycle's settings, read for each operation

@@ -98,8 +98,8 @@ var (
 )
 
 // apiRoutes is every route of the API: those of this table, and the
-// console's and the fleet's, which their files list.
-var apiRoutes = slices.Concat(coreAPIRoutes, consoleAPIRoutes, fleetAPIRoutes, orphanAPIRoutes)
+// console's, the fleet's and the credentials', which their files list.
+var apiRoutes = slices.Concat(coreAPIRoutes, consoleAPIRoutes, fleetAPIRoutes, orphanAPIRoutes, credentialsAPIRoutes)
 
 var coreAPIRoutes = []route{
 	{Method: "GET", Path: "/healthz", Summary: "Liveness: the process answers", Auth: authNone, Status: 200, Answer: map[string]string{}},

@@ -37,6 +37,9 @@ type VMStore interface {
 	GetOperation(ctx context.Context, id string) (*store.Operation, error)
 	ListOperations(ctx context.Context, vmID string) ([]store.Operation, error)
 	GetIdempotencyKey(ctx context.Context, user, key string) (*store.IdempotencyKey, error)
+	// TakeVMCredential gives the VM's one-time desktop password once
+	// (credentials.go).
+	TakeVMCredential(ctx context.Context, vmID, by string) (*store.VMCredential, error)
 	AppendEvent(ctx context.Context, e *store.Event) error
 	Tx(ctx context.Context, fn func(tx *store.Store) error) error
 }

@@ -183,7 +183,12 @@ func (s *Server) createVM(c *gin.Context) {
 	if len(u.Groups) > 0 {
 		vm.Group = u.Groups[0]
 	}
-	opts := store.CreateVMOptions{RequestedBy: u.Name}
+	cred, err := newCredential(vm.Owner) // credentials.go
+	if err != nil {
+		s.writeProblem(c, err)
+		return
+	}
+	opts := store.CreateVMOptions{RequestedBy: u.Name, Credential: cred}
 	if key != "" {
 		opts.IdempotencyKey = &store.IdempotencyKey{User: u.Name, Key: key, RequestHash: hash}
 	}

@@ -71,6 +71,7 @@ var copiers = []tableCopier{
 	copierOf[GPUSample]("gpu_samples", "id"),
 	copierOf[Alert]("alerts", "id"),
 	copierOf[AuditEntry]("audit_log", "id"),
+	copierOf[VMCredential]("vm_credentials", "vm_id"),
 }
 
 // identityTables have a generated id whose sequence must go on after the

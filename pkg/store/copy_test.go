@@ -23,7 +23,10 @@ func fillEveryTable(t *testing.T, s *Store) {
 		t.Fatal(err)
 	}
 	vm := mustVM(t, s, "ann", "one")
-	mustVM(t, s, "bob", "two")
+	if _, err := s.CreateVM(ctx, &VM{Name: "two", Owner: "bob", Profile: "desktop", Hours: 1}, CreateVMOptions{RequestedBy: "bob",
+		Credential: &VMCredential{Login: "bob", Password: "pw", PasswordHash: "$6$salt$hash"}}); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := s.ClaimAllocation(ctx, vm.ID, []SlotClaim{{Host: "gpu-01", GPUAddress: "0000:41:00.0", Backend: "mig", Kind: gpu.KindMIG,
 		Profile: "3g.40gb", PlacementStart: 4, PlacementSize: 4}}); err != nil {
 		t.Fatal(err)
@@ -141,6 +144,7 @@ func TestCopyInto(t *testing.T) {
 		"gpu_samples":      func(s *Store) []string { return dumpRows[GPUSample](t, s, "gpu_samples", "id") },
 		"alerts":           func(s *Store) []string { return dumpRows[Alert](t, s, "alerts", "id") },
 		"audit_log":        func(s *Store) []string { return dumpRows[AuditEntry](t, s, "audit_log", "id") },
+		"vm_credentials":   func(s *Store) []string { return dumpRows[VMCredential](t, s, "vm_credentials", "vm_id") },
 	}
 	for _, c := range copiers {
 		dump := dumps[c.table]

@@ -486,3 +486,20 @@ type AuditEntry struct {
 }
 
 func (AuditEntry) TableName() string { return "audit_log" }
+
+// VMCredential is the one-time desktop password of a VM: Login is the
+// guest account cloud-init makes, PasswordHash its SHA-512 crypt hash (what
+// the seed carries), Password the password itself until its owner reads it
+// once (TakeVMCredential empties it and sets ReadAt), or the VM is deleted.
+// Never in JSON.
+type VMCredential struct {
+	VMID         string     `gorm:"column:vm_id;primaryKey" json:"-"`
+	Login        string     `gorm:"column:login;not null" json:"-"`
+	Password     string     `gorm:"column:password;not null" json:"-"`
+	PasswordHash string     `gorm:"column:password_hash;not null" json:"-"`
+	CreatedAt    time.Time  `gorm:"column:created_at;not null" json:"-"`
+	ReadAt       *time.Time `gorm:"column:read_at" json:"-"`
+	ReadBy       string     `gorm:"column:read_by;not null" json:"-"`
+}
+
+func (VMCredential) TableName() string { return "vm_credentials" }

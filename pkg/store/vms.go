@@ -21,6 +21,9 @@ type CreateVMOptions struct {
 	// new VM's and operation's IDs; a key the user already used is
 	// ErrIdempotencyKeyUsed and nothing is written.
 	IdempotencyKey *IdempotencyKey
+	// Credential, when set, is the VM's one-time desktop password, stored
+	// in the same transaction (its VMID and CreatedAt are filled).
+	Credential *VMCredential
 }
 
 // CreateVM writes a new VM and its create operation (pending) in one
@@ -53,6 +56,12 @@ func (s *Store) CreateVM(ctx context.Context, vm *VM, opts CreateVMOptions) (*Op
 		op = &Operation{VMID: vm.ID, Kind: OpCreate, RequestedBy: opts.RequestedBy}
 		if err := tx.createOperation(op); err != nil {
 			return err
+		}
+		if cr := opts.Credential; cr != nil {
+			cr.VMID, cr.CreatedAt, cr.ReadAt, cr.ReadBy = vm.ID, now, nil, ""
+			if err := tx.db.Create(cr).Error; err != nil {
+				return wrap(err, nil, "insert the credential of vm %q", vm.Name)
+			}
 		}
 		if k := opts.IdempotencyKey; k != nil {
 			k.VMID, k.OperationID = vm.ID, op.ID
@@ -237,6 +246,12 @@ func (s *Store) UpdateVMState(ctx context.Context, id string, version int64, u V
 		}
 		if err := tx.db.Where("id = ?", id).Take(&vm).Error; err != nil {
 			return err
+		}
+		if u.State == VMDeleted {
+			// A desktop password nobody read dies with its VM.
+			if err := tx.forgetCredential(id); err != nil {
+				return err
+			}
 		}
 		return tx.appendEvent(ctx, &Event{VMID: vm.ID, Owner: vm.Owner, Type: "vm.state",
 			Payload: mustJSON(map[string]any{"state": vm.State, "phase": vm.Phase, "reason": vm.StateReason, "version": vm.Version})})

@@ -1,0 +1,76 @@
+package server
+
+import (
+	"errors"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/gpuvm/gpuvm/pkg/api"
+	"github.com/gpuvm/gpuvm/pkg/hypervisor/cloudinit"
+	"github.com/gpuvm/gpuvm/pkg/store"
+)
+
+// The one-time desktop password. createVM makes it (newCredential) and the
+// store keeps it with the VM; the seed gets only its SHA-512 crypt hash. GET
+// /v1/vms/{id}/credentials gives it to the VM's owner once — not to admins,
+// who can reach every VM's console anyway but should not learn a person's
+// password — and the audit log records every read and every refusal. The
+// password is in no log line, event, audit detail or VM answer.
+
+// errCredentialsRead is the second read of a desktop password.
+var errCredentialsRead = &Problem{Type: ProblemBase + "credentials-read", Title: "The desktop password was already read", Status: http.StatusGone}
+
+// credentialsAPIRoutes document the credentials route (apiRoutes).
+var credentialsAPIRoutes = []route{
+	{Method: "GET", Path: "/v1/vms/{id}/credentials", Summary: "The VM's one-time desktop password and guest user, for its owner only (not admins), once: a second read is 410. Audited",
+		Auth: authUser, Params: []param{pVM}, Status: 200, Answer: api.CredentialsResponse{}, Errors: []int{403, 404, 410, 503}},
+}
+
+// newCredential makes the one-time desktop password of a new VM of owner.
+func newCredential(owner string) (*store.VMCredential, error) {
+	pw, err := cloudinit.NewPassword()
+	if err != nil {
+		return nil, err
+	}
+	hash, err := cloudinit.HashPassword(pw)
+	if err != nil {
+		return nil, err
+	}
+	return &store.VMCredential{Login: cloudinit.LoginName(owner), Password: pw, PasswordHash: hash}, nil
+}
+
+func (s *Server) getCredentials(c *gin.Context) {
+	vm, ok := s.findVM(c)
+	if !ok {
+		return
+	}
+	u := user(c)
+	if vm.Owner != u.Name {
+		s.writeProblem(c, with(errForbidden, "only the VM's owner may read its desktop password; admins do not get it"))
+		return
+	}
+	if vm.State == store.VMDeleted {
+		s.writeProblem(c, with(errNotFound, "VM "+strconv.Quote(vm.Name)+" is deleted"))
+		return
+	}
+	cr, err := s.Store.TakeVMCredential(c.Request.Context(), vm.ID, u.Name)
+	var read *store.CredentialReadError
+	switch {
+	case errors.As(err, &read):
+		s.writeProblem(c, with(errCredentialsRead, "the desktop password of VM "+strconv.Quote(vm.Name)+" was already read, at "+
+			read.ReadAt.UTC().Format(time.RFC3339)+"; it is shown once and gpuvmd keeps no copy: set a new one inside the guest (gpuvm ssh, then passwd), or make a new VM"))
+		return
+	case errors.Is(err, store.ErrNotFound):
+		s.writeProblem(c, with(errNotFound, "VM "+strconv.Quote(vm.Name)+" has no desktop password (it was made before gpuvmd made them)"))
+		return
+	case err != nil:
+		s.writeProblem(c, err)
+		return
+	}
+	auditDetail(c, "desktop password of guest user %s given to the owner", cr.Login)
+	c.Header("Cache-Control", "no-store")
+	c.JSON(http.StatusOK, api.CredentialsResponse{VMID: vm.ID, User: cr.Login, Password: cr.Password, ReadAt: cr.ReadAt.UTC()})
+}
