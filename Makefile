@@ -49,6 +49,12 @@ desktop-image:
 
 # make test builds it when it can (root); without it test/e2e's desktop test
 # skips and says why.
+# As root, make test keeps the image in /var/cache/gpuvm/desktop, which
+# outlives checkouts (CI's fresh clones reuse it while its recipe and package
+# versions are the same); `make desktop-image` keeps it in the checkout for
+# configs/dev.
+unit test-desktop-image: export GPUVM_DESKTOP_CACHE ?= $(if $(filter 0,$(shell id -u)),/var/cache/gpuvm/desktop,$(CURDIR)/test/guest/desktop/cache)
+
 test-desktop-image:
 	@if [ "$$(id -u)" -eq 0 ]; then bash test/guest/desktop/build.sh >/dev/null; \
 	else echo "not root: no desktop image (test/e2e's TestDesktopOverRDP will skip)"; fi
