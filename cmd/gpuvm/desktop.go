@@ -396,10 +396,14 @@ var openUDPForwards = udpForwards
 
 // vmDesktopCredentials are the VM's one-time desktop credentials (user and
 // password, GET /v1/vms/{id}/credentials), which cloud-init set in the
-// guest; profile.desktop.credentials = "vm". Until that route is in this
-// build it refuses.
+// guest; profile.desktop.credentials = "vm". They can be read once: pairing
+// spends them, and says so.
 var vmDesktopCredentials = func(ctx context.Context, c *client.Client, vmID string) (user, password string, err error) {
-	return "", "", errors.New("the VM's one-time desktop credentials (GET /v1/vms/{id}/credentials) are not available in this build: give Sunshine's web UI user and password with --user and $GPUVM_DESKTOP_PASSWORD")
+	cr, err := c.Credentials(ctx, vmID)
+	if err != nil {
+		return "", "", fmt.Errorf("the VM's one-time desktop credentials: %w", err)
+	}
+	return cr.User, cr.Password, nil
 }
 
 // Moonlight's command-line client (moonlight-qt), which pairs with a PIN
@@ -515,7 +519,11 @@ func joinInts(xs []int) string {
 // profile says.
 func sunshineCredentials(ctx context.Context, c *client.Client, cmd *cobra.Command, vmID string, d *api.Desktop, o desktopOpts) (string, string, error) {
 	if d.Credentials == "vm" {
-		return vmDesktopCredentials(ctx, c, vmID)
+		user, password, err := vmDesktopCredentials(ctx, c, vmID)
+		if err == nil {
+			fmt.Fprintf(cmd.ErrOrStderr(), "Pairing as %s with the VM's one-time desktop password: it cannot be read again ('gpuvm credentials' will refuse).\n", user)
+		}
+		return user, password, err
 	}
 	user := o.user
 	if user == "" {

@@ -43,6 +43,12 @@ profile "desktop" {
     type = "vnc"
   }
 
+  # How people reach it: xrdp in the guest, through gpuvmd's tunnel
+  # (gpuvm desktop NAME, or gpuvm rdp NAME).
+  desktop {
+    protocol = "rdp"
+  }
+
   gpu {
     kind    = "mig"
     profile = "1g.10gb"
