@@ -212,17 +212,18 @@ func TestListAndForeignDomains(t *testing.T) {
 	// Nothing gpuvm does touches someone else's domain.
 	for _, uuid := range []string{fuuid, ouuid} {
 		ops := map[string]func() error{
-			"lookup":   func() error { _, err := c.Lookup(ctx, uuid); return err },
-			"start":    func() error { return c.Start(ctx, uuid) },
-			"destroy":  func() error { return c.Destroy(ctx, uuid) },
-			"shutdown": func() error { _, err := c.Shutdown(ctx, uuid, time.Second); return err },
-			"undefine": func() error { return c.Undefine(ctx, uuid) },
-			"console":  func() error { _, err := c.Console(ctx, uuid); return err },
-			"delete":   func() error { return c.DeleteVM(ctx, uuid, time.Second) },
-			"reboot":   func() error { return c.Reboot(ctx, uuid) },
-			"forceoff": func() error { return c.ForceOff(ctx, uuid) },
-			"address":  func() error { _, err := c.Addresses(ctx, uuid); return err },
-			"cleanup":  func() error { return c.CleanupVM(ctx, uuid, "", "p") },
+			"lookup":    func() error { _, err := c.Lookup(ctx, uuid); return err },
+			"start":     func() error { return c.Start(ctx, uuid) },
+			"destroy":   func() error { return c.Destroy(ctx, uuid) },
+			"shutdown":  func() error { _, err := c.Shutdown(ctx, uuid, time.Second); return err },
+			"undefine":  func() error { return c.Undefine(ctx, uuid) },
+			"console":   func() error { _, err := c.Console(ctx, uuid); return err },
+			"delete":    func() error { return c.DeleteVM(ctx, uuid, time.Second) },
+			"reboot":    func() error { return c.Reboot(ctx, uuid) },
+			"forceoff":  func() error { return c.ForceOff(ctx, uuid) },
+			"address":   func() error { _, err := c.Addresses(ctx, uuid); return err },
+			"cloudinit": func() error { _, err := c.CloudInitStatus(ctx, uuid); return err },
+			"cleanup":   func() error { return c.CleanupVM(ctx, uuid, "", "p") },
 			"redefine": func() error {
 				s := gpuSpec(t, kindNone)
 				s.UUID = uuid

@@ -28,6 +28,36 @@ type Guests interface {
 	Addresses(ctx context.Context, uuid string) ([]hypervisor.Address, error)
 }
 
+// CloudInitGuests also read what cloud-init reported in a guest, through
+// its QEMU guest agent (a *hypervisor.Conn does). A VM whose profile has a
+// cloud_init block is watched after it is ready until its cloud-init has
+// finished: a failure becomes its reason and is logged; a guest whose
+// agent never answers (the tiny guest has none) is given up after
+// BootTimeout, quietly. The watch is this gpuvmd's: one that restarts does
+// not take it up again.
+type CloudInitGuests interface {
+	CloudInitStatus(ctx context.Context, uuid string) (hypervisor.CloudInitStatus, error)
+}
+
+// cloudInitCheck is how often the ready VMs' cloud-init is looked at: each
+// look is a few guest-agent commands.
+const cloudInitCheck = 5 * time.Second
+
+// CloudInitFailedReason is the reason of a ready VM whose cloud-init
+// reported errors.
+func CloudInitFailedReason(errs []string) string {
+	const most = 3
+	shown := errs
+	if len(shown) > most {
+		shown = shown[:most]
+	}
+	r := "cloud-init failed in the guest: " + strings.Join(shown, "; ")
+	if len(errs) > most {
+		r += fmt.Sprintf(" (and %d more)", len(errs)-most)
+	}
+	return r
+}
+
 // Defaults of Config.BootTimeout and Config.BootCheck.
 const (
 	DefaultBootTimeout = 5 * time.Minute
@@ -179,6 +209,63 @@ func (lc *lifecycle) checkBoots(ctx context.Context) {
 			lc.log.Error("mark a booted VM ready", "vm", id, "err", err)
 		}
 	}
+	lc.checkCloudInits(ctx)
+}
+
+// checkCloudInits looks once at every ready VM whose cloud-init has not
+// reported: one that finished is dropped, with its errors as the VM's
+// reason; one whose guest cannot say within BootTimeout of its ready is
+// dropped quietly; one that is no longer running is dropped.
+func (lc *lifecycle) checkCloudInits(ctx context.Context) {
+	ci, ok := lc.guests.(CloudInitGuests)
+	if !ok {
+		return
+	}
+	now := time.Now()
+	if now.Before(lc.initsNext) {
+		return
+	}
+	lc.initsNext = now.Add(cloudInitCheck)
+	for id, since := range lc.inits.list() {
+		if ctx.Err() != nil {
+			return
+		}
+		vm, err := lc.st.GetVM(ctx, id)
+		if err != nil || vm.State != store.VMRunning || vm.Phase != api.PhaseReady {
+			if err == nil || errors.Is(err, store.ErrNotFound) {
+				lc.inits.remove(id)
+			}
+			continue
+		}
+		qctx, cancel := context.WithTimeout(ctx, bootQueryTimeout)
+		st, err := ci.CloudInitStatus(qctx, id)
+		cancel()
+		switch {
+		case err == nil && st.Done:
+		case lc.st.Now().Sub(since) >= lc.settings().BootTimeout:
+			lc.inits.remove(id)
+			lc.log.Debug("cloud-init's result not read: given up", "vm", id, "name", vm.Name, "err", err)
+			continue
+		default:
+			continue // not finished, or the agent not up yet: the next look
+		}
+		if len(st.Errors) == 0 {
+			lc.inits.remove(id)
+			lc.log.Info("cloud-init finished in the guest", "vm", id, "name", vm.Name, "after_ready", lc.st.Now().Sub(since).Round(time.Second))
+			continue
+		}
+		reason := CloudInitFailedReason(st.Errors)
+		_, err = lc.st.UpdateVMState(ctx, vm.ID, vm.Version, store.VMUpdate{State: store.VMRunning, Phase: api.PhaseReady, StateReason: reason})
+		if errors.Is(err, store.ErrConflict) {
+			continue // changed meanwhile: the next look reads it again
+		}
+		if err != nil {
+			lc.log.Error("record a guest's cloud-init failure", "vm", id, "err", err)
+			continue
+		}
+		lc.inits.remove(id)
+		lc.log.Warn("cloud-init failed in the guest", "vm", id, "name", vm.Name, "owner", vm.Owner, "errors", st.Errors)
+	}
 }
 
 // checkBoot makes a booting VM ready when its guest has an address or its
@@ -218,6 +305,9 @@ func (lc *lifecycle) checkBoot(ctx context.Context, vm *store.VM, since time.Tim
 		return err
 	}
 	lc.boots.remove(vm.ID)
+	if p := lc.settings().Profiles[vm.Profile]; p != nil && p.CloudInit != nil && reason == "" {
+		lc.inits.add(vm.ID, lc.st.Now())
+	}
 	if reason != "" {
 		lc.log.Warn("VM ready without a guest address", "vm", vm.ID, "name", vm.Name, "owner", vm.Owner, "reason", reason, "query_err", qerr)
 		return nil

@@ -286,3 +286,81 @@ func TestBootTimeoutReason(t *testing.T) {
 		t.Errorf("defaults: timeout %v, check %v", o.life.settings().BootTimeout, o.life.settings().BootCheck)
 	}
 }
+
+// cloudInitGuests are fakeGuests whose guests also say what cloud-init
+// reported, as the test sets it; a guest the test said nothing of has no
+// agent.
+type cloudInitGuests struct {
+	*fakeGuests
+	status map[string]hypervisor.CloudInitStatus
+}
+
+func (g *cloudInitGuests) CloudInitStatus(_ context.Context, uuid string) (hypervisor.CloudInitStatus, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	st, ok := g.status[uuid]
+	if !ok {
+		return hypervisor.CloudInitStatus{}, hypervisor.ErrNoAgent
+	}
+	return st, nil
+}
+
+func (g *cloudInitGuests) report(vmID string, st hypervisor.CloudInitStatus) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.status[vmID] = st
+}
+
+// A ready VM of a profile with cloud_init is watched until its cloud-init
+// has finished: errors become its reason (it stays ready: the guest may
+// still be of use); success ends the watch with no reason. A VM of a
+// profile without cloud_init is not watched.
+func TestCloudInitFailureIsTheReason(t *testing.T) {
+	e := newEnv(t, "l40sx4")
+	ctx := context.Background()
+	g := &cloudInitGuests{fakeGuests: newFakeGuests(e.hv), status: map[string]hypervisor.CloudInitStatus{}}
+	o := e.orchGuests(g, time.Hour)
+	bad, _ := e.submit("ann", "l40s-seat", "bad")
+	good, _ := e.submit("ann", "l40s-seat", "good")
+	plain, _ := e.submit("ann", "l40s-seat", "plain")
+	o.Drain(ctx)
+	for _, vm := range []*store.VM{bad, good} {
+		g.give(vm.ID, "192.168.122.7")
+	}
+	// The profile gains its cloud_init block after the creates (whose seed
+	// would need its template): the watch reads the profile at ready.
+	e.cfg.Profiles["l40s-seat"].CloudInit = &config.CloudInit{Template: "seed"}
+	o.life.checkBoots(ctx)
+	e.cfg.Profiles["l40s-seat"].CloudInit = nil
+	g.give(plain.ID, "192.168.122.8")
+	o.life.checkBoots(ctx)
+	for _, vm := range []*store.VM{bad, good, plain} {
+		e.wantPhase(vm.ID, store.VMRunning, api.PhaseReady, "")
+	}
+	look := func() {
+		o.life.initsNext = time.Time{}
+		o.life.checkCloudInits(ctx)
+	}
+	look() // no agent yet: still watched
+	if w := o.life.inits.list(); len(w) != 2 {
+		t.Fatalf("watched %v, want bad and good", w)
+	}
+	g.report(bad.ID, hypervisor.CloudInitStatus{}) // running, not finished
+	look()
+	errs := []string{"('users_groups', KeyError('nobody'))", "a", "b", "c"}
+	g.report(bad.ID, hypervisor.CloudInitStatus{Done: true, Errors: errs})
+	g.report(good.ID, hypervisor.CloudInitStatus{Done: true})
+	look()
+	want := "cloud-init failed in the guest: ('users_groups', KeyError('nobody')); a; b (and 1 more)"
+	if CloudInitFailedReason(errs) != want {
+		t.Errorf("reason %q, want %q", CloudInitFailedReason(errs), want)
+	}
+	e.wantPhase(bad.ID, store.VMRunning, api.PhaseReady, want)
+	e.wantPhase(good.ID, store.VMRunning, api.PhaseReady, "")
+	if w := o.life.inits.list(); len(w) != 0 {
+		t.Errorf("still watched: %v", w)
+	}
+	if !strings.Contains(e.logs.String(), "cloud-init failed in the guest") {
+		t.Errorf("the failure is not logged:\n%s", e.logs.String())
+	}
+}

@@ -40,6 +40,9 @@ type lifecycle struct {
 	testHook func(vmID, point string) error
 	settings func() lifecycleSettings
 	boots    bootWatch // the booting VMs (boot.go)
+	inits    bootWatch // the ready VMs whose cloud-init has not reported yet (boot.go)
+	// initsNext is when the watch of inits looks again (checkBoots' goroutine only).
+	initsNext time.Time
 }
 
 // lifecycleStore is what the lifecycle asks of the database.
