@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
 	"encoding/base64"
 	"encoding/binary"
@@ -11,13 +10,13 @@ import (
 	"image"
 	"image/color"
 	"image/png"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -55,6 +54,7 @@ profile "desktop" {
     source = "default"
   }
   display { type = "vnc" }
+  desktop { protocol = "rdp" }
   gpu {
     kind    = "mig"
     profile = "1g.10gb"
@@ -71,8 +71,9 @@ const rdpWidth, rdpHeight = 1024, 768
 // boots configs/dev's desktop profile on libvirt's default network; the test
 // waits for the guest's address (ready), for cloud-init to finish and the
 // guest agent to answer; reads the one-time desktop password with `gpuvm
-// credentials` (a second read is refused); opens `gpuvm tunnel NAME 3389`
-// through gpuvmd and connects FreeRDP (xfreerdp under Xvfb) to it. A wrong
+// credentials` (a second read is refused); runs `gpuvm rdp NAME`, which
+// tunnels the guest's 3389 through gpuvmd and starts FreeRDP (xfreerdp
+// under Xvfb) on it. A wrong
 // password first, as the negative control of the check: its screenshot must
 // not pass as a desktop. Then the real one: the guest agent must see the
 // user's IceWM session and the screenshot (xwd of the Xvfb screen, kept as
@@ -210,31 +211,16 @@ func TestDesktopOverRDP(t *testing.T) {
 		t.Errorf("gpuvmd's log holds the desktop password")
 	}
 
-	// The tunnel to the guest's RDP port.
-	tunnel := exec.CommandContext(ctx, cli.bin, "tunnel", "desk", "3389")
-	tunnel.Env = []string{"HOME=" + cli.home, "XDG_CONFIG_HOME=" + filepath.Join(cli.home, ".config"), "PATH=/usr/bin:/bin"}
-	tunnelOut, err := tunnel.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var tunnelErr strings.Builder
-	tunnel.Stderr = &tunnelErr
-	if err := tunnel.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = tunnel.Process.Kill(); _ = tunnel.Wait() })
-	addr := tunnelAddress(t, tunnelOut, &tunnelErr)
-
 	display := startXvfb(t, ctx)
 
 	// The negative control: a wrong password must not pass the check.
-	bad := rdpSession(t, ctx, display, addr, cred.User, "wrong-"+randHex(6), 25*time.Second, artifacts, "wrong-password", dom, nil)
+	bad := rdpSession(t, ctx, cli, display, cred.User, "wrong-"+randHex(6), 25*time.Second, artifacts, "wrong-password", dom, nil)
 	if bad.desktop {
 		t.Errorf("with a wrong password the screenshot passes as a desktop (%s): the check cannot tell", bad.why)
 	}
 
 	rdpBegin := time.Now()
-	good := rdpSession(t, ctx, display, addr, cred.User, cred.Password, 4*time.Minute, artifacts, "desktop", dom, func() bool {
+	good := rdpSession(t, ctx, cli, display, cred.User, cred.Password, 4*time.Minute, artifacts, "desktop", dom, func() bool {
 		code, _, err := guestExec(ctx, dom, 30*time.Second, "/usr/bin/pgrep", "-u", cred.User, "-x", "icewm")
 		return err == nil && code == 0
 	})
@@ -275,31 +261,6 @@ func desktopImage(t *testing.T) desktopFiles {
 	return f
 }
 
-// tunnelAddress reads `gpuvm tunnel`'s "Forwarding ADDR to port…" line.
-func tunnelAddress(t *testing.T, stdout io.Reader, stderr *strings.Builder) string {
-	t.Helper()
-	lines := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			if m := regexp.MustCompile(`^Forwarding (\S+) to port 3389`).FindStringSubmatch(sc.Text()); m != nil {
-				lines <- m[1]
-			}
-		}
-		close(lines)
-	}()
-	select {
-	case addr, ok := <-lines:
-		if !ok {
-			t.Fatalf("gpuvm tunnel ended: %s", stderr)
-		}
-		return addr
-	case <-time.After(time.Minute):
-		t.Fatalf("gpuvm tunnel did not listen within a minute: %s", stderr)
-	}
-	return ""
-}
-
 // startXvfb starts Xvfb on a free display and returns its name (":N").
 func startXvfb(t *testing.T, ctx context.Context) string {
 	t.Helper()
@@ -335,12 +296,14 @@ type rdpResult struct {
 	png     string // the last screenshot
 }
 
-// rdpSession runs xfreerdp on display against addr as user with password
-// for at most within, taking a screenshot every few seconds, until one
-// passes as the desktop (and sessionUp, when set, says the guest runs the
-// session), or, without sessionUp (the wrong password), until xrdp shows
-// its error dialog. The last screenshot is kept as name.png in artifacts.
-func rdpSession(t *testing.T, ctx context.Context, display, addr, user, password string, within time.Duration, artifacts, name, dom string, sessionUp func() bool) rdpResult {
+// rdpSession runs 'gpuvm rdp desk' on display as user with password (the
+// CLI opens its tunnel to the guest's 3389 through gpuvmd and starts
+// FreeRDP on it, with the arguments after --) for at most within, taking a
+// screenshot every few seconds, until one passes as the desktop (and
+// sessionUp, when set, says the guest runs the session), or, without
+// sessionUp (the wrong password), until xrdp shows its error dialog. The
+// last screenshot is kept as name.png in artifacts.
+func rdpSession(t *testing.T, ctx context.Context, cli cliRun, display, user, password string, within time.Duration, artifacts, name, dom string, sessionUp func() bool) rdpResult {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(ctx, within)
 	defer cancel()
@@ -350,17 +313,19 @@ func rdpSession(t *testing.T, ctx context.Context, display, addr, user, password
 		t.Fatal(err)
 	}
 	defer logf.Close()
-	rdp := exec.Command("xfreerdp", "/v:"+addr, "/u:"+user, "/p:"+password, "/cert:ignore",
+	rdp := exec.Command(cli.bin, "rdp", "desk", "--user", user, "--", "/p:"+password, "/cert:ignore",
 		fmt.Sprintf("/size:%dx%d", rdpWidth, rdpHeight), "/bpp:24", "-wallpaper", "/log-level:WARN")
-	rdp.Env = append(os.Environ(), "DISPLAY="+display)
+	rdp.Env = []string{"HOME=" + cli.home, "XDG_CONFIG_HOME=" + filepath.Join(cli.home, ".config"), "PATH=/usr/bin:/bin", "DISPLAY=" + display}
 	rdp.Stdout, rdp.Stderr = logf, logf
+	// gpuvm and the FreeRDP it starts are killed together.
+	rdp.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := rdp.Start(); err != nil {
 		t.Fatal(err)
 	}
 	exited := make(chan struct{})
 	go func() { _ = rdp.Wait(); close(exited) }()
 	defer func() {
-		_ = rdp.Process.Kill()
+		_ = syscall.Kill(-rdp.Process.Pid, syscall.SIGKILL)
 		<-exited
 	}()
 	res := rdpResult{png: filepath.Join(artifacts, name+".png")}
@@ -371,7 +336,7 @@ func rdpSession(t *testing.T, ctx context.Context, display, addr, user, password
 			t.Logf("%s: FreeRDP log %s", name, logPath)
 			return res
 		case <-exited:
-			res.why = "xfreerdp exited: " + tail(logPath)
+			res.why = "gpuvm rdp exited: " + tail(logPath)
 			if img, err := screenshot(display); err == nil {
 				_ = writePNG(res.png, img)
 			}
