@@ -477,3 +477,23 @@ profile "dcv" {
 		t.Errorf("--json: %s", js)
 	}
 }
+
+// TestShowNamesTheDesktop: gpuvm show says how to reach the desktop the
+// profile names (GET /v1/vms/{id}'s desktop).
+func TestShowNamesTheDesktop(t *testing.T) {
+	e := newDesktopEnv(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for name, want := range map[string]string{
+		"win":    "Remote desktop: gpuvm desktop win (RDP in the guest)",
+		"stream": "Remote desktop: gpuvm desktop stream (Sunshine in the guest)",
+		"dcv":    "Remote desktop: gpuvm desktop dcv (DCV in the guest)",
+		"seat":   "Remote desktop: gpuvm rdp seat (RDP in the guest), or gpuvm tunnel seat PORT",
+	} {
+		var out strings.Builder
+		stderr, code := runGPUVM(ctx, t, &consoleSeams{lookPath: noProgram}, strings.NewReader(""), &out, "show", name, "--url", e.url, "--token", e.token)
+		if got := strings.Join(strings.Fields(out.String()), " "); code != 0 || !strings.Contains(got, want) {
+			t.Errorf("show %s: exit %d, lacks %q:\n%s%s", name, code, want, out.String(), stderr)
+		}
+	}
+}

@@ -372,7 +372,12 @@ func printAccess(tw io.Writer, vm api.VM) {
 	}
 	if len(vm.Addresses) > 0 {
 		fmt.Fprintf(tw, "  SSH:\tgpuvm ssh %s\n", vm.Name)
-		fmt.Fprintf(tw, "  Remote desktop:\tgpuvm rdp %s (RDP in the guest), or gpuvm tunnel %s PORT\n", vm.Name, vm.Name)
+		switch vm.Desktop {
+		case api.DesktopRDP, api.DesktopSunshine, api.DesktopDCV:
+			fmt.Fprintf(tw, "  Remote desktop:\tgpuvm desktop %s (%s in the guest)\n", vm.Name, desktopName(vm.Desktop))
+		default:
+			fmt.Fprintf(tw, "  Remote desktop:\tgpuvm rdp %s (RDP in the guest), or gpuvm tunnel %s PORT\n", vm.Name, vm.Name)
+		}
 	}
 }
 
@@ -787,4 +792,17 @@ func runDelete(ctx context.Context, c *client.Client, cmd *cobra.Command, ref st
 		return exitError{exitFailure}
 	}
 	return nil
+}
+
+// desktopName is a desktop protocol as people write it.
+func desktopName(protocol string) string {
+	switch protocol {
+	case api.DesktopRDP:
+		return "RDP"
+	case api.DesktopSunshine:
+		return "Sunshine"
+	case api.DesktopDCV:
+		return "DCV"
+	}
+	return strings.ToUpper(protocol)
 }

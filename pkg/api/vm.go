@@ -61,6 +61,11 @@ type VM struct {
 	// Console says how to open the display of a running VM that has one:
 	// GET /v1/vms/{id} only (never in lists).
 	Console *VMConsole `json:"console,omitempty"`
+	// Desktop is how people reach the VM's desktop, from its profile's
+	// desktop block: rdp, sunshine or dcv (a server in the guest, through
+	// a tunnel: gpuvm desktop), or vnc/spice (the display console). Set on
+	// GET /v1/vms/{id} of a running VM.
+	Desktop string `json:"desktop,omitempty"`
 
 	// QueuePosition is the VM's place in the queue while it is queued and
 	// ranked (1 = next), as the last scheduling round saw it; absent

@@ -36,6 +36,9 @@ func (s *Server) addLiveInfo(c *gin.Context, vm *store.VM, out *api.VM) {
 	go func() { defer wg.Done(); con, cerr = s.Consoles.Console(ctx, vm.ID) }()
 	wg.Wait()
 
+	if p := s.vmProfile(vm); p != nil { // desktop.go
+		out.Desktop = p.Desktop.Protocol
+	}
 	log := s.log.With("vm", vm.ID, "name", vm.Name)
 	switch {
 	case aerr == nil:
