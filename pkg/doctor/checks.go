@@ -83,6 +83,10 @@ func checkIOMMU(e Env) Finding {
 
 func checkVFIO(e Env, modes modeSet) Finding {
 	f := Finding{Check: "vfio"}
+	if e.Simulated != "" {
+		f.Severity, f.Seen = Skipped, "the simulator has no /sys/module"
+		return f
+	}
 	var missing []string
 	for _, m := range []string{"vfio", "vfio_pci"} {
 		if !e.Sys.Exists(path.Join("module", m)) {
@@ -122,6 +126,8 @@ func checkDriver(e Env, gpus []host.GPU, gerr error, modes modeSet) []Finding {
 	drv := Finding{Check: "nvidia-driver"}
 	version, _ := host.ReadString(e.Sys, "module/nvidia/version")
 	switch {
+	case e.Simulated != "":
+		drv.Severity, drv.Seen = OK, "the simulator's NVIDIA vGPU host driver"
 	case !e.Sys.Exists("module/nvidia") && needDriver:
 		drv.Severity, drv.Seen = Error, "the nvidia kernel module is not loaded"
 		drv.Fix = "install NVIDIA's vGPU host driver (the \"Linux KVM\" package of NVIDIA vGPU software; see docs/install.md), then reboot"
