@@ -3,7 +3,7 @@
 # holds complete configurations (lab, studio, startup).
 #
 # image "ubuntu-24.04" {
-#   path     = "/var/lib/libvirt/images/noble-server-cloudimg-amd64.img"
+#   path     = "noble-server-cloudimg-amd64.img" # in images_dir
 #   format   = "qcow2"
 #   os       = "linux"
 #   firmware = "uefi"

@@ -14,7 +14,8 @@ server {
   listen = "127.0.0.1:8080"
 
   # State: the SQLite database, the backends' ledgers, the admin's first
-  # token (/var/lib/gpuvm/admin-token). The unit's sandbox allows this path.
+  # token (/var/lib/gpuvm/admin.token). Mode 0750, root's: QEMU does not
+  # read here. The unit's sandbox lets gpuvmd write only here.
   state_dir = "/var/lib/gpuvm"
 
   # tls {
@@ -30,8 +31,13 @@ server {
 
   libvirt {
     uri = "qemu:///system"
-    # The libvirt storage pool of the VMs' disks (virsh pool-list).
-    storage_pool = "default"
+    # The libvirt directory pool of the VMs' disks and cloud-init seeds,
+    # and where image paths are relative to: a place QEMU (libvirt-qemu)
+    # can read. Make it once (gpuvm admin doctor prints the same line):
+    #   virsh pool-define-as gpuvm dir --target /var/lib/libvirt/images/gpuvm &&
+    #   virsh pool-build gpuvm && virsh pool-start gpuvm && virsh pool-autostart gpuvm
+    storage_pool = "gpuvm"
+    images_dir   = "/var/lib/libvirt/images/gpuvm"
   }
 
   # The backends, in /usr/lib/gpuvm/plugins: vgpu, mig, passthrough.

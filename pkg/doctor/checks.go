@@ -371,10 +371,10 @@ const minPoolFree = 50 << 30
 func checkPool(ctx context.Context, e Env, uri string) Finding {
 	pool := e.Config.Server.Libvirt.StoragePool
 	if pool == "" {
-		pool = "default"
+		pool = "gpuvm" // pkg/config's default
 	}
 	f := Finding{Check: "storage-pool", Subject: pool}
-	create := fmt.Sprintf("virsh pool-define-as %s dir --target /var/lib/libvirt/images && virsh pool-build %s && virsh pool-start %s && virsh pool-autostart %s", pool, pool, pool, pool)
+	create := fmt.Sprintf("virsh pool-define-as %s dir --target /var/lib/libvirt/images/gpuvm && virsh pool-build %s && virsh pool-start %s && virsh pool-autostart %s", pool, pool, pool, pool)
 	outb, err := e.Run(ctx, "virsh", "-c", uri, "pool-info", "--bytes", pool)
 	if err != nil {
 		f.Severity, f.Seen, f.Fix = Error, "no storage pool "+pool+": "+firstLine(err.Error()), create
