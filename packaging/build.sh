@@ -52,6 +52,7 @@ mkdir -p "$root/usr/share/bash-completion/completions" "$root/usr/share/zsh/vend
 gzip -9n "$root"/usr/share/man/man1/*.1 "$root/usr/share/man/man8/gpuvmd.8"
 
 mkdir -p "$out"
+rm -f "$out"/gpuvm_*.deb "$out"/gpuvm-*.rpm # the install test takes the one there
 $GO tool nfpm package --config packaging/nfpm.yaml --packager deb --target "$out/"
 if [ "${PACKAGE_RPM:-0}" = 1 ]; then
 	$GO tool nfpm package --config packaging/nfpm.yaml --packager rpm --target "$out/"
