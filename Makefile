@@ -32,7 +32,7 @@ build: novnc
 		$(GO) build -ldflags '$(LDFLAGS) -X main.Version=$(VERSION)' -o $(BIN)/plugins/gpuvm-backend-$$p ./plugins/$$p || exit 1; \
 	done
 
-# The .deb (PACKAGE_RPM=1: and an .rpm) in $(BIN)/pkg, built with nfpm
+# The .deb in $(BIN)/pkg, built with nfpm
 # (go tool nfpm, pinned in go.mod): packaging/build.sh says what goes in.
 package: novnc
 	@bash packaging/build.sh $(BIN)/pkg

@@ -1,6 +1,5 @@
 #!/usr/bin/env bash
-# packaging/build.sh OUTDIR — builds gpuvm's .deb (and .rpm with PACKAGE_RPM=1)
-# into OUTDIR with nfpm, pinned in go.mod as a tool (go tool nfpm): the
+# packaging/build.sh OUTDIR — builds gpuvm's .deb into OUTDIR with nfpm, pinned in go.mod as a tool (go tool nfpm): the
 # binaries as `make build` builds them, shell completions and man pages
 # generated from the CLI. `make package` runs it.
 set -euo pipefail
@@ -52,9 +51,8 @@ mkdir -p "$root/usr/share/bash-completion/completions" "$root/usr/share/zsh/vend
 gzip -9n "$root"/usr/share/man/man1/*.1 "$root/usr/share/man/man8/gpuvmd.8"
 
 mkdir -p "$out"
-rm -f "$out"/gpuvm_*.deb "$out"/gpuvm-*.rpm # the install test takes the one there
+rm -f "$out"/gpuvm_*.deb # the install test takes the one there
 $GO tool nfpm package --config packaging/nfpm.yaml --packager deb --target "$out/"
-if [ "${PACKAGE_RPM:-0}" = 1 ]; then
-	$GO tool nfpm package --config packaging/nfpm.yaml --packager rpm --target "$out/"
-fi
+# No .rpm: nfpm would make one from this recipe, but its Depends are
+# Debian's names and the maintainer scripts speak dpkg's arguments.
 ls -l "$out"/gpuvm*"$version"* 2>/dev/null || ls -l "$out"
