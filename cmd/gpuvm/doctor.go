@@ -97,8 +97,9 @@ func newAdminDoctorCmd(getenv func(string) string) *cobra.Command {
 command line and /sys/kernel/iommu_groups), the vfio and vfio_pci modules, the
 NVIDIA host driver and whether it is the vGPU manager, NVML, sriov-manage, each
 GPU's mode against its host { gpu } block (VFs enabled for vgpu, MIG mode for
-mig, vfio-pci for passthrough), libvirt and QEMU (the configuration's libvirt
-uri), the storage pool and its free space, /dev/kvm, and the database.
+mig, vfio-pci for passthrough), libvirt and QEMU at the configuration's libvirt
+uri and whether QEMU can use KVM, the storage pool and its free space,
+/dev/kvm, and the database.
 
 Every finding says what was seen and, when it is not ok, the command that
 fixes it. --sysfs-root reads a captured sysfs tree instead of /sys (the rest

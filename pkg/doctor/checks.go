@@ -348,7 +348,24 @@ func checkLibvirt(ctx context.Context, e Env) []Finding {
 		f.Seen += " (older than libvirt 7.3: mdevs cannot be defined persistently)"
 		f.Fix = "use Debian 12 / Ubuntu 24.04's libvirt or newer"
 	}
-	return []Finding{f, checkPool(ctx, e, uri)}
+	return []Finding{f, checkKVMCapability(ctx, e, uri), checkPool(ctx, e, uri)}
+}
+
+// checkKVMCapability asks libvirt whether QEMU can use KVM here; without it
+// gpuvmd falls back to software emulation (slow), and says so.
+func checkKVMCapability(ctx context.Context, e Env, uri string) Finding {
+	f := Finding{Check: "qemu-kvm", Subject: uri}
+	if strings.HasPrefix(uri, "test:") {
+		f.Severity, f.Seen = Skipped, "libvirt's test driver runs no QEMU"
+		return f
+	}
+	if _, err := e.Run(ctx, "virsh", "-c", uri, "domcapabilities", "--virttype", "kvm"); err != nil {
+		f.Severity, f.Seen = Warning, "libvirt reports no KVM domain type ("+firstLine(err.Error())+"): VMs would run under software emulation"
+		f.Fix = "enable VT-x/SVM in the BIOS and check: virt-host-validate qemu"
+		return f
+	}
+	f.Severity, f.Seen = OK, "libvirt offers KVM guests (domcapabilities --virttype kvm)"
+	return f
 }
 
 func libvirtVersion(s string) (major, minor int) {

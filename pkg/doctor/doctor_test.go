@@ -94,6 +94,9 @@ func TestDoctorFindings(t *testing.T) {
 		{"libvirtd down", func(t *testing.T, root string, h *fakeHost) {
 			h.failing["virsh"] = errors.New("exit status 1: error: failed to connect to the hypervisor")
 		}, "libvirt", "qemu:///system", Error},
+		{"no KVM for QEMU", func(t *testing.T, root string, h *fakeHost) {
+			delete(h.commands, "virsh -c qemu:///system domcapabilities --virttype kvm")
+		}, "qemu-kvm", "qemu:///system", Warning},
 		{"no storage pool", func(t *testing.T, root string, h *fakeHost) {
 			delete(h.commands, "virsh -c qemu:///system pool-info --bytes gpuvm")
 		}, "storage-pool", "gpuvm", Error},

@@ -141,8 +141,9 @@ func healthyFake() *fakeHost {
 			nvmlLibs[0]: 0o644, nvidiactl: fs.ModeDevice | fs.ModeCharDevice | 0o666,
 		},
 		commands: map[string]string{
-			"virsh -c qemu:///system version":                 "Compiled against library: libvirt 9.0.0\nUsing library: libvirt 9.0.0\nUsing API: QEMU 9.0.0\nRunning hypervisor: QEMU 7.2.0\n",
-			"virsh -c qemu:///system pool-info --bytes gpuvm": "Name:           gpuvm\nUUID:           6f0c\nState:          running\nPersistent:     yes\nAutostart:      yes\nCapacity:       1000204886016\nAllocation:     100020488601\nAvailable:      900184397415\n",
+			"virsh -c qemu:///system version":                        "Compiled against library: libvirt 9.0.0\nUsing library: libvirt 9.0.0\nUsing API: QEMU 9.0.0\nRunning hypervisor: QEMU 7.2.0\n",
+			"virsh -c qemu:///system domcapabilities --virttype kvm": "<domainCapabilities><domain>kvm</domain></domainCapabilities>\n",
+			"virsh -c qemu:///system pool-info --bytes gpuvm":        "Name:           gpuvm\nUUID:           6f0c\nState:          running\nPersistent:     yes\nAutostart:      yes\nCapacity:       1000204886016\nAllocation:     100020488601\nAvailable:      900184397415\n",
 		},
 		failing: map[string]error{},
 		mig:     map[string]bool{"0000:18:00.0": true},
