@@ -12,7 +12,7 @@ PLUGINS     := vgpu mig passthrough
 RUN_STATE   ?= $(CURDIR)/.cache/run
 RUN_LISTEN  ?= 127.0.0.1:8080
 
-.PHONY: all setup novnc build guest desktop-image test-desktop-image run test unit lint generate check-generate fuzz clean
+.PHONY: all setup novnc build guest desktop-image test-desktop-image run test unit lint generate check-generate fuzz clean package test-install
 
 all: build
 
@@ -31,6 +31,18 @@ build: novnc
 		echo "$(GO) build -o $(BIN)/plugins/gpuvm-backend-$$p ./plugins/$$p"; \
 		$(GO) build -ldflags '$(LDFLAGS) -X main.Version=$(VERSION)' -o $(BIN)/plugins/gpuvm-backend-$$p ./plugins/$$p || exit 1; \
 	done
+
+# The .deb in $(BIN)/pkg, built with nfpm
+# (go tool nfpm, pinned in go.mod): packaging/build.sh says what goes in.
+package: novnc
+	@bash packaging/build.sh $(BIN)/pkg
+
+# The package installed into a Debian bookworm root (mmdebstrap, cached in
+# /var/cache/gpuvm): dependencies resolve, the binaries run, /etc/gpuvm
+# validates, systemd-analyze verify accepts the units. Skips, saying why,
+# when not root or without mmdebstrap.
+test-install: package
+	@bash test/install/run.sh $(BIN)/pkg
 
 # The main job on its embedded defaults: a simulated GPU server when this
 # machine has no NVIDIA GPU, state under .cache/run.
@@ -70,7 +82,7 @@ run: setup build guest
 
 # Every test: lint, generated code up to date, the race-enabled suite, the
 # plugin binaries over go-plugin, and bounded fuzzing.
-test: setup novnc test-desktop-image lint check-generate unit fuzz
+test: setup novnc test-desktop-image lint check-generate unit fuzz test-install
 
 # PostgreSQL tests run against the local Debian cluster, which
 # pkg/store/testdata/start-postgres.sh starts and prepares (as root); without

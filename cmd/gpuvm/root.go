@@ -26,7 +26,8 @@ func newRoot(getenv func(string) string, stdout, stderr io.Writer) *cobra.Comman
 	root.AddCommand(newHostCmd(getenv))
 	root.AddCommand(newConfigCmd(getenv), newProfileCmd(getenv))
 	root.AddCommand(newSimCmd(getenv))
-	addClientCommands(root, getenv) // login, profiles, create, list, show, delete, admin, completion
+	addClientCommands(root, getenv)  // login, profiles, create, list, show, delete, admin, completion
+	root.AddCommand(newManCmd(root)) // man.go
 	return root
 }
 

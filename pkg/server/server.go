@@ -64,6 +64,8 @@ type Deps struct {
 	// Host names this server in the database (drained GPUs, hosts), as
 	// the orchestrator's Host does; default: the hostname.
 	Host string
+	// Version is gpuvmd's, reported by /healthz.
+	Version string
 	// Consoles finds VMs' displays and guest addresses (the hypervisor);
 	// nil: the console and tunnel routes answer 503, and GET
 	// /v1/vms/{id} shows neither addresses nor console.
@@ -160,7 +162,7 @@ func (s *Server) Close() { s.closeOnce.Do(func() { close(s.done) }) }
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.engine.ServeHTTP(w, r) }
 
 func (s *Server) routes() {
-	s.engine.GET("/healthz", func(c *gin.Context) { c.JSON(http.StatusOK, gin.H{"status": "ok"}) })
+	s.engine.GET("/healthz", func(c *gin.Context) { c.JSON(http.StatusOK, gin.H{"status": "ok", "version": s.Version}) })
 	s.engine.GET("/readyz", s.readyz)
 	s.engine.GET("/openapi.json", s.openAPI)
 	s.engine.GET("/metrics", s.metrics) // metrics.go

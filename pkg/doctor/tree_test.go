@@ -1,0 +1,201 @@
+package doctor
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpuvm/gpuvm/pkg/config"
+	"github.com/gpuvm/gpuvm/pkg/host"
+)
+
+// buildTree builds testdata/NAME.txtar into a new directory and returns it.
+// "-- NAME --" is a file holding the lines that follow, "-- NAME -> TARGET
+// --" a symbolic link, "-- NAME/ --" an empty directory (as in
+// pkg/host/testdata/sysfs).
+func buildTree(t *testing.T, name string) string {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join("testdata", name+".txtar"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := t.TempDir()
+	var file string
+	var content []byte
+	flush := func() {
+		if file != "" {
+			mustWrite(t, filepath.Join(root, file), bytes.TrimSuffix(content, []byte("\n")))
+		}
+		file, content = "", nil
+	}
+	for _, line := range bytes.SplitAfter(data, []byte("\n")) {
+		s := strings.TrimSuffix(string(line), "\n")
+		if strings.HasPrefix(s, "-- ") && strings.HasSuffix(s, " --") && len(s) > 6 {
+			flush()
+			hdr := s[3 : len(s)-3]
+			if n, target, ok := strings.Cut(hdr, " -> "); ok {
+				p := filepath.Join(root, n)
+				if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.Symlink(target, p); err != nil {
+					t.Fatal(err)
+				}
+			} else if strings.HasSuffix(hdr, "/") {
+				if err := os.MkdirAll(filepath.Join(root, hdr), 0o755); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				file = hdr
+			}
+			continue
+		}
+		if file != "" {
+			content = append(content, line...)
+		}
+	}
+	flush()
+	return root
+}
+
+func mustWrite(t *testing.T, p string, data []byte) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// devDir is the device directory of addr in a built tree.
+func devDir(t *testing.T, root, addr string) string {
+	t.Helper()
+	p, err := filepath.EvalSymlinks(filepath.Join(root, "bus/pci/devices", addr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// rebind points addr's driver link at driver in a built tree.
+func rebind(t *testing.T, root, addr, driver string) {
+	t.Helper()
+	d := devDir(t, root, addr)
+	_ = os.Remove(filepath.Join(d, "driver"))
+	rel, _ := filepath.Rel(d, filepath.Join(root, "bus/pci/drivers", driver))
+	if err := os.Symlink(rel, filepath.Join(d, "driver")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(root, "bus/pci/drivers", driver), 0o755); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func loadTestConfig(t *testing.T) *config.Config {
+	t.Helper()
+	l := new(config.Loader)
+	cfg, diags := l.LoadDir(filepath.Join("testdata", "config"))
+	if diags.HasErrors() {
+		t.Fatal(diags.Error())
+	}
+	return cfg
+}
+
+// fakeInfo is a fs.FileInfo of a given mode.
+type fakeInfo struct {
+	name string
+	mode fs.FileMode
+}
+
+func (f fakeInfo) Name() string       { return f.name }
+func (f fakeInfo) Size() int64        { return 0 }
+func (f fakeInfo) Mode() fs.FileMode  { return f.mode }
+func (f fakeInfo) ModTime() time.Time { return time.Time{} }
+func (f fakeInfo) IsDir() bool        { return f.mode.IsDir() }
+func (f fakeInfo) Sys() any           { return nil }
+
+// fakeHost is everything of a host outside sysfs.
+type fakeHost struct {
+	files    map[string]string      // ReadFile
+	stats    map[string]fs.FileMode // Stat
+	commands map[string]string      // "virsh -c URI version" -> output
+	failing  map[string]error       // command -> error
+	mig      map[string]bool        // MIG mode by address
+	db       func() (string, Severity, string)
+}
+
+func healthyFake() *fakeHost {
+	return &fakeHost{
+		files: map[string]string{"/proc/cmdline": "BOOT_IMAGE=/vmlinuz-6.1.0-27-amd64 root=/dev/sda1 ro quiet intel_iommu=on iommu=pt"},
+		stats: map[string]fs.FileMode{
+			"/dev/kvm": fs.ModeDevice | fs.ModeCharDevice | 0o660, SRIOVManage: 0o755,
+			nvmlLibs[0]: 0o644, nvidiactl: fs.ModeDevice | fs.ModeCharDevice | 0o666,
+		},
+		commands: map[string]string{
+			"virsh -c qemu:///system version":                        "Compiled against library: libvirt 9.0.0\nUsing library: libvirt 9.0.0\nUsing API: QEMU 9.0.0\nRunning hypervisor: QEMU 7.2.0\n",
+			"virsh -c qemu:///system domcapabilities --virttype kvm": "<domainCapabilities><domain>kvm</domain></domainCapabilities>\n",
+			"virsh -c qemu:///system pool-info --bytes gpuvm":        "Name:           gpuvm\nUUID:           6f0c\nState:          running\nPersistent:     yes\nAutostart:      yes\nCapacity:       1000204886016\nAllocation:     100020488601\nAvailable:      900184397415\n",
+		},
+		failing: map[string]error{},
+		mig:     map[string]bool{"0000:18:00.0": true},
+		db:      func() (string, Severity, string) { return "SQLite /var/lib/gpuvm/gpuvm.db, schema version 31", OK, "" },
+	}
+}
+
+func (h *fakeHost) env(sys host.SysFS, cfg *config.Config) Env {
+	return Env{
+		Sys: sys, Config: cfg,
+		ReadFile: func(name string) ([]byte, error) {
+			if s, ok := h.files[name]; ok {
+				return []byte(s), nil
+			}
+			return nil, &fs.PathError{Op: "open", Path: name, Err: fs.ErrNotExist}
+		},
+		Stat: func(name string) (fs.FileInfo, error) {
+			if m, ok := h.stats[name]; ok {
+				return fakeInfo{path.Base(name), m}, nil
+			}
+			return nil, &fs.PathError{Op: "stat", Path: name, Err: fs.ErrNotExist}
+		},
+		OpenRW: func(name string) error {
+			if _, ok := h.stats[name]; !ok {
+				return &fs.PathError{Op: "open", Path: name, Err: fs.ErrNotExist}
+			}
+			return nil
+		},
+		Run: func(_ context.Context, name string, args ...string) ([]byte, error) {
+			key := strings.Join(append([]string{name}, args...), " ")
+			if err, ok := h.failing[key]; ok {
+				return nil, err
+			}
+			if name == "virsh" {
+				if err, ok := h.failing["virsh"]; ok {
+					return nil, err
+				}
+			}
+			if out, ok := h.commands[key]; ok {
+				return []byte(out), nil
+			}
+			return nil, fmt.Errorf("exit status 1: unexpected command %q", key)
+		},
+		MIGMode: func(_ context.Context, addr string) (bool, bool, string) {
+			on, ok := h.mig[addr]
+			if !ok {
+				return false, false, "nvidia-smi is not installed"
+			}
+			return on, true, ""
+		},
+		Database: func(context.Context) (string, Severity, string) { return h.db() },
+	}
+}
+
+var errNotFound = &exec.Error{Name: "virsh", Err: exec.ErrNotFound}
