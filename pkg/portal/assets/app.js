@@ -129,7 +129,7 @@ function AskForm({p, onCancel}) {
   };
   return html`<form class="ask" onSubmit=${submit} aria-label=${t('askTitle', {p: p.name})}>
     <label for=${fid('name')}>${t('name')}</label>
-    <input id=${fid('name')} name="name" ref=${first} pattern="[a-z][a-z0-9-]{0,62}" autocomplete="off"
+    <input id=${fid('name')} name="name" ref=${first} pattern="[a-z][a-z0-9\\-]{0,62}" autocomplete="off"
       aria-describedby=${fid('name-hint')} />
     <p class="hint" id=${fid('name-hint')}>${t('nameHint')}</p>
     <label for=${fid('hours')}>${t('hours')}</label>
@@ -164,7 +164,6 @@ function VMs({session}) {
     try {
       const items = (await api.allVMs()).filter((vm) => !finished(vm));
       setVMs(items);
-      window.gpuvmRendered = performance.now(); // read by the benchmark
       // Addresses and the console are in GET /v1/vms/{id} only: read them
       // for the running VMs (a few at a time).
       const running = items.filter((vm) => vm.state === 'running').slice(0, 50);
@@ -174,6 +173,10 @@ function VMs({session}) {
       }
     } catch (err) { setError(err); }
   }, []);
+
+  // When the list is first drawn (effects run after the paint): read by
+  // BenchmarkMyVMs200.
+  useEffect(() => { if (vms && !window.gpuvmRendered) window.gpuvmRendered = performance.now(); }, [vms]);
 
   useEffect(() => {
     load();
