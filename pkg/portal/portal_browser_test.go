@@ -19,8 +19,8 @@ import (
 	"github.com/chromedp/cdproto/emulation"
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/cdproto/page"
-	"github.com/chromedp/cdproto/target"
 	cdruntime "github.com/chromedp/cdproto/runtime"
+	"github.com/chromedp/cdproto/target"
 	"github.com/chromedp/chromedp"
 
 	"github.com/gpuvm/gpuvm/pkg/api"
@@ -128,7 +128,7 @@ type browser struct {
 	base string
 
 	mu       sync.Mutex
-	requests []string                 // every URL asked for
+	requests []string                   // every URL asked for
 	pages    map[string]network.Headers // the headers of each document
 	sizes    map[network.RequestID]float64
 	console  []string
