@@ -22,6 +22,7 @@ import (
 	cdruntime "github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/cdproto/target"
 	"github.com/chromedp/chromedp"
+	"github.com/chromedp/chromedp/kb"
 
 	"github.com/gpuvm/gpuvm/pkg/api"
 	"github.com/gpuvm/gpuvm/pkg/client/clienttest"
@@ -217,9 +218,10 @@ func (b *browser) waitFor(what, js string) {
 	b.t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
+		// A page that is navigating answers with an error: try again.
 		var ok bool
-		b.eval("(() => { try { return !!("+js+"); } catch (e) { return false; } })()", &ok)
-		if ok {
+		err := chromedp.Run(b.ctx, chromedp.Evaluate("(() => { try { return !!("+js+"); } catch (e) { return false; } })()", &ok))
+		if err == nil && ok {
 			return
 		}
 		if time.Now().After(deadline) {
@@ -352,7 +354,7 @@ func upHost(t testing.TB, st *store.Store) {
 func (b *browser) signIn(token string) {
 	b.t.Helper()
 	b.run(chromedp.Navigate(b.base+"/login"), chromedp.WaitVisible(`#token`, chromedp.ByQuery),
-		chromedp.SendKeys(`#token`, token, chromedp.ByQuery), chromedp.Click(`form button[type=submit]`, chromedp.ByQuery),
+		chromedp.SendKeys(`#token`, token+"\r", chromedp.ByQuery), // Enter submits: the keyboard is enough
 		chromedp.WaitVisible(`ul.cards li`, chromedp.ByQuery))
 }
 
@@ -513,6 +515,18 @@ func TestPortalInChromium(t *testing.T) {
 	}
 	b.check("vms-stopped")
 
+	// Delete asks first; Escape (the keyboard) cancels, and the VM stays.
+	b.run(chromedp.Click(`//li[@id="vm-demo"]//button[text()="Delete"]`, chromedp.BySearch), chromedp.WaitVisible(`dialog.confirm`, chromedp.ByQuery))
+	var focused string
+	b.eval(`document.activeElement.textContent`, &focused)
+	if focused != "Cancel" {
+		t.Errorf("the confirmation's focus is on %q, want Cancel (the safe choice)", focused)
+	}
+	b.run(chromedp.KeyEvent(kb.Escape), chromedp.WaitNotPresent(`dialog.confirm`, chromedp.ByQuery))
+	if cur, err := env.Store.GetVM(ctx, vm.ID); err != nil || cur.State != store.VMStopped {
+		t.Errorf("after Escape: %+v, %v", cur, err)
+	}
+
 	// bob's VM: never shown, never reachable, not even by its ID.
 	if page := b.text(`main`); strings.Contains(page, "bobs-secret") {
 		t.Errorf("ann sees bob's VM:\n%s", page)
@@ -547,7 +561,16 @@ func TestPortalInChromium(t *testing.T) {
 		t.Errorf("the Chinese catalogue:\n%s", cards)
 	}
 	b.check("catalogue-zh")
-	b.run(chromedp.Navigate(env.URL+"/vms"), chromedp.WaitVisible(`#vm-demo`, chromedp.ByQuery))
+	// Times are in the viewer's time zone.
+	b.run(emulation.SetTimezoneOverride("Asia/Shanghai"), chromedp.Navigate(env.URL+"/vms"), chromedp.WaitVisible(`#vm-demo time`, chromedp.ByQuery))
+	cur, err := env.Store.GetVM(ctx, vm.ID)
+	if err != nil || cur.LeaseEnd == nil {
+		t.Fatalf("%+v, %v", cur, err)
+	}
+	shanghai, _ := time.LoadLocation("Asia/Shanghai")
+	if got, want := b.text(`#vm-demo time`), cur.LeaseEnd.In(shanghai).Format("15:04"); !strings.Contains(got, want) {
+		t.Errorf("lease end %q in Shanghai, want the time %s", got, want)
+	}
 	b.check("vms-zh")
 	b.eval(`(() => { const s = document.querySelector('.lang select'); s.value = 'en'; s.dispatchEvent(new Event('change', {bubbles: true})); return true; })()`, nil)
 	b.waitFor("the English page", `document.documentElement.lang === 'en' && !!document.querySelector('#vm-demo')`)
