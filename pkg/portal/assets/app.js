@@ -187,7 +187,12 @@ function VMs({session}) {
     const changed = () => { if (!timer) timer = setTimeout(() => { timer = 0; load(); }, 200); };
     for (const type of ['vm.created', 'vm.state', 'vm.action', 'vm.warning']) es.addEventListener(type, changed);
     es.onopen = () => setLive(true);
-    es.onerror = () => setLive(false);
+    es.onerror = () => {
+      setLive(false);
+      // The browser retries by itself, unless the answer was not a stream
+      // (the session ended: 401): then session() goes to /login.
+      if (es.readyState === EventSource.CLOSED) api.session().catch(setError);
+    };
     const tick = setInterval(() => setNow(Date.now()), 30000);
     return () => { es.close(); clearInterval(tick); clearTimeout(timer); };
   }, [load]);
