@@ -137,11 +137,18 @@ func (s *Server) authenticateSession(c *gin.Context) {
 
 // sameOrigin is false when the browser says the request comes from another
 // origin (Origin, else Sec-Fetch-Site); a request that says neither is not
-// from a browser that would send the cookie cross-site.
+// from a browser that would send the cookie cross-site. Origin may name
+// the host a proxy in front was asked for (X-Forwarded-Host): a page of
+// another site cannot set that header without a preflight, which gpuvmd
+// never grants.
 func sameOrigin(r *http.Request) bool {
 	if o := r.Header.Get("Origin"); o != "" {
 		u, err := url.Parse(o)
-		return err == nil && strings.EqualFold(u.Host, r.Host)
+		if err != nil {
+			return false
+		}
+		fwd, _, _ := strings.Cut(r.Header.Get("X-Forwarded-Host"), ",")
+		return strings.EqualFold(u.Host, r.Host) || fwd != "" && strings.EqualFold(u.Host, strings.TrimSpace(fwd))
 	}
 	site := r.Header.Get("Sec-Fetch-Site")
 	return site == "" || site == "same-origin" || site == "none"

@@ -109,6 +109,12 @@ func TestPortalSession(t *testing.T) {
 			t.Errorf("%s: DELETE /v1/session = %d, want 403", name, r.Code)
 		}
 	}
+	// Behind a proxy that rewrites Host, Origin is the host the proxy was
+	// asked for.
+	if r := portalReq(t, s, "POST", "/v1/vms", create, map[string]string{api.CSRFHeader: sess.CSRFToken,
+		"Origin": "https://gpu.lab.example", "X-Forwarded-Host": "gpu.lab.example"}, ck); r.Code == 403 || r.Code == 401 {
+		t.Errorf("POST /v1/vms through a proxy: %d %s", r.Code, r.Body)
+	}
 	// With the token the request reaches the handler (which knows no such
 	// profile: there is no configuration).
 	if r := portalReq(t, s, "POST", "/v1/vms", create, map[string]string{api.CSRFHeader: sess.CSRFToken}, ck); r.Code == 403 || r.Code == 401 {

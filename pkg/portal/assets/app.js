@@ -267,7 +267,7 @@ function Confirm({vm, action, onYes, onNo}) {
   return html`<dialog ref=${ref} class="confirm" aria-labelledby="confirm-text" onCancel=${onNo}>
     <p id="confirm-text">${text}</p>
     <div class="buttons">
-      <button type="button" class=${action === 'delete' ? 'danger' : ''} id="confirm-yes" onClick=${onYes}>${t('confirm', {action: t(action)})}</button>
+      <button type="button" class=${action === 'delete' ? 'danger' : ''} id="confirm-yes" onClick=${onYes}>${t('confirm', {action: t(action).toLowerCase()})}</button>
       <button type="button" class="quiet" onClick=${onNo} autofocus>${t('cancel')}</button>
     </div>
   </dialog>`;
