@@ -26,6 +26,7 @@ import (
 
 	"github.com/gpuvm/gpuvm/pkg/api"
 	"github.com/gpuvm/gpuvm/pkg/client/clienttest"
+	"github.com/gpuvm/gpuvm/pkg/gpu"
 	"github.com/gpuvm/gpuvm/pkg/portal"
 	"github.com/gpuvm/gpuvm/pkg/store"
 )
@@ -327,20 +328,30 @@ func (b *browser) screenshots(name string) {
 	b.run(emulation.SetDeviceMetricsOverride(1280, 800, 1, false))
 }
 
-// upHost reports a host with an H100 in MIG mode (three 1g.10gb free), an
-// L40S whose L40S-12Q are all taken, and two idle L40S of four.
+// upHost reports a host (its heartbeat's inventory) with an H100 in MIG
+// mode holding four 1g.10gb instances (three more fit), an L40S whose four
+// L40S-12Q are all taken, and four whole L40S of which two are idle.
 func upHost(t testing.TB, st *store.Store) {
 	t.Helper()
-	inv := api.HostInventory{GPUs: []api.GPU{
-		{Address: "0000:41:00.0", Model: "H100", Mode: "mig", MIGCapable: true, MIGEnabled: true, Backends: map[string]string{"mig": ""},
-			MIGProfiles: []api.MIGProfile{{Name: "1g.10gb", Slices: 1, Size: 1, Max: 7, FreeStarts: []int{4, 5, 6}}}},
-		{Address: "0000:42:00.0", Model: "L40S", Mode: "vgpu", Backends: map[string]string{"vgpu": ""},
-			VGPUTypes: []api.VGPUType{{Name: "L40S-12Q", MaxInstances: 4, Available: 0}}},
-		{Address: "0000:43:00.0", Model: "L40S", Mode: "idle", Backends: map[string]string{"passthrough": ""}},
-		{Address: "0000:44:00.0", Model: "L40S", Mode: "idle", Backends: map[string]string{"passthrough": ""}},
-		{Address: "0000:45:00.0", Model: "L40S", Mode: "passthrough", Backends: map[string]string{"passthrough": ""}},
-		{Address: "0000:46:00.0", Model: "L40S", Mode: "passthrough", Backends: map[string]string{"passthrough": ""}},
+	ip := func(i int) *int { return &i }
+	inv := gpu.HostInventory{GPUs: []gpu.HostGPU{
+		{Address: "0000:41:00.0", Model: "H100 PCIe 80GB", DeviceID: "10de:2331", Mode: gpu.ModeMIG, MIGCapable: true, MIGEnabled: true,
+			Backends: map[string]string{"mig": ""}, MIGProfiles: []gpu.MIGOffer{{Name: "1g.10gb", FreeStarts: []int{4, 5, 6}}}},
+		{Address: "0000:42:00.0", Model: "L40S", DeviceID: "10de:26b9", Mode: gpu.ModeVGPU, Backends: map[string]string{"vgpu": ""},
+			VGPUTypes: []gpu.VGPUOffer{{Name: "L40S-12Q", Available: 0}}},
 	}}
+	for i, mode := range []gpu.Mode{gpu.ModeIdle, gpu.ModeIdle, gpu.ModePassthrough, gpu.ModePassthrough} {
+		addr := fmt.Sprintf("0000:%d:00.0", 43+i)
+		inv.GPUs = append(inv.GPUs, gpu.HostGPU{Address: addr, Model: "L40S", DeviceID: "10de:26b9", Mode: mode, Backends: map[string]string{"passthrough": ""}})
+		if mode == gpu.ModePassthrough {
+			inv.Devices = append(inv.Devices, gpu.HostDevice{ID: addr, Backend: "passthrough", Kind: gpu.KindPassthrough, GPU: addr, VMUUID: fmt.Sprintf("vm-p%d", i)})
+		}
+	}
+	for i := range 4 {
+		inv.Devices = append(inv.Devices,
+			gpu.HostDevice{ID: fmt.Sprintf("mig-%d", i), Backend: "mig", Kind: gpu.KindMIG, GPU: "0000:41:00.0", Profile: "1g.10gb", Placement: ip(i), VMUUID: fmt.Sprintf("vm-m%d", i)},
+			gpu.HostDevice{ID: fmt.Sprintf("vgpu-%d", i), Backend: "vgpu", Kind: gpu.KindVGPU, GPU: "0000:42:00.0", Type: "L40S-12Q", VMUUID: fmt.Sprintf("vm-v%d", i)})
+	}
 	b, err := json.Marshal(inv)
 	if err != nil {
 		t.Fatal(err)
@@ -481,6 +492,9 @@ func TestPortalInChromium(t *testing.T) {
 	b.run(chromedp.Click(`//li[@id="vm-demo"]//button[text()="Stop"]`, chromedp.BySearch), chromedp.WaitVisible(`dialog.confirm`, chromedp.ByQuery))
 	b.check("vms-confirm-stop")
 	b.run(chromedp.Click(`#confirm-yes`, chromedp.ByQuery), chromedp.WaitNotPresent(`dialog.confirm`, chromedp.ByQuery))
+	// The dialog closes before the request is answered: wait for the
+	// page to say it was asked.
+	b.waitFor("the stop asked for", `document.querySelector('main [role=status]').textContent.includes('demo')`)
 	ops, err := env.Store.ListOperations(ctx, vm.ID)
 	if err != nil {
 		t.Fatal(err)
@@ -492,7 +506,7 @@ func TestPortalInChromium(t *testing.T) {
 		}
 	}
 	if stop == nil || stop.RequestedBy != "ann" {
-		t.Fatalf("no stop operation by ann: %+v", ops)
+		t.Fatalf("no stop operation by ann: %+v; the page says:\n%s", ops, b.text(`main`))
 	}
 	// The lifecycle stops it (the test worker does not: do it here).
 	for _, state := range []string{store.VMStopping, store.VMStopped} {
