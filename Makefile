@@ -12,7 +12,7 @@ PLUGINS     := vgpu mig passthrough
 RUN_STATE   ?= $(CURDIR)/.cache/run
 RUN_LISTEN  ?= 127.0.0.1:8080
 
-.PHONY: all setup novnc build guest desktop-image test-desktop-image run test unit lint generate check-generate fuzz clean package test-install
+.PHONY: all setup novnc portal build guest desktop-image test-desktop-image run test unit lint generate check-generate fuzz clean package test-install
 
 all: build
 
@@ -24,7 +24,13 @@ setup:
 novnc:
 	@bash scripts/fetch-novnc.sh
 
-build: novnc
+# The web portal's npm packages (htm's Preact standalone module, which
+# gpuvmd embeds; axe-core for its accessibility tests), pinned and
+# integrity-checked; a build without them says so on the page.
+portal:
+	@bash scripts/fetch-portal.sh
+
+build: novnc portal
 	$(GO) build -ldflags '$(LDFLAGS) -X main.version=$(VERSION)' -o $(BIN)/gpuvmd ./cmd/gpuvmd
 	CGO_ENABLED=0 $(GO) build -ldflags '$(LDFLAGS) -X main.version=$(VERSION)' -o $(BIN)/gpuvm ./cmd/gpuvm
 	@for p in $(PLUGINS); do \
@@ -34,7 +40,7 @@ build: novnc
 
 # The .deb in $(BIN)/pkg, built with nfpm
 # (go tool nfpm, pinned in go.mod): packaging/build.sh says what goes in.
-package: novnc
+package: novnc portal
 	@bash packaging/build.sh $(BIN)/pkg
 
 # The package installed into a Debian bookworm root (mmdebstrap, cached in
@@ -82,7 +88,7 @@ run: setup build guest
 
 # Every test: lint, generated code up to date, the race-enabled suite, the
 # plugin binaries over go-plugin, and bounded fuzzing.
-test: setup novnc test-desktop-image lint check-generate unit fuzz test-install
+test: setup novnc portal test-desktop-image lint check-generate unit fuzz test-install
 
 # PostgreSQL tests run against the local Debian cluster, which
 # pkg/store/testdata/start-postgres.sh starts and prepares (as root); without

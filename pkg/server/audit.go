@@ -89,6 +89,9 @@ var auditRoutes = map[string]auditRoute{
 	// The orphan decisions of the reconciler's admin routes (orphans.go).
 	"DELETE /v1/admin/orphans/{id}":     {"orphan.delete", "orphan/{id}"},
 	"POST /v1/admin/orphans/{id}/adopt": {"orphan.adopt", "orphan/{id}"},
+	// The web portal's sign-in and sign-out (portal.go).
+	"POST /v1/session":   {"session.create", ""},
+	"DELETE /v1/session": {"session.delete", ""},
 }
 
 // stateChanging says whether requests of a method change state: all but

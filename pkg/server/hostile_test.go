@@ -49,6 +49,7 @@ var hostileBodies = map[string]struct {
 	"POST /v1/admin/reload":             {status: 200, optional: true},
 	"POST /v1/admin/hosts/{name}/drain": {status: 404, optional: true}, // no node of that name
 	"POST /v1/admin/orphans/{id}/adopt": {body: `{"owner":"ann","name":"adopted","profile":"seat"}`, status: 201},
+	"POST /v1/session":                  {body: `{"token":"gpuvm_not-a-token"}`, status: 401}, // portal.go's sign-in
 }
 
 // Routes whose dependencies the walk's server lacks answer 503 by design.

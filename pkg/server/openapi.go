@@ -98,8 +98,8 @@ var (
 )
 
 // apiRoutes is every route of the API: those of this table, and the
-// console's, the fleet's and the credentials', which their files list.
-var apiRoutes = slices.Concat(coreAPIRoutes, consoleAPIRoutes, fleetAPIRoutes, orphanAPIRoutes, credentialsAPIRoutes)
+// console's, the fleet's, the credentials' and the portal's sessions', which their files list.
+var apiRoutes = slices.Concat(coreAPIRoutes, consoleAPIRoutes, fleetAPIRoutes, orphanAPIRoutes, credentialsAPIRoutes, sessionAPIRoutes)
 
 var coreAPIRoutes = []route{
 	{Method: "GET", Path: "/healthz", Summary: "Liveness: the process answers", Auth: authNone, Status: 200, Answer: map[string]string{}},
@@ -145,6 +145,14 @@ var coreAPIRoutes = []route{
 	{Method: "DELETE", Path: "/v1/reservations/{id}", Summary: "Cancel a reservation (its owner, who booked it, or an admin)", Auth: authUser, Params: []param{pResID}, Status: 204, Errors: []int{403, 404, 503}},
 }
 
+// securitySchemes: a bearer token, or the web portal's session cookie
+// (portal.go).
+var securitySchemes = map[string]any{
+	"bearer": map[string]any{"type": "http", "scheme": "bearer"},
+	"session": map[string]any{"type": "apiKey", "in": "cookie", "name": api.SessionCookie,
+		"description": "The web portal's session (POST /v1/session); a state-changing request with it also needs the session's CSRF token in " + api.CSRFHeader + "."},
+}
+
 // openAPI builds the OpenAPI 3.1 document of routes.
 func openAPI(routes []route) map[string]any {
 	g := &schemaGen{defs: map[string]any{}}
@@ -157,7 +165,8 @@ func openAPI(routes []route) map[string]any {
 		case authNone, authTicket:
 			op["security"] = []any{}
 		default:
-			op["security"] = []any{map[string]any{"bearer": []string{}}}
+			// A bearer token, or the web portal's session cookie (portal.go).
+			op["security"] = []any{map[string]any{"bearer": []string{}}, map[string]any{"session": []string{}}}
 		}
 		if r.Auth == authAdmin {
 			op["description"] = "Admins only."
@@ -221,7 +230,7 @@ func openAPI(routes []route) map[string]any {
 		"paths": paths,
 		"components": map[string]any{
 			"schemas":         g.defs,
-			"securitySchemes": map[string]any{"bearer": map[string]any{"type": "http", "scheme": "bearer"}},
+			"securitySchemes": securitySchemes,
 			"responses": map[string]any{"problem": map[string]any{"description": "RFC 9457 problem details",
 				"content": map[string]any{"application/problem+json": map[string]any{"schema": map[string]any{"$ref": "#/components/schemas/Problem"}}}}},
 		},

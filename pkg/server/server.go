@@ -17,6 +17,7 @@ import (
 	"github.com/gpuvm/gpuvm/pkg/api"
 	"github.com/gpuvm/gpuvm/pkg/backend"
 	"github.com/gpuvm/gpuvm/pkg/config"
+	"github.com/gpuvm/gpuvm/pkg/portal"
 	"github.com/gpuvm/gpuvm/pkg/store"
 	"github.com/gpuvm/gpuvm/pkg/usage"
 )
@@ -113,6 +114,7 @@ type Server struct {
 	auditFailures  atomic.Int64
 	done           chan struct{} // closed by Close: streams end
 	closeOnce      sync.Once
+	portal         *portal.Portal // portal.go
 }
 
 // New builds the API.
@@ -145,9 +147,7 @@ func New(d Deps) *Server {
 		s.engine.Use(s.observeRequests) // metrics.go
 	}
 	s.engine.Use(s.auditRequests) // audit.go
-	s.engine.NoRoute(func(c *gin.Context) {
-		s.writeProblem(c, with(errNotFound, "no route "+c.Request.Method+" "+c.Request.URL.Path))
-	})
+	s.engine.NoRoute(s.noRoute)   // the portal's pages (portal.go), else 404
 	s.routes()
 	s.audited = s.auditTable()
 	return s
@@ -167,6 +167,7 @@ func (s *Server) routes() {
 	s.engine.GET("/openapi.json", s.openAPI)
 	s.engine.GET("/metrics", s.metrics) // metrics.go
 	v1 := s.engine.Group("/v1", s.authenticate)
+	s.portalRoutes(v1) // portal.go: the web portal and its sessions
 	v1.GET("/profiles", s.listProfiles)
 	v1.GET("/profiles/:name", s.getProfile)
 	vms := v1.Group("")
@@ -221,6 +222,10 @@ func (s *Server) logRequests(c *gin.Context) {
 const userKey = "gpuvm.user"
 
 func (s *Server) authenticate(c *gin.Context) {
+	if hasSession(c) { // the web portal's cookie (portal.go)
+		s.authenticateSession(c)
+		return
+	}
 	h := c.GetHeader("Authorization")
 	token, ok := strings.CutPrefix(h, "Bearer ")
 	if !ok || strings.TrimSpace(token) == "" {

@@ -72,6 +72,7 @@ var copiers = []tableCopier{
 	copierOf[Alert]("alerts", "id"),
 	copierOf[AuditEntry]("audit_log", "id"),
 	copierOf[VMCredential]("vm_credentials", "vm_id"),
+	copierOf[PortalSession]("portal_sessions", "id"),
 }
 
 // identityTables have a generated id whose sequence must go on after the

@@ -19,7 +19,11 @@ func fillEveryTable(t *testing.T, s *Store) {
 	ctx := context.Background()
 	mustUser(t, s, "ann", "render")
 	mustUser(t, s, "bob")
-	if _, _, err := s.CreateToken(ctx, "ann", "laptop", nil); err != nil {
+	_, tok, err := s.CreateToken(ctx, "ann", "laptop", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.CreateSession(ctx, "ann", tok.ID, time.Hour, nil); err != nil {
 		t.Fatal(err)
 	}
 	vm := mustVM(t, s, "ann", "one")
@@ -86,6 +90,10 @@ func dumpRows[T any](t *testing.T, s *Store, table, order string) []string {
 				if x != nil {
 					fields = append(fields, name+"="+x.UTC().Format(time.RFC3339Nano))
 				}
+			case *int64:
+				if x != nil {
+					fields = append(fields, fmt.Sprintf("%s=%d", name, *x))
+				}
 			case JSON: // jsonb keeps its own key order
 				var doc any
 				if err := json.Unmarshal(x, &doc); err != nil {
@@ -145,6 +153,7 @@ func TestCopyInto(t *testing.T) {
 		"alerts":           func(s *Store) []string { return dumpRows[Alert](t, s, "alerts", "id") },
 		"audit_log":        func(s *Store) []string { return dumpRows[AuditEntry](t, s, "audit_log", "id") },
 		"vm_credentials":   func(s *Store) []string { return dumpRows[VMCredential](t, s, "vm_credentials", "vm_id") },
+		"portal_sessions":  func(s *Store) []string { return dumpRows[PortalSession](t, s, "portal_sessions", "id") },
 	}
 	for _, c := range copiers {
 		dump := dumps[c.table]

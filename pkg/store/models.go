@@ -503,3 +503,18 @@ type VMCredential struct {
 }
 
 func (VMCredential) TableName() string { return "vm_credentials" }
+
+// PortalSession is a browser signed in to the web portal (sessions.go).
+// ID is the SHA-256 of the secret the session cookie holds; TokenID the API
+// token it was opened with (nil: none), whose revocation ends it too.
+type PortalSession struct {
+	ID         string    `gorm:"column:id;primaryKey" json:"-"`
+	UserID     int64     `gorm:"column:user_id;not null;index:portal_sessions_user" json:"user_id"`
+	TokenID    *int64    `gorm:"column:token_id" json:"token_id,omitempty"`
+	CSRF       string    `gorm:"column:csrf;not null" json:"-"`
+	CreatedAt  time.Time `gorm:"column:created_at;not null" json:"created_at"`
+	ExpiresAt  time.Time `gorm:"column:expires_at;not null;index:portal_sessions_expires" json:"expires_at"`
+	LastSeenAt time.Time `gorm:"column:last_seen_at;not null" json:"last_seen_at"`
+}
+
+func (PortalSession) TableName() string { return "portal_sessions" }

@@ -1,0 +1,27 @@
+package api
+
+import "time"
+
+// SessionCookie names the cookie of a web portal session: HttpOnly,
+// SameSite=Strict, Secure under TLS. The API takes it in place of a bearer
+// token; a state-changing request with it must also carry the session's
+// CSRF token in the CSRFHeader header.
+const (
+	SessionCookie = "gpuvm_session"
+	CSRFHeader    = "X-CSRF-Token"
+)
+
+// SignInRequest is the body of POST /v1/session: an API token, exchanged
+// for a session cookie. The token is never kept by the session.
+type SignInRequest struct {
+	Token string `json:"token"`
+}
+
+// Session is a web portal session (POST and GET /v1/session).
+type Session struct {
+	User User `json:"user"`
+	// CSRFToken goes in the X-CSRF-Token header of every state-changing
+	// request of the session.
+	CSRFToken string    `json:"csrf_token"`
+	ExpiresAt time.Time `json:"expires_at"`
+}

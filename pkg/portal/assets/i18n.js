@@ -1,0 +1,133 @@
+// i18n.js: the portal's words in English and Simplified Chinese, and the
+// formatting of times (the viewer's time zone), sizes and GPUs.
+
+export const lang = document.documentElement.lang === 'zh-CN' ? 'zh-CN' : 'en';
+
+const words = {
+  en: {
+    brand: 'gpuvm', nav: 'Main', catalogue: 'GPU machines', vms: 'My VMs', signOut: 'Sign out',
+    language: 'Language', signedInAs: 'Signed in as {user}',
+    loginTitle: 'Sign in to gpuvm', token: 'API token',
+    tokenHint: 'Paste the token your admin gave you, or one from "gpuvm token create". It is exchanged for a session and not kept by this page.',
+    signIn: 'Sign in', signingIn: 'Signing in…',
+    catalogueIntro: 'The machines you may ask for. Each card says what it has and how many are free now.',
+    vcpus: 'vCPUs', memory: 'Memory', disk: 'Disk', lease: 'Lease', leaseHours: '{d} h by default, {m} h at most',
+    leaseDefault: '{d} h by default', available: 'Free now',
+    free: '{n} free', freeOf: '{n} free of {t} GPUs', noneFree: 'none free', unknownFree: 'not known yet (no server has reported)',
+    noGPU: 'no GPU', noGPUNeeded: 'always (no GPU needed)', mig: 'MIG {p} slice of {m}', migAny: 'MIG {p} slice of a GPU', vgpu: '{t} vGPU',
+    whole: 'whole {m}', wholeN: '{n} × whole {m}', wholeAny: 'a whole GPU', anyGPU: 'a GPU share of at least {mem}',
+    ask: 'Ask for a VM', askTitle: 'Ask for a {p} VM', name: 'Name', nameHint: 'Lower-case letters, digits and dashes; empty: one is made up.',
+    hours: 'Hours', hoursHint: 'From 1 to {m}.', sshKeys: 'SSH public keys', sshHint: 'One per line (optional).',
+    submit: 'Ask', cancel: 'Cancel', asking: 'Asking…', asked: '{name} is asked for: see My VMs.',
+    noProfiles: 'There is no machine you may ask for. Ask your admin.',
+    vmsIntro: 'Your VMs, updated live.', noVMs: 'You have no VMs. Ask for one in GPU machines.',
+    live: 'Live', offline: 'Reconnecting…',
+    state: 'State', profile: 'Profile', gpu: 'GPU', leaseEnd: 'Lease ends', addresses: 'Addresses',
+    queuePos: 'number {n} in the queue', none: '—',
+    stop: 'Stop', start: 'Start', delete: 'Delete', openDesktop: 'Open desktop', actions: 'Actions for {name}',
+    confirmStop: 'Stop {name}? Its guest is shut down; its GPU is given back.',
+    confirmStart: 'Start {name}? It queues for a GPU again.',
+    confirmDelete: 'Delete {name}? Its disk is removed; this cannot be undone.',
+    confirm: 'Yes, {action}', done: '{action}: asked for {name}.',
+    in: 'in {d}', ago: '{d} ago', error: 'Something went wrong: {msg}',
+    states: {queued: 'queued', allocating: 'allocating', creating: 'creating', running: 'running', stopping: 'stopping',
+      stopped: 'stopped', deleting: 'deleting', deleted: 'deleted', failed: 'failed'},
+  },
+  'zh-CN': {
+    brand: 'gpuvm', nav: '主导航', catalogue: 'GPU 机器', vms: '我的虚拟机', signOut: '退出登录',
+    language: '语言', signedInAs: '已登录：{user}',
+    loginTitle: '登录 gpuvm', token: 'API 令牌',
+    tokenHint: '粘贴管理员给你的令牌，或 "gpuvm token create" 生成的令牌。它只用来换取会话，本页不会保存它。',
+    signIn: '登录', signingIn: '正在登录…',
+    catalogueIntro: '你可以申请的机器。每张卡片写明配置和当前空闲数量。',
+    vcpus: '虚拟 CPU', memory: '内存', disk: '磁盘', lease: '租期', leaseHours: '默认 {d} 小时，最长 {m} 小时',
+    leaseDefault: '默认 {d} 小时', available: '当前空闲',
+    free: '空闲 {n} 个', freeOf: '空闲 {n} 块，共 {t} 块 GPU', noneFree: '没有空闲', unknownFree: '暂不清楚（还没有服务器报告）',
+    noGPU: '无 GPU', noGPUNeeded: '随时可用（无需 GPU）', mig: '{m} 的 MIG {p} 切片', migAny: 'GPU 的 MIG {p} 切片', vgpu: '{t} 虚拟 GPU',
+    whole: '整块 {m}', wholeN: '{n} 块整块 {m}', wholeAny: '一整块 GPU', anyGPU: '至少 {mem} 的 GPU 份额',
+    ask: '申请虚拟机', askTitle: '申请 {p} 虚拟机', name: '名称', nameHint: '小写字母、数字和连字符；留空则自动生成。',
+    hours: '小时数', hoursHint: '1 到 {m}。', sshKeys: 'SSH 公钥', sshHint: '每行一个（可选）。',
+    submit: '申请', cancel: '取消', asking: '正在申请…', asked: '已申请 {name}：见“我的虚拟机”。',
+    noProfiles: '没有你可以申请的机器。请联系管理员。',
+    vmsIntro: '你的虚拟机，实时更新。', noVMs: '你还没有虚拟机。可以在“GPU 机器”中申请。',
+    live: '实时', offline: '正在重新连接…',
+    state: '状态', profile: '配置', gpu: 'GPU', leaseEnd: '租期结束', addresses: '地址',
+    queuePos: '排队第 {n} 位', none: '—',
+    stop: '停止', start: '启动', delete: '删除', openDesktop: '打开桌面', actions: '{name} 的操作',
+    confirmStop: '停止 {name}？客户机将关机，GPU 将归还。',
+    confirmStart: '启动 {name}？它会重新排队等待 GPU。',
+    confirmDelete: '删除 {name}？其磁盘将被删除，且无法撤销。',
+    confirm: '确定{action}', done: '已请求{action} {name}。',
+    in: '{d}后', ago: '{d}前', error: '出错了：{msg}',
+    states: {queued: '排队中', allocating: '分配中', creating: '创建中', running: '运行中', stopping: '停止中',
+      stopped: '已停止', deleting: '删除中', deleted: '已删除', failed: '失败'},
+  },
+};
+
+// t is the text of key, with {name}s filled from vars.
+export function t(key, vars = {}) {
+  const s = words[lang][key] ?? words.en[key] ?? key;
+  return typeof s === 'string' ? s.replace(/\{(\w+)\}/g, (_, k) => String(vars[k] ?? '')) : s;
+}
+
+export const stateWord = (s) => t('states')[s] || s;
+
+// setLanguage remembers the visitor's choice (a cookie the server reads to
+// render the page in it) and reloads.
+export function setLanguage(l) {
+  document.cookie = `gpuvm_lang=${l}; path=/; max-age=31536000; samesite=strict`;
+  location.reload();
+}
+
+const dateTime = new Intl.DateTimeFormat(lang, {dateStyle: 'medium', timeStyle: 'short'});
+export const fmtTime = (iso) => dateTime.format(new Date(iso));
+
+// fmtRelative: "in 3 h 20 min", "5 min ago".
+export function fmtRelative(iso, now = Date.now()) {
+  const ms = new Date(iso).getTime() - now;
+  const mins = Math.round(Math.abs(ms) / 60000);
+  const h = Math.floor(mins / 60), m = mins % 60;
+  const unit = lang === 'zh-CN' ? [' 小时', ' 分钟'] : [' h', ' min'];
+  const d = (h ? h + unit[0] + (m ? ' ' : '') : '') + (m || !h ? m + unit[1] : '');
+  return t(ms >= 0 ? 'in' : 'ago', {d});
+}
+
+export function fmtBytes(n) {
+  const gib = n / (1 << 30);
+  if (gib >= 1) return (Number.isInteger(gib) ? gib : gib.toFixed(1)) + ' GiB';
+  return Math.round(n / (1 << 20)) + ' MiB';
+}
+
+// hoursOf a duration in seconds (how the API writes a profile's lease).
+export const hoursOf = (secs) => Math.round((secs || 0) / 3600);
+
+const article = (m) => (lang === 'en' ? (/^[AEFHILMNORSX8]/.test(m) ? 'an ' : 'a ') + m : m);
+
+// gpuWords says what GPU a profile gives, in words people use.
+export function gpuWords(g) {
+  if (!g) return t('noGPU');
+  switch (g.kind) {
+    case 'mig': return g.model ? t('mig', {p: g.profile, m: article(g.model)}) : t('migAny', {p: g.profile});
+    case 'vgpu': return t('vgpu', {t: g.type});
+    case 'passthrough':
+      if (!g.model) return t('wholeAny');
+      return g.count > 1 ? t('wholeN', {n: g.count, m: g.model}) : t('whole', {m: g.model});
+    default: return t('anyGPU', {mem: fmtBytes(g.memory || 0)});
+  }
+}
+
+// freeWords says how many VMs of a profile's GPU the hosts could place now.
+export function freeWords(g, hosts) {
+  const up = (hosts || []).filter((h) => h.state === 'up');
+  if (!up.length) return {text: t('unknownFree'), n: -1};
+  if (!g) return {text: t('noGPUNeeded'), n: 1};
+  let n = 0, total = 0;
+  for (const h of up) {
+    const f = h.free || {};
+    if (g.kind === 'mig') n += (f.mig || {})[g.profile] || 0;
+    else if (g.kind === 'vgpu') n += (f.vgpu || {})[g.type] || 0;
+    else { n += Math.floor((f.idle_gpus || 0) / Math.max(g.count || 1, 1)); total += Math.floor(((h.gpus || 0) - (h.drained_gpus || 0)) / Math.max(g.count || 1, 1)); }
+  }
+  if (n === 0) return {text: t('noneFree'), n};
+  return {text: total ? t('freeOf', {n, t: total}) : t('free', {n}), n};
+}

@@ -1,0 +1,250 @@
+package server
+
+import (
+	"context"
+	"crypto/subtle"
+	"errors"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/gpuvm/gpuvm/pkg/api"
+	"github.com/gpuvm/gpuvm/pkg/portal"
+	"github.com/gpuvm/gpuvm/pkg/store"
+)
+
+// The web portal (pkg/portal) is served by the same engine as the API, on
+// the same origin: its pages and assets through noRoute (they are not API
+// routes), its sign-in and sign-out as the API routes of this file.
+//
+// A session is a row of the store's portal_sessions, opened by POST
+// /v1/session with an API token (checked like a bearer token; the session
+// keeps only the token's ID, so that revoking the token ends the session).
+// Its secret travels only in an HttpOnly, SameSite=Strict cookie (Secure
+// under TLS); the API takes the cookie in place of a bearer token. A
+// state-changing request with the cookie must carry the session's CSRF
+// token in X-CSRF-Token (a synchronizer token, compared with the stored one)
+// and, when the browser sends Origin, come from this origin. DELETE
+// /v1/session deletes the row: the cookie is dead at once, wherever it is.
+
+// SessionStore backs the portal's sessions (portal.go).
+type SessionStore interface {
+	CreateSession(ctx context.Context, user string, tokenID int64, ttl time.Duration, notAfter *time.Time) (string, *store.PortalSession, error)
+	GetSession(ctx context.Context, secret string) (*store.PortalSession, *store.User, error)
+	DeleteSession(ctx context.Context, secret string) error
+	DeleteExpiredSessions(ctx context.Context, t time.Time) (int64, error)
+}
+
+// SessionTTL is how long a portal session lasts (never past the expiry of
+// the token it was opened with).
+const SessionTTL = 12 * time.Hour
+
+const sessionKey = "gpuvm.session"
+
+var sessionAPIRoutes = []route{
+	{Method: "POST", Path: "/v1/session", Summary: "Sign in to the web portal: exchange an API token for a session cookie (gpuvm_session: HttpOnly, SameSite=Strict, Secure under TLS; 12 hours at most) that the API takes in place of the token; state-changing requests with the cookie need the answer's csrf_token in X-CSRF-Token",
+		Auth: authNone, Body: api.SignInRequest{}, Status: 201, Answer: api.Session{}, Errors: []int{400, 401, 403, 413, 422}},
+	{Method: "GET", Path: "/v1/session", Summary: "The caller's portal session: its user, CSRF token and expiry (the session cookie only)", Auth: authUser, Status: 200, Answer: api.Session{}, Errors: []int{404}},
+	{Method: "DELETE", Path: "/v1/session", Summary: "Sign out: the session ends on the server, its cookie is cleared (the session cookie and its X-CSRF-Token)", Auth: authUser, Status: 204, Errors: []int{403, 404}},
+}
+
+// portalRoutes mounts the portal: its session routes, and its pages and
+// assets behind the API's routes (noRoute).
+func (s *Server) portalRoutes(v1 *gin.RouterGroup) {
+	s.portal = portal.New(portal.Options{SignedIn: s.signedIn})
+	s.engine.POST("/v1/session", s.signIn)
+	v1.GET("/session", s.getSession)
+	v1.DELETE("/session", s.signOut)
+}
+
+// noRoute serves the portal's pages and assets; anything else is 404.
+func (s *Server) noRoute(c *gin.Context) {
+	if s.portal != nil && s.portal.Serves(c.Request) {
+		s.portal.ServeHTTP(c.Writer, c.Request)
+		return
+	}
+	s.writeProblem(c, with(errNotFound, "no route "+c.Request.Method+" "+c.Request.URL.Path))
+}
+
+func (s *Server) sessions() (SessionStore, bool) {
+	ss, ok := s.Store.(SessionStore)
+	return ss, ok
+}
+
+// signedIn says whether a request carries a live session cookie (the
+// portal's pages send those without one to /login).
+func (s *Server) signedIn(r *http.Request) bool {
+	ck, err := r.Cookie(api.SessionCookie)
+	ss, ok := s.sessions()
+	if err != nil || !ok {
+		return false
+	}
+	_, _, err = ss.GetSession(r.Context(), ck.Value)
+	return err == nil
+}
+
+// hasSession says whether a request authenticates with the session cookie:
+// it has one and no Authorization header (a bearer token wins).
+func hasSession(c *gin.Context) bool {
+	if c.GetHeader("Authorization") != "" {
+		return false
+	}
+	_, err := c.Request.Cookie(api.SessionCookie)
+	return err == nil
+}
+
+// authenticateSession is authenticate for a request with the session
+// cookie: the session must be live, and a state-changing request must
+// carry its CSRF token and come from this origin.
+func (s *Server) authenticateSession(c *gin.Context) {
+	ck, _ := c.Request.Cookie(api.SessionCookie)
+	ss, ok := s.sessions()
+	if !ok {
+		s.writeProblem(c, with(errUnavailable, "this gpuvmd keeps no portal sessions"))
+		return
+	}
+	ps, u, err := ss.GetSession(c.Request.Context(), ck.Value)
+	switch {
+	case errors.Is(err, store.ErrNoSession):
+		s.clearSessionCookie(c)
+		s.writeProblem(c, with(errUnauthenticated, "the portal session has ended: sign in again at /login"))
+		return
+	case err != nil:
+		s.writeProblem(c, err)
+		return
+	}
+	c.Set(userKey, u)
+	c.Set(sessionKey, ps)
+	if ps.TokenID != nil {
+		c.Set(tokenKey, &store.APIToken{ID: *ps.TokenID}) // the audit log names it
+	}
+	if stateChanging(c.Request.Method) {
+		if !sameOrigin(c.Request) {
+			s.writeProblem(c, with(errForbidden, "the request comes from another origin"))
+			return
+		}
+		got := c.GetHeader(api.CSRFHeader)
+		if got == "" || subtle.ConstantTimeCompare([]byte(got), []byte(ps.CSRF)) != 1 {
+			s.writeProblem(c, withField(errForbidden, api.CSRFHeader, "a request with the session cookie that changes something needs the session's CSRF token in "+api.CSRFHeader+" (GET /v1/session has it)"))
+			return
+		}
+	}
+	c.Next()
+}
+
+// sameOrigin is false when the browser says the request comes from another
+// origin (Origin, else Sec-Fetch-Site); a request that says neither is not
+// from a browser that would send the cookie cross-site. Origin may name
+// the host a proxy in front was asked for (X-Forwarded-Host): a page of
+// another site cannot set that header without a preflight, which gpuvmd
+// never grants.
+func sameOrigin(r *http.Request) bool {
+	if o := r.Header.Get("Origin"); o != "" {
+		u, err := url.Parse(o)
+		if err != nil {
+			return false
+		}
+		fwd, _, _ := strings.Cut(r.Header.Get("X-Forwarded-Host"), ",")
+		return strings.EqualFold(u.Host, r.Host) || fwd != "" && strings.EqualFold(u.Host, strings.TrimSpace(fwd))
+	}
+	site := r.Header.Get("Sec-Fetch-Site")
+	return site == "" || site == "same-origin" || site == "none"
+}
+
+// signIn is POST /v1/session.
+func (s *Server) signIn(c *gin.Context) {
+	if !sameOrigin(c.Request) {
+		s.writeProblem(c, with(errForbidden, "sign in from the portal's own page"))
+		return
+	}
+	ss, ok := s.sessions()
+	if !ok {
+		s.writeProblem(c, with(errUnavailable, "this gpuvmd keeps no portal sessions"))
+		return
+	}
+	var req api.SignInRequest
+	if !s.decodeJSON(c, &req) {
+		return
+	}
+	token := strings.TrimSpace(req.Token)
+	if token == "" {
+		s.writeProblem(c, withField(errValidation, "token", "give your API token (gpuvm token create makes one)"))
+		return
+	}
+	ctx := c.Request.Context()
+	u, tok, err := s.Auth.AuthenticateToken(ctx, token)
+	switch {
+	case errors.Is(err, store.ErrInvalidToken):
+		s.writeProblem(c, withField(errUnauthenticated, "token", "the token is unknown, expired or revoked"))
+		return
+	case err != nil:
+		s.writeProblem(c, err)
+		return
+	}
+	auditUser(c, u.Name)
+	var tokenID int64
+	var notAfter *time.Time
+	if tok != nil {
+		tokenID, notAfter = tok.ID, tok.ExpiresAt
+		c.Set(tokenKey, tok)
+	}
+	if _, err := ss.DeleteExpiredSessions(ctx, s.Store.Now()); err != nil {
+		s.log.Warn("cannot remove expired portal sessions", "err", err)
+	}
+	secret, ps, err := ss.CreateSession(ctx, u.Name, tokenID, SessionTTL, notAfter)
+	if err != nil {
+		s.writeProblem(c, err)
+		return
+	}
+	auditTarget(c, "user/"+u.Name)
+	http.SetCookie(c.Writer, &http.Cookie{Name: api.SessionCookie, Value: secret, Path: "/", Expires: ps.ExpiresAt,
+		HttpOnly: true, Secure: secureRequest(c.Request), SameSite: http.SameSiteStrictMode})
+	c.Header("Cache-Control", "no-store")
+	c.JSON(http.StatusCreated, toAPISession(u, ps))
+}
+
+// getSession is GET /v1/session: only with the session cookie.
+func (s *Server) getSession(c *gin.Context) {
+	ps, ok := c.Get(sessionKey)
+	if !ok {
+		s.writeProblem(c, with(errNotFound, "no portal session: this request authenticated with a bearer token"))
+		return
+	}
+	c.Header("Cache-Control", "no-store")
+	c.JSON(http.StatusOK, toAPISession(user(c), ps.(*store.PortalSession)))
+}
+
+// signOut is DELETE /v1/session.
+func (s *Server) signOut(c *gin.Context) {
+	if _, ok := c.Get(sessionKey); !ok {
+		s.writeProblem(c, with(errNotFound, "no portal session: this request authenticated with a bearer token"))
+		return
+	}
+	ss, _ := s.sessions()
+	ck, _ := c.Request.Cookie(api.SessionCookie)
+	if err := ss.DeleteSession(c.Request.Context(), ck.Value); err != nil {
+		s.writeProblem(c, err)
+		return
+	}
+	auditTarget(c, "user/"+user(c).Name)
+	s.clearSessionCookie(c)
+	c.Status(http.StatusNoContent)
+}
+
+func (s *Server) clearSessionCookie(c *gin.Context) {
+	http.SetCookie(c.Writer, &http.Cookie{Name: api.SessionCookie, Value: "", Path: "/", MaxAge: -1,
+		HttpOnly: true, Secure: secureRequest(c.Request), SameSite: http.SameSiteStrictMode})
+}
+
+// secureRequest: the request came over TLS, to gpuvmd or to a proxy in
+// front that says so (which only makes the cookie stricter).
+func secureRequest(r *http.Request) bool {
+	return r.TLS != nil || strings.EqualFold(r.Header.Get("X-Forwarded-Proto"), "https")
+}
+
+func toAPISession(u *store.User, ps *store.PortalSession) api.Session {
+	return api.Session{User: toAPIUser(u), CSRFToken: ps.CSRF, ExpiresAt: ps.ExpiresAt}
+}
