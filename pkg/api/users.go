@@ -19,6 +19,16 @@ type User struct {
 	Name   string   `json:"name"`
 	Admin  bool     `json:"admin"`
 	Groups []string `json:"groups"`
+	// Memberships are Groups with where each comes from: "local" (an
+	// admin put the user in it) or the directory ("ldap", "oidc"), which
+	// refreshes them at every sign-in.
+	Memberships []GroupMembership `json:"memberships"`
+	// Source is where the user comes from: "local" (made by an admin),
+	// "ldap" or "oidc" (made at the first sign-in).
+	Source string `json:"source,omitempty"`
+	// DisabledAt is when the directory's sync found the user gone: its
+	// tokens are refused, its VMs kept.
+	DisabledAt *time.Time `json:"disabled_at,omitempty"`
 	// CreatedAt is absent in answers about a user the server did not
 	// read from its database.
 	CreatedAt *time.Time `json:"created_at,omitempty"`
@@ -72,4 +82,27 @@ type TokenList struct {
 type CreatedToken struct {
 	Token
 	Secret string `json:"token"`
+}
+
+// GroupMembership is one group of a user and where it comes from.
+type GroupMembership struct {
+	Group  string `json:"group"`
+	Source string `json:"source"`
+}
+
+// LoginRequest is the body of POST /v1/login: a directory account's name
+// and password.
+type LoginRequest struct {
+	Username string `json:"username"`
+	Password string `json:"password"`
+}
+
+// LoginResponse is the answer of a sign-in: a session token, sent as
+// Authorization: Bearer TOKEN until it expires or POST /v1/logout revokes
+// it, and who it is for.
+type LoginResponse struct {
+	Token     string    `json:"token"`
+	TokenID   int64     `json:"token_id"`
+	ExpiresAt time.Time `json:"expires_at"`
+	User      User      `json:"user"`
 }

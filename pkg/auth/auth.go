@@ -36,3 +36,9 @@ func (r *Refusal) Is(target error) bool { return target == ErrInvalidCredentials
 
 // Refuse is a Refusal for reason.
 func Refuse(reason string) error { return &Refusal{Reason: reason} }
+
+// Change is a user a directory's sync disabled, or enabled again.
+type Change struct {
+	User     string
+	Disabled bool
+}

@@ -42,7 +42,10 @@ type Config interface {
 
 // Deps are what the server needs.
 type Deps struct {
-	Auth     Authenticator
+	Auth Authenticator
+	// SignIn checks passwords with a directory for POST /v1/login
+	// (pkg/auth/ldap); nil: password sign-in is not configured (404).
+	SignIn   PasswordSignIn
 	Backends Backends
 	Config   Config // nil: gpuvmd runs without a configuration directory
 	Log      *slog.Logger
@@ -111,6 +114,7 @@ type Server struct {
 	auditFailures  atomic.Int64
 	done           chan struct{} // closed by Close: streams end
 	closeOnce      sync.Once
+	loginLimits    *loginLimits // login.go
 }
 
 // New builds the API.
@@ -136,7 +140,8 @@ func New(d Deps) *Server {
 		d.Ledger = usage.NewLedger(d.Store)
 	}
 	s := &Server{Deps: d, log: d.Log.With("component", "api"), engine: gin.New(),
-		eventKeepAlive: d.EventKeepAlive, done: make(chan struct{}), auditLog: d.Log.With("component", "audit")}
+		eventKeepAlive: d.EventKeepAlive, done: make(chan struct{}), auditLog: d.Log.With("component", "audit"),
+		loginLimits: newLoginLimits()}
 	s.hub = newEventHub(d.Store, d.EventPoll, s.log)
 	s.engine.Use(gin.Recovery(), s.requestID, s.logRequests, s.deadlines)
 	if d.Metrics != nil {
@@ -164,7 +169,9 @@ func (s *Server) routes() {
 	s.engine.GET("/readyz", s.readyz)
 	s.engine.GET("/openapi.json", s.openAPI)
 	s.engine.GET("/metrics", s.metrics) // metrics.go
+	s.engine.POST("/v1/login", s.login) // login.go: before a token, for one
 	v1 := s.engine.Group("/v1", s.authenticate)
+	v1.POST("/logout", s.logout)
 	v1.GET("/profiles", s.listProfiles)
 	v1.GET("/profiles/:name", s.getProfile)
 	vms := v1.Group("")
@@ -233,6 +240,12 @@ func (s *Server) authenticate(c *gin.Context) {
 		return
 	case err != nil:
 		s.writeProblem(c, err)
+		return
+	case !s.localAllowed(u):
+		// server.auth.local.enabled = false: local users' tokens are
+		// refused but for the break-glass admins'.
+		c.Header("WWW-Authenticate", `Bearer realm="gpuvm", error="invalid_token"`)
+		s.writeProblem(c, with(errUnauthenticated, "the token is unknown, expired or revoked"))
 		return
 	}
 	c.Set(userKey, u)

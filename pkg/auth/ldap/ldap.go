@@ -247,17 +247,11 @@ type UserStore interface {
 	SetUserDisabled(ctx context.Context, name string, disabled bool) (bool, error)
 }
 
-// Change is a user the sync disabled or enabled again.
-type Change struct {
-	User     string
-	Disabled bool
-}
-
 // Sync looks up every directory user of the store in the directory, with
 // the service account: one that is gone is disabled, one that is back is
 // enabled. An error of the directory stops it before anything changes
 // further, so that an unreachable directory disables nobody.
-func (d *Directory) Sync(ctx context.Context, st UserStore) ([]Change, error) {
+func (d *Directory) Sync(ctx context.Context, st UserStore) ([]auth.Change, error) {
 	users, err := st.ListUsers(ctx)
 	if err != nil {
 		return nil, err
@@ -267,7 +261,7 @@ func (d *Directory) Sync(ctx context.Context, st UserStore) ([]Change, error) {
 		return nil, err
 	}
 	defer c.Close()
-	var changes []Change
+	var changes []auth.Change
 	for _, u := range users {
 		if u.Source != store.SourceLDAP {
 			continue
@@ -291,7 +285,7 @@ func (d *Directory) Sync(ctx context.Context, st UserStore) ([]Change, error) {
 			return changes, err
 		}
 		if changed {
-			changes = append(changes, Change{User: u.Name, Disabled: gone})
+			changes = append(changes, auth.Change{User: u.Name, Disabled: gone})
 		}
 	}
 	return changes, nil

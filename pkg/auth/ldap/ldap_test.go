@@ -161,7 +161,7 @@ func TestSync(t *testing.T) {
 	}
 	srv.DeleteUser(t, "bob")
 	changes, err = d.Sync(ctx, st)
-	if err != nil || !slices.Equal(changes, []ldap.Change{{User: "bob", Disabled: true}}) {
+	if err != nil || !slices.Equal(changes, []auth.Change{{User: "bob", Disabled: true}}) {
 		t.Fatalf("sync after bob left: %v, %v", changes, err)
 	}
 	if changes, err := d.Sync(ctx, st); err != nil || len(changes) != 0 {

@@ -1,0 +1,272 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/gpuvm/gpuvm/pkg/api"
+	"github.com/gpuvm/gpuvm/pkg/auth"
+	"github.com/gpuvm/gpuvm/pkg/config"
+	"github.com/gpuvm/gpuvm/pkg/store"
+)
+
+// Sign-in (POST /v1/login) gives a session token for a directory account's
+// name and password; POST /v1/logout revokes it. The session is an API
+// token of the user (hashed in the store, sent as a bearer token) with an
+// expiry, server.auth.session_ttl after the sign-in, and Session set.
+//
+// Every refusal for the credentials (an unknown user, a wrong password, a
+// name the directory finds twice, a local user of that name, a disabled
+// account is not one: a sign-in enables it) is answered the same: 401, the
+// same problem, no sooner than loginFailureFloor after the request came
+// (plus jitter), so that nobody learns from the answer or its timing which
+// names exist. Only the audit entry (auth.login) says why. Sign-ins are
+// limited per source address (any outcome) and per username (failures):
+// beyond, 429 with Retry-After, for any name alike.
+
+// PasswordSignIn checks a username and password with a directory
+// (pkg/auth/ldap's Directory).
+type PasswordSignIn interface {
+	SignIn(ctx context.Context, username, password string) (auth.Identity, error)
+}
+
+// Bounds of sign-in.
+var (
+	// loginFailureFloor is how long a refused sign-in takes at least.
+	loginFailureFloor = 400 * time.Millisecond
+	// loginPerIP sign-ins a minute from one source address.
+	loginPerIP       = 20
+	loginIPWindow    = time.Minute
+	loginPerUser     = 5 // failures of one username
+	loginUserWindow  = 5 * time.Minute
+	loginMaxTracked  = 100000
+	errLoginRefused  = with(errUnauthenticated, "the username or password is wrong")
+	errLoginNotReady = with(errNotFound, "password sign-in is not configured on this server (server.auth.ldap)")
+)
+
+var errTooManyRequests = &Problem{Type: ProblemBase + "too-many-requests", Title: "Too many requests", Status: http.StatusTooManyRequests}
+
+// rateWindow counts events per key in fixed windows.
+type rateWindow struct {
+	mu     sync.Mutex
+	limit  int
+	window time.Duration
+	counts map[string]*rateCount
+}
+
+type rateCount struct {
+	n     int
+	start time.Time
+}
+
+func newRateWindow(limit int, window time.Duration) *rateWindow {
+	return &rateWindow{limit: limit, window: window, counts: map[string]*rateCount{}}
+}
+
+// blocked says whether key has reached its limit, and for how long.
+func (w *rateWindow) blocked(key string, now time.Time) (time.Duration, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	c, ok := w.counts[key]
+	if !ok || now.Sub(c.start) >= w.window {
+		return 0, false
+	}
+	if c.n >= w.limit {
+		return c.start.Add(w.window).Sub(now), true
+	}
+	return 0, false
+}
+
+// add counts one event of key.
+func (w *rateWindow) add(key string, now time.Time) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.counts) >= loginMaxTracked {
+		for k, c := range w.counts {
+			if now.Sub(c.start) >= w.window {
+				delete(w.counts, k)
+			}
+		}
+		if len(w.counts) >= loginMaxTracked {
+			// Flooded with fresh keys: forget them all rather than grow.
+			clear(w.counts)
+		}
+	}
+	c, ok := w.counts[key]
+	if !ok || now.Sub(c.start) >= w.window {
+		w.counts[key] = &rateCount{n: 1, start: now}
+		return
+	}
+	c.n++
+}
+
+// loginLimits are the server's sign-in rate limits.
+type loginLimits struct {
+	byIP, byUser *rateWindow
+}
+
+func newLoginLimits() *loginLimits {
+	return &loginLimits{byIP: newRateWindow(loginPerIP, loginIPWindow), byUser: newRateWindow(loginPerUser, loginUserWindow)}
+}
+
+// authSettings is server.auth of the configuration in force, or the
+// defaults.
+func (s *Server) authSettings() config.Auth {
+	if s.Config != nil {
+		if cfg := s.Config.Load(); cfg != nil {
+			return cfg.Server.Auth
+		}
+	}
+	return config.Auth{SessionTTL: config.DefaultSessionTTL, Local: config.LocalAuth{Enabled: true, BreakGlass: config.DefaultBreakGlass}}
+}
+
+// localAllowed says whether the token of a user may be used: directory
+// users always (their sign-in is checked, and the sync disables them),
+// local users while local auth is on, or when they are break-glass admins.
+func (s *Server) localAllowed(u *store.User) bool {
+	if u.Source != "" && u.Source != store.SourceLocal {
+		return true
+	}
+	a := s.authSettings()
+	return a.Local.Enabled || (u.Admin && slices.Contains(a.Local.BreakGlass, u.Name))
+}
+
+func clientIP(r *http.Request) string {
+	if host, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
+		return host
+	}
+	return r.RemoteAddr
+}
+
+func (s *Server) login(c *gin.Context) {
+	start := time.Now()
+	var req api.LoginRequest
+	if !s.decodeJSON(c, &req) {
+		return
+	}
+	auditUser(c, clip(req.Username, 100))
+	if s.SignIn == nil {
+		s.writeProblem(c, errLoginNotReady)
+		return
+	}
+	ip, userKey := clientIP(c.Request), strings.ToLower(req.Username)
+	for _, b := range []struct {
+		w   *rateWindow
+		key string
+	}{{s.loginLimits.byIP, ip}, {s.loginLimits.byUser, userKey}} {
+		if wait, blocked := b.w.blocked(b.key, start); blocked {
+			c.Header("Retry-After", strconv.Itoa(int(wait.Seconds())+1))
+			auditReason(c, "rate limited")
+			s.writeProblem(c, with(errTooManyRequests, "too many sign-ins; try again later"))
+			return
+		}
+	}
+	s.loginLimits.byIP.add(ip, start)
+
+	refuse := func(reason string) {
+		s.loginLimits.byUser.add(userKey, start)
+		auditReason(c, reason)
+		// The same answer, no sooner than the floor, whatever the reason.
+		wait := loginFailureFloor - time.Since(start) + rand.N(loginFailureFloor/8+1)
+		select {
+		case <-time.After(wait):
+		case <-c.Request.Context().Done():
+		}
+		s.writeProblem(c, errLoginRefused)
+	}
+	id, err := s.SignIn.SignIn(c.Request.Context(), req.Username, req.Password)
+	var r *auth.Refusal
+	switch {
+	case errors.As(err, &r):
+		refuse(r.Reason)
+		return
+	case errors.Is(err, auth.ErrInvalidCredentials):
+		refuse("invalid credentials")
+		return
+	case err != nil:
+		s.log.Error("sign-in: the directory failed", "err", err, "request_id", c.GetString(requestIDKey))
+		auditReason(c, clip(err.Error(), 150))
+		s.writeProblem(c, with(errUnavailable, "the directory does not answer; try again later"))
+		return
+	}
+	u, err := s.Store.SignInDirectoryUser(c.Request.Context(), store.DirectoryUser{Name: id.Name, Source: id.Source, Admin: id.Admin, Groups: id.Groups})
+	switch {
+	case errors.Is(err, store.ErrOtherSource):
+		s.log.Warn("sign-in refused: a local user has the directory user's name; rename or remove the local user", "user", id.Name, "source", id.Source)
+		refuse("a local user is named " + strconv.Quote(id.Name))
+		return
+	case err != nil:
+		s.writeProblem(c, err)
+		return
+	}
+	ttl := s.authSettings().SessionTTL
+	if ttl <= 0 {
+		ttl = config.DefaultSessionTTL
+	}
+	plain, tok, err := s.Store.CreateSession(c.Request.Context(), u.Name, time.Now().Add(ttl))
+	if err != nil {
+		s.writeProblem(c, err)
+		return
+	}
+	auditUser(c, u.Name)
+	c.Set(tokenKey, tok)
+	auditDetail(c, "session token %d until %s, from %s, admin %t, groups %s", tok.ID, tok.ExpiresAt.Format(time.RFC3339), id.Source, u.Admin, strings.Join(u.Groups, ","))
+	s.log.Info("signed in", "user", u.Name, "source", id.Source, "admin", u.Admin, "groups", u.Groups, "token_id", tok.ID)
+	c.JSON(http.StatusOK, api.LoginResponse{Token: plain, TokenID: tok.ID, ExpiresAt: *tok.ExpiresAt, User: toAPIUser(u)})
+}
+
+func (s *Server) logout(c *gin.Context) {
+	var none struct{}
+	if !s.decodeOptionalJSON(c, &none) {
+		return
+	}
+	v, _ := c.Get(tokenKey)
+	tok, _ := v.(*store.APIToken)
+	if tok == nil || !tok.Session {
+		s.writeProblem(c, with(errValidation, "this token is an API token, not a sign-in's session: revoke it with DELETE /v1/users/{name}/tokens/{id} (gpuvm token revoke)"))
+		return
+	}
+	u := user(c)
+	auditTarget(c, "user/"+u.Name+"/token/"+strconv.FormatInt(tok.ID, 10))
+	if err := s.Store.RevokeToken(c.Request.Context(), u.Name, tok.ID); err != nil {
+		s.writeProblem(c, err)
+		return
+	}
+	c.Status(http.StatusNoContent)
+}
+
+// ReportDirectoryChanges records what a directory's sync did (pkg/auth/ldap's
+// Sync): an audit entry per user disabled or enabled again (user.disable,
+// user.enable), and a log line at warn with the VMs the user keeps, which
+// an admin decides about.
+func (s *Server) ReportDirectoryChanges(ctx context.Context, source string, changes []auth.Change) {
+	for _, ch := range changes {
+		page, err := s.Store.ListVMs(ctx, store.VMFilter{Owner: ch.User, Limit: 1000})
+		var vms []string
+		for _, vm := range page.VMs {
+			vms = append(vms, vm.Name)
+		}
+		action, verb := "user.enable", "enabled again: the directory has them again"
+		if ch.Disabled {
+			action, verb = "user.disable", "disabled: the directory no longer has them; their tokens are refused, their VMs kept"
+		}
+		detail := fmt.Sprintf("%s sync; %d VMs kept: %s", source, len(vms), strings.Join(vms, ","))
+		if err != nil {
+			detail = fmt.Sprintf("%s sync; VMs not listed: %v", source, err)
+		}
+		s.log.Warn("directory user "+verb, "user", ch.User, "source", source, "vms", vms)
+		s.RecordAudit(ctx, &store.AuditEntry{Action: action, Outcome: store.AuditOK, Status: http.StatusOK,
+			User: ch.User, Target: "user/" + ch.User, Source: source + " sync", Detail: clip(detail, maxAuditDetail)})
+	}
+}
