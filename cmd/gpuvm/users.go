@@ -47,12 +47,13 @@ Output: a line by default; --json prints the api.User; --quiet the name only.
 				return err
 			}
 			s := me.Name
+			if me.Source != "" && me.Source != "local" {
+				s += " (from " + me.Source + ")"
+			}
 			if me.Admin {
 				s += " (admin)"
 			}
-			if len(me.Groups) > 0 {
-				s += ", groups: " + strings.Join(me.Groups, ", ")
-			}
+			s += groupsText(*me)
 			_, err = fmt.Fprintf(w, "%s on %s\n", s, c.URL())
 			return err
 		}),
