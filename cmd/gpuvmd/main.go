@@ -221,7 +221,7 @@ func serve(ctx context.Context, o options, cfg *liveConfig, log *slog.Logger) er
 	if cfg != nil {
 		deps.Config = cfg
 	}
-	deps.Consoles = hv // the console and tunnel proxies find displays and guest addresses here
+	deps.Consoles = hv                         // the console and tunnel proxies find displays and guest addresses here
 	dir, err := openDirectory(profiles(), log) // auth.go
 	if err != nil {
 		return err
