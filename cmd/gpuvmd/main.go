@@ -221,8 +221,9 @@ func serve(ctx context.Context, o options, cfg *liveConfig, log *slog.Logger) er
 	if cfg != nil {
 		deps.Config = cfg
 	}
-	deps.Consoles = hv                         // the console and tunnel proxies find displays and guest addresses here
-	dir, err := openDirectory(profiles(), log) // auth.go
+	deps.Consoles = hv // the console and tunnel proxies find displays and guest addresses here
+	// Password sign-in and the directory's sync (auth.go).
+	dir, err := openDirectory(profiles(), log)
 	if err != nil {
 		return err
 	}
