@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"os"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -19,8 +20,30 @@ type Auth struct {
 	// /v1/login) lives.
 	SessionTTL time.Duration `json:"session_ttl"`
 	Local      LocalAuth     `json:"local"`
-	// LDAP is nil without an ldap block.
+	// LDAP is nil without an ldap block, OIDC without an oidc block.
 	LDAP *LDAP `json:"ldap,omitempty"`
+	OIDC *OIDC `json:"oidc,omitempty"`
+}
+
+// OIDC signs people in with an OpenID provider (pkg/auth/oidc):
+// authorization code with PKCE.
+type OIDC struct {
+	// Issuer is the provider's URL; its discovery document is
+	// Issuer/.well-known/openid-configuration.
+	Issuer   string `json:"issuer"`
+	ClientID string `json:"client_id"`
+	// ClientSecretFile holds the client's secret ("": a public client,
+	// PKCE alone).
+	ClientSecretFile string `json:"client_secret_file,omitempty"`
+	// RedirectURL is gpuvmd's callback as the provider knows it:
+	// https://HOST/v1/auth/oidc/callback.
+	RedirectURL   string   `json:"redirect_url"`
+	Scopes        []string `json:"scopes"`
+	UsernameClaim string   `json:"username_claim"`
+	GroupsClaim   string   `json:"groups_claim"`
+	AdminGroups   []string `json:"admin_groups"`
+	// AllowedGroups, when set, lets in only their members.
+	AllowedGroups []string `json:"allowed_groups"`
 }
 
 // MarshalJSON writes durations as whole seconds.
@@ -143,7 +166,10 @@ func (r *resolver) resolveAuth(b *authBlock) {
 	if b.LDAP != nil {
 		a.LDAP = r.resolveLDAP(b.LDAP)
 	}
-	if !a.Local.Enabled && a.LDAP == nil {
+	if b.OIDC != nil {
+		a.OIDC = r.resolveOIDC(b.OIDC)
+	}
+	if !a.Local.Enabled && a.LDAP == nil && a.OIDC == nil {
 		rng := b.DefRange
 		if b.Local != nil {
 			rng = valueRange(b.Local.Body, "enabled", b.Local.DefRange)
@@ -314,4 +340,73 @@ func (r *resolver) checkFilter(body hcl.Body, name, filter string, placeholders 
 
 func isLoopbackHost(h string) bool {
 	return h == "localhost" || strings.HasPrefix(h, "127.") || h == "::1"
+}
+
+// Defaults of the oidc block.
+const (
+	DefaultOIDCUsernameClaim = "preferred_username"
+	DefaultOIDCGroupsClaim   = "groups"
+)
+
+// DefaultOIDCScopes are the scopes asked for without a scopes attribute.
+var DefaultOIDCScopes = []string{"openid", "profile", "email"}
+
+func (r *resolver) resolveOIDC(b *oidcBlock) *OIDC {
+	o := &OIDC{
+		Issuer: str(b.Issuer, ""), ClientID: str(b.ClientID, ""), RedirectURL: str(b.RedirectURL, ""),
+		UsernameClaim: str(b.UsernameClaim, DefaultOIDCUsernameClaim), GroupsClaim: str(b.GroupsClaim, DefaultOIDCGroupsClaim),
+		Scopes: DefaultOIDCScopes, AdminGroups: []string{}, AllowedGroups: []string{},
+	}
+	for _, req := range []struct {
+		name string
+		p    *string
+	}{{"issuer", b.Issuer}, {"client_id", b.ClientID}, {"redirect_url", b.RedirectURL}} {
+		if req.p == nil || *req.p == "" {
+			r.errf(b.DefRange, "Missing "+req.name, "The oidc block needs %s.", req.name)
+		}
+	}
+	for _, a := range []struct{ name, v string }{{"issuer", o.Issuer}, {"redirect_url", o.RedirectURL}} {
+		if a.v == "" {
+			continue
+		}
+		rng := valueRange(b.Body, a.name, b.DefRange)
+		u, err := url.Parse(a.v)
+		switch {
+		case err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" || u.RawQuery != "" || u.Fragment != "":
+			r.errf(rng, "Invalid "+a.name, "%s is an http(s) URL without query or fragment; %q was given.", a.name, a.v)
+		case u.Scheme == "http" && !isLoopbackHost(u.Hostname()):
+			r.warnf(rng, "OpenID Connect without TLS", "%s %q is plain http to another machine: codes and tokens would cross the network in clear text.", a.name, a.v)
+		}
+	}
+	if b.ClientSecretFile != nil {
+		rng := valueRange(b.Body, "client_secret_file", b.DefRange)
+		o.ClientSecretFile = r.path(*b.ClientSecretFile, rng)
+		if r.trusted {
+			if _, err := os.Stat(o.ClientSecretFile); err != nil {
+				r.errf(rng, "Unreadable client_secret_file", "%v.", err)
+			}
+		}
+	}
+	if b.Scopes != nil {
+		o.Scopes = b.Scopes
+		if !slices.Contains(b.Scopes, "openid") {
+			r.errf(valueRange(b.Body, "scopes", b.DefRange), "Invalid scopes", "The scopes must include \"openid\".")
+		}
+		r.checkDuplicates(b.Body, "scopes", b.Scopes, b.DefRange)
+	}
+	for _, l := range []struct {
+		name string
+		in   []string
+		out  *[]string
+	}{{"admin_groups", b.AdminGroups, &o.AdminGroups}, {"allowed_groups", b.AllowedGroups, &o.AllowedGroups}} {
+		for i, g := range l.in {
+			if strings.TrimSpace(g) == "" {
+				r.errf(listItemRange(b.Body, l.name, i, b.DefRange), "Invalid "+l.name, "A group name may not be empty.")
+				continue
+			}
+			*l.out = append(*l.out, g)
+		}
+		r.checkDuplicates(b.Body, l.name, l.in, b.DefRange)
+	}
+	return o
 }

@@ -68,6 +68,16 @@ func TestAuthBlock(t *testing.T) {
 		{"insecure warns", "auth {\n ldap {\n url = \"ldaps://ldap\"\n insecure_skip_verify = true\n user_base = \"dc=x\"\n }\n}", "The directory's certificate is not verified", 6, nil},
 		{"tls settings without tls", "auth {\n ldap {\n url = \"ldap://127.0.0.1\"\n ca_file = \"/ca.pem\"\n user_base = \"dc=x\"\n }\n}", "TLS settings without TLS", 4, nil},
 		{"sync too often", "auth {\n ldap {\n url = \"ldap://127.0.0.1\"\n user_base = \"dc=x\"\n sync_every = \"10s\"\n }\n}", "Invalid sync_every", 7, nil},
+		{"oidc defaults", "auth {\n oidc {\n issuer = \"https://id.example.org/\"\n client_id = \"gpuvm\"\n redirect_url = \"https://gpu/v1/auth/oidc/callback\"\n }\n}", "", 0, func(t *testing.T, a Auth) {
+			o := a.OIDC
+			if o == nil || o.UsernameClaim != "preferred_username" || o.GroupsClaim != "groups" || strings.Join(o.Scopes, " ") != "openid profile email" || o.ClientSecretFile != "" {
+				t.Errorf("oidc = %+v", o)
+			}
+		}},
+		{"oidc missing client", "auth {\n oidc {\n issuer = \"https://id/\"\n redirect_url = \"https://gpu/cb\"\n }\n}", "Missing client_id", 4, nil},
+		{"oidc bad issuer", "auth {\n oidc {\n issuer = \"id.example.org\"\n client_id = \"g\"\n redirect_url = \"https://gpu/cb\"\n }\n}", "Invalid issuer", 5, nil},
+		{"oidc clear text", "auth {\n oidc {\n issuer = \"http://id.example.org/\"\n client_id = \"g\"\n redirect_url = \"https://gpu/cb\"\n }\n}", "OpenID Connect without TLS", 5, nil},
+		{"oidc no openid scope", "auth {\n oidc {\n issuer = \"https://id/\"\n client_id = \"g\"\n redirect_url = \"https://gpu/cb\"\n scopes = [\"profile\"]\n }\n}", "Invalid scopes", 8, nil},
 		{"unknown attribute", "auth {\n ldap {\n url = \"ldap://127.0.0.1\"\n user_base = \"dc=x\"\n password = \"x\"\n }\n}", "Unsupported argument", 7, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -47,6 +47,7 @@ type authBlock struct {
 	SessionTTL *string         `hcl:"session_ttl,optional"`
 	Local      *localAuthBlock `hcl:"local,block"`
 	LDAP       *ldapBlock      `hcl:"ldap,block"`
+	OIDC       *oidcBlock      `hcl:"oidc,block"`
 	DefRange   hcl.Range       `hcl:",def_range"`
 	Body       hcl.Body        `hcl:",body"`
 }
@@ -76,6 +77,20 @@ type ldapBlock struct {
 	Timeout            *string   `hcl:"timeout,optional"`
 	DefRange           hcl.Range `hcl:",def_range"`
 	Body               hcl.Body  `hcl:",body"`
+}
+
+type oidcBlock struct {
+	Issuer           *string   `hcl:"issuer,optional"`
+	ClientID         *string   `hcl:"client_id,optional"`
+	ClientSecretFile *string   `hcl:"client_secret_file,optional"`
+	RedirectURL      *string   `hcl:"redirect_url,optional"`
+	Scopes           []string  `hcl:"scopes,optional"`
+	UsernameClaim    *string   `hcl:"username_claim,optional"`
+	GroupsClaim      *string   `hcl:"groups_claim,optional"`
+	AdminGroups      []string  `hcl:"admin_groups,optional"`
+	AllowedGroups    []string  `hcl:"allowed_groups,optional"`
+	DefRange         hcl.Range `hcl:",def_range"`
+	Body             hcl.Body  `hcl:",body"`
 }
 
 // httpBlock bounds what one client of the API may hold.
