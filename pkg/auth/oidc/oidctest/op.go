@@ -1,0 +1,180 @@
+// Package oidctest runs a real OpenID provider for tests as its own
+// process: test/oidcop (zitadel/oidc's op package and its example's
+// storage, pinned in go.mod as a tool), built with the go command, started
+// on a free port of 127.0.0.1 with users and groups, and stopped with the
+// test. It also signs a user in through the provider's login form, as a
+// browser would.
+package oidctest
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/cookiejar"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// User is a person of the provider.
+type User struct {
+	Password string   `json:"password"`
+	Groups   []string `json:"groups"`
+}
+
+// DefaultUsers: alice (ml101), bob (ml101, gpu-admins), eve (outsiders).
+var DefaultUsers = map[string]User{
+	"alice": {Password: "alice-pw", Groups: []string{"ml101"}},
+	"bob":   {Password: "bob-pw", Groups: []string{"ml101", "gpu-admins"}},
+	"eve":   {Password: "eve-pw", Groups: []string{"outsiders"}},
+}
+
+// The client the provider knows.
+const (
+	ClientID     = "gpuvm"
+	ClientSecret = "gpuvm-secret"
+)
+
+// Provider is a running provider.
+type Provider struct {
+	Issuer string
+	// SecretFile holds ClientSecret.
+	SecretFile string
+}
+
+var (
+	buildOnce sync.Once
+	binary    string
+	buildErr  error
+)
+
+// build makes the provider's binary once per test process.
+func build(t testing.TB) string {
+	buildOnce.Do(func() {
+		goBin, err := exec.LookPath("go")
+		if err != nil {
+			buildErr = fmt.Errorf("no go command to build test/oidcop: %w", err)
+			return
+		}
+		dir, err := os.MkdirTemp("", "gpuvm-oidcop-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		binary = filepath.Join(dir, "oidcop")
+		out, err := exec.Command(goBin, "build", "-o", binary, "github.com/gpuvm/gpuvm/test/oidcop").CombinedOutput()
+		if err != nil {
+			buildErr = fmt.Errorf("go build test/oidcop: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Skipf("the test OpenID provider cannot be built: %v", buildErr)
+	}
+	return binary
+}
+
+// Start runs the provider with users (DefaultUsers when nil) and a web
+// client whose redirect URI is redirectURL.
+func Start(t testing.TB, users map[string]User, redirectURL string) *Provider {
+	t.Helper()
+	bin := build(t)
+	if users == nil {
+		users = DefaultUsers
+	}
+	dir := t.TempDir()
+	usersFile := filepath.Join(dir, "users.json")
+	data, _ := json.Marshal(users)
+	if err := os.WriteFile(usersFile, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p := &Provider{SecretFile: filepath.Join(dir, "secret")}
+	if err := os.WriteFile(p.SecretFile, []byte(ClientSecret+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "-users", usersFile, "-client", ClientID+":"+ClientSecret+":"+redirectURL)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	logFile, err := os.Create(filepath.Join(dir, "oidcop.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = logFile
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start the OpenID provider: %v", err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		logFile.Close()
+	})
+	line := make(chan string, 1)
+	go func() {
+		s := bufio.NewScanner(stdout)
+		if s.Scan() {
+			line <- s.Text()
+		}
+		close(line)
+		_, _ = io.Copy(io.Discard, stdout)
+	}()
+	select {
+	case l, ok := <-line:
+		issuer, found := strings.CutPrefix(l, "issuer ")
+		if !ok || !found {
+			log, _ := os.ReadFile(logFile.Name())
+			t.Fatalf("the OpenID provider did not start: %q\n%s", l, log)
+		}
+		p.Issuer = issuer
+	case <-time.After(30 * time.Second):
+		t.Fatal("the OpenID provider did not start within 30s")
+	}
+	return p
+}
+
+// SignIn goes through the provider's login form from authURL as a browser
+// would, and answers the URL the provider sends the browser back to (the
+// redirect URI with code and state); redirects there are not followed.
+func SignIn(t testing.TB, authURL, redirectURL, user, password string) *url.URL {
+	t.Helper()
+	jar, _ := cookiejar.New(nil)
+	var back *url.URL
+	c := &http.Client{Jar: jar, Timeout: 10 * time.Second, CheckRedirect: func(req *http.Request, _ []*http.Request) error {
+		if strings.HasPrefix(req.URL.String(), redirectURL) {
+			back = req.URL
+			return http.ErrUseLastResponse
+		}
+		return nil
+	}}
+	resp, err := c.Get(authURL)
+	if err != nil {
+		t.Fatalf("GET the authorization URL: %v", err)
+	}
+	resp.Body.Close()
+	if back != nil {
+		return back // an error sent back at once
+	}
+	id := resp.Request.URL.Query().Get("authRequestID")
+	if id == "" {
+		t.Fatalf("the provider did not show its login form: %s %s", resp.Status, resp.Request.URL)
+	}
+	login := *resp.Request.URL
+	login.RawQuery = ""
+	resp, err = c.PostForm(login.String(), url.Values{"username": {user}, "password": {password}, "id": {id}})
+	if err != nil {
+		t.Fatalf("POST the login form: %v", err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if back == nil {
+		return &url.URL{Path: "refused", RawQuery: url.Values{"status": {resp.Status}, "body": {string(body[:min(len(body), 200)])}}.Encode()}
+	}
+	return back
+}
