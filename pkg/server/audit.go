@@ -77,6 +77,7 @@ var auditRoutes = map[string]auditRoute{
 	"POST /v1/users":                      {"user.create", ""},
 	"POST /v1/login":                      {"auth.login", ""},
 	"POST /v1/logout":                     {"auth.logout", ""},
+	"GET /v1/auth/oidc/callback":          {"auth.sso", ""},
 	"POST /v1/users/{name}/tokens":        {"token.create", "user/{name}"},
 	"DELETE /v1/users/{name}/tokens/{id}": {"token.revoke", "user/{name}/token/{id}"},
 	"POST /v1/reservations":               {"reservation.create", ""},

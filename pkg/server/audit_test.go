@@ -37,6 +37,7 @@ func TestAuditCoversStateChangingRoutes(t *testing.T) {
 	mustAudit := map[string]bool{ // GETs that give access to a VM
 		"GET /v1/vms/{id}/console": true, "GET /v1/vms/{id}/console.vv": true,
 		"GET " + consoleWSPath: true, "GET " + tunnelWSPath: true, "GET " + tunnelUDPWSPath: true,
+		"GET /v1/auth/oidc/callback": true, // starts a session
 	}
 	for _, r := range apiRoutes {
 		key := r.Method + " " + r.Path

@@ -508,9 +508,10 @@ func queryCases(path string, r route) []hostileCase {
 }
 
 // queryField is the field a refusal of a query parameter names; the ticket
-// routes' refusals (no ticket) name none.
+// routes' refusals (no ticket) name none, nor the OpenID callback's (what
+// the provider sends back is not the user's to correct).
 func queryField(n string) string {
-	if n == "hostile_undeclared" || n == "vm" {
+	if n == "hostile_undeclared" || n == "vm" || n == "state" || n == "code" {
 		return ""
 	}
 	return n

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -200,6 +201,14 @@ func (s *Server) login(c *gin.Context) {
 		s.writeProblem(c, with(errUnavailable, "the directory does not answer; try again later"))
 		return
 	}
+	s.startSession(c, id, refuse, "")
+}
+
+// startSession makes or refreshes the user a directory signed in and
+// answers a session token for it: as JSON, or, with returnTo (a path of
+// this server), a 303 to returnTo with the token in the fragment, which
+// the browser keeps from servers and logs.
+func (s *Server) startSession(c *gin.Context, id auth.Identity, refuse func(reason string), returnTo string) {
 	u, err := s.Store.SignInDirectoryUser(c.Request.Context(), store.DirectoryUser{Name: id.Name, Source: id.Source, Admin: id.Admin, Groups: id.Groups})
 	switch {
 	case errors.Is(err, store.ErrOtherSource):
@@ -223,6 +232,12 @@ func (s *Server) login(c *gin.Context) {
 	c.Set(tokenKey, tok)
 	auditDetail(c, "session token %d until %s, from %s, admin %t, groups %s", tok.ID, tok.ExpiresAt.Format(time.RFC3339), id.Source, u.Admin, strings.Join(u.Groups, ","))
 	s.log.Info("signed in", "user", u.Name, "source", id.Source, "admin", u.Admin, "groups", u.Groups, "token_id", tok.ID)
+	if returnTo != "" {
+		c.Header("Cache-Control", "no-store")
+		c.Redirect(http.StatusSeeOther, returnTo+"#"+url.Values{"token": {plain}, "expires_at": {tok.ExpiresAt.Format(time.RFC3339)}}.Encode())
+		return
+	}
+	c.Header("Cache-Control", "no-store")
 	c.JSON(http.StatusOK, api.LoginResponse{Token: plain, TokenID: tok.ID, ExpiresAt: *tok.ExpiresAt, User: toAPIUser(u)})
 }
 
@@ -269,4 +284,85 @@ func (s *Server) ReportDirectoryChanges(ctx context.Context, source string, chan
 		s.RecordAudit(ctx, &store.AuditEntry{Action: action, Outcome: store.AuditOK, Status: http.StatusOK,
 			User: ch.User, Target: "user/" + ch.User, Source: source + " sync", Detail: clip(detail, maxAuditDetail)})
 	}
+}
+
+// OIDCSignIn is an OpenID provider's code flow (pkg/auth/oidc's
+// Provider).
+type OIDCSignIn interface {
+	Start(returnTo string) (authURL, state string)
+	Finish(ctx context.Context, state, code string) (auth.Identity, string, error)
+}
+
+var errOIDCNotReady = with(errNotFound, "OpenID Connect sign-in is not configured on this server (server.auth.oidc)")
+
+// validReturnTo: a path of this server, so that the sign-in sends nobody
+// elsewhere ("//host" and "/\\host" are other hosts to browsers).
+func validReturnTo(p string) bool {
+	return p == "" || (len(p) <= 200 && strings.HasPrefix(p, "/") && !strings.HasPrefix(p, "//") && !strings.ContainsAny(p, "\\#\r\n") && !strings.HasPrefix(p, "/\\"))
+}
+
+// oidcStart serves GET /v1/auth/oidc/start: a redirect to the provider.
+func (s *Server) oidcStart(c *gin.Context) {
+	returnTo, given := c.GetQuery("return_to")
+	if given && (returnTo == "" || !validReturnTo(returnTo)) {
+		s.writeProblem(c, withField(errValidation, "return_to", "return_to is a path of this server, starting with one '/'"))
+		return
+	}
+	if s.OIDC == nil {
+		s.writeProblem(c, errOIDCNotReady)
+		return
+	}
+	if wait, blocked := s.loginLimits.byIP.blocked(clientIP(c.Request), time.Now()); blocked {
+		c.Header("Retry-After", strconv.Itoa(int(wait.Seconds())+1))
+		s.writeProblem(c, with(errTooManyRequests, "too many sign-ins; try again later"))
+		return
+	}
+	authURL, _ := s.OIDC.Start(returnTo)
+	c.Header("Cache-Control", "no-store")
+	c.Redirect(http.StatusFound, authURL)
+}
+
+// oidcCallback serves GET /v1/auth/oidc/callback, where the provider sends
+// the browser back: the code is exchanged and a session started.
+func (s *Server) oidcCallback(c *gin.Context) {
+	start := time.Now()
+	if s.OIDC == nil {
+		s.writeProblem(c, errOIDCNotReady)
+		return
+	}
+	ip := clientIP(c.Request)
+	if wait, blocked := s.loginLimits.byIP.blocked(ip, start); blocked {
+		c.Header("Retry-After", strconv.Itoa(int(wait.Seconds())+1))
+		auditReason(c, "rate limited")
+		s.writeProblem(c, with(errTooManyRequests, "too many sign-ins; try again later"))
+		return
+	}
+	s.loginLimits.byIP.add(ip, start)
+	refuse := func(reason string) {
+		auditReason(c, reason)
+		wait := loginFailureFloor - time.Since(start) + rand.N(loginFailureFloor/8+1)
+		select {
+		case <-time.After(wait):
+		case <-c.Request.Context().Done():
+		}
+		s.writeProblem(c, with(errUnauthenticated, "the sign-in with the OpenID provider failed; start again"))
+	}
+	if e := c.Query("error"); e != "" {
+		refuse("the provider answered " + clip(e, 60))
+		return
+	}
+	id, returnTo, err := s.OIDC.Finish(c.Request.Context(), c.Query("state"), c.Query("code"))
+	var r *auth.Refusal
+	switch {
+	case errors.As(err, &r):
+		refuse(r.Reason)
+		return
+	case err != nil:
+		s.log.Error("sign-in: the OpenID provider failed", "err", err, "request_id", c.GetString(requestIDKey))
+		auditReason(c, clip(err.Error(), 150))
+		s.writeProblem(c, with(errUnavailable, "the OpenID provider does not answer; try again later"))
+		return
+	}
+	auditUser(c, id.Name)
+	s.startSession(c, id, refuse, returnTo)
 }

@@ -45,7 +45,11 @@ type Deps struct {
 	Auth Authenticator
 	// SignIn checks passwords with a directory for POST /v1/login
 	// (pkg/auth/ldap); nil: password sign-in is not configured (404).
-	SignIn   PasswordSignIn
+	SignIn PasswordSignIn
+	// OIDC is the OpenID provider's code flow for GET
+	// /v1/auth/oidc/start and /callback (pkg/auth/oidc); nil: not
+	// configured (404).
+	OIDC     OIDCSignIn
 	Backends Backends
 	Config   Config // nil: gpuvmd runs without a configuration directory
 	Log      *slog.Logger
@@ -170,6 +174,8 @@ func (s *Server) routes() {
 	s.engine.GET("/openapi.json", s.openAPI)
 	s.engine.GET("/metrics", s.metrics) // metrics.go
 	s.engine.POST("/v1/login", s.login) // login.go: before a token, for one
+	s.engine.GET("/v1/auth/oidc/start", s.oidcStart)
+	s.engine.GET("/v1/auth/oidc/callback", s.oidcCallback)
 	v1 := s.engine.Group("/v1", s.authenticate)
 	v1.POST("/logout", s.logout)
 	v1.GET("/profiles", s.listProfiles)
