@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/gpuvm/gpuvm/pkg/auth/ldap"
+	"github.com/gpuvm/gpuvm/pkg/auth/oidc"
 	"github.com/gpuvm/gpuvm/pkg/config"
 	"github.com/gpuvm/gpuvm/pkg/server"
 	"github.com/gpuvm/gpuvm/pkg/store"
@@ -48,4 +49,16 @@ func syncDirectory(ctx context.Context, d *ldap.Directory, st *store.Store, srv 
 		case <-t.C:
 		}
 	}
+}
+
+// openOIDC prepares the OpenID provider of server.auth.oidc (nil without
+// one), discovered at the first sign-in so that gpuvmd starts while it is
+// down. A change of the block takes a restart.
+func openOIDC(cfg *config.Config, log *slog.Logger) *oidc.Lazy {
+	o := cfg.Server.Auth.OIDC
+	if o == nil {
+		return nil
+	}
+	log.Info("sign-in with an OpenID provider", "issuer", o.Issuer, "client_id", o.ClientID, "allowed_groups", o.AllowedGroups)
+	return oidc.NewLazy(*o, log)
 }

@@ -230,6 +230,9 @@ func serve(ctx context.Context, o options, cfg *liveConfig, log *slog.Logger) er
 	if dir != nil {
 		deps.SignIn = dir
 	}
+	if op := openOIDC(profiles(), log); op != nil {
+		deps.OIDC = op
+	}
 	srv := server.New(deps)
 	if a := profiles().Server.Auth; dir != nil && a.LDAP.SyncEvery > 0 {
 		loops.Go(func() error { syncDirectory(loopCtx, dir, st, srv, a.LDAP.SyncEvery, log); return nil })

@@ -289,7 +289,7 @@ func (s *Server) ReportDirectoryChanges(ctx context.Context, source string, chan
 // OIDCSignIn is an OpenID provider's code flow (pkg/auth/oidc's
 // Provider).
 type OIDCSignIn interface {
-	Start(returnTo string) (authURL, state string)
+	Start(ctx context.Context, returnTo string) (authURL, state string, err error)
 	Finish(ctx context.Context, state, code string) (auth.Identity, string, error)
 }
 
@@ -302,6 +302,12 @@ func validReturnTo(p string) bool {
 }
 
 // oidcStart serves GET /v1/auth/oidc/start: a redirect to the provider.
+//
+// The portal links its "Sign in with SSO" button to
+// /v1/auth/oidc/start?return_to=/portal/PAGE; after the provider, the
+// browser lands on /portal/PAGE#token=…&expires_at=…, whose script takes
+// the token out of the fragment (history.replaceState) and trades it for
+// the portal's cookie session (or sends it as a bearer token).
 func (s *Server) oidcStart(c *gin.Context) {
 	returnTo, given := c.GetQuery("return_to")
 	if given && (returnTo == "" || !validReturnTo(returnTo)) {
@@ -317,7 +323,12 @@ func (s *Server) oidcStart(c *gin.Context) {
 		s.writeProblem(c, with(errTooManyRequests, "too many sign-ins; try again later"))
 		return
 	}
-	authURL, _ := s.OIDC.Start(returnTo)
+	authURL, _, err := s.OIDC.Start(c.Request.Context(), returnTo)
+	if err != nil {
+		s.log.Error("sign-in: the OpenID provider cannot be discovered", "err", err, "request_id", c.GetString(requestIDKey))
+		s.writeProblem(c, with(errUnavailable, "the OpenID provider does not answer; try again later"))
+		return
+	}
 	c.Header("Cache-Control", "no-store")
 	c.Redirect(http.StatusFound, authURL)
 }

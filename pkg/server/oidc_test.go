@@ -1,7 +1,6 @@
 package server
 
 import (
-	"context"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
@@ -26,12 +25,8 @@ func TestOIDCSignIn(t *testing.T) {
 	t.Cleanup(hs.Close)
 	callback := hs.URL + "/v1/auth/oidc/callback"
 	op := oidctest.Start(t, nil, callback)
-	ctx := context.Background()
-	prov, err := oidc.New(ctx, config.OIDC{Issuer: op.Issuer, ClientID: oidctest.ClientID, ClientSecretFile: op.SecretFile, RedirectURL: callback,
+	prov := oidc.NewLazy(config.OIDC{Issuer: op.Issuer, ClientID: oidctest.ClientID, ClientSecretFile: op.SecretFile, RedirectURL: callback,
 		Scopes: config.DefaultOIDCScopes, UsernameClaim: "preferred_username", GroupsClaim: "groups", AdminGroups: []string{"gpu-admins"}}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
 	st := storetest.New(t)
 	s = New(Deps{Auth: st, OIDC: prov, Backends: fakeBackends{}, Store: st})
 	noFollow := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}

@@ -214,3 +214,52 @@ func (p *Provider) Verify(ctx context.Context, rawIDToken, nonce string, ts oaut
 	id.Admin = slices.ContainsFunc(groups, func(g string) bool { return slices.Contains(p.cfg.AdminGroups, g) })
 	return id, nil
 }
+
+// Lazy is a Provider discovered at its first use, and again after a
+// failed discovery, so that gpuvmd starts while the provider is down.
+type Lazy struct {
+	cfg  config.OIDC
+	log  *slog.Logger
+	opts []Option
+
+	mu sync.Mutex
+	p  *Provider
+}
+
+// NewLazy is a Provider of cfg discovered when first needed.
+func NewLazy(cfg config.OIDC, log *slog.Logger, opts ...Option) *Lazy {
+	return &Lazy{cfg: cfg, log: log, opts: opts}
+}
+
+func (l *Lazy) get(ctx context.Context) (*Provider, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.p != nil {
+		return l.p, nil
+	}
+	p, err := New(ctx, l.cfg, l.log, l.opts...)
+	if err != nil {
+		return nil, err
+	}
+	l.p = p
+	return p, nil
+}
+
+// Start is Provider.Start, after discovery.
+func (l *Lazy) Start(ctx context.Context, returnTo string) (authURL, state string, err error) {
+	p, err := l.get(ctx)
+	if err != nil {
+		return "", "", err
+	}
+	authURL, state = p.Start(returnTo)
+	return authURL, state, nil
+}
+
+// Finish is Provider.Finish, after discovery.
+func (l *Lazy) Finish(ctx context.Context, state, code string) (auth.Identity, string, error) {
+	p, err := l.get(ctx)
+	if err != nil {
+		return auth.Identity{}, "", err
+	}
+	return p.Finish(ctx, state, code)
+}

@@ -161,3 +161,16 @@ func TestIDTokenChecks(t *testing.T) {
 	_, err = p.Verify(ctx, "not.a.token", "n1", nil)
 	refusal(t, err, "ID token")
 }
+
+// TestLazy: a provider that does not answer is an error of the sign-in,
+// not of gpuvmd's start, and is discovered again at the next one.
+func TestLazy(t *testing.T) {
+	l := oidc.NewLazy(config.OIDC{Issuer: "http://127.0.0.1:1/", ClientID: "gpuvm", RedirectURL: redirect, Scopes: []string{"openid"}}, nil)
+	ctx := context.Background()
+	if _, _, err := l.Start(ctx, ""); err == nil || errors.Is(err, auth.ErrInvalidCredentials) {
+		t.Errorf("start with the provider down: %v", err)
+	}
+	if _, _, err := l.Finish(ctx, "s", "c"); err == nil || errors.Is(err, auth.ErrInvalidCredentials) {
+		t.Errorf("finish with the provider down: %v", err)
+	}
+}
