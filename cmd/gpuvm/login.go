@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
@@ -17,10 +18,16 @@ import (
 
 func newLoginCmd(getenv func(string) string) *cobra.Command {
 	var token, user string
+	var sso bool
 	cmd := &cobra.Command{
 		Use:   "login URL",
 		Short: "Sign in with your directory account, or check a token, and save the URL and the token",
-		Long: `With --user NAME, signs in to the server at URL with your directory account
+		Long: `With --sso, signs in with the server's OpenID provider (its auth { oidc { } })
+by the device authorization grant: open the URL it shows on any device (a
+phone will do), type the code, sign in there; gpuvm waits, then saves the
+session token.
+
+With --user NAME, signs in to the server at URL with your directory account
 (the server's auth { ldap { } }): the password is asked on the terminal
 without echo, or read from the standard input when it is not a terminal
 ('gpuvm login URL --user alice < password-file'). The server answers a
@@ -37,13 +44,16 @@ $XDG_CONFIG_HOME/gpuvm/config.hcl (~/.config/gpuvm/config.hcl), readable by
 you only (mode 0600). Later commands use them when --url/--token and
 $GPUVM_URL/$GPUVM_TOKEN are not given.
 ` + exitHelp,
-		Example: "  gpuvm login https://gpu.example:8443 --user alice\n  gpuvm login https://gpu.example:8443 < ~/gpuvm.token",
+		Example: "  gpuvm login https://gpu.example:8443 --sso\n  gpuvm login https://gpu.example:8443 --user alice\n  gpuvm login https://gpu.example:8443 < ~/gpuvm.token",
 		Args:    exactArgs(1, "the server's URL"),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if n := btoi(user != "") + btoi(token != "") + btoi(sso); n > 1 {
+				return usageError{errors.New("give one of --user (a password), --sso (the OpenID provider) and --token")}
+			}
+			if sso {
+				return runSSOLogin(cmd, getenv, args[0])
+			}
 			if user != "" {
-				if token != "" {
-					return usageError{errors.New("give --user (sign in with a password) or --token, not both")}
-				}
 				return runPasswordLogin(cmd, getenv, args[0], user)
 			}
 			return runLogin(cmd, getenv, args[0], token)
@@ -51,6 +61,7 @@ $GPUVM_URL/$GPUVM_TOKEN are not given.
 	}
 	cmd.Flags().StringVar(&token, "token", "", "the API token (default: read from the standard input)")
 	cmd.Flags().StringVar(&user, "user", "", "sign in as this directory user; the password is asked (or read from the standard input)")
+	cmd.Flags().BoolVar(&sso, "sso", false, "sign in with the server's OpenID provider: open the URL shown on any device and type the code")
 	return cmd
 }
 
@@ -218,4 +229,63 @@ func runLogin(cmd *cobra.Command, getenv func(string) string, url, token string)
 	}
 	fmt.Fprintf(stdout, "Logged in to %s: the token works (%s you may use). Saved in %s.\n", c.URL(), plural(len(ps), "profile"), path)
 	return nil
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// timeoutSSO bounds the whole device sign-in: the provider's codes live
+// ten minutes at most (pkg/auth/oidc).
+const timeoutSSO = 11 * time.Minute
+
+func runSSOLogin(cmd *cobra.Command, getenv func(string) string, url string) error {
+	stdout, stderr := cmd.OutOrStdout(), cmd.ErrOrStderr()
+	c, err := client.New(url, "")
+	if err != nil {
+		return usageError{err}
+	}
+	c.UserAgent = "gpuvm/" + version
+	path, err := configPath(getenv)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(cmd.Context(), timeoutSSO)
+	defer cancel()
+	d, err := c.DeviceLogin(ctx)
+	if err != nil {
+		return explain(err, c, stderr)
+	}
+	fmt.Fprintf(stderr, "To sign in, open %s and type the code %s", d.VerificationURI, d.UserCode)
+	if d.VerificationURIComplete != "" {
+		fmt.Fprintf(stderr, "\n(or open %s)", d.VerificationURIComplete)
+	}
+	fmt.Fprintf(stderr, "\nWaiting until %s…\n", d.ExpiresAt.Local().Format("15:04"))
+	for {
+		res, err := c.DevicePoll(ctx, d.ID)
+		if client.IsUnauthenticated(err) {
+			fmt.Fprintf(stderr, "gpuvm: %s: the sign-in with the OpenID provider failed or expired\n", c.URL())
+			return exitError{exitNoServer}
+		}
+		if err != nil {
+			return explain(err, c, stderr)
+		}
+		if res == nil { // the server waited already
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(500 * time.Millisecond):
+			}
+			continue
+		}
+		if err := writeClientConfig(path, clientConfig{URL: c.URL(), Token: res.Token}); err != nil {
+			return fmt.Errorf("save the session token: %w", err)
+		}
+		fmt.Fprintf(stdout, "Signed in to %s as %s%s until %s. Saved in %s.\n", c.URL(), res.User.Name, groupsText(res.User),
+			res.ExpiresAt.Local().Format("2006-01-02 15:04 MST"), path)
+		return nil
+	}
 }

@@ -106,3 +106,28 @@ type LoginResponse struct {
 	ExpiresAt time.Time `json:"expires_at"`
 	User      User      `json:"user"`
 }
+
+// DeviceLoginResponse is the answer of POST /v1/auth/oidc/device: open
+// VerificationURI (or VerificationURIComplete, which holds the code) on
+// any device and type UserCode, then poll POST /v1/auth/oidc/device/poll
+// with ID until ExpiresAt.
+type DeviceLoginResponse struct {
+	ID                      string    `json:"id"`
+	UserCode                string    `json:"user_code"`
+	VerificationURI         string    `json:"verification_uri"`
+	VerificationURIComplete string    `json:"verification_uri_complete,omitempty"`
+	ExpiresAt               time.Time `json:"expires_at"`
+	// Interval is the seconds to wait between two polls.
+	Interval int `json:"interval"`
+}
+
+// DevicePollRequest is the body of POST /v1/auth/oidc/device/poll.
+type DevicePollRequest struct {
+	ID string `json:"id"`
+}
+
+// DevicePending is the answer (202) of a poll before the person has
+// finished at the provider.
+type DevicePending struct {
+	Status string `json:"status"` // "pending"
+}

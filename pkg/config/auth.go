@@ -37,11 +37,14 @@ type OIDC struct {
 	ClientSecretFile string `json:"client_secret_file,omitempty"`
 	// RedirectURL is gpuvmd's callback as the provider knows it:
 	// https://HOST/v1/auth/oidc/callback.
-	RedirectURL   string   `json:"redirect_url"`
-	Scopes        []string `json:"scopes"`
-	UsernameClaim string   `json:"username_claim"`
-	GroupsClaim   string   `json:"groups_claim"`
-	AdminGroups   []string `json:"admin_groups"`
+	RedirectURL string `json:"redirect_url"`
+	// DeviceClientID is the client of device sign-ins (gpuvm login
+	// --sso), with the same secret; "": ClientID.
+	DeviceClientID string   `json:"device_client_id,omitempty"`
+	Scopes         []string `json:"scopes"`
+	UsernameClaim  string   `json:"username_claim"`
+	GroupsClaim    string   `json:"groups_claim"`
+	AdminGroups    []string `json:"admin_groups"`
 	// AllowedGroups, when set, lets in only their members.
 	AllowedGroups []string `json:"allowed_groups"`
 }
@@ -353,7 +356,7 @@ var DefaultOIDCScopes = []string{"openid", "profile", "email"}
 
 func (r *resolver) resolveOIDC(b *oidcBlock) *OIDC {
 	o := &OIDC{
-		Issuer: str(b.Issuer, ""), ClientID: str(b.ClientID, ""), RedirectURL: str(b.RedirectURL, ""),
+		Issuer: str(b.Issuer, ""), ClientID: str(b.ClientID, ""), RedirectURL: str(b.RedirectURL, ""), DeviceClientID: str(b.DeviceClientID, ""),
 		UsernameClaim: str(b.UsernameClaim, DefaultOIDCUsernameClaim), GroupsClaim: str(b.GroupsClaim, DefaultOIDCGroupsClaim),
 		Scopes: DefaultOIDCScopes, AdminGroups: []string{}, AllowedGroups: []string{},
 	}

@@ -84,6 +84,7 @@ type oidcBlock struct {
 	ClientID         *string   `hcl:"client_id,optional"`
 	ClientSecretFile *string   `hcl:"client_secret_file,optional"`
 	RedirectURL      *string   `hcl:"redirect_url,optional"`
+	DeviceClientID   *string   `hcl:"device_client_id,optional"`
 	Scopes           []string  `hcl:"scopes,optional"`
 	UsernameClaim    *string   `hcl:"username_claim,optional"`
 	GroupsClaim      *string   `hcl:"groups_claim,optional"`

@@ -78,6 +78,8 @@ var auditRoutes = map[string]auditRoute{
 	"POST /v1/login":                      {"auth.login", ""},
 	"POST /v1/logout":                     {"auth.logout", ""},
 	"GET /v1/auth/oidc/callback":          {"auth.sso", ""},
+	"POST /v1/auth/oidc/device":           {"auth.device", ""},
+	"POST /v1/auth/oidc/device/poll":      {"auth.devicelogin", ""},
 	"POST /v1/users/{name}/tokens":        {"token.create", "user/{name}"},
 	"DELETE /v1/users/{name}/tokens/{id}": {"token.revoke", "user/{name}/token/{id}"},
 	"POST /v1/reservations":               {"reservation.create", ""},

@@ -49,6 +49,8 @@ var hostileBodies = map[string]struct {
 	"POST /v1/admin/reload":             {status: 200, optional: true},
 	"POST /v1/login":                    {body: `{"username":"alice","password":"secret"}`, status: 404},
 	"POST /v1/logout":                   {status: 422, optional: true},
+	"POST /v1/auth/oidc/device":         {status: 404, optional: true},
+	"POST /v1/auth/oidc/device/poll":    {body: `{"id":"x"}`, status: 404},
 	"POST /v1/admin/hosts/{name}/drain": {status: 404, optional: true}, // no node of that name
 	"POST /v1/admin/orphans/{id}/adopt": {body: `{"owner":"ann","name":"adopted","profile":"seat"}`, status: 201},
 }

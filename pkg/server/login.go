@@ -18,6 +18,7 @@ import (
 
 	"github.com/gpuvm/gpuvm/pkg/api"
 	"github.com/gpuvm/gpuvm/pkg/auth"
+	"github.com/gpuvm/gpuvm/pkg/auth/oidc"
 	"github.com/gpuvm/gpuvm/pkg/config"
 	"github.com/gpuvm/gpuvm/pkg/store"
 )
@@ -291,6 +292,9 @@ func (s *Server) ReportDirectoryChanges(ctx context.Context, source string, chan
 type OIDCSignIn interface {
 	Start(ctx context.Context, returnTo string) (authURL, state string, err error)
 	Finish(ctx context.Context, state, code string) (auth.Identity, string, error)
+	// The device authorization grant, for gpuvm login --sso.
+	StartDevice(ctx context.Context) (*oidc.Device, error)
+	PollDevice(id string) (auth.Identity, error)
 }
 
 var errOIDCNotReady = with(errNotFound, "OpenID Connect sign-in is not configured on this server (server.auth.oidc)")
@@ -376,4 +380,90 @@ func (s *Server) oidcCallback(c *gin.Context) {
 	}
 	auditUser(c, id.Name)
 	s.startSession(c, id, refuse, returnTo)
+}
+
+// devicePollWait is how long a poll of a device sign-in waits for its
+// outcome before it answers "pending".
+var devicePollWait = 20 * time.Second
+
+// oidcDevice serves POST /v1/auth/oidc/device: gpuvmd asks the provider
+// for a device code, which the CLI shows.
+func (s *Server) oidcDevice(c *gin.Context) {
+	var none struct{}
+	if !s.decodeOptionalJSON(c, &none) {
+		return
+	}
+	if s.OIDC == nil {
+		s.writeProblem(c, errOIDCNotReady)
+		return
+	}
+	ip, now := clientIP(c.Request), time.Now()
+	if wait, blocked := s.loginLimits.byIP.blocked(ip, now); blocked {
+		c.Header("Retry-After", strconv.Itoa(int(wait.Seconds())+1))
+		s.writeProblem(c, with(errTooManyRequests, "too many sign-ins; try again later"))
+		return
+	}
+	s.loginLimits.byIP.add(ip, now)
+	d, err := s.OIDC.StartDevice(c.Request.Context())
+	if err != nil {
+		s.log.Error("sign-in: the OpenID provider's device authorization failed", "err", err, "request_id", c.GetString(requestIDKey))
+		auditReason(c, clip(err.Error(), 150))
+		s.writeProblem(c, with(errUnavailable, "the OpenID provider does not answer, or does not offer the device authorization grant; try again later"))
+		return
+	}
+	c.Header("Cache-Control", "no-store")
+	c.JSON(http.StatusOK, api.DeviceLoginResponse{ID: d.ID, UserCode: d.UserCode, VerificationURI: d.VerificationURI,
+		VerificationURIComplete: d.VerificationURIComplete, ExpiresAt: d.Expires, Interval: max(int(d.Interval.Seconds()), 1)})
+}
+
+// oidcDevicePoll serves POST /v1/auth/oidc/device/poll: it waits up to
+// devicePollWait for the device sign-in's outcome, then answers 202
+// pending, a session (as POST /v1/login), or the uniform 401.
+func (s *Server) oidcDevicePoll(c *gin.Context) {
+	start := time.Now()
+	var req api.DevicePollRequest
+	if !s.decodeJSON(c, &req) {
+		return
+	}
+	if s.OIDC == nil {
+		s.writeProblem(c, errOIDCNotReady)
+		return
+	}
+	refuse := func(reason string) {
+		auditReason(c, reason)
+		wait := loginFailureFloor - time.Since(start) + rand.N(loginFailureFloor/8+1)
+		select {
+		case <-time.After(wait):
+		case <-c.Request.Context().Done():
+		}
+		s.writeProblem(c, with(errUnauthenticated, "the sign-in with the OpenID provider failed; start again"))
+	}
+	deadline := time.Now().Add(devicePollWait)
+	for {
+		id, err := s.OIDC.PollDevice(req.ID)
+		var r *auth.Refusal
+		switch {
+		case errors.Is(err, oidc.ErrDevicePending) && time.Now().Before(deadline):
+			select {
+			case <-time.After(250 * time.Millisecond):
+				continue
+			case <-c.Request.Context().Done():
+				s.writeProblem(c, c.Request.Context().Err())
+				return
+			}
+		case errors.Is(err, oidc.ErrDevicePending):
+			auditReason(c, "pending")
+			c.JSON(http.StatusAccepted, api.DevicePending{Status: "pending"})
+			return
+		case errors.As(err, &r):
+			refuse(r.Reason)
+			return
+		case err != nil:
+			s.writeProblem(c, err)
+			return
+		}
+		auditUser(c, id.Name)
+		s.startSession(c, id, refuse, "")
+		return
+	}
 }

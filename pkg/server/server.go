@@ -176,6 +176,8 @@ func (s *Server) routes() {
 	s.engine.POST("/v1/login", s.login) // login.go: before a token, for one
 	s.engine.GET("/v1/auth/oidc/start", s.oidcStart)
 	s.engine.GET("/v1/auth/oidc/callback", s.oidcCallback)
+	s.engine.POST("/v1/auth/oidc/device", s.oidcDevice)
+	s.engine.POST("/v1/auth/oidc/device/poll", s.oidcDevicePoll)
 	v1 := s.engine.Group("/v1", s.authenticate)
 	v1.POST("/logout", s.logout)
 	v1.GET("/profiles", s.listProfiles)

@@ -48,11 +48,15 @@ type Provider struct {
 	provider *gooidc.Provider
 	oauth    oauth2.Config
 	verifier *gooidc.IDTokenVerifier
-	log      *slog.Logger
-	now      func() time.Time
+	// deviceVerifier checks the ID tokens of device sign-ins, for
+	// device_client_id.
+	deviceVerifier *gooidc.IDTokenVerifier
+	log            *slog.Logger
+	now            func() time.Time
 
 	mu      sync.Mutex
 	pending map[string]pending
+	devices map[string]*deviceState
 }
 
 type pending struct {
@@ -92,6 +96,7 @@ func New(ctx context.Context, cfg config.OIDC, log *slog.Logger, opts ...Option)
 	p.provider = prov
 	p.oauth = oauth2.Config{ClientID: cfg.ClientID, ClientSecret: secret, Endpoint: prov.Endpoint(), RedirectURL: cfg.RedirectURL, Scopes: cfg.Scopes}
 	p.verifier = prov.Verifier(&gooidc.Config{ClientID: cfg.ClientID, Now: func() time.Time { return p.now() }})
+	p.deviceVerifier = prov.Verifier(&gooidc.Config{ClientID: p.deviceClientID(), Now: func() time.Time { return p.now() }})
 	return p, nil
 }
 
@@ -159,11 +164,20 @@ func (p *Provider) Finish(ctx context.Context, state, code string) (auth.Identit
 // as providers leave profile claims out of ID tokens (OpenID Connect Core
 // 5.4).
 func (p *Provider) Verify(ctx context.Context, rawIDToken, nonce string, ts oauth2.TokenSource) (auth.Identity, error) {
-	idt, err := p.verifier.Verify(ctx, rawIDToken)
+	if nonce == "" {
+		return auth.Identity{}, auth.Refuse("ID token: no nonce to check")
+	}
+	return p.verify(ctx, p.verifier, rawIDToken, nonce, ts)
+}
+
+// verify is Verify with a verifier; nonce "" (the device grant has none)
+// wants an ID token without one.
+func (p *Provider) verify(ctx context.Context, v *gooidc.IDTokenVerifier, rawIDToken, nonce string, ts oauth2.TokenSource) (auth.Identity, error) {
+	idt, err := v.Verify(ctx, rawIDToken)
 	if err != nil {
 		return auth.Identity{}, auth.Refuse("ID token: " + err.Error())
 	}
-	if nonce == "" || idt.Nonce != nonce {
+	if idt.Nonce != nonce {
 		return auth.Identity{}, auth.Refuse("ID token: wrong nonce")
 	}
 	claims := map[string]any{}
@@ -262,4 +276,131 @@ func (l *Lazy) Finish(ctx context.Context, state, code string) (auth.Identity, s
 		return auth.Identity{}, "", err
 	}
 	return p.Finish(ctx, state, code)
+}
+
+// Device is a sign-in by the device authorization grant (RFC 8628) that
+// gpuvmd runs with the provider for a CLI: the person opens
+// VerificationURI on any device and types UserCode; gpuvmd polls the
+// provider meanwhile. The CLI holds ID, a random secret, to collect the
+// outcome.
+type Device struct {
+	ID                      string
+	UserCode                string
+	VerificationURI         string
+	VerificationURIComplete string
+	Expires                 time.Time
+	Interval                time.Duration
+}
+
+// ErrDevicePending: the person has not finished at the provider yet.
+var ErrDevicePending = errors.New("the sign-in at the provider is not finished yet")
+
+type deviceState struct {
+	done    chan struct{}
+	id      auth.Identity
+	err     error
+	expires time.Time
+}
+
+// StartDevice asks the provider for a device code (as the client
+// device_client_id, with its secret) and polls it in the background until
+// the person finishes, refuses, or the code expires.
+func (p *Provider) StartDevice(ctx context.Context) (*Device, error) {
+	oc := p.oauth
+	oc.ClientID = p.deviceClientID()
+	resp, err := oc.DeviceAuth(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("device authorization at the provider: %w", err)
+	}
+	expires := resp.Expiry
+	if expires.IsZero() || time.Until(expires) > pendingTTL {
+		expires = time.Now().Add(pendingTTL)
+	}
+	d := &Device{ID: randomString(), UserCode: resp.UserCode, VerificationURI: resp.VerificationURI,
+		VerificationURIComplete: resp.VerificationURIComplete, Expires: expires, Interval: time.Duration(resp.Interval) * time.Second}
+	st := &deviceState{done: make(chan struct{}), expires: expires.Add(time.Minute)}
+	p.mu.Lock()
+	if p.devices == nil {
+		p.devices = map[string]*deviceState{}
+	}
+	for k, v := range p.devices {
+		if time.Now().After(v.expires) {
+			delete(p.devices, k)
+		}
+	}
+	if len(p.devices) >= maxPending {
+		p.mu.Unlock()
+		return nil, errors.New("too many device sign-ins under way")
+	}
+	p.devices[d.ID] = st
+	p.mu.Unlock()
+	go func() {
+		defer close(st.done)
+		pctx, cancel := context.WithDeadline(context.Background(), expires)
+		defer cancel()
+		tok, err := oc.DeviceAccessToken(pctx, resp)
+		if err != nil {
+			var re *oauth2.RetrieveError
+			if errors.As(err, &re) {
+				st.err = auth.Refuse("the provider refused the device sign-in: " + re.ErrorCode)
+			} else {
+				st.err = auth.Refuse("the device sign-in ended: " + err.Error())
+			}
+			return
+		}
+		raw, _ := tok.Extra("id_token").(string)
+		if raw == "" {
+			st.err = auth.Refuse("no ID token")
+			return
+		}
+		st.id, st.err = p.verify(pctx, p.deviceVerifier, raw, "", oauth2.StaticTokenSource(tok))
+	}()
+	return d, nil
+}
+
+// PollDevice answers the outcome of a device sign-in once it is known
+// (then forgets it), or ErrDevicePending.
+func (p *Provider) PollDevice(id string) (auth.Identity, error) {
+	p.mu.Lock()
+	st, ok := p.devices[id]
+	p.mu.Unlock()
+	if !ok {
+		return auth.Identity{}, auth.Refuse("unknown or expired device sign-in")
+	}
+	select {
+	case <-st.done:
+	default:
+		return auth.Identity{}, ErrDevicePending
+	}
+	p.mu.Lock()
+	delete(p.devices, id)
+	p.mu.Unlock()
+	return st.id, st.err
+}
+
+func (p *Provider) deviceClientID() string {
+	if p.cfg.DeviceClientID != "" {
+		return p.cfg.DeviceClientID
+	}
+	return p.cfg.ClientID
+}
+
+// StartDevice is Provider.StartDevice, after discovery.
+func (l *Lazy) StartDevice(ctx context.Context) (*Device, error) {
+	p, err := l.get(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return p.StartDevice(ctx)
+}
+
+// PollDevice is Provider.PollDevice; before discovery, nothing is known.
+func (l *Lazy) PollDevice(id string) (auth.Identity, error) {
+	l.mu.Lock()
+	p := l.p
+	l.mu.Unlock()
+	if p == nil {
+		return auth.Identity{}, auth.Refuse("unknown device sign-in")
+	}
+	return p.PollDevice(id)
 }

@@ -178,3 +178,26 @@ func SignIn(t testing.TB, authURL, redirectURL, user, password string) *url.URL 
 	}
 	return back
 }
+
+// DeviceSignIn is the person's part of a device sign-in: at the provider's
+// device page, the user code, the username and password, then "allow".
+func DeviceSignIn(t testing.TB, issuer, userCode, user, password string) {
+	t.Helper()
+	jar, _ := cookiejar.New(nil)
+	c := &http.Client{Jar: jar, Timeout: 10 * time.Second}
+	base := strings.TrimSuffix(issuer, "/")
+	resp, err := c.PostForm(base+"/device/login", url.Values{"user_code": {userCode}, "username": {user}, "password": {password}})
+	if err != nil {
+		t.Fatalf("device login: %v", err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(body), "confirm") {
+		t.Fatalf("device login refused: %s %.300s", resp.Status, body)
+	}
+	resp, err = c.PostForm(base+"/device/confirm", url.Values{"action": {"allowed"}})
+	if err != nil {
+		t.Fatalf("device confirm: %v", err)
+	}
+	resp.Body.Close()
+}
