@@ -131,3 +131,16 @@ type DevicePollRequest struct {
 type DevicePending struct {
 	Status string `json:"status"` // "pending"
 }
+
+// AuthMethods are the ways of signing in that a server offers (GET
+// /v1/auth/methods), for a sign-in page to show.
+type AuthMethods struct {
+	// Password: POST /v1/login with a directory account (LDAP).
+	Password bool `json:"password"`
+	// OIDC: GET /v1/auth/oidc/start (browsers) and POST
+	// /v1/auth/oidc/device (the CLI).
+	OIDC bool `json:"oidc"`
+	// Token: bearer tokens of users made in gpuvm are accepted (local
+	// auth on); break-glass admins' are accepted always.
+	Token bool `json:"token"`
+}

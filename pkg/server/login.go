@@ -467,3 +467,8 @@ func (s *Server) oidcDevicePoll(c *gin.Context) {
 		return
 	}
 }
+
+// authMethods serves GET /v1/auth/methods: what a sign-in page may offer.
+func (s *Server) authMethods(c *gin.Context) {
+	c.JSON(http.StatusOK, api.AuthMethods{Password: s.SignIn != nil, OIDC: s.OIDC != nil, Token: s.authSettings().Local.Enabled})
+}

@@ -29,6 +29,9 @@ func TestOIDCSignIn(t *testing.T) {
 		Scopes: config.DefaultOIDCScopes, UsernameClaim: "preferred_username", GroupsClaim: "groups", AdminGroups: []string{"gpu-admins"}}, nil)
 	st := storetest.New(t)
 	s = New(Deps{Auth: st, OIDC: prov, Backends: fakeBackends{}, Store: st})
+	if rec, _ := do(t, s, "GET", "/v1/auth/methods", ""); rec.Code != 200 || strings.TrimSpace(rec.Body.String()) != `{"password":false,"oidc":true,"token":true}` {
+		t.Errorf("methods: %d %s", rec.Code, rec.Body)
+	}
 	noFollow := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 
 	signIn := func(returnTo string) *http.Response {

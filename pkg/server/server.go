@@ -174,6 +174,7 @@ func (s *Server) routes() {
 	s.engine.GET("/openapi.json", s.openAPI)
 	s.engine.GET("/metrics", s.metrics) // metrics.go
 	s.engine.POST("/v1/login", s.login) // login.go: before a token, for one
+	s.engine.GET("/v1/auth/methods", s.authMethods)
 	s.engine.GET("/v1/auth/oidc/start", s.oidcStart)
 	s.engine.GET("/v1/auth/oidc/callback", s.oidcCallback)
 	s.engine.POST("/v1/auth/oidc/device", s.oidcDevice)
