@@ -33,9 +33,9 @@ import (
 // account is not one: a sign-in enables it) is answered the same: 401, the
 // same problem, no sooner than loginFailureFloor after the request came
 // (plus jitter), so that nobody learns from the answer or its timing which
-// names exist. Only the audit entry (auth.login) says why. Sign-ins are
-// limited per source address (any outcome) and per username (failures):
-// beyond, 429 with Retry-After, for any name alike.
+// names exist. Only the audit entry (auth.login) says why. Failed sign-ins
+// are limited per source address and per username: beyond, 429 with
+// Retry-After, for any name alike (and for the right password too).
 
 // PasswordSignIn checks a username and password with a directory
 // (pkg/auth/ldap's Directory).
@@ -47,7 +47,8 @@ type PasswordSignIn interface {
 var (
 	// loginFailureFloor is how long a refused sign-in takes at least.
 	loginFailureFloor = 400 * time.Millisecond
-	// loginPerIP sign-ins a minute from one source address.
+	// loginPerIP failed sign-ins a minute from one source address (a lab
+	// behind one NAT address signs in at once: successes do not count).
 	loginPerIP       = 20
 	loginIPWindow    = time.Minute
 	loginPerUser     = 5 // failures of one username
@@ -174,9 +175,8 @@ func (s *Server) login(c *gin.Context) {
 			return
 		}
 	}
-	s.loginLimits.byIP.add(ip, start)
-
 	refuse := func(reason string) {
+		s.loginLimits.byIP.add(ip, start)
 		s.loginLimits.byUser.add(userKey, start)
 		auditReason(c, reason)
 		// The same answer, no sooner than the floor, whatever the reason.
@@ -352,8 +352,8 @@ func (s *Server) oidcCallback(c *gin.Context) {
 		s.writeProblem(c, with(errTooManyRequests, "too many sign-ins; try again later"))
 		return
 	}
-	s.loginLimits.byIP.add(ip, start)
 	refuse := func(reason string) {
+		s.loginLimits.byIP.add(ip, start)
 		auditReason(c, reason)
 		wait := loginFailureFloor - time.Since(start) + rand.N(loginFailureFloor/8+1)
 		select {
@@ -403,7 +403,6 @@ func (s *Server) oidcDevice(c *gin.Context) {
 		s.writeProblem(c, with(errTooManyRequests, "too many sign-ins; try again later"))
 		return
 	}
-	s.loginLimits.byIP.add(ip, now)
 	d, err := s.OIDC.StartDevice(c.Request.Context())
 	if err != nil {
 		s.log.Error("sign-in: the OpenID provider's device authorization failed", "err", err, "request_id", c.GetString(requestIDKey))
