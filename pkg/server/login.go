@@ -471,3 +471,36 @@ func (s *Server) oidcDevicePoll(c *gin.Context) {
 func (s *Server) authMethods(c *gin.Context) {
 	c.JSON(http.StatusOK, api.AuthMethods{Password: s.SignIn != nil, OIDC: s.OIDC != nil, Token: s.authSettings().Local.Enabled})
 }
+
+// maxSessionAge bounds how long a session lives, refreshed or not.
+const maxSessionAge = 7 * 24 * time.Hour
+
+// refreshSession extends a session token in use when less than half of
+// session_ttl is left, to session_ttl from now, never past maxSessionAge
+// from its sign-in: a portal in use keeps its session, one left alone
+// loses it. At most one write per half session_ttl.
+func (s *Server) refreshSession(c *gin.Context, tok *store.APIToken) {
+	if tok == nil || !tok.Session || tok.ExpiresAt == nil {
+		return
+	}
+	ttl := s.authSettings().SessionTTL
+	if ttl <= 0 {
+		ttl = config.DefaultSessionTTL
+	}
+	now := time.Now()
+	if tok.ExpiresAt.Sub(now) >= ttl/2 {
+		return
+	}
+	until := now.Add(ttl)
+	if limit := tok.CreatedAt.Add(maxSessionAge); until.After(limit) {
+		until = limit
+	}
+	if !until.After(*tok.ExpiresAt) {
+		return
+	}
+	if err := s.Store.ExtendSession(c.Request.Context(), tok.ID, until); err != nil {
+		s.log.Warn("session not extended", "token_id", tok.ID, "err", err)
+		return
+	}
+	tok.ExpiresAt = &until
+}

@@ -176,6 +176,29 @@ func TestLogin(t *testing.T) {
 		t.Errorf("the API token after logout: %d", rec.Code)
 	}
 
+	// A session in use with less than half of session_ttl left is
+	// extended to session_ttl from now; one with more is left alone.
+	short, shortTok, err := e.st.CreateSession(ctx, "alice", time.Now().Add(10*time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec, _ := do(t, e.s, "GET", "/v1/whoami", short); rec.Code != 200 {
+		t.Fatalf("whoami: %d", rec.Code)
+	}
+	toks, _ := e.st.ListTokens(ctx, "alice")
+	for _, tk := range toks {
+		switch tk.ID {
+		case shortTok.ID:
+			if d := time.Until(*tk.ExpiresAt); d < 59*time.Minute {
+				t.Errorf("a session in use with 10 minutes left expires in %s, want session_ttl (1h)", d)
+			}
+		case alice.TokenID:
+			if !tk.ExpiresAt.Equal(alice.ExpiresAt) {
+				t.Errorf("a fresh session was extended: %s, was %s", tk.ExpiresAt, alice.ExpiresAt)
+			}
+		}
+	}
+
 	entries, _, err := e.st.ListAudit(ctx, store.AuditFilter{Action: "auth.login"})
 	if err != nil {
 		t.Fatal(err)

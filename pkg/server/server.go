@@ -257,6 +257,7 @@ func (s *Server) authenticate(c *gin.Context) {
 		s.writeProblem(c, with(errUnauthenticated, "the token is unknown, expired or revoked"))
 		return
 	}
+	s.refreshSession(c, tok) // login.go
 	c.Set(userKey, u)
 	c.Set(tokenKey, tok) // its ID goes in the audit log
 	c.Next()

@@ -61,6 +61,7 @@ type AccountStore interface {
 	// Sign-in (login.go).
 	SignInDirectoryUser(ctx context.Context, d store.DirectoryUser) (*store.User, error)
 	CreateSession(ctx context.Context, user string, expiresAt time.Time) (string, *store.APIToken, error)
+	ExtendSession(ctx context.Context, id int64, expiresAt time.Time) error
 }
 
 // HostStore backs hosts, heartbeats and drains (hosts.go, drain.go,

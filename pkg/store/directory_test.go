@@ -82,8 +82,31 @@ func TestDirectoryUsers(t *testing.T) {
 			t.Errorf("token after re-enabling: %v", err)
 		}
 
+		// A session is extended, an API token is not.
+		_, tok3, err := s.AuthenticateToken(ctx, plain)
+		if err != nil {
+			t.Fatal(err)
+		}
+		later := tok3.ExpiresAt.Add(time.Hour)
+		if err := s.ExtendSession(ctx, tok3.ID, later); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.ExtendSession(ctx, tok3.ID, later.Add(-2*time.Hour)); err != nil { // never shortened
+			t.Fatal(err)
+		}
+		if _, tok4, _ := s.AuthenticateToken(ctx, plain); !tok4.ExpiresAt.Equal(later.UTC().Truncate(time.Microsecond)) {
+			t.Errorf("extended session expires %s, want %s", tok4.ExpiresAt, later)
+		}
+		_, apiTok, _ := s.AuthenticateToken(ctx, api)
+		if err := s.ExtendSession(ctx, apiTok.ID, later); err != nil {
+			t.Fatal(err)
+		}
+		if _, apiTok, _ = s.AuthenticateToken(ctx, api); apiTok.ExpiresAt != nil {
+			t.Errorf("an API token was given an expiry: %s", apiTok.ExpiresAt)
+		}
+
 		// A session expires.
-		d.clock.Advance(13 * time.Hour)
+		d.clock.Advance(14 * time.Hour)
 		if _, _, err := s.AuthenticateToken(ctx, plain); !errors.Is(err, ErrInvalidToken) {
 			t.Errorf("expired session: %v", err)
 		}

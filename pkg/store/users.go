@@ -272,6 +272,15 @@ func (s *Store) CreateSession(ctx context.Context, user string, expiresAt time.T
 	return s.createToken(ctx, user, "session-"+suffix[len(TokenPrefix):len(TokenPrefix)+12], &expiresAt, true)
 }
 
+// ExtendSession moves the expiry of a live session token (Session set) to
+// expiresAt, when that is later; other tokens are left as they are.
+func (s *Store) ExtendSession(ctx context.Context, id int64, expiresAt time.Time) error {
+	err := s.db.WithContext(ctx).Model(&APIToken{}).
+		Where("id = ? AND session AND revoked_at IS NULL AND expires_at < ?", id, utcPtr(&expiresAt)).
+		Update("expires_at", utcPtr(&expiresAt)).Error
+	return wrap(err, nil, "extend session %d", id)
+}
+
 func (s *Store) createToken(ctx context.Context, user, name string, expiresAt *time.Time, session bool) (string, *APIToken, error) {
 	if name == "" {
 		return "", nil, fmt.Errorf("create token: %w: empty name", ErrInvalid)
