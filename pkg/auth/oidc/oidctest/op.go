@@ -9,7 +9,6 @@ package oidctest
 import (
 	"bufio"
 	"encoding/json"
-	"fmt"
 	"io"
 	"net/http"
 	"net/http/cookiejar"
@@ -18,7 +17,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 )
@@ -49,46 +47,30 @@ type Provider struct {
 	SecretFile string
 }
 
-var (
-	buildOnce sync.Once
-	binary    string
-	buildErr  error
-)
-
-// build makes the provider's binary once per test process.
-func build(t testing.TB) string {
-	buildOnce.Do(func() {
-		goBin, err := exec.LookPath("go")
-		if err != nil {
-			buildErr = fmt.Errorf("no go command to build test/oidcop: %w", err)
-			return
-		}
-		dir, err := os.MkdirTemp("", "gpuvm-oidcop-")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		binary = filepath.Join(dir, "oidcop")
-		out, err := exec.Command(goBin, "build", "-o", binary, "github.com/gpuvm/gpuvm/test/oidcop").CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("go build test/oidcop: %v\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Skipf("the test OpenID provider cannot be built: %v", buildErr)
+// build makes the provider's binary in dir (the go command's build cache
+// makes this a link after the first time).
+func build(t testing.TB, dir string) string {
+	t.Helper()
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		t.Skipf("no go command to build the test OpenID provider (test/oidcop): %v", err)
 	}
-	return binary
+	bin := filepath.Join(dir, "oidcop")
+	if out, err := exec.Command(goBin, "build", "-o", bin, "github.com/gpuvm/gpuvm/test/oidcop").CombinedOutput(); err != nil {
+		t.Fatalf("go build test/oidcop: %v\n%s", err, out)
+	}
+	return bin
 }
 
 // Start runs the provider with users (DefaultUsers when nil) and a web
 // client whose redirect URI is redirectURL.
 func Start(t testing.TB, users map[string]User, redirectURL string) *Provider {
 	t.Helper()
-	bin := build(t)
+	dir := t.TempDir()
+	bin := build(t, dir)
 	if users == nil {
 		users = DefaultUsers
 	}
-	dir := t.TempDir()
 	usersFile := filepath.Join(dir, "users.json")
 	data, _ := json.Marshal(users)
 	if err := os.WriteFile(usersFile, data, 0o600); err != nil {
