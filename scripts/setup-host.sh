@@ -93,4 +93,24 @@ if [ ${#missing[@]} -gt 0 ]; then
 	$SUDO apt-get update -qq
 	$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
+
+# OpenLDAP's slapd and its tools, for the LDAP sign-in tests (pkg/auth/ldap/ldaptest starts
+# its own slapd in a temporary directory). Preseeded to configure no directory of the
+# machine's own, so the package neither asks nor serves anything.
+ldap_missing=()
+for p in slapd ldap-utils; do
+	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || ldap_missing+=("$p")
+done
+if [ ${#ldap_missing[@]} -gt 0 ]; then
+	log "installing ${ldap_missing[*]}"
+	export DEBIAN_FRONTEND=noninteractive
+	echo "slapd slapd/no_configuration boolean true" | $SUDO debconf-set-selections
+	if [ ! -d /run/systemd/system ] && [ ! -e /usr/sbin/policy-rc.d ]; then
+		printf '#!/bin/sh\nexit 101\n' | $SUDO tee /usr/sbin/policy-rc.d >/dev/null
+		$SUDO chmod +x /usr/sbin/policy-rc.d
+		trap '$SUDO rm -f /usr/sbin/policy-rc.d' EXIT
+	fi
+	$SUDO apt-get install -y -qq --no-install-recommends "${ldap_missing[@]}" >/dev/null ||
+		{ $SUDO apt-get update -qq && $SUDO apt-get install -y -qq --no-install-recommends "${ldap_missing[@]}" >/dev/null; }
+fi
 log "ready"

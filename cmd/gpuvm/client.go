@@ -39,7 +39,7 @@ $GPUVM_TOKEN, else what 'gpuvm login' saved in $XDG_CONFIG_HOME/gpuvm/config.hcl
 
 // addClientCommands registers the commands that talk to gpuvmd.
 func addClientCommands(root *cobra.Command, getenv func(string) string) {
-	root.AddCommand(newLoginCmd(getenv), newProfilesCmd(getenv), newCreateCmd(getenv), newListCmd(getenv),
+	root.AddCommand(newLoginCmd(getenv), newLogoutCmd(getenv), newProfilesCmd(getenv), newCreateCmd(getenv), newListCmd(getenv),
 		newShowCmd(getenv), newDeleteCmd(getenv), newAdminCmd(getenv), newCompletionCmd(root))
 	root.AddCommand(newStartCmd(getenv), newStopCmd(getenv), newRebootCmd(getenv), newExtendCmd(getenv))
 	// users.go: who the server takes you for, the fleet's hosts.

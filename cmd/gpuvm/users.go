@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -47,12 +48,13 @@ Output: a line by default; --json prints the api.User; --quiet the name only.
 				return err
 			}
 			s := me.Name
+			if me.Source != "" && me.Source != "local" {
+				s += " (from " + me.Source + ")"
+			}
 			if me.Admin {
 				s += " (admin)"
 			}
-			if len(me.Groups) > 0 {
-				s += ", groups: " + strings.Join(me.Groups, ", ")
-			}
+			s += groupsText(*me)
 			_, err = fmt.Fprintf(w, "%s on %s\n", s, c.URL())
 			return err
 		}),
@@ -210,13 +212,17 @@ Output: a table by default; --json prints the api.UserList; --quiet the names.
 				return nil
 			}
 			tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-			fmt.Fprintln(tw, "NAME\tADMIN\tGROUPS\tCREATED")
+			fmt.Fprintln(tw, "NAME\tADMIN\tGROUPS\tCREATED\tSOURCE")
 			for _, u := range us {
 				created := "-"
 				if u.CreatedAt != nil {
 					created = u.CreatedAt.Local().Format(time.DateTime)
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", u.Name, yesNo(u.Admin), orDash(strings.Join(u.Groups, ",")), created)
+				source := cmp.Or(u.Source, "local")
+				if u.DisabledAt != nil {
+					source += " (disabled " + u.DisabledAt.Local().Format(time.DateTime) + ")"
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", u.Name, yesNo(u.Admin), orDash(strings.Join(u.Groups, ",")), created, source)
 			}
 			return tw.Flush()
 		}),

@@ -59,7 +59,7 @@ func TestAdminUsersAndTokens(t *testing.T) {
 		t.Fatalf("token: %q", secret)
 	}
 	carl := newCLI(t, map[string]string{"GPUVM_URL": env.URL, "GPUVM_TOKEN": secret})
-	if out := carl.must("whoami"); out != "carl, groups: artists, render on "+env.URL+"\n" {
+	if out := carl.must("whoami"); out != "carl, groups: artists (local), render (local) on "+env.URL+"\n" {
 		t.Errorf("whoami: %q", out)
 	}
 	if out := admin.must("whoami"); !strings.HasPrefix(out, "admin (admin) on ") {

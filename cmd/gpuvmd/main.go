@@ -222,7 +222,22 @@ func serve(ctx context.Context, o options, cfg *liveConfig, log *slog.Logger) er
 		deps.Config = cfg
 	}
 	deps.Consoles = hv // the console and tunnel proxies find displays and guest addresses here
-	return serveHTTP(ctx, o, cfg, server.New(deps), ln, tokenPath, l.Names(), profiles, log)
+	// Password sign-in and the directory's sync (auth.go).
+	dir, err := openDirectory(profiles(), log)
+	if err != nil {
+		return err
+	}
+	if dir != nil {
+		deps.SignIn = dir
+	}
+	if op := openOIDC(profiles(), log); op != nil {
+		deps.OIDC = op
+	}
+	srv := server.New(deps)
+	if a := profiles().Server.Auth; dir != nil && a.LDAP.SyncEvery > 0 {
+		loops.Go(func() error { syncDirectory(loopCtx, dir, st, srv, a.LDAP.SyncEvery, log); return nil })
+	}
+	return serveHTTP(ctx, o, cfg, srv, ln, tokenPath, l.Names(), profiles, log)
 }
 
 // startBackends starts the backend plugins; gpuvmd needs at least one.

@@ -19,6 +19,16 @@ type User struct {
 	Name   string   `json:"name"`
 	Admin  bool     `json:"admin"`
 	Groups []string `json:"groups"`
+	// Memberships are Groups with where each comes from: "local" (an
+	// admin put the user in it) or the directory ("ldap", "oidc"), which
+	// refreshes them at every sign-in.
+	Memberships []GroupMembership `json:"memberships"`
+	// Source is where the user comes from: "local" (made by an admin),
+	// "ldap" or "oidc" (made at the first sign-in).
+	Source string `json:"source,omitempty"`
+	// DisabledAt is when the directory's sync found the user gone: its
+	// tokens are refused, its VMs kept.
+	DisabledAt *time.Time `json:"disabled_at,omitempty"`
 	// CreatedAt is absent in answers about a user the server did not
 	// read from its database.
 	CreatedAt *time.Time `json:"created_at,omitempty"`
@@ -72,4 +82,65 @@ type TokenList struct {
 type CreatedToken struct {
 	Token
 	Secret string `json:"token"`
+}
+
+// GroupMembership is one group of a user and where it comes from.
+type GroupMembership struct {
+	Group  string `json:"group"`
+	Source string `json:"source"`
+}
+
+// LoginRequest is the body of POST /v1/login: a directory account's name
+// and password.
+type LoginRequest struct {
+	Username string `json:"username"`
+	Password string `json:"password"`
+}
+
+// LoginResponse is the answer of a sign-in: a session token, sent as
+// Authorization: Bearer TOKEN until it expires or POST /v1/logout revokes
+// it, and who it is for.
+type LoginResponse struct {
+	Token     string    `json:"token"`
+	TokenID   int64     `json:"token_id"`
+	ExpiresAt time.Time `json:"expires_at"`
+	User      User      `json:"user"`
+}
+
+// DeviceLoginResponse is the answer of POST /v1/auth/oidc/device: open
+// VerificationURI (or VerificationURIComplete, which holds the code) on
+// any device and type UserCode, then poll POST /v1/auth/oidc/device/poll
+// with ID until ExpiresAt.
+type DeviceLoginResponse struct {
+	ID                      string    `json:"id"`
+	UserCode                string    `json:"user_code"`
+	VerificationURI         string    `json:"verification_uri"`
+	VerificationURIComplete string    `json:"verification_uri_complete,omitempty"`
+	ExpiresAt               time.Time `json:"expires_at"`
+	// Interval is the seconds to wait between two polls.
+	Interval int `json:"interval"`
+}
+
+// DevicePollRequest is the body of POST /v1/auth/oidc/device/poll.
+type DevicePollRequest struct {
+	ID string `json:"id"`
+}
+
+// DevicePending is the answer (202) of a poll before the person has
+// finished at the provider.
+type DevicePending struct {
+	Status string `json:"status"` // "pending"
+}
+
+// AuthMethods are the ways of signing in that a server offers (GET
+// /v1/auth/methods), for a sign-in page to show.
+type AuthMethods struct {
+	// Password: POST /v1/login with a directory account (LDAP).
+	Password bool `json:"password"`
+	// OIDC: GET /v1/auth/oidc/start (browsers) and POST
+	// /v1/auth/oidc/device (the CLI).
+	OIDC bool `json:"oidc"`
+	// Token: bearer tokens of users made in gpuvm are accepted (local
+	// auth on); break-glass admins' are accepted always.
+	Token bool `json:"token"`
 }

@@ -86,6 +86,7 @@ func (r *resolver) resolveServer(b *serverBlock) {
 	r.resolveHTTP(b.HTTP)
 	r.resolveAudit(b.Audit)
 	r.resolveBackup(b.Backup)
+	r.resolveAuth(b.Auth)
 }
 
 // Defaults and bounds of the audit block.

@@ -36,8 +36,62 @@ type serverBlock struct {
 	HTTP           *httpBlock     `hcl:"http,block"`
 	Audit          *auditBlock    `hcl:"audit,block"`
 	Backup         *backupBlock   `hcl:"backup,block"`
+	Auth           *authBlock     `hcl:"auth,block"`
 	DefRange       hcl.Range      `hcl:",def_range"`
 	Body           hcl.Body       `hcl:",body"`
+}
+
+// authBlock says how people sign in: gpuvm's own users and tokens (local),
+// a directory (ldap).
+type authBlock struct {
+	SessionTTL *string         `hcl:"session_ttl,optional"`
+	Local      *localAuthBlock `hcl:"local,block"`
+	LDAP       *ldapBlock      `hcl:"ldap,block"`
+	OIDC       *oidcBlock      `hcl:"oidc,block"`
+	DefRange   hcl.Range       `hcl:",def_range"`
+	Body       hcl.Body        `hcl:",body"`
+}
+
+type localAuthBlock struct {
+	Enabled    *bool     `hcl:"enabled,optional"`
+	BreakGlass []string  `hcl:"break_glass,optional"`
+	DefRange   hcl.Range `hcl:",def_range"`
+	Body       hcl.Body  `hcl:",body"`
+}
+
+type ldapBlock struct {
+	URL                *string   `hcl:"url,optional"`
+	StartTLS           *bool     `hcl:"start_tls,optional"`
+	CAFile             *string   `hcl:"ca_file,optional"`
+	InsecureSkipVerify *bool     `hcl:"insecure_skip_verify,optional"`
+	BindDN             *string   `hcl:"bind_dn,optional"`
+	BindPasswordFile   *string   `hcl:"bind_password_file,optional"`
+	UserBase           *string   `hcl:"user_base,optional"`
+	UserFilter         *string   `hcl:"user_filter,optional"`
+	UsernameAttribute  *string   `hcl:"username_attribute,optional"`
+	GroupBase          *string   `hcl:"group_base,optional"`
+	GroupFilter        *string   `hcl:"group_filter,optional"`
+	GroupAttribute     *string   `hcl:"group_attribute,optional"`
+	AdminGroups        []string  `hcl:"admin_groups,optional"`
+	SyncEvery          *string   `hcl:"sync_every,optional"`
+	Timeout            *string   `hcl:"timeout,optional"`
+	DefRange           hcl.Range `hcl:",def_range"`
+	Body               hcl.Body  `hcl:",body"`
+}
+
+type oidcBlock struct {
+	Issuer           *string   `hcl:"issuer,optional"`
+	ClientID         *string   `hcl:"client_id,optional"`
+	ClientSecretFile *string   `hcl:"client_secret_file,optional"`
+	RedirectURL      *string   `hcl:"redirect_url,optional"`
+	DeviceClientID   *string   `hcl:"device_client_id,optional"`
+	Scopes           []string  `hcl:"scopes,optional"`
+	UsernameClaim    *string   `hcl:"username_claim,optional"`
+	GroupsClaim      *string   `hcl:"groups_claim,optional"`
+	AdminGroups      []string  `hcl:"admin_groups,optional"`
+	AllowedGroups    []string  `hcl:"allowed_groups,optional"`
+	DefRange         hcl.Range `hcl:",def_range"`
+	Body             hcl.Body  `hcl:",body"`
 }
 
 // httpBlock bounds what one client of the API may hold.

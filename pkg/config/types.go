@@ -67,6 +67,7 @@ type Server struct {
 	HTTP           HTTP      `json:"http"`
 	Audit          Audit     `json:"audit"`
 	Backup         *Backup   `json:"backup,omitempty"`
+	Auth           Auth      `json:"auth"`
 	DeclRange      hcl.Range `json:"-"`
 }
 

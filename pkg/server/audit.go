@@ -77,6 +77,11 @@ var auditRoutes = map[string]auditRoute{
 	"GET /v1/tunnel/ws":                   {"tunnel.open", ""},
 	"GET /v1/tunnel/udp/ws":               {"udptunnel.open", ""},
 	"POST /v1/users":                      {"user.create", ""},
+	"POST /v1/login":                      {"auth.login", ""},
+	"POST /v1/logout":                     {"auth.logout", ""},
+	"GET /v1/auth/oidc/callback":          {"auth.sso", ""},
+	"POST /v1/auth/oidc/device":           {"auth.device", ""},
+	"POST /v1/auth/oidc/device/poll":      {"auth.devicelogin", ""},
 	"POST /v1/users/{name}/tokens":        {"token.create", "user/{name}"},
 	"DELETE /v1/users/{name}/tokens/{id}": {"token.revoke", "user/{name}/token/{id}"},
 	"POST /v1/reservations":               {"reservation.create", ""},
@@ -125,6 +130,9 @@ const (
 	tokenKey     = "gpuvm.token"
 	problemKey   = "gpuvm.problem"
 	requestIDKey = "gpuvm.request_id"
+	// auditReasonKey says why a request was refused, for the audit log
+	// only (a sign-in's refusal answers the same whatever the reason).
+	auditReasonKey = "gpuvm.audit_reason"
 )
 
 // Bounds of what an entry keeps of what a client sent.
@@ -252,6 +260,9 @@ func auditUser(c *gin.Context, name string) {
 	}
 }
 
+// auditReason says why a request was refused, in its audit entry only.
+func auditReason(c *gin.Context, reason string) { c.Set(auditReasonKey, reason) }
+
 // auditForwarded marks the request proxied to another node (fleet.go),
 // which records it; forwarded false undoes it when the proxying failed.
 func auditForwarded(c *gin.Context, forwarded bool) {
@@ -314,6 +325,9 @@ func (s *Server) fillAudit(c *gin.Context, rec *auditRecord, status int) {
 				d = p.Field + ": " + d
 			}
 			e.Detail = clip(d, maxAuditDetail)
+		}
+		if r := c.GetString(auditReasonKey); r != "" {
+			e.Detail = clip(e.Detail+" ("+r+")", maxAuditDetail)
 		}
 	}
 }
@@ -412,11 +426,19 @@ var (
 	auditTimeMax = time.Date(9999, 12, 31, 23, 59, 59, 0, time.UTC)
 )
 
-// auditActions are the actions of auditRoutes, and their kinds ("vm.").
+// auditOtherActions are recorded by no route: a directory's sync
+// (ReportDirectoryChanges, login.go).
+var auditOtherActions = []string{"user.disable", "user.enable"}
+
+// auditActions are the actions of auditRoutes and auditOtherActions, and
+// their kinds ("vm.").
 func auditActions() (actions, kinds []string) {
 	for _, a := range auditRoutes {
 		actions = append(actions, a.Action)
-		kind, _, _ := strings.Cut(a.Action, ".")
+	}
+	actions = append(actions, auditOtherActions...)
+	for _, a := range actions {
+		kind, _, _ := strings.Cut(a, ".")
 		kinds = append(kinds, kind+".")
 	}
 	slices.Sort(actions)

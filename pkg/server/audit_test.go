@@ -39,6 +39,7 @@ func TestAuditCoversStateChangingRoutes(t *testing.T) {
 		"GET /v1/vms/{id}/console": true, "GET /v1/vms/{id}/console.vv": true,
 		"GET " + consoleWSPath: true, "GET " + tunnelWSPath: true, "GET " + tunnelUDPWSPath: true,
 		"GET /v1/vms/{id}/credentials": true, // and spends the one-time desktop password
+		"GET /v1/auth/oidc/callback":   true, // starts a session
 	}
 	for _, r := range apiRoutes {
 		key := r.Method + " " + r.Path

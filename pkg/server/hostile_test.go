@@ -47,6 +47,10 @@ var hostileBodies = map[string]struct {
 	"POST /v1/vms/{id}/actions/stop":    {status: 409, optional: true},
 	"POST /v1/vms/{id}/actions/reboot":  {status: 409, optional: true},
 	"POST /v1/admin/reload":             {status: 200, optional: true},
+	"POST /v1/login":                    {body: `{"username":"alice","password":"secret"}`, status: 404},
+	"POST /v1/logout":                   {status: 422, optional: true},
+	"POST /v1/auth/oidc/device":         {status: 404, optional: true},
+	"POST /v1/auth/oidc/device/poll":    {body: `{"id":"x"}`, status: 404},
 	"POST /v1/admin/hosts/{name}/drain": {status: 404, optional: true}, // no node of that name
 	"POST /v1/admin/orphans/{id}/adopt": {body: `{"owner":"ann","name":"adopted","profile":"seat"}`, status: 201},
 	"POST /v1/session":                  {body: `{"token":"gpuvm_not-a-token"}`, status: 401}, // portal.go's sign-in
@@ -507,9 +511,10 @@ func queryCases(path string, r route) []hostileCase {
 }
 
 // queryField is the field a refusal of a query parameter names; the ticket
-// routes' refusals (no ticket) name none.
+// routes' refusals (no ticket) name none, nor the OpenID callback's (what
+// the provider sends back is not the user's to correct).
 func queryField(n string) string {
-	if n == "hostile_undeclared" || n == "vm" {
+	if n == "hostile_undeclared" || n == "vm" || n == "state" || n == "code" {
 		return ""
 	}
 	return n

@@ -70,6 +70,11 @@ var (
 	pGPU     = param{Name: "addr", In: "path", Description: "the GPU's PCI address (0000:41:00.0 or 41:00.0)", Type: "string"}
 	p404     = []int{http.StatusNotFound}
 
+	// login.go
+	pReturnTo  = param{Name: "return_to", In: "query", Description: "a path of this server to send the browser to after the sign-in, with the session token in the fragment", Type: "string"}
+	pOIDCState = param{Name: "state", In: "query", Description: "the state of the start", Type: "string"}
+	pOIDCCode  = param{Name: "code", In: "query", Description: "the provider's authorization code", Type: "string"}
+
 	// reservations.go
 	pResID    = param{Name: "id", In: "path", Description: "the reservation's ID", Type: "integer"}
 	pResFrom  = param{Name: "from", In: "query", Description: "only reservations with an occurrence ending after this RFC 3339 time (default: now)", Type: "string"}
@@ -117,7 +122,14 @@ var coreAPIRoutes = []route{
 	{Method: "POST", Path: "/v1/vms/{id}/actions/extend", Summary: "Add hours to the lease of a queued, running or stopped VM, up to its profile's maximum", Auth: authUser, Params: []param{pVM}, Body: api.ExtendVMRequest{}, Status: 200, Answer: api.VM{}, Errors: []int{400, 404, 409, 413, 422, 503}},
 	{Method: "GET", Path: "/v1/operations/{id}", Summary: "One operation of the caller's VMs", Auth: authUser, Params: []param{pOpID}, Status: 200, Answer: api.Operation{}, Errors: []int{404, 503}},
 	{Method: "GET", Path: "/v1/events", Summary: "Server-sent events of the VMs the caller may see (text/event-stream; each data line is an Event)", Auth: authUser, Params: []param{pEvVM, pOwner, pEvAfter, pLastID}, Status: 200, Answer: api.Event{}, ContentType: "text/event-stream", Errors: []int{404, 422, 503}},
-	{Method: "GET", Path: "/v1/whoami", Summary: "Who the token belongs to", Auth: authUser, Status: 200, Answer: api.User{}},
+	{Method: "GET", Path: "/v1/whoami", Summary: "Who the token belongs to, with where each of their groups comes from (local, ldap, oidc)", Auth: authUser, Status: 200, Answer: api.User{}},
+	{Method: "POST", Path: "/v1/login", Summary: "Sign in with a directory account's name and password (server.auth.ldap): a session token that expires after server.auth.session_ttl; the user is made at the first sign-in and their groups refreshed from the directory. Every refusal is the same 401; limited per source address and per username (429)", Auth: authNone, Body: api.LoginRequest{}, Status: 200, Answer: api.LoginResponse{}, Errors: []int{400, 401, 404, 413, 422, 429, 503}},
+	{Method: "GET", Path: "/v1/auth/methods", Summary: "The ways of signing in this server offers, for a sign-in page: password (a directory), oidc, tokens of local users", Auth: authNone, Status: 200, Answer: api.AuthMethods{}},
+	{Method: "GET", Path: "/v1/auth/oidc/start", Summary: "Sign in with the OpenID provider (server.auth.oidc): a redirect to it, with PKCE, a nonce and a state; return_to (a path of this server) is where the browser goes after the sign-in", Auth: authNone, Params: []param{pReturnTo}, Status: 302, Errors: []int{404, 422, 429, 503}},
+	{Method: "GET", Path: "/v1/auth/oidc/callback", Summary: "Where the provider sends the browser back: the code is exchanged, the ID token verified and a session token answered as POST /v1/login does, or, with the start's return_to, a 303 to it with token and expires_at in the URL fragment", Auth: authNone, Params: []param{pOIDCState, pOIDCCode}, Status: 200, Answer: api.LoginResponse{}, Errors: []int{401, 404, 429, 503}},
+	{Method: "POST", Path: "/v1/auth/oidc/device", Summary: "Start a device sign-in with the OpenID provider (gpuvm login --sso): gpuvmd asks it for a code to type at a URL on any device; no body", Auth: authNone, Status: 200, Answer: api.DeviceLoginResponse{}, Errors: []int{400, 404, 413, 429, 503}},
+	{Method: "POST", Path: "/v1/auth/oidc/device/poll", Summary: "Collect a device sign-in: waits up to 20s, then 202 while the person has not finished at the provider, or a session token as POST /v1/login answers; every refusal is the same 401", Auth: authNone, Body: api.DevicePollRequest{}, Status: 200, Answer: api.LoginResponse{}, Errors: []int{400, 401, 404, 413, 422}},
+	{Method: "POST", Path: "/v1/logout", Summary: "Revoke the session token of the request (a sign-in's; an API token is refused); no body", Auth: authUser, Status: 204, Errors: []int{400, 413, 422}},
 	{Method: "GET", Path: "/v1/users", Summary: "Every user", Auth: authAdmin, Status: 200, Answer: api.UserList{}},
 	{Method: "POST", Path: "/v1/users", Summary: "Add a user", Auth: authAdmin, Body: api.CreateUserRequest{}, Status: 201, Answer: api.User{}, Errors: []int{400, 409, 413, 422}},
 	{Method: "GET", Path: "/v1/users/{name}", Summary: "One user (admins, or the user)", Auth: authUser, Params: []param{pUser}, Status: 200, Answer: api.User{}, Errors: p404},

@@ -43,7 +43,14 @@ type Config interface {
 
 // Deps are what the server needs.
 type Deps struct {
-	Auth     Authenticator
+	Auth Authenticator
+	// SignIn checks passwords with a directory for POST /v1/login
+	// (pkg/auth/ldap); nil: password sign-in is not configured (404).
+	SignIn PasswordSignIn
+	// OIDC is the OpenID provider's code flow for GET
+	// /v1/auth/oidc/start and /callback (pkg/auth/oidc); nil: not
+	// configured (404).
+	OIDC     OIDCSignIn
 	Backends Backends
 	Config   Config // nil: gpuvmd runs without a configuration directory
 	Log      *slog.Logger
@@ -115,6 +122,7 @@ type Server struct {
 	done           chan struct{} // closed by Close: streams end
 	closeOnce      sync.Once
 	portal         *portal.Portal // portal.go
+	loginLimits    *loginLimits   // login.go
 }
 
 // New builds the API.
@@ -140,7 +148,8 @@ func New(d Deps) *Server {
 		d.Ledger = usage.NewLedger(d.Store)
 	}
 	s := &Server{Deps: d, log: d.Log.With("component", "api"), engine: gin.New(),
-		eventKeepAlive: d.EventKeepAlive, done: make(chan struct{}), auditLog: d.Log.With("component", "audit")}
+		eventKeepAlive: d.EventKeepAlive, done: make(chan struct{}), auditLog: d.Log.With("component", "audit"),
+		loginLimits: newLoginLimits()}
 	s.hub = newEventHub(d.Store, d.EventPoll, s.log)
 	s.engine.Use(gin.Recovery(), s.requestID, s.logRequests, s.deadlines)
 	if d.Metrics != nil {
@@ -166,8 +175,15 @@ func (s *Server) routes() {
 	s.engine.GET("/readyz", s.readyz)
 	s.engine.GET("/openapi.json", s.openAPI)
 	s.engine.GET("/metrics", s.metrics) // metrics.go
+	s.engine.POST("/v1/login", s.login) // login.go: before a token, for one
+	s.engine.GET("/v1/auth/methods", s.authMethods)
+	s.engine.GET("/v1/auth/oidc/start", s.oidcStart)
+	s.engine.GET("/v1/auth/oidc/callback", s.oidcCallback)
+	s.engine.POST("/v1/auth/oidc/device", s.oidcDevice)
+	s.engine.POST("/v1/auth/oidc/device/poll", s.oidcDevicePoll)
 	v1 := s.engine.Group("/v1", s.authenticate)
 	s.portalRoutes(v1) // portal.go: the web portal and its sessions
+	v1.POST("/logout", s.logout)
 	v1.GET("/profiles", s.listProfiles)
 	v1.GET("/profiles/:name", s.getProfile)
 	vms := v1.Group("")
@@ -242,7 +258,14 @@ func (s *Server) authenticate(c *gin.Context) {
 	case err != nil:
 		s.writeProblem(c, err)
 		return
+	case !s.localAllowed(u):
+		// server.auth.local.enabled = false: local users' tokens are
+		// refused but for the break-glass admins'.
+		c.Header("WWW-Authenticate", `Bearer realm="gpuvm", error="invalid_token"`)
+		s.writeProblem(c, with(errUnauthenticated, "the token is unknown, expired or revoked"))
+		return
 	}
+	s.refreshSession(c, tok) // login.go
 	c.Set(userKey, u)
 	c.Set(tokenKey, tok) // its ID goes in the audit log
 	c.Next()

@@ -61,6 +61,10 @@ type AccountStore interface {
 	CreateToken(ctx context.Context, user, name string, expiresAt *time.Time) (string, *store.APIToken, error)
 	ListTokens(ctx context.Context, user string) ([]store.APIToken, error)
 	RevokeToken(ctx context.Context, user string, id int64) error
+	// Sign-in (login.go).
+	SignInDirectoryUser(ctx context.Context, d store.DirectoryUser) (*store.User, error)
+	CreateSessionToken(ctx context.Context, user string, expiresAt time.Time) (string, *store.APIToken, error)
+	ExtendSessionToken(ctx context.Context, id int64, expiresAt time.Time) error
 }
 
 // HostStore backs hosts, heartbeats and drains (hosts.go, drain.go,

@@ -31,9 +31,19 @@ const maxTokenHours = 10 * 365 * 24
 const maxUserGroups = 100
 
 func toAPIUser(u *store.User) api.User {
-	out := api.User{Name: u.Name, Admin: u.Admin, Groups: u.Groups}
+	out := api.User{Name: u.Name, Admin: u.Admin, Groups: u.Groups, Source: u.Source, DisabledAt: u.DisabledAt,
+		Memberships: make([]api.GroupMembership, 0, len(u.Memberships))}
 	if out.Groups == nil {
 		out.Groups = []string{}
+	}
+	for _, m := range u.Memberships {
+		out.Memberships = append(out.Memberships, api.GroupMembership{Group: m.Group, Source: m.Source})
+	}
+	if len(out.Memberships) == 0 && len(out.Groups) > 0 {
+		// A user the server did not read from its database.
+		for _, g := range out.Groups {
+			out.Memberships = append(out.Memberships, api.GroupMembership{Group: g, Source: store.SourceLocal})
+		}
 	}
 	if !u.CreatedAt.IsZero() {
 		t := u.CreatedAt

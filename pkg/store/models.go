@@ -24,9 +24,30 @@ type User struct {
 	Admin     bool      `gorm:"column:admin;not null" json:"admin"`
 	CreatedAt time.Time `gorm:"column:created_at;not null" json:"created_at"`
 	UpdatedAt time.Time `gorm:"column:updated_at;not null" json:"updated_at"`
+	// Source is where the user comes from: SourceLocal (made by an admin),
+	// SourceLDAP or SourceOIDC (made at the first sign-in).
+	Source string `gorm:"column:source;not null" json:"source"`
+	// DisabledAt is when the directory's sync found the user gone: its
+	// tokens are refused, its VMs kept. nil: enabled.
+	DisabledAt *time.Time `gorm:"column:disabled_at" json:"disabled_at,omitempty"`
 	// Groups are the names of the user's groups, sorted; filled by the
-	// store from group_members.
-	Groups []string `gorm:"-" json:"groups"`
+	// store from group_members, as Memberships, which say where each
+	// membership comes from.
+	Groups      []string     `gorm:"-" json:"groups"`
+	Memberships []Membership `gorm:"-" json:"memberships"`
+}
+
+// Where users and group memberships come from.
+const (
+	SourceLocal = "local"
+	SourceLDAP  = "ldap"
+	SourceOIDC  = "oidc"
+)
+
+// Membership is a user's group, and who put the user in it.
+type Membership struct {
+	Group  string `json:"group"`
+	Source string `json:"source"`
 }
 
 func (User) TableName() string { return "users" }
@@ -44,6 +65,9 @@ func (Group) TableName() string { return "groups" }
 type GroupMember struct {
 	GroupID int64 `gorm:"column:group_id;primaryKey"`
 	UserID  int64 `gorm:"column:user_id;primaryKey;index:group_members_user"`
+	// Source is who put the user in the group: an admin (SourceLocal) or
+	// the directory at a sign-in.
+	Source string `gorm:"column:source;not null"`
 }
 
 func (GroupMember) TableName() string { return "group_members" }
@@ -61,6 +85,9 @@ type APIToken struct {
 	ExpiresAt  *time.Time `gorm:"column:expires_at" json:"expires_at,omitempty"`
 	RevokedAt  *time.Time `gorm:"column:revoked_at" json:"revoked_at,omitempty"`
 	LastUsedAt *time.Time `gorm:"column:last_used_at" json:"last_used_at,omitempty"`
+	// Session: the token of a sign-in (CreateSession), which logging out
+	// revokes; false: an API token.
+	Session bool `gorm:"column:session;not null" json:"session"`
 }
 
 func (APIToken) TableName() string { return "api_tokens" }

@@ -6,11 +6,13 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
 	"time"
 
+	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
 )
 
@@ -20,15 +22,97 @@ func (s *Store) CreateUser(ctx context.Context, u *User) error {
 	if u.Name == "" {
 		return fmt.Errorf("create user: %w: empty name", ErrInvalid)
 	}
+	if u.Source == "" {
+		u.Source = SourceLocal
+	}
 	err := s.Tx(ctx, func(tx *Store) error {
 		now := tx.clock()
 		u.ID, u.CreatedAt, u.UpdatedAt = 0, now, now
 		if err := tx.db.Create(u).Error; err != nil {
 			return err
 		}
-		return tx.setGroups(ctx, u)
+		return tx.setGroups(ctx, u, u.Source)
 	})
 	return wrap(err, ErrNameTaken, "create user %q", u.Name)
+}
+
+// DirectoryUser is who a directory (LDAP, OIDC) says signed in.
+type DirectoryUser struct {
+	Name   string
+	Source string // SourceLDAP or SourceOIDC
+	Admin  bool
+	Groups []string
+}
+
+// ErrOtherSource: a user of that name exists, from another source (a local
+// user, made by an admin): a sign-in does not take it over.
+var ErrOtherSource = fmt.Errorf("%w: the user comes from another source", ErrConflict)
+
+// SignInDirectoryUser makes or refreshes the user that a directory signed
+// in: made at the first sign-in, then its admin flag and the memberships of
+// its source replaced by the directory's (an admin's memberships stay), and
+// enabled again. A user of the name from another source is ErrOtherSource.
+func (s *Store) SignInDirectoryUser(ctx context.Context, d DirectoryUser) (*User, error) {
+	if d.Name == "" || (d.Source != SourceLDAP && d.Source != SourceOIDC) {
+		return nil, fmt.Errorf("sign in: %w: user %q from %q", ErrInvalid, d.Name, d.Source)
+	}
+	var out *User
+	err := s.Tx(ctx, func(tx *Store) error {
+		u, err := tx.getUser(ctx, "name = ?", d.Name)
+		switch {
+		case errors.Is(err, gorm.ErrRecordNotFound):
+			now := tx.clock()
+			u = &User{Name: d.Name, Admin: d.Admin, Source: d.Source, CreatedAt: now, UpdatedAt: now}
+			if err := tx.db.Create(u).Error; err != nil {
+				return err
+			}
+		case err != nil:
+			return err
+		case u.Source != d.Source:
+			return ErrOtherSource
+		default:
+			err := tx.db.Model(&User{}).Where("id = ?", u.ID).
+				Updates(map[string]any{"admin": d.Admin, "disabled_at": nil, "updated_at": tx.clock()}).Error
+			if err != nil {
+				return err
+			}
+		}
+		if err := tx.db.Where("user_id = ? AND source = ?", u.ID, d.Source).Delete(&GroupMember{}).Error; err != nil {
+			return err
+		}
+		u.Groups = d.Groups
+		if err := tx.setGroups(ctx, u, d.Source); err != nil {
+			return err
+		}
+		out, err = tx.getUser(ctx, "id = ?", u.ID)
+		return err
+	})
+	if errors.Is(err, ErrOtherSource) {
+		return nil, fmt.Errorf("sign in user %q from %s: %w", d.Name, d.Source, err)
+	}
+	return out, wrap(err, nil, "sign in user %q from %s", d.Name, d.Source)
+}
+
+// SetUserDisabled disables a user (its tokens are refused, its VMs kept) or
+// enables it again; changed says whether it was otherwise before.
+func (s *Store) SetUserDisabled(ctx context.Context, name string, disabled bool) (changed bool, err error) {
+	q := s.db.WithContext(ctx).Model(&User{}).Where("name = ?", name)
+	var res *gorm.DB
+	now := s.clock()
+	if disabled {
+		res = q.Where("disabled_at IS NULL").Updates(map[string]any{"disabled_at": now, "updated_at": now})
+	} else {
+		res = q.Where("disabled_at IS NOT NULL").Updates(map[string]any{"disabled_at": nil, "updated_at": now})
+	}
+	if res.Error != nil {
+		return false, wrap(res.Error, nil, "set user %q disabled %t", name, disabled)
+	}
+	if res.RowsAffected == 0 {
+		if _, err := s.GetUser(ctx, name); err != nil {
+			return false, err
+		}
+	}
+	return res.RowsAffected > 0, nil
 }
 
 // SetUserGroups replaces the groups of a user.
@@ -42,13 +126,15 @@ func (s *Store) SetUserGroups(ctx context.Context, name string, groups []string)
 			return err
 		}
 		u.Groups = groups
-		return tx.setGroups(ctx, u)
+		return tx.setGroups(ctx, u, SourceLocal)
 	})
 	return wrap(err, nil, "set groups of user %q", name)
 }
 
-// setGroups adds the memberships of u.Groups (creating groups) and sorts them.
-func (s *Store) setGroups(ctx context.Context, u *User) error {
+// setGroups adds the memberships of u.Groups (creating groups), from
+// source, and sorts them. A membership the user has already (from another
+// source) is kept as it is.
+func (s *Store) setGroups(ctx context.Context, u *User, source string) error {
 	groups := slices.Clone(u.Groups)
 	slices.Sort(groups)
 	groups = slices.Compact(groups)
@@ -63,7 +149,8 @@ func (s *Store) setGroups(ctx context.Context, u *User) error {
 		if err := s.db.WithContext(ctx).Where("name = ?", g).Take(&grp).Error; err != nil {
 			return err
 		}
-		if err := s.db.WithContext(ctx).Create(&GroupMember{GroupID: grp.ID, UserID: u.ID}).Error; err != nil {
+		m := &GroupMember{GroupID: grp.ID, UserID: u.ID, Source: source}
+		if err := s.db.WithContext(ctx).Clauses(clause.OnConflict{DoNothing: true}).Create(m).Error; err != nil {
 			return err
 		}
 	}
@@ -131,13 +218,15 @@ func (s *Store) fillGroups(ctx context.Context, us []User) error {
 		ids[i] = us[i].ID
 		byID[us[i].ID] = &us[i]
 		us[i].Groups = []string{}
+		us[i].Memberships = []Membership{}
 	}
 	var rows []struct {
 		UserID int64
 		Name   string
+		Source string
 	}
 	err := s.db.WithContext(ctx).Table("group_members AS m").
-		Select("m.user_id AS user_id, g.name AS name").
+		Select("m.user_id AS user_id, g.name AS name, m.source AS source").
 		Joins("JOIN groups AS g ON g.id = m.group_id").
 		Where("m.user_id IN ?", ids).Order("g.name").Scan(&rows).Error
 	if err != nil {
@@ -146,6 +235,7 @@ func (s *Store) fillGroups(ctx context.Context, us []User) error {
 	for _, r := range rows {
 		u := byID[r.UserID]
 		u.Groups = append(u.Groups, r.Name)
+		u.Memberships = append(u.Memberships, Membership{Group: r.Name, Source: r.Source})
 	}
 	return nil
 }
@@ -167,6 +257,31 @@ const (
 // token does not expire. A live token of the user with the same name is
 // ErrNameTaken.
 func (s *Store) CreateToken(ctx context.Context, user, name string, expiresAt *time.Time) (string, *APIToken, error) {
+	return s.createToken(ctx, user, name, expiresAt, false)
+}
+
+// CreateSessionToken makes the session token of a sign-in, which expires at
+// expiresAt; it is an API token (hashed, refused when expired, revoked or
+// its user disabled) named "session-" and random characters, with Session
+// set.
+func (s *Store) CreateSessionToken(ctx context.Context, user string, expiresAt time.Time) (string, *APIToken, error) {
+	suffix, err := newToken()
+	if err != nil {
+		return "", nil, fmt.Errorf("create session: %w", err)
+	}
+	return s.createToken(ctx, user, "session-"+suffix[len(TokenPrefix):len(TokenPrefix)+12], &expiresAt, true)
+}
+
+// ExtendSessionToken moves the expiry of a live session token (Session set) to
+// expiresAt, when that is later; other tokens are left as they are.
+func (s *Store) ExtendSessionToken(ctx context.Context, id int64, expiresAt time.Time) error {
+	err := s.db.WithContext(ctx).Model(&APIToken{}).
+		Where("id = ? AND session AND revoked_at IS NULL AND expires_at < ?", id, utcPtr(&expiresAt)).
+		Update("expires_at", utcPtr(&expiresAt)).Error
+	return wrap(err, nil, "extend session %d", id)
+}
+
+func (s *Store) createToken(ctx context.Context, user, name string, expiresAt *time.Time, session bool) (string, *APIToken, error) {
 	if name == "" {
 		return "", nil, fmt.Errorf("create token: %w: empty name", ErrInvalid)
 	}
@@ -187,6 +302,7 @@ func (s *Store) CreateToken(ctx context.Context, user, name string, expiresAt *t
 			Prefix:    plain[:tokenPrefixLength],
 			CreatedAt: tx.clock(),
 			ExpiresAt: utcPtr(expiresAt),
+			Session:   session,
 		}
 		return tx.db.Create(t).Error
 	})
@@ -255,6 +371,9 @@ func (s *Store) AuthenticateToken(ctx context.Context, plain string) (*User, *AP
 	u, err := s.getUser(ctx, "id = ?", tok.UserID)
 	if err != nil {
 		return nil, nil, wrap(err, nil, "authenticate token %d", tok.ID)
+	}
+	if u.DisabledAt != nil {
+		return nil, nil, fmt.Errorf("authenticate token %d: %w: user %q disabled", tok.ID, ErrInvalidToken, u.Name)
 	}
 	if tok.LastUsedAt == nil || now.Sub(*tok.LastUsedAt) >= tokenTouchEvery {
 		err := s.db.WithContext(ctx).Model(&APIToken{}).Where("id = ?", tok.ID).Update("last_used_at", now).Error

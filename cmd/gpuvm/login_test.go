@@ -1,0 +1,122 @@
+package main
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gpuvm/gpuvm/pkg/auth/ldap"
+	"github.com/gpuvm/gpuvm/pkg/auth/ldap/ldaptest"
+	"github.com/gpuvm/gpuvm/pkg/auth/oidc"
+	"github.com/gpuvm/gpuvm/pkg/auth/oidc/oidctest"
+	"github.com/gpuvm/gpuvm/pkg/client/clienttest"
+	"github.com/gpuvm/gpuvm/pkg/config"
+)
+
+// TestPasswordLogin: gpuvm login URL --user NAME against a real slapd,
+// the password from the standard input (not a terminal); whoami says where
+// the groups come from; logout ends the session.
+func TestPasswordLogin(t *testing.T) {
+	srv := ldaptest.Start(t, nil)
+	dir, err := ldap.New(config.LDAP{
+		URL: srv.URL, StartTLS: true, CAFile: srv.CAFile, BindDN: ldaptest.ServiceDN, BindPasswordFile: srv.ServicePasswordFile,
+		UserBase: ldaptest.People, UserFilter: config.DefaultLDAPUserFilter, UsernameAttribute: "uid",
+		GroupBase: ldaptest.Groups, GroupFilter: config.DefaultLDAPGroupFilter, GroupAttribute: "cn", Timeout: 5 * time.Second,
+	}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := clienttest.New(t, clienttest.Options{SignIn: dir})
+	home := t.TempDir()
+	c := newCLI(t, map[string]string{"HOME": home})
+
+	c.term = &terminal{in: strings.NewReader("wrong\n")}
+	if _, errOut, code := c.run("login", env.URL, "--user", "alice"); code != exitNoServer || !strings.Contains(errOut, "the username or password is wrong") {
+		t.Errorf("wrong password: exit %d %q", code, errOut)
+	}
+	c.term = &terminal{in: strings.NewReader("alice-pw\n")}
+	out := c.must("login", env.URL, "--user", "alice")
+	if !strings.HasPrefix(out, "Signed in to "+env.URL+" as alice, groups: ml101 (ldap) until ") {
+		t.Errorf("login: %q", out)
+	}
+	saved, err := os.ReadFile(filepath.Join(home, ".config", "gpuvm", "config.hcl"))
+	if err != nil || !strings.Contains(string(saved), `token = "gpuvm_`) {
+		t.Fatalf("saved config: %s %v", saved, err)
+	}
+	c.term = nil
+	if out := c.must("whoami"); out != "alice (from ldap), groups: ml101 (ldap) on "+env.URL+"\n" {
+		t.Errorf("whoami: %q", out)
+	}
+	if out := c.must("logout"); !strings.Contains(out, "session ended") {
+		t.Errorf("logout: %q", out)
+	}
+	if _, _, code := c.run("whoami"); code == 0 {
+		t.Error("whoami works after logout")
+	}
+	if out := c.must("logout"); !strings.Contains(out, "Not logged in") {
+		t.Errorf("logout again: %q", out)
+	}
+	if _, errOut, code := c.run("login", env.URL, "--user", "alice", "--token", "x"); code != 2 || !strings.Contains(errOut, "give one of") {
+		t.Errorf("--user and --token: exit %d %q", code, errOut)
+	}
+}
+
+// codeWriter is the CLI's stderr: it hands on the user code it shows.
+type codeWriter struct {
+	mu   sync.Mutex
+	buf  strings.Builder
+	code chan string
+	sent bool
+}
+
+var userCodeRE = regexp.MustCompile(`type the code (\S+)`)
+
+func (w *codeWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.buf.Write(p)
+	if m := userCodeRE.FindStringSubmatch(w.buf.String()); m != nil && !w.sent {
+		w.sent = true
+		w.code <- m[1]
+	}
+	return len(p), nil
+}
+
+// TestSSOLogin: gpuvm login URL --sso against a real OpenID provider, by
+// the device authorization grant that gpuvmd runs.
+func TestSSOLogin(t *testing.T) {
+	op := oidctest.Start(t, nil, "http://127.0.0.1:1/v1/auth/oidc/callback")
+	prov := oidc.NewLazy(config.OIDC{Issuer: op.Issuer, ClientID: oidctest.ClientID, DeviceClientID: oidctest.ClientID + "-device",
+		ClientSecretFile: op.SecretFile, RedirectURL: "http://127.0.0.1:1/v1/auth/oidc/callback", Scopes: config.DefaultOIDCScopes,
+		UsernameClaim: "preferred_username", GroupsClaim: "groups"}, nil)
+	env := clienttest.New(t, clienttest.Options{OIDC: prov})
+	home := t.TempDir()
+	getenv := func(k string) string { return map[string]string{"HOME": home}[k] }
+	stderr := &codeWriter{code: make(chan string, 1)}
+	var stdout strings.Builder
+	done := make(chan error, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	go func() { done <- run(ctx, []string{"login", env.URL, "--sso"}, getenv, &stdout, stderr) }()
+	select {
+	case code := <-stderr.code:
+		oidctest.DeviceSignIn(t, op.Issuer, code, "bob", "bob-pw")
+	case err := <-done:
+		t.Fatalf("login --sso ended before showing a code: %v\n%s", err, stderr.buf.String())
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("login --sso: %v\n%s", err, stderr.buf.String())
+	}
+	if !strings.HasPrefix(stdout.String(), "Signed in to "+env.URL+" as bob, groups: gpu-admins (oidc), ml101 (oidc) until ") {
+		t.Errorf("login --sso: %q", stdout.String())
+	}
+	c := newCLI(t, map[string]string{"HOME": home})
+	if out := c.must("whoami"); out != "bob (from oidc), groups: gpu-admins (oidc), ml101 (oidc) on "+env.URL+"\n" {
+		t.Errorf("whoami: %q", out)
+	}
+}

@@ -1,0 +1,57 @@
+package client
+
+import (
+	"context"
+	"net/http"
+
+	"github.com/gpuvm/gpuvm/pkg/api"
+)
+
+// Login signs in with a directory account's name and password (POST
+// /v1/login) and answers the session token; the client's own token is not
+// sent.
+func (c *Client) Login(ctx context.Context, username, password string) (*api.LoginResponse, error) {
+	anon := *c
+	anon.token = ""
+	var out api.LoginResponse
+	if err := anon.do(ctx, http.MethodPost, "/v1/login", nil, nil, api.LoginRequest{Username: username, Password: password}, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// Logout revokes the client's token, a sign-in's session (POST
+// /v1/logout).
+func (c *Client) Logout(ctx context.Context) error {
+	return c.do(ctx, http.MethodPost, "/v1/logout", nil, nil, nil, nil)
+}
+
+// DeviceLogin starts a device sign-in with the server's OpenID provider
+// (POST /v1/auth/oidc/device).
+func (c *Client) DeviceLogin(ctx context.Context) (*api.DeviceLoginResponse, error) {
+	anon := *c
+	anon.token = ""
+	var out api.DeviceLoginResponse
+	if err := anon.do(ctx, http.MethodPost, "/v1/auth/oidc/device", nil, nil, nil, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// DevicePoll collects a device sign-in (POST /v1/auth/oidc/device/poll):
+// the session, or nil while the person has not finished at the provider.
+func (c *Client) DevicePoll(ctx context.Context, id string) (*api.LoginResponse, error) {
+	anon := *c
+	anon.token = ""
+	var out struct {
+		api.LoginResponse
+		Status string `json:"status"`
+	}
+	if err := anon.do(ctx, http.MethodPost, "/v1/auth/oidc/device/poll", nil, nil, api.DevicePollRequest{ID: id}, &out); err != nil {
+		return nil, err
+	}
+	if out.Token == "" {
+		return nil, nil
+	}
+	return &out.LoginResponse, nil
+}

@@ -1,0 +1,401 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gpuvm/gpuvm/pkg/api"
+	"github.com/gpuvm/gpuvm/pkg/auth/ldap"
+	"github.com/gpuvm/gpuvm/pkg/auth/ldap/ldaptest"
+	"github.com/gpuvm/gpuvm/pkg/config"
+	"github.com/gpuvm/gpuvm/pkg/policy"
+	"github.com/gpuvm/gpuvm/pkg/scheduler"
+	"github.com/gpuvm/gpuvm/pkg/store"
+	"github.com/gpuvm/gpuvm/pkg/store/storetest"
+)
+
+// loginPolicy lets nobody have a VM but the directory's group ml101, whose
+// quota is two: the directory decides who is in it.
+const loginPolicy = `
+server {
+  auth {
+    session_ttl = "1h"
+    %s
+  }
+}
+policy {
+  defaults {
+    quota { vms = 0 }
+  }
+  group "ml101" {
+    quota { vms = 2 }
+  }
+}
+profile "open" {
+  vcpus  = 1
+  memory = "1GiB"
+  boot { kernel = "/k" }
+}
+`
+
+// policyAdmitter applies the configuration's policy as the orchestrator
+// does, with no VM running yet.
+type policyAdmitter struct{ e *policy.Engine }
+
+func (p policyAdmitter) Admit(_ context.Context, user string, groups []string, profile string, _ int) (scheduler.Admission, error) {
+	reason, refuse := p.e.AdmitWithoutGPU(time.Now(), nil, &scheduler.Request{ID: "new", User: user, Groups: groups, Profile: profile})
+	return scheduler.Admission{Reason: reason, Refuse: refuse}, nil
+}
+
+type loginEnv struct {
+	s   *Server
+	st  *store.Store
+	dir *ldap.Directory
+	srv *ldaptest.Server
+	ip  atomic.Int64
+}
+
+func newLoginEnv(t *testing.T, localBlock string) *loginEnv {
+	t.Helper()
+	srv := ldaptest.Start(t, nil)
+	cfg, diags := config.Parse(config.Source{Name: "gpuvm.hcl", Data: []byte(fmt.Sprintf(loginPolicy, localBlock))})
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	eng, err := policy.New(policy.Config{Policy: &cfg.Policy})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir, err := ldap.New(config.LDAP{
+		URL: srv.URL, StartTLS: true, CAFile: srv.CAFile,
+		BindDN: ldaptest.ServiceDN, BindPasswordFile: srv.ServicePasswordFile,
+		UserBase: ldaptest.People, UserFilter: config.DefaultLDAPUserFilter, UsernameAttribute: "uid",
+		GroupBase: ldaptest.Groups, GroupFilter: config.DefaultLDAPGroupFilter, GroupAttribute: "cn",
+		AdminGroups: []string{"gpu-admins"}, Timeout: 5 * time.Second,
+	}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := storetest.New(t)
+	s := New(Deps{Auth: st, SignIn: dir, Backends: fakeBackends{}, Config: &fakeConfig{cfg: cfg}, Store: st, Admission: policyAdmitter{eng}})
+	return &loginEnv{s: s, st: st, dir: dir, srv: srv}
+}
+
+// login posts a sign-in from a source address of its own (unless ip is
+// given), so that the per-address limit does not get in the way.
+func (e *loginEnv) login(t *testing.T, user, password string, ip ...string) (*httptest.ResponseRecorder, time.Duration) {
+	t.Helper()
+	body, _ := json.Marshal(api.LoginRequest{Username: user, Password: password})
+	req := httptest.NewRequest(http.MethodPost, "/v1/login", strings.NewReader(string(body)))
+	req.Header.Set("Content-Type", "application/json")
+	req.RemoteAddr = fmt.Sprintf("198.51.100.%d:4000", e.ip.Add(1)%250+1)
+	if len(ip) > 0 {
+		req.RemoteAddr = ip[0] + ":4000"
+	}
+	rec := httptest.NewRecorder()
+	start := time.Now()
+	e.s.ServeHTTP(rec, req)
+	return rec, time.Since(start)
+}
+
+func (e *loginEnv) session(t *testing.T, user, password string) api.LoginResponse {
+	t.Helper()
+	rec, _ := e.login(t, user, password)
+	if rec.Code != http.StatusOK {
+		t.Fatalf("sign in %s: %d %s", user, rec.Code, rec.Body)
+	}
+	var out api.LoginResponse
+	if err := json.Unmarshal(rec.Body.Bytes(), &out); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func TestLogin(t *testing.T) {
+	e := newLoginEnv(t, "")
+	ctx := context.Background()
+
+	before := time.Now()
+	alice := e.session(t, "alice", "alice-pw")
+	if !strings.HasPrefix(alice.Token, store.TokenPrefix) || alice.User.Name != "alice" || alice.User.Source != "ldap" || alice.User.Admin {
+		t.Errorf("alice = %+v", alice)
+	}
+	if d := alice.ExpiresAt.Sub(before); d < 59*time.Minute || d > 61*time.Minute {
+		t.Errorf("session expires %s after the sign-in, want session_ttl 1h", d)
+	}
+	rec, body := do(t, e.s, "GET", "/v1/whoami", alice.Token)
+	if rec.Code != 200 {
+		t.Fatalf("whoami: %d %s", rec.Code, rec.Body)
+	}
+	var who api.User
+	_ = json.Unmarshal(rec.Body.Bytes(), &who)
+	if !slices.Equal(who.Memberships, []api.GroupMembership{{Group: "ml101", Source: "ldap"}}) || who.Source != "ldap" {
+		t.Errorf("whoami = %v", body)
+	}
+	bob := e.session(t, "bob", "bob-pw")
+	if !bob.User.Admin || !slices.Equal(bob.User.Groups, []string{"gpu-admins", "ml101"}) {
+		t.Errorf("bob (gpu-admins) = %+v", bob.User)
+	}
+	if rec, _ := do(t, e.s, "GET", "/v1/users", bob.Token); rec.Code != 200 {
+		t.Errorf("bob, an admin by the directory, lists users: %d", rec.Code)
+	}
+
+	// The directory's group is the policy's: ml101's quota lets alice have
+	// a VM; carol, in no group, gets the defaults' zero.
+	carol := e.session(t, "carol", "carol-pw")
+	if rec, _ := send(t, e.s, "POST", "/v1/vms", alice.Token, `{"profile":"open","name":"box"}`); rec.Code != http.StatusAccepted {
+		t.Errorf("alice (ml101) asks for a VM: %d %s", rec.Code, rec.Body)
+	}
+	if rec, body := send(t, e.s, "POST", "/v1/vms", carol.Token, `{"profile":"open"}`); rec.Code != http.StatusForbidden || body["type"] != ProblemBase+"policy" {
+		t.Errorf("carol (no group) asks for a VM: %d %s", rec.Code, rec.Body)
+	}
+
+	// Logging out revokes the session, and only a session.
+	api2, _, err := e.st.CreateToken(ctx, "carol", "ci", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec, _ := send(t, e.s, "POST", "/v1/logout", api2, ""); rec.Code != http.StatusUnprocessableEntity {
+		t.Errorf("logout with an API token: %d %s", rec.Code, rec.Body)
+	}
+	if rec, _ := send(t, e.s, "POST", "/v1/logout", carol.Token, ""); rec.Code != http.StatusNoContent {
+		t.Errorf("logout: %d %s", rec.Code, rec.Body)
+	}
+	if rec, _ := do(t, e.s, "GET", "/v1/whoami", carol.Token); rec.Code != http.StatusUnauthorized {
+		t.Errorf("whoami after logout: %d", rec.Code)
+	}
+	if rec, _ := do(t, e.s, "GET", "/v1/whoami", api2); rec.Code != http.StatusOK {
+		t.Errorf("the API token after logout: %d", rec.Code)
+	}
+
+	// A session in use with less than half of session_ttl left is
+	// extended to session_ttl from now; one with more is left alone.
+	short, shortTok, err := e.st.CreateSessionToken(ctx, "alice", time.Now().Add(10*time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec, _ := do(t, e.s, "GET", "/v1/whoami", short); rec.Code != 200 {
+		t.Fatalf("whoami: %d", rec.Code)
+	}
+	toks, _ := e.st.ListTokens(ctx, "alice")
+	for _, tk := range toks {
+		switch tk.ID {
+		case shortTok.ID:
+			if d := time.Until(*tk.ExpiresAt); d < 59*time.Minute {
+				t.Errorf("a session in use with 10 minutes left expires in %s, want session_ttl (1h)", d)
+			}
+		case alice.TokenID:
+			if !tk.ExpiresAt.Equal(alice.ExpiresAt) {
+				t.Errorf("a fresh session was extended: %s, was %s", tk.ExpiresAt, alice.ExpiresAt)
+			}
+		}
+	}
+
+	entries, _, err := e.st.ListAudit(ctx, store.AuditFilter{Action: "auth.login"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(entries) != 3 || entries[0].Outcome != store.AuditOK || !strings.Contains(entries[0].Detail, "session token") {
+		t.Errorf("audit of the sign-ins: %+v", entries)
+	}
+}
+
+// TestLoginRefusals: an unknown user, a wrong password, injections, a name
+// of a local user: the same status and body, none sooner than the floor;
+// the audit log alone says why.
+func TestLoginRefusals(t *testing.T) {
+	e := newLoginEnv(t, "")
+	ctx := context.Background()
+	if err := e.st.CreateUser(ctx, &store.User{Name: "admin", Admin: true}); err != nil {
+		t.Fatal(err)
+	}
+	type answer struct {
+		status int
+		body   string
+	}
+	var first *answer
+	for _, tc := range []struct{ name, user, password, reason string }{
+		{"wrong password", "alice", "wrong", "wrong password"},
+		{"unknown user", "mallory", "alice-pw", "no such user"},
+		{"injection", "*)(uid=*", "alice-pw", "no such user"},
+		{"injection or", "admin)(|(uid=*", "alice-pw", "no such user"},
+		{"wildcard", "*", "x", "no such user"},
+		{"empty password", "alice", "", "empty"},
+		{"local user's name", "admin", "admin-pw", "a local user"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rec, took := e.login(t, tc.user, tc.password)
+			if took < loginFailureFloor {
+				t.Errorf("answered after %s, before the floor %s", took, loginFailureFloor)
+			}
+			var p map[string]any
+			_ = json.Unmarshal(rec.Body.Bytes(), &p)
+			delete(p, "request_id")
+			delete(p, "instance")
+			b, _ := json.Marshal(p)
+			a := &answer{rec.Code, string(b)}
+			if first == nil {
+				first = a
+			}
+			if *a != *first || a.status != http.StatusUnauthorized {
+				t.Errorf("answer %+v, want %+v (as every refusal)", a, first)
+			}
+		})
+	}
+	entries, _, err := e.st.ListAudit(ctx, store.AuditFilter{Action: "auth.login"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var details []string
+	for _, en := range entries {
+		if en.Outcome != store.AuditRefused {
+			t.Errorf("entry %+v is not refused", en)
+		}
+		details = append(details, en.User+": "+en.Detail)
+	}
+	all := strings.Join(details, "\n")
+	for _, want := range []string{"alice: the username or password is wrong (wrong password)", "mallory: the username or password is wrong (no such user)",
+		"*)(uid=*: the username or password is wrong (no such user)", "a local user is named"} {
+		if !strings.Contains(all, want) {
+			t.Errorf("audit entries\n%s\nmiss %q", all, want)
+		}
+	}
+	if users, _ := e.st.ListUsers(ctx); len(users) != 1 {
+		t.Errorf("users after refusals: %+v", users)
+	}
+}
+
+func TestLoginRateLimits(t *testing.T) {
+	old := loginFailureFloor
+	loginFailureFloor = time.Millisecond
+	t.Cleanup(func() { loginFailureFloor = old })
+	e := newLoginEnv(t, "")
+	for i := 0; i < loginPerUser; i++ {
+		if rec, _ := e.login(t, "alice", "wrong"); rec.Code != http.StatusUnauthorized {
+			t.Fatalf("attempt %d: %d", i, rec.Code)
+		}
+	}
+	// The name is blocked, even with the right password, from anywhere.
+	rec, _ := e.login(t, "Alice", "alice-pw")
+	if rec.Code != http.StatusTooManyRequests || rec.Header().Get("Retry-After") == "" {
+		t.Errorf("after %d failures: %d %s", loginPerUser, rec.Code, rec.Body)
+	}
+	// A name that does not exist is blocked alike: nothing to learn.
+	for i := 0; i < loginPerUser; i++ {
+		e.login(t, "nobody", "x")
+	}
+	if rec, _ := e.login(t, "nobody", "x"); rec.Code != http.StatusTooManyRequests {
+		t.Errorf("unknown name after %d failures: %d", loginPerUser, rec.Code)
+	}
+	// Others still sign in.
+	e.session(t, "bob", "bob-pw")
+
+	// One address: successes do not count (a lab behind one NAT address);
+	// loginPerIP failures a minute do, whatever the names.
+	for i := 0; i < loginPerIP+5; i++ {
+		if rec, _ := e.login(t, "carol", "carol-pw", "203.0.113.9"); rec.Code != http.StatusOK {
+			t.Fatalf("sign-in %d from one address: %d", i, rec.Code)
+		}
+	}
+	for i := 0; i < loginPerIP; i++ {
+		e.login(t, fmt.Sprintf("user%d", i), "x", "203.0.113.9")
+	}
+	if rec, _ := e.login(t, "carol", "carol-pw", "203.0.113.9"); rec.Code != http.StatusTooManyRequests {
+		t.Errorf("address after %d attempts: %d", loginPerIP, rec.Code)
+	}
+	if rec, _ := e.login(t, "carol", "carol-pw"); rec.Code != http.StatusOK {
+		t.Errorf("carol from another address: %d", rec.Code)
+	}
+}
+
+// TestDirectorySyncDisables: a user who left the directory is disabled by
+// the sync: every token refused, VMs kept and reported.
+func TestDirectorySyncDisables(t *testing.T) {
+	e := newLoginEnv(t, "")
+	ctx := context.Background()
+	alice := e.session(t, "alice", "alice-pw")
+	apiTok, _, err := e.st.CreateToken(ctx, "alice", "ci", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec, _ := send(t, e.s, "POST", "/v1/vms", alice.Token, `{"profile":"open","name":"box"}`); rec.Code != http.StatusAccepted {
+		t.Fatalf("create VM: %d %s", rec.Code, rec.Body)
+	}
+	e.srv.DeleteUser(t, "alice")
+	changes, err := e.dir.Sync(ctx, e.st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.s.ReportDirectoryChanges(ctx, "ldap", changes)
+	for _, tok := range []string{alice.Token, apiTok} {
+		if rec, _ := do(t, e.s, "GET", "/v1/whoami", tok); rec.Code != http.StatusUnauthorized {
+			t.Errorf("token of a disabled user: %d", rec.Code)
+		}
+	}
+	vm, err := e.st.GetVMByName(ctx, "alice", "box")
+	if err != nil || vm.State == store.VMDeleted {
+		t.Errorf("alice's VM after the sync: %+v, %v", vm, err)
+	}
+	entries, _, _ := e.st.ListAudit(ctx, store.AuditFilter{Action: "user.disable"})
+	if len(entries) != 1 || entries[0].User != "alice" || !strings.Contains(entries[0].Detail, "1 VMs kept: box") {
+		t.Errorf("audit of the sync: %+v", entries)
+	}
+	u, _ := e.st.GetUser(ctx, "alice")
+	if rec, _ := do(t, e.s, "GET", "/v1/users/alice", e.session(t, "bob", "bob-pw").Token); rec.Code != 200 || u.DisabledAt == nil || !strings.Contains(rec.Body.String(), `"disabled_at"`) {
+		t.Errorf("alice as an admin sees her: %d %s", rec.Code, rec.Body)
+	}
+	// Gone from the directory, she cannot sign in either.
+	if rec, _ := e.login(t, "alice", "alice-pw"); rec.Code != http.StatusUnauthorized {
+		t.Errorf("sign-in after leaving: %d", rec.Code)
+	}
+}
+
+// TestLocalOff: with local { enabled = false } the tokens of local users
+// are refused but for the break-glass admins'; directory users' tokens,
+// sessions and API tokens alike, work.
+func TestLocalOff(t *testing.T) {
+	e := newLoginEnv(t, `local {
+      enabled     = false
+      break_glass = ["admin"]
+    }
+    ldap {
+      url       = "ldap://127.0.0.1:1"
+      user_base = "ou=people,dc=example,dc=org"
+    }`)
+	ctx := context.Background()
+	mk := func(name string, admin bool) string {
+		if err := e.st.CreateUser(ctx, &store.User{Name: name, Admin: admin}); err != nil {
+			t.Fatal(err)
+		}
+		tok, _, err := e.st.CreateToken(ctx, name, "t", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tok
+	}
+	admin, zed, other := mk("admin", true), mk("zed", false), mk("root2", true)
+	alice := e.session(t, "alice", "alice-pw")
+	aliceAPI, _, _ := e.st.CreateToken(ctx, "alice", "ci", nil)
+	for _, tc := range []struct {
+		name, token string
+		status      int
+	}{
+		{"break-glass admin", admin, 200},
+		{"local user", zed, 401},
+		{"local admin not break-glass", other, 401},
+		{"directory session", alice.Token, 200},
+		{"directory user's API token", aliceAPI, 200},
+	} {
+		if rec, _ := do(t, e.s, "GET", "/v1/whoami", tc.token); rec.Code != tc.status {
+			t.Errorf("%s: %d, want %d", tc.name, rec.Code, tc.status)
+		}
+	}
+}
