@@ -88,7 +88,7 @@ func TestActionCommands(t *testing.T) {
 		t.Fatal(err)
 	}
 	// An action while another runs names it; extend is not held up.
-	env.Worker.Paused.Store(true)
+	env.Worker.Pause()
 	decodeStrict(t, c.must("start", "box", "--json"), &resp)
 	if resp.Operation.Kind != "start" || resp.VM.ID != box.ID || resp.VM.State != "stopped" {
 		t.Errorf("start --json: %+v", resp)

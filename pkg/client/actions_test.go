@@ -73,7 +73,7 @@ func TestActionsAgainstServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	ann.PollMin, ann.PollMax = 5*time.Millisecond, 20*time.Millisecond
-	env.Worker.Paused.Store(true)
+	env.Worker.Pause()
 	created, err := ann.CreateVM(ctx, api.CreateVMRequest{Profile: "seat", Name: "box", Hours: 3}, "")
 	if err != nil {
 		t.Fatal(err)

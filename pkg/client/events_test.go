@@ -48,7 +48,7 @@ func TestEvents(t *testing.T) {
 	defer cancel()
 	ann, _ := client.New(env.URL, env.UserToken)
 	admin, _ := client.New(env.URL, env.AdminToken)
-	env.Worker.Paused.Store(true)
+	env.Worker.Pause()
 
 	annAll, err := ann.Events(ctx, client.EventsOptions{})
 	if err != nil {

@@ -42,7 +42,7 @@ func TestAgainstServer(t *testing.T) {
 
 	// Create, and follow it to running (the worker starts once the wait
 	// has seen the VM queued).
-	env.Worker.Paused.Store(true)
+	env.Worker.Pause()
 	created, err := ann.CreateVM(ctx, api.CreateVMRequest{Profile: "seat", Name: "box", Hours: 3}, "idem-1")
 	if err != nil || created.VM.State != "queued" || created.Operation.Kind != "create" {
 		t.Fatalf("%v %+v", err, created)

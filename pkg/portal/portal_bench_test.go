@@ -49,7 +49,7 @@ func (b *browser) downloaded() float64 {
 func BenchmarkMyVMs200(b *testing.B) {
 	needBrowser(b)
 	env := clienttest.New(b, clienttest.Options{Profiles: profiles})
-	env.Worker.Paused.Store(true) // 200 queued VMs stay as they are
+	env.Worker.Pause() // 200 queued VMs stay as they are
 	ctx := context.Background()
 	for i := range 200 {
 		vm := &store.VM{Name: fmt.Sprintf("vm-%03d", i), Owner: "ann", Profile: "seat", Hours: 2}

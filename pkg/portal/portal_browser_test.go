@@ -441,7 +441,7 @@ func TestPortalInChromium(t *testing.T) {
 	}
 
 	// Ask for a VM from the seat's card; the worker holds it queued.
-	env.Worker.Paused.Store(true)
+	env.Worker.Pause()
 	seat := `li[aria-labelledby="profile-seat"]`
 	b.run(chromedp.Click(seat+` button`, chromedp.ByQuery), chromedp.WaitVisible(`#ask-seat-name`, chromedp.ByQuery))
 	b.check("ask")
@@ -488,7 +488,7 @@ func TestPortalInChromium(t *testing.T) {
 	}
 
 	// Stop it, with confirmation.
-	env.Worker.Paused.Store(true)
+	env.Worker.Pause()
 	b.run(chromedp.Click(`//li[@id="vm-demo"]//button[text()="Stop"]`, chromedp.BySearch), chromedp.WaitVisible(`dialog.confirm`, chromedp.ByQuery))
 	b.check("vms-confirm-stop")
 	b.run(chromedp.Click(`#confirm-yes`, chromedp.ByQuery), chromedp.WaitNotPresent(`dialog.confirm`, chromedp.ByQuery))

@@ -188,13 +188,24 @@ type Worker struct {
 	wake   chan struct{}
 	guests *Guests
 	wg     sync.WaitGroup
-	// Paused stops the worker from moving VMs while true.
+	// Paused stops the worker from moving VMs while true; Pause also waits
+	// for a round under way to end.
 	Paused atomic.Bool
+	// rounds is held while a round runs.
+	rounds sync.Mutex
 	// HoldBoot keeps booting VMs booting while true: their guests get no
 	// address.
 	HoldBoot atomic.Bool
 	// Woken counts the wake-ups.
 	Woken atomic.Int32
+}
+
+// Pause stops the worker from moving VMs, once the round under way (if
+// any) has ended: after it returns, nothing moves until Paused is false.
+func (w *Worker) Pause() {
+	w.Paused.Store(true)
+	w.rounds.Lock()
+	w.rounds.Unlock()
 }
 
 // Wake implements server.Waker.
@@ -217,12 +228,13 @@ func (w *Worker) run(ctx context.Context) {
 		case <-tick.C:
 		case <-w.wake:
 		}
-		if w.Paused.Load() {
-			continue
+		w.rounds.Lock()
+		if !w.Paused.Load() {
+			if err := w.round(ctx); err != nil && ctx.Err() == nil {
+				fmt.Println("clienttest worker:", err)
+			}
 		}
-		if err := w.round(ctx); err != nil && ctx.Err() == nil {
-			fmt.Println("clienttest worker:", err)
-		}
+		w.rounds.Unlock()
 	}
 }
 
