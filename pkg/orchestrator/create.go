@@ -229,15 +229,28 @@ func (lc *lifecycle) createDevice(ctx context.Context, vmID string, a store.Allo
 		}
 	}
 	if mayExist {
-		invs, errs := lc.backends.currentInventoriesOf(ctx, []string{a.Backend})
+		// The host as it is now, asked of the backend (not its pushed
+		// inventory, which a backend that restarted may not have sent yet):
+		// a complete device of the interrupted create is adopted; a half-made
+		// one (no hostdev: the backend died making it) is removed first, so
+		// that the create below does not leave it behind.
+		invs, errs := lc.backends.inventoriesOf(ctx, []string{a.Backend})
 		if len(errs) > 0 {
 			return backend.Device{}, errors.Join(errs...)
 		}
 		for _, d := range invs[a.Backend].Devices {
-			if d.VMUUID == vmID && d.GPU == a.GPUAddress && d.Kind == a.Kind && !held[d.ID] {
-				lc.log.Info("adopting the device an interrupted create made", "vm", vmID, "device", d.ID, "gpu", d.GPU)
-				return d, nil
+			if d.VMUUID != vmID || d.GPU != a.GPUAddress || d.Kind != a.Kind || held[d.ID] {
+				continue
 			}
+			if d.Hostdev.Type == "" {
+				lc.log.Warn("removing the half-made device of an interrupted create", "vm", vmID, "device", d.ID, "gpu", d.GPU)
+				if err := b.Remove(ctx, backend.RemoveRequest{ID: d.ID, GPU: d.GPU}); err != nil && !errors.Is(err, backend.ErrNotFound) {
+					return backend.Device{}, fmt.Errorf("remove the half-made device %s of an interrupted create: %w", d.ID, err)
+				}
+				continue
+			}
+			lc.log.Info("adopting the device an interrupted create made", "vm", vmID, "device", d.ID, "gpu", d.GPU)
+			return d, nil
 		}
 	}
 	req := backend.CreateRequest{GPU: a.GPUAddress, VMUUID: vmID}
