@@ -50,12 +50,8 @@ func toAPIDrain(d *store.GPUDrain) *api.Drain {
 }
 
 // markDrained sets Drained on the GPUs of this host that are drained; it
-// answers and reports false when the drains cannot be read. Without a
-// store nothing is drained.
+// answers and reports false when the drains cannot be read.
 func (s *Server) markDrained(c *gin.Context, hi *api.HostInventory) bool {
-	if s.Store == nil {
-		return true
-	}
 	drains, err := s.Store.ListGPUDrains(c.Request.Context(), s.Host)
 	if err != nil {
 		s.writeProblem(c, err)
