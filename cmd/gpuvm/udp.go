@@ -211,10 +211,9 @@ func udpForwards(ctx context.Context, c *client.Client, cmd *cobra.Command, ref 
 		}
 		serves = append(serves, serve)
 	}
-	var wg sync.WaitGroup
 	for _, s := range serves {
-		wg.Go(s)
+		go s() // each ends when the caller's ctx does
 	}
-	context.AfterFunc(ctx, func() { wg.Wait(); cancel() })
+	context.AfterFunc(ctx, cancel)
 	return nil
 }
