@@ -68,7 +68,13 @@ var bundled = sync.OnceValue(func() string {
 func Bundled() string { return bundled() }
 
 // Pages are the portal's pages by path: what the shell's data-page says.
-var Pages = map[string]string{"/": "catalogue", "/vms": "vms", "/login": "login"}
+// Page NAME is the module assets/pages/NAME.js (its default export is the
+// page), with its own styles in assets/pages/NAME.css when it has them.
+var Pages = map[string]string{
+	"/": "catalogue", "/vms": "vms", "/login": "login",
+	"/book": "book", "/usage": "usage", "/rules": "rules",
+	"/admin/fleet": "fleet", "/admin": "admin",
+}
 
 // Options are what the portal needs of the server.
 type Options struct {
@@ -152,7 +158,8 @@ func (p *Portal) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	lang := Language(r)
 	var buf bytes.Buffer
-	err := page.Execute(&buf, shell{Lang: lang, Page: pg, Title: titles[lang][pg], Bundled: Bundled() != "",
+	_, css := p.assets["pages/"+pg+".css"]
+	err := page.Execute(&buf, shell{Lang: lang, Page: pg, Title: titles[lang][pg], Bundled: Bundled() != "", PageCSS: css,
 		NotBundled: notBundled[lang], NoScript: noScript[lang], Loading: loading[lang], Skip: skip[lang]})
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusInternalServerError)
@@ -284,14 +291,18 @@ func Language(r *http.Request) string {
 // shell is what page.html.tmpl shows.
 type shell struct {
 	Lang, Page, Title                   string
-	Bundled                             bool
+	Bundled, PageCSS                    bool
 	NotBundled, NoScript, Loading, Skip string
 }
 
 var (
 	titles = map[string]map[string]string{
-		English: {"catalogue": "GPU machines — gpuvm", "vms": "My VMs — gpuvm", "login": "Sign in — gpuvm"},
-		Chinese: {"catalogue": "GPU 机器 — gpuvm", "vms": "我的虚拟机 — gpuvm", "login": "登录 — gpuvm"},
+		English: {"catalogue": "GPU machines — gpuvm", "vms": "My VMs — gpuvm", "login": "Sign in — gpuvm",
+			"book": "Book ahead — gpuvm", "usage": "My usage — gpuvm", "rules": "The rules — gpuvm",
+			"fleet": "Fleet — gpuvm", "admin": "Admin — gpuvm"},
+		Chinese: {"catalogue": "GPU 机器 — gpuvm", "vms": "我的虚拟机 — gpuvm", "login": "登录 — gpuvm",
+			"book": "预约 — gpuvm", "usage": "我的用量 — gpuvm", "rules": "使用规则 — gpuvm",
+			"fleet": "机群 — gpuvm", "admin": "管理 — gpuvm"},
 	}
 	notBundled = map[string]string{
 		English: "The portal's script (npm htm, with Preact) was not bundled in this build of gpuvmd. Build gpuvmd with 'make build' " +

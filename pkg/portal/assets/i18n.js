@@ -6,6 +6,8 @@ export const lang = document.documentElement.lang === 'zh-CN' ? 'zh-CN' : 'en';
 const words = {
   en: {
     brand: 'gpuvm', nav: 'Main', catalogue: 'GPU machines', vms: 'My VMs', signOut: 'Sign out',
+    nav_catalogue: 'GPU machines', nav_vms: 'My VMs', nav_book: 'Book ahead', nav_usage: 'My usage', nav_rules: 'The rules',
+    nav_fleet: 'Fleet', nav_admin: 'Admin',
     language: 'Language', signedInAs: 'Signed in as {user}',
     loginTitle: 'Sign in to gpuvm', token: 'API token',
     tokenHint: 'Paste the token your admin gave you, or one from "gpuvm token create". It is exchanged for a session and not kept by this page.',
@@ -35,6 +37,8 @@ const words = {
   },
   'zh-CN': {
     brand: 'gpuvm', nav: '主导航', catalogue: 'GPU 机器', vms: '我的虚拟机', signOut: '退出登录',
+    nav_catalogue: 'GPU 机器', nav_vms: '我的虚拟机', nav_book: '预约', nav_usage: '我的用量', nav_rules: '使用规则',
+    nav_fleet: '机群', nav_admin: '管理',
     language: '语言', signedInAs: '已登录：{user}',
     loginTitle: '登录 gpuvm', token: 'API 令牌',
     tokenHint: '粘贴管理员给你的令牌，或 "gpuvm token create" 生成的令牌。它只用来换取会话，本页不会保存它。',
@@ -63,6 +67,13 @@ const words = {
       stopped: '已停止', deleting: '删除中', deleted: '已删除', failed: '失败'},
   },
 };
+
+// addWords adds a page's own words ({en: {...}, 'zh-CN': {...}}) to the
+// table: each page module calls it once, when it is loaded, so that a
+// page's words live beside it.
+export function addWords(table) {
+  for (const l of Object.keys(table)) Object.assign(words[l] || (words[l] = {}), table[l]);
+}
 
 // t is the text of key, with {name}s filled from vars.
 export function t(key, vars = {}) {
