@@ -153,6 +153,7 @@ func (r *resolver) resolveProfile(b *profileBlock) {
 	}
 
 	p.Lease = r.resolveLease(b.Lease)
+	r.resolveProfileLicensing(b, p) // licensing.go
 
 	r.resolveAccess(b, p)
 

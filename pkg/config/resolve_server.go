@@ -87,6 +87,7 @@ func (r *resolver) resolveServer(b *serverBlock) {
 	r.resolveAudit(b.Audit)
 	r.resolveBackup(b.Backup)
 	r.resolveAuth(b.Auth)
+	r.cfg.Server.Licensing = r.resolveLicensing(b.Licensing, nil) // licensing.go
 }
 
 // Defaults and bounds of the audit block.

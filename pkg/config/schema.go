@@ -22,23 +22,24 @@ type fileSchema struct {
 }
 
 type serverBlock struct {
-	Listen         *string        `hcl:"listen,optional"`
-	StateDir       *string        `hcl:"state_dir,optional"`
-	LogLevel       *string        `hcl:"log_level,optional"`
-	AllowFunctions []string       `hcl:"allow_functions,optional"`
-	TLS            *tlsBlock      `hcl:"tls,block"`
-	Database       *databaseBlock `hcl:"database,block"`
-	Libvirt        *libvirtBlock  `hcl:"libvirt,block"`
-	Plugins        *pluginsBlock  `hcl:"plugins,block"`
-	Host           *hostBlock     `hcl:"host,block"`
-	Monitor        *monitorBlock  `hcl:"monitor,block"`
-	Node           *nodeBlock     `hcl:"node,block"`
-	HTTP           *httpBlock     `hcl:"http,block"`
-	Audit          *auditBlock    `hcl:"audit,block"`
-	Backup         *backupBlock   `hcl:"backup,block"`
-	Auth           *authBlock     `hcl:"auth,block"`
-	DefRange       hcl.Range      `hcl:",def_range"`
-	Body           hcl.Body       `hcl:",body"`
+	Listen         *string         `hcl:"listen,optional"`
+	StateDir       *string         `hcl:"state_dir,optional"`
+	LogLevel       *string         `hcl:"log_level,optional"`
+	AllowFunctions []string        `hcl:"allow_functions,optional"`
+	TLS            *tlsBlock       `hcl:"tls,block"`
+	Database       *databaseBlock  `hcl:"database,block"`
+	Libvirt        *libvirtBlock   `hcl:"libvirt,block"`
+	Plugins        *pluginsBlock   `hcl:"plugins,block"`
+	Host           *hostBlock      `hcl:"host,block"`
+	Monitor        *monitorBlock   `hcl:"monitor,block"`
+	Node           *nodeBlock      `hcl:"node,block"`
+	HTTP           *httpBlock      `hcl:"http,block"`
+	Audit          *auditBlock     `hcl:"audit,block"`
+	Backup         *backupBlock    `hcl:"backup,block"`
+	Auth           *authBlock      `hcl:"auth,block"`
+	Licensing      *licensingBlock `hcl:"licensing,block"`
+	DefRange       hcl.Range       `hcl:",def_range"`
+	Body           hcl.Body        `hcl:",body"`
 }
 
 // authBlock says how people sign in: gpuvm's own users and tokens (local),
@@ -246,6 +247,7 @@ type profileBlock struct {
 	CloudInit   *cloudInitBlock `hcl:"cloud_init,block"`
 	GPU         *gpuNeedBlock   `hcl:"gpu,block"`
 	Lease       *leaseBlock     `hcl:"lease,block"`
+	Licensing   *licensingBlock `hcl:"licensing,block"`
 	DefRange    hcl.Range       `hcl:",def_range"`
 	LabelRange  hcl.Range       `hcl:"name,label_range"`
 	Body        hcl.Body        `hcl:",body"`

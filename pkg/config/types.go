@@ -53,22 +53,24 @@ func sortedKeys[V any](m map[string]V) []string {
 
 // Server is how gpuvmd runs on this machine.
 type Server struct {
-	Listen         string    `json:"listen"`
-	StateDir       string    `json:"state_dir"`
-	LogLevel       string    `json:"log_level"`
-	AllowFunctions []string  `json:"allow_functions"`
-	TLS            *TLS      `json:"tls,omitempty"`
-	Database       Database  `json:"database"`
-	Libvirt        Libvirt   `json:"libvirt"`
-	Plugins        Plugins   `json:"plugins"`
-	Host           Host      `json:"host"`
-	Monitor        Monitor   `json:"monitor"`
-	Node           Node      `json:"node"`
-	HTTP           HTTP      `json:"http"`
-	Audit          Audit     `json:"audit"`
-	Backup         *Backup   `json:"backup,omitempty"`
-	Auth           Auth      `json:"auth"`
-	DeclRange      hcl.Range `json:"-"`
+	Listen         string   `json:"listen"`
+	StateDir       string   `json:"state_dir"`
+	LogLevel       string   `json:"log_level"`
+	AllowFunctions []string `json:"allow_functions"`
+	TLS            *TLS     `json:"tls,omitempty"`
+	Database       Database `json:"database"`
+	Libvirt        Libvirt  `json:"libvirt"`
+	Plugins        Plugins  `json:"plugins"`
+	Host           Host     `json:"host"`
+	Monitor        Monitor  `json:"monitor"`
+	Node           Node     `json:"node"`
+	HTTP           HTTP     `json:"http"`
+	Audit          Audit    `json:"audit"`
+	Backup         *Backup  `json:"backup,omitempty"`
+	Auth           Auth     `json:"auth"`
+	// Licensing is the vGPU software licensing of the guests; nil: none.
+	Licensing *Licensing `json:"licensing,omitempty"`
+	DeclRange hcl.Range  `json:"-"`
 }
 
 // HTTP bounds what one client of the API may hold (pkg/server's
@@ -311,6 +313,9 @@ type Profile struct {
 	Groups      []string   `json:"groups"` // empty with Users empty: everyone
 	Class       string     `json:"class"`  // ClassInteractive or ClassBatch
 	Priority    int        `json:"priority"`
+	// Licensing is the server's licensing with the profile's own block
+	// over it; nil (or not Enabled): its guests get no token.
+	Licensing *Licensing `json:"licensing,omitempty"`
 	// Source is "file:line" of the profile block.
 	Source    string    `json:"source"`
 	DeclRange hcl.Range `json:"-"`
