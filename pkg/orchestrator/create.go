@@ -201,7 +201,11 @@ func (lc *lifecycle) vmRequest(ctx context.Context, vm *store.VM) (hypervisor.VM
 		return hypervisor.VMRequest{}, err
 	}
 	req := hypervisor.VMRequest{Spec: spec, Pool: set.Libvirt.StoragePool}
-	if req.Seed, err = lc.seed(ctx, set, p, vm); err != nil { // seed.go
+	var kind gpu.Kind
+	if len(allocs) > 0 {
+		kind = allocs[0].Kind
+	}
+	if req.Seed, err = lc.seed(ctx, set, p, vm, kind); err != nil { // seed.go
 		return hypervisor.VMRequest{}, err
 	}
 	if p.Disk != nil && p.Disk.Image != "" {

@@ -7,7 +7,9 @@ import (
 	"fmt"
 
 	"github.com/gpuvm/gpuvm/pkg/config"
+	"github.com/gpuvm/gpuvm/pkg/gpu"
 	"github.com/gpuvm/gpuvm/pkg/hypervisor/cloudinit"
+	"github.com/gpuvm/gpuvm/pkg/licensing"
 	"github.com/gpuvm/gpuvm/pkg/store"
 )
 
@@ -17,8 +19,10 @@ import (
 // without one) with the SSH keys of the create request and, when the VM has
 // a one-time desktop password, its SHA-512 crypt hash — never the password.
 // The profile's template renders the user-data; meta-data and
-// network-config come from the built-in templates.
-func (lc *lifecycle) seed(ctx context.Context, set lifecycleSettings, p *config.Profile, vm *store.VM) (*cloudinit.Config, error) {
+// network-config come from the built-in templates. A VM that holds a GPU
+// (kind: that of its first device, "" for none) of a licensed profile
+// gets the licensing script as vendor-data (pkg/licensing).
+func (lc *lifecycle) seed(ctx context.Context, set lifecycleSettings, p *config.Profile, vm *store.VM, kind gpu.Kind) (*cloudinit.Config, error) {
 	if p == nil || p.CloudInit == nil {
 		return nil, nil
 	}
@@ -45,5 +49,40 @@ func (lc *lifecycle) seed(ctx context.Context, set lifecycleSettings, p *config.
 		return nil, err
 	}
 	c.UserData = ud
+	if err := licenseGuest(c, p, kind); err != nil {
+		return nil, fmt.Errorf("vm %s: %w", vm.ID, err)
+	}
 	return c, nil
+}
+
+// WindowsLicensingScript is the name of a Windows guest's licensing
+// script in its seed: cloudbase-init reads no vendor-data
+// (cloudbase/cloudbase-init#67), so the unattended install's first logon
+// (or a cloudbase-init LocalScripts entry of the image) runs it from the
+// seed's drive.
+const WindowsLicensingScript = "gpuvm-licensing.ps1"
+
+// licenseGuest adds the licensing script to the seed of a guest of p that
+// holds a GPU of kind (nothing when it needs none): a Linux guest's
+// vendor-data, a Windows guest's WindowsLicensingScript. The token is read
+// now, so that a token the admin replaced is used by the next VM without
+// a reload.
+func licenseGuest(c *cloudinit.Config, p *config.Profile, kind gpu.Kind) error {
+	l := p.Licensing
+	if l == nil || !l.Enabled || kind == "" {
+		return nil
+	}
+	tok, err := licensing.ReadToken(l.TokenFile)
+	if err != nil {
+		return fmt.Errorf("profile %s (licensing at %s): %w", p.Name, l.Source, err)
+	}
+	g := licensing.Guest{Token: tok, FeatureType: licensing.FeatureType(l, kind, p.Desktop.Tunneled())}
+	if p.OS == "windows" {
+		b, err := licensing.WindowsScript(g)
+		c.Extra = append(c.Extra, cloudinit.File{Name: WindowsLicensingScript, Data: b})
+		return err
+	}
+	b, err := licensing.LinuxScript(g)
+	c.VendorData = string(b)
+	return err
 }

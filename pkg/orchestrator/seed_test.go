@@ -1,11 +1,19 @@
 package orchestrator
 
 import (
+	"bytes"
 	"context"
+	"encoding/base64"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gpuvm/gpuvm/pkg/config"
+	"github.com/gpuvm/gpuvm/pkg/gpu"
 	"github.com/gpuvm/gpuvm/pkg/hypervisor/cloudinit"
 	"github.com/gpuvm/gpuvm/pkg/store"
 	"github.com/gpuvm/gpuvm/pkg/store/storetest"
@@ -50,7 +58,7 @@ profile "bare" {
 	}
 	lc := &lifecycle{st: st}
 	set := lifecycleSettings{RenderCloudInit: cfg.RenderCloudInit}
-	c, err := lc.seed(ctx, set, cfg.Profiles["desk"], vm)
+	c, err := lc.seed(ctx, set, cfg.Profiles["desk"], vm, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,7 +71,7 @@ profile "bare" {
 	if err := c.Validate(); err != nil {
 		t.Error(err)
 	}
-	if c, err := lc.seed(ctx, set, cfg.Profiles["bare"], vm); c != nil || err != nil {
+	if c, err := lc.seed(ctx, set, cfg.Profiles["bare"], vm, ""); c != nil || err != nil {
 		t.Errorf("profile without cloud_init: %+v, %v", c, err)
 	}
 }
@@ -101,7 +109,7 @@ profile "p" {
 	set := lifecycleSettings{RenderCloudInit: cfg.RenderCloudInit}
 	key := "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIG9mZmljaWFs ann@laptop"
 	vm := &store.VM{ID: "0d3c8d0e-9c1a-4d5e-9f00-5b5c2a0e7a11", Name: "box-1", Owner: "ann", Spec: `{"hours":1,"ssh_keys":["` + key + `"]}`}
-	seed, err := lc.seed(ctx, set, cfg.Profiles["p"], vm)
+	seed, err := lc.seed(ctx, set, cfg.Profiles["p"], vm, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,7 +128,126 @@ profile "p" {
 		t.Errorf("meta-data:\n%s", md)
 	}
 	vm.Spec = `{"hours":1}`
-	if seed, err = lc.seed(ctx, set, cfg.Profiles["p"], vm); err != nil || len(seed.SSHKeys) != 0 {
+	if seed, err = lc.seed(ctx, set, cfg.Profiles["p"], vm, ""); err != nil || len(seed.SSHKeys) != 0 {
 		t.Errorf("without keys: %+v, %v", seed, err)
+	}
+}
+
+var updateGolden = flag.Bool("update", false, "rewrite the golden files under testdata")
+
+// The seeds of licensed profiles' guests carry exactly the right token
+// path and FeatureType for what the VM holds — a vGPU and a MIG slice 1,
+// a whole GPU with a desktop 2 and without one 4 — a Windows guest its
+// PowerShell script instead of vendor-data, and a GPU-less VM or an
+// unlicensed profile none. A missing token file fails the seed with the
+// profile and the block's place named, and the token never reaches the
+// error.
+func TestSeedLicensing(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	const token = "eyJhbGciOiJSUzI1NiJ9.dGVzdC10b2tlbg.c2ln"
+	tokPath := filepath.Join(dir, "client.tok")
+	if err := os.WriteFile(tokPath, []byte(token+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	profile := func(name, gpuBlock, extra string) string {
+		boot := "  boot { kernel = \"/k\" }\n"
+		if strings.Contains(extra, "disk") {
+			boot = ""
+		}
+		return fmt.Sprintf("profile %q {\n  vcpus = 1\n  memory = \"1GiB\"\n%s  cloud_init { template = \"ci\" }\n%s%s}\n", name, boot, gpuBlock, extra)
+	}
+	vgpu := "  gpu {\n    kind = \"vgpu\"\n    type = \"L40S-12Q\"\n  }\n"
+	mig := "  gpu {\n    kind = \"mig\"\n    profile = \"1g.10gb\"\n  }\n"
+	whole := "  gpu {\n    kind = \"passthrough\"\n    model = \"L40S\"\n  }\n"
+	src := fmt.Sprintf("server {\n  licensing {\n    client_token_file = %q\n  }\n}\ntemplate \"ci\" {\n  content = \"#cloud-config\\n\"\n}\n", tokPath) +
+		profile("vgpu", vgpu, "") + profile("mig", mig, "") +
+		profile("ws", whole, "  desktop { protocol = \"rdp\" }\n") + profile("compute", whole, "") +
+		"image \"win11\" {\n  path = \"/images/win11.qcow2\"\n  os = \"windows\"\n  firmware = \"uefi\"\n}\n" +
+		profile("win", vgpu, "  disk { image = \"win11\" }\n") +
+		profile("off", vgpu, "  licensing { enabled = false }\n") +
+		profile("cpu", "", "") +
+		profile("lost", vgpu, "  licensing { client_token_file = \"/nonexistent/t.tok\" }\n")
+	cfg, diags := config.Parse(config.Source{Name: "p.hcl", Data: []byte(src)})
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	st := storetest.New(t)
+	if err := st.CreateUser(ctx, &store.User{Name: "ann"}); err != nil {
+		t.Fatal(err)
+	}
+	lc := &lifecycle{st: st}
+	set := lifecycleSettings{RenderCloudInit: cfg.RenderCloudInit}
+	for _, tc := range []struct {
+		profile string
+		kind    gpu.Kind
+		golden  string // "": no licensing in the seed
+		windows bool
+	}{
+		{"vgpu", gpu.KindVGPU, "vgpu.sh", false},
+		{"mig", gpu.KindMIG, "mig.sh", false},
+		{"ws", gpu.KindPassthrough, "workstation.sh", false},
+		{"compute", gpu.KindPassthrough, "compute.sh", false},
+		{"win", gpu.KindVGPU, "windows-vgpu.ps1", true},
+		{"off", gpu.KindVGPU, "", false},
+		{"cpu", "", "", false},
+	} {
+		t.Run(tc.profile, func(t *testing.T) {
+			vm := &store.VM{Name: "vm-" + tc.profile, Owner: "ann", Profile: tc.profile, Hours: 1}
+			if _, err := st.CreateVM(ctx, vm, store.CreateVMOptions{RequestedBy: "ann"}); err != nil {
+				t.Fatal(err)
+			}
+			c, err := lc.seed(ctx, set, cfg.Profiles[tc.profile], vm, tc.kind)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := c.Validate(); err != nil {
+				t.Fatal(err)
+			}
+			got := c.VendorData
+			if tc.windows {
+				if got != "" || len(c.Extra) != 1 || c.Extra[0].Name != WindowsLicensingScript {
+					t.Fatalf("windows seed: vendor-data %q, extra %v", got, c.Extra)
+				}
+				got = string(c.Extra[0].Data)
+			} else if len(c.Extra) != 0 {
+				t.Fatalf("extra files %v", c.Extra)
+			}
+			if tc.golden == "" {
+				if got != "" {
+					t.Fatalf("licensing in the seed of %s:\n%s", tc.profile, got)
+				}
+				return
+			}
+			path := filepath.Join("testdata", "licensing", tc.golden)
+			if *updateGolden {
+				if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatalf("%v (run with -update)", err)
+			}
+			if got != string(want) {
+				t.Errorf("%s differs from %s (run with -update):\n%s", tc.profile, path, got)
+			}
+			// The seed image itself carries it.
+			iso, err := cloudinit.Seed(*c, nil, time.Unix(0, 0))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Contains(iso, []byte(base64.StdEncoding.EncodeToString([]byte(token)))) {
+				t.Error("the seed image does not carry the token")
+			}
+		})
+	}
+	vm := &store.VM{Name: "vm-lost", Owner: "ann", Profile: "lost", Hours: 1}
+	if _, err := st.CreateVM(ctx, vm, store.CreateVMOptions{RequestedBy: "ann"}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := lc.seed(ctx, set, cfg.Profiles["lost"], vm, gpu.KindVGPU)
+	if err == nil || !strings.Contains(err.Error(), "profile lost") || !strings.Contains(err.Error(), "p.hcl:") || !strings.Contains(err.Error(), "/nonexistent/t.tok") {
+		t.Errorf("a missing token file: %v", err)
 	}
 }

@@ -24,6 +24,10 @@ const Label = "cidata"
 // Files of a NoCloud seed, each rendered from "<name>.tmpl".
 var Files = []string{"user-data", "meta-data", "network-config"}
 
+// VendorDataFile is the seed's vendor-data (Config.VendorData), present
+// only when there is some: NoCloud reads it beside the others.
+const VendorDataFile = "vendor-data"
+
 // Config is what the templates receive.
 type Config struct {
 	// InstanceID changes when cloud-init must run its per-instance modules
@@ -47,6 +51,17 @@ type Config struct {
 	// (Config.RenderCloudInit). meta-data and network-config still come
 	// from the templates.
 	UserData string
+	// VendorData, when set, is the seed's vendor-data: what gpuvm itself
+	// adds to every guest of a kind (the vGPU licensing script of
+	// pkg/licensing), run by cloud-init beside the user-data, so that a
+	// profile's own template needs no change for it. It holds secrets:
+	// never log it.
+	VendorData string `json:"-"`
+	// Extra are more files in the seed's root, which cloud-init ignores:
+	// the licensing script of a Windows guest (cloudbase-init reads no
+	// vendor-data), which its unattended install's first logon runs from
+	// the seed's drive. They may hold secrets: never log them.
+	Extra []File `json:"-"`
 }
 
 // maxUserData bounds UserData; cloud-init reads the whole of it.
@@ -95,6 +110,14 @@ func (c Config) Validate() error {
 			probs = append(probs, fmt.Sprintf("user-data: %d bytes, at most %d", len(u), maxUserData))
 		case !strings.HasPrefix(u, "#") && !strings.HasPrefix(strings.ToLower(u), "content-type:"):
 			probs = append(probs, "user-data: must start with a cloud-init header such as #cloud-config (or be MIME multipart)")
+		}
+	}
+	if v := c.VendorData; v != "" {
+		switch {
+		case len(v) > maxUserData:
+			probs = append(probs, fmt.Sprintf("vendor-data: %d bytes, at most %d", len(v), maxUserData))
+		case !strings.HasPrefix(v, "#!") && !strings.HasPrefix(v, "#cloud-config"):
+			probs = append(probs, "vendor-data: must be a script (#!) or #cloud-config")
 		}
 	}
 	if len(probs) > 0 {
@@ -161,6 +184,9 @@ func Render(c Config, tmpls fs.FS) (map[string][]byte, error) {
 		}
 		out[name] = b.Bytes()
 	}
+	if c.VendorData != "" {
+		out[VendorDataFile] = []byte(c.VendorData)
+	}
 	if c.UserData == "" && !bytes.HasPrefix(out["user-data"], []byte("#cloud-config\n")) {
 		return nil, fmt.Errorf("cloud-init template user-data.tmpl: output must start with the line #cloud-config")
 	}
@@ -174,8 +200,16 @@ func Seed(c Config, tmpls fs.FS, mtime time.Time) ([]byte, error) {
 		return nil, err
 	}
 	var fl []File
-	for _, name := range Files {
-		fl = append(fl, File{Name: name, Data: files[name]})
+	for _, name := range append(Files, VendorDataFile) {
+		if data, ok := files[name]; ok {
+			fl = append(fl, File{Name: name, Data: data})
+		}
+	}
+	for _, f := range c.Extra {
+		if _, taken := files[f.Name]; taken || f.Name == "" || strings.ContainsAny(f.Name, "/\\") {
+			return nil, fmt.Errorf("cloud-init seed: extra file %q: want a plain name that is not one of the seed's own", f.Name)
+		}
+		fl = append(fl, f)
 	}
 	return ISO(Label, fl, mtime)
 }
