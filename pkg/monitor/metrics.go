@@ -71,6 +71,7 @@ var MetricDefs = []MetricDef{
 	{"gpuvm_vgpu_decoder_utilization_ratio", Gauge, "Video decoder utilisation of a vGPU.", instanceLabels},
 	{"gpuvm_vgpu_memory_used_bytes", Gauge, "Framebuffer memory a vGPU or MIG instance uses.", instanceLabels},
 	{"gpuvm_vgpu_memory_total_bytes", Gauge, "Framebuffer memory of a vGPU or MIG instance.", instanceLabels},
+	{"gpuvm_vgpu_licensed", Gauge, "1 while a vGPU's guest driver holds an NVIDIA vGPU software licence, 0 while it does not (in the grace period or restricted); absent while not known.", instanceLabels},
 	{"gpuvm_sampling_up", Gauge, "1 when the last sampling round succeeded, 0 when it failed or the host cannot be sampled (no NVML).", []string{"host"}},
 	{"gpuvm_sampling_rounds_total", Counter, "Sampling rounds run.", []string{"host"}},
 	{"gpuvm_sampling_failures_total", Counter, "Sampling rounds that failed.", []string{"host"}},
@@ -362,6 +363,12 @@ func (c *collector) collectRound(emit func(string, prometheus.ValueType, float64
 		}
 		if in.MemTotal > 0 {
 			emit("gpuvm_vgpu_memory_total_bytes", prometheus.GaugeValue, float64(in.MemTotal), l...)
+		}
+		switch in.License {
+		case LicenseLicensed:
+			emit("gpuvm_vgpu_licensed", prometheus.GaugeValue, 1, l...)
+		case LicenseGrace, LicenseUnlicensed:
+			emit("gpuvm_vgpu_licensed", prometheus.GaugeValue, 0, l...)
 		}
 	}
 }

@@ -108,6 +108,7 @@ func metricsEnv(t *testing.T) (*Monitor, *store.Store, *clocktest.Clock, map[str
 		m.Model, m.MIG, m.Temperature = "NVIDIA A100", true, 90
 		v := NewInstanceReading("0000:41:00.0", gpu.KindVGPU)
 		v.ID, v.Type, v.Util, v.MemUtil, v.EncUtil, v.DecUtil, v.MemUsed, v.MemTotal = "0000:41:00.4", "L40S-12Q", 0.6, 0.3, 0, 0.05, 3<<30, 12<<30
+		v.License = LicenseGrace
 		mi := NewInstanceReading("0000:17:00.0", gpu.KindMIG)
 		mi.GPUInstance, mi.PlacementStart, mi.Type, mi.MemTotal = 2, 4, "3g.40gb", 40<<30
 		r.GPUs, r.Instances = []GPUReading{g, m}, []InstanceReading{v, mi}
@@ -159,6 +160,7 @@ func TestMetricsEndpoint(t *testing.T) {
 		{"gpuvm_vgpu_memory_used_bytes", vgpu, 3 << 30},
 		{"gpuvm_vgpu_memory_total_bytes", vgpu, 12 << 30},
 		{"gpuvm_vgpu_memory_total_bytes", mig, 40 << 30},
+		{"gpuvm_vgpu_licensed", vgpu, 0}, // in its grace period: not licensed
 		{"gpuvm_sampling_up", map[string]string{"host": testHost}, 1},
 		{"gpuvm_sampling_rounds_total", map[string]string{"host": testHost}, 1},
 		{"gpuvm_sampling_failures_total", map[string]string{"host": testHost}, 0},
@@ -191,6 +193,9 @@ func TestMetricsEndpoint(t *testing.T) {
 	}
 	if _, ok := value(fams, "gpuvm_vgpu_utilization_ratio", mig); ok {
 		t.Error("an unknown MIG utilisation was exported")
+	}
+	if _, ok := value(fams, "gpuvm_vgpu_licensed", mig); ok {
+		t.Error("an unknown licence state was exported")
 	}
 	// The provisioning time lands in its bucket: 90 s.
 	h := fams["gpuvm_provisioning_seconds"].Metric[0].Histogram

@@ -300,6 +300,7 @@ func (s *NVMLSource) readVGPUs(dev nvml.Device, addr string, r *Reading) []Insta
 				in.MemTotal = clampInt64(fb)
 			}
 		}
+		in.License = vgpuLicense(vi)
 		// A time-sliced vGPU answers INVALID_GPU_INSTANCE_ID (0xFFFFFFFF).
 		if gi, ret := try(vi.GetGpuInstanceId); ret == nvml.SUCCESS && gi >= 0 && gi < maxGPUInstanceID {
 			in.GPUInstance = gi
@@ -319,6 +320,28 @@ func (s *NVMLSource) readVGPUs(dev nvml.Device, addr string, r *Reading) []Insta
 		out = append(out, in)
 	}
 	return out
+}
+
+// vgpuLicense is a vGPU's licence state from NVML's licence info (its
+// CurrentState; IsLicensed where the state is not known), "" when NVML
+// cannot say (no guest driver has reported yet, or not supported).
+func vgpuLicense(vi nvml.VgpuInstance) string {
+	info, ret := try(vi.GetLicenseInfo)
+	if ret != nvml.SUCCESS {
+		return ""
+	}
+	switch info.CurrentState {
+	case nvml.GRID_LICENSE_STATE_LICENSED:
+		return LicenseLicensed
+	case nvml.GRID_LICENSE_STATE_UNLICENSED_UNRESTRICTED:
+		return LicenseGrace
+	case nvml.GRID_LICENSE_STATE_UNLICENSED_RESTRICTED, nvml.GRID_LICENSE_STATE_UNLICENSED:
+		return LicenseUnlicensed
+	}
+	if info.IsLicensed != 0 {
+		return LicenseLicensed
+	}
+	return ""
 }
 
 // readVGPUUtil reads the vGPU utilisation samples newer than the last seen,

@@ -92,6 +92,13 @@ func TestNVMLSourceVGPUs(t *testing.T) {
 			t.Errorf("instance %d = %+v, want %+v", i, in, w)
 		}
 	}
+	// The licence state: none of the mock's vGPUs answers GetLicenseInfo
+	// (not supported): unknown.
+	for _, in := range r.Instances {
+		if in.License != "" {
+			t.Errorf("%s: licence %q without licence info", in.ID, in.License)
+		}
+	}
 	// The next read asks only for samples newer than the last seen.
 	if seen := src.vgpuSeen["0000:10:00.0"]; seen != h.gpus[0].vgpuTS {
 		t.Errorf("last seen %d, want %d", seen, h.gpus[0].vgpuTS)
@@ -233,5 +240,35 @@ func TestDecodeValue(t *testing.T) {
 	}
 	if got := decodeValue(nvml.VALUE_TYPE_DOUBLE, d); got != 1 {
 		t.Errorf("double 100 = %g", got)
+	}
+}
+
+// A vGPU's licence state from NVML's licence info: its CurrentState,
+// IsLicensed when the state is unknown, nothing when NVML fails.
+func TestNVMLVGPULicense(t *testing.T) {
+	for _, tc := range []struct {
+		info nvml.VgpuLicenseInfo
+		ret  nvml.Return
+		want string
+	}{
+		{nvml.VgpuLicenseInfo{IsLicensed: 1, CurrentState: nvml.GRID_LICENSE_STATE_LICENSED}, nvml.SUCCESS, LicenseLicensed},
+		{nvml.VgpuLicenseInfo{CurrentState: nvml.GRID_LICENSE_STATE_UNLICENSED_UNRESTRICTED}, nvml.SUCCESS, LicenseGrace},
+		{nvml.VgpuLicenseInfo{CurrentState: nvml.GRID_LICENSE_STATE_UNLICENSED_RESTRICTED}, nvml.SUCCESS, LicenseUnlicensed},
+		{nvml.VgpuLicenseInfo{CurrentState: nvml.GRID_LICENSE_STATE_UNLICENSED}, nvml.SUCCESS, LicenseUnlicensed},
+		{nvml.VgpuLicenseInfo{IsLicensed: 1, CurrentState: nvml.GRID_LICENSE_STATE_UNKNOWN}, nvml.SUCCESS, LicenseLicensed},
+		{nvml.VgpuLicenseInfo{CurrentState: nvml.GRID_LICENSE_STATE_UNINITIALIZED}, nvml.SUCCESS, ""},
+		{nvml.VgpuLicenseInfo{}, nvml.ERROR_NOT_SUPPORTED, ""},
+	} {
+		h := newMockHost(1, gpus.A100_SXM4_40GB)
+		v := h.addVGPU(0, "0000:10:00.4", "A100-4C", 1<<30, -1, 10)
+		info, ret := tc.info, tc.ret
+		v.GetLicenseInfoFunc = func() (nvml.VgpuLicenseInfo, nvml.Return) { return info, ret }
+		r, err := NewNVMLSource(h).Read(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(r.Instances) != 1 || r.Instances[0].License != tc.want {
+			t.Errorf("state %d, %v: instances %+v, want licence %q", tc.info.CurrentState, tc.ret, r.Instances, tc.want)
+		}
 	}
 }

@@ -180,6 +180,10 @@ type SimFigures struct {
 	// XIDErrors is how many XID errors the GPU reports each round while
 	// set.
 	XIDErrors int `json:"xid_errors_per_round,omitempty"`
+	// License is a vGPU's licence state (LicenseLicensed, LicenseGrace,
+	// LicenseUnlicensed), as its guest's driver would report it; unset, a
+	// simulated vGPU's state is unknown (it has no guest driver).
+	License string `json:"license,omitempty"`
 }
 
 func (f SimFigures) check() error {
@@ -200,6 +204,8 @@ func (f SimFigures) check() error {
 		return fmt.Errorf("temperature_celsius %g is not within -50-200", *f.Temperature)
 	case f.XIDErrors < 0:
 		return fmt.Errorf("xid_errors_per_round %d is negative", f.XIDErrors)
+	case f.License != "" && f.License != LicenseLicensed && f.License != LicenseGrace && f.License != LicenseUnlicensed:
+		return fmt.Errorf("license %q is none of %s, %s, %s", f.License, LicenseLicensed, LicenseGrace, LicenseUnlicensed)
 	}
 	return nil
 }
@@ -228,6 +234,9 @@ func (f SimFigures) applyInstance(in *InstanceReading) {
 	setRatio(&in.DecUtil, f.DecUtil)
 	if f.MemUsed != nil {
 		in.MemUsed = *f.MemUsed
+	}
+	if f.License != "" {
+		in.License = f.License
 	}
 }
 

@@ -130,7 +130,7 @@ func TestSamplerOnSimulatedHost(t *testing.T) {
 		t.Fatal(err)
 	}
 	for id, f := range map[string]SimFigures{
-		simMdev:        {Util: Figure(70), MemUtil: Figure(10)},
+		simMdev:        {Util: Figure(70), MemUtil: Figure(10), License: LicenseUnlicensed},
 		"0000:81:00.4": {Util: Figure(5)},
 		"0000:9A:00.4": {Util: Figure(55), MemUsed: ptr(int64(1 << 30))}, // upper case: normalised
 		"0000:c1:00.0": {Util: Figure(90), Temperature: Figure(81), PowerWatts: Figure(300)},
@@ -169,8 +169,12 @@ func TestSamplerOnSimulatedHost(t *testing.T) {
 	if len(ins) != 4 {
 		t.Fatalf("instances %+v", r.Instances)
 	}
-	if in := ins[simMdev]; in.VMID != vmA.ID || in.User != "ann" || !near(in.Util, 0.7) || !near(in.MemUtil, 0.1) || in.Type != "A40-8Q" || in.MemTotal != 8<<30 {
+	if in := ins[simMdev]; in.VMID != vmA.ID || in.User != "ann" || !near(in.Util, 0.7) || !near(in.MemUtil, 0.1) || in.Type != "A40-8Q" || in.MemTotal != 8<<30 ||
+		in.License != LicenseUnlicensed {
 		t.Errorf("A40 mdev %+v", in)
+	}
+	if in := ins["0000:81:00.4"]; in.License != "" {
+		t.Errorf("a simulated vGPU nobody set a licence state for: %q, want unknown", in.License)
 	}
 	if in := ins["0000:81:00.4"]; in.VMID != vmB.ID || in.User != "bob" || !near(in.Util, 0.05) || in.Kind != gpu.KindVGPU {
 		t.Errorf("L40S vGPU %+v", in)
@@ -240,6 +244,7 @@ func TestSetSimFiguresRefusesBadInput(t *testing.T) {
 		{"x", SimFigures{MemUsed: ptr(int64(-5))}, "memory_used_bytes -5 is negative"},
 		{"x", SimFigures{XIDErrors: -1}, "xid_errors_per_round"},
 		{"x", SimFigures{Temperature: Figure(500)}, "temperature_celsius"},
+		{"x", SimFigures{License: "maybe"}, `license "maybe" is none of licensed, grace, unlicensed`},
 	} {
 		if err := SetSimFigures(dir, tc.id, tc.f); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("SetSimFigures(%q, %+v) = %v, want %q", tc.id, tc.f, err, tc.want)

@@ -63,7 +63,22 @@ type InstanceReading struct {
 	// and DecUtil the video engines'. Unknown when not reported.
 	Util, MemUtil, EncUtil, DecUtil float64
 	MemUsed, MemTotal               int64
+	// License is the vGPU's licence state as the guest driver reported it
+	// to the host (NVML's vGPU licence info): LicenseLicensed,
+	// LicenseGrace, LicenseUnlicensed, or "" when not known (no vGPU, no
+	// guest driver yet, not supported).
+	License string
 }
+
+// vGPU licence states (InstanceReading.License).
+const (
+	LicenseLicensed = "licensed"
+	// LicenseGrace: unlicensed, still unrestricted (the grace period after
+	// the guest's driver started).
+	LicenseGrace = "grace"
+	// LicenseUnlicensed: unlicensed and restricted (throttled).
+	LicenseUnlicensed = "unlicensed"
+)
 
 // Key names the instance among the instances of its GPU: its device ID, or
 // "gi:<id>" for a MIG instance without a vGPU.
@@ -113,6 +128,9 @@ func mergeInstance(a, b InstanceReading) InstanceReading {
 	}
 	if a.Type == "" {
 		a.Type = b.Type
+	}
+	if a.License == "" {
+		a.License = b.License
 	}
 	if a.Kind != gpu.KindMIG && b.Kind == gpu.KindMIG {
 		a.Kind = gpu.KindMIG
