@@ -32,6 +32,11 @@ const (
 	MetricQueueWait            = "queue_wait"
 	MetricVMIdle               = "vm_idle"
 	MetricBackendDown          = "backend_down"
+	// MetricVGPUUnlicensed is 1 while a vGPU's guest driver holds no
+	// licence (grace period or restricted), 0 while it holds one; a vGPU
+	// whose state is not known is not observed. A rule with `for` set to
+	// the grace period finds guests left unlicensed.
+	MetricVGPUUnlicensed = "vgpu_unlicensed"
 )
 
 // Store is what alert evaluation needs of the database (a
@@ -380,6 +385,11 @@ func formatValue(metric string, v float64) string {
 			return "down"
 		}
 		return "up"
+	case MetricVGPUUnlicensed:
+		if v > 0 {
+			return "unlicensed"
+		}
+		return "licensed"
 	}
 	return fmt.Sprintf("%g", v)
 }
@@ -540,6 +550,26 @@ func (in *roundInputs) observe(ctx context.Context, rule *config.Alert) ([]obser
 		for _, v := range in.idle {
 			out = append(out, observation{subject: "vm/" + v.VMID, host: e.host,
 				what: fmt.Sprintf("VM %s of %s", v.Name, v.Owner), value: v.For.Seconds()})
+		}
+		return out, nil
+	case MetricVGPUUnlicensed:
+		if in.r == nil {
+			return nil, errNoData
+		}
+		var out []observation
+		for _, d := range in.r.Instances {
+			if d.License == "" {
+				continue
+			}
+			v := 1.0
+			if d.License == monitor.LicenseLicensed {
+				v = 0
+			}
+			what := fmt.Sprintf("vGPU %s %s on GPU %s of %s", d.Type, d.Key, d.GPUAddress, e.host)
+			if d.VMID != "" {
+				what = fmt.Sprintf("vGPU %s of VM %s (%s) on GPU %s of %s", d.Type, d.VMID, d.User, d.GPUAddress, e.host)
+			}
+			out = append(out, observation{subject: gpuSubject(e.host, d.GPUAddress) + "/" + d.Key, host: e.host, what: what, value: v})
 		}
 		return out, nil
 	case MetricBackendDown:

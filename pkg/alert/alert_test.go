@@ -361,6 +361,36 @@ func TestAlertBackendDown(t *testing.T) {
 	e.expect("resolved backend/mig")
 }
 
+// A vGPU left unlicensed (in its grace period or restricted) for the
+// rule's duration fires, naming its VM and owner; one whose licence state is not known is
+// not observed; it resolves once the guest is licensed.
+func TestAlertVGPUUnlicensed(t *testing.T) {
+	e := newAlertEnv(t, rule("unlicensed", MetricVGPUUnlicensed, num(0.5), 20*time.Minute))
+	vm := storetest.RunningVM(t, e.st, testHost, "ann", "render", store.SlotClaim{Kind: gpu.KindVGPU, GPUAddress: "0000:41:00.0", VF: "0000:41:00.4"}, "0000:41:00.4")
+	e.src.set(func(r *monitor.Reading) {
+		in := monitor.NewInstanceReading("0000:41:00.0", gpu.KindVGPU)
+		in.ID, in.Type, in.License = "0000:41:00.4", "L40S-12Q", monitor.LicenseGrace
+		unknown := monitor.NewInstanceReading("0000:41:00.0", gpu.KindVGPU)
+		unknown.ID, unknown.Type = "0000:41:00.5", "L40S-12Q"
+		r.Instances = []monitor.InstanceReading{in, unknown}
+	})
+	// In its grace period from 09:00, restricted at 09:10: unlicensed for
+	// the rule's 20 minutes at 09:20, not before.
+	e.round(0)
+	e.round(10 * time.Minute)
+	e.src.set(func(r *monitor.Reading) { r.Instances[0].License = monitor.LicenseUnlicensed })
+	e.round(9 * time.Minute)
+	e.expect()
+	e.round(time.Minute)
+	n := e.expect("firing gpu01/0000:41:00.0/0000:41:00.4")
+	if len(n) == 1 && !strings.Contains(n[0].Summary, "vGPU L40S-12Q of VM "+vm.ID+" (ann) on GPU 0000:41:00.0 of gpu01: vgpu_unlicensed is unlicensed") {
+		t.Errorf("summary %q", n[0].Summary)
+	}
+	e.src.set(func(r *monitor.Reading) { r.Instances[0].License = monitor.LicenseLicensed })
+	e.round(time.Minute)
+	e.expect("resolved gpu01/0000:41:00.0/0000:41:00.4")
+}
+
 // A webhook that fails twice gets the notification on the third attempt,
 // and the alert records the delivery; a 4xx answer is not retried.
 func TestAlertWebhookRetries(t *testing.T) {

@@ -33,6 +33,7 @@ var (
 		"queue_wait",             // seconds the oldest request has waited
 		"vm_idle",                // seconds a VM's GPU has been idle
 		"backend_down",           // 1 while a backend is not running
+		"vgpu_unlicensed",        // 1 while a vGPU's guest holds no licence, per vGPU
 	}
 )
 
