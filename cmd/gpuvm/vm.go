@@ -626,6 +626,14 @@ func printVM(w io.Writer, vm api.VM, now time.Time) error {
 		if g.Device != "" {
 			s += ", device " + g.Device
 		}
+		switch g.License {
+		case api.VGPULicensed:
+			s += ", licensed"
+		case api.VGPUGrace:
+			s += ", NOT LICENSED (grace period: it will be throttled)"
+		case api.VGPUUnlicensed:
+			s += ", NOT LICENSED (throttled: see the server's licensing block)"
+		}
 		fmt.Fprintf(tw, "  GPU:\t%s\n", s)
 	}
 	fmt.Fprintf(tw, "  Lease:\t%s\n", describeLease(vm, now))

@@ -21,6 +21,12 @@ type Store interface {
 	EventSource
 	usage.Store
 	usage.ReportStore
+	LicenseStore
+}
+
+// LicenseStore backs the licence state of a VM's vGPUs (licensing.go).
+type LicenseStore interface {
+	VGPULicenses(ctx context.Context, vmID string, since time.Time) (map[string]string, error)
 }
 
 // VMStore backs the VM routes (vms.go, actions.go). Tx runs the lifecycle

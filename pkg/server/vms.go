@@ -350,6 +350,7 @@ func (s *Server) getVM(c *gin.Context) {
 		out.HostState = s.hostStates(c.Request.Context())[vm.Host] // fleet.go
 	}
 	s.addLiveInfo(c, vm, &out) // addresses and console: here only, never in lists
+	s.addLicenses(c, vm, &out) // licensing.go
 	c.JSON(http.StatusOK, out)
 }
 

@@ -448,6 +448,9 @@ type GPUSample struct {
 	SMClockMHz  int       `gorm:"column:sm_clock_mhz;not null" json:"sm_clock_mhz"`
 	XIDErrors   int       `gorm:"column:xid_errors;not null" json:"xid_errors"`
 	ECCErrors   int       `gorm:"column:ecc_errors;not null" json:"ecc_errors"`
+	// License is a vGPU's licence state (monitor.License*), "" when not
+	// known; a downsampled row keeps the period's last known one.
+	License string `gorm:"column:license;not null" json:"license,omitempty"`
 }
 
 func (GPUSample) TableName() string { return "gpu_samples" }
