@@ -306,3 +306,54 @@ func TestWrap(t *testing.T) {
 		}
 	}
 }
+
+// Every example configuration, and one without a policy block, is written
+// down for every kind of viewer in both languages: every section has a
+// title and sentences, and no sentence is empty or carries a formatting
+// error.
+func TestEveryConfiguration(t *testing.T) {
+	bare, diags := config.Parse(config.Source{Name: "bare.hcl", Data: []byte(`
+profile "seat" {
+  vcpus  = 1
+  memory = "1GiB"
+  boot { kernel = "/k" }
+}`)})
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	cfgs := map[string]*config.Config{"bare": bare}
+	for _, dir := range []string{"dev", "lab", "startup", "studio"} {
+		cfgs[dir] = load(t, filepath.Join("../../configs", dir))
+	}
+	for name, cfg := range cfgs {
+		for vname, v := range viewers {
+			for _, lang := range Languages {
+				doc, err := Build(cfg, v, lang, now)
+				if err != nil {
+					t.Fatalf("%s, %s, %s: %v", name, vname, lang, err)
+				}
+				if len(doc.Sections) < 8 {
+					t.Errorf("%s, %s, %s: only %d sections", name, vname, lang, len(doc.Sections))
+				}
+				for _, s := range doc.Sections {
+					if s.Title == "" || len(s.Sentences) == 0 {
+						t.Errorf("%s, %s, %s: section %q has no title or no sentence", name, vname, lang, s.ID)
+					}
+					for _, st := range s.Sentences {
+						if st.Text == "" || strings.Contains(st.Text, "%!") || strings.Contains(st.Text, "“”") {
+							t.Errorf("%s, %s, %s: section %s: sentence %q", name, vname, lang, s.ID, st.Text)
+						}
+					}
+				}
+			}
+		}
+	}
+	doc, _ := Build(bare, viewers["ann"], English, now)
+	text := allText(doc)
+	for _, want := range []string{"There are no time windows: any VM may start at any time.", "Nobody may book GPUs ahead; admins can.",
+		"may run as much as the GPUs allow: no limit is set.", "No VM is stopped for being idle."} {
+		if !strings.Contains(text, want) {
+			t.Errorf("without a policy, %q is not said:\n%s", want, text)
+		}
+	}
+}
