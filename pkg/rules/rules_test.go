@@ -135,6 +135,10 @@ func TestEveryPolicyFieldIsWritten(t *testing.T) {
 			subjects[st.Subject] = true
 			for _, f := range st.Facts {
 				facts[f.Field] = true
+				// A number the sentence states is in its words.
+				if f.Number != nil && f.Unit != api.UnitBytes && f.Unit != api.UnitSeconds && !strings.Contains(st.Text, number(*f.Number)) {
+					t.Errorf("sentence %q states %s = %v but does not say %s", st.Text, f.Field, *f.Number, number(*f.Number))
+				}
 			}
 		}
 	}
