@@ -104,7 +104,7 @@ func TestRulesPageInChromium(t *testing.T) {
 			"Times are shown in your time zone, Asia/Shanghai.",
 			"Members of group “students” may hold at most 1 VM and 1 slice at once, and use at most 10 GPU-hours a week.",
 			"Waiting VMs start by priority, highest first; at equal priority, first come, first served.",
-			"Window “day”, " + enWhen + " your time: only interactive VMs may start; when it ends, the owners of VMs that started in it are warned 15 minutes before.",
+			"Window “day”, " + enWhen + " (your time): only interactive VMs may start; when it ends, the owners of VMs that started in it are warned 15 minutes before.",
 			"In the rules' time zone (America/New_York): Monday to Friday, 09:00 to 18:00.",
 			"You may book GPUs ahead for any machine.",
 			"A booking starts at most 7 days ahead, lasts at most 3 hours and holds at most 1 VM; one person holds at most 2 bookings at once.",
@@ -153,6 +153,9 @@ func TestRulesPageInChromium(t *testing.T) {
 				t.Errorf("contents links without a target: %v", broken)
 			}
 			b.check("rules-" + l.code)
+			// And a picture of the windows, converted.
+			b.run(chromedp.ScrollIntoView(`#rules-windows`, chromedp.ByQuery))
+			b.screenshots("rules-windows-" + l.code)
 		})
 	}
 }

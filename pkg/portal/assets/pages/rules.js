@@ -22,7 +22,7 @@ addWords({
     q_gpu_hours_per_week: '{n} GPU-hours a week', q_gpu_hours_per_month: '{n} GPU-hours a month',
     q_vms_1: '1 VM at once', q_gpus_1: '1 whole GPU at once', q_slices_1: '1 slice at once',
     q_gpu_hours_per_day_1: '1 GPU-hour a day', q_gpu_hours_per_week_1: '1 GPU-hour a week', q_gpu_hours_per_month_1: '1 GPU-hour a month',
-    winLocal: 'Window “{name}”, {when} your time: {rule}.', winPolicy: 'In the rules\' time zone ({zone}): {when}.',
+    winLocal: 'Window “{name}”, {when} (your time): {rule}.', winPolicy: 'In the rules\' time zone ({zone}): {when}.',
     winNone: 'Window “{name}” does not occur this week: {rule}.',
     everyDay: 'every day', dayRange: '{a} to {b}', sameDay: '{days}, {from} to {to}', nextDay: '{days}, {from} to {to} the next day',
     span: 'from {fromDay} {from} to {toDay} {to}',
