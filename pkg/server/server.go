@@ -211,6 +211,7 @@ func (s *Server) routes() {
 	v1.GET("/usage", s.usage)                      // usage.go
 	admin.GET("/reports/summary", s.reportSummary) // report.go
 	v1.GET("/hosts", s.listHosts)
+	v1.GET("/rules", s.getRules)      // rules.go: the policy in plain language
 	s.reservationRoutes(v1.Group("")) // reservations.go
 	// audit.go: the audit log (admins), and the caller's own entries.
 	admin.GET("/admin/audit", s.listAllAudit)

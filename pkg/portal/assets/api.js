@@ -65,3 +65,6 @@ export const getVM = (id) => call('GET', vmPath(id));
 export const vmAction = (id, action) => call('POST', vmPath(id) + '/actions/' + action);
 export const deleteVM = (id) => call('DELETE', vmPath(id));
 export const consoleTicket = (id) => call('GET', vmPath(id) + '/console');
+
+// pages/rules.js: the rules of sharing, written in the page's language.
+export const getRules = (l) => call('GET', '/v1/rules?lang=' + encodeURIComponent(l));
