@@ -175,18 +175,28 @@ export default function VMs({session}) {
   const [said, setSaid] = useState('');
   const [now, setNow] = useState(Date.now());
 
+  // The profiles give the lease's maximum and the GPU's model: read once,
+  // with the first list, and drawn with it (one render, not two).
+  const profilesOnce = useRef(null);
   const load = useCallback(async () => {
     try {
-      const items = (await api.allVMs()).filter((vm) => !finished(vm));
+      profilesOnce.current = profilesOnce.current || api.call('GET', '/v1/profiles')
+        .then((ps) => Object.fromEntries((ps || []).map((p) => [p.name, p]))).catch(() => ({}));
+      const [all, profs] = await Promise.all([api.allVMs(), profilesOnce.current]);
+      const items = all.filter((vm) => !finished(vm));
+      setProfiles(profs);
       setVMs(items);
       // Addresses, the console and the estimated start are in GET
       // /v1/vms/{id} only: read them for the running and queued VMs (a
       // few at a time).
+      // They are drawn once all are read: a re-render of a long list per
+      // four answers would be slow on an old laptop.
       const more = items.filter(detailed).slice(0, 50);
+      const got = [];
       for (let i = 0; i < more.length; i += 4) {
-        const got = await Promise.all(more.slice(i, i + 4).map((vm) => api.getVM(vm.id).catch(() => null)));
-        setDetails((d) => { const n = {...d}; got.forEach((g) => g && (n[g.id] = g)); return n; });
+        got.push(...await Promise.all(more.slice(i, i + 4).map((vm) => api.getVM(vm.id).catch(() => null))));
       }
+      if (got.length) setDetails((d) => { const n = {...d}; got.forEach((g) => g && (n[g.id] = g)); return n; });
     } catch (err) { setError(err); }
   }, []);
 
@@ -195,10 +205,6 @@ export default function VMs({session}) {
   useEffect(() => { if (vms && !window.gpuvmRendered) window.gpuvmRendered = performance.now(); }, [vms]);
 
   useEffect(() => { load(); }, [load]);
-  useEffect(() => {
-    // The profiles give the lease's maximum and the GPU's model.
-    api.call('GET', '/v1/profiles').then((ps) => setProfiles(Object.fromEntries((ps || []).map((p) => [p.name, p])))).catch(() => {});
-  }, []);
   // Any event of the caller's VMs: read the list again.
   useEvents(['vm.created', 'vm.state', 'vm.action', 'vm.warning'], load, setLive, setError);
   // The countdowns: every second while a lease is in its last minute,
