@@ -360,6 +360,9 @@ func TestVMsPageInChromium(t *testing.T) {
 	env.Worker.Pause()
 	later := apiCreate(t, env, api.CreateVMRequest{Profile: "seat", Name: "later"})
 	b.waitFor("later, queued", `document.querySelector('#vm-later')?.dataset.state === 'queued'`)
+	if s := b.text(`#vm-later`); !strings.Contains(s, "2 h, counted from when it runs") {
+		t.Errorf("a queued VM's lease:\n%s", s)
+	}
 	if got := apiGetVM(t, env, later.ID); got["estimated_start"] == nil {
 		var none bool
 		b.eval(`!document.querySelector('#vm-later-estimate')`, &none)

@@ -10,7 +10,7 @@ import {Header, Problem, Confirm, useEvents} from '../ui.js';
 addWords({
   en: {
     vm_reboot: 'Reboot', vm_extend: 'Extend', vm_left: '{d} left', vm_leftSecs: '{s} s left', vm_leaseEnded: 'the lease has ended',
-    vm_endsSoon: 'ends soon', vm_lease: 'Lease', vm_leaseHours: '{h} h in all',
+    vm_endsSoon: 'ends soon', vm_leaseHours: '{h} h, counted from when it runs',
     vm_confirmReboot: 'Reboot {name}? Its guest restarts now: work not saved in it is lost.',
     vm_extendTitle: 'Extend the lease of {name}', vm_extendHours: 'Hours to add',
     vm_extendHint: 'At most {room} more: the profile allows {max} h and {name} has {h} h.',
@@ -46,7 +46,7 @@ addWords({
   },
   'zh-CN': {
     vm_reboot: '重启', vm_extend: '延长', vm_left: '剩余 {d}', vm_leftSecs: '剩余 {s} 秒', vm_leaseEnded: '租期已结束',
-    vm_endsSoon: '即将结束', vm_lease: '租期', vm_leaseHours: '共 {h} 小时',
+    vm_endsSoon: '即将结束', vm_leaseHours: '{h} 小时，从运行时开始计算',
     vm_confirmReboot: '重启 {name}？客户机将立即重启，未保存的工作会丢失。',
     vm_extendTitle: '延长 {name} 的租期', vm_extendHours: '增加的小时数',
     vm_extendHint: '最多还能增加 {room} 小时：该配置最长 {max} 小时，{name} 已有 {h} 小时。',
