@@ -192,6 +192,7 @@ func (s *Server) routes() {
 	vms.GET("/vms/:id", s.getVM)
 	vms.DELETE("/vms/:id", s.deleteVM)
 	vms.GET("/vms/:id/credentials", s.getCredentials)
+	vms.GET("/vms/:id/desktop.rdp", s.getDesktopRDP)
 	s.actionRoutes(vms) // actions.go
 	vms.GET("/operations/:id", s.getOperation)
 	vms.GET("/events", s.stream, s.events)

@@ -46,6 +46,9 @@ type VMStore interface {
 	// TakeVMCredential gives the VM's one-time desktop password once
 	// (credentials.go).
 	TakeVMCredential(ctx context.Context, vmID, by string) (*store.VMCredential, error)
+	// GetVMCredential is the credential without its password: the guest
+	// user of the .rdp file (desktop.go).
+	GetVMCredential(ctx context.Context, vmID string) (*store.VMCredential, error)
 	AppendEvent(ctx context.Context, e *store.Event) error
 	Tx(ctx context.Context, fn func(tx *store.Store) error) error
 }

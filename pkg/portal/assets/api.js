@@ -68,3 +68,16 @@ export const consoleTicket = (id) => call('GET', vmPath(id) + '/console');
 
 // pages/rules.js: the rules of sharing, written in the page's language.
 export const getRules = (l) => call('GET', '/v1/rules?lang=' + encodeURIComponent(l));
+// My VMs (pages/vms.js): extend a lease, the one-time desktop password, and
+// the .rdp file of an RDP desktop (text, not JSON).
+export const extendVM = (id, hours) => call('POST', vmPath(id) + '/actions/extend', {hours});
+export const vmCredentials = (id) => call('GET', vmPath(id) + '/credentials');
+export async function desktopRDP(id) {
+  const r = await fetch(vmPath(id) + '/desktop.rdp', {credentials: 'same-origin', cache: 'no-store'});
+  if (r.status === 401) {
+    location.assign('/login');
+    throw new APIError(401, {detail: 'signed out'});
+  }
+  if (!r.ok) throw new APIError(r.status, await r.json().catch(() => null));
+  return r.text();
+}
