@@ -103,13 +103,8 @@ var (
 )
 
 // apiRoutes is every route of the API: those of this table, and the
-<<<<<<< HEAD
-// console's, the fleet's, the credentials' and the portal's sessions', which their files list.
-var apiRoutes = slices.Concat(coreAPIRoutes, consoleAPIRoutes, fleetAPIRoutes, orphanAPIRoutes, credentialsAPIRoutes, sessionAPIRoutes, rulesAPIRoutes)
-=======
-// console's, the fleet's, the credentials', the portal's sessions' and the desktop file's, which their files list.
-var apiRoutes = slices.Concat(coreAPIRoutes, consoleAPIRoutes, fleetAPIRoutes, orphanAPIRoutes, credentialsAPIRoutes, sessionAPIRoutes, desktopAPIRoutes)
->>>>>>> vms
+// console's, the fleet's, the credentials', the portal's sessions', the rules' and the desktop file's, which their files list.
+var apiRoutes = slices.Concat(coreAPIRoutes, consoleAPIRoutes, fleetAPIRoutes, orphanAPIRoutes, credentialsAPIRoutes, sessionAPIRoutes, rulesAPIRoutes, desktopAPIRoutes)
 
 var coreAPIRoutes = []route{
 	{Method: "GET", Path: "/healthz", Summary: "Liveness: the process answers", Auth: authNone, Status: 200, Answer: map[string]string{}},
