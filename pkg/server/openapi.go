@@ -49,7 +49,8 @@ type route struct {
 	Errors []int
 }
 
-// profileDoc stands for a profile as the API serves it (pkg/config's JSON).
+// profileDoc stands for a profile as the API serves it: pkg/config's JSON
+// and api.Profile's fields (unservable) in one object.
 type profileDoc map[string]any
 
 var (
@@ -110,14 +111,14 @@ var coreAPIRoutes = []route{
 	{Method: "GET", Path: "/healthz", Summary: "Liveness: the process answers", Auth: authNone, Status: 200, Answer: map[string]string{}},
 	{Method: "GET", Path: "/readyz", Summary: "Readiness: configuration and every backend", Auth: authNone, Status: 200, Answer: map[string]string{}, Errors: []int{503}},
 	{Method: "GET", Path: "/openapi.json", Summary: "This document", Auth: authNone, Status: 200, Answer: map[string]any{}},
-	{Method: "GET", Path: "/v1/profiles", Summary: "The profiles the caller may use", Auth: authUser, Status: 200, Answer: []profileDoc{}},
-	{Method: "GET", Path: "/v1/profiles/{name}", Summary: "One profile the caller may use", Auth: authUser, Params: []param{pProfile}, Status: 200, Answer: profileDoc{}, Errors: p404},
-	{Method: "POST", Path: "/v1/vms", Summary: "Ask for a VM: it is queued, then created", Auth: authUser, Params: []param{pIdemKey}, Body: api.CreateVMRequest{}, Status: 202, Answer: api.CreateVMResponse{}, Errors: []int{400, 404, 409, 413, 422, 503}},
+	{Method: "GET", Path: "/v1/profiles", Summary: "The profiles the caller may use; unservable says why, when no GPU of the hosts that reported can ever give one", Auth: authUser, Status: 200, Answer: []profileDoc{}},
+	{Method: "GET", Path: "/v1/profiles/{name}", Summary: "One profile the caller may use; unservable says why, when no GPU of the hosts that reported can ever give it", Auth: authUser, Params: []param{pProfile}, Status: 200, Answer: profileDoc{}, Errors: p404},
+	{Method: "POST", Path: "/v1/vms", Summary: "Ask for a VM: it is queued, then created; one of a profile no GPU of the hosts that reported can ever give is refused (422)", Auth: authUser, Params: []param{pIdemKey}, Body: api.CreateVMRequest{}, Status: 202, Answer: api.CreateVMResponse{}, Errors: []int{400, 404, 409, 413, 422, 503}},
 	{Method: "GET", Path: "/v1/vms", Summary: "The caller's VMs (admins: everyone's), oldest first, by pages; without addresses or console (GET /v1/vms/{id} has them)", Auth: authUser, Params: []param{pAfter, pVMLimit, pState, pOwner}, Status: 200, Answer: api.VMList{}, Errors: []int{400, 503}},
 	{Method: "GET", Path: "/v1/vms/{id}", Summary: "One VM; while it runs, also its guest's addresses and how to open its display, read live from the hypervisor (left out when it does not answer within 2s)", Auth: authUser, Params: []param{pVM}, Status: 200, Answer: api.VM{}, Errors: []int{404, 503}},
 	{Method: "DELETE", Path: "/v1/vms/{id}", Summary: "Delete a VM: its GPU is freed", Auth: authUser, Params: []param{pVM}, Status: 202, Answer: api.OperationResponse{}, Errors: []int{404, 409, 503}},
-	{Method: "POST", Path: "/v1/vms/{id}/actions/start", Summary: "Start a stopped VM on the GPU it kept (a device the host lost is made again); no body", Auth: authUser, Params: []param{pVM}, Status: 202, Answer: api.VMActionResponse{}, Errors: []int{400, 404, 409, 413, 503}},
-	{Method: "POST", Path: "/v1/vms/{id}/actions/stop", Summary: "Stop a running VM (ACPI, forced off after the shutdown timeout): it keeps its GPU and its lease runs on; no body", Auth: authUser, Params: []param{pVM}, Status: 202, Answer: api.VMActionResponse{}, Errors: []int{400, 404, 409, 413, 503}},
+	{Method: "POST", Path: "/v1/vms/{id}/actions/start", Summary: "Start a stopped VM: one with a GPU queues for one again, like a new VM (possibly another GPU), then boots with its own disk; one without boots at once; no body", Auth: authUser, Params: []param{pVM}, Status: 202, Answer: api.VMActionResponse{}, Errors: []int{400, 404, 409, 413, 503}},
+	{Method: "POST", Path: "/v1/vms/{id}/actions/stop", Summary: "Stop a running VM (ACPI, forced off after the shutdown timeout): it gives its GPU back and keeps its disk; its lease runs on; no body", Auth: authUser, Params: []param{pVM}, Status: 202, Answer: api.VMActionResponse{}, Errors: []int{400, 404, 409, 413, 503}},
 	{Method: "POST", Path: "/v1/vms/{id}/actions/reboot", Summary: "Ask a running VM's guest to restart; it stays running; no body", Auth: authUser, Params: []param{pVM}, Status: 202, Answer: api.VMActionResponse{}, Errors: []int{400, 404, 409, 413, 503}},
 	{Method: "POST", Path: "/v1/vms/{id}/actions/extend", Summary: "Add hours to the lease of a queued, running or stopped VM, up to its profile's maximum", Auth: authUser, Params: []param{pVM}, Body: api.ExtendVMRequest{}, Status: 200, Answer: api.VM{}, Errors: []int{400, 404, 409, 413, 422, 503}},
 	{Method: "GET", Path: "/v1/operations/{id}", Summary: "One operation of the caller's VMs", Auth: authUser, Params: []param{pOpID}, Status: 200, Answer: api.Operation{}, Errors: []int{404, 503}},

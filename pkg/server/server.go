@@ -356,17 +356,13 @@ func (s *Server) visibleProfiles(c *gin.Context) []*config.Profile {
 }
 
 func (s *Server) listProfiles(c *gin.Context) {
-	ps := s.visibleProfiles(c)
-	if ps == nil {
-		ps = []*config.Profile{}
-	}
-	c.JSON(http.StatusOK, ps)
+	c.JSON(http.StatusOK, s.profileViews(c.Request.Context(), s.visibleProfiles(c)))
 }
 
 func (s *Server) getProfile(c *gin.Context) {
 	for _, p := range s.visibleProfiles(c) {
 		if p.Name == c.Param("name") {
-			c.JSON(http.StatusOK, p)
+			c.JSON(http.StatusOK, s.profileViews(c.Request.Context(), []*config.Profile{p})[0])
 			return
 		}
 	}

@@ -137,6 +137,10 @@ func (s *Server) createVM(c *gin.Context) {
 		}
 	}
 	ctx := c.Request.Context()
+	if prob := s.refuseUnservable(ctx, p); prob != nil {
+		s.writeProblem(c, prob)
+		return
+	}
 	key := c.GetHeader("Idempotency-Key")
 	canon, _ := json.Marshal(req)
 	sum := sha256.Sum256(canon)
