@@ -3,7 +3,12 @@ package server
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"net/http"
+	"strconv"
+
+	"github.com/gin-gonic/gin"
 
 	"github.com/gpuvm/gpuvm/pkg/api"
 	"github.com/gpuvm/gpuvm/pkg/config"
@@ -102,4 +107,97 @@ func (s *Server) refuseUnservable(ctx context.Context, p *config.Profile) *Probl
 		return nil
 	}
 	return withField(errValidation, "profile", fmt.Sprintf("profile %s can never be served here: %s", p.Name, why))
+}
+
+// profileAdmission answers what the sharing policy would say now to the
+// caller's asking for a VM of a profile for ?hours= (default: the
+// profile's): the check POST /v1/vms makes, nothing made.
+func (s *Server) profileAdmission(c *gin.Context) {
+	var p *config.Profile
+	for _, q := range s.visibleProfiles(c) {
+		if q.Name == c.Param("name") {
+			p = q
+		}
+	}
+	if p == nil {
+		s.writeProblem(c, with(errNotFound, "no profile "+c.Param("name")))
+		return
+	}
+	hours := p.Lease.DefaultHours()
+	if h := c.Query("hours"); h != "" {
+		n, err := strconv.Atoi(h)
+		if err != nil || n < 1 || n > p.Lease.MaxHours() {
+			s.writeProblem(c, withField(errValidation, "hours", fmt.Sprintf("hours is a whole number from 1 to %d (profile %s), not %q", p.Lease.MaxHours(), p.Name, h)))
+			return
+		}
+		hours = n
+	}
+	ctx := c.Request.Context()
+	u := user(c)
+	cfg := s.Config.Load()
+	now := s.Store.Now()
+	eff := cfg.Policy.Effective(u.Name, u.Groups)
+	out := api.Admission{Profile: p.Name, Hours: hours, Answer: api.AdmissionStarts, Budgets: []api.Budget{},
+		Quota: api.Quota{VMs: eff.Quota.VMs, GPUs: eff.Quota.GPUs, Slices: eff.Quota.Slices, GPUMemory: eff.Quota.GPUMemory,
+			GPUHoursPerDay: eff.Quota.GPUHoursPerDay, GPUHoursPerWeek: eff.Quota.GPUHoursPerWeek, GPUHoursPerMonth: eff.Quota.GPUHoursPerMonth}}
+	for _, b := range policy.BudgetPeriods(eff.Quota, now, cfg.Policy.Location) {
+		out.Budgets = append(out.Budgets, api.Budget{Unit: b.Unit, GPUHours: b.Limit, Start: b.Start, End: b.End})
+	}
+	if w, ok := policy.NewWindows(&cfg.Policy).At(now); ok {
+		out.Window = &api.AdmissionWindow{Name: w.Window.Name, Classes: w.Window.Classes, Start: w.Start, End: w.End, Allows: w.Window.Allows(p.Class)}
+		if out.Window.Classes == nil {
+			out.Window.Classes = []string{}
+		}
+	}
+	switch prob := s.refuseUnservable(ctx, p); {
+	case prob != nil:
+		out.Answer, out.Reason = api.AdmissionRefused, prob.Detail
+	case s.Admission == nil:
+		out.Answer = api.AdmissionUnknown
+	default:
+		adm, err := s.Admission.Admit(ctx, u.Name, u.Groups, p.Name, hours)
+		switch {
+		case err != nil:
+			s.writeProblem(c, err)
+			return
+		case adm.Refuse:
+			out.Answer, out.Reason = api.AdmissionRefused, adm.Reason.Text()
+		case adm.Reason.Text() != "":
+			out.Answer, out.Reason = api.AdmissionWaits, adm.Reason.Text()
+		}
+	}
+	c.JSON(http.StatusOK, out)
+}
+
+// getSSHKeys answers the SSH public keys a user keeps for new VMs.
+func (s *Server) getSSHKeys(c *gin.Context) {
+	u, ok := s.namedUser(c)
+	if !ok {
+		return
+	}
+	c.JSON(http.StatusOK, api.SSHKeys{Keys: store.SSHKeysOf(u)})
+}
+
+// putSSHKeys replaces them (an empty list forgets them).
+func (s *Server) putSSHKeys(c *gin.Context) {
+	var req api.SSHKeys
+	if !s.decodeJSON(c, &req) {
+		return
+	}
+	if req.Keys == nil {
+		req.Keys = []string{}
+	}
+	if err := store.CheckSSHKeys(req.Keys); err != nil {
+		s.writeProblem(c, withField(errValidation, "keys", err.Error()))
+		return
+	}
+	name := c.Param("name")
+	if err := s.Store.SetUserSSHKeys(c.Request.Context(), name, req.Keys); err != nil {
+		if errors.Is(err, store.ErrNotFound) {
+			err = with(errNotFound, "no user "+strconv.Quote(name))
+		}
+		s.writeProblem(c, err)
+		return
+	}
+	c.JSON(http.StatusOK, req)
 }

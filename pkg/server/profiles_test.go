@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"github.com/gpuvm/gpuvm/pkg/api"
 	"github.com/gpuvm/gpuvm/pkg/clocktest"
 	"github.com/gpuvm/gpuvm/pkg/config"
+	"github.com/gpuvm/gpuvm/pkg/scheduler"
 	"github.com/gpuvm/gpuvm/pkg/store"
 	"github.com/gpuvm/gpuvm/pkg/store/storetest"
 )
@@ -200,5 +202,123 @@ func TestCreateUnservableRefused(t *testing.T) {
 	clock.Advance(config.DefaultHeartbeatTimeout + time.Second)
 	if rec, body := send(t, s, "POST", "/v1/vms", "ann-token", `{"profile":"h100-vgpu","name":"after"}`); rec.Code != 202 {
 		t.Errorf("with the host down: %d %v", rec.Code, body)
+	}
+}
+
+func TestProfileAdmission(t *testing.T) {
+	cfg, diags := config.Parse(config.Source{Name: "p.hcl", Data: []byte(servableHCL + `
+policy {
+  timezone = "UTC"
+  window "weekend" {
+    days    = "sat-sun"
+    hours   = "00:00-24:00"
+    classes = ["batch"]
+  }
+  defaults {
+    quota {
+      vms                = 2
+      gpu_hours_per_week = 40
+    }
+  }
+}
+`)})
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	s, st, _ := servableEnv(t)
+	s.Config = &fakeConfig{cfg: cfg}
+	l40sHost(t, st, "n1")
+	tests := []struct {
+		name, path string
+		adm        *fakeAdmitter
+		status     int
+		answer     string
+		reason     string
+		hours      int
+	}{
+		{"starts", "/v1/profiles/l40s-whole/admission?hours=3", &fakeAdmitter{}, 200, "starts", "", 3},
+		{"default hours", "/v1/profiles/l40s-whole/admission", &fakeAdmitter{}, 200, "starts", "", 8},
+		{"waits", "/v1/profiles/l40s-whole/admission?hours=2", &fakeAdmitter{adm: scheduler.Admission{Reason: scheduler.Reason{Code: scheduler.CodeQuota, Detail: "user ann: runs 2 of 2 VMs"}}},
+			200, "waits", "quota: user ann: runs 2 of 2 VMs", 2},
+		{"refused", "/v1/profiles/l40s-whole/admission?hours=2", &fakeAdmitter{adm: scheduler.Admission{Reason: scheduler.Reason{Code: scheduler.CodeQuota, Detail: "the lease needs 50.0 GPU-hours"}, Refuse: true}},
+			200, "refused", "quota: the lease needs 50.0 GPU-hours", 2},
+		{"unservable", "/v1/profiles/h100-vgpu/admission", &fakeAdmitter{}, 200, "refused", "profile h100-vgpu can never be served here: no GPU here can ever give H100-4C", 8},
+		{"no policy to ask", "/v1/profiles/l40s-whole/admission", nil, 200, "unknown", "", 8},
+		{"too many hours", "/v1/profiles/l40s-whole/admission?hours=99", &fakeAdmitter{}, 422, "", "", 0},
+		{"not a number", "/v1/profiles/l40s-whole/admission?hours=two", &fakeAdmitter{}, 422, "", "", 0},
+		{"unknown profile", "/v1/profiles/nope/admission", &fakeAdmitter{}, 404, "", "", 0},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			s.Admission = nil
+			if tc.adm != nil {
+				s.Admission = tc.adm
+			}
+			rec, _ := send(t, s, "GET", tc.path, "ann-token", "")
+			if rec.Code != tc.status {
+				t.Fatalf("%d %s", rec.Code, rec.Body)
+			}
+			if tc.status != 200 {
+				return
+			}
+			var a api.Admission
+			if err := json.Unmarshal(rec.Body.Bytes(), &a); err != nil {
+				t.Fatal(err)
+			}
+			if a.Answer != tc.answer || !strings.HasPrefix(a.Reason, tc.reason) || a.Hours != tc.hours {
+				t.Errorf("%+v; want %s %q, %d hours", a, tc.answer, tc.reason, tc.hours)
+			}
+			if a.Quota.VMs == nil || *a.Quota.VMs != 2 || a.Quota.GPUHoursPerWeek == nil || *a.Quota.GPUHoursPerWeek != 40 || a.Quota.GPUs != nil {
+				t.Errorf("quota %+v", a.Quota)
+			}
+			// Sunday 1 March 2026, 09:00 UTC: the week from Monday 23 February.
+			if len(a.Budgets) != 1 || a.Budgets[0].Unit != "week" || a.Budgets[0].GPUHours != 40 ||
+				!a.Budgets[0].Start.Equal(time.Date(2026, 2, 23, 0, 0, 0, 0, time.UTC)) || !a.Budgets[0].End.Equal(time.Date(2026, 3, 2, 0, 0, 0, 0, time.UTC)) {
+				t.Errorf("budgets %+v", a.Budgets)
+			}
+			if w := a.Window; w == nil || w.Name != "weekend" || w.Allows || !slices.Equal(w.Classes, []string{"batch"}) {
+				t.Errorf("window %+v", a.Window)
+			}
+			if f, ok := s.Admission.(*fakeAdmitter); ok && tc.answer != "refused" && (f.got[0] != "ann" || f.got[3] != tc.hours) {
+				t.Errorf("admitted %v", f.got)
+			}
+		})
+	}
+}
+
+func TestUserSSHKeysAPI(t *testing.T) {
+	s, _, _ := servableEnv(t)
+	rec, body := send(t, s, "GET", "/v1/users/ann/ssh-keys", "ann-token", "")
+	if rec.Code != 200 || len(body["keys"].([]any)) != 0 {
+		t.Fatalf("none yet: %d %v", rec.Code, body)
+	}
+	tests := []struct {
+		name, token, path, body string
+		status                  int
+		field                   string
+	}{
+		{"set", "ann-token", "/v1/users/ann/ssh-keys", `{"keys":["ssh-ed25519 AAAA ann@laptop","ssh-rsa BBBB ann@desk"]}`, 200, ""},
+		{"two lines in one", "ann-token", "/v1/users/ann/ssh-keys", `{"keys":["ssh-ed25519 A\nssh-ed25519 B"]}`, 422, "keys"},
+		{"unknown field", "ann-token", "/v1/users/ann/ssh-keys", `{"key":["x"]}`, 400, "key"},
+		{"another user's", "ann-token", "/v1/users/admin/ssh-keys", `{"keys":["x y"]}`, 404, ""},
+		{"an admin for a user", "admin-token", "/v1/users/nobody/ssh-keys", `{"keys":["x y"]}`, 404, ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			rec, body := send(t, s, "PUT", tc.path, tc.token, tc.body)
+			if rec.Code != tc.status || (tc.field != "" && body["field"] != tc.field) {
+				t.Errorf("%d %v", rec.Code, body)
+			}
+		})
+	}
+	rec, body = send(t, s, "GET", "/v1/users/ann/ssh-keys", "ann-token", "")
+	if keys, _ := body["keys"].([]any); rec.Code != 200 || len(keys) != 2 || keys[1] != "ssh-rsa BBBB ann@desk" {
+		t.Errorf("kept: %d %v", rec.Code, body)
+	}
+	if rec, _ := send(t, s, "PUT", "/v1/users/ann/ssh-keys", "ann-token", `{"keys":[]}`); rec.Code != 200 {
+		t.Errorf("forget: %d", rec.Code)
+	}
+	if _, body = send(t, s, "GET", "/v1/users/ann/ssh-keys", "ann-token", ""); len(body["keys"].([]any)) != 0 {
+		t.Errorf("forgotten: %v", body)
 	}
 }

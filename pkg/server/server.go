@@ -186,6 +186,7 @@ func (s *Server) routes() {
 	v1.POST("/logout", s.logout)
 	v1.GET("/profiles", s.listProfiles)
 	v1.GET("/profiles/:name", s.getProfile)
+	v1.GET("/profiles/:name/admission", s.profileAdmission) // profiles.go
 	vms := v1.Group("")
 	vms.POST("/vms", s.createVM)
 	vms.GET("/vms", s.listVMs)
@@ -222,6 +223,8 @@ func (s *Server) routes() {
 	self.GET("/tokens", s.listTokens)
 	self.POST("/tokens", s.createToken)
 	self.DELETE("/tokens/:id", s.revokeToken)
+	self.GET("/ssh-keys", s.getSSHKeys) // profiles.go
+	self.PUT("/ssh-keys", s.putSSHKeys)
 }
 
 func (s *Server) logRequests(c *gin.Context) {
