@@ -65,3 +65,10 @@ export const getVM = (id) => call('GET', vmPath(id));
 export const vmAction = (id, action) => call('POST', vmPath(id) + '/actions/' + action);
 export const deleteVM = (id) => call('DELETE', vmPath(id));
 export const consoleTicket = (id) => call('GET', vmPath(id) + '/console');
+
+// catalogue: the SSH keys a user keeps, and the policy's answer to an ask.
+const userPath = (name) => '/v1/users/' + encodeURIComponent(name);
+export const sshKeys = (user) => call('GET', userPath(user) + '/ssh-keys');
+export const setSSHKeys = (user, keys) => call('PUT', userPath(user) + '/ssh-keys', {keys});
+export const admission = (profile, hours) =>
+  call('GET', '/v1/profiles/' + encodeURIComponent(profile) + '/admission?hours=' + encodeURIComponent(hours));
