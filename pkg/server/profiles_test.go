@@ -162,7 +162,14 @@ func TestCreateUnservableRefused(t *testing.T) {
 	if rec.Code != 202 {
 		t.Fatalf("with no host: %d %v", rec.Code, body)
 	}
+	// Its retry with the same Idempotency-Key gets the same answer.
+	if rec, body := send(t, s, "POST", "/v1/vms", "ann-token", `{"profile":"h100-vgpu","name":"keyed"}`, "Idempotency-Key", "k1"); rec.Code != 202 {
+		t.Fatalf("with no host, keyed: %d %v", rec.Code, body)
+	}
 	l40sHost(t, st, "n1")
+	if rec, body := send(t, s, "POST", "/v1/vms", "ann-token", `{"profile":"h100-vgpu","name":"keyed"}`, "Idempotency-Key", "k1"); rec.Code != 202 || body["vm"] == nil {
+		t.Errorf("the keyed retry, a host up: %d %v", rec.Code, body)
+	}
 	tests := []struct {
 		name, body string
 		status     int
@@ -195,7 +202,7 @@ func TestCreateUnservableRefused(t *testing.T) {
 	for _, vm := range page.VMs {
 		names[vm.Name] = true
 	}
-	if len(page.VMs) != 3 || !names["early"] || !names["whole"] || !names["plain"] {
+	if len(page.VMs) != 4 || !names["keyed"] || !names["early"] || !names["whole"] || !names["plain"] {
 		t.Errorf("VMs %v; the refused ones were made", names)
 	}
 	// The host down, it queues again.

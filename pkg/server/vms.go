@@ -137,10 +137,6 @@ func (s *Server) createVM(c *gin.Context) {
 		}
 	}
 	ctx := c.Request.Context()
-	if prob := s.refuseUnservable(ctx, p); prob != nil {
-		s.writeProblem(c, prob)
-		return
-	}
 	key := c.GetHeader("Idempotency-Key")
 	canon, _ := json.Marshal(req)
 	sum := sha256.Sum256(canon)
@@ -153,6 +149,11 @@ func (s *Server) createVM(c *gin.Context) {
 		if s.replay(c, u.Name, key, hash) {
 			return
 		}
+	}
+	// A profile no reporting host can ever serve would queue forever.
+	if prob := s.refuseUnservable(ctx, p); prob != nil {
+		s.writeProblem(c, prob)
+		return
 	}
 	var waitReason string
 	if s.Admission != nil {
