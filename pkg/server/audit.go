@@ -84,6 +84,7 @@ var auditRoutes = map[string]auditRoute{
 	"POST /v1/auth/oidc/device/poll":      {"auth.devicelogin", ""},
 	"POST /v1/users/{name}/tokens":        {"token.create", "user/{name}"},
 	"DELETE /v1/users/{name}/tokens/{id}": {"token.revoke", "user/{name}/token/{id}"},
+	"PUT /v1/users/{name}/ssh-keys":       {"user.setkeys", "user/{name}"},
 	"POST /v1/reservations":               {"reservation.create", ""},
 	"DELETE /v1/reservations/{id}":        {"reservation.delete", "reservation/{id}"},
 	"POST /v1/admin/gpus/{addr}/drain":    {"gpu.drain", "gpu/{addr}"},

@@ -49,26 +49,28 @@ type route struct {
 	Errors []int
 }
 
-// profileDoc stands for a profile as the API serves it (pkg/config's JSON).
+// profileDoc stands for a profile as the API serves it: pkg/config's JSON
+// and api.Profile's fields (unservable) in one object.
 type profileDoc map[string]any
 
 var (
-	pVM      = param{Name: "id", In: "path", Description: "the VM's ID, or its name among the caller's VMs", Type: "string"}
-	pProfile = param{Name: "name", In: "path", Description: "the profile's name", Type: "string"}
-	pOpID    = param{Name: "id", In: "path", Description: "the operation's ID", Type: "string"}
-	pIdemKey = param{Name: "Idempotency-Key", In: "header", Description: "the same key with the same body gets the same answer (24 hours)", Type: "string"}
-	pAfter   = param{Name: "after", In: "query", Description: "the cursor of the next page (the previous page's next)", Type: "string"}
-	pLimit   = param{Name: "limit", In: "query", Description: "page size, 1–500 (default 100)", Type: "integer"}
-	pVMLimit = param{Name: "limit", In: "query", Description: "page size, 1–1000 (default 50)", Type: "integer"}
-	pState   = param{Name: "state", In: "query", Description: "only VMs in this state", Type: "string"}
-	pOwner   = param{Name: "owner", In: "query", Description: "only this user's (admins)", Type: "string"}
-	pEvVM    = param{Name: "vm", In: "query", Description: "only this VM's events (ID or name)", Type: "string"}
-	pEvAfter = param{Name: "after", In: "query", Description: "resume after this event ID (Last-Event-ID wins)", Type: "integer"}
-	pLastID  = param{Name: "Last-Event-ID", In: "header", Description: "resume after this event ID", Type: "integer"}
-	pUser    = param{Name: "name", In: "path", Description: "the user's name", Type: "string"}
-	pTokenID = param{Name: "id", In: "path", Description: "the token's ID", Type: "integer"}
-	pGPU     = param{Name: "addr", In: "path", Description: "the GPU's PCI address (0000:41:00.0 or 41:00.0)", Type: "string"}
-	p404     = []int{http.StatusNotFound}
+	pVM             = param{Name: "id", In: "path", Description: "the VM's ID, or its name among the caller's VMs", Type: "string"}
+	pProfile        = param{Name: "name", In: "path", Description: "the profile's name", Type: "string"}
+	pAdmissionHours = param{Name: "hours", In: "query", Description: "the lease asked for, from 1 to the profile's maximum (default: the profile's default)", Type: "integer"}
+	pOpID           = param{Name: "id", In: "path", Description: "the operation's ID", Type: "string"}
+	pIdemKey        = param{Name: "Idempotency-Key", In: "header", Description: "the same key with the same body gets the same answer (24 hours)", Type: "string"}
+	pAfter          = param{Name: "after", In: "query", Description: "the cursor of the next page (the previous page's next)", Type: "string"}
+	pLimit          = param{Name: "limit", In: "query", Description: "page size, 1–500 (default 100)", Type: "integer"}
+	pVMLimit        = param{Name: "limit", In: "query", Description: "page size, 1–1000 (default 50)", Type: "integer"}
+	pState          = param{Name: "state", In: "query", Description: "only VMs in this state", Type: "string"}
+	pOwner          = param{Name: "owner", In: "query", Description: "only this user's (admins)", Type: "string"}
+	pEvVM           = param{Name: "vm", In: "query", Description: "only this VM's events (ID or name)", Type: "string"}
+	pEvAfter        = param{Name: "after", In: "query", Description: "resume after this event ID (Last-Event-ID wins)", Type: "integer"}
+	pLastID         = param{Name: "Last-Event-ID", In: "header", Description: "resume after this event ID", Type: "integer"}
+	pUser           = param{Name: "name", In: "path", Description: "the user's name", Type: "string"}
+	pTokenID        = param{Name: "id", In: "path", Description: "the token's ID", Type: "integer"}
+	pGPU            = param{Name: "addr", In: "path", Description: "the GPU's PCI address (0000:41:00.0 or 41:00.0)", Type: "string"}
+	p404            = []int{http.StatusNotFound}
 
 	// login.go
 	pReturnTo  = param{Name: "return_to", In: "query", Description: "a path of this server to send the browser to after the sign-in, with the session token in the fragment", Type: "string"}
@@ -110,14 +112,15 @@ var coreAPIRoutes = []route{
 	{Method: "GET", Path: "/healthz", Summary: "Liveness: the process answers", Auth: authNone, Status: 200, Answer: map[string]string{}},
 	{Method: "GET", Path: "/readyz", Summary: "Readiness: configuration and every backend", Auth: authNone, Status: 200, Answer: map[string]string{}, Errors: []int{503}},
 	{Method: "GET", Path: "/openapi.json", Summary: "This document", Auth: authNone, Status: 200, Answer: map[string]any{}},
-	{Method: "GET", Path: "/v1/profiles", Summary: "The profiles the caller may use", Auth: authUser, Status: 200, Answer: []profileDoc{}},
-	{Method: "GET", Path: "/v1/profiles/{name}", Summary: "One profile the caller may use", Auth: authUser, Params: []param{pProfile}, Status: 200, Answer: profileDoc{}, Errors: p404},
-	{Method: "POST", Path: "/v1/vms", Summary: "Ask for a VM: it is queued, then created", Auth: authUser, Params: []param{pIdemKey}, Body: api.CreateVMRequest{}, Status: 202, Answer: api.CreateVMResponse{}, Errors: []int{400, 404, 409, 413, 422, 503}},
+	{Method: "GET", Path: "/v1/profiles", Summary: "The profiles the caller may use; unservable says why, when no GPU of the hosts that reported can ever give one", Auth: authUser, Status: 200, Answer: []profileDoc{}},
+	{Method: "GET", Path: "/v1/profiles/{name}/admission", Summary: "What the sharing policy would say now to the caller's asking for a VM of the profile for hours (default: the profile's): starts, waits or refused with the reason, the caller's quota and GPU-hour budgets, the window in force; nothing is made", Auth: authUser, Params: []param{pProfile, pAdmissionHours}, Status: 200, Answer: api.Admission{}, Errors: []int{404, 422, 503}},
+	{Method: "GET", Path: "/v1/profiles/{name}", Summary: "One profile the caller may use; unservable says why, when no GPU of the hosts that reported can ever give it", Auth: authUser, Params: []param{pProfile}, Status: 200, Answer: profileDoc{}, Errors: p404},
+	{Method: "POST", Path: "/v1/vms", Summary: "Ask for a VM: it is queued, then created; one of a profile no GPU of the hosts that reported can ever give is refused (422)", Auth: authUser, Params: []param{pIdemKey}, Body: api.CreateVMRequest{}, Status: 202, Answer: api.CreateVMResponse{}, Errors: []int{400, 404, 409, 413, 422, 503}},
 	{Method: "GET", Path: "/v1/vms", Summary: "The caller's VMs (admins: everyone's), oldest first, by pages; without addresses or console (GET /v1/vms/{id} has them)", Auth: authUser, Params: []param{pAfter, pVMLimit, pState, pOwner}, Status: 200, Answer: api.VMList{}, Errors: []int{400, 503}},
 	{Method: "GET", Path: "/v1/vms/{id}", Summary: "One VM; while it runs, also its guest's addresses and how to open its display, read live from the hypervisor (left out when it does not answer within 2s)", Auth: authUser, Params: []param{pVM}, Status: 200, Answer: api.VM{}, Errors: []int{404, 503}},
 	{Method: "DELETE", Path: "/v1/vms/{id}", Summary: "Delete a VM: its GPU is freed", Auth: authUser, Params: []param{pVM}, Status: 202, Answer: api.OperationResponse{}, Errors: []int{404, 409, 503}},
-	{Method: "POST", Path: "/v1/vms/{id}/actions/start", Summary: "Start a stopped VM on the GPU it kept (a device the host lost is made again); no body", Auth: authUser, Params: []param{pVM}, Status: 202, Answer: api.VMActionResponse{}, Errors: []int{400, 404, 409, 413, 503}},
-	{Method: "POST", Path: "/v1/vms/{id}/actions/stop", Summary: "Stop a running VM (ACPI, forced off after the shutdown timeout): it keeps its GPU and its lease runs on; no body", Auth: authUser, Params: []param{pVM}, Status: 202, Answer: api.VMActionResponse{}, Errors: []int{400, 404, 409, 413, 503}},
+	{Method: "POST", Path: "/v1/vms/{id}/actions/start", Summary: "Start a stopped VM: one with a GPU queues for one again, like a new VM (possibly another GPU), then boots with its own disk; one without boots at once; no body", Auth: authUser, Params: []param{pVM}, Status: 202, Answer: api.VMActionResponse{}, Errors: []int{400, 404, 409, 413, 503}},
+	{Method: "POST", Path: "/v1/vms/{id}/actions/stop", Summary: "Stop a running VM (ACPI, forced off after the shutdown timeout): it gives its GPU back and keeps its disk; its lease runs on; no body", Auth: authUser, Params: []param{pVM}, Status: 202, Answer: api.VMActionResponse{}, Errors: []int{400, 404, 409, 413, 503}},
 	{Method: "POST", Path: "/v1/vms/{id}/actions/reboot", Summary: "Ask a running VM's guest to restart; it stays running; no body", Auth: authUser, Params: []param{pVM}, Status: 202, Answer: api.VMActionResponse{}, Errors: []int{400, 404, 409, 413, 503}},
 	{Method: "POST", Path: "/v1/vms/{id}/actions/extend", Summary: "Add hours to the lease of a queued, running or stopped VM, up to its profile's maximum", Auth: authUser, Params: []param{pVM}, Body: api.ExtendVMRequest{}, Status: 200, Answer: api.VM{}, Errors: []int{400, 404, 409, 413, 422, 503}},
 	{Method: "GET", Path: "/v1/operations/{id}", Summary: "One operation of the caller's VMs", Auth: authUser, Params: []param{pOpID}, Status: 200, Answer: api.Operation{}, Errors: []int{404, 503}},
@@ -135,6 +138,8 @@ var coreAPIRoutes = []route{
 	{Method: "GET", Path: "/v1/users/{name}", Summary: "One user (admins, or the user)", Auth: authUser, Params: []param{pUser}, Status: 200, Answer: api.User{}, Errors: p404},
 	{Method: "GET", Path: "/v1/users/{name}/tokens", Summary: "A user's API tokens, never their secrets (admins, or the user)", Auth: authUser, Params: []param{pUser}, Status: 200, Answer: api.TokenList{}, Errors: p404},
 	{Method: "POST", Path: "/v1/users/{name}/tokens", Summary: "Make an API token; the answer shows it once (admins, or the user)", Auth: authUser, Params: []param{pUser}, Body: api.CreateTokenRequest{}, Status: 201, Answer: api.CreatedToken{}, Errors: []int{400, 404, 409, 413, 422}},
+	{Method: "GET", Path: "/v1/users/{name}/ssh-keys", Summary: "The SSH public keys a user keeps for new VMs (admins, or the user)", Auth: authUser, Params: []param{pUser}, Status: 200, Answer: api.SSHKeys{}, Errors: p404},
+	{Method: "PUT", Path: "/v1/users/{name}/ssh-keys", Summary: "Replace the SSH public keys a user keeps for new VMs; an empty list forgets them (admins, or the user)", Auth: authUser, Params: []param{pUser}, Body: api.SSHKeys{}, Status: 200, Answer: api.SSHKeys{}, Errors: []int{400, 404, 413, 422}},
 	{Method: "DELETE", Path: "/v1/users/{name}/tokens/{id}", Summary: "Revoke an API token (admins, or the user)", Auth: authUser, Params: []param{pUser, pTokenID}, Status: 204, Errors: p404},
 	{Method: "GET", Path: "/v1/hosts", Summary: "Every host (gpuvmd) with its health and free capacity", Auth: authUser, Status: 200, Answer: api.HostList{}},
 	{Method: "POST", Path: "/v1/admin/gpus/{addr}/drain", Summary: "Drain a GPU: it takes no new VMs, what it holds keeps running", Auth: authAdmin, Params: []param{pGPU}, Body: api.DrainRequest{}, Status: 200, Answer: api.GPUDrainState{}, Errors: []int{400, 404, 413, 422, 503}},

@@ -186,6 +186,7 @@ func (s *Server) routes() {
 	v1.POST("/logout", s.logout)
 	v1.GET("/profiles", s.listProfiles)
 	v1.GET("/profiles/:name", s.getProfile)
+	v1.GET("/profiles/:name/admission", s.profileAdmission) // profiles.go
 	vms := v1.Group("")
 	vms.POST("/vms", s.createVM)
 	vms.GET("/vms", s.listVMs)
@@ -224,6 +225,8 @@ func (s *Server) routes() {
 	self.GET("/tokens", s.listTokens)
 	self.POST("/tokens", s.createToken)
 	self.DELETE("/tokens/:id", s.revokeToken)
+	self.GET("/ssh-keys", s.getSSHKeys) // profiles.go
+	self.PUT("/ssh-keys", s.putSSHKeys)
 }
 
 func (s *Server) logRequests(c *gin.Context) {
@@ -358,17 +361,13 @@ func (s *Server) visibleProfiles(c *gin.Context) []*config.Profile {
 }
 
 func (s *Server) listProfiles(c *gin.Context) {
-	ps := s.visibleProfiles(c)
-	if ps == nil {
-		ps = []*config.Profile{}
-	}
-	c.JSON(http.StatusOK, ps)
+	c.JSON(http.StatusOK, s.profileViews(c.Request.Context(), s.visibleProfiles(c)))
 }
 
 func (s *Server) getProfile(c *gin.Context) {
 	for _, p := range s.visibleProfiles(c) {
 		if p.Name == c.Param("name") {
-			c.JSON(http.StatusOK, p)
+			c.JSON(http.StatusOK, s.profileViews(c.Request.Context(), []*config.Profile{p})[0])
 			return
 		}
 	}

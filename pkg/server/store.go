@@ -69,6 +69,7 @@ type AccountStore interface {
 	ListGroups(ctx context.Context) ([]store.Group, error)
 	CreateToken(ctx context.Context, user, name string, expiresAt *time.Time) (string, *store.APIToken, error)
 	ListTokens(ctx context.Context, user string) ([]store.APIToken, error)
+	SetUserSSHKeys(ctx context.Context, name string, keys []string) error
 	RevokeToken(ctx context.Context, user string, id int64) error
 	// Sign-in (login.go).
 	SignInDirectoryUser(ctx context.Context, d store.DirectoryUser) (*store.User, error)

@@ -30,6 +30,9 @@ type User struct {
 	// DisabledAt is when the directory's sync found the user gone: its
 	// tokens are refused, its VMs kept. nil: enabled.
 	DisabledAt *time.Time `gorm:"column:disabled_at" json:"disabled_at,omitempty"`
+	// SSHKeys are the public keys the user keeps for new VMs, one a line
+	// (SetUserSSHKeys); "" for none.
+	SSHKeys string `gorm:"column:ssh_keys;not null" json:"ssh_keys,omitempty"`
 	// Groups are the names of the user's groups, sorted; filled by the
 	// store from group_members, as Memberships, which say where each
 	// membership comes from.

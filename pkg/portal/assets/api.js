@@ -81,3 +81,9 @@ export async function desktopRDP(id) {
   if (!r.ok) throw new APIError(r.status, await r.json().catch(() => null));
   return r.text();
 }
+// catalogue: the SSH keys a user keeps, and the policy's answer to an ask.
+const userPath = (name) => '/v1/users/' + encodeURIComponent(name);
+export const sshKeys = (user) => call('GET', userPath(user) + '/ssh-keys');
+export const setSSHKeys = (user, keys) => call('PUT', userPath(user) + '/ssh-keys', {keys});
+export const admission = (profile, hours) =>
+  call('GET', '/v1/profiles/' + encodeURIComponent(profile) + '/admission?hours=' + encodeURIComponent(hours));
