@@ -43,7 +43,7 @@ Exit status: 0 done (or nothing to do), 1 a step failed or needs the admin
 			}
 			defer done()
 			e := doctor.PrepEnv{Sys: sys, Config: cfg, Simulated: preset != ""}
-			e.MIGMode = migModeProbe(o, preset, o.stateDir, getenv, cmd.ErrOrStderr())
+			e.MIGMode = newBackendProbe(o, preset, o.stateDir, getenv, cmd.ErrOrStderr()).migMode
 			if preset == "" && o.sysfsRoot == "" {
 				e.Run = func(ctx context.Context, name string, args ...string) ([]byte, error) {
 					return exec.CommandContext(ctx, name, args...).CombinedOutput()
