@@ -166,7 +166,9 @@ func checkLicensing(ctx context.Context, e Env) Finding {
 	dial := e.Dial
 	if dial == nil {
 		d := &net.Dialer{}
-		dial = func(ctx context.Context, network, address string) (net.Conn, error) { return d.DialContext(ctx, network, address) }
+		dial = func(ctx context.Context, network, address string) (net.Conn, error) {
+			return d.DialContext(ctx, network, address)
+		}
 	}
 	dctx, cancel := context.WithTimeout(ctx, dialTimeout)
 	defer cancel()
