@@ -31,7 +31,7 @@ every boot, before gpuvmd.
 --dry-run prints the steps and changes nothing. --sysfs-root writes into a
 captured tree (commands are reported, not run); --simulate prepares a
 simulated server. The MIG instances and vGPUs of VMs that ran before a reboot
-are not re-created here.
+are made again by gpuvmd when it starts (docs/install.md, "After a reboot").
 
 Exit status: 0 done (or nothing to do), 1 a step failed or needs the admin
 (a GPU reset), 2 wrong usage.`,
