@@ -41,7 +41,7 @@ func TestPreinstRefusesDowngradeOverNewerSchema(t *testing.T) {
 		{"upgrade over an older schema", ptr("7\n"), []string{"upgrade", "1.1.0"}, false, nil},
 		{"same schema", ptr("8\n"), []string{"upgrade", "1.2.1"}, false, nil},
 		{"downgrade over a newer schema", ptr("9\n"), []string{"upgrade", "1.3.0"}, true,
-			[]string{"refusing to install gpuvm 1.2.0", "schema version 9", "(gpuvm 1.3.0 migrated it)", "up to 8", "gpuvmd restore"}},
+			[]string{"refusing to install gpuvm 1.2.0", "schema version 9", "(gpuvm 1.3.0 is installed)", "up to 8", "gpuvmd restore"}},
 		{"reinstall after remove over a newer schema", ptr("12\n"), []string{"install"}, true,
 			[]string{"schema version 12", "up to 8"}},
 		{"a file that says nothing", ptr("\n"), []string{"upgrade", "1.3.0"}, false, nil},

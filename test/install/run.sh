@@ -134,11 +134,11 @@ dbschema=$(tr -cd 0-9 <"$root/var/lib/gpuvm/schema-version")
 older=$root/tmp/older
 dpkg-deb -R "$deb" "$older"
 sed -i "s/^Version: .*/Version: $version~older1/" "$older/DEBIAN/control"
-sed -i "s/^known=[0-9]*/known=$((dbschema - 1))/" "$older/DEBIAN/preinst"
+sed -i -e "s/^known=[0-9]*/known=$((dbschema - 1))/" -e "s/^version=.*/version=$version~older1/" "$older/DEBIAN/preinst"
 dpkg-deb -Znone -b "$older" "$root/tmp/gpuvm-older.deb" >/dev/null
 rm -rf "$older"
 check "a downgrade over schema $dbschema is refused" bash -c "! chroot '$root' env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin apt-get install -y -q --allow-downgrades --no-install-recommends /tmp/gpuvm-older.deb >'$root/tmp/older.log' 2>&1"
-check "the refusal names both schema versions" bash -c "grep -F 'schema version $dbschema' '$root/tmp/older.log' && grep -F 'up to $((dbschema - 1)) only' '$root/tmp/older.log'"
+check "the refusal names both schema versions" bash -c "grep -F 'refusing to install gpuvm $version~older1: the database is at schema version $dbschema' '$root/tmp/older.log' && grep -F 'up to $((dbschema - 1)) only' '$root/tmp/older.log'"
 check "the newer gpuvm stays installed" bash -c "[ \"\$(chroot '$root' dpkg-query -W -f='\${Version} \${Status}' gpuvm)\" = '$version+upgrade1 install ok installed' ]"
 
 check "apt-get remove" in_root apt-get remove -y -q gpuvm
