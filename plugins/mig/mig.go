@@ -468,7 +468,7 @@ func refuseForeignInstances(env *kit.Env, addr string, m *migGPU, profileID int)
 }
 
 // sameInstance reports whether a GPU instance is the one a device was made
-// on: at its placement, of its profile's size.
+// on: at its placement.
 func sameInstance(h nvml.GpuInstance, d backend.Device) bool {
 	info, ret := h.GetInfo()
 	if ret != nvml.SUCCESS {
