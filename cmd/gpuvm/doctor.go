@@ -126,8 +126,9 @@ Exit status: 0 nothing wrong (warnings may be printed), 1 a problem found,
 			} else {
 				e.NoRemoteClock = "SQLite: one server, no database server's clock to compare with (a fleet shares PostgreSQL)"
 			}
-			// Licensing has no configuration yet: LicenseServer stays "",
-			// and the check says "not configured".
+			if l := cfg.Server.Licensing; l != nil && l.Enabled {
+				e.LicenseServer, e.LicenseToken = l.LicenseServer, l.TokenFile
+			}
 			r := doctor.Run(cmd.Context(), e)
 			if asJSON {
 				err = doctor.WriteJSON(cmd.OutOrStdout(), r)

@@ -92,8 +92,11 @@ type Env struct {
 	// ok is false when it cannot be read here.
 	Driver func(ctx context.Context) (d Driver, ok bool, why string)
 	// LicenseServer is the licence server ("host:port") when licensing is
-	// configured; "" when it is not.
+	// configured and says it; "" when it is not.
 	LicenseServer string
+	// LicenseToken is the client configuration token file of the server's
+	// licensing block; "" without one.
+	LicenseToken string
 	// Dial connects to the licence server (net.Dialer when nil).
 	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
 	// Config is the configuration in /etc/gpuvm (an empty one without).
@@ -145,6 +148,7 @@ func Run(ctx context.Context, e Env) Report {
 	add(checkClock(ctx, e))
 	add(checkDriverBranch(ctx, e, modes))
 	add(checkLicensing(ctx, e))
+	add(checkLicenseToken(e))
 	return r
 }
 

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gpuvm/gpuvm/pkg/gpu"
+	"github.com/gpuvm/gpuvm/pkg/licensing"
 )
 
 // The checks of what lies beyond this host: the clock against the database
@@ -152,10 +153,29 @@ func checkDriverBranch(ctx context.Context, e Env, modes modeSet) Finding {
 // dialTimeout bounds the licence server's connect.
 const dialTimeout = 5 * time.Second
 
+// checkLicenseToken reads the client configuration token gpuvmd gives
+// the guests, as it will (licensing.ReadToken): a missing or wrong file
+// fails every licensed VM's creation.
+func checkLicenseToken(e Env) Finding {
+	f := Finding{Check: "licensing-token"}
+	if e.LicenseToken == "" {
+		f.Severity, f.Seen = Skipped, "not configured"
+		return f
+	}
+	f.Subject = e.LicenseToken
+	if _, err := licensing.ReadToken(e.LicenseToken); err != nil {
+		f.Severity, f.Seen = Error, firstLine(err.Error())+" (licensed VMs fail to be created)"
+		f.Fix = "download the client configuration token from the NVIDIA Licensing Portal or your DLS and put it at " + e.LicenseToken + " (mode 0600, owned by gpuvm)"
+		return f
+	}
+	f.Severity, f.Seen = OK, "a client configuration token"
+	return f
+}
+
 func checkLicensing(ctx context.Context, e Env) Finding {
 	f := Finding{Check: "licensing"}
 	if e.LicenseServer == "" {
-		f.Severity, f.Seen = Skipped, "not configured"
+		f.Severity, f.Seen = Skipped, "no license_server in the licensing configuration"
 		return f
 	}
 	f.Subject = e.LicenseServer

@@ -3,6 +3,8 @@ package doctor
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -142,7 +144,7 @@ func TestDoctorLicensing(t *testing.T) {
 		want         Severity
 		seen         []string
 	}{
-		{"not configured", "", nil, Skipped, []string{"not configured"}},
+		{"not configured", "", nil, Skipped, []string{"no license_server"}},
 		{"reachable", "dls.example:443", nil, OK, []string{"dls.example:443 accepts connections"}},
 		{"no port: HTTPS", "dls.example", nil, OK, []string{"dls.example:443"}},
 		{"unreachable", "dls.example:443", errors.New("dial tcp 10.0.0.9:443: i/o timeout"), Error, []string{"cannot reach dls.example:443", "i/o timeout"}},
@@ -152,6 +154,35 @@ func TestDoctorLicensing(t *testing.T) {
 			h := healthyFake()
 			h.license, h.dialErr = tc.server, tc.dialErr
 			wantFinding(t, findingOf(t, h, "licensing", nil), tc.want, tc.seen...)
+		})
+	}
+}
+
+// The token file gpuvmd gives the guests: read as gpuvmd reads it.
+func TestDoctorLicenseToken(t *testing.T) {
+	dir := t.TempDir()
+	good := filepath.Join(dir, "client.tok")
+	empty := filepath.Join(dir, "empty.tok")
+	if err := os.WriteFile(good, []byte("eyJhbGciOiJSUzI1NiJ9.e30.c2ln\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(empty, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name, token string
+		want        Severity
+		seen        []string
+	}{
+		{"not configured", "", Skipped, []string{"not configured"}},
+		{"a token", good, OK, []string{"a client configuration token"}},
+		{"empty", empty, Error, []string{"is empty", "licensed VMs fail"}},
+		{"missing", filepath.Join(dir, "nope.tok"), Error, []string{"no such file"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := healthyFake()
+			h.token = tc.token
+			wantFinding(t, findingOf(t, h, "licensing-token", nil), tc.want, tc.seen...)
 		})
 	}
 }

@@ -136,6 +136,7 @@ type fakeHost struct {
 	clock    *fakeClock
 	driver   *Driver // nil: not read
 	license  string
+	token    string // the licensing token file
 	dialErr  error
 }
 
@@ -170,6 +171,7 @@ func healthyFake() *fakeHost {
 		clock:   &fakeClock{now: time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC), skew: 40 * time.Millisecond},
 		driver:  &Driver{Version: "550.90.05", VGPUMin: "16.0", VGPUMax: "17.3"},
 		license: "dls.example:443",
+		token:   "testdata/client.tok", // a made-up token
 	}
 }
 
@@ -226,6 +228,7 @@ func (h *fakeHost) env(sys host.SysFS, cfg *config.Config) Env {
 			return *h.driver, true, ""
 		},
 		LicenseServer: h.license,
+		LicenseToken:  h.token,
 		Dial: func(_ context.Context, _, addr string) (net.Conn, error) {
 			if h.dialErr != nil {
 				return nil, h.dialErr
