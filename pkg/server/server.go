@@ -209,6 +209,7 @@ func (s *Server) routes() {
 	s.orphanRoutes(admin)                                   // orphans.go
 	v1.GET("/whoami", s.whoami)
 	v1.GET("/usage", s.usage)                      // usage.go
+	v1.GET("/usage/periods", s.usagePeriods)       // usage.go
 	admin.GET("/reports/summary", s.reportSummary) // report.go
 	v1.GET("/hosts", s.listHosts)
 	s.reservationRoutes(v1.Group("")) // reservations.go
