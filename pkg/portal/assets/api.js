@@ -65,3 +65,14 @@ export const getVM = (id) => call('GET', vmPath(id));
 export const vmAction = (id, action) => call('POST', vmPath(id) + '/actions/' + action);
 export const deleteVM = (id) => call('DELETE', vmPath(id));
 export const consoleTicket = (id) => call('GET', vmPath(id) + '/console');
+
+// book (pages/book.js): free capacity per hour, the caller's bookings,
+// booking and cancelling.
+export const bookingCapacity = (profile, from, to) => call('GET', '/v1/reservations/capacity?profile=' + encodeURIComponent(profile) +
+  '&from=' + encodeURIComponent(from.toISOString()) + '&to=' + encodeURIComponent(to.toISOString()) + '&step=1h');
+export const reservations = () => call('GET', '/v1/reservations');
+export const book = (body) => call('POST', '/v1/reservations', body);
+export const cancelReservation = (id) => call('DELETE', '/v1/reservations/' + encodeURIComponent(id));
+
+// usage (pages/usage.js): the caller's GPU-hours by day, week and month.
+export const usagePeriods = () => call('GET', '/v1/usage/periods');
