@@ -156,8 +156,10 @@ func TestBookAndUsagePages(t *testing.T) {
 	}
 	// The slots, next week and after, in Shanghai's wall-clock time.
 	now := time.Now().In(shanghai)
-	monday := time.Date(now.Year(), now.Month(), now.Day(), 0, 0, 0, 0, shanghai).AddDate(0, 0, -((int(now.Weekday())+6)%7))
-	at := func(week, day, hour int) time.Time { return monday.AddDate(0, 0, 7*week+day).Add(time.Duration(hour) * time.Hour) }
+	monday := time.Date(now.Year(), now.Month(), now.Day(), 0, 0, 0, 0, shanghai).AddDate(0, 0, -((int(now.Weekday()) + 6) % 7))
+	at := func(week, day, hour int) time.Time {
+		return monday.AddDate(0, 0, 7*week+day).Add(time.Duration(hour) * time.Hour)
+	}
 	slot := func(t time.Time) string { return fmt.Sprintf(`[data-slot="%s"]`, t.UTC().Format(time.RFC3339)) }
 	wed14, fri10, tue09 := at(1, 2, 14), at(1, 4, 10), at(1, 1, 9)
 	// An admin holds the GPU on Friday 10:00 the week after next.

@@ -235,7 +235,8 @@ function Calendar({cap, mine, profile, label, week, weekEnd, day, onBook, onShow
     const s = slots.get(key);
     if (!s || at.getHours() !== h) return html`<td class=${"slot none" + col}></td>`; // not in this week, or skipped by a DST change
     const when = fmtWhen.format(at);
-    const free = s.free >= most && most > 0 ? t('bookFreeMore', {n: s.free}) : t('bookFree', {n: s.free});
+    // Counted up to most: more may be free, unless most is the rules' limit.
+    const free = s.free >= most && most > 0 && !cap.rules.max_vms ? t('bookFreeMore', {n: s.free}) : t('bookFree', {n: s.free});
     const r = own.get(key);
     if (r) {
       return html`<td class=${"slot yours" + col}><button type="button" data-slot=${s.start} aria-label=${t('bookCellYours', {when, n: s.free})}
