@@ -123,3 +123,25 @@ func TestMayBook(t *testing.T) {
 		})
 	}
 }
+
+// BenchmarkFreeVMsWeek counts a week of hours (what the book page asks
+// for) on two H100s with a weekly booking in the way.
+func BenchmarkFreeVMsWeek(b *testing.B) {
+	need := scheduler.Need{Kind: gpu.KindMIG, Profile: "3g.40gb", Count: 1}
+	inv := h100s(b, 2)
+	lab, err := Book(Booking{ID: "lab", Owner: Owner{OwnerGroup, "staff"}, Need: need, VMs: 2, Start: monday.Add(4 * time.Hour), End: monday.Add(6 * time.Hour),
+		Repeat: Recurrence{Freq: Daily, Until: monday.AddDate(0, 0, 30)}}, BookOptions{Now: monday, Admin: true, Location: paris, Inventory: inv})
+	if err != nil {
+		b.Fatal(err)
+	}
+	o := BookOptions{Now: monday, Location: paris, Inventory: inv, Existing: []*Booking{lab}}
+	b.ResetTimer()
+	for range b.N {
+		for h := range 7 * 24 {
+			from := monday.Add(time.Duration(h) * time.Hour)
+			if _, _, err := FreeVMs(need, from, from.Add(time.Hour), o, 100); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+}

@@ -297,4 +297,19 @@ func TestBookAndUsagePages(t *testing.T) {
 		t.Errorf("%d elements carry a style attribute", styled)
 	}
 	b.check("usage")
+
+	// In Chinese, both pages have their words.
+	b.eval(`document.cookie = 'gpuvm_lang=zh-CN; path=/; samesite=strict'`, nil)
+	b.run(chromedp.Navigate(env.URL + "/usage"))
+	b.waitFor("the usage page in Chinese", `document.querySelector('#usage-week-text')`)
+	if s := b.text("main"); !strings.Contains(s, "我的用量") || !strings.Contains(s, "本周") || !strings.Contains(s, "GPU 小时") {
+		t.Errorf("usage in Chinese: %q", s)
+	}
+	b.check("usage-zh")
+	b.run(chromedp.Navigate(env.URL + "/book"))
+	b.waitFor("the book page in Chinese", `document.querySelector('#book-rules')`)
+	if s := b.text("main"); !strings.Contains(s, "你的预约") || !strings.Contains(s, "下一周") || !strings.Contains(s, "空闲") {
+		t.Errorf("book in Chinese: %q", s)
+	}
+	b.check("book-zh")
 }
