@@ -97,6 +97,8 @@ func TestReservationCapacity(t *testing.T) {
 		{"to before from", "profile=whole&from=2026-12-02T12:00:00Z&to=2026-12-02T11:00:00Z", 422, "to"},
 		{"too many slots", "profile=whole&from=2026-12-02T00:00:00Z&to=2027-01-30T00:00:00Z", 422, "to"},
 		{"from too far", "profile=whole&from=2030-12-02T00:00:00Z", 422, "from"},
+		{"an empty step", "profile=whole&step=", 422, "step"},
+		{"a bad range before no profile", "to=2026-12-01T00:00:00Z", 422, "to"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			code, _, got := capacity(t, "ann-token", tc.query)

@@ -549,9 +549,13 @@ func (s *Server) reservationCapacity(c *gin.Context) {
 		s.writeProblem(c, with(errUnavailable, "gpuvmd runs without a scheduler to book GPUs on"))
 		return
 	}
-	res := &store.Reservation{OwnerKind: store.OwnerUser, Owner: u.Name}
-	if !s.reservationNeed(c, api.CreateReservationRequest{Profile: c.Query("profile")}, res) {
-		return
+	// The range first, then the profile: a refusal names the first
+	// parameter that is wrong, in this order.
+	for _, name := range []string{"step", "from", "to"} {
+		if v, ok := c.GetQuery(name); ok && v == "" {
+			s.writeProblem(c, withField(errValidation, name, name+" is empty: give it a value, or leave it out"))
+			return
+		}
 	}
 	now := s.Store.Now()
 	step := defaultCapacityStep
@@ -592,6 +596,10 @@ func (s *Server) reservationCapacity(c *gin.Context) {
 		return
 	case to.Sub(from) > time.Duration(maxCapacitySlots)*step:
 		s.writeProblem(c, withField(errValidation, "to", fmt.Sprintf("from %s to %s is more than %d slots of %s", from.Format(time.RFC3339), to.Format(time.RFC3339), maxCapacitySlots, step)))
+		return
+	}
+	res := &store.Reservation{OwnerKind: store.OwnerUser, Owner: u.Name}
+	if !s.reservationNeed(c, api.CreateReservationRequest{Profile: c.Query("profile")}, res) {
 		return
 	}
 	cfg := s.config()

@@ -301,7 +301,9 @@ function BookForm({slot, p, label, cap, onDone, onCancel}) {
     const f = e.target.elements;
     const hours = Number(f.hours.value), weeks = repeat ? Number(f.weeks.value) : 1;
     const end = new Date(slot.start.getTime() + hours * HOUR);
-    const body = {profile: p.name, count: Number(f.count.value), start: slot.start.toISOString(), end: end.toISOString()};
+    // The hour under way is booked from now on.
+    const start = slot.start < new Date() ? new Date() : slot.start;
+    const body = {profile: p.name, count: Number(f.count.value), start: start.toISOString(), end: end.toISOString()};
     if (f.note.value.trim()) body.note = f.note.value.trim();
     if (weeks > 1) {
       // No occurrence starts at or after until: half a day after the
