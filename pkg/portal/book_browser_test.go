@@ -15,6 +15,7 @@ import (
 
 	"github.com/chromedp/cdproto/emulation"
 	"github.com/chromedp/chromedp"
+	"github.com/chromedp/chromedp/kb"
 
 	"github.com/gpuvm/gpuvm/pkg/api"
 	"github.com/gpuvm/gpuvm/pkg/backend"
@@ -185,6 +186,28 @@ func TestBookAndUsagePages(t *testing.T) {
 		t.Errorf("intro: %q", s)
 	}
 	b.check("book")
+
+	// From the keyboard: one cell is in the tab order, the arrows move,
+	// Enter opens the booking form and Escape closes it.
+	var tabStops int
+	var cell, moved string
+	b.eval(`document.querySelectorAll('#calendar button[tabindex="0"]').length`, &tabStops)
+	b.run(chromedp.Focus(`#calendar button[tabindex="0"]`, chromedp.ByQuery))
+	b.eval(`document.activeElement.dataset.cell`, &cell)
+	key, dh := kb.ArrowDown, 1
+	if strings.HasSuffix(cell, "-23") {
+		key, dh = kb.ArrowUp, -1
+	}
+	b.run(chromedp.KeyEvent(key))
+	b.waitFor("the focus moved", `document.activeElement.dataset.cell !== `+strconv.Quote(cell))
+	b.eval(`document.activeElement.dataset.cell`, &moved)
+	col, hour, _ := strings.Cut(cell, "-")
+	h, _ := strconv.Atoi(hour)
+	if tabStops != 1 || moved != fmt.Sprintf("%s-%d", col, h+dh) {
+		t.Errorf("%d tab stops; the focus went from %s to %s", tabStops, cell, moved)
+	}
+	b.run(chromedp.KeyEvent(kb.Enter), chromedp.WaitVisible(`#book-length`, chromedp.ByQuery), chromedp.KeyEvent(kb.Escape),
+		chromedp.WaitNotPresent(`dialog.book-form`, chromedp.ByQuery))
 
 	// Next week, Wednesday 14:00 for two hours.
 	b.run(chromedp.Click(`#next-week`, chromedp.ByQuery))

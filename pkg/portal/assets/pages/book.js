@@ -16,7 +16,7 @@ addWords({
     bookProfile: 'Machine', bookWeekNav: 'Week', bookPrevWeek: 'Previous week', bookThisWeek: 'This week', bookNextWeek: 'Next week',
     bookWeekOf: 'Week of {from} to {to}', bookDayNav: 'Day', bookCaption: 'Free capacity of {p} from {from} to {to}: choose a slot to book it.',
     bookHour: 'Hour', bookFree: '{n} free', bookFreeMore: '{n}+ free', bookFull: 'full', bookPast: 'past', bookYours: 'yours',
-    bookCellFree: '{when}: {free}, book it', bookCellFull: '{when}: nothing free', bookCellPast: '{when}: over',
+    bookCellFree: '{when}: {free}, book it', bookCellFull: '{when}: full, nothing free', bookCellPast: '{when}: past',
     bookCellYours: '{when}: yours, booked; {n} more free',
     bookRules: 'You may book up to {ahead} ahead, for at most {length} and {vms} VMs at a time.',
     bookRulesNone: 'No limit of the policy binds your bookings; the GPUs do.', bookMayNot: 'You may not book this machine: {why}',
@@ -41,7 +41,7 @@ addWords({
     bookProfile: '机器', bookWeekNav: '周', bookPrevWeek: '上一周', bookThisWeek: '本周', bookNextWeek: '下一周',
     bookWeekOf: '{from} 至 {to} 这一周', bookDayNav: '日', bookCaption: '{p} 从 {from} 到 {to} 的空闲资源：选择一个时段进行预约。',
     bookHour: '时间', bookFree: '空闲 {n}', bookFreeMore: '空闲 {n}+', bookFull: '已满', bookPast: '已过', bookYours: '你的',
-    bookCellFree: '{when}：{free}，点此预约', bookCellFull: '{when}：没有空闲', bookCellPast: '{when}：已过去',
+    bookCellFree: '{when}：{free}，点此预约', bookCellFull: '{when}：已满', bookCellPast: '{when}：已过',
     bookCellYours: '{when}：你的预约；另有 {n} 个空闲',
     bookRules: '你最多可提前 {ahead} 预约，每次最长 {length}，最多 {vms} 台虚拟机。',
     bookRulesNone: '策略没有限制你的预约，只受 GPU 数量限制。', bookMayNot: '你不能预约这台机器：{why}',
@@ -178,7 +178,7 @@ export default function Book({session}) {
       <h2 id="book-week">${t('bookWeekOf', {from: fmtDate.format(week), to: fmtDate.format(addDays(week, 6))})}</h2>
       ${cap && html`<${Rules} cap=${cap} />`}
       <${DayNav} week=${week} day=${day} setDay=${setDay} />
-      <${Calendar} cap=${cap} mine=${mine} profile=${profile} label=${words(profile)} week=${week} weekEnd=${weekEnd} day=${day}
+      <${Calendar} cap=${cap} mine=${mine} profile=${profile} label=${words(profile)} week=${week} weekEnd=${weekEnd} day=${day} setDay=${setDay}
         onBook=${setSlot} onShow=${(r) => document.getElementById('booking-' + r.id)?.focus()} />
       <${Mine} mine=${mine} words=${words} onCancel=${setCancel} />`}
     ${slot && p && html`<${BookForm} slot=${slot} p=${p} label=${words(p.name)} cap=${cap} onDone=${booked} onCancel=${() => setSlot(null)} />`}
@@ -207,7 +207,7 @@ function DayNav({week, day, setDay}) {
   </div>`;
 }
 
-function Calendar({cap, mine, profile, label, week, weekEnd, day, onBook, onShow}) {
+function Calendar({cap, mine, profile, label, week, weekEnd, day, setDay, onBook, onShow}) {
   const days = [0, 1, 2, 3, 4, 5, 6].map((i) => addDays(week, i));
   const slots = useMemo(() => {
     const m = new Map();
@@ -227,25 +227,57 @@ function Calendar({cap, mine, profile, label, week, weekEnd, day, onBook, onShow
   }, [mine, profile, week, weekEnd]);
   const most = cap ? cap.most : 0;
   const usable = cap && cap.rules.may_book && !cap.unavailable;
+  // One cell is in the tab order; the arrow keys, Home and End move
+  // among them (a grid's roving focus), Enter or Space books.
+  const [focus, setFocus] = useState(null);
+  const moved = useRef(false);
+  const first = useMemo(() => {
+    for (let i = 0; i < 7; i++) {
+      for (let h = 0; h < 24; h++) {
+        const at = addDays(week, i);
+        at.setHours(h, 0, 0, 0);
+        const s = slots.get(slotKey(at));
+        if (s && !s.past) return {i, h};
+      }
+    }
+    return {i: 0, h: 0};
+  }, [slots, week]);
+  const at = focus || first;
+  useEffect(() => {
+    if (!moved.current) return;
+    moved.current = false;
+    document.querySelector(`[data-cell="${at.i}-${at.h}"]`)?.focus();
+  }, [at.i, at.h]);
+  const onKey = (e) => {
+    const step = {ArrowUp: [0, -1], ArrowDown: [0, 1], ArrowLeft: [-1, 0], ArrowRight: [1, 0], Home: [0, -24], End: [0, 24]}[e.key];
+    if (!step) return;
+    e.preventDefault();
+    const i = Math.min(6, Math.max(0, at.i + step[0])), h = Math.min(23, Math.max(0, at.h + step[1]));
+    if (!document.querySelector(`[data-cell="${i}-${h}"]`)) return;
+    moved.current = true;
+    setFocus({i, h});
+    if (i !== at.i) setDay(i); // a phone shows the day moved to
+  };
   const cell = (d, h, i) => {
     const col = ` d${i}${i === day ? ' chosen' : ''}`;
-    const at = new Date(d);
-    at.setHours(h, 0, 0, 0);
-    const key = slotKey(at);
+    const when0 = new Date(d);
+    when0.setHours(h, 0, 0, 0);
+    const key = slotKey(when0);
     const s = slots.get(key);
-    if (!s || at.getHours() !== h) return html`<td class=${"slot none" + col}></td>`; // not in this week, or skipped by a DST change
-    const when = fmtWhen.format(at);
+    if (!s || when0.getHours() !== h) return html`<td class=${"slot none" + col}></td>`; // not in this week, or skipped by a DST change
+    const when = fmtWhen.format(when0);
+    const tab = at.i === i && at.h === h ? 0 : -1;
+    const btn = (label, text, onClick, off) => html`<button type="button" data-slot=${s.start} data-cell=${i + '-' + h} tabindex=${tab}
+      aria-label=${label} aria-disabled=${off ? 'true' : undefined} onFocus=${() => setFocus({i, h})}
+      onClick=${off ? undefined : onClick}>${text}</button>`;
     // Counted up to most: more may be free, unless most is the rules' limit.
     const free = s.free >= most && most > 0 && !cap.rules.max_vms ? t('bookFreeMore', {n: s.free}) : t('bookFree', {n: s.free});
     const r = own.get(key);
-    if (r) {
-      return html`<td class=${"slot yours" + col}><button type="button" data-slot=${s.start} aria-label=${t('bookCellYours', {when, n: s.free})}
-        onClick=${() => onShow(r)}>${t('bookYours')}</button></td>`;
-    }
-    if (s.past) return html`<td class=${"slot past" + col}><span aria-label=${t('bookCellPast', {when})} role="img">${t('bookPast')}</span></td>`;
-    if (s.free === 0) return html`<td class=${"slot full" + col}><span aria-label=${t('bookCellFull', {when})} role="img">${t('bookFull')}</span></td>`;
-    return html`<td class=${"slot free" + col}><button type="button" data-slot=${s.start} disabled=${!usable} aria-label=${t('bookCellFree', {when, free})}
-      onClick=${() => onBook({start: new Date(s.start), free: s.free})}>${free}</button></td>`;
+    if (r) return html`<td class=${"slot yours" + col}>${btn(t('bookCellYours', {when, n: s.free}), t('bookYours'), () => onShow(r), false)}</td>`;
+    if (s.past) return html`<td class=${"slot past" + col}>${btn(t('bookCellPast', {when}), t('bookPast'), null, true)}</td>`;
+    if (s.free === 0) return html`<td class=${"slot full" + col}>${btn(t('bookCellFull', {when}), t('bookFull'), null, true)}</td>`;
+    return html`<td class=${"slot free" + col}>${btn(t('bookCellFree', {when, free}), free,
+      () => onBook({start: new Date(s.start), free: s.free}), !usable)}</td>`;
   };
   const hours = [...Array(24).keys()];
   return html`<div class="calendar-wrap" aria-busy=${!cap}>
@@ -253,7 +285,7 @@ function Calendar({cap, mine, profile, label, week, weekEnd, day, onBook, onShow
       <caption class="sr-only">${t('bookCaption', {p: label, from: fmtDate.format(week), to: fmtDate.format(addDays(week, 6))})}</caption>
       <thead><tr><th scope="col">${t('bookHour')}</th>
         ${days.map((d, i) => html`<th scope="col" class=${'day d' + i + (i === day ? ' chosen' : '')}>${fmtDay.format(d)}</th>`)}</tr></thead>
-      <tbody>${hours.map((h) => html`<tr>
+      <tbody onKeyDown=${onKey}>${hours.map((h) => html`<tr>
         <th scope="row">${fmtHour.format(new Date(2000, 0, 1, h))}</th>
         ${days.map((d, i) => cell(d, h, i))}
       </tr>`)}</tbody>
