@@ -82,6 +82,10 @@ var (
 	pResFrom  = param{Name: "from", In: "query", Description: "only reservations with an occurrence ending after this RFC 3339 time (default: now)", Type: "string"}
 	pResTo    = param{Name: "to", In: "query", Description: "only reservations whose first occurrence starts before this RFC 3339 time", Type: "string"}
 	pResOwner = param{Name: "owner", In: "query", Description: "only this owner's: a user, or group:NAME (users: themselves or their groups)", Type: "string"}
+	pCapProf  = param{Name: "profile", In: "query", Description: "the profile to count free capacity of (one the caller may use)", Type: "string"}
+	pCapFrom  = param{Name: "from", In: "query", Description: "the first slot's start, an RFC 3339 time (default: this step's start, now truncated)", Type: "string"}
+	pCapTo    = param{Name: "to", In: "query", Description: "the end of the last slot, an RFC 3339 time (default: a week after from; at most 840 slots)", Type: "string"}
+	pCapStep  = param{Name: "step", In: "query", Description: "the slots' length, a duration from 15m to 24h (default 1h)", Type: "string"}
 
 	// audit.go
 	pAuditUser    = param{Name: "user", In: "query", Description: "only this user's entries", Type: "string"}
@@ -96,12 +100,13 @@ var (
 	pAlertRule  = param{Name: "rule", In: "query", Description: "only this rule's alerts", Type: "string"}
 
 	// usage.go, report.go
-	pFrom      = param{Name: "from", In: "query", Description: "start of the range, RFC 3339 (default: 30 days before to)", Type: "string"}
-	pTo        = param{Name: "to", In: "query", Description: "end of the range, RFC 3339, excluded (default: now); at most 400 days after from", Type: "string"}
-	pUsageBy   = param{Name: "by", In: "query", Description: "grouping: user (default), group, profile, gpu, host or vm", Type: "string"}
-	pUsageUser = param{Name: "user", In: "query", Description: "only this user's VMs (admins; a user sees only their own)", Type: "string"}
-	pTZ        = param{Name: "tz", In: "query", Description: "IANA time zone of the weekday × hour heatmaps (default: the server's)", Type: "string"}
-	pIdleBelow = param{Name: "idle_below", In: "query", Description: "utilisation (0..1) under which a VM counts as idle (default 0.1)", Type: "number"}
+	pPeriodsUser = param{Name: "user", In: "query", Description: "whose usage (default: the caller's; another user's: admins only)", Type: "string"}
+	pFrom        = param{Name: "from", In: "query", Description: "start of the range, RFC 3339 (default: 30 days before to)", Type: "string"}
+	pTo          = param{Name: "to", In: "query", Description: "end of the range, RFC 3339, excluded (default: now); at most 400 days after from", Type: "string"}
+	pUsageBy     = param{Name: "by", In: "query", Description: "grouping: user (default), group, profile, gpu, host or vm", Type: "string"}
+	pUsageUser   = param{Name: "user", In: "query", Description: "only this user's VMs (admins; a user sees only their own)", Type: "string"}
+	pTZ          = param{Name: "tz", In: "query", Description: "IANA time zone of the weekday × hour heatmaps (default: the server's)", Type: "string"}
+	pIdleBelow   = param{Name: "idle_below", In: "query", Description: "utilisation (0..1) under which a VM counts as idle (default 0.1)", Type: "number"}
 )
 
 // apiRoutes is every route of the API: those of this table, and the
@@ -149,6 +154,7 @@ var coreAPIRoutes = []route{
 	{Method: "GET", Path: "/metrics", Summary: "Prometheus metrics (text format; docs/metrics.md); open to all unless server.monitor.metrics_auth = \"token\", which wants any valid API token", Auth: authNone, Status: 200, Answer: "", ContentType: "text/plain; version=0.0.4", Errors: []int{401, 503}},
 	{Method: "GET", Path: "/v1/alerts", Summary: "Alerts of the policy's alert rules, newest first, by pages", Auth: authAdmin, Params: []param{pAlertState, pAlertRule, pAfter, pLimit}, Status: 200, Answer: api.AlertList{}, Errors: []int{400, 503}},
 	{Method: "GET", Path: "/v1/usage", Summary: "GPU-hours held in a range, weighted by the share of each GPU, with the utilisation achieved, grouped (users: their own; admins: everyone's)", Auth: authUser, Params: []param{pFrom, pTo, pUsageBy, pUsageUser}, Status: 200, Answer: api.UsageReport{}, Errors: []int{403, 422, 503}},
+	{Method: "GET", Path: "/v1/usage/periods", Summary: "A user's GPU-hours this day, week (from Monday) and month of the policy's time zone against their GPU-hour quotas, with the utilisation achieved and the idle time, and day by day (users: their own; admins: anyone's)", Auth: authUser, Params: []param{pPeriodsUser}, Status: 200, Answer: api.UsagePeriods{}, Errors: []int{403, 404, 503}},
 	{Method: "GET", Path: "/v1/reports/summary", Summary: "Everything the periodic review report shows: usage, idle VMs, queue waits, weekday × hour heatmaps, notes", Auth: authAdmin, Params: []param{pFrom, pTo, pTZ, pIdleBelow}, Status: 200, Answer: api.ReportSummary{}, Errors: []int{422, 503}},
 	// audit.go
 	{Method: "GET", Path: "/v1/admin/audit", Summary: "The audit log: every state-changing request and every console or tunnel ticket issued and connection opened, newest first, by pages; no route changes it",
@@ -158,6 +164,7 @@ var coreAPIRoutes = []route{
 	// reservations.go
 	{Method: "POST", Path: "/v1/reservations", Summary: "Book GPU capacity ahead for the caller (admins: for a user or a group), once or weekly/daily; refused with 409 when the GPUs cannot honour it then", Auth: authUser, Body: api.CreateReservationRequest{}, Status: 201, Answer: api.Reservation{}, Errors: []int{400, 403, 404, 409, 413, 422, 503}},
 	{Method: "GET", Path: "/v1/reservations", Summary: "The reservations not over (or in a range) that the caller may see: their own, their groups', those they made (admins: all), by start", Auth: authUser, Params: []param{pResFrom, pResTo, pResOwner}, Status: 200, Answer: api.ReservationList{}, Errors: []int{403, 422, 503}},
+	{Method: "GET", Path: "/v1/reservations/capacity", Summary: "For a calendar to book from: per slot, how many VMs of a profile a booking could get (the GPUs less the reservations made and the VMs whose leases run into it), and the caller's booking rules", Auth: authUser, Params: []param{pCapProf, pCapFrom, pCapTo, pCapStep}, Status: 200, Answer: api.ReservationCapacity{}, Errors: []int{404, 422, 503}},
 	{Method: "GET", Path: "/v1/reservations/{id}", Summary: "One reservation the caller may see, with its next occurrences", Auth: authUser, Params: []param{pResID}, Status: 200, Answer: api.Reservation{}, Errors: []int{404, 503}},
 	{Method: "DELETE", Path: "/v1/reservations/{id}", Summary: "Cancel a reservation (its owner, who booked it, or an admin)", Auth: authUser, Params: []param{pResID}, Status: 204, Errors: []int{403, 404, 503}},
 }

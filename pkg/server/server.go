@@ -211,6 +211,7 @@ func (s *Server) routes() {
 	s.orphanRoutes(admin)                                   // orphans.go
 	v1.GET("/whoami", s.whoami)
 	v1.GET("/usage", s.usage)                      // usage.go
+	v1.GET("/usage/periods", s.usagePeriods)       // usage.go
 	admin.GET("/reports/summary", s.reportSummary) // report.go
 	v1.GET("/hosts", s.listHosts)
 	v1.GET("/rules", s.getRules)      // rules.go: the policy in plain language

@@ -87,3 +87,13 @@ export const sshKeys = (user) => call('GET', userPath(user) + '/ssh-keys');
 export const setSSHKeys = (user, keys) => call('PUT', userPath(user) + '/ssh-keys', {keys});
 export const admission = (profile, hours) =>
   call('GET', '/v1/profiles/' + encodeURIComponent(profile) + '/admission?hours=' + encodeURIComponent(hours));
+// book (pages/book.js): free capacity per hour, the caller's bookings,
+// booking and cancelling.
+export const bookingCapacity = (profile, from, to) => call('GET', '/v1/reservations/capacity?profile=' + encodeURIComponent(profile) +
+  '&from=' + encodeURIComponent(from.toISOString()) + '&to=' + encodeURIComponent(to.toISOString()) + '&step=1h');
+export const reservations = () => call('GET', '/v1/reservations');
+export const book = (body) => call('POST', '/v1/reservations', body);
+export const cancelReservation = (id) => call('DELETE', '/v1/reservations/' + encodeURIComponent(id));
+
+// usage (pages/usage.js): the caller's GPU-hours by day, week and month.
+export const usagePeriods = () => call('GET', '/v1/usage/periods');
