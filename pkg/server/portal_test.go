@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/gpuvm/gpuvm/pkg/api"
+	"github.com/gpuvm/gpuvm/pkg/config"
 	"github.com/gpuvm/gpuvm/pkg/portal"
 	"github.com/gpuvm/gpuvm/pkg/store"
 )
@@ -65,7 +66,7 @@ func TestPortalSession(t *testing.T) {
 	if err := json.Unmarshal(rec.Body.Bytes(), &sess); err != nil || sess.User.Name != "ann" || sess.CSRFToken == "" {
 		t.Fatalf("session %+v, %v", sess, err)
 	}
-	if !sess.ExpiresAt.After(e.clock.Now().Add(SessionTTL - time.Minute)) {
+	if !sess.ExpiresAt.After(e.clock.Now().Add(config.DefaultSessionTTL - time.Minute)) {
 		t.Errorf("expires %v", sess.ExpiresAt)
 	}
 	cookies := rec.Result().Cookies()

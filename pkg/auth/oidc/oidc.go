@@ -404,3 +404,14 @@ func (l *Lazy) PollDevice(id string) (auth.Identity, error) {
 	}
 	return p.PollDevice(id)
 }
+
+// SupportsDevice says whether the provider offers the device authorization
+// grant (a device_authorization_endpoint in its discovery document).
+func (p *Provider) SupportsDevice() bool { return p.oauth.Endpoint.DeviceAuthURL != "" }
+
+// SupportsDevice is Provider.SupportsDevice, after discovery; false while
+// the provider cannot be discovered.
+func (l *Lazy) SupportsDevice(ctx context.Context) bool {
+	p, err := l.get(ctx)
+	return err == nil && p.SupportsDevice()
+}
