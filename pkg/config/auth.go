@@ -44,10 +44,10 @@ type OIDC struct {
 	// DisplayName names the provider on the portal's sign-in button
 	// ("Sign in with DisplayName"); "": the issuer's host name.
 	DisplayName   string   `json:"display_name"`
-	Scopes         []string `json:"scopes"`
-	UsernameClaim  string   `json:"username_claim"`
-	GroupsClaim    string   `json:"groups_claim"`
-	AdminGroups    []string `json:"admin_groups"`
+	Scopes        []string `json:"scopes"`
+	UsernameClaim string   `json:"username_claim"`
+	GroupsClaim   string   `json:"groups_claim"`
+	AdminGroups   []string `json:"admin_groups"`
 	// AllowedGroups, when set, lets in only their members.
 	AllowedGroups []string `json:"allowed_groups"`
 }
