@@ -1,12 +1,18 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -45,7 +51,7 @@ func TestPasswordLogin(t *testing.T) {
 		t.Errorf("login: %q", out)
 	}
 	saved, err := os.ReadFile(filepath.Join(home, ".config", "gpuvm", "config.hcl"))
-	if err != nil || !strings.Contains(string(saved), `token = "gpuvm_`) {
+	if err != nil || !strings.Contains(string(saved), `token = "gvs_`) {
 		t.Fatalf("saved config: %s %v", saved, err)
 	}
 	c.term = nil
@@ -117,6 +123,69 @@ func TestSSOLogin(t *testing.T) {
 	}
 	c := newCLI(t, map[string]string{"HOME": home})
 	if out := c.must("whoami"); out != "bob (from oidc), groups: gpu-admins (oidc), ml101 (oidc) on "+env.URL+"\n" {
+		t.Errorf("whoami: %q", out)
+	}
+}
+
+// TestSSOLoopbackLogin: gpuvm login URL --sso against a real OpenID
+// provider without the device grant: the loopback redirect. The "browser"
+// (the open seam) follows the URL gpuvm opens, signs in at the provider's
+// form and is sent back to gpuvm's listener on 127.0.0.1.
+func TestSSOLoopbackLogin(t *testing.T) {
+	var backend atomic.Pointer[url.URL]
+	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		httputil.NewSingleHostReverseProxy(backend.Load()).ServeHTTP(w, r)
+	}))
+	t.Cleanup(front.Close)
+	callback := front.URL + "/v1/auth/oidc/callback"
+	op := oidctest.Start(t, nil, callback, oidctest.WithoutDevice())
+	prov := oidc.NewLazy(config.OIDC{Issuer: op.Issuer, ClientID: oidctest.ClientID, ClientSecretFile: op.SecretFile, RedirectURL: callback,
+		Scopes: config.DefaultOIDCScopes, UsernameClaim: "preferred_username", GroupsClaim: "groups"}, nil)
+	env := clienttest.New(t, clienttest.Options{OIDC: prov})
+	u, _ := url.Parse(env.URL)
+	backend.Store(u)
+
+	var mu sync.Mutex
+	var visited []string
+	browse := func(start string) error {
+		go func() {
+			back := oidctest.SignIn(t, start, callback, "alice", "alice-pw")
+			browser := &http.Client{Timeout: 10 * time.Second, CheckRedirect: func(r *http.Request, _ []*http.Request) error {
+				mu.Lock()
+				visited = append(visited, r.URL.String())
+				mu.Unlock()
+				return nil
+			}}
+			resp, err := browser.Get(back.String())
+			if err != nil {
+				t.Errorf("the browser's way back: %v", err)
+				return
+			}
+			resp.Body.Close()
+		}()
+		return nil
+	}
+	home := t.TempDir()
+	var stdout, stderr bytes.Buffer
+	ctx := context.WithValue(context.Background(), consoleSeamsKey{}, &consoleSeams{open: browse})
+	root := newRoot(func(k string) string { return map[string]string{"HOME": home}[k] }, &stdout, &stderr)
+	root.SetArgs([]string{"login", front.URL, "--sso"})
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if err := root.ExecuteContext(ctx); err != nil {
+		t.Fatalf("login --sso: %v\n%s", err, stderr.String())
+	}
+	if !strings.HasPrefix(stdout.String(), "Signed in to "+front.URL+" as alice, groups: ml101 (oidc) until ") ||
+		!strings.Contains(stderr.String(), front.URL+"/v1/auth/oidc/start?") || !strings.Contains(stderr.String(), "code_challenge_method=S256") {
+		t.Errorf("login --sso: %q %q", stdout.String(), stderr.String())
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(visited) != 1 || !strings.HasPrefix(visited[0], "http://127.0.0.1:") || strings.Contains(visited[0], "gvs_") {
+		t.Errorf("the browser went to %q, want gpuvm's listener with a code only", visited)
+	}
+	c := newCLI(t, map[string]string{"HOME": home})
+	if out := c.must("whoami"); out != "alice (from oidc), groups: ml101 (oidc) on "+front.URL+"\n" {
 		t.Errorf("whoami: %q", out)
 	}
 }
