@@ -269,6 +269,12 @@ func (s *Server) oidcCallback(c *gin.Context) {
 		s.loginLimits.byIP.add(ip, start)
 		auditReason(c, reason)
 		slowRefusal(c, start)
+		if strings.Contains(c.GetHeader("Accept"), "text/html") {
+			// A browser: back to the portal's sign-in page, which says so.
+			c.Header("Cache-Control", "no-store")
+			continuePage(c, http.StatusUnauthorized, "The sign-in failed.", "/login?sso=failed")
+			return
+		}
 		s.writeProblem(c, errOIDCRefused)
 	}
 	state := c.Query("state")
@@ -311,7 +317,7 @@ func (s *Server) oidcCallback(c *gin.Context) {
 	if returnTo == "" || !validReturnTo(returnTo) {
 		returnTo = "/"
 	}
-	continuePage(c, returnTo)
+	continuePage(c, http.StatusOK, "Signed in.", returnTo)
 }
 
 // continuePageHTML goes on to a path of this server. A redirect would do
@@ -321,15 +327,17 @@ func (s *Server) oidcCallback(c *gin.Context) {
 // navigation of this site, which sends it. No script (the CSP has none).
 var continuePageHTML = template.Must(template.New("continue").Parse(`<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><meta name="robots" content="noindex">
-<meta http-equiv="refresh" content="0;url={{.}}"><title>Signed in · gpuvm</title></head>
-<body><main><p>Signed in. <a href="{{.}}">Continue</a></p></main></body></html>
+<meta http-equiv="refresh" content="0;url={{.Path}}"><title>{{.Text}} · gpuvm</title></head>
+<body><main><p>{{.Text}} <a href="{{.Path}}">Continue</a></p></main></body></html>
 `))
 
-func continuePage(c *gin.Context, path string) {
+// continuePage answers status with a page that says text and goes on to
+// path (a path of this server).
+func continuePage(c *gin.Context, status int, text, path string) {
 	c.Header("Content-Type", "text/html; charset=utf-8")
 	c.Header("Referrer-Policy", "no-referrer")
-	c.Status(http.StatusOK)
-	_ = continuePageHTML.Execute(c.Writer, path)
+	c.Status(status)
+	_ = continuePageHTML.Execute(c.Writer, struct{ Text, Path string }{text, path})
 }
 
 // randomCode is 32 random bytes in base64url.

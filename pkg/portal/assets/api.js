@@ -65,3 +65,13 @@ export const getVM = (id) => call('GET', vmPath(id));
 export const vmAction = (id, action) => call('POST', vmPath(id) + '/actions/' + action);
 export const deleteVM = (id) => call('DELETE', vmPath(id));
 export const consoleTicket = (id) => call('GET', vmPath(id) + '/console');
+
+// login.js: the ways of signing in, and the password sign-in (a cookie
+// session, as with a token).
+export const authMethods = () => call('GET', '/v1/auth/methods', undefined, {signingIn: true});
+
+export async function signInPassword(username, password) {
+  const s = await call('POST', '/v1/session', {username, password}, {signingIn: true});
+  csrf = s.csrf_token;
+  return s;
+}
