@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"net/http"
+	"net/http/cookiejar"
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
@@ -149,14 +150,23 @@ func TestSSOLoopbackLogin(t *testing.T) {
 	var visited []string
 	browse := func(start string) error {
 		go func() {
-			back := oidctest.SignIn(t, start, callback, "alice", "alice-pw")
-			browser := &http.Client{Timeout: 10 * time.Second, CheckRedirect: func(r *http.Request, _ []*http.Request) error {
+			// The browser's own cookies: gpuvmd binds the sign-in to them.
+			jar, _ := cookiejar.New(nil)
+			first := &http.Client{Jar: jar, Timeout: 10 * time.Second, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+			resp, err := first.Get(start)
+			if err != nil || resp.StatusCode != http.StatusFound {
+				t.Errorf("the browser opens %s: %v %v", start, resp, err)
+				return
+			}
+			resp.Body.Close()
+			back := oidctest.SignIn(t, resp.Header.Get("Location"), callback, "alice", "alice-pw")
+			browser := &http.Client{Jar: jar, Timeout: 10 * time.Second, CheckRedirect: func(r *http.Request, _ []*http.Request) error {
 				mu.Lock()
 				visited = append(visited, r.URL.String())
 				mu.Unlock()
 				return nil
 			}}
-			resp, err := browser.Get(back.String())
+			resp, err = browser.Get(back.String())
 			if err != nil {
 				t.Errorf("the browser's way back: %v", err)
 				return

@@ -61,6 +61,9 @@ var (
 	errOIDCRefused  = with(errUnauthenticated, "the sign-in with the OpenID provider failed; start again")
 )
 
+// oidcStateCookie binds a sign-in's state to the browser that started it.
+const oidcStateCookie = "gpuvm_oidc_state"
+
 // Bounds of loopback sign-ins.
 const (
 	loopbackStartTTL = 10 * time.Minute // the provider's part
@@ -247,6 +250,12 @@ func (s *Server) oidcStart(c *gin.Context) {
 	if lb != nil {
 		s.loopbacks.addStart(state, *lb)
 	}
+	// The state is bound to this browser: the callback wants it back in
+	// this cookie too, so that nobody can finish their own sign-in in
+	// somebody else's browser (login CSRF). Lax: the provider's redirect to
+	// the callback is a top-level navigation from another site.
+	http.SetCookie(c.Writer, &http.Cookie{Name: oidcStateCookie, Value: state, Path: "/v1/auth/oidc/callback", MaxAge: int(loopbackStartTTL.Seconds()),
+		HttpOnly: true, Secure: secureRequest(c.Request), SameSite: http.SameSiteLaxMode})
 	c.Header("Cache-Control", "no-store")
 	c.Redirect(http.StatusFound, authURL)
 }
@@ -279,6 +288,14 @@ func (s *Server) oidcCallback(c *gin.Context) {
 	}
 	state := c.Query("state")
 	lb, isLoopback := s.loopbacks.takeStart(state)
+	bound, _ := c.Request.Cookie(oidcStateCookie)
+	http.SetCookie(c.Writer, &http.Cookie{Name: oidcStateCookie, Value: "", Path: "/v1/auth/oidc/callback", MaxAge: -1,
+		HttpOnly: true, Secure: secureRequest(c.Request), SameSite: http.SameSiteLaxMode})
+	if bound == nil || subtle.ConstantTimeCompare([]byte(bound.Value), []byte(state)) != 1 {
+		_, _, _ = s.OIDC.Finish(c.Request.Context(), state, "") // forget the start
+		refuse("the state is not the one this browser started with")
+		return
+	}
 	if e := c.Query("error"); e != "" {
 		_, _, _ = s.OIDC.Finish(c.Request.Context(), state, "") // forget the start
 		refuse("the provider answered " + clip(e, 60))

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"net/http/cookiejar"
 	"net/http/httptest"
 	"net/url"
 	"slices"
@@ -26,6 +27,9 @@ type oidcEnv struct {
 	hs       *httptest.Server
 	callback string
 	noFollow *http.Client
+	// otherBrowser: the callback comes from a browser other than the
+	// start's (login CSRF).
+	otherBrowser bool
 }
 
 func newOIDCEnv(t *testing.T, opts ...oidctest.Option) *oidcEnv {
@@ -40,7 +44,8 @@ func newOIDCEnv(t *testing.T, opts ...oidctest.Option) *oidcEnv {
 		AllowedGroups: []string{"ml101"}}, nil)
 	e.st = storetest.New(t)
 	e.s = New(Deps{Auth: e.st, OIDC: prov, Backends: fakeBackends{}, Store: e.st})
-	e.noFollow = &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	jar, _ := cookiejar.New(nil)
+	e.noFollow = &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	return e
 }
 
@@ -53,12 +58,21 @@ func (e *oidcEnv) signIn(t *testing.T, query url.Values, user, password string) 
 		t.Fatalf("start: %v %v", resp, err)
 	}
 	back := oidctest.SignIn(t, resp.Header.Get("Location"), e.callback, user, password)
-	resp, err = e.noFollow.Get(back.String())
+	resp, err = e.browser(back)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { resp.Body.Close() })
 	return resp
+}
+
+// browser gets the callback's URL with the cookies of the start, unless
+// another browser is asked for.
+func (e *oidcEnv) browser(back *url.URL) (*http.Response, error) {
+	if e.otherBrowser {
+		return (&http.Client{CheckRedirect: e.noFollow.CheckRedirect}).Get(back.String())
+	}
+	return e.noFollow.Get(back.String())
 }
 
 // TestOIDCPortalSignIn: the portal's way: /v1/auth/oidc/start sends the
@@ -74,11 +88,10 @@ func TestOIDCPortalSignIn(t *testing.T) {
 
 	resp := e.signIn(t, url.Values{"return_to": {"/vms"}}, "alice", "alice-pw")
 	body, _ := io.ReadAll(resp.Body)
-	cookies := resp.Cookies()
-	if resp.StatusCode != http.StatusOK || resp.Header.Get("Location") != "" || len(cookies) != 1 {
-		t.Fatalf("callback: %d %q %v", resp.StatusCode, resp.Header.Get("Location"), cookies)
+	ck := sessionCookieOf(resp)
+	if resp.StatusCode != http.StatusOK || resp.Header.Get("Location") != "" || ck == nil {
+		t.Fatalf("callback: %d %q %v", resp.StatusCode, resp.Header.Get("Location"), resp.Cookies())
 	}
-	ck := cookies[0]
 	if ck.Name != api.SessionCookie || !ck.HttpOnly || ck.SameSite != http.SameSiteStrictMode || !strings.HasPrefix(ck.Value, store.SessionPrefix) || strings.Contains(string(body), ck.Value) {
 		t.Fatalf("cookie %+v", ck)
 	}
@@ -104,9 +117,17 @@ func TestOIDCPortalSignIn(t *testing.T) {
 	// same 401, no cookie.
 	resp = e.signIn(t, url.Values{"return_to": {"/"}}, "eve", "eve-pw")
 	refusal, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != http.StatusUnauthorized || len(resp.Cookies()) != 0 || !strings.Contains(string(refusal), "failed; start again") {
+	if resp.StatusCode != http.StatusUnauthorized || sessionCookieOf(resp) != nil || !strings.Contains(string(refusal), "failed; start again") {
 		t.Errorf("eve (outsiders): %d %s", resp.StatusCode, refusal)
 	}
+	// A sign-in finished in another browser than the one that started it
+	// (somebody else's, lured to the callback): refused.
+	e.otherBrowser = true
+	resp = e.signIn(t, url.Values{"return_to": {"/"}}, "alice", "alice-pw")
+	if b, _ := io.ReadAll(resp.Body); resp.StatusCode != http.StatusUnauthorized || string(b) != string(refusal) || sessionCookieOf(resp) != nil {
+		t.Errorf("the callback in another browser: %d %s %v", resp.StatusCode, b, resp.Cookies())
+	}
+	e.otherBrowser = false
 	for _, q := range []string{"?state=forged&code=x", "?error=access_denied&state=x"} {
 		resp, err := e.noFollow.Get(e.callback + q)
 		if err != nil {
@@ -114,7 +135,7 @@ func TestOIDCPortalSignIn(t *testing.T) {
 		}
 		b, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		if resp.StatusCode != http.StatusUnauthorized || string(b) != string(refusal) || len(resp.Cookies()) != 0 {
+		if resp.StatusCode != http.StatusUnauthorized || string(b) != string(refusal) || sessionCookieOf(resp) != nil {
 			t.Errorf("callback %s: %d %s", q, resp.StatusCode, b)
 		}
 	}
@@ -125,7 +146,8 @@ func TestOIDCPortalSignIn(t *testing.T) {
 			reasons = append(reasons, en.Detail)
 		}
 	}
-	if len(reasons) != 3 || !slices.ContainsFunc(reasons, func(r string) bool { return strings.Contains(r, "allowed") }) {
+	if len(reasons) != 4 || !slices.ContainsFunc(reasons, func(r string) bool { return strings.Contains(r, "allowed") }) ||
+		!slices.ContainsFunc(reasons, func(r string) bool { return strings.Contains(r, "this browser") }) {
 		t.Errorf("audit of the refusals: %q", reasons)
 	}
 
@@ -154,7 +176,7 @@ func TestOIDCLoopbackSignIn(t *testing.T) {
 		resp := e.signIn(t, url.Values{"redirect_uri": {redirect}, "code_challenge": {oauth2.S256ChallengeFromVerifier(verifier)},
 			"code_challenge_method": {"S256"}, "state": {state}}, "alice", "alice-pw")
 		loc, err := url.Parse(resp.Header.Get("Location"))
-		if resp.StatusCode != http.StatusSeeOther || err != nil || !strings.HasPrefix(loc.String(), redirect+"?") || len(resp.Cookies()) != 0 {
+		if resp.StatusCode != http.StatusSeeOther || err != nil || !strings.HasPrefix(loc.String(), redirect+"?") || sessionCookieOf(resp) != nil {
 			t.Fatalf("callback: %d %q", resp.StatusCode, resp.Header.Get("Location"))
 		}
 		if loc.Query().Get("state") != state || loc.Query().Get("code") == "" || strings.Contains(loc.String(), store.SessionPrefix) {
@@ -207,4 +229,13 @@ func TestOIDCLoopbackSignIn(t *testing.T) {
 			t.Errorf("%s: %v %v", name, resp.StatusCode, err)
 		}
 	}
+}
+
+func sessionCookieOf(resp *http.Response) *http.Cookie {
+	for _, c := range resp.Cookies() {
+		if c.Name == api.SessionCookie {
+			return c
+		}
+	}
+	return nil
 }
