@@ -39,8 +39,9 @@ With --user NAME, signs in to the server at URL with your directory account
 (the server's auth { ldap { } }): the password is asked on the terminal
 without echo, or read from the standard input when it is not a terminal
 ('gpuvm login URL --user alice < password-file'). The server answers a
-session token that expires (12 hours unless the server says otherwise);
-'gpuvm logout' ends it sooner.
+session token (gvs_…) that lasts 12 hours after its last use unless the
+server says otherwise (each command slides it, up to 7 days after the
+sign-in); 'gpuvm logout' ends it sooner.
 
 Without --user, checks a token against the server (it lists the profiles).
 The token is --token, else read from the standard input: pasted at the
@@ -132,9 +133,9 @@ func runPasswordLogin(cmd *cobra.Command, getenv func(string) string, url, user 
 func newLogoutCmd(getenv func(string) string) *cobra.Command {
 	return &cobra.Command{
 		Use:   "logout",
-		Short: "End the session of 'gpuvm login --user' and forget its token",
-		Long: `Revokes the session token that 'gpuvm login URL --user NAME' saved (POST
-/v1/logout) and removes it from $XDG_CONFIG_HOME/gpuvm/config.hcl; the URL
+		Short: "End the session of 'gpuvm login --user' or '--sso' and forget its token",
+		Long: `Ends the session that 'gpuvm login URL --user NAME' or '--sso' saved (POST
+/v1/logout) and removes its token from $XDG_CONFIG_HOME/gpuvm/config.hcl; the URL
 stays. A saved API token (from 'gpuvm login URL' with a token) is only
 forgotten: revoke it with 'gpuvm token revoke' if it must stop working.
 ` + exitHelp,
