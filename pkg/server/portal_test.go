@@ -220,3 +220,38 @@ func TestPortalPages(t *testing.T) {
 		t.Errorf("the console page has the portal's CSP")
 	}
 }
+
+// A portal session in use slides: each use moves its end to session_ttl
+// (12 h) from then, never past 7 days after the sign-in; one left alone for
+// session_ttl ends.
+func TestPortalSessionSlides(t *testing.T) {
+	e := newAdminEnv(t)
+	signIn := func() *http.Cookie {
+		rec := portalReq(t, e.s, "POST", "/v1/session", `{"token":"`+e.ann+`"}`, nil, nil)
+		if rec.Code != 201 {
+			t.Fatalf("sign in: %d %s", rec.Code, rec.Body)
+		}
+		return rec.Result().Cookies()[0]
+	}
+	start := e.clock.Now()
+	used, idle := signIn(), signIn()
+	for e.clock.Now().Before(start.Add(maxSessionAge - 11*time.Hour)) {
+		e.clock.Advance(11 * time.Hour)
+		rec := portalReq(t, e.s, "GET", "/v1/session", "", nil, used)
+		var sess api.Session
+		_ = json.Unmarshal(rec.Body.Bytes(), &sess)
+		if rec.Code != 200 {
+			t.Fatalf("a session in use, %s after the sign-in: %d", e.clock.Now().Sub(start), rec.Code)
+		}
+		if want := e.clock.Now().Add(config.DefaultSessionTTL); sess.ExpiresAt.Sub(want).Abs() > time.Minute && sess.ExpiresAt.Before(start.Add(maxSessionAge-time.Minute)) {
+			t.Errorf("%s after the sign-in the session ends %s, want %s", e.clock.Now().Sub(start), sess.ExpiresAt, want)
+		}
+	}
+	if rec := portalReq(t, e.s, "GET", "/v1/whoami", "", nil, idle); rec.Code != http.StatusUnauthorized {
+		t.Errorf("a session left alone for days: %d", rec.Code)
+	}
+	e.clock.Set(start.Add(maxSessionAge))
+	if rec := portalReq(t, e.s, "GET", "/v1/whoami", "", nil, used); rec.Code != http.StatusUnauthorized {
+		t.Errorf("a session in use past 7 days: %d", rec.Code)
+	}
+}
