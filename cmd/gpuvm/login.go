@@ -330,17 +330,21 @@ func runLoopbackLogin(ctx context.Context, cmd *cobra.Command, c *client.Client,
 	defer ln.Close()
 	verifier, state := oauth2.GenerateVerifier(), oauth2.GenerateVerifier()
 	redirect := "http://" + ln.Addr().String() + "/callback"
-	codes := make(chan string, 1)
+	codes := make(chan string, 1) // "" when the server refused
 	srv := &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		q := r.URL.Query()
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
 		w.Header().Set("Cache-Control", "no-store")
-		if r.URL.Path != "/callback" || q.Get("state") != state || q.Get("code") == "" {
+		if r.URL.Path != "/callback" || q.Get("state") != state || q.Get("code") == "" && q.Get("error") == "" {
 			w.WriteHeader(http.StatusBadRequest)
 			fmt.Fprintf(w, loopbackPage, "This is not the sign-in gpuvm is waiting for.")
 			return
 		}
-		fmt.Fprintf(w, loopbackPage, "Signed in: you may close this tab and go back to the terminal.")
+		if q.Get("error") != "" {
+			fmt.Fprintf(w, loopbackPage, "The sign-in failed: go back to the terminal.")
+		} else {
+			fmt.Fprintf(w, loopbackPage, "Signed in: you may close this tab and go back to the terminal.")
+		}
 		select {
 		case codes <- q.Get("code"):
 		default:
@@ -357,6 +361,10 @@ func runLoopbackLogin(ctx context.Context, cmd *cobra.Command, c *client.Client,
 	var code string
 	select {
 	case code = <-codes:
+		if code == "" {
+			fmt.Fprintf(stderr, "gpuvm: %s: the sign-in with the OpenID provider failed\n", c.URL())
+			return exitError{exitNoServer}
+		}
 	case <-ctx.Done():
 		fmt.Fprintf(stderr, "gpuvm: %s: the sign-in did not come back in time\n", c.URL())
 		return exitError{exitNoServer}

@@ -141,13 +141,55 @@ func TestSSOLoopbackLogin(t *testing.T) {
 	callback := front.URL + "/v1/auth/oidc/callback"
 	op := oidctest.Start(t, nil, callback, oidctest.WithoutDevice())
 	prov := oidc.NewLazy(config.OIDC{Issuer: op.Issuer, ClientID: oidctest.ClientID, ClientSecretFile: op.SecretFile, RedirectURL: callback,
-		Scopes: config.DefaultOIDCScopes, UsernameClaim: "preferred_username", GroupsClaim: "groups"}, nil)
+		Scopes: config.DefaultOIDCScopes, UsernameClaim: "preferred_username", GroupsClaim: "groups", AllowedGroups: []string{"ml101"}}, nil)
 	env := clienttest.New(t, clienttest.Options{OIDC: prov})
 	u, _ := url.Parse(env.URL)
 	backend.Store(u)
 
+	// eve, outside allowed_groups, is refused: gpuvm stops waiting at once.
+	if stdout, stderr, err := loopbackLogin(t, front.URL, callback, "eve", "eve-pw", nil); err == nil || stdout != "" ||
+		!strings.Contains(stderr, "the sign-in with the OpenID provider failed") {
+		t.Errorf("eve: %v %q %q", err, stdout, stderr)
+	}
+
 	var mu sync.Mutex
 	var visited []string
+	home := t.TempDir()
+	stdout, stderr, err := loopbackLogin(t, front.URL, callback, "alice", "alice-pw", func(r *http.Request) {
+		mu.Lock()
+		visited = append(visited, r.URL.String())
+		mu.Unlock()
+	}, home)
+	if err != nil {
+		t.Fatalf("login --sso: %v\n%s", err, stderr)
+	}
+	if !strings.HasPrefix(stdout, "Signed in to "+front.URL+" as alice, groups: ml101 (oidc) until ") ||
+		!strings.Contains(stderr, front.URL+"/v1/auth/oidc/start?") || !strings.Contains(stderr, "code_challenge_method=S256") {
+		t.Errorf("login --sso: %q %q", stdout, stderr)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(visited) != 1 || !strings.HasPrefix(visited[0], "http://127.0.0.1:") || strings.Contains(visited[0], "gvs_") {
+		t.Errorf("the browser went to %q, want gpuvm's listener with a code only", visited)
+	}
+	c := newCLI(t, map[string]string{"HOME": home})
+	if out := c.must("whoami"); out != "alice (from oidc), groups: ml101 (oidc) on "+front.URL+"\n" {
+		t.Errorf("whoami: %q", out)
+	}
+}
+
+// loopbackLogin runs gpuvm login URL --sso, whose "browser" (the open
+// seam) follows the URL gpuvm opens with cookies of its own, signs in at
+// the provider's form as user and goes back, each redirect told to
+// redirected. home is $HOME (a new one when not given).
+func loopbackLogin(t *testing.T, base, callback, user, password string, redirected func(*http.Request), home ...string) (string, string, error) {
+	t.Helper()
+	if redirected == nil {
+		redirected = func(*http.Request) {}
+	}
+	if len(home) == 0 {
+		home = []string{t.TempDir()}
+	}
 	browse := func(start string) error {
 		go func() {
 			// The browser's own cookies: gpuvmd binds the sign-in to them.
@@ -159,11 +201,9 @@ func TestSSOLoopbackLogin(t *testing.T) {
 				return
 			}
 			resp.Body.Close()
-			back := oidctest.SignIn(t, resp.Header.Get("Location"), callback, "alice", "alice-pw")
+			back := oidctest.SignIn(t, resp.Header.Get("Location"), callback, user, password)
 			browser := &http.Client{Jar: jar, Timeout: 10 * time.Second, CheckRedirect: func(r *http.Request, _ []*http.Request) error {
-				mu.Lock()
-				visited = append(visited, r.URL.String())
-				mu.Unlock()
+				redirected(r)
 				return nil
 			}}
 			resp, err = browser.Get(back.String())
@@ -175,27 +215,12 @@ func TestSSOLoopbackLogin(t *testing.T) {
 		}()
 		return nil
 	}
-	home := t.TempDir()
 	var stdout, stderr bytes.Buffer
 	ctx := context.WithValue(context.Background(), consoleSeamsKey{}, &consoleSeams{open: browse})
-	root := newRoot(func(k string) string { return map[string]string{"HOME": home}[k] }, &stdout, &stderr)
-	root.SetArgs([]string{"login", front.URL, "--sso"})
+	root := newRoot(func(k string) string { return map[string]string{"HOME": home[0]}[k] }, &stdout, &stderr)
+	root.SetArgs([]string{"login", base, "--sso"})
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	if err := root.ExecuteContext(ctx); err != nil {
-		t.Fatalf("login --sso: %v\n%s", err, stderr.String())
-	}
-	if !strings.HasPrefix(stdout.String(), "Signed in to "+front.URL+" as alice, groups: ml101 (oidc) until ") ||
-		!strings.Contains(stderr.String(), front.URL+"/v1/auth/oidc/start?") || !strings.Contains(stderr.String(), "code_challenge_method=S256") {
-		t.Errorf("login --sso: %q %q", stdout.String(), stderr.String())
-	}
-	mu.Lock()
-	defer mu.Unlock()
-	if len(visited) != 1 || !strings.HasPrefix(visited[0], "http://127.0.0.1:") || strings.Contains(visited[0], "gvs_") {
-		t.Errorf("the browser went to %q, want gpuvm's listener with a code only", visited)
-	}
-	c := newCLI(t, map[string]string{"HOME": home})
-	if out := c.must("whoami"); out != "alice (from oidc), groups: ml101 (oidc) on "+front.URL+"\n" {
-		t.Errorf("whoami: %q", out)
-	}
+	err := root.ExecuteContext(ctx)
+	return stdout.String(), stderr.String(), err
 }

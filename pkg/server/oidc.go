@@ -41,6 +41,7 @@ import (
 //     CLI trades the code and its PKCE verifier for a bearer session (POST
 //     /v1/auth/oidc/token). The code is no credential without the
 //     verifier, which never leaves the CLI, and is good once, for a minute.
+//     A refusal sends the browser to redirect_uri?error=access_denied&state=S.
 //
 // Every refusal is answered the same whatever the reason (only the audit
 // entry says why), no sooner than loginFailureFloor, and counts against the
@@ -274,10 +275,18 @@ func (s *Server) oidcCallback(c *gin.Context) {
 		return
 	}
 	ip := clientIP(c.Request)
+	state := c.Query("state")
+	lb, isLoopback := s.loopbacks.takeStart(state)
 	refuse := func(reason string) {
 		s.loginLimits.byIP.add(ip, start)
 		auditReason(c, reason)
 		slowRefusal(c, start)
+		if isLoopback {
+			// Back to the CLI, which stops waiting and says it failed.
+			c.Header("Cache-Control", "no-store")
+			c.Redirect(http.StatusSeeOther, lb.redirect+"?"+url.Values{"error": {"access_denied"}, "state": {lb.state}}.Encode())
+			return
+		}
 		if strings.Contains(c.GetHeader("Accept"), "text/html") {
 			// A browser: back to the portal's sign-in page, which says so.
 			c.Header("Cache-Control", "no-store")
@@ -286,8 +295,6 @@ func (s *Server) oidcCallback(c *gin.Context) {
 		}
 		s.writeProblem(c, errOIDCRefused)
 	}
-	state := c.Query("state")
-	lb, isLoopback := s.loopbacks.takeStart(state)
 	bound, _ := c.Request.Cookie(oidcStateCookie)
 	http.SetCookie(c.Writer, &http.Cookie{Name: oidcStateCookie, Value: "", Path: "/v1/auth/oidc/callback", MaxAge: -1,
 		HttpOnly: true, Secure: secureRequest(c.Request), SameSite: http.SameSiteLaxMode})

@@ -214,6 +214,14 @@ func TestOIDCLoopbackSignIn(t *testing.T) {
 		t.Errorf("a code used twice: %d %s", rec.Code, rec.Body)
 	}
 
+	// A refusal (eve is outside allowed_groups) goes back to the CLI, which
+	// stops waiting.
+	resp := e.signIn(t, url.Values{"redirect_uri": {redirect}, "code_challenge": {oauth2.S256ChallengeFromVerifier(verifier)},
+		"code_challenge_method": {"S256"}, "state": {"s3"}}, "eve", "eve-pw")
+	if loc := resp.Header.Get("Location"); resp.StatusCode != http.StatusSeeOther || loc != redirect+"?error=access_denied&state=s3" {
+		t.Errorf("a refused loopback sign-in: %d %q", resp.StatusCode, loc)
+	}
+
 	// Bad starts: another host, no PKCE, both return_to and redirect_uri.
 	for name, q := range map[string]url.Values{
 		"not loopback": {"redirect_uri": {"http://evil.example:80/cb"}, "code_challenge": {strings.Repeat("a", 43)}, "code_challenge_method": {"S256"}, "state": {"x"}},
