@@ -82,6 +82,7 @@ var auditRoutes = map[string]auditRoute{
 	"GET /v1/auth/oidc/callback":          {"auth.sso", ""},
 	"POST /v1/auth/oidc/device":           {"auth.device", ""},
 	"POST /v1/auth/oidc/device/poll":      {"auth.devicelogin", ""},
+	"POST /v1/auth/oidc/token":            {"auth.ssologin", ""},
 	"POST /v1/users/{name}/tokens":        {"token.create", "user/{name}"},
 	"DELETE /v1/users/{name}/tokens/{id}": {"token.revoke", "user/{name}/token/{id}"},
 	"PUT /v1/users/{name}/ssh-keys":       {"user.setkeys", "user/{name}"},

@@ -123,6 +123,7 @@ type Server struct {
 	closeOnce      sync.Once
 	portal         *portal.Portal // portal.go
 	loginLimits    *loginLimits   // login.go
+	loopbacks      loopbacks      // oidc.go
 }
 
 // New builds the API.
@@ -181,6 +182,7 @@ func (s *Server) routes() {
 	s.engine.GET("/v1/auth/oidc/callback", s.oidcCallback)
 	s.engine.POST("/v1/auth/oidc/device", s.oidcDevice)
 	s.engine.POST("/v1/auth/oidc/device/poll", s.oidcDevicePoll)
+	s.engine.POST("/v1/auth/oidc/token", s.oidcToken)
 	v1 := s.engine.Group("/v1", s.authenticate)
 	s.portalRoutes(v1) // portal.go: the web portal and its sessions
 	v1.POST("/logout", s.logout)
@@ -255,8 +257,15 @@ func (s *Server) authenticate(c *gin.Context) {
 		s.writeProblem(c, with(errUnauthenticated, "send Authorization: Bearer <token>"))
 		return
 	}
-	u, tok, err := s.Auth.AuthenticateToken(c.Request.Context(), strings.TrimSpace(token))
+	token = strings.TrimSpace(token)
+	if strings.HasPrefix(token, store.SessionPrefix) && s.authenticateBearerSession(c, token) { // login.go
+		return
+	}
+	u, tok, err := s.Auth.AuthenticateToken(c.Request.Context(), token)
 	switch {
+	case errors.Is(err, store.ErrInvalidToken) && strings.HasPrefix(token, store.TokenPrefix) && s.authenticateBearerSession(c, token):
+		// A session token of a gpuvmd before sessions (schema 9).
+		return
 	case errors.Is(err, store.ErrInvalidToken):
 		c.Header("WWW-Authenticate", `Bearer realm="gpuvm", error="invalid_token"`)
 		s.writeProblem(c, with(errUnauthenticated, "the token is unknown, expired or revoked"))
@@ -271,7 +280,6 @@ func (s *Server) authenticate(c *gin.Context) {
 		s.writeProblem(c, with(errUnauthenticated, "the token is unknown, expired or revoked"))
 		return
 	}
-	s.refreshSession(c, tok) // login.go
 	c.Set(userKey, u)
 	c.Set(tokenKey, tok) // its ID goes in the audit log
 	c.Next()

@@ -73,8 +73,16 @@ type AccountStore interface {
 	RevokeToken(ctx context.Context, user string, id int64) error
 	// Sign-in (login.go).
 	SignInDirectoryUser(ctx context.Context, d store.DirectoryUser) (*store.User, error)
-	CreateSessionToken(ctx context.Context, user string, expiresAt time.Time) (string, *store.APIToken, error)
-	ExtendSessionToken(ctx context.Context, id int64, expiresAt time.Time) error
+	SessionStore
+}
+
+// SessionStore backs the sessions of sign-ins: the portal's cookie and the
+// CLI's bearer sessions (login.go, oidc.go, portal.go).
+type SessionStore interface {
+	CreateSession(ctx context.Context, user string, o store.NewSession) (string, *store.Session, error)
+	GetSession(ctx context.Context, kind, secret string) (*store.Session, *store.User, error)
+	DeleteSession(ctx context.Context, secret string) error
+	DeleteExpiredSessions(ctx context.Context, t time.Time) (int64, error)
 }
 
 // HostStore backs hosts, heartbeats and drains (hosts.go, drain.go,

@@ -97,3 +97,12 @@ export const cancelReservation = (id) => call('DELETE', '/v1/reservations/' + en
 
 // usage (pages/usage.js): the caller's GPU-hours by day, week and month.
 export const usagePeriods = () => call('GET', '/v1/usage/periods');
+// login.js: the ways of signing in, and the password sign-in (a cookie
+// session, as with a token).
+export const authMethods = () => call('GET', '/v1/auth/methods', undefined, {signingIn: true});
+
+export async function signInPassword(username, password) {
+  const s = await call('POST', '/v1/session', {username, password}, {signingIn: true});
+  csrf = s.csrf_token;
+  return s;
+}
