@@ -127,6 +127,17 @@ func TestAdminPagesInChromium(t *testing.T) {
 	if drains, _ := env.Store.ListGPUDrains(ctx, "gpu-01"); len(drains) != 0 {
 		t.Errorf("still drained: %+v", drains)
 	}
+	// A drain made elsewhere (another admin's gpuvm drain) shows live:
+	// the page is not read again.
+	b.eval(`window.__stayed = 7`, nil)
+	if code := apiCall(t, env.URL, env.AdminToken, "POST", "/v1/admin/gpus/0000:41:00.0/drain"); code != http.StatusOK {
+		t.Fatalf("drain from outside: %d", code)
+	}
+	b.waitFor("the outside drain, live", `document.querySelector('`+h100+`')?.dataset.drained === 'yes' && window.__stayed === 7`)
+	if code := apiCall(t, env.URL, env.AdminToken, "DELETE", "/v1/admin/gpus/0000:41:00.0/drain"); code != http.StatusOK {
+		t.Fatalf("undrain from outside: %d", code)
+	}
+	b.waitFor("the outside undrain, live", `document.querySelector('`+h100+`')?.dataset.drained === 'no' && window.__stayed === 7`)
 	// And the host.
 	b.run(chromedp.Click(`#host-gpu-01 [data-testid=host-drain]`, chromedp.ByQuery))
 	b.confirmYes()
@@ -225,7 +236,14 @@ func TestAdminPagesInChromium(t *testing.T) {
 
 func whoami(t *testing.T, base, token string) int {
 	t.Helper()
-	req, _ := http.NewRequest("GET", base+"/v1/whoami", nil)
+	return apiCall(t, base, token, "GET", "/v1/whoami")
+}
+
+// apiCall sends a request without a body with a bearer token and returns
+// the answer's status.
+func apiCall(t *testing.T, base, token, method, path string) int {
+	t.Helper()
+	req, _ := http.NewRequest(method, base+path, nil)
 	req.Header.Set("Authorization", "Bearer "+token)
 	r, err := http.DefaultClient.Do(req)
 	if err != nil {

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"sort"
 
@@ -147,4 +148,19 @@ func migPlacement(table *gpu.MIGTable, g gpu.HostGPU, d gpu.HostDevice) *api.MIG
 	}
 	cstart := min(start, computeSlices-compute)
 	return &api.MIGPlacement{MemoryStart: start, MemorySize: size, ComputeStart: cstart, ComputeSize: compute}
+}
+
+// drainEvent records a drain or an undrain as an event (host.drain or
+// gpu.drain, gpu "" for a host's) for the admins' fleet pages, which
+// redraw on it. It has no owner: users' streams never carry it. A failure
+// is logged: the drain itself is done.
+func (s *Server) drainEvent(ctx context.Context, host, gpuAddr string, drained bool, by string) {
+	typ := api.EventHostDrain
+	if gpuAddr != "" {
+		typ = api.EventGPUDrain
+	}
+	b, _ := json.Marshal(api.DrainEventPayload{Host: host, GPU: gpuAddr, Drained: drained, By: by})
+	if err := s.Store.AppendEvent(ctx, &store.Event{Type: typ, Payload: store.JSON(b)}); err != nil {
+		s.log.Warn("recording a drain's event", "type", typ, "host", host, "gpu", gpuAddr, "err", err)
+	}
 }

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"reflect"
@@ -200,5 +201,41 @@ func TestReportSummaryHTML(t *testing.T) {
 	e.s.ServeHTTP(rec, req)
 	if rec.Code != 422 || !strings.Contains(rec.Body.String(), "tz") {
 		t.Errorf("bad tz: %d %s", rec.Code, rec.Body)
+	}
+}
+
+// Drains and undrains are events for the admins' fleet pages, and no
+// user's.
+func TestDrainEvents(t *testing.T) {
+	e := newAdminEnv(t)
+	ctx := context.Background()
+	if err := e.st.RegisterHost(ctx, &store.Host{Name: "h1", APIURL: "http://h1", Inventory: "{}"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ method, path string }{
+		{"POST", "/v1/admin/gpus/0000:41:00.0/drain"}, {"DELETE", "/v1/admin/gpus/0000:41:00.0/drain"},
+		{"POST", "/v1/admin/hosts/h1/drain"}, {"DELETE", "/v1/admin/hosts/h1/drain"},
+		{"DELETE", "/v1/admin/hosts/h1/drain"}, // not drained: refused, no event
+	} {
+		e.call(t, c.method, c.path, e.admin, "", nil)
+	}
+	evs, err := e.st.ListEventsSince(ctx, 0, store.EventFilter{Limit: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, ev := range evs {
+		var p api.DrainEventPayload
+		if err := json.Unmarshal(ev.Payload, &p); err != nil || ev.Owner != "" {
+			t.Fatalf("event %+v (%v)", ev, err)
+		}
+		got = append(got, fmt.Sprintf("%s %s %s %v %s", ev.Type, p.Host, p.GPU, p.Drained, p.By))
+	}
+	want := []string{"gpu.drain h1 0000:41:00.0 true admin", "gpu.drain h1 0000:41:00.0 false admin", "host.drain h1  true admin", "host.drain h1  false admin"}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("events\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if mine, _ := e.st.ListEventsSince(ctx, 0, store.EventFilter{Owner: "ann", Limit: 100}); len(mine) != 0 {
+		t.Errorf("ann's events: %+v", mine)
 	}
 }

@@ -3,7 +3,8 @@
 // GPU's types used and free, a passed-through GPU's holder, drains, with
 // drain and undrain. It reads GET /v1/hosts, whose answer to an admin
 // carries each GPU's devices and their holders (gpu_detail), again on
-// every VM event and every 30 s (heartbeats bring no event).
+// every VM event and drain (host.drain, gpu.drain), and every 30 s for
+// the heartbeats, which make no event.
 import {html, useState, useEffect, useCallback} from '../vendor/preact-htm.js';
 import * as api from '../api.js';
 import {t, addWords, fmtTime, fmtRelative, stateWord} from '../i18n.js';
@@ -83,7 +84,7 @@ export default function Fleet({session}) {
     const tick = setInterval(load, 30000);
     return () => clearInterval(tick);
   }, [load]);
-  useEvents(admin ? ['vm.created', 'vm.state', 'vm.action'] : [], load, setLive, setError);
+  useEvents(admin ? ['vm.created', 'vm.state', 'vm.action', 'host.drain', 'gpu.drain'] : [], load, setLive, setError);
 
   if (!admin) {
     return html`<${Header} session=${session} />
