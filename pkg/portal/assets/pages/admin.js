@@ -136,7 +136,7 @@ function Users() {
     <form class="inline-form" id="new-user" onSubmit=${add}>
       <h3>${t('newUser')}</h3>
       <div class="row">
-        <label>${t('userName')}<input name="uname" required pattern="[a-z0-9][a-z0-9._-]*" autocomplete="off" /></label>
+        <label>${t('userName')}<input name="uname" required autocomplete="off" /></label>
         <label>${t('groups')}<input name="groups" autocomplete="off" aria-describedby="groups-hint" /></label>
         <label class="check"><input type="checkbox" name="uadmin" /> ${t('makeAdmin')}</label>
         <button type="submit">${t('addUser')}</button>

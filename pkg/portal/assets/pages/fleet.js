@@ -25,13 +25,13 @@ addWords({
     drained: 'drained', drainedBy: 'Drained by {by} {when}', drainedWhy: 'Drained by {by} {when}: {why}',
     drainElsewhere: 'Drain or undrain this GPU at the gpuvmd of {host}.',
     modes: {idle: 'idle', mig: 'MIG', vgpu: 'vGPU', passthrough: 'passthrough'},
-    compute: 'compute', memorySlices: 'memory', free: 'free',
+    compute: 'compute', memorySlices: 'memory',
     migPicture: 'MIG slices of {addr}: {n} instances on {c} compute and {m} memory slices',
     slices: 'slices {a}–{b}', slice: 'slice {a}',
     heldBy: '{owner}/{vm} ({profile}, {state})', heldUnknown: 'VM {id}, unknown to gpuvm', heldNone: 'no VM',
     vgpuTypes: 'vGPU types', usedFree: '{u} used, {f} free', vgpuPicture: '{type}: {u} used, {f} free',
     passHeld: 'Passed through to {who}', passFree: 'Not passed through to any VM', idleGPU: 'Idle: nothing is made on it.',
-    holders: 'What holds it', noInventory: 'Its heartbeat listed no GPU.', done: '{what}: done.',
+    noInventory: 'Its heartbeat listed no GPU.', fleetDone: '{what}: done.',
   },
   'zh-CN': {
     fleetTitle: '机群', fleetIntro: '所有主机和 GPU，按其最近一次心跳所见，实时更新。',
@@ -47,13 +47,13 @@ addWords({
     drained: '已排空', drainedBy: '{by} 于 {when} 排空', drainedWhy: '{by} 于 {when} 排空：{why}',
     drainElsewhere: '请在 {host} 的 gpuvmd 上排空或取消排空此 GPU。',
     modes: {idle: '空闲', mig: 'MIG', vgpu: '虚拟 GPU', passthrough: '直通'},
-    compute: '计算', memorySlices: '显存', free: '空闲',
+    compute: '计算', memorySlices: '显存',
     migPicture: '{addr} 的 MIG 切片：{n} 个实例，共 {c} 个计算切片和 {m} 个显存切片',
     slices: '切片 {a}–{b}', slice: '切片 {a}',
     heldBy: '{owner}/{vm}（{profile}，{state}）', heldUnknown: '虚拟机 {id}，gpuvm 不认识', heldNone: '无虚拟机',
     vgpuTypes: '虚拟 GPU 类型', usedFree: '已用 {u}，空闲 {f}', vgpuPicture: '{type}：已用 {u}，空闲 {f}',
     passHeld: '直通给 {who}', passFree: '未直通给任何虚拟机', idleGPU: '空闲：其上没有任何设备。',
-    holders: '占用者', noInventory: '其心跳未列出 GPU。', done: '{what}：已完成。',
+    noInventory: '其心跳未列出 GPU。', fleetDone: '{what}：已完成。',
   },
 });
 
@@ -92,7 +92,7 @@ export default function Fleet({session}) {
   }
   const act = async ({run, what}) => {
     setConfirm(null);
-    try { await run(); setSaid(t('done', {what})); await load(); } catch (err) { setError(err); }
+    try { await run(); setSaid(t('fleetDone', {what})); await load(); } catch (err) { setError(err); }
   };
   return html`<${Header} session=${session} />
   <main id="main" tabindex="-1" class="wide">
