@@ -5,7 +5,9 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/chromedp/cdproto/emulation"
 	"github.com/chromedp/chromedp"
 
 	"github.com/gpuvm/gpuvm/pkg/client/clienttest"
@@ -60,6 +62,20 @@ func (b *browser) confirmYes() {
 	b.run(chromedp.WaitVisible(`dialog.confirm #confirm-yes`, chromedp.ByQuery), chromedp.Click(`dialog.confirm #confirm-yes`, chromedp.ByQuery))
 }
 
+// fitsPhone checks that the page in view is no wider than a phone's
+// screen (what is wider scrolls in its own box), then goes back to the
+// desktop size.
+func (b *browser) fitsPhone(name string) {
+	b.t.Helper()
+	var widths []int
+	b.run(emulation.SetDeviceMetricsOverride(390, 844, 1, true), chromedp.Sleep(100*time.Millisecond))
+	b.eval(`[document.documentElement.scrollWidth, document.documentElement.clientWidth]`, &widths)
+	b.run(emulation.SetDeviceMetricsOverride(1280, 800, 1, false))
+	if len(widths) != 2 || widths[0] > widths[1] {
+		b.t.Errorf("%s: %v wide at phone width (scroll, client)", name, widths)
+	}
+}
+
 // An admin's fleet and admin pages: the picture of every GPU with who
 // holds each MIG slice, a GPU and a host drained and undrained from it; a
 // user and a token made (shown once) and revoked; everybody's queue; a
@@ -109,6 +125,7 @@ func TestAdminPagesInChromium(t *testing.T) {
 		t.Errorf("the idle L40S: %s", s)
 	}
 	b.check("fleet")
+	b.fitsPhone("fleet")
 
 	// Drain the H100 from the picture, then undrain it.
 	b.run(chromedp.Click(h100+` [data-testid=gpu-drain]`, chromedp.ByQuery))
@@ -181,6 +198,7 @@ func TestAdminPagesInChromium(t *testing.T) {
 		t.Errorf("the refused reload: %s", s)
 	}
 	b.check("admin")
+	b.fitsPhone("admin")
 	env.Config.Broken.Store(false)
 	b.run(chromedp.Click(`#reload`, chromedp.ByQuery))
 	b.waitFor("the reload accepted", `document.querySelector('#reload-result')?.textContent.includes('Reloaded')`)
@@ -207,6 +225,19 @@ func TestAdminPagesInChromium(t *testing.T) {
 	if code := whoami(t, env.URL, secret); code != http.StatusUnauthorized {
 		t.Errorf("the revoked token: whoami %d", code)
 	}
+
+	// In Simplified Chinese.
+	b.eval(`document.cookie = 'gpuvm_lang=zh-CN; path=/'`, nil)
+	b.run(chromedp.Navigate(env.URL+"/admin/fleet"), chromedp.WaitVisible(h100+` ul.held-list li`, chromedp.ByQuery))
+	if h, li := b.text(`h1`), b.text(h100+` ul.held-list li`); h != "机群" || !strings.Contains(li, "切片 0") {
+		t.Errorf("in Chinese: %q, %q", h, li)
+	}
+	b.screenshots("fleet-zh")
+	b.run(chromedp.Navigate(env.URL+"/admin"), chromedp.WaitVisible(`#users`, chromedp.ByQuery))
+	if h := b.text(`#users h2`); h != "用户" {
+		t.Errorf("in Chinese, the users' heading: %q", h)
+	}
+	b.eval(`document.cookie = 'gpuvm_lang=en; path=/'`, nil)
 
 	// A user who is no admin: neither page, nor their API.
 	b.run(chromedp.Click(`#sign-out`, chromedp.ByQuery), chromedp.WaitVisible(`#token`, chromedp.ByQuery))
