@@ -42,6 +42,10 @@ func adminVMs(t *testing.T, st *store.Store) {
 			t.Fatal(err)
 		}
 	}
+	if _, err := st.FireAlert(ctx, &store.Alert{Rule: "gpu-hot", Subject: "gpu/gpu-01/0000:41:00.0", Host: host, Metric: "gpu_temperature_celsius",
+		Value: 91, Summary: "the H100 is at 91 °C"}); err != nil {
+		t.Fatal(err)
+	}
 	for _, q := range []struct{ owner, name, profile, reason string }{
 		{"ann", "q-notebook", "mig-small", "no GPU has room for MIG 1g.10gb now"},
 		{"bob", "q-render", "render-l40s", "every L40S-12Q is taken"},
@@ -203,9 +207,27 @@ func TestAdminPagesInChromium(t *testing.T) {
 	b.run(chromedp.Click(`#reload`, chromedp.ByQuery))
 	b.waitFor("the reload accepted", `document.querySelector('#reload-result')?.textContent.includes('Reloaded')`)
 
-	// The audit log, filtered: the drains made above.
+	// The alerts.
+	if s := b.text(`#alert-table`); !strings.Contains(s, "gpu-hot") || !strings.Contains(s, "the H100 is at 91 °C") || !strings.Contains(s, "firing") {
+		t.Errorf("the alerts: %s", s)
+	}
+
+	// The audit log, filtered: the drains made above, and 55 refused
+	// ones, which take two pages.
+	for range 55 {
+		if code := apiCall(t, env.URL, env.AdminToken, "POST", "/v1/admin/gpus/0000:99:00.0/drain"); code != http.StatusNotFound {
+			t.Fatalf("drain of no GPU: %d", code)
+		}
+	}
 	b.run(chromedp.SendKeys(`#audit-filter input[name=aaction]`, "gpu.", chromedp.ByQuery), chromedp.Click(`#audit-filter button[type=submit]`, chromedp.ByQuery))
-	b.waitFor("the drains in the audit log", `document.querySelector('#audit-table tr[data-action="gpu.drain"]') && document.querySelector('#audit-table tr[data-action="gpu.undrain"]') && !document.querySelector('#audit-table tr[data-action="user.create"]')`)
+	b.waitFor("the first page of the drains in the audit log", `(() => { const rows = [...document.querySelectorAll('#audit-table tbody tr')];
+	  return rows.length === 50 && rows.every((r) => r.dataset.action.startsWith('gpu.')); })()`)
+	b.run(chromedp.Click(`#audit-older`, chromedp.ByQuery))
+	// 55 refused drains, 2 drains and 2 undrains of the H100.
+	b.waitFor("the older entries", `document.querySelectorAll('#audit-table tbody tr').length === 59 && !document.querySelector('#audit-older')`)
+	if s := b.text(`#audit-table`); !strings.Contains(s, "refused (404)") || !strings.Contains(s, "gpu.undrain") {
+		t.Errorf("the audit log: %.500s", s)
+	}
 
 	// The review report: its summary here, the whole of it a link away.
 	b.waitFor("the report's summary", `document.querySelector('#report .report-cards')`)
