@@ -46,17 +46,22 @@ func adminVMs(t *testing.T, st *store.Store) {
 		Value: 91, Summary: "the H100 is at 91 °C"}); err != nil {
 		t.Fatal(err)
 	}
-	for _, q := range []struct{ owner, name, profile, reason string }{
-		{"ann", "q-notebook", "mig-small", "no GPU has room for MIG 1g.10gb now"},
-		{"bob", "q-render", "render-l40s", "every L40S-12Q is taken"},
+	queue := map[string]store.QueueEntry{}
+	for _, q := range []struct {
+		owner, name, profile, reason string
+		pos                          int
+	}{
+		{"ann", "q-notebook", "mig-small", "no GPU has room for MIG 1g.10gb now", 2},
+		{"bob", "q-render", "render-l40s", "every L40S-12Q is taken", 1},
 	} {
 		row := &store.VM{Name: q.name, Owner: q.owner, Profile: q.profile, Hours: 2}
 		if _, err := st.CreateVM(ctx, row, store.CreateVMOptions{RequestedBy: q.owner}); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := st.UpdateVMState(ctx, row.ID, row.Version, store.VMUpdate{State: store.VMQueued, StateReason: q.reason}); err != nil {
-			t.Fatal(err)
-		}
+		queue[row.ID] = store.QueueEntry{Position: q.pos, Phase: "waiting for a GPU", Reason: q.reason}
+	}
+	if _, err := st.SetQueue(ctx, queue); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -191,9 +196,17 @@ func TestAdminPagesInChromium(t *testing.T) {
 
 	// Everybody's queue, with the reasons.
 	b.waitFor("the queue", `document.querySelector('#queue-table tr[data-vm="bob/q-render"]') && document.querySelector('#queue-table tr[data-vm="ann/q-notebook"]')`)
-	if q := b.text(`#queue-table`); !strings.Contains(q, "every L40S-12Q is taken") || !strings.Contains(q, "no GPU has room for MIG 1g.10gb now") {
-		t.Errorf("the queue: %s", q)
+	var order []string
+	b.eval(`[...document.querySelectorAll('#queue-table tbody tr')].map((r) => r.dataset.vm + ' ' + r.cells[0].textContent + ' ' + r.querySelector('.reason').textContent)`, &order)
+	if want := []string{"bob/q-render 1 every L40S-12Q is taken", "ann/q-notebook 2 no GPU has room for MIG 1g.10gb now"}; strings.Join(order, "\n") != strings.Join(want, "\n") {
+		t.Errorf("the queue:\n%s\nwant\n%s", strings.Join(order, "\n"), strings.Join(want, "\n"))
 	}
+	// A VM asked for now joins it, live.
+	late := &store.VM{Name: "q-late", Owner: "bob", Profile: "seat", Hours: 1}
+	if _, err := env.Store.CreateVM(ctx, late, store.CreateVMOptions{RequestedBy: "bob"}); err != nil {
+		t.Fatal(err)
+	}
+	b.waitFor("the late VM in the queue", `document.querySelector('#queue-table tr[data-vm="bob/q-late"]')`)
 
 	// A refused reload shows where, at file:line; an accepted one says so.
 	env.Config.Broken.Store(true)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"sort"
 
 	"github.com/gpuvm/gpuvm/pkg/api"
@@ -95,10 +96,15 @@ func gpuDetail(host string, inv gpu.HostInventory, drains map[string]*store.GPUD
 			}
 			return false
 		})
-		sort.SliceStable(hg.Held, func(a, b int) bool {
-			x, y := hg.Held[a].MIG, hg.Held[b].MIG
-			return x != nil && y != nil && x.MemoryStart < y.MemoryStart
-		})
+		// MIG instances by their first slice, then the other devices as
+		// the inventory lists them.
+		start := func(d api.HeldDevice) int {
+			if d.MIG == nil {
+				return math.MaxInt
+			}
+			return d.MIG.MemoryStart
+		}
+		sort.SliceStable(hg.Held, func(a, b int) bool { return start(hg.Held[a]) < start(hg.Held[b]) })
 		out = append(out, hg)
 	}
 	return out
