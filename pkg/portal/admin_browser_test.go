@@ -193,6 +193,8 @@ func TestAdminPagesInChromium(t *testing.T) {
 	}
 	b.waitFor("the token listed", `document.querySelector('#tokens-panel tr[data-token]')`)
 	b.run(chromedp.Click(`#copy-token`, chromedp.ByQuery))
+	b.eval(`window.scrollTo(0, document.querySelector('#users').offsetTop)`, nil)
+	b.screenshots("admin-token")
 
 	// Everybody's queue, with the reasons.
 	b.waitFor("the queue", `document.querySelector('#queue-table tr[data-vm="bob/q-render"]') && document.querySelector('#queue-table tr[data-vm="ann/q-notebook"]')`)
