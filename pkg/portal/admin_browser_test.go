@@ -156,11 +156,11 @@ func TestAdminPagesInChromium(t *testing.T) {
 	// A drain made elsewhere (another admin's gpuvm drain) shows live:
 	// the page is not read again.
 	b.eval(`window.__stayed = 7`, nil)
-	if code := apiCall(t, env.URL, env.AdminToken, "POST", "/v1/admin/gpus/0000:41:00.0/drain"); code != http.StatusOK {
+	if code := adminCall(t, env.URL, env.AdminToken, "POST", "/v1/admin/gpus/0000:41:00.0/drain"); code != http.StatusOK {
 		t.Fatalf("drain from outside: %d", code)
 	}
 	b.waitFor("the outside drain, live", `document.querySelector('`+h100+`')?.dataset.drained === 'yes' && window.__stayed === 7`)
-	if code := apiCall(t, env.URL, env.AdminToken, "DELETE", "/v1/admin/gpus/0000:41:00.0/drain"); code != http.StatusOK {
+	if code := adminCall(t, env.URL, env.AdminToken, "DELETE", "/v1/admin/gpus/0000:41:00.0/drain"); code != http.StatusOK {
 		t.Fatalf("undrain from outside: %d", code)
 	}
 	b.waitFor("the outside undrain, live", `document.querySelector('`+h100+`')?.dataset.drained === 'no' && window.__stayed === 7`)
@@ -230,7 +230,7 @@ func TestAdminPagesInChromium(t *testing.T) {
 	// The audit log, filtered: the drains made above, and 55 refused
 	// ones, which take two pages.
 	for range 55 {
-		if code := apiCall(t, env.URL, env.AdminToken, "POST", "/v1/admin/gpus/0000:99:00.0/drain"); code != http.StatusNotFound {
+		if code := adminCall(t, env.URL, env.AdminToken, "POST", "/v1/admin/gpus/0000:99:00.0/drain"); code != http.StatusNotFound {
 			t.Fatalf("drain of no GPU: %d", code)
 		}
 	}
@@ -304,12 +304,12 @@ func TestAdminPagesInChromium(t *testing.T) {
 
 func whoami(t *testing.T, base, token string) int {
 	t.Helper()
-	return apiCall(t, base, token, "GET", "/v1/whoami")
+	return adminCall(t, base, token, "GET", "/v1/whoami")
 }
 
-// apiCall sends a request without a body with a bearer token and returns
+// adminCall sends a request without a body with a bearer token and returns
 // the answer's status.
-func apiCall(t *testing.T, base, token, method, path string) int {
+func adminCall(t *testing.T, base, token, method, path string) int {
 	t.Helper()
 	req, _ := http.NewRequest(method, base+path, nil)
 	req.Header.Set("Authorization", "Bearer "+token)
