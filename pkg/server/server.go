@@ -41,6 +41,13 @@ type Config interface {
 	Reload() (diagnostics string, err error)
 }
 
+// DiagnosedConfig is a Config whose reload also gives its diagnostics one
+// by one, with their places (the answers' config_diagnostics); a Config
+// without it answers with the rendered text only.
+type DiagnosedConfig interface {
+	ReloadDiagnosed() (text string, diags []api.ConfigDiagnostic, err error)
+}
+
 // Deps are what the server needs.
 type Deps struct {
 	Auth Authenticator
@@ -215,6 +222,7 @@ func (s *Server) routes() {
 	v1.GET("/usage", s.usage)                      // usage.go
 	v1.GET("/usage/periods", s.usagePeriods)       // usage.go
 	admin.GET("/reports/summary", s.reportSummary) // report.go
+	admin.GET("/reports/summary.html", s.reportSummary)
 	v1.GET("/hosts", s.listHosts)
 	v1.GET("/rules", s.getRules)      // rules.go: the policy in plain language
 	s.reservationRoutes(v1.Group("")) // reservations.go
@@ -343,14 +351,24 @@ func (s *Server) reload(c *gin.Context) {
 		s.writeProblem(c, with(errUnavailable, "gpuvmd runs without a configuration directory (--config)"))
 		return
 	}
-	diags, err := s.Config.Reload()
+	var (
+		diags  string
+		listed []api.ConfigDiagnostic
+		err    error
+	)
+	if dc, ok := s.Config.(DiagnosedConfig); ok {
+		diags, listed, err = dc.ReloadDiagnosed()
+	} else {
+		diags, err = s.Config.Reload()
+	}
 	if err != nil {
 		p := with(errInvalidConfig, err.Error())
 		p.Diagnostics = diags
+		p.ConfigDiagnostics = listed
 		s.writeProblem(c, p)
 		return
 	}
-	c.JSON(http.StatusOK, gin.H{"config": cfgSummary(s.Config.Load()), "diagnostics": diags})
+	c.JSON(http.StatusOK, api.ReloadResult{Config: cfgSummary(s.Config.Load()), Diagnostics: diags, ConfigDiagnostics: listed})
 }
 
 // visibleProfiles are the profiles the caller may use; admins see all.
