@@ -104,7 +104,11 @@ const (
 )
 
 // Queue replays s and estimates the start of every VM of s.Queue, by ID.
-func Queue(s State, o Options) map[string]Estimate {
+func Queue(s State, o Options) map[string]Estimate { return queue(s, o, "") }
+
+// queue is Queue; with until set, the replay stops once that request has
+// its estimate (the others' may then be missing).
+func queue(s State, o Options, until string) map[string]Estimate {
 	if o.Horizon <= 0 {
 		o.Horizon = DefaultHorizon
 	}
@@ -121,7 +125,7 @@ func Queue(s State, o Options) map[string]Estimate {
 		}
 		return out
 	}
-	rp := replay{s: s, o: o, inv: s.Inventory.Clone(), running: make(map[string]*scheduler.Running, len(s.Running)),
+	rp := replay{s: s, o: o, until: until, inv: s.Inventory.Clone(), running: make(map[string]*scheduler.Running, len(s.Running)),
 		last: map[string]scheduler.Reason{}, out: out}
 	for i := range s.Running {
 		r := s.Running[i]
@@ -145,6 +149,7 @@ func Queue(s State, o Options) map[string]Estimate {
 type replay struct {
 	s       State
 	o       Options
+	until   string
 	inv     *scheduler.Inventory
 	running map[string]*scheduler.Running
 	queue   []scheduler.Request
@@ -171,6 +176,9 @@ func (rp *replay) run() {
 			rp.cycle(now)
 		}
 		if len(rp.queue) == 0 && len(rp.later) == 0 {
+			return
+		}
+		if _, done := rp.out[rp.until]; done && rp.until != "" {
 			return
 		}
 		next, ok := rp.next(now)
@@ -371,6 +379,6 @@ func NextFree(s State, r scheduler.Request, o Options) (e Estimate, now bool) {
 		r.Submitted = s.Now
 	}
 	s.Queue = append(slices.Clone(s.Queue), r)
-	e = Queue(s, o)[ProbeID]
+	e = queue(s, o, ProbeID)[ProbeID]
 	return e, e.Known() && !e.At.After(s.Now)
 }
