@@ -1,6 +1,7 @@
 package estimate
 
 import (
+	"flag"
 	"fmt"
 	"math"
 	"os"
@@ -17,8 +18,12 @@ import (
 	"github.com/gpuvm/gpuvm/pkg/scheduler/simulate"
 )
 
+// maxWait is how long a request of the example traces waits before it is
+// withdrawn (the simulator's tests: an hour).
+var maxWait = flag.Duration("maxwait", time.Hour, "BenchmarkAccuracy: how long a request waits before it gives up")
+
 // examples are the simulator's example traces (test/traces), replayed as
-// its tests do: with a maximum wait of an hour.
+// its tests do (with -maxwait, an hour by default).
 var examples = []struct{ name, cluster, trace string }{
 	{"mig", "mig-cluster.hcl", "mig-saturated.csv"},
 	{"vgpu", "vgpu-cluster.hcl", "vgpu-mixed.csv"},
@@ -44,7 +49,7 @@ func loadExample(tb testing.TB, cluster, trace string) (simulate.Setup, *simulat
 	if err != nil {
 		tb.Fatal(err)
 	}
-	return simulate.Setup{Cluster: c, MaxWait: time.Hour}, tr
+	return simulate.Setup{Cluster: c, MaxWait: *maxWait}, tr
 }
 
 // accuracy is what measure found for one trace and order.
