@@ -56,6 +56,12 @@ type State struct {
 	// Extendable says whether a running VM's lease may still be extended
 	// (its profile's lease.max is beyond its end); nil: every lease may.
 	Extendable func(r *scheduler.Running) bool
+	// Rank, when set, is the queue order the dispatcher's last round gave
+	// (queue position, 1 = next): the replay keeps the ranked requests in
+	// that order, ahead of the unranked ones, which the Policy orders. It
+	// matters where the order depends on what the replay does not know
+	// (fair share's past usage).
+	Rank map[string]int
 	// Overtake, when set, says why requests asked after now may go ahead
 	// of the queue ("the queue is ordered by fair share"): every estimate
 	// of a VM that waits is then uncertain, with this reason.
@@ -99,7 +105,7 @@ func (e Estimate) Known() bool { return !e.At.IsZero() }
 // Uncertainty reasons.
 const (
 	WhyExtended  = "leases may be extended"
-	WhyPreempted = "it counts on preemptible VMs being stopped"
+	WhyPreempted = "it counts on preemptible VMs being stopped for it"
 	WhyFar       = "it is more than a day ahead"
 )
 
@@ -126,7 +132,7 @@ func queue(s State, o Options, until string) map[string]Estimate {
 		return out
 	}
 	rp := replay{s: s, o: o, until: until, inv: s.Inventory.Clone(), running: make(map[string]*scheduler.Running, len(s.Running)),
-		last: map[string]scheduler.Reason{}, out: out}
+		last: map[string]scheduler.Reason{}, preempted: map[string]bool{}, out: out}
 	for i := range s.Running {
 		r := s.Running[i]
 		rp.running[r.ID] = &r
@@ -160,7 +166,7 @@ type replay struct {
 	// What the replay assumed so far.
 	ends       int  // running VMs ended at their lease's end
 	extendable bool // one of them may have its lease extended
-	preempted  bool // a preemption was assumed
+	preempted  map[string]bool // requests a preemption was assumed for
 }
 
 func (rp *replay) run() {
@@ -219,7 +225,11 @@ func (rp *replay) cycle(now time.Time) {
 	for _, id := range rp.sortedRunning() {
 		runList = append(runList, *rp.running[id])
 	}
-	d := scheduler.Cycle(now, rp.inv, rp.queue, runList, rp.s.Policy, rp.s.Options)
+	pol := rp.s.Policy
+	if len(rp.s.Rank) > 0 {
+		pol = rankedPolicy{pol, rp.s.Rank}
+	}
+	d := scheduler.Cycle(now, rp.inv, rp.queue, runList, pol, rp.s.Options)
 	gone := map[string]bool{}
 	byID := make(map[string]*scheduler.Request, len(rp.queue))
 	for i := range rp.queue {
@@ -231,7 +241,7 @@ func (rp *replay) cycle(now time.Time) {
 			continue
 		}
 		rp.running[st.ID] = &scheduler.Running{Request: *r, Placement: st.Placement, Started: now, End: st.End, Booking: st.Booking}
-		rp.out[st.ID] = rp.started(now)
+		rp.out[st.ID] = rp.started(st.ID, now)
 		gone[st.ID] = true
 	}
 	for _, rf := range d.Refused {
@@ -241,7 +251,7 @@ func (rp *replay) cycle(now time.Time) {
 	for _, p := range d.Preempt {
 		if v, ok := rp.running[p.ID]; ok {
 			v.Stopping, v.PreemptedFor, v.End = true, p.For, p.StopAt
-			rp.preempted = true
+			rp.preempted[p.For] = true
 		}
 	}
 	for _, a := range d.Actions {
@@ -307,14 +317,14 @@ func (rp *replay) next(now time.Time) (time.Time, bool) {
 }
 
 // started is the estimate of a VM the replay starts at at.
-func (rp *replay) started(at time.Time) Estimate {
+func (rp *replay) started(id string, at time.Time) Estimate {
 	e := Estimate{At: at, Ends: rp.ends}
 	var why []string
 	if at.After(rp.s.Now) {
 		if rp.ends > 0 && rp.extendable {
 			why = append(why, WhyExtended)
 		}
-		if rp.preempted {
+		if rp.preempted[id] {
 			why = append(why, WhyPreempted)
 		}
 		if rp.s.Overtake != "" {
@@ -381,4 +391,35 @@ func NextFree(s State, r scheduler.Request, o Options) (e Estimate, now bool) {
 	s.Queue = append(slices.Clone(s.Queue), r)
 	e = queue(s, o, ProbeID)[ProbeID]
 	return e, e.Known() && !e.At.After(s.Now)
+}
+
+// rankedPolicy is a Policy whose queue order puts the ranked requests
+// first, by rank; the rest follow in the Policy's order.
+type rankedPolicy struct {
+	scheduler.Policy
+	rank map[string]int
+}
+
+func (p rankedPolicy) Begin(now time.Time, running []scheduler.Running) scheduler.Session {
+	return rankedSession{p.Policy.Begin(now, running), p.rank}
+}
+
+type rankedSession struct {
+	scheduler.Session
+	rank map[string]int
+}
+
+func (s rankedSession) Order(q []scheduler.Request) []scheduler.Request {
+	out := s.Session.Order(q)
+	sort.SliceStable(out, func(i, j int) bool {
+		ri, iok := s.rank[out[i].ID]
+		rj, jok := s.rank[out[j].ID]
+		switch {
+		case iok && jok:
+			return ri < rj
+		default:
+			return iok && !jok
+		}
+	})
+	return out
 }

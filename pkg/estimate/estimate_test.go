@@ -73,6 +73,7 @@ func TestQueue(t *testing.T) {
 		extendable func(*scheduler.Running) bool
 		overtake   string
 		notBefore  map[string]time.Time
+		rank       map[string]int
 		want       map[string]want
 	}{
 		{
@@ -117,6 +118,18 @@ func TestQueue(t *testing.T) {
 			want: map[string]want{"q1": {30 * time.Hour, true, WhyFar}},
 		},
 		{
+			name: "the dispatcher's ranks win over the policy's order", gpus: 1,
+			running: []scheduler.Request{whole("r1", 4, t0)}, left: []time.Duration{time.Hour},
+			queue:      []scheduler.Request{whole("q1", 2, t0), whole("q2", 3, t0.Add(time.Minute)), whole("q3", 1, t0.Add(2*time.Minute))},
+			rank:       map[string]int{"q2": 1, "q1": 2},
+			extendable: never,
+			want: map[string]want{
+				"q2": {time.Hour, false, "1 running VM's lease ends"},
+				"q1": {4 * time.Hour, false, "2 running VMs' leases end"},
+				"q3": {6 * time.Hour, false, "3 running VMs' leases end"}, // unranked: last
+			},
+		},
+		{
 			name: "a start asked for later", gpus: 2,
 			queue: []scheduler.Request{whole("q1", 2, t0)}, notBefore: map[string]time.Time{"q1": t0.Add(5 * time.Hour)},
 			want: map[string]want{"q1": {5 * time.Hour, false, "rules let it start"}},
@@ -148,7 +161,7 @@ func TestQueue(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			s := state(t, passthroughHost(c.gpus), c.running, c.left, c.queue, c.order)
-			s.Extendable, s.Overtake, s.NotBefore = c.extendable, c.overtake, c.notBefore
+			s.Extendable, s.Overtake, s.NotBefore, s.Rank = c.extendable, c.overtake, c.notBefore, c.rank
 			before := s.Inventory.Allocations()
 			got := Queue(s, Options{})
 			if len(got) != len(c.want) {

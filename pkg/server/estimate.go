@@ -281,7 +281,7 @@ func (s *Server) schedulerState(ctx context.Context, cfg *config.Config, now tim
 	if err != nil {
 		return st, nil, fmt.Errorf("policy: %w", err)
 	}
-	st = estimate.State{Now: now, Inventory: inv, Policy: eng, NotBefore: map[string]time.Time{},
+	st = estimate.State{Now: now, Inventory: inv, Policy: eng, NotBefore: map[string]time.Time{}, Rank: map[string]int{},
 		Options: scheduler.DefaultOptions(policy.DefaultNotice, policy.DefaultMinRuntime)}
 	for _, id := range ids {
 		p, ok := inv.PlacementOf(id)
@@ -305,6 +305,9 @@ func (s *Server) schedulerState(ctx context.Context, cfg *config.Config, now tim
 			continue
 		}
 		st.Queue = append(st.Queue, requestOf(cfg, vm, groups[vm.Owner]))
+		if vm.QueuePosition > 0 {
+			st.Rank[vm.ID] = vm.QueuePosition
+		}
 		if vm.StartAt != nil && vm.StartAt.After(now) {
 			st.NotBefore[vm.ID] = *vm.StartAt
 		}
