@@ -164,8 +164,8 @@ type replay struct {
 	out     map[string]Estimate
 
 	// What the replay assumed so far.
-	ends       int  // running VMs ended at their lease's end
-	extendable bool // one of them may have its lease extended
+	ends       int             // running VMs ended at their lease's end
+	extendable bool            // one of them may have its lease extended
 	preempted  map[string]bool // requests a preemption was assumed for
 }
 
