@@ -97,6 +97,10 @@ type Estimate struct {
 	Reason string `json:"reason"`
 	// Ends counts the running VMs whose end the start waits for.
 	Ends int `json:"ends"`
+	// Held is true when the scheduler holds capacity for the VM now (it
+	// is the large request the backfill keeps room for): requests asked
+	// later cannot take that room first.
+	Held bool `json:"held,omitempty"`
 }
 
 // Known reports whether the estimate has a start time.
@@ -107,6 +111,9 @@ const (
 	WhyExtended  = "leases may be extended"
 	WhyPreempted = "it counts on preemptible VMs being stopped for it"
 	WhyFar       = "it is more than a day ahead"
+	// WhyBackfill: room is held for the largest waiting request only; any
+	// other may see requests asked later take the room it waits for.
+	WhyBackfill = "requests asked later may take the room first"
 )
 
 // Queue replays s and estimates the start of every VM of s.Queue, by ID.
@@ -132,7 +139,7 @@ func queue(s State, o Options, until string) map[string]Estimate {
 		return out
 	}
 	rp := replay{s: s, o: o, until: until, inv: s.Inventory.Clone(), running: make(map[string]*scheduler.Running, len(s.Running)),
-		last: map[string]scheduler.Reason{}, preempted: map[string]bool{}, out: out}
+		last: map[string]scheduler.Reason{}, preempted: map[string]bool{}, held: map[string]bool{}, out: out}
 	for i := range s.Running {
 		r := s.Running[i]
 		rp.running[r.ID] = &r
@@ -167,6 +174,7 @@ type replay struct {
 	ends       int             // running VMs ended at their lease's end
 	extendable bool            // one of them may have its lease extended
 	preempted  map[string]bool // requests a preemption was assumed for
+	held       map[string]bool // requests capacity is held for at Now
 }
 
 func (rp *replay) run() {
@@ -230,6 +238,11 @@ func (rp *replay) cycle(now time.Time) {
 		pol = rankedPolicy{pol, rp.s.Rank}
 	}
 	d := scheduler.Cycle(now, rp.inv, rp.queue, runList, pol, rp.s.Options)
+	if now.Equal(rp.s.Now) {
+		for _, h := range d.Holds {
+			rp.held[h.ID] = true
+		}
+	}
 	gone := map[string]bool{}
 	byID := make(map[string]*scheduler.Request, len(rp.queue))
 	for i := range rp.queue {
@@ -318,7 +331,7 @@ func (rp *replay) next(now time.Time) (time.Time, bool) {
 
 // started is the estimate of a VM the replay starts at at.
 func (rp *replay) started(id string, at time.Time) Estimate {
-	e := Estimate{At: at, Ends: rp.ends}
+	e := Estimate{At: at, Ends: rp.ends, Held: rp.held[id]}
 	var why []string
 	if at.After(rp.s.Now) {
 		if rp.ends > 0 && rp.extendable {
@@ -326,6 +339,9 @@ func (rp *replay) started(id string, at time.Time) Estimate {
 		}
 		if rp.preempted[id] {
 			why = append(why, WhyPreempted)
+		}
+		if !rp.held[id] && rp.s.Overtake == "" {
+			why = append(why, WhyBackfill)
 		}
 		if rp.s.Overtake != "" {
 			why = append(why, rp.s.Overtake)
@@ -345,6 +361,9 @@ func (rp *replay) started(id string, at time.Time) Estimate {
 		basis = "when 1 running VM's lease ends (sooner if it is deleted early)"
 	default:
 		basis = fmt.Sprintf("when %d running VMs' leases end (sooner if some are deleted early)", rp.ends)
+	}
+	if e.Held {
+		basis += "; room is held for it"
 	}
 	e.Reason = basis
 	if e.Uncertain {

@@ -94,8 +94,10 @@ func TestQueue(t *testing.T) {
 			queue:      []scheduler.Request{whole("q2", 3, t0.Add(time.Minute)), whole("q1", 2, t0)},
 			extendable: never,
 			want: map[string]want{
-				"q1": {time.Hour, false, "1 running VM's lease ends"},
-				"q2": {3 * time.Hour, false, "2 running VMs' leases end"},
+				"q1": {time.Hour, false, "room is held for it"},
+				// Room is held for the first only: a later request may
+				// take what q2 waits for.
+				"q2": {3 * time.Hour, true, WhyBackfill},
 			},
 		},
 		{
@@ -125,14 +127,14 @@ func TestQueue(t *testing.T) {
 			extendable: never,
 			want: map[string]want{
 				"q2": {time.Hour, false, "1 running VM's lease ends"},
-				"q1": {4 * time.Hour, false, "2 running VMs' leases end"},
-				"q3": {6 * time.Hour, false, "3 running VMs' leases end"}, // unranked: last
+				"q1": {4 * time.Hour, true, "2 running VMs' leases end"},
+				"q3": {6 * time.Hour, true, "3 running VMs' leases end"}, // unranked: last
 			},
 		},
 		{
 			name: "a start asked for later", gpus: 2,
 			queue: []scheduler.Request{whole("q1", 2, t0)}, notBefore: map[string]time.Time{"q1": t0.Add(5 * time.Hour)},
-			want: map[string]want{"q1": {5 * time.Hour, false, "rules let it start"}},
+			want: map[string]want{"q1": {5 * time.Hour, true, WhyBackfill + "; when the rules let it start"}},
 		},
 		{
 			name: "a lease with no end: unknown", gpus: 1,

@@ -63,6 +63,7 @@ type accuracy struct {
 	gaveUpPredicted   int       // of those, predicted to give up (no estimate)
 	uncertainErr      []float64 // errs of the uncertain estimates
 	certainErr        []float64
+	heldErr, freeErr  []float64 // errs of estimates with capacity held at the arrival, and without
 	estimateNanos     int64
 	estimateCalls     int
 	maxQueue, sumQueu int
@@ -142,6 +143,11 @@ func measure(tb testing.TB, setup simulate.Setup, tr *simulate.Trace, order stri
 		}
 		d := math.Abs(e.At.Sub(at).Minutes())
 		acc.errs = append(acc.errs, d)
+		if e.Held {
+			acc.heldErr = append(acc.heldErr, d)
+		} else {
+			acc.freeErr = append(acc.freeErr, d)
+		}
 		if e.Uncertain {
 			acc.uncertainErr = append(acc.uncertainErr, d)
 		} else {
@@ -182,9 +188,10 @@ func BenchmarkAccuracy(b *testing.B) {
 				b.ReportMetric(quantile(a.errs, 0.5), key+"-p50-min")
 				b.ReportMetric(quantile(a.errs, 0.9), key+"-p90-min")
 				b.ReportMetric(float64(a.uncertain)/float64(max(a.estimated, 1)), key+"-uncertain-share")
-				rows = append(rows, fmt.Sprintf("%-15s %9d %8d %7.1f %7.1f %9.1f%% %8.1f/%-8.1f %7d %6d (%d foreseen) %8.2f ms (queue ≤%d, mean %.0f)",
+				rows = append(rows, fmt.Sprintf("%-15s %9d %8d %7.1f %7.1f %9.1f%% %8.1f/%-8.1f %6.1f(%d)/%-6.1f %7d %6d (%d foreseen) %8.2f ms (queue ≤%d, mean %.0f)",
 					key, a.estimated, len(a.errs), quantile(a.errs, 0.5), quantile(a.errs, 0.9),
 					100*float64(a.uncertain)/float64(max(a.estimated, 1)), quantile(a.certainErr, 0.9), quantile(a.uncertainErr, 0.9),
+					quantile(a.heldErr, 0.9), len(a.heldErr), quantile(a.freeErr, 0.9),
 					a.unknown, a.gaveUp, a.gaveUpPredicted,
 					float64(a.estimateNanos)/1e6/float64(max(a.estimateCalls, 1)), a.maxQueue, float64(a.sumQueu)/float64(max(a.estimateCalls, 1))))
 			}
@@ -193,8 +200,8 @@ func BenchmarkAccuracy(b *testing.B) {
 		b.ReportMetric(quantile(all, 0.9), "all-p90-min")
 		b.ReportMetric(float64(allUnc)/float64(max(allEst, 1)), "all-uncertain-share")
 		if i == 0 {
-			b.Logf("\n%-15s %9s %8s %7s %7s %10s %17s %7s %6s %s\n%s\nall: %d errors, p50 %.1f min, p90 %.1f min, %.1f%% uncertain",
-				"trace-order", "estimated", "started", "p50min", "p90min", "uncertain", "p90 cert/uncert", "unknown", "gaveup", "per estimate",
+			b.Logf("\n%-15s %9s %8s %7s %7s %10s %17s %17s %7s %6s %s\n%s\nall: %d errors, p50 %.1f min, p90 %.1f min, %.1f%% uncertain",
+				"trace-order", "estimated", "started", "p50min", "p90min", "uncertain", "p90 cert/uncert", "p90 held(n)/not", "unknown", "gaveup", "per estimate",
 				strings.Join(rows, "\n"), len(all), quantile(all, 0.5), quantile(all, 0.9), 100*float64(allUnc)/float64(max(allEst, 1)))
 		}
 	}
