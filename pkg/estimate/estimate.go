@@ -196,7 +196,11 @@ func (rp *replay) run() {
 			return
 		}
 		next, ok := rp.next(now)
-		if !ok || next.After(horizon) {
+		if !ok {
+			break
+		}
+		if next.After(horizon) {
+			now = horizon
 			break
 		}
 		now = next
