@@ -237,3 +237,14 @@ func TestPreemptionIsUncertain(t *testing.T) {
 		t.Errorf("preemption: %+v", e)
 	}
 }
+
+func TestHorizon(t *testing.T) {
+	s := state(t, passthroughHost(1), []scheduler.Request{whole("r1", 4, t0)}, []time.Duration{3 * time.Hour}, []scheduler.Request{whole("q1", 1, t0)}, "")
+	e := Queue(s, Options{Horizon: 2 * time.Hour})["q1"]
+	if e.Known() || !e.NotBefore.Equal(t0.Add(2*time.Hour)) || !strings.Contains(e.Reason, "not started by") {
+		t.Errorf("beyond the horizon: %+v", e)
+	}
+	if e := Queue(s, Options{Horizon: 4 * time.Hour})["q1"]; !e.At.Equal(t0.Add(3 * time.Hour)) {
+		t.Errorf("within the horizon: %+v", e)
+	}
+}
