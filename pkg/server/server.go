@@ -131,6 +131,7 @@ type Server struct {
 	portal         *portal.Portal // portal.go
 	loginLimits    *loginLimits   // login.go
 	loopbacks      loopbacks      // oidc.go
+	estimates      *estimates     // estimate.go
 }
 
 // New builds the API.
@@ -157,7 +158,7 @@ func New(d Deps) *Server {
 	}
 	s := &Server{Deps: d, log: d.Log.With("component", "api"), engine: gin.New(),
 		eventKeepAlive: d.EventKeepAlive, done: make(chan struct{}), auditLog: d.Log.With("component", "audit"),
-		loginLimits: newLoginLimits()}
+		loginLimits: newLoginLimits(), estimates: newEstimates()}
 	s.hub = newEventHub(d.Store, d.EventPoll, s.log)
 	s.engine.Use(gin.Recovery(), s.requestID, s.logRequests, s.deadlines)
 	if d.Metrics != nil {
@@ -388,7 +389,9 @@ func (s *Server) visibleProfiles(c *gin.Context) []*config.Profile {
 }
 
 func (s *Server) listProfiles(c *gin.Context) {
-	c.JSON(http.StatusOK, s.profileViews(c.Request.Context(), s.visibleProfiles(c)))
+	views := s.profileViews(c.Request.Context(), s.visibleProfiles(c))
+	s.addNextFree(c, views) // estimate.go
+	c.JSON(http.StatusOK, views)
 }
 
 func (s *Server) getProfile(c *gin.Context) {
