@@ -30,8 +30,8 @@ func goldenConfigs() map[string]Config {
 		},
 		"server2022-by-name": {
 			Edition: Server2022, ComputerName: "srv22", AdminPassword: "S3rver!2022",
-			Image:      Image{Name: "Windows Server 2022 SERVERDATACENTER"},
-			ProductKey: "WX4NM-KYWYW-QJJR4-XV3QB-6VM33",
+			Image:        Image{Name: "Windows Server 2022 SERVERDATACENTER"},
+			ProductKey:   "WX4NM-KYWYW-QJJR4-XV3QB-6VM33",
 			NVIDIADriver: "setup.exe", NVIDIADriverArgs: []string{"-s", "-noreboot", "-clean"},
 		},
 		"windows10-defaults": {Edition: Windows10, AdminPassword: "pw"},
