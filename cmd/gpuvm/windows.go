@@ -40,6 +40,7 @@ type windowsInstallOpts struct {
 	user, computer, locale, inputLocale, tz string
 	nvidiaDriver, nvidiaArgs, cloudbase     string
 	licensing, disk, network, templates     string
+	domainType                              string
 	imageIndex                              int
 	vcpus, memoryGiB                        uint
 	noSysprep, insecureBoot, hide           bool
@@ -105,6 +106,7 @@ through gpuvmd is not built yet.
 	f.BoolVar(&o.insecureBoot, "insecure-boot", false, "UEFI without Secure Boot (not for Windows 11)")
 	f.BoolVar(&o.hide, "hide-hypervisor", false, "hide KVM and set a Hyper-V vendor ID (GeForce drivers before R465)")
 	f.StringVar(&o.templates, "templates", "", "directory overriding templates/windows")
+	f.StringVar(&o.domainType, "domain-type", "kvm", "kvm, or qemu (software emulation, where KVM is unusable)")
 	return cmd
 }
 
@@ -194,7 +196,7 @@ func runWindowsInstall(o windowsInstallOpts, stdout io.Writer) error {
 	}
 	w := domain.WindowsInstall{
 		Name: o.name, UUID: uuid.NewString(), Title: "gpuvm: unattended install of " + c.Edition.Label(),
-		VCPUs: o.vcpus, MemoryBytes: uint64(o.memoryGiB) << 30,
+		VCPUs: o.vcpus, MemoryBytes: uint64(o.memoryGiB) << 30, DomainType: domain.Type(o.domainType),
 		Disk:      domain.Disk{Path: abs(disk)},
 		Installer: domain.Disk{Path: abs(o.iso)}, VirtIO: domain.Disk{Path: abs(o.virtio)}, Media: domain.Disk{Path: media},
 		Network:      domain.Network{Name: o.network},
@@ -207,7 +209,7 @@ func runWindowsInstall(o windowsInstallOpts, stdout io.Writer) error {
 		return usageError{fmt.Errorf("windows-install: %w", err)}
 	}
 
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	if err := os.MkdirAll(dir, 0o711); err != nil {
 		return fmt.Errorf("windows-install: %w", err)
 	}
 	for _, f := range []struct {

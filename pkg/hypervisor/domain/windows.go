@@ -138,8 +138,10 @@ func WindowsInstallXML(w WindowsInstall) (string, error) {
 	}
 	if w.HideHypervisor {
 		d.Features.KVM = &libvirtxml.DomainFeatureKVM{Hidden: &libvirtxml.DomainFeatureState{State: "on"}}
-		d.Features.HyperV.VendorId = &libvirtxml.DomainFeatureHyperVVendorId{
-			DomainFeatureState: libvirtxml.DomainFeatureState{State: "on"}, Value: w.vendorID(),
+		if d.Features.HyperV != nil { // not under software emulation
+			d.Features.HyperV.VendorId = &libvirtxml.DomainFeatureHyperVVendorId{
+				DomainFeatureState: libvirtxml.DomainFeatureState{State: "on"}, Value: w.vendorID(),
+			}
 		}
 	}
 	out, err := d.Marshal()

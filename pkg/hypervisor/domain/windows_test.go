@@ -191,3 +191,29 @@ func TestWindowsInstallDefinesOnTestDriver(t *testing.T) {
 		})
 	}
 }
+
+// QEMU's software emulation refuses Hyper-V enlightenments (seen: "kernel
+// doesn't allow setting HyperV VP_INDEX" on libvirt 9.0/QEMU 7.2), so a
+// type='qemu' Windows domain has none, nor the Hyper-V clock.
+func TestWindowsInstallSoftwareEmulation(t *testing.T) {
+	w := windowsInstalls()["windows-install"]
+	w.DomainType = TypeQEMU
+	x, err := WindowsInstallXML(w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d libvirtxml.Domain
+	if err := d.Unmarshal(x); err != nil {
+		t.Fatal(err)
+	}
+	if d.Features.HyperV != nil || strings.Contains(x, "hypervclock") {
+		t.Errorf("type=qemu domain has Hyper-V enlightenments:\n%s", x)
+	}
+	if len(d.Devices.TPMs) != 1 || d.OS.Loader == nil || d.OS.Loader.Secure != "yes" {
+		t.Error("type=qemu domain lost its TPM or Secure Boot")
+	}
+	w.HideHypervisor = true
+	if x, err = WindowsInstallXML(w); err != nil || !strings.Contains(x, "<hidden state=\"on\">") || strings.Contains(x, "vendor_id") {
+		t.Errorf("hidden hypervisor under emulation: %v\n%s", err, x)
+	}
+}
