@@ -5,6 +5,7 @@ import (
 	"encoding/xml"
 	"flag"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -411,4 +412,20 @@ func ucs2(s string) []byte {
 		b = append(b, byte(r>>8), byte(r))
 	}
 	return b
+}
+
+// TestGoldenXMLLint has libxml2 (a second, independent parser) read every
+// golden answer file. Microsoft's unattend schema is not at hand (it ships
+// with Windows SIM only), so this checks well-formedness, not validity.
+func TestGoldenXMLLint(t *testing.T) {
+	bin, err := exec.LookPath("xmllint")
+	if err != nil {
+		t.Skip("xmllint is missing (Debian: libxml2-utils)")
+	}
+	for name := range goldenConfigs() {
+		path := filepath.Join("testdata", name+"."+AnswerFile+".golden")
+		if out, err := exec.Command(bin, "--noout", path).CombinedOutput(); err != nil {
+			t.Errorf("xmllint %s: %v\n%s", path, err, out)
+		}
+	}
 }
