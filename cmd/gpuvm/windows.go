@@ -40,7 +40,8 @@ type windowsInstallOpts struct {
 	user, computer, locale, inputLocale, tz string
 	nvidiaDriver, nvidiaArgs, cloudbase     string
 	licensing, disk, network, templates     string
-	domainType                              string
+	domainType, gpuMdev                     string
+	gpuPCI                                  []string
 	imageIndex                              int
 	vcpus, memoryGiB                        uint
 	noSysprep, insecureBoot, hide           bool
@@ -107,6 +108,8 @@ through gpuvmd is not built yet.
 	f.BoolVar(&o.hide, "hide-hypervisor", false, "hide KVM and set a Hyper-V vendor ID (GeForce drivers before R465)")
 	f.StringVar(&o.templates, "templates", "", "directory overriding templates/windows")
 	f.StringVar(&o.domainType, "domain-type", "kvm", "kvm, or qemu (software emulation, where KVM is unusable)")
+	f.StringVar(&o.gpuMdev, "gpu-mdev", "", "UUID of an existing vGPU (mdev) to give the install VM, so that the NVIDIA installer finds its device")
+	f.StringSliceVar(&o.gpuPCI, "gpu-pci", nil, "PCI functions (0000:c1:00.0,...) to pass through to the install VM instead (libvirt binds vfio-pci)")
 	return cmd
 }
 
@@ -203,6 +206,14 @@ func runWindowsInstall(o windowsInstallOpts, stdout io.Writer) error {
 		Graphics:     &domain.Graphics{Type: domain.GraphicsVNC},
 		InsecureBoot: o.insecureBoot, HideHypervisor: o.hide,
 		Metadata: domain.Metadata{VMID: "windows-install-" + o.name, Profile: "windows-install"},
+	}
+	switch {
+	case o.gpuMdev != "" && len(o.gpuPCI) > 0:
+		return usageError{fmt.Errorf("windows-install: give --gpu-mdev or --gpu-pci, not both")}
+	case o.gpuMdev != "":
+		w.Hostdevs = []domain.Hostdev{{Type: domain.HostdevMdev, UUID: o.gpuMdev}}
+	case len(o.gpuPCI) > 0:
+		w.Hostdevs = []domain.Hostdev{{Type: domain.HostdevPCI, Addresses: o.gpuPCI, Managed: true}}
 	}
 	x, err := domain.WindowsInstallXML(w)
 	if err != nil {

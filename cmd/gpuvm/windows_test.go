@@ -30,7 +30,7 @@ func TestWindowsInstallRender(t *testing.T) {
 	stdout, stderr, code := runCLI(t, "admin", "image", "windows-install",
 		"--iso", iso, "--virtio-win", virtio, "--name", "win11-build", "--password-file", pwFile,
 		"--nvidia-driver", driver, "--nvidia-args", "-s -noreboot -clean", "--cloudbase-init", msi,
-		"--locale", "fr-FR", "--timezone", "Romance Standard Time", "--render", out)
+		"--locale", "fr-FR", "--timezone", "Romance Standard Time", "--gpu-mdev", "B3C4D5E6-F7A8-4B9C-8D0E-1F2A3B4C5D6E", "--render", out)
 	if code != 0 {
 		t.Fatalf("exit %d\n%s%s", code, stdout, stderr)
 	}
@@ -65,7 +65,7 @@ func TestWindowsInstallRender(t *testing.T) {
 		t.Errorf("script does not run the driver:\n%s", script)
 	}
 	x, _ := os.ReadFile(filepath.Join(out, "win11-build.xml"))
-	for _, want := range []string{iso, virtio, filepath.Join(out, "win11-build-media.iso"), `<tpm model="tpm-crb">`, `<loader secure="yes">`} {
+	for _, want := range []string{iso, virtio, filepath.Join(out, "win11-build-media.iso"), `<tpm model="tpm-crb">`, `<loader secure="yes">`, `<address uuid="b3c4d5e6-f7a8-4b9c-8d0e-1f2a3b4c5d6e">`} {
 		if !strings.Contains(string(x), want) {
 			t.Errorf("domain XML lacks %s", want)
 		}
@@ -97,6 +97,9 @@ func TestWindowsInstallRefuses(t *testing.T) {
 		{"args without driver", append(base, "--password-file", pw, "--nvidia-args", "-s"), "--nvidia-args needs --nvidia-driver"},
 		{"missing driver", append(base, "--password-file", pw, "--nvidia-driver", filepath.Join(dir, "none.exe")), "--nvidia-driver"},
 		{"bad name", append(append([]string{}, base...), "--password-file", pw, "--name", "a b"), "--name"},
+		{"two GPUs", append(base, "--password-file", pw, "--gpu-mdev", "b3c4d5e6-f7a8-4b9c-8d0e-1f2a3b4c5d6e", "--gpu-pci", "0000:c1:00.0"), "not both"},
+		{"bad mdev", append(base, "--password-file", pw, "--gpu-mdev", "nope"), "hostdev"},
+		{"bad pci", append(base, "--password-file", pw, "--gpu-pci", "c1:00"), "hostdev"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			stdout, stderr, code := runCLI(t, tc.args...)
