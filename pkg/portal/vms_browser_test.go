@@ -157,8 +157,18 @@ func TestVMsPageInChromium(t *testing.T) {
 		others = append(others, apiCreate(t, env, api.CreateVMRequest{Profile: p, Name: p}).ID)
 	}
 	// The MIG slice the scheduler would have given box.
-	if _, err := env.Store.ClaimAllocation(ctx, box.ID, []store.SlotClaim{{Host: "test-host", GPUAddress: "0000:41:00.0", Backend: "mig",
-		Kind: gpu.KindMIG, Profile: "1g.10gb", PlacementStart: 4, PlacementSize: 1}}); err != nil {
+	allocs, err := env.Store.ClaimAllocation(ctx, box.ID, []store.SlotClaim{{Host: "test-host", GPUAddress: "0000:41:00.0", Backend: "mig",
+		Kind: gpu.KindMIG, Profile: "1g.10gb", PlacementStart: 4, PlacementSize: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Its MIG-backed vGPU, whose guest the host reports unlicensed.
+	if err := env.Store.MarkAllocationCreated(ctx, allocs[0].ID, "0000:41:00.4", "{}"); err != nil {
+		t.Fatal(err)
+	}
+	if err := env.Store.InsertSamples(ctx, []store.GPUSample{{Host: "test-host", GPUAddress: "0000:41:00.0", Instance: "0000:41:00.4",
+		VMID: box.ID, User: "ann", TakenAt: time.Now(), GPUUtil: 0.2, MemUtil: -1, EncUtil: -1, DecUtil: -1, Temperature: -1, PowerWatts: -1,
+		License: api.VGPUGrace}}); err != nil {
 		t.Fatal(err)
 	}
 	for _, id := range others {
@@ -187,8 +197,8 @@ func TestVMsPageInChromium(t *testing.T) {
 
 	// The GPU in words, the address with its copy button, the countdown.
 	card := b.text(`#vm-box`)
-	if !strings.Contains(card, "MIG 1g.10gb on H100 0000:41:00.0") {
-		t.Errorf("box's GPU is not in words:\n%s", card)
+	if !strings.Contains(card, "MIG 1g.10gb on H100 0000:41:00.0 · not licensed: grace period, it will be throttled") {
+		t.Errorf("box's GPU and its licence are not in words:\n%s", card)
 	}
 	if left := b.text(`#vm-box-left`); !regexp.MustCompile(`^2 h 5\d min left$`).MatchString(left) {
 		t.Errorf("box's countdown %q, want about 2 h 59 min left", left)

@@ -9,6 +9,7 @@ import {Header, Problem, Confirm, useEvents} from '../ui.js';
 
 addWords({
   en: {
+    vm_licensed: 'licensed', vm_grace: 'not licensed: grace period, it will be throttled', vm_unlicensed: 'not licensed: throttled (ask your admin)',
     vm_reboot: 'Reboot', vm_extend: 'Extend', vm_left: '{d} left', vm_leftSecs: '{s} s left', vm_leaseEnded: 'the lease has ended',
     vm_endsSoon: 'ends soon', vm_leaseHours: '{h} h, counted from when it runs',
     vm_confirmReboot: 'Reboot {name}? Its guest restarts now: work not saved in it is lost.',
@@ -45,6 +46,7 @@ addWords({
     vm_hide: 'Hide', vm_passwordRefused: 'The password is not shown: {msg}',
   },
   'zh-CN': {
+    vm_licensed: '已授权', vm_grace: '未授权：宽限期内，之后将被限速', vm_unlicensed: '未授权：已被限速（请联系管理员）',
     vm_reboot: '重启', vm_extend: '延长', vm_left: '剩余 {d}', vm_leftSecs: '剩余 {s} 秒', vm_leaseEnded: '租期已结束',
     vm_endsSoon: '即将结束', vm_leaseHours: '{h} 小时，从运行时开始计算',
     vm_confirmReboot: '重启 {name}？客户机将立即重启，未保存的工作会丢失。',
@@ -321,7 +323,7 @@ function Command({cmd, onCopy}) {
 
 function VMCard({vm, prof, now, panel, cred, onAct, onDesktop, onConsole, onCopy, onHide}) {
   const id = 'vm-' + vm.name;
-  const gpus = (vm.gpus || []).map((g) => gpuHeld(g, prof));
+  const gpus = (vm.gpus || []).map((g) => gpuHeld(g, prof) + (g.license ? ' · ' + t('vm_' + g.license) : ''));
   const addrs = (vm.addresses || []).map((a) => a.ip);
   const busy = ['allocating', 'creating', 'stopping', 'deleting'].includes(vm.state);
   const running = vm.state === 'running';
