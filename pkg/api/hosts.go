@@ -29,6 +29,9 @@ type Host struct {
 	// Free is what could still be placed on the host, as its last
 	// heartbeat saw it (drained GPUs left out).
 	Free Capacity `json:"free"`
+	// Total is what the host could place if it held nothing, its drained
+	// GPUs left out: "3 free of 28" is Free over Total.
+	Total Capacity `json:"total"`
 	// Leader marks the node that places the fleet's queue and runs its
 	// once-only work (one at a time, elected through the database).
 	Leader bool `json:"leader,omitempty"`

@@ -430,7 +430,7 @@ func TestPortalInChromium(t *testing.T) {
 	b.run(emulation.SetEmulatedMedia().WithFeatures([]*emulation.MediaFeature{{Name: "prefers-color-scheme", Value: "light"}}))
 	cards := b.text(`ul.cards`)
 	for _, want := range []string{
-		"MIG 1g.10gb slice of an H100", "3 free", "4 h by default, 12 h at most", "16 GiB",
+		"MIG 1g.10gb slice of an H100", "3 free of 7", "4 h by default, 12 h at most", "16 GiB",
 		"L40S-12Q vGPU", "none free",
 		"whole L40S", "2 free of 6 GPUs",
 		"always (no GPU needed)", "2 h by default, 8 h at most",

@@ -102,7 +102,7 @@ func (s *Server) listHosts(c *gin.Context) {
 		}
 		ah.Simulated = stored.Simulated
 		ah.GPUs = len(stored.GPUs)
-		ah.Free, ah.DrainedGPUs = s.freeCapacity(h.Name, stored, drained[h.Name])
+		ah.Free, ah.Total, ah.DrainedGPUs = s.freeCapacity(h.Name, stored, drained[h.Name])
 		invs[i] = stored
 		out.Items = append(out.Items, ah)
 	}
@@ -127,25 +127,35 @@ type storedInventory struct {
 // freeCapacity is what the scheduler could still place on a host whose
 // heartbeat stored inv, its drained GPUs left out (and counted): the GPUs
 // as its spec shows them (else as its inventory does, every GPU on auto),
-// holding the devices the inventory lists.
-func (s *Server) freeCapacity(host string, inv storedInventory, drained map[string]bool) (api.Capacity, int) {
+// holding the devices the inventory lists; and what it could place
+// holding none (total).
+func (s *Server) freeCapacity(host string, inv storedInventory, drained map[string]bool) (free, total api.Capacity, ndrained int) {
 	spec, devices := scheduler.FromHost(host, inv.HostInventory, nil)
 	if inv.Spec != nil {
 		spec = *inv.Spec
 		spec.Name = host
 	}
-	ndrained := 0
 	for i := range spec.GPUs {
 		if drained[spec.GPUs[i].Address] {
 			spec.GPUs[i].Draining = true
 			ndrained++
 		}
 	}
-	model, err := scheduler.NewInventory([]scheduler.HostSpec{spec}, devices)
+	capacity := func(devices []scheduler.Allocation) (api.Capacity, error) {
+		model, err := scheduler.NewInventory([]scheduler.HostSpec{spec}, devices)
+		if err != nil {
+			return api.Capacity{}, err
+		}
+		f, _ := model.Free(host)
+		return api.Capacity{IdleGPUs: f.IdleGPUs, VGPU: f.VGPU, MIG: f.MIG}, nil
+	}
+	var err error
+	if free, err = capacity(devices); err == nil {
+		total, err = capacity(nil)
+	}
 	if err != nil {
 		s.log.Warn("a host's stored inventory does not make a model of its GPUs; its free capacity is shown as none", "host", host, "err", err)
-		return api.Capacity{}, ndrained
+		return api.Capacity{}, api.Capacity{}, ndrained
 	}
-	free, _ := model.Free(host)
-	return api.Capacity{IdleGPUs: free.IdleGPUs, VGPU: free.VGPU, MIG: free.MIG}, ndrained
+	return free, total, ndrained
 }

@@ -195,6 +195,7 @@ func TestFreeCapacityIsTheSchedulers(t *testing.T) {
 		drained map[string]bool
 		want    api.Capacity
 		was     api.Capacity // what the greedy count said
+		total   *api.Capacity // nil: as want (the host holds nothing)
 	}{
 		{name: "one media-engine instance per GPU",
 			inv:  storedInventory{HostInventory: gpu.HostInventory{GPUs: []gpu.HostGPU{h100(map[string][]int{"1g.10gb+me": all, "7g.80gb": {0}})}}},
@@ -211,6 +212,13 @@ func TestFreeCapacityIsTheSchedulers(t *testing.T) {
 				Spec: spec(scheduler.GPUSpec{Mode: gpu.ModeMIG, Allow: gpu.ModeMIG, MIGLayout: []string{"3g.40gb", "3g.40gb"}})},
 			want: api.Capacity{MIG: map[string]int{"3g.40gb": 2}},
 			was:  api.Capacity{MIG: map[string]int{"1g.10gb": 7, "3g.40gb": 2}}},
+		{name: "a device holds slices: free less than total",
+			inv: storedInventory{HostInventory: gpu.HostInventory{GPUs: []gpu.HostGPU{h100(map[string][]int{"3g.40gb": {4}})},
+				Devices: []gpu.HostDevice{{ID: "gi-1", Backend: "mig", Kind: gpu.KindMIG, GPU: "0000:17:00.0", Profile: "3g.40gb", Placement: ptrInt(0), VMUUID: "vm-1"}}},
+				Spec: spec(scheduler.GPUSpec{Mode: gpu.ModeMIG, Allow: gpu.ModeMIG, MIGLayout: []string{"3g.40gb", "3g.40gb"}})},
+			want:  api.Capacity{MIG: map[string]int{"3g.40gb": 1}},
+			was:   api.Capacity{MIG: map[string]int{"3g.40gb": 1}},
+			total: &api.Capacity{MIG: map[string]int{"3g.40gb": 2}}},
 		{name: "a drained GPU gives nothing",
 			inv:     storedInventory{HostInventory: gpu.HostInventory{GPUs: []gpu.HostGPU{h100(map[string][]int{"3g.40gb": {0, 4}})}}},
 			drained: map[string]bool{"0000:17:00.0": true},
@@ -222,9 +230,16 @@ func TestFreeCapacityIsTheSchedulers(t *testing.T) {
 	s := &Server{log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got, ndrained := s.freeCapacity("n", tc.inv, tc.drained)
+			got, total, ndrained := s.freeCapacity("n", tc.inv, tc.drained)
 			if got.IdleGPUs != tc.want.IdleGPUs || !maps.Equal(got.MIG, tc.want.MIG) || !maps.Equal(got.VGPU, tc.want.VGPU) {
 				t.Errorf("free %+v, want %+v (the greedy count said %+v)", got, tc.want, tc.was)
+			}
+			wantTotal := tc.want
+			if tc.total != nil {
+				wantTotal = *tc.total
+			}
+			if total.IdleGPUs != wantTotal.IdleGPUs || !maps.Equal(total.MIG, wantTotal.MIG) || !maps.Equal(total.VGPU, wantTotal.VGPU) {
+				t.Errorf("total %+v, want %+v", total, wantTotal)
 			}
 			if ndrained != len(tc.drained) {
 				t.Errorf("%d drained, want %d", ndrained, len(tc.drained))
@@ -250,3 +265,5 @@ func TestListenURL(t *testing.T) {
 		}
 	}
 }
+
+func ptrInt(i int) *int { return &i }

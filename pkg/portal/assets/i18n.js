@@ -15,7 +15,7 @@ const words = {
     catalogueIntro: 'The machines you may ask for. Each card says what it has and how many are free now.',
     vcpus: 'vCPUs', memory: 'Memory', disk: 'Disk', lease: 'Lease', leaseHours: '{d} h by default, {m} h at most',
     leaseDefault: '{d} h by default', available: 'Free now',
-    free: '{n} free', freeOf: '{n} free of {t} GPUs', noneFree: 'none free', unknownFree: 'not known yet (no server has reported)',
+    free: '{n} free', freeOf: '{n} free of {t} GPUs', freeOfN: '{n} free of {t}', noneFree: 'none free', unknownFree: 'not known yet (no server has reported)',
     noGPU: 'no GPU', noGPUNeeded: 'always (no GPU needed)', mig: 'MIG {p} slice of {m}', migAny: 'MIG {p} slice of a GPU', vgpu: '{t} vGPU',
     whole: 'whole {m}', wholeN: '{n} × whole {m}', wholeAny: 'a whole GPU', anyGPU: 'a GPU share of at least {mem}',
     ask: 'Ask for a VM', askTitle: 'Ask for a {p} VM', name: 'Name', nameHint: 'Lower-case letters, digits and dashes; empty: one is made up.',
@@ -46,7 +46,7 @@ const words = {
     catalogueIntro: '你可以申请的机器。每张卡片写明配置和当前空闲数量。',
     vcpus: '虚拟 CPU', memory: '内存', disk: '磁盘', lease: '租期', leaseHours: '默认 {d} 小时，最长 {m} 小时',
     leaseDefault: '默认 {d} 小时', available: '当前空闲',
-    free: '空闲 {n} 个', freeOf: '空闲 {n} 块，共 {t} 块 GPU', noneFree: '没有空闲', unknownFree: '暂不清楚（还没有服务器报告）',
+    free: '空闲 {n} 个', freeOf: '空闲 {n} 块，共 {t} 块 GPU', freeOfN: '空闲 {n} 个，共 {t} 个', noneFree: '没有空闲', unknownFree: '暂不清楚（还没有服务器报告）',
     noGPU: '无 GPU', noGPUNeeded: '随时可用（无需 GPU）', mig: '{m} 的 MIG {p} 切片', migAny: 'GPU 的 MIG {p} 切片', vgpu: '{t} 虚拟 GPU',
     whole: '整块 {m}', wholeN: '{n} 块整块 {m}', wholeAny: '一整块 GPU', anyGPU: '至少 {mem} 的 GPU 份额',
     ask: '申请虚拟机', askTitle: '申请 {p} 虚拟机', name: '名称', nameHint: '小写字母、数字和连字符；留空则自动生成。',
@@ -135,10 +135,12 @@ export function freeWords(g, hosts) {
   let n = 0, total = 0;
   for (const h of up) {
     const f = h.free || {};
-    if (g.kind === 'mig') n += (f.mig || {})[g.profile] || 0;
-    else if (g.kind === 'vgpu') n += (f.vgpu || {})[g.type] || 0;
+    const all = h.total || {};
+    if (g.kind === 'mig') { n += (f.mig || {})[g.profile] || 0; total += (all.mig || {})[g.profile] || 0; }
+    else if (g.kind === 'vgpu') { n += (f.vgpu || {})[g.type] || 0; total += (all.vgpu || {})[g.type] || 0; }
     else { n += Math.floor((f.idle_gpus || 0) / Math.max(g.count || 1, 1)); total += Math.floor(((h.gpus || 0) - (h.drained_gpus || 0)) / Math.max(g.count || 1, 1)); }
   }
   if (n === 0) return {text: t('noneFree'), n};
-  return {text: total ? t('freeOf', {n, t: total}) : t('free', {n}), n};
+  const of = g.kind === 'mig' || g.kind === 'vgpu' ? 'freeOfN' : 'freeOf';
+  return {text: total ? t(of, {n, t: total}) : t('free', {n}), n};
 }
