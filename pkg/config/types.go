@@ -282,6 +282,12 @@ type Image struct {
 	Path        string `json:"path,omitempty"`   // a file (qcow2 or raw)
 	Volume      string `json:"volume,omitempty"` // or a libvirt volume
 	Pool        string `json:"pool,omitempty"`   // the volume's pool
+	// Imported names an image imported or published with `gpuvm admin
+	// image` (the store's images); Version pins one of its versions, 0
+	// follows the newest. Path, Volume and Format are then the record's,
+	// read when a VM is created (pkg/images.Resolve).
+	Imported string `json:"imported,omitempty"`
+	Version  int    `json:"version,omitempty"`
 	Format      string `json:"format"`           // "qcow2" or "raw"
 	OS          string `json:"os"`               // "linux" or "windows"
 	Firmware    string `json:"firmware"`         // "bios" or "uefi"

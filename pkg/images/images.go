@@ -351,6 +351,11 @@ func fileSHA256(ctx context.Context, path string) (string, error) {
 	}
 }
 
+// Get is a version of an image (0: the newest).
+func (m *Manager) Get(ctx context.Context, name string, version int) (*store.Image, error) {
+	return m.Store.GetImage(ctx, name, version)
+}
+
 // Entry is an image version as listed: the record, the live VMs whose disks
 // are made on it.
 type Entry struct {

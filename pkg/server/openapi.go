@@ -104,7 +104,7 @@ var (
 
 // apiRoutes is every route of the API: those of this table, and the
 // console's, the fleet's, the credentials' and the portal's sessions', which their files list.
-var apiRoutes = slices.Concat(coreAPIRoutes, consoleAPIRoutes, fleetAPIRoutes, orphanAPIRoutes, credentialsAPIRoutes, sessionAPIRoutes)
+var apiRoutes = slices.Concat(coreAPIRoutes, consoleAPIRoutes, fleetAPIRoutes, orphanAPIRoutes, credentialsAPIRoutes, sessionAPIRoutes, imageAPIRoutes)
 
 var coreAPIRoutes = []route{
 	{Method: "GET", Path: "/healthz", Summary: "Liveness: the process answers", Auth: authNone, Status: 200, Answer: map[string]string{}},
