@@ -288,10 +288,10 @@ type Image struct {
 	// read when a VM is created (pkg/images.Resolve).
 	Imported string `json:"imported,omitempty"`
 	Version  int    `json:"version,omitempty"`
-	Format      string `json:"format"`           // "qcow2" or "raw"
-	OS          string `json:"os"`               // "linux" or "windows"
-	Firmware    string `json:"firmware"`         // "bios" or "uefi"
-	User        string `json:"user,omitempty"`   // default user of the image
+	Format   string `json:"format"`         // "qcow2" or "raw"
+	OS       string `json:"os"`             // "linux" or "windows"
+	Firmware string `json:"firmware"`       // "bios" or "uefi"
+	User     string `json:"user,omitempty"` // default user of the image
 	// DriversISO is an ISO attached as a CD-ROM to every VM of the image:
 	// the virtio-win drivers for Windows guests.
 	DriversISO string    `json:"drivers_iso,omitempty"`
