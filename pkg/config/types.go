@@ -282,20 +282,20 @@ type Image struct {
 	Path        string `json:"path,omitempty"`   // a file (qcow2 or raw)
 	Volume      string `json:"volume,omitempty"` // or a libvirt volume
 	Pool        string `json:"pool,omitempty"`   // the volume's pool
-	// Imported names an image imported or published with `gpuvm admin
-	// image` (the store's images); Version pins one of its versions, 0
-	// follows the newest. Path, Volume and Format are then the record's,
-	// read when a VM is created (pkg/images.Resolve).
-	Imported string `json:"imported,omitempty"`
-	Version  int    `json:"version,omitempty"`
-	Format   string `json:"format"`         // "qcow2" or "raw"
-	OS       string `json:"os"`             // "linux" or "windows"
-	Firmware string `json:"firmware"`       // "bios" or "uefi"
-	User     string `json:"user,omitempty"` // default user of the image
+	Format      string `json:"format"`           // "qcow2" or "raw"
+	OS          string `json:"os"`               // "linux" or "windows"
+	Firmware    string `json:"firmware"`         // "bios" or "uefi"
+	User        string `json:"user,omitempty"`   // default user of the image
 	// DriversISO is an ISO attached as a CD-ROM to every VM of the image:
 	// the virtio-win drivers for Windows guests.
-	DriversISO string    `json:"drivers_iso,omitempty"`
-	DeclRange  hcl.Range `json:"-"`
+	DriversISO string `json:"drivers_iso,omitempty"`
+	// Imported names an image imported or published with `gpuvm admin
+	// image` (the store's images); Version pins one of its versions, 0
+	// follows the newest. Path and Format are then the record's, read
+	// when a VM is created (pkg/images.Resolve).
+	Imported  string    `json:"imported,omitempty"`
+	Version   int       `json:"version,omitempty"`
+	DeclRange hcl.Range `json:"-"`
 }
 
 // Profile is what a person may ask for, resolved.
