@@ -53,7 +53,7 @@ type Image struct {
 	// version; VMs the live VMs whose disk is made on it ("OWNER/NAME (ID)").
 	Profiles []string `json:"profiles,omitempty"`
 	VMs      []string `json:"vms,omitempty"`
-	VMCount  int      `json:"vm_count"`
+	VMCount  int      `json:"vm_count,omitempty"`
 }
 
 // ImageList is the answer to GET /v1/images.

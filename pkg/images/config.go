@@ -58,7 +58,7 @@ func CheckConfig(ctx context.Context, st Lookup, cfg *config.Config) ([]string, 
 	var out []string
 	for _, name := range names {
 		img := cfg.Images[name]
-		at := fmt.Sprintf("%s:%d", img.DeclRange.Filename, img.DeclRange.Start.Line)
+		at := fmt.Sprintf("%s:%d:%d", img.DeclRange.Filename, img.DeclRange.Start.Line, img.DeclRange.Start.Column)
 		rec, err := st.GetImage(ctx, img.Imported, img.Version)
 		switch {
 		case errors.Is(err, store.ErrNotFound):

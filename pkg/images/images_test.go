@@ -182,7 +182,11 @@ func TestImportRefused(t *testing.T) {
 	overlay := filepath.Join(t.TempDir(), "overlay.qcow2")
 	qemuImg(t, "create", "-f", "qcow2", "-F", "qcow2", "-b", good, overlay)
 	wrongSum := sumOf(t, good)
-	wrongSum = wrongSum[:63] + string("01"[wrongSum[63]&1])
+	if wrongSum[63] == '0' {
+		wrongSum = wrongSum[:63] + "1"
+	} else {
+		wrongSum = wrongSum[:63] + "0"
+	}
 
 	for _, c := range []struct {
 		name string
