@@ -136,6 +136,9 @@ Output: a line by default; --json prints the api.Image; --quiet NAME@VERSION.
 			if !filepath.IsAbs(args[0]) {
 				return usageError{fmt.Errorf("SOURCE %q must be an absolute path on the server's host", args[0])}
 			}
+			if req.Name == "" || req.OS == "" {
+				return usageError{fmt.Errorf("--name and --os (linux or windows) are required")}
+			}
 			req.SourcePath = args[0]
 			req.SHA256 = strings.ToLower(req.SHA256)
 			longCalls(c)
@@ -150,8 +153,6 @@ Output: a line by default; --json prints the api.Image; --quiet NAME@VERSION.
 	cmd.Flags().StringVar(&req.OS, "os", "", "the guest OS: linux or windows (required)")
 	cmd.Flags().StringVar(&req.Firmware, "firmware", "uefi", "uefi or bios")
 	cmd.Flags().StringVar(&req.SHA256, "sha256", "", "the SHA-256 the file must have (hex)")
-	_ = cmd.MarkFlagRequired("name")
-	_ = cmd.MarkFlagRequired("os")
 	out.flags(cmd, "print NAME@VERSION only")
 	return cmd
 }
@@ -192,6 +193,9 @@ Output: a line by default; --json prints the api.Image; --quiet NAME@VERSION.
 			if err := out.check(); err != nil {
 				return err
 			}
+			if req.Name == "" {
+				return usageError{fmt.Errorf("--name is required: the image to publish the VM's disk as")}
+			}
 			req.VM = args[0]
 			longCalls(c)
 			img, err := c.PublishImage(ctx, req)
@@ -204,7 +208,6 @@ Output: a line by default; --json prints the api.Image; --quiet NAME@VERSION.
 	cmd.Flags().StringVar(&req.Name, "name", "", "the image's name (required)")
 	cmd.Flags().StringVar(&req.OS, "os", "", "the guest OS: linux or windows")
 	cmd.Flags().StringVar(&req.Firmware, "firmware", "", "uefi or bios")
-	_ = cmd.MarkFlagRequired("name")
 	out.flags(cmd, "print NAME@VERSION only")
 	return cmd
 }
