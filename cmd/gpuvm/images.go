@@ -2,9 +2,12 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 	"text/tabwriter"
@@ -109,8 +112,9 @@ func longCalls(c *client.Client) {
 func newImageImportCmd(o *clientOpts) *cobra.Command {
 	var out outputOpts
 	var req api.ImportImageRequest
+	var upload bool
 	cmd := &cobra.Command{
-		Use:   "import SOURCE --name NAME --os linux|windows [--firmware uefi|bios] [--sha256 SUM]",
+		Use:   "import SOURCE --name NAME --os linux|windows [--firmware uefi|bios] [--sha256 SUM] [--upload]",
 		Short: "Import a qcow2, raw or ISO file on the server's host as a new image",
 		Long: `Imports SOURCE, an absolute path of a file on the gpuvmd host (not this
 machine: the server reads it), as version 1 of a new image NAME. gpuvmd
@@ -123,6 +127,12 @@ copy's differs, when the format is another (VMDK, VHD: qemu-img convert
 it first) or a qcow2 overlay, when NAME is taken (publish a VM to add a
 version), or when SOURCE changes or vanishes while it is copied.
 
+With --upload, SOURCE is a file of this machine instead: it is sent to the
+server in chunks of 16 MiB with its progress on stderr, and an upload cut
+short (a lost connection, Ctrl-C) goes on from where the server's copy ends
+when the same command is run again. Its SHA-256, computed here, is what the
+server's copy must have; the server imports the upload and removes it.
+
 The command waits until the copy is done; it can take minutes for a large
 image.
 
@@ -133,14 +143,22 @@ Output: a line by default; --json prints the api.Image; --quiet NAME@VERSION.
 			if err := out.check(); err != nil {
 				return err
 			}
-			if !filepath.IsAbs(args[0]) {
-				return usageError{fmt.Errorf("SOURCE %q must be an absolute path on the server's host", args[0])}
-			}
 			if req.Name == "" || req.OS == "" {
 				return usageError{fmt.Errorf("--name and --os (linux or windows) are required")}
 			}
-			req.SourcePath = args[0]
 			req.SHA256 = strings.ToLower(req.SHA256)
+			if upload {
+				sum, err := uploadFile(ctx, c, cmd.ErrOrStderr(), args[0], req.Name, req.SHA256)
+				if err != nil {
+					return err
+				}
+				req.SHA256, req.Upload = sum, true // the server checks what it got against what was sent
+			} else {
+				if !filepath.IsAbs(args[0]) {
+					return usageError{fmt.Errorf("SOURCE %q must be an absolute path on the server's host (or add --upload to send a file of this machine)", args[0])}
+				}
+				req.SourcePath = args[0]
+			}
 			longCalls(c)
 			img, err := c.ImportImage(ctx, req)
 			if err != nil {
@@ -153,6 +171,7 @@ Output: a line by default; --json prints the api.Image; --quiet NAME@VERSION.
 	cmd.Flags().StringVar(&req.OS, "os", "", "the guest OS: linux or windows (required)")
 	cmd.Flags().StringVar(&req.Firmware, "firmware", "uefi", "uefi or bios")
 	cmd.Flags().StringVar(&req.SHA256, "sha256", "", "the SHA-256 the file must have (hex)")
+	cmd.Flags().BoolVar(&upload, "upload", false, "SOURCE is a file of this machine: send it to the server (resumable), then import it")
 	out.flags(cmd, "print NAME@VERSION only")
 	return cmd
 }
@@ -256,4 +275,62 @@ Output: a line per version by default; --json prints the api.DeletedImages;
 	cmd.Flags().BoolVar(&yes, "yes", false, "confirm the deletion")
 	out.flags(cmd, "print NAME@VERSION only")
 	return cmd
+}
+
+// uploadChunk is the size of one PUT of an upload.
+const uploadChunk = 16 << 20
+
+// uploadFile sends path as the upload for image name, from where the
+// server's copy ends, printing its progress to progress; it returns the
+// file's SHA-256, which must be want when want is set (else nothing is
+// sent).
+func uploadFile(ctx context.Context, c *client.Client, progress io.Writer, path, name, want string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return "", err
+	}
+	if !st.Mode().IsRegular() || st.Size() == 0 {
+		return "", fmt.Errorf("%s is not a non-empty regular file", path)
+	}
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", fmt.Errorf("reading %s: %w", path, err)
+	}
+	sum := hex.EncodeToString(h.Sum(nil))
+	if want != "" && want != sum {
+		return "", fmt.Errorf("%s has SHA-256 %s, not %s: nothing sent, nothing imported", path, sum, want)
+	}
+	off, err := c.UploadOffset(ctx, name)
+	if err != nil {
+		return "", err
+	}
+	if off > st.Size() {
+		// Another file's upload under this name: start again.
+		fmt.Fprintf(progress, "The server holds %s for %s, more than %s has: starting again.\n", config.FormatSize(uint64(off)), name, path)
+		if err := c.DiscardUpload(ctx, name); err != nil {
+			return "", err
+		}
+		off = 0
+	}
+	if off > 0 {
+		fmt.Fprintf(progress, "Resuming the upload of %s at %s of %s.\n", path, config.FormatSize(uint64(off)), config.FormatSize(uint64(st.Size())))
+	}
+	buf := make([]byte, uploadChunk)
+	for off < st.Size() {
+		n, err := f.ReadAt(buf, off)
+		if err != nil && err != io.EOF {
+			return "", fmt.Errorf("reading %s: %w", path, err)
+		}
+		if off, err = c.UploadChunk(ctx, name, off, buf[:n]); err != nil {
+			return "", fmt.Errorf("uploading %s (run the command again to go on): %w", path, err)
+		}
+		fmt.Fprintf(progress, "\rUploaded %s of %s (%d%%)", config.FormatSize(uint64(off)), config.FormatSize(uint64(st.Size())), off*100/st.Size())
+	}
+	fmt.Fprintln(progress)
+	return sum, nil
 }

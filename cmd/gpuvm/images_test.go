@@ -1,8 +1,16 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
 	"fmt"
+	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -16,9 +24,16 @@ import (
 // cliImages keeps image records in memory for the CLI tests (pkg/images
 // and pkg/server test the real thing); it records what it was asked.
 type cliImages struct {
+	*images.Uploads
 	recs     []store.Image
 	imported []images.ImportRequest
 }
+
+func (f *cliImages) UploadOffset(name string) (int64, error) { return f.Offset(name) }
+func (f *cliImages) UploadChunk(name string, off int64, r io.Reader) (int64, error) {
+	return f.Write(name, off, r)
+}
+func (f *cliImages) DiscardUpload(name string) error { return f.Remove(name) }
 
 func (f *cliImages) Import(_ context.Context, req images.ImportRequest) (*store.Image, error) {
 	f.imported = append(f.imported, req)
@@ -55,7 +70,7 @@ func (f *cliImages) Get(_ context.Context, name string, version int) (*store.Ima
 }
 
 func TestAdminImages(t *testing.T) {
-	f := &cliImages{}
+	f := &cliImages{Uploads: &images.Uploads{Dir: t.TempDir()}}
 	env := clienttest.New(t, clienttest.Options{Images: f})
 	admin := newCLI(t, map[string]string{"GPUVM_URL": env.URL, "GPUVM_TOKEN": env.AdminToken})
 	ann := newCLI(t, map[string]string{"GPUVM_URL": env.URL, "GPUVM_TOKEN": env.UserToken})
@@ -107,10 +122,38 @@ func TestAdminImages(t *testing.T) {
 	if _, errOut, code := admin.run("admin", "image", "publish", "vm-1", "--name", "ubuntu"); code != 1 || !strings.Contains(errOut, "no VM") {
 		t.Errorf("publish an unknown VM: exit %d %q", code, errOut)
 	}
+	// --upload sends a local file, resuming where the server's copy ends,
+	// and asks for the import of the upload with the file's SHA-256.
+	local := filepath.Join(t.TempDir(), "local.img")
+	data := make([]byte, 40<<20+123)
+	_, _ = rand.Read(data)
+	if err := os.WriteFile(local, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Write("desk", 0, bytes.NewReader(data[:5<<20])); err != nil {
+		t.Fatal(err)
+	}
+	stdout, stderr, code := admin.run("admin", "image", "import", local, "--upload", "--name", "desk", "--os", "linux")
+	sum := sha256.Sum256(data)
+	last := f.imported[len(f.imported)-1]
+	if code != 0 || !strings.Contains(stderr, "Resuming the upload") || !strings.Contains(stderr, "(100%)") || !strings.Contains(stdout, "Imported desk@1") ||
+		!last.Upload || last.Source != "" || last.SHA256 != hex.EncodeToString(sum[:]) {
+		t.Fatalf("upload: exit %d %q %q, asked %+v", code, stdout, stderr, last)
+	}
+	p := filepath.Join(f.Dir, "desk.part")
+	if got, _ := os.ReadFile(p); !bytes.Equal(got, data) {
+		t.Fatalf("the server's copy has %d bytes, differing from the file's %d", len(got), len(data))
+	}
+	if _, errOut, code := admin.run("admin", "image", "import", local, "--upload", "--name", "other", "--os", "linux", "--sha256", strings.Repeat("0", 64)); code != 1 || !strings.Contains(errOut, "nothing imported") {
+		t.Errorf("upload with a wrong --sha256: exit %d %q", code, errOut)
+	}
+	if _, err := os.Stat(filepath.Join(f.Dir, "other.part")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a refused upload stays: %v", err)
+	}
 	// Users list the basics; the admin commands are refused.
 	l = api.ImageList{}
 	decodeStrict(t, ann.must("admin", "images", "--json"), &l)
-	if len(l.Items) != 1 || l.Items[0].SHA256 != "" || l.Items[0].VMCount != 0 {
+	if len(l.Items) != 2 || l.Items[0].SHA256 != "" || l.Items[0].VMCount != 0 {
 		t.Errorf("as a user: %+v", l)
 	}
 	if _, errOut, code := ann.run("admin", "image", "import", "/srv/x.qcow2", "--name", "x", "--os", "linux"); code != 1 || !strings.Contains(errOut, "this needs an admin") {

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"log/slog"
+	"path/filepath"
 	"time"
 
 	"github.com/gpuvm/gpuvm/pkg/config"
@@ -16,9 +17,11 @@ import (
 // storage pool of the configuration in force at start. It checks the image
 // blocks that name imported images against the database now, and at every
 // reload (liveConfig.check), as warnings with the block's file and line.
-func openImages(ctx context.Context, cfg *liveConfig, st *store.Store, hv *hypervisor.Conn, orch *orchestrator.Orchestrator,
+// Files uploaded to import wait in the state directory's uploads/.
+func openImages(ctx context.Context, o options, cfg *liveConfig, st *store.Store, hv *hypervisor.Conn, orch *orchestrator.Orchestrator,
 	profiles func() *config.Config, log *slog.Logger) *images.Manager {
-	m := &images.Manager{Store: st, Volumes: hv, Pool: profiles().Server.Libvirt.StoragePool, DomainName: orch.DomainName, Log: log}
+	m := &images.Manager{Store: st, Volumes: hv, Pool: profiles().Server.Libvirt.StoragePool, DomainName: orch.DomainName, Log: log,
+		Uploads: &images.Uploads{Dir: filepath.Join(o.stateDir, "uploads")}}
 	check := func(c *config.Config) []string {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		defer cancel()

@@ -7,7 +7,11 @@ import "time"
 type ImportImageRequest struct {
 	// SourcePath is the absolute path of a qcow2, raw or ISO file on the
 	// gpuvmd host; its format is read with qemu-img, never from its name.
-	SourcePath string `json:"source_path"`
+	SourcePath string `json:"source_path,omitempty"`
+	// Upload imports the file uploaded for Name (PUT
+	// /v1/admin/images/uploads/{name}) instead; the upload is removed
+	// whatever the outcome.
+	Upload bool `json:"upload,omitempty"`
 	// Name is the image's name: 1–63 lower-case letters, digits, '.', '_', '-'.
 	Name string `json:"name"`
 	// OS is linux or windows; Firmware uefi (default) or bios.
@@ -64,4 +68,15 @@ type ImageList struct {
 // DeletedImages is the answer to DELETE /v1/admin/images/{ref}.
 type DeletedImages struct {
 	Deleted []Image `json:"deleted"`
+}
+
+// UploadOffsetHeader says where a chunk of an upload starts (PUT), and
+// where the upload ends (every answer of the upload routes).
+const UploadOffsetHeader = "Upload-Offset"
+
+// Upload is the state of a file being uploaded to import: how many bytes
+// the server has.
+type Upload struct {
+	Name   string `json:"name"`
+	Offset int64  `json:"offset"`
 }

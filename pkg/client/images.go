@@ -4,9 +4,13 @@ import (
 	"context"
 	"net/http"
 	"net/url"
+	"strconv"
 
 	"github.com/gpuvm/gpuvm/pkg/api"
 )
+
+// rawBody is a request body sent as its bytes (application/octet-stream).
+type rawBody []byte
 
 // Images lists the stored images (GET /v1/images): every field for admins,
 // name, version, OS, firmware, format and size for users.
@@ -46,4 +50,30 @@ func (c *Client) DeleteImage(ctx context.Context, ref string) (*api.DeletedImage
 		return nil, err
 	}
 	return &out, nil
+}
+
+// UploadOffset is where the upload for image name ends on the server (GET
+// /v1/admin/images/uploads/{name}).
+func (c *Client) UploadOffset(ctx context.Context, name string) (int64, error) {
+	var out api.Upload
+	if err := c.do(ctx, http.MethodGet, "/v1/admin/images/uploads/"+url.PathEscape(name), nil, nil, nil, &out); err != nil {
+		return 0, err
+	}
+	return out.Offset, nil
+}
+
+// UploadChunk sends chunk as the bytes of the upload for image name from
+// offset (PUT /v1/admin/images/uploads/{name}) and returns the new end.
+func (c *Client) UploadChunk(ctx context.Context, name string, offset int64, chunk []byte) (int64, error) {
+	var out api.Upload
+	hdr := http.Header{api.UploadOffsetHeader: {strconv.FormatInt(offset, 10)}}
+	if err := c.do(ctx, http.MethodPut, "/v1/admin/images/uploads/"+url.PathEscape(name), nil, hdr, rawBody(chunk), &out); err != nil {
+		return 0, err
+	}
+	return out.Offset, nil
+}
+
+// DiscardUpload abandons the upload for image name.
+func (c *Client) DiscardUpload(ctx context.Context, name string) error {
+	return c.do(ctx, http.MethodDelete, "/v1/admin/images/uploads/"+url.PathEscape(name), nil, nil, nil, nil)
 }

@@ -73,7 +73,10 @@ type Manager struct {
 	// DomainName is the libvirt name of a VM's domain, whose disk overlay
 	// is "<domain>.qcow2" in Pool.
 	DomainName func(vmID string) string
-	Log        *slog.Logger
+	// Uploads holds the files sent through the API to import; nil: none
+	// can be.
+	Uploads *Uploads
+	Log     *slog.Logger
 
 	// copied, when set (tests), is called after each chunk read from an
 	// import's source with the bytes read so far.
@@ -96,6 +99,9 @@ type ImportRequest struct {
 	Firmware string // uefi (default) or bios
 	SHA256   string // optional: the checksum the copy must have
 	By       string // who asks
+	// Upload imports the file uploaded for Name (Uploads) instead of
+	// Source; the upload is removed whatever the outcome.
+	Upload bool
 }
 
 func (m *Manager) log() *slog.Logger {
@@ -140,6 +146,24 @@ func VolumeName(name string, version int, format string) string {
 func (m *Manager) Import(ctx context.Context, req ImportRequest) (*store.Image, error) {
 	if err := checkMeta(req.Name, req.OS, &req.Firmware); err != nil {
 		return nil, err
+	}
+	if req.Upload {
+		if m.Uploads == nil {
+			return nil, invalidf("this gpuvmd takes no uploads")
+		}
+		if req.Source != "" {
+			return nil, invalidf("an import is of an upload or of a source path, not both")
+		}
+		p, err := m.Uploads.path(req.Name)
+		if err != nil {
+			return nil, err
+		}
+		req.Source = p
+		defer func() {
+			if err := m.Uploads.Remove(req.Name); err != nil {
+				m.log().Warn("removing an imported upload", "image", req.Name, "err", err)
+			}
+		}()
 	}
 	if req.SHA256 != "" && !sumPattern.MatchString(req.SHA256) {
 		return nil, invalidf("sha256 %q is not 64 lower-case hex digits", req.SHA256)
@@ -349,6 +373,30 @@ func fileSHA256(ctx context.Context, path string) (string, error) {
 			return "", fmt.Errorf("hashing the copy: %w", err)
 		}
 	}
+}
+
+// UploadOffset is where the upload for image name ends (0: not started).
+func (m *Manager) UploadOffset(name string) (int64, error) {
+	if m.Uploads == nil {
+		return 0, invalidf("this gpuvmd takes no uploads")
+	}
+	return m.Uploads.Offset(name)
+}
+
+// UploadChunk appends a chunk to the upload for image name at offset.
+func (m *Manager) UploadChunk(name string, offset int64, r io.Reader) (int64, error) {
+	if m.Uploads == nil {
+		return 0, invalidf("this gpuvmd takes no uploads")
+	}
+	return m.Uploads.Write(name, offset, r)
+}
+
+// DiscardUpload forgets the upload for image name.
+func (m *Manager) DiscardUpload(name string) error {
+	if m.Uploads == nil {
+		return invalidf("this gpuvmd takes no uploads")
+	}
+	return m.Uploads.Remove(name)
 }
 
 // Get is a version of an image (0: the newest).

@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -344,5 +345,60 @@ func TestImportNameTakenMeanwhile(t *testing.T) {
 	vols, imgs := e.state()
 	if len(vols) != 0 || !slices.Equal(imgs, []string{"race@1"}) {
 		t.Fatalf("left volumes %v, images %v; want none and the other import's", vols, imgs)
+	}
+}
+
+// TestImportUpload: a file sent in chunks (one out of place, refused; one
+// over the limit, dropped whole) is imported like a source, and the upload
+// is gone afterwards whether the import took it or refused it.
+func TestImportUpload(t *testing.T) {
+	e := newEnv(t)
+	up := &Uploads{Dir: t.TempDir(), MaxBytes: 8 << 20}
+	e.m.Uploads = up
+	data, err := os.ReadFile(source(t, "qcow2"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	half := int64(len(data) / 2)
+	if n, err := up.Write("desk", 0, bytes.NewReader(data[:half])); err != nil || n != half {
+		t.Fatalf("first chunk: %d, %v", n, err)
+	}
+	var oe *OffsetError
+	if _, err := up.Write("desk", 0, bytes.NewReader(data)); !errors.As(err, &oe) || oe.Want != half {
+		t.Fatalf("a chunk out of place = %v, want an OffsetError at %d", err, half)
+	}
+	if _, err := up.Write("desk", half, bytes.NewReader(make([]byte, 9<<20))); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("a chunk over the limit = %v", err)
+	}
+	if off, _ := up.Offset("desk"); off != half {
+		t.Fatalf("after a refused chunk the upload has %d bytes, want %d", off, half)
+	}
+	if n, err := up.Write("desk", half, bytes.NewReader(data[half:])); err != nil || n != int64(len(data)) {
+		t.Fatalf("second chunk: %d, %v", n, err)
+	}
+	sum := sha256.Sum256(data)
+	img, err := e.m.Import(e.ctx, ImportRequest{Upload: true, Name: "desk", OS: "linux", SHA256: hex.EncodeToString(sum[:]), By: "root"})
+	if err != nil || img.Format != FormatQCOW2 || img.SHA256 != hex.EncodeToString(sum[:]) {
+		t.Fatalf("import of the upload: %+v, %v", img, err)
+	}
+	if off, _ := up.Offset("desk"); off != 0 {
+		t.Fatalf("the imported upload stays (%d bytes)", off)
+	}
+	// A refused one goes too, and leaves no volume.
+	if _, err := up.Write("other", 0, bytes.NewReader(data)); err != nil {
+		t.Fatal(err)
+	}
+	vols, imgs := e.state()
+	if _, err := e.m.Import(e.ctx, ImportRequest{Upload: true, Name: "other", OS: "linux", SHA256: strings.Repeat("0", 64)}); !errors.Is(err, ErrChecksum) {
+		t.Fatalf("import of a corrupt upload = %v, want ErrChecksum", err)
+	}
+	if off, _ := up.Offset("other"); off != 0 {
+		t.Fatal("a refused upload stays")
+	}
+	if v2, i2 := e.state(); !slices.Equal(vols, v2) || !slices.Equal(imgs, i2) {
+		t.Fatalf("a refused upload left volumes %v → %v, images %v → %v", vols, v2, imgs, i2)
+	}
+	if _, err := e.m.Import(e.ctx, ImportRequest{Upload: true, Source: "/x", Name: "x", OS: "linux"}); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("upload and source = %v", err)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -23,14 +24,23 @@ type Images interface {
 	List(ctx context.Context) ([]images.Entry, error)
 	Delete(ctx context.Context, name string, version int) ([]store.Image, error)
 	Get(ctx context.Context, name string, version int) (*store.Image, error)
+	UploadOffset(name string) (int64, error)
+	UploadChunk(name string, offset int64, r io.Reader) (int64, error)
+	DiscardUpload(name string) error
 }
 
 var pImageRef = param{Name: "ref", In: "path", Description: "NAME (every version of the image) or NAME@VERSION", Type: "string"}
+
+var pUploadName = param{Name: "name", In: "path", Description: "the name the uploaded image is to have", Type: "string"}
+var pUploadOffset = param{Name: api.UploadOffsetHeader, In: "header", Description: "where the chunk starts: the upload's length so far (GET it after a broken connection)", Type: "integer"}
 
 var imageAPIRoutes = []route{
 	{Method: "GET", Path: "/v1/images", Summary: "List the stored images, every version: users see name, version, OS, firmware, format and size; admins also checksum, volume, origin, which profiles use each and the VMs whose disks are made on it", Auth: authUser, Status: 200, Answer: api.ImageList{}, Errors: []int{503}},
 	{Method: "POST", Path: "/v1/admin/images", Summary: "Import a qcow2, raw or ISO file on the gpuvmd host as version 1 of a new image: streamed into the storage pool while its SHA-256 is computed, its format and virtual size read with qemu-img. A bad checksum, a format other than qcow2/raw/ISO, a taken name or a source that changes while it is copied stores nothing", Auth: authAdmin, Body: api.ImportImageRequest{}, Status: 201, Answer: api.Image{}, Errors: []int{400, 409, 413, 422, 503}},
 	{Method: "POST", Path: "/v1/admin/images/publish", Summary: "Turn a stopped VM's disk into the next version of an image (version 1 of a new one), flattened into a standalone qcow2 volume. A VM that is not stopped is refused", Auth: authAdmin, Body: api.PublishImageRequest{}, Status: 201, Answer: api.Image{}, Errors: []int{400, 404, 409, 413, 422, 503}},
+	{Method: "GET", Path: "/v1/admin/images/uploads/{name}", Summary: "Where the upload of a file to import as image NAME ends (0: not started); also in the Upload-Offset header", Auth: authAdmin, Params: []param{pUploadName}, Status: 200, Answer: api.Upload{}, Errors: []int{422, 503}},
+	{Method: "PUT", Path: "/v1/admin/images/uploads/{name}", Summary: "Append a chunk (the body, at most 64 MiB) to the upload of a file to import as image NAME, at Upload-Offset, which must be where the upload ends (409 with the right offset otherwise); a chunk that breaks off is dropped whole. Import it with POST /v1/admin/images {upload: true}", Auth: authAdmin, Params: []param{pUploadName, pUploadOffset}, Status: 200, Answer: api.Upload{}, Errors: []int{400, 409, 422, 503}},
+	{Method: "DELETE", Path: "/v1/admin/images/uploads/{name}", Summary: "Abandon the upload of a file to import as image NAME", Auth: authAdmin, Params: []param{pUploadName}, Status: 200, Answer: api.Upload{}, Errors: []int{422, 503}},
 	{Method: "DELETE", Path: "/v1/admin/images/{ref}", Summary: "Delete a version of an image, or every version, with its volume; refused (409, naming them) while VMs' disks are made on it", Auth: authAdmin, Params: []param{pImageRef}, Status: 200, Answer: api.DeletedImages{}, Errors: []int{400, 404, 409, 503}},
 }
 
@@ -39,6 +49,56 @@ func (s *Server) imageRoutes(v1, admin *gin.RouterGroup) {
 	admin.POST("/admin/images", s.requireImages, s.stream, s.importImage) // a copy may outlast the write timeout
 	admin.POST("/admin/images/publish", s.requireImages, s.stream, s.publishImage)
 	admin.DELETE("/admin/images/:ref", s.requireImages, s.deleteImage)
+	admin.GET("/admin/images/uploads/:name", s.requireImages, s.uploadOffset)
+	admin.PUT("/admin/images/uploads/:name", s.requireImages, s.uploadChunk)
+	admin.DELETE("/admin/images/uploads/:name", s.requireImages, s.discardUpload)
+}
+
+func (s *Server) answerUpload(c *gin.Context, name string, offset int64) {
+	c.Header(api.UploadOffsetHeader, strconv.FormatInt(offset, 10))
+	c.JSON(http.StatusOK, api.Upload{Name: name, Offset: offset})
+}
+
+func (s *Server) uploadOffset(c *gin.Context) {
+	name := c.Param("name")
+	off, err := s.Images.UploadOffset(name)
+	if err != nil {
+		s.writeProblem(c, imageProblem(err))
+		return
+	}
+	s.answerUpload(c, name, off)
+}
+
+func (s *Server) uploadChunk(c *gin.Context) {
+	name := c.Param("name")
+	off, err := strconv.ParseInt(c.GetHeader(api.UploadOffsetHeader), 10, 64)
+	if err != nil || off < 0 {
+		s.writeProblem(c, withField(errBadRequest, api.UploadOffsetHeader, "say where the chunk starts: "+api.UploadOffsetHeader+": N, the upload's length so far"))
+		return
+	}
+	auditTarget(c, "upload/"+name)
+	end, err := s.Images.UploadChunk(name, off, c.Request.Body)
+	var oe *images.OffsetError
+	if errors.As(err, &oe) {
+		c.Header(api.UploadOffsetHeader, strconv.FormatInt(oe.Want, 10))
+		s.writeProblem(c, withField(errConflict, api.UploadOffsetHeader, err.Error()))
+		return
+	}
+	if err != nil {
+		c.Header(api.UploadOffsetHeader, strconv.FormatInt(end, 10))
+		s.writeProblem(c, imageProblem(err))
+		return
+	}
+	s.answerUpload(c, name, end)
+}
+
+func (s *Server) discardUpload(c *gin.Context) {
+	name := c.Param("name")
+	if err := s.Images.DiscardUpload(name); err != nil {
+		s.writeProblem(c, imageProblem(err))
+		return
+	}
+	s.answerUpload(c, name, 0)
 }
 
 func (s *Server) requireImages(c *gin.Context) {
@@ -88,8 +148,8 @@ func (s *Server) importImage(c *gin.Context) {
 		return
 	}
 	switch {
-	case strings.TrimSpace(req.SourcePath) == "":
-		s.writeProblem(c, withField(errBadRequest, "source_path", "name the file to import: an absolute path on the gpuvmd host"))
+	case strings.TrimSpace(req.SourcePath) == "" && !req.Upload:
+		s.writeProblem(c, withField(errBadRequest, "source_path", "name the file to import: an absolute path on the gpuvmd host (or upload it and say upload: true)"))
 		return
 	case strings.TrimSpace(req.Name) == "":
 		s.writeProblem(c, withField(errBadRequest, "name", "name the image"))
@@ -100,7 +160,7 @@ func (s *Server) importImage(c *gin.Context) {
 	}
 	auditTarget(c, "image/"+req.Name)
 	img, err := s.Images.Import(c.Request.Context(), images.ImportRequest{Source: req.SourcePath, Name: req.Name, OS: req.OS,
-		Firmware: req.Firmware, SHA256: req.SHA256, By: user(c).Name})
+		Firmware: req.Firmware, SHA256: req.SHA256, By: user(c).Name, Upload: req.Upload})
 	if err != nil {
 		s.writeProblem(c, imageProblem(err))
 		return

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -208,5 +209,70 @@ profile "legacy" {
 		if !seen[action] {
 			t.Errorf("no audit entry %s in %v", action, seen)
 		}
+	}
+}
+
+func TestImageUploadRoutes(t *testing.T) {
+	if _, err := exec.LookPath("qemu-img"); err != nil {
+		t.Skip("qemu-img is not installed")
+	}
+	e := newAdminEnv(t)
+	pool := t.TempDir()
+	up := &images.Uploads{Dir: t.TempDir()}
+	e.s.Images = &images.Manager{Store: e.st, Volumes: dirVolumes{pool}, Pool: "gpuvm", Uploads: up, Log: slog.New(slog.DiscardHandler)}
+	src := filepath.Join(t.TempDir(), "disk.qcow2")
+	if out, err := exec.Command("qemu-img", "create", "-f", "qcow2", src, "8M").CombinedOutput(); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	data, _ := os.ReadFile(src)
+	half := len(data) / 2
+	put := func(token, offset string, chunk []byte) (*httptest.ResponseRecorder, map[string]any) {
+		hdr := []string{"Content-Type", "application/octet-stream"}
+		if offset != "" {
+			hdr = append(hdr, api.UploadOffsetHeader, offset)
+		}
+		return send(t, e.s, "PUT", "/v1/admin/images/uploads/desk", token, string(chunk), hdr...)
+	}
+	if rec, body := put(e.ann, "0", data); rec.Code != 403 {
+		t.Fatalf("a user's chunk: %d %v", rec.Code, body)
+	}
+	if rec, body := put(e.admin, "", data); rec.Code != 400 || !strings.Contains(fmt.Sprint(body), api.UploadOffsetHeader) {
+		t.Fatalf("no offset: %d %v", rec.Code, body)
+	}
+	if rec, body := put(e.admin, "0", data[:half]); rec.Code != 200 || rec.Header().Get(api.UploadOffsetHeader) != fmt.Sprint(half) {
+		t.Fatalf("first chunk: %d %v", rec.Code, body)
+	}
+	// A resent first chunk is refused with where to go on.
+	if rec, body := put(e.admin, "0", data[:half]); rec.Code != 409 || rec.Header().Get(api.UploadOffsetHeader) != fmt.Sprint(half) {
+		t.Fatalf("a chunk out of place: %d %v %v", rec.Code, body, rec.Header())
+	}
+	var st api.Upload
+	if code, body := e.call(t, "GET", "/v1/admin/images/uploads/desk", e.admin, "", &st); code != 200 || st.Offset != int64(half) {
+		t.Fatalf("offset: %d %v", code, body)
+	}
+	if rec, body := put(e.admin, fmt.Sprint(half), data[half:]); rec.Code != 200 || rec.Header().Get(api.UploadOffsetHeader) != fmt.Sprint(len(data)) {
+		t.Fatalf("second chunk: %d %v", rec.Code, body)
+	}
+	sum := sha256.Sum256(data)
+	var img api.Image
+	if code, body := e.call(t, "POST", "/v1/admin/images", e.admin, `{"upload":true,"name":"desk","os":"linux","sha256":"`+hex.EncodeToString(sum[:])+`"}`, &img); code != 201 ||
+		img.VirtualSize != 8<<20 || img.Format != "qcow2" {
+		t.Fatalf("import of the upload: %d %v", code, body)
+	}
+	if code, body := e.call(t, "GET", "/v1/admin/images/uploads/desk", e.admin, "", &st); code != 200 || st.Offset != 0 {
+		t.Fatalf("after the import: %d %v", code, body)
+	}
+	// Abandoned uploads go; a bad name is refused.
+	if rec, _ := put(e.admin, "0", data); rec.Code != 200 {
+		t.Fatal(rec.Code)
+	}
+	if code, body := e.call(t, "DELETE", "/v1/admin/images/uploads/desk", e.admin, "", &st); code != 200 || st.Offset != 0 {
+		t.Fatalf("discard: %d %v", code, body)
+	}
+	if left, _ := os.ReadDir(up.Dir); len(left) != 0 {
+		t.Fatalf("left in the upload directory: %v", left)
+	}
+	if code, body := e.call(t, "GET", "/v1/admin/images/uploads/Bad%20Name", e.admin, "", nil); code != 422 {
+		t.Fatalf("bad name: %d %v", code, body)
 	}
 }
