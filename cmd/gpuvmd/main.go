@@ -221,8 +221,9 @@ func serve(ctx context.Context, o options, cfg *liveConfig, log *slog.Logger) er
 	if cfg != nil {
 		deps.Config = cfg
 	}
-	deps.Consoles = hv                                                 // the console and tunnel proxies find displays and guest addresses here
-	deps.Images = openImages(ctx, o, cfg, st, hv, orch, profiles, log) // images.go
+	deps.Consoles = hv // the console and tunnel proxies find displays and guest addresses here
+	// The stored disk images: import, publish, uploads (images.go).
+	deps.Images = openImages(ctx, o, cfg, st, hv, orch, profiles, log)
 	// Password sign-in and the directory's sync (auth.go).
 	dir, err := openDirectory(profiles(), log)
 	if err != nil {
