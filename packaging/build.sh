@@ -33,6 +33,13 @@ for p in vgpu mig passthrough; do
 	$GO build -trimpath -ldflags "-s -w -X main.Version=$version" -o "$root/usr/lib/gpuvm/plugins/gpuvm-backend-$p" ./plugins/$p
 done
 
+# The preinst refuses a downgrade over a newer database schema: it is told
+# the newest schema this gpuvmd knows (gpuvmd --version says it).
+schema=$("$root/usr/bin/gpuvmd" --version | sed -n 's/.*database schema \([0-9][0-9]*\).*/\1/p')
+[ -n "$schema" ] || { echo "build.sh: gpuvmd --version does not name its database schema" >&2; exit 1; }
+sed -e "s/@SCHEMA_VERSION@/$schema/" -e "s/@VERSION@/$version/" packaging/scripts/preinst >.cache/preinst
+chmod 755 .cache/preinst
+
 cli=$root/usr/bin/gpuvm
 mkdir -p "$root/usr/share/bash-completion/completions" "$root/usr/share/zsh/vendor-completions" \
 	"$root/usr/share/fish/vendor_completions.d" "$root/usr/share/man/man1" "$root/usr/share/man/man8"

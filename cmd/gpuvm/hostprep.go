@@ -31,7 +31,7 @@ every boot, before gpuvmd.
 --dry-run prints the steps and changes nothing. --sysfs-root writes into a
 captured tree (commands are reported, not run); --simulate prepares a
 simulated server. The MIG instances and vGPUs of VMs that ran before a reboot
-are not re-created here.
+are made again by gpuvmd when it starts (docs/install.md, "After a reboot").
 
 Exit status: 0 done (or nothing to do), 1 a step failed or needs the admin
 (a GPU reset), 2 wrong usage.`,
@@ -43,7 +43,7 @@ Exit status: 0 done (or nothing to do), 1 a step failed or needs the admin
 			}
 			defer done()
 			e := doctor.PrepEnv{Sys: sys, Config: cfg, Simulated: preset != ""}
-			e.MIGMode = migModeProbe(o, preset, o.stateDir, getenv, cmd.ErrOrStderr())
+			e.MIGMode = newBackendProbe(o, preset, o.stateDir, getenv, cmd.ErrOrStderr()).migMode
 			if preset == "" && o.sysfsRoot == "" {
 				e.Run = func(ctx context.Context, name string, args ...string) ([]byte, error) {
 					return exec.CommandContext(ctx, name, args...).CombinedOutput()

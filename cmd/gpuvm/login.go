@@ -5,11 +5,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/oauth2"
 	"golang.org/x/term"
 
 	"github.com/gpuvm/gpuvm/pkg/api"
@@ -22,17 +26,22 @@ func newLoginCmd(getenv func(string) string) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "login URL",
 		Short: "Sign in with your directory account, or check a token, and save the URL and the token",
-		Long: `With --sso, signs in with the server's OpenID provider (its auth { oidc { } })
-by the device authorization grant: open the URL it shows on any device (a
-phone will do), type the code, sign in there; gpuvm waits, then saves the
-session token.
+		Long: `With --sso, signs in with the server's OpenID provider (its auth { oidc { } }).
+Where the provider offers the device authorization grant: open the URL it
+shows on any device (a phone will do), type the code, sign in there. Where
+it does not: gpuvm listens on 127.0.0.1 (a random port) and opens the
+sign-in in this computer's browser (or prints the URL to open here); the
+provider sends the browser back to gpuvm with a one-time code, which gpuvm
+trades, with a PKCE verifier that never leaves it, for the session (RFC
+8252). Either way gpuvm waits, then saves the session token.
 
 With --user NAME, signs in to the server at URL with your directory account
 (the server's auth { ldap { } }): the password is asked on the terminal
 without echo, or read from the standard input when it is not a terminal
 ('gpuvm login URL --user alice < password-file'). The server answers a
-session token that expires (12 hours unless the server says otherwise);
-'gpuvm logout' ends it sooner.
+session token (gvs_…) that lasts 12 hours after its last use unless the
+server says otherwise (each command slides it, up to 7 days after the
+sign-in); 'gpuvm logout' ends it sooner.
 
 Without --user, checks a token against the server (it lists the profiles).
 The token is --token, else read from the standard input: pasted at the
@@ -61,7 +70,7 @@ $GPUVM_URL/$GPUVM_TOKEN are not given.
 	}
 	cmd.Flags().StringVar(&token, "token", "", "the API token (default: read from the standard input)")
 	cmd.Flags().StringVar(&user, "user", "", "sign in as this directory user; the password is asked (or read from the standard input)")
-	cmd.Flags().BoolVar(&sso, "sso", false, "sign in with the server's OpenID provider: open the URL shown on any device and type the code")
+	cmd.Flags().BoolVar(&sso, "sso", false, "sign in with the server's OpenID provider (the device code, or this computer's browser)")
 	return cmd
 }
 
@@ -124,9 +133,9 @@ func runPasswordLogin(cmd *cobra.Command, getenv func(string) string, url, user 
 func newLogoutCmd(getenv func(string) string) *cobra.Command {
 	return &cobra.Command{
 		Use:   "logout",
-		Short: "End the session of 'gpuvm login --user' and forget its token",
-		Long: `Revokes the session token that 'gpuvm login URL --user NAME' saved (POST
-/v1/logout) and removes it from $XDG_CONFIG_HOME/gpuvm/config.hcl; the URL
+		Short: "End the session of 'gpuvm login --user' or '--sso' and forget its token",
+		Long: `Ends the session that 'gpuvm login URL --user NAME' or '--sso' saved (POST
+/v1/logout) and removes its token from $XDG_CONFIG_HOME/gpuvm/config.hcl; the URL
 stays. A saved API token (from 'gpuvm login URL' with a token) is only
 forgotten: revoke it with 'gpuvm token revoke' if it must stop working.
 ` + exitHelp,
@@ -255,6 +264,17 @@ func runSSOLogin(cmd *cobra.Command, getenv func(string) string, url string) err
 	}
 	ctx, cancel := context.WithTimeout(cmd.Context(), timeoutSSO)
 	defer cancel()
+	m, err := c.AuthMethods(ctx)
+	if err != nil {
+		return explain(err, c, stderr)
+	}
+	if !m.OIDC {
+		fmt.Fprintf(stderr, "gpuvm: %s offers no OpenID Connect sign-in (server.auth.oidc); use --user or a token\n", c.URL())
+		return exitError{exitNoServer}
+	}
+	if !m.OIDCDevice {
+		return runLoopbackLogin(ctx, cmd, c, path)
+	}
 	d, err := c.DeviceLogin(ctx)
 	if err != nil {
 		return explain(err, c, stderr)
@@ -281,11 +301,81 @@ func runSSOLogin(cmd *cobra.Command, getenv func(string) string, url string) err
 			}
 			continue
 		}
-		if err := writeClientConfig(path, clientConfig{URL: c.URL(), Token: res.Token}); err != nil {
-			return fmt.Errorf("save the session token: %w", err)
-		}
-		fmt.Fprintf(stdout, "Signed in to %s as %s%s until %s. Saved in %s.\n", c.URL(), res.User.Name, groupsText(res.User),
-			res.ExpiresAt.Local().Format("2006-01-02 15:04 MST"), path)
-		return nil
+		return saveSession(stdout, c, path, res)
 	}
+}
+
+func saveSession(stdout io.Writer, c *client.Client, path string, res *api.LoginResponse) error {
+	if err := writeClientConfig(path, clientConfig{URL: c.URL(), Token: res.Token}); err != nil {
+		return fmt.Errorf("save the session token: %w", err)
+	}
+	fmt.Fprintf(stdout, "Signed in to %s as %s%s until %s. Saved in %s.\n", c.URL(), res.User.Name, groupsText(res.User),
+		res.ExpiresAt.Local().Format("2006-01-02 15:04 MST"), path)
+	return nil
+}
+
+// loopbackPage is what the browser shows once it has brought the code.
+const loopbackPage = `<!doctype html><html lang="en"><head><meta charset="utf-8"><title>gpuvm</title></head>
+<body><p>%s</p></body></html>`
+
+// runLoopbackLogin signs in by a loopback redirect (RFC 8252): a listener
+// on 127.0.0.1, a sign-in URL opened in the browser (or printed), the
+// one-time code that comes back traded with the PKCE verifier.
+func runLoopbackLogin(ctx context.Context, cmd *cobra.Command, c *client.Client, path string) error {
+	stdout, stderr := cmd.OutOrStdout(), cmd.ErrOrStderr()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return fmt.Errorf("listen on 127.0.0.1 for the sign-in's redirect: %w", err)
+	}
+	defer ln.Close()
+	verifier, state := oauth2.GenerateVerifier(), oauth2.GenerateVerifier()
+	redirect := "http://" + ln.Addr().String() + "/callback"
+	codes := make(chan string, 1) // "" when the server refused
+	srv := &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		q := r.URL.Query()
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		w.Header().Set("Cache-Control", "no-store")
+		if r.URL.Path != "/callback" || q.Get("state") != state || q.Get("code") == "" && q.Get("error") == "" {
+			w.WriteHeader(http.StatusBadRequest)
+			fmt.Fprintf(w, loopbackPage, "This is not the sign-in gpuvm is waiting for.")
+			return
+		}
+		if q.Get("error") != "" {
+			fmt.Fprintf(w, loopbackPage, "The sign-in failed: go back to the terminal.")
+		} else {
+			fmt.Fprintf(w, loopbackPage, "Signed in: you may close this tab and go back to the terminal.")
+		}
+		select {
+		case codes <- q.Get("code"):
+		default:
+		}
+	})}
+	go func() { _ = srv.Serve(ln) }()
+	defer srv.Close()
+	start := c.OIDCStartURL(redirect, oauth2.S256ChallengeFromVerifier(verifier), state)
+	fmt.Fprintf(stderr, "To sign in, open this URL in a browser on this computer:\n%s\n", start)
+	if err := consoleSeamsOf(cmd).open(start); err != nil {
+		fmt.Fprintf(stderr, "(the browser could not be opened: %v)\n", err)
+	}
+	fmt.Fprintf(stderr, "Waiting for the sign-in (%s)…\n", timeoutSSO)
+	var code string
+	select {
+	case code = <-codes:
+		if code == "" {
+			fmt.Fprintf(stderr, "gpuvm: %s: the sign-in with the OpenID provider failed\n", c.URL())
+			return exitError{exitNoServer}
+		}
+	case <-ctx.Done():
+		fmt.Fprintf(stderr, "gpuvm: %s: the sign-in did not come back in time\n", c.URL())
+		return exitError{exitNoServer}
+	}
+	res, err := c.OIDCToken(ctx, code, verifier)
+	if client.IsUnauthenticated(err) {
+		fmt.Fprintf(stderr, "gpuvm: %s: the sign-in with the OpenID provider failed or expired\n", c.URL())
+		return exitError{exitNoServer}
+	}
+	if err != nil {
+		return explain(err, c, stderr)
+	}
+	return saveSession(stdout, c, path, res)
 }

@@ -6,6 +6,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/gpuvm/gpuvm/pkg/api"
 )
 
 func TestProfileRenderDomain(t *testing.T) {
@@ -44,5 +47,25 @@ func TestProfileRenderDomain(t *testing.T) {
 	}
 	if _, errOut, code := runCLI(t, "profile", "render-domain", "--config", "../../configs/dev", "tiny-mgi"); code != 1 || !strings.Contains(errOut, `no profile "tiny-mgi"`) {
 		t.Errorf("unknown profile: exit %d, %q", code, errOut)
+	}
+}
+
+// gpuvm show says when a vGPU's guest holds no licence, in words that say
+// what it means, and nothing when the state is not known.
+func TestPrintVMLicense(t *testing.T) {
+	for lic, want := range map[string]string{
+		api.VGPULicensed:   "device 0000:41:00.4, licensed",
+		api.VGPUGrace:      "NOT LICENSED (grace period: it will be throttled)",
+		api.VGPUUnlicensed: "NOT LICENSED (throttled: see the server's licensing block)",
+		"":                 "device 0000:41:00.4\n",
+	} {
+		vm := api.VM{Name: "box", State: "running", GPUs: []api.VMGPU{{Address: "0000:41:00.0", Kind: "vgpu", Type: "L40S-12Q", Device: "0000:41:00.4", License: lic}}}
+		var b strings.Builder
+		if err := printVM(&b, vm, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("licence %q: show lacks %q:\n%s", lic, want, b.String())
+		}
 	}
 }

@@ -14,16 +14,21 @@ import (
 
 	"github.com/gpuvm/gpuvm/pkg/api"
 	"github.com/gpuvm/gpuvm/pkg/client"
+	"github.com/gpuvm/gpuvm/pkg/config"
 )
 
 // maxReserveHours is the longest reservation the server takes (a year of
 // 366 days, pkg/policy's MaxBookingLength).
 const maxReserveHours = 366 * 24
 
+// maxReserveWeeks is the most weeks --weeks repeats a reservation (a
+// recurrence ends within a year of its start).
+const maxReserveWeeks = 52
+
 // reserveOpts are the flags of gpuvm reserve.
 type reserveOpts struct {
 	start, end, until, every, owner, note string
-	hours, count                          int
+	hours, count, weeks                   int
 	out                                   outputOpts
 }
 
@@ -113,6 +118,15 @@ func (r *reserveOpts) request(profile string) (api.CreateReservationRequest, err
 		return req, usageError{errors.New("--count must be positive")}
 	}
 	switch {
+	case r.weeks != 0 && (r.every != "" || r.until != ""):
+		return req, usageError{errors.New("--weeks replaces --every and --until")}
+	case r.weeks < 0 || r.weeks > maxReserveWeeks:
+		return req, usageError{fmt.Errorf("--weeks is from 1 to %d, not %d", maxReserveWeeks, r.weeks)}
+	case r.weeks > 1:
+		// No occurrence starts at or after until: half a day after the
+		// last week's start, whatever the daylight-saving shifts.
+		until := req.Start.AddDate(0, 0, 7*(r.weeks-1)).Add(12 * time.Hour)
+		req.Recurrence = &api.Recurrence{Freq: "weekly", Until: until}
 	case r.every == "" && r.until != "":
 		return req, usageError{errors.New("--until goes with --every")}
 	case r.every != "" && r.until == "":
@@ -151,6 +165,10 @@ must be on one of them), until --until DATE, the last day an occurrence starts
 on (or a time before which they start). A 14:00 slot stays at 14:00 in the
 server's time zone across daylight-saving changes.
 
+--weeks N repeats it weekly, N weeks in all (this one included), at the same
+time: all N are booked or none, and a refusal names the week that cannot be
+had.
+
 --for books for someone else (admins): a user, or group:NAME for a group's
 members. --note says what it is for.
 
@@ -186,6 +204,7 @@ Output: a summary by default; --json prints the api.Reservation; --quiet its ID.
 	f.IntVar(&r.count, "count", 0, "how many VMs of the profile (default 1)")
 	f.StringVar(&r.every, "every", "", "repeat it: daily, weekly, or weekdays (mon,tue)")
 	f.StringVar(&r.until, "until", "", "the last day it repeats (with --every)")
+	f.IntVar(&r.weeks, "weeks", 0, "repeat it weekly, this many weeks in all (instead of --every and --until)")
 	f.StringVar(&r.owner, "for", "", "book for a user or group:NAME (admins)")
 	f.StringVar(&r.note, "note", "", "what it is for")
 	r.out.flags(cmd, "print the reservation's ID only")
@@ -303,8 +322,111 @@ IDs only.
 	cmd.Flags().BoolVar(&l.all, "all", false, "those that are over too")
 	cmd.Flags().StringVar(&l.owner, "owner", "", "only this owner's: a user, or group:NAME")
 	l.out.flags(cmd, "print the IDs only")
-	cmd.AddCommand(newCancelReservationCmd(&o))
+	cmd.AddCommand(newCancelReservationCmd(&o), newFreeCapacityCmd(&o))
 	return cmd
+}
+
+type freeOpts struct {
+	from  string
+	hours int
+	step  time.Duration
+	json  bool
+}
+
+func newFreeCapacityCmd(o *clientOpts) *cobra.Command {
+	var f freeOpts
+	cmd := &cobra.Command{
+		Use:   "free PROFILE",
+		Short: "How many VMs of a profile a booking could get, hour by hour",
+		Long: `Shows, for the --hours (default 24) from --from (default now) in slots of
+--step (default 1h), how many VMs of PROFILE a booking of each slot could get:
+the GPUs less the reservations made and the VMs whose leases run into it.
+Consecutive slots with as much free are one line, in local time. The rules
+that bind your bookings come first.
+
+Output: a table by default; --json prints the api.ReservationCapacity.
+` + exitHelp,
+		Args: exactArgs(1, "a profile"),
+		RunE: o.runE(func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
+			var from, to time.Time
+			if f.from != "" {
+				t, err := parseSlot("from", f.from)
+				if err != nil {
+					return err
+				}
+				from = t
+			}
+			if f.hours < 1 || f.hours > 5*7*24 {
+				return usageError{fmt.Errorf("--hours is from 1 to %d, not %d", 5*7*24, f.hours)}
+			}
+			if from.IsZero() {
+				from = time.Now().Truncate(time.Hour)
+			}
+			to = from.Add(time.Duration(f.hours) * time.Hour)
+			capacity, err := c.ReservationCapacity(ctx, args[0], from, to, f.step)
+			if err != nil {
+				return err
+			}
+			if f.json {
+				return writeJSON(cmd.OutOrStdout(), capacity)
+			}
+			return writeCapacity(cmd.OutOrStdout(), capacity)
+		}),
+		ValidArgsFunction: completeProfiles(o),
+	}
+	cmd.Flags().StringVar(&f.from, "from", "", "the first slot's start (default: this hour)")
+	cmd.Flags().IntVar(&f.hours, "hours", 24, "how many hours to show")
+	cmd.Flags().DurationVar(&f.step, "step", time.Hour, "the slots' length (15m to 24h)")
+	cmd.Flags().BoolVar(&f.json, "json", false, "print the api.ReservationCapacity")
+	return cmd
+}
+
+// writeCapacity writes the rules, then the slots, consecutive ones with as
+// much free as one line: "Tue 1 Dec 14:00–18:00 CET  2 free".
+func writeCapacity(w io.Writer, c *api.ReservationCapacity) error {
+	r := c.Rules
+	switch {
+	case c.Unavailable != "":
+		fmt.Fprintf(w, "No GPU here can give %s: %s\n", c.Profile, c.Unavailable)
+	case !r.MayBook:
+		fmt.Fprintf(w, "You may not book %s: %s\n", c.Profile, r.WhyNot)
+	case r.MaxAheadSeconds > 0 || r.MaxLengthSeconds > 0 || r.MaxVMs > 0:
+		var rules []string
+		if r.MaxAheadSeconds > 0 {
+			rules = append(rules, "up to "+config.FormatDuration(time.Duration(r.MaxAheadSeconds)*time.Second)+" ahead")
+		}
+		if r.MaxLengthSeconds > 0 {
+			rules = append(rules, "for at most "+config.FormatDuration(time.Duration(r.MaxLengthSeconds)*time.Second))
+		}
+		if r.MaxVMs > 0 {
+			vms := fmt.Sprintf("at most %d VMs", r.MaxVMs)
+			if r.MaxVMs == 1 {
+				vms = "1 VM at most"
+			}
+			rules = append(rules, vms)
+		}
+		fmt.Fprintf(w, "You may book %s %s.\n", c.Profile, strings.Join(rules, ", "))
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "WHEN\tFREE")
+	free := func(s api.ReservationSlot) string {
+		switch {
+		case s.Past:
+			return "over"
+		case s.Free >= c.Most && c.Most > 0 && c.Rules.MaxVMs == 0: // counted up to Most, not to the rules' limit
+			return fmt.Sprintf("%d or more", s.Free)
+		}
+		return strconv.Itoa(s.Free)
+	}
+	for i := 0; i < len(c.Slots); {
+		j := i
+		for j+1 < len(c.Slots) && free(c.Slots[j+1]) == free(c.Slots[i]) {
+			j++
+		}
+		fmt.Fprintf(tw, "%s\t%s\n", span(api.Occurrence{Start: c.Slots[i].Start, End: c.Slots[j].End}), free(c.Slots[i]))
+		i = j + 1
+	}
+	return tw.Flush()
 }
 
 func writeReservations(w io.Writer, rs []api.Reservation, out outputOpts) error {

@@ -82,6 +82,23 @@ func TestReserveCommands(t *testing.T) {
 		t.Errorf("left: %q", out)
 	}
 
+	// --weeks: a weekly booking of which a week is taken is refused,
+	// naming that week, and leaves nothing booked; then one that fits.
+	taken := at(day.AddDate(0, 0, 7), 10)
+	admin.must("reserve", "whole", "--start", local(taken), "--hours", "1")
+	_, errOut, code = ann.run("reserve", "whole", "--start", local(at(day, 10)), "--hours", "1", "--weeks", "3")
+	if week := taken.UTC().Format("Mon 2 Jan 2006 15:04"); code != 1 || !strings.Contains(errOut, "fit from "+week) {
+		t.Errorf("--weeks over the admin's: exit %d %q, want it to name %s", code, errOut, week)
+	}
+	if out := ann.must("reservations", "-q"); out != "3\n" {
+		t.Errorf("a refused weekly booking left: %q", out)
+	}
+	var weekly api.Reservation
+	decodeStrict(t, ann.must("reserve", "whole", "--start", local(at(day, 11)), "--hours", "1", "--weeks", "3", "--json"), &weekly)
+	if weekly.Recurrence == nil || len(weekly.Next) != 3 || !weekly.Next[2].Start.Equal(at(day.AddDate(0, 0, 14), 11)) {
+		t.Errorf("--weeks 3: %+v", weekly)
+	}
+
 	// Usage errors, found before asking the server: exit 2.
 	for _, args := range [][]string{
 		{"reserve", "whole", "--hours", "2"},
@@ -148,6 +165,96 @@ func TestReserveHoursRange(t *testing.T) {
 		}
 		if tc.ok && req.End.Sub(req.Start) != time.Duration(tc.hours)*time.Hour {
 			t.Errorf("--hours %d: %s to %s", tc.hours, req.Start, req.End)
+		}
+	}
+}
+
+// --weeks N repeats a reservation weekly, N weeks in all; it excludes
+// --every and --until.
+func TestReserveWeeks(t *testing.T) {
+	start := "2030-03-05T14:00:00Z"
+	for _, tc := range []struct {
+		name  string
+		r     reserveOpts
+		until string // "" : no recurrence
+		bad   string
+	}{
+		{name: "three weeks", r: reserveOpts{weeks: 3}, until: "2030-03-20T02:00:00Z"},
+		{name: "one week is once", r: reserveOpts{weeks: 1}},
+		{name: "a year of weeks", r: reserveOpts{weeks: 52}, until: "2031-02-26T02:00:00Z"},
+		{name: "too many", r: reserveOpts{weeks: 53}, bad: "--weeks is from 1 to 52"},
+		{name: "negative", r: reserveOpts{weeks: -2}, bad: "--weeks is from 1 to 52"},
+		{name: "with --every", r: reserveOpts{weeks: 2, every: "weekly"}, bad: "--weeks replaces --every and --until"},
+		{name: "with --until", r: reserveOpts{weeks: 2, until: "2030-04-01"}, bad: "--weeks replaces --every and --until"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := tc.r
+			r.start, r.hours = start, 2
+			req, err := r.request("whole")
+			switch {
+			case tc.bad != "":
+				if err == nil || !strings.Contains(err.Error(), tc.bad) {
+					t.Errorf("got %v, want %q", err, tc.bad)
+				}
+			case err != nil:
+				t.Fatal(err)
+			case tc.until == "":
+				if req.Recurrence != nil {
+					t.Errorf("recurrence %+v", req.Recurrence)
+				}
+			case req.Recurrence == nil || req.Recurrence.Freq != "weekly" || req.Recurrence.Until.UTC().Format(time.RFC3339) != tc.until:
+				t.Errorf("recurrence %+v, want weekly until %s", req.Recurrence, tc.until)
+			}
+		})
+	}
+}
+
+// gpuvm reservations free: the free capacity hour by hour, runs of as much
+// free as one line, the rules first.
+func TestReservationsFree(t *testing.T) {
+	url, annToken, _ := clienttest.NewBooking(t)
+	ann := newCLI(t, map[string]string{"GPUVM_URL": url, "GPUVM_TOKEN": annToken})
+	day := time.Now().AddDate(0, 0, 2)
+	at := func(hour int) time.Time {
+		return time.Date(day.Year(), day.Month(), day.Day(), hour, 0, 0, 0, time.Local)
+	}
+	local := func(t time.Time) string { return t.Format("2006-01-02 15:04") }
+	ann.must("reserve", "whole", "--start", local(at(14)), "--hours", "2")
+	out := ann.must("reservations", "free", "whole", "--from", local(at(12)), "--hours", "6")
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	want := []string{
+		"You may book whole up to 4w2d ahead, for at most 8h, 1 VM at most.",
+		"WHEN",
+		span(api.Occurrence{Start: at(12), End: at(14)}) + "  1",
+		span(api.Occurrence{Start: at(14), End: at(16)}) + "  0",
+		span(api.Occurrence{Start: at(16), End: at(18)}) + "  1",
+	}
+	if len(lines) != len(want) {
+		t.Fatalf("free:\n%s", out)
+	}
+	for i, w := range want {
+		if got := strings.Join(strings.Fields(lines[i]), " "); got != strings.Join(strings.Fields(w), " ") && !(i == 1 && strings.HasPrefix(got, w)) {
+			t.Errorf("line %d: %q, want %q", i, lines[i], w)
+		}
+	}
+	var c api.ReservationCapacity
+	decodeStrict(t, ann.must("reservations", "free", "whole", "--from", local(at(12)), "--hours", "2", "--step", "30m", "--json"), &c)
+	if len(c.Slots) != 4 || c.StepSeconds != 1800 || c.Slots[3].Free != 1 {
+		t.Errorf("--json: %+v", c)
+	}
+	for _, tc := range []struct {
+		args []string
+		code int
+		err  string
+	}{
+		{[]string{"reservations", "free", "whole", "--hours", "0"}, 2, "--hours is from 1"},
+		{[]string{"reservations", "free", "whole", "--from", "soon"}, 2, "--from"},
+		{[]string{"reservations", "free", "nope"}, 1, `unknown profile "nope"`},
+		{[]string{"reservations", "free", "whole", "--step", "1m"}, 1, "step is a duration from 15m"},
+		{[]string{"reservations", "free"}, 2, "profile"},
+	} {
+		if _, errOut, code := ann.run(tc.args...); code != tc.code || !strings.Contains(errOut, tc.err) {
+			t.Errorf("%v: exit %d %q, want %d with %q", tc.args, code, errOut, tc.code, tc.err)
 		}
 	}
 }

@@ -5,9 +5,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/gpuvm/gpuvm/pkg/config"
 	"io"
 	"maps"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -18,6 +18,8 @@ import (
 
 	"github.com/gpuvm/gpuvm/pkg/api"
 	"github.com/gpuvm/gpuvm/pkg/client"
+	"github.com/gpuvm/gpuvm/pkg/config"
+	"github.com/gpuvm/gpuvm/pkg/gpu"
 )
 
 func newWhoamiCmd(getenv func(string) string) *cobra.Command {
@@ -67,16 +69,21 @@ Output: a line by default; --json prints the api.User; --quiet the name only.
 func newHostsCmd(getenv func(string) string) *cobra.Command {
 	o := clientOpts{getenv: getenv}
 	var out outputOpts
+	var wide bool
 	cmd := &cobra.Command{
 		Use:   "hosts",
 		Short: "List the GPU servers: state, version, heartbeat, GPUs and what is free",
 		Long: `Lists the gpuvmd hosts that share the database: whether each is up (a host
 whose heartbeat is older than three heartbeat intervals is down), its version,
 how long ago it was last heard of, its GPUs (drained ones counted apart) and
-what could still be placed on it: idle GPUs, vGPUs by type, MIG instances by
-profile (each type counted on its own). Admins also see each host's API URL.
+what could still be placed on it. The table sums that up: idle GPUs and the
+largest MIG instance and, for each board, the largest vGPU type still free
+("3 idle GPUs; largest free: MIG 7g.80gb ×1, L40S-48Q ×2"); --wide lists
+every vGPU type and MIG profile that fits (each counted on its own). Admins
+also see each host's API URL.
 
-Output: a table by default; --json prints the api.HostList; --quiet the names.
+Output: a table by default (--wide: all of the free capacity); --json prints
+the api.HostList, with all of it; --quiet the names.
 ` + connectionHelp + "\n" + exitHelp,
 		Args: noArgs,
 		RunE: o.runE(func(ctx context.Context, c *client.Client, cmd *cobra.Command, _ []string) error {
@@ -100,20 +107,25 @@ Output: a table by default; --json prints the api.HostList; --quiet the names.
 				}
 				return nil
 			}
-			return printHosts(w, hs)
+			return printHosts(w, hs, wide)
 		}),
 	}
 	o.flags(cmd, false)
 	out.flags(cmd, "print the names only")
+	cmd.Flags().BoolVarP(&wide, "wide", "w", false, "list every vGPU type and MIG profile still free, not a summary")
 	return cmd
 }
 
-func printHosts(w io.Writer, hs []api.Host) error {
+func printHosts(w io.Writer, hs []api.Host, wide bool) error {
 	if len(hs) == 0 {
 		_, err := fmt.Fprintln(w, "No hosts: no gpuvmd has registered in this database yet.")
 		return err
 	}
 	withURL := slices.ContainsFunc(hs, func(h api.Host) bool { return h.APIURL != "" })
+	free := summariseCapacity
+	if wide {
+		free = describeCapacity
+	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	head := "NAME\tSTATE\tVERSION\tHEARTBEAT\tGPUS\tFREE"
 	if withURL {
@@ -132,7 +144,7 @@ func printHosts(w io.Writer, hs []api.Host) error {
 		if h.Leader && len(hs) > 1 { // the node that places the fleet's queue
 			name += " (leader)"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s", name, h.State, orDash(h.Version), agoText(time.Duration(h.HeartbeatAge*float64(time.Second))), gpus, describeCapacity(h.Free))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s", name, h.State, orDash(h.Version), agoText(time.Duration(h.HeartbeatAge*float64(time.Second))), gpus, free(h.Free))
 		if withURL {
 			fmt.Fprintf(tw, "\t%s", orDash(h.APIURL))
 		}
@@ -164,6 +176,81 @@ func describeCapacity(c api.Capacity) string {
 		return "none"
 	}
 	return strings.Join(parts, ", ")
+}
+
+// summariseCapacity is what is free in a line: the idle GPUs and the
+// largest MIG instance and, for each board, vGPU type that could still be
+// placed ("3 idle GPUs; largest free: MIG 7g.80gb ×1, L40S-48Q ×2"), or
+// "none".
+func summariseCapacity(c api.Capacity) string {
+	var largest []string
+	if name, ok := largestMIG(c.MIG); ok {
+		largest = append(largest, fmt.Sprintf("MIG %s ×%d", name, c.MIG[name]))
+	}
+	for _, name := range largestVGPUs(c.VGPU) {
+		largest = append(largest, fmt.Sprintf("%s ×%d", name, c.VGPU[name]))
+	}
+	var parts []string
+	if c.IdleGPUs > 0 {
+		parts = append(parts, plural(c.IdleGPUs, "idle GPU"))
+	}
+	if len(largest) > 0 {
+		parts = append(parts, "largest free: "+strings.Join(largest, ", "))
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, "; ")
+}
+
+var migName = regexp.MustCompile(`^(\d+)g\.(\d+)gb`)
+
+// largestMIG is the free MIG profile with the most memory, then compute
+// slices; of equals, the plain one ("1g.10gb" before "1g.10gb+me").
+func largestMIG(free map[string]int) (string, bool) {
+	best, bc, bm := "", -1, -1
+	for _, name := range slices.Sorted(maps.Keys(free)) {
+		if free[name] <= 0 {
+			continue
+		}
+		c, m := -1, -1
+		if p := migName.FindStringSubmatch(name); p != nil {
+			c, _ = strconv.Atoi(p[1])
+			m, _ = strconv.Atoi(p[2])
+		}
+		if m > bm || (m == bm && c > bc) || (m == bm && c == bc && len(name) < len(best)) {
+			best, bc, bm = name, c, m
+		}
+	}
+	return best, best != ""
+}
+
+// largestVGPUs is, for each board, the free vGPU type with the most
+// framebuffer (of equals, the first by name), ordered by board; a name
+// that is not a vGPU type is a board of its own.
+func largestVGPUs(free map[string]int) []string {
+	type pick struct {
+		name string
+		mem  uint64
+	}
+	best := map[string]pick{}
+	for _, name := range slices.Sorted(maps.Keys(free)) {
+		if free[name] <= 0 {
+			continue
+		}
+		board, mem := name, uint64(0)
+		if t, err := gpu.ParseVGPUType(name); err == nil {
+			board, mem = t.Board, t.Memory
+		}
+		if b, ok := best[board]; !ok || mem > b.mem {
+			best[board] = pick{name, mem}
+		}
+	}
+	var out []string
+	for _, board := range slices.Sorted(maps.Keys(best)) {
+		out = append(out, best[board].name)
+	}
+	return out
 }
 
 func newAdminUsersCmd(o *clientOpts) *cobra.Command {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"text/tabwriter"
@@ -30,8 +31,10 @@ func newProfilesCmd(getenv func(string) string) *cobra.Command {
 		Use:   "profiles",
 		Short: "List the profiles you may make VMs from (asks the server)",
 		Long: `Lists the profiles the server offers you: what GPU slice, vCPUs, memory and
-disk a VM of each gets, and its lease (default/maximum). 'gpuvm profile list'
-reads configuration files instead.
+disk a VM of each gets, and its lease (default/maximum). A profile that no GPU
+of the server's hosts can ever give (a board or mode they do not have) is
+marked "(unservable)", and why is said under the table; a VM of it is refused.
+'gpuvm profile list' reads configuration files instead.
 ` + connectionHelp + "\n" + exitHelp,
 		Args: noArgs,
 		RunE: o.runE(func(ctx context.Context, c *client.Client, cmd *cobra.Command, _ []string) error {
@@ -85,9 +88,27 @@ func printRemoteProfiles(w io.Writer, ps []client.Profile) error {
 		}
 		lease := config.FormatDuration(time.Duration(p.Lease.Default)*time.Second) + "/" +
 			config.FormatDuration(time.Duration(p.Lease.Max)*time.Second)
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\n", p.Name, describeGPU(g), p.VCPUs, config.FormatSize(p.Memory), disk, lease, p.Description)
+		gpuText := describeGPU(g)
+		if p.Unservable != "" {
+			gpuText += " (unservable)"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\n", p.Name, gpuText, p.VCPUs, config.FormatSize(p.Memory), disk, lease, p.Description)
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, p := range ps {
+		if p.Unservable != "" {
+			if _, err := fmt.Fprintf(w, "\n%s is unservable here, and a VM of it is refused: %s.", p.Name, p.Unservable); err != nil {
+				return err
+			}
+		}
+	}
+	if slices.ContainsFunc(ps, func(p client.Profile) bool { return p.Unservable != "" }) {
+		_, err := fmt.Fprintln(w)
+		return err
+	}
+	return nil
 }
 
 // completeFromServer makes a completion of a command's first argument
@@ -625,6 +646,14 @@ func printVM(w io.Writer, vm api.VM, now time.Time) error {
 		}
 		if g.Device != "" {
 			s += ", device " + g.Device
+		}
+		switch g.License {
+		case api.VGPULicensed:
+			s += ", licensed"
+		case api.VGPUGrace:
+			s += ", NOT LICENSED (grace period: it will be throttled)"
+		case api.VGPUUnlicensed:
+			s += ", NOT LICENSED (throttled: see the server's licensing block)"
 		}
 		fmt.Fprintf(tw, "  GPU:\t%s\n", s)
 	}

@@ -18,6 +18,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -100,7 +101,7 @@ func runOpts(ctx context.Context, args []string, getenv func(string) string, std
 		return err
 	}
 	if *showVersion {
-		fmt.Fprintln(stdout, "gpuvmd", version)
+		fmt.Fprintf(stdout, "gpuvmd %s (database schema %d)\n", version, store.SchemaVersion())
 		return nil
 	}
 	if o.bootTimeout <= 0 {
@@ -434,7 +435,30 @@ func openStore(ctx context.Context, o options, log *slog.Logger) (*store.Store, 
 	if err != nil {
 		return nil, fmt.Errorf("open the database: %w", err)
 	}
+	if err := recordSchemaVersion(ctx, st, o.stateDir); err != nil {
+		log.Warn("record the database's schema version (the package's preinst reads it to refuse a downgrade)", "err", err)
+	}
 	return st, nil
+}
+
+// SchemaVersionFile, in the state directory, holds the schema version of
+// the database gpuvmd last opened: the package's preinst reads it to refuse
+// a downgrade over a newer schema, and gpuvm admin doctor to report it.
+const SchemaVersionFile = "schema-version"
+
+// recordSchemaVersion writes the database's schema version to the state
+// directory's SchemaVersionFile, replacing it whole.
+func recordSchemaVersion(ctx context.Context, st *store.Store, stateDir string) error {
+	v, err := st.CurrentSchemaVersion(ctx)
+	if err != nil {
+		return fmt.Errorf("read the schema version: %w", err)
+	}
+	path := filepath.Join(stateDir, SchemaVersionFile)
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(strconv.Itoa(v)+"\n"), 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
 }
 
 // storeConfig is the database: --database, else the configuration's, else

@@ -10,6 +10,10 @@ const (
 	DesktopNone     = "none"
 )
 
+// RDPContentType is the media type of a Remote Desktop connection file
+// (GET /v1/vms/{id}/desktop.rdp).
+const RDPContentType = "application/x-rdp"
+
 // Desktop is how people work on a VM, as its profile's desktop block says
 // (ConsoleResponse.Desktop). For vnc and spice it is the display console
 // (the rest of the ConsoleResponse); for rdp, sunshine and dcv a server in

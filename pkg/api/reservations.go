@@ -96,3 +96,50 @@ type ReservationList struct {
 // runs into GPU capacity reserved for someone else: ahead, and when the
 // reservation starts and the VM is deleted to free it.
 const WarningReservation = "reservation"
+
+// ReservationCapacity is the answer to GET /v1/reservations/capacity: how
+// many VMs of a profile a booking of each slot of [From, To) could get (the
+// GPUs less the reservations made and the VMs whose leases run into the
+// slot), and the caller's booking rules.
+type ReservationCapacity struct {
+	Profile     string    `json:"profile"`
+	From        time.Time `json:"from"`
+	To          time.Time `json:"to"`
+	StepSeconds int64     `json:"step_seconds"`
+	// Timezone is the IANA name of the policy's time zone.
+	Timezone string `json:"timezone"`
+	// Most is the most a slot counts: a slot whose Free is Most may give
+	// more.
+	Most int `json:"most"`
+	// Unavailable, when set, says why no GPU here can ever give the
+	// profile (every slot's Free is 0).
+	Unavailable string            `json:"unavailable,omitempty"`
+	Rules       ReservationRules  `json:"rules"`
+	Slots       []ReservationSlot `json:"slots"`
+}
+
+// ReservationSlot is one slot of a ReservationCapacity.
+type ReservationSlot struct {
+	Start time.Time `json:"start"`
+	End   time.Time `json:"end"`
+	// Free is how many VMs of the profile a booking of this slot alone
+	// could get; 0 for a slot over (Past).
+	Free int  `json:"free"`
+	Past bool `json:"past,omitempty"`
+}
+
+// ReservationRules are the policy's booking rules as they bind the caller
+// (an admin books held to the capacity only: no limit).
+type ReservationRules struct {
+	// MayBook says whether the caller may book the profile; WhyNot says
+	// why not.
+	MayBook bool   `json:"may_book"`
+	WhyNot  string `json:"why_not,omitempty"`
+	// MaxAheadSeconds, MaxLengthSeconds, MaxVMs and MaxActive are the
+	// limits (0: none): how far ahead a booking may start, how long it
+	// lasts, how many VMs it is for, how many an owner holds at once.
+	MaxAheadSeconds  int64 `json:"max_ahead_seconds"`
+	MaxLengthSeconds int64 `json:"max_length_seconds"`
+	MaxVMs           int   `json:"max_vms"`
+	MaxActive        int   `json:"max_active"`
+}

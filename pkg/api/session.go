@@ -11,10 +11,13 @@ const (
 	CSRFHeader    = "X-CSRF-Token"
 )
 
-// SignInRequest is the body of POST /v1/session: an API token, exchanged
-// for a session cookie. The token is never kept by the session.
+// SignInRequest is the body of POST /v1/session: an API token, or a
+// directory account's username and password (server.auth.ldap), exchanged
+// for a session cookie. Neither is kept by the session.
 type SignInRequest struct {
-	Token string `json:"token"`
+	Token    string `json:"token,omitempty"`
+	Username string `json:"username,omitempty"`
+	Password string `json:"password,omitempty"`
 }
 
 // Session is a web portal session (POST and GET /v1/session).

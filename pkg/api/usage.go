@@ -53,3 +53,32 @@ type UsageRow struct {
 	VMs     int `json:"vms"`
 	Running int `json:"running"`
 }
+
+// UsagePeriods is the answer to GET /v1/usage/periods: one user's GPU time
+// in the calendar day, week (from Monday) and month that hold now, in the
+// policy's time zone (the periods its GPU-hour quotas count), each against
+// its quota, and day by day.
+type UsagePeriods struct {
+	User string `json:"user"`
+	// Timezone is the IANA name of the zone the periods are days of.
+	Timezone string      `json:"timezone"`
+	Day      UsagePeriod `json:"day"`
+	Week     UsagePeriod `json:"week"`
+	Month    UsagePeriod `json:"month"`
+	// Days are the days from the earlier of the week's and the month's
+	// first day to today, earliest first; their Key is the date
+	// ("2026-12-01") and they have no quota.
+	Days []UsagePeriod `json:"days"`
+}
+
+// UsagePeriod is the GPU time of one period: the numbers of a UsageRow
+// (Key "day", "week", "month" or a date), the period, and the quota.
+type UsagePeriod struct {
+	UsageRow
+	From time.Time `json:"from"`
+	To   time.Time `json:"to"`
+	// QuotaGPUHours is the user's GPU-hour budget for the period
+	// (gpu_hours_per_day, _week, _month of the policy that applies to
+	// them); null: none.
+	QuotaGPUHours *float64 `json:"quota_gpu_hours"`
+}

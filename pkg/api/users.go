@@ -97,14 +97,24 @@ type LoginRequest struct {
 	Password string `json:"password"`
 }
 
-// LoginResponse is the answer of a sign-in: a session token, sent as
-// Authorization: Bearer TOKEN until it expires or POST /v1/logout revokes
-// it, and who it is for.
+// LoginResponse is the answer of a sign-in: the secret of a session (it
+// starts with gvs_), sent as Authorization: Bearer TOKEN until it expires
+// or POST /v1/logout ends it, and who it is for. ExpiresAt slides: each
+// use moves it to server.auth.session_ttl from then, up to NotAfter.
 type LoginResponse struct {
 	Token     string    `json:"token"`
-	TokenID   int64     `json:"token_id"`
 	ExpiresAt time.Time `json:"expires_at"`
+	NotAfter  time.Time `json:"not_after"`
 	User      User      `json:"user"`
+}
+
+// OIDCTokenRequest is the body of POST /v1/auth/oidc/token: the one-time
+// code that a loopback sign-in (gpuvm login --sso without the device
+// grant) brought to the CLI's redirect URI, and the PKCE verifier whose
+// S256 challenge the CLI gave GET /v1/auth/oidc/start.
+type OIDCTokenRequest struct {
+	Code         string `json:"code"`
+	CodeVerifier string `json:"code_verifier"`
 }
 
 // DeviceLoginResponse is the answer of POST /v1/auth/oidc/device: open
@@ -140,6 +150,14 @@ type AuthMethods struct {
 	// OIDC: GET /v1/auth/oidc/start (browsers) and POST
 	// /v1/auth/oidc/device (the CLI).
 	OIDC bool `json:"oidc"`
+	// OIDCName names the provider for a "Sign in with …" button
+	// (server.auth.oidc.display_name); "" without OIDC.
+	OIDCName string `json:"oidc_name,omitempty"`
+	// OIDCDevice: the provider offers the device authorization grant
+	// (POST /v1/auth/oidc/device); without it the CLI signs in by a
+	// loopback redirect (GET /v1/auth/oidc/start with redirect_uri). False
+	// while the provider cannot be discovered.
+	OIDCDevice bool `json:"oidc_device"`
 	// Token: bearer tokens of users made in gpuvm are accepted (local
 	// auth on); break-glass admins' are accepted always.
 	Token bool `json:"token"`

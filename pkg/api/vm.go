@@ -150,7 +150,19 @@ type VMGPU struct {
 	Placement *int `json:"placement,omitempty"`
 	// Device is the device's ID (mdev UUID, VF or GPU address) once made.
 	Device string `json:"device,omitempty"`
+	// License is a vGPU's NVIDIA licence state as its guest's driver last
+	// reported it to the host (in GET /v1/vms/{id} only, from the last 10
+	// minutes of samples): VGPULicensed, VGPUGrace (unlicensed, still
+	// unrestricted) or VGPUUnlicensed (restricted); absent when not known.
+	License string `json:"license,omitempty"`
 }
+
+// vGPU licence states (VMGPU.License).
+const (
+	VGPULicensed   = "licensed"
+	VGPUGrace      = "grace"
+	VGPUUnlicensed = "unlicensed"
+)
 
 // Console is where a VM's display listens (ConsoleResponse.Direct).
 type Console struct {

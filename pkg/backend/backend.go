@@ -93,6 +93,18 @@ type Inventory struct {
 	Notes   []string
 	GPUs    []GPU
 	Devices []Device
+	// Driver is the NVIDIA host driver as NVML reports it; nil without NVML.
+	Driver *Driver
+}
+
+// Driver is the NVIDIA host driver: its version and, for the vGPU manager,
+// the range of vGPU versions (guest drivers) it supports.
+type Driver struct {
+	Version string // "550.54.16"
+	// VGPUMin and VGPUMax bound the vGPU versions the vGPU manager
+	// supports ("17.0", "17.3"); empty when NVML does not say (a driver
+	// that is not the vGPU manager).
+	VGPUMin, VGPUMax string
 }
 
 // GPU is a physical GPU as one backend sees it.
@@ -155,6 +167,11 @@ type CreateRequest struct {
 	Placement int
 	// DeviceUUID is the mdev UUID to use; empty lets the backend choose.
 	DeviceUUID string
+	// Recreate is the ID of a ledger device the host lost (Device.Absent,
+	// after a host reboot): the backend makes it again as it was, with the
+	// same UUID, VF and placement, or refuses (CodeExhausted when another
+	// device holds them now). vgpu and mig backends only.
+	Recreate string
 }
 
 // RemoveRequest names a device to delete.
@@ -213,6 +230,10 @@ type Device struct {
 	// ledger entry says; empty for a device not in the ledger or recorded
 	// before installations existed.
 	Installation string
+	// Absent says why a device of the backend's ledger is not on the host
+	// now (lost in a host reboot or a driver reload: mdevs, VF vGPUs and
+	// MIG instances do not survive one); empty when it is there.
+	Absent string
 }
 
 // Health is a backend's self-assessment.

@@ -34,7 +34,22 @@ func inventoryToProto(i Inventory) *pb.Inventory {
 		Notes:     nonEmpty(i.Notes),
 		Gpus:      convert(i.GPUs, gpuToProto),
 		Devices:   convert(i.Devices, deviceToProto),
+		Driver:    driverToProto(i.Driver),
 	}
+}
+
+func driverToProto(d *Driver) *pb.Driver {
+	if d == nil {
+		return nil
+	}
+	return &pb.Driver{Version: d.Version, VgpuMin: d.VGPUMin, VgpuMax: d.VGPUMax}
+}
+
+func driverFromProto(d *pb.Driver) *Driver {
+	if d == nil {
+		return nil
+	}
+	return &Driver{Version: d.GetVersion(), VGPUMin: d.GetVgpuMin(), VGPUMax: d.GetVgpuMax()}
 }
 
 func inventoryFromProto(i *pb.Inventory) Inventory {
@@ -45,6 +60,7 @@ func inventoryFromProto(i *pb.Inventory) Inventory {
 		Notes:     nonEmpty(i.GetNotes()),
 		GPUs:      convert(i.GetGpus(), gpuFromProto),
 		Devices:   convert(i.GetDevices(), deviceFromProto),
+		Driver:    driverFromProto(i.GetDriver()),
 	}
 }
 
@@ -144,6 +160,7 @@ func createRequestToProto(r CreateRequest) *pb.CreateRequest {
 		Profile:    r.Profile,
 		Placement:  int64(r.Placement),
 		DeviceUuid: r.DeviceUUID,
+		Recreate:   r.Recreate,
 	}
 }
 
@@ -155,6 +172,7 @@ func createRequestFromProto(r *pb.CreateRequest) CreateRequest {
 		Profile:    r.GetProfile(),
 		Placement:  int(r.GetPlacement()),
 		DeviceUUID: r.GetDeviceUuid(),
+		Recreate:   r.GetRecreate(),
 	}
 }
 
@@ -188,6 +206,7 @@ func deviceToProto(d Device) *pb.Device {
 		Hostdev:         hostdevToProto(d.Hostdev),
 		Managed:         d.Managed,
 		Installation:    d.Installation,
+		Absent:          d.Absent,
 	}
 }
 
@@ -205,6 +224,7 @@ func deviceFromProto(d *pb.Device) Device {
 		Hostdev:         hostdevFromProto(d.GetHostdev()),
 		Managed:         d.GetManaged(),
 		Installation:    d.GetInstallation(),
+		Absent:          d.GetAbsent(),
 	}
 }
 

@@ -71,6 +71,9 @@ func Merge(invs []Inventory) gpu.HostInventory {
 			}
 		}
 		for _, d := range inv.Devices {
+			if d.Absent != "" {
+				continue // in a ledger, not on the host (lost in a reboot): gpuvmd makes it again or forgets it
+			}
 			ad := gpu.HostDevice{ID: d.ID, Backend: inv.Backend, Kind: d.Kind, GPU: d.GPU, Type: d.Type, VMUUID: d.VMUUID, Managed: d.Managed,
 				Hostdev: gpu.Hostdev{Type: string(d.Hostdev.Type), UUID: d.Hostdev.UUID, Addresses: d.Hostdev.Addresses, Managed: d.Hostdev.Managed, Display: d.Hostdev.Display}}
 			if d.Kind == gpu.KindMIG {

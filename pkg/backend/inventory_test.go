@@ -60,3 +60,16 @@ func TestMerge(t *testing.T) {
 }
 
 func ptr(i int) *int { return &i }
+
+// A device a backend's ledger holds but the host lost (Device.Absent) is
+// not on the host: the host inventory leaves it out.
+func TestMergeLeavesOutLostDevices(t *testing.T) {
+	inv := Inventory{Backend: "vgpu", Devices: []Device{
+		{ID: "0000:41:00.4", Kind: gpu.KindVGPU, GPU: "0000:41:00.0", Type: "L40S-12Q", Managed: true},
+		{ID: "0000:41:00.5", Kind: gpu.KindVGPU, GPU: "0000:41:00.0", Type: "L40S-12Q", Managed: true, Absent: "not on the host"},
+	}}
+	got := Merge([]Inventory{inv}).Devices
+	if len(got) != 1 || got[0].ID != "0000:41:00.4" {
+		t.Errorf("devices %+v, want only 0000:41:00.4", got)
+	}
+}

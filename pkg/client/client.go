@@ -100,6 +100,9 @@ type Profile struct {
 	Class    string `json:"class"`
 	Priority int    `json:"priority"`
 	OS       string `json:"os"`
+	// Unservable says why no GPU of the server's hosts can ever give
+	// the profile (api.Profile); "" when one can, or nothing is known.
+	Unservable string `json:"unservable,omitempty"`
 
 	Raw json.RawMessage `json:"-"`
 }

@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"net/http"
+	"net/url"
 
 	"github.com/gpuvm/gpuvm/pkg/api"
 )
@@ -54,4 +55,36 @@ func (c *Client) DevicePoll(ctx context.Context, id string) (*api.LoginResponse,
 		return nil, nil
 	}
 	return &out.LoginResponse, nil
+}
+
+// AuthMethods says how the server lets people sign in (GET
+// /v1/auth/methods).
+func (c *Client) AuthMethods(ctx context.Context) (*api.AuthMethods, error) {
+	anon := *c
+	anon.token = ""
+	var out api.AuthMethods
+	if err := anon.do(ctx, http.MethodGet, "/v1/auth/methods", nil, nil, nil, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// OIDCStartURL is where a browser starts a loopback sign-in with the
+// server's OpenID provider (GET /v1/auth/oidc/start): back to redirectURI
+// with a one-time code and state, which OIDCToken trades with the PKCE
+// verifier of challenge.
+func (c *Client) OIDCStartURL(redirectURI, challenge, state string) string {
+	return c.URL() + "/v1/auth/oidc/start?" + url.Values{"redirect_uri": {redirectURI}, "code_challenge": {challenge},
+		"code_challenge_method": {"S256"}, "state": {state}}.Encode()
+}
+
+// OIDCToken finishes a loopback sign-in (POST /v1/auth/oidc/token).
+func (c *Client) OIDCToken(ctx context.Context, code, verifier string) (*api.LoginResponse, error) {
+	anon := *c
+	anon.token = ""
+	var out api.LoginResponse
+	if err := anon.do(ctx, http.MethodPost, "/v1/auth/oidc/token", nil, nil, api.OIDCTokenRequest{Code: code, CodeVerifier: verifier}, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
 }

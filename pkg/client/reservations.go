@@ -75,3 +75,24 @@ func (c *Client) GetReservation(ctx context.Context, id int64) (*api.Reservation
 func (c *Client) CancelReservation(ctx context.Context, id int64) error {
 	return c.do(ctx, http.MethodDelete, "/v1/reservations/"+strconv.FormatInt(id, 10), nil, nil, nil, nil)
 }
+
+// ReservationCapacity counts, per slot of step (0: an hour) from from to
+// to (zero: the server's defaults, a week from now), how many VMs of a
+// profile a booking could get, with the caller's booking rules.
+func (c *Client) ReservationCapacity(ctx context.Context, profile string, from, to time.Time, step time.Duration) (*api.ReservationCapacity, error) {
+	q := url.Values{"profile": {profile}}
+	if !from.IsZero() {
+		q.Set("from", from.Format(time.RFC3339))
+	}
+	if !to.IsZero() {
+		q.Set("to", to.Format(time.RFC3339))
+	}
+	if step > 0 {
+		q.Set("step", step.String())
+	}
+	var out api.ReservationCapacity
+	if err := c.do(ctx, http.MethodGet, "/v1/reservations/capacity", q, nil, nil, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}

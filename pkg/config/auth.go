@@ -40,11 +40,14 @@ type OIDC struct {
 	RedirectURL string `json:"redirect_url"`
 	// DeviceClientID is the client of device sign-ins (gpuvm login
 	// --sso), with the same secret; "": ClientID.
-	DeviceClientID string   `json:"device_client_id,omitempty"`
-	Scopes         []string `json:"scopes"`
-	UsernameClaim  string   `json:"username_claim"`
-	GroupsClaim    string   `json:"groups_claim"`
-	AdminGroups    []string `json:"admin_groups"`
+	DeviceClientID string `json:"device_client_id,omitempty"`
+	// DisplayName names the provider on the portal's sign-in button
+	// ("Sign in with DisplayName"); "": the issuer's host name.
+	DisplayName   string   `json:"display_name"`
+	Scopes        []string `json:"scopes"`
+	UsernameClaim string   `json:"username_claim"`
+	GroupsClaim   string   `json:"groups_claim"`
+	AdminGroups   []string `json:"admin_groups"`
 	// AllowedGroups, when set, lets in only their members.
 	AllowedGroups []string `json:"allowed_groups"`
 }
@@ -357,8 +360,17 @@ var DefaultOIDCScopes = []string{"openid", "profile", "email"}
 func (r *resolver) resolveOIDC(b *oidcBlock) *OIDC {
 	o := &OIDC{
 		Issuer: str(b.Issuer, ""), ClientID: str(b.ClientID, ""), RedirectURL: str(b.RedirectURL, ""), DeviceClientID: str(b.DeviceClientID, ""),
+		DisplayName:   str(b.DisplayName, ""),
 		UsernameClaim: str(b.UsernameClaim, DefaultOIDCUsernameClaim), GroupsClaim: str(b.GroupsClaim, DefaultOIDCGroupsClaim),
 		Scopes: DefaultOIDCScopes, AdminGroups: []string{}, AllowedGroups: []string{},
+	}
+	if o.DisplayName == "" {
+		if u, err := url.Parse(o.Issuer); err == nil && u.Hostname() != "" {
+			o.DisplayName = u.Hostname()
+		}
+	}
+	if len(o.DisplayName) > 60 {
+		r.errf(valueRange(b.Body, "display_name", b.DefRange), "Invalid display_name", "The provider's name on the sign-in button is at most 60 characters; %d were given.", len(o.DisplayName))
 	}
 	for _, req := range []struct {
 		name string

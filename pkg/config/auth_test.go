@@ -70,10 +70,16 @@ func TestAuthBlock(t *testing.T) {
 		{"sync too often", "auth {\n ldap {\n url = \"ldap://127.0.0.1\"\n user_base = \"dc=x\"\n sync_every = \"10s\"\n }\n}", "Invalid sync_every", 7, nil},
 		{"oidc defaults", "auth {\n oidc {\n issuer = \"https://id.example.org/\"\n client_id = \"gpuvm\"\n redirect_url = \"https://gpu/v1/auth/oidc/callback\"\n }\n}", "", 0, func(t *testing.T, a Auth) {
 			o := a.OIDC
-			if o == nil || o.UsernameClaim != "preferred_username" || o.GroupsClaim != "groups" || strings.Join(o.Scopes, " ") != "openid profile email" || o.ClientSecretFile != "" {
+			if o == nil || o.UsernameClaim != "preferred_username" || o.GroupsClaim != "groups" || strings.Join(o.Scopes, " ") != "openid profile email" || o.ClientSecretFile != "" || o.DisplayName != "id.example.org" {
 				t.Errorf("oidc = %+v", o)
 			}
 		}},
+		{"oidc display name", "auth {\n oidc {\n issuer = \"https://id.example.org/\"\n client_id = \"gpuvm\"\n redirect_url = \"https://gpu/v1/auth/oidc/callback\"\n display_name = \"Lab ID\"\n }\n}", "", 0, func(t *testing.T, a Auth) {
+			if a.OIDC.DisplayName != "Lab ID" {
+				t.Errorf("display_name = %q", a.OIDC.DisplayName)
+			}
+		}},
+		{"oidc display name too long", "auth {\n oidc {\n issuer = \"https://id.example.org/\"\n client_id = \"gpuvm\"\n redirect_url = \"https://gpu/cb\"\n display_name = \"" + strings.Repeat("x", 61) + "\"\n }\n}", "Invalid display_name", 8, nil},
 		{"oidc missing client", "auth {\n oidc {\n issuer = \"https://id/\"\n redirect_url = \"https://gpu/cb\"\n }\n}", "Missing client_id", 4, nil},
 		{"oidc bad issuer", "auth {\n oidc {\n issuer = \"id.example.org\"\n client_id = \"g\"\n redirect_url = \"https://gpu/cb\"\n }\n}", "Invalid issuer", 5, nil},
 		{"oidc clear text", "auth {\n oidc {\n issuer = \"http://id.example.org/\"\n client_id = \"g\"\n redirect_url = \"https://gpu/cb\"\n }\n}", "OpenID Connect without TLS", 5, nil},

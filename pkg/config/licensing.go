@@ -28,6 +28,10 @@ type Licensing struct {
 	FeatureType string `json:"feature_type"`
 	// Enabled is false when a profile turns the server's licensing off.
 	Enabled bool `json:"enabled"`
+	// LicenseServer is the licence server ("host[:port]") the token
+	// points the guests at, for gpuvm admin doctor's reachability check;
+	// "" when not said (the token itself carries it for the guests).
+	LicenseServer string `json:"license_server,omitempty"`
 	// Source is "file:line" of the block that set it.
 	Source string `json:"source"`
 }
@@ -48,6 +52,7 @@ type licensingBlock struct {
 	Enabled         *bool     `hcl:"enabled,optional"`
 	ClientTokenFile *string   `hcl:"client_token_file,optional"`
 	FeatureType     *string   `hcl:"feature_type,optional"`
+	LicenseServer   *string   `hcl:"license_server,optional"`
 	DefRange        hcl.Range `hcl:",def_range"`
 	Body            hcl.Body  `hcl:",body"`
 }
@@ -65,7 +70,14 @@ func (r *resolver) resolveLicensing(b *licensingBlock, inherit *Licensing) *Lice
 	}
 	l := &Licensing{FeatureType: FeatureAuto, Enabled: true, Source: rangeString(b.DefRange)}
 	if inherit != nil {
-		l.TokenFile, l.FeatureType = inherit.TokenFile, inherit.FeatureType
+		l.TokenFile, l.FeatureType, l.LicenseServer = inherit.TokenFile, inherit.FeatureType, inherit.LicenseServer
+	}
+	if b.LicenseServer != nil {
+		l.LicenseServer = strings.TrimSpace(*b.LicenseServer)
+		if l.LicenseServer == "" || strings.ContainsAny(l.LicenseServer, "/ ") {
+			r.errf(valueRange(b.Body, "license_server", b.DefRange), "Invalid license_server",
+				"%q: license_server is the host (and port) of your DLS instance, or api.cls.licensing.nvidia.com for CLS — no scheme or path.", *b.LicenseServer)
+		}
 	}
 	if b.Enabled != nil {
 		l.Enabled = *b.Enabled

@@ -86,6 +86,7 @@ type oidcBlock struct {
 	ClientSecretFile *string   `hcl:"client_secret_file,optional"`
 	RedirectURL      *string   `hcl:"redirect_url,optional"`
 	DeviceClientID   *string   `hcl:"device_client_id,optional"`
+	DisplayName      *string   `hcl:"display_name,optional"`
 	Scopes           []string  `hcl:"scopes,optional"`
 	UsernameClaim    *string   `hcl:"username_claim,optional"`
 	GroupsClaim      *string   `hcl:"groups_claim,optional"`

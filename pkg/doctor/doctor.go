@@ -5,7 +5,9 @@
 //
 // It is pure Go (the CLI runs it, CGO_ENABLED=0): sysfs through host.SysFS
 // (the real /sys, a captured tree or the simulator), other files and
-// commands (virsh, nvidia-smi) through the seams of Env, which tests fill.
+// commands (virsh, nvidia-smi) through the seams of Env, which tests fill;
+// so are the database (its schema, its server's clock), the driver as NVML
+// reports it (read by a backend) and the licence server.
 package doctor
 
 import (
@@ -14,8 +16,10 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"net"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/gpuvm/gpuvm/pkg/config"
 	"github.com/gpuvm/gpuvm/pkg/host"
@@ -75,6 +79,26 @@ type Env struct {
 	MIGMode func(ctx context.Context, addr string) (enabled, ok bool, why string)
 	// Database reports the database's schema version, or why it cannot.
 	Database func(ctx context.Context) (seen string, sev Severity, fix string)
+	// Schema reads the database's schema version and the installed
+	// gpuvmd's; why says what could not be read.
+	Schema func(ctx context.Context) (v SchemaVersions, why string)
+	// RemoteClock is the database server's clock (PostgreSQL); nil with
+	// NoRemoteClock saying why there is none (SQLite: one server).
+	RemoteClock   RemoteClock
+	NoRemoteClock string
+	// Now is this host's clock (time.Now when nil).
+	Now func() time.Time
+	// Driver reads the NVIDIA host driver through NVML (a backend does);
+	// ok is false when it cannot be read here.
+	Driver func(ctx context.Context) (d Driver, ok bool, why string)
+	// LicenseServer is the licence server ("host:port") when licensing is
+	// configured and says it; "" when it is not.
+	LicenseServer string
+	// LicenseToken is the client configuration token file of the server's
+	// licensing block; "" without one.
+	LicenseToken string
+	// Dial connects to the licence server (net.Dialer when nil).
+	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
 	// Config is the configuration in /etc/gpuvm (an empty one without).
 	Config *config.Config
 	// Simulated names the simulator preset when Sys is the simulator.
@@ -120,6 +144,11 @@ func Run(ctx context.Context, e Env) Report {
 	add(checkLibvirt(ctx, e)...)
 	add(checkKVM(e)...)
 	add(checkDatabase(ctx, e))
+	add(checkSchema(ctx, e))
+	add(checkClock(ctx, e))
+	add(checkDriverBranch(ctx, e, modes))
+	add(checkLicensing(ctx, e))
+	add(checkLicenseToken(e))
 	return r
 }
 

@@ -24,8 +24,9 @@ import (
 //     vfio-pci (driver_override, unbind, drivers_probe); other devices of
 //     its IOMMU group are reported, never touched.
 //
-// Re-creating the devices of VMs that ran before a reboot is left to
-// gpuvmd's reconciler (not done here yet).
+// Making again the devices of VMs that ran before a reboot is gpuvmd's
+// reconciler's (pkg/orchestrator/hostlost.go): which VMs should run is in
+// the database, which host-prep, running before gpuvmd, does not read.
 
 // Step is one thing host-prep does, or found already done.
 type Step struct {

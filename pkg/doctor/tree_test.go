@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io/fs"
+	"net"
 	"os"
 	"os/exec"
 	"path"
@@ -131,6 +132,24 @@ type fakeHost struct {
 	failing  map[string]error       // command -> error
 	mig      map[string]bool        // MIG mode by address
 	db       func() (string, Severity, string)
+	schema   SchemaVersions
+	clock    *fakeClock
+	driver   *Driver // nil: not read
+	license  string
+	token    string // the licensing token file
+	dialErr  error
+}
+
+// fakeClock is a database server whose clock is off by skew from now.
+type fakeClock struct {
+	now  time.Time
+	skew time.Duration
+	err  error
+}
+
+func (c *fakeClock) Describe() string { return "PostgreSQL at db.example:5432" }
+func (c *fakeClock) Now(context.Context) (time.Time, error) {
+	return c.now.Add(c.skew), c.err
 }
 
 func healthyFake() *fakeHost {
@@ -148,6 +167,11 @@ func healthyFake() *fakeHost {
 		failing: map[string]error{},
 		mig:     map[string]bool{"0000:18:00.0": true},
 		db:      func() (string, Severity, string) { return "SQLite /var/lib/gpuvm/gpuvm.db, schema version 31", OK, "" },
+		schema:  SchemaVersions{Database: 31, DatabaseFrom: "PostgreSQL", Binary: 31, BinaryFrom: "gpuvmd 1.2.0 (/usr/bin/gpuvmd)"},
+		clock:   &fakeClock{now: time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC), skew: 40 * time.Millisecond},
+		driver:  &Driver{Version: "550.90.05", VGPUMin: "16.0", VGPUMax: "17.3"},
+		license: "dls.example:443",
+		token:   "testdata/client.tok", // a made-up token
 	}
 }
 
@@ -195,6 +219,25 @@ func (h *fakeHost) env(sys host.SysFS, cfg *config.Config) Env {
 			return on, true, ""
 		},
 		Database: func(context.Context) (string, Severity, string) { return h.db() },
+		Schema:   func(context.Context) (SchemaVersions, string) { return h.schema, "" },
+		Now:      func() time.Time { return h.clock.now },
+		Driver: func(context.Context) (Driver, bool, string) {
+			if h.driver == nil {
+				return Driver{}, false, "no backend answered"
+			}
+			return *h.driver, true, ""
+		},
+		LicenseServer: h.license,
+		LicenseToken:  h.token,
+		Dial: func(_ context.Context, _, addr string) (net.Conn, error) {
+			if h.dialErr != nil {
+				return nil, h.dialErr
+			}
+			a, b := net.Pipe()
+			b.Close()
+			return a, nil
+		},
+		RemoteClock: h.clock,
 	}
 }
 

@@ -286,7 +286,7 @@ func (r *Round) samples() []store.GPUSample {
 	for _, in := range r.Instances {
 		out = append(out, store.GPUSample{Host: r.Host, GPUAddress: in.GPUAddress, Instance: in.Key, VMID: in.VMID, User: in.User, TakenAt: r.At,
 			GPUUtil: in.Util, MemUtil: in.MemUtil, EncUtil: in.EncUtil, DecUtil: in.DecUtil, MemUsed: in.MemUsed, MemTotal: in.MemTotal,
-			Temperature: Unknown, PowerWatts: Unknown})
+			Temperature: Unknown, PowerWatts: Unknown, License: in.License})
 	}
 	return out
 }

@@ -251,8 +251,9 @@ func (lc *lifecycle) createDevice(ctx context.Context, vmID string, a store.Allo
 			if d.VMUUID != vmID || d.GPU != a.GPUAddress || d.Kind != a.Kind || held[d.ID] {
 				continue
 			}
-			if d.Hostdev.Type == "" {
-				lc.log.Warn("removing the half-made device of an interrupted create", "vm", vmID, "device", d.ID, "gpu", d.GPU)
+			if d.Hostdev.Type == "" || d.Absent != "" {
+				// Half made, or lost with the host (hostlost.go).
+				lc.log.Warn("removing the half-made device of an interrupted create", "vm", vmID, "device", d.ID, "gpu", d.GPU, "absent", d.Absent)
 				if err := b.Remove(ctx, backend.RemoveRequest{ID: d.ID, GPU: d.GPU}); err != nil && !errors.Is(err, backend.ErrNotFound) {
 					return backend.Device{}, fmt.Errorf("remove the half-made device %s of an interrupted create: %w", d.ID, err)
 				}

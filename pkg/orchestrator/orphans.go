@@ -407,7 +407,7 @@ func (rc *reconciler) adoptedDevices(ctx context.Context, vmID string) ([]store.
 	for _, name := range slices.Sorted(maps.Keys(invs)) {
 		inv := invs[name]
 		for _, d := range inv.Devices {
-			if !d.Managed || d.VMUUID != vmID || (d.Installation != "" && d.Installation != rc.installation) {
+			if !d.Managed || d.VMUUID != vmID || d.Absent != "" || (d.Installation != "" && d.Installation != rc.installation) {
 				continue
 			}
 			c := store.SlotClaim{Host: rc.host, GPUAddress: d.GPU, Backend: name, Kind: d.Kind, Profile: cmp.Or(d.Profile, d.Type)}

@@ -34,6 +34,7 @@ type reconciler struct {
 	// life gives a vanished VM's GPU back.
 	life interface {
 		vanish(ctx context.Context, vm store.VM) error
+		restore(ctx context.Context, vm *store.VM, allocs []store.Allocation) (bool, error)
 	}
 	names domainNames
 	busy  *busySet // the dispatcher's workers'
@@ -75,6 +76,12 @@ type Report struct {
 	Resumed []string
 	// Vanished are the running VMs whose domain was gone: now failed.
 	Vanished []string
+	// Restarted are the running VMs whose devices the host had lost (a
+	// reboot): made again, and their domains started (hostlost.go).
+	Restarted []string
+	// Requeued are those of them whose devices could not be made again:
+	// queued for a GPU, a start pending.
+	Requeued []string
 	// LeakedDevices ("backend/device") were gpuvm's devices of no live VM:
 	// removed.
 	LeakedDevices []string
@@ -88,7 +95,7 @@ type Report struct {
 
 // Empty reports whether nothing needed fixing.
 func (r Report) Empty() bool {
-	return len(r.Resumed)+len(r.Vanished)+len(r.LeakedDevices)+len(r.LeakedDomains) == 0
+	return len(r.Resumed)+len(r.Vanished)+len(r.Restarted)+len(r.Requeued)+len(r.LeakedDevices)+len(r.LeakedDomains) == 0
 }
 
 func (r Report) log(l *slog.Logger) {
@@ -96,7 +103,7 @@ func (r Report) log(l *slog.Logger) {
 		l.Debug("reconciled: nothing to fix")
 		return
 	}
-	l.Warn("reconciled", "resumed", r.Resumed, "vanished", r.Vanished, "leaked_devices", r.LeakedDevices, "leaked_domains", r.LeakedDomains, "orphans", r.Orphans)
+	l.Warn("reconciled", "resumed", r.Resumed, "vanished", r.Vanished, "restarted", r.Restarted, "requeued", r.Requeued, "leaked_devices", r.LeakedDevices, "leaked_domains", r.LeakedDomains, "orphans", r.Orphans)
 }
 
 // Reconcile brings the database and the host together, at start-up and
@@ -118,6 +125,7 @@ func (o *Orchestrator) Reconcile(ctx context.Context) (Report, error) {
 	o.disp.dispatch(ctx, true)
 	host, err := o.rec.reconcileHost(ctx)
 	rep.Vanished, rep.LeakedDevices, rep.LeakedDomains, rep.Orphans = host.Vanished, host.LeakedDevices, host.LeakedDomains, host.Orphans
+	rep.Restarted, rep.Requeued = host.Restarted, host.Requeued
 	rep.log(o.log)
 	return rep, err
 }
@@ -169,6 +177,13 @@ func (rc *reconciler) reconcileHost(ctx context.Context) (Report, error) {
 		return rep, err
 	}
 	rep.Vanished = vanished
+
+	// Running VMs whose devices the host lost (a reboot): made again and
+	// started, or queued (hostlost.go). Before the devices are judged
+	// below, so that a VM queued here has given its devices back.
+	var lostErrs []error
+	rep.Restarted, rep.Requeued, lostErrs = rc.restoreLost(ctx)
+	errs = append(errs, lostErrs...)
 
 	// Devices, domains and volumes. Read the host first, then the
 	// database: a VM made meanwhile is then in the list.

@@ -437,21 +437,8 @@ func checkRules(b Booking, o BookOptions, loc *time.Location) []error {
 	if r == nil {
 		return []error{&FieldError{FieldOwner, fmt.Errorf("nobody may book: the policy has no reservations block")}}
 	}
-	allowed := len(r.Users) == 0 && len(r.Groups) == 0
-	switch b.Owner.Kind {
-	case OwnerUser:
-		allowed = allowed || contains(r.Users, b.Owner.Name)
-		for _, g := range o.OwnerGroups {
-			allowed = allowed || contains(r.Groups, g)
-		}
-	case OwnerGroup:
-		allowed = allowed || contains(r.Groups, b.Owner.Name)
-	}
-	if !allowed {
-		bad(FieldOwner, "%s may not book (reservations allow users %v, groups %v)", b.Owner, r.Users, r.Groups)
-	}
-	if len(r.Profiles) > 0 && !contains(r.Profiles, b.Profile) {
-		bad(FieldProfile, "profile %q may not be booked (bookable: %s)", b.Profile, strings.Join(r.Profiles, ", "))
+	if err := MayBook(r, b.Owner, o.OwnerGroups, b.Profile); err != nil {
+		errs = append(errs, err)
 	}
 	if r.MaxAhead > 0 && b.Start.Sub(o.Now) > r.MaxAhead {
 		bad(FieldStart, "the booking starts more than %s ahead", config.FormatDuration(r.MaxAhead))

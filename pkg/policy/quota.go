@@ -305,3 +305,21 @@ func sortedKeys[V any](m map[string]V) []string {
 	sort.Strings(out)
 	return out
 }
+
+// BudgetPeriod is the calendar period of one GPU-hour budget around a
+// time: Unit is day, week or month.
+type BudgetPeriod struct {
+	Unit       string
+	Limit      float64
+	Start, End time.Time
+}
+
+// BudgetPeriods are the periods q's GPU-hour budgets count in around now,
+// in loc (nil: UTC): the ones the quota check uses.
+func BudgetPeriods(q config.Quota, now time.Time, loc *time.Location) []BudgetPeriod {
+	var out []BudgetPeriod
+	for _, p := range periods(q, now, loc) {
+		out = append(out, BudgetPeriod{Unit: periodUnit[p.name], Limit: *p.limit, Start: p.start, End: p.end})
+	}
+	return out
+}

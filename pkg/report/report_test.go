@@ -7,9 +7,11 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -279,6 +281,44 @@ func TestFormats(t *testing.T) {
 	for i, c := range cases {
 		if c.got != c.want {
 			t.Errorf("case %d: %q, want %q", i, c.got, c.want)
+		}
+	}
+}
+
+// A bar chart's axis labels its ticks with the precision their step needs:
+// small values (0.01 GPU-hours) once made every tick "0".
+func TestBarChartTicks(t *testing.T) {
+	tick := regexp.MustCompile(`<text x="[^"]*" y="[^"]*" text-anchor="middle" class="axis">([^<]*)</text>`)
+	cases := []struct {
+		name string
+		max  float64
+		want []string
+	}{
+		{"hundredths", 0.01, []string{"0", "0.002", "0.004", "0.006", "0.008", "0.01"}},
+		{"tenths", 0.15, []string{"0", "0.05", "0.1", "0.15", "0.2"}},
+		{"a few", 4.2, []string{"0", "1", "2", "3", "4", "5"}},
+		{"two", 1.6, []string{"0", "0.5", "1", "1.5", "2"}},
+		{"hundreds", 170, []string{"0", "50", "100", "150", "200"}},
+		{"thousands", 4321, []string{"0", "1000", "2000", "3000", "4000", "5000"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			svg := barChart("chart", "GPU-hours", []bar{{label: "a", total: c.max, used: c.max / 2}, {label: "b", total: c.max / 3, used: math.NaN()}})
+			var got []string
+			for _, m := range tick.FindAllStringSubmatch(svg, -1) {
+				got = append(got, m[1])
+			}
+			if !slices.Equal(got, c.want) {
+				t.Errorf("ticks %q, want %q", got, c.want)
+			}
+		})
+	}
+	for _, c := range []struct {
+		v, step float64
+		want    string
+	}{{0, 0.002, "0"}, {0.25, 0.25, "0.25"}, {0.003, 0.001, "0.003"}, {12, 2, "12"}} {
+		if got := fmtTick(c.v, c.step); got != c.want {
+			t.Errorf("fmtTick(%v, %v) = %q, want %q", c.v, c.step, got, c.want)
 		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"html"
 	"math"
+	"strconv"
 	"strings"
 )
 
@@ -140,7 +141,7 @@ func barChart(label, unit string, bars []bar) string {
 	for i := 0; i <= ticks; i++ {
 		v := hi * float64(i) / float64(ticks)
 		s.line(x(v), top, x(v), axisY, "grid")
-		s.text(x(v), axisY+16, "middle", "axis", fmtAmount(v))
+		s.text(x(v), axisY+16, "middle", "axis", fmtTick(v, hi/float64(ticks)))
 	}
 	s.text(width, axisY+16, "end", "axis", unit)
 	for i, b := range bars {
@@ -164,6 +165,27 @@ func fmtAmount(v float64) string {
 		return num(math.Round(v*10) / 10)
 	}
 	return fmt.Sprintf("%.0f", v)
+}
+
+// fmtTick is the label of an axis tick at v, the ticks step apart: with
+// as many decimals as the step needs, so that small axes (0.002, 0.004, …
+// GPU-hours) are not all "0".
+func fmtTick(v, step float64) string {
+	if v == 0 {
+		return "0"
+	}
+	decimals := 0
+	if step > 0 && step < 1 {
+		decimals = int(math.Ceil(-math.Log10(step) - 1e-9))
+		if r := step * math.Pow(10, float64(decimals)); math.Abs(r-math.Round(r)) > 1e-6 {
+			decimals++ // 0.25, 0.025: one more
+		}
+	}
+	s := strconv.FormatFloat(v, 'f', decimals, 64)
+	if strings.Contains(s, ".") {
+		s = strings.TrimRight(strings.TrimRight(s, "0"), ".")
+	}
+	return s
 }
 
 // palette is a sequential colour scale from light to dark.

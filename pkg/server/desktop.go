@@ -1,14 +1,19 @@
 package server
 
 import (
+	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"strconv"
 	"strings"
+
+	"github.com/gin-gonic/gin"
 
 	"github.com/gpuvm/gpuvm/pkg/api"
 	"github.com/gpuvm/gpuvm/pkg/config"
 	"github.com/gpuvm/gpuvm/pkg/gpu"
+	"github.com/gpuvm/gpuvm/pkg/hypervisor/cloudinit"
 	"github.com/gpuvm/gpuvm/pkg/store"
 )
 
@@ -65,7 +70,7 @@ func desktopAnswer(p *config.Profile, vm *store.VM, httpBase, display string) *a
 		out.Command = "gpuvm ssh " + vm.Name
 		out.Message = "The profile has neither a display nor a desktop: reach the guest with 'gpuvm ssh' or 'gpuvm tunnel'."
 	case config.DesktopRDP:
-		out.RDPFile = string(rdpFile(local(d.Port)))
+		out.RDPFile = string(rdpFile(local(d.Port), ""))
 		out.Message = fmt.Sprintf("Remote Desktop (RDP) listens on port %d of the guest. '%s' (or 'gpuvm rdp %s') tunnels it to %s and starts your RDP client, or writes an .rdp file; by hand: POST %s with {\"port\": %d} (gpuvm tunnel %s %d --local-port %d) and open rdp_file.",
 			d.Port, out.Command, vm.Name, local(d.Port), out.TunnelURL, d.Port, vm.Name, d.Port, d.Port)
 	case config.DesktopDCV:
@@ -126,10 +131,63 @@ func gpuDisplay(p *config.Profile) (string, []string) {
 }
 
 // rdpFile is a Remote Desktop connection file for a server at addr
-// (host:port). Lines end in CRLF, as Windows' client writes them; the
-// client asks for the credentials, and connects to a server whose
-// certificate it cannot verify (xrdp's own, Windows' self-signed one)
-// after asking.
-func rdpFile(addr string) []byte {
-	return []byte("full address:s:" + addr + "\r\nprompt for credentials:i:1\r\nscreen mode id:i:1\r\nauthentication level:i:2\r\n")
+// (host:port), with the user name when not empty. Lines end in CRLF, as
+// Windows' client writes them; the client asks for the credentials (the
+// password is never in the file), and connects to a server whose
+// certificate it cannot verify (xrdp's own, Windows' self-signed one) after
+// asking.
+func rdpFile(addr, user string) []byte {
+	var b strings.Builder
+	b.WriteString("full address:s:" + addr + "\r\n")
+	if user = strings.NewReplacer("\r", "", "\n", "").Replace(user); user != "" {
+		b.WriteString("username:s:" + user + "\r\n")
+	}
+	b.WriteString("prompt for credentials:i:1\r\nscreen mode id:i:1\r\nauthentication level:i:2\r\n")
+	return []byte(b.String())
+}
+
+// desktopAPIRoutes document the desktop file route (apiRoutes).
+var desktopAPIRoutes = []route{
+	{Method: "GET", Path: "/v1/vms/{id}/desktop.rdp", Summary: "The Remote Desktop file of a VM whose profile's desktop is rdp: full address is the local end of the tunnel that 'gpuvm tunnel VM PORT --local-port PORT' (or 'gpuvm rdp VM') opens, 127.0.0.1 at the guest's RDP port, since the guest is reached through gpuvmd; username is the VM's guest user; never a password. 409 when the desktop is not RDP",
+		Auth: authUser, Params: []param{pVM}, Status: 200, Answer: "", ContentType: api.RDPContentType, Errors: []int{404, 409}},
+}
+
+// getDesktopRDP answers GET /v1/vms/{id}/desktop.rdp: the .rdp file of a VM
+// whose profile's desktop is RDP, for the tunnel 'gpuvm rdp' or 'gpuvm
+// tunnel' opens on 127.0.0.1 at the guest's port. It is the same file
+// whatever the VM's state (it connects while the VM runs and the tunnel is
+// open) and holds no secret: the user name, not the password.
+func (s *Server) getDesktopRDP(c *gin.Context) {
+	vm, ok := s.findVM(c)
+	if !ok {
+		return
+	}
+	if vm.State == store.VMDeleted {
+		s.writeProblem(c, with(errNotFound, "VM "+strconv.Quote(vm.Name)+" is deleted"))
+		return
+	}
+	p := s.vmProfile(vm)
+	switch {
+	case p == nil:
+		s.writeProblem(c, with(errConflict, fmt.Sprintf("the profile %q of VM %q no longer exists: its desktop is not known", vm.Profile, vm.Name)))
+		return
+	case p.Desktop.Protocol != config.DesktopRDP:
+		s.writeProblem(c, with(errConflict, fmt.Sprintf("the desktop of VM %q is %s (profile %s), not RDP: there is no .rdp file; GET /v1/vms/{id}/console says how to reach it",
+			vm.Name, p.Desktop.Protocol, p.Name)))
+		return
+	}
+	login := cloudinit.LoginName(vm.Owner)
+	cr, err := s.Store.GetVMCredential(c.Request.Context(), vm.ID)
+	switch {
+	case err == nil:
+		login = cr.Login
+	case errors.Is(err, store.ErrNotFound): // a VM made before gpuvmd made credentials
+	default:
+		s.writeProblem(c, fmt.Errorf("reading the guest user of VM %s: %w", vm.Name, err))
+		return
+	}
+	body := rdpFile(net.JoinHostPort(desktopLocalHost, strconv.Itoa(p.Desktop.Port)), login)
+	c.Header("Content-Disposition", `attachment; filename="`+vm.Name+`.rdp"`)
+	c.Header("Cache-Control", "no-store")
+	c.Data(http.StatusOK, api.RDPContentType, body)
 }

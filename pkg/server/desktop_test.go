@@ -25,6 +25,13 @@ profile "rdp-vgpu" {
     type = "L40S-12Q"
   }
 }
+profile "rdp-3390" {
+  boot { kernel = "/k" }
+  desktop {
+    protocol = "rdp"
+    port     = 3390
+  }
+}
 profile "sunshine-headless" {
   boot { kernel = "/k" }
   display {
@@ -192,4 +199,78 @@ func TestConsoleDesktop(t *testing.T) {
 	e.consoles.mu.Lock()
 	e.consoles.conErr = nil
 	e.consoles.mu.Unlock()
+}
+
+// TestDesktopRDP: GET /v1/vms/{id}/desktop.rdp is the .rdp file of an RDP
+// desktop, for the local end of the tunnel at the guest's port, with the
+// guest user and never the password; other desktops, other people's VMs and
+// deleted VMs are refused, naming what is wrong.
+func TestDesktopRDP(t *testing.T) {
+	e := newConsoleEnv(t, ConsoleOptions{})
+	ctx := context.Background()
+	withCred := &store.VM{Name: "win", Owner: "ann", Profile: "rdp-3390", Hours: 1}
+	cred := &store.VMCredential{Login: "ann_x", Password: "s3cret-Pass", PasswordHash: "$6$x$y"}
+	if _, err := e.st.CreateVM(ctx, withCred, store.CreateVMOptions{RequestedBy: "ann", Credential: cred}); err != nil {
+		t.Fatal(err)
+	}
+	running := e.vmOf("rdp-running", "rdp-vgpu", store.VMRunning) // no credential: the login from the owner's name
+	stopped := e.vmOf("rdp-stopped", "rdp-vgpu", store.VMStopped)
+	vnc := e.vmOf("vnc-only", "seat", store.VMRunning)
+	gone := e.vmOf("gone", "rdp-vgpu", store.VMRunning)
+	e.setState(gone, store.VMDeleted)
+	tests := []struct {
+		name, vm, token string
+		status          int
+		want            string // the whole file, or a part of the problem's detail
+	}{
+		{"queued, with its credential", withCred.ID, "ann-token", 200,
+			"full address:s:127.0.0.1:3390\r\nusername:s:ann_x\r\nprompt for credentials:i:1\r\nscreen mode id:i:1\r\nauthentication level:i:2\r\n"},
+		{"by name", "rdp-running", "ann-token", 200,
+			"full address:s:127.0.0.1:3389\r\nusername:s:ann\r\nprompt for credentials:i:1\r\nscreen mode id:i:1\r\nauthentication level:i:2\r\n"},
+		{"stopped", stopped.ID, "ann-token", 200,
+			"full address:s:127.0.0.1:3389\r\nusername:s:ann\r\nprompt for credentials:i:1\r\nscreen mode id:i:1\r\nauthentication level:i:2\r\n"},
+		{"an admin, for ann's VM", running.ID, "admin-token", 200,
+			"full address:s:127.0.0.1:3389\r\nusername:s:ann\r\nprompt for credentials:i:1\r\nscreen mode id:i:1\r\nauthentication level:i:2\r\n"},
+		{"not an RDP desktop", vnc.ID, "ann-token", 409, `the desktop of VM "vnc-only" is vnc (profile seat), not RDP`},
+		{"another user's VM", running.ID, "bob-token", 404, "no VM"},
+		{"deleted", gone.ID, "ann-token", 404, "is deleted"},
+		{"no such VM", "nope", "ann-token", 404, `no VM "nope"`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			resp, b := e.call("GET", "/v1/vms/"+tc.vm+"/desktop.rdp", tc.token, "")
+			if resp.StatusCode != tc.status {
+				t.Fatalf("%d %s", resp.StatusCode, b)
+			}
+			if tc.status != 200 {
+				var p api.Problem
+				if err := json.Unmarshal(b, &p); err != nil || !strings.Contains(p.Detail, tc.want) {
+					t.Errorf("problem %s, want %q in its detail", b, tc.want)
+				}
+				return
+			}
+			if string(b) != tc.want {
+				t.Errorf("file %q, want %q", b, tc.want)
+			}
+			if ct := resp.Header.Get("Content-Type"); ct != api.RDPContentType {
+				t.Errorf("Content-Type %q", ct)
+			}
+			if cd := resp.Header.Get("Content-Disposition"); !strings.HasPrefix(cd, "attachment; filename=") || !strings.HasSuffix(cd, `.rdp"`) {
+				t.Errorf("Content-Disposition %q", cd)
+			}
+			if cc := resp.Header.Get("Cache-Control"); cc != "no-store" {
+				t.Errorf("Cache-Control %q", cc)
+			}
+		})
+	}
+	// The file never holds the password, and reading it does not spend it.
+	resp, b := e.call("GET", "/v1/vms/"+withCred.ID+"/desktop.rdp", "ann-token", "")
+	if resp.StatusCode != 200 || strings.Contains(string(b), cred.Password) {
+		t.Errorf("%d %q", resp.StatusCode, b)
+	}
+	resp, b = e.call("GET", "/v1/vms/"+withCred.ID+"/credentials", "ann-token", "")
+	var cr api.CredentialsResponse
+	if resp.StatusCode != 200 || json.Unmarshal(b, &cr) != nil || cr.Password != cred.Password || cr.User != "ann_x" {
+		t.Errorf("the password after the .rdp files: %d %s", resp.StatusCode, b)
+	}
 }

@@ -51,6 +51,7 @@ var hostileBodies = map[string]struct {
 	"POST /v1/logout":                   {status: 422, optional: true},
 	"POST /v1/auth/oidc/device":         {status: 404, optional: true},
 	"POST /v1/auth/oidc/device/poll":    {body: `{"id":"x"}`, status: 404},
+	"POST /v1/auth/oidc/token":          {body: `{"code":"x","code_verifier":"y"}`, status: 404},
 	"POST /v1/admin/hosts/{name}/drain": {status: 404, optional: true}, // no node of that name
 	"POST /v1/admin/orphans/{id}/adopt": {body: `{"owner":"ann","name":"adopted","profile":"seat"}`, status: 201},
 	"POST /v1/session":                  {body: `{"token":"gpuvm_not-a-token"}`, status: 401}, // portal.go's sign-in

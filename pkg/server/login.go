@@ -7,7 +7,6 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
-	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -18,15 +17,18 @@ import (
 
 	"github.com/gpuvm/gpuvm/pkg/api"
 	"github.com/gpuvm/gpuvm/pkg/auth"
-	"github.com/gpuvm/gpuvm/pkg/auth/oidc"
 	"github.com/gpuvm/gpuvm/pkg/config"
 	"github.com/gpuvm/gpuvm/pkg/store"
 )
 
-// Sign-in (POST /v1/login) gives a session token for a directory account's
-// name and password; POST /v1/logout revokes it. The session is an API
-// token of the user (hashed in the store, sent as a bearer token) with an
-// expiry, server.auth.session_ttl after the sign-in, and Session set.
+// Sign-in (POST /v1/login) gives a session for a directory account's name
+// and password: a bearer session of the store (its secret sent as
+// Authorization: Bearer, only its hash kept), which POST /v1/logout ends.
+// The portal's password form opens a cookie session the same way (POST
+// /v1/session with username and password, portal.go), the OpenID sign-ins
+// either kind (oidc.go). Every session follows one rule (pkg/store's
+// sessions): it lives server.auth.session_ttl after its last use, never
+// more than maxSessionAge after its sign-in.
 //
 // Every refusal for the credentials (an unknown user, a wrong password, a
 // name the directory finds twice, a local user of that name, a disabled
@@ -153,17 +155,31 @@ func clientIP(r *http.Request) string {
 }
 
 func (s *Server) login(c *gin.Context) {
-	start := time.Now()
 	var req api.LoginRequest
 	if !s.decodeJSON(c, &req) {
 		return
 	}
-	auditUser(c, clip(req.Username, 100))
-	if s.SignIn == nil {
-		s.writeProblem(c, errLoginNotReady)
+	id, refuse, ok := s.checkPassword(c, req.Username, req.Password)
+	if !ok {
 		return
 	}
-	ip, userKey := clientIP(c.Request), strings.ToLower(req.Username)
+	if u, secret, ss, ok := s.startSession(c, id, refuse, store.SessionBearer); ok {
+		writeLogin(c, u, secret, ss)
+	}
+}
+
+// checkPassword checks a username and password with the directory, within
+// the sign-in limits. ok false: the answer is written (the uniform 401, a
+// 429, 404 without a directory, 503 when it does not answer). refuse is
+// how a later refusal of the sign-in is answered.
+func (s *Server) checkPassword(c *gin.Context, username, password string) (auth.Identity, func(string), bool) {
+	start := time.Now()
+	auditUser(c, clip(username, 100))
+	if s.SignIn == nil {
+		s.writeProblem(c, errLoginNotReady)
+		return auth.Identity{}, nil, false
+	}
+	ip, userKey := clientIP(c.Request), strings.ToLower(username)
 	for _, b := range []struct {
 		w   *rateWindow
 		key string
@@ -172,94 +188,162 @@ func (s *Server) login(c *gin.Context) {
 			c.Header("Retry-After", strconv.Itoa(int(wait.Seconds())+1))
 			auditReason(c, "rate limited")
 			s.writeProblem(c, with(errTooManyRequests, "too many sign-ins; try again later"))
-			return
+			return auth.Identity{}, nil, false
 		}
 	}
 	refuse := func(reason string) {
 		s.loginLimits.byIP.add(ip, start)
 		s.loginLimits.byUser.add(userKey, start)
 		auditReason(c, reason)
-		// The same answer, no sooner than the floor, whatever the reason.
-		wait := loginFailureFloor - time.Since(start) + rand.N(loginFailureFloor/8+1)
-		select {
-		case <-time.After(wait):
-		case <-c.Request.Context().Done():
-		}
+		slowRefusal(c, start)
 		s.writeProblem(c, errLoginRefused)
 	}
-	id, err := s.SignIn.SignIn(c.Request.Context(), req.Username, req.Password)
+	id, err := s.SignIn.SignIn(c.Request.Context(), username, password)
 	var r *auth.Refusal
 	switch {
 	case errors.As(err, &r):
 		refuse(r.Reason)
-		return
+		return auth.Identity{}, nil, false
 	case errors.Is(err, auth.ErrInvalidCredentials):
 		refuse("invalid credentials")
-		return
+		return auth.Identity{}, nil, false
 	case err != nil:
 		s.log.Error("sign-in: the directory failed", "err", err, "request_id", c.GetString(requestIDKey))
 		auditReason(c, clip(err.Error(), 150))
 		s.writeProblem(c, with(errUnavailable, "the directory does not answer; try again later"))
-		return
+		return auth.Identity{}, nil, false
 	}
-	s.startSession(c, id, refuse, "")
+	return id, refuse, true
 }
 
-// startSession makes or refreshes the user a directory signed in and
-// answers a session token for it: as JSON, or, with returnTo (a path of
-// this server), a 303 to returnTo with the token in the fragment, which
-// the browser keeps from servers and logs.
-func (s *Server) startSession(c *gin.Context, id auth.Identity, refuse func(reason string), returnTo string) {
-	u, err := s.Store.SignInDirectoryUser(c.Request.Context(), store.DirectoryUser{Name: id.Name, Source: id.Source, Admin: id.Admin, Groups: id.Groups})
-	switch {
-	case errors.Is(err, store.ErrOtherSource):
-		s.log.Warn("sign-in refused: a local user has the directory user's name; rename or remove the local user", "user", id.Name, "source", id.Source)
-		refuse("a local user is named " + strconv.Quote(id.Name))
-		return
-	case err != nil:
-		s.writeProblem(c, err)
-		return
+// slowRefusal waits until loginFailureFloor (plus jitter) after start: a
+// refusal takes as long whatever its reason.
+func slowRefusal(c *gin.Context, start time.Time) {
+	wait := loginFailureFloor - time.Since(start) + rand.N(loginFailureFloor/8+1)
+	select {
+	case <-time.After(wait):
+	case <-c.Request.Context().Done():
 	}
+}
+
+// maxSessionAge bounds how long a session lives after its sign-in, however
+// much it is used.
+const maxSessionAge = 7 * 24 * time.Hour
+
+// sessionRule is what a new session of kind gets: server.auth.session_ttl
+// of idle time, never past maxSessionAge, nor past notAfter when that is
+// set (the expiry of the API token a portal session is opened with).
+func (s *Server) sessionRule(kind, method string, tokenID int64, notAfter *time.Time) store.NewSession {
 	ttl := s.authSettings().SessionTTL
 	if ttl <= 0 {
 		ttl = config.DefaultSessionTTL
 	}
-	plain, tok, err := s.Store.CreateSessionToken(c.Request.Context(), u.Name, time.Now().Add(ttl))
-	if err != nil {
-		s.writeProblem(c, err)
-		return
+	limit := s.Store.Now().Add(maxSessionAge)
+	if notAfter != nil && notAfter.Before(limit) {
+		limit = *notAfter
 	}
-	auditUser(c, u.Name)
-	c.Set(tokenKey, tok)
-	auditDetail(c, "session token %d until %s, from %s, admin %t, groups %s", tok.ID, tok.ExpiresAt.Format(time.RFC3339), id.Source, u.Admin, strings.Join(u.Groups, ","))
-	s.log.Info("signed in", "user", u.Name, "source", id.Source, "admin", u.Admin, "groups", u.Groups, "token_id", tok.ID)
-	if returnTo != "" {
-		c.Header("Cache-Control", "no-store")
-		c.Redirect(http.StatusSeeOther, returnTo+"#"+url.Values{"token": {plain}, "expires_at": {tok.ExpiresAt.Format(time.RFC3339)}}.Encode())
-		return
-	}
-	c.Header("Cache-Control", "no-store")
-	c.JSON(http.StatusOK, api.LoginResponse{Token: plain, TokenID: tok.ID, ExpiresAt: *tok.ExpiresAt, User: toAPIUser(u)})
+	return store.NewSession{Kind: kind, Method: method, TokenID: tokenID, Idle: ttl, NotAfter: limit}
 }
 
+// startSession makes or refreshes the user a directory signed in and opens
+// a session of kind for them. ok false: the answer is written.
+func (s *Server) startSession(c *gin.Context, id auth.Identity, refuse func(reason string), kind string) (*store.User, string, *store.Session, bool) {
+	ctx := c.Request.Context()
+	u, err := s.Store.SignInDirectoryUser(ctx, store.DirectoryUser{Name: id.Name, Source: id.Source, Admin: id.Admin, Groups: id.Groups})
+	switch {
+	case errors.Is(err, store.ErrOtherSource):
+		s.log.Warn("sign-in refused: a local user has the directory user's name; rename or remove the local user", "user", id.Name, "source", id.Source)
+		refuse("a local user is named " + strconv.Quote(id.Name))
+		return nil, "", nil, false
+	case err != nil:
+		s.writeProblem(c, err)
+		return nil, "", nil, false
+	}
+	if _, err := s.Store.DeleteExpiredSessions(ctx, s.Store.Now()); err != nil {
+		s.log.Warn("cannot remove expired sessions", "err", err)
+	}
+	secret, ss, err := s.Store.CreateSession(ctx, u.Name, s.sessionRule(kind, id.Source, 0, nil))
+	if err != nil {
+		s.writeProblem(c, err)
+		return nil, "", nil, false
+	}
+	auditUser(c, u.Name)
+	c.Set(sessionKey, ss)
+	auditDetail(c, "%s session until %s (at most %s), from %s, admin %t, groups %s", kind, ss.ExpiresAt.Format(time.RFC3339),
+		ss.NotAfter.Format(time.RFC3339), id.Source, u.Admin, strings.Join(u.Groups, ","))
+	s.log.Info("signed in", "user", u.Name, "source", id.Source, "session", kind, "admin", u.Admin, "groups", u.Groups)
+	return u, secret, ss, true
+}
+
+// writeLogin answers a bearer session as JSON.
+func writeLogin(c *gin.Context, u *store.User, secret string, ss *store.Session) {
+	c.Header("Cache-Control", "no-store")
+	c.JSON(http.StatusOK, api.LoginResponse{Token: secret, ExpiresAt: ss.ExpiresAt, NotAfter: ss.NotAfter, User: toAPIUser(u)})
+}
+
+// logout is POST /v1/logout: it ends the request's session, a bearer
+// session or the portal's cookie (as DELETE /v1/session does). An API token
+// is refused: it is revoked, not signed out.
 func (s *Server) logout(c *gin.Context) {
 	var none struct{}
 	if !s.decodeOptionalJSON(c, &none) {
 		return
 	}
-	v, _ := c.Get(tokenKey)
-	tok, _ := v.(*store.APIToken)
-	if tok == nil || !tok.Session {
+	v, _ := c.Get(sessionKey)
+	ss, _ := v.(*store.Session)
+	if ss == nil {
 		s.writeProblem(c, with(errValidation, "this token is an API token, not a sign-in's session: revoke it with DELETE /v1/users/{name}/tokens/{id} (gpuvm token revoke)"))
 		return
 	}
-	u := user(c)
-	auditTarget(c, "user/"+u.Name+"/token/"+strconv.FormatInt(tok.ID, 10))
-	if err := s.Store.RevokeToken(c.Request.Context(), u.Name, tok.ID); err != nil {
+	s.endSession(c, ss)
+}
+
+// endSession deletes the request's session; a cookie's is cleared too.
+func (s *Server) endSession(c *gin.Context, ss *store.Session) {
+	auditTarget(c, "user/"+user(c).Name+"/session")
+	if err := s.Store.DeleteSession(c.Request.Context(), c.GetString(sessionSecretKey)); err != nil {
 		s.writeProblem(c, err)
 		return
 	}
+	if ss.Kind == store.SessionCookie {
+		s.clearSessionCookie(c)
+	}
 	c.Status(http.StatusNoContent)
+}
+
+// authenticateBearerSession authenticates a bearer token that is a
+// session's secret. found false: it is none (the caller answers).
+func (s *Server) authenticateBearerSession(c *gin.Context, secret string) (found bool) {
+	ss, u, err := s.Store.GetSession(c.Request.Context(), store.SessionBearer, secret)
+	switch {
+	case errors.Is(err, store.ErrNoSession):
+		return false
+	case err != nil:
+		s.writeProblem(c, err)
+		return true
+	}
+	c.Set(userKey, u)
+	c.Set(sessionKey, ss)
+	c.Set(sessionSecretKey, secret)
+	c.Next()
+	return true
+}
+
+// authMethods serves GET /v1/auth/methods: what a sign-in page may offer.
+func (s *Server) authMethods(c *gin.Context) {
+	m := api.AuthMethods{Password: s.SignIn != nil, OIDC: s.OIDC != nil, Token: s.authSettings().Local.Enabled}
+	if s.OIDC != nil {
+		if o := s.authSettings().OIDC; o != nil {
+			m.OIDCName = o.DisplayName
+		}
+		if m.OIDCName == "" {
+			m.OIDCName = "SSO"
+		}
+		ctx, cancel := context.WithTimeout(c.Request.Context(), 5*time.Second)
+		m.OIDCDevice = s.OIDC.SupportsDevice(ctx)
+		cancel()
+	}
+	c.JSON(http.StatusOK, m)
 }
 
 // ReportDirectoryChanges records what a directory's sync did (pkg/auth/ldap's
@@ -285,222 +369,4 @@ func (s *Server) ReportDirectoryChanges(ctx context.Context, source string, chan
 		s.RecordAudit(ctx, &store.AuditEntry{Action: action, Outcome: store.AuditOK, Status: http.StatusOK,
 			User: ch.User, Target: "user/" + ch.User, Source: source + " sync", Detail: clip(detail, maxAuditDetail)})
 	}
-}
-
-// OIDCSignIn is an OpenID provider's code flow (pkg/auth/oidc's
-// Provider).
-type OIDCSignIn interface {
-	Start(ctx context.Context, returnTo string) (authURL, state string, err error)
-	Finish(ctx context.Context, state, code string) (auth.Identity, string, error)
-	// The device authorization grant, for gpuvm login --sso.
-	StartDevice(ctx context.Context) (*oidc.Device, error)
-	PollDevice(id string) (auth.Identity, error)
-}
-
-var errOIDCNotReady = with(errNotFound, "OpenID Connect sign-in is not configured on this server (server.auth.oidc)")
-
-// validReturnTo: a path of this server, so that the sign-in sends nobody
-// elsewhere ("//host" and "/\\host" are other hosts to browsers).
-func validReturnTo(p string) bool {
-	return p == "" || (len(p) <= 200 && strings.HasPrefix(p, "/") && !strings.HasPrefix(p, "//") && !strings.ContainsAny(p, "\\#\r\n") && !strings.HasPrefix(p, "/\\"))
-}
-
-// oidcStart serves GET /v1/auth/oidc/start: a redirect to the provider.
-//
-// The portal links its "Sign in with SSO" button to
-// /v1/auth/oidc/start?return_to=/portal/PAGE; after the provider, the
-// browser lands on /portal/PAGE#token=…&expires_at=…, whose script takes
-// the token out of the fragment (history.replaceState) and trades it for
-// the portal's cookie session (or sends it as a bearer token).
-func (s *Server) oidcStart(c *gin.Context) {
-	returnTo, given := c.GetQuery("return_to")
-	if given && (returnTo == "" || !validReturnTo(returnTo)) {
-		s.writeProblem(c, withField(errValidation, "return_to", "return_to is a path of this server, starting with one '/'"))
-		return
-	}
-	if s.OIDC == nil {
-		s.writeProblem(c, errOIDCNotReady)
-		return
-	}
-	if wait, blocked := s.loginLimits.byIP.blocked(clientIP(c.Request), time.Now()); blocked {
-		c.Header("Retry-After", strconv.Itoa(int(wait.Seconds())+1))
-		s.writeProblem(c, with(errTooManyRequests, "too many sign-ins; try again later"))
-		return
-	}
-	authURL, _, err := s.OIDC.Start(c.Request.Context(), returnTo)
-	if err != nil {
-		s.log.Error("sign-in: the OpenID provider cannot be discovered", "err", err, "request_id", c.GetString(requestIDKey))
-		s.writeProblem(c, with(errUnavailable, "the OpenID provider does not answer; try again later"))
-		return
-	}
-	c.Header("Cache-Control", "no-store")
-	c.Redirect(http.StatusFound, authURL)
-}
-
-// oidcCallback serves GET /v1/auth/oidc/callback, where the provider sends
-// the browser back: the code is exchanged and a session started.
-func (s *Server) oidcCallback(c *gin.Context) {
-	start := time.Now()
-	if s.OIDC == nil {
-		s.writeProblem(c, errOIDCNotReady)
-		return
-	}
-	ip := clientIP(c.Request)
-	if wait, blocked := s.loginLimits.byIP.blocked(ip, start); blocked {
-		c.Header("Retry-After", strconv.Itoa(int(wait.Seconds())+1))
-		auditReason(c, "rate limited")
-		s.writeProblem(c, with(errTooManyRequests, "too many sign-ins; try again later"))
-		return
-	}
-	refuse := func(reason string) {
-		s.loginLimits.byIP.add(ip, start)
-		auditReason(c, reason)
-		wait := loginFailureFloor - time.Since(start) + rand.N(loginFailureFloor/8+1)
-		select {
-		case <-time.After(wait):
-		case <-c.Request.Context().Done():
-		}
-		s.writeProblem(c, with(errUnauthenticated, "the sign-in with the OpenID provider failed; start again"))
-	}
-	if e := c.Query("error"); e != "" {
-		refuse("the provider answered " + clip(e, 60))
-		return
-	}
-	id, returnTo, err := s.OIDC.Finish(c.Request.Context(), c.Query("state"), c.Query("code"))
-	var r *auth.Refusal
-	switch {
-	case errors.As(err, &r):
-		refuse(r.Reason)
-		return
-	case err != nil:
-		s.log.Error("sign-in: the OpenID provider failed", "err", err, "request_id", c.GetString(requestIDKey))
-		auditReason(c, clip(err.Error(), 150))
-		s.writeProblem(c, with(errUnavailable, "the OpenID provider does not answer; try again later"))
-		return
-	}
-	auditUser(c, id.Name)
-	s.startSession(c, id, refuse, returnTo)
-}
-
-// devicePollWait is how long a poll of a device sign-in waits for its
-// outcome before it answers "pending".
-var devicePollWait = 20 * time.Second
-
-// oidcDevice serves POST /v1/auth/oidc/device: gpuvmd asks the provider
-// for a device code, which the CLI shows.
-func (s *Server) oidcDevice(c *gin.Context) {
-	var none struct{}
-	if !s.decodeOptionalJSON(c, &none) {
-		return
-	}
-	if s.OIDC == nil {
-		s.writeProblem(c, errOIDCNotReady)
-		return
-	}
-	ip, now := clientIP(c.Request), time.Now()
-	if wait, blocked := s.loginLimits.byIP.blocked(ip, now); blocked {
-		c.Header("Retry-After", strconv.Itoa(int(wait.Seconds())+1))
-		s.writeProblem(c, with(errTooManyRequests, "too many sign-ins; try again later"))
-		return
-	}
-	d, err := s.OIDC.StartDevice(c.Request.Context())
-	if err != nil {
-		s.log.Error("sign-in: the OpenID provider's device authorization failed", "err", err, "request_id", c.GetString(requestIDKey))
-		auditReason(c, clip(err.Error(), 150))
-		s.writeProblem(c, with(errUnavailable, "the OpenID provider does not answer, or does not offer the device authorization grant; try again later"))
-		return
-	}
-	c.Header("Cache-Control", "no-store")
-	c.JSON(http.StatusOK, api.DeviceLoginResponse{ID: d.ID, UserCode: d.UserCode, VerificationURI: d.VerificationURI,
-		VerificationURIComplete: d.VerificationURIComplete, ExpiresAt: d.Expires, Interval: max(int(d.Interval.Seconds()), 1)})
-}
-
-// oidcDevicePoll serves POST /v1/auth/oidc/device/poll: it waits up to
-// devicePollWait for the device sign-in's outcome, then answers 202
-// pending, a session (as POST /v1/login), or the uniform 401.
-func (s *Server) oidcDevicePoll(c *gin.Context) {
-	start := time.Now()
-	var req api.DevicePollRequest
-	if !s.decodeJSON(c, &req) {
-		return
-	}
-	if s.OIDC == nil {
-		s.writeProblem(c, errOIDCNotReady)
-		return
-	}
-	refuse := func(reason string) {
-		auditReason(c, reason)
-		wait := loginFailureFloor - time.Since(start) + rand.N(loginFailureFloor/8+1)
-		select {
-		case <-time.After(wait):
-		case <-c.Request.Context().Done():
-		}
-		s.writeProblem(c, with(errUnauthenticated, "the sign-in with the OpenID provider failed; start again"))
-	}
-	deadline := time.Now().Add(devicePollWait)
-	for {
-		id, err := s.OIDC.PollDevice(req.ID)
-		var r *auth.Refusal
-		switch {
-		case errors.Is(err, oidc.ErrDevicePending) && time.Now().Before(deadline):
-			select {
-			case <-time.After(250 * time.Millisecond):
-				continue
-			case <-c.Request.Context().Done():
-				s.writeProblem(c, c.Request.Context().Err())
-				return
-			}
-		case errors.Is(err, oidc.ErrDevicePending):
-			auditReason(c, "pending")
-			c.JSON(http.StatusAccepted, api.DevicePending{Status: "pending"})
-			return
-		case errors.As(err, &r):
-			refuse(r.Reason)
-			return
-		case err != nil:
-			s.writeProblem(c, err)
-			return
-		}
-		auditUser(c, id.Name)
-		s.startSession(c, id, refuse, "")
-		return
-	}
-}
-
-// authMethods serves GET /v1/auth/methods: what a sign-in page may offer.
-func (s *Server) authMethods(c *gin.Context) {
-	c.JSON(http.StatusOK, api.AuthMethods{Password: s.SignIn != nil, OIDC: s.OIDC != nil, Token: s.authSettings().Local.Enabled})
-}
-
-// maxSessionAge bounds how long a session lives, refreshed or not.
-const maxSessionAge = 7 * 24 * time.Hour
-
-// refreshSession extends a session token in use when less than half of
-// session_ttl is left, to session_ttl from now, never past maxSessionAge
-// from its sign-in: a portal in use keeps its session, one left alone
-// loses it. At most one write per half session_ttl.
-func (s *Server) refreshSession(c *gin.Context, tok *store.APIToken) {
-	if tok == nil || !tok.Session || tok.ExpiresAt == nil {
-		return
-	}
-	ttl := s.authSettings().SessionTTL
-	if ttl <= 0 {
-		ttl = config.DefaultSessionTTL
-	}
-	now := time.Now()
-	if tok.ExpiresAt.Sub(now) >= ttl/2 {
-		return
-	}
-	until := now.Add(ttl)
-	if limit := tok.CreatedAt.Add(maxSessionAge); until.After(limit) {
-		until = limit
-	}
-	if !until.After(*tok.ExpiresAt) {
-		return
-	}
-	if err := s.Store.ExtendSessionToken(c.Request.Context(), tok.ID, until); err != nil {
-		s.log.Warn("session not extended", "token_id", tok.ID, "err", err)
-		return
-	}
-	tok.ExpiresAt = &until
 }

@@ -125,11 +125,14 @@ func TestLogin(t *testing.T) {
 
 	before := time.Now()
 	alice := e.session(t, "alice", "alice-pw")
-	if !strings.HasPrefix(alice.Token, store.TokenPrefix) || alice.User.Name != "alice" || alice.User.Source != "ldap" || alice.User.Admin {
+	if !strings.HasPrefix(alice.Token, store.SessionPrefix) || alice.User.Name != "alice" || alice.User.Source != "ldap" || alice.User.Admin {
 		t.Errorf("alice = %+v", alice)
 	}
 	if d := alice.ExpiresAt.Sub(before); d < 59*time.Minute || d > 61*time.Minute {
 		t.Errorf("session expires %s after the sign-in, want session_ttl 1h", d)
+	}
+	if d := alice.NotAfter.Sub(before); d < maxSessionAge-time.Minute || d > maxSessionAge+time.Minute {
+		t.Errorf("session ends %s after the sign-in at the latest, want %s", d, maxSessionAge)
 	}
 	rec, body := do(t, e.s, "GET", "/v1/whoami", alice.Token)
 	if rec.Code != 200 {
@@ -176,34 +179,11 @@ func TestLogin(t *testing.T) {
 		t.Errorf("the API token after logout: %d", rec.Code)
 	}
 
-	// A session in use with less than half of session_ttl left is
-	// extended to session_ttl from now; one with more is left alone.
-	short, shortTok, err := e.st.CreateSessionToken(ctx, "alice", time.Now().Add(10*time.Minute))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if rec, _ := do(t, e.s, "GET", "/v1/whoami", short); rec.Code != 200 {
-		t.Fatalf("whoami: %d", rec.Code)
-	}
-	toks, _ := e.st.ListTokens(ctx, "alice")
-	for _, tk := range toks {
-		switch tk.ID {
-		case shortTok.ID:
-			if d := time.Until(*tk.ExpiresAt); d < 59*time.Minute {
-				t.Errorf("a session in use with 10 minutes left expires in %s, want session_ttl (1h)", d)
-			}
-		case alice.TokenID:
-			if !tk.ExpiresAt.Equal(alice.ExpiresAt) {
-				t.Errorf("a fresh session was extended: %s, was %s", tk.ExpiresAt, alice.ExpiresAt)
-			}
-		}
-	}
-
 	entries, _, err := e.st.ListAudit(ctx, store.AuditFilter{Action: "auth.login"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(entries) != 3 || entries[0].Outcome != store.AuditOK || !strings.Contains(entries[0].Detail, "session token") {
+	if len(entries) != 3 || entries[0].Outcome != store.AuditOK || !strings.Contains(entries[0].Detail, "bearer session") {
 		t.Errorf("audit of the sign-ins: %+v", entries)
 	}
 }
@@ -322,9 +302,13 @@ func TestDirectorySyncDisables(t *testing.T) {
 	e := newLoginEnv(t, "")
 	ctx := context.Background()
 	alice := e.session(t, "alice", "alice-pw")
+	cookie := e.portalSignIn(t, "alice", "alice-pw")
 	apiTok, _, err := e.st.CreateToken(ctx, "alice", "ci", nil)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if rec := portalReq(t, e.s, "GET", "/v1/whoami", "", nil, cookie); rec.Code != http.StatusOK {
+		t.Fatalf("whoami with the portal's cookie: %d %s", rec.Code, rec.Body)
 	}
 	if rec, _ := send(t, e.s, "POST", "/v1/vms", alice.Token, `{"profile":"open","name":"box"}`); rec.Code != http.StatusAccepted {
 		t.Fatalf("create VM: %d %s", rec.Code, rec.Body)
@@ -339,6 +323,9 @@ func TestDirectorySyncDisables(t *testing.T) {
 		if rec, _ := do(t, e.s, "GET", "/v1/whoami", tok); rec.Code != http.StatusUnauthorized {
 			t.Errorf("token of a disabled user: %d", rec.Code)
 		}
+	}
+	if rec := portalReq(t, e.s, "GET", "/v1/whoami", "", nil, cookie); rec.Code != http.StatusUnauthorized {
+		t.Errorf("the portal session of a disabled user: %d", rec.Code)
 	}
 	vm, err := e.st.GetVMByName(ctx, "alice", "box")
 	if err != nil || vm.State == store.VMDeleted {
@@ -397,5 +384,102 @@ func TestLocalOff(t *testing.T) {
 		if rec, _ := do(t, e.s, "GET", "/v1/whoami", tc.token); rec.Code != tc.status {
 			t.Errorf("%s: %d, want %d", tc.name, rec.Code, tc.status)
 		}
+	}
+}
+
+// portalSignIn signs in at the portal with a username and password (POST
+// /v1/session) from a source address of its own, and answers the cookie.
+func (e *loginEnv) portalSignIn(t *testing.T, user, password string) *http.Cookie {
+	t.Helper()
+	rec := e.portalPassword(t, user, password)
+	if rec.Code != http.StatusCreated {
+		t.Fatalf("portal sign-in of %s: %d %s", user, rec.Code, rec.Body)
+	}
+	cookies := rec.Result().Cookies()
+	if len(cookies) != 1 {
+		t.Fatalf("portal sign-in: cookies %v", cookies)
+	}
+	return cookies[0]
+}
+
+func (e *loginEnv) portalPassword(t *testing.T, user, password string) *httptest.ResponseRecorder {
+	t.Helper()
+	body, _ := json.Marshal(api.SignInRequest{Username: user, Password: password})
+	req := httptest.NewRequest(http.MethodPost, "/v1/session", strings.NewReader(string(body)))
+	req.Header.Set("Content-Type", "application/json")
+	req.RemoteAddr = fmt.Sprintf("198.51.100.%d:4000", e.ip.Add(1)%250+1)
+	rec := httptest.NewRecorder()
+	e.s.ServeHTTP(rec, req)
+	return rec
+}
+
+// TestPortalPasswordSignIn: the portal's password form ends in a cookie
+// session (HttpOnly, SameSite=Strict, CSRF token; no token in the answer),
+// refused as POST /v1/login refuses, and ended by POST /v1/logout as by
+// DELETE /v1/session.
+func TestPortalPasswordSignIn(t *testing.T) {
+	e := newLoginEnv(t, "")
+	rec := e.portalPassword(t, "alice", "alice-pw")
+	if rec.Code != http.StatusCreated {
+		t.Fatalf("sign-in: %d %s", rec.Code, rec.Body)
+	}
+	var sess api.Session
+	_ = json.Unmarshal(rec.Body.Bytes(), &sess)
+	ck := rec.Result().Cookies()[0]
+	if ck.Name != api.SessionCookie || !ck.HttpOnly || ck.SameSite != http.SameSiteStrictMode || !strings.HasPrefix(ck.Value, store.SessionPrefix) ||
+		strings.Contains(rec.Body.String(), ck.Value) || sess.CSRFToken == "" || sess.User.Name != "alice" || sess.User.Source != "ldap" {
+		t.Fatalf("cookie %+v, session %s", ck, rec.Body)
+	}
+	if d := time.Until(sess.ExpiresAt); d < 59*time.Minute || d > 61*time.Minute {
+		t.Errorf("the session expires in %s, want session_ttl (1h)", d)
+	}
+	// The cookie's secret is no bearer token.
+	if rec, _ := do(t, e.s, "GET", "/v1/whoami", ck.Value); rec.Code != http.StatusUnauthorized {
+		t.Errorf("the cookie's secret as a bearer token: %d", rec.Code)
+	}
+	// A bearer session is no portal session.
+	bearer := e.session(t, "alice", "alice-pw")
+	if rec, _ := do(t, e.s, "GET", "/v1/session", bearer.Token); rec.Code != http.StatusNotFound {
+		t.Errorf("GET /v1/session with a bearer session: %d", rec.Code)
+	}
+
+	// Refusals: the same answer as POST /v1/login's, whatever the reason.
+	want := e.portalPassword(t, "alice", "wrong")
+	for _, tc := range [][2]string{{"mallory", "x"}, {"*)(uid=*", "alice-pw"}, {"alice", ""}} {
+		got := e.portalPassword(t, tc[0], tc[1])
+		if got.Code != http.StatusUnauthorized || got.Body.String() != want.Body.String() || len(got.Result().Cookies()) != 0 {
+			t.Errorf("sign-in %q: %d %s, want %d %s", tc[0], got.Code, got.Body, want.Code, want.Body)
+		}
+	}
+	if rec := portalReq(t, e.s, "POST", "/v1/session", `{"token":"gpuvm_x","username":"alice","password":"p"}`, nil, nil); rec.Code != http.StatusUnprocessableEntity {
+		t.Errorf("token and password: %d %s", rec.Code, rec.Body)
+	}
+
+	// POST /v1/logout with the cookie ends it (CSRF token needed).
+	if rec := portalReq(t, e.s, "POST", "/v1/logout", "", nil, ck); rec.Code != http.StatusForbidden {
+		t.Errorf("logout without the CSRF token: %d", rec.Code)
+	}
+	rec = portalReq(t, e.s, "POST", "/v1/logout", "", map[string]string{api.CSRFHeader: sess.CSRFToken}, ck)
+	if rec.Code != http.StatusNoContent || len(rec.Result().Cookies()) != 1 || rec.Result().Cookies()[0].MaxAge >= 0 {
+		t.Errorf("logout: %d %v", rec.Code, rec.Result().Cookies())
+	}
+	if rec := portalReq(t, e.s, "GET", "/v1/whoami", "", nil, ck); rec.Code != http.StatusUnauthorized {
+		t.Errorf("after logout: %d", rec.Code)
+	}
+	if rec, _ := do(t, e.s, "GET", "/v1/whoami", bearer.Token); rec.Code != http.StatusOK {
+		t.Errorf("the bearer session after the portal's logout: %d", rec.Code)
+	}
+	entries, _, _ := e.st.ListAudit(context.Background(), store.AuditFilter{Action: "session.create"})
+	var ok, refused int
+	for _, en := range entries {
+		switch {
+		case en.Outcome == store.AuditOK && strings.Contains(en.Detail, "cookie session"):
+			ok++
+		case en.Outcome == store.AuditRefused && en.Status == http.StatusUnauthorized && en.Detail != "":
+			refused++
+		}
+	}
+	if ok != 1 || refused != 4 {
+		t.Errorf("audit of the portal sign-ins: %d signed in, %d refused with a reason; want 1, 4: %+v", ok, refused, entries)
 	}
 }

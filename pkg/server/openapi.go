@@ -49,29 +49,35 @@ type route struct {
 	Errors []int
 }
 
-// profileDoc stands for a profile as the API serves it (pkg/config's JSON).
+// profileDoc stands for a profile as the API serves it: pkg/config's JSON
+// and api.Profile's fields (unservable) in one object.
 type profileDoc map[string]any
 
 var (
-	pVM      = param{Name: "id", In: "path", Description: "the VM's ID, or its name among the caller's VMs", Type: "string"}
-	pProfile = param{Name: "name", In: "path", Description: "the profile's name", Type: "string"}
-	pOpID    = param{Name: "id", In: "path", Description: "the operation's ID", Type: "string"}
-	pIdemKey = param{Name: "Idempotency-Key", In: "header", Description: "the same key with the same body gets the same answer (24 hours)", Type: "string"}
-	pAfter   = param{Name: "after", In: "query", Description: "the cursor of the next page (the previous page's next)", Type: "string"}
-	pLimit   = param{Name: "limit", In: "query", Description: "page size, 1–500 (default 100)", Type: "integer"}
-	pVMLimit = param{Name: "limit", In: "query", Description: "page size, 1–1000 (default 50)", Type: "integer"}
-	pState   = param{Name: "state", In: "query", Description: "only VMs in this state", Type: "string"}
-	pOwner   = param{Name: "owner", In: "query", Description: "only this user's (admins)", Type: "string"}
-	pEvVM    = param{Name: "vm", In: "query", Description: "only this VM's events (ID or name)", Type: "string"}
-	pEvAfter = param{Name: "after", In: "query", Description: "resume after this event ID (Last-Event-ID wins)", Type: "integer"}
-	pLastID  = param{Name: "Last-Event-ID", In: "header", Description: "resume after this event ID", Type: "integer"}
-	pUser    = param{Name: "name", In: "path", Description: "the user's name", Type: "string"}
-	pTokenID = param{Name: "id", In: "path", Description: "the token's ID", Type: "integer"}
-	pGPU     = param{Name: "addr", In: "path", Description: "the GPU's PCI address (0000:41:00.0 or 41:00.0)", Type: "string"}
-	p404     = []int{http.StatusNotFound}
+	pVM             = param{Name: "id", In: "path", Description: "the VM's ID, or its name among the caller's VMs", Type: "string"}
+	pProfile        = param{Name: "name", In: "path", Description: "the profile's name", Type: "string"}
+	pAdmissionHours = param{Name: "hours", In: "query", Description: "the lease asked for, from 1 to the profile's maximum (default: the profile's default)", Type: "integer"}
+	pOpID           = param{Name: "id", In: "path", Description: "the operation's ID", Type: "string"}
+	pIdemKey        = param{Name: "Idempotency-Key", In: "header", Description: "the same key with the same body gets the same answer (24 hours)", Type: "string"}
+	pAfter          = param{Name: "after", In: "query", Description: "the cursor of the next page (the previous page's next)", Type: "string"}
+	pLimit          = param{Name: "limit", In: "query", Description: "page size, 1–500 (default 100)", Type: "integer"}
+	pVMLimit        = param{Name: "limit", In: "query", Description: "page size, 1–1000 (default 50)", Type: "integer"}
+	pState          = param{Name: "state", In: "query", Description: "only VMs in this state", Type: "string"}
+	pOwner          = param{Name: "owner", In: "query", Description: "only this user's (admins)", Type: "string"}
+	pEvVM           = param{Name: "vm", In: "query", Description: "only this VM's events (ID or name)", Type: "string"}
+	pEvAfter        = param{Name: "after", In: "query", Description: "resume after this event ID (Last-Event-ID wins)", Type: "integer"}
+	pLastID         = param{Name: "Last-Event-ID", In: "header", Description: "resume after this event ID", Type: "integer"}
+	pUser           = param{Name: "name", In: "path", Description: "the user's name", Type: "string"}
+	pTokenID        = param{Name: "id", In: "path", Description: "the token's ID", Type: "integer"}
+	pGPU            = param{Name: "addr", In: "path", Description: "the GPU's PCI address (0000:41:00.0 or 41:00.0)", Type: "string"}
+	p404            = []int{http.StatusNotFound}
 
 	// login.go
-	pReturnTo  = param{Name: "return_to", In: "query", Description: "a path of this server to send the browser to after the sign-in, with the session token in the fragment", Type: "string"}
+	pReturnTo  = param{Name: "return_to", In: "query", Description: "the portal's sign-in: a path of this server (one leading '/') where the browser goes, signed in with the session cookie, after the provider", Type: "string"}
+	pRedirect  = param{Name: "redirect_uri", In: "query", Description: "a CLI's loopback sign-in (RFC 8252): http://127.0.0.1:PORT/PATH (or [::1]) where the CLI listens for the one-time code", Type: "string"}
+	pChallenge = param{Name: "code_challenge", In: "query", Description: "with redirect_uri: the S256 PKCE challenge of the verifier that POST /v1/auth/oidc/token will need", Type: "string"}
+	pChMethod  = param{Name: "code_challenge_method", In: "query", Description: "with redirect_uri: S256 (the only one)", Type: "string"}
+	pCLIState  = param{Name: "state", In: "query", Description: "with redirect_uri: the CLI's state, sent back to redirect_uri with the code", Type: "string"}
 	pOIDCState = param{Name: "state", In: "query", Description: "the state of the start", Type: "string"}
 	pOIDCCode  = param{Name: "code", In: "query", Description: "the provider's authorization code", Type: "string"}
 
@@ -80,6 +86,10 @@ var (
 	pResFrom  = param{Name: "from", In: "query", Description: "only reservations with an occurrence ending after this RFC 3339 time (default: now)", Type: "string"}
 	pResTo    = param{Name: "to", In: "query", Description: "only reservations whose first occurrence starts before this RFC 3339 time", Type: "string"}
 	pResOwner = param{Name: "owner", In: "query", Description: "only this owner's: a user, or group:NAME (users: themselves or their groups)", Type: "string"}
+	pCapProf  = param{Name: "profile", In: "query", Description: "the profile to count free capacity of (one the caller may use)", Type: "string"}
+	pCapFrom  = param{Name: "from", In: "query", Description: "the first slot's start, an RFC 3339 time (default: this step's start, now truncated)", Type: "string"}
+	pCapTo    = param{Name: "to", In: "query", Description: "the end of the last slot, an RFC 3339 time (default: a week after from; at most 840 slots)", Type: "string"}
+	pCapStep  = param{Name: "step", In: "query", Description: "the slots' length, a duration from 15m to 24h (default 1h)", Type: "string"}
 
 	// audit.go
 	pAuditUser    = param{Name: "user", In: "query", Description: "only this user's entries", Type: "string"}
@@ -94,47 +104,52 @@ var (
 	pAlertRule  = param{Name: "rule", In: "query", Description: "only this rule's alerts", Type: "string"}
 
 	// usage.go, report.go
-	pFrom      = param{Name: "from", In: "query", Description: "start of the range, RFC 3339 (default: 30 days before to)", Type: "string"}
-	pTo        = param{Name: "to", In: "query", Description: "end of the range, RFC 3339, excluded (default: now); at most 400 days after from", Type: "string"}
-	pUsageBy   = param{Name: "by", In: "query", Description: "grouping: user (default), group, profile, gpu, host or vm", Type: "string"}
-	pUsageUser = param{Name: "user", In: "query", Description: "only this user's VMs (admins; a user sees only their own)", Type: "string"}
-	pTZ        = param{Name: "tz", In: "query", Description: "IANA time zone of the weekday × hour heatmaps (default: the server's)", Type: "string"}
-	pIdleBelow = param{Name: "idle_below", In: "query", Description: "utilisation (0..1) under which a VM counts as idle (default 0.1)", Type: "number"}
+	pPeriodsUser = param{Name: "user", In: "query", Description: "whose usage (default: the caller's; another user's: admins only)", Type: "string"}
+	pFrom        = param{Name: "from", In: "query", Description: "start of the range, RFC 3339 (default: 30 days before to)", Type: "string"}
+	pTo          = param{Name: "to", In: "query", Description: "end of the range, RFC 3339, excluded (default: now); at most 400 days after from", Type: "string"}
+	pUsageBy     = param{Name: "by", In: "query", Description: "grouping: user (default), group, profile, gpu, host or vm", Type: "string"}
+	pUsageUser   = param{Name: "user", In: "query", Description: "only this user's VMs (admins; a user sees only their own)", Type: "string"}
+	pTZ          = param{Name: "tz", In: "query", Description: "IANA time zone of the weekday × hour heatmaps (default: the server's)", Type: "string"}
+	pIdleBelow   = param{Name: "idle_below", In: "query", Description: "utilisation (0..1) under which a VM counts as idle (default 0.1)", Type: "number"}
 )
 
 // apiRoutes is every route of the API: those of this table, and the
-// console's, the fleet's, the credentials' and the portal's sessions', which their files list.
-var apiRoutes = slices.Concat(coreAPIRoutes, consoleAPIRoutes, fleetAPIRoutes, orphanAPIRoutes, credentialsAPIRoutes, sessionAPIRoutes, imageAPIRoutes)
+// console's, the fleet's, the credentials', the portal's sessions', the rules', the desktop file's and the images', which their files list.
+var apiRoutes = slices.Concat(coreAPIRoutes, consoleAPIRoutes, fleetAPIRoutes, orphanAPIRoutes, credentialsAPIRoutes, sessionAPIRoutes, rulesAPIRoutes, desktopAPIRoutes, imageAPIRoutes)
 
 var coreAPIRoutes = []route{
 	{Method: "GET", Path: "/healthz", Summary: "Liveness: the process answers", Auth: authNone, Status: 200, Answer: map[string]string{}},
 	{Method: "GET", Path: "/readyz", Summary: "Readiness: configuration and every backend", Auth: authNone, Status: 200, Answer: map[string]string{}, Errors: []int{503}},
 	{Method: "GET", Path: "/openapi.json", Summary: "This document", Auth: authNone, Status: 200, Answer: map[string]any{}},
-	{Method: "GET", Path: "/v1/profiles", Summary: "The profiles the caller may use", Auth: authUser, Status: 200, Answer: []profileDoc{}},
-	{Method: "GET", Path: "/v1/profiles/{name}", Summary: "One profile the caller may use", Auth: authUser, Params: []param{pProfile}, Status: 200, Answer: profileDoc{}, Errors: p404},
-	{Method: "POST", Path: "/v1/vms", Summary: "Ask for a VM: it is queued, then created", Auth: authUser, Params: []param{pIdemKey}, Body: api.CreateVMRequest{}, Status: 202, Answer: api.CreateVMResponse{}, Errors: []int{400, 404, 409, 413, 422, 503}},
+	{Method: "GET", Path: "/v1/profiles", Summary: "The profiles the caller may use; unservable says why, when no GPU of the hosts that reported can ever give one", Auth: authUser, Status: 200, Answer: []profileDoc{}},
+	{Method: "GET", Path: "/v1/profiles/{name}/admission", Summary: "What the sharing policy would say now to the caller's asking for a VM of the profile for hours (default: the profile's): starts, waits or refused with the reason, the caller's quota and GPU-hour budgets, the window in force; nothing is made", Auth: authUser, Params: []param{pProfile, pAdmissionHours}, Status: 200, Answer: api.Admission{}, Errors: []int{404, 422, 503}},
+	{Method: "GET", Path: "/v1/profiles/{name}", Summary: "One profile the caller may use; unservable says why, when no GPU of the hosts that reported can ever give it", Auth: authUser, Params: []param{pProfile}, Status: 200, Answer: profileDoc{}, Errors: p404},
+	{Method: "POST", Path: "/v1/vms", Summary: "Ask for a VM: it is queued, then created; one of a profile no GPU of the hosts that reported can ever give is refused (422)", Auth: authUser, Params: []param{pIdemKey}, Body: api.CreateVMRequest{}, Status: 202, Answer: api.CreateVMResponse{}, Errors: []int{400, 404, 409, 413, 422, 503}},
 	{Method: "GET", Path: "/v1/vms", Summary: "The caller's VMs (admins: everyone's), oldest first, by pages; without addresses or console (GET /v1/vms/{id} has them)", Auth: authUser, Params: []param{pAfter, pVMLimit, pState, pOwner}, Status: 200, Answer: api.VMList{}, Errors: []int{400, 503}},
 	{Method: "GET", Path: "/v1/vms/{id}", Summary: "One VM; while it runs, also its guest's addresses and how to open its display, read live from the hypervisor (left out when it does not answer within 2s)", Auth: authUser, Params: []param{pVM}, Status: 200, Answer: api.VM{}, Errors: []int{404, 503}},
 	{Method: "DELETE", Path: "/v1/vms/{id}", Summary: "Delete a VM: its GPU is freed", Auth: authUser, Params: []param{pVM}, Status: 202, Answer: api.OperationResponse{}, Errors: []int{404, 409, 503}},
-	{Method: "POST", Path: "/v1/vms/{id}/actions/start", Summary: "Start a stopped VM on the GPU it kept (a device the host lost is made again); no body", Auth: authUser, Params: []param{pVM}, Status: 202, Answer: api.VMActionResponse{}, Errors: []int{400, 404, 409, 413, 503}},
-	{Method: "POST", Path: "/v1/vms/{id}/actions/stop", Summary: "Stop a running VM (ACPI, forced off after the shutdown timeout): it keeps its GPU and its lease runs on; no body", Auth: authUser, Params: []param{pVM}, Status: 202, Answer: api.VMActionResponse{}, Errors: []int{400, 404, 409, 413, 503}},
+	{Method: "POST", Path: "/v1/vms/{id}/actions/start", Summary: "Start a stopped VM: one with a GPU queues for one again, like a new VM (possibly another GPU), then boots with its own disk; one without boots at once; no body", Auth: authUser, Params: []param{pVM}, Status: 202, Answer: api.VMActionResponse{}, Errors: []int{400, 404, 409, 413, 503}},
+	{Method: "POST", Path: "/v1/vms/{id}/actions/stop", Summary: "Stop a running VM (ACPI, forced off after the shutdown timeout): it gives its GPU back and keeps its disk; its lease runs on; no body", Auth: authUser, Params: []param{pVM}, Status: 202, Answer: api.VMActionResponse{}, Errors: []int{400, 404, 409, 413, 503}},
 	{Method: "POST", Path: "/v1/vms/{id}/actions/reboot", Summary: "Ask a running VM's guest to restart; it stays running; no body", Auth: authUser, Params: []param{pVM}, Status: 202, Answer: api.VMActionResponse{}, Errors: []int{400, 404, 409, 413, 503}},
 	{Method: "POST", Path: "/v1/vms/{id}/actions/extend", Summary: "Add hours to the lease of a queued, running or stopped VM, up to its profile's maximum", Auth: authUser, Params: []param{pVM}, Body: api.ExtendVMRequest{}, Status: 200, Answer: api.VM{}, Errors: []int{400, 404, 409, 413, 422, 503}},
 	{Method: "GET", Path: "/v1/operations/{id}", Summary: "One operation of the caller's VMs", Auth: authUser, Params: []param{pOpID}, Status: 200, Answer: api.Operation{}, Errors: []int{404, 503}},
 	{Method: "GET", Path: "/v1/events", Summary: "Server-sent events of the VMs the caller may see (text/event-stream; each data line is an Event)", Auth: authUser, Params: []param{pEvVM, pOwner, pEvAfter, pLastID}, Status: 200, Answer: api.Event{}, ContentType: "text/event-stream", Errors: []int{404, 422, 503}},
 	{Method: "GET", Path: "/v1/whoami", Summary: "Who the token belongs to, with where each of their groups comes from (local, ldap, oidc)", Auth: authUser, Status: 200, Answer: api.User{}},
-	{Method: "POST", Path: "/v1/login", Summary: "Sign in with a directory account's name and password (server.auth.ldap): a session token that expires after server.auth.session_ttl; the user is made at the first sign-in and their groups refreshed from the directory. Every refusal is the same 401; limited per source address and per username (429)", Auth: authNone, Body: api.LoginRequest{}, Status: 200, Answer: api.LoginResponse{}, Errors: []int{400, 401, 404, 413, 422, 429, 503}},
+	{Method: "POST", Path: "/v1/login", Summary: "Sign in with a directory account's name and password (server.auth.ldap): a bearer session that lasts server.auth.session_ttl after its last use (7 days at most); the user is made at the first sign-in and their groups refreshed from the directory. Every refusal is the same 401; limited per source address and per username (429)", Auth: authNone, Body: api.LoginRequest{}, Status: 200, Answer: api.LoginResponse{}, Errors: []int{400, 401, 404, 413, 422, 429, 503}},
 	{Method: "GET", Path: "/v1/auth/methods", Summary: "The ways of signing in this server offers, for a sign-in page: password (a directory), oidc, tokens of local users", Auth: authNone, Status: 200, Answer: api.AuthMethods{}},
-	{Method: "GET", Path: "/v1/auth/oidc/start", Summary: "Sign in with the OpenID provider (server.auth.oidc): a redirect to it, with PKCE, a nonce and a state; return_to (a path of this server) is where the browser goes after the sign-in", Auth: authNone, Params: []param{pReturnTo}, Status: 302, Errors: []int{404, 422, 429, 503}},
-	{Method: "GET", Path: "/v1/auth/oidc/callback", Summary: "Where the provider sends the browser back: the code is exchanged, the ID token verified and a session token answered as POST /v1/login does, or, with the start's return_to, a 303 to it with token and expires_at in the URL fragment", Auth: authNone, Params: []param{pOIDCState, pOIDCCode}, Status: 200, Answer: api.LoginResponse{}, Errors: []int{401, 404, 429, 503}},
+	{Method: "GET", Path: "/v1/auth/oidc/start", Summary: "Sign in with the OpenID provider (server.auth.oidc): a redirect to it, with PKCE, a nonce and a state. For the portal, return_to (default /); for a CLI without the device grant, a loopback redirect_uri with its own PKCE challenge and state", Auth: authNone, Params: []param{pReturnTo, pRedirect, pChallenge, pChMethod, pCLIState}, Status: 302, Errors: []int{404, 422, 429, 503}},
+	{Method: "GET", Path: "/v1/auth/oidc/callback", Summary: "Where the provider sends the browser back: the code is exchanged and the ID token verified. A portal sign-in gets the session cookie (HttpOnly, SameSite=Strict, as POST /v1/session's) and a page that goes on to return_to (a same-site navigation, which sends the new cookie); a loopback sign-in a 303 to its redirect_uri with a one-time code and its state. No token is ever in a URL. Every refusal is the same 401", Auth: authNone, Params: []param{pOIDCState, pOIDCCode}, Status: 200, Answer: "", ContentType: "text/html; charset=utf-8", Errors: []int{401, 404, 429, 503}},
+	{Method: "POST", Path: "/v1/auth/oidc/token", Summary: "Finish a loopback sign-in (gpuvm login --sso without the device grant): the one-time code (good once, for a minute) and the PKCE verifier of the start's code_challenge, for a bearer session as POST /v1/login answers. Every refusal is the same 401", Auth: authNone, Body: api.OIDCTokenRequest{}, Status: 200, Answer: api.LoginResponse{}, Errors: []int{400, 401, 404, 413, 422, 429}},
 	{Method: "POST", Path: "/v1/auth/oidc/device", Summary: "Start a device sign-in with the OpenID provider (gpuvm login --sso): gpuvmd asks it for a code to type at a URL on any device; no body", Auth: authNone, Status: 200, Answer: api.DeviceLoginResponse{}, Errors: []int{400, 404, 413, 429, 503}},
 	{Method: "POST", Path: "/v1/auth/oidc/device/poll", Summary: "Collect a device sign-in: waits up to 20s, then 202 while the person has not finished at the provider, or a session token as POST /v1/login answers; every refusal is the same 401", Auth: authNone, Body: api.DevicePollRequest{}, Status: 200, Answer: api.LoginResponse{}, Errors: []int{400, 401, 404, 413, 422}},
-	{Method: "POST", Path: "/v1/logout", Summary: "Revoke the session token of the request (a sign-in's; an API token is refused); no body", Auth: authUser, Status: 204, Errors: []int{400, 413, 422}},
+	{Method: "POST", Path: "/v1/logout", Summary: "End the session of the request: a sign-in's bearer session, or the portal's cookie (with its X-CSRF-Token; the cookie is cleared); an API token is refused (revoke it instead); no body", Auth: authUser, Status: 204, Errors: []int{400, 403, 413, 422}},
 	{Method: "GET", Path: "/v1/users", Summary: "Every user", Auth: authAdmin, Status: 200, Answer: api.UserList{}},
 	{Method: "POST", Path: "/v1/users", Summary: "Add a user", Auth: authAdmin, Body: api.CreateUserRequest{}, Status: 201, Answer: api.User{}, Errors: []int{400, 409, 413, 422}},
 	{Method: "GET", Path: "/v1/users/{name}", Summary: "One user (admins, or the user)", Auth: authUser, Params: []param{pUser}, Status: 200, Answer: api.User{}, Errors: p404},
 	{Method: "GET", Path: "/v1/users/{name}/tokens", Summary: "A user's API tokens, never their secrets (admins, or the user)", Auth: authUser, Params: []param{pUser}, Status: 200, Answer: api.TokenList{}, Errors: p404},
 	{Method: "POST", Path: "/v1/users/{name}/tokens", Summary: "Make an API token; the answer shows it once (admins, or the user)", Auth: authUser, Params: []param{pUser}, Body: api.CreateTokenRequest{}, Status: 201, Answer: api.CreatedToken{}, Errors: []int{400, 404, 409, 413, 422}},
+	{Method: "GET", Path: "/v1/users/{name}/ssh-keys", Summary: "The SSH public keys a user keeps for new VMs (admins, or the user)", Auth: authUser, Params: []param{pUser}, Status: 200, Answer: api.SSHKeys{}, Errors: p404},
+	{Method: "PUT", Path: "/v1/users/{name}/ssh-keys", Summary: "Replace the SSH public keys a user keeps for new VMs; an empty list forgets them (admins, or the user)", Auth: authUser, Params: []param{pUser}, Body: api.SSHKeys{}, Status: 200, Answer: api.SSHKeys{}, Errors: []int{400, 404, 413, 422}},
 	{Method: "DELETE", Path: "/v1/users/{name}/tokens/{id}", Summary: "Revoke an API token (admins, or the user)", Auth: authUser, Params: []param{pUser, pTokenID}, Status: 204, Errors: p404},
 	{Method: "GET", Path: "/v1/hosts", Summary: "Every host (gpuvmd) with its health and free capacity", Auth: authUser, Status: 200, Answer: api.HostList{}},
 	{Method: "POST", Path: "/v1/admin/gpus/{addr}/drain", Summary: "Drain a GPU: it takes no new VMs, what it holds keeps running", Auth: authAdmin, Params: []param{pGPU}, Body: api.DrainRequest{}, Status: 200, Answer: api.GPUDrainState{}, Errors: []int{400, 404, 413, 422, 503}},
@@ -144,6 +159,7 @@ var coreAPIRoutes = []route{
 	{Method: "GET", Path: "/metrics", Summary: "Prometheus metrics (text format; docs/metrics.md); open to all unless server.monitor.metrics_auth = \"token\", which wants any valid API token", Auth: authNone, Status: 200, Answer: "", ContentType: "text/plain; version=0.0.4", Errors: []int{401, 503}},
 	{Method: "GET", Path: "/v1/alerts", Summary: "Alerts of the policy's alert rules, newest first, by pages", Auth: authAdmin, Params: []param{pAlertState, pAlertRule, pAfter, pLimit}, Status: 200, Answer: api.AlertList{}, Errors: []int{400, 503}},
 	{Method: "GET", Path: "/v1/usage", Summary: "GPU-hours held in a range, weighted by the share of each GPU, with the utilisation achieved, grouped (users: their own; admins: everyone's)", Auth: authUser, Params: []param{pFrom, pTo, pUsageBy, pUsageUser}, Status: 200, Answer: api.UsageReport{}, Errors: []int{403, 422, 503}},
+	{Method: "GET", Path: "/v1/usage/periods", Summary: "A user's GPU-hours this day, week (from Monday) and month of the policy's time zone against their GPU-hour quotas, with the utilisation achieved and the idle time, and day by day (users: their own; admins: anyone's)", Auth: authUser, Params: []param{pPeriodsUser}, Status: 200, Answer: api.UsagePeriods{}, Errors: []int{403, 404, 503}},
 	{Method: "GET", Path: "/v1/reports/summary", Summary: "Everything the periodic review report shows: usage, idle VMs, queue waits, weekday × hour heatmaps, notes", Auth: authAdmin, Params: []param{pFrom, pTo, pTZ, pIdleBelow}, Status: 200, Answer: api.ReportSummary{}, Errors: []int{422, 503}},
 	// audit.go
 	{Method: "GET", Path: "/v1/admin/audit", Summary: "The audit log: every state-changing request and every console or tunnel ticket issued and connection opened, newest first, by pages; no route changes it",
@@ -153,6 +169,7 @@ var coreAPIRoutes = []route{
 	// reservations.go
 	{Method: "POST", Path: "/v1/reservations", Summary: "Book GPU capacity ahead for the caller (admins: for a user or a group), once or weekly/daily; refused with 409 when the GPUs cannot honour it then", Auth: authUser, Body: api.CreateReservationRequest{}, Status: 201, Answer: api.Reservation{}, Errors: []int{400, 403, 404, 409, 413, 422, 503}},
 	{Method: "GET", Path: "/v1/reservations", Summary: "The reservations not over (or in a range) that the caller may see: their own, their groups', those they made (admins: all), by start", Auth: authUser, Params: []param{pResFrom, pResTo, pResOwner}, Status: 200, Answer: api.ReservationList{}, Errors: []int{403, 422, 503}},
+	{Method: "GET", Path: "/v1/reservations/capacity", Summary: "For a calendar to book from: per slot, how many VMs of a profile a booking could get (the GPUs less the reservations made and the VMs whose leases run into it), and the caller's booking rules", Auth: authUser, Params: []param{pCapProf, pCapFrom, pCapTo, pCapStep}, Status: 200, Answer: api.ReservationCapacity{}, Errors: []int{404, 422, 503}},
 	{Method: "GET", Path: "/v1/reservations/{id}", Summary: "One reservation the caller may see, with its next occurrences", Auth: authUser, Params: []param{pResID}, Status: 200, Answer: api.Reservation{}, Errors: []int{404, 503}},
 	{Method: "DELETE", Path: "/v1/reservations/{id}", Summary: "Cancel a reservation (its owner, who booked it, or an admin)", Auth: authUser, Params: []param{pResID}, Status: 204, Errors: []int{403, 404, 503}},
 }

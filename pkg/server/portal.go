@@ -1,7 +1,6 @@
 package server
 
 import (
-	"context"
 	"crypto/subtle"
 	"errors"
 	"net/http"
@@ -20,35 +19,32 @@ import (
 // the same origin: its pages and assets through noRoute (they are not API
 // routes), its sign-in and sign-out as the API routes of this file.
 //
-// A session is a row of the store's portal_sessions, opened by POST
-// /v1/session with an API token (checked like a bearer token; the session
-// keeps only the token's ID, so that revoking the token ends the session).
-// Its secret travels only in an HttpOnly, SameSite=Strict cookie (Secure
-// under TLS); the API takes the cookie in place of a bearer token. A
-// state-changing request with the cookie must carry the session's CSRF
-// token in X-CSRF-Token (a synchronizer token, compared with the stored one)
-// and, when the browser sends Origin, come from this origin. DELETE
-// /v1/session deletes the row: the cookie is dead at once, wherever it is.
+// A portal session is a cookie session of the store (pkg/store's
+// sessions, kind cookie), opened by POST /v1/session with an API token
+// (checked like a bearer token; the session keeps only the token's ID, so
+// that revoking the token ends the session) or a directory account's
+// username and password (as POST /v1/login checks them), or by the OpenID
+// sign-in's callback (oidc.go). Its secret travels only in an HttpOnly,
+// SameSite=Strict cookie (Secure under TLS); the API takes the cookie in
+// place of a bearer token. A state-changing request with the cookie must
+// carry the session's CSRF token in X-CSRF-Token (a synchronizer token,
+// compared with the stored one) and, when the browser sends Origin, come
+// from this origin. DELETE /v1/session (or POST /v1/logout) deletes the
+// row: the cookie is dead at once, wherever it is. It expires as every
+// session does: server.auth.session_ttl after its last use, at most
+// maxSessionAge after the sign-in.
 
-// SessionStore backs the portal's sessions (portal.go).
-type SessionStore interface {
-	CreateSession(ctx context.Context, user string, tokenID int64, ttl time.Duration, notAfter *time.Time) (string, *store.PortalSession, error)
-	GetSession(ctx context.Context, secret string) (*store.PortalSession, *store.User, error)
-	DeleteSession(ctx context.Context, secret string) error
-	DeleteExpiredSessions(ctx context.Context, t time.Time) (int64, error)
-}
-
-// SessionTTL is how long a portal session lasts (never past the expiry of
-// the token it was opened with).
-const SessionTTL = 12 * time.Hour
-
-const sessionKey = "gpuvm.session"
+// Keys of the request's session: the *store.Session, its secret.
+const (
+	sessionKey       = "gpuvm.session"
+	sessionSecretKey = "gpuvm.session-secret"
+)
 
 var sessionAPIRoutes = []route{
-	{Method: "POST", Path: "/v1/session", Summary: "Sign in to the web portal: exchange an API token for a session cookie (gpuvm_session: HttpOnly, SameSite=Strict, Secure under TLS; 12 hours at most) that the API takes in place of the token; state-changing requests with the cookie need the answer's csrf_token in X-CSRF-Token",
-		Auth: authNone, Body: api.SignInRequest{}, Status: 201, Answer: api.Session{}, Errors: []int{400, 401, 403, 413, 422}},
+	{Method: "POST", Path: "/v1/session", Summary: "Sign in to the web portal: exchange an API token (token), or a directory account's username and password (server.auth.ldap; refused as POST /v1/login refuses: one 401 whatever the reason, limited per source and per username), for a session cookie (gpuvm_session: HttpOnly, SameSite=Strict, Secure under TLS) that the API takes in place of a bearer token; it lasts server.auth.session_ttl after its last use, 7 days at most. State-changing requests with the cookie need the answer's csrf_token in X-CSRF-Token",
+		Auth: authNone, Body: api.SignInRequest{}, Status: 201, Answer: api.Session{}, Errors: []int{400, 401, 403, 404, 413, 422, 429, 503}},
 	{Method: "GET", Path: "/v1/session", Summary: "The caller's portal session: its user, CSRF token and expiry (the session cookie only)", Auth: authUser, Status: 200, Answer: api.Session{}, Errors: []int{404}},
-	{Method: "DELETE", Path: "/v1/session", Summary: "Sign out: the session ends on the server, its cookie is cleared (the session cookie and its X-CSRF-Token)", Auth: authUser, Status: 204, Errors: []int{403, 404}},
+	{Method: "DELETE", Path: "/v1/session", Summary: "Sign out: the session ends on the server, its cookie is cleared (the session cookie and its X-CSRF-Token; POST /v1/logout does the same)", Auth: authUser, Status: 204, Errors: []int{403, 404}},
 }
 
 // portalRoutes mounts the portal: its session routes, and its pages and
@@ -69,21 +65,15 @@ func (s *Server) noRoute(c *gin.Context) {
 	s.writeProblem(c, with(errNotFound, "no route "+c.Request.Method+" "+c.Request.URL.Path))
 }
 
-func (s *Server) sessions() (SessionStore, bool) {
-	ss, ok := s.Store.(SessionStore)
-	return ss, ok
-}
-
 // signedIn says whether a request carries a live session cookie (the
 // portal's pages send those without one to /login).
 func (s *Server) signedIn(r *http.Request) bool {
 	ck, err := r.Cookie(api.SessionCookie)
-	ss, ok := s.sessions()
-	if err != nil || !ok {
+	if err != nil {
 		return false
 	}
-	_, _, err = ss.GetSession(r.Context(), ck.Value)
-	return err == nil
+	_, u, err := s.Store.GetSession(r.Context(), store.SessionCookie, ck.Value)
+	return err == nil && s.localAllowed(u)
 }
 
 // hasSession says whether a request authenticates with the session cookie:
@@ -101,12 +91,12 @@ func hasSession(c *gin.Context) bool {
 // carry its CSRF token and come from this origin.
 func (s *Server) authenticateSession(c *gin.Context) {
 	ck, _ := c.Request.Cookie(api.SessionCookie)
-	ss, ok := s.sessions()
-	if !ok {
-		s.writeProblem(c, with(errUnavailable, "this gpuvmd keeps no portal sessions"))
-		return
+	ps, u, err := s.Store.GetSession(c.Request.Context(), store.SessionCookie, ck.Value)
+	if err == nil && !s.localAllowed(u) {
+		// server.auth.local.enabled = false: a session a local user opened
+		// with a token ends as the token's use does.
+		err = store.ErrNoSession
 	}
-	ps, u, err := ss.GetSession(c.Request.Context(), ck.Value)
 	switch {
 	case errors.Is(err, store.ErrNoSession):
 		s.clearSessionCookie(c)
@@ -118,6 +108,7 @@ func (s *Server) authenticateSession(c *gin.Context) {
 	}
 	c.Set(userKey, u)
 	c.Set(sessionKey, ps)
+	c.Set(sessionSecretKey, ck.Value)
 	if ps.TokenID != nil {
 		c.Set(tokenKey, &store.APIToken{ID: *ps.TokenID}) // the audit log names it
 	}
@@ -154,15 +145,10 @@ func sameOrigin(r *http.Request) bool {
 	return site == "" || site == "same-origin" || site == "none"
 }
 
-// signIn is POST /v1/session.
+// signIn is POST /v1/session: with a token, or a username and password.
 func (s *Server) signIn(c *gin.Context) {
 	if !sameOrigin(c.Request) {
 		s.writeProblem(c, with(errForbidden, "sign in from the portal's own page"))
-		return
-	}
-	ss, ok := s.sessions()
-	if !ok {
-		s.writeProblem(c, with(errUnavailable, "this gpuvmd keeps no portal sessions"))
 		return
 	}
 	var req api.SignInRequest
@@ -170,12 +156,30 @@ func (s *Server) signIn(c *gin.Context) {
 		return
 	}
 	token := strings.TrimSpace(req.Token)
-	if token == "" {
-		s.writeProblem(c, withField(errValidation, "token", "give your API token (gpuvm token create makes one)"))
+	switch {
+	case token != "" && (req.Username != "" || req.Password != ""):
+		s.writeProblem(c, withField(errValidation, "token", "give a token, or a username and password, not both"))
+		return
+	case token == "" && req.Username == "":
+		s.writeProblem(c, withField(errValidation, "token", "give your API token (gpuvm token create makes one), or your directory account's username and password"))
+		return
+	case token == "":
+		id, refuse, ok := s.checkPassword(c, req.Username, req.Password) // login.go
+		if !ok {
+			return
+		}
+		if u, secret, ps, ok := s.startSession(c, id, refuse, store.SessionCookie); ok {
+			auditTarget(c, "user/"+u.Name)
+			s.setSessionCookie(c, secret, ps)
+			c.JSON(http.StatusCreated, toAPISession(u, ps))
+		}
 		return
 	}
 	ctx := c.Request.Context()
 	u, tok, err := s.Auth.AuthenticateToken(ctx, token)
+	if err == nil && !s.localAllowed(u) {
+		err = store.ErrInvalidToken
+	}
 	switch {
 	case errors.Is(err, store.ErrInvalidToken):
 		s.writeProblem(c, withField(errUnauthenticated, "token", "the token is unknown, expired or revoked"))
@@ -191,47 +195,49 @@ func (s *Server) signIn(c *gin.Context) {
 		tokenID, notAfter = tok.ID, tok.ExpiresAt
 		c.Set(tokenKey, tok)
 	}
-	if _, err := ss.DeleteExpiredSessions(ctx, s.Store.Now()); err != nil {
-		s.log.Warn("cannot remove expired portal sessions", "err", err)
+	if _, err := s.Store.DeleteExpiredSessions(ctx, s.Store.Now()); err != nil {
+		s.log.Warn("cannot remove expired sessions", "err", err)
 	}
-	secret, ps, err := ss.CreateSession(ctx, u.Name, tokenID, SessionTTL, notAfter)
+	secret, ps, err := s.Store.CreateSession(ctx, u.Name, s.sessionRule(store.SessionCookie, store.SignInToken, tokenID, notAfter))
 	if err != nil {
 		s.writeProblem(c, err)
 		return
 	}
 	auditTarget(c, "user/"+u.Name)
-	http.SetCookie(c.Writer, &http.Cookie{Name: api.SessionCookie, Value: secret, Path: "/", Expires: ps.ExpiresAt,
+	s.setSessionCookie(c, secret, ps)
+	c.JSON(http.StatusCreated, toAPISession(u, ps))
+}
+
+// setSessionCookie gives the browser a cookie session's secret: HttpOnly,
+// SameSite=Strict, Secure under TLS, kept until the session's NotAfter (the
+// store decides when it ends before).
+func (s *Server) setSessionCookie(c *gin.Context, secret string, ps *store.Session) {
+	http.SetCookie(c.Writer, &http.Cookie{Name: api.SessionCookie, Value: secret, Path: "/", Expires: ps.NotAfter,
 		HttpOnly: true, Secure: secureRequest(c.Request), SameSite: http.SameSiteStrictMode})
 	c.Header("Cache-Control", "no-store")
-	c.JSON(http.StatusCreated, toAPISession(u, ps))
 }
 
 // getSession is GET /v1/session: only with the session cookie.
 func (s *Server) getSession(c *gin.Context) {
-	ps, ok := c.Get(sessionKey)
-	if !ok {
+	v, _ := c.Get(sessionKey)
+	ps, _ := v.(*store.Session)
+	if ps == nil || ps.Kind != store.SessionCookie {
 		s.writeProblem(c, with(errNotFound, "no portal session: this request authenticated with a bearer token"))
 		return
 	}
 	c.Header("Cache-Control", "no-store")
-	c.JSON(http.StatusOK, toAPISession(user(c), ps.(*store.PortalSession)))
+	c.JSON(http.StatusOK, toAPISession(user(c), ps))
 }
 
 // signOut is DELETE /v1/session.
 func (s *Server) signOut(c *gin.Context) {
-	if _, ok := c.Get(sessionKey); !ok {
+	v, _ := c.Get(sessionKey)
+	ps, _ := v.(*store.Session)
+	if ps == nil || ps.Kind != store.SessionCookie {
 		s.writeProblem(c, with(errNotFound, "no portal session: this request authenticated with a bearer token"))
 		return
 	}
-	ss, _ := s.sessions()
-	ck, _ := c.Request.Cookie(api.SessionCookie)
-	if err := ss.DeleteSession(c.Request.Context(), ck.Value); err != nil {
-		s.writeProblem(c, err)
-		return
-	}
-	auditTarget(c, "user/"+user(c).Name)
-	s.clearSessionCookie(c)
-	c.Status(http.StatusNoContent)
+	s.endSession(c, ps) // login.go
 }
 
 func (s *Server) clearSessionCookie(c *gin.Context) {
@@ -245,6 +251,6 @@ func secureRequest(r *http.Request) bool {
 	return r.TLS != nil || strings.EqualFold(r.Header.Get("X-Forwarded-Proto"), "https")
 }
 
-func toAPISession(u *store.User, ps *store.PortalSession) api.Session {
+func toAPISession(u *store.User, ps *store.Session) api.Session {
 	return api.Session{User: toAPIUser(u), CSRFToken: ps.CSRF, ExpiresAt: ps.ExpiresAt}
 }

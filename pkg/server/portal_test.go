@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/gpuvm/gpuvm/pkg/api"
+	"github.com/gpuvm/gpuvm/pkg/config"
 	"github.com/gpuvm/gpuvm/pkg/portal"
 	"github.com/gpuvm/gpuvm/pkg/store"
 )
@@ -65,7 +66,7 @@ func TestPortalSession(t *testing.T) {
 	if err := json.Unmarshal(rec.Body.Bytes(), &sess); err != nil || sess.User.Name != "ann" || sess.CSRFToken == "" {
 		t.Fatalf("session %+v, %v", sess, err)
 	}
-	if !sess.ExpiresAt.After(e.clock.Now().Add(SessionTTL - time.Minute)) {
+	if !sess.ExpiresAt.After(e.clock.Now().Add(config.DefaultSessionTTL - time.Minute)) {
 		t.Errorf("expires %v", sess.ExpiresAt)
 	}
 	cookies := rec.Result().Cookies()
@@ -217,5 +218,40 @@ func TestPortalPages(t *testing.T) {
 	// The console page keeps its own policy.
 	if r := portalReq(t, s, "GET", consolePageURL+"x?ticket=gvt_x", "", nil, nil); r.Header().Get("Content-Security-Policy") == portal.CSP {
 		t.Errorf("the console page has the portal's CSP")
+	}
+}
+
+// A portal session in use slides: each use moves its end to session_ttl
+// (12 h) from then, never past 7 days after the sign-in; one left alone for
+// session_ttl ends.
+func TestPortalSessionSlides(t *testing.T) {
+	e := newAdminEnv(t)
+	signIn := func() *http.Cookie {
+		rec := portalReq(t, e.s, "POST", "/v1/session", `{"token":"`+e.ann+`"}`, nil, nil)
+		if rec.Code != 201 {
+			t.Fatalf("sign in: %d %s", rec.Code, rec.Body)
+		}
+		return rec.Result().Cookies()[0]
+	}
+	start := e.clock.Now()
+	used, idle := signIn(), signIn()
+	for e.clock.Now().Before(start.Add(maxSessionAge - 11*time.Hour)) {
+		e.clock.Advance(11 * time.Hour)
+		rec := portalReq(t, e.s, "GET", "/v1/session", "", nil, used)
+		var sess api.Session
+		_ = json.Unmarshal(rec.Body.Bytes(), &sess)
+		if rec.Code != 200 {
+			t.Fatalf("a session in use, %s after the sign-in: %d", e.clock.Now().Sub(start), rec.Code)
+		}
+		if want := e.clock.Now().Add(config.DefaultSessionTTL); sess.ExpiresAt.Sub(want).Abs() > time.Minute && sess.ExpiresAt.Before(start.Add(maxSessionAge-time.Minute)) {
+			t.Errorf("%s after the sign-in the session ends %s, want %s", e.clock.Now().Sub(start), sess.ExpiresAt, want)
+		}
+	}
+	if rec := portalReq(t, e.s, "GET", "/v1/whoami", "", nil, idle); rec.Code != http.StatusUnauthorized {
+		t.Errorf("a session left alone for days: %d", rec.Code)
+	}
+	e.clock.Set(start.Add(maxSessionAge))
+	if rec := portalReq(t, e.s, "GET", "/v1/whoami", "", nil, used); rec.Code != http.StatusUnauthorized {
+		t.Errorf("a session in use past 7 days: %d", rec.Code)
 	}
 }

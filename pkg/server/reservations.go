@@ -32,8 +32,14 @@ import (
 // with r is a *policy.FieldError (several joined), capacity that is not
 // there a *policy.CapacityError, and a booking overtaken by another too
 // often store.ErrConflict.
+//
+// Capacity counts, for each slot, how many VMs of r's profile or GPU need
+// a booking of that slot alone could get (at most most), on the same
+// state as Book; when no GPU could ever give the need the error is a
+// *policy.CapacityError with Never set.
 type Booker interface {
 	Book(ctx context.Context, r *store.Reservation, admin bool) error
+	Capacity(ctx context.Context, r *store.Reservation, slots []policy.Interval, most int) ([]int, error)
 }
 
 // Limits of a reservation's request.
@@ -45,6 +51,16 @@ const (
 	startGrace = time.Minute
 	// nextOccurrences is how many coming occurrences a reservation shows.
 	nextOccurrences = 5
+	// The slots of GET /v1/reservations/capacity: their length (step),
+	// how many one answer has (five weeks of hours), how far a range
+	// goes by default (a week), and the most a slot counts when the
+	// rules set no max_vms.
+	defaultCapacityStep  = time.Hour
+	minCapacityStep      = 15 * time.Minute
+	maxCapacityStep      = 24 * time.Hour
+	maxCapacitySlots     = 5 * 7 * 24
+	defaultCapacityRange = 7 * 24 * time.Hour
+	defaultCapacityMost  = 100
 )
 
 // errNoCapacity refuses a booking the GPUs cannot honour.
@@ -68,6 +84,7 @@ var dayNames = []string{"sun", "mon", "tue", "wed", "thu", "fri", "sat"}
 func (s *Server) reservationRoutes(g *gin.RouterGroup) {
 	g.POST("/reservations", s.createReservation)
 	g.GET("/reservations", s.listReservations)
+	g.GET("/reservations/capacity", s.reservationCapacity)
 	g.GET("/reservations/:id", s.getReservation)
 	g.DELETE("/reservations/:id", s.deleteReservation)
 }
@@ -521,4 +538,126 @@ func (s *Server) deleteReservation(c *gin.Context) {
 		s.Worker.Wake() // VMs that waited for the capacity may start
 	}
 	c.Status(http.StatusNoContent)
+}
+
+// reservationCapacity answers GET /v1/reservations/capacity?profile=&from=
+// &to=&step=: the free capacity of a profile per slot (Booker.Capacity) and
+// the caller's booking rules, for a calendar to book from.
+func (s *Server) reservationCapacity(c *gin.Context) {
+	u := user(c)
+	if s.Bookings == nil {
+		s.writeProblem(c, with(errUnavailable, "gpuvmd runs without a scheduler to book GPUs on"))
+		return
+	}
+	// The range first, then the profile: a refusal names the first
+	// parameter that is wrong, in this order.
+	for _, name := range []string{"step", "from", "to"} {
+		if v, ok := c.GetQuery(name); ok && v == "" {
+			s.writeProblem(c, withField(errValidation, name, name+" is empty: give it a value, or leave it out"))
+			return
+		}
+	}
+	now := s.Store.Now()
+	step := defaultCapacityStep
+	if v := c.Query("step"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < minCapacityStep || d > maxCapacityStep {
+			s.writeProblem(c, withField(errValidation, "step", fmt.Sprintf("step is a duration from %s to %s (30m, 1h), got %s", minCapacityStep, maxCapacityStep, strconv.Quote(v))))
+			return
+		}
+		step = d
+	}
+	from, to := now.Truncate(step), time.Time{}
+	for _, name := range []string{"from", "to"} {
+		v := c.Query(name)
+		if v == "" {
+			continue
+		}
+		t, err := time.Parse(time.RFC3339, v)
+		if err != nil {
+			s.writeProblem(c, withField(errValidation, name, fmt.Sprintf("%s must be an RFC 3339 time (2026-12-07T00:00:00+01:00), got %s", name, strconv.Quote(v))))
+			return
+		}
+		if name == "from" {
+			from = t
+		} else {
+			to = t
+		}
+	}
+	if to.IsZero() {
+		to = from.Add(defaultCapacityRange)
+	}
+	switch {
+	case !to.After(from):
+		s.writeProblem(c, withField(errValidation, "to", fmt.Sprintf("to (%s) must be after from (%s)", to.Format(time.RFC3339), from.Format(time.RFC3339))))
+		return
+	case from.Sub(now) > policy.MaxBookingAhead || now.Sub(from) > policy.MaxBookingAhead:
+		s.writeProblem(c, withField(errValidation, "from", fmt.Sprintf("from (%s) is more than %s from now", from.Format(time.RFC3339), config.FormatDuration(policy.MaxBookingAhead))))
+		return
+	case to.Sub(from) > time.Duration(maxCapacitySlots)*step:
+		s.writeProblem(c, withField(errValidation, "to", fmt.Sprintf("from %s to %s is more than %d slots of %s", from.Format(time.RFC3339), to.Format(time.RFC3339), maxCapacitySlots, step)))
+		return
+	}
+	res := &store.Reservation{OwnerKind: store.OwnerUser, Owner: u.Name}
+	if !s.reservationNeed(c, api.CreateReservationRequest{Profile: c.Query("profile")}, res) {
+		return
+	}
+	cfg := s.config()
+	out := api.ReservationCapacity{Profile: res.Profile, From: from.In(s.location()), To: to.In(s.location()), StepSeconds: int64(step / time.Second), Timezone: s.location().String(),
+		Rules: api.ReservationRules{MayBook: true}, Slots: []api.ReservationSlot{}}
+	out.Most = defaultCapacityMost
+	if !u.Admin {
+		rules := cfg.Policy.Reservations
+		if err := policy.MayBook(rules, policy.Owner{Kind: policy.OwnerUser, Name: u.Name}, u.Groups, res.Profile); err != nil {
+			out.Rules.MayBook, out.Rules.WhyNot = false, joinedText(err)
+		}
+		if rules != nil {
+			out.Rules.MaxAheadSeconds, out.Rules.MaxLengthSeconds = int64(rules.MaxAhead/time.Second), int64(rules.MaxLength/time.Second)
+			out.Rules.MaxVMs, out.Rules.MaxActive = rules.MaxVMs, rules.MaxActive
+			if rules.MaxVMs > 0 {
+				out.Most = min(rules.MaxVMs, maxReservationCount)
+			}
+		}
+	}
+	// The slots not over are counted, one that has begun from now.
+	var counted []policy.Interval
+	for t := from; t.Before(to); t = t.Add(step) {
+		end := t.Add(step)
+		if end.After(to) {
+			end = to
+		}
+		loc := s.location()
+		slot := api.ReservationSlot{Start: t.In(loc), End: end.In(loc)}
+		if !slot.End.After(now) {
+			slot.Past = true
+		} else {
+			counted = append(counted, policy.Interval{Start: later(t, now), End: slot.End})
+		}
+		out.Slots = append(out.Slots, slot)
+	}
+	if len(counted) > 0 {
+		free, err := s.Bookings.Capacity(c.Request.Context(), res, counted, out.Most)
+		var ce *policy.CapacityError
+		switch {
+		case errors.As(err, &ce) && ce.Never:
+			out.Unavailable = ce.Cause
+			free = make([]int, len(counted))
+		case err != nil:
+			s.writeProblem(c, fmt.Errorf("count the free capacity of %s: %w", res.Profile, err))
+			return
+		}
+		past := len(out.Slots) - len(counted)
+		for i, n := range free {
+			out.Slots[past+i].Free = n
+		}
+	}
+	c.JSON(http.StatusOK, out)
+}
+
+// later is the later of two times.
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }

@@ -126,6 +126,7 @@ type Server struct {
 	closeOnce      sync.Once
 	portal         *portal.Portal // portal.go
 	loginLimits    *loginLimits   // login.go
+	loopbacks      loopbacks      // oidc.go
 }
 
 // New builds the API.
@@ -184,17 +185,20 @@ func (s *Server) routes() {
 	s.engine.GET("/v1/auth/oidc/callback", s.oidcCallback)
 	s.engine.POST("/v1/auth/oidc/device", s.oidcDevice)
 	s.engine.POST("/v1/auth/oidc/device/poll", s.oidcDevicePoll)
+	s.engine.POST("/v1/auth/oidc/token", s.oidcToken)
 	v1 := s.engine.Group("/v1", s.authenticate)
 	s.portalRoutes(v1) // portal.go: the web portal and its sessions
 	v1.POST("/logout", s.logout)
 	v1.GET("/profiles", s.listProfiles)
 	v1.GET("/profiles/:name", s.getProfile)
+	v1.GET("/profiles/:name/admission", s.profileAdmission) // profiles.go
 	vms := v1.Group("")
 	vms.POST("/vms", s.createVM)
 	vms.GET("/vms", s.listVMs)
 	vms.GET("/vms/:id", s.getVM)
 	vms.DELETE("/vms/:id", s.deleteVM)
 	vms.GET("/vms/:id/credentials", s.getCredentials)
+	vms.GET("/vms/:id/desktop.rdp", s.getDesktopRDP)
 	s.actionRoutes(vms) // actions.go
 	vms.GET("/operations/:id", s.getOperation)
 	vms.GET("/events", s.stream, s.events)
@@ -213,8 +217,10 @@ func (s *Server) routes() {
 	s.imageRoutes(v1, admin)                                // images.go
 	v1.GET("/whoami", s.whoami)
 	v1.GET("/usage", s.usage)                      // usage.go
+	v1.GET("/usage/periods", s.usagePeriods)       // usage.go
 	admin.GET("/reports/summary", s.reportSummary) // report.go
 	v1.GET("/hosts", s.listHosts)
+	v1.GET("/rules", s.getRules)      // rules.go: the policy in plain language
 	s.reservationRoutes(v1.Group("")) // reservations.go
 	// audit.go: the audit log (admins), and the caller's own entries.
 	admin.GET("/admin/audit", s.listAllAudit)
@@ -226,6 +232,8 @@ func (s *Server) routes() {
 	self.GET("/tokens", s.listTokens)
 	self.POST("/tokens", s.createToken)
 	self.DELETE("/tokens/:id", s.revokeToken)
+	self.GET("/ssh-keys", s.getSSHKeys) // profiles.go
+	self.PUT("/ssh-keys", s.putSSHKeys)
 }
 
 func (s *Server) logRequests(c *gin.Context) {
@@ -253,8 +261,15 @@ func (s *Server) authenticate(c *gin.Context) {
 		s.writeProblem(c, with(errUnauthenticated, "send Authorization: Bearer <token>"))
 		return
 	}
-	u, tok, err := s.Auth.AuthenticateToken(c.Request.Context(), strings.TrimSpace(token))
+	token = strings.TrimSpace(token)
+	if strings.HasPrefix(token, store.SessionPrefix) && s.authenticateBearerSession(c, token) { // login.go
+		return
+	}
+	u, tok, err := s.Auth.AuthenticateToken(c.Request.Context(), token)
 	switch {
+	case errors.Is(err, store.ErrInvalidToken) && strings.HasPrefix(token, store.TokenPrefix) && s.authenticateBearerSession(c, token):
+		// A session token of a gpuvmd before sessions (schema 9).
+		return
 	case errors.Is(err, store.ErrInvalidToken):
 		c.Header("WWW-Authenticate", `Bearer realm="gpuvm", error="invalid_token"`)
 		s.writeProblem(c, with(errUnauthenticated, "the token is unknown, expired or revoked"))
@@ -269,7 +284,6 @@ func (s *Server) authenticate(c *gin.Context) {
 		s.writeProblem(c, with(errUnauthenticated, "the token is unknown, expired or revoked"))
 		return
 	}
-	s.refreshSession(c, tok) // login.go
 	c.Set(userKey, u)
 	c.Set(tokenKey, tok) // its ID goes in the audit log
 	c.Next()
@@ -360,17 +374,13 @@ func (s *Server) visibleProfiles(c *gin.Context) []*config.Profile {
 }
 
 func (s *Server) listProfiles(c *gin.Context) {
-	ps := s.visibleProfiles(c)
-	if ps == nil {
-		ps = []*config.Profile{}
-	}
-	c.JSON(http.StatusOK, ps)
+	c.JSON(http.StatusOK, s.profileViews(c.Request.Context(), s.visibleProfiles(c)))
 }
 
 func (s *Server) getProfile(c *gin.Context) {
 	for _, p := range s.visibleProfiles(c) {
 		if p.Name == c.Param("name") {
-			c.JSON(http.StatusOK, p)
+			c.JSON(http.StatusOK, s.profileViews(c.Request.Context(), []*config.Profile{p})[0])
 			return
 		}
 	}

@@ -21,6 +21,12 @@ type Store interface {
 	EventSource
 	usage.Store
 	usage.ReportStore
+	LicenseStore
+}
+
+// LicenseStore backs the licence state of a VM's vGPUs (licensing.go).
+type LicenseStore interface {
+	VGPULicenses(ctx context.Context, vmID string, since time.Time) (map[string]string, error)
 }
 
 // VMStore backs the VM routes (vms.go, actions.go). Tx runs the lifecycle
@@ -40,6 +46,9 @@ type VMStore interface {
 	// TakeVMCredential gives the VM's one-time desktop password once
 	// (credentials.go).
 	TakeVMCredential(ctx context.Context, vmID, by string) (*store.VMCredential, error)
+	// GetVMCredential is the credential without its password: the guest
+	// user of the .rdp file (desktop.go).
+	GetVMCredential(ctx context.Context, vmID string) (*store.VMCredential, error)
 	AppendEvent(ctx context.Context, e *store.Event) error
 	Tx(ctx context.Context, fn func(tx *store.Store) error) error
 }
@@ -60,11 +69,20 @@ type AccountStore interface {
 	ListGroups(ctx context.Context) ([]store.Group, error)
 	CreateToken(ctx context.Context, user, name string, expiresAt *time.Time) (string, *store.APIToken, error)
 	ListTokens(ctx context.Context, user string) ([]store.APIToken, error)
+	SetUserSSHKeys(ctx context.Context, name string, keys []string) error
 	RevokeToken(ctx context.Context, user string, id int64) error
 	// Sign-in (login.go).
 	SignInDirectoryUser(ctx context.Context, d store.DirectoryUser) (*store.User, error)
-	CreateSessionToken(ctx context.Context, user string, expiresAt time.Time) (string, *store.APIToken, error)
-	ExtendSessionToken(ctx context.Context, id int64, expiresAt time.Time) error
+	SessionStore
+}
+
+// SessionStore backs the sessions of sign-ins: the portal's cookie and the
+// CLI's bearer sessions (login.go, oidc.go, portal.go).
+type SessionStore interface {
+	CreateSession(ctx context.Context, user string, o store.NewSession) (string, *store.Session, error)
+	GetSession(ctx context.Context, kind, secret string) (*store.Session, *store.User, error)
+	DeleteSession(ctx context.Context, secret string) error
+	DeleteExpiredSessions(ctx context.Context, t time.Time) (int64, error)
 }
 
 // HostStore backs hosts, heartbeats and drains (hosts.go, drain.go,

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
 	"slices"
@@ -11,6 +12,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/gpuvm/gpuvm/pkg/api"
+	"github.com/gpuvm/gpuvm/pkg/store"
 	"github.com/gpuvm/gpuvm/pkg/usage"
 )
 
@@ -99,4 +101,73 @@ func (s *Server) usage(c *gin.Context) {
 		r.Rows = []api.UsageRow{}
 	}
 	c.JSON(http.StatusOK, r)
+}
+
+// usagePeriods answers GET /v1/usage/periods?user=: a user's GPU time this
+// day, week and month of the policy's time zone against their GPU-hour
+// quotas, and day by day (users: their own; admins: anyone's).
+func (s *Server) usagePeriods(c *gin.Context) {
+	u := user(c)
+	ctx := c.Request.Context()
+	who := u
+	if name := c.Query("user"); name != "" && name != u.Name {
+		if !u.Admin {
+			s.writeProblem(c, withField(errForbidden, "user", "users see their own usage only"))
+			return
+		}
+		other, err := s.Store.GetUser(ctx, name)
+		if errors.Is(err, store.ErrNotFound) {
+			s.writeProblem(c, withField(errNotFound, "user", "no user is named "+strconv.Quote(name)))
+			return
+		} else if err != nil {
+			s.writeProblem(c, err)
+			return
+		}
+		who = other
+	}
+	loc := s.location()
+	now := s.Store.Now().In(loc)
+	day := time.Date(now.Year(), now.Month(), now.Day(), 0, 0, 0, 0, loc)
+	week := day.AddDate(0, 0, -((int(now.Weekday()) + 6) % 7)) // from Monday, as quotas count
+	month := time.Date(now.Year(), now.Month(), 1, 0, 0, 0, 0, loc)
+	quota := s.config().Policy.Effective(who.Name, who.Groups).Quota
+	period := func(key string, from, to time.Time, limit *float64) (api.UsagePeriod, error) {
+		r, err := s.Ledger.Usage(ctx, usage.Query{From: from.UTC(), To: earlierOf(to, now).UTC(), User: who.Name})
+		if err != nil {
+			return api.UsagePeriod{}, fmt.Errorf("usage of %s from %s: %w", who.Name, from.Format(time.DateOnly), err)
+		}
+		row := r.Total
+		row.Key = key
+		return api.UsagePeriod{UsageRow: row, From: from, To: to, QuotaGPUHours: limit}, nil
+	}
+	out := api.UsagePeriods{User: who.Name, Timezone: loc.String(), Days: []api.UsagePeriod{}}
+	var err error
+	if out.Day, err = period("day", day, day.AddDate(0, 0, 1), quota.GPUHoursPerDay); err == nil {
+		if out.Week, err = period("week", week, week.AddDate(0, 0, 7), quota.GPUHoursPerWeek); err == nil {
+			out.Month, err = period("month", month, month.AddDate(0, 1, 0), quota.GPUHoursPerMonth)
+		}
+	}
+	first := week
+	if month.Before(first) {
+		first = month
+	}
+	for d := first; err == nil && !d.After(day); d = d.AddDate(0, 0, 1) {
+		var p api.UsagePeriod
+		if p, err = period(d.Format(time.DateOnly), d, d.AddDate(0, 0, 1), nil); err == nil {
+			out.Days = append(out.Days, p)
+		}
+	}
+	if err != nil {
+		s.writeProblem(c, err)
+		return
+	}
+	c.JSON(http.StatusOK, out)
+}
+
+// earlierOf is the earlier of two times.
+func earlierOf(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
 }

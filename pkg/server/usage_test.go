@@ -7,12 +7,14 @@ import (
 	"log/slog"
 	"math"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/gpuvm/gpuvm/pkg/api"
 	"github.com/gpuvm/gpuvm/pkg/clocktest"
+	"github.com/gpuvm/gpuvm/pkg/config"
 	"github.com/gpuvm/gpuvm/pkg/gpu"
 	"github.com/gpuvm/gpuvm/pkg/store"
 	"github.com/gpuvm/gpuvm/pkg/store/storetest"
@@ -227,5 +229,98 @@ func TestReportSummaryRoute(t *testing.T) {
 	}
 	if !strings.Contains(strings.Join(r.Notes, " "), "GPU-hours") {
 		t.Errorf("notes: %q", r.Notes)
+	}
+}
+
+// GET /v1/usage/periods: a user's day, week and month (of the policy's
+// zone) against their quotas, and day by day.
+func TestUsagePeriodsRoute(t *testing.T) {
+	e := newUsageEnv(t) // Tuesday 10 March 2026 12:00 UTC
+	// ann (render) has a week's and a month's quota; bob (sim, no block)
+	// the defaults' day.
+	cfg, diags := config.Parse(config.Source{Name: "p.hcl", Data: []byte(`
+policy {
+  defaults {
+    quota { gpu_hours_per_day = 5 }
+  }
+  group "render" {
+    quota {
+      gpu_hours_per_week  = 10
+      gpu_hours_per_month = 40
+    }
+  }
+  group "staff" {}
+}
+`)})
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	e.s.Config = &fakeConfig{cfg: cfg}
+	bobDay, bobAll := 12.0/7, 26.0/7
+	num := func(f *float64) string {
+		if f == nil {
+			return "none"
+		}
+		return strconv.FormatFloat(*f, 'f', 3, 64)
+	}
+	tests := []struct {
+		name, who, query string
+		status           int
+		field            string
+		user             string
+		day, week, month float64
+		quotas           string // day, week, month
+		mar9             float64
+		utilWeek         string
+	}{
+		{"ann's", "ann", "", 200, "", "ann", 0, 2, 2, "none 10.000 40.000", 2, "0.500"},
+		{"bob's, still held", "bob", "", 200, "", "bob", bobDay, bobAll, bobAll, "5.000 none none", 2, "none"},
+		{"an admin asks for ann's", "admin", "?user=ann", 200, "", "ann", 0, 2, 2, "none 10.000 40.000", 2, "0.500"},
+		{"ann asks for bob's", "ann", "?user=bob", 403, "user", "", 0, 0, 0, "", 0, ""},
+		{"an admin asks for nobody's", "admin", "?user=zed", 404, "user", "", 0, 0, 0, "", 0, ""},
+		{"no token", "", "", 401, "", "", 0, 0, 0, "", 0, ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var r api.UsagePeriods
+			code, p := e.get(t, "/v1/usage/periods"+tc.query, tc.who, &r)
+			if code != tc.status || p.Field != tc.field {
+				t.Fatalf("%d field %q (%s), want %d field %q", code, p.Field, p.Detail, tc.status, tc.field)
+			}
+			if code != 200 {
+				return
+			}
+			if r.User != tc.user || r.Timezone != "UTC" {
+				t.Errorf("user %q zone %q", r.User, r.Timezone)
+			}
+			for _, x := range []struct {
+				p    api.UsagePeriod
+				want float64
+				key  string
+				from string
+			}{{r.Day, tc.day, "day", "2026-03-10"}, {r.Week, tc.week, "week", "2026-03-09"}, {r.Month, tc.month, "month", "2026-03-01"}} {
+				if math.Abs(x.p.GPUHours-x.want) > 1e-9 || x.p.Key != x.key || x.p.From.Format(time.DateOnly) != x.from {
+					t.Errorf("%s: %g GPU-hours from %s, want %g from %s", x.key, x.p.GPUHours, x.p.From, x.want, x.from)
+				}
+			}
+			if q := num(r.Day.QuotaGPUHours) + " " + num(r.Week.QuotaGPUHours) + " " + num(r.Month.QuotaGPUHours); q != tc.quotas {
+				t.Errorf("quotas %s, want %s", q, tc.quotas)
+			}
+			if u := num(r.Week.Utilization); u != tc.utilWeek {
+				t.Errorf("week's utilisation %s, want %s", u, tc.utilWeek)
+			}
+			if len(r.Days) != 10 || r.Days[0].Key != "2026-03-01" || r.Days[9].Key != "2026-03-10" {
+				t.Fatalf("days %+v", r.Days)
+			}
+			if math.Abs(r.Days[8].GPUHours-tc.mar9) > 1e-9 {
+				t.Errorf("9 March: %g GPU-hours, want %g", r.Days[8].GPUHours, tc.mar9)
+			}
+		})
+	}
+	// ann's week: 2 hours held at 50%, so 1 used and 1 idle.
+	var r api.UsagePeriods
+	e.get(t, "/v1/usage/periods", "ann", &r)
+	if math.Abs(r.Week.UsedGPUHours-1) > 1e-9 || math.Abs(r.Week.IdleGPUHours-1) > 1e-9 {
+		t.Errorf("ann's week %+v", r.Week)
 	}
 }

@@ -150,6 +150,11 @@ func (s *Server) createVM(c *gin.Context) {
 			return
 		}
 	}
+	// A profile no reporting host can ever serve would queue forever.
+	if prob := s.refuseUnservable(ctx, p); prob != nil {
+		s.writeProblem(c, prob)
+		return
+	}
 	var waitReason string
 	if s.Admission != nil {
 		adm, err := s.Admission.Admit(ctx, u.Name, u.Groups, p.Name, req.Hours)
@@ -350,6 +355,7 @@ func (s *Server) getVM(c *gin.Context) {
 		out.HostState = s.hostStates(c.Request.Context())[vm.Host] // fleet.go
 	}
 	s.addLiveInfo(c, vm, &out) // addresses and console: here only, never in lists
+	s.addLicenses(c, vm, &out) // licensing.go
 	c.JSON(http.StatusOK, out)
 }
 

@@ -72,7 +72,7 @@ var copiers = []tableCopier{
 	copierOf[Alert]("alerts", "id"),
 	copierOf[AuditEntry]("audit_log", "id"),
 	copierOf[VMCredential]("vm_credentials", "vm_id"),
-	copierOf[PortalSession]("portal_sessions", "id"),
+	copierOf[Session]("sessions", "id"),
 	copierOf[Image]("images", "id"),
 	copierOf[ImageUse]("image_uses", "vm_id"),
 }

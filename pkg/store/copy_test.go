@@ -23,7 +23,7 @@ func fillEveryTable(t *testing.T, s *Store) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := s.CreateSession(ctx, "ann", tok.ID, time.Hour, nil); err != nil {
+	if _, _, err := s.CreateSession(ctx, "ann", NewSession{Kind: SessionCookie, Method: SignInToken, TokenID: tok.ID, Idle: time.Hour, NotAfter: s.Now().Add(24 * time.Hour)}); err != nil {
 		t.Fatal(err)
 	}
 	vm := mustVM(t, s, "ann", "one")
@@ -161,7 +161,7 @@ func TestCopyInto(t *testing.T) {
 		"alerts":           func(s *Store) []string { return dumpRows[Alert](t, s, "alerts", "id") },
 		"audit_log":        func(s *Store) []string { return dumpRows[AuditEntry](t, s, "audit_log", "id") },
 		"vm_credentials":   func(s *Store) []string { return dumpRows[VMCredential](t, s, "vm_credentials", "vm_id") },
-		"portal_sessions":  func(s *Store) []string { return dumpRows[PortalSession](t, s, "portal_sessions", "id") },
+		"sessions":         func(s *Store) []string { return dumpRows[Session](t, s, "sessions", "id") },
 		"images":           func(s *Store) []string { return dumpRows[Image](t, s, "images", "id") },
 		"image_uses":       func(s *Store) []string { return dumpRows[ImageUse](t, s, "image_uses", "vm_id") },
 	}

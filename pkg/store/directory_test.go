@@ -35,29 +35,45 @@ func TestDirectoryUsers(t *testing.T) {
 			t.Errorf("sign in as local alice: %v, want ErrOtherSource", err)
 		}
 
-		plain, tok, err := s.CreateSessionToken(ctx, "bob", d.clock.Now().Add(12*time.Hour))
-		if err != nil || !tok.Session || tok.ExpiresAt == nil {
-			t.Fatalf("session %+v: %v", tok, err)
+		plain, _, err := s.CreateSession(ctx, "bob", NewSession{Kind: SessionBearer, Method: SourceLDAP, Idle: 12 * time.Hour, NotAfter: d.clock.Now().Add(7 * 24 * time.Hour)})
+		if err != nil {
+			t.Fatal(err)
 		}
-		if _, tok2, err := s.AuthenticateToken(ctx, plain); err != nil || !tok2.Session {
-			t.Fatalf("authenticate session: %+v %v", tok2, err)
+		cookie, _, err := s.CreateSession(ctx, "bob", NewSession{Kind: SessionCookie, Method: SourceLDAP, Idle: 12 * time.Hour, NotAfter: d.clock.Now().Add(7 * 24 * time.Hour)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, u, err := s.GetSession(ctx, SessionBearer, plain); err != nil || u.Name != "bob" {
+			t.Fatalf("bearer session: %+v %v", u, err)
 		}
 		api, _, err := s.CreateToken(ctx, "bob", "ci", nil)
 		if err != nil {
 			t.Fatal(err)
 		}
 
-		// The sync disables bob: every token of his is refused.
+		// The sync disables bob: every token of his is refused, his
+		// sessions of both kinds end (for good: re-enabling him does not
+		// bring them back).
 		if changed, err := s.SetUserDisabled(ctx, "bob", true); err != nil || !changed {
 			t.Fatalf("disable: %t %v", changed, err)
 		}
 		if changed, _ := s.SetUserDisabled(ctx, "bob", true); changed {
 			t.Error("disabling twice changed something")
 		}
-		for _, p := range []string{plain, api} {
-			if _, _, err := s.AuthenticateToken(ctx, p); !errors.Is(err, ErrInvalidToken) {
-				t.Errorf("token of a disabled user: %v, want ErrInvalidToken", err)
+		if _, _, err := s.AuthenticateToken(ctx, api); !errors.Is(err, ErrInvalidToken) {
+			t.Errorf("token of a disabled user: %v, want ErrInvalidToken", err)
+		}
+		for kind, secret := range map[string]string{SessionBearer: plain, SessionCookie: cookie} {
+			if _, _, err := s.GetSession(ctx, kind, secret); !errors.Is(err, ErrNoSession) {
+				t.Errorf("%s session of a disabled user: %v, want ErrNoSession", kind, err)
 			}
+		}
+		var left int64
+		if err := s.db.Model(&Session{}).Where("user_id = ?", bob.ID).Count(&left).Error; err != nil || left != 0 {
+			t.Errorf("%d sessions of the disabled user are left (%v)", left, err)
+		}
+		if _, _, err := s.CreateSession(ctx, "bob", NewSession{Kind: SessionBearer, Method: SourceLDAP, Idle: time.Hour, NotAfter: d.clock.Now().Add(time.Hour)}); !errors.Is(err, ErrInvalid) {
+			t.Errorf("a session for a disabled user: %v, want ErrInvalid", err)
 		}
 		if _, err := s.SetUserDisabled(ctx, "nobody", true); !errors.Is(err, ErrNotFound) {
 			t.Errorf("disable nobody: %v", err)
@@ -82,33 +98,10 @@ func TestDirectoryUsers(t *testing.T) {
 			t.Errorf("token after re-enabling: %v", err)
 		}
 
-		// A session is extended, an API token is not.
-		_, tok3, err := s.AuthenticateToken(ctx, plain)
-		if err != nil {
-			t.Fatal(err)
-		}
-		later := tok3.ExpiresAt.Add(time.Hour)
-		if err := s.ExtendSessionToken(ctx, tok3.ID, later); err != nil {
-			t.Fatal(err)
-		}
-		if err := s.ExtendSessionToken(ctx, tok3.ID, later.Add(-2*time.Hour)); err != nil { // never shortened
-			t.Fatal(err)
-		}
-		if _, tok4, _ := s.AuthenticateToken(ctx, plain); !tok4.ExpiresAt.Equal(later.UTC().Truncate(time.Microsecond)) {
-			t.Errorf("extended session expires %s, want %s", tok4.ExpiresAt, later)
-		}
-		_, apiTok, _ := s.AuthenticateToken(ctx, api)
-		if err := s.ExtendSessionToken(ctx, apiTok.ID, later); err != nil {
-			t.Fatal(err)
-		}
-		if _, apiTok, _ = s.AuthenticateToken(ctx, api); apiTok.ExpiresAt != nil {
-			t.Errorf("an API token was given an expiry: %s", apiTok.ExpiresAt)
-		}
-
-		// A session expires.
-		d.clock.Advance(14 * time.Hour)
-		if _, _, err := s.AuthenticateToken(ctx, plain); !errors.Is(err, ErrInvalidToken) {
-			t.Errorf("expired session: %v", err)
+		for kind, secret := range map[string]string{SessionBearer: plain, SessionCookie: cookie} {
+			if _, _, err := s.GetSession(ctx, kind, secret); !errors.Is(err, ErrNoSession) {
+				t.Errorf("%s session after re-enabling: %v, want ErrNoSession", kind, err)
+			}
 		}
 		if _, err := s.SignInDirectoryUser(ctx, DirectoryUser{Name: "carol", Source: "nis"}); !errors.Is(err, ErrInvalid) {
 			t.Errorf("unknown source: %v", err)

@@ -30,6 +30,9 @@ type User struct {
 	// DisabledAt is when the directory's sync found the user gone: its
 	// tokens are refused, its VMs kept. nil: enabled.
 	DisabledAt *time.Time `gorm:"column:disabled_at" json:"disabled_at,omitempty"`
+	// SSHKeys are the public keys the user keeps for new VMs, one a line
+	// (SetUserSSHKeys); "" for none.
+	SSHKeys string `gorm:"column:ssh_keys;not null" json:"ssh_keys,omitempty"`
 	// Groups are the names of the user's groups, sorted; filled by the
 	// store from group_members, as Memberships, which say where each
 	// membership comes from.
@@ -85,9 +88,6 @@ type APIToken struct {
 	ExpiresAt  *time.Time `gorm:"column:expires_at" json:"expires_at,omitempty"`
 	RevokedAt  *time.Time `gorm:"column:revoked_at" json:"revoked_at,omitempty"`
 	LastUsedAt *time.Time `gorm:"column:last_used_at" json:"last_used_at,omitempty"`
-	// Session: the token of a sign-in (CreateSession), which logging out
-	// revokes; false: an API token.
-	Session bool `gorm:"column:session;not null" json:"session"`
 }
 
 func (APIToken) TableName() string { return "api_tokens" }
@@ -448,6 +448,9 @@ type GPUSample struct {
 	SMClockMHz  int       `gorm:"column:sm_clock_mhz;not null" json:"sm_clock_mhz"`
 	XIDErrors   int       `gorm:"column:xid_errors;not null" json:"xid_errors"`
 	ECCErrors   int       `gorm:"column:ecc_errors;not null" json:"ecc_errors"`
+	// License is a vGPU's licence state (monitor.License*), "" when not
+	// known; a downsampled row keeps the period's last known one.
+	License string `gorm:"column:license;not null" json:"license,omitempty"`
 }
 
 func (GPUSample) TableName() string { return "gpu_samples" }
@@ -531,20 +534,28 @@ type VMCredential struct {
 
 func (VMCredential) TableName() string { return "vm_credentials" }
 
-// PortalSession is a browser signed in to the web portal (sessions.go).
-// ID is the SHA-256 of the secret the session cookie holds; TokenID the API
-// token it was opened with (nil: none), whose revocation ends it too.
-type PortalSession struct {
-	ID         string    `gorm:"column:id;primaryKey" json:"-"`
-	UserID     int64     `gorm:"column:user_id;not null;index:portal_sessions_user" json:"user_id"`
-	TokenID    *int64    `gorm:"column:token_id" json:"token_id,omitempty"`
-	CSRF       string    `gorm:"column:csrf;not null" json:"-"`
-	CreatedAt  time.Time `gorm:"column:created_at;not null" json:"created_at"`
-	ExpiresAt  time.Time `gorm:"column:expires_at;not null;index:portal_sessions_expires" json:"expires_at"`
-	LastSeenAt time.Time `gorm:"column:last_seen_at;not null" json:"last_seen_at"`
+// Session is somebody signed in (sessions.go): a browser of the web
+// portal (Kind SessionCookie) or a CLI (SessionBearer). ID is the SHA-256
+// of the secret the cookie or the Authorization header holds; TokenID the
+// API token a cookie session was opened with (nil: none), whose revocation
+// ends it too; Method how they signed in (SignInToken, or the directory's
+// source). A session lives IdleSeconds after its last use, never past
+// NotAfter.
+type Session struct {
+	ID          string    `gorm:"column:id;primaryKey" json:"-"`
+	UserID      int64     `gorm:"column:user_id;not null;index:sessions_user" json:"user_id"`
+	Kind        string    `gorm:"column:kind;not null" json:"kind"`
+	Method      string    `gorm:"column:method;not null" json:"method"`
+	TokenID     *int64    `gorm:"column:token_id" json:"token_id,omitempty"`
+	CSRF        string    `gorm:"column:csrf;not null" json:"-"`
+	CreatedAt   time.Time `gorm:"column:created_at;not null" json:"created_at"`
+	ExpiresAt   time.Time `gorm:"column:expires_at;not null;index:sessions_expires" json:"expires_at"`
+	IdleSeconds int64     `gorm:"column:idle_seconds;not null" json:"idle_seconds"`
+	NotAfter    time.Time `gorm:"column:not_after;not null" json:"not_after"`
+	LastSeenAt  time.Time `gorm:"column:last_seen_at;not null" json:"last_seen_at"`
 }
 
-func (PortalSession) TableName() string { return "portal_sessions" }
+func (Session) TableName() string { return "sessions" }
 
 // Image origins.
 const (

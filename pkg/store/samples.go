@@ -153,6 +153,7 @@ func averageSamples(rows []GPUSample, period time.Duration) []GPUSample {
 		n, xid, ecc, order               int
 		util, mem, enc, dec, temp, power mean
 		clock, used                      mean
+		licAt                            time.Time
 	}
 	groups := map[key]*acc{}
 	for _, r := range rows {
@@ -180,6 +181,9 @@ func averageSamples(rows []GPUSample, period time.Duration) []GPUSample {
 		a.out.MemTotal = max(a.out.MemTotal, r.MemTotal)
 		a.xid += r.XIDErrors
 		a.ecc = max(a.ecc, r.ECCErrors)
+		if r.License != "" && !r.TakenAt.Before(a.licAt) {
+			a.out.License, a.licAt = r.License, r.TakenAt
+		}
 	}
 	out := make([]GPUSample, len(groups))
 	for _, a := range groups {
@@ -483,6 +487,25 @@ func (s *Store) ListFinishedCreates(ctx context.Context, host string, after time
 	err := q.Order("operations.finished_at, operations.id").Find(&out).Error
 	if err != nil {
 		return nil, wrap(err, nil, "list create operations finished after %s", after.UTC().Format(time.RFC3339))
+	}
+	return out, nil
+}
+
+// VGPULicenses is, per device (gpu_samples.instance) of a VM, the licence
+// state of its newest raw sample taken at or after since that knows one:
+// what GET /v1/vms/{id} says of the VM's vGPUs. Devices with none are
+// left out.
+func (s *Store) VGPULicenses(ctx context.Context, vmID string, since time.Time) (map[string]string, error) {
+	var rows []GPUSample
+	err := s.db.WithContext(ctx).Select("instance, license, taken_at").
+		Where("vm_id = ? AND resolution = 0 AND taken_at >= ? AND instance <> '' AND license <> ''", vmID, since.UTC()).
+		Order("taken_at").Find(&rows).Error
+	if err != nil {
+		return nil, wrap(err, nil, "read the licence state of VM %s's vGPUs", vmID)
+	}
+	out := map[string]string{}
+	for _, r := range rows {
+		out[r.Instance] = r.License // by time: the newest wins
 	}
 	return out, nil
 }

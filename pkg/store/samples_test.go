@@ -95,6 +95,14 @@ func TestDownsampleSamples(t *testing.T) {
 			if i%2 == 0 {
 				v.MemUtil = 0.5
 			}
+			// Licensed until the last sample of the first period, which
+			// says nothing; in its grace period from 9:05.
+			switch {
+			case i < 29:
+				v.License = "licensed"
+			case i >= 30:
+				v.License = "grace"
+			}
 			in = append(in, g, v)
 		}
 		other := raw(gpuB, "", "", t0, 0.9)
@@ -128,7 +136,8 @@ func TestDownsampleSamples(t *testing.T) {
 					r.SMClockMHz != 1050 || r.MemUsed != 4<<30 || r.MemTotal != 80<<30 || r.XIDErrors != 5 || r.ECCErrors != 0 {
 					t.Errorf("GPU row %d: %+v", i, r)
 				}
-			} else if r.GPUUtil != 1 || r.MemUtil != 0.5 || r.VMID != "vm-1" || r.User != "ann" || r.Temperature != -1 {
+			} else if r.GPUUtil != 1 || r.MemUtil != 0.5 || r.VMID != "vm-1" || r.User != "ann" || r.Temperature != -1 ||
+				r.License != map[bool]string{true: "licensed", false: "grace"}[i < 2] {
 				t.Errorf("vGPU row %d: %+v", i, r)
 			}
 		}
@@ -312,6 +321,37 @@ func TestMonitorCounts(t *testing.T) {
 		}
 		if done, _ := s.ListFinishedCreates(ctx, "", d.clock.Now()); len(done) != 0 {
 			t.Errorf("creates after now %+v", done)
+		}
+	})
+}
+
+// A VM's vGPU licence states: the newest known per device, within the
+// window; samples that know none, other VMs' and old ones are left out.
+func TestVGPULicenses(t *testing.T) {
+	eachDriver(t, func(t *testing.T, s *Store, d *testDB) {
+		ctx := context.Background()
+		t0 := time.Date(2026, 3, 1, 9, 0, 0, 0, time.UTC)
+		mk := func(instance, vm string, at time.Time, lic string) GPUSample {
+			r := raw(gpuA, instance, vm, at, 0.5)
+			r.License = lic
+			return r
+		}
+		rows := []GPUSample{
+			mk("mdev-1", "vm-1", t0, "licensed"),
+			mk("mdev-1", "vm-1", t0.Add(time.Minute), "grace"),
+			mk("mdev-1", "vm-1", t0.Add(2*time.Minute), ""), // says nothing
+			mk("mdev-2", "vm-1", t0.Add(-time.Hour), "unlicensed"),
+			mk("mdev-3", "vm-2", t0.Add(time.Minute), "licensed"),
+		}
+		if err := s.InsertSamples(ctx, rows); err != nil {
+			t.Fatal(err)
+		}
+		got, err := s.VGPULicenses(ctx, "vm-1", t0.Add(-10*time.Minute))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != 1 || got["mdev-1"] != "grace" {
+			t.Errorf("licences %v, want mdev-1 grace only", got)
 		}
 	})
 }

@@ -10,45 +10,93 @@ import (
 	"time"
 )
 
-// SessionPrefix starts the secret of every portal session (the value of its
-// cookie), so that people and secret scanners can tell one from a token.
+// Sessions: somebody signed in. One concept for the web portal and the CLI:
+// a row of sessions, of kind SessionCookie (the portal's HttpOnly cookie,
+// with a CSRF token) or SessionBearer (the token of POST /v1/login and of
+// the OpenID sign-ins of 'gpuvm login --sso', sent as a bearer token). Both
+// follow one expiry rule, checked and slid by GetSession: a session lives
+// its idle time (server.auth.session_ttl when it was opened) after its last
+// use, never past its NotAfter (a cap from its sign-in, and the expiry of
+// the API token a cookie session was opened with). Signing out deletes the
+// row; so does disabling its user (SetUserDisabled), and a disabled user's
+// sessions are refused even before.
+
+// Kinds of session.
+const (
+	SessionCookie = "cookie"
+	SessionBearer = "bearer"
+)
+
+// SignInToken is the Method of a session opened with an API token (the
+// portal's token form); the others are a directory's source (SourceLDAP,
+// SourceOIDC).
+const SignInToken = "token"
+
+// SessionPrefix starts the secret of every session (the cookie's value, the
+// bearer token of a sign-in), so that people and secret scanners can tell
+// one from an API token.
 const SessionPrefix = "gvs_"
 
-// ErrNoSession: the session is unknown, expired, signed out, or its token
-// was revoked. The text is meant for the person signing in.
+// ErrNoSession: the session is unknown, expired, signed out, its user
+// disabled, or its token was revoked. The text is meant for the person
+// signing in.
 var ErrNoSession = errors.New("no such session: sign in again")
 
-// sessionTouchEvery is how often a session's last_seen_at is written.
+// sessionTouchEvery is how often a session in use is written: its
+// last_seen_at, and its expiry slid.
 const sessionTouchEvery = time.Minute
 
-// CreateSession opens a portal session for user, signed in with the API
-// token tokenID (0: none), valid for ttl but never past notAfter when that
-// is set (the token's own expiry). It returns the session's secret (for the
-// cookie; only its SHA-256 is kept) and the session, whose CSRF is the
-// synchronizer token of its state-changing requests.
-func (s *Store) CreateSession(ctx context.Context, user string, tokenID int64, ttl time.Duration, notAfter *time.Time) (string, *PortalSession, error) {
-	if ttl <= 0 {
-		return "", nil, fmt.Errorf("create session: %w: the validity must be positive, not %v", ErrInvalid, ttl)
+// NewSession describes a session to open.
+type NewSession struct {
+	Kind   string // SessionCookie or SessionBearer
+	Method string // SignInToken or the directory's source
+	// TokenID is the API token a cookie session is opened with (0: none).
+	TokenID int64
+	// Idle is how long the session lives after its last use.
+	Idle time.Duration
+	// NotAfter caps the session's life, however much it is used.
+	NotAfter time.Time
+}
+
+// CreateSession opens a session for user. It returns the session's secret
+// (only its SHA-256 is kept) and the session, whose CSRF (cookie sessions)
+// is the synchronizer token of its state-changing requests.
+func (s *Store) CreateSession(ctx context.Context, user string, o NewSession) (string, *Session, error) {
+	switch {
+	case o.Kind != SessionCookie && o.Kind != SessionBearer:
+		return "", nil, fmt.Errorf("create session: %w: kind %q is neither %q nor %q", ErrInvalid, o.Kind, SessionCookie, SessionBearer)
+	case o.Idle < time.Second:
+		return "", nil, fmt.Errorf("create session: %w: the idle time must be a second or more, not %v", ErrInvalid, o.Idle)
+	case o.Method == "":
+		return "", nil, fmt.Errorf("create session: %w: no sign-in method", ErrInvalid)
+	}
+	now := s.clock()
+	if !o.NotAfter.After(now) {
+		return "", nil, fmt.Errorf("create session: %w: it would end at once (not after %s)", ErrInvalid, o.NotAfter.UTC().Format(time.RFC3339))
 	}
 	secret, err := randomText(SessionPrefix)
 	if err != nil {
 		return "", nil, fmt.Errorf("create session: %w", err)
 	}
-	csrf, err := randomText("")
-	if err != nil {
-		return "", nil, fmt.Errorf("create session: %w", err)
+	var csrf string
+	if o.Kind == SessionCookie {
+		if csrf, err = randomText(""); err != nil {
+			return "", nil, fmt.Errorf("create session: %w", err)
+		}
 	}
 	u, err := s.GetUser(ctx, user)
 	if err != nil {
 		return "", nil, fmt.Errorf("create session: %w", err)
 	}
-	now := s.clock()
-	ps := &PortalSession{ID: TicketID(secret), UserID: u.ID, CSRF: csrf, CreatedAt: now, ExpiresAt: now.Add(ttl).Truncate(time.Microsecond), LastSeenAt: now}
-	if tokenID != 0 {
-		ps.TokenID = &tokenID
+	if u.DisabledAt != nil {
+		return "", nil, fmt.Errorf("create session: %w: user %q is disabled", ErrInvalid, user)
 	}
-	if notAfter != nil && notAfter.Before(ps.ExpiresAt) {
-		ps.ExpiresAt = notAfter.UTC().Truncate(time.Microsecond)
+	notAfter := o.NotAfter.UTC().Truncate(time.Microsecond)
+	ps := &Session{ID: TicketID(secret), UserID: u.ID, Kind: o.Kind, Method: o.Method, CSRF: csrf, CreatedAt: now,
+		ExpiresAt: minTime(now.Add(o.Idle), notAfter).Truncate(time.Microsecond), IdleSeconds: int64(o.Idle / time.Second),
+		NotAfter: notAfter, LastSeenAt: now}
+	if o.TokenID != 0 {
+		ps.TokenID = &o.TokenID
 	}
 	if err := s.db.WithContext(ctx).Create(ps).Error; err != nil {
 		return "", nil, wrap(err, nil, "create session for user %q", user)
@@ -56,17 +104,24 @@ func (s *Store) CreateSession(ctx context.Context, user string, tokenID int64, t
 	return secret, ps, nil
 }
 
-// GetSession finds the live session of a secret and its user. A session
-// past its expiry, signed out, or whose API token was revoked or has
-// expired is ErrNoSession. last_seen_at is updated at most once a minute.
-func (s *Store) GetSession(ctx context.Context, secret string) (*PortalSession, *User, error) {
-	if !strings.HasPrefix(secret, SessionPrefix) {
+// GetSession finds the live session of kind with a secret, and its user. A
+// session past its expiry, signed out, of another kind, of a disabled user,
+// or whose API token was revoked or has expired is ErrNoSession. A session
+// in use slides: at most once a minute, last_seen_at is written and the
+// expiry moved to the idle time from now (never past not_after).
+//
+// Secrets start with SessionPrefix; a bearer secret may also be a session
+// token of a gpuvmd before schema version 9 (TokenPrefix), which the
+// migration kept.
+func (s *Store) GetSession(ctx context.Context, kind, secret string) (*Session, *User, error) {
+	if !strings.HasPrefix(secret, SessionPrefix) && (kind != SessionBearer || !strings.HasPrefix(secret, TokenPrefix)) {
 		return nil, nil, fmt.Errorf("get session: %w", ErrNoSession)
 	}
 	now := s.clock()
-	var ps PortalSession
+	var ps Session
 	err := s.db.WithContext(ctx).
-		Where("id = ? AND expires_at > ?", TicketID(secret), now).
+		Where("id = ? AND kind = ? AND expires_at > ?", TicketID(secret), kind, now).
+		Where("user_id IN (SELECT id FROM users WHERE disabled_at IS NULL)").
 		Where("token_id IS NULL OR token_id IN (SELECT id FROM api_tokens WHERE revoked_at IS NULL AND (expires_at IS NULL OR expires_at > ?))", now).
 		Take(&ps).Error
 	switch err = wrap(err, nil, "get session"); {
@@ -80,10 +135,16 @@ func (s *Store) GetSession(ctx context.Context, secret string) (*PortalSession, 
 		return nil, nil, wrap(err, nil, "get session: its user")
 	}
 	if now.Sub(ps.LastSeenAt) >= sessionTouchEvery {
-		if err := s.db.WithContext(ctx).Model(&PortalSession{}).Where("id = ?", ps.ID).Update("last_seen_at", now).Error; err != nil {
+		until := minTime(now.Add(time.Duration(ps.IdleSeconds)*time.Second), ps.NotAfter).Truncate(time.Microsecond)
+		if until.Before(ps.ExpiresAt) {
+			until = ps.ExpiresAt // a shorter idle time never cuts a session
+		}
+		err := s.db.WithContext(ctx).Model(&Session{}).Where("id = ?", ps.ID).
+			Updates(map[string]any{"last_seen_at": now, "expires_at": until}).Error
+		if err != nil {
 			return nil, nil, wrap(err, nil, "get session: touch")
 		}
-		ps.LastSeenAt = now
+		ps.LastSeenAt, ps.ExpiresAt = now, until
 	}
 	return &ps, u, nil
 }
@@ -91,14 +152,23 @@ func (s *Store) GetSession(ctx context.Context, secret string) (*PortalSession, 
 // DeleteSession ends the session of a secret (signing out); ending one that
 // is gone already is no error.
 func (s *Store) DeleteSession(ctx context.Context, secret string) error {
-	err := s.db.WithContext(ctx).Where("id = ?", TicketID(secret)).Delete(&PortalSession{}).Error
+	err := s.db.WithContext(ctx).Where("id = ?", TicketID(secret)).Delete(&Session{}).Error
 	return wrap(err, nil, "delete session")
+}
+
+// DeleteUserSessions ends every session of a user, and says how many.
+func (s *Store) DeleteUserSessions(ctx context.Context, user string) (int64, error) {
+	res := s.db.WithContext(ctx).Where("user_id IN (SELECT id FROM users WHERE name = ?)", user).Delete(&Session{})
+	if res.Error != nil {
+		return 0, wrap(res.Error, nil, "delete the sessions of user %q", user)
+	}
+	return res.RowsAffected, nil
 }
 
 // DeleteExpiredSessions removes the sessions that expired before t, and
 // says how many.
 func (s *Store) DeleteExpiredSessions(ctx context.Context, t time.Time) (int64, error) {
-	res := s.db.WithContext(ctx).Where("expires_at < ?", t.UTC()).Delete(&PortalSession{})
+	res := s.db.WithContext(ctx).Where("expires_at < ?", t.UTC()).Delete(&Session{})
 	if res.Error != nil {
 		return 0, wrap(res.Error, nil, "delete expired sessions")
 	}

@@ -93,26 +93,36 @@ func (s *Store) SignInDirectoryUser(ctx context.Context, d DirectoryUser) (*User
 	return out, wrap(err, nil, "sign in user %q from %s", d.Name, d.Source)
 }
 
-// SetUserDisabled disables a user (its tokens are refused, its VMs kept) or
-// enables it again; changed says whether it was otherwise before.
+// SetUserDisabled disables a user (its tokens are refused, its sessions
+// ended, its VMs kept) or enables it again; changed says whether it was
+// otherwise before.
 func (s *Store) SetUserDisabled(ctx context.Context, name string, disabled bool) (changed bool, err error) {
-	q := s.db.WithContext(ctx).Model(&User{}).Where("name = ?", name)
-	var res *gorm.DB
-	now := s.clock()
-	if disabled {
-		res = q.Where("disabled_at IS NULL").Updates(map[string]any{"disabled_at": now, "updated_at": now})
-	} else {
-		res = q.Where("disabled_at IS NOT NULL").Updates(map[string]any{"disabled_at": nil, "updated_at": now})
-	}
-	if res.Error != nil {
-		return false, wrap(res.Error, nil, "set user %q disabled %t", name, disabled)
-	}
-	if res.RowsAffected == 0 {
-		if _, err := s.GetUser(ctx, name); err != nil {
-			return false, err
+	err = s.Tx(ctx, func(tx *Store) error {
+		q := tx.db.Model(&User{}).Where("name = ?", name)
+		var res *gorm.DB
+		now := tx.clock()
+		if disabled {
+			res = q.Where("disabled_at IS NULL").Updates(map[string]any{"disabled_at": now, "updated_at": now})
+		} else {
+			res = q.Where("disabled_at IS NOT NULL").Updates(map[string]any{"disabled_at": nil, "updated_at": now})
 		}
+		if res.Error != nil {
+			return res.Error
+		}
+		changed = res.RowsAffected > 0
+		if !changed {
+			_, err := tx.getUser(ctx, "name = ?", name)
+			return err
+		}
+		if disabled {
+			return tx.db.Where("user_id IN (SELECT id FROM users WHERE name = ?)", name).Delete(&Session{}).Error
+		}
+		return nil
+	})
+	if err != nil {
+		return false, wrap(err, nil, "set user %q disabled %t", name, disabled)
 	}
-	return res.RowsAffected > 0, nil
+	return changed, nil
 }
 
 // SetUserGroups replaces the groups of a user.
@@ -257,31 +267,10 @@ const (
 // token does not expire. A live token of the user with the same name is
 // ErrNameTaken.
 func (s *Store) CreateToken(ctx context.Context, user, name string, expiresAt *time.Time) (string, *APIToken, error) {
-	return s.createToken(ctx, user, name, expiresAt, false)
+	return s.createToken(ctx, user, name, expiresAt)
 }
 
-// CreateSessionToken makes the session token of a sign-in, which expires at
-// expiresAt; it is an API token (hashed, refused when expired, revoked or
-// its user disabled) named "session-" and random characters, with Session
-// set.
-func (s *Store) CreateSessionToken(ctx context.Context, user string, expiresAt time.Time) (string, *APIToken, error) {
-	suffix, err := newToken()
-	if err != nil {
-		return "", nil, fmt.Errorf("create session: %w", err)
-	}
-	return s.createToken(ctx, user, "session-"+suffix[len(TokenPrefix):len(TokenPrefix)+12], &expiresAt, true)
-}
-
-// ExtendSessionToken moves the expiry of a live session token (Session set) to
-// expiresAt, when that is later; other tokens are left as they are.
-func (s *Store) ExtendSessionToken(ctx context.Context, id int64, expiresAt time.Time) error {
-	err := s.db.WithContext(ctx).Model(&APIToken{}).
-		Where("id = ? AND session AND revoked_at IS NULL AND expires_at < ?", id, utcPtr(&expiresAt)).
-		Update("expires_at", utcPtr(&expiresAt)).Error
-	return wrap(err, nil, "extend session %d", id)
-}
-
-func (s *Store) createToken(ctx context.Context, user, name string, expiresAt *time.Time, session bool) (string, *APIToken, error) {
+func (s *Store) createToken(ctx context.Context, user, name string, expiresAt *time.Time) (string, *APIToken, error) {
 	if name == "" {
 		return "", nil, fmt.Errorf("create token: %w: empty name", ErrInvalid)
 	}
@@ -302,7 +291,6 @@ func (s *Store) createToken(ctx context.Context, user, name string, expiresAt *t
 			Prefix:    plain[:tokenPrefixLength],
 			CreatedAt: tx.clock(),
 			ExpiresAt: utcPtr(expiresAt),
-			Session:   session,
 		}
 		return tx.db.Create(t).Error
 	})

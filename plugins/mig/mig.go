@@ -119,6 +119,30 @@ func (b *Backend) read(env *kit.Env, g host.GPU) (*migGPU, error) {
 	return m, nil
 }
 
+// gi finds the GPU instance a device was made on: the ID it was given, at
+// the profile and placement it was made with (after a reboot the same ID
+// may name another device's instance). ok is false when there is none.
+func (m *migGPU) gi(d backend.Device) (gi, bool) {
+	for _, x := range m.gis {
+		if x.id == d.GPUInstance && x.start == d.Placement && x.profile.Name == d.Profile {
+			return x, true
+		}
+	}
+	return gi{}, false
+}
+
+// holds reports whether the GPU has all of a device: its GPU instance and
+// its vGPU.
+func (m *migGPU) holds(env *kit.Env, d backend.Device) bool {
+	if !m.enabled {
+		return false
+	}
+	if _, ok := m.gi(d); !ok {
+		return false
+	}
+	return kit.VGPUExists(env.SysFS, d.ID)
+}
+
 // listGIs reads a GPU's GPU instances through NVML, profile by profile of
 // the board's table.
 func listGIs(dev nvml.Device, table *gpu.MIGTable) ([]gi, error) {
@@ -215,7 +239,11 @@ func (b *Backend) Inventory(ctx context.Context) (backend.Inventory, error) {
 		inv.GPUs = append(inv.GPUs, rec)
 		for _, e := range ledger {
 			if e.Device.GPU == g.Address {
-				inv.Devices = append(inv.Devices, e.Device)
+				d := e.Device
+				if e.State == kit.Created && !m.holds(env, d) {
+					d.Absent = kit.LostReason
+				}
+				inv.Devices = append(inv.Devices, d)
 			}
 		}
 	}
@@ -269,12 +297,24 @@ func (b *Backend) Create(ctx context.Context, req backend.CreateRequest) (backen
 		return backend.Device{}, err
 	}
 	defer unlock()
+	old, recreate, err := env.Recreated(req)
+	if err != nil {
+		return backend.Device{}, err
+	}
 	g, err := kit.FindGPU(env.SysFS, req.GPU)
 	if err != nil {
 		return backend.Device{}, err
 	}
 	if g.Model.MIG == nil {
 		return backend.Device{}, backend.Errorf(backend.CodeInvalid, g.Address, "%s does not support MIG", g.Model.Name)
+	}
+	if recreate {
+		// As it was: its profile, placement and UUID (an mdev's, which the
+		// domain names; a VF's vGPU goes on the VF it had, below).
+		req.Profile, req.Placement, req.Type = old.Device.Profile, old.Device.Placement, old.Device.Type
+		if old.Device.Hostdev.UUID != "" {
+			devUUID = old.Device.Hostdev.UUID
+		}
 	}
 	profile, ok := g.Model.MIG.Profile(req.Profile)
 	if !ok {
@@ -287,6 +327,9 @@ func (b *Backend) Create(ctx context.Context, req backend.CreateRequest) (backen
 	m, err := b.read(env, g)
 	if err != nil {
 		return backend.Device{}, err
+	}
+	if recreate && m.holds(env, old.Device) {
+		return old.Device, nil // there already: nothing to make again
 	}
 	if m.unavailable != "" {
 		return backend.Device{}, backend.Errorf(backend.CodeConflict, g.Address, "cannot create %s: %s", profile.Name, m.unavailable)
@@ -362,6 +405,19 @@ func (b *Backend) Create(ctx context.Context, req backend.CreateRequest) (backen
 	if offer == nil {
 		return fail(backend.Errorf(backend.CodeHost, g.Address, "the driver offers no %s after GPU instance %d was made", typeName, dev.GPUInstance))
 	}
+	if !recreate && v.Interface == gpu.InterfaceVendorVFIO {
+		ledger, err := env.Ledger.All()
+		if err != nil {
+			return fail(backend.Errorf(backend.CodeInternal, g.Address, "read the ledger: %v", err))
+		}
+		kit.SkipLedgerParents(offer, ledger) // the VFs of lost devices stay theirs
+		if len(offer.Parents) == 0 {
+			return fail(backend.Errorf(backend.CodeExhausted, g.Address, "every free VF is held for a device the host lost (gpuvmd makes it again or forgets it)"))
+		}
+	}
+	if recreate && v.Interface == gpu.InterfaceVendorVFIO && !kit.PreferParent(offer, old.Device.ID) {
+		return fail(backend.Errorf(backend.CodeExhausted, g.Address, "recreate %s on VF %s: the VF is not free for it now", typeName, old.Device.ID))
+	}
 	if v.Interface == gpu.InterfaceVendorVFIO && len(offer.Parents) > 0 {
 		// The ledger is keyed by device ID: for vendor VFIO that is the VF.
 		_ = env.Ledger.Delete(dev.ID)
@@ -383,7 +439,7 @@ func (b *Backend) Create(ctx context.Context, req backend.CreateRequest) (backen
 		return fail(backend.Errorf(backend.CodeInternal, g.Address, "record device: %v", err))
 	}
 	rev.Success()
-	b.Log.Info("created MIG device", "gpu", g.Address, "profile", profile.Name, "placement", req.Placement, "gi", dev.GPUInstance, "device", dev.ID, "vm", req.VMUUID)
+	b.Log.Info("created MIG device", "gpu", g.Address, "profile", profile.Name, "placement", req.Placement, "gi", dev.GPUInstance, "device", dev.ID, "vm", req.VMUUID, "recreated", recreate)
 	return dev, nil
 }
 
@@ -409,6 +465,32 @@ func refuseForeignInstances(env *kit.Env, addr string, m *migGPU, profileID int)
 		}
 	}
 	return nil
+}
+
+// sameInstance reports whether a GPU instance is the one a device was made
+// on: at its placement.
+func sameInstance(h nvml.GpuInstance, d backend.Device) bool {
+	info, ret := h.GetInfo()
+	if ret != nvml.SUCCESS {
+		return true // cannot tell: destroy as asked, as before
+	}
+	return int(info.Placement.Start) == d.Placement
+}
+
+// claimedByAnother reports whether another device of the ledger is on the
+// same GPU instance (after a reboot, one made again may have been given the
+// ID this lost one had).
+func claimedByAnother(env *kit.Env, d backend.Device) bool {
+	all, err := env.Ledger.All()
+	if err != nil {
+		return true // cannot tell: destroy nothing
+	}
+	for _, e := range all {
+		if e.Device.ID != d.ID && e.Device.GPU == d.GPU && e.Device.GPUInstance == d.GPUInstance {
+			return true
+		}
+	}
+	return false
 }
 
 func contains(xs []int, x int) bool {
@@ -486,6 +568,12 @@ func (b *Backend) Remove(ctx context.Context, req backend.RemoveRequest) error {
 			return nvmlErr(d.GPU, "find GPU", ret)
 		}
 		giH, ret := dev.GetGpuInstanceById(d.GPUInstance)
+		if ret == nvml.SUCCESS && (!sameInstance(giH, d) || claimedByAnother(env, d)) {
+			// After a reboot the ID names another device's instance: this
+			// one's is gone already.
+			b.Log.Warn("GPU instance ID now names another instance; the device's own is gone", "gpu", d.GPU, "gi", d.GPUInstance, "device", id)
+			ret = nvml.ERROR_NOT_FOUND
+		}
 		switch ret {
 		case nvml.SUCCESS:
 			if d.ComputeInstance >= 0 {

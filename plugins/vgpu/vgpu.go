@@ -142,6 +142,7 @@ func (b *Backend) Inventory(ctx context.Context) (backend.Inventory, error) {
 	for _, e := range ledger {
 		ours[e.Device.ID] = e
 	}
+	seen := map[string]bool{}
 	for _, g := range gpus {
 		if err := ctx.Err(); err != nil {
 			return inv, err
@@ -163,6 +164,16 @@ func (b *Backend) Inventory(ctx context.Context) (backend.Inventory, error) {
 			if e, ok := ours[x.ID]; ok {
 				d.VMUUID, d.Managed, d.Installation = e.Device.VMUUID, true, e.Device.Installation
 			}
+			seen[x.ID] = true
+			inv.Devices = append(inv.Devices, d)
+		}
+	}
+	// The ledger's devices the host lost (a reboot): reported, so that
+	// gpuvmd makes them again for a VM that should run, or forgets them.
+	for _, e := range ledger {
+		if !seen[e.Device.ID] && !kit.VGPUExists(env.SysFS, e.Device.ID) {
+			d := e.Device
+			d.Absent = kit.LostReason
 			inv.Devices = append(inv.Devices, d)
 		}
 	}
@@ -201,6 +212,18 @@ func (b *Backend) Create(ctx context.Context, req backend.CreateRequest) (backen
 		return backend.Device{}, err
 	}
 	defer unlock()
+	old, recreate, err := env.Recreated(req)
+	if err != nil {
+		return backend.Device{}, err
+	}
+	if recreate {
+		if kit.VGPUExists(env.SysFS, old.Device.ID) {
+			return old.Device, nil // there already: nothing to make again
+		}
+		if _, err := host.ValidateAddress(old.Device.ID); err != nil {
+			devUUID = old.Device.ID // an mdev: its UUID, which the domain names
+		}
+	}
 	g, err := kit.FindGPU(env.SysFS, req.GPU)
 	if err != nil {
 		return backend.Device{}, err
@@ -218,6 +241,13 @@ func (b *Backend) Create(ctx context.Context, req backend.CreateRequest) (backen
 		return backend.Device{}, backend.Errorf(backend.CodeConflict, g.Address, "cannot create %s: %s", want.Name, gv.unavailable)
 	}
 	offer := gv.v.Offer(want.Name)
+	if offer != nil && !recreate && gv.v.Interface == gpu.InterfaceVendorVFIO {
+		ledger, err := env.Ledger.All()
+		if err != nil {
+			return backend.Device{}, backend.Errorf(backend.CodeInternal, g.Address, "read the ledger: %v", err)
+		}
+		kit.SkipLedgerParents(offer, ledger) // the VFs of lost devices stay theirs
+	}
 	if offer == nil || offer.FreeCount == 0 {
 		// The driver stops listing a type once none more fits: tell why.
 		if len(gv.v.VGPUs) > 0 && gv.v.VGPUs[0].Type != want.Name && !gv.mixed {
@@ -231,6 +261,9 @@ func (b *Backend) Create(ctx context.Context, req backend.CreateRequest) (backen
 			limit = fmt.Sprintf(" of %d", t.MaxInstances)
 		}
 		return backend.Device{}, backend.Errorf(backend.CodeExhausted, g.Address, "no capacity left for %s (%d%s in use, %d VFs free)", want.Name, countType(gv.v, want.Name), limit, gv.v.FreeVFs)
+	}
+	if recreate && gv.v.Interface == gpu.InterfaceVendorVFIO && !kit.PreferParent(offer, old.Device.ID) {
+		return backend.Device{}, backend.Errorf(backend.CodeExhausted, g.Address, "recreate %s on VF %s: the VF is not free for it now", want.Name, old.Device.ID)
 	}
 	if gv.v.Interface == gpu.InterfaceMdev {
 		if mdevs, err := host.ListMdevs(env.SysFS); err == nil {
@@ -256,7 +289,7 @@ func (b *Backend) Create(ctx context.Context, req backend.CreateRequest) (backen
 	}
 	v, err := kit.CreateVGPU(env.SysFS, g, gv.v.Interface, *offer, devUUID)
 	if err != nil {
-		_ = env.Ledger.Delete(intentID)
+		_ = env.Ledger.Delete(intentID) // for a recreate, the lost device is forgotten: gpuvmd gives its slot back
 		return backend.Device{}, err
 	}
 	dev.Hostdev = kit.HostdevFor(v, gv.v.Interface)
@@ -265,7 +298,7 @@ func (b *Backend) Create(ctx context.Context, req backend.CreateRequest) (backen
 		_ = env.Ledger.Delete(intentID)
 		return backend.Device{}, backend.Errorf(backend.CodeInternal, g.Address, "record device: %v", err)
 	}
-	b.Log.Info("created vGPU", "gpu", g.Address, "type", want.Name, "device", v.ID, "vm", req.VMUUID)
+	b.Log.Info("created vGPU", "gpu", g.Address, "type", want.Name, "device", v.ID, "vm", req.VMUUID, "recreated", recreate)
 	return dev, nil
 }
 
@@ -303,7 +336,7 @@ func (b *Backend) Remove(ctx context.Context, req backend.RemoveRequest) error {
 		return backend.Errorf(backend.CodeInternal, req.GPU, "%v", err)
 	}
 	if !ok {
-		if exists(env.SysFS, id) {
+		if kit.VGPUExists(env.SysFS, id) {
 			return backend.Errorf(backend.CodeConflict, req.GPU, "device %s was not created by gpuvm: left alone", id)
 		}
 		return nil
@@ -319,13 +352,4 @@ func (b *Backend) Remove(ctx context.Context, req backend.RemoveRequest) error {
 	}
 	b.Log.Info("removed vGPU", "gpu", e.Device.GPU, "device", id, "vm", e.Device.VMUUID)
 	return nil
-}
-
-// exists reports whether a vGPU with this ID is on the host.
-func exists(fsys host.SysFS, id string) bool {
-	if _, err := host.ValidateAddress(id); err == nil {
-		cur, _, err := host.VFState(fsys, id)
-		return err == nil && cur != 0
-	}
-	return fsys.Exists("bus/mdev/devices/" + id)
 }

@@ -3,7 +3,8 @@
 # Debian bookworm root made with mmdebstrap and checks it there: apt-get
 # resolves its dependencies, gpuvm and gpuvmd run and say their version,
 # the /etc/gpuvm skeleton validates (and so does every example commented out
-# in it), and systemd-analyze verify accepts the units.
+# in it), and systemd-analyze verify accepts the units; then an upgrade over
+# a running gpuvmd's database, and a downgrade over a newer schema, refused.
 #
 # The root is cached by content in $GPUVM_INSTALL_CACHE (/var/cache/gpuvm):
 # a tarball keyed by a hash of the suite, the mirror and the package list,
@@ -123,6 +124,22 @@ start_gpuvmd after.log || { echo "test-install: gpuvmd did not serve after the u
 stop_gpuvmd
 before=$(installation before.log) after=$(installation after.log)
 check "the new gpuvmd opens the old database (installation ${before:-?} -> ${after:-?})" test -n "$before" -a "$before" = "$after"
+
+# A downgrade over a newer schema: a package whose gpuvmd knows one schema
+# version less than the database's (made from this one: its version lowered,
+# its preinst told the lower schema) is refused by its preinst, naming both
+# versions, and the installed gpuvm stays as it was.
+check "gpuvmd recorded the database's schema version" test -s "$root/var/lib/gpuvm/schema-version"
+dbschema=$(tr -cd 0-9 <"$root/var/lib/gpuvm/schema-version")
+older=$root/tmp/older
+dpkg-deb -R "$deb" "$older"
+sed -i "s/^Version: .*/Version: $version~older1/" "$older/DEBIAN/control"
+sed -i -e "s/^known=[0-9]*/known=$((dbschema - 1))/" -e "s/^version=.*/version=$version~older1/" "$older/DEBIAN/preinst"
+dpkg-deb -Znone -b "$older" "$root/tmp/gpuvm-older.deb" >/dev/null
+rm -rf "$older"
+check "a downgrade over schema $dbschema is refused" bash -c "! chroot '$root' env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin apt-get install -y -q --allow-downgrades --no-install-recommends /tmp/gpuvm-older.deb >'$root/tmp/older.log' 2>&1"
+check "the refusal names both schema versions" bash -c "grep -F 'refusing to install gpuvm $version~older1: the database is at schema version $dbschema' '$root/tmp/older.log' && grep -F 'up to $((dbschema - 1)) only' '$root/tmp/older.log'"
+check "the newer gpuvm stays installed" bash -c "[ \"\$(chroot '$root' dpkg-query -W -f='\${Version} \${Status}' gpuvm)\" = '$version+upgrade1 install ok installed' ]"
 
 check "apt-get remove" in_root apt-get remove -y -q gpuvm
 check "units disabled after remove" bash -c "[ ! -e '$root/etc/systemd/system/multi-user.target.wants/gpuvmd.service' ]"

@@ -6,7 +6,10 @@
 //
 //	oidcop -users users.json -client gpuvm:secret:http://127.0.0.1:8080/v1/auth/oidc/callback
 //
-// users.json maps a username to {"password": "…", "groups": ["…"]}.
+// users.json maps a username to {"password": "…", "groups": ["…"]}. With
+// -no-device it is a provider without the device authorization grant: its
+// discovery document names no device_authorization_endpoint, which answers
+// 404.
 package main
 
 import (
@@ -17,6 +20,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"strings"
 
@@ -64,15 +68,16 @@ func main() {
 	usersFile := flag.String("users", "", "JSON file: username → {password, groups}")
 	client := flag.String("client", "", "a web client: ID:SECRET:REDIRECT_URI")
 	addr := flag.String("listen", "127.0.0.1:0", "address to listen on")
+	noDevice := flag.Bool("no-device", false, "offer no device authorization grant")
 	flag.Parse()
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	if err := run(*usersFile, *client, *addr, log); err != nil {
+	if err := run(*usersFile, *client, *addr, *noDevice, log); err != nil {
 		fmt.Fprintln(os.Stderr, "oidcop:", err)
 		os.Exit(1)
 	}
 }
 
-func run(usersFile, client, addr string, log *slog.Logger) error {
+func run(usersFile, client, addr string, noDevice bool, log *slog.Logger) error {
 	data, err := os.ReadFile(usersFile)
 	if err != nil {
 		return err
@@ -98,7 +103,46 @@ func run(usersFile, client, addr string, log *slog.Logger) error {
 		return err
 	}
 	issuer := "http://" + ln.Addr().String() + "/"
-	router := exampleop.SetupServer(issuer, groupStorage{Storage: storage.NewStorage(us), groups: groups}, log, false)
+	var router http.Handler = exampleop.SetupServer(issuer, groupStorage{Storage: storage.NewStorage(us), groups: groups}, log, false)
+	if noDevice {
+		router = withoutDevice(router)
+	}
 	fmt.Println("issuer", issuer)
 	return http.Serve(ln, router)
+}
+
+// withoutDevice hides the device authorization grant of next: the
+// discovery document loses device_authorization_endpoint, which answers
+// 404, and the grant type.
+func withoutDevice(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/device_authorization": // zitadel/oidc's op's default
+			http.NotFound(w, r)
+			return
+		case "/.well-known/openid-configuration":
+		default:
+			next.ServeHTTP(w, r)
+			return
+		}
+		rec := httptest.NewRecorder()
+		next.ServeHTTP(rec, r)
+		var doc map[string]any
+		if err := json.Unmarshal(rec.Body.Bytes(), &doc); err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		delete(doc, "device_authorization_endpoint")
+		if gts, ok := doc["grant_types_supported"].([]any); ok {
+			kept := gts[:0]
+			for _, g := range gts {
+				if g != "urn:ietf:params:oauth:grant-type:device_code" {
+					kept = append(kept, g)
+				}
+			}
+			doc["grant_types_supported"] = kept
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(doc)
+	})
 }

@@ -230,7 +230,8 @@ func (p *Provider) verify(ctx context.Context, v *gooidc.IDTokenVerifier, rawIDT
 }
 
 // Lazy is a Provider discovered at its first use, and again after a
-// failed discovery, so that gpuvmd starts while the provider is down.
+// failed discovery (not sooner than discoveryBackoff), so that gpuvmd
+// starts while the provider is down.
 type Lazy struct {
 	cfg  config.OIDC
 	log  *slog.Logger
@@ -238,7 +239,17 @@ type Lazy struct {
 
 	mu sync.Mutex
 	p  *Provider
+	// failed and err are the last failed discovery: none again before
+	// discoveryBackoff, so that anonymous requests (GET
+	// /v1/auth/methods, a sign-in's start) cannot make gpuvmd hammer a
+	// provider that is down.
+	failed time.Time
+	err    error
 }
+
+// discoveryBackoff is how long a failed discovery is answered again
+// without asking the provider.
+var discoveryBackoff = 10 * time.Second
 
 // NewLazy is a Provider of cfg discovered when first needed.
 func NewLazy(cfg config.OIDC, log *slog.Logger, opts ...Option) *Lazy {
@@ -251,8 +262,12 @@ func (l *Lazy) get(ctx context.Context) (*Provider, error) {
 	if l.p != nil {
 		return l.p, nil
 	}
+	if l.err != nil && time.Since(l.failed) < discoveryBackoff {
+		return nil, l.err
+	}
 	p, err := New(ctx, l.cfg, l.log, l.opts...)
 	if err != nil {
+		l.failed, l.err = time.Now(), err
 		return nil, err
 	}
 	l.p = p
@@ -403,4 +418,15 @@ func (l *Lazy) PollDevice(id string) (auth.Identity, error) {
 		return auth.Identity{}, auth.Refuse("unknown device sign-in")
 	}
 	return p.PollDevice(id)
+}
+
+// SupportsDevice says whether the provider offers the device authorization
+// grant (a device_authorization_endpoint in its discovery document).
+func (p *Provider) SupportsDevice() bool { return p.oauth.Endpoint.DeviceAuthURL != "" }
+
+// SupportsDevice is Provider.SupportsDevice, after discovery; false while
+// the provider cannot be discovered.
+func (l *Lazy) SupportsDevice(ctx context.Context) bool {
+	p, err := l.get(ctx)
+	return err == nil && p.SupportsDevice()
 }

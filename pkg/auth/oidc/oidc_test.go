@@ -6,6 +6,8 @@ import (
 	"crypto/rsa"
 	"encoding/json"
 	"errors"
+	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"slices"
 	"strings"
@@ -163,7 +165,7 @@ func TestIDTokenChecks(t *testing.T) {
 }
 
 // TestLazy: a provider that does not answer is an error of the sign-in,
-// not of gpuvmd's start, and is discovered again at the next one.
+// not of gpuvmd's start, and is discovered again later (TestLazyBackoff).
 func TestLazy(t *testing.T) {
 	l := oidc.NewLazy(config.OIDC{Issuer: "http://127.0.0.1:1/", ClientID: "gpuvm", RedirectURL: redirect, Scopes: []string{"openid"}}, nil)
 	ctx := context.Background()
@@ -172,5 +174,37 @@ func TestLazy(t *testing.T) {
 	}
 	if _, _, err := l.Finish(ctx, "s", "c"); err == nil || errors.Is(err, auth.ErrInvalidCredentials) {
 		t.Errorf("finish with the provider down: %v", err)
+	}
+}
+
+// TestLazyBackoff: a failed discovery is not tried again at once, however
+// many requests come (the provider down is not hammered), and is tried
+// again after the backoff.
+func TestLazyBackoff(t *testing.T) {
+	var asked atomic.Int64
+	down := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		asked.Add(1)
+		http.Error(w, "down", http.StatusServiceUnavailable)
+	}))
+	t.Cleanup(down.Close)
+	defer func(d time.Duration) { *oidc.DiscoveryBackoff = d }(*oidc.DiscoveryBackoff)
+	*oidc.DiscoveryBackoff = 300 * time.Millisecond
+	l := oidc.NewLazy(config.OIDC{Issuer: down.URL + "/", ClientID: "gpuvm", RedirectURL: redirect, Scopes: []string{"openid"}}, nil)
+	ctx := context.Background()
+	for range 20 {
+		if l.SupportsDevice(ctx) {
+			t.Fatal("a provider that is down offers the device grant")
+		}
+		if _, _, err := l.Start(ctx, ""); err == nil {
+			t.Fatal("start with the provider down")
+		}
+	}
+	if n := asked.Load(); n != 1 {
+		t.Errorf("the provider was asked %d times within the backoff, want 1", n)
+	}
+	time.Sleep(400 * time.Millisecond)
+	_, _, _ = l.Start(ctx, "")
+	if n := asked.Load(); n != 2 {
+		t.Errorf("after the backoff the provider was asked %d times in all, want 2", n)
 	}
 }

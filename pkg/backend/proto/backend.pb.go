@@ -645,13 +645,16 @@ func (x *Config) GetInstallation() string {
 }
 
 type Inventory struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Backend       string                 `protobuf:"bytes,1,opt,name=backend,proto3" json:"backend,omitempty"`
-	Host          string                 `protobuf:"bytes,2,opt,name=host,proto3" json:"host,omitempty"`
-	Simulated     bool                   `protobuf:"varint,3,opt,name=simulated,proto3" json:"simulated,omitempty"`
-	Notes         []string               `protobuf:"bytes,4,rep,name=notes,proto3" json:"notes,omitempty"`
-	Gpus          []*GPU                 `protobuf:"bytes,5,rep,name=gpus,proto3" json:"gpus,omitempty"`
-	Devices       []*Device              `protobuf:"bytes,6,rep,name=devices,proto3" json:"devices,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Backend   string                 `protobuf:"bytes,1,opt,name=backend,proto3" json:"backend,omitempty"`
+	Host      string                 `protobuf:"bytes,2,opt,name=host,proto3" json:"host,omitempty"`
+	Simulated bool                   `protobuf:"varint,3,opt,name=simulated,proto3" json:"simulated,omitempty"`
+	Notes     []string               `protobuf:"bytes,4,rep,name=notes,proto3" json:"notes,omitempty"`
+	Gpus      []*GPU                 `protobuf:"bytes,5,rep,name=gpus,proto3" json:"gpus,omitempty"`
+	Devices   []*Device              `protobuf:"bytes,6,rep,name=devices,proto3" json:"devices,omitempty"`
+	// driver is the NVIDIA host driver as NVML reports it; absent without
+	// NVML.
+	Driver        *Driver `protobuf:"bytes,7,opt,name=driver,proto3" json:"driver,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -728,6 +731,76 @@ func (x *Inventory) GetDevices() []*Device {
 	return nil
 }
 
+func (x *Inventory) GetDriver() *Driver {
+	if x != nil {
+		return x.Driver
+	}
+	return nil
+}
+
+type Driver struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Version string                 `protobuf:"bytes,1,opt,name=version,proto3" json:"version,omitempty"` // "550.54.16"
+	// vgpu_min and vgpu_max bound the vGPU versions (guest drivers) the vGPU
+	// manager supports, "17.0" to "17.3"; empty when NVML does not say (not
+	// the vGPU manager).
+	VgpuMin       string `protobuf:"bytes,2,opt,name=vgpu_min,json=vgpuMin,proto3" json:"vgpu_min,omitempty"`
+	VgpuMax       string `protobuf:"bytes,3,opt,name=vgpu_max,json=vgpuMax,proto3" json:"vgpu_max,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Driver) Reset() {
+	*x = Driver{}
+	mi := &file_backend_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Driver) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Driver) ProtoMessage() {}
+
+func (x *Driver) ProtoReflect() protoreflect.Message {
+	mi := &file_backend_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Driver.ProtoReflect.Descriptor instead.
+func (*Driver) Descriptor() ([]byte, []int) {
+	return file_backend_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *Driver) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
+}
+
+func (x *Driver) GetVgpuMin() string {
+	if x != nil {
+		return x.VgpuMin
+	}
+	return ""
+}
+
+func (x *Driver) GetVgpuMax() string {
+	if x != nil {
+		return x.VgpuMax
+	}
+	return ""
+}
+
 type GPU struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Address       string                 `protobuf:"bytes,1,opt,name=address,proto3" json:"address,omitempty"`
@@ -752,7 +825,7 @@ type GPU struct {
 
 func (x *GPU) Reset() {
 	*x = GPU{}
-	mi := &file_backend_proto_msgTypes[14]
+	mi := &file_backend_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -764,7 +837,7 @@ func (x *GPU) String() string {
 func (*GPU) ProtoMessage() {}
 
 func (x *GPU) ProtoReflect() protoreflect.Message {
-	mi := &file_backend_proto_msgTypes[14]
+	mi := &file_backend_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -777,7 +850,7 @@ func (x *GPU) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GPU.ProtoReflect.Descriptor instead.
 func (*GPU) Descriptor() ([]byte, []int) {
-	return file_backend_proto_rawDescGZIP(), []int{14}
+	return file_backend_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *GPU) GetAddress() string {
@@ -906,7 +979,7 @@ type VGPUType struct {
 
 func (x *VGPUType) Reset() {
 	*x = VGPUType{}
-	mi := &file_backend_proto_msgTypes[15]
+	mi := &file_backend_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -918,7 +991,7 @@ func (x *VGPUType) String() string {
 func (*VGPUType) ProtoMessage() {}
 
 func (x *VGPUType) ProtoReflect() protoreflect.Message {
-	mi := &file_backend_proto_msgTypes[15]
+	mi := &file_backend_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -931,7 +1004,7 @@ func (x *VGPUType) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VGPUType.ProtoReflect.Descriptor instead.
 func (*VGPUType) Descriptor() ([]byte, []int) {
-	return file_backend_proto_rawDescGZIP(), []int{15}
+	return file_backend_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *VGPUType) GetName() string {
@@ -991,7 +1064,7 @@ type MIGProfile struct {
 
 func (x *MIGProfile) Reset() {
 	*x = MIGProfile{}
-	mi := &file_backend_proto_msgTypes[16]
+	mi := &file_backend_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1003,7 +1076,7 @@ func (x *MIGProfile) String() string {
 func (*MIGProfile) ProtoMessage() {}
 
 func (x *MIGProfile) ProtoReflect() protoreflect.Message {
-	mi := &file_backend_proto_msgTypes[16]
+	mi := &file_backend_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1016,7 +1089,7 @@ func (x *MIGProfile) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MIGProfile.ProtoReflect.Descriptor instead.
 func (*MIGProfile) Descriptor() ([]byte, []int) {
-	return file_backend_proto_rawDescGZIP(), []int{16}
+	return file_backend_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *MIGProfile) GetName() string {
@@ -1069,20 +1142,24 @@ func (x *MIGProfile) GetFreeStarts() []int64 {
 }
 
 type CreateRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Gpu           string                 `protobuf:"bytes,1,opt,name=gpu,proto3" json:"gpu,omitempty"`
-	VmUuid        string                 `protobuf:"bytes,2,opt,name=vm_uuid,json=vmUuid,proto3" json:"vm_uuid,omitempty"`
-	Type          string                 `protobuf:"bytes,3,opt,name=type,proto3" json:"type,omitempty"`
-	Profile       string                 `protobuf:"bytes,4,opt,name=profile,proto3" json:"profile,omitempty"`
-	Placement     int64                  `protobuf:"varint,5,opt,name=placement,proto3" json:"placement,omitempty"`
-	DeviceUuid    string                 `protobuf:"bytes,6,opt,name=device_uuid,json=deviceUuid,proto3" json:"device_uuid,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Gpu        string                 `protobuf:"bytes,1,opt,name=gpu,proto3" json:"gpu,omitempty"`
+	VmUuid     string                 `protobuf:"bytes,2,opt,name=vm_uuid,json=vmUuid,proto3" json:"vm_uuid,omitempty"`
+	Type       string                 `protobuf:"bytes,3,opt,name=type,proto3" json:"type,omitempty"`
+	Profile    string                 `protobuf:"bytes,4,opt,name=profile,proto3" json:"profile,omitempty"`
+	Placement  int64                  `protobuf:"varint,5,opt,name=placement,proto3" json:"placement,omitempty"`
+	DeviceUuid string                 `protobuf:"bytes,6,opt,name=device_uuid,json=deviceUuid,proto3" json:"device_uuid,omitempty"`
+	// recreate is the ID of a device in the backend's ledger that the host
+	// lost (Device.absent): it is made again as it was, the same UUID, VF
+	// and placement, or refused.
+	Recreate      string `protobuf:"bytes,7,opt,name=recreate,proto3" json:"recreate,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CreateRequest) Reset() {
 	*x = CreateRequest{}
-	mi := &file_backend_proto_msgTypes[17]
+	mi := &file_backend_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1094,7 +1171,7 @@ func (x *CreateRequest) String() string {
 func (*CreateRequest) ProtoMessage() {}
 
 func (x *CreateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_backend_proto_msgTypes[17]
+	mi := &file_backend_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1107,7 +1184,7 @@ func (x *CreateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateRequest.ProtoReflect.Descriptor instead.
 func (*CreateRequest) Descriptor() ([]byte, []int) {
-	return file_backend_proto_rawDescGZIP(), []int{17}
+	return file_backend_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *CreateRequest) GetGpu() string {
@@ -1152,6 +1229,13 @@ func (x *CreateRequest) GetDeviceUuid() string {
 	return ""
 }
 
+func (x *CreateRequest) GetRecreate() string {
+	if x != nil {
+		return x.Recreate
+	}
+	return ""
+}
+
 type RemoveRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -1166,7 +1250,7 @@ type RemoveRequest struct {
 
 func (x *RemoveRequest) Reset() {
 	*x = RemoveRequest{}
-	mi := &file_backend_proto_msgTypes[18]
+	mi := &file_backend_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1178,7 +1262,7 @@ func (x *RemoveRequest) String() string {
 func (*RemoveRequest) ProtoMessage() {}
 
 func (x *RemoveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_backend_proto_msgTypes[18]
+	mi := &file_backend_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1191,7 +1275,7 @@ func (x *RemoveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveRequest.ProtoReflect.Descriptor instead.
 func (*RemoveRequest) Descriptor() ([]byte, []int) {
-	return file_backend_proto_rawDescGZIP(), []int{18}
+	return file_backend_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *RemoveRequest) GetId() string {
@@ -1228,7 +1312,7 @@ type Hostdev struct {
 
 func (x *Hostdev) Reset() {
 	*x = Hostdev{}
-	mi := &file_backend_proto_msgTypes[19]
+	mi := &file_backend_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1240,7 +1324,7 @@ func (x *Hostdev) String() string {
 func (*Hostdev) ProtoMessage() {}
 
 func (x *Hostdev) ProtoReflect() protoreflect.Message {
-	mi := &file_backend_proto_msgTypes[19]
+	mi := &file_backend_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1253,7 +1337,7 @@ func (x *Hostdev) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Hostdev.ProtoReflect.Descriptor instead.
 func (*Hostdev) Descriptor() ([]byte, []int) {
-	return file_backend_proto_rawDescGZIP(), []int{19}
+	return file_backend_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Hostdev) GetType() string {
@@ -1306,14 +1390,17 @@ type Device struct {
 	Managed         bool                   `protobuf:"varint,11,opt,name=managed,proto3" json:"managed,omitempty"`
 	// installation made the device (its ledger entry says so); empty for a
 	// device not in the ledger, or one recorded before installations existed.
-	Installation  string `protobuf:"bytes,12,opt,name=installation,proto3" json:"installation,omitempty"`
+	Installation string `protobuf:"bytes,12,opt,name=installation,proto3" json:"installation,omitempty"`
+	// absent says why a device of the ledger is not on the host (it was lost
+	// in a host reboot or a driver reload); empty when it is there.
+	Absent        string `protobuf:"bytes,13,opt,name=absent,proto3" json:"absent,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Device) Reset() {
 	*x = Device{}
-	mi := &file_backend_proto_msgTypes[20]
+	mi := &file_backend_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1325,7 +1412,7 @@ func (x *Device) String() string {
 func (*Device) ProtoMessage() {}
 
 func (x *Device) ProtoReflect() protoreflect.Message {
-	mi := &file_backend_proto_msgTypes[20]
+	mi := &file_backend_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1338,7 +1425,7 @@ func (x *Device) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Device.ProtoReflect.Descriptor instead.
 func (*Device) Descriptor() ([]byte, []int) {
-	return file_backend_proto_rawDescGZIP(), []int{20}
+	return file_backend_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Device) GetId() string {
@@ -1425,6 +1512,13 @@ func (x *Device) GetInstallation() string {
 	return ""
 }
 
+func (x *Device) GetAbsent() string {
+	if x != nil {
+		return x.Absent
+	}
+	return ""
+}
+
 type Health struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Ok            bool                   `protobuf:"varint,1,opt,name=ok,proto3" json:"ok,omitempty"`
@@ -1435,7 +1529,7 @@ type Health struct {
 
 func (x *Health) Reset() {
 	*x = Health{}
-	mi := &file_backend_proto_msgTypes[21]
+	mi := &file_backend_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1447,7 +1541,7 @@ func (x *Health) String() string {
 func (*Health) ProtoMessage() {}
 
 func (x *Health) ProtoReflect() protoreflect.Message {
-	mi := &file_backend_proto_msgTypes[21]
+	mi := &file_backend_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1460,7 +1554,7 @@ func (x *Health) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Health.ProtoReflect.Descriptor instead.
 func (*Health) Descriptor() ([]byte, []int) {
-	return file_backend_proto_rawDescGZIP(), []int{21}
+	return file_backend_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *Health) GetOk() bool {
@@ -1514,14 +1608,19 @@ const file_backend_proto_rawDesc = "" +
 	"\bsimulate\x18\x03 \x01(\tR\bsimulate\x12\x1b\n" +
 	"\tstate_dir\x18\x04 \x01(\tR\bstateDir\x12\x12\n" +
 	"\x04nvml\x18\x05 \x01(\tR\x04nvml\x12\"\n" +
-	"\finstallation\x18\x06 \x01(\tR\finstallation\"\xcc\x01\n" +
+	"\finstallation\x18\x06 \x01(\tR\finstallation\"\xfe\x01\n" +
 	"\tInventory\x12\x18\n" +
 	"\abackend\x18\x01 \x01(\tR\abackend\x12\x12\n" +
 	"\x04host\x18\x02 \x01(\tR\x04host\x12\x1c\n" +
 	"\tsimulated\x18\x03 \x01(\bR\tsimulated\x12\x14\n" +
 	"\x05notes\x18\x04 \x03(\tR\x05notes\x12)\n" +
 	"\x04gpus\x18\x05 \x03(\v2\x15.gpuvm.backend.v1.GPUR\x04gpus\x122\n" +
-	"\adevices\x18\x06 \x03(\v2\x18.gpuvm.backend.v1.DeviceR\adevices\"\x96\x04\n" +
+	"\adevices\x18\x06 \x03(\v2\x18.gpuvm.backend.v1.DeviceR\adevices\x120\n" +
+	"\x06driver\x18\a \x01(\v2\x18.gpuvm.backend.v1.DriverR\x06driver\"X\n" +
+	"\x06Driver\x12\x18\n" +
+	"\aversion\x18\x01 \x01(\tR\aversion\x12\x19\n" +
+	"\bvgpu_min\x18\x02 \x01(\tR\avgpuMin\x12\x19\n" +
+	"\bvgpu_max\x18\x03 \x01(\tR\avgpuMax\"\x96\x04\n" +
 	"\x03GPU\x12\x18\n" +
 	"\aaddress\x18\x01 \x01(\tR\aaddress\x12\x14\n" +
 	"\x05model\x18\x02 \x01(\tR\x05model\x12\x1b\n" +
@@ -1562,7 +1661,7 @@ const file_backend_proto_rawDesc = "" +
 	"\x06memory\x18\x05 \x01(\x04R\x06memory\x12\x10\n" +
 	"\x03max\x18\x06 \x01(\x03R\x03max\x12\x1f\n" +
 	"\vfree_starts\x18\a \x03(\x03R\n" +
-	"freeStarts\"\xa7\x01\n" +
+	"freeStarts\"\xc3\x01\n" +
 	"\rCreateRequest\x12\x10\n" +
 	"\x03gpu\x18\x01 \x01(\tR\x03gpu\x12\x17\n" +
 	"\avm_uuid\x18\x02 \x01(\tR\x06vmUuid\x12\x12\n" +
@@ -1570,7 +1669,8 @@ const file_backend_proto_rawDesc = "" +
 	"\aprofile\x18\x04 \x01(\tR\aprofile\x12\x1c\n" +
 	"\tplacement\x18\x05 \x01(\x03R\tplacement\x12\x1f\n" +
 	"\vdevice_uuid\x18\x06 \x01(\tR\n" +
-	"deviceUuid\"Z\n" +
+	"deviceUuid\x12\x1a\n" +
+	"\brecreate\x18\a \x01(\tR\brecreate\"Z\n" +
 	"\rRemoveRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x10\n" +
 	"\x03gpu\x18\x02 \x01(\tR\x03gpu\x12'\n" +
@@ -1580,7 +1680,7 @@ const file_backend_proto_rawDesc = "" +
 	"\x04uuid\x18\x02 \x01(\tR\x04uuid\x12\x1c\n" +
 	"\taddresses\x18\x03 \x03(\tR\taddresses\x12\x18\n" +
 	"\amanaged\x18\x04 \x01(\bR\amanaged\x12\x18\n" +
-	"\adisplay\x18\x05 \x01(\bR\adisplay\"\xe4\x02\n" +
+	"\adisplay\x18\x05 \x01(\bR\adisplay\"\xfc\x02\n" +
 	"\x06Device\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x10\n" +
@@ -1594,7 +1694,8 @@ const file_backend_proto_rawDesc = "" +
 	"\ahostdev\x18\n" +
 	" \x01(\v2\x19.gpuvm.backend.v1.HostdevR\ahostdev\x12\x18\n" +
 	"\amanaged\x18\v \x01(\bR\amanaged\x12\"\n" +
-	"\finstallation\x18\f \x01(\tR\finstallation\"0\n" +
+	"\finstallation\x18\f \x01(\tR\finstallation\x12\x16\n" +
+	"\x06absent\x18\r \x01(\tR\x06absent\"0\n" +
 	"\x06Health\x12\x0e\n" +
 	"\x02ok\x18\x01 \x01(\bR\x02ok\x12\x16\n" +
 	"\x06detail\x18\x02 \x01(\tR\x06detail2\xc5\x04\n" +
@@ -1619,7 +1720,7 @@ func file_backend_proto_rawDescGZIP() []byte {
 	return file_backend_proto_rawDescData
 }
 
-var file_backend_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
+var file_backend_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
 var file_backend_proto_goTypes = []any{
 	(*WatchInventoryRequest)(nil), // 0: gpuvm.backend.v1.WatchInventoryRequest
 	(*InfoRequest)(nil),           // 1: gpuvm.backend.v1.InfoRequest
@@ -1635,45 +1736,47 @@ var file_backend_proto_goTypes = []any{
 	(*Info)(nil),                  // 11: gpuvm.backend.v1.Info
 	(*Config)(nil),                // 12: gpuvm.backend.v1.Config
 	(*Inventory)(nil),             // 13: gpuvm.backend.v1.Inventory
-	(*GPU)(nil),                   // 14: gpuvm.backend.v1.GPU
-	(*VGPUType)(nil),              // 15: gpuvm.backend.v1.VGPUType
-	(*MIGProfile)(nil),            // 16: gpuvm.backend.v1.MIGProfile
-	(*CreateRequest)(nil),         // 17: gpuvm.backend.v1.CreateRequest
-	(*RemoveRequest)(nil),         // 18: gpuvm.backend.v1.RemoveRequest
-	(*Hostdev)(nil),               // 19: gpuvm.backend.v1.Hostdev
-	(*Device)(nil),                // 20: gpuvm.backend.v1.Device
-	(*Health)(nil),                // 21: gpuvm.backend.v1.Health
+	(*Driver)(nil),                // 14: gpuvm.backend.v1.Driver
+	(*GPU)(nil),                   // 15: gpuvm.backend.v1.GPU
+	(*VGPUType)(nil),              // 16: gpuvm.backend.v1.VGPUType
+	(*MIGProfile)(nil),            // 17: gpuvm.backend.v1.MIGProfile
+	(*CreateRequest)(nil),         // 18: gpuvm.backend.v1.CreateRequest
+	(*RemoveRequest)(nil),         // 19: gpuvm.backend.v1.RemoveRequest
+	(*Hostdev)(nil),               // 20: gpuvm.backend.v1.Hostdev
+	(*Device)(nil),                // 21: gpuvm.backend.v1.Device
+	(*Health)(nil),                // 22: gpuvm.backend.v1.Health
 }
 var file_backend_proto_depIdxs = []int32{
 	11, // 0: gpuvm.backend.v1.InfoResponse.info:type_name -> gpuvm.backend.v1.Info
 	12, // 1: gpuvm.backend.v1.ConfigureRequest.config:type_name -> gpuvm.backend.v1.Config
 	13, // 2: gpuvm.backend.v1.InventoryResponse.inventory:type_name -> gpuvm.backend.v1.Inventory
-	20, // 3: gpuvm.backend.v1.CreateResponse.device:type_name -> gpuvm.backend.v1.Device
-	21, // 4: gpuvm.backend.v1.HealthResponse.health:type_name -> gpuvm.backend.v1.Health
-	14, // 5: gpuvm.backend.v1.Inventory.gpus:type_name -> gpuvm.backend.v1.GPU
-	20, // 6: gpuvm.backend.v1.Inventory.devices:type_name -> gpuvm.backend.v1.Device
-	15, // 7: gpuvm.backend.v1.GPU.vgpu_types:type_name -> gpuvm.backend.v1.VGPUType
-	16, // 8: gpuvm.backend.v1.GPU.mig_profiles:type_name -> gpuvm.backend.v1.MIGProfile
-	19, // 9: gpuvm.backend.v1.Device.hostdev:type_name -> gpuvm.backend.v1.Hostdev
-	1,  // 10: gpuvm.backend.v1.Backend.Info:input_type -> gpuvm.backend.v1.InfoRequest
-	3,  // 11: gpuvm.backend.v1.Backend.Configure:input_type -> gpuvm.backend.v1.ConfigureRequest
-	5,  // 12: gpuvm.backend.v1.Backend.Inventory:input_type -> gpuvm.backend.v1.InventoryRequest
-	17, // 13: gpuvm.backend.v1.Backend.Create:input_type -> gpuvm.backend.v1.CreateRequest
-	18, // 14: gpuvm.backend.v1.Backend.Remove:input_type -> gpuvm.backend.v1.RemoveRequest
-	9,  // 15: gpuvm.backend.v1.Backend.Health:input_type -> gpuvm.backend.v1.HealthRequest
-	0,  // 16: gpuvm.backend.v1.Backend.WatchInventory:input_type -> gpuvm.backend.v1.WatchInventoryRequest
-	2,  // 17: gpuvm.backend.v1.Backend.Info:output_type -> gpuvm.backend.v1.InfoResponse
-	4,  // 18: gpuvm.backend.v1.Backend.Configure:output_type -> gpuvm.backend.v1.ConfigureResponse
-	6,  // 19: gpuvm.backend.v1.Backend.Inventory:output_type -> gpuvm.backend.v1.InventoryResponse
-	7,  // 20: gpuvm.backend.v1.Backend.Create:output_type -> gpuvm.backend.v1.CreateResponse
-	8,  // 21: gpuvm.backend.v1.Backend.Remove:output_type -> gpuvm.backend.v1.RemoveResponse
-	10, // 22: gpuvm.backend.v1.Backend.Health:output_type -> gpuvm.backend.v1.HealthResponse
-	6,  // 23: gpuvm.backend.v1.Backend.WatchInventory:output_type -> gpuvm.backend.v1.InventoryResponse
-	17, // [17:24] is the sub-list for method output_type
-	10, // [10:17] is the sub-list for method input_type
-	10, // [10:10] is the sub-list for extension type_name
-	10, // [10:10] is the sub-list for extension extendee
-	0,  // [0:10] is the sub-list for field type_name
+	21, // 3: gpuvm.backend.v1.CreateResponse.device:type_name -> gpuvm.backend.v1.Device
+	22, // 4: gpuvm.backend.v1.HealthResponse.health:type_name -> gpuvm.backend.v1.Health
+	15, // 5: gpuvm.backend.v1.Inventory.gpus:type_name -> gpuvm.backend.v1.GPU
+	21, // 6: gpuvm.backend.v1.Inventory.devices:type_name -> gpuvm.backend.v1.Device
+	14, // 7: gpuvm.backend.v1.Inventory.driver:type_name -> gpuvm.backend.v1.Driver
+	16, // 8: gpuvm.backend.v1.GPU.vgpu_types:type_name -> gpuvm.backend.v1.VGPUType
+	17, // 9: gpuvm.backend.v1.GPU.mig_profiles:type_name -> gpuvm.backend.v1.MIGProfile
+	20, // 10: gpuvm.backend.v1.Device.hostdev:type_name -> gpuvm.backend.v1.Hostdev
+	1,  // 11: gpuvm.backend.v1.Backend.Info:input_type -> gpuvm.backend.v1.InfoRequest
+	3,  // 12: gpuvm.backend.v1.Backend.Configure:input_type -> gpuvm.backend.v1.ConfigureRequest
+	5,  // 13: gpuvm.backend.v1.Backend.Inventory:input_type -> gpuvm.backend.v1.InventoryRequest
+	18, // 14: gpuvm.backend.v1.Backend.Create:input_type -> gpuvm.backend.v1.CreateRequest
+	19, // 15: gpuvm.backend.v1.Backend.Remove:input_type -> gpuvm.backend.v1.RemoveRequest
+	9,  // 16: gpuvm.backend.v1.Backend.Health:input_type -> gpuvm.backend.v1.HealthRequest
+	0,  // 17: gpuvm.backend.v1.Backend.WatchInventory:input_type -> gpuvm.backend.v1.WatchInventoryRequest
+	2,  // 18: gpuvm.backend.v1.Backend.Info:output_type -> gpuvm.backend.v1.InfoResponse
+	4,  // 19: gpuvm.backend.v1.Backend.Configure:output_type -> gpuvm.backend.v1.ConfigureResponse
+	6,  // 20: gpuvm.backend.v1.Backend.Inventory:output_type -> gpuvm.backend.v1.InventoryResponse
+	7,  // 21: gpuvm.backend.v1.Backend.Create:output_type -> gpuvm.backend.v1.CreateResponse
+	8,  // 22: gpuvm.backend.v1.Backend.Remove:output_type -> gpuvm.backend.v1.RemoveResponse
+	10, // 23: gpuvm.backend.v1.Backend.Health:output_type -> gpuvm.backend.v1.HealthResponse
+	6,  // 24: gpuvm.backend.v1.Backend.WatchInventory:output_type -> gpuvm.backend.v1.InventoryResponse
+	18, // [18:25] is the sub-list for method output_type
+	11, // [11:18] is the sub-list for method input_type
+	11, // [11:11] is the sub-list for extension type_name
+	11, // [11:11] is the sub-list for extension extendee
+	0,  // [0:11] is the sub-list for field type_name
 }
 
 func init() { file_backend_proto_init() }
@@ -1687,7 +1790,7 @@ func file_backend_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_backend_proto_rawDesc), len(file_backend_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   22,
+			NumMessages:   23,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -88,6 +88,9 @@ type Options struct {
 	// OIDC is the OpenID provider's sign-ins (nil: not configured).
 	SignIn server.PasswordSignIn
 	OIDC   server.OIDCSignIn
+	// Bookings makes the API's booker from the Env's store and
+	// configuration (nil: the reservation routes answer 503).
+	Bookings func(st *store.Store, cfg *config.Config) server.Booker
 }
 
 // New starts an Env; it stops with the test.
@@ -133,9 +136,13 @@ func New(t testing.TB, o Options) *Env {
 	e.Worker = &Worker{st: st, step: o.Step, wake: make(chan struct{}, 1), guests: e.Guests}
 	e.Worker.wg.Add(1)
 	go e.Worker.run(wctx)
+	var booker server.Booker
+	if o.Bookings != nil {
+		booker = o.Bookings(st, cfg)
+	}
 	api := server.New(server.Deps{
 		Auth: st, Backends: backends{"mig": mock}, Config: e.Config, Log: log, Store: st, Worker: e.Worker,
-		Consoles: e.Guests, EventPoll: 10 * time.Millisecond, Orphans: o.Orphans, Images: o.Images, SignIn: o.SignIn, OIDC: o.OIDC,
+		Consoles: e.Guests, EventPoll: 10 * time.Millisecond, Orphans: o.Orphans, Images: o.Images, SignIn: o.SignIn, OIDC: o.OIDC, Bookings: booker,
 	})
 	srv := httptest.NewServer(api)
 	e.URL = srv.URL

@@ -65,3 +65,44 @@ export const getVM = (id) => call('GET', vmPath(id));
 export const vmAction = (id, action) => call('POST', vmPath(id) + '/actions/' + action);
 export const deleteVM = (id) => call('DELETE', vmPath(id));
 export const consoleTicket = (id) => call('GET', vmPath(id) + '/console');
+
+// pages/rules.js: the rules of sharing, written in the page's language.
+export const getRules = (l) => call('GET', '/v1/rules?lang=' + encodeURIComponent(l));
+// My VMs (pages/vms.js): extend a lease, the one-time desktop password, and
+// the .rdp file of an RDP desktop (text, not JSON).
+export const extendVM = (id, hours) => call('POST', vmPath(id) + '/actions/extend', {hours});
+export const vmCredentials = (id) => call('GET', vmPath(id) + '/credentials');
+export async function desktopRDP(id) {
+  const r = await fetch(vmPath(id) + '/desktop.rdp', {credentials: 'same-origin', cache: 'no-store'});
+  if (r.status === 401) {
+    location.assign('/login');
+    throw new APIError(401, {detail: 'signed out'});
+  }
+  if (!r.ok) throw new APIError(r.status, await r.json().catch(() => null));
+  return r.text();
+}
+// catalogue: the SSH keys a user keeps, and the policy's answer to an ask.
+const userPath = (name) => '/v1/users/' + encodeURIComponent(name);
+export const sshKeys = (user) => call('GET', userPath(user) + '/ssh-keys');
+export const setSSHKeys = (user, keys) => call('PUT', userPath(user) + '/ssh-keys', {keys});
+export const admission = (profile, hours) =>
+  call('GET', '/v1/profiles/' + encodeURIComponent(profile) + '/admission?hours=' + encodeURIComponent(hours));
+// book (pages/book.js): free capacity per hour, the caller's bookings,
+// booking and cancelling.
+export const bookingCapacity = (profile, from, to) => call('GET', '/v1/reservations/capacity?profile=' + encodeURIComponent(profile) +
+  '&from=' + encodeURIComponent(from.toISOString()) + '&to=' + encodeURIComponent(to.toISOString()) + '&step=1h');
+export const reservations = () => call('GET', '/v1/reservations');
+export const book = (body) => call('POST', '/v1/reservations', body);
+export const cancelReservation = (id) => call('DELETE', '/v1/reservations/' + encodeURIComponent(id));
+
+// usage (pages/usage.js): the caller's GPU-hours by day, week and month.
+export const usagePeriods = () => call('GET', '/v1/usage/periods');
+// login.js: the ways of signing in, and the password sign-in (a cookie
+// session, as with a token).
+export const authMethods = () => call('GET', '/v1/auth/methods', undefined, {signingIn: true});
+
+export async function signInPassword(username, password) {
+  const s = await call('POST', '/v1/session', {username, password}, {signingIn: true});
+  csrf = s.csrf_token;
+  return s;
+}

@@ -157,6 +157,7 @@ func (e *Env) Inventory() backend.Inventory {
 	if e.NVMLNote != "" {
 		inv.Notes = append(inv.Notes, e.NVMLNote)
 	}
+	inv.Driver = ReadDriver(e.NVML)
 	return inv
 }
 
@@ -182,4 +183,122 @@ func (s *State) Get() (*Env, error) {
 		return nil, backend.Errorf(backend.CodeUnavailable, "", "backend is not configured yet (Configure was not called)")
 	}
 	return s.env, nil
+}
+
+// LostReason is Device.Absent of a ledger device the host no longer has:
+// mdevs, VF vGPUs and MIG instances do not survive a host reboot.
+const LostReason = "not on the host: lost in a host reboot or a driver reload (gpuvmd makes it again for a VM that should run)"
+
+// VGPUExists reports whether a vGPU with this ID (mdev UUID, or VF address
+// for vendor VFIO) is on the host.
+func VGPUExists(fsys host.SysFS, id string) bool {
+	if _, err := host.ValidateAddress(id); err == nil {
+		cur, _, err := host.VFState(fsys, id)
+		return err == nil && cur != 0
+	}
+	return fsys.Exists("bus/mdev/devices/" + id)
+}
+
+// Recreated finds the ledger entry a CreateRequest.Recreate names. ok is
+// false when the request recreates nothing. An entry of another VM, or a
+// missing one, is refused: a recreate only ever makes again what was.
+func (e *Env) Recreated(req backend.CreateRequest) (entry Entry, ok bool, err error) {
+	if req.Recreate == "" {
+		return Entry{}, false, nil
+	}
+	entry, found, err := e.Ledger.Get(req.Recreate)
+	switch {
+	case err != nil:
+		return Entry{}, false, backend.Errorf(backend.CodeInternal, req.GPU, "%v", err)
+	case !found:
+		return Entry{}, false, backend.Errorf(backend.CodeNotFound, req.GPU, "recreate device %s: not in the %s backend's ledger", req.Recreate, e.Name)
+	case entry.Device.VMUUID != req.VMUUID || entry.Device.GPU != req.GPU:
+		return Entry{}, false, backend.Errorf(backend.CodeInvalid, req.GPU, "recreate device %s: it was made for VM %s on GPU %s, not VM %s on %s",
+			req.Recreate, entry.Device.VMUUID, entry.Device.GPU, req.VMUUID, req.GPU)
+	}
+	if err := e.Owns(entry, ""); err != nil {
+		return Entry{}, false, err
+	}
+	return entry, true, nil
+}
+
+// PreferParent moves parent to the front of the offer's parents, so that
+// CreateVGPU makes the vGPU there (a recreate on the VF it had); false when
+// the offer cannot take one there now.
+func PreferParent(o *Offer, parent string) bool {
+	for i, p := range o.Parents {
+		if p == parent {
+			o.Parents[0], o.Parents[i] = o.Parents[i], o.Parents[0]
+			return true
+		}
+	}
+	return false
+}
+
+// ReadDriver reads the host driver's version and, for the vGPU manager,
+// the vGPU versions it supports, through NVML; nil without NVML or when
+// NVML does not say its version.
+func ReadDriver(lib nvml.Interface) *backend.Driver {
+	if lib == nil {
+		return nil
+	}
+	v, ret := getDriverVersion(lib)
+	if ret != nvml.SUCCESS {
+		return nil
+	}
+	d := &backend.Driver{Version: strings.TrimRight(v, "\x00")}
+	if supported, _, ret := getVgpuVersion(lib); ret == nvml.SUCCESS && supported.MaxVersion != 0 {
+		d.VGPUMin, d.VGPUMax = VGPUVersion(supported.MinVersion), VGPUVersion(supported.MaxVersion)
+	}
+	return d
+}
+
+// getDriverVersion calls nvmlSystemGetDriverVersion; a mock without it
+// panics, which reads as NOT_SUPPORTED.
+func getDriverVersion(lib nvml.Interface) (v string, ret nvml.Return) {
+	defer func() {
+		if recover() != nil {
+			ret = nvml.ERROR_NOT_SUPPORTED
+		}
+	}()
+	return lib.SystemGetDriverVersion()
+}
+
+// getVgpuVersion calls NVML's nvmlGetVgpuVersion, which a library or mock
+// that lacks it answers with a panic (go-nvml's mocks do): NOT_SUPPORTED then.
+func getVgpuVersion(lib nvml.Interface) (supported, current nvml.VgpuVersion, ret nvml.Return) {
+	defer func() {
+		if recover() != nil {
+			ret = nvml.ERROR_NOT_SUPPORTED
+		}
+	}()
+	return lib.GetVgpuVersion()
+}
+
+// VGPUVersion writes a vGPU version as NVML encodes it (the major release
+// in the high 16 bits, the minor in the low: 0x110003 is 17.3).
+func VGPUVersion(v uint32) string {
+	return strconv.Itoa(int(v>>16)) + "." + strconv.Itoa(int(v&0xffff))
+}
+
+// SkipLedgerParents drops from an offer the VFs that a device of the ledger
+// names: one the host lost (a reboot) keeps its VF until gpuvmd has made it
+// again there or forgotten it, and a new device must not take it (the
+// ledger is keyed by the VF). mdev parents are left: an mdev is keyed by its
+// UUID.
+func SkipLedgerParents(o *Offer, ledger []Entry) {
+	held := map[string]bool{}
+	for _, e := range ledger {
+		held[e.Device.ID] = true
+	}
+	keep := o.Parents[:0]
+	for _, p := range o.Parents {
+		if !held[p] {
+			keep = append(keep, p)
+		}
+	}
+	if n := len(o.Parents) - len(keep); n > 0 {
+		o.FreeCount = max(o.FreeCount-n, 0)
+	}
+	o.Parents = keep
 }

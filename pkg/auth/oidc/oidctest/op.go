@@ -62,9 +62,16 @@ func build(t testing.TB, dir string) string {
 	return bin
 }
 
+// Option changes how the provider runs.
+type Option func(*[]string)
+
+// WithoutDevice runs a provider that offers no device authorization grant
+// (no device_authorization_endpoint in its discovery document).
+func WithoutDevice() Option { return func(args *[]string) { *args = append(*args, "-no-device") } }
+
 // Start runs the provider with users (DefaultUsers when nil) and a web
 // client whose redirect URI is redirectURL.
-func Start(t testing.TB, users map[string]User, redirectURL string) *Provider {
+func Start(t testing.TB, users map[string]User, redirectURL string, opts ...Option) *Provider {
 	t.Helper()
 	dir := t.TempDir()
 	bin := build(t, dir)
@@ -80,7 +87,11 @@ func Start(t testing.TB, users map[string]User, redirectURL string) *Provider {
 	if err := os.WriteFile(p.SecretFile, []byte(ClientSecret+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(bin, "-users", usersFile, "-client", ClientID+":"+ClientSecret+":"+redirectURL)
+	args := []string{"-users", usersFile, "-client", ClientID + ":" + ClientSecret + ":" + redirectURL}
+	for _, o := range opts {
+		o(&args)
+	}
+	cmd := exec.Command(bin, args...)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)

@@ -1,32 +1,202 @@
 // pages/vms.js: /vms, the caller's VMs, live over the events stream, with
-// their actions.
-import {html, useState, useEffect, useCallback} from '../vendor/preact-htm.js';
+// their actions: open the desktop the profile says (the browser console,
+// a .vv or .rdp file, Moonlight, DCV, SSH), extend the lease, reboot, stop,
+// start, delete, and the one-time desktop password.
+import {html, useState, useEffect, useCallback, useRef} from '../vendor/preact-htm.js';
 import * as api from '../api.js';
-import {t, stateWord, fmtTime, fmtRelative} from '../i18n.js';
+import {t, addWords, lang, stateWord, fmtTime, fmtRelative, hoursOf} from '../i18n.js';
 import {Header, Problem, Confirm, useEvents} from '../ui.js';
 
+addWords({
+  en: {
+    vm_reboot: 'Reboot', vm_extend: 'Extend', vm_left: '{d} left', vm_leftSecs: '{s} s left', vm_leaseEnded: 'the lease has ended',
+    vm_endsSoon: 'ends soon', vm_leaseHours: '{h} h, counted from when it runs',
+    vm_confirmReboot: 'Reboot {name}? Its guest restarts now: work not saved in it is lost.',
+    vm_extendTitle: 'Extend the lease of {name}', vm_extendHours: 'Hours to add',
+    vm_extendHint: 'At most {room} more: the profile allows {max} h and {name} has {h} h.',
+    vm_extendHintNoMax: '{name} has {h} h.', vm_extendNewEnd: 'The lease would end {at}.',
+    vm_extendQueued: 'The lease of a queued VM starts when it runs.',
+    vm_extendFull: '{name} has {h} h, the most its profile allows: it cannot be extended. Ask your admin, or make a new VM when it ends.',
+    vm_extendYes: 'Extend', vm_extending: 'Extending…', vm_close: 'Close',
+    vm_extendWhole: 'Write a whole number of hours, at least 1.',
+    vm_extended: 'The lease of {name} is extended by {n} h.', vm_extendedEnd: 'The lease of {name} is extended by {n} h: it ends {at}.',
+    vm_expected: 'Expected to start about {at} ({rel}).', vm_expectedPast: 'Expected to start any moment now (the estimate was about {at}).',
+    vm_uncertain: 'Uncertain: {note}', vm_uncertainNoNote: 'Uncertain: running VMs may be extended or deleted early.',
+    vm_gpuMig: 'MIG {p} on {on}', vm_gpuVgpu: '{t} vGPU on {on}', vm_gpuWhole: 'whole {on}', vm_gpuAny: 'GPU',
+    vm_copy: 'Copy', vm_copied: 'Copied {what}.', vm_copyFailed: 'Could not copy: select the text and copy it yourself.',
+    vm_desktopTitle: 'Desktop of {name}',
+    vm_rdpHow: 'Remote Desktop (RDP) listens in the guest on port {port}, reached through gpuvmd: run this on your computer; it opens the tunnel and your RDP client.',
+    vm_rdpFile: 'Or keep a tunnel open on 127.0.0.1:{port} with the command below and open the .rdp file in your RDP client (its user is {user}; it asks for the password).',
+    vm_rdpDownload: 'Download {name}.rdp',
+    vm_spiceHow: 'The desktop is the SPICE display: open the file with virt-viewer (remote-viewer). It holds a one-time display password and deletes itself.',
+    vm_vvDownload: 'Download {name}.vv',
+    vm_sunshineHow: 'Sunshine streams the desktop to Moonlight through gpuvmd\'s tunnels: run this on your computer and keep it running.',
+    vm_sunshineHost: 'Then add the host {host} in Moonlight and pair it with the PIN Moonlight shows (gpuvm desktop {name} --pin NNNN, or Sunshine\'s web page below).',
+    vm_sunshineWeb: 'Sunshine\'s web page (PIN)',
+    vm_dcvHow: 'Amazon DCV listens in the guest on port {port}, reached through gpuvmd: run this on your computer and keep it running; then open DCV in the browser or in DCV\'s client.',
+    vm_dcvWeb: 'DCV in the browser', vm_dcvLink: 'DCV\'s client (dcv://)',
+    vm_noneHow: 'This VM has neither a display nor a desktop: reach its guest with SSH through gpuvmd.',
+    vm_console: 'Browser console (boot screens)', vm_hideDesktop: 'Hide',
+    vm_showPassword: 'Show password once',
+    vm_confirmPassword: 'Show the desktop password of {name} now? It is shown only once: gpuvmd forgets it, and asking again is refused. Have your password manager ready.',
+    vm_confirmPasswordYes: 'Show it now',
+    vm_passwordTitle: 'Desktop password of {name}', vm_user: 'User', vm_password: 'Password',
+    vm_passwordWarn: 'Shown once: copy it now. When you hide it or leave this page it is gone.',
+    vm_hide: 'Hide', vm_passwordRefused: 'The password is not shown: {msg}',
+  },
+  'zh-CN': {
+    vm_reboot: '重启', vm_extend: '延长', vm_left: '剩余 {d}', vm_leftSecs: '剩余 {s} 秒', vm_leaseEnded: '租期已结束',
+    vm_endsSoon: '即将结束', vm_leaseHours: '{h} 小时，从运行时开始计算',
+    vm_confirmReboot: '重启 {name}？客户机将立即重启，未保存的工作会丢失。',
+    vm_extendTitle: '延长 {name} 的租期', vm_extendHours: '增加的小时数',
+    vm_extendHint: '最多还能增加 {room} 小时：该配置最长 {max} 小时，{name} 已有 {h} 小时。',
+    vm_extendHintNoMax: '{name} 已有 {h} 小时。', vm_extendNewEnd: '租期将于 {at} 结束。',
+    vm_extendQueued: '排队中的虚拟机，租期从运行时开始计算。',
+    vm_extendFull: '{name} 已有 {h} 小时，达到该配置的上限，无法再延长。请联系管理员，或在到期后新建虚拟机。',
+    vm_extendYes: '延长', vm_extending: '正在延长…', vm_close: '关闭',
+    vm_extendWhole: '请输入整数小时数，至少 1。',
+    vm_extended: '{name} 的租期已延长 {n} 小时。', vm_extendedEnd: '{name} 的租期已延长 {n} 小时，将于 {at} 结束。',
+    vm_expected: '预计约 {at} 启动（{rel}）。', vm_expectedPast: '预计随时启动（原估计约 {at}）。',
+    vm_uncertain: '不确定：{note}', vm_uncertainNoNote: '不确定：运行中的虚拟机可能被延长或提前删除。',
+    vm_gpuMig: '{on} 上的 MIG {p}', vm_gpuVgpu: '{on} 上的 {t} 虚拟 GPU', vm_gpuWhole: '整块 {on}', vm_gpuAny: 'GPU',
+    vm_copy: '复制', vm_copied: '已复制 {what}。', vm_copyFailed: '无法复制：请手动选中文本复制。',
+    vm_desktopTitle: '{name} 的桌面',
+    vm_rdpHow: '远程桌面（RDP）在客户机的 {port} 端口监听，需经 gpuvmd 访问：在你的电脑上运行下面的命令，它会打开隧道并启动 RDP 客户端。',
+    vm_rdpFile: '或者用下面的命令在 127.0.0.1:{port} 保持隧道，再用 RDP 客户端打开 .rdp 文件（用户为 {user}，密码会在连接时询问）。',
+    vm_rdpDownload: '下载 {name}.rdp',
+    vm_spiceHow: '桌面是 SPICE 显示：用 virt-viewer（remote-viewer）打开该文件。文件含一次性显示密码，用后自动删除。',
+    vm_vvDownload: '下载 {name}.vv',
+    vm_sunshineHow: 'Sunshine 经 gpuvmd 的隧道把桌面串流到 Moonlight：在你的电脑上运行下面的命令并保持运行。',
+    vm_sunshineHost: '然后在 Moonlight 中添加主机 {host}，并用 Moonlight 显示的 PIN 配对（gpuvm desktop {name} --pin NNNN，或下面的 Sunshine 网页）。',
+    vm_sunshineWeb: 'Sunshine 网页（PIN）',
+    vm_dcvHow: 'Amazon DCV 在客户机的 {port} 端口监听，需经 gpuvmd 访问：在你的电脑上运行下面的命令并保持运行，然后在浏览器或 DCV 客户端中打开。',
+    vm_dcvWeb: '在浏览器中打开 DCV', vm_dcvLink: 'DCV 客户端（dcv://）',
+    vm_noneHow: '该虚拟机没有显示也没有桌面：请经 gpuvmd 用 SSH 连接客户机。',
+    vm_console: '浏览器控制台（启动画面）', vm_hideDesktop: '收起',
+    vm_showPassword: '显示一次密码',
+    vm_confirmPassword: '现在显示 {name} 的桌面密码？密码只显示一次：之后 gpuvmd 不再保存，再次请求会被拒绝。请先准备好密码管理器。',
+    vm_confirmPasswordYes: '现在显示',
+    vm_passwordTitle: '{name} 的桌面密码', vm_user: '用户', vm_password: '密码',
+    vm_passwordWarn: '只显示一次：请立即复制。收起或离开本页后将无法再看到。',
+    vm_hide: '收起', vm_passwordRefused: '密码未显示：{msg}',
+  },
+});
+
 const finished = (vm) => vm.state === 'deleted';
+// GET /v1/vms/{id} of these states says more than the list: addresses and
+// the console (running), the estimated start (queued).
+const detailed = (vm) => vm.state === 'running' || vm.state === 'queued';
+const actionWord = (a) => t({reboot: 'vm_reboot', extend: 'vm_extend'}[a] || a);
+const MIN = 60000;
+
+// span says h hours m minutes ("2 h 5 min", "2 小时 5 分钟").
+function span(mins) {
+  const h = Math.floor(mins / 60), m = mins % 60;
+  const unit = lang === 'zh-CN' ? [' 小时', ' 分钟'] : [' h', ' min'];
+  return (h ? h + unit[0] + (m ? ' ' : '') : '') + (m || !h ? m + unit[1] : '');
+}
+
+// leaseLeft is the lease's countdown: minutes (seconds in the last one),
+// warn under 30 minutes.
+export function leaseLeft(iso, now) {
+  const ms = new Date(iso).getTime() - now;
+  if (ms <= 0) return {text: t('vm_leaseEnded'), warn: true};
+  if (ms < MIN) return {text: t('vm_leftSecs', {s: Math.ceil(ms / 1000)}), warn: true};
+  return {text: t('vm_left', {d: span(Math.floor(ms / MIN))}), warn: ms < 30 * MIN};
+}
+
+// clock is a time in the viewer's zone: the time alone today, else with
+// the date.
+const timeOnly = new Intl.DateTimeFormat(lang, {timeStyle: 'short'});
+function clock(iso, now) {
+  const d = new Date(iso);
+  return d.toDateString() === new Date(now).toDateString() ? timeOnly.format(d) : fmtTime(iso);
+}
+
+// estimate says when a queued VM is expected to start (GET /v1/vms/{id}'s
+// estimated_start); null without one.
+export function estimate(vm, now) {
+  if (vm.state !== 'queued' || !vm.estimated_start || isNaN(new Date(vm.estimated_start))) return null;
+  const at = clock(vm.estimated_start, now);
+  const text = new Date(vm.estimated_start).getTime() > now
+    ? t('vm_expected', {at, rel: fmtRelative(vm.estimated_start, now)}) : t('vm_expectedPast', {at});
+  const uncertain = vm.estimated_start_uncertain
+    ? (vm.estimated_start_note ? t('vm_uncertain', {note: vm.estimated_start_note}) : t('vm_uncertainNoNote')) : '';
+  return {text, uncertain};
+}
+
+// gpuHeld says what GPU a VM holds, in words: "MIG 1g.10gb on H100
+// 0000:41:00.0" (the model from the VM's profile, when it names one).
+export function gpuHeld(g, prof) {
+  const model = prof && prof.gpu && prof.gpu.model;
+  const on = [model || t('vm_gpuAny'), g.address].filter(Boolean).join(' ');
+  switch (g.kind) {
+    case 'mig': return t('vm_gpuMig', {p: g.type, on});
+    case 'vgpu': return t('vm_gpuVgpu', {t: g.type, on});
+    case 'passthrough': return t('vm_gpuWhole', {on});
+  }
+  return [g.type || g.kind, g.address].filter(Boolean).join(' ');
+}
+
+// copyText puts text on the clipboard: the Clipboard API where the page is
+// a secure context, else a selected, off-screen text area.
+async function copyText(text) {
+  try {
+    await navigator.clipboard.writeText(text);
+    return true;
+  } catch (_) {
+    const ta = document.createElement('textarea');
+    ta.value = text;
+    ta.setAttribute('readonly', '');
+    ta.className = 'copy-buffer';
+    document.body.append(ta);
+    ta.select();
+    let ok = false;
+    try { ok = document.execCommand('copy'); } catch (_) { ok = false; }
+    ta.remove();
+    return ok;
+  }
+}
+
+// desktopOf is the VM's desktop protocol: its profile's (GET /v1/vms/{id}'s
+// desktop), else its display's.
+const desktopOf = (vm) => vm.desktop || (vm.console && vm.console.protocol) || '';
 
 export default function VMs({session}) {
   const [vms, setVMs] = useState(null);
   const [details, setDetails] = useState({});
+  const [profiles, setProfiles] = useState({});
   const [error, setError] = useState(null);
   const [live, setLive] = useState(false);
   const [confirm, setConfirm] = useState(null);
+  const [extending, setExtending] = useState(null);
+  const [panels, setPanels] = useState({}); // VM ID: the desktop panel open
+  const [creds, setCreds] = useState({}); // VM ID: its password, shown, or why not
   const [said, setSaid] = useState('');
   const [now, setNow] = useState(Date.now());
 
+  // The profiles give the lease's maximum and the GPU's model: read once,
+  // with the first list, and drawn with it (one render, not two).
+  const profilesOnce = useRef(null);
   const load = useCallback(async () => {
     try {
-      const items = (await api.allVMs()).filter((vm) => !finished(vm));
+      profilesOnce.current = profilesOnce.current || api.call('GET', '/v1/profiles')
+        .then((ps) => Object.fromEntries((ps || []).map((p) => [p.name, p]))).catch(() => ({}));
+      const [all, profs] = await Promise.all([api.allVMs(), profilesOnce.current]);
+      const items = all.filter((vm) => !finished(vm));
+      setProfiles(profs);
       setVMs(items);
-      // Addresses and the console are in GET /v1/vms/{id} only: read them
-      // for the running VMs (a few at a time).
-      const running = items.filter((vm) => vm.state === 'running').slice(0, 50);
-      for (let i = 0; i < running.length; i += 4) {
-        const got = await Promise.all(running.slice(i, i + 4).map((vm) => api.getVM(vm.id).catch(() => null)));
-        setDetails((d) => { const n = {...d}; got.forEach((g) => g && (n[g.id] = g)); return n; });
+      // Addresses, the console and the estimated start are in GET
+      // /v1/vms/{id} only: read them for the running and queued VMs (a
+      // few at a time).
+      // They are drawn once all are read: a re-render of a long list per
+      // four answers would be slow on an old laptop.
+      const more = items.filter(detailed).slice(0, 50);
+      const got = [];
+      for (let i = 0; i < more.length; i += 4) {
+        got.push(...await Promise.all(more.slice(i, i + 4).map((vm) => api.getVM(vm.id).catch(() => null))));
       }
+      if (got.length) setDetails((d) => { const n = {...d}; got.forEach((g) => g && (n[g.id] = g)); return n; });
     } catch (err) { setError(err); }
   }, []);
 
@@ -37,27 +207,67 @@ export default function VMs({session}) {
   useEffect(() => { load(); }, [load]);
   // Any event of the caller's VMs: read the list again.
   useEvents(['vm.created', 'vm.state', 'vm.action', 'vm.warning'], load, setLive, setError);
+  // The countdowns: every second while a lease is in its last minute,
+  // else every 15 s.
+  const fast = (vms || []).some((vm) => {
+    const ms = vm.lease_end ? new Date(vm.lease_end).getTime() - now : -1;
+    return ms > 0 && ms < 2 * MIN;
+  });
   useEffect(() => {
-    const tick = setInterval(() => setNow(Date.now()), 30000);
+    const tick = setInterval(() => setNow(Date.now()), fast ? 1000 : 15000);
     return () => clearInterval(tick);
-  }, []);
+  }, [fast]);
+
+  const shown = (vm) => (details[vm.id] && details[vm.id].updated_at === vm.updated_at ? details[vm.id] : vm);
 
   const act = async (vm, action) => {
     setConfirm(null);
+    if (action === 'password') return reveal(vm);
     try {
       if (action === 'delete') await api.deleteVM(vm.id);
       else await api.vmAction(vm.id, action);
-      setSaid(t('done', {action: t(action), name: vm.name}));
+      setSaid(t('done', {action: actionWord(action), name: vm.name}));
       load();
     } catch (err) { setError(err); }
   };
-  const desktop = async (vm) => {
+  const reveal = async (vm) => {
+    try {
+      const c = await api.vmCredentials(vm.id);
+      setCreds((m) => ({...m, [vm.id]: {user: c.user, password: c.password}}));
+    } catch (err) {
+      if (err.status === 401) return;
+      setCreds((m) => ({...m, [vm.id]: {error: err.message}}));
+    }
+  };
+  const extended = (before, after, hours) => {
+    setExtending(null);
+    setSaid(after && after.lease_end
+      ? t('vm_extendedEnd', {name: before.name, n: hours, at: fmtTime(after.lease_end)}) : t('vm_extended', {name: before.name, n: hours}));
+    load();
+  };
+  const browserConsole = async (vm) => {
     const w = window.open('', '_blank');
     try {
       const c = await api.consoleTicket(vm.id);
+      if (!c.browser_url) throw new Error(c.desktop && c.desktop.message || 'no browser console');
       if (w) { w.opener = null; w.location = c.browser_url; } else location.assign(c.browser_url);
     } catch (err) { if (w) w.close(); setError(err); }
   };
+  // desktop opens the VM's desktop as its profile says: the browser
+  // console in a new tab (vnc), else the card's desktop panel, with what
+  // it needs read first.
+  const desktop = async (vm) => {
+    const proto = desktopOf(vm);
+    if (proto === 'vnc') return browserConsole(vm);
+    if (panels[vm.id]) { setPanels((p) => { const n = {...p}; delete n[vm.id]; return n; }); return; }
+    const panel = {proto};
+    try {
+      if (proto === 'rdp') panel.rdp = parseRDP(await api.desktopRDP(vm.id));
+      if (proto === 'sunshine' || proto === 'dcv') panel.con = await api.consoleTicket(vm.id);
+    } catch (err) { panel.error = err.message; }
+    setPanels((p) => ({...p, [vm.id]: panel}));
+  };
+  const copied = async (text, what) => setSaid(await copyText(text) ? t('vm_copied', {what}) : t('vm_copyFailed'));
 
   return html`<${Header} session=${session} />
   <main id="main" tabindex="-1">
@@ -70,39 +280,187 @@ export default function VMs({session}) {
     <p class="sr-only" role="status" aria-live="polite">${said}</p>
     ${vms && vms.length === 0 && html`<p class="notice">${t('noVMs')}</p>`}
     <ul class="vms" aria-busy=${vms === null}>
-      ${(vms || []).map((vm) => html`<${VMCard} key=${vm.id} vm=${details[vm.id] && details[vm.id].updated_at === vm.updated_at ? details[vm.id] : vm}
-        now=${now} onAct=${(a) => setConfirm({vm, action: a})} onDesktop=${() => desktop(vm)} />`)}
+      ${(vms || []).map((item) => {
+        const vm = shown(item);
+        return html`<${VMCard} key=${vm.id} vm=${vm} prof=${profiles[vm.profile]} now=${now}
+          panel=${panels[vm.id]} cred=${creds[vm.id]} onCopy=${copied}
+          onAct=${(a) => (a === 'extend' ? setExtending(vm) : setConfirm({vm, action: a}))}
+          onDesktop=${() => desktop(vm)} onConsole=${() => browserConsole(vm)}
+          onHide=${() => setCreds((m) => ({...m, [vm.id]: {hidden: true}}))} />`;
+      })}
     </ul>
     ${confirm && html`<${Confirm} text=${confirmText(confirm)} danger=${confirm.action === 'delete'}
-      yes=${t('confirm', {action: t(confirm.action).toLowerCase()})} onYes=${() => act(confirm.vm, confirm.action)} onNo=${() => setConfirm(null)} />`}
+      yes=${confirm.action === 'password' ? t('vm_confirmPasswordYes') : t('confirm', {action: actionWord(confirm.action).toLowerCase()})}
+      onYes=${() => act(confirm.vm, confirm.action)} onNo=${() => setConfirm(null)} />`}
+    ${extending && html`<${ExtendDialog} vm=${extending} prof=${profiles[extending.profile]} now=${now}
+      onDone=${(after, hours) => extended(extending, after, hours)} onCancel=${() => setExtending(null)} />`}
   </main>`;
 }
 
-function VMCard({vm, now, onAct, onDesktop}) {
+// parseRDP reads the full address and user name of an .rdp file.
+function parseRDP(text) {
+  const out = {text};
+  for (const line of text.split(/\r?\n/)) {
+    const m = /^(full address|username):s:(.*)$/.exec(line);
+    if (m && m[1] === 'full address') {
+      out.address = m[2];
+      out.port = m[2].slice(m[2].lastIndexOf(':') + 1);
+    } else if (m) out.user = m[2];
+  }
+  return out;
+}
+
+function Copy({text, what, onCopy}) {
+  return html`<button type="button" class="quiet copy" onClick=${() => onCopy(text, what)}>${t('vm_copy')}<span class="sr-only"> ${what}</span></button>`;
+}
+
+// Command is a command line to type, with its copy button.
+function Command({cmd, onCopy}) {
+  return html`<div class="cmd"><code>${cmd}</code><${Copy} text=${cmd} what=${cmd} onCopy=${onCopy} /></div>`;
+}
+
+function VMCard({vm, prof, now, panel, cred, onAct, onDesktop, onConsole, onCopy, onHide}) {
   const id = 'vm-' + vm.name;
-  const gpus = (vm.gpus || []).map((g) => [g.type || g.kind, g.address].filter(Boolean).join(' @ ')).join(', ');
-  const addrs = (vm.addresses || []).map((a) => a.ip).join(', ');
+  const gpus = (vm.gpus || []).map((g) => gpuHeld(g, prof));
+  const addrs = (vm.addresses || []).map((a) => a.ip);
   const busy = ['allocating', 'creating', 'stopping', 'deleting'].includes(vm.state);
+  const running = vm.state === 'running';
+  const proto = desktopOf(vm);
+  const canDesktop = running && (proto === 'vnc' ? !!vm.console : !!proto);
+  const left = vm.lease_end && leaseLeft(vm.lease_end, now);
+  const est = estimate(vm, now);
   return html`<li class="card vm" id=${id} data-state=${vm.state} aria-labelledby=${id + '-name'}>
     <div class="vm-head">
       <h2 id=${id + '-name'}>${vm.name}</h2>
       <span class=${'state s-' + vm.state} data-testid="state">${stateWord(vm.state)}${vm.phase ? ' · ' + vm.phase : ''}</span>
     </div>
     ${vm.reason && html`<p class="reason">${vm.reason}${vm.queue_position ? ' (' + t('queuePos', {n: vm.queue_position}) + ')' : ''}</p>`}
+    ${est && html`<p class="estimate" id=${id + '-estimate'}>${est.text}${est.uncertain && html` <span class="uncertain">${est.uncertain}</span>`}</p>`}
     <dl class="facts">
       <div><dt>${t('profile')}</dt><dd>${vm.profile}</dd></div>
-      <div><dt>${t('gpu')}</dt><dd>${gpus || t('none')}</dd></div>
+      <div><dt>${t('gpu')}</dt><dd class="gpus">${gpus.length ? gpus.map((g) => html`<span>${g}</span>`) : t('none')}</dd></div>
       <div><dt>${t('leaseEnd')}</dt><dd>${vm.lease_end
-        ? html`<time datetime=${vm.lease_end}>${fmtTime(vm.lease_end)}</time> (${fmtRelative(vm.lease_end, now)})` : t('none')}</dd></div>
-      <div><dt>${t('addresses')}</dt><dd>${addrs || t('none')}</dd></div>
+        ? html`<time datetime=${vm.lease_end}>${fmtTime(vm.lease_end)}</time>
+          <span class=${'countdown' + (left.warn ? ' warn' : '')} id=${id + '-left'}>${left.text}${left.warn && vm.lease_end && new Date(vm.lease_end) > now
+            ? html` <strong class="soon">${t('vm_endsSoon')}</strong>` : ''}</span>`
+        : vm.hours ? t('vm_leaseHours', {h: vm.hours}) : t('none')}</dd></div>
+      <div><dt>${t('addresses')}</dt><dd>${addrs.length
+        ? html`<ul class="addrs">${addrs.map((ip) => html`<li><code>${ip}</code> <${Copy} text=${ip} what=${ip} onCopy=${onCopy} /></li>`)}</ul>`
+        : t('none')}</dd></div>
     </dl>
     <div class="buttons" role="group" aria-label=${t('actions', {name: vm.name})}>
-      ${vm.state === 'running' && vm.console && html`<button type="button" onClick=${onDesktop}>${t('openDesktop')}</button>`}
-      ${vm.state === 'running' && html`<button type="button" class="quiet" onClick=${() => onAct('stop')}>${t('stop')}</button>`}
+      ${canDesktop && html`<button type="button" onClick=${onDesktop} aria-expanded=${proto === 'vnc' ? undefined : !!panel}>${t('openDesktop')}</button>`}
+      ${['queued', 'running', 'stopped'].includes(vm.state) && html`<button type="button" class="quiet" onClick=${() => onAct('extend')}>${t('vm_extend')}</button>`}
+      ${running && html`<button type="button" class="quiet" onClick=${() => onAct('reboot')}>${t('vm_reboot')}</button>`}
+      ${running && html`<button type="button" class="quiet" onClick=${() => onAct('stop')}>${t('stop')}</button>`}
       ${vm.state === 'stopped' && html`<button type="button" onClick=${() => onAct('start')}>${t('start')}</button>`}
+      ${running && !(cred && cred.password) && html`<button type="button" class="quiet" onClick=${() => onAct('password')}>${t('vm_showPassword')}</button>`}
       ${!busy && html`<button type="button" class="danger" onClick=${() => onAct('delete')}>${t('delete')}</button>`}
     </div>
+    ${panel && html`<${DesktopPanel} vm=${vm} panel=${panel} onCopy=${onCopy} onConsole=${onConsole} />`}
+    ${cred && cred.password && html`<section class="secret" id=${id + '-password'} aria-labelledby=${id + '-pw-title'}>
+      <h3 id=${id + '-pw-title'}>${t('vm_passwordTitle', {name: vm.name})}</h3>
+      <p class="warn-text">${t('vm_passwordWarn')}</p>
+      <dl class="facts">
+        <div><dt>${t('vm_user')}</dt><dd><code>${cred.user}</code> <${Copy} text=${cred.user} what=${t('vm_user')} onCopy=${onCopy} /></dd></div>
+        <div><dt>${t('vm_password')}</dt><dd><code class="pw">${cred.password}</code> <${Copy} text=${cred.password} what=${t('vm_password')} onCopy=${onCopy} /></dd></div>
+      </dl>
+      <button type="button" class="quiet" onClick=${onHide}>${t('vm_hide')}</button>
+    </section>`}
+    ${cred && cred.error && html`<p class="notice error" role="alert" id=${id + '-password'}>${t('vm_passwordRefused', {msg: cred.error})}</p>`}
   </li>`;
 }
 
-const confirmText = ({vm, action}) => t({stop: 'confirmStop', start: 'confirmStart', delete: 'confirmDelete'}[action], {name: vm.name});
+// DesktopPanel says how to reach a desktop that is not the browser
+// console: a file to download, a command to copy, links.
+function DesktopPanel({vm, panel, onCopy, onConsole}) {
+  const id = 'vm-' + vm.name + '-desktop';
+  const d = (panel.con && panel.con.desktop) || {};
+  const portOf = (use, def) => ((d.ports || []).find((p) => p.use === use) || {port: def}).port;
+  const path = '/v1/vms/' + encodeURIComponent(vm.id);
+  let body;
+  switch (panel.proto) {
+    case 'rdp': {
+      const port = (panel.rdp && panel.rdp.port) || '3389';
+      body = html`<p>${t('vm_rdpHow', {port})}</p>
+        <${Command} cmd=${'gpuvm rdp ' + vm.name} onCopy=${onCopy} />
+        <p>${t('vm_rdpFile', {port, user: (panel.rdp && panel.rdp.user) || '—'})}</p>
+        <${Command} cmd=${`gpuvm tunnel ${vm.name} ${port} --local-port ${port}`} onCopy=${onCopy} />
+        <p><a class="download" href=${path + '/desktop.rdp'} download=${vm.name + '.rdp'} id=${id + '-rdp'}>${t('vm_rdpDownload', {name: vm.name})}</a></p>`;
+      break;
+    }
+    case 'spice':
+      body = html`<p>${t('vm_spiceHow')}</p>
+        <p><a class="download" href=${path + '/console.vv'} download=${vm.name + '.vv'} id=${id + '-vv'}>${t('vm_vvDownload', {name: vm.name})}</a></p>`;
+      break;
+    case 'sunshine':
+      body = html`<p>${t('vm_sunshineHow')}</p>
+        <${Command} cmd=${'gpuvm desktop ' + vm.name} onCopy=${onCopy} />
+        <p>${t('vm_sunshineHost', {host: (d.local_host || '127.0.0.1') + ':' + portOf('http', 47989), name: vm.name})}</p>
+        ${d.web_url && html`<p><a href=${d.web_url} target="_blank" rel="noopener noreferrer">${t('vm_sunshineWeb')}</a></p>`}`;
+      break;
+    case 'dcv':
+      body = html`<p>${t('vm_dcvHow', {port: portOf('dcv', 8443)})}</p>
+        <${Command} cmd=${'gpuvm desktop ' + vm.name} onCopy=${onCopy} />
+        <p class="links">${d.web_url && html`<a href=${d.web_url} target="_blank" rel="noopener noreferrer">${t('vm_dcvWeb')}</a>`}
+          ${d.link && html`<a href=${d.link}>${t('vm_dcvLink')}</a>`}</p>`;
+      break;
+    default:
+      body = html`<p>${t('vm_noneHow')}</p><${Command} cmd=${'gpuvm ssh ' + vm.name} onCopy=${onCopy} />`;
+  }
+  return html`<section class="desktop" id=${id} aria-labelledby=${id + '-title'} data-protocol=${panel.proto}>
+    <h3 id=${id + '-title'}>${t('vm_desktopTitle', {name: vm.name})}</h3>
+    ${panel.error ? html`<p class="notice error" role="alert">${t('error', {msg: panel.error})}</p>` : body}
+    ${vm.console && vm.console.protocol === 'vnc' && panel.proto !== 'vnc' && html`<p><button type="button" class="quiet" onClick=${onConsole}>${t('vm_console')}</button></p>`}
+  </section>`;
+}
+
+// ExtendDialog asks how many hours to add to a VM's lease, within its
+// profile's maximum, and shows the API's refusal in words.
+function ExtendDialog({vm, prof, now, onDone, onCancel}) {
+  const ref = useRef(null);
+  const max = prof ? hoursOf(prof.lease && prof.lease.max) : 0;
+  const room = max ? Math.max(0, max - vm.hours) : null;
+  const [hours, setHours] = useState('1');
+  const [problem, setProblem] = useState('');
+  const [sending, setSending] = useState(false);
+  useEffect(() => { const d = ref.current; d.showModal(); return () => d.open && d.close(); }, []);
+  const whole = (v) => v !== '' && Number.isInteger(Number(v)) && Number(v) >= 1;
+  const newEnd = vm.lease_end && whole(hours) ? new Date(new Date(vm.lease_end).getTime() + Number(hours) * 3600000).toISOString() : '';
+  const submit = async (e) => {
+    e.preventDefault();
+    const v = e.target.elements.hours.value.trim();
+    setHours(v);
+    if (!whole(v)) { setProblem(t('vm_extendWhole')); return; }
+    const n = Number(v);
+    setSending(true);
+    setProblem('');
+    try {
+      onDone(await api.extendVM(vm.id, n), n);
+    } catch (err) {
+      setProblem(err.message);
+      setSending(false);
+    }
+  };
+  const title = 'extend-title';
+  return html`<dialog ref=${ref} class="confirm extend" id="extend-dialog" aria-labelledby=${title} onCancel=${onCancel}>
+    <h2 id=${title}>${t('vm_extendTitle', {name: vm.name})}</h2>
+    ${room === 0 ? html`<p>${t('vm_extendFull', {name: vm.name, h: vm.hours})}</p>
+      <div class="buttons"><button type="button" class="quiet" onClick=${onCancel} autofocus>${t('vm_close')}</button></div>`
+    : html`<form onSubmit=${submit} noValidate>
+      <label for="extend-hours">${t('vm_extendHours')}</label>
+      <input id="extend-hours" name="hours" type="number" inputmode="numeric" min="1" max=${room || undefined} step="1" value=${hours}
+        aria-describedby="extend-hint" onInput=${(e) => setHours(e.target.value)} autofocus />
+      <p class="hint" id="extend-hint">${room ? t('vm_extendHint', {room, max, name: vm.name, h: vm.hours}) : t('vm_extendHintNoMax', {name: vm.name, h: vm.hours})}
+        ${' '}${newEnd ? t('vm_extendNewEnd', {at: clock(newEnd, now)}) : vm.state === 'queued' ? t('vm_extendQueued') : ''}</p>
+      ${problem && html`<p class="notice error" role="alert" id="extend-problem">${problem}</p>`}
+      <div class="buttons">
+        <button type="submit" id="extend-yes" disabled=${sending}>${sending ? t('vm_extending') : t('vm_extendYes')}</button>
+        <button type="button" class="quiet" onClick=${onCancel}>${t('cancel')}</button>
+      </div>
+    </form>`}
+  </dialog>`;
+}
+
+const confirmText = ({vm, action}) => t({stop: 'confirmStop', start: 'confirmStart', delete: 'confirmDelete',
+  reboot: 'vm_confirmReboot', password: 'vm_confirmPassword'}[action], {name: vm.name});

@@ -1,0 +1,90 @@
+package api
+
+import "time"
+
+// Profile is what GET /v1/profiles and GET /v1/profiles/{name} say of a
+// profile beside its resolved fields (pkg/config's Profile as JSON, in the
+// same object): whether this server can serve it at all.
+type Profile struct {
+	// Unservable, when set, says in words why no GPU of the hosts that
+	// have reported their inventory (and are not down) can ever give the
+	// profile ("no GPU here can ever give H100-4C (boards: L40S; …)"): the
+	// scheduler's own test, on their GPUs empty. A VM of it is refused at
+	// once (POST /v1/vms: 422). Absent when a GPU can give it, when it
+	// needs no GPU, and when no host has reported yet (nothing is known).
+	Unservable string `json:"unservable,omitempty"`
+}
+
+// Answers of GET /v1/profiles/{name}/admission (Admission.Answer).
+const (
+	AdmissionStarts  = "starts"  // nothing in the policy keeps it from starting now
+	AdmissionWaits   = "waits"   // it would queue until Reason passes
+	AdmissionRefused = "refused" // POST /v1/vms would refuse it
+	AdmissionUnknown = "unknown" // this server applies no policy it can ask
+)
+
+// Admission is the answer to GET /v1/profiles/{name}/admission?hours=N:
+// what the sharing policy would say now to the caller's asking for a VM of
+// the profile for that many hours: the same check POST /v1/vms makes, with
+// nothing made. Capacity is not in it (a free GPU now or not): only the
+// rules, and whether the profile can ever be served.
+type Admission struct {
+	Profile string `json:"profile"`
+	Hours   int    `json:"hours"`
+	// Answer is starts, waits, refused or unknown.
+	Answer string `json:"answer"`
+	// Reason is the policy's words when it waits or is refused ("quota:
+	// user ann: runs 2 of 2 VMs", the window that forbids the lease).
+	Reason string `json:"reason,omitempty"`
+	// Quota is the caller's limits in force; a limit that is absent is
+	// none.
+	Quota Quota `json:"quota"`
+	// Budgets are the periods of the caller's GPU-hour budgets now: the
+	// GPU-hours used in one so far are GET /v1/usage from its start (the
+	// check also counts what running VMs will hold until their lease
+	// ends).
+	Budgets []Budget `json:"budgets"`
+	// Window is the policy's time window in force now, if any.
+	Window *AdmissionWindow `json:"window,omitempty"`
+}
+
+// Quota is a user's limits as the policy in force sets them (its user's,
+// else its groups' loosest, else the defaults); nil: no limit.
+type Quota struct {
+	VMs       *int    `json:"vms,omitempty"`    // VMs at once
+	GPUs      *int    `json:"gpus,omitempty"`   // whole GPUs at once
+	Slices    *int    `json:"slices,omitempty"` // vGPUs and MIG instances at once
+	GPUMemory *uint64 `json:"gpu_memory,omitempty"`
+	// GPU-hour budgets, in the policy's timezone (days from midnight,
+	// weeks from Monday, months from the 1st).
+	GPUHoursPerDay   *float64 `json:"gpu_hours_per_day,omitempty"`
+	GPUHoursPerWeek  *float64 `json:"gpu_hours_per_week,omitempty"`
+	GPUHoursPerMonth *float64 `json:"gpu_hours_per_month,omitempty"`
+}
+
+// Budget is the calendar period of one GPU-hour budget.
+type Budget struct {
+	Unit     string    `json:"unit"` // day, week or month
+	GPUHours float64   `json:"gpu_hours"`
+	Start    time.Time `json:"start"`
+	End      time.Time `json:"end"`
+}
+
+// AdmissionWindow is a time window of the policy in force now.
+type AdmissionWindow struct {
+	Name string `json:"name"`
+	// Classes are the scheduling classes that may start in it.
+	Classes []string `json:"classes"`
+	// Start and End are this occurrence of the window.
+	Start time.Time `json:"start"`
+	End   time.Time `json:"end"`
+	// Allows says whether the profile's class may start in it.
+	Allows bool `json:"allows"`
+}
+
+// SSHKeys is the body and answer of PUT and GET /v1/users/{name}/ssh-keys:
+// the public keys a user keeps for new VMs (the portal fills its form with
+// them). At most 64, each one line of at most 16 KiB.
+type SSHKeys struct {
+	Keys []string `json:"keys"`
+}

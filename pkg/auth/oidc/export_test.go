@@ -1,0 +1,4 @@
+package oidc
+
+// DiscoveryBackoff lets tests shorten the wait after a failed discovery.
+var DiscoveryBackoff = &discoveryBackoff

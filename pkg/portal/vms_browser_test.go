@@ -1,0 +1,407 @@
+package portal_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	cdpbrowser "github.com/chromedp/cdproto/browser"
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/emulation"
+	"github.com/chromedp/cdproto/fetch"
+	"github.com/chromedp/cdproto/network"
+	"github.com/chromedp/chromedp"
+
+	"github.com/gpuvm/gpuvm/pkg/api"
+	"github.com/gpuvm/gpuvm/pkg/client/clienttest"
+	"github.com/gpuvm/gpuvm/pkg/gpu"
+	"github.com/gpuvm/gpuvm/pkg/store"
+)
+
+// vmsProfiles are the browser tests' catalogue and a Windows-style seat
+// whose desktop is RDP.
+const vmsProfiles = profiles + `
+profile "win" {
+  vcpus  = 2
+  memory = "4GiB"
+  boot { kernel = "/k" }
+  desktop {
+    protocol = "rdp"
+  }
+  lease {
+    default = "2h"
+    max     = "6h"
+  }
+}
+profile "stream" {
+  boot { kernel = "/k" }
+  desktop {
+    protocol = "sunshine"
+  }
+}
+profile "cad" {
+  boot { kernel = "/k" }
+  desktop {
+    protocol = "dcv"
+    session  = "work"
+  }
+}
+profile "spicy" {
+  boot { kernel = "/k" }
+  display {
+    type = "spice"
+  }
+}
+profile "headless" {
+  boot { kernel = "/k" }
+  display {
+    type = "none"
+  }
+}
+`
+
+// apiCreate asks the API for a VM as ann (so that gpuvmd makes its
+// credentials, as for any VM).
+func apiCreate(t *testing.T, env *clienttest.Env, req api.CreateVMRequest) api.VM {
+	t.Helper()
+	body, _ := json.Marshal(req)
+	r, _ := http.NewRequest("POST", env.URL+"/v1/vms", bytes.NewReader(body))
+	r.Header.Set("Authorization", "Bearer "+env.UserToken)
+	r.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out api.CreateVMResponse
+	if resp.StatusCode != http.StatusAccepted || json.NewDecoder(resp.Body).Decode(&out) != nil {
+		t.Fatalf("create %+v: %d", req, resp.StatusCode)
+	}
+	return out.VM
+}
+
+// apiGetVM reads GET /v1/vms/{id} as ann, as JSON fields.
+func apiGetVM(t *testing.T, env *clienttest.Env, id string) map[string]any {
+	t.Helper()
+	r, _ := http.NewRequest("GET", env.URL+"/v1/vms/"+id, nil)
+	r.Header.Set("Authorization", "Bearer "+env.UserToken)
+	resp, err := http.DefaultClient.Do(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out map[string]any
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// injectEstimate makes the browser's GET /v1/vms/{id} of one VM carry the
+// estimated start's fields (the estimate helper's; used only while the
+// server does not give them yet), by intercepting the answer.
+func (b *browser) injectEstimate(id string, fields map[string]any) {
+	b.t.Helper()
+	chromedp.ListenTarget(b.ctx, func(ev any) {
+		paused, ok := ev.(*fetch.EventRequestPaused)
+		if !ok {
+			return
+		}
+		go func() {
+			ctx := cdp.WithExecutor(b.ctx, chromedp.FromContext(b.ctx).Target)
+			body, err := fetch.GetResponseBody(paused.RequestID).Do(ctx)
+			var vm map[string]any
+			if err == nil && paused.ResponseStatusCode == http.StatusOK && json.Unmarshal(body, &vm) == nil {
+				for k, v := range fields {
+					vm[k] = v
+				}
+				body, _ = json.Marshal(vm)
+			}
+			var headers []*fetch.HeaderEntry
+			for _, h := range paused.ResponseHeaders {
+				if !strings.EqualFold(h.Name, "Content-Length") && !strings.EqualFold(h.Name, "Content-Encoding") {
+					headers = append(headers, h)
+				}
+			}
+			_ = fetch.FulfillRequest(paused.RequestID, paused.ResponseStatusCode).WithResponseHeaders(headers).
+				WithBody(base64.StdEncoding.EncodeToString(body)).Do(ctx)
+		}()
+	})
+	b.run(fetch.Enable().WithPatterns([]*fetch.RequestPattern{{URLPattern: "*/v1/vms/" + id, RequestStage: fetch.RequestStageResponse}}))
+}
+
+// My VMs in Chromium, past what TestPortalInChromium covers: the GPU a VM
+// holds in words, addresses with copy buttons, the lease countdown (and its
+// warning under 30 minutes), extend (a refusal in words, then the lease end
+// moves), reboot with confirmation, Open desktop of an RDP profile (the
+// command to copy and an .rdp file that is downloaded and read), the
+// one-time password (shown once, then refused), and a queued VM's estimated
+// start in the viewer's time zone.
+func TestVMsPageInChromium(t *testing.T) {
+	needBrowser(t)
+	env := clienttest.New(t, clienttest.Options{Profiles: vmsProfiles})
+	ctx := context.Background()
+	upHost(t, env.Store)
+	box := apiCreate(t, env, api.CreateVMRequest{Profile: "mig-small", Name: "box", Hours: 3})
+	win := apiCreate(t, env, api.CreateVMRequest{Profile: "win", Name: "win", Hours: 2})
+	others := []string{box.ID, win.ID}
+	for _, p := range []string{"stream", "cad", "spicy", "headless"} {
+		others = append(others, apiCreate(t, env, api.CreateVMRequest{Profile: p, Name: p}).ID)
+	}
+	// The MIG slice the scheduler would have given box.
+	if _, err := env.Store.ClaimAllocation(ctx, box.ID, []store.SlotClaim{{Host: "test-host", GPUAddress: "0000:41:00.0", Backend: "mig",
+		Kind: gpu.KindMIG, Profile: "1g.10gb", PlacementStart: 4, PlacementSize: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range others {
+		deadline := time.Now().Add(20 * time.Second)
+		for vm, err := env.Store.GetVM(ctx, id); err != nil || vm.State != store.VMRunning || vm.Phase != api.PhaseReady; vm, err = env.Store.GetVM(ctx, id) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s never ran: %+v, %v", id, vm, err)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	shanghai, err := time.LoadLocation("Asia/Shanghai")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// hhmm is a time as the English page writes it (Intl's "en"), in
+	// Shanghai, where the browser is.
+	hhmm := func(at time.Time) string { return at.In(shanghai).Format("3:04 PM") }
+	b := newBrowser(t, env.URL, false)
+	b.signIn(env.UserToken)
+	// Intl writes "1:36\u202fPM": compare with plain spaces.
+	text := func(sel string) string { return strings.NewReplacer("\u202f", " ", "\u00a0", " ").Replace(b.text(sel)) }
+	b.run(emulation.SetTimezoneOverride("Asia/Shanghai"), chromedp.Navigate(env.URL+"/vms"),
+		chromedp.WaitVisible(`#vm-box[data-state="running"]`, chromedp.ByQuery))
+	b.waitFor("box's address", `document.querySelector('#vm-box .addrs code')?.textContent.startsWith('192.0.2.')`)
+
+	// The GPU in words, the address with its copy button, the countdown.
+	card := b.text(`#vm-box`)
+	if !strings.Contains(card, "MIG 1g.10gb on H100 0000:41:00.0") {
+		t.Errorf("box's GPU is not in words:\n%s", card)
+	}
+	if left := b.text(`#vm-box-left`); !regexp.MustCompile(`^2 h 5\d min left$`).MatchString(left) {
+		t.Errorf("box's countdown %q, want about 2 h 59 min left", left)
+	}
+	var warned bool
+	b.eval(`document.querySelector('#vm-box-left').classList.contains('warn')`, &warned)
+	if warned {
+		t.Errorf("a lease 3 h away is marked as ending soon")
+	}
+	b.run(cdpbrowser.GrantPermissions([]cdpbrowser.PermissionType{cdpbrowser.PermissionTypeClipboardReadWrite, cdpbrowser.PermissionTypeClipboardSanitizedWrite}).WithOrigin(env.URL))
+	ip := b.text(`#vm-box .addrs code`)
+	b.run(chromedp.Click(`#vm-box .addrs button.copy`, chromedp.ByQuery))
+	b.waitFor("copied", `document.querySelector('main [role=status]').textContent === 'Copied `+ip+`.'`)
+	var clip string
+	b.eval(`navigator.clipboard.readText()`, &clip)
+	if clip != ip {
+		t.Errorf("the clipboard has %q, want %q", clip, ip)
+	}
+	b.check("vms-running")
+
+	// Extend: beyond the profile's maximum the API refuses, in words, and
+	// nothing changes; within it the lease end moves.
+	before, err := env.Store.GetVM(ctx, box.ID)
+	if err != nil || before.LeaseEnd == nil {
+		t.Fatalf("%+v %v", before, err)
+	}
+	b.run(chromedp.Click(`//li[@id="vm-box"]//button[text()="Extend"]`, chromedp.BySearch), chromedp.WaitVisible(`#extend-dialog #extend-hours`, chromedp.ByQuery))
+	if hint := text(`#extend-hint`); !strings.Contains(hint, "At most 9 more: the profile allows 12 h and box has 3 h.") ||
+		!strings.Contains(hint, hhmm(before.LeaseEnd.Add(time.Hour))) {
+		t.Errorf("the extend hint: %q", hint)
+	}
+	b.check("vms-extend")
+	b.run(chromedp.SetValue(`#extend-hours`, "10", chromedp.ByQuery), chromedp.Click(`#extend-yes`, chromedp.ByQuery),
+		chromedp.WaitVisible(`#extend-problem`, chromedp.ByQuery))
+	if p := b.text(`#extend-problem`); !strings.Contains(p, "at most 12 hours") || !strings.Contains(p, "at most 9 more") {
+		t.Errorf("the refusal: %q", p)
+	}
+	if cur, _ := env.Store.GetVM(ctx, box.ID); cur.Hours != 3 {
+		t.Errorf("a refused extend changed the lease: %d h", cur.Hours)
+	}
+	b.check("vms-extend-refused")
+	b.run(chromedp.SetValue(`#extend-hours`, "2", chromedp.ByQuery), chromedp.Click(`#extend-yes`, chromedp.ByQuery),
+		chromedp.WaitNotPresent(`#extend-dialog`, chromedp.ByQuery))
+	after, err := env.Store.GetVM(ctx, box.ID)
+	if err != nil || after.Hours != 5 || after.LeaseEnd == nil || !after.LeaseEnd.Equal(before.LeaseEnd.Add(2*time.Hour)) {
+		t.Fatalf("after extending by 2 h: %+v (before %v), %v", after, before.LeaseEnd, err)
+	}
+	want := after.LeaseEnd.UTC().Format(time.RFC3339)
+	b.waitFor("the new lease end", `(() => { const t = document.querySelector('#vm-box time'); return t && new Date(t.dateTime).toISOString().slice(0, 19) + 'Z' === '`+want+`'; })()`)
+	if got := text(`#vm-box time`); !strings.Contains(got, hhmm(*after.LeaseEnd)) {
+		t.Errorf("the lease end %q, want %s in Shanghai", got, hhmm(*after.LeaseEnd))
+	}
+	if s := b.text(`main [role=status]`); !strings.Contains(s, "extended by 2 h") {
+		t.Errorf("the page says %q", s)
+	}
+
+	// Reboot asks first; confirmed, it is an operation of ann's.
+	b.run(chromedp.Click(`//li[@id="vm-box"]//button[text()="Reboot"]`, chromedp.BySearch), chromedp.WaitVisible(`dialog.confirm #confirm-yes`, chromedp.ByQuery))
+	if q := b.text(`#confirm-text`); !strings.Contains(q, "Reboot box?") {
+		t.Errorf("the reboot's question: %q", q)
+	}
+	b.check("vms-confirm-reboot")
+	b.run(chromedp.Click(`#confirm-yes`, chromedp.ByQuery), chromedp.WaitNotPresent(`dialog.confirm`, chromedp.ByQuery))
+	b.waitFor("the reboot asked for", `document.querySelector('main [role=status]').textContent.includes('Reboot: asked for box')`)
+	ops, err := env.Store.ListOperations(ctx, box.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rebooted := false
+	for _, op := range ops {
+		rebooted = rebooted || op.Kind == store.OpReboot && op.RequestedBy == "ann"
+	}
+	if !rebooted {
+		t.Errorf("no reboot operation by ann: %+v", ops)
+	}
+
+	// Under 30 minutes left, the countdown warns.
+	cur, err := env.Store.GetVM(ctx, box.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	soon := env.Store.Now().Add(20*time.Minute + 30*time.Second)
+	if _, err := env.Store.UpdateVMState(ctx, box.ID, cur.Version, store.VMUpdate{State: cur.State, Phase: cur.Phase, LeaseEnd: &soon}); err != nil {
+		t.Fatal(err)
+	}
+	b.waitFor("the warning", `document.querySelector('#vm-box-left.warn')?.textContent.includes('20 min left')`)
+	if s := b.text(`#vm-box-left`); !strings.Contains(s, "ends soon") {
+		t.Errorf("the warning says %q", s)
+	}
+
+	// Open desktop of an RDP profile: the command to copy, and the .rdp
+	// file, downloaded, for the tunnel at the guest's port with the guest
+	// user and no password.
+	dir := t.TempDir()
+	b.run(cdpbrowser.SetDownloadBehavior(cdpbrowser.SetDownloadBehaviorBehaviorAllow).WithDownloadPath(dir))
+	b.run(chromedp.Click(`//li[@id="vm-win"]//button[text()="Open desktop"]`, chromedp.BySearch), chromedp.WaitVisible(`#vm-win-desktop-rdp`, chromedp.ByQuery))
+	panel := b.text(`#vm-win-desktop`)
+	for _, w := range []string{"gpuvm rdp win", "gpuvm tunnel win 3389 --local-port 3389", "its user is ann", "Browser console"} {
+		if !strings.Contains(panel, w) {
+			t.Errorf("the RDP panel does not say %q:\n%s", w, panel)
+		}
+	}
+	b.check("vms-desktop-rdp")
+	b.run(chromedp.Click(`#vm-win-desktop-rdp`, chromedp.ByQuery))
+	var rdp []byte
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		if rdp, err = os.ReadFile(filepath.Join(dir, "win.rdp")); err == nil && len(rdp) > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			ls, _ := os.ReadDir(dir)
+			t.Fatalf("no win.rdp downloaded into %s: %v", dir, ls)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if want := "full address:s:127.0.0.1:3389\r\nusername:s:ann\r\nprompt for credentials:i:1\r\nscreen mode id:i:1\r\nauthentication level:i:2\r\n"; string(rdp) != want {
+		t.Errorf("win.rdp is %q, want %q", rdp, want)
+	}
+	b.run(chromedp.Click(`#vm-win-desktop button.copy`, chromedp.ByQuery))
+	b.waitFor("the command copied", `document.querySelector('main [role=status]').textContent === 'Copied gpuvm rdp win.'`)
+
+	// The other protocols: what to run, what to open.
+	for _, tc := range []struct {
+		vm   string
+		want []string
+	}{
+		{"stream", []string{"gpuvm desktop stream", "add the host 127.0.0.1:47989 in Moonlight", "--pin NNNN", "Sunshine's web page"}},
+		{"cad", []string{"port 8443", "gpuvm desktop cad", "DCV in the browser", "DCV's client"}},
+		{"spicy", []string{"virt-viewer", "Download spicy.vv"}},
+		{"headless", []string{"neither a display nor a desktop", "gpuvm ssh headless"}},
+	} {
+		b.run(chromedp.Click(`//li[@id="vm-`+tc.vm+`"]//button[text()="Open desktop"]`, chromedp.BySearch), chromedp.WaitVisible(`#vm-`+tc.vm+`-desktop`, chromedp.ByQuery))
+		panel := b.text(`#vm-` + tc.vm + `-desktop`)
+		for _, w := range tc.want {
+			if !strings.Contains(panel, w) {
+				t.Errorf("the %s panel does not say %q:\n%s", tc.vm, w, panel)
+			}
+		}
+	}
+	var links []string
+	b.eval(`[...document.querySelectorAll('#vm-cad-desktop a, #vm-stream-desktop a, #vm-spicy-desktop a')].map((a) => a.getAttribute('href'))`, &links)
+	if strings.Join(links, " ") != "https://127.0.0.1:47990/ https://127.0.0.1:8443/#work dcv://127.0.0.1:8443/#work /v1/vms/"+others[4]+"/console.vv" {
+		t.Errorf("the desktop links: %q", links)
+	}
+	b.check("vms-desktops")
+
+	// The one-time password: a warning first; shown once; then refused.
+	b.run(chromedp.Click(`//li[@id="vm-win"]//button[text()="Show password once"]`, chromedp.BySearch), chromedp.WaitVisible(`dialog.confirm #confirm-yes`, chromedp.ByQuery))
+	if q := b.text(`#confirm-text`); !strings.Contains(q, "shown only once") {
+		t.Errorf("the password's warning: %q", q)
+	}
+	b.check("vms-confirm-password")
+	b.run(chromedp.Click(`#confirm-yes`, chromedp.ByQuery), chromedp.WaitVisible(`#vm-win-password code.pw`, chromedp.ByQuery))
+	pw := b.text(`#vm-win-password code.pw`)
+	if len(pw) < 12 || !strings.Contains(b.text(`#vm-win-password`), "ann") || strings.Contains(string(rdp), pw) {
+		t.Errorf("the password shown: %q in %q", pw, b.text(`#vm-win-password`))
+	}
+	b.check("vms-password")
+	b.run(chromedp.Click(`//section[@id="vm-win-password"]//button[text()="Hide"]`, chromedp.BySearch), chromedp.WaitNotPresent(`#vm-win-password`, chromedp.ByQuery))
+	b.run(chromedp.Click(`//li[@id="vm-win"]//button[text()="Show password once"]`, chromedp.BySearch), chromedp.WaitVisible(`dialog.confirm #confirm-yes`, chromedp.ByQuery),
+		chromedp.Click(`#confirm-yes`, chromedp.ByQuery), chromedp.WaitVisible(`#vm-win-password[role=alert]`, chromedp.ByQuery))
+	if s := b.text(`#vm-win-password`); !strings.Contains(s, "already read") || strings.Contains(s, pw) {
+		t.Errorf("the second look: %q", s)
+	}
+	b.check("vms-password-refused")
+
+	// A queued VM: its estimated start in the viewer's time zone (the
+	// server's own when it gives one; else injected into its answer).
+	env.Worker.Pause()
+	later := apiCreate(t, env, api.CreateVMRequest{Profile: "seat", Name: "later"})
+	b.waitFor("later, queued", `document.querySelector('#vm-later')?.dataset.state === 'queued'`)
+	if s := b.text(`#vm-later`); !strings.Contains(s, "2 h, counted from when it runs") {
+		t.Errorf("a queued VM's lease:\n%s", s)
+	}
+	if got := apiGetVM(t, env, later.ID); got["estimated_start"] == nil {
+		var none bool
+		b.eval(`!document.querySelector('#vm-later-estimate')`, &none)
+		if !none {
+			t.Errorf("an estimate without estimated_start: %s", b.text(`#vm-later`))
+		}
+		at := time.Now().Add(35*time.Minute + 20*time.Second).UTC().Truncate(time.Second)
+		b.injectEstimate(later.ID, map[string]any{"estimated_start": at.Format(time.RFC3339), "estimated_start_uncertain": true,
+			"estimated_start_note": "2 running VMs may be extended"})
+		b.run(chromedp.Reload(), chromedp.WaitVisible(`#vm-later-estimate`, chromedp.ByQuery))
+		// 35 min, or 34 when the machine is slow.
+		wantText := regexp.MustCompile(`^Expected to start about ` + regexp.QuoteMeta(hhmm(at)) + ` \(in 3[45] min\)\.\s*Uncertain: 2 running VMs may be extended$`)
+		if got := text(`#vm-later-estimate`); !wantText.MatchString(got) {
+			t.Errorf("the estimate says %q, want %s", got, wantText)
+		}
+	} else {
+		at, err := time.Parse(time.RFC3339, got["estimated_start"].(string))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.run(chromedp.Reload(), chromedp.WaitVisible(`#vm-later-estimate`, chromedp.ByQuery))
+		if got := text(`#vm-later-estimate`); !strings.Contains(got, hhmm(at)) {
+			t.Errorf("the estimate says %q, want the time %s", got, hhmm(at))
+		}
+	}
+	if s := b.text(`#vm-box`); strings.Contains(s, "Expected to start") {
+		t.Errorf("a running VM with an estimated start: %s", s)
+	}
+	b.check("vms-queued-estimate")
+
+	// In Chinese.
+	b.run(chromedp.ActionFunc(func(ctx context.Context) error {
+		return network.SetCookie("gpuvm_lang", "zh-CN").WithURL(env.URL).Do(ctx)
+	}), chromedp.Reload(), chromedp.WaitVisible(`#vm-later-estimate`, chromedp.ByQuery))
+	if s := text(`#vm-later-estimate`); !strings.Contains(s, "预计约") || !regexp.MustCompile(`（3[45] 分钟后）`).MatchString(s) {
+		t.Errorf("the Chinese estimate: %q", s)
+	}
+	if s := text(`#vm-box`); !strings.Contains(s, "延长") || !strings.Contains(s, "重启") || !strings.Contains(s, "即将结束") || !strings.Contains(s, "0000:41:00.0 上的 MIG 1g.10gb") {
+		t.Errorf("the Chinese card:\n%s", s)
+	}
+	b.check("vms-zh")
+}

@@ -1,0 +1,5 @@
+server {
+  monitor {
+    idle_threshold = 7.5
+  }
+}

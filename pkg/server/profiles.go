@@ -1,0 +1,203 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/gpuvm/gpuvm/pkg/api"
+	"github.com/gpuvm/gpuvm/pkg/config"
+	"github.com/gpuvm/gpuvm/pkg/policy"
+	"github.com/gpuvm/gpuvm/pkg/scheduler"
+	"github.com/gpuvm/gpuvm/pkg/store"
+)
+
+// profileView is a profile as the API shows it: its resolved fields and
+// what the server says of it (api.Profile), in one JSON object.
+type profileView struct {
+	*config.Profile
+	profileStatus
+}
+
+// profileStatus is api.Profile under a name that does not clash with
+// config.Profile's in profileView.
+type profileStatus = api.Profile
+
+// profileViews are ps as the API shows them, each unservable one marked.
+func (s *Server) profileViews(ctx context.Context, ps []*config.Profile) []profileView {
+	never := s.unservable(ctx, ps)
+	out := make([]profileView, len(ps))
+	for i, p := range ps {
+		out[i] = profileView{Profile: p, profileStatus: api.Profile{Unservable: never[p.Name]}}
+	}
+	return out
+}
+
+// unservable says, of each profile in ps that no GPU of the reporting
+// hosts can ever give, why (the scheduler's CodeNever reason). The hosts
+// are those that are not down and have stored an inventory, each modelled
+// as the scheduler models it (its published spec, else its inventory with
+// every GPU on auto) but empty and undrained: a drain or a full GPU passes,
+// a board or mode that cannot give the need does not. It is nil when no
+// such host is known (nothing is said rather than guessed) or the hosts
+// cannot be read.
+func (s *Server) unservable(ctx context.Context, ps []*config.Profile) map[string]string {
+	if s.Store == nil {
+		return nil
+	}
+	hosts, err := s.Store.ListHosts(ctx)
+	if err != nil {
+		s.log.Warn("read the hosts to tell which profiles they can serve", "err", err)
+		return nil
+	}
+	now := s.Store.Now()
+	var specs []scheduler.HostSpec
+	for i := range hosts {
+		h := &hosts[i]
+		if h.Inventory == "" || s.hostState(h, now) == store.HostDown {
+			continue
+		}
+		var stored storedInventory
+		if err := json.Unmarshal([]byte(h.Inventory), &stored); err != nil {
+			s.log.Warn("a host's stored inventory is not valid JSON", "host", h.Name, "err", err)
+			continue
+		}
+		spec, _ := scheduler.FromHost(h.Name, stored.HostInventory, nil)
+		if stored.Spec != nil {
+			spec = *stored.Spec
+			spec.Name = h.Name
+		}
+		// One host the model cannot read is left out, not all of them.
+		if _, err := scheduler.NewInventory([]scheduler.HostSpec{spec}, nil); err != nil {
+			s.log.Warn("a host's stored inventory does not make a model of its GPUs; it is left out of what the profiles can get", "host", h.Name, "err", err)
+			continue
+		}
+		specs = append(specs, spec)
+	}
+	if len(specs) == 0 {
+		return nil
+	}
+	inv, err := scheduler.NewInventory(specs, nil)
+	if err != nil {
+		s.log.Warn("the hosts' inventories do not make a model of their GPUs", "err", err)
+		return nil
+	}
+	out := map[string]string{}
+	for _, p := range ps {
+		if p.GPU == nil {
+			continue
+		}
+		if _, why := inv.Place(policy.NeedFromProfile(p.GPU), scheduler.PlaceOptions{Now: now}); why.Code == scheduler.CodeNever {
+			out[p.Name] = why.Detail
+		}
+	}
+	return out
+}
+
+// refuseUnservable is the problem of a VM asked of a profile no reporting
+// host can ever serve (nil when one can, or nothing is known).
+func (s *Server) refuseUnservable(ctx context.Context, p *config.Profile) *Problem {
+	why := s.unservable(ctx, []*config.Profile{p})[p.Name]
+	if why == "" {
+		return nil
+	}
+	return withField(errValidation, "profile", fmt.Sprintf("profile %s can never be served here: %s", p.Name, why))
+}
+
+// profileAdmission answers what the sharing policy would say now to the
+// caller's asking for a VM of a profile for ?hours= (default: the
+// profile's): the check POST /v1/vms makes, nothing made.
+func (s *Server) profileAdmission(c *gin.Context) {
+	var p *config.Profile
+	for _, q := range s.visibleProfiles(c) {
+		if q.Name == c.Param("name") {
+			p = q
+		}
+	}
+	if p == nil {
+		s.writeProblem(c, with(errNotFound, "no profile "+c.Param("name")))
+		return
+	}
+	hours := p.Lease.DefaultHours()
+	if h := c.Query("hours"); h != "" {
+		n, err := strconv.Atoi(h)
+		if err != nil || n < 1 || n > p.Lease.MaxHours() {
+			s.writeProblem(c, withField(errValidation, "hours", fmt.Sprintf("hours is a whole number from 1 to %d (profile %s), not %q", p.Lease.MaxHours(), p.Name, h)))
+			return
+		}
+		hours = n
+	}
+	ctx := c.Request.Context()
+	u := user(c)
+	cfg := s.Config.Load()
+	now := s.Store.Now()
+	eff := cfg.Policy.Effective(u.Name, u.Groups)
+	out := api.Admission{Profile: p.Name, Hours: hours, Answer: api.AdmissionStarts, Budgets: []api.Budget{},
+		Quota: api.Quota{VMs: eff.Quota.VMs, GPUs: eff.Quota.GPUs, Slices: eff.Quota.Slices, GPUMemory: eff.Quota.GPUMemory,
+			GPUHoursPerDay: eff.Quota.GPUHoursPerDay, GPUHoursPerWeek: eff.Quota.GPUHoursPerWeek, GPUHoursPerMonth: eff.Quota.GPUHoursPerMonth}}
+	for _, b := range policy.BudgetPeriods(eff.Quota, now, cfg.Policy.Location) {
+		out.Budgets = append(out.Budgets, api.Budget{Unit: b.Unit, GPUHours: b.Limit, Start: b.Start, End: b.End})
+	}
+	if w, ok := policy.NewWindows(&cfg.Policy).At(now); ok {
+		out.Window = &api.AdmissionWindow{Name: w.Window.Name, Classes: w.Window.Classes, Start: w.Start, End: w.End, Allows: w.Window.Allows(p.Class)}
+		if out.Window.Classes == nil {
+			out.Window.Classes = []string{}
+		}
+	}
+	switch prob := s.refuseUnservable(ctx, p); {
+	case prob != nil:
+		out.Answer, out.Reason = api.AdmissionRefused, prob.Detail
+	case s.Admission == nil:
+		out.Answer = api.AdmissionUnknown
+	default:
+		adm, err := s.Admission.Admit(ctx, u.Name, u.Groups, p.Name, hours)
+		switch {
+		case err != nil:
+			s.writeProblem(c, err)
+			return
+		case adm.Refuse:
+			out.Answer, out.Reason = api.AdmissionRefused, adm.Reason.Text()
+		case adm.Reason.Text() != "":
+			out.Answer, out.Reason = api.AdmissionWaits, adm.Reason.Text()
+		}
+	}
+	c.JSON(http.StatusOK, out)
+}
+
+// getSSHKeys answers the SSH public keys a user keeps for new VMs.
+func (s *Server) getSSHKeys(c *gin.Context) {
+	u, ok := s.namedUser(c)
+	if !ok {
+		return
+	}
+	c.JSON(http.StatusOK, api.SSHKeys{Keys: store.SSHKeysOf(u)})
+}
+
+// putSSHKeys replaces them (an empty list forgets them).
+func (s *Server) putSSHKeys(c *gin.Context) {
+	var req api.SSHKeys
+	if !s.decodeJSON(c, &req) {
+		return
+	}
+	if req.Keys == nil {
+		req.Keys = []string{}
+	}
+	if err := store.CheckSSHKeys(req.Keys); err != nil {
+		s.writeProblem(c, withField(errValidation, "keys", err.Error()))
+		return
+	}
+	name := c.Param("name")
+	if err := s.Store.SetUserSSHKeys(c.Request.Context(), name, req.Keys); err != nil {
+		if errors.Is(err, store.ErrNotFound) {
+			err = with(errNotFound, "no user "+strconv.Quote(name))
+		}
+		s.writeProblem(c, err)
+		return
+	}
+	c.JSON(http.StatusOK, req)
+}
