@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -53,10 +54,14 @@ func (c *Client) DeleteImage(ctx context.Context, ref string) (*api.DeletedImage
 }
 
 // UploadOffset is where the upload for image name ends on the server (GET
-// /v1/admin/images/uploads/{name}).
+// /v1/admin/images/uploads/{name}); 0 when none is started.
 func (c *Client) UploadOffset(ctx context.Context, name string) (int64, error) {
 	var out api.Upload
-	if err := c.do(ctx, http.MethodGet, "/v1/admin/images/uploads/"+url.PathEscape(name), nil, nil, nil, &out); err != nil {
+	err := c.do(ctx, http.MethodGet, "/v1/admin/images/uploads/"+url.PathEscape(name), nil, nil, nil, &out)
+	if p := (*Problem)(nil); errors.As(err, &p) && p.Status == http.StatusNotFound {
+		return 0, nil
+	}
+	if err != nil {
 		return 0, err
 	}
 	return out.Offset, nil

@@ -160,7 +160,7 @@ func (m *Manager) Import(ctx context.Context, req ImportRequest) (*store.Image, 
 		}
 		req.Source = p
 		defer func() {
-			if err := m.Uploads.Remove(req.Name); err != nil {
+			if err := m.Uploads.Remove(req.Name); err != nil && !errors.Is(err, store.ErrNotFound) {
 				m.log().Warn("removing an imported upload", "image", req.Name, "err", err)
 			}
 		}()

@@ -8,6 +8,8 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+
+	"github.com/gpuvm/gpuvm/pkg/store"
 )
 
 // Uploads are files sent through the API to import, kept in Dir while they
@@ -46,15 +48,15 @@ func (u *Uploads) path(name string) (string, error) {
 }
 
 // Offset is how many bytes the upload of name has; an upload not started
-// has 0.
+// (or a name no image can have) is store.ErrNotFound.
 func (u *Uploads) Offset(name string) (int64, error) {
 	p, err := u.path(name)
 	if err != nil {
-		return 0, err
+		return 0, fmt.Errorf("no upload %q: %w", name, store.ErrNotFound)
 	}
 	st, err := os.Stat(p)
 	if errors.Is(err, fs.ErrNotExist) {
-		return 0, nil
+		return 0, fmt.Errorf("no upload for image %s: %w", name, store.ErrNotFound)
 	}
 	if err != nil {
 		return 0, fmt.Errorf("upload %s: %w", name, err)
@@ -113,13 +115,17 @@ func (u *Uploads) Write(name string, offset int64, r io.Reader) (int64, error) {
 	return offset + n, nil
 }
 
-// Remove forgets the upload of name; a missing one is not an error.
+// Remove forgets the upload of name; a missing one is store.ErrNotFound.
 func (u *Uploads) Remove(name string) error {
 	p, err := u.path(name)
 	if err != nil {
-		return err
+		return fmt.Errorf("no upload %q: %w", name, store.ErrNotFound)
 	}
-	if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	err = os.Remove(p)
+	if errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("no upload for image %s: %w", name, store.ErrNotFound)
+	}
+	if err != nil {
 		return fmt.Errorf("upload %s: %w", name, err)
 	}
 	return nil

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"regexp"
 	"strconv"
 	"strings"
 
@@ -31,6 +32,9 @@ type Images interface {
 
 var pImageRef = param{Name: "ref", In: "path", Description: "NAME (every version of the image) or NAME@VERSION", Type: "string"}
 
+// imageName is what an image may be called (images.namePattern).
+var imageName = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)
+
 var pUploadName = param{Name: "name", In: "path", Description: "the name the uploaded image is to have", Type: "string"}
 var pUploadOffset = param{Name: api.UploadOffsetHeader, In: "header", Description: "where the chunk starts: the upload's length so far (GET it after a broken connection)", Type: "integer"}
 
@@ -38,9 +42,9 @@ var imageAPIRoutes = []route{
 	{Method: "GET", Path: "/v1/images", Summary: "List the stored images, every version: users see name, version, OS, firmware, format and size; admins also checksum, volume, origin, which profiles use each and the VMs whose disks are made on it", Auth: authUser, Status: 200, Answer: api.ImageList{}, Errors: []int{503}},
 	{Method: "POST", Path: "/v1/admin/images", Summary: "Import a qcow2, raw or ISO file on the gpuvmd host as version 1 of a new image: streamed into the storage pool while its SHA-256 is computed, its format and virtual size read with qemu-img. A bad checksum, a format other than qcow2/raw/ISO, a taken name or a source that changes while it is copied stores nothing", Auth: authAdmin, Body: api.ImportImageRequest{}, Status: 201, Answer: api.Image{}, Errors: []int{400, 409, 413, 422, 503}},
 	{Method: "POST", Path: "/v1/admin/images/publish", Summary: "Turn a stopped VM's disk into the next version of an image (version 1 of a new one), flattened into a standalone qcow2 volume. A VM that is not stopped is refused", Auth: authAdmin, Body: api.PublishImageRequest{}, Status: 201, Answer: api.Image{}, Errors: []int{400, 404, 409, 413, 422, 503}},
-	{Method: "GET", Path: "/v1/admin/images/uploads/{name}", Summary: "Where the upload of a file to import as image NAME ends (0: not started); also in the Upload-Offset header", Auth: authAdmin, Params: []param{pUploadName}, Status: 200, Answer: api.Upload{}, Errors: []int{422, 503}},
-	{Method: "PUT", Path: "/v1/admin/images/uploads/{name}", Summary: "Append a chunk (the body, at most 64 MiB) to the upload of a file to import as image NAME, at Upload-Offset, which must be where the upload ends (409 with the right offset otherwise); a chunk that breaks off is dropped whole. Import it with POST /v1/admin/images {upload: true}", Auth: authAdmin, Params: []param{pUploadName, pUploadOffset}, Status: 200, Answer: api.Upload{}, Errors: []int{400, 409, 422, 503}},
-	{Method: "DELETE", Path: "/v1/admin/images/uploads/{name}", Summary: "Abandon the upload of a file to import as image NAME", Auth: authAdmin, Params: []param{pUploadName}, Status: 200, Answer: api.Upload{}, Errors: []int{422, 503}},
+	{Method: "GET", Path: "/v1/admin/images/uploads/{name}", Summary: "Where the upload of a file to import as image NAME ends (404: not started); also in the Upload-Offset header", Auth: authAdmin, Params: []param{pUploadName}, Status: 200, Answer: api.Upload{}, Errors: []int{404, 503}},
+	{Method: "PUT", Path: "/v1/admin/images/uploads/{name}", Summary: "Append a chunk (the body, at most 64 MiB) to the upload of a file to import as image NAME, at Upload-Offset, which must be where the upload ends (409 with the right offset otherwise); a chunk that breaks off is dropped whole. Import it with POST /v1/admin/images {upload: true}", Auth: authAdmin, Params: []param{pUploadName, pUploadOffset}, Status: 200, Answer: api.Upload{}, Errors: []int{400, 404, 409, 422, 503}},
+	{Method: "DELETE", Path: "/v1/admin/images/uploads/{name}", Summary: "Abandon the upload of a file to import as image NAME", Auth: authAdmin, Params: []param{pUploadName}, Status: 200, Answer: api.Upload{}, Errors: []int{404, 503}},
 	{Method: "DELETE", Path: "/v1/admin/images/{ref}", Summary: "Delete a version of an image, or every version, with its volume; refused (409, naming them) while VMs' disks are made on it", Auth: authAdmin, Params: []param{pImageRef}, Status: 200, Answer: api.DeletedImages{}, Errors: []int{400, 404, 409, 503}},
 }
 
@@ -71,6 +75,10 @@ func (s *Server) uploadOffset(c *gin.Context) {
 
 func (s *Server) uploadChunk(c *gin.Context) {
 	name := c.Param("name")
+	if !imageName.MatchString(name) {
+		s.writeProblem(c, with(errNotFound, fmt.Sprintf("no image can be called %q: 1–63 lower-case letters, digits, '.', '_', '-'", clip(name, 80))))
+		return
+	}
 	off, err := strconv.ParseInt(c.GetHeader(api.UploadOffsetHeader), 10, 64)
 	if err != nil || off < 0 {
 		s.writeProblem(c, withField(errBadRequest, api.UploadOffsetHeader, "say where the chunk starts: "+api.UploadOffsetHeader+": N, the upload's length so far"))
