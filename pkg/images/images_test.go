@@ -29,7 +29,7 @@ import (
 const defaultURI = "qemu:///system"
 
 type env struct {
-	t    *testing.T
+	t    testing.TB
 	ctx  context.Context
 	conn *hypervisor.Conn
 	st   *store.Store
@@ -38,7 +38,7 @@ type env struct {
 	dir  string
 }
 
-func newEnv(t *testing.T) *env {
+func newEnv(t testing.TB) *env {
 	t.Helper()
 	if _, err := exec.LookPath("qemu-img"); err != nil {
 		t.Skip("qemu-img is not installed (Debian: qemu-utils)")
