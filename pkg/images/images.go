@@ -209,6 +209,9 @@ func (m *Manager) Import(ctx context.Context, req ImportRequest) (*store.Image, 
 	m.log().Info("importing image", "image", req.Name, "source", req.Source, "bytes", before.Size(), "pool", m.Pool, "volume", vol)
 	path, err := m.Volumes.StreamVolume(ctx, m.Pool, vol, uint64(before.Size()), src)
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("import %s: stopped after %d of %d bytes (the copy is removed): %w", req.Name, src.n, before.Size(), ctx.Err())
+		}
 		if src.err != nil || src.n != before.Size() {
 			return nil, fmt.Errorf("import %s: %w (%d of %d bytes read): %v", req.Name, ErrSourceChanged, src.n, before.Size(), err)
 		}

@@ -402,3 +402,17 @@ func TestImportUpload(t *testing.T) {
 		t.Fatalf("upload and source = %v", err)
 	}
 }
+
+// TestImportCancelled: a client that goes away half-way stops the copy,
+// which is removed.
+func TestImportCancelled(t *testing.T) {
+	e := newEnv(t)
+	ctx, cancel := context.WithCancel(e.ctx)
+	e.m.copied = func(int64) { cancel() }
+	if _, err := e.m.Import(ctx, ImportRequest{Source: source(t, "raw"), Name: "gone", OS: "linux"}); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Import = %v, want context.Canceled", err)
+	}
+	if vols, imgs := e.state(); len(vols) != 0 || len(imgs) != 0 {
+		t.Fatalf("a cancelled import left volumes %v, images %v", vols, imgs)
+	}
+}
