@@ -9,11 +9,14 @@
 // on Debian/Ubuntu), rdp-windows.ps1 (Remote Desktop, through
 // cloudbase-init), sunshine.yaml (Sunshine from the admin's .deb URL).
 // docs/config.md, "Desktops in the guest", says how to use them.
+//
+// windows/ is the unattended install of a Windows guest (autounattend.xml
+// and the first-logon script); pkg/windows documents the data they receive.
 package templates
 
 import "embed"
 
 // FS is the built-in templates.
 //
-//go:embed cloud-init/*.tmpl
+//go:embed cloud-init/*.tmpl windows/*.tmpl
 var FS embed.FS

@@ -184,8 +184,11 @@ allocated, its disk prepared and it boots.
 
 With --wait, follows the VM until it runs and its guest is up (or it fails) and
 says each phase as it comes: queued, allocating GPU, preparing disk, booting,
-ready; then prints how to connect. Ctrl-C stops waiting, not the VM. Without
-it, prints the VM and returns; 'gpuvm show NAME' tells how it is doing.
+ready; then prints how to connect. While the VM is queued, the line says its
+place in the queue and when it is expected to start ("expected start 14:20 (in
+35 min, uncertain: leases may be extended)"), and is printed again when the
+estimate changes. Ctrl-C stops waiting, not the VM. Without it, prints the VM
+and returns; 'gpuvm show NAME' tells how it is doing.
 
 --ssh-key FILE adds the public keys of FILE (one per line, as in
 authorized_keys) to the guest's user; repeat it for more files.
@@ -325,6 +328,9 @@ func describeProgress(vm api.VM) string {
 		}
 		if vm.Reason != "" {
 			s += " (" + vm.Reason + ")"
+		}
+		if e := describeEstimate(vm, time.Now()); e != "" {
+			s += "; expected start " + e
 		}
 		return s
 	case api.VMRunning:
@@ -584,7 +590,11 @@ func newShowCmd(getenv func(string) string) *cobra.Command {
 		Short: "Show one VM: its state, GPU, host, lease and how to connect",
 		Long: `Shows a VM, named by its name (among your live VMs) or its ID. While it runs:
 its guest's addresses (once it has booted) and the commands that connect to it
-(gpuvm console, gpuvm ssh, gpuvm rdp).
+(gpuvm console, gpuvm ssh, gpuvm rdp). While it is queued: its place in the
+queue and its expected start, which gpuvmd predicts by replaying the queue, the
+running leases and the reservations through its scheduler ("Expected start:
+14:20 (in 35 min, uncertain: leases may be extended)"; uncertain says what may
+move it; VMs deleted before their lease ends make it sooner).
 
 Output: a description by default; --json prints the api.VM.
 ` + connectionHelp + "\n" + exitHelp,
@@ -630,6 +640,9 @@ func printVM(w io.Writer, vm api.VM, now time.Time) error {
 	if vm.StartAt != nil && vm.State == api.VMQueued {
 		fmt.Fprintf(tw, "  Starts:\tnot before %s\n", vm.StartAt.Local().Format(time.DateTime))
 	}
+	if e := describeEstimate(vm, now); e != "" {
+		fmt.Fprintf(tw, "  Expected start:\t%s\n", e)
+	}
 	if vm.Reason != "" {
 		fmt.Fprintf(tw, "  Reason:\t%s\n", vm.Reason)
 	}
@@ -662,6 +675,43 @@ func printVM(w io.Writer, vm api.VM, now time.Time) error {
 	fmt.Fprintf(tw, "  Created:\t%s\n", vm.CreatedAt.Local().Format(time.DateTime))
 	fmt.Fprintf(tw, "  Updated:\t%s\n", vm.UpdatedAt.Local().Format(time.DateTime))
 	return tw.Flush()
+}
+
+// describeEstimate is a queued VM's estimated start for people: "14:20
+// (in 35 min, uncertain: leases may be extended)", "unknown (why)", or ""
+// when the server gave none.
+func describeEstimate(vm api.VM, now time.Time) string {
+	if vm.State != api.VMQueued {
+		return ""
+	}
+	if vm.EstimatedStart == nil {
+		if vm.EstimatedStartNote == "" {
+			return ""
+		}
+		return "unknown (" + strings.TrimPrefix(vm.EstimatedStartNote, "no estimate: ") + ")"
+	}
+	at := vm.EstimatedStart.Local()
+	when := at.Format("15:04")
+	if y, m, d := at.Date(); y != now.Local().Year() || m != now.Local().Month() || d != now.Local().Day() {
+		when = at.Format("Mon 2 Jan 15:04")
+	}
+	var parts []string
+	switch left := at.Sub(now); {
+	case left <= time.Minute:
+		parts = append(parts, "at the next scheduling round")
+	case left < time.Hour:
+		parts = append(parts, fmt.Sprintf("in %d min", int(left.Round(time.Minute)/time.Minute)))
+	default:
+		parts = append(parts, "in "+config.HumanDuration(left))
+	}
+	if vm.EstimatedStartUncertain != nil && *vm.EstimatedStartUncertain {
+		why, _, _ := strings.Cut(strings.TrimPrefix(vm.EstimatedStartNote, "uncertain: "), ";")
+		if why == "" {
+			why = "it may change"
+		}
+		parts = append(parts, "uncertain: "+why)
+	}
+	return when + " (" + strings.Join(parts, ", ") + ")"
 }
 
 func describeVMGPUs(gs []api.VMGPU) string {

@@ -12,6 +12,9 @@ import (
 	"sync/atomic"
 	"syscall"
 
+	"github.com/hashicorp/hcl/v2"
+
+	"github.com/gpuvm/gpuvm/pkg/api"
 	"github.com/gpuvm/gpuvm/pkg/config"
 )
 
@@ -39,13 +42,19 @@ func loadConfig(dir string, w io.Writer) (*liveConfig, error) {
 }
 
 func (c *liveConfig) reload(w io.Writer) error {
+	_, err := c.reloadDiags(w)
+	return err
+}
+
+// reloadDiags is reload that also returns the diagnostics.
+func (c *liveConfig) reloadDiags(w io.Writer) (hcl.Diagnostics, error) {
 	l := new(config.Loader)
 	next, diags := l.LoadDir(c.dir)
 	if len(diags) > 0 {
 		_ = l.WriteDiagnostics(w, diags, 100)
 	}
 	if diags.HasErrors() {
-		return fmt.Errorf("configuration %s has errors; nothing was changed", c.dir)
+		return diags, fmt.Errorf("configuration %s has errors; nothing was changed", c.dir)
 	}
 	c.Store(next)
 	if check := c.check.Load(); check != nil {
@@ -53,7 +62,7 @@ func (c *liveConfig) reload(w io.Writer) error {
 			fmt.Fprintln(w, w2)
 		}
 	}
-	return nil
+	return diags, nil
 }
 
 // Reload implements server.Config.
@@ -61,6 +70,30 @@ func (c *liveConfig) Reload() (string, error) {
 	var diag bytes.Buffer
 	err := c.reload(&diag)
 	return strings.TrimSpace(diag.String()), err
+}
+
+// ReloadDiagnosed implements server.DiagnosedConfig: Reload, with each
+// diagnostic at its file, line and column.
+func (c *liveConfig) ReloadDiagnosed() (string, []api.ConfigDiagnostic, error) {
+	var diag bytes.Buffer
+	diags, err := c.reloadDiags(&diag)
+	return strings.TrimSpace(diag.String()), listDiagnostics(diags), err
+}
+
+// listDiagnostics writes HCL's diagnostics as the API lists them.
+func listDiagnostics(diags hcl.Diagnostics) []api.ConfigDiagnostic {
+	var out []api.ConfigDiagnostic
+	for _, d := range diags {
+		cd := api.ConfigDiagnostic{Severity: "error", Summary: d.Summary, Detail: d.Detail}
+		if d.Severity == hcl.DiagWarning {
+			cd.Severity = "warning"
+		}
+		if d.Subject != nil {
+			cd.File, cd.Line, cd.Column = d.Subject.Filename, d.Subject.Start.Line, d.Subject.Start.Column
+		}
+		out = append(out, cd)
+	}
+	return out
 }
 
 // reloadOnSIGHUP reloads the configuration on SIGHUP until ctx ends. A

@@ -109,6 +109,18 @@ func TestServeConfigAndReload(t *testing.T) {
 		!strings.Contains(fmt.Sprint(problem["diagnostics"]), "memroy") {
 		t.Errorf("POST /v1/admin/reload of a broken set: %d %v", code, problem)
 	}
+	// The same diagnostics one by one, the misspelt argument at its file
+	// and line.
+	var at []string
+	for _, d := range problem["config_diagnostics"].([]any) {
+		d := d.(map[string]any)
+		if strings.Contains(fmt.Sprint(d["summary"], d["detail"]), "memroy") {
+			at = append(at, fmt.Sprintf("%s %s:%v:%v", d["severity"], filepath.Base(fmt.Sprint(d["file"])), d["line"], d["column"]))
+		}
+	}
+	if want := fmt.Sprintf("error profiles.hcl:%d:3", strings.Count(devProfile, "\n")+3); len(at) != 1 || at[0] != want {
+		t.Errorf("config_diagnostics of memroy: %v, want %s (%v)", at, want, problem["config_diagnostics"])
+	}
 	getJSON(t, "http://"+addr+"/readyz", &ready)
 	if !strings.Contains(ready["config"], "1 profiles") {
 		t.Errorf("after a refused reload: %q", ready["config"])

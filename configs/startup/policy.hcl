@@ -19,10 +19,11 @@ policy {
     }
   }
 
-  group "engineers" {}
+  group "engineers" {} # the defaults' quota
 
   group "ml" {
     priority = 20
+    quota {} # no limits: the ML team trains on whole GPUs
   }
 
   # Everyone has a slice by day and may train at night; GPU-hours count a

@@ -27,6 +27,23 @@ const (
 	EventVMState   = "vm.state"
 )
 
+// EventHostDrain and EventGPUDrain are the types of the events an admin's
+// drain or undrain of a host or a GPU makes (admins see them: they are no
+// user's); their payload is a DrainEventPayload.
+const (
+	EventHostDrain = "host.drain"
+	EventGPUDrain  = "gpu.drain"
+)
+
+// DrainEventPayload is the payload of host.drain and gpu.drain: the host,
+// the GPU (gpu.drain), whether it is drained now, and by whom.
+type DrainEventPayload struct {
+	Host    string `json:"host"`
+	GPU     string `json:"gpu,omitempty"`
+	Drained bool   `json:"drained"`
+	By      string `json:"by"`
+}
+
 // EventVMWarning is the type of the notices gpuvmd gives a VM's owner
 // before, and when, a rule of sharing stops or deletes the VM: its lease
 // ends, its GPU has been idle, the time window it started in ends, or it

@@ -32,6 +32,74 @@ type Host struct {
 	// Leader marks the node that places the fleet's queue and runs its
 	// once-only work (one at a time, elected through the database).
 	Leader bool `json:"leader,omitempty"`
+	// ThisNode marks the node that answered (admins only): a GPU is
+	// drained through the gpuvmd of its own node.
+	ThisNode bool `json:"this_node,omitempty"`
+	// GPUDetail is every GPU of the host as its last heartbeat saw it,
+	// with what holds each and the VM, owner and profile of each holder
+	// (admins only): what the portal's fleet picture draws.
+	GPUDetail []HostGPU `json:"gpu_detail,omitempty"`
+}
+
+// HostGPU is one GPU of a host in the fleet picture (GET /v1/hosts, admins).
+type HostGPU struct {
+	Address string `json:"address"`
+	Model   string `json:"model"`
+	// Mode is idle, vgpu, mig or passthrough.
+	Mode    string `json:"mode"`
+	Drained *Drain `json:"drained,omitempty"`
+	// MIGComputeSlices and MIGMemorySlices are the lengths of the board's
+	// MIG axes (7 and 8 on an A100, H100, H200 or B200) when it can do
+	// MIG.
+	MIGComputeSlices int `json:"mig_compute_slices,omitempty"`
+	MIGMemorySlices  int `json:"mig_memory_slices,omitempty"`
+	// VGPUTypes are the vGPU types the GPU offers or holds: how many are
+	// made and how many more could be.
+	VGPUTypes []VGPUUse `json:"vgpu_types,omitempty"`
+	// Held are the devices made on the GPU (a MIG instance, a vGPU, the
+	// whole GPU passed through), each with its holder.
+	Held []HeldDevice `json:"held"`
+}
+
+// VGPUUse is one vGPU type of a GPU: made (Used) and still possible (Free).
+type VGPUUse struct {
+	Type string `json:"type"`
+	Used int    `json:"used"`
+	Free int    `json:"free"`
+}
+
+// HeldDevice is a device on a GPU and what holds it.
+type HeldDevice struct {
+	ID   string `json:"id"`
+	Kind string `json:"kind"` // mig, vgpu or passthrough
+	// Type is the vGPU type or the MIG profile.
+	Type string `json:"type,omitempty"`
+	// MIG is where a MIG instance lies on the GPU's slices.
+	MIG *MIGPlacement `json:"mig,omitempty"`
+	// VMID is the VM the device was made for ("" when none is named);
+	// VM is that VM when gpuvm knows it (nil: a device gpuvm did not
+	// make, or of a VM it no longer has).
+	VMID string      `json:"vm_id,omitempty"`
+	VM   *DeviceUser `json:"vm,omitempty"`
+}
+
+// MIGPlacement is the slices a MIG GPU instance takes: memory slices
+// [MemoryStart, MemoryStart+MemorySize) and compute slices
+// [ComputeStart, ComputeStart+ComputeSize).
+type MIGPlacement struct {
+	MemoryStart  int `json:"memory_start"`
+	MemorySize   int `json:"memory_size"`
+	ComputeStart int `json:"compute_start"`
+	ComputeSize  int `json:"compute_size"`
+}
+
+// DeviceUser is the VM that holds a device.
+type DeviceUser struct {
+	ID      string `json:"id"`
+	Name    string `json:"name"`
+	Owner   string `json:"owner"`
+	Profile string `json:"profile"`
+	State   string `json:"state"`
 }
 
 // Capacity summarises free GPU capacity.

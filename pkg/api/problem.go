@@ -18,6 +18,32 @@ type Problem struct {
 	Field string `json:"field,omitempty"`
 	// Diagnostics carries configuration diagnostics (reload).
 	Diagnostics string `json:"diagnostics,omitempty"`
+	// ConfigDiagnostics are the same diagnostics one by one, each with
+	// its file, line and column, for a program (the portal) to show.
+	ConfigDiagnostics []ConfigDiagnostic `json:"config_diagnostics,omitempty"`
+}
+
+// ConfigDiagnostic is one diagnostic of a configuration: an error or a
+// warning, where it is (File:Line:Column, when it is in a file) and what
+// it says.
+type ConfigDiagnostic struct {
+	Severity string `json:"severity"` // error or warning
+	Summary  string `json:"summary"`
+	Detail   string `json:"detail,omitempty"`
+	File     string `json:"file,omitempty"`
+	Line     int    `json:"line,omitempty"`
+	Column   int    `json:"column,omitempty"`
+}
+
+// ReloadResult is the answer to POST /v1/admin/reload when the new
+// configuration is in force.
+type ReloadResult struct {
+	// Config summarises it: "/etc/gpuvm: 3 files, 12 profiles".
+	Config string `json:"config"`
+	// Diagnostics are its warnings, rendered; ConfigDiagnostics the same
+	// one by one.
+	Diagnostics       string             `json:"diagnostics,omitempty"`
+	ConfigDiagnostics []ConfigDiagnostic `json:"config_diagnostics,omitempty"`
 }
 
 // Error makes a Problem an error: its title and detail.

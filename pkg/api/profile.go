@@ -13,6 +13,11 @@ type Profile struct {
 	// once (POST /v1/vms: 422). Absent when a GPU can give it, when it
 	// needs no GPU, and when no host has reported yet (nothing is known).
 	Unservable string `json:"unservable,omitempty"`
+	// NextFreeAt (GET /v1/profiles), when none of the profile's GPU is
+	// free now, is when one is expected to free up for the caller behind
+	// the queue, by the replay of the estimated start (GET /v1/vms/{id}'s
+	// estimated_start). Absent when one is free now, or nothing is known.
+	NextFreeAt *time.Time `json:"next_free_at,omitempty"`
 }
 
 // Answers of GET /v1/profiles/{name}/admission (Admission.Answer).

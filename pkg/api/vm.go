@@ -72,6 +72,21 @@ type VM struct {
 	// otherwise (not queued, or waiting for its start time or for a GPU
 	// this server can never give).
 	QueuePosition int `json:"queue_position,omitempty"`
+
+	// EstimatedStart is when a queued VM is predicted to start: gpuvmd
+	// replays the queue, the running leases and the reservations forward
+	// through the scheduler (pkg/estimate). GET /v1/vms/{id} of a queued
+	// VM only; absent when no start can be predicted (the note says why).
+	EstimatedStart *time.Time `json:"estimated_start,omitempty"`
+	// EstimatedStartUncertain is true when something likely may move the
+	// estimate (leases that may be extended, later requests the queue
+	// order puts first, a preemption it counts on, a start over a day
+	// ahead); set with EstimatedStart.
+	EstimatedStartUncertain *bool `json:"estimated_start_uncertain,omitempty"`
+	// EstimatedStartNote says in words what the estimate rests on and
+	// what makes it uncertain ("uncertain: leases may be extended; when 2
+	// running VMs' leases end"), or why there is none.
+	EstimatedStartNote string `json:"estimated_start_note,omitempty"`
 }
 
 // States of a VM (VM.State). The lifecycle owns the transitions (see

@@ -62,7 +62,7 @@ func (c *Client) waitVM(ctx context.Context, id string, done func(api.VM) bool, 
 		if err != nil {
 			return false, err
 		}
-		if last == nil || last.State != vm.State || last.Phase != vm.Phase || last.Reason != vm.Reason {
+		if last == nil || last.State != vm.State || last.Phase != vm.Phase || last.Reason != vm.Reason || !sameEstimate(last, vm) {
 			if changed != nil {
 				changed(*vm)
 			}
@@ -174,4 +174,13 @@ func retryable(err error) bool {
 	}
 	p, ok := AsProblem(err)
 	return ok && p.Status >= 500
+}
+
+// sameEstimate reports whether two reads of a queued VM give the same
+// estimated start (a new one is shown to the waiter).
+func sameEstimate(a, b *api.VM) bool {
+	if (a.EstimatedStart == nil) != (b.EstimatedStart == nil) || a.EstimatedStartNote != b.EstimatedStartNote {
+		return false
+	}
+	return a.EstimatedStart == nil || a.EstimatedStart.Equal(*b.EstimatedStart)
 }

@@ -134,6 +134,13 @@ func (r *resolver) addPrincipal(into map[string]*Principal, kind string, b *prin
 		return
 	}
 	pr := r.resolvePrincipal(b.Name, b.Priority, b.Preemptible, b.Quota, b.Body, b.DefRange)
+	if b.Quota == nil {
+		// Without a quota block of its own, a user or group has the
+		// defaults' (a group a profile names needs a block, even empty:
+		// naming it must not lift its members' limits). quota {} is no
+		// limits, said on purpose.
+		pr.Quota = r.cfg.Policy.Defaults.Quota
+	}
 	into[b.Name] = &pr
 }
 

@@ -23,6 +23,7 @@ import (
 	"io/fs"
 	"mime"
 	"net/http"
+	"net/url"
 	"path"
 	"sort"
 	"strconv"
@@ -153,7 +154,12 @@ func (p *Portal) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, "/", http.StatusSeeOther)
 		return
 	case pg != "login" && !signedIn:
-		http.Redirect(w, r, "/login", http.StatusSeeOther)
+		// Signed in, the login page goes on to where they were going.
+		to := "/login"
+		if r.URL.Path != "/" {
+			to += "?next=" + url.QueryEscape(r.URL.RequestURI())
+		}
+		http.Redirect(w, r, to, http.StatusSeeOther)
 		return
 	}
 	lang := Language(r)

@@ -414,7 +414,7 @@ func TestPortalInChromium(t *testing.T) {
 	// Signed out: to the login form.
 	var loc string
 	b.run(chromedp.Navigate(env.URL+"/vms"), chromedp.WaitVisible(`#token`, chromedp.ByQuery), chromedp.Location(&loc))
-	if loc != env.URL+"/login" {
+	if loc != env.URL+"/login?next=%2Fvms" {
 		t.Fatalf("signed out, /vms went to %s", loc)
 	}
 	b.check("login")
@@ -636,6 +636,19 @@ func TestPortalInChromium(t *testing.T) {
 	es, _, err := env.Store.ListAudit(ctx, store.AuditFilter{User: "ann", Action: "session.", Limit: 10})
 	if err != nil || len(es) != 2 {
 		t.Errorf("audit of the session: %+v, %v", es, err)
+	}
+	// Signed out, a page sends them to sign in, and then on to that page;
+	// a next that leaves the server goes to the catalogue instead.
+	b.run(chromedp.Navigate(env.URL+"/vms"), chromedp.WaitVisible(`#token`, chromedp.ByQuery),
+		chromedp.SendKeys(`#token`, env.UserToken+"\r", chromedp.ByQuery), chromedp.WaitVisible(`ul.vms`, chromedp.ByQuery), chromedp.Location(&loc))
+	if loc != env.URL+"/vms" {
+		t.Errorf("signed in from /login?next=%%2Fvms: at %s", loc)
+	}
+	b.run(chromedp.Click(`#sign-out`, chromedp.ByQuery), chromedp.WaitVisible(`#token`, chromedp.ByQuery),
+		chromedp.Navigate(env.URL+"/login?next=//evil.example/x"), chromedp.WaitVisible(`#token`, chromedp.ByQuery),
+		chromedp.SendKeys(`#token`, env.UserToken+"\r", chromedp.ByQuery), chromedp.WaitVisible(`ul.cards li`, chromedp.ByQuery), chromedp.Location(&loc))
+	if loc != env.URL+"/" {
+		t.Errorf("signed in from /login?next=//evil.example/x: at %s", loc)
 	}
 	u, _ := url.Parse(env.URL)
 	t.Logf("portal at %s: %d requests, all to %s", env.URL, len(b.requests), u.Host)

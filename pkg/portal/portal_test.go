@@ -79,7 +79,7 @@ func TestServe(t *testing.T) {
 		}
 		return w
 	}
-	if w := get("/vms"); w.Code != http.StatusSeeOther || w.Header().Get("Location") != "/login" {
+	if w := get("/vms"); w.Code != http.StatusSeeOther || w.Header().Get("Location") != "/login?next=%2Fvms" {
 		t.Errorf("signed out, /vms: %d %v", w.Code, w.Header())
 	}
 	if w := get("/login"); w.Code != 200 || !strings.Contains(w.Body.String(), `data-page="login"`) || w.Header().Get("Cache-Control") != "no-store" {

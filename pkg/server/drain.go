@@ -131,6 +131,7 @@ func (s *Server) drainGPU(c *gin.Context) {
 		return
 	}
 	s.log.Info("GPU drained", "gpu", addr, "host", s.Host, "reason", req.Reason, "by", by)
+	s.drainEvent(ctx, s.Host, addr, true, by)
 	if s.Worker != nil {
 		s.Worker.Wake() // queued VMs get their reasons updated
 	}
@@ -155,6 +156,7 @@ func (s *Server) undrainGPU(c *gin.Context) {
 		return
 	}
 	s.log.Info("GPU undrained", "gpu", addr, "host", s.Host, "by", user(c).Name)
+	s.drainEvent(c.Request.Context(), s.Host, addr, false, user(c).Name)
 	if s.Worker != nil {
 		s.Worker.Wake() // queued VMs may fit now
 	}

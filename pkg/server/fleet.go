@@ -223,6 +223,7 @@ func (s *Server) setHostDrain(c *gin.Context, drain bool) {
 		out.Message = fmt.Sprintf("Node %s takes VMs again.", h.Name)
 	}
 	s.log.Info("node drain changed", "host", h.Name, "drained", drain, "vms_on_it", len(vms), "by", user(c).Name)
+	s.drainEvent(ctx, h.Name, "", drain, user(c).Name)
 	if s.Worker != nil {
 		s.Worker.Wake() // queued VMs get their reasons, or fit now
 	}

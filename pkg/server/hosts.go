@@ -86,7 +86,8 @@ func (s *Server) listHosts(c *gin.Context) {
 		}
 	}
 	out := api.HostList{Items: make([]api.Host, 0, len(hosts))}
-	for _, h := range hosts {
+	invs := make([]storedInventory, len(hosts))
+	for i, h := range hosts {
 		age := now.Sub(h.HeartbeatAt)
 		ah := api.Host{Name: h.Name, State: s.hostState(&h, now), Version: h.Version, StartedAt: h.StartedAt, HeartbeatAt: h.HeartbeatAt,
 			HeartbeatAge: max(0, age.Round(time.Millisecond).Seconds()), Leader: h.Name == leader && leader != ""}
@@ -102,7 +103,14 @@ func (s *Server) listHosts(c *gin.Context) {
 		ah.Simulated = stored.Simulated
 		ah.GPUs = len(stored.GPUs)
 		ah.Free, ah.DrainedGPUs = s.freeCapacity(h.Name, stored, drained[h.Name])
+		invs[i] = stored
 		out.Items = append(out.Items, ah)
+	}
+	if admin {
+		if err := s.fillGPUDetail(ctx, out.Items, invs, drains); err != nil {
+			s.writeProblem(c, err)
+			return
+		}
 	}
 	c.JSON(http.StatusOK, out)
 }

@@ -182,8 +182,8 @@ func TestPortalSessionTokenRevoked(t *testing.T) {
 func TestPortalPages(t *testing.T) {
 	e := newAdminEnv(t)
 	s := e.s
-	for _, p := range []string{"/", "/vms"} {
-		if r := portalReq(t, s, "GET", p, "", nil, nil); r.Code != 303 || r.Header().Get("Location") != "/login" {
+	for p, to := range map[string]string{"/": "/login", "/vms": "/login?next=%2Fvms", "/book": "/login?next=%2Fbook"} {
+		if r := portalReq(t, s, "GET", p, "", nil, nil); r.Code != 303 || r.Header().Get("Location") != to {
 			t.Errorf("GET %s signed out: %d %v", p, r.Code, r.Header())
 		}
 	}

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -8,6 +9,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/gpuvm/gpuvm/pkg/report"
 	"github.com/gpuvm/gpuvm/pkg/usage"
 )
 
@@ -42,8 +44,28 @@ func (s *Server) reportSummary(c *gin.Context) {
 		s.writeProblem(c, err)
 		return
 	}
-	c.JSON(http.StatusOK, r)
+	if c.FullPath() != reportHTMLPath {
+		c.JSON(http.StatusOK, r)
+		return
+	}
+	var buf bytes.Buffer
+	if err := report.Render(&buf, r, report.Options{Server: s.Host}); err != nil {
+		s.writeProblem(c, fmt.Errorf("rendering the review report: %w", err))
+		return
+	}
+	// The report is one self-contained page (gpuvm report's): its styles
+	// inline, no script, nothing loaded.
+	h := c.Writer.Header()
+	h.Set("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Referrer-Policy", "no-referrer")
+	h.Set("Cache-Control", "no-store")
+	c.Data(http.StatusOK, "text/html; charset=utf-8", buf.Bytes())
 }
+
+// reportHTMLPath is the review report as the HTML page gpuvm report
+// writes, for a browser (the portal's admin page links it).
+const reportHTMLPath = "/v1/reports/summary.html"
 
 // localZoneName names the server's time zone for people: "CET (UTC+01:00)"
 // at t.

@@ -41,6 +41,13 @@ type Config interface {
 	Reload() (diagnostics string, err error)
 }
 
+// DiagnosedConfig is a Config whose reload also gives its diagnostics one
+// by one, with their places (the answers' config_diagnostics); a Config
+// without it answers with the rendered text only.
+type DiagnosedConfig interface {
+	ReloadDiagnosed() (text string, diags []api.ConfigDiagnostic, err error)
+}
+
 // Deps are what the server needs.
 type Deps struct {
 	Auth Authenticator
@@ -127,6 +134,7 @@ type Server struct {
 	portal         *portal.Portal // portal.go
 	loginLimits    *loginLimits   // login.go
 	loopbacks      loopbacks      // oidc.go
+	estimates      *estimates     // estimate.go
 }
 
 // New builds the API.
@@ -153,7 +161,7 @@ func New(d Deps) *Server {
 	}
 	s := &Server{Deps: d, log: d.Log.With("component", "api"), engine: gin.New(),
 		eventKeepAlive: d.EventKeepAlive, done: make(chan struct{}), auditLog: d.Log.With("component", "audit"),
-		loginLimits: newLoginLimits()}
+		loginLimits: newLoginLimits(), estimates: newEstimates()}
 	s.hub = newEventHub(d.Store, d.EventPoll, s.log)
 	s.engine.Use(gin.Recovery(), s.requestID, s.logRequests, s.deadlines)
 	if d.Metrics != nil {
@@ -219,6 +227,7 @@ func (s *Server) routes() {
 	v1.GET("/usage", s.usage)                      // usage.go
 	v1.GET("/usage/periods", s.usagePeriods)       // usage.go
 	admin.GET("/reports/summary", s.reportSummary) // report.go
+	admin.GET("/reports/summary.html", s.reportSummary)
 	v1.GET("/hosts", s.listHosts)
 	v1.GET("/rules", s.getRules)      // rules.go: the policy in plain language
 	s.reservationRoutes(v1.Group("")) // reservations.go
@@ -347,14 +356,24 @@ func (s *Server) reload(c *gin.Context) {
 		s.writeProblem(c, with(errUnavailable, "gpuvmd runs without a configuration directory (--config)"))
 		return
 	}
-	diags, err := s.Config.Reload()
+	var (
+		diags  string
+		listed []api.ConfigDiagnostic
+		err    error
+	)
+	if dc, ok := s.Config.(DiagnosedConfig); ok {
+		diags, listed, err = dc.ReloadDiagnosed()
+	} else {
+		diags, err = s.Config.Reload()
+	}
 	if err != nil {
 		p := with(errInvalidConfig, err.Error())
 		p.Diagnostics = diags
+		p.ConfigDiagnostics = listed
 		s.writeProblem(c, p)
 		return
 	}
-	c.JSON(http.StatusOK, gin.H{"config": cfgSummary(s.Config.Load()), "diagnostics": diags})
+	c.JSON(http.StatusOK, api.ReloadResult{Config: cfgSummary(s.Config.Load()), Diagnostics: diags, ConfigDiagnostics: listed})
 }
 
 // visibleProfiles are the profiles the caller may use; admins see all.
@@ -374,7 +393,9 @@ func (s *Server) visibleProfiles(c *gin.Context) []*config.Profile {
 }
 
 func (s *Server) listProfiles(c *gin.Context) {
-	c.JSON(http.StatusOK, s.profileViews(c.Request.Context(), s.visibleProfiles(c)))
+	views := s.profileViews(c.Request.Context(), s.visibleProfiles(c))
+	s.addNextFree(c, views) // estimate.go
+	c.JSON(http.StatusOK, views)
 }
 
 func (s *Server) getProfile(c *gin.Context) {

@@ -34,6 +34,7 @@ type LicenseStore interface {
 type VMStore interface {
 	CreateVM(ctx context.Context, vm *store.VM, opts store.CreateVMOptions) (*store.Operation, error)
 	GetVM(ctx context.Context, id string) (*store.VM, error)
+	GetVMs(ctx context.Context, ids []string) (map[string]*store.VM, error) // the fleet picture
 	GetVMByName(ctx context.Context, owner, name string) (*store.VM, error)
 	ListVMs(ctx context.Context, f store.VMFilter) (store.VMPage, error)
 	UpdateVMState(ctx context.Context, id string, version int64, u store.VMUpdate) (*store.VM, error)

@@ -91,6 +91,9 @@ type Options struct {
 	// Bookings makes the API's booker from the Env's store and
 	// configuration (nil: the reservation routes answer 503).
 	Bookings func(st *store.Store, cfg *config.Config) server.Booker
+	// Host names the node the server is (default ""): its GPU drains are
+	// of that host.
+	Host string
 }
 
 // New starts an Env; it stops with the test.
@@ -142,7 +145,7 @@ func New(t testing.TB, o Options) *Env {
 	}
 	api := server.New(server.Deps{
 		Auth: st, Backends: backends{"mig": mock}, Config: e.Config, Log: log, Store: st, Worker: e.Worker,
-		Consoles: e.Guests, EventPoll: 10 * time.Millisecond, Orphans: o.Orphans, Images: o.Images, SignIn: o.SignIn, OIDC: o.OIDC, Bookings: booker,
+		Host: o.Host, Consoles: e.Guests, EventPoll: 10 * time.Millisecond, Orphans: o.Orphans, Images: o.Images, SignIn: o.SignIn, OIDC: o.OIDC, Bookings: booker,
 	})
 	srv := httptest.NewServer(api)
 	e.URL = srv.URL
@@ -183,6 +186,17 @@ func (c *Config) Reload() (string, error) {
 			errors.New("the configuration has errors; nothing was changed")
 	}
 	return "test.hcl:1:1: Warning: a warning", nil
+}
+
+// ReloadDiagnosed is Reload with its diagnostics one by one
+// (server.DiagnosedConfig).
+func (c *Config) ReloadDiagnosed() (string, []api.ConfigDiagnostic, error) {
+	text, err := c.Reload()
+	if err != nil {
+		return text, []api.ConfigDiagnostic{{Severity: "error", Summary: "Unsupported block type",
+			Detail: `Blocks of type "profle" are not expected here.`, File: "test.hcl", Line: 3, Column: 1}}, err
+	}
+	return text, []api.ConfigDiagnostic{{Severity: "warning", Summary: "a warning", File: "test.hcl", Line: 1, Column: 1}}, nil
 }
 
 // Worker is a fake orchestrator: every Step it moves each VM with an

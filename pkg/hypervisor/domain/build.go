@@ -156,7 +156,9 @@ func buildFeatures(s Spec) *libvirtxml.DomainFeatureList {
 	if s.Firmware.SecureBoot {
 		f.SMM = &libvirtxml.DomainFeatureSMM{State: "on"}
 	}
-	if s.OSFamily == OSWindows {
+	// Hyper-V enlightenments are KVM's: QEMU's software emulation refuses
+	// them ("kernel doesn't allow setting HyperV VP_INDEX").
+	if s.OSFamily == OSWindows && s.DomainType == TypeKVM {
 		on := &libvirtxml.DomainFeatureState{State: "on"}
 		f.HyperV = &libvirtxml.DomainFeatureHyperV{
 			Mode:        "custom",
@@ -198,7 +200,9 @@ func buildClock(s Spec) *libvirtxml.DomainClock {
 	if s.OSFamily == OSWindows {
 		// Windows keeps the hardware clock in local time.
 		c.Offset = "localtime"
-		c.Timer = append(c.Timer, libvirtxml.DomainTimer{Name: "hypervclock", Present: "yes"})
+		if s.DomainType == TypeKVM {
+			c.Timer = append(c.Timer, libvirtxml.DomainTimer{Name: "hypervclock", Present: "yes"})
+		}
 	}
 	return c
 }

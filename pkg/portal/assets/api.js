@@ -106,3 +106,25 @@ export async function signInPassword(username, password) {
   csrf = s.csrf_token;
   return s;
 }
+
+
+
+
+// --- fleet and admin pages (pages/fleet.js, pages/admin.js) ---
+const enc = encodeURIComponent;
+export const hosts = () => call('GET', '/v1/hosts');
+export const drainGPU = (addr) => call('POST', '/v1/admin/gpus/' + enc(addr) + '/drain', {});
+export const undrainGPU = (addr) => call('DELETE', '/v1/admin/gpus/' + enc(addr) + '/drain');
+export const drainHost = (name) => call('POST', '/v1/admin/hosts/' + enc(name) + '/drain');
+export const undrainHost = (name) => call('DELETE', '/v1/admin/hosts/' + enc(name) + '/drain');
+export const users = () => call('GET', '/v1/users');
+export const createUser = (u) => call('POST', '/v1/users', u);
+export const tokens = (user) => call('GET', '/v1/users/' + enc(user) + '/tokens');
+export const createToken = (user, body) => call('POST', '/v1/users/' + enc(user) + '/tokens', body);
+export const revokeToken = (user, id) => call('DELETE', '/v1/users/' + enc(user) + '/tokens/' + enc(id));
+export const queuedVMs = () => call('GET', '/v1/vms?state=queued&limit=1000');
+export const alerts = () => call('GET', '/v1/alerts?limit=100');
+export const reload = () => call('POST', '/v1/admin/reload');
+// query: {user, action, after}; empty values are left out.
+export const audit = (query) => call('GET', '/v1/admin/audit?' + new URLSearchParams(Object.entries({limit: 50, ...query}).filter(([, v]) => v)));
+export const reportSummary = (from, to) => call('GET', '/v1/reports/summary?' + new URLSearchParams({from, to}));

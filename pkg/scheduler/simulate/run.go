@@ -59,6 +59,25 @@ type Setup struct {
 	// Bucket is the resolution of the utilisation series (default: a
 	// span of the trace / 100, at least an hour).
 	Bucket time.Duration
+	// Observe, when set, is shown the run after each cycle (pkg/estimate
+	// measures its predictions with it).
+	Observe func(Snapshot)
+}
+
+// Snapshot is the run after one cycle, for Setup.Observe: what the
+// scheduler would see next. It is the run's own state, valid during the
+// call only: clone what is kept, change nothing.
+type Snapshot struct {
+	Now       time.Time
+	Inventory *scheduler.Inventory
+	// Queue is what still waits, in submission order; Running what holds
+	// devices, by ID.
+	Queue   []scheduler.Request
+	Running []scheduler.Running
+	Policy  scheduler.Policy
+	Options scheduler.Options
+	// Started are the requests this cycle started.
+	Started []string
 }
 
 // Result is what one run served.
@@ -287,6 +306,9 @@ func Run(setup Setup, tr *Trace, spec Spec) (*Result, error) {
 				end(id, now)
 			}
 		}
+		if setup.Observe != nil {
+			observe(setup.Observe, now, inv, queue, running, eng, opts, d)
+		}
 		t, done := nextEvent(now, tick, horizon, timed, tr, next, queue, running, byID)
 		if done {
 			break
@@ -298,6 +320,18 @@ func Run(setup Setup, tr *Trace, spec Spec) (*Result, error) {
 	finish(res, series, bucket, gpus, sumUsed, sumStranded, sumFree, sumVFree, sumTime)
 	summarise(res, states)
 	return res, nil
+}
+
+// observe shows the run after a cycle to fn.
+func observe(fn func(Snapshot), now time.Time, inv *scheduler.Inventory, queue []scheduler.Request, running map[string]*vmState, eng scheduler.Policy, opts scheduler.Options, d scheduler.Decision) {
+	sn := Snapshot{Now: now, Inventory: inv, Queue: queue, Policy: eng, Options: opts}
+	for _, id := range sortedIDs(running) {
+		sn.Running = append(sn.Running, running[id].run)
+	}
+	for _, s := range d.Start {
+		sn.Started = append(sn.Started, s.ID)
+	}
+	fn(sn)
 }
 
 // applyDecision records a cycle's decision d at now: the VMs it starts,

@@ -35,7 +35,13 @@ addWords({
 });
 
 // done leaves the sign-in page for the portal.
-const done = () => location.assign('/');
+// next is where the visitor was going when the portal sent them here
+// (/login?next=PATH): a path of this server only, else the catalogue.
+const next = (() => {
+  const n = new URLSearchParams(location.search).get('next') || '/';
+  return n.startsWith('/') && !n.startsWith('//') && !n.startsWith('/\\') && !n.startsWith('/login') ? n : '/';
+})();
+const done = () => location.assign(next);
 
 function PasswordForm() {
   const [busy, setBusy] = useState(false);
@@ -108,7 +114,7 @@ export default function Login() {
   if (methods && methods.oidc) {
     ways.push(html`<div class="card login-way">
       ${ssoFailed && html`<p class="notice error" role="alert">${t('loginSSOFailed', {name: methods.oidc_name})}</p>`}
-      <a class="button sso" id="sso" href="/v1/auth/oidc/start?return_to=%2F">${t('loginSSO', {name: methods.oidc_name})}</a>
+      <a class="button sso" id="sso" href=${'/v1/auth/oidc/start?return_to=' + encodeURIComponent(next)}>${t('loginSSO', {name: methods.oidc_name})}</a>
     </div>`);
   }
   if (methods && methods.password) ways.push(html`<${PasswordForm} />`);

@@ -1,0 +1,283 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/spf13/cobra"
+
+	"github.com/gpuvm/gpuvm/pkg/hypervisor/domain"
+	"github.com/gpuvm/gpuvm/pkg/windows"
+)
+
+// attachWindowsInstall puts "windows-install" under admin's "image" command,
+// making that command when no other file has (the image commands live in
+// images.go).
+func attachWindowsInstall(admin *cobra.Command) {
+	var image *cobra.Command
+	for _, c := range admin.Commands() {
+		if c.Name() == "image" {
+			image = c
+		}
+	}
+	if image == nil {
+		image = &cobra.Command{Use: "image", Short: "Build and manage the images VMs are made from"}
+		admin.AddCommand(image)
+	}
+	image.AddCommand(newWindowsInstallCmd())
+}
+
+type windowsInstallOpts struct {
+	iso, virtio, name, edition, render      string
+	imageName, productKeyFile, passwordFile string
+	user, computer, locale, inputLocale, tz string
+	nvidiaDriver, nvidiaArgs, cloudbase     string
+	licensing, disk, network, templates     string
+	domainType, gpuMdev                     string
+	gpuPCI                                  []string
+	imageIndex                              int
+	vcpus, memoryGiB                        uint
+	noSysprep, insecureBoot, hide           bool
+}
+
+func newWindowsInstallCmd() *cobra.Command {
+	var o windowsInstallOpts
+	cmd := &cobra.Command{
+		Use:   "windows-install --iso PATH --virtio-win PATH --name NAME --password-file PATH --render DIR",
+		Short: "Render an unattended Windows install (answer file, install medium, domain XML)",
+		Long: `Renders everything an unattended install of Windows 10, 11 or Server 2022 needs,
+into --render DIR, for an admin to inspect and start on the gpuvmd host:
+
+  autounattend.xml       the answer file (templates/windows/autounattend.xml.tmpl):
+                         locale, UEFI/GPT disk, the virtio-win storage driver, the
+                         image, RDP with NLA, the local admin, no OOBE questions
+  gpuvm-firstlogon.ps1   what the first logon runs: virtio-win guest tools and the
+                         QEMU guest agent, cloudbase-init (--cloudbase-init), the
+                         NVIDIA guest driver (--nvidia-driver), the licensing task,
+                         then sysprep /generalize /oobe /shutdown (unless --no-sysprep)
+  NAME-media.iso         the install medium: both files above and the installers
+  NAME.xml               the libvirt domain: UEFI with Secure Boot, TPM 2.0, Hyper-V
+                         enlightenments, virtio disk and NIC, three CD-ROMs (--iso,
+                         --virtio-win, the medium)
+
+The admin password is read from --password-file (one trailing newline is
+dropped) and written into autounattend.xml and the medium only, both mode 0600;
+it is never printed. --templates DIR overrides the built-in templates.
+
+All paths are on the gpuvmd host. Starting the install and turning the disk into
+an image are the steps printed at the end (docs/windows.md): defining the VM
+through gpuvmd is not built yet.
+` + exitHelp,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runWindowsInstall(o, cmd.OutOrStdout())
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.iso, "iso", "", "the Windows installer ISO (required)")
+	f.StringVar(&o.virtio, "virtio-win", "", "the virtio-win drivers ISO (required)")
+	f.StringVar(&o.name, "name", "", "name of the install VM and its files (required)")
+	f.StringVar(&o.render, "render", "", "directory to write the files to (required)")
+	f.StringVar(&o.passwordFile, "password-file", "", "file holding the local admin's password (required)")
+	f.StringVar(&o.edition, "edition", string(windows.Windows11), "windows10, windows11 or server2022")
+	f.IntVar(&o.imageIndex, "image-index", 0, "index of the image in the ISO's install.wim (default 1)")
+	f.StringVar(&o.imageName, "image-name", "", `name of the image in install.wim ("Windows 11 Pro"), instead of --image-index`)
+	f.StringVar(&o.productKeyFile, "product-key-file", "", "file holding the product key (optional)")
+	f.StringVar(&o.user, "user", "", "the local admin's name (default gpuvm)")
+	f.StringVar(&o.computer, "computer-name", "", "the computer name (default gpuvm-win)")
+	f.StringVar(&o.locale, "locale", "", "UI, system and user locale (default en-US)")
+	f.StringVar(&o.inputLocale, "input-locale", "", "keyboard (default: --locale)")
+	f.StringVar(&o.tz, "timezone", "", `Windows time zone ID (default "UTC")`)
+	f.StringVar(&o.nvidiaDriver, "nvidia-driver", "", "the NVIDIA guest driver installer (.exe) to put on the medium")
+	f.StringVar(&o.nvidiaArgs, "nvidia-args", "", `the installer's arguments, space-separated (default "-s -noreboot")`)
+	f.StringVar(&o.cloudbase, "cloudbase-init", "", "the cloudbase-init MSI to put on the medium")
+	f.StringVar(&o.licensing, "licensing-script", "", "a gpuvm-licensing.ps1 to run at first logon (it stays in the image)")
+	f.BoolVar(&o.noSysprep, "no-sysprep", false, "leave the installed VM running instead of generalizing and shutting it down")
+	f.StringVar(&o.disk, "disk", "", "the system disk, a qcow2 file to create (default /var/lib/libvirt/images/NAME.qcow2)")
+	f.StringVar(&o.network, "network", "default", "libvirt network of the NIC")
+	f.UintVar(&o.vcpus, "vcpus", 4, "virtual CPUs")
+	f.UintVar(&o.memoryGiB, "memory-gib", 8, "memory in GiB")
+	f.BoolVar(&o.insecureBoot, "insecure-boot", false, "UEFI without Secure Boot (not for Windows 11)")
+	f.BoolVar(&o.hide, "hide-hypervisor", false, "hide KVM and set a Hyper-V vendor ID (GeForce drivers before R465)")
+	f.StringVar(&o.templates, "templates", "", "directory overriding templates/windows")
+	f.StringVar(&o.domainType, "domain-type", "kvm", "kvm, or qemu (software emulation, where KVM is unusable)")
+	f.StringVar(&o.gpuMdev, "gpu-mdev", "", "UUID of an existing vGPU (mdev) to give the install VM, so that the NVIDIA installer finds its device")
+	f.StringSliceVar(&o.gpuPCI, "gpu-pci", nil, "PCI functions (0000:c1:00.0,...) to pass through to the install VM instead (libvirt binds vfio-pci)")
+	return cmd
+}
+
+func runWindowsInstall(o windowsInstallOpts, stdout io.Writer) error {
+	for _, r := range []struct{ flag, v string }{{"--iso", o.iso}, {"--virtio-win", o.virtio}, {"--name", o.name}, {"--render", o.render}, {"--password-file", o.passwordFile}} {
+		if r.v == "" {
+			return usageError{fmt.Errorf("windows-install: %s is required", r.flag)}
+		}
+	}
+	if err := domain.ValidName(o.name); err != nil {
+		return usageError{fmt.Errorf("windows-install: --name: %w", err)}
+	}
+	pw, err := readSecret(o.passwordFile)
+	if err != nil {
+		return fmt.Errorf("windows-install: --password-file: %w", err)
+	}
+	c := windows.Config{
+		Edition: windows.Edition(o.edition), ComputerName: o.computer, AdminUser: o.user, AdminPassword: pw,
+		Locale: o.locale, InputLocale: o.inputLocale, TimeZone: o.tz,
+		Image: windows.Image{Index: o.imageIndex, Name: o.imageName}, Sysprep: !o.noSysprep,
+	}
+	if o.productKeyFile != "" {
+		if c.ProductKey, err = readSecret(o.productKeyFile); err != nil {
+			return fmt.Errorf("windows-install: --product-key-file: %w", err)
+		}
+	}
+	var extra []windows.MediaFile
+	addFile := func(flag, path string) (string, error) {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return "", fmt.Errorf("windows-install: %s: %w", flag, err)
+		}
+		extra = append(extra, windows.MediaFile{Name: filepath.Base(path), Data: b})
+		return filepath.Base(path), nil
+	}
+	if o.cloudbase != "" {
+		if c.CloudbaseInitMSI, err = addFile("--cloudbase-init", o.cloudbase); err != nil {
+			return err
+		}
+	}
+	if o.nvidiaDriver != "" {
+		if c.NVIDIADriver, err = addFile("--nvidia-driver", o.nvidiaDriver); err != nil {
+			return err
+		}
+		c.NVIDIADriverArgs = strings.Fields(o.nvidiaArgs)
+	} else if o.nvidiaArgs != "" {
+		return usageError{fmt.Errorf("windows-install: --nvidia-args needs --nvidia-driver")}
+	}
+	if o.licensing != "" {
+		if filepath.Base(o.licensing) != windows.LicensingScript {
+			return usageError{fmt.Errorf("windows-install: --licensing-script: the file must be named %s", windows.LicensingScript)}
+		}
+		if _, err := addFile("--licensing-script", o.licensing); err != nil {
+			return err
+		}
+	}
+	if err := c.Validate(); err != nil {
+		return usageError{err}
+	}
+	var tmpls fs.FS // the built-in templates
+	if o.templates != "" {
+		tmpls = os.DirFS(o.templates)
+	}
+	files, err := windows.Render(c, tmpls)
+	if err != nil {
+		return err
+	}
+	iso, err := windows.Media(c, tmpls, extra, time.Now().UTC())
+	if err != nil {
+		return err
+	}
+
+	dir, err := filepath.Abs(o.render)
+	if err != nil {
+		return fmt.Errorf("windows-install: --render: %w", err)
+	}
+	disk := o.disk
+	if disk == "" {
+		disk = "/var/lib/libvirt/images/" + o.name + ".qcow2"
+	}
+	media := filepath.Join(dir, o.name+"-media.iso")
+	abs := func(p string) string {
+		if a, err := filepath.Abs(p); err == nil {
+			return a
+		}
+		return p
+	}
+	w := domain.WindowsInstall{
+		Name: o.name, UUID: uuid.NewString(), Title: "gpuvm: unattended install of " + c.Edition.Label(),
+		VCPUs: o.vcpus, MemoryBytes: uint64(o.memoryGiB) << 30, DomainType: domain.Type(o.domainType),
+		Disk:      domain.Disk{Path: abs(disk)},
+		Installer: domain.Disk{Path: abs(o.iso)}, VirtIO: domain.Disk{Path: abs(o.virtio)}, Media: domain.Disk{Path: media},
+		Network:      domain.Network{Name: o.network},
+		Graphics:     &domain.Graphics{Type: domain.GraphicsVNC},
+		InsecureBoot: o.insecureBoot, HideHypervisor: o.hide,
+		Metadata: domain.Metadata{VMID: "windows-install-" + o.name, Profile: "windows-install"},
+	}
+	switch {
+	case o.gpuMdev != "" && len(o.gpuPCI) > 0:
+		return usageError{fmt.Errorf("windows-install: give --gpu-mdev or --gpu-pci, not both")}
+	case o.gpuMdev != "":
+		w.Hostdevs = []domain.Hostdev{{Type: domain.HostdevMdev, UUID: o.gpuMdev}}
+	case len(o.gpuPCI) > 0:
+		w.Hostdevs = []domain.Hostdev{{Type: domain.HostdevPCI, Addresses: o.gpuPCI, Managed: true}}
+	}
+	x, err := domain.WindowsInstallXML(w)
+	if err != nil {
+		return usageError{fmt.Errorf("windows-install: %w", err)}
+	}
+
+	if err := os.MkdirAll(dir, 0o711); err != nil {
+		return fmt.Errorf("windows-install: %w", err)
+	}
+	for _, f := range []struct {
+		name string
+		data []byte
+		mode os.FileMode
+	}{
+		{windows.AnswerFile, files[windows.AnswerFile], 0o600}, // holds the password
+		{windows.ScriptFile, files[windows.ScriptFile], 0o644},
+		{o.name + "-media.iso", iso, 0o600}, // holds the answer file
+		{o.name + ".xml", []byte(x + "\n"), 0o644},
+	} {
+		if err := writeFileMode(filepath.Join(dir, f.name), f.data, f.mode); err != nil {
+			return fmt.Errorf("windows-install: %w", err)
+		}
+	}
+	_, err = fmt.Fprintf(stdout, `Wrote %s: %s, %s, %s-media.iso, %s.xml
+Next, on the gpuvmd host (docs/windows.md):
+  qemu-img create -f qcow2 %s 64G
+  virsh define %s
+  virsh start %s; virsh send-key %s KEY_ENTER   # answer the installer's "Press any key to boot from CD"
+  # wait until 'virsh domstate %s' says shut off (sysprep shut it down), then:
+  gpuvm admin image import %s --name IMAGE --os windows --firmware uefi
+`, dir, windows.AnswerFile, windows.ScriptFile, o.name, o.name, w.Disk.Path, filepath.Join(dir, o.name+".xml"), o.name, o.name, o.name, w.Disk.Path)
+	return err
+}
+
+// readSecret reads a one-line secret file, dropping one trailing newline.
+func readSecret(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", err
+	}
+	b = bytes.TrimSuffix(b, []byte("\n"))
+	b = bytes.TrimSuffix(b, []byte("\r"))
+	return string(b), nil
+}
+
+// writeFileMode replaces path with data, with mode whatever the umask and
+// an existing file's mode: it writes a temporary file (created 0600) and
+// renames it, so that a secret is never readable by others on the way.
+func writeFileMode(path string, data []byte, mode os.FileMode) error {
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(f.Name()) // after a successful rename, there is nothing left to remove
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Chmod(mode); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return os.Rename(f.Name(), path)
+}

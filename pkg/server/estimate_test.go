@@ -1,0 +1,231 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpuvm/gpuvm/pkg/config"
+	"github.com/gpuvm/gpuvm/pkg/gpu"
+	"github.com/gpuvm/gpuvm/pkg/store"
+)
+
+// estimateEnv is a server with one up host of two whole L40S GPUs, both
+// held by running VMs whose leases end in 1h and 3h, and two queued VMs.
+type estimateEnv struct {
+	s      *Server
+	st     Store
+	now    time.Time
+	queued []string
+	run    []string
+}
+
+func newEstimateEnv(t *testing.T, leaseMax string) *estimateEnv {
+	t.Helper()
+	cfg, diags := config.Parse(config.Source{Name: "p.hcl", Data: []byte(fmt.Sprintf(`
+profile "whole" {
+  vcpus = 1
+  memory = "1GiB"
+  boot { kernel = "/k" }
+  gpu {
+    kind = "passthrough"
+  }
+  lease {
+    default = "2h"
+    max     = %q
+  }
+}
+profile "seat" {
+  vcpus = 1
+  memory = "1GiB"
+  boot { kernel = "/k" }
+}
+`, leaseMax))})
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	s := testServer(t, &fakeConfig{cfg: cfg})
+	ctx := context.Background()
+	e := &estimateEnv{s: s, st: s.Store, now: s.Store.Now()}
+	if err := s.Store.CreateUser(ctx, &store.User{Name: "ann", Groups: []string{"artists"}}); err != nil {
+		t.Fatal(err)
+	}
+	mk := func(name string, running bool, left time.Duration) string {
+		vm := &store.VM{Name: name, Owner: "ann", Profile: "whole", Hours: 2, Spec: "{}"}
+		if _, err := s.Store.CreateVM(ctx, vm, store.CreateVMOptions{RequestedBy: "ann"}); err != nil {
+			t.Fatal(err)
+		}
+		if running {
+			end, host := e.now.Add(left), "gpu-01"
+			if _, err := s.Store.UpdateVMState(ctx, vm.ID, vm.Version, store.VMUpdate{State: store.VMRunning, Host: &host, LeaseEnd: &end}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return vm.ID
+	}
+	e.run = []string{mk("r1", true, time.Hour), mk("r2", true, 3*time.Hour)}
+	e.queued = []string{mk("q1", false, 0), mk("q2", false, 0)}
+	e.heartbeat(t, e.run...)
+	return e
+}
+
+// heartbeat stores the host's inventory: its two GPUs, the first ones
+// holding the devices of vms.
+func (e *estimateEnv) heartbeat(t *testing.T, vms ...string) {
+	t.Helper()
+	inv := gpu.HostInventory{}
+	for i := range 2 {
+		addr := fmt.Sprintf("0000:%d:00.0", 41+i)
+		inv.GPUs = append(inv.GPUs, gpu.HostGPU{Address: addr, Model: "L40S", DeviceID: "10de:26b9", Mode: gpu.ModePassthrough, IOMMUGroup: fmt.Sprint(i), Backends: map[string]string{"passthrough": ""}})
+		if i < len(vms) && vms[i] != "" {
+			inv.Devices = append(inv.Devices, gpu.HostDevice{ID: addr, Backend: "passthrough", Kind: gpu.KindPassthrough, GPU: addr, VMUUID: vms[i]})
+		}
+	}
+	b, err := json.Marshal(inv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.st.(*store.Store).RegisterHost(context.Background(), &store.Host{Name: "gpu-01", APIURL: "http://gpu-01:8080", Version: "test", Inventory: string(b)}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func parseTime(t *testing.T, v any) time.Time {
+	t.Helper()
+	s, _ := v.(string)
+	at, err := time.Parse(time.RFC3339, s)
+	if err != nil {
+		t.Fatalf("%v is not an RFC 3339 time: %v", v, err)
+	}
+	return at
+}
+
+func near(a, b time.Time) bool { d := a.Sub(b); return d > -2*time.Second && d < 2*time.Second }
+
+func TestEstimatedStart(t *testing.T) {
+	cases := []struct {
+		name      string
+		leaseMax  string
+		uncertain bool
+		note      string
+	}{
+		{"leases at their maximum: certain", "2h", false, "1 running VM's lease ends"},
+		{"leases that may be extended: uncertain", "8h", true, "uncertain: leases may be extended"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			e := newEstimateEnv(t, c.leaseMax)
+			rec, body := do(t, e.s, "GET", "/v1/vms/"+e.queued[0], "ann-token")
+			if rec.Code != 200 {
+				t.Fatalf("status %d: %s", rec.Code, rec.Body)
+			}
+			if at := parseTime(t, body["estimated_start"]); !near(at, e.now.Add(time.Hour)) {
+				t.Errorf("q1 estimated %s, want now+1h (%s)", at, e.now.Add(time.Hour))
+			}
+			if body["estimated_start_uncertain"] != c.uncertain {
+				t.Errorf("uncertain %v, want %v (%v)", body["estimated_start_uncertain"], c.uncertain, body["estimated_start_note"])
+			}
+			if note, _ := body["estimated_start_note"].(string); !strings.Contains(note, c.note) {
+				t.Errorf("note %q lacks %q", note, c.note)
+			}
+			// The second waits for r2's lease (q1 took r1's GPU).
+			_, body = do(t, e.s, "GET", "/v1/vms/"+e.queued[1], "ann-token")
+			if at := parseTime(t, body["estimated_start"]); !near(at, e.now.Add(3*time.Hour)) {
+				t.Errorf("q2 estimated %s, want now+3h", at)
+			}
+			// A running VM has none.
+			_, body = do(t, e.s, "GET", "/v1/vms/"+e.run[0], "ann-token")
+			for _, k := range []string{"estimated_start", "estimated_start_uncertain", "estimated_start_note"} {
+				if _, ok := body[k]; ok {
+					t.Errorf("a running VM has %s: %v", k, body[k])
+				}
+			}
+		})
+	}
+}
+
+func TestEstimateIsCached(t *testing.T) {
+	e := newEstimateEnv(t, "2h")
+	_, body := do(t, e.s, "GET", "/v1/vms/"+e.queued[0], "ann-token")
+	first := body["estimated_start"]
+	// r1 is deleted: a fresh replay would start q1 now; within the cache's
+	// life the estimate stays (one replay serves every GET).
+	ctx := context.Background()
+	vm, err := e.st.GetVM(ctx, e.run[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.st.UpdateVMState(ctx, vm.ID, vm.Version, store.VMUpdate{State: store.VMDeleted}); err != nil {
+		t.Fatal(err)
+	}
+	e.heartbeat(t, "", e.run[1])
+	_, body = do(t, e.s, "GET", "/v1/vms/"+e.queued[0], "ann-token")
+	if body["estimated_start"] != first {
+		t.Errorf("estimate changed within the cache's life: %v then %v", first, body["estimated_start"])
+	}
+	// Replayed afresh (the cache forgotten), q1 is not waiting for r1.
+	e.s.estimates.mu.Lock()
+	e.s.estimates.snap = nil
+	e.s.estimates.mu.Unlock()
+	_, body = do(t, e.s, "GET", "/v1/vms/"+e.queued[0], "ann-token")
+	if at := parseTime(t, body["estimated_start"]); !near(at, e.s.Store.Now()) {
+		t.Errorf("a fresh replay estimated %s (first %v), want now: r1's GPU is free", at, first)
+	}
+}
+
+func TestProfilesNextFree(t *testing.T) {
+	e := newEstimateEnv(t, "2h")
+	rec := httpGet(t, e.s, "/v1/profiles", "ann-token")
+	var ps []map[string]any
+	if err := json.Unmarshal(rec, &ps); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]any{}
+	for _, p := range ps {
+		got[p["name"].(string)] = p["next_free_at"]
+	}
+	// q1 takes r1's GPU at +1h, q2 r2's at +3h, when q1 (2h) ends too:
+	// the next one is free for the caller at +3h.
+	if at := parseTime(t, got["whole"]); !near(at, e.now.Add(3*time.Hour)) {
+		t.Errorf("whole: next free %s, want now+3h", at)
+	}
+	if v, ok := got["seat"]; !ok || v != nil {
+		t.Errorf("a profile without a GPU: next_free_at %v (listed %v)", v, ok)
+	}
+}
+
+func TestProfilesFreeNowHasNoNextFree(t *testing.T) {
+	e := newEstimateEnv(t, "2h")
+	ctx := context.Background()
+	for _, id := range append(e.queued, e.run[0]) {
+		vm, err := e.st.GetVM(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.st.UpdateVMState(ctx, vm.ID, vm.Version, store.VMUpdate{State: store.VMDeleted}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.heartbeat(t, e.run[1])
+	var ps []map[string]any
+	if err := json.Unmarshal(httpGet(t, e.s, "/v1/profiles", "ann-token"), &ps); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range ps {
+		if v, ok := p["next_free_at"]; ok {
+			t.Errorf("%s: next_free_at %v with a GPU free now", p["name"], v)
+		}
+	}
+}
+
+func httpGet(t *testing.T, s *Server, path, token string) []byte {
+	t.Helper()
+	rec, _ := do(t, s, "GET", path, token)
+	if rec.Code != 200 {
+		t.Fatalf("GET %s: %d %s", path, rec.Code, rec.Body)
+	}
+	return rec.Body.Bytes()
+}
