@@ -22,6 +22,7 @@ func newAdminCmd(getenv func(string) string) *cobra.Command {
 	admin.AddCommand(newAdminGPUsCmd(o), newAdminReloadCmd(o))
 	admin.AddCommand(newAdminUsersCmd(o), newAdminTokensCmd(o), newAdminDrainCmd(o), newAdminUndrainCmd(o)) // users.go
 	admin.AddCommand(newAdminAlertsCmd(o))                                                                  // alerts.go
+	admin.AddCommand(newAdminImagesCmd(o)...)                                                               // images.go
 	admin.AddCommand(newAdminOrphansCmd(o))                                                                 // orphans.go
 	admin.AddCommand(newAdminDoctorCmd(getenv), newAdminHostPrepCmd(getenv))                                // doctor.go, hostprep.go
 	attachWindowsInstall(admin)                                                                             // windows.go

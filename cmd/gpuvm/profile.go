@@ -198,6 +198,12 @@ func printProfile(w io.Writer, cfg *config.Config, p *config.Profile) error {
 			if img.Volume != "" {
 				src = "volume " + img.Volume + " in pool " + img.Pool
 			}
+			if img.Imported != "" {
+				src = "imported image " + img.Imported + " (newest)"
+				if img.Version > 0 {
+					src = fmt.Sprintf("imported image %s@%d", img.Imported, img.Version)
+				}
+			}
 		}
 		size := "the image's size"
 		if d.Size > 0 {

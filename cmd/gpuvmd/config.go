@@ -26,6 +26,9 @@ type liveConfig struct {
 	// sighup, when set, is told of each reload on SIGHUP and its outcome
 	// (the audit log records it).
 	sighup atomic.Pointer[func(err error, diagnostics string)]
+	// check, when set, adds warnings that need the database (an image
+	// block naming an imported image that is not stored) to each reload's.
+	check atomic.Pointer[func(*config.Config) []string]
 }
 
 // loadConfig loads dir and refuses it if it has errors, printing every
@@ -54,6 +57,11 @@ func (c *liveConfig) reloadDiags(w io.Writer) (hcl.Diagnostics, error) {
 		return diags, fmt.Errorf("configuration %s has errors; nothing was changed", c.dir)
 	}
 	c.Store(next)
+	if check := c.check.Load(); check != nil {
+		for _, w2 := range (*check)(next) {
+			fmt.Fprintln(w, w2)
+		}
+	}
 	return diags, nil
 }
 

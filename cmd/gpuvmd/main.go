@@ -223,6 +223,8 @@ func serve(ctx context.Context, o options, cfg *liveConfig, log *slog.Logger) er
 		deps.Config = cfg
 	}
 	deps.Consoles = hv // the console and tunnel proxies find displays and guest addresses here
+	// The stored disk images: import, publish, uploads (images.go).
+	deps.Images = openImages(ctx, o, cfg, st, hv, orch, profiles, log)
 	// Password sign-in and the directory's sync (auth.go).
 	dir, err := openDirectory(profiles(), log)
 	if err != nil {

@@ -294,7 +294,10 @@ func (c *Client) do(ctx context.Context, method, path string, query url.Values, 
 		target += "?" + query.Encode()
 	}
 	var rd io.Reader
-	if body != nil {
+	raw, isRaw := body.(rawBody) // bytes sent as they are (images.go)
+	if isRaw {
+		rd = bytes.NewReader(raw)
+	} else if body != nil {
 		b, err := json.Marshal(body)
 		if err != nil {
 			return fmt.Errorf("%s %s: encode the request: %w", method, target, err)
@@ -309,7 +312,9 @@ func (c *Client) do(ctx context.Context, method, path string, query url.Values, 
 		req.Header[k] = v
 	}
 	req.Header.Set("Accept", "application/json, application/problem+json")
-	if body != nil {
+	if isRaw {
+		req.Header.Set("Content-Type", "application/octet-stream")
+	} else if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
 	if c.token != "" {

@@ -58,6 +58,26 @@ func (r *resolver) resolveImage(b *imageBlock) {
 	ok = r.oneOf(b.Body, "os", img.OS, osFamilies, b.DefRange) && ok
 	ok = r.oneOf(b.Body, "firmware", img.Firmware, firmwares, b.DefRange) && ok
 	switch {
+	case b.Imported != nil && (b.Path != nil || b.Volume != nil || b.Format != nil || b.Pool != nil):
+		for _, attr := range []string{"path", "volume", "pool", "format"} {
+			if has(b.Body, attr) {
+				r.errf(attrRange(b.Body, attr, b.DefRange), "imported excludes "+attr, "An imported image is in the store: its volume, pool and format are the record's. Leave %s out.", attr)
+			}
+		}
+		ok = false
+	case b.Imported != nil:
+		img.Imported, img.Format = *b.Imported, ""
+		if !namePattern.MatchString(img.Imported) {
+			r.errf(valueRange(b.Body, "imported", b.DefRange), "Invalid imported image", "%q is not an image name (1–63 lower-case letters, digits, '.', '_', '-').", img.Imported)
+			ok = false
+		}
+		if b.Version != nil {
+			img.Version = *b.Version
+			if img.Version < 1 {
+				r.errf(valueRange(b.Body, "version", b.DefRange), "Invalid version", "Image versions start at 1; leave version out to follow the newest.")
+				ok = false
+			}
+		}
 	case b.Path != nil && b.Volume != nil:
 		r.errf(attrRange(b.Body, "volume", b.DefRange), "path and volume exclude each other", "An image is a file (path) or a libvirt volume (volume), not both.")
 		ok = false
@@ -80,10 +100,14 @@ func (r *resolver) resolveImage(b *imageBlock) {
 			r.errf(valueRange(b.Body, "volume", b.DefRange), "Invalid volume", "%q is not a libvirt volume name (a name in the pool, not a path).", img.Volume)
 			ok = false
 		}
-	case has(b.Body, "path") || has(b.Body, "volume"):
+	case has(b.Body, "path") || has(b.Body, "volume") || has(b.Body, "imported"):
 		ok = false // its value is wrong, and reported
 	default:
-		r.errf(b.DefRange, "Image has no source", "Image %q needs path (a qcow2 or raw file; relative to server.libvirt.images_dir) or volume (a volume of the storage pool).", b.Name)
+		r.errf(b.DefRange, "Image has no source", "Image %q needs path (a qcow2 or raw file; relative to server.libvirt.images_dir), volume (a volume of the storage pool) or imported (an image imported with gpuvm admin image import).", b.Name)
+		ok = false
+	}
+	if b.Version != nil && b.Imported == nil {
+		r.errf(attrRange(b.Body, "version", b.DefRange), "version is for imported images", "version pins a version of an imported image; this image names no imported one.")
 		ok = false
 	}
 	if b.DriversISO != nil {

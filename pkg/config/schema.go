@@ -207,6 +207,8 @@ type imageBlock struct {
 	Path        *string   `hcl:"path,optional"`
 	Volume      *string   `hcl:"volume,optional"`
 	Pool        *string   `hcl:"pool,optional"`
+	Imported    *string   `hcl:"imported,optional"`
+	Version     *int      `hcl:"version,optional"`
 	Format      *string   `hcl:"format,optional"`
 	OS          *string   `hcl:"os,optional"`
 	Firmware    *string   `hcl:"firmware,optional"`

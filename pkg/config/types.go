@@ -288,8 +288,14 @@ type Image struct {
 	User        string `json:"user,omitempty"`   // default user of the image
 	// DriversISO is an ISO attached as a CD-ROM to every VM of the image:
 	// the virtio-win drivers for Windows guests.
-	DriversISO string    `json:"drivers_iso,omitempty"`
-	DeclRange  hcl.Range `json:"-"`
+	DriversISO string `json:"drivers_iso,omitempty"`
+	// Imported names an image imported or published with `gpuvm admin
+	// image` (the store's images); Version pins one of its versions, 0
+	// follows the newest. Path and Format are then the record's, read
+	// when a VM is created (pkg/images.Resolve).
+	Imported  string    `json:"imported,omitempty"`
+	Version   int       `json:"version,omitempty"`
+	DeclRange hcl.Range `json:"-"`
 }
 
 // Profile is what a person may ask for, resolved.

@@ -210,6 +210,11 @@ func (lc *lifecycle) vmRequest(ctx context.Context, vm *store.VM) (hypervisor.VM
 	}
 	if p.Disk != nil && p.Disk.Image != "" {
 		img := set.Images[p.Disk.Image]
+		if img != nil && img.Imported != "" {
+			if img, err = lc.importedImage(ctx, vm.ID, img); err != nil { // images.go
+				return hypervisor.VMRequest{}, fmt.Errorf("profile %s: %w", p.Name, err)
+			}
+		}
 		if img == nil || img.Path == "" {
 			return hypervisor.VMRequest{}, fmt.Errorf("profile %s: image %q has no file path", p.Name, p.Disk.Image)
 		}

@@ -96,6 +96,12 @@ var auditRoutes = map[string]auditRoute{
 	// The orphan decisions of the reconciler's admin routes (orphans.go).
 	"DELETE /v1/admin/orphans/{id}":     {"orphan.delete", "orphan/{id}"},
 	"POST /v1/admin/orphans/{id}/adopt": {"orphan.adopt", "orphan/{id}"},
+	// The stored disk images (images.go).
+	"POST /v1/admin/images":                  {"image.import", ""},
+	"POST /v1/admin/images/publish":          {"image.publish", ""},
+	"DELETE /v1/admin/images/{ref}":          {"image.delete", "image/{ref}"},
+	"PUT /v1/admin/images/uploads/{name}":    {"image.upload", "upload/{name}"},
+	"DELETE /v1/admin/images/uploads/{name}": {"image.discard", "upload/{name}"},
 	// The web portal's sign-in and sign-out (portal.go).
 	"POST /v1/session":   {"session.create", ""},
 	"DELETE /v1/session": {"session.delete", ""},

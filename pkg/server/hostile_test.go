@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"github.com/gpuvm/gpuvm/pkg/api"
+	"github.com/gpuvm/gpuvm/pkg/images"
 	"github.com/gpuvm/gpuvm/pkg/store"
 )
 
@@ -55,6 +57,9 @@ var hostileBodies = map[string]struct {
 	"POST /v1/admin/hosts/{name}/drain": {status: 404, optional: true}, // no node of that name
 	"POST /v1/admin/orphans/{id}/adopt": {body: `{"owner":"ann","name":"adopted","profile":"seat"}`, status: 201},
 	"POST /v1/session":                  {body: `{"token":"gpuvm_not-a-token"}`, status: 401}, // portal.go's sign-in
+	// images.go: a file that is not there, a VM that is not.
+	"POST /v1/admin/images":         {body: `{"source_path":"/nonexistent/disk.qcow2","name":"disk","os":"linux","firmware":"uefi","sha256":"` + strings.Repeat("0", 64) + `"}`, status: 422},
+	"POST /v1/admin/images/publish": {body: `{"vm":"nope","name":"disk","os":"linux","firmware":"uefi"}`, status: 404},
 }
 
 // Routes whose dependencies the walk's server lacks answer 503 by design.
@@ -79,6 +84,8 @@ func newHostileEnv(t *testing.T) *hostileEnv {
 	s.Consoles = &fakeConsoles{}
 	s.Orphans = &fakeOrphans{st: st, items: []api.Orphan{
 		{ID: "domain-aaaaaaaaaaaa", Kind: api.OrphanDomain, Name: "gpuvm-0123456789ab", VMID: "01a23326-de26-7342-b7c0-0123456789ab", Adoptable: true, Reason: "no row"}}}
+	s.Images = &images.Manager{Store: st, Volumes: dirVolumes{t.TempDir()}, Pool: "gpuvm", Uploads: &images.Uploads{Dir: t.TempDir()},
+		DomainName: func(id string) string { return id }, Log: slog.New(slog.DiscardHandler)}
 	e := &hostileEnv{t: t, s: s, st: st}
 	var vm api.CreateVMResponse
 	e.mustCall("POST", "/v1/vms", "ann-token", `{"profile":"seat","name":"box","hours":2}`, 202, &vm)
@@ -146,6 +153,8 @@ func (e *hostileEnv) path(r route, bad string) string {
 			return e.resID
 		case strings.HasPrefix(p, "/v1/admin/orphans/"):
 			return "domain-aaaaaaaaaaaa"
+		case strings.HasPrefix(p, "/v1/admin/images/"):
+			return "disk"
 		}
 		return e.box
 	}
@@ -535,7 +544,8 @@ func pathCases(e *hostileEnv, r route) []hostileCase {
 		if r.Status != http.StatusSwitchingProtocols && r.Auth != authNone && r.ContentType != "text/html" {
 			tc.wantCode = http.StatusNotFound
 		}
-		if strings.HasPrefix(r.Path, "/v1/admin/gpus/") || strings.HasPrefix(r.Path, "/v1/admin/hosts/") {
+		if strings.HasPrefix(r.Path, "/v1/admin/gpus/") || strings.HasPrefix(r.Path, "/v1/admin/hosts/") ||
+			r.Method == "PUT" && strings.HasPrefix(r.Path, "/v1/admin/images/uploads/") { // a chunk starts an upload: 400 or 404
 			tc.wantCode = 0 // a GPU address that is not one: 400 or 404
 		}
 		out = append(out, tc)

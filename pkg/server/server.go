@@ -110,6 +110,9 @@ type Deps struct {
 	// looks like gpuvm's but is not provably this installation's (the
 	// orchestrator); nil: the orphan routes answer 503.
 	Orphans Orphans
+	// Images keeps the stored disk images (images.go); nil: its routes
+	// answer 503.
+	Images Images
 }
 
 // Waker is told that a VM operation was queued.
@@ -219,6 +222,7 @@ func (s *Server) routes() {
 	admin.DELETE("/admin/hosts/:name/drain", s.undrainHost) // fleet.go
 	admin.GET("/alerts", s.listAlerts)                      // alerts.go
 	s.orphanRoutes(admin)                                   // orphans.go
+	s.imageRoutes(v1, admin)                                // images.go
 	v1.GET("/whoami", s.whoami)
 	v1.GET("/usage", s.usage)                      // usage.go
 	v1.GET("/usage/periods", s.usagePeriods)       // usage.go

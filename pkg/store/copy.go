@@ -73,11 +73,13 @@ var copiers = []tableCopier{
 	copierOf[AuditEntry]("audit_log", "id"),
 	copierOf[VMCredential]("vm_credentials", "vm_id"),
 	copierOf[Session]("sessions", "id"),
+	copierOf[Image]("images", "id"),
+	copierOf[ImageUse]("image_uses", "vm_id"),
 }
 
 // identityTables have a generated id whose sequence must go on after the
 // copied rows.
-var identityTables = []string{"users", "groups", "api_tokens", "allocations", "reservations", "usage_records", "events", "gpu_samples", "alerts", "audit_log"}
+var identityTables = []string{"users", "groups", "api_tokens", "allocations", "reservations", "usage_records", "events", "gpu_samples", "alerts", "audit_log", "images"}
 
 // TableCount is how many rows a table had.
 type TableCount struct {

@@ -27,6 +27,14 @@ func fillEveryTable(t *testing.T, s *Store) {
 		t.Fatal(err)
 	}
 	vm := mustVM(t, s, "ann", "one")
+	img := &Image{Name: "ubuntu", OS: "linux", Firmware: "uefi", Format: "qcow2", VirtualSize: 1 << 30, ActualSize: 1 << 20,
+		SHA256: "ab", Pool: "gpuvm", Volume: "image-ubuntu-v1.qcow2", Path: "/p/image-ubuntu-v1.qcow2", Origin: ImageImported, CreatedBy: "admin"}
+	if err := s.CreateImage(ctx, img, true); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.RecordImageUse(ctx, vm.ID, img.ID); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := s.CreateVM(ctx, &VM{Name: "two", Owner: "bob", Profile: "desktop", Hours: 1}, CreateVMOptions{RequestedBy: "bob",
 		Credential: &VMCredential{Login: "bob", Password: "pw", PasswordHash: "$6$salt$hash"}}); err != nil {
 		t.Fatal(err)
@@ -154,6 +162,8 @@ func TestCopyInto(t *testing.T) {
 		"audit_log":        func(s *Store) []string { return dumpRows[AuditEntry](t, s, "audit_log", "id") },
 		"vm_credentials":   func(s *Store) []string { return dumpRows[VMCredential](t, s, "vm_credentials", "vm_id") },
 		"sessions":         func(s *Store) []string { return dumpRows[Session](t, s, "sessions", "id") },
+		"images":           func(s *Store) []string { return dumpRows[Image](t, s, "images", "id") },
+		"image_uses":       func(s *Store) []string { return dumpRows[ImageUse](t, s, "image_uses", "vm_id") },
 	}
 	for _, c := range copiers {
 		dump := dumps[c.table]

@@ -556,3 +556,45 @@ type Session struct {
 }
 
 func (Session) TableName() string { return "sessions" }
+
+// Image origins.
+const (
+	ImageImported  = "import"
+	ImagePublished = "publish"
+)
+
+// Image is a version of a disk image in a storage pool (images.go): made by
+// an import (Origin ImageImported, SourcePath the file it came from) or by
+// publishing a stopped VM's disk (ImagePublished, SourceVM the VM's id).
+// Sizes are bytes: VirtualSize what a guest sees, ActualSize what the file
+// takes on disk.
+type Image struct {
+	ID          int64     `gorm:"column:id;primaryKey" json:"id"`
+	Name        string    `gorm:"column:name;not null;uniqueIndex:images_name_version,priority:1" json:"name"`
+	Version     int       `gorm:"column:version;not null;uniqueIndex:images_name_version,priority:2" json:"version"`
+	OS          string    `gorm:"column:os;not null" json:"os"`
+	Firmware    string    `gorm:"column:firmware;not null" json:"firmware"`
+	Format      string    `gorm:"column:format;not null" json:"format"`
+	VirtualSize int64     `gorm:"column:virtual_size;not null" json:"virtual_size"`
+	ActualSize  int64     `gorm:"column:actual_size;not null" json:"actual_size"`
+	SHA256      string    `gorm:"column:sha256;not null" json:"sha256"`
+	Pool        string    `gorm:"column:pool;not null;uniqueIndex:images_pool_volume,priority:1" json:"pool"`
+	Volume      string    `gorm:"column:volume;not null;uniqueIndex:images_pool_volume,priority:2" json:"volume"`
+	Path        string    `gorm:"column:path;not null" json:"path"`
+	Origin      string    `gorm:"column:origin;not null" json:"origin"`
+	SourcePath  string    `gorm:"column:source_path;not null" json:"source_path,omitempty"`
+	SourceVM    string    `gorm:"column:source_vm;not null" json:"source_vm,omitempty"`
+	CreatedBy   string    `gorm:"column:created_by;not null" json:"created_by"`
+	CreatedAt   time.Time `gorm:"column:created_at;not null" json:"created_at"`
+}
+
+func (Image) TableName() string { return "images" }
+
+// ImageUse is the image version a VM's disk overlay was made on.
+type ImageUse struct {
+	VMID      string    `gorm:"column:vm_id;primaryKey" json:"vm_id"`
+	ImageID   int64     `gorm:"column:image_id;not null;index:image_uses_image" json:"image_id"`
+	CreatedAt time.Time `gorm:"column:created_at;not null" json:"created_at"`
+}
+
+func (ImageUse) TableName() string { return "image_uses" }

@@ -82,6 +82,8 @@ type Options struct {
 	Step time.Duration
 	// Orphans answers the orphan routes (nil: they answer 503).
 	Orphans server.Orphans
+	// Images answers the image routes (nil: they answer 503).
+	Images server.Images
 	// SignIn checks passwords for POST /v1/login (nil: not configured);
 	// OIDC is the OpenID provider's sign-ins (nil: not configured).
 	SignIn server.PasswordSignIn
@@ -143,7 +145,7 @@ func New(t testing.TB, o Options) *Env {
 	}
 	api := server.New(server.Deps{
 		Auth: st, Backends: backends{"mig": mock}, Config: e.Config, Log: log, Store: st, Worker: e.Worker,
-		Host: o.Host, Consoles: e.Guests, EventPoll: 10 * time.Millisecond, Orphans: o.Orphans, SignIn: o.SignIn, OIDC: o.OIDC, Bookings: booker,
+		Host: o.Host, Consoles: e.Guests, EventPoll: 10 * time.Millisecond, Orphans: o.Orphans, Images: o.Images, SignIn: o.SignIn, OIDC: o.OIDC, Bookings: booker,
 	})
 	srv := httptest.NewServer(api)
 	e.URL = srv.URL
