@@ -194,7 +194,7 @@ func TestFreeCapacityIsTheSchedulers(t *testing.T) {
 		inv     storedInventory
 		drained map[string]bool
 		want    api.Capacity
-		was     api.Capacity // what the greedy count said
+		was     api.Capacity  // what the greedy count said
 		total   *api.Capacity // nil: as want (the host holds nothing)
 	}{
 		{name: "one media-engine instance per GPU",
