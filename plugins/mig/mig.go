@@ -420,7 +420,9 @@ func (b *Backend) Create(ctx context.Context, req backend.CreateRequest) (backen
 	}
 	if v.Interface == gpu.InterfaceVendorVFIO && len(offer.Parents) > 0 {
 		// The ledger is keyed by device ID: for vendor VFIO that is the VF.
-		_ = env.Ledger.Delete(dev.ID)
+		if err := env.Ledger.Delete(dev.ID); err != nil {
+			return fail(backend.Errorf(backend.CodeInternal, g.Address, "re-record intent: %v", err))
+		}
 		dev.ID = offer.Parents[0]
 		if err := env.Ledger.Put(kit.Entry{Device: dev, State: kit.Creating}); err != nil {
 			return fail(backend.Errorf(backend.CodeInternal, g.Address, "record intent: %v", err))

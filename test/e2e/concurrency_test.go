@@ -156,10 +156,27 @@ func TestConcurrentCreates(t *testing.T) {
 					}
 				}
 			}
+			// The host's inventory as the backends push it may lag the VMs'
+			// states by a push: wait (a while) for it to say one device per
+			// running VM, then check it.
 			devs := devicesOf(w.inventory())
+			for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); devs = devicesOf(w.inventory()) {
+				settledDevs := len(devs) == freeSlots
+				for id := range live {
+					settledDevs = settledDevs && len(devs[id]) == 1
+				}
+				if settledDevs {
+					break
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
 			for id := range live {
 				if len(devs[id]) != 1 {
-					t.Errorf("running VM %s has %d devices on the host", id, len(devs[id]))
+					var ds []string
+					for _, d := range devs[id] {
+						ds = append(ds, fmt.Sprintf("%s gi=%v ci=%v at=%v hostdev=%+v", d.ID, derefInt(d.GPUInstance), derefInt(d.ComputeInstance), derefInt(d.Placement), d.Hostdev))
+					}
+					t.Errorf("running VM %s has %d devices on the host: %s", id, len(devs[id]), strings.Join(ds, "; "))
 				}
 			}
 			if len(devs) != freeSlots {
@@ -190,4 +207,12 @@ func postgresSchema(t *testing.T) string {
 		t.Fatalf("$%s must be a postgres:// URL (gpuvmd --database takes one): %q", envPostgres, base)
 	}
 	return storetest.SchemaDSN(t, base)
+}
+
+
+func derefInt(p *int) any {
+	if p == nil {
+		return nil
+	}
+	return *p
 }
