@@ -1,6 +1,8 @@
 package gpu
 
 import (
+	"encoding/json"
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -83,5 +85,35 @@ func TestDriverVersions(t *testing.T) {
 		if ok != (tc.branch != 0) || b != tc.branch && tc.branch != 0 {
 			t.Errorf("DriverBranch(%q) = %d, %v; want %d", tc.in, b, ok, tc.branch)
 		}
+	}
+}
+
+// A hosts.inventory row stored before the inventory kept the driver reads
+// with no driver (so nothing is checked against it); one with it reads it.
+func TestStoredInventoryDriver(t *testing.T) {
+	tests := []struct {
+		name string
+		row  string
+		want *HostDriver
+	}{
+		{"older row", `{"host":"/sys","simulated":false,"backends":["vgpu"],"gpus":[],"devices":[]}`, nil},
+		{"newer row", `{"host":"/sys","simulated":false,"backends":["vgpu"],"gpus":[],"devices":[],"driver":{"version":"550.54.16","vgpu_min":"17.0","vgpu_max":"17.3"}}`,
+			&HostDriver{Version: "550.54.16", VGPUMin: "17.0", VGPUMax: "17.3"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var hi HostInventory
+			if err := json.Unmarshal([]byte(tc.row), &hi); err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(hi.Driver, tc.want) {
+				t.Errorf("driver %+v, want %+v", hi.Driver, tc.want)
+			}
+			if hi.Driver == nil {
+				if m := CheckGuestDriver("535.183.01", hi.Driver); m.Checked {
+					t.Errorf("checked against no driver: %+v", m)
+				}
+			}
+		})
 	}
 }
