@@ -83,6 +83,9 @@ func CheckGuestDriver(guest string, host *HostDriver) GuestDriverMatch {
 	if host == nil || host.VGPUMin == "" || host.VGPUMax == "" {
 		return GuestDriverMatch{}
 	}
+	if _, ok := DriverBranch(host.Version); !ok {
+		return GuestDriverMatch{} // the simulator's "simulated": no branch to hold a guest to
+	}
 	lo, okLo := releaseMajor(host.VGPUMin)
 	hi, okHi := releaseMajor(host.VGPUMax)
 	if !okLo || !okHi || lo > hi {

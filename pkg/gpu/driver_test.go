@@ -29,6 +29,7 @@ func TestCheckGuestDriver(t *testing.T) {
 		{"no host driver", "535.183.01", nil, false, false, 0, ""},
 		{"not the vGPU manager", "535.183.01", &HostDriver{Version: "550.54.14"}, false, false, 0, ""},
 		{"simulator", "535.183.01", &HostDriver{Version: "simulated", VGPUMin: "simulated", VGPUMax: "simulated"}, false, false, 0, ""},
+		{"simulator with a range", "535.183.01", &HostDriver{Version: "simulated", VGPUMin: "17.0", VGPUMax: "17.3"}, false, false, 0, ""},
 		{"inverted range", "535.183.01", &HostDriver{Version: "550.54.16", VGPUMin: "17.3", VGPUMax: "16.0"}, false, false, 0, ""},
 	}
 	for _, tc := range tests {
