@@ -169,6 +169,13 @@ func printInventory(w io.Writer, hi api.HostInventory) error {
 	}
 	fmt.Fprintln(w, title)
 	fmt.Fprintf(w, "Backends: %s\n", strings.Join(hi.Backends, ", "))
+	if d := hi.Driver; d != nil {
+		if d.VGPUMax != "" {
+			fmt.Fprintf(w, "Driver: %s (vGPU manager: guest drivers of vGPU %s to %s)\n", d.Version, d.VGPUMin, d.VGPUMax)
+		} else {
+			fmt.Fprintf(w, "Driver: %s\n", d.Version)
+		}
+	}
 	for _, n := range hi.Notes {
 		fmt.Fprintln(w, "Note:", n)
 	}

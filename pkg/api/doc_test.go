@@ -20,6 +20,7 @@ func TestInventoryDocumented(t *testing.T) {
 		"HostInventory": reflect.TypeOf(HostInventory{}), "GPU": reflect.TypeOf(GPU{}),
 		"VGPUType": reflect.TypeOf(VGPUType{}), "MIGProfile": reflect.TypeOf(MIGProfile{}),
 		"Device": reflect.TypeOf(Device{}), "Hostdev": reflect.TypeOf(Hostdev{}), "Drain": reflect.TypeOf(Drain{}),
+		"HostDriver": reflect.TypeOf(HostDriver{}),
 	}
 	row := regexp.MustCompile("(?m)^\\| `([a-z_]+)` \\|")
 	for name, typ := range sections {

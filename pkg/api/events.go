@@ -56,6 +56,9 @@ const (
 	WarningIdle       = "idle"       // the GPU stayed idle for the profile's idle_stop
 	WarningWindowEnd  = "window_end" // the time window the VM started in ends
 	WarningPreemption = "preemption" // the VM makes room for a VM of higher priority
+	// WarningGuestDriver: the image's NVIDIA guest driver is not one the
+	// host's vGPU manager supports (its action is none).
+	WarningGuestDriver = "guest_driver"
 )
 
 // What a vm.warning says will happen, or happens now.

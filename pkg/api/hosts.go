@@ -38,6 +38,9 @@ type Host struct {
 	// ThisNode marks the node that answered (admins only): a GPU is
 	// drained through the gpuvmd of its own node.
 	ThisNode bool `json:"this_node,omitempty"`
+	// Driver is the host's NVIDIA driver as its last heartbeat saw it
+	// (admins only; absent before gpuvmd stored it, or without NVML).
+	Driver *HostDriver `json:"driver,omitempty"`
 	// GPUDetail is every GPU of the host as its last heartbeat saw it,
 	// with what holds each and the VM, owner and profile of each holder
 	// (admins only): what the portal's fleet picture draws.

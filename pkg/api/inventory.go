@@ -24,6 +24,17 @@ type HostInventory struct {
 	Notes   []string `json:"notes,omitempty"`
 	GPUs    []GPU    `json:"gpus"`
 	Devices []Device `json:"devices"`
+	// Driver is the host's NVIDIA driver as NVML reports it; absent when
+	// no backend read it.
+	Driver *HostDriver `json:"driver,omitempty"`
+}
+
+// HostDriver is a host's NVIDIA driver: its version and, for the vGPU
+// manager, the vGPU versions (guest drivers) it supports.
+type HostDriver struct {
+	Version string `json:"version"` // "550.54.16"
+	VGPUMin string `json:"vgpu_min,omitempty"`
+	VGPUMax string `json:"vgpu_max,omitempty"`
 }
 
 // GPU is one physical GPU.
@@ -129,6 +140,10 @@ func FromHost(hi gpu.HostInventory) HostInventory {
 			ag.MIGProfiles = append(ag.MIGProfiles, MIGProfile(p))
 		}
 		out.GPUs = append(out.GPUs, ag)
+	}
+	if hi.Driver != nil {
+		d := HostDriver(*hi.Driver)
+		out.Driver = &d
 	}
 	for _, d := range hi.Devices {
 		out.Devices = append(out.Devices, Device{ID: d.ID, Backend: d.Backend, Kind: string(d.Kind), GPU: d.GPU, Type: d.Type,

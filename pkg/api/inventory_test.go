@@ -96,6 +96,7 @@ func TestInventoryShapesMatch(t *testing.T) {
 	pairs := []struct{ api, stored any }{
 		{HostInventory{}, gpu.HostInventory{}}, {GPU{}, gpu.HostGPU{}}, {VGPUType{}, gpu.VGPUOffer{}},
 		{MIGProfile{}, gpu.MIGOffer{}}, {Device{}, gpu.HostDevice{}}, {Hostdev{}, gpu.Hostdev{}},
+		{HostDriver{}, gpu.HostDriver{}},
 	}
 	for _, p := range pairs {
 		a, s := tags(reflect.TypeOf(p.api)), tags(reflect.TypeOf(p.stored))

@@ -1,6 +1,7 @@
 package backend
 
 import (
+	"fmt"
 	"maps"
 	"slices"
 	"sort"
@@ -18,6 +19,31 @@ func MergeByName(invs map[string]Inventory) gpu.HostInventory {
 	return Merge(list)
 }
 
+// mergeDriver keeps the first backend's reading of the host driver; one
+// backend that reads another (they share the host's one driver, so they
+// should not) is noted.
+func mergeDriver(out *gpu.HostInventory, inv Inventory) {
+	d := inv.Driver
+	if d == nil {
+		return
+	}
+	hd := gpu.HostDriver{Version: d.Version, VGPUMin: d.VGPUMin, VGPUMax: d.VGPUMax}
+	switch {
+	case out.Driver == nil:
+		out.Driver = &hd
+	case *out.Driver != hd:
+		out.Notes = append(out.Notes, fmt.Sprintf("%s: reads driver %s, unlike the backend before it (%s); the first is kept",
+			inv.Backend, describeDriver(hd), describeDriver(*out.Driver)))
+	}
+}
+
+func describeDriver(d gpu.HostDriver) string {
+	if d.VGPUMin == "" && d.VGPUMax == "" {
+		return d.Version
+	}
+	return fmt.Sprintf("%s, vGPU %s–%s", d.Version, d.VGPUMin, d.VGPUMax)
+}
+
 // Merge combines the inventories of several backends of one host into the
 // host's inventory: one record per GPU, with each backend's verdict on it.
 func Merge(invs []Inventory) gpu.HostInventory {
@@ -33,6 +59,7 @@ func Merge(invs []Inventory) gpu.HostInventory {
 		for _, n := range inv.Notes {
 			out.Notes = append(out.Notes, inv.Backend+": "+n)
 		}
+		mergeDriver(&out, inv)
 		for _, g := range inv.GPUs {
 			rec, ok := byAddr[g.Address]
 			if !ok {

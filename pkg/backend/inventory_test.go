@@ -49,6 +49,22 @@ func TestMerge(t *testing.T) {
 					{ID: "gi-2", Backend: "mig", Kind: gpu.KindMIG, GPU: "0000:17:00.0", Profile: "3g.40gb", Placement: ptr(4), GPUInstance: ptr(2), ComputeInstance: ptr(0), VMUUID: "vm-2"},
 					{ID: "0000:41:00.4", Backend: "vgpu", Kind: gpu.KindVGPU, GPU: "0000:41:00.0", Type: "L40S-12Q", Hostdev: gpu.Hostdev{Type: "pci", Addresses: []string{"0000:41:00.4"}}},
 				}}},
+		{name: "the host driver: backends that read it agree, one without NVML says nothing",
+			invs: map[string]Inventory{
+				"mig":         {Backend: "mig", Driver: &Driver{Version: "550.54.16", VGPUMin: "17.0", VGPUMax: "17.3"}},
+				"passthrough": {Backend: "passthrough"},
+				"vgpu":        {Backend: "vgpu", Driver: &Driver{Version: "550.54.16", VGPUMin: "17.0", VGPUMax: "17.3"}},
+			},
+			want: gpu.HostInventory{Backends: []string{"mig", "passthrough", "vgpu"}, GPUs: []gpu.HostGPU{}, Devices: []gpu.HostDevice{},
+				Driver: &gpu.HostDriver{Version: "550.54.16", VGPUMin: "17.0", VGPUMax: "17.3"}}},
+		{name: "the host driver: backends that disagree, the first by name is kept and the other noted",
+			invs: map[string]Inventory{
+				"mig":  {Backend: "mig", Driver: &Driver{Version: "550.54.16", VGPUMin: "17.0", VGPUMax: "17.3"}},
+				"vgpu": {Backend: "vgpu", Driver: &Driver{Version: "535.161.05"}},
+			},
+			want: gpu.HostInventory{Backends: []string{"mig", "vgpu"}, GPUs: []gpu.HostGPU{}, Devices: []gpu.HostDevice{},
+				Notes:  []string{"vgpu: reads driver 535.161.05, unlike the backend before it (550.54.16, vGPU 17.0–17.3); the first is kept"},
+				Driver: &gpu.HostDriver{Version: "550.54.16", VGPUMin: "17.0", VGPUMax: "17.3"}}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

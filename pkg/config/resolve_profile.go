@@ -123,6 +123,13 @@ func (r *resolver) resolveImage(b *imageBlock) {
 			r.warnf(attrRange(b.Body, "drivers_iso", b.DefRange), "Drivers ISO on a Linux image", "drivers_iso is meant for Windows images (the virtio-win drivers); Linux has virtio drivers built in.")
 		}
 	}
+	if b.GuestDriver != nil {
+		img.GuestDriver = *b.GuestDriver
+		if !gpu.ValidDriverVersion(img.GuestDriver) {
+			r.errf(valueRange(b.Body, "guest_driver", b.DefRange), "Invalid guest driver version", "%q is not an NVIDIA driver version: write it as nvidia-smi prints it in the guest, \"550.90.07\" (branch.minor[.patch]).", img.GuestDriver)
+			ok = false
+		}
+	}
 	if b.User != nil && !principalPattern.MatchString(img.User) {
 		r.errf(valueRange(b.Body, "user", b.DefRange), "Invalid user", "%q is not a user name.", img.User)
 		ok = false

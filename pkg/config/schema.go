@@ -214,6 +214,7 @@ type imageBlock struct {
 	Firmware    *string   `hcl:"firmware,optional"`
 	User        *string   `hcl:"user,optional"`
 	DriversISO  *string   `hcl:"drivers_iso,optional"`
+	GuestDriver *string   `hcl:"guest_driver,optional"`
 	DefRange    hcl.Range `hcl:",def_range"`
 	LabelRange  hcl.Range `hcl:"name,label_range"`
 	Body        hcl.Body  `hcl:",body"`

@@ -293,9 +293,14 @@ type Image struct {
 	// image` (the store's images); Version pins one of its versions, 0
 	// follows the newest. Path and Format are then the record's, read
 	// when a VM is created (pkg/images.Resolve).
-	Imported  string    `json:"imported,omitempty"`
-	Version   int       `json:"version,omitempty"`
-	DeclRange hcl.Range `json:"-"`
+	Imported string `json:"imported,omitempty"`
+	Version  int    `json:"version,omitempty"`
+	// GuestDriver is the version of the NVIDIA guest driver the image
+	// carries ("550.90.07"), as its admin declares it; a vGPU VM of it on
+	// a host whose vGPU manager does not take that driver's release is
+	// warned about (gpu.CheckGuestDriver).
+	GuestDriver string    `json:"guest_driver,omitempty"`
+	DeclRange   hcl.Range `json:"-"`
 }
 
 // Profile is what a person may ask for, resolved.

@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/gpuvm/gpuvm/pkg/gpu"
@@ -87,26 +85,6 @@ type Driver struct {
 	VGPUMin, VGPUMax string
 }
 
-// vgpuReleases maps the driver branches of NVIDIA vGPU software to its
-// releases (NVIDIA's vGPU software release notes: a release's host and
-// guest drivers are all of one branch).
-var vgpuReleases = map[int]int{470: 13, 510: 14, 525: 15, 535: 16, 550: 17, 570: 18, 580: 19}
-
-func knownBranches() string {
-	var out []string
-	for _, b := range []int{470, 510, 525, 535, 550, 570, 580} {
-		out = append(out, fmt.Sprintf("R%d (vGPU %d)", b, vgpuReleases[b]))
-	}
-	return strings.Join(out, ", ")
-}
-
-// branch is a driver version's branch: 550 of "550.54.16".
-func branch(version string) (int, bool) {
-	major, _, _ := strings.Cut(strings.TrimSpace(version), ".")
-	n, err := strconv.Atoi(major)
-	return n, err == nil && n > 0
-}
-
 func checkDriverBranch(ctx context.Context, e Env, modes modeSet) Finding {
 	f := Finding{Check: "driver-branch"}
 	needVGPU := modes.any(gpu.ModeVGPU, gpu.ModeMIG)
@@ -123,13 +101,13 @@ func checkDriverBranch(ctx context.Context, e Env, modes modeSet) Finding {
 		f.Severity, f.Seen = Skipped, "the simulator's driver ("+d.Version+") has no branch"
 		return f
 	}
-	b, ok := branch(d.Version)
+	b, ok := gpu.DriverBranch(d.Version)
 	if !ok {
 		f.Severity, f.Seen = Warning, fmt.Sprintf("NVML reports driver version %q, which names no branch", d.Version)
 		f.Fix = "check the driver: nvidia-smi --query-gpu=driver_version --format=csv,noheader; cat /proc/driver/nvidia/version"
 		return f
 	}
-	rel, known := vgpuReleases[b]
+	rel, known := gpu.VGPURelease(b)
 	switch {
 	case needVGPU && d.VGPUMax == "":
 		f.Severity = Error
@@ -137,7 +115,7 @@ func checkDriverBranch(ctx context.Context, e Env, modes modeSet) Finding {
 		f.Fix = "install NVIDIA's vGPU host driver (\"Linux KVM\" package of NVIDIA vGPU software), then reboot"
 	case needVGPU && !known:
 		f.Severity = Warning
-		f.Seen = fmt.Sprintf("driver %s: R%d is not a branch of NVIDIA vGPU software gpuvm knows (%s); guests take vGPU %s to %s", d.Version, b, knownBranches(), d.VGPUMin, d.VGPUMax)
+		f.Seen = fmt.Sprintf("driver %s: R%d is not a branch of NVIDIA vGPU software gpuvm knows (%s); guests take vGPU %s to %s", d.Version, b, gpu.KnownBranches(), d.VGPUMin, d.VGPUMax)
 		f.Fix = "use the vGPU host driver of a released vGPU software branch, and guest drivers of the same release"
 	case needVGPU:
 		f.Severity = OK

@@ -20,6 +20,9 @@ type HostInventory struct {
 	Notes   []string     `json:"notes,omitempty"`
 	GPUs    []HostGPU    `json:"gpus"`
 	Devices []HostDevice `json:"devices"`
+	// Driver is the NVIDIA host driver as NVML reports it; nil when no
+	// backend read it (and in rows stored before gpuvmd kept it).
+	Driver *HostDriver `json:"driver,omitempty"`
 }
 
 // HostGPU is one physical GPU of a host.

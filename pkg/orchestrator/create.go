@@ -80,6 +80,7 @@ func (lc *lifecycle) runCreate(ctx context.Context, vm *store.VM, op *store.Oper
 		return err
 	}
 	lc.booting(running)
+	lc.warnGuestDriver(ctx, running, p) // guestdriver.go
 	if err := lc.hook(vm.ID, HookRunning); err != nil {
 		return err
 	}

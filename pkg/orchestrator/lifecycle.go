@@ -59,6 +59,7 @@ type lifecycleStore interface {
 	ListVMs(ctx context.Context, f store.VMFilter) (store.VMPage, error)
 	ListEventsSince(ctx context.Context, afterID int64, f store.EventFilter) ([]store.Event, error)
 	GetVMCredential(ctx context.Context, vmID string) (*store.VMCredential, error)
+	AppendEvent(ctx context.Context, e *store.Event) error
 }
 
 // lifecycleSettings are the lifecycle's settings, read for each operation

@@ -100,6 +100,10 @@ func (s *Server) listHosts(c *gin.Context) {
 				s.log.Warn("a host's stored inventory is not valid JSON", "host", h.Name, "err", err)
 			}
 		}
+		if admin && stored.Driver != nil {
+			d := api.HostDriver(*stored.Driver)
+			ah.Driver = &d
+		}
 		ah.Simulated = stored.Simulated
 		ah.GPUs = len(stored.GPUs)
 		ah.Free, ah.Total, ah.DrainedGPUs = s.freeCapacity(h.Name, stored, drained[h.Name])
