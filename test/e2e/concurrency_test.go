@@ -209,7 +209,6 @@ func postgresSchema(t *testing.T) string {
 	return storetest.SchemaDSN(t, base)
 }
 
-
 func derefInt(p *int) any {
 	if p == nil {
 		return nil
