@@ -58,7 +58,7 @@ const windowsInstallProfile = "windows-install"
 var pInstallName = param{Name: "name", In: "path", Description: "the install VM's name", Type: "string"}
 
 var windowsAPIRoutes = []route{
-	{Method: "POST", Path: "/v1/admin/images/windows-install", Summary: "Start an unattended Windows install: the answer file rendered from the options, an empty qcow2 disk and the answer file's medium made in the storage pool, the install VM (UEFI Secure Boot, TPM 2.0, Hyper-V enlightenments, three CD-ROMs) defined and started. Paths are on the gpuvmd host. A refusal, or a failure half-way, leaves no volume and no domain. Follow it with GET .../windows-install/{name}", Auth: authAdmin, Body: api.WindowsInstallRequest{}, Status: 202, Answer: api.WindowsInstall{}, Errors: []int{400, 409, 422, 503}},
+	{Method: "POST", Path: "/v1/admin/images/windows-install", Summary: "Start an unattended Windows install: the answer file rendered from the options, an empty qcow2 disk and the answer file's medium made in the storage pool, the install VM (UEFI Secure Boot, TPM 2.0, Hyper-V enlightenments, three CD-ROMs) defined and started. Paths are on the gpuvmd host. A refusal, or a failure half-way, leaves no volume and no domain. Follow it with GET .../windows-install/{name}", Auth: authAdmin, Body: api.WindowsInstallRequest{}, Status: 202, Answer: api.WindowsInstall{}, Errors: []int{400, 409, 413, 422, 500, 503}},
 	{Method: "GET", Path: "/v1/admin/images/windows-install/{name}", Summary: "The state of an unattended Windows install's VM: running while Setup runs, shutoff (done) once sysprep has shut it down, with the command that stores its disk as an image", Auth: authAdmin, Params: []param{pInstallName}, Status: 200, Answer: api.WindowsInstall{}, Errors: []int{404, 503}},
 }
 
