@@ -250,6 +250,11 @@ func (s *Server) startWindowsInstall(c *gin.Context) {
 		return
 	}
 	out, err := s.makeWindowsInstall(ctx, b, iso)
+	var p *Problem
+	if errors.As(err, &p) {
+		s.writeProblem(c, p)
+		return
+	}
 	if err != nil {
 		// The route is an admin's, who needs libvirt's reason to fix the
 		// host (firmware, swtpm, the network).
@@ -274,6 +279,9 @@ func (s *Server) makeWindowsInstall(ctx context.Context, b *windowsBuild, iso []
 	bg := context.WithoutCancel(ctx)
 	disk, err := w.Host.CreateEmptyVolume(ctx, w.Pool, diskVolume(name), b.disk)
 	if err != nil {
+		if ok, _ := w.Host.VolumeExists(bg, w.Pool, diskVolume(name)); ok { // a request of the same name came first
+			return api.WindowsInstall{}, withField(errConflict, "name", fmt.Sprintf("pool %s has a volume %s already", w.Pool, diskVolume(name)))
+		}
 		return api.WindowsInstall{}, fmt.Errorf("windows install %s: creating the disk: %w", name, err)
 	}
 	undo.AddNamed("disk volume", func() error { return w.Host.DeleteVolume(bg, w.Pool, diskVolume(name)) })

@@ -311,3 +311,64 @@ func (noWindowsHost) LookupByName(context.Context, string) (hypervisor.Info, err
 func (noWindowsHost) Start(context.Context, string) error    { return errNoHost }
 func (noWindowsHost) Destroy(context.Context, string) error  { return nil }
 func (noWindowsHost) Undefine(context.Context, string) error { return nil }
+
+// racingHost misses the volumes in the name check, as when two requests of
+// one name check before either has made its disk.
+type racingHost struct {
+	*hypervisor.Conn
+	checks int
+}
+
+func (r *racingHost) VolumeExists(ctx context.Context, pool, name string) (bool, error) {
+	if r.checks++; r.checks <= 2 {
+		return false, nil
+	}
+	return r.Conn.VolumeExists(ctx, pool, name)
+}
+
+func TestWindowsInstallNameRace(t *testing.T) {
+	e := newWinEnv(t)
+	const name = "wintest-race"
+	if _, err := e.conn.CreateEmptyVolume(e.ctx, e.pool, name+".qcow2", 1<<30); err != nil {
+		t.Fatal(err)
+	}
+	e.s.Windows.Host = &racingHost{Conn: e.conn}
+	code, body := e.call(t, "POST", "/v1/admin/images/windows-install", e.admin, e.body(t, name, nil), nil)
+	if code != 409 || body["field"] != "name" {
+		t.Errorf("%d %v, want 409 on the name", code, body)
+	}
+	// The first request's disk stays; nothing else was made.
+	if vols, err := e.conn.Volumes(e.ctx, e.pool); err != nil || !slices.Equal(vols, []string{name + ".qcow2"}) {
+		t.Errorf("volumes %v %v", vols, err)
+	}
+	if err := e.conn.DeleteVolume(e.ctx, e.pool, name+".qcow2"); err != nil {
+		t.Fatal(err)
+	}
+	e.nothingLeft(t, name)
+}
+
+func TestWindowsInstallDomainTaken(t *testing.T) {
+	e := newWinEnv(t)
+	const name = "wintest-taken"
+	w := domain.WindowsInstall{Name: name, UUID: "5f1a2b3c-0000-4000-8000-00000000c0de", VCPUs: 1, MemoryBytes: 1 << 30, DomainType: "qemu",
+		Disk: domain.Disk{Path: e.path("disk.qcow2")}, Installer: domain.Disk{Path: e.path("win.iso")}, VirtIO: domain.Disk{Path: e.path("virtio-win.iso")},
+		Media: domain.Disk{Path: e.path("media.iso")}, Network: domain.Network{Name: "default"}, Metadata: domain.Metadata{VMID: "windows-install-" + name}}
+	if _, err := e.conn.DefineWindowsInstall(e.ctx, w); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.conn.Undefine(context.Background(), w.UUID) })
+	code, body := e.call(t, "POST", "/v1/admin/images/windows-install", e.admin, e.body(t, name, nil), nil)
+	if code != 409 || body["field"] != "name" || !strings.Contains(body["detail"].(string), "exists already") {
+		t.Errorf("%d %v, want 409 on the name", code, body)
+	}
+	if i, err := e.conn.LookupByName(e.ctx, name); err != nil || i.UUID != w.UUID {
+		t.Errorf("the first domain: %+v %v", i, err)
+	}
+	if vols, err := e.conn.Volumes(e.ctx, e.pool); err != nil || len(vols) != 0 {
+		t.Errorf("volumes %v %v", vols, err)
+	}
+	// Not made by the route (no windows-install profile): not an install.
+	if code, body := e.call(t, "GET", "/v1/admin/images/windows-install/"+name, e.admin, "", nil); code != 404 {
+		t.Errorf("GET: %d %v", code, body)
+	}
+}
