@@ -25,7 +25,7 @@ func newAdminCmd(getenv func(string) string) *cobra.Command {
 	admin.AddCommand(newAdminImagesCmd(o)...)                                                               // images.go
 	admin.AddCommand(newAdminOrphansCmd(o))                                                                 // orphans.go
 	admin.AddCommand(newAdminDoctorCmd(getenv), newAdminHostPrepCmd(getenv))                                // doctor.go, hostprep.go
-	attachWindowsInstall(admin)                                                                             // windows.go
+	attachWindowsInstall(admin, o)                                                                          // windows.go
 	return admin
 }
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"io"
 	"io/fs"
@@ -13,6 +14,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/spf13/cobra"
 
+	"github.com/gpuvm/gpuvm/pkg/api"
+	"github.com/gpuvm/gpuvm/pkg/client"
 	"github.com/gpuvm/gpuvm/pkg/hypervisor/domain"
 	"github.com/gpuvm/gpuvm/pkg/windows"
 )
@@ -20,7 +23,7 @@ import (
 // attachWindowsInstall puts "windows-install" under admin's "image" command,
 // making that command when no other file has (the image commands live in
 // images.go).
-func attachWindowsInstall(admin *cobra.Command) {
+func attachWindowsInstall(admin *cobra.Command, co *clientOpts) {
 	var image *cobra.Command
 	for _, c := range admin.Commands() {
 		if c.Name() == "image" {
@@ -31,7 +34,7 @@ func attachWindowsInstall(admin *cobra.Command) {
 		image = &cobra.Command{Use: "image", Short: "Build and manage the images VMs are made from"}
 		admin.AddCommand(image)
 	}
-	image.AddCommand(newWindowsInstallCmd())
+	image.AddCommand(newWindowsInstallCmd(co))
 }
 
 type windowsInstallOpts struct {
@@ -43,17 +46,31 @@ type windowsInstallOpts struct {
 	domainType, gpuMdev                     string
 	gpuPCI                                  []string
 	imageIndex                              int
-	vcpus, memoryGiB                        uint
-	noSysprep, insecureBoot, hide           bool
+	vcpus, memoryGiB, diskGiB               uint
+	noSysprep, insecureBoot, hide, wait     bool
+	poll                                    time.Duration
+	out                                     outputOpts
 }
 
-func newWindowsInstallCmd() *cobra.Command {
+func newWindowsInstallCmd(co *clientOpts) *cobra.Command {
 	var o windowsInstallOpts
 	cmd := &cobra.Command{
-		Use:   "windows-install --iso PATH --virtio-win PATH --name NAME --password-file PATH --render DIR",
-		Short: "Render an unattended Windows install (answer file, install medium, domain XML)",
-		Long: `Renders everything an unattended install of Windows 10, 11 or Server 2022 needs,
-into --render DIR, for an admin to inspect and start on the gpuvmd host:
+		Use:   "windows-install --iso PATH --virtio-win PATH --name NAME --password-file PATH [--wait | --render DIR]",
+		Short: "Start an unattended Windows install on gpuvmd, or render its files (--render)",
+		Long: `Starts an unattended install of Windows 10, 11 or Server 2022 on gpuvmd
+(POST /v1/admin/images/windows-install): gpuvmd renders the answer file,
+makes an empty qcow2 disk (--disk-gib, default 64) and the install medium in
+its storage pool, defines the install VM and starts it. Every path is on the
+gpuvmd host (absolute), where gpuvmd reads them. A refusal (a file missing,
+an empty password file, the name taken) makes nothing, and a failure half-way
+removes what was made. The install VM then runs Setup and the first logon
+with nobody at the console; sysprep shuts it down. --wait follows it (every
+--poll) until it is shut off and prints the command that stores its disk as
+an image. Without --wait, follow it with --wait again (a name taken says so)
+or GET /v1/admin/images/windows-install/NAME.
+
+With --render DIR nothing is asked of gpuvmd: the command writes everything
+the install needs into DIR, for an admin to inspect and start with virsh:
 
   autounattend.xml       the answer file (templates/windows/autounattend.xml.tmpl):
                          locale, UEFI/GPT disk, the virtio-win storage driver, the
@@ -71,20 +88,32 @@ The admin password is read from --password-file (one trailing newline is
 dropped) and written into autounattend.xml and the medium only, both mode 0600;
 it is never printed. --templates DIR overrides the built-in templates.
 
-All paths are on the gpuvmd host. Starting the install and turning the disk into
-an image are the steps printed at the end (docs/windows.md): defining the VM
-through gpuvmd is not built yet.
+All paths are on the gpuvmd host. Starting the install and turning the disk
+into an image are the steps printed at the end (docs/windows.md). --templates
+and --disk work with --render only.
+
+Output: lines by default; --json prints the api.WindowsInstall (the last one
+with --wait).
 ` + exitHelp,
 		Args: noArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			return runWindowsInstall(o, cmd.OutOrStdout())
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if o.render != "" {
+				return runWindowsInstall(o, cmd.OutOrStdout())
+			}
+			return co.runE(func(ctx context.Context, c *client.Client, cmd *cobra.Command, _ []string) error {
+				return startWindowsInstall(ctx, c, o, cmd.OutOrStdout(), cmd.ErrOrStderr())
+			})(cmd, args)
 		},
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.iso, "iso", "", "the Windows installer ISO (required)")
 	f.StringVar(&o.virtio, "virtio-win", "", "the virtio-win drivers ISO (required)")
 	f.StringVar(&o.name, "name", "", "name of the install VM and its files (required)")
-	f.StringVar(&o.render, "render", "", "directory to write the files to (required)")
+	f.StringVar(&o.render, "render", "", "write the files to this directory instead of asking gpuvmd to start the install")
+	f.BoolVar(&o.wait, "wait", false, "wait until the install VM has shut itself off (sysprep)")
+	f.DurationVar(&o.poll, "poll", 30*time.Second, "how often --wait asks for the install VM's state")
+	f.UintVar(&o.diskGiB, "disk-gib", 64, "size of the system disk gpuvmd makes, GiB")
+	o.out.flags(cmd, "")
 	f.StringVar(&o.passwordFile, "password-file", "", "file holding the local admin's password (required)")
 	f.StringVar(&o.edition, "edition", string(windows.Windows11), "windows10, windows11 or server2022")
 	f.IntVar(&o.imageIndex, "image-index", 0, "index of the image in the ISO's install.wim (default 1)")
@@ -100,13 +129,13 @@ through gpuvmd is not built yet.
 	f.StringVar(&o.cloudbase, "cloudbase-init", "", "the cloudbase-init MSI to put on the medium")
 	f.StringVar(&o.licensing, "licensing-script", "", "a gpuvm-licensing.ps1 to run at first logon (it stays in the image)")
 	f.BoolVar(&o.noSysprep, "no-sysprep", false, "leave the installed VM running instead of generalizing and shutting it down")
-	f.StringVar(&o.disk, "disk", "", "the system disk, a qcow2 file to create (default /var/lib/libvirt/images/NAME.qcow2)")
+	f.StringVar(&o.disk, "disk", "", "with --render: the system disk, a qcow2 file to create (default /var/lib/libvirt/images/NAME.qcow2)")
 	f.StringVar(&o.network, "network", "default", "libvirt network of the NIC")
 	f.UintVar(&o.vcpus, "vcpus", 4, "virtual CPUs")
 	f.UintVar(&o.memoryGiB, "memory-gib", 8, "memory in GiB")
 	f.BoolVar(&o.insecureBoot, "insecure-boot", false, "UEFI without Secure Boot (not for Windows 11)")
 	f.BoolVar(&o.hide, "hide-hypervisor", false, "hide KVM and set a Hyper-V vendor ID (GeForce drivers before R465)")
-	f.StringVar(&o.templates, "templates", "", "directory overriding templates/windows")
+	f.StringVar(&o.templates, "templates", "", "with --render: directory overriding templates/windows")
 	f.StringVar(&o.domainType, "domain-type", "kvm", "kvm, or qemu (software emulation, where KVM is unusable)")
 	f.StringVar(&o.gpuMdev, "gpu-mdev", "", "UUID of an existing vGPU (mdev) to give the install VM, so that the NVIDIA installer finds its device")
 	f.StringSliceVar(&o.gpuPCI, "gpu-pci", nil, "PCI functions (0000:c1:00.0,...) to pass through to the install VM instead (libvirt binds vfio-pci)")
@@ -280,4 +309,91 @@ func writeFileMode(path string, data []byte, mode os.FileMode) error {
 		return err
 	}
 	return os.Rename(f.Name(), path)
+}
+
+// startWindowsInstall asks gpuvmd to start the install of o (no --render)
+// and, with --wait, follows it until the VM is shut off.
+func startWindowsInstall(ctx context.Context, c *client.Client, o windowsInstallOpts, stdout, stderr io.Writer) error {
+	if err := o.out.check(); err != nil {
+		return err
+	}
+	for _, r := range []struct{ flag, v string }{{"--iso", o.iso}, {"--virtio-win", o.virtio}, {"--name", o.name}, {"--password-file", o.passwordFile}} {
+		if r.v == "" {
+			return usageError{fmt.Errorf("windows-install: %s is required", r.flag)}
+		}
+	}
+	for _, r := range []struct{ flag, v string }{{"--templates", o.templates}, {"--disk", o.disk}} {
+		if r.v != "" {
+			return usageError{fmt.Errorf("windows-install: %s works with --render only (gpuvmd uses its built-in templates and makes the disk in its pool; see --disk-gib)", r.flag)}
+		}
+	}
+	if o.nvidiaArgs != "" && o.nvidiaDriver == "" {
+		return usageError{fmt.Errorf("windows-install: --nvidia-args needs --nvidia-driver")}
+	}
+	req := api.WindowsInstallRequest{
+		Name: o.name, Edition: o.edition, ISO: o.iso, VirtIOWin: o.virtio, PasswordFile: o.passwordFile,
+		ProductKeyFile: o.productKeyFile, CloudbaseInit: o.cloudbase, NVIDIADriver: o.nvidiaDriver,
+		NVIDIAArgs: strings.Fields(o.nvidiaArgs), LicensingScript: o.licensing,
+		ImageIndex: o.imageIndex, ImageName: o.imageName, User: o.user, ComputerName: o.computer,
+		Locale: o.locale, InputLocale: o.inputLocale, TimeZone: o.tz, NoSysprep: o.noSysprep,
+		DiskGiB: o.diskGiB, Network: o.network, VCPUs: o.vcpus, MemoryGiB: o.memoryGiB, DomainType: o.domainType,
+		InsecureBoot: o.insecureBoot, HideHypervisor: o.hide, GPUMdev: o.gpuMdev, GPUPCI: o.gpuPCI,
+	}
+	for _, p := range []struct{ flag, v string }{{"--iso", req.ISO}, {"--virtio-win", req.VirtIOWin}, {"--password-file", req.PasswordFile},
+		{"--product-key-file", req.ProductKeyFile}, {"--cloudbase-init", req.CloudbaseInit}, {"--nvidia-driver", req.NVIDIADriver}, {"--licensing-script", req.LicensingScript}} {
+		if p.v != "" && !filepath.IsAbs(p.v) {
+			return usageError{fmt.Errorf("windows-install: %s %q must be an absolute path on the gpuvmd host (or use --render to work here)", p.flag, p.v)}
+		}
+	}
+	if o.poll <= 0 {
+		return usageError{fmt.Errorf("windows-install: --poll must be positive")}
+	}
+	longCalls(c) // the medium carries the installers: uploading it takes a while
+	st, err := c.StartWindowsInstall(ctx, req)
+	if err != nil {
+		return err
+	}
+	if !o.out.json {
+		fmt.Fprintf(stdout, "Started the install VM %s (%s); disk %s\n", st.Name, st.UUID, st.Disk)
+		fmt.Fprintf(stdout, "Answer its installer's \"Press any key to boot from CD\" on the host: virsh send-key %s KEY_ENTER\n", st.Name)
+	}
+	if o.wait {
+		if st, err = waitWindowsInstall(ctx, c, st, o.poll, stdout, !o.out.json); err != nil {
+			return err
+		}
+	}
+	if o.out.json {
+		return writeJSON(stdout, st)
+	}
+	if st.Done {
+		_, err = fmt.Fprintf(stdout, "The install VM %s has shut itself off. Store its disk as an image:\n  %s\nthen remove the install VM and its volumes (docs/windows.md): virsh undefine %s --nvram\n", st.Name, st.Next, st.Name)
+		return err
+	}
+	_, err = fmt.Fprintf(stdout, "Follow it: gpuvm admin image windows-install ... --wait, or GET /v1/admin/images/windows-install/%s\n", st.Name)
+	return err
+}
+
+// waitWindowsInstall polls the install VM every poll until it is shut off,
+// printing each new state.
+func waitWindowsInstall(ctx context.Context, c *client.Client, st *api.WindowsInstall, poll time.Duration, stdout io.Writer, say bool) (*api.WindowsInstall, error) {
+	last := ""
+	for {
+		if say && st.State != last {
+			fmt.Fprintf(stdout, "%s  %s %s\n", time.Now().Format(time.TimeOnly), st.Name, st.State)
+			last = st.State
+		}
+		if st.Done {
+			return st, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(poll):
+		}
+		next, err := c.WindowsInstall(ctx, st.Name)
+		if err != nil {
+			return nil, fmt.Errorf("following the install VM %s: %w", st.Name, err)
+		}
+		st = next
+	}
 }

@@ -1,12 +1,19 @@
 package main
 
 import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 
+	"github.com/gpuvm/gpuvm/pkg/api"
 	"github.com/gpuvm/gpuvm/pkg/windows"
 )
 
@@ -113,5 +120,109 @@ func TestWindowsInstallRefuses(t *testing.T) {
 				t.Errorf("a refused render left %s behind", out)
 			}
 		})
+	}
+}
+
+// fakeWindowsServer answers the two windows-install routes: the install VM
+// runs for polls GETs, then is shut off; a second POST of a name is taken.
+type fakeWindowsServer struct {
+	mu    sync.Mutex
+	reqs  []api.WindowsInstallRequest
+	gets  int
+	polls int
+	auth  string
+}
+
+func (f *fakeWindowsServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.auth = r.Header.Get("Authorization")
+	w.Header().Set("Content-Type", "application/json")
+	st := api.WindowsInstall{Name: "win11-build", UUID: "0b6c2f0e-0000-4000-8000-000000000001", State: "running", Disk: "/pool/win11-build.qcow2"}
+	switch {
+	case r.Method == "POST" && r.URL.Path == "/v1/admin/images/windows-install":
+		var req api.WindowsInstallRequest
+		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+			http.Error(w, err.Error(), 400)
+			return
+		}
+		if len(f.reqs) > 0 && f.reqs[0].Name == req.Name {
+			w.Header().Set("Content-Type", "application/problem+json")
+			w.WriteHeader(409)
+			_ = json.NewEncoder(w).Encode(api.Problem{Type: api.ProblemBase + "conflict", Title: "Conflict", Status: 409, Field: "name", Detail: `a domain called "win11-build" exists already`})
+			return
+		}
+		f.reqs = append(f.reqs, req)
+		w.WriteHeader(202)
+	case r.Method == "GET" && r.URL.Path == "/v1/admin/images/windows-install/win11-build":
+		f.gets++
+		if f.gets > f.polls {
+			st.State, st.Done, st.Next = "shutoff", true, "gpuvm admin image import /pool/win11-build.qcow2 --name IMAGE --os windows --firmware uefi"
+		}
+	default:
+		http.NotFound(w, r)
+		return
+	}
+	_ = json.NewEncoder(w).Encode(st)
+}
+
+func TestWindowsInstallThroughServer(t *testing.T) {
+	f := &fakeWindowsServer{polls: 2}
+	srv := httptest.NewServer(f)
+	t.Cleanup(srv.Close)
+	admin := newCLI(t, map[string]string{"GPUVM_URL": srv.URL, "GPUVM_TOKEN": "gpuvm_admin"})
+	base := []string{"admin", "image", "windows-install", "--iso", "/srv/iso/Win11.iso", "--virtio-win", "/srv/iso/virtio-win.iso",
+		"--name", "win11-build", "--password-file", "/etc/gpuvm/win.pw"}
+
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"admin", "image", "windows-install", "--iso", "/a.iso", "--virtio-win", "/v.iso", "--name", "w"}, "--password-file"},
+		{append(slices.Clone(base), "--templates", "/srv/t"), "--templates works with --render only"},
+		{append(slices.Clone(base), "--disk", "/srv/d.qcow2"), "--disk works with --render only"},
+		{append(slices.Clone(base), "--cloudbase-init", "cb.msi"), `--cloudbase-init "cb.msi" must be an absolute path`},
+		{append(slices.Clone(base), "--nvidia-args", "-s"), "--nvidia-args needs --nvidia-driver"},
+		{append(slices.Clone(base), "--poll", "0s"), "--poll must be positive"},
+	} {
+		if _, errOut, code := admin.run(c.args...); code != 2 || !strings.Contains(errOut, c.want) {
+			t.Errorf("%v: exit %d %q, want a usage error naming %q", c.args, code, errOut, c.want)
+		}
+	}
+	if len(f.reqs) != 0 {
+		t.Fatalf("usage errors reached the server: %+v", f.reqs)
+	}
+
+	out := admin.must(append(slices.Clone(base), "--edition", "server2022", "--cloudbase-init", "/srv/cb.msi", "--nvidia-driver", "/srv/grid.exe",
+		"--nvidia-args", "-s -noreboot -clean", "--disk-gib", "80", "--gpu-pci", "0000:c1:00.0,0000:c1:00.1", "--wait", "--poll", "10ms")...)
+	for _, want := range []string{"Started the install VM win11-build", "virsh send-key win11-build KEY_ENTER", "win11-build running", "win11-build shutoff",
+		"gpuvm admin image import /pool/win11-build.qcow2 --name IMAGE --os windows --firmware uefi"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Count(out, "win11-build running") != 1 {
+		t.Errorf("an unchanged state printed twice:\n%s", out)
+	}
+	if f.gets != 3 || f.auth != "Bearer gpuvm_admin" {
+		t.Errorf("%d GETs (want 3: two running, one off), auth %q", f.gets, f.auth)
+	}
+	want := api.WindowsInstallRequest{Name: "win11-build", Edition: "server2022", ISO: "/srv/iso/Win11.iso", VirtIOWin: "/srv/iso/virtio-win.iso",
+		PasswordFile: "/etc/gpuvm/win.pw", CloudbaseInit: "/srv/cb.msi", NVIDIADriver: "/srv/grid.exe", NVIDIAArgs: []string{"-s", "-noreboot", "-clean"},
+		DiskGiB: 80, Network: "default", VCPUs: 4, MemoryGiB: 8, DomainType: "kvm", GPUPCI: []string{"0000:c1:00.0", "0000:c1:00.1"}}
+	if len(f.reqs) != 1 || !reflect.DeepEqual(f.reqs[0], want) {
+		t.Errorf("asked\n%+v\nwant\n%+v", f.reqs, want)
+	}
+
+	// Taken: the server's refusal, exit 1; without --wait no GET.
+	gets := f.gets
+	if _, errOut, code := admin.run(base...); code != 1 || !strings.Contains(errOut, "exists already") {
+		t.Errorf("taken: exit %d %q", code, errOut)
+	}
+	f.reqs = nil
+	out = admin.must(append(slices.Clone(base), "--json")...)
+	var st api.WindowsInstall
+	if err := json.Unmarshal([]byte(out), &st); err != nil || st.State != "running" || f.gets != gets {
+		t.Errorf("--json without --wait: %v %+v (GETs %d -> %d)", err, st, gets, f.gets)
 	}
 }

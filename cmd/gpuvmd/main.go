@@ -225,6 +225,8 @@ func serve(ctx context.Context, o options, cfg *liveConfig, log *slog.Logger) er
 	deps.Consoles = hv // the console and tunnel proxies find displays and guest addresses here
 	// The stored disk images: import, publish, uploads (images.go).
 	deps.Images = openImages(ctx, o, cfg, st, hv, orch, profiles, log)
+	// Unattended Windows installs (pkg/server/windowsinstall.go).
+	deps.Windows = &server.WindowsInstalls{Host: hv, Pool: profiles().Server.Libvirt.StoragePool, Installation: inst.ID}
 	// Password sign-in and the directory's sync (auth.go).
 	dir, err := openDirectory(profiles(), log)
 	if err != nil {

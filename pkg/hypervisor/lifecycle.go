@@ -183,6 +183,16 @@ func (c *Conn) Define(ctx context.Context, spec domain.Spec) (Info, error) {
 	if err != nil {
 		return Info{}, vmError(vm, "build domain XML", err)
 	}
+	return c.defineXML(ctx, spec, xml)
+}
+
+// defineXML defines xml, the domain XML built for spec (Define,
+// DefineWindowsInstall).
+func (c *Conn) defineXML(ctx context.Context, spec domain.Spec, xml string) (Info, error) {
+	vm := spec.Name
+	if vm == "" {
+		vm = spec.UUID
+	}
 	// Never overwrite someone else's domain that happens to share the UUID.
 	if h, err := c.lookup(ctx, spec.UUID, "define"); err == nil {
 		h.Free()

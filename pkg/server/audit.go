@@ -102,6 +102,7 @@ var auditRoutes = map[string]auditRoute{
 	"DELETE /v1/admin/images/{ref}":          {"image.delete", "image/{ref}"},
 	"PUT /v1/admin/images/uploads/{name}":    {"image.upload", "upload/{name}"},
 	"DELETE /v1/admin/images/uploads/{name}": {"image.discard", "upload/{name}"},
+	"POST /v1/admin/images/windows-install":  {"image.install", ""},
 	// The web portal's sign-in and sign-out (portal.go).
 	"POST /v1/session":   {"session.create", ""},
 	"DELETE /v1/session": {"session.delete", ""},

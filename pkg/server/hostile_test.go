@@ -60,6 +60,8 @@ var hostileBodies = map[string]struct {
 	// images.go: a file that is not there, a VM that is not.
 	"POST /v1/admin/images":         {body: `{"source_path":"/nonexistent/disk.qcow2","name":"disk","os":"linux","firmware":"uefi","sha256":"` + strings.Repeat("0", 64) + `"}`, status: 422},
 	"POST /v1/admin/images/publish": {body: `{"vm":"nope","name":"disk","os":"linux","firmware":"uefi"}`, status: 404},
+	// windowsinstall.go: an ISO that is not there.
+	"POST /v1/admin/images/windows-install": {body: `{"name":"win","iso":"/nonexistent/win.iso","virtio_win":"/nonexistent/virtio-win.iso","password_file":"/nonexistent/pw"}`, status: 422},
 }
 
 // Routes whose dependencies the walk's server lacks answer 503 by design.
@@ -86,6 +88,7 @@ func newHostileEnv(t *testing.T) *hostileEnv {
 		{ID: "domain-aaaaaaaaaaaa", Kind: api.OrphanDomain, Name: "gpuvm-0123456789ab", VMID: "01a23326-de26-7342-b7c0-0123456789ab", Adoptable: true, Reason: "no row"}}}
 	s.Images = &images.Manager{Store: st, Volumes: dirVolumes{t.TempDir()}, Pool: "gpuvm", Uploads: &images.Uploads{Dir: t.TempDir()},
 		DomainName: func(id string) string { return id }, Log: slog.New(slog.DiscardHandler)}
+	s.Windows = &WindowsInstalls{Host: noWindowsHost{}, Pool: "gpuvm"}
 	e := &hostileEnv{t: t, s: s, st: st}
 	var vm api.CreateVMResponse
 	e.mustCall("POST", "/v1/vms", "ann-token", `{"profile":"seat","name":"box","hours":2}`, 202, &vm)

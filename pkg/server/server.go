@@ -113,6 +113,9 @@ type Deps struct {
 	// Images keeps the stored disk images (images.go); nil: its routes
 	// answer 503.
 	Images Images
+	// Windows defines and starts unattended Windows installs
+	// (windowsinstall.go); nil: its routes answer 503.
+	Windows *WindowsInstalls
 }
 
 // Waker is told that a VM operation was queued.
@@ -223,6 +226,7 @@ func (s *Server) routes() {
 	admin.GET("/alerts", s.listAlerts)                      // alerts.go
 	s.orphanRoutes(admin)                                   // orphans.go
 	s.imageRoutes(v1, admin)                                // images.go
+	s.windowsRoutes(admin)                                  // windowsinstall.go
 	v1.GET("/whoami", s.whoami)
 	v1.GET("/usage", s.usage)                      // usage.go
 	v1.GET("/usage/periods", s.usagePeriods)       // usage.go
