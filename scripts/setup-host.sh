@@ -22,6 +22,7 @@ PKGS=(
 	postgresql
 	chromium # headless, for the browser console test (noVNC)
 	dnsmasq-base openssh-client
+	ovmf swtpm swtpm-tools # UEFI with Secure Boot and TPM 2.0: the Windows install VM's tests
 )
 missing=()
 for p in "${PKGS[@]}"; do
