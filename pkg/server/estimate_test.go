@@ -195,6 +195,14 @@ func TestProfilesNextFree(t *testing.T) {
 	if v, ok := got["seat"]; !ok || v != nil {
 		t.Errorf("a profile without a GPU: next_free_at %v (listed %v)", v, ok)
 	}
+	// GET /v1/profiles/{name} says the same.
+	var one map[string]any
+	if err := json.Unmarshal(httpGet(t, e.s, "/v1/profiles/whole", "ann-token"), &one); err != nil {
+		t.Fatal(err)
+	}
+	if at := parseTime(t, one["next_free_at"]); !near(at, e.now.Add(3*time.Hour)) {
+		t.Errorf("GET /v1/profiles/whole: next free %s, want now+3h", at)
+	}
 }
 
 func TestProfilesFreeNowHasNoNextFree(t *testing.T) {

@@ -405,7 +405,9 @@ func (s *Server) listProfiles(c *gin.Context) {
 func (s *Server) getProfile(c *gin.Context) {
 	for _, p := range s.visibleProfiles(c) {
 		if p.Name == c.Param("name") {
-			c.JSON(http.StatusOK, s.profileViews(c.Request.Context(), []*config.Profile{p})[0])
+			views := s.profileViews(c.Request.Context(), []*config.Profile{p})
+			s.addNextFree(c, views) // as the list says it
+			c.JSON(http.StatusOK, views[0])
 			return
 		}
 	}
