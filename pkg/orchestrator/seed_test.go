@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
-	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -15,6 +14,7 @@ import (
 	"github.com/gpuvm/gpuvm/pkg/config"
 	"github.com/gpuvm/gpuvm/pkg/gpu"
 	"github.com/gpuvm/gpuvm/pkg/hypervisor/cloudinit"
+	"github.com/gpuvm/gpuvm/pkg/licensing"
 	"github.com/gpuvm/gpuvm/pkg/store"
 	"github.com/gpuvm/gpuvm/pkg/store/storetest"
 )
@@ -133,8 +133,6 @@ profile "p" {
 	}
 }
 
-var updateGolden = flag.Bool("update", false, "rewrite the golden files under testdata")
-
 // The seeds of licensed profiles' guests carry exactly the right token
 // path and FeatureType for what the VM holds — a vGPU and a MIG slice 1,
 // a whole GPU with a desktop 2 and without one 4 — a Windows guest its
@@ -181,16 +179,16 @@ func TestSeedLicensing(t *testing.T) {
 	for _, tc := range []struct {
 		profile string
 		kind    gpu.Kind
-		golden  string // "": no licensing in the seed
+		feature int // the FeatureType its script sets; -1: no licensing in the seed
 		windows bool
 	}{
-		{"vgpu", gpu.KindVGPU, "vgpu.sh", false},
-		{"mig", gpu.KindMIG, "mig.sh", false},
-		{"ws", gpu.KindPassthrough, "workstation.sh", false},
-		{"compute", gpu.KindPassthrough, "compute.sh", false},
-		{"win", gpu.KindVGPU, "windows-vgpu.ps1", true},
-		{"off", gpu.KindVGPU, "", false},
-		{"cpu", "", "", false},
+		{"vgpu", gpu.KindVGPU, licensing.VGPU, false},
+		{"mig", gpu.KindMIG, licensing.VGPU, false},
+		{"ws", gpu.KindPassthrough, licensing.Workstation, false},
+		{"compute", gpu.KindPassthrough, licensing.Compute, false},
+		{"win", gpu.KindVGPU, licensing.VGPU, true},
+		{"off", gpu.KindVGPU, -1, false},
+		{"cpu", "", -1, false},
 	} {
 		t.Run(tc.profile, func(t *testing.T) {
 			vm := &store.VM{Name: "vm-" + tc.profile, Owner: "ann", Profile: tc.profile, Hours: 1}
@@ -213,24 +211,24 @@ func TestSeedLicensing(t *testing.T) {
 			} else if len(c.Extra) != 0 {
 				t.Fatalf("extra files %v", c.Extra)
 			}
-			if tc.golden == "" {
+			if tc.feature < 0 {
 				if got != "" {
 					t.Fatalf("licensing in the seed of %s:\n%s", tc.profile, got)
 				}
 				return
 			}
-			path := filepath.Join("testdata", "licensing", tc.golden)
-			if *updateGolden {
-				if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-					t.Fatal(err)
-				}
+			// The script's text is pkg/licensing's (its golden files): here,
+			// that the seed has the one for this token and FeatureType.
+			script := licensing.LinuxScript
+			if tc.windows {
+				script = licensing.WindowsScript
 			}
-			want, err := os.ReadFile(path)
+			want, err := script(licensing.Guest{Token: []byte(token), FeatureType: tc.feature})
 			if err != nil {
-				t.Fatalf("%v (run with -update)", err)
+				t.Fatal(err)
 			}
 			if got != string(want) {
-				t.Errorf("%s differs from %s (run with -update):\n%s", tc.profile, path, got)
+				t.Errorf("%s: the seed's licensing script is not the one for FeatureType %d:\n%s", tc.profile, tc.feature, got)
 			}
 			// The seed image itself carries it.
 			iso, err := cloudinit.Seed(*c, nil, time.Unix(0, 0))
