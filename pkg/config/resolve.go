@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"path/filepath"
 	"regexp"
-	"sort"
 	"strings"
 	"time"
 
@@ -335,10 +334,4 @@ func (r *resolver) checkDuplicates(body hcl.Body, name string, xs []string, fall
 		}
 		seen[x] = true
 	}
-}
-
-func sortedCopy(xs []string) []string {
-	out := append([]string{}, xs...)
-	sort.Strings(out)
-	return out
 }

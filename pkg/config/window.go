@@ -2,7 +2,6 @@ package config
 
 import (
 	"fmt"
-	"strings"
 	"time"
 )
 
@@ -229,13 +228,4 @@ func (p *Policy) MayStart(class string, t time.Time) (bool, *Window) {
 		return true, w
 	}
 	return false, w
-}
-
-// describeSpans is for messages and tests: "mon 09:00-mon 18:00, …".
-func describeSpans(spans []Span) string {
-	parts := make([]string, len(spans))
-	for i, s := range spans {
-		parts[i] = weekTimeString(s.Start) + "–" + weekTimeString(s.End%weekMinutes)
-	}
-	return strings.Join(parts, ", ")
 }

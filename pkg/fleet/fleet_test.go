@@ -17,9 +17,6 @@ import (
 	"github.com/gpuvm/gpuvm/pkg/store/storetest"
 )
 
-// envPostgres names a PostgreSQL database the tests may make schemas in
-// (pkg/store/testdata/start-postgres.sh prints one).
-const envPostgres = "GPUVM_TEST_POSTGRES_DSN"
 
 func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 

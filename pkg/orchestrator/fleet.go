@@ -41,10 +41,6 @@ type Fleet interface {
 	Notify(node string)
 }
 
-// leading reports whether this orchestrator places queued VMs: always on a
-// single server.
-func (fl *fleetDuties) leading() bool { return fl.fleet == nil || fl.fleet.IsLeader() }
-
 // owns reports whether this node runs a VM's operations: those of VMs
 // placed on it, and, on the leader, those of VMs placed nowhere (queued,
 // or never placed: a delete of one has nothing on any host to remove).

@@ -435,7 +435,6 @@ var propertyNeeds = []scheduler.Need{
 	{Kind: gpu.KindPassthrough, Model: "L40S", Count: 1},
 }
 
-var propertyDebug = func(string, ...any) {}
 
 func TestReservationProperty(t *testing.T) {
 	needs := propertyNeeds
