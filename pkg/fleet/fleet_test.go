@@ -17,7 +17,6 @@ import (
 	"github.com/gpuvm/gpuvm/pkg/store/storetest"
 )
 
-
 func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
 func randHex() string {

@@ -435,7 +435,6 @@ var propertyNeeds = []scheduler.Need{
 	{Kind: gpu.KindPassthrough, Model: "L40S", Count: 1},
 }
 
-
 func TestReservationProperty(t *testing.T) {
 	needs := propertyNeeds
 	seeds := 6
