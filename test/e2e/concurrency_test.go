@@ -156,20 +156,7 @@ func TestConcurrentCreates(t *testing.T) {
 					}
 				}
 			}
-			// The host's inventory as the backends push it may lag the VMs'
-			// states by a push: wait (a while) for it to say one device per
-			// running VM, then check it.
 			devs := devicesOf(w.inventory())
-			for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); devs = devicesOf(w.inventory()) {
-				settledDevs := len(devs) == freeSlots
-				for id := range live {
-					settledDevs = settledDevs && len(devs[id]) == 1
-				}
-				if settledDevs {
-					break
-				}
-				time.Sleep(100 * time.Millisecond)
-			}
 			for id := range live {
 				if len(devs[id]) != 1 {
 					var ds []string

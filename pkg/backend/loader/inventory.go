@@ -248,11 +248,14 @@ func (l *Loader) watch(h *handle, inst *instance) {
 	}()
 }
 
-// patch is the device a Create made (create), or the ID of the device a
-// Remove removed (remove), the n-th change of its backend process.
+// patch is the device a Create made (create) and the ID the backend
+// recorded its intent under while making it (intent: the request's device
+// UUID), or the ID of the device a Remove removed (remove), the n-th
+// change of its backend process.
 type patch struct {
 	n      uint64
 	create *backend.Device
+	intent string
 	remove string
 }
 
@@ -267,7 +270,12 @@ func (p patch) apply(inv *backend.Inventory) {
 		return
 	}
 	d := *p.create
-	inv.Devices = slices.DeleteFunc(inv.Devices, func(x backend.Device) bool { return x.ID == d.ID })
+	// A push read while the device was being made lists the backend's
+	// intent instead (a MIG-backed vGPU's is keyed by the device UUID until
+	// its VF is known): the device made replaces it.
+	inv.Devices = slices.DeleteFunc(inv.Devices, func(x backend.Device) bool {
+		return x.ID == d.ID || (p.intent != "" && x.ID == p.intent)
+	})
 	inv.Devices = append(inv.Devices, d)
 	for i := range inv.GPUs {
 		g := &inv.GPUs[i]

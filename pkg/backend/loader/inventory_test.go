@@ -223,6 +223,22 @@ func TestPatchMIG(t *testing.T) {
 	}
 }
 
+// A push read while a MIG-backed vGPU was being made lists the backend's
+// intent, keyed by the device UUID; the device made (keyed by its VF)
+// replaces it, so that the VM is not shown two devices until the next push.
+func TestPatchReplacesIntent(t *testing.T) {
+	const addr = "0000:41:00.0"
+	intent := backend.Device{ID: "6b0f5a4e-0000-5000-8000-000000000001", Kind: gpu.KindMIG, GPU: addr, VMUUID: "vm-1",
+		Profile: "3g.40gb", Placement: 4, GPUInstance: -1, ComputeInstance: -1, Managed: true}
+	other := backend.Device{ID: "0000:41:00.5", Kind: gpu.KindMIG, GPU: addr, VMUUID: "vm-2", Profile: "3g.40gb", Managed: true}
+	inv := backend.Inventory{GPUs: []backend.GPU{{Address: addr, Mode: gpu.ModeMIG}}, Devices: []backend.Device{intent, other}}
+	made := backend.Device{ID: "0000:41:00.4", Kind: gpu.KindMIG, GPU: addr, VMUUID: "vm-1", Profile: "3g.40gb", Placement: 4, Managed: true}
+	patch{create: &made, intent: intent.ID}.apply(&inv)
+	if !slices.Equal(deviceIDs(inv), []string{"0000:41:00.5", "0000:41:00.4"}) {
+		t.Errorf("devices after the create: %v", deviceIDs(inv))
+	}
+}
+
 func TestPatchPassthroughRemove(t *testing.T) {
 	const addr, vm = "0000:c1:00.0", "5d1c9c52-8f9e-4a59-9a42-6e5b1d7c2f10"
 	inv := backend.Inventory{

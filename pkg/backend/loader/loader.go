@@ -485,7 +485,7 @@ func (h *handle) Create(ctx context.Context, req backend.CreateRequest) (backend
 		return backend.Device{}, err
 	}
 	d, err := inst.impl.Create(ctx, req)
-	h.applied(inst, patch{create: &d}, err)
+	h.applied(inst, patch{create: &d, intent: req.DeviceUUID}, err)
 	return d, err
 }
 
