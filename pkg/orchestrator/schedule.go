@@ -261,12 +261,7 @@ func kindsOf(cfg *config.Config, qs []queued) []string {
 // requestOf is the scheduler's request for a VM. Whether the owner may use
 // the profile was settled when the VM was asked for (admins may use any).
 func requestOf(cfg *config.Config, vm *store.VM, groups []string) scheduler.Request {
-	r := scheduler.Request{
-		ID: vm.ID, User: vm.Owner, Group: vm.Group, Groups: groups, Profile: vm.Profile,
-		Lease: time.Duration(max(vm.Hours, 1)) * time.Hour, Submitted: vm.CreatedAt,
-	}
-	policy.Fill(cfg, &r)
-	return r
+	return policy.RequestOf(cfg, vm.ID, vm.Owner, vm.Group, groups, vm.Profile, vm.Hours, vm.CreatedAt)
 }
 
 // claim records a start: the slots of every device and the usage records,

@@ -559,6 +559,30 @@ func TestFillLabConfig(t *testing.T) {
 	}
 }
 
+func TestRequestOf(t *testing.T) {
+	cfg, diags := config.Load("../../configs/lab")
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	for _, tc := range []struct {
+		name  string
+		hours int
+		lease time.Duration
+	}{
+		{"no hours count as one", 0, time.Hour},
+		{"negative hours count as one", -3, time.Hour},
+		{"eight hours", 8, 8 * time.Hour},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := RequestOf(cfg, "vm-1", "sam", "students", []string{"students"}, "student", tc.hours, monday)
+			if r.ID != "vm-1" || r.User != "sam" || r.Group != "students" || r.Profile != "student" || !r.Submitted.Equal(monday) ||
+				r.Lease != tc.lease || r.Need.Kind != gpu.KindMIG || !r.Preemptible {
+				t.Errorf("%+v, want lease %s and the student profile's need filled", r, tc.lease)
+			}
+		})
+	}
+}
+
 func TestRRule(t *testing.T) {
 	r, err := ParseRRule("FREQ=WEEKLY;BYDAY=TU,TH", nil)
 	if err != nil || r.Freq != Weekly || len(r.Days) != 2 || r.RRule() != "FREQ=WEEKLY;BYDAY=TU,TH" {

@@ -2,6 +2,7 @@ package policy
 
 import (
 	"slices"
+	"time"
 
 	"github.com/gpuvm/gpuvm/pkg/config"
 	"github.com/gpuvm/gpuvm/pkg/gpu"
@@ -19,6 +20,18 @@ func NeedFromProfile(g *config.GPUNeed) scheduler.Need {
 		n.Memory = 0 // the type or profile says it
 	}
 	return n
+}
+
+// RequestOf is the scheduler's request for a VM (its ID, owner, group, the
+// owner's groups, profile, lease in hours and when it was asked for),
+// completed by Fill. A lease under an hour counts as one hour.
+func RequestOf(cfg *config.Config, id, owner, group string, groups []string, profile string, hours int, submitted time.Time) scheduler.Request {
+	r := scheduler.Request{
+		ID: id, User: owner, Group: group, Groups: groups, Profile: profile,
+		Lease: time.Duration(max(hours, 1)) * time.Hour, Submitted: submitted,
+	}
+	Fill(cfg, &r)
+	return r
 }
 
 // Fill completes a request whose ID, user, groups and profile are set with

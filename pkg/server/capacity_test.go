@@ -94,6 +94,7 @@ func TestReservationCapacity(t *testing.T) {
 		{"step too short", "profile=whole&step=1m", 422, "step"},
 		{"step too long", "profile=whole&step=48h", 422, "step"},
 		{"from not a time", "profile=whole&from=monday", 422, "from"},
+		{"to not a time", "profile=whole&to=2026-12-09", 422, "to"},
 		{"to before from", "profile=whole&from=2026-12-02T12:00:00Z&to=2026-12-02T11:00:00Z", 422, "to"},
 		{"too many slots", "profile=whole&from=2026-12-02T00:00:00Z&to=2027-01-30T00:00:00Z", 422, "to"},
 		{"from too far", "profile=whole&from=2030-12-02T00:00:00Z", 422, "from"},

@@ -397,12 +397,7 @@ func bookingOfReservation(r *store.Reservation, cfg *config.Config) (policy.Book
 // requestOf is the scheduler's request for a VM, as the dispatcher makes
 // it (orchestrator requestOf).
 func requestOf(cfg *config.Config, vm *store.VM, groups []string) scheduler.Request {
-	r := scheduler.Request{
-		ID: vm.ID, User: vm.Owner, Group: vm.Group, Groups: groups, Profile: vm.Profile,
-		Lease: time.Duration(max(vm.Hours, 1)) * time.Hour, Submitted: vm.CreatedAt,
-	}
-	policy.Fill(cfg, &r)
-	return r
+	return policy.RequestOf(cfg, vm.ID, vm.Owner, vm.Group, groups, vm.Profile, vm.Hours, vm.CreatedAt)
 }
 
 // leaseEndOf is when a VM's lease ends: its recorded end, else its hours

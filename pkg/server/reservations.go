@@ -471,21 +471,8 @@ func (s *Server) listReservations(c *gin.Context) {
 	u := user(c)
 	now := s.Store.Now()
 	f := store.ReservationFilter{From: now}
-	for _, name := range []string{"from", "to"} {
-		v := c.Query(name)
-		if v == "" {
-			continue
-		}
-		t, err := time.Parse(time.RFC3339, v)
-		if err != nil {
-			s.writeProblem(c, withField(errValidation, name, fmt.Sprintf("%s must be an RFC 3339 time (2026-03-01T00:00:00Z), got %s", name, strconv.Quote(v))))
-			return
-		}
-		if name == "from" {
-			f.From = t
-		} else {
-			f.To = t
-		}
+	if !s.queryTime(c, "from", &f.From) || !s.queryTime(c, "to", &f.To) {
+		return
 	}
 	if !f.To.IsZero() && !f.To.After(f.From) {
 		s.writeProblem(c, withField(errValidation, "to", "to must be after from"))
@@ -514,6 +501,23 @@ func (s *Server) listReservations(c *gin.Context) {
 		out.Items = append(out.Items, s.toAPIReservation(&rs[i], now))
 	}
 	c.JSON(http.StatusOK, out)
+}
+
+// queryTime reads the query parameter name, an RFC 3339 time, into *t when
+// it is given (*t keeps its default when it is absent or empty), answering
+// 422 naming the parameter when it is not such a time.
+func (s *Server) queryTime(c *gin.Context, name string, t *time.Time) bool {
+	v := c.Query(name)
+	if v == "" {
+		return true
+	}
+	parsed, err := time.Parse(time.RFC3339, v)
+	if err != nil {
+		s.writeProblem(c, withField(errValidation, name, fmt.Sprintf("%s must be an RFC 3339 time (2026-03-01T00:00:00Z), got %s", name, strconv.Quote(clip(v, 80)))))
+		return false
+	}
+	*t = parsed
+	return true
 }
 
 func (s *Server) deleteReservation(c *gin.Context) {
@@ -568,21 +572,8 @@ func (s *Server) reservationCapacity(c *gin.Context) {
 		step = d
 	}
 	from, to := now.Truncate(step), time.Time{}
-	for _, name := range []string{"from", "to"} {
-		v := c.Query(name)
-		if v == "" {
-			continue
-		}
-		t, err := time.Parse(time.RFC3339, v)
-		if err != nil {
-			s.writeProblem(c, withField(errValidation, name, fmt.Sprintf("%s must be an RFC 3339 time (2026-12-07T00:00:00+01:00), got %s", name, strconv.Quote(v))))
-			return
-		}
-		if name == "from" {
-			from = t
-		} else {
-			to = t
-		}
+	if !s.queryTime(c, "from", &from) || !s.queryTime(c, "to", &to) {
+		return
 	}
 	if to.IsZero() {
 		to = from.Add(defaultCapacityRange)

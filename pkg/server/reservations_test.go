@@ -265,6 +265,7 @@ func TestReservationVisibility(t *testing.T) {
 		{"admin-token", "?from=2026-12-03T20:00:00Z&to=2026-12-04T20:00:00Z", 200, []int64{labs.ID, bobs.ID}},
 		{"ann-token", "?owner=bob", 403, nil},
 		{"ann-token", "?from=yesterday", 422, nil},
+		{"ann-token", "?to=2026-12-04", 422, nil},
 		{"ann-token", "?from=2026-12-05T00:00:00Z&to=2026-12-04T00:00:00Z", 422, nil},
 	} {
 		if code, ids := list(tc.token, tc.query); code != tc.status || fmt.Sprint(ids) != fmt.Sprint(tc.want) {

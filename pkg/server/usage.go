@@ -27,24 +27,10 @@ const (
 // 30 days up to now), answering 422 naming the parameter when one is not
 // valid.
 func (s *Server) usageRange(c *gin.Context) (from, to time.Time, ok bool) {
-	parse := func(name string) (time.Time, bool) {
-		v := c.Query(name)
-		if v == "" {
-			return time.Time{}, true
-		}
-		t, err := time.Parse(time.RFC3339, v)
-		if err != nil {
-			s.writeProblem(c, withField(errValidation, name, fmt.Sprintf("%s must be an RFC 3339 time (2026-03-01T00:00:00Z), got %s", name, strconv.Quote(v))))
-			return time.Time{}, false
-		}
-		return t.UTC(), true
+	if !s.queryTime(c, "from", &from) || !s.queryTime(c, "to", &to) {
+		return from, to, false
 	}
-	if from, ok = parse("from"); !ok {
-		return
-	}
-	if to, ok = parse("to"); !ok {
-		return
-	}
+	from, to = from.UTC(), to.UTC()
 	if to.IsZero() {
 		to = s.Store.Now().UTC()
 	}
