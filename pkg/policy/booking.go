@@ -776,18 +776,3 @@ func Pin(b Booking, o BookOptions) (*Booking, error) {
 	out.Pinned = scheduler.MergeByHost(placed)
 	return &out, nil
 }
-
-func overlapsAny(a, b []Interval) bool {
-	i, j := 0, 0
-	for i < len(a) && j < len(b) {
-		if a[i].Start.Before(b[j].End) && b[j].Start.Before(a[i].End) {
-			return true
-		}
-		if a[i].End.Before(b[j].End) {
-			i++
-		} else {
-			j++
-		}
-	}
-	return false
-}

@@ -2,7 +2,6 @@ package policy
 
 import (
 	"fmt"
-	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -295,15 +294,6 @@ func checkQuota(who string, q config.Quota, held *tally, ledger []Record, need F
 		}
 	}
 	return scheduler.Reason{}, false
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }
 
 // BudgetPeriod is the calendar period of one GPU-hour budget around a
