@@ -78,12 +78,7 @@ func checkClock(ctx context.Context, e Env) Finding {
 }
 
 // Driver is the NVIDIA host driver as a backend read it through NVML.
-type Driver struct {
-	Version string // "550.54.16"
-	// VGPUMin, VGPUMax: the vGPU versions (guest drivers) the vGPU manager
-	// supports, "16.0" and "17.3"; empty when not the vGPU manager.
-	VGPUMin, VGPUMax string
-}
+type Driver = gpu.HostDriver
 
 func checkDriverBranch(ctx context.Context, e Env, modes modeSet) Finding {
 	f := Finding{Check: "driver-branch"}

@@ -45,8 +45,12 @@ func KnownBranches() string {
 
 // DriverBranch is a driver version's branch: 550 of "550.54.16"; false
 // when the version names none ("simulated", "").
-func DriverBranch(version string) (int, bool) {
-	major, _, _ := strings.Cut(strings.TrimSpace(version), ".")
+func DriverBranch(version string) (int, bool) { return leadingNumber(version) }
+
+// leadingNumber is the positive number before the first dot of v: 550 of
+// "550.54.16", 17 of "17.3"; false when there is none.
+func leadingNumber(v string) (int, bool) {
+	major, _, _ := strings.Cut(strings.TrimSpace(v), ".")
 	n, err := strconv.Atoi(major)
 	return n, err == nil && n > 0
 }
@@ -113,11 +117,7 @@ func CheckGuestDriver(guest string, host *HostDriver) GuestDriverMatch {
 }
 
 // releaseMajor is the major release of a vGPU version: 17 of "17.3".
-func releaseMajor(v string) (int, bool) {
-	major, _, _ := strings.Cut(strings.TrimSpace(v), ".")
-	n, err := strconv.Atoi(major)
-	return n, err == nil && n > 0
-}
+func releaseMajor(v string) (int, bool) { return leadingNumber(v) }
 
 // hostBranch is a host driver version shortened to its branch, "550.x",
 // or the version as it is when it names none.

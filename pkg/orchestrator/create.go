@@ -264,6 +264,12 @@ func (lc *lifecycle) createDevice(ctx context.Context, vmID string, a store.Allo
 			return d, nil
 		}
 	}
+	return b.Create(ctx, createRequest(vmID, a))
+}
+
+// createRequest asks a backend for an allocation's device: its GPU, and
+// the type or profile and placement of a vGPU or MIG device.
+func createRequest(vmID string, a store.Allocation) backend.CreateRequest {
 	req := backend.CreateRequest{GPU: a.GPUAddress, VMUUID: vmID}
 	switch a.Kind {
 	case gpu.KindVGPU:
@@ -271,7 +277,7 @@ func (lc *lifecycle) createDevice(ctx context.Context, vmID string, a store.Allo
 	case gpu.KindMIG:
 		req.Profile, req.Placement, req.DeviceUUID = a.Profile, a.PlacementStart, DeviceUUID(vmID, a.ID)
 	}
-	return b.Create(ctx, req)
+	return req
 }
 
 // createFailed rolls back what a create made (domain, devices, slots) and

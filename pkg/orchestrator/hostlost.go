@@ -7,7 +7,6 @@ import (
 	"sort"
 
 	"github.com/gpuvm/gpuvm/pkg/backend"
-	"github.com/gpuvm/gpuvm/pkg/gpu"
 	"github.com/gpuvm/gpuvm/pkg/hypervisor"
 	"github.com/gpuvm/gpuvm/pkg/store"
 )
@@ -181,13 +180,8 @@ func (lc *lifecycle) recreateDevice(ctx context.Context, vmID string, a store.Al
 	if !ok {
 		return backend.Errorf(backend.CodeUnavailable, a.GPUAddress, "backend %s is not running", a.Backend)
 	}
-	req := backend.CreateRequest{GPU: a.GPUAddress, VMUUID: vmID, Recreate: a.DeviceID}
-	switch a.Kind {
-	case gpu.KindVGPU:
-		req.Type, req.DeviceUUID = a.Profile, DeviceUUID(vmID, a.ID)
-	case gpu.KindMIG:
-		req.Profile, req.Placement, req.DeviceUUID = a.Profile, a.PlacementStart, DeviceUUID(vmID, a.ID)
-	}
+	req := createRequest(vmID, a)
+	req.Recreate = a.DeviceID
 	d, err := b.Create(ctx, req)
 	if err != nil {
 		return fmt.Errorf("make the %s device %s on GPU %s again: %w", a.Kind, a.DeviceID, a.GPUAddress, err)

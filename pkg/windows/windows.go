@@ -28,6 +28,7 @@ import (
 	"strings"
 	"text/template"
 	"time"
+	"unicode/utf8"
 
 	"github.com/gpuvm/gpuvm/pkg/hypervisor/cloudinit"
 	"github.com/gpuvm/gpuvm/templates"
@@ -302,10 +303,8 @@ func hasControl(s string) bool {
 			return true
 		}
 	}
-	return !utf8Valid(s)
+	return !utf8.ValidString(s)
 }
-
-func utf8Valid(s string) bool { return strings.ToValidUTF8(s, "\ufffd") == s }
 
 // data is what the templates receive: Config and what follows from it.
 type data struct {
