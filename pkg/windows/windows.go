@@ -25,6 +25,7 @@ import (
 	"io"
 	"io/fs"
 	"regexp"
+	"slices"
 	"strings"
 	"text/template"
 	"time"
@@ -183,11 +184,10 @@ func (c Config) Validate() error {
 	add := func(field, format string, args ...any) {
 		errs = append(errs, field+": "+fmt.Sprintf(format, args...))
 	}
-	switch c.Edition {
-	case Windows10, Windows11, Server2022:
-	case "":
+	switch {
+	case c.Edition == "":
 		add("edition", "missing (one of %s)", editionList())
-	default:
+	case !slices.Contains(Editions, c.Edition):
 		add("edition", "%q is none of %s", c.Edition, editionList())
 	}
 	if !computerRe.MatchString(c.ComputerName) || allDigitsRe.MatchString(c.ComputerName) {

@@ -121,7 +121,7 @@ func ReadVGPUs(fsys host.SysFS, g host.GPU, names *TypeNames) (VGPUView, error) 
 				}
 			}
 		}
-		if len(parents) > 1 || parents[0] != g.Address {
+		if len(parents) != 1 || parents[0] != g.Address { // VFs (none, when sysfs changed under us)
 			v.FreeVFs = len(parents) - len(held)
 		}
 	case gpu.InterfaceVendorVFIO:
