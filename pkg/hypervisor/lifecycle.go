@@ -173,7 +173,8 @@ func (c *Conn) info(ctx context.Context, h *handle) (Info, error) {
 }
 
 // Define defines (or redefines) the domain of spec, persistently, without
-// starting it. It refuses to redefine a domain that is not gpuvm's.
+// starting it. It refuses to redefine a domain that is not gpuvm's, and a
+// spec without a DomainType (take it from Accel: KVM is never assumed).
 func (c *Conn) Define(ctx context.Context, spec domain.Spec) (Info, error) {
 	vm := spec.Name
 	if vm == "" {

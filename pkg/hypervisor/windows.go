@@ -33,7 +33,8 @@ func (c *Conn) CreateEmptyVolume(ctx context.Context, pool, name string, size ui
 
 // DefineWindowsInstall defines the domain of an unattended Windows install
 // (domain.WindowsInstallXML), persistently, without starting it; like
-// Define it refuses to redefine a domain that is not gpuvm's.
+// Define it refuses to redefine a domain that is not gpuvm's, and one
+// without a DomainType (take it from Accel).
 func (c *Conn) DefineWindowsInstall(ctx context.Context, w domain.WindowsInstall) (Info, error) {
 	xml, err := domain.WindowsInstallXML(w)
 	if err != nil {

@@ -50,7 +50,9 @@ func TestDefineWindowsInstall(t *testing.T) {
 	c := openTest(t)
 	ctx := testCtx(t)
 	name := uniqueName(t, "win")
-	w := domain.WindowsInstall{Name: name, UUID: uuid.NewString(), VCPUs: 2, MemoryBytes: 4 << 30, HideHypervisor: true,
+	// kvm, which the test driver accepts: KVM's hidden hypervisor and
+	// Hyper-V vendor ID are what is checked.
+	w := domain.WindowsInstall{Name: name, UUID: uuid.NewString(), VCPUs: 2, MemoryBytes: 4 << 30, HideHypervisor: true, DomainType: domain.TypeKVM,
 		Disk: domain.Disk{Path: "/var/lib/libvirt/images/" + name + ".qcow2"}, Installer: domain.Disk{Path: "/srv/win.iso"},
 		VirtIO: domain.Disk{Path: "/srv/virtio-win.iso"}, Media: domain.Disk{Path: "/srv/media.iso"},
 		Network: domain.Network{Name: "default"}, Metadata: domain.Metadata{VMID: "windows-install-" + name, Profile: "windows-install"}}
@@ -75,5 +77,11 @@ func TestDefineWindowsInstall(t *testing.T) {
 	bad.UUID, bad.Media = uuid.NewString(), domain.Disk{}
 	if _, err := c.DefineWindowsInstall(ctx, bad); err == nil || !strings.Contains(err.Error(), "install medium") {
 		t.Errorf("no medium: %v", err)
+	}
+	// No domain type: refused, never an assumed kvm.
+	untyped := w
+	untyped.UUID, untyped.DomainType = uuid.NewString(), ""
+	if _, err := c.DefineWindowsInstall(ctx, untyped); err == nil || !strings.Contains(err.Error(), "domain type: not set") {
+		t.Errorf("no domain type: %v", err)
 	}
 }

@@ -245,12 +245,18 @@ func BenchmarkCreate(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { hv.Close() })
+	// The domain type is the connection's accelerator check's (on the
+	// test driver: software emulation), never an assumed kvm.
+	accel, err := hv.Accel(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
 
 	timer := &callTimer{calls: map[string]int{}}
 	o := orchestrator.New(orchestrator.Config{
 		Store: st, Backends: timedBackends{l, timer}, Hypervisor: timedHypervisor{hv, timer},
 		Profiles: func() *config.Config { return cfg }, Host: "bench-host", DomainPrefix: "bench-",
-		DomainType: "qemu", Log: log, ShutdownTimeout: time.Second,
+		DomainType: accel.Type, Log: log, ShutdownTimeout: time.Second,
 	})
 	// No Worker: the benchmark runs the orchestrator itself (Drain), so
 	// that the measured create is not waiting for a loop to wake up.

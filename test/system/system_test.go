@@ -127,7 +127,14 @@ func newEnv() (*env, string, error) {
 }
 
 // TestMain removes the pool and the directory once every test has run.
+// Started by TestNoKVM in a new mount namespace, the binary is its helper
+// that becomes a private libvirtd instead.
 func TestMain(m *testing.M) {
+	if root := os.Getenv(nsRootEnv); root != "" {
+		err := namespaceHelper(root, os.Getenv(nsDevEnv))
+		fmt.Fprintln(os.Stderr, "private libvirtd's namespace:", err)
+		os.Exit(1)
+	}
 	code := m.Run()
 	if shared != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -173,14 +180,16 @@ func newUUID() string {
 }
 
 // request is a tiny-guest VM: direct kernel boot, serial console logged to
-// a file, VNC with a password and a websocket, a seed, no network.
+// a file, VNC with a password and a websocket, a seed, no network. Its
+// domain type is the connection's accelerator check's, never an assumed kvm
+// (Define needs one; a host may lack KVM or be unable to use it).
 func (e *env) request(tag string) (hypervisor.VMRequest, string) {
 	name := "gpuvm-sys-" + tag + "-" + randHex(3)
 	uuid := newUUID()
 	serial := filepath.Join(e.dir, name+".serial.log")
 	spec := domain.Spec{
 		Name: name, UUID: uuid, Title: "gpuvm system test",
-		VCPUs: 1, MemoryBytes: 256 << 20,
+		VCPUs: 1, MemoryBytes: 256 << 20, DomainType: e.accel.Type,
 		Kernel: e.kernel, Initrd: e.initrd, Cmdline: guest.Cmdline,
 		Graphics:  &domain.Graphics{Type: domain.GraphicsVNC, Password: randHex(4), WebSocket: -1},
 		SerialLog: serial,

@@ -1,6 +1,7 @@
 package domain
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 
@@ -10,10 +11,16 @@ import (
 // Guest agent channel name.
 const guestAgentChannel = "org.qemu.guest_agent.0"
 
+// noDomainType is the problem Build reports for a Spec without a
+// DomainType: gpuvm never assumes KVM.
+const noDomainType = "not set: take it from the connection's accelerator check (hypervisor.Conn.Accel)"
+
 // Build validates s and returns its libvirt domain. Names and text from users
 // end up in XML attributes and character data that libvirtxml escapes.
+// s.DomainType must be set: Build never assumes KVM, which a host may lack
+// or be unable to use (nested virtualisation).
 func Build(s Spec) (*libvirtxml.Domain, error) {
-	if err := Validate(s); err != nil {
+	if err := buildable(s); err != nil {
 		return nil, err
 	}
 	s = withDefaults(s)
@@ -62,10 +69,27 @@ func XML(s Spec) (string, error) {
 	return out, nil
 }
 
-func withDefaults(s Spec) Spec {
-	if s.DomainType == "" {
-		s.DomainType = TypeKVM
+// buildable is Validate plus what only a domain to build needs: its type.
+// (Validate accepts an empty type, which CreateVM fills from Accel.)
+func buildable(s Spec) error {
+	err := Validate(s)
+	if s.DomainType != "" {
+		return err
 	}
+	problem := "domain type: " + noDomainType
+	var se *SpecError
+	if errors.As(err, &se) {
+		c := *se
+		c.Problems = append([]string{problem}, se.Problems...)
+		return &c
+	}
+	if err != nil {
+		return err
+	}
+	return &SpecError{Name: s.Name, Problems: []string{problem}}
+}
+
+func withDefaults(s Spec) Spec {
 	if s.Machine == "" {
 		s.Machine = "q35"
 	}

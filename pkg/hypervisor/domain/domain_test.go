@@ -40,6 +40,7 @@ func goldenSpecs() map[string]Spec {
 		},
 		"vgpu-mdev": {
 			Name: "gpuvm-vm-42", UUID: testUUID, VCPUs: 8, MemoryBytes: 32 << 30,
+			DomainType: TypeKVM,
 			Disks:      []Disk{overlay, seed},
 			Network:    Network{Name: "default"},
 			Graphics:   vnc,
@@ -49,6 +50,7 @@ func goldenSpecs() map[string]Spec {
 		},
 		"vgpu-vendor-vfio": {
 			Name: "gpuvm-vm-43", UUID: testUUID, VCPUs: 8, MemoryBytes: 48 << 30,
+			DomainType: TypeKVM,
 			Disks:      []Disk{overlay, seed},
 			Network:    Network{Name: "default"},
 			Graphics:   vnc,
@@ -58,6 +60,7 @@ func goldenSpecs() map[string]Spec {
 		},
 		"passthrough-audio": {
 			Name: "gpuvm-vm-44", UUID: testUUID, VCPUs: 16, MemoryBytes: 64 << 30,
+			DomainType: TypeKVM,
 			Disks:      []Disk{overlay, seed},
 			Network:    Network{Name: "default", MAC: "52:54:00:12:34:56"},
 			Graphics:   &Graphics{Type: GraphicsSpice, Password: "a-longer-spice-ticket"},
@@ -67,8 +70,9 @@ func goldenSpecs() map[string]Spec {
 		},
 		"windows11": {
 			Name: "gpuvm-win11", UUID: testUUID, VCPUs: 8, MemoryBytes: 16 << 30,
-			Firmware: Firmware{Type: FirmwareUEFI, SecureBoot: true, TPM: true, NVRAM: "/var/lib/libvirt/qemu/nvram/gpuvm-win11_VARS.fd"},
-			OSFamily: OSWindows,
+			DomainType: TypeKVM,
+			Firmware:   Firmware{Type: FirmwareUEFI, SecureBoot: true, TPM: true, NVRAM: "/var/lib/libvirt/qemu/nvram/gpuvm-win11_VARS.fd"},
+			OSFamily:   OSWindows,
 			Disks: []Disk{
 				{Pool: "gpuvm", Volume: "gpuvm-win11.qcow2", BootOrder: 1},
 				{Path: "/var/lib/gpuvm/iso/virtio-win.iso", CDROM: true},
@@ -417,7 +421,7 @@ func TestHostdevs(t *testing.T) {
 
 func TestDefaults(t *testing.T) {
 	s := goldenSpecs()["linux-tiny"]
-	s.DomainType = ""
+	s.DomainType = TypeKVM
 	s.Graphics = nil
 	s.Disks = []Disk{{Path: "/a.qcow2"}, {Path: "/b.iso", CDROM: true}, {Path: "/c.raw", Format: FormatRaw, Bus: BusSCSI}}
 	d, err := Build(s)
@@ -444,6 +448,56 @@ func TestDefaults(t *testing.T) {
 	}
 	if d.Memory.Value != 256<<10 || d.Memory.Unit != "KiB" {
 		t.Errorf("memory %d %s", d.Memory.Value, d.Memory.Unit)
+	}
+}
+
+// TestBuildNeedsDomainType: Build never assumes KVM. An empty domain type is
+// refused, with the way to get one, beside any other problem; Validate
+// accepts it (CreateVM fills it from the accelerator check).
+func TestBuildNeedsDomainType(t *testing.T) {
+	const want = "domain type: not set: take it from the connection's accelerator check (hypervisor.Conn.Accel)"
+	tests := []struct {
+		name  string
+		edit  func(*Spec)
+		errs  []string // substrings of Build's error; none: it builds
+		typ   string   // the built domain's type
+		valid bool     // what Validate says
+	}{
+		{"empty type", func(s *Spec) { s.DomainType = "" }, []string{want}, "", true},
+		{"empty type and a bad name", func(s *Spec) { s.DomainType = ""; s.Name = "a b" }, []string{want, "name:"}, "", false},
+		{"empty windows", func(s *Spec) { s.DomainType = ""; s.OSFamily = OSWindows }, []string{want}, "", true},
+		{"kvm", func(s *Spec) { s.DomainType = TypeKVM }, nil, "kvm", true},
+		{"qemu", func(s *Spec) { s.DomainType = TypeQEMU }, nil, "qemu", true},
+		{"xen", func(s *Spec) { s.DomainType = "xen" }, []string{`domain type: "xen"`}, "", false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			s := validSpec()
+			tc.edit(&s)
+			if err := Validate(s); (err == nil) != tc.valid {
+				t.Errorf("Validate: %v, want valid=%v", err, tc.valid)
+			}
+			d, err := Build(s)
+			_, xerr := XML(s)
+			if len(tc.errs) == 0 {
+				if err != nil || xerr != nil {
+					t.Fatalf("Build: %v; XML: %v", err, xerr)
+				}
+				if d.Type != tc.typ {
+					t.Errorf("type %q, want %q", d.Type, tc.typ)
+				}
+				return
+			}
+			var se *SpecError
+			if !errors.As(err, &se) || xerr == nil {
+				t.Fatalf("Build: %v; XML: %v; want a *SpecError", err, xerr)
+			}
+			for _, w := range tc.errs {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("Build: %v, want it to name %q", err, w)
+				}
+			}
+		})
 	}
 }
 

@@ -101,7 +101,10 @@ type Spec struct {
 	VCPUs       uint
 	MemoryBytes uint64
 
-	// DomainType is "kvm" (default) or "qemu" (software emulation).
+	// DomainType is "kvm" or "qemu" (software emulation): what the
+	// connection's accelerator check (hypervisor.Conn.Accel) chose. There is
+	// no default: Build refuses an empty one (Validate accepts it, for a Spec
+	// CreateVM completes).
 	DomainType Type
 	// Machine is QEMU's machine type; default "q35".
 	Machine  string

@@ -18,7 +18,8 @@ type WindowsInstall struct {
 	Name, UUID, Title string
 	VCPUs             uint
 	MemoryBytes       uint64
-	// DomainType is "kvm" (default) or "qemu".
+	// DomainType is "kvm" or "qemu" (software emulation), from the
+	// connection's accelerator check (hypervisor.Conn.Accel); required.
 	DomainType Type
 	// Disk is the disk Windows is installed to: virtio-blk (the viostor
 	// driver loads from the virtio-win CD-ROM in windowsPE), booted first so

@@ -13,13 +13,14 @@ import (
 func windowsInstalls() map[string]WindowsInstall {
 	base := WindowsInstall{
 		Name: "gpuvm-win11-install", UUID: testUUID, VCPUs: 4, MemoryBytes: 8 << 30,
-		Disk:      Disk{Pool: "gpuvm", Volume: "win11-build.qcow2"},
-		Installer: Disk{Path: "/var/lib/gpuvm/iso/Win11_24H2_English_x64.iso"},
-		VirtIO:    Disk{Path: "/var/lib/gpuvm/iso/virtio-win-0.1.262.iso"},
-		Media:     Disk{Pool: "gpuvm", Volume: "win11-build-media.iso"},
-		Network:   Network{Name: "default"},
-		Graphics:  &Graphics{Type: GraphicsVNC},
-		Metadata:  Metadata{VMID: "image-win11-build", Owner: "admin", Volumes: []VolumeRef{{Pool: "gpuvm", Name: "win11-build.qcow2"}, {Pool: "gpuvm", Name: "win11-build-media.iso"}}},
+		DomainType: TypeKVM,
+		Disk:       Disk{Pool: "gpuvm", Volume: "win11-build.qcow2"},
+		Installer:  Disk{Path: "/var/lib/gpuvm/iso/Win11_24H2_English_x64.iso"},
+		VirtIO:     Disk{Path: "/var/lib/gpuvm/iso/virtio-win-0.1.262.iso"},
+		Media:      Disk{Pool: "gpuvm", Volume: "win11-build-media.iso"},
+		Network:    Network{Name: "default"},
+		Graphics:   &Graphics{Type: GraphicsVNC},
+		Metadata:   Metadata{VMID: "image-win11-build", Owner: "admin", Volumes: []VolumeRef{{Pool: "gpuvm", Name: "win11-build.qcow2"}, {Pool: "gpuvm", Name: "win11-build-media.iso"}}},
 	}
 	hidden := base
 	hidden.Name = "gpuvm-win10-hidden"
@@ -125,6 +126,7 @@ func TestWindowsInstallValidate(t *testing.T) {
 		{"vendor punctuation", func(w *WindowsInstall) { w.HideHypervisor = true; w.VendorID = "a'b" }, "letters and digits"},
 		{"relative ISO", func(w *WindowsInstall) { w.Installer = Disk{Path: "win.iso"} }, "disk"},
 		{"bad name", func(w *WindowsInstall) { w.Name = "a b" }, "name"},
+		{"no domain type", func(w *WindowsInstall) { w.DomainType = "" }, "domain type: not set"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			w := good
