@@ -24,7 +24,7 @@ import (
 
 type renderOpts struct {
 	profileOpts
-	simulate, pluginDir string
+	simulate, pluginDir, domainType string
 }
 
 func newProfileRenderCmd(getenv func(string) string) *cobra.Command {
@@ -37,7 +37,11 @@ profile, GPU hostdev included. On a simulated server (--simulate PRESET, or the
 configuration's host { simulate }) the backends really create the device on a
 throwaway copy of the simulated host and remove it again, so the hostdev is the
 one a VM would get. On a real host nothing is created: the hostdev shows the
-shape the profile's GPU kind takes, with placeholder identifiers.`,
+shape the profile's GPU kind takes, with placeholder identifiers.
+
+The domain type is --domain-type (default kvm): gpuvmd itself uses what its
+accelerator check chose on its host (qemu, software emulation, where KVM is
+missing or unusable), which this command cannot know.`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) != 1 {
 				return usageError{fmt.Errorf("%s takes one profile name, got %d arguments", cmd.CommandPath(), len(args))}
@@ -51,6 +55,7 @@ shape the profile's GPU kind takes, with placeholder identifiers.`,
 	cmd.Flags().StringVar(&o.config, "config", "", "configuration directory (default $GPUVM_CONFIG, else /etc/gpuvm)")
 	cmd.Flags().StringVar(&o.simulate, "simulate", "", "render on a simulated server of this preset (default: the configuration's)")
 	cmd.Flags().StringVar(&o.pluginDir, "plugin-dir", "", "directory of the gpuvm-backend-* binaries")
+	cmd.Flags().StringVar(&o.domainType, "domain-type", string(domain.TypeKVM), "domain type shown: kvm, or qemu (software emulation); gpuvmd uses its accelerator check's")
 	return cmd
 }
 
@@ -69,7 +74,7 @@ func runRender(ctx context.Context, o renderOpts, name string, getenv func(strin
 	}
 	vm := "preview-" + p.Name
 	in := domain.Instance{
-		Name: vm, UUID: uuid.NewString(), VMID: "preview", Owner: "preview", DomainType: domain.TypeKVM,
+		Name: vm, UUID: uuid.NewString(), VMID: "preview", Owner: "preview", DomainType: domain.Type(o.domainType),
 		GraphicsListen: cfg.Server.Libvirt.GraphicsListen, Password: "preview0",
 	}
 	pool := cfg.Server.Libvirt.StoragePool
@@ -109,7 +114,7 @@ func runRender(ctx context.Context, o renderOpts, name string, getenv func(strin
 	if err != nil {
 		return fmt.Errorf("profile %s: %w", p.Name, err)
 	}
-	fmt.Fprintf(stdout, "<!-- gpuvm profile %s (%s); %s -->\n%s\n", p.Name, p.Source, note, strings.TrimSpace(xml))
+	fmt.Fprintf(stdout, "<!-- gpuvm profile %s (%s); %s; domain type %s as asked (gpuvmd uses its accelerator check's) -->\n%s\n", p.Name, p.Source, note, spec.DomainType, strings.TrimSpace(xml))
 	return nil
 }
 

@@ -20,6 +20,7 @@ func TestProfileRenderDomain(t *testing.T) {
 		{[]string{"--config", "../../configs/dev", "tiny-vgpu"}, []string{`type="pci" managed="no"`, "vgpu H100-4C on GPU 0000:9a:00.0"}},
 		{[]string{"--config", "../../configs/dev", "tiny-gpu"}, []string{`type="pci" managed="yes"`, `bus="0xdb"`}},
 		{[]string{"--config", "../../configs/dev", "tiny"}, []string{"no GPU"}},
+		{[]string{"--config", "../../configs/dev", "--domain-type", "qemu", "tiny"}, []string{`<domain type="qemu"`, "domain type qemu"}},
 		{[]string{"--config", "../../configs/dev", "--simulate", "mixed", "tiny-any"}, []string{"simulated mixed"}},
 		{[]string{"--config", "../../configs/studio", "artist"}, []string{`type="mdev"`, "placeholders", `<graphics type="spice"`, `display="on"`, "<tpm", "virtio-win.iso"}},
 	}
@@ -44,6 +45,9 @@ func TestProfileRenderDomain(t *testing.T) {
 				t.Errorf("virt-xml-validate: %v\n%s", err, b)
 			}
 		})
+	}
+	if _, errOut, code := runCLI(t, "profile", "render-domain", "--config", "../../configs/dev", "--domain-type", "xen", "tiny"); code == 0 || !strings.Contains(errOut, `domain type: "xen"`) {
+		t.Errorf("bad domain type: exit %d, %q", code, errOut)
 	}
 	if _, errOut, code := runCLI(t, "profile", "render-domain", "--config", "../../configs/dev", "tiny-mgi"); code != 1 || !strings.Contains(errOut, `no profile "tiny-mgi"`) {
 		t.Errorf("unknown profile: exit %d, %q", code, errOut)

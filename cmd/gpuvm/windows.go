@@ -69,8 +69,14 @@ with nobody at the console; sysprep shuts it down. --wait follows it (every
 an image. Without --wait, follow it with --wait again (a name taken says so)
 or GET /v1/admin/images/windows-install/NAME.
 
+gpuvmd gives the install VM the domain type its accelerator check chose (kvm,
+or qemu where KVM is missing or unusable); --domain-type kvm is refused where
+KVM is unusable, with the reason.
+
 With --render DIR nothing is asked of gpuvmd: the command writes everything
-the install needs into DIR, for an admin to inspect and start with virsh:
+the install needs into DIR, for an admin to inspect and start with virsh.
+Nothing here knows whether that host can use KVM: --render needs
+--domain-type.
 
   autounattend.xml       the answer file (templates/windows/autounattend.xml.tmpl):
                          locale, UEFI/GPT disk, the virtio-win storage driver, the
@@ -136,7 +142,7 @@ with --wait).
 	f.BoolVar(&o.insecureBoot, "insecure-boot", false, "UEFI without Secure Boot (not for Windows 11)")
 	f.BoolVar(&o.hide, "hide-hypervisor", false, "hide KVM and set a Hyper-V vendor ID (GeForce drivers before R465)")
 	f.StringVar(&o.templates, "templates", "", "with --render: directory overriding templates/windows")
-	f.StringVar(&o.domainType, "domain-type", "kvm", "kvm, or qemu (software emulation, where KVM is unusable)")
+	f.StringVar(&o.domainType, "domain-type", "", "kvm, or qemu (software emulation, where KVM is unusable); default: gpuvmd's choice (its accelerator check). Required with --render")
 	f.StringVar(&o.gpuMdev, "gpu-mdev", "", "UUID of an existing vGPU (mdev) to give the install VM, so that the NVIDIA installer finds its device")
 	f.StringSliceVar(&o.gpuPCI, "gpu-pci", nil, "PCI functions (0000:c1:00.0,...) to pass through to the install VM instead (libvirt binds vfio-pci)")
 	return cmd
@@ -197,6 +203,10 @@ func runWindowsInstall(o windowsInstallOpts, stdout io.Writer) error {
 	}
 	if err := c.Validate(); err != nil {
 		return usageError{err}
+	}
+	if o.domainType == "" {
+		// Nothing here knows the gpuvmd host's KVM: never assume it.
+		return usageError{fmt.Errorf("windows-install: --render needs --domain-type: kvm where the host that runs the install can use KVM (gpuvmd doctor's kvm check says), else qemu (software emulation)")}
 	}
 	var tmpls fs.FS // the built-in templates
 	if o.templates != "" {

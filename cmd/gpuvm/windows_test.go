@@ -37,7 +37,7 @@ func TestWindowsInstallRender(t *testing.T) {
 	stdout, stderr, code := runCLI(t, "admin", "image", "windows-install",
 		"--iso", iso, "--virtio-win", virtio, "--name", "win11-build", "--password-file", pwFile,
 		"--nvidia-driver", driver, "--nvidia-args", "-s -noreboot -clean", "--cloudbase-init", msi,
-		"--locale", "fr-FR", "--timezone", "Romance Standard Time", "--gpu-mdev", "B3C4D5E6-F7A8-4B9C-8D0E-1F2A3B4C5D6E", "--render", out)
+		"--locale", "fr-FR", "--timezone", "Romance Standard Time", "--gpu-mdev", "B3C4D5E6-F7A8-4B9C-8D0E-1F2A3B4C5D6E", "--domain-type", "kvm", "--render", out)
 	if code != 0 {
 		t.Fatalf("exit %d\n%s%s", code, stdout, stderr)
 	}
@@ -91,13 +91,16 @@ func TestWindowsInstallRefuses(t *testing.T) {
 		t.Fatal(err)
 	}
 	out := filepath.Join(dir, "out")
-	base := []string{"admin", "image", "windows-install", "--iso", "/srv/win.iso", "--virtio-win", "/srv/virtio.iso", "--name", "w", "--render", out}
+	untyped := []string{"admin", "image", "windows-install", "--iso", "/srv/win.iso", "--virtio-win", "/srv/virtio.iso", "--name", "w", "--render", out}
+	base := slices.Clip(append(slices.Clone(untyped), "--domain-type", "qemu")) // every case appends to a copy
 	for _, tc := range []struct {
 		name string
 		args []string
 		want string
 	}{
 		{"no password file", base, "--password-file is required"},
+		{"no domain type", append(slices.Clone(untyped), "--password-file", pw), "--render needs --domain-type"},
+		{"bad domain type", append(base, "--password-file", pw, "--domain-type", "xen"), `domain type: "xen"`},
 		{"missing password file", append(base, "--password-file", filepath.Join(dir, "nope")), "--password-file"},
 		{"bad edition", append(base, "--password-file", pw, "--edition", "vista"), `edition: "vista"`},
 		{"index and name", append(base, "--password-file", pw, "--image-index", "2", "--image-name", "Pro"), "image: give an index or a name"},
@@ -209,7 +212,7 @@ func TestWindowsInstallThroughServer(t *testing.T) {
 	}
 	want := api.WindowsInstallRequest{Name: "win11-build", Edition: "server2022", ISO: "/srv/iso/Win11.iso", VirtIOWin: "/srv/iso/virtio-win.iso",
 		PasswordFile: "/etc/gpuvm/win.pw", CloudbaseInit: "/srv/cb.msi", NVIDIADriver: "/srv/grid.exe", NVIDIAArgs: []string{"-s", "-noreboot", "-clean"},
-		DiskGiB: 80, Network: "default", VCPUs: 4, MemoryGiB: 8, DomainType: "kvm", GPUPCI: []string{"0000:c1:00.0", "0000:c1:00.1"}}
+		DiskGiB: 80, Network: "default", VCPUs: 4, MemoryGiB: 8, GPUPCI: []string{"0000:c1:00.0", "0000:c1:00.1"}}
 	if len(f.reqs) != 1 || !reflect.DeepEqual(f.reqs[0], want) {
 		t.Errorf("asked\n%+v\nwant\n%+v", f.reqs, want)
 	}
@@ -224,5 +227,12 @@ func TestWindowsInstallThroughServer(t *testing.T) {
 	var st api.WindowsInstall
 	if err := json.Unmarshal([]byte(out), &st); err != nil || st.State != "running" || f.gets != gets {
 		t.Errorf("--json without --wait: %v %+v (GETs %d -> %d)", err, st, gets, f.gets)
+	}
+	// An explicit --domain-type goes to gpuvmd as asked (which refuses kvm
+	// where KVM is unusable); without one, domain_type is left out above.
+	f.reqs = nil
+	admin.must(append(slices.Clone(base), "--domain-type", "qemu")...)
+	if len(f.reqs) != 1 || f.reqs[0].DomainType != "qemu" {
+		t.Errorf("--domain-type qemu asked %+v", f.reqs)
 	}
 }

@@ -36,8 +36,10 @@ type WindowsInstallRequest struct {
 	NoSysprep    bool   `json:"no_sysprep,omitempty"`
 	// The install VM: disk size (default 64 GiB), libvirt network (default
 	// "default"), CPUs (default 4), memory (default 8 GiB), domain type kvm
-	// (default) or qemu, Secure Boot off, the hypervisor hidden, and a GPU
-	// (an existing vGPU's mdev UUID, or PCI functions to pass through).
+	// or qemu (default: what gpuvmd's accelerator check chose; kvm is
+	// refused where KVM is unusable), Secure Boot off, the hypervisor
+	// hidden, and a GPU (an existing vGPU's mdev UUID, or PCI functions to
+	// pass through).
 	DiskGiB        uint     `json:"disk_gib,omitempty"`
 	Network        string   `json:"network,omitempty"`
 	VCPUs          uint     `json:"vcpus,omitempty"`

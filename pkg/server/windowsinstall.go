@@ -37,6 +37,9 @@ type WindowsHost interface {
 	VolumeExists(ctx context.Context, pool, name string) (bool, error)
 	VolumePath(ctx context.Context, pool, name string) (string, error)
 	DefineWindowsInstall(ctx context.Context, w domain.WindowsInstall) (hypervisor.Info, error)
+	// Accel is the host's accelerator check: the domain type a request
+	// without one gets, and whether KVM is usable at all.
+	Accel(ctx context.Context) (hypervisor.Accel, error)
 	LookupByName(ctx context.Context, name string) (hypervisor.Info, error)
 	Start(ctx context.Context, uuid string) error
 	Destroy(ctx context.Context, uuid string) error
@@ -180,11 +183,16 @@ func windowsBuildOf(req api.WindowsInstallRequest) (*windowsBuild, error) {
 	if err := b.cfg.Validate(); err != nil {
 		return nil, &fieldError{"config", err.Error()}
 	}
+	switch domain.Type(req.DomainType) {
+	case "", domain.TypeKVM, domain.TypeQEMU:
+	default:
+		return nil, &fieldError{"domain_type", fmt.Sprintf("%q is neither %q nor %q (or leave it out: the host's choice)", req.DomainType, domain.TypeKVM, domain.TypeQEMU)}
+	}
 	b.disk = uint64(cmp.Or(req.DiskGiB, 64)) << 30
 	w := domain.WindowsInstall{
 		Name: req.Name, UUID: uuid.NewString(), Title: "gpuvm: unattended install of " + b.cfg.Edition.Label(),
 		VCPUs: cmp.Or(req.VCPUs, 4), MemoryBytes: uint64(cmp.Or(req.MemoryGiB, 8)) << 30,
-		DomainType: domain.Type(cmpOr(req.DomainType, "kvm")),
+		DomainType: domain.Type(req.DomainType), // empty: the host's choice (windowsDomainType)
 		Installer:  domain.Disk{Path: req.ISO}, VirtIO: domain.Disk{Path: req.VirtIOWin},
 		Network:      domain.Network{Name: cmpOr(req.Network, "default")},
 		Graphics:     &domain.Graphics{Type: domain.GraphicsVNC},
@@ -224,6 +232,10 @@ func (s *Server) startWindowsInstall(c *gin.Context) {
 	auditTarget(c, "windows-install/"+req.Name)
 	ctx := c.Request.Context()
 	w := s.Windows
+	if b.install.DomainType, err = windowsDomainType(ctx, w.Host, b.install.DomainType); err != nil {
+		s.writeProblem(c, err)
+		return
+	}
 	// The name is free: no domain and no volume has it.
 	if _, err := w.Host.LookupByName(ctx, req.Name); err == nil || !hypervisor.IsNotFound(err) {
 		if err == nil || errors.Is(err, hypervisor.ErrNotGpuvm) {
@@ -264,6 +276,23 @@ func (s *Server) startWindowsInstall(c *gin.Context) {
 	}
 	s.log.Info("windows install started", "vm", out.Name, "uuid", out.UUID, "edition", b.cfg.Edition, "by", user(c).Name)
 	c.JSON(http.StatusAccepted, out)
+}
+
+// windowsDomainType is the install VM's domain type: the host's accelerator
+// check's when the request gives none; a requested kvm is refused where that
+// check found KVM unusable, with its reason.
+func windowsDomainType(ctx context.Context, h WindowsHost, requested domain.Type) (domain.Type, error) {
+	a, err := h.Accel(ctx)
+	if err != nil {
+		return "", fmt.Errorf("windows install: checking the accelerator: %w", err)
+	}
+	switch {
+	case requested == "":
+		return a.Type, nil
+	case requested == domain.TypeKVM && a.Type != domain.TypeKVM:
+		return "", withField(errValidation, "domain_type", fmt.Sprintf("KVM is not usable on this host (%s): ask for %q or leave domain_type out", a.Reason, domain.TypeQEMU))
+	}
+	return requested, nil
 }
 
 // makeWindowsInstall makes the disk, the medium and the domain and starts

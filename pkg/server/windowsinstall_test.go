@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -127,7 +128,7 @@ func TestWindowsInstallRefusals(t *testing.T) {
 		{"bad edition", func(r *api.WindowsInstallRequest) { r.Edition = "windows95" }, 422, "config"},
 		{"NVIDIA args alone", func(r *api.WindowsInstallRequest) { r.NVIDIAArgs = []string{"-s"} }, 422, "nvidia_args"},
 		{"bad name", func(r *api.WindowsInstallRequest) { r.Name = "no/slash" }, 422, "name"},
-		{"bad domain type", func(r *api.WindowsInstallRequest) { r.DomainType = "xen" }, 422, "domain"},
+		{"bad domain type", func(r *api.WindowsInstallRequest) { r.DomainType = "xen" }, 422, "domain_type"},
 		{"two GPUs", func(r *api.WindowsInstallRequest) { r.GPUMdev, r.GPUPCI = "x", []string{"0000:c1:00.0"} }, 422, "gpu_mdev"},
 	}
 	for _, tc := range tests {
@@ -253,6 +254,83 @@ func TestWindowsInstallRoute(t *testing.T) {
 	}
 }
 
+// accelHost is the real host with the accelerator check's answer a, as
+// on a host without KVM (or with a /dev/kvm nested virtualisation makes
+// unusable) whatever this one has.
+type accelHost struct {
+	recordingStart
+	a hypervisor.Accel
+}
+
+func (h *accelHost) Accel(context.Context) (hypervisor.Accel, error) { return h.a, nil }
+
+// TestWindowsInstallDomainType: without domain_type the install VM gets the
+// accelerator check's type, never an assumed kvm; kvm where the check found
+// KVM unusable is refused with the check's reason, and nothing is made.
+func TestWindowsInstallDomainType(t *testing.T) {
+	e := newWinEnv(t)
+	noKVM := hypervisor.Accel{Type: domain.TypeQEMU, Emulated: true, Reason: "libvirt offers no KVM: no /dev/kvm (test)"}
+	tests := []struct {
+		name      string
+		requested string
+		accel     hypervisor.Accel
+		status    int    // 202 (or 500 where the host's swtpm is broken) or the refusal's
+		want      string // the defined domain's type, or the refusal's field
+	}{
+		{"no type, no KVM", "", noKVM, 202, "qemu"},
+		{"kvm, no KVM", "kvm", noKVM, 422, "domain_type"},
+		{"qemu, no KVM", "qemu", noKVM, 202, "qemu"},
+		{"bad type", "xen", noKVM, 422, "domain_type"},
+	}
+	for i, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			name := fmt.Sprintf("wintest-type-%d", i)
+			h := &accelHost{recordingStart: recordingStart{Conn: e.conn, pool: e.pool}, a: tc.accel}
+			e.s.Windows.Host = h
+			t.Cleanup(func() { e.removeInstall(t, name) })
+			code, body := e.call(t, "POST", "/v1/admin/images/windows-install", e.admin,
+				e.body(t, name, func(r *api.WindowsInstallRequest) { r.DomainType = tc.requested }), nil)
+			if tc.status != 202 {
+				if code != tc.status || body["field"] != tc.want {
+					t.Fatalf("%d %v, want %d on field %s", code, body, tc.status, tc.want)
+				}
+				if tc.requested == "kvm" && !strings.Contains(body["detail"].(string), tc.accel.Reason) {
+					t.Errorf("the refusal does not say why KVM is unusable: %v", body["detail"])
+				}
+				e.nothingLeft(t, name)
+				return
+			}
+			if h.xml == "" {
+				t.Fatalf("no domain was started: %d %v", code, body)
+			}
+			if !strings.Contains(h.xml, "<domain type='"+tc.want+"'") {
+				t.Errorf("domain type is not %s:\n%s", tc.want, h.xml)
+			}
+			if code != 202 && !(code == 500 && strings.Contains(body["detail"].(string), "swtpm")) {
+				t.Errorf("start: %d %v", code, body)
+			}
+		})
+	}
+}
+
+// removeInstall removes the install VM name and its volumes, if there.
+func (e *winEnv) removeInstall(t *testing.T, name string) {
+	ctx := context.Background()
+	if i, err := e.conn.LookupByName(ctx, name); err == nil {
+		_ = e.conn.Destroy(ctx, i.UUID)
+		if err := e.conn.Undefine(ctx, i.UUID); err != nil {
+			t.Errorf("undefine: %v", err)
+		}
+	}
+	for _, v := range []string{name + ".qcow2", name + "-media.iso"} {
+		if ok, _ := e.conn.VolumeExists(ctx, e.pool, v); ok {
+			if err := e.conn.DeleteVolume(ctx, e.pool, v); err != nil {
+				t.Errorf("delete %s: %v", v, err)
+			}
+		}
+	}
+}
+
 // recordingStart keeps the domain's XML and the pool's volumes at the
 // moment the route starts the domain.
 type recordingStart struct {
@@ -304,6 +382,9 @@ func (noWindowsHost) VolumePath(_ context.Context, pool, name string) (string, e
 }
 func (noWindowsHost) DefineWindowsInstall(context.Context, domain.WindowsInstall) (hypervisor.Info, error) {
 	return hypervisor.Info{}, errNoHost
+}
+func (noWindowsHost) Accel(context.Context) (hypervisor.Accel, error) {
+	return hypervisor.Accel{Type: domain.TypeQEMU, Emulated: true, Reason: "noWindowsHost has no KVM"}, nil
 }
 func (noWindowsHost) LookupByName(context.Context, string) (hypervisor.Info, error) {
 	return hypervisor.Info{}, hypervisor.ErrNotFound
