@@ -426,20 +426,25 @@ func checkPool(ctx context.Context, e Env, uri string) Finding {
 	return f
 }
 
+// checkKVM looks at /dev/kvm. Without it, or unusable, gpuvmd still works:
+// its accelerator check (hypervisor.Conn.Accel) runs guests under QEMU's
+// software emulation, many times slower, and says so; so these are
+// warnings, not errors.
 func checkKVM(e Env) []Finding {
+	const emulated = "guests run under software emulation (much slower), which gpuvmd falls back to by itself"
 	f := Finding{Check: "kvm"}
 	fi, err := e.Stat(devKVM)
 	if err != nil {
-		f.Severity, f.Seen = Error, devKVM+" is missing: no hardware virtualisation"
-		f.Fix = "enable VT-x (Intel) or SVM (AMD) in the BIOS, then: modprobe kvm_intel (or kvm_amd)"
+		f.Severity, f.Seen = Warning, devKVM+" is missing: no hardware virtualisation here; "+emulated
+		f.Fix = "for KVM: enable VT-x (Intel) or SVM (AMD) in the BIOS (in a VM: nested virtualisation on its host), then: modprobe kvm_intel (or kvm_amd)"
 		return []Finding{f}
 	}
 	if err := e.OpenRW(devKVM); err != nil {
-		f.Severity, f.Seen, f.Fix = Error, devKVM+" cannot be opened: "+err.Error(), "dmesg | grep -i kvm"
+		f.Severity, f.Seen, f.Fix = Warning, devKVM+" cannot be opened ("+err.Error()+"); "+emulated, "dmesg | grep -i kvm"
 		return []Finding{f}
 	}
 	if fi.Mode().Perm()&0o060 != 0o060 {
-		f.Severity, f.Seen = Warning, fmt.Sprintf("%s is mode %04o: QEMU (user libvirt-qemu, group kvm) cannot use it", devKVM, fi.Mode().Perm())
+		f.Severity, f.Seen = Warning, fmt.Sprintf("%s is mode %04o: QEMU (user libvirt-qemu, group kvm) cannot use it; %s", devKVM, fi.Mode().Perm(), emulated)
 		f.Fix = "chgrp kvm /dev/kvm && chmod 0660 /dev/kvm   (udev does it at boot once the kvm group exists)"
 		return []Finding{f}
 	}

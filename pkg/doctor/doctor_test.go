@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"flag"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -110,7 +111,7 @@ func TestDoctorFindings(t *testing.T) {
 		}, "storage-pool", "gpuvm", Warning},
 		{"no /dev/kvm", func(t *testing.T, root string, h *fakeHost) {
 			delete(h.stats, "/dev/kvm")
-		}, "kvm", "", Error},
+		}, "kvm", "", Warning},
 		{"/dev/kvm root only", func(t *testing.T, root string, h *fakeHost) {
 			h.stats["/dev/kvm"] = 0o600
 		}, "kvm", "", Warning},
@@ -219,5 +220,41 @@ func golden(t *testing.T, name string, r Report, root string) {
 	}
 	if !bytes.Equal(b.Bytes(), want) {
 		t.Errorf("text output differs from %s (rerun with -update after checking):\n%s", p, b.String())
+	}
+}
+
+// Without a usable /dev/kvm gpuvmd runs guests under software emulation:
+// the kvm check says so, as a warning, never an error.
+func TestKVMCheckWithoutKVM(t *testing.T) {
+	dev := fakeInfo{"kvm", fs.ModeDevice | fs.ModeCharDevice | 0o660}
+	for _, tc := range []struct {
+		name   string
+		stat   error
+		open   error
+		want   Severity
+		saying string
+	}{
+		{"missing", fs.ErrNotExist, nil, Warning, "/dev/kvm is missing"},
+		{"cannot be opened", nil, errors.New("open /dev/kvm: no such device"), Warning, "/dev/kvm cannot be opened (open /dev/kvm: no such device)"},
+		{"usable", nil, nil, OK, "/dev/kvm usable"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := Env{
+				Stat: func(string) (fs.FileInfo, error) {
+					if tc.stat != nil {
+						return nil, tc.stat
+					}
+					return dev, nil
+				},
+				OpenRW: func(string) error { return tc.open },
+			}
+			f := checkKVM(e)
+			if len(f) != 1 || f[0].Severity != tc.want || !strings.Contains(f[0].Seen, tc.saying) {
+				t.Fatalf("%+v, want %s saying %q", f, tc.want, tc.saying)
+			}
+			if emulated := strings.Contains(f[0].Seen, "software emulation"); emulated != (tc.want != OK) {
+				t.Errorf("%q: says software emulation: %v", f[0].Seen, emulated)
+			}
+		})
 	}
 }
