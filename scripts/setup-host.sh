@@ -13,14 +13,15 @@ if [ "$(id -u)" -ne 0 ]; then
 fi
 
 # Debian packages gpuvm needs to build (libvirt-dev, protoc), test (libvirtd, QEMU,
-# xmllint, PostgreSQL, Chromium) and boot its tiny test guest (cpio, genisoimage-free: we make
+# xmllint, PostgreSQL, Chromium and a Chinese font for it) and boot its tiny test guest (cpio, genisoimage-free: we make
 # ISO images in Go) on libvirt's NAT network "default" (dnsmasq-base serves its DHCP), and
 # reach it with `gpuvm ssh` (the OpenSSH client).
 PKGS=(
 	pkg-config gcc libvirt-dev libvirt-daemon-system libvirt-clients
 	qemu-system-x86 qemu-utils libxml2-utils protobuf-compiler
 	postgresql
-	chromium # headless, for the browser console test (noVNC)
+	chromium # headless, for the browser console test (noVNC) and the portal's browser tests
+	fonts-wqy-microhei # a font for Simplified Chinese (1.6 MB), without which Chromium draws the portal's zh-CN pages as empty boxes
 	dnsmasq-base openssh-client
 	ovmf swtpm swtpm-tools # UEFI with Secure Boot and TPM 2.0: the Windows install VM's tests
 )

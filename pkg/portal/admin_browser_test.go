@@ -274,6 +274,7 @@ func TestAdminPagesInChromium(t *testing.T) {
 	if h := b.text(`#users h2`); h != "用户" {
 		t.Errorf("in Chinese, the users' heading: %q", h)
 	}
+	b.glyphs("admin-zh")
 	b.eval(`document.cookie = 'gpuvm_lang=en; path=/'`, nil)
 
 	// A user who is no admin: neither page, nor their API.

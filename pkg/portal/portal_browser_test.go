@@ -308,9 +308,11 @@ func (b *browser) axe(name string) {
 }
 
 // screenshots keeps the page at desktop (1280×800) and phone (390×844)
-// widths.
+// widths. A page in Chinese must first draw its Chinese with real glyphs
+// (glyphs), else its pictures are rows of empty boxes.
 func (b *browser) screenshots(name string) {
 	b.t.Helper()
+	b.glyphs(name)
 	dir := artifactDir(b.t)
 	for _, v := range []struct {
 		size   string

@@ -6,6 +6,8 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -110,6 +112,35 @@ func TestServe(t *testing.T) {
 	for _, bad := range []string{"/portal/", "/portal/vendor/README.md", "/portal/vendor/VERSION", "/portal/../page.html.tmpl"} {
 		if w := get(bad); w.Code != 404 {
 			t.Errorf("GET %s: %d", bad, w.Code)
+		}
+	}
+}
+
+// The body's font stack names a font for Simplified Chinese on each kind of
+// desktop (Linux: Noto Sans CJK SC or WenQuanYi Micro Hei; macOS: PingFang
+// SC; Windows: Microsoft YaHei), after the Latin fonts (whose Latin letters
+// are drawn first) and before the generic family (which may have none).
+func TestFontStackCoversChinese(t *testing.T) {
+	css, err := files.ReadFile("assets/portal.css")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^body \{[^}]*\bfont: \S+ ([^;]+);`).FindSubmatch(css)
+	if m == nil {
+		t.Fatal("portal.css sets no font on body")
+	}
+	var families []string
+	for _, f := range strings.Split(string(m[1]), ",") {
+		families = append(families, strings.Trim(strings.TrimSpace(f), `"`))
+	}
+	latin := max(slices.Index(families, "Segoe UI"), slices.Index(families, "Noto Sans"))
+	generic := slices.Index(families, "sans-serif")
+	if latin < 0 || generic < 0 {
+		t.Fatalf("the font stack %q lacks the Latin fonts or sans-serif", families)
+	}
+	for _, want := range []string{"Noto Sans CJK SC", "WenQuanYi Micro Hei", "PingFang SC", "Microsoft YaHei"} {
+		if i := slices.Index(families, want); i < latin || i > generic {
+			t.Errorf("the font stack %q: %q is not between the Latin fonts and sans-serif", families, want)
 		}
 	}
 }

@@ -150,9 +150,27 @@ func hashText(s string) string {
 }
 
 // validReturnTo: a path of this server, so that the sign-in sends nobody
-// elsewhere ("//host" and "/\\host" are other hosts to browsers).
+// elsewhere. Browsers read a URL more loosely than Go does: they drop tabs
+// and newlines anywhere in it, trim other control characters at its ends,
+// take a backslash for "/" and remove dot segments, so "/<tab>/host",
+// "/\host", "\/host" and "/.//host" all begin "//host", another host (or
+// a path that is one once written again). One leading "/", no "//" in the
+// path, no control character, no backslash and no fragment: a path of this
+// server to every parser.
 func validReturnTo(p string) bool {
-	return p == "" || (len(p) <= 200 && strings.HasPrefix(p, "/") && !strings.HasPrefix(p, "//") && !strings.ContainsAny(p, "\\#\r\n\t") && !strings.HasPrefix(p, "/\\"))
+	if p == "" {
+		return true
+	}
+	path, _, _ := strings.Cut(p, "?")
+	if len(p) > 200 || !strings.HasPrefix(p, "/") || strings.Contains(path, "//") {
+		return false
+	}
+	for i := 0; i < len(p); i++ {
+		if c := p[i]; c < 0x20 || c == 0x7f || c == '\\' || c == '#' {
+			return false
+		}
+	}
+	return true
 }
 
 // loopbackRedirect checks the redirect URI of a CLI's loopback sign-in:

@@ -247,3 +247,46 @@ func sessionCookieOf(resp *http.Response) *http.Cookie {
 	}
 	return nil
 }
+
+// TestValidReturnTo: return_to is a path of this server to a browser's URL
+// parser too, which drops tabs and newlines, takes a backslash for a slash
+// and removes dot segments: every spelling that it reads as another host,
+// or as a path beginning "//", is refused.
+func TestValidReturnTo(t *testing.T) {
+	for _, c := range []struct {
+		p  string
+		ok bool
+	}{
+		{"", true}, // none: the catalogue
+		{"/", true},
+		{"/vms", true},
+		{"/vms?x=1", true},
+		{"/vms?u=https://example.org/a", true}, // "//" in the query is no host
+		{"/%2F%2Fevil.example", true},          // stays a path: browsers do not decode %2F
+		{"/vms#y", false},                      // no fragment
+		{"/\t/evil.example", false},
+		{"/\n/evil.example", false},
+		{"/\r/evil.example", false},
+		{"/\t\\evil.example", false},
+		{"/\\evil.example", false},
+		{"/\\\\evil.example", false},
+		{"\\/evil.example", false},
+		{"//evil.example", false},
+		{" //evil.example", false},
+		{"/./\\evil.example", false},
+		{"/.//evil.example", false},
+		{"/x/..//evil.example", false},
+		{"/%2e//evil.example", false},
+		{"https:evil.example", false},
+		{"https://evil.example/", false},
+		{"javascript:alert(1)", false},
+		{"/\x00/evil.example", false},
+		{"/\x0b/evil.example", false},
+		{"/vms\x7f", false},
+		{"/" + strings.Repeat("a", 200), false},
+	} {
+		if got := validReturnTo(c.p); got != c.ok {
+			t.Errorf("validReturnTo(%q) = %v, want %v", c.p, got, c.ok)
+		}
+	}
+}

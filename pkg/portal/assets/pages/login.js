@@ -36,12 +36,22 @@ addWords({
 
 // done leaves the sign-in page for the portal.
 // next is where the visitor was going when the portal sent them here
-// (/login?next=PATH): a path of this server only, else the catalogue.
+// (/login?next=PATH): a page of this origin only, else the catalogue. It is
+// read as the browser reads a URL (new URL drops tabs and newlines, takes
+// "\\" for "/", knows "https:host" and "javascript:"), so that what is
+// checked is where location.assign would go; and it is kept as the path
+// the URL parser wrote, which cannot begin "//" (another host) below.
 const next = (() => {
   const n = new URLSearchParams(location.search).get('next') || '/';
-  return n.startsWith('/') && !n.startsWith('//') && !n.startsWith('/\\') && !n.startsWith('/login') ? n : '/';
+  let u;
+  try { u = new URL(n, location.origin); } catch { return '/'; }
+  const path = u.pathname + u.search + u.hash;
+  return u.origin === location.origin && !path.startsWith('//') && !u.pathname.startsWith('/login') ? path : '/';
 })();
 const done = () => location.assign(next);
+// The OpenID sign-in's return_to: the path and query (the server takes no
+// fragment).
+const returnTo = next.split('#')[0];
 
 function PasswordForm() {
   const [busy, setBusy] = useState(false);
@@ -114,7 +124,7 @@ export default function Login() {
   if (methods && methods.oidc) {
     ways.push(html`<div class="card login-way">
       ${ssoFailed && html`<p class="notice error" role="alert">${t('loginSSOFailed', {name: methods.oidc_name})}</p>`}
-      <a class="button sso" id="sso" href=${'/v1/auth/oidc/start?return_to=' + encodeURIComponent(next)}>${t('loginSSO', {name: methods.oidc_name})}</a>
+      <a class="button sso" id="sso" href=${'/v1/auth/oidc/start?return_to=' + encodeURIComponent(returnTo)}>${t('loginSSO', {name: methods.oidc_name})}</a>
     </div>`);
   }
   if (methods && methods.password) ways.push(html`<${PasswordForm} />`);
