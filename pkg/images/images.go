@@ -18,11 +18,13 @@ import (
 	"fmt"
 	"hash"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strings"
 
 	"github.com/gpuvm/gpuvm/pkg/store"
 )
@@ -39,6 +41,44 @@ var ErrChecksum = fmt.Errorf("%w: checksum mismatch", ErrInvalid)
 // ErrSourceChanged: the source file changed or vanished while it was copied.
 // It matches ErrInvalid.
 var ErrSourceChanged = fmt.Errorf("%w: the source changed while it was copied", ErrInvalid)
+
+// ErrStorage: the storage pool (libvirt) failed while an image was being
+// stored; the request was not at fault.
+var ErrStorage = errors.New("the storage pool failed")
+
+// FieldError refuses one value of a request, named as the API's request
+// names it (api.ImportImageRequest, api.PublishImageRequest, the upload's
+// path): name, os, firmware, sha256, source_path or upload. It matches
+// ErrInvalid.
+type FieldError struct {
+	Field string
+	Msg   string
+}
+
+func (e *FieldError) Error() string { return ErrInvalid.Error() + ": " + e.Msg }
+
+// Is makes a FieldError match ErrInvalid.
+func (e *FieldError) Is(target error) bool { return target == ErrInvalid }
+
+func fieldf(field, format string, args ...any) error {
+	return &FieldError{Field: field, Msg: fmt.Sprintf(format, args...)}
+}
+
+// CheckName refuses (*FieldError on "name") what no image can be called.
+func CheckName(name string) error {
+	if !namePattern.MatchString(name) {
+		return fieldf("name", "%q is not an image name (1 to 63 of lower-case letters, digits, '.', '_', '-', starting with a letter or digit)", clip(name, 80))
+	}
+	return nil
+}
+
+// clip shortens s to at most n bytes for a message.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
 
 // ErrNotStopped: publish needs a stopped VM.
 var ErrNotStopped = fmt.Errorf("%w: the VM is not stopped", store.ErrConflict)
@@ -117,17 +157,17 @@ func invalidf(format string, args ...any) error {
 
 // checkMeta validates and defaults a name, OS and firmware.
 func checkMeta(name, osFamily string, firmware *string) error {
-	if !namePattern.MatchString(name) {
-		return invalidf("%q is not an image name (lower-case letters, digits, '.', '_', '-'; at most 63)", name)
+	if err := CheckName(name); err != nil {
+		return err
 	}
 	if !slices.Contains(OSFamilies, osFamily) {
-		return invalidf("os %q: want one of %v", osFamily, OSFamilies)
+		return fieldf("os", "os %q: want one of %v", clip(osFamily, 80), OSFamilies)
 	}
 	if *firmware == "" {
 		*firmware = "uefi"
 	}
 	if !slices.Contains(Firmwares, *firmware) {
-		return invalidf("firmware %q: want one of %v", *firmware, Firmwares)
+		return fieldf("firmware", "firmware %q: want one of %v", clip(*firmware, 80), Firmwares)
 	}
 	return nil
 }
@@ -149,10 +189,10 @@ func (m *Manager) Import(ctx context.Context, req ImportRequest) (*store.Image, 
 	}
 	if req.Upload {
 		if m.Uploads == nil {
-			return nil, invalidf("this gpuvmd takes no uploads")
+			return nil, fieldf("upload", "this gpuvmd takes no uploads")
 		}
 		if req.Source != "" {
-			return nil, invalidf("an import is of an upload or of a source path, not both")
+			return nil, fieldf("upload", "an import is of an upload or of a source path, not both")
 		}
 		p, err := m.Uploads.path(req.Name)
 		if err != nil {
@@ -166,10 +206,14 @@ func (m *Manager) Import(ctx context.Context, req ImportRequest) (*store.Image, 
 		}()
 	}
 	if req.SHA256 != "" && !sumPattern.MatchString(req.SHA256) {
-		return nil, invalidf("sha256 %q is not 64 lower-case hex digits", req.SHA256)
+		return nil, fieldf("sha256", "sha256 %q is not 64 lower-case hex digits", clip(req.SHA256, 80))
+	}
+	srcField := "source_path"
+	if req.Upload {
+		srcField = "upload"
 	}
 	if !filepath.IsAbs(req.Source) {
-		return nil, invalidf("source %q is not an absolute path on the gpuvmd host", req.Source)
+		return nil, fieldf(srcField, "source %q is not an absolute path on the gpuvmd host", clip(req.Source, 200))
 	}
 	if taken, err := m.Store.ImageExists(ctx, req.Name); err != nil {
 		return nil, err
@@ -177,29 +221,32 @@ func (m *Manager) Import(ctx context.Context, req ImportRequest) (*store.Image, 
 		return nil, fmt.Errorf("import %s: %w (publish a VM to add a version, or delete it first)", req.Name, store.ErrImageNameTaken)
 	}
 	f, err := os.Open(req.Source)
+	if req.Upload && errors.Is(err, fs.ErrNotExist) {
+		return nil, fieldf("upload", "nothing was uploaded for image %s (PUT /v1/admin/images/uploads/%s first)", req.Name, req.Name)
+	}
 	if err != nil {
-		return nil, invalidf("source: %v", err)
+		return nil, fieldf(srcField, "source: %v", err)
 	}
 	defer f.Close()
 	before, err := f.Stat()
 	if err != nil {
-		return nil, invalidf("source: %v", err)
+		return nil, fieldf(srcField, "source: %v", err)
 	}
 	if !before.Mode().IsRegular() || before.Size() == 0 {
-		return nil, invalidf("source %s is not a non-empty regular file", req.Source)
+		return nil, fieldf(srcField, "source %s is not a non-empty regular file", req.Source)
 	}
 	// A quick look before copying: no point streaming a VMDK.
 	probe, err := m.info(ctx, req.Source)
 	if err != nil {
-		return nil, err
+		return nil, onField(srcField, err)
 	}
 	format, err := imageFormat(probe, req.Source)
 	if err != nil {
-		return nil, err
+		return nil, onField(srcField, err)
 	}
 	vol := VolumeName(req.Name, 1, format)
 	if exists, err := m.Volumes.VolumeExists(ctx, m.Pool, vol); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("import %s: %w: looking up volume %s in pool %s: %w", req.Name, ErrStorage, vol, m.Pool, err)
 	} else if exists {
 		return nil, fmt.Errorf("import %s: %w: volume %s already exists in pool %s (left by something else; delete it)", req.Name, store.ErrConflict, vol, m.Pool)
 	}
@@ -212,10 +259,7 @@ func (m *Manager) Import(ctx context.Context, req ImportRequest) (*store.Image, 
 		if ctx.Err() != nil {
 			return nil, fmt.Errorf("import %s: stopped after %d of %d bytes (the copy is removed): %w", req.Name, src.n, before.Size(), ctx.Err())
 		}
-		if src.err != nil || src.n != before.Size() {
-			return nil, fmt.Errorf("import %s: %w (%d of %d bytes read): %v", req.Name, ErrSourceChanged, src.n, before.Size(), err)
-		}
-		return nil, fmt.Errorf("import %s: %w", req.Name, err)
+		return nil, m.streamError(req, vol, src, before.Size(), err)
 	}
 	img := &store.Image{Name: req.Name, OS: req.OS, Firmware: req.Firmware, Pool: m.Pool, Volume: vol, Path: path,
 		Origin: store.ImageImported, SourcePath: req.Source, CreatedBy: req.By, SHA256: hex.EncodeToString(h.Sum(nil))}
@@ -266,11 +310,34 @@ func (m *Manager) finish(ctx context.Context, img *store.Image, check func() err
 	return m.Store.CreateImage(ctx, img, newName)
 }
 
+// streamError says why streaming the source into the pool failed: the
+// source's fault, ErrSourceChanged (it could not be read, ended early or
+// grew), or the pool's, ErrStorage; told apart by what the reader saw.
+func (m *Manager) streamError(req ImportRequest, vol string, src *countingReader, size int64, err error) error {
+	switch {
+	case src.err != nil:
+		return fmt.Errorf("import %s: %w: reading it failed after %d of %d bytes: %v", req.Name, ErrSourceChanged, src.n, size, src.err)
+	case src.eof && src.n < size, src.n > size:
+		return fmt.Errorf("import %s: %w (%d bytes read, %d when the copy began): %v", req.Name, ErrSourceChanged, src.n, size, err)
+	}
+	return fmt.Errorf("import %s: %w: storing the copy as volume %s of pool %s failed after %d of %d bytes read: %w", req.Name, ErrStorage, vol, m.Pool, src.n, size, err)
+}
+
+// onField makes an ErrInvalid that names no field a *FieldError on field.
+func onField(field string, err error) error {
+	var fe *FieldError
+	if errors.Is(err, ErrInvalid) && !errors.As(err, &fe) {
+		return &FieldError{Field: field, Msg: strings.TrimPrefix(err.Error(), ErrInvalid.Error()+": ")}
+	}
+	return err
+}
+
 type countingReader struct {
 	r    io.Reader
 	h    hash.Hash
 	n    int64
 	err  error // the read error, not io.EOF
+	eof  bool  // the source ended
 	hook func(int64)
 }
 
@@ -278,7 +345,9 @@ func (c *countingReader) Read(p []byte) (int, error) {
 	n, err := c.r.Read(p)
 	c.h.Write(p[:n])
 	c.n += int64(n)
-	if err != nil && err != io.EOF {
+	if err == io.EOF {
+		c.eof = true
+	} else if err != nil {
 		c.err = err
 	}
 	if c.hook != nil && n > 0 {

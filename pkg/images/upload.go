@@ -40,9 +40,45 @@ func (e *OffsetError) Error() string {
 // Is makes an OffsetError match ErrInvalid.
 func (e *OffsetError) Is(target error) bool { return target == ErrInvalid }
 
+// ChunkError refuses a chunk whose body broke off: the sender's body ended
+// or failed (a connection closed half-way, a body shorter than it said, a
+// deadline) after Read of its bytes. The upload is cut back to Offset,
+// where it ended before the chunk. It matches ErrInvalid: it is the
+// sender's fault, and the sender sends the chunk again from Offset.
+type ChunkError struct {
+	Offset, Read int64
+	Err          error // the body's read error
+}
+
+func (e *ChunkError) Error() string {
+	return fmt.Sprintf("the chunk at offset %d broke off after %d bytes (%v); the upload still ends at %d", e.Offset, e.Read, e.Err, e.Offset)
+}
+
+func (e *ChunkError) Unwrap() error { return e.Err }
+
+// Is makes a ChunkError match ErrInvalid.
+func (e *ChunkError) Is(target error) bool { return target == ErrInvalid }
+
+// readSide remembers a reader's error (not io.EOF) and how much it gave,
+// so that a failed copy says whose fault it was.
+type readSide struct {
+	r   io.Reader
+	n   int64
+	err error
+}
+
+func (r *readSide) Read(p []byte) (int, error) {
+	n, err := r.r.Read(p)
+	r.n += int64(n)
+	if err != nil && err != io.EOF {
+		r.err = err
+	}
+	return n, err
+}
+
 func (u *Uploads) path(name string) (string, error) {
-	if !namePattern.MatchString(name) {
-		return "", invalidf("%q is not an image name", name)
+	if err := CheckName(name); err != nil {
+		return "", err
 	}
 	return filepath.Join(u.Dir, name+".part"), nil
 }
@@ -66,8 +102,8 @@ func (u *Uploads) Offset(name string) (int64, error) {
 
 // Write appends a chunk, at most MaxChunk bytes of r, to the upload of name
 // at offset, which must be where it ends (*OffsetError otherwise). A chunk
-// that breaks off half-way is cut back to what came whole. It returns the
-// new end.
+// that breaks off half-way (r fails: *ChunkError) or that the disk cannot
+// take is cut back to what came whole. It returns the new end.
 func (u *Uploads) Write(name string, offset int64, r io.Reader) (int64, error) {
 	p, err := u.path(name)
 	if err != nil {
@@ -98,14 +134,19 @@ func (u *Uploads) Write(name string, offset int64, r io.Reader) (int64, error) {
 		return offset, fmt.Errorf("upload %s: %w", name, err)
 	}
 	room := min(int64(MaxChunk), limit-offset)
-	n, err := io.Copy(f, io.LimitReader(r, room+1))
-	if err == nil && n > room {
-		err = invalidf("the chunk is more than %d bytes, or the upload more than %d", MaxChunk, limit)
+	src := &readSide{r: r}
+	n, err := io.Copy(f, io.LimitReader(src, room+1))
+	switch {
+	case src.err != nil:
+		err = &ChunkError{Offset: offset, Read: src.n, Err: src.err}
+	case err == nil && n > room:
+		err = fieldf("body", "the chunk is more than %d bytes, or the upload more than %d", MaxChunk, limit)
 	}
 	if err != nil {
 		// Keep only what came before this chunk: the sender resends it.
 		if terr := f.Truncate(offset); terr != nil {
-			err = errors.Join(err, terr)
+			// The server's failure, whatever the chunk's was.
+			return offset, fmt.Errorf("upload %s: cutting it back to %d after a failed chunk (%v): %w", name, offset, err, terr)
 		}
 		return offset, fmt.Errorf("upload %s: chunk at %d: %w", name, offset, err)
 	}

@@ -6,13 +6,13 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"regexp"
 	"strconv"
 	"strings"
 
 	"github.com/gin-gonic/gin"
 
 	"github.com/gpuvm/gpuvm/pkg/api"
+	"github.com/gpuvm/gpuvm/pkg/hypervisor"
 	"github.com/gpuvm/gpuvm/pkg/images"
 	"github.com/gpuvm/gpuvm/pkg/store"
 )
@@ -32,18 +32,16 @@ type Images interface {
 
 var pImageRef = param{Name: "ref", In: "path", Description: "NAME (every version of the image) or NAME@VERSION", Type: "string"}
 
-// imageName is what an image may be called (images.namePattern).
-var imageName = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)
-
 var pUploadName = param{Name: "name", In: "path", Description: "the name the uploaded image is to have", Type: "string"}
 var pUploadOffset = param{Name: api.UploadOffsetHeader, In: "header", Description: "where the chunk starts: the upload's length so far (GET it after a broken connection)", Type: "integer"}
+var pContentRange = param{Name: "Content-Range", In: "header", Description: "optional: bytes FIRST-LAST/TOTAL (or /*), which must agree with Upload-Offset (FIRST) and Content-Length (LAST-FIRST+1)", Type: "string"}
 
 var imageAPIRoutes = []route{
 	{Method: "GET", Path: "/v1/images", Summary: "List the stored images, every version: users see name, version, OS, firmware, format and size; admins also checksum, volume, origin, which profiles use each and the VMs whose disks are made on it", Auth: authUser, Status: 200, Answer: api.ImageList{}, Errors: []int{503}},
-	{Method: "POST", Path: "/v1/admin/images", Summary: "Import a qcow2, raw or ISO file on the gpuvmd host as version 1 of a new image: streamed into the storage pool while its SHA-256 is computed, its format and virtual size read with qemu-img. A bad checksum, a format other than qcow2/raw/ISO, a taken name or a source that changes while it is copied stores nothing", Auth: authAdmin, Body: api.ImportImageRequest{}, Status: 201, Answer: api.Image{}, Errors: []int{400, 409, 413, 422, 503}},
+	{Method: "POST", Path: "/v1/admin/images", Summary: "Import a qcow2, raw or ISO file on the gpuvmd host as version 1 of a new image: streamed into the storage pool while its SHA-256 is computed, its format and virtual size read with qemu-img. A bad checksum, a format other than qcow2/raw/ISO, a taken name or a source that changes while it is copied stores nothing (422, naming the field); a storage pool that fails is the server's (500; 503 while libvirt is unreachable) and stores nothing either", Auth: authAdmin, Body: api.ImportImageRequest{}, Status: 201, Answer: api.Image{}, Errors: []int{400, 409, 413, 422, 500, 503}},
 	{Method: "POST", Path: "/v1/admin/images/publish", Summary: "Turn a stopped VM's disk into the next version of an image (version 1 of a new one), flattened into a standalone qcow2 volume. A VM that is not stopped is refused", Auth: authAdmin, Body: api.PublishImageRequest{}, Status: 201, Answer: api.Image{}, Errors: []int{400, 404, 409, 413, 422, 503}},
 	{Method: "GET", Path: "/v1/admin/images/uploads/{name}", Summary: "Where the upload of a file to import as image NAME ends (404: not started); also in the Upload-Offset header", Auth: authAdmin, Params: []param{pUploadName}, Status: 200, Answer: api.Upload{}, Errors: []int{404, 503}},
-	{Method: "PUT", Path: "/v1/admin/images/uploads/{name}", Summary: "Append a chunk (the body, at most 64 MiB) to the upload of a file to import as image NAME, at Upload-Offset, which must be where the upload ends (409 with the right offset otherwise); a chunk that breaks off is dropped whole. Import it with POST /v1/admin/images {upload: true}", Auth: authAdmin, Params: []param{pUploadName, pUploadOffset}, Status: 200, Answer: api.Upload{}, Errors: []int{400, 404, 409, 422, 503}},
+	{Method: "PUT", Path: "/v1/admin/images/uploads/{name}", Summary: "Append a chunk (the body, at most 64 MiB) to the upload of a file to import as image NAME, at Upload-Offset, which must be where the upload ends (409 with the right offset otherwise); a chunk that breaks off (a body shorter or longer than its Content-Length, a connection closed half-way: 400 on field body; too slow: 408) is dropped whole, and the answer's Upload-Offset says where to send it again. A name no image can have is 422 on field name. Import it with POST /v1/admin/images {upload: true}", Auth: authAdmin, Params: []param{pUploadName, pUploadOffset, pContentRange}, Status: 200, Answer: api.Upload{}, Errors: []int{400, 404, 408, 409, 422, 500, 503}},
 	{Method: "DELETE", Path: "/v1/admin/images/uploads/{name}", Summary: "Abandon the upload of a file to import as image NAME", Auth: authAdmin, Params: []param{pUploadName}, Status: 200, Answer: api.Upload{}, Errors: []int{404, 503}},
 	{Method: "DELETE", Path: "/v1/admin/images/{ref}", Summary: "Delete a version of an image, or every version, with its volume; refused (409, naming them) while VMs' disks are made on it", Auth: authAdmin, Params: []param{pImageRef}, Status: 200, Answer: api.DeletedImages{}, Errors: []int{400, 404, 409, 503}},
 }
@@ -75,8 +73,13 @@ func (s *Server) uploadOffset(c *gin.Context) {
 
 func (s *Server) uploadChunk(c *gin.Context) {
 	name := c.Param("name")
-	if !imageName.MatchString(name) {
-		s.writeProblem(c, with(errNotFound, fmt.Sprintf("no image can be called %q: 1–63 lower-case letters, digits, '.', '_', '-'", clip(name, 80))))
+	if err := images.CheckName(name); err != nil {
+		s.writeProblem(c, imageProblem(err))
+		return
+	}
+	rng, err := parseContentRange(c.GetHeader("Content-Range"))
+	if err != nil {
+		s.writeProblem(c, withField(errBadRequest, "Content-Range", err.Error()))
 		return
 	}
 	off, err := strconv.ParseInt(c.GetHeader(api.UploadOffsetHeader), 10, 64)
@@ -84,20 +87,115 @@ func (s *Server) uploadChunk(c *gin.Context) {
 		s.writeProblem(c, withField(errBadRequest, api.UploadOffsetHeader, "say where the chunk starts: "+api.UploadOffsetHeader+": N, the upload's length so far"))
 		return
 	}
+	if err := rng.agrees(off, c.Request.ContentLength); err != nil {
+		s.writeProblem(c, withField(errBadRequest, "Content-Range", err.Error()))
+		return
+	}
 	auditTarget(c, "upload/"+name)
-	end, err := s.Images.UploadChunk(name, off, c.Request.Body)
+	body := &declaredBody{r: c.Request.Body, want: c.Request.ContentLength}
+	end, err := s.Images.UploadChunk(name, off, body)
 	var oe *images.OffsetError
-	if errors.As(err, &oe) {
+	var ce *images.ChunkError
+	switch {
+	case errors.As(err, &oe):
 		c.Header(api.UploadOffsetHeader, strconv.FormatInt(oe.Want, 10))
 		s.writeProblem(c, withField(errConflict, api.UploadOffsetHeader, err.Error()))
-		return
-	}
-	if err != nil {
+	case errors.As(err, &ce):
+		// The client's fault: its body broke off. The upload is as it was.
+		s.log.Info("upload chunk broke off", "upload", name, "offset", ce.Offset, "read", ce.Read, "declared", c.Request.ContentLength, "err", ce.Err)
+		c.Header(api.UploadOffsetHeader, strconv.FormatInt(ce.Offset, 10))
+		s.writeProblem(c, chunkProblem(ce, c.Request.ContentLength))
+	case err != nil:
 		c.Header(api.UploadOffsetHeader, strconv.FormatInt(end, 10))
 		s.writeProblem(c, imageProblem(err))
-		return
+	default:
+		s.answerUpload(c, name, end)
 	}
-	s.answerUpload(c, name, end)
+}
+
+// chunkProblem is the refusal of a chunk whose body broke off after
+// ce.Read of its declared bytes (-1: not declared).
+func chunkProblem(ce *images.ChunkError, declared int64) *Problem {
+	what := fmt.Sprintf("the chunk at offset %d broke off after %d bytes", ce.Offset, ce.Read)
+	switch {
+	case errors.Is(ce.Err, errBodyLonger):
+		what = fmt.Sprintf("the chunk at offset %d goes on past its Content-Length of %d bytes", ce.Offset, declared)
+	case declared >= 0:
+		what = fmt.Sprintf("the chunk ended after %d of %d bytes (bytes %d-%d of the upload)", ce.Read, declared, ce.Offset, ce.Offset+max(declared-1, 0))
+	}
+	detail := fmt.Sprintf("%s: %v; the upload still ends at %d: send the chunk again from there", what, ce.Err, ce.Offset)
+	if isTimeout(ce.Err) {
+		return withField(errTimeout, "body", detail)
+	}
+	return withField(errBadRequest, "body", detail)
+}
+
+// errBodyLonger: a body that goes on past its Content-Length.
+var errBodyLonger = errors.New("the body is longer than its Content-Length")
+
+// declaredBody holds a chunk's body to its Content-Length (want; -1:
+// none): one that ends short fails with io.ErrUnexpectedEOF, one that goes
+// on with errBodyLonger. net/http does the same on a real connection; this
+// says it whatever carries the request.
+type declaredBody struct {
+	r       io.Reader
+	want, n int64
+}
+
+func (b *declaredBody) Read(p []byte) (int, error) {
+	n, err := b.r.Read(p)
+	b.n += int64(n)
+	switch {
+	case b.want < 0:
+	case b.n > b.want:
+		return n, errBodyLonger
+	case errors.Is(err, io.EOF) && b.n < b.want:
+		return n, io.ErrUnexpectedEOF
+	}
+	return n, err
+}
+
+// contentRange is a chunk's optional Content-Range: bytes first-last
+// (set: it was given).
+type contentRange struct {
+	set         bool
+	first, last int64
+	text        string
+}
+
+// parseContentRange reads "bytes FIRST-LAST/TOTAL" or "bytes
+// FIRST-LAST/*"; "" is none.
+func parseContentRange(h string) (contentRange, error) {
+	if h == "" {
+		return contentRange{}, nil
+	}
+	unit, spec, _ := strings.Cut(h, " ")
+	rng, total, ok := strings.Cut(spec, "/")
+	first, last, ok2 := strings.Cut(rng, "-")
+	a, err1 := strconv.ParseInt(first, 10, 64)
+	b, err2 := strconv.ParseInt(last, 10, 64)
+	if unit != "bytes" || !ok || !ok2 || err1 != nil || err2 != nil || a < 0 || b < a {
+		return contentRange{}, fmt.Errorf("%q: write bytes FIRST-LAST/TOTAL or bytes FIRST-LAST/*", clip(h, 80))
+	}
+	if total != "*" {
+		if t, err := strconv.ParseInt(total, 10, 64); err != nil || t <= b {
+			return contentRange{}, fmt.Errorf("%q: the total %q is not a number past the range's last byte", clip(h, 80), clip(total, 30))
+		}
+	}
+	return contentRange{set: true, first: a, last: b, text: clip(h, 80)}, nil
+}
+
+// agrees checks the range against the chunk's offset and its
+// Content-Length (-1: none).
+func (r contentRange) agrees(offset, length int64) error {
+	switch {
+	case !r.set:
+	case r.first != offset:
+		return fmt.Errorf("%q starts at %d, %s at %d", r.text, r.first, api.UploadOffsetHeader, offset)
+	case length >= 0 && r.last-r.first+1 != length:
+		return fmt.Errorf("%q is %d bytes, the body's Content-Length %d", r.text, r.last-r.first+1, length)
+	}
+	return nil
 }
 
 func (s *Server) discardUpload(c *gin.Context) {
@@ -166,11 +264,15 @@ func (s *Server) importImage(c *gin.Context) {
 		s.writeProblem(c, withField(errBadRequest, "os", "say the image's OS: linux or windows"))
 		return
 	}
+	if err := images.CheckName(req.Name); err != nil {
+		s.writeProblem(c, imageProblem(err))
+		return
+	}
 	auditTarget(c, "image/"+req.Name)
 	img, err := s.Images.Import(c.Request.Context(), images.ImportRequest{Source: req.SourcePath, Name: req.Name, OS: req.OS,
 		Firmware: req.Firmware, SHA256: req.SHA256, By: user(c).Name, Upload: req.Upload})
 	if err != nil {
-		s.writeProblem(c, imageProblem(err))
+		s.writeProblem(c, s.importProblem(err, req))
 		return
 	}
 	auditTarget(c, "image/"+store.ImageRef(img.Name, img.Version))
@@ -188,6 +290,10 @@ func (s *Server) publishImage(c *gin.Context) {
 		return
 	case strings.TrimSpace(req.Name) == "":
 		s.writeProblem(c, withField(errBadRequest, "name", "name the image"))
+		return
+	}
+	if err := images.CheckName(req.Name); err != nil {
+		s.writeProblem(c, imageProblem(err))
 		return
 	}
 	vm, ok := s.lookupVM(c, req.VM)
@@ -257,10 +363,39 @@ func parseImageRef(ref string) (string, int, error) {
 	return name, n, nil
 }
 
+// importProblem maps an import's errors to problems: those of the source
+// name the field that gave it; the storage pool's are the server's.
+func (s *Server) importProblem(err error, req api.ImportImageRequest) error {
+	src := "source_path"
+	if req.Upload {
+		src = "upload"
+	}
+	var fe *images.FieldError
+	switch {
+	case errors.As(err, &fe):
+	case errors.Is(err, images.ErrChecksum):
+		return withField(errValidation, "sha256", err.Error())
+	case errors.Is(err, images.ErrSourceChanged):
+		return withField(errValidation, src, err.Error())
+	case errors.Is(err, images.ErrStorage):
+		// The route is an admin's, who needs libvirt's reason to fix the
+		// pool.
+		s.log.Error("image import failed in the storage pool", "image", req.Name, "err", err)
+		if hypervisor.IsDisconnected(err) {
+			return with(errUnavailable, err.Error())
+		}
+		return with(errInternal, err.Error())
+	}
+	return imageProblem(err)
+}
+
 // imageProblem maps the images package's errors to problems.
 func imageProblem(err error) error {
 	detail := err.Error()
+	var fe *images.FieldError
 	switch {
+	case errors.As(err, &fe):
+		return withField(errValidation, fe.Field, detail)
 	case errors.Is(err, store.ErrNotFound):
 		return with(errNotFound, detail)
 	case errors.Is(err, store.ErrConflict):

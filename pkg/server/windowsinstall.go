@@ -94,6 +94,33 @@ type fieldError struct{ field, msg string }
 
 func (e *fieldError) Error() string { return e.field + ": " + e.msg }
 
+// windowsFields are the request's names (api.WindowsInstallRequest) of
+// the values pkg/windows refuses; the password and product key are read
+// from the files the request names.
+var windowsFields = map[windows.Field]string{
+	windows.FieldEdition: "edition", windows.FieldComputerName: "computer_name", windows.FieldAdminUser: "user",
+	windows.FieldAdminPassword: "password_file", windows.FieldLocale: "locale", windows.FieldInputLocale: "input_locale",
+	windows.FieldTimeZone: "timezone", windows.FieldImageIndex: "image_index", windows.FieldImageName: "image_name",
+	windows.FieldProductKey: "product_key_file", windows.FieldCloudbaseInitMSI: "cloudbase_init",
+	windows.FieldNVIDIADriver: "nvidia_driver", windows.FieldNVIDIADriverArgs: "nvidia_args",
+}
+
+// windowsFieldError is pkg/windows' refusal (a *windows.ValidationError)
+// on the request field of its first problem; its message says them all.
+// Any other error is returned as it is.
+func windowsFieldError(err error) error {
+	var ve *windows.ValidationError
+	if !errors.As(err, &ve) || len(ve.Problems) == 0 {
+		return err
+	}
+	first := ve.Problems[0]
+	msg := first.Msg
+	for _, p := range ve.Problems[1:] {
+		msg += "; " + p.Error()
+	}
+	return &fieldError{cmpOr(windowsFields[first.Field], string(first.Field)), msg}
+}
+
 // windowsBuildOf checks req and reads its files; it changes nothing.
 func windowsBuildOf(req api.WindowsInstallRequest) (*windowsBuild, error) {
 	if err := domain.ValidName(req.Name); err != nil {
@@ -181,7 +208,7 @@ func windowsBuildOf(req api.WindowsInstallRequest) (*windowsBuild, error) {
 		}
 	}
 	if err := b.cfg.Validate(); err != nil {
-		return nil, &fieldError{"config", err.Error()}
+		return nil, windowsFieldError(err)
 	}
 	switch domain.Type(req.DomainType) {
 	case "", domain.TypeKVM, domain.TypeQEMU:
@@ -229,6 +256,10 @@ func (s *Server) startWindowsInstall(c *gin.Context) {
 		s.writeProblem(c, withField(errValidation, fe.field, fe.Error()))
 		return
 	}
+	if err != nil {
+		s.writeProblem(c, err)
+		return
+	}
 	auditTarget(c, "windows-install/"+req.Name)
 	ctx := c.Request.Context()
 	w := s.Windows
@@ -257,8 +288,12 @@ func (s *Server) startWindowsInstall(c *gin.Context) {
 		}
 	}
 	iso, err := windows.Media(b.cfg, nil, b.extra, time.Now().UTC())
-	if err != nil {
-		s.writeProblem(c, withField(errValidation, "config", err.Error()))
+	if errors.As(windowsFieldError(err), &fe) {
+		s.writeProblem(c, withField(errValidation, fe.field, fe.Error()))
+		return
+	}
+	if err != nil { // the built-in templates' fault
+		s.writeProblem(c, fmt.Errorf("windows install %s: rendering the install medium: %w", req.Name, err))
 		return
 	}
 	out, err := s.makeWindowsInstall(ctx, b, iso)

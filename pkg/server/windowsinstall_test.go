@@ -125,7 +125,7 @@ func TestWindowsInstallRefusals(t *testing.T) {
 		{"missing password file", func(r *api.WindowsInstallRequest) { r.PasswordFile = e.path("nope") }, 422, "password_file"},
 		{"empty password file", func(r *api.WindowsInstallRequest) { r.PasswordFile = e.path("empty-pw") }, 422, "password_file"},
 		{"missing MSI", func(r *api.WindowsInstallRequest) { r.CloudbaseInit = e.path("gone.msi") }, 422, "cloudbase_init"},
-		{"bad edition", func(r *api.WindowsInstallRequest) { r.Edition = "windows95" }, 422, "config"},
+		{"bad edition", func(r *api.WindowsInstallRequest) { r.Edition = "windows95" }, 422, "edition"},
 		{"NVIDIA args alone", func(r *api.WindowsInstallRequest) { r.NVIDIAArgs = []string{"-s"} }, 422, "nvidia_args"},
 		{"bad name", func(r *api.WindowsInstallRequest) { r.Name = "no/slash" }, 422, "name"},
 		{"bad domain type", func(r *api.WindowsInstallRequest) { r.DomainType = "xen" }, 422, "domain_type"},

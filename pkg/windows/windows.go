@@ -7,8 +7,9 @@
 // The templates are templates/windows/*.tmpl; an admin may override them
 // with a directory holding files of the same names. They receive a Config
 // (plus the fields of data below) and must write every value through the
-// functions xml (XML character data and attributes) and ps (a single-quoted
-// PowerShell string).
+// functions xml (XML character data and attributes; it fails on a value XML
+// cannot carry rather than change it) and ps (a single-quoted PowerShell
+// string).
 //
 // The admin password is rendered into autounattend.xml only: it is never in
 // an error, a log line or the first-logon script, and the script deletes the
@@ -176,77 +177,163 @@ func (c Config) WithDefaults() Config {
 	return c
 }
 
-// Validate checks c (after WithDefaults) and names every problem; it never
-// quotes the password.
+// Field names a Config value in a refusal (FieldError). Each front end
+// (the API's request, the CLI's flags) names the value its own way; Fields
+// lists every one, so that a front end can check it names them all.
+type Field string
+
+// The fields of a Config that Validate refuses.
+const (
+	FieldEdition          Field = "edition"
+	FieldComputerName     Field = "computer name"
+	FieldAdminUser        Field = "admin user"
+	FieldAdminPassword    Field = "admin password"
+	FieldLocale           Field = "locale"
+	FieldInputLocale      Field = "input locale"
+	FieldTimeZone         Field = "time zone"
+	FieldImageIndex       Field = "image index"
+	FieldImageName        Field = "image name"
+	FieldProductKey       Field = "product key"
+	FieldCloudbaseInitMSI Field = "cloudbase-init MSI"
+	FieldNVIDIADriver     Field = "NVIDIA driver"
+	FieldNVIDIADriverArgs Field = "NVIDIA driver arguments"
+)
+
+// Fields are every Field.
+var Fields = []Field{FieldEdition, FieldComputerName, FieldAdminUser, FieldAdminPassword, FieldLocale, FieldInputLocale,
+	FieldTimeZone, FieldImageIndex, FieldImageName, FieldProductKey, FieldCloudbaseInitMSI, FieldNVIDIADriver, FieldNVIDIADriverArgs}
+
+// FieldError is one refused value of a Config; its message never quotes
+// the password.
+type FieldError struct {
+	Field Field
+	Msg   string
+}
+
+func (e *FieldError) Error() string { return string(e.Field) + ": " + e.Msg }
+
+// ValidationError is every refused value of a Config, in Config's order
+// (at least one).
+type ValidationError struct {
+	Problems []*FieldError
+}
+
+func (e *ValidationError) Error() string {
+	s := make([]string, len(e.Problems))
+	for i, p := range e.Problems {
+		s[i] = p.Error()
+	}
+	return "windows install: " + strings.Join(s, "; ")
+}
+
+// Validate checks c (after WithDefaults) and names every problem
+// (*ValidationError); it never quotes the password. Every value written
+// into the answer file is first checked by xmlText: XML cannot carry some
+// characters, and Windows would get another value than the one given.
 func (c Config) Validate() error {
 	c = c.WithDefaults()
-	var errs []string
-	add := func(field, format string, args ...any) {
-		errs = append(errs, field+": "+fmt.Sprintf(format, args...))
+	var errs []*FieldError
+	add := func(field Field, format string, args ...any) {
+		errs = append(errs, &FieldError{Field: field, Msg: fmt.Sprintf(format, args...)})
+	}
+	// inXML reports whether v can be written into the answer file, and
+	// refuses it if not.
+	inXML := func(field Field, v string) bool {
+		if err := xmlText(v); err != nil {
+			add(field, "%v", err)
+			return false
+		}
+		return true
 	}
 	switch {
 	case c.Edition == "":
-		add("edition", "missing (one of %s)", editionList())
+		add(FieldEdition, "missing (one of %s)", editionList())
 	case !slices.Contains(Editions, c.Edition):
-		add("edition", "%q is none of %s", c.Edition, editionList())
+		add(FieldEdition, "%q is none of %s", c.Edition, editionList())
 	}
-	if !computerRe.MatchString(c.ComputerName) || allDigitsRe.MatchString(c.ComputerName) {
-		add("computer name", "%q: want 1 to 15 of A-Z, a-z, 0-9 and '-', not all digits, not starting or ending with '-'", c.ComputerName)
+	if inXML(FieldComputerName, c.ComputerName) && (!computerRe.MatchString(c.ComputerName) || allDigitsRe.MatchString(c.ComputerName)) {
+		add(FieldComputerName, "%q: want 1 to 15 of A-Z, a-z, 0-9 and '-', not all digits, not starting or ending with '-'", c.ComputerName)
 	}
-	if err := userName(c.AdminUser); err != nil {
-		add("admin user", "%q: %v", c.AdminUser, err)
+	if inXML(FieldAdminUser, c.AdminUser) {
+		if err := userName(c.AdminUser); err != nil {
+			add(FieldAdminUser, "%q: %v", c.AdminUser, err)
+		}
 	}
 	switch {
 	case c.AdminPassword == "":
-		add("admin password", "missing")
+		add(FieldAdminPassword, "missing")
+	case !inXML(FieldAdminPassword, c.AdminPassword):
 	case len([]rune(c.AdminPassword)) > 127:
-		add("admin password", "longer than 127 characters")
+		add(FieldAdminPassword, "longer than 127 characters")
 	case hasControl(c.AdminPassword):
-		add("admin password", "holds a control character or invalid UTF-8")
+		add(FieldAdminPassword, "holds a control character or invalid UTF-8")
 	case strings.TrimSpace(c.AdminPassword) != c.AdminPassword:
 		// A secret file's trailing newline is the usual cause.
-		add("admin password", "begins or ends with white space")
+		add(FieldAdminPassword, "begins or ends with white space")
 	}
-	if !localeRe.MatchString(c.Locale) {
-		add("locale", "%q is not a language tag such as en-US", c.Locale)
+	if inXML(FieldLocale, c.Locale) && !localeRe.MatchString(c.Locale) {
+		add(FieldLocale, "%q is not a language tag such as en-US", c.Locale)
 	}
-	if !localeRe.MatchString(c.InputLocale) && !inputHexRe.MatchString(c.InputLocale) {
-		add("input locale", "%q is neither a language tag (de-DE) nor a keyboard ID (0407:00000407)", c.InputLocale)
+	if inXML(FieldInputLocale, c.InputLocale) && !localeRe.MatchString(c.InputLocale) && !inputHexRe.MatchString(c.InputLocale) {
+		add(FieldInputLocale, "%q is neither a language tag (de-DE) nor a keyboard ID (0407:00000407)", c.InputLocale)
 	}
-	if !timeZoneRe.MatchString(c.TimeZone) {
-		add("time zone", "%q is not a Windows time zone ID such as \"UTC\" or \"W. Europe Standard Time\"", c.TimeZone)
+	if inXML(FieldTimeZone, c.TimeZone) && !timeZoneRe.MatchString(c.TimeZone) {
+		add(FieldTimeZone, "%q is not a Windows time zone ID such as \"UTC\" or \"W. Europe Standard Time\"", c.TimeZone)
 	}
 	switch {
 	case c.Image.Index != 0 && c.Image.Name != "":
-		add("image", "give an index or a name, not both")
+		add(FieldImageName, "give an index or a name, not both")
 	case c.Image.Index < 0:
-		add("image", "index %d: want 1 or more", c.Image.Index)
+		add(FieldImageIndex, "index %d: want 1 or more", c.Image.Index)
+	case !inXML(FieldImageName, c.Image.Name):
 	case c.Image.Name != "" && (hasControl(c.Image.Name) || len(c.Image.Name) > 128):
-		add("image", "name %q: want 1 to 128 printable characters", c.Image.Name)
+		add(FieldImageName, "name %q: want 1 to 128 printable characters", c.Image.Name)
 	}
-	if c.ProductKey != "" && !productKeyRe.MatchString(c.ProductKey) {
-		add("product key", "want five groups of five of A-Z and 0-9, such as XXXXX-XXXXX-XXXXX-XXXXX-XXXXX")
+	if c.ProductKey != "" && inXML(FieldProductKey, c.ProductKey) && !productKeyRe.MatchString(c.ProductKey) {
+		add(FieldProductKey, "want five groups of five of A-Z and 0-9, such as XXXXX-XXXXX-XXXXX-XXXXX-XXXXX")
 	}
 	if c.CloudbaseInitMSI != "" {
 		if err := mediaName(c.CloudbaseInitMSI, ".msi"); err != nil {
-			add("cloudbase-init MSI", "%q: %v", c.CloudbaseInitMSI, err)
+			add(FieldCloudbaseInitMSI, "%q: %v", c.CloudbaseInitMSI, err)
 		}
 	}
 	if c.NVIDIADriver != "" {
 		if err := mediaName(c.NVIDIADriver, ".exe"); err != nil {
-			add("NVIDIA driver", "%q: %v", c.NVIDIADriver, err)
+			add(FieldNVIDIADriver, "%q: %v", c.NVIDIADriver, err)
 		}
 	}
 	for i, a := range c.NVIDIADriverArgs {
 		if a == "" || hasControl(a) || len(a) > 256 {
-			add("NVIDIA driver arguments", "argument %d %q: want 1 to 256 printable characters", i+1, a)
+			add(FieldNVIDIADriverArgs, "argument %d %q: want 1 to 256 printable characters", i+1, a)
 		}
 	}
 	if len(c.NVIDIADriverArgs) > 0 && c.NVIDIADriver == "" {
-		add("NVIDIA driver arguments", "given without an NVIDIA driver")
+		add(FieldNVIDIADriverArgs, "given without an NVIDIA driver")
 	}
 	if len(errs) > 0 {
-		return fmt.Errorf("windows install: %s", strings.Join(errs, "; "))
+		return &ValidationError{Problems: errs}
+	}
+	return nil
+}
+
+// xmlText says why s cannot be written into the answer file as it is:
+// invalid UTF-8, a character XML 1.0 cannot carry (a C0 control other than
+// tab, LF and CR; U+FFFE, U+FFFF), or a Unicode noncharacter (U+FDD0 to
+// U+FDEF, U+nFFFE, U+nFFFF). encoding/xml would write U+FFFD for some of
+// them, and Windows Setup would get another value than the admin's. It
+// names the character and where it is, never the value.
+func xmlText(s string) error {
+	pos := 0
+	for i, r := range s {
+		pos++
+		switch {
+		case r == utf8.RuneError && !strings.HasPrefix(s[i:], "\uFFFD"):
+			return fmt.Errorf("character %d is invalid UTF-8 (byte 0x%02x)", pos, s[i])
+		case r < 0x20 && r != '\t' && r != '\n' && r != '\r',
+			r >= 0xFDD0 && r <= 0xFDEF,
+			r&0xFFFE == 0xFFFE:
+			return fmt.Errorf("character %d is U+%04X, which an XML answer file cannot carry", pos, r)
+		}
 	}
 	return nil
 }
@@ -338,8 +425,12 @@ func newData(c Config) data {
 var funcs = template.FuncMap{
 	// xml escapes a value for XML character data or a quoted attribute.
 	"xml": func(v any) (string, error) {
+		s := fmt.Sprint(v)
+		if err := xmlText(s); err != nil {
+			return "", err // never the value: it may be the password
+		}
 		var b bytes.Buffer
-		if err := xml.EscapeText(&b, []byte(fmt.Sprint(v))); err != nil {
+		if err := xml.EscapeText(&b, []byte(s)); err != nil {
 			return "", err
 		}
 		return b.String(), nil

@@ -3,7 +3,9 @@ package windows
 import (
 	"bytes"
 	"encoding/xml"
+	"errors"
 	"flag"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -427,5 +429,92 @@ func TestGoldenXMLLint(t *testing.T) {
 		if out, err := exec.Command(bin, "--noout", path).CombinedOutput(); err != nil {
 			t.Errorf("xmllint %s: %v\n%s", path, err, out)
 		}
+	}
+}
+
+// Every refusal names its field: one bad value at a time, exactly one
+// problem, on that field.
+func TestValidateNamesTheField(t *testing.T) {
+	ok := Config{Edition: Windows11, AdminPassword: "pw"}
+	// Characters an XML answer file cannot carry, and noncharacters.
+	unsafe := []string{"\x00", "\x01", "\x1f", "\uFFFE", "\uFFFF", "\uFDD0", "\uFDEF", "\U0001FFFE", "\U0001FFFF", "\U0010FFFE", "\U0010FFFF", "\xff", "\xed\xa0\x80", "\xc3"}
+	type tcase struct {
+		name  string
+		edit  func(*Config)
+		field Field
+	}
+	var cases []tcase
+	text := func(field Field, set func(*Config, string), good string, bad ...string) {
+		for _, u := range unsafe {
+			bad = append(bad, good[:1]+u+good[1:])
+		}
+		for _, v := range bad {
+			cases = append(cases, tcase{fmt.Sprintf("%s %+q", field, v), func(c *Config) { set(c, v) }, field})
+		}
+	}
+	text(FieldComputerName, func(c *Config, v string) { c.ComputerName = v }, "win", "12345", "-win", "wïn")
+	text(FieldAdminUser, func(c *Config, v string) { c.AdminUser = v }, "gpuvm", "Guest", "a@b", strings.Repeat("u", 21))
+	text(FieldAdminPassword, func(c *Config, v string) { c.AdminPassword = v }, "secret", " secret", strings.Repeat("p", 128), "se\u0085cret", "se\uFFFDcret")
+	text(FieldLocale, func(c *Config, v string) { c.Locale, c.InputLocale = v, "en-US" }, "en-US", "English") // the input locale defaults to it
+	text(FieldInputLocale, func(c *Config, v string) { c.InputLocale = v }, "de-DE", "0407")
+	text(FieldTimeZone, func(c *Config, v string) { c.TimeZone = v }, "UTC", "Europe/Berlin")
+	text(FieldImageName, func(c *Config, v string) { c.Image.Name = v }, "Windows 11 Pro", strings.Repeat("n", 129))
+	text(FieldProductKey, func(c *Config, v string) { c.ProductKey = v }, "ABCDE-ABCDE-ABCDE-ABCDE-ABCDE", "ABCDE-12345")
+	cases = append(cases,
+		tcase{"edition", func(c *Config) { c.Edition = "windows7" }, FieldEdition},
+		tcase{"image index", func(c *Config) { c.Image.Index = -2 }, FieldImageIndex},
+		tcase{"image index and name", func(c *Config) { c.Image = Image{Index: 2, Name: "Pro"} }, FieldImageName},
+		tcase{"MSI", func(c *Config) { c.CloudbaseInitMSI = "x.exe" }, FieldCloudbaseInitMSI},
+		tcase{"driver", func(c *Config) { c.NVIDIADriver = "x y.exe" }, FieldNVIDIADriver},
+		tcase{"driver arguments", func(c *Config) { c.NVIDIADriverArgs = []string{"-s"} }, FieldNVIDIADriverArgs},
+	)
+	for _, tc := range cases {
+		c := ok
+		tc.edit(&c)
+		var ve *ValidationError
+		if err := c.Validate(); !errors.As(err, &ve) || len(ve.Problems) != 1 || ve.Problems[0].Field != tc.field {
+			t.Errorf("%s: Validate = %v, want one problem on %q", tc.name, err, tc.field)
+			continue
+		}
+		if _, err := Render(c, nil); err == nil {
+			t.Errorf("%s: Render accepted what Validate refused", tc.name)
+		}
+	}
+}
+
+// What XML carries reaches Windows as it was given: the answer file holds
+// the password itself, not a replacement character.
+func TestAnswerFileCarriesTheValues(t *testing.T) {
+	for _, pw := range []string{nastyPassword, "Grüße😀", "\uE000private\uFFFC", "a\u2028b", "ü\U0010FFFD"} {
+		files, err := Render(Config{Edition: Windows11, AdminUser: "Jürgen", ComputerName: "win", AdminPassword: pw}, nil)
+		if err != nil {
+			t.Fatalf("%+q: %v", pw, err)
+		}
+		var doc struct {
+			Values []string `xml:"settings>component>UserAccounts>LocalAccounts>LocalAccount>Password>Value"`
+			Names  []string `xml:"settings>component>UserAccounts>LocalAccounts>LocalAccount>Name"`
+		}
+		if err := xml.Unmarshal(files[AnswerFile], &doc); err != nil {
+			t.Fatal(err)
+		}
+		if len(doc.Values) != 1 || doc.Values[0] != pw || len(doc.Names) != 1 || doc.Names[0] != "Jürgen" {
+			t.Errorf("%+q: the answer file says %+q for %+q", pw, doc.Values, doc.Names)
+		}
+	}
+}
+
+// An override template that writes into the answer file a value Validate
+// does not check for XML fails to render rather than change it.
+func TestXMLFunctionRefusesWhatXMLCannotCarry(t *testing.T) {
+	tmpl := fstest.MapFS{AnswerFile + ".tmpl": {Data: []byte(`<unattend xmlns="urn:schemas-microsoft-com:unattend"><x>{{xml (index .NVIDIADriverArgs 0)}}</x></unattend>`)}}
+	for _, arg := range []string{"-s\uFFFE", "-s\uFFFF", "-s\uFDD0"} {
+		c := Config{Edition: Windows11, AdminPassword: "pw", NVIDIADriver: "setup.exe", NVIDIADriverArgs: []string{arg}}
+		if _, err := Render(c, tmpl); err == nil || !strings.Contains(err.Error(), "cannot carry") {
+			t.Errorf("%+q: Render = %v, want a refusal", arg, err)
+		}
+	}
+	c := Config{Edition: Windows11, AdminPassword: "pw", NVIDIADriver: "setup.exe", NVIDIADriverArgs: []string{"-s"}}
+	if _, err := Render(c, tmpl); err != nil {
+		t.Fatal(err)
 	}
 }
