@@ -89,6 +89,7 @@ var MetricDefs = []MetricDef{
 	{"gpuvm_last_backup_timestamp_seconds", Gauge, "Unix time of the last scheduled backup that succeeded (absent until one has).", []string{"host"}},
 	{"gpuvm_provisioning_seconds", Histogram, "Time from a VM's create request to the VM running, queue time included.", []string{"host"}},
 	{"gpuvm_audit_write_failures_total", Counter, "Audit entries that could not be written to the database (each one is logged at error), by action.", []string{"action"}},
+	{"gpuvm_tunnel_udp_dropped_datagrams_total", Counter, "Datagrams UDP tunnels dropped, by direction (client_to_guest, guest_to_client) and reason: oversize (over udp_max_datagram), rate (over udp_datagrams_per_second or udp_bytes_per_second), backlog (the guest's socket could not take it at once).", []string{"direction", "reason"}},
 }
 
 // Buckets of the histograms.
@@ -120,6 +121,7 @@ type Exporter struct {
 	durations    *prometheus.HistogramVec
 	provisioning prometheus.Observer
 	auditFails   *prometheus.CounterVec
+	udpDrops     *prometheus.CounterVec
 	handler      http.Handler
 
 	mu             sync.Mutex
@@ -156,7 +158,9 @@ func NewExporter(host string, sampler *Sampler, st MetricsStore, clock Clock, lo
 	e.provisioning = pv.WithLabelValues(host)
 	af := metricDef("gpuvm_audit_write_failures_total")
 	e.auditFails = prometheus.NewCounterVec(prometheus.CounterOpts{Name: af.Name, Help: af.Help}, af.Labels)
-	e.reg.MustRegister(e.requests, e.durations, pv, e.auditFails, (*collector)(e),
+	ud := metricDef("gpuvm_tunnel_udp_dropped_datagrams_total")
+	e.udpDrops = prometheus.NewCounterVec(prometheus.CounterOpts{Name: ud.Name, Help: ud.Help}, ud.Labels)
+	e.reg.MustRegister(e.requests, e.durations, pv, e.auditFails, e.udpDrops, (*collector)(e),
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	e.handler = promhttp.HandlerFor(e.reg, promhttp.HandlerOpts{ErrorLog: slogErrorLog{log}, ErrorHandling: promhttp.ContinueOnError})
 	return e
@@ -183,6 +187,12 @@ func (e *Exporter) ObserveRequest(method, route string, code int, d time.Duratio
 // ObserveAuditFailure counts an audit entry of an action (a bounded set of
 // names, pkg/server's audit table) that could not be written.
 func (e *Exporter) ObserveAuditFailure(action string) { e.auditFails.WithLabelValues(action).Inc() }
+
+// ObserveUDPDrop counts a datagram a UDP tunnel dropped, by direction and
+// reason (bounded sets of names, pkg/server's udp.go).
+func (e *Exporter) ObserveUDPDrop(direction, reason string) {
+	e.udpDrops.WithLabelValues(direction, reason).Inc()
+}
 
 // ObserveProvisioning records the time from a create request to a running
 // VM.
@@ -219,7 +229,8 @@ type collector Exporter
 var collectorDescs = func() map[string]*prometheus.Desc {
 	out := map[string]*prometheus.Desc{}
 	for _, d := range MetricDefs {
-		if d.Kind != Histogram && d.Name != "gpuvm_api_requests_total" && d.Name != "gpuvm_audit_write_failures_total" {
+		if d.Kind != Histogram && d.Name != "gpuvm_api_requests_total" && d.Name != "gpuvm_audit_write_failures_total" &&
+			d.Name != "gpuvm_tunnel_udp_dropped_datagrams_total" {
 			out[d.Name] = prometheus.NewDesc(d.Name, d.Help, d.Labels, nil)
 		}
 	}

@@ -126,6 +126,8 @@ func metricsEnv(t *testing.T) (*Monitor, *store.Store, *clocktest.Clock, map[str
 	mon.Exporter().ObserveRequest("GET", "/v1/vms/:id", 404, 5*time.Millisecond)
 	mon.Exporter().ObserveRequest("BREW", "", 404, time.Millisecond)
 	mon.Exporter().ObserveAuditFailure("vm.create")
+	mon.Exporter().ObserveUDPDrop("client_to_guest", "backlog")
+	mon.Exporter().ObserveUDPDrop("client_to_guest", "backlog")
 	return mon, st, clock, vms
 }
 
@@ -177,6 +179,7 @@ func TestMetricsEndpoint(t *testing.T) {
 		{"gpuvm_api_request_duration_seconds", map[string]string{"method": "GET", "route": "/v1/vms/:id"}, 2},
 		{"gpuvm_provisioning_seconds", map[string]string{"host": testHost}, 1},
 		{"gpuvm_audit_write_failures_total", map[string]string{"action": "vm.create"}, 1},
+		{"gpuvm_tunnel_udp_dropped_datagrams_total", map[string]string{"direction": "client_to_guest", "reason": "backlog"}, 2},
 	} {
 		got, ok := value(fams, tc.name, tc.labels)
 		if !ok {

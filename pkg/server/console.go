@@ -444,7 +444,7 @@ func (s *Server) serveTicket(c *gin.Context, kind, proto string) {
 	p := &proxy{s: s, o: o, ws: ws, target: target, vmID: vm.ID, what: what, log: log}
 	if t.Protocol == store.ProtocolUDP {
 		ws.SetReadLimit(udpReadLimit)
-		p.udp, p.idle = newUDPRelay(s.HTTP, t.Port), s.HTTP.UDPIdleTimeout
+		p.udp, p.idle = newUDPRelay(s.HTTP, t.Port, s.Metrics), s.HTTP.UDPIdleTimeout
 	}
 	if vncPassword != nil {
 		hctx, cancel := context.WithTimeout(ctx, o.WriteTimeout)

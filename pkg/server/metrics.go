@@ -21,6 +21,10 @@ type MetricsExporter interface {
 	// ObserveAuditFailure counts an audit entry of the action that could
 	// not be written (audit.go).
 	ObserveAuditFailure(action string)
+	// ObserveUDPDrop counts a datagram a UDP tunnel dropped going
+	// direction ("client_to_guest", "guest_to_client") for reason
+	// ("oversize", "rate", "backlog"): udp.go.
+	ObserveUDPDrop(direction, reason string)
 }
 
 // Who may read /metrics (Deps.MetricsAuth).

@@ -3,17 +3,24 @@ package server
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"net"
+	"os"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/coder/websocket"
 	"go.uber.org/goleak"
+
+	"github.com/gpuvm/gpuvm/pkg/monitor"
 )
 
 // udpEchoServer answers every datagram with itself, on loopback: the
@@ -428,5 +435,156 @@ func TestTunnelUDPClientReadsNothing(t *testing.T) {
 	m := e.closedLog("port 7/udp of VM box (192.0.2.10)")
 	if m["reason"] != "the client took no data for 300ms" {
 		t.Errorf("close log: %v", m)
+	}
+}
+
+// backedUpGuest is a guest that takes no more datagrams: the tunnel's
+// socket (tunnel) sends until its send buffer is full, then its writes
+// wait. A UDP socket's do when what it sent still waits below it, charged
+// to its send buffer: in the queue of a guest address being resolved
+// (ARP), in a shaping queue on the guest's tap. On loopback that never
+// happens (the kernel hands a datagram over, or drops it, at once), so a
+// unixgram socket pair stands in, its peer never read: its datagrams stay
+// charged to the tunnel's socket the same way, and its writes wait the
+// same way. received reads what reached the guest, once the tunnel is
+// closed: each datagram's sequence number.
+func backedUpGuest(t *testing.T) (tunnel net.Conn, received func() []uint32) {
+	t.Helper()
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_DGRAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn := func(fd int, name string) net.Conn {
+		f := os.NewFile(uintptr(fd), name)
+		defer f.Close()
+		c, err := net.FileConn(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	tunnel, guest := conn(fds[0], "tunnel"), conn(fds[1], "guest")
+	t.Cleanup(func() { tunnel.Close(); guest.Close() })
+	return tunnel, func() []uint32 {
+		var out []uint32
+		buf := make([]byte, 64<<10)
+		for {
+			_ = guest.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+			n, err := guest.Read(buf)
+			if err != nil {
+				return out
+			}
+			if n >= 4 {
+				out = append(out, binary.BigEndian.Uint32(buf))
+			}
+		}
+	}
+}
+
+// unreadPipe is a guest that is no socket (a ConsoleOptions.Dial of a
+// test could return one): a pipe never read, whose writes wait forever.
+func unreadPipe(t *testing.T) (net.Conn, func() []uint32) {
+	tunnel, guest := net.Pipe()
+	t.Cleanup(func() { tunnel.Close(); guest.Close() })
+	return tunnel, func() []uint32 { return nil }
+}
+
+// TestTunnelUDPGuestBackedUp: a guest that does not take the client's
+// datagrams does not hold the tunnel. A client floods it (41,000 small
+// datagrams, as a report had it), then closes: the tunnel ends at once,
+// not after udp_idle_timeout, because gpuvmd never waits on the guest to
+// read the client's next message; what the guest could not take is
+// dropped, counted in the log and in /metrics, and warned of once.
+func TestTunnelUDPGuestBackedUp(t *testing.T) {
+	const bound = 10 * time.Second // from the client's close to the tunnel's end; the idle timeout is 2 minutes
+	for _, tc := range []struct {
+		name  string
+		guest func(*testing.T) (net.Conn, func() []uint32)
+		flood int
+	}{
+		{"socket backed up", backedUpGuest, 41000},
+		{"no socket, never read", unreadPipe, 500}, // each waits udpWriteWait
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newConsoleEnv(t, ConsoleOptions{CheckInterval: 20 * time.Millisecond})
+			// The rate caps lifted: every drop is the guest's.
+			e.srv.HTTP = HTTPLimits{UDPDatagramsPerSecond: 10_000_000, UDPBytesPerSecond: 10 << 30}.withDefaults()
+			if e.srv.HTTP.UDPIdleTimeout < 10*bound {
+				t.Fatalf("the idle timeout (%s) would close the tunnel soon anyway", e.srv.HTTP.UDPIdleTimeout)
+			}
+			e.srv.Metrics = monitor.NewExporter("h1", nil, nil, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
+			target, received := tc.guest(t)
+			dial := e.srv.Console.Dial
+			e.srv.Console.Dial = func(ctx context.Context, network, addr string) (net.Conn, error) {
+				if network == "udp" {
+					return target, nil
+				}
+				return dial(ctx, network, addr)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			start := time.Now()
+			ws := e.udpTunnel(ctx, "ann-token", "box")
+			defer ws.CloseNow()
+			// A client whose messages gpuvmd stops reading cannot even
+			// send them all, nor its close frame: a bound of its own.
+			sendCtx, sendCancel := context.WithTimeout(ctx, bound)
+			defer sendCancel()
+			msg := make([]byte, 32)
+			sent := 0
+			for ; sent < tc.flood; sent++ {
+				binary.BigEndian.PutUint32(msg, uint32(sent))
+				if err := ws.Write(sendCtx, websocket.MessageBinary, msg); err != nil {
+					t.Errorf("datagram %d of %d not sent in %s: %v", sent, tc.flood, bound, err)
+					break
+				}
+			}
+			closing := time.Now()
+			_ = ws.Close(websocket.StatusNormalClosure, "")
+			var m map[string]any
+			for deadline := closing.Add(bound); m == nil; time.Sleep(10 * time.Millisecond) {
+				for _, x := range e.logEntries("proxy closed") {
+					m = x
+				}
+				if m == nil && time.Now().After(deadline) {
+					t.Fatalf("the tunnel is still open %s after the client's close (it closes when idle for %s)", bound, e.srv.HTTP.UDPIdleTimeout)
+				}
+			}
+			ended := time.Since(closing)
+			if m["reason"] != "the client closed the connection" {
+				t.Errorf("closed: %v", m["reason"])
+			}
+			got := received()
+			t.Logf("%d datagrams sent in %s, %d reached the guest; the tunnel ended %s after the close",
+				sent, closing.Sub(start).Round(time.Millisecond), len(got), ended.Round(time.Millisecond))
+			for i, seq := range got {
+				if seq != uint32(i) {
+					t.Fatalf("the guest's datagram %d is the client's %d", i, seq)
+				}
+			}
+			fwd, backlog := udpCount(m, "client_to_guest", "forwarded"), udpCount(m, "client_to_guest", "dropped_backlog")
+			rate, oversize := udpCount(m, "client_to_guest", "dropped_rate"), udpCount(m, "client_to_guest", "dropped_oversize")
+			if backlog == 0 || backlog != sent-len(got) || fwd != len(got) || rate+oversize != 0 {
+				t.Errorf("%d sent, %d reached the guest; close log: %v", sent, len(got), m)
+			}
+			_, fams := getMetrics(t, e.srv, "")
+			exported := -1.0
+			for _, x := range fams["gpuvm_tunnel_udp_dropped_datagrams_total"].GetMetric() {
+				l := map[string]string{}
+				for _, p := range x.Label {
+					l[p.GetName()] = p.GetValue()
+				}
+				if l["direction"] == "client_to_guest" && l["reason"] == "backlog" {
+					exported = x.Counter.GetValue()
+				}
+			}
+			if exported != float64(sent-len(got)) {
+				t.Errorf("gpuvm_tunnel_udp_dropped_datagrams_total{client_to_guest,backlog} = %g, want %d", exported, sent-len(got))
+			}
+			warns := e.logEntries("udp tunnel: datagrams dropped (counts since the tunnel opened; logged at most every 10s)")
+			if limit := 1 + int(time.Since(start)/udpWarnEvery); len(warns) < 1 || len(warns) > limit {
+				t.Errorf("%d drop warnings for %d drops in %s", len(warns), backlog, time.Since(start))
+			}
+		})
 	}
 }

@@ -297,20 +297,63 @@ func (b *Backend) Create(ctx context.Context, req backend.CreateRequest) (backen
 		return backend.Device{}, err
 	}
 	defer unlock()
-	old, recreate, err := env.Recreated(req)
+	c, err := b.planCreate(ctx, env, req, devUUID)
 	if err != nil {
 		return backend.Device{}, err
+	}
+	if c.whole {
+		return c.old.Device, nil // there already: nothing to make again
+	}
+	if err := c.recordIntent(); err != nil {
+		return backend.Device{}, err
+	}
+	for _, step := range []func() error{c.createGPUInstance, c.createComputeInstance, c.createVGPU, c.record} {
+		if err := step(); err != nil {
+			return c.fail(err)
+		}
+	}
+	c.rev.Success()
+	b.Log.Info("created MIG device", "gpu", c.g.Address, "profile", c.profile.Name, "placement", c.req.Placement, "gi", c.dev.GPUInstance, "device", c.dev.ID, "vm", req.VMUUID, "recreated", c.recreate)
+	return c.dev, nil
+}
+
+// migCreate is one Create under way, under the host lock: what it was asked
+// and found (planCreate), the device as far as it is made, and how to undo
+// that.
+type migCreate struct {
+	b        *Backend
+	env      *kit.Env
+	req      backend.CreateRequest
+	old      kit.Entry // the lost device a recreate makes again
+	recreate bool
+	whole    bool // a recreate found the device whole: nothing to make
+	devUUID  string
+	g        host.GPU
+	m        *migGPU
+	profile  gpu.MIGProfile
+	typeName string
+	dev      backend.Device
+	gi       nvml.GpuInstance // made by createGPUInstance
+	rev      revert.Reverter
+}
+
+// planCreate checks that the request can be made on the GPU as it is now,
+// or finds that a recreate has nothing to make (whole).
+func (b *Backend) planCreate(ctx context.Context, env *kit.Env, req backend.CreateRequest, devUUID string) (*migCreate, error) {
+	old, recreate, err := env.Recreated(req)
+	if err != nil {
+		return nil, err
 	}
 	g, err := kit.FindGPU(env.SysFS, req.GPU)
 	if err != nil {
-		return backend.Device{}, err
+		return nil, err
 	}
 	if g.Model.MIG == nil {
-		return backend.Device{}, backend.Errorf(backend.CodeInvalid, g.Address, "%s does not support MIG", g.Model.Name)
+		return nil, backend.Errorf(backend.CodeInvalid, g.Address, "%s does not support MIG", g.Model.Name)
 	}
 	if recreate {
 		// As it was: its profile, placement and UUID (an mdev's, which the
-		// domain names; a VF's vGPU goes on the VF it had, below).
+		// domain names; a VF's vGPU goes on the VF it had, in createVGPU).
 		req.Profile, req.Placement, req.Type = old.Device.Profile, old.Device.Placement, old.Device.Type
 		if old.Device.Hostdev.UUID != "" {
 			devUUID = old.Device.Hostdev.UUID
@@ -318,131 +361,164 @@ func (b *Backend) Create(ctx context.Context, req backend.CreateRequest) (backen
 	}
 	profile, ok := g.Model.MIG.Profile(req.Profile)
 	if !ok {
-		return backend.Device{}, backend.Errorf(backend.CodeInvalid, g.Address, "MIG profile %q does not exist on %s (profiles: %v)", req.Profile, g.Model.Name, g.Model.MIG.ProfileNames())
+		return nil, backend.Errorf(backend.CodeInvalid, g.Address, "MIG profile %q does not exist on %s (profiles: %v)", req.Profile, g.Model.Name, g.Model.MIG.ProfileNames())
 	}
 	typeName, err := migType(g.Model, profile, req.Type)
 	if err != nil {
-		return backend.Device{}, backend.Errorf(backend.CodeInvalid, g.Address, "%v", err)
+		return nil, backend.Errorf(backend.CodeInvalid, g.Address, "%v", err)
 	}
 	m, err := b.read(env, g)
 	if err != nil {
-		return backend.Device{}, err
+		return nil, err
 	}
 	if recreate && m.holds(env, old.Device) {
-		return old.Device, nil // there already: nothing to make again
+		return &migCreate{old: old, recreate: true, whole: true}, nil
 	}
 	if m.unavailable != "" {
-		return backend.Device{}, backend.Errorf(backend.CodeConflict, g.Address, "cannot create %s: %s", profile.Name, m.unavailable)
+		return nil, backend.Errorf(backend.CodeConflict, g.Address, "cannot create %s: %s", profile.Name, m.unavailable)
 	}
 	if err := g.Model.MIG.CanPlace(m.instances(), profile, req.Placement); err != nil {
 		code := backend.CodeExhausted
 		if !contains(profile.Starts, req.Placement) {
 			code = backend.CodeInvalid
 		}
-		return backend.Device{}, backend.Errorf(code, g.Address, "%v", err)
+		return nil, backend.Errorf(code, g.Address, "%v", err)
 	}
 	if m.v.FreeVFs == 0 {
-		return backend.Device{}, backend.Errorf(backend.CodeExhausted, g.Address, "every VF already holds a vGPU")
+		return nil, backend.Errorf(backend.CodeExhausted, g.Address, "every VF already holds a vGPU")
 	}
 	if err := refuseForeignInstances(env, g.Address, m, profile.ID); err != nil {
-		return backend.Device{}, err
+		return nil, err
 	}
 	if err := ctx.Err(); err != nil {
-		return backend.Device{}, err
+		return nil, err
 	}
-	dev := backend.Device{ID: devUUID, Kind: gpu.KindMIG, GPU: g.Address, Type: typeName, VMUUID: req.VMUUID,
-		Profile: profile.Name, Placement: req.Placement, GPUInstance: -1, ComputeInstance: -1, Managed: true, Installation: env.Installation}
-	if err := env.Ledger.Put(kit.Entry{Device: dev, State: kit.Creating}); err != nil {
-		return backend.Device{}, backend.Errorf(backend.CodeInternal, g.Address, "record intent: %v", err)
+	return &migCreate{b: b, env: env, req: req, old: old, recreate: recreate, devUUID: devUUID, g: g, m: m, profile: profile, typeName: typeName}, nil
+}
+
+// recordIntent writes the device about to be made to the ledger, before
+// the host changes.
+func (c *migCreate) recordIntent() error {
+	c.dev = backend.Device{ID: c.devUUID, Kind: gpu.KindMIG, GPU: c.g.Address, Type: c.typeName, VMUUID: c.req.VMUUID,
+		Profile: c.profile.Name, Placement: c.req.Placement, GPUInstance: -1, ComputeInstance: -1, Managed: true, Installation: c.env.Installation}
+	if err := c.env.Ledger.Put(kit.Entry{Device: c.dev, State: kit.Creating}); err != nil {
+		return backend.Errorf(backend.CodeInternal, c.g.Address, "record intent: %v", err)
 	}
-	var rev revert.Reverter
-	fail := func(err error) (backend.Device, error) {
-		if rerr := rev.Revert(); rerr != nil {
-			b.Log.Error("rollback incomplete", "gpu", g.Address, "err", rerr)
-			return backend.Device{}, fmt.Errorf("%w (rollback incomplete: %v)", err, rerr)
-		}
-		_ = env.Ledger.Delete(dev.ID)
-		return backend.Device{}, err
+	return nil
+}
+
+// record writes the device, made, to the ledger.
+func (c *migCreate) record() error {
+	if err := c.env.Ledger.Put(kit.Entry{Device: c.dev, State: kit.Created}); err != nil {
+		return backend.Errorf(backend.CodeInternal, c.g.Address, "record device: %v", err)
 	}
-	info, ret := m.dev.GetGpuInstanceProfileInfo(profile.NVMLProfile)
+	return nil
+}
+
+// fail undoes what was made and forgets the intent (unless the undoing
+// failed: the reconciler needs the record then).
+func (c *migCreate) fail(err error) (backend.Device, error) {
+	if rerr := c.rev.Revert(); rerr != nil {
+		c.b.Log.Error("rollback incomplete", "gpu", c.g.Address, "err", rerr)
+		return backend.Device{}, fmt.Errorf("%w (rollback incomplete: %v)", err, rerr)
+	}
+	_ = c.env.Ledger.Delete(c.dev.ID)
+	return backend.Device{}, err
+}
+
+// createGPUInstance makes the GPU instance at the asked placement.
+func (c *migCreate) createGPUInstance() error {
+	addr, profile := c.g.Address, c.profile
+	info, ret := c.m.dev.GetGpuInstanceProfileInfo(profile.NVMLProfile)
 	if ret != nvml.SUCCESS {
-		return fail(nvmlErr(g.Address, "read MIG profile "+profile.Name, ret))
+		return nvmlErr(addr, "read MIG profile "+profile.Name, ret)
 	}
-	giH, ret := m.dev.CreateGpuInstanceWithPlacement(&info, &nvml.GpuInstancePlacement{Start: uint32(req.Placement), Size: uint32(profile.Size)})
+	giH, ret := c.m.dev.CreateGpuInstanceWithPlacement(&info, &nvml.GpuInstancePlacement{Start: uint32(c.req.Placement), Size: uint32(profile.Size)})
 	if ret != nvml.SUCCESS {
-		return fail(nvmlErr(g.Address, fmt.Sprintf("create GPU instance %s at %d", profile.Name, req.Placement), ret))
+		return nvmlErr(addr, fmt.Sprintf("create GPU instance %s at %d", profile.Name, c.req.Placement), ret)
 	}
-	rev.Add(func() error { return retErr(giH.Destroy()) })
+	c.rev.Add(func() error { return retErr(giH.Destroy()) })
+	c.gi = giH
 	giInfo, ret := giH.GetInfo()
 	if ret != nvml.SUCCESS {
-		return fail(nvmlErr(g.Address, "read new GPU instance", ret))
+		return nvmlErr(addr, "read new GPU instance", ret)
 	}
-	dev.GPUInstance = int(giInfo.Id)
-	ciProfile, ok := ciProfileFor(profile.Compute)
+	c.dev.GPUInstance = int(giInfo.Id)
+	return nil
+}
+
+// createComputeInstance makes a compute instance spanning the new GPU
+// instance.
+func (c *migCreate) createComputeInstance() error {
+	addr := c.g.Address
+	ciProfile, ok := ciProfileFor(c.profile.Compute)
 	if !ok {
-		return fail(backend.Errorf(backend.CodeUnsupported, g.Address, "no compute-instance profile spans %d slices", profile.Compute))
+		return backend.Errorf(backend.CodeUnsupported, addr, "no compute-instance profile spans %d slices", c.profile.Compute)
 	}
-	ciInfo, ret := giH.GetComputeInstanceProfileInfo(ciProfile, nvml.COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED)
+	ciInfo, ret := c.gi.GetComputeInstanceProfileInfo(ciProfile, nvml.COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED)
 	if ret != nvml.SUCCESS {
-		return fail(nvmlErr(g.Address, "read compute-instance profile", ret))
+		return nvmlErr(addr, "read compute-instance profile", ret)
 	}
-	ciH, ret := giH.CreateComputeInstance(&ciInfo)
+	ciH, ret := c.gi.CreateComputeInstance(&ciInfo)
 	if ret != nvml.SUCCESS {
-		return fail(nvmlErr(g.Address, "create compute instance", ret))
+		return nvmlErr(addr, "create compute instance", ret)
 	}
-	rev.Add(func() error { return retErr(ciH.Destroy()) })
+	c.rev.Add(func() error { return retErr(ciH.Destroy()) })
 	ci, ret := ciH.GetInfo()
 	if ret != nvml.SUCCESS {
-		return fail(nvmlErr(g.Address, "read new compute instance", ret))
+		return nvmlErr(addr, "read new compute instance", ret)
 	}
-	dev.ComputeInstance = int(ci.Id)
+	c.dev.ComputeInstance = int(ci.Id)
+	return nil
+}
+
+// createVGPU makes the MIG-backed vGPU on the new GPU instance: on a VF
+// (vendor VFIO; the ledger's record moves to the VF's address, the device's
+// ID) or as an mdev.
+func (c *migCreate) createVGPU() error {
+	env, g, addr := c.env, c.g, c.g.Address
 	// The vGPU type appears among the creatable ones only now that its GI exists.
 	v, err := kit.ReadVGPUs(env.SysFS, g, env.Types)
 	if err != nil {
-		return fail(backend.Errorf(backend.CodeHost, g.Address, "%v", err))
+		return backend.Errorf(backend.CodeHost, addr, "%v", err)
 	}
-	offer := v.Offer(typeName)
+	offer := v.Offer(c.typeName)
 	if offer == nil {
-		return fail(backend.Errorf(backend.CodeHost, g.Address, "the driver offers no %s after GPU instance %d was made", typeName, dev.GPUInstance))
+		return backend.Errorf(backend.CodeHost, addr, "the driver offers no %s after GPU instance %d was made", c.typeName, c.dev.GPUInstance)
 	}
-	if !recreate && v.Interface == gpu.InterfaceVendorVFIO {
+	if !c.recreate && v.Interface == gpu.InterfaceVendorVFIO {
 		ledger, err := env.Ledger.All()
 		if err != nil {
-			return fail(backend.Errorf(backend.CodeInternal, g.Address, "read the ledger: %v", err))
+			return backend.Errorf(backend.CodeInternal, addr, "read the ledger: %v", err)
 		}
 		kit.SkipLedgerParents(offer, ledger) // the VFs of lost devices stay theirs
 		if len(offer.Parents) == 0 {
-			return fail(backend.Errorf(backend.CodeExhausted, g.Address, "every free VF is held for a device the host lost (gpuvmd makes it again or forgets it)"))
+			return backend.Errorf(backend.CodeExhausted, addr, "every free VF is held for a device the host lost (gpuvmd makes it again or forgets it)")
 		}
 	}
-	if recreate && v.Interface == gpu.InterfaceVendorVFIO && !kit.PreferParent(offer, old.Device.ID) {
-		return fail(backend.Errorf(backend.CodeExhausted, g.Address, "recreate %s on VF %s: the VF is not free for it now", typeName, old.Device.ID))
+	if c.recreate && v.Interface == gpu.InterfaceVendorVFIO && !kit.PreferParent(offer, c.old.Device.ID) {
+		return backend.Errorf(backend.CodeExhausted, addr, "recreate %s on VF %s: the VF is not free for it now", c.typeName, c.old.Device.ID)
 	}
 	if v.Interface == gpu.InterfaceVendorVFIO && len(offer.Parents) > 0 {
 		// The ledger is keyed by device ID: for vendor VFIO that is the VF.
-		if err := env.Ledger.Delete(dev.ID); err != nil {
-			return fail(backend.Errorf(backend.CodeInternal, g.Address, "re-record intent: %v", err))
+		if err := env.Ledger.Delete(c.dev.ID); err != nil {
+			return backend.Errorf(backend.CodeInternal, addr, "re-record intent: %v", err)
 		}
-		dev.ID = offer.Parents[0]
-		if err := env.Ledger.Put(kit.Entry{Device: dev, State: kit.Creating}); err != nil {
-			return fail(backend.Errorf(backend.CodeInternal, g.Address, "record intent: %v", err))
+		c.dev.ID = offer.Parents[0]
+		if err := env.Ledger.Put(kit.Entry{Device: c.dev, State: kit.Creating}); err != nil {
+			return backend.Errorf(backend.CodeInternal, addr, "record intent: %v", err)
 		}
 	}
-	vg, err := kit.CreateVGPU(env.SysFS, g, v.Interface, *offer, devUUID)
+	vg, err := kit.CreateVGPU(env.SysFS, g, v.Interface, *offer, c.devUUID)
 	if err != nil {
-		return fail(err)
+		return err
 	}
-	rev.Add(func() error { return kit.RemoveVGPU(env.SysFS, g.Address, vg.ID) })
-	if vg.GPUInstance >= 0 && vg.GPUInstance != dev.GPUInstance {
-		return fail(backend.Errorf(backend.CodeHost, g.Address, "the driver put the vGPU on GPU instance %d, not %d", vg.GPUInstance, dev.GPUInstance))
+	c.rev.Add(func() error { return kit.RemoveVGPU(env.SysFS, addr, vg.ID) })
+	if vg.GPUInstance >= 0 && vg.GPUInstance != c.dev.GPUInstance {
+		return backend.Errorf(backend.CodeHost, addr, "the driver put the vGPU on GPU instance %d, not %d", vg.GPUInstance, c.dev.GPUInstance)
 	}
-	dev.Hostdev = kit.HostdevFor(vg, v.Interface)
-	if err := env.Ledger.Put(kit.Entry{Device: dev, State: kit.Created}); err != nil {
-		return fail(backend.Errorf(backend.CodeInternal, g.Address, "record device: %v", err))
-	}
-	rev.Success()
-	b.Log.Info("created MIG device", "gpu", g.Address, "profile", profile.Name, "placement", req.Placement, "gi", dev.GPUInstance, "device", dev.ID, "vm", req.VMUUID, "recreated", recreate)
-	return dev, nil
+	c.dev.Hostdev = kit.HostdevFor(vg, v.Interface)
+	return nil
 }
 
 // refuseForeignInstances refuses a create on a GPU that has a GPU instance

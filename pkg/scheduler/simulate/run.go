@@ -190,32 +190,13 @@ func Run(setup Setup, tr *Trace, spec Spec) (*Result, error) {
 	}
 	res := &Result{Spec: spec, RefusedAtOnce: map[string]int{}, Expired: map[string]int{}}
 	res.Bookings = book(setup, tr, inv, eng)
-	opts := scheduler.Options{Strategy: spec.Strategy, Reserve: spec.Reserve, Lookahead: spec.Lookahead, Preempt: spec.Preempt, Notice: setup.Notice, MinRuntime: setup.MinRuntime}
-	if opts.Notice == 0 {
-		opts.Notice = policy.DefaultNotice
-	}
-	if opts.MinRuntime == 0 {
-		opts.MinRuntime = policy.DefaultMinRuntime
-	}
+	opts := runOptions(setup, spec)
 	tick := setup.Tick
 	if tick <= 0 {
 		tick = 5 * time.Minute
 	}
 
-	// The trace is shared by the runs: work on a copy.
-	tr = &Trace{Items: append([]Item(nil), tr.Items...), Bad: tr.Bad, Start: tr.Start}
-	states := make([]reqState, len(tr.Items))
-	byID := make(map[string]*reqState, len(tr.Items))
-	shares := map[string]float64{}
-	for i := range tr.Items {
-		it := &tr.Items[i]
-		states[i] = reqState{item: it, key: it.Request.Need.Key(), share: shareOf(inv, it.Request.Need, shares)}
-		if setup.MaxWait > 0 {
-			states[i].deadline = it.Request.Submitted.Add(setup.MaxWait)
-			it.Request.StartBy = states[i].deadline
-		}
-		byID[it.Request.ID] = &states[i]
-	}
+	tr, states, byID := prepareTrace(setup, tr, inv)
 	start := tr.Items[0].Request.Submitted
 	last := tr.Items[len(tr.Items)-1].Request.Submitted
 	bucket := setup.Bucket
@@ -320,6 +301,39 @@ func Run(setup Setup, tr *Trace, spec Spec) (*Result, error) {
 	finish(res, series, bucket, gpus, sumUsed, sumStranded, sumFree, sumVFree, sumTime)
 	summarise(res, states)
 	return res, nil
+}
+
+// runOptions are the scheduler's options of a run: the spec's, with the
+// setup's notice and minimum runtime, or the policy's defaults.
+func runOptions(setup Setup, spec Spec) scheduler.Options {
+	opts := scheduler.Options{Strategy: spec.Strategy, Reserve: spec.Reserve, Lookahead: spec.Lookahead, Preempt: spec.Preempt, Notice: setup.Notice, MinRuntime: setup.MinRuntime}
+	if opts.Notice == 0 {
+		opts.Notice = policy.DefaultNotice
+	}
+	if opts.MinRuntime == 0 {
+		opts.MinRuntime = policy.DefaultMinRuntime
+	}
+	return opts
+}
+
+// prepareTrace copies the trace (the runs share it) and makes each
+// request's state, by index of the copy's items and by request ID; with a
+// MaxWait, each request must start by its deadline.
+func prepareTrace(setup Setup, tr *Trace, inv *scheduler.Inventory) (*Trace, []reqState, map[string]*reqState) {
+	tr = &Trace{Items: append([]Item(nil), tr.Items...), Bad: tr.Bad, Start: tr.Start}
+	states := make([]reqState, len(tr.Items))
+	byID := make(map[string]*reqState, len(tr.Items))
+	shares := map[string]float64{}
+	for i := range tr.Items {
+		it := &tr.Items[i]
+		states[i] = reqState{item: it, key: it.Request.Need.Key(), share: shareOf(inv, it.Request.Need, shares)}
+		if setup.MaxWait > 0 {
+			states[i].deadline = it.Request.Submitted.Add(setup.MaxWait)
+			it.Request.StartBy = states[i].deadline
+		}
+		byID[it.Request.ID] = &states[i]
+	}
+	return tr, states, byID
 }
 
 // observe shows the run after a cycle to fn.
