@@ -48,7 +48,7 @@ func TestPreparePool(t *testing.T) {
 		}
 	})
 
-	t.Run("exists elsewhere, inactive", func(t *testing.T) {
+	t.Run("exists elsewhere and inactive", func(t *testing.T) {
 		name := uniqueName(t, "pool")
 		t.Cleanup(func() { _ = c.DeletePool(context.Background(), name) })
 		elsewhere := t.TempDir()
