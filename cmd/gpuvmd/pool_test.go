@@ -18,6 +18,7 @@ import (
 	"libvirt.org/go/libvirtxml"
 
 	"github.com/gpuvm/gpuvm/pkg/api"
+	"github.com/gpuvm/gpuvm/pkg/config"
 	"github.com/gpuvm/gpuvm/pkg/hypervisor"
 )
 
@@ -149,5 +150,15 @@ func TestPoolKeeper(t *testing.T) {
 	}
 	if st, err := hv.PoolInfo(ctx, second); err != nil || st.Dir != elsewhere || !st.Active || st.Autostart {
 		t.Errorf("second pool %+v, %v; want at %s, started, autostart untouched", st, err, elsewhere)
+	}
+
+	// A pool libvirt will not make is an error in the log, naming it.
+	third := "keep-c-" + id
+	k := &poolKeeper{hv: hv, log: log}
+	if err := k.prepare(ctx, config.Libvirt{StoragePool: third, StoragePoolDir: "not/absolute"}); err == nil {
+		t.Error("a pool at a relative directory was made")
+	}
+	if want := `level=ERROR msg="could not make the storage pool: VMs with a disk overlay or a cloud-init seed fail until it exists (gpuvm admin doctor checks it)" pool=` + third; !strings.Contains(logs.String(), want) {
+		t.Errorf("no %q in the log:\n%s", want, logs.String())
 	}
 }
