@@ -43,22 +43,6 @@ if ! qemu_can_read "$root/test/guest/cache/vmlinuz"; then
 		state=$dev/.cache/run
 	fi
 fi
-# The storage pool of configs/dev (server.libvirt.storage_pool) holds each
-# VM's cloud-init seed: a directory pool under the state directory, defined
-# and started here when libvirt lacks it (gpuvmd uses it, it does not make it).
-pool=$(sed -n 's/^[[:space:]]*storage_pool[[:space:]]*=[[:space:]]*"\([^"]*\)".*/\1/p' "$root/configs/dev/server.hcl" | head -n 1)
-virsh=(virsh -q -c qemu:///system)
-if [ -n "$pool" ] && "${virsh[@]}" uri >/dev/null 2>&1; then
-	if ! "${virsh[@]}" pool-info "$pool" >/dev/null 2>&1; then
-		mkdir -p "$state"
-		echo "Defining libvirt storage pool $pool in $state/images."
-		"${virsh[@]}" pool-define-as "$pool" dir --target "$state/images" >/dev/null &&
-			"${virsh[@]}" pool-build "$pool" >/dev/null &&
-			"${virsh[@]}" pool-autostart "$pool" >/dev/null ||
-			echo "Could not define storage pool $pool: VMs with a cloud-init seed will fail to start." >&2
-	fi
-	if ! grep -Eq '^State: +running' <<<"$("${virsh[@]}" pool-info "$pool" 2>/dev/null || true)"; then
-		"${virsh[@]}" pool-start "$pool" >/dev/null || echo "Could not start storage pool $pool." >&2
-	fi
-fi
+# The storage pool of configs/dev (server.libvirt.storage_pool) is gpuvmd's
+# to make, at server.libvirt.storage_pool_dir (under /var/lib).
 exec "$(pwd)/$bin/gpuvmd" --config "$root/configs/dev" --listen "$listen" --state-dir "$state"

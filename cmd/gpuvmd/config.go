@@ -29,6 +29,9 @@ type liveConfig struct {
 	// check, when set, adds warnings that need the database (an image
 	// block naming an imported image that is not stored) to each reload's.
 	check atomic.Pointer[func(*config.Config) []string]
+	// reloaded, when set, is called with each configuration a reload puts
+	// in force (the storage pool is made: pool.go).
+	reloaded atomic.Pointer[func(*config.Config)]
 }
 
 // loadConfig loads dir and refuses it if it has errors, printing every
@@ -61,6 +64,9 @@ func (c *liveConfig) reloadDiags(w io.Writer) (hcl.Diagnostics, error) {
 		for _, w2 := range (*check)(next) {
 			fmt.Fprintln(w, w2)
 		}
+	}
+	if after := c.reloaded.Load(); after != nil {
+		(*after)(next)
 	}
 	return diags, nil
 }

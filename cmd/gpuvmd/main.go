@@ -181,6 +181,8 @@ func serve(ctx context.Context, o options, cfg *liveConfig, log *slog.Logger) er
 		return fmt.Errorf("open libvirt (--libvirt-uri test:///default runs gpuvmd without libvirtd): %w", err)
 	}
 	defer hv.Close()
+	// The storage pool of overlays and seeds, made when missing (pool.go).
+	keepPool(ctx, &poolKeeper{hv: hv, log: log}, cfg)
 	profiles := func() *config.Config { return &config.Config{} }
 	if cfg != nil {
 		profiles = cfg.Load

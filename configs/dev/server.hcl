@@ -22,6 +22,12 @@ server {
   libvirt {
     uri          = "qemu:///system"
     storage_pool = "gpuvm-dev"
+    # The pool of the VMs' cloud-init seeds: gpuvmd makes it when libvirt
+    # has none of that name, here, where QEMU (user libvirt-qemu) can read
+    # it: not in the checkout, which may be a private home. With
+    # --libvirt-uri test:///default the pool lives in the test driver's
+    # memory and nothing is made on disk.
+    storage_pool_dir = "/var/lib/libvirt/images/gpuvm-dev"
     # images_dir defaults to state_dir/images
   }
 

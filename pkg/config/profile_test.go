@@ -163,6 +163,11 @@ func TestDevConfig(t *testing.T) {
 	if cfg.Server.Database.Path != filepath.Join(cfg.Server.StateDir, "gpuvm.db") {
 		t.Errorf("database path = %q", cfg.Server.Database.Path)
 	}
+	// gpuvmd makes the pool of VM seeds where QEMU can read it: under
+	// /var/lib, never in the checkout (which may be a private home).
+	if l := cfg.Server.Libvirt; l.StoragePool != "gpuvm-dev" || l.StoragePoolDir != "/var/lib/libvirt/images/gpuvm-dev" {
+		t.Errorf("storage pool %q at %q", l.StoragePool, l.StoragePoolDir)
+	}
 	s := cfg.Server.Host.Settings("0000:5d:00.0", mustModel(t, "H100 PCIe 80GB"))
 	if s.Mode != gpu.ModeMIG || len(s.MIGLayout) != 4 {
 		t.Errorf("settings of 0000:5d:00.0 = %+v", s)
@@ -195,7 +200,8 @@ profile "p" {
 	s := cfg.Server
 	if s.Listen != DefaultListen || s.StateDir != DefaultStateDir || s.Database.Driver != "sqlite" ||
 		s.Database.Path != "/var/lib/gpuvm/gpuvm.db" || s.Libvirt.URI != DefaultLibvirtURI ||
-		s.Libvirt.ImagesDir != "/var/lib/gpuvm/images" || len(s.Plugins.Backends) != 3 {
+		s.Libvirt.ImagesDir != "/var/lib/gpuvm/images" || s.Libvirt.StoragePoolDir != "/var/lib/libvirt/images/gpuvm" ||
+		len(s.Plugins.Backends) != 3 {
 		t.Errorf("server defaults: %+v", s)
 	}
 	if img := cfg.Images["u"]; img.Pool != DefaultStoragePool || img.Format != "qcow2" {
@@ -203,6 +209,34 @@ profile "p" {
 	}
 	if cfg.Policy.Queue.Order != OrderFIFO || cfg.Policy.Reservations != nil {
 		t.Errorf("policy defaults: %+v", cfg.Policy)
+	}
+}
+
+// storage_pool_dir defaults to the pool's name under libvirt's images
+// directory; a relative one is relative to its file, which text that is
+// not a file (the API's) does not have.
+func TestStoragePoolDir(t *testing.T) {
+	for _, tc := range []struct{ name, block, want, err string }{
+		{name: "default", block: `storage_pool = "p1"`, want: "/var/lib/libvirt/images/p1"},
+		{name: "absolute", block: `storage_pool_dir = "/srv/pools/p//"`, want: "/srv/pools/p"},
+		{name: "relative, not a file", block: `storage_pool_dir = "pools/p"`, err: `"pools/p" is not a directory for a storage pool`},
+		{name: "root", block: `storage_pool_dir = "/"`, err: "Invalid storage_pool_dir"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, diags := Parse(Source{Name: "server.hcl", Data: []byte("server {\n  libvirt {\n    " + tc.block + "\n  }\n}\n")})
+			if tc.err != "" {
+				if !strings.Contains(allText(diags), tc.err) {
+					t.Fatalf("diagnostics %q, want %q", allText(diags), tc.err)
+				}
+				return
+			}
+			if diags.HasErrors() {
+				t.Fatal(diags)
+			}
+			if got := cfg.Server.Libvirt.StoragePoolDir; got != tc.want {
+				t.Errorf("storage_pool_dir = %q, want %q", got, tc.want)
+			}
+		})
 	}
 }
 

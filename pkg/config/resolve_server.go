@@ -17,12 +17,17 @@ import (
 
 // Defaults of the server block.
 const (
-	DefaultListen         = "127.0.0.1:8080"
-	DefaultStateDir       = "/var/lib/gpuvm"
-	DefaultLibvirtURI     = "qemu:///system"
-	DefaultStoragePool    = "gpuvm"
-	DefaultPluginDir      = "/usr/lib/gpuvm/plugins"
-	DefaultGraphicsListen = "127.0.0.1"
+	DefaultListen      = "127.0.0.1:8080"
+	DefaultStateDir    = "/var/lib/gpuvm"
+	DefaultLibvirtURI  = "qemu:///system"
+	DefaultStoragePool = "gpuvm"
+	// DefaultStoragePoolRoot holds the directory of a storage pool that
+	// gpuvmd defines (DefaultStoragePoolRoot/<pool>): libvirt's own images
+	// directory, which QEMU (user libvirt-qemu) can reach. Not the state
+	// directory, which is 0750 and root's.
+	DefaultStoragePoolRoot = "/var/lib/libvirt/images"
+	DefaultPluginDir       = "/usr/lib/gpuvm/plugins"
+	DefaultGraphicsListen  = "127.0.0.1"
 )
 
 // Backends lists the GPU backends gpuvm has (plugins/*), in the order they
@@ -412,6 +417,16 @@ func (r *resolver) resolveLibvirt(b *libvirtBlock) {
 	l.StoragePool = str(b.StoragePool, DefaultStoragePool)
 	if !namePattern.MatchString(strings.ToLower(l.StoragePool)) {
 		r.errf(valueRange(b.Body, "storage_pool", b.DefRange), "Invalid storage_pool", "%q is not a libvirt storage pool name.", l.StoragePool)
+	}
+	l.StoragePoolDir = filepath.Join(DefaultStoragePoolRoot, l.StoragePool)
+	if b.StoragePoolDir != nil {
+		rng := valueRange(b.Body, "storage_pool_dir", b.DefRange)
+		l.StoragePoolDir = r.path(*b.StoragePoolDir, rng)
+		if !filepath.IsAbs(l.StoragePoolDir) || filepath.Clean(l.StoragePoolDir) == "/" {
+			r.errf(rng, "Invalid storage_pool_dir", "%q is not a directory for a storage pool: give an absolute path such as %s.", *b.StoragePoolDir, filepath.Join(DefaultStoragePoolRoot, l.StoragePool))
+		} else {
+			l.StoragePoolDir = filepath.Clean(l.StoragePoolDir)
+		}
 	}
 	l.ImagesDir = filepath.Join(r.cfg.Server.StateDir, "images")
 	if b.ImagesDir != nil {

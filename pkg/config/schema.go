@@ -170,6 +170,7 @@ type databaseBlock struct {
 type libvirtBlock struct {
 	URI            *string   `hcl:"uri,optional"`
 	StoragePool    *string   `hcl:"storage_pool,optional"`
+	StoragePoolDir *string   `hcl:"storage_pool_dir,optional"`
 	ImagesDir      *string   `hcl:"images_dir,optional"`
 	GraphicsListen *string   `hcl:"graphics_listen,optional"`
 	DefRange       hcl.Range `hcl:",def_range"`

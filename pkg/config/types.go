@@ -225,8 +225,12 @@ type Database struct {
 
 // Libvirt is the hypervisor connection and where disks live.
 type Libvirt struct {
-	URI            string `json:"uri"`
-	StoragePool    string `json:"storage_pool"`
+	URI         string `json:"uri"`
+	StoragePool string `json:"storage_pool"`
+	// StoragePoolDir is the directory gpuvmd gives the pool when it
+	// defines it (the pool is missing): DefaultStoragePoolRoot/<pool>
+	// unless set. A pool that exists is used where it is.
+	StoragePoolDir string `json:"storage_pool_dir"`
 	ImagesDir      string `json:"images_dir"`
 	GraphicsListen string `json:"graphics_listen"`
 }

@@ -3,8 +3,10 @@ package doctor
 import (
 	"bytes"
 	"context"
+	"encoding/xml"
 	"errors"
 	"fmt"
+	"net/url"
 	"os/exec"
 	"path"
 	"sort"
@@ -386,15 +388,29 @@ func libvirtVersion(s string) (major, minor int) {
 const minPoolFree = 50 << 30
 
 func checkPool(ctx context.Context, e Env, uri string) Finding {
-	pool := e.Config.Server.Libvirt.StoragePool
+	l := e.Config.Server.Libvirt
+	pool, dir := l.StoragePool, l.StoragePoolDir
 	if pool == "" {
-		pool = "gpuvm" // pkg/config's default
+		pool = config.DefaultStoragePool
+	}
+	if dir == "" {
+		dir = path.Join(config.DefaultStoragePoolRoot, pool)
 	}
 	f := Finding{Check: "storage-pool", Subject: pool}
-	create := fmt.Sprintf("virsh pool-define-as %s dir --target /var/lib/libvirt/images/gpuvm && virsh pool-build %s && virsh pool-start %s && virsh pool-autostart %s", pool, pool, pool, pool)
 	outb, err := e.Run(ctx, "virsh", "-c", uri, "pool-info", "--bytes", pool)
 	if err != nil {
-		f.Severity, f.Seen, f.Fix = Error, "no storage pool "+pool+": "+firstLine(err.Error()), create
+		if !poolMissing(err) {
+			f.Severity, f.Seen = Error, "libvirt did not say whether pool "+pool+" exists: "+firstLine(err.Error())
+			f.Fix = "virsh -c " + uri + " pool-info " + pool
+			return f
+		}
+		// gpuvmd makes it: say where, and whether QEMU will reach it.
+		f.Severity, f.Seen = Warning, fmt.Sprintf("no storage pool %s: gpuvmd creates it when it starts, at %s", pool, dir)
+		f.Fix = "systemctl restart gpuvmd (if the pool stays missing, its log says why: journalctl -u gpuvmd | grep 'storage pool')"
+		if why := qemuCannotReach(e, uri, dir); why != "" {
+			f.Severity, f.Seen = Error, f.Seen+", which "+why
+			f.Fix = "set server.libvirt.storage_pool_dir to a directory QEMU can reach (the default is " + path.Join(config.DefaultStoragePoolRoot, pool) + ")"
+		}
 		return f
 	}
 	state, avail := "", int64(-1)
@@ -413,17 +429,76 @@ func checkPool(ctx context.Context, e Env, uri string) Finding {
 			}
 		}
 	}
+	target, terr := poolTarget(ctx, e, uri, pool)
+	why := ""
+	if terr == nil {
+		why = qemuCannotReach(e, uri, target)
+	}
 	switch {
 	case state != "running":
 		f.Severity, f.Seen = Error, "pool "+pool+" is "+orUnknown(state)
 		f.Fix = fmt.Sprintf("virsh pool-start %s && virsh pool-autostart %s", pool, pool)
+	case terr != nil:
+		f.Severity, f.Seen = Warning, "running, but its directory is unknown: "+firstLine(terr.Error())
+		f.Fix = "virsh -c " + uri + " pool-dumpxml " + pool
+	case why != "":
+		f.Severity, f.Seen = Error, fmt.Sprintf("running at %s, which %s", target, why)
+		f.Fix = "chmod o+x the directories on the way, or define the pool elsewhere (virsh pool-undefine " + pool + "; gpuvmd then makes it at server.libvirt.storage_pool_dir)"
 	case avail >= 0 && avail < minPoolFree:
-		f.Severity, f.Seen = Warning, fmt.Sprintf("running, %s free (under %s)", gib(avail), gib(minPoolFree))
+		f.Severity, f.Seen = Warning, fmt.Sprintf("running at %s, %s free (under %s)", target, gib(avail), gib(minPoolFree))
 		f.Fix = "free space in the pool's directory, or point server.libvirt.storage_pool at a larger one"
 	default:
-		f.Severity, f.Seen = OK, "running, "+gib(avail)+" free"
+		f.Severity, f.Seen = OK, "running at "+target+", "+gib(avail)+" free"
 	}
 	return f
+}
+
+// poolMissing reports whether virsh's error says the pool does not exist.
+func poolMissing(err error) bool {
+	s := err.Error()
+	return strings.Contains(s, "Storage pool not found") || strings.Contains(s, "no storage pool with matching")
+}
+
+// poolTarget is the directory of a pool, from its definition.
+func poolTarget(ctx context.Context, e Env, uri, pool string) (string, error) {
+	outb, err := e.Run(ctx, "virsh", "-c", uri, "pool-dumpxml", pool)
+	if err != nil {
+		return "", err
+	}
+	var x struct {
+		Target struct {
+			Path string `xml:"path"`
+		} `xml:"target"`
+	}
+	if err := xml.Unmarshal(outb, &x); err != nil {
+		return "", fmt.Errorf("pool-dumpxml: %w", err)
+	}
+	if x.Target.Path == "" {
+		return "", errors.New("its definition has no target path")
+	}
+	return x.Target.Path, nil
+}
+
+// qemuCannotReach says why QEMU, which runs as its own user (libvirt-qemu),
+// cannot reach dir: a directory on the way that others may not search.
+// Directories that do not exist yet (libvirt makes them) and pools of a
+// remote libvirt are not checked.
+func qemuCannotReach(e Env, uri, dir string) string {
+	if u, err := url.Parse(uri); err != nil || u.Host != "" || !path.IsAbs(dir) {
+		return ""
+	}
+	p := "/"
+	for _, part := range strings.Split(strings.Trim(path.Clean(dir), "/"), "/") {
+		p = path.Join(p, part)
+		fi, err := e.Stat(p)
+		if err != nil {
+			return ""
+		}
+		if fi.IsDir() && fi.Mode().Perm()&0o001 == 0 {
+			return fmt.Sprintf("QEMU (user libvirt-qemu) cannot reach: %s is %04o", p, fi.Mode().Perm())
+		}
+	}
+	return ""
 }
 
 // checkKVM looks at /dev/kvm. Without it, or unusable, gpuvmd still works:

@@ -98,8 +98,20 @@ func TestDoctorFindings(t *testing.T) {
 		{"no KVM for QEMU", func(t *testing.T, root string, h *fakeHost) {
 			delete(h.commands, "virsh -c qemu:///system domcapabilities --virttype kvm")
 		}, "qemu-kvm", "qemu:///system", Warning},
-		{"no storage pool", func(t *testing.T, root string, h *fakeHost) {
+		{"no storage pool: gpuvmd makes it", func(t *testing.T, root string, h *fakeHost) {
 			delete(h.commands, "virsh -c qemu:///system pool-info --bytes gpuvm")
+			h.failing["virsh -c qemu:///system pool-info --bytes gpuvm"] = errPoolMissing
+			delete(h.stats, "/var/lib/libvirt/images/gpuvm")
+		}, "storage-pool", "gpuvm", Warning},
+		{"no storage pool, and QEMU could not reach it", func(t *testing.T, root string, h *fakeHost) {
+			h.failing["virsh -c qemu:///system pool-info --bytes gpuvm"] = errPoolMissing
+			h.stats["/var/lib/libvirt"] = fs.ModeDir | 0o750
+		}, "storage-pool", "gpuvm", Error},
+		{"libvirt does not say whether the pool exists", func(t *testing.T, root string, h *fakeHost) {
+			h.failing["virsh -c qemu:///system pool-info --bytes gpuvm"] = errors.New("exit status 1: error: access denied")
+		}, "storage-pool", "gpuvm", Error},
+		{"storage pool out of QEMU's reach", func(t *testing.T, root string, h *fakeHost) {
+			h.stats["/var/lib/libvirt/images/gpuvm"] = fs.ModeDir | 0o700
 		}, "storage-pool", "gpuvm", Error},
 		{"storage pool inactive", func(t *testing.T, root string, h *fakeHost) {
 			k := "virsh -c qemu:///system pool-info --bytes gpuvm"

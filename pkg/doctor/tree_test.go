@@ -3,6 +3,7 @@ package doctor
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io/fs"
 	"net"
@@ -158,11 +159,15 @@ func healthyFake() *fakeHost {
 		stats: map[string]fs.FileMode{
 			"/dev/kvm": fs.ModeDevice | fs.ModeCharDevice | 0o660, SRIOVManage: 0o755,
 			nvmlLibs[0]: 0o644, nvidiactl: fs.ModeDevice | fs.ModeCharDevice | 0o666,
+			// The storage pool's directory and the way to it.
+			"/var": fs.ModeDir | 0o755, "/var/lib": fs.ModeDir | 0o755, "/var/lib/libvirt": fs.ModeDir | 0o755,
+			"/var/lib/libvirt/images": fs.ModeDir | 0o711, "/var/lib/libvirt/images/gpuvm": fs.ModeDir | 0o711,
 		},
 		commands: map[string]string{
 			"virsh -c qemu:///system version":                        "Compiled against library: libvirt 9.0.0\nUsing library: libvirt 9.0.0\nUsing API: QEMU 9.0.0\nRunning hypervisor: QEMU 7.2.0\n",
 			"virsh -c qemu:///system domcapabilities --virttype kvm": "<domainCapabilities><domain>kvm</domain></domainCapabilities>\n",
 			"virsh -c qemu:///system pool-info --bytes gpuvm":        "Name:           gpuvm\nUUID:           6f0c\nState:          running\nPersistent:     yes\nAutostart:      yes\nCapacity:       1000204886016\nAllocation:     100020488601\nAvailable:      900184397415\n",
+			"virsh -c qemu:///system pool-dumpxml gpuvm":             "<pool type='dir'>\n  <name>gpuvm</name>\n  <target>\n    <path>/var/lib/libvirt/images/gpuvm</path>\n  </target>\n</pool>\n",
 		},
 		failing: map[string]error{},
 		mig:     map[string]bool{"0000:18:00.0": true},
@@ -242,3 +247,6 @@ func (h *fakeHost) env(sys host.SysFS, cfg *config.Config) Env {
 }
 
 var errNotFound = &exec.Error{Name: "virsh", Err: exec.ErrNotFound}
+
+// errPoolMissing is virsh's answer about a pool libvirt does not have.
+var errPoolMissing = errors.New("exit status 1: error: failed to get pool 'gpuvm'\nerror: Storage pool not found: no storage pool with matching name 'gpuvm'")

@@ -104,6 +104,10 @@ type Conn struct {
 	subs         map[*subscriber]bool
 	localFiles   map[string]bool            // volume files written without libvirt (see UploadVolume)
 	owned        map[string]domain.Metadata // gpuvm domains seen, by UUID (events of vanished ones)
+	// localUploads (this package's tests) has UploadVolume on the test
+	// driver write the bytes to the volume's path, and EnsurePool make the
+	// pool's directory, rather than fail with ErrNoUpload.
+	localUploads bool
 
 	// testHook, when set (tests only, or WithCallHook), runs inside every
 	// libvirt call, before it; an error it returns stands for the call's.

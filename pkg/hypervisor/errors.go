@@ -18,6 +18,11 @@ var (
 	ErrNotGpuvm = domain.ErrNotGpuvm
 )
 
+// ErrNoUpload says the libvirt driver cannot store a volume's contents
+// (VIR_ERR_NO_SUPPORT on upload: libvirt's test driver keeps volumes as
+// names and sizes only).
+var ErrNoUpload = errors.New("the libvirt driver cannot upload volume contents")
+
 // ErrDisconnected says the connection to libvirtd is lost (libvirtd stopped,
 // restarting, or silent past the keepalive): the Conn reconnects in the
 // background, and the call may be retried once it has (see

@@ -22,10 +22,13 @@ func testLogger(t testing.TB) *slog.Logger {
 	return slog.New(slog.DiscardHandler)
 }
 
+// openTest opens the test driver with localUploads: volume uploads write
+// files in the pools' directories (see UploadVolume).
 func openTest(t testing.TB, opts ...Option) *Conn {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
+	opts = append([]Option{func(c *Conn) { c.localUploads = true }}, opts...)
 	c, err := Open(ctx, testURI, testLogger(t), opts...)
 	if err != nil {
 		t.Fatal(err)

@@ -34,6 +34,10 @@ type Info struct {
 	State    State
 	Reason   string // why it is in that state, when libvirt says
 	Metadata domain.Metadata
+	// SeedSkipped, from CreateVM only, says why the request's cloud-init
+	// seed, made and checked, was not attached: the driver cannot store
+	// volume contents (ErrNoUpload). Empty otherwise.
+	SeedSkipped string
 }
 
 // Active reports whether the domain has a running QEMU (running, paused,

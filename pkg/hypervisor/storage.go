@@ -83,9 +83,9 @@ func (c *Conn) EnsurePool(ctx context.Context, name, dir string) error {
 		}
 		c.log.Info("storage pool started", "pool", name, "dir", dir)
 	}
-	if c.isTestDriver() {
+	if c.localUploads && c.isTestDriver() {
 		// The test driver keeps volumes in memory; UploadVolume writes
-		// files here when it cannot stream.
+		// files here when it cannot stream (tests only: localUploads).
 		if err := os.MkdirAll(dir, 0o711); err != nil {
 			return storageError(name, "", "create directory", err)
 		}
@@ -97,6 +97,76 @@ func (c *Conn) EnsurePool(ctx context.Context, name, dir string) error {
 		}
 	}
 	return nil
+}
+
+// PreparePool makes the storage pool called name usable and reports
+// whether it made it. A pool of that name, wherever its directory, is used
+// as it is: started when it is not active, its definition and autostart
+// untouched. A missing one is made at dir by EnsurePool (defined, built,
+// started, autostarted).
+func (c *Conn) PreparePool(ctx context.Context, name, dir string) (made bool, err error) {
+	p, err := c.pool(ctx, name)
+	if IsNotFound(err) {
+		if err := c.EnsurePool(ctx, name, dir); err != nil {
+			return false, err
+		}
+		return true, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	defer p.Free()
+	active, err := call(ctx, c, "pool active", 0, p.IsActive, nil)
+	if err != nil {
+		return false, storageError(name, "", "state", err)
+	}
+	if !active {
+		// Its directory may be gone (a checkout removed): make it again,
+		// as the definition says; an existing one is fine.
+		if err := c.do(ctx, "build pool", func() error { return p.Build(libvirt.STORAGE_POOL_BUILD_NEW) }); err != nil {
+			c.log.Debug("storage pool build", "pool", name, "err", clean(err))
+		}
+		if err := c.do(ctx, "start pool", func() error { return p.Create(0) }); err != nil {
+			return false, storageError(name, "", "start", err)
+		}
+		c.log.Info("storage pool started", "pool", name)
+	}
+	return false, nil
+}
+
+// PoolState is what libvirt says of a storage pool.
+type PoolState struct {
+	Dir       string // its target directory
+	Active    bool
+	Autostart bool
+}
+
+// PoolInfo reads a pool's directory and state.
+func (c *Conn) PoolInfo(ctx context.Context, name string) (PoolState, error) {
+	p, err := c.pool(ctx, name)
+	if err != nil {
+		return PoolState{}, err
+	}
+	defer p.Free()
+	doc, err := call(ctx, c, "pool XML", 0, func() (string, error) { return p.GetXMLDesc(0) }, nil)
+	if err != nil {
+		return PoolState{}, storageError(name, "", "read definition", err)
+	}
+	var px libvirtxml.StoragePool
+	if err := px.Unmarshal(doc); err != nil {
+		return PoolState{}, storageError(name, "", "read definition", err)
+	}
+	var st PoolState
+	if px.Target != nil {
+		st.Dir = px.Target.Path
+	}
+	if st.Active, err = call(ctx, c, "pool active", 0, p.IsActive, nil); err != nil {
+		return PoolState{}, storageError(name, "", "state", err)
+	}
+	if st.Autostart, err = call(ctx, c, "pool autostart", 0, p.GetAutostart, nil); err != nil {
+		return PoolState{}, storageError(name, "", "autostart", err)
+	}
+	return st, nil
 }
 
 // DeletePool stops and undefines a pool, leaving its directory and files.
@@ -223,9 +293,11 @@ func (c *Conn) createVolume(ctx context.Context, pool, name string, x *libvirtxm
 }
 
 // UploadVolume creates a raw volume holding data (a cloud-init seed ISO)
-// and returns its path. The bytes travel through a libvirt stream; a driver
-// without upload (the test driver) gets them written to the volume's path
-// directly, which DeleteVolume then removes.
+// and returns its path. The bytes travel through a libvirt stream. A driver
+// that cannot upload (libvirt says VIR_ERR_NO_SUPPORT: the test driver)
+// gets an error that wraps ErrNoUpload, and no volume is left; in this
+// package's tests (localUploads) the test driver gets the bytes written to
+// the volume's path instead, which DeleteVolume then removes.
 func (c *Conn) UploadVolume(ctx context.Context, pool, name string, data []byte) (string, error) {
 	if err := volumeName(name); err != nil {
 		return "", storageError(pool, name, "upload", err)
@@ -270,7 +342,10 @@ func (c *Conn) upload(ctx context.Context, pool, name, path string, data []byte)
 	defer st.Free()
 	err = c.do(ctx, "upload volume", func() error { return v.Upload(st, 0, uint64(len(data)), 0) })
 	if isCode(err, libvirt.ERR_NO_SUPPORT) {
-		return c.writeLocal(pool, name, path, data)
+		if c.localUploads && c.isTestDriver() {
+			return c.writeLocal(pool, name, path, data)
+		}
+		return storageError(pool, name, "upload", fmt.Errorf("%w: %w", ErrNoUpload, clean(err)))
 	}
 	if err != nil {
 		return storageError(pool, name, "upload", err)
@@ -300,11 +375,8 @@ func (c *Conn) upload(ctx context.Context, pool, name, path string, data []byte)
 	return nil
 }
 
-// writeLocal stands in for a stream upload on drivers without one.
+// writeLocal stands in for a stream upload on the test driver, in tests.
 func (c *Conn) writeLocal(pool, name, path string, data []byte) error {
-	if !c.isTestDriver() {
-		return storageError(pool, name, "upload", errors.New("the libvirt driver cannot upload volumes"))
-	}
 	if err := os.WriteFile(path, data, 0o600); err != nil {
 		return storageError(pool, name, "upload (local file, test driver)", err)
 	}

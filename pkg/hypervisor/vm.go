@@ -32,6 +32,9 @@ type VMRequest struct {
 	SeedTemplates fs.FS
 }
 
+// SeedNotAttached begins Info.SeedSkipped.
+const SeedNotAttached = "cloud-init seed not attached"
+
 // OverlayName is the disk overlay's volume name of a VM.
 func OverlayName(vm string) string { return domain.OverlayName(vm) }
 
@@ -122,6 +125,7 @@ func (c *Conn) CreateVM(ctx context.Context, req VMRequest) (Info, error) {
 	}
 
 	var disks []domain.Disk
+	seedSkipped := ""
 	if req.BaseImage != "" {
 		vol := OverlayName(spec.Name)
 		exists, err := c.VolumeExists(ctx, req.Pool, vol)
@@ -147,11 +151,17 @@ func (c *Conn) CreateVM(ctx context.Context, req VMRequest) (Info, error) {
 		if err := c.DeleteVolume(ctx, req.Pool, vol); err != nil {
 			return Info{}, rollback("make cloud-init seed", err)
 		}
-		if _, err := c.UploadVolume(ctx, req.Pool, vol, iso); err != nil {
+		switch _, err := c.UploadVolume(ctx, req.Pool, vol, iso); {
+		case errors.Is(err, ErrNoUpload):
+			// The seed is made and valid; the driver cannot hold it.
+			seedSkipped = fmt.Sprintf("%s: libvirt's %s driver cannot store volume contents (%s)", SeedNotAttached, strings.ToLower(c.driver), libvirtCause(err))
+			c.log.Warn("the VM starts without its cloud-init seed", "vm", name, "pool", req.Pool, "volume", vol, "driver", c.driver, "err", clean(err))
+		case err != nil:
 			return Info{}, rollback("upload cloud-init seed", err)
+		default:
+			madeVolume(domain.VolumeRef{Pool: req.Pool, Name: vol})
+			disks = append(disks, domain.Disk{Pool: req.Pool, Volume: vol, CDROM: true})
 		}
-		madeVolume(domain.VolumeRef{Pool: req.Pool, Name: vol})
-		disks = append(disks, domain.Disk{Pool: req.Pool, Volume: vol, CDROM: true})
 	}
 	spec.Disks = disks
 	spec.Metadata.Volumes = append(append([]domain.VolumeRef(nil), spec.Metadata.Volumes...), made...)
@@ -179,8 +189,19 @@ func (c *Conn) CreateVM(ctx context.Context, req VMRequest) (Info, error) {
 	if err != nil {
 		return Info{}, rollback("check state", unwrapVM(err))
 	}
+	info.SeedSkipped = seedSkipped
 	c.log.Info("VM created", "vm", name, "uuid", info.UUID, "type", spec.DomainType, "state", info.State)
 	return info, nil
+}
+
+// libvirtCause is libvirt's own message in err ("this function is not
+// supported by the connection driver: virStorageVolUpload"), else err's.
+func libvirtCause(err error) string {
+	var lv *libvirtError
+	if errors.As(err, &lv) {
+		return lv.Error()
+	}
+	return err.Error()
 }
 
 // allDisconnected reports whether every error in errs (at least one) is a

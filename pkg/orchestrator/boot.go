@@ -297,6 +297,10 @@ func (lc *lifecycle) checkBoot(ctx context.Context, vm *store.VM, since time.Tim
 		}
 		return nil
 	}
+	if strings.HasPrefix(vm.StateReason, hypervisor.SeedNotAttached) {
+		// The create's note that the VM runs without its seed stays.
+		reason = strings.TrimSuffix(vm.StateReason+"; "+reason, "; ")
+	}
 	_, err := lc.st.UpdateVMState(ctx, vm.ID, vm.Version, store.VMUpdate{State: store.VMRunning, Phase: api.PhaseReady, StateReason: reason})
 	if errors.Is(err, store.ErrConflict) {
 		return nil // changed meanwhile (an extend, a stop): the next look reads it again

@@ -68,14 +68,20 @@ func (lc *lifecycle) runCreate(ctx context.Context, vm *store.VM, op *store.Oper
 	if err != nil {
 		return lc.createFailed(ctx, vm.ID, op, err)
 	}
-	if _, err := lc.hv.CreateVM(ctx, req); err != nil {
-		return lc.createFailed(ctx, vm.ID, op, err)
+	info, err := lc.hv.CreateVM(ctx, req)
+	if err != nil {
+		return lc.createFailed(ctx, vm.ID, op, missingPool(err))
 	}
 	if err := lc.hook(vm.ID, HookDomainCreated); err != nil {
 		return err
 	}
+	if info.SeedSkipped != "" {
+		// The VM runs; its reason says what it lacks (gpuvm show).
+		lc.log.Warn("VM created without its cloud-init seed", "vm", vm.ID, "name", vm.Name, "pool", req.Pool, "reason", info.SeedSkipped)
+	}
 	lease := lc.st.Now().Add(time.Duration(max(vm.Hours, 1)) * time.Hour)
-	running, err := lc.st.UpdateVMState(ctx, vm.ID, vm.Version, store.VMUpdate{State: store.VMRunning, Phase: lc.startedPhase(), LeaseEnd: &lease})
+	running, err := lc.st.UpdateVMState(ctx, vm.ID, vm.Version, store.VMUpdate{State: store.VMRunning, Phase: lc.startedPhase(),
+		LeaseEnd: &lease, StateReason: info.SeedSkipped})
 	if err != nil {
 		return err
 	}
@@ -86,6 +92,16 @@ func (lc *lifecycle) runCreate(ctx context.Context, vm *store.VM, op *store.Oper
 	}
 	lc.log.Info("VM running", "vm", vm.ID, "name", vm.Name, "owner", vm.Owner, "domain", req.Spec.Name)
 	return lc.st.FinishOperation(ctx, op.ID, nil)
+}
+
+// missingPool adds to a create's error that names a storage pool libvirt
+// does not have where the pool should have come from.
+func missingPool(err error) error {
+	var se *hypervisor.StorageError
+	if errors.As(err, &se) && se.Volume == "" && hypervisor.IsNotFound(err) {
+		return fmt.Errorf("%w (gpuvmd makes storage pool %s, server.libvirt.storage_pool, when it starts or reloads its configuration; its log says why it could not)", err, se.Pool)
+	}
+	return err
 }
 
 // fresh re-reads the VM and the operation a round handed to a worker: the

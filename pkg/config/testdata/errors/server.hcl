@@ -8,8 +8,9 @@ server {
   }
 
   libvirt {
-    uri             = "qemu/system"
-    graphics_listen = "everywhere"
+    uri              = "qemu/system"
+    storage_pool_dir = ""
+    graphics_listen  = "everywhere"
   }
 
   plugins {
