@@ -395,7 +395,7 @@ var pinPattern = regexp.MustCompile(`^[0-9]{4}$`)
 var openUDPForwards = udpForwards
 
 // vmDesktopCredentials are the VM's one-time desktop credentials (user and
-// password, GET /v1/vms/{id}/credentials), which cloud-init set in the
+// password, POST /v1/vms/{id}/credentials), which cloud-init set in the
 // guest; profile.desktop.credentials = "vm". They can be read once: pairing
 // spends them, and says so.
 var vmDesktopCredentials = func(ctx context.Context, c *client.Client, vmID string) (user, password string, err error) {

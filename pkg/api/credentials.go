@@ -2,7 +2,7 @@ package api
 
 import "time"
 
-// CredentialsResponse is the answer to GET /v1/vms/{id}/credentials: the
+// CredentialsResponse is the answer to POST /v1/vms/{id}/credentials: the
 // VM's one-time desktop password and the guest account it belongs to. Only
 // the VM's owner gets it, once; gpuvmd then forgets the password (the guest
 // keeps only its hash). A second read is 410 (ProblemBase+"credentials-read").

@@ -27,7 +27,13 @@ type Identity struct {
 var ErrInvalidCredentials = errors.New("invalid credentials")
 
 // Refusal is a refused sign-in and why, for the audit log only.
-type Refusal struct{ Reason string }
+type Refusal struct {
+	Reason string
+	// Account is the name of the directory's entry the username matched,
+	// when one was found (a wrong password): the sign-in limits count it
+	// whatever spelling found it. Never shown to the client.
+	Account string
+}
 
 func (r *Refusal) Error() string { return "invalid credentials: " + r.Reason }
 

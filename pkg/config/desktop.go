@@ -40,7 +40,7 @@ const (
 	// password from $GPUVM_DESKTOP_PASSWORD or typed in).
 	CredentialsAsk = "ask"
 	// CredentialsVM: the VM's one-time desktop credentials, which
-	// cloud-init set in the guest (GET /v1/vms/{id}/credentials).
+	// cloud-init set in the guest (POST /v1/vms/{id}/credentials).
 	CredentialsVM = "vm"
 )
 

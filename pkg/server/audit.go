@@ -59,8 +59,8 @@ type auditRoute struct {
 
 // auditRoutes is every route that is recorded, by method and path as the
 // OpenAPI document writes them. Every route but GET (and the GETs that
-// issue console tickets, open consoles and tunnels or give out the desktop
-// password) must be here:
+// issue console tickets, open consoles and tunnels, or finish an OpenID
+// sign-in) must be here:
 // TestAuditCoversStateChangingRoutes fails otherwise.
 var auditRoutes = map[string]auditRoute{
 	"POST /v1/vms":                        {"vm.create", ""},
@@ -72,7 +72,7 @@ var auditRoutes = map[string]auditRoute{
 	"GET /v1/vms/{id}/console":            {"console.ticket", "vm/{id}"},
 	"GET /v1/vms/{id}/console.vv":         {"console.file", "vm/{id}"},
 	"POST /v1/vms/{id}/tunnel":            {"tunnel.ticket", "vm/{id}"},
-	"GET /v1/vms/{id}/credentials":        {"vm.credentials", "vm/{id}"},
+	"POST /v1/vms/{id}/credentials":       {"vm.credentials", "vm/{id}"},
 	"GET /v1/console/ws":                  {"console.open", ""},
 	"GET /v1/tunnel/ws":                   {"tunnel.open", ""},
 	"GET /v1/tunnel/udp/ws":               {"udptunnel.open", ""},

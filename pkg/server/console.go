@@ -117,14 +117,15 @@ var errBadGateway = &Problem{Type: ProblemBase + "bad-gateway", Title: "The VM d
 // consoleRoutes registers the console and tunnel routes: the ticket
 // issuers under /v1 (bearer token, group vms), the websockets and the
 // browser page outside it (a browser cannot send a bearer token on a
-// websocket; the one-time ticket is the credential).
+// websocket; the one-time ticket is the credential). A websocket that
+// carries credentials as well must carry its ticket owner's (ticketCaller).
 func (s *Server) consoleRoutes(vms *gin.RouterGroup) {
 	vms.GET("/vms/:id/console", s.getConsole)
 	vms.GET("/vms/:id/console.vv", s.getConsoleVV)
 	vms.POST("/vms/:id/tunnel", s.createTunnel)
-	s.engine.GET(consoleWSPath, s.stream, func(c *gin.Context) { s.serveTicket(c, store.TicketConsole, store.ProtocolTCP) })
-	s.engine.GET(tunnelWSPath, s.stream, func(c *gin.Context) { s.serveTicket(c, store.TicketTunnel, store.ProtocolTCP) })
-	s.engine.GET(tunnelUDPWSPath, s.stream, func(c *gin.Context) { s.serveTicket(c, store.TicketTunnel, store.ProtocolUDP) })
+	s.engine.GET(consoleWSPath, s.stream, s.ticketCaller, func(c *gin.Context) { s.serveTicket(c, store.TicketConsole, store.ProtocolTCP) })
+	s.engine.GET(tunnelWSPath, s.stream, s.ticketCaller, func(c *gin.Context) { s.serveTicket(c, store.TicketTunnel, store.ProtocolTCP) })
+	s.engine.GET(tunnelUDPWSPath, s.stream, s.ticketCaller, func(c *gin.Context) { s.serveTicket(c, store.TicketTunnel, store.ProtocolUDP) })
 	s.engine.GET(consolePageURL+":id", s.consolePage)
 	s.engine.GET(consoleAssets+"/*filepath", gin.WrapH(web.AssetHandler(consoleAssets)))
 }
@@ -344,6 +345,57 @@ func headerHas(h http.Header, key, token string) bool {
 	return false
 }
 
+// credentialKey names, in the gin context, the credential a ticket's
+// websocket carries: "Authorization" or the session cookie's name.
+const credentialKey = "gpuvm.credential"
+
+// ticketCaller resolves the credentials a ticket's websocket carries, if
+// any, for ticketOfCaller. A bearer token must be valid (401 otherwise,
+// the ticket unused). A browser sends its cookies unasked: a live
+// session's names its user; one of a session that has ended is no
+// credential, and the ticket alone decides, as without one.
+func (s *Server) ticketCaller(c *gin.Context) {
+	if c.GetHeader("Authorization") != "" {
+		c.Set(credentialKey, "Authorization")
+		s.authenticate(c)
+		return
+	}
+	if ck, err := c.Request.Cookie(api.SessionCookie); err == nil {
+		_, u, err := s.Store.GetSession(c.Request.Context(), store.SessionCookie, ck.Value)
+		switch {
+		case err == nil && s.localAllowed(u):
+			c.Set(userKey, u)
+			c.Set(credentialKey, api.SessionCookie)
+		case err != nil && !errors.Is(err, store.ErrNoSession):
+			s.writeProblem(c, fmt.Errorf("check the session cookie of a ticket's websocket: %w", err))
+			return
+		}
+	}
+	c.Next()
+}
+
+// ticketOfCaller says whether a ticket may open for the request: always
+// when the request carries no credentials (the ticket is the credential);
+// otherwise only when they are its owner's. Another user's credentials
+// are refused with 403 and the ticket is not spent. A ticket that is
+// unknown, used or expired is left to ConsumeTicket to say so.
+func (s *Server) ticketOfCaller(c *gin.Context, plain string) bool {
+	v, ok := c.Get(userKey)
+	if !ok {
+		return true
+	}
+	u := v.(*store.User)
+	t, err := s.Store.PeekTicket(c.Request.Context(), plain)
+	if err != nil || t.User == u.Name {
+		return true
+	}
+	s.log.Warn("ticket used with another user's credentials", "user", u.Name, "ticket_user", t.User, "vm", t.VMID)
+	auditUser(c, u.Name)
+	auditTarget(c, "vm/"+t.VMID)
+	s.writeProblem(c, withField(errForbidden, c.GetString(credentialKey), "the ticket is another user's: with credentials, a ticket opens only for the user it was issued to (the ticket was not used)"))
+	return false
+}
+
 // serveTicket is the websocket of a console or tunnel ticket of a protocol:
 // it spends the ticket, connects to the VM's display or the guest's port,
 // and only then accepts the websocket, so that every refusal is an HTTP
@@ -363,6 +415,9 @@ func (s *Server) serveTicket(c *gin.Context, kind, proto string) {
 	}
 	if !isWebSocketRequest(c.Request) {
 		s.writeProblem(c, with(errBadRequest, "this is a websocket endpoint: send a websocket upgrade (the ticket was not used)"))
+		return
+	}
+	if !s.ticketOfCaller(c, plain) {
 		return
 	}
 	if s.forwardTicket(c, plain) { // a VM on another node of the fleet (fleet.go)

@@ -14,19 +14,25 @@ import (
 )
 
 // The one-time desktop password. createVM makes it (newCredential) and the
-// store keeps it with the VM; the seed gets only its SHA-512 crypt hash. GET
+// store keeps it with the VM; the seed gets only its SHA-512 crypt hash. POST
 // /v1/vms/{id}/credentials gives it to the VM's owner once — not to admins,
 // who can reach every VM's console anyway but should not learn a person's
 // password — and the audit log records every read and every refusal. The
 // password is in no log line, event, audit detail or VM answer.
+//
+// Reading it spends it, so it is a POST, under the defence of every change:
+// with the portal's cookie it needs the session's CSRF token and this
+// origin (portal.go). As a GET, any page of the same site (another port of
+// the host, a guest's web app through a tunnel on 127.0.0.1) could have
+// spent it with the owner's cookie. A GET is answered 405 (Allow: POST).
 
 // errCredentialsRead is the second read of a desktop password.
 var errCredentialsRead = &Problem{Type: ProblemBase + "credentials-read", Title: "The desktop password was already read", Status: http.StatusGone}
 
 // credentialsAPIRoutes document the credentials route (apiRoutes).
 var credentialsAPIRoutes = []route{
-	{Method: "GET", Path: "/v1/vms/{id}/credentials", Summary: "The VM's one-time desktop password and guest user, for its owner only (not admins), once: a second read is 410. Audited",
-		Auth: authUser, Params: []param{pVM}, Status: 200, Answer: api.CredentialsResponse{}, Errors: []int{403, 404, 410, 503}},
+	{Method: "POST", Path: "/v1/vms/{id}/credentials", Summary: "The VM's one-time desktop password and guest user, for its owner only (not admins), once: a second read is 410. A POST, as it spends the password (with the portal's cookie, the session's X-CSRF-Token); no body. Audited",
+		Auth: authUser, Params: []param{pVM}, Status: 200, Answer: api.CredentialsResponse{}, Errors: []int{400, 403, 404, 410, 413, 503}},
 }
 
 // newCredential makes the one-time desktop password of a new VM of owner.
@@ -42,7 +48,12 @@ func newCredential(owner string) (*store.VMCredential, error) {
 	return &store.VMCredential{Login: cloudinit.LoginName(owner), Password: pw, PasswordHash: hash}, nil
 }
 
-func (s *Server) getCredentials(c *gin.Context) {
+// takeCredentials is POST /v1/vms/{id}/credentials.
+func (s *Server) takeCredentials(c *gin.Context) {
+	var none struct{}
+	if !s.decodeOptionalJSON(c, &none) {
+		return
+	}
 	vm, ok := s.findVM(c)
 	if !ok {
 		return

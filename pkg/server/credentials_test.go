@@ -31,13 +31,13 @@ func TestCredentialsOnce(t *testing.T) {
 		{"an admin", "admin-token", "forbidden"},
 		{"another user", "bob-token", "not-found"},
 	} {
-		rec, body := send(t, s, "GET", "/v1/vms/"+id+"/credentials", tc.token, "")
+		rec, body := send(t, s, "POST", "/v1/vms/"+id+"/credentials", tc.token, "")
 		if body["type"] != api.ProblemBase+tc.problem || strings.Contains(rec.Body.String(), "password\":") {
 			t.Errorf("%s reads it: %d %s", tc.who, rec.Code, rec.Body)
 		}
 	}
 
-	rec, _ = send(t, s, "GET", "/v1/vms/desk/credentials", "ann-token", "")
+	rec, _ = send(t, s, "POST", "/v1/vms/desk/credentials", "ann-token", "")
 	var got api.CredentialsResponse
 	if rec.Code != 200 || json.Unmarshal(rec.Body.Bytes(), &got) != nil || got.User != "ann" || len(got.Password) != 20 || got.VMID != id {
 		t.Fatalf("owner's read: %d %s", rec.Code, rec.Body)
@@ -45,7 +45,7 @@ func TestCredentialsOnce(t *testing.T) {
 	if rec.Header().Get("Cache-Control") != "no-store" {
 		t.Errorf("Cache-Control %q", rec.Header().Get("Cache-Control"))
 	}
-	rec, body = send(t, s, "GET", "/v1/vms/"+id+"/credentials", "ann-token", "")
+	rec, body = send(t, s, "POST", "/v1/vms/"+id+"/credentials", "ann-token", "")
 	if rec.Code != 410 || body["type"] != api.ProblemBase+"credentials-read" || !strings.Contains(body["detail"].(string), "already read") {
 		t.Fatalf("second read: %d %s", rec.Code, rec.Body)
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"reflect"
 	"slices"
 	"strconv"
@@ -318,4 +319,45 @@ func isNumberKind(t string) bool {
 		return true
 	}
 	return false
+}
+
+// checkQuery refuses, for every route, a request whose query does not
+// parse as url.ParseQuery parses it: a ';' (which Go's parser drops the
+// parameter at, so that "?hours=1;DROP" would read as no hours at all) or
+// a bad percent-encoding. The refusal is a 400 naming the parameter, or
+// "query" when its name cannot be read.
+func (s *Server) checkQuery(c *gin.Context) {
+	if field, detail, bad := queryFault(c.Request.URL.RawQuery); bad {
+		s.writeProblem(c, withField(errBadRequest, field, detail))
+		return
+	}
+	c.Next()
+}
+
+// queryFault says which parameter of a raw query does not parse, and why.
+func queryFault(raw string) (field, detail string, bad bool) {
+	for part := range strings.SplitSeq(raw, "&") {
+		if part == "" {
+			continue
+		}
+		rawKey, rawVal, _ := strings.Cut(part, "=")
+		key, keyErr := url.QueryUnescape(rawKey)
+		field = key
+		if keyErr != nil || strings.Contains(key, ";") || field == "" {
+			field = "query"
+		}
+		switch {
+		case strings.Contains(part, ";"):
+			return clip(field, 100), fmt.Sprintf("the query parameter %q has a ';': separate parameters with '&', and percent-encode a ';' in a value (%%3B)", clip(part, 100)), true
+		case keyErr != nil:
+			return field, fmt.Sprintf("the query parameter name %q is not valid percent-encoding", clip(rawKey, 100)), true
+		}
+		if _, err := url.QueryUnescape(rawVal); err != nil {
+			return clip(field, 100), fmt.Sprintf("the value of query parameter %q is not valid percent-encoding (%q)", clip(key, 100), clip(rawVal, 100)), true
+		}
+	}
+	if _, err := url.ParseQuery(raw); err != nil { // what the parser refuses besides
+		return "query", "the query does not parse: " + err.Error(), true
+	}
+	return "", "", false
 }

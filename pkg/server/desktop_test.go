@@ -268,7 +268,7 @@ func TestDesktopRDP(t *testing.T) {
 	if resp.StatusCode != 200 || strings.Contains(string(b), cred.Password) {
 		t.Errorf("%d %q", resp.StatusCode, b)
 	}
-	resp, b = e.call("GET", "/v1/vms/"+withCred.ID+"/credentials", "ann-token", "")
+	resp, b = e.call("POST", "/v1/vms/"+withCred.ID+"/credentials", "ann-token", "")
 	var cr api.CredentialsResponse
 	if resp.StatusCode != 200 || json.Unmarshal(b, &cr) != nil || cr.Password != cred.Password || cr.User != "ann_x" {
 		t.Errorf("the password after the .rdp files: %d %s", resp.StatusCode, b)

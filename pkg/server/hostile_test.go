@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -57,6 +58,7 @@ var hostileBodies = map[string]struct {
 	"POST /v1/admin/hosts/{name}/drain": {status: 404, optional: true}, // no node of that name
 	"POST /v1/admin/orphans/{id}/adopt": {body: `{"owner":"ann","name":"adopted","profile":"seat"}`, status: 201},
 	"POST /v1/session":                  {body: `{"token":"gpuvm_not-a-token"}`, status: 401}, // portal.go's sign-in
+	"POST /v1/vms/{id}/credentials":     {status: 200, optional: true},                        // spent by the first that passes
 	// images.go: a file that is not there, a VM that is not.
 	"POST /v1/admin/images":         {body: `{"source_path":"/nonexistent/disk.qcow2","name":"disk","os":"linux","firmware":"uefi","sha256":"` + strings.Repeat("0", 64) + `"}`, status: 422},
 	"POST /v1/admin/images/publish": {body: `{"vm":"nope","name":"disk","os":"linux","firmware":"uefi"}`, status: 404},
@@ -200,6 +202,12 @@ func (e *hostileEnv) fingerprint() string {
 	for _, vm := range vms.VMs {
 		ops, err := e.st.ListOperations(ctx, vm.ID)
 		add("ops "+vm.ID, ops, err)
+		// Whether its one-time desktop password is spent.
+		cr, err := e.st.GetVMCredential(ctx, vm.ID)
+		if errors.Is(err, store.ErrNotFound) {
+			cr, err = &store.VMCredential{}, nil
+		}
+		add("credential read "+vm.ID, cr.ReadAt, err)
 	}
 	us, err := e.st.ListUsers(ctx)
 	add("users", us, err)
@@ -594,7 +602,8 @@ func TestClientThatLeftIsNoServerError(t *testing.T) {
 }
 
 // documented reports whether the OpenAPI document lists code for r: its
-// Errors, those its Auth implies, 408 for a POST's body, and 404 for a
+// Errors, those its Auth implies, 408 for a POST's body, 400 for a query,
+// and 404 for a
 // path parameter that makes a path no route has.
 func documented(r route, code int) bool {
 	switch {
@@ -603,6 +612,7 @@ func documented(r route, code int) bool {
 	case code == http.StatusUnauthorized && r.Auth != authNone,
 		code == http.StatusForbidden && (r.Auth == authAdmin || r.Auth == authTicket),
 		code == http.StatusRequestTimeout && r.Method == http.MethodPost,
+		code == http.StatusBadRequest,                                // a query that does not parse, on every route
 		code == http.StatusNotFound && strings.Contains(r.Path, "{"): // a hostile path parameter can name no route
 		return true
 	}

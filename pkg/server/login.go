@@ -12,8 +12,11 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode"
 
 	"github.com/gin-gonic/gin"
+	"golang.org/x/text/cases"
+	"golang.org/x/text/unicode/norm"
 
 	"github.com/gpuvm/gpuvm/pkg/api"
 	"github.com/gpuvm/gpuvm/pkg/auth"
@@ -36,8 +39,10 @@ import (
 // same problem, no sooner than loginFailureFloor after the request came
 // (plus jitter), so that nobody learns from the answer or its timing which
 // names exist. Only the audit entry (auth.login) says why. Failed sign-ins
-// are limited per source address and per username: beyond, 429 with
-// Retry-After, for any name alike (and for the right password too).
+// are limited per source address and per username — the name as the
+// directory matches it (loginKey: " Bob" is bob), and the directory entry
+// it found — beyond, 429 with Retry-After, for any name alike (and for
+// the right password too).
 
 // PasswordSignIn checks a username and password with a directory
 // (pkg/auth/ldap's Directory).
@@ -179,21 +184,18 @@ func (s *Server) checkPassword(c *gin.Context, username, password string) (auth.
 		s.writeProblem(c, errLoginNotReady)
 		return auth.Identity{}, nil, false
 	}
-	ip, userKey := clientIP(c.Request), strings.ToLower(username)
-	for _, b := range []struct {
-		w   *rateWindow
-		key string
-	}{{s.loginLimits.byIP, ip}, {s.loginLimits.byUser, userKey}} {
-		if wait, blocked := b.w.blocked(b.key, start); blocked {
-			c.Header("Retry-After", strconv.Itoa(int(wait.Seconds())+1))
-			auditReason(c, "rate limited")
-			s.writeProblem(c, with(errTooManyRequests, "too many sign-ins; try again later"))
-			return auth.Identity{}, nil, false
-		}
+	// The per-user limit counts the name as the directory matches it (a
+	// name spelt with other case or spaces is the same account), and, once
+	// the directory has answered, its entry's own name as well.
+	ip, userKeys := clientIP(c.Request), []string{loginKey(username)}
+	if s.loginBlocked(c, start, ip, userKeys) {
+		return auth.Identity{}, nil, false
 	}
 	refuse := func(reason string) {
 		s.loginLimits.byIP.add(ip, start)
-		s.loginLimits.byUser.add(userKey, start)
+		for _, k := range slices.Compact(userKeys) {
+			s.loginLimits.byUser.add(k, start)
+		}
 		auditReason(c, reason)
 		slowRefusal(c, start)
 		s.writeProblem(c, errLoginRefused)
@@ -202,6 +204,12 @@ func (s *Server) checkPassword(c *gin.Context, username, password string) (auth.
 	var r *auth.Refusal
 	switch {
 	case errors.As(err, &r):
+		if r.Account != "" {
+			userKeys = append(userKeys, loginKey(r.Account))
+			if s.loginBlocked(c, start, "", userKeys[1:]) {
+				return auth.Identity{}, nil, false
+			}
+		}
 		refuse(r.Reason)
 		return auth.Identity{}, nil, false
 	case errors.Is(err, auth.ErrInvalidCredentials):
@@ -213,7 +221,59 @@ func (s *Server) checkPassword(c *gin.Context, username, password string) (auth.
 		s.writeProblem(c, with(errUnavailable, "the directory does not answer; try again later"))
 		return auth.Identity{}, nil, false
 	}
+	// The right password of an account whose name is blocked however it
+	// was spelt is refused as the blocked name is.
+	userKeys = append(userKeys, loginKey(id.Name))
+	if s.loginBlocked(c, start, "", userKeys[1:]) {
+		return auth.Identity{}, nil, false
+	}
 	return id, refuse, true
+}
+
+// loginBlocked answers 429 with Retry-After and reports true when the
+// source address ip ("": not checked) or one of the user keys has reached
+// its limit.
+func (s *Server) loginBlocked(c *gin.Context, now time.Time, ip string, userKeys []string) bool {
+	type check struct {
+		w   *rateWindow
+		key string
+	}
+	var checks []check
+	if ip != "" {
+		checks = append(checks, check{s.loginLimits.byIP, ip})
+	}
+	for _, k := range userKeys {
+		checks = append(checks, check{s.loginLimits.byUser, k})
+	}
+	for _, b := range checks {
+		if wait, blocked := b.w.blocked(b.key, now); blocked {
+			c.Header("Retry-After", strconv.Itoa(int(wait.Seconds())+1))
+			auditReason(c, "rate limited")
+			s.writeProblem(c, with(errTooManyRequests, "too many sign-ins; try again later"))
+			return true
+		}
+	}
+	return false
+}
+
+// loginKey is a username as a directory matches it (LDAP's caseIgnoreMatch
+// of uid, RFC 4518's string preparation): control and format characters
+// (soft hyphen, zero-width space, variation selectors) mapped to nothing,
+// other spaces to a space, case folded, compatibility-normalised (NFKC),
+// spaces at either end dropped and runs inside made one. Names the
+// directory takes for one account are one key.
+func loginKey(name string) string {
+	name = strings.Map(func(r rune) rune {
+		switch {
+		case unicode.IsSpace(r) || unicode.In(r, unicode.Zs, unicode.Zl, unicode.Zp):
+			return ' '
+		case unicode.In(r, unicode.Cc, unicode.Cf, unicode.Variation_Selector) || r == 0x034F || r == 0x1806 || r == 0xFFFC:
+			return -1
+		}
+		return r
+	}, name)
+	name = norm.NFKC.String(cases.Fold().String(name))
+	return strings.Join(strings.Fields(name), " ")
 }
 
 // slowRefusal waits until loginFailureFloor (plus jitter) after start: a

@@ -227,7 +227,9 @@ func openAPI(routes []route) map[string]any {
 			ok["content"] = map[string]any{ct: map[string]any{"schema": g.schema(reflect.TypeOf(r.Answer))}}
 		}
 		resps[strconv.Itoa(r.Status)] = ok
-		errs := append([]int(nil), r.Errors...)
+		// Every route refuses a query that does not parse (decode.go's
+		// checkQuery).
+		errs := append([]int{http.StatusBadRequest}, r.Errors...)
 		if r.Method == http.MethodPost {
 			// Every POST reads its body (decode.go): one that does not
 			// come within the body timeout is answered 408 (limits.go).

@@ -65,6 +65,14 @@ func (s *Server) noRoute(c *gin.Context) {
 	s.writeProblem(c, with(errNotFound, "no route "+c.Request.Method+" "+c.Request.URL.Path))
 }
 
+// noMethod answers a request whose path is served for other methods only
+// (gin has set Allow): 405, naming them. A GET never does what a POST does
+// (POST /v1/vms/{id}/credentials spends the desktop password).
+func (s *Server) noMethod(c *gin.Context) {
+	allow := c.Writer.Header().Get("Allow")
+	s.writeProblem(c, with(errMethodNotAllowed, c.Request.Method+" "+c.Request.URL.Path+" is not served: this path takes "+allow))
+}
+
 // signedIn says whether a request carries a live session cookie (the
 // portal's pages send those without one to /login).
 func (s *Server) signedIn(r *http.Request) bool {
@@ -114,7 +122,7 @@ func (s *Server) authenticateSession(c *gin.Context) {
 	}
 	if stateChanging(c.Request.Method) {
 		if !sameOrigin(c.Request) {
-			s.writeProblem(c, with(errForbidden, "the request comes from another origin"))
+			s.writeProblem(c, withField(errForbidden, originHeader(c.Request), "the request comes from another origin"))
 			return
 		}
 		got := c.GetHeader(api.CSRFHeader)
@@ -128,7 +136,9 @@ func (s *Server) authenticateSession(c *gin.Context) {
 
 // sameOrigin is false when the browser says the request comes from another
 // origin (Origin, else Sec-Fetch-Site); a request that says neither is not
-// from a browser that would send the cookie cross-site. Origin may name
+// from a browser that would send the cookie cross-site. same-site is not
+// this origin: a page on another port of the host (a guest's web app
+// through a tunnel on 127.0.0.1) is same-site. Origin may name
 // the host a proxy in front was asked for (X-Forwarded-Host): a page of
 // another site cannot set that header without a preflight, which gpuvmd
 // never grants.
@@ -143,6 +153,14 @@ func sameOrigin(r *http.Request) bool {
 	}
 	site := r.Header.Get("Sec-Fetch-Site")
 	return site == "" || site == "same-origin" || site == "none"
+}
+
+// originHeader is the header sameOrigin judged a request by.
+func originHeader(r *http.Request) string {
+	if r.Header.Get("Origin") != "" {
+		return "Origin"
+	}
+	return "Sec-Fetch-Site"
 }
 
 // signIn is POST /v1/session: with a token, or a username and password.

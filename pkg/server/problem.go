@@ -19,16 +19,17 @@ type Problem = api.Problem
 
 // Problem kinds.
 var (
-	errUnauthenticated = &Problem{Type: ProblemBase + "unauthenticated", Title: "Authentication required", Status: http.StatusUnauthorized}
-	errForbidden       = &Problem{Type: ProblemBase + "forbidden", Title: "Not allowed", Status: http.StatusForbidden}
-	errNotFound        = &Problem{Type: ProblemBase + "not-found", Title: "Not found", Status: http.StatusNotFound}
-	errInvalidConfig   = &Problem{Type: ProblemBase + "invalid-configuration", Title: "The configuration has errors", Status: http.StatusUnprocessableEntity}
-	errUnavailable     = &Problem{Type: ProblemBase + "unavailable", Title: "Temporarily unavailable", Status: http.StatusServiceUnavailable}
-	errBadRequest      = &Problem{Type: ProblemBase + "bad-request", Title: "The request is malformed", Status: http.StatusBadRequest}
-	errValidation      = &Problem{Type: ProblemBase + "validation", Title: "The request is not valid", Status: http.StatusUnprocessableEntity}
-	errConflict        = &Problem{Type: ProblemBase + "conflict", Title: "Conflict", Status: http.StatusConflict}
-	errTooLarge        = &Problem{Type: ProblemBase + "too-large", Title: "The request body is too large", Status: http.StatusRequestEntityTooLarge}
-	errInternal        = &Problem{Type: ProblemBase + "internal", Title: "Internal error", Status: http.StatusInternalServerError}
+	errUnauthenticated  = &Problem{Type: ProblemBase + "unauthenticated", Title: "Authentication required", Status: http.StatusUnauthorized}
+	errForbidden        = &Problem{Type: ProblemBase + "forbidden", Title: "Not allowed", Status: http.StatusForbidden}
+	errNotFound         = &Problem{Type: ProblemBase + "not-found", Title: "Not found", Status: http.StatusNotFound}
+	errInvalidConfig    = &Problem{Type: ProblemBase + "invalid-configuration", Title: "The configuration has errors", Status: http.StatusUnprocessableEntity}
+	errUnavailable      = &Problem{Type: ProblemBase + "unavailable", Title: "Temporarily unavailable", Status: http.StatusServiceUnavailable}
+	errBadRequest       = &Problem{Type: ProblemBase + "bad-request", Title: "The request is malformed", Status: http.StatusBadRequest}
+	errValidation       = &Problem{Type: ProblemBase + "validation", Title: "The request is not valid", Status: http.StatusUnprocessableEntity}
+	errConflict         = &Problem{Type: ProblemBase + "conflict", Title: "Conflict", Status: http.StatusConflict}
+	errTooLarge         = &Problem{Type: ProblemBase + "too-large", Title: "The request body is too large", Status: http.StatusRequestEntityTooLarge}
+	errInternal         = &Problem{Type: ProblemBase + "internal", Title: "Internal error", Status: http.StatusInternalServerError}
+	errMethodNotAllowed = &Problem{Type: ProblemBase + "method-not-allowed", Title: "Method not allowed", Status: http.StatusMethodNotAllowed}
 )
 
 // StatusClientClosed is the status a request gets in the logs and metrics

@@ -171,7 +171,11 @@ func New(d Deps) *Server {
 		s.engine.Use(s.observeRequests) // metrics.go
 	}
 	s.engine.Use(s.auditRequests) // audit.go
+	s.engine.Use(s.checkQuery)    // decode.go: a query that does not parse is refused
 	s.engine.NoRoute(s.noRoute)   // the portal's pages (portal.go), else 404
+	// A path served for other methods: 405 with Allow (gin sets it).
+	s.engine.HandleMethodNotAllowed = true
+	s.engine.NoMethod(s.noMethod)
 	s.routes()
 	s.audited = s.auditTable()
 	return s
@@ -208,7 +212,7 @@ func (s *Server) routes() {
 	vms.GET("/vms", s.listVMs)
 	vms.GET("/vms/:id", s.getVM)
 	vms.DELETE("/vms/:id", s.deleteVM)
-	vms.GET("/vms/:id/credentials", s.getCredentials)
+	vms.POST("/vms/:id/credentials", s.takeCredentials) // credentials.go: spends it
 	vms.GET("/vms/:id/desktop.rdp", s.getDesktopRDP)
 	s.actionRoutes(vms) // actions.go
 	vms.GET("/operations/:id", s.getOperation)

@@ -187,7 +187,7 @@ func (d *Directory) SignIn(ctx context.Context, username, password string) (auth
 	}
 	if err := c.Bind(entry.DN, password); err != nil {
 		if goldap.IsErrorWithCode(err, goldap.LDAPResultInvalidCredentials) {
-			return auth.Identity{}, auth.Refuse("wrong password")
+			return auth.Identity{}, &auth.Refusal{Reason: "wrong password", Account: strings.ToLower(entry.GetAttributeValue(d.cfg.UsernameAttribute))}
 		}
 		return auth.Identity{}, fmt.Errorf("bind as %q: %w", entry.DN, err)
 	}

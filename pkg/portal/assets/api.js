@@ -71,7 +71,7 @@ export const getRules = (l) => call('GET', '/v1/rules?lang=' + encodeURIComponen
 // My VMs (pages/vms.js): extend a lease, the one-time desktop password, and
 // the .rdp file of an RDP desktop (text, not JSON).
 export const extendVM = (id, hours) => call('POST', vmPath(id) + '/actions/extend', {hours});
-export const vmCredentials = (id) => call('GET', vmPath(id) + '/credentials');
+export const vmCredentials = (id) => call('POST', vmPath(id) + '/credentials'); // spends it: a POST, with the CSRF token
 export async function desktopRDP(id) {
   const r = await fetch(vmPath(id) + '/desktop.rdp', {credentials: 'same-origin', cache: 'no-store'});
   if (r.status === 401) {
