@@ -202,10 +202,19 @@ func rfbOverNone(rw io.ReadWriter) (string, error) {
 // runGPUVM runs the CLI with seams; it returns its output and exit code.
 func runGPUVM(ctx context.Context, t *testing.T, seams *consoleSeams, stdin io.Reader, stdout io.Writer, args ...string) (string, int) {
 	t.Helper()
+	return runGPUVMEnv(ctx, t, nil, seams, stdin, stdout, args...)
+}
+
+// runGPUVMEnv is runGPUVM with these environment variables (and HOME).
+func runGPUVMEnv(ctx context.Context, t *testing.T, vars map[string]string, seams *consoleSeams, stdin io.Reader, stdout io.Writer, args ...string) (string, int) {
+	t.Helper()
 	var errb bytes.Buffer
 	ctx = context.WithValue(ctx, testSeamsKey{}, &testSeams{term: &terminal{in: stdin}})
 	ctx = context.WithValue(ctx, consoleSeamsKey{}, seams)
 	env := map[string]string{"HOME": t.TempDir()}
+	for k, v := range vars {
+		env[k] = v
+	}
 	root := newRoot(func(k string) string { return env[k] }, stdout, &errb)
 	root.SetIn(stdin)
 	root.SetArgs(args)
