@@ -191,6 +191,62 @@ func TestDeleteOffTerminal(t *testing.T) {
 	}
 }
 
+// TestCreateWaitCredentials: create --wait of a VM whose desktop signs in
+// with the VM's one-time password (RDP, DCV) says how to get it, once the
+// VM is ready; of one whose desktop does not, it does not.
+func TestCreateWaitCredentials(t *testing.T) {
+	env := clienttest.New(t, clienttest.Options{Step: 5 * time.Millisecond, Profiles: `
+profile "seat" {
+  vcpus  = 1
+  memory = "1GiB"
+  boot { kernel = "/k" }
+}
+profile "rdp" {
+  vcpus  = 1
+  memory = "1GiB"
+  boot { kernel = "/k" }
+  desktop {
+    protocol = "rdp"
+  }
+}
+profile "dcv" {
+  vcpus  = 1
+  memory = "1GiB"
+  boot { kernel = "/k" }
+  desktop {
+    protocol = "dcv"
+  }
+}
+profile "sunshine" {
+  vcpus  = 1
+  memory = "1GiB"
+  boot { kernel = "/k" }
+  desktop {
+    protocol    = "sunshine"
+    credentials = "vm"
+  }
+}
+`})
+	c := newCLI(t, map[string]string{"GPUVM_URL": env.URL, "GPUVM_TOKEN": env.UserToken})
+	for _, tc := range []struct {
+		profile string
+		tells   bool
+	}{{"rdp", true}, {"dcv", true}, {"seat", false}, {"sunshine", false}} {
+		t.Run(tc.profile, func(t *testing.T) {
+			name := tc.profile + "-1"
+			out := c.must("create", tc.profile, "--name", name, "--wait")
+			line := "Password:        gpuvm credentials " + name + " (the desktop's one-time password: it is shown once)\n"
+			if !strings.Contains(out, "VM "+name+" is running") || strings.Contains(out, line) != tc.tells || strings.Contains(out, "gpuvm credentials") != tc.tells {
+				t.Errorf("create %s --wait (tells: %v):\n%s", tc.profile, tc.tells, out)
+			}
+			// Its answer for scripts is unchanged.
+			if out := c.must("create", tc.profile, "--name", name+"q", "--wait", "--quiet"); strings.Contains(out, "credentials") {
+				t.Errorf("create --wait --quiet:\n%s", out)
+			}
+		})
+	}
+}
+
 func TestVMCommands(t *testing.T) {
 	env := clienttest.New(t, clienttest.Options{Step: 5 * time.Millisecond})
 	c := newCLI(t, map[string]string{"GPUVM_URL": env.URL, "GPUVM_TOKEN": env.UserToken})
