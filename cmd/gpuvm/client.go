@@ -16,6 +16,7 @@ import (
 	"github.com/hashicorp/hcl/v2/hclwrite"
 	"github.com/spf13/cobra"
 	"github.com/zclconf/go-cty/cty"
+	"golang.org/x/term"
 
 	"github.com/gpuvm/gpuvm/pkg/client"
 )
@@ -294,14 +295,11 @@ func terminalOf(cmd *cobra.Command) terminal {
 	return terminal{in: cmd.InOrStdin(), inTTY: isTerminal(cmd.InOrStdin()), outTTY: isTerminal(cmd.OutOrStdout())}
 }
 
-// isTerminal: a character device, as a terminal is (pure Go, no ioctl).
+// isTerminal: a terminal (golang.org/x/term, pure Go). Not any character
+// device: /dev/null is one, and a script's stdin often is /dev/null.
 func isTerminal(x any) bool {
 	f, ok := x.(*os.File)
-	if !ok {
-		return false
-	}
-	fi, err := f.Stat()
-	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+	return ok && term.IsTerminal(int(f.Fd()))
 }
 
 // exactArgs is a cobra.Args that wants n arguments named what.

@@ -143,6 +143,110 @@ func TestLogin(t *testing.T) {
 	}
 }
 
+// TestDeleteOffTerminal: off a terminal (/dev/null, which is a character
+// device but no terminal; a pipe; a file), delete without --yes is the usage
+// error its help says (exit 2) and deletes nothing.
+func TestDeleteOffTerminal(t *testing.T) {
+	env := clienttest.New(t, clienttest.Options{Step: 5 * time.Millisecond})
+	c := newCLI(t, map[string]string{"GPUVM_URL": env.URL, "GPUVM_TOKEN": env.UserToken})
+	if help := c.must("delete", "--help"); !strings.Contains(help, "without --yes (exit 2)") {
+		t.Fatalf("delete's help no longer says exit 2:\n%s", help)
+	}
+	c.must("create", "seat", "--name", "box")
+	devNull, err := os.Open(os.DevNull)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer devNull.Close()
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pw.Close()
+	defer pr.Close()
+	path := filepath.Join(t.TempDir(), "answers")
+	os.WriteFile(path, []byte("y\n"), 0o600)
+	file, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer file.Close()
+	for _, in := range []*os.File{devNull, pr, file} {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		var out, errb bytes.Buffer
+		// No test seams: gpuvm looks at its standard input itself.
+		root := newRoot(func(k string) string { return c.env[k] }, &out, &errb)
+		root.SetIn(in)
+		root.SetArgs([]string{"delete", "box"})
+		code := exitCode(root.ExecuteContext(ctx), &errb)
+		cancel()
+		if code != 2 || !strings.Contains(errb.String(), "not a terminal") || !strings.Contains(errb.String(), "--yes") {
+			t.Errorf("delete box < %s: exit %d, stdout %q, stderr %q", in.Name(), code, out.String(), errb.String())
+		}
+	}
+	var vm api.VM
+	decodeStrict(t, c.must("show", "box", "--json"), &vm)
+	if vm.State == api.VMDeleted {
+		t.Errorf("box was deleted: %+v", vm)
+	}
+}
+
+// TestCreateWaitCredentials: create --wait of a VM whose desktop signs in
+// with the VM's one-time password (RDP, DCV) says how to get it, once the
+// VM is ready; of one whose desktop does not, it does not.
+func TestCreateWaitCredentials(t *testing.T) {
+	env := clienttest.New(t, clienttest.Options{Step: 5 * time.Millisecond, Profiles: `
+profile "seat" {
+  vcpus  = 1
+  memory = "1GiB"
+  boot { kernel = "/k" }
+}
+profile "rdp" {
+  vcpus  = 1
+  memory = "1GiB"
+  boot { kernel = "/k" }
+  desktop {
+    protocol = "rdp"
+  }
+}
+profile "dcv" {
+  vcpus  = 1
+  memory = "1GiB"
+  boot { kernel = "/k" }
+  desktop {
+    protocol = "dcv"
+  }
+}
+profile "sunshine" {
+  vcpus  = 1
+  memory = "1GiB"
+  boot { kernel = "/k" }
+  desktop {
+    protocol    = "sunshine"
+    credentials = "vm"
+  }
+}
+`})
+	c := newCLI(t, map[string]string{"GPUVM_URL": env.URL, "GPUVM_TOKEN": env.UserToken})
+	for _, tc := range []struct {
+		profile string
+		tells   bool
+	}{{"rdp", true}, {"dcv", true}, {"seat", false}, {"sunshine", false}} {
+		t.Run(tc.profile, func(t *testing.T) {
+			name := tc.profile + "-1"
+			out := c.must("create", tc.profile, "--name", name, "--wait")
+			line := "Password:        gpuvm credentials " + name + " (the desktop's one-time password: it is shown once)\n"
+			if !strings.Contains(out, "VM "+name+" is running") || strings.Contains(out, line) != tc.tells || strings.Contains(out, "gpuvm credentials") != tc.tells {
+				t.Errorf("create %s --wait (tells: %v):\n%s", tc.profile, tc.tells, out)
+			}
+			// Its answer for scripts is unchanged.
+			if out := c.must("create", tc.profile, "--name", name+"q", "--wait", "--quiet"); strings.Contains(out, "credentials") {
+				t.Errorf("create --wait --quiet:\n%s", out)
+			}
+		})
+	}
+}
+
 func TestVMCommands(t *testing.T) {
 	env := clienttest.New(t, clienttest.Options{Step: 5 * time.Millisecond})
 	c := newCLI(t, map[string]string{"GPUVM_URL": env.URL, "GPUVM_TOKEN": env.UserToken})

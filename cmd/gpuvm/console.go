@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -79,26 +80,55 @@ func runProgram(ctx context.Context, path string, args, env []string, stdin io.R
 	return 0, nil
 }
 
-// openOnDesktop opens a URL or a file with the desktop's program for it.
+// openWait is how long openOnDesktop gives the desktop's opener to fail:
+// xdg-open (open, rundll32) ends at once once it has handed the target
+// over, with a status that says whether it could; one still running then (a
+// browser it runs in the foreground) has opened it.
+var openWait = 5 * time.Second
+
+// openOnDesktop opens a URL or a file with the desktop's program for it, and
+// fails when nothing opened it.
 func openOnDesktop(target string) error {
+	return openWith(runtime.GOOS, os.Getenv, target)
+}
+
+// openWith opens target as openOnDesktop does on goos, with getenv: open on
+// macOS, rundll32 on Windows, xdg-open elsewhere, which needs a graphical
+// session (DISPLAY or WAYLAND_DISPLAY: an SSH session has neither). It fails
+// when there is none, when the program is missing, or when it ends with an
+// error within openWait.
+func openWith(goos string, getenv func(string) string, target string) error {
 	var cmd *exec.Cmd
-	switch runtime.GOOS {
+	switch goos {
 	case "darwin":
 		cmd = exec.Command("open", target)
 	case "windows":
 		cmd = exec.Command("rundll32", "url.dll,FileProtocolHandler", target)
 	default:
+		if getenv("DISPLAY") == "" && getenv("WAYLAND_DISPLAY") == "" {
+			return errors.New("no graphical session here: neither DISPLAY nor WAYLAND_DISPLAY is set (an SSH session?)")
+		}
 		path, err := exec.LookPath("xdg-open")
 		if err != nil {
 			return errors.New("xdg-open is not installed")
 		}
 		cmd = exec.Command(path, target)
 	}
+	name := filepath.Base(cmd.Path)
 	if err := cmd.Start(); err != nil {
-		return err
+		return fmt.Errorf("start %s: %w", name, err)
 	}
-	go func() { _ = cmd.Wait() }()
-	return nil
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			return fmt.Errorf("%s failed: %w", name, err)
+		}
+		return nil
+	case <-time.After(openWait):
+		return nil // still running: it has the target
+	}
 }
 
 // remoteViewer is virt-viewer's client of .vv files.
@@ -124,7 +154,9 @@ func newConsoleCmd(getenv func(string) string) *cobra.Command {
     the viewer closes;
   - else in the browser (noVNC, served by gpuvmd), opened with xdg-open or
     open; VNC displays only;
-  - else it prints the browser console's URL.
+  - else (xdg-open or the browser fails, or on Linux there is no graphical
+    session: neither DISPLAY nor WAYLAND_DISPLAY, as over SSH) it prints the
+    browser console's URL, and says nothing opened it.
 
 --print only prints the URL (--json: the whole api.ConsoleResponse). A link
 carries a one-time ticket: it opens one connection, within a minute.
@@ -175,7 +207,7 @@ func runConsole(ctx context.Context, c *client.Client, cmd *cobra.Command, ref s
 		return exitError{exitFailure}
 	}
 	if err := seams.open(link); err != nil {
-		fmt.Fprintf(stderr, "Cannot open a browser (%v); open this link yourself, within a minute (it works once):\n", err)
+		fmt.Fprintf(stderr, "Nothing opened the console in a browser (%v): open this link yourself, within a minute (it works once):\n", err)
 		_, err := fmt.Fprintln(stdout, link)
 		return err
 	}

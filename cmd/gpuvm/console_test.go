@@ -14,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -202,10 +203,19 @@ func rfbOverNone(rw io.ReadWriter) (string, error) {
 // runGPUVM runs the CLI with seams; it returns its output and exit code.
 func runGPUVM(ctx context.Context, t *testing.T, seams *consoleSeams, stdin io.Reader, stdout io.Writer, args ...string) (string, int) {
 	t.Helper()
+	return runGPUVMEnv(ctx, t, nil, seams, stdin, stdout, args...)
+}
+
+// runGPUVMEnv is runGPUVM with these environment variables (and HOME).
+func runGPUVMEnv(ctx context.Context, t *testing.T, vars map[string]string, seams *consoleSeams, stdin io.Reader, stdout io.Writer, args ...string) (string, int) {
+	t.Helper()
 	var errb bytes.Buffer
 	ctx = context.WithValue(ctx, testSeamsKey{}, &testSeams{term: &terminal{in: stdin}})
 	ctx = context.WithValue(ctx, consoleSeamsKey{}, seams)
 	env := map[string]string{"HOME": t.TempDir()}
+	for k, v := range vars {
+		env[k] = v
+	}
 	root := newRoot(func(k string) string { return env[k] }, stdout, &errb)
 	root.SetIn(stdin)
 	root.SetArgs(args)
@@ -253,6 +263,103 @@ func TestConsolePrint(t *testing.T) {
 	// Unknown VM: the server's problem, exit 1.
 	if stderr, code := runGPUVM(ctx, t, &consoleSeams{lookPath: noProgram}, nil, io.Discard, append([]string{"console", "nope", "--print"}, conn...)...); code != 1 || !strings.Contains(stderr, `no VM "nope"`) {
 		t.Errorf("unknown VM: exit %d %s", code, stderr)
+	}
+}
+
+// fakeXDGOpen puts an xdg-open alone on PATH that appends its argument to
+// the file it returns, then runs then (shell).
+func fakeXDGOpen(t *testing.T, then string) string {
+	t.Helper()
+	dir := t.TempDir()
+	log := filepath.Join(dir, "opened")
+	script := "#!/bin/sh\nprintf '%s\\n' \"$1\" >> '" + log + "'\n" + then + "\n"
+	if err := os.WriteFile(filepath.Join(dir, "xdg-open"), []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PATH", dir)
+	return log
+}
+
+func readOpened(t *testing.T, log string) string {
+	t.Helper()
+	b, err := os.ReadFile(log)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// TestOpenWith: xdg-open's failure, or no graphical session, is an error;
+// an xdg-open that succeeds, or still runs after openWait, opened it.
+func TestOpenWith(t *testing.T) {
+	if runtime.GOOS == "windows" {
+		t.Skip("the fake xdg-open is a shell script")
+	}
+	defer func(w time.Duration) { openWait = w }(openWait)
+	openWait = 200 * time.Millisecond
+	const url = "http://127.0.0.1:1/console/x?ticket=t"
+	x11 := map[string]string{"DISPLAY": ":0"}
+	for _, tc := range []struct {
+		name    string
+		then    string // the fake xdg-open's end; "-": none on PATH
+		env     map[string]string
+		wantErr string // "" opened
+		ran     bool
+	}{
+		{"xdg-open fails", "exit 3", x11, "xdg-open failed: exit status 3", true},
+		{"xdg-open opens", "exit 0", x11, "", true},
+		{"Wayland", "exit 0", map[string]string{"WAYLAND_DISPLAY": "wayland-0"}, "", true},
+		{"still running", "exec /bin/sleep 2", x11, "", true},
+		{"no graphical session (SSH)", "exit 0", map[string]string{}, "neither DISPLAY nor WAYLAND_DISPLAY", false},
+		{"no xdg-open", "-", x11, "xdg-open is not installed", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			log := fakeXDGOpen(t, tc.then)
+			if tc.then == "-" {
+				t.Setenv("PATH", t.TempDir())
+			}
+			err := openWith("linux", func(k string) string { return tc.env[k] }, url)
+			if tc.wantErr == "" && err != nil || tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)) {
+				t.Errorf("openWith: %v, want %q", err, tc.wantErr)
+			}
+			if got, want := readOpened(t, log), map[bool]string{true: url + "\n"}[tc.ran]; got != want {
+				t.Errorf("xdg-open got %q, want %q", got, want)
+			}
+		})
+	}
+}
+
+// TestConsoleNoBrowser: where xdg-open fails, or over SSH (no DISPLAY nor
+// WAYLAND_DISPLAY), gpuvm console prints the URL and says nothing opened
+// it.
+func TestConsoleNoBrowser(t *testing.T) {
+	if runtime.GOOS == "windows" || runtime.GOOS == "darwin" {
+		t.Skip("xdg-open is Linux's opener")
+	}
+	e := newConsoleEnv(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for _, tc := range []struct {
+		name, display, then, wantWhy string
+		ran                          bool
+	}{
+		{"xdg-open fails", ":0", "exit 4", "xdg-open failed", true},
+		{"over SSH", "", "exit 0", "neither DISPLAY nor WAYLAND_DISPLAY", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			log := fakeXDGOpen(t, tc.then)
+			t.Setenv("DISPLAY", tc.display)
+			t.Setenv("WAYLAND_DISPLAY", "")
+			var out bytes.Buffer
+			stderr, code := runGPUVM(ctx, t, &consoleSeams{lookPath: noProgram}, nil, &out, "console", "box", "--url", e.url, "--token", e.token)
+			if code != 0 || !strings.HasPrefix(out.String(), e.url+"/console/"+e.vm.ID+"?ticket=") || !strings.Contains(stderr, "Nothing opened the console") ||
+				!strings.Contains(stderr, tc.wantWhy) || strings.Contains(stderr, "Opened") {
+				t.Errorf("exit %d, stdout %q, stderr %s", code, out.String(), stderr)
+			}
+			if ran := readOpened(t, log) != ""; ran != tc.ran {
+				t.Errorf("xdg-open ran: %v", ran)
+			}
+		})
 	}
 }
 

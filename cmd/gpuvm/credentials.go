@@ -24,7 +24,7 @@ one inside the guest (gpuvm ssh, then passwd). Every read is in the audit log.
 Output: "user: USER" and "password: PASSWORD" lines by default; --json prints
 the api.CredentialsResponse; -q prints only the password.
 ` + connectionHelp + "\n" + exitHelp,
-		Example: "  gpuvm credentials desk-1\n  xfreerdp /v:127.0.0.1:13389 /u:$USER /p:\"$(gpuvm credentials -q desk-1)\"",
+		Example: "  gpuvm credentials desk-1\n  gpuvm rdp desk-1 -- /p:\"$(gpuvm credentials -q desk-1)\"",
 		Args:    exactArgs(1, "one VM name or ID"),
 		RunE: o.runE(func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
 			if err := out.check(); err != nil {

@@ -23,6 +23,7 @@ import (
 
 	"github.com/gpuvm/gpuvm/pkg/api"
 	"github.com/gpuvm/gpuvm/pkg/client"
+	"github.com/gpuvm/gpuvm/pkg/hypervisor/cloudinit"
 )
 
 // gpuvm desktop (and gpuvm rdp): the way people work on a VM, as its
@@ -51,7 +52,7 @@ func (o *desktopOpts) flags(cmd *cobra.Command) {
 	f.BoolVar(&o.print, "print", false, "print the local address (DCV: the links) and keep the tunnel open; start nothing, write no file")
 	f.BoolVar(&o.noOpen, "no-open", false, "RDP: write the .rdp file and print its path; start no client")
 	f.StringVar(&o.rdpFile, "rdp-file", "", "RDP: write the .rdp file (pointing at the local tunnel) to PATH instead of starting a client")
-	f.StringVar(&o.user, "user", "", "the user name: RDP's (in the .rdp file, FreeRDP's /u:), Sunshine's web UI (default $GPUVM_DESKTOP_USER)")
+	f.StringVar(&o.user, "user", "", "the user name: RDP's (in the .rdp file, FreeRDP's /u:; default $GPUVM_DESKTOP_USER, else the guest's user), Sunshine's web UI (default $GPUVM_DESKTOP_USER)")
 }
 
 func desktopArgs(cmd *cobra.Command, args []string) error {
@@ -76,7 +77,10 @@ desktop block says (GET /v1/vms/{id}/console answers it):
     installed, with the arguments after --; else writes an .rdp file for the
     tunnel (readable by you only) and opens it: with open on macOS, mstsc on
     Windows, the desktop's handler (Remmina) elsewhere. --rdp-file PATH
-    writes the file there and starts nothing;
+    writes the file there and starts nothing. Both log in as the guest's user
+    (the account gpuvm made for you in the guest, as in GET
+    /v1/vms/{id}/desktop.rdp) unless --user or $GPUVM_DESKTOP_USER names
+    another; the password is the VM's ('gpuvm credentials VM');
   - sunshine: forwards Sunshine's TCP ports (HTTPS, HTTP, web UI, RTSP) and
     UDP ports (video, control, audio) to the same ports on 127.0.0.1; add the
     host 127.0.0.1 in Moonlight. --pin NNNN pairs it: gpuvm runs
@@ -125,6 +129,10 @@ the arguments after --; else writes an .rdp file for the tunnel (readable by
 you only) and opens it with the desktop's RDP client (open on macOS, mstsc on
 Windows, Remmina through xdg-open on Linux). Keep gpuvm running while you use
 the desktop; Ctrl-C ends the tunnel.
+
+It logs in as the guest's user (the account gpuvm made for you in the guest,
+as in GET /v1/vms/{id}/desktop.rdp); --user, else $GPUVM_DESKTOP_USER, names
+another (Administrator). The password is the VM's: 'gpuvm credentials VM'.
 
 --no-open writes the file and prints its path only; --rdp-file PATH writes it
 there; --print prints the local address only.
@@ -184,7 +192,7 @@ func runDesktop(ctx context.Context, c *client.Client, cmd *cobra.Command, ref s
 		cmd.SetOut(stdout)
 		return runConsole(ctx, c, cmd, ref, consoleOpts{print: o.print})
 	case api.DesktopRDP:
-		return runDesktopRDP(ctx, c, cmd, stdout, ref, d, o, seams)
+		return runDesktopRDP(ctx, c, cmd, stdout, ref, con.VMID, d, o, seams)
 	case api.DesktopSunshine:
 		return runDesktopSunshine(ctx, c, cmd, stdout, ref, con.VMID, d, o, seams)
 	case api.DesktopDCV:
@@ -247,9 +255,43 @@ func isFreeRDP(path string) bool {
 	return strings.Contains(strings.ToLower(filepath.Base(path)), "freerdp")
 }
 
-func runDesktopRDP(ctx context.Context, c *client.Client, cmd *cobra.Command, stdout io.Writer, ref string, d *api.Desktop, o desktopOpts, seams consoleSeams) error {
+// rdpUser is the user RDP logs in as: --user, else $GPUVM_DESKTOP_USER,
+// else the guest's user: the account cloud-init made for the VM's owner, the
+// user of GET /v1/vms/{id}/desktop.rdp (and of 'gpuvm ssh').
+func rdpUser(ctx context.Context, c *client.Client, vmID string, o desktopOpts) (string, error) {
+	if o.user != "" {
+		return o.user, nil
+	}
+	if u := o.getenv("GPUVM_DESKTOP_USER"); u != "" {
+		return u, nil
+	}
+	vm, err := c.GetVM(ctx, vmID)
+	if err != nil {
+		return "", fmt.Errorf("find the guest's user of VM %s: %w", vmID, err)
+	}
+	return cloudinit.LoginName(vm.Owner), nil
+}
+
+// freeRDPArgs are FreeRDP's arguments for a server at addr, logging in as
+// user, then the person's own (after --).
+func freeRDPArgs(addr, user string, extra []string) []string {
+	args := []string{"/v:" + addr}
+	if user != "" {
+		args = append(args, "/u:"+user)
+	}
+	return append(args, extra...)
+}
+
+func runDesktopRDP(ctx context.Context, c *client.Client, cmd *cobra.Command, stdout io.Writer, ref, vmID string, d *api.Desktop, o desktopOpts, seams consoleSeams) error {
 	stderr := cmd.ErrOrStderr()
 	port := desktopPort(d, "rdp", 3389)
+	user := ""
+	if !o.print {
+		var err error
+		if user, err = rdpUser(ctx, c, vmID, o); err != nil {
+			return err
+		}
+	}
 	rdpClient := ""
 	if !o.print && !o.noOpen && o.rdpFile == "" {
 		for _, name := range rdpClients() {
@@ -274,12 +316,8 @@ func runDesktopRDP(ctx context.Context, c *client.Client, cmd *cobra.Command, st
 			_, err := fmt.Fprintln(stdout, addr)
 			return err
 		case isFreeRDP(rdpClient):
-			args := []string{"/v:" + addr}
-			if o.user != "" {
-				args = append(args, "/u:"+o.user)
-			}
-			args = append(args, o.clientArgs...)
-			fmt.Fprintf(stderr, "Starting %s on %s (through gpuvmd); close it to end.\n", filepath.Base(rdpClient), addr)
+			args := freeRDPArgs(addr, user, o.clientArgs)
+			fmt.Fprintf(stderr, "Starting %s on %s as %s (through gpuvmd); close it to end.\n", filepath.Base(rdpClient), addr, user)
 			code, err := seams.run(ctx, rdpClient, args, os.Environ(), nil, stdout, stderr)
 			if err != nil {
 				return fmt.Errorf("run %s: %w", rdpClient, err)
@@ -290,7 +328,7 @@ func runDesktopRDP(ctx context.Context, c *client.Client, cmd *cobra.Command, st
 			}
 			return errClientDone
 		}
-		data := rdpFileFor(d, addr, o.user)
+		data := rdpFileFor(d, addr, user)
 		path := o.rdpFile
 		if path == "" {
 			p, err := writePrivate(seams.tempDir, "gpuvm-*.rdp", data)

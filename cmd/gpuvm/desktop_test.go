@@ -229,33 +229,52 @@ func startDesktop(t *testing.T, e *desktopEnv, seams *consoleSeams, n int, stdin
 	return got, func() (int, string) { cancel(); code := <-done; return code, stderr }
 }
 
-// TestDesktopRDPClient: FreeRDP found on PATH runs on the tunnel, with the
+// TestDesktopRDPClient: FreeRDP found on PATH runs on the tunnel, as the
+// guest's user unless --user or $GPUVM_DESKTOP_USER names another, with the
 // arguments after --, and its end ends the command.
 func TestDesktopRDPClient(t *testing.T) {
 	e := newDesktopEnv(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	var gotArgs []string
-	seams := &consoleSeams{
-		lookPath: func(f string) (string, error) {
-			if f == "xfreerdp" {
-				return "/usr/bin/xfreerdp", nil
+	for _, tc := range []struct {
+		name  string
+		args  []string
+		env   map[string]string
+		wantU string
+	}{
+		// As the portal and 'gpuvm show' say it: the guest's user, the
+		// account gpuvm made for ann (never the local user).
+		{"gpuvm rdp", []string{"rdp", "win"}, nil, "/u:ann"},
+		{"gpuvm desktop", []string{"desktop", "win"}, nil, "/u:ann"},
+		{"--user", []string{"desktop", "win", "--user", "Administrator"}, nil, "/u:Administrator"},
+		{"$GPUVM_DESKTOP_USER", []string{"rdp", "win"}, map[string]string{"GPUVM_DESKTOP_USER": "bob"}, "/u:bob"},
+		{"--user beats $GPUVM_DESKTOP_USER", []string{"rdp", "win", "--user", "Administrator"}, map[string]string{"GPUVM_DESKTOP_USER": "bob"}, "/u:Administrator"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var gotArgs []string
+			seams := &consoleSeams{
+				lookPath: func(f string) (string, error) {
+					if f == "xfreerdp" {
+						return "/usr/bin/xfreerdp", nil
+					}
+					return "", errors.New("not found")
+				},
+				run: func(_ context.Context, path string, args, _ []string, _ io.Reader, _, _ io.Writer) (int, error) {
+					gotArgs = append([]string{path}, args...)
+					echoThrough(t, strings.TrimPrefix(args[0], "/v:"), "RDP through the tunnel")
+					return 0, nil
+				},
 			}
-			return "", errors.New("not found")
-		},
-		run: func(_ context.Context, path string, args, _ []string, _ io.Reader, _, _ io.Writer) (int, error) {
-			gotArgs = append([]string{path}, args...)
-			echoThrough(t, strings.TrimPrefix(args[0], "/v:"), "RDP through the tunnel")
-			return 0, nil
-		},
-	}
-	stderr, code := runGPUVM(ctx, t, seams, nil, io.Discard, "desktop", "win", "--user", "ann", "--url", e.url, "--token", e.token, "--", "/cert:tofu")
-	if code != 0 || len(gotArgs) != 4 || gotArgs[0] != "/usr/bin/xfreerdp" || !strings.HasPrefix(gotArgs[1], "/v:127.0.0.1:") || gotArgs[2] != "/u:ann" || gotArgs[3] != "/cert:tofu" {
-		t.Errorf("exit %d, ran %q: %s", code, gotArgs, stderr)
-	}
-	// The vGPU's note comes with it.
-	if !strings.Contains(stderr, "does not show a vGPU's framebuffer") || !strings.Contains(stderr, "Starting xfreerdp") {
-		t.Errorf("stderr %s", stderr)
+			args := append(append([]string{}, tc.args...), "--url", e.url, "--token", e.token, "--", "/cert:tofu")
+			stderr, code := runGPUVMEnv(ctx, t, tc.env, seams, nil, io.Discard, args...)
+			if code != 0 || len(gotArgs) != 4 || gotArgs[0] != "/usr/bin/xfreerdp" || !strings.HasPrefix(gotArgs[1], "/v:127.0.0.1:") || gotArgs[2] != tc.wantU || gotArgs[3] != "/cert:tofu" {
+				t.Errorf("exit %d, ran %q, want %s: %s", code, gotArgs, tc.wantU, stderr)
+			}
+			// The vGPU's note comes with it.
+			if !strings.Contains(stderr, "does not show a vGPU's framebuffer") || !strings.Contains(stderr, "Starting xfreerdp") {
+				t.Errorf("stderr %s", stderr)
+			}
+		})
 	}
 }
 
@@ -269,7 +288,8 @@ func TestDesktopRDPFile(t *testing.T) {
 		return nil
 	}}
 	var out logtest.Buffer
-	addrs, stop := startDesktop(t, e, seams, 1, nil, &out, "desktop", "win", "--rdp-file", path, "--user", "ann", "--local-port", "0")
+	// No --user: the guest's user, as GET /v1/vms/{id}/desktop.rdp has it.
+	addrs, stop := startDesktop(t, e, seams, 1, nil, &out, "desktop", "win", "--rdp-file", path, "--local-port", "0")
 	b, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)

@@ -71,6 +71,17 @@ func estimateServer(t *testing.T, script []api.VM) string {
 	return srv.URL
 }
 
+// clockOf is how gpuvm writes the time of an estimated start: the clock
+// time today, with the day once it is another day (a test run late in the
+// evening).
+func clockOf(at time.Time) string {
+	at, now := at.Local(), time.Now().Local()
+	if y, m, d := at.Date(); y == now.Year() && m == now.Month() && d == now.Day() {
+		return at.Format("15:04")
+	}
+	return at.Format("Mon 2 Jan 15:04")
+}
+
 func TestShowEstimate(t *testing.T) {
 	at := time.Now().Add(35*time.Minute + 20*time.Second).Truncate(time.Second)
 	yes := true
@@ -81,7 +92,7 @@ func TestShowEstimate(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
-	want := "Expected start:  " + at.Local().Format("15:04") + " (in 35 min, uncertain: leases may be extended)\n"
+	want := "Expected start:  " + clockOf(at) + " (in 35 min, uncertain: leases may be extended)\n"
 	if !strings.Contains(out, want) {
 		t.Errorf("show lacks %q:\n%s", want, out)
 	}
@@ -101,8 +112,8 @@ func TestCreateWaitEstimate(t *testing.T) {
 	c.term = &terminal{in: strings.NewReader(""), outTTY: false}
 	out, _, _ := c.run("create", "whole", "--wait")
 	for _, w := range []string{
-		"queued #1: waiting for a GPU; expected start " + at.Local().Format("15:04") + " (in 2h)\n",
-		"queued #1: waiting for a GPU; expected start " + later.Local().Format("15:04") + " (in 3h)\n",
+		"queued #1: waiting for a GPU; expected start " + clockOf(at) + " (in 2h)\n",
+		"queued #1: waiting for a GPU; expected start " + clockOf(later) + " (in 3h)\n",
 	} {
 		if !strings.Contains(out, w) {
 			t.Errorf("create --wait lacks %q:\n%s", w, out)

@@ -137,7 +137,7 @@ func newLogoutCmd(getenv func(string) string) *cobra.Command {
 		Long: `Ends the session that 'gpuvm login URL --user NAME' or '--sso' saved (POST
 /v1/logout) and removes its token from $XDG_CONFIG_HOME/gpuvm/config.hcl; the URL
 stays. A saved API token (from 'gpuvm login URL' with a token) is only
-forgotten: revoke it with 'gpuvm token revoke' if it must stop working.
+forgotten: revoke it with 'gpuvm admin tokens revoke USER ID' if it must stop working.
 ` + exitHelp,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -169,7 +169,7 @@ forgotten: revoke it with 'gpuvm token revoke' if it must stop working.
 			case client.IsUnauthenticated(err):
 				what = "the session had ended already"
 			case isProblem && p.Status == 422:
-				what = "the saved token is an API token, which still works until revoked ('gpuvm token revoke')"
+				what = "the saved token is an API token, which still works until revoked ('gpuvm admin tokens revoke USER ID')"
 			default:
 				return explain(err, c, cmd.ErrOrStderr())
 			}

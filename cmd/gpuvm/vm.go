@@ -184,7 +184,9 @@ allocated, its disk prepared and it boots.
 
 With --wait, follows the VM until it runs and its guest is up (or it fails) and
 says each phase as it comes: queued, allocating GPU, preparing disk, booting,
-ready; then prints how to connect. While the VM is queued, the line says its
+ready; then prints how to connect (with a desktop that signs in with the VM's
+one-time password, RDP or DCV: 'gpuvm credentials NAME', which shows it
+once). While the VM is queued, the line says its
 place in the queue and when it is expected to start ("expected start 14:20 (in
 35 min, uncertain: leases may be extended)"), and is printed again when the
 estimate changes. Ctrl-C stops waiting, not the VM. Without it, prints the VM
@@ -363,9 +365,21 @@ func printConnect(w io.Writer, vm api.VM) {
 	fmt.Fprintf(tw, "  GPU:\t%s\n", describeVMGPUs(vm.GPUs))
 	fmt.Fprintf(tw, "  Lease:\t%s\n", describeLease(vm, time.Now()))
 	printAccess(tw, vm)
+	if desktopSignsIn(vm.Desktop) {
+		fmt.Fprintf(tw, "  Password:\tgpuvm credentials %s (the desktop's one-time password: it is shown once)\n", vm.Name)
+	}
 	fmt.Fprintf(tw, "  Details:\tgpuvm show %s\n", vm.Name)
 	fmt.Fprintf(tw, "  Delete:\tgpuvm delete %s\n", vm.Name)
 	tw.Flush()
+}
+
+// desktopSignsIn reports whether a VM's desktop (api.VM's Desktop) signs in
+// as the guest's user with the VM's one-time desktop password, which
+// 'gpuvm credentials' shows once: RDP (xrdp, Windows) and DCV. Sunshine's
+// web UI credentials, when they are the VM's, are read by 'gpuvm desktop
+// --pin' itself.
+func desktopSignsIn(desktop string) bool {
+	return desktop == api.DesktopRDP || desktop == api.DesktopDCV
 }
 
 // printAccess writes, in a table of "  Label:\tvalue" rows, how to reach a

@@ -352,7 +352,7 @@ func (s *Server) logout(c *gin.Context) {
 	v, _ := c.Get(sessionKey)
 	ss, _ := v.(*store.Session)
 	if ss == nil {
-		s.writeProblem(c, with(errValidation, "this token is an API token, not a sign-in's session: revoke it with DELETE /v1/users/{name}/tokens/{id} (gpuvm token revoke)"))
+		s.writeProblem(c, with(errValidation, "this token is an API token, not a sign-in's session: revoke it with DELETE /v1/users/{name}/tokens/{id} (gpuvm admin tokens revoke NAME ID)"))
 		return
 	}
 	s.endSession(c, ss)

@@ -179,7 +179,7 @@ func (s *Server) signIn(c *gin.Context) {
 		s.writeProblem(c, withField(errValidation, "token", "give a token, or a username and password, not both"))
 		return
 	case token == "" && req.Username == "":
-		s.writeProblem(c, withField(errValidation, "token", "give your API token (gpuvm token create makes one), or your directory account's username and password"))
+		s.writeProblem(c, withField(errValidation, "token", "give your API token (gpuvm admin tokens create NAME makes one), or your directory account's username and password"))
 		return
 	case token == "":
 		id, refuse, ok := s.checkPassword(c, req.Username, req.Password) // login.go

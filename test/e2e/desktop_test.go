@@ -211,16 +211,28 @@ func TestDesktopOverRDP(t *testing.T) {
 		t.Errorf("gpuvmd's log holds the desktop password")
 	}
 
+	// The commands people are told to run, as they are told: no --user (the
+	// user is the guest's, which gpuvm knows), the password after --.
+	// 'gpuvm show' prints one; the portal's "Open desktop" shows 'gpuvm rdp
+	// NAME' (pkg/portal/assets/pages/vms.js, DesktopPanel).
+	show := cli.must("show", "desk")
+	m := regexp.MustCompile(`(?m)^\s*Remote desktop:\s+gpuvm ((?:desktop|rdp) desk)\b`).FindStringSubmatch(show)
+	if m == nil {
+		t.Fatalf("gpuvm show names no 'gpuvm desktop desk' or 'gpuvm rdp desk':\n%s", show)
+	}
+	showCmd := strings.Fields(m[1])
+	portalCmd := []string{"rdp", "desk"}
+
 	display := startXvfb(t, ctx)
 
 	// The negative control: a wrong password must not pass the check.
-	bad := rdpSession(t, ctx, cli, display, cred.User, "wrong-"+randHex(6), 25*time.Second, artifacts, "wrong-password", dom, nil)
+	bad := rdpSession(t, ctx, cli, display, showCmd, cred.User, "wrong-"+randHex(6), 25*time.Second, artifacts, "wrong-password", dom, nil)
 	if bad.desktop {
 		t.Errorf("with a wrong password the screenshot passes as a desktop (%s): the check cannot tell", bad.why)
 	}
 
 	rdpBegin := time.Now()
-	good := rdpSession(t, ctx, cli, display, cred.User, cred.Password, 4*time.Minute, artifacts, "desktop", dom, func() bool {
+	good := rdpSession(t, ctx, cli, display, portalCmd, cred.User, cred.Password, 4*time.Minute, artifacts, "desktop", dom, func() bool {
 		code, _, err := guestExec(ctx, dom, 30*time.Second, "/usr/bin/pgrep", "-u", cred.User, "-x", "icewm")
 		return err == nil && code == 0
 	})
@@ -296,14 +308,15 @@ type rdpResult struct {
 	png     string // the last screenshot
 }
 
-// rdpSession runs 'gpuvm rdp desk' on display as user with password (the
-// CLI opens its tunnel to the guest's 3389 through gpuvmd and starts
-// FreeRDP on it, with the arguments after --) for at most within, taking a
+// rdpSession runs 'gpuvm COMMAND -- /p:PASSWORD …' on display (the CLI
+// opens its tunnel to the guest's 3389 through gpuvmd and starts FreeRDP on
+// it as the guest's user, user, with the arguments after --; command names
+// no user) for at most within, taking a
 // screenshot every few seconds, until one passes as the desktop (and
 // sessionUp, when set, says the guest runs the session), or, without
 // sessionUp (the wrong password), until xrdp shows its error dialog. The
 // last screenshot is kept as name.png in artifacts.
-func rdpSession(t *testing.T, ctx context.Context, cli cliRun, display, user, password string, within time.Duration, artifacts, name, dom string, sessionUp func() bool) rdpResult {
+func rdpSession(t *testing.T, ctx context.Context, cli cliRun, display string, command []string, user, password string, within time.Duration, artifacts, name, dom string, sessionUp func() bool) rdpResult {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(ctx, within)
 	defer cancel()
@@ -313,8 +326,9 @@ func rdpSession(t *testing.T, ctx context.Context, cli cliRun, display, user, pa
 		t.Fatal(err)
 	}
 	defer logf.Close()
-	rdp := exec.Command(cli.bin, "rdp", "desk", "--user", user, "--", "/p:"+password, "/cert:ignore",
+	args := append(append([]string{}, command...), "--", "/p:"+password, "/cert:ignore",
 		fmt.Sprintf("/size:%dx%d", rdpWidth, rdpHeight), "/bpp:24", "-wallpaper", "/log-level:WARN")
+	rdp := exec.Command(cli.bin, args...)
 	rdp.Env = []string{"HOME=" + cli.home, "XDG_CONFIG_HOME=" + filepath.Join(cli.home, ".config"), "PATH=/usr/bin:/bin", "DISPLAY=" + display}
 	rdp.Stdout, rdp.Stderr = logf, logf
 	// gpuvm and the FreeRDP it starts are killed together.
@@ -336,7 +350,7 @@ func rdpSession(t *testing.T, ctx context.Context, cli cliRun, display, user, pa
 			t.Logf("%s: FreeRDP log %s", name, logPath)
 			return res
 		case <-exited:
-			res.why = "gpuvm rdp exited: " + tail(logPath)
+			res.why = "gpuvm " + strings.Join(command, " ") + " exited: " + tail(logPath)
 			if img, err := screenshot(display); err == nil {
 				_ = writePNG(res.png, img)
 			}
