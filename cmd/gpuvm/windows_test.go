@@ -103,7 +103,7 @@ func TestWindowsInstallRefuses(t *testing.T) {
 		{"bad domain type", append(base, "--password-file", pw, "--domain-type", "xen"), `domain type: "xen"`},
 		{"missing password file", append(base, "--password-file", filepath.Join(dir, "nope")), "--password-file"},
 		{"bad edition", append(base, "--password-file", pw, "--edition", "vista"), `edition: "vista"`},
-		{"index and name", append(base, "--password-file", pw, "--image-index", "2", "--image-name", "Pro"), "image: give an index or a name"},
+		{"index and name", append(base, "--password-file", pw, "--image-index", "2", "--image-name", "Pro"), "image name: give an index or a name, not both"},
 		{"args without driver", append(base, "--password-file", pw, "--nvidia-args", "-s"), "--nvidia-args needs --nvidia-driver"},
 		{"missing driver", append(base, "--password-file", pw, "--nvidia-driver", filepath.Join(dir, "none.exe")), "--nvidia-driver"},
 		{"bad name", append(append([]string{}, base...), "--password-file", pw, "--name", "a b"), "--name"},
