@@ -104,6 +104,8 @@ unit:
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '\.pb\.go$$')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	# The CLI is pure Go for laptops: it must build for Windows and macOS too.
+	for os in windows darwin; do CGO_ENABLED=0 GOOS=$$os $(GO) build -o /dev/null ./cmd/gpuvm || exit 1; done
 
 generate:
 	$(GO) generate ./pkg/backend/proto/
