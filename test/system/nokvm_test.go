@@ -29,7 +29,7 @@ import (
 // touched. In each case the accelerator check must choose software emulation
 // and say why, libvirt must refuse a kvm domain (the CI failure this test
 // was written for), and the tiny guest, defined with the check's type, must
-// boot.
+// start (and, without /dev/kvm, boot to its ready marker).
 func TestNoKVM(t *testing.T) {
 	if testing.Short() {
 		t.Skip("system test: boots a guest under QEMU; skipped with -short")
@@ -122,6 +122,12 @@ func testNoKVM(t *testing.T, dev, kernel, initrd string) {
 	}
 	if !strings.Contains(x, "<domain type='qemu'") {
 		t.Errorf("running domain is not type qemu:\n%s", tail(x, 500))
+	}
+	if dev == devUnusable {
+		// The boot itself is the same as without /dev/kvm (proven by that
+		// case); here libvirt re-probes QEMU at every capabilities lookup,
+		// and a boot adds a minute of emulated CPU to make test for nothing.
+		return
 	}
 	bctx, bcancel := context.WithTimeout(ctx, bootTimeout)
 	defer bcancel()
