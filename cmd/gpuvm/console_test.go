@@ -210,17 +210,23 @@ func runGPUVM(ctx context.Context, t *testing.T, seams *consoleSeams, stdin io.R
 func runGPUVMEnv(ctx context.Context, t *testing.T, vars map[string]string, seams *consoleSeams, stdin io.Reader, stdout io.Writer, args ...string) (string, int) {
 	t.Helper()
 	var errb bytes.Buffer
+	code := runGPUVMTo(ctx, t, vars, seams, stdin, stdout, &errb, args...)
+	return errb.String(), code
+}
+
+// runGPUVMTo is runGPUVMEnv writing stderr to errw as the command runs.
+func runGPUVMTo(ctx context.Context, t *testing.T, vars map[string]string, seams *consoleSeams, stdin io.Reader, stdout, errw io.Writer, args ...string) int {
+	t.Helper()
 	ctx = context.WithValue(ctx, testSeamsKey{}, &testSeams{term: &terminal{in: stdin}})
 	ctx = context.WithValue(ctx, consoleSeamsKey{}, seams)
 	env := map[string]string{"HOME": t.TempDir()}
 	for k, v := range vars {
 		env[k] = v
 	}
-	root := newRoot(func(k string) string { return env[k] }, stdout, &errb)
+	root := newRoot(func(k string) string { return env[k] }, stdout, errw)
 	root.SetIn(stdin)
 	root.SetArgs(args)
-	code := exitCode(root.ExecuteContext(ctx), &errb)
-	return errb.String(), code
+	return exitCode(root.ExecuteContext(ctx), errw)
 }
 
 func noProgram(string) (string, error) { return "", errors.New("not found") }

@@ -201,17 +201,19 @@ profile "sunshine" {
 
 // startDesktop runs 'gpuvm ARGS' until stop, once it listens on n
 // addresses (which it returns).
-func startDesktop(t *testing.T, e *desktopEnv, seams *consoleSeams, n int, stdin io.Reader, stdout io.Writer, args ...string) ([]string, func() (int, string)) {
+//
+// stop(until...) first waits (20 s at most) for stderr to hold each of
+// until: what the command says once it has done what the test checks, so
+// the cancel never cuts it short.
+func startDesktop(t *testing.T, e *desktopEnv, seams *consoleSeams, n int, stdin io.Reader, stdout io.Writer, args ...string) ([]string, func(until ...string) (int, string)) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	addrs := make(chan string, 16)
 	seams.listening = func(a string) { addrs <- a }
 	done := make(chan int, 1)
-	var stderr string
+	var errb logtest.Buffer
 	go func() {
-		var code int
-		stderr, code = runGPUVM(ctx, t, seams, stdin, stdout, append(args, "--url", e.url, "--token", e.token)...)
-		done <- code
+		done <- runGPUVMTo(ctx, t, nil, seams, stdin, stdout, &errb, append(args, "--url", e.url, "--token", e.token)...)
 	}()
 	var got []string
 	for len(got) < n {
@@ -220,13 +222,20 @@ func startDesktop(t *testing.T, e *desktopEnv, seams *consoleSeams, n int, stdin
 			got = append(got, a)
 		case code := <-done:
 			cancel()
-			t.Fatalf("gpuvm %s: exit %d before listening: %s", strings.Join(args, " "), code, stderr)
+			t.Fatalf("gpuvm %s: exit %d before listening: %s", strings.Join(args, " "), code, errb.String())
 		case <-time.After(30 * time.Second):
 			cancel()
 			t.Fatalf("gpuvm %s never listened", strings.Join(args, " "))
 		}
 	}
-	return got, func() (int, string) { cancel(); code := <-done; return code, stderr }
+	return got, func(until ...string) (int, string) {
+		for _, u := range until {
+			waitUntil(t, "gpuvm says "+strconv.Quote(u), func() bool { return strings.Contains(errb.String(), u) })
+		}
+		cancel()
+		code := <-done
+		return code, errb.String()
+	}
 }
 
 // TestDesktopRDPClient: FreeRDP found on PATH runs on the tunnel, as the
@@ -379,7 +388,7 @@ func TestDesktopSunshine(t *testing.T) {
 		defer e.sunshine.mu.Unlock()
 		return len(e.sunshine.pins) == 1 && e.sunshine.pins[0] == "4321"
 	})
-	code, stderr := stop()
+	code, stderr := stop("Sunshine took the PIN")
 	if code != 0 || !strings.Contains(stderr, "Sunshine took the PIN") {
 		t.Errorf("exit %d: %s", code, stderr)
 	}
