@@ -227,6 +227,9 @@ func serve(ctx context.Context, o options, cfg *liveConfig, log *slog.Logger) er
 	deps.Consoles = hv // the console and tunnel proxies find displays and guest addresses here
 	// The stored disk images: import, publish, uploads (images.go).
 	deps.Images = openImages(ctx, o, cfg, st, hv, orch, profiles, log)
+	// A profile whose image, kernel or template is missing is marked
+	// unavailable, and its VMs refused (pkg/images.Availability).
+	deps.Availability = availability(st, hv)
 	// Unattended Windows installs (pkg/server/windowsinstall.go).
 	deps.Windows = &server.WindowsInstalls{Host: hv, Pool: profiles().Server.Libvirt.StoragePool, Installation: inst.ID}
 	// Password sign-in and the directory's sync (auth.go).
@@ -298,7 +301,8 @@ func newOrchestrator(ctx context.Context, o options, st *store.Store, l *loader.
 	orch := orchestrator.New(orchestrator.Config{Store: st, Backends: l, Hypervisor: hv, Profiles: profiles, Log: log, DetachSimulatedGPUs: detach,
 		Guests: guests, BootTimeout: o.bootTimeout, Installation: installation,
 		Idle: idle, Notifier: notices,
-		DomainPrefix: o.test.domainPrefix, Host: nd.name, Fleet: nd.orchestratorFleet(), Leader: nd.leader(), HostTimeout: nd.timeout},
+		DomainPrefix: o.test.domainPrefix, Host: nd.name, Fleet: nd.orchestratorFleet(), Leader: nd.leader(), HostTimeout: nd.timeout,
+		Availability: availability(st, hv)},
 		orchestrator.WithHook(o.test.hook(ctx, log)))
 	nd.start(ctx, orch)
 	return orch
@@ -378,7 +382,11 @@ func serveHTTP(ctx context.Context, o options, cfg *liveConfig, api *server.Serv
 	go func() { errc <- srv.Serve(api.LimitListener(ln)) }()
 	log.Info("gpuvmd ready", "listen", ln.Addr().String(), "backends", backends, "state_dir", o.stateDir,
 		"admin_token_file", tokenPath)
-	fmt.Fprint(o.stdout, readyHelp(tokenPath, ln.Addr().String(), profiles()))
+	var unavailable func(p *config.Profile) string
+	if api.Availability != nil {
+		unavailable = func(p *config.Profile) string { return api.Availability.Unavailable(ctx, profiles(), p) }
+	}
+	fmt.Fprint(o.stdout, readyHelp(tokenPath, ln.Addr().String(), profiles(), unavailable))
 	if o.ready != nil {
 		o.ready(ln.Addr().String())
 	}
@@ -535,16 +543,35 @@ func (s testSeams) hook(ctx context.Context, log *slog.Logger) func(vmID, point 
 }
 
 // readyHelp is what gpuvmd prints once it serves: where the admin token is
-// and two curl lines to try, the second creating a VM from the first profile.
-func readyHelp(tokenPath, addr string, cfg *config.Config) string {
+// and two curl lines to try, the second creating a VM from the first
+// profile that is available (unavailable says why one is not, "" when it
+// is; nil: all are), then each profile that is not, and why.
+func readyHelp(tokenPath, addr string, cfg *config.Config, unavailable func(*config.Profile) string) string {
 	auth := fmt.Sprintf("-H \"Authorization: Bearer $(cat %s)\"", tokenPath)
 	var b strings.Builder
 	fmt.Fprintf(&b, "gpuvmd is ready on http://%s\n  admin token: %s\n", addr, tokenPath)
 	fmt.Fprintf(&b, "  the GPUs:    curl -s %s http://%s/v1/gpus\n", auth, addr)
-	if ps := cfg.SortedProfiles(); len(ps) > 0 {
+	var first *config.Profile
+	var not []string
+	for _, p := range cfg.SortedProfiles() {
+		why := ""
+		if unavailable != nil {
+			why = unavailable(p)
+		}
+		switch {
+		case why != "":
+			not = append(not, fmt.Sprintf("  unavailable: profile %s: %s\n", p.Name, why))
+		case first == nil:
+			first = p
+		}
+	}
+	if first != nil {
 		fmt.Fprintf(&b, "  create a VM: curl -s %s -H 'Content-Type: application/json' -d '{\"profile\":\"%s\"}' http://%s/v1/vms\n",
-			auth, ps[0].Name, addr)
+			auth, first.Name, addr)
 	}
 	fmt.Fprintf(&b, "  or the CLI:  gpuvm login http://%s < %s\n", addr, tokenPath)
+	for _, n := range not {
+		b.WriteString(n)
+	}
 	return b.String()
 }

@@ -39,7 +39,7 @@ profile "alpha" {
 		{"no profiles", &config.Config{}, []string{"/v1/gpus"}, "/v1/vms"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got := readyHelp("/s/admin.token", "127.0.0.1:8080", tc.cfg)
+			got := readyHelp("/s/admin.token", "127.0.0.1:8080", tc.cfg, nil)
 			for _, w := range tc.want {
 				if !strings.Contains(got, w) {
 					t.Errorf("missing %q in\n%s", w, got)
@@ -49,5 +49,44 @@ profile "alpha" {
 				t.Errorf("unexpected %q in\n%s", tc.not, got)
 			}
 		})
+	}
+}
+
+// An unavailable profile (its image not built) is not the one the create
+// line suggests; it is listed with why.
+func TestReadyHelpSkipsUnavailable(t *testing.T) {
+	cfg, diags := config.Parse(config.Source{Name: "p.hcl", Data: []byte(`
+profile "alpha" {
+  vcpus = 1
+  memory = "1GiB"
+  boot { kernel = "/k" }
+}
+profile "beta" {
+  vcpus = 1
+  memory = "1GiB"
+  boot { kernel = "/k" }
+}
+`)})
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	why := func(p *config.Profile) string {
+		if p.Name == "alpha" {
+			return `its disk image "alpha" is not on this server (an admin has to build or import it)`
+		}
+		return ""
+	}
+	got := readyHelp("/s/admin.token", "127.0.0.1:8080", cfg, why)
+	for _, w := range []string{`-d '{"profile":"beta"}'`, `unavailable: profile alpha: its disk image "alpha" is not on this server`} {
+		if !strings.Contains(got, w) {
+			t.Errorf("missing %q in\n%s", w, got)
+		}
+	}
+	if strings.Contains(got, `"profile":"alpha"`) {
+		t.Errorf("the create line suggests the unavailable profile:\n%s", got)
+	}
+	all := readyHelp("/s/admin.token", "127.0.0.1:8080", cfg, func(*config.Profile) string { return "its boot kernel is not on this server" })
+	if strings.Contains(all, "/v1/vms") || strings.Count(all, "unavailable: profile") != 2 {
+		t.Errorf("with no profile available, no create line and both listed:\n%s", all)
 	}
 }

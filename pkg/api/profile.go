@@ -13,6 +13,15 @@ type Profile struct {
 	// once (POST /v1/vms: 422). Absent when a GPU can give it, when it
 	// needs no GPU, and when no host has reported yet (nothing is known).
 	Unservable string `json:"unservable,omitempty"`
+	// Unavailable, when set, says in words why a VM of the profile cannot
+	// be made on this server now: what it is made of is missing (its disk
+	// image not built or imported, its boot kernel or initrd, its
+	// cloud-init template): "its disk image \"desktop\" is not on this
+	// server (an admin has to build or import it)". It names no server
+	// path. A VM of it is refused at once (POST /v1/vms: 422); it is
+	// checked again at each question, so an image built or imported shows
+	// at once.
+	Unavailable string `json:"unavailable,omitempty"`
 	// NextFreeAt (GET /v1/profiles), when none of the profile's GPU is
 	// free now, is when one is expected to free up for the caller behind
 	// the queue, by the replay of the estimated start (GET /v1/vms/{id}'s

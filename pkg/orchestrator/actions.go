@@ -104,11 +104,11 @@ func (lc *lifecycle) runAction(ctx context.Context, vm *store.VM, op *store.Oper
 func (lc *lifecycle) finishAction(ctx context.Context, vm *store.VM, op *store.Operation, opErr error) {
 	p := api.VMActionPayload{Action: op.Kind, OperationID: op.ID, RequestedBy: op.RequestedBy, Result: store.OpDone}
 	if opErr != nil {
-		p.Result, p.Error = store.OpFailed, opErr.Error()
+		p.Result, p.Error = store.OpFailed, reasonOf(opErr)
 	}
 	payload, _ := json.Marshal(p)
 	err := lc.st.Tx(ctx, func(tx *store.Store) error {
-		if err := tx.FinishOperation(ctx, op.ID, opErr); err != nil {
+		if err := tx.FinishOperation(ctx, op.ID, withoutPaths(opErr)); err != nil {
 			return err
 		}
 		return tx.AppendEvent(ctx, &store.Event{VMID: vm.ID, Owner: vm.Owner, Type: api.EventVMAction, Payload: payload})
@@ -200,7 +200,7 @@ func (lc *lifecycle) runStop(ctx context.Context, vm *store.VM, op *store.Operat
 		}
 		if info.Active() {
 			cause := fmt.Errorf("shut down the domain: %w", err)
-			if _, uerr := lc.setState(ctx, vm.ID, store.VMUpdate{State: store.VMRunning, Phase: api.PhaseReady, StateReason: "stop failed: " + cause.Error()}); uerr != nil {
+			if _, uerr := lc.setState(ctx, vm.ID, store.VMUpdate{State: store.VMRunning, Phase: api.PhaseReady, StateReason: "stop failed: " + reasonOf(cause)}); uerr != nil {
 				return uerr
 			}
 			lc.finishAction(ctx, vm, op, cause)
@@ -459,7 +459,7 @@ func (lc *lifecycle) startDeviceFailed(ctx context.Context, vm *store.VM, op *st
 	if err := lc.giveBack(ctx, vm.ID); err != nil {
 		return errors.Join(cause, err)
 	}
-	if _, err := lc.setState(ctx, vm.ID, store.VMUpdate{State: store.VMQueued, Phase: PhaseQueued, StateReason: cause.Error()}); err != nil {
+	if _, err := lc.setState(ctx, vm.ID, store.VMUpdate{State: store.VMQueued, Phase: PhaseQueued, StateReason: reasonOf(cause)}); err != nil {
 		return err
 	}
 	lc.log.Warn("VM queued again to start", "vm", vm.ID, "reason", cause)
@@ -476,7 +476,7 @@ func (lc *lifecycle) startFailed(ctx context.Context, vm *store.VM, op *store.Op
 	if err := lc.giveBack(ctx, vm.ID); err != nil {
 		return errors.Join(cause, err)
 	}
-	if _, err := lc.setState(ctx, vm.ID, store.VMUpdate{State: store.VMStopped, StateReason: "start failed: " + cause.Error()}); err != nil {
+	if _, err := lc.setState(ctx, vm.ID, store.VMUpdate{State: store.VMStopped, StateReason: "start failed: " + reasonOf(cause)}); err != nil {
 		return errors.Join(cause, err)
 	}
 	lc.finishAction(ctx, vm, op, cause)

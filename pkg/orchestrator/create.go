@@ -64,6 +64,9 @@ func (lc *lifecycle) runCreate(ctx context.Context, vm *store.VM, op *store.Oper
 	if err := lc.hook(vm.ID, HookDiskPrepared); err != nil {
 		return err
 	}
+	if err := lc.checkAvailable(ctx, vm); err != nil { // reason.go
+		return lc.createFailed(ctx, vm.ID, op, err)
+	}
 	req, err := lc.vmRequest(ctx, vm)
 	if err != nil {
 		return lc.createFailed(ctx, vm.ID, op, err)
@@ -311,7 +314,7 @@ func (lc *lifecycle) createFailed(ctx context.Context, vmID string, op *store.Op
 		if err != nil {
 			return err
 		}
-		_, err = lc.st.UpdateVMState(ctx, vmID, vm.Version, store.VMUpdate{State: store.VMQueued, Phase: PhaseQueued, StateReason: cause.Error()})
+		_, err = lc.st.UpdateVMState(ctx, vmID, vm.Version, store.VMUpdate{State: store.VMQueued, Phase: PhaseQueued, StateReason: reasonOf(cause)})
 		lc.log.Warn("VM queued again", "vm", vmID, "reason", cause)
 		return err
 	}
@@ -327,7 +330,10 @@ func (lc *lifecycle) failVM(ctx context.Context, vmID string, op *store.Operatio
 	if err != nil {
 		return err
 	}
-	if _, err := lc.st.UpdateVMState(ctx, vmID, vm.Version, store.VMUpdate{State: store.VMFailed, StateReason: cause.Error()}); err != nil {
+	if reasonOf(cause) != cause.Error() {
+		lc.log.Warn("VM failed; its reason shows the files by their base names", "vm", vmID, "err", cause)
+	}
+	if _, err := lc.st.UpdateVMState(ctx, vmID, vm.Version, store.VMUpdate{State: store.VMFailed, StateReason: reasonOf(cause)}); err != nil {
 		return err
 	}
 	if op != nil {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/gpuvm/gpuvm/pkg/config"
 	"github.com/gpuvm/gpuvm/pkg/hypervisor/domain"
+	"github.com/gpuvm/gpuvm/pkg/images"
 	"github.com/gpuvm/gpuvm/pkg/store"
 )
 
@@ -43,6 +44,9 @@ type lifecycle struct {
 	inits    bootWatch // the ready VMs whose cloud-init has not reported yet (boot.go)
 	// initsNext is when the watch of inits looks again (checkBoots' goroutine only).
 	initsNext time.Time
+	// avail checks that a profile's image, kernel and template are here
+	// (Config.Availability; nil: not checked).
+	avail *images.Availability
 }
 
 // lifecycleStore is what the lifecycle asks of the database.
@@ -81,6 +85,9 @@ type lifecycleSettings struct {
 	RenderCloudInit func(p *config.Profile, in config.CloudInitInput) (string, error)
 	Libvirt         config.Libvirt
 	Location        *time.Location // the policy's timezone
+	// Config is the configuration in force, whole (nil in tests that set
+	// only the fields above).
+	Config *config.Config
 }
 
 // hook calls the test hook at a hook point; its error stops the work there,
@@ -96,7 +103,8 @@ func (lc *lifecycle) hook(vmID, point string) error {
 }
 
 func (lc *lifecycle) finishOp(ctx context.Context, id string, opErr error) {
-	if err := lc.st.FinishOperation(ctx, id, opErr); err != nil && !errors.Is(err, store.ErrConflict) {
+	// Its error is read by the VM's owner: paths cut (reason.go).
+	if err := lc.st.FinishOperation(ctx, id, withoutPaths(opErr)); err != nil && !errors.Is(err, store.ErrConflict) {
 		lc.log.Error("finish operation", "operation", id, "err", err)
 	}
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/gpuvm/gpuvm/pkg/config"
 	"github.com/gpuvm/gpuvm/pkg/hypervisor"
 	"github.com/gpuvm/gpuvm/pkg/hypervisor/domain"
+	"github.com/gpuvm/gpuvm/pkg/images"
 	"github.com/gpuvm/gpuvm/pkg/monitor"
 	"github.com/gpuvm/gpuvm/pkg/policy"
 	"github.com/gpuvm/gpuvm/pkg/scheduler"
@@ -148,6 +149,12 @@ type Config struct {
 	// (default config.DefaultHeartbeatTimeout).
 	Fleet       Fleet
 	HostTimeout time.Duration
+	// Availability checks, before a VM is made, that what its profile is
+	// made of is on this server (its disk image, kernel, initrd,
+	// template): a VM that lacks one fails at once with a reason that
+	// names no server path (the log has the paths). nil: nothing is
+	// checked, and libvirt says what is missing.
+	Availability *images.Availability
 }
 
 // Orchestrator assembles the jobs of one gpuvmd's VM work and runs their
@@ -221,14 +228,14 @@ func New(cfg Config, opts ...Option) *Orchestrator {
 	o.fleet = &fleetDuties{host: set.Host, st: set.Store, log: o.log, fleet: set.Fleet, backends: backends, wake: o.wake.Wake,
 		spec: o.hostSpec, settings: func() fleetSettings { return fleetSettings{HostTimeout: set.HostTimeout} }}
 	o.life = &lifecycle{host: set.Host, installation: set.Installation, st: set.Store, log: o.log, hv: set.Hypervisor, backends: backends, guests: set.Guests,
-		names: names, testHook: opt.hook, wake: o.wake.Wake, fleet: o.fleet,
+		names: names, testHook: opt.hook, wake: o.wake.Wake, fleet: o.fleet, avail: set.Availability,
 		settings: func() lifecycleSettings {
 			c := live()
 			return lifecycleSettings{DomainType: set.DomainType,
 				DetachSimulatedGPUs: set.DetachSimulatedGPUs, ShutdownTimeout: set.ShutdownTimeout,
 				BootTimeout: set.BootTimeout, BootCheck: set.BootCheck, Rescan: set.ReconcileEvery, InFleet: set.Fleet != nil,
 				Profiles: c.Profiles, Images: c.Images, Libvirt: c.Server.Libvirt, Location: c.Policy.Location,
-				RenderCloudInit: c.RenderCloudInit}
+				RenderCloudInit: c.RenderCloudInit, Config: c}
 		}}
 	o.disp = &dispatcher{host: set.Host, st: set.Store, log: o.log, life: o.life, fleet: o.fleet, notifier: set.Notifier,
 		busy: busy, roundMu: roundMu, bookings: bookings, sem: make(chan struct{}, set.Workers), wake: o.wake.Wake,

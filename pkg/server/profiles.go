@@ -28,14 +28,24 @@ type profileView struct {
 // config.Profile's in profileView.
 type profileStatus = api.Profile
 
-// profileViews are ps as the API shows them, each unservable one marked.
+// profileViews are ps as the API shows them, each unservable or
+// unavailable one marked.
 func (s *Server) profileViews(ctx context.Context, ps []*config.Profile) []profileView {
 	never := s.unservable(ctx, ps)
 	out := make([]profileView, len(ps))
 	for i, p := range ps {
-		out[i] = profileView{Profile: p, profileStatus: api.Profile{Unservable: never[p.Name]}}
+		out[i] = profileView{Profile: p, profileStatus: api.Profile{Unservable: never[p.Name], Unavailable: s.unavailable(ctx, p)}}
 	}
 	return out
+}
+
+// unavailable says why a VM of p cannot be made on this server now: what it
+// is made of is missing (Deps.Availability; "" when nothing is checked).
+func (s *Server) unavailable(ctx context.Context, p *config.Profile) string {
+	if s.Availability == nil || s.Config == nil {
+		return ""
+	}
+	return s.Availability.Unavailable(ctx, s.Config.Load(), p)
 }
 
 // unservable says, of each profile in ps that no GPU of the reporting
@@ -99,9 +109,13 @@ func (s *Server) unservable(ctx context.Context, ps []*config.Profile) map[strin
 	return out
 }
 
-// refuseUnservable is the problem of a VM asked of a profile no reporting
+// refuseUnservable is the problem of a VM asked of a profile this server
+// cannot make now (its image, kernel or template missing) or no reporting
 // host can ever serve (nil when one can, or nothing is known).
 func (s *Server) refuseUnservable(ctx context.Context, p *config.Profile) *Problem {
+	if why := s.unavailable(ctx, p); why != "" {
+		return withField(errValidation, "profile", fmt.Sprintf("profile %s cannot be made on this server now: %s", p.Name, why))
+	}
 	why := s.unservable(ctx, []*config.Profile{p})[p.Name]
 	if why == "" {
 		return nil

@@ -116,6 +116,17 @@ type Deps struct {
 	// Windows defines and starts unattended Windows installs
 	// (windowsinstall.go); nil: its routes answer 503.
 	Windows *WindowsInstalls
+	// Availability says why a VM of a profile cannot be made on this
+	// server now (its image, kernel or template missing; a
+	// *images.Availability), in words with no server path; nil: nothing
+	// is checked.
+	Availability ProfileAvailability
+}
+
+// ProfileAvailability says why a VM of profile p of cfg cannot be made on
+// this server now ("" when it can).
+type ProfileAvailability interface {
+	Unavailable(ctx context.Context, cfg *config.Config, p *config.Profile) string
 }
 
 // Waker is told that a VM operation was queued.
