@@ -3,11 +3,14 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"io/fs"
+	"os"
 	"strings"
 	"testing"
 
 	"github.com/gpuvm/gpuvm/pkg/api"
 	"github.com/gpuvm/gpuvm/pkg/client/clienttest"
+	"github.com/gpuvm/gpuvm/pkg/images"
 	"github.com/gpuvm/gpuvm/pkg/store"
 )
 
@@ -125,6 +128,55 @@ profile "h100-vgpu" {
 		}
 	}
 	if _, errOut, code := c.run("create", "h100-vgpu"); code != 1 || !strings.Contains(errOut, "profile h100-vgpu can never be served here") {
+		t.Errorf("create: exit %d %q", code, errOut)
+	}
+}
+
+// gpuvm profiles marks a profile whose image is not on the server, says why
+// with no server path, and the server refuses a VM of it.
+func TestProfilesUnavailable(t *testing.T) {
+	dir := t.TempDir()
+	env := clienttest.New(t, clienttest.Options{Profiles: clienttest.Profiles + `
+image "desktop" {
+  path   = "` + dir + `/desktop.qcow2"
+  format = "qcow2"
+}
+profile "desktop" {
+  vcpus  = 1
+  memory = "1GiB"
+  disk { image = "desktop" }
+  boot { kernel = "` + dir + `/vmlinuz" }
+}
+`, Availability: &images.Availability{Stat: func(p string) (fs.FileInfo, error) {
+		// The other profiles' kernels are made up: only dir's files count.
+		if !strings.HasPrefix(p, dir) {
+			p = os.Args[0]
+		}
+		return os.Stat(p)
+	}}})
+	c := newCLI(t, map[string]string{"GPUVM_URL": env.URL, "GPUVM_TOKEN": env.UserToken})
+	out := c.must("profiles")
+	why := `its disk image "desktop" and its boot kernel are not on this server (an admin has to build or import them)`
+	var row string
+	for _, l := range strings.Split(out, "\n") {
+		if strings.HasPrefix(l, "desktop ") && row == "" {
+			row = l
+		}
+	}
+	if !strings.Contains(row, "- (unavailable)") || strings.Count(out, "(unavailable)") != 1 ||
+		!strings.Contains(out, "\ndesktop is unavailable here now, and a VM of it is refused: "+why+".") || strings.Contains(out, dir) {
+		t.Errorf("profiles:\n%s", out)
+	}
+	var ps []map[string]any
+	decodeStrict(t, c.must("profiles", "--json"), &ps)
+	for _, p := range ps {
+		u, marked := p["unavailable"]
+		if marked != (p["name"] == "desktop") || marked && u != why {
+			t.Errorf("profiles --json: %s unavailable %v", p["name"], u)
+		}
+	}
+	_, errOut, code := c.run("create", "desktop")
+	if code != 1 || !strings.Contains(errOut, "profile desktop cannot be made on this server now: "+why) || strings.Contains(errOut, dir) {
 		t.Errorf("create: exit %d %q", code, errOut)
 	}
 }

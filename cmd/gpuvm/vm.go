@@ -34,6 +34,9 @@ func newProfilesCmd(getenv func(string) string) *cobra.Command {
 disk a VM of each gets, and its lease (default/maximum). A profile that no GPU
 of the server's hosts can ever give (a board or mode they do not have) is
 marked "(unservable)", and why is said under the table; a VM of it is refused.
+A profile whose disk image, boot kernel or template is not on the server now
+(not built or imported yet) is marked "(unavailable)", and why is said under
+the table; a VM of it is refused too, until an admin puts it there.
 'gpuvm profile list' reads configuration files instead.
 ` + connectionHelp + "\n" + exitHelp,
 		Args: noArgs,
@@ -89,7 +92,10 @@ func printRemoteProfiles(w io.Writer, ps []client.Profile) error {
 		lease := config.FormatDuration(time.Duration(p.Lease.Default)*time.Second) + "/" +
 			config.FormatDuration(time.Duration(p.Lease.Max)*time.Second)
 		gpuText := describeGPU(g)
-		if p.Unservable != "" {
+		switch {
+		case p.Unavailable != "":
+			gpuText += " (unavailable)"
+		case p.Unservable != "":
 			gpuText += " (unservable)"
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\n", p.Name, gpuText, p.VCPUs, config.FormatSize(p.Memory), disk, lease, p.Description)
@@ -98,13 +104,18 @@ func printRemoteProfiles(w io.Writer, ps []client.Profile) error {
 		return err
 	}
 	for _, p := range ps {
+		if p.Unavailable != "" {
+			if _, err := fmt.Fprintf(w, "\n%s is unavailable here now, and a VM of it is refused: %s.", p.Name, p.Unavailable); err != nil {
+				return err
+			}
+		}
 		if p.Unservable != "" {
 			if _, err := fmt.Fprintf(w, "\n%s is unservable here, and a VM of it is refused: %s.", p.Name, p.Unservable); err != nil {
 				return err
 			}
 		}
 	}
-	if slices.ContainsFunc(ps, func(p client.Profile) bool { return p.Unservable != "" }) {
+	if slices.ContainsFunc(ps, func(p client.Profile) bool { return p.Unservable != "" || p.Unavailable != "" }) {
 		_, err := fmt.Fprintln(w)
 		return err
 	}

@@ -103,6 +103,10 @@ type Profile struct {
 	// Unservable says why no GPU of the server's hosts can ever give
 	// the profile (api.Profile); "" when one can, or nothing is known.
 	Unservable string `json:"unservable,omitempty"`
+	// Unavailable says why a VM of the profile cannot be made on this
+	// server now: what it is made of (its disk image, kernel, template)
+	// is missing (api.Profile); "" when it can.
+	Unavailable string `json:"unavailable,omitempty"`
 
 	Raw json.RawMessage `json:"-"`
 }

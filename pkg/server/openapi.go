@@ -50,7 +50,8 @@ type route struct {
 }
 
 // profileDoc stands for a profile as the API serves it: pkg/config's JSON
-// and api.Profile's fields (unservable) in one object.
+// and api.Profile's fields (unservable, unavailable, next_free_at) in one
+// object.
 type profileDoc map[string]any
 
 var (
@@ -121,10 +122,10 @@ var coreAPIRoutes = []route{
 	{Method: "GET", Path: "/healthz", Summary: "Liveness: the process answers", Auth: authNone, Status: 200, Answer: map[string]string{}},
 	{Method: "GET", Path: "/readyz", Summary: "Readiness: configuration and every backend", Auth: authNone, Status: 200, Answer: map[string]string{}, Errors: []int{503}},
 	{Method: "GET", Path: "/openapi.json", Summary: "This document", Auth: authNone, Status: 200, Answer: map[string]any{}},
-	{Method: "GET", Path: "/v1/profiles", Summary: "The profiles the caller may use; unservable says why, when no GPU of the hosts that reported can ever give one; next_free_at, when none of a profile's GPU is free now, is when one is expected to free up for the caller behind the queue", Auth: authUser, Status: 200, Answer: []profileDoc{}},
+	{Method: "GET", Path: "/v1/profiles", Summary: "The profiles the caller may use; unservable says why, when no GPU of the hosts that reported can ever give one; unavailable says why, when what one is made of (its disk image, boot kernel or initrd, cloud-init template) is not on this server, in words that name no server path; next_free_at, when none of a profile's GPU is free now, is when one is expected to free up for the caller behind the queue", Auth: authUser, Status: 200, Answer: []profileDoc{}},
 	{Method: "GET", Path: "/v1/profiles/{name}/admission", Summary: "What the sharing policy would say now to the caller's asking for a VM of the profile for hours (default: the profile's): starts, waits or refused with the reason, the caller's quota and GPU-hour budgets, the window in force; nothing is made", Auth: authUser, Params: []param{pProfile, pAdmissionHours}, Status: 200, Answer: api.Admission{}, Errors: []int{404, 422, 503}},
-	{Method: "GET", Path: "/v1/profiles/{name}", Summary: "One profile the caller may use; unservable says why, when no GPU of the hosts that reported can ever give it", Auth: authUser, Params: []param{pProfile}, Status: 200, Answer: profileDoc{}, Errors: p404},
-	{Method: "POST", Path: "/v1/vms", Summary: "Ask for a VM: it is queued, then created; one of a profile no GPU of the hosts that reported can ever give is refused (422)", Auth: authUser, Params: []param{pIdemKey}, Body: api.CreateVMRequest{}, Status: 202, Answer: api.CreateVMResponse{}, Errors: []int{400, 404, 409, 413, 422, 503}},
+	{Method: "GET", Path: "/v1/profiles/{name}", Summary: "One profile the caller may use; unservable says why, when no GPU of the hosts that reported can ever give it; unavailable says why, when what it is made of is not on this server", Auth: authUser, Params: []param{pProfile}, Status: 200, Answer: profileDoc{}, Errors: p404},
+	{Method: "POST", Path: "/v1/vms", Summary: "Ask for a VM: it is queued, then created; one of a profile no GPU of the hosts that reported can ever give, or whose image, kernel or template is not on this server, is refused (422, field profile)", Auth: authUser, Params: []param{pIdemKey}, Body: api.CreateVMRequest{}, Status: 202, Answer: api.CreateVMResponse{}, Errors: []int{400, 404, 409, 413, 422, 503}},
 	{Method: "GET", Path: "/v1/vms", Summary: "The caller's VMs (admins: everyone's), oldest first, by pages; without addresses or console (GET /v1/vms/{id} has them)", Auth: authUser, Params: []param{pAfter, pVMLimit, pState, pOwner}, Status: 200, Answer: api.VMList{}, Errors: []int{400, 503}},
 	{Method: "GET", Path: "/v1/vms/{id}", Summary: "One VM; while it runs, also its guest's addresses and how to open its display, read live from the hypervisor (left out when it does not answer within 2s); while it is queued, its estimated start (estimated_start, estimated_start_uncertain, estimated_start_note), predicted by replaying the queue, the running leases and the reservations through the scheduler", Auth: authUser, Params: []param{pVM}, Status: 200, Answer: api.VM{}, Errors: []int{404, 503}},
 	{Method: "DELETE", Path: "/v1/vms/{id}", Summary: "Delete a VM: its GPU is freed", Auth: authUser, Params: []param{pVM}, Status: 202, Answer: api.OperationResponse{}, Errors: []int{404, 409, 503}},

@@ -94,6 +94,9 @@ type Options struct {
 	// Host names the node the server is (default ""): its GPU drains are
 	// of that host.
 	Host string
+	// Availability says why a profile cannot be made on this server now
+	// (nil: nothing is checked).
+	Availability server.ProfileAvailability
 }
 
 // New starts an Env; it stops with the test.
@@ -146,6 +149,7 @@ func New(t testing.TB, o Options) *Env {
 	api := server.New(server.Deps{
 		Auth: st, Backends: backends{"mig": mock}, Config: e.Config, Log: log, Store: st, Worker: e.Worker,
 		Host: o.Host, Consoles: e.Guests, EventPoll: 10 * time.Millisecond, Orphans: o.Orphans, Images: o.Images, SignIn: o.SignIn, OIDC: o.OIDC, Bookings: booker,
+		Availability: o.Availability,
 	})
 	srv := httptest.NewServer(api)
 	e.URL = srv.URL
