@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io/fs"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +14,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/gpuvm/gpuvm/pkg/client/clienttest"
+	"github.com/gpuvm/gpuvm/pkg/images"
 	"github.com/gpuvm/gpuvm/pkg/store"
 )
 
@@ -154,4 +157,59 @@ func jsonKeys(vm *store.VM, out *[]string) error {
 	}
 	*out = spec.SSHKeys
 	return nil
+}
+
+// A profile whose image is not built on this server is marked "not
+// available now" in the catalogue, says why with no server path, and
+// cannot be asked for; in Chinese too.
+func TestCatalogueUnavailableInChromium(t *testing.T) {
+	needBrowser(t)
+	dir := t.TempDir()
+	env := clienttest.New(t, clienttest.Options{Profiles: profiles + `
+image "desktop" {
+  path   = "` + dir + `/desktop.qcow2"
+  format = "qcow2"
+}
+profile "desktop" {
+  vcpus  = 2
+  memory = "2GiB"
+  disk { image = "desktop" }
+  boot { kernel = "` + dir + `/vmlinuz" }
+}
+`, Availability: &images.Availability{Stat: func(p string) (fs.FileInfo, error) {
+		// The other profiles' kernels are made up: only dir's files count.
+		if !strings.HasPrefix(p, dir) {
+			p = os.Args[0]
+		}
+		return os.Stat(p)
+	}}})
+	upHost(t, env.Store)
+	b := newBrowser(t, env.URL, false)
+	b.signIn(env.UserToken)
+	desktop := `li[aria-labelledby="profile-desktop"]`
+	why := `its disk image "desktop" and its boot kernel are not on this server (an admin has to build or import them)`
+	b.waitFor("the unavailable card", `document.querySelector('`+desktop+`.unavailable')`)
+	card := b.text(desktop)
+	if !strings.Contains(card, "not available now") || !strings.Contains(card, "This server cannot make it now: "+why) ||
+		strings.Contains(card, dir) {
+		t.Errorf("the unavailable card says:\n%s", card)
+	}
+	var buttons, marked int
+	b.eval(`document.querySelectorAll('`+desktop+` button').length`, &buttons)
+	b.eval(`document.querySelectorAll('li.card.unavailable').length`, &marked)
+	if buttons != 0 || marked != 1 {
+		t.Errorf("the unavailable card has %d buttons; %d cards are marked unavailable, want 1", buttons, marked)
+	}
+	b.run(chromedp.ScrollIntoView(desktop, chromedp.ByQuery))
+	b.check("catalogue-unavailable")
+
+	b.eval(`document.cookie = 'gpuvm_lang=zh-CN; path=/; samesite=strict'`, nil)
+	b.run(chromedp.Navigate(env.URL + "/"))
+	b.waitFor("the Chinese unavailable card", `document.documentElement.lang === 'zh-CN' && !!document.querySelector('`+desktop+`.unavailable')`)
+	card = b.text(desktop)
+	if !strings.Contains(card, "暂不可用") || !strings.Contains(card, "这台服务器现在无法创建它：") {
+		t.Errorf("the unavailable card in Chinese says:\n%s", card)
+	}
+	b.run(chromedp.ScrollIntoView(desktop, chromedp.ByQuery))
+	b.check("catalogue-unavailable-zh")
 }

@@ -10,6 +10,7 @@ import {Header, Problem} from '../ui.js';
 addWords({
   en: {
     unservable: 'not available here', unservableWhy: 'No GPU of this server can ever give it: {why}',
+    unavailable: 'not available now', unavailableWhy: 'This server cannot make it now: {why}',
     nextFree: 'none free: the next one is expected about {time}',
     when: 'Start', startNow: 'now', startLater: 'at a time', startAt: 'Start at',
     startAtHint: 'Your local time. The VM waits in the queue until then, then for a GPU.',
@@ -30,6 +31,7 @@ addWords({
   },
   'zh-CN': {
     unservable: '此处不可用', unservableWhy: '这台服务器上没有任何 GPU 能提供它：{why}',
+    unavailable: '暂不可用', unavailableWhy: '这台服务器现在无法创建它：{why}',
     nextFree: '没有空闲：预计下一个约在 {time} 空出',
     when: '开始', startNow: '现在', startLater: '指定时间', startAt: '开始时间',
     startAtHint: '你的本地时间。虚拟机在此之前排队等待，之后等待 GPU。',
@@ -99,13 +101,18 @@ function ProfileCard({p, hosts, me, keys, setKeys}) {
   const id = 'profile-' + p.name;
   const leaseDefault = hoursOf(p.lease.default), leaseMax = hoursOf(p.lease.max);
   let freeText = free.text, freeClass = 'free ' + (free.n === 0 ? 'none' : free.n > 0 ? 'some' : '');
-  if (p.unservable) {
-    freeText = t('unservable');
+  // What keeps it from being asked for: what it is made of is missing here
+  // (its image not built), or no GPU here can ever give it.
+  const whyNot = p.unavailable ? t('unavailableWhy', {why: p.unavailable})
+    : p.unservable ? t('unservableWhy', {why: p.unservable}) : '';
+  if (p.unavailable || p.unservable) {
+    freeText = t(p.unavailable ? 'unavailable' : 'unservable');
     freeClass = 'free none';
   } else if (free.n === 0 && p.next_free_at) {
     freeText = t('nextFree', {time: aboutTime(p.next_free_at)});
   }
-  return html`<li class=${'card profile' + (p.unservable ? ' unservable' : '')} aria-labelledby=${id}>
+  const mark = p.unavailable ? ' unavailable' : p.unservable ? ' unservable' : '';
+  return html`<li class=${'card profile' + mark} aria-labelledby=${id}>
     <h2 id=${id}>${gpuWords(p.gpu)}</h2>
     <p class="pname">${p.name}${p.description ? ' — ' + p.description : ''}</p>
     <dl class="facts">
@@ -115,8 +122,8 @@ function ProfileCard({p, hosts, me, keys, setKeys}) {
       <div><dt>${t('lease')}</dt><dd>${leaseMax ? t('leaseHours', {d: leaseDefault, m: leaseMax}) : t('leaseDefault', {d: leaseDefault})}</dd></div>
       <div><dt>${t('available')}</dt><dd class=${freeClass}>${freeText}</dd></div>
     </dl>
-    ${p.unservable
-      ? html`<p class="why-not">${t('unservableWhy', {why: p.unservable})}</p>`
+    ${whyNot
+      ? html`<p class="why-not">${whyNot}</p>`
       : asking
         ? html`<${AskForm} p=${p} me=${me} keys=${keys} setKeys=${setKeys} onCancel=${() => setAsking(false)} />`
         : html`<button type="button" onClick=${() => setAsking(true)} aria-describedby=${id}>${t('ask')}</button>`}
