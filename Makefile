@@ -77,7 +77,10 @@ test-desktop-image:
 	@if [ "$$(id -u)" -eq 0 ]; then bash test/guest/desktop/build.sh >/dev/null; \
 	else echo "not root: no desktop image (test/e2e's TestDesktopOverRDP will skip)"; fi
 
-run: setup build guest
+# `make run DESKTOP=1` builds the desktop guest first (desktop-image), for
+# configs/dev's desktop profile; without it that profile is unavailable
+# (gpuvmd says so, and refuses its VMs) until the image is built.
+run: setup build guest $(if $(DESKTOP),desktop-image)
 	@if grep -qsx 0x10de /sys/bus/pci/devices/*/vendor; then \
 		echo "NVIDIA GPU found: gpuvmd runs on the real host."; \
 		exec $(BIN)/gpuvmd --listen $(RUN_LISTEN) --state-dir $(RUN_STATE); \

@@ -15,6 +15,14 @@ state=${2:?}
 listen=${3:?}
 root=$(pwd)
 
+# configs/dev's desktop profile boots the desktop guest, which `make run`
+# does not build: without it gpuvmd marks the profile unavailable and
+# refuses its VMs. Say how to get it.
+if [ ! -s "$root/test/guest/desktop/cache/desktop.qcow2" ]; then
+	echo "The desktop guest is not built: profile desktop is unavailable (gpuvmd refuses its VMs) until it is."
+	echo "  Build it with 'make desktop-image' (as root, about 5 minutes the first time), or run 'make run DESKTOP=1'."
+fi
+
 qemu_can_read() {
 	id libvirt-qemu >/dev/null 2>&1 || return 0 # no such user: nothing to check
 	[ "$(id -u)" -eq 0 ] || return 0             # only root can check as another user
