@@ -38,6 +38,10 @@ func TestSummariseCapacity(t *testing.T) {
 		{"a vGPU board each", api.Capacity{VGPU: both}, "largest free: A40-48Q ×1, L40S-48C ×2"},
 		{"zero counts are not free", api.Capacity{VGPU: map[string]int{"L40S-48Q": 0, "L40S-12Q": 2}, MIG: map[string]int{"7g.80gb": 0}}, "largest free: L40S-12Q ×2"},
 		{"a name that is no vGPU type", api.Capacity{VGPU: map[string]int{"odd": 1}}, "largest free: odd ×1"},
+		{"a nearly empty host of 8, 7 of them split", api.Capacity{IdleGPUs: 1, SplitGPUs: map[string]int{"mig": 4, "vgpu": 3},
+			MIG: map[string]int{"7g.80gb": 4, "1g.10gb": 28}, VGPU: map[string]int{"H100-80C": 3, "H100-4C": 60}},
+			"1 idle GPU, 7 split GPUs with room (4 MIG, 3 vGPU); largest free: MIG 7g.80gb ×4, H100-80C ×3"},
+		{"split only", api.Capacity{SplitGPUs: map[string]int{"mig": 1}, MIG: map[string]int{"1g.10gb": 3}}, "1 split GPU with room (1 MIG); largest free: MIG 1g.10gb ×3"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -64,16 +68,16 @@ func TestHostsSummaryAndWide(t *testing.T) {
 	}
 	c := newCLI(t, map[string]string{"GPUVM_URL": env.URL, "GPUVM_TOKEN": env.UserToken})
 	out := c.must("hosts")
-	if !strings.Contains(out, "1 idle GPU; largest free: MIG 7g.80gb ×1\n") || strings.Contains(out, "2g.20gb") {
+	if !strings.Contains(out, "1 idle GPU, 1 split GPU with room (1 MIG); largest free: MIG 7g.80gb ×1\n") || strings.Contains(out, "2g.20gb") {
 		t.Errorf("hosts:\n%s", out)
 	}
 	wide := c.must("hosts", "--wide")
-	if !strings.Contains(wide, "1 idle GPU, 1g.10gb×7, 1g.10gb+me×1, 1g.20gb×4, 2g.20gb×3, 3g.40gb×2, 4g.40gb×1, 7g.80gb×1") {
+	if !strings.Contains(wide, "1 idle GPU, 1 split GPU with room (1 MIG), 1g.10gb×7, 1g.10gb+me×1, 1g.20gb×4, 2g.20gb×3, 3g.40gb×2, 4g.40gb×1, 7g.80gb×1") {
 		t.Errorf("hosts --wide:\n%s", wide)
 	}
 	var hl api.HostList
 	decodeStrict(t, c.must("hosts", "--json"), &hl)
-	if len(hl.Items) != 1 || hl.Items[0].Free.MIG["2g.20gb"] != 3 || hl.Items[0].Free.IdleGPUs != 1 {
+	if len(hl.Items) != 1 || hl.Items[0].Free.MIG["2g.20gb"] != 3 || hl.Items[0].Free.IdleGPUs != 1 || hl.Items[0].Free.SplitGPUs["mig"] != 1 {
 		t.Errorf("hosts --json: %+v", hl)
 	}
 }

@@ -161,12 +161,32 @@ func agoText(d time.Duration) string {
 	return config.HumanDuration(d) + " ago"
 }
 
-// describeCapacity is "2 idle GPUs, 3g.40gb×4, L40S-12Q×7", or "none".
-func describeCapacity(c api.Capacity) string {
+// gpusWords says which GPUs have room: "1 idle GPU", "7 split GPUs with
+// room (4 MIG, 3 vGPU)" — an idle GPU is one in no mode yet; a GPU in MIG
+// or vGPU mode that holds little is not busy, and is counted here too.
+func gpusWords(c api.Capacity) []string {
 	var parts []string
 	if c.IdleGPUs > 0 {
 		parts = append(parts, plural(c.IdleGPUs, "idle GPU"))
 	}
+	n := 0
+	var modes []string
+	for _, m := range []struct{ key, word string }{{"mig", "MIG"}, {"vgpu", "vGPU"}} {
+		if k := c.SplitGPUs[m.key]; k > 0 {
+			n += k
+			modes = append(modes, fmt.Sprintf("%d %s", k, m.word))
+		}
+	}
+	if n > 0 {
+		parts = append(parts, fmt.Sprintf("%s with room (%s)", plural(n, "split GPU"), strings.Join(modes, ", ")))
+	}
+	return parts
+}
+
+// describeCapacity is "2 idle GPUs, 1 split GPU with room (1 MIG),
+// 3g.40gb×4, L40S-12Q×7", or "none".
+func describeCapacity(c api.Capacity) string {
+	parts := gpusWords(c)
 	for _, m := range []map[string]int{c.MIG, c.VGPU} {
 		for _, k := range slices.Sorted(maps.Keys(m)) {
 			parts = append(parts, fmt.Sprintf("%s×%d", k, m[k]))
@@ -178,10 +198,10 @@ func describeCapacity(c api.Capacity) string {
 	return strings.Join(parts, ", ")
 }
 
-// summariseCapacity is what is free in a line: the idle GPUs and the
-// largest MIG instance and, for each board, vGPU type that could still be
-// placed ("3 idle GPUs; largest free: MIG 7g.80gb ×1, L40S-48Q ×2"), or
-// "none".
+// summariseCapacity is what is free in a line: the idle GPUs, the split
+// ones with room, and the largest MIG instance and, for each board, vGPU
+// type that could still be placed ("1 idle GPU, 7 split GPUs with room
+// (4 MIG, 3 vGPU); largest free: MIG 7g.80gb ×4, H100-80C ×3"), or "none".
 func summariseCapacity(c api.Capacity) string {
 	var largest []string
 	if name, ok := largestMIG(c.MIG); ok {
@@ -190,9 +210,9 @@ func summariseCapacity(c api.Capacity) string {
 	for _, name := range largestVGPUs(c.VGPU) {
 		largest = append(largest, fmt.Sprintf("%s ×%d", name, c.VGPU[name]))
 	}
-	var parts []string
-	if c.IdleGPUs > 0 {
-		parts = append(parts, plural(c.IdleGPUs, "idle GPU"))
+	parts := []string{strings.Join(gpusWords(c), ", ")}
+	if parts[0] == "" {
+		parts = nil
 	}
 	if len(largest) > 0 {
 		parts = append(parts, "largest free: "+strings.Join(largest, ", "))

@@ -118,6 +118,10 @@ type Capacity struct {
 	// MIG is how many more instances of each MIG profile fit, each
 	// profile counted on its own.
 	MIG map[string]int `json:"mig,omitempty"`
+	// SplitGPUs counts, by mode (mig, vgpu), the GPUs already in MIG or
+	// vGPU mode that could still take a device: not idle, yet not full
+	// ("1 idle GPU" of 8 does not mean 7 are busy).
+	SplitGPUs map[string]int `json:"split_gpus,omitempty"`
 }
 
 // HostList is the answer to GET /v1/hosts, by name.

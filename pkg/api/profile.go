@@ -27,7 +27,27 @@ type Profile struct {
 	// the queue, by the replay of the estimated start (GET /v1/vms/{id}'s
 	// estimated_start). Absent when one is free now, or nothing is known.
 	NextFreeAt *time.Time `json:"next_free_at,omitempty"`
+	// Free (GET /v1/profiles) is how many VMs of the profile the hosts
+	// that are up could place now, counted by the placers one VM after
+	// the other. Absent when the profile needs no GPU or no host is known.
+	Free *ProfileFree `json:"free,omitempty"`
 }
+
+// ProfileFree is how many VMs of a profile the hosts could place.
+type ProfileFree struct {
+	// VMs could start now, one after the other (at most FreeLimit).
+	VMs int `json:"vms"`
+	// Total could run at once on the hosts holding nothing, their drained
+	// GPUs left out: "23 free of 56" is VMs over Total.
+	Total int `json:"total"`
+	// ByKind splits VMs by the kind of GPU each would get (mig, vgpu,
+	// passthrough): a profile of several kinds may get MIG instances on
+	// some GPUs and vGPUs on others.
+	ByKind map[string]int `json:"by_kind,omitempty"`
+}
+
+// FreeLimit bounds ProfileFree's counts.
+const FreeLimit = 999
 
 // Answers of GET /v1/profiles/{name}/admission (Admission.Answer).
 const (

@@ -114,6 +114,9 @@ func Merge(invs []Inventory) gpu.HostInventory {
 	for _, a := range order {
 		out.GPUs = append(out.GPUs, *byAddr[a])
 	}
+	// One record per device: the vgpu backend may see a MIG-backed vGPU
+	// that the mig backend made.
+	out.Devices = gpu.UniqueDevices(out.Devices)
 	sort.Slice(out.Devices, func(i, j int) bool {
 		if out.Devices[i].GPU != out.Devices[j].GPU {
 			return out.Devices[i].GPU < out.Devices[j].GPU

@@ -89,3 +89,28 @@ func TestMergeLeavesOutLostDevices(t *testing.T) {
 		t.Errorf("devices %+v, want only 0000:41:00.4", got)
 	}
 }
+
+// A device two backends report (a MIG-backed vGPU on a VF: the mig backend
+// made it for a VM, a vgpu backend of an older gpuvm also listed it) is
+// one device of the host, the VM's, not a second holder of no VM.
+func TestMergeKeepsOneRecordOfADevice(t *testing.T) {
+	vgpu := Inventory{Backend: "vgpu", Devices: []Device{
+		{ID: "0000:18:00.4", Kind: gpu.KindVGPU, GPU: "0000:18:00.0", Type: "unnamed vGPU type (ID 2316)"},
+		{ID: "0000:2a:00.4", Kind: gpu.KindVGPU, GPU: "0000:2a:00.0", Type: "H100-4C", VMUUID: "vm-2", Managed: true},
+	}}
+	mig := Inventory{Backend: "mig", Devices: []Device{
+		{ID: "0000:18:00.4", Kind: gpu.KindMIG, GPU: "0000:18:00.0", Type: "H100-3-40C", Profile: "3g.40gb", Placement: 4, VMUUID: "vm-1", Managed: true},
+	}}
+	for _, order := range [][]Inventory{{vgpu, mig}, {mig, vgpu}} {
+		got := Merge(order).Devices
+		if len(got) != 2 {
+			t.Fatalf("devices %+v, want 2", got)
+		}
+		if d := got[0]; d.Backend != "mig" || d.VMUUID != "vm-1" || d.Type != "H100-3-40C" || d.Profile != "3g.40gb" {
+			t.Errorf("the shared device is %+v, want the mig backend's, of vm-1", d)
+		}
+		if d := got[1]; d.ID != "0000:2a:00.4" || d.VMUUID != "vm-2" {
+			t.Errorf("the other device is %+v", d)
+		}
+	}
+}

@@ -95,3 +95,33 @@ type Hostdev struct {
 	Managed   bool     `json:"managed"`
 	Display   bool     `json:"display"`
 }
+
+// UniqueDevices keeps one report of each device (a GPU and a device ID),
+// in the order first seen. Two backends may report the same one: on the
+// vendor-specific VFIO interface a MIG instance is given to a VM as a VF
+// with a MIG-backed vGPU type, which the mig backend made (and knows the
+// VM of) and the vgpu backend also sees. Counted twice it would make its
+// GPU look over-full and show a holder with no VM next to the VM's. The
+// report that names a VM wins, then the mig backend's, then the first.
+func UniqueDevices(ds []HostDevice) []HostDevice {
+	better := func(a, b HostDevice) bool { // a over b
+		if (a.VMUUID != "") != (b.VMUUID != "") {
+			return a.VMUUID != ""
+		}
+		return a.Kind == KindMIG && b.Kind != KindMIG
+	}
+	at := make(map[string]int, len(ds))
+	out := make([]HostDevice, 0, len(ds))
+	for _, d := range ds {
+		key := d.GPU + "/" + d.ID
+		if i, ok := at[key]; ok {
+			if better(d, out[i]) {
+				out[i] = d
+			}
+			continue
+		}
+		at[key] = len(out)
+		out = append(out, d)
+	}
+	return out
+}

@@ -369,11 +369,21 @@ func (st *state) addHost(spec scheduler.HostSpec, devices []scheduler.Allocation
 		}
 	}
 	first := len(st.allocs)
+	offered := make(map[string]bool, len(spec.GPUs))
+	for _, g := range spec.GPUs {
+		offered[g.Address] = true
+	}
 	for _, a := range live {
 		if a.Host != spec.Name {
 			continue
 		}
 		held(st.heldOn(a.Host), a.GPUAddress)[a.Slot] = true
+		if !offered[a.GPUAddress] {
+			// A GPU the backends of this round's kinds do not serve (an
+			// L40S to a round of MIG profiles) is not in the round: nothing
+			// is placed on it, and its VMs are counted as estimated.
+			continue
+		}
 		sa := scheduler.Allocation{ID: a.VMID, Host: a.Host, GPU: a.GPUAddress, Kind: a.Kind}
 		switch a.Kind {
 		case gpu.KindMIG:

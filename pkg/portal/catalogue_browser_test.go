@@ -96,6 +96,22 @@ func TestCatalogueInChromium(t *testing.T) {
 	}
 	b.check("catalogue-availability")
 
+	// What is free, as the server counted it by the placers, in the words
+	// of the kinds a profile would get: a profile of MIG or vGPU counts
+	// both (not "1 free of 8 GPUs" from the one idle GPU).
+	for pf, want := range map[string]string{
+		`{vms: 23, total: 60, by_kind: {mig: 20, vgpu: 3}}`: "23 free of 60: 20 as MIG slices, 3 as vGPUs",
+		`{vms: 5, total: 14, by_kind: {mig: 5}}`:            "5 free of 14",
+		`{vms: 1, total: 8, by_kind: {passthrough: 1}}`:     "1 free of 8 GPUs",
+		`{vms: 0, total: 8}`:                                "none free",
+	} {
+		var got string
+		b.eval(`import('/portal/i18n.js').then((m) => m.freeWords({kind: 'any', memory: 20 * 2 ** 30}, [{state: 'up', gpus: 8, free: {idle_gpus: 1}}], `+pf+`).text)`, &got)
+		if got != want {
+			t.Errorf("free %s reads %q, want %q", pf, got, want)
+		}
+	}
+
 	// Ask: the rules' answer before asking.
 	seat := `li[aria-labelledby="profile-seat"]`
 	b.run(chromedp.Click(seat+` button`, chromedp.ByQuery), chromedp.WaitVisible(`#ask-seat-name`, chromedp.ByQuery))

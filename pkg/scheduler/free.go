@@ -1,6 +1,10 @@
 package scheduler
 
-import "github.com/gpuvm/gpuvm/pkg/gpu"
+import (
+	"fmt"
+
+	"github.com/gpuvm/gpuvm/pkg/gpu"
+)
 
 // Free is what one host could still take now, as placement sees it.
 type Free struct {
@@ -12,6 +16,9 @@ type Free struct {
 	// Types and profiles of which none fits are left out; nil when none.
 	VGPU map[string]int
 	MIG  map[string]int
+	// Split counts, by mode (mig, vgpu), the GPUs in MIG or vGPU mode that
+	// could still take a device: not idle, yet far from full. Nil when none.
+	Split map[gpu.Mode]int
 }
 
 // maxFree bounds the devices counted on one GPU (a board's largest vGPU
@@ -48,13 +55,24 @@ func (inv *Inventory) Free(host string) (f Free, ok bool) {
 			f.IdleGPUs++
 		}
 		info := inv.models[g.model]
+		room := false
 		if info.mt != nil {
 			for _, p := range info.mt.t.Profiles {
-				add(&f.MIG, p.Name, inv.fitsMore(gi, Need{Kind: gpu.KindMIG, Profile: p.Name}, pc))
+				n := inv.fitsMore(gi, Need{Kind: gpu.KindMIG, Profile: p.Name}, pc)
+				add(&f.MIG, p.Name, n)
+				room = room || n > 0
 			}
 		}
 		for _, t := range info.list {
-			add(&f.VGPU, t.Name, inv.fitsMore(gi, Need{Kind: gpu.KindVGPU, Type: t.Name}, pc))
+			n := inv.fitsMore(gi, Need{Kind: gpu.KindVGPU, Type: t.Name}, pc)
+			add(&f.VGPU, t.Name, n)
+			room = room || n > 0
+		}
+		if room && (g.cur == gpu.ModeMIG || g.cur == gpu.ModeVGPU) {
+			if f.Split == nil {
+				f.Split = map[gpu.Mode]int{}
+			}
+			f.Split[g.cur]++
 		}
 	}
 	return f, true
@@ -80,4 +98,38 @@ func (inv *Inventory) fitsMore(gi int, need Need, pc *placeCtx) int {
 		c.pl.take(&g, nil, 0, pc.cd, c)
 	}
 	return n
+}
+
+// Fits is how many requests of one need the placers could place now, one
+// after the other, and of what kind of GPU each would get (a need of
+// several kinds may get MIG instances first, then vGPUs).
+type Fits struct {
+	N      int
+	ByKind map[gpu.Kind]int
+}
+
+// CountFits places requests of need on a copy of the inventory, as Place
+// would (o's strategy and holds), one after the other until none fits or
+// limit are placed. An invalid need fits nowhere.
+func (inv *Inventory) CountFits(need Need, o PlaceOptions, limit int) Fits {
+	f := Fits{}
+	if need.Validate() != nil {
+		return f
+	}
+	scratch := inv.Clone()
+	for f.N < limit {
+		p, why := scratch.Place(need, o)
+		if !why.OK() || len(p.Devices) == 0 {
+			break
+		}
+		if err := scratch.Allocate(fmt.Sprintf("fits-%d", f.N), p, o.End); err != nil {
+			break
+		}
+		if f.ByKind == nil {
+			f.ByKind = map[gpu.Kind]int{}
+		}
+		f.ByKind[p.Devices[0].Kind]++
+		f.N++
+	}
+	return f
 }

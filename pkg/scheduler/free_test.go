@@ -1,6 +1,7 @@
 package scheduler
 
 import (
+	"fmt"
 	"maps"
 	"testing"
 
@@ -85,5 +86,64 @@ func TestFree(t *testing.T) {
 	}
 	if _, ok := (&Inventory{}).Free("nowhere"); ok {
 		t.Error("an unknown host has free capacity")
+	}
+}
+
+// A host of 8 H100s, 4 in MIG mode, 3 in vGPU mode and 1 idle, holding
+// nothing: one GPU is idle, the other seven are split but nearly empty —
+// not busy.
+func TestFreeCountsSplitGPUs(t *testing.T) {
+	var gpus []GPUSpec
+	for i := range 8 {
+		s := GPUSpec{Address: fmt.Sprintf("0000:%02x:00.0", 0x10+i), Model: "H100 PCIe 80GB", Allow: gpu.ModeAuto}
+		switch {
+		case i < 4:
+			s.Mode = gpu.ModeMIG
+		case i < 7:
+			s.Mode = gpu.ModeVGPU
+		}
+		gpus = append(gpus, s)
+	}
+	inv, err := NewInventory([]HostSpec{{Name: "n", GPUs: gpus}}, []Allocation{
+		{ID: "a", Host: "n", GPU: "0000:10:00.0", Kind: gpu.KindMIG, Profile: "1g.10gb", Start: 0},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, _ := inv.Free("n")
+	if want := map[gpu.Mode]int{gpu.ModeMIG: 4, gpu.ModeVGPU: 3}; f.IdleGPUs != 1 || !maps.Equal(f.Split, want) {
+		t.Errorf("idle %d, split %v; want 1, %v", f.IdleGPUs, f.Split, want)
+	}
+}
+
+// CountFits counts what the placers give a need one request after the
+// other: a MIG profile as many instances as fit, a need of several kinds
+// on each kind it may be met with.
+func TestCountFits(t *testing.T) {
+	specs := []HostSpec{{Name: "n", GPUs: []GPUSpec{
+		{Address: "0000:17:00.0", Model: "H100 PCIe 80GB", Mode: gpu.ModeMIG, Allow: gpu.ModeMIG},
+		{Address: "0000:18:00.0", Model: "H100 PCIe 80GB", Mode: gpu.ModeMIG, Allow: gpu.ModeMIG},
+		{Address: "0000:41:00.0", Model: "L40S", Mode: gpu.ModeVGPU, Allow: gpu.ModeVGPU},
+	}}}
+	inv, err := NewInventory(specs, []Allocation{{ID: "a", Host: "n", GPU: "0000:17:00.0", Kind: gpu.KindMIG, Profile: "3g.40gb", Start: 0}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f := inv.CountFits(Need{Kind: gpu.KindMIG, Profile: "3g.40gb", Count: 1}, PlaceOptions{}, 100); f.N != 3 || f.ByKind[gpu.KindMIG] != 3 {
+		t.Errorf("3g.40gb: %+v, want 3 MIG", f)
+	}
+	any20 := Need{Kind: gpu.KindAny, Memory: 20 << 30, Kinds: []gpu.Kind{gpu.KindMIG, gpu.KindVGPU}, Count: 1}
+	f := inv.CountFits(any20, PlaceOptions{}, 1000)
+	if f.ByKind[gpu.KindMIG] == 0 || f.ByKind[gpu.KindVGPU] == 0 || f.N != f.ByKind[gpu.KindMIG]+f.ByKind[gpu.KindVGPU] || f.N < 4 {
+		t.Errorf("20 GiB as MIG or vGPU: %+v, want MIG instances and vGPUs", f)
+	}
+	if f := inv.CountFits(any20, PlaceOptions{}, 2); f.N != 2 {
+		t.Errorf("limit 2: %+v", f)
+	}
+	if f := inv.CountFits(Need{Kind: gpu.KindVGPU, Type: "H100-4C", Count: 1}, PlaceOptions{}, 100); f.N != 0 || f.ByKind != nil {
+		t.Errorf("a type no GPU gives: %+v", f)
+	}
+	if again := inv.CountFits(Need{Kind: gpu.KindMIG, Profile: "3g.40gb", Count: 1}, PlaceOptions{}, 100); again.N != 3 {
+		t.Errorf("counting changed the inventory: %+v", again)
 	}
 }

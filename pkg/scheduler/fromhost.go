@@ -56,7 +56,7 @@ func FromHost(name string, hi gpu.HostInventory, allow func(address, model strin
 		h.GPUs = append(h.GPUs, s)
 	}
 	var allocs []Allocation
-	for _, d := range uniqueDevices(hi.Devices) {
+	for _, d := range gpu.UniqueDevices(hi.Devices) {
 		a := Allocation{ID: d.VMUUID, Host: name, GPU: d.GPU, Kind: d.Kind}
 		if a.ID == "" {
 			a.ID = "device:" + d.ID
@@ -73,35 +73,6 @@ func FromHost(name string, hi gpu.HostInventory, allow func(address, model strin
 		allocs = append(allocs, a)
 	}
 	return h, allocs
-}
-
-// uniqueDevices keeps one report of each device. Two backends may report
-// the same one: on the vendor-specific VFIO interface a MIG instance is
-// given to a VM as a VF with a MIG-backed vGPU type, which the mig backend
-// made (and knows the VM of) and the vgpu backend also lists. Counting it
-// twice would make its GPU look over-full. The report that names a VM wins,
-// then the mig backend's, then the first.
-func uniqueDevices(ds []gpu.HostDevice) []gpu.HostDevice {
-	better := func(a, b gpu.HostDevice) bool { // a over b
-		if (a.VMUUID != "") != (b.VMUUID != "") {
-			return a.VMUUID != ""
-		}
-		return a.Kind == gpu.KindMIG && b.Kind != gpu.KindMIG
-	}
-	at := map[string]int{}
-	var out []gpu.HostDevice
-	for _, d := range ds {
-		key := d.GPU + "/" + d.ID
-		if i, ok := at[key]; ok {
-			if better(d, out[i]) {
-				out[i] = d
-			}
-			continue
-		}
-		at[key] = len(out)
-		out = append(out, d)
-	}
-	return out
 }
 
 // backendModes are the GPU modes the backends serve, by backend name.

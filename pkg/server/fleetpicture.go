@@ -63,7 +63,7 @@ func gpuDetail(host string, inv gpu.HostInventory, drains map[string]*store.GPUD
 			hg.MIGComputeSlices, hg.MIGMemorySlices = table.Compute, table.Slices
 		}
 		used := map[string]int{}
-		for _, d := range inv.Devices {
+		for _, d := range gpu.UniqueDevices(inv.Devices) { // an older node's heartbeat may list one twice
 			if d.GPU != g.Address {
 				continue
 			}

@@ -239,3 +239,30 @@ func TestDrainEvents(t *testing.T) {
 		t.Errorf("ann's events: %+v", mine)
 	}
 }
+
+// A device an inventory lists twice (an older node's heartbeat: the mig
+// backend's record, with its VM, and the vgpu backend's of the same VF,
+// with none) is drawn once, as the VM's, by its type's name.
+func TestGPUDetailShowsADeviceOnce(t *testing.T) {
+	start := 4
+	inv := gpu.HostInventory{GPUs: []gpu.HostGPU{
+		{Address: "0000:18:00.0", Model: "H100 PCIe 80GB", DeviceID: "10de:2331", Mode: gpu.ModeMIG, MIGCapable: true, MIGEnabled: true},
+	}, Devices: []gpu.HostDevice{
+		{ID: "0000:18:00.4", Backend: "vgpu", Kind: gpu.KindVGPU, GPU: "0000:18:00.0", Type: "type 2316"},
+		{ID: "0000:18:00.4", Backend: "mig", Kind: gpu.KindMIG, GPU: "0000:18:00.0", Type: "H100-3-40C", Profile: "3g.40gb", Placement: &start, VMUUID: "vm-1", Managed: true},
+	}}
+	vms := map[string]*store.VM{"vm-1": {ID: "vm-1", Name: "train", Owner: "ann", Profile: "h100-mig", State: store.VMRunning}}
+	got := gpuDetail("h", inv, nil, vms)
+	if len(got) != 1 || len(got[0].Held) != 1 {
+		t.Fatalf("%+v, want one GPU holding one device", got)
+	}
+	d := got[0].Held[0]
+	if d.VM == nil || d.VM.Name != "train" || d.Type != "H100-3-40C" || d.MIG == nil || d.MIG.MemoryStart != 4 {
+		t.Errorf("held %+v (VM %+v), want vm train's H100-3-40C at slice 4", d, d.VM)
+	}
+	for _, v := range got[0].VGPUTypes {
+		if v.Used > 0 {
+			t.Errorf("a time-sliced vGPU type in use on a MIG GPU: %+v", v)
+		}
+	}
+}

@@ -151,7 +151,14 @@ func (s *Server) freeCapacity(host string, inv storedInventory, drained map[stri
 			return api.Capacity{}, err
 		}
 		f, _ := model.Free(host)
-		return api.Capacity{IdleGPUs: f.IdleGPUs, VGPU: f.VGPU, MIG: f.MIG}, nil
+		c := api.Capacity{IdleGPUs: f.IdleGPUs, VGPU: f.VGPU, MIG: f.MIG}
+		for m, n := range f.Split {
+			if c.SplitGPUs == nil {
+				c.SplitGPUs = map[string]int{}
+			}
+			c.SplitGPUs[string(m)] = n
+		}
+		return c, nil
 	}
 	var err error
 	if free, err = capacity(devices); err == nil {

@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
+	"time"
 
 	"github.com/gin-gonic/gin"
 
@@ -29,12 +31,14 @@ type profileView struct {
 type profileStatus = api.Profile
 
 // profileViews are ps as the API shows them, each unservable or
-// unavailable one marked.
+// unavailable one marked, each with what of it is free.
 func (s *Server) profileViews(ctx context.Context, ps []*config.Profile) []profileView {
-	never := s.unservable(ctx, ps)
+	models := s.hostModels(ctx)
+	never := models.unservable(ps)
+	free := models.free(ps)
 	out := make([]profileView, len(ps))
 	for i, p := range ps {
-		out[i] = profileView{Profile: p, profileStatus: api.Profile{Unservable: never[p.Name], Unavailable: s.unavailable(ctx, p)}}
+		out[i] = profileView{Profile: p, profileStatus: api.Profile{Unservable: never[p.Name], Unavailable: s.unavailable(ctx, p), Free: free[p.Name]}}
 	}
 	return out
 }
@@ -48,28 +52,43 @@ func (s *Server) unavailable(ctx context.Context, p *config.Profile) string {
 	return s.Availability.Unavailable(ctx, s.Config.Load(), p)
 }
 
-// unservable says, of each profile in ps that no GPU of the reporting
-// hosts can ever give, why (the scheduler's CodeNever reason). The hosts
-// are those that are not down and have stored an inventory, each modelled
-// as the scheduler models it (its published spec, else its inventory with
-// every GPU on auto) but empty and undrained: a drain or a full GPU passes,
-// a board or mode that cannot give the need does not. It is nil when no
-// such host is known (nothing is said rather than guessed) or the hosts
-// cannot be read.
-func (s *Server) unservable(ctx context.Context, ps []*config.Profile) map[string]string {
+// hostModels are the scheduler's models of the hosts that are not down
+// and have stored an inventory, each as the scheduler models it (its
+// published spec, else its inventory with every GPU on auto): empty and
+// undrained (what the GPUs could ever give), empty with the drained GPUs
+// left out (what they give holding nothing), and holding what they hold
+// (what they give now). All nil when no such host is known (nothing is
+// said rather than guessed) or the hosts cannot be read.
+type hostModels struct {
+	now                time.Time
+	never, total, used *scheduler.Inventory
+}
+
+func (s *Server) hostModels(ctx context.Context) hostModels {
 	if s.Store == nil {
-		return nil
+		return hostModels{}
 	}
 	hosts, err := s.Store.ListHosts(ctx)
 	if err != nil {
-		s.log.Warn("read the hosts to tell which profiles they can serve", "err", err)
-		return nil
+		s.log.Warn("read the hosts to tell what the profiles can get", "err", err)
+		return hostModels{}
+	}
+	drains, err := s.Store.ListGPUDrains(ctx, "")
+	if err != nil {
+		s.log.Warn("read the drained GPUs to tell what the profiles can get", "err", err)
+		return hostModels{}
+	}
+	drained := map[string]bool{}
+	for _, d := range drains {
+		drained[d.Host+"/"+d.GPUAddress] = true
 	}
 	now := s.Store.Now()
-	var specs []scheduler.HostSpec
+	var specs, left, used []scheduler.HostSpec
+	var devices []scheduler.Allocation
 	for i := range hosts {
 		h := &hosts[i]
-		if h.Inventory == "" || s.hostState(h, now) == store.HostDown {
+		state := s.hostState(h, now)
+		if h.Inventory == "" || state == store.HostDown {
 			continue
 		}
 		var stored storedInventory
@@ -77,7 +96,7 @@ func (s *Server) unservable(ctx context.Context, ps []*config.Profile) map[strin
 			s.log.Warn("a host's stored inventory is not valid JSON", "host", h.Name, "err", err)
 			continue
 		}
-		spec, _ := scheduler.FromHost(h.Name, stored.HostInventory, nil)
+		spec, devs := scheduler.FromHost(h.Name, stored.HostInventory, nil)
 		if stored.Spec != nil {
 			spec = *stored.Spec
 			spec.Name = h.Name
@@ -88,13 +107,45 @@ func (s *Server) unservable(ctx context.Context, ps []*config.Profile) map[strin
 			continue
 		}
 		specs = append(specs, spec)
+		l := spec
+		l.GPUs = slices.Clone(spec.GPUs)
+		l.Draining = state == store.HostDraining
+		for g := range l.GPUs {
+			l.GPUs[g].Draining = drained[h.Name+"/"+l.GPUs[g].Address]
+		}
+		left = append(left, l)
+		if _, err := scheduler.NewInventory([]scheduler.HostSpec{l}, devs); err != nil {
+			// What it holds does not fit its model: nothing is counted free on it.
+			s.log.Warn("a host's stored devices do not fit its model of its GPUs; nothing of it is counted free", "host", h.Name, "err", err)
+			full := l
+			full.Draining = true
+			used = append(used, full)
+			continue
+		}
+		used = append(used, l)
+		devices = append(devices, devs...)
 	}
 	if len(specs) == 0 {
-		return nil
+		return hostModels{}
 	}
-	inv, err := scheduler.NewInventory(specs, nil)
+	m := hostModels{now: now}
+	if m.never, err = scheduler.NewInventory(specs, nil); err == nil {
+		if m.total, err = scheduler.NewInventory(left, nil); err == nil {
+			m.used, err = scheduler.NewInventory(used, devices)
+		}
+	}
 	if err != nil {
 		s.log.Warn("the hosts' inventories do not make a model of their GPUs", "err", err)
+		return hostModels{}
+	}
+	return m
+}
+
+// unservable says, of each profile in ps that no GPU of the hosts can
+// ever give, why (the scheduler's CodeNever reason): a drain or a full GPU
+// passes, a board or mode that cannot give the need does not.
+func (m hostModels) unservable(ps []*config.Profile) map[string]string {
+	if m.never == nil {
 		return nil
 	}
 	out := map[string]string{}
@@ -102,9 +153,35 @@ func (s *Server) unservable(ctx context.Context, ps []*config.Profile) map[strin
 		if p.GPU == nil {
 			continue
 		}
-		if _, why := inv.Place(policy.NeedFromProfile(p.GPU), scheduler.PlaceOptions{Now: now}); why.Code == scheduler.CodeNever {
+		if _, why := m.never.Place(policy.NeedFromProfile(p.GPU), scheduler.PlaceOptions{Now: m.now}); why.Code == scheduler.CodeNever {
 			out[p.Name] = why.Detail
 		}
+	}
+	return out
+}
+
+// free says how many VMs of each profile of ps with a GPU the placers
+// could place now, one after the other, and on the hosts holding nothing.
+func (m hostModels) free(ps []*config.Profile) map[string]*api.ProfileFree {
+	if m.used == nil {
+		return nil
+	}
+	out := map[string]*api.ProfileFree{}
+	o := scheduler.PlaceOptions{Now: m.now}
+	for _, p := range ps {
+		if p.GPU == nil {
+			continue
+		}
+		need := policy.NeedFromProfile(p.GPU)
+		f := m.used.CountFits(need, o, api.FreeLimit)
+		pf := &api.ProfileFree{VMs: f.N, Total: m.total.CountFits(need, o, api.FreeLimit).N}
+		for k, n := range f.ByKind {
+			if pf.ByKind == nil {
+				pf.ByKind = map[string]int{}
+			}
+			pf.ByKind[string(k)] = n
+		}
+		out[p.Name] = pf
 	}
 	return out
 }
@@ -116,7 +193,7 @@ func (s *Server) refuseUnservable(ctx context.Context, p *config.Profile) *Probl
 	if why := s.unavailable(ctx, p); why != "" {
 		return withField(errValidation, "profile", fmt.Sprintf("profile %s cannot be made on this server now: %s", p.Name, why))
 	}
-	why := s.unservable(ctx, []*config.Profile{p})[p.Name]
+	why := s.hostModels(ctx).unservable([]*config.Profile{p})[p.Name]
 	if why == "" {
 		return nil
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/gpuvm/gpuvm/pkg/api"
 	"github.com/gpuvm/gpuvm/pkg/clocktest"
 	"github.com/gpuvm/gpuvm/pkg/config"
+	"github.com/gpuvm/gpuvm/pkg/gpu"
 	"github.com/gpuvm/gpuvm/pkg/scheduler"
 	"github.com/gpuvm/gpuvm/pkg/store"
 	"github.com/gpuvm/gpuvm/pkg/store/storetest"
@@ -57,7 +58,13 @@ profile "cpu" {
 // host until the test registers one.
 func servableEnv(t *testing.T) (*Server, *store.Store, *clocktest.Clock) {
 	t.Helper()
-	cfg, diags := config.Parse(config.Source{Name: "p.hcl", Data: []byte(servableHCL)})
+	return servableEnvOf(t, servableHCL)
+}
+
+// servableEnvOf is servableEnv with the profiles of hcl.
+func servableEnvOf(t *testing.T, hcl string) (*Server, *store.Store, *clocktest.Clock) {
+	t.Helper()
+	cfg, diags := config.Parse(config.Source{Name: "p.hcl", Data: []byte(hcl)})
 	if diags.HasErrors() {
 		t.Fatal(diags)
 	}
@@ -327,5 +334,94 @@ func TestUserSSHKeysAPI(t *testing.T) {
 	}
 	if _, body = send(t, s, "GET", "/v1/users/ann/ssh-keys", "ann-token", ""); len(body["keys"].([]any)) != 0 {
 		t.Errorf("forgotten: %v", body)
+	}
+}
+
+const anyKindHCL = `
+profile "tiny-any" {
+  vcpus = 1
+  memory = "1GiB"
+  boot { kernel = "/k" }
+  gpu {
+    memory = "20GiB"
+    kinds  = ["mig", "vgpu"]
+  }
+}
+profile "mig-small" {
+  vcpus = 1
+  memory = "1GiB"
+  boot { kernel = "/k" }
+  gpu {
+    kind    = "mig"
+    profile = "1g.20gb"
+  }
+}
+profile "l40s-whole" {
+  vcpus = 1
+  memory = "1GiB"
+  boot { kernel = "/k" }
+  gpu {
+    kind  = "passthrough"
+    model = "L40S"
+  }
+}
+`
+
+// GET /v1/profiles says how many VMs of each profile the placers could
+// place now and on the hosts holding nothing: a profile served by MIG
+// instances and vGPUs counts both, by kind (not "1 free of 8 GPUs" from the
+// idle GPUs); a drained GPU gives nothing now.
+func TestProfilesFree(t *testing.T) {
+	s, st, _ := servableEnvOf(t, anyKindHCL)
+	start := 0
+	inv := gpu.HostInventory{Simulated: true, GPUs: []gpu.HostGPU{
+		{Address: "0000:17:00.0", Model: "H100 PCIe 80GB", DeviceID: "10de:2331", Mode: gpu.ModeMIG, MIGCapable: true, MIGEnabled: true, Backends: map[string]string{"mig": ""}},
+		{Address: "0000:18:00.0", Model: "H100 PCIe 80GB", DeviceID: "10de:2331", Mode: gpu.ModeMIG, MIGCapable: true, MIGEnabled: true, Backends: map[string]string{"mig": ""}},
+		{Address: "0000:41:00.0", Model: "L40S", DeviceID: "10de:26b9", Mode: gpu.ModeVGPU, Backends: map[string]string{"vgpu": ""}},
+		{Address: "0000:42:00.0", Model: "L40S", DeviceID: "10de:26b9", Mode: gpu.ModeIdle, Backends: map[string]string{"vgpu": "", "passthrough": ""}},
+	}, Devices: []gpu.HostDevice{
+		{ID: "0000:17:00.4", Backend: "mig", Kind: gpu.KindMIG, GPU: "0000:17:00.0", Profile: "1g.20gb", Placement: &start, VMUUID: "vm-1", Managed: true},
+	}}
+	b, _ := json.Marshal(inv)
+	if err := st.RegisterHost(context.Background(), &store.Host{Name: "n1", APIURL: "http://n1", Inventory: string(b)}); err != nil {
+		t.Fatal(err)
+	}
+	free := func() map[string]*api.ProfileFree {
+		t.Helper()
+		rec, _ := send(t, s, "GET", "/v1/profiles", "ann-token", "")
+		if rec.Code != 200 {
+			t.Fatalf("%d %s", rec.Code, rec.Body)
+		}
+		var ps []struct {
+			Name string           `json:"name"`
+			Free *api.ProfileFree `json:"free"`
+		}
+		if err := json.Unmarshal(rec.Body.Bytes(), &ps); err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]*api.ProfileFree{}
+		for _, p := range ps {
+			out[p.Name] = p.Free
+		}
+		return out
+	}
+	got := free()
+	// 1g.20gb: 4 on an H100, one of them taken.
+	if f := got["mig-small"]; f == nil || f.VMs != 7 || f.Total != 8 || f.ByKind["mig"] != 7 {
+		t.Errorf("mig-small: %+v, want 7 of 8, all MIG", f)
+	}
+	if f := got["l40s-whole"]; f == nil || f.VMs != 1 || f.Total != 1 || f.ByKind["passthrough"] != 1 {
+		t.Errorf("l40s-whole: %+v, want the idle L40S", f)
+	}
+	any := got["tiny-any"]
+	if any == nil || any.ByKind["mig"] < 7 || any.ByKind["vgpu"] == 0 || any.VMs != any.ByKind["mig"]+any.ByKind["vgpu"] || any.Total <= any.VMs {
+		t.Fatalf("tiny-any: %+v, want the MIG instances and the vGPUs that 20 GiB fit in", any)
+	}
+	t.Logf("tiny-any: %+v", any)
+	if err := st.DrainGPU(context.Background(), &store.GPUDrain{Host: "n1", GPUAddress: "0000:18:00.0", DrainedBy: "admin"}); err != nil {
+		t.Fatal(err)
+	}
+	if f := free()["mig-small"]; f == nil || f.VMs != 3 || f.Total != 4 {
+		t.Errorf("mig-small with an H100 drained: %+v, want 3 of 4", f)
 	}
 }

@@ -157,7 +157,11 @@ func (b *Backend) Inventory(ctx context.Context) (backend.Inventory, error) {
 		}
 		inv.GPUs = append(inv.GPUs, gpuRecord(gv))
 		for _, x := range gv.v.VGPUs {
-			if x.MIGBacked {
+			// A GPU in MIG mode holds MIG-backed vGPUs only (time-sliced
+			// and MIG-backed ones never share a GPU): the mig backend's,
+			// reported by it with their VMs, even when no VF lists the
+			// type's name any more and it reads as a number here.
+			if x.MIGBacked || gv.migEnabled {
 				continue
 			}
 			d := backend.Device{ID: x.ID, Kind: gpu.KindVGPU, GPU: g.Address, Type: x.Type, Hostdev: kit.HostdevFor(x, gv.v.Interface)}

@@ -16,6 +16,7 @@ const words = {
     vcpus: 'vCPUs', memory: 'Memory', disk: 'Disk', lease: 'Lease', leaseHours: '{d} h by default, {m} h at most',
     leaseDefault: '{d} h by default', available: 'Free now',
     free: '{n} free', freeOf: '{n} free of {t} GPUs', freeOfN: '{n} free of {t}', noneFree: 'none free', unknownFree: 'not known yet (no server has reported)',
+    freeOfKinds: '{n} free of {t}: {kinds}', asMIG: '{n} as MIG slices', asVGPU: '{n} as vGPUs', asWhole: '{n} as whole GPUs',
     noGPU: 'no GPU', noGPUNeeded: 'always (no GPU needed)', mig: 'MIG {p} slice of {m}', migAny: 'MIG {p} slice of a GPU', vgpu: '{t} vGPU',
     whole: 'whole {m}', wholeN: '{n} × whole {m}', wholeAny: 'a whole GPU', anyGPU: 'a GPU share of at least {mem}',
     ask: 'Ask for a VM', askTitle: 'Ask for a {p} VM', name: 'Name', nameHint: 'Lower-case letters, digits and dashes; empty: one is made up.',
@@ -47,6 +48,7 @@ const words = {
     vcpus: '虚拟 CPU', memory: '内存', disk: '磁盘', lease: '租期', leaseHours: '默认 {d} 小时，最长 {m} 小时',
     leaseDefault: '默认 {d} 小时', available: '当前空闲',
     free: '空闲 {n} 个', freeOf: '空闲 {n} 块，共 {t} 块 GPU', freeOfN: '空闲 {n} 个，共 {t} 个', noneFree: '没有空闲', unknownFree: '暂不清楚（还没有服务器报告）',
+    freeOfKinds: '空闲 {n} 个，共 {t} 个：{kinds}', asMIG: 'MIG 切片 {n} 个', asVGPU: '虚拟 GPU {n} 个', asWhole: '整块 GPU {n} 块',
     noGPU: '无 GPU', noGPUNeeded: '随时可用（无需 GPU）', mig: '{m} 的 MIG {p} 切片', migAny: 'GPU 的 MIG {p} 切片', vgpu: '{t} 虚拟 GPU',
     whole: '整块 {m}', wholeN: '{n} 块整块 {m}', wholeAny: '一整块 GPU', anyGPU: '至少 {mem} 的 GPU 份额',
     ask: '申请虚拟机', askTitle: '申请 {p} 虚拟机', name: '名称', nameHint: '小写字母、数字和连字符；留空则自动生成。',
@@ -127,11 +129,26 @@ export function gpuWords(g) {
   }
 }
 
-// freeWords says how many VMs of a profile's GPU the hosts could place now.
-export function freeWords(g, hosts) {
+// kindWords are the kinds of GPU a free count is split into, in words.
+const kindWords = [['mig', 'asMIG'], ['vgpu', 'asVGPU'], ['passthrough', 'asWhole']];
+
+// freeWords says how many VMs of a profile's GPU the hosts could place now:
+// as the server counted them by the placers (pf, the profile's `free`),
+// in the words of the kinds they would get; else, from a server that does
+// not count them, from the hosts' free capacity.
+export function freeWords(g, hosts, pf) {
   const up = (hosts || []).filter((h) => h.state === 'up');
   if (!up.length) return {text: t('unknownFree'), n: -1};
   if (!g) return {text: t('noGPUNeeded'), n: 1};
+  if (pf) {
+    const n = pf.vms || 0, total = pf.total || 0;
+    if (n === 0) return {text: t('noneFree'), n};
+    const by = pf.by_kind || {};
+    const kinds = kindWords.filter(([k]) => by[k] > 0);
+    if (kinds.length > 1) return {text: t('freeOfKinds', {n, t: total, kinds: kinds.map(([k, w]) => t(w, {n: by[k]})).join(lang === 'en' ? ', ' : '，')}), n};
+    const of = kinds.length === 1 && kinds[0][0] === 'passthrough' ? 'freeOf' : 'freeOfN';
+    return {text: total ? t(of, {n, t: total}) : t('free', {n}), n};
+  }
   let n = 0, total = 0;
   for (const h of up) {
     const f = h.free || {};

@@ -82,7 +82,7 @@ func Open(name string, cfg backend.Config) (*Env, error) {
 		return nil, backend.Errorf(backend.CodeInternal, "", "backend %s: %v", name, err)
 	}
 	e.Ledger = l
-	e.Types = openTypeNames(filepath.Join(cfg.StateDir, "backends", name+"-vgpu-types.json"))
+	e.Types = openTypeNames(filepath.Join(cfg.StateDir, "backends", name+typeNamesSuffix))
 	return e, nil
 }
 

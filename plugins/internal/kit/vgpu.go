@@ -150,7 +150,8 @@ func ReadVGPUs(fsys host.SysFS, g host.GPU, names *TypeNames) (VGPUView, error) 
 			if r.cur != 0 {
 				name, ok := names.Name(r.cur)
 				if !ok {
-					name = fmt.Sprintf("type %d", r.cur)
+					// Never a bare number where people read it.
+					name = fmt.Sprintf("unnamed vGPU type (ID %d)", r.cur)
 				}
 				pt, _ := gpu.ParseVGPUType(name)
 				gi, err := host.VFGPUInstanceID(fsys, r.addr)

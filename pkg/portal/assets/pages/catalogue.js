@@ -97,7 +97,7 @@ export default function Catalogue({session}) {
 
 function ProfileCard({p, hosts, me, keys, setKeys}) {
   const [asking, setAsking] = useState(false);
-  const free = freeWords(p.gpu, hosts);
+  const free = freeWords(p.gpu, hosts, p.free);
   const id = 'profile-' + p.name;
   const leaseDefault = hoursOf(p.lease.default), leaseMax = hoursOf(p.lease.max);
   let freeText = free.text, freeClass = 'free ' + (free.n === 0 ? 'none' : free.n > 0 ? 'some' : '');
