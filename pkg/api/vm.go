@@ -148,9 +148,12 @@ type VMAccess struct {
 	SSH bool `json:"ssh"`
 	// Tunnels: gpuvmd's tunnels reach the guest's ports (gpuvm tunnel).
 	Tunnels bool `json:"tunnels"`
-	// Password: the VM has a one-time desktop password (POST
-	// /v1/vms/{id}/credentials, for its owner, once); its profile's guest
-	// uses it. Without it the credentials route answers 409.
+	// Password: the VM has a one-time desktop password that its owner
+	// reads once (POST /v1/vms/{id}/credentials: gpuvm credentials, the
+	// portal's Show password once): its profile's guest uses it. False
+	// when the profile makes none (the route answers 409), and for a
+	// Sunshine desktop with credentials = "vm", whose password gpuvm
+	// desktop --pin reads itself.
 	Password bool `json:"password"`
 }
 

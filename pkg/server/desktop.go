@@ -46,7 +46,10 @@ func vmAccess(p *config.Profile) *api.VMAccess {
 		return nil
 	}
 	net := p.NetworkOffered()
-	return &api.VMAccess{Desktop: p.DesktopOffered(), Console: p.ConsoleOffered(), SSH: net, Tunnels: net, Password: p.UsesPassword()}
+	// Sunshine's web UI credentials, when they are the VM's, are read by
+	// gpuvm desktop --pin itself: shown to the owner they would be spent.
+	shown := p.UsesPassword() && p.Desktop.Credentials != config.CredentialsVM
+	return &api.VMAccess{Desktop: p.DesktopOffered(), Console: p.ConsoleOffered(), SSH: net, Tunnels: net, Password: shown}
 }
 
 // desktopTunneled reports whether the profile's desktop is a server in the
