@@ -191,11 +191,16 @@ func TestDeleteOffTerminal(t *testing.T) {
 	}
 }
 
-// TestCreateWaitCredentials: create --wait of a VM whose desktop signs in
-// with the VM's one-time password (RDP, DCV) says how to get it, once the
-// VM is ready; of one whose desktop does not, it does not.
+// TestCreateWaitCredentials: create --wait of a VM whose guest uses the
+// VM's one-time password (its cloud-init template sets it) says how to get
+// it, once the VM is ready; of one whose guest does not (a DCV desktop
+// without such a template, Sunshine whose password gpuvm desktop reads
+// itself, a plain seat), it does not.
 func TestCreateWaitCredentials(t *testing.T) {
 	env := clienttest.New(t, clienttest.Options{Step: 5 * time.Millisecond, Profiles: `
+template "pw" {
+  content = "#cloud-config\npassword: ${password_hash}\n"
+}
 profile "seat" {
   vcpus  = 1
   memory = "1GiB"
@@ -205,6 +210,7 @@ profile "rdp" {
   vcpus  = 1
   memory = "1GiB"
   boot { kernel = "/k" }
+  cloud_init { template = "pw" }
   desktop {
     protocol = "rdp"
   }
@@ -231,7 +237,7 @@ profile "sunshine" {
 	for _, tc := range []struct {
 		profile string
 		tells   bool
-	}{{"rdp", true}, {"dcv", true}, {"seat", false}, {"sunshine", false}} {
+	}{{"rdp", true}, {"dcv", false}, {"seat", false}, {"sunshine", false}} {
 		t.Run(tc.profile, func(t *testing.T) {
 			name := tc.profile + "-1"
 			out := c.must("create", tc.profile, "--name", name, "--wait")
@@ -334,10 +340,16 @@ func TestVMCommands(t *testing.T) {
 	}
 	out = c.must("show", vm.ID)
 	for _, want := range []string{"VM box (" + vm.ID + ")", "running (ready)", "3 hours, until",
-		"Addresses:       " + vm.Addresses[0].IP + "/24 (lease, vnet0)\n", "Display:         gpuvm console box (VNC)\n",
-		"SSH:             gpuvm ssh box\n", "Remote desktop:  gpuvm rdp box"} {
+		"Addresses:  " + vm.Addresses[0].IP + "/24 (lease, vnet0)\n", "Display:    gpuvm console box (VNC)\n",
+		"SSH:        gpuvm ssh box\n", "Tunnel:     gpuvm tunnel box PORT"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("show lacks %q:\n%s", want, out)
+		}
+	}
+	// A seat has no desktop and its guest uses no password: neither is offered.
+	for _, not := range []string{"gpuvm rdp", "gpuvm desktop", "gpuvm credentials", "Remote desktop"} {
+		if strings.Contains(out, not) {
+			t.Errorf("show offers %q:\n%s", not, out)
 		}
 	}
 	if _, errOut, code := c.run("show", "nope"); code != 1 || !strings.Contains(errOut, `Not found: no VM "nope"`) {
@@ -426,9 +438,9 @@ func TestCreateWaitPhases(t *testing.T) {
 			"queued #2: waiting for a GPU (no free mig capacity for 3g.40gb)\n",
 			"allocating: allocating GPU\ncreating: preparing disk\nrunning: booting\nrunning: ready\n",
 			"VM box is running on gpu1.", "mig 3g.40gb",
-			"  Addresses:       192.0.2.7/24 (lease, vnet0)\n                   2001:db8::7/64 (agent)\n",
-			"  Display:         gpuvm console box (VNC)\n", "  SSH:             gpuvm ssh box\n",
-			"  Remote desktop:  gpuvm rdp box (RDP in the guest), or gpuvm tunnel box PORT\n"}, nil},
+			"  Addresses:  192.0.2.7/24 (lease, vnet0)\n              2001:db8::7/64 (agent)\n",
+			"  Display:    gpuvm console box (VNC)\n", "  SSH:        gpuvm ssh box\n",
+			"  Tunnel:     gpuvm tunnel box PORT (forwards a port of the guest to 127.0.0.1)\n"}, []string{"gpuvm rdp", "Remote desktop"}},
 		{"terminal", script[5], true, 0, []string{"\r\x1b[K", "  running: booting\n", "  running: ready\n", "VM box is running on gpu1."}, nil},
 		{"boot timeout", timedOut, false, 0, []string{"running: booting\nrunning: ready (the guest reported no address within 5m)\n",
 			"  Addresses:  none reported by the guest", "gpuvm console box (VNC)"}, []string{"gpuvm ssh", "gpuvm rdp"}},

@@ -9,10 +9,27 @@ import (
 )
 
 func TestCredentials(t *testing.T) {
-	env := clienttest.New(t, clienttest.Options{})
+	env := clienttest.New(t, clienttest.Options{Profiles: clienttest.Profiles + `
+template "pw" {
+  content = "#cloud-config\npassword: ${password_hash}\n"
+}
+profile "desk" {
+  vcpus  = 1
+  memory = "1GiB"
+  boot { kernel = "/k" }
+  cloud_init { template = "pw" }
+}
+`})
 	admin := newCLI(t, map[string]string{"GPUVM_URL": env.URL, "GPUVM_TOKEN": env.AdminToken})
 	ann := newCLI(t, map[string]string{"GPUVM_URL": env.URL, "GPUVM_TOKEN": env.UserToken})
-	ann.must("create", "seat", "--name", "box", "--hours", "1")
+	ann.must("create", "desk", "--name", "box", "--hours", "1")
+	// A seat's guest uses no password: there is none, and it says what
+	// reaches the VM instead.
+	ann.must("create", "seat", "--name", "plain", "--hours", "1")
+	if out, errOut, code := ann.run("credentials", "plain"); code != 1 || out != "" || !strings.Contains(errOut, "has no desktop password") ||
+		!strings.Contains(errOut, "gpuvm ssh plain") {
+		t.Errorf("credentials of a seat: exit %d\n%s%s", code, out, errOut)
+	}
 
 	if out, errOut, code := admin.run("credentials", "box"); code != 1 || out != "" {
 		t.Errorf("an admin (not the owner): exit %d\n%s%s", code, out, errOut)

@@ -517,12 +517,16 @@ func TestShowNamesTheDesktop(t *testing.T) {
 		"win":    "Remote desktop: gpuvm desktop win (RDP in the guest)",
 		"stream": "Remote desktop: gpuvm desktop stream (Sunshine in the guest)",
 		"dcv":    "Remote desktop: gpuvm desktop dcv (DCV in the guest)",
-		"seat":   "Remote desktop: gpuvm rdp seat (RDP in the guest), or gpuvm tunnel seat PORT",
+		"seat":   "Display: gpuvm console seat (VNC) SSH: gpuvm ssh seat",
 	} {
 		var out strings.Builder
 		stderr, code := runGPUVM(ctx, t, &consoleSeams{lookPath: noProgram}, strings.NewReader(""), &out, "show", name, "--url", e.url, "--token", e.token)
 		if got := strings.Join(strings.Fields(out.String()), " "); code != 0 || !strings.Contains(got, want) {
 			t.Errorf("show %s: exit %d, lacks %q:\n%s%s", name, code, want, out.String(), stderr)
+		}
+		// Only what the profile has: no RDP for a seat.
+		if name == "seat" && (strings.Contains(out.String(), "gpuvm rdp") || strings.Contains(out.String(), "Remote desktop")) {
+			t.Errorf("show seat offers a remote desktop:\n%s", out.String())
 		}
 	}
 }

@@ -195,9 +195,9 @@ allocated, its disk prepared and it boots.
 
 With --wait, follows the VM until it runs and its guest is up (or it fails) and
 says each phase as it comes: queued, allocating GPU, preparing disk, booting,
-ready; then prints how to connect (with a desktop that signs in with the VM's
-one-time password, RDP or DCV: 'gpuvm credentials NAME', which shows it
-once). While the VM is queued, the line says its
+ready; then prints how to reach what its profile offers (when its guest uses
+the VM's one-time password: 'gpuvm credentials NAME', which shows it once).
+While the VM is queued, the line says its
 place in the queue and when it is expected to start ("expected start 14:20 (in
 35 min, uncertain: leases may be extended)"), and is printed again when the
 estimate changes. Ctrl-C stops waiting, not the VM. Without it, prints the VM
@@ -376,9 +376,6 @@ func printConnect(w io.Writer, vm api.VM) {
 	fmt.Fprintf(tw, "  GPU:\t%s\n", describeVMGPUs(vm.GPUs))
 	fmt.Fprintf(tw, "  Lease:\t%s\n", describeLease(vm, time.Now()))
 	printAccess(tw, vm)
-	if desktopSignsIn(vm.Desktop) {
-		fmt.Fprintf(tw, "  Password:\tgpuvm credentials %s (the desktop's one-time password: it is shown once)\n", vm.Name)
-	}
 	fmt.Fprintf(tw, "  Details:\tgpuvm show %s\n", vm.Name)
 	fmt.Fprintf(tw, "  Delete:\tgpuvm delete %s\n", vm.Name)
 	tw.Flush()
@@ -386,21 +383,21 @@ func printConnect(w io.Writer, vm api.VM) {
 
 // desktopSignsIn reports whether a VM's desktop (api.VM's Desktop) signs in
 // as the guest's user with the VM's one-time desktop password, which
-// 'gpuvm credentials' shows once: RDP (xrdp, Windows) and DCV. Sunshine's
-// web UI credentials, when they are the VM's, are read by 'gpuvm desktop
-// --pin' itself.
+// 'gpuvm credentials' shows once: RDP (xrdp, Windows) and DCV. It is the
+// guess for a server that does not say what a VM offers (api.VM's Access).
 func desktopSignsIn(desktop string) bool {
 	return desktop == api.DesktopRDP || desktop == api.DesktopDCV
 }
 
 // printAccess writes, in a table of "  Label:\tvalue" rows, how to reach a
-// running VM: its guest's addresses, and the commands that open its
-// display (gpuvm console) and, once the guest has an address, reach it
-// through gpuvmd (gpuvm ssh, gpuvm rdp, gpuvm tunnel).
+// running VM: its guest's addresses, and exactly what it offers (api.VM's
+// Access, from its profile): its desktop, its display console, SSH and
+// tunnels through gpuvmd, its one-time password.
 func printAccess(tw io.Writer, vm api.VM) {
 	if vm.State != api.VMRunning {
 		return
 	}
+	acc := offered(vm)
 	for i, a := range vm.Addresses {
 		label := ""
 		if i == 0 {
@@ -412,25 +409,52 @@ func printAccess(tw io.Writer, vm api.VM) {
 		}
 		fmt.Fprintln(tw, ")")
 	}
-	if len(vm.Addresses) == 0 {
-		note := "none reported by the guest (no network, or no DHCP lease or guest agent to tell)"
+	if len(vm.Addresses) == 0 && acc.SSH {
+		note := "none reported by the guest (no DHCP lease or guest agent to tell)"
 		if vm.Phase == api.PhaseBooting {
 			note = "none yet: the guest is booting"
 		}
 		fmt.Fprintf(tw, "  Addresses:\t%s\n", note)
 	}
-	if c := vm.Console; c != nil {
-		fmt.Fprintf(tw, "  Display:\tgpuvm console %s (%s)\n", vm.Name, strings.ToUpper(c.Protocol))
+	switch d := acc.Desktop; {
+	case d == api.DesktopVNC || d == api.DesktopSPICE:
+		fmt.Fprintf(tw, "  Desktop:\tgpuvm console %s (%s display)\n", vm.Name, strings.ToUpper(d))
+	case vm.Console != nil:
+		fmt.Fprintf(tw, "  Display:\tgpuvm console %s (%s)\n", vm.Name, strings.ToUpper(vm.Console.Protocol))
 	}
-	if len(vm.Addresses) > 0 {
-		fmt.Fprintf(tw, "  SSH:\tgpuvm ssh %s\n", vm.Name)
-		switch vm.Desktop {
-		case api.DesktopRDP, api.DesktopSunshine, api.DesktopDCV:
-			fmt.Fprintf(tw, "  Remote desktop:\tgpuvm desktop %s (%s in the guest)\n", vm.Name, desktopName(vm.Desktop))
-		default:
-			fmt.Fprintf(tw, "  Remote desktop:\tgpuvm rdp %s (RDP in the guest), or gpuvm tunnel %s PORT\n", vm.Name, vm.Name)
+	if d := acc.Desktop; d == api.DesktopRDP || d == api.DesktopSunshine || d == api.DesktopDCV {
+		if len(vm.Addresses) > 0 {
+			fmt.Fprintf(tw, "  Remote desktop:\tgpuvm desktop %s (%s in the guest)\n", vm.Name, desktopName(d))
+		} else {
+			fmt.Fprintf(tw, "  Remote desktop:\tgpuvm desktop %s (%s in the guest, once it has an address)\n", vm.Name, desktopName(d))
 		}
 	}
+	if acc.SSH && len(vm.Addresses) > 0 {
+		fmt.Fprintf(tw, "  SSH:\tgpuvm ssh %s\n", vm.Name)
+	}
+	if acc.Tunnels && len(vm.Addresses) > 0 {
+		fmt.Fprintf(tw, "  Tunnel:\tgpuvm tunnel %s PORT (forwards a port of the guest to 127.0.0.1)\n", vm.Name)
+	}
+	if acc.Password {
+		fmt.Fprintf(tw, "  Password:\tgpuvm credentials %s (the desktop's one-time password: it is shown once)\n", vm.Name)
+	}
+}
+
+// offered is what a VM offers: the server's word (api.VM's Access), else,
+// from a server that does not say, a guess from its desktop and display.
+func offered(vm api.VM) api.VMAccess {
+	if vm.Access != nil {
+		return *vm.Access
+	}
+	acc := api.VMAccess{SSH: true, Tunnels: true, Password: desktopSignsIn(vm.Desktop)}
+	switch vm.Desktop {
+	case api.DesktopRDP, api.DesktopSunshine, api.DesktopDCV:
+		acc.Desktop = vm.Desktop
+	}
+	if vm.Console != nil {
+		acc.Console = vm.Console.Protocol
+	}
+	return acc
 }
 
 // progress shows a VM's phases: one line each, or on a terminal a spinner
@@ -522,7 +546,8 @@ func newListCmd(getenv func(string) string) *cobra.Command {
 		Use:     "list",
 		Aliases: []string{"ls"},
 		Short:   "List your VMs (admins: everyone's)",
-		Long: `Lists your VMs, oldest first; admins see everyone's. Deleted VMs are left out
+		Long: `Lists your VMs, oldest first; admins see everyone's, with an OWNER column
+whenever a VM listed is not theirs. Deleted VMs are left out
 unless --all or --state says otherwise. --state takes one or more of
 ` + strings.Join(vmStates, ", ") + ` (comma-separated or repeated).
 
@@ -574,11 +599,7 @@ func runList(ctx context.Context, c *client.Client, cmd *cobra.Command, l listOp
 		_, err := fmt.Fprintln(w, "No VMs.")
 		return err
 	}
-	owners := map[string]bool{}
-	for _, vm := range vms {
-		owners[vm.Owner] = true
-	}
-	showOwner := len(owners) > 1
+	showOwner := othersIn(ctx, c, vms)
 	now := time.Now()
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	head := "NAME\tSTATE\tPROFILE\tGPU\tLEASE\tID\tNOTE"
@@ -607,6 +628,21 @@ func runList(ctx context.Context, c *client.Client, cmd *cobra.Command, l listOp
 	return tw.Flush()
 }
 
+// othersIn reports whether any of vms is not the caller's (an admin's list
+// is everybody's): then the list shows an OWNER column. With one owner it
+// asks the server who the caller is; when it cannot tell, it shows owners.
+func othersIn(ctx context.Context, c *client.Client, vms []api.VM) bool {
+	owners := map[string]bool{}
+	for _, vm := range vms {
+		owners[vm.Owner] = true
+	}
+	if len(owners) != 1 {
+		return len(owners) > 1
+	}
+	me, err := c.Whoami(ctx)
+	return err != nil || !owners[me.Name]
+}
+
 func newShowCmd(getenv func(string) string) *cobra.Command {
 	o := clientOpts{getenv: getenv}
 	var out outputOpts
@@ -614,8 +650,11 @@ func newShowCmd(getenv func(string) string) *cobra.Command {
 		Use:   "show VM",
 		Short: "Show one VM: its state, GPU, host, lease and how to connect",
 		Long: `Shows a VM, named by its name (among your live VMs) or its ID. While it runs:
-its guest's addresses (once it has booted) and the commands that connect to it
-(gpuvm console, gpuvm ssh, gpuvm rdp). While it is queued: its place in the
+its guest's addresses (once it has booted) and the commands that reach what
+its profile offers, and only those: its desktop (gpuvm desktop, or gpuvm
+console for a desktop on the display), its display console (gpuvm console),
+SSH and tunnels through gpuvmd (gpuvm ssh, gpuvm tunnel) when it has a
+network, and its one-time password (gpuvm credentials) when its guest uses one. While it is queued: its place in the
 queue and its expected start, which gpuvmd predicts by replaying the queue, the
 running leases and the reservations through its scheduler ("Expected start:
 14:20 (in 35 min, uncertain: leases may be extended)"; uncertain says what may

@@ -1,6 +1,9 @@
 package api
 
-import "net/http"
+import (
+	"net/http"
+	"time"
+)
 
 // ProblemBase prefixes every problem type URI gpuvmd sends; the types are
 // stable: "https://gpuvm.dev/problems/not-found" means the same in every
@@ -21,6 +24,9 @@ type Problem struct {
 	// ConfigDiagnostics are the same diagnostics one by one, each with
 	// its file, line and column, for a program (the portal) to show.
 	ConfigDiagnostics []ConfigDiagnostic `json:"config_diagnostics,omitempty"`
+	// ReadAt is when a one-time desktop password was read
+	// (credentials-read), for a client to write in the reader's zone.
+	ReadAt *time.Time `json:"read_at,omitempty"`
 }
 
 // ConfigDiagnostic is one diagnostic of a configuration: an error or a

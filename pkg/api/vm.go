@@ -66,6 +66,10 @@ type VM struct {
 	// a tunnel: gpuvm desktop), or vnc/spice (the display console). Set on
 	// GET /v1/vms/{id} of a running VM.
 	Desktop string `json:"desktop,omitempty"`
+	// Access says what the VM offers people, from its profile: the
+	// portal and the CLI offer exactly this. In every answer (lists too);
+	// absent when the VM's profile no longer exists.
+	Access *VMAccess `json:"access,omitempty"`
 
 	// QueuePosition is the VM's place in the queue while it is queued and
 	// ranked (1 = next), as the last scheduling round saw it; absent
@@ -127,6 +131,31 @@ const (
 	PhaseStarting       = "starting"                   // stopped: a start is under way
 	PhaseRemovingDomain = "removing domain"            // deleting
 )
+
+// VMAccess is what a VM offers people (VM.Access), from its profile.
+type VMAccess struct {
+	// Desktop is the protocol of the desktop people work on: rdp,
+	// sunshine or dcv (a server in the guest: gpuvm desktop), vnc or spice
+	// (the display console, when the profile's desktop block names it,
+	// the vGPU draws on it, or the guest is Windows); absent when the VM
+	// has none (its display, if any, is only the boot console).
+	Desktop string `json:"desktop,omitempty"`
+	// Console is the display's protocol, vnc or spice (gpuvm console, the
+	// browser console); absent when the VM has no display.
+	Console string `json:"console,omitempty"`
+	// SSH: the guest has a network, and gpuvm ssh reaches it through
+	// gpuvmd (once it has an address).
+	SSH bool `json:"ssh"`
+	// Tunnels: gpuvmd's tunnels reach the guest's ports (gpuvm tunnel).
+	Tunnels bool `json:"tunnels"`
+	// Password: the VM has a one-time desktop password that its owner
+	// reads once (POST /v1/vms/{id}/credentials: gpuvm credentials, the
+	// portal's Show password once): its profile's guest uses it. False
+	// when the profile makes none (the route answers 409), and for a
+	// Sunshine desktop with credentials = "vm", whose password gpuvm
+	// desktop --pin reads itself.
+	Password bool `json:"password"`
+}
 
 // VMAddress is an IP address of a running VM's guest.
 type VMAddress struct {

@@ -66,6 +66,10 @@ type Desktop struct {
 	Credentials string `json:"credentials,omitempty"`
 	// Session is the DCV session to open.
 	Session string `json:"session,omitempty"`
+	// Declared: the profile has a desktop block. Without one, Protocol is
+	// only the display's type (the boot console), not a desktop people
+	// were promised.
+	Declared bool `json:"-"`
 }
 
 // Tunneled reports whether the desktop is a server in the guest, reached
@@ -126,6 +130,7 @@ func (r *resolver) resolveDesktop(b *profileBlock, p *Profile) {
 	if d == nil {
 		return
 	}
+	p.Desktop.Declared = true
 	body, def := d.Body, d.DefRange
 	if d.Protocol == nil {
 		if !has(body, "protocol") {

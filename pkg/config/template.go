@@ -42,6 +42,20 @@ type Template struct {
 	defaults map[string]cty.Value
 }
 
+// UsesPassword reports whether the template uses password_hash: whether a
+// VM's one-time desktop password reaches its guest.
+func (t *Template) UsesPassword() bool {
+	if t == nil || t.expr == nil {
+		return false
+	}
+	for _, tr := range t.expr.Variables() {
+		if tr.RootName() == "password_hash" {
+			return true
+		}
+	}
+	return false
+}
+
 // VarNames lists the template's own variables, sorted.
 func (t *Template) VarNames() []string { return sortedKeys(t.defaults) }
 
@@ -256,6 +270,9 @@ func (r *resolver) resolveCloudInit(b *cloudInitBlock) *CloudInit {
 	if !known {
 		names := sortedKeys(r.cfg.Templates)
 		r.errf(rng, "Unknown template", "No template block is named %q.%s%s", b.Template, suggestion(b.Template, names), knownList("templates", names))
+	}
+	if t != nil {
+		ci.password = t.UsesPassword()
 	}
 	vars, ok := r.evalObject(b.Vars, "vars")
 	if !ok || t == nil {

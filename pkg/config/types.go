@@ -398,6 +398,9 @@ type CloudInit struct {
 	Template string          `json:"template"`
 	Vars     json.RawMessage `json:"vars,omitempty"`
 	vars     map[string]cty.Value
+	// password: the template uses password_hash (the VM's one-time
+	// desktop password reaches the guest).
+	password bool
 }
 
 // GPUNeed is what GPU a profile's VM gets.

@@ -470,9 +470,10 @@ func TestPortalInChromium(t *testing.T) {
 		t.Errorf("no lease end: %s", b.text(`#vm-demo`))
 	}
 	b.check("vms-running")
-	// Open desktop: a new tab on the browser console of the VM.
+	// Console (a seat's display is its console, not a desktop): a new
+	// tab on the browser console of the VM.
 	opened := chromedp.WaitNewTarget(b.ctx, func(i *target.Info) bool { return strings.Contains(i.URL, "/console/") })
-	b.run(chromedp.Click(`//li[@id="vm-demo"]//button[text()="Open desktop"]`, chromedp.BySearch))
+	b.run(chromedp.Click(`//li[@id="vm-demo"]//button[text()="Console"]`, chromedp.BySearch))
 	select {
 	case id := <-opened:
 		// Close it, and come back: a tab in the background draws no
@@ -483,10 +484,10 @@ func TestPortalInChromium(t *testing.T) {
 			t.Errorf("the console tab: %v", err)
 		}
 		tcancel() // closes the tab
-		t.Logf("Open desktop opened %s", regexp.MustCompile(`ticket=[^&]+`).ReplaceAllString(consoleURL, "ticket=…"))
+		t.Logf("Console opened %s", regexp.MustCompile(`ticket=[^&]+`).ReplaceAllString(consoleURL, "ticket=…"))
 		b.run(page.BringToFront())
 	case <-time.After(20 * time.Second):
-		t.Errorf("Open desktop opened no console tab")
+		t.Errorf("Console opened no console tab")
 	}
 
 	// Stop it, with confirmation.

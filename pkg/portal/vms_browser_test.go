@@ -27,12 +27,17 @@ import (
 )
 
 // vmsProfiles are the browser tests' catalogue and a Windows-style seat
-// whose desktop is RDP.
+// whose desktop is RDP (its guest uses the one-time password), one per
+// other desktop, a display without a desktop, and no display.
 const vmsProfiles = profiles + `
+template "pw" {
+  content = "#cloud-config\npassword: ${password_hash}\n"
+}
 profile "win" {
   vcpus  = 2
   memory = "4GiB"
   boot { kernel = "/k" }
+  cloud_init { template = "pw" }
   desktop {
     protocol = "rdp"
   }
@@ -328,9 +333,10 @@ func TestVMsPageInChromium(t *testing.T) {
 		{"stream", []string{"gpuvm desktop stream", "add the host 127.0.0.1:47989 in Moonlight", "--pin NNNN", "Sunshine's web page"}},
 		{"cad", []string{"port 8443", "gpuvm desktop cad", "DCV in the browser", "DCV's client"}},
 		{"spicy", []string{"virt-viewer", "Download spicy.vv"}},
-		{"headless", []string{"neither a display nor a desktop", "gpuvm ssh headless"}},
 	} {
-		b.run(chromedp.Click(`//li[@id="vm-`+tc.vm+`"]//button[text()="Open desktop"]`, chromedp.BySearch), chromedp.WaitVisible(`#vm-`+tc.vm+`-desktop`, chromedp.ByQuery))
+		// spicy's display is no desktop (no desktop block): its console.
+		button := map[bool]string{true: "Console", false: "Open desktop"}[tc.vm == "spicy"]
+		b.run(chromedp.Click(`//li[@id="vm-`+tc.vm+`"]//button[text()="`+button+`"]`, chromedp.BySearch), chromedp.WaitVisible(`#vm-`+tc.vm+`-desktop`, chromedp.ByQuery))
 		panel := b.text(`#vm-` + tc.vm + `-desktop`)
 		for _, w := range tc.want {
 			if !strings.Contains(panel, w) {
@@ -344,6 +350,12 @@ func TestVMsPageInChromium(t *testing.T) {
 		t.Errorf("the desktop links: %q", links)
 	}
 	b.check("vms-desktops")
+	// No display and no desktop, but a network: nothing to open, no
+	// password (its guest uses none), the SSH line to copy.
+	if s := b.text(`#vm-headless`); strings.Contains(s, "Open desktop") || strings.Contains(s, "Console") ||
+		strings.Contains(s, "Show password once") || b.text(`#vm-headless dd.ssh code`) != "gpuvm ssh headless" {
+		t.Errorf("headless offers other than SSH:\n%s", s)
+	}
 
 	// The one-time password: a warning first; shown once; then refused.
 	b.run(chromedp.Click(`//li[@id="vm-win"]//button[text()="Show password once"]`, chromedp.BySearch), chromedp.WaitVisible(`dialog.confirm #confirm-yes`, chromedp.ByQuery))
@@ -358,10 +370,23 @@ func TestVMsPageInChromium(t *testing.T) {
 	}
 	b.check("vms-password")
 	b.run(chromedp.Click(`//section[@id="vm-win-password"]//button[text()="Hide"]`, chromedp.BySearch), chromedp.WaitNotPresent(`#vm-win-password`, chromedp.ByQuery))
+	// Read, it is not offered again.
+	if s := b.text(`#vm-win .buttons`); strings.Contains(s, "Show password once") {
+		t.Errorf("the password is offered again after it was read: %q", s)
+	}
+	// A page that did not see it read (reloaded) offers it; asked, it is
+	// refused once, in words, at the time in the viewer's zone, and the
+	// button goes.
+	b.run(chromedp.Reload(), chromedp.WaitVisible(`#vm-win[data-state="running"]`, chromedp.ByQuery))
 	b.run(chromedp.Click(`//li[@id="vm-win"]//button[text()="Show password once"]`, chromedp.BySearch), chromedp.WaitVisible(`dialog.confirm #confirm-yes`, chromedp.ByQuery),
 		chromedp.Click(`#confirm-yes`, chromedp.ByQuery), chromedp.WaitVisible(`#vm-win-password[role=alert]`, chromedp.ByQuery))
-	if s := b.text(`#vm-win-password`); !strings.Contains(s, "already read") || strings.Contains(s, pw) {
-		t.Errorf("the second look: %q", s)
+	refused := text(`#vm-win-password`)
+	if !strings.HasPrefix(refused, "This password was read on ") || strings.Count(refused, "read") != 1 || !strings.Contains(refused, "gpuvm ssh win, then passwd") ||
+		regexp.MustCompile(`\d{4}-\d\d-\d\dT|UTC|Z\b`).MatchString(refused) || strings.Contains(refused, pw) {
+		t.Errorf("the second look: %q", refused)
+	}
+	if s := b.text(`#vm-win .buttons`); strings.Contains(s, "Show password once") {
+		t.Errorf("the password is offered after the refusal: %q", s)
 	}
 	b.check("vms-password-refused")
 
@@ -414,4 +439,101 @@ func TestVMsPageInChromium(t *testing.T) {
 		t.Errorf("the Chinese card:\n%s", s)
 	}
 	b.check("vms-zh")
+}
+
+// apiCreateAs asks the API for a VM with token (apiCreate's, for another
+// person).
+func apiCreateAs(t *testing.T, env *clienttest.Env, token string, req api.CreateVMRequest) api.VM {
+	t.Helper()
+	body, _ := json.Marshal(req)
+	r, _ := http.NewRequest("POST", env.URL+"/v1/vms", bytes.NewReader(body))
+	r.Header.Set("Authorization", "Bearer "+token)
+	r.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out api.CreateVMResponse
+	if resp.StatusCode != http.StatusAccepted || json.NewDecoder(resp.Body).Decode(&out) != nil {
+		t.Fatalf("create %+v: %d", req, resp.StatusCode)
+	}
+	return out.VM
+}
+
+// My VMs offers exactly what each VM has, and is the person's own: a tiny
+// guest (a display, a network, a template without the password) shows the
+// SSH line to copy and its console, and neither a desktop nor a password;
+// an admin's My VMs lists the admin's own VMs, and everybody's, with their
+// owners, only when asked.
+func TestVMsPageOffersWhatTheVMHas(t *testing.T) {
+	needBrowser(t)
+	env := clienttest.New(t, clienttest.Options{Profiles: profiles + `
+template "keys" {
+  content = "#cloud-config\nuser: ${user}\n"
+}
+profile "tiny" {
+  vcpus  = 1
+  memory = "256MiB"
+  boot { kernel = "/k" }
+  cloud_init { template = "keys" }
+}
+`})
+	ctx := context.Background()
+	upHost(t, env.Store)
+	tiny := apiCreate(t, env, api.CreateVMRequest{Profile: "tiny", Name: "tiny"})
+	own := apiCreateAs(t, env, env.AdminToken, api.CreateVMRequest{Profile: "tiny", Name: "own"})
+	for _, id := range []string{tiny.ID, own.ID} {
+		deadline := time.Now().Add(20 * time.Second)
+		for vm, err := env.Store.GetVM(ctx, id); err != nil || vm.State != store.VMRunning || vm.Phase != api.PhaseReady; vm, err = env.Store.GetVM(ctx, id) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s never ran: %+v, %v", id, vm, err)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+
+	b := newBrowser(t, env.URL, false)
+	b.signIn(env.UserToken)
+	b.run(chromedp.Navigate(env.URL+"/vms"), chromedp.WaitVisible(`#vm-tiny[data-state="running"]`, chromedp.ByQuery))
+	b.waitFor("tiny's SSH line", `!!document.querySelector('#vm-tiny dd.ssh code')`)
+	card := b.text(`#vm-tiny`)
+	if got := b.text(`#vm-tiny dd.ssh code`); got != "gpuvm ssh tiny" {
+		t.Errorf("tiny's SSH line %q", got)
+	}
+	for _, not := range []string{"Open desktop", "Show password once", "gpuvm rdp", "Owner"} {
+		if strings.Contains(card, not) {
+			t.Errorf("tiny's card offers %q:\n%s", not, card)
+		}
+	}
+	if !strings.Contains(b.text(`#vm-tiny .buttons`), "Console") {
+		t.Errorf("tiny's card has no console:\n%s", card)
+	}
+	if s := b.text(`main`); strings.Contains(s, "Everybody's VMs") || strings.Contains(s, "own") {
+		t.Errorf("ann's page shows the admin's toggle or VM:\n%s", s)
+	}
+	b.check("vms-tiny")
+
+	// The admin's own VMs; everybody's only when asked, with owners.
+	b2 := newBrowser(t, env.URL, false)
+	b2.signIn(env.AdminToken)
+	b2.run(chromedp.Navigate(env.URL+"/vms"), chromedp.WaitVisible(`#vm-own[data-state="running"]`, chromedp.ByQuery))
+	var ids []string
+	b2.eval(`[...document.querySelectorAll('ul.vms > li')].map((li) => li.id)`, &ids)
+	if strings.Join(ids, " ") != "vm-own" {
+		t.Errorf("the admin's My VMs: %v, want only vm-own", ids)
+	}
+	if s := b2.text(`#vm-own`); strings.Contains(s, "Owner") {
+		t.Errorf("the admin's own VM names its owner:\n%s", s)
+	}
+	b2.check("vms-admin-own")
+	b2.run(chromedp.Click(`#vms-everyone`, chromedp.ByQuery), chromedp.WaitVisible(`#vm-tiny`, chromedp.ByQuery))
+	if got := b2.text(`#vm-tiny dd.owner`); got != "ann" {
+		t.Errorf("ann's VM in everybody's: owner %q", got)
+	}
+	// The password is its owner's only: not offered to the admin.
+	if s := b2.text(`#vm-tiny .buttons`); strings.Contains(s, "Show password once") {
+		t.Errorf("the admin is offered ann's password: %q", s)
+	}
+	b2.check("vms-admin-everyone")
 }

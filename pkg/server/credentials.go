@@ -2,13 +2,15 @@ package server
 
 import (
 	"errors"
+	"fmt"
 	"net/http"
 	"strconv"
-	"time"
+	"strings"
 
 	"github.com/gin-gonic/gin"
 
 	"github.com/gpuvm/gpuvm/pkg/api"
+	"github.com/gpuvm/gpuvm/pkg/config"
 	"github.com/gpuvm/gpuvm/pkg/hypervisor/cloudinit"
 	"github.com/gpuvm/gpuvm/pkg/store"
 )
@@ -29,10 +31,13 @@ import (
 // errCredentialsRead is the second read of a desktop password.
 var errCredentialsRead = &Problem{Type: ProblemBase + "credentials-read", Title: "The desktop password was already read", Status: http.StatusGone}
 
+// errNoPassword is a VM whose profile's guest uses no one-time password.
+var errNoPassword = &Problem{Type: ProblemBase + "no-password", Title: "The VM has no desktop password", Status: http.StatusConflict}
+
 // credentialsAPIRoutes document the credentials route (apiRoutes).
 var credentialsAPIRoutes = []route{
-	{Method: "POST", Path: "/v1/vms/{id}/credentials", Summary: "The VM's one-time desktop password and guest user, for its owner only (not admins), once: a second read is 410. A POST, as it spends the password (with the portal's cookie, the session's X-CSRF-Token); no body. Audited",
-		Auth: authUser, Params: []param{pVM}, Status: 200, Answer: api.CredentialsResponse{}, Errors: []int{400, 403, 404, 410, 413, 503}},
+	{Method: "POST", Path: "/v1/vms/{id}/credentials", Summary: "The VM's one-time desktop password and guest user, for its owner only (not admins), once: a second read is 410 (read_at says when it was read); 409 when the VM's profile uses none (access.password is false). A POST, as it spends the password (with the portal's cookie, the session's X-CSRF-Token); no body. Audited",
+		Auth: authUser, Params: []param{pVM}, Status: 200, Answer: api.CredentialsResponse{}, Errors: []int{400, 403, 404, 409, 410, 413, 503}},
 }
 
 // newCredential makes the one-time desktop password of a new VM of owner.
@@ -67,12 +72,19 @@ func (s *Server) takeCredentials(c *gin.Context) {
 		s.writeProblem(c, with(errNotFound, "VM "+strconv.Quote(vm.Name)+" is deleted"))
 		return
 	}
+	if p := s.vmProfile(vm); p != nil && !p.UsesPassword() { // desktop.go
+		s.writeProblem(c, with(errNoPassword, noPasswordDetail(vm, p)))
+		return
+	}
 	cr, err := s.Store.TakeVMCredential(c.Request.Context(), vm.ID, u.Name)
 	var read *store.CredentialReadError
 	switch {
 	case errors.As(err, &read):
-		s.writeProblem(c, with(errCredentialsRead, "the desktop password of VM "+strconv.Quote(vm.Name)+" was already read, at "+
-			read.ReadAt.UTC().Format(time.RFC3339)+"; it is shown once and gpuvmd keeps no copy: set a new one inside the guest (gpuvm ssh, then passwd), or make a new VM"))
+		p := with(errCredentialsRead, fmt.Sprintf("the password of VM %q was read at %s, and gpuvmd keeps no copy: set a new one inside the guest (gpuvm ssh %s, then passwd), or make a new VM",
+			vm.Name, read.ReadAt.UTC().Format("2006-01-02 15:04 UTC"), vm.Name))
+		at := read.ReadAt.UTC()
+		p.ReadAt = &at
+		s.writeProblem(c, p)
 		return
 	case errors.Is(err, store.ErrNotFound):
 		s.writeProblem(c, with(errNotFound, "VM "+strconv.Quote(vm.Name)+" has no desktop password (it was made before gpuvmd made them)"))
@@ -84,4 +96,28 @@ func (s *Server) takeCredentials(c *gin.Context) {
 	auditDetail(c, "desktop password of guest user %s given to the owner", cr.Login)
 	c.Header("Cache-Control", "no-store")
 	c.JSON(http.StatusOK, api.CredentialsResponse{VMID: vm.ID, User: cr.Login, Password: cr.Password, ReadAt: cr.ReadAt.UTC()})
+}
+
+// noPasswordDetail says why a VM of profile p has no desktop password, and
+// what reaches it instead.
+func noPasswordDetail(vm *store.VM, p *config.Profile) string {
+	var ways []string
+	if d := p.DesktopOffered(); d != "" {
+		ways = append(ways, "gpuvm desktop "+vm.Name)
+	}
+	if p.ConsoleOffered() != "" {
+		ways = append(ways, "gpuvm console "+vm.Name)
+	}
+	if p.NetworkOffered() {
+		ways = append(ways, "gpuvm ssh "+vm.Name)
+	}
+	why := "its cloud-init template does not set password_hash"
+	if p.CloudInit == nil {
+		why = "it has no cloud_init block to set one"
+	}
+	msg := fmt.Sprintf("profile %s makes no one-time password for VM %q: its guest uses none (%s)", p.Name, vm.Name, why)
+	if len(ways) > 0 {
+		msg += "; reach it with " + strings.Join(ways, " or ")
+	}
+	return msg
 }

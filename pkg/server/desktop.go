@@ -39,6 +39,19 @@ func (s *Server) vmProfile(vm *store.VM) *config.Profile {
 	return cfg.Profiles[vm.Profile]
 }
 
+// vmAccess is what a VM of profile p offers people (api.VM's Access); nil
+// when the profile no longer exists.
+func vmAccess(p *config.Profile) *api.VMAccess {
+	if p == nil {
+		return nil
+	}
+	net := p.NetworkOffered()
+	// Sunshine's web UI credentials, when they are the VM's, are read by
+	// gpuvm desktop --pin itself: shown to the owner they would be spent.
+	shown := p.UsesPassword() && p.Desktop.Credentials != config.CredentialsVM
+	return &api.VMAccess{Desktop: p.DesktopOffered(), Console: p.ConsoleOffered(), SSH: net, Tunnels: net, Password: shown}
+}
+
 // desktopTunneled reports whether the profile's desktop is a server in the
 // guest (so that a VM without a display still has a way in).
 func desktopTunneled(p *config.Profile) bool { return p != nil && p.Desktop.Tunneled() }

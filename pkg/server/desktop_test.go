@@ -25,8 +25,12 @@ profile "rdp-vgpu" {
     type = "L40S-12Q"
   }
 }
+template "desk-pw" {
+  content = "#cloud-config\npassword: ${password_hash}\n"
+}
 profile "rdp-3390" {
   boot { kernel = "/k" }
+  cloud_init { template = "desk-pw" }
   desktop {
     protocol = "rdp"
     port     = 3390

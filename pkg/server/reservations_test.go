@@ -52,10 +52,14 @@ profile "bobs" {
     model = "L40S"
   }
 }
+template "pw" {
+  content = "#cloud-config\npassword: ${password_hash}\n"
+}
 profile "seat" {
   vcpus  = 1
   memory = "1GiB"
   boot { kernel = "/k" }
+  cloud_init { template = "pw" } # its guest uses the one-time password
 }
 `
 

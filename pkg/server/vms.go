@@ -188,12 +188,15 @@ func (s *Server) createVM(c *gin.Context) {
 	if len(u.Groups) > 0 {
 		vm.Group = u.Groups[0]
 	}
-	cred, err := newCredential(vm.Owner) // credentials.go
-	if err != nil {
-		s.writeProblem(c, err)
-		return
+	opts := store.CreateVMOptions{RequestedBy: u.Name}
+	if p.UsesPassword() { // a password the guest does not use would work nowhere
+		cred, err := newCredential(vm.Owner) // credentials.go
+		if err != nil {
+			s.writeProblem(c, err)
+			return
+		}
+		opts.Credential = cred
 	}
-	opts := store.CreateVMOptions{RequestedBy: u.Name, Credential: cred}
 	if key != "" {
 		opts.IdempotencyKey = &store.IdempotencyKey{User: u.Name, Key: key, RequestHash: hash}
 	}
@@ -217,7 +220,9 @@ func (s *Server) createVM(c *gin.Context) {
 	auditVM(c, vm)
 	auditDetail(c, "profile %s, %d hours", vm.Profile, vm.Hours)
 	c.Header("Location", "/v1/vms/"+vm.ID)
-	c.JSON(http.StatusAccepted, api.CreateVMResponse{VM: toAPIVM(vm, nil), Operation: toAPIOp(op)})
+	out := toAPIVM(vm, nil)
+	out.Access = vmAccess(p)
+	c.JSON(http.StatusAccepted, api.CreateVMResponse{VM: out, Operation: toAPIOp(op)})
 }
 
 // replay answers a request whose idempotency key was used before: with the
@@ -251,7 +256,9 @@ func (s *Server) replay(c *gin.Context, userName, key, hash string) bool {
 	auditVM(c, vm)
 	auditDetail(c, "the answer to an earlier request with the same Idempotency-Key")
 	c.Header("Location", "/v1/vms/"+vm.ID)
-	c.JSON(http.StatusAccepted, api.CreateVMResponse{VM: toAPIVM(vm, allocs), Operation: toAPIOp(op)})
+	out := toAPIVM(vm, allocs)
+	out.Access = vmAccess(s.vmProfile(vm)) // desktop.go
+	c.JSON(http.StatusAccepted, api.CreateVMResponse{VM: out, Operation: toAPIOp(op)})
 	return true
 }
 
@@ -303,7 +310,9 @@ func (s *Server) listVMs(c *gin.Context) {
 	}
 	out := api.VMList{Items: make([]api.VM, 0, len(page.VMs)), Next: page.Next}
 	for i := range page.VMs {
-		out.Items = append(out.Items, toAPIVM(&page.VMs[i], allocs[page.VMs[i].ID]))
+		vm := toAPIVM(&page.VMs[i], allocs[page.VMs[i].ID])
+		vm.Access = vmAccess(s.vmProfile(&page.VMs[i])) // desktop.go
+		out.Items = append(out.Items, vm)
 	}
 	setHostStates(out.Items, s.hostStates(c.Request.Context())) // fleet.go
 	c.JSON(http.StatusOK, out)
@@ -351,6 +360,7 @@ func (s *Server) getVM(c *gin.Context) {
 		return
 	}
 	out := toAPIVM(vm, allocs)
+	out.Access = vmAccess(s.vmProfile(vm)) // desktop.go
 	if vm.Host != "" && vm.State != store.VMDeleted {
 		out.HostState = s.hostStates(c.Request.Context())[vm.Host] // fleet.go
 	}

@@ -30,6 +30,32 @@ profile "seat" {
     max     = "8h"
   }
 }
+template "pw" {
+  content = "#cloud-config\npassword: ${password_hash}\n"
+}
+template "keys" {
+  content = "#cloud-config\nuser: ${user}\n"
+}
+profile "desk" {
+  vcpus = 1
+  memory = "1GiB"
+  boot { kernel = "/k" }
+  cloud_init { template = "pw" }
+  desktop { protocol = "vnc" }
+}
+profile "tiny" {
+  vcpus = 1
+  memory = "256MiB"
+  boot { kernel = "/k" }
+  cloud_init { template = "keys" }
+}
+profile "headless" {
+  vcpus = 1
+  memory = "256MiB"
+  boot { kernel = "/k" }
+  display { type = "none" }
+  network { type = "none" }
+}
 profile "staff-only" {
   vcpus = 1
   memory = "1GiB"

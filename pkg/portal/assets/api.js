@@ -49,11 +49,13 @@ export async function signOut() {
   csrf = '';
 }
 
-// allVMs reads every page of GET /v1/vms.
-export async function allVMs() {
+// allVMs reads every page of GET /v1/vms: one person's (owner; an admin's
+// list is everybody's without it).
+export async function allVMs(owner = '') {
   let items = [], after = '';
   for (;;) {
-    const page = await call('GET', '/v1/vms?limit=1000' + (after ? '&after=' + encodeURIComponent(after) : ''));
+    const page = await call('GET', '/v1/vms?limit=1000' + (owner ? '&owner=' + encodeURIComponent(owner) : '') +
+      (after ? '&after=' + encodeURIComponent(after) : ''));
     items = items.concat(page.items || []);
     if (!page.next) return items;
     after = page.next;

@@ -1,7 +1,9 @@
-// pages/vms.js: /vms, the caller's VMs, live over the events stream, with
-// their actions: open the desktop the profile says (the browser console,
-// a .vv or .rdp file, Moonlight, DCV, SSH), extend the lease, reboot, stop,
-// start, delete, and the one-time desktop password.
+// pages/vms.js: /vms, the signed-in person's VMs (an admin may show
+// everybody's, with their owners), live over the events stream, with
+// exactly what each VM offers (its access, from its profile): its desktop
+// (the browser console, a .vv or .rdp file, Moonlight, DCV), its display
+// console, SSH, the one-time desktop password; and extend the lease,
+// reboot, stop, start, delete.
 import {html, useState, useEffect, useCallback, useRef} from '../vendor/preact-htm.js';
 import * as api from '../api.js';
 import {t, addWords, lang, stateWord, fmtTime, fmtRelative, hoursOf} from '../i18n.js';
@@ -44,6 +46,9 @@ addWords({
     vm_passwordTitle: 'Desktop password of {name}', vm_user: 'User', vm_password: 'Password',
     vm_passwordWarn: 'Shown once: copy it now. When you hide it or leave this page it is gone.',
     vm_hide: 'Hide', vm_passwordRefused: 'The password is not shown: {msg}',
+    vm_passwordRead: 'This password was read on {at}. It is shown only once and gpuvmd keeps no copy: set a new one inside the guest (gpuvm ssh {name}, then passwd), or make a new VM.',
+    vm_openConsole: 'Console', vm_ssh: 'SSH', vm_owner: 'Owner',
+    vm_everyone: 'Everybody\'s VMs', vm_everyoneHint: 'As an admin you may show everybody\'s VMs here, with their owners.',
   },
   'zh-CN': {
     vm_licensed: '已授权', vm_grace: '未授权：宽限期内，之后将被限速', vm_unlicensed: '未授权：已被限速（请联系管理员）',
@@ -81,6 +86,9 @@ addWords({
     vm_passwordTitle: '{name} 的桌面密码', vm_user: '用户', vm_password: '密码',
     vm_passwordWarn: '只显示一次：请立即复制。收起或离开本页后将无法再看到。',
     vm_hide: '收起', vm_passwordRefused: '密码未显示：{msg}',
+    vm_passwordRead: '该密码已于 {at} 被读取。密码只显示一次，gpuvmd 不保留副本：请在客户机内设置新密码（gpuvm ssh {name}，然后 passwd），或新建虚拟机。',
+    vm_openConsole: '控制台', vm_ssh: 'SSH', vm_owner: '所有者',
+    vm_everyone: '所有人的虚拟机', vm_everyoneHint: '作为管理员，你可以在这里显示所有人的虚拟机及其所有者。',
   },
 });
 
@@ -160,9 +168,14 @@ async function copyText(text) {
   }
 }
 
-// desktopOf is the VM's desktop protocol: its profile's (GET /v1/vms/{id}'s
-// desktop), else its display's.
-const desktopOf = (vm) => vm.desktop || (vm.console && vm.console.protocol) || '';
+// accessOf is what a VM offers (the API's access, from its profile); from a
+// server that does not say, its desktop (GET /v1/vms/{id}) and display.
+export function accessOf(vm) {
+  if (vm.access) return vm.access;
+  const console = (vm.console && vm.console.protocol) || '';
+  return {desktop: ['rdp', 'sunshine', 'dcv'].includes(vm.desktop) ? vm.desktop : '', console, ssh: true, tunnels: true,
+    password: vm.desktop === 'rdp' || vm.desktop === 'dcv'};
+}
 
 export default function VMs({session}) {
   const [vms, setVMs] = useState(null);
@@ -176,6 +189,9 @@ export default function VMs({session}) {
   const [creds, setCreds] = useState({}); // VM ID: its password, shown, or why not
   const [said, setSaid] = useState('');
   const [now, setNow] = useState(Date.now());
+  const me = session.user.name;
+  const admin = !!session.user.admin;
+  const [everyone, setEveryone] = useState(false); // an admin's: everybody's VMs
 
   // The profiles give the lease's maximum and the GPU's model: read once,
   // with the first list, and drawn with it (one render, not two).
@@ -184,7 +200,8 @@ export default function VMs({session}) {
     try {
       profilesOnce.current = profilesOnce.current || api.call('GET', '/v1/profiles')
         .then((ps) => Object.fromEntries((ps || []).map((p) => [p.name, p]))).catch(() => ({}));
-      const [all, profs] = await Promise.all([api.allVMs(), profilesOnce.current]);
+      // My VMs are the person's own: an admin's list would be everybody's.
+      const [all, profs] = await Promise.all([api.allVMs(everyone ? '' : me), profilesOnce.current]);
       const items = all.filter((vm) => !finished(vm));
       setProfiles(profs);
       setVMs(items);
@@ -200,7 +217,7 @@ export default function VMs({session}) {
       }
       if (got.length) setDetails((d) => { const n = {...d}; got.forEach((g) => g && (n[g.id] = g)); return n; });
     } catch (err) { setError(err); }
-  }, []);
+  }, [everyone, me]);
 
   // When the list is first drawn (effects run after the paint): read by
   // BenchmarkMyVMs200.
@@ -238,7 +255,9 @@ export default function VMs({session}) {
       setCreds((m) => ({...m, [vm.id]: {user: c.user, password: c.password}}));
     } catch (err) {
       if (err.status === 401) return;
-      setCreds((m) => ({...m, [vm.id]: {error: err.message}}));
+      // Read before: when, in the reader's zone, and what to do (once).
+      const read = err.problem.type === 'https://gpuvm.dev/problems/credentials-read' && err.problem.read_at;
+      setCreds((m) => ({...m, [vm.id]: {error: read ? t('vm_passwordRead', {at: fmtTime(read), name: vm.name}) : t('vm_passwordRefused', {msg: err.message})}}));
     }
   };
   const extended = (before, after, hours) => {
@@ -258,8 +277,7 @@ export default function VMs({session}) {
   // desktop opens the VM's desktop as its profile says: the browser
   // console in a new tab (vnc), else the card's desktop panel, with what
   // it needs read first.
-  const desktop = async (vm) => {
-    const proto = desktopOf(vm);
+  const desktop = async (vm, proto = accessOf(vm).desktop) => {
     if (proto === 'vnc') return browserConsole(vm);
     if (panels[vm.id]) { setPanels((p) => { const n = {...p}; delete n[vm.id]; return n; }); return; }
     const panel = {proto};
@@ -280,14 +298,17 @@ export default function VMs({session}) {
     <p class="intro">${t('vmsIntro')}</p>
     <${Problem} error=${error} />
     <p class="sr-only" role="status" aria-live="polite">${said}</p>
+    ${admin && html`<p class="everyone"><label><input type="checkbox" id="vms-everyone" checked=${everyone}
+      onChange=${(e) => setEveryone(e.target.checked)} aria-describedby="vms-everyone-hint" /> ${t('vm_everyone')}</label>
+      <span class="hint" id="vms-everyone-hint">${t('vm_everyoneHint')}</span></p>`}
     ${vms && vms.length === 0 && html`<p class="notice">${t('noVMs')}</p>`}
     <ul class="vms" aria-busy=${vms === null}>
       ${(vms || []).map((item) => {
         const vm = shown(item);
-        return html`<${VMCard} key=${vm.id} vm=${vm} prof=${profiles[vm.profile]} now=${now}
+        return html`<${VMCard} key=${vm.id} vm=${vm} prof=${profiles[vm.profile]} now=${now} mine=${vm.owner === me}
           panel=${panels[vm.id]} cred=${creds[vm.id]} onCopy=${copied}
           onAct=${(a) => (a === 'extend' ? setExtending(vm) : setConfirm({vm, action: a}))}
-          onDesktop=${() => desktop(vm)} onConsole=${() => browserConsole(vm)}
+          onDesktop=${() => desktop(vm)} onConsole=${() => (accessOf(vm).console === 'spice' ? desktop(vm, 'spice') : browserConsole(vm))}
           onHide=${() => setCreds((m) => ({...m, [vm.id]: {hidden: true}}))} />`;
       })}
     </ul>
@@ -321,14 +342,20 @@ function Command({cmd, onCopy}) {
   return html`<div class="cmd"><code>${cmd}</code><${Copy} text=${cmd} what=${cmd} onCopy=${onCopy} /></div>`;
 }
 
-function VMCard({vm, prof, now, panel, cred, onAct, onDesktop, onConsole, onCopy, onHide}) {
+function VMCard({vm, prof, now, mine, panel, cred, onAct, onDesktop, onConsole, onCopy, onHide}) {
   const id = 'vm-' + vm.name;
   const gpus = (vm.gpus || []).map((g) => gpuHeld(g, prof) + (g.license ? ' · ' + t('vm_' + g.license) : ''));
   const addrs = (vm.addresses || []).map((a) => a.ip);
   const busy = ['allocating', 'creating', 'stopping', 'deleting'].includes(vm.state);
   const running = vm.state === 'running';
-  const proto = desktopOf(vm);
-  const canDesktop = running && (proto === 'vnc' ? !!vm.console : !!proto);
+  // Exactly what the VM offers: its desktop, its console (when it is not
+  // the desktop), SSH, its password (once, to its owner only).
+  const acc = accessOf(vm);
+  const proto = acc.desktop;
+  const onDisplay = proto === 'vnc' || proto === 'spice';
+  const canDesktop = running && (onDisplay ? !!vm.console : !!proto);
+  const canConsole = running && !onDisplay && !!acc.console && !!vm.console;
+  const canPassword = running && mine && acc.password && !cred;
   const left = vm.lease_end && leaseLeft(vm.lease_end, now);
   const est = estimate(vm, now);
   return html`<li class="card vm" id=${id} data-state=${vm.state} aria-labelledby=${id + '-name'}>
@@ -339,6 +366,7 @@ function VMCard({vm, prof, now, panel, cred, onAct, onDesktop, onConsole, onCopy
     ${vm.reason && html`<p class="reason">${vm.reason}${vm.queue_position ? ' (' + t('queuePos', {n: vm.queue_position}) + ')' : ''}</p>`}
     ${est && html`<p class="estimate" id=${id + '-estimate'}>${est.text}${est.uncertain && html` <span class="uncertain">${est.uncertain}</span>`}</p>`}
     <dl class="facts">
+      ${!mine && html`<div><dt>${t('vm_owner')}</dt><dd class="owner">${vm.owner}</dd></div>`}
       <div><dt>${t('profile')}</dt><dd>${vm.profile}</dd></div>
       <div><dt>${t('gpu')}</dt><dd class="gpus">${gpus.length ? gpus.map((g) => html`<span>${g}</span>`) : t('none')}</dd></div>
       <div><dt>${t('leaseEnd')}</dt><dd>${vm.lease_end
@@ -349,14 +377,16 @@ function VMCard({vm, prof, now, panel, cred, onAct, onDesktop, onConsole, onCopy
       <div><dt>${t('addresses')}</dt><dd>${addrs.length
         ? html`<ul class="addrs">${addrs.map((ip) => html`<li><code>${ip}</code> <${Copy} text=${ip} what=${ip} onCopy=${onCopy} /></li>`)}</ul>`
         : t('none')}</dd></div>
+      ${running && acc.ssh && html`<div><dt>${t('vm_ssh')}</dt><dd class="ssh"><${Command} cmd=${'gpuvm ssh ' + vm.name} onCopy=${onCopy} /></dd></div>`}
     </dl>
     <div class="buttons" role="group" aria-label=${t('actions', {name: vm.name})}>
       ${canDesktop && html`<button type="button" onClick=${onDesktop} aria-expanded=${proto === 'vnc' ? undefined : !!panel}>${t('openDesktop')}</button>`}
+      ${canConsole && html`<button type="button" class="quiet" onClick=${onConsole}>${t('vm_openConsole')}</button>`}
       ${['queued', 'running', 'stopped'].includes(vm.state) && html`<button type="button" class="quiet" onClick=${() => onAct('extend')}>${t('vm_extend')}</button>`}
       ${running && html`<button type="button" class="quiet" onClick=${() => onAct('reboot')}>${t('vm_reboot')}</button>`}
       ${running && html`<button type="button" class="quiet" onClick=${() => onAct('stop')}>${t('stop')}</button>`}
       ${vm.state === 'stopped' && html`<button type="button" onClick=${() => onAct('start')}>${t('start')}</button>`}
-      ${running && !(cred && cred.password) && html`<button type="button" class="quiet" onClick=${() => onAct('password')}>${t('vm_showPassword')}</button>`}
+      ${canPassword && html`<button type="button" class="quiet" onClick=${() => onAct('password')}>${t('vm_showPassword')}</button>`}
       ${!busy && html`<button type="button" class="danger" onClick=${() => onAct('delete')}>${t('delete')}</button>`}
     </div>
     ${panel && html`<${DesktopPanel} vm=${vm} panel=${panel} onCopy=${onCopy} onConsole=${onConsole} />`}
@@ -369,7 +399,7 @@ function VMCard({vm, prof, now, panel, cred, onAct, onDesktop, onConsole, onCopy
       </dl>
       <button type="button" class="quiet" onClick=${onHide}>${t('vm_hide')}</button>
     </section>`}
-    ${cred && cred.error && html`<p class="notice error" role="alert" id=${id + '-password'}>${t('vm_passwordRefused', {msg: cred.error})}</p>`}
+    ${cred && cred.error && html`<p class="notice error" role="alert" id=${id + '-password'}>${cred.error}</p>`}
   </li>`;
 }
 
