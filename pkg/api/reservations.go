@@ -135,6 +135,9 @@ type ReservationRules struct {
 	// why not.
 	MayBook bool   `json:"may_book"`
 	WhyNot  string `json:"why_not,omitempty"`
+	// NotOffered says that the policy has no reservations block: booking
+	// ahead is not offered to anyone but admins (who book for others).
+	NotOffered bool `json:"not_offered,omitempty"`
 	// MaxAheadSeconds, MaxLengthSeconds, MaxVMs and MaxActive are the
 	// limits (0: none): how far ahead a booking may start, how long it
 	// lasts, how many VMs it is for, how many an owner holds at once.

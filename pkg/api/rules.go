@@ -56,7 +56,8 @@ type RulesViewer struct {
 	Quota []RulesFact `json:"quota"`
 	// Profiles are the profiles the caller may use.
 	Profiles []string `json:"profiles"`
-	// MayBook says whether the caller may book capacity ahead.
+	// MayBook says whether the caller may book capacity ahead (an admin
+	// always may, whatever the policy says).
 	MayBook bool `json:"may_book"`
 }
 

@@ -27,4 +27,8 @@ type Session struct {
 	// request of the session.
 	CSRFToken string    `json:"csrf_token"`
 	ExpiresAt time.Time `json:"expires_at"`
+	// SimulatedHosts names the GPU servers of the installation that are
+	// simulated (host { simulate = "…" }: no real GPU is touched), which
+	// the portal says on every page (GET /v1/session only).
+	SimulatedHosts []string `json:"simulated_hosts,omitempty"`
 }

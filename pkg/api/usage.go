@@ -46,6 +46,10 @@ type UsageRow struct {
 	// IdleGPUHours the rest of MeasuredGPUHours: held but idle, the waste.
 	UsedGPUHours float64 `json:"used_gpu_hours"`
 	IdleGPUHours float64 `json:"idle_gpu_hours"`
+	// SimulatedGPUHours is the part of GPUHours held on a simulated GPU
+	// server: no GPU measured it, so it is never part of
+	// MeasuredGPUHours (the simulator's figures are its own, not a GPU's).
+	SimulatedGPUHours float64 `json:"simulated_gpu_hours,omitempty"`
 	// Utilization is UsedGPUHours / MeasuredGPUHours, 0..1; null when no
 	// sample was measured (unknown, not zero).
 	Utilization *float64 `json:"utilization"`

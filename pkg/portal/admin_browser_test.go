@@ -243,6 +243,20 @@ func TestAdminPagesInChromium(t *testing.T) {
 	if s := b.text(`#audit-table`); !strings.Contains(s, "refused (404)") || !strings.Contains(s, "gpu.undrain") {
 		t.Errorf("the audit log: %.500s", s)
 	}
+	// On a phone: the page no wider than the screen, a header that leaves
+	// room for the page, and the wide tables scrolling in their own boxes
+	// (not cut off at the screen's edge); the groups' hint under Groups.
+	b.phoneFit("admin", "#user-table", "#audit-table", "#queue-table")
+	b.run(emulation.SetDeviceMetricsOverride(390, 844, 1, true))
+	b.eval(`document.querySelector('#audit').scrollIntoView()`, nil)
+	b.screenshots("admin-audit")
+	var under bool
+	b.eval(`(() => { const i = document.querySelector('#new-user input[name=groups]').getBoundingClientRect(),
+	  h = document.querySelector('#groups-hint').getBoundingClientRect();
+	  return h.top >= i.bottom - 1 && h.top - i.bottom < 20 && Math.abs(h.left - i.left) < 2; })()`, &under)
+	if !under {
+		t.Errorf("the groups' hint is not right under the Groups field")
+	}
 
 	// The review report: its summary here, the whole of it a link away.
 	b.waitFor("the report's summary", `document.querySelector('#report .report-cards')`)

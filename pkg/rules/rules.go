@@ -249,6 +249,7 @@ func (b *builder) you() api.RulesViewer {
 	y := api.RulesViewer{User: b.v.User, Admin: b.v.Admin, Groups: b.v.Groups, LimitsFrom: from, LimitGroups: gs,
 		Priority: eff.Priority, Preemptible: eff.Preemptible, Quota: quotaFacts("quota", eff.Quota)}
 	y.MayBook, _ = b.mayBook()
+	y.MayBook = y.MayBook || b.v.Admin // an admin books whatever the rules say
 	if y.Groups == nil {
 		y.Groups = []string{}
 	}
@@ -287,7 +288,7 @@ func (b *builder) youSection() []api.RulesSentence {
 			Facts: []api.RulesFact{numFact("priority", float64(eff.Priority), api.UnitPriority)}})
 	}
 	out = append(out, api.RulesSentence{Text: b.w.yourProfiles(y.Profiles), Facts: []api.RulesFact{{Field: "profiles", List: y.Profiles}}})
-	out = append(out, api.RulesSentence{Text: b.w.yourBooking(y.MayBook)})
+	out = append(out, api.RulesSentence{Text: b.w.yourBooking(y.MayBook, b.v.Admin)})
 	return out
 }
 
@@ -491,7 +492,7 @@ func dayIndex(name string) int {
 func (b *builder) reservations() []api.RulesSentence {
 	r := b.pol.Reservations
 	if r == nil {
-		return []api.RulesSentence{{Text: b.w.noBooking()}}
+		return []api.RulesSentence{{Text: b.w.noBooking(b.v.Admin)}}
 	}
 	facts := []api.RulesFact{{Field: "reservations.users", List: append([]string{}, r.Users...)},
 		{Field: "reservations.groups", List: append([]string{}, r.Groups...)},

@@ -354,10 +354,54 @@ profile "seat" {
 	}
 	doc, _ := Build(bare, viewers["ann"], English, now)
 	text := allText(doc)
-	for _, want := range []string{"There are no time windows: any VM may start at any time.", "Nobody may book GPUs ahead; admins can.",
+	for _, want := range []string{"There are no time windows: any VM may start at any time.", "Booking GPUs ahead is not offered on this server; an admin can book for you.",
 		"may run as much as the GPUs allow: no limit is set.", "No VM is stopped for being idle."} {
 		if !strings.Contains(text, want) {
 			t.Errorf("without a policy, %q is not said:\n%s", want, text)
+		}
+	}
+}
+
+// An admin may book whatever the policy says (the API books for them held
+// only by capacity): the rules never tell an admin that they may not, nor
+// to ask an admin, in either language, with a reservations block or
+// without one; a user without the block is told that booking is not
+// offered here and who books for them.
+func TestAdminsMayBook(t *testing.T) {
+	now := time.Date(2026, 3, 2, 10, 0, 0, 0, time.UTC)
+	for _, dir := range []string{"dev", "lab"} {
+		cfg := load(t, filepath.Join("../../configs", dir))
+		for _, lang := range Languages {
+			doc, err := Build(cfg, viewers["admin"], lang, now)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !doc.You.MayBook {
+				t.Errorf("%s, %s: an admin's may_book is false", dir, lang)
+			}
+			text := allText(doc)
+			for _, wrong := range []string{"You may not book", "an admin can book for you", "你不能提前预约", "管理员可以替你预约"} {
+				if strings.Contains(text, wrong) {
+					t.Errorf("%s, %s: an admin is told %q:\n%s", dir, lang, wrong, text)
+				}
+			}
+			want := map[string]string{English: "As an admin you may book GPUs ahead", Chinese: "你是管理员，可以为自己或任何人提前预约 GPU"}[lang]
+			if !strings.Contains(text, want) {
+				t.Errorf("%s, %s: an admin is not told %q:\n%s", dir, lang, want, text)
+			}
+		}
+	}
+	cfg := load(t, filepath.Join("../../configs", "dev")) // no reservations block
+	if cfg.Policy.Reservations != nil {
+		t.Fatal("configs/dev has a reservations block now: this test needs a policy without one")
+	}
+	for lang, want := range map[string]string{English: "Booking GPUs ahead is not offered on this server; an admin can book for you.", Chinese: "本服务器不提供提前预约 GPU；管理员可以替你预约。"} {
+		doc, err := Build(cfg, viewers["ann"], lang, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if text := allText(doc); !strings.Contains(text, want) || doc.You.MayBook {
+			t.Errorf("%s: ann (may_book %v) is not told %q:\n%s", lang, doc.You.MayBook, want, text)
 		}
 	}
 }

@@ -21,7 +21,7 @@ type phrasebook interface {
 	limitsFromGroups(groups []string) string
 	limitsFromDefaults() string
 	yourProfiles(names []string) string
-	yourBooking(may bool) string
+	yourBooking(may, admin bool) string
 
 	quota(w who, q config.Quota) string
 	combine() string
@@ -44,7 +44,7 @@ type phrasebook interface {
 	batchNote() string
 	classes(batch []string, othersInteractive bool) string
 
-	noBooking() string
+	noBooking(admin bool) string
 	bookers(users, groups, profiles []string) string
 	youMayBook(may bool, profiles []string) string
 	bookingLimits(ahead, length time.Duration, vms, active int) string
@@ -224,7 +224,10 @@ func (e en) yourProfiles(names []string) string {
 	return fmt.Sprintf("You may ask for %s: %s.", plural(int64(len(names)), "kind of machine (profile)", "kinds of machine (profiles)"), e.list(names))
 }
 
-func (en) yourBooking(may bool) string {
+func (en) yourBooking(may, admin bool) string {
+	if admin {
+		return "As an admin you may book GPUs ahead, for yourself or for anyone, held only by the free capacity (see “Booking ahead”)."
+	}
 	if may {
 		return "You may book GPUs ahead (see “Booking ahead”)."
 	}
@@ -416,7 +419,12 @@ func (e en) classes(batch []string, others bool) string {
 	return fmt.Sprintf("Machines of profiles %s are batch; the others are interactive.", e.quoted(batch))
 }
 
-func (en) noBooking() string { return "Nobody may book GPUs ahead; admins can." }
+func (en) noBooking(admin bool) string {
+	if admin {
+		return "The policy has no reservations block: nobody but an admin may book GPUs ahead. You may, for yourself or for anyone; add a reservations block to let others."
+	}
+	return "Booking GPUs ahead is not offered on this server; an admin can book for you."
+}
 
 func (e en) profilesWord(ps []string) string {
 	switch len(ps) {

@@ -91,7 +91,10 @@ func (z zh) yourProfiles(names []string) string {
 	return fmt.Sprintf("你可以申请 %d 种机器（配置）：%s。", len(names), strings.Join(names, "、"))
 }
 
-func (zh) yourBooking(may bool) string {
+func (zh) yourBooking(may, admin bool) string {
+	if admin {
+		return "你是管理员，可以为自己或任何人提前预约 GPU，只受空闲资源限制（见“提前预约”）。"
+	}
 	if may {
 		return "你可以提前预约 GPU（见“提前预约”）。"
 	}
@@ -280,7 +283,12 @@ func (z zh) classes(batch []string, others bool) string {
 	return fmt.Sprintf("配置%s的机器是批处理的；其余是交互式的。", z.quoted(batch))
 }
 
-func (zh) noBooking() string { return "任何人都不能提前预约 GPU；管理员可以。" }
+func (zh) noBooking(admin bool) string {
+	if admin {
+		return "策略中没有 reservations 块：除管理员外，任何人都不能提前预约 GPU。你可以为自己或任何人预约；添加 reservations 块即可让其他人预约。"
+	}
+	return "本服务器不提供提前预约 GPU；管理员可以替你预约。"
+}
 
 func (z zh) profilesWord(ps []string) string {
 	if len(ps) == 0 {

@@ -108,6 +108,21 @@ func TestReservationCapacity(t *testing.T) {
 			}
 		})
 	}
+	if c.Rules.NotOffered {
+		t.Errorf("booking is offered, yet %+v", c.Rules)
+	}
+	// Without a reservations block booking is not offered: ann is told
+	// so (not_offered), an admin still books.
+	cfg := s.config()
+	rules := cfg.Policy.Reservations
+	cfg.Policy.Reservations = nil
+	if _, c, _ := capacity(t, "ann-token", "profile=whole&"+wed); c.Rules.MayBook || !c.Rules.NotOffered || c.Rules.WhyNot == "" {
+		t.Errorf("no reservations block: ann's rules %+v", c.Rules)
+	}
+	if _, c, _ := capacity(t, "admin-token", "profile=whole&"+wed); !c.Rules.MayBook || c.Rules.NotOffered {
+		t.Errorf("no reservations block: the admin's rules %+v", c.Rules)
+	}
+	cfg.Policy.Reservations = rules
 	s.Bookings = nil
 	if code, _, got := capacity(t, "ann-token", "profile=whole"); code != http.StatusServiceUnavailable {
 		t.Errorf("no booker: %d %v", code, got)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -243,8 +244,18 @@ func (s *Server) getSession(c *gin.Context) {
 		s.writeProblem(c, with(errNotFound, "no portal session: this request authenticated with a bearer token"))
 		return
 	}
+	out := toAPISession(user(c), ps)
+	sim, err := s.simulatedHosts(c.Request.Context()) // usage.go
+	if err != nil {
+		s.writeProblem(c, err)
+		return
+	}
+	for name := range sim {
+		out.SimulatedHosts = append(out.SimulatedHosts, name)
+	}
+	slices.Sort(out.SimulatedHosts)
 	c.Header("Cache-Control", "no-store")
-	c.JSON(http.StatusOK, toAPISession(user(c), ps))
+	c.JSON(http.StatusOK, out)
 }
 
 // signOut is DELETE /v1/session.

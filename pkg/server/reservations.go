@@ -602,6 +602,7 @@ func (s *Server) reservationCapacity(c *gin.Context) {
 		if err := policy.MayBook(rules, policy.Owner{Kind: policy.OwnerUser, Name: u.Name}, u.Groups, res.Profile); err != nil {
 			out.Rules.MayBook, out.Rules.WhyNot = false, joinedText(err)
 		}
+		out.Rules.NotOffered = rules == nil
 		if rules != nil {
 			out.Rules.MaxAheadSeconds, out.Rules.MaxLengthSeconds = int64(rules.MaxAhead/time.Second), int64(rules.MaxLength/time.Second)
 			out.Rules.MaxVMs, out.Rules.MaxActive = rules.MaxVMs, rules.MaxActive

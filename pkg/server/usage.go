@@ -1,6 +1,8 @@
 package server
 
 import (
+	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -78,7 +80,12 @@ func (s *Server) usage(c *gin.Context) {
 	case !u.Admin:
 		who = u.Name
 	}
-	r, err := s.Ledger.Usage(c.Request.Context(), usage.Query{From: from, To: to, By: by, User: who})
+	sim, err := s.simulatedHosts(c.Request.Context())
+	if err != nil {
+		s.writeProblem(c, err)
+		return
+	}
+	r, err := s.Ledger.Usage(c.Request.Context(), usage.Query{From: from, To: to, By: by, User: who, SimulatedHosts: sim})
 	if err != nil {
 		s.writeProblem(c, err) // the ledger's invalid arguments are a 422 (storeProblem)
 		return
@@ -117,8 +124,13 @@ func (s *Server) usagePeriods(c *gin.Context) {
 	week := day.AddDate(0, 0, -((int(now.Weekday()) + 6) % 7)) // from Monday, as quotas count
 	month := time.Date(now.Year(), now.Month(), 1, 0, 0, 0, 0, loc)
 	quota := s.config().Policy.Effective(who.Name, who.Groups).Quota
+	sim, err := s.simulatedHosts(ctx)
+	if err != nil {
+		s.writeProblem(c, err)
+		return
+	}
 	period := func(key string, from, to time.Time, limit *float64) (api.UsagePeriod, error) {
-		r, err := s.Ledger.Usage(ctx, usage.Query{From: from.UTC(), To: earlierOf(to, now).UTC(), User: who.Name})
+		r, err := s.Ledger.Usage(ctx, usage.Query{From: from.UTC(), To: earlierOf(to, now).UTC(), User: who.Name, SimulatedHosts: sim})
 		if err != nil {
 			return api.UsagePeriod{}, fmt.Errorf("usage of %s from %s: %w", who.Name, from.Format(time.DateOnly), err)
 		}
@@ -127,7 +139,6 @@ func (s *Server) usagePeriods(c *gin.Context) {
 		return api.UsagePeriod{UsageRow: row, From: from, To: to, QuotaGPUHours: limit}, nil
 	}
 	out := api.UsagePeriods{User: who.Name, Timezone: loc.String(), Days: []api.UsagePeriod{}}
-	var err error
 	if out.Day, err = period("day", day, day.AddDate(0, 0, 1), quota.GPUHoursPerDay); err == nil {
 		if out.Week, err = period("week", week, week.AddDate(0, 0, 7), quota.GPUHoursPerWeek); err == nil {
 			out.Month, err = period("month", month, month.AddDate(0, 1, 0), quota.GPUHoursPerMonth)
@@ -148,6 +159,26 @@ func (s *Server) usagePeriods(c *gin.Context) {
 		return
 	}
 	c.JSON(http.StatusOK, out)
+}
+
+// simulatedHosts names the hosts whose last heartbeat said they are
+// simulated GPU servers (host { simulate = "…" }): the utilisation of
+// what was held on them is the simulator's, not a GPU's.
+func (s *Server) simulatedHosts(ctx context.Context) (map[string]bool, error) {
+	hosts, err := s.Store.ListHosts(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("list the hosts: %w", err)
+	}
+	out := map[string]bool{}
+	for _, h := range hosts {
+		var inv struct {
+			Simulated bool `json:"simulated"`
+		}
+		if h.Inventory != "" && json.Unmarshal([]byte(h.Inventory), &inv) == nil && inv.Simulated {
+			out[h.Name] = true
+		}
+	}
+	return out, nil
 }
 
 // earlierOf is the earlier of two times.

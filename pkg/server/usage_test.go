@@ -324,3 +324,32 @@ policy {
 		t.Errorf("ann's week %+v", r.Week)
 	}
 }
+
+// On a simulated GPU server the utilisation is the simulator's, not a
+// GPU's: what was held there is counted as simulated, never as measured,
+// so nothing is painted "held idle" (GET /v1/usage and /v1/usage/periods).
+func TestUsageOnASimulatedServer(t *testing.T) {
+	e := newUsageEnv(t)
+	ctx := context.Background()
+	var periods api.UsagePeriods
+	if code, p := e.get(t, "/v1/usage/periods", "ann", &periods); code != 200 || periods.Week.MeasuredGPUHours != 2 || periods.Week.SimulatedGPUHours != 0 {
+		t.Fatalf("a real host: %d %s, %+v", code, p.Detail, periods.Week.UsageRow)
+	}
+	if err := e.st.RegisterHost(ctx, &store.Host{Name: "h1", Version: "test", Inventory: `{"host":"simulated GPU server (preset a100x4)","simulated":true,"gpus":[]}`}); err != nil {
+		t.Fatal(err)
+	}
+	if code, p := e.get(t, "/v1/usage/periods", "ann", &periods); code != 200 {
+		t.Fatalf("%d %s", code, p.Detail)
+	}
+	w := periods.Week.UsageRow
+	if w.GPUHours != 2 || w.SimulatedGPUHours != 2 || w.MeasuredGPUHours != 0 || w.IdleGPUHours != 0 || w.UsedGPUHours != 0 || w.Utilization != nil {
+		t.Errorf("the week on a simulated server: %+v", w)
+	}
+	var r api.UsageReport
+	if code, p := e.get(t, "/v1/usage?by=host", "admin", &r); code != 200 {
+		t.Fatalf("%d %s", code, p.Detail)
+	}
+	if r.Total.SimulatedGPUHours != r.Total.GPUHours || r.Total.MeasuredGPUHours != 0 || r.Total.Utilization != nil {
+		t.Errorf("the report on a simulated server: %+v", r.Total)
+	}
+}

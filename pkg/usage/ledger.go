@@ -67,6 +67,10 @@ type Charge struct {
 	// VM on that GPU) in the range; Utilization is their mean, 0..1.
 	Measured    bool
 	Utilization float64
+	// Simulated: the span was held on a simulated GPU server, whose
+	// utilisation is the simulator's (0 unless a test or demo set it), not
+	// a GPU's: it is counted apart and never as measured.
+	Simulated bool
 }
 
 // UsedSeconds is the GPU time the VM used: held × utilisation (0 when not
@@ -280,6 +284,10 @@ type Query struct {
 	By string
 	// User restricts the report to one user's VMs; empty: everyone's.
 	User string
+	// SimulatedHosts are the hosts that are simulated GPU servers: what
+	// was held on them is counted as simulated, its utilisation not
+	// measured.
+	SimulatedHosts map[string]bool
 }
 
 // Usage is the usage report of q: GPU-hours held per key of the grouping,
@@ -294,6 +302,11 @@ func (l *Ledger) Usage(ctx context.Context, q Query) (*api.UsageReport, error) {
 	charges, err := l.Charges(ctx, store.UsageQuery{From: q.From, To: q.To, User: q.User})
 	if err != nil {
 		return nil, fmt.Errorf("usage report by %s: %w", q.By, err)
+	}
+	for i := range charges {
+		if q.SimulatedHosts[charges[i].Span.Record.Host] {
+			charges[i].Simulated, charges[i].Measured, charges[i].Utilization = true, false, 0
+		}
 	}
 	rows, total := GroupCharges(charges, q.By)
 	return &api.UsageReport{From: q.From.UTC(), To: q.To.UTC(), By: q.By, User: q.User, Rows: rows, Total: total}, nil
@@ -325,12 +338,15 @@ func usageKeyOf(c Charge, by string) string {
 
 // usageAcc accumulates a row in seconds.
 type usageAcc struct {
-	held, measured, used float64
-	vms, running         map[string]bool
+	held, measured, used, simulated float64
+	vms, running                    map[string]bool
 }
 
 func (a *usageAcc) add(c Charge) {
 	a.held += c.GPUSeconds
+	if c.Simulated {
+		a.simulated += c.GPUSeconds
+	}
 	if c.Measured {
 		a.measured += c.GPUSeconds
 		a.used += c.UsedSeconds()
@@ -343,7 +359,7 @@ func (a *usageAcc) add(c Charge) {
 
 func (a *usageAcc) row(key string) api.UsageRow {
 	r := api.UsageRow{Key: key, GPUHours: a.held / 3600, MeasuredGPUHours: a.measured / 3600, UsedGPUHours: a.used / 3600,
-		IdleGPUHours: (a.measured - a.used) / 3600, VMs: len(a.vms), Running: len(a.running)}
+		IdleGPUHours: (a.measured - a.used) / 3600, SimulatedGPUHours: a.simulated / 3600, VMs: len(a.vms), Running: len(a.running)}
 	if a.measured > 0 {
 		u := a.used / a.measured
 		r.Utilization = &u

@@ -17,14 +17,19 @@ export function Header({session}) {
     try { await api.signOut(); } finally { location.assign('/login'); }
   };
   const link = ([name, href]) => html`<a href=${href} aria-current=${page === name ? 'page' : undefined}>${t('nav_' + name)}</a>`;
+  const sim = session && (session.simulated_hosts || []).length > 0;
   return html`<header class="top">
-    <a class="brand" href="/">${t('brand')}</a>
+    <div class="brand-row">
+      <a class="brand" href="/">${t('brand')}</a>
+      ${sim && html`<span class="sim" id="simulated" role="note" title=${t('simulatedHint', {hosts: session.simulated_hosts.join(', ')})}>${t('simulated')}<span
+        class="sr-only">: ${t('simulatedHint', {hosts: session.simulated_hosts.join(', ')})}</span></span>`}
+    </div>
     ${session && html`<nav aria-label=${t('nav')}>
       ${userPages.map(link)}
       ${session.user.admin && adminPages.map(link)}
     </nav>`}
     <div class="who">
-      <label class="lang">${t('language')}
+      <label class="lang"><span class="lang-word">${t('language')}</span>
         <select value=${lang} onChange=${(e) => setLanguage(e.target.value)}>
           <option value="en">English</option><option value="zh-CN">简体中文</option>
         </select></label>

@@ -137,11 +137,11 @@ function Users() {
       <h3>${t('newUser')}</h3>
       <div class="row">
         <label>${t('userName')}<input name="uname" required autocomplete="off" /></label>
-        <label>${t('groups')}<input name="groups" autocomplete="off" aria-describedby="groups-hint" /></label>
+        <div class="field"><label>${t('groups')}<input name="groups" autocomplete="off" aria-describedby="groups-hint" /></label>
+          <p class="hint" id="groups-hint">${t('groupsHint')}</p></div>
         <label class="check"><input type="checkbox" name="uadmin" /> ${t('makeAdmin')}</label>
         <button type="submit">${t('addUser')}</button>
       </div>
-      <p class="hint" id="groups-hint">${t('groupsHint')}</p>
     </form>
   <//>`;
 }
@@ -192,10 +192,10 @@ function Tokens({name}) {
     <form class="inline-form" id="new-token-form" onSubmit=${make}>
       <div class="row">
         <label>${t('tokenName')}<input name="tname" required maxlength="64" autocomplete="off" /></label>
-        <label>${t('expiresIn')}<input name="hours" type="number" min="1" max="87600" aria-describedby="hours-hint" /></label>
+        <div class="field"><label>${t('expiresIn')}<input name="hours" type="number" min="1" max="87600" aria-describedby="hours-hint" /></label>
+          <p class="hint" id="hours-hint">${t('expiresHint')}</p></div>
         <button type="submit">${t('makeToken')}</button>
       </div>
-      <p class="hint" id="hours-hint">${t('expiresHint')}</p>
     </form>
     ${confirm && html`<${Confirm} text=${t('confirmRevoke', {token: confirm.name, name})} yes=${t('revokeYes')} danger=${true}
       onYes=${() => revoke(confirm)} onNo=${() => setConfirm(null)} />`}
@@ -267,10 +267,10 @@ function Audit() {
     <form class="inline-form" id="audit-filter" onSubmit=${submit} role="search">
       <div class="row">
         <label>${t('filterUser')}<input name="auser" autocomplete="off" /></label>
-        <label>${t('filterAction')}<input name="aaction" autocomplete="off" aria-describedby="action-hint" /></label>
+        <div class="field"><label>${t('filterAction')}<input name="aaction" autocomplete="off" aria-describedby="action-hint" /></label>
+          <p class="hint" id="action-hint">${t('filterHint')}</p></div>
         <button type="submit">${t('filter')}</button>
       </div>
-      <p class="hint" id="action-hint">${t('filterHint')}</p>
     </form>
     <${Problem} error=${error} />
     ${pages.length > 0 && items.length === 0 && html`<p class="notice">${t('noAudit')}</p>`}

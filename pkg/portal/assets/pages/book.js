@@ -3,7 +3,9 @@
 // how many VMs are free (GET /v1/reservations/capacity) and the caller's
 // bookings (GET /v1/reservations); book a slot, once or weekly, and cancel
 // a booking. A refusal is shown in the API's own words. On a phone the
-// calendar shows one day at a time.
+// calendar shows one day at a time. Where the policy offers no booking
+// (rules.not_offered) the page says so, and who books instead, with no
+// calendar; one the caller may not book shows no calendar either.
 import {html, useState, useEffect, useCallback, useRef, useMemo} from '../vendor/preact-htm.js';
 import * as api from '../api.js';
 import {t, addWords, lang, gpuWords} from '../i18n.js';
@@ -19,7 +21,7 @@ addWords({
     bookCellFree: '{when}: {free}, book it', bookCellFull: '{when}: full, nothing free', bookCellPast: '{when}: past',
     bookCellYours: '{when}: yours, booked; {n} more free',
     bookRules: 'You may book up to {ahead} ahead, for at most {length} and {vms} VMs at a time.',
-    bookRulesNone: 'No limit of the policy binds your bookings; the GPUs do.', bookMayNot: 'You may not book this machine: {why}',
+    bookRulesNone: 'No limit of the policy binds your bookings; the GPUs do.',
     bookUnavailable: 'No GPU here can give this machine: {why}', bookNoProfiles: 'There is no machine with a GPU you may book.',
     bookDays: '{n} days', bookHours: '{n} h', bookAny: 'any number of',
     bookFormTitle: 'Book {p} from {when}', bookLength: 'Length', bookLengthHint: 'How many hours, from the slot on.',
@@ -34,6 +36,10 @@ addWords({
     bookConfirmCancel: 'Cancel the booking of {p} from {when}? Every occurrence of it is cancelled.',
     bookConfirmYes: 'Yes, cancel it', bookCancelled: 'Cancelled the booking of {p} from {when}.', bookLoading: 'Loading…',
     bookShowBooking: 'Your booking of {p}: {when}',
+    bookNotOffered: 'Booking GPUs ahead is not offered on this server.',
+    bookNotOfferedAsk: 'If you need a GPU at a set time, ask an admin of this server: an admin can book it for you. Until then, ask for a machine when you need it, on GPU machines.',
+    bookMayNotAsk: 'You may not book {p} ahead here: only some people or machines may be booked. Ask an admin of this server, who can book it for you.',
+    bookWhyNot: 'The server says: {why}',
   },
   'zh-CN': {
     bookTitle: '预约',
@@ -44,7 +50,7 @@ addWords({
     bookCellFree: '{when}：{free}，点此预约', bookCellFull: '{when}：已满', bookCellPast: '{when}：已过',
     bookCellYours: '{when}：你的预约；另有 {n} 个空闲',
     bookRules: '你最多可提前 {ahead} 预约，每次最长 {length}，最多 {vms} 台虚拟机。',
-    bookRulesNone: '策略没有限制你的预约，只受 GPU 数量限制。', bookMayNot: '你不能预约这台机器：{why}',
+    bookRulesNone: '策略没有限制你的预约，只受 GPU 数量限制。',
     bookUnavailable: '这里没有 GPU 能提供这台机器：{why}', bookNoProfiles: '没有你可以预约的带 GPU 的机器。',
     bookDays: '{n} 天', bookHours: '{n} 小时', bookAny: '不限数量的',
     bookFormTitle: '预约 {p}，从 {when} 开始', bookLength: '时长', bookLengthHint: '从所选时段开始的小时数。',
@@ -59,6 +65,10 @@ addWords({
     bookConfirmCancel: '取消 {p} 从 {when} 开始的预约？它的每一次都会被取消。',
     bookConfirmYes: '确定取消', bookCancelled: '已取消 {p} 从 {when} 开始的预约。', bookLoading: '正在加载…',
     bookShowBooking: '你预约的 {p}：{when}',
+    bookNotOffered: '本服务器不提供提前预约 GPU。',
+    bookNotOfferedAsk: '如果你需要在某个时间使用 GPU，请联系本服务器的管理员：管理员可以替你预约。在此之前，需要时可在“GPU 机器”中直接申请。',
+    bookMayNotAsk: '你不能在这里提前预约 {p}：只有部分人或部分机器可以预约。请联系本服务器的管理员，管理员可以替你预约。',
+    bookWhyNot: '服务器的说明：{why}',
   },
 });
 
@@ -111,6 +121,9 @@ export default function Book({session}) {
   const [week, setWeek] = useState(() => mondayOf(new Date()));
   const [day, setDay] = useState(() => (new Date().getDay() + 6) % 7);
   const [cap, setCap] = useState(null);
+  // offered: whether the policy offers booking ahead (the capacity's
+  // rules.not_offered); null until the first answer.
+  const [offered, setOffered] = useState(null);
   const [mine, setMine] = useState(null);
   const [error, setError] = useState(null);
   const [said, setSaid] = useState('');
@@ -131,6 +144,7 @@ export default function Book({session}) {
     try {
       const [c, rs] = await Promise.all([api.bookingCapacity(profile, week, weekEnd), api.reservations()]);
       setCap(c);
+      setOffered(!c.rules.not_offered);
       setMine(rs.items || []);
       setError(null);
     } catch (err) { setError(err); }
@@ -157,12 +171,14 @@ export default function Book({session}) {
   return html`<${Header} session=${session} />
   <main id="main" tabindex="-1" class="book">
     <h1>${t('bookTitle')}</h1>
-    <p class="intro">${t('bookIntro', {tz: zone})}</p>
+    ${offered !== false && html`<p class="intro">${t('bookIntro', {tz: zone})}</p>`}
     <${Problem} error=${error} />
     <p class="sr-only" role="status" aria-live="polite">${said}</p>
     ${said && html`<p class="notice ok" id="book-said">${said}</p>`}
     ${profiles && profiles.length === 0 && html`<p class="notice">${t('bookNoProfiles')}</p>`}
-    ${profiles && profiles.length > 0 && html`
+    ${profiles && profiles.length > 0 && offered === null && !error && html`<p class="hint" aria-busy="true">${t('bookLoading')}</p>`}
+    ${offered === false && html`<${NotOffered} mine=${mine} words=${words} onCancel=${setCancel} />`}
+    ${profiles && profiles.length > 0 && offered && html`
       <div class="book-controls">
         <label for="book-profile">${t('bookProfile')}
           <select id="book-profile" value=${profile} onChange=${(e) => setProfile(e.target.value)}>
@@ -176,10 +192,10 @@ export default function Book({session}) {
         </div>
       </div>
       <h2 id="book-week">${t('bookWeekOf', {from: fmtDate.format(week), to: fmtDate.format(addDays(week, 6))})}</h2>
-      ${cap && html`<${Rules} cap=${cap} />`}
-      <${DayNav} week=${week} day=${day} setDay=${setDay} />
+      ${cap && html`<${Rules} cap=${cap} label=${words(profile)} />`}
+      ${!(cap && !cap.rules.may_book) && html`<${DayNav} week=${week} day=${day} setDay=${setDay} />
       <${Calendar} cap=${cap} mine=${mine} profile=${profile} label=${words(profile)} week=${week} weekEnd=${weekEnd} day=${day} setDay=${setDay}
-        onBook=${setSlot} onShow=${(r) => document.getElementById('booking-' + r.id)?.focus()} />
+        onBook=${setSlot} onShow=${(r) => document.getElementById('booking-' + r.id)?.focus()} />`}
       <${Mine} mine=${mine} words=${words} onCancel=${setCancel} />`}
     ${slot && p && html`<${BookForm} slot=${slot} p=${p} label=${words(p.name)} cap=${cap} onDone=${booked} onCancel=${() => setSlot(null)} />`}
     ${cancel && html`<${Confirm} text=${t('bookConfirmCancel', {p: words(cancel.profile || ''), when: fmtWhen.format(new Date(cancel.start))})}
@@ -187,10 +203,23 @@ export default function Book({session}) {
   </main>`;
 }
 
-function Rules({cap}) {
+// NotOffered: the policy offers no booking ahead (no reservations block):
+// say so in words, and who can book instead; no calendar. Bookings an
+// admin made for the caller are still listed.
+function NotOffered({mine, words, onCancel}) {
+  const any = (mine || []).some((r) => (r.next || []).length > 0);
+  return html`<div class="notice" id="book-not-offered">
+      <p><strong>${t('bookNotOffered')}</strong></p>
+      <p>${t('bookNotOfferedAsk')}</p>
+    </div>
+    ${any && html`<${Mine} mine=${mine} words=${words} onCancel=${onCancel} />`}`;
+}
+
+function Rules({cap, label}) {
   const r = cap.rules;
   if (cap.unavailable) return html`<p class="notice error" id="book-unavailable">${t('bookUnavailable', {why: cap.unavailable})}</p>`;
-  if (!r.may_book) return html`<p class="notice error" id="book-may-not">${t('bookMayNot', {why: r.why_not})}</p>`;
+  if (!r.may_book) return html`<div class="notice" id="book-may-not"><p>${t('bookMayNotAsk', {p: label})}</p>
+    ${r.why_not && html`<p class="hint">${t('bookWhyNot', {why: r.why_not})}</p>`}</div>`;
   if (!r.max_ahead_seconds && !r.max_length_seconds && !r.max_vms) return html`<p class="hint" id="book-rules">${t('bookRulesNone')}</p>`;
   return html`<p class="hint" id="book-rules">${t('bookRules', {
     ahead: r.max_ahead_seconds ? duration(r.max_ahead_seconds) : '∞',

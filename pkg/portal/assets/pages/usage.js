@@ -17,11 +17,15 @@ addWords({
     usageOfSR: '{period}: {h} of {q} GPU-hours used, {pct} of the quota', usageNoQuotaSR: '{period}: {h} GPU-hours, no quota',
     usageUtil: 'Utilisation achieved', usageUtilOf: '{period}: {pct} utilisation over {m} measured GPU-hours; {idle} GPU-hours held idle.',
     usageUtilUnknown: '{period}: utilisation not measured (no GPU sample); {h} GPU-hours held.',
-    usageUsed: 'used', usageIdle: 'held idle', usageUnmeasured: 'not measured', usageLegend: 'Legend',
+    usageUtilSim: '{period}: {h} GPU-hours held on a simulated GPU server, where no real GPU measures utilisation.',
+    usageUtilSimPart: '{s} of them on a simulated GPU server, not measured.',
+    usageUsed: 'used', usageIdle: 'held idle', usageUnmeasured: 'not measured', usageSimulated: 'simulated server (not measured)', usageLegend: 'Legend',
+    usageSimCell: 'simulated',
     usageDays: 'Day by day', usageDaysSR: 'GPU-hours per day from {from} to {to}: {total} in all, the most {max} on {day}.',
     usageDaysNone: 'GPU-hours per day from {from} to {to}: none.',
     usageTable: 'Show as a table', usageDate: 'Day', usageHours: 'GPU-hours', usageUtilCol: 'Utilisation', usageIdleCol: 'Idle GPU-hours',
     usageBar: '{day}: {h} GPU-hours ({used} used, {idle} idle, {un} not measured)', usageNone: 'nothing yet',
+    usageBarSim: '{day}: {h} GPU-hours ({used} used, {idle} idle, {un} not measured, {sim} on a simulated server)',
     usageRunning: '{n} of your VMs hold a GPU now; their time counts up to now.',
   },
   'zh-CN': {
@@ -32,11 +36,15 @@ addWords({
     usageOfSR: '{period}：已用 {h} / {q} GPU 小时，占配额的 {pct}', usageNoQuotaSR: '{period}：{h} GPU 小时，无配额',
     usageUtil: '实际利用率', usageUtilOf: '{period}：在 {m} 个有测量的 GPU 小时中利用率为 {pct}；空闲占用 {idle} GPU 小时。',
     usageUtilUnknown: '{period}：没有测量到利用率（没有 GPU 采样）；占用 {h} GPU 小时。',
-    usageUsed: '已使用', usageIdle: '空闲占用', usageUnmeasured: '未测量', usageLegend: '图例',
+    usageUtilSim: '{period}：在模拟 GPU 服务器上占用 {h} GPU 小时，那里没有真实 GPU 测量利用率。',
+    usageUtilSimPart: '其中 {s} GPU 小时在模拟 GPU 服务器上，未测量。',
+    usageUsed: '已使用', usageIdle: '空闲占用', usageUnmeasured: '未测量', usageSimulated: '模拟服务器（未测量）', usageLegend: '图例',
+    usageSimCell: '模拟',
     usageDays: '每日用量', usageDaysSR: '{from} 至 {to} 每日的 GPU 小时：共 {total}，最多的一天是 {day}，{max}。',
     usageDaysNone: '{from} 至 {to} 每日的 GPU 小时：没有。',
     usageTable: '以表格显示', usageDate: '日期', usageHours: 'GPU 小时', usageUtilCol: '利用率', usageIdleCol: '空闲 GPU 小时',
     usageBar: '{day}：{h} GPU 小时（已使用 {used}，空闲 {idle}，未测量 {un}）', usageNone: '暂无',
+    usageBarSim: '{day}：{h} GPU 小时（已使用 {used}，空闲 {idle}，未测量 {un}，模拟服务器 {sim}）',
     usageRunning: '你有 {n} 台虚拟机正占用 GPU；它们的时间计算到此刻。',
   },
 });
@@ -71,7 +79,7 @@ export default function Usage({session}) {
         <h2 id="util-title">${t('usageUtil')}</h2>
         <${Split} id="week" period=${t('usageWeek')} p=${u.week} />
         <${Split} id="month" period=${t('usageMonth')} p=${u.month} />
-        <${Legend} />
+        <${Legend} simulated=${u.month.simulated_gpu_hours > 0 || u.week.simulated_gpu_hours > 0} />
       </section>
       <section aria-labelledby="days-title" class="card">
         <h2 id="days-title">${t('usageDays')}</h2>
@@ -99,16 +107,23 @@ function Meter({id, period, p}) {
   </div>`;
 }
 
-// parts of a period: used, idle and not measured GPU-hours.
-const parts = (p) => ({used: p.used_gpu_hours || 0, idle: p.idle_gpu_hours || 0, un: Math.max((p.gpu_hours || 0) - (p.measured_gpu_hours || 0), 0)});
+// parts of a period: used, idle, not measured and simulated GPU-hours (held
+// on a simulated GPU server, whose utilisation no GPU measured).
+const parts = (p) => {
+  const sim = p.simulated_gpu_hours || 0;
+  return {used: p.used_gpu_hours || 0, idle: p.idle_gpu_hours || 0, sim,
+    un: Math.max((p.gpu_hours || 0) - (p.measured_gpu_hours || 0) - sim, 0)};
+};
 
 // Split: a period's GPU-hours split into used, idle and not measured.
 function Split({id, period, p}) {
-  const {used, idle, un} = parts(p);
-  const total = used + idle + un;
-  const text = p.utilization == null
+  const {used, idle, un, sim} = parts(p);
+  const total = used + idle + un + sim;
+  let text = p.utilization == null
     ? t('usageUtilUnknown', {period, h: h(p.gpu_hours)})
     : t('usageUtilOf', {period, pct: pctFmt.format(p.utilization), m: h(p.measured_gpu_hours), idle: h(idle)});
+  if (sim > 0 && p.utilization == null && un < 1e-9) text = t('usageUtilSim', {period, h: h(sim)});
+  else if (sim > 0) text += ' ' + t('usageUtilSimPart', {s: h(sim)});
   let x = 0;
   const seg = (cls, v) => {
     if (!total || !v) return null;
@@ -120,15 +135,15 @@ function Split({id, period, p}) {
     <p>${text}</p>
     <svg class="bar" viewBox="0 0 100 6" preserveAspectRatio="none" aria-hidden="true" focusable="false">
       <rect class="track" x="0" y="0" width="100" height="6" />
-      ${seg('used', used)}${seg('idle', idle)}${seg('unmeasured', un)}
+      ${seg('used', used)}${seg('idle', idle)}${seg('unmeasured', un)}${seg('simulated', sim)}
     </svg>
   </div>`;
 }
 
-function Legend() {
+function Legend({simulated}) {
   const item = (cls, key) => html`<li><svg viewBox="0 0 10 10" width="12" height="12" aria-hidden="true" focusable="false">
     <rect class=${cls} width="10" height="10" /></svg> ${t(key)}</li>`;
-  return html`<ul class="legend" aria-label=${t('usageLegend')}>${item('used', 'usageUsed')}${item('idle', 'usageIdle')}${item('unmeasured', 'usageUnmeasured')}</ul>`;
+  return html`<ul class="legend" aria-label=${t('usageLegend')}>${item('used', 'usageUsed')}${item('idle', 'usageIdle')}${item('unmeasured', 'usageUnmeasured')}${simulated && item('simulated', 'usageSimulated')}</ul>`;
 }
 
 // Days: GPU-hours per day as bars (used, idle, not measured), with their
@@ -143,7 +158,7 @@ function Days({days}) {
     ? t('usageDaysSR', {from: first, to: last, total: h(total), max: h(most.gpu_hours), day: dayOf(most.key)})
     : t('usageDaysNone', {from: first, to: last});
   const bar = (d, i) => {
-    const {used, idle, un} = parts(d);
+    const {used, idle, un, sim} = parts(d);
     let y = H;
     const seg = (cls, v) => {
       const hh = v * scale;
@@ -151,9 +166,10 @@ function Days({days}) {
       y -= hh;
       return html`<rect class=${cls} x=${i * W + 3} y=${y.toFixed(2)} width=${W - 6} height=${hh.toFixed(2)} />`;
     };
-    return html`<g><title>${t('usageBar', {day: dayOf(d.key), h: h(d.gpu_hours), used: h(used), idle: h(idle), un: h(un)})}</title>
+    const words = {day: dayOf(d.key), h: h(d.gpu_hours), used: h(used), idle: h(idle), un: h(un), sim: h(sim)};
+    return html`<g><title>${t(sim > 0 ? 'usageBarSim' : 'usageBar', words)}</title>
       <rect class="hit" x=${i * W} y="0" width=${W} height=${H} />
-      ${seg('used', used)}${seg('idle', idle)}${seg('unmeasured', un)}
+      ${seg('used', used)}${seg('idle', idle)}${seg('unmeasured', un)}${seg('simulated', sim)}
       <text class="tick" x=${i * W + W / 2} y=${H + 14} text-anchor="middle">${d.key.slice(8).replace(/^0/, '')}</text></g>`;
   };
   return html`<figure class="days">
@@ -168,7 +184,7 @@ function Days({days}) {
         <thead><tr><th scope="col">${t('usageDate')}</th><th scope="col">${t('usageHours')}</th>
           <th scope="col">${t('usageUtilCol')}</th><th scope="col">${t('usageIdleCol')}</th></tr></thead>
         <tbody>${days.map((d) => html`<tr><th scope="row">${dayOf(d.key)}</th><td>${h(d.gpu_hours)}</td>
-          <td>${d.utilization == null ? t('none') : pctFmt.format(d.utilization)}</td><td>${h(d.idle_gpu_hours)}</td></tr>`)}</tbody>
+          <td>${d.utilization == null ? (d.simulated_gpu_hours > 0 ? t('usageSimCell') : t('none')) : pctFmt.format(d.utilization)}</td><td>${h(d.idle_gpu_hours)}</td></tr>`)}</tbody>
       </table>
     </details>
   </figure>`;
