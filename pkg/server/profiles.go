@@ -28,12 +28,13 @@ type profileView struct {
 // config.Profile's in profileView.
 type profileStatus = api.Profile
 
-// profileViews are ps as the API shows them, each unservable one marked.
-func (s *Server) profileViews(ctx context.Context, ps []*config.Profile) []profileView {
-	never := s.unservable(ctx, ps)
+// profileViews are ps as the API shows them, each unservable one marked
+// (why, in the request's language).
+func (s *Server) profileViews(c *gin.Context, ps []*config.Profile) []profileView {
+	never := s.unservable(c.Request.Context(), ps)
 	out := make([]profileView, len(ps))
 	for i, p := range ps {
-		out[i] = profileView{Profile: p, profileStatus: api.Profile{Unservable: never[p.Name]}}
+		out[i] = profileView{Profile: p, profileStatus: api.Profile{Unservable: say(c, never[p.Name])}}
 	}
 	return out
 }
@@ -166,6 +167,7 @@ func (s *Server) profileAdmission(c *gin.Context) {
 			out.Answer, out.Reason = api.AdmissionWaits, adm.Reason.Text()
 		}
 	}
+	out.Reason = say(c, out.Reason)
 	c.JSON(http.StatusOK, out)
 }
 

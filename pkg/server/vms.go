@@ -306,6 +306,9 @@ func (s *Server) listVMs(c *gin.Context) {
 		out.Items = append(out.Items, toAPIVM(&page.VMs[i], allocs[page.VMs[i].ID]))
 	}
 	setHostStates(out.Items, s.hostStates(c.Request.Context())) // fleet.go
+	for i := range out.Items {
+		sayVM(c, &out.Items[i])
+	}
 	c.JSON(http.StatusOK, out)
 }
 
@@ -360,6 +363,7 @@ func (s *Server) getVM(c *gin.Context) {
 	if est, ok := s.vmEstimate(c.Request.Context(), vm); ok {
 		setEstimate(&out, est)
 	}
+	sayVM(c, &out)
 	c.JSON(http.StatusOK, out)
 }
 
