@@ -94,6 +94,9 @@ type Options struct {
 	// Host names the node the server is (default ""): its GPU drains are
 	// of that host.
 	Host string
+	// Admission applies a sharing policy to the VMs asked for (nil: none,
+	// as a server without one).
+	Admission server.Admitter
 }
 
 // New starts an Env; it stops with the test.
@@ -146,6 +149,7 @@ func New(t testing.TB, o Options) *Env {
 	api := server.New(server.Deps{
 		Auth: st, Backends: backends{"mig": mock}, Config: e.Config, Log: log, Store: st, Worker: e.Worker,
 		Host: o.Host, Consoles: e.Guests, EventPoll: 10 * time.Millisecond, Orphans: o.Orphans, Images: o.Images, SignIn: o.SignIn, OIDC: o.OIDC, Bookings: booker,
+		Admission: o.Admission,
 	})
 	srv := httptest.NewServer(api)
 	e.URL = srv.URL

@@ -4,7 +4,7 @@
 // start, delete, and the one-time desktop password.
 import {html, useState, useEffect, useCallback, useRef} from '../vendor/preact-htm.js';
 import * as api from '../api.js';
-import {t, addWords, lang, stateWord, fmtTime, fmtRelative, hoursOf} from '../i18n.js';
+import {t, addWords, lang, stateWord, phaseWord, fmtTime, fmtRelative, hoursOf} from '../i18n.js';
 import {Header, Problem, Confirm, useEvents} from '../ui.js';
 
 addWords({
@@ -334,7 +334,7 @@ function VMCard({vm, prof, now, panel, cred, onAct, onDesktop, onConsole, onCopy
   return html`<li class="card vm" id=${id} data-state=${vm.state} aria-labelledby=${id + '-name'}>
     <div class="vm-head">
       <h2 id=${id + '-name'}>${vm.name}</h2>
-      <span class=${'state s-' + vm.state} data-testid="state">${stateWord(vm.state)}${vm.phase ? ' · ' + vm.phase : ''}</span>
+      <span class=${'state s-' + vm.state} data-testid="state">${stateWord(vm.state)}${vm.phase ? ' · ' + phaseWord(vm.phase) : ''}</span>
     </div>
     ${vm.reason && html`<p class="reason">${vm.reason}${vm.queue_position ? ' (' + t('queuePos', {n: vm.queue_position}) + ')' : ''}</p>`}
     ${est && html`<p class="estimate" id=${id + '-estimate'}>${est.text}${est.uncertain && html` <span class="uncertain">${est.uncertain}</span>`}</p>`}
