@@ -1,6 +1,10 @@
 package api
 
-import "time"
+import (
+	"math"
+	"strconv"
+	"time"
+)
 
 // ReportSummary is the answer to GET /v1/reports/summary (admins):
 // everything the periodic review report (gpuvm report) shows, computed by
@@ -60,10 +64,12 @@ type IdleVM struct {
 type QueueWaitStats struct {
 	Profile string `json:"profile"`
 	// Requests counts the VMs; Started those that ran, Waiting those
-	// still waiting, GaveUp those deleted or failed before running.
+	// still waiting, Failed those that failed before running, GaveUp
+	// those deleted before running.
 	Requests int `json:"requests"`
 	Started  int `json:"started"`
 	Waiting  int `json:"waiting"`
+	Failed   int `json:"failed"`
 	GaveUp   int `json:"gave_up"`
 	// MeanSeconds, P95Seconds and MaxSeconds are over the VMs that
 	// started (0 when none did).
@@ -84,4 +90,26 @@ type Heatmaps struct {
 	// Utilization is the mean GPU utilisation (0..1) of the held GPUs
 	// that reported it; null where none did.
 	Utilization [7][24]*float64 `json:"utilization"`
+}
+
+// FormatGPUHours writes GPU-hours as every review output does (the notes,
+// the HTML report, the portal): "0"; two significant digits under 1
+// ("0.034", "0.25"; "<0.001" below that); one decimal under 100 ("3.5");
+// whole hours with thousands separated above ("1,234").
+func FormatGPUHours(h float64) string {
+	switch {
+	case h == 0:
+		return "0"
+	case h < 0.001:
+		return "<0.001"
+	case h < 1:
+		return strconv.FormatFloat(h, 'f', 1-int(math.Floor(math.Log10(h))), 64)
+	case h < 100:
+		return strconv.FormatFloat(h, 'f', 1, 64)
+	}
+	s := strconv.FormatFloat(math.Round(h), 'f', 0, 64)
+	for i := len(s) - 3; i > 0; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	return s
 }

@@ -97,7 +97,7 @@ func Render(w io.Writer, s *api.ReportSummary, o Options) error {
 		{occupancy(s), "of the capacity of " + plural(s.GPUs, "GPU")},
 		{fmtUtil(t.Utilization), "utilisation where measured"},
 		{fmtHours(t.IdleGPUHours), "GPU-hours held idle"},
-		{fmt.Sprint(len(s.IdleVMs)), "idle VMs"},
+		{fmt.Sprint(len(s.IdleVMs)), pluralWord(len(s.IdleVMs), "idle VM")},
 	}
 	if n := len(s.QueueWaits); n > 0 {
 		all := s.QueueWaits[n-1]
@@ -199,22 +199,8 @@ func heatmaps(s *api.ReportSummary) ([]heatmapView, bool) {
 	return out, hasUtil
 }
 
-// fmtHours is "0", "0.25", "3.5", "42", "1,234".
-func fmtHours(h float64) string {
-	switch {
-	case h == 0:
-		return "0"
-	case h < 1:
-		return fmt.Sprintf("%.2f", h)
-	case h < 100:
-		return fmt.Sprintf("%.1f", h)
-	}
-	s := fmt.Sprintf("%.0f", h)
-	for i := len(s) - 3; i > 0; i -= 3 {
-		s = s[:i] + "," + s[i:]
-	}
-	return s
-}
+// fmtHours writes GPU-hours as every review output does.
+func fmtHours(h float64) string { return api.FormatGPUHours(h) }
 
 // fmtPct is "45%" (0..1 in).
 func fmtPct(f float64) string { return fmt.Sprintf("%.0f%%", 100*f) }
@@ -243,6 +229,14 @@ func fmtWait(secs float64, started int) string {
 		return fmt.Sprintf("%dh%02dm", int(d.Hours()), int(d.Minutes())%60)
 	}
 	return fmt.Sprintf("%dd%dh", int(d.Hours())/24, int(d.Hours())%24)
+}
+
+// pluralWord is what, or whats when n is not 1.
+func pluralWord(n int, what string) string {
+	if n == 1 {
+		return what
+	}
+	return what + "s"
 }
 
 func plural(n int, what string) string {

@@ -56,8 +56,8 @@ func fixture() *api.ReportSummary {
 		},
 		QueueWaits: []api.QueueWaitStats{
 			{Profile: "small-1g", Requests: 6, Started: 6, MeanSeconds: 95, P95Seconds: 300, MaxSeconds: 300},
-			{Profile: "train-a100", Requests: 15, Started: 12, Waiting: 2, GaveUp: 1, MeanSeconds: 5400, P95Seconds: 4*3600 + 300, MaxSeconds: 5 * 3600},
-			{Profile: "total", Requests: 21, Started: 18, Waiting: 2, GaveUp: 1, MeanSeconds: 3631.67, P95Seconds: 4*3600 + 300, MaxSeconds: 5 * 3600},
+			{Profile: "train-a100", Requests: 16, Started: 12, Waiting: 2, Failed: 1, GaveUp: 1, MeanSeconds: 5400, P95Seconds: 4*3600 + 300, MaxSeconds: 5 * 3600},
+			{Profile: "total", Requests: 22, Started: 18, Waiting: 2, Failed: 1, GaveUp: 1, MeanSeconds: 3631.67, P95Seconds: 4*3600 + 300, MaxSeconds: 5 * 3600},
 		},
 		Notes: []string{
 			"VMs held 214 GPU-hours of the 672 the 4 GPUs offered (32%).",

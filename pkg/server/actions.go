@@ -250,7 +250,9 @@ func (s *Server) extendVM(c *gin.Context, vm *store.VM) {
 			s.writeProblem(c, err)
 			return
 		}
-		c.JSON(http.StatusOK, toAPIVM(next, allocs))
+		out := toAPIVM(next, allocs)
+		sayVM(c, &out)
+		c.JSON(http.StatusOK, out)
 		return
 	}
 }

@@ -62,7 +62,9 @@ func (s *Server) listAlerts(c *gin.Context) {
 		out.Next = strconv.FormatInt(as[limit-1].ID, 10)
 	}
 	for i := range as {
-		out.Items = append(out.Items, toAPIAlert(&as[i]))
+		a := toAPIAlert(&as[i])
+		a.Summary = say(c, a.Summary)
+		out.Items = append(out.Items, a)
 	}
 	c.JSON(http.StatusOK, out)
 }

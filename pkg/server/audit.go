@@ -481,7 +481,7 @@ func (s *Server) listAudit(c *gin.Context, own bool) {
 	for _, e := range es {
 		out.Items = append(out.Items, api.AuditEntry{ID: e.ID, Time: e.CreatedAt, User: e.User, TokenID: e.TokenID,
 			Source: e.Source, Action: e.Action, Target: e.Target, VMID: e.VMID, Outcome: e.Outcome, Status: e.Status,
-			Detail: e.Detail, RequestID: e.RequestID})
+			Detail: say(c, e.Detail), RequestID: e.RequestID})
 	}
 	c.Header("Cache-Control", "no-store")
 	c.JSON(http.StatusOK, out)

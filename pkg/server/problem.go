@@ -8,6 +8,8 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/gpuvm/gpuvm/pkg/api"
+	"github.com/gpuvm/gpuvm/pkg/i18n"
+	"github.com/gpuvm/gpuvm/pkg/portal"
 	"github.com/gpuvm/gpuvm/pkg/store"
 )
 
@@ -68,7 +70,12 @@ func (s *Server) writeProblem(c *gin.Context, err error) {
 		s.log.Error("request failed", "method", c.Request.Method, "path", c.Request.URL.Path, "err", err, "request_id", c.GetString(requestIDKey))
 		p = with(errInternal, "the error was logged")
 	}
-	c.Set(problemKey, p) // its detail goes in the audit log
+	c.Set(problemKey, p) // its detail goes in the audit log, in English
+	if lang := portal.Language(c.Request); lang != i18n.English {
+		said := *p
+		said.Title, said.Detail = i18n.Text(lang, p.Title), i18n.Text(lang, p.Detail)
+		p = &said
+	}
 	c.Header("Content-Type", "application/problem+json")
 	c.AbortWithStatusJSON(p.Status, p)
 }

@@ -31,14 +31,16 @@ type profileView struct {
 type profileStatus = api.Profile
 
 // profileViews are ps as the API shows them, each unservable or
-// unavailable one marked, each with what of it is free.
-func (s *Server) profileViews(ctx context.Context, ps []*config.Profile) []profileView {
+// unavailable one marked (why, in the request's language), each with what
+// of it is free.
+func (s *Server) profileViews(c *gin.Context, ps []*config.Profile) []profileView {
+	ctx := c.Request.Context()
 	models := s.hostModels(ctx)
 	never := models.unservable(ps)
 	free := models.free(ps)
 	out := make([]profileView, len(ps))
 	for i, p := range ps {
-		out[i] = profileView{Profile: p, profileStatus: api.Profile{Unservable: never[p.Name], Unavailable: s.unavailable(ctx, p), Free: free[p.Name]}}
+		out[i] = profileView{Profile: p, profileStatus: api.Profile{Unservable: say(c, never[p.Name]), Unavailable: say(c, s.unavailable(ctx, p)), Free: free[p.Name]}}
 	}
 	return out
 }
@@ -257,6 +259,7 @@ func (s *Server) profileAdmission(c *gin.Context) {
 			out.Answer, out.Reason = api.AdmissionWaits, adm.Reason.Text()
 		}
 	}
+	out.Reason = say(c, out.Reason)
 	c.JSON(http.StatusOK, out)
 }
 

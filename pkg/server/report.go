@@ -45,6 +45,9 @@ func (s *Server) reportSummary(c *gin.Context) {
 		return
 	}
 	if c.FullPath() != reportHTMLPath {
+		for i := range r.Notes {
+			r.Notes[i] = say(c, r.Notes[i])
+		}
 		c.JSON(http.StatusOK, r)
 		return
 	}

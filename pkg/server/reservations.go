@@ -600,7 +600,7 @@ func (s *Server) reservationCapacity(c *gin.Context) {
 	if !u.Admin {
 		rules := cfg.Policy.Reservations
 		if err := policy.MayBook(rules, policy.Owner{Kind: policy.OwnerUser, Name: u.Name}, u.Groups, res.Profile); err != nil {
-			out.Rules.MayBook, out.Rules.WhyNot = false, joinedText(err)
+			out.Rules.MayBook, out.Rules.WhyNot = false, say(c, joinedText(err))
 		}
 		out.Rules.NotOffered = rules == nil
 		if rules != nil {

@@ -412,7 +412,7 @@ func (s *Server) visibleProfiles(c *gin.Context) []*config.Profile {
 }
 
 func (s *Server) listProfiles(c *gin.Context) {
-	views := s.profileViews(c.Request.Context(), s.visibleProfiles(c))
+	views := s.profileViews(c, s.visibleProfiles(c))
 	s.addNextFree(c, views) // estimate.go
 	c.JSON(http.StatusOK, views)
 }
@@ -420,7 +420,7 @@ func (s *Server) listProfiles(c *gin.Context) {
 func (s *Server) getProfile(c *gin.Context) {
 	for _, p := range s.visibleProfiles(c) {
 		if p.Name == c.Param("name") {
-			views := s.profileViews(c.Request.Context(), []*config.Profile{p})
+			views := s.profileViews(c, []*config.Profile{p})
 			s.addNextFree(c, views) // as the list says it
 			c.JSON(http.StatusOK, views[0])
 			return

@@ -315,6 +315,9 @@ func (s *Server) listVMs(c *gin.Context) {
 		out.Items = append(out.Items, vm)
 	}
 	setHostStates(out.Items, s.hostStates(c.Request.Context())) // fleet.go
+	for i := range out.Items {
+		sayVM(c, &out.Items[i])
+	}
 	c.JSON(http.StatusOK, out)
 }
 
@@ -370,6 +373,7 @@ func (s *Server) getVM(c *gin.Context) {
 	if est, ok := s.vmEstimate(c.Request.Context(), vm); ok {
 		setEstimate(&out, est)
 	}
+	sayVM(c, &out)
 	c.JSON(http.StatusOK, out)
 }
 

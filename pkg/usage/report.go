@@ -233,6 +233,8 @@ func waitStat(profile string, waits []store.QueueWait, end time.Time) api.QueueW
 		case w.Ran != nil:
 			s.Started++
 			secs = append(secs, max(0, w.Ran.Sub(w.Since).Seconds()))
+		case w.Left != nil && w.State == store.VMFailed:
+			s.Failed++
 		case w.Left != nil:
 			s.GaveUp++
 		default:
@@ -357,19 +359,18 @@ func (w *week) dayNight() (day, night weekSlot) {
 func reportNotes(r *api.ReportSummary, w *week) []string {
 	var out []string
 	pct := func(x float64) string { return fmt.Sprintf("%.0f%%", 100*x) }
-	hours := func(x float64) string {
-		if x < 10 {
-			return fmt.Sprintf("%.1f", x)
-		}
-		return fmt.Sprintf("%.0f", x)
-	}
+	hours := api.FormatGPUHours
 	t := r.Total
 	switch {
 	case t.GPUHours == 0:
 		out = append(out, "No VM held a GPU in this period.")
 	case r.CapacityGPUHours > 0:
-		out = append(out, fmt.Sprintf("VMs held %s GPU-hours of the %s the %d GPUs offered (%s).",
-			hours(t.GPUHours), hours(r.CapacityGPUHours), r.GPUs, pct(t.GPUHours/r.CapacityGPUHours)))
+		gpus := fmt.Sprintf("%d GPUs", r.GPUs)
+		if r.GPUs == 1 {
+			gpus = "1 GPU"
+		}
+		out = append(out, fmt.Sprintf("VMs held %s GPU-hours of the %s the %s offered (%s).",
+			hours(t.GPUHours), hours(r.CapacityGPUHours), gpus, pct(t.GPUHours/r.CapacityGPUHours)))
 	}
 	switch {
 	case t.GPUHours > 0 && t.Utilization == nil:
@@ -389,8 +390,7 @@ func reportNotes(r *api.ReportSummary, w *week) []string {
 				running++
 			}
 		}
-		out = append(out, fmt.Sprintf("%d VMs held a GPU for an hour or more at under %s utilisation; %d of them still hold it (see Idle VMs).",
-			n, pct(r.IdleBelow), running))
+		out = append(out, idleNote(n, running, pct(r.IdleBelow)))
 	}
 	day, night := w.dayNight()
 	if r.GPUs > 0 && day.hours > 0 && night.hours > 0 {
@@ -413,13 +413,31 @@ func reportNotes(r *api.ReportSummary, w *week) []string {
 	}
 	if n := len(r.QueueWaits); n > 0 {
 		if all := r.QueueWaits[n-1]; all.Started > 0 {
-			out = append(out, fmt.Sprintf("Of %d requests, %d started after waiting %s on average (95%% within %s); %d still wait, %d gave up.",
-				all.Requests, all.Started, humanSeconds(all.MeanSeconds), humanSeconds(all.P95Seconds), all.Waiting, all.GaveUp))
+			out = append(out, fmt.Sprintf("Requests: %d; started: %d, after waiting %s on average (95%% within %s); still waiting: %d; failed: %d; deleted before they started: %d.",
+				all.Requests, all.Started, humanSeconds(all.MeanSeconds), humanSeconds(all.P95Seconds), all.Waiting, all.Failed, all.GaveUp))
 		} else if all.Requests > 0 {
-			out = append(out, fmt.Sprintf("Of %d requests none started: %d still wait, %d gave up.", all.Requests, all.Waiting, all.GaveUp))
+			out = append(out, fmt.Sprintf("Requests: %d; none started; still waiting: %d; failed: %d; deleted before they started: %d.",
+				all.Requests, all.Waiting, all.Failed, all.GaveUp))
 		}
 	}
 	return out
+}
+
+// idleNote says how many VMs held a GPU idle and how many of them still
+// hold it, in the number each takes.
+func idleNote(n, running int, below string) string {
+	head := fmt.Sprintf("%d VMs held a GPU for an hour or more at under %s utilisation; ", n, below)
+	if n == 1 {
+		head = fmt.Sprintf("1 VM held a GPU for an hour or more at under %s utilisation; ", below)
+		if running == 1 {
+			return head + "it still holds it (see Idle VMs)."
+		}
+		return head + "it no longer holds it (see Idle VMs)."
+	}
+	if running == 1 {
+		return head + "1 of them still holds it (see Idle VMs)."
+	}
+	return head + fmt.Sprintf("%d of them still hold it (see Idle VMs).", running)
 }
 
 // humanSeconds is "45s", "12m", "3h20m", "2d4h".

@@ -102,7 +102,7 @@ func TestSummarize(t *testing.T) {
 		}
 		// Daytime queues while the night idles (see TestReportNotes).
 		if text := strings.Join(r.Notes, "\n"); !strings.Contains(text, "Night capacity idles while daytime requests queue") ||
-			!strings.Contains(text, "Of 6 requests, 4 started") {
+			!strings.Contains(text, "Requests: 6; started: 4,") {
 			t.Errorf("notes:\n%s", text)
 		}
 
@@ -170,7 +170,7 @@ func TestReportNotes(t *testing.T) {
 		notWant []string
 	}{
 		{"day idles, night queues", base, usageWeek(1, 3.5, 0, 0.5),
-			[]string{"Daytime capacity idles while night requests queue", "08:00 and 20:00 (Europe/Berlin)", "25% allocated", "42 VM-hours"},
+			[]string{"Daytime capacity idles while night requests queue", "08:00 and 20:00 (Europe/Berlin)", "25% allocated", "42.0 VM-hours"},
 			[]string{"Night capacity idles"}},
 		{"night idles, day queues", base, usageWeek(4, 0.5, 2, 0),
 			[]string{"Night capacity idles while daytime requests queue", "12% allocated", "168 VM-hours", "--start-at"},
@@ -201,15 +201,24 @@ func TestReportNotes(t *testing.T) {
 		{"idle VMs and waits", func() *api.ReportSummary {
 			r := base()
 			r.IdleVMs = []api.IdleVM{{Running: true}, {}, {Running: true}}
-			r.QueueWaits = []api.QueueWaitStats{{Profile: "total", Requests: 9, Started: 7, Waiting: 1, GaveUp: 1, MeanSeconds: 754, P95Seconds: 3*3600 + 1200}}
+			r.QueueWaits = []api.QueueWaitStats{{Profile: "total", Requests: 10, Started: 7, Waiting: 1, Failed: 1, GaveUp: 1, MeanSeconds: 754, P95Seconds: 3*3600 + 1200}}
 			return r
 		}, usageWeek(0, 0, 0, 0), []string{"3 VMs held a GPU for an hour or more at under 10% utilisation; 2 of them still hold it",
-			"Of 9 requests, 7 started after waiting 12m on average (95% within 3h20m); 1 still wait, 1 gave up."}, nil},
+			"Requests: 10; started: 7, after waiting 12m on average (95% within 3h20m); still waiting: 1; failed: 1; deleted before they started: 1."},
+			[]string{"gave up"}},
+		{"one idle VM, little held, one GPU", func() *api.ReportSummary {
+			r := base()
+			r.GPUs, r.CapacityGPUHours = 1, 168
+			r.Total = api.UsageRow{GPUHours: 0.034, MeasuredGPUHours: 0.034, UsedGPUHours: 0.001, IdleGPUHours: 0.033, Utilization: u(0.03)}
+			r.IdleVMs = []api.IdleVM{{Running: true}}
+			return r
+		}, usageWeek(0, 0, 0, 0), []string{"VMs held 0.034 GPU-hours of the 168 the 1 GPU offered (0%).", "(0.034 GPU-hours)", "0.033 GPU-hours were held idle",
+			"1 VM held a GPU for an hour or more at under 10% utilisation; it still holds it"}, []string{"1 GPUs", "0.0 "}},
 		{"nobody started", func() *api.ReportSummary {
 			r := base()
 			r.QueueWaits = []api.QueueWaitStats{{Profile: "total", Requests: 2, Waiting: 2}}
 			return r
-		}, usageWeek(0, 0, 0, 0), []string{"Of 2 requests none started: 2 still wait, 0 gave up."}, nil},
+		}, usageWeek(0, 0, 0, 0), []string{"Requests: 2; none started; still waiting: 2; failed: 0; deleted before they started: 0."}, nil},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

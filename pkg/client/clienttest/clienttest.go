@@ -97,6 +97,9 @@ type Options struct {
 	// Availability says why a profile cannot be made on this server now
 	// (nil: nothing is checked).
 	Availability server.ProfileAvailability
+	// Admission applies a sharing policy to the VMs asked for (nil: none,
+	// as a server without one).
+	Admission server.Admitter
 }
 
 // New starts an Env; it stops with the test.
@@ -150,6 +153,7 @@ func New(t testing.TB, o Options) *Env {
 		Auth: st, Backends: backends{"mig": mock}, Config: e.Config, Log: log, Store: st, Worker: e.Worker,
 		Host: o.Host, Consoles: e.Guests, EventPoll: 10 * time.Millisecond, Orphans: o.Orphans, Images: o.Images, SignIn: o.SignIn, OIDC: o.OIDC, Bookings: booker,
 		Availability: o.Availability,
+		Admission:    o.Admission,
 	})
 	srv := httptest.NewServer(api)
 	e.URL = srv.URL

@@ -36,6 +36,10 @@ const words = {
     in: 'in {d}', ago: '{d} ago', error: 'Something went wrong: {msg}',
     states: {queued: 'queued', allocating: 'allocating', creating: 'creating', running: 'running', stopping: 'stopping',
       stopped: 'stopped', deleting: 'deleting', deleted: 'deleted', failed: 'failed'},
+    // A VM's phase (api.Phase*): a code, said here.
+    phases: {'booting': 'booting', 'ready': 'ready', 'waiting for a GPU': 'waiting for a GPU',
+      'waiting for its start time': 'waiting for its start time', 'allocating GPU': 'allocating GPU',
+      'preparing disk': 'preparing disk', 'shutting down': 'shutting down', 'starting': 'starting', 'removing domain': 'removing domain'},
   },
   'zh-CN': {
     brand: 'gpuvm', nav: '主导航', catalogue: 'GPU 机器', vms: '我的虚拟机', signOut: '退出登录',
@@ -69,6 +73,9 @@ const words = {
     in: '{d}后', ago: '{d}前', error: '出错了：{msg}',
     states: {queued: '排队中', allocating: '分配中', creating: '创建中', running: '运行中', stopping: '停止中',
       stopped: '已停止', deleting: '删除中', deleted: '已删除', failed: '失败'},
+    phases: {'booting': '正在启动客户机', 'ready': '就绪', 'waiting for a GPU': '等待 GPU',
+      'waiting for its start time': '等待开始时间', 'allocating GPU': '正在分配 GPU',
+      'preparing disk': '正在准备磁盘', 'shutting down': '正在关机', 'starting': '正在启动', 'removing domain': '正在移除虚拟机定义'},
   },
 };
 
@@ -86,6 +93,7 @@ export function t(key, vars = {}) {
 }
 
 export const stateWord = (s) => t('states')[s] || s;
+export const phaseWord = (p) => t('phases')[p] || p;
 
 // setLanguage remembers the visitor's choice (a cookie the server reads to
 // render the page in it) and reloads.

@@ -28,11 +28,12 @@ addWords({
     time: 'Time', user: 'User', action: 'Action', target: 'Target', outcome: 'Outcome', detail: 'Detail',
     filterUser: 'User', filterAction: 'Action', filterHint: 'An action (vm.create) or a kind (vm.).', filter: 'Filter', older: 'Older entries', noAudit: 'No entry.',
     outcomes: {ok: 'ok', refused: 'refused', failed: 'failed'},
+    sources: {local: 'local', ldap: 'LDAP', oidc: 'OIDC'},
     configIntro: 'Read the configuration files again. All or nothing: if they have errors the one in force stays.',
     reload: 'Reload the configuration', reloading: 'Reloading…', reloaded: 'Reloaded: {config}.',
     refused: 'The reload was refused: {detail}', diagnostics: 'Diagnostics', severities: {error: 'error', warning: 'warning'},
     reportIntro: 'Usage of the last 7 days, as the periodic review report shows it.', openReport: 'Open the full report',
-    gpuHours: 'GPU-hours held', capacity: 'of the capacity of {n} GPUs', idleHours: 'GPU-hours held idle', idleVMs: 'idle VMs',
+    gpuHours: 'GPU-hours held', capacity: 'of the capacity of {n} GPUs', capacityOne: 'of the capacity of 1 GPU', idleVMOne: 'idle VM', idleHours: 'GPU-hours held idle', idleVMs: 'idle VMs',
     utilisation: 'utilisation where measured', notes: 'What stands out', noNotes: 'Nothing stands out.',
   },
   'zh-CN': {
@@ -55,11 +56,12 @@ addWords({
     time: '时间', user: '用户', action: '操作', target: '对象', outcome: '结果', detail: '详情',
     filterUser: '用户', filterAction: '操作', filterHint: '一个操作（vm.create）或一类（vm.）。', filter: '筛选', older: '更早的记录', noAudit: '没有记录。',
     outcomes: {ok: '成功', refused: '被拒绝', failed: '失败'},
+    sources: {local: '本地', ldap: 'LDAP', oidc: 'OIDC'},
     configIntro: '重新读取配置文件。全有或全无：若有错误，当前配置保持不变。',
     reload: '重新加载配置', reloading: '正在重新加载…', reloaded: '已重新加载：{config}。',
     refused: '重新加载被拒绝：{detail}', diagnostics: '诊断信息', severities: {error: '错误', warning: '警告'},
     reportIntro: '最近 7 天的用量，与定期使用报告一致。', openReport: '打开完整报告',
-    gpuHours: '占用的 GPU 小时', capacity: '占 {n} 块 GPU 容量的比例', idleHours: '闲置的 GPU 小时', idleVMs: '闲置虚拟机',
+    gpuHours: '占用的 GPU 小时', capacity: '占 {n} 块 GPU 容量的比例', capacityOne: '占 1 块 GPU 容量的比例', idleVMOne: '闲置虚拟机', idleHours: '闲置的 GPU 小时', idleVMs: '闲置虚拟机',
     utilisation: '已测得的利用率', notes: '值得注意', noNotes: '没有值得注意的情况。',
   },
 });
@@ -126,7 +128,7 @@ function Users() {
       <tbody>
         ${(users || []).map((u) => html`<tr key=${u.name} data-user=${u.name}>
           <th scope="row">${u.name}</th><td>${u.admin ? t('yes') : t('no')}</td><td>${(u.groups || []).join(', ')}</td>
-          <td>${u.source || ''}</td><td>${u.disabled_at ? t('disabled') : t('active')}</td>
+          <td>${u.source ? word('sources', u.source) : ''}</td><td>${u.disabled_at ? t('disabled') : t('active')}</td>
           <td><button type="button" class="quiet small" aria-expanded=${open === u.name} aria-controls="tokens-panel"
             onClick=${() => setOpen(open === u.name ? '' : u.name)}>${open === u.name ? t('hideTokens') : t('showTokens')}</button></td>
         </tr>`)}
@@ -325,7 +327,10 @@ function Report() {
     return {from: new Date(to.getTime() - 7 * 24 * 3600 * 1000).toISOString(), to: to.toISOString()};
   });
   useEffect(() => { api.reportSummary(range.from, range.to).then(setR, setError); }, []);
-  const hours = (h) => (h >= 10 ? Math.round(h) : Number(h || 0).toFixed(h >= 1 ? 1 : 2));
+  // GPU-hours as the report writes them (api.FormatGPUHours): two
+  // significant digits under 1, one decimal under 100, whole above.
+  const hours = (h) => (!h ? '0' : h < 0.001 ? '<0.001' : h < 1 ? h.toFixed(1 - Math.floor(Math.log10(h)))
+    : h < 100 ? h.toFixed(1) : Math.round(h).toLocaleString('en'));
   const pct = (f) => (f == null ? '—' : Math.round(100 * f) + '%');
   const href = '/v1/reports/summary.html?' + new URLSearchParams({...range, tz: Intl.DateTimeFormat().resolvedOptions().timeZone || 'UTC'});
   return html`<${Section} id="report" title=${t('secReport')}>
@@ -333,10 +338,10 @@ function Report() {
     <${Problem} error=${error} />
     ${r && html`<ul class="report-cards">
       <li><b>${hours(r.total.gpu_hours)}</b><span>${t('gpuHours')}</span></li>
-      <li><b>${pct(r.capacity_gpu_hours ? r.total.gpu_hours / r.capacity_gpu_hours : null)}</b><span>${t('capacity', {n: r.gpus})}</span></li>
+      <li><b>${pct(r.capacity_gpu_hours ? r.total.gpu_hours / r.capacity_gpu_hours : null)}</b><span>${t(r.gpus === 1 ? 'capacityOne' : 'capacity', {n: r.gpus})}</span></li>
       <li><b>${pct(r.total.utilization)}</b><span>${t('utilisation')}</span></li>
       <li><b>${hours(r.total.idle_gpu_hours)}</b><span>${t('idleHours')}</span></li>
-      <li><b>${(r.idle_vms || []).length}</b><span>${t('idleVMs')}</span></li>
+      <li><b>${(r.idle_vms || []).length}</b><span>${t((r.idle_vms || []).length === 1 ? 'idleVMOne' : 'idleVMs')}</span></li>
     </ul>
     <h3>${t('notes')}</h3>
     ${(r.notes || []).length ? html`<ul class="notes">${r.notes.map((n) => html`<li>${n}</li>`)}</ul>` : html`<p class="hint">${t('noNotes')}</p>`}`}

@@ -27,6 +27,7 @@ addWords({
     usageBar: '{day}: {h} GPU-hours ({used} used, {idle} idle, {un} not measured)', usageNone: 'nothing yet',
     usageBarSim: '{day}: {h} GPU-hours ({used} used, {idle} idle, {un} not measured, {sim} on a simulated server)',
     usageRunning: '{n} of your VMs hold a GPU now; their time counts up to now.',
+    usageRunningOne: 'One of your VMs holds a GPU now; its time counts up to now.',
   },
   'zh-CN': {
     usageTitle: '我的用量',
@@ -46,6 +47,7 @@ addWords({
     usageBar: '{day}：{h} GPU 小时（已使用 {used}，空闲 {idle}，未测量 {un}）', usageNone: '暂无',
     usageBarSim: '{day}：{h} GPU 小时（已使用 {used}，空闲 {idle}，未测量 {un}，模拟服务器 {sim}）',
     usageRunning: '你有 {n} 台虚拟机正占用 GPU；它们的时间计算到此刻。',
+    usageRunningOne: '你有 1 台虚拟机正占用 GPU；它的时间计算到此刻。',
   },
 });
 
@@ -68,7 +70,7 @@ export default function Usage({session}) {
     ${!u && !error && html`<p class="hint" aria-busy="true">…</p>`}
     ${u && html`
       <p class="intro">${t('usageIntro', {tz: u.timezone})}</p>
-      ${u.month.running > 0 && html`<p class="notice">${t('usageRunning', {n: u.month.running})}</p>`}
+      ${u.month.running > 0 && html`<p class="notice">${t(u.month.running === 1 ? 'usageRunningOne' : 'usageRunning', {n: u.month.running})}</p>`}
       <section aria-labelledby="quotas-title" class="card">
         <h2 id="quotas-title">${t('usageQuotas')}</h2>
         <${Meter} id="day" period=${t('usageDay')} p=${u.day} />

@@ -6,7 +6,7 @@
 // reboot, stop, start, delete.
 import {html, useState, useEffect, useCallback, useRef} from '../vendor/preact-htm.js';
 import * as api from '../api.js';
-import {t, addWords, lang, stateWord, fmtTime, fmtRelative, hoursOf} from '../i18n.js';
+import {t, addWords, lang, stateWord, phaseWord, fmtTime, fmtRelative, hoursOf} from '../i18n.js';
 import {Header, Problem, Confirm, useEvents} from '../ui.js';
 
 addWords({
@@ -361,7 +361,7 @@ function VMCard({vm, prof, now, mine, panel, cred, onAct, onDesktop, onConsole, 
   return html`<li class="card vm" id=${id} data-state=${vm.state} aria-labelledby=${id + '-name'}>
     <div class="vm-head">
       <h2 id=${id + '-name'}>${vm.name}</h2>
-      <span class=${'state s-' + vm.state} data-testid="state">${stateWord(vm.state)}${vm.phase ? ' · ' + vm.phase : ''}</span>
+      <span class=${'state s-' + vm.state} data-testid="state">${stateWord(vm.state)}${vm.phase ? ' · ' + phaseWord(vm.phase) : ''}</span>
     </div>
     ${vm.reason && html`<p class="reason">${vm.reason}${vm.queue_position ? ' (' + t('queuePos', {n: vm.queue_position}) + ')' : ''}</p>`}
     ${est && html`<p class="estimate" id=${id + '-estimate'}>${est.text}${est.uncertain && html` <span class="uncertain">${est.uncertain}</span>`}</p>`}
