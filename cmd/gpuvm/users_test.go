@@ -209,7 +209,7 @@ func TestAdminDrainAndHosts(t *testing.T) {
 	out = admin.must("hosts")
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	if len(lines) != 3 || !strings.HasPrefix(lines[0], "NAME") || !strings.HasSuffix(lines[0], "URL") ||
-		!strings.HasPrefix(lines[1], "gpu-a (simulated)") || !strings.Contains(lines[1], "1 idle GPU; largest free: MIG 3g.40gb ×2") || !strings.Contains(lines[1], "http://gpu-a:8080") ||
+		!strings.HasPrefix(lines[1], "gpu-a (simulated)") || !strings.Contains(lines[1], "1 idle GPU, 1 split GPU with room (1 MIG); largest free: MIG 3g.40gb ×2") || !strings.Contains(lines[1], "http://gpu-a:8080") ||
 		!strings.Contains(lines[2], "2 (1 drained)") || !strings.Contains(lines[2], " up ") || !strings.Contains(lines[2], "s ago") {
 		t.Errorf("hosts as admin:\n%s", out)
 	}
