@@ -434,7 +434,7 @@ func TestPortalInChromium(t *testing.T) {
 	for _, want := range []string{
 		"MIG 1g.10gb slice of an H100", "3 free of 7", "4 h by default, 12 h at most", "16 GiB",
 		"L40S-12Q vGPU", "none free",
-		"whole L40S", "2 free of 6 GPUs",
+		"whole L40S", "2 free of 4 GPUs",
 		"always (no GPU needed)", "2 h by default, 8 h at most",
 	} {
 		if !strings.Contains(cards, want) {

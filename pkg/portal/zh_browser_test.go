@@ -42,9 +42,11 @@ policy {
 //   - identifiers, which are typed and searched as they are (zhCode): a
 //     metric's name (gpu_temperature_celsius), an audit action
 //     (vm.create) and a path of names (an alert's subject
-//     gpu/gpu-01/0000:41:00.0, an audit target vm/ann/nb-0).
+//     gpu/gpu-01/0000:41:00.0, an audit target vm/ann/nb-0);
+//   - the configuration's block names an admin types as they are, on the
+//     rules page an admin reads: reservations.
 var zhAllowed = []string{
-	"gpuvm", "gpuvmd",
+	"gpuvm", "gpuvmd", "reservations",
 	"GPU", "GPUs", "CPU", "MIG", "vGPU", "SSH", "API", "H100", "L40S", "GiB", "MiB", "UTC",
 	"English",
 }
@@ -220,7 +222,7 @@ func TestChineseHasNoEnglishInChromium(t *testing.T) {
 	bad = append(bad, b.english("vms (read)")...)
 	b.screenshots("zh-vms")
 	// A refused extend: more than the profile allows.
-	b.run(chromedp.Click(`#vm-nb-0 .buttons button.quiet`, chromedp.ByQuery), chromedp.WaitVisible(`#extend-hours`, chromedp.ByQuery),
+	b.run(chromedp.Click(`//li[@id="vm-nb-0"]//button[text()="延长"]`, chromedp.BySearch), chromedp.WaitVisible(`#extend-hours`, chromedp.ByQuery),
 		chromedp.SetValue(`#extend-hours`, "40", chromedp.ByQuery), chromedp.Click(`#extend-yes`, chromedp.ByQuery),
 		chromedp.WaitVisible(`#extend-problem`, chromedp.ByQuery))
 	bad = append(bad, b.english("vms (extend refused)")...)
