@@ -35,7 +35,7 @@ type profileStatus = api.Profile
 // of it is free.
 func (s *Server) profileViews(c *gin.Context, ps []*config.Profile) []profileView {
 	ctx := c.Request.Context()
-	models := s.hostModels(ctx)
+	models := s.hostModels(ctx, true)
 	never := models.unservable(ps)
 	free := models.free(ps)
 	out := make([]profileView, len(ps))
@@ -66,7 +66,9 @@ type hostModels struct {
 	never, total, used *scheduler.Inventory
 }
 
-func (s *Server) hostModels(ctx context.Context) hostModels {
+// hostModels models the hosts; without counting only never is made (what
+// a create's check reads), and the drains are not read.
+func (s *Server) hostModels(ctx context.Context, counting bool) hostModels {
 	if s.Store == nil {
 		return hostModels{}
 	}
@@ -75,14 +77,16 @@ func (s *Server) hostModels(ctx context.Context) hostModels {
 		s.log.Warn("read the hosts to tell what the profiles can get", "err", err)
 		return hostModels{}
 	}
-	drains, err := s.Store.ListGPUDrains(ctx, "")
-	if err != nil {
-		s.log.Warn("read the drained GPUs to tell what the profiles can get", "err", err)
-		return hostModels{}
-	}
 	drained := map[string]bool{}
-	for _, d := range drains {
-		drained[d.Host+"/"+d.GPUAddress] = true
+	if counting {
+		drains, err := s.Store.ListGPUDrains(ctx, "")
+		if err != nil {
+			s.log.Warn("read the drained GPUs to tell what the profiles can get", "err", err)
+			return hostModels{}
+		}
+		for _, d := range drains {
+			drained[d.Host+"/"+d.GPUAddress] = true
+		}
 	}
 	now := s.Store.Now()
 	var specs, left, used []scheduler.HostSpec
@@ -109,6 +113,9 @@ func (s *Server) hostModels(ctx context.Context) hostModels {
 			continue
 		}
 		specs = append(specs, spec)
+		if !counting {
+			continue
+		}
 		l := spec
 		l.GPUs = slices.Clone(spec.GPUs)
 		l.Draining = state == store.HostDraining
@@ -131,7 +138,7 @@ func (s *Server) hostModels(ctx context.Context) hostModels {
 		return hostModels{}
 	}
 	m := hostModels{now: now}
-	if m.never, err = scheduler.NewInventory(specs, nil); err == nil {
+	if m.never, err = scheduler.NewInventory(specs, nil); err == nil && counting {
 		if m.total, err = scheduler.NewInventory(left, nil); err == nil {
 			m.used, err = scheduler.NewInventory(used, devices)
 		}
@@ -195,7 +202,7 @@ func (s *Server) refuseUnservable(ctx context.Context, p *config.Profile) *Probl
 	if why := s.unavailable(ctx, p); why != "" {
 		return withField(errValidation, "profile", fmt.Sprintf("profile %s cannot be made on this server now: %s", p.Name, why))
 	}
-	why := s.hostModels(ctx).unservable([]*config.Profile{p})[p.Name]
+	why := s.hostModels(ctx, false).unservable([]*config.Profile{p})[p.Name]
 	if why == "" {
 		return nil
 	}
