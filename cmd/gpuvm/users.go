@@ -76,9 +76,10 @@ func newHostsCmd(getenv func(string) string) *cobra.Command {
 		Long: `Lists the gpuvmd hosts that share the database: whether each is up (a host
 whose heartbeat is older than three heartbeat intervals is down), its version,
 how long ago it was last heard of, its GPUs (drained ones counted apart) and
-what could still be placed on it. The table sums that up: idle GPUs and the
-largest MIG instance and, for each board, the largest vGPU type still free
-("3 idle GPUs; largest free: MIG 7g.80gb ×1, L40S-48Q ×2"); --wide lists
+what could still be placed on it. The table sums that up: idle GPUs, GPUs in
+MIG or vGPU mode that still have room, and the largest MIG instance and, for
+each board, the largest vGPU type still free ("1 idle GPU, 7 split GPUs with
+room (4 MIG, 3 vGPU); largest free: MIG 7g.80gb ×4, H100-80C ×3"); --wide lists
 every vGPU type and MIG profile that fits (each counted on its own). Admins
 also see each host's API URL.
 

@@ -171,9 +171,7 @@ func (s *Server) simulatedHosts(ctx context.Context) (map[string]bool, error) {
 	}
 	out := map[string]bool{}
 	for _, h := range hosts {
-		var inv struct {
-			Simulated bool `json:"simulated"`
-		}
+		var inv storedInventory // hosts.go
 		if h.Inventory != "" && json.Unmarshal([]byte(h.Inventory), &inv) == nil && inv.Simulated {
 			out[h.Name] = true
 		}
