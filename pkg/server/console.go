@@ -119,7 +119,7 @@ var errBadGateway = &Problem{Type: ProblemBase + "bad-gateway", Title: "The VM d
 // on its port). Still a 502, as clients of a refused port have always been
 // told, but its own type, audited as refused (by the guest) and logged as
 // no failure of gpuvmd's.
-var errGuestRefused = &Problem{Type: ProblemBase + "guest-refused", Title: "The guest refused the connection", Status: http.StatusBadGateway}
+var errGuestRefused = &Problem{Type: ProblemBase + "guest-refused", Title: "Refused by the guest", Status: http.StatusBadGateway}
 
 // guestRefusedKey marks a request answered errGuestRefused, for the
 // request log.
