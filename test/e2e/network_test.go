@@ -166,18 +166,30 @@ func TestTinyGuestOnNetwork(t *testing.T) {
 	if out, errOut, code := c.run(string(token), "login", w.proc.URL()); code != 0 {
 		t.Fatalf("login: exit %d %s %s", code, out, errOut)
 	}
-	known := filepath.Join(dir, "known_hosts")
-	sshOpts := []string{"-F", "/dev/null", "-i", key, "-o", "IdentitiesOnly=yes", "-o", "BatchMode=yes",
-		"-o", "StrictHostKeyChecking=accept-new", "-o", "UserKnownHostsFile=" + known, "-o", "ConnectTimeout=30"}
+	// The guest's host key is the one gpuvmd made for its seed: gpuvm ssh
+	// verifies it on the first connection, asking nothing (BatchMode
+	// would fail a question), with no host key option of the test's own:
+	// only the identity (the test's key, not the user's ~/.ssh).
+	if len(vm.SSHHostKeys) != 1 || !strings.HasPrefix(vm.SSHHostKeys[0], "ssh-ed25519 ") {
+		t.Fatalf("VM %s shows ssh_host_keys %q: want the ed25519 key gpuvmd made for its seed", vm.Name, vm.SSHHostKeys)
+	}
+	idOpts := []string{"-F", "/dev/null", "-i", key, "-o", "IdentitiesOnly=yes", "-o", "BatchMode=yes", "-o", "ConnectTimeout=30"}
 	sshBegin := time.Now()
-	out, errOut, code := c.run("", append(append([]string{"ssh", "net-1", "--"}, sshOpts...), "cat", "/etc/hostname")...)
+	if out, errOut, code := c.run("", append(append([]string{"ssh", "net-1", "--"}, idOpts...), "true")...); code != 0 {
+		t.Fatalf("gpuvm ssh net-1 -- true (the first connection): exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
+	}
+	sshTook := time.Since(sshBegin)
+	known := filepath.Join(c.home, ".config", "gpuvm", "known_hosts", vm.ID)
+	keyFields := strings.Fields(vm.SSHHostKeys[0])
+	if kh, _ := os.ReadFile(known); string(kh) != "gpuvm-"+vm.ID+" "+keyFields[0]+" "+keyFields[1]+"\n" {
+		t.Errorf("%s holds %q: want the VM's host key under its alias", known, kh)
+	}
+	out, errOut, code := c.run("", append(append([]string{"ssh", "net-1", "--"}, idOpts...), "cat", "/etc/hostname")...)
 	if code != 0 || strings.TrimSpace(out) != "net-1" {
 		t.Fatalf("gpuvm ssh net-1 -- cat /etc/hostname: exit %d, printed %q (want the VM's name)\nstderr: %s", code, out, errOut)
 	}
-	sshTook := time.Since(sshBegin)
-	if kh, _ := os.ReadFile(known); !strings.HasPrefix(string(kh), "gpuvm-"+vm.ID+" ssh-ed25519 ") {
-		t.Errorf("known_hosts holds %q: want the guest's ed25519 key under the VM's ID", kh)
-	}
+	// ssh through the tunnel below checks the same key, by the same alias.
+	sshOpts := append(idOpts, "-o", "HostKeyAlias=gpuvm-"+vm.ID, "-o", "UserKnownHostsFile="+known, "-o", "StrictHostKeyChecking=yes")
 
 	// gpuvm tunnel from another process, and ssh through its local port.
 	tun := exec.Command(bin, "tunnel", "net-1", "22")
