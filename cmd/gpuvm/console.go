@@ -530,9 +530,18 @@ func newSSHCmd(getenv func(string) string) *cobra.Command {
 ('gpuvm tunnel --stdio VM 22' as ssh's ProxyCommand), so that it works wherever
 gpuvmd can be reached. It logs in as the VM's owner, the account cloud-init
 made with the SSH keys given at create time, unless -l (or ssh's own -l or
--o User= after --) names another. The guest's host key is remembered under
-the VM's ID. Arguments after -- go to ssh (a command to run, -L forwards,
-...). gpuvm ends with ssh's exit status.
+-o User= after --) names another. Arguments after -- go to ssh (a command to
+run, -L forwards, ...). gpuvm ends with ssh's exit status.
+
+The guest's host key is checked without a question: gpuvmd made it and put
+it in the guest's cloud-init seed before the guest booted, and gpuvm ssh
+writes its public half to the VM's own known_hosts file (known_hosts/VM-ID
+beside gpuvm's configuration file) and has ssh trust it and no other key
+(StrictHostKeyChecking=yes), so a first connection from a script is
+verified and silent. For a VM whose key gpuvmd does not know (no cloud-init
+seed, made by an older gpuvmd) ssh asks, as it always does, and remembers
+the key under the VM's ID; so it does when ssh's own arguments choose the
+host key checking (-o StrictHostKeyChecking=..., -o UserKnownHostsFile=...).
 ` + connectionHelp + "\n" + exitHelp,
 		Example: "  gpuvm ssh render-1\n  gpuvm ssh render-1 -l ubuntu -- nvidia-smi",
 		Args: func(cmd *cobra.Command, args []string) error {
@@ -571,7 +580,19 @@ func runSSH(ctx context.Context, c *client.Client, cmd *cobra.Command, o clientO
 		return fmt.Errorf("find gpuvm's own path for ssh's ProxyCommand: %w", err)
 	}
 	proxy := proxyCommand(self, vm.ID)
-	args := []string{"-o", "ProxyCommand=" + proxy, "-o", "HostKeyAlias=gpuvm-" + vm.ID}
+	args := []string{"-o", "ProxyCommand=" + proxy, "-o", "HostKeyAlias=" + hostKeyAlias(vm.ID)}
+	switch {
+	case sshSetsOption(sshArgs, hostKeyOptions...):
+		// ssh's arguments choose how the host key is checked.
+	case len(vm.SSHHostKeys) == 0:
+		fmt.Fprintf(cmd.ErrOrStderr(), "gpuvm: gpuvmd does not know the SSH host key of VM %s (made without a cloud-init seed, or by an older gpuvmd): ssh asks you to check it the first time.\n", vm.Name)
+	default:
+		pin, err := pinHostKeys(o.getenv, vm.ID, vm.SSHHostKeys)
+		if err != nil {
+			return err
+		}
+		args = append(args, pin...)
+	}
 	if user == "" && !sshNamesUser(sshArgs) {
 		// cloud-init made the account of the VM's owner, by this name.
 		user = cloudinit.LoginName(vm.Owner)
@@ -606,10 +627,43 @@ func runSSH(ctx context.Context, c *client.Client, cmd *cobra.Command, o clientO
 // themselves (-l USER, -o User=USER) before the command: ssh takes the first
 // it is given, so gpuvm's default must not come before them.
 func sshNamesUser(args []string) bool {
+	return sshSetsFlag(args, 'l') || sshSetsOption(args, "User")
+}
+
+// sshSetsFlag reports whether ssh's arguments, before the command, give
+// the flag (one that takes a value).
+func sshSetsFlag(args []string, flag byte) bool {
+	found := false
+	sshFlags(args, func(f byte, _ string) {
+		found = found || f == flag
+	})
+	return found
+}
+
+// sshSetsOption reports whether ssh's arguments, before the command, set
+// one of the -o options (case-insensitive names).
+func sshSetsOption(args []string, names ...string) bool {
+	found := false
+	sshFlags(args, func(f byte, v string) {
+		if f != 'o' {
+			return
+		}
+		k, _, _ := strings.Cut(strings.TrimSpace(v), "=")
+		k, _, _ = strings.Cut(k, " ")
+		for _, n := range names {
+			found = found || strings.EqualFold(k, n)
+		}
+	})
+	return found
+}
+
+// sshFlags calls each with every flag of ssh's arguments that takes a
+// value, and its value, up to the command.
+func sshFlags(args []string, each func(flag byte, value string)) {
 	for i := 0; i < len(args); i++ {
 		a := args[i]
 		if a == "--" || !strings.HasPrefix(a, "-") || a == "-" {
-			return false // the command: what follows is its own
+			return // the command: what follows is its own
 		}
 		// Flags may be grouped (-vvl bob); one that takes a value takes
 		// the rest of its word, or the next word.
@@ -622,20 +676,10 @@ func sshNamesUser(args []string) bool {
 				i++
 				v = args[i]
 			}
-			switch a[j] {
-			case 'l':
-				return true
-			case 'o':
-				k, _, _ := strings.Cut(strings.TrimSpace(v), "=")
-				k, _, _ = strings.Cut(k, " ")
-				if strings.EqualFold(k, "user") {
-					return true
-				}
-			}
+			each(a[j], v)
 			break
 		}
 	}
-	return false
 }
 
 // sshValueFlags are OpenSSH's ssh flags that take a value.

@@ -12,6 +12,7 @@ import (
 	"net/http/httptest"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"runtime"
@@ -38,6 +39,7 @@ type consoleEnv struct {
 	url, token string
 	vm         *store.VM
 	vncAddr    string
+	st         *store.Store
 }
 
 var guestAddr = "192.0.2.20"
@@ -95,7 +97,7 @@ func newConsoleEnvWith(t *testing.T, set func(*server.Deps)) *consoleEnv {
 	srv := server.New(deps)
 	hs := httptest.NewServer(srv)
 	t.Cleanup(func() { srv.Close(); hs.Close(); st.Close() })
-	return &consoleEnv{url: hs.URL, token: token, vm: vm, vncAddr: vnc.Addr().String()}
+	return &consoleEnv{url: hs.URL, token: token, vm: vm, vncAddr: vnc.Addr().String(), st: st}
 }
 
 type noBackends struct{}
@@ -595,7 +597,11 @@ func TestSSHCommand(t *testing.T) {
 			return 5, nil
 		},
 	}
-	_, code := runGPUVM(ctx, t, seams, nil, io.Discard, "ssh", "box", "-l", "ubuntu", "--url", e.url, "--token", e.token, "--", "nvidia-smi", "-L")
+	stderr, code := runGPUVM(ctx, t, seams, nil, io.Discard, "ssh", "box", "-l", "ubuntu", "--url", e.url, "--token", e.token, "--", "nvidia-smi", "-L")
+	// gpuvmd knows no host key of this VM: ssh asks as it always has.
+	if want := "gpuvm: gpuvmd does not know the SSH host key of VM box (made without a cloud-init seed, or by an older gpuvmd): ssh asks you to check it the first time.\n"; stderr != want {
+		t.Errorf("stderr %q, want %q", stderr, want)
+	}
 	want := []string{"-o", "ProxyCommand='/opt/my tools/gpuvm' tunnel --stdio " + e.vm.ID + " 22", "-o", "HostKeyAlias=gpuvm-" + e.vm.ID,
 		"-l", "ubuntu", "box", "nvidia-smi", "-L"}
 	if code != 5 || strings.Join(gotArgs, "|") != strings.Join(want, "|") {
@@ -648,6 +654,97 @@ func TestSSHNamesUser(t *testing.T) {
 	} {
 		if got := sshNamesUser(tc.args); got != tc.want {
 			t.Errorf("sshNamesUser(%q) = %v, want %v", tc.args, got, tc.want)
+		}
+	}
+}
+
+// A VM whose host key gpuvmd made: gpuvm ssh writes the VM's own
+// known_hosts file (owner-only, under gpuvm's configuration directory)
+// with that key under the VM's alias, and has ssh trust it and nothing
+// else, asking nothing. ssh's own host key options, after --, take over.
+func TestSSHPinsHostKey(t *testing.T) {
+	e := newConsoleEnv(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	key := "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIFkzzSkOyQ0O2pY6v1O7m6Y6J5h0kz9QSlKXo5bBvtNY"
+	spec := `{"hours":1,"ssh_host_keys":["` + key + ` gpuvm-` + e.vm.ID + `"]}`
+	if _, err := e.st.UpdateVMState(ctx, e.vm.ID, e.vm.Version, store.VMUpdate{State: store.VMRunning, Spec: &spec}); err != nil {
+		t.Fatal(err)
+	}
+	var gotArgs []string
+	seams := &consoleSeams{
+		lookPath:   func(f string) (string, error) { return "/usr/bin/" + f, nil },
+		executable: func() (string, error) { return "/usr/bin/gpuvm", nil },
+		run: func(_ context.Context, _ string, args, _ []string, _ io.Reader, _, _ io.Writer) (int, error) {
+			gotArgs = args
+			return 0, nil
+		},
+	}
+	cfg := filepath.Join(t.TempDir(), "my config")
+	vars := map[string]string{"XDG_CONFIG_HOME": cfg}
+	stderr, code := runGPUVMEnv(ctx, t, vars, seams, nil, io.Discard, "ssh", "box", "--url", e.url, "--token", e.token, "--", "true")
+	file := filepath.Join(cfg, "gpuvm", "known_hosts", e.vm.ID)
+	want := []string{"-o", "ProxyCommand='/usr/bin/gpuvm' tunnel --stdio " + e.vm.ID + " 22", "-o", "HostKeyAlias=gpuvm-" + e.vm.ID,
+		"-o", `UserKnownHostsFile="` + file + `"`, "-o", "StrictHostKeyChecking=yes", "-l", "ann", "box", "true"}
+	if code != 0 || stderr != "" || strings.Join(gotArgs, "|") != strings.Join(want, "|") {
+		t.Fatalf("exit %d, stderr %q, ssh %q\nwant %q", code, stderr, gotArgs, want)
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "gpuvm-" + e.vm.ID + " " + key + "\n"; string(b) != want {
+		t.Errorf("known_hosts %q, want %q", b, want)
+	}
+	if fi, err := os.Stat(file); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("known_hosts: %v %v, want mode 0600", fi.Mode(), err)
+	}
+	if fi, err := os.Stat(filepath.Dir(file)); err != nil || fi.Mode().Perm() != 0o700 {
+		t.Errorf("known_hosts directory: %v %v, want mode 0700", fi.Mode(), err)
+	}
+	// OpenSSH's own reading of the file finds the key under the alias.
+	if kg, err := exec.LookPath("ssh-keygen"); err == nil {
+		out, err := exec.Command(kg, "-F", "gpuvm-"+e.vm.ID, "-f", file).CombinedOutput()
+		if err != nil || !strings.Contains(string(out), key) {
+			t.Errorf("ssh-keygen -F gpuvm-%s -f %s: %v\n%s", e.vm.ID, file, err, out)
+		}
+	}
+	// ssh's own choice of host key checking is left alone.
+	gotArgs = nil
+	runGPUVMEnv(ctx, t, vars, seams, nil, io.Discard, "ssh", "box", "--url", e.url, "--token", e.token, "--", "-o", "StrictHostKeyChecking=accept-new", "true")
+	if strings.Contains(strings.Join(gotArgs, " "), "UserKnownHostsFile") {
+		t.Errorf("ssh %q: gpuvm's known_hosts file overrides the user's own choice", gotArgs)
+	}
+	// A key gpuvmd sends that is not a key line is refused, and no file
+	// is written.
+	vm, err := e.st.GetVM(ctx, e.vm.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec = `{"hours":1,"ssh_host_keys":["ssh-ed25519 not%base64"]}`
+	if _, err := e.st.UpdateVMState(ctx, vm.ID, vm.Version, store.VMUpdate{State: store.VMRunning, Spec: &spec}); err != nil {
+		t.Fatal(err)
+	}
+	other := filepath.Join(t.TempDir(), "cfg")
+	stderr, code = runGPUVMEnv(ctx, t, map[string]string{"XDG_CONFIG_HOME": other}, seams, nil, io.Discard, "ssh", "box", "--url", e.url, "--token", e.token)
+	if code == 0 || !strings.Contains(stderr, "ssh_host_keys[0]") {
+		t.Errorf("a bad key: exit %d, stderr %q", code, stderr)
+	}
+	if _, err := os.Stat(filepath.Join(other, "gpuvm", "known_hosts")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a bad key: the known_hosts directory exists: %v", err)
+	}
+}
+
+func TestSSHPathValue(t *testing.T) {
+	for in, want := range map[string]string{
+		"/home/ann/.config/gpuvm/known_hosts/v1": "/home/ann/.config/gpuvm/known_hosts/v1",
+		"/home/a b/x":                            `"/home/a b/x"`,
+		"/home/100%/x":                           "/home/100%%/x",
+		`C:\Users\A B\x`:                         `"C:\\Users\\A B\\x"`,
+		`/q"uote`:                                `"/q\"uote"`,
+	} {
+		if got := sshPathValue(in); got != want {
+			t.Errorf("sshPathValue(%q) = %q, want %q", in, got, want)
 		}
 	}
 }

@@ -53,6 +53,14 @@ type VM struct {
 	StartAt   *time.Time `json:"start_at,omitempty"` // earliest placement (create's start_at)
 	CreatedAt time.Time  `json:"created_at"`
 	UpdatedAt time.Time  `json:"updated_at"`
+
+	// SSHHostKeys are the public halves of the SSH host keys gpuvm made
+	// for the guest and put in its cloud-init seed before it booted
+	// ("ssh-ed25519 AAAA… gpuvm-<id>"): 'gpuvm ssh' trusts them and no
+	// other, so its first connection is verified without a question.
+	// Absent for a VM without a seed (no cloud_init block, a Windows
+	// guest) or made by a gpuvmd before them. Never a private key.
+	SSHHostKeys []string `json:"ssh_host_keys,omitempty"`
 	// Addresses are the guest's IP addresses, read live from the
 	// hypervisor: GET /v1/vms/{id} of a running VM only (never in lists);
 	// absent while the guest has none or the hypervisor did not answer in

@@ -38,6 +38,12 @@ func (lc *lifecycle) runCreate(ctx context.Context, vm *store.VM, op *store.Oper
 	if p == nil {
 		return lc.failVM(ctx, vm.ID, op, fmt.Errorf("profile %q no longer exists", vm.Profile))
 	}
+	// The guest's SSH host key: its public half is recorded before the
+	// seed that holds the private half is made (seed.go).
+	hostKey, spec, err := newHostKey(p, vm)
+	if err != nil {
+		return lc.createFailed(ctx, vm.ID, op, err)
+	}
 	if vm.State == store.VMAllocating {
 		deviceErr, err := lc.makeDevices(ctx, vm.ID, op)
 		if err != nil {
@@ -49,7 +55,15 @@ func (lc *lifecycle) runCreate(ctx context.Context, vm *store.VM, op *store.Oper
 		if err := lc.hook(vm.ID, HookDeviceRecorded); err != nil {
 			return err
 		}
-		next, err := lc.st.UpdateVMState(ctx, vm.ID, vm.Version, store.VMUpdate{State: store.VMCreating, Phase: api.PhasePreparingDisk})
+		next, err := lc.st.UpdateVMState(ctx, vm.ID, vm.Version, store.VMUpdate{State: store.VMCreating, Phase: api.PhasePreparingDisk, Spec: spec})
+		if err != nil {
+			return err
+		}
+		vm = next
+	} else if spec != nil && vm.State == store.VMCreating {
+		// An interrupted create: the key recorded then has no private
+		// half any more; this attempt's seed gets the new one.
+		next, err := lc.st.UpdateVMState(ctx, vm.ID, vm.Version, store.VMUpdate{State: vm.State, Phase: vm.Phase, StateReason: vm.StateReason, Spec: spec})
 		if err != nil {
 			return err
 		}
@@ -70,6 +84,9 @@ func (lc *lifecycle) runCreate(ctx context.Context, vm *store.VM, op *store.Oper
 	req, err := lc.vmRequest(ctx, vm)
 	if err != nil {
 		return lc.createFailed(ctx, vm.ID, op, err)
+	}
+	if req.Seed != nil {
+		req.Seed.HostKey = hostKey
 	}
 	info, err := lc.hv.CreateVM(ctx, req)
 	if err != nil {

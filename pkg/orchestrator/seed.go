@@ -55,6 +55,42 @@ func (lc *lifecycle) seed(ctx context.Context, set lifecycleSettings, p *config.
 	return c, nil
 }
 
+// newHostKey makes the SSH host key of a VM whose profile gives its Linux
+// guest a cloud-init seed (nil, nil for any other), and the VM's spec with
+// the key's public half as ssh_host_keys, which the API shows ('gpuvm ssh'
+// trusts it). The private half goes into the seed only: the database, the
+// API and the logs never have it.
+func newHostKey(p *config.Profile, vm *store.VM) (*cloudinit.HostKey, *string, error) {
+	if p == nil || p.CloudInit == nil || p.OS == "windows" {
+		return nil, nil, nil
+	}
+	k, err := cloudinit.NewHostKey("gpuvm-" + vm.ID)
+	if err != nil {
+		return nil, nil, fmt.Errorf("vm %s: %w", vm.ID, err)
+	}
+	spec := map[string]json.RawMessage{}
+	if vm.Spec != "" {
+		if err := json.Unmarshal([]byte(vm.Spec), &spec); err != nil {
+			return nil, nil, fmt.Errorf("vm %s: its recorded request: %w", vm.ID, err)
+		}
+	}
+	keys, err := json.Marshal([]string{k.Public})
+	if err != nil {
+		return nil, nil, err
+	}
+	spec[SpecHostKeys] = keys
+	b, err := json.Marshal(spec)
+	if err != nil {
+		return nil, nil, fmt.Errorf("vm %s: %w", vm.ID, err)
+	}
+	out := string(b)
+	return k, &out, nil
+}
+
+// SpecHostKeys is the key of a VM's spec that holds the public halves of
+// the SSH host keys gpuvm made for its guest.
+const SpecHostKeys = "ssh_host_keys"
+
 // WindowsLicensingScript is the name of a Windows guest's licensing
 // script in its seed: cloudbase-init reads no vendor-data
 // (cloudbase/cloudbase-init#67), so the unattended install's first logon

@@ -142,6 +142,9 @@ const (
 	// auditReasonKey says why a request was refused, for the audit log
 	// only (a sign-in's refusal answers the same whatever the reason).
 	auditReasonKey = "gpuvm.audit_reason"
+	// auditOutcomeKey overrides the outcome the status would give: a
+	// tunnel the guest refused is answered 502, yet is a refusal.
+	auditOutcomeKey = "gpuvm.audit_outcome"
 )
 
 // Bounds of what an entry keeps of what a client sent.
@@ -272,6 +275,10 @@ func auditUser(c *gin.Context, name string) {
 // auditReason says why a request was refused, in its audit entry only.
 func auditReason(c *gin.Context, reason string) { c.Set(auditReasonKey, reason) }
 
+// auditOutcome records the outcome of a request whose status says another
+// (store.AuditRefused for a guest's refusal answered 502).
+func auditOutcome(c *gin.Context, outcome string) { c.Set(auditOutcomeKey, outcome) }
+
 // auditForwarded marks the request proxied to another node (fleet.go),
 // which records it; forwarded false undoes it when the proxying failed.
 func auditForwarded(c *gin.Context, forwarded bool) {
@@ -324,6 +331,9 @@ func (s *Server) fillAudit(c *gin.Context, rec *auditRecord, status int) {
 		e.Outcome = store.AuditRefused
 	default:
 		e.Outcome = store.AuditOK
+	}
+	if o := c.GetString(auditOutcomeKey); o != "" {
+		e.Outcome = o
 	}
 	if status >= 400 {
 		e.Detail = ""

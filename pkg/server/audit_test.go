@@ -595,6 +595,14 @@ func TestAuditConsoleAndTunnel(t *testing.T) {
 	}
 	check("tunnel open", last(), "tunnel.open", "admin", "ok", 101, "port 7")
 	tws.Close(websocket.StatusNormalClosure, "")
+	// A port the guest refuses: the guest's refusal, not gpuvmd's failure.
+	if code, tun, p = e.tunnel("ann-token", e.box.ID, `{"port":2222}`); code != 200 {
+		t.Fatalf("tunnel: %d %+v", code, p)
+	}
+	if tws, code, _ := e.dialWS(ctx, tun.WebSocketURL); tws != nil || code != 502 {
+		t.Fatalf("tunnel to a closed port: %d, want 502", code)
+	}
+	check("tunnel refused by the guest", last(), "tunnel.open", "ann", "refused", 502, "the guest refused the connection on port 2222 of VM box")
 	code, tun, p = e.tunnel("ann-token", e.box.ID, `{"port":7,"protocol":"udp"}`)
 	if code != 200 {
 		t.Fatalf("udp tunnel: %d %+v", code, p)

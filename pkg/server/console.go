@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/coder/websocket"
@@ -113,6 +114,16 @@ const (
 const ticketSweepAge = 10 * time.Minute
 
 var errBadGateway = &Problem{Type: ProblemBase + "bad-gateway", Title: "The VM did not answer as expected", Status: http.StatusBadGateway}
+
+// errGuestRefused: the guest refused a tunnel's connection (nothing listens
+// on its port). Still a 502, as clients of a refused port have always been
+// told, but its own type, audited as refused (by the guest) and logged as
+// no failure of gpuvmd's.
+var errGuestRefused = &Problem{Type: ProblemBase + "guest-refused", Title: "Refused by the guest", Status: http.StatusBadGateway}
+
+// guestRefusedKey marks a request answered errGuestRefused, for the
+// request log.
+const guestRefusedKey = "gpuvm.guest_refused"
 
 // consoleRoutes registers the console and tunnel routes: the ticket
 // issuers under /v1 (bearer token, group vms), the websockets and the
@@ -556,6 +567,13 @@ func (s *Server) openTarget(c *gin.Context, o ConsoleOptions, vm *store.VM, t *s
 	target, err := s.dial(ctx, o, network, addr)
 	if err != nil {
 		log.Info("cannot connect to what the ticket opens", "addr", addr, "err", err)
+		if t.Kind == store.TicketTunnel && errors.Is(err, syscall.ECONNREFUSED) {
+			// The guest answered, and said no: not gpuvmd's failure.
+			auditOutcome(c, store.AuditRefused)
+			c.Set(guestRefusedKey, true)
+			s.writeProblem(c, with(errGuestRefused, fmt.Sprintf("the guest refused the connection on %s: nothing listens there", what)))
+			return nil, "", nil, false
+		}
 		s.writeProblem(c, with(errBadGateway, fmt.Sprintf("cannot connect to %s: %v", what, err)))
 		return nil, "", nil, false
 	}
@@ -678,7 +696,7 @@ var consoleAPIRoutes = []route{
 		Auth: authUser, Params: []param{pVM}, Body: api.TunnelRequest{}, Status: 200, Answer: api.TunnelResponse{}, Errors: []int{400, 404, 409, 413, 422, 503}},
 	{Method: "GET", Path: consoleWSPath, Summary: "Websocket (binary messages) to the display of the ticket's VM; for VNC gpuvmd answers the display's password and offers the client security type None. It closes, with a reason, when idle, at its time limit, when the client stalls, when the VM stops",
 		Auth: authTicket, Params: []param{pTicketVM}, Status: http.StatusSwitchingProtocols, Errors: []int{400, 404, 409, 502, 503}},
-	{Method: "GET", Path: tunnelWSPath, Summary: "Websocket (binary messages) to the ticket's TCP port of its VM's guest, at the guest's address from libvirt; closes as the console's does",
+	{Method: "GET", Path: tunnelWSPath, Summary: "Websocket (binary messages) to the ticket's TCP port of its VM's guest, at the guest's address from libvirt; closes as the console's does. A port the guest refuses (nothing listens there) is 502 of type guest-refused, audited as refused",
 		Auth: authTicket, Params: []param{pTicketVM}, Status: http.StatusSwitchingProtocols, Errors: []int{400, 404, 409, 502, 503}},
 	{Method: "GET", Path: tunnelUDPWSPath, Summary: "Websocket to the ticket's UDP port of its VM's guest: each binary message is one datagram, whole, either way. Datagrams over the size or rate caps (server.http udp_*) are dropped and counted; it closes when the guest's port is unreachable (ICMP), when idle, and as the console's does",
 		Auth: authTicket, Params: []param{pTicketVM}, Status: http.StatusSwitchingProtocols, Errors: []int{400, 404, 409, 502, 503}},

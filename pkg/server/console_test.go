@@ -341,7 +341,7 @@ func newConsoleEnv(t testing.TB, o ConsoleOptions) *consoleEnv {
 	}
 	e.echo = echoServer(t)
 	e.udpEcho = udpEchoServer(t)
-	closedUDP := closedUDPPort(t)
+	closedUDP, closedTCP := closedUDPPort(t), closedTCPPort(t)
 	o.Dial = func(ctx context.Context, network, addr string) (net.Conn, error) {
 		host, port, _ := net.SplitHostPort(addr)
 		if host == guestIP.String() && network == "udp" {
@@ -352,10 +352,10 @@ func newConsoleEnv(t testing.TB, o ConsoleOptions) *consoleEnv {
 			}
 		} else if host == guestIP.String() {
 			e.dials.Add(1)
-			if port != "7" {
-				return nil, fmt.Errorf("dial tcp %s: connect: connection refused", addr)
+			addr = closedTCP // the guest refuses: a real ECONNREFUSED
+			if port == "7" {
+				addr = e.echo.Addr().String()
 			}
-			addr = e.echo.Addr().String()
 		}
 		var d net.Dialer
 		return d.DialContext(ctx, network, addr)

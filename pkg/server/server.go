@@ -268,7 +268,10 @@ func (s *Server) logRequests(c *gin.Context) {
 	start := time.Now()
 	c.Next()
 	level := slog.LevelDebug
-	if c.Writer.Status() >= 500 {
+	switch {
+	case c.GetBool(guestRefusedKey):
+		level = slog.LevelInfo // the guest said no; gpuvmd did not fail
+	case c.Writer.Status() >= 500:
 		level = slog.LevelError
 	}
 	s.log.Log(c.Request.Context(), level, "request", "method", c.Request.Method, "path", c.Request.URL.Path,

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/netip"
 	"strings"
@@ -72,10 +73,21 @@ func TestTunnelEcho(t *testing.T) {
 	if ws2, status, detail := e.dialWS(ctx, wsBase+"/v1/tunnel/ws?ticket="+c.Ticket); ws2 != nil || status != 403 || !strings.Contains(detail, "console ticket") {
 		t.Errorf("console ticket on the tunnel: %d %q", status, detail)
 	}
-	// The guest's port is closed: the websocket is refused, saying so.
+	// The guest's port is closed: the websocket is refused, saying that
+	// the guest refused; the request log has it as no failure of gpuvmd's.
 	_, tun22, _ := e.tunnel("ann-token", e.box.ID, `{"port":22}`)
-	if ws2, status, detail := e.dialWS(ctx, tun22.WebSocketURL); ws2 != nil || status != 502 || !strings.Contains(detail, "port 22 of VM box (192.0.2.10)") || !strings.Contains(detail, "refused") {
-		t.Errorf("closed port: %d %q", status, detail)
+	ws2, status, p22 := e.dialWSWith(ctx, tun22.WebSocketURL, nil)
+	if want := "the guest refused the connection on port 22 of VM box (192.0.2.10): nothing listens there"; ws2 != nil || status != 502 || p22.Detail != want || p22.Type != api.ProblemBase+"guest-refused" {
+		t.Errorf("closed port: %d %+v; want 502 guest-refused %q", status, p22, want)
+	}
+	var logged []any
+	for _, l := range e.logEntries("request") {
+		if l["path"] == "/v1/tunnel/ws" {
+			logged = append(logged, l["level"], l["status"])
+		}
+	}
+	if fmt.Sprint(logged) != "[INFO 502]" {
+		t.Errorf("the tunnel's requests are logged at [level status]: %v; want [INFO 502] (the guest refused, gpuvmd did not fail)", logged)
 	}
 	e.http.Client().CloseIdleConnections()
 	goleak.VerifyNone(t, leaks)

@@ -63,6 +63,19 @@ func closedUDPPort(t testing.TB) string {
 	return addr
 }
 
+// closedTCPPort is a local TCP address nothing listens on (a connection
+// is refused).
+func closedTCPPort(t testing.TB) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	return addr
+}
+
 // logEntries are gpuvmd's log lines with the message msg.
 func (e *consoleEnv) logEntries(msg string) []map[string]any {
 	var out []map[string]any

@@ -52,6 +52,10 @@ func toAPIVM(vm *store.VM, allocs []store.Allocation) api.VM {
 	out := api.VM{ID: vm.ID, Name: vm.Name, Owner: vm.Owner, Profile: vm.Profile, State: vm.State, Phase: vm.Phase,
 		Reason: vm.StateReason, Host: vm.Host, Hours: vm.Hours, LeaseEnd: vm.LeaseEnd, CreatedAt: vm.CreatedAt, UpdatedAt: vm.UpdatedAt}
 	out.StartAt = vm.StartAt
+	var spec vmSpec
+	if json.Unmarshal([]byte(vm.Spec), &spec) == nil {
+		out.SSHHostKeys = spec.SSHHostKeys
+	}
 	if vm.State == store.VMQueued {
 		out.QueuePosition = vm.QueuePosition
 	}
@@ -78,6 +82,9 @@ func toAPIOp(op *store.Operation) api.Operation {
 type vmSpec struct {
 	Hours   int      `json:"hours"`
 	SSHKeys []string `json:"ssh_keys,omitempty"`
+	// SSHHostKeys are what the orchestrator adds at create: the public
+	// halves of the guest's host keys (orchestrator.SpecHostKeys).
+	SSHHostKeys []string `json:"ssh_host_keys,omitempty"`
 }
 
 func (s *Server) createVM(c *gin.Context) {

@@ -258,3 +258,37 @@ func TestVMLifecycleAPI(t *testing.T) {
 		t.Errorf("%d unfinished operations", len(ops))
 	}
 }
+
+// The guest's SSH host key that the orchestrator recorded in the VM's spec
+// is on GET /v1/vms/{id} and in lists; a VM without one has no field.
+func TestVMShowsSSHHostKeys(t *testing.T) {
+	s, st, _ := vmServer(t)
+	ctx := context.Background()
+	rec, _ := send(t, s, "POST", "/v1/vms", "ann-token", `{"profile":"seat","name":"box","hours":8,"ssh_keys":["ssh-ed25519 AAAA ann"]}`)
+	var created api.CreateVMResponse
+	if err := json.Unmarshal(rec.Body.Bytes(), &created); err != nil || rec.Code != 202 {
+		t.Fatalf("%d %s", rec.Code, rec.Body)
+	}
+	if rec, _ := send(t, s, "GET", "/v1/vms/box", "ann-token", ""); strings.Contains(rec.Body.String(), "ssh_host_keys") {
+		t.Errorf("a VM without host keys: %s", rec.Body)
+	}
+	vm, err := st.GetVM(ctx, created.VM.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIKbdq gpuvm-" + vm.ID
+	spec := `{"hours":8,"ssh_keys":["ssh-ed25519 AAAA ann"],"ssh_host_keys":["` + key + `"]}`
+	if _, err := st.UpdateVMState(ctx, vm.ID, vm.Version, store.VMUpdate{State: vm.State, Phase: vm.Phase, Spec: &spec}); err != nil {
+		t.Fatal(err)
+	}
+	rec, _ = send(t, s, "GET", "/v1/vms/box", "ann-token", "")
+	var got api.VM
+	if err := json.Unmarshal(rec.Body.Bytes(), &got); err != nil || len(got.SSHHostKeys) != 1 || got.SSHHostKeys[0] != key {
+		t.Errorf("GET: %d %s; want ssh_host_keys [%q]", rec.Code, rec.Body, key)
+	}
+	rec, _ = send(t, s, "GET", "/v1/vms", "ann-token", "")
+	var l api.VMList
+	if err := json.Unmarshal(rec.Body.Bytes(), &l); err != nil || len(l.Items) != 1 || len(l.Items[0].SSHHostKeys) != 1 {
+		t.Errorf("list: %d %s", rec.Code, rec.Body)
+	}
+}

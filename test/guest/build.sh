@@ -44,7 +44,7 @@ MODULES=(button evdev ahci ata_piix sr_mod isofs virtio_net)
 # (libtomcrypt1 links libgmp10).
 SSH_PKGS=(dropbear-bin libc6 libcrypt1 libgmp10 libtomcrypt1 libtommath1 zlib1g)
 # The dropbear programs the guest runs.
-SSH_BINS=(usr/sbin/dropbear usr/bin/dropbearkey)
+SSH_BINS=(usr/sbin/dropbear usr/bin/dropbearkey usr/bin/dropbearconvert)
 
 mkdir -p "$cache"
 cache=$(cd "$cache" && pwd)
@@ -173,7 +173,7 @@ cp "$bb" "$root/bin/busybox"
 done
 cp -R "$here/rootfs/." "$root/"
 chmod 0755 "$root/init" "$root/etc/acpi/PWRF/00000080" "$root/sbin/gpuvm-net" "$root/etc/udhcpc/default.script"
-chmod 0644 "$root/etc/passwd" "$root/etc/group" "$root/etc/shells" "$root/etc/nsswitch.conf" "$root/etc/gpuvm/users.awk"
+chmod 0644 "$root/etc/passwd" "$root/etc/group" "$root/etc/shells" "$root/etc/nsswitch.conf" "$root/etc/gpuvm/users.awk" "$root/etc/gpuvm/hostkey.awk"
 
 # The SSH server: dropbear's programs, and the shared libraries ldd names for
 # them, found in the SSH packages (never the host's), at the paths the

@@ -5,7 +5,9 @@
 // press. On a network (virtio-net, e.g. libvirt's NAT network "default") it
 // gets an address by DHCP, sending its hostname, and serves SSH on port 22
 // (Debian's dropbear, keys only): an account for each user of the seed's
-// user-data, with its ssh_authorized_keys, a home and /bin/sh.
+// user-data, with its ssh_authorized_keys, a home and /bin/sh; its host key
+// is the ed25519 key of the seed's vendor-data (cloud-init's ssh_keys, which
+// gpuvm writes), else one made at boot.
 //
 // The guest prints these lines on the serial console (console=ttyS0):
 //
@@ -14,7 +16,8 @@
 //	GPUVM-SEED=none                   when there is no seed
 //	GPUVM-USER=<name>                 for each account made from user-data
 //	GPUVM-GUEST-READY                 once booted and listening for ACPI events
-//	GPUVM-SSH-HOSTKEY=SHA256:…        the SSH host key made at boot
+//	GPUVM-SSH-HOSTKEY=SHA256:…        the SSH host key's fingerprint
+//	GPUVM-SSH-HOSTKEY-FROM=seed|made  the seed's key (vendor-data's ssh_keys), or one made at boot
 //	GPUVM-SSH=listening on port 22    once dropbear runs
 //	GPUVM-ADDRESS=<ip>/<len> on eth0  once DHCP gave an address
 //	GPUVM-NET=none                    when there is no network interface

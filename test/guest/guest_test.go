@@ -13,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gpuvm/gpuvm/pkg/hypervisor/cloudinit"
 )
 
 func TestParseResult(t *testing.T) {
@@ -86,6 +88,8 @@ func TestEnsure(t *testing.T) {
 		"sbin/gpuvm-net":                            0o755,
 		"etc/udhcpc/default.script":                 0o755,
 		"etc/gpuvm/users.awk":                       0o644,
+		"etc/gpuvm/hostkey.awk":                     0o644,
+		"usr/bin/dropbearconvert":                   0o755,
 		"etc/passwd":                                0o644,
 		"etc/shells":                                0o644,
 		"usr/sbin/dropbear":                         0o755,
@@ -193,29 +197,10 @@ func readInitramfs(path string, keep map[string]bool) (map[string]cpioEntry, err
 // fields between, CRLF line ends, an item without a name (its keys go
 // nowhere), and a top-level ssh_authorized_keys list (the first user's).
 func TestUsersFromUserData(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds the tiny guest from Debian packages; skipped with -short")
-	}
-	if _, err := exec.LookPath("apt-get"); err != nil {
-		if _, _, ok := cached(); !ok {
-			t.Skip("apt-get is missing and no guest is cached: the guest is built from Debian packages")
-		}
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	_, i, err := Ensure(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	entries, err := readInitramfs(i, map[string]bool{"bin/busybox": true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	bb := guestBusybox(ctx, t)
 	dir := t.TempDir()
-	bb := filepath.Join(dir, "busybox")
-	if err := os.WriteFile(bb, entries["bin/busybox"].data, 0o755); err != nil {
-		t.Fatal(err)
-	}
 	userData := `#cloud-config
 hostname: box-1
 users:
@@ -254,5 +239,100 @@ key ann ssh-ed25519 TOP it's
 `
 	if string(out) != want {
 		t.Errorf("users.awk read:\n%s\nwant:\n%s", out, want)
+	}
+}
+
+// guestBusybox is the busybox of the built guest's initramfs, in a
+// temporary directory; it skips the test where the guest cannot be built.
+func guestBusybox(ctx context.Context, t *testing.T) string {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("builds the tiny guest from Debian packages; skipped with -short")
+	}
+	if _, err := exec.LookPath("apt-get"); err != nil {
+		if _, _, ok := cached(); !ok {
+			t.Skip("apt-get is missing and no guest is cached: the guest is built from Debian packages")
+		}
+	}
+	_, i, err := Ensure(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	entries, err := readInitramfs(i, map[string]bool{"bin/busybox": true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bb := filepath.Join(t.TempDir(), "busybox")
+	if err := os.WriteFile(bb, entries["bin/busybox"].data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return bb
+}
+
+// TestHostKeyFromVendorData runs the guest's own host key reader
+// (rootfs/etc/gpuvm/hostkey.awk) with the guest's busybox awk on the
+// vendor-data gpuvm writes: the host key's cloud-config alone, and beside
+// the licensing script in a MIME multipart message, with LF and CRLF line
+// ends. It reads back the private key gpuvm made, whole; a vendor-data
+// without one gives nothing. Where dropbearconvert is installed, the key
+// converts to dropbear's format, as the guest's sbin/gpuvm-net does.
+func TestHostKeyFromVendorData(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	bb := guestBusybox(ctx, t)
+	k, err := cloudinit.NewHostKey("gpuvm-test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := cloudinit.Config{InstanceID: "i-1", Hostname: "box-1", User: "ann", VMID: "v1", Owner: "ann"}
+	dir := t.TempDir()
+	read := func(name, vendorData string) string {
+		t.Helper()
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, []byte(vendorData), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		out, err := exec.CommandContext(ctx, bb, "awk", "-f", filepath.Join(Dir(), "rootfs/etc/gpuvm/hostkey.awk"), path).CombinedOutput()
+		if err != nil {
+			t.Fatalf("hostkey.awk: %v\n%s", err, out)
+		}
+		return string(out)
+	}
+	for _, vendor := range []string{"", "#!/bin/sh\necho licensing\n"} {
+		c := base
+		c.HostKey, c.VendorData = k, vendor
+		files, err := cloudinit.Render(c, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		vd := string(files[cloudinit.VendorDataFile])
+		for _, crlf := range []bool{false, true} {
+			in := vd
+			if crlf {
+				in = strings.ReplaceAll(vd, "\n", "\r\n")
+			}
+			if got := read("vendor-data", in); got != k.Private {
+				t.Errorf("with vendor data %q (CRLF %v): hostkey.awk read\n%s\nwant\n%s", vendor, crlf, got, k.Private)
+			}
+		}
+	}
+	if got := read("none", "#!/bin/sh\necho ssh_keys:\n"); got != "" {
+		t.Errorf("a vendor-data without a host key: hostkey.awk read %q", got)
+	}
+	conv, err := exec.LookPath("dropbearconvert")
+	if err != nil {
+		t.Log("no dropbearconvert here: the conversion is not tried")
+		return
+	}
+	priv := filepath.Join(dir, "key")
+	if err := os.WriteFile(priv, []byte(k.Private), 0o600); err != nil { // what hostkey.awk read, as checked above
+		t.Fatal(err)
+	}
+	if out, err := exec.CommandContext(ctx, conv, "openssh", "dropbear", priv, priv+".db").CombinedOutput(); err != nil {
+		t.Fatalf("dropbearconvert: %v\n%s", err, out)
+	}
+	out, err := exec.CommandContext(ctx, filepath.Join(filepath.Dir(conv), "dropbearkey"), "-y", "-f", priv+".db").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), strings.Join(strings.Fields(k.Public)[:2], " ")) {
+		t.Errorf("dropbearkey -y: %v\n%s\nwant the public key %s", err, out, k.Public)
 	}
 }

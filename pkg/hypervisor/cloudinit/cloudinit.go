@@ -57,6 +57,10 @@ type Config struct {
 	// profile's own template needs no change for it. It holds secrets:
 	// never log it.
 	VendorData string `json:"-"`
+	// HostKey, when set, is the guest's SSH host key (NewHostKey), which
+	// the seed's vendor-data installs; its private half is in the seed and
+	// nowhere else. Never log it.
+	HostKey *HostKey `json:"-"`
 	// Extra are more files in the seed's root, which cloud-init ignores:
 	// the licensing script of a Windows guest (cloudbase-init reads no
 	// vendor-data), which its unattended install's first logon runs from
@@ -118,6 +122,11 @@ func (c Config) Validate() error {
 			probs = append(probs, fmt.Sprintf("vendor-data: %d bytes, at most %d", len(v), maxUserData))
 		case !strings.HasPrefix(v, "#!") && !strings.HasPrefix(v, "#cloud-config"):
 			probs = append(probs, "vendor-data: must be a script (#!) or #cloud-config")
+		}
+	}
+	if c.HostKey != nil {
+		if err := c.HostKey.validate(); err != nil {
+			probs = append(probs, err.Error())
 		}
 	}
 	if len(probs) > 0 {
@@ -184,8 +193,12 @@ func Render(c Config, tmpls fs.FS) (map[string][]byte, error) {
 		}
 		out[name] = b.Bytes()
 	}
-	if c.VendorData != "" {
-		out[VendorDataFile] = []byte(c.VendorData)
+	vd, err := vendorData(c) // hostkey.go
+	if err != nil {
+		return nil, fmt.Errorf("cloud-init seed: %w", err)
+	}
+	if vd != "" {
+		out[VendorDataFile] = []byte(vd)
 	}
 	if c.UserData == "" && !bytes.HasPrefix(out["user-data"], []byte("#cloud-config\n")) {
 		return nil, fmt.Errorf("cloud-init template user-data.tmpl: output must start with the line #cloud-config")
