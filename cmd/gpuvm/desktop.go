@@ -219,17 +219,28 @@ func desktopPort(d *api.Desktop, use string, def int) int {
 func tunnelTo(ctx context.Context, c *client.Client, cmd *cobra.Command, ref, protocol, use string, port int, t tunnelOpts, ready func(addr string) error) error {
 	_, err := runTunnel(ctx, c, cmd, ref, port, t, ready)
 	if p, ok := client.AsProblem(err); ok && p.Status == http.StatusBadGateway {
-		what := strconv.Itoa(port)
-		if use != protocol {
-			what += " (" + use + ")"
-		}
-		return fmt.Errorf("%s: nothing answers on port %s of the guest: is the %s server installed and running there? cloud-init may still be setting it up (see docs/config.md, \"Desktops in the guest\"; 'gpuvm ssh %s' to look)",
-			p.Detail, what, desktopServer[protocol], ref)
+		return errors.New(desktopUnreachable(p, ref, protocol, use, port))
 	}
 	if errors.Is(err, errClientDone) {
 		return nil
 	}
 	return err
+}
+
+// desktopUnreachable says why a desktop server's port could not be
+// reached (the tunnel's 502) and what to look at: the guest's refusal
+// already says that nothing listens there.
+func desktopUnreachable(p *client.Problem, ref, protocol, use string, port int) string {
+	what := strconv.Itoa(port)
+	if use != protocol {
+		what += " (" + use + ")"
+	}
+	said := p.Detail
+	if p.Kind() != "guest-refused" {
+		said += ": nothing answers on port " + what + " of the guest"
+	}
+	return fmt.Sprintf("%s: is the %s server installed and running there? cloud-init may still be setting it up (see docs/config.md, \"Desktops in the guest\"; 'gpuvm ssh %s' to look)",
+		said, desktopServer[protocol], ref)
 }
 
 var desktopServer = map[string]string{

@@ -24,6 +24,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/gpuvm/gpuvm/pkg/api"
 	"github.com/gpuvm/gpuvm/pkg/client"
 	"github.com/gpuvm/gpuvm/pkg/config"
 	"github.com/gpuvm/gpuvm/pkg/hypervisor/domain"
@@ -527,6 +528,24 @@ func TestShowNamesTheDesktop(t *testing.T) {
 		// Only what the profile has: no RDP for a seat.
 		if name == "seat" && (strings.Contains(out.String(), "gpuvm rdp") || strings.Contains(out.String(), "Remote desktop")) {
 			t.Errorf("show seat offers a remote desktop:\n%s", out.String())
+		}
+	}
+}
+
+// A desktop server that cannot be reached is said once: the guest's own
+// refusal says nothing listens there; another failure says nothing answers.
+func TestDesktopUnreachable(t *testing.T) {
+	for _, tc := range []struct {
+		kind, detail, want string
+	}{
+		{"guest-refused", "the guest refused the connection on port 3389 of VM s1 (192.168.122.9): nothing listens there",
+			"the guest refused the connection on port 3389 of VM s1 (192.168.122.9): nothing listens there: is the RDP (xrdp, or Windows' Remote Desktop) server installed and running there? cloud-init may still be setting it up (see docs/config.md, \"Desktops in the guest\"; 'gpuvm ssh s1' to look)"},
+		{"bad-gateway", "cannot connect to port 3389 of VM s1: i/o timeout",
+			"cannot connect to port 3389 of VM s1: i/o timeout: nothing answers on port 3389 of the guest: is the RDP (xrdp, or Windows' Remote Desktop) server installed and running there? cloud-init may still be setting it up (see docs/config.md, \"Desktops in the guest\"; 'gpuvm ssh s1' to look)"},
+	} {
+		p := &client.Problem{Problem: api.Problem{Type: "https://gpuvm.dev/problems/" + tc.kind, Status: 502, Detail: tc.detail}}
+		if got := desktopUnreachable(p, "s1", api.DesktopRDP, "rdp", 3389); got != tc.want {
+			t.Errorf("%s:\n got %s\nwant %s", tc.kind, got, tc.want)
 		}
 	}
 }

@@ -281,6 +281,11 @@ func (lc *lifecycle) checkBoot(ctx context.Context, vm *store.VM, since time.Tim
 	reason := ""
 	switch {
 	case len(addrs) > 0:
+		wait, why := lc.desktopReady(ctx, lc.settings().Profiles[vm.Profile], addrs, since)
+		if wait {
+			return lc.stillBooting(ctx, vm, why)
+		}
+		reason = why
 	case lc.guests == nil:
 		// Guests are not watched (any more): nothing to wait for.
 	case lc.st.Now().Sub(since) >= lc.settings().BootTimeout:
@@ -309,8 +314,12 @@ func (lc *lifecycle) checkBoot(ctx context.Context, vm *store.VM, since time.Tim
 		return err
 	}
 	lc.boots.remove(vm.ID)
-	if p := lc.settings().Profiles[vm.Profile]; p != nil && p.CloudInit != nil && reason == "" {
+	if p := lc.settings().Profiles[vm.Profile]; p != nil && p.CloudInit != nil && (reason == "" || len(addrs) > 0) {
 		lc.inits.add(vm.ID, lc.st.Now())
+	}
+	if reason != "" && len(addrs) > 0 {
+		lc.log.Warn("VM ready without its desktop", "vm", vm.ID, "name", vm.Name, "owner", vm.Owner, "reason", reason)
+		return nil
 	}
 	if reason != "" {
 		lc.log.Warn("VM ready without a guest address", "vm", vm.ID, "name", vm.Name, "owner", vm.Owner, "reason", reason, "query_err", qerr)
@@ -323,4 +332,20 @@ func (lc *lifecycle) checkBoot(ctx context.Context, vm *store.VM, since time.Tim
 	lc.log.Info("VM ready: its guest is up", "vm", vm.ID, "name", vm.Name, "owner", vm.Owner, "addresses", shown,
 		"booted_in", lc.st.Now().Sub(since).Round(time.Second))
 	return nil
+}
+
+// stillBooting keeps a booting VM booting, with why as its reason (written
+// once, when it changes).
+func (lc *lifecycle) stillBooting(ctx context.Context, vm *store.VM, why string) error {
+	if vm.StateReason == why {
+		return nil
+	}
+	_, err := lc.st.UpdateVMState(ctx, vm.ID, vm.Version, store.VMUpdate{State: store.VMRunning, Phase: api.PhaseBooting, StateReason: why})
+	if errors.Is(err, store.ErrConflict) {
+		return nil // changed meanwhile: the next look reads it again
+	}
+	if err == nil {
+		lc.log.Info("guest up; waiting for its desktop", "vm", vm.ID, "name", vm.Name, "reason", why)
+	}
+	return err
 }

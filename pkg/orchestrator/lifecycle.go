@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"time"
 
 	"github.com/gpuvm/gpuvm/pkg/config"
@@ -47,6 +48,8 @@ type lifecycle struct {
 	// avail checks that a profile's image, kernel and template are here
 	// (Config.Availability; nil: not checked).
 	avail *images.Availability
+	// dial connects to a guest's port (Config.DialGuest; nil: a net.Dialer).
+	dial func(ctx context.Context, network, address string) (net.Conn, error)
 }
 
 // lifecycleStore is what the lifecycle asks of the database.

@@ -11,6 +11,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"net"
 	"os"
 	"sync"
 	"time"
@@ -121,6 +122,9 @@ type Config struct {
 	// soon as its domain runs.
 	Guests                 Guests
 	BootTimeout, BootCheck time.Duration
+	// DialGuest connects to a port of a guest (a profile's desktop server,
+	// which a booting VM waits for: bootdesktop.go); nil: a net.Dialer.
+	DialGuest func(ctx context.Context, network, address string) (net.Conn, error)
 	// Scheduler tunes the scheduling cycle that places queued VMs. Zero:
 	// pack placement, EASY backfill with the scheduler's lookahead (the
 	// largest of the first 16 VMs that cannot start gets the devices it
@@ -228,7 +232,7 @@ func New(cfg Config, opts ...Option) *Orchestrator {
 	o.fleet = &fleetDuties{host: set.Host, st: set.Store, log: o.log, fleet: set.Fleet, backends: backends, wake: o.wake.Wake,
 		spec: o.hostSpec, settings: func() fleetSettings { return fleetSettings{HostTimeout: set.HostTimeout} }}
 	o.life = &lifecycle{host: set.Host, installation: set.Installation, st: set.Store, log: o.log, hv: set.Hypervisor, backends: backends, guests: set.Guests,
-		names: names, testHook: opt.hook, wake: o.wake.Wake, fleet: o.fleet, avail: set.Availability,
+		names: names, testHook: opt.hook, wake: o.wake.Wake, fleet: o.fleet, avail: set.Availability, dial: set.DialGuest,
 		settings: func() lifecycleSettings {
 			c := live()
 			return lifecycleSettings{DomainType: set.DomainType,
