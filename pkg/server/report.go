@@ -39,6 +39,12 @@ func (s *Server) reportSummary(c *gin.Context) {
 		}
 		q.IdleBelow = f
 	}
+	sim, err := s.simulatedHosts(c.Request.Context()) // usage.go
+	if err != nil {
+		s.writeProblem(c, err)
+		return
+	}
+	q.SimulatedHosts = sim
 	r, err := usage.Summarize(c.Request.Context(), s.Ledger, s.Store, q)
 	if err != nil {
 		s.writeProblem(c, err)

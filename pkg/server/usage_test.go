@@ -352,4 +352,15 @@ func TestUsageOnASimulatedServer(t *testing.T) {
 	if r.Total.SimulatedGPUHours != r.Total.GPUHours || r.Total.MeasuredGPUHours != 0 || r.Total.Utilization != nil {
 		t.Errorf("the report on a simulated server: %+v", r.Total)
 	}
+	// The review summary keeps it apart too, and says so.
+	var sum api.ReportSummary
+	if code, p := e.get(t, "/v1/reports/summary?from=2026-03-09T00:00:00Z&to=2026-03-10T00:00:00Z", "admin", &sum); code != 200 {
+		t.Fatalf("%d %s", code, p.Detail)
+	}
+	if tot := sum.Total; tot.GPUHours == 0 || math.Abs(tot.SimulatedGPUHours-tot.GPUHours) > 1e-9 || tot.MeasuredGPUHours != 0 || tot.IdleGPUHours != 0 || tot.Utilization != nil {
+		t.Errorf("the review summary on a simulated server: %+v", tot)
+	}
+	if notes := strings.Join(sum.Notes, "\n"); !strings.Contains(notes, "held on simulated GPU servers") || strings.Contains(notes, "the GPUs were busy") {
+		t.Errorf("the review's notes on a simulated server:\n%s", notes)
+	}
 }
