@@ -80,6 +80,10 @@ var zh = [][2]string{
 	{"Internal error", "内部错误"},
 	{"Method not allowed", "不允许的方法"},
 	{"Refused by the sharing policy", "被共享规则拒绝"},
+	// A review note (pkg/usage) that the alert summaries' patterns would
+	// match too.
+	{"{h} GPU-hours were held on simulated GPU servers: their utilisation is the simulator's, not a GPU's, so it is counted neither as used nor as held idle.",
+		"{h} GPU 小时是在模拟 GPU 服务器上占用的：其利用率来自模拟器而非 GPU，因此既不算作已使用，也不算作闲置占用。"},
 	// Alert summaries (pkg/alert): what, the metric (a name, as in
 	// Prometheus), its value, the condition and for how long.
 	{"{what*}: {metric} is {value*}, {cond*} for {d~}", "{what}：{metric} 为 {value}，{cond}，已持续 {d}"},
@@ -105,8 +109,6 @@ var zh = [][2]string{
 		"在测得利用率的 {m} GPU 小时里，GPU 有 {pct} 的时间在忙：{idle} GPU 小时被闲置占用。其余 {rest} GPU 小时没有报告利用率。"},
 	{"Where utilisation was measured ({m} GPU-hours), the GPUs were busy {pct} of the time: {idle} GPU-hours were held idle.",
 		"在测得利用率的 {m} GPU 小时里，GPU 有 {pct} 的时间在忙：{idle} GPU 小时被闲置占用。"},
-	{"{h} GPU-hours were held on simulated GPU servers: their utilisation is the simulator's, not a GPU's, so it is counted neither as used nor as held idle.",
-		"{h} GPU 小时是在模拟 GPU 服务器上占用的：其利用率来自模拟器而非 GPU，因此既不算作已使用，也不算作闲置占用。"},
 	{"1 VM held a GPU for an hour or more at under {pct} utilisation; it still holds it (see Idle VMs).",
 		"1 台虚拟机以低于 {pct} 的利用率占用 GPU 一小时以上；它仍占着（见“闲置的虚拟机”）。"},
 	{"1 VM held a GPU for an hour or more at under {pct} utilisation; it no longer holds it (see Idle VMs).",
