@@ -403,6 +403,12 @@ func (s *Server) authMethods(c *gin.Context) {
 		m.OIDCDevice = s.OIDC.SupportsDevice(ctx)
 		cancel()
 	}
+	// The sign-in page's badge: whether, never which (usage.go).
+	if sim, err := s.simulatedHosts(c.Request.Context()); err != nil {
+		s.log.Warn("auth methods: the hosts are not read: no simulated badge", "err", err)
+	} else {
+		m.Simulated = len(sim) > 0
+	}
 	c.JSON(http.StatusOK, m)
 }
 

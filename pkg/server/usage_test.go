@@ -364,3 +364,23 @@ func TestUsageOnASimulatedServer(t *testing.T) {
 		t.Errorf("the review's notes on a simulated server:\n%s", notes)
 	}
 }
+
+// GET /v1/auth/methods, which needs no sign-in, says whether the
+// installation is simulated, for the sign-in page's badge: that only,
+// never which hosts.
+func TestAuthMethodsSaysSimulated(t *testing.T) {
+	e := newUsageEnv(t)
+	var m api.AuthMethods
+	if code, p := e.get(t, "/v1/auth/methods", "", &m); code != 200 || m.Simulated {
+		t.Fatalf("a real host: %d %s, %+v", code, p.Detail, m)
+	}
+	if err := e.st.RegisterHost(context.Background(), &store.Host{Name: "h1", Version: "test", Inventory: `{"host":"simulated GPU server (preset a100x4)","simulated":true,"gpus":[]}`}); err != nil {
+		t.Fatal(err)
+	}
+	req := httptest.NewRequest("GET", "/v1/auth/methods", nil)
+	rec := httptest.NewRecorder()
+	e.s.ServeHTTP(rec, req)
+	if b := rec.Body.String(); rec.Code != 200 || !strings.Contains(b, `"simulated":true`) || strings.Contains(b, "h1") || strings.Contains(b, "a100") {
+		t.Errorf("a simulated host: %d %s", rec.Code, b)
+	}
+}

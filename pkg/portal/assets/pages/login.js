@@ -129,7 +129,7 @@ export default function Login() {
   }
   if (methods && methods.password) ways.push(html`<${PasswordForm} />`);
   if (methods && methods.token) ways.push(html`<${TokenForm} />`);
-  return html`<${Header} />
+  return html`<${Header} simulated=${!!(methods && methods.simulated)} />
   <main id="main" tabindex="-1" class="narrow login">
     <h1>${t('loginTitle')}</h1>
     <${Problem} error=${error} />
