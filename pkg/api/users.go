@@ -166,4 +166,7 @@ type AuthMethods struct {
 	// It says only that; which servers, GET /v1/session's
 	// simulated_hosts says to those signed in.
 	Simulated bool `json:"simulated,omitempty"`
+	// Contact is whom to ask about this server (server.contact: a name
+	// and email, or a URL); "" when the configuration names nobody.
+	Contact string `json:"contact,omitempty"`
 }

@@ -391,7 +391,8 @@ func (s *Server) authenticateBearerSession(c *gin.Context, secret string) (found
 
 // authMethods serves GET /v1/auth/methods: what a sign-in page may offer.
 func (s *Server) authMethods(c *gin.Context) {
-	m := api.AuthMethods{Password: s.SignIn != nil, OIDC: s.OIDC != nil, Token: s.authSettings().Local.Enabled}
+	m := api.AuthMethods{Password: s.SignIn != nil, OIDC: s.OIDC != nil, Token: s.authSettings().Local.Enabled,
+		Contact: s.config().Server.Contact}
 	if s.OIDC != nil {
 		if o := s.authSettings().OIDC; o != nil {
 			m.OIDCName = o.DisplayName

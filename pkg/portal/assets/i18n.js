@@ -24,7 +24,7 @@ const words = {
     ask: 'Ask for a VM', askTitle: 'Ask for a {p} VM', name: 'Name', nameHint: 'Lower-case letters, digits and dashes; empty: one is made up.',
     hours: 'Hours', hoursHint: 'From 1 to {m}.', sshKeys: 'SSH public keys', sshHint: 'One per line (optional).',
     submit: 'Ask', cancel: 'Cancel', asking: 'Asking…', asked: '{name} is asked for: see My VMs.',
-    noProfiles: 'There is no machine you may ask for. Ask your admin.',
+    noProfiles: 'There is no machine you may ask for. Ask your admin{admin}.',
     vmsIntro: 'Your VMs, updated live.', noVMs: 'You have no VMs. Ask for one in GPU machines.',
     live: 'Live', offline: 'Reconnecting…',
     state: 'State', profile: 'Profile', gpu: 'GPU', leaseEnd: 'Lease ends', addresses: 'Addresses',
@@ -62,7 +62,7 @@ const words = {
     ask: '申请虚拟机', askTitle: '申请 {p} 虚拟机', name: '名称', nameHint: '小写字母、数字和连字符；留空则自动生成。',
     hours: '小时数', hoursHint: '1 到 {m}。', sshKeys: 'SSH 公钥', sshHint: '每行一个（可选）。',
     submit: '申请', cancel: '取消', asking: '正在申请…', asked: '已申请 {name}：见“我的虚拟机”。',
-    noProfiles: '没有你可以申请的机器。请联系管理员。',
+    noProfiles: '没有你可以申请的机器。请联系管理员{admin}。',
     vmsIntro: '你的虚拟机，实时更新。', noVMs: '你还没有虚拟机。可以在“GPU 机器”中申请。',
     live: '实时', offline: '正在重新连接…',
     state: '状态', profile: '配置', gpu: 'GPU', leaseEnd: '租期结束', addresses: '地址',
@@ -91,8 +91,16 @@ export function addWords(table) {
 // t is the text of key, with {name}s filled from vars.
 export function t(key, vars = {}) {
   const s = words[lang][key] ?? words.en[key] ?? key;
-  return typeof s === 'string' ? s.replace(/\{(\w+)\}/g, (_, k) => String(vars[k] ?? '')) : s;
+  return typeof s === 'string' ? s.replace(/\{(\w+)\}/g, (_, k) => String(vars[k] ?? (k === 'admin' ? adminContact() : ''))) : s;
 }
+
+// contact is whom to ask about this server (server.contact, from GET
+// /v1/session or /v1/auth/methods): the words "ask your admin" name it,
+// "ask your admin (Lab IT <gpu-help@example.org>)", through {admin}; "" for
+// nobody in particular, and the words read as before.
+let contact = '';
+export function setContact(c) { contact = c || ''; }
+const adminContact = () => (!contact ? '' : lang === 'en' ? ` (${contact})` : `（${contact}）`);
 
 export const stateWord = (s) => t('states')[s] || s;
 export const phaseWord = (p) => t('phases')[p] || p;
