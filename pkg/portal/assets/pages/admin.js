@@ -129,9 +129,10 @@ function Users() {
         <th scope="col">${t('source')}</th><th scope="col">${t('status')}</th><th scope="col"><span class="sr-only">${t('showTokens')}</span></th></tr></thead>
       <tbody>
         ${(users || []).map((u) => html`<tr key=${u.name} data-user=${u.name}>
-          <th scope="row">${u.name}</th><td>${u.admin ? t('yes') : t('no')}</td><td>${(u.groups || []).join(', ')}</td>
-          <td>${u.source ? word('sources', u.source) : ''}</td><td>${u.disabled_at ? t('disabled') : t('active')}</td>
-          <td><button type="button" class="quiet small" aria-expanded=${open === u.name} aria-controls="tokens-panel"
+          <th scope="row">${u.name}</th><td data-label=${t('admin')}>${u.admin ? t('yes') : t('no')}</td>
+          <td data-label=${t('groups')}>${(u.groups || []).join(', ')}</td>
+          <td data-label=${t('source')}>${u.source ? word('sources', u.source) : ''}</td><td>${u.disabled_at ? t('disabled') : t('active')}</td>
+          <td class="act"><button type="button" class="quiet small" aria-expanded=${open === u.name} aria-controls="tokens-panel"
             onClick=${() => setOpen(open === u.name ? '' : u.name)}>${open === u.name ? t('hideTokens') : t('showTokens')}</button></td>
         </tr>`)}
       </tbody>
