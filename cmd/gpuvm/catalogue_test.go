@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/gpuvm/gpuvm/pkg/api"
+	"github.com/gpuvm/gpuvm/pkg/client"
 	"github.com/gpuvm/gpuvm/pkg/client/clienttest"
 	"github.com/gpuvm/gpuvm/pkg/images"
 	"github.com/gpuvm/gpuvm/pkg/store"
@@ -119,6 +120,10 @@ profile "h100-vgpu" {
 			mig = l
 		}
 	}
+	// The free count, in the portal's words: the H100's two 3g.40gb places.
+	if !strings.Contains(mig, "2 free of 2 ") {
+		t.Errorf("profiles: mig-seat's free count: %q", mig)
+	}
 	if !strings.Contains(h100, "vGPU H100-4C (unservable)") || strings.Contains(mig, "unservable") ||
 		!strings.Contains(out, "\nh100-vgpu is unservable here, and a VM of it is refused: no GPU here can ever give H100-4C") {
 		t.Errorf("profiles:\n%s", out)
@@ -182,5 +187,44 @@ profile "desktop" {
 	_, errOut, code := c.run("create", "desktop")
 	if code != 1 || !strings.Contains(errOut, "profile desktop cannot be made on this server now: "+why) || strings.Contains(errOut, dir) {
 		t.Errorf("create: exit %d %q", code, errOut)
+	}
+}
+
+// gpuvm profiles says what is free as the portal's catalogue does
+// (freeWords in pkg/portal/assets/i18n.js).
+func TestProfilesFreeText(t *testing.T) {
+	g := &client.ProfileGPU{Kind: "mig", Profile: "1g.10gb", Count: 1}
+	for _, c := range []struct {
+		name string
+		gpu  *client.ProfileGPU
+		free *api.ProfileFree
+		want string
+	}{
+		{"not counted", g, nil, "-"},
+		{"no GPU", nil, &api.ProfileFree{VMs: 1}, "-"},
+		{"none", g, &api.ProfileFree{VMs: 0, Total: 28, ByKind: map[string]int{}}, "none free"},
+		{"one kind", g, &api.ProfileFree{VMs: 3, Total: 28, ByKind: map[string]int{"mig": 3}}, "3 free of 28"},
+		{"whole GPUs", &client.ProfileGPU{Kind: "passthrough", Count: 1}, &api.ProfileFree{VMs: 2, Total: 6, ByKind: map[string]int{"passthrough": 2}}, "2 free of 6 GPUs"},
+		{"several kinds", &client.ProfileGPU{Kind: "any", Count: 1}, &api.ProfileFree{VMs: 23, Total: 60, ByKind: map[string]int{"vgpu": 3, "mig": 20}},
+			"23 free of 60: 20 as MIG slices, 3 as vGPUs"},
+		{"no total", g, &api.ProfileFree{VMs: 4}, "4 free"},
+	} {
+		if got := freeText(client.Profile{GPU: c.gpu, Free: c.free}); got != c.want {
+			t.Errorf("%s: %q, want %q", c.name, got, c.want)
+		}
+	}
+	var b strings.Builder
+	ps := []client.Profile{
+		{Name: "any-small", VCPUs: 2, Memory: 4 << 30, GPU: &client.ProfileGPU{Kind: "any", Count: 1, Memory: 10 << 30, Kinds: []string{"mig", "vgpu"}},
+			Free: &api.ProfileFree{VMs: 23, Total: 60, ByKind: map[string]int{"mig": 20, "vgpu": 3}}},
+		{Name: "cpu-only", VCPUs: 1, Memory: 1 << 30},
+	}
+	if err := printRemoteProfiles(&b, ps); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(b.String(), "\n")
+	if !strings.Contains(lines[0], " FREE ") || !strings.Contains(lines[1], "23 free of 60: 20 as MIG slices, 3 as vGPUs") ||
+		!strings.HasPrefix(strings.Fields(lines[2])[2], "-") {
+		t.Errorf("the table:\n%s", b.String())
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -244,9 +245,29 @@ func explain(err error, c *client.Client, stderr io.Writer) error {
 		if p.Status == 404 && strings.HasPrefix(p.Detail, "no route ") {
 			fmt.Fprintln(stderr, "  This server does not know this request: it may be older than this gpuvm.")
 		}
+		if who := contactOf(c, p.Status); who != "" {
+			fmt.Fprintf(stderr, "  Ask an admin (%s).\n", who)
+		}
 		return exitError{exitFailure}
 	}
 	return err
+}
+
+// contactOf is whom the server names to ask about it (server.contact, GET
+// /v1/auth/methods), for a refusal (status 403: not allowed, or the
+// sharing policy's): "" for another status, when the server names nobody,
+// or when it cannot be asked within a few seconds.
+func contactOf(c *client.Client, status int) string {
+	if c == nil || status != http.StatusForbidden {
+		return ""
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	m, err := c.AuthMethods(ctx)
+	if err != nil {
+		return ""
+	}
+	return m.Contact
 }
 
 // outputOpts are --json and --quiet.

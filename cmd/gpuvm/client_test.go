@@ -621,3 +621,26 @@ func TestCompletion(t *testing.T) {
 		t.Error("completion tcsh worked")
 	}
 }
+
+// A refusal names whom to ask when the server's configuration does
+// (server.contact); without it the words are as before.
+func TestRefusalNamesContact(t *testing.T) {
+	for _, c := range []struct {
+		name, config, want string
+	}{
+		{"with a contact", clienttest.Profiles + "\nserver {\n  contact = \"Lab IT <gpu-help@example.org>\"\n}\n", "  Ask an admin (Lab IT <gpu-help@example.org>).\n"},
+		{"without", clienttest.Profiles, ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			env := clienttest.New(t, clienttest.Options{Profiles: c.config})
+			cli := newCLI(t, map[string]string{"GPUVM_URL": env.URL, "GPUVM_TOKEN": env.UserToken})
+			_, errOut, code := cli.run("admin", "audit")
+			if code != 1 || !strings.Contains(errOut, "gpuvm: Not allowed") {
+				t.Fatalf("admin audit as a user: exit %d %q", code, errOut)
+			}
+			if got := strings.Contains(errOut, "Ask an admin"); got != (c.want != "") || (c.want != "" && !strings.HasSuffix(errOut, c.want)) {
+				t.Errorf("stderr %q, want it to end %q", errOut, c.want)
+			}
+		})
+	}
+}

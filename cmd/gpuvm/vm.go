@@ -31,7 +31,11 @@ func newProfilesCmd(getenv func(string) string) *cobra.Command {
 		Use:   "profiles",
 		Short: "List the profiles you may make VMs from (asks the server)",
 		Long: `Lists the profiles the server offers you: what GPU slice, vCPUs, memory and
-disk a VM of each gets, and its lease (default/maximum). A profile that no GPU
+disk a VM of each gets, its lease (default/maximum), and what is free now, in
+the portal's words: how many VMs of it the hosts could place one after the
+other, of how many they hold in all ("3 free of 28", "2 free of 6 GPUs",
+"23 free of 60: 20 as MIG slices, 3 as vGPUs", "none free"; "-" when not
+counted). A profile that no GPU
 of the server's hosts can ever give (a board or mode they do not have) is
 marked "(unservable)", and why is said under the table; a VM of it is refused.
 A profile whose disk image, boot kernel or template is not on the server now
@@ -75,7 +79,7 @@ func printRemoteProfiles(w io.Writer, ps []client.Profile) error {
 		return err
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tGPU\tVCPUS\tMEMORY\tDISK\tLEASE\tDESCRIPTION")
+	fmt.Fprintln(tw, "NAME\tGPU\tFREE\tVCPUS\tMEMORY\tDISK\tLEASE\tDESCRIPTION")
 	for _, p := range ps {
 		var g *config.GPUNeed
 		if p.GPU != nil {
@@ -98,7 +102,7 @@ func printRemoteProfiles(w io.Writer, ps []client.Profile) error {
 		case p.Unservable != "":
 			gpuText += " (unservable)"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\n", p.Name, gpuText, p.VCPUs, config.FormatSize(p.Memory), disk, lease, p.Description)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", p.Name, gpuText, freeText(p), p.VCPUs, config.FormatSize(p.Memory), disk, lease, p.Description)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -120,6 +124,40 @@ func printRemoteProfiles(w io.Writer, ps []client.Profile) error {
 		return err
 	}
 	return nil
+}
+
+// freeKinds are the kinds of GPU a free count is split into, in words, in
+// the portal's order (pkg/portal/assets/i18n.js, kindWords).
+var freeKinds = []struct{ kind, words string }{{"mig", "%d as MIG slices"}, {"vgpu", "%d as vGPUs"}, {"passthrough", "%d as whole GPUs"}}
+
+// freeText says how many VMs of a profile the hosts could place now, in
+// the portal's words (freeWords): "3 free of 28", "2 free of 6 GPUs" for
+// whole GPUs, "23 free of 60: 20 as MIG slices, 3 as vGPUs" for a profile
+// of several kinds, "none free"; "-" when the server did not count them
+// (a profile without a GPU, or no host has reported).
+func freeText(p client.Profile) string {
+	f := p.Free
+	if f == nil || p.GPU == nil {
+		return "-"
+	}
+	if f.VMs == 0 {
+		return "none free"
+	}
+	var kinds []string
+	for _, k := range freeKinds {
+		if n := f.ByKind[k.kind]; n > 0 {
+			kinds = append(kinds, fmt.Sprintf(k.words, n))
+		}
+	}
+	switch {
+	case f.Total == 0:
+		return fmt.Sprintf("%d free", f.VMs)
+	case len(kinds) > 1:
+		return fmt.Sprintf("%d free of %d: %s", f.VMs, f.Total, strings.Join(kinds, ", "))
+	case len(kinds) == 1 && f.ByKind["passthrough"] > 0:
+		return fmt.Sprintf("%d free of %d GPUs", f.VMs, f.Total)
+	}
+	return fmt.Sprintf("%d free of %d", f.VMs, f.Total)
 }
 
 // completeFromServer makes a completion of a command's first argument

@@ -31,4 +31,7 @@ type Session struct {
 	// simulated (host { simulate = "…" }: no real GPU is touched), which
 	// the portal says on every page (GET /v1/session only).
 	SimulatedHosts []string `json:"simulated_hosts,omitempty"`
+	// Contact is whom to ask about this server (server.contact), for the
+	// portal's "ask your admin"; "" when the configuration names nobody.
+	Contact string `json:"contact,omitempty"`
 }

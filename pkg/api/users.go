@@ -161,4 +161,12 @@ type AuthMethods struct {
 	// Token: bearer tokens of users made in gpuvm are accepted (local
 	// auth on); break-glass admins' are accepted always.
 	Token bool `json:"token"`
+	// Simulated: some GPU server of the installation is simulated, no
+	// real GPU (host { simulate = "…" }), for the sign-in page's badge.
+	// It says only that; which servers, GET /v1/session's
+	// simulated_hosts says to those signed in.
+	Simulated bool `json:"simulated,omitempty"`
+	// Contact is whom to ask about this server (server.contact: a name
+	// and email, or a URL); "" when the configuration names nobody.
+	Contact string `json:"contact,omitempty"`
 }

@@ -107,6 +107,9 @@ type Profile struct {
 	// server now: what it is made of (its disk image, kernel, template)
 	// is missing (api.Profile); "" when it can.
 	Unavailable string `json:"unavailable,omitempty"`
+	// Free is how many VMs of the profile the hosts could place now, and
+	// of how many (api.Profile); nil when the server does not count them.
+	Free *api.ProfileFree `json:"free,omitempty"`
 
 	Raw json.RawMessage `json:"-"`
 }

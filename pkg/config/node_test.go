@@ -1,6 +1,7 @@
 package config
 
 import (
+	"strings"
 	"testing"
 	"time"
 )
@@ -67,6 +68,36 @@ func TestHTTPBlock(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			checkBlock(t, tc.hcl, tc.err, 0, tc.want, func(c *Config) HTTP { return c.Server.HTTP })
+		})
+	}
+}
+
+// server.contact names whom to ask: a name and email or a URL, one line.
+func TestServerContact(t *testing.T) {
+	for _, tc := range []struct {
+		name, hcl string
+		want      string
+		err       string // a diagnostic's summary; "" for none
+	}{
+		{"none", `server {}`, "", ""},
+		{"name and email", `server { contact = "Lab IT <gpu-help@example.org>" }`, "Lab IT <gpu-help@example.org>", ""},
+		{"trimmed", `server { contact = "  Ann Lee  " }`, "Ann Lee", ""},
+		{"a web page", `server { contact = "https://help.example.org/gpu" }`, "https://help.example.org/gpu", ""},
+		{"mailto", `server { contact = "mailto:gpu-help@example.org" }`, "mailto:gpu-help@example.org", ""},
+		{"empty", `server { contact = "" }`, "", "Invalid contact"},
+		{"blank", `server { contact = "   " }`, "", "Invalid contact"},
+		{"two lines", "server {\n contact = \"Ann\\nLee\"\n}", "", "Invalid contact"},
+		{"too long", `server { contact = "` + strings.Repeat("a", 201) + `" }`, "", "Invalid contact"},
+		{"a URL of another scheme", `server { contact = "javascript://x" }`, "", "Invalid contact"},
+		{"a URL without a host", `server { contact = "https:///help" }`, "", "Invalid contact"},
+		{"not a string", `server { contact = 3 }`, "3", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			line := 1 // the attribute's line
+			if strings.Contains(tc.hcl, "\n") {
+				line = 2
+			}
+			checkBlock(t, tc.hcl, tc.err, line, tc.want, func(c *Config) string { return c.Server.Contact })
 		})
 	}
 }

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
@@ -9,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/hashicorp/hcl/v2"
 
@@ -52,6 +55,12 @@ func (r *resolver) resolveServer(b *serverBlock) {
 	}
 	s.LogLevel = str(b.LogLevel, "info")
 	r.oneOf(b.Body, "log_level", s.LogLevel, logLevels, b.DefRange)
+	if b.Contact != nil {
+		s.Contact = strings.TrimSpace(*b.Contact)
+		if err := checkContact(s.Contact); err != nil {
+			r.errf(valueRange(b.Body, "contact", b.DefRange), "Invalid contact", "%v.", err)
+		}
+	}
 	s.AllowFunctions = []string{}
 	for i, f := range b.AllowFunctions {
 		rng := listItemRange(b.Body, "allow_functions", i, b.DefRange)
@@ -680,4 +689,28 @@ func contains(xs []string, x string) bool {
 		}
 	}
 	return false
+}
+
+// maxContact bounds server.contact, in characters.
+const maxContact = 200
+
+// checkContact checks server.contact: one line of at most maxContact
+// characters, a name and email ("Lab IT <gpu-help@example.org>") or a
+// URL, which is http, https or mailto.
+func checkContact(c string) error {
+	switch {
+	case c == "":
+		return errors.New("contact may not be empty: leave it out to name nobody")
+	case utf8.RuneCountInString(c) > maxContact:
+		return fmt.Errorf("contact is %d characters long; at most %d", utf8.RuneCountInString(c), maxContact)
+	case strings.IndexFunc(c, unicode.IsControl) >= 0:
+		return errors.New("contact must be one line of text, without control characters")
+	}
+	if strings.Contains(c, "://") || strings.HasPrefix(c, "mailto:") {
+		u, err := url.Parse(c)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https" && u.Scheme != "mailto") || (u.Scheme != "mailto" && u.Host == "") {
+			return fmt.Errorf("contact %q is not an http, https or mailto URL; give a name and email (Lab IT <gpu-help@example.org>) or such a URL", c)
+		}
+	}
+	return nil
 }

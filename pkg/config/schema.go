@@ -25,6 +25,7 @@ type serverBlock struct {
 	Listen         *string         `hcl:"listen,optional"`
 	StateDir       *string         `hcl:"state_dir,optional"`
 	LogLevel       *string         `hcl:"log_level,optional"`
+	Contact        *string         `hcl:"contact,optional"`
 	AllowFunctions []string        `hcl:"allow_functions,optional"`
 	TLS            *tlsBlock       `hcl:"tls,block"`
 	Database       *databaseBlock  `hcl:"database,block"`

@@ -57,17 +57,21 @@ type Server struct {
 	StateDir       string   `json:"state_dir"`
 	LogLevel       string   `json:"log_level"`
 	AllowFunctions []string `json:"allow_functions"`
-	TLS            *TLS     `json:"tls,omitempty"`
-	Database       Database `json:"database"`
-	Libvirt        Libvirt  `json:"libvirt"`
-	Plugins        Plugins  `json:"plugins"`
-	Host           Host     `json:"host"`
-	Monitor        Monitor  `json:"monitor"`
-	Node           Node     `json:"node"`
-	HTTP           HTTP     `json:"http"`
-	Audit          Audit    `json:"audit"`
-	Backup         *Backup  `json:"backup,omitempty"`
-	Auth           Auth     `json:"auth"`
+	// Contact is whom people ask about this server (a name and email, or
+	// a URL): the portal and the CLI name it where they say "ask an
+	// admin"; "" for nobody in particular.
+	Contact  string   `json:"contact,omitempty"`
+	TLS      *TLS     `json:"tls,omitempty"`
+	Database Database `json:"database"`
+	Libvirt  Libvirt  `json:"libvirt"`
+	Plugins  Plugins  `json:"plugins"`
+	Host     Host     `json:"host"`
+	Monitor  Monitor  `json:"monitor"`
+	Node     Node     `json:"node"`
+	HTTP     HTTP     `json:"http"`
+	Audit    Audit    `json:"audit"`
+	Backup   *Backup  `json:"backup,omitempty"`
+	Auth     Auth     `json:"auth"`
 	// Licensing is the vGPU software licensing of the guests; nil: none.
 	Licensing *Licensing `json:"licensing,omitempty"`
 	DeclRange hcl.Range  `json:"-"`

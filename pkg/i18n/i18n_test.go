@@ -32,6 +32,8 @@ func TestText(t *testing.T) {
 		{"Day and night are in balance: GPUs were 0% allocated between 08:00 and 20:00 (UTC (UTC+00:00)) and 3% outside; requests waited 0 VM-hours by day and 1.5 at night.",
 			"白天和夜间大致均衡：08:00 到 20:00（UTC (UTC+00:00)）之间 GPU 的分配率为 0%，其余时间为 3%；请求在白天排队等待了 0 虚拟机小时，夜间 1.5。"},
 		{"Refused by the sharing policy", "被共享规则拒绝"},
+		{"2.5 GPU-hours were held on simulated GPU servers: their utilisation is the simulator's, not a GPU's, so it is counted neither as used nor as held idle.",
+			"2.5 GPU 小时是在模拟 GPU 服务器上占用的：其利用率来自模拟器而非 GPU，因此既不算作已使用，也不算作闲置占用。"},
 	} {
 		if got := Text(Chinese, c.en); got != c.zh {
 			t.Errorf("%q\n in Chinese: %q\n want       %q", c.en, got, c.zh)

@@ -80,6 +80,10 @@ var zh = [][2]string{
 	{"Internal error", "内部错误"},
 	{"Method not allowed", "不允许的方法"},
 	{"Refused by the sharing policy", "被共享规则拒绝"},
+	// A review note (pkg/usage) that the alert summaries' patterns would
+	// match too.
+	{"{h} GPU-hours were held on simulated GPU servers: their utilisation is the simulator's, not a GPU's, so it is counted neither as used nor as held idle.",
+		"{h} GPU 小时是在模拟 GPU 服务器上占用的：其利用率来自模拟器而非 GPU，因此既不算作已使用，也不算作闲置占用。"},
 	// Alert summaries (pkg/alert): what, the metric (a name, as in
 	// Prometheus), its value, the condition and for how long.
 	{"{what*}: {metric} is {value*}, {cond*} for {d~}", "{what}：{metric} 为 {value}，{cond}，已持续 {d}"},

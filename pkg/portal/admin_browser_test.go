@@ -246,7 +246,12 @@ func TestAdminPagesInChromium(t *testing.T) {
 	// On a phone: the page no wider than the screen, a header that leaves
 	// room for the page, and the wide tables scrolling in their own boxes
 	// (not cut off at the screen's edge); the groups' hint under Groups.
-	b.phoneFit("admin", "#user-table", "#audit-table", "#queue-table")
+	l := b.phoneFit("admin", "#user-table", "#audit-table", "#queue-table")
+	// The users' table fits a phone as it is, each user a compact block:
+	// nothing of it to scroll sideways to (the Tokens button was).
+	if u := l.Tables[0]; u.Inner > u.Box {
+		t.Errorf("at a phone's width the users' table is %d px wide in a box of %d: it scrolls sideways", u.Inner, u.Box)
+	}
 	b.run(emulation.SetDeviceMetricsOverride(390, 844, 1, true))
 	b.eval(`document.querySelector('#audit').scrollIntoView()`, nil)
 	b.screenshots("admin-audit")

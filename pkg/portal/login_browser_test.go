@@ -89,3 +89,32 @@ func (b *browser) landing(from string) string {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// With server.contact set, the pages name whom to ask where they say "ask
+// your admin", in English and Chinese; the sign-in page reads it before
+// anyone signs in (GET /v1/auth/methods), the others from the session.
+func TestContactInChromium(t *testing.T) {
+	needBrowser(t)
+	const who = "Lab IT <gpu-help@example.org>"
+	env := clienttest.New(t, clienttest.Options{Profiles: profiles + "\nserver {\n  contact = \"" + who + "\"\n}\n"})
+	b := newBrowser(t, env.URL, false)
+	b.run(chromedp.Navigate(env.URL+"/login"), chromedp.WaitVisible(`#token`, chromedp.ByQuery))
+	var contact string
+	b.eval(`fetch('/v1/auth/methods').then((r) => r.json()).then((m) => m.contact)`, &contact)
+	if contact != who {
+		t.Errorf("GET /v1/auth/methods: contact %q", contact)
+	}
+	b.signIn(env.UserToken)
+	for _, c := range []struct{ lang, want string }{
+		{"en", "Ask your admin (" + who + ") about anything unclear."},
+		{"zh-CN", "有不清楚的地方请询问管理员（" + who + "）。"},
+	} {
+		b.eval(`document.cookie = 'gpuvm_lang=`+c.lang+`; path=/; samesite=strict'`, nil)
+		b.run(chromedp.Navigate(env.URL + "/rules"))
+		b.waitFor("the rules ("+c.lang+")", `document.querySelector('main p.intro')`)
+		if s := b.text("main p.intro"); !strings.Contains(s, c.want) {
+			t.Errorf("/rules (%s): %q, want %q in it", c.lang, s, c.want)
+		}
+	}
+	b.eval(`document.cookie = 'gpuvm_lang=en; path=/; samesite=strict'`, nil)
+}

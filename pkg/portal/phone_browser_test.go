@@ -140,6 +140,22 @@ func TestSimulatedServerInChromium(t *testing.T) {
 	}
 	seeded := seedUsage(t, env.Store) // held on gpu-01, the simulated server
 	b := newBrowser(t, env.URL, false)
+	// The sign-in page has the badge too (GET /v1/auth/methods), without
+	// the host's name, which only those signed in read.
+	b.run(chromedp.Navigate(env.URL+"/login"), chromedp.WaitVisible(`#token`, chromedp.ByQuery))
+	for _, c := range []struct{ lang, badge, hint string }{
+		{"en", "Simulated GPU server", "this server uses no real GPU"},
+		{"zh-CN", "模拟 GPU 服务器", "此服务器没有使用真实 GPU"},
+	} {
+		b.eval(`document.cookie = 'gpuvm_lang=`+c.lang+`; path=/; samesite=strict'`, nil)
+		b.run(chromedp.Navigate(env.URL + "/login"))
+		b.waitFor("the sign-in page's badge ("+c.lang+")", `document.querySelector('#token') && document.querySelector('header #simulated')`)
+		if s := b.text("header #simulated"); !strings.Contains(s, c.badge) || !strings.Contains(s, c.hint) || strings.Contains(s, "gpu-01") {
+			t.Errorf("/login (%s): the header says %q", c.lang, s)
+		}
+		b.phoneFit("login-simulated-" + c.lang)
+	}
+	b.eval(`document.cookie = 'gpuvm_lang=en; path=/; samesite=strict'`, nil)
 	b.signIn(env.UserToken)
 	for _, c := range []struct{ lang, badge, util, legend string }{
 		{"en", "Simulated GPU server", "held on a simulated GPU server, where no real GPU measures utilisation", "simulated server (not measured)"},
@@ -171,4 +187,12 @@ func TestSimulatedServerInChromium(t *testing.T) {
 		b.phoneFit("usage-simulated-" + c.lang)
 	}
 	b.eval(`document.cookie = 'gpuvm_lang=en; path=/; samesite=strict'`, nil)
+	// The admin's review card keeps the simulated GPU-hours apart.
+	b.run(chromedp.Click(`#sign-out`, chromedp.ByQuery), chromedp.WaitVisible(`#token`, chromedp.ByQuery))
+	b.signIn(env.AdminToken)
+	b.run(chromedp.Navigate(env.URL + "/admin"))
+	b.waitFor("the review's simulated card", `document.querySelector('#report-simulated')`)
+	if s := b.text("#report-simulated"); !strings.Contains(s, "GPU-hours on simulated GPU servers") {
+		t.Errorf("the review's simulated card says %q", s)
+	}
 }

@@ -322,3 +322,93 @@ func TestBarChartTicks(t *testing.T) {
 		}
 	}
 }
+
+// latinWord is a word in Latin letters (with the digits, dots and dashes
+// of names like small-1g), as the portal's Chinese test finds them.
+var latinWord = regexp.MustCompile(`[A-Za-z0-9_./:\-]*[A-Za-z][A-Za-z0-9_./:\-]*`)
+
+// zhAllowed are the Latin words a Chinese report may show: hardware and
+// units people use untranslated (GPU, MIG, UTC), and the fixture's names.
+var zhAllowed = []string{"GPU", "GPUs", "MIG", "1g", "UTC",
+	"alice", "bob", "carol", "render", "sim", "train-a100", "small-1g", "notebook", "debug", "b", "desk", "12q"}
+
+// englishIn lists the Latin words of a report's text that a person reads
+// (text, <title>s and aria-labels; not its styles, nor the <code> typed as
+// it is) that are on no allow-list, each with its text.
+func englishIn(t *testing.T, doc []byte) []string {
+	t.Helper()
+	root, err := html.Parse(bytes.NewReader(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var texts []string
+	var walk func(n *html.Node)
+	walk = func(n *html.Node) {
+		if n.Type == html.ElementNode && (n.Data == "style" || n.Data == "code") {
+			return
+		}
+		if n.Type == html.TextNode {
+			texts = append(texts, n.Data)
+		}
+		for _, a := range n.Attr {
+			if a.Key == "aria-label" || a.Key == "title" {
+				texts = append(texts, a.Val)
+			}
+		}
+		for c := n.FirstChild; c != nil; c = c.NextSibling {
+			walk(c)
+		}
+	}
+	walk(root)
+	var bad []string
+	for _, text := range texts {
+		for _, w := range latinWord.FindAllString(text, -1) {
+			w = strings.Trim(w, ".:-")
+			if w == "" || strings.Contains(w, "/") || slices.Contains(zhAllowed, w) {
+				continue
+			}
+			bad = append(bad, strings.TrimSpace(text)+"  ["+w+"]")
+			break
+		}
+	}
+	return bad
+}
+
+// The report in Chinese: its headings, labels, captions, charts and the
+// notes gpuvmd wrote in English, with nothing left in English; and the
+// same summary in English says nothing in Chinese.
+func TestRenderChinese(t *testing.T) {
+	s := fixture()
+	s.Notes = []string{
+		"VMs held 214 GPU-hours of the 672 the 4 GPUs offered (32%).",
+		"Requests: 22; started: 18, after waiting 1h on average (95% within 4h05m); still waiting: 2; failed: 1; deleted before they started: 1.",
+		"4.0 GPU-hours were held on simulated GPU servers: their utilisation is the simulator's, not a GPU's, so it is counted neither as used nor as held idle.",
+	}
+	s.Total.GPUHours += 4
+	s.Total.SimulatedGPUHours = 4
+	s.ByUser = append(s.ByUser, api.UsageRow{Key: "sim", GPUHours: 4, SimulatedGPUHours: 4, VMs: 1})
+	var b bytes.Buffer
+	if err := Render(&b, s, Options{Server: "https://gpu.example:8443", Language: "zh-CN"}); err != nil {
+		t.Fatal(err)
+	}
+	doc := b.Bytes()
+	checkHTML(t, doc)
+	text := string(doc)
+	for _, want := range []string{`<html lang="zh-CN">`, "<h1>GPU 使用报告</h1>", "<h2>值得注意的情况</h2>", "<h2>闲置的虚拟机</h2>",
+		"<h2>排队等待</h2>", "虚拟机占用了 214 GPU 小时", "模拟 GPU 服务器", "<td>模拟</td>", "周一", "4 小时 05 分"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("the Chinese report lacks %q", want)
+		}
+	}
+	if bad := englishIn(t, doc); len(bad) > 0 {
+		t.Errorf("English in the Chinese report (%d):\n%s", len(bad), strings.Join(bad, "\n"))
+	}
+	// A control: the same in English is found.
+	if bad := englishIn(t, render(t, s)); len(bad) < 20 {
+		t.Errorf("the English report has %d English texts: the check finds nothing", len(bad))
+	}
+	if en := string(render(t, s)); !strings.Contains(en, `<html lang="en">`) || !strings.Contains(en, "<td>simulated</td>") ||
+		strings.Contains(en, "GPU 小时") {
+		t.Error("the English report is not in English, or shows no simulated use")
+	}
+}

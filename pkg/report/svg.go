@@ -207,11 +207,9 @@ func (p palette) at(t float64) string {
 	return fmt.Sprintf("#%02x%02x%02x", c[0], c[1], c[2])
 }
 
-var weekdays = [7]string{"Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"}
-
 // heatmap draws a weekday × hour grid: value(d, h) and whether it is
 // known; hi is the value of the darkest colour; format labels a value.
-func heatmap(label string, p palette, hi float64, value func(d, h int) (float64, bool), format func(float64) string) string {
+func heatmap(say words, label string, p palette, hi float64, value func(d, h int) (float64, bool), format func(float64) string) string {
 	const (
 		left, top   = 40.0, 22.0
 		cellW, rowH = 26.0, 22.0
@@ -228,13 +226,13 @@ func heatmap(label string, p palette, hi float64, value func(d, h int) (float64,
 	}
 	for d := range 7 {
 		y := top + rowH*float64(d)
-		s.text(left-6, y+rowH/2+4, "end", "axis", weekdays[d])
+		s.text(left-6, y+rowH/2+4, "end", "axis", say.weekday(d))
 		for h := range 24 {
 			x := left + cellW*float64(h)
 			v, ok := value(d, h)
-			title := fmt.Sprintf("%s %02d:00–%02d:00: ", weekdays[d], h, (h+1)%24)
+			title := fmt.Sprintf("%s %02d:00–%02d:00: ", say.weekday(d), h, (h+1)%24)
 			if !ok {
-				s.rect(x+1, y+1, cellW-2, rowH-2, "unknown", "", title+"no data")
+				s.rect(x+1, y+1, cellW-2, rowH-2, "unknown", "", title+say.t("no data"))
 				continue
 			}
 			s.rect(x+1, y+1, cellW-2, rowH-2, "", p.at(v/hi), title+format(v))
@@ -249,6 +247,6 @@ func heatmap(label string, p palette, hi float64, value func(d, h int) (float64,
 		s.text(x+26, ly+11, "start", "axis", format(t*hi))
 	}
 	s.rect(left+5*60, ly, 22, 14, "unknown", "", "")
-	s.text(left+5*60+26, ly+11, "start", "axis", "no data")
+	s.text(left+5*60+26, ly+11, "start", "axis", say.t("no data"))
 	return s.String()
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/gpuvm/gpuvm/pkg/api"
 	"github.com/gpuvm/gpuvm/pkg/config"
 	"github.com/gpuvm/gpuvm/pkg/gpu"
+	"github.com/gpuvm/gpuvm/pkg/portal"
 	"github.com/gpuvm/gpuvm/pkg/store"
 )
 
@@ -201,6 +202,46 @@ func TestReportSummaryHTML(t *testing.T) {
 	e.s.ServeHTTP(rec, req)
 	if rec.Code != 422 || !strings.Contains(rec.Body.String(), "tz") {
 		t.Errorf("bad tz: %d %s", rec.Code, rec.Body)
+	}
+}
+
+// The review report as HTML follows the request's language as the portal
+// does: Accept-Language, else the language cookie; in Chinese its
+// headings, labels and notes are Chinese and no English sentence is left.
+func TestReportSummaryHTMLInChinese(t *testing.T) {
+	e := newUsageEnv(t)
+	get := func(set func(*http.Request)) string {
+		req := httptest.NewRequest("GET", "/v1/reports/summary.html?from=2026-03-09T00:00:00Z&to=2026-03-10T00:00:00Z", nil)
+		req.Header.Set("Authorization", "Bearer "+e.tokens["admin"])
+		set(req)
+		rec := httptest.NewRecorder()
+		e.s.ServeHTTP(rec, req)
+		if rec.Code != 200 {
+			t.Fatalf("%d %s", rec.Code, rec.Body)
+		}
+		return rec.Body.String()
+	}
+	english := []string{"GPU usage report", "What stands out", "Idle VMs", "Queue waits", "When GPUs are wanted", "GPU-hours per user",
+		"Weekdays and hours are in", "VMs held", "Requests:", "Day and night", "Mon", "no data", "Total"}
+	for name, set := range map[string]func(*http.Request){
+		"Accept-Language": func(r *http.Request) { r.Header.Set("Accept-Language", "zh-CN,zh;q=0.9,en;q=0.5") },
+		"the cookie":      func(r *http.Request) { r.AddCookie(&http.Cookie{Name: portal.LangCookie, Value: "zh-CN"}) },
+	} {
+		b := get(set)
+		for _, want := range []string{`<html lang="zh-CN">`, "<h1>GPU 使用报告</h1>", "<h2>值得注意的情况</h2>", "<h2>排队等待</h2>", "虚拟机占用了", "周一"} {
+			if !strings.Contains(b, want) {
+				t.Errorf("%s: the Chinese report lacks %q", name, want)
+			}
+		}
+		for _, en := range english {
+			if strings.Contains(b, en) {
+				t.Errorf("%s: the Chinese report says %q", name, en)
+			}
+		}
+	}
+	b := get(func(*http.Request) {})
+	if !strings.Contains(b, `<html lang="en">`) || !strings.Contains(b, "What stands out") || !strings.Contains(b, "VMs held") {
+		t.Errorf("without a language the report is not in English: %.300s", b)
 	}
 }
 

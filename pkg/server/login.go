@@ -391,7 +391,8 @@ func (s *Server) authenticateBearerSession(c *gin.Context, secret string) (found
 
 // authMethods serves GET /v1/auth/methods: what a sign-in page may offer.
 func (s *Server) authMethods(c *gin.Context) {
-	m := api.AuthMethods{Password: s.SignIn != nil, OIDC: s.OIDC != nil, Token: s.authSettings().Local.Enabled}
+	m := api.AuthMethods{Password: s.SignIn != nil, OIDC: s.OIDC != nil, Token: s.authSettings().Local.Enabled,
+		Contact: s.config().Server.Contact}
 	if s.OIDC != nil {
 		if o := s.authSettings().OIDC; o != nil {
 			m.OIDCName = o.DisplayName
@@ -402,6 +403,12 @@ func (s *Server) authMethods(c *gin.Context) {
 		ctx, cancel := context.WithTimeout(c.Request.Context(), 5*time.Second)
 		m.OIDCDevice = s.OIDC.SupportsDevice(ctx)
 		cancel()
+	}
+	// The sign-in page's badge: whether, never which (usage.go).
+	if sim, err := s.simulatedHosts(c.Request.Context()); err != nil {
+		s.log.Warn("auth methods: the hosts are not read: no simulated badge", "err", err)
+	} else {
+		m.Simulated = len(sim) > 0
 	}
 	c.JSON(http.StatusOK, m)
 }

@@ -254,6 +254,7 @@ func (s *Server) getSession(c *gin.Context) {
 		out.SimulatedHosts = append(out.SimulatedHosts, name)
 	}
 	slices.Sort(out.SimulatedHosts)
+	out.Contact = s.config().Server.Contact
 	c.Header("Cache-Control", "no-store")
 	c.JSON(http.StatusOK, out)
 }

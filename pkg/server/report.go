@@ -9,6 +9,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/gpuvm/gpuvm/pkg/portal"
 	"github.com/gpuvm/gpuvm/pkg/report"
 	"github.com/gpuvm/gpuvm/pkg/usage"
 )
@@ -39,6 +40,12 @@ func (s *Server) reportSummary(c *gin.Context) {
 		}
 		q.IdleBelow = f
 	}
+	sim, err := s.simulatedHosts(c.Request.Context()) // usage.go
+	if err != nil {
+		s.writeProblem(c, err)
+		return
+	}
+	q.SimulatedHosts = sim
 	r, err := usage.Summarize(c.Request.Context(), s.Ledger, s.Store, q)
 	if err != nil {
 		s.writeProblem(c, err)
@@ -51,8 +58,9 @@ func (s *Server) reportSummary(c *gin.Context) {
 		c.JSON(http.StatusOK, r)
 		return
 	}
+	// The page says its words and the notes in the request's language.
 	var buf bytes.Buffer
-	if err := report.Render(&buf, r, report.Options{Server: s.Host}); err != nil {
+	if err := report.Render(&buf, r, report.Options{Server: s.Host, Language: portal.Language(c.Request)}); err != nil {
 		s.writeProblem(c, fmt.Errorf("rendering the review report: %w", err))
 		return
 	}

@@ -352,4 +352,35 @@ func TestUsageOnASimulatedServer(t *testing.T) {
 	if r.Total.SimulatedGPUHours != r.Total.GPUHours || r.Total.MeasuredGPUHours != 0 || r.Total.Utilization != nil {
 		t.Errorf("the report on a simulated server: %+v", r.Total)
 	}
+	// The review summary keeps it apart too, and says so.
+	var sum api.ReportSummary
+	if code, p := e.get(t, "/v1/reports/summary?from=2026-03-09T00:00:00Z&to=2026-03-10T00:00:00Z", "admin", &sum); code != 200 {
+		t.Fatalf("%d %s", code, p.Detail)
+	}
+	if tot := sum.Total; tot.GPUHours == 0 || math.Abs(tot.SimulatedGPUHours-tot.GPUHours) > 1e-9 || tot.MeasuredGPUHours != 0 || tot.IdleGPUHours != 0 || tot.Utilization != nil {
+		t.Errorf("the review summary on a simulated server: %+v", tot)
+	}
+	if notes := strings.Join(sum.Notes, "\n"); !strings.Contains(notes, "held on simulated GPU servers") || strings.Contains(notes, "the GPUs were busy") {
+		t.Errorf("the review's notes on a simulated server:\n%s", notes)
+	}
+}
+
+// GET /v1/auth/methods, which needs no sign-in, says whether the
+// installation is simulated, for the sign-in page's badge: that only,
+// never which hosts.
+func TestAuthMethodsSaysSimulated(t *testing.T) {
+	e := newUsageEnv(t)
+	var m api.AuthMethods
+	if code, p := e.get(t, "/v1/auth/methods", "", &m); code != 200 || m.Simulated {
+		t.Fatalf("a real host: %d %s, %+v", code, p.Detail, m)
+	}
+	if err := e.st.RegisterHost(context.Background(), &store.Host{Name: "h1", Version: "test", Inventory: `{"host":"simulated GPU server (preset a100x4)","simulated":true,"gpus":[]}`}); err != nil {
+		t.Fatal(err)
+	}
+	req := httptest.NewRequest("GET", "/v1/auth/methods", nil)
+	rec := httptest.NewRecorder()
+	e.s.ServeHTTP(rec, req)
+	if b := rec.Body.String(); rec.Code != 200 || !strings.Contains(b, `"simulated":true`) || strings.Contains(b, "h1") || strings.Contains(b, "a100") {
+		t.Errorf("a simulated host: %d %s", rec.Code, b)
+	}
 }

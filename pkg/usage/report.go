@@ -58,6 +58,11 @@ type ReportQuery struct {
 	// IdleBelow is the utilisation under which a VM is idle, 0..1 (0:
 	// DefaultIdleBelow).
 	IdleBelow float64
+	// SimulatedHosts are the hosts that are simulated GPU servers (as
+	// Query's): what was held on them is counted as simulated, never as
+	// measured, used or held idle, and their samples are left out of the
+	// utilisation heatmap.
+	SimulatedHosts map[string]bool
 }
 
 // Summarize computes the report of q from the ledger and the store.
@@ -78,6 +83,11 @@ func Summarize(ctx context.Context, l *Ledger, st ReportStore, q ReportQuery) (*
 	charges, err := l.Charges(ctx, store.UsageQuery{From: from, To: to})
 	if err != nil {
 		return nil, fmt.Errorf("report: %w", err)
+	}
+	for i := range charges {
+		if q.SimulatedHosts[charges[i].Span.Record.Host] {
+			charges[i].Simulated, charges[i].Measured, charges[i].Utilization = true, false, 0
+		}
 	}
 	out.ByUser, out.Total = GroupCharges(charges, api.UsageByUser)
 	out.ByGroup, _ = GroupCharges(charges, api.UsageByGroup)
@@ -110,7 +120,7 @@ func Summarize(ctx context.Context, l *Ledger, st ReportStore, q ReportQuery) (*
 			hm.spread(later(w.Since, from), earlier(left, to), func(slot *weekSlot, hours float64) { slot.queued += hours })
 		}
 	}
-	if err := hm.utilization(ctx, l, from, to); err != nil {
+	if err := hm.utilization(ctx, l, from, to, q.SimulatedHosts); err != nil {
 		return nil, fmt.Errorf("report: %w", err)
 	}
 	out.Heatmaps = hm.heatmaps()
@@ -295,7 +305,8 @@ func (w *week) spread(from, to time.Time, fn func(slot *weekSlot, hours float64)
 
 // utilization adds the utilisation of every VM's samples in [from, to) to
 // the slots: an hour's samples go to the local hour that holds its middle.
-func (w *week) utilization(ctx context.Context, l *Ledger, from, to time.Time) error {
+// The samples of simulated hosts are the simulator's, not a GPU's: left out.
+func (w *week) utilization(ctx context.Context, l *Ledger, from, to time.Time, simulated map[string]bool) error {
 	type cell struct {
 		hour time.Time
 		key  utilKey
@@ -304,6 +315,9 @@ func (w *week) utilization(ctx context.Context, l *Ledger, from, to time.Time) e
 	var cells []cell
 	byKey := map[utilKey]*utilSums{}
 	err := l.utilization(ctx, from, to, func(hour time.Time, b store.UtilBucket) {
+		if simulated[b.Host] {
+			return
+		}
 		k := utilKey{b.VMID, b.Host, b.GPUAddress, b.Device}
 		cells = append(cells, cell{hour, k, utilSums{b.Sum, b.Count}})
 		byKey[k] = byKey[k].add(b.Sum, b.Count)
@@ -372,16 +386,22 @@ func reportNotes(r *api.ReportSummary, w *week) []string {
 		out = append(out, fmt.Sprintf("VMs held %s GPU-hours of the %s the %s offered (%s).",
 			hours(t.GPUHours), hours(r.CapacityGPUHours), gpus, pct(t.GPUHours/r.CapacityGPUHours)))
 	}
+	// Unmeasured is what no GPU measured, the simulated aside.
+	unmeasured := t.GPUHours - t.MeasuredGPUHours - t.SimulatedGPUHours
 	switch {
-	case t.GPUHours > 0 && t.Utilization == nil:
+	case t.Utilization == nil && unmeasured > 1e-9:
 		out = append(out, "No GPU reported its utilisation for these VMs: how much of the time held was used is unknown. Is gpuvmd's sampler running?")
 	case t.Utilization != nil:
 		s := fmt.Sprintf("Where utilisation was measured (%s GPU-hours), the GPUs were busy %s of the time: %s GPU-hours were held idle.",
 			hours(t.MeasuredGPUHours), pct(*t.Utilization), hours(t.IdleGPUHours))
-		if t.MeasuredGPUHours < t.GPUHours {
-			s += fmt.Sprintf(" For the other %s GPU-hours no utilisation was reported.", hours(t.GPUHours-t.MeasuredGPUHours))
+		if unmeasured > 1e-9 {
+			s += fmt.Sprintf(" For the other %s GPU-hours no utilisation was reported.", hours(unmeasured))
 		}
 		out = append(out, s)
+	}
+	if t.SimulatedGPUHours > 0 {
+		out = append(out, fmt.Sprintf("%s GPU-hours were held on simulated GPU servers: their utilisation is the simulator's, not a GPU's, so it is counted neither as used nor as held idle.",
+			hours(t.SimulatedGPUHours)))
 	}
 	if n := len(r.IdleVMs); n > 0 {
 		running := 0

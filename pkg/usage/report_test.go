@@ -138,6 +138,46 @@ func TestSummarize(t *testing.T) {
 	})
 }
 
+// On a simulated GPU server the utilisation is the simulator's: the
+// summary counts what was held there as simulated, never as measured, used
+// or idle, names no idle VM for it and leaves it out of the utilisation
+// heatmap.
+func TestSummarizeSimulated(t *testing.T) {
+	ctx := context.Background()
+	usageStores(t, func(t *testing.T, s *store.Store, clock *clocktest.Clock) {
+		seedUsageSchedule(t, s, clock)
+		l := NewLedger(s)
+		r, err := Summarize(ctx, l, s, ReportQuery{From: usageAt(0), To: usageAt(24), IdleBelow: 0.5, SimulatedHosts: map[string]bool{"gpu01": true}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tot := r.Total
+		if tot.GPUHours == 0 || !usageNear(tot.SimulatedGPUHours, tot.GPUHours) || tot.MeasuredGPUHours != 0 || tot.UsedGPUHours != 0 ||
+			tot.IdleGPUHours != 0 || tot.Utilization != nil {
+			t.Errorf("total: %+v", tot)
+		}
+		for _, row := range r.ByUser {
+			if row.Utilization != nil || row.IdleGPUHours != 0 || !usageNear(row.SimulatedGPUHours, row.GPUHours) {
+				t.Errorf("user %s: %+v", row.Key, row)
+			}
+		}
+		if len(r.IdleVMs) != 0 {
+			t.Errorf("idle VMs on a simulated server: %+v", r.IdleVMs)
+		}
+		for d := range 7 {
+			for hr := range 24 {
+				if u := r.Heatmaps.Utilization[d][hr]; u != nil {
+					t.Errorf("utilisation day %d %02d:00: %g, want none", d, hr, *u)
+				}
+			}
+		}
+		text := strings.Join(r.Notes, "\n")
+		if !strings.Contains(text, "GPU-hours were held on simulated GPU servers") || strings.Contains(text, "busy") || strings.Contains(text, "sampler") {
+			t.Errorf("notes:\n%s", text)
+		}
+	})
+}
+
 // usageWeek builds a week of slots: every hour of the week once, with
 // allocated GPU-hours and queued VM-hours for day and night hours.
 func usageWeek(dayAlloc, nightAlloc, dayQueue, nightQueue float64) *week {
@@ -193,6 +233,18 @@ func TestReportNotes(t *testing.T) {
 			r.Total = api.UsageRow{GPUHours: 5}
 			return r
 		}, usageWeek(0, 0, 0, 0), []string{"No GPU reported its utilisation", "sampler"}, []string{"busy"}},
+		{"all simulated", func() *api.ReportSummary {
+			r := base()
+			r.Total = api.UsageRow{GPUHours: 5, SimulatedGPUHours: 5}
+			return r
+		}, usageWeek(0, 0, 0, 0), []string{"5.0 GPU-hours were held on simulated GPU servers: their utilisation is the simulator's, not a GPU's"},
+			[]string{"sampler", "busy", "no utilisation was reported"}},
+		{"measured and simulated", func() *api.ReportSummary {
+			r := base()
+			r.Total.GPUHours, r.Total.SimulatedGPUHours = 310, 10
+			return r
+		}, usageWeek(0, 0, 0, 0), []string{"busy 20% of the time: 240 GPU-hours were held idle.", "10.0 GPU-hours were held on simulated GPU servers"},
+			[]string{"no utilisation was reported"}},
 		{"nothing held", func() *api.ReportSummary {
 			r := base()
 			r.Total = api.UsageRow{}

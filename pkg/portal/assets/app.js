@@ -5,12 +5,14 @@
 import {html, render} from './vendor/preact-htm.js';
 import * as api from './api.js';
 import {Header, Problem, page} from './ui.js';
+import {setContact} from './i18n.js';
 
 async function main() {
   const root = document.getElementById('app');
   let session = null;
   try {
     if (page !== 'login') session = await api.session();
+    if (session) setContact(session.contact);
     const {default: Page} = await import('./pages/' + page + '.js');
     render(html`<${Page} session=${session} />`, root);
   } catch (err) {

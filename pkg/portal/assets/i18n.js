@@ -10,6 +10,7 @@ const words = {
     nav_fleet: 'Fleet', nav_admin: 'Admin',
     language: 'Language', signedInAs: 'Signed in as {user}',
     simulated: 'Simulated GPU server', simulatedHint: 'no real GPU is used on {hosts}: its GPUs, capacity and figures come from the simulator',
+    simulatedHintAny: 'this server uses no real GPU: its GPUs, capacity and figures come from the simulator',
     loginTitle: 'Sign in to gpuvm', token: 'API token',
     tokenHint: 'Paste the token your admin gave you, or one you made with "gpuvm admin tokens create YOUR-NAME". It is exchanged for a session and not kept by this page.',
     signIn: 'Sign in', signingIn: 'Signing in…',
@@ -23,7 +24,7 @@ const words = {
     ask: 'Ask for a VM', askTitle: 'Ask for a {p} VM', name: 'Name', nameHint: 'Lower-case letters, digits and dashes; empty: one is made up.',
     hours: 'Hours', hoursHint: 'From 1 to {m}.', sshKeys: 'SSH public keys', sshHint: 'One per line (optional).',
     submit: 'Ask', cancel: 'Cancel', asking: 'Asking…', asked: '{name} is asked for: see My VMs.',
-    noProfiles: 'There is no machine you may ask for. Ask your admin.',
+    noProfiles: 'There is no machine you may ask for. Ask your admin{admin}.',
     vmsIntro: 'Your VMs, updated live.', noVMs: 'You have no VMs. Ask for one in GPU machines.',
     live: 'Live', offline: 'Reconnecting…',
     state: 'State', profile: 'Profile', gpu: 'GPU', leaseEnd: 'Lease ends', addresses: 'Addresses',
@@ -47,6 +48,7 @@ const words = {
     nav_fleet: '机群', nav_admin: '管理',
     language: '语言', signedInAs: '已登录：{user}',
     simulated: '模拟 GPU 服务器', simulatedHint: '{hosts} 没有使用真实 GPU：其 GPU、容量和各项数据都来自模拟器',
+    simulatedHintAny: '此服务器没有使用真实 GPU：其 GPU、容量和各项数据都来自模拟器',
     loginTitle: '登录 gpuvm', token: 'API 令牌',
     tokenHint: '粘贴管理员给你的令牌，或用 "gpuvm admin tokens create 你的用户名" 生成的令牌。它只用来换取会话，本页不会保存它。',
     signIn: '登录', signingIn: '正在登录…',
@@ -60,7 +62,7 @@ const words = {
     ask: '申请虚拟机', askTitle: '申请 {p} 虚拟机', name: '名称', nameHint: '小写字母、数字和连字符；留空则自动生成。',
     hours: '小时数', hoursHint: '1 到 {m}。', sshKeys: 'SSH 公钥', sshHint: '每行一个（可选）。',
     submit: '申请', cancel: '取消', asking: '正在申请…', asked: '已申请 {name}：见“我的虚拟机”。',
-    noProfiles: '没有你可以申请的机器。请联系管理员。',
+    noProfiles: '没有你可以申请的机器。请联系管理员{admin}。',
     vmsIntro: '你的虚拟机，实时更新。', noVMs: '你还没有虚拟机。可以在“GPU 机器”中申请。',
     live: '实时', offline: '正在重新连接…',
     state: '状态', profile: '配置', gpu: 'GPU', leaseEnd: '租期结束', addresses: '地址',
@@ -89,8 +91,16 @@ export function addWords(table) {
 // t is the text of key, with {name}s filled from vars.
 export function t(key, vars = {}) {
   const s = words[lang][key] ?? words.en[key] ?? key;
-  return typeof s === 'string' ? s.replace(/\{(\w+)\}/g, (_, k) => String(vars[k] ?? '')) : s;
+  return typeof s === 'string' ? s.replace(/\{(\w+)\}/g, (_, k) => String(vars[k] ?? (k === 'admin' ? adminContact() : ''))) : s;
 }
+
+// contact is whom to ask about this server (server.contact, from GET
+// /v1/session or /v1/auth/methods): the words "ask your admin" name it,
+// "ask your admin (Lab IT <gpu-help@example.org>)", through {admin}; "" for
+// nobody in particular, and the words read as before.
+let contact = '';
+export function setContact(c) { contact = c || ''; }
+const adminContact = () => (!contact ? '' : lang === 'en' ? ` (${contact})` : `（${contact}）`);
 
 export const stateWord = (s) => t('states')[s] || s;
 export const phaseWord = (p) => t('phases')[p] || p;

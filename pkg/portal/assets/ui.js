@@ -12,17 +12,22 @@ export const page = document.body.dataset.page;
 const userPages = [['catalogue', '/'], ['vms', '/vms'], ['book', '/book'], ['usage', '/usage'], ['rules', '/rules']];
 const adminPages = [['fleet', '/admin/fleet'], ['admin', '/admin']];
 
-export function Header({session}) {
+// Header is the top of every page; simulated (the sign-in page's, from GET
+// /v1/auth/methods) shows the simulated server's badge before anyone signs
+// in, without the hosts' names, which the session gives.
+export function Header({session, simulated = false}) {
   const out = async () => {
     try { await api.signOut(); } finally { location.assign('/login'); }
   };
   const link = ([name, href]) => html`<a href=${href} aria-current=${page === name ? 'page' : undefined}>${t('nav_' + name)}</a>`;
-  const sim = session && (session.simulated_hosts || []).length > 0;
+  const simHosts = (session && session.simulated_hosts) || [];
+  const sim = simHosts.length > 0 || simulated;
+  const simHint = simHosts.length > 0 ? t('simulatedHint', {hosts: simHosts.join(', ')}) : t('simulatedHintAny');
   return html`<header class="top">
     <div class="brand-row">
       <a class="brand" href="/">${t('brand')}</a>
-      ${sim && html`<span class="sim" id="simulated" role="note" title=${t('simulatedHint', {hosts: session.simulated_hosts.join(', ')})}>${t('simulated')}<span
-        class="sr-only">: ${t('simulatedHint', {hosts: session.simulated_hosts.join(', ')})}</span></span>`}
+      ${sim && html`<span class="sim" id="simulated" role="note" title=${simHint}>${t('simulated')}<span
+        class="sr-only">: ${simHint}</span></span>`}
     </div>
     ${session && html`<nav aria-label=${t('nav')}>
       ${userPages.map(link)}

@@ -34,6 +34,7 @@ addWords({
     refused: 'The reload was refused: {detail}', diagnostics: 'Diagnostics', severities: {error: 'error', warning: 'warning'},
     reportIntro: 'Usage of the last 7 days, as the periodic review report shows it.', openReport: 'Open the full report',
     gpuHours: 'GPU-hours held', capacity: 'of the capacity of {n} GPUs', capacityOne: 'of the capacity of 1 GPU', idleVMOne: 'idle VM', idleHours: 'GPU-hours held idle', idleVMs: 'idle VMs',
+    simHours: 'GPU-hours on simulated GPU servers (utilisation not measured)',
     utilisation: 'utilisation where measured', notes: 'What stands out', noNotes: 'Nothing stands out.',
   },
   'zh-CN': {
@@ -62,6 +63,7 @@ addWords({
     refused: '重新加载被拒绝：{detail}', diagnostics: '诊断信息', severities: {error: '错误', warning: '警告'},
     reportIntro: '最近 7 天的用量，与定期使用报告一致。', openReport: '打开完整报告',
     gpuHours: '占用的 GPU 小时', capacity: '占 {n} 块 GPU 容量的比例', capacityOne: '占 1 块 GPU 容量的比例', idleVMOne: '闲置虚拟机', idleHours: '闲置的 GPU 小时', idleVMs: '闲置虚拟机',
+    simHours: '模拟 GPU 服务器上的 GPU 小时（未测量利用率）',
     utilisation: '已测得的利用率', notes: '值得注意', noNotes: '没有值得注意的情况。',
   },
 });
@@ -127,9 +129,10 @@ function Users() {
         <th scope="col">${t('source')}</th><th scope="col">${t('status')}</th><th scope="col"><span class="sr-only">${t('showTokens')}</span></th></tr></thead>
       <tbody>
         ${(users || []).map((u) => html`<tr key=${u.name} data-user=${u.name}>
-          <th scope="row">${u.name}</th><td>${u.admin ? t('yes') : t('no')}</td><td>${(u.groups || []).join(', ')}</td>
-          <td>${u.source ? word('sources', u.source) : ''}</td><td>${u.disabled_at ? t('disabled') : t('active')}</td>
-          <td><button type="button" class="quiet small" aria-expanded=${open === u.name} aria-controls="tokens-panel"
+          <th scope="row">${u.name}</th><td data-label=${t('admin')}>${u.admin ? t('yes') : t('no')}</td>
+          <td data-label=${t('groups')}>${(u.groups || []).join(', ')}</td>
+          <td data-label=${t('source')}>${u.source ? word('sources', u.source) : ''}</td><td>${u.disabled_at ? t('disabled') : t('active')}</td>
+          <td class="act"><button type="button" class="quiet small" aria-expanded=${open === u.name} aria-controls="tokens-panel"
             onClick=${() => setOpen(open === u.name ? '' : u.name)}>${open === u.name ? t('hideTokens') : t('showTokens')}</button></td>
         </tr>`)}
       </tbody>
@@ -341,6 +344,7 @@ function Report() {
       <li><b>${pct(r.capacity_gpu_hours ? r.total.gpu_hours / r.capacity_gpu_hours : null)}</b><span>${t(r.gpus === 1 ? 'capacityOne' : 'capacity', {n: r.gpus})}</span></li>
       <li><b>${pct(r.total.utilization)}</b><span>${t('utilisation')}</span></li>
       <li><b>${hours(r.total.idle_gpu_hours)}</b><span>${t('idleHours')}</span></li>
+      ${r.total.simulated_gpu_hours > 0 && html`<li id="report-simulated"><b>${hours(r.total.simulated_gpu_hours)}</b><span>${t('simHours')}</span></li>`}
       <li><b>${(r.idle_vms || []).length}</b><span>${t((r.idle_vms || []).length === 1 ? 'idleVMOne' : 'idleVMs')}</span></li>
     </ul>
     <h3>${t('notes')}</h3>

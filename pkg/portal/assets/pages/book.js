@@ -37,8 +37,8 @@ addWords({
     bookConfirmYes: 'Yes, cancel it', bookCancelled: 'Cancelled the booking of {p} from {when}.', bookLoading: 'Loading…',
     bookShowBooking: 'Your booking of {p}: {when}',
     bookNotOffered: 'Booking GPUs ahead is not offered on this server.',
-    bookNotOfferedAsk: 'If you need a GPU at a set time, ask an admin of this server: an admin can book it for you. Until then, ask for a machine when you need it, on GPU machines.',
-    bookMayNotAsk: 'You may not book {p} ahead here: only some people or machines may be booked. Ask an admin of this server, who can book it for you.',
+    bookNotOfferedAsk: 'If you need a GPU at a set time, ask an admin of this server{admin}: an admin can book it for you. Until then, ask for a machine when you need it, on GPU machines.',
+    bookMayNotAsk: 'You may not book {p} ahead here: only some people or machines may be booked. Ask an admin of this server{admin}, who can book it for you.',
     bookWhyNot: 'The server says: {why}',
   },
   'zh-CN': {
@@ -66,8 +66,8 @@ addWords({
     bookConfirmYes: '确定取消', bookCancelled: '已取消 {p} 从 {when} 开始的预约。', bookLoading: '正在加载…',
     bookShowBooking: '你预约的 {p}：{when}',
     bookNotOffered: '本服务器不提供提前预约 GPU。',
-    bookNotOfferedAsk: '如果你需要在某个时间使用 GPU，请联系本服务器的管理员：管理员可以替你预约。在此之前，需要时可在“GPU 机器”中直接申请。',
-    bookMayNotAsk: '你不能在这里提前预约 {p}：只有部分人或部分机器可以预约。请联系本服务器的管理员，管理员可以替你预约。',
+    bookNotOfferedAsk: '如果你需要在某个时间使用 GPU，请联系本服务器的管理员{admin}：管理员可以替你预约。在此之前，需要时可在“GPU 机器”中直接申请。',
+    bookMayNotAsk: '你不能在这里提前预约 {p}：只有部分人或部分机器可以预约。请联系本服务器的管理员{admin}，管理员可以替你预约。',
     bookWhyNot: '服务器的说明：{why}',
   },
 });

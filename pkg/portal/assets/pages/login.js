@@ -6,31 +6,31 @@
 // is kept by this page, nor ever put in a URL.
 import {html, useState, useEffect} from '../vendor/preact-htm.js';
 import * as api from '../api.js';
-import {t, addWords} from '../i18n.js';
+import {t, addWords, setContact} from '../i18n.js';
 import {Header, Problem} from '../ui.js';
 
 addWords({
   en: {
     loginSSO: 'Sign in with {name}',
-    loginSSOFailed: 'The sign-in with {name} failed. Try again, or ask your admin whether your account may use gpuvm.',
+    loginSSOFailed: 'The sign-in with {name} failed. Try again, or ask your admin{admin} whether your account may use gpuvm.',
     loginPasswordTitle: 'Directory account',
     loginTokenTitle: 'With an API token',
     loginUsername: 'Username',
     loginPassword: 'Password',
     loginOr: 'or',
     loginLoading: 'Finding the ways to sign in…',
-    loginNone: 'This server offers no way to sign in from the portal. Ask your admin.',
+    loginNone: 'This server offers no way to sign in from the portal. Ask your admin{admin}.',
   },
   'zh-CN': {
     loginSSO: '使用 {name} 登录',
-    loginSSOFailed: '使用 {name} 登录失败。请重试，或询问管理员你的账户能否使用 gpuvm。',
+    loginSSOFailed: '使用 {name} 登录失败。请重试，或询问管理员{admin}你的账户能否使用 gpuvm。',
     loginPasswordTitle: '目录账户',
     loginTokenTitle: '使用 API 令牌',
     loginUsername: '用户名',
     loginPassword: '密码',
     loginOr: '或',
     loginLoading: '正在查找登录方式…',
-    loginNone: '此服务器未提供门户登录方式。请联系管理员。',
+    loginNone: '此服务器未提供门户登录方式。请联系管理员{admin}。',
   },
 });
 
@@ -113,7 +113,7 @@ export default function Login() {
   const [methods, setMethods] = useState(null);
   const [error, setError] = useState(null);
   useEffect(() => {
-    api.authMethods().then(setMethods, (err) => {
+    api.authMethods().then((m) => { setContact(m.contact); setMethods(m); }, (err) => {
       // Without the answer, offer the token, which every server takes
       // from break-glass admins at least.
       setError(err); setMethods({token: true});
@@ -129,7 +129,7 @@ export default function Login() {
   }
   if (methods && methods.password) ways.push(html`<${PasswordForm} />`);
   if (methods && methods.token) ways.push(html`<${TokenForm} />`);
-  return html`<${Header} />
+  return html`<${Header} simulated=${!!(methods && methods.simulated)} />
   <main id="main" tabindex="-1" class="narrow login">
     <h1>${t('loginTitle')}</h1>
     <${Problem} error=${error} />

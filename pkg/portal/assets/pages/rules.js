@@ -11,7 +11,7 @@ import {Header, Problem} from '../ui.js';
 
 addWords({
   en: {
-    rulesTitle: 'The rules', rulesIntro: 'How this server is shared, written from the rules in force. Ask your admin about anything unclear.',
+    rulesTitle: 'The rules', rulesIntro: 'How this server is shared, written from the rules in force. Ask your admin{admin} about anything unclear.',
     rulesContents: 'Sections', rulesZone: 'Times are shown in your time zone, {zone}.',
     rulesZoneSame: 'Times are in {zone}, your time zone and the rules\'.',
     youGroups: 'Your groups', youNoGroup: 'none', youLimits: 'Your limits', youNoLimit: 'no limit',
@@ -28,7 +28,7 @@ addWords({
     span: 'from {fromDay} {from} to {toDay} {to}',
   },
   'zh-CN': {
-    rulesTitle: '使用规则', rulesIntro: '本服务器如何共享，根据当前生效的规则写成。有不清楚的地方请询问管理员。',
+    rulesTitle: '使用规则', rulesIntro: '本服务器如何共享，根据当前生效的规则写成。有不清楚的地方请询问管理员{admin}。',
     rulesContents: '目录', rulesZone: '时间按你的时区 {zone} 显示。',
     rulesZoneSame: '时间按 {zone} 显示，即你的时区，也是规则的时区。',
     youGroups: '你所在的组', youNoGroup: '无', youLimits: '你的限额', youNoLimit: '不限',

@@ -11,7 +11,7 @@ import {Header, Problem, Confirm, useEvents} from '../ui.js';
 
 addWords({
   en: {
-    vm_licensed: 'licensed', vm_grace: 'not licensed: grace period, it will be throttled', vm_unlicensed: 'not licensed: throttled (ask your admin)',
+    vm_licensed: 'licensed', vm_grace: 'not licensed: grace period, it will be throttled', vm_unlicensed: 'not licensed: throttled (ask your admin{admin})',
     vm_reboot: 'Reboot', vm_extend: 'Extend', vm_left: '{d} left', vm_leftSecs: '{s} s left', vm_leaseEnded: 'the lease has ended',
     vm_endsSoon: 'ends soon', vm_leaseHours: '{h} h, counted from when it runs',
     vm_confirmReboot: 'Reboot {name}? Its guest restarts now: work not saved in it is lost.',
@@ -19,7 +19,7 @@ addWords({
     vm_extendHint: 'At most {room} more: the profile allows {max} h and {name} has {h} h.',
     vm_extendHintNoMax: '{name} has {h} h.', vm_extendNewEnd: 'The lease would end {at}.',
     vm_extendQueued: 'The lease of a queued VM starts when it runs.',
-    vm_extendFull: '{name} has {h} h, the most its profile allows: it cannot be extended. Ask your admin, or make a new VM when it ends.',
+    vm_extendFull: '{name} has {h} h, the most its profile allows: it cannot be extended. Ask your admin{admin}, or make a new VM when it ends.',
     vm_extendYes: 'Extend', vm_extending: 'Extending…', vm_close: 'Close',
     vm_extendWhole: 'Write a whole number of hours, at least 1.',
     vm_extended: 'The lease of {name} is extended by {n} h.', vm_extendedEnd: 'The lease of {name} is extended by {n} h: it ends {at}.',
@@ -51,7 +51,7 @@ addWords({
     vm_everyone: 'Everybody\'s VMs', vm_everyoneHint: 'As an admin you may show everybody\'s VMs here, with their owners.',
   },
   'zh-CN': {
-    vm_licensed: '已授权', vm_grace: '未授权：宽限期内，之后将被限速', vm_unlicensed: '未授权：已被限速（请联系管理员）',
+    vm_licensed: '已授权', vm_grace: '未授权：宽限期内，之后将被限速', vm_unlicensed: '未授权：已被限速（请联系管理员{admin}）',
     vm_reboot: '重启', vm_extend: '延长', vm_left: '剩余 {d}', vm_leftSecs: '剩余 {s} 秒', vm_leaseEnded: '租期已结束',
     vm_endsSoon: '即将结束', vm_leaseHours: '{h} 小时，从运行时开始计算',
     vm_confirmReboot: '重启 {name}？客户机将立即重启，未保存的工作会丢失。',
@@ -59,7 +59,7 @@ addWords({
     vm_extendHint: '最多还能增加 {room} 小时：该配置最长 {max} 小时，{name} 已有 {h} 小时。',
     vm_extendHintNoMax: '{name} 已有 {h} 小时。', vm_extendNewEnd: '租期将于 {at} 结束。',
     vm_extendQueued: '排队中的虚拟机，租期从运行时开始计算。',
-    vm_extendFull: '{name} 已有 {h} 小时，达到该配置的上限，无法再延长。请联系管理员，或在到期后新建虚拟机。',
+    vm_extendFull: '{name} 已有 {h} 小时，达到该配置的上限，无法再延长。请联系管理员{admin}，或在到期后新建虚拟机。',
     vm_extendYes: '延长', vm_extending: '正在延长…', vm_close: '关闭',
     vm_extendWhole: '请输入整数小时数，至少 1。',
     vm_extended: '{name} 的租期已延长 {n} 小时。', vm_extendedEnd: '{name} 的租期已延长 {n} 小时，将于 {at} 结束。',
