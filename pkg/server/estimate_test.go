@@ -23,7 +23,9 @@ type estimateEnv struct {
 	run    []string
 }
 
-func newEstimateEnv(t *testing.T, leaseMax string) *estimateEnv {
+// estimateConfig is a profile of a whole GPU whose lease may grow to
+// leaseMax, and one without a GPU.
+func estimateConfig(t *testing.T, leaseMax string) *config.Config {
 	t.Helper()
 	cfg, diags := config.Parse(config.Source{Name: "p.hcl", Data: []byte(fmt.Sprintf(`
 profile "whole" {
@@ -47,6 +49,12 @@ profile "seat" {
 	if diags.HasErrors() {
 		t.Fatal(diags)
 	}
+	return cfg
+}
+
+func newEstimateEnv(t *testing.T, leaseMax string) *estimateEnv {
+	t.Helper()
+	cfg := estimateConfig(t, leaseMax)
 	s := testServer(t, &fakeConfig{cfg: cfg})
 	ctx := context.Background()
 	e := &estimateEnv{s: s, st: s.Store, now: s.Store.Now()}
