@@ -25,7 +25,7 @@ type estimateEnv struct {
 
 // estimateConfig is a profile of a whole GPU whose lease may grow to
 // leaseMax, and one without a GPU.
-func estimateConfig(t *testing.T, leaseMax string) *config.Config {
+func estimateConfig(t testing.TB, leaseMax string) *config.Config {
 	t.Helper()
 	cfg, diags := config.Parse(config.Source{Name: "p.hcl", Data: []byte(fmt.Sprintf(`
 profile "whole" {
@@ -52,7 +52,7 @@ profile "seat" {
 	return cfg
 }
 
-func newEstimateEnv(t *testing.T, leaseMax string) *estimateEnv {
+func newEstimateEnv(t testing.TB, leaseMax string) *estimateEnv {
 	t.Helper()
 	cfg := estimateConfig(t, leaseMax)
 	s := testServer(t, &fakeConfig{cfg: cfg})
@@ -82,7 +82,7 @@ func newEstimateEnv(t *testing.T, leaseMax string) *estimateEnv {
 
 // heartbeat stores the host's inventory: its two GPUs, the first ones
 // holding the devices of vms.
-func (e *estimateEnv) heartbeat(t *testing.T, vms ...string) {
+func (e *estimateEnv) heartbeat(t testing.TB, vms ...string) {
 	t.Helper()
 	inv := gpu.HostInventory{}
 	for i := range 2 {

@@ -49,7 +49,7 @@ func (f *fakeConfig) Reload() (string, error) {
 	return "", nil
 }
 
-func testServer(t *testing.T, cfg *fakeConfig) *Server {
+func testServer(t testing.TB, cfg *fakeConfig) *Server {
 	t.Helper()
 	mock := &backend.Mock{
 		InventoryF: func(context.Context) (backend.Inventory, error) {
