@@ -31,6 +31,15 @@ type Profile struct {
 	// that are up could place now, counted by the placers one VM after
 	// the other. Absent when the profile needs no GPU or no host is known.
 	Free *ProfileFree `json:"free,omitempty"`
+	// EstimateComputedAt (GET /v1/profiles) is when the state that Free,
+	// NextFreeAt and Unservable were computed from was read: gpuvmd
+	// computes them once per change of the state, in the background, and
+	// every request reads the last computation. Absent when none is done
+	// yet.
+	EstimateComputedAt *time.Time `json:"estimate_computed_at,omitempty"`
+	// EstimateStale is true when the state has changed since, and a new
+	// computation is under way.
+	EstimateStale bool `json:"estimate_stale,omitempty"`
 }
 
 // ProfileFree is how many VMs of a profile the hosts could place.

@@ -99,6 +99,16 @@ type VM struct {
 	// what makes it uncertain ("uncertain: leases may be extended; when 2
 	// running VMs' leases end"), or why there is none.
 	EstimatedStartNote string `json:"estimated_start_note,omitempty"`
+	// EstimateComputedAt is when the replay the estimate comes from read
+	// the state: gpuvmd replays the queue once per change (a VM made,
+	// started or ended, a lease extended, a reservation, a host's GPUs or
+	// state, the configuration), in the background, and every request
+	// reads the last replay. Set with EstimatedStart or its note.
+	EstimateComputedAt *time.Time `json:"estimate_computed_at,omitempty"`
+	// EstimateStale is true when the state has changed since that replay
+	// and a new one is being computed: the estimate may move when it is
+	// done (ask again in a moment).
+	EstimateStale bool `json:"estimate_stale,omitempty"`
 }
 
 // States of a VM (VM.State). The lifecycle owns the transitions (see

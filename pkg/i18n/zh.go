@@ -63,6 +63,7 @@ var zh = [][2]string{
 	{"no estimate: it does not fit even with every running VM gone ({why*})", "无法估计：即使所有运行中的虚拟机都结束，它也放不下（{why}）"},
 	{"no estimate: not started by {at} ({why*})", "无法估计：到 {at} 仍未启动（{why}）"},
 	{"no estimate: not started by {at}", "无法估计：到 {at} 仍未启动"},
+	{"the estimated start is being computed; ask again in a moment", "预计启动时间正在计算中，请稍后再查看"},
 	// Refusals of the API (pkg/server).
 	{"hours: {rest*}", "小时数：{rest}"},
 	{"profile {p} allows a lease of at most {max} hours; VM {vm} has {h}, so at most {room} more",

@@ -124,7 +124,7 @@ profile "seat" {
 				{Address: "0000:41:00.0", Model: "L40S", Mode: gpu.ModeIdle}}}, nil
 		},
 	}
-	e.s = New(Deps{Auth: st, Backends: fakeBackends{"passthrough": mock}, Store: st, Config: &fakeConfig{cfg: cfg}, Host: "h1",
+	e.s = newServer(t, Deps{Auth: st, Backends: fakeBackends{"passthrough": mock}, Store: st, Config: &fakeConfig{cfg: cfg}, Host: "h1",
 		Log: slog.New(slog.NewJSONHandler(e.log, nil))})
 	return e
 }

@@ -371,7 +371,7 @@ profile "seat" {
 		t.Fatal(diags)
 	}
 	e.log = &logtest.Buffer{}
-	e.srv = New(Deps{Auth: users, Backends: fakeBackends{}, Config: &fakeConfig{cfg: cfg}, Store: st,
+	e.srv = newServer(t, Deps{Auth: users, Backends: fakeBackends{}, Config: &fakeConfig{cfg: cfg}, Store: st,
 		Consoles: e.consoles, Console: o, Log: slog.New(slog.NewJSONHandler(e.log, nil))})
 	e.http = httptest.NewServer(e.srv)
 	t.Cleanup(func() {

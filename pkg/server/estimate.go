@@ -7,10 +7,7 @@ import (
 	"slices"
 	"sort"
 	"strconv"
-	"sync"
 	"time"
-
-	"github.com/gin-gonic/gin"
 
 	"github.com/gpuvm/gpuvm/pkg/api"
 	"github.com/gpuvm/gpuvm/pkg/config"
@@ -26,11 +23,9 @@ import (
 // the server reads of the database (the hosts that are up, as their
 // heartbeats store their GPUs; the VMs that hold devices and their leases;
 // the queue; the reservations) and the configuration in force, the queue
-// forward through the scheduler the dispatcher runs. One replay serves
-// every request for estimateTTL: two hundred GETs replay once.
-
-// estimateTTL is how long a replay's estimates are served.
-const estimateTTL = 5 * time.Second
+// forward through the scheduler the dispatcher runs. The replay runs in
+// the background once per change of the state (estimatework.go); requests
+// read the last one.
 
 // estimateHorizon is how far ahead a replay looks.
 const estimateHorizon = 7 * 24 * time.Hour
@@ -39,113 +34,26 @@ const estimateHorizon = 7 * 24 * time.Hour
 // the time, and the replay runs a cycle at least this often.
 const estimateTick = 15 * time.Minute
 
-// estimates caches the last replay. Computing holds sem (a request that
-// waits for it gives up with its context); nothing runs in the background.
-type estimates struct {
-	sem  chan struct{}
-	mu   sync.Mutex
-	snap *estimateSnap
-	// probes caches NextFree by user and profile for the snapshot.
-	probes map[string]estimate.Estimate
-}
-
-// estimateSnap is one replay: the state it started from and the queued
-// VMs' estimates.
+// estimateSnap is one computation: the state it started from, the queued
+// VMs' estimates, the next-free probes asked for, and what of each
+// profile is free. Published, it is never changed (a probe added makes a
+// new one).
 type estimateSnap struct {
-	taken  time.Time // the server's clock when it was read
-	cfg    *config.Config
-	state  estimate.State
-	opts   estimate.Options
-	groups map[string][]string
-	vms    map[string]estimate.Estimate
-	err    error
-}
-
-func newEstimates() *estimates { return &estimates{sem: make(chan struct{}, 1)} }
-
-// estimateSnapshot is the replay of the state now, at most estimateTTL old.
-func (s *Server) estimateSnapshot(ctx context.Context) (*estimateSnap, error) {
-	e := s.estimates
-	fresh := func() *estimateSnap {
-		e.mu.Lock()
-		defer e.mu.Unlock()
-		if sn := e.snap; sn != nil && s.Store.Now().Sub(sn.taken) < estimateTTL && (s.Config == nil || sn.cfg == s.Config.Load()) {
-			return sn
-		}
-		return nil
-	}
-	if sn := fresh(); sn != nil {
-		return sn, sn.err
-	}
-	select {
-	case e.sem <- struct{}{}:
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
-	defer func() { <-e.sem }()
-	if sn := fresh(); sn != nil { // made while this one waited
-		return sn, sn.err
-	}
-	sn := s.replayQueue(ctx)
-	if sn.err != nil && ctx.Err() != nil {
-		return nil, sn.err // cut short by this request: cache nothing
-	}
-	e.mu.Lock()
-	e.snap, e.probes = sn, map[string]estimate.Estimate{}
-	e.mu.Unlock()
-	return sn, sn.err
-}
-
-// vmEstimate is the estimate of a queued VM; false when there is none to
-// show (the state could not be read, or the VM is not in the replay).
-func (s *Server) vmEstimate(ctx context.Context, vm *store.VM) (estimate.Estimate, bool) {
-	if vm.State != store.VMQueued || s.Config == nil {
-		return estimate.Estimate{}, false
-	}
-	sn, err := s.estimateSnapshot(ctx)
-	if err != nil {
-		s.log.Warn("estimate the queued VMs' starts", "vm", vm.ID, "err", err)
-		return estimate.Estimate{}, false
-	}
-	est, ok := sn.vms[vm.ID]
-	return est, ok
-}
-
-// nextFree is when a device of profile p is predicted to free up for the
-// user behind the queue: zero when one is free now or none is known.
-func (s *Server) nextFree(ctx context.Context, u *store.User, p *config.Profile) *time.Time {
-	if p.GPU == nil {
-		return nil
-	}
-	sn, err := s.estimateSnapshot(ctx)
-	if err != nil {
-		s.log.Warn("estimate when profiles' GPUs free up", "err", err)
-		return nil
-	}
-	key := u.Name + "\x00" + p.Name
-	s.estimates.mu.Lock()
-	est, ok := s.estimates.probes[key]
-	ok = ok && s.estimates.snap == sn
-	s.estimates.mu.Unlock()
-	if !ok {
-		groups := sn.groups[u.Name]
-		if groups == nil {
-			groups = u.Groups
-		}
-		hours := int(max(p.Lease.Default, time.Hour) / time.Hour)
-		r := requestOf(sn.cfg, &store.VM{ID: estimate.ProbeID, Owner: u.Name, Group: firstOf(groups), Profile: p.Name, Hours: hours, CreatedAt: sn.state.Now}, groups)
-		est, _ = estimate.NextFree(sn.state, r, sn.opts)
-		s.estimates.mu.Lock()
-		if s.estimates.snap == sn {
-			s.estimates.probes[key] = est
-		}
-		s.estimates.mu.Unlock()
-	}
-	if !est.Known() || !est.At.After(sn.state.Now) {
-		return nil
-	}
-	t := est.At.UTC()
-	return &t
+	taken    time.Time // the server's clock when the state was read
+	computed time.Time // the wall clock when it was published
+	gen      uint64    // the changes it has seen (estimates.gen)
+	cfg      *config.Config
+	state    estimate.State
+	opts     estimate.Options
+	groups   map[string][]string
+	vms      map[string]estimate.Estimate
+	err      error
+	// probes are NextFree by probeKey.
+	probes map[string]estimate.Estimate
+	// never and free are each profile's unservable reason and free
+	// counts (hostModels), by name.
+	never map[string]string
+	free  map[string]*api.ProfileFree
 }
 
 func firstOf(xs []string) string {
@@ -412,21 +320,41 @@ func leaseEndOf(vm *store.VM, now time.Time) time.Time {
 	return now.Add(time.Duration(max(vm.Hours, 1)) * time.Hour)
 }
 
-// setEstimate fills in a queued VM's estimated start; when there is none,
-// only the note saying why.
-func setEstimate(out *api.VM, est estimate.Estimate) {
+// estimateNote is the note of a queued VM whose estimate is not computed
+// yet (made since the last replay, which is under way).
+const estimateNote = "the estimated start is being computed; ask again in a moment"
+
+// vmEstimate fills in the estimated start of a queued VM from the last
+// replay: when there is none to show (no GPU, the state could not be
+// read), nothing. A VM the last replay has not seen waits for the next one
+// (estimateWait at most; then the note says it is being computed).
+func (s *Server) vmEstimate(ctx context.Context, vm *store.VM, out *api.VM) {
+	if vm.State != store.VMQueued || s.Config == nil {
+		return
+	}
+	if p := s.Config.Load().Profiles[vm.Profile]; p == nil || p.GPU == nil {
+		return // not replayed
+	}
+	sn, stale := s.awaitEstimates(ctx, estimateWait, true, func(sn *estimateSnap) bool { _, ok := sn.vms[vm.ID]; return ok })
+	if sn == nil {
+		out.EstimatedStartNote = estimateNote
+		return
+	}
+	if sn.err != nil {
+		return // logged by the worker
+	}
+	at := sn.taken.UTC()
+	out.EstimateComputedAt = &at
+	out.EstimateStale = stale || vm.UpdatedAt.After(sn.taken)
+	est, ok := sn.vms[vm.ID]
+	if !ok {
+		out.EstimatedStartNote, out.EstimateStale = estimateNote, true
+		return
+	}
 	out.EstimatedStartNote = est.Reason
 	if !est.Known() {
 		return
 	}
-	at, unc := est.At.UTC(), est.Uncertain
-	out.EstimatedStart, out.EstimatedStartUncertain = &at, &unc
-}
-
-// addNextFree sets next_free_at on the profiles none of whose GPU is
-// free now (GET /v1/profiles).
-func (s *Server) addNextFree(c *gin.Context, views []profileView) {
-	for i := range views {
-		views[i].NextFreeAt = s.nextFree(c.Request.Context(), user(c), views[i].Profile)
-	}
+	start, unc := est.At.UTC(), est.Uncertain
+	out.EstimatedStart, out.EstimatedStartUncertain = &start, &unc
 }

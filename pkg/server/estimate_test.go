@@ -23,7 +23,9 @@ type estimateEnv struct {
 	run    []string
 }
 
-func newEstimateEnv(t *testing.T, leaseMax string) *estimateEnv {
+// estimateConfig is a profile of a whole GPU whose lease may grow to
+// leaseMax, and one without a GPU.
+func estimateConfig(t testing.TB, leaseMax string) *config.Config {
 	t.Helper()
 	cfg, diags := config.Parse(config.Source{Name: "p.hcl", Data: []byte(fmt.Sprintf(`
 profile "whole" {
@@ -47,6 +49,12 @@ profile "seat" {
 	if diags.HasErrors() {
 		t.Fatal(diags)
 	}
+	return cfg
+}
+
+func newEstimateEnv(t testing.TB, leaseMax string) *estimateEnv {
+	t.Helper()
+	cfg := estimateConfig(t, leaseMax)
 	s := testServer(t, &fakeConfig{cfg: cfg})
 	ctx := context.Background()
 	e := &estimateEnv{s: s, st: s.Store, now: s.Store.Now()}
@@ -74,7 +82,7 @@ profile "seat" {
 
 // heartbeat stores the host's inventory: its two GPUs, the first ones
 // holding the devices of vms.
-func (e *estimateEnv) heartbeat(t *testing.T, vms ...string) {
+func (e *estimateEnv) heartbeat(t testing.TB, vms ...string) {
 	t.Helper()
 	inv := gpu.HostInventory{}
 	for i := range 2 {
@@ -147,12 +155,20 @@ func TestEstimatedStart(t *testing.T) {
 	}
 }
 
-func TestEstimateIsCached(t *testing.T) {
+// TestEstimateStaleUntilCaughtUp: requests read the last replay without
+// waiting for the next one; while the state has changed since, they say
+// so (estimate_stale), and once the worker has caught up they serve the
+// new one.
+func TestEstimateStaleUntilCaughtUp(t *testing.T) {
 	e := newEstimateEnv(t, "2h")
 	_, body := do(t, e.s, "GET", "/v1/vms/"+e.queued[0], "ann-token")
 	first := body["estimated_start"]
-	// r1 is deleted: a fresh replay would start q1 now; within the cache's
-	// life the estimate stays (one replay serves every GET).
+	if body["estimate_stale"] != nil || body["estimate_computed_at"] == nil {
+		t.Fatalf("first answer: stale %v, computed at %v", body["estimate_stale"], body["estimate_computed_at"])
+	}
+	// The worker is held before its next replay.
+	entered, release := holdEstimates(e.s)
+	// r1 is deleted (behind the server's back, as another node would).
 	ctx := context.Background()
 	vm, err := e.st.GetVM(ctx, e.run[0])
 	if err != nil {
@@ -162,17 +178,42 @@ func TestEstimateIsCached(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.heartbeat(t, "", e.run[1])
+	e.s.kickEstimates()
+	<-entered // the change is seen; its replay waits
 	_, body = do(t, e.s, "GET", "/v1/vms/"+e.queued[0], "ann-token")
-	if body["estimated_start"] != first {
-		t.Errorf("estimate changed within the cache's life: %v then %v", first, body["estimated_start"])
+	if body["estimated_start"] != first || body["estimate_stale"] != true {
+		t.Errorf("while the replay waits: estimated %v (first %v), stale %v; want the last one, stale", body["estimated_start"], first, body["estimate_stale"])
 	}
-	// Replayed afresh (the cache forgotten), q1 is not waiting for r1.
-	e.s.estimates.mu.Lock()
-	e.s.estimates.snap = nil
-	e.s.estimates.mu.Unlock()
+	close(release)
+	caughtUp(t, e.s)
 	_, body = do(t, e.s, "GET", "/v1/vms/"+e.queued[0], "ann-token")
-	if at := parseTime(t, body["estimated_start"]); !near(at, e.s.Store.Now()) {
-		t.Errorf("a fresh replay estimated %s (first %v), want now: r1's GPU is free", at, first)
+	if at := parseTime(t, body["estimated_start"]); !near(at, e.s.Store.Now()) || body["estimate_stale"] != nil {
+		t.Errorf("caught up: estimated %s (first %v), stale %v; want now: r1's GPU is free", at, first, body["estimate_stale"])
+	}
+}
+
+// holdEstimates makes the worker wait before its next replays until
+// release is closed; entered gets a value as each one starts waiting.
+func holdEstimates(s *Server) (entered chan uint64, release chan struct{}) {
+	entered, release = make(chan uint64, 16), make(chan struct{})
+	s.estimates.mu.Lock()
+	s.estimates.beforeCompute = func(gen uint64) {
+		entered <- gen
+		<-release
+	}
+	s.estimates.mu.Unlock()
+	return entered, release
+}
+
+// caughtUp waits until the estimates' worker has seen every change made
+// before the call and published their replay.
+func caughtUp(t testing.TB, s *Server) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	sn, stale := s.awaitEstimates(ctx, time.Minute, true, func(*estimateSnap) bool { return false })
+	if sn == nil || stale {
+		t.Fatalf("the estimates did not catch up in a minute (snapshot %v, stale %v)", sn != nil, stale)
 	}
 }
 

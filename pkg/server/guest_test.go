@@ -112,7 +112,7 @@ func TestGetVMLiveInfo(t *testing.T) {
 	theirs := vmIn("bob", "theirs", store.VMRunning)
 
 	hv := &liveConsoles{}
-	srv := New(Deps{Auth: fakeAuth{"ann-token": {Name: "ann"}, "bob-token": {Name: "bob"}}, Backends: fakeBackends{},
+	srv := newServer(t, Deps{Auth: fakeAuth{"ann-token": {Name: "ann"}, "bob-token": {Name: "bob"}}, Backends: fakeBackends{},
 		Store: st, Consoles: hv, Console: ConsoleOptions{LiveTimeout: 200 * time.Millisecond}, Log: slog.New(slog.DiscardHandler)})
 	defer srv.Close()
 	get := func(path string) (int, api.VM, string) {

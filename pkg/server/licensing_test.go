@@ -33,7 +33,7 @@ func TestGetVMLicenses(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	srv := New(Deps{Auth: fakeAuth{"ann-token": {Name: "ann"}}, Backends: fakeBackends{}, Store: st, Log: slog.New(slog.DiscardHandler)})
+	srv := newServer(t, Deps{Auth: fakeAuth{"ann-token": {Name: "ann"}}, Backends: fakeBackends{}, Store: st, Log: slog.New(slog.DiscardHandler)})
 	defer srv.Close()
 	for _, tc := range []struct {
 		id, want string

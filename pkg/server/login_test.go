@@ -85,7 +85,7 @@ func newLoginEnv(t *testing.T, localBlock string) *loginEnv {
 		t.Fatal(err)
 	}
 	st := storetest.New(t)
-	s := New(Deps{Auth: st, SignIn: dir, Backends: fakeBackends{}, Config: &fakeConfig{cfg: cfg}, Store: st, Admission: policyAdmitter{eng}})
+	s := newServer(t, Deps{Auth: st, SignIn: dir, Backends: fakeBackends{}, Config: &fakeConfig{cfg: cfg}, Store: st, Admission: policyAdmitter{eng}})
 	return &loginEnv{s: s, st: st, dir: dir, srv: srv}
 }
 

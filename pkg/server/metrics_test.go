@@ -20,7 +20,7 @@ func metricsServer(t *testing.T, auth string) (*adminEnv, *Server) {
 	t.Helper()
 	e := newAdminEnv(t)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	s := New(Deps{Auth: e.st, Backends: fakeBackends{}, Store: e.st, Host: "h1", Log: log,
+	s := newServer(t, Deps{Auth: e.st, Backends: fakeBackends{}, Store: e.st, Host: "h1", Log: log,
 		Metrics: monitor.NewExporter("h1", nil, e.st, nil, log), MetricsAuth: auth})
 	return e, s
 }

@@ -43,7 +43,7 @@ func newOIDCEnv(t *testing.T, opts ...oidctest.Option) *oidcEnv {
 		Scopes: config.DefaultOIDCScopes, UsernameClaim: "preferred_username", GroupsClaim: "groups", AdminGroups: []string{"gpu-admins"},
 		AllowedGroups: []string{"ml101"}}, nil)
 	e.st = storetest.New(t)
-	e.s = New(Deps{Auth: e.st, OIDC: prov, Backends: fakeBackends{}, Store: e.st})
+	e.s = newServer(t, Deps{Auth: e.st, OIDC: prov, Backends: fakeBackends{}, Store: e.st})
 	jar, _ := cookiejar.New(nil)
 	e.noFollow = &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	return e

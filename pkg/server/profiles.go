@@ -32,17 +32,64 @@ type profileStatus = api.Profile
 
 // profileViews are ps as the API shows them, each unservable or
 // unavailable one marked (why, in the request's language), each with what
-// of it is free.
+// of it is free and when one is next free for the caller: read from the
+// last estimates computed (estimatework.go), which say when they were
+// computed and whether the state changed since.
 func (s *Server) profileViews(c *gin.Context, ps []*config.Profile) []profileView {
 	ctx := c.Request.Context()
-	models := s.hostModels(ctx, true)
-	never := models.unservable(ps)
-	free := models.free(ps)
+	var sn *estimateSnap
+	var stale bool
+	if len(ps) > 0 {
+		sn, stale = s.profileEstimates(ctx, user(c), ps)
+	}
 	out := make([]profileView, len(ps))
 	for i, p := range ps {
-		out[i] = profileView{Profile: p, profileStatus: api.Profile{Unservable: say(c, never[p.Name]), Unavailable: say(c, s.unavailable(ctx, p)), Free: free[p.Name]}}
+		out[i] = profileView{Profile: p, profileStatus: api.Profile{Unavailable: say(c, s.unavailable(ctx, p))}}
+		if sn == nil {
+			continue
+		}
+		st := &out[i].profileStatus
+		st.Unservable, st.Free = say(c, sn.never[p.Name]), sn.free[p.Name]
+		st.NextFreeAt = nextFreeAt(sn, user(c).Name, p)
+		at := sn.taken.UTC()
+		st.EstimateComputedAt, st.EstimateStale = &at, stale
 	}
 	return out
+}
+
+// profileEstimates is the last snapshot of the estimates, and whether it
+// is stale, once it has the caller's next-free probes of ps (they are
+// asked for when it does not; nil when none is made in time).
+func (s *Server) profileEstimates(ctx context.Context, u *store.User, ps []*config.Profile) (*estimateSnap, bool) {
+	var names []string
+	for _, p := range ps {
+		if p.GPU != nil {
+			names = append(names, p.Name)
+		}
+	}
+	s.estimates.want(u.Name, u.Groups, names)
+	return s.awaitEstimates(ctx, estimateWait, false, func(sn *estimateSnap) bool {
+		for _, n := range names {
+			if _, ok := sn.probes[probeKey(u.Name, n)]; !ok {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// nextFreeAt is when a device of profile p is predicted to free up for the
+// user behind the queue: nil when one is free now or none is known.
+func nextFreeAt(sn *estimateSnap, user string, p *config.Profile) *time.Time {
+	if p.GPU == nil {
+		return nil
+	}
+	est, ok := sn.probes[probeKey(user, p.Name)]
+	if !ok || !est.Known() || !est.At.After(sn.state.Now) {
+		return nil
+	}
+	t := est.At.UTC()
+	return &t
 }
 
 // unavailable says why a VM of p cannot be made on this server now: what it

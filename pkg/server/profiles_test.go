@@ -76,7 +76,7 @@ func servableEnvOf(t *testing.T, hcl string) (*Server, *store.Store, *clocktest.
 			t.Fatal(err)
 		}
 	}
-	s := New(Deps{Auth: users, Backends: fakeBackends{}, Config: &fakeConfig{cfg: cfg}, Store: st, Worker: &countWaker{},
+	s := newServer(t, Deps{Auth: users, Backends: fakeBackends{}, Config: &fakeConfig{cfg: cfg}, Store: st, Worker: &countWaker{},
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	return s, st, clock
 }
@@ -134,6 +134,7 @@ func TestProfilesMarkedUnservable(t *testing.T) {
 		t.Errorf("with no host, unservable %v; want none", got)
 	}
 	l40sHost(t, st, "n1")
+	caughtUp(t, s)
 	got := unservableOf(t, s)
 	want := "no GPU here can ever give H100-4C on H100 (boards: L40S; check their modes and models)"
 	if len(got) != 1 || got["h100-vgpu"] != want {
@@ -152,11 +153,13 @@ func TestProfilesMarkedUnservable(t *testing.T) {
 	if err := st.DrainGPU(context.Background(), &store.GPUDrain{Host: "n1", GPUAddress: "0000:42:00.0", DrainedBy: "admin"}); err != nil {
 		t.Fatal(err)
 	}
+	caughtUp(t, s) // the drain was written behind the server's back
 	if got := unservableOf(t, s); len(got) != 1 || got["l40s-whole"] != "" {
 		t.Errorf("with a GPU drained, unservable %v", got)
 	}
 	// The host goes down: nothing is known again.
 	clock.Advance(config.DefaultHeartbeatTimeout + time.Second)
+	caughtUp(t, s)
 	if got := unservableOf(t, s); len(got) != 0 {
 		t.Errorf("with the host down, unservable %v; want none", got)
 	}
@@ -421,6 +424,7 @@ func TestProfilesFree(t *testing.T) {
 	if err := st.DrainGPU(context.Background(), &store.GPUDrain{Host: "n1", GPUAddress: "0000:18:00.0", DrainedBy: "admin"}); err != nil {
 		t.Fatal(err)
 	}
+	caughtUp(t, s)
 	if f := free()["mig-small"]; f == nil || f.VMs != 3 || f.Total != 4 {
 		t.Errorf("mig-small with an H100 drained: %+v, want 3 of 4", f)
 	}

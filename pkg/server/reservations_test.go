@@ -97,7 +97,7 @@ func reservationServer(t *testing.T) (*Server, *store.Store, *clocktest.Clock) {
 	}}
 	bs := fakeBackends{"passthrough": pt}
 	orch := orchestrator.New(orchestrator.Config{Store: st, Backends: bs, Profiles: func() *config.Config { return cfg }, Host: "test", Log: log})
-	return New(Deps{Auth: users, Backends: bs, Config: &fakeConfig{cfg: cfg}, Store: st, Bookings: orch, Log: log}), st, clock
+	return newServer(t, Deps{Auth: users, Backends: bs, Config: &fakeConfig{cfg: cfg}, Store: st, Bookings: orch, Log: log}), st, clock
 }
 
 // Every bad request is refused, naming the field.

@@ -148,7 +148,11 @@ type Server struct {
 	portal         *portal.Portal // portal.go
 	loginLimits    *loginLimits   // login.go
 	loopbacks      loopbacks      // oidc.go
-	estimates      *estimates     // estimate.go
+	estimates      *estimates     // estimatework.go
+	// ctx lasts until Close: the background work (the estimates) stops
+	// with it.
+	ctx    context.Context
+	cancel context.CancelFunc
 }
 
 // New builds the API.
@@ -176,6 +180,7 @@ func New(d Deps) *Server {
 	s := &Server{Deps: d, log: d.Log.With("component", "api"), engine: gin.New(),
 		eventKeepAlive: d.EventKeepAlive, done: make(chan struct{}), auditLog: d.Log.With("component", "audit"),
 		loginLimits: newLoginLimits(), estimates: newEstimates()}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.hub = newEventHub(d.Store, d.EventPoll, s.log)
 	s.engine.Use(gin.Recovery(), s.requestID, s.logRequests, s.deadlines)
 	if d.Metrics != nil {
@@ -183,6 +188,7 @@ func New(d Deps) *Server {
 	}
 	s.engine.Use(s.auditRequests) // audit.go
 	s.engine.Use(s.checkQuery)    // decode.go: a query that does not parse is refused
+	s.engine.Use(s.kickOnWrite)   // estimatework.go: a write is looked for at once
 	s.engine.NoRoute(s.noRoute)   // the portal's pages (portal.go), else 404
 	// A path served for other methods: 405 with Allow (gin sets it).
 	s.engine.HandleMethodNotAllowed = true
@@ -193,9 +199,15 @@ func New(d Deps) *Server {
 }
 
 // Close ends the streams that are open (server-sent events), so that an
-// http.Server's Shutdown does not wait for them. The server still answers
-// other requests.
-func (s *Server) Close() { s.closeOnce.Do(func() { close(s.done) }) }
+// http.Server's Shutdown does not wait for them, and stops the background
+// work (the estimates' worker), waiting for it. The server still answers
+// other requests (with the last estimates computed).
+func (s *Server) Close() {
+	s.closeOnce.Do(func() {
+		close(s.done)
+		s.stopEstimates()
+	})
+}
 
 // ServeHTTP implements http.Handler.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.engine.ServeHTTP(w, r) }
@@ -416,15 +428,13 @@ func (s *Server) visibleProfiles(c *gin.Context) []*config.Profile {
 
 func (s *Server) listProfiles(c *gin.Context) {
 	views := s.profileViews(c, s.visibleProfiles(c))
-	s.addNextFree(c, views) // estimate.go
 	c.JSON(http.StatusOK, views)
 }
 
 func (s *Server) getProfile(c *gin.Context) {
 	for _, p := range s.visibleProfiles(c) {
 		if p.Name == c.Param("name") {
-			views := s.profileViews(c, []*config.Profile{p})
-			s.addNextFree(c, views) // as the list says it
+			views := s.profileViews(c, []*config.Profile{p}) // as the list says it
 			c.JSON(http.StatusOK, views[0])
 			return
 		}

@@ -49,7 +49,7 @@ func (f *fakeConfig) Reload() (string, error) {
 	return "", nil
 }
 
-func testServer(t *testing.T, cfg *fakeConfig) *Server {
+func testServer(t testing.TB, cfg *fakeConfig) *Server {
 	t.Helper()
 	mock := &backend.Mock{
 		InventoryF: func(context.Context) (backend.Inventory, error) {
@@ -57,7 +57,7 @@ func testServer(t *testing.T, cfg *fakeConfig) *Server {
 		},
 		HealthF: func(context.Context) (backend.Health, error) { return backend.Health{OK: true}, nil },
 	}
-	return New(Deps{
+	return newServer(t, Deps{
 		Auth:     fakeAuth{"admin-token": {Name: "admin", Admin: true}, "ann-token": {Name: "ann", Groups: []string{"artists"}}},
 		Backends: fakeBackends{"vgpu": mock},
 		Config:   cfg,
@@ -204,4 +204,13 @@ func TestEnsureAdmin(t *testing.T) {
 	if !m.users["admin"].Admin {
 		t.Error("admin is not an admin")
 	}
+}
+
+// newServer is New, closed when the test ends: the estimates' worker
+// stops before the test's store is closed.
+func newServer(t testing.TB, d Deps) *Server {
+	t.Helper()
+	s := New(d)
+	t.Cleanup(s.Close)
+	return s
 }

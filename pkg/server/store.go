@@ -103,6 +103,9 @@ type BookingStore interface {
 	ListReservations(ctx context.Context, f store.ReservationFilter) ([]store.Reservation, error)
 	GetReservation(ctx context.Context, id int64) (*store.Reservation, error)
 	DeleteReservation(ctx context.Context, id int64) error
+	// ReservationsStamp changes when a reservation is made, changed or
+	// cancelled (the estimates' state version, estimatework.go).
+	ReservationsStamp(ctx context.Context) (string, error)
 }
 
 // AuditStore backs the audit log (audit.go).

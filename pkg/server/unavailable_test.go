@@ -69,7 +69,7 @@ func TestProfileUnavailableWithoutItsImage(t *testing.T) {
 	if err := st.CreateUser(ctx, &store.User{Name: "ann"}); err != nil {
 		t.Fatal(err)
 	}
-	s := New(Deps{Auth: users, Backends: fakeBackends{}, Config: &fakeConfig{cfg: cfg}, Store: st, Worker: &countWaker{},
+	s := newServer(t, Deps{Auth: users, Backends: fakeBackends{}, Config: &fakeConfig{cfg: cfg}, Store: st, Worker: &countWaker{},
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Availability: &images.Availability{Store: st, Stat: os.Stat}})
 
 	unavailable := func() map[string]string {

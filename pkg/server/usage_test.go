@@ -84,7 +84,7 @@ func newUsageEnv(t *testing.T) *usageEnv {
 	hold("ann", "render", "a", "render-l40s", 1, at(9, 8), ptr(at(9, 10)), 0.5)
 	hold("bob", "sim", "b", "small-1g", 1.0/7, at(9, 10), nil, -1)
 	clock.Set(usageNow)
-	e.s = New(Deps{Auth: st, Backends: fakeBackends{}, Store: st, Host: "h1", Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	e.s = newServer(t, Deps{Auth: st, Backends: fakeBackends{}, Store: st, Host: "h1", Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	return e
 }
 

@@ -56,7 +56,7 @@ func newAdminEnv(t *testing.T) *adminEnv {
 			}}, nil
 		},
 	}
-	e.s = New(Deps{Auth: st, Backends: fakeBackends{"passthrough": mock}, Store: st, Worker: e.worker, Host: "h1",
+	e.s = newServer(t, Deps{Auth: st, Backends: fakeBackends{"passthrough": mock}, Store: st, Worker: e.worker, Host: "h1",
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	return e
 }

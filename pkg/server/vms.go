@@ -377,9 +377,7 @@ func (s *Server) getVM(c *gin.Context) {
 	s.addLiveInfo(c, vm, &out) // addresses and console: here only, never in lists
 	s.addLicenses(c, vm, &out) // licensing.go
 	// The estimated start of a queued VM (estimate.go).
-	if est, ok := s.vmEstimate(c.Request.Context(), vm); ok {
-		setEstimate(&out, est)
-	}
+	s.vmEstimate(c.Request.Context(), vm, &out)
 	sayVM(c, &out)
 	c.JSON(http.StatusOK, out)
 }

@@ -74,7 +74,7 @@ profile "staff-only" {
 		}
 	}
 	w := &countWaker{}
-	return New(Deps{Auth: users, Backends: fakeBackends{}, Config: &fakeConfig{cfg: cfg}, Store: st, Worker: w}), st, w
+	return newServer(t, Deps{Auth: users, Backends: fakeBackends{}, Config: &fakeConfig{cfg: cfg}, Store: st, Worker: w}), st, w
 }
 
 func send(t *testing.T, s *Server, method, path, token, body string, hdr ...string) (*httptest.ResponseRecorder, map[string]any) {

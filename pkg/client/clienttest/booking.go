@@ -70,7 +70,11 @@ func NewBooking(t testing.TB) (url, ann, admin string) {
 			{Address: "0000:a1:00.0", Model: "L40S", DeviceID: "10de:26b9", Memory: 48 << 30, Mode: gpu.ModeIdle, IOMMUGroup: "31"}}}, nil
 	}}}
 	orch := orchestrator.New(orchestrator.Config{Store: st, Backends: bs, Profiles: func() *config.Config { return cfg }, Host: "test", Log: log})
-	srv := httptest.NewServer(server.New(server.Deps{Auth: st, Backends: bs, Config: &Config{cfg: cfg}, Store: st, Bookings: orch, Log: log}))
-	t.Cleanup(srv.Close)
+	api := server.New(server.Deps{Auth: st, Backends: bs, Config: &Config{cfg: cfg}, Store: st, Bookings: orch, Log: log})
+	srv := httptest.NewServer(api)
+	t.Cleanup(func() {
+		srv.Close()
+		api.Close() // its estimates' worker stops before the store closes
+	})
 	return srv.URL, ann, admin
 }

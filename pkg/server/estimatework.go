@@ -1,0 +1,408 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"hash/fnv"
+	"net/http"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/gpuvm/gpuvm/pkg/estimate"
+	"github.com/gpuvm/gpuvm/pkg/policy"
+	"github.com/gpuvm/gpuvm/pkg/store"
+)
+
+// The estimates are computed once per change of the state, not per
+// request. One background worker (started by the first request that needs
+// them, stopped by Close) reads a cheap fingerprint of the state, the
+// state version, every estimatePoll and whenever a request asks it to: the
+// newest event's ID (a VM made, started, ended, queued again, its lease
+// extended: every write of a VM's state appends an event, whichever gpuvmd
+// of a fleet made it), the reservations' stamp, the drained GPUs, each
+// host's state (up, draining, down by its heartbeat's age) and stored
+// inventory, the configuration in force and the time window in force.
+// When it changes, the worker replays the queue, probes NextFree for the
+// user×profile pairs asked for, counts what each profile has free, and
+// publishes the result. Changes that come while it computes are coalesced:
+// one computation runs, at most one more follows. A computation older
+// than estimateRefresh is redone (the time passes: bookings start, groups
+// change at sign-in).
+//
+// Requests read the last computation without waiting, and say when it was
+// made and whether the state changed since (estimate_computed_at,
+// estimate_stale). A request waits, at most estimateWait and while its
+// context lasts, only for what no computation has yet: the first one, a
+// queued VM made since the last one, a probe never asked for.
+
+const (
+	// estimatePoll is how often the worker reads the state version.
+	estimatePoll = time.Second
+	// estimateRefresh is how old a computation may grow with no change.
+	estimateRefresh = time.Minute
+	// estimateWait bounds a request's wait for what is not computed yet.
+	estimateWait = 10 * time.Second
+	// estimateProbes bounds the user×profile probes kept (recomputed at
+	// each change); the least recently asked for is forgotten.
+	estimateProbes = 256
+)
+
+// estimates is the worker's state, shared with the requests.
+type estimates struct {
+	mu   sync.Mutex
+	snap *estimateSnap // the last published; nil before the first
+	// gen counts the changes the worker has seen; a snapshot whose gen is
+	// lower is stale.
+	gen     uint64
+	version string // the last state version read
+	failing bool   // the last version read failed (logged once)
+	// polls counts the version reads started and done: a request that
+	// needs one made after its own writes waits for done > started.
+	pollsStarted, pollsDone uint64
+	// changed is closed and replaced when a snapshot is published or a
+	// version read is done.
+	changed chan struct{}
+	// kick asks the worker to read the version now (capacity 1).
+	kick chan struct{}
+	// wants are the probes asked for, by probeKey.
+	wants map[string]*probeWant
+	// beforeCompute, when set (tests), is called by the worker before each
+	// computation, with the gen it computes for.
+	beforeCompute func(gen uint64)
+
+	started, closed bool
+	stopped         chan struct{} // closed when the worker returns
+}
+
+// probeWant is a NextFree probe asked for: the user (and groups) behind
+// the queue, and the profile.
+type probeWant struct {
+	user    string
+	groups  []string
+	profile string
+	used    time.Time // last asked for
+}
+
+func probeKey(user, profile string) string { return user + "\x00" + profile }
+
+func newEstimates() *estimates {
+	return &estimates{changed: make(chan struct{}), kick: make(chan struct{}, 1), wants: map[string]*probeWant{}, stopped: make(chan struct{})}
+}
+
+// startEstimates starts the worker once (not after Close).
+func (s *Server) startEstimates() {
+	e := s.estimates
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.started || e.closed || s.Config == nil {
+		return
+	}
+	e.started = true
+	go func() {
+		defer close(e.stopped)
+		s.runEstimates(s.ctx)
+	}()
+}
+
+// stopEstimates stops the worker and waits for it (Close).
+func (s *Server) stopEstimates() {
+	e := s.estimates
+	e.mu.Lock()
+	e.closed = true
+	started := e.started
+	e.mu.Unlock()
+	s.cancel()
+	if started {
+		<-e.stopped
+	}
+}
+
+// kickEstimates asks the worker to look for changes now: the handlers that
+// change the state call it, so that this server's own changes are seen at
+// once rather than at the next poll.
+func (s *Server) kickEstimates() {
+	select {
+	case s.estimates.kick <- struct{}{}:
+	default:
+	}
+}
+
+// kickOnWrite kicks the estimates' worker after a request that may have
+// changed the state (any method but GET, HEAD and OPTIONS that succeeded):
+// it reads the state version at once, rather than at its next poll.
+func (s *Server) kickOnWrite(c *gin.Context) {
+	c.Next()
+	switch c.Request.Method {
+	case http.MethodGet, http.MethodHead, http.MethodOptions:
+		return
+	}
+	if c.Writer.Status() < 400 {
+		s.kickEstimates()
+	}
+}
+
+// runEstimates is the worker: it reads the state version, and computes
+// what is behind, until ctx ends.
+func (s *Server) runEstimates(ctx context.Context) {
+	e := s.estimates
+	t := time.NewTicker(estimatePoll)
+	defer t.Stop()
+	s.pollEstimates(ctx)
+	for ctx.Err() == nil {
+		e.mu.Lock()
+		sn := e.snap
+		behind := sn == nil || sn.gen < e.gen
+		missing := sn != nil && len(e.missingProbes(sn)) > 0
+		e.mu.Unlock()
+		switch {
+		case missing: // asked for by a waiting request: first
+			s.addProbes(ctx)
+			continue
+		case behind:
+			s.computeEstimates(ctx)
+			continue
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-e.kick:
+		case <-t.C:
+		}
+		s.pollEstimates(ctx)
+	}
+}
+
+// pollEstimates reads the state version; a new one is a change.
+func (s *Server) pollEstimates(ctx context.Context) {
+	e := s.estimates
+	e.mu.Lock()
+	e.pollsStarted++
+	e.mu.Unlock()
+	v, err := s.stateVersion(ctx)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.pollsDone++
+	close(e.changed)
+	e.changed = make(chan struct{})
+	if err != nil {
+		if ctx.Err() == nil && !e.failing {
+			s.log.Warn("estimates: read the state version", "err", err)
+		}
+		e.failing = true
+		return
+	}
+	e.failing = false
+	sn := e.snap
+	if v != e.version || (sn != nil && (sn.err != nil || time.Since(sn.computed) >= estimateRefresh)) {
+		e.version = v
+		e.gen++
+	}
+}
+
+// stateVersion is the fingerprint of what the estimates are computed
+// from (see the top of this file).
+func (s *Server) stateVersion(ctx context.Context) (string, error) {
+	id, err := s.Store.LastEventID(ctx)
+	if err != nil {
+		return "", err
+	}
+	stamp, err := s.Store.ReservationsStamp(ctx)
+	if err != nil {
+		return "", err
+	}
+	drains, err := s.Store.ListGPUDrains(ctx, "")
+	if err != nil {
+		return "", fmt.Errorf("list drained GPUs: %w", err)
+	}
+	hosts, err := s.Store.ListHosts(ctx)
+	if err != nil {
+		return "", fmt.Errorf("list hosts: %w", err)
+	}
+	now := s.Store.Now()
+	h := fnv.New128a()
+	fmt.Fprintf(h, "%d\x00%s\x00", id, stamp)
+	for _, d := range drains {
+		fmt.Fprintf(h, "%s/%s\x00", d.Host, d.GPUAddress)
+	}
+	for i := range hosts {
+		fmt.Fprintf(h, "%s\x00%s\x00%s\x00", hosts[i].Name, s.hostState(&hosts[i], now), hosts[i].Inventory)
+	}
+	if s.Config != nil {
+		cfg := s.Config.Load()
+		fmt.Fprintf(h, "%p\x00", cfg)
+		if w, ok := policy.NewWindows(&cfg.Policy).At(now); ok {
+			fmt.Fprintf(h, "%s\x00%s\x00", w.Window.Name, w.Start)
+		}
+	}
+	return fmt.Sprintf("%x", h.Sum(nil)), nil
+}
+
+// computeEstimates makes a new snapshot of the state now and publishes it.
+func (s *Server) computeEstimates(ctx context.Context) {
+	e := s.estimates
+	s.pollEstimates(ctx) // what is read next has seen at least this
+	e.mu.Lock()
+	gen, hook := e.gen, e.beforeCompute
+	wants := make([]probeWant, 0, len(e.wants))
+	for _, w := range e.wants {
+		wants = append(wants, *w)
+	}
+	e.mu.Unlock()
+	if hook != nil {
+		hook(gen)
+	}
+	start := time.Now()
+	sn := s.replayQueue(ctx)
+	if sn.err != nil && ctx.Err() != nil {
+		return // stopping
+	}
+	sn.gen = gen
+	sn.probes = make(map[string]estimate.Estimate, len(wants))
+	for _, w := range wants {
+		sn.probes[probeKey(w.user, w.profile)] = probe(sn, w)
+	}
+	models := s.hostModels(ctx, true)
+	ps := sn.cfg.SortedProfiles()
+	sn.never, sn.free = models.unservable(ps), models.free(ps)
+	sn.computed = time.Now()
+	s.log.Debug("estimates computed", "queued", len(sn.state.Queue), "probes", len(wants), "took", sn.computed.Sub(start), "err", sn.err)
+	if sn.err != nil {
+		s.log.Warn("estimate the queued VMs' starts", "err", sn.err)
+	}
+	s.publish(sn)
+}
+
+// addProbes computes the probes asked for that the last snapshot lacks,
+// on its state, and publishes it with them.
+func (s *Server) addProbes(ctx context.Context) {
+	e := s.estimates
+	e.mu.Lock()
+	old := e.snap
+	missing := e.missingProbes(old)
+	e.mu.Unlock()
+	sn := *old
+	sn.probes = make(map[string]estimate.Estimate, len(old.probes)+len(missing))
+	for k, v := range old.probes {
+		sn.probes[k] = v
+	}
+	for _, w := range missing {
+		sn.probes[probeKey(w.user, w.profile)] = probe(&sn, w)
+	}
+	if ctx.Err() == nil {
+		s.publish(&sn)
+	}
+}
+
+// missingProbes are the wants sn has no probe of (e.mu held).
+func (e *estimates) missingProbes(sn *estimateSnap) []probeWant {
+	var out []probeWant
+	for k, w := range e.wants {
+		if _, ok := sn.probes[k]; !ok {
+			out = append(out, *w)
+		}
+	}
+	return out
+}
+
+func (s *Server) publish(sn *estimateSnap) {
+	e := s.estimates
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.snap = sn
+	close(e.changed)
+	e.changed = make(chan struct{})
+}
+
+// probe is when a device of the want's profile is predicted to free up for
+// its user behind the queue of sn.
+func probe(sn *estimateSnap, w probeWant) estimate.Estimate {
+	if sn.err != nil || sn.cfg == nil {
+		return estimate.Estimate{}
+	}
+	p := sn.cfg.Profiles[w.profile]
+	if p == nil || p.GPU == nil {
+		return estimate.Estimate{}
+	}
+	groups := sn.groups[w.user]
+	if groups == nil {
+		groups = w.groups
+	}
+	hours := int(max(p.Lease.Default, time.Hour) / time.Hour)
+	r := requestOf(sn.cfg, &store.VM{ID: estimate.ProbeID, Owner: w.user, Group: firstOf(groups), Profile: p.Name, Hours: hours, CreatedAt: sn.state.Now}, groups)
+	est, _ := estimate.NextFree(sn.state, r, sn.opts)
+	return est
+}
+
+// want records that the probes of user u for profiles are asked for now,
+// forgetting the least recently asked for beyond estimateProbes.
+func (e *estimates) want(user string, groups []string, profiles []string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	now := time.Now()
+	for _, p := range profiles {
+		k := probeKey(user, p)
+		if w := e.wants[k]; w != nil {
+			w.used, w.groups = now, groups
+			continue
+		}
+		e.wants[k] = &probeWant{user: user, groups: groups, profile: p, used: now}
+	}
+	if len(e.wants) <= estimateProbes {
+		return
+	}
+	keys := make([]string, 0, len(e.wants))
+	for k := range e.wants {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool { return e.wants[keys[i]].used.Before(e.wants[keys[j]].used) })
+	for _, k := range keys[:len(keys)-estimateProbes] {
+		delete(e.wants, k)
+	}
+}
+
+// awaitEstimates is the last snapshot, and whether it is stale, once have
+// accepts it; fresh also stops the wait when a snapshot that has seen
+// every change made before the call is published (have then is what it
+// says). It waits at most limit and while ctx lasts; the snapshot is nil
+// when none is made by then.
+func (s *Server) awaitEstimates(ctx context.Context, limit time.Duration, fresh bool, have func(*estimateSnap) bool) (*estimateSnap, bool) {
+	e := s.estimates
+	if s.Config == nil {
+		return nil, false
+	}
+	s.startEstimates()
+	e.mu.Lock()
+	sn, after := e.snap, e.pollsStarted
+	if sn != nil && have(sn) {
+		stale := sn.gen < e.gen
+		e.mu.Unlock()
+		return sn, stale
+	}
+	e.mu.Unlock()
+	s.kickEstimates()
+	timer := time.NewTimer(limit)
+	defer timer.Stop()
+	for {
+		e.mu.Lock()
+		sn = e.snap
+		caughtUp := sn != nil && e.pollsDone > after && sn.gen >= e.gen
+		stale := sn != nil && sn.gen < e.gen
+		ch := e.changed
+		e.mu.Unlock()
+		if sn != nil && (have(sn) || fresh && caughtUp) {
+			return sn, stale
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return sn, stale
+		case <-s.ctx.Done():
+			return sn, stale
+		case <-timer.C:
+			return sn, stale
+		}
+	}
+}

@@ -1,0 +1,166 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/gpuvm/gpuvm/pkg/api"
+	"github.com/gpuvm/gpuvm/pkg/config"
+	"github.com/gpuvm/gpuvm/pkg/estimate"
+	"github.com/gpuvm/gpuvm/pkg/store"
+)
+
+// swapConfig is a configuration whose reload puts next in force.
+type swapConfig struct {
+	cur  atomic.Pointer[config.Config]
+	next *config.Config
+}
+
+func (c *swapConfig) Load() *config.Config { return c.cur.Load() }
+func (c *swapConfig) Reload() (string, error) {
+	c.cur.Store(c.next)
+	return "", nil
+}
+
+// checkServedIsFresh compares what the server serves, once its worker has
+// caught up, with a fresh replay of the state: each queued VM's estimate,
+// and the profile's next free and free counts.
+func checkServedIsFresh(t *testing.T, e *estimateEnv, step string) {
+	t.Helper()
+	ctx := context.Background()
+	caughtUp(t, e.s)
+	fresh := e.s.replayQueue(ctx)
+	if fresh.err != nil {
+		t.Fatalf("%s: fresh replay: %v", step, fresh.err)
+	}
+	queued, err := e.s.vmsInStates(ctx, []string{store.VMQueued})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, vm := range queued {
+		_, body := do(t, e.s, "GET", "/v1/vms/"+vm.ID, "ann-token")
+		want := fresh.vms[vm.ID]
+		if body["estimate_stale"] != nil || body["estimate_computed_at"] == nil {
+			t.Errorf("%s: %s: stale %v, computed at %v", step, vm.Name, body["estimate_stale"], body["estimate_computed_at"])
+		}
+		if note, _ := body["estimated_start_note"].(string); note != want.Reason {
+			t.Errorf("%s: %s: note %q, a fresh replay says %q", step, vm.Name, note, want.Reason)
+		}
+		switch {
+		case !want.Known() && body["estimated_start"] != nil:
+			t.Errorf("%s: %s: estimated %v, a fresh replay knows none", step, vm.Name, body["estimated_start"])
+		case want.Known() && !near(parseTime(t, body["estimated_start"]), want.At):
+			t.Errorf("%s: %s: estimated %v, a fresh replay says %s", step, vm.Name, body["estimated_start"], want.At)
+		case want.Known() && body["estimated_start_uncertain"] != want.Uncertain:
+			t.Errorf("%s: %s: uncertain %v, a fresh replay says %v", step, vm.Name, body["estimated_start_uncertain"], want.Uncertain)
+		}
+	}
+	var ps []struct {
+		Name     string           `json:"name"`
+		NextFree *time.Time       `json:"next_free_at"`
+		Free     *api.ProfileFree `json:"free"`
+		Stale    bool             `json:"estimate_stale"`
+	}
+	if err := json.Unmarshal(httpGet(t, e.s, "/v1/profiles", "ann-token"), &ps); err != nil {
+		t.Fatal(err)
+	}
+	freeNow := e.s.hostModels(ctx, true).free(fresh.cfg.SortedProfiles())
+	for _, p := range ps {
+		if p.Name != "whole" {
+			continue
+		}
+		next := nextFreeAt(&estimateSnap{state: fresh.state, probes: map[string]estimate.Estimate{probeKey("ann", "whole"): probe(fresh, probeWant{user: "ann", groups: []string{"artists"}, profile: "whole"})}},
+			"ann", fresh.cfg.Profiles["whole"])
+		if (next == nil) != (p.NextFree == nil) || next != nil && !near(*next, *p.NextFree) {
+			t.Errorf("%s: next free %v, a fresh replay says %v", step, p.NextFree, next)
+		}
+		if w := freeNow["whole"]; fmt.Sprint(w) != fmt.Sprint(p.Free) {
+			t.Errorf("%s: free %v, counted afresh %v", step, p.Free, w)
+		}
+		if p.Stale {
+			t.Errorf("%s: profiles stale once caught up", step)
+		}
+	}
+}
+
+// TestEstimateFollowsEachChange: after each kind of change of the state,
+// made through the API or behind the server's back (as another gpuvmd of
+// a fleet, or the orchestrator, writes it), the served estimates are a
+// fresh replay's, once the worker has caught up.
+func TestEstimateFollowsEachChange(t *testing.T) {
+	e := newEstimateEnv(t, "8h")
+	sc := &swapConfig{next: estimateConfig(t, "2h")}
+	sc.cur.Store(e.s.Config.Load())
+	e.s.Config = sc
+	ctx := context.Background()
+	st := e.st.(*store.Store)
+	checkServedIsFresh(t, e, "at first")
+
+	// bob books a GPU from +2h: q1 waits for it to end, not r1.
+	if err := st.CreateReservation(ctx, &store.Reservation{OwnerKind: store.OwnerUser, Owner: "bob", Profile: "whole", Count: 1,
+		StartAt: e.now.Add(2 * time.Hour), EndAt: e.now.Add(5 * time.Hour), CreatedBy: "admin"}); err != nil {
+		t.Fatal(err)
+	}
+	checkServedIsFresh(t, e, "booking")
+
+	rec, _ := send(t, e.s, "POST", "/v1/vms", "ann-token", `{"profile":"whole","name":"q3"}`)
+	if rec.Code != 202 {
+		t.Fatalf("create: %d %s", rec.Code, rec.Body)
+	}
+	checkServedIsFresh(t, e, "create")
+
+	setState := func(id string, u store.VMUpdate) {
+		t.Helper()
+		vm, err := st.GetVM(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := st.UpdateVMState(ctx, vm.ID, vm.Version, u); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setState(e.run[0], store.VMUpdate{State: store.VMDeleted})
+	e.heartbeat(t, "", e.run[1])
+	checkServedIsFresh(t, e, "delete")
+
+	host, end := "gpu-01", e.now.Add(2*time.Hour)
+	setState(e.queued[0], store.VMUpdate{State: store.VMRunning, Host: &host, LeaseEnd: &end})
+	e.heartbeat(t, e.queued[0], e.run[1])
+	checkServedIsFresh(t, e, "start")
+
+	later := e.now.Add(6 * time.Hour)
+	setState(e.run[1], store.VMUpdate{State: store.VMRunning, LeaseEnd: &later})
+	checkServedIsFresh(t, e, "extend")
+
+	if rec, _ := do(t, e.s, "POST", "/v1/admin/reload", "admin-token"); rec.Code != 200 {
+		t.Fatalf("reload: %d %s", rec.Code, rec.Body)
+	}
+	checkServedIsFresh(t, e, "config reload")
+
+	if _, err := st.MarkHostsDown(ctx, e.s.Store.Now().Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	checkServedIsFresh(t, e, "host down")
+}
+
+// TestEstimatesWorkerStopsWithClose: the worker starts with the first
+// request that needs it and stops, with nothing left running, on Close.
+func TestEstimatesWorkerStopsWithClose(t *testing.T) {
+	e := newEstimateEnv(t, "2h")
+	leaks := goleak.IgnoreCurrent()
+	httpGet(t, e.s, "/v1/profiles", "ann-token")
+	e.s.Close()
+	goleak.VerifyNone(t, leaks)
+	// Closed, it answers with the last computation, and starts nothing.
+	_, body := do(t, e.s, "GET", "/v1/vms/"+e.queued[0], "ann-token")
+	if body["estimated_start"] == nil {
+		t.Errorf("after Close: %v", body)
+	}
+	goleak.VerifyNone(t, leaks)
+}
