@@ -22,6 +22,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gpuvm/gpuvm/pkg/config"
 	"github.com/gpuvm/gpuvm/pkg/scheduler"
 )
 
@@ -139,10 +140,34 @@ func queue(s State, o Options, until string) map[string]Estimate {
 		return out
 	}
 	rp := replay{s: s, o: o, until: until, inv: s.Inventory.Clone(), running: make(map[string]*scheduler.Running, len(s.Running)),
-		last: map[string]scheduler.Reason{}, preempted: map[string]bool{}, held: map[string]bool{}, out: out}
+		last: map[string]scheduler.Reason{}, preempted: map[string]bool{}, held: map[string]bool{}, out: out,
+		byID: make(map[string]*scheduler.Request, len(s.Queue))}
 	for i := range s.Running {
 		r := s.Running[i]
 		rp.running[r.ID] = &r
+	}
+	for i := range s.Queue {
+		r := &s.Queue[i]
+		if _, ok := rp.byID[r.ID]; ok {
+			rp.twice = true
+		}
+		rp.byID[r.ID] = r
+		if !r.StartBy.IsZero() {
+			rp.startBy++
+		}
+		if rp.inv.Holds(r.ID) {
+			if rp.dup == nil {
+				rp.dup = map[string]bool{}
+			}
+			rp.dup[r.ID] = true
+		}
+	}
+	rp.policy = s.Policy
+	if len(s.Rank) > 0 {
+		rp.policy = rankedPolicy{s.Policy, s.Rank}
+	}
+	if st, ok := staticOrder(s); ok {
+		rp.policy, rp.order = asOrdered{rp.policy}, st
 	}
 	var later []scheduler.Request
 	for _, r := range s.Queue {
@@ -151,6 +176,9 @@ func queue(s State, o Options, until string) map[string]Estimate {
 			continue
 		}
 		rp.queue = append(rp.queue, r)
+	}
+	if rp.order != nil {
+		slices.SortFunc(rp.queue, func(a, b scheduler.Request) int { return rp.order[a.ID] - rp.order[b.ID] })
 	}
 	sort.SliceStable(later, func(i, j int) bool { return s.NotBefore[later[i].ID].Before(s.NotBefore[later[j].ID]) })
 	rp.later = later
@@ -169,6 +197,19 @@ type replay struct {
 	later   []scheduler.Request // held back (NotBefore), by time
 	last    map[string]scheduler.Reason
 	out     map[string]Estimate
+	// byID are the requests of the queue; policy is the rules as the
+	// cycles apply them (ranked, and without sorting the queue again when
+	// its order is fixed: order, each request's place in it).
+	byID   map[string]*scheduler.Request
+	policy scheduler.Policy
+	order  map[string]int
+	// waiting is why each request waited in the last cycle; last keeps,
+	// for the requests whose ID also held devices (dup: the cycles skip
+	// them), why they waited the last time they took part.
+	waiting map[string]scheduler.Wait
+	dup     map[string]bool
+	startBy int  // requests of the queue with a StartBy
+	twice   bool // an ID is twice in the queue: byID is made each cycle
 
 	// What the replay assumed so far.
 	ends       int             // running VMs ended at their lease's end
@@ -183,7 +224,7 @@ func (rp *replay) run() {
 	for cycle := 0; cycle < rp.o.MaxCycles; cycle++ {
 		rp.endDue(now)
 		for len(rp.later) > 0 && !rp.s.NotBefore[rp.later[0].ID].After(now) {
-			rp.queue = append(rp.queue, rp.later[0])
+			rp.join(rp.later[0])
 			rp.later = rp.later[1:]
 		}
 		if len(rp.queue) > 0 {
@@ -237,23 +278,20 @@ func (rp *replay) cycle(now time.Time) {
 	for _, id := range rp.sortedRunning() {
 		runList = append(runList, *rp.running[id])
 	}
-	pol := rp.s.Policy
-	if len(rp.s.Rank) > 0 {
-		pol = rankedPolicy{pol, rp.s.Rank}
-	}
-	d := scheduler.Cycle(now, rp.inv, rp.queue, runList, pol, rp.s.Options)
+	d := scheduler.Cycle(now, rp.inv, rp.queue, runList, rp.policy, rp.s.Options)
 	if now.Equal(rp.s.Now) {
 		for _, h := range d.Holds {
 			rp.held[h.ID] = true
 		}
 	}
-	gone := map[string]bool{}
-	byID := make(map[string]*scheduler.Request, len(rp.queue))
-	for i := range rp.queue {
-		byID[rp.queue[i].ID] = &rp.queue[i]
+	gone := make(map[string]bool, len(d.Start)+len(d.Refused))
+	if rp.twice {
+		for i := range rp.queue {
+			rp.byID[rp.queue[i].ID] = &rp.queue[i]
+		}
 	}
 	for _, st := range d.Start {
-		r := byID[st.ID]
+		r := rp.byID[st.ID]
 		if r == nil {
 			continue
 		}
@@ -283,20 +321,29 @@ func (rp *replay) cycle(now time.Time) {
 			v.Stopping, v.End = true, now
 		}
 	}
-	for id, w := range d.Waiting {
-		rp.last[id] = w.Reason
-	}
-	kept := rp.queue[:0]
-	for _, r := range rp.queue {
-		switch {
-		case gone[r.ID]:
-		case !r.StartBy.IsZero() && !now.Before(r.StartBy):
-			rp.out[r.ID] = Estimate{NotBefore: r.StartBy, Reason: fmt.Sprintf("no estimate: it gives up at %s, before it could start", r.StartBy.UTC().Format(time.RFC3339))}
-		default:
-			kept = append(kept, r)
+	rp.waiting = d.Waiting
+	for id := range rp.dup {
+		if w, ok := d.Waiting[id]; ok {
+			rp.last[id] = w.Reason
 		}
 	}
-	rp.queue = kept
+	if len(gone) > 0 || rp.startBy > 0 {
+		kept := rp.queue[:0]
+		for _, r := range rp.queue {
+			switch {
+			case gone[r.ID]:
+				if !r.StartBy.IsZero() {
+					rp.startBy--
+				}
+			case !r.StartBy.IsZero() && !now.Before(r.StartBy):
+				rp.out[r.ID] = Estimate{NotBefore: r.StartBy, Reason: fmt.Sprintf("no estimate: it gives up at %s, before it could start", r.StartBy.UTC().Format(time.RFC3339))}
+				rp.startBy--
+			default:
+				kept = append(kept, r)
+			}
+		}
+		rp.queue = kept
+	}
 	// Stopping VMs told to stop now end at once.
 	rp.endDue(now)
 }
@@ -325,9 +372,11 @@ func (rp *replay) next(now time.Time) (time.Time, bool) {
 		}
 		take(tk)
 	}
-	for _, r := range rp.queue {
-		if !r.StartBy.IsZero() {
-			take(r.StartBy)
+	if rp.startBy > 0 {
+		for _, r := range rp.queue {
+			if !r.StartBy.IsZero() {
+				take(r.StartBy)
+			}
 		}
 	}
 	return t, !t.IsZero()
@@ -380,6 +429,9 @@ func (rp *replay) started(id string, at time.Time) Estimate {
 func (rp *replay) unknown(r scheduler.Request, until time.Time) Estimate {
 	e := Estimate{NotBefore: until}
 	why := rp.last[r.ID]
+	if w, ok := rp.waiting[r.ID]; ok {
+		why = w.Reason
+	}
 	switch {
 	case len(rp.running) == 0 && why.Code == scheduler.CodeNoCapacity:
 		e.Reason = "no estimate: it does not fit even with every running VM gone (" + why.Text() + ")"
@@ -446,3 +498,78 @@ func (s rankedSession) Order(q []scheduler.Request) []scheduler.Request {
 	})
 	return out
 }
+
+// join adds a held-back request to the queue, in its place when the
+// queue's order is fixed.
+func (rp *replay) join(r scheduler.Request) {
+	rp.byID[r.ID] = &r
+	if !r.StartBy.IsZero() {
+		rp.startBy++
+	}
+	if rp.inv.Holds(r.ID) {
+		if rp.dup == nil {
+			rp.dup = map[string]bool{}
+		}
+		rp.dup[r.ID] = true
+	}
+	if rp.order == nil {
+		rp.queue = append(rp.queue, r)
+		return
+	}
+	i, _ := slices.BinarySearchFunc(rp.queue, rp.order[r.ID], func(q scheduler.Request, k int) int { return rp.order[q.ID] - k })
+	rp.queue = slices.Insert(rp.queue, i, r)
+}
+
+// staticOrder is each request's place in the queue order when the order
+// is fixed: a comparison of the requests' own fields (fifo, priority,
+// sjf; or every request ranked, each at its own rank), which neither the
+// time, nor the VMs that run, nor the other requests waiting change. The
+// cycles then need not sort the queue again: it is kept in that order.
+// False when the order may change (fair share), or is not known.
+func staticOrder(s State) (map[string]int, bool) {
+	all := make([]scheduler.Request, 0, len(s.Queue))
+	all = append(all, s.Queue...)
+	ids := make(map[string]bool, len(all))
+	ranks := map[int]bool{}
+	ranked := true
+	for _, r := range all {
+		if ids[r.ID] {
+			return nil, false // the order of two of one ID is not theirs
+		}
+		ids[r.ID] = true
+		k, ok := s.Rank[r.ID]
+		if !ok || ranks[k] {
+			ranked = false
+		}
+		ranks[k] = true
+	}
+	o, ok := s.Policy.(interface{ Order() string })
+	if !ranked && (!ok || !fixedOrders[o.Order()]) {
+		return nil, false
+	}
+	var pol scheduler.Policy = s.Policy
+	if len(s.Rank) > 0 {
+		pol = rankedPolicy{pol, s.Rank}
+	}
+	sorted := pol.Begin(s.Now, s.Running).Order(all)
+	out := make(map[string]int, len(sorted))
+	for i, r := range sorted {
+		out[r.ID] = i
+	}
+	return out, true
+}
+
+// fixedOrders are pkg/policy's orders by the requests' own fields.
+var fixedOrders = map[string]bool{config.OrderFIFO: true, config.OrderPriority: true, config.OrderSJF: true}
+
+// asOrdered is a Policy whose sessions take the queue as it comes: the
+// replay keeps it in the order the Policy gives.
+type asOrdered struct{ scheduler.Policy }
+
+func (p asOrdered) Begin(now time.Time, running []scheduler.Running) scheduler.Session {
+	return orderedSession{p.Policy.Begin(now, running)}
+}
+
+type orderedSession struct{ scheduler.Session }
+
+func (orderedSession) Order(q []scheduler.Request) []scheduler.Request { return q }
