@@ -12,7 +12,7 @@ PLUGINS     := vgpu mig passthrough
 RUN_STATE   ?= $(CURDIR)/.cache/run
 RUN_LISTEN  ?= 127.0.0.1:8080
 
-.PHONY: all setup novnc portal build guest desktop-image test-desktop-image run test unit lint generate check-generate fuzz clean package test-install
+.PHONY: all setup novnc portal build guest desktop-image test-desktop-image run test unit lint generate check-generate fuzz clean package test-install bench-scale
 
 all: build
 
@@ -103,6 +103,15 @@ unit:
 	$(GO) test -race -count=1 -timeout 20m ./...
 	# The scheduler's claims on the example traces, too slow under -race.
 	$(GO) test -count=1 -run '^TestExamplesBeatFirstFit$$' ./pkg/scheduler/simulate/
+
+# The scale harness (test/bench/scale_test.go, issue #26): one real gpuvmd
+# on a full simulated h100x8, its queue filled through the API by 200 users
+# to each of GPUVM_SCALE_SIZES (default 1000,3000,10000); prints the create
+# rate, every read route's p50/p99, idle CPU, RSS and the growth exponents.
+# Not part of `make test` (which runs its small form, TestScaleGrowth).
+# GPUVM_BENCH_PG=<postgres DSN> runs it on PostgreSQL.
+bench-scale:
+	$(GO) test -run '^$$' -bench '^BenchmarkScale$$' -benchtime 1x -timeout 120m ./test/bench/
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '\.pb\.go$$')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

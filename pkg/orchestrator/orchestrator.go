@@ -420,11 +420,15 @@ func (o *Orchestrator) Run(ctx context.Context) {
 	o.wg.Add(1)
 	go func() { defer o.wg.Done(); o.rec.watchDomains(ctx) }()
 	o.disp.dispatch(ctx, false)
+	var took time.Duration // the last round's
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-o.wake:
+			if !pace(ctx, took) {
+				return
+			}
 		case <-tick.C:
 		case <-rec.C:
 			if rep, err := o.rec.reconcileHost(ctx); err != nil {
@@ -435,7 +439,33 @@ func (o *Orchestrator) Run(ctx context.Context) {
 		case <-rules.C:
 			o.rules.applyRules(ctx)
 		}
+		start := time.Now()
 		o.disp.dispatch(ctx, false)
+		took = time.Since(start)
+	}
+}
+
+// maxPace bounds how long a wake-up waits after a slow round (pace).
+const maxPace = time.Second
+
+// pace holds a wake-up back as long as the last round took (at most
+// maxPace): a round reads every unfinished operation and places the whole
+// queue, so with thousands queued and creates arriving hundreds a second
+// (each a wake-up) rounds would otherwise run back to back and the API's
+// statements would wait behind them for the database (issue #26). The
+// worker then takes at most about half of it; a VM that can start waits at
+// most one round longer. It reports false when ctx ended.
+func pace(ctx context.Context, took time.Duration) bool {
+	if took <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(min(took, maxPace))
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
 	}
 }
 

@@ -129,3 +129,29 @@ func BenchmarkClaimAllocation(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkCreateVM: what a create writes (the VM, its operation, its event,
+// an idempotency key) with 0, 3,000 and 10,000 VMs recorded already: it
+// should not grow with them (issue #26).
+func BenchmarkCreateVM(b *testing.B) {
+	ctx := context.Background()
+	for _, driver := range drivers {
+		for _, n := range []int{0, 3_000, 10_000} {
+			b.Run(fmt.Sprintf("%s/%d", driver, n), func(b *testing.B) {
+				d := newTestDB(b, driver)
+				s := d.open(b)
+				seedVMs(b, s, max(n, 1))
+				b.ReportAllocs()
+				i := 0
+				for b.Loop() {
+					i++
+					vm := &VM{Name: fmt.Sprint("new", i), Owner: fmt.Sprint("user", i%10), Profile: "render-l40s", Hours: 8}
+					key := &IdempotencyKey{User: vm.Owner, Key: fmt.Sprint("k", i), RequestHash: "h"}
+					if _, err := s.CreateVM(ctx, vm, CreateVMOptions{RequestedBy: vm.Owner, IdempotencyKey: key}); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
+	}
+}

@@ -134,7 +134,7 @@ func seedVMs(b *testing.B, st *store.Store, n int, host string) {
 
 // envInts reads a comma-separated list of positive integers from the
 // environment, or def.
-func envInts(b *testing.B, name string, def ...int) []int {
+func envInts(b testing.TB, name string, def ...int) []int {
 	b.Helper()
 	v := os.Getenv(name)
 	if v == "" {
@@ -151,7 +151,7 @@ func envInts(b *testing.B, name string, def ...int) []int {
 	return out
 }
 
-func envDuration(b *testing.B, name string, def time.Duration) time.Duration {
+func envDuration(b testing.TB, name string, def time.Duration) time.Duration {
 	b.Helper()
 	v := os.Getenv(name)
 	if v == "" {

@@ -1,0 +1,81 @@
+package bench_test
+
+import (
+	"fmt"
+	"math"
+	"strings"
+	"testing"
+	"time"
+)
+
+// maxGrowth is the largest growth exponent k (t ∝ n^k, from the medians
+// of two queue sizes) TestScaleGrowth lets a route have. Every route it
+// times should cost a request O(1) or O(log n) in the queue's length (one
+// VM, a page of at most 1000) or at worst O(n) (what counts the queue):
+// k ≤ 1, and the fixed cost of a request pulls the measured k below the
+// true one. k > 1.5 is a request that does work per queued VM for each
+// queued VM — O(n²), the kind of route that took 16–20 s at 3,000 queued
+// (issue #26) — and between 250 and 1,000 it means the median grew
+// more than eightfold.
+const maxGrowth = 1.5
+
+// growthFloor is how much a median must grow, in absolute terms, before
+// its exponent is judged: below it, the growth is the noise of a shared
+// machine (a 0.5 ms median that reads 4 ms once the test suite runs
+// beside it), not the route. It only ever spares a route, never fails one.
+const growthFloor = 10 * time.Millisecond
+
+// TestScaleGrowth is the scale harness (BenchmarkScale) run small: the
+// queue of a full server filled to 250 and then 1,000 VMs
+// ($GPUVM_SCALE_TEST_SIZES), every read route and the creates timed at
+// each. It fails only when a route's median grows far faster than the
+// queue (maxGrowth), never on a time. -short skips it.
+func TestScaleGrowth(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: the scale harness starts gpuvmd and queues 1,000 VMs")
+	}
+	cfg := scaleEnv(t, []int{250, 1000})
+	if v := envInts(t, "GPUVM_SCALE_TEST_SIZES"); v != nil {
+		cfg.sizes = v
+	}
+	if len(cfg.sizes) < 2 {
+		t.Fatalf("$GPUVM_SCALE_TEST_SIZES: two sizes or more, not %v", cfg.sizes)
+	}
+	cfg.samples, cfg.budget, cfg.idle = 15, 10*time.Second, 2*time.Second
+	var out strings.Builder
+	res := runScale(t, cfg, &out)
+	printGrowth(&out, res)
+	t.Log("\n" + out.String())
+	for _, bad := range tooSteep(res) {
+		t.Error(bad)
+	}
+}
+
+// tooSteep names the routes (and the creates) whose median grows faster
+// than maxGrowth between two consecutive sizes, or that timed out at the
+// larger size only.
+func tooSteep(res []sizeResult) []string {
+	var out []string
+	judge := func(what string, n1, n2 int, t1, t2 float64) {
+		k := growth(n1, n2, t1, t2)
+		if !math.IsNaN(k) && k > maxGrowth && t2-t1 >= ms(growthFloor) {
+			out = append(out, fmt.Sprintf("%s: median %.1f ms at %d queued, %.1f ms at %d: grows as n^%.2f (more than n^%.1f)",
+				what, t1, n1, t2, n2, k, maxGrowth))
+		}
+	}
+	for i := 1; i < len(res); i++ {
+		a, b := res[i-1], res[i]
+		if i > 1 || len(a.createTimes) > 0 {
+			judge("POST /v1/vms", a.queued, b.queued, percentileMS(a.createTimes, 50), percentileMS(b.createTimes, 50))
+		}
+		for j := range b.routes {
+			ra, rb := a.routes[j], b.routes[j]
+			if rb.timeouts > 0 && ra.timeouts == 0 && len(rb.times) == 0 {
+				out = append(out, fmt.Sprintf("%s: timed out at %d queued, not at %d", rb.name, b.queued, a.queued))
+				continue
+			}
+			judge(rb.name, a.queued, b.queued, ra.p(50), rb.p(50))
+		}
+	}
+	return out
+}

@@ -1,0 +1,581 @@
+package bench_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gpuvm/gpuvm/pkg/api"
+	"github.com/gpuvm/gpuvm/pkg/store/storetest"
+	"github.com/gpuvm/gpuvm/test/internal/daemon"
+)
+
+// The scale harness (issue #26, "a queue of ten thousand"): one real gpuvmd
+// on a simulated h100x8 whose MIG slices are all taken, with the queue filled
+// through the API by many users to each of a list of sizes; at each size it
+// times creates, every read route a person or the portal uses, gpuvmd's idle
+// CPU and its resident memory. BenchmarkScale prints the figures (make
+// bench-scale); TestScaleGrowth runs it small in `go test` and fails only
+// when a route's time grows far faster than the queue.
+
+// scaleProfile is the profile every VM of the harness is made from: the
+// smallest MIG instance of an H100, which the h100x8 preset's four MIG-mode
+// GPUs hold 28 of. No policy file: no quota.
+const scaleProfile = `
+profile "scale-mig" {
+  description = "The scale harness: the smallest MIG instance of an H100"
+  vcpus  = 1
+  memory = "256MiB"
+  boot { kernel = "/boot/vmlinuz" }
+  network { type = "none" }
+  gpu {
+    kind    = "mig"
+    profile = "1g.10gb"
+  }
+  lease {
+    default = "1h"
+    max     = "4h"
+  }
+}
+`
+
+// scaleFillers is how many VMs the admin asks for first, to fill the
+// server: more than its 28 slices of 1g.10gb.
+const scaleFillers = 32
+
+type scaleConfig struct {
+	sizes   []int         // queue sizes, ascending
+	users   int           // users that queue, each with its own token
+	clients int           // concurrent create clients
+	samples int           // requests per read route and size
+	budget  time.Duration // a read route's time per size, after which it stops sampling
+	timeout time.Duration // one request's limit
+	idle    time.Duration // how long gpuvmd's idle CPU is read over
+	dsn     string        // --database: "" (SQLite in the state directory) or a PostgreSQL DSN
+}
+
+// routeResult is one read route's timings at one size.
+type routeResult struct {
+	name     string
+	times    []time.Duration // sorted, timeouts and failures left out
+	timeouts int
+	failures int
+	lastErr  string
+}
+
+func (r routeResult) p(q float64) float64 { return percentileMS(r.times, q) }
+
+// sizeResult is what one queue size measured.
+type sizeResult struct {
+	queued      int
+	createRate  float64         // creates a second while filling up to this size
+	createTimes []time.Duration // sorted
+	createFails int
+	routes      []routeResult
+	idleCPU     float64 // percent of one core
+	rssMB       float64
+}
+
+// scaleEnv reads the harness's knobs from the environment.
+func scaleEnv(tb testing.TB, sizes []int) scaleConfig {
+	tb.Helper()
+	c := scaleConfig{sizes: sizes, users: 200, clients: 8, samples: 30, budget: 15 * time.Second,
+		timeout: 60 * time.Second, idle: 10 * time.Second, dsn: os.Getenv("GPUVM_BENCH_PG")}
+	if v := envInts(tb, "GPUVM_SCALE_SIZES"); v != nil {
+		c.sizes = v
+	}
+	if v := envInts(tb, "GPUVM_SCALE_USERS"); v != nil {
+		c.users = v[0]
+	}
+	if v := envInts(tb, "GPUVM_SCALE_CLIENTS"); v != nil {
+		c.clients = v[0]
+	}
+	if v := envInts(tb, "GPUVM_SCALE_SAMPLES"); v != nil {
+		c.samples = v[0]
+	}
+	c.budget = envDuration(tb, "GPUVM_SCALE_BUDGET", c.budget)
+	c.timeout = envDuration(tb, "GPUVM_SCALE_TIMEOUT", c.timeout)
+	c.idle = envDuration(tb, "GPUVM_SCALE_IDLE", c.idle)
+	slices.Sort(c.sizes)
+	c.sizes = slices.Compact(c.sizes)
+	if c.dsn != "" {
+		c.dsn = storetest.SchemaDSN(tb, c.dsn) // a schema of its own, dropped afterwards
+	}
+	return c
+}
+
+// BenchmarkScale runs the scale harness at $GPUVM_SCALE_SIZES (default
+// 1000,3000,10000) and prints its table. One iteration whatever -benchtime
+// says: an iteration is the whole run.
+func BenchmarkScale(b *testing.B) {
+	cfg := scaleEnv(b, []int{1000, 3000, 10000})
+	var res []sizeResult
+	for b.Loop() {
+		if res == nil {
+			res = runScale(b, cfg, os.Stdout)
+		}
+	}
+	printGrowth(os.Stdout, res)
+	b.ReportMetric(0, "ns/op")
+}
+
+// scaleRun is one gpuvmd of the harness and its clients.
+type scaleRun struct {
+	tb     testing.TB
+	cfg    scaleConfig
+	proc   *daemon.Process
+	hc     *http.Client
+	admin  string   // admin token
+	tokens []string // a token per user, users[i] = "u%03d"
+	cookie *http.Cookie
+	mu     sync.Mutex
+	queue  []queuedVM // VMs queued by the users, in the order their creates returned
+}
+
+// queuedVM is a VM a user queued, and that user's token.
+type queuedVM struct{ id, token string }
+
+// runScale starts gpuvmd, fills it, and measures each size; it writes each
+// size's figures to out as they come.
+func runScale(tb testing.TB, cfg scaleConfig, out io.Writer) []sizeResult {
+	tb.Helper()
+	r := &scaleRun{tb: tb, cfg: cfg, hc: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: cfg.clients + 4}}}
+	r.start()
+	defer func() {
+		if err := r.proc.Stop(30 * time.Second); err != nil {
+			tb.Logf("gpuvmd exited: %v", err)
+		}
+		if logs := r.proc.Logs(); strings.Contains(logs, "level=ERROR") {
+			tb.Logf("gpuvmd logged errors (last 4000 bytes):\n%s", logs[max(0, len(logs)-4000):])
+		}
+	}()
+	db := "SQLite"
+	if cfg.dsn != "" {
+		db = "PostgreSQL"
+	}
+	fmt.Fprintf(out, "scale harness: gpuvmd on a simulated h100x8 (%s), %d users, %d create clients, sizes %v\n", db, cfg.users, cfg.clients, cfg.sizes)
+	begin := time.Now()
+	held := r.fillServer()
+	r.makeUsers()
+	fmt.Fprintf(out, "server full: %d VMs hold its slices, %d of the admin's queued; %d users made (%v)\n",
+		scaleFillers-held, held, cfg.users, time.Since(begin).Round(time.Millisecond))
+	var res []sizeResult
+	queued := held
+	for _, size := range cfg.sizes {
+		sr := sizeResult{}
+		if size > queued {
+			sr.createRate, sr.createTimes, sr.createFails = r.fill(size - queued)
+		}
+		queued = max(queued, size)
+		sr.queued = queued
+		sr.idleCPU = r.idleCPU()
+		sr.routes = r.readRoutes()
+		if st, err := procStatus(r.proc.Pid()); err == nil {
+			sr.rssMB = st["VmRSS"]
+		}
+		printSize(out, sr)
+		res = append(res, sr)
+	}
+	fmt.Fprintf(out, "total %v\n", time.Since(begin).Round(time.Second))
+	return res
+}
+
+func (r *scaleRun) start() {
+	tb := r.tb
+	gpuvmd, err := daemon.Gpuvmd()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	pluginDir, err := daemon.Plugins()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	conf, state := tb.TempDir(), tb.TempDir()
+	if err := os.WriteFile(filepath.Join(conf, "profiles.hcl"), []byte(scaleProfile), 0o644); err != nil {
+		tb.Fatal(err)
+	}
+	db := r.cfg.dsn
+	if db == "" {
+		db = filepath.Join(state, "gpuvm.db")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	p, err := daemon.Start(ctx, daemon.Config{Binary: gpuvmd, ReadyTimeout: time.Minute,
+		Args: []string{"--config", conf, "--state-dir", state, "--database", db, "--libvirt-uri", "test:///default",
+			"--simulate", "h100x8", "--plugin-dir", pluginDir},
+		Env: []string{"GPUVM_TEST_DOMAIN_PREFIX=scale-"}})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	r.proc = p
+	tok, err := os.ReadFile(filepath.Join(state, "admin.token"))
+	if err != nil {
+		tb.Fatalf("gpuvmd wrote no admin token: %v", err)
+	}
+	r.admin = strings.TrimSpace(string(tok))
+}
+
+// call makes one request with the harness's per-request timeout and
+// decodes a 2xx answer's JSON into out (when out is not nil). It returns
+// how long the request took (to the end of the body).
+func (r *scaleRun) call(method, path, token string, body, out any) (time.Duration, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), r.cfg.timeout)
+	defer cancel()
+	var rd io.Reader
+	if body != nil {
+		b, _ := json.Marshal(body)
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, r.proc.URL()+path, rd)
+	if err != nil {
+		return 0, err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	if token == "" && r.cookie != nil {
+		req.AddCookie(r.cookie)
+	}
+	start := time.Now()
+	resp, err := r.hc.Do(req)
+	if err != nil {
+		return time.Since(start), err
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	took := time.Since(start)
+	if err != nil {
+		return took, err
+	}
+	if resp.StatusCode/100 != 2 {
+		return took, fmt.Errorf("%s %s: %s: %.300s", method, path, resp.Status, data)
+	}
+	if out != nil {
+		if err := json.Unmarshal(data, out); err != nil {
+			return took, fmt.Errorf("%s %s: %w", method, path, err)
+		}
+	}
+	return took, nil
+}
+
+func timedOut(err error) bool {
+	return errors.Is(err, context.DeadlineExceeded) || strings.Contains(fmt.Sprint(err), "Client.Timeout")
+}
+
+// fillServer has the admin ask for scaleFillers VMs and waits until the
+// worker has placed what fits: the server is then full. It returns how many
+// of them stay queued.
+func (r *scaleRun) fillServer() int {
+	tb := r.tb
+	for i := range scaleFillers {
+		if _, err := r.call("POST", "/v1/vms", r.admin, api.CreateVMRequest{Profile: "scale-mig", Name: fmt.Sprintf("fill-%02d", i)}, nil); err != nil {
+			tb.Fatalf("filler %d: %v", i, err)
+		}
+	}
+	deadline := time.Now().Add(3 * time.Minute)
+	for {
+		var list api.VMList
+		if _, err := r.call("GET", "/v1/vms?limit=100", r.admin, nil, &list); err != nil {
+			tb.Fatal(err)
+		}
+		count := map[string]int{}
+		for _, vm := range list.Items {
+			count[vm.State]++
+		}
+		if count[api.VMRunning]+count[api.VMQueued] == scaleFillers && count[api.VMQueued] > 0 {
+			return count[api.VMQueued]
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("the server did not fill within 3 minutes: %v", count)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// makeUsers makes the users and a token for each.
+func (r *scaleRun) makeUsers() {
+	tb := r.tb
+	r.tokens = make([]string, r.cfg.users)
+	for i := range r.cfg.users {
+		name := fmt.Sprintf("u%03d", i)
+		if _, err := r.call("POST", "/v1/users", r.admin, api.CreateUserRequest{Name: name}, nil); err != nil {
+			tb.Fatal(err)
+		}
+		var tok api.CreatedToken
+		if _, err := r.call("POST", "/v1/users/"+name+"/tokens", r.admin, api.CreateTokenRequest{Name: "scale"}, &tok); err != nil {
+			tb.Fatal(err)
+		}
+		r.tokens[i] = tok.Secret
+	}
+	var sess api.Session
+	req, _ := json.Marshal(api.SignInRequest{Token: r.tokens[0]})
+	resp, err := r.hc.Post(r.proc.URL()+"/v1/session", "application/json", bytes.NewReader(req))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer resp.Body.Close()
+	_ = json.NewDecoder(resp.Body).Decode(&sess)
+	for _, c := range resp.Cookies() {
+		if c.Name == api.SessionCookie {
+			r.cookie = c
+		}
+	}
+	if r.cookie == nil {
+		tb.Fatalf("POST /v1/session: %s, no %s cookie", resp.Status, api.SessionCookie)
+	}
+}
+
+// fill queues n more VMs from the users, round robin, with cfg.clients
+// concurrent clients, and returns the rate and the sorted times.
+func (r *scaleRun) fill(n int) (float64, []time.Duration, int) {
+	var next, fails atomic.Int64
+	times := make([]time.Duration, n)
+	var wg sync.WaitGroup
+	begin := time.Now()
+	r.mu.Lock()
+	base := len(r.queue)
+	r.mu.Unlock()
+	for range r.cfg.clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				k := int(next.Add(1)) - 1
+				if k >= n {
+					return
+				}
+				var cr api.CreateVMResponse
+				tok := r.tokens[(base+k)%len(r.tokens)]
+				took, err := r.call("POST", "/v1/vms", tok, api.CreateVMRequest{Profile: "scale-mig"}, &cr)
+				times[k] = took
+				if err != nil {
+					if fails.Add(1) <= 3 {
+						r.tb.Logf("create: %v", err)
+					}
+					continue
+				}
+				r.mu.Lock()
+				r.queue = append(r.queue, queuedVM{cr.VM.ID, tok})
+				r.mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	rate := float64(n) / time.Since(begin).Seconds()
+	slices.Sort(times)
+	return rate, times, int(fails.Load())
+}
+
+// idleCPU reads gpuvmd's CPU time (utime+stime, /proc/PID/stat) over
+// cfg.idle with no request in flight, in percent of one core.
+func (r *scaleRun) idleCPU() float64 {
+	time.Sleep(time.Second) // the last creates' wake-ups
+	a, err := cpuTicks(r.proc.Pid())
+	if err != nil {
+		r.tb.Log(err)
+		return math.NaN()
+	}
+	start := time.Now()
+	time.Sleep(r.cfg.idle)
+	b, err := cpuTicks(r.proc.Pid())
+	if err != nil {
+		r.tb.Log(err)
+		return math.NaN()
+	}
+	const clkTck = 100 // USER_HZ on Linux
+	return float64(b-a) / clkTck / time.Since(start).Seconds() * 100
+}
+
+// cpuTicks is utime+stime of /proc/PID/stat, in clock ticks.
+func cpuTicks(pid int) (int64, error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	// The command name, in parentheses, may hold spaces: fields count
+	// from after its closing parenthesis (state is field 3).
+	i := bytes.LastIndexByte(data, ')')
+	f := strings.Fields(string(data[i+1:]))
+	if i < 0 || len(f) < 13 {
+		return 0, fmt.Errorf("/proc/%d/stat: unexpected %q", pid, data)
+	}
+	var ut, st int64
+	if _, err := fmt.Sscan(f[11], &ut); err != nil {
+		return 0, err
+	}
+	if _, err := fmt.Sscan(f[12], &st); err != nil {
+		return 0, err
+	}
+	return ut + st, nil
+}
+
+// readRoute is one read route the harness times: its path and who asks.
+type readRoute struct {
+	name  string
+	path  func(i int) string
+	token string // "" sends the portal's session cookie
+	// tokenOf, when set, is the i-th request's token instead.
+	tokenOf func(i int) string
+}
+
+// routes lists the read routes timed at every size: what a user, the
+// portal's pages and an admin ask for.
+func (r *scaleRun) routes() []readRoute {
+	fixed := func(p string) func(int) string { return func(int) string { return p } }
+	r.mu.Lock()
+	q := slices.Clone(r.queue)
+	r.mu.Unlock()
+	// Mid-queue: a different VM (and owner) each request, from the middle
+	// on, so that no answer is one cached for the request before.
+	mid := func(i int) queuedVM { return q[(len(q)/2+i)%len(q)] }
+	last := q[len(q)-1]
+	routes := []readRoute{
+		{name: "GET /v1/profiles/{name}/admission", path: fixed("/v1/profiles/scale-mig/admission"), token: r.tokens[0]},
+		{name: "GET /v1/hosts", path: fixed("/v1/hosts"), token: r.tokens[0]},
+		{name: "GET /v1/vms (admin, first page)", path: fixed("/v1/vms"), token: r.admin},
+		{name: "GET /v1/vms (admin, middle page)", path: fixed("/v1/vms?after=" + r.middleCursor()), token: r.admin},
+		{name: "GET /v1/vms?state=queued&limit=1000 (admin queue)", path: fixed("/v1/vms?state=queued&limit=1000"), token: r.admin},
+		{name: "GET /v1/vms?limit=1000 (a user's VMs)", path: fixed("/v1/vms?limit=1000"), token: r.tokens[0]},
+		{name: "GET /v1/users (admin)", path: fixed("/v1/users"), token: r.admin},
+		{name: "GET /v1/alerts?limit=100 (admin)", path: fixed("/v1/alerts?limit=100"), token: r.admin},
+		{name: "GET /v1/rules", path: fixed("/v1/rules"), token: r.tokens[0]},
+		{name: "GET /metrics", path: fixed("/metrics"), token: r.admin},
+	}
+	for _, page := range []string{"/", "/vms", "/book", "/usage", "/admin", "/admin/fleet"} {
+		routes = append(routes, readRoute{name: "portal " + page, path: fixed(page), token: ""})
+	}
+	// Last, the routes that were slowest (issue #26): a request the
+	// harness gave up on may still run in gpuvmd and slow what follows.
+	routes = append(routes, []readRoute{
+		{name: "GET /v1/vms/{id} (queued, mid-queue)", path: func(i int) string { return "/v1/vms/" + mid(i).id },
+			tokenOf: func(i int) string { return mid(i).token }},
+		{name: "GET /v1/vms/{id} (queued, last)", path: fixed("/v1/vms/" + last.id), token: last.token},
+		{name: "GET /v1/profiles", path: fixed("/v1/profiles"), token: r.tokens[0]},
+	}...)
+	// The portal's sign-in is user u000's: its admin pages are the shell
+	// only (the data routes are timed with the admin token above).
+	return routes
+}
+
+// middleCursor is the cursor of the admin's VM list halfway down (pages
+// of 1000), or "" when the walk fails.
+func (r *scaleRun) middleCursor() string {
+	r.mu.Lock()
+	half := (len(r.queue) + scaleFillers) / 2
+	r.mu.Unlock()
+	cursor := ""
+	for seen := 0; seen+1000 <= half; seen += 1000 {
+		var page api.VMList
+		if _, err := r.call("GET", "/v1/vms?limit=1000&after="+cursor, r.admin, nil, &page); err != nil || page.Next == "" {
+			r.tb.Logf("middle page: %v", err)
+			return cursor
+		}
+		cursor = page.Next
+	}
+	return cursor
+}
+
+// readRoutes times each route: cfg.samples requests one after another,
+// fewer once cfg.budget is spent (at least one).
+func (r *scaleRun) readRoutes() []routeResult {
+	var out []routeResult
+	for _, rt := range r.routes() {
+		res := routeResult{name: rt.name}
+		begin := time.Now()
+		for i := 0; i < r.cfg.samples && (i == 0 || time.Since(begin) < r.cfg.budget); i++ {
+			tok := rt.token
+			if rt.tokenOf != nil {
+				tok = rt.tokenOf(i)
+			}
+			took, err := r.call("GET", rt.path(i), tok, nil, nil)
+			switch {
+			case err == nil:
+				res.times = append(res.times, took)
+			case timedOut(err):
+				res.timeouts++
+			default:
+				res.failures++
+				res.lastErr = err.Error()
+			}
+		}
+		slices.Sort(res.times)
+		out = append(out, res)
+	}
+	return out
+}
+
+func printSize(w io.Writer, sr sizeResult) {
+	fmt.Fprintf(w, "\n== %d queued ==\n", sr.queued)
+	if len(sr.createTimes) > 0 {
+		fmt.Fprintf(w, "%-52s %8.1f/s  p50 %8.1f ms  p99 %8.1f ms  (%d creates, %d failed)\n", "POST /v1/vms (filling)",
+			sr.createRate, percentileMS(sr.createTimes, 50), percentileMS(sr.createTimes, 99), len(sr.createTimes), sr.createFails)
+	}
+	for _, rt := range sr.routes {
+		line := fmt.Sprintf("%-52s n=%-3d     p50 %8.1f ms  p99 %8.1f ms", rt.name, len(rt.times), rt.p(50), rt.p(99))
+		if rt.timeouts > 0 {
+			line += fmt.Sprintf("  %d TIMED OUT", rt.timeouts)
+		}
+		if rt.failures > 0 {
+			line += fmt.Sprintf("  %d failed (%.200s)", rt.failures, rt.lastErr)
+		}
+		fmt.Fprintln(w, line)
+	}
+	fmt.Fprintf(w, "%-52s %.2f %% of a core\n", "gpuvmd idle CPU", sr.idleCPU)
+	fmt.Fprintf(w, "%-52s %.1f MB\n", "gpuvmd RSS (VmRSS)", sr.rssMB)
+}
+
+// growth is the exponent k in t ∝ n^k between two sizes, from the
+// medians: 0 is flat, 1 linear, 2 quadratic. NaN when either has no
+// successful sample.
+func growth(n1, n2 int, t1, t2 float64) float64 {
+	if t1 <= 0 || t2 <= 0 || n1 == n2 {
+		return math.NaN()
+	}
+	return math.Log(t2/t1) / math.Log(float64(n2)/float64(n1))
+}
+
+func printGrowth(w io.Writer, res []sizeResult) {
+	if len(res) < 2 {
+		return
+	}
+	fmt.Fprintf(w, "\n== growth exponent of p50 (t ∝ n^k) ==\n%-52s", "")
+	for i := 1; i < len(res); i++ {
+		fmt.Fprintf(w, " %6d→%-6d", res[i-1].queued, res[i].queued)
+	}
+	fmt.Fprintln(w)
+	if len(res[1].createTimes) > 0 {
+		fmt.Fprintf(w, "%-52s", "POST /v1/vms (filling)")
+		for i := 1; i < len(res); i++ {
+			fmt.Fprintf(w, " %13.2f", growth(res[i-1].queued, res[i].queued, percentileMS(res[i-1].createTimes, 50), percentileMS(res[i].createTimes, 50)))
+		}
+		fmt.Fprintln(w)
+	}
+	for j, rt := range res[0].routes {
+		fmt.Fprintf(w, "%-52s", rt.name)
+		for i := 1; i < len(res); i++ {
+			a, b := res[i-1].routes[j], res[i].routes[j]
+			if b.timeouts > 0 && len(b.times) == 0 {
+				fmt.Fprintf(w, " %13s", "timed out")
+				continue
+			}
+			fmt.Fprintf(w, " %13.2f", growth(res[i-1].queued, res[i].queued, a.p(50), b.p(50)))
+		}
+		fmt.Fprintln(w)
+	}
+}
