@@ -475,6 +475,8 @@ func printAccess(tw io.Writer, vm api.VM) {
 	}
 	if acc.Password {
 		fmt.Fprintf(tw, "  Password:\tgpuvm credentials %s (the desktop's one-time password: it is shown once)\n", vm.Name)
+	} else if acc.PasswordReadAt != nil {
+		fmt.Fprintf(tw, "  Password:\tread at %s (shown once; set a new one in the guest: gpuvm ssh %s, then passwd)\n", acc.PasswordReadAt.Local().Format("2006-01-02 15:04"), vm.Name)
 	}
 }
 

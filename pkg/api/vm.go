@@ -173,6 +173,9 @@ type VMAccess struct {
 	// Sunshine desktop with credentials = "vm", whose password gpuvm
 	// desktop --pin reads itself.
 	Password bool `json:"password"`
+	// PasswordReadAt is when the one-time desktop password was read
+	// (Password is then false: there is none left to read).
+	PasswordReadAt *time.Time `json:"password_read_at,omitempty"`
 }
 
 // VMAddress is an IP address of a running VM's guest.

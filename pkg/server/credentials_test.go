@@ -37,6 +37,12 @@ func TestCredentialsOnce(t *testing.T) {
 		}
 	}
 
+	// Offered until read, in GET and in lists.
+	for _, path := range []string{"/v1/vms/" + id, "/v1/vms"} {
+		if acc := accessIn(t, s, path, id); !acc.Password || acc.PasswordReadAt != nil {
+			t.Errorf("GET %s before the read: access %+v", path, acc)
+		}
+	}
 	rec, _ = send(t, s, "POST", "/v1/vms/desk/credentials", "ann-token", "")
 	var got api.CredentialsResponse
 	if rec.Code != 200 || json.Unmarshal(rec.Body.Bytes(), &got) != nil || got.User != "ann" || len(got.Password) != 20 || got.VMID != id {
@@ -54,6 +60,13 @@ func TestCredentialsOnce(t *testing.T) {
 	var p api.Problem
 	if json.Unmarshal(rec.Body.Bytes(), &p) != nil || p.ReadAt == nil || !p.ReadAt.Equal(got.ReadAt) {
 		t.Errorf("second read's read_at: %s, want %s", rec.Body, got.ReadAt)
+	}
+
+	// Read: no longer offered, and when it was read is said.
+	for _, path := range []string{"/v1/vms/" + id, "/v1/vms"} {
+		if acc := accessIn(t, s, path, id); acc.Password || acc.PasswordReadAt == nil || !acc.PasswordReadAt.Equal(got.ReadAt) {
+			t.Errorf("GET %s after the read: access %+v, want password false, read at %s", path, acc, got.ReadAt)
+		}
 	}
 
 	// The password is nowhere else.
@@ -181,4 +194,26 @@ func TestListVMsOwnerFilter(t *testing.T) {
 			t.Errorf("%s GET /v1/vms%s: %q, want %q", tc.token, tc.query, got, tc.want)
 		}
 	}
+}
+
+// accessIn is the access of VM id in the answer to GET path (one VM, or a
+// list of them), as its owner ann reads it.
+func accessIn(t *testing.T, s *Server, path, id string) api.VMAccess {
+	t.Helper()
+	rec, _ := send(t, s, "GET", path, "ann-token", "")
+	var one api.VM
+	var list api.VMList
+	if json.Unmarshal(rec.Body.Bytes(), &list) == nil && len(list.Items) > 0 {
+		for _, vm := range list.Items {
+			if vm.ID == id {
+				one = vm
+			}
+		}
+	} else if err := json.Unmarshal(rec.Body.Bytes(), &one); err != nil {
+		t.Fatalf("GET %s: %d %s", path, rec.Code, rec.Body)
+	}
+	if one.Access == nil {
+		t.Fatalf("GET %s: no access for %s: %s", path, id, rec.Body)
+	}
+	return *one.Access
 }

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -50,6 +51,31 @@ func vmAccess(p *config.Profile) *api.VMAccess {
 	// gpuvm desktop --pin itself: shown to the owner they would be spent.
 	shown := p.UsesPassword() && p.Desktop.Credentials != config.CredentialsVM
 	return &api.VMAccess{Desktop: p.DesktopOffered(), Console: p.ConsoleOffered(), SSH: net, Tunnels: net, Password: shown}
+}
+
+// passwordsRead marks, in the VMs' access, the one-time passwords that
+// were read: none is left to offer. A failed read leaves the offers as the
+// profiles say (the credentials route answers the truth).
+func (s *Server) passwordsRead(ctx context.Context, vms ...*api.VM) {
+	var ids []string
+	for _, vm := range vms {
+		if vm.Access != nil && vm.Access.Password {
+			ids = append(ids, vm.ID)
+		}
+	}
+	if len(ids) == 0 {
+		return
+	}
+	read, err := s.Store.CredentialsReadAt(ctx, ids)
+	if err != nil {
+		s.log.Warn("read which desktop passwords were read", "err", err)
+		return
+	}
+	for _, vm := range vms {
+		if at, ok := read[vm.ID]; ok && vm.Access != nil {
+			vm.Access.Password, vm.Access.PasswordReadAt = false, &at
+		}
+	}
 }
 
 // desktopTunneled reports whether the profile's desktop is a server in the

@@ -50,6 +50,8 @@ type VMStore interface {
 	// GetVMCredential is the credential without its password: the guest
 	// user of the .rdp file (desktop.go).
 	GetVMCredential(ctx context.Context, vmID string) (*store.VMCredential, error)
+	// CredentialsReadAt is when the VMs' one-time passwords were read.
+	CredentialsReadAt(ctx context.Context, vmIDs []string) (map[string]time.Time, error)
 	AppendEvent(ctx context.Context, e *store.Event) error
 	Tx(ctx context.Context, fn func(tx *store.Store) error) error
 }

@@ -321,6 +321,11 @@ func (s *Server) listVMs(c *gin.Context) {
 		vm.Access = vmAccess(s.vmProfile(&page.VMs[i])) // desktop.go
 		out.Items = append(out.Items, vm)
 	}
+	read := make([]*api.VM, len(out.Items))
+	for i := range out.Items {
+		read[i] = &out.Items[i]
+	}
+	s.passwordsRead(c.Request.Context(), read...)               // desktop.go
 	setHostStates(out.Items, s.hostStates(c.Request.Context())) // fleet.go
 	for i := range out.Items {
 		sayVM(c, &out.Items[i])
@@ -371,6 +376,7 @@ func (s *Server) getVM(c *gin.Context) {
 	}
 	out := toAPIVM(vm, allocs)
 	out.Access = vmAccess(s.vmProfile(vm)) // desktop.go
+	s.passwordsRead(c.Request.Context(), &out)
 	if vm.Host != "" && vm.State != store.VMDeleted {
 		out.HostState = s.hostStates(c.Request.Context())[vm.Host] // fleet.go
 	}

@@ -78,3 +78,21 @@ func (s *Store) TakeVMCredential(ctx context.Context, vmID, by string) (*VMCrede
 func (s *Store) forgetCredential(vmID string) error {
 	return s.db.Model(&VMCredential{}).Where("vm_id = ? AND password <> ''", vmID).Update("password", "").Error
 }
+
+// CredentialsReadAt is when the one-time password of each of the VMs was
+// read, for those whose was: one query for a page of VMs.
+func (s *Store) CredentialsReadAt(ctx context.Context, vmIDs []string) (map[string]time.Time, error) {
+	out := map[string]time.Time{}
+	if len(vmIDs) == 0 {
+		return out, nil
+	}
+	var rows []VMCredential
+	err := s.db.WithContext(ctx).Select("vm_id", "read_at").Where("vm_id IN ? AND read_at IS NOT NULL", vmIDs).Find(&rows).Error
+	if err != nil {
+		return nil, wrap(err, nil, "read when the VMs' desktop passwords were read")
+	}
+	for _, r := range rows {
+		out[r.VMID] = r.ReadAt.UTC()
+	}
+	return out, nil
+}
