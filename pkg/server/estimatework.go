@@ -29,7 +29,7 @@ import (
 // user×profile pairs asked for, counts what each profile has free, and
 // publishes the result. Changes that come while it computes are coalesced:
 // one computation runs, at most one more follows. A computation older
-// than estimateRefresh is redone (the time passes: bookings start, groups
+// than estimateRefresh (5 minutes) is redone (the time passes: bookings start, groups
 // change at sign-in).
 //
 // Requests read the last computation without waiting, and say when it was
@@ -42,7 +42,7 @@ const (
 	// estimatePoll is how often the worker reads the state version.
 	estimatePoll = time.Second
 	// estimateRefresh is how old a computation may grow with no change.
-	estimateRefresh = time.Minute
+	estimateRefresh = 5 * time.Minute
 	// estimateWait bounds a request's wait for what is not computed yet.
 	estimateWait = 10 * time.Second
 	// estimateProbes bounds the user×profile probes kept (recomputed at
