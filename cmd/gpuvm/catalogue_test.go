@@ -7,6 +7,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gpuvm/gpuvm/pkg/api"
 	"github.com/gpuvm/gpuvm/pkg/client"
@@ -109,7 +110,16 @@ profile "h100-vgpu" {
 	if err := env.Store.RegisterHost(context.Background(), &store.Host{Name: "gpu-a", APIURL: "http://gpu-a:8080", Version: "1.0", Inventory: string(inv)}); err != nil {
 		t.Fatal(err)
 	}
-	out := c.must("profiles")
+	// gpuvmd sees the heartbeat at its next look (a second at most), and
+	// computes what each profile has free then: until then the list is
+	// the last computation's, marked stale.
+	var out string
+	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		out = c.must("profiles")
+		if strings.Contains(out, "unservable") || time.Now().After(deadline) {
+			break
+		}
+	}
 	lines := strings.Split(out, "\n")
 	var h100, mig string
 	for _, l := range lines {
