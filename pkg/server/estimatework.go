@@ -46,8 +46,13 @@ const (
 	// estimateWait bounds a request's wait for what is not computed yet.
 	estimateWait = 10 * time.Second
 	// estimateProbes bounds the user×profile probes kept (recomputed at
-	// each change); the least recently asked for is forgotten.
-	estimateProbes = 256
+	// each change); the least recently asked for is forgotten. Each is a
+	// replay of the queue with the probe at its tail.
+	estimateProbes = 64
+	// estimateProbeIdle: a probe not asked for this long is forgotten, not
+	// recomputed at the next change (asked again, it is computed then), so
+	// that the work a change costs follows the people looking now.
+	estimateProbeIdle = 10 * time.Minute
 )
 
 // estimates is the worker's state, shared with the requests.
@@ -247,7 +252,11 @@ func (s *Server) computeEstimates(ctx context.Context) {
 	e.mu.Lock()
 	gen, hook := e.gen, e.beforeCompute
 	wants := make([]probeWant, 0, len(e.wants))
-	for _, w := range e.wants {
+	for k, w := range e.wants {
+		if time.Since(w.used) > estimateProbeIdle {
+			delete(e.wants, k)
+			continue
+		}
 		wants = append(wants, *w)
 	}
 	e.mu.Unlock()
