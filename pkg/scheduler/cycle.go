@@ -33,6 +33,15 @@ type Policy interface {
 	Begin(now time.Time, running []Running) Session
 }
 
+// Refuser is a Policy that can say, before any cycle, which requests its
+// sessions will refuse: Refusal gives the Reason a session's Admit refuses
+// r with whenever it gets that far, and true; or false when no session
+// ever refuses r. (Every refusal of such a policy is one no time changes;
+// a session may hide it behind a reason to wait for a while.)
+type Refuser interface {
+	Refusal(r *Request) (why Reason, refuse bool)
+}
+
 // Session is one cycle's view of the rules. The cycle calls Order once,
 // then for each request in that order Admit, Bookings and (when it starts)
 // Started. A cycle may open more sessions than one (Begin again) for the
@@ -170,6 +179,27 @@ type ending struct {
 // that waits. Requests whose ID already holds devices in inv are skipped.
 // To plan without effect, pass inv.Clone().
 func Cycle(now time.Time, inv *Inventory, queue []Request, running []Running, pol Policy, o Options) Decision {
+	d, _ := CycleReport(now, inv, queue, running, pol, o)
+	return d
+}
+
+// Report is what a cycle tells, besides its Decision, of how far in the
+// queue it had to look: enough to say that the requests behind those it
+// was given could have changed nothing (pkg/estimate runs cycles on the
+// head of a long queue).
+type Report struct {
+	// Lookahead is true when the cycle planned holds (Options.Lookahead)
+	// and its planning pass found its Lookahead blocked requests before
+	// the end of the queue: requests behind it play no part in the holds.
+	Lookahead bool
+	// Reserved counts the holds the main pass gave to blocked requests
+	// without lookahead (at most Options.Reserve).
+	Reserved int
+}
+
+// CycleReport is Cycle, with its Report.
+func CycleReport(now time.Time, inv *Inventory, queue []Request, running []Running, pol Policy, o Options) (Decision, Report) {
+	var rep Report
 	if o.Strategy == "" {
 		o.Strategy = Pack
 	}
@@ -190,9 +220,10 @@ func Cycle(now time.Time, inv *Inventory, queue []Request, running []Running, po
 	var held []Hold
 	lookahead := o.Reserve > 0 && o.Lookahead > o.Reserve
 	if lookahead {
-		held = lookaheadHolds(now, inv, ordered, running, ends, pol, o)
+		held, rep.Lookahead = lookaheadHolds(now, inv, ordered, running, ends, pol, o)
 	}
-	waiting, held := passMain(now, inv, ordered, s, o, held, lookahead, len(held), ends, preempting, &d)
+	waiting, held, reserved := passMain(now, inv, ordered, s, o, held, lookahead, len(held), ends, preempting, &d)
+	rep.Reserved = reserved
 	d.Holds = held
 	if o.Preempt {
 		d.Preempt = inv.preempt(now, waiting, running, s, o, held)
@@ -214,13 +245,13 @@ func Cycle(now time.Time, inv *Inventory, queue []Request, running []Running, po
 		d.Waiting[w.r.ID] = wt
 		d.Order = append(d.Order, w.r.ID)
 	}
-	return d
+	return d, rep
 }
 
 // passMain is the cycle's pass: it starts what fits, in queue order,
 // keeping off held capacity, and (without lookahead) holds capacity for the
 // first blocked requests.
-func passMain(now time.Time, inv *Inventory, ordered []Request, s Session, o Options, held []Hold, lookahead bool, reserved int, ends []ending, preempting map[string]time.Time, d *Decision) ([]blocked, []Hold) {
+func passMain(now time.Time, inv *Inventory, ordered []Request, s Session, o Options, held []Hold, lookahead bool, reserved int, ends []ending, preempting map[string]time.Time, d *Decision) ([]blocked, []Hold, int) {
 	var waiting []blocked
 	yield := lookaheadYield(inv, ordered, held, lookahead)
 	for i := range ordered {
@@ -277,17 +308,19 @@ func passMain(now time.Time, inv *Inventory, ordered []Request, s Session, o Opt
 		}
 		waiting = append(waiting, blocked{r, why})
 	}
-	return waiting, held
+	return waiting, held, reserved
 }
 
 // lookaheadHolds finds the first o.Lookahead requests that cannot start
 // (a planning pass on a copy) and plans holds for the largest of them, on
-// the inventory as it is before this cycle's starts.
-func lookaheadHolds(now time.Time, inv *Inventory, ordered []Request, running []Running, ends []ending, pol Policy, o Options) []Hold {
+// the inventory as it is before this cycle's starts. stopped is true when
+// the planning pass found its Lookahead blocked requests before the end of
+// ordered.
+func lookaheadHolds(now time.Time, inv *Inventory, ordered []Request, running []Running, ends []ending, pol Policy, o Options) (held []Hold, stopped bool) {
 	trial := inv.Clone()
 	var blockedFirst []*Request
 	s1 := pol.Begin(now, running)
-	pass(now, trial, ordered, s1, o, func(r *Request, why Reason) bool {
+	stopped = pass(now, trial, ordered, s1, o, func(r *Request, why Reason) bool {
 		if why.Code == CodeNoCapacity || why.Code == CodeHeld || why.Code == CodeReservation {
 			blockedFirst = append(blockedFirst, r)
 		}
@@ -299,7 +332,6 @@ func lookaheadHolds(now time.Time, inv *Inventory, ordered []Request, running []
 	}
 	sort.SliceStable(blockedFirst, func(i, j int) bool { return sizes[blockedFirst[i].ID] > sizes[blockedFirst[j].ID] })
 	s2 := pol.Begin(now, running)
-	var held []Hold
 	for _, r := range blockedFirst {
 		if len(held) >= o.Reserve {
 			break
@@ -308,7 +340,7 @@ func lookaheadHolds(now time.Time, inv *Inventory, ordered []Request, running []
 			held = append(held, h)
 		}
 	}
-	return held
+	return held, stopped
 }
 
 // shadowNow is shadow, trying now first.
@@ -398,8 +430,8 @@ func heldFor(held []Hold, id string) bool {
 
 // pass is a greedy pass for planning: it starts what fits (committing to
 // inv) and reports each request blocked for capacity to blocked, which says
-// whether to go on.
-func pass(now time.Time, inv *Inventory, ordered []Request, s Session, o Options, blocked func(*Request, Reason) bool) {
+// whether to go on: pass reports whether blocked stopped it.
+func pass(now time.Time, inv *Inventory, ordered []Request, s Session, o Options, blocked func(*Request, Reason) bool) bool {
 	for i := range ordered {
 		r := &ordered[i]
 		if inv.Holds(r.ID) {
@@ -424,9 +456,10 @@ func pass(now time.Time, inv *Inventory, ordered []Request, s Session, o Options
 			continue
 		}
 		if !blocked(r, why) {
-			return
+			return true
 		}
 	}
+	return false
 }
 
 // size is the share of GPUs a need takes at least: what makes it hard to
