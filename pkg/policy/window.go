@@ -13,6 +13,9 @@ import (
 type Windows struct {
 	list []*config.Window
 	loc  *time.Location
+	// longest is LongestAllowed of the classes the windows name and of
+	// interactive and batch, worked out once (a week of minutes each).
+	longest map[string]int
 }
 
 // NewWindows wraps a policy's windows; p may be nil (no windows).
@@ -24,7 +27,20 @@ func NewWindows(p *config.Policy) Windows {
 	if loc == nil {
 		loc = time.UTC
 	}
-	return Windows{list: p.Windows, loc: loc}
+	w := Windows{list: p.Windows, loc: loc}
+	if len(w.list) > 0 {
+		w.longest = map[string]int{}
+		classes := []string{config.ClassInteractive, config.ClassBatch}
+		for _, win := range w.list {
+			classes = append(classes, win.Classes...)
+		}
+		for _, c := range classes {
+			if _, ok := w.longest[c]; !ok {
+				w.longest[c] = w.longestAllowed(c)
+			}
+		}
+	}
+	return w
 }
 
 // Stretch is one occurrence of a window.
@@ -103,6 +119,13 @@ func (w Windows) Forbidding(class string, from, to time.Time) (Stretch, bool) {
 // inside a window that forbids it, in minutes; -1 when the whole week is
 // allowed.
 func (w Windows) LongestAllowed(class string) int {
+	if l, ok := w.longest[class]; ok {
+		return l
+	}
+	return w.longestAllowed(class)
+}
+
+func (w Windows) longestAllowed(class string) int {
 	var forbidden [weekMinutes]bool
 	any := false
 	for _, win := range w.list {
