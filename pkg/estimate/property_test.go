@@ -157,7 +157,8 @@ func TestQueueIsTheReference(t *testing.T) {
 		rng := rand.New(rand.NewSource(seed))
 		s, o, desc := randomState(t, rng)
 		want := refQueue(s, o)
-		got := Queue(s, o)
+		prefix := []int{64, 1, 3}[seed%3]
+		got := withPrefix(prefix, func() map[string]Estimate { return Queue(s, o) })
 		if !reflect.DeepEqual(got, want) {
 			for id, w := range want {
 				if g := got[id]; !reflect.DeepEqual(g, w) {
@@ -170,10 +171,34 @@ func TestQueueIsTheReference(t *testing.T) {
 			continue
 		}
 		r := scheduler.Request{User: fmt.Sprintf("u%d", rng.Intn(8)), Need: probes[rng.Intn(len(probes))], Lease: time.Duration(1+rng.Intn(8)) * time.Hour}
-		ge, gnow := NextFree(s, r, o)
+		var ge Estimate
+		var gnow bool
+		withPrefix(prefix, func() map[string]Estimate { ge, gnow = NextFree(s, r, o); return nil })
 		we, wnow := refNextFree(s, r, o)
 		if !reflect.DeepEqual(ge, we) || gnow != wnow {
 			t.Errorf("seed %d (%s): NextFree %+v %v, want %+v %v", seed, desc, ge, gnow, we, wnow)
 		}
 	}
+	if prefixCycles < 100 || shortPrefixes < 10 {
+		t.Errorf("%d cycles kept from a prefix, %d of them from one shorter than the queue by half: the prefixes are not tested", prefixCycles, shortPrefixes)
+	}
+	t.Logf("%d cycles kept from a prefix, %d from one under half the queue", prefixCycles, shortPrefixes)
+}
+
+// prefixCycles and shortPrefixes count the cycles withPrefix saw kept from
+// a prefix of the queue, and of those, from one under half of it.
+var prefixCycles, shortPrefixes int
+
+// withPrefix runs f with the replay's first prefix set to p, counting the
+// cycles run on prefixes.
+func withPrefix[T any](p int, f func() T) T {
+	defer func(old int) { firstPrefix, onPrefix = old, nil }(firstPrefix)
+	firstPrefix = p
+	onPrefix = func(p, n int) {
+		prefixCycles++
+		if 2*p < n {
+			shortPrefixes++
+		}
+	}
+	return f()
 }

@@ -195,6 +195,10 @@ type Report struct {
 	// Reserved counts the holds the main pass gave to blocked requests
 	// without lookahead (at most Options.Reserve).
 	Reserved int
+	// Session is the session the cycle's main pass admitted the requests
+	// with, as it left it: Admit on it is what a request behind those given
+	// would have been told.
+	Session Session
 }
 
 // CycleReport is Cycle, with its Report.
@@ -223,7 +227,7 @@ func CycleReport(now time.Time, inv *Inventory, queue []Request, running []Runni
 		held, rep.Lookahead = lookaheadHolds(now, inv, ordered, running, ends, pol, o)
 	}
 	waiting, held, reserved := passMain(now, inv, ordered, s, o, held, lookahead, len(held), ends, preempting, &d)
-	rep.Reserved = reserved
+	rep.Reserved, rep.Session = reserved, s
 	d.Holds = held
 	if o.Preempt {
 		d.Preempt = inv.preempt(now, waiting, running, s, o, held)
