@@ -164,10 +164,11 @@ func (rp *replay) decide(now time.Time, runList []scheduler.Running) (scheduler.
 	ps := &rp.pre
 	ps.partial = false
 	if ps.on && len(rp.dup) == 0 && !rp.mayPreempt(now, runList) {
-		for p := ps.plen; p < len(rp.queue); p *= 2 {
+		for p := ps.plen; p < len(rp.queue); {
 			trial := rp.inv.Clone()
 			d, rep := scheduler.CycleReport(now, trial, rp.queue[:p], runList, rp.policy, rp.s.Options)
-			if !rp.restWaits(now, trial, d, rep, p, runList) {
+			if more := rp.restWaits(now, trial, d, rep, p, runList); more > 0 {
+				p = more
 				continue
 			}
 			ps.partial, ps.prev, ps.lastRun, ps.lastNow, ps.gone = true, rp.inv, runList, now, ps.gone[:0]
@@ -229,15 +230,16 @@ func (rp *replay) mayPreempt(now time.Time, runList []scheduler.Running) bool {
 
 // restWaits reports whether the requests behind the first p of the queue
 // would all have waited in the cycle that decided d on the first p, and
-// changed nothing: see the comment at the top of the file.
-func (rp *replay) restWaits(now time.Time, after *scheduler.Inventory, d scheduler.Decision, rep scheduler.Report, p int, runList []scheduler.Running) bool {
+// changed nothing (see the comment at the top of the file): 0 when they
+// would; else the longer prefix to try.
+func (rp *replay) restWaits(now time.Time, after *scheduler.Inventory, d scheduler.Decision, rep scheduler.Report, p int, runList []scheduler.Running) int {
 	o := rp.s.Options
 	if o.Reserve > 0 && o.Lookahead > o.Reserve {
 		if !rep.Lookahead {
-			return false
+			return 2 * p
 		}
 	} else if rep.Reserved < o.Reserve {
-		return false
+		return 2 * p
 	}
 	last := rp.order[rp.queue[p-1].ID]
 	for i := range runList {
@@ -247,7 +249,7 @@ func (rp *replay) restWaits(now time.Time, after *scheduler.Inventory, d schedul
 		}
 		if k, ok := rp.order[id]; ok && k > last {
 			if _, done := rp.out[id]; !done {
-				return false
+				return 2 * p
 			}
 		}
 	}
@@ -263,16 +265,33 @@ func (rp *replay) restWaits(now time.Time, after *scheduler.Inventory, d schedul
 		st = scheduler.Pack
 	}
 	held := slices.Clone(d.Holds)
+	var starts []int // shapes that would place
 	for i, k := range ps.shapes {
 		if ps.total[i] <= ps.count[i] {
 			continue
 		}
 		_, why := after.Place(ps.needs[i], scheduler.PlaceOptions{Strategy: st, Now: now, End: now.Add(k.lease), Holds: held})
 		if why.OK() || why.Code == scheduler.CodeNever || why.Code == scheduler.CodeInvalid {
-			return false
+			starts = append(starts, i)
 		}
 	}
-	return true
+	if len(starts) == 0 {
+		return 0
+	}
+	// The prefix to try takes in the first request behind of each shape
+	// that would place, and a little more.
+	more := p
+	for j := p; j < len(rp.queue) && len(starts) > 0; j++ {
+		k, ok := ps.shape[rp.queue[j].ID]
+		if !ok {
+			continue
+		}
+		if i := slices.Index(starts, k); i >= 0 {
+			more = j + 1
+			starts = slices.Delete(starts, i, i+1)
+		}
+	}
+	return max(more+firstPrefix/4, p+1)
 }
 
 // finalWaiting is why each request waited in the last cycle, when that

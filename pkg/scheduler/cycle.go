@@ -257,6 +257,7 @@ func CycleReport(now time.Time, inv *Inventory, queue []Request, running []Runni
 // first blocked requests.
 func passMain(now time.Time, inv *Inventory, ordered []Request, s Session, o Options, held []Hold, lookahead bool, reserved int, ends []ending, preempting map[string]time.Time, d *Decision) ([]blocked, []Hold, int) {
 	var waiting []blocked
+	var failed failures
 	yield := lookaheadYield(inv, ordered, held, lookahead)
 	for i := range ordered {
 		r := &ordered[i]
@@ -274,7 +275,15 @@ func passMain(now time.Time, inv *Inventory, ordered []Request, s Session, o Opt
 		}
 		end := now.Add(r.Lease)
 		others, own := s.Bookings(r, now, end)
-		p, bk, why := inv.place(r.Need, PlaceOptions{Strategy: o.Strategy, Now: now, End: end, Holds: append(others, holdsAgainst(held, r.ID, yield[r.ID])...), Own: own})
+		against := holdsAgainst(held, r.ID, yield[r.ID])
+		key, plain := failed.key(r, others, own, len(against) == len(held))
+		var p Placement
+		var bk *Hold
+		why, known := failed.m[key]
+		if !plain || !known {
+			p, bk, why = inv.place(r.Need, PlaceOptions{Strategy: o.Strategy, Now: now, End: end, Holds: append(others, against...), Own: own})
+			failed.note(plain, key, why)
+		}
 		if why.OK() {
 			st := Start{ID: r.ID, Placement: p, End: end}
 			if bk != nil {
@@ -289,6 +298,7 @@ func passMain(now time.Time, inv *Inventory, ordered []Request, s Session, o Opt
 				waiting = append(waiting, blocked{r, Reason{CodeNoCapacity, "internal: " + err.Error()}})
 				continue
 			}
+			failed.reset()
 			s.Started(r, p, st.End)
 			d.Start = append(d.Start, st)
 			ends = append(ends, ending{r.ID, p.Host, st.End})
@@ -302,6 +312,7 @@ func passMain(now time.Time, inv *Inventory, ordered []Request, s Session, o Opt
 		if (!lookahead && reserved < o.Reserve) || (isPreempting && !heldFor(held, r.ID)) {
 			if h, ok := inv.shadow(now, r, ends, s, held, o.Strategy); ok && (r.StartBy.IsZero() || !h.From.After(r.StartBy)) {
 				held = append(held, h)
+				failed.reset()
 				if !isPreempting {
 					reserved++
 				}
@@ -436,6 +447,7 @@ func heldFor(held []Hold, id string) bool {
 // inv) and reports each request blocked for capacity to blocked, which says
 // whether to go on: pass reports whether blocked stopped it.
 func pass(now time.Time, inv *Inventory, ordered []Request, s Session, o Options, blocked func(*Request, Reason) bool) bool {
+	var failed failures
 	for i := range ordered {
 		r := &ordered[i]
 		if inv.Holds(r.ID) {
@@ -446,12 +458,20 @@ func pass(now time.Time, inv *Inventory, ordered []Request, s Session, o Options
 		}
 		end := now.Add(r.Lease)
 		others, own := s.Bookings(r, now, end)
-		p, bk, why := inv.place(r.Need, PlaceOptions{Strategy: o.Strategy, Now: now, End: end, Holds: others, Own: own})
+		key, plain := failed.key(r, others, own, true)
+		var p Placement
+		var bk *Hold
+		why, known := failed.m[key]
+		if !plain || !known {
+			p, bk, why = inv.place(r.Need, PlaceOptions{Strategy: o.Strategy, Now: now, End: end, Holds: others, Own: own})
+			failed.note(plain, key, why)
+		}
 		if why.OK() {
 			if bk != nil && bk.To.Before(end) {
 				end = bk.To
 			}
 			if inv.Allocate(r.ID, p, end) == nil {
+				failed.reset()
 				s.Started(r, p, end)
 			}
 			continue
@@ -465,6 +485,44 @@ func pass(now time.Time, inv *Inventory, ordered []Request, s Session, o Options
 	}
 	return false
 }
+
+// failures remembers, within one pass, why needs failed to place for a
+// lease on the inventory as it is, against the holds that every request
+// keeps off: placing is a function of those, so a request of the same need
+// and lease fails the same way until a start changes the inventory or a
+// hold is added (reset). A request with bookings of its own or others', or
+// that need not keep off all the holds, is placed as always.
+type failures struct {
+	m map[failKey]Reason
+}
+
+type failKey struct {
+	need  string
+	lease time.Duration
+}
+
+// key is r's key, and whether r's placement may be remembered: no booking
+// in the way or its own, and all holds kept off (all).
+func (f *failures) key(r *Request, others, own []Hold, all bool) (failKey, bool) {
+	if len(others) > 0 || len(own) > 0 || !all {
+		return failKey{}, false
+	}
+	return failKey{needKey(r.Need), r.Lease}, true
+}
+
+// note remembers why a placement failed.
+func (f *failures) note(plain bool, k failKey, why Reason) {
+	if !plain || why.OK() {
+		return
+	}
+	if f.m == nil {
+		f.m = map[failKey]Reason{}
+	}
+	f.m[k] = why
+}
+
+// reset forgets: the inventory or the holds changed.
+func (f *failures) reset() { clear(f.m) }
 
 // size is the share of GPUs a need takes at least: what makes it hard to
 // place.
