@@ -173,6 +173,7 @@ func queue(s State, o Options, until string) map[string]Estimate {
 		rp.setupPrefix(rf)
 	}
 	var later []scheduler.Request
+	rp.queue = make([]scheduler.Request, 0, len(s.Queue))
 	for _, r := range s.Queue {
 		if t, ok := s.NotBefore[r.ID]; ok && t.After(s.Now) {
 			later = append(later, r)

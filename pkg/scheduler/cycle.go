@@ -496,18 +496,28 @@ type failures struct {
 	m map[failKey]Reason
 }
 
+// failKey is a need (with up to four Kinds) and a lease.
 type failKey struct {
-	need  string
-	lease time.Duration
+	kind                        gpu.Kind
+	typ, profile, model, series string
+	count                       int
+	memory                      uint64
+	nkinds                      int
+	kinds                       [4]gpu.Kind
+	lease                       time.Duration
 }
 
 // key is r's key, and whether r's placement may be remembered: no booking
-// in the way or its own, and all holds kept off (all).
+// in the way or its own, all holds kept off (all), a need of at most four
+// kinds.
 func (f *failures) key(r *Request, others, own []Hold, all bool) (failKey, bool) {
-	if len(others) > 0 || len(own) > 0 || !all {
+	n := &r.Need
+	if len(others) > 0 || len(own) > 0 || !all || len(n.Kinds) > 4 {
 		return failKey{}, false
 	}
-	return failKey{needKey(r.Need), r.Lease}, true
+	k := failKey{kind: n.Kind, typ: n.Type, profile: n.Profile, model: n.Model, series: n.Series, count: n.Count, memory: n.Memory, nkinds: len(n.Kinds), lease: r.Lease}
+	copy(k.kinds[:], n.Kinds)
+	return k, true
 }
 
 // note remembers why a placement failed.
