@@ -41,8 +41,8 @@ import (
 var firstPrefix = 64
 
 // onPrefix, when set (by the tests), is told of each cycle kept from a
-// prefix: its length, and the queue's.
-var onPrefix func(p, n int)
+// prefix: its length, the queue's, and the requests behind it refused.
+var onPrefix func(p, n, refused int)
 
 // bookingLister is a Policy that says its bookings (pkg/policy's Engine).
 type bookingLister interface {
@@ -173,13 +173,14 @@ func (rp *replay) decide(now time.Time, runList []scheduler.Running) (scheduler.
 			}
 			ps.partial, ps.prev, ps.lastRun, ps.lastNow, ps.gone = true, rp.inv, runList, now, ps.gone[:0]
 			rp.inv = trial
-			if onPrefix != nil {
-				onPrefix(p, len(rp.queue))
-			}
 			head := p
-			if rf := rp.refusedBehind(rep.Session, p); len(rf) > 0 {
+			rf := rp.refusedBehind(rep.Session, p)
+			if len(rf) > 0 {
 				d.Refused = append(d.Refused, rf...)
 				head = len(rp.queue)
+			}
+			if onPrefix != nil {
+				onPrefix(p, len(rp.queue), len(rf))
 			}
 			return d, head
 		}
