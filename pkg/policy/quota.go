@@ -225,6 +225,9 @@ type period struct {
 // periods are the calendar day, week (from Monday) and month around now in
 // loc.
 func periods(q config.Quota, now time.Time, loc *time.Location) []period {
+	if q.GPUHoursPerDay == nil && q.GPUHoursPerWeek == nil && q.GPUHoursPerMonth == nil {
+		return nil // no budget: no calendar to work out
+	}
 	if loc == nil {
 		loc = time.UTC
 	}

@@ -208,7 +208,7 @@ func CycleReport(now time.Time, inv *Inventory, queue []Request, running []Runni
 		o.Strategy = Pack
 	}
 	s := pol.Begin(now, running)
-	d := Decision{Waiting: map[string]Wait{}, Actions: s.Actions(running)}
+	d := Decision{Waiting: make(map[string]Wait, len(queue)), Actions: s.Actions(running)}
 	ordered := s.Order(queue)
 
 	var ends []ending
