@@ -169,13 +169,18 @@ func queue(s State, o Options, until string) map[string]Estimate {
 	if st, ok := staticOrder(s); ok {
 		rp.policy, rp.order = asOrdered{rp.policy}, st
 	}
+	if rf := refuserOf(s, rp.order != nil); rf != nil {
+		rp.setupPrefix(rf)
+	}
 	var later []scheduler.Request
+	rp.queue = make([]scheduler.Request, 0, len(s.Queue))
 	for _, r := range s.Queue {
 		if t, ok := s.NotBefore[r.ID]; ok && t.After(s.Now) {
 			later = append(later, r)
 			continue
 		}
 		rp.queue = append(rp.queue, r)
+		rp.pre.queued(r.ID, 1)
 	}
 	if rp.order != nil {
 		slices.SortFunc(rp.queue, func(a, b scheduler.Request) int { return rp.order[a.ID] - rp.order[b.ID] })
@@ -210,6 +215,8 @@ type replay struct {
 	dup     map[string]bool
 	startBy int  // requests of the queue with a StartBy
 	twice   bool // an ID is twice in the queue: byID is made each cycle
+	// pre runs the cycles on prefixes of a long queue (prefix.go).
+	pre prefixState
 
 	// What the replay assumed so far.
 	ends       int             // running VMs ended at their lease's end
@@ -246,6 +253,7 @@ func (rp *replay) run() {
 		}
 		now = next
 	}
+	rp.finalWaiting()
 	for _, r := range append(rp.queue, rp.later...) {
 		rp.out[r.ID] = rp.unknown(r, now)
 	}
@@ -278,7 +286,7 @@ func (rp *replay) cycle(now time.Time) {
 	for _, id := range rp.sortedRunning() {
 		runList = append(runList, *rp.running[id])
 	}
-	d := scheduler.Cycle(now, rp.inv, rp.queue, runList, rp.policy, rp.s.Options)
+	d, head := rp.decide(now, runList)
 	if now.Equal(rp.s.Now) {
 		for _, h := range d.Holds {
 			rp.held[h.ID] = true
@@ -327,25 +335,63 @@ func (rp *replay) cycle(now time.Time) {
 			rp.last[id] = w.Reason
 		}
 	}
-	if len(gone) > 0 || rp.startBy > 0 {
-		kept := rp.queue[:0]
-		for _, r := range rp.queue {
-			switch {
-			case gone[r.ID]:
-				if !r.StartBy.IsZero() {
-					rp.startBy--
-				}
-			case !r.StartBy.IsZero() && !now.Before(r.StartBy):
-				rp.out[r.ID] = Estimate{NotBefore: r.StartBy, Reason: fmt.Sprintf("no estimate: it gives up at %s, before it could start", r.StartBy.UTC().Format(time.RFC3339))}
-				rp.startBy--
-			default:
-				kept = append(kept, r)
-			}
-		}
-		rp.queue = kept
+	switch {
+	case rp.startBy > 0:
+		rp.dropDue(now, gone)
+	case len(gone) > 0:
+		rp.dropHead(head, gone)
 	}
 	// Stopping VMs told to stop now end at once.
 	rp.endDue(now)
+}
+
+// dropDue takes off the queue the requests gone (started or refused) and
+// those that give up at now.
+func (rp *replay) dropDue(now time.Time, gone map[string]bool) {
+	kept := rp.queue[:0]
+	for _, r := range rp.queue {
+		switch {
+		case gone[r.ID]:
+			if !r.StartBy.IsZero() {
+				rp.startBy--
+			}
+		case !r.StartBy.IsZero() && !now.Before(r.StartBy):
+			rp.out[r.ID] = Estimate{NotBefore: r.StartBy, Reason: fmt.Sprintf("no estimate: it gives up at %s, before it could start", r.StartBy.UTC().Format(time.RFC3339))}
+			rp.startBy--
+		default:
+			kept = append(kept, r)
+			continue
+		}
+		rp.left(r)
+	}
+	rp.queue = kept
+}
+
+// dropHead takes off the queue the requests gone, all among its first
+// head: what is kept of the head moves up to the rest, which stays put.
+func (rp *replay) dropHead(head int, gone map[string]bool) {
+	w := head
+	for i := head - 1; i >= 0; i-- {
+		r := rp.queue[i]
+		if gone[r.ID] {
+			rp.left(r)
+			continue
+		}
+		w--
+		rp.queue[w] = r
+	}
+	clear(rp.queue[:w]) // let go of the strings
+	rp.queue = rp.queue[w:]
+}
+
+// left notes that r left the queue.
+func (rp *replay) left(r scheduler.Request) {
+	if rp.pre.on {
+		rp.pre.queued(r.ID, -1)
+		if rp.pre.partial {
+			rp.pre.gone = append(rp.pre.gone, r)
+		}
+	}
 }
 
 // next is the time of the next cycle after now: the next end of a VM, a
@@ -512,6 +558,7 @@ func (rp *replay) join(r scheduler.Request) {
 		}
 		rp.dup[r.ID] = true
 	}
+	rp.pre.queued(r.ID, 1)
 	if rp.order == nil {
 		rp.queue = append(rp.queue, r)
 		return

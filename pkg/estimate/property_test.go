@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -39,13 +40,18 @@ func randomState(t *testing.T, rng *rand.Rand) (State, Options, string) {
 	order := orders[rng.Intn(len(orders))]
 	pc := policy.Config{Order: order}
 	o := Options{Horizon: time.Duration(12+rng.Intn(7*24)) * time.Hour}
-	windows := rng.Intn(3) == 0
-	if windows {
-		cfg, diags := config.Parse(config.Source{Name: "p.hcl", Data: []byte(benchWindows)})
+	windows, quotas := rng.Intn(3) == 0, rng.Intn(3) == 0
+	if windows || quotas {
+		cfg, diags := config.Parse(config.Source{Name: "p.hcl", Data: []byte(randomPolicy(windows, quotas))})
 		if diags.HasErrors() {
 			t.Fatal(diags)
 		}
 		pc.Policy = &cfg.Policy
+		if quotas {
+			pc.GroupTotals = map[string]config.Quota{"lab": {GPUMemory: ptr(uint64(20 << 30))}}
+		}
+	}
+	if windows {
 		o.Tick = 15 * time.Minute
 	} else if rng.Intn(3) == 0 {
 		o.Tick = time.Duration(10+rng.Intn(50)) * time.Minute
@@ -109,6 +115,17 @@ func randomState(t *testing.T, rng *rand.Rand) (State, Options, string) {
 		}
 		if windows && rng.Intn(3) == 0 {
 			r.Class = config.ClassBatch
+			if rng.Intn(4) == 0 {
+				r.Lease = 70 * time.Hour // longer than any night: refused, by night
+			}
+		}
+		if quotas {
+			switch rng.Intn(3) {
+			case 0:
+				r.Group, r.Groups = "students", []string{"students"}
+			case 1: // the group's limits hide behind the user's
+				r.Group, r.Groups = "lab", []string{"students", "lab"}
+			}
 		}
 		if rng.Intn(8) == 0 {
 			r.StartBy = t0.Add(time.Duration(rng.Intn(48*60)) * time.Minute)
@@ -139,10 +156,36 @@ func randomState(t *testing.T, rng *rand.Rand) (State, Options, string) {
 	if order != config.OrderFIFO {
 		s.Overtake = "requests asked later may go first"
 	}
-	desc := fmt.Sprintf("%d GPUs, %d running, %d queued, %s, windows %v, tick %v, preempt %v, lookahead %d, rank %d, notBefore %d",
-		ngpu, len(s.Running), n, order, windows, o.Tick, opts.Preempt, opts.Lookahead, len(s.Rank), len(s.NotBefore))
+	desc := fmt.Sprintf("%d GPUs, %d running, %d queued, %s, windows %v, quotas %v, tick %v, preempt %v, lookahead %d, rank %d, notBefore %d",
+		ngpu, len(s.Running), n, order, windows, quotas, o.Tick, opts.Preempt, opts.Lookahead, len(s.Rank), len(s.NotBefore))
 	return s, o, desc
 }
+
+// randomPolicy is benchWindows' windows, or none, and, with quotas, small
+// quotas for students (whose users' limits come before the lab's group
+// total, set apart).
+func randomPolicy(windows, quotas bool) string {
+	p := "policy {\n  timezone = \"Europe/Paris\"\n"
+	if windows {
+		w := strings.TrimSpace(benchWindows)
+		w = w[strings.Index(w, "window"):strings.LastIndex(w, "}")]
+		p += w
+	}
+	if quotas {
+		p += `
+  group "students" {
+    quota {
+      vms        = 3
+      gpu_memory = "60GiB"
+    }
+  }
+  group "lab" {}
+`
+	}
+	return p + "}\n"
+}
+
+func ptr[T any](v T) *T { return &v }
 
 // TestQueueIsTheReference replays many random states with Queue and
 // NextFree and with the reference (the replay as it was, reference_test.go):
@@ -157,7 +200,8 @@ func TestQueueIsTheReference(t *testing.T) {
 		rng := rand.New(rand.NewSource(seed))
 		s, o, desc := randomState(t, rng)
 		want := refQueue(s, o)
-		got := Queue(s, o)
+		prefix := []int{64, 1, 3}[seed%3]
+		got := withPrefix(prefix, func() map[string]Estimate { return Queue(s, o) })
 		if !reflect.DeepEqual(got, want) {
 			for id, w := range want {
 				if g := got[id]; !reflect.DeepEqual(g, w) {
@@ -170,10 +214,37 @@ func TestQueueIsTheReference(t *testing.T) {
 			continue
 		}
 		r := scheduler.Request{User: fmt.Sprintf("u%d", rng.Intn(8)), Need: probes[rng.Intn(len(probes))], Lease: time.Duration(1+rng.Intn(8)) * time.Hour}
-		ge, gnow := NextFree(s, r, o)
+		var ge Estimate
+		var gnow bool
+		withPrefix(prefix, func() map[string]Estimate { ge, gnow = NextFree(s, r, o); return nil })
 		we, wnow := refNextFree(s, r, o)
 		if !reflect.DeepEqual(ge, we) || gnow != wnow {
 			t.Errorf("seed %d (%s): NextFree %+v %v, want %+v %v", seed, desc, ge, gnow, we, wnow)
 		}
 	}
+	if prefixCycles < 100 || shortPrefixes < 10 || refusedBehind < 5 {
+		t.Errorf("%d cycles kept from a prefix, %d of them from one shorter than the queue by half, %d refusals behind one: the prefixes are not tested",
+			prefixCycles, shortPrefixes, refusedBehind)
+	}
+	t.Logf("%d cycles kept from a prefix, %d from one under half the queue, %d refusals behind one", prefixCycles, shortPrefixes, refusedBehind)
+}
+
+// prefixCycles and shortPrefixes count the cycles withPrefix saw kept from
+// a prefix of the queue, and of those, from one under half of it;
+// refusedBehind the refusals of requests behind the prefix.
+var prefixCycles, shortPrefixes, refusedBehind int
+
+// withPrefix runs f with the replay's first prefix set to p, counting the
+// cycles run on prefixes.
+func withPrefix[T any](p int, f func() T) T {
+	defer func(old int) { firstPrefix, onPrefix = old, nil }(firstPrefix)
+	firstPrefix = p
+	onPrefix = func(p, n, refused int) {
+		prefixCycles++
+		refusedBehind += refused
+		if 2*p < n {
+			shortPrefixes++
+		}
+	}
+	return f()
 }

@@ -121,6 +121,40 @@ type session struct {
 	groups  map[string]*tally
 	running []scheduler.Running
 	usage   map[string]float64
+	// The windows at now, and the batch leases that would run into a
+	// window that forbids batch, looked up once per session.
+	atDone    bool
+	at        Stretch
+	atOK      bool
+	forbidden map[time.Duration]forbidding
+}
+
+type forbidding struct {
+	st Stretch
+	ok bool
+}
+
+// windowAt is the window stretch now falls in (Windows.At), once a session.
+func (s *session) windowAt() (Stretch, bool) {
+	if !s.atDone {
+		s.at, s.atOK = s.e.windows.At(s.now)
+		s.atDone = true
+	}
+	return s.at, s.atOK
+}
+
+// forbiddingBatch is Windows.Forbidding of batch over a lease from now,
+// once a session per lease.
+func (s *session) forbiddingBatch(lease time.Duration) (Stretch, bool) {
+	if f, ok := s.forbidden[lease]; ok {
+		return f.st, f.ok
+	}
+	st, ok := s.e.windows.Forbidding(config.ClassBatch, s.now, s.now.Add(lease))
+	if s.forbidden == nil {
+		s.forbidden = map[time.Duration]forbidding{}
+	}
+	s.forbidden[lease] = forbidding{st, ok}
+	return st, ok
 }
 
 // Begin opens a cycle.
@@ -206,16 +240,59 @@ func (s *session) fairshare(q []scheduler.Request) map[string]float64 {
 
 // Admit applies lease limits, time windows and quotas.
 func (s *session) Admit(r *scheduler.Request) (scheduler.Reason, bool) {
-	if r.Lease <= 0 {
-		return scheduler.Reason{Code: scheduler.CodeInvalid, Detail: "a VM needs a lease longer than 0"}, true
-	}
-	if max := s.maxLease(r); max > 0 && r.Lease > max {
-		return scheduler.Reason{Code: scheduler.CodeInvalid, Detail: fmt.Sprintf("a lease of %s is longer than the most, %s", config.FormatDuration(r.Lease), config.FormatDuration(max))}, true
+	if why, refuse := s.e.leaseRefusal(r); refuse {
+		return why, true
 	}
 	if why, refuse := s.window(r); !why.OK() {
 		return why, refuse
 	}
 	return s.quotas(r, NeedFootprint(r.Need))
+}
+
+var _ scheduler.Refuser = (*Engine)(nil)
+
+// Refusal says whether every session's Admit refuses r, and why: a lease
+// out of bounds, a class no window lets start or a batch lease longer than
+// any stretch free of windows that forbid batch, a need over a quota's
+// limit alone. None depends on the time or on what runs; Admit says the
+// same, or a reason to wait that comes first in its checks.
+func (e *Engine) Refusal(r *scheduler.Request) (scheduler.Reason, bool) {
+	if why, refuse := e.leaseRefusal(r); refuse {
+		return why, true
+	}
+	if len(e.windows.list) > 0 {
+		class := classOf(r)
+		if why, refuse := e.windows.neverAllowed(class); refuse {
+			return why, true
+		}
+		if why, refuse := e.windows.batchTooLong(r, class); refuse {
+			return why, true
+		}
+	}
+	need := NeedFootprint(r.Need)
+	if p := e.cfg.Policy; p != nil {
+		eff := p.Effective(r.User, groupsOf(r))
+		if why, refuse := quotaNever("user "+r.User, eff.Quota, need, r); refuse {
+			return why, true
+		}
+	}
+	if q, ok := e.cfg.GroupTotals[r.Group]; ok && r.Group != "" {
+		if why, refuse := quotaNever("group "+r.Group, q, need, r); refuse {
+			return why, true
+		}
+	}
+	return scheduler.Reason{}, false
+}
+
+// leaseRefusal refuses a lease of 0, or longer than the most allowed.
+func (e *Engine) leaseRefusal(r *scheduler.Request) (scheduler.Reason, bool) {
+	if r.Lease <= 0 {
+		return scheduler.Reason{Code: scheduler.CodeInvalid, Detail: "a VM needs a lease longer than 0"}, true
+	}
+	if max := e.maxLease(r); max > 0 && r.Lease > max {
+		return scheduler.Reason{Code: scheduler.CodeInvalid, Detail: fmt.Sprintf("a lease of %s is longer than the most, %s", config.FormatDuration(r.Lease), config.FormatDuration(max))}, true
+	}
+	return scheduler.Reason{}, false
 }
 
 // quotas checks what r needs against its user's and its group's quotas.
@@ -250,11 +327,19 @@ func groupsOf(r *scheduler.Request) []string {
 	return append([]string{r.Group}, r.Groups...)
 }
 
-func (s *session) maxLease(r *scheduler.Request) time.Duration {
-	if p, ok := s.e.cfg.Profiles[r.Profile]; ok && p != nil && p.Lease.Max > 0 {
+func (e *Engine) maxLease(r *scheduler.Request) time.Duration {
+	if p, ok := e.cfg.Profiles[r.Profile]; ok && p != nil && p.Lease.Max > 0 {
 		return p.Lease.Max
 	}
-	return s.e.cfg.MaxLease
+	return e.cfg.MaxLease
+}
+
+// classOf is r's class; interactive when it has none.
+func classOf(r *scheduler.Request) string {
+	if r.Class == "" {
+		return config.ClassInteractive
+	}
+	return r.Class
 }
 
 // window applies the time windows: the class must be allowed to start now,
@@ -265,23 +350,40 @@ func (s *session) window(r *scheduler.Request) (scheduler.Reason, bool) {
 	if len(w.list) == 0 {
 		return scheduler.Reason{}, false
 	}
-	class := r.Class
-	if class == "" {
-		class = config.ClassInteractive
+	class := classOf(r)
+	if why, refuse := w.neverAllowed(class); refuse {
+		return why, true
 	}
-	if !w.AllowedSomewhere(class) {
-		return scheduler.Reason{Code: scheduler.CodeWindow, Detail: fmt.Sprintf("no time of the week lets %s VMs start", class)}, true
-	}
-	if st, ok := w.At(s.now); ok && !st.Window.Allows(class) {
+	if st, ok := s.windowAt(); ok && !st.Window.Allows(class) {
 		return scheduler.Reason{Code: scheduler.CodeWindow, Detail: fmt.Sprintf("window %q lets only %s start, until %s", st.Window.Name, classList(st.Window), stamp(st.End, s.e.loc))}, false
 	}
 	if class == config.ClassBatch && !r.Preemptible {
-		if l := w.LongestAllowed(class); l >= 0 && r.Lease > time.Duration(l)*time.Minute {
-			return scheduler.Reason{Code: scheduler.CodeWindow, Detail: fmt.Sprintf("a batch lease of %s always runs into a window that forbids batch (the longest free stretch is %s)", config.FormatDuration(r.Lease), config.FormatDuration(time.Duration(l)*time.Minute))}, true
+		if why, refuse := w.batchTooLong(r, class); refuse {
+			return why, true
 		}
-		if st, ok := w.Forbidding(class, s.now, s.now.Add(r.Lease)); ok {
+		if st, ok := s.forbiddingBatch(r.Lease); ok {
 			return scheduler.Reason{Code: scheduler.CodeWindow, Detail: fmt.Sprintf("the lease would run into window %q (%s), which forbids batch; a preemptible VM could", st.Window.Name, stamp(st.Start, s.e.loc))}, false
 		}
+	}
+	return scheduler.Reason{}, false
+}
+
+// neverAllowed refuses a class no time of the week lets start.
+func (w Windows) neverAllowed(class string) (scheduler.Reason, bool) {
+	if !w.AllowedSomewhere(class) {
+		return scheduler.Reason{Code: scheduler.CodeWindow, Detail: fmt.Sprintf("no time of the week lets %s VMs start", class)}, true
+	}
+	return scheduler.Reason{}, false
+}
+
+// batchTooLong refuses a batch VM that is not preemptible whose lease is
+// longer than any stretch of the week free of windows that forbid batch.
+func (w Windows) batchTooLong(r *scheduler.Request, class string) (scheduler.Reason, bool) {
+	if class != config.ClassBatch || r.Preemptible {
+		return scheduler.Reason{}, false
+	}
+	if l := w.LongestAllowed(class); l >= 0 && r.Lease > time.Duration(l)*time.Minute {
+		return scheduler.Reason{Code: scheduler.CodeWindow, Detail: fmt.Sprintf("a batch lease of %s always runs into a window that forbids batch (the longest free stretch is %s)", config.FormatDuration(r.Lease), config.FormatDuration(time.Duration(l)*time.Minute))}, true
 	}
 	return scheduler.Reason{}, false
 }

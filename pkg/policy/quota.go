@@ -44,19 +44,45 @@ func PlacedFootprint(p scheduler.Placement) Footprint {
 	return f
 }
 
-var footprints sync.Map // need key → Footprint
+// footprints are the needs' footprints worked out so far.
+var footprints struct {
+	sync.RWMutex
+	m map[footprintKey]Footprint
+}
+
+// footprintKey is a need as a map key: its fields, Kinds as a count and
+// up to four kinds (a need with more is not kept).
+type footprintKey struct {
+	kind, typ, profile, model, series string
+	count                             int
+	memory                            uint64
+	nkinds                            int
+	kinds                             [4]gpu.Kind
+}
 
 // NeedFootprint estimates what a need will hold before it is placed, from
 // pkg/gpu's tables: exact for MIG profiles and vGPU types, the smallest
 // matching board for passthrough, and a lower bound for abstract needs
 // (their memory, as slices).
 func NeedFootprint(n scheduler.Need) Footprint {
-	key := fmt.Sprintf("%s|%s|%s|%s|%d|%d|%s|%v", n.Kind, n.Type, n.Profile, n.Model, n.Count, n.Memory, n.Series, n.Kinds)
-	if f, ok := footprints.Load(key); ok {
-		return f.(Footprint)
+	if len(n.Kinds) > 4 {
+		return needFootprint(n)
 	}
-	f := needFootprint(n)
-	footprints.Store(key, f)
+	key := footprintKey{kind: string(n.Kind), typ: n.Type, profile: n.Profile, model: n.Model, series: n.Series, count: n.Count, memory: n.Memory, nkinds: len(n.Kinds)}
+	copy(key.kinds[:], n.Kinds)
+	footprints.RLock()
+	f, ok := footprints.m[key]
+	footprints.RUnlock()
+	if ok {
+		return f
+	}
+	f = needFootprint(n)
+	footprints.Lock()
+	if footprints.m == nil {
+		footprints.m = map[footprintKey]Footprint{}
+	}
+	footprints.m[key] = f
+	footprints.Unlock()
 	return f
 }
 
@@ -199,6 +225,9 @@ type period struct {
 // periods are the calendar day, week (from Monday) and month around now in
 // loc.
 func periods(q config.Quota, now time.Time, loc *time.Location) []period {
+	if q.GPUHoursPerDay == nil && q.GPUHoursPerWeek == nil && q.GPUHoursPerMonth == nil {
+		return nil // no budget: no calendar to work out
+	}
 	if loc == nil {
 		loc = time.UTC
 	}
@@ -244,28 +273,13 @@ type startedVM struct {
 // the request alone is over a limit, else a reason to wait when what the
 // principal holds plus the request is.
 func checkQuota(who string, q config.Quota, held *tally, ledger []Record, need Footprint, r *scheduler.Request, now time.Time, loc *time.Location) (scheduler.Reason, bool) {
-	never := func(f string, a ...any) (scheduler.Reason, bool) {
-		return scheduler.Reason{Code: scheduler.CodeQuota, Detail: who + ": " + fmt.Sprintf(f, a...)}, true
+	if why, refuse := quotaNever(who, q, need, r); refuse {
+		return why, true
 	}
 	wait := func(f string, a ...any) (scheduler.Reason, bool) {
 		return scheduler.Reason{Code: scheduler.CodeQuota, Detail: who + ": " + fmt.Sprintf(f, a...)}, false
 	}
-	switch {
-	case q.VMs != nil && need.VMs > *q.VMs:
-		return never("may run %d VMs at once", *q.VMs)
-	case q.Slices != nil && need.Slices > *q.Slices:
-		return never("asks for %d slices; the limit is %d at once", need.Slices, *q.Slices)
-	case q.GPUs != nil && need.GPUs > *q.GPUs:
-		return never("asks for %d whole GPUs; the limit is %d at once", need.GPUs, *q.GPUs)
-	case q.GPUMemory != nil && need.Memory > *q.GPUMemory:
-		return never("asks for %s of GPU memory; the limit is %s at once", config.FormatSize(need.Memory), config.FormatSize(*q.GPUMemory))
-	}
 	ps := periods(q, now, loc)
-	for _, p := range ps {
-		if want := need.Share * periodMax(p.name, r.Lease); want > *p.limit+1e-9 {
-			return never("the lease needs %.1f GPU-hours in one %s period; the %s budget is %g", want, periodUnit[p.name], p.name, *p.limit)
-		}
-	}
 	if held == nil {
 		held = &tally{}
 	}
@@ -291,6 +305,32 @@ func checkQuota(who string, q config.Quota, held *tally, ledger []Record, need F
 		if used+want > *p.limit+1e-9 {
 			return wait("%s budget: %.1f of %g GPU-hours used or planned, this lease needs %.1f more (resets %s)",
 				p.name, used, *p.limit, want, p.end.Format("Mon 2 Jan 15:04"))
+		}
+	}
+	return scheduler.Reason{}, false
+}
+
+// quotaNever is checkQuota's refusals: the request alone is over one of
+// the principal's limits, whatever the time and whatever it holds.
+func quotaNever(who string, q config.Quota, need Footprint, r *scheduler.Request) (scheduler.Reason, bool) {
+	never := func(f string, a ...any) (scheduler.Reason, bool) {
+		return scheduler.Reason{Code: scheduler.CodeQuota, Detail: who + ": " + fmt.Sprintf(f, a...)}, true
+	}
+	switch {
+	case q.VMs != nil && need.VMs > *q.VMs:
+		return never("may run %d VMs at once", *q.VMs)
+	case q.Slices != nil && need.Slices > *q.Slices:
+		return never("asks for %d slices; the limit is %d at once", need.Slices, *q.Slices)
+	case q.GPUs != nil && need.GPUs > *q.GPUs:
+		return never("asks for %d whole GPUs; the limit is %d at once", need.GPUs, *q.GPUs)
+	case q.GPUMemory != nil && need.Memory > *q.GPUMemory:
+		return never("asks for %s of GPU memory; the limit is %s at once", config.FormatSize(need.Memory), config.FormatSize(*q.GPUMemory))
+	}
+	// The budgets' periods, in periods' order; their calendar does not
+	// matter here.
+	for _, p := range periods(q, time.Time{}, time.UTC) {
+		if want := need.Share * periodMax(p.name, r.Lease); want > *p.limit+1e-9 {
+			return never("the lease needs %.1f GPU-hours in one %s period; the %s budget is %g", want, periodUnit[p.name], p.name, *p.limit)
 		}
 	}
 	return scheduler.Reason{}, false

@@ -2,6 +2,7 @@ package policy
 
 import (
 	"sort"
+	"sync"
 	"time"
 
 	"github.com/gpuvm/gpuvm/pkg/config"
@@ -13,7 +14,25 @@ import (
 type Windows struct {
 	list []*config.Window
 	loc  *time.Location
+	// longest is LongestAllowed of the classes the windows name and of
+	// interactive and batch, worked out once (a week of minutes each).
+	longest map[string]int
+	// at keeps At's answers (a VM's start is asked about every cycle).
+	at *atCache
 }
+
+// atCache keeps At's answers by time, up to atCacheSize of them.
+type atCache struct {
+	sync.Mutex
+	m map[int64]atAnswer
+}
+
+type atAnswer struct {
+	s  Stretch
+	ok bool
+}
+
+const atCacheSize = 4096
 
 // NewWindows wraps a policy's windows; p may be nil (no windows).
 func NewWindows(p *config.Policy) Windows {
@@ -24,7 +43,21 @@ func NewWindows(p *config.Policy) Windows {
 	if loc == nil {
 		loc = time.UTC
 	}
-	return Windows{list: p.Windows, loc: loc}
+	w := Windows{list: p.Windows, loc: loc}
+	if len(w.list) > 0 {
+		w.at = &atCache{m: map[int64]atAnswer{}}
+		w.longest = map[string]int{}
+		classes := []string{config.ClassInteractive, config.ClassBatch}
+		for _, win := range w.list {
+			classes = append(classes, win.Classes...)
+		}
+		for _, c := range classes {
+			if _, ok := w.longest[c]; !ok {
+				w.longest[c] = w.longestAllowed(c)
+			}
+		}
+	}
+	return w
 }
 
 // Stretch is one occurrence of a window.
@@ -80,6 +113,27 @@ func (w Windows) Stretches(from, to time.Time) []Stretch {
 
 // At returns the window stretch t falls in.
 func (w Windows) At(t time.Time) (Stretch, bool) {
+	if w.at == nil {
+		return w.stretchAt(t)
+	}
+	k := t.UnixNano()
+	w.at.Lock()
+	a, ok := w.at.m[k]
+	w.at.Unlock()
+	if ok {
+		return a.s, a.ok
+	}
+	a.s, a.ok = w.stretchAt(t)
+	w.at.Lock()
+	if len(w.at.m) >= atCacheSize {
+		clear(w.at.m)
+	}
+	w.at.m[k] = a
+	w.at.Unlock()
+	return a.s, a.ok
+}
+
+func (w Windows) stretchAt(t time.Time) (Stretch, bool) {
 	for _, s := range w.Stretches(t, t.Add(time.Minute)) {
 		if !t.Before(s.Start) && t.Before(s.End) {
 			return s, true
@@ -103,6 +157,13 @@ func (w Windows) Forbidding(class string, from, to time.Time) (Stretch, bool) {
 // inside a window that forbids it, in minutes; -1 when the whole week is
 // allowed.
 func (w Windows) LongestAllowed(class string) int {
+	if l, ok := w.longest[class]; ok {
+		return l
+	}
+	return w.longestAllowed(class)
+}
+
+func (w Windows) longestAllowed(class string) int {
 	var forbidden [weekMinutes]bool
 	any := false
 	for _, win := range w.list {

@@ -33,6 +33,15 @@ type Policy interface {
 	Begin(now time.Time, running []Running) Session
 }
 
+// Refuser is a Policy that can say, before any cycle, which requests its
+// sessions will refuse: Refusal gives the Reason a session's Admit refuses
+// r with whenever it gets that far, and true; or false when no session
+// ever refuses r. (Every refusal of such a policy is one no time changes;
+// a session may hide it behind a reason to wait for a while.)
+type Refuser interface {
+	Refusal(r *Request) (why Reason, refuse bool)
+}
+
 // Session is one cycle's view of the rules. The cycle calls Order once,
 // then for each request in that order Admit, Bookings and (when it starts)
 // Started. A cycle may open more sessions than one (Begin again) for the
@@ -170,11 +179,36 @@ type ending struct {
 // that waits. Requests whose ID already holds devices in inv are skipped.
 // To plan without effect, pass inv.Clone().
 func Cycle(now time.Time, inv *Inventory, queue []Request, running []Running, pol Policy, o Options) Decision {
+	d, _ := CycleReport(now, inv, queue, running, pol, o)
+	return d
+}
+
+// Report is what a cycle tells, besides its Decision, of how far in the
+// queue it had to look: enough to say that the requests behind those it
+// was given could have changed nothing (pkg/estimate runs cycles on the
+// head of a long queue).
+type Report struct {
+	// Lookahead is true when the cycle planned holds (Options.Lookahead)
+	// and its planning pass found its Lookahead blocked requests before
+	// the end of the queue: requests behind it play no part in the holds.
+	Lookahead bool
+	// Reserved counts the holds the main pass gave to blocked requests
+	// without lookahead (at most Options.Reserve).
+	Reserved int
+	// Session is the session the cycle's main pass admitted the requests
+	// with, as it left it: Admit on it is what a request behind those given
+	// would have been told.
+	Session Session
+}
+
+// CycleReport is Cycle, with its Report.
+func CycleReport(now time.Time, inv *Inventory, queue []Request, running []Running, pol Policy, o Options) (Decision, Report) {
+	var rep Report
 	if o.Strategy == "" {
 		o.Strategy = Pack
 	}
 	s := pol.Begin(now, running)
-	d := Decision{Waiting: map[string]Wait{}, Actions: s.Actions(running)}
+	d := Decision{Waiting: make(map[string]Wait, len(queue)), Actions: s.Actions(running)}
 	ordered := s.Order(queue)
 
 	var ends []ending
@@ -190,9 +224,10 @@ func Cycle(now time.Time, inv *Inventory, queue []Request, running []Running, po
 	var held []Hold
 	lookahead := o.Reserve > 0 && o.Lookahead > o.Reserve
 	if lookahead {
-		held = lookaheadHolds(now, inv, ordered, running, ends, pol, o)
+		held, rep.Lookahead = lookaheadHolds(now, inv, ordered, running, ends, pol, o)
 	}
-	waiting, held := passMain(now, inv, ordered, s, o, held, lookahead, len(held), ends, preempting, &d)
+	waiting, held, reserved := passMain(now, inv, ordered, s, o, held, lookahead, len(held), ends, preempting, &d)
+	rep.Reserved, rep.Session = reserved, s
 	d.Holds = held
 	if o.Preempt {
 		d.Preempt = inv.preempt(now, waiting, running, s, o, held)
@@ -214,14 +249,15 @@ func Cycle(now time.Time, inv *Inventory, queue []Request, running []Running, po
 		d.Waiting[w.r.ID] = wt
 		d.Order = append(d.Order, w.r.ID)
 	}
-	return d
+	return d, rep
 }
 
 // passMain is the cycle's pass: it starts what fits, in queue order,
 // keeping off held capacity, and (without lookahead) holds capacity for the
 // first blocked requests.
-func passMain(now time.Time, inv *Inventory, ordered []Request, s Session, o Options, held []Hold, lookahead bool, reserved int, ends []ending, preempting map[string]time.Time, d *Decision) ([]blocked, []Hold) {
+func passMain(now time.Time, inv *Inventory, ordered []Request, s Session, o Options, held []Hold, lookahead bool, reserved int, ends []ending, preempting map[string]time.Time, d *Decision) ([]blocked, []Hold, int) {
 	var waiting []blocked
+	var failed failures
 	yield := lookaheadYield(inv, ordered, held, lookahead)
 	for i := range ordered {
 		r := &ordered[i]
@@ -239,7 +275,15 @@ func passMain(now time.Time, inv *Inventory, ordered []Request, s Session, o Opt
 		}
 		end := now.Add(r.Lease)
 		others, own := s.Bookings(r, now, end)
-		p, bk, why := inv.place(r.Need, PlaceOptions{Strategy: o.Strategy, Now: now, End: end, Holds: append(others, holdsAgainst(held, r.ID, yield[r.ID])...), Own: own})
+		against := holdsAgainst(held, r.ID, yield[r.ID])
+		key, plain := failed.key(r, others, own, len(against) == len(held))
+		var p Placement
+		var bk *Hold
+		why, known := failed.m[key]
+		if !plain || !known {
+			p, bk, why = inv.place(r.Need, PlaceOptions{Strategy: o.Strategy, Now: now, End: end, Holds: append(others, against...), Own: own})
+			failed.note(plain, key, why)
+		}
 		if why.OK() {
 			st := Start{ID: r.ID, Placement: p, End: end}
 			if bk != nil {
@@ -254,6 +298,7 @@ func passMain(now time.Time, inv *Inventory, ordered []Request, s Session, o Opt
 				waiting = append(waiting, blocked{r, Reason{CodeNoCapacity, "internal: " + err.Error()}})
 				continue
 			}
+			failed.reset()
 			s.Started(r, p, st.End)
 			d.Start = append(d.Start, st)
 			ends = append(ends, ending{r.ID, p.Host, st.End})
@@ -267,6 +312,7 @@ func passMain(now time.Time, inv *Inventory, ordered []Request, s Session, o Opt
 		if (!lookahead && reserved < o.Reserve) || (isPreempting && !heldFor(held, r.ID)) {
 			if h, ok := inv.shadow(now, r, ends, s, held, o.Strategy); ok && (r.StartBy.IsZero() || !h.From.After(r.StartBy)) {
 				held = append(held, h)
+				failed.reset()
 				if !isPreempting {
 					reserved++
 				}
@@ -277,17 +323,19 @@ func passMain(now time.Time, inv *Inventory, ordered []Request, s Session, o Opt
 		}
 		waiting = append(waiting, blocked{r, why})
 	}
-	return waiting, held
+	return waiting, held, reserved
 }
 
 // lookaheadHolds finds the first o.Lookahead requests that cannot start
 // (a planning pass on a copy) and plans holds for the largest of them, on
-// the inventory as it is before this cycle's starts.
-func lookaheadHolds(now time.Time, inv *Inventory, ordered []Request, running []Running, ends []ending, pol Policy, o Options) []Hold {
+// the inventory as it is before this cycle's starts. stopped is true when
+// the planning pass found its Lookahead blocked requests before the end of
+// ordered.
+func lookaheadHolds(now time.Time, inv *Inventory, ordered []Request, running []Running, ends []ending, pol Policy, o Options) (held []Hold, stopped bool) {
 	trial := inv.Clone()
 	var blockedFirst []*Request
 	s1 := pol.Begin(now, running)
-	pass(now, trial, ordered, s1, o, func(r *Request, why Reason) bool {
+	stopped = pass(now, trial, ordered, s1, o, func(r *Request, why Reason) bool {
 		if why.Code == CodeNoCapacity || why.Code == CodeHeld || why.Code == CodeReservation {
 			blockedFirst = append(blockedFirst, r)
 		}
@@ -299,7 +347,6 @@ func lookaheadHolds(now time.Time, inv *Inventory, ordered []Request, running []
 	}
 	sort.SliceStable(blockedFirst, func(i, j int) bool { return sizes[blockedFirst[i].ID] > sizes[blockedFirst[j].ID] })
 	s2 := pol.Begin(now, running)
-	var held []Hold
 	for _, r := range blockedFirst {
 		if len(held) >= o.Reserve {
 			break
@@ -308,7 +355,7 @@ func lookaheadHolds(now time.Time, inv *Inventory, ordered []Request, running []
 			held = append(held, h)
 		}
 	}
-	return held
+	return held, stopped
 }
 
 // shadowNow is shadow, trying now first.
@@ -398,8 +445,9 @@ func heldFor(held []Hold, id string) bool {
 
 // pass is a greedy pass for planning: it starts what fits (committing to
 // inv) and reports each request blocked for capacity to blocked, which says
-// whether to go on.
-func pass(now time.Time, inv *Inventory, ordered []Request, s Session, o Options, blocked func(*Request, Reason) bool) {
+// whether to go on: pass reports whether blocked stopped it.
+func pass(now time.Time, inv *Inventory, ordered []Request, s Session, o Options, blocked func(*Request, Reason) bool) bool {
+	var failed failures
 	for i := range ordered {
 		r := &ordered[i]
 		if inv.Holds(r.ID) {
@@ -410,12 +458,20 @@ func pass(now time.Time, inv *Inventory, ordered []Request, s Session, o Options
 		}
 		end := now.Add(r.Lease)
 		others, own := s.Bookings(r, now, end)
-		p, bk, why := inv.place(r.Need, PlaceOptions{Strategy: o.Strategy, Now: now, End: end, Holds: others, Own: own})
+		key, plain := failed.key(r, others, own, true)
+		var p Placement
+		var bk *Hold
+		why, known := failed.m[key]
+		if !plain || !known {
+			p, bk, why = inv.place(r.Need, PlaceOptions{Strategy: o.Strategy, Now: now, End: end, Holds: others, Own: own})
+			failed.note(plain, key, why)
+		}
 		if why.OK() {
 			if bk != nil && bk.To.Before(end) {
 				end = bk.To
 			}
 			if inv.Allocate(r.ID, p, end) == nil {
+				failed.reset()
 				s.Started(r, p, end)
 			}
 			continue
@@ -424,10 +480,59 @@ func pass(now time.Time, inv *Inventory, ordered []Request, s Session, o Options
 			continue
 		}
 		if !blocked(r, why) {
-			return
+			return true
 		}
 	}
+	return false
 }
+
+// failures remembers, within one pass, why needs failed to place for a
+// lease on the inventory as it is, against the holds that every request
+// keeps off: placing is a function of those, so a request of the same need
+// and lease fails the same way until a start changes the inventory or a
+// hold is added (reset). A request with bookings of its own or others', or
+// that need not keep off all the holds, is placed as always.
+type failures struct {
+	m map[failKey]Reason
+}
+
+// failKey is a need (with up to four Kinds) and a lease.
+type failKey struct {
+	kind                        gpu.Kind
+	typ, profile, model, series string
+	count                       int
+	memory                      uint64
+	nkinds                      int
+	kinds                       [4]gpu.Kind
+	lease                       time.Duration
+}
+
+// key is r's key, and whether r's placement may be remembered: no booking
+// in the way or its own, all holds kept off (all), a need of at most four
+// kinds.
+func (f *failures) key(r *Request, others, own []Hold, all bool) (failKey, bool) {
+	n := &r.Need
+	if len(others) > 0 || len(own) > 0 || !all || len(n.Kinds) > 4 {
+		return failKey{}, false
+	}
+	k := failKey{kind: n.Kind, typ: n.Type, profile: n.Profile, model: n.Model, series: n.Series, count: n.Count, memory: n.Memory, nkinds: len(n.Kinds), lease: r.Lease}
+	copy(k.kinds[:], n.Kinds)
+	return k, true
+}
+
+// note remembers why a placement failed.
+func (f *failures) note(plain bool, k failKey, why Reason) {
+	if !plain || why.OK() {
+		return
+	}
+	if f.m == nil {
+		f.m = map[failKey]Reason{}
+	}
+	f.m[k] = why
+}
+
+// reset forgets: the inventory or the holds changed.
+func (f *failures) reset() { clear(f.m) }
 
 // size is the share of GPUs a need takes at least: what makes it hard to
 // place.

@@ -1,6 +1,7 @@
 package scheduler
 
 import (
+	"reflect"
 	"sort"
 	"testing"
 	"time"
@@ -200,5 +201,39 @@ func TestLookaheadKeepsOrderOfEqualSizes(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// CycleReport says whether the planning pass found its Lookahead blocked
+// requests before the end of the queue, and how many holds the main pass
+// gave without lookahead; its Decision is Cycle's.
+func TestCycleReport(t *testing.T) {
+	queue := func(n int) []Request {
+		var q []Request
+		for i := 0; i < n; i++ {
+			q = append(q, req(string(rune('a'+i)), "7g.80gb", time.Hour, i))
+		}
+		return q
+	}
+	run := func(n int, o Options) (Decision, Report) {
+		inv := mustInv(t, []HostSpec{h100Host("a", 1, gpu.ModeMIG)})
+		r := []Running{runningOn(inv, "old", "a", "0000:10:00.0", "3g.40gb", 0, t0.Add(-time.Hour), t0.Add(time.Hour), 0, false)}
+		d, rep := CycleReport(t0, inv, queue(n), r, fifo{}, o)
+		inv2 := mustInv(t, []HostSpec{h100Host("a", 1, gpu.ModeMIG)})
+		r2 := []Running{runningOn(inv2, "old", "a", "0000:10:00.0", "3g.40gb", 0, t0.Add(-time.Hour), t0.Add(time.Hour), 0, false)}
+		if d2 := Cycle(t0, inv2, queue(n), r2, fifo{}, o); !reflect.DeepEqual(d, d2) {
+			t.Errorf("CycleReport %+v, Cycle %+v", d, d2)
+		}
+		return d, rep
+	}
+	look := Options{Reserve: 1, Lookahead: 3}
+	if _, rep := run(3, look); !rep.Lookahead {
+		t.Errorf("3 blocked of 3, lookahead 3: %+v, want the pass stopped", rep)
+	}
+	if _, rep := run(2, look); rep.Lookahead {
+		t.Errorf("2 blocked, lookahead 3: %+v, want the pass to the end", rep)
+	}
+	if d, rep := run(3, Options{Reserve: 1}); rep.Reserved != 1 || len(d.Holds) != 1 || rep.Lookahead {
+		t.Errorf("EASY: %+v, %d holds; want 1 reserved", rep, len(d.Holds))
 	}
 }
