@@ -48,8 +48,11 @@ type estimateSnap struct {
 	groups   map[string][]string
 	vms      map[string]estimate.Estimate
 	err      error
-	// probes are NextFree by probeKey.
-	probes map[string]estimate.Estimate
+	// probes are NextFree by probeKey. oldProbes are those of them carried
+	// over from an earlier snapshot (not asked for since it was made): they
+	// are redone when asked for again.
+	probes    map[string]estimate.Estimate
+	oldProbes map[string]bool
 	// never and free are each profile's unservable reason and free
 	// counts (hostModels), by name.
 	never map[string]string

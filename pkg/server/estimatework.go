@@ -250,7 +250,7 @@ func (s *Server) computeEstimates(ctx context.Context) {
 	e := s.estimates
 	s.pollEstimates(ctx) // what is read next has seen at least this
 	e.mu.Lock()
-	gen, hook := e.gen, e.beforeCompute
+	gen, hook, prev := e.gen, e.beforeCompute, e.snap
 	wants := make([]probeWant, 0, len(e.wants))
 	for k, w := range e.wants {
 		if time.Since(w.used) > estimateProbeIdle {
@@ -270,8 +270,19 @@ func (s *Server) computeEstimates(ctx context.Context) {
 	}
 	sn.gen = gen
 	sn.probes = make(map[string]estimate.Estimate, len(wants))
+	sn.oldProbes = map[string]bool{}
 	for _, w := range wants {
-		sn.probes[probeKey(w.user, w.profile)] = probe(sn, w)
+		k := probeKey(w.user, w.profile)
+		// Not asked for since the last snapshot: its answer is carried
+		// over (said stale) and redone when asked for again, so that a
+		// change costs the probes people are looking at, not all.
+		if prev != nil && w.used.Before(prev.computed) {
+			if old, ok := prev.probes[k]; ok {
+				sn.probes[k], sn.oldProbes[k] = old, true
+				continue
+			}
+		}
+		sn.probes[k] = probe(sn, w)
 	}
 	models := s.hostModels(ctx, true)
 	ps := sn.cfg.SortedProfiles()
@@ -294,22 +305,29 @@ func (s *Server) addProbes(ctx context.Context) {
 	e.mu.Unlock()
 	sn := *old
 	sn.probes = make(map[string]estimate.Estimate, len(old.probes)+len(missing))
+	sn.oldProbes = make(map[string]bool, len(old.oldProbes))
 	for k, v := range old.probes {
 		sn.probes[k] = v
 	}
+	for k := range old.oldProbes {
+		sn.oldProbes[k] = true
+	}
 	for _, w := range missing {
-		sn.probes[probeKey(w.user, w.profile)] = probe(&sn, w)
+		k := probeKey(w.user, w.profile)
+		sn.probes[k] = probe(&sn, w)
+		delete(sn.oldProbes, k)
 	}
 	if ctx.Err() == nil {
 		s.publish(&sn)
 	}
 }
 
-// missingProbes are the wants sn has no probe of (e.mu held).
+// missingProbes are the wants sn has no probe of, or only one carried
+// over from an earlier snapshot that was asked for since (e.mu held).
 func (e *estimates) missingProbes(sn *estimateSnap) []probeWant {
 	var out []probeWant
 	for k, w := range e.wants {
-		if _, ok := sn.probes[k]; !ok {
+		if _, ok := sn.probes[k]; !ok || sn.oldProbes[k] && w.used.After(sn.computed) {
 			out = append(out, *w)
 		}
 	}

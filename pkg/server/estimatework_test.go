@@ -67,8 +67,21 @@ func checkServedIsFresh(t *testing.T, e *estimateEnv, step string) {
 		Free     *api.ProfileFree `json:"free"`
 		Stale    bool             `json:"estimate_stale"`
 	}
-	if err := json.Unmarshal(httpGet(t, e.s, "/v1/profiles", "ann-token"), &ps); err != nil {
-		t.Fatal(err)
+	// A probe carried over from an earlier snapshot (not asked for since)
+	// is served said stale, and redone because it was asked for: the next
+	// look has it fresh.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		ps = ps[:0]
+		if err := json.Unmarshal(httpGet(t, e.s, "/v1/profiles", "ann-token"), &ps); err != nil {
+			t.Fatal(err)
+		}
+		stale := false
+		for _, p := range ps {
+			stale = stale || p.Name == "whole" && p.Stale
+		}
+		if !stale || time.Now().After(deadline) {
+			break
+		}
 	}
 	freeNow := e.s.hostModels(ctx, true).free(fresh.cfg.SortedProfiles())
 	for _, p := range ps {
@@ -163,4 +176,56 @@ func TestEstimatesWorkerStopsWithClose(t *testing.T) {
 		t.Errorf("after Close: %v", body)
 	}
 	goleak.VerifyNone(t, leaks)
+}
+
+// TestProbesFollowWhoLooks: a change redoes the next-free probes asked for
+// since the last snapshot; one nobody asked for since is carried over,
+// said stale, and redone once asked for.
+func TestProbesFollowWhoLooks(t *testing.T) {
+	e := newEstimateEnv(t, "8h")
+	ctx := context.Background()
+	st := e.st.(*store.Store)
+	staleOf := func() bool {
+		var ps []struct {
+			Name  string `json:"name"`
+			Stale bool   `json:"estimate_stale"`
+		}
+		if err := json.Unmarshal(httpGet(t, e.s, "/v1/profiles", "ann-token"), &ps); err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range ps {
+			if p.Name == "whole" {
+				return p.Stale
+			}
+		}
+		t.Fatal("no profile whole")
+		return false
+	}
+	if staleOf() {
+		t.Fatal("the first look is stale")
+	}
+	// Two changes, the profiles not looked at between them: the first
+	// redoes ann's probe (asked for since the last snapshot), the second
+	// carries it over.
+	for i := range 2 {
+		if err := st.CreateReservation(ctx, &store.Reservation{OwnerKind: store.OwnerUser, Owner: "bob", Profile: "whole", Count: 1,
+			StartAt: e.now.Add(time.Duration(10+i*5) * time.Hour), EndAt: e.now.Add(time.Duration(12+i*5) * time.Hour), CreatedBy: "admin"}); err != nil {
+			t.Fatal(err)
+		}
+		caughtUp(t, e.s)
+	}
+	e.s.estimates.mu.Lock()
+	old := e.s.estimates.snap.oldProbes[probeKey("ann", "whole")]
+	e.s.estimates.mu.Unlock()
+	if !old {
+		t.Fatal("a probe nobody asked for since the last snapshot was redone at a change")
+	}
+	if !staleOf() {
+		t.Error("a carried-over probe is not said stale")
+	}
+	for deadline := time.Now().Add(10 * time.Second); staleOf(); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("a carried-over probe asked for again was not redone")
+		}
+	}
 }

@@ -52,7 +52,7 @@ func (s *Server) profileViews(c *gin.Context, ps []*config.Profile) []profileVie
 		st.Unservable, st.Free = say(c, sn.never[p.Name]), sn.free[p.Name]
 		st.NextFreeAt = nextFreeAt(sn, user(c).Name, p)
 		at := sn.taken.UTC()
-		st.EstimateComputedAt, st.EstimateStale = &at, stale
+		st.EstimateComputedAt, st.EstimateStale = &at, stale || sn.oldProbes[probeKey(user(c).Name, p.Name)]
 	}
 	return out
 }
@@ -68,6 +68,7 @@ func (s *Server) profileEstimates(ctx context.Context, u *store.User, ps []*conf
 		}
 	}
 	s.estimates.want(u.Name, u.Groups, names)
+	defer s.kickEstimates() // a probe carried over, said stale, is redone now
 	return s.awaitEstimates(ctx, estimateWait, false, func(sn *estimateSnap) bool {
 		for _, n := range names {
 			if _, ok := sn.probes[probeKey(u.Name, n)]; !ok {
