@@ -46,6 +46,11 @@ var zh = [][2]string{
 	{"{gpu} is held for someone else during that time", "{gpu} 在那段时间留给了别人"},
 	// The lifecycle (pkg/orchestrator).
 	{"the guest reported no address within {d~}", "客户机在 {d}内没有报告地址"},
+	{"the guest is up; its desktop ({what*}) does not answer yet: cloud-init may still be setting it up",
+		"客户机已启动；它的桌面（{what}）尚未响应：cloud-init 可能仍在设置它"},
+	{"the guest is up but its desktop ({what*}) did not answer within {d~} of the boot: it may be failing in the guest (look with gpuvm ssh or the console)",
+		"客户机已启动，但它的桌面（{what}）在启动后 {d}内没有响应：它在客户机中可能出错了（可用 gpuvm ssh 或控制台查看）"},
+	{"{proto}, port {port}", "{proto}，端口 {port}"},
 	// The estimated start (pkg/estimate). The portal writes "uncertain"
 	// before the note itself.
 	{"uncertain: {why,*}; {basis*}", "{why}；{basis}"},

@@ -34,29 +34,29 @@ func guestDesktop(p *config.Profile) (port int, what string, ok bool) {
 	}
 	for _, dp := range p.Desktop.Ports() {
 		if dp.Transport == "tcp" && dp.Port > 0 {
-			return dp.Port, fmt.Sprintf("%s (port %d)", desktopWords[p.Desktop.Protocol], dp.Port), true
+			return dp.Port, fmt.Sprintf("%s, port %d", desktopWords[p.Desktop.Protocol], dp.Port), true
 		}
 	}
 	return 0, "", false
 }
 
 var desktopWords = map[string]string{
-	config.DesktopRDP:      "RDP server",
+	config.DesktopRDP:      "RDP",
 	config.DesktopSunshine: "Sunshine",
-	config.DesktopDCV:      "DCV server",
+	config.DesktopDCV:      "DCV",
 }
 
 // WaitingDesktopReason is the reason of a booting VM whose guest is up
 // and whose desktop server does not answer yet.
 func WaitingDesktopReason(what string) string {
-	return "the guest is up; waiting for its desktop, the " + what + ", to answer (cloud-init may still be setting it up)"
+	return "the guest is up; its desktop (" + what + ") does not answer yet: cloud-init may still be setting it up"
 }
 
 // DesktopTimeoutReason is the reason of a VM made ready although its
 // desktop server did not answer within d of its boot.
 func DesktopTimeoutReason(what string, d time.Duration) string {
-	return "the guest is up but its desktop, the " + what + ", did not answer within " + shortDuration(d) +
-		" of the boot: it may be failing in the guest (gpuvm ssh or the console to look)"
+	return "the guest is up but its desktop (" + what + ") did not answer within " + shortDuration(d) +
+		" of the boot: it may be failing in the guest (look with gpuvm ssh or the console)"
 }
 
 // desktopReady looks whether the desktop server a VM's profile promises

@@ -64,9 +64,9 @@ func TestBootWaitsForTheDesktop(t *testing.T) {
 		want    []string // the reasons, in order, after the address came
 	}{
 		{"rdp that comes up", config.Desktop{Protocol: config.DesktopRDP, Port: 3390, Declared: true}, true, time.Hour, "tcp 192.168.122.7:3390",
-			[]string{WaitingDesktopReason("RDP server (port 3390)"), ""}},
+			[]string{WaitingDesktopReason("RDP, port 3390"), ""}},
 		{"sunshine that never answers", config.Desktop{Protocol: config.DesktopSunshine, Port: 47989, WebPort: 47990, Declared: true}, false, 40 * time.Millisecond, "tcp 192.168.122.7:47984",
-			[]string{WaitingDesktopReason("Sunshine (port 47984)"), DesktopTimeoutReason("Sunshine (port 47984)", 120*time.Millisecond)}},
+			[]string{WaitingDesktopReason("Sunshine, port 47984"), DesktopTimeoutReason("Sunshine, port 47984", 120*time.Millisecond)}},
 		{"no desktop", config.Desktop{Protocol: config.DesktopVNC}, false, time.Hour, "", []string{""}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
