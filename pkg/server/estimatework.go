@@ -156,6 +156,11 @@ func (s *Server) runEstimates(ctx context.Context) {
 	t := time.NewTicker(estimatePoll)
 	defer t.Stop()
 	s.pollEstimates(ctx)
+	// rest: after a computation the worker rests as long as it took
+	// before the next, so that a stream of changes (creates arriving)
+	// gets at most half a core's worth of replays; meanwhile the answers
+	// say they are stale.
+	var restUntil time.Time
 	for ctx.Err() == nil {
 		e.mu.Lock()
 		sn := e.snap
@@ -166,8 +171,19 @@ func (s *Server) runEstimates(ctx context.Context) {
 		case missing: // asked for by a waiting request: first
 			s.addProbes(ctx)
 			continue
-		case behind:
+		case behind && !time.Now().Before(restUntil):
+			start := time.Now()
 			s.computeEstimates(ctx)
+			restUntil = time.Now().Add(time.Since(start))
+			continue
+		case behind:
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(time.Until(restUntil)):
+			case <-e.kick: // a request may wait for a probe: see to it
+				s.pollEstimates(ctx)
+			}
 			continue
 		}
 		select {
