@@ -35,6 +35,8 @@ type dispatcher struct {
 	wg       sync.WaitGroup
 	wake     func()
 	settings func() dispatchSettings
+	// idle is what the last full round saw (idle.go; guarded by roundMu).
+	idle idleRound
 }
 
 // dispatchStore is what the dispatch rounds and admission ask of the
@@ -56,6 +58,8 @@ type dispatchStore interface {
 	ListGPUDrains(ctx context.Context, host string) ([]store.GPUDrain, error)
 	AppendEvent(ctx context.Context, e *store.Event) error
 	ListEventsSince(ctx context.Context, afterID int64, f store.EventFilter) ([]store.Event, error)
+	LastEventID(ctx context.Context) (int64, error)
+	ListHosts(ctx context.Context) ([]store.Host, error)
 }
 
 // dispatchSettings are the dispatcher's settings, read at each round.
@@ -121,9 +125,11 @@ func (dp *dispatcher) dispatch(ctx context.Context, inline bool) {
 	if ctx.Err() != nil {
 		return
 	}
+	dp.beginRound(ctx) // idle.go
 	ops, err := dp.st.ListUnfinishedOperations(ctx)
 	if err != nil {
 		dp.log.Error("list unfinished operations", "err", err)
+		dp.idle.retry()
 		return
 	}
 	var order []string
@@ -148,6 +154,7 @@ func (dp *dispatcher) dispatch(ctx context.Context, inline bool) {
 	vms, err := dp.st.GetVMs(ctx, order)
 	if err != nil {
 		dp.log.Error("read the vms of the operations", "err", err)
+		dp.idle.retry()
 		return
 	}
 	var queue []queued
@@ -259,6 +266,7 @@ func (dp *dispatcher) waitingToStart(ctx context.Context, vm *store.VM) bool {
 	if vm.StartAt == nil || !dp.st.Now().Before(*vm.StartAt) {
 		return false
 	}
+	dp.idle.dueBy(*vm.StartAt) // the round that places it (idle.go)
 	reason := StartAtReason(*vm.StartAt)
 	if vm.StateReason != reason || vm.Phase != PhaseStartAt {
 		_, err := dp.st.UpdateVMState(ctx, vm.ID, vm.Version, store.VMUpdate{State: store.VMQueued, Phase: PhaseStartAt, StateReason: reason})

@@ -402,7 +402,8 @@ func (o *Orchestrator) DomainName(vmID string) string {
 func (o *Orchestrator) Wake() { o.wake.Wake() }
 
 // Run processes operations until ctx ends, then waits for the workers it
-// started: on every wake-up, every Tick, and it reconciles every
+// started: on every wake-up, and every Tick unless nothing changed since
+// the last round (idle.go); it reconciles every
 // ReconcileEvery; it applies the timed rules every RulesEvery. Alongside,
 // it watches booting VMs until their guests are up (boot.go) and libvirt's
 // domain events (reconcile.go). Reconcile once before Run at start-up.
@@ -422,6 +423,7 @@ func (o *Orchestrator) Run(ctx context.Context) {
 	o.disp.dispatch(ctx, false)
 	var took time.Duration // the last round's
 	for {
+		woken := false
 		select {
 		case <-ctx.Done():
 			return
@@ -429,6 +431,7 @@ func (o *Orchestrator) Run(ctx context.Context) {
 			if !pace(ctx, took) {
 				return
 			}
+			woken = true
 		case <-tick.C:
 		case <-rec.C:
 			if rep, err := o.rec.reconcileHost(ctx); err != nil {
@@ -440,7 +443,11 @@ func (o *Orchestrator) Run(ctx context.Context) {
 			o.rules.applyRules(ctx)
 		}
 		start := time.Now()
-		o.disp.dispatch(ctx, false)
+		if woken {
+			o.disp.dispatch(ctx, false)
+		} else if !o.disp.dispatchIfChanged(ctx) { // idle.go
+			continue
+		}
 		took = time.Since(start)
 	}
 }

@@ -230,6 +230,9 @@ func (dp *dispatcher) holdBookings(ctx context.Context, st *state) error {
 	if err != nil {
 		return fmt.Errorf("reservations: %w", err)
 	}
+	if len(rs) > 0 {
+		dp.idle.dueBy(st.now) // booked capacity moves with time: every Tick runs (idle.go)
+	}
 	dp.bookings.mu.Lock()
 	kept := dp.bookings.pins
 	dp.bookings.mu.Unlock()

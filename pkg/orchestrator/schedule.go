@@ -86,6 +86,7 @@ func (dp *dispatcher) schedule(ctx context.Context, qs []queued) []queued {
 		if len(entries) > 0 {
 			if _, err := dp.st.SetQueue(ctx, entries); err != nil {
 				dp.log.Error("record the queue", "err", err)
+				dp.idle.retry()
 			}
 		}
 		return out
@@ -96,6 +97,7 @@ func (dp *dispatcher) schedule(ctx context.Context, qs []queued) []queued {
 	}
 	if err != nil {
 		dp.log.Error("scheduling round skipped", "err", err)
+		dp.idle.retry()
 		return out
 	}
 	byID := make(map[string]queued, len(gpuQueue))
@@ -127,10 +129,12 @@ func (dp *dispatcher) schedule(ctx context.Context, qs []queued) []queued {
 		switch {
 		case errors.Is(err, store.ErrSlotTaken), errors.Is(err, store.ErrConflict):
 			dp.log.Info("slot taken or VM changed meanwhile; placing again next round", "vm", q.vm.ID, "err", err)
+			dp.idle.retry()
 		case err != nil:
 			if !errors.Is(err, errAbandoned) {
 				dp.log.Error("claim the slots the scheduler chose", "vm", q.vm.ID, "err", err)
 			}
+			dp.idle.retry()
 		default:
 			out = append(out, queued{next, q.op})
 		}
@@ -174,6 +178,7 @@ func (dp *dispatcher) schedule(ctx context.Context, qs []queued) []queued {
 	if ranked { // else no position to write or clear
 		if _, err := dp.st.SetQueue(ctx, entries); err != nil {
 			dp.log.Error("record the queue", "err", err)
+			dp.idle.retry()
 		}
 	}
 	if len(d.Start)+len(d.Waiting) > 0 {

@@ -164,7 +164,7 @@ func (s *Store) CountFiringAlerts(ctx context.Context) (map[string]int64, error)
 		N    int64
 	}
 	err := s.db.WithContext(ctx).Model(&Alert{}).Select("rule, COUNT(*) AS n").
-		Where("state = ?", AlertFiring).Group("rule").Scan(&rows).Error
+		Where("state = 'firing'").Group("rule").Scan(&rows).Error // alerts_firing: a literal (models.go)
 	if err != nil {
 		return nil, wrap(err, nil, "count firing alerts")
 	}

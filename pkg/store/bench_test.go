@@ -155,3 +155,63 @@ func BenchmarkCreateVM(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkQueueReads: what every dispatch round and every scrape of
+// /metrics read of a queue of 4,000 among 20,000 VMs (seedVMs): SetQueue
+// of an unchanged queue (an idle round writes nothing), the queue's length
+// and wait, and the VMs by state.
+func BenchmarkQueueReads(b *testing.B) {
+	ctx := context.Background()
+	for _, driver := range drivers {
+		b.Run(driver, func(b *testing.B) {
+			d := newTestDB(b, driver)
+			s := d.open(b)
+			seedVMs(b, s, 20_000)
+			page, err := s.ListVMs(ctx, VMFilter{States: []string{VMQueued}, Limit: 1000})
+			if err != nil {
+				b.Fatal(err)
+			}
+			var queued []string
+			for f := (VMFilter{States: []string{VMQueued}, Limit: 1000}); ; {
+				for _, vm := range page.VMs {
+					queued = append(queued, vm.ID)
+				}
+				if page.Next == "" {
+					break
+				}
+				f.After = page.Next
+				if page, err = s.ListVMs(ctx, f); err != nil {
+					b.Fatal(err)
+				}
+			}
+			entries := make(map[string]QueueEntry, len(queued))
+			for i, id := range queued {
+				entries[id] = QueueEntry{Position: i + 1, Phase: "queued", Reason: "waiting for a GPU"}
+			}
+			if _, err := s.SetQueue(ctx, entries); err != nil {
+				b.Fatal(err)
+			}
+			b.Run("SetQueue-unchanged", func(b *testing.B) {
+				for b.Loop() {
+					if n, err := s.SetQueue(ctx, entries); err != nil || n != 0 {
+						b.Fatal(n, err)
+					}
+				}
+			})
+			b.Run("GetQueueStats", func(b *testing.B) {
+				for b.Loop() {
+					if q, err := s.GetQueueStats(ctx, time.Now()); err != nil || q.Length != len(queued) {
+						b.Fatal(q, err)
+					}
+				}
+			})
+			b.Run("CountVMsByState", func(b *testing.B) {
+				for b.Loop() {
+					if _, err := s.CountVMsByState(ctx); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		})
+	}
+}

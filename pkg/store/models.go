@@ -109,19 +109,19 @@ const (
 // VM is a GPU virtual machine somebody asked for. Version is its optimistic
 // concurrency token: every update must name the version it read, and bumps it.
 type VM struct {
-	ID          string     `gorm:"column:id;primaryKey" json:"id"`
+	ID          string     `gorm:"column:id;primaryKey;index:vms_queue_left,where:queue_position <> 0 AND state <> 'queued'" json:"id"`
 	Name        string     `gorm:"column:name;not null;uniqueIndex:vms_owner_name_live,priority:2" json:"name"`
 	Owner       string     `gorm:"column:owner;not null;uniqueIndex:vms_owner_name_live,priority:1,where:state <> 'deleted';index:vms_owner_created,priority:1" json:"owner"`
 	Group       string     `gorm:"column:group_name;not null" json:"group,omitempty"`
 	Profile     string     `gorm:"column:profile;not null" json:"profile"`
 	Spec        string     `gorm:"column:spec;not null" json:"spec,omitempty"` // the resolved request, JSON
-	State       string     `gorm:"column:state;not null;index:vms_state_created,priority:1" json:"state"`
+	State       string     `gorm:"column:state;not null;index:vms_state_created,priority:1;index:vms_queued_start,priority:1,where:state = 'queued';index:vms_live_state,where:state <> 'deleted'" json:"state"`
 	Phase       string     `gorm:"column:phase;not null" json:"phase,omitempty"`
 	StateReason string     `gorm:"column:state_reason;not null" json:"state_reason,omitempty"`
 	Host        string     `gorm:"column:host;not null;index:vms_host" json:"host,omitempty"`
 	Hours       int        `gorm:"column:hours;not null" json:"hours"`
 	LeaseEnd    *time.Time `gorm:"column:lease_end" json:"lease_end,omitempty"`
-	CreatedAt   time.Time  `gorm:"column:created_at;not null;index:vms_created,priority:1;index:vms_owner_created,priority:2;index:vms_state_created,priority:2" json:"created_at"`
+	CreatedAt   time.Time  `gorm:"column:created_at;not null;index:vms_created,priority:1;index:vms_owner_created,priority:2;index:vms_state_created,priority:2;index:vms_queued_start,priority:3" json:"created_at"`
 	UpdatedAt   time.Time  `gorm:"column:updated_at;not null" json:"updated_at"`
 	Version     int64      `gorm:"column:version;not null" json:"version"`
 	// DisplayPassword is the VNC/SPICE password of the VM's display; it is
@@ -131,7 +131,7 @@ type VM struct {
 	// queued, as the last scheduling round saw it; 0 otherwise.
 	QueuePosition int `gorm:"column:queue_position;not null" json:"queue_position,omitempty"`
 	// StartAt, when set, is the earliest time the VM may be placed.
-	StartAt *time.Time `gorm:"column:start_at" json:"start_at,omitempty"`
+	StartAt *time.Time `gorm:"column:start_at;index:vms_queued_start,priority:2" json:"start_at,omitempty"`
 	// LeaseWarnedAt is when the owner was warned that the lease ends soon.
 	LeaseWarnedAt *time.Time `gorm:"column:lease_warned_at" json:"lease_warned_at,omitempty"`
 }
@@ -142,9 +142,11 @@ func (VM) TableName() string { return "vms" }
 // SQLite uses a partial index only when the query's condition is the index's,
 // word for word, and a bound parameter never is.
 const (
-	liveAllocation = "state <> 'released'"             // allocations_host_live, allocations_vm_live
-	unfinishedOp   = "state IN ('pending', 'running')" // operations_unfinished
-	liveVM         = "state <> 'deleted'"              // vms_owner_name_live
+	liveAllocation = "state <> 'released'"                       // allocations_host_live, allocations_vm_live
+	unfinishedOp   = "state IN ('pending', 'running')"           // operations_unfinished
+	liveVM         = "state <> 'deleted'"                        // vms_owner_name_live, vms_live_state
+	queuedVM       = "state = 'queued'"                          // vms_queued_start
+	leftQueue      = "queue_position <> 0 AND state <> 'queued'" // vms_queue_left
 )
 
 // Operation kinds and states.

@@ -27,9 +27,14 @@ type QueueEntry struct {
 func (s *Store) SetQueue(ctx context.Context, entries map[string]QueueEntry) (int, error) {
 	changed := 0
 	err := s.Tx(ctx, func(tx *Store) error {
+		// The queued VMs and those that left the queue holding a
+		// position: two index searches (vms_queued_start, vms_queue_left).
+		// The OR of the two conditions scans the whole table, deleted VMs
+		// included, on both SQLite and PostgreSQL.
+		const cols = "id, owner, state, phase, state_reason, queue_position, version"
 		var cur []VM
-		err := tx.db.Select("id", "owner", "state", "phase", "state_reason", "queue_position", "version").
-			Where("state = ? OR queue_position <> 0", VMQueued).Find(&cur).Error
+		err := tx.db.Raw("SELECT " + cols + " FROM vms WHERE " + queuedVM +
+			" UNION ALL SELECT " + cols + " FROM vms WHERE " + leftQueue).Scan(&cur).Error
 		if err != nil {
 			return err
 		}

@@ -325,6 +325,64 @@ func TestMonitorCounts(t *testing.T) {
 	})
 }
 
+// The queue's wait counts a VM with a start time from that time once it
+// has come, from its creation when the time came before it, and not at all
+// before; deleted and running VMs are not in it.
+func TestQueueStatsStartTimes(t *testing.T) {
+	eachDriver(t, func(t *testing.T, s *Store, d *testDB) {
+		ctx := context.Background()
+		mustUser(t, s, "ann")
+		t0 := d.clock.Now()
+		timed := mustVM(t, s, "ann", "timed") // created at t0, may start at t0+1h
+		d.clock.Advance(30 * time.Minute)
+		plain := mustVM(t, s, "ann", "plain") // created at t0+30m
+		d.clock.Advance(time.Minute)
+		early := mustVM(t, s, "ann", "early") // created at t0+31m, start time t0 (before)
+		gone := mustVM(t, s, "ann", "gone")
+		setStart := func(id string, at time.Time) {
+			t.Helper()
+			if err := s.db.Model(&VM{}).Where("id = ?", id).Update("start_at", at).Error; err != nil {
+				t.Fatal(err)
+			}
+		}
+		setStart(timed.ID, t0.Add(time.Hour))
+		setStart(early.ID, t0)
+		if err := s.db.Model(&VM{}).Where("id = ?", gone.ID).Updates(map[string]any{"state": VMDeleted, "queue_position": 3}).Error; err != nil {
+			t.Fatal(err)
+		}
+		for _, tc := range []struct {
+			now     time.Time
+			waiting int
+			oldest  time.Time
+		}{
+			{t0.Add(45 * time.Minute), 2, plain.CreatedAt},
+			{t0.Add(2 * time.Hour), 3, plain.CreatedAt},
+		} {
+			q, err := s.GetQueueStats(ctx, tc.now)
+			if err != nil || q.Length != 3 || q.Waiting != tc.waiting || !q.OldestSince.Equal(tc.oldest) {
+				t.Errorf("at %s: queue %+v, %v; want 3 long, %d waiting since %s", tc.now, q, err, tc.waiting, tc.oldest)
+			}
+		}
+		// Without plain, timed waits longest (since t0+1h), and early since its creation.
+		if err := s.db.Model(&VM{}).Where("id = ?", plain.ID).Update("state", VMRunning).Error; err != nil {
+			t.Fatal(err)
+		}
+		q, err := s.GetQueueStats(ctx, t0.Add(2*time.Hour))
+		if err != nil || q.Length != 2 || q.Waiting != 2 || !q.OldestSince.Equal(early.CreatedAt) {
+			t.Errorf("queue %+v, %v; want 2 waiting since %s", q, err, early.CreatedAt)
+		}
+		setStart(early.ID, t0.Add(90*time.Minute))
+		q, err = s.GetQueueStats(ctx, t0.Add(2*time.Hour))
+		if err != nil || q.Waiting != 2 || !q.OldestSince.Equal(t0.Add(time.Hour)) {
+			t.Errorf("queue %+v, %v; want 2 waiting since %s", q, err, t0.Add(time.Hour))
+		}
+		q, err = s.GetQueueStats(ctx, t0.Add(20*time.Minute))
+		if err != nil || q.Waiting != 0 || !q.OldestSince.IsZero() {
+			t.Errorf("queue %+v, %v; want none waiting", q, err)
+		}
+	})
+}
+
 // A VM's vGPU licence states: the newest known per device, within the
 // window; samples that know none, other VMs' and old ones are left out.
 func TestVGPULicenses(t *testing.T) {

@@ -1,0 +1,71 @@
+package orchestrator
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gpuvm/gpuvm/pkg/store"
+)
+
+// A Tick's round is skipped while nothing it reads changed and no time it
+// depends on came: it runs again at a new event, at a queued VM's start
+// time, and at the latest maxIdleRound after the last full round.
+func TestIdleRoundSkipped(t *testing.T) {
+	e := newEnv(t, "l40sx4")
+	var mu sync.Mutex
+	now := time.Date(2030, 5, 1, 9, 0, 0, 0, time.UTC)
+	e.useClock(func() time.Time { mu.Lock(); defer mu.Unlock(); return now })
+	advance := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
+	ctx := context.Background()
+	o := e.orch(nil)
+	round := func() bool {
+		t.Helper()
+		ran := o.disp.dispatchIfChanged(ctx)
+		o.disp.wait()
+		return ran
+	}
+	at := now.Add(maxIdleRound - 5*time.Second)
+	later := &store.VM{Name: "later", Owner: "ann", Profile: "l40s-whole", Hours: 2, StartAt: &at}
+	if _, err := e.st.CreateVM(ctx, later, store.CreateVMOptions{RequestedBy: "ann"}); err != nil {
+		t.Fatal(err)
+	}
+	o.Drain(ctx)
+	e.wantVM(later.ID, store.VMQueued, "starts at")
+	round() // the first round's own writes (the reason) are a change
+	if round() {
+		t.Fatal("a round ran with nothing changed")
+	}
+	advance(5 * time.Second)
+	if round() {
+		t.Fatal("a round ran with nothing changed, 5 s later")
+	}
+	// A new event: a VM deleted elsewhere, or, here, one created without a wake-up.
+	e.submit("bob", "nogpu", "other")
+	if !round() {
+		t.Fatal("no round after a new VM")
+	}
+	e.wantVM(later.ID, store.VMQueued, "starts at")
+	round()
+	if round() {
+		t.Fatal("a round ran with nothing changed after the new VM's")
+	}
+	// Its start time comes.
+	advance(at.Sub(now) + time.Second)
+	if !round() {
+		t.Fatal("no round at the queued VM's start time")
+	}
+	if vm := e.vm(later.ID); vm.State == store.VMQueued {
+		t.Fatalf("the VM is still queued after its start time: %s (%s)", vm.State, vm.StateReason)
+	}
+	for i := 0; round(); i++ { // the VM's creation writes as it goes
+		if i == 10 {
+			t.Fatal("rounds keep running with nothing changing")
+		}
+	}
+	advance(maxIdleRound)
+	if !round() {
+		t.Fatal("no round after maxIdleRound")
+	}
+}
