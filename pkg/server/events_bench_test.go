@@ -21,10 +21,21 @@ import (
 	"github.com/gpuvm/gpuvm/pkg/store/storetest"
 )
 
-// countingEvents counts the event queries the server makes.
+// countingEvents counts the event queries the server makes. With
+// pollOnly, it does not pass on the store's OnEventCommitted: the server
+// sees the events by polling, as it sees another gpuvmd's.
 type countingEvents struct {
 	Store
-	queries atomic.Int64
+	st       *store.Store
+	pollOnly bool
+	queries  atomic.Int64
+}
+
+func (c *countingEvents) OnEventCommitted(fn func()) func() {
+	if c.pollOnly {
+		return func() {}
+	}
+	return c.st.OnEventCommitted(fn)
 }
 
 func (c *countingEvents) ListEventsSince(ctx context.Context, after int64, f store.EventFilter) ([]store.Event, error) {
@@ -40,10 +51,11 @@ func (c *countingEvents) LastEventID(ctx context.Context) (int64, error) {
 // fanoutCase: streams open event streams; with admins, every stream is an
 // admin's and sees every event; without, the streams are the tabs of
 // owners people (streams/owners each), and an event of a VM reaches only
-// its owner's tabs.
+// its owner's tabs. pollOnly: the events are another gpuvmd's (seen by
+// polling the database).
 type fanoutCase struct {
-	streams, owners int
-	admins          bool
+	streams, owners  int
+	admins, pollOnly bool
 }
 
 // BenchmarkEventFanout: open GET /v1/events streams (the portal's tabs)
@@ -59,10 +71,13 @@ type fanoutCase struct {
 // open and nothing happening (5 s); idle-queries/s; heap-KiB/stream and
 // goroutines/stream, server and client side together.
 func BenchmarkEventFanout(b *testing.B) {
-	for _, c := range []fanoutCase{{100, 10, false}, {1000, 100, false}, {100, 10, true}, {1000, 10, true}} {
+	for _, c := range []fanoutCase{{100, 10, false, false}, {1000, 100, false, false}, {100, 10, true, false}, {1000, 10, true, false}, {1000, 10, true, true}} {
 		who := fmt.Sprint(c.owners, "owners")
 		if c.admins {
 			who = "admins"
+		}
+		if c.pollOnly {
+			who += "/poll-only"
 		}
 		b.Run(fmt.Sprint(c.streams, "streams/", who), func(b *testing.B) { benchFanout(b, c) })
 	}
@@ -166,7 +181,7 @@ func fanoutAuth(c fanoutCase) fakeAuth {
 func newFanoutEnv(b *testing.B, c fanoutCase) *fanoutEnv {
 	ctx := context.Background()
 	e := &fanoutEnv{st: storetest.New(b, storetest.Quiet)}
-	e.count = &countingEvents{Store: e.st}
+	e.count = &countingEvents{Store: e.st, st: e.st, pollOnly: c.pollOnly}
 	for i := range c.owners {
 		name := fmt.Sprint("own", i)
 		if err := e.st.CreateUser(ctx, &store.User{Name: name}); err != nil {
