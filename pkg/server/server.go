@@ -73,7 +73,8 @@ type Deps struct {
 	// /v1/reservations answers 503 (reservations.go).
 	Bookings Booker
 	// EventPoll is how often the event stream looks for new events
-	// (default 250ms); EventKeepAlive how often an idle stream sends a
+	// other processes wrote (default 50ms; those of this process, when
+	// Store is an EventNotifier, at once); EventKeepAlive how often an idle stream sends a
 	// comment line (default 15s).
 	EventPoll, EventKeepAlive time.Duration
 	// Host names this server in the database (drained GPUs, hosts), as
@@ -139,6 +140,7 @@ type Server struct {
 	engine *gin.Engine
 
 	hub            *eventHub
+	unwatchEvents  func() // the store's OnEventCommitted, until Close
 	eventKeepAlive time.Duration
 	audited        map[string]auditRoute // audit.go: by gin's method and route template
 	auditLog       *slog.Logger
@@ -182,6 +184,9 @@ func New(d Deps) *Server {
 		loginLimits: newLoginLimits(), estimates: newEstimates()}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.hub = newEventHub(d.Store, d.EventPoll, s.log)
+	if n, ok := d.Store.(EventNotifier); ok {
+		s.unwatchEvents = n.OnEventCommitted(s.hub.nudge)
+	}
 	s.engine.Use(gin.Recovery(), s.requestID, s.logRequests, s.deadlines)
 	if d.Metrics != nil {
 		s.engine.Use(s.observeRequests) // metrics.go
@@ -206,6 +211,9 @@ func (s *Server) Close() {
 	s.closeOnce.Do(func() {
 		close(s.done)
 		s.stopEstimates()
+		if s.unwatchEvents != nil {
+			s.unwatchEvents()
+		}
 	})
 }
 

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 )
 
@@ -41,7 +42,59 @@ func (s *Store) appendEvent(ctx context.Context, e *Event) error {
 	} else {
 		e.CreatedAt = e.CreatedAt.UTC().Truncate(time.Microsecond)
 	}
-	return s.db.WithContext(ctx).Create(e).Error
+	if err := s.db.WithContext(ctx).Create(e).Error; err != nil {
+		return err
+	}
+	if s.appended != nil {
+		*s.appended = true // told when the transaction commits (Tx)
+	} else {
+		s.events.fire()
+	}
+	return nil
+}
+
+// eventWatch holds the functions OnEventCommitted registered.
+type eventWatch struct {
+	mu   sync.Mutex
+	next int
+	fns  map[int]func()
+}
+
+// OnEventCommitted registers fn, called after each transaction of this Store
+// (or of a Store bound to one of its transactions) that appended events
+// commits: what lets a watcher of this process read new events at once
+// instead of at its next poll. It is not called for events other processes
+// write. fn runs in the writer's goroutine and must not block. cancel
+// unregisters it.
+func (s *Store) OnEventCommitted(fn func()) (cancel func()) {
+	w := s.events
+	if w == nil {
+		return func() {}
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.fns == nil {
+		w.fns = map[int]func(){}
+	}
+	w.next++
+	id := w.next
+	w.fns[id] = fn
+	return func() {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		delete(w.fns, id)
+	}
+}
+
+func (w *eventWatch) fire() {
+	if w == nil {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, fn := range w.fns {
+		fn()
+	}
 }
 
 // EventFilter selects the events ListEventsSince returns.

@@ -125,3 +125,61 @@ func TestEventsWatcherMissesNothing(t *testing.T) {
 		}
 	})
 }
+
+// OnEventCommitted is called once a transaction that appended events has
+// committed (once for the whole transaction, nested ones included), not for
+// one rolled back or without events, and no more once cancelled.
+func TestOnEventCommitted(t *testing.T) {
+	ctx := context.Background()
+	eachDriver(t, func(t *testing.T, s *Store, _ *testDB) {
+		var calls atomic.Int32
+		var seen atomic.Int64 // the newest event ID when called: committed
+		cancel := s.OnEventCommitted(func() {
+			calls.Add(1)
+			// A read of the outer Store here would wait for the
+			// transaction on SQLite: a call before the commit hangs.
+			id, err := s.LastEventID(ctx)
+			if err != nil {
+				t.Error(err)
+			}
+			seen.Store(id)
+		})
+		if err := s.AppendEvent(ctx, &Event{Type: "vm.state", Owner: "ann"}); err != nil {
+			t.Fatal(err)
+		}
+		if calls.Load() != 1 || seen.Load() != 1 {
+			t.Fatalf("after AppendEvent: %d calls, newest %d", calls.Load(), seen.Load())
+		}
+		err := s.Tx(ctx, func(tx *Store) error {
+			for range 2 {
+				if err := tx.AppendEvent(ctx, &Event{Type: "vm.state", Owner: "ann"}); err != nil {
+					return err
+				}
+			}
+			if calls.Load() != 1 {
+				t.Errorf("called before the commit")
+			}
+			return nil
+		})
+		if err != nil || calls.Load() != 2 || seen.Load() != 3 {
+			t.Fatalf("after a Tx of two: %v, %d calls, newest %d", err, calls.Load(), seen.Load())
+		}
+		boom := errors.New("boom")
+		err = s.Tx(ctx, func(tx *Store) error {
+			if err := tx.AppendEvent(ctx, &Event{Type: "vm.state", Owner: "ann"}); err != nil {
+				return err
+			}
+			return boom
+		})
+		if !errors.Is(err, boom) || calls.Load() != 2 {
+			t.Fatalf("rolled back: %v, %d calls", err, calls.Load())
+		}
+		if err := s.Tx(ctx, func(tx *Store) error { _, err := tx.LastEventID(ctx); return err }); err != nil || calls.Load() != 2 {
+			t.Fatalf("a Tx without events: %v, %d calls", err, calls.Load())
+		}
+		cancel()
+		if err := s.AppendEvent(ctx, &Event{Type: "vm.state", Owner: "ann"}); err != nil || calls.Load() != 2 {
+			t.Fatalf("after cancel: %v, %d calls", err, calls.Load())
+		}
+	})
+}

@@ -62,6 +62,10 @@ type Store struct {
 	clock  func() time.Time
 	log    *slog.Logger
 	inTx   bool
+	// events are called after a transaction that appended events commits
+	// (events.go); appended, inside a transaction, says it did.
+	events   *eventWatch
+	appended *bool
 }
 
 // Open connects to the database, migrates its schema up to the newest version
@@ -106,6 +110,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		driver: cfg.Driver,
 		clock:  func() time.Time { return now().UTC().Truncate(time.Microsecond) },
 		log:    cfg.Logger.With("component", "store", "driver", cfg.Driver),
+		events: &eventWatch{},
 	}
 
 	var dialector gorm.Dialector
@@ -239,9 +244,21 @@ func (s *Store) Now() time.Time { return s.clock() }
 // UpdateVMState(allocating) in one Tx, so that the VM never moves without its
 // slots and the slots are never taken for a VM that did not move.
 func (s *Store) Tx(ctx context.Context, fn func(tx *Store) error) error {
-	return s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-		return fn(s.with(tx))
+	if s.inTx {
+		return s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+			return fn(s.with(tx))
+		})
+	}
+	appended := false
+	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		c := s.with(tx)
+		c.appended = &appended
+		return fn(c)
 	})
+	if err == nil && appended {
+		s.events.fire()
+	}
+	return err
 }
 
 func (s *Store) with(tx *gorm.DB) *Store {
