@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"math/rand"
 	"runtime"
-	"sort"
 	"testing"
 	"time"
 
@@ -85,35 +84,6 @@ var benchNeeds = []Need{
 	{Kind: gpu.KindMIG, Profile: "1g.10gb"}, {Kind: gpu.KindMIG, Profile: "3g.40gb"}, {Kind: gpu.KindMIG, Profile: "7g.80gb"},
 	{Kind: gpu.KindMIG, Profile: "2g.10gb"}, {Kind: gpu.KindVGPU, Type: "L40S-12Q"}, {Kind: gpu.KindVGPU, Type: "L40S-48Q"},
 	{Kind: gpu.KindPassthrough}, {Kind: gpu.KindPassthrough, Count: 4}, {Kind: gpu.KindAny, Memory: 20 << 30},
-}
-
-// BenchmarkPlace1000x8 times one placement decision over 1,000 hosts × 8
-// GPUs in mixed states (target: p99 under 1 ms); it reports p50 and p99.
-func BenchmarkPlace1000x8(b *testing.B) {
-	inv, allocs := bigCluster(b, 1000)
-	b.ReportMetric(float64(allocs), "devices")
-	durs := make([]time.Duration, 0, b.N)
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		n := benchNeeds[i%len(benchNeeds)]
-		start := time.Now()
-		inv.Place(n, PlaceOptions{Now: t0, End: t0.Add(2 * time.Hour)})
-		durs = append(durs, time.Since(start))
-	}
-	b.StopTimer()
-	if testing.Verbose() {
-		per := map[int][]time.Duration{}
-		for i, d := range durs {
-			per[i%len(benchNeeds)] = append(per[i%len(benchNeeds)], d)
-		}
-		for k, ds := range per {
-			sort.Slice(ds, func(i, j int) bool { return ds[i] < ds[j] })
-			b.Logf("%-28s p50 %v p99 %v", benchNeeds[k].String(), ds[len(ds)/2], ds[len(ds)*99/100])
-		}
-	}
-	sort.Slice(durs, func(i, j int) bool { return durs[i] < durs[j] })
-	b.ReportMetric(float64(durs[len(durs)/2].Microseconds()), "p50-µs")
-	b.ReportMetric(float64(durs[len(durs)*99/100].Microseconds()), "p99-µs")
 }
 
 // BenchmarkInventoryMemory reports the heap the 1,000 × 8 inventory takes,
