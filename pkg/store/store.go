@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -9,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/mattn/go-sqlite3"
 	"gorm.io/driver/postgres"
 	"gorm.io/driver/sqlite"
 	"gorm.io/gorm"
@@ -113,20 +115,10 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		events: &eventWatch{},
 	}
 
-	var dialector gorm.Dialector
-	switch cfg.Driver {
-	case DriverSQLite:
-		dsn, err := sqliteDSN(cfg.DSN, cfg.BusyTimeout)
-		if err != nil {
-			return nil, err
-		}
-		dialector = sqlite.Open(dsn)
-	case DriverPostgres:
-		dialector = postgres.Open(cfg.DSN)
-	default:
-		return nil, fmt.Errorf("open database: unknown driver %q (want %q or %q)", cfg.Driver, DriverSQLite, DriverPostgres)
+	dialector, err := dialect(ctx, cfg)
+	if err != nil {
+		return nil, err
 	}
-
 	db, err := gorm.Open(dialector, &gorm.Config{
 		TranslateError:         true,
 		NowFunc:                s.clock,
@@ -135,6 +127,9 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		PrepareStmt:            false,
 	})
 	if err != nil {
+		if sd, ok := dialector.(*sqlite.Dialector); ok {
+			_ = sd.Conn.(*sql.DB).Close()
+		}
 		return nil, fmt.Errorf("open %s database: %w", cfg.Driver, err)
 	}
 	s.db = db
@@ -142,20 +137,9 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open %s database: %w", cfg.Driver, err)
 	}
-	if cfg.Driver == DriverSQLite {
-		sqlDB.SetMaxOpenConns(1)
-		sqlDB.SetMaxIdleConns(1)
-		sqlDB.SetConnMaxLifetime(0) // an in-memory database lives as long as its connection
-		sqlDB.SetConnMaxIdleTime(0)
-	} else {
-		sqlDB.SetMaxOpenConns(cfg.MaxOpenConns)
-		sqlDB.SetMaxIdleConns(max(2, cfg.MaxOpenConns/2))
-		sqlDB.SetConnMaxLifetime(30 * time.Minute)
-		sqlDB.SetConnMaxIdleTime(5 * time.Minute)
-	}
-	if err := sqlDB.PingContext(ctx); err != nil {
+	if err := pool(ctx, sqlDB, cfg); err != nil {
 		_ = sqlDB.Close()
-		return nil, fmt.Errorf("open %s database: %w", cfg.Driver, err)
+		return nil, err
 	}
 	if err := s.checkConnection(ctx); err != nil {
 		_ = sqlDB.Close()
@@ -166,6 +150,80 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// dialect opens what gorm talks to. SQLite's pool is opened here, sized to one
+// connection, and connected (see ping); PostgreSQL's is gorm's own, sized in
+// pool.
+func dialect(ctx context.Context, cfg Config) (gorm.Dialector, error) {
+	switch cfg.Driver {
+	case DriverSQLite:
+		dsn, err := sqliteDSN(cfg.DSN, cfg.BusyTimeout)
+		if err != nil {
+			return nil, err
+		}
+		sqlDB, err := sql.Open(sqlite.DriverName, dsn)
+		if err != nil {
+			return nil, fmt.Errorf("open %s database: %w", cfg.Driver, err)
+		}
+		sqlDB.SetMaxOpenConns(1)
+		sqlDB.SetMaxIdleConns(1)
+		sqlDB.SetConnMaxLifetime(0) // an in-memory database lives as long as its connection
+		sqlDB.SetConnMaxIdleTime(0)
+		if err := ping(ctx, sqlDB, cfg.BusyTimeout); err != nil {
+			_ = sqlDB.Close()
+			return nil, fmt.Errorf("open %s database: %w", cfg.Driver, err)
+		}
+		return sqlite.New(sqlite.Config{Conn: sqlDB}), nil
+	case DriverPostgres:
+		return postgres.Open(cfg.DSN), nil
+	default:
+		return nil, fmt.Errorf("open database: unknown driver %q (want %q or %q)", cfg.Driver, DriverSQLite, DriverPostgres)
+	}
+}
+
+// pool sizes PostgreSQL's connection pool and connects it.
+func pool(ctx context.Context, sqlDB *sql.DB, cfg Config) error {
+	if cfg.Driver != DriverPostgres {
+		return nil
+	}
+	sqlDB.SetMaxOpenConns(cfg.MaxOpenConns)
+	sqlDB.SetMaxIdleConns(max(2, cfg.MaxOpenConns/2))
+	sqlDB.SetConnMaxLifetime(30 * time.Minute)
+	sqlDB.SetConnMaxIdleTime(5 * time.Minute)
+	if err := sqlDB.PingContext(ctx); err != nil {
+		return fmt.Errorf("open %s database: %w", cfg.Driver, err)
+	}
+	return nil
+}
+
+// ping makes the first connection. A SQLite connection sets journal_mode=WAL
+// as it opens, which needs the database to itself for a moment: another
+// gpuvmd opening the same new file at that instant makes it fail with
+// SQLITE_BUSY without waiting (the busy handler does not cover a change of
+// journal mode), so a busy first connection is tried again until the busy
+// timeout has passed.
+func ping(ctx context.Context, db *sql.DB, busy time.Duration) error {
+	deadline := time.Now().Add(busy)
+	wait := 5 * time.Millisecond
+	for {
+		err := db.PingContext(ctx)
+		if err == nil || !isSQLiteBusy(err) || time.Now().After(deadline) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 200*time.Millisecond)
+	}
+}
+
+// isSQLiteBusy says whether err is SQLite's SQLITE_BUSY ("database is locked").
+func isSQLiteBusy(err error) bool {
+	var se sqlite3.Error
+	return errors.As(err, &se) && se.Code == sqlite3.ErrBusy
 }
 
 // sqliteDSN adds the pragmas the store relies on to a SQLite DSN, keeping any
