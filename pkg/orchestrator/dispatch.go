@@ -60,6 +60,7 @@ type dispatchStore interface {
 	ListEventsSince(ctx context.Context, afterID int64, f store.EventFilter) ([]store.Event, error)
 	LastEventID(ctx context.Context) (int64, error)
 	ListHosts(ctx context.Context) ([]store.Host, error)
+	StateStamp(ctx context.Context, hostTimeout time.Duration) (string, error)
 }
 
 // dispatchSettings are the dispatcher's settings, read at each round.

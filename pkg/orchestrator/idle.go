@@ -2,12 +2,9 @@ package orchestrator
 
 import (
 	"context"
-	"fmt"
-	"hash/fnv"
 	"time"
 
 	"github.com/gpuvm/gpuvm/pkg/policy"
-	"github.com/gpuvm/gpuvm/pkg/store"
 )
 
 // Idle rounds (issue #26). A round reads every unfinished operation and
@@ -92,41 +89,13 @@ func (dp *dispatcher) beginRound(ctx context.Context) {
 // roundStamp fingerprints the state a round reads, but the queue itself:
 // a change of the queue appends an event.
 func (dp *dispatcher) roundStamp(ctx context.Context) (string, error) {
-	id, err := dp.st.LastEventID(ctx)
-	if err != nil {
-		return "", err
-	}
-	res, err := dp.st.ReservationsStamp(ctx)
-	if err != nil {
-		return "", err
-	}
-	drains, err := dp.st.ListGPUDrains(ctx, "")
-	if err != nil {
-		return "", fmt.Errorf("list drained GPUs: %w", err)
-	}
-	h := fnv.New128a()
-	fmt.Fprintf(h, "%d\x00%s\x00", id, res)
-	for _, d := range drains {
-		fmt.Fprintf(h, "%s/%s/%s\x00", d.Host, d.GPUAddress, d.Reason)
-	}
+	var timeout time.Duration
 	if dp.fleet != nil && dp.fleet.fleet != nil {
-		hosts, err := dp.st.ListHosts(ctx)
-		if err != nil {
-			return "", fmt.Errorf("list the fleet's nodes: %w", err)
-		}
-		now := dp.st.Now()
-		for i := range hosts {
-			hh := &hosts[i]
-			up := hh.State != store.HostDown && now.Sub(hh.HeartbeatAt) <= dp.fleet.hostTimeout()
-			fmt.Fprintf(h, "%s\x00%s\x00%t\x00%s\x00", hh.Name, hh.State, up, hh.Inventory)
-		}
+		timeout = dp.fleet.hostTimeout()
 	}
-	cfg := dp.settings().Config
-	fmt.Fprintf(h, "%p\x00", cfg)
-	if cfg != nil {
-		if w, ok := policy.NewWindows(&cfg.Policy).At(dp.st.Now()); ok {
-			fmt.Fprintf(h, "%s\x00%s\x00", w.Window.Name, w.Start)
-		}
+	stamp, err := dp.st.StateStamp(ctx, timeout)
+	if err != nil {
+		return "", err
 	}
-	return fmt.Sprintf("%x", h.Sum(nil)), nil
+	return stamp + "\x00" + policy.ConfigStamp(dp.settings().Config, dp.st.Now()), nil
 }

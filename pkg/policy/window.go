@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"fmt"
 	"sort"
 	"sync"
 	"time"
@@ -196,4 +197,17 @@ func (w Windows) longestAllowed(class string) int {
 // week.
 func (w Windows) AllowedSomewhere(class string) bool {
 	return w.LongestAllowed(class) != 0
+}
+
+// ConfigStamp fingerprints the configuration in force and the stretch of
+// time window that t falls in: it changes when the configuration is
+// reloaded or a window begins or ends.
+func ConfigStamp(cfg *config.Config, t time.Time) string {
+	if cfg == nil {
+		return "none"
+	}
+	if w, ok := NewWindows(&cfg.Policy).At(t); ok {
+		return fmt.Sprintf("%p\x00%s\x00%s", cfg, w.Window.Name, w.Start)
+	}
+	return fmt.Sprintf("%p", cfg)
 }

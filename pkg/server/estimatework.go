@@ -2,8 +2,6 @@ package server
 
 import (
 	"context"
-	"fmt"
-	"hash/fnv"
 	"net/http"
 	"sort"
 	"sync"
@@ -11,6 +9,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/gpuvm/gpuvm/pkg/config"
 	"github.com/gpuvm/gpuvm/pkg/estimate"
 	"github.com/gpuvm/gpuvm/pkg/policy"
 	"github.com/gpuvm/gpuvm/pkg/store"
@@ -226,39 +225,15 @@ func (s *Server) pollEstimates(ctx context.Context) {
 // stateVersion is the fingerprint of what the estimates are computed
 // from (see the top of this file).
 func (s *Server) stateVersion(ctx context.Context) (string, error) {
-	id, err := s.Store.LastEventID(ctx)
+	stamp, err := s.Store.StateStamp(ctx, s.hostTimeout())
 	if err != nil {
 		return "", err
 	}
-	stamp, err := s.Store.ReservationsStamp(ctx)
-	if err != nil {
-		return "", err
-	}
-	drains, err := s.Store.ListGPUDrains(ctx, "")
-	if err != nil {
-		return "", fmt.Errorf("list drained GPUs: %w", err)
-	}
-	hosts, err := s.Store.ListHosts(ctx)
-	if err != nil {
-		return "", fmt.Errorf("list hosts: %w", err)
-	}
-	now := s.Store.Now()
-	h := fnv.New128a()
-	fmt.Fprintf(h, "%d\x00%s\x00", id, stamp)
-	for _, d := range drains {
-		fmt.Fprintf(h, "%s/%s\x00", d.Host, d.GPUAddress)
-	}
-	for i := range hosts {
-		fmt.Fprintf(h, "%s\x00%s\x00%s\x00", hosts[i].Name, s.hostState(&hosts[i], now), hosts[i].Inventory)
-	}
+	var cfg *config.Config
 	if s.Config != nil {
-		cfg := s.Config.Load()
-		fmt.Fprintf(h, "%p\x00", cfg)
-		if w, ok := policy.NewWindows(&cfg.Policy).At(now); ok {
-			fmt.Fprintf(h, "%s\x00%s\x00", w.Window.Name, w.Start)
-		}
+		cfg = s.Config.Load()
 	}
-	return fmt.Sprintf("%x", h.Sum(nil)), nil
+	return stamp + "\x00" + policy.ConfigStamp(cfg, s.Store.Now()), nil
 }
 
 // computeEstimates makes a new snapshot of the state now and publishes it.

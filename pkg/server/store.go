@@ -106,8 +106,11 @@ type BookingStore interface {
 	GetReservation(ctx context.Context, id int64) (*store.Reservation, error)
 	DeleteReservation(ctx context.Context, id int64) error
 	// ReservationsStamp changes when a reservation is made, changed or
-	// cancelled (the estimates' state version, estimatework.go).
+	// cancelled.
 	ReservationsStamp(ctx context.Context) (string, error)
+	// StateStamp fingerprints what placing the queue reads (the estimates'
+	// state version, estimatework.go).
+	StateStamp(ctx context.Context, hostTimeout time.Duration) (string, error)
 }
 
 // AuditStore backs the audit log (audit.go).
