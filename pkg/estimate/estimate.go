@@ -151,16 +151,7 @@ func queue(s State, o Options, until string) map[string]Estimate {
 		if _, ok := rp.byID[r.ID]; ok {
 			rp.twice = true
 		}
-		rp.byID[r.ID] = r
-		if !r.StartBy.IsZero() {
-			rp.startBy++
-		}
-		if rp.inv.Holds(r.ID) {
-			if rp.dup == nil {
-				rp.dup = map[string]bool{}
-			}
-			rp.dup[r.ID] = true
-		}
+		rp.index(r)
 	}
 	rp.policy = s.Policy
 	if len(s.Rank) > 0 {
@@ -548,7 +539,20 @@ func (s rankedSession) Order(q []scheduler.Request) []scheduler.Request {
 // join adds a held-back request to the queue, in its place when the
 // queue's order is fixed.
 func (rp *replay) join(r scheduler.Request) {
-	rp.byID[r.ID] = &r
+	rp.index(&r)
+	rp.pre.queued(r.ID, 1)
+	if rp.order == nil {
+		rp.queue = append(rp.queue, r)
+		return
+	}
+	i, _ := slices.BinarySearchFunc(rp.queue, rp.order[r.ID], func(q scheduler.Request, k int) int { return rp.order[q.ID] - k })
+	rp.queue = slices.Insert(rp.queue, i, r)
+}
+
+// index records a queued request: by its ID, in the count of requests with
+// a start-by time, and among those the inventory already holds.
+func (rp *replay) index(r *scheduler.Request) {
+	rp.byID[r.ID] = r
 	if !r.StartBy.IsZero() {
 		rp.startBy++
 	}
@@ -558,13 +562,6 @@ func (rp *replay) join(r scheduler.Request) {
 		}
 		rp.dup[r.ID] = true
 	}
-	rp.pre.queued(r.ID, 1)
-	if rp.order == nil {
-		rp.queue = append(rp.queue, r)
-		return
-	}
-	i, _ := slices.BinarySearchFunc(rp.queue, rp.order[r.ID], func(q scheduler.Request, k int) int { return rp.order[q.ID] - k })
-	rp.queue = slices.Insert(rp.queue, i, r)
 }
 
 // staticOrder is each request's place in the queue order when the order
