@@ -12,6 +12,7 @@ import (
 	"github.com/gpuvm/gpuvm/pkg/api"
 	"github.com/gpuvm/gpuvm/pkg/hypervisor"
 	"github.com/gpuvm/gpuvm/pkg/store"
+	"golang.org/x/sync/errgroup"
 )
 
 // A VM whose domain has started is running in phase "booting" until its
@@ -178,9 +179,16 @@ func (lc *lifecycle) findBooting(ctx context.Context) error {
 	return nil
 }
 
-// checkBoots looks once at every watched VM, oldest boot first: a VM whose
-// guest has an address, or whose boot timeout has passed, is made ready; a
-// VM no longer booting (stopped, deleted, failed) is dropped.
+// bootChecks is how many booting VMs are looked at at once: a look may wait
+// for the guest agent (bootQueryTimeout) and for a desktop port that drops
+// packets (desktopDialTimeout), and one slow guest must not hold the others'
+// ready back.
+const bootChecks = 8
+
+// checkBoots looks once at every watched VM, oldest boot first, several at
+// once: a VM whose guest has an address, or whose boot timeout has passed,
+// is made ready; a VM no longer booting (stopped, deleted, failed) is
+// dropped.
 func (lc *lifecycle) checkBoots(ctx context.Context) {
 	watched := lc.boots.list()
 	ids := make([]string, 0, len(watched))
@@ -188,26 +196,20 @@ func (lc *lifecycle) checkBoots(ctx context.Context) {
 		ids = append(ids, id)
 	}
 	sort.Slice(ids, func(i, j int) bool { return watched[ids[i]].Before(watched[ids[j]]) })
+	var g errgroup.Group
+	g.SetLimit(bootChecks)
 	for _, id := range ids {
 		if ctx.Err() != nil {
-			return
+			break
 		}
-		vm, err := lc.st.GetVM(ctx, id)
-		switch {
-		case errors.Is(err, store.ErrNotFound):
-			lc.boots.remove(id)
-			continue
-		case err != nil:
-			lc.log.Error("read a booting VM", "vm", id, "err", err)
-			continue
-		}
-		if vm.State != store.VMRunning || vm.Phase != api.PhaseBooting {
-			lc.boots.remove(id)
-			continue
-		}
-		if err := lc.checkBoot(ctx, vm, watched[id]); err != nil && ctx.Err() == nil {
-			lc.log.Error("mark a booted VM ready", "vm", id, "err", err)
-		}
+		g.Go(func() error {
+			lc.checkWatched(ctx, id, watched[id])
+			return nil
+		})
+	}
+	_ = g.Wait()
+	if ctx.Err() != nil {
+		return
 	}
 	lc.checkCloudInits(ctx)
 }
@@ -265,6 +267,27 @@ func (lc *lifecycle) checkCloudInits(ctx context.Context) {
 		}
 		lc.inits.remove(id)
 		lc.log.Warn("cloud-init failed in the guest", "vm", id, "name", vm.Name, "owner", vm.Owner, "errors", st.Errors)
+	}
+}
+
+// checkWatched looks at one watched VM: dropped when it is gone or no
+// longer booting, else checkBoot.
+func (lc *lifecycle) checkWatched(ctx context.Context, id string, since time.Time) {
+	vm, err := lc.st.GetVM(ctx, id)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		lc.boots.remove(id)
+		return
+	case err != nil:
+		lc.log.Error("read a booting VM", "vm", id, "err", err)
+		return
+	}
+	if vm.State != store.VMRunning || vm.Phase != api.PhaseBooting {
+		lc.boots.remove(id)
+		return
+	}
+	if err := lc.checkBoot(ctx, vm, since); err != nil && ctx.Err() == nil {
+		lc.log.Error("mark a booted VM ready", "vm", id, "err", err)
 	}
 }
 

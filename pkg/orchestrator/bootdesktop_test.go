@@ -114,3 +114,47 @@ func TestBootWaitsForTheDesktop(t *testing.T) {
 		})
 	}
 }
+
+// Booting VMs are looked at together: a guest whose desktop port drops
+// packets (the look waits for its dial timeout) does not hold back the
+// others. Here the older VM's desktop answers only once the younger one's
+// has been dialled: looked at one after the other, the older would wait
+// out its dial and stay booting.
+func TestBootChecksRunTogether(t *testing.T) {
+	e := newEnv(t, "l40sx4")
+	ctx := context.Background()
+	e.cfg.Profiles["l40s-seat"].Desktop = config.Desktop{Protocol: config.DesktopRDP, Port: 3389, Declared: true}
+	g := newFakeGuests(e.hv)
+	younger := make(chan struct{})
+	var once sync.Once
+	dial := func(ctx context.Context, network, address string) (net.Conn, error) {
+		if address == "192.168.122.9:3389" {
+			once.Do(func() { close(younger) })
+		} else {
+			select {
+			case <-younger:
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		}
+		c1, c2 := net.Pipe()
+		c2.Close()
+		return c1, nil
+	}
+	o := New(Config{
+		Store: e.st, Backends: e.l, Hypervisor: e.hv, Profiles: func() *config.Config { return e.cfg },
+		Host: "test-host", DomainPrefix: e.prefix, DomainType: "qemu", Log: e.log,
+		Tick: 50 * time.Millisecond, ShutdownTimeout: time.Second,
+		Guests: g, BootTimeout: time.Hour, BootCheck: 10 * time.Millisecond, DialGuest: dial,
+	})
+	older, _ := e.submit("ann", "l40s-seat", "older")
+	o.Drain(ctx)
+	time.Sleep(time.Millisecond) // the younger's boot begins later
+	young, _ := e.submit("ann", "l40s-seat", "younger")
+	o.Drain(ctx)
+	g.give(older.ID, "192.168.122.8")
+	g.give(young.ID, "192.168.122.9")
+	o.life.checkBoots(ctx)
+	e.wantPhase(older.ID, store.VMRunning, api.PhaseReady, "")
+	e.wantPhase(young.ID, store.VMRunning, api.PhaseReady, "")
+}
