@@ -50,7 +50,10 @@ var zh = [][2]string{
 		"客户机已启动；它的桌面（{what}）尚未响应：cloud-init 可能仍在设置它"},
 	{"the guest is up but its desktop ({what*}) did not answer within {d~} of the boot: it may be failing in the guest (look with gpuvm ssh or the console)",
 		"客户机已启动，但它的桌面（{what}）在启动后 {d}内没有响应：它在客户机中可能出错了（可用 gpuvm ssh 或控制台查看）"},
-	{"{proto}, port {port}", "{proto}，端口 {port}"},
+	// What such a desktop is (orchestrator.guestDesktop), by protocol.
+	{"RDP, port {port}", "RDP，端口 {port}"},
+	{"Sunshine, port {port}", "Sunshine，端口 {port}"},
+	{"DCV, port {port}", "DCV，端口 {port}"},
 	// The estimated start (pkg/estimate). The portal writes "uncertain"
 	// before the note itself.
 	{"uncertain: {why,*}; {basis*}", "{why}；{basis}"},
