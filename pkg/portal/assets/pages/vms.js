@@ -25,6 +25,7 @@ addWords({
     vm_extended: 'The lease of {name} is extended by {n} h.', vm_extendedEnd: 'The lease of {name} is extended by {n} h: it ends {at}.',
     vm_expected: 'Expected to start about {at} ({rel}).', vm_expectedPast: 'Expected to start any moment now (the estimate was about {at}).',
     vm_uncertain: 'Uncertain: {note}', vm_uncertainNoNote: 'Uncertain: running VMs may be extended or deleted early.',
+    vm_estimateUpdating: 'The queue changed since: being updated.',
     vm_gpuMig: 'MIG {p} on {on}', vm_gpuVgpu: '{t} vGPU on {on}', vm_gpuWhole: 'whole {on}', vm_gpuAny: 'GPU',
     vm_copy: 'Copy', vm_copied: 'Copied {what}.', vm_copyFailed: 'Could not copy: select the text and copy it yourself.',
     vm_desktopTitle: 'Desktop of {name}',
@@ -65,6 +66,7 @@ addWords({
     vm_extended: '{name} 的租期已延长 {n} 小时。', vm_extendedEnd: '{name} 的租期已延长 {n} 小时，将于 {at} 结束。',
     vm_expected: '预计约 {at} 启动（{rel}）。', vm_expectedPast: '预计随时启动（原估计约 {at}）。',
     vm_uncertain: '不确定：{note}', vm_uncertainNoNote: '不确定：运行中的虚拟机可能被延长或提前删除。',
+    vm_estimateUpdating: '队列此后有变化：正在更新。',
     vm_gpuMig: '{on} 上的 MIG {p}', vm_gpuVgpu: '{on} 上的 {t} 虚拟 GPU', vm_gpuWhole: '整块 {on}', vm_gpuAny: 'GPU',
     vm_copy: '复制', vm_copied: '已复制 {what}。', vm_copyFailed: '无法复制：请手动选中文本复制。',
     vm_desktopTitle: '{name} 的桌面',
@@ -132,7 +134,7 @@ export function estimate(vm, now) {
     ? t('vm_expected', {at, rel: fmtRelative(vm.estimated_start, now)}) : t('vm_expectedPast', {at});
   const uncertain = vm.estimated_start_uncertain
     ? (vm.estimated_start_note ? t('vm_uncertain', {note: vm.estimated_start_note}) : t('vm_uncertainNoNote')) : '';
-  return {text, uncertain};
+  return {text, uncertain, stale: !!vm.estimate_stale};
 }
 
 // gpuHeld says what GPU a VM holds, in words: "MIG 1g.10gb on H100
@@ -224,6 +226,14 @@ export default function VMs({session}) {
   useEffect(() => { if (vms && !window.gpuvmRendered) window.gpuvmRendered = performance.now(); }, [vms]);
 
   useEffect(() => { load(); }, [load]);
+  // An estimate made before the queue's last change is being made again
+  // (estimate_stale): no event says when it is done, so read once more.
+  const stale = Object.values(details).some((d) => d.state === 'queued' && d.estimate_stale);
+  useEffect(() => {
+    if (!stale) return undefined;
+    const again = setTimeout(load, 3000);
+    return () => clearTimeout(again);
+  }, [stale, details, load]);
   // Any event of the caller's VMs: read the list again.
   useEvents(['vm.created', 'vm.state', 'vm.action', 'vm.warning'], load, setLive, setError);
   // The countdowns: every second while a lease is in its last minute,
@@ -364,7 +374,7 @@ function VMCard({vm, prof, now, mine, panel, cred, onAct, onDesktop, onConsole, 
       <span class=${'state s-' + vm.state} data-testid="state">${stateWord(vm.state)}${vm.phase ? ' · ' + phaseWord(vm.phase) : ''}</span>
     </div>
     ${vm.reason && html`<p class="reason">${vm.reason}${vm.queue_position ? ' (' + t('queuePos', {n: vm.queue_position}) + ')' : ''}</p>`}
-    ${est && html`<p class="estimate" id=${id + '-estimate'}>${est.text}${est.uncertain && html` <span class="uncertain">${est.uncertain}</span>`}</p>`}
+    ${est && html`<p class="estimate" id=${id + '-estimate'}>${est.text}${est.uncertain && html` <span class="uncertain">${est.uncertain}</span>`}${est.stale && html` <span class="stale">${t('vm_estimateUpdating')}</span>`}</p>`}
     <dl class="facts">
       ${!mine && html`<div><dt>${t('vm_owner')}</dt><dd class="owner">${vm.owner}</dd></div>`}
       <div><dt>${t('profile')}</dt><dd>${vm.profile}</dd></div>
