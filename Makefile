@@ -12,7 +12,7 @@ PLUGINS     := vgpu mig passthrough
 RUN_STATE   ?= $(CURDIR)/.cache/run
 RUN_LISTEN  ?= 127.0.0.1:8080
 
-.PHONY: all setup novnc portal build guest desktop-image test-desktop-image run test unit lint generate check-generate fuzz clean package test-install bench-scale
+.PHONY: all setup novnc portal build test-bin guest desktop-image test-desktop-image run test unit lint generate check-generate fuzz clean package test-install bench-scale
 
 all: build
 
@@ -98,9 +98,21 @@ test: setup novnc portal test-desktop-image lint check-generate unit fuzz test-i
 # it they skip and say why. test/e2e runs the real gpuvmd: its crash and
 # real-libvirt tests need root and the libvirtd that `setup` starts (they
 # skip without), and never restart it.
-unit:
+#
+# The binaries tests run as processes (gpuvmd, the CLI as people get it,
+# the backends, the test OpenID provider) are built once, into
+# $(TESTBIN), rather than by each test package that runs them.
+TESTBIN := $(CURDIR)/.cache/test-bin
+test-bin:
+	@rm -rf $(TESTBIN) && mkdir -p $(TESTBIN)/plugins
+	$(GO) build -o $(TESTBIN)/gpuvmd ./cmd/gpuvmd
+	CGO_ENABLED=0 $(GO) build -o $(TESTBIN)/gpuvm ./cmd/gpuvm
+	$(GO) build -o $(TESTBIN)/oidcop ./test/oidcop
+	@for p in $(PLUGINS); do $(GO) build -o $(TESTBIN)/plugins/gpuvm-backend-$$p ./plugins/$$p || exit 1; done
+
+unit: test-bin
 	GPUVM_TEST_POSTGRES_DSN="$${GPUVM_TEST_POSTGRES_DSN:-$$(bash pkg/store/testdata/start-postgres.sh || true)}" \
-	$(GO) test -race -count=1 -timeout 20m ./...
+	GPUVM_TEST_BIN=$(TESTBIN) $(GO) test -race -count=1 -timeout 20m ./...
 	# The scheduler's claims on the example traces, too slow under -race.
 	$(GO) test -count=1 -run '^TestExamplesBeatFirstFit$$' ./pkg/scheduler/simulate/
 

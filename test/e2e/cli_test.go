@@ -25,6 +25,10 @@ var (
 func gpuvmCLI(t *testing.T) string {
 	t.Helper()
 	cliOnce.Do(func() {
+		if p := testbin.Prebuilt("gpuvm"); p != "" { // built with CGO_ENABLED=0 too
+			cliPath = p
+			return
+		}
 		dir, err := os.MkdirTemp("", "gpuvm-cli-")
 		if err != nil {
 			cliErr = err

@@ -18,6 +18,25 @@ func Root() string {
 	return filepath.Join(filepath.Dir(file), "..", "..")
 }
 
+// EnvPrebuilt names a directory of binaries built once for a whole test
+// run (make test's test-bin: gpuvmd, gpuvm, oidcop and plugins/): tests
+// that run a binary take it from there rather than each building their own.
+const EnvPrebuilt = "GPUVM_TEST_BIN"
+
+// Prebuilt is the path of the binary name (a path under $GPUVM_TEST_BIN,
+// "gpuvmd" or "plugins") when $GPUVM_TEST_BIN holds it; "" otherwise.
+func Prebuilt(name string) string {
+	dir := os.Getenv(EnvPrebuilt)
+	if dir == "" {
+		return ""
+	}
+	p := filepath.Join(dir, name)
+	if _, err := os.Stat(p); err != nil {
+		return ""
+	}
+	return p
+}
+
 // Build builds the package pkg ("./cmd/gpuvm") into dir/name.
 func Build(dir, name, pkg string) error {
 	cmd := exec.Command("go", "build", "-o", filepath.Join(dir, name), pkg)
@@ -30,10 +49,13 @@ func Build(dir, name, pkg string) error {
 }
 
 // Plugins returns a directory holding the three backend binaries: the one
-// named by $GPUVM_PLUGIN_DIR, or a new temporary one they are built into
-// (cleanup removes it).
+// named by $GPUVM_PLUGIN_DIR, the prebuilt one, or a new temporary one they
+// are built into (cleanup removes it).
 func Plugins() (dir string, cleanup func(), err error) {
 	if d := os.Getenv("GPUVM_PLUGIN_DIR"); d != "" {
+		return d, func() {}, nil
+	}
+	if d := Prebuilt("plugins"); d != "" {
 		return d, func() {}, nil
 	}
 	dir, err = os.MkdirTemp("", "gpuvm-plugins-")

@@ -35,10 +35,14 @@ var (
 	cleanups    []func()
 )
 
-// Gpuvmd returns the path of a gpuvmd binary built from this tree, built on
-// the first call.
+// Gpuvmd returns the path of a gpuvmd binary built from this tree: the
+// prebuilt one (testbin.Prebuilt), or one built on the first call.
 func Gpuvmd() (string, error) {
 	gpuvmdOnce.Do(func() {
+		if p := testbin.Prebuilt("gpuvmd"); p != "" {
+			gpuvmdDir = filepath.Dir(p)
+			return
+		}
 		dir, err := os.MkdirTemp("", "gpuvm-gpuvmd-")
 		if err != nil {
 			gpuvmdErr = err

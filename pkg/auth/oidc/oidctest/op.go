@@ -19,6 +19,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gpuvm/gpuvm/test/testbin"
 )
 
 // User is a person of the provider.
@@ -51,6 +53,9 @@ type Provider struct {
 // makes this a link after the first time).
 func build(t testing.TB, dir string) string {
 	t.Helper()
+	if p := testbin.Prebuilt("oidcop"); p != "" {
+		return p
+	}
 	goBin, err := exec.LookPath("go")
 	if err != nil {
 		t.Skipf("no go command to build the test OpenID provider (test/oidcop): %v", err)
