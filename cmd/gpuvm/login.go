@@ -351,7 +351,15 @@ func runLoopbackLogin(ctx context.Context, cmd *cobra.Command, c *client.Client,
 		}
 	})}
 	go func() { _ = srv.Serve(ln) }()
-	defer srv.Close()
+	defer func() {
+		// Gracefully: the browser gets the whole page the handler wrote
+		// before it told us the code, even when we are done at once.
+		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		if srv.Shutdown(sctx) != nil {
+			_ = srv.Close()
+		}
+	}()
 	start := c.OIDCStartURL(redirect, oauth2.S256ChallengeFromVerifier(verifier), state)
 	fmt.Fprintf(stderr, "To sign in, open this URL in a browser on this computer:\n%s\n", start)
 	if err := consoleSeamsOf(cmd).open(start); err != nil {
