@@ -115,8 +115,12 @@ test-bin:
 unit: test-bin
 	GPUVM_TEST_POSTGRES_DSN="$${GPUVM_TEST_POSTGRES_DSN:-$$(bash pkg/store/testdata/start-postgres.sh || true)}" \
 	GPUVM_TEST_BIN=$(TESTBIN) $(GO) test -race -ldflags '$(LDFLAGS)' -count=1 -timeout 20m ./...
-	# The scheduler's claims on the example traces, too slow under -race.
-	$(GO) test -count=1 -run '^TestExamplesBeatFirstFit$$' ./pkg/scheduler/simulate/
+	# One goroutine's computations that -race slows tenfold (they skip
+	# under it): the scheduler's claims on the example traces, the
+	# estimate's replay against its reference, the bookings' property.
+	GPUVM_TEST_BIN=$(TESTBIN) $(GO) test -ldflags '$(LDFLAGS)' -count=1 \
+		-run '^(TestExamplesBeatFirstFit|TestQueueIsTheReference|TestReservationProperty)$$' \
+		./pkg/scheduler/simulate/ ./pkg/estimate/ ./pkg/orchestrator/
 
 # The scale harness (test/bench/scale_test.go, issue #26): one real gpuvmd
 # on a full simulated h100x8, its queue filled through the API by 200 users

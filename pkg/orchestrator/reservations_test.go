@@ -16,6 +16,7 @@ import (
 	"github.com/gpuvm/gpuvm/pkg/config"
 	"github.com/gpuvm/gpuvm/pkg/gpu"
 	"github.com/gpuvm/gpuvm/pkg/policy"
+	"github.com/gpuvm/gpuvm/pkg/race"
 	"github.com/gpuvm/gpuvm/pkg/scheduler"
 	"github.com/gpuvm/gpuvm/pkg/store"
 	"github.com/gpuvm/gpuvm/pkg/store/storetest"
@@ -436,6 +437,9 @@ var propertyNeeds = []scheduler.Need{
 }
 
 func TestReservationProperty(t *testing.T) {
+	if race.Enabled {
+		t.Skip("one goroutine's computation, ten times slower under -race: make test runs it without")
+	}
 	needs := propertyNeeds
 	seeds := 6
 	if testing.Short() {

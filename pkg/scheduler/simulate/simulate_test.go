@@ -12,6 +12,7 @@ import (
 
 	"github.com/gpuvm/gpuvm/pkg/config"
 	"github.com/gpuvm/gpuvm/pkg/gpu"
+	"github.com/gpuvm/gpuvm/pkg/race"
 	"github.com/gpuvm/gpuvm/pkg/scheduler"
 )
 
@@ -302,7 +303,7 @@ func TestDeterministic(t *testing.T) {
 // least as many GPU-hours and accepts the largest profile at least 1.5× as
 // often, with or without preemption.
 func TestExamplesBeatFirstFit(t *testing.T) {
-	if testing.Short() || raceEnabled {
+	if testing.Short() || race.Enabled {
 		t.Skip("replays two week-long traces (skipped with -short and -race)")
 	}
 	for _, ex := range []struct{ cluster, trace, largest string }{
