@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"os"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/gpuvm/gpuvm/pkg/config"
@@ -23,6 +24,8 @@ type node struct {
 	interval, timeout time.Duration
 	fleet             *fleet.Node
 	log               *slog.Logger
+	// events nudges the API's event streams (set once the API exists).
+	events atomic.Pointer[func()]
 }
 
 // openNode reads the node block (default: the hostname, a heartbeat every
@@ -102,12 +105,44 @@ func (n *node) start(ctx context.Context, orch *orchestrator.Orchestrator) {
 	}
 	n.fleet.Start(ctx, fleet.Hooks{
 		Wake: orch.Wake,
+		Events: func() {
+			if f := n.events.Load(); f != nil {
+				(*f)()
+			}
+		},
 		HostsDown: func(ctx context.Context, hosts []string) {
 			if _, err := orch.RequeueFromDownHosts(ctx, hosts); err != nil && ctx.Err() == nil {
 				n.log.Warn("requeueing the unstarted VMs of down nodes failed; trying again", "hosts", hosts, "err", err)
 			}
 		},
 	})
+}
+
+// relayEvents carries events across the fleet: each transaction of this
+// node that commits events tells the others (merged, by NOTIFY), and what
+// the others tell nudges srv's event streams. Their poll of the events
+// table is then only the fallback (fleetEventPoll). Nothing on a single
+// server.
+func (n *node) relayEvents(st *store.Store, nudge func()) {
+	if n.fleet == nil {
+		return
+	}
+	n.events.Store(&nudge)
+	st.OnEventCommitted(func() { n.fleet.Notify(fleet.Events) })
+}
+
+// fleetEventPoll is how often a fleet node's event streams look for the
+// events other nodes committed when no notification came (it was lost
+// while the LISTEN session was away, say); a single server's streams
+// learn of every event at once and poll at the server's default.
+const fleetEventPoll = time.Second
+
+// eventPoll is the API's EventPoll: 0 (the default) on a single server.
+func (n *node) eventPoll() time.Duration {
+	if n.fleet == nil {
+		return 0
+	}
+	return fleetEventPoll
 }
 
 func (n *node) run(ctx context.Context) {

@@ -220,7 +220,7 @@ func serve(ctx context.Context, o options, cfg *liveConfig, log *slog.Logger) er
 	deps := server.Deps{Auth: st, Backends: l, Log: log, Store: st, Worker: nd.waker(orch), Admission: orch,
 		Fleet: nd.serverFleet(), HostTimeout: nd.timeout, Bookings: orch, Host: orch.Host(),
 		Metrics: mon.Exporter(), MetricsAuth: profiles().Server.Monitor.MetricsAuth, Ledger: ledger, Orphans: orch,
-		HTTP: server.LimitsOf(profiles().Server.HTTP), Version: version}
+		HTTP: server.LimitsOf(profiles().Server.HTTP), Version: version, EventPoll: nd.eventPoll()}
 	if cfg != nil {
 		deps.Config = cfg
 	}
@@ -244,6 +244,7 @@ func serve(ctx context.Context, o options, cfg *liveConfig, log *slog.Logger) er
 		deps.OIDC = op
 	}
 	srv := server.New(deps)
+	nd.relayEvents(st, srv.NudgeEvents)
 	if a := profiles().Server.Auth; dir != nil && a.LDAP.SyncEvery > 0 {
 		loops.Go(func() error { syncDirectory(loopCtx, dir, st, srv, a.LDAP.SyncEvery, log); return nil })
 	}

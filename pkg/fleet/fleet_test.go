@@ -137,6 +137,7 @@ func TestNotifications(t *testing.T) {
 	defer cancel()
 	var mu sync.Mutex
 	woken := map[string]int{}
+	told := map[string]int{} // Events calls
 	var wg sync.WaitGroup
 	nodes := map[string]*Node{}
 	suffix := "-" + randHex() // session names are the whole server's
@@ -145,7 +146,8 @@ func TestNotifications(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		n.Start(ctx, Hooks{Wake: func() { mu.Lock(); woken[name]++; mu.Unlock() }})
+		n.Start(ctx, Hooks{Wake: func() { mu.Lock(); woken[name]++; mu.Unlock() },
+			Events: func() { mu.Lock(); told[name]++; mu.Unlock() }})
 		wg.Add(1)
 		go func() { defer wg.Done(); n.Run(ctx) }()
 		nodes[name] = n
@@ -153,6 +155,7 @@ func TestNotifications(t *testing.T) {
 	defer wg.Wait()
 	defer cancel()
 	count := func(name string) int { mu.Lock(); defer mu.Unlock(); return woken[name] }
+	events := func(name string) int { mu.Lock(); defer mu.Unlock(); return told[name] }
 	// Each listener wakes its node once when it starts listening.
 	waitFor(t, 10*time.Second, "both listen", func() bool { return count("a") >= 1 && count("b") >= 1 })
 	time.Sleep(200 * time.Millisecond)
@@ -160,14 +163,17 @@ func TestNotifications(t *testing.T) {
 		to     string
 		wakesA bool
 		wakesB bool
+		events bool // both told of events
 	}{
-		{"b" + suffix, false, true},
-		{ToLeader, true, false}, // a leads: it campaigned first
-		{"", true, false},       // "" is the leader too
-		{Everyone, true, true},
-		{"c", false, false},
+		{"b" + suffix, false, true, false},
+		{ToLeader, true, false, false}, // a leads: it campaigned first
+		{"", true, false, false},       // "" is the leader too
+		{Everyone, true, true, true},
+		{"c", false, false, false},
+		{Events, false, false, true}, // events wake no worker
 	} {
 		a0, b0 := count("a"), count("b")
+		ea, eb := events("a"), events("b")
 		nodes["b"].Notify(tc.to)
 		nodes["a"].Notify("b" + suffix) // a marker that everything before it has arrived
 		waitFor(t, 5*time.Second, "the marker", func() bool { return count("b") > b0 })
@@ -177,6 +183,9 @@ func TestNotifications(t *testing.T) {
 		}
 		if got := count("b") - b0; (got >= 2) != tc.wakesB {
 			t.Errorf("notify %q: b woken %d times, want a wake-up besides the marker: %v", tc.to, got, tc.wakesB)
+		}
+		if got := events("a") > ea && events("b") > eb; got != tc.events {
+			t.Errorf("notify %q: both told of events: %v, want %v", tc.to, got, tc.events)
 		}
 	}
 

@@ -39,6 +39,9 @@ const (
 	ToLeader = "@leader"
 	// Everyone wakes every node.
 	Everyone = "*"
+	// Events tells every node that one of them committed events: their
+	// event streams read them at once rather than at their next poll.
+	Events = "@events"
 )
 
 // lockClass is the first part of the fleet's advisory lock key ("gpuv").
@@ -80,6 +83,10 @@ type Hooks struct {
 	HostsDown func(ctx context.Context, hosts []string)
 	// Leading is called when this node starts or stops leading.
 	Leading func(leading bool)
+	// Events is called when a node (this one too) committed events, and
+	// with Everyone (after the LISTEN session came back, when what was
+	// sent meanwhile is lost).
+	Events func()
 }
 
 // Node is this gpuvmd's membership of the fleet.
@@ -259,7 +266,10 @@ func (n *Node) Run(ctx context.Context) {
 // handle is the listener's: a notification for this node (or everyone, or
 // the leader while this node leads) wakes its workers.
 func (n *Node) handle(payload string) {
-	if n.hooks.Wake == nil {
+	if n.hooks.Events != nil && (payload == Events || payload == Everyone) {
+		n.hooks.Events()
+	}
+	if n.hooks.Wake == nil || payload == Events {
 		return
 	}
 	if payload == Everyone || payload == n.cfg.Node || (payload == ToLeader && n.IsLeader()) {

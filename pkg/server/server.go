@@ -203,6 +203,10 @@ func New(d Deps) *Server {
 	return s
 }
 
+// NudgeEvents makes the event streams read new events now: another
+// process (a node of the fleet) says it committed some.
+func (s *Server) NudgeEvents() { s.hub.nudge() }
+
 // Close ends the streams that are open (server-sent events), so that an
 // http.Server's Shutdown does not wait for them, and stops the background
 // work (the estimates' worker), waiting for it. The server still answers

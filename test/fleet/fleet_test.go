@@ -18,6 +18,7 @@
 package fleet_test
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"sync"
@@ -124,6 +125,26 @@ func TestFleet(t *testing.T) {
 	placed, span := claimSpan(t, c)
 	t.Logf("burst: %d creates over 3 APIs answered in %v; %d placed (%v), %d queued; all settled in %v; claims from first to last: %d in %v",
 		burst, answered.Round(time.Millisecond), placed, running, burst-placed, settledIn.Round(time.Millisecond), placed, span.Round(time.Millisecond))
+
+	// Events committed by one node reach the event streams of another
+	// at once (the node's NOTIFY), not at their next poll of the table.
+	t.Logf("a VM created through n1 was on an event stream of n3 %v after the create was asked", eventAcross(t, c, n1, n3))
+	// What three nodes with a settled queue ask of the database, each
+	// with an event stream open (a portal tab).
+	streams, stop := context.WithCancel(context.Background())
+	for _, n := range c.nodes {
+		s, err := n.cl.Events(streams, client.EventsOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+	}
+	load := c.dbLoad(10 * time.Second)
+	stop()
+	t.Logf("the database's load from 3 settled nodes (%d VMs queued, heartbeats every %v, an event stream open on each): %s", burst-placed+1, heartbeat, load)
+	if load.scans > 60 {
+		t.Errorf("3 settled nodes read %.1f tables a second: the fleet polls the database", load.scans)
+	}
 
 	// The console of a VM on n3 answers the same from n1 (proxied there)
 	// as from n3 itself.
@@ -406,4 +427,32 @@ func TestFleetPlacementRate(t *testing.T) {
 	// nodes, slots consistent — is checked above.
 	rate := float64(placed) / span.Seconds()
 	t.Logf("placement rate: %d VMs due at once placed on three nodes (%v) in %v: %.0f placements/s (target: 100)", placed, perNode, span.Round(time.Millisecond), rate)
+}
+
+// eventAcross opens an event stream on to, makes a VM through from and
+// returns how long after the create was asked the stream saw it made.
+func eventAcross(t *testing.T, c *cluster, from, to *node) time.Duration {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	stream, err := to.cl.Events(ctx, client.EventsOptions{})
+	if err != nil {
+		t.Fatalf("events on %s: %v", to.name, err)
+	}
+	defer stream.Close()
+	time.Sleep(200 * time.Millisecond) // the stream is open on the server
+	asked := time.Now()
+	resp, err := from.cl.CreateVM(ctx, api.CreateVMRequest{Profile: "l40s-seat", Name: "across"}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		ev, err := stream.Next(ctx)
+		if err != nil {
+			t.Fatalf("the stream on %s never showed the VM made on %s: %v", to.name, from.name, err)
+		}
+		if ev.VMID == resp.VM.ID && ev.Type == "vm.created" {
+			return time.Since(asked).Round(time.Millisecond)
+		}
+	}
 }

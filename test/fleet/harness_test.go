@@ -21,6 +21,7 @@ import (
 	"github.com/gpuvm/gpuvm/pkg/store"
 	"github.com/gpuvm/gpuvm/pkg/store/storetest"
 	"github.com/gpuvm/gpuvm/test/internal/daemon"
+	"github.com/jackc/pgx/v5"
 )
 
 // envPostgres names a PostgreSQL database the tests may make schemas in
@@ -451,4 +452,41 @@ func (c *cluster) noErrors(n *node, allowed ...string) {
 			c.t.Errorf("%s logged: %s", n.name, l)
 		}
 	}
+}
+
+// dbLoad is what the test schema's tables saw over a window: tables read
+// (sequential and index scans) and rows written, a second.
+type dbLoad struct{ scans, writes float64 }
+
+func (l dbLoad) String() string {
+	return fmt.Sprintf("%.1f table reads and %.1f row writes a second", l.scans, l.writes)
+}
+
+// dbLoad measures the load of the fleet on its schema's tables over window
+// (PostgreSQL's cumulative statistics, flushed by each session at least
+// every second or so: the window is long beside that).
+func (c *cluster) dbLoad(window time.Duration) dbLoad {
+	c.t.Helper()
+	read := func() (scans, writes float64) {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		conn, err := pgx.Connect(ctx, c.dsn)
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		defer conn.Close(ctx)
+		err = conn.QueryRow(ctx, `SELECT COALESCE(SUM(seq_scan + COALESCE(idx_scan, 0)), 0)::float8,
+	COALESCE(SUM(n_tup_ins + n_tup_upd + n_tup_del), 0)::float8
+FROM pg_stat_user_tables WHERE schemaname = current_schema()`).Scan(&scans, &writes)
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		return scans, writes
+	}
+	time.Sleep(2 * time.Second) // what came before is flushed
+	s0, w0 := read()
+	time.Sleep(window)
+	s1, w1 := read()
+	secs := window.Seconds()
+	return dbLoad{scans: (s1 - s0) / secs, writes: (w1 - w0) / secs}
 }
