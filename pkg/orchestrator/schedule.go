@@ -173,7 +173,7 @@ func (dp *dispatcher) schedule(ctx context.Context, qs []queued) []queued {
 	}
 	ranked := len(entries) > 0
 	for _, q := range gpuQueue {
-		ranked = ranked || q.vm.QueuePosition != 0
+		ranked = ranked || q.vm.QueueRank != 0
 	}
 	if ranked { // else no position to write or clear
 		if _, err := dp.st.SetQueue(ctx, entries); err != nil {
