@@ -3,6 +3,7 @@ package store
 import (
 	"cmp"
 	"context"
+	"database/sql"
 	"fmt"
 	"slices"
 	"strings"
@@ -36,9 +37,9 @@ func (s *Store) SetQueue(ctx context.Context, entries map[string]QueueEntry) (in
 		// of the two conditions scans the whole table, deleted VMs
 		// included, on both SQLite and PostgreSQL.
 		const cols = "id, owner, state, phase, state_reason, queue_position, version"
-		var cur []VM
-		err := tx.db.Raw("SELECT " + cols + " FROM vms WHERE " + queuedVM +
-			" UNION ALL SELECT " + cols + " FROM vms WHERE " + leftQueue).Scan(&cur).Error
+		cur, err := scanAll(ctx, tx, func(rows *sql.Rows, vm *VM) error {
+			return rows.Scan(&vm.ID, &vm.Owner, &vm.State, &vm.Phase, &vm.StateReason, &vm.QueueRank, &vm.Version)
+		}, "SELECT "+cols+" FROM vms WHERE "+queuedVM+" UNION ALL SELECT "+cols+" FROM vms WHERE "+leftQueue)
 		if err != nil {
 			return err
 		}
@@ -164,8 +165,8 @@ func (s *Store) GetVMs(ctx context.Context, ids []string) (map[string]*VM, error
 	out := make(map[string]*VM, len(ids))
 	const chunk = 1000 // bounded IN lists, as in ListAllocationsForVMs
 	for lo := 0; lo < len(ids); lo += chunk {
-		var vms []VM
-		if err := s.db.WithContext(ctx).Where("id IN ?", ids[lo:min(lo+chunk, len(ids))]).Find(&vms).Error; err != nil {
+		vms, err := scanAll(ctx, s, scanVM, "SELECT "+vmColumns+" FROM vms WHERE id IN ?", ids[lo:min(lo+chunk, len(ids))])
+		if err != nil {
 			return nil, wrap(err, nil, "get %d vms", len(ids))
 		}
 		for i := range vms {

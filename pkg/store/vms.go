@@ -342,8 +342,7 @@ func (s *Store) ListOperations(ctx context.Context, vmID string) ([]Operation, e
 // ListUnfinishedOperations lists pending and running operations, oldest
 // first: what the worker resumes after a restart.
 func (s *Store) ListUnfinishedOperations(ctx context.Context) ([]Operation, error) {
-	var ops []Operation
-	err := s.db.WithContext(ctx).Where(unfinishedOp).Order("created_at, id").Find(&ops).Error
+	ops, err := scanAll(ctx, s, scanOp, "SELECT "+opColumns+" FROM operations WHERE "+unfinishedOp+" ORDER BY created_at, id")
 	return ops, wrap(err, nil, "list unfinished operations")
 }
 
