@@ -115,7 +115,7 @@ type VM struct {
 	Group       string     `gorm:"column:group_name;not null" json:"group,omitempty"`
 	Profile     string     `gorm:"column:profile;not null" json:"profile"`
 	Spec        string     `gorm:"column:spec;not null" json:"spec,omitempty"` // the resolved request, JSON
-	State       string     `gorm:"column:state;not null;index:vms_state_created,priority:1;index:vms_queued_start,priority:1,where:state = 'queued';index:vms_live_state,where:state <> 'deleted'" json:"state"`
+	State       string     `gorm:"column:state;not null;index:vms_state_created,priority:1;index:vms_queued_start,priority:1,where:state = 'queued';index:vms_queue_rank,priority:1,where:state = 'queued';index:vms_live_state,where:state <> 'deleted'" json:"state"`
 	Phase       string     `gorm:"column:phase;not null" json:"phase,omitempty"`
 	StateReason string     `gorm:"column:state_reason;not null" json:"state_reason,omitempty"`
 	Host        string     `gorm:"column:host;not null;index:vms_host" json:"host,omitempty"`
@@ -131,7 +131,7 @@ type VM struct {
 	// the scheduling rounds keep in the queue's order (queuerank.go), 0
 	// when the last round did not rank it. Not a position: see
 	// QueuePosition.
-	QueueRank int `gorm:"column:queue_position;not null;index:vms_queue_rank,where:state = 'queued'" json:"queue_rank,omitempty"`
+	QueueRank int `gorm:"column:queue_position;not null;index:vms_queue_rank,priority:2,where:state = 'queued'" json:"queue_rank,omitempty"`
 	// QueuePosition is the VM's place in the queue (1 = next) while it is
 	// queued and ranked, counted from the ranks when GetVM, GetVMByName or
 	// ListVMs read it; 0 otherwise, and on every other read.

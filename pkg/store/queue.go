@@ -18,6 +18,12 @@ type QueueEntry struct {
 	Position int    // 1 = next; 0 = not ranked (it cannot start yet for another reason)
 	Phase    string // what it is doing ("waiting for a GPU")
 	Reason   string // why it waits, for people
+	// Seen, when set, is the VM as the round read it (its owner, state,
+	// phase, reason, rank and version). When every entry has it and no
+	// other queued VM holds a rank, SetQueue takes the queue from them
+	// rather than reading it again; a VM changed since is then left as it
+	// is (the version), or not moved (its state), until the next round.
+	Seen *VM
 }
 
 // SetQueue records a scheduling round's queue in one transaction: the
@@ -32,14 +38,7 @@ type QueueEntry struct {
 func (s *Store) SetQueue(ctx context.Context, entries map[string]QueueEntry) (int, error) {
 	changed := 0
 	err := s.Tx(ctx, func(tx *Store) error {
-		// The queued VMs and those that left the queue holding a rank:
-		// two index searches (vms_queued_start, vms_queue_left). The OR
-		// of the two conditions scans the whole table, deleted VMs
-		// included, on both SQLite and PostgreSQL.
-		const cols = "id, owner, state, phase, state_reason, queue_position, version"
-		cur, err := scanAll(ctx, tx, func(rows *sql.Rows, vm *VM) error {
-			return rows.Scan(&vm.ID, &vm.Owner, &vm.State, &vm.Phase, &vm.StateReason, &vm.QueueRank, &vm.Version)
-		}, "SELECT "+cols+" FROM vms WHERE "+queuedVM+" UNION ALL SELECT "+cols+" FROM vms WHERE "+leftQueue)
+		cur, err := tx.queueNow(ctx, entries)
 		if err != nil {
 			return err
 		}
@@ -98,11 +97,63 @@ func (s *Store) SetQueue(ctx context.Context, entries map[string]QueueEntry) (in
 	return changed, nil
 }
 
+// queueNow is the queued VMs and those that left the queue holding a
+// rank, as SetQueue needs them: the entries' Seen VMs when all have one
+// and the queue holds no ranked VM that is not among them (a count over
+// vms_queue_rank), else read. The VMs that left the queue are read
+// (vms_queue_left; nearly always none).
+func (s *Store) queueNow(ctx context.Context, entries map[string]QueueEntry) ([]VM, error) {
+	const cols = "id, owner, state, phase, state_reason, queue_position, version"
+	scan := func(rows *sql.Rows, vm *VM) error {
+		return rows.Scan(&vm.ID, &vm.Owner, &vm.State, &vm.Phase, &vm.StateReason, &vm.QueueRank, &vm.Version)
+	}
+	left, err := scanAll(ctx, s, scan, "SELECT "+cols+" FROM vms WHERE "+leftQueue)
+	if err != nil {
+		return nil, err
+	}
+	gone := make(map[string]bool, len(left))
+	for _, vm := range left {
+		gone[vm.ID] = true
+	}
+	seen := make([]VM, 0, len(entries)+len(left))
+	ranked := int64(0)
+	for id, e := range entries {
+		if e.Seen == nil || e.Seen.ID != id || e.Seen.State != VMQueued {
+			seen = nil
+			break
+		}
+		if !gone[id] {
+			seen = append(seen, *e.Seen)
+			if e.Seen.QueueRank != 0 {
+				ranked++
+			}
+		}
+	}
+	if seen != nil {
+		var n int64
+		if err := s.db.WithContext(ctx).Raw("SELECT COUNT(*) FROM vms WHERE " + queuedVM + " AND queue_position <> 0").Scan(&n).Error; err != nil {
+			return nil, err
+		}
+		if n == ranked {
+			return append(seen, left...), nil
+		}
+	}
+	// The OR of the two conditions would scan the whole table, deleted
+	// VMs included, on both SQLite and PostgreSQL: two index searches.
+	queued, err := scanAll(ctx, s, scan, "SELECT "+cols+" FROM vms WHERE "+queuedVM)
+	return append(queued, left...), err
+}
+
 // queueRanks is the rank of each queued VM of cur in entries: the round's
 // order, by position, kept with as few new ranks as can be (assignRanks);
 // 0 for those of position 0.
 func queueRanks(cur []VM, entries map[string]QueueEntry) (map[string]int, error) {
-	var order []*VM
+	type placed struct {
+		pos  int
+		id   string
+		rank int
+	}
+	var order []placed
 	for i := range cur {
 		vm := &cur[i]
 		e, ranked := entries[vm.ID]
@@ -113,23 +164,23 @@ func queueRanks(cur []VM, entries map[string]QueueEntry) (map[string]int, error)
 			return nil, fmt.Errorf("%w: queue position %d of vm %s", ErrInvalid, e.Position, vm.ID)
 		}
 		if e.Position > 0 {
-			order = append(order, vm)
+			order = append(order, placed{e.Position, vm.ID, vm.QueueRank})
 		}
 	}
-	slices.SortFunc(order, func(a, b *VM) int {
-		return cmp.Or(cmp.Compare(entries[a.ID].Position, entries[b.ID].Position), strings.Compare(a.ID, b.ID))
+	slices.SortFunc(order, func(a, b placed) int {
+		return cmp.Or(cmp.Compare(a.pos, b.pos), strings.Compare(a.id, b.id))
 	})
 	was := make([]int, len(order))
-	for i, vm := range order {
-		was[i] = vm.QueueRank
+	for i, p := range order {
+		was[i] = p.rank
 	}
 	ranks, err := assignRanks(was)
 	if err != nil {
 		return nil, err
 	}
 	out := make(map[string]int, len(order))
-	for i, vm := range order {
-		out[vm.ID] = ranks[i]
+	for i, p := range order {
+		out[p.id] = ranks[i]
 	}
 	return out, nil
 }

@@ -70,5 +70,30 @@ func TestScanMatchesModels(t *testing.T) {
 		if len(ops) != 2 || !reflect.DeepEqual(ops, want) {
 			t.Errorf("scanned %+v\ngorm    %+v", ops, want)
 		}
+		// The stamps: one per operation, in order, with its VM's version
+		// and rank; a new step changes the operation's.
+		stamps, vms, err := s.ListUnfinishedOperationStamps(ctx)
+		if err != nil || len(stamps) != 2 {
+			t.Fatalf("stamps %+v %v", stamps, err)
+		}
+		for i, st := range stamps {
+			if st.ID != ops[i].ID || st.VMID != ops[i].VMID || st.Stamp == "" {
+				t.Errorf("stamp %d: %+v, operation %+v", i, st, ops[i])
+			}
+		}
+		if v := vms[a.ID]; v.Version != got[a.ID].Version || v.QueueRank != 7 || len(vms) != 2 {
+			t.Errorf("vm stamps %+v", vms)
+		}
+		if err := s.SetOperationStep(ctx, ops[0].ID, "allocate"); err != nil {
+			t.Fatal(err)
+		}
+		again, _, err := s.ListUnfinishedOperationStamps(ctx)
+		if err != nil || again[0].Stamp == stamps[0].Stamp || again[1].Stamp != stamps[1].Stamp {
+			t.Errorf("after a step: %+v, before %+v (%v)", again, stamps, err)
+		}
+		byID, err := s.GetOperations(ctx, []string{ops[0].ID, "nope"})
+		if err != nil || len(byID) != 1 || byID[ops[0].ID].Step != "allocate" || byID[ops[0].ID].State != OpRunning {
+			t.Errorf("GetOperations: %+v %v", byID, err)
+		}
 	})
 }

@@ -7,5 +7,7 @@
 -- round. Keep in step with the other driver's file and with models.go
 -- (TestModelsMatchSchema).
 
--- The count of the queued VMs ahead of one (fillQueuePositions), covering.
-CREATE INDEX vms_queue_rank ON vms (queue_position) WHERE state = 'queued';
+-- The queued VMs ahead of one (fillQueuePositions) and the ranked ones
+-- (SetQueue), covering; state first, so that SQLite prefers it to
+-- vms_queued_start for these.
+CREATE INDEX vms_queue_rank ON vms (state, queue_position) WHERE state = 'queued';
