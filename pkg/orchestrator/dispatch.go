@@ -37,6 +37,9 @@ type dispatcher struct {
 	settings func() dispatchSettings
 	// idle is what the last full round saw (idle.go; guarded by roundMu).
 	idle idleRound
+	// cache is the operations and VMs the last round read (roundcache.go;
+	// guarded by roundMu).
+	cache roundCache
 }
 
 // dispatchStore is what the dispatch rounds and admission ask of the
@@ -45,6 +48,8 @@ type dispatchStore interface {
 	Now() time.Time
 	Tx(ctx context.Context, fn func(tx *store.Store) error) error
 	ListUnfinishedOperations(ctx context.Context) ([]store.Operation, error)
+	ListUnfinishedOperationStamps(ctx context.Context) ([]store.OpStamp, map[string]store.VMStamp, error)
+	GetOperations(ctx context.Context, ids []string) (map[string]*store.Operation, error)
 	SetOperationStep(ctx context.Context, id, step string) error
 	GetVMs(ctx context.Context, ids []string) (map[string]*store.VM, error)
 	ListVMs(ctx context.Context, f store.VMFilter) (store.VMPage, error)
@@ -126,8 +131,8 @@ func (dp *dispatcher) dispatch(ctx context.Context, inline bool) {
 	if ctx.Err() != nil {
 		return
 	}
-	dp.beginRound(ctx) // idle.go
-	ops, err := dp.st.ListUnfinishedOperations(ctx)
+	dp.beginRound(ctx)                         // idle.go
+	ops, vms, err := dp.cache.read(ctx, dp.st) // roundcache.go
 	if err != nil {
 		dp.log.Error("list unfinished operations", "err", err)
 		dp.idle.retry()
@@ -151,12 +156,6 @@ func (dp *dispatcher) dispatch(ctx context.Context, inline bool) {
 		default:
 			w.others = append(w.others, *op)
 		}
-	}
-	vms, err := dp.st.GetVMs(ctx, order)
-	if err != nil {
-		dp.log.Error("read the vms of the operations", "err", err)
-		dp.idle.retry()
-		return
 	}
 	var queue []queued
 	for _, id := range order {

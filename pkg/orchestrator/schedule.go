@@ -173,7 +173,13 @@ func (dp *dispatcher) schedule(ctx context.Context, qs []queued) []queued {
 	}
 	ranked := len(entries) > 0
 	for _, q := range gpuQueue {
-		ranked = ranked || q.vm.QueuePosition != 0
+		ranked = ranked || q.vm.QueueRank != 0
+	}
+	for _, q := range qs { // SetQueue need not read the queue again
+		if e, ok := entries[q.vm.ID]; ok {
+			e.Seen = q.vm
+			entries[q.vm.ID] = e
+		}
 	}
 	if ranked { // else no position to write or clear
 		if _, err := dp.st.SetQueue(ctx, entries); err != nil {

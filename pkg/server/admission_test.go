@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -71,36 +72,88 @@ func TestCreateVMAdmission(t *testing.T) {
 	}
 }
 
-// A queued VM shows its place in the queue; once it leaves the queue it
-// shows none, whatever the column still holds.
+// A queued VM shows its place in the queue, counted from the ranks the
+// rounds store: 1..n in the queue's order, in a list and alone, however
+// sparse the ranks; once it leaves the queue it shows none, whatever the
+// column still holds, and those behind it move up at once.
 func TestVMQueuePosition(t *testing.T) {
 	s, st, _ := vmServer(t)
 	ctx := context.Background()
-	rec, _ := send(t, s, "POST", "/v1/vms", "ann-token", `{"profile":"seat"}`)
-	var created api.CreateVMResponse
-	json.Unmarshal(rec.Body.Bytes(), &created)
-	if _, err := st.SetQueue(ctx, map[string]store.QueueEntry{created.VM.ID: {Position: 3, Phase: "waiting for a GPU", Reason: "no GPU has room"}}); err != nil {
-		t.Fatal(err)
+	var ids []string
+	for range 5 {
+		rec, _ := send(t, s, "POST", "/v1/vms", "ann-token", `{"profile":"seat"}`)
+		var created api.CreateVMResponse
+		json.Unmarshal(rec.Body.Bytes(), &created)
+		if created.VM.ID == "" {
+			t.Fatalf("create: %d %s", rec.Code, rec.Body)
+		}
+		ids = append(ids, created.VM.ID)
 	}
-	get := func() api.VM {
+	// A round ranks them in reverse order of creation.
+	round := func(queue []string) {
 		t.Helper()
-		rec, _ := send(t, s, "GET", "/v1/vms/"+created.VM.ID, "ann-token", "")
+		entries := map[string]store.QueueEntry{}
+		for i, id := range queue {
+			entries[id] = store.QueueEntry{Position: i + 1, Phase: "waiting for a GPU", Reason: "no GPU has room"}
+		}
+		if _, err := st.SetQueue(ctx, entries); err != nil {
+			t.Fatal(err)
+		}
+	}
+	queue := slices.Clone(ids)
+	slices.Reverse(queue)
+	round(queue)
+	get := func(id string) api.VM {
+		t.Helper()
+		rec, _ := send(t, s, "GET", "/v1/vms/"+id, "ann-token", "")
 		var vm api.VM
 		json.Unmarshal(rec.Body.Bytes(), &vm)
 		return vm
 	}
-	if vm := get(); vm.QueuePosition != 3 || vm.Reason != "no GPU has room" {
-		t.Errorf("queued: %+v", vm)
+	want := func(queue []string) {
+		t.Helper()
+		for i, id := range queue {
+			if vm := get(id); vm.QueuePosition != i+1 || vm.Reason != "no GPU has room" {
+				t.Errorf("GET %s: position %d %q, want %d", id, vm.QueuePosition, vm.Reason, i+1)
+			}
+		}
+		rec, _ := send(t, s, "GET", "/v1/vms?limit=2", "ann-token", "") // pages of two
+		var page api.VMList
+		json.Unmarshal(rec.Body.Bytes(), &page)
+		for page.Next != "" {
+			rec, _ = send(t, s, "GET", "/v1/vms?limit=2&after="+page.Next, "ann-token", "")
+			var next api.VMList
+			json.Unmarshal(rec.Body.Bytes(), &next)
+			page.Items, page.Next = append(page.Items, next.Items...), next.Next
+		}
+		at := map[string]int{}
+		for _, vm := range page.Items {
+			at[vm.ID] = vm.QueuePosition
+		}
+		for i, id := range queue {
+			if at[id] != i+1 {
+				t.Errorf("listed %s at %d, want %d", id, at[id], i+1)
+			}
+		}
 	}
-	vm, err := st.GetVM(ctx, created.VM.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := st.UpdateVMState(ctx, vm.ID, vm.Version, store.VMUpdate{State: store.VMAllocating}); err != nil {
-		t.Fatal(err)
-	}
-	if vm := get(); vm.QueuePosition != 0 {
-		t.Errorf("allocating: position %d", vm.QueuePosition)
+	want(queue)
+	// The head leaves: it shows no position, the others move up before
+	// the next round, and the round leaves them as they are.
+	for range 2 {
+		vm, err := st.GetVM(ctx, queue[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := st.UpdateVMState(ctx, vm.ID, vm.Version, store.VMUpdate{State: store.VMAllocating}); err != nil {
+			t.Fatal(err)
+		}
+		if vm := get(queue[0]); vm.QueuePosition != 0 {
+			t.Errorf("allocating: position %d", vm.QueuePosition)
+		}
+		queue = queue[1:]
+		want(queue)
+		round(queue)
+		want(queue)
 	}
 }
 

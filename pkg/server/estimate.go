@@ -216,8 +216,8 @@ func (s *Server) schedulerState(ctx context.Context, cfg *config.Config, now tim
 			continue
 		}
 		st.Queue = append(st.Queue, requestOf(cfg, vm, groups[vm.Owner]))
-		if vm.QueuePosition > 0 {
-			st.Rank[vm.ID] = vm.QueuePosition
+		if vm.QueueRank > 0 { // the order only
+			st.Rank[vm.ID] = vm.QueueRank
 		}
 		if vm.StartAt != nil && vm.StartAt.After(now) {
 			st.NotBefore[vm.ID] = *vm.StartAt

@@ -115,7 +115,7 @@ type VM struct {
 	Group       string     `gorm:"column:group_name;not null" json:"group,omitempty"`
 	Profile     string     `gorm:"column:profile;not null" json:"profile"`
 	Spec        string     `gorm:"column:spec;not null" json:"spec,omitempty"` // the resolved request, JSON
-	State       string     `gorm:"column:state;not null;index:vms_state_created,priority:1;index:vms_queued_start,priority:1,where:state = 'queued';index:vms_live_state,where:state <> 'deleted'" json:"state"`
+	State       string     `gorm:"column:state;not null;index:vms_state_created,priority:1;index:vms_queued_start,priority:1,where:state = 'queued';index:vms_queue_rank,priority:1,where:state = 'queued';index:vms_live_state,where:state <> 'deleted'" json:"state"`
 	Phase       string     `gorm:"column:phase;not null" json:"phase,omitempty"`
 	StateReason string     `gorm:"column:state_reason;not null" json:"state_reason,omitempty"`
 	Host        string     `gorm:"column:host;not null;index:vms_host" json:"host,omitempty"`
@@ -127,9 +127,15 @@ type VM struct {
 	// DisplayPassword is the VNC/SPICE password of the VM's display; it is
 	// handed out only through console tickets and .vv files.
 	DisplayPassword string `gorm:"column:display_password;not null" json:"-"`
+	// QueueRank orders the queue while the VM is queued: a sparse number
+	// the scheduling rounds keep in the queue's order (queuerank.go), 0
+	// when the last round did not rank it. Not a position: see
+	// QueuePosition.
+	QueueRank int `gorm:"column:queue_position;not null;index:vms_queue_rank,priority:2,where:state = 'queued'" json:"queue_rank,omitempty"`
 	// QueuePosition is the VM's place in the queue (1 = next) while it is
-	// queued, as the last scheduling round saw it; 0 otherwise.
-	QueuePosition int `gorm:"column:queue_position;not null" json:"queue_position,omitempty"`
+	// queued and ranked, counted from the ranks when GetVM, GetVMByName or
+	// ListVMs read it; 0 otherwise, and on every other read.
+	QueuePosition int `gorm:"-" json:"queue_position,omitempty"`
 	// StartAt, when set, is the earliest time the VM may be placed.
 	StartAt *time.Time `gorm:"column:start_at;index:vms_queued_start,priority:2" json:"start_at,omitempty"`
 	// LeaseWarnedAt is when the owner was warned that the lease ends soon.

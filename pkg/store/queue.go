@@ -1,8 +1,11 @@
 package store
 
 import (
+	"cmp"
 	"context"
+	"database/sql"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -15,26 +18,31 @@ type QueueEntry struct {
 	Position int    // 1 = next; 0 = not ranked (it cannot start yet for another reason)
 	Phase    string // what it is doing ("waiting for a GPU")
 	Reason   string // why it waits, for people
+	// Seen, when set, is the VM as the round read it (its owner, state,
+	// phase, reason, rank and version). When every entry has it and no
+	// other queued VM holds a rank, SetQueue takes the queue from them
+	// rather than reading it again; a VM changed since is then left as it
+	// is (the version), or not moved (its state), until the next round.
+	Seen *VM
 }
 
 // SetQueue records a scheduling round's queue in one transaction: the
-// position and reason of each VM in entries that is still queued, and
-// position 0 for every other VM that had one (queued VMs the round did not
-// rank, VMs that left the queue). Only rows that change are written. A new
-// reason or phase bumps the VM's version and appends a vm.state event, as any change
-// of what its owner is told; a new position alone does neither (positions
-// shift with every start ahead). It returns how many VMs it changed.
+// order and reason of each VM in entries that is still queued, and rank 0
+// for every other VM that had one (queued VMs the round did not rank, VMs
+// that left the queue). The order is stored as ranks (queuerank.go): only
+// the VMs that are out of order get a new one, so the head of the queue
+// leaving writes no other row. A new reason or phase bumps the VM's
+// version and appends a vm.state event with the round's position, as any
+// change of what its owner is told; a new rank alone does neither. It
+// returns how many VMs it changed.
 func (s *Store) SetQueue(ctx context.Context, entries map[string]QueueEntry) (int, error) {
 	changed := 0
 	err := s.Tx(ctx, func(tx *Store) error {
-		// The queued VMs and those that left the queue holding a
-		// position: two index searches (vms_queued_start, vms_queue_left).
-		// The OR of the two conditions scans the whole table, deleted VMs
-		// included, on both SQLite and PostgreSQL.
-		const cols = "id, owner, state, phase, state_reason, queue_position, version"
-		var cur []VM
-		err := tx.db.Raw("SELECT " + cols + " FROM vms WHERE " + queuedVM +
-			" UNION ALL SELECT " + cols + " FROM vms WHERE " + leftQueue).Scan(&cur).Error
+		cur, err := tx.queueNow(ctx, entries)
+		if err != nil {
+			return err
+		}
+		rank, err := queueRanks(cur, entries)
 		if err != nil {
 			return err
 		}
@@ -43,7 +51,7 @@ func (s *Store) SetQueue(ctx context.Context, entries map[string]QueueEntry) (in
 		for _, vm := range cur {
 			e, ranked := entries[vm.ID]
 			if vm.State != VMQueued || !ranked {
-				if vm.QueuePosition != 0 {
+				if vm.QueueRank != 0 {
 					if err := tx.db.Model(&VM{}).Where("id = ?", vm.ID).Update("queue_position", 0).Error; err != nil {
 						return err
 					}
@@ -51,13 +59,10 @@ func (s *Store) SetQueue(ctx context.Context, entries map[string]QueueEntry) (in
 				}
 				continue
 			}
-			if e.Position < 0 {
-				return fmt.Errorf("%w: queue position %d of vm %s", ErrInvalid, e.Position, vm.ID)
-			}
 			switch {
 			case e.Reason != vm.StateReason || e.Phase != vm.Phase:
 				res := tx.db.Model(&VM{}).Where("id = ? AND version = ? AND state = ?", vm.ID, vm.Version, VMQueued).Updates(map[string]any{
-					"queue_position": e.Position,
+					"queue_position": rank[vm.ID],
 					"phase":          e.Phase,
 					"state_reason":   e.Reason,
 					"version":        gorm.Expr("version + 1"),
@@ -74,7 +79,7 @@ func (s *Store) SetQueue(ctx context.Context, entries map[string]QueueEntry) (in
 				if err != nil {
 					return err
 				}
-			case e.Position != vm.QueuePosition:
+			case rank[vm.ID] != vm.QueueRank:
 				moved = append(moved, vm.ID)
 				continue
 			default:
@@ -82,30 +87,125 @@ func (s *Store) SetQueue(ctx context.Context, entries map[string]QueueEntry) (in
 			}
 			changed++
 		}
-		// Positions alone, many at a time: they all shift when the head of
-		// a long queue starts.
-		const chunk = 300
-		for lo := 0; lo < len(moved); lo += chunk {
-			ids := moved[lo:min(lo+chunk, len(moved))]
-			var b strings.Builder
-			args := make([]any, 0, 2*len(ids)+len(ids)+1)
-			b.WriteString("UPDATE vms SET queue_position = CASE id")
-			for _, id := range ids {
-				b.WriteString(" WHEN ? THEN CAST(? AS INTEGER)")
-				args = append(args, id, entries[id].Position)
-			}
-			b.WriteString(" END WHERE state = ? AND id IN ?")
-			args = append(args, VMQueued, ids)
-			res := tx.db.Exec(b.String(), args...)
-			if res.Error != nil {
-				return res.Error
-			}
-			changed += int(res.RowsAffected)
-		}
-		return nil
+		n, err := tx.setRanks(moved, rank)
+		changed += n
+		return err
 	})
 	if err != nil {
 		return 0, wrap(err, nil, "record the queue of %d vms", len(entries))
+	}
+	return changed, nil
+}
+
+// queueNow is the queued VMs and those that left the queue holding a
+// rank, as SetQueue needs them: the entries' Seen VMs when all have one
+// and the queue holds no ranked VM that is not among them (a count over
+// vms_queue_rank), else read. The VMs that left the queue are read
+// (vms_queue_left; nearly always none).
+func (s *Store) queueNow(ctx context.Context, entries map[string]QueueEntry) ([]VM, error) {
+	const cols = "id, owner, state, phase, state_reason, queue_position, version"
+	scan := func(rows *sql.Rows, vm *VM) error {
+		return rows.Scan(&vm.ID, &vm.Owner, &vm.State, &vm.Phase, &vm.StateReason, &vm.QueueRank, &vm.Version)
+	}
+	left, err := scanAll(ctx, s, scan, "SELECT "+cols+" FROM vms WHERE "+leftQueue)
+	if err != nil {
+		return nil, err
+	}
+	gone := make(map[string]bool, len(left))
+	for _, vm := range left {
+		gone[vm.ID] = true
+	}
+	seen := make([]VM, 0, len(entries)+len(left))
+	ranked := int64(0)
+	for id, e := range entries {
+		if e.Seen == nil || e.Seen.ID != id || e.Seen.State != VMQueued {
+			seen = nil
+			break
+		}
+		if !gone[id] {
+			seen = append(seen, *e.Seen)
+			if e.Seen.QueueRank != 0 {
+				ranked++
+			}
+		}
+	}
+	if seen != nil {
+		var n int64
+		if err := s.db.WithContext(ctx).Raw("SELECT COUNT(*) FROM vms WHERE " + queuedVM + " AND queue_position <> 0").Scan(&n).Error; err != nil {
+			return nil, err
+		}
+		if n == ranked {
+			return append(seen, left...), nil
+		}
+	}
+	// The OR of the two conditions would scan the whole table, deleted
+	// VMs included, on both SQLite and PostgreSQL: two index searches.
+	queued, err := scanAll(ctx, s, scan, "SELECT "+cols+" FROM vms WHERE "+queuedVM)
+	return append(queued, left...), err
+}
+
+// queueRanks is the rank of each queued VM of cur in entries: the round's
+// order, by position, kept with as few new ranks as can be (assignRanks);
+// 0 for those of position 0.
+func queueRanks(cur []VM, entries map[string]QueueEntry) (map[string]int, error) {
+	type placed struct {
+		pos  int
+		id   string
+		rank int
+	}
+	var order []placed
+	for i := range cur {
+		vm := &cur[i]
+		e, ranked := entries[vm.ID]
+		if vm.State != VMQueued || !ranked {
+			continue
+		}
+		if e.Position < 0 {
+			return nil, fmt.Errorf("%w: queue position %d of vm %s", ErrInvalid, e.Position, vm.ID)
+		}
+		if e.Position > 0 {
+			order = append(order, placed{e.Position, vm.ID, vm.QueueRank})
+		}
+	}
+	slices.SortFunc(order, func(a, b placed) int {
+		return cmp.Or(cmp.Compare(a.pos, b.pos), strings.Compare(a.id, b.id))
+	})
+	was := make([]int, len(order))
+	for i, p := range order {
+		was[i] = p.rank
+	}
+	ranks, err := assignRanks(was)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]int, len(order))
+	for i, p := range order {
+		out[p.id] = ranks[i]
+	}
+	return out, nil
+}
+
+// setRanks writes the ranks of the VMs moved, many at a time (all of them
+// when the queue is numbered again), and returns how many it changed.
+func (s *Store) setRanks(moved []string, rank map[string]int) (int, error) {
+	changed := 0
+	const chunk = 300
+	for lo := 0; lo < len(moved); lo += chunk {
+		ids := moved[lo:min(lo+chunk, len(moved))]
+		var b strings.Builder
+		args := make([]any, 0, 2*len(ids)+len(ids)+1)
+		b.WriteString("UPDATE vms SET queue_position = CASE id")
+		for _, id := range ids {
+			b.WriteString(" WHEN ? THEN CAST(? AS INTEGER)")
+			args = append(args, id, rank[id])
+		}
+		b.WriteString(" END WHERE state = ? AND id IN ?")
+		args = append(args, VMQueued, ids)
+		res := s.db.Exec(b.String(), args...)
+		if res.Error != nil {
+			return changed, res.Error
+		}
+		changed += int(res.RowsAffected)
 	}
 	return changed, nil
 }
@@ -116,8 +216,8 @@ func (s *Store) GetVMs(ctx context.Context, ids []string) (map[string]*VM, error
 	out := make(map[string]*VM, len(ids))
 	const chunk = 1000 // bounded IN lists, as in ListAllocationsForVMs
 	for lo := 0; lo < len(ids); lo += chunk {
-		var vms []VM
-		if err := s.db.WithContext(ctx).Where("id IN ?", ids[lo:min(lo+chunk, len(ids))]).Find(&vms).Error; err != nil {
+		vms, err := scanAll(ctx, s, scanVM, "SELECT "+vmColumns+" FROM vms WHERE id IN ?", ids[lo:min(lo+chunk, len(ids))])
+		if err != nil {
 			return nil, wrap(err, nil, "get %d vms", len(ids))
 		}
 		for i := range vms {

@@ -60,8 +60,9 @@ func TestSetQueue(t *testing.T) {
 		if n, err := s.SetQueue(ctx, entries); err != nil || n != 0 {
 			t.Fatalf("same queue: %d %v", n, err)
 		}
-		// The head leaves the queue; the others move up: positions only, no
-		// version, no event.
+		// The head leaves the queue; the others move up: only the head's
+		// rank is cleared, the others keep theirs, and read one place on
+		// (no version, no event).
 		head := get(vms[0])
 		if _, err := s.UpdateVMState(ctx, head.ID, head.Version, VMUpdate{State: VMAllocating}); err != nil {
 			t.Fatal(err)
@@ -71,7 +72,7 @@ func TestSetQueue(t *testing.T) {
 			vms[1].ID: {Position: 1, Phase: "waiting for a GPU", Reason: why},
 			vms[2].ID: {Position: 2, Phase: "waiting for a GPU", Reason: why},
 		})
-		if err != nil || n != 3 {
+		if err != nil || n != 1 {
 			t.Fatalf("after a start: %d %v", n, err)
 		}
 		if got := get(vms[0]); got.QueuePosition != 0 || got.State != VMAllocating {
@@ -95,7 +96,8 @@ func TestSetQueue(t *testing.T) {
 		if _, err := s.SetQueue(ctx, map[string]QueueEntry{vms[3].ID: {Position: -1}}); !errors.Is(err, ErrInvalid) {
 			t.Errorf("negative position: %v", err)
 		}
-		// Many positions at once (more than one statement's worth).
+		// Many ranks at once (more than one statement's worth): the queue
+		// reversed.
 		var many []*VM
 		entries = map[string]QueueEntry{}
 		for i := range 700 {
@@ -107,13 +109,16 @@ func TestSetQueue(t *testing.T) {
 			t.Fatal(err)
 		}
 		for id, e := range entries {
-			entries[id] = QueueEntry{Position: e.Position + 5, Phase: e.Phase, Reason: e.Reason}
+			entries[id] = QueueEntry{Position: 701 - e.Position, Phase: e.Phase, Reason: e.Reason}
 		}
-		if n, err := s.SetQueue(ctx, entries); err != nil || n != 700 {
-			t.Fatalf("700 moves: %d %v", n, err)
+		if n, err := s.SetQueue(ctx, entries); err != nil || n != 699 {
+			t.Fatalf("700 reversed: %d %v", n, err)
 		}
-		if got := get(many[699]); got.QueuePosition != 705 {
+		if got := get(many[699]); got.QueuePosition != 1 {
 			t.Errorf("last of 700 at %d", got.QueuePosition)
+		}
+		if got := get(many[0]); got.QueuePosition != 700 {
+			t.Errorf("first of 700 at %d", got.QueuePosition)
 		}
 	})
 }

@@ -78,22 +78,29 @@ func (s *Store) CreateVM(ctx context.Context, vm *VM, opts CreateVMOptions) (*Op
 	return op, nil
 }
 
-// GetVM finds a VM by ID (deleted ones too).
+// GetVM finds a VM by ID (deleted ones too), with its queue position.
 func (s *Store) GetVM(ctx context.Context, id string) (*VM, error) {
 	var vm VM
 	err := s.db.WithContext(ctx).Where("id = ?", id).Take(&vm).Error
 	if err != nil {
 		return nil, wrap(err, nil, "get vm %s", id)
 	}
+	if err := s.fillQueuePositions(ctx, &vm); err != nil {
+		return nil, err
+	}
 	return &vm, nil
 }
 
-// GetVMByName finds the live (not deleted) VM of an owner by name.
+// GetVMByName finds the live (not deleted) VM of an owner by name, with
+// its queue position.
 func (s *Store) GetVMByName(ctx context.Context, owner, name string) (*VM, error) {
 	var vm VM
 	err := s.db.WithContext(ctx).Where("owner = ? AND name = ? AND "+liveVM, owner, name).Take(&vm).Error
 	if err != nil {
 		return nil, wrap(err, nil, "get vm %q of %q", name, owner)
+	}
+	if err := s.fillQueuePositions(ctx, &vm); err != nil {
+		return nil, err
 	}
 	return &vm, nil
 }
@@ -118,7 +125,8 @@ type VMPage struct {
 
 // ListVMs lists VMs oldest first, by keyset pagination on (created_at, id):
 // a page never skips or repeats a VM, whatever is inserted meanwhile. It asks
-// for one row more than the page to know whether there is a next page.
+// for one row more than the page to know whether there is a next page. The
+// queued VMs come with their queue position.
 func (s *Store) ListVMs(ctx context.Context, f VMFilter) (VMPage, error) {
 	limit := f.Limit
 	switch {
@@ -161,6 +169,13 @@ func (s *Store) ListVMs(ctx context.Context, f VMFilter) (VMPage, error) {
 		page.VMs = vms[:limit]
 		last := vms[limit-1]
 		page.Next = encodeCursor(cursor{CreatedAt: last.CreatedAt, ID: last.ID})
+	}
+	ptrs := make([]*VM, len(page.VMs))
+	for i := range page.VMs {
+		ptrs[i] = &page.VMs[i]
+	}
+	if err := s.fillQueuePositions(ctx, ptrs...); err != nil {
+		return VMPage{}, err
 	}
 	return page, nil
 }
@@ -327,8 +342,7 @@ func (s *Store) ListOperations(ctx context.Context, vmID string) ([]Operation, e
 // ListUnfinishedOperations lists pending and running operations, oldest
 // first: what the worker resumes after a restart.
 func (s *Store) ListUnfinishedOperations(ctx context.Context) ([]Operation, error) {
-	var ops []Operation
-	err := s.db.WithContext(ctx).Where(unfinishedOp).Order("created_at, id").Find(&ops).Error
+	ops, err := scanAll(ctx, s, scanOp, "SELECT "+opColumns+" FROM operations WHERE "+unfinishedOp+" ORDER BY created_at, id")
 	return ops, wrap(err, nil, "list unfinished operations")
 }
 
