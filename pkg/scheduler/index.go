@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"maps"
+	"sync"
 
 	"github.com/gpuvm/gpuvm/pkg/gpu"
 )
@@ -222,7 +223,7 @@ func (inv *Inventory) hostKey(s Strategy, hi int32) int64 {
 func (inv *Inventory) fitting(c *concrete, free *placeCtx, n *notes) *minHeap[bound] {
 	x := inv.idx
 	mask, _, _ := c.pl.varies(free.o.Strategy)
-	out := make([]bound, 0, len(x.buckets))
+	out := (*boundPool.Get().(*[]bound))[:0]
 	for mi, bs := range x.byModel {
 		if !c.match[mi] {
 			continue
@@ -261,7 +262,9 @@ func (inv *Inventory) bestOne(c *concrete, pc *placeCtx, n *notes) cand {
 	}
 	inv.eachSingle(c, pc, n, func(int) { keep() })
 	free := pc.free()
-	for h := inv.fitting(c, free, n); len(h.xs) > 0; {
+	h := inv.fitting(c, free, n)
+	defer func() { xs := h.xs[:0]; boundPool.Put(&xs) }()
+	for len(h.xs) > 0 {
 		b := h.pop()
 		if best.gi >= 0 && best.score.less(b.lb) {
 			break
@@ -403,6 +406,9 @@ func (inv *Inventory) bestOnHosts(c *concrete, pc *placeCtx, n *notes) (Placemen
 	}
 	return bestP, bestH >= 0
 }
+
+// boundPool keeps fitting's slices between placements (a cycle makes many).
+var boundPool = sync.Pool{New: func() any { return new([]bound) }}
 
 type hostBound struct {
 	lb score
