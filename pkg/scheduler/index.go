@@ -1,7 +1,6 @@
 package scheduler
 
 import (
-	"maps"
 	"sync"
 
 	"github.com/gpuvm/gpuvm/pkg/gpu"
@@ -48,23 +47,55 @@ func sigOf(g *gpuState) gpuSig {
 		owned: g.owner != "", mixed: g.mixed, allow: g.allow, cur: g.cur, kind: g.kind, vtype: g.vtype}
 }
 
-// bucket is the plain GPUs of one signature (in no order).
-type bucket struct {
-	sig  gpuSig
-	gpus []int32
+// sigTable numbers the signatures met so far: bucket b holds the plain GPUs
+// of signature sigs[b]. An inventory and its clones share it (it only
+// grows, and the clones may be used from other goroutines: mu guards it).
+type sigTable struct {
+	mu      sync.RWMutex
+	ids     map[gpuSig]int32
+	sigs    []gpuSig
+	byModel [][]int32 // per board: its buckets
 }
 
-// gpuIndex is the Inventory's index of its GPUs.
+// id is the bucket of signature s, made on first use.
+func (t *sigTable) id(s gpuSig) int32 {
+	t.mu.RLock()
+	b, ok := t.ids[s]
+	t.mu.RUnlock()
+	if ok {
+		return b
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if b, ok := t.ids[s]; ok {
+		return b
+	}
+	b = int32(len(t.sigs))
+	t.ids[s] = b
+	t.sigs = append(t.sigs, s)
+	t.byModel[s.model] = append(t.byModel[s.model], b)
+	return b
+}
+
+// view is the table as it is now: what is in it never changes.
+func (t *sigTable) view() (sigs []gpuSig, byModel [][]int32) {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	return t.sigs, append([][]int32(nil), t.byModel...)
+}
+
+// gpuIndex is the Inventory's index of its GPUs. A bucket is a list linked
+// through next and prev, so that a clone copies four arrays.
 type gpuIndex struct {
 	// Fixed when the inventory is made, shared by clones.
 	hostOf []int32 // GPU → host
 	odd    [][]int // per board: the GPUs that are not plain, ascending
+	tab    *sigTable
 	// Kept up to date by Allocate and Release (through apply, removeFrom).
-	sigs    map[gpuSig]int32 // signature → bucket
-	buckets []bucket
-	byModel [][]int32 // per board: its buckets
-	of      []int32   // GPU → its bucket; -1 when not plain
-	pos     []int32   // GPU → where it is in its bucket
+	of   []int32 // GPU → its bucket; -1 when not plain
+	next []int32 // GPU → the next GPU of its bucket; -1 at the end
+	prev []int32 // GPU → the one before; -1 at the head
+	head []int32 // bucket → its first GPU; -1 (or past the end) when empty
 }
 
 // plain reports whether g is a plain GPU: one whose placement the index
@@ -73,16 +104,24 @@ func (inv *Inventory) plain(g *gpuState) bool {
 	return !g.draining && !inv.hosts[g.host].draining && g.unavail == "" && g.layout == nil && len(g.group) == 0
 }
 
-// buildIndex indexes every GPU; NewInventory calls it before recording any
-// allocation.
+// indexFrom is the number of GPUs from which an inventory keeps an index;
+// below it, looking at every GPU is quicker.
+var indexFrom = 128
+
+// buildIndex indexes every GPU, if there are enough of them; NewInventory
+// calls it before recording any allocation.
 func (inv *Inventory) buildIndex() {
+	n := len(inv.gpus)
+	if n < indexFrom {
+		return
+	}
 	x := &gpuIndex{
-		hostOf:  make([]int32, len(inv.gpus)),
-		odd:     make([][]int, len(inv.models)),
-		sigs:    map[gpuSig]int32{},
-		byModel: make([][]int32, len(inv.models)),
-		of:      make([]int32, len(inv.gpus)),
-		pos:     make([]int32, len(inv.gpus)),
+		hostOf: make([]int32, n),
+		odd:    make([][]int, len(inv.models)),
+		tab:    &sigTable{ids: map[gpuSig]int32{}, byModel: make([][]int32, len(inv.models))},
+		of:     make([]int32, n),
+		next:   make([]int32, n),
+		prev:   make([]int32, n),
 	}
 	inv.idx = x
 	for gi := range inv.gpus {
@@ -93,56 +132,68 @@ func (inv *Inventory) buildIndex() {
 			x.odd[g.model] = append(x.odd[g.model], gi)
 			continue
 		}
-		x.add(gi, sigOf(g))
+		x.add(int32(gi), x.tab.id(sigOf(g)))
 	}
 }
 
-func (x *gpuIndex) add(gi int, s gpuSig) {
-	b, ok := x.sigs[s]
-	if !ok {
-		b = int32(len(x.buckets))
-		x.sigs[s] = b
-		x.buckets = append(x.buckets, bucket{sig: s})
-		x.byModel[s.model] = append(x.byModel[s.model], b)
+// first is the first GPU of bucket b (-1: none).
+func (x *gpuIndex) first(b int32) int32 {
+	if int(b) >= len(x.head) {
+		return -1
+	}
+	return x.head[b]
+}
+
+func (x *gpuIndex) add(gi, b int32) {
+	for int(b) >= len(x.head) {
+		x.head = append(x.head, -1)
 	}
 	x.of[gi] = b
-	x.pos[gi] = int32(len(x.buckets[b].gpus))
-	x.buckets[b].gpus = append(x.buckets[b].gpus, int32(gi))
+	x.prev[gi] = -1
+	x.next[gi] = x.head[b]
+	if h := x.head[b]; h >= 0 {
+		x.prev[h] = gi
+	}
+	x.head[b] = gi
+}
+
+func (x *gpuIndex) remove(gi int32) {
+	p, n := x.prev[gi], x.next[gi]
+	if p >= 0 {
+		x.next[p] = n
+	} else {
+		x.head[x.of[gi]] = n
+	}
+	if n >= 0 {
+		x.prev[n] = p
+	}
 }
 
 // reindex moves GPU gi to the bucket of its signature after a change.
 func (inv *Inventory) reindex(gi int) {
 	x := inv.idx
-	b := x.of[gi]
-	if b < 0 {
+	if x == nil || x.of[gi] < 0 {
 		return
 	}
-	s := sigOf(&inv.gpus[gi])
-	if x.buckets[b].sig == s {
+	b := x.tab.id(sigOf(&inv.gpus[gi]))
+	if b == x.of[gi] {
 		return
 	}
-	// Out of b: the last GPU of b takes its place.
-	gs := x.buckets[b].gpus
-	p := x.pos[gi]
-	last := gs[len(gs)-1]
-	gs[p] = last
-	x.pos[last] = p
-	x.buckets[b].gpus = gs[:len(gs)-1]
-	x.add(gi, s)
+	x.remove(int32(gi))
+	x.add(int32(gi), b)
 }
 
 // clone copies what Allocate and Release change.
 func (x *gpuIndex) clone() *gpuIndex {
-	c := &gpuIndex{hostOf: x.hostOf, odd: x.odd, sigs: maps.Clone(x.sigs),
-		buckets: make([]bucket, len(x.buckets)), byModel: make([][]int32, len(x.byModel)),
-		of: append([]int32(nil), x.of...), pos: append([]int32(nil), x.pos...)}
-	for i, b := range x.buckets {
-		c.buckets[i] = bucket{sig: b.sig, gpus: append([]int32(nil), b.gpus...)}
+	if x == nil {
+		return nil
 	}
-	for i, bs := range x.byModel {
-		c.byModel[i] = append([]int32(nil), bs...)
-	}
-	return c
+	c := *x
+	c.of = append([]int32(nil), x.of...)
+	c.next = append([]int32(nil), x.next...)
+	c.prev = append([]int32(nil), x.prev...)
+	c.head = append([]int32(nil), x.head...)
+	return &c
 }
 
 // scoreMask marks places of a score.
@@ -220,20 +271,19 @@ func (inv *Inventory) hostKey(s Strategy, hi int32) int64 {
 // fitting evaluates one GPU of each bucket of c's boards with free (pc
 // without holds) and returns the buckets whose GPUs fit, to be taken least
 // bound first.
-func (inv *Inventory) fitting(c *concrete, free *placeCtx, n *notes) *minHeap[bound] {
+func (inv *Inventory) fitting(c *concrete, free *placeCtx, n *notes, byModel [][]int32) *minHeap[bound] {
 	x := inv.idx
 	mask, _, _ := c.pl.varies(free.o.Strategy)
 	out := (*boundPool.Get().(*[]bound))[:0]
-	for mi, bs := range x.byModel {
+	for mi, bs := range byModel {
 		if !c.match[mi] {
 			continue
 		}
 		for _, b := range bs {
-			gs := x.buckets[b].gpus
-			if len(gs) == 0 {
+			gi := int(x.first(b))
+			if gi < 0 {
 				continue
 			}
-			gi := int(gs[0])
 			st, code := inv.evalGPU(gi, &inv.gpus[gi], c, free, &free.cd)
 			n.add(st, code)
 			if st == stOK {
@@ -262,24 +312,25 @@ func (inv *Inventory) bestOne(c *concrete, pc *placeCtx, n *notes) cand {
 	}
 	inv.eachSingle(c, pc, n, func(int) { keep() })
 	free := pc.free()
-	h := inv.fitting(c, free, n)
+	x := inv.idx
+	sigs, byModel := x.tab.view()
+	h := inv.fitting(c, free, n, byModel)
 	defer func() { xs := h.xs[:0]; boundPool.Put(&xs) }()
 	for len(h.xs) > 0 {
 		b := h.pop()
 		if best.gi >= 0 && best.score.less(b.lb) {
 			break
 		}
-		bk := &inv.idx.buckets[b.b]
-		if bk.sig.n == 0 && !bk.sig.owned {
+		if sig := &sigs[b.b]; sig.n == 0 && !sig.owned {
 			// Empty GPUs: their scores differ only by hostKey and index.
-			if gi := inv.firstEmpty(bk.gpus, pc); gi >= 0 {
+			if gi := inv.firstEmpty(b.b, pc); gi >= 0 {
 				if st, _ := inv.evalGPU(gi, &inv.gpus[gi], c, free, cd); st == stOK {
 					keep()
 				}
 			}
 			continue
 		}
-		for _, gi := range bk.gpus {
+		for gi := x.first(b.b); gi >= 0; gi = x.next[gi] {
 			if pc.isHeld(int(gi)) {
 				continue // seen by eachSingle
 			}
@@ -291,15 +342,16 @@ func (inv *Inventory) bestOne(c *concrete, pc *placeCtx, n *notes) cand {
 	return best
 }
 
-// firstEmpty is the GPU of gs (empty GPUs of one bucket) no hold of pc
-// touches with the least hostKey, then index; -1 if none.
-func (inv *Inventory) firstEmpty(gs []int32, pc *placeCtx) int {
+// firstEmpty is the GPU of bucket b (of empty GPUs) no hold of pc touches
+// with the least hostKey, then index; -1 if none.
+func (inv *Inventory) firstEmpty(b int32, pc *placeCtx) int {
+	x := inv.idx
 	best, bestKey := int32(-1), int64(0)
-	for _, gi := range gs {
+	for gi := x.first(b); gi >= 0; gi = x.next[gi] {
 		if pc.isHeld(int(gi)) {
 			continue
 		}
-		k := inv.hostKey(pc.o.Strategy, inv.idx.hostOf[gi])
+		k := inv.hostKey(pc.o.Strategy, x.hostOf[gi])
 		if best < 0 || k < bestKey || (k == bestKey && gi < best) {
 			best, bestKey = gi, k
 		}
@@ -333,22 +385,23 @@ func (inv *Inventory) bestOnHosts(c *concrete, pc *placeCtx, n *notes) (Placemen
 		lower(pc.cd.score)
 	})
 	free := pc.free()
-	for mi, bs := range x.byModel {
+	_, byModel := x.tab.view()
+	for mi, bs := range byModel {
 		if !c.match[mi] {
 			continue
 		}
 		for _, b := range bs {
-			gs := x.buckets[b].gpus
-			if len(gs) == 0 {
+			rep := x.first(b)
+			if rep < 0 {
 				continue
 			}
-			st, code := inv.evalGPU(int(gs[0]), &inv.gpus[gs[0]], c, free, &free.cd)
+			st, code := inv.evalGPU(int(rep), &inv.gpus[rep], c, free, &free.cd)
 			n.add(st, code)
 			if st != stOK {
 				continue
 			}
 			lower(free.cd.score.floor(mask))
-			for _, gi := range gs {
+			for gi := rep; gi >= 0; gi = x.next[gi] {
 				if !pc.isHeld(int(gi)) {
 					ok[x.hostOf[gi]]++
 				}

@@ -77,7 +77,8 @@ type Inventory struct {
 	ends    map[string]time.Time
 	// resolved caches Need → []concrete; shared by clones (same boards).
 	resolved *sync.Map
-	// idx keeps plain GPUs in buckets of one placement state (index.go).
+	// idx keeps plain GPUs in buckets of one placement state (index.go);
+	// nil on small inventories.
 	idx *gpuIndex
 }
 

@@ -525,16 +525,30 @@ func (n *notes) add(st status, code Code) {
 // placeConcrete places c.count devices of one concrete kind on one host.
 func (inv *Inventory) placeConcrete(c *concrete, pc *placeCtx) (Placement, Reason) {
 	var n notes
+	scan := pc.only >= 0 || inv.idx == nil
 	if c.count == 1 {
 		best := cand{gi: -1}
-		if pc.only >= 0 {
+		if scan {
 			cd := &pc.cd
-			h := &inv.hosts[pc.only]
-			for gi := h.first; gi < h.first+h.n; gi++ {
+			try := func(gi int) {
 				st, code := inv.evalGPU(gi, &inv.gpus[gi], c, pc, cd)
 				n.add(st, code)
 				if st == stOK && (best.gi < 0 || cd.score.less(best.score)) {
 					best = *cd
+				}
+			}
+			if pc.only >= 0 {
+				h := &inv.hosts[pc.only]
+				for gi := h.first; gi < h.first+h.n; gi++ {
+					try(gi)
+				}
+			} else {
+				for mi, gis := range inv.byModel {
+					if c.match[mi] {
+						for _, gi := range gis {
+							try(gi)
+						}
+					}
 				}
 			}
 		} else {
@@ -547,8 +561,17 @@ func (inv *Inventory) placeConcrete(c *concrete, pc *placeCtx) (Placement, Reaso
 	} else {
 		var p Placement
 		found := false
-		if pc.only >= 0 {
-			p, _, found = inv.placeOnHost(pc.only, c, pc, n.add)
+		if scan {
+			var best score
+			for hi := range inv.hosts {
+				if pc.only >= 0 && hi != pc.only {
+					continue
+				}
+				hp, s, ok := inv.placeOnHost(hi, c, pc, n.add)
+				if ok && (!found || s.less(best)) {
+					p, best, found = hp, s, true
+				}
+			}
 		} else {
 			p, found = inv.bestOnHosts(c, pc, &n)
 		}
