@@ -51,6 +51,18 @@
 // ("memory = 20GiB" over allowed kinds) takes the cheapest device that fits:
 // the smallest share of a GPU, then the smallest memory.
 //
+// From 128 GPUs on, Place does not look at every GPU (index.go): plain
+// GPUs (not draining, usable, no MIG layout, no IOMMU-group companion) are
+// kept in buckets of one placement state, kept up to date by Allocate and
+// Release. A placement evaluates one GPU per bucket, which says whether all
+// of them fit and bounds their scores, searches the fitting buckets best
+// bound first and stops at one that cannot beat the best GPU found; GPUs
+// that are not plain and GPUs a hold touches are looked at one by one. The
+// result is that of a look at every GPU, Reason included
+// (TestPlaceMatchesReference keeps that look as the reference). A need of
+// several whole GPUs tries hosts by a bound in the same way; several MIG
+// instances or vGPUs on one host still try every host with room.
+//
 // # The cycle
 //
 // Cycle orders the queue by the Policy, then, before starting anything,

@@ -77,6 +77,9 @@ type Inventory struct {
 	ends    map[string]time.Time
 	// resolved caches Need → []concrete; shared by clones (same boards).
 	resolved *sync.Map
+	// idx keeps plain GPUs in buckets of one placement state (index.go);
+	// nil on small inventories.
+	idx *gpuIndex
 }
 
 type hostState struct {
@@ -200,6 +203,7 @@ func NewInventory(hosts []HostSpec, allocs []Allocation) (*Inventory, error) {
 		m := inv.gpus[gi].model
 		inv.byModel[m] = append(inv.byModel[m], gi)
 	}
+	inv.buildIndex()
 	// Allocations, grouped by VM so that one VM's devices go in together, in
 	// a stable order.
 	sorted := append([]Allocation(nil), allocs...)
@@ -424,6 +428,7 @@ func (inv *Inventory) Clone() *Inventory {
 		resolved: inv.resolved,
 		allocs:   maps.Clone(inv.allocs), // the slices are never changed in place
 		ends:     maps.Clone(inv.ends),
+		idx:      inv.idx.clone(),
 	}
 	for i := range c.gpus {
 		g := &c.gpus[i]
@@ -602,6 +607,10 @@ func (inv *Inventory) apply(gi int, d Device, id string, end time.Time) (extra [
 	if end.After(g.busy) {
 		g.busy = end
 	}
+	inv.reindex(gi)
+	for _, o := range extra {
+		inv.reindex(o)
+	}
 	return extra, nil
 }
 
@@ -741,6 +750,7 @@ func (inv *Inventory) removeFrom(gi int, id string) {
 	} else {
 		g.cur = gpu.ModeOf(g.kind)
 	}
+	inv.reindex(gi)
 }
 
 // Allocations lists what the inventory holds, sorted by VM, host, GPU and

@@ -183,6 +183,13 @@ type placer interface {
 	held(inv *Inventory, g *gpuState, a Allocation, holds []holdDev) Code
 	// noun names one device of c for people ("MIG 3g.40gb").
 	noun(c *concrete) string
+	// varies marks the places of eval's score under strategy s that may
+	// differ between plain GPUs of one signature (index.go): those made of
+	// the busy horizon, the host and the GPU's index, all ≥ 0; host is the
+	// place of the host's hostKey (-1: none), gpu the place that is at
+	// least the GPU's index. Between empty GPUs of one signature the score
+	// must order as (hostKey, GPU index).
+	varies(s Strategy) (m scoreMask, host, gpu int)
 }
 
 // placerOf is the placer of kind k; nil for no device kind (KindAny, "").
@@ -491,86 +498,99 @@ func (pc *placeCtx) ext(g *gpuState) int64 {
 	return int64(pc.end.Sub(busy) / time.Minute)
 }
 
+// notes gathers what the GPUs that could not take a device said, for the
+// Reason when none could.
+type notes struct {
+	capable, draining, unavail, held bool
+	heldCode                         Code
+}
+
+func (n *notes) add(st status, code Code) {
+	switch st {
+	case stIncapable:
+		return
+	case stUnavailable:
+		n.unavail = true
+	case stDraining:
+		n.draining = true
+	case stHeld:
+		n.held = true
+		if n.heldCode == "" || rank(code) < rank(n.heldCode) {
+			n.heldCode = code
+		}
+	}
+	n.capable = true
+}
+
 // placeConcrete places c.count devices of one concrete kind on one host.
 func (inv *Inventory) placeConcrete(c *concrete, pc *placeCtx) (Placement, Reason) {
-	var (
-		capable, drainingSeen, unavailSeen bool
-		heldCode                           Code
-		heldSeen                           bool
-	)
-	note := func(st status, code Code) {
-		switch st {
-		case stIncapable:
-			return
-		case stUnavailable:
-			unavailSeen = true
-		case stDraining:
-			drainingSeen = true
-		case stHeld:
-			heldSeen = true
-			if heldCode == "" || rank(code) < rank(heldCode) {
-				heldCode = code
-			}
-		}
-		capable = true
-	}
+	var n notes
+	scan := pc.only >= 0 || inv.idx == nil
 	if c.count == 1 {
 		best := cand{gi: -1}
-		cd := &pc.cd
-		try := func(gi int) {
-			st, code := inv.evalGPU(gi, &inv.gpus[gi], c, pc, cd)
-			note(st, code)
-			if st == stOK && (best.gi < 0 || cd.score.less(best.score)) {
-				best = *cd
+		if scan {
+			cd := &pc.cd
+			try := func(gi int) {
+				st, code := inv.evalGPU(gi, &inv.gpus[gi], c, pc, cd)
+				n.add(st, code)
+				if st == stOK && (best.gi < 0 || cd.score.less(best.score)) {
+					best = *cd
+				}
 			}
-		}
-		if pc.only >= 0 {
-			h := &inv.hosts[pc.only]
-			for gi := h.first; gi < h.first+h.n; gi++ {
-				try(gi)
-			}
-		} else {
-			for mi, gis := range inv.byModel {
-				if c.match[mi] {
-					for _, gi := range gis {
-						try(gi)
+			if pc.only >= 0 {
+				h := &inv.hosts[pc.only]
+				for gi := h.first; gi < h.first+h.n; gi++ {
+					try(gi)
+				}
+			} else {
+				for mi, gis := range inv.byModel {
+					if c.match[mi] {
+						for _, gi := range gis {
+							try(gi)
+						}
 					}
 				}
 			}
+		} else {
+			best = inv.bestOne(c, pc, &n)
 		}
 		if best.gi >= 0 {
 			g := &inv.gpus[best.gi]
 			return Placement{Host: inv.hosts[g.host].name, Devices: []Device{inv.device(best, c, g)}}, Reason{}
 		}
 	} else {
-		var bestP Placement
-		var bestS score
+		var p Placement
 		found := false
-		for hi := range inv.hosts {
-			if pc.only >= 0 && hi != pc.only {
-				continue
+		if scan {
+			var best score
+			for hi := range inv.hosts {
+				if pc.only >= 0 && hi != pc.only {
+					continue
+				}
+				hp, s, ok := inv.placeOnHost(hi, c, pc, n.add)
+				if ok && (!found || s.less(best)) {
+					p, best, found = hp, s, true
+				}
 			}
-			p, s, ok := inv.placeOnHost(hi, c, pc, note)
-			if ok && (!found || s.less(bestS)) {
-				bestP, bestS, found = p, s, true
-			}
+		} else {
+			p, found = inv.bestOnHosts(c, pc, &n)
 		}
 		if found {
-			return bestP, Reason{}
+			return p, Reason{}
 		}
 	}
-	if !capable || !inv.couldEverFit(c) {
+	if !n.capable || !inv.couldEverFit(c) {
 		return Placement{}, Reason{CodeNever, ""}
 	}
 	what := c.describe()
 	switch {
-	case heldSeen && heldCode == CodeReservation:
+	case n.held && n.heldCode == CodeReservation:
 		return Placement{}, Reason{CodeReservation, fmt.Sprintf("the room for %s is booked by others for part of the lease", what)}
-	case heldSeen:
+	case n.held:
 		return Placement{}, Reason{CodeHeld, fmt.Sprintf("the room for %s is held for a request ahead in the queue", what)}
-	case drainingSeen:
+	case n.draining:
 		return Placement{}, Reason{CodeDraining, fmt.Sprintf("only draining GPUs have room for %s", what)}
-	case unavailSeen && !inv.fitsAvailable(c):
+	case n.unavail && !inv.fitsAvailable(c):
 		return Placement{}, Reason{CodeUnavailable, fmt.Sprintf("the GPUs that could give %s cannot be used now: %s", what, inv.unavailableWhy(c))}
 	}
 	return Placement{}, Reason{CodeNoCapacity, fmt.Sprintf("no GPU has room for %s now", what)}

@@ -198,3 +198,13 @@ func migHeld(mt *migTable, node *migNode, holds []holdDev, pi, start int) Code {
 	}
 	return ""
 }
+
+func (migPlacer) varies(s Strategy) (scoreMask, int, int) {
+	switch s {
+	case FirstFit:
+		return scoreMask{true}, -1, 0
+	case Spread:
+		return scoreMask{true, false, false, false, false, true}, 0, 5
+	}
+	return scoreMask{false, false, true, false, true, true}, 4, 5
+}

@@ -157,3 +157,13 @@ func (inv *Inventory) wholeOnHost(h *hostState, c *concrete, cands []cand, pc *p
 	}
 	return p, total, len(p.Devices) == c.count
 }
+
+func (passthroughPlacer) varies(s Strategy) (scoreMask, int, int) {
+	switch s {
+	case FirstFit:
+		return scoreMask{true}, -1, 0
+	case Spread:
+		return scoreMask{true, false, false, false, false, true}, 0, 5
+	}
+	return scoreMask{false, false, false, false, true, true}, 4, 5
+}

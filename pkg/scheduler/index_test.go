@@ -1,0 +1,270 @@
+package scheduler
+
+import (
+	"fmt"
+	"math/rand"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/gpuvm/gpuvm/pkg/gpu"
+)
+
+// randomSpecs is a cluster of 1 to maxHosts hosts, each with a few GPU
+// kinds in every state the configuration allows: MIG pinned or auto (some
+// with a layout), equal- and mixed-size vGPU, passthrough with shared IOMMU
+// groups, draining GPUs and hosts, GPUs no backend can use.
+func randomSpecs(rng *rand.Rand, maxHosts int) []HostSpec {
+	type kind struct {
+		model string
+		allow []gpu.Mode
+	}
+	kinds := []kind{
+		{"H100 PCIe 80GB", []gpu.Mode{gpu.ModeMIG, gpu.ModeAuto, gpu.ModeVGPU, gpu.ModePassthrough}},
+		{"A100 PCIe 40GB", []gpu.Mode{gpu.ModeMIG, gpu.ModeAuto, gpu.ModePassthrough}},
+		{"A30", []gpu.Mode{gpu.ModeMIG, gpu.ModeAuto}},
+		{"L40S", []gpu.Mode{gpu.ModeVGPU, gpu.ModeAuto, gpu.ModePassthrough}},
+		{"A40", []gpu.Mode{gpu.ModeAuto, gpu.ModeVGPU}},
+		{"GeForce RTX 4090", []gpu.Mode{gpu.ModeAuto, gpu.ModePassthrough}},
+	}
+	modes := []gpu.Mode{"", gpu.ModeIdle, gpu.ModeMIG, gpu.ModeVGPU, gpu.ModePassthrough}
+	var hosts []HostSpec
+	for h := 0; h < 1+rng.Intn(maxHosts); h++ {
+		hs := HostSpec{Name: fmt.Sprintf("h%03d", h), Draining: rng.Intn(12) == 0}
+		n := 1 + rng.Intn(8)
+		// Most hosts have one board, as real ones do: buckets get large.
+		home := kinds[rng.Intn(len(kinds))]
+		for g := 0; g < n; g++ {
+			k := home
+			if rng.Intn(5) == 0 {
+				k = kinds[rng.Intn(len(kinds))]
+			}
+			s := GPUSpec{Address: fmt.Sprintf("0000:%02x:00.0", g), Model: k.model, Allow: k.allow[rng.Intn(len(k.allow))]}
+			if rng.Intn(3) == 0 {
+				s.Mode = modes[rng.Intn(len(modes))]
+			}
+			s.MixedSize = s.Model == "L40S" && rng.Intn(3) == 0
+			if s.Model == "A100 PCIe 40GB" && s.Allow == gpu.ModeMIG && rng.Intn(4) == 0 {
+				s.MIGLayout = []string{"3g.20gb", "2g.10gb", "1g.5gb"}
+			}
+			if rng.Intn(10) == 0 {
+				s.IOMMUGroup = fmt.Sprint("g", rng.Intn(2))
+			}
+			s.Draining = rng.Intn(15) == 0
+			if rng.Intn(20) == 0 {
+				s.Unavailable = []string{"the vGPU manager is down", "no MIG backend"}[rng.Intn(2)]
+			}
+			hs.GPUs = append(hs.GPUs, s)
+		}
+		hosts = append(hosts, hs)
+	}
+	return hosts
+}
+
+// randomDevice is a device that could be on GPU gi (a MIG instance at a
+// start its table has, a vGPU type of its board, the whole GPU).
+func randomDevice(rng *rand.Rand, inv *Inventory, gi int) Device {
+	g := &inv.gpus[gi]
+	info := inv.models[g.model]
+	var ks []gpu.Kind
+	if info.mt != nil {
+		ks = append(ks, gpu.KindMIG)
+	}
+	if len(info.list) > 0 {
+		ks = append(ks, gpu.KindVGPU)
+	}
+	ks = append(ks, gpu.KindPassthrough)
+	d := Device{GPU: g.addr, Kind: ks[rng.Intn(len(ks))]}
+	switch d.Kind {
+	case gpu.KindMIG:
+		p := info.mt.t.Profiles[rng.Intn(len(info.mt.t.Profiles))]
+		d.Profile, d.Start = p.Name, p.Starts[rng.Intn(len(p.Starts))]
+	case gpu.KindVGPU:
+		d.Type = info.list[rng.Intn(len(info.list))].Name
+		if g.vtype != "" && rng.Intn(2) == 0 {
+			d.Type = g.vtype
+		}
+	}
+	return d
+}
+
+// fillRandom allocates devices at random: each GPU gets up to five tries.
+func fillRandom(rng *rand.Rand, inv *Inventory, vm *int) {
+	for gi := range inv.gpus {
+		host := inv.hosts[inv.gpus[gi].host].name
+		for k := rng.Intn(6); k > 0; k-- {
+			end := time.Time{}
+			if rng.Intn(5) > 0 {
+				end = t0.Add(time.Duration(30+rng.Intn(12*60)) * time.Minute)
+			}
+			if inv.Allocate(fmt.Sprint("vm", *vm), Placement{Host: host, Devices: []Device{randomDevice(rng, inv, gi)}}, end) == nil {
+				*vm++
+			}
+		}
+	}
+}
+
+// randomHolds are 0 to 3 holds of random devices, some not overlapping
+// [now, end), some reservations, some for requests ahead in the queue.
+func randomHolds(rng *rand.Rand, inv *Inventory, now time.Time) []Hold {
+	var out []Hold
+	for k := rng.Intn(4); k > 0; k-- {
+		hi := rng.Intn(len(inv.hosts))
+		h := &inv.hosts[hi]
+		if h.n == 0 {
+			continue
+		}
+		hold := Hold{ID: fmt.Sprint("b", k), Code: []Code{CodeReservation, CodeHeld}[rng.Intn(2)], Host: h.name,
+			From: now.Add(time.Duration(rng.Intn(6*60)-60) * time.Minute)}
+		hold.To = hold.From.Add(time.Duration(30+rng.Intn(6*60)) * time.Minute)
+		for d := 1 + rng.Intn(2); d > 0; d-- {
+			hold.Devices = append(hold.Devices, randomDevice(rng, inv, h.first+rng.Intn(h.n)))
+		}
+		out = append(out, hold)
+	}
+	return out
+}
+
+var equivNeeds = append(append(append([]Need(nil), propNeeds...), benchNeeds...),
+	Need{Kind: gpu.KindVGPU, Type: "L40S-12Q", Count: 2}, Need{Kind: gpu.KindPassthrough, Count: 3},
+	Need{Kind: gpu.KindPassthrough, Model: "L40S"}, Need{Kind: gpu.KindMIG, Profile: "1g.6gb"},
+	Need{Kind: gpu.KindMIG, Profile: "2g.20gb", Count: 2}, Need{Kind: gpu.KindAny, Memory: 40 * gpu.GiB},
+	Need{Kind: gpu.KindAny, Memory: 10 * gpu.GiB, Count: 2}, Need{Kind: gpu.KindVGPU, Type: "A40-48Q"},
+	Need{Kind: gpu.KindMIG, Profile: "4g.20gb", Model: "A100 PCIe 40GB"})
+
+// TestPlaceMatchesReference compares Place through the GPU index with the
+// look at every GPU (ref_place_test.go) on random clusters that change as
+// they go (placements allocated, VMs released, clones), over random needs,
+// strategies, times, holds and booked capacity: same host, same devices,
+// same booking, same Reason.
+func TestPlaceMatchesReference(t *testing.T) {
+	defer func(n int) { indexFrom = n }(indexFrom)
+	scanBelow := indexFrom
+	strategies := []Strategy{Pack, Spread, FirstFit, ""}
+	compared, placed, held := 0, 0, 0
+	codes := map[Code]int{}
+	for seed := int64(1); seed <= 150; seed++ {
+		rng := rand.New(rand.NewSource(seed))
+		indexFrom = 0 // odd seeds: an index even on small clusters
+		if seed%2 == 0 {
+			indexFrom = scanBelow
+		}
+		maxHosts := 6
+		if seed%3 == 0 {
+			maxHosts = 60
+		}
+		inv, err := NewInventory(randomSpecs(rng, maxHosts), nil)
+		if err != nil {
+			t.Fatalf("seed %d: %v", seed, err)
+		}
+		vm := 0
+		fillRandom(rng, inv, &vm)
+		var live []string
+		for _, a := range inv.Allocations() {
+			live = append(live, a.ID)
+		}
+		for step := 0; step < 60; step++ {
+			need := equivNeeds[rng.Intn(len(equivNeeds))]
+			now := t0.Add(time.Duration(rng.Intn(4*60)) * time.Minute)
+			o := PlaceOptions{Strategy: strategies[rng.Intn(len(strategies))], Now: now}
+			if rng.Intn(4) > 0 {
+				o.End = now.Add(time.Duration(15+rng.Intn(10*60)) * time.Minute)
+			}
+			if rng.Intn(2) == 0 {
+				o.Holds = randomHolds(rng, inv, now)
+				held += len(o.Holds)
+			}
+			if rng.Intn(6) == 0 {
+				o.Own = randomHolds(rng, inv, now)
+			}
+			only := -1
+			if rng.Intn(8) == 0 {
+				only = rng.Intn(len(inv.hosts))
+			}
+			p, hold, why := inv.placeOn(need, o, only)
+			rp, rhold, rwhy := inv.refPlaceOn(need, o, only)
+			compared++
+			codes[why.Code]++
+			if !reflect.DeepEqual(p, rp) || hold != rhold || why != rwhy {
+				t.Fatalf("seed %d step %d: %v %+v only %d:\n index:     %+v %v %v\n reference: %+v %v %v", seed, step, need, o, only, p, hold, why, rp, rhold, rwhy)
+			}
+			switch {
+			case why.OK() && rng.Intn(3) > 0:
+				id := fmt.Sprint("p", step)
+				if err := inv.Allocate(id, p, o.End); err != nil {
+					t.Fatalf("seed %d step %d: %v", seed, step, err)
+				}
+				live = append(live, id)
+				placed++
+			case len(live) > 0 && rng.Intn(3) == 0:
+				k := rng.Intn(len(live))
+				inv.Release(live[k])
+				live = append(live[:k], live[k+1:]...)
+			}
+			if rng.Intn(20) == 0 {
+				inv = inv.Clone()
+			}
+			if step%10 == 0 {
+				checkIndex(t, inv)
+			}
+		}
+		checkIndex(t, inv)
+	}
+	t.Logf("%d placements compared (%v), %d allocated, %d holds", compared, codes, placed, held)
+	for _, c := range []Code{"", CodeNoCapacity, CodeReservation, CodeHeld, CodeDraining, CodeUnavailable, CodeNever} {
+		if codes[c] == 0 {
+			t.Errorf("no placement ended with code %q: the test does not cover it", c)
+		}
+	}
+}
+
+// checkIndex compares the GPU index with the GPUs: every plain GPU once in
+// the bucket of its signature, every other one in its board's odd list.
+func checkIndex(t *testing.T, inv *Inventory) {
+	t.Helper()
+	x := inv.idx
+	if x == nil {
+		if len(inv.gpus) >= indexFrom {
+			t.Fatalf("%d GPUs and no index", len(inv.gpus))
+		}
+		return
+	}
+	odd := map[int]bool{}
+	for mi, gs := range x.odd {
+		for _, gi := range gs {
+			if inv.gpus[gi].model != mi {
+				t.Fatalf("GPU %d is odd under board %d, not its own", gi, mi)
+			}
+			odd[gi] = true
+		}
+	}
+	members := 0
+	sigs, _ := x.tab.view()
+	for b := range x.head {
+		prev := int32(-1)
+		for gi := x.head[b]; gi >= 0; gi = x.next[gi] {
+			if x.of[gi] != int32(b) || x.prev[gi] != prev {
+				t.Fatalf("bucket %d's list is broken at GPU %d", b, gi)
+			}
+			prev = gi
+			members++
+		}
+	}
+	plain := 0
+	for gi := range inv.gpus {
+		g := &inv.gpus[gi]
+		if !inv.plain(g) {
+			if !odd[gi] || x.of[gi] != -1 {
+				t.Fatalf("GPU %d is not plain but indexed as one", gi)
+			}
+			continue
+		}
+		plain++
+		if b := x.of[gi]; b < 0 || sigs[b] != sigOf(g) {
+			t.Fatalf("GPU %d is not in the bucket of its signature %+v", gi, sigOf(g))
+		}
+	}
+	if members != plain {
+		t.Fatalf("%d GPUs in buckets, %d plain GPUs", members, plain)
+	}
+}
