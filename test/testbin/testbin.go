@@ -49,14 +49,15 @@ func Build(dir, name, pkg string) error {
 }
 
 // Plugins returns a directory holding the three backend binaries: the one
-// named by $GPUVM_PLUGIN_DIR, the prebuilt one, or a new temporary one they
-// are built into (cleanup removes it).
+// named by $GPUVM_PLUGIN_DIR, one of this process's own linked to the
+// prebuilt ones, or a new temporary one they are built into (cleanup
+// removes the last two).
 func Plugins() (dir string, cleanup func(), err error) {
 	if d := os.Getenv("GPUVM_PLUGIN_DIR"); d != "" {
 		return d, func() {}, nil
 	}
 	if d := Prebuilt("plugins"); d != "" {
-		return d, func() {}, nil
+		return linked(d)
 	}
 	dir, err = os.MkdirTemp("", "gpuvm-plugins-")
 	if err != nil {
@@ -70,4 +71,36 @@ func Plugins() (dir string, cleanup func(), err error) {
 		}
 	}
 	return dir, cleanup, nil
+}
+
+// linked returns a directory of this process's own holding the backend
+// binaries of the prebuilt directory src, hard-linked (copied where links
+// cannot be made): a test that finds its backend's process by its path
+// (pgrep -f) must not find another test package's, run from the same
+// binaries at the same time.
+func linked(src string) (dir string, cleanup func(), err error) {
+	dir, err = os.MkdirTemp(filepath.Dir(src), "plugins-")
+	if err != nil {
+		return "", nil, err
+	}
+	cleanup = func() { os.RemoveAll(dir) }
+	for _, name := range backend.Names {
+		from, to := filepath.Join(src, backend.BinaryPrefix+name), filepath.Join(dir, backend.BinaryPrefix+name)
+		if err := os.Link(from, to); err != nil {
+			err = copyFile(from, to)
+			if err != nil {
+				cleanup()
+				return "", nil, fmt.Errorf("the prebuilt backend %s: %w", name, err)
+			}
+		}
+	}
+	return dir, cleanup, nil
+}
+
+func copyFile(from, to string) error {
+	b, err := os.ReadFile(from)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(to, b, 0o755)
 }
