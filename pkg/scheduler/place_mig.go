@@ -199,7 +199,11 @@ func migHeld(mt *migTable, node *migNode, holds []holdDev, pi, start int) Code {
 	return ""
 }
 
-func (migPlacer) varies(s Strategy) (scoreMask, int, int) {
+func (migPlacer) varies(s Strategy) (scoreMask, int, int) { return sharedVaries(s) }
+
+// sharedVaries is varies of the placers whose GPUs are shared between VMs
+// (MIG instances, vGPUs): their scores vary in the same places.
+func sharedVaries(s Strategy) (scoreMask, int, int) {
 	switch s {
 	case FirstFit:
 		return scoreMask{true}, -1, 0

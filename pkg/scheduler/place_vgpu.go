@@ -157,12 +157,4 @@ func vgpuHeld(g *gpuState, info *modelInfo, t gpu.VGPUTypeInfo, holds []holdDev)
 	return ""
 }
 
-func (vgpuPlacer) varies(s Strategy) (scoreMask, int, int) {
-	switch s {
-	case FirstFit:
-		return scoreMask{true}, -1, 0
-	case Spread:
-		return scoreMask{true, false, false, false, false, true}, 0, 5
-	}
-	return scoreMask{false, false, true, false, true, true}, 4, 5
-}
+func (vgpuPlacer) varies(s Strategy) (scoreMask, int, int) { return sharedVaries(s) }
