@@ -53,12 +53,12 @@ func main() {
 }
 
 type options struct {
-	config, listen, stateDir, simulate, sysfsRoot, pluginDir, nvml, backends, database, libvirtURI string
-	db                                                                                             profileDB
-	ready                                                                                          func(addr string)
-	stdout                                                                                         io.Writer
-	bootTimeout                                                                                    time.Duration
-	test                                                                                           testSeams
+	config, listen, debugListen, stateDir, simulate, sysfsRoot, pluginDir, nvml, backends, database, libvirtURI string
+	db                                                                                                          profileDB
+	ready                                                                                                       func(addr string)
+	stdout                                                                                                      io.Writer
+	bootTimeout                                                                                                 time.Duration
+	test                                                                                                        testSeams
 }
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
@@ -89,6 +89,7 @@ func runOpts(ctx context.Context, args []string, getenv func(string) string, std
 	o := options{ready: ready, stdout: stdout}
 	o.stateFlags(fs)
 	fs.StringVar(&o.listen, "listen", "127.0.0.1:8080", "address to serve HTTP on")
+	fs.StringVar(&o.debugListen, "debug-listen", "", "serve Go's profiles (/debug/pprof/) on this loopback address, without sign-in")
 	fs.StringVar(&o.simulate, "simulate", "", "serve a simulated GPU server of this preset (a100x4, a40x2, l40sx4, h100x8, mixed)")
 	fs.StringVar(&o.sysfsRoot, "sysfs-root", "", "read sysfs from this directory instead of /sys")
 	fs.StringVar(&o.pluginDir, "plugin-dir", "", "directory of the gpuvm-backend-* binaries (default: next to gpuvmd)")
@@ -136,6 +137,11 @@ func serve(ctx context.Context, o options, cfg *liveConfig, log *slog.Logger) er
 	if cfg != nil {
 		stop := cfg.reloadOnSIGHUP(ctx, log)
 		defer stop()
+	}
+	if o.debugListen != "" {
+		if err := serveDebug(ctx, o.debugListen, log); err != nil {
+			return err
+		}
 	}
 	if err := os.MkdirAll(o.stateDir, 0o755); err != nil {
 		return fmt.Errorf("create state directory: %w", err)

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -65,6 +66,7 @@ type scaleConfig struct {
 	timeout time.Duration // one request's limit
 	idle    time.Duration // how long gpuvmd's idle CPU is read over
 	dsn     string        // --database: "" (SQLite in the state directory) or a PostgreSQL DSN
+	profile string        // a directory: each idle window's CPU profile of gpuvmd is saved there
 }
 
 // routeResult is one read route's timings at one size.
@@ -94,7 +96,8 @@ type sizeResult struct {
 func scaleEnv(tb testing.TB, sizes []int) scaleConfig {
 	tb.Helper()
 	c := scaleConfig{sizes: sizes, users: 200, clients: 8, samples: 30, budget: 15 * time.Second,
-		timeout: 60 * time.Second, idle: 10 * time.Second, dsn: os.Getenv("GPUVM_BENCH_PG")}
+		timeout: 60 * time.Second, idle: 10 * time.Second, dsn: os.Getenv("GPUVM_BENCH_PG"),
+		profile: os.Getenv("GPUVM_SCALE_PROFILE")}
 	if v := envInts(tb, "GPUVM_SCALE_SIZES"); v != nil {
 		c.sizes = v
 	}
@@ -144,6 +147,8 @@ type scaleRun struct {
 	cookie *http.Cookie
 	mu     sync.Mutex
 	queue  []queuedVM // VMs queued by the users, in the order their creates returned
+	// debugAddr is gpuvmd's --debug-listen, with cfg.profile.
+	debugAddr string
 }
 
 // queuedVM is a VM a user queued, and that user's token.
@@ -182,7 +187,7 @@ func runScale(tb testing.TB, cfg scaleConfig, out io.Writer) []sizeResult {
 		}
 		queued = max(queued, size)
 		sr.queued = queued
-		sr.idleCPU = r.idleCPU()
+		sr.idleCPU = r.idleCPU(size)
 		sr.routes = r.readRoutes()
 		if st, err := procStatus(r.proc.Pid()); err == nil {
 			sr.rssMB = st["VmRSS"]
@@ -214,9 +219,13 @@ func (r *scaleRun) start() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	p, err := daemon.Start(ctx, daemon.Config{Binary: gpuvmd, ReadyTimeout: time.Minute,
-		Args: []string{"--config", conf, "--state-dir", state, "--database", db, "--libvirt-uri", "test:///default",
-			"--simulate", "h100x8", "--plugin-dir", pluginDir},
+	args := []string{"--config", conf, "--state-dir", state, "--database", db, "--libvirt-uri", "test:///default",
+		"--simulate", "h100x8", "--plugin-dir", pluginDir}
+	if r.cfg.profile != "" {
+		r.debugAddr = freeLoopback(tb)
+		args = append(args, "--debug-listen", r.debugAddr)
+	}
+	p, err := daemon.Start(ctx, daemon.Config{Binary: gpuvmd, ReadyTimeout: time.Minute, Args: args,
 		Env: []string{"GPUVM_TEST_DOMAIN_PREFIX=scale-"}})
 	if err != nil {
 		tb.Fatal(err)
@@ -384,8 +393,9 @@ func (r *scaleRun) fill(n int) (float64, []time.Duration, int) {
 }
 
 // idleCPU reads gpuvmd's CPU time (utime+stime, /proc/PID/stat) over
-// cfg.idle with no request in flight, in percent of one core.
-func (r *scaleRun) idleCPU() float64 {
+// cfg.idle with no request in flight, in percent of one core. With
+// cfg.profile it also saves gpuvmd's CPU profile of that window there.
+func (r *scaleRun) idleCPU(size int) float64 {
 	time.Sleep(time.Second) // the last creates' wake-ups
 	a, err := cpuTicks(r.proc.Pid())
 	if err != nil {
@@ -393,7 +403,10 @@ func (r *scaleRun) idleCPU() float64 {
 		return math.NaN()
 	}
 	start := time.Now()
-	time.Sleep(r.cfg.idle)
+	if r.cfg.profile != "" {
+		r.saveProfile(filepath.Join(r.cfg.profile, fmt.Sprintf("idle-%d.pprof", size)), r.cfg.idle)
+	}
+	time.Sleep(r.cfg.idle - time.Since(start))
 	b, err := cpuTicks(r.proc.Pid())
 	if err != nil {
 		r.tb.Log(err)
@@ -582,4 +595,38 @@ func printGrowth(w io.Writer, res []sizeResult) {
 		}
 		fmt.Fprintln(w)
 	}
+}
+
+// saveProfile fetches gpuvmd's CPU profile over d from its debug listener
+// into path.
+func (r *scaleRun) saveProfile(path string, d time.Duration) {
+	secs := max(1, int(d.Round(time.Second)/time.Second))
+	resp, err := http.Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", r.debugAddr, secs))
+	if err != nil {
+		r.tb.Logf("CPU profile: %v", err)
+		return
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err == nil && resp.StatusCode != http.StatusOK {
+		err = fmt.Errorf("%s: %.200s", resp.Status, data)
+	}
+	if err == nil {
+		err = os.WriteFile(path, data, 0o644)
+	}
+	if err != nil {
+		r.tb.Logf("CPU profile: %v", err)
+		return
+	}
+	r.tb.Logf("gpuvmd's CPU profile while idle: %s", path)
+}
+
+// freeLoopback is a loopback address with a port free a moment ago.
+func freeLoopback(tb testing.TB) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
 }
