@@ -24,6 +24,7 @@ require (
 	gorm.io/driver/postgres v1.6.3
 	gorm.io/driver/sqlite v1.6.0
 	gorm.io/gorm v1.31.2
+	gorm.io/plugin/dbresolver v1.6.2
 	libvirt.org/go/libvirt v1.11010.0
 	libvirt.org/go/libvirtxml v1.12008.0
 )

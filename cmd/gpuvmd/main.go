@@ -250,6 +250,7 @@ func serve(ctx context.Context, o options, cfg *liveConfig, log *slog.Logger) er
 		deps.OIDC = op
 	}
 	srv := server.New(deps)
+	srv.StartEstimates() // the first answers find the queue's estimates made
 	nd.relayEvents(st, srv.NudgeEvents)
 	if a := profiles().Server.Auth; dir != nil && a.LDAP.SyncEvery > 0 {
 		loops.Go(func() error { syncDirectory(loopCtx, dir, st, srv, a.LDAP.SyncEvery, log); return nil })

@@ -25,7 +25,9 @@ type Profile struct {
 	// NextFreeAt (GET /v1/profiles), when none of the profile's GPU is
 	// free now, is when one is expected to free up for the caller behind
 	// the queue, by the replay of the estimated start (GET /v1/vms/{id}'s
-	// estimated_start). Absent when one is free now, or nothing is known.
+	// estimated_start). Absent when one is free now, or nothing is known,
+	// or it is not computed yet for the caller (the first time they ask:
+	// estimate_stale is then true, and a question a moment later has it).
 	NextFreeAt *time.Time `json:"next_free_at,omitempty"`
 	// Free (GET /v1/profiles) is how many VMs of the profile the hosts
 	// that are up could place now, counted by the placers one VM after

@@ -58,6 +58,7 @@ type dispatchStore interface {
 	ListLiveAllocations(ctx context.Context, host string) ([]store.Allocation, error)
 	ListEndedUsage(ctx context.Context, since time.Time) ([]store.UsageRecord, error)
 	ListUsers(ctx context.Context) ([]store.User, error)
+	UserGroups(ctx context.Context, names []string) (map[string][]string, error)
 	ListReservations(ctx context.Context, f store.ReservationFilter) ([]store.Reservation, error)
 	ReservationsStamp(ctx context.Context) (string, error)
 	ListGPUDrains(ctx context.Context, host string) ([]store.GPUDrain, error)

@@ -210,7 +210,7 @@ func (dp *dispatcher) startWithoutGPU(ctx context.Context, cfg *config.Config, q
 		case p.GPU == nil:
 			if plain == nil && !plainSkipped {
 				var err error
-				if plain, err = dp.quotaState(ctx, cfg, dp.st.Now()); err != nil {
+				if plain, err = dp.quotaState(ctx, cfg, dp.st.Now(), nil); err != nil {
 					dp.log.Error("VMs without a GPU wait this round: their quotas could not be read", "err", err)
 					plainSkipped = true
 				}
@@ -360,7 +360,7 @@ func (dp *dispatcher) placementState(ctx context.Context, cfg *config.Config, no
 		return nil, fmt.Errorf("build the inventory of %s: %w", dp.host, errors.Join(problems...))
 	}
 	st.inv = inv
-	if err := dp.policyState(ctx, st, live, vms); err != nil {
+	if err := dp.policyState(ctx, st, live, vms, nil); err != nil {
 		return nil, err
 	}
 	// The reservations: capacity held for their owners (reservations.go).
@@ -452,15 +452,16 @@ func leaseEnd(vm *store.VM, now time.Time) time.Time {
 
 // policyState fills in the rules (the engine, with the ended usage its fair
 // share and budgets count) and the VMs that hold devices, placed as st.inv
-// knows them or, on other hosts, as their profile's need estimates.
-func (dp *dispatcher) policyState(ctx context.Context, st *state, live []store.Allocation, vms map[string]*store.VM) error {
-	users, err := dp.st.ListUsers(ctx)
+// knows them or, on other hosts, as their profile's need estimates. The
+// groups of owners are read (st.groups), with those of the VMs counted;
+// owners nil reads every user's (a round orders the whole queue).
+func (dp *dispatcher) policyState(ctx context.Context, st *state, live []store.Allocation, vms map[string]*store.VM, owners []string) error {
+	plainVMs, err := dp.withoutGPU(ctx, st.cfg, live)
 	if err != nil {
 		return err
 	}
-	st.groups = make(map[string][]string, len(users))
-	for _, u := range users {
-		st.groups[u.Name] = u.Groups
+	if err := dp.readGroups(ctx, st, owners, vms, plainVMs); err != nil {
+		return err
 	}
 	halfLife := st.cfg.Policy.Queue.HalfLife
 	if halfLife <= 0 {
@@ -479,9 +480,9 @@ func (dp *dispatcher) policyState(ctx context.Context, st *state, live []store.A
 	if err != nil {
 		return fmt.Errorf("policy: %w", err)
 	}
-	plain, err := dp.withoutGPU(ctx, st.cfg, live, st.groups)
-	if err != nil {
-		return err
+	plain := make([]scheduler.Request, 0, len(plainVMs))
+	for _, vm := range plainVMs {
+		plain = append(plain, requestOf(st.cfg, vm, st.groups[vm.Owner]))
 	}
 	st.engine.SetWithoutGPU(plain)
 	byVM := map[string][]store.Allocation{}
@@ -512,6 +513,38 @@ func (dp *dispatcher) policyState(ctx context.Context, st *state, live []store.A
 		}
 		st.running = append(st.running, r)
 	}
+	return nil
+}
+
+// readGroups reads into st.groups the groups of owners and of the owners of
+// vms and plain; owners nil reads every user's. An admission counts the
+// few VMs that hold something: reading every user for each (hundreds,
+// with their groups) was most of a create's time (issue #26).
+func (dp *dispatcher) readGroups(ctx context.Context, st *state, owners []string, vms map[string]*store.VM, plain []*store.VM) error {
+	if owners == nil {
+		users, err := dp.st.ListUsers(ctx)
+		if err != nil {
+			return err
+		}
+		st.groups = make(map[string][]string, len(users))
+		for _, u := range users {
+			st.groups[u.Name] = u.Groups
+		}
+		return nil
+	}
+	names := slices.Clone(owners)
+	for _, vm := range vms {
+		names = append(names, vm.Owner)
+	}
+	for _, vm := range plain {
+		names = append(names, vm.Owner)
+	}
+	slices.Sort(names)
+	groups, err := dp.st.UserGroups(ctx, slices.Compact(names))
+	if err != nil {
+		return err
+	}
+	st.groups = groups
 	return nil
 }
 
@@ -645,7 +678,7 @@ func (dp *dispatcher) Admit(ctx context.Context, user string, groups []string, p
 		return scheduler.Admission{Reason: scheduler.Reason{Code: scheduler.CodeInvalid, Detail: fmt.Sprintf("no profile is named %q", profileName)}, Refuse: true}, nil
 	}
 	now := dp.st.Now()
-	st, err := dp.quotaState(ctx, cfg, now)
+	st, err := dp.quotaState(ctx, cfg, now, []string{user})
 	if err != nil {
 		return scheduler.Admission{}, fmt.Errorf("admission: %w", err)
 	}
@@ -667,8 +700,9 @@ func (dp *dispatcher) Admit(ctx context.Context, user string, groups []string, p
 }
 
 // quotaState reads what the quotas count, without the GPUs: the rules, the
-// VMs that hold devices (policyState) and those that hold none.
-func (dp *dispatcher) quotaState(ctx context.Context, cfg *config.Config, now time.Time) (*state, error) {
+// VMs that hold devices (policyState) and those that hold none; the groups
+// of owners and of the owners of those VMs (owners nil: every user's).
+func (dp *dispatcher) quotaState(ctx context.Context, cfg *config.Config, now time.Time, owners []string) (*state, error) {
 	live, err := dp.st.ListLiveAllocations(ctx, "")
 	if err != nil {
 		return nil, err
@@ -678,7 +712,7 @@ func (dp *dispatcher) quotaState(ctx context.Context, cfg *config.Config, now ti
 		return nil, err
 	}
 	st := &state{now: now, cfg: cfg}
-	if err := dp.policyState(ctx, st, live, vms); err != nil {
+	if err := dp.policyState(ctx, st, live, vms, owners); err != nil {
 		return nil, err
 	}
 	return st, nil
@@ -689,15 +723,15 @@ func (dp *dispatcher) quotaState(ctx context.Context, cfg *config.Config, now ti
 // (from its placement until it is stopped or deleted).
 var withoutGPUStates = []string{store.VMAllocating, store.VMCreating, store.VMRunning, store.VMStopping}
 
-// withoutGPU lists, as requests, the VMs of every host that count against
-// the quotas but hold no device: in withoutGPUStates, without a live
-// allocation, of a profile that asks for no GPU (or is gone).
-func (dp *dispatcher) withoutGPU(ctx context.Context, cfg *config.Config, live []store.Allocation, groups map[string][]string) ([]scheduler.Request, error) {
+// withoutGPU lists the VMs of every host that count against the quotas but
+// hold no device: in withoutGPUStates, without a live allocation, of a
+// profile that asks for no GPU (or is gone).
+func (dp *dispatcher) withoutGPU(ctx context.Context, cfg *config.Config, live []store.Allocation) ([]*store.VM, error) {
 	holds := make(map[string]bool, len(live))
 	for _, a := range live {
 		holds[a.VMID] = true
 	}
-	var out []scheduler.Request
+	var out []*store.VM
 	f := store.VMFilter{States: withoutGPUStates, Limit: 1000}
 	for {
 		page, err := dp.st.ListVMs(ctx, f)
@@ -712,7 +746,7 @@ func (dp *dispatcher) withoutGPU(ctx context.Context, cfg *config.Config, live [
 			if p := cfg.Profiles[vm.Profile]; p != nil && p.GPU != nil {
 				continue // counted when it holds its devices
 			}
-			out = append(out, requestOf(cfg, vm, groups[vm.Owner]))
+			out = append(out, vm)
 		}
 		if page.Next == "" {
 			return out, nil
@@ -731,7 +765,7 @@ func mergedInventory(invs map[string]backend.Inventory) gpu.HostInventory {
 // may start.
 func (dp *dispatcher) startQuota(ctx context.Context, vm *store.VM) error {
 	cfg := dp.settings().Config
-	st, err := dp.quotaState(ctx, cfg, dp.st.Now())
+	st, err := dp.quotaState(ctx, cfg, dp.st.Now(), []string{vm.Owner})
 	if err != nil {
 		return fmt.Errorf("read what the quotas count: %w", err)
 	}

@@ -16,9 +16,10 @@ import (
 )
 
 // The estimates are computed once per change of the state, not per
-// request. One background worker (started by the first request that needs
-// them, stopped by Close) reads a cheap fingerprint of the state, the
-// state version, every estimatePoll and whenever a request asks it to: the
+// request. One background worker (started by gpuvmd, StartEstimates, or
+// else by the first request that needs them; stopped by Close) reads a
+// cheap fingerprint of the state, the state version, every estimatePoll
+// and whenever a request asks it to: the
 // newest event's ID (a VM made, started, ended, queued again, its lease
 // extended: every write of a VM's state appends an event, whichever gpuvmd
 // of a fleet made it), the reservations' stamp, the drained GPUs, each
@@ -35,7 +36,8 @@ import (
 // made and whether the state changed since (estimate_computed_at,
 // estimate_stale). A request waits, at most estimateWait and while its
 // context lasts, only for what no computation has yet: the first one, a
-// queued VM made since the last one, a probe never asked for.
+// queued VM made since the last one. A probe never asked for is not waited
+// for: the profile says its estimate is stale until it is made.
 
 const (
 	// estimatePoll is how often the worker reads the state version.
@@ -95,6 +97,11 @@ func probeKey(user, profile string) string { return user + "\x00" + profile }
 func newEstimates() *estimates {
 	return &estimates{changed: make(chan struct{}), kick: make(chan struct{}, 1), wants: map[string]*probeWant{}, stopped: make(chan struct{})}
 }
+
+// StartEstimates starts the estimates' worker now rather than at the first
+// request that reads them, so that the first answers find them computed:
+// gpuvmd calls it once it serves.
+func (s *Server) StartEstimates() { s.startEstimates() }
 
 // startEstimates starts the worker once (not after Close).
 func (s *Server) startEstimates() {

@@ -5,9 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"net/http"
 	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -52,14 +54,20 @@ func (s *Server) profileViews(c *gin.Context, ps []*config.Profile) []profileVie
 		st.Unservable, st.Free = say(c, sn.never[p.Name]), sn.free[p.Name]
 		st.NextFreeAt = nextFreeAt(sn, user(c).Name, p)
 		at := sn.taken.UTC()
-		st.EstimateComputedAt, st.EstimateStale = &at, stale || sn.oldProbes[probeKey(user(c).Name, p.Name)]
+		key := probeKey(user(c).Name, p.Name)
+		_, probed := sn.probes[key]
+		st.EstimateComputedAt, st.EstimateStale = &at, stale || sn.oldProbes[key] || p.GPU != nil && !probed
 	}
 	return out
 }
 
 // profileEstimates is the last snapshot of the estimates, and whether it
-// is stale, once it has the caller's next-free probes of ps (they are
-// asked for when it does not; nil when none is made in time).
+// is stale. The caller's next-free probes of ps are asked for when it does
+// not have them; they are not waited for (a probe is a replay of the whole
+// queue: a second and more with ten thousand waiting, issue #26): a
+// profile whose probe is missing says its estimate is stale, and the next
+// question finds it. Only the first snapshot is waited for (nil when none
+// is made in time).
 func (s *Server) profileEstimates(ctx context.Context, u *store.User, ps []*config.Profile) (*estimateSnap, bool) {
 	var names []string
 	for _, p := range ps {
@@ -69,14 +77,7 @@ func (s *Server) profileEstimates(ctx context.Context, u *store.User, ps []*conf
 	}
 	s.estimates.want(u.Name, u.Groups, names)
 	defer s.kickEstimates() // a probe carried over, said stale, is redone now
-	return s.awaitEstimates(ctx, estimateWait, false, func(sn *estimateSnap) bool {
-		for _, n := range names {
-			if _, ok := sn.probes[probeKey(u.Name, n)]; !ok {
-				return false
-			}
-		}
-		return true
-	})
+	return s.awaitEstimates(ctx, estimateWait, false, func(*estimateSnap) bool { return true })
 }
 
 // nextFreeAt is when a device of profile p is predicted to free up for the
@@ -125,6 +126,12 @@ func (s *Server) hostModels(ctx context.Context, counting bool) hostModels {
 		s.log.Warn("read the hosts to tell what the profiles can get", "err", err)
 		return hostModels{}
 	}
+	return s.modelHosts(ctx, hosts, counting)
+}
+
+// modelHosts models hosts (hostModels).
+func (s *Server) modelHosts(ctx context.Context, hosts []store.Host, counting bool) hostModels {
+	var err error
 	drained := map[string]bool{}
 	if counting {
 		drains, err := s.Store.ListGPUDrains(ctx, "")
@@ -250,11 +257,56 @@ func (s *Server) refuseUnservable(ctx context.Context, p *config.Profile) *Probl
 	if why := s.unavailable(ctx, p); why != "" {
 		return withField(errValidation, "profile", fmt.Sprintf("profile %s cannot be made on this server now: %s", p.Name, why))
 	}
-	why := s.hostModels(ctx, false).unservable([]*config.Profile{p})[p.Name]
+	why := s.unservableNow(ctx, p)
 	if why == "" {
 		return nil
 	}
 	return withField(errValidation, "profile", fmt.Sprintf("profile %s can never be served here: %s", p.Name, why))
+}
+
+// unservableCache keeps what refuseUnservable found of each profile while
+// the hosts' names, states and stored inventories stay those it was found
+// from: a create asks it, and modelling the hosts anew parses every stored
+// inventory (a millisecond a create with one host, issue #26).
+type unservableCache struct {
+	mu  sync.Mutex
+	key string
+	why map[*config.Profile]string // by the configuration's profile: a reload makes new ones
+}
+
+// maxUnservable bounds the profiles the cache keeps (reloads add new ones).
+const maxUnservable = 1024
+
+// unservableNow is why no reporting host can ever serve p's GPU ("" when
+// one can, or nothing is known): hostModels' unservable, kept in
+// s.unservable.
+func (s *Server) unservableNow(ctx context.Context, p *config.Profile) string {
+	if s.Store == nil || p.GPU == nil {
+		return ""
+	}
+	hosts, err := s.Store.ListHosts(ctx)
+	if err != nil {
+		s.log.Warn("read the hosts to tell what the profiles can get", "err", err)
+		return ""
+	}
+	now := s.Store.Now()
+	h := fnv.New128a()
+	for i := range hosts {
+		fmt.Fprintf(h, "%s\x00%s\x00%d\x00%s\x00", hosts[i].Name, s.hostState(&hosts[i], now), len(hosts[i].Inventory), hosts[i].Inventory)
+	}
+	key := string(h.Sum(nil))
+	c := &s.unservable
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.key != key || len(c.why) >= maxUnservable {
+		c.key, c.why = key, map[*config.Profile]string{}
+	}
+	if why, ok := c.why[p]; ok {
+		return why
+	}
+	why := s.modelHosts(ctx, hosts, false).unservable([]*config.Profile{p})[p.Name]
+	c.why[p] = why
+	return why
 }
 
 // profileAdmission answers what the sharing policy would say now to the

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"slices"
@@ -215,7 +216,19 @@ func TestCreateUnservableRefused(t *testing.T) {
 	if len(page.VMs) != 4 || !names["keyed"] || !names["early"] || !names["whole"] || !names["plain"] {
 		t.Errorf("VMs %v; the refused ones were made", names)
 	}
-	// The host down, it queues again.
+	// Another host reports in: the answer kept for the hosts before is
+	// not the answer now (its board is among those named).
+	inv := api.HostInventory{Simulated: true, GPUs: []api.GPU{{Address: "0000:51:00.0", Model: "H100", DeviceID: "10de:2330",
+		Mode: "vgpu", Backends: map[string]string{"vgpu": ""}, VGPUTypes: []api.VGPUType{{Name: "H100-4C", Available: 20}}}}}
+	b, _ := json.Marshal(inv)
+	if err := st.RegisterHost(context.Background(), &store.Host{Name: "n2", APIURL: "http://n2", Inventory: string(b)}); err != nil {
+		t.Fatal(err)
+	}
+	if rec, body := send(t, s, "POST", "/v1/vms", "ann-token", `{"profile":"h100-vgpu","name":"two"}`); rec.Code != 422 ||
+		!strings.Contains(fmt.Sprint(body["detail"]), "(boards: H100 SXM5 80GB, L40S;") {
+		t.Errorf("with a second host: %d %v", rec.Code, body)
+	}
+	// Every host down, it queues again.
 	clock.Advance(config.DefaultHeartbeatTimeout + time.Second)
 	if rec, body := send(t, s, "POST", "/v1/vms", "ann-token", `{"profile":"h100-vgpu","name":"after"}`); rec.Code != 202 {
 		t.Errorf("with the host down: %d %v", rec.Code, body)

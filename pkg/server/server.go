@@ -147,10 +147,11 @@ type Server struct {
 	auditFailures  atomic.Int64
 	done           chan struct{} // closed by Close: streams end
 	closeOnce      sync.Once
-	portal         *portal.Portal // portal.go
-	loginLimits    *loginLimits   // login.go
-	loopbacks      loopbacks      // oidc.go
-	estimates      *estimates     // estimatework.go
+	portal         *portal.Portal  // portal.go
+	loginLimits    *loginLimits    // login.go
+	loopbacks      loopbacks       // oidc.go
+	estimates      *estimates      // estimatework.go
+	unservable     unservableCache // profiles.go
 	// ctx lasts until Close: the background work (the estimates) stops
 	// with it.
 	ctx    context.Context

@@ -15,6 +15,7 @@ import (
 	"gorm.io/driver/sqlite"
 	"gorm.io/gorm"
 	gormlogger "gorm.io/gorm/logger"
+	"gorm.io/plugin/dbresolver"
 )
 
 // Drivers Open understands.
@@ -68,21 +69,28 @@ type Store struct {
 	// (events.go); appended, inside a transaction, says it did.
 	events   *eventWatch
 	appended *bool
+	// readers is SQLite's read-only pool (openReaders); nil otherwise.
+	readers *sql.DB
 }
 
 // Open connects to the database, migrates its schema up to the newest version
 // this binary knows, and refuses a database whose schema is newer
 // (ErrSchemaTooNew).
 //
-// SQLite is opened with one connection for everything (database/sql pool of
+// SQLite is opened with one connection for writing (database/sql pool of
 // size 1): SQLite allows one writer at a time, and a single connection makes
-// writers queue in Go instead of failing with "database is locked"; reads
-// queue behind writes too, which at gpuvmd's scale (a few requests a second,
-// pages of 50 rows) costs less than the complexity of a second pool. WAL lets
-// other processes (sqlite3 shell, backups) read while gpuvmd writes, and
-// busy_timeout makes gpuvmd wait for them instead of failing. Transactions
-// begin IMMEDIATE, taking the write lock up front, so that a transaction never
-// fails half-way on a lock upgrade.
+// writers queue in Go instead of failing with "database is locked".
+// Transactions begin IMMEDIATE, taking the write lock up front, so that a
+// transaction never fails half-way on a lock upgrade. Reads outside a
+// transaction go to a second pool of read-only connections (readerConns;
+// gorm's dbresolver routes them): in WAL a reader sees every transaction
+// committed before it began and neither waits for the writer nor holds it
+// up, so a dispatch round reading ten thousand queued VMs no longer holds
+// up every create and every page behind it (issue #26). Reads inside a
+// transaction (Tx) stay on it. WAL also lets other processes (sqlite3 shell,
+// backups) read while gpuvmd writes, and busy_timeout makes gpuvmd wait for
+// them instead of failing. An in-memory database keeps one connection for
+// everything: another connection would open another database.
 //
 // PostgreSQL gets an ordinary pool (MaxOpenConns, idle connections recycled).
 func Open(ctx context.Context, cfg Config) (*Store, error) {
@@ -125,6 +133,10 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		Logger:                 &gormLog{log: s.log, slow: cfg.SlowThreshold},
 		SkipDefaultTransaction: true, // every multi-statement write runs in an explicit transaction
 		PrepareStmt:            false,
+		// dbresolver (openReaders) makes a statement cache for each pool
+		// even without prepared statements; with any other TTL each starts
+		// a cleaning goroutine that never stops.
+		PrepareStmtTTL: gormNoEviction,
 	})
 	if err != nil {
 		if sd, ok := dialector.(*sqlite.Dialector); ok {
@@ -149,7 +161,71 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		_ = sqlDB.Close()
 		return nil, err
 	}
+	if err := s.openReaders(cfg); err != nil {
+		_ = sqlDB.Close()
+		return nil, err
+	}
 	return s, nil
+}
+
+// gormNoEviction is the TTL gorm's statement cache takes as "never evict"
+// (internal/lru's noEvictionTTL).
+const gormNoEviction = 10 * 365 * 24 * time.Hour
+
+// readerConns is the size of SQLite's pool of read-only connections.
+const readerConns = 4
+
+// openReaders opens SQLite's read-only pool and routes the reads outside
+// transactions to it (see Open); nothing for PostgreSQL, whose pool already
+// reads and writes at once, or an in-memory database.
+func (s *Store) openReaders(cfg Config) error {
+	if cfg.Driver != DriverSQLite || sqliteInMemory(cfg.DSN) {
+		return nil
+	}
+	dsn, err := sqliteReaderDSN(cfg.DSN, cfg.BusyTimeout)
+	if err != nil {
+		return err
+	}
+	readers, err := sql.Open(sqlite.DriverName, dsn)
+	if err != nil {
+		return fmt.Errorf("open sqlite database for reading: %w", err)
+	}
+	readers.SetMaxOpenConns(readerConns)
+	readers.SetMaxIdleConns(readerConns)
+	readers.SetConnMaxIdleTime(5 * time.Minute)
+	err = s.db.Use(dbresolver.Register(dbresolver.Config{Replicas: []gorm.Dialector{sqlite.New(sqlite.Config{Conn: readers})}}))
+	if err != nil {
+		_ = readers.Close()
+		return fmt.Errorf("open sqlite database for reading: %w", err)
+	}
+	s.readers = readers
+	return nil
+}
+
+// sqliteInMemory says whether a SQLite DSN names an in-memory database.
+func sqliteInMemory(dsn string) bool {
+	path, query, _ := strings.Cut(dsn, "?")
+	params, _ := url.ParseQuery(query)
+	return path == ":memory:" || strings.HasPrefix(path, "file::memory:") || params.Get("mode") == "memory"
+}
+
+// sqliteReaderDSN is the DSN of the read-only pool: the database's own
+// parameters, query_only, the busy timeout; the writer's journal mode and
+// transaction lock are left to it.
+func sqliteReaderDSN(dsn string, busy time.Duration) (string, error) {
+	w, err := sqliteDSN(dsn, busy)
+	if err != nil {
+		return "", err
+	}
+	path, query, _ := strings.Cut(w, "?")
+	params, err := url.ParseQuery(query)
+	if err != nil {
+		return "", fmt.Errorf("open sqlite database: DSN %q: %w", dsn, err)
+	}
+	params.Del("_journal_mode")
+	params.Del("_txlock")
+	params.Set("_query_only", "1")
+	return path + "?" + params.Encode(), nil
 }
 
 // dialect opens what gorm talks to. SQLite's pool is opened here, sized to one
@@ -282,7 +358,10 @@ func (s *Store) Close() error {
 	if err != nil {
 		return err
 	}
-	return sqlDB.Close()
+	if s.readers != nil {
+		err = s.readers.Close()
+	}
+	return errors.Join(sqlDB.Close(), err)
 }
 
 // Driver is DriverSQLite or DriverPostgres.
@@ -293,8 +372,9 @@ func (s *Store) Now() time.Time { return s.clock() }
 
 // Tx runs fn in one transaction: it commits when fn returns nil and rolls back
 // otherwise. The Store given to fn is bound to the transaction; fn must use it,
-// not the outer Store (on SQLite the transaction holds the only connection, so
-// the outer Store would wait for it forever). Methods that run their own
+// not the outer Store (on SQLite the transaction holds the only connection that
+// writes, so a write through the outer Store would wait for it forever, and a
+// read through it would not see the transaction's writes). Methods that run their own
 // transaction run as a savepoint inside it, so a method that fails (a taken
 // slot, say) undoes only its own writes and fn may go on.
 //

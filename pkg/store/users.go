@@ -218,6 +218,39 @@ func (s *Store) ListUsers(ctx context.Context) ([]User, error) {
 	return us, wrap(s.fillGroups(ctx, us), nil, "list users")
 }
 
+// UserGroups is the groups of each named user, by name ([] for a user in
+// none; a name that is no user is left out), in one query: what an
+// admission reads of the users, without every user's record (issue #26).
+func (s *Store) UserGroups(ctx context.Context, names []string) (map[string][]string, error) {
+	out := make(map[string][]string, len(names))
+	if len(names) == 0 {
+		return out, nil
+	}
+	var rows []struct {
+		User  string
+		Group *string
+	}
+	err := s.db.WithContext(ctx).Table("users AS u").
+		Select("u.name AS user, g.name AS \"group\"").
+		Joins("LEFT JOIN group_members AS m ON m.user_id = u.id").
+		Joins("LEFT JOIN groups AS g ON g.id = m.group_id").
+		Where("u.name IN ?", names).Order("u.name, g.name").Scan(&rows).Error
+	if err != nil {
+		return nil, wrap(err, nil, "read the groups of %d users", len(names))
+	}
+	for _, r := range rows {
+		gs, ok := out[r.User]
+		if !ok {
+			gs = []string{}
+		}
+		if r.Group != nil {
+			gs = append(gs, *r.Group)
+		}
+		out[r.User] = gs
+	}
+	return out, nil
+}
+
 func (s *Store) fillGroups(ctx context.Context, us []User) error {
 	if len(us) == 0 {
 		return nil

@@ -168,3 +168,55 @@ func TestTokens(t *testing.T) {
 		}
 	})
 }
+
+// TestUserGroups: the groups of the named users agree with ListUsers', a
+// user in none has [], a name that is no user is left out.
+func TestUserGroups(t *testing.T) {
+	ctx := context.Background()
+	eachDriver(t, func(t *testing.T, s *Store, _ *testDB) {
+		mustUser(t, s, "alice", "render", "ml")
+		mustUser(t, s, "bob", "ml")
+		if err := s.CreateUser(ctx, &User{Name: "carol"}); err != nil {
+			t.Fatal(err)
+		}
+		mustUser(t, s, "dave", "vis")
+		for _, tc := range []struct {
+			names []string
+			want  map[string][]string
+		}{
+			{nil, map[string][]string{}},
+			{[]string{"alice"}, map[string][]string{"alice": {"ml", "render"}}},
+			{[]string{"alice", "bob", "carol", "nobody"}, map[string][]string{"alice": {"ml", "render"}, "bob": {"ml"}, "carol": {}}},
+		} {
+			got, err := s.UserGroups(ctx, tc.names)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(got) != len(tc.want) {
+				t.Fatalf("UserGroups(%q) = %v, want %v", tc.names, got, tc.want)
+			}
+			for name, gs := range tc.want {
+				if g, ok := got[name]; !ok || g == nil || !slices.Equal(g, gs) {
+					t.Fatalf("UserGroups(%q)[%s] = %#v, want %#v", tc.names, name, g, gs)
+				}
+			}
+		}
+		us, err := s.ListUsers(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		for _, u := range us {
+			names = append(names, u.Name)
+		}
+		got, err := s.UserGroups(ctx, names)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, u := range us {
+			if !slices.Equal(got[u.Name], u.Groups) {
+				t.Errorf("%s: UserGroups %q, ListUsers %q", u.Name, got[u.Name], u.Groups)
+			}
+		}
+	})
+}

@@ -183,6 +183,9 @@ func runScale(tb testing.TB, cfg scaleConfig, out io.Writer) []sizeResult {
 	for _, size := range cfg.sizes {
 		sr := sizeResult{}
 		if size > queued {
+			if cfg.profile != "" {
+				go r.saveProfile(filepath.Join(cfg.profile, fmt.Sprintf("fill-%d.pprof", size)), 20*time.Second)
+			}
 			sr.createRate, sr.createTimes, sr.createFails = r.fill(size - queued)
 		}
 		queued = max(queued, size)
@@ -598,7 +601,8 @@ func printGrowth(w io.Writer, res []sizeResult) {
 }
 
 // saveProfile fetches gpuvmd's CPU profile over d from its debug listener
-// into path.
+// into path (at each size: over the first 20 s of the fill, and over the
+// idle window).
 func (r *scaleRun) saveProfile(path string, d time.Duration) {
 	secs := max(1, int(d.Round(time.Second)/time.Second))
 	resp, err := http.Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", r.debugAddr, secs))
@@ -618,7 +622,7 @@ func (r *scaleRun) saveProfile(path string, d time.Duration) {
 		r.tb.Logf("CPU profile: %v", err)
 		return
 	}
-	r.tb.Logf("gpuvmd's CPU profile while idle: %s", path)
+	r.tb.Logf("gpuvmd's CPU profile: %s", path)
 }
 
 // freeLoopback is a loopback address with a port free a moment ago.

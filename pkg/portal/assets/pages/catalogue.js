@@ -76,13 +76,23 @@ export default function Catalogue({session}) {
   const [keys, setKeys] = useState([]);
   const [error, setError] = useState(null);
   const me = session.user.name;
+  const load = () => Promise.all([api.call('GET', '/v1/profiles'), api.call('GET', '/v1/hosts')])
+    .then(([ps, hs]) => { setProfiles(ps); setHosts(hs.items || []); })
+    .catch(setError);
   useEffect(() => {
-    Promise.all([api.call('GET', '/v1/profiles'), api.call('GET', '/v1/hosts')])
-      .then(([ps, hs]) => { setProfiles(ps); setHosts(hs.items || []); })
-      .catch(setError);
+    load();
     // Kept keys are a help, not a need: a server without them fills none.
     api.sshKeys(me).then((r) => setKeys(r.keys || [])).catch(() => {});
   }, []);
+  // A profile's next free time not computed yet, or computed before the
+  // queue's last change, is being made (estimate_stale): no event says
+  // when it is done, so read once more a moment later.
+  const stale = (profiles || []).some((p) => p.estimate_stale);
+  useEffect(() => {
+    if (!stale) return undefined;
+    const again = setTimeout(load, 3000);
+    return () => clearTimeout(again);
+  }, [stale, profiles]);
   return html`<${Header} session=${session} />
   <main id="main" tabindex="-1">
     <h1>${t('catalogue')}</h1>
