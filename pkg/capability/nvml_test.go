@@ -10,6 +10,7 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
 
 	"github.com/gpuvm/gpuvm/pkg/gpu"
+	"github.com/gpuvm/gpuvm/pkg/host/sim"
 )
 
 // device is a go-nvml mock GPU at bus ID busID whose vGPU metadata answers
@@ -99,5 +100,37 @@ func TestNVMLDecides(t *testing.T) {
 		if s.Suspend.Can != tc.can || !strings.Contains(s.Suspend.Reason, tc.says) {
 			t.Errorf("%s %s on %s: suspend %v %q; want %v %q", tc.kind, tc.addr, tc.hv, s.Suspend.Can, s.Suspend.Reason, tc.can, tc.says)
 		}
+	}
+}
+
+// The simulated host answers through the same probe and every answer says
+// it is simulated: its vGPU GPUs migrate, its passthrough-only GPU not.
+func TestProbeSimulatedHost(t *testing.T) {
+	h, err := sim.Open(t.TempDir(), "mixed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := ProbeNVML(h.NVML(), true)
+	if !f.Known || !f.Simulated || len(f.Migration) != 5 {
+		t.Fatalf("%+v", f)
+	}
+	var yes, no []string
+	for a, m := range f.Migration {
+		if m {
+			yes = append(yes, a)
+		} else {
+			no = append(no, a)
+		}
+	}
+	if len(yes) != 4 || len(no) != 1 {
+		t.Fatalf("migrating %v, not %v", yes, no)
+	}
+	s := Of(Input{Profile: "p", GPU: gpu.KindVGPU, DiskFormat: "qcow2", Hypervisor: modern, Driver: f.For(yes[:1])})
+	if !s.Suspend.Can || !strings.Contains(s.Suspend.Reason, "(the simulated host's NVML) (simulated host)") ||
+		!strings.Contains(s.Basis, "the simulated host's NVML reports vGPU migration support") {
+		t.Errorf("%+v", s)
+	}
+	if s := Of(Input{Profile: "p", GPU: gpu.KindVGPU, Hypervisor: modern, Driver: f.For(no)}); s.Suspend.Can || !strings.Contains(s.Suspend.Reason, "simulated host") {
+		t.Errorf("%+v", s.Suspend)
 	}
 }
