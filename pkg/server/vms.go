@@ -382,6 +382,7 @@ func (s *Server) getVM(c *gin.Context) {
 	}
 	s.addLiveInfo(c, vm, &out) // addresses and console: here only, never in lists
 	s.addLicenses(c, vm, &out) // licensing.go
+	out.Capabilities = s.vmCapabilities(c, vm, allocs) // capabilities.go
 	// The estimated start of a queued VM (estimate.go).
 	s.vmEstimate(c.Request.Context(), vm, &out)
 	sayVM(c, &out)
