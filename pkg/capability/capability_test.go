@@ -178,3 +178,11 @@ func TestNVMLFactsFor(t *testing.T) {
 		t.Errorf("%+v", got)
 	}
 }
+
+// libvirt's test driver names itself "TEST" (hypervisor.Conn.Driver).
+func TestTestDriverSpelling(t *testing.T) {
+	h := HypervisorOf("TEST", 9000000, 2)
+	if h.isQEMU() || h.String() != "libvirt 9.0.0, the test driver (test:///default) 0.0.2 (not QEMU)" {
+		t.Errorf("%+v %s", h, h)
+	}
+}
