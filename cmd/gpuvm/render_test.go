@@ -73,3 +73,40 @@ func TestPrintVMLicense(t *testing.T) {
 		}
 	}
 }
+
+// gpuvm show prints what the VM's state allows, with the server's reasons
+// (testdata/show-capabilities.txt; go test -run PrintVMCapabilities -update).
+func TestPrintVMCapabilities(t *testing.T) {
+	at := time.Date(2025, 3, 4, 10, 0, 0, 0, time.Local)
+	vm := api.VM{ID: "vm-1", Name: "box", Owner: "ann", Profile: "render", State: "stopped", Hours: 8, CreatedAt: at, UpdatedAt: at,
+		GPUs: []api.VMGPU{{Address: "0000:41:00.0", Kind: "vgpu", Type: "L40S-12Q"}},
+		Capabilities: &api.VMCapabilities{
+			DiskSnapshot:   api.Capability{Can: true, Reason: "quiesced (file systems frozen through the guest agent) when the agent answers, else crash-consistent"},
+			MemorySnapshot: api.Capability{Reason: "QEMU 7.2 is older than 8.1, which VFIO migration needs"},
+			Suspend:        api.Capability{Reason: "QEMU 7.2 is older than 8.1, which VFIO migration needs"},
+			LiveMigration:  api.Capability{Reason: "QEMU 7.2 is older than 8.1, which VFIO migration needs"},
+			Basis:          "libvirt 9.0.0, QEMU 7.2.0; NVIDIA driver: the simulated host's NVML reports vGPU migration support",
+		}}
+	var b strings.Builder
+	if err := printVM(&b, vm, at); err != nil {
+		t.Fatal(err)
+	}
+	golden := filepath.Join("testdata", "show-capabilities.txt")
+	if *update {
+		if err := os.WriteFile(golden, []byte(b.String()), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(golden)
+	if err != nil {
+		t.Fatalf("%v (go test -run PrintVMCapabilities -update)", err)
+	}
+	if b.String() != string(want) {
+		t.Errorf("gpuvm show:\n%s\nwant:\n%s", b.String(), want)
+	}
+	vm.Capabilities = nil
+	b.Reset()
+	if err := printVM(&b, vm, at); err != nil || strings.Contains(b.String(), "Can:") {
+		t.Errorf("no capabilities, no section: %v\n%s", err, b.String())
+	}
+}

@@ -698,7 +698,10 @@ network, and its one-time password (gpuvm credentials) when its guest uses one. 
 queue and its expected start, which gpuvmd predicts by replaying the queue, the
 running leases and the reservations through its scheduler ("Expected start:
 14:20 (in 35 min, uncertain: leases may be extended)"; uncertain says what may
-move it; VMs deleted before their lease ends make it sooner).
+move it; VMs deleted before their lease ends make it sooner). Always: what its
+state allows ("Can:"): a disk snapshot, a RAM snapshot, suspend and live
+migration, each yes or no with the reason, judged on its profile's GPU kind and
+disk and the host's libvirt, QEMU and NVIDIA driver.
 
 Output: a description by default; --json prints the api.VM.
 ` + connectionHelp + "\n" + exitHelp,
@@ -776,9 +779,34 @@ func printVM(w io.Writer, vm api.VM, now time.Time) error {
 	}
 	fmt.Fprintf(tw, "  Lease:\t%s\n", describeLease(vm, now))
 	printAccess(tw, vm)
+	printCapabilities(tw, vm.Capabilities)
 	fmt.Fprintf(tw, "  Created:\t%s\n", vm.CreatedAt.Local().Format(time.DateTime))
 	fmt.Fprintf(tw, "  Updated:\t%s\n", vm.UpdatedAt.Local().Format(time.DateTime))
 	return tw.Flush()
+}
+
+// printCapabilities is the "Can:" section of gpuvm show: what the VM's
+// state allows, each yes or no with the server's reason, and what the
+// answers rest on (the host's libvirt, QEMU and NVIDIA driver).
+func printCapabilities(tw io.Writer, c *api.VMCapabilities) {
+	if c == nil {
+		return
+	}
+	label := "Can:"
+	for _, x := range []struct {
+		name string
+		c    api.Capability
+	}{{"disk snapshot", c.DiskSnapshot}, {"RAM snapshot", c.MemorySnapshot}, {"suspend", c.Suspend}, {"live migration", c.LiveMigration}} {
+		yes := "no"
+		if x.c.Can {
+			yes = "yes"
+		}
+		fmt.Fprintf(tw, "  %s\t%s: %s (%s)\n", label, x.name, yes, x.c.Reason)
+		label = ""
+	}
+	if c.Basis != "" {
+		fmt.Fprintf(tw, "  \tjudged on: %s\n", c.Basis)
+	}
 }
 
 // describeEstimate is a queued VM's estimated start for people: "14:20

@@ -231,6 +231,9 @@ func serve(ctx context.Context, o options, cfg *liveConfig, log *slog.Logger) er
 		deps.Config = cfg
 	}
 	deps.Consoles = hv // the console and tunnel proxies find displays and guest addresses here
+	// What VMs' state allows: the host's versions and NVML, read once
+	// (capabilities.go).
+	deps.Capabilities = hostFacts(ctx, o, hv, log)
 	// The stored disk images: import, publish, uploads (images.go).
 	deps.Images = openImages(ctx, o, cfg, st, hv, orch, profiles, log)
 	// A profile whose image, kernel or template is missing is marked

@@ -79,6 +79,13 @@ type VM struct {
 	// absent when the VM's profile no longer exists.
 	Access *VMAccess `json:"access,omitempty"`
 
+	// Capabilities say what can be done to the VM's state — a disk
+	// snapshot, a memory snapshot, suspend, live migration — each with the
+	// reason in words, from its profile (GPU kind, disk, virtiofs
+	// filesystems), its host's libvirt and QEMU and what the NVIDIA driver
+	// reports (pkg/capability). GET /v1/vms/{id} only (never in lists).
+	Capabilities *VMCapabilities `json:"capabilities,omitempty"`
+
 	// QueuePosition is the VM's place in the queue while it is queued and
 	// ranked (1 = next), as the last scheduling round saw it; absent
 	// otherwise (not queued, or waiting for its start time or for a GPU
@@ -176,6 +183,35 @@ type VMAccess struct {
 	// PasswordReadAt is when the one-time desktop password was read
 	// (Password is then false: there is none left to read).
 	PasswordReadAt *time.Time `json:"password_read_at,omitempty"`
+}
+
+// VMCapabilities are what can be done to a VM's state (VM.Capabilities).
+type VMCapabilities struct {
+	// DiskSnapshot: a disk-only snapshot of the qcow2 system disk, whatever
+	// the GPU; quiesced through the guest agent when it answers, else
+	// crash-consistent.
+	DiskSnapshot Capability `json:"disk_snapshot"`
+	// MemorySnapshot: a snapshot with the VM's memory (RAM) and device
+	// state.
+	MemorySnapshot Capability `json:"memory_snapshot"`
+	// Suspend: the VM's memory and device state saved to disk and the VM
+	// stopped, to resume where it was (managed save).
+	Suspend Capability `json:"suspend"`
+	// LiveMigration: moved to another host while it runs.
+	LiveMigration Capability `json:"live_migration"`
+	// Basis says what the answers rest on: the host's libvirt and QEMU,
+	// and the NVIDIA driver's answer ("libvirt 9.0.0, QEMU 7.2.0; NVIDIA
+	// driver: the simulated host's NVML reports vGPU migration support").
+	Basis string `json:"basis"`
+}
+
+// Capability is one thing that can or cannot be done, and why.
+type Capability struct {
+	Can bool `json:"can"`
+	// Reason says why in words ("a passthrough GPU cannot be suspended:
+	// its state cannot be saved", "QEMU 7.2 is older than 8.1, which VFIO
+	// migration needs").
+	Reason string `json:"reason"`
 }
 
 // VMAddress is an IP address of a running VM's guest.

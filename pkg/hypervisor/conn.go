@@ -428,3 +428,30 @@ func isCode(err error, codes ...libvirt.ErrorNumber) bool {
 	}
 	return false
 }
+
+// Versions are the versions libvirt reports on a connection, in libvirt's
+// encoding (major*1,000,000 + minor*1,000 + release).
+type Versions struct {
+	// Driver is the hypervisor driver ("QEMU", "Test").
+	Driver string
+	// Library is libvirt's own version (virConnectGetLibVersion: the
+	// daemon's, for a remote connection).
+	Library uint32
+	// Hypervisor is the hypervisor's version (virConnectGetVersion): QEMU's
+	// for the QEMU driver; the test driver reports its own (0.0.2), not
+	// any QEMU's.
+	Hypervisor uint32
+}
+
+// Versions reads libvirt's and the hypervisor's versions.
+func (c *Conn) Versions(ctx context.Context) (Versions, error) {
+	lib, err := call(ctx, c, "libvirt version", 0, func() (uint32, error) { return c.lv.GetLibVersion() }, nil)
+	if err != nil {
+		return Versions{}, err
+	}
+	hv, err := call(ctx, c, "hypervisor version", 0, func() (uint32, error) { return c.lv.GetVersion() }, nil)
+	if err != nil {
+		return Versions{}, err
+	}
+	return Versions{Driver: c.driver, Library: lib, Hypervisor: hv}, nil
+}

@@ -686,3 +686,16 @@ func assertNothingLeft(t *testing.T, c *Conn, pool, dir string, req VMRequest) {
 		}
 	}
 }
+
+// test:///default reports libvirt's version and its own hypervisor version
+// (0.0.2), not QEMU's.
+func TestVersionsTestDriver(t *testing.T) {
+	c := openTest(t)
+	v, err := c.Versions(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.EqualFold(v.Driver, "test") || v.Library < 1000000 || v.Hypervisor != 2 {
+		t.Errorf("%+v", v)
+	}
+}

@@ -21,6 +21,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/gpuvm/gpuvm/pkg/api"
+	"github.com/gpuvm/gpuvm/pkg/capability"
 	"github.com/gpuvm/gpuvm/pkg/client/clienttest"
 	"github.com/gpuvm/gpuvm/pkg/gpu"
 	"github.com/gpuvm/gpuvm/pkg/store"
@@ -562,4 +563,65 @@ profile "tiny" {
 		t.Errorf("the admin is offered ann's password: %q", s)
 	}
 	b2.check("vms-admin-everyone")
+}
+
+// A VM's card says what its state allows — disk and RAM snapshots, suspend,
+// live migration — with the server's reasons, in English and in Chinese.
+func TestVMsPageShowsCapabilities(t *testing.T) {
+	needBrowser(t)
+	env := clienttest.New(t, clienttest.Options{Profiles: profiles, Host: "test-host", Capabilities: &capability.Host{
+		Hypervisor: capability.HypervisorOf("QEMU", 9000000, 7002000), // Debian 12: libvirt 9.0, QEMU 7.2
+		NVML:       capability.NVMLFacts{Known: true, Simulated: true, Migration: map[string]bool{"0000:41:00.0": true}},
+	}})
+	upHost(t, env.Store)
+	apiCreate(t, env, api.CreateVMRequest{Profile: "mig-small", Name: "nb"})
+	b := newBrowser(t, env.URL, false)
+	b.signIn(env.UserToken)
+	b.run(chromedp.Navigate(env.URL + "/vms"))
+	b.openCapabilities("nb")
+	for sel, want := range map[string]string{
+		`#vm-nb-caps summary`:                         "What its state allows",
+		`#vm-nb-caps [data-cap="disk_snapshot"] dt`:   "Disk snapshot",
+		`#vm-nb-caps [data-cap="disk_snapshot"] dd`:   "no the VM has no disk (it boots a kernel directly)",
+		`#vm-nb-caps [data-cap="memory_snapshot"] dt`: "RAM snapshot",
+		`#vm-nb-caps [data-cap="memory_snapshot"] dd`: "no QEMU 7.2 is older than 8.1, which VFIO migration needs",
+		`#vm-nb-caps [data-cap="suspend"] dt`:         "Suspend",
+		`#vm-nb-caps [data-cap="suspend"] dd`:         "no QEMU 7.2 is older than 8.1, which VFIO migration needs",
+		`#vm-nb-caps [data-cap="live_migration"] dt`:  "Live migration",
+		`#vm-nb-caps [data-cap="live_migration"] dd`:  "no QEMU 7.2 is older than 8.1, which VFIO migration needs",
+		`#vm-nb-caps .basis`:                          "Judged on: libvirt 9.0.0, QEMU 7.2.0",
+	} {
+		if got := b.text(sel); !strings.Contains(got, want) {
+			t.Errorf("%s: %q, want %q", sel, got, want)
+		}
+	}
+	b.check("vms-capabilities")
+
+	b.eval(`document.cookie = 'gpuvm_lang=zh-CN; path=/'`, nil)
+	b.run(chromedp.Navigate(env.URL + "/vms"))
+	b.openCapabilities("nb")
+	for sel, want := range map[string]string{
+		`#vm-nb-caps summary`:                        "其状态允许的操作",
+		`#vm-nb-caps [data-cap="disk_snapshot"] dt`:  "磁盘快照",
+		`#vm-nb-caps [data-cap="disk_snapshot"] dd`:  "不可以 该虚拟机没有磁盘（它直接引导内核）",
+		`#vm-nb-caps [data-cap="suspend"] dd`:        "不可以 QEMU 7.2 早于 VFIO 迁移所需的 8.1",
+		`#vm-nb-caps [data-cap="live_migration"] dt`: "热迁移",
+		`#vm-nb-caps .basis`:                         "依据：libvirt 9.0.0, QEMU 7.2.0",
+	} {
+		if got := b.text(sel); !strings.Contains(got, want) {
+			t.Errorf("%s in Chinese: %q, want %q", sel, got, want)
+		}
+	}
+	if en := b.text(`#vm-nb-caps`); strings.Contains(en, "older than") || strings.Contains(en, "What its state") {
+		t.Errorf("English left in Chinese:\n%s", en)
+	}
+	b.check("vms-capabilities-zh")
+}
+
+// openCapabilities opens the capabilities of VM name's card once its
+// details (GET /v1/vms/{id}) are drawn: the list may redraw it first.
+func (b *browser) openCapabilities(name string) {
+	b.t.Helper()
+	b.waitFor(name+"'s capabilities", `(() => { const d = document.querySelector('#vm-`+name+`-caps');
+	  if (!d) return false; d.open = true; return d.querySelector('[data-cap="suspend"] .why').innerText !== ''; })()`)
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/gpuvm/gpuvm/pkg/api"
 	"github.com/gpuvm/gpuvm/pkg/backend"
+	"github.com/gpuvm/gpuvm/pkg/capability"
 	"github.com/gpuvm/gpuvm/pkg/config"
 	"github.com/gpuvm/gpuvm/pkg/portal"
 	"github.com/gpuvm/gpuvm/pkg/store"
@@ -122,6 +123,11 @@ type Deps struct {
 	// *images.Availability), in words with no server path; nil: nothing
 	// is checked.
 	Availability ProfileAvailability
+	// Capabilities are this host's libvirt and QEMU versions and NVML's
+	// answers, read once at start (pkg/capability): GET /v1/vms/{id} says
+	// from them what the VM's state allows. nil: the answers say the
+	// versions are not known.
+	Capabilities *capability.Host
 }
 
 // ProfileAvailability says why a VM of profile p of cfg cannot be made on

@@ -380,8 +380,9 @@ func (s *Server) getVM(c *gin.Context) {
 	if vm.Host != "" && vm.State != store.VMDeleted {
 		out.HostState = s.hostStates(c.Request.Context())[vm.Host] // fleet.go
 	}
-	s.addLiveInfo(c, vm, &out) // addresses and console: here only, never in lists
-	s.addLicenses(c, vm, &out) // licensing.go
+	s.addLiveInfo(c, vm, &out)                         // addresses and console: here only, never in lists
+	s.addLicenses(c, vm, &out)                         // licensing.go
+	out.Capabilities = s.vmCapabilities(c, vm, allocs) // capabilities.go
 	// The estimated start of a queued VM (estimate.go).
 	s.vmEstimate(c.Request.Context(), vm, &out)
 	sayVM(c, &out)

@@ -23,6 +23,7 @@ import (
 
 	"github.com/gpuvm/gpuvm/pkg/api"
 	"github.com/gpuvm/gpuvm/pkg/backend"
+	"github.com/gpuvm/gpuvm/pkg/capability"
 	"github.com/gpuvm/gpuvm/pkg/config"
 	"github.com/gpuvm/gpuvm/pkg/hypervisor"
 	"github.com/gpuvm/gpuvm/pkg/hypervisor/domain"
@@ -100,6 +101,9 @@ type Options struct {
 	// Admission applies a sharing policy to the VMs asked for (nil: none,
 	// as a server without one).
 	Admission server.Admitter
+	// Capabilities are the host's facts GET /v1/vms/{id} judges VMs'
+	// capabilities on (nil: not known).
+	Capabilities *capability.Host
 }
 
 // New starts an Env; it stops with the test.
@@ -154,6 +158,7 @@ func New(t testing.TB, o Options) *Env {
 		Host: o.Host, Consoles: e.Guests, EventPoll: 10 * time.Millisecond, Orphans: o.Orphans, Images: o.Images, SignIn: o.SignIn, OIDC: o.OIDC, Bookings: booker,
 		Availability: o.Availability,
 		Admission:    o.Admission,
+		Capabilities: o.Capabilities,
 	})
 	srv := httptest.NewServer(api)
 	e.URL = srv.URL

@@ -228,6 +228,21 @@ func (h *Host) reportState(d *mock.Device, addr string) {
 		})
 		return hm, ret
 	}
+	// The simulated vGPU manager supports migration on every vGPU-capable
+	// GPU (pgpuVirtualizationCaps bit 0, as vGPU 17+ on KVM reports);
+	// others are not driven by a vGPU manager.
+	d.GetVgpuMetadataFunc = func() (nvml.VgpuPgpuMetadata, nvml.Return) {
+		var md nvml.VgpuPgpuMetadata
+		ret := h.withGPU(addr, func(g *gpuState) nvml.Return {
+			if !g.model().VGPU {
+				return nvml.ERROR_NOT_SUPPORTED
+			}
+			putCString(md.HostDriverVersion[:], DriverVersion)
+			md.PgpuVirtualizationCaps = 1
+			return nvml.SUCCESS
+		})
+		return md, ret
+	}
 	d.GetUtilizationRatesFunc = func() (nvml.Utilization, nvml.Return) {
 		s, _, err := h.st.read()
 		if err != nil {

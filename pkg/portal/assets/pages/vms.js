@@ -50,6 +50,8 @@ addWords({
     vm_passwordRead: 'This password was read on {at}. It is shown only once and gpuvmd keeps no copy: set a new one inside the guest (gpuvm ssh {name}, then passwd), or make a new VM.',
     vm_openConsole: 'Console', vm_ssh: 'SSH', vm_owner: 'Owner',
     vm_everyone: 'Everybody\'s VMs', vm_everyoneHint: 'As an admin you may show everybody\'s VMs here, with their owners.',
+    vm_caps: 'What its state allows', vm_capDisk: 'Disk snapshot', vm_capMemory: 'RAM snapshot', vm_capSuspend: 'Suspend',
+    vm_capMigrate: 'Live migration', vm_capYes: 'yes', vm_capNo: 'no', vm_capBasis: 'Judged on: {basis}',
   },
   'zh-CN': {
     vm_licensed: '已授权', vm_grace: '未授权：宽限期内，之后将被限速', vm_unlicensed: '未授权：已被限速（请联系管理员{admin}）',
@@ -91,6 +93,8 @@ addWords({
     vm_passwordRead: '该密码已于 {at} 被读取。密码只显示一次，gpuvmd 不保留副本：请在客户机内设置新密码（gpuvm ssh {name}，然后 passwd），或新建虚拟机。',
     vm_openConsole: '控制台', vm_ssh: 'SSH', vm_owner: '所有者',
     vm_everyone: '所有人的虚拟机', vm_everyoneHint: '作为管理员，你可以在这里显示所有人的虚拟机及其所有者。',
+    vm_caps: '其状态允许的操作', vm_capDisk: '磁盘快照', vm_capMemory: '内存快照', vm_capSuspend: '挂起',
+    vm_capMigrate: '热迁移', vm_capYes: '可以', vm_capNo: '不可以', vm_capBasis: '依据：{basis}',
   },
 });
 
@@ -389,6 +393,7 @@ function VMCard({vm, prof, now, mine, panel, cred, onAct, onDesktop, onConsole, 
         : t('none')}</dd></div>
       ${running && acc.ssh && html`<div><dt>${t('vm_ssh')}</dt><dd class="ssh"><${Command} cmd=${'gpuvm ssh ' + vm.name} onCopy=${onCopy} /></dd></div>`}
     </dl>
+    ${vm.capabilities && html`<${Capabilities} id=${id + '-caps'} caps=${vm.capabilities} />`}
     <div class="buttons" role="group" aria-label=${t('actions', {name: vm.name})}>
       ${canDesktop && html`<button type="button" onClick=${onDesktop} aria-expanded=${proto === 'vnc' ? undefined : !!panel}>${t('openDesktop')}</button>`}
       ${canConsole && html`<button type="button" class="quiet" onClick=${onConsole}>${t('vm_openConsole')}</button>`}
@@ -411,6 +416,23 @@ function VMCard({vm, prof, now, mine, panel, cred, onAct, onDesktop, onConsole, 
     </section>`}
     ${cred && cred.error && html`<p class="notice error" role="alert" id=${id + '-password'}>${cred.error}</p>`}
   </li>`;
+}
+
+// capRows are the capabilities of GET /v1/vms/{id}, in the order shown.
+const capRows = [['disk_snapshot', 'vm_capDisk'], ['memory_snapshot', 'vm_capMemory'], ['suspend', 'vm_capSuspend'], ['live_migration', 'vm_capMigrate']];
+
+// Capabilities says what the VM's state allows — disk and RAM snapshots,
+// suspend, live migration — each yes or no with the server's reason (in
+// the page's language), and what the answers rest on.
+function Capabilities({id, caps}) {
+  return html`<details class="caps" id=${id}>
+    <summary>${t('vm_caps')}</summary>
+    <dl class="facts">${capRows.map(([key, word]) => {
+      const c = caps[key] || {};
+      return html`<div data-cap=${key}><dt>${t(word)}</dt><dd><strong class=${c.can ? 'can' : 'cannot'}>${t(c.can ? 'vm_capYes' : 'vm_capNo')}</strong> <span class="why">${c.reason}</span></dd></div>`;
+    })}</dl>
+    ${caps.basis && html`<p class="basis">${t('vm_capBasis', {basis: caps.basis})}</p>`}
+  </details>`;
 }
 
 // DesktopPanel says how to reach a desktop that is not the browser
