@@ -2,6 +2,9 @@ package orchestrator
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
+	"hash/fnv"
 	"time"
 
 	"github.com/gpuvm/gpuvm/pkg/policy"
@@ -17,20 +20,23 @@ import (
 //
 //   - the state is the newest event (every VM created, changed, queued
 //     again or deleted appends one), the reservations' stamp, the drained
-//     GPUs, the fleet's nodes (state, health, published inventory), the
-//     configuration in force and the time window now;
+//     GPUs, the fleet's nodes (state, health, published inventory), this
+//     host's backends' inventories as they keep them (not in the
+//     database), the configuration in force and the time window now;
 //   - the times are the start times of queued VMs, the ends and starts of
 //     time windows, and, while a reservation is booked, every Tick (its
 //     occurrences hold and release capacity as time goes);
-//   - whatever else moves with time alone (fair share's decay, a budget's
-//     period, this host's backends' inventories, which are not in the
-//     database) is caught by a full round at least every maxIdleRound.
+//   - whatever else moves with time alone (fair share's decay, which
+//     reorders the queue slowly; a budget's new period) is caught by a full
+//     round at least every maxIdleRound.
 //
 // A round that failed, or lost a claim, is not taken as a state seen: the
 // next Tick runs a full one.
 
-// maxIdleRound is the longest the worker goes without a full round.
-const maxIdleRound = 15 * time.Second
+// maxIdleRound is the longest the worker goes without a full round. With
+// ten thousand queued a full round costs a tenth of a second of CPU: every
+// minute is about 0.2 % of a core (issue #26), every 15 s was 0.7 %.
+const maxIdleRound = time.Minute
 
 // idleRound is what the last full round saw (guarded by roundMu).
 type idleRound struct {
@@ -97,5 +103,23 @@ func (dp *dispatcher) roundStamp(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return stamp + "\x00" + policy.ConfigStamp(dp.settings().Config, dp.st.Now()), nil
+	return stamp + "\x00" + dp.inventoryStamp(ctx) + "\x00" + policy.ConfigStamp(dp.settings().Config, dp.st.Now()), nil
+}
+
+// inventoryStamp fingerprints this host's backends' inventories as they
+// keep them current (what a round places on): a device made or removed
+// behind gpuvmd's back, a GPU's mode changed, a backend restarted. A
+// backend that does not answer leaves its part out (a round says so).
+func (dp *dispatcher) inventoryStamp(ctx context.Context) string {
+	if dp.fleet == nil || dp.fleet.backends.Backends == nil {
+		return ""
+	}
+	invs, _ := dp.fleet.backends.currentInventoriesOf(ctx, dp.fleet.backends.Names())
+	b, err := json.Marshal(invs) // map keys sorted; pointers followed
+	if err != nil {
+		return ""
+	}
+	h := fnv.New128a()
+	h.Write(b)
+	return fmt.Sprintf("%x", h.Sum(nil))
 }

@@ -6,6 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
+
+	"github.com/gpuvm/gpuvm/pkg/backend"
 	"github.com/gpuvm/gpuvm/pkg/store"
 )
 
@@ -62,6 +65,20 @@ func TestIdleRoundSkipped(t *testing.T) {
 	for i := 0; round(); i++ { // the VM's creation writes as it goes
 		if i == 10 {
 			t.Fatal("rounds keep running with nothing changing")
+		}
+	}
+	// A device made on this host behind gpuvmd's back: its backend's
+	// inventory changed, not the database.
+	b, _ := e.l.Backend("vgpu")
+	if _, err := b.Create(ctx, backend.CreateRequest{GPU: "0000:21:00.0", Type: "L40S-12Q", VMUUID: uuid.NewString()}); err != nil {
+		t.Fatal(err)
+	}
+	if !round() {
+		t.Fatal("no round after the host's inventory changed")
+	}
+	for i := 0; round(); i++ {
+		if i == 10 {
+			t.Fatal("rounds keep running with nothing changing after the inventory's change")
 		}
 	}
 	advance(maxIdleRound)
