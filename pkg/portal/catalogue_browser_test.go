@@ -44,14 +44,23 @@ policy {
 
 // nextFreeAt stands in for the estimate of when a GPU of a profile none of
 // which is free will be (the profiles' next_free_at, another part of the
-// issue): the page's fetch of /v1/profiles gets it added to render-l40s.
+// issue): the page's first fetch of /v1/profiles says every estimate is
+// being made (estimate_stale, as gpuvmd answers the first time a person
+// asks), the later ones have it added to render-l40s.
+// window.profilesFetched counts the fetches.
 const nextFreeAt = `(() => {
   const real = window.fetch;
+  window.profilesFetched = 0;
   window.fetch = async (input, init) => {
     const r = await real(input, init);
     if (String(input) !== '/v1/profiles' || !r.ok) return r;
     const ps = await r.json();
-    for (const p of ps) if (p.name === 'render-l40s') p.next_free_at = %q;
+    const first = window.profilesFetched++ === 0;
+    for (const p of ps) {
+      if (first) { p.estimate_stale = true; delete p.next_free_at; continue; }
+      delete p.estimate_stale;
+      if (p.name === 'render-l40s') p.next_free_at = %q;
+    }
     return new Response(JSON.stringify(ps), {status: 200, headers: {'Content-Type': 'application/json'}});
   };
 })();`
@@ -87,14 +96,23 @@ func TestCatalogueInChromium(t *testing.T) {
 	if buttons != 0 {
 		t.Errorf("the unservable card has %d buttons", buttons)
 	}
-	// None free, and when the next is expected, in the viewer's time.
+	// None free, and when the next is expected, in the viewer's time:
+	// not in the first answer (being made), read again a moment later.
 	var about string
 	b.eval(fmt.Sprintf(`import('/portal/pages/catalogue.js').then((m) => m.aboutTime(%q))`, next), &about)
+	b.waitFor("the next free time, read again", `document.querySelector('li[aria-labelledby="profile-render-l40s"]').textContent.includes('the next one is expected')`)
 	l40s := b.text(`li[aria-labelledby="profile-render-l40s"]`)
 	if want := "none free: the next one is expected about " + about; about == "" || !strings.Contains(l40s, want) {
 		t.Errorf("the render-l40s card does not say %q:\n%s", want, l40s)
 	}
 	b.check("catalogue-availability")
+	// Fresh now: no more reading again.
+	time.Sleep(3500 * time.Millisecond)
+	var fetched int
+	b.eval(`window.profilesFetched`, &fetched)
+	if fetched != 2 {
+		t.Errorf("/v1/profiles was fetched %d times; want 2 (stale, then fresh)", fetched)
+	}
 
 	// What is free, as the server counted it by the placers, in the words
 	// of the kinds a profile would get: a profile of MIG or vGPU counts
