@@ -188,8 +188,15 @@ type placer interface {
 	// the busy horizon, the host and the GPU's index, all ≥ 0; host is the
 	// place of the host's hostKey (-1: none), gpu the place that is at
 	// least the GPU's index. Between empty GPUs of one signature the score
-	// must order as (hostKey, GPU index).
+	// must order as (hostKey, GPU index). The marked places other than host
+	// and gpu are the lease's extension of the GPU's busy horizon; each
+	// marked place is the GPU's own part (Inventory.own: hostKey, the
+	// index times unit, the extension) plus a part that depends on the
+	// GPU's signature alone, so that devices taken one after the other on a
+	// GPU leave its own part as it was (index_hosts.go relies on it).
 	varies(s Strategy) (m scoreMask, host, gpu int)
+	// unit is what the GPU's index is multiplied by at varies' gpu place.
+	unit() int64
 }
 
 // placerOf is the placer of kind k; nil for no device kind (KindAny, "").
