@@ -66,7 +66,8 @@
 // device after device, tells what each GPU of the bucket offers (its
 // chain); hosts are met through the buckets by a bound from their chains,
 // merged best bound first, and the search stops at one that cannot beat
-// the best host found.
+// the best host found. CountFits counts what fits without placing, GPU by
+// GPU, one GPU per bucket (fits.go).
 //
 // # The cycle
 //

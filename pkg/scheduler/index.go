@@ -96,6 +96,7 @@ type gpuIndex struct {
 	next []int32 // GPU → the next GPU of its bucket; -1 at the end
 	prev []int32 // GPU → the one before; -1 at the head
 	head []int32 // bucket → its first GPU; -1 (or past the end) when empty
+	size []int32 // bucket → how many GPUs it holds
 }
 
 // plain reports whether g is a plain GPU: one whose placement the index
@@ -147,7 +148,9 @@ func (x *gpuIndex) first(b int32) int32 {
 func (x *gpuIndex) add(gi, b int32) {
 	for int(b) >= len(x.head) {
 		x.head = append(x.head, -1)
+		x.size = append(x.size, 0)
 	}
+	x.size[b]++
 	x.of[gi] = b
 	x.prev[gi] = -1
 	x.next[gi] = x.head[b]
@@ -159,6 +162,7 @@ func (x *gpuIndex) add(gi, b int32) {
 
 func (x *gpuIndex) remove(gi int32) {
 	p, n := x.prev[gi], x.next[gi]
+	x.size[x.of[gi]]--
 	if p >= 0 {
 		x.next[p] = n
 	} else {
@@ -193,6 +197,7 @@ func (x *gpuIndex) clone() *gpuIndex {
 	c.next = append([]int32(nil), x.next...)
 	c.prev = append([]int32(nil), x.prev...)
 	c.head = append([]int32(nil), x.head...)
+	c.size = append([]int32(nil), x.size...)
 	return &c
 }
 

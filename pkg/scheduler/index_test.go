@@ -245,12 +245,17 @@ func checkIndex(t *testing.T, inv *Inventory) {
 	sigs, _ := x.tab.view()
 	for b := range x.head {
 		prev := int32(-1)
+		size := int32(0)
 		for gi := x.head[b]; gi >= 0; gi = x.next[gi] {
 			if x.of[gi] != int32(b) || x.prev[gi] != prev {
 				t.Fatalf("bucket %d's list is broken at GPU %d", b, gi)
 			}
 			prev = gi
 			members++
+			size++
+		}
+		if x.size[b] != size {
+			t.Fatalf("bucket %d holds %d GPUs, its size says %d", b, size, x.size[b])
 		}
 	}
 	plain := 0
