@@ -3,6 +3,7 @@ package scheduler
 import (
 	"fmt"
 	"math"
+	"time"
 
 	"github.com/gpuvm/gpuvm/pkg/gpu"
 )
@@ -37,11 +38,10 @@ type Fits struct {
 //
 // A plain GPU no hold touches runs as every GPU of its bucket does: one
 // run of one of them counts for the bucket. Hosts with a GPU that is not
-// plain, or with a hold, are run GPU by GPU on a scratch copy. A need of
-// several devices that several concrete devices meet, and booked capacity
-// of the requester (o.Own), still place one request after the other
-// (countByPlacing, also the reference TestCountFitsMatchesPlacing compares
-// with).
+// plain, or with a hold, are run GPU by GPU on a scratch copy. Booked
+// capacity of the requester (o.Own) still places one request after the
+// other (countByPlacing, also the reference TestCountFitsMatchesPlacing
+// compares with).
 func (inv *Inventory) CountFits(need Need, o PlaceOptions, limit int) Fits {
 	if need.Validate() != nil || limit <= 0 {
 		return Fits{}
@@ -62,10 +62,8 @@ func (inv *Inventory) CountFits(need Need, o PlaceOptions, limit int) Fits {
 		return Fits{}
 	case need.count() == 1:
 		inv.countOnes(cs, pc, limit, counts)
-	case len(cs) == 1:
-		counts[0] = inv.countSeveral(&cs[0], pc, limit)
 	default:
-		return inv.countByPlacing(need, o, limit)
+		inv.countSeveral(cs, pc, o.End, limit, counts)
 	}
 	f := Fits{}
 	for ci, n := range counts {
@@ -192,11 +190,37 @@ func (inv *Inventory) countOnes(cs []concrete, pc *placeCtx, limit int, counts [
 	}
 }
 
-// countSeveral is how many requests of c.count devices of c on one host are
-// placed one after the other (at most limit): host by host, the devices
-// its GPUs take one after the other, divided by c.count.
-func (inv *Inventory) countSeveral(c *concrete, pc *placeCtx, limit int) int {
+// countSeveral sets counts[ci] to the requests of c.count devices of
+// cs[ci] on one host placed one after the other, cs in order (each at
+// most limit), end being when they end. A host takes, of each, the devices
+// its GPUs take one after the other, divided by c.count. Which of its GPUs
+// get them only matters when a later concrete device follows: then the
+// hosts that took some are placed request by request on a scratch copy
+// (placeMany), fewer than limit of them.
+func (inv *Inventory) countSeveral(cs []concrete, pc *placeCtx, end time.Time, limit int, counts []int) {
 	run := inv.runHosts(pc)
+	changed := map[int][]gpuState{} // by host: its GPUs after the earlier cs
+	total := 0
+	for ci := range cs {
+		c := &cs[ci]
+		n, took := inv.hostsTake(c, pc, run, changed, limit-total)
+		counts[ci] = n
+		if total += n; total >= limit || ci == len(cs)-1 {
+			return
+		}
+		for _, ht := range took {
+			changed[ht.hi] = inv.placeMany(ht.hi, changed[ht.hi], c, pc, end, ht.n)
+		}
+	}
+}
+
+// hostTakes is how many requests host hi takes.
+type hostTakes struct{ hi, n int }
+
+// hostsTake is how many requests of c.count devices of c the hosts take
+// (at most limit), and which took some: as their GPUs are, or as changed
+// holds them.
+func (inv *Inventory) hostsTake(c *concrete, pc *placeCtx, run []bool, changed map[int][]gpuState, limit int) (int, []hostTakes) {
 	x := inv.idx
 	var takes []int32 // by bucket: what one of its GPUs takes; -1 not known
 	if x != nil {
@@ -208,29 +232,98 @@ func (inv *Inventory) countSeveral(c *concrete, pc *placeCtx, limit int) int {
 	free := pc.free()
 	most := addTimes(0, limit, c.count, math.MaxInt) // no host need be counted further
 	placed := 0
+	var took []hostTakes
 	for hi := range inv.hosts {
 		if placed >= limit {
 			break
 		}
 		h := &inv.hosts[hi]
-		if run[hi] {
-			n := []int{0}
-			inv.runHost(hi, []concrete{*c}, pc, most, n)
-			placed += n[0] / c.count
-			continue
-		}
 		n := 0
-		for gi := h.first; gi < h.first+h.n; gi++ {
-			b := x.of[gi]
-			if takes[b] < 0 {
-				g := inv.gpus[gi]
-				takes[b] = int32(inv.takeAll(gi, &g, nil, 0, c, free, most))
+		if gs, ok := changed[hi]; ok || run[hi] {
+			scratch := make([]gpuState, h.n)
+			if ok {
+				copy(scratch, gs)
+			} else {
+				copy(scratch, inv.gpus[h.first:h.first+h.n])
 			}
-			n += int(takes[b])
+			for j := range scratch {
+				n += inv.takeAll(h.first+j, &scratch[j], scratch, h.first, c, pc, most-n)
+			}
+		} else {
+			for gi := h.first; gi < h.first+h.n; gi++ {
+				b := x.of[gi]
+				if takes[b] < 0 {
+					g := inv.gpus[gi]
+					takes[b] = int32(inv.takeAll(gi, &g, nil, 0, c, free, most))
+				}
+				n += int(takes[b])
+			}
 		}
-		placed += n / c.count
+		if n /= c.count; n > 0 {
+			placed += n
+			took = append(took, hostTakes{hi, n})
+		}
 	}
-	return min(placed, limit)
+	return min(placed, limit), took
+}
+
+// placeMany places n requests of c.count devices of c on host hi, one
+// after the other, as Place and Allocate would, on scratch (its GPUs; nil:
+// as they are), which it returns.
+func (inv *Inventory) placeMany(hi int, scratch []gpuState, c *concrete, pc *placeCtx, end time.Time, n int) []gpuState {
+	h := &inv.hosts[hi]
+	if scratch == nil {
+		scratch = append([]gpuState(nil), inv.gpus[h.first:h.first+h.n]...)
+	}
+	if end.IsZero() {
+		end = never
+	}
+	for ; n > 0; n-- {
+		var picked []cand
+		if c.pl.whole() {
+			picked = inv.wholeOnScratch(h, scratch, c, pc)
+		} else if _, ok := inv.sharedOnScratch(h, scratch, c, pc, nil, &picked); !ok {
+			picked = nil
+		}
+		if picked == nil {
+			return scratch // not met: hostsTake counted what fits
+		}
+		for _, cd := range picked { // Allocate sets the busy horizons
+			g := &scratch[cd.gi-h.first]
+			if end.After(g.busy) {
+				g.busy = end
+			}
+			if c.pl.whole() {
+				for _, o := range g.group {
+					scratch[o-h.first].busy = end
+				}
+			}
+		}
+	}
+	return scratch
+}
+
+// wholeOnScratch is the whole GPUs placeOnHost (wholeOnHost) would give a
+// request of c on host h as scratch holds it, taken on scratch; nil when
+// they do not fit.
+func (inv *Inventory) wholeOnScratch(h *hostState, scratch []gpuState, c *concrete, pc *placeCtx) []cand {
+	var cands []cand
+	for j := range scratch {
+		if st, _ := inv.evalScratch(h.first+j, &scratch[j], scratch, h.first, c, pc, &pc.cd); st == stOK {
+			cands = append(cands, pc.cd)
+		}
+	}
+	p, _, ok := inv.wholeOnHost(h, c, cands, pc)
+	if !ok {
+		return nil
+	}
+	picked := make([]cand, 0, len(p.Devices))
+	for _, d := range p.Devices {
+		gi, _ := inv.gpuIndex(h.name, d.GPU)
+		picked = append(picked, cand{gi: gi})
+		applyScratch(&scratch[gi-h.first], scratch, h.first, cand{gi: gi}, c)
+	}
+	return picked
 }
 
 // addTimes is a + k×n (all ≥ 0), or limit if that is more.

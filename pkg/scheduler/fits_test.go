@@ -1,6 +1,7 @@
 package scheduler
 
 import (
+	"fmt"
 	"math/rand"
 	"reflect"
 	"testing"
@@ -22,7 +23,7 @@ func TestCountFitsMatchesPlacing(t *testing.T) {
 	scanBelow := indexFrom
 	needs := append(append([]Need(nil), equivNeeds...), severalNeeds...)
 	strategies := []Strategy{Pack, Spread, FirstFit, ""}
-	var compared, limited, exhausted, mixed, several int
+	var compared, limited, exhausted, mixed, several, severalMixed int
 	for seed := int64(1); seed <= 130; seed++ {
 		rng := rand.New(rand.NewSource(seed))
 		indexFrom = 0 // odd seeds: an index even on small clusters
@@ -72,12 +73,16 @@ func TestCountFitsMatchesPlacing(t *testing.T) {
 			}
 			if need.count() > 1 && want.N > 1 {
 				several++
+				if len(want.ByKind) > 1 {
+					severalMixed++
+				}
 			}
 		}
 		checkIndex(t, inv)
 	}
-	t.Logf("%d compared: %d up to the limit, %d until none fits, %d of several kinds, %d of several devices", compared, limited, exhausted, mixed, several)
-	if limited == 0 || exhausted < 50 || mixed == 0 || several < 20 {
+	t.Logf("%d compared: %d up to the limit, %d until none fits, %d of several kinds, %d of several devices (%d of several kinds)",
+		compared, limited, exhausted, mixed, several, severalMixed)
+	if limited == 0 || exhausted < 50 || mixed == 0 || several < 20 || severalMixed == 0 {
 		t.Errorf("the comparisons do not cover the cases")
 	}
 }
@@ -144,5 +149,86 @@ func TestCountFitsCases(t *testing.T) {
 		if !reflect.DeepEqual(got, tc.want) || !reflect.DeepEqual(placed, tc.want) {
 			t.Errorf("%s: counted %+v, placed %+v; want %+v", tc.name, got, placed, tc.want)
 		}
+	}
+}
+
+// TestPlaceManyAsAllocating checks that placeMany leaves a host's GPUs as
+// placing request after request on it and allocating each would: what
+// CountFits counts a later concrete device of a need on (what each GPU
+// holds, its busy horizon, its IOMMU-group companions).
+func TestPlaceManyAsAllocating(t *testing.T) {
+	strategies := []Strategy{Pack, Spread, FirstFit}
+	compared, groups := 0, 0
+	for seed := int64(1); seed <= 200; seed++ {
+		rng := rand.New(rand.NewSource(seed))
+		specs := randomSpecs(rng, 4)
+		if gs := specs[0].GPUs; len(gs) > 2 { // two whole GPUs that go together
+			for k := range gs[:2] {
+				gs[k].IOMMUGroup, gs[k].Allow, gs[k].Draining, gs[k].Unavailable = "pair", gpu.ModeAuto, false, ""
+			}
+		}
+		inv, err := NewInventory(specs, nil)
+		if err != nil {
+			t.Fatalf("seed %d: %v", seed, err)
+		}
+		vm := 0
+		fillRandom(rng, inv, &vm)
+		for step := 0; step < 10; step++ {
+			need := severalNeeds[rng.Intn(len(severalNeeds))]
+			if rng.Intn(3) == 0 { // whole GPUs: their IOMMU groups
+				need = Need{Kind: gpu.KindPassthrough, Count: 1 + rng.Intn(2)}
+			}
+			cs := inv.resolve(need)
+			if len(cs) == 0 {
+				continue
+			}
+			c := &cs[rng.Intn(len(cs))]
+			now := t0.Add(time.Duration(rng.Intn(4*60)) * time.Minute)
+			o := PlaceOptions{Strategy: strategies[rng.Intn(len(strategies))], Now: now}
+			if rng.Intn(4) > 0 {
+				o.End = now.Add(time.Duration(15+rng.Intn(10*60)) * time.Minute)
+			}
+			if rng.Intn(3) == 0 {
+				o.Holds = randomHolds(rng, inv, now)
+			}
+			hi := rng.Intn(len(inv.hosts))
+			h := &inv.hosts[hi]
+			// Placing and allocating, on a copy.
+			placed := inv.Clone()
+			n := 0
+			for ; ; n++ {
+				pc := placed.newCtx(o)
+				pc.only = hi
+				p, why := placed.placeConcrete(c, pc)
+				if !why.OK() {
+					break
+				}
+				if err := placed.Allocate(fmt.Sprint("m", n), p, o.End); err != nil {
+					t.Fatalf("seed %d step %d: %v", seed, step, err)
+				}
+			}
+			if n == 0 {
+				continue
+			}
+			got := inv.placeMany(hi, nil, c, inv.newCtx(o), o.End, n)
+			compared++
+			for j := range got {
+				if got[j].companion || (c.pl.whole() && got[j].owner != "" && len(got[j].group) > 0 && inv.gpus[h.first+j].owner == "") {
+					groups++
+					break
+				}
+			}
+			for j := range got {
+				g, w := &got[j], &placed.gpus[h.first+j]
+				if g.kind != w.kind || g.n != w.n || g.node != w.node || g.nv != w.nv || g.vmem != w.vmem || g.vtype != w.vtype ||
+					(g.owner == "") != (w.owner == "") || !g.busy.Equal(w.busy) {
+					t.Fatalf("seed %d step %d: %d× %s on %s: GPU %d is %+v after placeMany, %+v after placing", seed, step, n, c.describe(), h.name, j, g, w)
+				}
+			}
+		}
+	}
+	t.Logf("%d hosts compared, %d with whole GPUs given with their IOMMU group", compared, groups)
+	if compared < 200 || groups == 0 {
+		t.Errorf("only %d hosts compared, %d with IOMMU groups", compared, groups)
 	}
 }
