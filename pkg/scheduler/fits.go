@@ -177,6 +177,9 @@ func (inv *Inventory) countOnes(cs []concrete, pc *placeCtx, limit int, counts [
 	}
 	free := pc.free()
 	for b, n := range left {
+		if counts[0] >= limit {
+			return // the first concrete device alone reaches the limit
+		}
 		rep := int(x.first(int32(b)))
 		if n <= 0 || rep < 0 {
 			continue
