@@ -21,8 +21,8 @@ import "sync"
 // device, or with a hold, still go through placeOnHost.
 //
 // Nor is every host merged. Lexicographic order is kept by addition and by
-// multiplication by a positive number, and no part of a chain or own part
-// is below zero. If a GPU's chain averages at least A over any of its
+// multiplication by a positive number, and no own part is below zero
+// (hostKey, an index, a busy horizon's extension). If a GPU's chain averages at least A over any of its
 // prefixes (its floor, chainFloor), t devices on it score at least t×A;
 // a host's c.count devices score at least c.count times the least floor
 // of its GPUs, plus c.count times its least own part (hostFloor). Buckets
@@ -34,9 +34,10 @@ import "sync"
 // spread over its GPUs, each GPU at its floor and no more than its chain
 // allows (sharpen). The second time, it is merged. The search stops when
 // neither the heap nor the buckets left can beat the best total found.
-// The best host, the least total then the lowest index as placeOnHost's
-// loop took it, is then placed by placeOnHost itself. TestPlaceMatchesReference
-// compares the outcome with the look at every host.
+// The best host (the least total, then the lowest index, as placeOnHost's
+// loop over every host took it) is then placed by placeOnHost itself.
+// TestPlaceMatchesReference and TestPlaceSeveralMatchesReference compare
+// the outcome with placeOnHost on every host.
 
 // ownParts is what Inventory.own needs of a placement, looked up once.
 type ownParts struct {
