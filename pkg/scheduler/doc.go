@@ -60,8 +60,14 @@
 // that are not plain and GPUs a hold touches are looked at one by one. The
 // result is that of a look at every GPU, Reason included
 // (TestPlaceMatchesReference keeps that look as the reference). A need of
-// several whole GPUs tries hosts by a bound in the same way; several MIG
-// instances or vGPUs on one host still try every host with room.
+// several whole GPUs tries hosts by a bound in the same way. Several MIG
+// instances or vGPUs on one host (index_hosts.go): what a GPU offers its
+// next device depends on its own state alone, so one GPU per bucket, run
+// device after device, tells what each GPU of the bucket offers (its
+// chain); hosts are met through the buckets by a bound from their chains,
+// merged best bound first, and the search stops at one that cannot beat
+// the best host found. CountFits counts what fits without placing, GPU by
+// GPU, one GPU per bucket (fits.go).
 //
 // # The cycle
 //

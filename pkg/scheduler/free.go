@@ -1,8 +1,6 @@
 package scheduler
 
 import (
-	"fmt"
-
 	"github.com/gpuvm/gpuvm/pkg/gpu"
 )
 
@@ -98,38 +96,4 @@ func (inv *Inventory) fitsMore(gi int, need Need, pc *placeCtx) int {
 		c.pl.take(&g, nil, 0, pc.cd, c)
 	}
 	return n
-}
-
-// Fits is how many requests of one need the placers could place now, one
-// after the other, and of what kind of GPU each would get (a need of
-// several kinds may get MIG instances first, then vGPUs).
-type Fits struct {
-	N      int
-	ByKind map[gpu.Kind]int
-}
-
-// CountFits places requests of need on a copy of the inventory, as Place
-// would (o's strategy and holds), one after the other until none fits or
-// limit are placed. An invalid need fits nowhere.
-func (inv *Inventory) CountFits(need Need, o PlaceOptions, limit int) Fits {
-	f := Fits{}
-	if need.Validate() != nil {
-		return f
-	}
-	scratch := inv.Clone()
-	for f.N < limit {
-		p, why := scratch.Place(need, o)
-		if !why.OK() || len(p.Devices) == 0 {
-			break
-		}
-		if err := scratch.Allocate(fmt.Sprintf("fits-%d", f.N), p, o.End); err != nil {
-			break
-		}
-		if f.ByKind == nil {
-			f.ByKind = map[gpu.Kind]int{}
-		}
-		f.ByKind[p.Devices[0].Kind]++
-		f.N++
-	}
-	return f
 }

@@ -96,6 +96,7 @@ type gpuIndex struct {
 	next []int32 // GPU → the next GPU of its bucket; -1 at the end
 	prev []int32 // GPU → the one before; -1 at the head
 	head []int32 // bucket → its first GPU; -1 (or past the end) when empty
+	size []int32 // bucket → how many GPUs it holds
 }
 
 // plain reports whether g is a plain GPU: one whose placement the index
@@ -147,7 +148,9 @@ func (x *gpuIndex) first(b int32) int32 {
 func (x *gpuIndex) add(gi, b int32) {
 	for int(b) >= len(x.head) {
 		x.head = append(x.head, -1)
+		x.size = append(x.size, 0)
 	}
+	x.size[b]++
 	x.of[gi] = b
 	x.prev[gi] = -1
 	x.next[gi] = x.head[b]
@@ -159,6 +162,7 @@ func (x *gpuIndex) add(gi, b int32) {
 
 func (x *gpuIndex) remove(gi int32) {
 	p, n := x.prev[gi], x.next[gi]
+	x.size[x.of[gi]]--
 	if p >= 0 {
 		x.next[p] = n
 	} else {
@@ -193,6 +197,7 @@ func (x *gpuIndex) clone() *gpuIndex {
 	c.next = append([]int32(nil), x.next...)
 	c.prev = append([]int32(nil), x.prev...)
 	c.head = append([]int32(nil), x.head...)
+	c.size = append([]int32(nil), x.size...)
 	return &c
 }
 
@@ -359,14 +364,18 @@ func (inv *Inventory) firstEmpty(b int32, pc *placeCtx) int {
 	return int(best)
 }
 
-// bestOnHosts is the best host for c.count devices: placeOnHost on each
-// host with enough GPUs that could take one device now (whole GPUs:
-// c.count; others: one, as placeOnHost's own first check). Whole GPUs
-// score alone: a host's total is at least c.count times the least score of
-// any GPU that fits, place by place, with its own hostKey and first GPU at
-// their places, so hosts are tried by that bound and the search stops at
-// one whose bound is worse than the best host found.
+// bestOnHosts is the best host for c.count devices, as placeOnHost on
+// every host would find it. Several MIG instances or vGPUs: sharedOnHosts
+// (index_hosts.go). Whole GPUs: placeOnHost on each host with c.count GPUs
+// that could take one now. Whole GPUs score alone: a host's total is at
+// least c.count times the least score of any GPU that fits, place by
+// place, with its own hostKey and first GPU at their places, so hosts are
+// tried by that bound and the search stops at one whose bound is worse
+// than the best host found.
 func (inv *Inventory) bestOnHosts(c *concrete, pc *placeCtx, n *notes) (Placement, bool) {
+	if !c.pl.whole() {
+		return inv.sharedOnHosts(c, pc, n)
+	}
 	x := inv.idx
 	ok := make([]int32, len(inv.hosts))
 	mask, hp, gp := c.pl.varies(pc.o.Strategy)
@@ -408,20 +417,8 @@ func (inv *Inventory) bestOnHosts(c *concrete, pc *placeCtx, n *notes) (Placemen
 			}
 		}
 	}
-	whole := c.pl.whole()
-	need := int32(1)
-	if whole {
-		need = int32(c.count)
-	}
-	var hosts []int32 // ascending
-	for hi, k := range ok {
-		if k >= need {
-			hosts = append(hosts, int32(hi))
-		}
-	}
 	// A host's bound: c.count times the least score place by place, its
 	// hostKey and its first GPU's index at their places.
-	prune := whole
 	bound := func(hi int32) score {
 		var lb score
 		for i := range lb {
@@ -430,26 +427,25 @@ func (inv *Inventory) bestOnHosts(c *concrete, pc *placeCtx, n *notes) (Placemen
 		if hp >= 0 {
 			lb[hp] = inv.hostKey(pc.o.Strategy, hi) * int64(c.count)
 		}
-		lb[gp] = max(lb[gp], int64(inv.hosts[hi].first)*int64(c.count))
+		lb[gp] = max(lb[gp], int64(inv.hosts[hi].first)*c.pl.unit()*int64(c.count))
 		return lb
 	}
-	cands := &minHeap[hostBound]{xs: make([]hostBound, len(hosts)), less: func(a, b hostBound) bool {
+	cands := &minHeap[hostBound]{less: func(a, b hostBound) bool {
 		return a.lb.less(b.lb) || (a.lb == b.lb && a.hi < b.hi)
 	}}
-	for i, hi := range hosts {
-		cands.xs[i] = hostBound{hi: hi}
-		if prune {
-			cands.xs[i].lb = bound(hi)
+	for hi, k := range ok {
+		if k >= int32(c.count) {
+			cands.xs = append(cands.xs, hostBound{hi: int32(hi), lb: bound(int32(hi))})
 		}
 	}
-	cands.init() // without prune: by host, as placeConcrete looked
+	cands.init()
 	var bestP Placement
 	var bestS score
 	bestH := int32(-1)
 	for len(cands.xs) > 0 {
 		hb := cands.pop()
 		hi := hb.hi
-		if prune && bestH >= 0 && bestS.less(hb.lb) {
+		if bestH >= 0 && bestS.less(hb.lb) {
 			break
 		}
 		p, s, fits := inv.placeOnHost(int(hi), c, pc, func(status, Code) {})
@@ -463,9 +459,12 @@ func (inv *Inventory) bestOnHosts(c *concrete, pc *placeCtx, n *notes) (Placemen
 // boundPool keeps fitting's slices between placements (a cycle makes many).
 var boundPool = sync.Pool{New: func() any { return new([]bound) }}
 
+// hostBound is a host and a bound of its total; sharp when
+// sharedOnHosts has sharpened it.
 type hostBound struct {
-	lb score
-	hi int32
+	lb    score
+	hi    int32
+	sharp bool
 }
 
 // minHeap is a binary heap of xs, least (by less) on top.
@@ -488,6 +487,24 @@ func (h *minHeap[T]) pop() T {
 	h.xs = h.xs[:n]
 	h.down(0)
 	return x
+}
+
+// push adds x.
+func (h *minHeap[T]) push(x T) {
+	h.xs = append(h.xs, x)
+	h.up(len(h.xs) - 1)
+}
+
+// up restores the heap after xs[i] was added at the end.
+func (h *minHeap[T]) up(i int) {
+	for i > 0 {
+		p := (i - 1) / 2
+		if !h.less(h.xs[i], h.xs[p]) {
+			return
+		}
+		h.xs[i], h.xs[p] = h.xs[p], h.xs[i]
+		i = p
+	}
 }
 
 func (h *minHeap[T]) down(i int) {

@@ -130,7 +130,10 @@ var equivNeeds = append(append(append([]Need(nil), propNeeds...), benchNeeds...)
 	Need{Kind: gpu.KindPassthrough, Model: "L40S"}, Need{Kind: gpu.KindMIG, Profile: "1g.6gb"},
 	Need{Kind: gpu.KindMIG, Profile: "2g.20gb", Count: 2}, Need{Kind: gpu.KindAny, Memory: 40 * gpu.GiB},
 	Need{Kind: gpu.KindAny, Memory: 10 * gpu.GiB, Count: 2}, Need{Kind: gpu.KindVGPU, Type: "A40-48Q"},
-	Need{Kind: gpu.KindMIG, Profile: "4g.20gb", Model: "A100 PCIe 40GB"})
+	Need{Kind: gpu.KindMIG, Profile: "4g.20gb", Model: "A100 PCIe 40GB"},
+	Need{Kind: gpu.KindMIG, Profile: "1g.10gb", Count: 3}, Need{Kind: gpu.KindMIG, Profile: "1g.5gb", Count: 4},
+	Need{Kind: gpu.KindVGPU, Type: "L40S-4Q", Count: 5}, Need{Kind: gpu.KindVGPU, Type: "A40-8Q", Count: 3},
+	Need{Kind: gpu.KindAny, Memory: 20 * gpu.GiB, Count: 3, Kinds: []gpu.Kind{gpu.KindMIG, gpu.KindVGPU}})
 
 // TestPlaceMatchesReference compares Place through the GPU index with the
 // look at every GPU (ref_place_test.go) on random clusters that change as
@@ -242,12 +245,17 @@ func checkIndex(t *testing.T, inv *Inventory) {
 	sigs, _ := x.tab.view()
 	for b := range x.head {
 		prev := int32(-1)
+		size := int32(0)
 		for gi := x.head[b]; gi >= 0; gi = x.next[gi] {
 			if x.of[gi] != int32(b) || x.prev[gi] != prev {
 				t.Fatalf("bucket %d's list is broken at GPU %d", b, gi)
 			}
 			prev = gi
 			members++
+			size++
+		}
+		if x.size[b] != size {
+			t.Fatalf("bucket %d holds %d GPUs, its size says %d", b, size, x.size[b])
 		}
 	}
 	plain := 0
@@ -266,5 +274,102 @@ func checkIndex(t *testing.T, inv *Inventory) {
 	}
 	if members != plain {
 		t.Fatalf("%d GPUs in buckets, %d plain GPUs", members, plain)
+	}
+}
+
+// manySpecs is a cluster of hosts × 8 GPUs, one board per host (as
+// bigCluster: H100 for MIG, L40S for vGPU with a mixed-size GPU, A100 on
+// auto), where most GPUs are plain: the buckets are large and the host
+// search of several devices has many hosts to leave out. A few GPUs and
+// hosts drain, have a MIG layout, an IOMMU-group companion, or no backend.
+func manySpecs(rng *rand.Rand, hosts int) []HostSpec {
+	var out []HostSpec
+	for h := 0; h < hosts; h++ {
+		hs := HostSpec{Name: fmt.Sprintf("m%04d", h), Draining: rng.Intn(100) == 0}
+		for g := 0; g < 8; g++ {
+			s := GPUSpec{Address: fmt.Sprintf("0000:%02x:00.0", 0x10+g)}
+			switch h % 3 {
+			case 0:
+				s.Model, s.Allow = "H100 PCIe 80GB", gpu.ModeMIG
+			case 1:
+				s.Model, s.Allow, s.MixedSize = "L40S", gpu.ModeVGPU, g == 7
+			default:
+				s.Model, s.Allow = "A100 PCIe 40GB", gpu.ModeAuto
+				if rng.Intn(80) == 0 {
+					s.Allow, s.MIGLayout = gpu.ModeMIG, []string{"3g.20gb", "2g.10gb", "1g.5gb"}
+				}
+			}
+			if rng.Intn(100) == 0 {
+				s.IOMMUGroup = "g0"
+			}
+			s.Draining = rng.Intn(150) == 0
+			if rng.Intn(200) == 0 {
+				s.Unavailable = "no backend"
+			}
+			hs.GPUs = append(hs.GPUs, s)
+		}
+		out = append(out, hs)
+	}
+	return out
+}
+
+// severalNeeds ask for several MIG instances or vGPUs on one host.
+var severalNeeds = []Need{
+	{Kind: gpu.KindMIG, Profile: "1g.10gb", Count: 2}, {Kind: gpu.KindMIG, Profile: "1g.10gb", Count: 5},
+	{Kind: gpu.KindMIG, Profile: "3g.40gb", Count: 2}, {Kind: gpu.KindMIG, Profile: "2g.10gb", Count: 3},
+	{Kind: gpu.KindMIG, Profile: "1g.5gb", Count: 4}, {Kind: gpu.KindVGPU, Type: "L40S-12Q", Count: 2},
+	{Kind: gpu.KindVGPU, Type: "L40S-4Q", Count: 4}, {Kind: gpu.KindVGPU, Type: "L40S-8Q", Count: 7},
+	{Kind: gpu.KindAny, Memory: 10 * gpu.GiB, Count: 2}, {Kind: gpu.KindAny, Memory: 20 * gpu.GiB, Count: 3},
+}
+
+// TestPlaceSeveralMatchesReference is TestPlaceMatchesReference for needs
+// of several MIG instances or vGPUs on one host, on clusters of hundreds of
+// hosts of mostly plain GPUs, filled at random as they go: the chains, the
+// bounds and the pruning of index_hosts.go must choose what placeOnHost on
+// every host chooses, under every strategy, with holds and without.
+func TestPlaceSeveralMatchesReference(t *testing.T) {
+	strategies := []Strategy{Pack, Spread, FirstFit}
+	compared, placed := 0, 0
+	codes := map[Code]int{}
+	for seed := int64(1); seed <= 12; seed++ {
+		rng := rand.New(rand.NewSource(seed))
+		inv, err := NewInventory(manySpecs(rng, 60+rng.Intn(240)), nil)
+		if err != nil {
+			t.Fatalf("seed %d: %v", seed, err)
+		}
+		if inv.idx == nil {
+			t.Fatalf("seed %d: %d GPUs and no index", seed, len(inv.gpus))
+		}
+		vm := 0
+		fillRandom(rng, inv, &vm)
+		for step := 0; step < 40; step++ {
+			need := severalNeeds[rng.Intn(len(severalNeeds))]
+			now := t0.Add(time.Duration(rng.Intn(4*60)) * time.Minute)
+			o := PlaceOptions{Strategy: strategies[rng.Intn(len(strategies))], Now: now}
+			if rng.Intn(4) > 0 {
+				o.End = now.Add(time.Duration(15+rng.Intn(10*60)) * time.Minute)
+			}
+			if rng.Intn(3) == 0 {
+				o.Holds = randomHolds(rng, inv, now)
+			}
+			p, _, why := inv.placeOn(need, o, -1)
+			rp, _, rwhy := inv.refPlaceOn(need, o, -1)
+			compared++
+			codes[why.Code]++
+			if !reflect.DeepEqual(p, rp) || why != rwhy {
+				t.Fatalf("seed %d step %d: %v %+v:\n index:     %+v %v\n reference: %+v %v", seed, step, need, o, p, why, rp, rwhy)
+			}
+			if why.OK() && rng.Intn(2) == 0 {
+				if err := inv.Allocate(fmt.Sprint("p", step), p, o.End); err != nil {
+					t.Fatalf("seed %d step %d: %v", seed, step, err)
+				}
+				placed++
+			}
+		}
+		checkIndex(t, inv)
+	}
+	t.Logf("%d placements compared (%v), %d allocated", compared, codes, placed)
+	if codes[""] < compared/2 {
+		t.Errorf("only %d of %d placements placed: the test hardly covers the search", codes[""], compared)
 	}
 }

@@ -188,8 +188,15 @@ type placer interface {
 	// the busy horizon, the host and the GPU's index, all ≥ 0; host is the
 	// place of the host's hostKey (-1: none), gpu the place that is at
 	// least the GPU's index. Between empty GPUs of one signature the score
-	// must order as (hostKey, GPU index).
+	// must order as (hostKey, GPU index). The marked places other than host
+	// and gpu are the lease's extension of the GPU's busy horizon; each
+	// marked place is the GPU's own part (Inventory.own: hostKey, the
+	// index times unit, the extension) plus a part that depends on the
+	// GPU's signature alone, so that devices taken one after the other on a
+	// GPU leave its own part as it was (index_hosts.go relies on it).
 	varies(s Strategy) (m scoreMask, host, gpu int)
+	// unit is what the GPU's index is multiplied by at varies' gpu place.
+	unit() int64
 }
 
 // placerOf is the placer of kind k; nil for no device kind (KindAny, "").
@@ -639,7 +646,21 @@ func (inv *Inventory) placeOnHost(hi int, c *concrete, pc *placeCtx, note func(s
 	scratch := make([]gpuState, h.n)
 	copy(scratch, inv.gpus[h.first:h.first+h.n])
 	p := Placement{Host: h.name}
-	var total score
+	total, fits := inv.sharedOnScratch(h, scratch, c, pc, &p.Devices, nil)
+	if !fits {
+		return Placement{}, score{}, false
+	}
+	return p, total, true
+}
+
+// sharedOnScratch takes c.count devices of c (MIG instances or vGPUs) on
+// host h's GPUs as scratch holds them, one at a time, each on the GPU where
+// it scores least: what placeOnHost gives a request. It appends each
+// device to *devs and its candidate to *picked (either nil: not kept), and
+// returns their total score; ok is false when they do not fit (scratch then
+// holds those that did).
+func (inv *Inventory) sharedOnScratch(h *hostState, scratch []gpuState, c *concrete, pc *placeCtx, devs *[]Device, picked *[]cand) (total score, ok bool) {
+	cd := &pc.cd
 	for k := 0; k < c.count; k++ {
 		best := cand{gi: -1}
 		for j := range scratch {
@@ -650,14 +671,19 @@ func (inv *Inventory) placeOnHost(hi int, c *concrete, pc *placeCtx, note func(s
 			}
 		}
 		if best.gi < 0 {
-			return Placement{}, score{}, false
+			return score{}, false
 		}
 		g := &scratch[best.gi-h.first]
-		p.Devices = append(p.Devices, inv.device(best, c, g))
+		if devs != nil {
+			*devs = append(*devs, inv.device(best, c, g))
+		}
+		if picked != nil {
+			*picked = append(*picked, best)
+		}
 		applyScratch(g, scratch, h.first, best, c)
 		total = total.add(best.score)
 	}
-	return p, total, true
+	return total, true
 }
 
 // evalScratch is evalGPU where group companions are read from scratch.

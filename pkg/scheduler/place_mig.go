@@ -201,6 +201,9 @@ func migHeld(mt *migTable, node *migNode, holds []holdDev, pi, start int) Code {
 
 func (migPlacer) varies(s Strategy) (scoreMask, int, int) { return sharedVaries(s) }
 
+// unit: a MIG score holds the GPU's index times 16 plus the start slot.
+func (migPlacer) unit() int64 { return 16 }
+
 // sharedVaries is varies of the placers whose GPUs are shared between VMs
 // (MIG instances, vGPUs): their scores vary in the same places.
 func sharedVaries(s Strategy) (scoreMask, int, int) {

@@ -167,3 +167,5 @@ func (passthroughPlacer) varies(s Strategy) (scoreMask, int, int) {
 	}
 	return scoreMask{false, false, false, false, true, true}, 4, 5
 }
+
+func (passthroughPlacer) unit() int64 { return 1 }

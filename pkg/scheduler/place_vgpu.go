@@ -158,3 +158,5 @@ func vgpuHeld(g *gpuState, info *modelInfo, t gpu.VGPUTypeInfo, holds []holdDev)
 }
 
 func (vgpuPlacer) varies(s Strategy) (scoreMask, int, int) { return sharedVaries(s) }
+
+func (vgpuPlacer) unit() int64 { return 1 }
