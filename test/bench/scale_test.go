@@ -89,6 +89,10 @@ type sizeResult struct {
 	createFails int
 	routes      []routeResult
 	idleCPU     float64 // percent of one core
+	// settle is how long after the fill the estimates caught up with it
+	// (the last VM's estimate computed and not stale); 0: they did not
+	// within settleLimit.
+	settle time.Duration
 	rssMB       float64
 }
 
@@ -190,6 +194,7 @@ func runScale(tb testing.TB, cfg scaleConfig, out io.Writer) []sizeResult {
 		}
 		queued = max(queued, size)
 		sr.queued = queued
+		sr.settle = r.settle()
 		sr.idleCPU = r.idleCPU(size)
 		sr.routes = r.readRoutes()
 		if st, err := procStatus(r.proc.Pid()); err == nil {
@@ -395,6 +400,29 @@ func (r *scaleRun) fill(n int) (float64, []time.Duration, int) {
 	return rate, times, int(fails.Load())
 }
 
+// settleLimit bounds settle's wait.
+const settleLimit = 3 * time.Minute
+
+// settle waits until the estimates have caught up with the fill: the last
+// VM queued has an estimate computed since the state's last change (not
+// stale). It returns how long that took from its call, 0 if not within
+// settleLimit. Idle CPU is read after it, so that it is gpuvmd's cost at
+// rest, not the replay the fill's last creates asked for.
+func (r *scaleRun) settle() time.Duration {
+	r.mu.Lock()
+	last := r.queue[len(r.queue)-1]
+	r.mu.Unlock()
+	begin := time.Now()
+	for time.Since(begin) < settleLimit {
+		var vm api.VM
+		if _, err := r.call("GET", "/v1/vms/"+last.id, last.token, nil, &vm); err == nil && vm.EstimateComputedAt != nil && !vm.EstimateStale {
+			return time.Since(begin)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	return 0
+}
+
 // idleCPU reads gpuvmd's CPU time (utime+stime, /proc/PID/stat) over
 // cfg.idle with no request in flight, in percent of one core. With
 // cfg.profile it also saves gpuvmd's CPU profile of that window there.
@@ -545,6 +573,11 @@ func printSize(w io.Writer, sr sizeResult) {
 	if len(sr.createTimes) > 0 {
 		fmt.Fprintf(w, "%-52s %8.1f/s  p50 %8.1f ms  p99 %8.1f ms  (%d creates, %d failed)\n", "POST /v1/vms (filling)",
 			sr.createRate, percentileMS(sr.createTimes, 50), percentileMS(sr.createTimes, 99), len(sr.createTimes), sr.createFails)
+	}
+	if sr.settle > 0 {
+		fmt.Fprintf(w, "%-52s %8.1f s\n", "estimates caught up with the fill after", sr.settle.Seconds())
+	} else {
+		fmt.Fprintf(w, "%-52s %v\n", "estimates caught up with the fill", "NOT within "+settleLimit.String())
 	}
 	for _, rt := range sr.routes {
 		line := fmt.Sprintf("%-52s n=%-3d     p50 %8.1f ms  p99 %8.1f ms", rt.name, len(rt.times), rt.p(50), rt.p(99))
