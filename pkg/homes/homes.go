@@ -18,7 +18,7 @@ import (
 )
 
 // loginRE is a person's name as a directory name: gpuvm's user names.
-var loginRE = regexp.MustCompile(`^[a-z0-9_][a-z0-9._@+-]{0,63}$`)
+var loginRE = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9._@+-]{0,63}$`)
 
 // Path is the home of login under root.
 func Path(root, login string) (string, error) {

@@ -78,7 +78,7 @@ func TestEnsureRefuses(t *testing.T) {
 		{root, "fay", 20000, "not a directory"},
 		{root, "../etc", 20000, "not a user name"},
 		{root, "", 20000, "not a user name"},
-		{root, "Ann", 20000, "not a user name"},
+		{root, "-ann", 20000, "not a user name"},
 		{root, "ann", 0, "not root's"},
 		{"homes", "ann", 20000, "absolute"},
 		{"/", "ann", 20000, "other than /"},
