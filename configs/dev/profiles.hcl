@@ -12,6 +12,9 @@ template "tiny-seed" {
 hostname: ${hostname}
 users:
   - name: ${user}
+%{ if uid > 0 ~}
+    uid: ${uid}
+%{ endif ~}
     ssh_authorized_keys:
 %{ for key in ssh_authorized_keys ~}
       - ${key}

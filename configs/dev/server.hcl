@@ -57,4 +57,11 @@ server {
     gpu "0000:ba:00.0" { mode = "vgpu" }
     gpu "0000:db:00.0" { mode = "passthrough" }
   }
+
+  # Every person's home, in each of their VMs over virtiofs, at /gpuvm/home
+  # in the guest: under state_dir/homes (.cache/run/homes), since root is
+  # not set. Needs QEMU's virtiofsd (Debian: qemu-system-common).
+  storage {
+    homes {}
+  }
 }

@@ -20,6 +20,9 @@ type Identity struct {
 	Admin bool
 	// Groups are the user's directory groups, the policy's groups.
 	Groups []string
+	// UID is the directory's uid for the user (LDAP's uidNumber); 0 for
+	// none. It becomes the owner of their home (store.UserUID).
+	UID int64
 }
 
 // ErrInvalidCredentials is every refusal of a sign-in for the credentials

@@ -185,6 +185,7 @@ func (r *resolver) resolveProfile(b *profileBlock) {
 
 	p.Lease = r.resolveLease(b.Lease)
 	r.resolveProfileLicensing(b, p) // licensing.go
+	r.resolveProfileHome(b, p)      // storage.go
 
 	r.resolveAccess(b, p)
 

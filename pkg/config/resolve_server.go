@@ -102,6 +102,7 @@ func (r *resolver) resolveServer(b *serverBlock) {
 	r.resolveBackup(b.Backup)
 	r.resolveAuth(b.Auth)
 	r.cfg.Server.Licensing = r.resolveLicensing(b.Licensing, nil) // licensing.go
+	r.resolveStorage(b.Storage)                                   // storage.go
 }
 
 // Defaults and bounds of the audit block.

@@ -39,8 +39,28 @@ type serverBlock struct {
 	Backup         *backupBlock    `hcl:"backup,block"`
 	Auth           *authBlock      `hcl:"auth,block"`
 	Licensing      *licensingBlock `hcl:"licensing,block"`
+	Storage        *storageBlock   `hcl:"storage,block"`
 	DefRange       hcl.Range       `hcl:",def_range"`
 	Body           hcl.Body        `hcl:",body"`
+}
+
+// storageBlock says where what is a person's (not a VM's) lives on this
+// server: their homes.
+type storageBlock struct {
+	Homes    *homesBlock `hcl:"homes,block"`
+	DefRange hcl.Range   `hcl:",def_range"`
+	Body     hcl.Body    `hcl:",body"`
+}
+
+// homesBlock gives every person a home that follows them to every VM.
+type homesBlock struct {
+	Enabled  *bool     `hcl:"enabled,optional"`
+	Root     *string   `hcl:"root,optional"`
+	Mount    *string   `hcl:"mount,optional"`
+	UIDMin   *int      `hcl:"uid_min,optional"`
+	UIDMax   *int      `hcl:"uid_max,optional"`
+	DefRange hcl.Range `hcl:",def_range"`
+	Body     hcl.Body  `hcl:",body"`
 }
 
 // authBlock says how people sign in: gpuvm's own users and tokens (local),
@@ -254,6 +274,7 @@ type profileBlock struct {
 	GPU         *gpuNeedBlock   `hcl:"gpu,block"`
 	Lease       *leaseBlock     `hcl:"lease,block"`
 	Licensing   *licensingBlock `hcl:"licensing,block"`
+	Home        *bool           `hcl:"home,optional"`
 	DefRange    hcl.Range       `hcl:",def_range"`
 	LabelRange  hcl.Range       `hcl:"name,label_range"`
 	Body        hcl.Body        `hcl:",body"`

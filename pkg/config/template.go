@@ -24,7 +24,9 @@ import (
 // BuiltinTemplateVars are the variables every template may use, set per VM.
 // password_hash is the SHA-512 crypt hash of the VM's one-time desktop
 // password ("" for a VM without one), for users[].passwd.
-var BuiltinTemplateVars = []string{"user", "hostname", "ssh_authorized_keys", "vm_id", "vm_name", "profile", "password_hash"}
+// uid is the owner's stable uid when the profile has a home (the owner of
+// the home, for users[].uid), else 0.
+var BuiltinTemplateVars = []string{"user", "hostname", "ssh_authorized_keys", "vm_id", "vm_name", "profile", "password_hash", "uid"}
 
 // maxTemplateForDepth bounds "%{ for }" directives inside each other.
 const maxTemplateForDepth = 2
@@ -304,6 +306,9 @@ type CloudInitInput struct {
 	// PasswordHash is the SHA-512 crypt hash of the VM's one-time desktop
 	// password ("" when it has none): the template's password_hash.
 	PasswordHash string
+	// UID is the owner's stable uid when the profile has a home, else 0:
+	// the template's uid.
+	UID int
 }
 
 // RenderCloudInit renders the profile's cloud-init template for one VM: the
@@ -339,6 +344,7 @@ func (c *Config) RenderCloudInit(p *Profile, in CloudInitInput) (string, error) 
 	vars["vm_name"] = cty.StringVal(in.VMName)
 	vars["profile"] = cty.StringVal(p.Name)
 	vars["password_hash"] = cty.StringVal(in.PasswordHash)
+	vars["uid"] = cty.NumberIntVal(int64(in.UID))
 	b := &budget{limit: evalBudgetBytes}
 	ctx := &hcl.EvalContext{Variables: vars, Functions: functionsFor(b, nil, false, "", nil)}
 	v, diags := t.expr.Value(ctx)

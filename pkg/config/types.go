@@ -74,7 +74,31 @@ type Server struct {
 	Auth     Auth     `json:"auth"`
 	// Licensing is the vGPU software licensing of the guests; nil: none.
 	Licensing *Licensing `json:"licensing,omitempty"`
-	DeclRange hcl.Range  `json:"-"`
+	// Storage is where what belongs to people lives: their homes.
+	Storage   Storage   `json:"storage"`
+	DeclRange hcl.Range `json:"-"`
+}
+
+// Storage is the server's storage block (storage.go).
+type Storage struct {
+	Homes Homes `json:"homes"`
+}
+
+// Homes gives every person a directory of their own on this server,
+// made the first time one of their VMs needs it and attached to each of
+// their VMs over virtiofs (pkg/homes).
+type Homes struct {
+	// Enabled: profiles give their VMs the owner's home unless they say
+	// home = false.
+	Enabled bool `json:"enabled"`
+	// Root is the host directory that holds one directory per person.
+	Root string `json:"root"`
+	// Mount is where the home appears in a Linux guest.
+	Mount string `json:"mount"`
+	// UIDMin and UIDMax bound the uids gpuvm assigns to people whom the
+	// directory gives none (LDAP's uidNumber is taken as it is).
+	UIDMin int `json:"uid_min"`
+	UIDMax int `json:"uid_max"`
 }
 
 // HTTP bounds what one client of the API may hold (pkg/server's
@@ -335,6 +359,9 @@ type Profile struct {
 	// Licensing is the server's licensing with the profile's own block
 	// over it; nil (or not Enabled): its guests get no token.
 	Licensing *Licensing `json:"licensing,omitempty"`
+	// Home: the owner's home (Server.Storage.Homes) is attached to the
+	// VM and mounted in its guest.
+	Home bool `json:"home"`
 	// Source is "file:line" of the profile block.
 	Source    string    `json:"source"`
 	DeclRange hcl.Range `json:"-"`

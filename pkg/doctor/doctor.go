@@ -103,6 +103,9 @@ type Env struct {
 	Config *config.Config
 	// Simulated names the simulator preset when Sys is the simulator.
 	Simulated string
+	// VhostUserDirs are where QEMU's vhost-user descriptors are (nil:
+	// homes.DescriptorDirs).
+	VhostUserDirs []string
 }
 
 // OSEnv fills the seams that a caller left nil with the real machine's.
@@ -143,6 +146,8 @@ func Run(ctx context.Context, e Env) Report {
 	add(checkGPUs(ctx, e, gpus)...)
 	add(checkLibvirt(ctx, e)...)
 	add(checkKVM(e)...)
+	add(checkVirtiofsd(ctx, e)) // homes.go
+	add(checkMemlock(e))
 	add(checkDatabase(ctx, e))
 	add(checkSchema(ctx, e))
 	add(checkClock(ctx, e))

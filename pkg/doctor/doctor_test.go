@@ -127,6 +127,12 @@ func TestDoctorFindings(t *testing.T) {
 		{"/dev/kvm root only", func(t *testing.T, root string, h *fakeHost) {
 			h.stats["/dev/kvm"] = 0o600
 		}, "kvm", "", Warning},
+		{"no virtiofsd", func(t *testing.T, root string, h *fakeHost) {
+			h.vhostUser = "testdata/vhost-user-none"
+		}, "virtiofsd", "", Error},
+		{"libvirtd not root, low memlock", func(t *testing.T, root string, h *fakeHost) {
+			h.files["/proc/812/status"] = "Name:\tlibvirtd\nUid:\t998\t998\t998\t998\n"
+		}, "memlock", "", Error},
 		{"database unreachable", func(t *testing.T, root string, h *fakeHost) {
 			h.db = func() (string, Severity, string) {
 				return "postgres://db/gpuvm: connection refused", Error, "systemctl start postgresql"

@@ -139,6 +139,8 @@ type fakeHost struct {
 	license  string
 	token    string // the licensing token file
 	dialErr  error
+	// vhostUser is the directory of vhost-user descriptors.
+	vhostUser string
 }
 
 // fakeClock is a database server whose clock is off by skew from now.
@@ -155,7 +157,10 @@ func (c *fakeClock) Now(context.Context) (time.Time, error) {
 
 func healthyFake() *fakeHost {
 	return &fakeHost{
-		files: map[string]string{"/proc/cmdline": "BOOT_IMAGE=/vmlinuz-6.1.0-27-amd64 root=/dev/sda1 ro quiet intel_iommu=on iommu=pt"},
+		files: map[string]string{"/proc/cmdline": "BOOT_IMAGE=/vmlinuz-6.1.0-27-amd64 root=/dev/sda1 ro quiet intel_iommu=on iommu=pt",
+			libvirtdPIDFile: "812\n", "/proc/812/status": "Name:\tlibvirtd\nUid:\t0\t0\t0\t0\n",
+			"/proc/812/limits": "Max locked memory         8388608              8388608              bytes\n"},
+		vhostUser: "testdata/vhost-user",
 		stats: map[string]fs.FileMode{
 			"/dev/kvm": fs.ModeDevice | fs.ModeCharDevice | 0o660, SRIOVManage: 0o755,
 			nvmlLibs[0]: 0o644, nvidiactl: fs.ModeDevice | fs.ModeCharDevice | 0o666,
@@ -164,6 +169,7 @@ func healthyFake() *fakeHost {
 			"/var/lib/libvirt/images": fs.ModeDir | 0o711, "/var/lib/libvirt/images/gpuvm": fs.ModeDir | 0o711,
 		},
 		commands: map[string]string{
+			"/bin/sh --version":                                      "virtiofsd version 7.2.22 (Debian 1:7.2+dfsg-7+deb12u18+b3)\nCopyright (c) 2003-2022\n",
 			"virsh -c qemu:///system version":                        "Compiled against library: libvirt 9.0.0\nUsing library: libvirt 9.0.0\nUsing API: QEMU 9.0.0\nRunning hypervisor: QEMU 7.2.0\n",
 			"virsh -c qemu:///system domcapabilities --virttype kvm": "<domainCapabilities><domain>kvm</domain></domainCapabilities>\n",
 			"virsh -c qemu:///system pool-info --bytes gpuvm":        "Name:           gpuvm\nUUID:           6f0c\nState:          running\nPersistent:     yes\nAutostart:      yes\nCapacity:       1000204886016\nAllocation:     100020488601\nAvailable:      900184397415\n",
@@ -182,7 +188,7 @@ func healthyFake() *fakeHost {
 
 func (h *fakeHost) env(sys host.SysFS, cfg *config.Config) Env {
 	return Env{
-		Sys: sys, Config: cfg,
+		Sys: sys, Config: cfg, VhostUserDirs: []string{h.vhostUser},
 		ReadFile: func(name string) ([]byte, error) {
 			if s, ok := h.files[name]; ok {
 				return []byte(s), nil

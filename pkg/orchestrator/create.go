@@ -227,6 +227,13 @@ func (lc *lifecycle) vmRequest(ctx context.Context, vm *store.VM) (hypervisor.VM
 		}
 		in.Hostdevs = append(in.Hostdevs, hd)
 	}
+	home, err := lc.home(ctx, set, p, vm) // home.go
+	if err != nil {
+		return hypervisor.VMRequest{}, err
+	}
+	if home != nil {
+		in.Filesystems = []domain.Filesystem{home.fs}
+	}
 	spec, err := domain.FromProfile(p, in)
 	if err == nil && lc.settings().DetachSimulatedGPUs && len(spec.Hostdevs) > 0 {
 		lc.log.Warn("simulated GPU server: the VM's GPU devices exist only in the simulator and are not attached to the domain",
@@ -242,7 +249,7 @@ func (lc *lifecycle) vmRequest(ctx context.Context, vm *store.VM) (hypervisor.VM
 	if len(allocs) > 0 {
 		kind = allocs[0].Kind
 	}
-	if req.Seed, err = lc.seed(ctx, set, p, vm, kind); err != nil { // seed.go
+	if req.Seed, err = lc.seed(ctx, set, p, vm, kind, home); err != nil { // seed.go
 		return hypervisor.VMRequest{}, err
 	}
 	if p.Disk != nil && p.Disk.Image != "" {

@@ -50,6 +50,8 @@ type lifecycle struct {
 	avail *images.Availability
 	// dial connects to a guest's port (Config.DialGuest; nil: a net.Dialer).
 	dial func(ctx context.Context, network, address string) (net.Conn, error)
+	// virtiofsd finds the virtiofs daemon; nil: homes.FindVirtiofsd.
+	virtiofsd func() (string, error)
 }
 
 // lifecycleStore is what the lifecycle asks of the database.
@@ -66,6 +68,7 @@ type lifecycleStore interface {
 	ListVMs(ctx context.Context, f store.VMFilter) (store.VMPage, error)
 	ListEventsSince(ctx context.Context, afterID int64, f store.EventFilter) ([]store.Event, error)
 	GetVMCredential(ctx context.Context, vmID string) (*store.VMCredential, error)
+	UserUID(ctx context.Context, name string, min, max int64) (int64, error)
 	AppendEvent(ctx context.Context, e *store.Event) error
 }
 
@@ -87,7 +90,9 @@ type lifecycleSettings struct {
 	// template (config.Config.RenderCloudInit).
 	RenderCloudInit func(p *config.Profile, in config.CloudInitInput) (string, error)
 	Libvirt         config.Libvirt
-	Location        *time.Location // the policy's timezone
+	// Homes is the server's storage.homes (home.go).
+	Homes    config.Homes
+	Location *time.Location // the policy's timezone
 	// Config is the configuration in force, whole (nil in tests that set
 	// only the fields above).
 	Config *config.Config

@@ -238,7 +238,7 @@ func New(cfg Config, opts ...Option) *Orchestrator {
 			return lifecycleSettings{DomainType: set.DomainType,
 				DetachSimulatedGPUs: set.DetachSimulatedGPUs, ShutdownTimeout: set.ShutdownTimeout,
 				BootTimeout: set.BootTimeout, BootCheck: set.BootCheck, Rescan: set.ReconcileEvery, InFleet: set.Fleet != nil,
-				Profiles: c.Profiles, Images: c.Images, Libvirt: c.Server.Libvirt, Location: c.Policy.Location,
+				Profiles: c.Profiles, Images: c.Images, Libvirt: c.Server.Libvirt, Homes: c.Server.Storage.Homes, Location: c.Policy.Location,
 				RenderCloudInit: c.RenderCloudInit, Config: c}
 		}}
 	o.disp = &dispatcher{host: set.Host, st: set.Store, log: o.log, life: o.life, fleet: o.fleet, notifier: set.Notifier,

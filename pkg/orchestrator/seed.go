@@ -21,8 +21,10 @@ import (
 // The profile's template renders the user-data; meta-data and
 // network-config come from the built-in templates. A VM that holds a GPU
 // (kind: that of its first device, "" for none) of a licensed profile
-// gets the licensing script as vendor-data (pkg/licensing).
-func (lc *lifecycle) seed(ctx context.Context, set lifecycleSettings, p *config.Profile, vm *store.VM, kind gpu.Kind) (*cloudinit.Config, error) {
+// gets the licensing script as vendor-data (pkg/licensing). A VM with a
+// home (home.go) gets the vendor-data that mounts it, and its template the
+// owner's uid.
+func (lc *lifecycle) seed(ctx context.Context, set lifecycleSettings, p *config.Profile, vm *store.VM, kind gpu.Kind, home *vmHome) (*cloudinit.Config, error) {
 	if p == nil || p.CloudInit == nil {
 		return nil, nil
 	}
@@ -43,8 +45,13 @@ func (lc *lifecycle) seed(ctx context.Context, set lifecycleSettings, p *config.
 	case !errors.Is(err, store.ErrNotFound):
 		return nil, err
 	}
-	ud, err := set.RenderCloudInit(p, config.CloudInitInput{User: c.User, Hostname: c.Hostname, SSHAuthorizedKeys: c.SSHKeys,
-		VMID: vm.ID, VMName: vm.Name, PasswordHash: c.PasswordHash})
+	in := config.CloudInitInput{User: c.User, Hostname: c.Hostname, SSHAuthorizedKeys: c.SSHKeys,
+		VMID: vm.ID, VMName: vm.Name, PasswordHash: c.PasswordHash}
+	if home != nil {
+		in.UID = home.uid
+		c.Home = &cloudinit.Home{Tag: home.fs.Tag, Mount: home.mount, UID: home.uid}
+	}
+	ud, err := set.RenderCloudInit(p, in)
 	if err != nil {
 		return nil, err
 	}

@@ -309,7 +309,7 @@ func (s *Server) sessionRule(kind, method string, tokenID int64, notAfter *time.
 // a session of kind for them. ok false: the answer is written.
 func (s *Server) startSession(c *gin.Context, id auth.Identity, refuse func(reason string), kind string) (*store.User, string, *store.Session, bool) {
 	ctx := c.Request.Context()
-	u, err := s.Store.SignInDirectoryUser(ctx, store.DirectoryUser{Name: id.Name, Source: id.Source, Admin: id.Admin, Groups: id.Groups})
+	u, err := s.Store.SignInDirectoryUser(ctx, store.DirectoryUser{Name: id.Name, Source: id.Source, Admin: id.Admin, Groups: id.Groups, UID: id.UID})
 	switch {
 	case errors.Is(err, store.ErrOtherSource):
 		s.log.Warn("sign-in refused: a local user has the directory user's name; rename or remove the local user", "user", id.Name, "source", id.Source)

@@ -30,6 +30,10 @@ type User struct {
 	// DisabledAt is when the directory's sync found the user gone: its
 	// tokens are refused, its VMs kept. nil: enabled.
 	DisabledAt *time.Time `gorm:"column:disabled_at" json:"disabled_at,omitempty"`
+	// UID is the person's stable uid, owner of their home on the host and
+	// of their account in every guest (UserUID): the directory's
+	// uidNumber, or one gpuvm assigned. nil until first needed.
+	UID *int64 `gorm:"column:uid;uniqueIndex:users_uid,where:uid IS NOT NULL" json:"uid,omitempty"`
 	// SSHKeys are the public keys the user keeps for new VMs, one a line
 	// (SetUserSSHKeys); "" for none.
 	SSHKeys string `gorm:"column:ssh_keys;not null" json:"ssh_keys,omitempty"`

@@ -42,6 +42,9 @@ type DirectoryUser struct {
 	Source string // SourceLDAP or SourceOIDC
 	Admin  bool
 	Groups []string
+	// UID is the directory's uidNumber for the user (LDAP); 0 for none.
+	// It becomes the user's stable uid unless another user holds it.
+	UID int64
 }
 
 // ErrOtherSource: a user of that name exists, from another source (a local
@@ -82,6 +85,9 @@ func (s *Store) SignInDirectoryUser(ctx context.Context, d DirectoryUser) (*User
 		}
 		u.Groups = d.Groups
 		if err := tx.setGroups(ctx, u, d.Source); err != nil {
+			return err
+		}
+		if err := tx.takeDirectoryUID(u, d.UID); err != nil {
 			return err
 		}
 		out, err = tx.getUser(ctx, "id = ?", u.ID)

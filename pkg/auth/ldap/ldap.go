@@ -22,6 +22,7 @@ import (
 	"os"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -145,7 +146,7 @@ func filter(tmpl string, values map[string]string) string {
 // refusal.
 func (d *Directory) findUser(c *goldap.Conn, username string) (*goldap.Entry, error) {
 	req := goldap.NewSearchRequest(d.cfg.UserBase, goldap.ScopeWholeSubtree, goldap.NeverDerefAliases, 2, 0, false,
-		filter(d.cfg.UserFilter, map[string]string{"username": username}), []string{d.cfg.UsernameAttribute}, nil)
+		filter(d.cfg.UserFilter, map[string]string{"username": username}), []string{d.cfg.UsernameAttribute, uidNumberAttribute}, nil)
 	res, err := c.Search(req)
 	switch {
 	case goldap.IsErrorWithCode(err, goldap.LDAPResultSizeLimitExceeded):
@@ -203,7 +204,7 @@ func (d *Directory) SignIn(ctx context.Context, username, password string) (auth
 	if err != nil {
 		return auth.Identity{}, err
 	}
-	id := auth.Identity{Name: name, Source: store.SourceLDAP, Groups: groups}
+	id := auth.Identity{Name: name, Source: store.SourceLDAP, Groups: groups, UID: uidNumber(entry)}
 	for _, g := range groups {
 		if slices.Contains(d.cfg.AdminGroups, g) {
 			id.Admin = true
@@ -289,4 +290,18 @@ func (d *Directory) Sync(ctx context.Context, st UserStore) ([]auth.Change, erro
 		}
 	}
 	return changes, nil
+}
+
+// uidNumberAttribute is RFC 2307's posixAccount uid.
+const uidNumberAttribute = "uidNumber"
+
+// uidNumber is an entry's uidNumber when it is a uid a person may have
+// (1000 and up, below nobody's 65534 or above it, short of (uid_t)-1); 0
+// otherwise, and gpuvm assigns one.
+func uidNumber(e *goldap.Entry) int64 {
+	n, err := strconv.ParseInt(strings.TrimSpace(e.GetAttributeValue(uidNumberAttribute)), 10, 64)
+	if err != nil || n < 1000 || n == 65534 || n >= 1<<32-2 {
+		return 0
+	}
+	return n
 }

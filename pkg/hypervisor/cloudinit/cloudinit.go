@@ -66,6 +66,9 @@ type Config struct {
 	// vendor-data), which its unattended install's first logon runs from
 	// the seed's drive. They may hold secrets: never log them.
 	Extra []File `json:"-"`
+	// Home, when set, is the owner's home the guest mounts over virtiofs:
+	// the seed's vendor-data adds it to /etc/fstab and mounts it (home.go).
+	Home *Home
 }
 
 // maxUserData bounds UserData; cloud-init reads the whole of it.
@@ -128,6 +131,9 @@ func (c Config) Validate() error {
 		if err := c.HostKey.validate(); err != nil {
 			probs = append(probs, err.Error())
 		}
+	}
+	if c.Home != nil {
+		probs = append(probs, c.Home.problems()...)
 	}
 	if len(probs) > 0 {
 		return fmt.Errorf("cloud-init seed: %s", strings.Join(probs, "; "))

@@ -98,33 +98,38 @@ const vendorBoundary = "==gpuvm-vendor-data=="
 // cloud-config, or both as one MIME multipart message, which cloud-init
 // reads part by part.
 func vendorData(c Config) (string, error) {
-	if c.HostKey == nil {
-		return c.VendorData, nil
+	type part struct{ typ, name, body string }
+	var parts []part
+	if c.HostKey != nil {
+		parts = append(parts, part{"text/cloud-config", "gpuvm-ssh-host-key.cfg", hostKeyConfig(c.HostKey)})
 	}
-	hk := hostKeyConfig(c.HostKey)
-	if c.VendorData == "" {
-		return hk, nil
+	if c.Home != nil {
+		parts = append(parts, part{"text/x-shellscript", "gpuvm-home.sh", homeScript(c.Home, c.User)}) // home.go
 	}
-	if strings.Contains(c.VendorData, vendorBoundary) {
+	if c.VendorData != "" {
+		typ := "text/x-shellscript"
+		if strings.HasPrefix(c.VendorData, "#cloud-config") {
+			typ = "text/cloud-config"
+		}
+		parts = append(parts, part{typ, "gpuvm-vendor-data", c.VendorData})
+	}
+	switch {
+	case len(parts) == 0:
+		return "", nil
+	case len(parts) == 1:
+		return parts[0].body, nil
+	case strings.Contains(c.VendorData, vendorBoundary):
 		return "", fmt.Errorf("vendor-data: holds the MIME boundary %q of the seed", vendorBoundary)
-	}
-	typ := "text/x-shellscript"
-	if strings.HasPrefix(c.VendorData, "#cloud-config") {
-		typ = "text/cloud-config"
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "Content-Type: multipart/mixed; boundary=%q\nMIME-Version: 1.0\n\n", vendorBoundary)
-	for _, p := range []struct{ typ, name, body string }{
-		{"text/cloud-config", "gpuvm-ssh-host-key.cfg", hk},
-		{typ, "gpuvm-vendor-data", c.VendorData},
-	} {
+	for _, p := range parts {
 		fmt.Fprintf(&b, "--%s\nContent-Type: %s; charset=\"utf-8\"\nMIME-Version: 1.0\nContent-Transfer-Encoding: 8bit\nContent-Disposition: attachment; filename=\"%s\"\n\n%s",
 			vendorBoundary, p.typ, p.name, p.body)
 		if !strings.HasSuffix(p.body, "\n") {
 			b.WriteString("\n")
 		}
 		b.WriteString("\n") // the line break before a boundary is the boundary's
-
 	}
 	fmt.Fprintf(&b, "--%s--\n", vendorBoundary)
 	return b.String(), nil

@@ -53,6 +53,16 @@ func Build(s Spec) (*libvirtxml.Domain, error) {
 		},
 		Devices: buildDevices(s),
 	}
+	if len(s.Filesystems) > 0 {
+		// vhost-user devices (virtiofs) need the guest's memory shared
+		// with their daemon: memfd needs no hugepages and no file system,
+		// and goes with VFIO devices (libvirt's, Proxmox's and Incus's
+		// choice).
+		d.MemoryBacking = &libvirtxml.DomainMemoryBacking{
+			MemorySource: &libvirtxml.DomainMemorySource{Type: "memfd"},
+			MemoryAccess: &libvirtxml.DomainMemoryAccess{Mode: "shared"},
+		}
+	}
 	return d, nil
 }
 
@@ -299,6 +309,7 @@ func buildDevices(s Spec) *libvirtxml.DomainDeviceList {
 		dev.Videos[0].Model.Primary = "yes"
 	}
 	dev.Hostdevs = buildHostdevs(s)
+	dev.Filesystems = buildFilesystems(s) // filesystems.go
 	if len(s.Hostdevs) > 0 {
 		// Guest memory is pinned for device DMA: a balloon cannot give any back.
 		dev.MemBalloon = &libvirtxml.DomainMemBalloon{Model: "none"}

@@ -68,6 +68,29 @@ func goldenSpecs() map[string]Spec {
 			Hostdevs:   []Hostdev{{Type: HostdevPCI, Addresses: []string{"0000:c1:00.0", "0000:c1:00.1"}, Managed: true}},
 			Metadata:   Metadata{VMID: "vm-44", Owner: "carol", Profile: "whole-h100"},
 		},
+		"linux-home": {
+			Name: "gpuvm-tiny-home", UUID: testUUID, VCPUs: 1, MemoryBytes: 256 << 20,
+			DomainType: TypeQEMU,
+			Kernel:     "/var/lib/gpuvm/guest/vmlinuz", Initrd: "/var/lib/gpuvm/guest/initrd.img",
+			Cmdline:     "console=ttyS0 panic=-1",
+			Disks:       []Disk{seed},
+			Network:     Network{Name: "default"},
+			Filesystems: []Filesystem{{Source: "/var/lib/gpuvm/homes/ci", Tag: "gpuvm-home", Binary: "/usr/lib/qemu/virtiofsd"}},
+			Metadata:    Metadata{VMID: "vm-tiny", Owner: "ci", Profile: "tiny"},
+		},
+		// A whole GPU (VFIO: all guest memory pinned) beside the owner's
+		// home (virtiofs: guest memory shared with virtiofsd).
+		"passthrough-home": {
+			Name: "gpuvm-vm-46", UUID: testUUID, VCPUs: 16, MemoryBytes: 64 << 30,
+			DomainType:  TypeKVM,
+			Disks:       []Disk{overlay, seed},
+			Network:     Network{Name: "default"},
+			Graphics:    vnc,
+			GuestAgent:  true,
+			Hostdevs:    []Hostdev{{Type: HostdevPCI, Addresses: []string{"0000:c1:00.0", "0000:c1:00.1"}, Managed: true}},
+			Filesystems: []Filesystem{{Source: "/var/lib/gpuvm/homes/carol", Tag: "gpuvm-home"}},
+			Metadata:    Metadata{VMID: "vm-46", Owner: "carol", Profile: "train"},
+		},
 		"windows11": {
 			Name: "gpuvm-win11", UUID: testUUID, VCPUs: 8, MemoryBytes: 16 << 30,
 			DomainType: TypeKVM,

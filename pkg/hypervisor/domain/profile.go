@@ -24,6 +24,9 @@ type Instance struct {
 	Disks    []Disk
 	Volumes  []VolumeRef
 	Hostdevs []Hostdev
+	// Filesystems are the host directories the VM mounts (its owner's
+	// home), with the virtiofs daemon found.
+	Filesystems []Filesystem
 	// GraphicsListen and Password configure the display; Password is cut to
 	// what the protocol allows by the caller.
 	GraphicsListen, Password string
@@ -44,7 +47,7 @@ func FromProfile(p *config.Profile, in Instance) (Spec, error) {
 		VCPUs: uint(p.VCPUs), MemoryBytes: p.Memory, DomainType: in.DomainType,
 		Firmware: Firmware{Type: FirmwareType(p.Firmware), TPM: p.TPM},
 		OSFamily: OSFamily(p.OS), Disks: in.Disks, GuestAgent: true, SerialLog: in.SerialLog,
-		Hostdevs: in.Hostdevs,
+		Hostdevs: in.Hostdevs, Filesystems: in.Filesystems,
 		Metadata: Metadata{Installation: in.Installation, VMID: in.VMID, Owner: in.Owner, Profile: p.Name, Volumes: in.Volumes},
 	}
 	// Windows 11 wants secure boot whenever it has UEFI and a TPM.

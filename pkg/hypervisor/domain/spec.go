@@ -134,6 +134,11 @@ type Spec struct {
 	// Hostdevs are the GPU devices, as a backend described them.
 	Hostdevs []Hostdev
 
+	// Filesystems are host directories the guest mounts over virtiofs (a
+	// person's home). Any makes the guest's memory shared (memfd), which
+	// the vhost-user virtiofs daemon needs to reach it.
+	Filesystems []Filesystem
+
 	// Metadata marks the domain as gpuvm's.
 	Metadata Metadata
 }
@@ -220,6 +225,20 @@ type Hostdev struct {
 	// Display lets an mdev vGPU drive the VM's display (display='on'); the
 	// first such device is the primary display and gets ramfb='on'.
 	Display bool
+}
+
+// Filesystem is a host directory shared with the guest over virtiofs.
+type Filesystem struct {
+	// Source is the host directory (absolute).
+	Source string
+	// Tag is what the guest mounts (mount -t virtiofs TAG DIR): 1–36
+	// characters (virtio-fs's limit) of letters, digits, '.', '_', '-'.
+	Tag string
+	// Binary is the virtiofs daemon; empty lets libvirt find it through
+	// QEMU's vhost-user descriptors.
+	Binary string
+	// ReadOnly shares the directory read-only.
+	ReadOnly bool
 }
 
 // Metadata is gpuvm's mark on a domain, stored in the domain's <metadata>

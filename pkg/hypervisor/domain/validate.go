@@ -135,6 +135,7 @@ func Validate(s Spec) error {
 		p.add("serial log", absPath(s.SerialLog))
 	}
 	p = append(p, hostdevProblems(s.Hostdevs, s.Graphics != nil)...)
+	p.filesystems(s.Filesystems) // filesystems.go
 	p.metadata(s.Metadata)
 	if len(p) > 0 {
 		return &SpecError{Name: s.Name, Problems: p}

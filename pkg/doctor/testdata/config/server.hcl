@@ -18,4 +18,20 @@ server {
       mode  = "vgpu"
     }
   }
+  storage {
+    homes {
+      root = "/var/lib/gpuvm/homes"
+    }
+  }
+}
+
+profile "notebook" {
+  memory = "16GiB"
+  boot {
+    kernel = "/var/lib/gpuvm/guest/vmlinuz"
+  }
+  gpu {
+    kind    = "mig"
+    profile = "1g.10gb"
+  }
 }

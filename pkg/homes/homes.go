@@ -1,0 +1,99 @@
+// Package homes keeps every person's home: a directory on the host, made
+// the first time one of their VMs needs it, owned by their stable uid
+// (store.UserUID), and attached to each of their VMs over virtiofs
+// (domain.Filesystem). A home outlives every VM: nothing here is called
+// when a VM is deleted, a lease ends or the reconciler repairs; Remove
+// takes the person's name typed again as confirmation.
+package homes
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"regexp"
+	"syscall"
+)
+
+// loginRE is a person's name as a directory name: gpuvm's user names.
+var loginRE = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9._@+-]{0,63}$`)
+
+// Path is the home of login under root.
+func Path(root, login string) (string, error) {
+	if !filepath.IsAbs(root) || filepath.Clean(root) == "/" {
+		return "", fmt.Errorf("homes root %q: want an absolute directory other than /", root)
+	}
+	if !loginRE.MatchString(login) || login == "." || login == ".." {
+		return "", fmt.Errorf("home of %q: not a user name that can be a directory", login)
+	}
+	return filepath.Join(filepath.Clean(root), login), nil
+}
+
+// Ensure returns login's home under root, made when it is missing: root
+// 0711 (others may pass, not list), the home 0700 and owned by uid:uid
+// (the group of the same number the guest's account gets). An existing
+// home is kept as it is, its owner corrected when uid changed (the files
+// inside keep theirs, which the log says). A home that is not a directory,
+// or is a symbolic link, is an error: gpuvm shares only what it made.
+func Ensure(root, login string, uid int, log *slog.Logger) (string, error) {
+	dir, err := Path(root, login)
+	if err != nil {
+		return "", err
+	}
+	if uid < 1 {
+		return "", fmt.Errorf("home of %q: uid %d: want a person's uid, not root's", login, uid)
+	}
+	if err := os.MkdirAll(root, 0o711); err != nil {
+		return "", fmt.Errorf("homes root: %w", err)
+	}
+	fi, err := os.Lstat(dir)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		if err := os.Mkdir(dir, 0o700); err != nil {
+			return "", fmt.Errorf("make the home of %s: %w", login, err)
+		}
+		if err := os.Chown(dir, uid, uid); err != nil {
+			_ = os.Remove(dir)
+			return "", fmt.Errorf("give the home of %s to uid %d: %w", login, uid, err)
+		}
+		log.Info("home made", "user", login, "dir", dir, "uid", uid)
+		return dir, nil
+	case err != nil:
+		return "", fmt.Errorf("home of %s: %w", login, err)
+	case !fi.IsDir() || fi.Mode()&fs.ModeSymlink != 0:
+		return "", fmt.Errorf("home of %s: %s is not a directory (%s); move it away", login, dir, fi.Mode().Type())
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok && (int(st.Uid) != uid || int(st.Gid) != uid) {
+		if err := os.Chown(dir, uid, uid); err != nil {
+			return "", fmt.Errorf("give the home of %s to uid %d: %w", login, uid, err)
+		}
+		log.Warn("home's owner corrected to the person's uid; files inside keep their owner (chown -R to move them)",
+			"user", login, "dir", dir, "old_uid", st.Uid, "uid", uid)
+	}
+	return dir, nil
+}
+
+// ErrNotConfirmed: Remove was not given the person's name as confirmation.
+var ErrNotConfirmed = errors.New("removing a home needs its person's name typed again as confirmation")
+
+// Remove deletes login's home and everything in it, for the person or an
+// admin, when confirm is the person's name. Nothing calls it with a VM.
+func Remove(root, login, confirm string) error {
+	dir, err := Path(root, login)
+	if err != nil {
+		return err
+	}
+	if confirm != login {
+		return fmt.Errorf("remove the home of %s: %w", login, ErrNotConfirmed)
+	}
+	fi, err := os.Lstat(dir)
+	if err != nil {
+		return fmt.Errorf("remove the home of %s: %w", login, err)
+	}
+	if !fi.IsDir() {
+		return fmt.Errorf("remove the home of %s: %s is not a directory", login, dir)
+	}
+	return os.RemoveAll(dir)
+}

@@ -1,0 +1,122 @@
+package homes
+
+import (
+	"errors"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+)
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+func TestEnsureAndRemove(t *testing.T) {
+	root := filepath.Join(t.TempDir(), "homes")
+	uid := os.Getuid()
+	if uid == 0 {
+		uid = 20000 // as root, a person's uid
+	}
+	dir, err := Ensure(root, "ann", uid, quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if dir != filepath.Join(root, "ann") {
+		t.Fatalf("home %s", dir)
+	}
+	fi, err := os.Stat(dir)
+	if err != nil || fi.Mode().Perm() != 0o700 || !fi.IsDir() {
+		t.Fatalf("home mode %v, %v; want a 0700 directory", fi.Mode(), err)
+	}
+	if st := fi.Sys().(*syscall.Stat_t); int(st.Uid) != uid || int(st.Gid) != uid {
+		t.Fatalf("home owned by %d:%d, want %d:%d", st.Uid, st.Gid, uid, uid)
+	}
+	if rfi, _ := os.Stat(root); rfi.Mode().Perm() != 0o711 {
+		t.Errorf("root mode %v, want 0711", rfi.Mode().Perm())
+	}
+	// A second call keeps what is there.
+	if err := os.WriteFile(filepath.Join(dir, "notes.txt"), []byte("day"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Ensure(root, "ann", uid, quiet); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "notes.txt")); err != nil || string(b) != "day" {
+		t.Fatalf("the home's file after Ensure: %q, %v", b, err)
+	}
+	// Removal needs the name typed again.
+	if err := Remove(root, "ann", "yes"); !errors.Is(err, ErrNotConfirmed) {
+		t.Fatalf("remove without confirmation: %v", err)
+	}
+	if _, err := os.Stat(dir); err != nil {
+		t.Fatal("the home went without confirmation")
+	}
+	if err := Remove(root, "ann", "ann"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Fatalf("home still there: %v", err)
+	}
+}
+
+func TestEnsureRefuses(t *testing.T) {
+	root := t.TempDir()
+	if err := os.Symlink("/etc", filepath.Join(root, "eve")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "fay"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		root, login string
+		uid         int
+		want        string
+	}{
+		{root, "eve", 20000, "not a directory"},
+		{root, "fay", 20000, "not a directory"},
+		{root, "../etc", 20000, "not a user name"},
+		{root, "", 20000, "not a user name"},
+		{root, "-ann", 20000, "not a user name"},
+		{root, "ann", 0, "not root's"},
+		{"homes", "ann", 20000, "absolute"},
+		{"/", "ann", 20000, "other than /"},
+	} {
+		if _, err := Ensure(tc.root, tc.login, tc.uid, quiet); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("Ensure(%q, %q, %d) = %v; want %q", tc.root, tc.login, tc.uid, err, tc.want)
+		}
+	}
+}
+
+func TestFindVirtiofsd(t *testing.T) {
+	etc, share := t.TempDir(), t.TempDir()
+	bin := filepath.Join(t.TempDir(), "virtiofsd")
+	if err := os.WriteFile(bin, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	write := func(dir, name, body string) {
+		t.Helper()
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := FindVirtiofsd([]string{etc, share}); !errors.Is(err, ErrNoVirtiofsd) || !strings.Contains(err.Error(), VirtiofsdPackage) {
+		t.Fatalf("no descriptors: %v", err)
+	}
+	write(share, "40-gpu.json", `{"type": "gpu", "binary": "`+bin+`"}`)
+	write(share, "50-qemu-virtiofsd.json", `{"description": "QEMU virtiofsd vhost-user-fs", "type": "fs", "binary": "/usr/lib/qemu/nowhere"}`)
+	_, err := FindVirtiofsd([]string{etc, share})
+	if !errors.Is(err, ErrNoVirtiofsd) || !strings.Contains(err.Error(), "/usr/lib/qemu/nowhere does not exist") {
+		t.Fatalf("a missing binary: %v", err)
+	}
+	// The admin's descriptor of the same name hides the distribution's.
+	write(etc, "50-qemu-virtiofsd.json", `{"type": "fs", "binary": "`+bin+`"}`)
+	if got, err := FindVirtiofsd([]string{etc, share}); err != nil || got != bin {
+		t.Fatalf("FindVirtiofsd = %q, %v; want %s", got, err, bin)
+	}
+	write(etc, "10-broken.json", `{`)
+	if got, err := FindVirtiofsd([]string{etc, share}); err != nil || got != bin {
+		t.Fatalf("with a broken descriptor first: %q, %v", got, err)
+	}
+}

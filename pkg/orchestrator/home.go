@@ -1,0 +1,53 @@
+package orchestrator
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/gpuvm/gpuvm/pkg/config"
+	"github.com/gpuvm/gpuvm/pkg/homes"
+	"github.com/gpuvm/gpuvm/pkg/hypervisor/domain"
+	"github.com/gpuvm/gpuvm/pkg/store"
+)
+
+// vmHome is the owner's home as one VM gets it: the virtiofs device and
+// what the guest's seed mounts.
+type vmHome struct {
+	fs    domain.Filesystem
+	uid   int
+	mount string
+}
+
+// home makes ready the home of a VM whose profile has one (nil for any
+// other): the owner's stable uid (store.UserUID), their directory
+// (homes.Ensure, made the first time) and the virtiofs daemon. No daemon
+// refuses the VM: started without its home, the guest would write the
+// person's work where the VM's deletion takes it. Nothing here removes a
+// home; deleting the VM leaves it.
+func (lc *lifecycle) home(ctx context.Context, set lifecycleSettings, p *config.Profile, vm *store.VM) (*vmHome, error) {
+	if p == nil || !p.Home {
+		return nil, nil
+	}
+	h := set.Homes
+	if !h.Enabled {
+		// The profile was resolved with homes on; a reload turned them off.
+		return nil, nil
+	}
+	find := lc.virtiofsd
+	if find == nil {
+		find = func() (string, error) { return homes.FindVirtiofsd(nil) }
+	}
+	bin, err := find()
+	if err != nil {
+		return nil, fmt.Errorf("profile %s gives its VMs their owner's home: %w", p.Name, err)
+	}
+	uid, err := lc.st.UserUID(ctx, vm.Owner, int64(h.UIDMin), int64(h.UIDMax))
+	if err != nil {
+		return nil, fmt.Errorf("home of %s: %w", vm.Owner, err)
+	}
+	dir, err := homes.Ensure(h.Root, vm.Owner, int(uid), lc.log)
+	if err != nil {
+		return nil, err
+	}
+	return &vmHome{fs: domain.Filesystem{Source: dir, Tag: config.HomeTag, Binary: bin}, uid: int(uid), mount: h.Mount}, nil
+}
