@@ -237,3 +237,77 @@ func (lc *lifecycle) runSnapshotDelete(ctx context.Context, vm *store.VM, op *st
 	lc.finishAction(ctx, vm, op, nil)
 	return nil
 }
+
+// ByExpiry is who asks for the deletion of an expired snapshot.
+const ByExpiry = "rule:snapshot-expiry"
+
+// snapshotRulesStore is what the expiry asks of the database (a
+// *store.Store).
+type snapshotRulesStore interface {
+	ListAllSnapshots(ctx context.Context) ([]store.Snapshot, error)
+	BeginSnapshotOperation(ctx context.Context, snapID, kind, requestedBy string) (*store.Snapshot, *store.Operation, error)
+	RemoveSnapshot(ctx context.Context, id string) error
+}
+
+// expireSnapshots starts the deletion of every ready snapshot older than
+// its owner's snapshots.expire_after, the oldest first, one per VM and
+// round (a VM carries out one operation at a time); the deletion itself
+// removes only a snapshot whose tag is this installation's. The rows of a
+// deleted VM's snapshots, whose disk went with it, are removed.
+func (r *round) expireSnapshots() {
+	ss, ok := r.loop.st.(snapshotRulesStore)
+	if !ok || r.cfg == nil {
+		return
+	}
+	all, err := ss.ListAllSnapshots(r.ctx)
+	if err != nil {
+		r.errs = append(r.errs, fmt.Errorf("snapshot expiry: %w", err))
+		return
+	}
+	limits := map[string]*time.Duration{}
+	limitOf := func(owner string) (*time.Duration, error) {
+		if d, ok := limits[owner]; ok {
+			return d, nil
+		}
+		u, err := r.loop.st.GetUser(r.ctx, owner)
+		if err != nil {
+			return nil, err
+		}
+		d := r.cfg.Policy.Effective(u.Name, u.Groups).Snapshots.ExpireAfter
+		limits[owner] = d
+		return d, nil
+	}
+	for i := range all {
+		s := &all[i]
+		vm, err := r.loop.st.GetVM(r.ctx, s.VMID)
+		if err != nil {
+			r.errs = append(r.errs, fmt.Errorf("snapshot expiry: %w", err))
+			continue
+		}
+		if vm.State == store.VMDeleted {
+			if err := ss.RemoveSnapshot(r.ctx, s.ID); err != nil {
+				r.errs = append(r.errs, err)
+			}
+			continue
+		}
+		if s.State != store.SnapReady || r.busy[vm.ID] {
+			continue
+		}
+		d, err := limitOf(s.Owner)
+		if err != nil {
+			r.errs = append(r.errs, fmt.Errorf("snapshot expiry of %s: %w", s.ID, err))
+			continue
+		}
+		if d == nil || s.CreatedAt.Add(*d).After(r.now) {
+			continue
+		}
+		if _, _, err := ss.BeginSnapshotOperation(r.ctx, s.ID, store.OpSnapshotDelete, ByExpiry); err != nil {
+			r.errs = append(r.errs, fmt.Errorf("snapshot expiry of %s: %w", s.ID, err))
+			continue
+		}
+		r.busy[vm.ID] = true
+		r.rep.Expired = append(r.rep.Expired, vm.ID+" "+s.ID)
+		r.loop.log.Info("rule of sharing: snapshot expired; deleting it", "vm", vm.ID, "name", vm.Name, "snapshot", s.ID,
+			"label", s.Label, "taken", s.CreatedAt, "expire_after", d.String())
+	}
+}

@@ -6,7 +6,9 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
+	"github.com/gpuvm/gpuvm/pkg/config"
 	"github.com/gpuvm/gpuvm/pkg/hypervisor"
 	"github.com/gpuvm/gpuvm/pkg/store"
 )
@@ -256,5 +258,55 @@ func TestSnapshotCrashAtEachStep(t *testing.T) {
 				t.Fatal("the tag was taken for another installation's")
 			}
 		})
+	}
+}
+
+// Expiry removes the snapshots older than the owner's expire_after, the
+// oldest first, and nothing younger; the rows of a deleted VM's snapshots
+// go too.
+func TestSnapshotExpiry(t *testing.T) {
+	e := newEnv(t, "l40sx4")
+	ctx := context.Background()
+	var mu sync.Mutex
+	now := time.Date(2030, 5, 1, 9, 0, 0, 0, time.UTC)
+	e.useClock(func() time.Time { mu.Lock(); defer mu.Unlock(); return now })
+	advance := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
+	half := 30 * time.Minute
+	e.cfg.Policy.Defaults.Snapshots = config.Snapshots{ExpireAfter: &half, Rule: "policy defaults"}
+	f := newSnapHV(e.hv)
+	o := e.orchWith(f)
+	vm, _ := e.submit("ann", "l40s-seat", "vm1")
+	o.Drain(ctx)
+	old, _ := e.snapOp(e.vm(vm.ID), "old")
+	o.Drain(ctx)
+	advance(20 * time.Minute)
+	young, _ := e.snapOp(e.vm(vm.ID), "young")
+	o.Drain(ctx)
+	advance(20 * time.Minute) // old is 40 minutes old, young 20 (the lease runs 2h)
+	rep, err := o.ApplyRules(ctx)
+	if err != nil || len(rep.Expired) != 1 || !strings.Contains(rep.Expired[0], old.ID) {
+		t.Fatalf("expired %v, %v; want %s only", rep.Expired, err, old.ID)
+	}
+	o.Drain(ctx)
+	if _, err := e.st.GetSnapshot(ctx, old.ID); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("the expired snapshot: %v", err)
+	}
+	if s := e.snapState(young.ID); s.State != store.SnapReady {
+		t.Fatalf("the young one: %+v", s)
+	}
+	if _, n := f.read(vm.ID); n != 1 {
+		t.Fatalf("%d snapshots on the disk, want 1", n)
+	}
+	if rep, _ := o.ApplyRules(ctx); len(rep.Expired) != 0 {
+		t.Fatalf("nothing more is due, expired %v", rep.Expired)
+	}
+	// Deleted with its VM: the row goes (its disk went with the VM).
+	e.deleteOp(e.vm(vm.ID))
+	o.Drain(ctx)
+	if _, err := o.ApplyRules(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.st.GetSnapshot(ctx, young.ID); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("a deleted VM's snapshot row: %v", err)
 	}
 }
