@@ -238,11 +238,32 @@ func (c *Conn) diskNode(ctx context.Context, h *handle, path string) (string, er
 		return "", fmt.Errorf("query-named-block-nodes: %w", err)
 	}
 	for _, n := range nodes {
-		if n.Drv == "qcow2" && n.File == path {
+		if n.Drv == "qcow2" && nodeFile(n.File) == path {
 			return n.NodeName, nil
 		}
 	}
 	return "", fmt.Errorf("QEMU has no qcow2 node of %s open", path)
+}
+
+// nodeFile is the file a block node's filename names. A qcow2 node opened
+// as libvirt opens it (-blockdev, its backing given apart) is named by
+// QEMU's json: pseudo-protocol, {"driver": "qcow2", "file": {"driver":
+// "file", "filename": PATH}, ...} (seen with QEMU 7.2); a plain one by
+// its path.
+func nodeFile(name string) string {
+	rest, ok := strings.CutPrefix(name, "json:")
+	if !ok {
+		return name
+	}
+	var j struct {
+		File struct {
+			Filename string `json:"filename"`
+		} `json:"file"`
+	}
+	if json.Unmarshal([]byte(rest), &j) != nil {
+		return ""
+	}
+	return j.File.Filename
 }
 
 // diskSnapshotTags lists the internal snapshots of a qcow2 file (read with

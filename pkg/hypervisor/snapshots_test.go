@@ -62,3 +62,18 @@ func TestDiskSnapshotFile(t *testing.T) {
 		t.Fatalf("raw disk = %v", err)
 	}
 }
+
+// nodeFile reads the file of a qcow2 node as QEMU 7.2 names it under
+// libvirt's -blockdev (query-named-block-nodes, seen on this machine).
+func TestNodeFile(t *testing.T) {
+	for in, want := range map[string]string{
+		`json:{"backing": null, "driver": "qcow2", "file": {"driver": "file", "filename": "/var/lib/gpuvm/pool/vm.qcow2"}}`: "/var/lib/gpuvm/pool/vm.qcow2",
+		"/var/lib/gpuvm/pool/vm.qcow2": "/var/lib/gpuvm/pool/vm.qcow2",
+		"json:{not json":               "",
+		`json:{"driver": "qcow2"}`:     "",
+	} {
+		if got := nodeFile(in); got != want {
+			t.Errorf("nodeFile(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
