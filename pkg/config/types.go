@@ -547,7 +547,7 @@ type Snapshots struct {
 	// ExpireAfter: a snapshot older than this is deleted by the rules
 	// loop, the oldest first.
 	ExpireAfter *time.Duration `json:"expire_after,omitempty"`
-	Rule        string         `json:"rule,omitempty"`
+	Rule        string         `json:"-"`
 }
 
 // Quota limits one user. A nil limit is no limit.
