@@ -57,7 +57,8 @@ func addClientCommands(root *cobra.Command, getenv func(string) string) {
 	root.AddCommand(newAuditCmd(getenv)) // audit.go: your entries of the audit log
 	// credentials.go: the one-time desktop password.
 	root.AddCommand(newCredentialsCmd(getenv))
-	root.AddCommand(newRulesCmd(getenv)) // rules.go: the rules of sharing in plain language
+	root.AddCommand(newRulesCmd(getenv))    // rules.go: the rules of sharing in plain language
+	root.AddCommand(newSnapshotCmd(getenv)) // snapshots.go: disk snapshots
 }
 
 // clientOpts are the connection flags of a command.

@@ -13,6 +13,11 @@ policy {
     quota {
       vms = 0 # not in a group below: no VM
     }
+    # Each person keeps at most five disk snapshots, for a month at most.
+    snapshots {
+      keep         = 5
+      expire_after = "30d"
+    }
   }
 
   group "students" {
@@ -21,6 +26,10 @@ policy {
       vms                = 1
       slices             = 1
       gpu_hours_per_week = 10
+    }
+    snapshots {
+      keep         = 2
+      expire_after = "7d"
     }
   }
 

@@ -615,6 +615,24 @@ func TestEffectivePolicy(t *testing.T) {
 	if s := pol.Effective("visitor", nil); *s.Quota.VMs != 0 {
 		t.Errorf("defaults: %+v", s)
 	}
+	// Snapshots: a group without a block has the defaults'; the most
+	// generous of several groups wins, and the rule names them.
+	snaps := func(user string, groups ...string) (int, time.Duration, string) {
+		s := pol.Effective(user, groups).Snapshots
+		if s.Keep == nil || s.ExpireAfter == nil {
+			t.Fatalf("%s %v: no snapshot limits: %+v", user, groups, s)
+		}
+		return *s.Keep, *s.ExpireAfter, s.Rule
+	}
+	if k, e, r := snaps("sam", "students"); k != 2 || e != 7*24*time.Hour || r != "policy group students" {
+		t.Errorf("student's snapshots: %d %s %q", k, e, r)
+	}
+	if k, e, r := snaps("visitor"); k != 5 || e != 30*24*time.Hour || r != "policy defaults" {
+		t.Errorf("defaults' snapshots: %d %s %q", k, e, r)
+	}
+	if k, _, r := snaps("sam", "students", "staff"); k != 5 || !strings.Contains(r, "students, staff") {
+		t.Errorf("student and staff's snapshots: %d %q", k, r)
+	}
 }
 
 func TestManyBlocksStayFast(t *testing.T) {

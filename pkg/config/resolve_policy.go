@@ -86,6 +86,7 @@ func (r *resolver) resolvePolicy(b *policyBlock) {
 	}
 	if d := b.Defaults; d != nil {
 		p.Defaults = r.resolvePrincipal("", d.Priority, d.Preemptible, d.Quota, d.Body, d.DefRange)
+		p.Defaults.Snapshots = r.resolveSnapshots(d.Snapshots, "policy defaults")
 	}
 	for _, g := range b.Groups {
 		r.addPrincipal(p.Groups, "group", g)
@@ -140,6 +141,11 @@ func (r *resolver) addPrincipal(into map[string]*Principal, kind string, b *prin
 		// naming it must not lift its members' limits). quota {} is no
 		// limits, said on purpose.
 		pr.Quota = r.cfg.Policy.Defaults.Quota
+	}
+	// Snapshot limits likewise: a block of its own, else the defaults'.
+	pr.Snapshots = r.cfg.Policy.Defaults.Snapshots
+	if b.Snapshots != nil {
+		pr.Snapshots = r.resolveSnapshots(b.Snapshots, "policy "+kind+" "+b.Name)
 	}
 	into[b.Name] = &pr
 }
@@ -197,6 +203,30 @@ func (r *resolver) resolvePrincipal(name string, prio *int, preempt *bool, q *qu
 		r.warnf(valueRange(q.Body, "gpu_hours_per_week", q.DefRange), "Weekly budget above monthly", "gpu_hours_per_week (%g) is more than gpu_hours_per_month (%g): the monthly budget caps it.", *hw, *hm)
 	}
 	return p
+}
+
+// resolveSnapshots checks a snapshots block: keep a count from 0 to
+// MaxSnapshots, expire_after a duration above 0.
+func (r *resolver) resolveSnapshots(b *snapshotsBlock, rule string) Snapshots {
+	out := Snapshots{Rule: rule}
+	if b == nil {
+		return out
+	}
+	if b.Keep != nil {
+		if *b.Keep < 0 || *b.Keep > MaxSnapshots {
+			r.errf(valueRange(b.Body, "keep", b.DefRange), "Invalid keep", "snapshots.keep is a count from 0 (no snapshots) to %d, not %d.", MaxSnapshots, *b.Keep)
+		}
+		k := *b.Keep
+		out.Keep = &k
+	}
+	if b.ExpireAfter != nil {
+		d, ok := r.duration(b.Body, "expire_after", b.ExpireAfter, 0, b.DefRange)
+		if ok && d <= 0 {
+			r.errf(valueRange(b.Body, "expire_after", b.DefRange), "Invalid expire_after", "snapshots.expire_after is how long a snapshot is kept, above 0: write e.g. 30d.")
+		}
+		out.ExpireAfter = &d
+	}
+	return out
 }
 
 func (r *resolver) resolveAlert(b *alertBlock) *Alert {
@@ -314,13 +344,32 @@ func (p *Policy) Effective(user string, groups []string) Principal {
 		q.GPUHoursPerWeek = looser(q.GPUHoursPerWeek, g.Quota.GPUHoursPerWeek)
 		q.GPUHoursPerMonth = looser(q.GPUHoursPerMonth, g.Quota.GPUHoursPerMonth)
 	}
+	out.Snapshots = looserSnapshots(found)
 	return out
 }
 
 func looserInt(a, b *int) *int { return looser(a, b) }
 
+// looserSnapshots is the most generous of groups' snapshot limits, its rule
+// naming the groups.
+func looserSnapshots(found []*Principal) Snapshots {
+	out := found[0].Snapshots
+	var names []string
+	for i, g := range found {
+		names = append(names, g.Name)
+		if i > 0 {
+			out.Keep = looserInt(out.Keep, g.Snapshots.Keep)
+			out.ExpireAfter = looser(out.ExpireAfter, g.Snapshots.ExpireAfter)
+		}
+	}
+	if len(found) > 1 {
+		out.Rule = "policy groups " + strings.Join(names, ", ") + " (the most generous)"
+	}
+	return out
+}
+
 // looser is the more generous of two limits; nil is no limit.
-func looser[T int | uint64 | float64](a, b *T) *T {
+func looser[T int | uint64 | float64 | time.Duration](a, b *T) *T {
 	if a == nil || b == nil {
 		return nil
 	}

@@ -377,21 +377,32 @@ type queueBlock struct {
 // defaultsBlock applies to every user who has no user block of their own and
 // belongs to no group that has one.
 type defaultsBlock struct {
-	Priority    *int        `hcl:"priority,optional"`
-	Preemptible *bool       `hcl:"preemptible,optional"`
-	Quota       *quotaBlock `hcl:"quota,block"`
-	DefRange    hcl.Range   `hcl:",def_range"`
-	Body        hcl.Body    `hcl:",body"`
+	Priority    *int            `hcl:"priority,optional"`
+	Preemptible *bool           `hcl:"preemptible,optional"`
+	Quota       *quotaBlock     `hcl:"quota,block"`
+	Snapshots   *snapshotsBlock `hcl:"snapshots,block"`
+	DefRange    hcl.Range       `hcl:",def_range"`
+	Body        hcl.Body        `hcl:",body"`
 }
 
 type principalBlock struct {
-	Name        string      `hcl:"name,label"`
-	Priority    *int        `hcl:"priority,optional"`
-	Preemptible *bool       `hcl:"preemptible,optional"`
-	Quota       *quotaBlock `hcl:"quota,block"`
-	DefRange    hcl.Range   `hcl:",def_range"`
-	LabelRange  hcl.Range   `hcl:"name,label_range"`
-	Body        hcl.Body    `hcl:",body"`
+	Name        string          `hcl:"name,label"`
+	Priority    *int            `hcl:"priority,optional"`
+	Preemptible *bool           `hcl:"preemptible,optional"`
+	Quota       *quotaBlock     `hcl:"quota,block"`
+	Snapshots   *snapshotsBlock `hcl:"snapshots,block"`
+	DefRange    hcl.Range       `hcl:",def_range"`
+	LabelRange  hcl.Range       `hcl:"name,label_range"`
+	Body        hcl.Body        `hcl:",body"`
+}
+
+// snapshotsBlock limits a person's disk snapshots: how many they keep, and
+// how long one lives.
+type snapshotsBlock struct {
+	Keep        *int      `hcl:"keep,optional"`
+	ExpireAfter *string   `hcl:"expire_after,optional"`
+	DefRange    hcl.Range `hcl:",def_range"`
+	Body        hcl.Body  `hcl:",body"`
 }
 
 type quotaBlock struct {

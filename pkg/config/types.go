@@ -558,7 +558,23 @@ type Principal struct {
 	Priority    int       `json:"priority"`
 	Preemptible bool      `json:"preemptible"`
 	Quota       Quota     `json:"quota"`
+	Snapshots   Snapshots `json:"snapshots"`
 	DeclRange   hcl.Range `json:"-"`
+}
+
+// MaxSnapshots bounds snapshots.keep.
+const MaxSnapshots = 1000
+
+// Snapshots limits one person's disk snapshots. A nil limit is no limit.
+// Rule says where the limits come from ("policy defaults", "policy user
+// alice", "policy group render"), for refusals and expiries.
+type Snapshots struct {
+	// Keep is the most snapshots a person keeps, over all their VMs.
+	Keep *int `json:"keep,omitempty"`
+	// ExpireAfter: a snapshot older than this is deleted by the rules
+	// loop, the oldest first.
+	ExpireAfter *time.Duration `json:"expire_after,omitempty"`
+	Rule        string         `json:"-"`
 }
 
 // Quota limits one user. A nil limit is no limit.

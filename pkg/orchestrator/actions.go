@@ -92,6 +92,8 @@ func (lc *lifecycle) runAction(ctx context.Context, vm *store.VM, op *store.Oper
 		return lc.runStart(ctx, vm, op)
 	case store.OpReboot:
 		return lc.runReboot(ctx, vm, op)
+	case store.OpSnapshot, store.OpRestore, store.OpSnapshotDelete:
+		return lc.runSnapshotOp(ctx, vm, op) // snapshots.go
 	}
 	// Extend is applied by the API at once; nothing else is known.
 	lc.finishAction(ctx, vm, op, fmt.Errorf("the worker does not carry out %q operations", op.Kind))

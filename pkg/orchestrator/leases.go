@@ -72,18 +72,21 @@ type RulesReport struct {
 	Stopped   []string
 	Deleted   []string
 	Cancelled []string
+	// Expired are the snapshots whose deletion the expiry started ("VM
+	// snapshot" IDs; snapshots.go).
+	Expired []string
 	// Skipped is true when this gpuvmd is not the fleet's leader.
 	Skipped bool
 }
 
 // Empty reports whether the round did nothing.
 func (r RulesReport) Empty() bool {
-	return len(r.Warned)+len(r.Stopped)+len(r.Deleted)+len(r.Cancelled) == 0
+	return len(r.Warned)+len(r.Stopped)+len(r.Deleted)+len(r.Cancelled)+len(r.Expired) == 0
 }
 
 func (r RulesReport) log(l *slog.Logger) {
 	if !r.Empty() {
-		l.Info("rules of sharing applied", "warned", r.Warned, "stopped", r.Stopped, "deleted", r.Deleted, "cancelled", r.Cancelled)
+		l.Info("rules of sharing applied", "warned", r.Warned, "stopped", r.Stopped, "deleted", r.Deleted, "cancelled", r.Cancelled, "snapshots expired", r.Expired)
 	}
 }
 
@@ -193,7 +196,8 @@ func (rl *rulesLoop) ApplyRules(ctx context.Context) (RulesReport, error) {
 		}
 		r.window(vm, windows[vm.ID])
 	}
-	if len(r.rep.Stopped)+len(r.rep.Deleted) > 0 {
+	r.expireSnapshots() // snapshots.go
+	if len(r.rep.Stopped)+len(r.rep.Deleted)+len(r.rep.Expired) > 0 {
 		rl.wake()
 	}
 	return r.rep, errors.Join(append(r.errs, ctx.Err())...)

@@ -197,6 +197,19 @@ func quotaFacts(prefix string, q config.Quota) []api.RulesFact {
 	return out
 }
 
+// snapshotFacts are the snapshot limits of s that are set, under prefix
+// ("groups.snapshots").
+func snapshotFacts(prefix string, s config.Snapshots) []api.RulesFact {
+	var out []api.RulesFact
+	if s.Keep != nil {
+		out = append(out, numFact(prefix+".keep", float64(*s.Keep), api.UnitCount))
+	}
+	if s.ExpireAfter != nil {
+		out = append(out, secsFact(prefix+".expire_after", *s.ExpireAfter))
+	}
+	return out
+}
+
 func hasLimit(q config.Quota) bool { return len(quotaFacts("", q)) > 0 }
 
 func hasBudget(q config.Quota) bool {
@@ -310,6 +323,14 @@ func (b *builder) quotas() []api.RulesSentence {
 			}
 		}
 		out = append(out, api.RulesSentence{Text: b.w.quota(e.who, q), Subject: subjectOf(e.who), Facts: facts})
+	}
+	for _, e := range ps {
+		sn := e.p.Snapshots
+		facts := snapshotFacts(e.key+".snapshots", sn)
+		if len(facts) == 0 && (e.who.kind == "defaults" || len(snapshotFacts("", b.pol.Defaults.Snapshots)) == 0) {
+			continue // no limits, and none to lift
+		}
+		out = append(out, api.RulesSentence{Text: b.w.snapshots(e.who, sn), Subject: subjectOf(e.who), Facts: facts})
 	}
 	if len(b.pol.Users) > 0 || len(b.pol.Groups) > 0 {
 		out = append(out, api.RulesSentence{Text: b.w.combine()})

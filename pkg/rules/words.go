@@ -24,6 +24,7 @@ type phrasebook interface {
 	yourBooking(may, admin bool) string
 
 	quota(w who, q config.Quota) string
+	snapshots(w who, s config.Snapshots) string
 	combine() string
 	sliceNote() string
 	gpuHours(zone string) string
@@ -292,6 +293,26 @@ func (e en) quota(w who, q config.Quota) string {
 		return fmt.Sprintf("%s may use at most %s.", e.who(w), e.list(budgets))
 	}
 	return fmt.Sprintf("%s may hold at most %s at once, and use at most %s.", e.who(w), e.list(counts), e.list(budgets))
+}
+
+func (e en) snapshots(w who, s config.Snapshots) string {
+	var parts []string
+	switch {
+	case s.Keep != nil && *s.Keep == 0:
+		return e.who(w) + " may keep 0 disk snapshots: none may be taken."
+	case s.Keep != nil:
+		parts = append(parts, "may keep at most "+plural(int64(*s.Keep), "disk snapshot", "disk snapshots"))
+	}
+	if s.ExpireAfter != nil {
+		parts = append(parts, "each disk snapshot is deleted "+e.dur(*s.ExpireAfter)+" after it is taken")
+	}
+	if len(parts) == 0 {
+		return e.who(w) + " may keep disk snapshots without limit."
+	}
+	if s.Keep == nil {
+		return fmt.Sprintf("%s: %s.", e.who(w), parts[0])
+	}
+	return fmt.Sprintf("%s %s.", e.who(w), strings.Join(parts, "; "))
 }
 
 func (en) combine() string {

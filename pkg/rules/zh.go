@@ -125,6 +125,26 @@ func (zh) whose(w who) string {
 	return "你的虚拟机"
 }
 
+func (z zh) snapshots(w who, s config.Snapshots) string {
+	var parts []string
+	switch {
+	case s.Keep != nil && *s.Keep == 0:
+		return z.who(w) + "可保留 0 个磁盘快照：不能创建快照。"
+	case s.Keep != nil:
+		parts = append(parts, fmt.Sprintf("最多可保留 %d 个磁盘快照", *s.Keep))
+	}
+	if s.ExpireAfter != nil {
+		parts = append(parts, "每个磁盘快照在创建 "+z.dur(*s.ExpireAfter)+"后删除")
+	}
+	if len(parts) == 0 {
+		return z.who(w) + "保留磁盘快照不受限制。"
+	}
+	if s.Keep == nil {
+		return fmt.Sprintf("%s：%s。", z.who(w), parts[0])
+	}
+	return fmt.Sprintf("%s%s。", z.who(w), strings.Join(parts, "；"))
+}
+
 func (z zh) quota(w who, q config.Quota) string {
 	if q.VMs != nil && *q.VMs == 0 {
 		return z.who(w) + "不能运行任何虚拟机。"

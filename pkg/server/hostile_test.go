@@ -59,6 +59,9 @@ var hostileBodies = map[string]struct {
 	"POST /v1/admin/orphans/{id}/adopt": {body: `{"owner":"ann","name":"adopted","profile":"seat"}`, status: 201},
 	"POST /v1/session":                  {body: `{"token":"gpuvm_not-a-token"}`, status: 401}, // portal.go's sign-in
 	"POST /v1/vms/{id}/credentials":     {status: 200, optional: true},                        // spent by the first that passes
+	// snapshots.go: the VM is queued; it has no snapshot of that name.
+	"POST /v1/vms/{id}/snapshots":                {body: `{"label":"before upgrade"}`, status: 409, optional: true},
+	"POST /v1/vms/{id}/snapshots/{snap}/restore": {status: 404, optional: true},
 	// images.go: a file that is not there, a VM that is not.
 	"POST /v1/admin/images":         {body: `{"source_path":"/nonexistent/disk.qcow2","name":"disk","os":"linux","firmware":"uefi","sha256":"` + strings.Repeat("0", 64) + `"}`, status: 422},
 	"POST /v1/admin/images/publish": {body: `{"vm":"nope","name":"disk","os":"linux","firmware":"uefi"}`, status: 404},
@@ -223,6 +226,8 @@ func (e *hostileEnv) fingerprint() string {
 	add("drains", ds, err)
 	hs, err := e.st.ListHosts(ctx)
 	add("hosts", hs, err)
+	sn, err := e.st.ListAllSnapshots(ctx)
+	add("snapshots", sn, err)
 	return b.String()
 }
 

@@ -256,7 +256,8 @@ func (s *Server) routes() {
 	vms.DELETE("/vms/:id", s.deleteVM)
 	vms.POST("/vms/:id/credentials", s.takeCredentials) // credentials.go: spends it
 	vms.GET("/vms/:id/desktop.rdp", s.getDesktopRDP)
-	s.actionRoutes(vms) // actions.go
+	s.actionRoutes(vms)   // actions.go
+	s.snapshotRoutes(vms) // snapshots.go
 	vms.GET("/operations/:id", s.getOperation)
 	vms.GET("/events", s.stream, s.events)
 	s.consoleRoutes(vms) // console, console.vv, tunnel; their websockets and the browser page

@@ -22,6 +22,7 @@ type Store interface {
 	usage.Store
 	usage.ReportStore
 	LicenseStore
+	SnapshotStore
 }
 
 // LicenseStore backs the licence state of a VM's vGPUs (licensing.go).

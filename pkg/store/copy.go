@@ -75,6 +75,7 @@ var copiers = []tableCopier{
 	copierOf[Session]("sessions", "id"),
 	copierOf[Image]("images", "id"),
 	copierOf[ImageUse]("image_uses", "vm_id"),
+	copierOf[Snapshot]("vm_snapshots", "id"),
 }
 
 // identityTables have a generated id whose sequence must go on after the

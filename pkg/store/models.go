@@ -610,3 +610,38 @@ type ImageUse struct {
 }
 
 func (ImageUse) TableName() string { return "image_uses" }
+
+// Snapshot states and consistencies (snapshots.go).
+const (
+	SnapCreating  = "creating"  // the row is written, the disk's snapshot maybe not yet
+	SnapReady     = "ready"     // on the disk; may be restored or deleted
+	SnapRestoring = "restoring" // the disk is being set back to it
+	SnapDeleting  = "deleting"  // being removed from the disk
+	SnapFailed    = "failed"    // its creation failed; nothing of it is on the disk
+
+	SnapQuiesced      = "quiesced"         // the guest's file systems were frozen
+	SnapCrashConsists = "crash-consistent" // as after a power cut
+)
+
+// Snapshot is a disk snapshot of a VM's system disk: an internal qcow2
+// snapshot of its overlay named Tag, which carries Installation (the
+// database's installation id) so that nothing removes another
+// installation's. OperationID is the operation that last acted on it.
+type Snapshot struct {
+	ID           string     `gorm:"column:id;primaryKey" json:"id"`
+	VMID         string     `gorm:"column:vm_id;not null;index:vm_snapshots_vm,priority:1" json:"vm_id"`
+	Owner        string     `gorm:"column:owner;not null;index:vm_snapshots_owner,priority:1" json:"owner"`
+	Label        string     `gorm:"column:label;not null" json:"label,omitempty"`
+	Tag          string     `gorm:"column:tag;not null" json:"tag"`
+	Installation string     `gorm:"column:installation;not null" json:"installation"`
+	State        string     `gorm:"column:state;not null" json:"state"`
+	Consistency  string     `gorm:"column:consistency;not null" json:"consistency,omitempty"`
+	OperationID  string     `gorm:"column:operation_id;not null;index:vm_snapshots_operation" json:"operation_id,omitempty"`
+	Error        string     `gorm:"column:error;not null" json:"error,omitempty"`
+	CreatedBy    string     `gorm:"column:created_by;not null" json:"created_by,omitempty"`
+	CreatedAt    time.Time  `gorm:"column:created_at;not null;index:vm_snapshots_vm,priority:2;index:vm_snapshots_owner,priority:2" json:"created_at"`
+	UpdatedAt    time.Time  `gorm:"column:updated_at;not null" json:"updated_at"`
+	RestoredAt   *time.Time `gorm:"column:restored_at" json:"restored_at,omitempty"`
+}
+
+func (Snapshot) TableName() string { return "vm_snapshots" }

@@ -17,6 +17,17 @@ policy {
   }
   user "alice" {}
   group "bad name" {}
+  group "art" {
+    snapshots {
+      keep         = 1001
+      expire_after = "0s"
+    }
+  }
+  user "bob" {
+    snapshots {
+      expire_after = "soon"
+    }
+  }
 
   window "day" {
     days    = "mon-fry"

@@ -23,10 +23,17 @@ policy {
       gpu_hours_per_week  = 12
       gpu_hours_per_month = 40
     }
+    snapshots {
+      keep         = 3
+      expire_after = "14d"
+    }
   }
 
   group "students" {
     preemptible = true
+    snapshots {
+      keep = 0
+    }
     quota {
       vms                = 1
       slices             = 1
@@ -58,6 +65,10 @@ policy {
   user "ada" {
     priority    = 20
     preemptible = true
+    snapshots {
+      keep         = 10
+      expire_after = "30d"
+    }
     quota {
       vms                 = 3
       gpus                = 1
