@@ -61,6 +61,9 @@ func fillEveryTable(t *testing.T, s *Store) {
 	if err := s.DrainGPU(ctx, &GPUDrain{Host: "gpu-01", GPUAddress: "0000:42:00.0", Reason: "fan", DrainedBy: "admin"}); err != nil {
 		t.Fatal(err)
 	}
+	if _, err := s.CreateSnapshot(ctx, &Snapshot{VMID: vm.ID, Owner: "ann", Label: "before the driver"}, "ann", SnapshotLimit{}); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := s.IssueTicket(ctx, &ConsoleTicket{VMID: vm.ID, User: "ann", Kind: TicketConsole}, time.Minute); err != nil {
 		t.Fatal(err)
 	}
@@ -164,6 +167,7 @@ func TestCopyInto(t *testing.T) {
 		"sessions":         func(s *Store) []string { return dumpRows[Session](t, s, "sessions", "id") },
 		"images":           func(s *Store) []string { return dumpRows[Image](t, s, "images", "id") },
 		"image_uses":       func(s *Store) []string { return dumpRows[ImageUse](t, s, "image_uses", "vm_id") },
+		"vm_snapshots":     func(s *Store) []string { return dumpRows[Snapshot](t, s, "vm_snapshots", "id") },
 	}
 	for _, c := range copiers {
 		dump := dumps[c.table]
