@@ -38,11 +38,16 @@ type queueCase struct {
 	mixed   bool   // bigState's mixed server; else 8 MIG GPUs full of 1g slices
 	order   string // the policy's queue order
 	windows bool   // benchWindows, and a cycle every 15 minutes (as the server)
+	// ranked: the dispatcher's ranks (State.Rank) for all but the last
+	// twentieth of the queue, as gpuvmd's replay has them while creates
+	// come (those since the last round unranked).
+	ranked bool
 }
 
 var queueCases = []queueCase{
 	{name: "mig-fifo", order: config.OrderFIFO},
 	{name: "mig-fairshare", order: config.OrderFairshare},
+	{name: "mig-fairshare-ranked", order: config.OrderFairshare, ranked: true},
 	{name: "mig-fifo-windows", order: config.OrderFIFO, windows: true},
 	{name: "mixed-sjf-windows", mixed: true, order: config.OrderSJF, windows: true},
 }
@@ -129,6 +134,12 @@ func queueState(tb testing.TB, c queueCase, n int) (State, Options) {
 			r.Class = config.ClassBatch
 		}
 		s.Queue = append(s.Queue, r)
+	}
+	if c.ranked {
+		s.Rank = map[string]int{}
+		for i, r := range s.Policy.Begin(s.Now, s.Running).Order(s.Queue[:n-n/20]) {
+			s.Rank[r.ID] = i + 1
+		}
 	}
 	return s, o
 }

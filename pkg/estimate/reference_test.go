@@ -36,6 +36,10 @@ func refQueueRun(s State, o Options, until string) map[string]Estimate {
 		}
 		return out
 	}
+	// The unranked requests of a partly ranked queue are ranked after the
+	// others once, at Now: a choice of what the replay models (see
+	// completeRanks), not of how it computes it.
+	s = completeRanks(s)
 	rp := refReplay{s: s, o: o, until: until, inv: s.Inventory.Clone(), running: make(map[string]*scheduler.Running, len(s.Running)),
 		last: map[string]scheduler.Reason{}, preempted: map[string]bool{}, held: map[string]bool{}, out: out}
 	for i := range s.Running {
