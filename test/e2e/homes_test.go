@@ -68,12 +68,12 @@ profile "tiny-home" {
 // homeMount is where the guest mounts the home (storage.homes' default).
 const homeMount = "/gpuvm/home"
 
-// homePerson is one user of TestHomeFollowsThePerson: their API client and
-// their gpuvm CLI, logged in with a token of theirs.
+// homePerson is one user of TestHomeFollowsThePerson: a token of theirs,
+// their API client and their gpuvm CLI, logged in with the token.
 type homePerson struct {
-	name string
-	cl   *client.Client
-	cli  cliRun
+	name, token string
+	cl          *client.Client
+	cli         cliRun // once login made it
 }
 
 // The owner's home, with the tiny guest under a real libvirtd and QEMU, as
@@ -133,6 +133,8 @@ func TestHomeFollowsThePerson(t *testing.T) {
 	bob1 := w.createFor(bob, "bob-1", sshKey, vms)
 	w.recordConsole(hv, ann1)
 	w.recordConsole(hv, bob1)
+	w.login(&ann)
+	w.login(&bob)
 	w.waitReady(ann1, 3*time.Minute)
 	w.waitReady(bob1, 3*time.Minute)
 	booted := time.Since(begin)
@@ -257,7 +259,7 @@ func (g *guestShell) run(p homePerson, vm, command string) map[string]string {
 	}
 }
 
-// homePerson makes a user, a token of theirs, and their CLI logged in.
+// homePerson makes a user, a token of theirs, and their API client.
 func (w *world) homePerson(name string) homePerson {
 	w.t.Helper()
 	ctx := w.ctx(30 * time.Second)
@@ -273,11 +275,17 @@ func (w *world) homePerson(name string) homePerson {
 		w.t.Fatal(err)
 	}
 	cl.PollMin, cl.PollMax = 20*time.Millisecond, 250*time.Millisecond
-	cli := cliRun{t: w.t, bin: gpuvmCLI(w.t), home: w.t.TempDir()}
-	if out, errOut, code := cli.run(tok.Secret, "login", w.proc.URL()); code != 0 {
-		w.t.Fatalf("gpuvm login as %s: exit %d %s %s", name, code, out, errOut)
+	return homePerson{name: name, token: tok.Secret, cl: cl}
+}
+
+// login logs the person's gpuvm CLI in (built on the first call: while
+// the guests boot).
+func (w *world) login(p *homePerson) {
+	w.t.Helper()
+	p.cli = cliRun{t: w.t, bin: gpuvmCLI(w.t), home: w.t.TempDir()}
+	if out, errOut, code := p.cli.run(p.token, "login", w.proc.URL()); code != 0 {
+		w.t.Fatalf("gpuvm login as %s: exit %d %s %s", p.name, code, out, errOut)
 	}
-	return homePerson{name: name, cl: cl, cli: cli}
 }
 
 // createFor asks for a VM of profile tiny-home as the person, with an SSH
