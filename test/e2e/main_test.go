@@ -12,6 +12,9 @@
 //   - TestRealLibvirtTinyGuest: the tiny guest booted by a real libvirtd.
 //   - TestTinyGuestOnNetwork: the tiny guest on libvirt's NAT network, ready
 //     with its address, reached by `gpuvm ssh` and `gpuvm tunnel`.
+//   - TestHomeFollowsThePerson: a person's home over virtiofs, written in
+//     one VM, on the host once it is deleted, read in the next; another
+//     person's VM has its own.
 //
 // Tests that need a libvirtd (libvirt's test driver hosted by libvirtd,
 // test+unix:///default, whose state outlives a killed gpuvmd; or QEMU) skip
@@ -152,6 +155,9 @@ type worldConfig struct {
 	database string
 	// args are more gpuvmd flags ("--boot-timeout", "90s").
 	args []string
+	// storage is the HCL of the server's storage block ("homes { … }"),
+	// none when empty.
+	storage string
 }
 
 func newWorld(t *testing.T, c worldConfig) *world {
@@ -164,7 +170,11 @@ func newWorld(t *testing.T, c worldConfig) *world {
 	if w.pool == "" {
 		w.pool = "gpuvm"
 	}
-	server := fmt.Sprintf("server {\n  libvirt {\n    storage_pool = %q\n  }\n}\n", w.pool)
+	server := fmt.Sprintf("server {\n  libvirt {\n    storage_pool = %q\n  }\n", w.pool)
+	if c.storage != "" {
+		server += "  storage {\n" + c.storage + "\n  }\n"
+	}
+	server += "}\n"
 	for name, text := range map[string]string{"server.hcl": server, "profiles.hcl": c.profiles} {
 		if err := os.WriteFile(filepath.Join(w.configDir, name), []byte(text), 0o644); err != nil {
 			t.Fatal(err)

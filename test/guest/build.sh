@@ -12,7 +12,11 @@
 # account for each user of the seed's user-data with its ssh_authorized_keys,
 # starts dropbear (Debian's dropbear-bin, with the shared libraries it needs
 # from Debian's packages) on port 22 and gets an address by DHCP on its
-# virtio-net interface (busybox udhcpc; rootfs/sbin/gpuvm-net).
+# virtio-net interface (busybox udhcpc; rootfs/sbin/gpuvm-net). Users get the
+# uid the seed gives them; when the seed's vendor-data holds gpuvm's script
+# that mounts the owner's home (gpuvm-home.sh), /init runs it: the home is
+# mounted over virtiofs (fuse and virtiofs, modules or built in) and
+# "GPUVM-HOME=<tag> on <path>" printed.
 #
 # Environment:
 #   GPUVM_GUEST_CACHE        cache directory (default: test/guest/cache, git-ignored)
@@ -35,8 +39,9 @@ log() { printf 'guest build: %s\n' "$*" >&2; }
 die() { log "error: $*"; exit 1; }
 result() { printf 'kernel=%s\ninitrd=%s\n' "$cache/vmlinuz" "$cache/initrd.img"; }
 
-# Modules the guest loads, by name; their dependencies are added.
-MODULES=(button evdev ahci ata_piix sr_mod isofs virtio_net)
+# Modules the guest loads, by name; their dependencies are added (virtiofs
+# needs fuse; Debian's cloud kernels build both in, and then nothing is added).
+MODULES=(button evdev ahci ata_piix sr_mod isofs virtio_net virtiofs)
 
 # Debian packages the SSH server comes from: dropbear-bin and every package
 # holding a library it links (its Depends); the libraries are taken from
@@ -172,8 +177,9 @@ cp "$bb" "$root/bin/busybox"
 	[ -e "$root/$applet" ] || ln -s /bin/busybox "$root/$applet"
 done
 cp -R "$here/rootfs/." "$root/"
-chmod 0755 "$root/init" "$root/etc/acpi/PWRF/00000080" "$root/sbin/gpuvm-net" "$root/etc/udhcpc/default.script"
-chmod 0644 "$root/etc/passwd" "$root/etc/group" "$root/etc/shells" "$root/etc/nsswitch.conf" "$root/etc/gpuvm/users.awk" "$root/etc/gpuvm/hostkey.awk"
+chmod 0755 "$root/init" "$root/etc/acpi/PWRF/00000080" "$root/sbin/gpuvm-net" "$root/etc/udhcpc/default.script" "$root/bin/mountpoint"
+chmod 0644 "$root/etc/passwd" "$root/etc/group" "$root/etc/shells" "$root/etc/nsswitch.conf" "$root/etc/gpuvm/users.awk" "$root/etc/gpuvm/hostkey.awk" \
+	"$root/etc/gpuvm/vendorpart.awk"
 
 # The SSH server: dropbear's programs, and the shared libraries ldd names for
 # them, found in the SSH packages (never the host's), at the paths the

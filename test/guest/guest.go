@@ -5,9 +5,12 @@
 // press. On a network (virtio-net, e.g. libvirt's NAT network "default") it
 // gets an address by DHCP, sending its hostname, and serves SSH on port 22
 // (Debian's dropbear, keys only): an account for each user of the seed's
-// user-data, with its ssh_authorized_keys, a home and /bin/sh; its host key
+// user-data, with its ssh_authorized_keys, its uid (when the user-data
+// gives one), a home and /bin/sh; its host key
 // is the ed25519 key of the seed's vendor-data (cloud-init's ssh_keys, which
-// gpuvm writes), else one made at boot.
+// gpuvm writes), else one made at boot. When the vendor-data holds gpuvm's
+// script that mounts the owner's home (gpuvm-home.sh), the guest runs it:
+// the home is mounted over virtiofs.
 //
 // The guest prints these lines on the serial console (console=ttyS0):
 //
@@ -15,6 +18,8 @@
 //	GPUVM-INSTANCE-ID=<instance-id>   likewise
 //	GPUVM-SEED=none                   when there is no seed
 //	GPUVM-USER=<name>                 for each account made from user-data
+//	GPUVM-HOME=<tag> on <path>        the home's virtiofs mount, when vendor-data has its script
+//	GPUVM-HOME=not mounted            when the script did not mount it
 //	GPUVM-GUEST-READY                 once booted and listening for ACPI events
 //	GPUVM-SSH-HOSTKEY=SHA256:…        the SSH host key's fingerprint
 //	GPUVM-SSH-HOSTKEY-FROM=seed|made  the seed's key (vendor-data's ssh_keys), or one made at boot
@@ -42,6 +47,7 @@ import (
 const (
 	ReadyMarker    = "GPUVM-GUEST-READY"
 	UserPrefix     = "GPUVM-USER="
+	HomePrefix     = "GPUVM-HOME="
 	SSHMarker      = "GPUVM-SSH=listening on port 22"
 	AddressPrefix  = "GPUVM-ADDRESS="
 	NoNetMarker    = "GPUVM-NET=none"

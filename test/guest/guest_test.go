@@ -89,6 +89,8 @@ func TestEnsure(t *testing.T) {
 		"etc/udhcpc/default.script":                 0o755,
 		"etc/gpuvm/users.awk":                       0o644,
 		"etc/gpuvm/hostkey.awk":                     0o644,
+		"etc/gpuvm/vendorpart.awk":                  0o644,
+		"bin/mountpoint":                            0o755,
 		"usr/bin/dropbearconvert":                   0o755,
 		"etc/passwd":                                0o644,
 		"etc/shells":                                0o644,
@@ -194,8 +196,9 @@ func readInitramfs(path string, keep map[string]bool) (map[string]cpioEntry, err
 // (rootfs/etc/gpuvm/users.awk) with the guest's busybox awk, taken from the
 // built initramfs, on the user-data gpuvm's templates write: plain and
 // quoted scalars, keys indented under their key or level with it, other
-// fields between, CRLF line ends, an item without a name (its keys go
-// nowhere), and a top-level ssh_authorized_keys list (the first user's).
+// fields between, a uid (plain, quoted, before the name; not a number: no
+// uid), CRLF line ends, an item without a name (its keys go nowhere), and a
+// top-level ssh_authorized_keys list (the first user's).
 func TestUsersFromUserData(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -205,6 +208,7 @@ func TestUsersFromUserData(t *testing.T) {
 hostname: box-1
 users:
   - name: ann
+    uid: 20001
     ssh_authorized_keys:
       - ssh-ed25519 AAAAC3Nza ann@laptop
       - ssh-rsa BBBB other # a comment
@@ -214,6 +218,10 @@ users:
     ssh_authorized_keys:
     - "ssh-ed25519 CCCC quoted \"x\""
     lock_passwd: true
+  - uid: "20002"
+    name: cy
+  - name: dee
+    uid: ${uid}
   - default
   - gecos: nameless
     ssh_authorized_keys:
@@ -230,11 +238,13 @@ disable_root: true
 	if err != nil {
 		t.Fatalf("users.awk: %v\n%s", err, out)
 	}
-	want := `user ann
+	want := `user ann 20001
 key ann ssh-ed25519 AAAAC3Nza ann@laptop
 key ann ssh-rsa BBBB other
 user bob
 key bob ssh-ed25519 CCCC quoted "x"
+user cy 20002
+user dee
 key ann ssh-ed25519 TOP it's
 `
 	if string(out) != want {
@@ -334,5 +344,76 @@ func TestHostKeyFromVendorData(t *testing.T) {
 	out, err := exec.CommandContext(ctx, filepath.Join(filepath.Dir(conv), "dropbearkey"), "-y", "-f", priv+".db").CombinedOutput()
 	if err != nil || !strings.Contains(string(out), strings.Join(strings.Fields(k.Public)[:2], " ")) {
 		t.Errorf("dropbearkey -y: %v\n%s\nwant the public key %s", err, out, k.Public)
+	}
+}
+
+// TestHomeScriptFromVendorData runs the guest's own vendor-data reader
+// (rootfs/etc/gpuvm/vendorpart.awk, as /init calls it) with the guest's
+// busybox awk on the vendor-data gpuvm writes for a VM with a home: the
+// home's script alone, beside the host key, and beside the host key and
+// the licensing script (MIME multipart), with LF and CRLF line ends. It
+// reads back the script of the home alone, byte for byte; a vendor-data
+// without a home gives nothing.
+func TestHomeScriptFromVendorData(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	bb := guestBusybox(ctx, t)
+	k, err := cloudinit.NewHostKey("gpuvm-test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	home := &cloudinit.Home{Tag: "gpuvm-home", Mount: "/gpuvm/home", UID: 20001}
+	render := func(key *cloudinit.HostKey, h *cloudinit.Home, vendor string) string {
+		t.Helper()
+		c := cloudinit.Config{InstanceID: "i-1", Hostname: "box-1", User: "ann", VMID: "v1", Owner: "ann",
+			HostKey: key, Home: h, VendorData: vendor}
+		files, err := cloudinit.Render(c, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(files[cloudinit.VendorDataFile])
+	}
+	dir := t.TempDir()
+	read := func(vendorData string) string {
+		t.Helper()
+		path := filepath.Join(dir, "vendor-data")
+		if err := os.WriteFile(path, []byte(vendorData), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		out, err := exec.CommandContext(ctx, bb, "awk", "-v", "want=gpuvm-home.sh", "-v", "single=# gpuvm: the owner's home",
+			"-f", filepath.Join(Dir(), "rootfs/etc/gpuvm/vendorpart.awk"), path).CombinedOutput()
+		if err != nil {
+			t.Fatalf("vendorpart.awk: %v\n%s", err, out)
+		}
+		return string(out)
+	}
+	script := render(nil, home, "") // the home's script is the whole vendor-data
+	if !strings.HasPrefix(script, "#!/bin/sh\n# gpuvm: the owner's home") || !strings.Contains(script, "mount /gpuvm/home") {
+		t.Fatalf("the vendor-data of a home alone is not the script /init looks for:\n%s", script)
+	}
+	for name, vd := range map[string]string{
+		"home alone":                script,
+		"host key and home":         render(k, home, ""),
+		"host key, home, licensing": render(k, home, "#!/bin/sh\necho licensing\n"),
+		"host key, home, cloud-cfg": render(k, home, "#cloud-config\nruncmd: [true]\n"),
+	} {
+		for _, crlf := range []bool{false, true} {
+			in := vd
+			if crlf {
+				in = strings.ReplaceAll(vd, "\n", "\r\n")
+			}
+			if got := read(in); got != script {
+				t.Errorf("%s (CRLF %v): vendorpart.awk read\n%q\nwant\n%q", name, crlf, got, script)
+			}
+		}
+	}
+	for name, vd := range map[string]string{
+		"host key alone":      render(k, nil, ""),
+		"host key, licensing": render(k, nil, "#!/bin/sh\necho licensing\n"),
+		"licensing alone":     render(nil, nil, "#!/bin/sh\necho licensing\n"),
+	} {
+		if got := read(vd); got != "" {
+			t.Errorf("%s (no home): vendorpart.awk read %q, want nothing", name, got)
+		}
 	}
 }

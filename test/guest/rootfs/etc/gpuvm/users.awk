@@ -1,10 +1,12 @@
 # users.awk: the accounts of a cloud-config user-data (the "users" list),
-# read the simple way: one "user NAME" line per list item with a name, then
-# one "key NAME KEY" line per entry of its ssh_authorized_keys list. Quoted
-# ("…" or '…') and plain scalars are understood; flow lists ([a, b]),
-# anchors and multi-line scalars are not, and are skipped. A top-level
-# ssh_authorized_keys list goes to the first user; an item without a name
-# (such as "- default") makes no account and its keys go nowhere.
+# read the simple way: one "user NAME [UID]" line per list item with a name
+# (UID when the item has a numeric uid:, as gpuvm's templates write for a
+# VM with a home), then one "key NAME KEY" line per entry of its
+# ssh_authorized_keys list. Quoted ("…" or '…') and plain scalars are
+# understood; flow lists ([a, b]), anchors and multi-line scalars are not,
+# and are skipped. A top-level ssh_authorized_keys list goes to the first
+# user, after every user's own; an item without a name (such as
+# "- default") makes no account and its keys go nowhere.
 function indent(s) { match(s, /^ */); return RLENGTH }
 function unquote(v) {
 	sub(/^[ \t]+/, "", v)
@@ -23,8 +25,9 @@ function unquote(v) {
 }
 function addkey(k) {
 	k = unquote(k)
-	if (k == "") return
-	if (name != "") print "key " name " " k # a nameless item's keys go nowhere
+	if (k == "" || item == 0) return
+	nkeys[item]++
+	keys[item, nkeys[item]] = k
 }
 { sub(/\r$/, "") }
 /^[ \t]*(#|$)/ { next }
@@ -45,21 +48,31 @@ topkeys {
 	line = substr($0, ind + 1)
 	if (inkeys && ind >= keyind && line ~ /^- /) { addkey(substr(line, 3)); next }
 	if (inkeys && ind <= keyind) inkeys = 0
-	if (line ~ /^- /) { # a new list item: a new user
-		name = ""
-		item = ind
+	if (line ~ /^- /) { # a new list item: a new user (the uid may come before the name)
+		item++
 		line = substr(line, 3)
 		sub(/^ +/, "", line)
 		ind = ind + 2
 	}
+	if (item == 0) next
 	if (line ~ /^name:/) {
-		name = unquote(substr(line, 6))
-		if (name != "") { print "user " name; users[++nusers] = name }
+		names[item] = unquote(substr(line, 6))
+	} else if (line ~ /^uid:/) {
+		uids[item] = unquote(substr(line, 5))
 	} else if (line ~ /^ssh_authorized_keys:[ \t]*$/) {
 		inkeys = 1; keyind = ind
 	}
 }
 END {
-	if (nusers > 0)
-		for (i = 1; i <= ntop; i++) print "key " users[1] " " toplevel[i]
+	first = 0
+	for (i = 1; i <= item; i++) {
+		if (names[i] == "") continue
+		if (!first) first = i
+		u = ""
+		if (uids[i] ~ /^[0-9]+$/) u = " " uids[i]
+		print "user " names[i] u
+		for (j = 1; j <= nkeys[i]; j++) print "key " names[i] " " keys[i, j]
+	}
+	if (first)
+		for (i = 1; i <= ntop; i++) print "key " names[first] " " toplevel[i]
 }

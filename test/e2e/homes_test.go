@@ -1,0 +1,432 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"libvirt.org/go/libvirtxml"
+
+	"github.com/gpuvm/gpuvm/pkg/api"
+	"github.com/gpuvm/gpuvm/pkg/client"
+	"github.com/gpuvm/gpuvm/pkg/config"
+	"github.com/gpuvm/gpuvm/pkg/homes"
+	"github.com/gpuvm/gpuvm/pkg/hypervisor"
+	"github.com/gpuvm/gpuvm/test/guest"
+)
+
+// homeProfiles are netProfiles' tiny-mig with the owner's home (home =
+// true) and configs/dev's tiny-seed template, which gives the account the
+// owner's uid. KERNEL, INITRD and CMDLINE are filled in.
+const homeProfiles = `
+template "tiny-seed" {
+  content = <<EOT
+#cloud-config
+hostname: ${hostname}
+users:
+  - name: ${user}
+%{ if uid > 0 ~}
+    uid: ${uid}
+%{ endif ~}
+    ssh_authorized_keys:
+%{ for key in ssh_authorized_keys ~}
+      - ${key}
+%{ endfor ~}
+EOT
+}
+
+profile "tiny-home" {
+  vcpus  = 1
+  memory = "512MiB"
+  home   = true
+  boot {
+    kernel  = "KERNEL"
+    initrd  = "INITRD"
+    cmdline = "CMDLINE"
+  }
+  network {
+    type   = "network"
+    source = "default"
+  }
+  cloud_init { template = "tiny-seed" }
+  gpu {
+    kind    = "mig"
+    profile = "1g.10gb"
+  }
+}
+`
+
+// homeMount is where the guest mounts the home (storage.homes' default).
+const homeMount = "/gpuvm/home"
+
+// homePerson is one user of TestHomeFollowsThePerson: a token of theirs,
+// their API client and their gpuvm CLI, logged in with the token.
+type homePerson struct {
+	name, token string
+	cl          *client.Client
+	cli         cliRun // once login made it
+}
+
+// The owner's home, with the tiny guest under a real libvirtd and QEMU, as
+// issue #27 asks: ann's first VM writes a file in /gpuvm/home (virtiofs),
+// owned in the guest by her stable uid; the VM is deleted; the file is on
+// the host, in her home, with that content and owner; her second VM reads
+// it back. bob's VM, running beside ann's first, has his own home at the
+// same path: empty, his uid, not hers. Everything through `gpuvm ssh` as
+// each person. As root, with qemu:///system, the network "default" and
+// QEMU's virtiofsd; not with -short or GPUVM_SKIP_SYSTEM_TEST=1.
+func TestHomeFollowsThePerson(t *testing.T) {
+	if testing.Short() {
+		t.Skip("boots guests under QEMU; skipped with -short")
+	}
+	if os.Getenv("GPUVM_SKIP_SYSTEM_TEST") == "1" {
+		t.Skip("GPUVM_SKIP_SYSTEM_TEST=1")
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: qemu:///system, and files QEMU (another user) may read")
+	}
+	for _, tool := range []string{"ssh", "ssh-keygen", "virsh"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("%s is missing (scripts/setup-host.sh installs openssh-client and libvirt-clients): %v", tool, err)
+		}
+	}
+	if _, err := homes.FindVirtiofsd(nil); err != nil {
+		t.Skipf("no virtiofs daemon (Debian: qemu-system-common): %v", err)
+	}
+	hv := libvirt(t, systemURI)
+	needDefaultNetwork(t)
+	begin := time.Now()
+	tiny := setUpTinyGuest(t, hv)
+	root := t.TempDir()
+	profiles := strings.NewReplacer("KERNEL", tiny.files[tiny.kernel], "INITRD", tiny.files[tiny.initrd],
+		"CMDLINE", guest.Cmdline).Replace(homeProfiles)
+	w := newWorld(t, worldConfig{preset: "h100x8", uri: systemURI, pool: tiny.pool, profiles: profiles,
+		storage: fmt.Sprintf("    homes {\n      root = %q\n    }", root)})
+	w.start()
+	up := time.Since(begin)
+	hostBefore, lvBefore := w.simHost(), w.libvirtState(hv)
+	vms := w.deleteLeftOnFailure()
+
+	key := filepath.Join(t.TempDir(), "id_ed25519")
+	if out, err := exec.Command("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "gpuvm-e2e", "-f", key).CombinedOutput(); err != nil {
+		t.Fatalf("ssh-keygen: %v %s", err, out)
+	}
+	pub, err := os.ReadFile(key + ".pub")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sshKey := strings.TrimSpace(string(pub))
+	sh := &guestShell{t: t, key: key}
+	ann, bob := w.homePerson("ann"), w.homePerson("bob")
+
+	// ann's first VM and bob's boot side by side.
+	ann1 := w.createFor(ann, "ann-1", sshKey, vms)
+	bob1 := w.createFor(bob, "bob-1", sshKey, vms)
+	w.recordConsole(hv, ann1)
+	w.recordConsole(hv, bob1)
+	w.login(&ann)
+	w.login(&bob)
+	w.waitReady(ann1, 3*time.Minute)
+	w.waitReady(bob1, 3*time.Minute)
+	booted := time.Since(begin)
+
+	// ann writes her notes; the file is hers in the guest.
+	content := "ann's notes " + randHex(8)
+	got := sh.run(ann, "ann-1", fmt.Sprintf("echo %q > %s/notes.txt && %s && echo file_uid=$(stat -c %%u %s/notes.txt)",
+		content, homeMount, guestFacts, homeMount))
+	annUID := homeOwner(t, root, "ann")
+	checkHomeFacts(t, "ann-1", got, annUID)
+	if got["file_uid"] != strconv.Itoa(annUID) {
+		t.Errorf("ann-1: notes.txt is owned by uid %q in the guest, want ann's %d", got["file_uid"], annUID)
+	}
+	// bob's home, at the same path, is his: empty, his uid.
+	got = sh.run(bob, "bob-1", guestFacts+" && echo entries=$(ls -A "+homeMount+" | tr '\\n' ' ')")
+	bobUID := homeOwner(t, root, "bob")
+	checkHomeFacts(t, "bob-1", got, bobUID)
+	if bobUID == annUID {
+		t.Errorf("ann and bob have one uid, %d", annUID)
+	}
+	if got["entries"] != "" {
+		t.Errorf("bob-1 sees %q in %s: want bob's own home, empty", got["entries"], homeMount)
+	}
+
+	// ann's first VM goes (and bob's); her notes stay on the host, hers.
+	delBob := w.deleteAsync(bob1)
+	w.deleteVM(ann1)
+	vms.done(ann1)
+	notes := filepath.Join(root, "ann", "notes.txt")
+	b, err := os.ReadFile(notes)
+	if err != nil || string(b) != content+"\n" {
+		t.Fatalf("on the host after ann-1 is deleted, %s holds %q (%v), want %q", notes, b, err, content+"\n")
+	}
+	if uid := fileOwner(t, notes); uid != annUID {
+		t.Errorf("on the host, %s is owned by uid %d, want ann's %d", notes, uid, annUID)
+	}
+
+	// Her next VM reads them back.
+	ann2 := w.createFor(ann, "ann-2", sshKey, vms)
+	w.recordConsole(hv, ann2)
+	w.waitReady(ann2, 3*time.Minute)
+	got = sh.run(ann, "ann-2", guestFacts+" && echo notes=$(cat "+homeMount+"/notes.txt)")
+	checkHomeFacts(t, "ann-2", got, annUID)
+	if got["notes"] != content {
+		t.Errorf("ann-2 reads %q from %s/notes.txt, want what ann-1 wrote, %q", got["notes"], homeMount, content)
+	}
+
+	delBob()
+	vms.done(bob1)
+	w.deleteVM(ann2)
+	vms.done(ann2)
+	w.sameHost(hostBefore, w.simHost())
+	w.sameLibvirt(lvBefore, w.libvirtState(hv))
+	if entries, err := os.ReadDir(filepath.Join(root, "bob")); err != nil || len(entries) != 0 {
+		t.Errorf("bob's home on the host holds %v (%v), want nothing", entries, err)
+	}
+	if sh.retried {
+		w.noErrors("path=/v1/tunnel/ws status=502") // a connection to a guest not yet on the network
+	} else {
+		w.noErrors()
+	}
+	t.Logf("ann (uid %d) and bob (uid %d): gpuvmd up %v after the start, ann-1 and bob-1 ready at %v, the notes read back in ann-2 at %v",
+		annUID, bobUID, up.Round(100*time.Millisecond), booted.Round(100*time.Millisecond), time.Since(begin).Round(100*time.Millisecond))
+}
+
+// guestFacts is the shell of the guest that prints what checkHomeFacts
+// checks: the account's uid and what is mounted at the home's path.
+const guestFacts = "echo uid=$(id -u) && echo mount=$(awk '$2 == \"" + homeMount + "\" { print $1, $3 }' /proc/mounts)"
+
+// checkHomeFacts checks guestFacts' answer: the home is the virtiofs tag
+// gpuvm-home at homeMount, and the account has the owner's uid.
+func checkHomeFacts(t *testing.T, vm string, got map[string]string, uid int) {
+	t.Helper()
+	if want := config.HomeTag + " virtiofs"; got["mount"] != want {
+		t.Errorf("%s: %s is %q in /proc/mounts, want %q", vm, homeMount, got["mount"], want)
+	}
+	if got["uid"] != strconv.Itoa(uid) {
+		t.Errorf("%s: the account has uid %q, want its owner's, %d (the owner of the home on the host)", vm, got["uid"], uid)
+	}
+}
+
+// guestShell runs shell commands in the test's VMs with `gpuvm ssh`.
+type guestShell struct {
+	t   *testing.T
+	key string // the private key whose public half the VMs were made with
+	// retried: a connection failed and was tried again; gpuvmd then
+	// logged the tunnel's 502 as an error.
+	retried bool
+}
+
+// sshPatience is how long a VM that is ready (its address leased) may
+// take to answer SSH: on a busy machine the guest's DHCP client may see
+// the lease's acknowledgment seconds after libvirt's DHCP server made it.
+const sshPatience = 90 * time.Second
+
+// run runs command in a VM as the person and returns the lines of its
+// output of the form key=value. A connection that fails (ssh's exit 255)
+// is tried again until sshPatience has passed.
+func (g *guestShell) run(p homePerson, vm, command string) map[string]string {
+	g.t.Helper()
+	args := []string{"ssh", vm, "--", "-F", "/dev/null", "-i", g.key, "-o", "IdentitiesOnly=yes", "-o", "BatchMode=yes",
+		"-o", "ConnectTimeout=30", command}
+	deadline := time.Now().Add(sshPatience)
+	for {
+		out, errOut, code := p.cli.run("", args...)
+		if code == 255 && time.Now().Before(deadline) {
+			g.t.Logf("%s: gpuvm ssh %s: exit 255, trying again: %s", p.name, vm, strings.TrimSpace(errOut))
+			g.retried = true
+			time.Sleep(2 * time.Second)
+			continue
+		}
+		if code != 0 {
+			g.t.Fatalf("%s: gpuvm ssh %s -- %q: exit %d\nstdout: %s\nstderr: %s", p.name, vm, command, code, out, errOut)
+		}
+		got := map[string]string{}
+		for _, line := range strings.Split(out, "\n") {
+			if k, v, ok := strings.Cut(strings.TrimRight(line, "\r"), "="); ok {
+				got[k] = strings.TrimSpace(v)
+			}
+		}
+		return got
+	}
+}
+
+// homePerson makes a user, a token of theirs, and their API client.
+func (w *world) homePerson(name string) homePerson {
+	w.t.Helper()
+	ctx := w.ctx(30 * time.Second)
+	if _, err := w.cl.CreateUser(ctx, api.CreateUserRequest{Name: name}); err != nil {
+		w.t.Fatalf("create user %s: %v", name, err)
+	}
+	tok, err := w.cl.CreateToken(ctx, name, api.CreateTokenRequest{Name: "e2e"})
+	if err != nil {
+		w.t.Fatalf("token of %s: %v", name, err)
+	}
+	cl, err := client.New(w.proc.URL(), tok.Secret)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	cl.PollMin, cl.PollMax = 20*time.Millisecond, 250*time.Millisecond
+	return homePerson{name: name, token: tok.Secret, cl: cl}
+}
+
+// login logs the person's gpuvm CLI in (built on the first call: while
+// the guests boot).
+func (w *world) login(p *homePerson) {
+	w.t.Helper()
+	p.cli = cliRun{t: w.t, bin: gpuvmCLI(w.t), home: w.t.TempDir()}
+	if out, errOut, code := p.cli.run(p.token, "login", w.proc.URL()); code != 0 {
+		w.t.Fatalf("gpuvm login as %s: exit %d %s %s", p.name, code, out, errOut)
+	}
+}
+
+// createFor asks for a VM of profile tiny-home as the person, with an SSH
+// key, and returns its ID.
+func (w *world) createFor(p homePerson, name, sshKey string, vms *liveVMs) string {
+	w.t.Helper()
+	resp, err := p.cl.CreateVM(w.ctx(30*time.Second), api.CreateVMRequest{Profile: "tiny-home", Name: name, SSHKeys: []string{sshKey}}, "")
+	if err != nil {
+		w.t.Fatalf("%s: create %s: %v", p.name, name, err)
+	}
+	vms.add(resp.VM.ID)
+	return resp.VM.ID
+}
+
+// deleteAsync asks for a VM's deletion now; the function it returns waits
+// until the VM is deleted.
+func (w *world) deleteAsync(id string) func() {
+	w.t.Helper()
+	op, err := w.cl.DeleteVM(w.ctx(30*time.Second), id)
+	if err != nil {
+		w.t.Fatalf("delete VM %s: %v", id, err)
+	}
+	return func() {
+		w.t.Helper()
+		w.waitOperation(op.ID, time.Minute)
+		w.waitState(id, client.StateDeleted, time.Minute)
+	}
+}
+
+// liveVMs are the VMs a test made and has not yet deleted.
+type liveVMs struct {
+	mu  sync.Mutex
+	ids map[string]bool
+}
+
+func (v *liveVMs) add(id string)  { v.mu.Lock(); v.ids[id] = true; v.mu.Unlock() }
+func (v *liveVMs) done(id string) { v.mu.Lock(); delete(v.ids, id); v.mu.Unlock() }
+
+// deleteLeftOnFailure deletes, as the test ends, the VMs it made and did
+// not delete (a test that stopped half way), while gpuvmd still runs, so
+// that no domain, volume or pool is left behind.
+func (w *world) deleteLeftOnFailure() *liveVMs {
+	vms := &liveVMs{ids: map[string]bool{}}
+	w.t.Cleanup(func() {
+		vms.mu.Lock()
+		defer vms.mu.Unlock()
+		for id := range vms.ids {
+			if w.cl == nil {
+				w.t.Errorf("VM %s is left: gpuvmd no longer runs", id)
+				continue
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			op, err := w.cl.DeleteVM(ctx, id)
+			if err == nil {
+				_, err = w.cl.WaitOperation(ctx, op.ID, nil)
+			}
+			cancel()
+			if err != nil {
+				w.t.Errorf("delete VM %s left by the test: %v", id, err)
+			}
+		}
+	})
+	return vms
+}
+
+// homeOwner is the uid that owns login's home on the host; the home must
+// be a directory of mode 0700.
+func homeOwner(t *testing.T, root, login string) int {
+	t.Helper()
+	dir := filepath.Join(root, login)
+	fi, err := os.Stat(dir)
+	if err != nil {
+		t.Fatalf("the home of %s: %v", login, err)
+	}
+	if !fi.IsDir() || fi.Mode().Perm() != 0o700 {
+		t.Errorf("the home of %s is %v, want a directory of mode 0700", login, fi.Mode())
+	}
+	uid := fileOwner(t, dir)
+	if uid < 20000 || uid > 59999 {
+		t.Errorf("the home of %s is owned by uid %d, outside the default uid_min–uid_max 20000–59999", login, uid)
+	}
+	return uid
+}
+
+func fileOwner(t *testing.T, path string) int {
+	t.Helper()
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		t.Fatalf("%s: no owner in %T", path, fi.Sys())
+	}
+	return int(st.Uid)
+}
+
+// recordConsole reads a running VM's serial console (the pty QEMU made;
+// the live domain XML names it) from now until the test ends, and logs it
+// when the test failed: what the guest said of its home.
+func (w *world) recordConsole(hv *hypervisor.Conn, vmID string) {
+	w.t.Helper()
+	w.waitState(vmID, client.StateRunning, time.Minute)
+	doc, err := hv.XML(w.ctx(30*time.Second), vmID, false)
+	if err != nil {
+		w.t.Fatalf("the domain of VM %s: %v", vmID, err)
+	}
+	var x libvirtxml.Domain
+	if err := x.Unmarshal(doc); err != nil {
+		w.t.Fatal(err)
+	}
+	var pty string
+	for _, s := range x.Devices.Serials {
+		if s.Source != nil && s.Source.Pty != nil {
+			pty = s.Source.Pty.Path
+		}
+	}
+	f, err := os.Open(pty)
+	if err != nil {
+		w.t.Logf("VM %s: its console is not recorded: %v", vmID, err)
+		return
+	}
+	var mu sync.Mutex
+	var seen strings.Builder
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			mu.Lock()
+			seen.WriteString(strings.TrimRight(sc.Text(), "\r") + "\n")
+			mu.Unlock()
+		}
+	}()
+	w.t.Cleanup(func() {
+		f.Close()
+		<-done
+		if w.t.Failed() {
+			mu.Lock()
+			defer mu.Unlock()
+			w.t.Logf("the console of VM %s:\n%s", vmID, seen.String())
+		}
+	})
+}
