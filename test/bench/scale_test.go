@@ -93,7 +93,7 @@ type sizeResult struct {
 	// (the last VM's estimate computed and not stale); 0: they did not
 	// within settleLimit.
 	settle time.Duration
-	rssMB       float64
+	rssMB  float64
 }
 
 // scaleEnv reads the harness's knobs from the environment.
