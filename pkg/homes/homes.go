@@ -14,7 +14,6 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"syscall"
 )
 
 // loginRE is a person's name as a directory name: gpuvm's user names.
@@ -65,12 +64,12 @@ func Ensure(root, login string, uid int, log *slog.Logger) (string, error) {
 	case !fi.IsDir() || fi.Mode()&fs.ModeSymlink != 0:
 		return "", fmt.Errorf("home of %s: %s is not a directory (%s); move it away", login, dir, fi.Mode().Type())
 	}
-	if st, ok := fi.Sys().(*syscall.Stat_t); ok && (int(st.Uid) != uid || int(st.Gid) != uid) {
+	if owner, group, ok := ownerOf(fi); ok && (owner != uid || group != uid) {
 		if err := os.Chown(dir, uid, uid); err != nil {
 			return "", fmt.Errorf("give the home of %s to uid %d: %w", login, uid, err)
 		}
 		log.Warn("home's owner corrected to the person's uid; files inside keep their owner (chown -R to move them)",
-			"user", login, "dir", dir, "old_uid", st.Uid, "uid", uid)
+			"user", login, "dir", dir, "old_uid", owner, "uid", uid)
 	}
 	return dir, nil
 }
