@@ -539,16 +539,19 @@ func TestTunnelUDPGuestBackedUp(t *testing.T) {
 			start := time.Now()
 			ws := e.udpTunnel(ctx, "ann-token", "box")
 			defer ws.CloseNow()
-			// A client whose messages gpuvmd stops reading cannot even
-			// send them all, nor its close frame: a bound of its own.
-			sendCtx, sendCancel := context.WithTimeout(ctx, bound)
-			defer sendCancel()
+			// A client whose messages gpuvmd stops reading cannot send
+			// the next one: each write has the bound. The flood itself
+			// stops after the bound too (a busy machine under -race sends
+			// fewer): what counts is that no write waits.
 			msg := make([]byte, 32)
 			sent := 0
-			for ; sent < tc.flood; sent++ {
+			for flooding := time.Now(); sent < tc.flood && time.Since(flooding) < bound; sent++ {
 				binary.BigEndian.PutUint32(msg, uint32(sent))
-				if err := ws.Write(sendCtx, websocket.MessageBinary, msg); err != nil {
-					t.Errorf("datagram %d of %d not sent in %s: %v", sent, tc.flood, bound, err)
+				wctx, wcancel := context.WithTimeout(ctx, bound)
+				err := ws.Write(wctx, websocket.MessageBinary, msg)
+				wcancel()
+				if err != nil {
+					t.Errorf("datagram %d of %d not sent in %s: gpuvmd stopped reading the client: %v", sent, tc.flood, bound, err)
 					break
 				}
 			}
