@@ -186,15 +186,23 @@ func runScale(tb testing.TB, cfg scaleConfig, out io.Writer) []sizeResult {
 	queued := held
 	for _, size := range cfg.sizes {
 		sr := sizeResult{}
+		var fillProfile chan struct{}
 		if size > queued {
 			if cfg.profile != "" {
-				go r.saveProfile(filepath.Join(cfg.profile, fmt.Sprintf("fill-%d.pprof", size)), 20*time.Second)
+				fillProfile = make(chan struct{})
+				go func() {
+					defer close(fillProfile)
+					r.saveProfile(filepath.Join(cfg.profile, fmt.Sprintf("fill-%d.pprof", size)), 20*time.Second)
+				}()
 			}
 			sr.createRate, sr.createTimes, sr.createFails = r.fill(size - queued)
 		}
 		queued = max(queued, size)
 		sr.queued = queued
 		sr.settle = r.settle()
+		if fillProfile != nil {
+			<-fillProfile // Go takes one CPU profile at a time: the idle window's waits for it
+		}
 		sr.idleCPU = r.idleCPU(size)
 		sr.routes = r.readRoutes()
 		if st, err := procStatus(r.proc.Pid()); err == nil {
