@@ -1,7 +1,6 @@
 package server
 
 import (
-	"context"
 
 	"github.com/gin-gonic/gin"
 
@@ -9,16 +8,8 @@ import (
 	"github.com/gpuvm/gpuvm/pkg/capability"
 	"github.com/gpuvm/gpuvm/pkg/config"
 	"github.com/gpuvm/gpuvm/pkg/gpu"
-	"github.com/gpuvm/gpuvm/pkg/hypervisor/domain"
 	"github.com/gpuvm/gpuvm/pkg/store"
 )
-
-// DomainXML reads a gpuvm domain's XML (the hypervisor). When Consoles is
-// one, GET /v1/vms/{id} of a running VM looks in it for virtiofs
-// filesystems, which rule out RAM snapshots, suspend and live migration.
-type DomainXML interface {
-	XML(ctx context.Context, uuid string, secure bool) (string, error)
-}
 
 // vmCapabilities says what can be done to vm's state (pkg/capability):
 // the rules over its profile, its GPU devices (allocs) and its host's
@@ -38,7 +29,10 @@ func (s *Server) vmCapabilities(c *gin.Context, vm *store.VM, allocs []store.All
 		}
 	}
 	in.Hypervisor, in.Driver = s.hostFacts(vm, addrs)
-	in.Virtiofs = s.vmVirtiofs(c.Request.Context(), vm)
+	// A profile with a home has the home's virtiofs filesystem, queued,
+	// stopped or running: the answer does not flip when the VM boots, and
+	// no request reads the domain.
+	in.Virtiofs = p != nil && p.Home
 	set := capability.Of(in)
 	answer := func(a capability.Answer) api.Capability { return api.Capability{Can: a.Can, Reason: say(c, a.Reason)} }
 	return &api.VMCapabilities{DiskSnapshot: answer(set.DiskSnapshot), MemorySnapshot: answer(set.MemorySnapshot),
@@ -85,25 +79,4 @@ func vmDiskFormat(p *config.Profile) string {
 		return ""
 	}
 	return "qcow2"
-}
-
-// vmVirtiofs reports whether vm's domain has a virtiofs filesystem: read
-// from the running domain on this host, under the live-info deadline;
-// false otherwise (gpuvm's profiles make none yet).
-func (s *Server) vmVirtiofs(ctx context.Context, vm *store.VM) bool {
-	dx, ok := s.Consoles.(DomainXML)
-	if !ok || vm.State != store.VMRunning || (vm.Host != "" && vm.Host != s.Host) {
-		return false
-	}
-	ctx, cancel := context.WithTimeout(ctx, s.Console.withDefaults().LiveTimeout)
-	defer cancel()
-	xml, err := dx.XML(ctx, vm.ID, false)
-	if err != nil {
-		return false
-	}
-	has, err := domain.HasVirtiofs(xml)
-	if err != nil {
-		s.log.Warn("GET vm: the domain's XML does not parse", "vm", vm.ID, "err", err)
-	}
-	return has
 }
