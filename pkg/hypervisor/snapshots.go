@@ -173,18 +173,25 @@ func (c *Conn) ThawFS(ctx context.Context, uuid string) error {
 	if info, err := c.info(ctx, h); err != nil || info.State != StateRunning {
 		return err
 	}
-	if err := c.thaw(ctx, h); err != nil && !isCode(err, libvirt.ERR_AGENT_UNRESPONSIVE) && !isCode(err, libvirt.ERR_ARGUMENT_UNSUPPORTED) {
+	if err := c.thaw(ctx, h); err != nil && !agentUnavailable(err) {
 		return vmError(h.name, "thaw file systems", err)
 	}
 	return nil
 }
 
 // freeze freezes the guest's file systems through its agent (at most 10 s:
-// an agent that does not answer makes the snapshot crash-consistent).
+// an agent that does not answer makes the snapshot crash-consistent). A
+// freeze that succeeds only after the 10 s, when the snapshot has gone on
+// without it, is thawed at once: nothing else would.
 func (c *Conn) freeze(ctx context.Context, h *handle) error {
 	_, err := call(ctx, c, "freeze file systems", 10*time.Second, func() (struct{}, error) {
 		return struct{}{}, h.d.FSFreeze(nil, 0)
-	}, nil)
+	}, func(struct{}) {
+		// h is freed by then: the domain is looked up again.
+		if err := c.ThawFS(context.WithoutCancel(ctx), h.uuid); err != nil {
+			c.log.Error("thaw the guest's file systems after a freeze that came too late", "vm", h.name, "err", err)
+		}
+	})
 	return clean(err)
 }
 
