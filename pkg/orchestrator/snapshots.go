@@ -208,8 +208,14 @@ func (lc *lifecycle) runSnapshotDelete(ctx context.Context, vm *store.VM, op *st
 		lc.finishAction(ctx, vm, op, nil)
 		return nil
 	}
+	// A delete that cannot be done puts the row back as it was: ready, or
+	// failed (a failed snapshot was never taken, so has no consistency).
+	back := store.SnapReady
+	if snap.Consistency == "" {
+		back = store.SnapFailed
+	}
 	if vm.State != store.VMRunning && vm.State != store.VMStopped {
-		if err := ss.SetSnapshotState(ctx, snap.ID, store.SnapReady, []string{store.SnapDeleting}, store.SnapshotUpdate{}); err != nil && !errors.Is(err, store.ErrConflict) {
+		if err := ss.SetSnapshotState(ctx, snap.ID, back, []string{store.SnapDeleting}, store.SnapshotUpdate{}); err != nil && !errors.Is(err, store.ErrConflict) {
 			return err
 		}
 		lc.finishAction(ctx, vm, op, fmt.Errorf("the VM is %s: a snapshot is deleted while it is running or stopped", vm.State))
@@ -222,7 +228,7 @@ func (lc *lifecycle) runSnapshotDelete(ctx context.Context, vm *store.VM, op *st
 		if interrupted(ctx, err) {
 			return err
 		}
-		if serr := ss.SetSnapshotState(ctx, snap.ID, store.SnapReady, []string{store.SnapDeleting}, store.SnapshotUpdate{Error: reasonOf(err)}); serr != nil && !errors.Is(serr, store.ErrConflict) {
+		if serr := ss.SetSnapshotState(ctx, snap.ID, back, []string{store.SnapDeleting}, store.SnapshotUpdate{Error: reasonOf(err)}); serr != nil && !errors.Is(serr, store.ErrConflict) {
 			return serr
 		}
 		lc.finishAction(ctx, vm, op, err)

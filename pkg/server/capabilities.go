@@ -1,7 +1,6 @@
 package server
 
 import (
-
 	"github.com/gin-gonic/gin"
 
 	"github.com/gpuvm/gpuvm/pkg/api"

@@ -298,7 +298,7 @@ func (s *Server) snapshotOperation(c *gin.Context, kind string) {
 		s.writeProblem(c, withField(errConflict, "id", fmt.Sprintf("VM %q is %s: stop it first (gpuvm stop %s); a disk is restored only while its VM is stopped", vm.Name, vm.State, vm.Name)))
 		return
 	}
-	if sn.State != store.SnapReady {
+	if sn.State != store.SnapReady && !(kind == store.OpSnapshotDelete && sn.State == store.SnapFailed) {
 		s.writeProblem(c, withField(errConflict, "snap", fmt.Sprintf("snapshot %s is %s, not ready", sn.ID, sn.State)))
 		return
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -89,7 +90,7 @@ func (s *Store) CreateSnapshot(ctx context.Context, snap *Snapshot, requestedBy 
 }
 
 // BeginSnapshotOperation records the intent to restore (OpRestore) or delete
-// (OpSnapshotDelete) a ready snapshot: its operation, and the row moved to
+// (OpSnapshotDelete) a ready snapshot, or deletes a failed one: its operation, and the row moved to
 // restoring or deleting with the operation's id, in one transaction. A
 // snapshot that is not ready is ErrConflict.
 func (s *Store) BeginSnapshotOperation(ctx context.Context, snapID, kind, requestedBy string) (*Snapshot, *Operation, error) {
@@ -104,14 +105,21 @@ func (s *Store) BeginSnapshotOperation(ctx context.Context, snapID, kind, reques
 		if err != nil {
 			return err
 		}
-		if cur.State != SnapReady {
+		from := []string{SnapReady}
+		if kind == OpSnapshotDelete {
+			// A failed snapshot may have left its tag on the disk (a
+			// command that timed out and finished after): deleting it
+			// removes the tag, if any, and the row.
+			from = append(from, SnapFailed)
+		}
+		if !slices.Contains(from, cur.State) {
 			return fmt.Errorf("snapshot %s is %s, not ready: %w", snapID, cur.State, ErrConflict)
 		}
 		op = &Operation{VMID: cur.VMID, Kind: kind, RequestedBy: requestedBy}
 		if err := tx.createOperation(op); err != nil {
 			return wrap(err, nil, "create the %s operation of vm %s", kind, cur.VMID)
 		}
-		res := tx.db.Model(&Snapshot{}).Where("id = ? AND state = ?", snapID, SnapReady).
+		res := tx.db.Model(&Snapshot{}).Where("id = ? AND state IN ?", snapID, from).
 			Updates(map[string]any{"state": next, "operation_id": op.ID, "updated_at": tx.clock()})
 		if res.Error != nil {
 			return wrap(res.Error, nil, "update snapshot %s", snapID)

@@ -55,6 +55,17 @@ func TestSnapshots(t *testing.T) {
 		if err := s.SetSnapshotState(ctx, second.ID, SnapFailed, nil, SnapshotUpdate{Error: "boom"}); err != nil {
 			t.Fatal(err)
 		}
+		// A failed snapshot is not restored, but may be deleted (its
+		// tag may be on the disk all the same).
+		if _, _, err := s.BeginSnapshotOperation(ctx, second.ID, OpRestore, "alice"); !errors.Is(err, ErrConflict) {
+			t.Fatalf("restore of a failed snapshot = %v", err)
+		}
+		if got, dop, err := s.BeginSnapshotOperation(ctx, second.ID, OpSnapshotDelete, "alice"); err != nil || got.State != SnapDeleting || dop.Kind != OpSnapshotDelete {
+			t.Fatalf("delete of a failed snapshot = %+v, %+v, %v", got, dop, err)
+		}
+		if err := s.SetSnapshotState(ctx, second.ID, SnapFailed, []string{SnapDeleting}, SnapshotUpdate{}); err != nil {
+			t.Fatal(err)
+		}
 		third := &Snapshot{VMID: vm.ID, Owner: "alice"}
 		if _, err := s.CreateSnapshot(ctx, third, "alice", limit); err != nil {
 			t.Fatal(err)
