@@ -37,8 +37,11 @@ func (lc *lifecycle) home(ctx context.Context, set lifecycleSettings, p *config.
 	if find == nil {
 		find = func() (string, error) { return homes.FindVirtiofsd(nil) }
 	}
-	bin, err := find()
-	if err != nil {
+	// Only whether there is one: the domain names no binary, and libvirt
+	// finds virtiofsd through the same descriptors each time it starts
+	// the VM, so a daemon moved by an upgrade (Debian 13 ships the Rust
+	// one elsewhere) does not stop the VMs already defined.
+	if _, err := find(); err != nil {
 		return nil, fmt.Errorf("profile %s gives its VMs their owner's home: %w", p.Name, err)
 	}
 	uid, err := lc.st.UserUID(ctx, vm.Owner, int64(h.UIDMin), int64(h.UIDMax))
@@ -49,5 +52,5 @@ func (lc *lifecycle) home(ctx context.Context, set lifecycleSettings, p *config.
 	if err != nil {
 		return nil, err
 	}
-	return &vmHome{fs: domain.Filesystem{Source: dir, Tag: config.HomeTag, Binary: bin}, uid: int(uid), mount: h.Mount}, nil
+	return &vmHome{fs: domain.Filesystem{Source: dir, Tag: config.HomeTag}, uid: int(uid), mount: h.Mount}, nil
 }
