@@ -69,7 +69,20 @@ func (s *Store) assignUID(ctx context.Context, name string, min, max int64, uid 
 		if *uid, err = tx.freeUID(ctx, min, max); err != nil {
 			return err
 		}
-		return tx.db.Model(&User{}).Where("id = ? AND uid IS NULL", u.ID).Update("uid", *uid).Error
+		res := tx.db.Model(&User{}).Where("id = ? AND uid IS NULL", u.ID).Update("uid", *uid)
+		if res.Error != nil || res.RowsAffected == 1 {
+			return res.Error
+		}
+		// Another gpuvmd gave the user one meanwhile: that one stands.
+		u, err = tx.getUser(ctx, "id = ?", u.ID)
+		if err != nil {
+			return err
+		}
+		if u.UID == nil {
+			return fmt.Errorf("user %q: %w: no uid recorded", name, ErrConflict)
+		}
+		*uid = *u.UID
+		return nil
 	})
 }
 
