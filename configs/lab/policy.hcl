@@ -18,6 +18,11 @@ policy {
       keep         = 5
       expire_after = "30d"
     }
+    # A home of 50 GiB each, and data disks of 200 GiB in all.
+    storage {
+      home_quota = "50GiB"
+      disk_quota = "200GiB"
+    }
   }
 
   group "students" {
@@ -30,6 +35,10 @@ policy {
     snapshots {
       keep         = 2
       expire_after = "7d"
+    }
+    storage {
+      home_quota = "10GiB"
+      disk_quota = "20GiB"
     }
   }
 

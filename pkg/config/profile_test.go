@@ -633,6 +633,47 @@ func TestEffectivePolicy(t *testing.T) {
 	if k, _, r := snaps("sam", "students", "staff"); k != 5 || !strings.Contains(r, "students, staff") {
 		t.Errorf("student and staff's snapshots: %d %q", k, r)
 	}
+	// Storage limits, the same way.
+	const gib = 1 << 30
+	store := func(user string, groups ...string) (uint64, uint64, string) {
+		s := pol.Effective(user, groups).Storage
+		if s.HomeQuota == nil || s.DiskQuota == nil {
+			t.Fatalf("%s %v: no storage limits: %+v", user, groups, s)
+		}
+		return *s.HomeQuota, *s.DiskQuota, s.Rule
+	}
+	if h, d, r := store("sam", "students"); h != 10*gib || d != 20*gib || r != "policy group students" {
+		t.Errorf("student's storage: %d %d %q", h, d, r)
+	}
+	if h, d, r := store("visitor"); h != 50*gib || d != 200*gib || r != "policy defaults" {
+		t.Errorf("defaults' storage: %d %d %q", h, d, r)
+	}
+	if h, _, r := store("sam", "students", "staff"); h != 50*gib || !strings.Contains(r, "students, staff") {
+		t.Errorf("student and staff's storage: %d %q", h, r)
+	}
+}
+
+func TestStorageLimitsErrors(t *testing.T) {
+	for _, tc := range []struct{ name, block, want string }{
+		{"zero", `home_quota = "0GiB"`, "Invalid home_quota"},
+		{"negative", `disk_quota = "-5GiB"`, "Invalid size"},
+		{"words", `home_quota = "lots"`, "Invalid size"},
+		{"unknown", `share_quota = "1GiB"`, "Unsupported argument"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			src := "policy {\n defaults {\n  storage {\n   " + tc.block + "\n  }\n }\n}\n"
+			_, diags := Parse(Source{Name: "policy.hcl", Data: []byte(src)})
+			for _, d := range diags {
+				if strings.Contains(d.Summary, tc.want) {
+					if d.Subject == nil || d.Subject.Start.Line != 4 {
+						t.Errorf("%q points at %v, want policy.hcl:4", d.Summary, d.Subject)
+					}
+					return
+				}
+			}
+			t.Errorf("%s: %v, want %q", tc.block, diags, tc.want)
+		})
+	}
 }
 
 func TestManyBlocksStayFast(t *testing.T) {

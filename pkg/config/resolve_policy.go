@@ -87,6 +87,7 @@ func (r *resolver) resolvePolicy(b *policyBlock) {
 	if d := b.Defaults; d != nil {
 		p.Defaults = r.resolvePrincipal("", d.Priority, d.Preemptible, d.Quota, d.Body, d.DefRange)
 		p.Defaults.Snapshots = r.resolveSnapshots(d.Snapshots, "policy defaults")
+		p.Defaults.Storage = r.resolveStorageLimits(d.Storage, "policy defaults")
 	}
 	for _, g := range b.Groups {
 		r.addPrincipal(p.Groups, "group", g)
@@ -146,6 +147,10 @@ func (r *resolver) addPrincipal(into map[string]*Principal, kind string, b *prin
 	pr.Snapshots = r.cfg.Policy.Defaults.Snapshots
 	if b.Snapshots != nil {
 		pr.Snapshots = r.resolveSnapshots(b.Snapshots, "policy "+kind+" "+b.Name)
+	}
+	pr.Storage = r.cfg.Policy.Defaults.Storage
+	if b.Storage != nil {
+		pr.Storage = r.resolveStorageLimits(b.Storage, "policy "+kind+" "+b.Name)
 	}
 	into[b.Name] = &pr
 }
@@ -225,6 +230,30 @@ func (r *resolver) resolveSnapshots(b *snapshotsBlock, rule string) Snapshots {
 			r.errf(valueRange(b.Body, "expire_after", b.DefRange), "Invalid expire_after", "snapshots.expire_after is how long a snapshot is kept, above 0: write e.g. 30d.")
 		}
 		out.ExpireAfter = &d
+	}
+	return out
+}
+
+// resolveStorageLimits checks a storage block: home_quota and disk_quota are
+// sizes above 0 ("50GiB").
+func (r *resolver) resolveStorageLimits(b *storageLimitsBlock, rule string) StorageLimits {
+	out := StorageLimits{Rule: rule}
+	if b == nil {
+		return out
+	}
+	for _, f := range []struct {
+		name string
+		in   *string
+		out  **uint64
+	}{{"home_quota", b.HomeQuota, &out.HomeQuota}, {"disk_quota", b.DiskQuota, &out.DiskQuota}} {
+		if f.in == nil {
+			continue
+		}
+		v, ok := r.size(b.Body, f.name, f.in, 0, b.DefRange)
+		if ok && v == 0 {
+			r.errf(valueRange(b.Body, f.name, b.DefRange), "Invalid "+f.name, "storage.%s is a size above 0, e.g. \"50GiB\"; leave it out for no limit.", f.name)
+		}
+		*f.out = &v
 	}
 	return out
 }
@@ -345,6 +374,25 @@ func (p *Policy) Effective(user string, groups []string) Principal {
 		q.GPUHoursPerMonth = looser(q.GPUHoursPerMonth, g.Quota.GPUHoursPerMonth)
 	}
 	out.Snapshots = looserSnapshots(found)
+	out.Storage = looserStorage(found)
+	return out
+}
+
+// looserStorage is the most generous of groups' storage limits, its rule
+// naming the groups.
+func looserStorage(found []*Principal) StorageLimits {
+	out := found[0].Storage
+	var names []string
+	for i, g := range found {
+		names = append(names, g.Name)
+		if i > 0 {
+			out.HomeQuota = looser(out.HomeQuota, g.Storage.HomeQuota)
+			out.DiskQuota = looser(out.DiskQuota, g.Storage.DiskQuota)
+		}
+	}
+	if len(found) > 1 {
+		out.Rule = "policy groups " + strings.Join(names, ", ") + " (the most generous)"
+	}
 	return out
 }
 

@@ -377,23 +377,25 @@ type queueBlock struct {
 // defaultsBlock applies to every user who has no user block of their own and
 // belongs to no group that has one.
 type defaultsBlock struct {
-	Priority    *int            `hcl:"priority,optional"`
-	Preemptible *bool           `hcl:"preemptible,optional"`
-	Quota       *quotaBlock     `hcl:"quota,block"`
-	Snapshots   *snapshotsBlock `hcl:"snapshots,block"`
-	DefRange    hcl.Range       `hcl:",def_range"`
-	Body        hcl.Body        `hcl:",body"`
+	Priority    *int                `hcl:"priority,optional"`
+	Preemptible *bool               `hcl:"preemptible,optional"`
+	Quota       *quotaBlock         `hcl:"quota,block"`
+	Snapshots   *snapshotsBlock     `hcl:"snapshots,block"`
+	Storage     *storageLimitsBlock `hcl:"storage,block"`
+	DefRange    hcl.Range           `hcl:",def_range"`
+	Body        hcl.Body            `hcl:",body"`
 }
 
 type principalBlock struct {
-	Name        string          `hcl:"name,label"`
-	Priority    *int            `hcl:"priority,optional"`
-	Preemptible *bool           `hcl:"preemptible,optional"`
-	Quota       *quotaBlock     `hcl:"quota,block"`
-	Snapshots   *snapshotsBlock `hcl:"snapshots,block"`
-	DefRange    hcl.Range       `hcl:",def_range"`
-	LabelRange  hcl.Range       `hcl:"name,label_range"`
-	Body        hcl.Body        `hcl:",body"`
+	Name        string              `hcl:"name,label"`
+	Priority    *int                `hcl:"priority,optional"`
+	Preemptible *bool               `hcl:"preemptible,optional"`
+	Quota       *quotaBlock         `hcl:"quota,block"`
+	Snapshots   *snapshotsBlock     `hcl:"snapshots,block"`
+	Storage     *storageLimitsBlock `hcl:"storage,block"`
+	DefRange    hcl.Range           `hcl:",def_range"`
+	LabelRange  hcl.Range           `hcl:"name,label_range"`
+	Body        hcl.Body            `hcl:",body"`
 }
 
 // snapshotsBlock limits a person's disk snapshots: how many they keep, and
@@ -403,6 +405,15 @@ type snapshotsBlock struct {
 	ExpireAfter *string   `hcl:"expire_after,optional"`
 	DefRange    hcl.Range `hcl:",def_range"`
 	Body        hcl.Body  `hcl:",body"`
+}
+
+// storageLimitsBlock limits what a person keeps on the server's disks: their
+// home and the total of their data disks.
+type storageLimitsBlock struct {
+	HomeQuota *string   `hcl:"home_quota,optional"`
+	DiskQuota *string   `hcl:"disk_quota,optional"`
+	DefRange  hcl.Range `hcl:",def_range"`
+	Body      hcl.Body  `hcl:",body"`
 }
 
 type quotaBlock struct {

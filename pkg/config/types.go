@@ -554,12 +554,25 @@ func (q Queue) MarshalJSON() ([]byte, error) {
 
 // Principal is the policy of a user, a group, or the defaults.
 type Principal struct {
-	Name        string    `json:"name,omitempty"`
-	Priority    int       `json:"priority"`
-	Preemptible bool      `json:"preemptible"`
-	Quota       Quota     `json:"quota"`
-	Snapshots   Snapshots `json:"snapshots"`
-	DeclRange   hcl.Range `json:"-"`
+	Name        string        `json:"name,omitempty"`
+	Priority    int           `json:"priority"`
+	Preemptible bool          `json:"preemptible"`
+	Quota       Quota         `json:"quota"`
+	Snapshots   Snapshots     `json:"snapshots"`
+	Storage     StorageLimits `json:"storage"`
+	DeclRange   hcl.Range     `json:"-"`
+}
+
+// StorageLimits limits what one person keeps on the server's disks, in
+// bytes. A nil limit is no limit. Rule says where the limits come from
+// ("policy defaults", "policy user alice", "policy group render"), for
+// refusals and warnings.
+type StorageLimits struct {
+	// HomeQuota bounds the person's home (storage.homes).
+	HomeQuota *uint64 `json:"home_quota,omitempty"`
+	// DiskQuota bounds the sum of the sizes of the person's data disks.
+	DiskQuota *uint64 `json:"disk_quota,omitempty"`
+	Rule      string  `json:"-"`
 }
 
 // MaxSnapshots bounds snapshots.keep.
