@@ -51,6 +51,7 @@ type reconcileStore interface {
 	Now() time.Time
 	GetVM(ctx context.Context, id string) (*store.VM, error)
 	ListVMs(ctx context.Context, f store.VMFilter) (store.VMPage, error)
+	ListVMRefs(ctx context.Context) ([]store.VMRef, error)
 	ListLiveAllocations(ctx context.Context, host string) ([]store.Allocation, error)
 	GetUser(ctx context.Context, name string) (*store.User, error)
 	AdoptVM(ctx context.Context, vm *store.VM, devices []store.AdoptedDevice, adoptedBy string) error
@@ -204,7 +205,7 @@ func (rc *reconciler) reconcileHost(ctx context.Context) (Report, error) {
 	// are leaked. A queued VM that has run (its lease end is set then) is
 	// one a start queued for a GPU again: it keeps its domain and disk
 	// while it waits.
-	vms, err := listVMs(ctx, rc.st, store.VMFilter{})
+	vms, err := rc.st.ListVMRefs(ctx)
 	if err != nil {
 		return rep, errors.Join(append(errs, err)...)
 	}

@@ -157,15 +157,21 @@ func (s *Server) kickOnWrite(c *gin.Context) {
 
 // runEstimates is the worker: it reads the state version, and computes
 // what is behind, until ctx ends.
+// estimateRest is how many times a replay's duration the worker rests
+// before the next while changes keep coming.
+const estimateRest = 2
+
 func (s *Server) runEstimates(ctx context.Context) {
 	e := s.estimates
 	t := time.NewTicker(estimatePoll)
 	defer t.Stop()
 	s.pollEstimates(ctx)
-	// rest: after a computation the worker rests as long as it took
-	// before the next, so that a stream of changes (creates arriving)
-	// gets at most half a core's worth of replays; meanwhile the answers
-	// say they are stale.
+	// rest: after a computation the worker rests twice as long as it
+	// took before the next, so that a stream of changes (creates
+	// arriving) gets at most a third of a core's worth of replays, and
+	// the creates the rest of the machine; meanwhile the answers say they
+	// are stale. At 10,000 waiting a replay takes about a second: a
+	// burst's estimates are at most three seconds behind it.
 	var restUntil time.Time
 	for ctx.Err() == nil {
 		e.mu.Lock()
@@ -180,7 +186,7 @@ func (s *Server) runEstimates(ctx context.Context) {
 		case behind && !time.Now().Before(restUntil):
 			start := time.Now()
 			s.computeEstimates(ctx)
-			restUntil = time.Now().Add(time.Since(start))
+			restUntil = time.Now().Add(estimateRest * time.Since(start))
 			continue
 		case behind:
 			select {

@@ -457,3 +457,24 @@ func (s *Store) AdoptVM(ctx context.Context, vm *VM, devices []AdoptedDevice, ad
 	}
 	return nil
 }
+
+// VMRef is what the reconciler needs of every VM: which it is, its state,
+// its host and whether it has run.
+type VMRef struct {
+	ID       string     `gorm:"column:id"`
+	State    string     `gorm:"column:state"`
+	Host     string     `gorm:"column:host"`
+	LeaseEnd *time.Time `gorm:"column:lease_end"`
+}
+
+// ListVMRefs lists every VM that is not deleted, by those four columns
+// only: a reconciliation reads the whole table (every VM's volumes are
+// kept), and with ten thousand queued the full rows, decoded with their
+// queue positions, were most of an idle gpuvmd's work (issue #26).
+func (s *Store) ListVMRefs(ctx context.Context) ([]VMRef, error) {
+	var out []VMRef
+	if err := s.db.WithContext(ctx).Model(&VM{}).Select("id", "state", "host", "lease_end").Where(liveVM).Find(&out).Error; err != nil {
+		return nil, wrap(err, nil, "list vms")
+	}
+	return out, nil
+}

@@ -400,3 +400,33 @@ func TestWarnLease(t *testing.T) {
 		}
 	})
 }
+
+func TestListVMRefs(t *testing.T) {
+	ctx := context.Background()
+	eachDriver(t, func(t *testing.T, s *Store, d *testDB) {
+		mustUser(t, s, "alice")
+		a, b, c := mustVM(t, s, "alice", "a"), mustVM(t, s, "alice", "b"), mustVM(t, s, "alice", "c")
+		end := d.clock.Now().Add(time.Hour).UTC().Truncate(time.Second)
+		host := "gpu-01"
+		if _, err := s.UpdateVMState(ctx, b.ID, 1, VMUpdate{State: VMRunning, Host: &host, LeaseEnd: &end}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.UpdateVMState(ctx, c.ID, 1, VMUpdate{State: VMDeleted}); err != nil {
+			t.Fatal(err)
+		}
+		refs, err := s.ListVMRefs(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]VMRef{}
+		for _, r := range refs {
+			got[r.ID] = r
+		}
+		if len(got) != 2 || got[a.ID].State != VMQueued || got[a.ID].LeaseEnd != nil {
+			t.Fatalf("refs %+v: want a (queued, never ran) and b, not the deleted c", refs)
+		}
+		if r := got[b.ID]; r.State != VMRunning || r.Host != "gpu-01" || r.LeaseEnd == nil || !r.LeaseEnd.Equal(end) {
+			t.Errorf("b: %+v, want running on gpu-01 until %v", r, end)
+		}
+	})
+}

@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 
 	"github.com/google/uuid"
@@ -26,9 +27,26 @@ type node struct {
 // writeFunc applies a write to a fresh copy of the state.
 type writeFunc func(s *state, data string) error
 
-// tree is the sysfs view of one state: canonical path -> node.
+// tree is the sysfs view of one state: canonical path -> node. It is not
+// changed once built (a write builds the next state's tree), so what resolve
+// found is kept: the monitor lists the GPUs every few seconds, through the
+// same links each time.
 type tree struct {
-	nodes map[string]*node
+	nodes    map[string]*node
+	resolved sync.Map // resolveKey → resolution
+}
+
+// resolveKey is one resolve call's arguments.
+type resolveKey struct {
+	path   string
+	follow bool
+}
+
+// resolution is one resolve call's answer.
+type resolution struct {
+	canon string
+	n     *node
+	err   error
 }
 
 const pciRoot = "devices/pci0000:00"
@@ -444,6 +462,18 @@ func writeUnbind(drv string) writeFunc {
 // canonical path of the entry (links in the last element are followed only
 // when follow is true).
 func (t *tree) resolve(p string, follow bool) (string, *node, error) {
+	k := resolveKey{p, follow}
+	if r, ok := t.resolved.Load(k); ok {
+		r := r.(resolution)
+		return r.canon, r.n, r.err
+	}
+	canon, n, err := t.walk(p, follow)
+	t.resolved.Store(k, resolution{canon, n, err})
+	return canon, n, err
+}
+
+// walk is resolve without the memo.
+func (t *tree) walk(p string, follow bool) (string, *node, error) {
 	parts := strings.Split(host.Clean(p), "/")
 	if parts[0] == "." {
 		return ".", t.nodes["."], nil
