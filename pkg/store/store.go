@@ -71,6 +71,8 @@ type Store struct {
 	appended *bool
 	// readers is SQLite's read-only pool (openReaders); nil otherwise.
 	readers *sql.DB
+	// ckpt checkpoints SQLite's log off the writer (checkpoint.go).
+	ckpt *checkpointer
 }
 
 // Open connects to the database, migrates its schema up to the newest version
@@ -162,6 +164,11 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		return nil, err
 	}
 	if err := s.openReaders(cfg); err != nil {
+		_ = sqlDB.Close()
+		return nil, err
+	}
+	if err := s.startCheckpoints(ctx); err != nil {
+		_ = s.readers.Close()
 		_ = sqlDB.Close()
 		return nil, err
 	}
@@ -358,6 +365,7 @@ func (s *Store) Close() error {
 	if err != nil {
 		return err
 	}
+	s.stopCheckpoints()
 	if s.readers != nil {
 		err = s.readers.Close()
 	}

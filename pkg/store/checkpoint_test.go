@@ -1,0 +1,52 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+)
+
+// The writer never checkpoints (a create in a few hundred paid for it);
+// the checkpointer does, from a reader: the log is copied into the
+// database file while writes go on, and what was written is all there
+// after a reopen.
+func TestCheckpointsOffTheWriter(t *testing.T) {
+	ctx := context.Background()
+	d := newTestDB(t, DriverSQLite)
+	s := d.open(t)
+	var auto int
+	if err := s.db.WithContext(ctx).Raw("PRAGMA wal_autocheckpoint").Scan(&auto).Error; err != nil || auto != 0 {
+		t.Fatalf("writer's wal_autocheckpoint = %d (%v), want 0", auto, err)
+	}
+	mustUser(t, s, "alice")
+	for i := range 300 {
+		mustVM(t, s, "alice", fmt.Sprint("vm", i))
+	}
+	before := fileSize(t, d.dsn)
+	deadline := time.Now().Add(10 * checkpointEvery)
+	for fileSize(t, d.dsn) == before && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if after := fileSize(t, d.dsn); after <= before {
+		t.Fatalf("the database file stayed %d bytes for %v after 300 creates: nothing checkpointed the log", after, 10*checkpointEvery)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = d.open(t)
+	page, err := s.ListVMs(ctx, VMFilter{Limit: 1000})
+	if err != nil || len(page.VMs) != 300 {
+		t.Fatalf("after a reopen: %d VMs (%v), want 300", len(page.VMs), err)
+	}
+}
+
+func fileSize(t *testing.T, path string) int64 {
+	t.Helper()
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fi.Size()
+}
