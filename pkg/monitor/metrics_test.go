@@ -1,9 +1,9 @@
 package monitor
 
 import (
-	"github.com/gpuvm/gpuvm/pkg/api"
 	"context"
 	"errors"
+	"github.com/gpuvm/gpuvm/pkg/api"
 	"net/http"
 	"net/http/httptest"
 	"sort"

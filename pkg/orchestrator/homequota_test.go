@@ -152,7 +152,9 @@ func TestHomeQuotaProject(t *testing.T) {
 			limits[id] = (b + 1023) / 1024 * 1024
 			return nil
 		},
-		get: func(_ string, id uint32) (quota.Usage, error) { return quota.Usage{Used: 3 << 20, Limit: limits[id]}, nil },
+		get: func(_ string, id uint32) (quota.Usage, error) {
+			return quota.Usage{Used: 3 << 20, Limit: limits[id]}, nil
+		},
 	}
 	q, st, cfg, root := homeQuotaEnv(t, ops)
 	ctx := context.Background()
