@@ -26,6 +26,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/gpuvm/gpuvm/pkg/alert"
+	"github.com/gpuvm/gpuvm/pkg/api"
 	"github.com/gpuvm/gpuvm/pkg/backend"
 	"github.com/gpuvm/gpuvm/pkg/backend/loader"
 	"github.com/gpuvm/gpuvm/pkg/config"
@@ -209,6 +210,8 @@ func serve(ctx context.Context, o options, cfg *liveConfig, log *slog.Logger) er
 	mon.Observe(alert.NewEvaluator(alert.Config{Host: orch.Host(), Store: st, Rules: func() []*config.Alert { return profiles().Policy.Alerts },
 		Idle: mon.Idle(), Backends: alert.LoaderHealth(l), Notifier: alertHooks, Log: log, Interval: mon.Settings().Interval}))
 	mon.Exporter().ExportOrphans(orch.OrphanCounts)
+	// The homes' usage, read every few minutes by the home quotas' loop.
+	mon.Exporter().ExportVolumes(api.VolumeHome, orch.HomeQuotas().Usage)
 	// This host's row in the hosts table: registered now, then a heartbeat
 	// with the inventory every node interval.
 	hb := &heartbeat.Beater{Store: st, Host: orch.Host(), APIURL: apiURL, Version: version, Log: log,
@@ -336,6 +339,9 @@ func runLoops(ctx context.Context, loops *errgroup.Group, o options, cfg *liveCo
 	}
 	loop(hb.Run)
 	loop(mon.Run)
+	// The homes' quotas: applied again, usage read, owners warned near
+	// their quota (orchestrator/homequota.go).
+	loop(orch.HomeQuotas().Run)
 	// The audit log's retention (server.audit.retention, read at each
 	// round so that a reload applies).
 	pruner := &auditPruner{st: st, every: auditPruneInterval, log: log.With("component", "audit"),

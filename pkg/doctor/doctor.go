@@ -23,6 +23,7 @@ import (
 
 	"github.com/gpuvm/gpuvm/pkg/config"
 	"github.com/gpuvm/gpuvm/pkg/host"
+	"github.com/gpuvm/gpuvm/pkg/quota"
 )
 
 // Severity of a finding.
@@ -106,6 +107,9 @@ type Env struct {
 	// VhostUserDirs are where QEMU's vhost-user descriptors are (nil:
 	// homes.DescriptorDirs).
 	VhostUserDirs []string
+	// ProbeQuotas says what a directory's filesystem does about project
+	// quotas (quota.Probe when nil).
+	ProbeQuotas func(dir string) (quota.Enforcement, error)
 }
 
 // OSEnv fills the seams that a caller left nil with the real machine's.
@@ -128,6 +132,9 @@ func (e *Env) OSEnv() {
 	if e.Run == nil {
 		e.Run = runCommand
 	}
+	if e.ProbeQuotas == nil {
+		e.ProbeQuotas = quota.Probe
+	}
 	if e.Config == nil {
 		e.Config = &config.Config{}
 	}
@@ -147,6 +154,7 @@ func Run(ctx context.Context, e Env) Report {
 	add(checkLibvirt(ctx, e)...)
 	add(checkKVM(e)...)
 	add(checkVirtiofsd(ctx, e)) // homes.go
+	add(checkHomeQuotas(e))     // homes.go
 	add(checkMemlock(e))
 	add(checkDatabase(ctx, e))
 	add(checkSchema(ctx, e))

@@ -3,11 +3,13 @@ package doctor
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"strconv"
 	"strings"
 
 	"github.com/gpuvm/gpuvm/pkg/config"
 	"github.com/gpuvm/gpuvm/pkg/homes"
+	"github.com/gpuvm/gpuvm/pkg/quota"
 )
 
 // checkVirtiofsd: with homes on, the virtiofs daemon that attaches them,
@@ -31,6 +33,59 @@ func checkVirtiofsd(ctx context.Context, e Env) Finding {
 	}
 	f.Severity, f.Seen = OK, fmt.Sprintf("%s: %s", bin, orUnknown(version))
 	return f
+}
+
+// checkHomeQuotas: with homes on, which enforcement of the home quotas
+// (policy storage.home_quota) is in force on the homes root's filesystem,
+// and why: project quotas refuse writes past a quota; without them homes
+// are only measured, which is a warning when some person has a quota.
+func checkHomeQuotas(e Env) Finding {
+	f := Finding{Check: "home quotas"}
+	h := e.Config.Server.Storage.Homes
+	if !h.Enabled {
+		f.Severity, f.Seen = Skipped, "homes are off (server.storage.homes)"
+		return f
+	}
+	dir := h.Root
+	for { // the homes root is made with the first home: probe what holds it
+		if _, err := e.Stat(dir); err == nil || filepath.Dir(dir) == dir {
+			break
+		}
+		dir = filepath.Dir(dir)
+	}
+	enf, err := e.ProbeQuotas(dir)
+	if err != nil {
+		f.Severity, f.Seen = Warning, fmt.Sprintf("the homes at %s: %v", h.Root, err)
+		return f
+	}
+	f.Seen = enf.Describe("the homes", h.Root)
+	switch {
+	case enf.Mode == quota.Project:
+		f.Severity = OK
+	case anyHomeQuota(e.Config):
+		f.Severity, f.Fix = Warning, quota.Fix
+	default:
+		f.Severity, f.Seen = OK, f.Seen+" (no policy sets storage.home_quota)"
+	}
+	return f
+}
+
+// anyHomeQuota: some rule of the policy sets storage.home_quota.
+func anyHomeQuota(c *config.Config) bool {
+	if c.Policy.Defaults.Storage.HomeQuota != nil {
+		return true
+	}
+	for _, p := range c.Policy.Users {
+		if p != nil && p.Storage.HomeQuota != nil {
+			return true
+		}
+	}
+	for _, p := range c.Policy.Groups {
+		if p != nil && p.Storage.HomeQuota != nil {
+			return true
+		}
+	}
+	return false
 }
 
 // libvirtdPIDFile is where libvirtd writes its process ID.

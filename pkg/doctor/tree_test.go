@@ -17,6 +17,7 @@ import (
 
 	"github.com/gpuvm/gpuvm/pkg/config"
 	"github.com/gpuvm/gpuvm/pkg/host"
+	"github.com/gpuvm/gpuvm/pkg/quota"
 )
 
 // buildTree builds testdata/NAME.txtar into a new directory and returns it.
@@ -189,6 +190,9 @@ func healthyFake() *fakeHost {
 func (h *fakeHost) env(sys host.SysFS, cfg *config.Config) Env {
 	return Env{
 		Sys: sys, Config: cfg, VhostUserDirs: []string{h.vhostUser},
+		ProbeQuotas: func(string) (quota.Enforcement, error) {
+			return quota.Enforcement{Mode: quota.Project, FSType: "xfs", Device: "/dev/block/259:3"}, nil
+		},
 		ReadFile: func(name string) ([]byte, error) {
 			if s, ok := h.files[name]; ok {
 				return []byte(s), nil

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/gpuvm/gpuvm/pkg/api"
 	"github.com/gpuvm/gpuvm/pkg/gpu"
 	"github.com/gpuvm/gpuvm/pkg/store"
 )
@@ -48,6 +49,7 @@ type MetricDef struct {
 var (
 	gpuLabels      = []string{"host", "gpu", "model"}
 	instanceLabels = []string{"host", "gpu", "instance", "kind", "type", "vm", "user"}
+	volumeLabels   = []string{"host", "kind", "owner", "name"}
 )
 
 // MetricDefs are every metric gpuvmd exports besides the Go runtime's and
@@ -83,6 +85,8 @@ var MetricDefs = []MetricDef{
 	{"gpuvm_allocations", Gauge, "Live GPU allocations of this host by kind (vgpu, mig, passthrough).", []string{"host", "kind"}},
 	{"gpuvm_alerts_firing", Gauge, "Firing alerts of each alert rule.", []string{"rule"}},
 	{"gpuvm_orphans", Gauge, "Things on this host that look like gpuvm's but are not provably this installation's (domains, volumes, devices): left as they are until an admin deletes or adopts them.", []string{"host", "kind"}},
+	{"gpuvm_volume_used_bytes", Gauge, "What a volume (a person's home, a share, a data disk) takes on the host's disk, measured every few minutes.", volumeLabels},
+	{"gpuvm_volume_quota_bytes", Gauge, "A volume's quota (absent: none); enforcement is project (writes past it are refused) or none (only measured).", append(volumeLabels[:4:4], "enforcement")},
 	{"gpuvm_api_requests_total", Counter, "API requests answered, by method, route template and status code.", []string{"method", "route", "code"}},
 	{"gpuvm_api_request_duration_seconds", Histogram, "Time to answer API requests, by method and route template.", []string{"method", "route"}},
 	{"gpuvm_backup_failures_total", Counter, "Scheduled backups (server.backup) that failed since gpuvmd started.", []string{"host"}},
@@ -127,6 +131,7 @@ type Exporter struct {
 	mu             sync.Mutex
 	lastError      string
 	orphans        func() map[string]int // nil: not exported
+	volumes        map[string]func() []api.VolumeUsage
 	backupFailures int
 	lastBackup     time.Time
 }
@@ -137,6 +142,24 @@ func (e *Exporter) ExportOrphans(counts func() map[string]int) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.orphans = counts
+}
+
+// ExportVolumes makes the exporter report list() (the usage of the
+// volumes of one kind, read from memory: never a walk) as
+// gpuvm_volume_used_bytes and gpuvm_volume_quota_bytes at each scrape.
+// Each kind of volume (homes, shares, data disks) registers its own under
+// its name; the same name again replaces it, nil removes it.
+func (e *Exporter) ExportVolumes(name string, list func() []api.VolumeUsage) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.volumes == nil {
+		e.volumes = map[string]func() []api.VolumeUsage{}
+	}
+	if list == nil {
+		delete(e.volumes, name)
+		return
+	}
+	e.volumes[name] = list
 }
 
 // NewExporter builds the registry of host's metrics. sampler may be nil
@@ -259,7 +282,19 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	if !c.lastBackup.IsZero() {
 		emit("gpuvm_last_backup_timestamp_seconds", prometheus.GaugeValue, float64(c.lastBackup.Unix()), c.host)
 	}
+	volumes := make([]func() []api.VolumeUsage, 0, len(c.volumes))
+	for _, k := range sortedKeys(c.volumes) {
+		volumes = append(volumes, c.volumes[k])
+	}
 	c.mu.Unlock()
+	for _, list := range volumes {
+		for _, v := range list() {
+			emit("gpuvm_volume_used_bytes", prometheus.GaugeValue, float64(v.UsedBytes), c.host, v.Kind, v.Owner, v.Name)
+			if v.QuotaBytes != nil {
+				emit("gpuvm_volume_quota_bytes", prometheus.GaugeValue, float64(*v.QuotaBytes), c.host, v.Kind, v.Owner, v.Name, v.Enforcement)
+			}
+		}
+	}
 	if orphans != nil {
 		counts := orphans()
 		for _, k := range sortedKeys(counts) {

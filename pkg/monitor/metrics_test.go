@@ -3,6 +3,7 @@ package monitor
 import (
 	"context"
 	"errors"
+	"github.com/gpuvm/gpuvm/pkg/api"
 	"net/http"
 	"net/http/httptest"
 	"sort"
@@ -220,6 +221,10 @@ func TestMetricsServedAreDefined(t *testing.T) {
 	mon, _, _, _ := metricsEnv(t)
 	mon.Exporter().ExportOrphans(func() map[string]int { return map[string]int{"domain": 1, "volume": 0, "device": 2} })
 	mon.Exporter().ObserveBackup(time.Unix(1_700_000_000, 0), nil) // the last backup's time is served once there was one
+	q := uint64(1 << 30)
+	mon.Exporter().ExportVolumes("home", func() []api.VolumeUsage {
+		return []api.VolumeUsage{{Kind: "home", Owner: "ann", Name: "ann", UsedBytes: 5, QuotaBytes: &q, Enforcement: "project"}}
+	})
 	fams, err := mon.Exporter().Registry().Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -256,6 +261,38 @@ func TestMetricsServedAreDefined(t *testing.T) {
 		if !served[d.Name] {
 			t.Errorf("%s is defined but not served", d.Name)
 		}
+	}
+}
+
+// Volume usage: every kind registered is served, a volume without a
+// quota has no quota row, and a kind removed is no longer served.
+func TestVolumeMetrics(t *testing.T) {
+	e := NewExporter(testHost, nil, nil, nil, nil)
+	q := uint64(16 << 20)
+	e.ExportVolumes("home", func() []api.VolumeUsage {
+		return []api.VolumeUsage{{Kind: "home", Owner: "ann", Name: "ann", UsedBytes: 15 << 20, QuotaBytes: &q, Enforcement: "project"},
+			{Kind: "home", Owner: "bob", Name: "bob", UsedBytes: 7, Enforcement: "none"}}
+	})
+	e.ExportVolumes("share", func() []api.VolumeUsage { return []api.VolumeUsage{{Kind: "share", Name: "datasets", UsedBytes: 9}} })
+	fams := scrape(t, e)
+	ann := map[string]string{"host": testHost, "kind": "home", "owner": "ann", "name": "ann"}
+	if v, ok := value(fams, "gpuvm_volume_used_bytes", ann); !ok || v != 15<<20 {
+		t.Errorf("ann's home used = %v (%v)", v, ok)
+	}
+	ann["enforcement"] = "project"
+	if v, ok := value(fams, "gpuvm_volume_quota_bytes", ann); !ok || v != 16<<20 {
+		t.Errorf("ann's home quota = %v (%v)", v, ok)
+	}
+	if _, ok := value(fams, "gpuvm_volume_quota_bytes", map[string]string{"owner": "bob"}); ok {
+		t.Error("bob's home has no quota, but one is served")
+	}
+	share := map[string]string{"kind": "share", "name": "datasets", "owner": ""}
+	if v, ok := value(fams, "gpuvm_volume_used_bytes", share); !ok || v != 9 {
+		t.Errorf("share used = %v (%v)", v, ok)
+	}
+	e.ExportVolumes("share", nil)
+	if _, ok := value(scrape(t, e), "gpuvm_volume_used_bytes", share); ok {
+		t.Error("a kind removed is still served")
 	}
 }
 

@@ -52,5 +52,11 @@ func (lc *lifecycle) home(ctx context.Context, set lifecycleSettings, p *config.
 	if err != nil {
 		return nil, err
 	}
+	// The person's quota (homequota.go); the rounds apply it again.
+	if lc.quotas != nil && set.Config != nil {
+		if err := lc.quotas.Ensure(ctx, set.Config, h.Root, dir, vm.Owner, uid); err != nil {
+			lc.log.Error("home quota not applied now; the next round of home quotas tries again", "user", vm.Owner, "dir", dir, "err", err)
+		}
+	}
 	return &vmHome{fs: domain.Filesystem{Source: dir, Tag: config.HomeTag}, uid: int(uid), mount: h.Mount}, nil
 }

@@ -38,6 +38,9 @@ type lifecycle struct {
 	}
 	fleet *fleetDuties
 	wake  func()
+	// quotas applies a person's home quota when their home is made or
+	// found (homequota.go; nil: none).
+	quotas *HomeQuotas
 	// testHook, for tests, is called at each Hook* point (WithHook).
 	testHook func(vmID, point string) error
 	settings func() lifecycleSettings

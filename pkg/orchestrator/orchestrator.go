@@ -188,7 +188,13 @@ type Orchestrator struct {
 	rules *rulesLoop
 	rec   *reconciler
 	fleet *fleetDuties
+	// quotas keeps the homes' quotas (homequota.go).
+	quotas *HomeQuotas
 }
+
+// HomeQuotas keeps the homes' quotas: gpuvmd runs it in a loop and
+// exports its usage.
+func (o *Orchestrator) HomeQuotas() *HomeQuotas { return o.quotas }
 
 // Option changes what New makes.
 type Option func(*options)
@@ -241,6 +247,8 @@ func New(cfg Config, opts ...Option) *Orchestrator {
 				Profiles: c.Profiles, Images: c.Images, Libvirt: c.Server.Libvirt, Homes: c.Server.Storage.Homes, Location: c.Policy.Location,
 				RenderCloudInit: c.RenderCloudInit, Config: c}
 		}}
+	o.quotas = newHomeQuotas(set.Store, live, o.log)
+	o.life.quotas = o.quotas
 	o.disp = &dispatcher{host: set.Host, st: set.Store, log: o.log, life: o.life, fleet: o.fleet, notifier: set.Notifier,
 		busy: busy, roundMu: roundMu, bookings: bookings, sem: make(chan struct{}, set.Workers), wake: o.wake.Wake,
 		settings: func() dispatchSettings {

@@ -1,0 +1,247 @@
+package orchestrator
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/gpuvm/gpuvm/pkg/api"
+	"github.com/gpuvm/gpuvm/pkg/config"
+	"github.com/gpuvm/gpuvm/pkg/homes"
+	"github.com/gpuvm/gpuvm/pkg/quota"
+	"github.com/gpuvm/gpuvm/pkg/store"
+)
+
+// Home quotas.
+const (
+	// HomeQuotaEvery is how often the homes' usage is read, their limits
+	// applied again (a policy reload takes effect within it) and their
+	// owners warned.
+	HomeQuotaEvery = 5 * time.Minute
+	// homeWalkMax bounds the walk that measures a home where there are no
+	// project quotas.
+	homeWalkMax = 1_000_000
+)
+
+// homeQuotaStore is what the home quotas read and write.
+type homeQuotaStore interface {
+	GetUser(ctx context.Context, name string) (*store.User, error)
+	AppendEvent(ctx context.Context, e *store.Event) error
+}
+
+// quotaOps are pkg/quota's calls (tests give fakes).
+type quotaOps struct {
+	probe      func(dir string) (quota.Enforcement, error)
+	setProject func(dir string, id uint32) error
+	setLimit   func(dev string, id uint32, bytes uint64) error
+	get        func(dev string, id uint32) (quota.Usage, error)
+	walk       func(ctx context.Context, dir string, max int) (uint64, error)
+}
+
+var realQuotaOps = quotaOps{probe: quota.Probe, setProject: quota.SetProject, setLimit: quota.SetLimit, get: quota.Get, walk: quota.WalkUsage}
+
+// HomeQuotas keeps each home's quota: policy storage.home_quota, as the
+// filesystem's project quota of the project numbered as the person's uid
+// (store.UserUID: unique per person, in the homes' uid range, so no two
+// homes share a project; other uses of project quotas on the same
+// filesystem must keep out of that range). Where the homes' filesystem
+// has no project quotas, homes are measured by a walk, nothing is
+// refused, and the log, gpuvm doctor and the volume rows say so. Every
+// HomeQuotaEvery it reads the usage (never on a request path), applies
+// the limits again and warns a person at api.QuotaWarnPercent.
+type HomeQuotas struct {
+	st       homeQuotaStore
+	profiles func() *config.Config
+	log      *slog.Logger
+	ops      quotaOps
+
+	mu      sync.Mutex
+	usage   []api.VolumeUsage
+	warned  map[string]bool // owners warned, until their home goes below
+	lastWhy string          // the last "no enforcement" logged
+}
+
+func newHomeQuotas(st homeQuotaStore, profiles func() *config.Config, log *slog.Logger) *HomeQuotas {
+	return &HomeQuotas{st: st, profiles: profiles, log: log.With("component", "home-quotas"), ops: realQuotaOps, warned: map[string]bool{}}
+}
+
+// Usage is the homes' usage as last read (metrics, listings).
+func (q *HomeQuotas) Usage() []api.VolumeUsage {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return append([]api.VolumeUsage(nil), q.usage...)
+}
+
+// Run reads the homes every HomeQuotaEvery until ctx ends.
+func (q *HomeQuotas) Run(ctx context.Context) {
+	t := time.NewTicker(HomeQuotaEvery)
+	defer t.Stop()
+	for {
+		q.Round(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// Round reads every home under the homes root once.
+func (q *HomeQuotas) Round(ctx context.Context) {
+	cfg := q.profiles()
+	if cfg == nil || !cfg.Server.Storage.Homes.Enabled {
+		q.set(nil)
+		return
+	}
+	root := cfg.Server.Storage.Homes.Root
+	ents, err := os.ReadDir(root)
+	if err != nil {
+		if !errors.Is(err, os.ErrNotExist) {
+			q.log.Warn("home quotas: the homes root cannot be read", "root", root, "err", err)
+		}
+		q.set(nil)
+		return
+	}
+	enf := q.enforcement(root)
+	var rows []api.VolumeUsage
+	for _, e := range ents {
+		if !e.IsDir() || ctx.Err() != nil {
+			continue
+		}
+		u, err := q.st.GetUser(ctx, e.Name())
+		if err != nil || u.UID == nil {
+			continue // not a person's home, or one whose person is gone
+		}
+		row, err := q.read(ctx, cfg, enf, root, u)
+		if err != nil {
+			q.log.Warn("home quota", "user", u.Name, "err", err)
+		}
+		rows = append(rows, row)
+		q.warn(ctx, row)
+	}
+	sort.Slice(rows, func(i, j int) bool { return rows[i].Owner < rows[j].Owner })
+	q.set(rows)
+}
+
+func (q *HomeQuotas) set(rows []api.VolumeUsage) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.usage = rows
+}
+
+// enforcement probes the homes root, and logs, when it changes, that
+// nothing is enforced.
+func (q *HomeQuotas) enforcement(root string) quota.Enforcement {
+	enf, err := q.ops.probe(root)
+	if err != nil {
+		enf = quota.Enforcement{Mode: quota.None, Why: err.Error()}
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	why := ""
+	if enf.Mode != quota.Project {
+		why = enf.Describe("the homes", root)
+	}
+	if why != q.lastWhy && why != "" {
+		q.log.Warn(why)
+	}
+	q.lastWhy = why
+	return enf
+}
+
+// limit is a person's home quota (nil: none).
+func homeLimit(cfg *config.Config, u *store.User) *uint64 {
+	return cfg.Policy.Effective(u.Name, u.Groups).Storage.HomeQuota
+}
+
+// read applies u's limit to their home and reads its usage.
+func (q *HomeQuotas) read(ctx context.Context, cfg *config.Config, enf quota.Enforcement, root string, u *store.User) (api.VolumeUsage, error) {
+	row := api.VolumeUsage{Kind: api.VolumeHome, Owner: u.Name, Name: u.Name, QuotaBytes: homeLimit(cfg, u), Enforcement: enf.Mode}
+	dir, err := homes.Path(root, u.Name)
+	if err != nil {
+		return row, err
+	}
+	if enf.Mode != quota.Project {
+		row.Note = enf.Describe("the homes", root)
+		row.UsedBytes, err = q.ops.walk(ctx, dir, homeWalkMax)
+		return row, err
+	}
+	used, err := q.apply(enf, dir, uint32(*u.UID), row.QuotaBytes)
+	row.UsedBytes = used
+	return row, err
+}
+
+// apply gives dir the project uid and the limit (nil: none, clearing one
+// set before), and returns the usage the filesystem counts.
+func (q *HomeQuotas) apply(enf quota.Enforcement, dir string, uid uint32, limit *uint64) (uint64, error) {
+	if err := q.ops.setProject(dir, uid); err != nil {
+		return 0, err
+	}
+	want := uint64(0)
+	if limit != nil {
+		want = max(*limit, 1) // 0 would mean none: the smallest limit instead
+	}
+	u, err := q.ops.get(enf.Device, uid)
+	if err != nil {
+		return 0, err
+	}
+	if roundKiB(want) != u.Limit {
+		if err := q.ops.setLimit(enf.Device, uid, want); err != nil {
+			return u.Used, err
+		}
+		q.log.Info("home quota set", "dir", dir, "project", uid, "bytes", want)
+	}
+	return u.Used, nil
+}
+
+func roundKiB(b uint64) uint64 { return (b + 1023) / 1024 * 1024 }
+
+// Ensure applies a person's quota to their home as a VM of theirs gets it
+// (homes.Ensure made or found it). Where the filesystem has no project
+// quotas there is nothing to apply.
+func (q *HomeQuotas) Ensure(ctx context.Context, cfg *config.Config, root, dir, login string, uid int64) error {
+	enf := q.enforcement(root)
+	if enf.Mode != quota.Project {
+		return nil
+	}
+	u, err := q.st.GetUser(ctx, login)
+	if err != nil {
+		return fmt.Errorf("home quota of %s: %w", login, err)
+	}
+	_, err = q.apply(enf, dir, uint32(uid), homeLimit(cfg, u))
+	return err
+}
+
+// warn gives row's owner a volume.warning once at api.QuotaWarnPercent of
+// the quota, and again only after the home went below and came back.
+func (q *HomeQuotas) warn(ctx context.Context, row api.VolumeUsage) {
+	over := row.QuotaBytes != nil && *row.QuotaBytes > 0 && row.UsedBytes*100 >= *row.QuotaBytes*api.QuotaWarnPercent
+	q.mu.Lock()
+	was := q.warned[row.Owner]
+	q.warned[row.Owner] = over
+	q.mu.Unlock()
+	if !over || was {
+		return
+	}
+	pct := int(row.UsedBytes * 100 / *row.QuotaBytes)
+	p := api.VolumeWarningPayload{VolumeUsage: row, Percent: pct,
+		Reason: fmt.Sprintf("your home uses %s of its %s quota (%d %%)", config.FormatSize(row.UsedBytes), config.FormatSize(*row.QuotaBytes), pct)}
+	if row.Enforcement == quota.Project {
+		p.Reason += "; writes past the quota will fail"
+	}
+	b, _ := json.Marshal(p)
+	if err := q.st.AppendEvent(ctx, &store.Event{Owner: row.Owner, Type: api.EventVolumeWarning, Payload: b}); err != nil {
+		q.log.Warn("home quota warning not recorded; it is tried again next round", "user", row.Owner, "err", err)
+		q.mu.Lock()
+		q.warned[row.Owner] = false
+		q.mu.Unlock()
+		return
+	}
+	q.log.Info("home near its quota", "user", row.Owner, "used", row.UsedBytes, "quota", *row.QuotaBytes)
+}

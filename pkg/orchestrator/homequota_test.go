@@ -1,0 +1,186 @@
+package orchestrator
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/gpuvm/gpuvm/pkg/api"
+	"github.com/gpuvm/gpuvm/pkg/config"
+	"github.com/gpuvm/gpuvm/pkg/logtest"
+	"github.com/gpuvm/gpuvm/pkg/quota"
+	"github.com/gpuvm/gpuvm/pkg/store"
+	"github.com/gpuvm/gpuvm/pkg/store/storetest"
+)
+
+func homeQuotaConfig(t *testing.T, root, annQuota string) *config.Config {
+	t.Helper()
+	user := ""
+	if annQuota != "" {
+		user = "user \"ann\" {\n storage {\n  home_quota = \"" + annQuota + "\"\n }\n}"
+	}
+	cfg, diags := config.Parse(config.Source{Name: "q.hcl", Data: []byte(`
+server {
+ storage {
+  homes {
+   root = "` + root + `"
+  }
+ }
+}
+policy {
+` + user + `
+}
+`)})
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	return cfg
+}
+
+// homeQuotaEnv: homes of ann (16 MiB quota) and bob (none) under a temp
+// root, ann's usage what *used says.
+func homeQuotaEnv(t *testing.T, ops quotaOps) (*HomeQuotas, *store.Store, *atomic.Pointer[config.Config], string) {
+	t.Helper()
+	ctx := context.Background()
+	root := t.TempDir()
+	st := storetest.New(t)
+	for _, u := range []string{"ann", "bob"} {
+		if err := st.CreateUser(ctx, &store.User{Name: u}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := st.UserUID(ctx, u, 20000, 59999); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Mkdir(filepath.Join(root, u), 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Mkdir(filepath.Join(root, "lost+found"), 0o700); err != nil { // no person's
+		t.Fatal(err)
+	}
+	var cfg atomic.Pointer[config.Config]
+	cfg.Store(homeQuotaConfig(t, root, "16MiB"))
+	log, _ := logtest.New()
+	q := newHomeQuotas(st, cfg.Load, log)
+	q.ops = ops
+	return q, st, &cfg, root
+}
+
+func warnings(t *testing.T, st *store.Store) []api.VolumeWarningPayload {
+	t.Helper()
+	es, err := st.ListEventsSince(context.Background(), 0, store.EventFilter{Type: api.EventVolumeWarning})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []api.VolumeWarningPayload
+	for _, e := range es {
+		var p api.VolumeWarningPayload
+		if err := json.Unmarshal(e.Payload, &p); err != nil {
+			t.Fatal(err)
+		}
+		if e.Owner != p.Owner || e.VMID != "" {
+			t.Errorf("event %+v: want the owner's, of no VM", e)
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
+// Without project quotas: homes are measured by the walk, ann is warned
+// once at 90 % of her quota, not again while she stays above, and again
+// after she went below and came back; bob, without a quota, never.
+func TestHomeQuotaWarnsOnce(t *testing.T) {
+	var used atomic.Uint64
+	ops := quotaOps{
+		probe: func(string) (quota.Enforcement, error) {
+			return quota.Enforcement{Mode: quota.None, FSType: "tmpfs", Why: "tmpfs has no project quotas gpuvm can use"}, nil
+		},
+		walk: func(_ context.Context, dir string, _ int) (uint64, error) {
+			if filepath.Base(dir) == "ann" {
+				return used.Load(), nil
+			}
+			return 1 << 40, nil
+		},
+	}
+	q, st, _, root := homeQuotaEnv(t, ops)
+	ctx := context.Background()
+	for i, step := range []struct {
+		used  uint64
+		warns int
+	}{
+		{10 << 20, 0}, {14 << 20, 0}, {15 << 20, 1}, {16 << 20, 1}, {20 << 20, 1}, {8 << 20, 1}, {15 << 20, 2},
+	} {
+		used.Store(step.used)
+		q.Round(ctx)
+		if w := warnings(t, st); len(w) != step.warns {
+			t.Fatalf("round %d (%d bytes): %d warnings, want %d", i, step.used, len(w), step.warns)
+		}
+	}
+	w := warnings(t, st)[0]
+	if w.Owner != "ann" || w.Kind != api.VolumeHome || w.Percent != 93 || w.QuotaBytes == nil || *w.QuotaBytes != 16<<20 ||
+		!strings.Contains(w.Reason, "16MiB") || w.Enforcement != quota.None {
+		t.Errorf("warning %+v", w)
+	}
+	rows := q.Usage()
+	if len(rows) != 2 || rows[0].Owner != "ann" || rows[0].UsedBytes != 15<<20 || rows[1].Owner != "bob" || rows[1].QuotaBytes != nil {
+		t.Fatalf("usage %+v", rows)
+	}
+	if !strings.Contains(rows[0].Note, "the homes at "+root+" are on tmpfs without project quotas") ||
+		!strings.Contains(rows[0].Note, "writes past the quota are not refused") {
+		t.Errorf("note %q", rows[0].Note)
+	}
+}
+
+// With project quotas: each home gets its person's uid as project and
+// the policy's limit; a reload that drops the limit clears it.
+func TestHomeQuotaProject(t *testing.T) {
+	projects := map[string]uint32{}
+	limits := map[uint32]uint64{}
+	ops := quotaOps{
+		probe: func(string) (quota.Enforcement, error) {
+			return quota.Enforcement{Mode: quota.Project, FSType: "ext4", Device: "/dev/block/7:0"}, nil
+		},
+		setProject: func(dir string, id uint32) error { projects[filepath.Base(dir)] = id; return nil },
+		setLimit: func(dev string, id uint32, b uint64) error {
+			if dev != "/dev/block/7:0" {
+				t.Errorf("device %q", dev)
+			}
+			limits[id] = (b + 1023) / 1024 * 1024
+			return nil
+		},
+		get: func(_ string, id uint32) (quota.Usage, error) {
+			return quota.Usage{Used: 3 << 20, Limit: limits[id]}, nil
+		},
+	}
+	q, st, cfg, root := homeQuotaEnv(t, ops)
+	ctx := context.Background()
+	q.Round(ctx)
+	ann, _ := st.GetUser(ctx, "ann")
+	bob, _ := st.GetUser(ctx, "bob")
+	if projects["ann"] != uint32(*ann.UID) || projects["bob"] != uint32(*bob.UID) || len(projects) != 2 {
+		t.Fatalf("projects %v, want the uids %d and %d", projects, *ann.UID, *bob.UID)
+	}
+	if limits[uint32(*ann.UID)] != 16<<20 || limits[uint32(*bob.UID)] != 0 {
+		t.Errorf("limits %v", limits)
+	}
+	if rows := q.Usage(); len(rows) != 2 || rows[0].UsedBytes != 3<<20 || rows[0].Enforcement != quota.Project || rows[0].Note != "" {
+		t.Errorf("usage %+v", rows)
+	}
+	cfg.Store(homeQuotaConfig(t, root, ""))
+	q.Round(ctx)
+	if limits[uint32(*ann.UID)] != 0 {
+		t.Errorf("after the reload ann's limit is %d, want none", limits[uint32(*ann.UID)])
+	}
+	// As a VM gets the home: the limit is applied at once.
+	cfg.Store(homeQuotaConfig(t, root, "1GiB"))
+	if err := q.Ensure(ctx, cfg.Load(), root, filepath.Join(root, "ann"), "ann", *ann.UID); err != nil {
+		t.Fatal(err)
+	}
+	if limits[uint32(*ann.UID)] != 1<<30 {
+		t.Errorf("Ensure: limit %d", limits[uint32(*ann.UID)])
+	}
+}
