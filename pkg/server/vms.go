@@ -52,9 +52,13 @@ func toAPIVM(vm *store.VM, allocs []store.Allocation) api.VM {
 	out := api.VM{ID: vm.ID, Name: vm.Name, Owner: vm.Owner, Profile: vm.Profile, State: vm.State, Phase: vm.Phase,
 		Reason: vm.StateReason, Host: vm.Host, Hours: vm.Hours, LeaseEnd: vm.LeaseEnd, CreatedAt: vm.CreatedAt, UpdatedAt: vm.UpdatedAt}
 	out.StartAt = vm.StartAt
-	var spec vmSpec
-	if json.Unmarshal([]byte(vm.Spec), &spec) == nil {
-		out.SSHHostKeys = spec.SSHHostKeys
+	// Only a VM made on a host has host keys: a page of 1,000 queued VMs
+	// does not decode 1,000 requests to find none.
+	if strings.Contains(vm.Spec, `"ssh_host_keys"`) {
+		var spec vmSpec
+		if json.Unmarshal([]byte(vm.Spec), &spec) == nil {
+			out.SSHHostKeys = spec.SSHHostKeys
+		}
 	}
 	if vm.State == store.VMQueued {
 		out.QueuePosition = vm.QueuePosition
