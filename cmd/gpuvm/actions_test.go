@@ -224,3 +224,28 @@ func TestParseStartAt(t *testing.T) {
 		t.Errorf("empty: %v %v", got, err)
 	}
 }
+
+// gpuvm snapshot --wait --json prints the end: the snapshot ready, its
+// operation done — not the answer that accepted it.
+func TestSnapshotWaitJSON(t *testing.T) {
+	profiles := clienttest.Profiles + `
+image "desk" { imported = "ubuntu" }
+profile "desk" {
+  vcpus  = 1
+  memory = "1GiB"
+  disk { image = "desk" }
+}
+`
+	env := clienttest.New(t, clienttest.Options{Step: 5 * time.Millisecond, Profiles: profiles})
+	c := newCLI(t, map[string]string{"GPUVM_URL": env.URL, "GPUVM_TOKEN": env.UserToken})
+	c.must("create", "desk", "--name", "box", "--hours", "1", "--wait")
+	var resp api.SnapshotResponse
+	decodeStrict(t, c.must("snapshot", "box", "--label", "before", "--wait", "--json"), &resp)
+	if resp.Snapshot.State != "ready" || resp.Snapshot.Consistency != api.SnapshotCrashConsistent || resp.Operation.State != api.OpDone {
+		t.Errorf("snapshot --wait --json: snapshot %s (%s), operation %s; want ready, crash-consistent, done",
+			resp.Snapshot.State, resp.Snapshot.Consistency, resp.Operation.State)
+	}
+	if resp.Snapshot.Label != "before" {
+		t.Errorf("label %q, want before", resp.Snapshot.Label)
+	}
+}

@@ -167,6 +167,19 @@ func snapshotDone(ctx context.Context, c *client.Client, cmd *cobra.Command, res
 			return exitError{exitFailure}
 		}
 		op = *last
+		// What --json prints after --wait is the end, not the answer that
+		// accepted it: the operation done, the snapshot as it is now
+		// (gone after rm).
+		resp.Operation = op
+		if verb != "rm" {
+			if list, err := c.ListSnapshots(ctx, sn.VMID); err == nil {
+				for _, x := range list.Snapshots {
+					if x.ID == sn.ID {
+						resp.Snapshot, sn = x, x
+					}
+				}
+			}
+		}
 	}
 	switch {
 	case opts.out.json:

@@ -310,6 +310,18 @@ func (w *Worker) round(ctx context.Context) error {
 		case op.Kind == store.OpDelete && vm.State == store.VMDeleting:
 			u = store.VMUpdate{State: store.VMDeleted}
 			finish = true
+		case op.Kind == store.OpSnapshot:
+			// Taken at once, as without a guest agent.
+			if sn, err := w.st.SnapshotOfOperation(ctx, op.ID); err == nil {
+				if err := w.st.SetSnapshotState(ctx, sn.ID, store.SnapReady, []string{store.SnapCreating},
+					store.SnapshotUpdate{Consistency: store.SnapCrashConsists}); err != nil {
+					return err
+				}
+			}
+			if err := w.st.FinishOperation(ctx, op.ID, nil); err != nil {
+				return err
+			}
+			continue
 		default:
 			// A create overtaken by a delete, or an operation this worker
 			// does not know: finish it.
