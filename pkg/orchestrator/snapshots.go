@@ -255,6 +255,10 @@ type snapshotRulesStore interface {
 	RemoveSnapshot(ctx context.Context, id string) error
 }
 
+// expiryRetry is how long after a failed deletion an expired snapshot's
+// is tried again.
+const expiryRetry = time.Hour
+
 // expireSnapshots starts the deletion of every ready snapshot older than
 // its owner's snapshots.expire_after, the oldest first, one per VM and
 // round (a VM carries out one operation at a time); the deletion itself
@@ -297,6 +301,15 @@ func (r *round) expireSnapshots() {
 			continue
 		}
 		if s.State != store.SnapReady || r.busy[vm.ID] {
+			continue
+		}
+		// A snapshot is deleted while its VM is running or stopped; in
+		// any other state (queued for a GPU again, failed, on a host that
+		// is down) the deletion would fail at once, every round: it waits.
+		// One whose deletion failed on the disk is tried again an hour
+		// later, not every round.
+		if (vm.State != store.VMRunning && vm.State != store.VMStopped) ||
+			(s.Error != "" && r.now.Sub(s.UpdatedAt) < expiryRetry) {
 			continue
 		}
 		d, err := limitOf(s.Owner)

@@ -300,6 +300,21 @@ func TestSnapshotExpiry(t *testing.T) {
 	if rep, _ := o.ApplyRules(ctx); len(rep.Expired) != 0 {
 		t.Fatalf("nothing more is due, expired %v", rep.Expired)
 	}
+	// Due, but the VM is in a state where a deletion cannot be done: no
+	// operation is started (one a round, each failing, before).
+	advance(20 * time.Minute) // young is 40 minutes old
+	cur := e.vm(vm.ID)
+	if _, err := e.st.UpdateVMState(ctx, vm.ID, cur.Version, store.VMUpdate{State: store.VMFailed, StateReason: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		if rep, err := o.ApplyRules(ctx); err != nil || len(rep.Expired) != 0 {
+			t.Fatalf("VM failed: expired %v, %v; want none started", rep.Expired, err)
+		}
+	}
+	if ops, _ := e.st.ListUnfinishedOperations(ctx); len(ops) != 0 {
+		t.Fatalf("VM failed: %d operations started, want none", len(ops))
+	}
 	// Deleted with its VM: the row goes (its disk went with the VM).
 	e.deleteOp(e.vm(vm.ID))
 	o.Drain(ctx)
