@@ -107,6 +107,8 @@ func (h Hypervisor) driverName() string {
 // String says what the host runs: "libvirt 9.0.0, QEMU 7.2.0".
 func (h Hypervisor) String() string {
 	switch {
+	case !h.Known && h.Note == "":
+		return "libvirt and QEMU versions not known"
 	case !h.Known:
 		return "libvirt and QEMU versions not known (" + h.Note + ")"
 	case !h.isQEMU():

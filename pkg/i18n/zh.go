@@ -54,6 +54,7 @@ var zh = [][2]string{
 	{"NVIDIA driver: {src*} reports no vGPU migration support", "NVIDIA 驱动：{src} 报告不支持 vGPU 迁移"},
 	{"NVIDIA driver: {note*}", "NVIDIA 驱动：{note}"},
 	{"libvirt and QEMU versions not known ({note*})", "libvirt 和 QEMU 的版本未知（{note}）"},
+	{"libvirt and QEMU versions not known", "libvirt 和 QEMU 的版本未知"},
 	{"libvirt {l}, the test driver (test:///default) {v} (not QEMU)", "libvirt {l}，测试驱动（test:///default）{v}（不是 QEMU）"},
 	// The policy's quota (pkg/policy): "quota: user ann: runs 2 of 2 VMs".
 	{"quota: {detail*}", "配额：{detail}"},
