@@ -616,6 +616,18 @@ func TestVMsPageShowsCapabilities(t *testing.T) {
 		t.Errorf("English left in Chinese:\n%s", en)
 	}
 	b.check("vms-capabilities-zh")
+
+	// On a phone each capability's reason is under its name, the width of
+	// the card, not squeezed beside it.
+	b.run(emulation.SetDeviceMetricsOverride(390, 844, 1, true), chromedp.Sleep(100*time.Millisecond))
+	var stacked bool
+	b.eval(`(() => { const row = document.querySelector('#vm-nb-caps [data-cap="memory_snapshot"]');
+	  const dt = row.querySelector('dt').getBoundingClientRect(), dd = row.querySelector('dd').getBoundingClientRect();
+	  return dd.top >= dt.bottom - 1 && Math.abs(dd.left - dt.left) < 2; })()`, &stacked)
+	if !stacked {
+		t.Error("at 390 px a capability's reason is beside its name, not under it")
+	}
+	b.check("vms-capabilities-phone")
 }
 
 // openCapabilities opens the capabilities of VM name's card once its
