@@ -123,13 +123,15 @@ func checkGuestMount(p string) error {
 }
 
 // resolveProfileHome reads the profile's home switch: on by default when
-// the server has homes, for Linux guests (a Windows guest would need
-// virtio-win's virtiofs service and WinFsp, which gpuvm does not install
-// yet).
+// the server has homes, for Linux guests whose seed mounts it (a Windows
+// guest would need virtio-win's virtiofs service and WinFsp, which gpuvm
+// does not install yet; a guest without cloud_init would get a device
+// nothing mounts, and its VMs the costs of virtiofs for nothing: its
+// profile says home = true if its image mounts the tag itself).
 func (r *resolver) resolveProfileHome(b *profileBlock, p *Profile) {
 	homes := r.cfg.Server.Storage.Homes
 	if b.Home == nil {
-		p.Home = homes.Enabled && p.OS != "windows"
+		p.Home = homes.Enabled && p.OS != "windows" && p.CloudInit != nil
 		return
 	}
 	p.Home = *b.Home

@@ -76,7 +76,9 @@ func TestProfileHome(t *testing.T) {
 		line               int    // the line the diagnostic points at (in profiles.hcl)
 	}{
 		{"homes off, default", "", "", false, "", "", 0},
-		{"homes on, default", "storage {\n homes {}\n}", "", true, "", "", 0},
+		{"homes on, default", "storage {\n homes {}\n}", " cloud_init {\n  template = \"t\"\n }", true, "", "", 0},
+		// Nothing in the guest would mount it: not attached unasked.
+		{"homes on, default, no cloud-init", "storage {\n homes {}\n}", "", false, "", "", 0},
 		{"homes on, off in profile", "storage {\n homes {}\n}", " home = false", false, "", "", 0},
 		{"homes on, windows default", "storage {\n homes {}\n}", " os = \"windows\"\n disk {\n  image = \"w\"\n }", false, "", "", 0},
 		{"homes on, no cloud-init", "storage {\n homes {}\n}", " home = true", true, "", "Nothing mounts the home", 5},
@@ -85,7 +87,7 @@ func TestProfileHome(t *testing.T) {
 		{"windows, asked", "storage {\n homes {}\n}", " os = \"windows\"\n home = true", false, "No home in Windows guests", "", 6},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			srv := "server {\n" + tc.server + "\n}\nimage \"w\" {\n path = \"/w.qcow2\"\n os = \"windows\"\n firmware = \"uefi\"\n}\n"
+			srv := "server {\n" + tc.server + "\n}\ntemplate \"t\" {\n content = \"#cloud-config\\n\"\n}\nimage \"w\" {\n path = \"/w.qcow2\"\n os = \"windows\"\n firmware = \"uefi\"\n}\n"
 			cfg, diags := Parse(Source{Name: "server.hcl", Data: []byte(srv)},
 				Source{Name: "profiles.hcl", Data: []byte(strings.Replace(profile, "%s", tc.body, 1))})
 			want := tc.err + tc.warn
