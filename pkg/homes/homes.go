@@ -14,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"sync/atomic"
 )
 
 // loginRE is a person's name as a directory name: gpuvm's user names.
@@ -53,7 +54,7 @@ func Ensure(root, login string, uid int, log *slog.Logger) (string, error) {
 		if err := os.Mkdir(dir, 0o700); err != nil {
 			return "", fmt.Errorf("make the home of %s: %w", login, err)
 		}
-		if err := os.Chown(dir, uid, uid); err != nil {
+		if err := giveTo(dir, uid, log); err != nil {
 			_ = os.Remove(dir)
 			return "", fmt.Errorf("give the home of %s to uid %d: %w", login, uid, err)
 		}
@@ -64,8 +65,8 @@ func Ensure(root, login string, uid int, log *slog.Logger) (string, error) {
 	case !fi.IsDir() || fi.Mode()&fs.ModeSymlink != 0:
 		return "", fmt.Errorf("home of %s: %s is not a directory (%s); move it away", login, dir, fi.Mode().Type())
 	}
-	if owner, group, ok := ownerOf(fi); ok && (owner != uid || group != uid) {
-		if err := os.Chown(dir, uid, uid); err != nil {
+	if owner, group, ok := ownerOf(fi); ok && (owner != uid || group != uid) && !ownHome(owner) {
+		if err := giveTo(dir, uid, log); err != nil {
 			return "", fmt.Errorf("give the home of %s to uid %d: %w", login, uid, err)
 		}
 		log.Warn("home's owner corrected to the person's uid; files inside keep their owner (chown -R to move them)",
@@ -73,6 +74,28 @@ func Ensure(root, login string, uid int, log *slog.Logger) (string, error) {
 	}
 	return dir, nil
 }
+
+// unowned is set once gpuvmd, not root, has said that homes stay its own.
+var unowned atomic.Bool
+
+// giveTo gives dir to uid. gpuvmd not running as root (make run on a
+// developer's machine) may not: the home stays gpuvmd's user's, which it
+// says once, and the guest sees its files as that uid's.
+func giveTo(dir string, uid int, log *slog.Logger) error {
+	err := os.Chown(dir, uid, uid)
+	if err == nil || !errors.Is(err, fs.ErrPermission) || os.Geteuid() == 0 {
+		return err
+	}
+	if !unowned.Swap(true) {
+		log.Warn("gpuvmd is not root: homes stay owned by its own user, not by each person's uid; in the guests their files belong to that uid",
+			"uid", os.Geteuid(), "dir", dir)
+	}
+	return nil
+}
+
+// ownHome: a home owned by gpuvmd's own user when gpuvmd is not root,
+// which giveTo left so.
+func ownHome(owner int) bool { return os.Geteuid() != 0 && owner == os.Geteuid() }
 
 // ErrNotConfirmed: Remove was not given the person's name as confirmation.
 var ErrNotConfirmed = errors.New("removing a home needs its person's name typed again as confirmation")
