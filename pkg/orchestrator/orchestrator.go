@@ -239,6 +239,7 @@ func New(cfg Config, opts ...Option) *Orchestrator {
 				DetachSimulatedGPUs: set.DetachSimulatedGPUs, ShutdownTimeout: set.ShutdownTimeout,
 				BootTimeout: set.BootTimeout, BootCheck: set.BootCheck, Rescan: set.ReconcileEvery, InFleet: set.Fleet != nil,
 				Profiles: c.Profiles, Images: c.Images, Libvirt: c.Server.Libvirt, Homes: c.Server.Storage.Homes, Location: c.Policy.Location,
+				Shares: c.Server.Storage.Shares, StateDir: c.Server.StateDir,
 				RenderCloudInit: c.RenderCloudInit, Config: c}
 		}}
 	o.disp = &dispatcher{host: set.Host, st: set.Store, log: o.log, life: o.life, fleet: o.fleet, notifier: set.Notifier,
