@@ -262,3 +262,18 @@ func profileRefused(p *Profile, s *Share) string {
 	}
 	return "the share does not name " + strings.Join(out, ", ")
 }
+
+// ShareNames are the shares a VM of p mounts: the profile's, then those
+// asked for, each once.
+func (p *Profile) ShareNames(asked []string) []string {
+	var out []string
+	if p != nil {
+		out = append(out, p.Shares...)
+	}
+	for _, n := range asked {
+		if !slices.Contains(out, n) {
+			out = append(out, n)
+		}
+	}
+	return out
+}

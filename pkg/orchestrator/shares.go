@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/gpuvm/gpuvm/pkg/api"
@@ -30,25 +29,15 @@ type vmShare struct {
 // VMShareNames are the shares a VM of profile p whose spec is spec
 // mounts: the profile's, then those asked for, each once.
 func VMShareNames(p *config.Profile, spec string) ([]string, error) {
-	var out []string
-	if p != nil {
-		out = append(out, p.Shares...)
-	}
-	if spec == "" {
-		return out, nil
-	}
 	var s struct {
 		Shares []string `json:"shares"`
 	}
-	if err := json.Unmarshal([]byte(spec), &s); err != nil {
-		return nil, fmt.Errorf("its recorded request: %w", err)
-	}
-	for _, n := range s.Shares {
-		if !slices.Contains(out, n) {
-			out = append(out, n)
+	if spec != "" {
+		if err := json.Unmarshal([]byte(spec), &s); err != nil {
+			return nil, fmt.Errorf("its recorded request: %w", err)
 		}
 	}
-	return out, nil
+	return p.ShareNames(s.Shares), nil
 }
 
 // shares makes ready the shares of a VM, checking the owner's access
