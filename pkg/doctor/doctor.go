@@ -147,6 +147,7 @@ func Run(ctx context.Context, e Env) Report {
 	add(checkLibvirt(ctx, e)...)
 	add(checkKVM(e)...)
 	add(checkVirtiofsd(ctx, e)) // homes.go
+	add(checkShares(e)...)      // shares.go
 	add(checkMemlock(e))
 	add(checkDatabase(ctx, e))
 	add(checkSchema(ctx, e))

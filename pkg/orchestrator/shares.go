@@ -9,6 +9,7 @@ import (
 
 	"github.com/gpuvm/gpuvm/pkg/api"
 	"github.com/gpuvm/gpuvm/pkg/config"
+	"github.com/gpuvm/gpuvm/pkg/homes"
 	"github.com/gpuvm/gpuvm/pkg/hypervisor/cloudinit"
 	"github.com/gpuvm/gpuvm/pkg/hypervisor/domain"
 	"github.com/gpuvm/gpuvm/pkg/shares"
@@ -50,6 +51,13 @@ func (lc *lifecycle) shares(ctx context.Context, set lifecycleSettings, p *confi
 	names, err := VMShareNames(p, vm.Spec)
 	if err != nil || len(names) == 0 {
 		return nil, err
+	}
+	find := lc.virtiofsd
+	if find == nil {
+		find = func() (string, error) { return homes.FindVirtiofsd(nil) }
+	}
+	if _, err := find(); err != nil {
+		return nil, fmt.Errorf("the VM mounts shares %v: %w", names, err)
 	}
 	groups, err := lc.st.UserGroups(ctx, []string{vm.Owner})
 	if err != nil {
