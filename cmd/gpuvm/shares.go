@@ -49,7 +49,7 @@ func newShareLsCmd(getenv func(string) string) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return printShares(cmd.OutOrStdout(), list, out)
+			return printShareList(cmd.OutOrStdout(), list, out)
 		}),
 	}
 	o.flags(cmd, false)
@@ -57,7 +57,7 @@ func newShareLsCmd(getenv func(string) string) *cobra.Command {
 	return cmd
 }
 
-func printShares(w io.Writer, list *api.ShareList, out outputOpts) error {
+func printShareList(w io.Writer, list *api.ShareList, out outputOpts) error {
 	switch {
 	case out.json:
 		return writeJSON(w, list)
@@ -81,4 +81,26 @@ func printShares(w io.Writer, list *api.ShareList, out outputOpts) error {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", s.Name, orDash(s.Mode), s.Mount, avail, orDash(s.Rule), orDash(s.Description))
 	}
 	return tw.Flush()
+}
+
+// printShares is the "Shares:" lines of gpuvm show: each share of the VM,
+// the owner's mode now and where the guest mounts it.
+func printShares(tw io.Writer, shares []api.VMShare) {
+	for i, s := range shares {
+		label := ""
+		if i == 0 {
+			label = "Shares:"
+		}
+		mode := "read-write"
+		switch s.Mode {
+		case "ro":
+			mode = "read-only"
+			if s.Enforcement != "" {
+				mode += ", enforced: " + s.Enforcement
+			}
+		case "":
+			mode = "no longer the owner's to mount: the next start leaves it out"
+		}
+		fmt.Fprintf(tw, "  %s\t%s at %s (%s)\n", label, s.Name, orDash(s.Mount), mode)
+	}
 }

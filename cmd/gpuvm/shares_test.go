@@ -14,7 +14,7 @@ func TestPrintShares(t *testing.T) {
 		{Name: "lab", Mode: "ro", Mount: "/data/lab", Unavailable: "share directory /srv/lab: no such file or directory", Rule: "read_only: group:ml"},
 	}}
 	var b bytes.Buffer
-	if err := printShares(&b, list, outputOpts{}); err != nil {
+	if err := printShareList(&b, list, outputOpts{}); err != nil {
 		t.Fatal(err)
 	}
 	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
@@ -23,11 +23,23 @@ func TestPrintShares(t *testing.T) {
 		t.Errorf("table:\n%s", b.String())
 	}
 	b.Reset()
-	if err := printShares(&b, list, outputOpts{quiet: true}); err != nil || b.String() != "team\nlab\n" {
+	if err := printShareList(&b, list, outputOpts{quiet: true}); err != nil || b.String() != "team\nlab\n" {
 		t.Errorf("quiet: %q, %v", b.String(), err)
 	}
 	b.Reset()
-	if err := printShares(&b, &api.ShareList{}, outputOpts{}); err != nil || !strings.Contains(b.String(), "No shares") {
+	if err := printShareList(&b, &api.ShareList{}, outputOpts{}); err != nil || !strings.Contains(b.String(), "No shares") {
 		t.Errorf("empty: %q, %v", b.String(), err)
+	}
+}
+
+func TestPrintVMShares(t *testing.T) {
+	var b bytes.Buffer
+	printShares(&b, []api.VMShare{{Name: "team", Mode: "rw", Mount: "/gpuvm/shares/team"},
+		{Name: "lab", Mode: "ro", Mount: "/data/lab", Enforcement: "host read-only bind mount"}, {Name: "gone"}})
+	want := "  Shares:\tteam at /gpuvm/shares/team (read-write)\n" +
+		"  \tlab at /data/lab (read-only, enforced: host read-only bind mount)\n" +
+		"  \tgone at - (no longer the owner's to mount: the next start leaves it out)\n"
+	if b.String() != want {
+		t.Errorf("got\n%q\nwant\n%q", b.String(), want)
 	}
 }

@@ -784,6 +784,7 @@ func printVM(w io.Writer, vm api.VM, now time.Time) error {
 	}
 	fmt.Fprintf(tw, "  Lease:\t%s\n", describeLease(vm, now))
 	printAccess(tw, vm)
+	printShares(tw, vm.Shares) // shares.go
 	printCapabilities(tw, vm.Capabilities)
 	fmt.Fprintf(tw, "  Created:\t%s\n", vm.CreatedAt.Local().Format(time.DateTime))
 	fmt.Fprintf(tw, "  Updated:\t%s\n", vm.UpdatedAt.Local().Format(time.DateTime))
