@@ -315,6 +315,9 @@ func newOrchestrator(ctx context.Context, o options, st *store.Store, l *loader.
 		DomainPrefix: o.test.domainPrefix, Host: nd.name, Fleet: nd.orchestratorFleet(), Leader: nd.leader(), HostTimeout: nd.timeout,
 		Availability: availability(st, hv)},
 		orchestrator.WithHook(o.test.hook(ctx, log)))
+	if err := orch.ReleaseShareViews(ctx); err != nil { // read-only views of shares no longer declared
+		log.Warn("could not remove the read-only views of shares no longer declared", "err", err)
+	}
 	nd.start(ctx, orch)
 	return orch
 }

@@ -122,3 +122,36 @@ func (lc *lifecycle) shareWarning(ctx context.Context, vm *store.VM, why string)
 		lc.log.Warn("could not record that a share was left out", "vm", vm.ID, "err", err)
 	}
 }
+
+// ReleaseShareViews removes the read-only views (pkg/shares) of shares
+// that are no longer declared and that no VM of this host (not deleted)
+// asked for: what a share taken out of the configuration left. A view a
+// VM may still use stays; gpuvmd calls this at start.
+func (o *Orchestrator) ReleaseShareViews(ctx context.Context) error {
+	set := o.life.settings()
+	if set.StateDir == "" {
+		return nil
+	}
+	keep := map[string]bool{}
+	for n := range set.Shares {
+		keep[n] = true
+	}
+	f := store.VMFilter{Host: o.cfg.Host, Limit: 1000}
+	for {
+		page, err := o.life.st.ListVMs(ctx, f)
+		if err != nil {
+			return err
+		}
+		for _, vm := range page.VMs {
+			names, _ := VMShareNames(nil, vm.Spec)
+			for _, n := range names {
+				keep[n] = true
+			}
+		}
+		if page.Next == "" {
+			break
+		}
+		f.After = page.Next
+	}
+	return shares.Release(set.StateDir, keep)
+}

@@ -154,3 +154,40 @@ func TestVMShareNames(t *testing.T) {
 		t.Error("a broken spec: no error")
 	}
 }
+
+// At start, gpuvmd removes the read-only views of shares no longer
+// declared that no VM asked for, and keeps the others.
+func TestReleaseShareViews(t *testing.T) {
+	if shares.CanEnforceReadOnly() != nil {
+		t.Skip("read-only views need root")
+	}
+	ctx := context.Background()
+	state, src := t.TempDir(), t.TempDir()
+	t.Cleanup(func() { _ = shares.Release(state, nil) })
+	for _, n := range []string{"team", "asked", "gone"} {
+		if _, err := shares.ReadOnlyView(state, n, src); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st := storetest.New(t)
+	if err := st.CreateUser(ctx, &store.User{Name: "ann"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.CreateVM(ctx, &store.VM{Name: "a", Owner: "ann", Profile: "p", Spec: `{"shares":["asked"]}`}, store.CreateVMOptions{RequestedBy: "ann"}); err != nil {
+		t.Fatal(err)
+	}
+	log, _ := logtest.New()
+	o := &Orchestrator{life: &lifecycle{st: st, log: log}}
+	o.life.settings = func() lifecycleSettings {
+		return lifecycleSettings{StateDir: state, Shares: map[string]*config.Share{"team": {Name: "team"}}}
+	}
+	if err := o.ReleaseShareViews(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for n, want := range map[string]bool{"team": true, "asked": true, "gone": false} {
+		_, err := os.Stat(filepath.Join(state, shares.DirName, n))
+		if (err == nil) != want {
+			t.Errorf("view %s: %v, want kept=%v", n, err, want)
+		}
+	}
+}
