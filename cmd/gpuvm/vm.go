@@ -219,6 +219,7 @@ type createOpts struct {
 	wait    bool
 	out     outputOpts
 	startAt string
+	shares  []string
 }
 
 func newCreateCmd(getenv func(string) string) *cobra.Command {
@@ -244,6 +245,9 @@ and returns; 'gpuvm show NAME' tells how it is doing.
 --ssh-key FILE adds the public keys of FILE (one per line, as in
 authorized_keys) to the guest's user; repeat it for more files.
 
+--share NAME mounts an admin-declared share in the VM ('gpuvm share ls' lists
+those you may mount, read-write or read-only); repeat it for more.
+
 --start-at TIME asks for the VM ahead: it stays queued ("starts at TIME")
 until then, at most 30 days ahead. TIME is an RFC 3339 time
 (2026-06-01T18:00:00+02:00), a local date and time ("2026-06-01 18:00") or a
@@ -265,6 +269,7 @@ VM as it ended); --quiet prints the VM's ID only.
 	f.IntVar(&c.hours, "hours", 0, "the lease in hours (default: the profile's)")
 	f.StringArrayVar(&c.sshKeys, "ssh-key", nil, "a file of SSH public keys for the guest (repeatable)")
 	f.BoolVar(&c.wait, "wait", false, "wait until the VM runs and its guest is up (or it fails), showing its phases")
+	f.StringArrayVar(&c.shares, "share", nil, "a share to mount in the VM (repeatable; 'gpuvm share ls' lists yours)")
 	f.StringVar(&c.startAt, "start-at", "", `place the VM no earlier than TIME: RFC 3339, local "2026-06-01 18:00", or a delay such as 2h`)
 	c.out.flags(cmd, "print the VM's ID only")
 	return cmd
@@ -313,7 +318,7 @@ func runCreate(ctx context.Context, c *client.Client, cmd *cobra.Command, prof s
 		return err
 	}
 	stdout, stderr := cmd.OutOrStdout(), cmd.ErrOrStderr()
-	created, err := c.CreateVM(ctx, api.CreateVMRequest{Profile: prof, Name: o.name, Hours: o.hours, SSHKeys: keys, StartAt: startAt}, "")
+	created, err := c.CreateVM(ctx, api.CreateVMRequest{Profile: prof, Name: o.name, Hours: o.hours, SSHKeys: keys, StartAt: startAt, Shares: o.shares}, "")
 	if err != nil {
 		return err
 	}
@@ -779,6 +784,7 @@ func printVM(w io.Writer, vm api.VM, now time.Time) error {
 	}
 	fmt.Fprintf(tw, "  Lease:\t%s\n", describeLease(vm, now))
 	printAccess(tw, vm)
+	printShares(tw, vm.Shares) // shares.go
 	printCapabilities(tw, vm.Capabilities)
 	fmt.Fprintf(tw, "  Created:\t%s\n", vm.CreatedAt.Local().Format(time.DateTime))
 	fmt.Fprintf(tw, "  Updated:\t%s\n", vm.UpdatedAt.Local().Format(time.DateTime))

@@ -22,6 +22,10 @@ type CreateVMRequest struct {
 	// in the future, at most 30 days ahead. Until then the VM is queued
 	// with the reason "starts at <time>".
 	StartAt *time.Time `json:"start_at,omitempty"`
+	// Shares names the admin-declared shares (GET /v1/shares) to mount in
+	// the VM, besides those its profile mounts always: at most 16, each
+	// one the owner may mount.
+	Shares []string `json:"shares,omitempty"`
 }
 
 // VM is a GPU virtual machine as the API shows it.
@@ -78,6 +82,10 @@ type VM struct {
 	// portal and the CLI offer exactly this. In every answer (lists too);
 	// absent when the VM's profile no longer exists.
 	Access *VMAccess `json:"access,omitempty"`
+	// Shares are the shares mounted in the VM (its profile's and those
+	// asked for) and the owner's mode of each as the policy says now; the
+	// access is checked again at each start.
+	Shares []VMShare `json:"shares,omitempty"`
 
 	// Capabilities say what can be done to the VM's state — a disk
 	// snapshot, a memory snapshot, suspend, live migration — each with the

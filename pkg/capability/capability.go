@@ -154,7 +154,8 @@ type Input struct {
 	DiskFormat string
 	// GuestAgent: the domain has the QEMU guest agent's channel.
 	GuestAgent bool
-	// Virtiofs: the domain has a <filesystem> of driver virtiofs.
+	// Virtiofs: the domain has a <filesystem> of driver virtiofs: the
+	// owner's home, or a share (its profile's or one asked for).
 	Virtiofs   bool
 	Hypervisor Hypervisor
 	Driver     Driver

@@ -155,6 +155,7 @@ func Run(ctx context.Context, e Env) Report {
 	add(checkKVM(e)...)
 	add(checkVirtiofsd(ctx, e)) // homes.go
 	add(checkHomeQuotas(e))     // homes.go
+	add(checkShares(e)...)      // shares.go
 	add(checkMemlock(e))
 	add(checkDatabase(ctx, e))
 	add(checkSchema(ctx, e))

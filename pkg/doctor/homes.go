@@ -12,17 +12,19 @@ import (
 	"github.com/gpuvm/gpuvm/pkg/quota"
 )
 
-// checkVirtiofsd: with homes on, the virtiofs daemon that attaches them,
-// found as libvirt finds it (homes.FindVirtiofsd), with its version.
+// checkVirtiofsd: with homes on or shares declared, the virtiofs daemon
+// that attaches them, found as libvirt finds it (homes.FindVirtiofsd),
+// with its version.
 func checkVirtiofsd(ctx context.Context, e Env) Finding {
 	f := Finding{Check: "virtiofsd"}
-	if !e.Config.Server.Storage.Homes.Enabled {
-		f.Severity, f.Seen = Skipped, "homes are off (server.storage.homes)"
+	st := e.Config.Server.Storage
+	if !st.Homes.Enabled && len(st.Shares) == 0 {
+		f.Severity, f.Seen = Skipped, "homes are off (server.storage.homes) and no share is declared"
 		return f
 	}
 	bin, err := homes.FindVirtiofsd(e.VhostUserDirs)
 	if err != nil {
-		f.Severity, f.Seen = Error, err.Error()+": VMs whose profile has a home are refused"
+		f.Severity, f.Seen = Error, err.Error()+": VMs with a home or a share are refused"
 		f.Fix = "apt-get install " + homes.VirtiofsdPackage
 		return f
 	}

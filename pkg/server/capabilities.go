@@ -28,10 +28,11 @@ func (s *Server) vmCapabilities(c *gin.Context, vm *store.VM, allocs []store.All
 		}
 	}
 	in.Hypervisor, in.Driver = s.hostFacts(vm, addrs)
-	// A profile with a home has the home's virtiofs filesystem, queued,
+	// A profile with a home has the home's virtiofs filesystem, and a VM
+	// with shares (its profile's or asked for) one per share, queued,
 	// stopped or running: the answer does not flip when the VM boots, and
 	// no request reads the domain.
-	in.Virtiofs = p != nil && p.Home
+	in.Virtiofs = p != nil && (p.Home || len(vmShareNames(p, vm)) > 0)
 	set := capability.Of(in)
 	answer := func(a capability.Answer) api.Capability { return api.Capability{Can: a.Can, Reason: say(c, a.Reason)} }
 	return &api.VMCapabilities{DiskSnapshot: answer(set.DiskSnapshot), MemorySnapshot: answer(set.MemorySnapshot),

@@ -258,6 +258,7 @@ func (s *Server) routes() {
 	vms.GET("/vms/:id/desktop.rdp", s.getDesktopRDP)
 	s.actionRoutes(vms)   // actions.go
 	s.snapshotRoutes(vms) // snapshots.go
+	s.shareRoutes(vms)    // shares.go
 	vms.GET("/operations/:id", s.getOperation)
 	vms.GET("/events", s.stream, s.events)
 	s.consoleRoutes(vms) // console, console.vv, tunnel; their websockets and the browser page
