@@ -267,6 +267,11 @@ func (s *Store) UpdateVMState(ctx context.Context, id string, version int64, u V
 			if err := tx.forgetCredential(id); err != nil {
 				return err
 			}
+			// Its data disks stay, detached (volumes.go).
+			if err := tx.db.Model(&Volume{}).Where("attached_vm = ?", id).
+				Updates(map[string]any{"attached_vm": nil, "attached_at": nil, "updated_at": tx.clock()}).Error; err != nil {
+				return err
+			}
 		}
 		return tx.appendEvent(ctx, &Event{VMID: vm.ID, Owner: vm.Owner, Type: "vm.state",
 			Payload: mustJSON(map[string]any{"state": vm.State, "phase": vm.Phase, "reason": vm.StateReason, "version": vm.Version})})
