@@ -45,8 +45,14 @@ type volumeStore interface {
 }
 
 // ErrNoDataDisks: this server's hypervisor or database cannot keep data
-// disks, or it has no storage pool.
-var ErrNoDataDisks = errors.New("this server cannot keep data disks")
+// disks, or it has no storage pool. The API answers it with 503 (its
+// Unavailable method).
+var ErrNoDataDisks error = unavailableError("this server cannot keep data disks")
+
+type unavailableError string
+
+func (e unavailableError) Error() string     { return string(e) }
+func (e unavailableError) Unavailable() bool { return true }
 
 func (lc *lifecycle) volumeParts() (volumeStore, DataDisks, string, error) {
 	vs, ok1 := lc.st.(volumeStore)
