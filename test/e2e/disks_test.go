@@ -42,8 +42,10 @@ func (w *world) diskMade(ann, bob homePerson) api.Volume {
 func diskSerial(v api.Volume) string { return v.ID[:min(len(v.ID), 20)] }
 
 // findDisk is the guest's shell that sets $dev to the disk with serial.
+// It prints what each virtio disk says (serials=) for the failure's message.
 func findDisk(serial string) string {
-	return `dev=""; for d in /sys/block/vd*; do if [ "$(cat $d/serial 2>/dev/null)" = "` + serial + `" ]; then dev=/dev/${d##*/}; fi; done; echo dev=$dev; [ -n "$dev" ]`
+	return `dev=""; s=""; for d in /sys/block/vd*; do x=$(cat $d/serial 2>/dev/null); s="$s ${d##*/}:$x"; ` +
+		`case "$x" in "` + serial + `"*) dev=/dev/${d##*/};; esac; done; echo serials=$s; echo dev=$dev; [ -n "$dev" ]`
 }
 
 // diskWritten writes bytes on the disk from ann-1 and checks the
@@ -52,7 +54,7 @@ func (w *world) diskWritten(sh *guestShell, ann, bob homePerson, disk api.Volume
 	w.t.Helper()
 	content := "gpuvm-disk-" + randHex(8)
 	got := sh.run(ann, "ann-1", findDisk(diskSerial(disk))+fmt.Sprintf(
-		` && printf '%%s' %s | dd of=$dev bs=512 count=1 conv=sync 2>/dev/null && sync && echo wrote=yes`, content))
+		` && printf '%%s' %s | dd of=$dev bs=512 count=1 conv=sync && sync && echo wrote=yes`, content))
 	if got["dev"] == "" || got["wrote"] != "yes" {
 		w.t.Fatalf("ann-1 found the disk at %q (serial %s) and wrote: %q", got["dev"], diskSerial(disk), got["wrote"])
 	}
@@ -77,7 +79,7 @@ func (w *world) diskWritten(sh *guestShell, ann, bob homePerson, disk api.Volume
 // diskRead reads the bytes back from ann-2.
 func (w *world) diskRead(sh *guestShell, ann homePerson, disk api.Volume, content string) {
 	w.t.Helper()
-	got := sh.run(ann, "ann-2", findDisk(diskSerial(disk))+` && echo read=$(dd if=$dev bs=512 count=1 2>/dev/null | tr -d '\000')`)
+	got := sh.run(ann, "ann-2", findDisk(diskSerial(disk))+` && echo read=$(dd if=$dev bs=512 count=1 | tr -d '\000')`)
 	if got["read"] != content {
 		w.t.Errorf("ann-2 reads %q from the disk (%s), want what ann-1 wrote, %q", got["read"], got["dev"], content)
 	}
