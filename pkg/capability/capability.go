@@ -153,7 +153,9 @@ type Input struct {
 	// GuestAgent: the domain has the QEMU guest agent's channel.
 	GuestAgent bool
 	// Virtiofs: the domain has a <filesystem> of driver virtiofs.
-	Virtiofs   bool
+	Virtiofs bool
+	// DataDisks: data disks (docs/volumes.md) are attached to the VM.
+	DataDisks  bool
 	Hypervisor Hypervisor
 	Driver     Driver
 }
@@ -197,6 +199,9 @@ func Of(in Input) Set {
 	}
 	s := Set{DiskSnapshot: diskSnapshot(in), Basis: basis(in),
 		MemorySnapshot: saved(in, memorySnapshot), Suspend: saved(in, suspend), LiveMigration: saved(in, liveMigration)}
+	if s.LiveMigration.Can && in.DataDisks {
+		s.LiveMigration.Reason += "; its data disks are copied with it"
+	}
 	if s.LiveMigration.Can && in.GPU != "" {
 		// Red Hat: the migration fails if the vGPU driver version differs
 		// on the two hosts.
@@ -236,6 +241,9 @@ func diskSnapshot(in Input) Answer {
 	}
 	if in.Virtiofs {
 		a.Reason += "; files on virtiofs filesystems are not in it"
+	}
+	if in.DataDisks {
+		a.Reason += "; the VM's data disks are not in it"
 	}
 	return a
 }
