@@ -40,6 +40,7 @@ type volumeStore interface {
 	ListVolumes(ctx context.Context, f store.VolumeFilter) ([]store.Volume, error)
 	SetVolumeState(ctx context.Context, id, state string, from []string, errText string) error
 	ResizeVolume(ctx context.Context, id string, size int64, quota store.DiskQuota) (*store.Volume, error)
+	RevertVolumeSize(ctx context.Context, id string, to, was int64) error
 	BeginDeleteVolume(ctx context.Context, id string) (*store.Volume, error)
 	RemoveVolume(ctx context.Context, id string) error
 }
@@ -188,7 +189,7 @@ func (o *Orchestrator) ResizeVolume(ctx context.Context, id string, size int64, 
 		return nil, err
 	}
 	if err := dd.ResizeVolume(ctx, v.Pool, v.Volume, uint64(size)); err != nil {
-		if _, rerr := vs.ResizeVolume(context.WithoutCancel(ctx), id, before.SizeBytes, store.DiskQuota{}); rerr != nil && !errors.Is(rerr, store.ErrInvalid) {
+		if rerr := vs.RevertVolumeSize(context.WithoutCancel(ctx), id, size, before.SizeBytes); rerr != nil {
 			err = errors.Join(err, rerr)
 		}
 		return nil, fmt.Errorf("volume %q: %w", v.Name, err)

@@ -29,6 +29,19 @@ func TestDataDiskAttachAndDelete(t *testing.T) {
 	if ok, err := e.hv.VolumeExists(ctx, "default-pool", v.Volume); err != nil || !ok {
 		t.Fatalf("volume on the host: %v %v", ok, err)
 	}
+	// Grown while detached, within the quota only.
+	small := uint64(3 << 20)
+	if _, err := o.ResizeVolume(ctx, v.ID, 4<<20, store.DiskQuota{Bytes: &small, Rule: "policy defaults"}); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("growing past the quota = %v", err)
+	}
+	// The test driver cannot resize a volume (real libvirt: test/e2e's
+	// diskGone): the row is put back as it was.
+	if _, err := o.ResizeVolume(ctx, v.ID, 2<<20, store.DiskQuota{}); err == nil || !strings.Contains(err.Error(), "resize") {
+		t.Fatalf("grow on the test driver = %v, want its refusal", err)
+	}
+	if got, err := e.st.GetVolume(ctx, v.ID); err != nil || got.SizeBytes != 1<<20 {
+		t.Fatalf("after a failed grow: %+v %v", got, err)
+	}
 	vm, _ := e.submit("ann", "nogpu", "ann-1")
 	if _, err := e.st.AttachVolume(ctx, v.ID, vm.ID); err != nil {
 		t.Fatal(err)

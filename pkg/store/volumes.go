@@ -294,6 +294,14 @@ func (s *Store) ResizeVolume(ctx context.Context, id string, size int64, quota D
 	return out, err
 }
 
+// RevertVolumeSize sets a volume's size back from to was, when it is still
+// to: a growth its host volume could not follow (the orchestrator).
+func (s *Store) RevertVolumeSize(ctx context.Context, id string, to, was int64) error {
+	res := s.db.WithContext(ctx).Model(&Volume{}).Where("id = ? AND size_bytes = ?", id, to).
+		Updates(map[string]any{"size_bytes": was, "updated_at": s.clock()})
+	return wrap(res.Error, nil, "set volume %s back to %d bytes", id, was)
+}
+
 // BeginDeleteVolume moves a ready or failed volume that no live VM holds to
 // deleting (the host's volume is removed next, then the row). An attached
 // one is a *VolumeInUseError.

@@ -85,12 +85,16 @@ func (w *world) diskRead(sh *guestShell, ann homePerson, disk api.Volume, conten
 	}
 }
 
-// diskGone deletes the disk once ann-2 is deleted (which detached it):
-// its volume leaves the pool.
+// diskGone grows the disk once ann-2 is deleted (which detached it), then
+// deletes it: its volume leaves the pool.
 func (w *world) diskGone(hv *hypervisor.Conn, ann homePerson, disk api.Volume) {
 	w.t.Helper()
 	if v, err := ann.cl.GetVolume(w.ctx(30*time.Second), disk.ID); err != nil || v.AttachedVM != "" {
 		w.t.Errorf("after ann-2's deletion: %+v %v, want the disk kept, detached", v, err)
+	}
+	// Detached, it grows (libvirt resizes the qcow2).
+	if v, err := ann.cl.ResizeVolume(w.ctx(time.Minute), disk.ID, "128MiB"); err != nil || v.SizeBytes != 128<<20 {
+		w.t.Errorf("grow the detached disk: %+v %v", v, err)
 	}
 	if err := ann.cl.DeleteVolume(w.ctx(time.Minute), disk.ID); err != nil {
 		w.t.Fatalf("delete the disk: %v", err)
