@@ -82,6 +82,22 @@ func TestVolumes(t *testing.T) {
 		if got, err := s.ResizeVolume(ctx, v.ID, 30*gib, q); err != nil || got.SizeBytes != 30*gib {
 			t.Fatalf("grow = %+v, %v", got, err)
 		}
+		// A growth the host could not follow goes back, only from that size.
+		if err := s.RevertVolumeSize(ctx, v.ID, 29*gib, 20*gib); err != nil {
+			t.Fatal(err)
+		}
+		if got, _ := s.GetVolume(ctx, v.ID); got.SizeBytes != 30*gib {
+			t.Fatalf("reverted from a size it was not at: %d", got.SizeBytes)
+		}
+		if err := s.RevertVolumeSize(ctx, v.ID, 30*gib, 20*gib); err != nil {
+			t.Fatal(err)
+		}
+		if got, _ := s.GetVolume(ctx, v.ID); got.SizeBytes != 20*gib {
+			t.Fatalf("after the revert: %d", got.SizeBytes)
+		}
+		if _, err := s.ResizeVolume(ctx, v.ID, 30*gib, q); err != nil {
+			t.Fatal(err)
+		}
 		// Deleting the VM detaches the disk and keeps it.
 		if _, err := s.UpdateVMState(ctx, vm1.ID, vm1.Version, VMUpdate{State: VMDeleted}); err != nil {
 			t.Fatal(err)
