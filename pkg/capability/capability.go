@@ -156,7 +156,9 @@ type Input struct {
 	GuestAgent bool
 	// Virtiofs: the domain has a <filesystem> of driver virtiofs: the
 	// owner's home, or a share (its profile's or one asked for).
-	Virtiofs   bool
+	Virtiofs bool
+	// DataDisks: data disks (docs/volumes.md) are attached to the VM.
+	DataDisks  bool
 	Hypervisor Hypervisor
 	Driver     Driver
 }
@@ -200,6 +202,9 @@ func Of(in Input) Set {
 	}
 	s := Set{DiskSnapshot: diskSnapshot(in), Basis: basis(in),
 		MemorySnapshot: saved(in, memorySnapshot), Suspend: saved(in, suspend), LiveMigration: saved(in, liveMigration)}
+	if s.LiveMigration.Can && in.DataDisks {
+		s.LiveMigration.Reason += "; its data disks are copied with it"
+	}
 	if s.LiveMigration.Can && in.GPU != "" {
 		// Red Hat: the migration fails if the vGPU driver version differs
 		// on the two hosts.
@@ -239,6 +244,9 @@ func diskSnapshot(in Input) Answer {
 	}
 	if in.Virtiofs {
 		a.Reason += "; files on virtiofs filesystems are not in it"
+	}
+	if in.DataDisks {
+		a.Reason += "; the VM's data disks are not in it"
 	}
 	return a
 }

@@ -106,6 +106,7 @@ func TestDiskSnapshot(t *testing.T) {
 			want{true, "quiesced (file systems frozen through the guest agent) when the agent answers, else crash-consistent"}},
 		{"qcow2 without agent", Input{DiskFormat: "qcow2", GPU: gpu.KindVGPU}, want{true, "crash-consistent: the VM has no guest agent"}},
 		{"virtiofs", Input{DiskFormat: "qcow2", GuestAgent: true, Virtiofs: true}, want{true, "files on virtiofs filesystems are not in it"}},
+		{"data disks", Input{DiskFormat: "qcow2", DataDisks: true}, want{true, "the VM's data disks are not in it"}},
 		{"raw", Input{DiskFormat: "raw"}, want{false, "the system disk is raw; disk snapshots need qcow2"}},
 		{"no disk", Input{}, want{false, "the VM has no disk"}},
 	} {

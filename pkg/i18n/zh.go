@@ -16,6 +16,8 @@ var zh = [][2]string{
 	{"quiesced (file systems frozen through the guest agent) when the agent answers, else crash-consistent",
 		"客户机代理应答时为静默快照（通过代理冻结文件系统），否则为崩溃一致"},
 	{"files on virtiofs filesystems are not in it", "virtiofs 文件系统上的文件不包含在内"},
+	{"the VM's data disks are not in it", "该虚拟机的数据盘不包含在内"},
+	{"its data disks are copied with it", "其数据盘随之复制"},
 	{"a passthrough GPU's state cannot be saved, so RAM snapshots are impossible", "直通 GPU 的状态无法保存，因此无法做内存快照"},
 	{"a passthrough GPU cannot be suspended: its state cannot be saved", "直通 GPU 无法挂起：其状态无法保存"},
 	{"a passthrough GPU cannot be live-migrated: its state cannot be saved", "直通 GPU 无法热迁移：其状态无法保存"},

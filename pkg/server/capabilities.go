@@ -33,6 +33,11 @@ func (s *Server) vmCapabilities(c *gin.Context, vm *store.VM, allocs []store.All
 	// stopped or running: the answer does not flip when the VM boots, and
 	// no request reads the domain.
 	in.Virtiofs = p != nil && (p.Home || len(vmShareNames(p, vm)) > 0)
+	// Its data disks (volumes.go), attached now: a read error only leaves
+	// the note out.
+	if vols, err := s.Store.ListVolumes(c.Request.Context(), store.VolumeFilter{AttachedVM: vm.ID}); err == nil {
+		in.DataDisks = len(vols) > 0
+	}
 	set := capability.Of(in)
 	answer := func(a capability.Answer) api.Capability { return api.Capability{Can: a.Can, Reason: say(c, a.Reason)} }
 	return &api.VMCapabilities{DiskSnapshot: answer(set.DiskSnapshot), MemorySnapshot: answer(set.MemorySnapshot),

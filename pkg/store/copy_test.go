@@ -64,6 +64,16 @@ func fillEveryTable(t *testing.T, s *Store) {
 	if _, err := s.CreateSnapshot(ctx, &Snapshot{VMID: vm.ID, Owner: "ann", Label: "before the driver"}, "ann", SnapshotLimit{}); err != nil {
 		t.Fatal(err)
 	}
+	disk := &Volume{Owner: "ann", Name: "scratch", SizeBytes: 1 << 30, Host: "gpu-01", Pool: "gpuvm"}
+	if err := s.CreateVolume(ctx, disk, DiskQuota{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SetVolumeState(ctx, disk.ID, VolReady, nil, ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.AttachVolume(ctx, disk.ID, vm.ID); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := s.IssueTicket(ctx, &ConsoleTicket{VMID: vm.ID, User: "ann", Kind: TicketConsole}, time.Minute); err != nil {
 		t.Fatal(err)
 	}
@@ -104,6 +114,10 @@ func dumpRows[T any](t *testing.T, s *Store, table, order string) []string {
 			case *int64:
 				if x != nil {
 					fields = append(fields, fmt.Sprintf("%s=%d", name, *x))
+				}
+			case *string:
+				if x != nil {
+					fields = append(fields, name+"="+*x)
 				}
 			case JSON: // jsonb keeps its own key order
 				var doc any
@@ -168,6 +182,7 @@ func TestCopyInto(t *testing.T) {
 		"images":           func(s *Store) []string { return dumpRows[Image](t, s, "images", "id") },
 		"image_uses":       func(s *Store) []string { return dumpRows[ImageUse](t, s, "image_uses", "vm_id") },
 		"vm_snapshots":     func(s *Store) []string { return dumpRows[Snapshot](t, s, "vm_snapshots", "id") },
+		"volumes":          func(s *Store) []string { return dumpRows[Volume](t, s, "volumes", "id") },
 	}
 	for _, c := range copiers {
 		dump := dumps[c.table]

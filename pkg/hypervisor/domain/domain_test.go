@@ -253,6 +253,8 @@ func TestValidate(t *testing.T) {
 		{"disk path and volume", func(s *Spec) { s.Disks = []Disk{{Path: "/a", Pool: "p", Volume: "v"}} }, "not both"},
 		{"disk nothing", func(s *Spec) { s.Disks = []Disk{{}} }, "disks[0]: needs a path"},
 		{"disk relative", func(s *Spec) { s.Disks = []Disk{{Path: "a.qcow2"}} }, "disks[0].path:"},
+		{"disk serial", func(s *Spec) { s.Disks = []Disk{{Pool: "p", Volume: "v", Serial: "a b"}} }, "disks[0].serial:"},
+		{"disk serial too long", func(s *Spec) { s.Disks = []Disk{{Pool: "p", Volume: "v", Serial: strings.Repeat("a", 37)}} }, "disks[0].serial:"},
 		{"disk volume slash", func(s *Spec) { s.Disks = []Disk{{Pool: "p", Volume: "../x"}} }, "disks[0].volume:"},
 		{"disk format", func(s *Spec) { s.Disks = []Disk{{Path: "/a", Format: "vmdk"}} }, "disks[0].format:"},
 		{"cdrom on virtio", func(s *Spec) { s.Disks = []Disk{{Path: "/a.iso", CDROM: true, Bus: BusVirtIO}} }, "a CD-ROM cannot be on virtio"},
@@ -663,5 +665,19 @@ func TestDisplayPassword(t *testing.T) {
 		if got := DisplayPassword(tc.xml); got != tc.want {
 			t.Errorf("%s: %q, want %q", tc.name, got, tc.want)
 		}
+	}
+}
+
+// A data disk's serial reaches the domain: the guest finds the disk by it.
+func TestDiskSerial(t *testing.T) {
+	s := validSpec()
+	s.Disks = append(s.Disks, Disk{Pool: "gpuvm", Volume: "gpuvm-disk-x.qcow2", Serial: "01a2436a-6d7a-7551-a8fb-dc1f80b28fcc"})
+	d, err := Build(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := d.Devices.Disks[len(d.Devices.Disks)-1]
+	if last.Serial != "01a2436a-6d7a-7551-a8fb-dc1f80b28fcc" || last.Target.Bus != "virtio" || last.Source.Volume.Volume != "gpuvm-disk-x.qcow2" {
+		t.Fatalf("disk %+v", last)
 	}
 }
