@@ -187,7 +187,7 @@ type Operation struct {
 	CreatedAt   time.Time  `gorm:"column:created_at;not null;index:operations_vm,priority:2;index:operations_unfinished,where:state IN ('pending'\\,'running')" json:"created_at"`
 	UpdatedAt   time.Time  `gorm:"column:updated_at;not null" json:"updated_at"`
 	StartedAt   *time.Time `gorm:"column:started_at" json:"started_at,omitempty"`
-	FinishedAt  *time.Time `gorm:"column:finished_at" json:"finished_at,omitempty"`
+	FinishedAt  *time.Time `gorm:"column:finished_at;index:operations_creates_done,where:kind = 'create' AND state = 'done'" json:"finished_at,omitempty"`
 }
 
 func (Operation) TableName() string { return "operations" }
