@@ -308,7 +308,7 @@ type Event struct {
 	CreatedAt time.Time `gorm:"column:created_at;not null;index:events_created" json:"time"`
 	VMID      string    `gorm:"column:vm_id;not null;index:events_vm,priority:1" json:"vm_id,omitempty"`
 	Owner     string    `gorm:"column:owner;not null" json:"owner,omitempty"`
-	Type      string    `gorm:"column:type;not null" json:"type"`
+	Type      string    `gorm:"column:type;not null;index:events_type,priority:1" json:"type"`
 	Payload   JSON      `gorm:"column:payload;not null" json:"payload"`
 }
 
