@@ -187,7 +187,7 @@ type Operation struct {
 	CreatedAt   time.Time  `gorm:"column:created_at;not null;index:operations_vm,priority:2;index:operations_unfinished,where:state IN ('pending'\\,'running')" json:"created_at"`
 	UpdatedAt   time.Time  `gorm:"column:updated_at;not null" json:"updated_at"`
 	StartedAt   *time.Time `gorm:"column:started_at" json:"started_at,omitempty"`
-	FinishedAt  *time.Time `gorm:"column:finished_at" json:"finished_at,omitempty"`
+	FinishedAt  *time.Time `gorm:"column:finished_at;index:operations_creates_done,where:kind = 'create' AND state = 'done'" json:"finished_at,omitempty"`
 }
 
 func (Operation) TableName() string { return "operations" }
@@ -308,7 +308,7 @@ type Event struct {
 	CreatedAt time.Time `gorm:"column:created_at;not null;index:events_created" json:"time"`
 	VMID      string    `gorm:"column:vm_id;not null;index:events_vm,priority:1" json:"vm_id,omitempty"`
 	Owner     string    `gorm:"column:owner;not null" json:"owner,omitempty"`
-	Type      string    `gorm:"column:type;not null" json:"type"`
+	Type      string    `gorm:"column:type;not null;index:events_type,priority:1" json:"type"`
 	Payload   JSON      `gorm:"column:payload;not null" json:"payload"`
 }
 

@@ -21,6 +21,7 @@ import (
 
 	"github.com/gpuvm/gpuvm/pkg/api"
 	"github.com/gpuvm/gpuvm/pkg/store/storetest"
+	testcluster "github.com/gpuvm/gpuvm/test/internal/cluster"
 	"github.com/gpuvm/gpuvm/test/internal/daemon"
 )
 
@@ -53,9 +54,13 @@ profile "scale-mig" {
 }
 `
 
-// scaleFillers is how many VMs the admin asks for first, to fill the
-// server: more than its 28 slices of 1g.10gb.
-const scaleFillers = 32
+// scaleSlices is how many 1g.10gb instances one simulated h100x8 holds;
+// the admin asks for scaleSlices+4 VMs a node first, to fill the servers.
+const scaleSlices = 28
+
+// fillers is how many VMs the admin asks for first: every node's slices
+// and 4 more, which stay queued.
+func (c scaleConfig) fillers() int { return scaleSlices*c.nodes + 4 }
 
 type scaleConfig struct {
 	sizes   []int         // queue sizes, ascending
@@ -67,6 +72,7 @@ type scaleConfig struct {
 	idle    time.Duration // how long gpuvmd's idle CPU is read over
 	dsn     string        // --database: "" (SQLite in the state directory) or a PostgreSQL DSN
 	profile string        // a directory: each idle window's CPU profile of gpuvmd is saved there
+	nodes   int           // gpuvmd nodes on one PostgreSQL schema (a fleet), 1 by default
 }
 
 // routeResult is one read route's timings at one size.
@@ -88,7 +94,13 @@ type sizeResult struct {
 	createTimes []time.Duration // sorted
 	createFails int
 	routes      []routeResult
-	idleCPU     float64 // percent of one core
+	idleCPU     float64 // percent of one core (the first node's)
+	// nodes are each node's own figures when there are several; routes
+	// then hold every node's, each name prefixed by its node's.
+	nodes []nodeResult
+	// fillLoad and idleLoad are the database's load while filling and
+	// over the idle window (PostgreSQL only).
+	fillLoad, idleLoad *testcluster.Load
 	// settle is how long after the fill the estimates caught up with it
 	// (the last VM's estimate computed and not stale); 0: they did not
 	// within settleLimit.
@@ -101,7 +113,7 @@ func scaleEnv(tb testing.TB, sizes []int) scaleConfig {
 	tb.Helper()
 	c := scaleConfig{sizes: sizes, users: 200, clients: 8, samples: 30, budget: 15 * time.Second,
 		timeout: 60 * time.Second, idle: 10 * time.Second, dsn: os.Getenv("GPUVM_BENCH_PG"),
-		profile: os.Getenv("GPUVM_SCALE_PROFILE")}
+		profile: os.Getenv("GPUVM_SCALE_PROFILE"), nodes: 1}
 	if v := envInts(tb, "GPUVM_SCALE_SIZES"); v != nil {
 		c.sizes = v
 	}
@@ -110,6 +122,15 @@ func scaleEnv(tb testing.TB, sizes []int) scaleConfig {
 	}
 	if v := envInts(tb, "GPUVM_SCALE_CLIENTS"); v != nil {
 		c.clients = v[0]
+	}
+	if v := envInts(tb, "GPUVM_SCALE_NODES"); v != nil {
+		c.nodes = v[0]
+	}
+	if c.nodes < 1 || c.nodes > 9 {
+		tb.Fatalf("GPUVM_SCALE_NODES=%d: give 1 to 9 nodes", c.nodes)
+	}
+	if c.nodes > 1 && c.dsn == "" {
+		tb.Fatalf("GPUVM_SCALE_NODES=%d: a fleet shares one PostgreSQL database; set GPUVM_BENCH_PG to its DSN", c.nodes)
 	}
 	if v := envInts(tb, "GPUVM_SCALE_SAMPLES"); v != nil {
 		c.samples = v[0]
@@ -144,7 +165,9 @@ func BenchmarkScale(b *testing.B) {
 type scaleRun struct {
 	tb     testing.TB
 	cfg    scaleConfig
-	proc   *daemon.Process
+	proc   *daemon.Process   // the first node's (procs[0])
+	procs  []*daemon.Process // every node's
+	names  []string          // each node's name (n1, n2, …; "" for a lone gpuvmd)
 	hc     *http.Client
 	admin  string   // admin token
 	tokens []string // a token per user, users[i] = "u%03d"
@@ -164,50 +187,30 @@ func runScale(tb testing.TB, cfg scaleConfig, out io.Writer) []sizeResult {
 	tb.Helper()
 	r := &scaleRun{tb: tb, cfg: cfg, hc: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: cfg.clients + 4}}}
 	r.start()
-	defer func() {
-		if err := r.proc.Stop(30 * time.Second); err != nil {
-			tb.Logf("gpuvmd exited: %v", err)
-		}
-		if logs := r.proc.Logs(); strings.Contains(logs, "level=ERROR") {
-			tb.Logf("gpuvmd logged errors (last 4000 bytes):\n%s", logs[max(0, len(logs)-4000):])
-		}
-	}()
+	defer r.stop()
 	db := "SQLite"
 	if cfg.dsn != "" {
 		db = "PostgreSQL"
 	}
-	fmt.Fprintf(out, "scale harness: gpuvmd on a simulated h100x8 (%s), %d users, %d create clients, sizes %v\n", db, cfg.users, cfg.clients, cfg.sizes)
+	what := "gpuvmd on a simulated h100x8"
+	if cfg.nodes > 1 {
+		what = fmt.Sprintf("a fleet of %d gpuvmd nodes, each on a simulated h100x8, on one schema", cfg.nodes)
+	}
+	fmt.Fprintf(out, "scale harness: %s (%s), %d users, %d create clients, sizes %v\n", what, db, cfg.users, cfg.clients, cfg.sizes)
 	begin := time.Now()
 	held := r.fillServer()
 	r.makeUsers()
-	fmt.Fprintf(out, "server full: %d VMs hold its slices, %d of the admin's queued; %d users made (%v)\n",
-		scaleFillers-held, held, cfg.users, time.Since(begin).Round(time.Millisecond))
+	fmt.Fprintf(out, "servers full: %d VMs hold their slices, %d of the admin's queued; %d users made (%v)\n",
+		cfg.fillers()-held, held, cfg.users, time.Since(begin).Round(time.Millisecond))
+	if cfg.nodes > 1 {
+		fmt.Fprintf(out, "nodes %s; the leader (it places the queue) is %s; creates go to each node in turn, every read route is timed on each\n",
+			strings.Join(r.names, ", "), r.leader())
+	}
 	var res []sizeResult
 	queued := held
 	for _, size := range cfg.sizes {
-		sr := sizeResult{}
-		var fillProfile chan struct{}
-		if size > queued {
-			if cfg.profile != "" {
-				fillProfile = make(chan struct{})
-				go func() {
-					defer close(fillProfile)
-					r.saveProfile(filepath.Join(cfg.profile, fmt.Sprintf("fill-%d.pprof", size)), 20*time.Second)
-				}()
-			}
-			sr.createRate, sr.createTimes, sr.createFails = r.fill(size - queued)
-		}
-		queued = max(queued, size)
-		sr.queued = queued
-		sr.settle = r.settle()
-		if fillProfile != nil {
-			<-fillProfile // Go takes one CPU profile at a time: the idle window's waits for it
-		}
-		sr.idleCPU = r.idleCPU(size)
-		sr.routes = r.readRoutes()
-		if st, err := procStatus(r.proc.Pid()); err == nil {
-			sr.rssMB = st["VmRSS"]
-		}
+		sr := r.measureSize(size, queued)
+		queued = sr.queued
 		printSize(out, sr)
 		res = append(res, sr)
 	}
@@ -215,6 +218,8 @@ func runScale(tb testing.TB, cfg scaleConfig, out io.Writer) []sizeResult {
 	return res
 }
 
+// start starts gpuvmd, or cfg.nodes of them one after the other on one
+// database (the first makes the admin and leads).
 func (r *scaleRun) start() {
 	tb := r.tb
 	gpuvmd, err := daemon.Gpuvmd()
@@ -225,39 +230,69 @@ func (r *scaleRun) start() {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	conf, state := tb.TempDir(), tb.TempDir()
-	if err := os.WriteFile(filepath.Join(conf, "profiles.hcl"), []byte(scaleProfile), 0o644); err != nil {
-		tb.Fatal(err)
+	for i := range r.cfg.nodes {
+		conf, state := tb.TempDir(), tb.TempDir()
+		name, db := "", r.cfg.dsn
+		if r.cfg.nodes > 1 {
+			name = fmt.Sprintf("n%d", i+1)
+			if err := (testcluster.Node{Name: name, Profiles: scaleProfile}).WriteConfig(conf); err != nil {
+				tb.Fatal(err)
+			}
+			if db, err = testcluster.WithApplication(db, "gpuvmd-pool/"+name); err != nil {
+				tb.Fatal(err)
+			}
+		} else if err := os.WriteFile(filepath.Join(conf, "profiles.hcl"), []byte(scaleProfile), 0o644); err != nil {
+			tb.Fatal(err)
+		}
+		if db == "" {
+			db = filepath.Join(state, "gpuvm.db")
+		}
+		args := []string{"--config", conf, "--state-dir", state, "--database", db, "--libvirt-uri", "test:///default",
+			"--simulate", "h100x8", "--plugin-dir", pluginDir}
+		if r.cfg.profile != "" && i == 0 {
+			r.debugAddr = freeLoopback(tb)
+			args = append(args, "--debug-listen", r.debugAddr)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		p, err := daemon.Start(ctx, daemon.Config{Binary: gpuvmd, ReadyTimeout: time.Minute, Args: args,
+			Env: []string{fmt.Sprintf("GPUVM_TEST_DOMAIN_PREFIX=scale%d-", i+1)}})
+		cancel()
+		if err != nil {
+			tb.Fatal(err)
+		}
+		r.procs, r.names = append(r.procs, p), append(r.names, name)
+		if i == 0 {
+			r.proc = p
+			tok, err := os.ReadFile(filepath.Join(state, "admin.token"))
+			if err != nil {
+				tb.Fatalf("gpuvmd wrote no admin token: %v", err)
+			}
+			r.admin = strings.TrimSpace(string(tok))
+		}
 	}
-	db := r.cfg.dsn
-	if db == "" {
-		db = filepath.Join(state, "gpuvm.db")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	args := []string{"--config", conf, "--state-dir", state, "--database", db, "--libvirt-uri", "test:///default",
-		"--simulate", "h100x8", "--plugin-dir", pluginDir}
-	if r.cfg.profile != "" {
-		r.debugAddr = freeLoopback(tb)
-		args = append(args, "--debug-listen", r.debugAddr)
-	}
-	p, err := daemon.Start(ctx, daemon.Config{Binary: gpuvmd, ReadyTimeout: time.Minute, Args: args,
-		Env: []string{"GPUVM_TEST_DOMAIN_PREFIX=scale-"}})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	r.proc = p
-	tok, err := os.ReadFile(filepath.Join(state, "admin.token"))
-	if err != nil {
-		tb.Fatalf("gpuvmd wrote no admin token: %v", err)
-	}
-	r.admin = strings.TrimSpace(string(tok))
 }
 
-// call makes one request with the harness's per-request timeout and
-// decodes a 2xx answer's JSON into out (when out is not nil). It returns
-// how long the request took (to the end of the body).
+// stop stops every node and logs what they logged as errors.
+func (r *scaleRun) stop() {
+	for i, p := range r.procs {
+		if err := p.Stop(30 * time.Second); err != nil {
+			r.tb.Logf("gpuvmd %s exited: %v", r.names[i], err)
+		}
+		if logs := p.Logs(); strings.Contains(logs, "level=ERROR") {
+			r.tb.Logf("gpuvmd %s logged errors (last 4000 bytes):\n%s", r.names[i], logs[max(0, len(logs)-4000):])
+		}
+	}
+}
+
+// call makes one request of the first node (callOn).
 func (r *scaleRun) call(method, path, token string, body, out any) (time.Duration, error) {
+	return r.callOn(0, method, path, token, body, out)
+}
+
+// callOn makes one request of node i with the harness's per-request
+// timeout and decodes a 2xx answer's JSON into out (when out is not nil).
+// It returns how long the request took (to the end of the body).
+func (r *scaleRun) callOn(i int, method, path, token string, body, out any) (time.Duration, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), r.cfg.timeout)
 	defer cancel()
 	var rd io.Reader
@@ -265,7 +300,7 @@ func (r *scaleRun) call(method, path, token string, body, out any) (time.Duratio
 		b, _ := json.Marshal(body)
 		rd = bytes.NewReader(b)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, r.proc.URL()+path, rd)
+	req, err := http.NewRequestWithContext(ctx, method, r.procs[i].URL()+path, rd)
 	if err != nil {
 		return 0, err
 	}
@@ -304,27 +339,28 @@ func timedOut(err error) bool {
 	return errors.Is(err, context.DeadlineExceeded) || strings.Contains(fmt.Sprint(err), "Client.Timeout")
 }
 
-// fillServer has the admin ask for scaleFillers VMs and waits until the
-// worker has placed what fits: the server is then full. It returns how many
-// of them stay queued.
+// fillServer has the admin ask for cfg.fillers() VMs (through each node in
+// turn) and waits until the worker has placed what fits: the servers are
+// then full. It returns how many of them stay queued.
 func (r *scaleRun) fillServer() int {
 	tb := r.tb
-	for i := range scaleFillers {
-		if _, err := r.call("POST", "/v1/vms", r.admin, api.CreateVMRequest{Profile: "scale-mig", Name: fmt.Sprintf("fill-%02d", i)}, nil); err != nil {
+	fillers := r.cfg.fillers()
+	for i := range fillers {
+		if _, err := r.callOn(i%len(r.procs), "POST", "/v1/vms", r.admin, api.CreateVMRequest{Profile: "scale-mig", Name: fmt.Sprintf("fill-%02d", i)}, nil); err != nil {
 			tb.Fatalf("filler %d: %v", i, err)
 		}
 	}
 	deadline := time.Now().Add(3 * time.Minute)
 	for {
 		var list api.VMList
-		if _, err := r.call("GET", "/v1/vms?limit=100", r.admin, nil, &list); err != nil {
+		if _, err := r.call("GET", "/v1/vms?limit=1000", r.admin, nil, &list); err != nil {
 			tb.Fatal(err)
 		}
 		count := map[string]int{}
 		for _, vm := range list.Items {
 			count[vm.State]++
 		}
-		if count[api.VMRunning]+count[api.VMQueued] == scaleFillers && count[api.VMQueued] > 0 {
+		if count[api.VMRunning]+count[api.VMQueued] == fillers && count[api.VMQueued] > 0 {
 			return count[api.VMQueued]
 		}
 		if time.Now().After(deadline) {
@@ -388,7 +424,7 @@ func (r *scaleRun) fill(n int) (float64, []time.Duration, int) {
 				}
 				var cr api.CreateVMResponse
 				tok := r.tokens[(base+k)%len(r.tokens)]
-				took, err := r.call("POST", "/v1/vms", tok, api.CreateVMRequest{Profile: "scale-mig"}, &cr)
+				took, err := r.callOn((base+k)%len(r.procs), "POST", "/v1/vms", tok, api.CreateVMRequest{Profile: "scale-mig"}, &cr)
 				times[k] = took
 				if err != nil {
 					if fails.Add(1) <= 3 {
@@ -413,7 +449,7 @@ const settleLimit = 3 * time.Minute
 
 // settle waits until the estimates have caught up with the fill: the last
 // VM queued has an estimate computed since the state's last change (not
-// stale). It returns how long that took from its call, 0 if not within
+// stale), on every node (each computes its own). It returns how long that took from its call, 0 if not within
 // settleLimit. Idle CPU is read after it, so that it is gpuvmd's cost at
 // rest, not the replay the fill's last creates asked for.
 func (r *scaleRun) settle() time.Duration {
@@ -421,38 +457,53 @@ func (r *scaleRun) settle() time.Duration {
 	last := r.queue[len(r.queue)-1]
 	r.mu.Unlock()
 	begin := time.Now()
-	for time.Since(begin) < settleLimit {
+	for node := 0; node < len(r.procs) && time.Since(begin) < settleLimit; {
 		var vm api.VM
-		if _, err := r.call("GET", "/v1/vms/"+last.id, last.token, nil, &vm); err == nil && vm.EstimateComputedAt != nil && !vm.EstimateStale {
-			return time.Since(begin)
+		if _, err := r.callOn(node, "GET", "/v1/vms/"+last.id, last.token, nil, &vm); err == nil && vm.EstimateComputedAt != nil && !vm.EstimateStale {
+			if node++; node == len(r.procs) {
+				return time.Since(begin)
+			}
+			continue
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
 	return 0
 }
 
-// idleCPU reads gpuvmd's CPU time (utime+stime, /proc/PID/stat) over
-// cfg.idle with no request in flight, in percent of one core. With
-// cfg.profile it also saves gpuvmd's CPU profile of that window there.
-func (r *scaleRun) idleCPU(size int) float64 {
+// idleCPU reads each node's CPU time (utime+stime, /proc/PID/stat) over
+// cfg.idle with no request in flight, in percent of one core, and with
+// PostgreSQL the database's load over the same window. With cfg.profile it
+// also saves the first node's CPU profile of that window there.
+func (r *scaleRun) idleCPU(size int) ([]float64, *testcluster.Load) {
 	time.Sleep(time.Second) // the last creates' wake-ups
-	a, err := cpuTicks(r.proc.Pid())
-	if err != nil {
-		r.tb.Log(err)
-		return math.NaN()
+	out := make([]float64, len(r.procs))
+	before := make([]int64, len(r.procs))
+	for i, p := range r.procs {
+		t, err := cpuTicks(p.Pid())
+		if err != nil {
+			r.tb.Log(err)
+			t = -1
+		}
+		before[i] = t
 	}
+	db := r.dbStats()
 	start := time.Now()
 	if r.cfg.profile != "" {
 		r.saveProfile(filepath.Join(r.cfg.profile, fmt.Sprintf("idle-%d.pprof", size)), r.cfg.idle)
 	}
 	time.Sleep(r.cfg.idle - time.Since(start))
-	b, err := cpuTicks(r.proc.Pid())
-	if err != nil {
-		r.tb.Log(err)
-		return math.NaN()
-	}
+	load := r.dbLoadSince(db)
 	const clkTck = 100 // USER_HZ on Linux
-	return float64(b-a) / clkTck / time.Since(start).Seconds() * 100
+	for i, p := range r.procs {
+		t, err := cpuTicks(p.Pid())
+		if err != nil || before[i] < 0 {
+			r.tb.Log(err)
+			out[i] = math.NaN()
+			continue
+		}
+		out[i] = float64(t-before[i]) / clkTck / time.Since(start).Seconds() * 100
+	}
+	return out, load
 }
 
 // cpuTicks is utime+stime of /proc/PID/stat, in clock ticks.
@@ -533,7 +584,7 @@ func (r *scaleRun) routes() []readRoute {
 // of 1000), or "" when the walk fails.
 func (r *scaleRun) middleCursor() string {
 	r.mu.Lock()
-	half := (len(r.queue) + scaleFillers) / 2
+	half := (len(r.queue) + r.cfg.fillers()) / 2
 	r.mu.Unlock()
 	cursor := ""
 	for seen := 0; seen+1000 <= half; seen += 1000 {
@@ -547,31 +598,38 @@ func (r *scaleRun) middleCursor() string {
 	return cursor
 }
 
-// readRoutes times each route: cfg.samples requests one after another,
-// fewer once cfg.budget is spent (at least one).
+// readRoutes times each route on each node: cfg.samples requests one
+// after another, fewer once cfg.budget is spent (at least one). With
+// several nodes a route's name starts with its node's.
 func (r *scaleRun) readRoutes() []routeResult {
 	var out []routeResult
-	for _, rt := range r.routes() {
-		res := routeResult{name: rt.name, whole: rt.whole}
-		begin := time.Now()
-		for i := 0; i < r.cfg.samples && (i == 0 || time.Since(begin) < r.cfg.budget); i++ {
-			tok := rt.token
-			if rt.tokenOf != nil {
-				tok = rt.tokenOf(i)
+	routes := r.routes()
+	for node, name := range r.names {
+		for _, rt := range routes {
+			res := routeResult{name: rt.name, whole: rt.whole}
+			if name != "" {
+				res.name = "[" + name + "] " + rt.name
 			}
-			took, err := r.call("GET", rt.path(i), tok, nil, nil)
-			switch {
-			case err == nil:
-				res.times = append(res.times, took)
-			case timedOut(err):
-				res.timeouts++
-			default:
-				res.failures++
-				res.lastErr = err.Error()
+			begin := time.Now()
+			for i := 0; i < r.cfg.samples && (i == 0 || time.Since(begin) < r.cfg.budget); i++ {
+				tok := rt.token
+				if rt.tokenOf != nil {
+					tok = rt.tokenOf(i)
+				}
+				took, err := r.callOn(node, "GET", rt.path(i), tok, nil, nil)
+				switch {
+				case err == nil:
+					res.times = append(res.times, took)
+				case timedOut(err):
+					res.timeouts++
+				default:
+					res.failures++
+					res.lastErr = err.Error()
+				}
 			}
+			slices.Sort(res.times)
+			out = append(out, res)
 		}
-		slices.Sort(res.times)
-		out = append(out, res)
 	}
 	return out
 }
@@ -597,8 +655,22 @@ func printSize(w io.Writer, sr sizeResult) {
 		}
 		fmt.Fprintln(w, line)
 	}
-	fmt.Fprintf(w, "%-52s %.2f %% of a core\n", "gpuvmd idle CPU", sr.idleCPU)
-	fmt.Fprintf(w, "%-52s %.1f MB\n", "gpuvmd RSS (VmRSS)", sr.rssMB)
+	if len(sr.nodes) > 1 {
+		for _, n := range sr.nodes {
+			fmt.Fprintf(w, "%-52s %.2f %% of a core, RSS %.1f MB\n", fmt.Sprintf("[%s] gpuvmd idle%s", n.name, n.role()), n.idleCPU, n.rssMB)
+		}
+	} else {
+		fmt.Fprintf(w, "%-52s %.2f %% of a core\n", "gpuvmd idle CPU", sr.idleCPU)
+		fmt.Fprintf(w, "%-52s %.1f MB\n", "gpuvmd RSS (VmRSS)", sr.rssMB)
+	}
+	if sr.fillLoad != nil {
+		fmt.Fprintln(w, "database while filling:")
+		sr.fillLoad.Print(w, "  ", 8)
+	}
+	if sr.idleLoad != nil {
+		fmt.Fprintln(w, "database while idle (the idle CPU's window):")
+		sr.idleLoad.Print(w, "  ", 0)
+	}
 }
 
 // growth is the exponent k in t ∝ n^k between two sizes, from the

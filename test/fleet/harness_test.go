@@ -20,8 +20,8 @@ import (
 	"github.com/gpuvm/gpuvm/pkg/client"
 	"github.com/gpuvm/gpuvm/pkg/store"
 	"github.com/gpuvm/gpuvm/pkg/store/storetest"
+	testcluster "github.com/gpuvm/gpuvm/test/internal/cluster"
 	"github.com/gpuvm/gpuvm/test/internal/daemon"
-	"github.com/jackc/pgx/v5"
 )
 
 // envPostgres names a PostgreSQL database the tests may make schemas in
@@ -140,21 +140,9 @@ func newCluster(t *testing.T, dsn string, presets [][2]string) *cluster {
 	for _, np := range presets {
 		n := &node{name: np[0], preset: np[1], configDir: t.TempDir(), stateDir: t.TempDir(),
 			prefix: "fl" + randHex(3) + "-", heartbeat: heartbeat, downAfter: timeout}
-		server := fmt.Sprintf(`server {
-  node {
-    name               = %q
-    heartbeat_interval = "%ds"
-    heartbeat_timeout  = "%ds"
-  }
-  libvirt {
-    storage_pool = "gpuvm"
-  }
-}
-`, n.name, int(heartbeat/time.Second), int(timeout/time.Second))
-		for file, text := range map[string]string{"server.hcl": server, "profiles.hcl": fleetProfiles} {
-			if err := os.WriteFile(filepath.Join(n.configDir, file), []byte(text), 0o644); err != nil {
-				t.Fatal(err)
-			}
+		cfg := testcluster.Node{Name: n.name, Heartbeat: heartbeat, Timeout: timeout, Profiles: fleetProfiles}
+		if err := cfg.WriteConfig(n.configDir); err != nil {
+			t.Fatal(err)
 		}
 		c.nodes = append(c.nodes, n)
 	}
@@ -209,9 +197,8 @@ func (c *cluster) start(n *node) {
 		c.t.Fatalf("%s runs already", n.name)
 	}
 	p, err := daemon.Start(c.ctx(2*time.Minute), daemon.Config{
-		Args: []string{"--config", n.configDir, "--state-dir", n.stateDir, "--database", c.dsn,
-			"--libvirt-uri", "test:///default", "--simulate", n.preset},
-		Env: []string{"GPUVM_TEST_DOMAIN_PREFIX=" + n.prefix},
+		Args: testcluster.Args(n.configDir, n.stateDir, c.dsn, n.preset),
+		Env:  []string{"GPUVM_TEST_DOMAIN_PREFIX=" + n.prefix},
 	})
 	if err != nil {
 		c.t.Fatal(err)
@@ -467,26 +454,18 @@ func (l dbLoad) String() string {
 // every second or so: the window is long beside that).
 func (c *cluster) dbLoad(window time.Duration) dbLoad {
 	c.t.Helper()
-	read := func() (scans, writes float64) {
+	read := func() testcluster.Stats {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		conn, err := pgx.Connect(ctx, c.dsn)
+		s, err := testcluster.ReadStats(ctx, c.dsn)
 		if err != nil {
 			c.t.Fatal(err)
 		}
-		defer conn.Close(ctx)
-		err = conn.QueryRow(ctx, `SELECT COALESCE(SUM(seq_scan + COALESCE(idx_scan, 0)), 0)::float8,
-	COALESCE(SUM(n_tup_ins + n_tup_upd + n_tup_del), 0)::float8
-FROM pg_stat_user_tables WHERE schemaname = current_schema()`).Scan(&scans, &writes)
-		if err != nil {
-			c.t.Fatal(err)
-		}
-		return scans, writes
+		return s
 	}
 	time.Sleep(2 * time.Second) // what came before is flushed
-	s0, w0 := read()
+	s0 := read()
 	time.Sleep(window)
-	s1, w1 := read()
-	secs := window.Seconds()
-	return dbLoad{scans: (s1 - s0) / secs, writes: (w1 - w0) / secs}
+	l := testcluster.Diff(s0, read())
+	return dbLoad{scans: l.Scans, writes: l.Writes}
 }

@@ -1,0 +1,123 @@
+package bench_test
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/gpuvm/gpuvm/pkg/api"
+	testcluster "github.com/gpuvm/gpuvm/test/internal/cluster"
+)
+
+// The scale harness on a fleet (GPUVM_SCALE_NODES with GPUVM_BENCH_PG):
+// cfg.nodes gpuvmds on one PostgreSQL schema, as test/fleet runs them
+// (test/internal/cluster), each with its own simulated h100x8. The creates
+// go to each node in turn; every read route is timed on every node; idle
+// CPU and RSS are each node's; the database's load is read from
+// PostgreSQL's statistics while filling and over the idle window.
+
+// nodeResult is one node's own figures at one size.
+type nodeResult struct {
+	name    string
+	leader  bool
+	idleCPU float64 // percent of one core
+	rssMB   float64
+}
+
+func (n nodeResult) role() string {
+	if n.leader {
+		return " (leader)"
+	}
+	return ""
+}
+
+// measureSize fills the queue up to size (from queued) and measures it.
+func (r *scaleRun) measureSize(size, queued int) sizeResult {
+	cfg := r.cfg
+	sr := sizeResult{}
+	var fillProfile chan struct{}
+	if size > queued {
+		if cfg.profile != "" {
+			fillProfile = make(chan struct{})
+			go func() {
+				defer close(fillProfile)
+				r.saveProfile(filepath.Join(cfg.profile, fmt.Sprintf("fill-%d.pprof", size)), 20*time.Second)
+			}()
+		}
+		db := r.dbStats()
+		sr.createRate, sr.createTimes, sr.createFails = r.fill(size - queued)
+		sr.fillLoad = r.dbLoadSince(db)
+	}
+	sr.queued = max(queued, size)
+	sr.settle = r.settle()
+	if fillProfile != nil {
+		<-fillProfile // Go takes one CPU profile at a time: the idle window's waits for it
+	}
+	cpus, load := r.idleCPU(size)
+	sr.idleCPU, sr.idleLoad = cpus[0], load
+	sr.routes = r.readRoutes()
+	leader := ""
+	if len(r.procs) > 1 {
+		leader = r.leader()
+	}
+	for i, p := range r.procs {
+		n := nodeResult{name: r.names[i], leader: r.names[i] == leader, idleCPU: cpus[i], rssMB: -1}
+		if st, err := procStatus(p.Pid()); err == nil {
+			n.rssMB = st["VmRSS"]
+		}
+		sr.nodes = append(sr.nodes, n)
+	}
+	sr.rssMB = sr.nodes[0].rssMB
+	return sr
+}
+
+// dbStats reads PostgreSQL's statistics (nil with SQLite, or when they
+// cannot be read: logged).
+func (r *scaleRun) dbStats() *testcluster.Stats {
+	if r.cfg.dsn == "" {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s, err := testcluster.ReadStats(ctx, r.cfg.dsn)
+	if err != nil {
+		r.tb.Logf("database load: %v", err)
+		return nil
+	}
+	return &s
+}
+
+// dbLoadSince is the database's load since before (nil when either read
+// failed).
+func (r *scaleRun) dbLoadSince(before *testcluster.Stats) *testcluster.Load {
+	if before == nil {
+		return nil
+	}
+	after := r.dbStats()
+	if after == nil {
+		return nil
+	}
+	l := testcluster.Diff(*before, *after)
+	return &l
+}
+
+// leader is the node GET /v1/hosts marks as leading ("none" when none is).
+func (r *scaleRun) leader() string {
+	var hosts api.HostList
+	if _, err := r.call("GET", "/v1/hosts", r.admin, nil, &hosts); err != nil {
+		r.tb.Logf("leader: %v", err)
+		return "unknown"
+	}
+	var names []string
+	for _, h := range hosts.Items {
+		if h.Leader {
+			names = append(names, h.Name)
+		}
+	}
+	if len(names) == 0 {
+		return "none"
+	}
+	return strings.Join(names, "+")
+}
