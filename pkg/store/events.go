@@ -119,7 +119,7 @@ func (s *Store) ListEventsSince(ctx context.Context, afterID int64, f EventFilte
 }
 
 // eventsSinceQuery is ListEventsSince's query. Those of one type are read
-// through the index events_type (type, id), from afterID on (schema 17).
+// through the index events_type (type, id), from afterID on (schema 18).
 func eventsSinceQuery(db *gorm.DB, afterID int64, f EventFilter) *gorm.DB {
 	limit := f.Limit
 	switch {

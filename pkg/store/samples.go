@@ -499,7 +499,7 @@ func (s *Store) ListFinishedCreates(ctx context.Context, host string, after time
 const finishedCreate = "operations.kind = '" + OpCreate + "' AND operations.state = '" + OpDone + "'"
 
 // finishedCreatesQuery is ListFinishedCreates's query: through the partial
-// index operations_creates_done (schema 17), it reads only the creates
+// index operations_creates_done (schema 18), it reads only the creates
 // finished after `after`, not every operation ever recorded, and then
 // their VMs by key.
 func finishedCreatesQuery(db *gorm.DB, host string, after time.Time) *gorm.DB {
