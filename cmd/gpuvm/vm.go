@@ -216,6 +216,7 @@ type createOpts struct {
 	name    string
 	hours   int
 	sshKeys []string
+	volumes []string
 	wait    bool
 	out     outputOpts
 	startAt string
@@ -264,6 +265,7 @@ VM as it ended); --quiet prints the VM's ID only.
 	f.StringVar(&c.name, "name", "", "the VM's name: lower-case letters, digits and dashes (default: PROFILE-random)")
 	f.IntVar(&c.hours, "hours", 0, "the lease in hours (default: the profile's)")
 	f.StringArrayVar(&c.sshKeys, "ssh-key", nil, "a file of SSH public keys for the guest (repeatable)")
+	f.StringArrayVar(&c.volumes, "volume", nil, "attach your data disk NAME (gpuvm volume create; repeatable)")
 	f.BoolVar(&c.wait, "wait", false, "wait until the VM runs and its guest is up (or it fails), showing its phases")
 	f.StringVar(&c.startAt, "start-at", "", `place the VM no earlier than TIME: RFC 3339, local "2026-06-01 18:00", or a delay such as 2h`)
 	c.out.flags(cmd, "print the VM's ID only")
@@ -313,7 +315,7 @@ func runCreate(ctx context.Context, c *client.Client, cmd *cobra.Command, prof s
 		return err
 	}
 	stdout, stderr := cmd.OutOrStdout(), cmd.ErrOrStderr()
-	created, err := c.CreateVM(ctx, api.CreateVMRequest{Profile: prof, Name: o.name, Hours: o.hours, SSHKeys: keys, StartAt: startAt}, "")
+	created, err := c.CreateVM(ctx, api.CreateVMRequest{Profile: prof, Name: o.name, Hours: o.hours, SSHKeys: keys, StartAt: startAt, Volumes: o.volumes}, "")
 	if err != nil {
 		return err
 	}

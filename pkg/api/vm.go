@@ -22,6 +22,9 @@ type CreateVMRequest struct {
 	// in the future, at most 30 days ahead. Until then the VM is queued
 	// with the reason "starts at <time>".
 	StartAt *time.Time `json:"start_at,omitempty"`
+	// Volumes names the caller's data disks (names or IDs) to attach to
+	// the VM: each ready and attached to no other VM (docs/volumes.md).
+	Volumes []string `json:"volumes,omitempty"`
 }
 
 // VM is a GPU virtual machine as the API shows it.

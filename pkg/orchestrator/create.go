@@ -244,6 +244,11 @@ func (lc *lifecycle) vmRequest(ctx context.Context, vm *store.VM) (hypervisor.VM
 	if err != nil {
 		return hypervisor.VMRequest{}, err
 	}
+	data, err := lc.dataDisks(ctx, vm) // volumes.go
+	if err != nil {
+		return hypervisor.VMRequest{}, err
+	}
+	spec.Disks = append(spec.Disks, data...)
 	req := hypervisor.VMRequest{Spec: spec, Pool: set.Libvirt.StoragePool}
 	var kind gpu.Kind
 	if len(allocs) > 0 {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"sync"
 	"time"
 
 	"github.com/gpuvm/gpuvm/pkg/config"
@@ -44,8 +45,11 @@ type lifecycle struct {
 	// testHook, for tests, is called at each Hook* point (WithHook).
 	testHook func(vmID, point string) error
 	settings func() lifecycleSettings
-	boots    bootWatch // the booting VMs (boot.go)
-	inits    bootWatch // the ready VMs whose cloud-init has not reported yet (boot.go)
+	// volMu serialises the data disks' work (volumes.go): an API call and
+	// the resume at start never make the same volume twice.
+	volMu sync.Mutex
+	boots bootWatch // the booting VMs (boot.go)
+	inits bootWatch // the ready VMs whose cloud-init has not reported yet (boot.go)
 	// initsNext is when the watch of inits looks again (checkBoots' goroutine only).
 	initsNext time.Time
 	// avail checks that a profile's image, kernel and template are here

@@ -428,6 +428,7 @@ func (o *Orchestrator) Run(ctx context.Context) {
 	go func() { defer o.wg.Done(); o.life.watchBoots(ctx) }()
 	o.wg.Add(1)
 	go func() { defer o.wg.Done(); o.rec.watchDomains(ctx) }()
+	o.life.resumeVolumes(ctx) // volumes.go: what a killed gpuvmd left half-made
 	o.disp.dispatch(ctx, false)
 	var took time.Duration // the last round's
 	for {

@@ -27,6 +27,7 @@ var getsThatAreNotReads = map[string]string{
 	"GET " + consoleWSPath:        "a websocket, which browsers open with GET; the ticket is the credential",
 	"GET " + tunnelWSPath:         "a websocket, which browsers open with GET; the ticket is the credential",
 	"GET " + tunnelUDPWSPath:      "a websocket, which browsers open with GET; the ticket is the credential",
+	"GET /v1/volumes/{id}":        "an admin's ?as_admin=true override reads another person's volume: recorded",
 	"GET /v1/auth/oidc/callback":  "the OpenID provider sends the browser back with GET; it checks the state the sign-in started with",
 }
 

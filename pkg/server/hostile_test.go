@@ -62,6 +62,11 @@ var hostileBodies = map[string]struct {
 	// snapshots.go: the VM is queued; it has no snapshot of that name.
 	"POST /v1/vms/{id}/snapshots":                {body: `{"label":"before upgrade"}`, status: 409, optional: true},
 	"POST /v1/vms/{id}/snapshots/{snap}/restore": {status: 404, optional: true},
+	// volumes.go: ann's disk "scratch" is attached to box (queued).
+	"POST /v1/volumes":                     {body: `{"name":"fresh","size":"1GiB"}`, status: 201},
+	"POST /v1/volumes/{id}/actions/resize": {body: `{"size":"4GiB"}`, status: 200},
+	"POST /v1/volumes/{id}/actions/attach": {body: `{"vm":"box"}`, status: 200},
+	"POST /v1/volumes/{id}/actions/detach": {status: 200, optional: true},
 	// images.go: a file that is not there, a VM that is not.
 	"POST /v1/admin/images":         {body: `{"source_path":"/nonexistent/disk.qcow2","name":"disk","os":"linux","firmware":"uefi","sha256":"` + strings.Repeat("0", 64) + `"}`, status: 422},
 	"POST /v1/admin/images/publish": {body: `{"vm":"nope","name":"disk","os":"linux","firmware":"uefi"}`, status: 404},
@@ -77,6 +82,7 @@ type hostileEnv struct {
 	s       *Server
 	st      *store.Store
 	box     string // ann's VM
+	vol     string // ann's data disk, attached to box
 	op      string // its create
 	resID   string // ann's reservation
 	tokenID string // ann's token
@@ -94,10 +100,15 @@ func newHostileEnv(t *testing.T) *hostileEnv {
 	s.Images = &images.Manager{Store: st, Volumes: dirVolumes{t.TempDir()}, Pool: "gpuvm", Uploads: &images.Uploads{Dir: t.TempDir()},
 		DomainName: func(id string) string { return id }, Log: slog.New(slog.DiscardHandler)}
 	s.Windows = &WindowsInstalls{Host: noWindowsHost{}, Pool: "gpuvm"}
+	s.Volumes = fakeVolumes{st}
 	e := &hostileEnv{t: t, s: s, st: st}
+	var vol api.Volume
+	e.mustCall("POST", "/v1/volumes", "ann-token", `{"name":"scratch","size":"1GiB"}`, 201, &vol)
+	e.vol = vol.ID
 	var vm api.CreateVMResponse
 	e.mustCall("POST", "/v1/vms", "ann-token", `{"profile":"seat","name":"box","hours":2}`, 202, &vm)
 	e.box, e.op = vm.VM.ID, vm.Operation.ID
+	e.mustCall("POST", "/v1/volumes/scratch/actions/attach", "ann-token", `{"vm":"box"}`, 200, &vol)
 	var res api.Reservation
 	e.mustCall("POST", "/v1/reservations", "ann-token", `{"profile":"whole","start":"2026-12-03T14:00:00+01:00","end":"2026-12-03T16:00:00+01:00"}`, 201, &res)
 	e.resID = strconv.FormatInt(res.ID, 10)
@@ -163,6 +174,8 @@ func (e *hostileEnv) path(r route, bad string) string {
 			return "domain-aaaaaaaaaaaa"
 		case strings.HasPrefix(p, "/v1/admin/images/"):
 			return "disk"
+		case strings.HasPrefix(p, "/v1/volumes/"):
+			return e.vol
 		}
 		return e.box
 	}
@@ -228,6 +241,8 @@ func (e *hostileEnv) fingerprint() string {
 	add("hosts", hs, err)
 	sn, err := e.st.ListAllSnapshots(ctx)
 	add("snapshots", sn, err)
+	vols, err := e.st.ListVolumes(ctx, store.VolumeFilter{})
+	add("volumes", vols, err)
 	return b.String()
 }
 

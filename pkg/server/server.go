@@ -128,6 +128,9 @@ type Deps struct {
 	// from them what the VM's state allows. nil: the answers say the
 	// versions are not known.
 	Capabilities *capability.Host
+	// Volumes makes, grows and deletes data disks (the orchestrator;
+	// volumes.go); nil: creating, resizing and deleting one answer 503.
+	Volumes Volumes
 }
 
 // ProfileAvailability says why a VM of profile p of cfg cannot be made on
@@ -258,6 +261,7 @@ func (s *Server) routes() {
 	vms.GET("/vms/:id/desktop.rdp", s.getDesktopRDP)
 	s.actionRoutes(vms)   // actions.go
 	s.snapshotRoutes(vms) // snapshots.go
+	s.volumeRoutes(vms)   // volumes.go
 	vms.GET("/operations/:id", s.getOperation)
 	vms.GET("/events", s.stream, s.events)
 	s.consoleRoutes(vms) // console, console.vv, tunnel; their websockets and the browser page

@@ -23,6 +23,7 @@ type Store interface {
 	usage.ReportStore
 	LicenseStore
 	SnapshotStore
+	VolumeStore
 }
 
 // LicenseStore backs the licence state of a VM's vGPUs (licensing.go).

@@ -147,6 +147,10 @@ func (s *Server) createVM(c *gin.Context) {
 			return
 		}
 	}
+	volumeIDs, ok := s.createVolumes(c, u.Name, req.Volumes) // volumes.go
+	if !ok {
+		return
+	}
 	ctx := c.Request.Context()
 	key := c.GetHeader("Idempotency-Key")
 	canon, _ := json.Marshal(req)
@@ -199,7 +203,7 @@ func (s *Server) createVM(c *gin.Context) {
 	if len(u.Groups) > 0 {
 		vm.Group = u.Groups[0]
 	}
-	opts := store.CreateVMOptions{RequestedBy: u.Name}
+	opts := store.CreateVMOptions{RequestedBy: u.Name, Volumes: volumeIDs}
 	if p.UsesPassword() { // a password the guest does not use would work nowhere
 		cred, err := newCredential(vm.Owner) // credentials.go
 		if err != nil {
@@ -220,6 +224,9 @@ func (s *Server) createVM(c *gin.Context) {
 		return
 	case errors.Is(err, store.ErrNameTaken):
 		s.writeProblem(c, withField(errConflict, "name", "you already have a VM called "+strconv.Quote(name)))
+		return
+	case err != nil && len(volumeIDs) > 0 && errors.Is(err, store.ErrConflict):
+		s.writeProblem(c, volumeProblem(err, "volumes"))
 		return
 	case err != nil:
 		s.writeProblem(c, err)

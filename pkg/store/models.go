@@ -645,3 +645,38 @@ type Snapshot struct {
 }
 
 func (Snapshot) TableName() string { return "vm_snapshots" }
+
+// Volume kinds and states (volumes.go).
+const (
+	VolumeDisk = "disk" // a data disk: a block volume on one host
+
+	VolCreating = "creating" // the row is written, the host's volume maybe not yet
+	VolReady    = "ready"    // made; may be attached, resized, deleted
+	VolDeleting = "deleting" // being removed from the host; the row goes last
+	VolError    = "error"    // its creation failed; it may be deleted
+)
+
+// Volume is a person's data disk: a qcow2 volume named Volume in the
+// libvirt pool Pool of Host, attached to at most one VM (AttachedVM).
+// Installation is the database's installation id, also in the volume's
+// name (DiskVolumeName), so that nothing removes another installation's.
+type Volume struct {
+	ID           string     `gorm:"column:id;primaryKey" json:"id"`
+	Owner        string     `gorm:"column:owner;not null;uniqueIndex:volumes_owner_name,priority:1" json:"owner"`
+	Name         string     `gorm:"column:name;not null;uniqueIndex:volumes_owner_name,priority:2" json:"name"`
+	Kind         string     `gorm:"column:kind;not null" json:"kind"`
+	SizeBytes    int64      `gorm:"column:size_bytes;not null" json:"size_bytes"`
+	Host         string     `gorm:"column:host;not null" json:"host"`
+	Pool         string     `gorm:"column:pool;not null" json:"pool"`
+	Volume       string     `gorm:"column:volume;not null" json:"volume"`
+	AttachedVM   *string    `gorm:"column:attached_vm;index:volumes_attached_vm" json:"attached_vm,omitempty"`
+	AttachedAt   *time.Time `gorm:"column:attached_at" json:"attached_at,omitempty"`
+	State        string     `gorm:"column:state;not null" json:"state"`
+	Error        string     `gorm:"column:error;not null" json:"error,omitempty"`
+	Installation string     `gorm:"column:installation;not null" json:"installation"`
+	CreatedBy    string     `gorm:"column:created_by;not null" json:"created_by,omitempty"`
+	CreatedAt    time.Time  `gorm:"column:created_at;not null" json:"created_at"`
+	UpdatedAt    time.Time  `gorm:"column:updated_at;not null" json:"updated_at"`
+}
+
+func (Volume) TableName() string { return "volumes" }

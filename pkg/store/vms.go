@@ -24,6 +24,10 @@ type CreateVMOptions struct {
 	// Credential, when set, is the VM's one-time desktop password, stored
 	// in the same transaction (its VMID and CreatedAt are filled).
 	Credential *VMCredential
+	// Volumes are data disks (IDs) attached to the new VM in the same
+	// transaction (AttachVolume): one not ready or attached elsewhere
+	// writes nothing.
+	Volumes []string
 }
 
 // CreateVM writes a new VM and its create operation (pending) in one
@@ -61,6 +65,11 @@ func (s *Store) CreateVM(ctx context.Context, vm *VM, opts CreateVMOptions) (*Op
 			cr.VMID, cr.CreatedAt, cr.ReadAt, cr.ReadBy = vm.ID, now, nil, ""
 			if err := tx.db.Create(cr).Error; err != nil {
 				return wrap(err, nil, "insert the credential of vm %q", vm.Name)
+			}
+		}
+		for _, id := range opts.Volumes {
+			if _, err := tx.AttachVolume(ctx, id, vm.ID); err != nil {
+				return err
 			}
 		}
 		if k := opts.IdempotencyKey; k != nil {
@@ -265,6 +274,11 @@ func (s *Store) UpdateVMState(ctx context.Context, id string, version int64, u V
 		if u.State == VMDeleted {
 			// A desktop password nobody read dies with its VM.
 			if err := tx.forgetCredential(id); err != nil {
+				return err
+			}
+			// Its data disks stay, detached (volumes.go).
+			if err := tx.db.Model(&Volume{}).Where("attached_vm = ?", id).
+				Updates(map[string]any{"attached_vm": nil, "attached_at": nil, "updated_at": tx.clock()}).Error; err != nil {
 				return err
 			}
 		}

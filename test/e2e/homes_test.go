@@ -128,8 +128,10 @@ func TestHomeFollowsThePerson(t *testing.T) {
 	sh := &guestShell{t: t, key: key}
 	ann, bob := w.homePerson("ann"), w.homePerson("bob")
 
+	disk := w.diskMade(ann, bob) // disks_test.go
+
 	// ann's first VM and bob's boot side by side.
-	ann1 := w.createFor(ann, "ann-1", sshKey, vms)
+	ann1 := w.createFor(ann, "ann-1", sshKey, vms, "scratch")
 	bob1 := w.createFor(bob, "bob-1", sshKey, vms)
 	w.recordConsole(hv, ann1)
 	w.recordConsole(hv, bob1)
@@ -158,6 +160,7 @@ func TestHomeFollowsThePerson(t *testing.T) {
 	if got["entries"] != "" {
 		t.Errorf("bob-1 sees %q in %s: want bob's own home, empty", got["entries"], homeMount)
 	}
+	diskBytes := w.diskWritten(sh, ann, bob, disk, bob1)
 
 	// ann's first VM goes (and bob's); her notes stay on the host, hers.
 	delBob := w.deleteAsync(bob1)
@@ -173,7 +176,7 @@ func TestHomeFollowsThePerson(t *testing.T) {
 	}
 
 	// Her next VM reads them back.
-	ann2 := w.createFor(ann, "ann-2", sshKey, vms)
+	ann2 := w.createFor(ann, "ann-2", sshKey, vms, "scratch")
 	w.recordConsole(hv, ann2)
 	w.waitReady(ann2, 3*time.Minute)
 	got = sh.run(ann, "ann-2", guestFacts+" && echo notes=$(cat "+homeMount+"/notes.txt)")
@@ -181,11 +184,13 @@ func TestHomeFollowsThePerson(t *testing.T) {
 	if got["notes"] != content {
 		t.Errorf("ann-2 reads %q from %s/notes.txt, want what ann-1 wrote, %q", got["notes"], homeMount, content)
 	}
+	w.diskRead(sh, ann, disk, diskBytes)
 
 	delBob()
 	vms.done(bob1)
 	w.deleteVM(ann2)
 	vms.done(ann2)
+	w.diskGone(hv, ann, disk)
 	w.sameHost(hostBefore, w.simHost())
 	w.sameLibvirt(lvBefore, w.libvirtState(hv))
 	if entries, err := os.ReadDir(filepath.Join(root, "bob")); err != nil || len(entries) != 0 {
@@ -290,9 +295,9 @@ func (w *world) login(p *homePerson) {
 
 // createFor asks for a VM of profile tiny-home as the person, with an SSH
 // key, and returns its ID.
-func (w *world) createFor(p homePerson, name, sshKey string, vms *liveVMs) string {
+func (w *world) createFor(p homePerson, name, sshKey string, vms *liveVMs, volumes ...string) string {
 	w.t.Helper()
-	resp, err := p.cl.CreateVM(w.ctx(30*time.Second), api.CreateVMRequest{Profile: "tiny-home", Name: name, SSHKeys: []string{sshKey}}, "")
+	resp, err := p.cl.CreateVM(w.ctx(30*time.Second), api.CreateVMRequest{Profile: "tiny-home", Name: name, SSHKeys: []string{sshKey}, Volumes: volumes}, "")
 	if err != nil {
 		w.t.Fatalf("%s: create %s: %v", p.name, name, err)
 	}

@@ -357,6 +357,7 @@ func buildDisks(s Spec) []libvirtxml.DomainDisk {
 		} else {
 			dd.Source = &libvirtxml.DomainDiskSource{Volume: &libvirtxml.DomainDiskSourceVolume{Pool: d.Pool, Volume: d.Volume}}
 		}
+		dd.Serial = d.Serial
 		if d.BootOrder > 0 {
 			dd.Boot = &libvirtxml.DomainDeviceBoot{Order: d.BootOrder}
 		}

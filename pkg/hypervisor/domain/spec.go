@@ -175,6 +175,10 @@ type Disk struct {
 	ReadOnly bool
 	// BootOrder, when not 0, boots from this disk in that order (1 first).
 	BootOrder uint
+	// Serial, when set, is the disk's serial number: the guest finds a
+	// virtio disk at /dev/disk/by-id/virtio-<its first 20 characters> (a
+	// data disk's is its volume's id).
+	Serial string
 }
 
 // Network is the VM's network interface.

@@ -223,6 +223,9 @@ func (p *problems) boot(s Spec) {
 	}
 }
 
+// serialPattern is what a disk's serial may be (a volume's id).
+var serialPattern = regexp.MustCompile(`^[A-Za-z0-9._-]{1,36}$`)
+
 // disks checks each disk's source, format and bus, and the disks per bus.
 func (p *problems) disks(disks []Disk) {
 	perBus := map[string]int{}
@@ -240,6 +243,9 @@ func (p *problems) disks(disks []Disk) {
 			}
 		default:
 			p.addf(f, "needs a path, or a pool and a volume")
+		}
+		if d.Serial != "" && !serialPattern.MatchString(d.Serial) {
+			p.addf(f+".serial", "%q is not a disk serial: 1-36 of [A-Za-z0-9._-]", d.Serial)
 		}
 		switch d.Format {
 		case "", FormatQCOW2, FormatRaw:

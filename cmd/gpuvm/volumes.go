@@ -1,0 +1,235 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"github.com/gpuvm/gpuvm/pkg/api"
+	"github.com/gpuvm/gpuvm/pkg/client"
+	"github.com/gpuvm/gpuvm/pkg/config"
+)
+
+// gpuvm volume create|ls|show|resize|rm|attach|detach: data disks
+// (docs/volumes.md).
+
+const volumeLong = `Data disks: block volumes of your own on the server, attached to one of your
+VMs at a time as a virtio disk. The guest finds one at
+/dev/disk/by-id/virtio-<the first 20 characters of its ID> (gpuvm volume show
+says where). Deleting a VM detaches its disks and keeps them; a disk is
+attached or detached while its VM is stopped or queued, and is there at the
+VM's next start. The policy bounds what your disks hold together
+(storage.disk_quota).`
+
+func newVolumeCmd(getenv func(string) string) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:     "volume",
+		Aliases: []string{"volumes"},
+		Short:   "Your data disks: create, list, show, resize, delete, attach, detach",
+		Long:    volumeLong,
+		Example: "  gpuvm volume create scratch --size 20GiB\n  gpuvm create l40s-seat --name box --volume scratch\n  gpuvm volume attach scratch box\n  gpuvm volume detach scratch\n  gpuvm volume rm scratch",
+	}
+	cmd.AddCommand(newVolumeCreateCmd(getenv), newVolumeLsCmd(getenv), newVolumeOneCmd(getenv, "show"), newVolumeResizeCmd(getenv),
+		newVolumeOneCmd(getenv, "rm"), newVolumeAttachCmd(getenv), newVolumeOneCmd(getenv, "detach"))
+	return cmd
+}
+
+func newVolumeCreateCmd(getenv func(string) string) *cobra.Command {
+	o := clientOpts{getenv: getenv}
+	var size string
+	var out outputOpts
+	cmd := &cobra.Command{
+		Use:   "create NAME --size SIZE",
+		Short: "Make a data disk",
+		Long:  "Makes an empty data disk of SIZE (a binary unit: 512MiB, 20GiB, 1TiB).\n\nOutput: the disk; --json prints the api.Volume; --quiet its ID only.\n" + connectionHelp + "\n" + exitHelp,
+		Args:  exactArgs(1, "one volume name"),
+		RunE: o.runE(func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
+			if err := out.check(); err != nil {
+				return err
+			}
+			if size == "" {
+				return usageError{errors.New("--size is required, e.g. --size 20GiB")}
+			}
+			v, err := c.CreateVolume(ctx, args[0], size)
+			if err != nil {
+				return err
+			}
+			return printVolume(cmd.OutOrStdout(), v, out)
+		}),
+	}
+	o.flags(cmd, false)
+	cmd.Flags().StringVar(&size, "size", "", "the disk's size, e.g. 20GiB")
+	out.flags(cmd, "print the volume's ID only")
+	return cmd
+}
+
+func newVolumeLsCmd(getenv func(string) string) *cobra.Command {
+	o := clientOpts{getenv: getenv}
+	var out outputOpts
+	cmd := &cobra.Command{
+		Use:     "ls",
+		Aliases: []string{"list"},
+		Short:   "List your data disks",
+		Long:    "Lists your data disks (and your home, when the server gives homes): name, size, state, the VM it is attached to.\n\nOutput: a table; --json prints the api.VolumeList; --quiet the IDs only.\n" + connectionHelp + "\n" + exitHelp,
+		Args:    exactArgs(0, "no arguments"),
+		RunE: o.runE(func(ctx context.Context, c *client.Client, cmd *cobra.Command, _ []string) error {
+			if err := out.check(); err != nil {
+				return err
+			}
+			list, err := c.ListVolumes(ctx)
+			if err != nil {
+				return err
+			}
+			return printVolumes(cmd.OutOrStdout(), list, out)
+		}),
+	}
+	o.flags(cmd, false)
+	out.flags(cmd, "print the volumes' IDs only")
+	return cmd
+}
+
+// newVolumeOneCmd is show, rm or detach: one volume, no more.
+func newVolumeOneCmd(getenv func(string) string, verb string) *cobra.Command {
+	o := clientOpts{getenv: getenv}
+	var out outputOpts
+	short := map[string]string{"show": "Show a data disk", "rm": "Delete a detached data disk and its data", "detach": "Detach a data disk from its stopped VM"}[verb]
+	cmd := &cobra.Command{
+		Use:   verb + " NAME",
+		Short: short,
+		Long:  short + " (its name or ID).\n" + connectionHelp + "\n" + exitHelp,
+		Args:  exactArgs(1, "one volume name or ID"),
+		RunE: o.runE(func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
+			if err := out.check(); err != nil {
+				return err
+			}
+			var v *api.Volume
+			var err error
+			switch verb {
+			case "show":
+				v, err = c.GetVolume(ctx, args[0])
+			case "detach":
+				v, err = c.DetachVolume(ctx, args[0])
+			default:
+				if err = c.DeleteVolume(ctx, args[0]); err == nil && !out.quiet && !out.json {
+					_, err = fmt.Fprintf(cmd.OutOrStdout(), "volume %s deleted\n", args[0])
+				}
+				return err
+			}
+			if err != nil {
+				return err
+			}
+			return printVolume(cmd.OutOrStdout(), v, out)
+		}),
+	}
+	if verb == "rm" {
+		cmd.Aliases = []string{"delete"}
+	}
+	o.flags(cmd, false)
+	out.flags(cmd, "print the volume's ID only")
+	return cmd
+}
+
+func newVolumeResizeCmd(getenv func(string) string) *cobra.Command {
+	o := clientOpts{getenv: getenv}
+	var size string
+	var out outputOpts
+	cmd := &cobra.Command{
+		Use:   "resize NAME --size SIZE",
+		Short: "Grow a data disk (detached, or its VM stopped)",
+		Long:  "Grows a data disk to SIZE; disks never shrink. Grow the file system inside the guest afterwards (resize2fs).\n" + connectionHelp + "\n" + exitHelp,
+		Args:  exactArgs(1, "one volume name or ID"),
+		RunE: o.runE(func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
+			if err := out.check(); err != nil {
+				return err
+			}
+			if size == "" {
+				return usageError{errors.New("--size is required, e.g. --size 40GiB")}
+			}
+			v, err := c.ResizeVolume(ctx, args[0], size)
+			if err != nil {
+				return err
+			}
+			return printVolume(cmd.OutOrStdout(), v, out)
+		}),
+	}
+	o.flags(cmd, false)
+	cmd.Flags().StringVar(&size, "size", "", "the new size, e.g. 40GiB")
+	out.flags(cmd, "print the volume's ID only")
+	return cmd
+}
+
+func newVolumeAttachCmd(getenv func(string) string) *cobra.Command {
+	o := clientOpts{getenv: getenv}
+	var out outputOpts
+	cmd := &cobra.Command{
+		Use:   "attach NAME VM",
+		Short: "Attach a data disk to your stopped or queued VM",
+		Long:  "Attaches a data disk to a VM of yours on the same host; the VM has it at its next start. A disk attached to another VM is refused: detach it first.\n" + connectionHelp + "\n" + exitHelp,
+		Args:  exactArgs(2, "a volume and a VM"),
+		RunE: o.runE(func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
+			if err := out.check(); err != nil {
+				return err
+			}
+			v, err := c.AttachVolume(ctx, args[0], args[1])
+			if err != nil {
+				return err
+			}
+			return printVolume(cmd.OutOrStdout(), v, out)
+		}),
+	}
+	o.flags(cmd, false)
+	out.flags(cmd, "print the volume's ID only")
+	return cmd
+}
+
+func printVolume(w io.Writer, v *api.Volume, out outputOpts) error {
+	switch {
+	case out.json:
+		return writeJSON(w, v)
+	case out.quiet:
+		_, err := fmt.Fprintln(w, v.ID)
+		return err
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "Name:\t%s\nID:\t%s\nSize:\t%s\nState:\t%s\n", v.Name, v.ID, config.FormatSize(uint64(max(v.SizeBytes, 0))), v.State)
+	if v.Error != "" {
+		fmt.Fprintf(tw, "Error:\t%s\n", v.Error)
+	}
+	fmt.Fprintf(tw, "Host:\t%s\nAttached to:\t%s\nIn the guest:\t%s\n", orDash(v.Host), orDash(v.AttachedVMName), orDash(v.GuestDevice))
+	return tw.Flush()
+}
+
+func printVolumes(w io.Writer, list *api.VolumeList, out outputOpts) error {
+	switch {
+	case out.json:
+		return writeJSON(w, list)
+	case out.quiet:
+		for _, v := range list.Volumes {
+			if v.ID != "" {
+				fmt.Fprintln(w, v.ID)
+			}
+		}
+		return nil
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tKIND\tSIZE\tSTATE\tATTACHED TO\tID")
+	for _, v := range list.Volumes {
+		size := "-"
+		if v.Kind != api.VolumeHome {
+			size = config.FormatSize(uint64(max(v.SizeBytes, 0)))
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", v.Name, v.Kind, size, v.State, orDash(v.AttachedVMName), orDash(v.ID))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if list.QuotaBytes != nil {
+		_, err := fmt.Fprintf(w, "%s of %s used (%s)\n", config.FormatSize(list.UsedBytes), config.FormatSize(*list.QuotaBytes), list.Rule)
+		return err
+	}
+	return nil
+}

@@ -1,0 +1,76 @@
+package api
+
+import "time"
+
+// Volume kinds and states (docs/volumes.md).
+const (
+	VolumeDisk = "disk" // a data disk: a block volume on one host
+	VolumeHome = "home" // the person's home (read-only entry: homes are not managed here)
+
+	VolumeCreating = "creating"
+	VolumeReady    = "ready"
+	VolumeDeleting = "deleting"
+	VolumeError    = "error"
+)
+
+// MaxVolumeBytes is the largest data disk, 64 TiB.
+const MaxVolumeBytes = 64 << 40
+
+// Volume is a person's data disk (or, kind home, their home).
+type Volume struct {
+	ID   string `json:"id,omitempty"`
+	Name string `json:"name"`
+	// Kind: disk, or home (GET /v1/volumes lists the caller's home when
+	// homes are on; it cannot be changed through these routes).
+	Kind  string `json:"kind"`
+	Owner string `json:"owner"`
+	// SizeBytes is the disk's size (0 for a home: not sized here).
+	SizeBytes int64 `json:"size_bytes"`
+	// State: creating, ready, deleting or error.
+	State string `json:"state"`
+	Error string `json:"error,omitempty"`
+	// Host is the server the disk lives on: it attaches to VMs there.
+	Host string `json:"host,omitempty"`
+	// AttachedVM and AttachedVMName are the VM it is attached to
+	// (absent: detached).
+	AttachedVM     string `json:"attached_vm,omitempty"`
+	AttachedVMName string `json:"attached_vm_name,omitempty"`
+	// GuestDevice is where the guest finds it:
+	// /dev/disk/by-id/virtio-<the first 20 characters of its id>.
+	GuestDevice string `json:"guest_device,omitempty"`
+	// Mount is where a home is mounted in the guest (kind home).
+	Mount     string     `json:"mount,omitempty"`
+	CreatedAt *time.Time `json:"created_at,omitempty"`
+	UpdatedAt *time.Time `json:"updated_at,omitempty"`
+}
+
+// VolumeList answers GET /v1/volumes: the caller's volumes by name, and
+// their disk quota (absent: none) with the policy rule it comes from.
+type VolumeList struct {
+	Volumes    []Volume `json:"volumes"`
+	QuotaBytes *uint64  `json:"quota_bytes,omitempty"`
+	UsedBytes  uint64   `json:"used_bytes"`
+	Rule       string   `json:"rule,omitempty"`
+}
+
+// CreateVolumeRequest is the body of POST /v1/volumes.
+type CreateVolumeRequest struct {
+	// Name is unique among the owner's volumes: lower-case letters,
+	// digits and dashes, starting with a letter, at most 63 characters.
+	Name string `json:"name"`
+	// Size with a binary unit ("20GiB", "512MiB"): at least 1 MiB, at most
+	// 64 TiB, within the owner's storage.disk_quota.
+	Size string `json:"size"`
+}
+
+// ResizeVolumeRequest is the body of POST /v1/volumes/{id}/actions/resize.
+type ResizeVolumeRequest struct {
+	// Size is the new size, larger than the current one (disks only grow).
+	Size string `json:"size"`
+}
+
+// AttachVolumeRequest is the body of POST /v1/volumes/{id}/actions/attach.
+type AttachVolumeRequest struct {
+	// VM is the VM's ID or name, the volume owner's, on the same host.
+	VM string `json:"vm"`
+}
