@@ -60,6 +60,7 @@ func addClientCommands(root *cobra.Command, getenv func(string) string) {
 	root.AddCommand(newRulesCmd(getenv))    // rules.go: the rules of sharing in plain language
 	root.AddCommand(newSnapshotCmd(getenv)) // snapshots.go: disk snapshots
 	root.AddCommand(newVolumeCmd(getenv))   // volumes.go: data disks
+	root.AddCommand(newShareCmd(getenv))    // shares.go: admin-declared shares
 }
 
 // clientOpts are the connection flags of a command.

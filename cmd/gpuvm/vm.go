@@ -220,6 +220,7 @@ type createOpts struct {
 	wait    bool
 	out     outputOpts
 	startAt string
+	shares  []string
 }
 
 func newCreateCmd(getenv func(string) string) *cobra.Command {
@@ -245,6 +246,9 @@ and returns; 'gpuvm show NAME' tells how it is doing.
 --ssh-key FILE adds the public keys of FILE (one per line, as in
 authorized_keys) to the guest's user; repeat it for more files.
 
+--share NAME mounts an admin-declared share in the VM ('gpuvm share ls' lists
+those you may mount, read-write or read-only); repeat it for more.
+
 --start-at TIME asks for the VM ahead: it stays queued ("starts at TIME")
 until then, at most 30 days ahead. TIME is an RFC 3339 time
 (2026-06-01T18:00:00+02:00), a local date and time ("2026-06-01 18:00") or a
@@ -267,6 +271,7 @@ VM as it ended); --quiet prints the VM's ID only.
 	f.StringArrayVar(&c.sshKeys, "ssh-key", nil, "a file of SSH public keys for the guest (repeatable)")
 	f.StringArrayVar(&c.volumes, "volume", nil, "attach your data disk NAME (gpuvm volume create; repeatable)")
 	f.BoolVar(&c.wait, "wait", false, "wait until the VM runs and its guest is up (or it fails), showing its phases")
+	f.StringArrayVar(&c.shares, "share", nil, "a share to mount in the VM (repeatable; 'gpuvm share ls' lists yours)")
 	f.StringVar(&c.startAt, "start-at", "", `place the VM no earlier than TIME: RFC 3339, local "2026-06-01 18:00", or a delay such as 2h`)
 	c.out.flags(cmd, "print the VM's ID only")
 	return cmd
@@ -315,7 +320,7 @@ func runCreate(ctx context.Context, c *client.Client, cmd *cobra.Command, prof s
 		return err
 	}
 	stdout, stderr := cmd.OutOrStdout(), cmd.ErrOrStderr()
-	created, err := c.CreateVM(ctx, api.CreateVMRequest{Profile: prof, Name: o.name, Hours: o.hours, SSHKeys: keys, StartAt: startAt, Volumes: o.volumes}, "")
+	created, err := c.CreateVM(ctx, api.CreateVMRequest{Profile: prof, Name: o.name, Hours: o.hours, SSHKeys: keys, StartAt: startAt, Volumes: o.volumes, Shares: o.shares}, "")
 	if err != nil {
 		return err
 	}

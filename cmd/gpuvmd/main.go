@@ -314,7 +314,7 @@ func newOrchestrator(ctx context.Context, o options, st *store.Store, l *loader.
 		log.Info("libvirt's test driver runs no guest: VMs are ready as soon as their domain runs", "libvirt", o.libvirtURI)
 	}
 	orch := orchestrator.New(orchestrator.Config{Store: st, Backends: l, Hypervisor: hv, Profiles: profiles, Log: log, DetachSimulatedGPUs: detach,
-		Guests: guests, BootTimeout: o.bootTimeout, Installation: installation,
+		Guests: guests, BootTimeout: o.bootTimeout, Installation: installation, StateDir: o.stateDir,
 		Idle: idle, Notifier: notices,
 		DomainPrefix: o.test.domainPrefix, Host: nd.name, Fleet: nd.orchestratorFleet(), Leader: nd.leader(), HostTimeout: nd.timeout,
 		Availability: availability(st, hv)},

@@ -63,6 +63,7 @@ profile "ml101-lab" {
     }
   }
   groups = ["ml101", "staff"]
+  shares = ["ml101-data"]
   lease {
     default = "2h"
     max     = "4h"

@@ -44,4 +44,16 @@ server {
     retention = "730d"
     log       = true
   }
+
+  # The course datasets, read-only for students (enforced on the host), kept
+  # up to date by staff. The ml101-lab profile mounts them in every session
+  # at /gpuvm/shares/ml101-data.
+  storage {
+    share "ml101-data" {
+      description = "ML101 course datasets"
+      path        = "/srv/courses/ml101/data"
+      read_write  = ["group:staff"]
+      read_only   = ["group:ml101", "group:students"]
+    }
+  }
 }

@@ -133,6 +133,7 @@ profile "train-4" {
     template = "dev"
   }
   groups   = ["ml"]
+  shares   = ["team-data"]
   class    = "batch"
   priority = 10
   lease {

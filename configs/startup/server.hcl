@@ -51,4 +51,16 @@ server {
       mig_layout = ["2g.20gb", "2g.20gb", "2g.20gb", "1g.10gb"]
     }
   }
+
+  # The team's dataset: the ML group reads and writes it; other engineers
+  # may mount it read-only with `gpuvm create --share team-data`.
+  storage {
+    share "team-data" {
+      description = "the team's training data and checkpoints"
+      path        = "/tank/datasets/team"
+      mount       = "/data/team"
+      read_write  = ["group:ml"]
+      read_only   = ["group:engineers"]
+    }
+  }
 }

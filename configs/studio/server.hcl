@@ -33,4 +33,16 @@ server {
       mixed_size = true
     }
   }
+
+  # The shared asset library: leads curate it, artists read it. A Linux
+  # seat asks for it with `gpuvm create comp --share assets`; Windows seats
+  # do not get virtiofs shares.
+  storage {
+    share "assets" {
+      description = "the studio's asset library (textures, HDRIs, plates)"
+      path        = "/tank/assets"
+      read_write  = ["group:leads"]
+      read_only   = ["group:artists"]
+    }
+  }
 }

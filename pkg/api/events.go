@@ -59,6 +59,10 @@ const (
 	// WarningGuestDriver: the image's NVIDIA guest driver is not one the
 	// host's vGPU manager supports (its action is none).
 	WarningGuestDriver = "guest_driver"
+	// WarningShare: a share the VM was made with is left out at a start
+	// (its action is none): the owner no longer has access, or the share
+	// is no longer declared.
+	WarningShare = "share"
 )
 
 // What a vm.warning says will happen, or happens now.

@@ -25,6 +25,10 @@ type CreateVMRequest struct {
 	// Volumes names the caller's data disks (names or IDs) to attach to
 	// the VM: each ready and attached to no other VM (docs/volumes.md).
 	Volumes []string `json:"volumes,omitempty"`
+	// Shares names the admin-declared shares (GET /v1/shares) to mount in
+	// the VM, besides those its profile mounts always: at most 16, each
+	// one the owner may mount.
+	Shares []string `json:"shares,omitempty"`
 }
 
 // VM is a GPU virtual machine as the API shows it.
@@ -81,6 +85,10 @@ type VM struct {
 	// portal and the CLI offer exactly this. In every answer (lists too);
 	// absent when the VM's profile no longer exists.
 	Access *VMAccess `json:"access,omitempty"`
+	// Shares are the shares mounted in the VM (its profile's and those
+	// asked for) and the owner's mode of each as the policy says now; the
+	// access is checked again at each start.
+	Shares []VMShare `json:"shares,omitempty"`
 
 	// Capabilities say what can be done to the VM's state — a disk
 	// snapshot, a memory snapshot, suspend, live migration — each with the

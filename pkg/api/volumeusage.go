@@ -21,9 +21,6 @@ type VolumeUsage struct {
 	Note        string `json:"note,omitempty"`
 }
 
-// VolumeHome is the kind of a person's home.
-const VolumeHome = "home"
-
 // EventVolumeWarning is the type of the notice a volume's owner gets when
 // it reaches QuotaWarnPercent of its quota (once; again after it went
 // below and came back). It is the person's event, of no VM (vm_id is

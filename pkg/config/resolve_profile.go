@@ -186,6 +186,7 @@ func (r *resolver) resolveProfile(b *profileBlock) {
 	p.Lease = r.resolveLease(b.Lease)
 	r.resolveProfileLicensing(b, p) // licensing.go
 	r.resolveProfileHome(b, p)      // storage.go
+	r.resolveProfileShares(b, p)    // shares.go
 
 	r.resolveAccess(b, p)
 

@@ -103,6 +103,9 @@ func (r *resolver) resolveServer(b *serverBlock) {
 	r.resolveAuth(b.Auth)
 	r.cfg.Server.Licensing = r.resolveLicensing(b.Licensing, nil) // licensing.go
 	r.resolveStorage(b.Storage)                                   // storage.go
+	if b.Storage != nil {
+		r.resolveShares(b.Storage.Shares) // shares.go
+	}
 }
 
 // Defaults and bounds of the audit block.

@@ -47,9 +47,24 @@ type serverBlock struct {
 // storageBlock says where what is a person's (not a VM's) lives on this
 // server: their homes.
 type storageBlock struct {
-	Homes    *homesBlock `hcl:"homes,block"`
-	DefRange hcl.Range   `hcl:",def_range"`
-	Body     hcl.Body    `hcl:",body"`
+	Homes    *homesBlock   `hcl:"homes,block"`
+	Shares   []*shareBlock `hcl:"share,block"`
+	DefRange hcl.Range     `hcl:",def_range"`
+	Body     hcl.Body      `hcl:",body"`
+}
+
+// shareBlock is a host directory an admin offers people's VMs: a group's
+// datasets, a course's material (shares.go).
+type shareBlock struct {
+	Name        string    `hcl:"name,label"`
+	Path        string    `hcl:"path"`
+	Mount       *string   `hcl:"mount,optional"`
+	ReadWrite   []string  `hcl:"read_write,optional"`
+	ReadOnly    []string  `hcl:"read_only,optional"`
+	Description *string   `hcl:"description,optional"`
+	DefRange    hcl.Range `hcl:",def_range"`
+	LabelRange  hcl.Range `hcl:"name,label_range"`
+	Body        hcl.Body  `hcl:",body"`
 }
 
 // homesBlock gives every person a home that follows them to every VM.
@@ -275,6 +290,7 @@ type profileBlock struct {
 	Lease       *leaseBlock     `hcl:"lease,block"`
 	Licensing   *licensingBlock `hcl:"licensing,block"`
 	Home        *bool           `hcl:"home,optional"`
+	Shares      []string        `hcl:"shares,optional"`
 	DefRange    hcl.Range       `hcl:",def_range"`
 	LabelRange  hcl.Range       `hcl:"name,label_range"`
 	Body        hcl.Body        `hcl:",body"`

@@ -67,7 +67,7 @@ func (r *resolver) resolveStorage(b *storageBlock) {
 	}
 	if hb.Mount != nil {
 		h.Mount = *hb.Mount
-		if err := checkGuestMount(h.Mount); err != nil {
+		if err := checkGuestMount(h.Mount, "home", DefaultHomeMount); err != nil {
 			r.errf(valueRange(body, "mount", def), "Invalid mount", "%v.", err)
 		}
 	}
@@ -100,23 +100,24 @@ func (r *resolver) checkUIDRange(hb *homesBlock, h *Homes) {
 	}
 }
 
-// checkGuestMount checks a path in the guest a home is mounted on.
-func checkGuestMount(p string) error {
+// checkGuestMount checks a path in the guest a home or a share (what) is
+// mounted on; example is a good one.
+func checkGuestMount(p, what, example string) error {
 	switch {
 	case p == "":
-		return fmt.Errorf("mount is the path in the guest where the home appears; it may not be empty")
+		return fmt.Errorf("mount is the path in the guest where the %s appears; it may not be empty", what)
 	case !strings.HasPrefix(p, "/"):
-		return fmt.Errorf("mount %q is not an absolute path; write e.g. %q", p, DefaultHomeMount)
+		return fmt.Errorf("mount %q is not an absolute path; write e.g. %q", p, example)
 	case len(p) > 200 || !guestPathRE.MatchString(p):
 		return fmt.Errorf("mount %q: a guest path is at most 200 characters of letters, digits, '.', '_', '-' and '/', with no empty part or trailing '/'", p)
 	case path.Clean(p) != p:
 		return fmt.Errorf("mount %q is not a clean path; write %q", p, path.Clean(p))
 	case p == "/home":
-		return fmt.Errorf("mount %q would hide every account's home in the guest; write a directory of its own such as %q", p, DefaultHomeMount)
+		return fmt.Errorf("mount %q would hide every account's home in the guest; write a directory of its own such as %q", p, example)
 	}
 	for _, d := range systemDirs {
 		if p == d || strings.HasPrefix(p, d+"/") {
-			return fmt.Errorf("mount %q is in the guest system's own directory %s; write a directory of its own such as %q", p, d, DefaultHomeMount)
+			return fmt.Errorf("mount %q is in the guest system's own directory %s; write a directory of its own such as %q", p, d, example)
 		}
 	}
 	return nil

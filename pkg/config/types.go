@@ -82,6 +82,9 @@ type Server struct {
 // Storage is the server's storage block (storage.go).
 type Storage struct {
 	Homes Homes `json:"homes"`
+	// Shares are the admin-declared folders people's VMs may mount, by
+	// name (shares.go).
+	Shares map[string]*Share `json:"shares,omitempty"`
 }
 
 // Homes gives every person a directory of their own on this server,
@@ -362,6 +365,9 @@ type Profile struct {
 	// Home: the owner's home (Server.Storage.Homes) is attached to the
 	// VM and mounted in its guest.
 	Home bool `json:"home"`
+	// Shares are mounted in every VM of the profile (Server.Storage.Shares
+	// names), beside those the person asks for.
+	Shares []string `json:"shares,omitempty"`
 	// Source is "file:line" of the profile block.
 	Source    string    `json:"source"`
 	DeclRange hcl.Range `json:"-"`

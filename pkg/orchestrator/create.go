@@ -234,6 +234,13 @@ func (lc *lifecycle) vmRequest(ctx context.Context, vm *store.VM) (hypervisor.VM
 	if home != nil {
 		in.Filesystems = []domain.Filesystem{home.fs}
 	}
+	shares, err := lc.shares(ctx, set, p, vm) // shares.go
+	if err != nil {
+		return hypervisor.VMRequest{}, fmt.Errorf("vm %s: %w", vm.ID, err)
+	}
+	for _, s := range shares {
+		in.Filesystems = append(in.Filesystems, s.fs)
+	}
 	spec, err := domain.FromProfile(p, in)
 	if err == nil && lc.settings().DetachSimulatedGPUs && len(spec.Hostdevs) > 0 {
 		lc.log.Warn("simulated GPU server: the VM's GPU devices exist only in the simulator and are not attached to the domain",
@@ -254,7 +261,7 @@ func (lc *lifecycle) vmRequest(ctx context.Context, vm *store.VM) (hypervisor.VM
 	if len(allocs) > 0 {
 		kind = allocs[0].Kind
 	}
-	if req.Seed, err = lc.seed(ctx, set, p, vm, kind, home); err != nil { // seed.go
+	if req.Seed, err = lc.seed(ctx, set, p, vm, kind, home, shares); err != nil { // seed.go
 		return hypervisor.VMRequest{}, err
 	}
 	if p.Disk != nil && p.Disk.Image != "" {

@@ -75,7 +75,7 @@ profile "nohome" {
 	if fi, err := os.Stat(h.fs.Source); err != nil || fi.Mode().Perm() != 0o700 {
 		t.Fatalf("home dir: %v, %v", fi, err)
 	}
-	seed, err := lc.seed(ctx, set, cfg.Profiles["p"], vm, "", h)
+	seed, err := lc.seed(ctx, set, cfg.Profiles["p"], vm, "", h, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,7 +93,7 @@ profile "nohome" {
 	if h, err := lc.home(ctx, set, cfg.Profiles["nohome"], vm); h != nil || err != nil {
 		t.Errorf("profile without a home: %+v, %v", h, err)
 	}
-	if seed, err := lc.seed(ctx, set, cfg.Profiles["nohome"], vm, "", nil); err != nil || strings.Contains(seed.UserData, "uid:") {
+	if seed, err := lc.seed(ctx, set, cfg.Profiles["nohome"], vm, "", nil, nil); err != nil || strings.Contains(seed.UserData, "uid:") {
 		t.Errorf("seed without a home: %v\n%s", err, seed.UserData)
 	}
 	lc.virtiofsd = func() (string, error) { return "", homes.ErrNoVirtiofsd }

@@ -76,6 +76,8 @@ type lifecycleStore interface {
 	ListEventsSince(ctx context.Context, afterID int64, f store.EventFilter) ([]store.Event, error)
 	GetVMCredential(ctx context.Context, vmID string) (*store.VMCredential, error)
 	UserUID(ctx context.Context, name string, min, max int64) (int64, error)
+	// UserGroups: the owner's groups, for a share's access (shares.go).
+	UserGroups(ctx context.Context, names []string) (map[string][]string, error)
 	AppendEvent(ctx context.Context, e *store.Event) error
 }
 
@@ -98,7 +100,11 @@ type lifecycleSettings struct {
 	RenderCloudInit func(p *config.Profile, in config.CloudInitInput) (string, error)
 	Libvirt         config.Libvirt
 	// Homes is the server's storage.homes (home.go).
-	Homes    config.Homes
+	Homes config.Homes
+	// Shares are the server's share blocks, by name; StateDir is
+	// server.state_dir, which holds the read-only views (shares.go).
+	Shares   map[string]*config.Share
+	StateDir string
 	Location *time.Location // the policy's timezone
 	// Config is the configuration in force, whole (nil in tests that set
 	// only the fields above).

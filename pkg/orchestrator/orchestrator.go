@@ -8,6 +8,7 @@
 package orchestrator
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"log/slog"
@@ -95,6 +96,10 @@ type Config struct {
 	// removes nothing that names another (orphans.go). Empty: read from
 	// the store.
 	Installation string
+	// StateDir is gpuvmd's state directory (its --state-dir, which wins
+	// over server.state_dir), where read-only shares' views are made;
+	// empty: the configuration's.
+	StateDir string
 	// DomainPrefix starts the name of every domain this orchestrator makes
 	// (default "gpuvm-"); the reconciler only ever removes domains that
 	// carry gpuvm's metadata and this prefix.
@@ -245,6 +250,7 @@ func New(cfg Config, opts ...Option) *Orchestrator {
 				DetachSimulatedGPUs: set.DetachSimulatedGPUs, ShutdownTimeout: set.ShutdownTimeout,
 				BootTimeout: set.BootTimeout, BootCheck: set.BootCheck, Rescan: set.ReconcileEvery, InFleet: set.Fleet != nil,
 				Profiles: c.Profiles, Images: c.Images, Libvirt: c.Server.Libvirt, Homes: c.Server.Storage.Homes, Location: c.Policy.Location,
+				Shares: c.Server.Storage.Shares, StateDir: cmp.Or(set.StateDir, c.Server.StateDir),
 				RenderCloudInit: c.RenderCloudInit, Config: c}
 		}}
 	o.quotas = newHomeQuotas(set.Store, live, o.log)

@@ -24,7 +24,7 @@ import (
 // gets the licensing script as vendor-data (pkg/licensing). A VM with a
 // home (home.go) gets the vendor-data that mounts it, and its template the
 // owner's uid.
-func (lc *lifecycle) seed(ctx context.Context, set lifecycleSettings, p *config.Profile, vm *store.VM, kind gpu.Kind, home *vmHome) (*cloudinit.Config, error) {
+func (lc *lifecycle) seed(ctx context.Context, set lifecycleSettings, p *config.Profile, vm *store.VM, kind gpu.Kind, home *vmHome, shares []vmShare) (*cloudinit.Config, error) {
 	if p == nil || p.CloudInit == nil {
 		return nil, nil
 	}
@@ -50,6 +50,9 @@ func (lc *lifecycle) seed(ctx context.Context, set lifecycleSettings, p *config.
 	if home != nil {
 		in.UID = home.uid
 		c.Home = &cloudinit.Home{Tag: home.fs.Tag, Mount: home.mount, UID: home.uid}
+	}
+	for _, s := range shares {
+		c.Shares = append(c.Shares, s.mount)
 	}
 	ud, err := set.RenderCloudInit(p, in)
 	if err != nil {

@@ -58,7 +58,7 @@ profile "bare" {
 	}
 	lc := &lifecycle{st: st}
 	set := lifecycleSettings{RenderCloudInit: cfg.RenderCloudInit}
-	c, err := lc.seed(ctx, set, cfg.Profiles["desk"], vm, "", nil)
+	c, err := lc.seed(ctx, set, cfg.Profiles["desk"], vm, "", nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,7 +71,7 @@ profile "bare" {
 	if err := c.Validate(); err != nil {
 		t.Error(err)
 	}
-	if c, err := lc.seed(ctx, set, cfg.Profiles["bare"], vm, "", nil); c != nil || err != nil {
+	if c, err := lc.seed(ctx, set, cfg.Profiles["bare"], vm, "", nil, nil); c != nil || err != nil {
 		t.Errorf("profile without cloud_init: %+v, %v", c, err)
 	}
 }
@@ -109,7 +109,7 @@ profile "p" {
 	set := lifecycleSettings{RenderCloudInit: cfg.RenderCloudInit}
 	key := "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIG9mZmljaWFs ann@laptop"
 	vm := &store.VM{ID: "0d3c8d0e-9c1a-4d5e-9f00-5b5c2a0e7a11", Name: "box-1", Owner: "ann", Spec: `{"hours":1,"ssh_keys":["` + key + `"]}`}
-	seed, err := lc.seed(ctx, set, cfg.Profiles["p"], vm, "", nil)
+	seed, err := lc.seed(ctx, set, cfg.Profiles["p"], vm, "", nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,7 +128,7 @@ profile "p" {
 		t.Errorf("meta-data:\n%s", md)
 	}
 	vm.Spec = `{"hours":1}`
-	if seed, err = lc.seed(ctx, set, cfg.Profiles["p"], vm, "", nil); err != nil || len(seed.SSHKeys) != 0 {
+	if seed, err = lc.seed(ctx, set, cfg.Profiles["p"], vm, "", nil, nil); err != nil || len(seed.SSHKeys) != 0 {
 		t.Errorf("without keys: %+v, %v", seed, err)
 	}
 }
@@ -195,7 +195,7 @@ func TestSeedLicensing(t *testing.T) {
 			if _, err := st.CreateVM(ctx, vm, store.CreateVMOptions{RequestedBy: "ann"}); err != nil {
 				t.Fatal(err)
 			}
-			c, err := lc.seed(ctx, set, cfg.Profiles[tc.profile], vm, tc.kind, nil)
+			c, err := lc.seed(ctx, set, cfg.Profiles[tc.profile], vm, tc.kind, nil, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -244,7 +244,7 @@ func TestSeedLicensing(t *testing.T) {
 	if _, err := st.CreateVM(ctx, vm, store.CreateVMOptions{RequestedBy: "ann"}); err != nil {
 		t.Fatal(err)
 	}
-	_, err := lc.seed(ctx, set, cfg.Profiles["lost"], vm, gpu.KindVGPU, nil)
+	_, err := lc.seed(ctx, set, cfg.Profiles["lost"], vm, gpu.KindVGPU, nil, nil)
 	if err == nil || !strings.Contains(err.Error(), "profile lost") || !strings.Contains(err.Error(), "p.hcl:") || !strings.Contains(err.Error(), "/nonexistent/t.tok") {
 		t.Errorf("a missing token file: %v", err)
 	}

@@ -262,6 +262,7 @@ func (s *Server) routes() {
 	s.actionRoutes(vms)   // actions.go
 	s.snapshotRoutes(vms) // snapshots.go
 	s.volumeRoutes(vms)   // volumes.go
+	s.shareRoutes(vms)    // shares.go
 	vms.GET("/operations/:id", s.getOperation)
 	vms.GET("/events", s.stream, s.events)
 	s.consoleRoutes(vms) // console, console.vv, tunnel; their websockets and the browser page

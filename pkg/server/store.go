@@ -72,6 +72,8 @@ type AccountStore interface {
 	CreateUser(ctx context.Context, u *store.User) error
 	ListUsers(ctx context.Context) ([]store.User, error)
 	ListGroups(ctx context.Context) ([]store.Group, error)
+	// UserGroups: a VM owner's groups, for the mode of its shares (shares.go).
+	UserGroups(ctx context.Context, names []string) (map[string][]string, error)
 	CreateToken(ctx context.Context, user, name string, expiresAt *time.Time) (string, *store.APIToken, error)
 	ListTokens(ctx context.Context, user string) ([]store.APIToken, error)
 	SetUserSSHKeys(ctx context.Context, name string, keys []string) error

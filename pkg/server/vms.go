@@ -89,6 +89,9 @@ type vmSpec struct {
 	// SSHHostKeys are what the orchestrator adds at create: the public
 	// halves of the guest's host keys (orchestrator.SpecHostKeys).
 	SSHHostKeys []string `json:"ssh_host_keys,omitempty"`
+	// Shares are the shares asked for (orchestrator.SpecShares); the
+	// profile's are not repeated here.
+	Shares []string `json:"shares,omitempty"`
 }
 
 func (s *Server) createVM(c *gin.Context) {
@@ -147,6 +150,10 @@ func (s *Server) createVM(c *gin.Context) {
 			return
 		}
 	}
+	if prob := checkVMShares(s.config(), u, p, req.Shares); prob != nil { // shares.go
+		s.writeProblem(c, prob)
+		return
+	}
 	volumeIDs, ok := s.createVolumes(c, u.Name, req.Volumes) // volumes.go
 	if !ok {
 		return
@@ -193,7 +200,7 @@ func (s *Server) createVM(c *gin.Context) {
 		}
 		name = strings.TrimRight(name[:min(len(name), 55)], "-") + "-" + hex.EncodeToString(b)
 	}
-	spec, _ := json.Marshal(vmSpec{Hours: req.Hours, SSHKeys: req.SSHKeys})
+	spec, _ := json.Marshal(vmSpec{Hours: req.Hours, SSHKeys: req.SSHKeys, Shares: req.Shares})
 	vm := &store.VM{Name: name, Owner: u.Name, Profile: p.Name, Spec: string(spec), Hours: req.Hours, Phase: api.PhaseQueued,
 		DisplayPassword: newDisplayPassword()}
 	vm.StateReason = waitReason
@@ -394,6 +401,7 @@ func (s *Server) getVM(c *gin.Context) {
 	s.addLiveInfo(c, vm, &out)                         // addresses and console: here only, never in lists
 	s.addLicenses(c, vm, &out)                         // licensing.go
 	out.Capabilities = s.vmCapabilities(c, vm, allocs) // capabilities.go
+	out.Shares = s.vmShares(c.Request.Context(), vm)   // shares.go
 	// The estimated start of a queued VM (estimate.go).
 	s.vmEstimate(c.Request.Context(), vm, &out)
 	sayVM(c, &out)

@@ -109,8 +109,10 @@ func TestHomeFollowsThePerson(t *testing.T) {
 	root := t.TempDir()
 	profiles := strings.NewReplacer("KERNEL", tiny.files[tiny.kernel], "INITRD", tiny.files[tiny.initrd],
 		"CMDLINE", guest.Cmdline).Replace(homeProfiles)
-	w := newWorld(t, worldConfig{preset: "h100x8", uri: systemURI, pool: tiny.pool, profiles: profiles,
-		storage: fmt.Sprintf("    homes {\n      root = %q\n    }", root)})
+	team := newTeamShare(t) // shares_test.go
+	w := newWorld(t, worldConfig{preset: "h100x8", uri: systemURI, pool: tiny.pool, profiles: team.profile(profiles),
+		storage: fmt.Sprintf("    homes {\n      root = %q\n    }", root) + team.storage})
+	team.releaseViews(t, w)
 	w.start()
 	up := time.Since(begin)
 	hostBefore, lvBefore := w.simHost(), w.libvirtState(hv)
@@ -161,6 +163,7 @@ func TestHomeFollowsThePerson(t *testing.T) {
 		t.Errorf("bob-1 sees %q in %s: want bob's own home, empty", got["entries"], homeMount)
 	}
 	diskBytes := w.diskWritten(sh, ann, bob, disk, bob1)
+	team.check(t, w, hv, sh, ann, bob, bob1) // shares_test.go
 
 	// ann's first VM goes (and bob's); her notes stay on the host, hers.
 	delBob := w.deleteAsync(bob1)

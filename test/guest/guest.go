@@ -20,6 +20,7 @@
 //	GPUVM-USER=<name>                 for each account made from user-data
 //	GPUVM-HOME=<tag> on <path>        the home's virtiofs mount, when vendor-data has its script
 //	GPUVM-HOME=not mounted            when the script did not mount it
+//	GPUVM-SHARE=<tag> on <path>       each share's virtiofs mount, when vendor-data has gpuvm-shares.sh
 //	GPUVM-GUEST-READY                 once booted and listening for ACPI events
 //	GPUVM-SSH-HOSTKEY=SHA256:…        the SSH host key's fingerprint
 //	GPUVM-SSH-HOSTKEY-FROM=seed|made  the seed's key (vendor-data's ssh_keys), or one made at boot

@@ -69,6 +69,8 @@ type Config struct {
 	// Home, when set, is the owner's home the guest mounts over virtiofs:
 	// the seed's vendor-data adds it to /etc/fstab and mounts it (home.go).
 	Home *Home
+	// Shares are mounted by the vendor-data too (shares.go).
+	Shares []Share
 }
 
 // maxUserData bounds UserData; cloud-init reads the whole of it.
@@ -134,6 +136,9 @@ func (c Config) Validate() error {
 	}
 	if c.Home != nil {
 		probs = append(probs, c.Home.problems()...)
+	}
+	for i := range c.Shares {
+		probs = append(probs, c.Shares[i].problems()...)
 	}
 	if len(probs) > 0 {
 		return fmt.Errorf("cloud-init seed: %s", strings.Join(probs, "; "))

@@ -106,6 +106,9 @@ func vendorData(c Config) (string, error) {
 	if c.Home != nil {
 		parts = append(parts, part{"text/x-shellscript", "gpuvm-home.sh", homeScript(c.Home, c.User)}) // home.go
 	}
+	if len(c.Shares) > 0 {
+		parts = append(parts, part{"text/x-shellscript", "gpuvm-shares.sh", sharesScript(c.Shares)}) // shares.go
+	}
 	if c.VendorData != "" {
 		typ := "text/x-shellscript"
 		if strings.HasPrefix(c.VendorData, "#cloud-config") {

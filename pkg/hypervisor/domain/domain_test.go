@@ -78,6 +78,22 @@ func goldenSpecs() map[string]Spec {
 			Filesystems: []Filesystem{{Source: "/var/lib/gpuvm/homes/ci", Tag: "gpuvm-home", Binary: "/usr/lib/qemu/virtiofsd"}},
 			Metadata:    Metadata{VMID: "vm-tiny", Owner: "ci", Profile: "tiny"},
 		},
+		// The owner's home and two admin-declared shares: a read-write one
+		// from its own directory, a read-only one from gpuvmd's read-only
+		// bind mount of it (libvirt 9 refuses <readonly/> on virtiofs, so
+		// the domain has none: the host enforces it).
+		"linux-home-shares": {
+			Name: "gpuvm-tiny-shares", UUID: testUUID, VCPUs: 1, MemoryBytes: 256 << 20,
+			DomainType: TypeQEMU,
+			Kernel:     "/var/lib/gpuvm/guest/vmlinuz", Initrd: "/var/lib/gpuvm/guest/initrd.img",
+			Cmdline: "console=ttyS0 panic=-1",
+			Disks:   []Disk{seed},
+			Network: Network{Name: "default"},
+			Filesystems: []Filesystem{{Source: "/var/lib/gpuvm/homes/ci", Tag: "gpuvm-home"},
+				{Source: "/srv/datasets/team", Tag: "gpuvm-share-team"},
+				{Source: "/var/lib/gpuvm/shares/imagenet", Tag: "gpuvm-share-imagenet"}},
+			Metadata: Metadata{VMID: "vm-tiny", Owner: "ci", Profile: "tiny"},
+		},
 		// A whole GPU (VFIO: all guest memory pinned) beside the owner's
 		// home (virtiofs: guest memory shared with virtiofsd).
 		"passthrough-home": {
