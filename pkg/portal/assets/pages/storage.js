@@ -28,16 +28,16 @@ addWords({
     st_rw: 'read-write', st_ro: 'read-only', st_mode: 'Access', st_mount: 'In the guest', st_rule: 'Given by',
     st_roEnforced: 'Read-only is enforced on the host: the share is served through a read-only bind mount, so nothing in the VM can write to it.',
     st_roNotEnforced: 'Read-only cannot be enforced on this host.',
-    st_unavailable: 'Not available on this host now: {why}',
+    st_unavailable: 'Not available on this host now: a VM with it does not start. Ask your admin{admin}.',
     st_askShare: 'To have a share in a VM, ask for the VM with it; the share is mounted when the VM starts:',
     st_askShareForm: 'A profile may bring shares of its own; the ask form in GPU machines takes the profile\'s.',
     st_disks: 'Data disks',
     st_disksIntro: 'Block volumes of your own, attached to one VM at a time while it is stopped or queued, there at its next start. Deleting a VM keeps its disks.',
-    st_diskQuota: 'Your disks hold {used} of {quota} ({pct}), the rule {rule}.', st_diskQuotaSR: 'Your data disks hold {used} of {quota}, {pct}.',
+    st_diskQuota: 'Your disks hold {used} of {quota} ({pct}); the limit is set by {rule}.', st_diskQuotaSR: 'Your data disks hold {used} of {quota}, {pct}.',
     st_diskNoQuota: 'Your disks hold {used}; no rule bounds them.',
     st_noDisks: 'You have no data disks.',
     st_name: 'Name', st_size: 'Size', st_state: 'State', st_attached: 'Attached to', st_device: 'In the guest', st_detached: 'not attached',
-    st_sizeHint: 'A binary unit: 512MiB, 20GiB, 1TiB.', st_nameHint: 'Lower-case letters, digits and dashes, starting with a letter.',
+    st_sizeHint: 'A binary unit: 512 MiB, 20 GiB, 1 TiB.', st_nameHint: 'Lower-case letters, digits and dashes, starting with a letter.',
     st_create: 'Create a data disk', st_createYes: 'Create', st_created: 'Data disk {name} is made.',
     st_grow: 'Grow', st_growTo: 'New size of {name}', st_growYes: 'Grow', st_grown: '{name} is now {size}. Grow its file system inside the guest (resize2fs).',
     st_attach: 'Attach', st_attachTo: 'VM to attach {name} to', st_attachYes: 'Attach', st_attachedTo: '{name} is attached to {vm}: it is there at the VM\'s next start.',
@@ -49,7 +49,7 @@ addWords({
     st_diskStates: {creating: 'being made', ready: 'ready', deleting: 'being deleted', error: 'failed'},
     st_snaps: 'Snapshots',
     st_snapsIntro: 'A snapshot keeps a VM\'s system disk as it was (not its data disks, home or shares). Restoring one puts the disk back as it was; the VM must be stopped.',
-    st_snapKeep: 'You may keep {n} snapshots of a VM (the rule {rule}).',
+    st_snapKeep: 'You may keep {n} snapshots in all, of all your VMs together (set by {rule}).',
     st_noSnaps: 'None of your VMs has a snapshot.',
     st_take: 'Take a snapshot', st_takeVM: 'VM', st_label: 'Label', st_labelHint: 'Optional: at most 64 characters.',
     st_takeYes: 'Take', st_taken: 'A snapshot of {vm} is being taken.', st_noSnapVMs: 'You have no running or stopped VM.',
@@ -81,16 +81,16 @@ addWords({
     st_rw: '读写', st_ro: '只读', st_mode: '权限', st_mount: '客户机内路径', st_rule: '依据规则',
     st_roEnforced: '只读在宿主机上强制执行：共享通过只读绑定挂载提供，虚拟机内无法写入。',
     st_roNotEnforced: '此宿主机无法强制只读。',
-    st_unavailable: '此宿主机上目前不可用：{why}',
+    st_unavailable: '此宿主机上目前不可用：带有它的虚拟机无法启动。请联系管理员{admin}。',
     st_askShare: '要在虚拟机中使用共享，申请虚拟机时带上它；虚拟机启动时会挂载该共享：',
     st_askShareForm: '配置本身也可以带有共享；“GPU 机器”中的申请表单使用配置自带的共享。',
     st_disks: '数据盘',
     st_disksIntro: '属于你的块存储卷，每次挂接到一台虚拟机，须在虚拟机停止或排队时挂接，下次启动时生效。删除虚拟机时会保留其数据盘。',
-    st_diskQuota: '你的数据盘共占 {used} / {quota}（{pct}），依据规则 {rule}。', st_diskQuotaSR: '你的数据盘共占 {used} / {quota}，占 {pct}。',
+    st_diskQuota: '你的数据盘共占 {used} / {quota}（{pct}）；上限由 {rule} 设定。', st_diskQuotaSR: '你的数据盘共占 {used} / {quota}，占 {pct}。',
     st_diskNoQuota: '你的数据盘共占 {used}；没有规则限制。',
     st_noDisks: '你还没有数据盘。',
     st_name: '名称', st_size: '大小', st_state: '状态', st_attached: '挂接到', st_device: '客户机内设备', st_detached: '未挂接',
-    st_sizeHint: '使用二进制单位：512MiB、20GiB、1TiB。', st_nameHint: '小写字母、数字和连字符，以字母开头。',
+    st_sizeHint: '使用二进制单位：512 MiB、20 GiB、1 TiB。', st_nameHint: '小写字母、数字和连字符，以字母开头。',
     st_create: '创建数据盘', st_createYes: '创建', st_created: '数据盘 {name} 已创建。',
     st_grow: '扩容', st_growTo: '{name} 的新大小', st_growYes: '扩容', st_grown: '{name} 现在为 {size}。请在客户机内扩展其文件系统（resize2fs）。',
     st_attach: '挂接', st_attachTo: '要挂接 {name} 的虚拟机', st_attachYes: '挂接', st_attachedTo: '{name} 已挂接到 {vm}：虚拟机下次启动时可用。',
@@ -102,7 +102,7 @@ addWords({
     st_diskStates: {creating: '创建中', ready: '就绪', deleting: '删除中', error: '失败'},
     st_snaps: '快照',
     st_snapsIntro: '快照保存虚拟机系统盘当时的状态（不含数据盘、主目录和共享）。恢复快照会把磁盘还原到当时的状态；虚拟机必须已停止。',
-    st_snapKeep: '每台虚拟机最多可保留 {n} 个快照（依据规则 {rule}）。',
+    st_snapKeep: '你的所有虚拟机合计最多可保留 {n} 个快照（由 {rule} 设定）。',
     st_noSnaps: '你的虚拟机都还没有快照。',
     st_take: '创建快照', st_takeVM: '虚拟机', st_label: '标签', st_labelHint: '可选：最多 64 个字符。',
     st_takeYes: '创建', st_taken: '正在为 {vm} 创建快照。', st_noSnapVMs: '你没有运行中或已停止的虚拟机。',
@@ -220,8 +220,15 @@ function Home({vol}) {
       ${q ? html`<${Bar} used=${vol.used_bytes} quota=${q} />` : null}</div>`}
     ${known && vol.enforcement === 'project' && html`<p id="home-enforcement">${t('st_enforced')}</p>`}
     ${known && vol.enforcement && vol.enforcement !== 'project' && html`<p id="home-enforcement" class="warn">${t('st_notEnforced')}</p>`}
-    ${vol.note && html`<details class="server-words"><summary>${t('st_serverWords')}</summary><p lang="en">${vol.note}</p></details>`}
+    <${ServerWords} text=${vol.note} />
   </section>`;
+}
+
+// ServerWords: the server's own words (English, written for admins),
+// folded away.
+function ServerWords({text}) {
+  if (!text) return null;
+  return html`<details class="server-words"><summary>${t('st_serverWords')}</summary><p lang="en">${text}</p></details>`;
 }
 
 // homeAt says where the home is mounted, the path as code.
@@ -245,7 +252,8 @@ function Shares({list}) {
         ${s.rule && html`<div><dt>${t('st_rule')}</dt><dd><code>${s.rule}</code></dd></div>`}
       </dl>
       ${s.mode === 'ro' && html`<p class="enforcement">${s.enforcement && s.enforcement !== 'none' ? t('st_roEnforced') : t('st_roNotEnforced')}</p>`}
-      ${!s.available && html`<p class="warn">${t('st_unavailable', {why: s.unavailable})}</p>`}
+      ${!s.available && html`<p class="warn">${t('st_unavailable')}</p>
+        <${ServerWords} text=${s.unavailable} />`}
     </li>`)}</ul>`}
     <p>${t('st_askShare')} <code>gpuvm create PROFILE --share ${shares.length ? shares[0].name : 'NAME'}</code></p>
     <p class="hint">${t('st_askShareForm')}</p>
@@ -307,7 +315,7 @@ function CreateDisk({act}) {
         <p class="hint">${t('st_nameHint')}</p>
         <${Err} id="disk-name-error" err=${err} field="name" /></div>
       <div class="field"><label for="disk-size">${t('st_size')}</label>
-        <input id="disk-size" value=${size} required placeholder="20GiB" autocomplete="off" onInput=${(e) => setSize(e.target.value)} ...${errAttrs(err, 'size', 'disk-size-error')} />
+        <input id="disk-size" value=${size} required placeholder="20 GiB" autocomplete="off" onInput=${(e) => setSize(e.target.value)} ...${errAttrs(err, 'size', 'disk-size-error')} />
         <p class="hint">${t('st_sizeHint')}</p>
         <${Err} id="disk-size-error" err=${err} field="size" /></div>
     </div>
@@ -357,7 +365,7 @@ function Grow({v, id, err, run}) {
   };
   return html`<form class="inline" onSubmit=${submit}>
     <label for=${id + '-size'}>${t('st_growTo', {name: v.name})}</label>
-    <input id=${id + '-size'} value=${size} required placeholder=${fmtBytes(v.size_bytes * 2).replace(' ', '')} autocomplete="off"
+    <input id=${id + '-size'} value=${size} required placeholder=${fmtBytes(v.size_bytes * 2)} autocomplete="off"
       onInput=${(e) => setSize(e.target.value)} ...${errAttrs(err, 'size', id + '-size-error')} />
     <${Err} id=${id + '-size-error'} err=${err} field="size" />
     <${Err} id=${id + '-grow-error'} err=${err} field="*" fields=${['size']} />
