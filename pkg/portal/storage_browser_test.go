@@ -259,6 +259,7 @@ func TestStoragePageInChromium(t *testing.T) {
 	b.click(`#take-snapshot button[type=submit]`)
 	b.waitFor("the snapshot taken", `[...document.querySelectorAll('#snaps-up li[data-state="ready"] h4')].some((h) => h.textContent === 'nightly')`)
 	b.check("storage-snapshots")
+	b.phoneFit("storage-snapshots")
 }
 
 // My storage in Chinese, on a server without homes: it says so, and
@@ -292,4 +293,5 @@ func TestStoragePageInChinese(t *testing.T) {
 		t.Errorf("English on the Chinese page:\n%s", strings.Join(bad, "\n"))
 	}
 	b.check("storage-zh")
+	b.phoneFit("storage-zh")
 }
