@@ -142,8 +142,9 @@ func (b *browser) click(sel string) {
 
 // My storage, in English: the home's used/quota from the home quotas'
 // reading and how it holds; the shares ann may mount; a data disk
-// created, refused (name taken, over the quota, attached to a running VM)
-// beside the field the server names, attached, detached and deleted, all
+// created, refused (name taken, over the quota, shrunk, attached to a
+// running VM) beside the field the server names, grown, attached,
+// detached and deleted, all
 // through the page; the snapshots with their consistency, a restore
 // refused while the VM runs, a hostile label refused, and a snapshot
 // taken.
@@ -209,6 +210,18 @@ func TestStoragePageInChromium(t *testing.T) {
 	t.Logf("over the quota: %s", b.text(`#disk-size-error`))
 	b.check("storage-refused")
 
+	// Grow: a smaller size refused beside the size, then 2 GiB.
+	b.click(`#disk-scratch .buttons button:nth-child(1)`)
+	b.run(chromedp.WaitVisible(`#disk-scratch-size`, chromedp.ByQuery))
+	b.fill(`#disk-scratch-size`, "512MiB")
+	b.click(`#disk-scratch form button[type=submit]`)
+	b.waitFor("the shrink refused", `document.querySelector('#disk-scratch-size-error')?.textContent.includes('only grows')`)
+	b.fill(`#disk-scratch-size`, "2GiB")
+	b.click(`#disk-scratch form button[type=submit]`)
+	b.waitFor("grown", `document.querySelector('#disk-scratch .size')?.textContent === '2 GiB' && !document.querySelector('#disk-scratch form')`)
+	if got := b.text(`#disk-quota`); !strings.Contains(got, "2 GiB of 3 GiB (67%)") {
+		t.Errorf("the disk quota after the grow: %q", got)
+	}
 	// Attach: to the running VM, refused beside the VM's select; to the
 	// stopped one, done.
 	b.click(`#disk-scratch .buttons button:nth-child(2)`)
