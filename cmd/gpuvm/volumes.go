@@ -74,7 +74,7 @@ func newVolumeLsCmd(getenv func(string) string) *cobra.Command {
 		Use:     "ls",
 		Aliases: []string{"list"},
 		Short:   "List your data disks",
-		Long:    "Lists your data disks (and your home, when the server gives homes): name, size, state, the VM it is attached to.\n\nOutput: a table; --json prints the api.VolumeList; --quiet the IDs only.\n" + connectionHelp + "\n" + exitHelp,
+		Long:    "Lists your data disks (and your home, when the server gives homes): name, size, what it uses and its quota (a home's as last measured), state, the VM it is attached to.\n\nOutput: a table; --json prints the api.VolumeList; --quiet the IDs only.\n" + connectionHelp + "\n" + exitHelp,
 		Args:    exactArgs(0, "no arguments"),
 		RunE: o.runE(func(ctx context.Context, c *client.Client, cmd *cobra.Command, _ []string) error {
 			if err := out.check(); err != nil {
@@ -216,20 +216,49 @@ func printVolumes(w io.Writer, list *api.VolumeList, out outputOpts) error {
 		return nil
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tKIND\tSIZE\tSTATE\tATTACHED TO\tID")
+	fmt.Fprintln(tw, "NAME\tKIND\tSIZE\tUSED\tQUOTA\tSTATE\tATTACHED TO\tID")
+	var notes []string
 	for _, v := range list.Volumes {
 		size := "-"
 		if v.Kind != api.VolumeHome {
 			size = config.FormatSize(uint64(max(v.SizeBytes, 0)))
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", v.Name, v.Kind, size, v.State, orDash(v.AttachedVMName), orDash(v.ID))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", v.Name, v.Kind, size, sizeOrDash(v.UsedBytes), volumeQuota(v), v.State,
+			orDash(v.AttachedVMName), orDash(v.ID))
+		if v.Kind == api.VolumeHome && v.Enforcement != "" && v.Enforcement != "project" {
+			notes = append(notes, fmt.Sprintf("your home's quota is not enforced: %s", orDash(v.Note)))
+		}
 	}
 	if err := tw.Flush(); err != nil {
 		return err
+	}
+	for _, n := range notes {
+		fmt.Fprintln(w, n)
 	}
 	if list.QuotaBytes != nil {
 		_, err := fmt.Fprintf(w, "%s of %s used (%s)\n", config.FormatSize(list.UsedBytes), config.FormatSize(*list.QuotaBytes), list.Rule)
 		return err
 	}
 	return nil
+}
+
+// sizeOrDash writes a size, or "-" when it is not known.
+func sizeOrDash(n *uint64) string {
+	if n == nil {
+		return "-"
+	}
+	return config.FormatSize(*n)
+}
+
+// volumeQuota is a volume's QUOTA: a home's limit ("none" without one, "-"
+// before the home quotas read it); a data disk counts in the disk quota
+// under the table ("-").
+func volumeQuota(v api.Volume) string {
+	switch {
+	case v.Kind != api.VolumeHome || v.UsedBytes == nil:
+		return "-"
+	case v.QuotaBytes == nil:
+		return "none"
+	}
+	return config.FormatSize(*v.QuotaBytes)
 }

@@ -233,8 +233,9 @@ func serve(ctx context.Context, o options, cfg *liveConfig, log *slog.Logger) er
 	if cfg != nil {
 		deps.Config = cfg
 	}
-	deps.Volumes = orch // data disks: made, grown and deleted on this host (volumes.go)
-	deps.Consoles = hv  // the console and tunnel proxies find displays and guest addresses here
+	deps.Volumes = orch                // data disks: made, grown and deleted on this host (volumes.go)
+	deps.HomeUsage = orch.HomeQuotas() // the homes' used bytes and quotas, as last read
+	deps.Consoles = hv                 // the console and tunnel proxies find displays and guest addresses here
 	// What VMs' state allows: the host's versions and NVML, read once
 	// (capabilities.go).
 	deps.Capabilities = hostFacts(ctx, o, hv, log)

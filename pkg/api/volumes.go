@@ -39,9 +39,22 @@ type Volume struct {
 	// /dev/disk/by-id/virtio-<the first 20 characters of its id>.
 	GuestDevice string `json:"guest_device,omitempty"`
 	// Mount is where a home is mounted in the guest (kind home).
-	Mount     string     `json:"mount,omitempty"`
-	CreatedAt *time.Time `json:"created_at,omitempty"`
-	UpdatedAt *time.Time `json:"updated_at,omitempty"`
+	Mount string `json:"mount,omitempty"`
+	// UsedBytes is what the volume takes: a home's as the home quotas
+	// last read it, a data disk's its size; absent: not known (a home not
+	// read yet, or a server that does not read them).
+	UsedBytes *uint64 `json:"used_bytes,omitempty"`
+	// QuotaBytes is a home's limit (policy storage.home_quota); absent:
+	// none. A data disk is bounded by its size, and the disks together by
+	// the list's quota_bytes.
+	QuotaBytes *uint64 `json:"quota_bytes,omitempty"`
+	// Enforcement is how a home's quota holds: "project" (the filesystem
+	// refuses writes past it) or "none" (measured, nothing refused); Note
+	// says why (api.VolumeUsage).
+	Enforcement string     `json:"enforcement,omitempty"`
+	Note        string     `json:"note,omitempty"`
+	CreatedAt   *time.Time `json:"created_at,omitempty"`
+	UpdatedAt   *time.Time `json:"updated_at,omitempty"`
 }
 
 // VolumeList answers GET /v1/volumes: the caller's volumes by name, and

@@ -35,7 +35,7 @@ policy {
 //   - the product and its programs: gpuvm, gpuvmd;
 //   - the names of hardware, protocols and units people use untranslated
 //     in Chinese too: GPU, CPU, MIG, vGPU, SSH, API, H100, L40S, GiB, MiB,
-//     UTC (the time zone of the test's policy), °C;
+//     TiB, UTC (the time zone of the test's policy), °C;
 //   - the language switch, which names each language in itself: English;
 //   - the test's data: profile, VM, user, group, host and rule names, the
 //     GPU model and the MIG and vGPU types (zhNames);
@@ -44,10 +44,12 @@ policy {
 //     (vm.create) and a path of names (an alert's subject
 //     gpu/gpu-01/0000:41:00.0, an audit target vm/ann/nb-0);
 //   - the configuration's block names an admin types as they are, on the
-//     rules page an admin reads: reservations.
+//     rules page an admin reads: reservations; and the policy block a
+//     limit's rule names (the disk quota's, on My storage): policy
+//     defaults; and a share's access rule: read_only, read_write.
 var zhAllowed = []string{
-	"gpuvm", "gpuvmd", "reservations",
-	"GPU", "GPUs", "CPU", "MIG", "vGPU", "SSH", "API", "H100", "L40S", "GiB", "MiB", "UTC",
+	"gpuvm", "gpuvmd", "reservations", "policy", "defaults", "read_only", "read_write",
+	"GPU", "GPUs", "CPU", "MIG", "vGPU", "SSH", "API", "H100", "L40S", "GiB", "MiB", "TiB", "UTC",
 	"English",
 }
 
@@ -59,6 +61,7 @@ var zhNames = []string{
 	"nb-0", "nb-1", "nb-2", "nb-3", "desk-0", "desk-1", "desk-2", "desk-3", "sim-big", "train",
 	"q-notebook", "q-render", "boot", "ready-one", "making", "broken", "parked", "gpu-hot",
 	"PCIe", "80GB", "test", "H100-4C", // upHost's H100 PCIe 80GB, its gpuvmd's version
+	"box", "up", "scratch", "datasets", "course", "user:ann", // storage_browser_test.go's VMs, disk, shares and a share's principal
 }
 
 // zhCode matches the identifiers of zhAllowed.

@@ -131,6 +131,16 @@ type Deps struct {
 	// Volumes makes, grows and deletes data disks (the orchestrator;
 	// volumes.go); nil: creating, resizing and deleting one answer 503.
 	Volumes Volumes
+	// HomeUsage is the homes' usage as the home quotas last read it (the
+	// orchestrator's HomeQuotas); nil: GET /v1/volumes shows a home
+	// without figures.
+	HomeUsage HomeUsage
+}
+
+// HomeUsage gives each home's used bytes, quota and enforcement, in
+// memory (never read from disk on a request).
+type HomeUsage interface {
+	Usage() []api.VolumeUsage
 }
 
 // ProfileAvailability says why a VM of profile p of cfg cannot be made on

@@ -171,6 +171,11 @@ func (s *Server) findVolume(c *gin.Context) (*store.Volume, bool) {
 func toAPIVolume(v *store.Volume, vms map[string]*store.VM) api.Volume {
 	out := api.Volume{ID: v.ID, Name: v.Name, Kind: v.Kind, Owner: v.Owner, SizeBytes: v.SizeBytes, State: v.State, Error: v.Error,
 		Host: v.Host, GuestDevice: "/dev/disk/by-id/virtio-" + v.ID[:min(len(v.ID), 20)], CreatedAt: &v.CreatedAt, UpdatedAt: &v.UpdatedAt}
+	if v.SizeBytes > 0 {
+		// A data disk is counted at its size, as the disk quota counts it.
+		used := uint64(v.SizeBytes)
+		out.UsedBytes = &used
+	}
 	if v.AttachedVM != nil {
 		if vm := vms[*v.AttachedVM]; vm != nil && vm.State != store.VMDeleted {
 			out.AttachedVM, out.AttachedVMName = vm.ID, vm.Name
@@ -202,6 +207,24 @@ func (s *Server) answerVolume(c *gin.Context, status int, v *store.Volume) {
 	c.JSON(status, toAPIVolume(v, vms))
 }
 
+// listedHome is owner's home as the list shows it: with its used bytes,
+// quota and enforcement as the home quotas last read them (none before the
+// first reading, or without HomeUsage).
+func (s *Server) listedHome(owner, mount string) api.Volume {
+	v := api.Volume{Name: "home", Kind: api.VolumeHome, Owner: owner, State: api.VolumeReady, Mount: mount}
+	if s.HomeUsage == nil {
+		return v
+	}
+	for _, u := range s.HomeUsage.Usage() {
+		if u.Owner == owner {
+			used := u.UsedBytes
+			v.UsedBytes, v.QuotaBytes, v.Enforcement, v.Note = &used, u.QuotaBytes, u.Enforcement, u.Note
+			break
+		}
+	}
+	return v
+}
+
 // GET /v1/volumes: the caller's data disks, and their home when homes are
 // on (a read-only entry).
 func (s *Server) listVolumes(c *gin.Context) {
@@ -223,7 +246,7 @@ func (s *Server) listVolumes(c *gin.Context) {
 	}
 	out := api.VolumeList{Volumes: []api.Volume{}, QuotaBytes: quota.Bytes, Rule: quota.Rule}
 	if h := s.config().Server.Storage.Homes; h.Enabled {
-		out.Volumes = append(out.Volumes, api.Volume{Name: "home", Kind: api.VolumeHome, Owner: u.Name, State: api.VolumeReady, Mount: h.Mount})
+		out.Volumes = append(out.Volumes, s.listedHome(u.Name, h.Mount))
 	}
 	for i := range list {
 		out.UsedBytes += uint64(list[i].SizeBytes)

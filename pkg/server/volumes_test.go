@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/gpuvm/gpuvm/pkg/api"
+	"github.com/gpuvm/gpuvm/pkg/config"
 	"github.com/gpuvm/gpuvm/pkg/store"
 )
 
@@ -164,5 +165,59 @@ func TestVolumeRoutes(t *testing.T) {
 	volCall(t, s, "POST", "/v1/volumes/scratch/actions/detach", "ann-token", "")
 	if code, _, _ := volCall(t, s, "DELETE", "/v1/volumes/scratch", "ann-token", ""); code != http.StatusNoContent {
 		t.Errorf("delete: %d", code)
+	}
+}
+
+// fakeHomeUsage is the home quotas' last reading.
+type fakeHomeUsage []api.VolumeUsage
+
+func (f fakeHomeUsage) Usage() []api.VolumeUsage { return f }
+
+// GET /v1/volumes shows the caller's home with its used bytes, quota and
+// enforcement as the home quotas last read them, and a data disk with its
+// size as used; without a reading, or without HomeUsage, the home has no
+// figures.
+func TestVolumeListShowsUsage(t *testing.T) {
+	s, _ := volumeServer(t)
+	s.config().Server.Storage.Homes = config.Homes{Enabled: true, Root: t.TempDir(), Mount: "/gpuvm/home"}
+	list := func(token string) api.VolumeList {
+		t.Helper()
+		code, _, body := volCall(t, s, "GET", "/v1/volumes", token, "")
+		var l api.VolumeList
+		if code != http.StatusOK || json.Unmarshal(body, &l) != nil {
+			t.Fatalf("list: %d %s", code, body)
+		}
+		return l
+	}
+	if l := list("ann-token"); len(l.Volumes) != 1 || l.Volumes[0].Kind != api.VolumeHome || l.Volumes[0].UsedBytes != nil || l.Volumes[0].Enforcement != "" {
+		t.Errorf("without HomeUsage: %+v", l.Volumes)
+	}
+	quota := uint64(10 << 30)
+	s.HomeUsage = fakeHomeUsage{
+		{Kind: api.VolumeHome, Owner: "ann", Name: "ann", UsedBytes: 3 << 30, QuotaBytes: &quota, Enforcement: "none", Note: "xfs without prjquota: measured, not enforced"},
+		{Kind: api.VolumeHome, Owner: "bob", Name: "bob", UsedBytes: 1 << 20, Enforcement: "project"},
+	}
+	if code, _, body := volCall(t, s, "POST", "/v1/volumes", "ann-token", `{"name":"scratch","size":"1GiB"}`); code != http.StatusCreated {
+		t.Fatalf("create: %d %s", code, body)
+	}
+	l := list("ann-token")
+	if len(l.Volumes) != 2 {
+		t.Fatalf("ann's list: %+v", l.Volumes)
+	}
+	home, disk := l.Volumes[0], l.Volumes[1]
+	if home.UsedBytes == nil || *home.UsedBytes != 3<<30 || home.QuotaBytes == nil || *home.QuotaBytes != quota ||
+		home.Enforcement != "none" || !strings.Contains(home.Note, "prjquota") || home.Mount != "/gpuvm/home" {
+		t.Errorf("ann's home: %+v", home)
+	}
+	if disk.UsedBytes == nil || *disk.UsedBytes != 1<<30 || disk.QuotaBytes != nil {
+		t.Errorf("ann's disk: %+v", disk)
+	}
+	if l := list("bob-token"); len(l.Volumes) != 1 || l.Volumes[0].UsedBytes == nil || *l.Volumes[0].UsedBytes != 1<<20 ||
+		l.Volumes[0].QuotaBytes != nil || l.Volumes[0].Enforcement != "project" {
+		t.Errorf("bob's home: %+v", l.Volumes)
+	}
+	// cara's home is not read yet: no figures.
+	if l := list("cara-token"); len(l.Volumes) != 1 || l.Volumes[0].UsedBytes != nil {
+		t.Errorf("cara's home: %+v", l.Volumes)
 	}
 }

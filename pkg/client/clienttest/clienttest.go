@@ -104,6 +104,11 @@ type Options struct {
 	// Capabilities are the host's facts GET /v1/vms/{id} judges VMs'
 	// capabilities on (nil: not known).
 	Capabilities *capability.Host
+	// Volumes keeps data disks in the store only, ready at once
+	// (StoreVolumes); false: creating one answers 503.
+	Volumes bool
+	// HomeUsage is the homes' usage GET /v1/volumes shows (nil: none).
+	HomeUsage server.HomeUsage
 }
 
 // New starts an Env; it stops with the test.
@@ -153,12 +158,18 @@ func New(t testing.TB, o Options) *Env {
 	if o.Bookings != nil {
 		booker = o.Bookings(st, cfg)
 	}
+	var vols server.Volumes
+	if o.Volumes {
+		vols = StoreVolumes{st}
+	}
 	api := server.New(server.Deps{
 		Auth: st, Backends: backends{"mig": mock}, Config: e.Config, Log: log, Store: st, Worker: e.Worker,
 		Host: o.Host, Consoles: e.Guests, EventPoll: 10 * time.Millisecond, Orphans: o.Orphans, Images: o.Images, SignIn: o.SignIn, OIDC: o.OIDC, Bookings: booker,
 		Availability: o.Availability,
 		Admission:    o.Admission,
 		Capabilities: o.Capabilities,
+		HomeUsage:    o.HomeUsage,
+		Volumes:      vols,
 	})
 	srv := httptest.NewServer(api)
 	e.URL = srv.URL
@@ -427,4 +438,31 @@ func (g *Guests) Console(ctx context.Context, uuid string) (domain.Console, erro
 		return domain.Console{}, fmt.Errorf("domain %s is not running: %w", uuid, domain.ErrNoConsole)
 	}
 	return domain.Console{Protocol: domain.GraphicsVNC, Host: "127.0.0.1", Port: 5900}, nil
+}
+
+// StoreVolumes keeps data disks in the store only, made ready at once on
+// host test-host (the worker's VMs' host).
+type StoreVolumes struct{ St *store.Store }
+
+// CreateVolume implements server.Volumes.
+func (f StoreVolumes) CreateVolume(ctx context.Context, v *store.Volume, quota store.DiskQuota) error {
+	v.Host, v.Pool = "test-host", "gpuvm"
+	if err := f.St.CreateVolume(ctx, v, quota); err != nil {
+		return err
+	}
+	v.State = store.VolReady
+	return f.St.SetVolumeState(ctx, v.ID, store.VolReady, []string{store.VolCreating}, "")
+}
+
+// DeleteVolume implements server.Volumes.
+func (f StoreVolumes) DeleteVolume(ctx context.Context, id string) error {
+	if _, err := f.St.BeginDeleteVolume(ctx, id); err != nil {
+		return err
+	}
+	return f.St.RemoveVolume(ctx, id)
+}
+
+// ResizeVolume implements server.Volumes.
+func (f StoreVolumes) ResizeVolume(ctx context.Context, id string, size int64, quota store.DiskQuota) (*store.Volume, error) {
+	return f.St.ResizeVolume(ctx, id, size, quota)
 }

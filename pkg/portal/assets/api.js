@@ -130,3 +130,19 @@ export const reload = () => call('POST', '/v1/admin/reload');
 // query: {user, action, after}; empty values are left out.
 export const audit = (query) => call('GET', '/v1/admin/audit?' + new URLSearchParams(Object.entries({limit: 50, ...query}).filter(([, v]) => v)));
 export const reportSummary = (from, to) => call('GET', '/v1/reports/summary?' + new URLSearchParams({from, to}));
+
+// --- My storage (pages/storage.js): the caller's home and data disks, the
+// shares they may mount, their VMs' snapshots ---
+const volPath = (id) => '/v1/volumes/' + enc(id);
+export const volumes = () => call('GET', '/v1/volumes');
+export const createVolume = (name, size) => call('POST', '/v1/volumes', {name, size});
+export const resizeVolume = (id, size) => call('POST', volPath(id) + '/actions/resize', {size});
+export const attachVolume = (id, vm) => call('POST', volPath(id) + '/actions/attach', {vm});
+export const detachVolume = (id) => call('POST', volPath(id) + '/actions/detach');
+export const deleteVolume = (id) => call('DELETE', volPath(id));
+export const shares = () => call('GET', '/v1/shares');
+const snapPath = (vm) => vmPath(vm) + '/snapshots';
+export const snapshots = (vm) => call('GET', snapPath(vm));
+export const takeSnapshot = (vm, label) => call('POST', snapPath(vm), {label});
+export const restoreSnapshot = (vm, id) => call('POST', snapPath(vm) + '/' + enc(id) + '/restore');
+export const deleteSnapshot = (vm, id) => call('DELETE', snapPath(vm) + '/' + enc(id));
