@@ -207,7 +207,9 @@ func TestStoragePageInChromium(t *testing.T) {
 	b.fill(`#disk-size`, "5GiB")
 	b.click(`#create-disk button[type=submit]`)
 	b.waitFor("the size refused", `document.querySelector('#disk-size-error') && !document.querySelector('#disk-name-error')`)
-	t.Logf("over the quota: %s", b.text(`#disk-size-error`))
+	if got, want := b.text(`#disk-size-error`), "would hold 6GiB (1GiB already, 5GiB asked), past the 3GiB allowed by policy defaults"; !strings.Contains(got, want) {
+		t.Errorf("over the quota: %q, want %q", got, want)
+	}
 	b.check("storage-refused")
 
 	// Grow: a smaller size refused beside the size, then 2 GiB.

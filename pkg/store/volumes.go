@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/gpuvm/gpuvm/pkg/config"
 	"slices"
 
 	"github.com/google/uuid"
@@ -34,8 +35,9 @@ type DiskQuotaError struct {
 }
 
 func (e *DiskQuotaError) Error() string {
-	return fmt.Sprintf("%s's data disks would hold %d bytes (%d already, %d asked), past the %d allowed by %s (storage.disk_quota)",
-		e.Owner, e.Have+e.Want, e.Have, e.Want, e.Quota, e.Rule)
+	size := config.FormatSize
+	return fmt.Sprintf("%s's data disks would hold %s (%s already, %s asked), past the %s allowed by %s (storage.disk_quota)",
+		e.Owner, size(e.Have+e.Want), size(e.Have), size(e.Want), size(e.Quota), e.Rule)
 }
 
 // Is makes a DiskQuotaError match ErrConflict.
