@@ -76,6 +76,7 @@ var copiers = []tableCopier{
 	copierOf[Image]("images", "id"),
 	copierOf[ImageUse]("image_uses", "vm_id"),
 	copierOf[Snapshot]("vm_snapshots", "id"),
+	copierOf[Task]("tasks", "id"),
 }
 
 // identityTables have a generated id whose sequence must go on after the

@@ -24,6 +24,10 @@ type CreateVMOptions struct {
 	// Credential, when set, is the VM's one-time desktop password, stored
 	// in the same transaction (its VMID and CreatedAt are filled).
 	Credential *VMCredential
+	// Task, when set, is the task the VM serves (tasks.go), stored in the
+	// same transaction with the VM's ID (its ID must be set, its times and
+	// state are filled).
+	Task *Task
 }
 
 // CreateVM writes a new VM and its create operation (pending) in one
@@ -61,6 +65,11 @@ func (s *Store) CreateVM(ctx context.Context, vm *VM, opts CreateVMOptions) (*Op
 			cr.VMID, cr.CreatedAt, cr.ReadAt, cr.ReadBy = vm.ID, now, nil, ""
 			if err := tx.db.Create(cr).Error; err != nil {
 				return wrap(err, nil, "insert the credential of vm %q", vm.Name)
+			}
+		}
+		if t := opts.Task; t != nil {
+			if err := tx.insertTask(t, vm.ID); err != nil {
+				return err
 			}
 		}
 		if k := opts.IdempotencyKey; k != nil {
