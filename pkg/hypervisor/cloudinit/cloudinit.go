@@ -69,6 +69,9 @@ type Config struct {
 	// Home, when set, is the owner's home the guest mounts over virtiofs:
 	// the seed's vendor-data adds it to /etc/fstab and mounts it (home.go).
 	Home *Home
+	// Task, when set, is the task the VM runs: the seed's vendor-data
+	// carries its runner, gpuvm-task.sh (task.go).
+	Task *Task `json:"-"`
 }
 
 // maxUserData bounds UserData; cloud-init reads the whole of it.
@@ -134,6 +137,9 @@ func (c Config) Validate() error {
 	}
 	if c.Home != nil {
 		probs = append(probs, c.Home.problems()...)
+	}
+	if c.Task != nil {
+		probs = append(probs, c.Task.problems()...)
 	}
 	if len(probs) > 0 {
 		return fmt.Errorf("cloud-init seed: %s", strings.Join(probs, "; "))

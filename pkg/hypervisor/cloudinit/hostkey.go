@@ -106,6 +106,9 @@ func vendorData(c Config) (string, error) {
 	if c.Home != nil {
 		parts = append(parts, part{"text/x-shellscript", "gpuvm-home.sh", homeScript(c.Home, c.User)}) // home.go
 	}
+	if c.Task != nil {
+		parts = append(parts, part{"text/x-shellscript", TaskScript, taskScript(c.Task, c.User, c.Home)}) // task.go
+	}
 	if c.VendorData != "" {
 		typ := "text/x-shellscript"
 		if strings.HasPrefix(c.VendorData, "#cloud-config") {
