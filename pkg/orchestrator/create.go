@@ -244,6 +244,7 @@ func (lc *lifecycle) vmRequest(ctx context.Context, vm *store.VM) (hypervisor.VM
 	if err != nil {
 		return hypervisor.VMRequest{}, err
 	}
+	spec.TaskChannel = TaskOfSpec(vm.Spec) != "" // tasks.go
 	req := hypervisor.VMRequest{Spec: spec, Pool: set.Libvirt.StoragePool}
 	var kind gpu.Kind
 	if len(allocs) > 0 {
