@@ -128,6 +128,9 @@ type Deps struct {
 	// from them what the VM's state allows. nil: the answers say the
 	// versions are not known.
 	Capabilities *capability.Host
+	// TaskLogs is the directory the task supervisor keeps tasks' output
+	// in (pkg/task), read by GET /v1/tasks/{id}/logs; "": no output.
+	TaskLogs string
 }
 
 // ProfileAvailability says why a VM of profile p of cfg cannot be made on
@@ -258,6 +261,7 @@ func (s *Server) routes() {
 	vms.GET("/vms/:id/desktop.rdp", s.getDesktopRDP)
 	s.actionRoutes(vms)   // actions.go
 	s.snapshotRoutes(vms) // snapshots.go
+	s.taskRoutes(vms)     // tasks.go
 	vms.GET("/operations/:id", s.getOperation)
 	vms.GET("/events", s.stream, s.events)
 	s.consoleRoutes(vms) // console, console.vv, tunnel; their websockets and the browser page

@@ -2,6 +2,7 @@ package cloudinit
 
 import (
 	_ "embed"
+	"errors"
 	"fmt"
 	"regexp"
 	"slices"
@@ -67,6 +68,14 @@ func (t *Task) problems() []string {
 		}
 	}
 	return p
+}
+
+// Check says what is wrong with t for its runner, nil when nothing.
+func (t *Task) Check() error {
+	if p := t.problems(); len(p) > 0 {
+		return errors.New(strings.Join(p, "; "))
+	}
+	return nil
 }
 
 // shQuote is s in single quotes for sh.
