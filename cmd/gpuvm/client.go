@@ -59,6 +59,7 @@ func addClientCommands(root *cobra.Command, getenv func(string) string) {
 	root.AddCommand(newCredentialsCmd(getenv))
 	root.AddCommand(newRulesCmd(getenv))    // rules.go: the rules of sharing in plain language
 	root.AddCommand(newSnapshotCmd(getenv)) // snapshots.go: disk snapshots
+	root.AddCommand(newTaskCmd(getenv))     // tasks.go: commands in VMs of their own
 }
 
 // clientOpts are the connection flags of a command.
