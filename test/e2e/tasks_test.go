@@ -197,4 +197,3 @@ func (w *world) freeGPUs() map[string]api.Capacity {
 	}
 	return out
 }
-
