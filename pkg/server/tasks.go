@@ -62,6 +62,13 @@ func taskOfVM(vm *store.VM) string {
 	return sp.Task
 }
 
+// sayTask is a task with its reason in the request's language (words.go).
+func sayTask(c *gin.Context, t *store.Task) api.Task {
+	out := toAPITask(t)
+	out.Reason = say(c, out.Reason)
+	return out
+}
+
 func toAPITask(t *store.Task) api.Task {
 	out := api.Task{ID: t.ID, Owner: t.Owner, Profile: t.Profile, Script: t.Script, TimeLimit: t.TimeLimitS, KillWait: t.KillWaitS,
 		State: t.State, Reason: t.Reason, ExitCode: t.ExitCode, Signal: t.Signal, VMID: t.VMID, LogBytes: t.LogBytes,
@@ -190,7 +197,7 @@ func (s *Server) createTask(c *gin.Context) {
 	}
 	auditDetail(c, "profile %s, time limit %s, VM %s", t.Profile, limit, vm.Name)
 	c.Header("Location", "/v1/tasks/"+t.ID)
-	c.JSON(http.StatusAccepted, toAPITask(t))
+	c.JSON(http.StatusAccepted, sayTask(c, t))
 }
 
 // findTask is the task of the path the caller may see (admins: any);
@@ -232,7 +239,7 @@ func (s *Server) listTasks(c *gin.Context) {
 	}
 	out := api.TaskList{Items: make([]api.Task, 0, len(ts))}
 	for i := range ts {
-		out.Items = append(out.Items, toAPITask(&ts[i]))
+		out.Items = append(out.Items, sayTask(c, &ts[i]))
 	}
 	c.JSON(http.StatusOK, out)
 }
@@ -242,7 +249,7 @@ func (s *Server) getTask(c *gin.Context) {
 	if !ok {
 		return
 	}
-	out := toAPITask(t)
+	out := sayTask(c, t)
 	if t.State == api.TaskPending {
 		if vm, err := s.Store.GetVM(c.Request.Context(), t.VMID); err == nil {
 			var v api.VM
@@ -282,7 +289,7 @@ func (s *Server) cancelTask(c *gin.Context) {
 		}
 		t.CancelAt = &now
 	}
-	c.JSON(http.StatusAccepted, toAPITask(t))
+	c.JSON(http.StatusAccepted, sayTask(c, t))
 }
 
 // taskLogs answers a task's output from offset; with follow=1 it goes on

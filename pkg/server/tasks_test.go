@@ -165,8 +165,12 @@ func TestTaskRoutes(t *testing.T) {
 	}
 	// Follow ends when the task has ended and its output is all written.
 	code := 0
-	if err := st.UpdateTask(ctx, tk.ID, nil, store.TaskUpdate{State: api.TaskCancelled, ExitCode: &code}); err != nil {
+	if err := st.UpdateTask(ctx, tk.ID, nil, store.TaskUpdate{State: api.TaskCancelled, ExitCode: &code, Reason: "its VM was deleted before the command ended"}); err != nil {
 		t.Fatal(err)
+	}
+	// Its reason, in the reader's language.
+	if rec, b := send(t, s, "GET", "/v1/tasks/"+tk.ID, "ann-token", "", "Accept-Language", "zh-CN"); rec.Code != 200 || b["reason"] != "命令结束前其虚拟机已被删除" {
+		t.Fatalf("in Chinese: %d %v", rec.Code, b["reason"])
 	}
 	done := make(chan string)
 	go func() {

@@ -170,7 +170,11 @@ func (s *Supervisor) step(ctx context.Context, t *store.Task) error {
 	case store.VMStopping, store.VMStopped:
 		// A runner powers the guest off after its exit line; without one,
 		// the command's end is not known.
-		return s.end(ctx, t, vm, api.TaskCompleting, "the guest powered off without the runner reporting the command's end")
+		why := "the guest powered off without the runner reporting the command's end"
+		if vm.StateReason != "" {
+			why = "its VM was stopped (" + vm.StateReason + ") without the runner reporting the command's end"
+		}
+		return s.end(ctx, t, vm, api.TaskCompleting, why)
 	case store.VMRunning:
 		return s.running(ctx, t, vm)
 	}
@@ -239,6 +243,14 @@ func (s *Supervisor) limits(ctx context.Context, t *store.Task, vm *store.VM, c 
 		return nil
 	}
 	limit := t.StartedAt.Add(time.Duration(t.TimeLimitS) * time.Second)
+	if vm.LeaseEnd != nil {
+		// The VM's lease (its hours: the limit's ceiling, counted from
+		// the VM's start, a boot before the command's) ends it first:
+		// the command is stopped in time to end before the lease.
+		if byLease := vm.LeaseEnd.Add(-time.Duration(t.KillWaitS) * time.Second); byLease.Before(limit) {
+			limit = byLease
+		}
+	}
 	if t.TermAt == nil && (t.CancelAt != nil || !now.Before(limit)) {
 		why := "time limit reached"
 		if t.CancelAt != nil {

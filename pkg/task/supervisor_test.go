@@ -275,6 +275,30 @@ func TestTaskTimeLimit(t *testing.T) {
 	}
 }
 
+// A lease that ends before the time limit (the VM ran before the command
+// started) stops the command kill_wait before it.
+func TestTaskLeaseBeforeLimit(t *testing.T) {
+	f := newFixture(t, time.Hour)
+	msgs, send, _ := f.guest()
+	vm, _ := f.st.GetVM(f.ctx, f.vm.ID)
+	end := f.clk.Now().Add(time.Hour)
+	if _, err := f.st.UpdateVMState(f.ctx, vm.ID, vm.Version, store.VMUpdate{State: store.VMRunning, Phase: vm.Phase, LeaseEnd: &end}); err != nil {
+		t.Fatal(err)
+	}
+	f.clk.add(2 * time.Minute) // the boot
+	f.round()
+	send(`{"t":"start","pid":7}`)
+	f.waitState(api.TaskRunning)
+	f.clk.add(57*time.Minute + 29*time.Second)
+	f.round()
+	if f.get().TermAt != nil {
+		t.Fatal("stopped more than kill_wait before the lease's end")
+	}
+	f.clk.add(time.Second)
+	f.round()
+	expect(t, msgs, "from", "signal:TERM")
+}
+
 func expect(t *testing.T, msgs chan Message, want ...string) {
 	t.Helper()
 	for _, w := range want {
