@@ -72,6 +72,16 @@ type Supervisor struct {
 	// booting is when a task's VM was first seen running, for the boot
 	// timeout (kept in memory: a restart gives a task its time again).
 	booting map[string]time.Time
+	// kick starts a round now (a command ended).
+	kick chan struct{}
+}
+
+// kickNow starts a round without waiting for the next interval.
+func (s *Supervisor) kickNow() {
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
 }
 
 // New makes a Supervisor; Run runs it.
@@ -91,7 +101,8 @@ func New(cfg Config) (*Supervisor, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
-	return &Supervisor{cfg: cfg, log: cfg.Log.With("component", "tasks"), conns: map[string]*conn{}, booting: map[string]time.Time{}}, nil
+	return &Supervisor{cfg: cfg, log: cfg.Log.With("component", "tasks"), conns: map[string]*conn{}, booting: map[string]time.Time{},
+		kick: make(chan struct{}, 1)}, nil
 }
 
 // LogPath is the file that keeps a task's output under dir.
@@ -108,18 +119,31 @@ func (s *Supervisor) Run(ctx context.Context) {
 		}
 		select {
 		case <-ctx.Done():
-			s.mu.Lock()
-			for _, c := range s.conns {
-				c.close()
-			}
-			s.mu.Unlock()
+			s.Close()
 			return
 		case <-t.C:
+		case <-s.kick:
 		}
 	}
 }
 
-// Round brings every live task one step on.
+// Close closes the connections to the runners and waits until their
+// readers have stopped.
+func (s *Supervisor) Close() {
+	s.mu.Lock()
+	conns := make([]*conn, 0, len(s.conns))
+	for _, c := range s.conns {
+		c.close()
+		conns = append(conns, c)
+	}
+	s.mu.Unlock()
+	for _, c := range conns {
+		<-c.done
+	}
+}
+
+// Round brings every live task one step on. Rounds do not overlap: Run
+// is their one caller (a test's own in tests).
 func (s *Supervisor) Round(ctx context.Context) error {
 	tasks, err := s.cfg.Store.ListLiveTasks(ctx)
 	if err != nil {

@@ -71,6 +71,7 @@ func newFixture(t *testing.T, timeLimit time.Duration) *fixture {
 		t.Fatal(err)
 	}
 	f.sup = sup
+	t.Cleanup(sup.Close) // before the store closes
 	return f
 }
 
@@ -220,6 +221,12 @@ func TestTaskFailsExit3(t *testing.T) {
 	send(`{"t":"hb"}`)
 	send(`{"t":"exit","code":3,"signal":0}`)
 	done := f.waitState(api.TaskCompleting)
+	select {
+	case <-f.sup.kick: // the exit asks for a round now
+	case <-time.After(5 * time.Second):
+		t.Fatal("the command's end did not start a round")
+	}
+	f.round()
 	if !f.deleteRequested() {
 		t.Fatal("the command ended and its VM's delete was not asked for")
 	}
