@@ -144,7 +144,9 @@ func (c *conn) handle(m Message) error {
 }
 
 // out keeps a chunk of output at its offset: what was kept already is not
-// written twice; a gap (output gpuvmd never got) is kept as it is.
+// written twice; after a gap (output gpuvmd never got: the runner blocks
+// while gpuvmd is not connected, so only a runner that lost some) what
+// comes is kept right after what was kept.
 func (c *conn) out(off int64, d string) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
