@@ -1,4 +1,4 @@
--- gpuvm schema, version 17 (postgres): tasks, commands run in a VM of their own.
+-- gpuvm schema, version 19 (postgres): tasks, commands run in a VM of their own.
 -- Keep in step with the other driver's file and with models.go
 -- (TestModelsMatchSchema).
 

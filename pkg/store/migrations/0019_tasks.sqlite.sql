@@ -1,4 +1,4 @@
--- gpuvm schema, version 17 (sqlite): tasks, commands run in a VM of their own.
+-- gpuvm schema, version 19 (sqlite): tasks, commands run in a VM of their own.
 -- Keep in step with the other driver's file and with models.go
 -- (TestModelsMatchSchema).
 
