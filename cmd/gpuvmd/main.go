@@ -33,10 +33,12 @@ import (
 	"github.com/gpuvm/gpuvm/pkg/gpu"
 	"github.com/gpuvm/gpuvm/pkg/heartbeat"
 	"github.com/gpuvm/gpuvm/pkg/hypervisor"
+	"github.com/gpuvm/gpuvm/pkg/hypervisor/domain"
 	"github.com/gpuvm/gpuvm/pkg/monitor"
 	"github.com/gpuvm/gpuvm/pkg/orchestrator"
 	"github.com/gpuvm/gpuvm/pkg/server"
 	"github.com/gpuvm/gpuvm/pkg/store"
+	"github.com/gpuvm/gpuvm/pkg/task"
 	"github.com/gpuvm/gpuvm/pkg/usage"
 	"github.com/gpuvm/gpuvm/pkg/webhook"
 )
@@ -226,10 +228,25 @@ func serve(ctx context.Context, o options, cfg *liveConfig, log *slog.Logger) er
 	if err := runLoops(loopCtx, &loops, o, cfg, st, orch, nd, hb, mon, ledger, profiles, log); err != nil {
 		return err
 	}
+	// Tasks (pkg/task): their runners followed, their output kept under
+	// the state directory, their VMs deleted when the commands end.
+	taskLogs := filepath.Join(o.stateDir, "tasks")
+	sup, err := task.New(task.Config{Store: st, Log: log, LogDir: taskLogs, Host: orch.Host(), Wake: nd.waker(orch).Wake,
+		Channel: func(ctx context.Context, vmID string) (string, error) {
+			x, err := hv.XML(ctx, vmID, false)
+			if err != nil {
+				return "", err
+			}
+			return domain.TaskChannelPath(x)
+		}})
+	if err != nil {
+		return err
+	}
+	loops.Go(func() error { sup.Run(loopCtx); return nil })
 	deps := server.Deps{Auth: st, Backends: l, Log: log, Store: st, Worker: nd.waker(orch), Admission: orch,
 		Fleet: nd.serverFleet(), HostTimeout: nd.timeout, Bookings: orch, Host: orch.Host(),
 		Metrics: mon.Exporter(), MetricsAuth: profiles().Server.Monitor.MetricsAuth, Ledger: ledger, Orphans: orch,
-		HTTP: server.LimitsOf(profiles().Server.HTTP), Version: version, EventPoll: nd.eventPoll()}
+		HTTP: server.LimitsOf(profiles().Server.HTTP), Version: version, EventPoll: nd.eventPoll(), TaskLogs: taskLogs}
 	if cfg != nil {
 		deps.Config = cfg
 	}

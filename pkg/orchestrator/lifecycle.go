@@ -75,6 +75,7 @@ type lifecycleStore interface {
 	ListVMs(ctx context.Context, f store.VMFilter) (store.VMPage, error)
 	ListEventsSince(ctx context.Context, afterID int64, f store.EventFilter) ([]store.Event, error)
 	GetVMCredential(ctx context.Context, vmID string) (*store.VMCredential, error)
+	GetTask(ctx context.Context, id string) (*store.Task, error)
 	UserUID(ctx context.Context, name string, min, max int64) (int64, error)
 	// UserGroups: the owner's groups, for a share's access (shares.go).
 	UserGroups(ctx context.Context, names []string) (map[string][]string, error)

@@ -59,6 +59,9 @@ func (lc *lifecycle) seed(ctx context.Context, set lifecycleSettings, p *config.
 		return nil, err
 	}
 	c.UserData = ud
+	if c.Task, err = lc.seedTask(ctx, vm); err != nil { // tasks.go
+		return nil, err
+	}
 	if err := licenseGuest(c, p, kind); err != nil {
 		return nil, fmt.Errorf("vm %s: %w", vm.ID, err)
 	}

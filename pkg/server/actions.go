@@ -80,6 +80,12 @@ func (s *Server) doVMAction(c *gin.Context, action string) {
 		s.writeProblem(c, with(errNotFound, "VM "+strconv.Quote(vm.Name)+" is deleted"))
 		return
 	}
+	if id := taskOfVM(vm); id != "" {
+		// The task's runner and time limit own the VM (tasks.go).
+		s.writeProblem(c, with(errConflict, fmt.Sprintf("VM %s runs task %s: it cannot be %s by hand; cancel the task instead (gpuvm task cancel %s), which deleting the VM also does",
+			vm.Name, id, map[string]string{api.ActionStart: "started", api.ActionStop: "stopped", api.ActionReboot: "rebooted", api.ActionExtend: "extended"}[action], id)))
+		return
+	}
 	if action == api.ActionExtend {
 		s.extendVM(c, vm)
 		return

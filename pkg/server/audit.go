@@ -65,6 +65,8 @@ type auditRoute struct {
 var auditRoutes = map[string]auditRoute{
 	"POST /v1/vms":                               {"vm.create", ""},
 	"DELETE /v1/vms/{id}":                        {"vm.delete", "vm/{id}"},
+	"POST /v1/tasks":                             {"task.submit", ""},
+	"POST /v1/tasks/{id}/cancel":                 {"task.cancel", "task/{id}"},
 	"POST /v1/vms/{id}/actions/start":            {"vm.start", "vm/{id}"},
 	"POST /v1/vms/{id}/actions/stop":             {"vm.stop", "vm/{id}"},
 	"POST /v1/vms/{id}/snapshots":                {"vm.snapshot", "vm/{id}"},

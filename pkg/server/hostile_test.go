@@ -59,6 +59,9 @@ var hostileBodies = map[string]struct {
 	"POST /v1/admin/orphans/{id}/adopt": {body: `{"owner":"ann","name":"adopted","profile":"seat"}`, status: 201},
 	"POST /v1/session":                  {body: `{"token":"gpuvm_not-a-token"}`, status: 401}, // portal.go's sign-in
 	"POST /v1/vms/{id}/credentials":     {status: 200, optional: true},                        // spent by the first that passes
+	// tasks.go
+	"POST /v1/tasks":             {body: `{"profile":"seat","command":["python","train.py"],"env":{"EPOCHS":"30"},"time_limit":"2h","kill_wait":"10s"}`, status: 202},
+	"POST /v1/tasks/{id}/cancel": {status: 202, optional: true},
 	// snapshots.go: the VM is queued; it has no snapshot of that name.
 	"POST /v1/vms/{id}/snapshots":                {body: `{"label":"before upgrade"}`, status: 409, optional: true},
 	"POST /v1/vms/{id}/snapshots/{snap}/restore": {status: 404, optional: true},
@@ -86,6 +89,7 @@ type hostileEnv struct {
 	op      string // its create
 	resID   string // ann's reservation
 	tokenID string // ann's token
+	task    string // ann's task
 
 	last     string // the database's fingerprint after the last request ("": to take)
 	requests int
@@ -115,6 +119,9 @@ func newHostileEnv(t *testing.T) *hostileEnv {
 	var tok api.CreatedToken
 	e.mustCall("POST", "/v1/users/ann/tokens", "ann-token", `{"name":"laptop"}`, 201, &tok)
 	e.tokenID = strconv.FormatInt(tok.Token.ID, 10)
+	var task api.Task
+	e.mustCall("POST", "/v1/tasks", "ann-token", `{"profile":"seat","command":["true"],"time_limit":"1h"}`, 202, &task)
+	e.task = task.ID
 	return e
 }
 
@@ -176,6 +183,8 @@ func (e *hostileEnv) path(r route, bad string) string {
 			return "disk"
 		case strings.HasPrefix(p, "/v1/volumes/"):
 			return e.vol
+		case strings.HasPrefix(p, "/v1/tasks/"):
+			return e.task
 		}
 		return e.box
 	}

@@ -128,6 +128,9 @@ type Deps struct {
 	// from them what the VM's state allows. nil: the answers say the
 	// versions are not known.
 	Capabilities *capability.Host
+	// TaskLogs is the directory the task supervisor keeps tasks' output
+	// in (pkg/task), read by GET /v1/tasks/{id}/logs; "": no output.
+	TaskLogs string
 	// Volumes makes, grows and deletes data disks (the orchestrator;
 	// volumes.go); nil: creating, resizing and deleting one answer 503.
 	Volumes Volumes
@@ -273,6 +276,7 @@ func (s *Server) routes() {
 	s.snapshotRoutes(vms) // snapshots.go
 	s.volumeRoutes(vms)   // volumes.go
 	s.shareRoutes(vms)    // shares.go
+	s.taskRoutes(vms)     // tasks.go
 	vms.GET("/operations/:id", s.getOperation)
 	vms.GET("/events", s.stream, s.events)
 	s.consoleRoutes(vms) // console, console.vv, tunnel; their websockets and the browser page

@@ -24,6 +24,15 @@ type Store interface {
 	LicenseStore
 	SnapshotStore
 	VolumeStore
+	TaskStore
+}
+
+// TaskStore backs the task routes (tasks.go).
+type TaskStore interface {
+	GetTask(ctx context.Context, id string) (*store.Task, error)
+	TaskOfVM(ctx context.Context, vmID string) (*store.Task, error)
+	ListTasks(ctx context.Context, owner string, limit int) ([]store.Task, error)
+	UpdateTask(ctx context.Context, id string, from []string, u store.TaskUpdate) error
 }
 
 // LicenseStore backs the licence state of a VM's vGPUs (licensing.go).

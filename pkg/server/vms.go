@@ -86,6 +86,8 @@ func toAPIOp(op *store.Operation) api.Operation {
 type vmSpec struct {
 	Hours   int      `json:"hours"`
 	SSHKeys []string `json:"ssh_keys,omitempty"`
+	// Task is the task the VM serves (tasks.go; orchestrator.SpecTask).
+	Task string `json:"task,omitempty"`
 	// SSHHostKeys are what the orchestrator adds at create: the public
 	// halves of the guest's host keys (orchestrator.SpecHostKeys).
 	SSHHostKeys []string `json:"ssh_host_keys,omitempty"`
@@ -95,11 +97,29 @@ type vmSpec struct {
 }
 
 func (s *Server) createVM(c *gin.Context) {
-	u := user(c)
 	var req api.CreateVMRequest
 	if !s.decodeJSON(c, &req) {
 		return
 	}
+	vm, op, p, ok := s.makeVM(c, req, nil)
+	if !ok {
+		return
+	}
+	auditVM(c, vm)
+	auditDetail(c, "profile %s, %d hours", vm.Profile, vm.Hours)
+	c.Header("Location", "/v1/vms/"+vm.ID)
+	out := toAPIVM(vm, nil)
+	out.Access = vmAccess(p)
+	c.JSON(http.StatusAccepted, api.CreateVMResponse{VM: out, Operation: toAPIOp(op)})
+}
+
+// makeVM checks a request for a VM and queues the VM, as POST /v1/vms
+// does, and as POST /v1/tasks does for the VM of task (nil for a VM of
+// none; a task's request has no Idempotency-Key, and its VM's spec names
+// the task). It answers the request itself when it returns false: a
+// problem, or the first answer to a request with the same Idempotency-Key.
+func (s *Server) makeVM(c *gin.Context, req api.CreateVMRequest, task *store.Task) (*store.VM, *store.Operation, *config.Profile, bool) {
+	u := user(c)
 	var p *config.Profile
 	if s.Config != nil {
 		if q := s.Config.Load().Profiles[req.Profile]; q != nil && (u.Admin || q.Allows(u.Name, u.Groups)) {
@@ -108,16 +128,16 @@ func (s *Server) createVM(c *gin.Context) {
 	}
 	if req.Profile == "" {
 		s.writeProblem(c, withField(errValidation, "profile", "name the profile to make the VM from"))
-		return
+		return nil, nil, nil, false
 	}
 	if p == nil {
 		// A profile the caller may not use is as absent as an unknown one.
 		s.writeProblem(c, withField(errNotFound, "profile", "unknown profile "+strconv.Quote(req.Profile)))
-		return
+		return nil, nil, nil, false
 	}
 	if req.Name != "" && !vmName.MatchString(req.Name) {
 		s.writeProblem(c, withField(errValidation, "name", "a name is lower-case letters, digits and dashes, starts with a letter, at most 63 characters"))
-		return
+		return nil, nil, nil, false
 	}
 	// Hours are compared as whole numbers before any arithmetic on them:
 	// time.Duration(hours)*time.Hour overflows past 2562047 hours.
@@ -125,57 +145,42 @@ func (s *Server) createVM(c *gin.Context) {
 	switch {
 	case req.Hours < 0:
 		s.writeProblem(c, withField(errValidation, "hours", "hours must be positive"))
-		return
+		return nil, nil, nil, false
 	case req.Hours == 0:
 		req.Hours = p.Lease.DefaultHours()
 	case req.Hours > maxHours:
 		s.writeProblem(c, withField(errValidation, "hours", fmt.Sprintf("profile %s allows at most %d hours", p.Name, maxHours)))
-		return
+		return nil, nil, nil, false
 	}
 	startAt, ok := s.checkStartAt(c, req.StartAt)
 	if !ok {
-		return
+		return nil, nil, nil, false
 	}
-	if len(req.SSHKeys) > maxSSHKeys {
-		s.writeProblem(c, withField(errValidation, "ssh_keys", fmt.Sprintf("at most %d SSH keys, not %d", maxSSHKeys, len(req.SSHKeys))))
-		return
-	}
-	for i, k := range req.SSHKeys {
-		if len(k) > maxSSHKeyBytes {
-			s.writeProblem(c, withField(errValidation, fmt.Sprintf("ssh_keys[%d]", i), fmt.Sprintf("an SSH public key has at most %d bytes", maxSSHKeyBytes)))
-			return
-		}
-		if strings.TrimSpace(k) == "" || strings.ContainsAny(k, "\r\n") {
-			s.writeProblem(c, withField(errValidation, fmt.Sprintf("ssh_keys[%d]", i), "an SSH public key is one non-empty line"))
-			return
-		}
-	}
-	if prob := checkVMShares(s.config(), u, p, req.Shares); prob != nil { // shares.go
-		s.writeProblem(c, prob)
-		return
-	}
-	volumeIDs, ok := s.createVolumes(c, u.Name, req.Volumes) // volumes.go
+	volumeIDs, ok := s.checkVMExtras(c, p, req)
 	if !ok {
-		return
+		return nil, nil, nil, false
 	}
 	ctx := c.Request.Context()
 	key := c.GetHeader("Idempotency-Key")
+	if task != nil {
+		key = "" // a task is not replayed as a VM
+	}
 	canon, _ := json.Marshal(req)
 	sum := sha256.Sum256(canon)
 	hash := hex.EncodeToString(sum[:])
 	if key != "" {
 		if len(key) > 200 {
 			s.writeProblem(c, withField(errBadRequest, "Idempotency-Key", "the key may have at most 200 characters"))
-			return
+			return nil, nil, nil, false
 		}
 		if s.replay(c, u.Name, key, hash) {
-			return
+			return nil, nil, nil, false
 		}
 	}
 	// A profile no reporting host can ever serve would queue forever.
 	if prob := s.refuseUnservable(ctx, p); prob != nil {
 		s.writeProblem(c, prob)
-		return
+		return nil, nil, nil, false
 	}
 	var waitReason string
 	if s.Admission != nil {
@@ -183,10 +188,10 @@ func (s *Server) createVM(c *gin.Context) {
 		switch {
 		case err != nil:
 			s.writeProblem(c, err)
-			return
+			return nil, nil, nil, false
 		case adm.Refuse:
 			s.writeProblem(c, with(errPolicy, adm.Reason.Text()))
-			return
+			return nil, nil, nil, false
 		}
 		waitReason = adm.Reason.Text()
 	}
@@ -200,7 +205,11 @@ func (s *Server) createVM(c *gin.Context) {
 		}
 		name = strings.TrimRight(name[:min(len(name), 55)], "-") + "-" + hex.EncodeToString(b)
 	}
-	spec, _ := json.Marshal(vmSpec{Hours: req.Hours, SSHKeys: req.SSHKeys, Shares: req.Shares})
+	sp := vmSpec{Hours: req.Hours, SSHKeys: req.SSHKeys, Shares: req.Shares}
+	if task != nil {
+		sp.Task, name = task.ID, taskVMName(task.ID)
+	}
+	spec, _ := json.Marshal(sp)
 	vm := &store.VM{Name: name, Owner: u.Name, Profile: p.Name, Spec: string(spec), Hours: req.Hours, Phase: api.PhaseQueued,
 		DisplayPassword: newDisplayPassword()}
 	vm.StateReason = waitReason
@@ -210,12 +219,12 @@ func (s *Server) createVM(c *gin.Context) {
 	if len(u.Groups) > 0 {
 		vm.Group = u.Groups[0]
 	}
-	opts := store.CreateVMOptions{RequestedBy: u.Name, Volumes: volumeIDs}
+	opts := store.CreateVMOptions{RequestedBy: u.Name, Volumes: volumeIDs, Task: task}
 	if p.UsesPassword() { // a password the guest does not use would work nowhere
 		cred, err := newCredential(vm.Owner) // credentials.go
 		if err != nil {
 			s.writeProblem(c, err)
-			return
+			return nil, nil, nil, false
 		}
 		opts.Credential = cred
 	}
@@ -228,26 +237,46 @@ func (s *Server) createVM(c *gin.Context) {
 		if !s.replay(c, u.Name, key, hash) {
 			s.writeProblem(c, err)
 		}
-		return
-	case errors.Is(err, store.ErrNameTaken):
+		return nil, nil, nil, false
+	case errors.Is(err, store.ErrNameTaken) && task == nil:
 		s.writeProblem(c, withField(errConflict, "name", "you already have a VM called "+strconv.Quote(name)))
-		return
+		return nil, nil, nil, false
 	case err != nil && len(volumeIDs) > 0 && errors.Is(err, store.ErrConflict):
 		s.writeProblem(c, volumeProblem(err, "volumes"))
-		return
+		return nil, nil, nil, false
 	case err != nil:
 		s.writeProblem(c, err)
-		return
+		return nil, nil, nil, false
 	}
 	if s.Worker != nil {
 		s.Worker.Wake()
 	}
-	auditVM(c, vm)
-	auditDetail(c, "profile %s, %d hours", vm.Profile, vm.Hours)
-	c.Header("Location", "/v1/vms/"+vm.ID)
-	out := toAPIVM(vm, nil)
-	out.Access = vmAccess(p)
-	c.JSON(http.StatusAccepted, api.CreateVMResponse{VM: out, Operation: toAPIOp(op)})
+	return vm, op, p, true
+}
+
+// checkVMExtras checks what a request adds to its profile — SSH keys,
+// shares, data disks — answering a refusal itself; it gives the data
+// disks' IDs.
+func (s *Server) checkVMExtras(c *gin.Context, p *config.Profile, req api.CreateVMRequest) ([]string, bool) {
+	if len(req.SSHKeys) > maxSSHKeys {
+		s.writeProblem(c, withField(errValidation, "ssh_keys", fmt.Sprintf("at most %d SSH keys, not %d", maxSSHKeys, len(req.SSHKeys))))
+		return nil, false
+	}
+	for i, k := range req.SSHKeys {
+		if len(k) > maxSSHKeyBytes {
+			s.writeProblem(c, withField(errValidation, fmt.Sprintf("ssh_keys[%d]", i), fmt.Sprintf("an SSH public key has at most %d bytes", maxSSHKeyBytes)))
+			return nil, false
+		}
+		if strings.TrimSpace(k) == "" || strings.ContainsAny(k, "\r\n") {
+			s.writeProblem(c, withField(errValidation, fmt.Sprintf("ssh_keys[%d]", i), "an SSH public key is one non-empty line"))
+			return nil, false
+		}
+	}
+	if prob := checkVMShares(s.config(), user(c), p, req.Shares); prob != nil { // shares.go
+		s.writeProblem(c, prob)
+		return nil, false
+	}
+	return s.createVolumes(c, user(c).Name, req.Volumes) // volumes.go
 }
 
 // replay answers a request whose idempotency key was used before: with the
@@ -434,6 +463,10 @@ func (s *Server) deleteVM(c *gin.Context) {
 	if err := s.Store.CreateOperation(ctx, op); err != nil {
 		s.writeProblem(c, err)
 		return
+	}
+	if id := taskOfVM(vm); id != "" {
+		// The task supervisor ends the task cancelled (tasks.go).
+		auditDetail(c, "the VM of task %s: the task ends cancelled", id)
 	}
 	if s.Worker != nil {
 		s.Worker.Wake()

@@ -77,6 +77,7 @@ var copiers = []tableCopier{
 	copierOf[ImageUse]("image_uses", "vm_id"),
 	copierOf[Snapshot]("vm_snapshots", "id"),
 	copierOf[Volume]("volumes", "id"),
+	copierOf[Task]("tasks", "id"),
 }
 
 // identityTables have a generated id whose sequence must go on after the

@@ -74,6 +74,10 @@ func fillEveryTable(t *testing.T, s *Store) {
 	if _, err := s.AttachVolume(ctx, disk.ID, vm.ID); err != nil {
 		t.Fatal(err)
 	}
+	taskVM := &VM{Name: "task-1", Owner: "ann", Profile: "tiny", Spec: `{"task":"t-1"}`, Hours: 1}
+	if _, err := s.CreateVM(ctx, taskVM, CreateVMOptions{Task: &Task{ID: "t-1", Owner: "ann", Profile: "tiny", Command: `["true"]`, TimeLimitS: 60}}); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := s.IssueTicket(ctx, &ConsoleTicket{VMID: vm.ID, User: "ann", Kind: TicketConsole}, time.Minute); err != nil {
 		t.Fatal(err)
 	}
@@ -183,6 +187,7 @@ func TestCopyInto(t *testing.T) {
 		"image_uses":       func(s *Store) []string { return dumpRows[ImageUse](t, s, "image_uses", "vm_id") },
 		"vm_snapshots":     func(s *Store) []string { return dumpRows[Snapshot](t, s, "vm_snapshots", "id") },
 		"volumes":          func(s *Store) []string { return dumpRows[Volume](t, s, "volumes", "id") },
+		"tasks":            func(s *Store) []string { return dumpRows[Task](t, s, "tasks", "id") },
 	}
 	for _, c := range copiers {
 		dump := dumps[c.table]

@@ -680,3 +680,32 @@ type Volume struct {
 }
 
 func (Volume) TableName() string { return "volumes" }
+
+// Task is a command run in a VM of its own (tasks.go; api.Task): Command is
+// its JSON argv, or Script its script; Env a JSON object. TermAt is when
+// the runner was asked to stop it (SIGTERM), CancelAt when a person
+// cancelled it.
+type Task struct {
+	ID         string     `gorm:"column:id;primaryKey" json:"id"`
+	Owner      string     `gorm:"column:owner;not null;index:tasks_owner,priority:1" json:"owner"`
+	Profile    string     `gorm:"column:profile;not null" json:"profile"`
+	Command    string     `gorm:"column:command;not null" json:"command,omitempty"`
+	Script     string     `gorm:"column:script;not null" json:"script,omitempty"`
+	Env        string     `gorm:"column:env;not null" json:"env,omitempty"`
+	TimeLimitS int64      `gorm:"column:time_limit_s;not null" json:"time_limit_s"`
+	KillWaitS  int64      `gorm:"column:kill_wait_s;not null" json:"kill_wait_s"`
+	State      string     `gorm:"column:state;not null;index:tasks_live,where:ended_at IS NULL" json:"state"`
+	Reason     string     `gorm:"column:reason;not null" json:"reason,omitempty"`
+	ExitCode   *int       `gorm:"column:exit_code" json:"exit_code,omitempty"`
+	Signal     *int       `gorm:"column:signal" json:"signal,omitempty"`
+	VMID       string     `gorm:"column:vm_id;not null;index:tasks_vm" json:"vm_id"`
+	LogBytes   int64      `gorm:"column:log_bytes;not null" json:"log_bytes"`
+	CreatedAt  time.Time  `gorm:"column:created_at;not null;index:tasks_owner,priority:2" json:"created_at"`
+	UpdatedAt  time.Time  `gorm:"column:updated_at;not null" json:"updated_at"`
+	StartedAt  *time.Time `gorm:"column:started_at" json:"started_at,omitempty"`
+	EndedAt    *time.Time `gorm:"column:ended_at" json:"ended_at,omitempty"`
+	TermAt     *time.Time `gorm:"column:term_at" json:"term_at,omitempty"`
+	CancelAt   *time.Time `gorm:"column:cancel_at" json:"cancel_at,omitempty"`
+}
+
+func (Task) TableName() string { return "tasks" }

@@ -28,6 +28,10 @@ type CreateVMOptions struct {
 	// transaction (AttachVolume): one not ready or attached elsewhere
 	// writes nothing.
 	Volumes []string
+	// Task, when set, is the task the VM serves (tasks.go), stored in the
+	// same transaction with the VM's ID (its ID must be set, its times and
+	// state are filled).
+	Task *Task
 }
 
 // CreateVM writes a new VM and its create operation (pending) in one
@@ -69,6 +73,11 @@ func (s *Store) CreateVM(ctx context.Context, vm *VM, opts CreateVMOptions) (*Op
 		}
 		for _, id := range opts.Volumes {
 			if _, err := tx.AttachVolume(ctx, id, vm.ID); err != nil {
+				return err
+			}
+		}
+		if t := opts.Task; t != nil {
+			if err := tx.insertTask(t, vm.ID); err != nil {
 				return err
 			}
 		}

@@ -71,6 +71,9 @@ type Config struct {
 	Home *Home
 	// Shares are mounted by the vendor-data too (shares.go).
 	Shares []Share
+	// Task, when set, is the task the VM runs: the seed's vendor-data
+	// carries its runner, gpuvm-task.sh (task.go).
+	Task *Task `json:"-"`
 }
 
 // maxUserData bounds UserData; cloud-init reads the whole of it.
@@ -139,6 +142,9 @@ func (c Config) Validate() error {
 	}
 	for i := range c.Shares {
 		probs = append(probs, c.Shares[i].problems()...)
+	}
+	if c.Task != nil {
+		probs = append(probs, c.Task.problems()...)
 	}
 	if len(probs) > 0 {
 		return fmt.Errorf("cloud-init seed: %s", strings.Join(probs, "; "))

@@ -109,6 +109,9 @@ func vendorData(c Config) (string, error) {
 	if len(c.Shares) > 0 {
 		parts = append(parts, part{"text/x-shellscript", "gpuvm-shares.sh", sharesScript(c.Shares)}) // shares.go
 	}
+	if c.Task != nil {
+		parts = append(parts, part{"text/x-shellscript", TaskScript, taskScript(c.Task, c.User, c.Home)}) // task.go
+	}
 	if c.VendorData != "" {
 		typ := "text/x-shellscript"
 		if strings.HasPrefix(c.VendorData, "#cloud-config") {

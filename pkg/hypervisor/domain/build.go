@@ -287,6 +287,12 @@ func buildDevices(s Spec) *libvirtxml.DomainDeviceList {
 			Target: &libvirtxml.DomainChannelTarget{VirtIO: &libvirtxml.DomainChannelTargetVirtIO{Name: guestAgentChannel}},
 		})
 	}
+	if s.TaskChannel {
+		dev.Channels = append(dev.Channels, libvirtxml.DomainChannel{
+			Source: &libvirtxml.DomainChardevSource{UNIX: &libvirtxml.DomainChardevSourceUNIX{Mode: "bind"}},
+			Target: &libvirtxml.DomainChannelTarget{VirtIO: &libvirtxml.DomainChannelTargetVirtIO{Name: TaskChannelName}},
+		})
+	}
 	if g := s.Graphics; g != nil {
 		if g.Type == GraphicsSpice {
 			dev.Channels = append(dev.Channels, libvirtxml.DomainChannel{

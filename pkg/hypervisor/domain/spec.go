@@ -127,6 +127,10 @@ type Spec struct {
 	Video string
 	// GuestAgent adds the virtio channel of the QEMU guest agent.
 	GuestAgent bool
+	// TaskChannel adds the virtio-serial channel TaskChannelName of a
+	// task's runner (docs/tasks.md): a unix socket libvirt places, read
+	// back from the live XML with TaskChannelPath.
+	TaskChannel bool
 	// SerialLog, when set, is a host file that receives everything the
 	// guest writes on its serial console (the console itself stays a pty).
 	SerialLog string

@@ -1,0 +1,337 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/gpuvm/gpuvm/pkg/api"
+	"github.com/gpuvm/gpuvm/pkg/client"
+)
+
+// gpuvm task submit|ls|show|logs|cancel: commands run in a GPU VM of
+// their own, which is deleted the moment they end (docs/tasks.md).
+
+const taskLong = `Tasks: a command run in a GPU VM of its own, queued as a VM is (the same
+queue, quotas, windows and bookings), run as you in your home when the VM has
+one, its output kept (gpuvm task logs -f). The VM is deleted the moment the
+command ends, giving the GPU back then, not at the end of the time limit. At
+the time limit the command gets SIGTERM, then after --kill-wait (30s) the VM
+is powered off: the task ends "timeout".
+
+States: pending (with the queue's reason), booting, running, completing,
+completed, failed (non-zero exit or a signal), timeout, cancelled, boot_fail
+(the guest never reported), node_fail (its VM failed).`
+
+func newTaskCmd(getenv func(string) string) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "task",
+		Short: "Run commands in GPU VMs that are deleted when they end",
+		Long:  taskLong,
+		Example: "  gpuvm task submit a100 --time 4h -- python train.py --epochs 30\n  gpuvm task submit a100 --time 30m --script job.sh\n" +
+			"  gpuvm task ls\n  gpuvm task logs -f TASK\n  gpuvm task cancel TASK",
+	}
+	cmd.AddCommand(newTaskSubmitCmd(getenv), newTaskLsCmd(getenv), newTaskShowCmd(getenv), newTaskLogsCmd(getenv), newTaskCancelCmd(getenv))
+	return cmd
+}
+
+type taskSubmitOpts struct {
+	time, after, killWait, script string
+	env                           []string
+	follow                        bool
+	out                           outputOpts
+}
+
+func newTaskSubmitCmd(getenv func(string) string) *cobra.Command {
+	o := clientOpts{getenv: getenv}
+	var opts taskSubmitOpts
+	cmd := &cobra.Command{
+		Use:   "submit PROFILE --time DURATION [--after TIME] (-- COMMAND [ARG...] | --script FILE)",
+		Short: "Submit a task: a command, or a script, run in a new VM of PROFILE",
+		Long: taskLong + `
+
+The command follows --, as it is (no shell: write sh -c '...' for one); or
+--script FILE sends FILE, run by its #! line or sh. --follow prints the
+output as it comes and exits with the task's end (0 when it completed).
+
+Output: a line by default; --json prints the api.Task; --quiet its ID only.
+` + connectionHelp + "\n" + exitHelp,
+		Example: "  gpuvm task submit a100 --time 4h -- python train.py --epochs 30\n  gpuvm task submit a100 --time 90m --env EPOCHS=30 --script job.sh --follow",
+		Args:    cobra.MinimumNArgs(1),
+		RunE: o.runE(func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
+			req, err := opts.request(cmd, args)
+			if err != nil {
+				return err
+			}
+			t, err := c.SubmitTask(ctx, req)
+			if err != nil {
+				return err
+			}
+			stdout := cmd.OutOrStdout()
+			switch {
+			case opts.out.json && !opts.follow:
+				return writeJSON(stdout, t)
+			case opts.out.quiet:
+				fmt.Fprintln(stdout, t.ID)
+			default:
+				fmt.Fprintf(cmd.ErrOrStderr(), "task %s submitted: %s%s\n", t.ID, t.State, orEmpty(": ", t.Reason))
+			}
+			if !opts.follow {
+				return nil
+			}
+			return followTask(ctx, c, cmd, t.ID)
+		}),
+	}
+	o.flags(cmd, false)
+	f := cmd.Flags()
+	f.StringVar(&opts.time, "time", "", "the time limit, such as 4h or 90m (required); the VM's hours are its ceiling")
+	f.StringVar(&opts.after, "after", "", `start no earlier than TIME: RFC 3339, local "2026-06-01 18:00", or a delay such as 2h`)
+	f.StringVar(&opts.killWait, "kill-wait", "", "time between SIGTERM and SIGKILL at the limit or a cancel (default 30s)")
+	f.StringVar(&opts.script, "script", "", "run this script file instead of a command")
+	f.StringArrayVar(&opts.env, "env", nil, "set NAME=VALUE in the command's environment (repeatable)")
+	f.BoolVarP(&opts.follow, "follow", "f", false, "print the output as it comes; exit with the task's end")
+	opts.out.flags(cmd, "print the task's ID only")
+	return cmd
+}
+
+// request is the task the flags and arguments ask for.
+func (opts *taskSubmitOpts) request(cmd *cobra.Command, args []string) (api.CreateTaskRequest, error) {
+	if err := opts.out.check(); err != nil {
+		return api.CreateTaskRequest{}, err
+	}
+	dash := cmd.ArgsLenAtDash()
+	req := api.CreateTaskRequest{Profile: args[0], TimeLimit: opts.time, KillWait: opts.killWait}
+	switch {
+	case opts.time == "":
+		return req, usageError{errors.New("--time is required: the task's time limit, such as 4h")}
+	case dash > 1 || dash < 0 && len(args) > 1:
+		return req, usageError{errors.New("give one PROFILE, then -- and the command")}
+	case dash == 1 && len(args) > 1 && opts.script != "":
+		return req, usageError{errors.New("give a command after -- or --script FILE, not both")}
+	case dash == 1 && len(args) > 1:
+		req.Command = args[1:]
+	case opts.script != "":
+		b, err := os.ReadFile(opts.script)
+		if err != nil {
+			return req, usageError{fmt.Errorf("--script: %w", err)}
+		}
+		req.Script = string(b)
+	default:
+		return req, usageError{errors.New("give the command after -- (gpuvm task submit PROFILE --time 4h -- python train.py), or --script FILE")}
+	}
+	for _, kv := range opts.env {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			return req, usageError{fmt.Errorf("--env %q: want NAME=VALUE", kv)}
+		}
+		if req.Env == nil {
+			req.Env = map[string]string{}
+		}
+		req.Env[k] = v
+	}
+	after, err := parseStartAt(opts.after, time.Now())
+	if err != nil {
+		return req, usageError{errors.New(strings.ReplaceAll(err.Error(), "--start-at", "--after"))}
+	}
+	req.StartAt = after
+	return req, nil
+}
+
+// followTask prints a task's output until it has ended, then says how it
+// ended; it fails unless the task completed.
+func followTask(ctx context.Context, c *client.Client, cmd *cobra.Command, id string) error {
+	var off int64
+	for {
+		n, err := c.TaskLogs(ctx, id, off, true, cmd.OutOrStdout())
+		off += n
+		if err != nil && ctx.Err() != nil {
+			return err
+		}
+		t, terr := c.GetTask(ctx, id)
+		if terr != nil {
+			return terr
+		}
+		if api.TaskEnded(t.State) {
+			fmt.Fprintf(cmd.ErrOrStderr(), "task %s %s%s\n", t.ID, t.State, orEmpty(": ", t.Reason))
+			if t.State != api.TaskCompleted {
+				return exitError{exitFailure}
+			}
+			return nil
+		}
+		if err != nil { // the stream broke: go on from where it was
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(time.Second):
+			}
+		}
+	}
+}
+
+func orEmpty(prefix, s string) string {
+	if s == "" {
+		return ""
+	}
+	return prefix + s
+}
+
+func newTaskLsCmd(getenv func(string) string) *cobra.Command {
+	o := clientOpts{getenv: getenv}
+	var out outputOpts
+	var owner string
+	cmd := &cobra.Command{
+		Use:     "ls",
+		Aliases: []string{"list"},
+		Short:   "List your tasks, newest first",
+		Long:    "Lists your tasks (an admin: --owner's, or everybody's): ID, profile, state, exit, time limit, submitted, and the reason.\n\nOutput: a table; --json prints the api.TaskList; --quiet the IDs only.\n" + connectionHelp + "\n" + exitHelp,
+		Args:    exactArgs(0, "no arguments"),
+		RunE: o.runE(func(ctx context.Context, c *client.Client, cmd *cobra.Command, _ []string) error {
+			if err := out.check(); err != nil {
+				return err
+			}
+			list, err := c.ListTasks(ctx, owner)
+			if err != nil {
+				return err
+			}
+			return printTasks(cmd.OutOrStdout(), list, out)
+		}),
+	}
+	o.flags(cmd, false)
+	cmd.Flags().StringVar(&owner, "owner", "", "only this user's tasks (admins)")
+	out.flags(cmd, "print the tasks' IDs only")
+	return cmd
+}
+
+// exitOf is Slurm's "exit:signal", "-" before the end.
+func exitOf(t api.Task) string {
+	if t.ExitCode == nil {
+		return "-"
+	}
+	sig := 0
+	if t.Signal != nil {
+		sig = *t.Signal
+	}
+	return fmt.Sprintf("%d:%d", *t.ExitCode, sig)
+}
+
+func printTasks(w io.Writer, list *api.TaskList, out outputOpts) error {
+	switch {
+	case out.json:
+		return writeJSON(w, list)
+	case out.quiet:
+		for _, t := range list.Items {
+			fmt.Fprintln(w, t.ID)
+		}
+		return nil
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tOWNER\tPROFILE\tSTATE\tEXIT\tLIMIT\tSUBMITTED\tREASON")
+	for _, t := range list.Items {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", t.ID, t.Owner, t.Profile, t.State, exitOf(t),
+			time.Duration(t.TimeLimit)*time.Second, t.CreatedAt.Local().Format(time.DateTime), orDash(t.Reason))
+	}
+	return tw.Flush()
+}
+
+func newTaskShowCmd(getenv func(string) string) *cobra.Command {
+	o := clientOpts{getenv: getenv}
+	var out outputOpts
+	cmd := &cobra.Command{
+		Use:   "show TASK",
+		Short: "Show a task: its state and why, exit code and signal, its VM",
+		Long:  "Shows one task.\n\nOutput: a few lines; --json prints the api.Task; --quiet its state only.\n" + connectionHelp + "\n" + exitHelp,
+		Args:  exactArgs(1, "one task ID"),
+		RunE: o.runE(func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
+			if err := out.check(); err != nil {
+				return err
+			}
+			t, err := c.GetTask(ctx, args[0])
+			if err != nil {
+				return err
+			}
+			w := cmd.OutOrStdout()
+			switch {
+			case out.json:
+				return writeJSON(w, t)
+			case out.quiet:
+				_, err := fmt.Fprintln(w, t.State)
+				return err
+			}
+			return printTask(w, t)
+		}),
+	}
+	o.flags(cmd, false)
+	out.flags(cmd, "print the task's state only")
+	return cmd
+}
+
+func printTask(w io.Writer, t *api.Task) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	what := strings.Join(t.Command, " ")
+	if t.Script != "" {
+		what = fmt.Sprintf("a script of %d bytes", len(t.Script))
+	}
+	fmt.Fprintf(tw, "Task:\t%s\nOwner:\t%s\nProfile:\t%s\nCommand:\t%s\nState:\t%s\n", t.ID, t.Owner, t.Profile, what, t.State)
+	if t.Reason != "" {
+		fmt.Fprintf(tw, "Reason:\t%s\n", t.Reason)
+	}
+	if t.EstimatedStart != nil {
+		fmt.Fprintf(tw, "Estimated start:\t%s\n", t.EstimatedStart.Local().Format(time.DateTime))
+	}
+	fmt.Fprintf(tw, "Exit:\t%s\nTime limit:\t%s (kill wait %ds)\nVM:\t%s\nOutput:\t%d bytes\nSubmitted:\t%s\n", exitOf(*t),
+		time.Duration(t.TimeLimit)*time.Second, t.KillWait, orDash(t.VMID), t.LogBytes, t.CreatedAt.Local().Format(time.DateTime))
+	for name, at := range map[string]*time.Time{"Started:": t.StartedAt, "Ended:": t.EndedAt} {
+		if at != nil {
+			fmt.Fprintf(tw, "%s\t%s\n", name, at.Local().Format(time.DateTime))
+		}
+	}
+	return tw.Flush()
+}
+
+func newTaskLogsCmd(getenv func(string) string) *cobra.Command {
+	o := clientOpts{getenv: getenv}
+	var follow bool
+	cmd := &cobra.Command{
+		Use:   "logs TASK",
+		Short: "Print a task's output (stdout and stderr as one); -f follows it",
+		Long:  "Prints what the task's command wrote so far (gpuvmd keeps up to 64 MiB a task). With -f it goes on as the output comes, until the task has ended, then says how it ended and exits 0 only when it completed.\n" + connectionHelp + "\n" + exitHelp,
+		Args:  exactArgs(1, "one task ID"),
+		RunE: o.runE(func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
+			if follow {
+				return followTask(ctx, c, cmd, args[0])
+			}
+			_, err := c.TaskLogs(ctx, args[0], 0, false, cmd.OutOrStdout())
+			return err
+		}),
+	}
+	o.flags(cmd, false)
+	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "go on with the output until the task has ended")
+	return cmd
+}
+
+func newTaskCancelCmd(getenv func(string) string) *cobra.Command {
+	o := clientOpts{getenv: getenv}
+	cmd := &cobra.Command{
+		Use:   "cancel TASK",
+		Short: "Cancel a task: a pending one's VM is deleted; a running one's command gets SIGTERM, then the VM is powered off",
+		Long:  "Cancels a task. A pending one's VM is deleted at once; a running one's command gets SIGTERM, and after its kill wait the VM is powered off and deleted. Deleting the task's VM (gpuvm delete) cancels it too.\n" + connectionHelp + "\n" + exitHelp,
+		Args:  exactArgs(1, "one task ID"),
+		RunE: o.runE(func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
+			t, err := c.CancelTask(ctx, args[0])
+			if err != nil {
+				return err
+			}
+			_, err = fmt.Fprintf(cmd.OutOrStdout(), "task %s: cancel asked (%s)\n", t.ID, t.State)
+			return err
+		}),
+	}
+	o.flags(cmd, false)
+	return cmd
+}

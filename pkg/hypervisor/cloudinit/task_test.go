@@ -1,0 +1,182 @@
+package cloudinit
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+	"golang.org/x/term"
+)
+
+func TestTaskProblems(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		task Task
+		want string
+	}{
+		{"ok", Task{ID: "a-1", Command: []string{"true"}}, ""},
+		{"both", Task{ID: "a-1", Command: []string{"true"}, Script: "true"}, "one of them"},
+		{"neither", Task{ID: "a-1"}, "one of them"},
+		{"id", Task{ID: "a;rm", Command: []string{"true"}}, "task id"},
+		{"env name", Task{ID: "a", Command: []string{"true"}, Env: map[string]string{"A B": "x"}}, `task env "A B"`},
+		{"nul", Task{ID: "a", Command: []string{"a\x00b"}}, "NUL"},
+		{"heredoc end", Task{ID: "a", Script: "echo\nGPUVM_TASK_SCRIPT_END\nrm -rf /"}, "would end"},
+		{"heredoc end in argv", Task{ID: "a", Command: []string{"x\nGPUVM_TASK_COMMAND_END"}}, "would end"},
+	} {
+		got := strings.Join(tc.task.problems(), "; ")
+		if (tc.want == "") != (got == "") || !strings.Contains(got, tc.want) {
+			t.Errorf("%s: problems %q, want %q", tc.name, got, tc.want)
+		}
+	}
+}
+
+// pty is a pseudo-terminal in raw mode standing in for the virtio port:
+// the runner opens the slave's path, the test reads and writes the master.
+func pty(t *testing.T) (*os.File, string) {
+	t.Helper()
+	m, err := os.OpenFile("/dev/ptmx", os.O_RDWR, 0)
+	if err != nil {
+		t.Skipf("no pseudo-terminals: %v", err)
+	}
+	t.Cleanup(func() { m.Close() })
+	if err := unix.IoctlSetPointerInt(int(m.Fd()), unix.TIOCSPTLCK, 0); err != nil {
+		t.Fatal(err)
+	}
+	n, err := unix.IoctlGetInt(int(m.Fd()), unix.TIOCGPTN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := fmt.Sprintf("/dev/pts/%d", n)
+	s, err := os.OpenFile(path, os.O_RDWR|unix.O_NOCTTY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	if _, err := term.MakeRaw(int(s.Fd())); err != nil {
+		t.Fatal(err)
+	}
+	return m, path
+}
+
+type runnerMsg struct {
+	T      string `json:"t"`
+	Off    int64  `json:"off"`
+	D      string `json:"d"`
+	Pid    int    `json:"pid"`
+	Code   *int   `json:"code"`
+	Signal *int   `json:"signal"`
+}
+
+// runRunner runs the runner of task on this machine with sh, as root's
+// stand-in (no su), its port a pty, and returns what it said until exit;
+// onStart is called with the port when it says start.
+func runRunner(t *testing.T, task *Task, onStart func(port *os.File)) []runnerMsg {
+	t.Helper()
+	port, path := pty(t)
+	dir := t.TempDir()
+	script := filepath.Join(dir, "gpuvm-task.sh")
+	if err := os.WriteFile(script, []byte(taskScript(task, "root", nil)), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("sh", script, "run")
+	cmd.Env = append(os.Environ(), "GPUVM_TASK_PORT="+path, "GPUVM_TASK_DIR="+filepath.Join(dir, "run"),
+		"GPUVM_TASK_LOGDIR="+dir, "GPUVM_TASK_POWEROFF=true")
+	// A file, not a pipe: Wait would wait for the heartbeat's last sleep.
+	stderr, err := os.Create(filepath.Join(dir, "stderr"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = stderr
+	said := func() string { b, _ := os.ReadFile(stderr.Name()); return string(b) }
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan []runnerMsg)
+	go func() {
+		var out []runnerMsg
+		sc := bufio.NewScanner(port)
+		for sc.Scan() {
+			var m runnerMsg
+			if err := json.Unmarshal(sc.Bytes(), &m); err != nil {
+				t.Errorf("not a JSON line: %q: %v", sc.Text(), err)
+				continue
+			}
+			out = append(out, m)
+			if m.T == "start" && onStart != nil {
+				onStart(port)
+			}
+			if m.T == "exit" {
+				break
+			}
+		}
+		done <- out
+	}()
+	select {
+	case out := <-done:
+		_ = cmd.Wait()
+		log, _ := os.ReadFile(filepath.Join(dir, "gpuvm-task-"+task.ID+".log"))
+		t.Logf("stderr: %s; log: %q", said(), log)
+		return out
+	case <-time.After(30 * time.Second):
+		_ = cmd.Process.Kill()
+		t.Fatalf("the runner said no exit in 30 s; stderr: %s", said())
+		return nil
+	}
+}
+
+func TestTaskRunner(t *testing.T) {
+	if _, err := exec.LookPath("setsid"); err != nil {
+		t.Skip("no setsid")
+	}
+	task := &Task{ID: "t-1", Script: "for i in 1 2 3; do echo \"line $i\"; done\necho \"q\\\" b\\\\ $GREETING\" >&2\nexit 3\n",
+		Env: map[string]string{"GREETING": "it's\thi"}}
+	msgs := runRunner(t, task, nil)
+	var kinds []string
+	var text strings.Builder
+	for _, m := range msgs {
+		kinds = append(kinds, m.T)
+		if m.T == "out" {
+			if m.Off != int64(text.Len()) {
+				t.Errorf("out at offset %d, want %d", m.Off, text.Len())
+			}
+			text.WriteString(m.D)
+		}
+	}
+	if got := strings.Join(kinds, " "); got != "hello start out out out out exit" {
+		t.Fatalf("messages %q", got)
+	}
+	if want := "line 1\nline 2\nline 3\nq\" b\\ it's\thi\n"; text.String() != want {
+		t.Fatalf("output %q, want %q", text.String(), want)
+	}
+	last := msgs[len(msgs)-1]
+	if *last.Code != 3 || *last.Signal != 0 {
+		t.Fatalf("exit %d:%d, want 3:0", *last.Code, *last.Signal)
+	}
+}
+
+func TestTaskRunnerSignal(t *testing.T) {
+	if _, err := exec.LookPath("setsid"); err != nil {
+		t.Skip("no setsid")
+	}
+	task := &Task{ID: "t-2", Command: []string{"sh", "-c", "echo ready; sleep 30; echo never"}}
+	msgs := runRunner(t, task, func(port *os.File) {
+		time.Sleep(300 * time.Millisecond)
+		_, _ = port.WriteString(`{"t":"signal","sig":"TERM"}` + "\n")
+	})
+	last := msgs[len(msgs)-1]
+	if last.T != "exit" || *last.Code != 0 || *last.Signal != 15 {
+		t.Fatalf("last message %+v, want exit 0:15", last)
+	}
+	for _, m := range msgs {
+		if strings.Contains(m.D, "never") {
+			t.Fatalf("the command went on after TERM: %+v", msgs)
+		}
+	}
+}

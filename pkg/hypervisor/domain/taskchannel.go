@@ -1,0 +1,39 @@
+package domain
+
+import (
+	"errors"
+	"fmt"
+
+	"libvirt.org/go/libvirtxml"
+)
+
+// TaskChannelName is the name of the virtio-serial port a task's runner
+// talks to gpuvmd on: /dev/virtio-ports/org.gpuvm.task.0 in the guest.
+const TaskChannelName = "org.gpuvm.task.0"
+
+// ErrNoTaskChannel says a domain has no task channel, or that libvirt
+// has not placed its socket yet (it does at start).
+var ErrNoTaskChannel = errors.New("no task channel")
+
+// TaskChannelPath is the host path of the unix socket of a running
+// domain's task channel, read from its live XML: libvirt picks it when the
+// domain starts.
+func TaskChannelPath(domainXML string) (string, error) {
+	var d libvirtxml.Domain
+	if err := d.Unmarshal(domainXML); err != nil {
+		return "", fmt.Errorf("domain XML: %w", err)
+	}
+	if d.Devices == nil {
+		return "", ErrNoTaskChannel
+	}
+	for _, c := range d.Devices.Channels {
+		if c.Target == nil || c.Target.VirtIO == nil || c.Target.VirtIO.Name != TaskChannelName {
+			continue
+		}
+		if c.Source == nil || c.Source.UNIX == nil || c.Source.UNIX.Path == "" {
+			return "", fmt.Errorf("%w: its socket has no path yet (is the domain running?)", ErrNoTaskChannel)
+		}
+		return c.Source.UNIX.Path, nil
+	}
+	return "", ErrNoTaskChannel
+}

@@ -1,0 +1,136 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/gpuvm/gpuvm/pkg/api"
+)
+
+// insertTask writes t, the task vm serves, inside CreateVM's transaction.
+func (s *Store) insertTask(t *Task, vmID string) error {
+	if t.ID == "" || t.Owner == "" || t.Profile == "" || t.TimeLimitS <= 0 {
+		return fmt.Errorf("insert task: %w: id, owner, profile and a time limit are required", ErrInvalid)
+	}
+	now := s.clock()
+	t.VMID, t.CreatedAt, t.UpdatedAt = vmID, now, now
+	if t.State == "" {
+		t.State = api.TaskPending
+	}
+	return wrap(s.db.Create(t).Error, nil, "insert task %s", t.ID)
+}
+
+// GetTask is one task; a missing one is ErrNotFound.
+func (s *Store) GetTask(ctx context.Context, id string) (*Task, error) {
+	var t Task
+	if err := s.db.WithContext(ctx).Where("id = ?", id).Take(&t).Error; err != nil {
+		return nil, wrap(err, nil, "task %s", id)
+	}
+	utcTask(&t)
+	return &t, nil
+}
+
+// TaskOfVM is the task a VM serves; ErrNotFound when none.
+func (s *Store) TaskOfVM(ctx context.Context, vmID string) (*Task, error) {
+	var t Task
+	if err := s.db.WithContext(ctx).Where("vm_id = ?", vmID).Take(&t).Error; err != nil {
+		return nil, wrap(err, nil, "task of vm %s", vmID)
+	}
+	utcTask(&t)
+	return &t, nil
+}
+
+// ListTasks is the tasks of owner (everybody's when ""), newest first, at
+// most limit (all when 0).
+func (s *Store) ListTasks(ctx context.Context, owner string, limit int) ([]Task, error) {
+	q := s.db.WithContext(ctx).Order("created_at DESC, id DESC")
+	if owner != "" {
+		q = q.Where("owner = ?", owner)
+	}
+	if limit > 0 {
+		q = q.Limit(limit)
+	}
+	var out []Task
+	if err := q.Find(&out).Error; err != nil {
+		return nil, wrap(err, nil, "list tasks")
+	}
+	for i := range out {
+		utcTask(&out[i])
+	}
+	return out, nil
+}
+
+// ListLiveTasks is every task that has not ended, oldest first (the task
+// supervisor's round).
+func (s *Store) ListLiveTasks(ctx context.Context) ([]Task, error) {
+	var out []Task
+	if err := s.db.WithContext(ctx).Where("ended_at IS NULL").Order("created_at, id").Find(&out).Error; err != nil {
+		return nil, wrap(err, nil, "list live tasks")
+	}
+	for i := range out {
+		utcTask(&out[i])
+	}
+	return out, nil
+}
+
+// TaskUpdate is what UpdateTask changes besides the state (and the reason,
+// always): the fields that are set. An ended state sets ended_at.
+type TaskUpdate struct {
+	State     string
+	Reason    string
+	ExitCode  *int
+	Signal    *int
+	StartedAt *time.Time
+	TermAt    *time.Time
+	CancelAt  *time.Time
+	LogBytes  *int64
+}
+
+// UpdateTask changes a task that is in one of from (any live state when
+// empty: an ended task never changes). A task in none of them is
+// ErrConflict; a missing one ErrNotFound.
+func (s *Store) UpdateTask(ctx context.Context, id string, from []string, u TaskUpdate) error {
+	q := s.db.WithContext(ctx).Model(&Task{}).Where("id = ? AND ended_at IS NULL", id)
+	if len(from) > 0 {
+		q = q.Where("state IN ?", from)
+	}
+	now := s.clock()
+	set := map[string]any{"updated_at": now}
+	if u.State != "" {
+		set["state"], set["reason"] = u.State, u.Reason
+		if api.TaskEnded(u.State) {
+			set["ended_at"] = now
+		}
+	}
+	for col, v := range map[string]*int{"exit_code": u.ExitCode, "signal": u.Signal} {
+		if v != nil {
+			set[col] = *v
+		}
+	}
+	for col, v := range map[string]*time.Time{"started_at": u.StartedAt, "term_at": u.TermAt, "cancel_at": u.CancelAt} {
+		if v != nil {
+			set[col] = v.UTC()
+		}
+	}
+	if u.LogBytes != nil {
+		set["log_bytes"] = *u.LogBytes
+	}
+	res := q.Updates(set)
+	if res.Error != nil {
+		return wrap(res.Error, nil, "update task %s", id)
+	}
+	if res.RowsAffected == 1 {
+		return nil
+	}
+	t, err := s.GetTask(ctx, id)
+	if err != nil {
+		return err
+	}
+	return fmt.Errorf("task %s is %s: %w", id, t.State, ErrConflict)
+}
+
+func utcTask(t *Task) {
+	t.CreatedAt, t.UpdatedAt = t.CreatedAt.UTC(), t.UpdatedAt.UTC()
+	t.StartedAt, t.EndedAt, t.TermAt, t.CancelAt = utcPtr(t.StartedAt), utcPtr(t.EndedAt), utcPtr(t.TermAt), utcPtr(t.CancelAt)
+}

@@ -1,0 +1,388 @@
+// Package task runs tasks (docs/tasks.md): commands in a GPU VM of their
+// own. The server makes a task with its VM; the Supervisor here follows
+// the VM, talks to the task's runner in the guest over the domain's
+// virtio-serial channel (JSON lines), keeps the task's output, enforces its
+// time limit, and deletes the VM the moment the command ends, so that the
+// GPU is given back then and not at the end of the time limit.
+package task
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/gpuvm/gpuvm/pkg/api"
+	"github.com/gpuvm/gpuvm/pkg/store"
+)
+
+// Store is what the supervisor asks of the database (a *store.Store).
+type Store interface {
+	Now() time.Time
+	ListLiveTasks(ctx context.Context) ([]store.Task, error)
+	GetTask(ctx context.Context, id string) (*store.Task, error)
+	UpdateTask(ctx context.Context, id string, from []string, u store.TaskUpdate) error
+	GetVM(ctx context.Context, id string) (*store.VM, error)
+	ListOperations(ctx context.Context, vmID string) ([]store.Operation, error)
+	CreateOperation(ctx context.Context, op *store.Operation) error
+}
+
+// Defaults of Config.
+const (
+	DefaultMaxLog      = 64 << 20
+	DefaultBootTimeout = 10 * time.Minute
+	DefaultInterval    = time.Second
+)
+
+// Config is what a Supervisor needs.
+type Config struct {
+	Store Store
+	Log   *slog.Logger
+	// LogDir keeps a file per task, ID.log: its output, at the offsets
+	// the runner numbers it with.
+	LogDir string
+	// MaxLog is the most output kept per task (DefaultMaxLog when 0).
+	MaxLog int64
+	// Host is this gpuvmd's host: it talks to the runners of VMs on it
+	// only ("": every VM's).
+	Host string
+	// Channel is the host path of the unix socket of a running VM's task
+	// channel (the hypervisor's live domain XML in gpuvmd; a test's own
+	// socket in tests).
+	Channel func(ctx context.Context, vmID string) (string, error)
+	// Wake tells the orchestrator of a new operation (a delete); may be nil.
+	Wake func()
+	// BootTimeout is how long a running VM's runner has to say hello
+	// before the task is boot_fail (DefaultBootTimeout when 0).
+	BootTimeout time.Duration
+	// Interval is the time between rounds (DefaultInterval when 0).
+	Interval time.Duration
+}
+
+// Supervisor follows the live tasks: one round each Interval.
+type Supervisor struct {
+	cfg Config
+	log *slog.Logger
+
+	mu    sync.Mutex
+	conns map[string]*conn // by task ID
+	// booting is when a task's VM was first seen running, for the boot
+	// timeout (kept in memory: a restart gives a task its time again).
+	booting map[string]time.Time
+	// kick starts a round now (a command ended).
+	kick chan struct{}
+}
+
+// kickNow starts a round without waiting for the next interval.
+func (s *Supervisor) kickNow() {
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
+}
+
+// New makes a Supervisor; Run runs it.
+func New(cfg Config) (*Supervisor, error) {
+	if cfg.Store == nil || cfg.Channel == nil || cfg.LogDir == "" {
+		return nil, errors.New("task supervisor: a store, a channel and a log directory are required")
+	}
+	if cfg.MaxLog <= 0 {
+		cfg.MaxLog = DefaultMaxLog
+	}
+	if cfg.BootTimeout <= 0 {
+		cfg.BootTimeout = DefaultBootTimeout
+	}
+	if cfg.Interval <= 0 {
+		cfg.Interval = DefaultInterval
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
+	}
+	return &Supervisor{cfg: cfg, log: cfg.Log.With("component", "tasks"), conns: map[string]*conn{}, booting: map[string]time.Time{},
+		kick: make(chan struct{}, 1)}, nil
+}
+
+// LogPath is the file that keeps a task's output under dir.
+func LogPath(dir, taskID string) string { return filepath.Join(dir, taskID+".log") }
+
+// Run does a round each Interval until ctx ends, then closes the runners'
+// connections.
+func (s *Supervisor) Run(ctx context.Context) {
+	t := time.NewTicker(s.cfg.Interval)
+	defer t.Stop()
+	for {
+		if err := s.Round(ctx); err != nil && ctx.Err() == nil {
+			s.log.Warn("task round", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			s.Close()
+			return
+		case <-t.C:
+		case <-s.kick:
+		}
+	}
+}
+
+// Close closes the connections to the runners and waits until their
+// readers have stopped.
+func (s *Supervisor) Close() {
+	s.mu.Lock()
+	conns := make([]*conn, 0, len(s.conns))
+	for _, c := range s.conns {
+		c.close()
+		conns = append(conns, c)
+	}
+	s.mu.Unlock()
+	for _, c := range conns {
+		<-c.done
+	}
+}
+
+// Round brings every live task one step on. Rounds do not overlap: Run
+// is their one caller (a test's own in tests).
+func (s *Supervisor) Round(ctx context.Context) error {
+	tasks, err := s.cfg.Store.ListLiveTasks(ctx)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for i := range tasks {
+		if err := s.step(ctx, &tasks[i]); err != nil {
+			errs = append(errs, fmt.Errorf("task %s: %w", tasks[i].ID, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// step is one task's part of a round.
+func (s *Supervisor) step(ctx context.Context, t *store.Task) error {
+	vm, err := s.cfg.Store.GetVM(ctx, t.VMID)
+	if errors.Is(err, store.ErrNotFound) {
+		vm, err = &store.VM{ID: t.VMID, State: store.VMDeleted}, nil
+	}
+	if err != nil {
+		return err
+	}
+	c := s.conn(t.ID)
+	if c != nil {
+		n := c.size()
+		if n != t.LogBytes {
+			if err := s.cfg.Store.UpdateTask(ctx, t.ID, nil, store.TaskUpdate{LogBytes: &n}); err != nil && !errors.Is(err, store.ErrConflict) {
+				return err
+			}
+		}
+	}
+	switch vm.State {
+	case store.VMDeleted, store.VMDeleting:
+		return s.vmGone(ctx, t, vm)
+	case store.VMFailed:
+		return s.end(ctx, t, vm, api.TaskNodeFail, "its VM failed: "+vm.StateReason)
+	}
+	if t.CancelAt != nil && t.StartedAt == nil && t.State != api.TaskCompleting {
+		// Not started: nothing to stop, the VM goes.
+		return s.end(ctx, t, vm, api.TaskCompleting, "cancelled before it started")
+	}
+	switch vm.State {
+	case store.VMQueued:
+		return s.move(ctx, t, api.TaskPending, queueReason(vm))
+	case store.VMAllocating, store.VMCreating:
+		return s.move(ctx, t, api.TaskBooting, "its VM is being made")
+	case store.VMStopping, store.VMStopped:
+		// A runner powers the guest off after its exit line; without one,
+		// the command's end is not known.
+		why := "the guest powered off without the runner reporting the command's end"
+		if vm.StateReason != "" {
+			why = "its VM was stopped (" + vm.StateReason + ") without the runner reporting the command's end"
+		}
+		return s.end(ctx, t, vm, api.TaskCompleting, why)
+	case store.VMRunning:
+		return s.running(ctx, t, vm)
+	}
+	return nil
+}
+
+func queueReason(vm *store.VM) string {
+	if vm.StateReason != "" {
+		return vm.StateReason
+	}
+	return vm.Phase
+}
+
+// move sets a live task's state and reason when they changed.
+func (s *Supervisor) move(ctx context.Context, t *store.Task, state, reason string) error {
+	if t.State == state && t.Reason == reason || t.State == api.TaskCompleting || t.State == api.TaskRunning {
+		return nil
+	}
+	err := s.cfg.Store.UpdateTask(ctx, t.ID, []string{api.TaskPending, api.TaskBooting}, store.TaskUpdate{State: state, Reason: reason})
+	if errors.Is(err, store.ErrConflict) {
+		return nil
+	}
+	return err
+}
+
+// running is a step of a task whose VM runs: connect to its runner, boot
+// timeout, time limit, cancel.
+func (s *Supervisor) running(ctx context.Context, t *store.Task, vm *store.VM) error {
+	if s.cfg.Host != "" && vm.Host != "" && vm.Host != s.cfg.Host {
+		return nil // another gpuvmd's
+	}
+	if t.State == api.TaskCompleting {
+		return s.deleteVM(ctx, t, vm) // asked for already, unless gpuvmd stopped between
+	}
+	now := s.cfg.Store.Now()
+	if t.State == api.TaskPending {
+		if err := s.move(ctx, t, api.TaskBooting, "its VM boots"); err != nil {
+			return err
+		}
+		t.State = api.TaskBooting
+	}
+	c := s.conn(t.ID)
+	if c == nil {
+		var err error
+		if c, err = s.connect(ctx, t); err != nil {
+			s.log.Debug("task channel not ready", "task", t.ID, "vm", vm.ID, "err", err)
+		}
+	}
+	s.mu.Lock()
+	since, ok := s.booting[t.ID]
+	if !ok {
+		since = now
+		s.booting[t.ID] = now
+	}
+	s.mu.Unlock()
+	if t.State == api.TaskBooting && (c == nil || !c.helloed()) && now.Sub(since) > s.cfg.BootTimeout {
+		return s.end(ctx, t, vm, api.TaskBootFail, fmt.Sprintf("the guest's runner did not report within %s of its VM running", s.cfg.BootTimeout))
+	}
+	return s.limits(ctx, t, vm, c, now)
+}
+
+// limits enforces the time limit and a cancel of a started task: SIGTERM,
+// then after kill_wait SIGKILL and the VM deleted (powered off).
+func (s *Supervisor) limits(ctx context.Context, t *store.Task, vm *store.VM, c *conn, now time.Time) error {
+	if t.StartedAt == nil || t.State == api.TaskCompleting {
+		return nil
+	}
+	limit := t.StartedAt.Add(time.Duration(t.TimeLimitS) * time.Second)
+	if vm.LeaseEnd != nil {
+		// The VM's lease (its hours: the limit's ceiling, counted from
+		// the VM's start, a boot before the command's) ends it first:
+		// the command is stopped in time to end before the lease.
+		if byLease := vm.LeaseEnd.Add(-time.Duration(t.KillWaitS) * time.Second); byLease.Before(limit) {
+			limit = byLease
+		}
+	}
+	if t.TermAt == nil && (t.CancelAt != nil || !now.Before(limit)) {
+		why := "time limit reached"
+		if t.CancelAt != nil {
+			why = "cancelled"
+		}
+		s.log.Info("stopping task", "task", t.ID, "why", why)
+		if c != nil {
+			c.signal("TERM")
+		}
+		return s.cfg.Store.UpdateTask(ctx, t.ID, nil, store.TaskUpdate{TermAt: &now})
+	}
+	if t.TermAt != nil && now.Sub(*t.TermAt) >= time.Duration(t.KillWaitS)*time.Second {
+		if c != nil {
+			c.signal("KILL")
+		}
+		why := fmt.Sprintf("time limit reached: SIGTERM, then after %ds the VM powered off", t.KillWaitS)
+		if t.CancelAt != nil {
+			why = fmt.Sprintf("cancelled: SIGTERM, then after %ds the VM powered off", t.KillWaitS)
+		}
+		return s.end(ctx, t, vm, api.TaskCompleting, why)
+	}
+	return nil
+}
+
+// end moves a task to state (completing, or an ended one) with reason and
+// deletes its VM through the orchestrator's delete.
+func (s *Supervisor) end(ctx context.Context, t *store.Task, vm *store.VM, state, reason string) error {
+	if t.State == api.TaskCompleting && state == api.TaskCompleting {
+		return s.deleteVM(ctx, t, vm)
+	}
+	if err := s.cfg.Store.UpdateTask(ctx, t.ID, nil, store.TaskUpdate{State: state, Reason: reason}); err != nil {
+		return err
+	}
+	s.log.Info("task ending", "task", t.ID, "state", state, "reason", reason)
+	if api.TaskEnded(state) {
+		s.forget(t.ID)
+	}
+	return s.deleteVM(ctx, t, vm)
+}
+
+// deleteVM asks for the delete of the task's VM, unless one is under way
+// or it is gone.
+func (s *Supervisor) deleteVM(ctx context.Context, t *store.Task, vm *store.VM) error {
+	if vm.State == store.VMDeleted || vm.State == store.VMDeleting {
+		return nil
+	}
+	ops, err := s.cfg.Store.ListOperations(ctx, vm.ID)
+	if err != nil {
+		return err
+	}
+	for i := range ops {
+		if ops[i].Kind == store.OpDelete && !ops[i].Finished() {
+			return nil
+		}
+	}
+	op := &store.Operation{VMID: vm.ID, Kind: store.OpDelete, RequestedBy: t.Owner}
+	if err := s.cfg.Store.CreateOperation(ctx, op); err != nil {
+		return err
+	}
+	s.log.Info("task's VM deleted: its GPU is given back", "task", t.ID, "vm", vm.ID)
+	if s.cfg.Wake != nil {
+		s.cfg.Wake()
+	}
+	return nil
+}
+
+// vmGone ends a task whose VM is deleted (or being deleted): in the state
+// its row says, or cancelled when somebody deleted the VM of a task that
+// had not ended.
+func (s *Supervisor) vmGone(ctx context.Context, t *store.Task, vm *store.VM) error {
+	if vm.State == store.VMDeleting && t.State == api.TaskCompleting {
+		return nil // the delete is under way
+	}
+	state, reason := finalState(t)
+	if t.State != api.TaskCompleting {
+		state, reason = api.TaskCancelled, "its VM was deleted before the command ended"
+	}
+	s.forget(t.ID)
+	return s.cfg.Store.UpdateTask(ctx, t.ID, nil, store.TaskUpdate{State: state, Reason: reason})
+}
+
+// finalState is the state a completing task ends in, from its row: a
+// cancel, the time limit, else the command's exit.
+func finalState(t *store.Task) (string, string) {
+	switch {
+	case t.CancelAt != nil:
+		return api.TaskCancelled, t.Reason
+	case t.TermAt != nil:
+		return api.TaskTimeout, t.Reason
+	case t.ExitCode != nil && *t.ExitCode == 0 && (t.Signal == nil || *t.Signal == 0):
+		return api.TaskCompleted, t.Reason
+	}
+	return api.TaskFailed, t.Reason
+}
+
+func (s *Supervisor) conn(id string) *conn {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.conns[id]
+}
+
+// forget closes a task's connection and drops what is kept of it.
+func (s *Supervisor) forget(id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if c := s.conns[id]; c != nil {
+		c.close()
+	}
+	delete(s.conns, id)
+	delete(s.booting, id)
+}
