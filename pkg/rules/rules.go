@@ -210,6 +210,19 @@ func snapshotFacts(prefix string, s config.Snapshots) []api.RulesFact {
 	return out
 }
 
+// storageFacts are the storage limits of s that are set, under prefix
+// ("groups.storage").
+func storageFacts(prefix string, s config.StorageLimits) []api.RulesFact {
+	var out []api.RulesFact
+	if s.HomeQuota != nil {
+		out = append(out, numFact(prefix+".home_quota", float64(*s.HomeQuota), api.UnitBytes))
+	}
+	if s.DiskQuota != nil {
+		out = append(out, numFact(prefix+".disk_quota", float64(*s.DiskQuota), api.UnitBytes))
+	}
+	return out
+}
+
 func hasLimit(q config.Quota) bool { return len(quotaFacts("", q)) > 0 }
 
 func hasBudget(q config.Quota) bool {
@@ -331,6 +344,14 @@ func (b *builder) quotas() []api.RulesSentence {
 			continue // no limits, and none to lift
 		}
 		out = append(out, api.RulesSentence{Text: b.w.snapshots(e.who, sn), Subject: subjectOf(e.who), Facts: facts})
+	}
+	for _, e := range ps {
+		sl := e.p.Storage
+		facts := storageFacts(e.key+".storage", sl)
+		if len(facts) == 0 && (e.who.kind == "defaults" || len(storageFacts("", b.pol.Defaults.Storage)) == 0) {
+			continue // no limits, and none to lift
+		}
+		out = append(out, api.RulesSentence{Text: b.w.storage(e.who, sl), Subject: subjectOf(e.who), Facts: facts})
 	}
 	if len(b.pol.Users) > 0 || len(b.pol.Groups) > 0 {
 		out = append(out, api.RulesSentence{Text: b.w.combine()})

@@ -25,6 +25,7 @@ type phrasebook interface {
 
 	quota(w who, q config.Quota) string
 	snapshots(w who, s config.Snapshots) string
+	storage(w who, s config.StorageLimits) string
 	combine() string
 	sliceNote() string
 	gpuHours(zone string) string
@@ -313,6 +314,20 @@ func (e en) snapshots(w who, s config.Snapshots) string {
 		return fmt.Sprintf("%s: %s.", e.who(w), parts[0])
 	}
 	return fmt.Sprintf("%s %s.", e.who(w), strings.Join(parts, "; "))
+}
+
+func (e en) storage(w who, s config.StorageLimits) string {
+	var parts []string
+	if s.HomeQuota != nil {
+		parts = append(parts, "a home of at most "+size(*s.HomeQuota))
+	}
+	if s.DiskQuota != nil {
+		parts = append(parts, "data disks of at most "+size(*s.DiskQuota)+" together")
+	}
+	if len(parts) == 0 {
+		return e.who(w) + " may keep a home and data disks without a size limit."
+	}
+	return fmt.Sprintf("%s may keep %s.", e.who(w), strings.Join(parts, ", and "))
 }
 
 func (en) combine() string {

@@ -145,6 +145,20 @@ func (z zh) snapshots(w who, s config.Snapshots) string {
 	return fmt.Sprintf("%s%s。", z.who(w), strings.Join(parts, "；"))
 }
 
+func (z zh) storage(w who, s config.StorageLimits) string {
+	var parts []string
+	if s.HomeQuota != nil {
+		parts = append(parts, "主目录最多 "+size(*s.HomeQuota))
+	}
+	if s.DiskQuota != nil {
+		parts = append(parts, "数据盘合计最多 "+size(*s.DiskQuota))
+	}
+	if len(parts) == 0 {
+		return z.who(w) + "的主目录和数据盘没有大小限制。"
+	}
+	return fmt.Sprintf("%s可保留的%s。", z.who(w), strings.Join(parts, "，"))
+}
+
 func (z zh) quota(w who, q config.Quota) string {
 	if q.VMs != nil && *q.VMs == 0 {
 		return z.who(w) + "不能运行任何虚拟机。"

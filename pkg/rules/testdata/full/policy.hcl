@@ -27,12 +27,19 @@ policy {
       keep         = 3
       expire_after = "14d"
     }
+    storage {
+      home_quota = "50GiB"
+      disk_quota = "200GiB"
+    }
   }
 
   group "students" {
     preemptible = true
     snapshots {
       keep = 0
+    }
+    storage {
+      home_quota = "10GiB"
     }
     quota {
       vms                = 1
@@ -68,6 +75,10 @@ policy {
     snapshots {
       keep         = 10
       expire_after = "30d"
+    }
+    storage {
+      home_quota = "100GiB"
+      disk_quota = "1TiB"
     }
     quota {
       vms                 = 3
