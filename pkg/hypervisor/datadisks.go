@@ -2,10 +2,8 @@ package hypervisor
 
 import (
 	"context"
-	"errors"
 
 	"libvirt.org/go/libvirt"
-	"libvirt.org/go/libvirtxml"
 )
 
 // Data disks (docs/volumes.md) are empty qcow2 volumes in the VMs' pool,
@@ -15,22 +13,7 @@ import (
 // pool and returns its path. A volume of that name already there is an
 // error: the caller looks first (VolumeExists).
 func (c *Conn) CreateDataDisk(ctx context.Context, pool, name string, size uint64) (string, error) {
-	if err := volumeName(name); err != nil {
-		return "", storageError(pool, name, "create data disk", err)
-	}
-	if size == 0 {
-		return "", storageError(pool, name, "create data disk", errors.New("size 0"))
-	}
-	x := &libvirtxml.StorageVolume{
-		Name:       name,
-		Capacity:   &libvirtxml.StorageVolumeSize{Unit: "bytes", Value: size},
-		Allocation: &libvirtxml.StorageVolumeSize{Unit: "bytes", Value: 0},
-		Target: &libvirtxml.StorageVolumeTarget{
-			Format:      &libvirtxml.StorageVolumeTargetFormat{Type: "qcow2"},
-			Permissions: &libvirtxml.StorageVolumeTargetPermissions{Mode: "0600"},
-		},
-	}
-	return c.createVolume(ctx, pool, name, x, "create data disk")
+	return c.createEmptyQcow2(ctx, pool, name, size, "create data disk")
 }
 
 // ResizeVolume grows a volume to size bytes (never shrinks: libvirt refuses

@@ -13,11 +13,17 @@ import (
 // in pool, the disk a new system is installed to (an unattended Windows
 // install). It returns the volume's path.
 func (c *Conn) CreateEmptyVolume(ctx context.Context, pool, name string, size uint64) (string, error) {
+	return c.createEmptyQcow2(ctx, pool, name, size, "create")
+}
+
+// createEmptyQcow2 creates an empty qcow2 volume of size bytes (virtual),
+// readable by its owner only; verb names the work in errors.
+func (c *Conn) createEmptyQcow2(ctx context.Context, pool, name string, size uint64, verb string) (string, error) {
 	if err := volumeName(name); err != nil {
-		return "", storageError(pool, name, "create", err)
+		return "", storageError(pool, name, verb, err)
 	}
 	if size == 0 {
-		return "", storageError(pool, name, "create", errors.New("size 0"))
+		return "", storageError(pool, name, verb, errors.New("size 0"))
 	}
 	x := &libvirtxml.StorageVolume{
 		Name:       name,
@@ -28,7 +34,7 @@ func (c *Conn) CreateEmptyVolume(ctx context.Context, pool, name string, size ui
 			Permissions: &libvirtxml.StorageVolumeTargetPermissions{Mode: "0600"},
 		},
 	}
-	return c.createVolume(ctx, pool, name, x, "create")
+	return c.createVolume(ctx, pool, name, x, verb)
 }
 
 // DefineWindowsInstall defines the domain of an unattended Windows install

@@ -85,15 +85,7 @@ type homePerson struct {
 // each person. As root, with qemu:///system, the network "default" and
 // QEMU's virtiofsd; not with -short or GPUVM_SKIP_SYSTEM_TEST=1.
 func TestHomeFollowsThePerson(t *testing.T) {
-	if testing.Short() {
-		t.Skip("boots guests under QEMU; skipped with -short")
-	}
-	if os.Getenv("GPUVM_SKIP_SYSTEM_TEST") == "1" {
-		t.Skip("GPUVM_SKIP_SYSTEM_TEST=1")
-	}
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: qemu:///system, and files QEMU (another user) may read")
-	}
+	hv := needSystemLibvirt(t)
 	for _, tool := range []string{"ssh", "ssh-keygen", "virsh"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			t.Skipf("%s is missing (scripts/setup-host.sh installs openssh-client and libvirt-clients): %v", tool, err)
@@ -102,7 +94,6 @@ func TestHomeFollowsThePerson(t *testing.T) {
 	if _, err := homes.FindVirtiofsd(nil); err != nil {
 		t.Skipf("no virtiofs daemon (Debian: qemu-system-common): %v", err)
 	}
-	hv := libvirt(t, systemURI)
 	needDefaultNetwork(t)
 	begin := time.Now()
 	tiny := setUpTinyGuest(t, hv)

@@ -103,21 +103,12 @@ func needDefaultNetwork(t *testing.T) {
 // and its reason says so. As root, with qemu:///system and the network
 // "default"; not with -short or GPUVM_SKIP_SYSTEM_TEST=1.
 func TestTinyGuestOnNetwork(t *testing.T) {
-	if testing.Short() {
-		t.Skip("boots a guest under QEMU; skipped with -short")
-	}
-	if os.Getenv("GPUVM_SKIP_SYSTEM_TEST") == "1" {
-		t.Skip("GPUVM_SKIP_SYSTEM_TEST=1")
-	}
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: qemu:///system, and files QEMU (another user) may read")
-	}
+	hv := needSystemLibvirt(t)
 	for _, tool := range []string{"ssh", "ssh-keygen", "virsh"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			t.Skipf("%s is missing (scripts/setup-host.sh installs openssh-client and libvirt-clients): %v", tool, err)
 		}
 	}
-	hv := libvirt(t, systemURI)
 	needDefaultNetwork(t)
 	tiny := setUpTinyGuest(t, hv)
 	blank := filepath.Join(filepath.Dir(tiny.files[tiny.kernel]), "blank.raw") // setUpTinyGuest made it

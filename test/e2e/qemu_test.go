@@ -56,16 +56,7 @@ profile "tiny-mig" {
 // and libvirt exactly as before. As root, when qemu:///system answers; not
 // with -short or GPUVM_SKIP_SYSTEM_TEST=1 (as test/system).
 func TestRealLibvirtTinyGuest(t *testing.T) {
-	if testing.Short() {
-		t.Skip("boots a guest under QEMU; skipped with -short")
-	}
-	if os.Getenv("GPUVM_SKIP_SYSTEM_TEST") == "1" {
-		t.Skip("GPUVM_SKIP_SYSTEM_TEST=1")
-	}
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: qemu:///system, and files QEMU (another user) may read")
-	}
-	hv := libvirt(t, systemURI)
+	hv := needSystemLibvirt(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	tiny := setUpTinyGuest(t, hv)

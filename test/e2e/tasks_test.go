@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"bufio"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"reflect"
@@ -54,16 +53,7 @@ profile "tiny-task" {
 // guest boot. As root with qemu:///system; not with -short or
 // GPUVM_SKIP_SYSTEM_TEST=1.
 func TestTaskRunsAndGivesTheGPUBack(t *testing.T) {
-	if testing.Short() {
-		t.Skip("boots a guest under QEMU; skipped with -short")
-	}
-	if os.Getenv("GPUVM_SKIP_SYSTEM_TEST") == "1" {
-		t.Skip("GPUVM_SKIP_SYSTEM_TEST=1")
-	}
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: qemu:///system, and files QEMU (another user) may read")
-	}
-	hv := libvirt(t, systemURI)
+	hv := needSystemLibvirt(t)
 	begin := time.Now()
 	tiny := setUpTinyGuest(t, hv)
 	profiles := strings.NewReplacer("KERNEL", tiny.files[tiny.kernel], "INITRD", tiny.files[tiny.initrd],
