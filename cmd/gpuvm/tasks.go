@@ -287,9 +287,13 @@ func printTask(w io.Writer, t *api.Task) error {
 	}
 	fmt.Fprintf(tw, "Exit:\t%s\nTime limit:\t%s (kill wait %ds)\nVM:\t%s\nOutput:\t%d bytes\nSubmitted:\t%s\n", exitOf(*t),
 		time.Duration(t.TimeLimit)*time.Second, t.KillWait, orDash(t.VMID), t.LogBytes, t.CreatedAt.Local().Format(time.DateTime))
-	for name, at := range map[string]*time.Time{"Started:": t.StartedAt, "Ended:": t.EndedAt} {
-		if at != nil {
-			fmt.Fprintf(tw, "%s\t%s\n", name, at.Local().Format(time.DateTime))
+	// In this order: a map's would change from one call to the next.
+	for _, x := range []struct {
+		name string
+		at   *time.Time
+	}{{"Started:", t.StartedAt}, {"Ended:", t.EndedAt}} {
+		if x.at != nil {
+			fmt.Fprintf(tw, "%s\t%s\n", x.name, x.at.Local().Format(time.DateTime))
 		}
 	}
 	return tw.Flush()

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gpuvm/gpuvm/pkg/api"
 	"github.com/gpuvm/gpuvm/pkg/client/clienttest"
@@ -71,5 +72,31 @@ profile "job" {
 	}
 	if _, errOut, code := ann.run("task", "logs", "-f", second); code != 1 || !strings.Contains(errOut, "failed: the command exited 3") {
 		t.Errorf("logs -f: exit %d\n%s", code, errOut)
+	}
+}
+
+// gpuvm task show says when a task started, then when it ended: the same
+// lines in the same order each time.
+func TestPrintTaskTimesInOrder(t *testing.T) {
+	start := time.Date(2026, 12, 4, 22, 0, 0, 0, time.UTC)
+	end := start.Add(3 * time.Hour)
+	task := &api.Task{ID: "t-1", Owner: "ann", Profile: "job", Command: []string{"true"}, State: api.TaskCompleted,
+		TimeLimit: 4 * 3600, CreatedAt: start, StartedAt: &start, EndedAt: &end}
+	var first string
+	for i := range 20 {
+		var b strings.Builder
+		if err := printTask(&b, task); err != nil {
+			t.Fatal(err)
+		}
+		out := b.String()
+		s, e := strings.Index(out, "Started:"), strings.Index(out, "Ended:")
+		if s < 0 || e < 0 || s > e {
+			t.Fatalf("gpuvm task show printed Started at %d and Ended at %d:\n%s", s, e, out)
+		}
+		if i == 0 {
+			first = out
+		} else if out != first {
+			t.Fatalf("two calls printed differently:\n%s\n---\n%s", first, out)
+		}
 	}
 }
