@@ -4,6 +4,8 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"os"
+	"strings"
 	"time"
 )
 
@@ -24,7 +26,7 @@ type checkpointer struct {
 // startCheckpoints turns SQLite's own checkpoints off on the writer and
 // starts the checkpointer on the read-only pool. A database without
 // readers (in memory) keeps SQLite's.
-func (s *Store) startCheckpoints(ctx context.Context) error {
+func (s *Store) startCheckpoints(ctx context.Context, dsn string) error {
 	if s.readers == nil {
 		return nil
 	}
@@ -38,13 +40,18 @@ func (s *Store) startCheckpoints(ctx context.Context) error {
 		t := time.NewTicker(checkpointEvery)
 		defer t.Stop()
 		failing := false
+		wal := walFile{path: sqlitePath(dsn) + "-wal"}
 		for {
 			select {
 			case <-c.stop:
 				return
 			case <-t.C:
 			}
-			err := checkpoint(s.readers)
+			if !wal.changed() {
+				continue // nothing written since the log was all copied
+			}
+			done, err := checkpoint(s.readers)
+			wal.copied(done && err == nil)
 			switch {
 			case err != nil && !failing:
 				s.log.Warn("checkpoint the SQLite log", "err", err)
@@ -59,11 +66,41 @@ func (s *Store) startCheckpoints(ctx context.Context) error {
 
 // checkpoint copies what it can of the log without waiting for readers or
 // the writer (PASSIVE): what a reader still needs is copied next time.
-func checkpoint(db *sql.DB) error {
+// It reports whether the whole log was copied.
+func checkpoint(db *sql.DB) (bool, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	var busy, frames, copied int
-	return db.QueryRowContext(ctx, "PRAGMA wal_checkpoint(PASSIVE)").Scan(&busy, &frames, &copied)
+	err := db.QueryRowContext(ctx, "PRAGMA wal_checkpoint(PASSIVE)").Scan(&busy, &frames, &copied)
+	return err == nil && frames == copied, err
+}
+
+// walFile tells whether the log was written since it was last all
+// copied: its size and time then (a stat, not a statement, each second of
+// an idle gpuvmd).
+type walFile struct {
+	path     string
+	seen     os.FileInfo // when the last checkpoint began
+	complete bool        // that checkpoint copied the whole log
+}
+
+func (w *walFile) changed() bool {
+	fi, err := os.Stat(w.path)
+	if err != nil {
+		w.seen = nil
+		return true
+	}
+	same := w.complete && w.seen != nil && fi.Size() == w.seen.Size() && fi.ModTime().Equal(w.seen.ModTime())
+	w.seen = fi
+	return !same
+}
+
+func (w *walFile) copied(all bool) { w.complete = all }
+
+// sqlitePath is the file a SQLite DSN names ("file:x.db?mode=rw" → x.db).
+func sqlitePath(dsn string) string {
+	path, _, _ := strings.Cut(dsn, "?")
+	return strings.TrimPrefix(path, "file:")
 }
 
 // stopCheckpoints stops the checkpointer; the writer's close then

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"testing"
 	"time"
 )
@@ -49,4 +50,42 @@ func fileSize(t *testing.T, path string) int64 {
 		t.Fatal(err)
 	}
 	return fi.Size()
+}
+
+// An idle store does not checkpoint: the log is looked at (a stat), and
+// checkpointed again only once written since it was all copied.
+func TestCheckpointOnlyAfterWrites(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "gpuvm.db-wal")
+	w := walFile{path: path}
+	if !w.changed() {
+		t.Fatal("no log file yet: want a checkpoint (it may be made meanwhile)")
+	}
+	if err := os.WriteFile(path, []byte("frames"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for i, tc := range []struct {
+		write, copiedAll, want bool
+	}{
+		{false, false, true}, // a new file
+		{false, false, true}, // the last checkpoint left some behind
+		{false, true, true},  // so did the one before: this one copies all
+		{false, true, false}, // nothing since: skipped
+		{false, true, false},
+		{true, true, true}, // written: checkpoint
+		{false, true, false},
+	} {
+		if tc.write {
+			time.Sleep(10 * time.Millisecond)
+			if err := os.WriteFile(path, []byte("more frames"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if got := w.changed(); got != tc.want {
+			t.Fatalf("step %d: changed() = %v, want %v", i, got, tc.want)
+		}
+		w.copied(tc.copiedAll)
+	}
+	if got := sqlitePath("file:/var/lib/gpuvm/gpuvm.db?_busy_timeout=5000"); got != "/var/lib/gpuvm/gpuvm.db" {
+		t.Errorf("sqlitePath = %q", got)
+	}
 }

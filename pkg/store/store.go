@@ -167,7 +167,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		_ = sqlDB.Close()
 		return nil, err
 	}
-	if err := s.startCheckpoints(ctx); err != nil {
+	if err := s.startCheckpoints(ctx, cfg.DSN); err != nil {
 		_ = s.readers.Close()
 		_ = sqlDB.Close()
 		return nil, err
