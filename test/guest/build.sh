@@ -41,8 +41,10 @@ result() { printf 'kernel=%s\ninitrd=%s\n' "$cache/vmlinuz" "$cache/initrd.img";
 
 # Modules the guest loads, by name; their dependencies are added (virtiofs
 # needs fuse; Debian's cloud kernels build both in, and then nothing is added).
-# virtio_blk reads data disks (test/e2e/disks_test.go).
-MODULES=(button evdev ahci ata_piix sr_mod isofs virtio_net virtiofs virtio_blk)
+# virtio_blk reads data disks (test/e2e/disks_test.go); virtio_console gives
+# a task's runner its channel, /dev/virtio-ports/org.gpuvm.task.0 (built in
+# today's cloud kernels, a module in others).
+MODULES=(button evdev ahci ata_piix sr_mod isofs virtio_net virtiofs virtio_blk virtio_console)
 
 # Debian packages the SSH server comes from: dropbear-bin and every package
 # holding a library it links (its Depends); the libraries are taken from
