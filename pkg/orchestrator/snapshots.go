@@ -110,7 +110,7 @@ func (lc *lifecycle) runSnapshot(ctx context.Context, vm *store.VM, op *store.Op
 		lc.finishAction(ctx, vm, op, cause)
 		return nil
 	}
-	if vm.State != store.VMRunning && vm.State != store.VMStopped {
+	if !holdsDisk(vm) {
 		return fail(fmt.Errorf("the VM is %s: only a running or stopped VM's disk can be snapshotted", vm.State))
 	}
 	resumed := op.Step == StepSnapshotDisk
@@ -214,7 +214,7 @@ func (lc *lifecycle) runSnapshotDelete(ctx context.Context, vm *store.VM, op *st
 	if snap.Consistency == "" {
 		back = store.SnapFailed
 	}
-	if vm.State != store.VMRunning && vm.State != store.VMStopped {
+	if !holdsDisk(vm) {
 		if err := ss.SetSnapshotState(ctx, snap.ID, back, []string{store.SnapDeleting}, store.SnapshotUpdate{}); err != nil && !errors.Is(err, store.ErrConflict) {
 			return err
 		}
@@ -254,6 +254,10 @@ type snapshotRulesStore interface {
 	BeginSnapshotOperation(ctx context.Context, snapID, kind, requestedBy string) (*store.Snapshot, *store.Operation, error)
 	RemoveSnapshot(ctx context.Context, id string) error
 }
+
+// holdsDisk: the VM is running or stopped, the states in which its disk's
+// snapshots are taken and deleted.
+func holdsDisk(vm *store.VM) bool { return vm.State == store.VMRunning || vm.State == store.VMStopped }
 
 // expiryRetry is how long after a failed deletion an expired snapshot's
 // is tried again.
@@ -308,7 +312,7 @@ func (r *round) expireSnapshots() {
 		// is down) the deletion would fail at once, every round: it waits.
 		// One whose deletion failed on the disk is tried again an hour
 		// later, not every round.
-		if (vm.State != store.VMRunning && vm.State != store.VMStopped) ||
+		if !holdsDisk(vm) ||
 			(s.Error != "" && r.now.Sub(s.UpdatedAt) < expiryRetry) {
 			continue
 		}
