@@ -40,6 +40,8 @@ type dispatcher struct {
 	// cache is the operations and VMs the last round read (roundcache.go;
 	// guarded by roundMu).
 	cache roundCache
+	// admit is what admissions read of the quotas (admitcache.go).
+	admit admitCache
 }
 
 // dispatchStore is what the dispatch rounds and admission ask of the
@@ -67,6 +69,7 @@ type dispatchStore interface {
 	LastEventID(ctx context.Context) (int64, error)
 	ListHosts(ctx context.Context) ([]store.Host, error)
 	StateStamp(ctx context.Context, hostTimeout time.Duration) (string, error)
+	QuotaGeneration() uint64
 }
 
 // dispatchSettings are the dispatcher's settings, read at each round.

@@ -678,20 +678,21 @@ func (dp *dispatcher) Admit(ctx context.Context, user string, groups []string, p
 		return scheduler.Admission{Reason: scheduler.Reason{Code: scheduler.CodeInvalid, Detail: fmt.Sprintf("no profile is named %q", profileName)}, Refuse: true}, nil
 	}
 	now := dp.st.Now()
-	st, err := dp.quotaState(ctx, cfg, now, []string{user})
-	if err != nil {
-		return scheduler.Admission{}, fmt.Errorf("admission: %w", err)
-	}
 	group := ""
 	if len(groups) > 0 {
 		group = groups[0]
 	}
 	r := requestOf(cfg, &store.VM{ID: "admission", Owner: user, Group: group, Profile: profileName, Hours: hours, CreatedAt: now}, groups)
 	var a scheduler.Admission
-	if p.GPU == nil {
-		a.Reason, a.Refuse = st.engine.AdmitWithoutGPU(now, st.running, &r)
-	} else {
-		a.Reason, a.Refuse = st.engine.Begin(now, st.running).Admit(&r)
+	err := dp.withQuotaState(ctx, cfg, now, func(st *state) {
+		if p.GPU == nil {
+			a.Reason, a.Refuse = st.engine.AdmitWithoutGPU(now, st.running, &r)
+		} else {
+			a.Reason, a.Refuse = st.engine.Begin(now, st.running).Admit(&r)
+		}
+	})
+	if err != nil {
+		return scheduler.Admission{}, fmt.Errorf("admission: %w", err)
 	}
 	if a.Reason.OK() {
 		return scheduler.Admission{}, nil

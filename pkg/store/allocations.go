@@ -131,6 +131,7 @@ func (s *Store) ClaimAllocation(ctx context.Context, vmID string, claims []SlotC
 
 	var allocs []Allocation
 	err := s.Tx(ctx, func(tx *Store) error {
+		tx.touchQuota()
 		for _, g := range gpus {
 			res := tx.db.Exec(`INSERT INTO gpu_modes (host, gpu_address, mode, live_slots) VALUES (?, ?, ?, ?)
 ON CONFLICT (host, gpu_address) DO UPDATE SET mode = excluded.mode, live_slots = gpu_modes.live_slots + excluded.live_slots
@@ -218,6 +219,7 @@ func (s *Store) MarkAllocationCreated(ctx context.Context, id int64, deviceID, h
 func (s *Store) ReleaseAllocations(ctx context.Context, vmID string) (int, error) {
 	n := 0
 	err := s.Tx(ctx, func(tx *Store) error {
+		tx.touchQuota()
 		var live []Allocation
 		if err := tx.db.Where("vm_id = ? AND "+liveAllocation, vmID).
 			Order("host, gpu_address, id").Find(&live).Error; err != nil {

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/mattn/go-sqlite3"
@@ -69,6 +70,10 @@ type Store struct {
 	// (events.go); appended, inside a transaction, says it did.
 	events   *eventWatch
 	appended *bool
+	// quotaGen counts the committed changes of what the quotas count
+	// (quotagen.go); quotaTouched, inside a transaction, says it made one.
+	quotaGen     *atomic.Uint64
+	quotaTouched *bool
 	// readers is SQLite's read-only pool (openReaders); nil otherwise.
 	readers *sql.DB
 	// ckpt checkpoints SQLite's log off the writer (checkpoint.go).
@@ -119,10 +124,11 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	}
 	now := cfg.Now
 	s := &Store{
-		driver: cfg.Driver,
-		clock:  func() time.Time { return now().UTC().Truncate(time.Microsecond) },
-		log:    cfg.Logger.With("component", "store", "driver", cfg.Driver),
-		events: &eventWatch{},
+		driver:   cfg.Driver,
+		clock:    func() time.Time { return now().UTC().Truncate(time.Microsecond) },
+		log:      cfg.Logger.With("component", "store", "driver", cfg.Driver),
+		events:   &eventWatch{},
+		quotaGen: &atomic.Uint64{},
 	}
 
 	dialector, err := dialect(ctx, cfg)
@@ -395,12 +401,15 @@ func (s *Store) Tx(ctx context.Context, fn func(tx *Store) error) error {
 			return fn(s.with(tx))
 		})
 	}
-	appended := false
+	appended, touched := false, false
 	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		c := s.with(tx)
-		c.appended = &appended
+		c.appended, c.quotaTouched = &appended, &touched
 		return fn(c)
 	})
+	if err == nil && touched {
+		s.quotaGen.Add(1)
+	}
 	if err == nil && appended {
 		s.events.fire()
 	}

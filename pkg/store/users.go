@@ -154,6 +154,7 @@ func (s *Store) setGroups(ctx context.Context, u *User, source string) error {
 	groups := slices.Clone(u.Groups)
 	slices.Sort(groups)
 	groups = slices.Compact(groups)
+	s.touchQuota()
 	for _, g := range groups {
 		if g == "" {
 			return fmt.Errorf("%w: empty group name", ErrInvalid)

@@ -55,6 +55,9 @@ func (s *Store) CreateVM(ctx context.Context, vm *VM, opts CreateVMOptions) (*Op
 	}
 	var op *Operation
 	err := s.Tx(ctx, func(tx *Store) error {
+		if vm.State != VMQueued {
+			tx.touchQuota() // not what a queue of creates writes
+		}
 		now := tx.clock()
 		vm.CreatedAt, vm.UpdatedAt, vm.Version = now, now, 1
 		vm.LeaseEnd = utcPtr(vm.LeaseEnd)
@@ -246,6 +249,7 @@ func (s *Store) UpdateVMState(ctx context.Context, id string, version int64, u V
 	}
 	var vm VM
 	err := s.Tx(ctx, func(tx *Store) error {
+		tx.touchQuota()
 		set := map[string]any{
 			"state":        u.State,
 			"phase":        u.Phase,
@@ -457,6 +461,7 @@ func (s *Store) AdoptVM(ctx context.Context, vm *VM, devices []AdoptedDevice, ad
 		if _, err := tx.GetVM(ctx, vm.ID); err == nil {
 			return fmt.Errorf("%w: vm %s exists", ErrConflict, vm.ID)
 		}
+		tx.touchQuota()
 		now := tx.clock()
 		vm.CreatedAt, vm.UpdatedAt, vm.Version = now, now, 1
 		vm.LeaseEnd = utcPtr(vm.LeaseEnd)

@@ -1,0 +1,63 @@
+package store
+
+import (
+	"context"
+	"testing"
+)
+
+// TestQuotaGeneration checks that what the quotas count moves the
+// generation when it commits, and that what a queue of creates writes
+// (a queued VM, its rank and reason) does not: an admission keeps what it
+// read across a burst of creates and reads again after a placement.
+func TestQuotaGeneration(t *testing.T) {
+	ctx := context.Background()
+	eachDriver(t, func(t *testing.T, s *Store, _ *testDB) {
+		mustUser(t, s, "alice")
+		step := func(name string, moves bool, fn func() error) {
+			t.Helper()
+			before := s.QuotaGeneration()
+			if err := fn(); err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			if got := s.QuotaGeneration() != before; got != moves {
+				t.Errorf("%s: generation moved %v, want %v", name, got, moves)
+			}
+		}
+		var vm *VM
+		step("a queued VM", false, func() error { vm = mustVM(t, s, "alice", "a"); return nil })
+		step("its rank and reason", false, func() error {
+			_, err := s.SetQueue(ctx, map[string]QueueEntry{vm.ID: {Position: 1, Phase: "waiting", Reason: "no room"}})
+			return err
+		})
+		step("slots claimed", true, func() error { _, err := s.ClaimAllocation(ctx, vm.ID, []SlotClaim{whole(gpuC)}); return err })
+		step("a state", true, func() error {
+			cur, err := s.GetVM(ctx, vm.ID)
+			if err != nil {
+				return err
+			}
+			_, err = s.UpdateVMState(ctx, vm.ID, cur.Version, VMUpdate{State: VMRunning})
+			return err
+		})
+		step("a claim that fails", false, func() error {
+			other := mustVM(t, s, "alice", "b")
+			if _, err := s.ClaimAllocation(ctx, other.ID, []SlotClaim{whole(gpuC)}); err == nil {
+				t.Error("the same GPU claimed twice")
+			}
+			return nil
+		})
+		step("slots released", true, func() error { _, err := s.ReleaseAllocations(ctx, vm.ID); return err })
+		step("groups", true, func() error { return s.SetUserGroups(ctx, "alice", []string{"lab"}) })
+		step("inside a transaction, at its commit", true, func() error {
+			return s.Tx(ctx, func(tx *Store) error {
+				before := s.QuotaGeneration()
+				if _, err := tx.ClaimAllocation(ctx, vm.ID, []SlotClaim{whole(gpuC)}); err != nil {
+					return err
+				}
+				if s.QuotaGeneration() != before {
+					t.Error("the generation moved before the transaction committed")
+				}
+				return nil
+			})
+		})
+	})
+}
