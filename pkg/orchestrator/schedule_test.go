@@ -413,3 +413,26 @@ func admitText(ctx context.Context, o *Orchestrator, user string, groups []strin
 	a, err := o.Admit(ctx, user, groups, profile, hours)
 	return a.Reason.Text(), a.Refuse, err
 }
+
+// BenchmarkAdmit is one admission (what each create asks first) with VMs
+// running and a queue: what the quotas count is read once while nothing
+// of it changes (admitcache.go).
+func BenchmarkAdmit(b *testing.B) {
+	e := newEnv(b, "l40sx4")
+	e.withPolicy(quotaPolicy)
+	ctx := context.Background()
+	o := e.orch(nil)
+	for i := range 4 {
+		e.submit([]string{"ann", "bob"}[i%2], "l40s-seat", fmt.Sprintf("run%d", i))
+	}
+	o.Drain(ctx)
+	for i := range 200 {
+		e.submit("ann", "l40s-seat", fmt.Sprintf("q%d", i))
+	}
+	o.Drain(ctx)
+	for b.Loop() {
+		if _, _, err := admitText(ctx, o, "bob", nil, "l40s-seat", 2); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
