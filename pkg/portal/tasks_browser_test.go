@@ -255,6 +255,22 @@ func TestTasksPageInChromium(t *testing.T) {
 	}
 	b.check("tasks-ended")
 	b.phoneFit("tasks-ended")
+
+	// My usage: the task's VM held a seventh of a GPU for 42 minutes (0.1
+	// GPU-hours), counted as a VM's, and said as tasks'.
+	end := time.Now()
+	if err := env.Store.InsertUsageRecord(ctx, &store.UsageRecord{VMID: tk.VMID, User: "ann", Host: "gpu-01", GPUAddress: "0000:41:00.0",
+		Kind: "mig", Share: 1.0 / 7, StartedAt: end.Add(-42 * time.Minute), EndedAt: &end}); err != nil {
+		t.Fatal(err)
+	}
+	b.run(chromedp.Navigate(env.URL + "/usage"))
+	b.waitFor("the usage page", `document.querySelector('#usage-week-text')`)
+	for _, s := range []string{`#usage-week`, `#usage-month`} {
+		if got := b.text(s); !strings.Contains(got, "0.1 GPU-hours") || !strings.Contains(got, "of which tasks: 0.1 GPU-hours") {
+			t.Errorf("%s: %q, want 0.1 GPU-hours, all of them tasks'", s, got)
+		}
+	}
+	b.check("usage-tasks")
 }
 
 // Tasks in Chinese, opened at one task (?task=ID) that failed with exit 3:
