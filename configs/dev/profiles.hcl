@@ -173,3 +173,37 @@ profile "tiny-any" {
     kinds  = ["mig", "vgpu"]
   }
 }
+
+profile "tiny-task" {
+  description = "The tiny guest with the smallest MIG instance, for tasks (gpuvm task submit): batch, so it starts in the night window"
+  vcpus       = 1
+  memory      = "512MiB"
+
+  boot {
+    kernel  = "../../test/guest/cache/vmlinuz"
+    initrd  = "../../test/guest/cache/initrd.img"
+    cmdline = "console=ttyS0 panic=-1"
+  }
+
+  network {
+    type   = "network"
+    source = "default"
+  }
+
+  # The task's runner comes in the seed's vendor-data (docs/tasks.md).
+  cloud_init {
+    template = "tiny-seed"
+  }
+
+  gpu {
+    kind    = "mig"
+    profile = "1g.10gb"
+  }
+
+  class = "batch"
+
+  lease {
+    default = "1h"
+    max     = "9h"
+  }
+}

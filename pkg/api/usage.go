@@ -50,6 +50,10 @@ type UsageRow struct {
 	// server: no GPU measured it, so it is never part of
 	// MeasuredGPUHours (the simulator's figures are its own, not a GPU's).
 	SimulatedGPUHours float64 `json:"simulated_gpu_hours,omitempty"`
+	// TaskGPUHours is the part of GPUHours held by the VMs of tasks
+	// (docs/tasks.md): a task's VM is counted as a VM, and this says how
+	// much of the row was tasks'.
+	TaskGPUHours float64 `json:"task_gpu_hours,omitempty"`
 	// Utilization is UsedGPUHours / MeasuredGPUHours, 0..1; null when no
 	// sample was measured (unknown, not zero).
 	Utilization *float64 `json:"utilization"`

@@ -73,7 +73,7 @@ func Bundled() string { return bundled() }
 // page), with its own styles in assets/pages/NAME.css when it has them.
 var Pages = map[string]string{
 	"/": "catalogue", "/vms": "vms", "/storage": "storage", "/login": "login",
-	"/book": "book", "/usage": "usage", "/rules": "rules",
+	"/book": "book", "/usage": "usage", "/rules": "rules", "/tasks": "tasks",
 	"/admin/fleet": "fleet", "/admin": "admin",
 }
 
@@ -303,10 +303,10 @@ type shell struct {
 
 var (
 	titles = map[string]map[string]string{
-		English: {"catalogue": "GPU machines — gpuvm", "vms": "My VMs — gpuvm", "storage": "My storage — gpuvm", "login": "Sign in — gpuvm",
+		English: {"catalogue": "GPU machines — gpuvm", "vms": "My VMs — gpuvm", "storage": "My storage — gpuvm", "tasks": "Tasks — gpuvm", "login": "Sign in — gpuvm",
 			"book": "Book ahead — gpuvm", "usage": "My usage — gpuvm", "rules": "The rules — gpuvm",
 			"fleet": "Fleet — gpuvm", "admin": "Admin — gpuvm"},
-		Chinese: {"catalogue": "GPU 机器 — gpuvm", "vms": "我的虚拟机 — gpuvm", "storage": "我的存储 — gpuvm", "login": "登录 — gpuvm",
+		Chinese: {"catalogue": "GPU 机器 — gpuvm", "vms": "我的虚拟机 — gpuvm", "storage": "我的存储 — gpuvm", "tasks": "任务 — gpuvm", "login": "登录 — gpuvm",
 			"book": "预约 — gpuvm", "usage": "我的用量 — gpuvm", "rules": "使用规则 — gpuvm",
 			"fleet": "机群 — gpuvm", "admin": "管理 — gpuvm"},
 	}

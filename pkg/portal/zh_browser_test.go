@@ -37,6 +37,8 @@ policy {
 //     in Chinese too: GPU, CPU, MIG, vGPU, SSH, API, H100, L40S, GiB, MiB,
 //     TiB, UTC (the time zone of the test's policy), °C;
 //   - the language switch, which names each language in itself: English;
+//   - Slurm, whose way of writing a task's end ("code:signal") the Tasks
+//     page names;
 //   - the test's data: profile, VM, user, group, host and rule names, the
 //     GPU model and the MIG and vGPU types (zhNames);
 //   - identifiers, which are typed and searched as they are (zhCode): a
@@ -50,7 +52,7 @@ policy {
 var zhAllowed = []string{
 	"gpuvm", "gpuvmd", "reservations", "policy", "defaults", "read_only", "read_write",
 	"GPU", "GPUs", "CPU", "MIG", "vGPU", "SSH", "API", "H100", "L40S", "GiB", "MiB", "TiB", "UTC",
-	"English",
+	"English", "Slurm",
 }
 
 // zhNames are the names the test's data gives: they are shown as they are.

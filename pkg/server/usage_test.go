@@ -30,7 +30,11 @@ type usageEnv struct {
 
 var usageNow = time.Date(2026, 3, 10, 12, 0, 0, 0, time.UTC)
 
-func newUsageEnv(t *testing.T) *usageEnv {
+func newUsageEnv(t *testing.T) *usageEnv { return newUsageEnvWith(t, false) }
+
+// newUsageEnvWith is newUsageEnv, with (withTask) ann's task besides: its VM
+// held a whole GPU for 30 minutes on 03-10 from 09:00.
+func newUsageEnvWith(t *testing.T, withTask bool) *usageEnv {
 	t.Helper()
 	ctx := context.Background()
 	clock := clocktest.New(usageNow.Add(-60 * 24 * time.Hour))
@@ -54,7 +58,11 @@ func newUsageEnv(t *testing.T) *usageEnv {
 	hold := func(owner, group, name, profile string, share float64, from time.Time, to *time.Time, util float64) {
 		clock.Set(from.Add(-30 * time.Minute))
 		vm := &store.VM{Name: name, Owner: owner, Group: group, Profile: profile, Hours: 8}
-		if _, err := st.CreateVM(ctx, vm, store.CreateVMOptions{RequestedBy: owner}); err != nil {
+		opts := store.CreateVMOptions{RequestedBy: owner}
+		if strings.HasPrefix(name, "task-") { // the VM of a task
+			opts.Task = &store.Task{ID: "t-" + name, Owner: owner, Profile: profile, TimeLimitS: 3600}
+		}
+		if _, err := st.CreateVM(ctx, vm, opts); err != nil {
 			t.Fatal(err)
 		}
 		clock.Set(from)
@@ -83,6 +91,10 @@ func newUsageEnv(t *testing.T) *usageEnv {
 	hold("ann", "render", "old", "render-l40s", 1, usageNow.Add(-40*24*time.Hour), ptr(usageNow.Add(-40*24*time.Hour+time.Hour)), -1)
 	hold("ann", "render", "a", "render-l40s", 1, at(9, 8), ptr(at(9, 10)), 0.5)
 	hold("bob", "sim", "b", "small-1g", 1.0/7, at(9, 10), nil, -1)
+	if withTask {
+		// ann's task: a whole GPU for 30 minutes on 03-10.
+		hold("ann", "render", "task-0a1b2c3d", "render-l40s", 1, at(10, 9), ptr(at(10, 9).Add(30*time.Minute)), -1)
+	}
 	clock.Set(usageNow)
 	e.s = newServer(t, Deps{Auth: st, Backends: fakeBackends{}, Store: st, Host: "h1", Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	return e
@@ -362,6 +374,49 @@ func TestUsageOnASimulatedServer(t *testing.T) {
 	}
 	if notes := strings.Join(sum.Notes, "\n"); !strings.Contains(notes, "held on simulated GPU servers") || strings.Contains(notes, "the GPUs were busy") {
 		t.Errorf("the review's notes on a simulated server:\n%s", notes)
+	}
+}
+
+// A task's VM is counted as a VM, and the rows say how much of them was
+// tasks' (task_gpu_hours), through the task rows that name the VMs.
+func TestUsageOfTasks(t *testing.T) {
+	e := newUsageEnvWith(t, true)
+	var periods api.UsagePeriods
+	if code, p := e.get(t, "/v1/usage/periods", "ann", &periods); code != 200 {
+		t.Fatalf("%d %s", code, p.Detail)
+	}
+	if d := periods.Day.UsageRow; d.GPUHours != 0.5 || d.TaskGPUHours != 0.5 || d.VMs != 1 {
+		t.Errorf("today: %+v, want 0.5 GPU-hours, all of a task", d)
+	}
+	if w := periods.Week.UsageRow; w.GPUHours != 2.5 || w.TaskGPUHours != 0.5 || w.VMs != 2 {
+		t.Errorf("the week: %+v, want 2.5 GPU-hours of which 0.5 a task's", w)
+	}
+	if n := len(periods.Days); n == 0 || periods.Days[n-1].TaskGPUHours != 0.5 || periods.Days[n-2].TaskGPUHours != 0 {
+		t.Errorf("the days: %+v", periods.Days)
+	}
+	var r api.UsageReport
+	if code, p := e.get(t, "/v1/usage?by=vm&from=2026-03-09T00:00:00Z", "admin", &r); code != 200 {
+		t.Fatalf("%d %s", code, p.Detail)
+	}
+	for _, row := range r.Rows {
+		want := 0.0
+		if row.Key == "ann/task-0a1b2c3d" {
+			want = 0.5
+		}
+		if row.TaskGPUHours != want {
+			t.Errorf("%s: task_gpu_hours %v, want %v", row.Key, row.TaskGPUHours, want)
+		}
+	}
+	if r.Total.TaskGPUHours != 0.5 {
+		t.Errorf("the total: %+v", r.Total)
+	}
+	// The JSON says it by name; a row without tasks leaves it out.
+	raw := httptest.NewRecorder()
+	req := httptest.NewRequest("GET", "/v1/usage/periods", nil)
+	req.Header.Set("Authorization", "Bearer "+e.tokens["bob"])
+	e.s.ServeHTTP(raw, req)
+	if strings.Contains(raw.Body.String(), "task_gpu_hours") {
+		t.Errorf("bob has no task, yet: %s", raw.Body)
 	}
 }
 

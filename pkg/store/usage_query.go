@@ -39,13 +39,16 @@ type UsageSpan struct {
 	VMName, VMProfile string
 	From, To          time.Time
 	Open              bool
+	// Task: the VM was made for a task (a row of tasks names it).
+	Task bool
 }
 
 // GPUSeconds is the span's GPU-seconds: its share times its seconds.
 func (u UsageSpan) GPUSeconds() float64 { return gpuSeconds(u.Record.Share, u.From, u.To) }
 
 // ListUsageSpans lists the usage records that overlap [From, To), clipped
-// to it, with their VM's name and profile, by record ID. Open records count
+// to it, with their VM's name and profile and whether the VM ran a task,
+// by record ID. Open records count
 // up to now; a span that is empty once clipped (a record opened after now,
 // by a clock running behind) is left out. Rows are scanned by hand: a
 // report reads thousands, and reflection would cost more than the query.
@@ -57,7 +60,8 @@ func (s *Store) ListUsageSpans(ctx context.Context, q UsageQuery) ([]UsageSpan, 
 	now := s.clock().UTC()
 	db := s.db.WithContext(ctx).Table("usage_records AS u").
 		Select("u.id, u.vm_id, u.user_name, u.group_name, u.host, u.gpu_address, u.kind, u.profile, u.share, u.started_at, u.ended_at, "+
-			"u.gpu_seconds, COALESCE(v.name, ''), COALESCE(v.profile, '')").
+			"u.gpu_seconds, COALESCE(v.name, ''), COALESCE(v.profile, ''), "+
+			"CASE WHEN EXISTS (SELECT 1 FROM tasks AS t WHERE t.vm_id = u.vm_id) THEN 1 ELSE 0 END").
 		Joins("LEFT JOIN vms AS v ON v.id = u.vm_id").
 		Where("u.started_at < ? AND (u.ended_at IS NULL OR u.ended_at > ?)", q.To, q.From)
 	if q.User != "" {
@@ -76,10 +80,12 @@ func (s *Store) ListUsageSpans(ctx context.Context, q UsageQuery) ([]UsageSpan, 
 		var sp UsageSpan
 		r := &sp.Record
 		var ended sql.NullTime
+		var task int
 		if err := rows.Scan(&r.ID, &r.VMID, &r.User, &r.Group, &r.Host, &r.GPUAddress, &r.Kind, &r.Profile, &r.Share,
-			&r.StartedAt, &ended, &r.GPUSeconds, &sp.VMName, &sp.VMProfile); err != nil {
+			&r.StartedAt, &ended, &r.GPUSeconds, &sp.VMName, &sp.VMProfile, &task); err != nil {
 			return fail(err)
 		}
+		sp.Task = task == 1
 		r.StartedAt = r.StartedAt.UTC()
 		end := now
 		if ended.Valid {

@@ -338,14 +338,17 @@ func usageKeyOf(c Charge, by string) string {
 
 // usageAcc accumulates a row in seconds.
 type usageAcc struct {
-	held, measured, used, simulated float64
-	vms, running                    map[string]bool
+	held, measured, used, simulated, task float64
+	vms, running                          map[string]bool
 }
 
 func (a *usageAcc) add(c Charge) {
 	a.held += c.GPUSeconds
 	if c.Simulated {
 		a.simulated += c.GPUSeconds
+	}
+	if c.Span.Task {
+		a.task += c.GPUSeconds
 	}
 	if c.Measured {
 		a.measured += c.GPUSeconds
@@ -359,7 +362,7 @@ func (a *usageAcc) add(c Charge) {
 
 func (a *usageAcc) row(key string) api.UsageRow {
 	r := api.UsageRow{Key: key, GPUHours: a.held / 3600, MeasuredGPUHours: a.measured / 3600, UsedGPUHours: a.used / 3600,
-		IdleGPUHours: (a.measured - a.used) / 3600, SimulatedGPUHours: a.simulated / 3600, VMs: len(a.vms), Running: len(a.running)}
+		IdleGPUHours: (a.measured - a.used) / 3600, SimulatedGPUHours: a.simulated / 3600, TaskGPUHours: a.task / 3600, VMs: len(a.vms), Running: len(a.running)}
 	if a.measured > 0 {
 		u := a.used / a.measured
 		r.Utilization = &u

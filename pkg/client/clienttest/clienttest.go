@@ -109,6 +109,10 @@ type Options struct {
 	Volumes bool
 	// HomeUsage is the homes' usage GET /v1/volumes shows (nil: none).
 	HomeUsage server.HomeUsage
+	// TaskLogs is the directory of the tasks' output GET
+	// /v1/tasks/{id}/logs reads (task.LogPath); "": no output. No task
+	// supervisor runs: a test moves its tasks through the store.
+	TaskLogs string
 }
 
 // New starts an Env; it stops with the test.
@@ -170,6 +174,7 @@ func New(t testing.TB, o Options) *Env {
 		Capabilities: o.Capabilities,
 		HomeUsage:    o.HomeUsage,
 		Volumes:      vols,
+		TaskLogs:     o.TaskLogs,
 	})
 	srv := httptest.NewServer(api)
 	e.URL = srv.URL

@@ -146,3 +146,37 @@ export const snapshots = (vm) => call('GET', snapPath(vm));
 export const takeSnapshot = (vm, label) => call('POST', snapPath(vm), {label});
 export const restoreSnapshot = (vm, id) => call('POST', snapPath(vm) + '/' + enc(id) + '/restore');
 export const deleteSnapshot = (vm, id) => call('DELETE', snapPath(vm) + '/' + enc(id));
+
+// --- Tasks (pages/tasks.js): submit, list (newest first), one, cancel, and
+// the output (text, followed as it comes) ---
+const taskPath = (id) => '/v1/tasks/' + enc(id);
+export const profiles = () => call('GET', '/v1/profiles');
+export const tasks = (limit) => call('GET', '/v1/tasks?limit=' + enc(limit));
+export const task = (id) => call('GET', taskPath(id));
+export const submitTask = (body) => call('POST', '/v1/tasks', body);
+export const cancelTask = (id) => call('POST', taskPath(id) + '/cancel');
+
+// taskLogs reads a task's output from offset (bytes), calling onText with
+// each piece as it comes; with follow the answer goes on until the task
+// has ended. It resolves with the offset reached; signal stops it.
+export async function taskLogs(id, offset, follow, onText, signal) {
+  const r = await fetch(taskPath(id) + '/logs?offset=' + offset + (follow ? '&follow=1' : ''),
+    {credentials: 'same-origin', cache: 'no-store', signal});
+  if (r.status === 401) {
+    location.assign('/login');
+    throw new APIError(401, {detail: 'signed out'});
+  }
+  if (!r.ok) throw new APIError(r.status, await r.json().catch(() => null));
+  const reader = r.body.getReader();
+  const dec = new TextDecoder();
+  for (;;) {
+    const {done, value} = await reader.read();
+    if (done) break;
+    offset += value.length;
+    const text = dec.decode(value, {stream: true});
+    if (text) onText(text);
+  }
+  const rest = dec.decode();
+  if (rest) onText(rest);
+  return offset;
+}

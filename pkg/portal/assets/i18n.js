@@ -6,7 +6,7 @@ export const lang = document.documentElement.lang === 'zh-CN' ? 'zh-CN' : 'en';
 const words = {
   en: {
     brand: 'gpuvm', nav: 'Main', catalogue: 'GPU machines', vms: 'My VMs', signOut: 'Sign out',
-    nav_catalogue: 'GPU machines', nav_vms: 'My VMs', nav_storage: 'My storage', nav_book: 'Book ahead', nav_usage: 'My usage', nav_rules: 'The rules',
+    nav_catalogue: 'GPU machines', nav_vms: 'My VMs', nav_storage: 'My storage', nav_tasks: 'Tasks', nav_book: 'Book ahead', nav_usage: 'My usage', nav_rules: 'The rules',
     nav_fleet: 'Fleet', nav_admin: 'Admin',
     language: 'Language', signedInAs: 'Signed in as {user}',
     simulated: 'Simulated GPU server', simulatedHint: 'no real GPU is used on {hosts}: its GPUs, capacity and figures come from the simulator',
@@ -44,7 +44,7 @@ const words = {
   },
   'zh-CN': {
     brand: 'gpuvm', nav: '主导航', catalogue: 'GPU 机器', vms: '我的虚拟机', signOut: '退出登录',
-    nav_catalogue: 'GPU 机器', nav_vms: '我的虚拟机', nav_storage: '我的存储', nav_book: '预约', nav_usage: '我的用量', nav_rules: '使用规则',
+    nav_catalogue: 'GPU 机器', nav_vms: '我的虚拟机', nav_storage: '我的存储', nav_tasks: '任务', nav_book: '预约', nav_usage: '我的用量', nav_rules: '使用规则',
     nav_fleet: '机群', nav_admin: '管理',
     language: '语言', signedInAs: '已登录：{user}',
     simulated: '模拟 GPU 服务器', simulatedHint: '{hosts} 没有使用真实 GPU：其 GPU、容量和各项数据都来自模拟器',

@@ -9,7 +9,7 @@ export const page = document.body.dataset.page;
 
 // userPages and adminPages are the navigation's links, in order (an admin
 // sees both).
-const userPages = [['catalogue', '/'], ['vms', '/vms'], ['storage', '/storage'], ['book', '/book'], ['usage', '/usage'], ['rules', '/rules']];
+const userPages = [['catalogue', '/'], ['vms', '/vms'], ['storage', '/storage'], ['tasks', '/tasks'], ['book', '/book'], ['usage', '/usage'], ['rules', '/rules']];
 const adminPages = [['fleet', '/admin/fleet'], ['admin', '/admin']];
 
 // Header is the top of every page; simulated (the sign-in page's, from GET

@@ -28,6 +28,7 @@ addWords({
     noQuota: 'No quota limits you.', yourQuota: 'Your quota',
     windowNow: 'Time window now: {name}, until {end}.', windowAllows: 'This machine may start in it.',
     windowForbids: 'This machine may not start in it.', noWindow: 'No time window applies now.',
+    runTask: 'Run a task',
   },
   'zh-CN': {
     unservable: '此处不可用', unservableWhy: '这台服务器上没有任何 GPU 能提供它：{why}',
@@ -49,6 +50,7 @@ addWords({
     noQuota: '你没有配额限制。', yourQuota: '你的配额',
     windowNow: '当前时间窗口：{name}，至 {end}。', windowAllows: '这台机器可以在此窗口内开始。',
     windowForbids: '这台机器不能在此窗口内开始。', noWindow: '当前没有适用的时间窗口。',
+    runTask: '运行任务',
   },
 });
 
@@ -136,7 +138,9 @@ function ProfileCard({p, hosts, me, keys, setKeys}) {
       ? html`<p class="why-not">${whyNot}</p>`
       : asking
         ? html`<${AskForm} p=${p} me=${me} keys=${keys} setKeys=${setKeys} onCancel=${() => setAsking(false)} />`
-        : html`<button type="button" onClick=${() => setAsking(true)} aria-describedby=${id}>${t('ask')}</button>`}
+        : html`<div class="card-actions"><button type="button" onClick=${() => setAsking(true)} aria-describedby=${id}>${t('ask')}</button>
+          ${p.gpu && p.cloud_init && p.os !== 'windows' && html`<a class="run-task" href=${'/tasks?profile=' + encodeURIComponent(p.name)}
+            aria-describedby=${id}>${t('runTask')}</a>`}</div>`}
   </li>`;
 }
 

@@ -28,6 +28,7 @@ addWords({
     usageBarSim: '{day}: {h} GPU-hours ({used} used, {idle} idle, {un} not measured, {sim} on a simulated server)',
     usageRunning: '{n} of your VMs hold a GPU now; their time counts up to now.',
     usageRunningOne: 'One of your VMs holds a GPU now; its time counts up to now.',
+    usageOfTasks: 'of which tasks: {h} GPU-hours', usageTasksCol: 'Of which tasks',
   },
   'zh-CN': {
     usageTitle: '我的用量',
@@ -48,6 +49,7 @@ addWords({
     usageBarSim: '{day}：{h} GPU 小时（已使用 {used}，空闲 {idle}，未测量 {un}，模拟服务器 {sim}）',
     usageRunning: '你有 {n} 台虚拟机正占用 GPU；它们的时间计算到此刻。',
     usageRunningOne: '你有 1 台虚拟机正占用 GPU；它的时间计算到此刻。',
+    usageOfTasks: '其中任务：{h} GPU 小时', usageTasksCol: '其中任务',
   },
 });
 
@@ -90,7 +92,8 @@ export default function Usage({session}) {
   </main>`;
 }
 
-// Meter: a period's GPU-hours against its quota, as a bar.
+// Meter: a period's GPU-hours against its quota, as a bar, and how much of
+// them tasks' VMs held (task_gpu_hours), when any did.
 function Meter({id, period, p}) {
   const q = p.quota_gpu_hours;
   const frac = q ? Math.min(p.gpu_hours / q, 1) : 0;
@@ -102,6 +105,7 @@ function Meter({id, period, p}) {
       <span class="amount" aria-hidden="true" id=${'usage-' + id + '-text'}>${q ? t('usageOf', {h: h(p.gpu_hours), q: h(q), pct})
         : t('usageNoQuota', {h: h(p.gpu_hours)})}</span>
       <span class="sr-only">${sr}</span></p>
+    ${p.task_gpu_hours > 0 && html`<p class="of-tasks" id=${'usage-' + id + '-tasks'}>${t('usageOfTasks', {h: h(p.task_gpu_hours)})}</p>`}
     ${q ? html`<svg class=${'bar ' + level} viewBox="0 0 100 6" preserveAspectRatio="none" aria-hidden="true" focusable="false">
       <rect class="track" x="0" y="0" width="100" height="6" rx="1" />
       <rect class="fill" x="0" y="0" width=${(frac * 100).toFixed(2)} height="6" rx="1" />
@@ -184,9 +188,9 @@ function Days({days}) {
       <summary>${t('usageTable')}</summary>
       <table class="usage-table" id="usage-table">
         <thead><tr><th scope="col">${t('usageDate')}</th><th scope="col">${t('usageHours')}</th>
-          <th scope="col">${t('usageUtilCol')}</th><th scope="col">${t('usageIdleCol')}</th></tr></thead>
+          <th scope="col">${t('usageUtilCol')}</th><th scope="col">${t('usageIdleCol')}</th><th scope="col">${t('usageTasksCol')}</th></tr></thead>
         <tbody>${days.map((d) => html`<tr><th scope="row">${dayOf(d.key)}</th><td>${h(d.gpu_hours)}</td>
-          <td>${d.utilization == null ? (d.simulated_gpu_hours > 0 ? t('usageSimCell') : t('none')) : pctFmt.format(d.utilization)}</td><td>${h(d.idle_gpu_hours)}</td></tr>`)}</tbody>
+          <td>${d.utilization == null ? (d.simulated_gpu_hours > 0 ? t('usageSimCell') : t('none')) : pctFmt.format(d.utilization)}</td><td>${h(d.idle_gpu_hours)}</td><td>${h(d.task_gpu_hours)}</td></tr>`)}</tbody>
       </table>
     </details>
   </figure>`;
