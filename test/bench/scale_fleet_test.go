@@ -47,7 +47,15 @@ func (r *scaleRun) measureSize(size, queued int) sizeResult {
 			}()
 		}
 		db := r.dbStats()
-		sr.createRate, sr.createTimes, sr.createFails = r.fill(size - queued)
+		paced := 0
+		if cfg.rate > 0 {
+			paced = min(cfg.paced, (size-queued)/5)
+		}
+		sr.createRate, sr.createTimes, sr.createFails = r.fill(size - queued - paced)
+		if paced > 0 {
+			sr.pacedOffered = cfg.rate
+			sr.pacedRate, sr.pacedTimes, sr.pacedFails = r.fillPaced(paced, cfg.rate)
+		}
 		sr.fillLoad = r.dbLoadSince(db)
 	}
 	sr.queued = max(queued, size)

@@ -73,6 +73,11 @@ type scaleConfig struct {
 	dsn     string        // --database: "" (SQLite in the state directory) or a PostgreSQL DSN
 	profile string        // a directory: each idle window's CPU profile of gpuvmd is saved there
 	nodes   int           // gpuvmd nodes on one PostgreSQL schema (a fleet), 1 by default
+	// rate is the steady rate (creates a second) of the paced creates that
+	// end each fill, timed from when each was due; paced is how many (at
+	// most a fifth of the fill). 0: none.
+	rate  float64
+	paced int
 }
 
 // routeResult is one read route's timings at one size.
@@ -93,8 +98,15 @@ type sizeResult struct {
 	createRate  float64         // creates a second while filling up to this size
 	createTimes []time.Duration // sorted
 	createFails int
-	routes      []routeResult
-	idleCPU     float64 // percent of one core (the first node's)
+	// pacedOffered, pacedRate, pacedTimes and pacedFails are the paced
+	// creates' (the rate asked for and achieved, their sorted times from
+	// when each was due).
+	pacedOffered float64
+	pacedRate    float64
+	pacedTimes   []time.Duration
+	pacedFails   int
+	routes       []routeResult
+	idleCPU      float64 // percent of one core (the first node's)
 	// nodes are each node's own figures when there are several; routes
 	// then hold every node's, each name prefixed by its node's.
 	nodes []nodeResult
@@ -113,7 +125,7 @@ func scaleEnv(tb testing.TB, sizes []int) scaleConfig {
 	tb.Helper()
 	c := scaleConfig{sizes: sizes, users: 200, clients: 8, samples: 30, budget: 15 * time.Second,
 		timeout: 60 * time.Second, idle: 10 * time.Second, dsn: os.Getenv("GPUVM_BENCH_PG"),
-		profile: os.Getenv("GPUVM_SCALE_PROFILE"), nodes: 1}
+		profile: os.Getenv("GPUVM_SCALE_PROFILE"), nodes: 1, rate: 200, paced: 2000}
 	if v := envInts(tb, "GPUVM_SCALE_SIZES"); v != nil {
 		c.sizes = v
 	}
@@ -138,6 +150,15 @@ func scaleEnv(tb testing.TB, sizes []int) scaleConfig {
 	c.budget = envDuration(tb, "GPUVM_SCALE_BUDGET", c.budget)
 	c.timeout = envDuration(tb, "GPUVM_SCALE_TIMEOUT", c.timeout)
 	c.idle = envDuration(tb, "GPUVM_SCALE_IDLE", c.idle)
+	if v := envInts(tb, "GPUVM_SCALE_RATE"); v != nil {
+		c.rate = float64(v[0])
+	}
+	if v := envInts(tb, "GPUVM_SCALE_PACED"); v != nil {
+		c.paced = v[0]
+	}
+	if c.rate < 0 || c.paced < 0 {
+		tb.Fatalf("GPUVM_SCALE_RATE=%g GPUVM_SCALE_PACED=%d: give 0 or more", c.rate, c.paced)
+	}
 	slices.Sort(c.sizes)
 	c.sizes = slices.Compact(c.sizes)
 	if c.dsn != "" {
@@ -176,6 +197,7 @@ type scaleRun struct {
 	queue  []queuedVM // VMs queued by the users, in the order their creates returned
 	// debugAddr is gpuvmd's --debug-listen, with cfg.profile.
 	debugAddr string
+	failures  atomic.Int64 // failed creates, the first few logged
 }
 
 // queuedVM is a VM a user queued, and that user's token.
@@ -410,9 +432,7 @@ func (r *scaleRun) fill(n int) (float64, []time.Duration, int) {
 	times := make([]time.Duration, n)
 	var wg sync.WaitGroup
 	begin := time.Now()
-	r.mu.Lock()
-	base := len(r.queue)
-	r.mu.Unlock()
+	base := r.queuedLen()
 	for range r.cfg.clients {
 		wg.Add(1)
 		go func() {
@@ -422,19 +442,11 @@ func (r *scaleRun) fill(n int) (float64, []time.Duration, int) {
 				if k >= n {
 					return
 				}
-				var cr api.CreateVMResponse
-				tok := r.tokens[(base+k)%len(r.tokens)]
-				took, err := r.callOn((base+k)%len(r.procs), "POST", "/v1/vms", tok, api.CreateVMRequest{Profile: "scale-mig"}, &cr)
+				took, ok := r.createOne(base + k)
 				times[k] = took
-				if err != nil {
-					if fails.Add(1) <= 3 {
-						r.tb.Logf("create: %v", err)
-					}
-					continue
+				if !ok {
+					fails.Add(1)
 				}
-				r.mu.Lock()
-				r.queue = append(r.queue, queuedVM{cr.VM.ID, tok})
-				r.mu.Unlock()
 			}
 		}()
 	}
@@ -442,6 +454,69 @@ func (r *scaleRun) fill(n int) (float64, []time.Duration, int) {
 	rate := float64(n) / time.Since(begin).Seconds()
 	slices.Sort(times)
 	return rate, times, int(fails.Load())
+}
+
+// pacedInFlight bounds the creates a paced fill has under way at once: an
+// open loop that gpuvmd cannot keep up with shows as long times, not as
+// ever more connections.
+const pacedInFlight = 64
+
+// fillPaced asks for n creates at a steady rate (an open loop: the k-th is
+// due at k/rate from the start, whether the ones before it have returned
+// or not) and times each from when it was due, so that a create that
+// waited for a free client counts that wait (no coordinated omission). It
+// returns the rate achieved, the sorted times and the failures.
+func (r *scaleRun) fillPaced(n int, rate float64) (float64, []time.Duration, int) {
+	var fails atomic.Int64
+	times := make([]time.Duration, n)
+	slots := make(chan struct{}, pacedInFlight)
+	var wg sync.WaitGroup
+	begin := time.Now()
+	base := r.queuedLen()
+	for k := range n {
+		due := begin.Add(time.Duration(float64(k) / rate * float64(time.Second)))
+		time.Sleep(time.Until(due))
+		slots <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-slots; wg.Done() }()
+			_, ok := r.createOne(base + k)
+			times[k] = time.Since(due)
+			if !ok {
+				fails.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	achieved := float64(n) / time.Since(begin).Seconds()
+	slices.Sort(times)
+	return achieved, times, int(fails.Load())
+}
+
+// queuedLen is how many VMs the users have queued so far.
+func (r *scaleRun) queuedLen() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.queue)
+}
+
+// createOne asks for the k-th VM of the fill, as user k (round robin) on
+// node k (round robin), and records it as queued. It returns how long the
+// request took and whether it succeeded (the first failures are logged).
+func (r *scaleRun) createOne(k int) (time.Duration, bool) {
+	var cr api.CreateVMResponse
+	tok := r.tokens[k%len(r.tokens)]
+	took, err := r.callOn(k%len(r.procs), "POST", "/v1/vms", tok, api.CreateVMRequest{Profile: "scale-mig"}, &cr)
+	if err != nil {
+		if r.failures.Add(1) <= 3 {
+			r.tb.Logf("create: %v", err)
+		}
+		return took, false
+	}
+	r.mu.Lock()
+	r.queue = append(r.queue, queuedVM{cr.VM.ID, tok})
+	r.mu.Unlock()
+	return took, true
 }
 
 // settleLimit bounds settle's wait.
@@ -639,6 +714,11 @@ func printSize(w io.Writer, sr sizeResult) {
 	if len(sr.createTimes) > 0 {
 		fmt.Fprintf(w, "%-52s %8.1f/s  p50 %8.1f ms  p99 %8.1f ms  (%d creates, %d failed)\n", "POST /v1/vms (filling)",
 			sr.createRate, percentileMS(sr.createTimes, 50), percentileMS(sr.createTimes, 99), len(sr.createTimes), sr.createFails)
+	}
+	if len(sr.pacedTimes) > 0 {
+		fmt.Fprintf(w, "%-52s %8.1f/s  p50 %8.1f ms  p99 %8.1f ms  (%d creates, %d failed)\n",
+			fmt.Sprintf("POST /v1/vms (paced, %g/s offered, open loop)", sr.pacedOffered),
+			sr.pacedRate, percentileMS(sr.pacedTimes, 50), percentileMS(sr.pacedTimes, 99), len(sr.pacedTimes), sr.pacedFails)
 	}
 	if sr.settle > 0 {
 		fmt.Fprintf(w, "%-52s %8.1f s\n", "estimates caught up with the fill after", sr.settle.Seconds())
