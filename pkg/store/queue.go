@@ -37,25 +37,33 @@ type QueueEntry struct {
 // returns how many VMs it changed.
 func (s *Store) SetQueue(ctx context.Context, entries map[string]QueueEntry) (int, error) {
 	changed := 0
-	err := s.Tx(ctx, func(tx *Store) error {
-		cur, err := tx.queueNow(ctx, entries)
-		if err != nil {
-			return err
-		}
-		rank, err := queueRanks(cur, entries)
-		if err != nil {
-			return err
-		}
+	// The queue is read before the transaction, off the writer (SQLite's
+	// readers): only the rounds write ranks, one at a time, and every
+	// write below is guarded by the VM's state (and version), so a VM
+	// that moved since is left for the next round; what the transaction
+	// holds the writer for is the writes alone, not a read of the queue
+	// that every create would wait behind (issue #26).
+	cur, err := s.queueNow(ctx, entries)
+	if err != nil {
+		return 0, wrap(err, nil, "read the queue of %d vms", len(entries))
+	}
+	rank, err := queueRanks(cur, entries)
+	if err != nil {
+		return 0, wrap(err, nil, "record the queue of %d vms", len(entries))
+	}
+	err = s.Tx(ctx, func(tx *Store) error {
+		changed = 0
 		now := tx.clock()
 		var moved []string
 		for _, vm := range cur {
 			e, ranked := entries[vm.ID]
 			if vm.State != VMQueued || !ranked {
 				if vm.QueueRank != 0 {
-					if err := tx.db.Model(&VM{}).Where("id = ?", vm.ID).Update("queue_position", 0).Error; err != nil {
-						return err
+					res := tx.db.Model(&VM{}).Where("id = ? AND queue_position <> 0", vm.ID).Update("queue_position", 0)
+					if res.Error != nil {
+						return res.Error
 					}
-					changed++
+					changed += int(res.RowsAffected)
 				}
 				continue
 			}
