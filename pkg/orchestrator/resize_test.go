@@ -326,10 +326,10 @@ func TestResizeKeepsTheDisk(t *testing.T) {
 		from, to *config.Profile
 		want     string
 	}{
-		{p("cuda", 20 << 30), p("cuda", 20 << 30), `kept: the VM's disk on image "cuda"`},
-		{p("cuda", 20 << 30), p("cuda", 40 << 30), `kept`},
-		{p("cuda", 20 << 30), p("cuda", 10 << 30), "disk.size 10737418240 bytes, smaller"},
-		{p("cuda", 20 << 30), p("plain", 20 << 30), `disk.image "plain"`},
+		{p("cuda", 20<<30), p("cuda", 20<<30), `kept: the VM's disk on image "cuda"`},
+		{p("cuda", 20<<30), p("cuda", 40<<30), `kept`},
+		{p("cuda", 20<<30), p("cuda", 10<<30), "disk.size 10737418240 bytes, smaller"},
+		{p("cuda", 20<<30), p("plain", 20<<30), `disk.image "plain"`},
 		{nil, p("plain", 1), "no longer configured"},
 	} {
 		got, r := keepsDisk(vm, tc.from, tc.to)
