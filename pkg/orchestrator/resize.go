@@ -157,8 +157,8 @@ func (o *Orchestrator) PlanResize(ctx context.Context, vm *store.VM, target stri
 	case target == vm.Profile:
 		return api.ResizePlan{}, refuse(RefuseInvalid, "profile", "VM %q already has profile %q", vm.Name, target)
 	case !by.Admin && !to.Allows(vm.Owner, by.Groups):
-		return api.ResizePlan{}, refuse(RefuseForbidden, "profile", "profile %q is open only to the users and groups it names (its users and groups rule, %s): %s is not among them",
-			target, to.Source, vm.Owner)
+		return api.ResizePlan{}, refuse(RefuseForbidden, "profile", "profile %q is open only to the users and groups it names (its users and groups rule): %s is not among them",
+			target, vm.Owner)
 	}
 	from := set.Profiles[vm.Profile]
 	disk, r := keepsDisk(vm, from, to)
