@@ -173,7 +173,7 @@ func (o *Orchestrator) PlanResize(ctx context.Context, vm *store.VM, target stri
 		return api.ResizePlan{}, refuse(RefusePolicy, "profile", "the sharing policy refuses VM %q on profile %q: %s", vm.Name, target, adm.Reason.Text())
 	}
 	plan := api.ResizePlan{VM: vm.ID, From: sideOf(vm.Profile, from), To: sideOf(target, to), Disk: disk, Wait: adm.Reason.Text(),
-		Snapshot: fmt.Sprintf("take a snapshot of the disk first (gpuvm snapshot create %s) if the new GPU's driver or settings may need undoing; "+
+		Snapshot: fmt.Sprintf("take a snapshot of the disk first (gpuvm snapshot %s --label before-resize) if the new GPU's driver or settings may need undoing; "+
 			"a resize back to %q returns the GPU and size", vm.Name, vm.Profile)}
 	plan.Driver, plan.DriverDetail = o.life.driverAdvice(ctx, &set, from, to)
 	return plan, nil

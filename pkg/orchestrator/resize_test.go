@@ -128,7 +128,7 @@ func TestResizeMIGToWholeGPUAndBack(t *testing.T) {
 	if len(plan.To.Licences) != 1 || len(plan.To.Licences[0].Products) != 0 || plan.To.Licences[0].Driver != licensing.DriverDataCenter {
 		t.Errorf("a whole GPU's licence: %+v", plan.To.Licences)
 	}
-	if plan.Driver != api.DriverNotNeeded || !strings.Contains(plan.Snapshot, "gpuvm snapshot create vm1") {
+	if plan.Driver != api.DriverNotNeeded || !strings.Contains(plan.Snapshot, "gpuvm snapshot vm1 --label before-resize") {
 		t.Errorf("plan driver %q %q, snapshot %q", plan.Driver, plan.DriverDetail, plan.Snapshot)
 	}
 	if got := e.vm(vm.ID); got.Version != vm.Version || got.Profile != "rz-1g" {
