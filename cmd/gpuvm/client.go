@@ -44,6 +44,7 @@ func addClientCommands(root *cobra.Command, getenv func(string) string) {
 	root.AddCommand(newLoginCmd(getenv), newLogoutCmd(getenv), newProfilesCmd(getenv), newCreateCmd(getenv), newListCmd(getenv),
 		newShowCmd(getenv), newDeleteCmd(getenv), newAdminCmd(getenv), newCompletionCmd(root))
 	root.AddCommand(newStartCmd(getenv), newStopCmd(getenv), newRebootCmd(getenv), newExtendCmd(getenv))
+	root.AddCommand(newResizeCmd(getenv)) // resize.go: another profile for a stopped VM
 	// users.go: who the server takes you for, the fleet's hosts.
 	root.AddCommand(newWhoamiCmd(getenv), newHostsCmd(getenv))
 	root.AddCommand(newEventsCmd(getenv)) // events.go

@@ -37,6 +37,9 @@ type VM struct {
 	Name    string `json:"name"`
 	Owner   string `json:"owner"`
 	Profile string `json:"profile"`
+	// PreviousProfile is the profile the VM had before its last resize
+	// (ActionResize): a resize to it is the way back. Empty: never resized.
+	PreviousProfile string `json:"previous_profile,omitempty"`
 	// State is queued, allocating, creating, running, stopping, stopped,
 	// deleting, deleted or failed.
 	State string `json:"state"`

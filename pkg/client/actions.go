@@ -53,3 +53,18 @@ func (c *Client) vmAction(ctx context.Context, idOrName, action string) (*api.VM
 func actionPath(idOrName, action string) string {
 	return "/v1/vms/" + url.PathEscape(idOrName) + "/actions/" + action
 }
+
+// ResizeVM moves a stopped VM to another profile (api.ActionResize). With
+// req.DryRun it returns the plan alone and changes nothing; otherwise the
+// plan, the VM and the queued resize operation. A refusal is a problem
+// naming the field: a VM that is not stopped ErrConflict, an unknown
+// profile ErrNotFound, a profile not open to the owner or one the sharing
+// policy refuses ErrForbidden, another image or a smaller disk
+// ErrValidation.
+func (c *Client) ResizeVM(ctx context.Context, idOrName string, req api.ResizeVMRequest) (*api.ResizeVMResponse, error) {
+	var out api.ResizeVMResponse
+	if err := c.do(ctx, http.MethodPost, actionPath(idOrName, api.ActionResize), nil, nil, req, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}

@@ -21,7 +21,42 @@ import (
 // devices that are not valid (a *domain.SpecError) and a domain that is
 // not gpuvm's. A missing domain is IsNotFound.
 func (c *Conn) ReplaceHostdevs(ctx context.Context, uuid string, hs []domain.Hostdev) error {
-	const op = "replace host devices"
+	return c.redefine(ctx, uuid, "replace host devices", "GPU devices", func(d *libvirtxml.Domain) (bool, error) {
+		return domain.ReplaceHostdevs(d, hs)
+	}, func(name string) {
+		list := hostdevList(hs)
+		if list == "" {
+			list = "none"
+		}
+		c.log.Info("domain redefined with new GPU devices", "vm", name, "uuid", uuid, "hostdevs", list)
+	})
+}
+
+// ResizeDomain gives the shut-off gpuvm domain with uuid vcpus virtual
+// CPUs and memory bytes of memory, and no GPU devices (a resize to another
+// profile: the VM's next start gives it the new profile's device, as
+// ReplaceHostdevs does), keeping everything else of its definition (disks,
+// display and its password, metadata). Like ReplaceHostdevs it redefines
+// nothing when the domain already is so, refuses a running domain, and a
+// missing one is IsNotFound. A definition libvirt refuses leaves the old
+// one as it was.
+func (c *Conn) ResizeDomain(ctx context.Context, uuid string, vcpus int, memory uint64) error {
+	return c.redefine(ctx, uuid, "resize domain", "size and GPU devices", func(d *libvirtxml.Domain) (bool, error) {
+		sized, err := domain.Resize(d, vcpus, memory)
+		if err != nil {
+			return false, err
+		}
+		bare, err := domain.ReplaceHostdevs(d, nil)
+		return sized || bare, err
+	}, func(name string) {
+		c.log.Info("domain redefined with a new size", "vm", name, "uuid", uuid, "vcpus", vcpus, "memory", memory)
+	})
+}
+
+// redefine edits the persistent definition of the shut-off domain with
+// uuid (what names what it changes) and defines it again, when edit says it changed it; done is called
+// once it is. A running domain is refused.
+func (c *Conn) redefine(ctx context.Context, uuid, op, what string, edit func(*libvirtxml.Domain) (bool, error), done func(name string)) error {
 	h, err := c.lookup(ctx, uuid, op)
 	if err != nil {
 		return err
@@ -39,7 +74,7 @@ func (c *Conn) ReplaceHostdevs(ctx context.Context, uuid string, hs []domain.Hos
 	if err := d.Unmarshal(x); err != nil {
 		return vmError(h.name, op, fmt.Errorf("read the domain's XML: %w", err))
 	}
-	changed, err := domain.ReplaceHostdevs(&d, hs)
+	changed, err := edit(&d)
 	if err != nil {
 		return vmError(h.name, op, err)
 	}
@@ -51,7 +86,7 @@ func (c *Conn) ReplaceHostdevs(ctx context.Context, uuid string, hs []domain.Hos
 		return err
 	}
 	if info.Active() {
-		return vmError(h.name, op, fmt.Errorf("the domain is %s: its GPU devices change only while it is shut off", info.State))
+		return vmError(h.name, op, fmt.Errorf("the domain is %s: its %s change only while it is shut off", info.State, what))
 	}
 	out, err := d.Marshal()
 	if err != nil {
@@ -68,10 +103,6 @@ func (c *Conn) ReplaceHostdevs(ctx context.Context, uuid string, hs []domain.Hos
 		return vmError(h.name, op, err)
 	}
 	_ = nd.Free()
-	list := hostdevList(hs)
-	if list == "" {
-		list = "none"
-	}
-	c.log.Info("domain redefined with new GPU devices", "vm", h.name, "uuid", h.uuid, "hostdevs", list)
+	done(h.name)
 	return nil
 }

@@ -94,6 +94,8 @@ func (lc *lifecycle) runAction(ctx context.Context, vm *store.VM, op *store.Oper
 		return lc.runReboot(ctx, vm, op)
 	case store.OpSnapshot, store.OpRestore, store.OpSnapshotDelete:
 		return lc.runSnapshotOp(ctx, vm, op) // snapshots.go
+	case store.OpResize:
+		return lc.runResize(ctx, vm, op) // resize.go
 	}
 	// Extend is applied by the API at once; nothing else is known.
 	lc.finishAction(ctx, vm, op, fmt.Errorf("the worker does not carry out %q operations", op.Kind))

@@ -62,6 +62,7 @@ func (s *Server) actionRoutes(g *gin.RouterGroup) {
 	for _, a := range api.Actions {
 		g.POST("/vms/:id/actions/"+a, s.vmAction(a))
 	}
+	g.POST("/vms/:id/actions/"+api.ActionResize, s.resizeVM) // resize.go
 }
 
 // vmAction is POST /v1/vms/{id}/actions/{action}: start, stop and reboot

@@ -73,6 +73,7 @@ var auditRoutes = map[string]auditRoute{
 	"POST /v1/vms/{id}/snapshots/{snap}/restore": {"snapshot.restore", "vm/{id}/snapshot/{snap}"},
 	"DELETE /v1/vms/{id}/snapshots/{snap}":       {"snapshot.delete", "vm/{id}/snapshot/{snap}"},
 	"POST /v1/vms/{id}/actions/reboot":           {"vm.reboot", "vm/{id}"},
+	"POST /v1/vms/{id}/actions/resize":           {"vm.resize", "vm/{id}"},
 	// Data disks (volumes.go); a GET of another person's is an admin
 	// override, recorded too.
 	"POST /v1/volumes":                     {"volume.create", ""},

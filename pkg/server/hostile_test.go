@@ -41,6 +41,7 @@ var hostileBodies = map[string]struct {
 }{
 	"POST /v1/vms":                      {body: `{"profile":"seat","name":"fresh","hours":2,"ssh_keys":["ssh-ed25519 AAAA"],"start_at":"2026-12-03T10:00:00Z"}`, status: 202},
 	"POST /v1/vms/{id}/actions/extend":  {body: `{"hours":1}`, status: 200},
+	"POST /v1/vms/{id}/actions/resize":  {body: `{"profile":"seat","dry_run":true}`, status: 409}, // the walk's VM is queued, not stopped
 	"POST /v1/users":                    {body: `{"name":"zed","admin":false,"groups":["lab"]}`, status: 201},
 	"POST /v1/users/{name}/tokens":      {body: `{"name":"ci","expires_in_hours":24}`, status: 201},
 	"POST /v1/admin/gpus/{addr}/drain":  {body: `{"reason":"fan"}`, status: 200, optional: true},

@@ -60,6 +60,12 @@ func toAPIVM(vm *store.VM, allocs []store.Allocation) api.VM {
 			out.SSHHostKeys = spec.SSHHostKeys
 		}
 	}
+	if strings.Contains(vm.Spec, `"previous_profile"`) {
+		var spec vmSpec
+		if json.Unmarshal([]byte(vm.Spec), &spec) == nil {
+			out.PreviousProfile = spec.PreviousProfile
+		}
+	}
 	if vm.State == store.VMQueued {
 		out.QueuePosition = vm.QueuePosition
 	}
@@ -94,6 +100,11 @@ type vmSpec struct {
 	// Shares are the shares asked for (orchestrator.SpecShares); the
 	// profile's are not repeated here.
 	Shares []string `json:"shares,omitempty"`
+	// PreviousProfile and ResizeTo are what a resize records
+	// (orchestrator.ResizeOfSpec): the profile the VM had before its last
+	// one, and the target of one under way.
+	PreviousProfile string `json:"previous_profile,omitempty"`
+	ResizeTo        string `json:"resize_to,omitempty"`
 }
 
 func (s *Server) createVM(c *gin.Context) {

@@ -167,6 +167,7 @@ const (
 	OpStop    = "stop"
 	OpReboot  = "reboot"
 	OpExtend  = "extend"
+	OpResize  = "resize" // a stopped VM moved to another profile (the orchestrator's resize.go)
 	OpPending = api.OpPending
 	OpRunning = api.OpRunning
 	OpDone    = api.OpDone

@@ -237,6 +237,9 @@ type VMUpdate struct {
 	Spec     *string
 	// Hours, when set, is the VM's new total lease in hours (extend).
 	Hours *int
+	// Profile, when set, is the VM's new profile (a resize of a stopped
+	// VM, the orchestrator's resize.go).
+	Profile *string
 }
 
 // UpdateVMState changes a VM's state if it is still at version (optimistic
@@ -269,6 +272,12 @@ func (s *Store) UpdateVMState(ctx context.Context, id string, version int64, u V
 		}
 		if u.Hours != nil {
 			set["hours"] = *u.Hours
+		}
+		if u.Profile != nil {
+			if *u.Profile == "" {
+				return fmt.Errorf("update vm %s: %w: empty profile", id, ErrInvalid)
+			}
+			set["profile"] = *u.Profile
 		}
 		res := tx.db.Model(&VM{}).Where("id = ? AND version = ?", id, version).Updates(set)
 		if res.Error != nil {

@@ -123,3 +123,31 @@ func pciSource(p *libvirtxml.DomainHostdevSubsysPCI) string {
 	}
 	return PCIAddress{Domain: val(a.Domain), Bus: val(a.Bus), Slot: val(a.Slot), Function: val(a.Function)}.String()
 }
+
+// Resize gives a domain definition vcpus virtual CPUs and memory bytes of
+// memory (its maximum and current memory alike, as Build writes them). It
+// reports whether it changed anything; a size of zero is refused.
+func Resize(d *libvirtxml.Domain, vcpus int, memory uint64) (bool, error) {
+	if vcpus < 1 || memory < 1 {
+		return false, &SpecError{Name: d.Name, Problems: []string{fmt.Sprintf("vcpus, memory: a domain needs at least one vCPU and some memory (asked %d vCPUs, %d bytes)", vcpus, memory)}}
+	}
+	mem := uint(kib(memory))
+	vcpu := &libvirtxml.DomainVCPU{Placement: "static", Value: uint(vcpus)}
+	if d.VCPU != nil && d.VCPU.Placement != "" {
+		vcpu.Placement = d.VCPU.Placement
+	}
+	changed := d.VCPU == nil || d.VCPU.Value != uint(vcpus) || (d.VCPU.Current != 0 && d.VCPU.Current != uint(vcpus)) ||
+		d.Memory == nil || d.Memory.Value != mem || d.Memory.Unit != "KiB" ||
+		d.CurrentMemory == nil || d.CurrentMemory.Value != mem || d.CurrentMemory.Unit != "KiB"
+	if !changed {
+		return false, nil
+	}
+	d.VCPU = vcpu
+	d.Memory = &libvirtxml.DomainMemory{Value: mem, Unit: "KiB"}
+	d.CurrentMemory = &libvirtxml.DomainCurrentMemory{Value: mem, Unit: "KiB"}
+	if d.CPU != nil && d.CPU.Topology != nil {
+		// A topology must multiply up to the vCPUs: one socket of them.
+		d.CPU.Topology = &libvirtxml.DomainCPUTopology{Sockets: 1, Dies: 0, Cores: vcpus, Threads: 1}
+	}
+	return true, nil
+}

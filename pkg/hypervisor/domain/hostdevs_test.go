@@ -80,3 +80,23 @@ func TestReplaceHostdevsInXML(t *testing.T) {
 		t.Errorf("a refused replacement changed the domain: %+v", GPUHostdevs(d))
 	}
 }
+
+func TestResize(t *testing.T) {
+	d := &libvirtxml.Domain{Name: "vm",
+		VCPU:   &libvirtxml.DomainVCPU{Placement: "static", Value: 2},
+		Memory: &libvirtxml.DomainMemory{Value: 1 << 20, Unit: "KiB"}, CurrentMemory: &libvirtxml.DomainCurrentMemory{Value: 1 << 20, Unit: "KiB"},
+		CPU: &libvirtxml.DomainCPU{Topology: &libvirtxml.DomainCPUTopology{Sockets: 1, Cores: 2, Threads: 1}}}
+	if changed, err := Resize(d, 2, 1<<30); err != nil || changed {
+		t.Fatalf("the same size: changed %v, %v", changed, err)
+	}
+	changed, err := Resize(d, 8, 16<<30)
+	if err != nil || !changed {
+		t.Fatalf("a new size: changed %v, %v", changed, err)
+	}
+	if d.VCPU.Value != 8 || d.Memory.Value != 16<<20 || d.CurrentMemory.Value != 16<<20 || d.CPU.Topology.Cores != 8 {
+		t.Errorf("resized to %+v %+v %+v %+v", d.VCPU, d.Memory, d.CurrentMemory, d.CPU.Topology)
+	}
+	if _, err := Resize(d, 0, 1<<30); err == nil || !strings.Contains(err.Error(), "vcpus, memory") {
+		t.Errorf("no vCPU: %v", err)
+	}
+}
