@@ -97,11 +97,10 @@ func withSpecKeys(spec string, set map[string]string) (string, error) {
 
 // Kinds of a resize's refusal.
 const (
-	RefuseInvalid   = "invalid"   // 422 (400 for malformed input)
-	RefuseNotFound  = "not-found" // 404: no such profile
-	RefuseForbidden = "forbidden" // 403: the profile is not open to the owner
-	RefusePolicy    = "policy"    // 403: the sharing policy refuses it
-	RefuseConflict  = "conflict"  // 409: the VM's state
+	RefuseInvalid  = "invalid"   // 422 (400 for malformed input)
+	RefuseNotFound = "not-found" // 404: no such profile
+	RefusePolicy   = "policy"    // 403: the sharing policy refuses it
+	RefuseConflict = "conflict"  // 409: the VM's state
 )
 
 // ResizeRefusal says why a resize is refused, naming the field.
@@ -157,8 +156,9 @@ func (o *Orchestrator) PlanResize(ctx context.Context, vm *store.VM, target stri
 	case target == vm.Profile:
 		return api.ResizePlan{}, refuse(RefuseInvalid, "profile", "VM %q already has profile %q", vm.Name, target)
 	case !by.Admin && !to.Allows(vm.Owner, by.Groups):
-		return api.ResizePlan{}, refuse(RefuseForbidden, "profile", "profile %q is open only to the users and groups it names (its users and groups rule): %s is not among them",
-			target, vm.Owner)
+		// As at a create: a profile the owner may not use is as absent as
+		// an unknown one, so that a refusal tells nobody it exists.
+		return api.ResizePlan{}, refuse(RefuseNotFound, "profile", "unknown profile %q", target)
 	}
 	from := set.Profiles[vm.Profile]
 	disk, r := keepsDisk(vm, from, to)

@@ -206,7 +206,7 @@ func TestResizeRefused(t *testing.T) {
 		{running, "rz-whole", RefuseConflict, "", `VM "up" is running: only a stopped VM can be resized`},
 		{stopped, "no-such", RefuseNotFound, "profile", `unknown profile "no-such"`},
 		{stopped, "rz-1g", RefuseInvalid, "profile", "already has profile"},
-		{stopped, "rz-bobs", RefuseForbidden, "profile", `profile "rz-bobs" is open only to the users and groups it names`},
+		{stopped, "rz-bobs", RefuseNotFound, "profile", `unknown profile "rz-bobs"`}, // as at a create
 		{bobs, "rz-whole", RefusePolicy, "profile", "quota: user bob: asks for 1 whole GPUs; the limit is 0 at once"},
 		{stopped, "", RefuseInvalid, "profile", "name the profile"},
 		{stopped, "h100\x00whole", RefuseInvalid, "profile", "no control characters"},

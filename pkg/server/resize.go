@@ -23,11 +23,10 @@ type Resizer interface {
 
 // resizeProblems maps a resize's refusals to problem kinds.
 var resizeProblems = map[string]*Problem{
-	orchestrator.RefuseInvalid:   errValidation,
-	orchestrator.RefuseNotFound:  errNotFound,
-	orchestrator.RefuseForbidden: errForbidden,
-	orchestrator.RefusePolicy:    errPolicy,
-	orchestrator.RefuseConflict:  errConflict,
+	orchestrator.RefuseInvalid:  errValidation,
+	orchestrator.RefuseNotFound: errNotFound,
+	orchestrator.RefusePolicy:   errPolicy,
+	orchestrator.RefuseConflict: errConflict,
 }
 
 // resizeVM is POST /v1/vms/{id}/actions/resize (api.ActionResize): the plan

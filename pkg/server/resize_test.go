@@ -156,7 +156,7 @@ func TestResizeRouteRefusals(t *testing.T) {
 	}{
 		{"running", up, "ann-token", `{"profile":"whole"}`, 409, "", `VM "up" is running: only a stopped VM can be resized`},
 		{"unknown profile", down, "ann-token", `{"profile":"nope"}`, 404, "profile", `unknown profile "nope"`},
-		{"not open to the owner", down, "ann-token", `{"profile":"bobs"}`, 403, "profile", "its users and groups rule"},
+		{"not open to the owner", down, "ann-token", `{"profile":"bobs"}`, 404, "profile", "unknown profile"},
 		{"past a quota", caras, "cara-token", `{"profile":"whole"}`, 403, "profile", "quota: user cara"},
 		{"past a quota, dry run", caras, "cara-token", `{"profile":"whole","dry_run":true}`, 403, "profile", "quota: user cara"},
 		{"same profile", down, "ann-token", `{"profile":"slice"}`, 422, "profile", "already has profile"},
