@@ -199,4 +199,3 @@ func (s *Store) CancelTask(ctx context.Context, id string) (int64, error) {
 	}
 	return n, nil
 }
-
