@@ -20,6 +20,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -231,7 +232,16 @@ func serve(ctx context.Context, o options, cfg *liveConfig, log *slog.Logger) er
 	// Tasks (pkg/task): their runners followed, their output kept under
 	// the state directory, their VMs deleted when the commands end.
 	taskLogs := filepath.Join(o.stateDir, "tasks")
-	sup, err := task.New(task.Config{Store: st, Log: log, LogDir: taskLogs, Host: orch.Host(), Wake: nd.waker(orch).Wake,
+	// The VMs of tasks made before them (an array's elements, retries) are
+	// made as the server makes a task's, once it is made.
+	var launcher atomic.Pointer[server.Server]
+	launch := func(ctx context.Context, t *store.Task) error {
+		if srv := launcher.Load(); srv != nil {
+			return srv.LaunchTask(ctx, t)
+		}
+		return fmt.Errorf("task %s waits: gpuvmd starts: %w", t.ID, store.ErrConflict)
+	}
+	sup, err := task.New(task.Config{Store: st, Log: log, LogDir: taskLogs, Host: orch.Host(), Wake: nd.waker(orch).Wake, Launch: launch,
 		Channel: func(ctx context.Context, vmID string) (string, error) {
 			x, err := hv.XML(ctx, vmID, false)
 			if err != nil {
@@ -275,6 +285,7 @@ func serve(ctx context.Context, o options, cfg *liveConfig, log *slog.Logger) er
 		deps.OIDC = op
 	}
 	srv := server.New(deps)
+	launcher.Store(srv)
 	srv.StartEstimates() // the first answers find the queue's estimates made
 	nd.relayEvents(st, srv.NudgeEvents)
 	if a := profiles().Server.Auth; dir != nil && a.LDAP.SyncEvery > 0 {
