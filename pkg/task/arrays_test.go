@@ -424,4 +424,3 @@ func TestWarningSignal(t *testing.T) {
 	f.round()
 	expect(t, msgs, "signal:TERM")
 }
-
