@@ -66,6 +66,10 @@ func TestCreateTaskHostileExtras(t *testing.T) {
 	if vms, tasks := countRows(t, st); vms != 0 || tasks != 0 {
 		t.Fatalf("refused tasks made %d VMs and %d tasks", vms, tasks)
 	}
+	// In the reader's language.
+	if rec, b := send(t, s, "POST", "/v1/tasks", "ann-token", body(`,"array":"0-10000"`), "Accept-Language", "zh-CN"); rec.Code != 422 || b["detail"] != "最多 10000 个元素" {
+		t.Fatalf("in Chinese: %d %v", rec.Code, b["detail"])
+	}
 	if els, err := st.ListArrayElements(context.Background(), ""); err != nil || len(els) != 0 {
 		t.Fatalf("refused arrays left %d rows without an array (%v)", len(els), err)
 	}
