@@ -28,7 +28,16 @@ is powered off: the task ends "timeout".
 
 States: pending (with the queue's reason), booting, running, completing,
 completed, failed (non-zero exit or a signal), timeout, cancelled, boot_fail
-(the guest never reported), node_fail (its VM failed).`
+(the guest never reported), node_fail (its VM failed).
+
+--array 0-99%4 makes an array of tasks: an element per index, each in a VM of
+its own with TASK_INDEX, TASK_ARRAY_ID and TASK_COUNT in its environment, at
+most 4 at once. gpuvm task ls shows the array as one line, its elements
+counted by state; gpuvm task show ARRAY lists them; an element is ARRAY_INDEX
+(gpuvm task logs ARRAY_7); cancelling the array cancels every element that
+has not ended. --retries N --retry-on 2,137,node_fail runs a failed attempt
+again in a new VM when it ended so (a signal S counts as 128+S).
+--signal USR1@10m sends USR1 ten minutes before the time limit.`
 
 func newTaskCmd(getenv func(string) string) *cobra.Command {
 	cmd := &cobra.Command{
@@ -44,6 +53,8 @@ func newTaskCmd(getenv func(string) string) *cobra.Command {
 
 type taskSubmitOpts struct {
 	time, after, killWait, script string
+	array, retryOn, signal        string
+	retries                       int
 	env                           []string
 	follow                        bool
 	out                           outputOpts
@@ -63,8 +74,10 @@ output as it comes and exits with the task's end (0 when it completed).
 
 Output: a line by default; --json prints the api.Task; --quiet its ID only.
 ` + connectionHelp + "\n" + exitHelp,
-		Example: "  gpuvm task submit a100 --time 4h -- python train.py --epochs 30\n  gpuvm task submit a100 --time 90m --env EPOCHS=30 --script job.sh --follow",
-		Args:    cobra.MinimumNArgs(1),
+		Example: "  gpuvm task submit a100 --time 4h -- python train.py --epochs 30\n  gpuvm task submit a100 --time 90m --env EPOCHS=30 --script job.sh --follow\n" +
+			"  gpuvm task submit a100 --time 1h --array 0-99%4 -- sh -c 'python sweep.py --seed $TASK_INDEX'\n" +
+			"  gpuvm task submit a100 --time 4h --retries 3 --retry-on 2,137,node_fail --signal USR1@10m -- python train.py",
+		Args: cobra.MinimumNArgs(1),
 		RunE: o.runE(func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
 			req, err := opts.request(cmd, args)
 			if err != nil {
@@ -96,6 +109,10 @@ Output: a line by default; --json prints the api.Task; --quiet its ID only.
 	f.StringVar(&opts.killWait, "kill-wait", "", "time between SIGTERM and SIGKILL at the limit or a cancel (default 30s)")
 	f.StringVar(&opts.script, "script", "", "run this script file instead of a command")
 	f.StringArrayVar(&opts.env, "env", nil, "set NAME=VALUE in the command's environment (repeatable)")
+	f.StringVar(&opts.array, "array", "", `an array of tasks: indices such as 0-99, 1,3,5-7, with %N running at most N at once (0-99%4); each gets TASK_INDEX`)
+	f.IntVar(&opts.retries, "retries", 0, "run a failed attempt again, in a new VM, up to this many times (0 to 10) when its end is in --retry-on")
+	f.StringVar(&opts.retryOn, "retry-on", "", "the ends retried: exit codes and node_fail, boot_fail, comma-separated (2,137,node_fail)")
+	f.StringVar(&opts.signal, "signal", "", "send this signal a while before the time limit: NAME@LEAD, such as USR1@10m (LEAD 60s when left out)")
 	f.BoolVarP(&opts.follow, "follow", "f", false, "print the output as it comes; exit with the task's end")
 	opts.out.flags(cmd, "print the task's ID only")
 	return cmd
@@ -107,10 +124,16 @@ func (opts *taskSubmitOpts) request(cmd *cobra.Command, args []string) (api.Crea
 		return api.CreateTaskRequest{}, err
 	}
 	dash := cmd.ArgsLenAtDash()
-	req := api.CreateTaskRequest{Profile: args[0], TimeLimit: opts.time, KillWait: opts.killWait}
+	req := api.CreateTaskRequest{Profile: args[0], TimeLimit: opts.time, KillWait: opts.killWait, Array: opts.array,
+		Retries: opts.retries, Signal: opts.signal}
+	if opts.retryOn != "" {
+		req.RetryOn = strings.Split(opts.retryOn, ",")
+	}
 	switch {
 	case opts.time == "":
 		return req, usageError{errors.New("--time is required: the task's time limit, such as 4h")}
+	case opts.follow && opts.array != "":
+		return req, usageError{errors.New("--follow follows one task: follow an element of the array instead (gpuvm task logs -f ARRAY_INDEX)")}
 	case dash > 1 || dash < 0 && len(args) > 1:
 		return req, usageError{errors.New("give one PROFILE, then -- and the command")}
 	case dash == 1 && len(args) > 1 && opts.script != "":
@@ -234,10 +257,26 @@ func printTasks(w io.Writer, list *api.TaskList, out outputOpts) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tOWNER\tPROFILE\tSTATE\tEXIT\tLIMIT\tSUBMITTED\tREASON")
 	for _, t := range list.Items {
+		reason := t.Reason
+		if t.Array != "" {
+			// One line an array, its elements counted by state.
+			reason = "array " + t.Array + ": " + countsOf(t.ArrayCounts)
+		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", t.ID, t.Owner, t.Profile, t.State, exitOf(t),
-			time.Duration(t.TimeLimit)*time.Second, t.CreatedAt.Local().Format(time.DateTime), orDash(t.Reason))
+			time.Duration(t.TimeLimit)*time.Second, t.CreatedAt.Local().Format(time.DateTime), orDash(reason))
 	}
 	return tw.Flush()
+}
+
+// countsOf is "2 running, 4 pending", in the states' order of life.
+func countsOf(n map[string]int) string {
+	var parts []string
+	for _, st := range api.TaskStates {
+		if n[st] > 0 {
+			parts = append(parts, fmt.Sprintf("%d %s", n[st], st))
+		}
+	}
+	return orDash(strings.Join(parts, ", "))
 }
 
 func newTaskShowCmd(getenv func(string) string) *cobra.Command {
@@ -296,7 +335,56 @@ func printTask(w io.Writer, t *api.Task) error {
 			fmt.Fprintf(tw, "%s\t%s\n", x.name, x.at.Local().Format(time.DateTime))
 		}
 	}
-	return tw.Flush()
+	printTaskExtras(tw, t)
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	return printTaskParts(w, t)
+}
+
+// printTaskExtras adds an array's, an element's, retries' and a warning
+// signal's lines.
+func printTaskExtras(tw io.Writer, t *api.Task) {
+	if t.Array != "" {
+		fmt.Fprintf(tw, "Array:\t%s (%s)\n", t.Array, countsOf(t.ArrayCounts))
+	}
+	if t.ArrayID != "" && t.ArrayIndex != nil {
+		fmt.Fprintf(tw, "Element:\t%d of array %s\n", *t.ArrayIndex, t.ArrayID)
+	}
+	if t.Retries > 0 {
+		fmt.Fprintf(tw, "Attempt:\t%d of at most %d (retried on %s)\n", t.Attempt, t.Retries+1, strings.Join(t.RetryOn, ","))
+	}
+	if t.WarningSignal != "" {
+		fmt.Fprintf(tw, "Warning signal:\t%s\n", t.WarningSignal)
+	}
+}
+
+// printTaskParts lists an array's elements and a task's attempts.
+func printTaskParts(w io.Writer, t *api.Task) error {
+	if len(t.Elements) > 0 {
+		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "\nELEMENT\tINDEX\tSTATE\tEXIT\tATTEMPT\tREASON")
+		for _, e := range t.Elements {
+			idx := "-"
+			if e.ArrayIndex != nil {
+				idx = fmt.Sprint(*e.ArrayIndex)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\n", e.ID, idx, e.State, exitOf(e), e.Attempt, orDash(e.Reason))
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+	if len(t.Attempts) > 0 {
+		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "\nATTEMPT\tSTATE\tEXIT\tVM\tENDED\tREASON")
+		for _, a := range t.Attempts {
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\n", a.Attempt, a.State, exitOf(api.Task{ExitCode: a.ExitCode, Signal: a.Signal}),
+				orDash(a.VMID), a.EndedAt.Local().Format(time.DateTime), orDash(a.Reason))
+		}
+		return tw.Flush()
+	}
+	return nil
 }
 
 func newTaskLogsCmd(getenv func(string) string) *cobra.Command {

@@ -100,3 +100,57 @@ func TestPrintTaskTimesInOrder(t *testing.T) {
 		}
 	}
 }
+
+// An array: one line in ls with its counts; show lists its elements; an
+// element is ID_INDEX; bad arrays, retries and signals are refused naming
+// the field.
+func TestTaskArrayCommands(t *testing.T) {
+	env := clienttest.New(t, clienttest.Options{Profiles: clienttest.Profiles + `
+template "plain" {
+  content = "#cloud-config\n"
+}
+profile "job" {
+  vcpus  = 1
+  memory = "1GiB"
+  boot { kernel = "/k" }
+  cloud_init { template = "plain" }
+}
+`})
+	ann := newCLI(t, map[string]string{"GPUVM_URL": env.URL, "GPUVM_TOKEN": env.UserToken})
+	id := strings.TrimSpace(ann.must("task", "submit", "job", "--time", "1h", "--array", "0-5%2", "--retries", "2", "--retry-on", "2,137,node_fail",
+		"--signal", "USR1@10m", "-q", "--", "sh", "-c", "echo $TASK_INDEX"))
+	out := ann.must("task", "ls")
+	if strings.Count(out, "\n") != 2 || !strings.Contains(out, "array 0-5%2: 6 pending") {
+		t.Fatalf("ls:\n%s", out)
+	}
+	out = ann.must("task", "show", id)
+	for _, want := range []string{"Array:", "0-5%2 (6 pending)", id + "_5", "Attempt:", "1 of at most 3 (retried on 2,137,node_fail)", "Warning signal:", "USR1@600s"} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("show lacks %q:\n%s", want, out)
+		}
+	}
+	if out := ann.must("task", "show", id+"_4"); !strings.Contains(out, "4 of array "+id) {
+		t.Fatalf("show of an element:\n%s", out)
+	}
+	if out := ann.must("task", "cancel", id); !strings.Contains(out, "cancel asked") {
+		t.Fatalf("cancel: %s", out)
+	}
+	if out := ann.must("task", "show", id+"_4", "-q"); strings.TrimSpace(out) != api.TaskCancelled {
+		t.Fatalf("an element after the array's cancel: %s", out)
+	}
+	for _, bad := range []struct{ flag, value, field string }{
+		{"--array", "0-1000000000", "array"}, {"--array", "5-3", "array"}, {"--retries", "11", "retries"},
+		{"--signal", "FOO", "signal"}, {"--signal", "USR1@2h", "signal"},
+	} {
+		args := []string{"task", "submit", "job", "--time", "1h", bad.flag, bad.value}
+		if bad.flag == "--retries" {
+			args = append(args, "--retry-on", "2")
+		}
+		if _, errOut, code := ann.run(append(args, "--", "true")...); code != 1 || !strings.Contains(errOut, bad.field) {
+			t.Errorf("%s %s: exit %d\n%s", bad.flag, bad.value, code, errOut)
+		}
+	}
+	if _, _, code := ann.run("task", "submit", "job", "--time", "1h", "--array", "0-3", "-f", "--", "true"); code != 2 {
+		t.Errorf("--follow of an array: exit %d, want 2", code)
+	}
+}

@@ -20,6 +20,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -231,14 +232,8 @@ func serve(ctx context.Context, o options, cfg *liveConfig, log *slog.Logger) er
 	// Tasks (pkg/task): their runners followed, their output kept under
 	// the state directory, their VMs deleted when the commands end.
 	taskLogs := filepath.Join(o.stateDir, "tasks")
-	sup, err := task.New(task.Config{Store: st, Log: log, LogDir: taskLogs, Host: orch.Host(), Wake: nd.waker(orch).Wake,
-		Channel: func(ctx context.Context, vmID string) (string, error) {
-			x, err := hv.XML(ctx, vmID, false)
-			if err != nil {
-				return "", err
-			}
-			return domain.TaskChannelPath(x)
-		}})
+	var launcher atomic.Pointer[server.Server]
+	sup, err := newTaskSupervisor(st, hv, orch, nd, taskLogs, &launcher, log)
 	if err != nil {
 		return err
 	}
@@ -275,6 +270,7 @@ func serve(ctx context.Context, o options, cfg *liveConfig, log *slog.Logger) er
 		deps.OIDC = op
 	}
 	srv := server.New(deps)
+	launcher.Store(srv)
 	srv.StartEstimates() // the first answers find the queue's estimates made
 	nd.relayEvents(st, srv.NudgeEvents)
 	if a := profiles().Server.Auth; dir != nil && a.LDAP.SyncEvery > 0 {
@@ -311,6 +307,27 @@ func startBackends(ctx context.Context, o options, installation string, log *slo
 
 // newOrchestrator makes the VM lifecycle of this host, and its fleet node
 // knows whether it leads before the first round.
+// newTaskSupervisor is the task supervisor (pkg/task) of this gpuvmd. The
+// VMs of tasks made before them (an array's elements, retries) are made as
+// the server makes a task's, once launcher holds it.
+func newTaskSupervisor(st *store.Store, hv *hypervisor.Conn, orch *orchestrator.Orchestrator, nd *node, taskLogs string,
+	launcher *atomic.Pointer[server.Server], log *slog.Logger) (*task.Supervisor, error) {
+	launch := func(ctx context.Context, t *store.Task) error {
+		if srv := launcher.Load(); srv != nil {
+			return srv.LaunchTask(ctx, t)
+		}
+		return fmt.Errorf("task %s waits: gpuvmd starts: %w", t.ID, store.ErrConflict)
+	}
+	return task.New(task.Config{Store: st, Log: log, LogDir: taskLogs, Host: orch.Host(), Wake: nd.waker(orch).Wake, Launch: launch,
+		Channel: func(ctx context.Context, vmID string) (string, error) {
+			x, err := hv.XML(ctx, vmID, false)
+			if err != nil {
+				return "", err
+			}
+			return domain.TaskChannelPath(x)
+		}})
+}
+
 func newOrchestrator(ctx context.Context, o options, st *store.Store, l *loader.Loader, hv *hypervisor.Conn, nd *node,
 	profiles func() *config.Config, notices *webhook.Notifier, installation string, log *slog.Logger) *orchestrator.Orchestrator {
 	// A simulated server's GPUs cannot reach a real QEMU; libvirt's test

@@ -1,6 +1,11 @@
 package api
 
-import "time"
+import (
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"time"
+)
 
 // Task states (docs/tasks.md), after Slurm's job states.
 const (
@@ -57,6 +62,78 @@ type Task struct {
 	EndedAt   *time.Time `json:"ended_at,omitempty"`
 	// EstimatedStart is when a pending task's VM is expected to start.
 	EstimatedStart *time.Time `json:"estimated_start,omitempty"`
+	// Array is an array's spec ("0-99%4"): the task is an array, its state
+	// derived from its elements', its exit code their highest.
+	// ArrayCounts is how many elements are in each state; Elements (GET
+	// /v1/tasks/{id} only) the elements, by index.
+	Array       string         `json:"array,omitempty"`
+	ArrayCounts map[string]int `json:"array_counts,omitempty"`
+	Elements    []Task         `json:"elements,omitempty"`
+	// ArrayID and ArrayIndex are an element's array and index (its ID is
+	// "ARRAYID_INDEX").
+	ArrayID    string `json:"array_id,omitempty"`
+	ArrayIndex *int   `json:"array_index,omitempty"`
+	// Retries and RetryOn are as submitted; Attempt is this attempt's
+	// number, from 1; Attempts how the attempts that ended, ended (GET
+	// /v1/tasks/{id} only, for a task that may retry).
+	Retries  int           `json:"retries,omitempty"`
+	RetryOn  RetryOn       `json:"retry_on,omitempty"`
+	Attempt  int           `json:"attempt"`
+	Attempts []TaskAttempt `json:"attempts,omitempty"`
+	// WarningSignal is the signal sent before the time limit, as
+	// submitted ("USR1@600s"); WarnedAt when it was sent.
+	WarningSignal string     `json:"warning_signal,omitempty"`
+	WarnedAt      *time.Time `json:"warned_at,omitempty"`
+}
+
+// TaskAttempt is how one attempt of a task ended.
+type TaskAttempt struct {
+	Attempt   int        `json:"attempt"`
+	VMID      string     `json:"vm_id,omitempty"`
+	State     string     `json:"state"`
+	Reason    string     `json:"reason,omitempty"`
+	ExitCode  *int       `json:"exit_code,omitempty"`
+	Signal    *int       `json:"signal,omitempty"`
+	StartedAt *time.Time `json:"started_at,omitempty"`
+	EndedAt   time.Time  `json:"ended_at"`
+}
+
+// Ends of an attempt that retry_on may name besides exit codes.
+const (
+	RetryNodeFail = TaskNodeFail
+	RetryBootFail = TaskBootFail
+)
+
+// RetryOn is the ends of an attempt that are retried: exit codes (0 to
+// 255; a command killed by signal S ends 128+S, as in sh) and "node_fail",
+// "boot_fail". In JSON each is a number or a string.
+type RetryOn []string
+
+// UnmarshalJSON takes numbers and strings.
+func (r *RetryOn) UnmarshalJSON(b []byte) error {
+	var raw []json.RawMessage
+	if err := json.Unmarshal(b, &raw); err != nil {
+		return err
+	}
+	out := make(RetryOn, 0, len(raw))
+	for _, x := range raw {
+		var s string
+		if err := json.Unmarshal(x, &s); err == nil {
+			out = append(out, s)
+			continue
+		}
+		var n json.Number
+		if err := json.Unmarshal(x, &n); err != nil {
+			return fmt.Errorf("retry_on: %.40s is not an exit code or a name", x)
+		}
+		if i, err := strconv.ParseInt(n.String(), 10, 64); err == nil {
+			out = append(out, strconv.FormatInt(i, 10))
+		} else {
+			out = append(out, n.String())
+		}
+	}
+	*r = out
+	return nil
 }
 
 // CreateTaskRequest is the body of POST /v1/tasks: a command (argv) or a
@@ -74,6 +151,19 @@ type CreateTaskRequest struct {
 	KillWait string `json:"kill_wait,omitempty"`
 	// StartAt, when set, is the earliest start (RFC 3339), as a VM's.
 	StartAt *time.Time `json:"start_at,omitempty"`
+	// Array, when set, makes an array of tasks: indices "0-99", "1,3,5-7",
+	// with "%N" running at most N at once ("0-99%4"); each element gets
+	// TASK_INDEX, TASK_ARRAY_ID and TASK_COUNT. At most 10000 elements,
+	// indices 0 to 999999.
+	Array string `json:"array,omitempty"`
+	// Retries (0 to 10) is how many times a failed attempt whose end is
+	// in RetryOn is run again, in a new VM.
+	Retries int     `json:"retries,omitempty"`
+	RetryOn RetryOn `json:"retry_on,omitempty"`
+	// Signal is a signal sent to the command a while before its time
+	// limit: "USR1@10m" (NAME@LEAD; LEAD a duration, or seconds as
+	// Slurm's --signal; 60s when left out).
+	Signal string `json:"signal,omitempty"`
 }
 
 // TaskList answers GET /v1/tasks, newest first.

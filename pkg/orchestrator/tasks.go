@@ -41,7 +41,7 @@ func (lc *lifecycle) seedTask(ctx context.Context, vm *store.VM) (*cloudinit.Tas
 
 // SeedTask is a task's row as the runner in the seed gets it.
 func SeedTask(t *store.Task) (*cloudinit.Task, error) {
-	out := &cloudinit.Task{ID: t.ID, Script: t.Script}
+	out := &cloudinit.Task{ID: t.ID, Script: t.Script, ArrayID: t.ArrayID, Index: t.ArrayIndex, Count: t.ArrayCount, Attempt: t.Attempt}
 	if t.Command != "" {
 		if err := json.Unmarshal([]byte(t.Command), &out.Command); err != nil {
 			return nil, fmt.Errorf("task %s: its command: %w", t.ID, err)

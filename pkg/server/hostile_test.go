@@ -485,7 +485,11 @@ func fieldCases(t reflect.Type, base string) []hostileCase {
 			case ft.Kind() == reflect.Slice:
 				set("an object", `{}`, 400, field, false)
 				set("a key twice in an element", `[{"a":1,"a":2}]`, 400, field+"[0].a", false)
-				set("elements of the wrong type", `[123]`, 400, field, false)
+				wrong := `[123]`
+				if reflect.PointerTo(ft).Implements(reflect.TypeFor[json.Unmarshaler]()) {
+					wrong = `[true]` // a list of its own, which may take numbers (api.RetryOn)
+				}
+				set("elements of the wrong type", wrong, 400, field, false)
 				set("many elements", "["+strings.Repeat(`"x",`, 50000)+`"x"]`, 0, "", false)
 			case ft.Kind() == reflect.Struct && depth < 2:
 				set("a string", `"x"`, 400, field, false)

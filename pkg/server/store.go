@@ -33,6 +33,11 @@ type TaskStore interface {
 	TaskOfVM(ctx context.Context, vmID string) (*store.Task, error)
 	ListTasks(ctx context.Context, owner string, limit int) ([]store.Task, error)
 	UpdateTask(ctx context.Context, id string, from []string, u store.TaskUpdate) error
+	CreateTaskArray(ctx context.Context, array *store.Task, elems []store.Task) error
+	ListArrayElements(ctx context.Context, arrayID string) ([]store.Task, error)
+	ArrayCounts(ctx context.Context, ids []string) (map[string]map[string]int, error)
+	ListTaskAttempts(ctx context.Context, taskID string) ([]store.TaskAttempt, error)
+	CancelTask(ctx context.Context, id string) (int64, error)
 }
 
 // LicenseStore backs the licence state of a VM's vGPUs (licensing.go).

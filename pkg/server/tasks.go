@@ -72,7 +72,8 @@ func sayTask(c *gin.Context, t *store.Task) api.Task {
 func toAPITask(t *store.Task) api.Task {
 	out := api.Task{ID: t.ID, Owner: t.Owner, Profile: t.Profile, Script: t.Script, TimeLimit: t.TimeLimitS, KillWait: t.KillWaitS,
 		State: t.State, Reason: t.Reason, ExitCode: t.ExitCode, Signal: t.Signal, VMID: t.VMID, LogBytes: t.LogBytes,
-		CreatedAt: t.CreatedAt, StartedAt: t.StartedAt, EndedAt: t.EndedAt}
+		CreatedAt: t.CreatedAt, StartedAt: t.StartedAt, EndedAt: t.EndedAt, Array: t.ArraySpec, ArrayID: t.ArrayID, ArrayIndex: t.ArrayIndex,
+		Retries: t.Retries, RetryOn: task.RetryOnList(t.RetryOn), Attempt: t.Attempt, WarningSignal: warningSignal(t), WarnedAt: t.WarnedAt}
 	if t.Command != "" {
 		_ = json.Unmarshal([]byte(t.Command), &out.Command)
 	}
@@ -159,6 +160,10 @@ func (s *Server) createTask(c *gin.Context) {
 	if !ok {
 		return
 	}
+	x, ok := s.checkTaskExtras(c, &req, limit) // taskarrays.go
+	if !ok {
+		return
+	}
 	u := user(c)
 	hours := int(math.Ceil(limit.Hours()))
 	if p := s.config().Profiles[req.Profile]; p != nil && (u.Admin || p.Allows(u.Name, u.Groups)) {
@@ -177,7 +182,11 @@ func (s *Server) createTask(c *gin.Context) {
 		return
 	}
 	t := &store.Task{ID: id.String(), Owner: u.Name, Profile: req.Profile, Script: req.Script,
-		TimeLimitS: int64(math.Ceil(limit.Seconds())), KillWaitS: int64(killWait / time.Second)}
+		TimeLimitS: int64(math.Ceil(limit.Seconds())), KillWaitS: int64(killWait / time.Second), Retries: req.Retries, RetryOn: x.retryOn,
+		WarnSignal: x.warnSig, WarnLeadS: int64(x.warnLead / time.Second), StartAt: req.StartAt, Attempt: 1}
+	if len(u.Groups) > 0 {
+		t.VMGroup = u.Groups[0]
+	}
 	if len(req.Command) > 0 {
 		b, _ := json.Marshal(req.Command)
 		t.Command = string(b)
@@ -185,6 +194,10 @@ func (s *Server) createTask(c *gin.Context) {
 	if len(req.Env) > 0 {
 		b, _ := json.Marshal(req.Env)
 		t.Env = string(b)
+	}
+	if x.hasArray {
+		s.createTaskArray(c, &req, t, x)
+		return
 	}
 	vm, _, _, ok := s.makeVM(c, api.CreateVMRequest{Profile: req.Profile, Hours: hours, StartAt: req.StartAt}, t)
 	if !ok {
@@ -237,9 +250,22 @@ func (s *Server) listTasks(c *gin.Context) {
 		s.writeProblem(c, err)
 		return
 	}
+	var arrays []string
+	for i := range ts {
+		if ts[i].IsArray() {
+			arrays = append(arrays, ts[i].ID)
+		}
+	}
+	counts, err := s.Store.ArrayCounts(c.Request.Context(), arrays)
+	if err != nil {
+		s.writeProblem(c, err)
+		return
+	}
 	out := api.TaskList{Items: make([]api.Task, 0, len(ts))}
 	for i := range ts {
-		out.Items = append(out.Items, sayTask(c, &ts[i]))
+		t := sayTask(c, &ts[i])
+		t.ArrayCounts = counts[t.ID]
+		out.Items = append(out.Items, t)
 	}
 	c.JSON(http.StatusOK, out)
 }
@@ -250,7 +276,11 @@ func (s *Server) getTask(c *gin.Context) {
 		return
 	}
 	out := sayTask(c, t)
-	if t.State == api.TaskPending {
+	if err := s.fillTask(c, t, &out, true); err != nil {
+		s.writeProblem(c, err)
+		return
+	}
+	if t.State == api.TaskPending && t.VMID != "" {
 		if vm, err := s.Store.GetVM(c.Request.Context(), t.VMID); err == nil {
 			var v api.VM
 			s.vmEstimate(c.Request.Context(), vm, &v) // estimate.go
@@ -277,8 +307,8 @@ func (s *Server) cancelTask(c *gin.Context) {
 		return
 	}
 	if t.CancelAt == nil {
-		now := s.Store.Now()
-		err := s.Store.UpdateTask(c.Request.Context(), t.ID, nil, store.TaskUpdate{CancelAt: &now})
+		// An array's elements that have not ended are cancelled with it.
+		_, err := s.Store.CancelTask(c.Request.Context(), t.ID)
 		if errors.Is(err, store.ErrConflict) {
 			s.writeProblem(c, with(errConflict, "task "+t.ID+" has ended"))
 			return
@@ -287,7 +317,10 @@ func (s *Server) cancelTask(c *gin.Context) {
 			s.writeProblem(c, err)
 			return
 		}
-		t.CancelAt = &now
+		if t, err = s.Store.GetTask(c.Request.Context(), t.ID); err != nil {
+			s.writeProblem(c, err)
+			return
+		}
 	}
 	c.JSON(http.StatusAccepted, sayTask(c, t))
 }
@@ -297,6 +330,10 @@ func (s *Server) cancelTask(c *gin.Context) {
 func (s *Server) taskLogs(c *gin.Context) {
 	t, ok := s.findTask(c)
 	if !ok {
+		return
+	}
+	if t.IsArray() {
+		s.writeProblem(c, withField(errValidation, "id", "task "+t.ID+" is an array: its elements have the output (gpuvm task logs "+t.ID+"_INDEX)"))
 		return
 	}
 	var off int64

@@ -173,7 +173,7 @@ func TestSplitStatements(t *testing.T) {
 func TestModelsMatchSchema(t *testing.T) {
 	models := []any{&User{}, &Group{}, &GroupMember{}, &APIToken{}, &VM{}, &Operation{}, &Allocation{},
 		&AllocationSlot{}, &GPUMode{}, &Reservation{}, &UsageRecord{}, &Event{}, &IdempotencyKey{}, &schemaMigration{},
-		&Host{}, &GPUDrain{}, &ConsoleTicket{}, &GPUSample{}, &Alert{}, &Installation{}, &AuditEntry{}, &VMCredential{}, &Session{}, &Image{}, &ImageUse{}, &Snapshot{}, &Volume{}, &Task{}}
+		&Host{}, &GPUDrain{}, &ConsoleTicket{}, &GPUSample{}, &Alert{}, &Installation{}, &AuditEntry{}, &VMCredential{}, &Session{}, &Image{}, &ImageUse{}, &Snapshot{}, &Volume{}, &Task{}, &TaskAttempt{}}
 	eachDriver(t, func(t *testing.T, s *Store, _ *testDB) {
 		m := s.db.Migrator()
 		var tables []string

@@ -707,6 +707,47 @@ type Task struct {
 	EndedAt    *time.Time `gorm:"column:ended_at" json:"ended_at,omitempty"`
 	TermAt     *time.Time `gorm:"column:term_at" json:"term_at,omitempty"`
 	CancelAt   *time.Time `gorm:"column:cancel_at" json:"cancel_at,omitempty"`
+	// An array's row has ArraySpec, ArrayCap (0: no cap) and ArrayCount
+	// and no VM; an element's ArrayID is its array's, ArrayIndex its index.
+	ArrayID    string `gorm:"column:array_id;not null;index:tasks_array,priority:1" json:"array_id,omitempty"`
+	ArrayIndex *int   `gorm:"column:array_index;index:tasks_array,priority:2" json:"array_index,omitempty"`
+	ArraySpec  string `gorm:"column:array_spec;not null" json:"array_spec,omitempty"`
+	ArrayCap   int    `gorm:"column:array_cap;not null" json:"array_cap,omitempty"`
+	ArrayCount int    `gorm:"column:array_count;not null" json:"array_count,omitempty"`
+	// Retries is how many times a failed attempt is launched again when
+	// its end is in RetryOn (comma-separated exit codes, node_fail,
+	// boot_fail); Attempt counts the launches from 1.
+	Retries int    `gorm:"column:retries;not null" json:"retries,omitempty"`
+	RetryOn string `gorm:"column:retry_on;not null" json:"retry_on,omitempty"`
+	Attempt int    `gorm:"column:attempt;not null;default:1" json:"attempt"`
+	// WarnSignal is sent WarnLeadS before the time limit (WarnedAt: when).
+	WarnSignal string     `gorm:"column:warn_signal;not null" json:"warn_signal,omitempty"`
+	WarnLeadS  int64      `gorm:"column:warn_lead_s;not null" json:"warn_lead_s,omitempty"`
+	WarnedAt   *time.Time `gorm:"column:warned_at" json:"warned_at,omitempty"`
+	// StartAt and VMGroup are what a VM made later (an element's, a
+	// retry's) gets: the earliest start, the owner's group.
+	StartAt *time.Time `gorm:"column:start_at" json:"start_at,omitempty"`
+	VMGroup string     `gorm:"column:vm_group;not null" json:"vm_group,omitempty"`
+	// LogBase is the bytes of output kept before this attempt.
+	LogBase int64 `gorm:"column:log_base;not null" json:"log_base,omitempty"`
 }
 
 func (Task) TableName() string { return "tasks" }
+
+// IsArray reports whether t is an array's own row (no VM, elements).
+func (t *Task) IsArray() bool { return t.ArraySpec != "" }
+
+// TaskAttempt is how one attempt of a task that may retry ended.
+type TaskAttempt struct {
+	TaskID    string     `gorm:"column:task_id;primaryKey" json:"task_id"`
+	Attempt   int        `gorm:"column:attempt;primaryKey" json:"attempt"`
+	VMID      string     `gorm:"column:vm_id;not null" json:"vm_id"`
+	State     string     `gorm:"column:state;not null" json:"state"`
+	Reason    string     `gorm:"column:reason;not null" json:"reason"`
+	ExitCode  *int       `gorm:"column:exit_code" json:"exit_code,omitempty"`
+	Signal    *int       `gorm:"column:signal" json:"signal,omitempty"`
+	StartedAt *time.Time `gorm:"column:started_at" json:"started_at,omitempty"`
+	EndedAt   time.Time  `gorm:"column:ended_at;not null" json:"ended_at"`
+}
+
+func (TaskAttempt) TableName() string { return "task_attempts" }

@@ -18,6 +18,9 @@ func (s *Store) insertTask(t *Task, vmID string) error {
 	if t.State == "" {
 		t.State = api.TaskPending
 	}
+	if t.Attempt == 0 {
+		t.Attempt = 1
+	}
 	return wrap(s.db.Create(t).Error, nil, "insert task %s", t.ID)
 }
 
@@ -44,7 +47,8 @@ func (s *Store) TaskOfVM(ctx context.Context, vmID string) (*Task, error) {
 // ListTasks is the tasks of owner (everybody's when ""), newest first, at
 // most limit (all when 0).
 func (s *Store) ListTasks(ctx context.Context, owner string, limit int) ([]Task, error) {
-	q := s.db.WithContext(ctx).Order("created_at DESC, id DESC")
+	// An array's elements are listed with it (ListArrayElements).
+	q := s.db.WithContext(ctx).Where("array_id = ''").Order("created_at DESC, id DESC")
 	if owner != "" {
 		q = q.Where("owner = ?", owner)
 	}
@@ -84,6 +88,7 @@ type TaskUpdate struct {
 	StartedAt *time.Time
 	TermAt    *time.Time
 	CancelAt  *time.Time
+	WarnedAt  *time.Time
 	LogBytes  *int64
 }
 
@@ -108,7 +113,7 @@ func (s *Store) UpdateTask(ctx context.Context, id string, from []string, u Task
 			set[col] = *v
 		}
 	}
-	for col, v := range map[string]*time.Time{"started_at": u.StartedAt, "term_at": u.TermAt, "cancel_at": u.CancelAt} {
+	for col, v := range map[string]*time.Time{"started_at": u.StartedAt, "term_at": u.TermAt, "cancel_at": u.CancelAt, "warned_at": u.WarnedAt} {
 		if v != nil {
 			set[col] = v.UTC()
 		}
@@ -133,4 +138,5 @@ func (s *Store) UpdateTask(ctx context.Context, id string, from []string, u Task
 func utcTask(t *Task) {
 	t.CreatedAt, t.UpdatedAt = t.CreatedAt.UTC(), t.UpdatedAt.UTC()
 	t.StartedAt, t.EndedAt, t.TermAt, t.CancelAt = utcPtr(t.StartedAt), utcPtr(t.EndedAt), utcPtr(t.TermAt), utcPtr(t.CancelAt)
+	t.WarnedAt, t.StartAt = utcPtr(t.WarnedAt), utcPtr(t.StartAt)
 }

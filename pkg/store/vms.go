@@ -32,6 +32,10 @@ type CreateVMOptions struct {
 	// same transaction with the VM's ID (its ID must be set, its times and
 	// state are filled).
 	Task *Task
+	// Launch, when set instead, is a task made before that the VM serves
+	// (taskarrays.go); LaunchReason its reason then.
+	Launch       *TaskLaunch
+	LaunchReason string
 }
 
 // CreateVM writes a new VM and its create operation (pending) in one
@@ -81,6 +85,11 @@ func (s *Store) CreateVM(ctx context.Context, vm *VM, opts CreateVMOptions) (*Op
 		}
 		if t := opts.Task; t != nil {
 			if err := tx.insertTask(t, vm.ID); err != nil {
+				return err
+			}
+		}
+		if l := opts.Launch; l != nil {
+			if err := tx.launchTask(l, vm.ID, opts.LaunchReason); err != nil {
 				return err
 			}
 		}

@@ -42,6 +42,7 @@ type conn struct {
 
 	mu      sync.Mutex
 	written int64 // bytes of output kept
+	base    int64 // bytes kept before this attempt: the runner's offset 0
 	dropped int64 // bytes beyond MaxLog
 	hello   bool
 	lastHB  time.Time
@@ -74,12 +75,13 @@ func (s *Supervisor) connect(ctx context.Context, t *store.Task) (*conn, error) 
 		f.Close()
 		return nil, err
 	}
-	c := &conn{s: s, task: t.ID, nc: nc, log: f, written: end, done: make(chan struct{})}
+	base := min(t.LogBase, end)
+	c := &conn{s: s, task: t.ID, nc: nc, log: f, written: end, base: base, done: make(chan struct{})}
 	s.mu.Lock()
 	s.conns[t.ID] = c
 	s.mu.Unlock()
 	// What was kept is not asked for again.
-	c.send(Message{T: "from", Off: end})
+	c.send(Message{T: "from", Off: end - base})
 	go c.read()
 	s.log.Info("connected to the task's runner", "task", t.ID, "vm", t.VMID, "from", end)
 	return c, nil
@@ -150,6 +152,7 @@ func (c *conn) handle(m Message) error {
 func (c *conn) out(off int64, d string) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	off += c.base
 	if off+int64(len(d)) <= c.written {
 		return nil
 	}

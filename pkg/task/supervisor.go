@@ -28,7 +28,14 @@ type Store interface {
 	GetVM(ctx context.Context, id string) (*store.VM, error)
 	ListOperations(ctx context.Context, vmID string) ([]store.Operation, error)
 	CreateOperation(ctx context.Context, op *store.Operation) error
+	ListArrayElements(ctx context.Context, arrayID string) ([]store.Task, error)
+	RequeueTask(ctx context.Context, a store.TaskAttempt, reason string, logBase int64) error
+	RecordTaskAttempt(ctx context.Context, a store.TaskAttempt) error
 }
+
+// ErrLaunchRefused is what Launch wraps when a task's VM can never be made
+// (its profile is gone): the task ends failed, not waits.
+var ErrLaunchRefused = errors.New("the task's VM cannot be made")
 
 // Defaults of Config.
 const (
@@ -55,6 +62,12 @@ type Config struct {
 	Channel func(ctx context.Context, vmID string) (string, error)
 	// Wake tells the orchestrator of a new operation (a delete); may be nil.
 	Wake func()
+	// Launch makes the VM of a task that waits for one (an array's
+	// element, a retry's new attempt) with store.CreateVMOptions.Launch:
+	// store.ErrConflict when another launched it or the array's cap is
+	// reached, ErrLaunchRefused when it never can be. Without it such
+	// tasks wait.
+	Launch func(ctx context.Context, t *store.Task) error
 	// BootTimeout is how long a running VM's runner has to say hello
 	// before the task is boot_fail (DefaultBootTimeout when 0).
 	BootTimeout time.Duration
@@ -150,9 +163,30 @@ func (s *Supervisor) Round(ctx context.Context) error {
 		return err
 	}
 	var errs []error
+	var arrays, waiting []*store.Task
+	active := map[string]int{} // by array: its elements with a VM
 	for i := range tasks {
-		if err := s.step(ctx, &tasks[i]); err != nil {
-			errs = append(errs, fmt.Errorf("task %s: %w", tasks[i].ID, err))
+		t := &tasks[i]
+		switch {
+		case t.IsArray():
+			arrays = append(arrays, t)
+			continue
+		case t.VMID == "":
+			waiting = append(waiting, t)
+			continue
+		case t.ArrayID != "":
+			active[t.ArrayID]++
+		}
+		if err := s.step(ctx, t); err != nil {
+			errs = append(errs, fmt.Errorf("task %s: %w", t.ID, err))
+		}
+	}
+	if err := s.launchWaiting(ctx, waiting, arrays, active); err != nil {
+		errs = append(errs, err)
+	}
+	for _, a := range arrays {
+		if err := s.arrayStep(ctx, a); err != nil {
+			errs = append(errs, fmt.Errorf("task array %s: %w", a.ID, err))
 		}
 	}
 	return errors.Join(errs...)
@@ -275,6 +309,12 @@ func (s *Supervisor) limits(ctx context.Context, t *store.Task, vm *store.VM, c 
 			limit = byLease
 		}
 	}
+	if warn := limit.Add(-time.Duration(t.WarnLeadS) * time.Second); t.WarnSignal != "" && t.WarnedAt == nil && t.TermAt == nil &&
+		t.CancelAt == nil && c != nil && !now.Before(warn) && now.Before(limit) {
+		s.log.Info("warning the task of its time limit", "task", t.ID, "signal", t.WarnSignal, "limit", limit)
+		c.signal(t.WarnSignal)
+		return s.cfg.Store.UpdateTask(ctx, t.ID, nil, store.TaskUpdate{WarnedAt: &now})
+	}
 	if t.TermAt == nil && (t.CancelAt != nil || !now.Before(limit)) {
 		why := "time limit reached"
 		if t.CancelAt != nil {
@@ -304,6 +344,15 @@ func (s *Supervisor) limits(ctx context.Context, t *store.Task, vm *store.VM, c 
 func (s *Supervisor) end(ctx context.Context, t *store.Task, vm *store.VM, state, reason string) error {
 	if t.State == api.TaskCompleting && state == api.TaskCompleting {
 		return s.deleteVM(ctx, t, vm)
+	}
+	if api.TaskEnded(state) {
+		requeued, err := s.attemptEnded(ctx, t, state, reason)
+		if err != nil {
+			return err
+		}
+		if requeued {
+			return s.deleteVM(ctx, t, vm)
+		}
 	}
 	if err := s.cfg.Store.UpdateTask(ctx, t.ID, nil, store.TaskUpdate{State: state, Reason: reason}); err != nil {
 		return err
@@ -353,6 +402,9 @@ func (s *Supervisor) vmGone(ctx context.Context, t *store.Task, vm *store.VM) er
 		state, reason = api.TaskCancelled, "its VM was deleted before the command ended"
 	}
 	s.forget(t.ID)
+	if requeued, err := s.attemptEnded(ctx, t, state, reason); err != nil || requeued {
+		return err
+	}
 	return s.cfg.Store.UpdateTask(ctx, t.ID, nil, store.TaskUpdate{State: state, Reason: reason})
 }
 

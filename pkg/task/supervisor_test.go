@@ -45,7 +45,7 @@ type fixture struct {
 	vm   *store.VM
 }
 
-func newFixture(t *testing.T, timeLimit time.Duration) *fixture {
+func newFixture(t *testing.T, timeLimit time.Duration, opts ...func(*store.Task)) *fixture {
 	t.Helper()
 	clk := &clock{now: time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)}
 	st := storetest.New(t, storetest.WithClock(clk.Now))
@@ -56,6 +56,9 @@ func newFixture(t *testing.T, timeLimit time.Duration) *fixture {
 	f := &fixture{t: t, ctx: ctx, st: st, clk: clk, sock: filepath.Join(t.TempDir(), "task.sock")}
 	f.task = &store.Task{ID: "0193a5c0-task", Owner: "alice", Profile: "tiny", Command: `["sh","-c","exit 3"]`,
 		TimeLimitS: int64(timeLimit / time.Second), KillWaitS: 30}
+	for _, o := range opts {
+		o(f.task)
+	}
 	f.vm = &store.VM{Name: "task-0193a5c0", Owner: "alice", Profile: "tiny", Spec: `{"hours":1,"task":"0193a5c0-task"}`, Hours: 1}
 	if _, err := st.CreateVM(ctx, f.vm, store.CreateVMOptions{RequestedBy: "alice", Task: f.task}); err != nil {
 		t.Fatal(err)

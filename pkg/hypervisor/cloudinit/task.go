@@ -21,6 +21,14 @@ type Task struct {
 	Command []string
 	Script  string
 	Env     map[string]string
+	// ArrayID, Index and Count are an array's element's: its array, its
+	// index and the array's number of elements (TASK_ARRAY_ID, TASK_INDEX,
+	// TASK_COUNT); Attempt the attempt's number (TASK_ATTEMPT, when 2 or
+	// more).
+	ArrayID string
+	Index   *int
+	Count   int
+	Attempt int
 }
 
 //go:embed runner/gpuvm-task.sh
@@ -34,7 +42,7 @@ const (
 )
 
 var (
-	taskIDRE  = regexp.MustCompile(`^[A-Za-z0-9-]{1,64}$`)
+	taskIDRE  = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 	envNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,127}$`)
 )
 
@@ -42,7 +50,10 @@ var (
 func (t *Task) problems() []string {
 	var p []string
 	if !taskIDRE.MatchString(t.ID) {
-		p = append(p, fmt.Sprintf("task id %q: want 1 to 64 letters, digits or '-'", t.ID))
+		p = append(p, fmt.Sprintf("task id %q: want 1 to 64 letters, digits, '-' or '_'", t.ID))
+	}
+	if t.ArrayID != "" && !taskIDRE.MatchString(t.ArrayID) {
+		p = append(p, fmt.Sprintf("task array id %q: want 1 to 64 letters, digits, '-' or '_'", t.ArrayID))
 	}
 	if (len(t.Command) == 0) == (t.Script == "") {
 		p = append(p, "task: want a command or a script, one of them")
@@ -102,6 +113,12 @@ func taskScript(t *Task, user string, home *Home) string {
 	}
 	fmt.Fprintf(&b, "cat >\"$D/cmd\" <<'%s'\n", taskCmdEnd)
 	fmt.Fprintf(&b, "export TASK_ID=%s\n", shQuote(t.ID))
+	if t.Index != nil {
+		fmt.Fprintf(&b, "export TASK_ARRAY_ID=%s TASK_INDEX=%d TASK_COUNT=%d\n", shQuote(t.ArrayID), *t.Index, t.Count)
+	}
+	if t.Attempt > 1 {
+		fmt.Fprintf(&b, "export TASK_ATTEMPT=%d\n", t.Attempt)
+	}
 	for _, k := range sortedKeys(t.Env) {
 		fmt.Fprintf(&b, "export %s=%s\n", k, shQuote(t.Env[k]))
 	}

@@ -180,3 +180,28 @@ func TestTaskRunnerSignal(t *testing.T) {
 		}
 	}
 }
+
+// An array's element gets TASK_INDEX, TASK_COUNT and TASK_ARRAY_ID; the
+// warning signal reaches the command's trap; a name the runner does not
+// know is not sent.
+func TestTaskRunnerArrayAndWarning(t *testing.T) {
+	if _, err := exec.LookPath("setsid"); err != nil {
+		t.Skip("no setsid")
+	}
+	idx := 7
+	task := &Task{ID: "arr-1_7", ArrayID: "arr-1", Index: &idx, Count: 10, Attempt: 2,
+		Command: []string{"sh", "-c", `trap 'echo warned $TASK_ID $TASK_INDEX $TASK_COUNT $TASK_ARRAY_ID $TASK_ATTEMPT; exit 7' USR1; echo ready; while :; do sleep 0.1; done`}}
+	msgs := runRunner(t, task, func(port *os.File) {
+		time.Sleep(300 * time.Millisecond)
+		_, _ = port.WriteString(`{"t":"signal","sig":"STOP"}` + "\n")
+		_, _ = port.WriteString(`{"t":"signal","sig":"USR1"}` + "\n")
+	})
+	var text strings.Builder
+	for _, m := range msgs {
+		text.WriteString(m.D)
+	}
+	last := msgs[len(msgs)-1]
+	if !strings.Contains(text.String(), "warned arr-1_7 7 10 arr-1 2\n") || last.T != "exit" || *last.Code != 7 {
+		t.Fatalf("output %q, last %+v", text.String(), last)
+	}
+}

@@ -69,7 +69,9 @@ chmod 0644 "$D/cmd"
 [ -f "$D/script" ] && chmod 0755 "$D/script"
 
 # Requests of gpuvmd: {"t":"signal","sig":"TERM"} signals the command's
-# process group. A read sees the end of the port while gpuvmd is not
+# process group: TERM and KILL at the time limit or a cancel, the task's
+# warning signal (USR1 ...) its lead before the limit; a name not in the
+# list is ignored. A read sees the end of the port while gpuvmd is not
 # connected: it is read again.
 (
 	while :; do
@@ -77,6 +79,10 @@ chmod 0644 "$D/cmd"
 			case $line in
 			*'"t":"signal"'*)
 				sig=$(echo "$line" | sed -n 's/.*"sig":"\([A-Z0-9]*\)".*/\1/p')
+				case " TERM KILL HUP INT QUIT ABRT USR1 USR2 ALRM CONT WINCH XCPU URG " in
+				*" $sig "*) ;;
+				*) sig= ;;
+				esac
 				pid=$(cat "$D/pid" 2>/dev/null)
 				if [ -n "$sig" ] && [ -n "$pid" ]; then
 					kill -"$sig" -"$pid" 2>/dev/null || kill -"$sig" "$pid" 2>/dev/null

@@ -1,0 +1,201 @@
+package store
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/gpuvm/gpuvm/pkg/api"
+)
+
+// Task arrays, retries (docs/tasks.md): tasks whose VM is made later, by
+// the task supervisor, not with the task.
+
+// CreateTaskArray writes an array's row and its elements' in one
+// transaction: none of them has a VM yet (the supervisor launches the
+// elements, at most the array's cap at once).
+func (s *Store) CreateTaskArray(ctx context.Context, array *Task, elems []Task) error {
+	if array.ID == "" || array.Owner == "" || array.ArraySpec == "" || len(elems) == 0 {
+		return fmt.Errorf("create task array: %w: an id, an owner, a spec and elements are required", ErrInvalid)
+	}
+	now := s.clock()
+	return s.Tx(ctx, func(tx *Store) error {
+		array.CreatedAt, array.UpdatedAt, array.Attempt, array.ArrayCount = now, now, 1, len(elems)
+		if array.State == "" {
+			array.State = api.TaskPending
+		}
+		if err := tx.db.Create(array).Error; err != nil {
+			return wrap(err, nil, "insert task array %s", array.ID)
+		}
+		for i := range elems {
+			e := &elems[i]
+			e.ArrayID, e.CreatedAt, e.UpdatedAt, e.Attempt = array.ID, now, now, 1
+			if e.State == "" {
+				e.State = api.TaskPending
+			}
+		}
+		return wrap(tx.db.CreateInBatches(elems, 500).Error, nil, "insert the elements of task array %s", array.ID)
+	})
+}
+
+// ListArrayElements is an array's elements by index.
+func (s *Store) ListArrayElements(ctx context.Context, arrayID string) ([]Task, error) {
+	var out []Task
+	if err := s.db.WithContext(ctx).Where("array_id = ?", arrayID).Order("array_index").Find(&out).Error; err != nil {
+		return nil, wrap(err, nil, "elements of task array %s", arrayID)
+	}
+	for i := range out {
+		utcTask(&out[i])
+	}
+	return out, nil
+}
+
+// ArrayCounts is, for each array of ids, how many of its elements are in
+// each state.
+func (s *Store) ArrayCounts(ctx context.Context, ids []string) (map[string]map[string]int, error) {
+	out := map[string]map[string]int{}
+	if len(ids) == 0 {
+		return out, nil
+	}
+	var rows []struct {
+		ArrayID string
+		State   string
+		N       int
+	}
+	err := s.db.WithContext(ctx).Model(&Task{}).Select("array_id, state, count(*) AS n").
+		Where("array_id IN ?", ids).Group("array_id, state").Scan(&rows).Error
+	if err != nil {
+		return nil, wrap(err, nil, "count task arrays' elements")
+	}
+	for _, r := range rows {
+		if out[r.ArrayID] == nil {
+			out[r.ArrayID] = map[string]int{}
+		}
+		out[r.ArrayID][r.State] = r.N
+	}
+	return out, nil
+}
+
+// TaskLaunch is the task a new VM serves when the task was made before it
+// (an array's element, a retry): CreateVM sets the task's vm_id in its
+// transaction only if the task still waits at Attempt with no VM, and, for
+// an element, fewer than its array's cap of elements have a live VM;
+// otherwise nothing is written and the answer is ErrConflict.
+type TaskLaunch struct {
+	TaskID  string
+	Attempt int
+}
+
+func (s *Store) launchTask(l *TaskLaunch, vmID, reason string) error {
+	var t Task
+	if err := s.db.Where("id = ?", l.TaskID).Take(&t).Error; err != nil {
+		return wrap(err, nil, "launch task %s", l.TaskID)
+	}
+	now := s.clock()
+	if t.ArrayID != "" {
+		// The array's row is written first: with PostgreSQL its lock keeps
+		// two launches of one array's elements apart, so the cap holds.
+		var a Task
+		if err := s.db.Where("id = ?", t.ArrayID).Take(&a).Error; err != nil {
+			return wrap(err, nil, "launch task %s: its array", l.TaskID)
+		}
+		if err := s.db.Model(&Task{}).Where("id = ?", a.ID).Update("updated_at", now).Error; err != nil {
+			return wrap(err, nil, "launch task %s: its array", l.TaskID)
+		}
+		var n int64
+		if err := s.db.Model(&Task{}).Where("array_id = ? AND vm_id <> '' AND ended_at IS NULL", a.ID).Count(&n).Error; err != nil {
+			return wrap(err, nil, "launch task %s: count its array's live elements", l.TaskID)
+		}
+		if a.ArrayCap > 0 && n >= int64(a.ArrayCap) {
+			return fmt.Errorf("launch task %s: %d of its array's elements run, its cap: %w", l.TaskID, n, ErrConflict)
+		}
+	}
+	res := s.db.Model(&Task{}).Where("id = ? AND attempt = ? AND vm_id = '' AND ended_at IS NULL AND cancel_at IS NULL", l.TaskID, l.Attempt).
+		Updates(map[string]any{"vm_id": vmID, "state": api.TaskPending, "reason": reason, "updated_at": now})
+	if res.Error != nil {
+		return wrap(res.Error, nil, "launch task %s", l.TaskID)
+	}
+	if res.RowsAffected != 1 {
+		return fmt.Errorf("launch task %s: it has a VM, ended or moved on: %w", l.TaskID, ErrConflict)
+	}
+	return nil
+}
+
+// RequeueTask ends the attempt a of a task (recorded in task_attempts) and
+// makes the task wait for its next attempt's VM: pending, no VM, its
+// command's end forgotten. A task that moved on from attempt a.Attempt,
+// or ended, is ErrConflict.
+func (s *Store) RequeueTask(ctx context.Context, a TaskAttempt, reason string, logBase int64) error {
+	return s.Tx(ctx, func(tx *Store) error {
+		a.EndedAt = tx.clock()
+		a.StartedAt = utcPtr(a.StartedAt)
+		if err := tx.db.Create(&a).Error; err != nil {
+			return wrap(err, nil, "record attempt %d of task %s", a.Attempt, a.TaskID)
+		}
+		res := tx.db.Model(&Task{}).Where("id = ? AND attempt = ? AND ended_at IS NULL", a.TaskID, a.Attempt).Updates(map[string]any{
+			"state": api.TaskPending, "reason": reason, "vm_id": "", "attempt": a.Attempt + 1, "exit_code": nil, "signal": nil,
+			"started_at": nil, "term_at": nil, "warned_at": nil, "log_base": logBase, "log_bytes": logBase, "updated_at": a.EndedAt})
+		if res.Error != nil {
+			return wrap(res.Error, nil, "requeue task %s", a.TaskID)
+		}
+		if res.RowsAffected != 1 {
+			return fmt.Errorf("requeue task %s: not at attempt %d: %w", a.TaskID, a.Attempt, ErrConflict)
+		}
+		return nil
+	})
+}
+
+// RecordTaskAttempt keeps how a task's last attempt ended.
+func (s *Store) RecordTaskAttempt(ctx context.Context, a TaskAttempt) error {
+	a.EndedAt = s.clock()
+	a.StartedAt = utcPtr(a.StartedAt)
+	return wrap(s.db.WithContext(ctx).Create(&a).Error, nil, "record attempt %d of task %s", a.Attempt, a.TaskID)
+}
+
+// ListTaskAttempts is how a task's ended attempts ended, first first.
+func (s *Store) ListTaskAttempts(ctx context.Context, taskID string) ([]TaskAttempt, error) {
+	var out []TaskAttempt
+	if err := s.db.WithContext(ctx).Where("task_id = ?", taskID).Order("attempt").Find(&out).Error; err != nil {
+		return nil, wrap(err, nil, "attempts of task %s", taskID)
+	}
+	for i := range out {
+		out[i].StartedAt, out[i].EndedAt = utcPtr(out[i].StartedAt), out[i].EndedAt.UTC()
+	}
+	return out, nil
+}
+
+// CancelTask records a cancel of a task, or of an array and every element
+// of it that has not ended; what has no VM yet ends cancelled at once (the
+// supervisor stops the others). It reports how many tasks it cancelled; an
+// ended task is ErrConflict.
+func (s *Store) CancelTask(ctx context.Context, id string) (int64, error) {
+	var n int64
+	err := s.Tx(ctx, func(tx *Store) error {
+		now := tx.clock()
+		res := tx.db.Model(&Task{}).Where("(id = ? OR array_id = ?) AND ended_at IS NULL AND cancel_at IS NULL", id, id).
+			Updates(map[string]any{"cancel_at": now, "updated_at": now})
+		if res.Error != nil {
+			return wrap(res.Error, nil, "cancel task %s", id)
+		}
+		n = res.RowsAffected
+		// Waiting for a VM: nothing to stop. An array's own row has no VM
+		// and ends with its elements (the supervisor).
+		if err := tx.db.Model(&Task{}).Where("(id = ? OR array_id = ?) AND array_spec = '' AND vm_id = '' AND ended_at IS NULL", id, id).
+			Updates(map[string]any{"state": api.TaskCancelled, "reason": "cancelled before it started", "ended_at": now, "updated_at": now}).Error; err != nil {
+			return wrap(err, nil, "cancel task %s", id)
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	if n == 0 {
+		t, err := s.GetTask(ctx, id)
+		if err != nil {
+			return 0, err
+		}
+		if t.EndedAt != nil {
+			return 0, fmt.Errorf("task %s is %s: %w", id, t.State, ErrConflict)
+		}
+	}
+	return n, nil
+}
