@@ -55,6 +55,7 @@ func (s *Store) SetQueue(ctx context.Context, entries map[string]QueueEntry) (in
 		changed = 0
 		now := tx.clock()
 		var moved []string
+		var events []*Event
 		for _, vm := range cur {
 			e, ranked := entries[vm.ID]
 			if vm.State != VMQueued || !ranked {
@@ -82,11 +83,8 @@ func (s *Store) SetQueue(ctx context.Context, entries map[string]QueueEntry) (in
 				if res.RowsAffected == 0 {
 					continue
 				}
-				err := tx.appendEvent(ctx, &Event{VMID: vm.ID, Owner: vm.Owner, Type: "vm.state", Payload: mustJSON(map[string]any{
+				events = append(events, &Event{VMID: vm.ID, Owner: vm.Owner, Type: "vm.state", Payload: mustJSON(map[string]any{
 					"state": vm.State, "phase": e.Phase, "reason": e.Reason, "version": vm.Version + 1, "queue_position": e.Position})})
-				if err != nil {
-					return err
-				}
 			case rank[vm.ID] != vm.QueueRank:
 				moved = append(moved, vm.ID)
 				continue
@@ -97,7 +95,18 @@ func (s *Store) SetQueue(ctx context.Context, entries map[string]QueueEntry) (in
 		}
 		n, err := tx.setRanks(moved, rank)
 		changed += n
-		return err
+		if err != nil {
+			return err
+		}
+		// The events last: on PostgreSQL the first takes the events' lock
+		// (appendEvent), which every create of every node waits for, and
+		// holds it to the commit.
+		for _, ev := range events {
+			if err := tx.appendEvent(ctx, ev); err != nil {
+				return err
+			}
+		}
+		return nil
 	})
 	if err != nil {
 		return 0, wrap(err, nil, "record the queue of %d vms", len(entries))
