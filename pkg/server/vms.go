@@ -129,6 +129,22 @@ func (s *Server) createVM(c *gin.Context) {
 // none; a task's request has no Idempotency-Key, and its VM's spec names
 // the task). It answers the request itself when it returns false: a
 // problem, or the first answer to a request with the same Idempotency-Key.
+// newVMName makes a name up for a VM its person did not name (a test
+// makes its own).
+var newVMName = generatedName
+
+// generatedName is a name for a VM of profile that its person did not
+// name: the profile's name (or "vm") and six random hex digits.
+func generatedName(profile string) string {
+	b := make([]byte, 3)
+	_, _ = rand.Read(b)
+	name := strings.ToLower(profile)
+	if !vmName.MatchString(name + "-x") {
+		name = "vm"
+	}
+	return strings.TrimRight(name[:min(len(name), 55)], "-") + "-" + hex.EncodeToString(b)
+}
+
 func (s *Server) makeVM(c *gin.Context, req api.CreateVMRequest, task *store.Task) (*store.VM, *store.Operation, *config.Profile, bool) {
 	u := user(c)
 	var p *config.Profile
@@ -208,13 +224,7 @@ func (s *Server) makeVM(c *gin.Context, req api.CreateVMRequest, task *store.Tas
 	}
 	name := req.Name
 	if name == "" {
-		b := make([]byte, 3)
-		_, _ = rand.Read(b)
-		name = strings.ToLower(p.Name)
-		if !vmName.MatchString(name + "-x") {
-			name = "vm"
-		}
-		name = strings.TrimRight(name[:min(len(name), 55)], "-") + "-" + hex.EncodeToString(b)
+		name = newVMName(p.Name)
 	}
 	sp := vmSpec{Hours: req.Hours, SSHKeys: req.SSHKeys, Shares: req.Shares}
 	if task != nil {
@@ -243,6 +253,13 @@ func (s *Server) makeVM(c *gin.Context, req api.CreateVMRequest, task *store.Tas
 		opts.IdempotencyKey = &store.IdempotencyKey{User: u.Name, Key: key, RequestHash: hash}
 	}
 	op, err := s.Store.CreateVM(ctx, vm, opts)
+	// A name made up here that one of the person's VMs has already (one in
+	// 16 million a pair) is made up again, not refused.
+	for try := 0; errors.Is(err, store.ErrNameTaken) && req.Name == "" && task == nil && try < 3; try++ {
+		name = newVMName(p.Name)
+		vm.Name = name
+		op, err = s.Store.CreateVM(ctx, vm, opts)
+	}
 	switch {
 	case errors.Is(err, store.ErrIdempotencyKeyUsed):
 		if !s.replay(c, u.Name, key, hash) {

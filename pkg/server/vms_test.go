@@ -292,3 +292,26 @@ func TestVMShowsSSHHostKeys(t *testing.T) {
 		t.Errorf("list: %d %s", rec.Code, rec.Body)
 	}
 }
+
+// A name made up for an unnamed VM that one of the person's VMs has already
+// is made up again: the create succeeds. A name the person gave is refused.
+func TestCreateVMNameMadeUpAgain(t *testing.T) {
+	s, _, _ := vmServer(t)
+	names := []string{"seat-000001", "seat-000001", "seat-000002"}
+	made := 0
+	newVMName = func(string) string { made++; return names[min(made, len(names))-1] }
+	t.Cleanup(func() { newVMName = generatedName })
+	for _, want := range []string{"seat-000001", "seat-000002"} {
+		rec, body := send(t, s, "POST", "/v1/vms", "ann-token", `{"profile":"seat"}`)
+		vm, _ := body["vm"].(map[string]any)
+		if rec.Code != 202 || vm == nil || vm["name"] != want {
+			t.Fatalf("%d %v, want %s", rec.Code, body, want)
+		}
+	}
+	if made != 3 {
+		t.Errorf("%d names made up, want 3 (the second taken)", made)
+	}
+	if rec, body := send(t, s, "POST", "/v1/vms", "ann-token", `{"profile":"seat","name":"seat-000002"}`); rec.Code != 409 || body["field"] != "name" {
+		t.Errorf("a name given twice: %d %v", rec.Code, body)
+	}
+}
