@@ -78,6 +78,9 @@ func (r *scaleRun) measureSize(size, queued int) sizeResult {
 		sr.nodes = append(sr.nodes, n)
 	}
 	sr.rssMB = sr.nodes[0].rssMB
+	if cfg.profile != "" { // after VmRSS: its GC would move it
+		r.saveHeap(filepath.Join(cfg.profile, fmt.Sprintf("heap-%d.pprof", size)))
+	}
 	return sr
 }
 

@@ -522,11 +522,14 @@ func (r *scaleRun) createOne(k int) (time.Duration, bool) {
 // settleLimit bounds settle's wait.
 const settleLimit = 3 * time.Minute
 
-// settle waits until the estimates have caught up with the fill: the last
-// VM queued has an estimate computed since the state's last change (not
-// stale), on every node (each computes its own). It returns how long that took from its call, 0 if not within
-// settleLimit. Idle CPU is read after it, so that it is gpuvmd's cost at
-// rest, not the replay the fill's last creates asked for.
+// settle waits until gpuvmd has caught up with the fill: the last VM
+// queued has its place in the queue (a dispatch round ranked it) and an
+// estimate computed since the state's last change (not stale), on every
+// node (each computes its own). It returns how long that took from its
+// call, 0 if not within settleLimit. Idle CPU is read after it, so that it
+// is gpuvmd's cost at rest, not the round and the replay that the fill's
+// last creates asked for (a round that ranks them changes the state, and
+// the estimates are computed again).
 func (r *scaleRun) settle() time.Duration {
 	r.mu.Lock()
 	last := r.queue[len(r.queue)-1]
@@ -534,7 +537,7 @@ func (r *scaleRun) settle() time.Duration {
 	begin := time.Now()
 	for node := 0; node < len(r.procs) && time.Since(begin) < settleLimit; {
 		var vm api.VM
-		if _, err := r.callOn(node, "GET", "/v1/vms/"+last.id, last.token, nil, &vm); err == nil && vm.EstimateComputedAt != nil && !vm.EstimateStale {
+		if _, err := r.callOn(node, "GET", "/v1/vms/"+last.id, last.token, nil, &vm); err == nil && vm.QueuePosition > 0 && vm.EstimateComputedAt != nil && !vm.EstimateStale {
 			if node++; node == len(r.procs) {
 				return time.Since(begin)
 			}
@@ -798,9 +801,18 @@ func printGrowth(w io.Writer, res []sizeResult) {
 // idle window).
 func (r *scaleRun) saveProfile(path string, d time.Duration) {
 	secs := max(1, int(d.Round(time.Second)/time.Second))
-	resp, err := http.Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", r.debugAddr, secs))
+	r.saveDebug(path, fmt.Sprintf("profile?seconds=%d", secs), "CPU profile")
+}
+
+// saveHeap saves gpuvmd's heap profile (what is live now, and what was
+// allocated since it started) to path, with cfg.profile.
+func (r *scaleRun) saveHeap(path string) { r.saveDebug(path, "heap?gc=1", "heap profile") }
+
+// saveDebug saves what gpuvmd's /debug/pprof/ serves at query to path.
+func (r *scaleRun) saveDebug(path, query, what string) {
+	resp, err := http.Get(fmt.Sprintf("http://%s/debug/pprof/%s", r.debugAddr, query))
 	if err != nil {
-		r.tb.Logf("CPU profile: %v", err)
+		r.tb.Logf("%s: %v", what, err)
 		return
 	}
 	defer resp.Body.Close()
@@ -812,10 +824,10 @@ func (r *scaleRun) saveProfile(path string, d time.Duration) {
 		err = os.WriteFile(path, data, 0o644)
 	}
 	if err != nil {
-		r.tb.Logf("CPU profile: %v", err)
+		r.tb.Logf("%s: %v", what, err)
 		return
 	}
-	r.tb.Logf("gpuvmd's CPU profile: %s", path)
+	r.tb.Logf("gpuvmd's %s: %s", what, path)
 }
 
 // freeLoopback is a loopback address with a port free a moment ago.
