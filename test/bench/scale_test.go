@@ -806,7 +806,12 @@ func (r *scaleRun) saveProfile(path string, d time.Duration) {
 
 // saveHeap saves gpuvmd's heap profile (what is live now, and what was
 // allocated since it started) to path, with cfg.profile.
-func (r *scaleRun) saveHeap(path string) { r.saveDebug(path, "heap?gc=1", "heap profile") }
+func (r *scaleRun) saveHeap(path string) {
+	r.saveDebug(path, "heap?gc=1", "heap profile")
+	// The same in text, ending with the runtime's memory statistics
+	// (HeapSys, HeapReleased, …): what of VmRSS is Go's heap.
+	r.saveDebug(strings.TrimSuffix(path, ".pprof")+".txt", "heap?debug=1", "heap statistics")
+}
 
 // saveDebug saves what gpuvmd's /debug/pprof/ serves at query to path.
 func (r *scaleRun) saveDebug(path, query, what string) {
