@@ -170,3 +170,17 @@ type CreateTaskRequest struct {
 type TaskList struct {
 	Items []Task `json:"items"`
 }
+
+// Bounds of a task that people are told (the rules, docs/tasks.md) and the
+// server enforces.
+const (
+	// TaskKillWait is the time between SIGTERM and SIGKILL at a task's
+	// limit or cancel when the task sets none (Slurm's KillWait).
+	TaskKillWait = 30 * time.Second
+	// TaskMaxKillWait is the longest kill wait a task may set.
+	TaskMaxKillWait = 10 * time.Minute
+	// TaskMaxRetries is the most retries of a task.
+	TaskMaxRetries = 10
+	// TaskMaxArrayElements is the most elements of an array.
+	TaskMaxArrayElements = 10000
+)

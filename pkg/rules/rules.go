@@ -53,6 +53,7 @@ const (
 	SectionWindows      = "windows"
 	SectionReservations = "reservations"
 	SectionLeases       = "leases"
+	SectionTasks        = "tasks"
 	SectionIdle         = "idle"
 	SectionProfiles     = "profiles"
 	SectionAlerts       = "alerts"
@@ -93,6 +94,7 @@ func Build(cfg *config.Config, v Viewer, lang string, now time.Time) (api.Rules,
 		{SectionWindows, b.windows},
 		{SectionReservations, b.reservations},
 		{SectionLeases, b.leases},
+		{SectionTasks, b.tasks},
 		{SectionIdle, b.idle},
 		{SectionProfiles, b.profileAccess},
 		{SectionAlerts, b.alerts},
@@ -608,6 +610,38 @@ func (b *builder) leases() []api.RulesSentence {
 		s.Facts = []api.RulesFact{{Field: "webhook", Text: host}}
 	}
 	return append(out, s)
+}
+
+// tasks says which of the viewer's profiles can run a task, how one ends
+// at its time limit, and that tasks wait as VMs do. None when no profile
+// the viewer may use can run one (a task needs a Linux profile with
+// cloud_init, for its runner).
+func (b *builder) tasks() []api.RulesSentence {
+	var can, batch []string
+	for _, p := range b.profiles {
+		if p.CloudInit == nil || p.OS == "windows" {
+			continue
+		}
+		can = append(can, p.Name)
+		if p.Class == config.ClassBatch {
+			batch = append(batch, p.Name)
+		}
+	}
+	if len(can) == 0 {
+		return nil
+	}
+	out := []api.RulesSentence{
+		{Text: b.w.taskProfiles(can), Facts: []api.RulesFact{{Field: "profiles", List: can}}},
+		{Text: b.w.taskLimit(api.TaskKillWait, api.TaskMaxKillWait),
+			Facts: []api.RulesFact{secsFact("task.kill_wait", api.TaskKillWait), secsFact("task.kill_wait.max", api.TaskMaxKillWait)}},
+		{Text: b.w.taskRepeat(api.TaskMaxRetries, api.TaskMaxArrayElements),
+			Facts: []api.RulesFact{numFact("task.retries.max", api.TaskMaxRetries, ""), numFact("task.array.max", api.TaskMaxArrayElements, "")}},
+	}
+	queue := api.RulesSentence{Text: b.w.taskQueue(batch, len(b.pol.Windows) > 0)}
+	if len(batch) > 0 && len(b.pol.Windows) > 0 {
+		queue.Facts = []api.RulesFact{{Field: "profiles", List: batch}}
+	}
+	return slices.Insert(out, 2, queue)
 }
 
 func (b *builder) idle() []api.RulesSentence {

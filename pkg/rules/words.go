@@ -56,6 +56,11 @@ type phrasebook interface {
 	extend() string
 	notices(webhook, admin bool, host string) string
 
+	taskProfiles(profiles []string) string
+	taskLimit(killWait, maxKillWait time.Duration) string
+	taskQueue(batch []string, windows bool) string
+	taskRepeat(retries, elements int) string
+
 	idleStop(profiles []string, after time.Duration) string
 	idleMeans(threshold float64) string
 	othersNeverIdle() string
@@ -140,7 +145,7 @@ type en struct{}
 var enTitles = map[string]string{
 	SectionYou: "For you", SectionQuotas: "How much you may run", SectionQueue: "Who goes first",
 	SectionWindows: "When what may start", SectionReservations: "Booking ahead", SectionLeases: "How long a VM runs",
-	SectionIdle: "Idle machines", SectionProfiles: "Who may use which machines", SectionAlerts: "Alerts (admins)",
+	SectionTasks: "Tasks", SectionIdle: "Idle machines", SectionProfiles: "Who may use which machines", SectionAlerts: "Alerts (admins)",
 }
 
 func (en) title(s string) string { return enTitles[s] }
@@ -543,6 +548,43 @@ func (en) notices(webhook, admin bool, host string) string {
 		return "Notices to you (a lease about to end, a VM stopped by a rule) come as events in the portal and in “gpuvm events”, and are also posted to this site's notice webhook."
 	}
 	return "Notices to you (a lease about to end, a VM stopped by a rule) come as events in the portal and in “gpuvm events”."
+}
+
+func (e en) taskProfiles(ps []string) string {
+	return fmt.Sprintf("A task (“gpuvm task submit”, or the portal's Tasks page) runs a command in a fresh VM of %s and gives its GPU back the moment the command ends: the VM is deleted.", e.ofProfiles(ps))
+}
+
+func (e en) taskLimit(killWait, maxKillWait time.Duration) string {
+	return fmt.Sprintf("A task's time limit is at most its profile's longest lease. At the limit the command gets SIGTERM, then SIGKILL %s later (the task may set up to %s), and its VM is powered off: the task ends timed out.", e.dur(killWait), e.dur(maxKillWait))
+}
+
+func (e en) taskQueue(batch []string, windows bool) string {
+	s := "A task waits in the same queue as VMs, under the same quotas and bookings, and says why it waits and when it should start."
+	if len(batch) > 0 && windows {
+		s += fmt.Sprintf(" Tasks of %s are batch work: they start only in a window that lets batch VMs start.", e.ofProfiles(batch))
+	}
+	return s
+}
+
+func (e en) taskRepeat(retries, elements int) string {
+	return fmt.Sprintf("A task may be run again on the exit codes it lists, at most %d times, and an array runs up to %s elements of one command, each with its own TASK_INDEX.", retries, thousands(elements))
+}
+
+// thousands writes n with commas: 10,000.
+func thousands(n int) string {
+	s := strconv.Itoa(n)
+	for i := len(s) - 3; i > 0; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	return s
+}
+
+// ofProfiles writes "profile “a”" or "profiles “a” and “b”".
+func (e en) ofProfiles(ps []string) string {
+	if len(ps) == 1 {
+		return "profile “" + ps[0] + "”"
+	}
+	return "profiles " + e.quoted(ps)
 }
 
 func (e en) idleStop(ps []string, d time.Duration) string {

@@ -14,7 +14,7 @@ type zh struct{}
 var zhTitles = map[string]string{
 	SectionYou: "与你有关", SectionQuotas: "你可以用多少", SectionQueue: "谁先开始",
 	SectionWindows: "什么时候可以启动什么", SectionReservations: "提前预约", SectionLeases: "虚拟机能运行多久",
-	SectionIdle: "闲置的机器", SectionProfiles: "谁可以用哪些机器", SectionAlerts: "告警（管理员）",
+	SectionTasks: "任务", SectionIdle: "闲置的机器", SectionProfiles: "谁可以用哪些机器", SectionAlerts: "告警（管理员）",
 }
 
 func (zh) title(s string) string { return zhTitles[s] }
@@ -390,6 +390,26 @@ func (zh) notices(webhook, admin bool, host string) string {
 		return "给你的通知（租期即将结束、虚拟机被规则停止）会作为事件出现在门户和“gpuvm events”中，同时发送到本站的通知 webhook。"
 	}
 	return "给你的通知（租期即将结束、虚拟机被规则停止）会作为事件出现在门户和“gpuvm events”中。"
+}
+
+func (z zh) taskProfiles(ps []string) string {
+	return fmt.Sprintf("任务（“gpuvm task submit”或门户的“任务”页面）在配置%s的一台新虚拟机里运行一条命令，命令一结束就归还 GPU：虚拟机随之删除。", z.quoted(ps))
+}
+
+func (z zh) taskLimit(killWait, maxKillWait time.Duration) string {
+	return fmt.Sprintf("任务的时间限制不超过其配置最长的租期。到达限制时，命令先收到 SIGTERM，%s后收到 SIGKILL（任务可设为最多 %s），然后虚拟机关机：任务以超时结束。", z.dur(killWait), z.dur(maxKillWait))
+}
+
+func (z zh) taskQueue(batch []string, windows bool) string {
+	s := "任务和虚拟机在同一个队列里等待，受同样的配额和预约约束，并说明为什么等待、预计何时开始。"
+	if len(batch) > 0 && windows {
+		s += fmt.Sprintf("配置%s的任务是批处理工作：只在允许批处理虚拟机启动的时段里启动。", z.quoted(batch))
+	}
+	return s
+}
+
+func (zh) taskRepeat(retries, elements int) string {
+	return fmt.Sprintf("任务可以在它列出的退出码上重新运行，最多 %d 次；一个任务数组最多运行同一命令的 %d 个元素，每个元素有自己的 TASK_INDEX。", retries, elements)
 }
 
 func (z zh) idleStop(ps []string, d time.Duration) string {

@@ -29,8 +29,8 @@ const (
 	maxTaskArgs     = 1024
 	maxTaskEnv      = 64
 	maxTaskEnvValue = 4 << 10
-	maxKillWait     = 10 * time.Minute
-	defaultKillWait = 30 * time.Second
+	maxKillWait     = api.TaskMaxKillWait
+	defaultKillWait = api.TaskKillWait
 	// taskFollowPoll is how often GET /v1/tasks/{id}/logs?follow=1 looks
 	// for more output.
 	taskFollowPoll = 300 * time.Millisecond

@@ -14,13 +14,13 @@ import (
 // Bounds of arrays, retries and the warning signal (docs/tasks.md).
 const (
 	// MaxArrayElements is the most elements an array has.
-	MaxArrayElements = 10000
+	MaxArrayElements = api.TaskMaxArrayElements
 	// MaxArrayIndex is the highest index of an element.
 	MaxArrayIndex = 999999
 	// MaxArraySpec is the longest array spec, in bytes.
 	MaxArraySpec = 64 << 10
 	// MaxRetries is the most retries of a task.
-	MaxRetries = 10
+	MaxRetries = api.TaskMaxRetries
 	// maxRetryOn is the most ends retry_on lists.
 	maxRetryOn = 256 + 2
 	// DefaultWarnLead is the lead of a warning signal given without one
