@@ -568,3 +568,9 @@ func (o *Orchestrator) DeleteOrphan(ctx context.Context, id string) (api.Orphan,
 func (o *Orchestrator) AdoptOrphan(ctx context.Context, id string, req api.AdoptRequest, by string) (*store.VM, error) {
 	return o.rec.AdoptOrphan(ctx, id, req, by)
 }
+
+// AdoptVolume makes an orphaned data disk a person's volume again
+// (reconciler.AdoptVolume).
+func (o *Orchestrator) AdoptVolume(ctx context.Context, req api.AdoptVolumeRequest, by string) (*store.Volume, error) {
+	return o.rec.AdoptVolume(ctx, req, by)
+}

@@ -309,6 +309,14 @@ func (rc *reconciler) reconcileHost(ctx context.Context) (Report, error) {
 	for _, v := range vols {
 		if named.MatchString(v) && !wantVolumes[v] {
 			orphans = append(orphans, rc.volumeOrphan(pool, v))
+			continue
+		}
+		// Data disks: their rows say whose they are (diskorphans.go).
+		o, ok, err := rc.diskOrphan(ctx, pool, v)
+		if err != nil {
+			errs = append(errs, err)
+		} else if ok {
+			orphans = append(orphans, o)
 		}
 	}
 	if err := rc.publishOrphans(ctx, orphans); err != nil {

@@ -109,6 +109,7 @@ var auditRoutes = map[string]auditRoute{
 	// The orphan decisions of the reconciler's admin routes (orphans.go).
 	"DELETE /v1/admin/orphans/{id}":     {"orphan.delete", "orphan/{id}"},
 	"POST /v1/admin/orphans/{id}/adopt": {"orphan.adopt", "orphan/{id}"},
+	"POST /v1/admin/volumes/adopt":      {"volume.adopt", ""},
 	// The stored disk images (images.go).
 	"POST /v1/admin/images":                  {"image.import", ""},
 	"POST /v1/admin/images/publish":          {"image.publish", ""},
