@@ -82,6 +82,7 @@ var auditRoutes = map[string]auditRoute{
 	"POST /v1/volumes/{id}/actions/attach": {"volume.attach", "volume/{id}"},
 	"POST /v1/volumes/{id}/actions/detach": {"volume.detach", "volume/{id}"},
 	"POST /v1/vms/{id}/actions/extend":     {"vm.extend", "vm/{id}"},
+	"DELETE /v1/homes/{user}":              {"home.delete", "home/{user}"},
 	"GET /v1/vms/{id}/console":             {"console.ticket", "vm/{id}"},
 	"GET /v1/vms/{id}/console.vv":          {"console.file", "vm/{id}"},
 	"POST /v1/vms/{id}/tunnel":             {"tunnel.ticket", "vm/{id}"},
