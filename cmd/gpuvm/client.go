@@ -62,6 +62,7 @@ func addClientCommands(root *cobra.Command, getenv func(string) string) {
 	root.AddCommand(newSnapshotCmd(getenv)) // snapshots.go: disk snapshots
 	root.AddCommand(newVolumeCmd(getenv))   // volumes.go: data disks
 	root.AddCommand(newShareCmd(getenv))    // shares.go: admin-declared shares
+	root.AddCommand(newHomeCmd(getenv))     // homes.go: people's homes
 	root.AddCommand(newTaskCmd(getenv))     // tasks.go: commands in VMs of their own
 }
 

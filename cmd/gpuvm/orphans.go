@@ -160,6 +160,6 @@ func printOrphans(w io.Writer, list *api.OrphanList, now time.Time) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	_, err := fmt.Fprintf(w, "This installation: %s. Delete with 'gpuvm admin orphans delete ID --yes'; adopt a domain with 'gpuvm admin orphans adopt ID --owner USER'.\n", list.Installation)
+	_, err := fmt.Fprintf(w, "This installation: %s. Delete with 'gpuvm admin orphans delete ID --yes'; adopt a domain with 'gpuvm admin orphans adopt ID --owner USER', a data disk with 'gpuvm volume adopt POOL/FILE --owner USER'.\n", list.Installation)
 	return err
 }

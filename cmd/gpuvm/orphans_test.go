@@ -48,6 +48,46 @@ func (f *cliOrphans) AdoptOrphan(ctx context.Context, id string, req api.AdoptRe
 	return vm, f.st.AdoptVM(ctx, vm, nil, by)
 }
 
+func (f *cliOrphans) AdoptVolume(ctx context.Context, req api.AdoptVolumeRequest, by string) (*store.Volume, error) {
+	for i, o := range f.items {
+		if o.Kind == api.OrphanVolume && (o.Name == req.File || strings.HasSuffix(o.Name, "/"+req.File)) {
+			f.items = append(f.items[:i], f.items[i+1:]...)
+			v := &store.Volume{ID: o.VMID, Owner: req.Owner, Name: req.Name, SizeBytes: 1 << 30, Host: "h", Pool: "p",
+				Volume: req.File, Installation: f.Installation(), CreatedBy: by}
+			return v, f.st.AdoptVolume(ctx, v)
+		}
+	}
+	return nil, fmt.Errorf("no orphaned data disk %q: %w", req.File, store.ErrNotFound)
+}
+
+// gpuvm volume adopt makes an orphaned data disk a person's volume; it
+// needs --owner, and an unknown file is an error that says so.
+func TestVolumeAdopt(t *testing.T) {
+	id := "01a23326-de26-7342-b7c0-0123456789ab"
+	file := "gpuvm-disk-0f6f1a52-9a40-4c3e-8d7e-2b1f3c4d5e6f-" + id + ".qcow2"
+	f := &cliOrphans{items: []api.Orphan{{ID: "volume-aaaaaaaaaaaa", Kind: api.OrphanVolume, Name: "p/" + file, VMID: id, Adoptable: true, Reason: "no row"}}}
+	env := clienttest.New(t, clienttest.Options{Orphans: f})
+	f.st = env.Store
+	admin := newCLI(t, map[string]string{"GPUVM_URL": env.URL, "GPUVM_TOKEN": env.AdminToken})
+	ann := newCLI(t, map[string]string{"GPUVM_URL": env.URL, "GPUVM_TOKEN": env.UserToken})
+	if _, errOut, code := admin.run("volume", "adopt", file); code != 2 || !strings.Contains(errOut, "--owner") {
+		t.Errorf("without --owner: exit %d %q", code, errOut)
+	}
+	if _, errOut, code := ann.run("volume", "adopt", file, "--owner", "ann"); code == 0 || !strings.Contains(errOut, "admin") {
+		t.Errorf("a user adopts: exit %d %q", code, errOut)
+	}
+	if _, errOut, code := admin.run("volume", "adopt", "nope.qcow2", "--owner", "ann"); code == 0 || !strings.Contains(errOut, "nope.qcow2") {
+		t.Errorf("unknown file: exit %d %q", code, errOut)
+	}
+	out := admin.must("volume", "adopt", file, "--owner", "ann", "--name", "back")
+	if !strings.Contains(out, "back") || !strings.Contains(out, id) {
+		t.Errorf("adopted:\n%s", out)
+	}
+	if v, err := env.Store.GetVolume(context.Background(), id); err != nil || v.Owner != "ann" || v.Name != "back" {
+		t.Fatalf("in the store: %+v %v", v, err)
+	}
+}
+
 func TestAdminOrphans(t *testing.T) {
 	f := &cliOrphans{items: []api.Orphan{
 		{ID: "domain-aaaaaaaaaaaa", Kind: api.OrphanDomain, Name: "gpuvm-0123456789ab", VMID: "01a23326-de26-7342-b7c0-0123456789ab", Owner: "ann",

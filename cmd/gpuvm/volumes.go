@@ -34,7 +34,47 @@ func newVolumeCmd(getenv func(string) string) *cobra.Command {
 		Example: "  gpuvm volume create scratch --size 20GiB\n  gpuvm create l40s-seat --name box --volume scratch\n  gpuvm volume attach scratch box\n  gpuvm volume detach scratch\n  gpuvm volume rm scratch",
 	}
 	cmd.AddCommand(newVolumeCreateCmd(getenv), newVolumeLsCmd(getenv), newVolumeOneCmd(getenv, "show"), newVolumeResizeCmd(getenv),
-		newVolumeOneCmd(getenv, "rm"), newVolumeAttachCmd(getenv), newVolumeOneCmd(getenv, "detach"))
+		newVolumeOneCmd(getenv, "rm"), newVolumeAttachCmd(getenv), newVolumeOneCmd(getenv, "detach"), newVolumeAdoptCmd(getenv))
+	return cmd
+}
+
+func newVolumeAdoptCmd(getenv func(string) string) *cobra.Command {
+	o := clientOpts{getenv: getenv}
+	var owner, name string
+	var out outputOpts
+	cmd := &cobra.Command{
+		Use:   "adopt FILE --owner USER",
+		Short: "Make an orphaned data disk a person's volume again (admin)",
+		Long: `Makes an orphaned data disk of this installation — a file of the storage pool
+named as gpuvm names data disks, whose volume row the database lost (an older
+backup restored) — a detached data disk of USER again, called --name (default
+"adopted-" and the end of its ID). FILE is the orphan's pool/name as
+'gpuvm admin orphans' lists it, or its file name. Its size is read from the
+pool; the disk quota is not checked. Another installation's disk cannot be
+adopted: delete it with 'gpuvm admin orphans delete ID --yes'. gpuvm never
+removes an orphan on its own.
+
+Output: the volume; --json prints the api.Volume; --quiet its ID only.
+` + connectionHelp + "\n" + exitHelp,
+		Args: exactArgs(1, "the orphaned disk's pool/name"),
+		RunE: o.runE(func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
+			if err := out.check(); err != nil {
+				return err
+			}
+			if owner == "" {
+				return usageError{errors.New("--owner is required: the user the disk is to belong to")}
+			}
+			v, err := c.AdoptVolume(ctx, api.AdoptVolumeRequest{File: args[0], Owner: owner, Name: name})
+			if err != nil {
+				return err
+			}
+			return printVolume(cmd.OutOrStdout(), v, out)
+		}),
+	}
+	o.flags(cmd, false)
+	cmd.Flags().StringVar(&owner, "owner", "", "the user the disk is to belong to (required)")
+	cmd.Flags().StringVar(&name, "name", "", "its name among the owner's volumes")
+	out.flags(cmd, "print the volume's ID only")
 	return cmd
 }
 

@@ -63,6 +63,10 @@ const (
 	// (its action is none): the owner no longer has access, or the share
 	// is no longer declared.
 	WarningShare = "share"
+	// WarningVirtiofs: the virtiofs daemon serving the VM's home and
+	// shares died; the guest's mounts hang until the VM is stopped and
+	// started (its action is none).
+	WarningVirtiofs = "virtiofs"
 )
 
 // What a vm.warning says will happen, or happens now.

@@ -33,14 +33,17 @@ type Orphan struct {
 	VMID    string `json:"vm_id,omitempty"`
 	Owner   string `json:"owner,omitempty"`
 	Profile string `json:"profile,omitempty"`
-	// Installation made it, as its metadata or ledger entry says; ""
-	// when it does not say (made before installations existed, or a
-	// volume, which cannot carry one).
+	// Installation made it, as its metadata, ledger entry or data disk's
+	// file name says; "" when it does not say (made before installations
+	// existed, or a VM's disk or seed volume, which cannot carry one).
 	Installation string `json:"installation,omitempty"`
 	// Reason says why it is an orphan, in words.
 	Reason string `json:"reason"`
 	// Adoptable: a domain of this installation (or one that names none)
-	// whose VM is not in the database; adopting it makes it a VM again.
+	// whose VM is not in the database, adopting it makes it a VM again;
+	// or a data disk of this installation whose row is not in the
+	// database, adopting it (POST /v1/admin/volumes/adopt) makes it a
+	// person's volume again.
 	Adoptable bool `json:"adoptable"`
 	// FirstSeen is when this gpuvmd first reported it (since it started).
 	FirstSeen time.Time `json:"first_seen"`
@@ -63,4 +66,14 @@ type AdoptRequest struct {
 	Owner   string `json:"owner"`
 	Name    string `json:"name,omitempty"`
 	Profile string `json:"profile,omitempty"`
+}
+
+// AdoptVolumeRequest is the body of POST /v1/admin/volumes/adopt: the
+// orphaned data disk (its "pool/name" as GET /v1/admin/orphans lists it,
+// or its file name), the user it is to belong to, and optionally its name
+// among their volumes (default "adopted-" and the end of its ID).
+type AdoptVolumeRequest struct {
+	File  string `json:"file"`
+	Owner string `json:"owner"`
+	Name  string `json:"name,omitempty"`
 }

@@ -36,3 +36,13 @@ func (c *Client) AdoptOrphan(ctx context.Context, id string, req api.AdoptReques
 	}
 	return &out, nil
 }
+
+// AdoptVolume makes an orphaned data disk (its "pool/name" or file name) a
+// detached data disk of req.Owner (admin).
+func (c *Client) AdoptVolume(ctx context.Context, req api.AdoptVolumeRequest) (*api.Volume, error) {
+	var out api.Volume
+	if err := c.do(ctx, http.MethodPost, "/v1/admin/volumes/adopt", nil, nil, req, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}

@@ -97,6 +97,10 @@ func giveTo(dir string, uid int, log *slog.Logger) error {
 // which giveTo left so.
 func ownHome(owner int) bool { return os.Geteuid() != 0 && owner == os.Geteuid() }
 
+// ErrNotAHome: the home's path is not a directory gpuvm made (a symbolic
+// link, a file): it is left alone.
+var ErrNotAHome = errors.New("not a home gpuvm made; it is left alone")
+
 // ErrNotConfirmed: Remove was not given the person's name as confirmation.
 var ErrNotConfirmed = errors.New("removing a home needs its person's name typed again as confirmation")
 
@@ -115,7 +119,9 @@ func Remove(root, login, confirm string) error {
 		return fmt.Errorf("remove the home of %s: %w", login, err)
 	}
 	if !fi.IsDir() {
-		return fmt.Errorf("remove the home of %s: %s is not a directory", login, dir)
+		return fmt.Errorf("remove the home of %s: %s is not a directory (%s): %w", login, dir, fi.Mode().Type(), ErrNotAHome)
 	}
+	// RemoveAll removes a symbolic link inside the home, never what it
+	// points to.
 	return os.RemoveAll(dir)
 }

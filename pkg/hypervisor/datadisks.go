@@ -30,3 +30,17 @@ func (c *Conn) ResizeVolume(ctx context.Context, pool, name string, size uint64)
 	c.log.Info("volume resized", "pool", pool, "volume", name, "bytes", size)
 	return nil
 }
+
+// VolumeCapacity is the size a volume gives its guest, in bytes.
+func (c *Conn) VolumeCapacity(ctx context.Context, pool, name string) (uint64, error) {
+	v, err := c.volume(ctx, pool, name)
+	if err != nil {
+		return 0, err
+	}
+	defer v.Free()
+	info, err := call(ctx, c, "volume info", 0, v.GetInfo, nil)
+	if err != nil {
+		return 0, storageError(pool, name, "info", err)
+	}
+	return info.Capacity, nil
+}

@@ -562,3 +562,22 @@ func (c *Conn) XML(ctx context.Context, uuid string, secure bool) (string, error
 	}
 	return xml, nil
 }
+
+// DomainID is libvirt's id of the running domain with uuid (the number in
+// the names of what libvirt keeps for it while it runs); 0 when it does
+// not run.
+func (c *Conn) DomainID(ctx context.Context, uuid string) (int, error) {
+	h, err := c.lookup(ctx, uuid, "domain id")
+	if err != nil {
+		return 0, err
+	}
+	defer h.Free()
+	if active, err := call(ctx, c, "domain active", 0, h.d.IsActive, nil); err != nil || !active {
+		return 0, err
+	}
+	id, err := call(ctx, c, "domain id", 0, h.d.GetID, nil)
+	if err != nil {
+		return 0, vmError(h.name, "domain id", err)
+	}
+	return int(id), nil
+}

@@ -20,6 +20,7 @@ import (
 	"github.com/gpuvm/gpuvm/pkg/api"
 	"github.com/gpuvm/gpuvm/pkg/backend"
 	"github.com/gpuvm/gpuvm/pkg/config"
+	"github.com/gpuvm/gpuvm/pkg/homes"
 	"github.com/gpuvm/gpuvm/pkg/hypervisor"
 	"github.com/gpuvm/gpuvm/pkg/hypervisor/domain"
 	"github.com/gpuvm/gpuvm/pkg/images"
@@ -205,7 +206,8 @@ func (o *Orchestrator) HomeQuotas() *HomeQuotas { return o.quotas }
 type Option func(*options)
 
 type options struct {
-	hook func(vmID, point string) error
+	hook        func(vmID, point string) error
+	libvirtDirs *homes.LibvirtDirs
 }
 
 // WithHook has hook called at each Hook* point with the VM's ID (tests,
@@ -213,6 +215,15 @@ type options struct {
 // been killed.
 func WithHook(hook func(vmID, point string) error) Option {
 	return func(o *options) { o.hook = hook }
+}
+
+// libvirtDirs are where the reconciler looks for libvirt's virtiofs
+// daemons: the system libvirtd's unless WithLibvirtDirs says otherwise.
+func libvirtDirs(opt options) homes.LibvirtDirs {
+	if opt.libvirtDirs != nil {
+		return *opt.libvirtDirs
+	}
+	return homes.SystemDirs
 }
 
 // New returns an Orchestrator; Run runs it.
@@ -266,7 +277,8 @@ func New(cfg Config, opts ...Option) *Orchestrator {
 		settings: func() rulesSettings { return rulesSettings{Notice: set.Scheduler.Notice, Config: live()} }}
 	o.rec = &reconciler{host: set.Host, installation: set.Installation, st: set.Store, log: o.log, hv: set.Hypervisor, backends: backends, life: o.life,
 		names: names, busy: busy, roundMu: roundMu,
-		orphans: orphanState{volumes: volumeNames(set.DomainPrefix)},
+		orphans:  orphanState{volumes: volumeNames(set.DomainPrefix)},
+		virtiofs: &virtiofsWatch{dirs: libvirtDirs(opt)},
 		settings: func() reconcileSettings {
 			c := live()
 			return reconcileSettings{DomainPrefix: set.DomainPrefix,
@@ -555,4 +567,10 @@ func (o *Orchestrator) DeleteOrphan(ctx context.Context, id string) (api.Orphan,
 // (reconciler.AdoptOrphan).
 func (o *Orchestrator) AdoptOrphan(ctx context.Context, id string, req api.AdoptRequest, by string) (*store.VM, error) {
 	return o.rec.AdoptOrphan(ctx, id, req, by)
+}
+
+// AdoptVolume makes an orphaned data disk a person's volume again
+// (reconciler.AdoptVolume).
+func (o *Orchestrator) AdoptVolume(ctx context.Context, req api.AdoptVolumeRequest, by string) (*store.Volume, error) {
+	return o.rec.AdoptVolume(ctx, req, by)
 }

@@ -52,6 +52,7 @@ const OrphanAlertRule = "orphans"
 type orphan struct {
 	api.Orphan
 	pool, volume string // OrphanVolume
+	diskID       string // a data disk's: the volume ID its name carries
 	backend      string // OrphanDevice
 	deviceID     string
 	device       backend.Device

@@ -44,6 +44,8 @@ type reconciler struct {
 	// orphans are what the last reconcile found that looks like gpuvm's
 	// but is not provably this installation's (orphans.go).
 	orphans orphanState
+	// virtiofs are the dead virtiofs daemons already told (virtiofs.go).
+	virtiofs *virtiofsWatch
 }
 
 // reconcileStore is what the reconciler asks of the database.
@@ -57,6 +59,8 @@ type reconcileStore interface {
 	AdoptVM(ctx context.Context, vm *store.VM, devices []store.AdoptedDevice, adoptedBy string) error
 	FireAlert(ctx context.Context, a *store.Alert) (fired bool, err error)
 	ResolveAlert(ctx context.Context, rule, subject string, value float64, summary string, at time.Time) (*store.Alert, error)
+	UpdateVMState(ctx context.Context, id string, version int64, u store.VMUpdate) (*store.VM, error)
+	AppendEvent(ctx context.Context, ev *store.Event) error
 }
 
 // reconcileSettings are the reconciler's settings, read at each reconcile.
@@ -178,6 +182,9 @@ func (rc *reconciler) reconcileHost(ctx context.Context) (Report, error) {
 		return rep, err
 	}
 	rep.Vanished = vanished
+
+	// Running VMs whose virtiofs daemon died (virtiofs.go).
+	errs = append(errs, rc.checkVirtiofs(ctx)...)
 
 	// Running VMs whose devices the host lost (a reboot): made again and
 	// started, or queued (hostlost.go). Before the devices are judged
@@ -302,6 +309,14 @@ func (rc *reconciler) reconcileHost(ctx context.Context) (Report, error) {
 	for _, v := range vols {
 		if named.MatchString(v) && !wantVolumes[v] {
 			orphans = append(orphans, rc.volumeOrphan(pool, v))
+			continue
+		}
+		// Data disks: their rows say whose they are (diskorphans.go).
+		o, ok, err := rc.diskOrphan(ctx, pool, v)
+		if err != nil {
+			errs = append(errs, err)
+		} else if ok {
+			orphans = append(orphans, o)
 		}
 	}
 	if err := rc.publishOrphans(ctx, orphans); err != nil {

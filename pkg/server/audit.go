@@ -83,6 +83,7 @@ var auditRoutes = map[string]auditRoute{
 	"POST /v1/volumes/{id}/actions/attach": {"volume.attach", "volume/{id}"},
 	"POST /v1/volumes/{id}/actions/detach": {"volume.detach", "volume/{id}"},
 	"POST /v1/vms/{id}/actions/extend":     {"vm.extend", "vm/{id}"},
+	"DELETE /v1/homes/{user}":              {"home.delete", "home/{user}"},
 	"GET /v1/vms/{id}/console":             {"console.ticket", "vm/{id}"},
 	"GET /v1/vms/{id}/console.vv":          {"console.file", "vm/{id}"},
 	"POST /v1/vms/{id}/tunnel":             {"tunnel.ticket", "vm/{id}"},
@@ -110,6 +111,7 @@ var auditRoutes = map[string]auditRoute{
 	// The orphan decisions of the reconciler's admin routes (orphans.go).
 	"DELETE /v1/admin/orphans/{id}":     {"orphan.delete", "orphan/{id}"},
 	"POST /v1/admin/orphans/{id}/adopt": {"orphan.adopt", "orphan/{id}"},
+	"POST /v1/admin/volumes/adopt":      {"volume.adopt", ""},
 	// The stored disk images (images.go).
 	"POST /v1/admin/images":                  {"image.import", ""},
 	"POST /v1/admin/images/publish":          {"image.publish", ""},

@@ -58,6 +58,7 @@ var hostileBodies = map[string]struct {
 	"POST /v1/auth/oidc/token":          {body: `{"code":"x","code_verifier":"y"}`, status: 404},
 	"POST /v1/admin/hosts/{name}/drain": {status: 404, optional: true}, // no node of that name
 	"POST /v1/admin/orphans/{id}/adopt": {body: `{"owner":"ann","name":"adopted","profile":"seat"}`, status: 201},
+	"POST /v1/admin/volumes/adopt":      {body: `{"file":"p/gpuvm-disk-x-01a23326-de26-7342-b7c0-0123456789cd.qcow2","owner":"ann","name":"found"}`, status: 201},
 	"POST /v1/session":                  {body: `{"token":"gpuvm_not-a-token"}`, status: 401}, // portal.go's sign-in
 	"POST /v1/vms/{id}/credentials":     {status: 200, optional: true},                        // spent by the first that passes
 	// tasks.go
@@ -101,7 +102,8 @@ func newHostileEnv(t *testing.T) *hostileEnv {
 	s.Admission = s.Bookings.(Admitter) // the orchestrator
 	s.Consoles = &fakeConsoles{}
 	s.Orphans = &fakeOrphans{st: st, items: []api.Orphan{
-		{ID: "domain-aaaaaaaaaaaa", Kind: api.OrphanDomain, Name: "gpuvm-0123456789ab", VMID: "01a23326-de26-7342-b7c0-0123456789ab", Adoptable: true, Reason: "no row"}}}
+		{ID: "domain-aaaaaaaaaaaa", Kind: api.OrphanDomain, Name: "gpuvm-0123456789ab", VMID: "01a23326-de26-7342-b7c0-0123456789ab", Adoptable: true, Reason: "no row"},
+		{ID: "volume-aaaaaaaaaaaa", Kind: api.OrphanVolume, Name: "p/gpuvm-disk-x-01a23326-de26-7342-b7c0-0123456789cd.qcow2", VMID: "01a23326-de26-7342-b7c0-0123456789cd", Adoptable: true, Reason: "no row"}}}
 	s.Images = &images.Manager{Store: st, Volumes: dirVolumes{t.TempDir()}, Pool: "gpuvm", Uploads: &images.Uploads{Dir: t.TempDir()},
 		DomainName: func(id string) string { return id }, Log: slog.New(slog.DiscardHandler)}
 	s.Windows = &WindowsInstalls{Host: noWindowsHost{}, Pool: "gpuvm"}

@@ -122,7 +122,7 @@ var (
 
 // apiRoutes is every route of the API: those of this table, and the
 // console's, the fleet's, the credentials', the portal's sessions', the rules', the desktop file's and the images', which their files list.
-var apiRoutes = slices.Concat(coreAPIRoutes, consoleAPIRoutes, fleetAPIRoutes, orphanAPIRoutes, credentialsAPIRoutes, sessionAPIRoutes, rulesAPIRoutes, desktopAPIRoutes, imageAPIRoutes, windowsAPIRoutes, shareAPIRoutes)
+var apiRoutes = slices.Concat(coreAPIRoutes, consoleAPIRoutes, fleetAPIRoutes, orphanAPIRoutes, credentialsAPIRoutes, sessionAPIRoutes, rulesAPIRoutes, desktopAPIRoutes, imageAPIRoutes, windowsAPIRoutes, shareAPIRoutes, homeAPIRoutes)
 
 var coreAPIRoutes = []route{
 	{Method: "GET", Path: "/healthz", Summary: "Liveness: the process answers", Auth: authNone, Status: 200, Answer: map[string]string{}},

@@ -17,6 +17,8 @@ type fakeOrphans struct {
 	deleted []string
 	adopted []api.AdoptRequest
 	st      *store.Store
+	// adoptedVolumes are the data disks adopted (AdoptVolume).
+	adoptedVolumes []api.AdoptVolumeRequest
 }
 
 func (f *fakeOrphans) Installation() string { return "0f6f1a52-9a40-4c3e-8d7e-2b1f3c4d5e6f" }
@@ -62,6 +64,87 @@ func (f *fakeOrphans) AdoptOrphan(ctx context.Context, id string, req api.AdoptR
 		return nil, err
 	}
 	return vm, nil
+}
+
+// AdoptVolume adopts the orphaned volume of that file (pool/name) when it
+// names an installation (this fake's: adoptable), as the orchestrator does.
+func (f *fakeOrphans) AdoptVolume(ctx context.Context, req api.AdoptVolumeRequest, by string) (*store.Volume, error) {
+	for _, o := range f.items {
+		if o.Kind != api.OrphanVolume || o.Name != req.File {
+			continue
+		}
+		if !o.Adoptable {
+			return nil, fmt.Errorf("orphan %s: %w: not adoptable: %s", o.ID, store.ErrConflict, o.Reason)
+		}
+		if req.Owner == "nobody" {
+			return nil, fmt.Errorf("%w: owner: no user %q", store.ErrInvalid, req.Owner)
+		}
+		f.adoptedVolumes = append(f.adoptedVolumes, req)
+		v := &store.Volume{ID: o.VMID, Owner: req.Owner, Name: req.Name, SizeBytes: 1 << 20, Host: "h", Pool: "p",
+			Volume: strings.TrimPrefix(o.Name, "p/"), Installation: f.Installation(), CreatedBy: by}
+		if err := f.st.AdoptVolume(ctx, v); err != nil {
+			return nil, err
+		}
+		return v, nil
+	}
+	return nil, fmt.Errorf("no orphaned data disk %q: %w", req.File, store.ErrNotFound)
+}
+
+// An admin adopts an orphaned data disk of this installation as a
+// person's volume; a user may not, another installation's is a conflict,
+// and every bad field is named.
+func TestAdoptVolumeRoute(t *testing.T) {
+	e := newAdminEnv(t)
+	id := "01a23326-de26-7342-b7c0-0123456789ab"
+	file := "p/gpuvm-disk-" + (&fakeOrphans{}).Installation() + "-" + id + ".qcow2"
+	f := &fakeOrphans{st: e.st, items: []api.Orphan{
+		{ID: "volume-aaaaaaaaaaaa", Kind: api.OrphanVolume, Name: file, VMID: id, Adoptable: true, Reason: "no row"},
+		{ID: "volume-bbbbbbbbbbbb", Kind: api.OrphanVolume, Name: "p/gpuvm-disk-other-x.qcow2", Reason: "a data disk made by another gpuvm installation (other)"},
+	}}
+	if code, body := e.call(t, "POST", "/v1/admin/volumes/adopt", e.admin, `{"file":"`+file+`","owner":"ann"}`, nil); code != 503 {
+		t.Fatalf("no orchestrator: %d %v", code, body)
+	}
+	e.s.Orphans = f
+	tests := []struct {
+		name, token, body      string
+		status                 int
+		problem, detail, field string
+	}{
+		{"a user adopts", "ann", `{"file":"` + file + `","owner":"ann"}`, 403, "forbidden", "admin", ""},
+		{"no file", "admin", `{"owner":"ann"}`, 400, "bad-request", "orphaned data disk", "file"},
+		{"no owner", "admin", `{"file":"` + file + `"}`, 400, "bad-request", "user", "owner"},
+		{"a bad owner", "admin", `{"file":"` + file + `","owner":"../root"}`, 422, "validation", "no user", "owner"},
+		{"a bad name", "admin", `{"file":"` + file + `","owner":"ann","name":"Bad/Name"}`, 422, "validation", "not a volume name", "name"},
+		{"unknown field", "admin", `{"file":"` + file + `","owner":"ann","size":"1GiB"}`, 400, "bad-request", "size", "size"},
+		{"for nobody", "admin", `{"file":"` + file + `","owner":"nobody"}`, 422, "validation", "nobody", "owner"},
+		{"not an orphan", "admin", `{"file":"p/x.qcow2","owner":"ann"}`, 404, "not-found", "p/x.qcow2", ""},
+		{"another installation's", "admin", `{"file":"p/gpuvm-disk-other-x.qcow2","owner":"ann"}`, 409, "conflict", "another gpuvm installation", ""},
+	}
+	tokens := map[string]string{"admin": e.admin, "ann": e.ann}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			code, body := e.call(t, "POST", "/v1/admin/volumes/adopt", tokens[tc.token], tc.body, nil)
+			detail, _ := body["detail"].(string)
+			field, _ := body["field"].(string)
+			if code != tc.status || body["type"] != ProblemBase+tc.problem || !strings.Contains(detail, tc.detail) || field != tc.field {
+				t.Errorf("%d %v", code, body)
+			}
+		})
+	}
+	if len(f.adoptedVolumes) != 0 {
+		t.Fatalf("refused requests acted: %v", f.adoptedVolumes)
+	}
+	var v api.Volume
+	if code, body := e.call(t, "POST", "/v1/admin/volumes/adopt", e.admin, `{"file":"`+file+`","owner":"ann","name":"back"}`, &v); code != 201 || v.ID != id || v.Owner != "ann" || v.Name != "back" || v.State != store.VolReady {
+		t.Fatalf("adopt: %d %v %+v", code, body, v)
+	}
+	if got, err := e.st.GetVolume(context.Background(), id); err != nil || got.Owner != "ann" || got.Name != "back" {
+		t.Fatalf("the adopted volume in the store: %+v, %v", got, err)
+	}
+	entries, _, err := e.st.ListAudit(context.Background(), store.AuditFilter{Action: "volume.adopt"})
+	if err != nil || len(entries) == 0 || entries[0].Outcome != "ok" || entries[0].Target != "volume/ann/back" || !strings.Contains(entries[0].Detail, file) {
+		t.Fatalf("audit: %+v, %v", entries, err)
+	}
 }
 
 func TestOrphanRoutes(t *testing.T) {

@@ -276,6 +276,7 @@ func (s *Server) routes() {
 	s.snapshotRoutes(vms) // snapshots.go
 	s.volumeRoutes(vms)   // volumes.go
 	s.shareRoutes(vms)    // shares.go
+	s.homeRoutes(vms)     // homes.go
 	s.taskRoutes(vms)     // tasks.go
 	vms.GET("/operations/:id", s.getOperation)
 	vms.GET("/events", s.stream, s.events)

@@ -350,3 +350,36 @@ func (s *Store) RemoveVolume(ctx context.Context, id string) error {
 func utcVolume(v *Volume) {
 	v.CreatedAt, v.UpdatedAt, v.AttachedAt = v.CreatedAt.UTC(), v.UpdatedAt.UTC(), utcPtr(v.AttachedAt)
 }
+
+// AdoptVolume records a data disk found in a pool without its row (an
+// orphan an admin adopts): v as given, its ID and Volume those its file's
+// name carries, state ready, detached. The owner must exist and not use
+// the name (ErrNameTaken); an ID already recorded is ErrConflict. No quota
+// is checked: the disk is there already.
+func (s *Store) AdoptVolume(ctx context.Context, v *Volume) error {
+	if v.ID == "" || v.Owner == "" || v.Name == "" || v.SizeBytes <= 0 || v.Host == "" || v.Pool == "" || v.Volume == "" || v.Installation == "" {
+		return fmt.Errorf("adopt volume: %w: id, owner, name, a positive size, host, pool, volume and installation are required", ErrInvalid)
+	}
+	return s.Tx(ctx, func(tx *Store) error {
+		if _, err := tx.GetUser(ctx, v.Owner); err != nil {
+			return err
+		}
+		var n int64
+		if err := tx.db.WithContext(ctx).Model(&Volume{}).Where("id = ?", v.ID).Count(&n).Error; err != nil {
+			return wrap(err, nil, "look for volume %s", v.ID)
+		}
+		if n > 0 {
+			return fmt.Errorf("volume %s is recorded already: %w", v.ID, ErrConflict)
+		}
+		if err := tx.db.WithContext(ctx).Model(&Volume{}).Where("owner = ? AND name = ?", v.Owner, v.Name).Count(&n).Error; err != nil {
+			return wrap(err, nil, "look for volume %q of %s", v.Name, v.Owner)
+		}
+		if n > 0 {
+			return fmt.Errorf("volume %q of %s: %w", v.Name, v.Owner, ErrNameTaken)
+		}
+		now := tx.clock()
+		v.Kind, v.State, v.Error, v.AttachedVM, v.AttachedAt = VolumeDisk, VolReady, "", nil, nil
+		v.CreatedAt, v.UpdatedAt = now, now
+		return wrap(tx.db.Create(v).Error, ErrNameTaken, "insert volume %q of %s", v.Name, v.Owner)
+	})
+}

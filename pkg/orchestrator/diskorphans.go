@@ -1,0 +1,124 @@
+package orchestrator
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+
+	"github.com/gpuvm/gpuvm/pkg/api"
+	"github.com/gpuvm/gpuvm/pkg/store"
+)
+
+// Data disks (volumes.go) carry the installation's id and their row's in
+// their file's name (store.DiskVolumeName). One in the pool whose row is
+// gone (a database restored from before it was made), or made by another
+// installation, is an orphan: never removed by the reconciler, reported
+// with the other orphans, deleted by an admin (DELETE
+// /v1/admin/orphans/{id}) or, when it is this installation's, adopted as a
+// detached data disk of a person (AdoptVolume).
+
+// diskNameRE matches store.DiskVolumeName: the installation's id, then the
+// volume's (a UUID).
+var diskNameRE = regexp.MustCompile(`^gpuvm-disk-(.+)-([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})\.qcow2$`)
+
+// volumeGetter reads a data disk's row (a *store.Store).
+type volumeGetter interface {
+	GetVolume(ctx context.Context, id string) (*store.Volume, error)
+}
+
+// volumeAdopter records an adopted data disk (a *store.Store).
+type volumeAdopter interface {
+	AdoptVolume(ctx context.Context, v *store.Volume) error
+}
+
+// volumeSizer tells a volume's capacity (a *hypervisor.Conn).
+type volumeSizer interface {
+	VolumeCapacity(ctx context.Context, pool, name string) (uint64, error)
+}
+
+// diskOrphan judges a volume of the pool named as a data disk: ok when it
+// is an orphan.
+func (rc *reconciler) diskOrphan(ctx context.Context, pool, name string) (o orphan, ok bool, err error) {
+	m := diskNameRE.FindStringSubmatch(name)
+	vg, can := rc.st.(volumeGetter)
+	if m == nil || !can {
+		return orphan{}, false, nil
+	}
+	inst, id := m[1], m[2]
+	full := pool + "/" + name
+	o = orphan{Orphan: api.Orphan{ID: orphanID(api.OrphanVolume, rc.host, full), Kind: api.OrphanVolume, Name: full, Host: rc.host,
+		Installation: inst}, pool: pool, volume: name, diskID: id}
+	if rc.installation != "" && inst != rc.installation {
+		o.Reason = fmt.Sprintf("a data disk made by another gpuvm installation (%s)", inst)
+		return o, true, nil
+	}
+	_, err = vg.GetVolume(ctx, id)
+	switch {
+	case err == nil:
+		return orphan{}, false, nil
+	case !errors.Is(err, store.ErrNotFound):
+		return orphan{}, false, fmt.Errorf("look up the row of data disk %s: %w", full, err)
+	}
+	o.Reason = fmt.Sprintf("a data disk of this installation, but its database has no volume %s (restored from an older backup, or the row was lost)", id)
+	o.Adoptable = true
+	return o, true, nil
+}
+
+// AdoptVolume makes an orphaned data disk of this installation, whose row
+// was lost, a detached data disk of req.Owner again (named req.Name, else
+// "adopted-" and the end of its ID), its size read from the pool; no quota
+// is checked. req.File is the orphan's "pool/name" or its file name. by is
+// the admin who adopts it.
+func (rc *reconciler) AdoptVolume(ctx context.Context, req api.AdoptVolumeRequest, by string) (*store.Volume, error) {
+	if _, err := rc.reconcileHost(ctx); err != nil {
+		rc.log.Warn("reconcile before an orphan decision incomplete", "err", err)
+	}
+	it, ok := rc.orphans.byFile(req.File)
+	if !ok {
+		return nil, fmt.Errorf("%w: no orphaned data disk %q on %s (gpuvm admin orphans lists them)", ErrNoOrphan, req.File, rc.host)
+	}
+	if it.diskID == "" || !it.Adoptable {
+		return nil, fmt.Errorf("orphan %s (%s): %w: only a data disk of this installation whose row is lost can be adopted as a volume; this one is an orphan because %s",
+			it.ID, it.Name, ErrNotAdoptable, it.Reason)
+	}
+	va, ok1 := rc.st.(volumeAdopter)
+	vs, ok2 := rc.hv.(volumeSizer)
+	if !ok1 || !ok2 {
+		return nil, fmt.Errorf("%w: its hypervisor or database has no volumes", ErrNoDataDisks)
+	}
+	if _, err := rc.st.GetUser(ctx, req.Owner); err != nil {
+		if errors.Is(err, store.ErrNotFound) {
+			return nil, fmt.Errorf("%w: owner: no user %q", store.ErrInvalid, req.Owner)
+		}
+		return nil, err
+	}
+	rc.roundMu.Lock()
+	defer rc.roundMu.Unlock()
+	size, err := vs.VolumeCapacity(ctx, it.pool, it.volume)
+	if err != nil {
+		return nil, fmt.Errorf("adopt orphan %s: %w", it.ID, err)
+	}
+	v := &store.Volume{ID: it.diskID, Owner: req.Owner, Name: cmp.Or(req.Name, "adopted-"+it.diskID[len(it.diskID)-8:]),
+		SizeBytes: int64(size), Host: rc.host, Pool: it.pool, Volume: it.volume, Installation: it.Installation, CreatedBy: by}
+	if err := va.AdoptVolume(ctx, v); err != nil {
+		return nil, fmt.Errorf("adopt orphan %s: %w", it.ID, err)
+	}
+	rc.log.Warn("adopted an orphaned data disk", "orphan", it.ID, "volume", v.ID, "file", it.Name, "owner", v.Owner, "name", v.Name, "bytes", size, "by", by)
+	rc.orphans.drop(it.ID)
+	return v, nil
+}
+
+// byFile is the orphaned volume called file: its "pool/name" or its name.
+func (s *orphanState) byFile(file string) (orphan, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, o := range s.items {
+		if o.Kind == api.OrphanVolume && file != "" && (o.Name == file || o.volume == file || strings.HasSuffix(file, "/"+o.volume) && strings.HasPrefix(file, "/")) {
+			return o, true
+		}
+	}
+	return orphan{}, false
+}

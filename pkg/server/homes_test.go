@@ -1,0 +1,144 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/gpuvm/gpuvm/pkg/api"
+	"github.com/gpuvm/gpuvm/pkg/config"
+	"github.com/gpuvm/gpuvm/pkg/store"
+)
+
+func mkHome(t *testing.T, root, user string) string {
+	t.Helper()
+	dir := filepath.Join(root, user)
+	if err := os.MkdirAll(filepath.Join(dir, "work"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "work", "notes.txt"), []byte("day"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// A home is deleted only by its person or an admin, with the name typed
+// again, never while a VM that mounts it may run; a symbolic link inside
+// it is removed, not followed; hostile names are refused naming the field.
+func TestDeleteHome(t *testing.T) {
+	s, st := volumeServer(t)
+	ctx := context.Background()
+	root := filepath.Join(t.TempDir(), "homes")
+	s.config().Server.Storage.Homes = config.Homes{Enabled: true, Root: root, Mount: "/gpuvm/home"}
+	ann, bob := mkHome(t, root, "ann"), mkHome(t, root, "bob")
+	// A file outside the homes that ann's home links to.
+	outside := filepath.Join(t.TempDir(), "precious")
+	if err := os.WriteFile(outside, []byte("keep"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Dir(outside), filepath.Join(ann, "link")); err != nil {
+		t.Fatal(err)
+	}
+
+	for _, tc := range []struct {
+		name, path, token string
+		status            int
+		field, detail     string
+	}{
+		{"another person's home", "/v1/homes/bob?confirm=bob", "ann-token", 404, "user", "no home of bob"},
+		{"traversal", "/v1/homes/..?confirm=..", "admin-token", 422, "user", "not a person's name"},
+		{"encoded traversal", "/v1/homes/%2e%2e?confirm=%2e%2e", "ann-token", 422, "user", "not a person's name"},
+		{"no confirm", "/v1/homes/ann", "ann-token", 422, "confirm", "confirm=ann"},
+		{"empty confirm", "/v1/homes/ann?confirm=", "ann-token", 422, "confirm", "confirm=ann"},
+		{"wrong confirm", "/v1/homes/ann?confirm=bob", "ann-token", 422, "confirm", "not the person's name"},
+		{"no home yet", "/v1/homes/cara?confirm=cara", "cara-token", 404, "user", "no home of cara"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, p, body := volCall(t, s, "DELETE", tc.path, tc.token, "")
+			if code != tc.status || p.Field != tc.field || !strings.Contains(p.Detail, tc.detail) {
+				t.Errorf("%d %s", code, body)
+			}
+		})
+	}
+	for _, dir := range []string{ann, bob} {
+		if _, err := os.Stat(filepath.Join(dir, "work", "notes.txt")); err != nil {
+			t.Fatalf("a refused request removed %s: %v", dir, err)
+		}
+	}
+
+	// A VM of ann that may mount the home (its profile is gone: it may).
+	vm := &store.VM{Name: "box", Owner: "ann", Profile: "gone", Hours: 1}
+	if _, err := st.CreateVM(ctx, vm, store.CreateVMOptions{RequestedBy: "ann"}); err != nil {
+		t.Fatal(err)
+	}
+	if code, p, body := volCall(t, s, "DELETE", "/v1/homes/ann?confirm=ann", "ann-token", ""); code != http.StatusConflict || p.Field != "user" || !strings.Contains(p.Detail, "box (queued)") {
+		t.Fatalf("with a queued VM: %d %s", code, body)
+	}
+	if _, err := st.UpdateVMState(ctx, vm.ID, vm.Version, store.VMUpdate{State: store.VMStopped}); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, body := volCall(t, s, "DELETE", "/v1/homes/ann?confirm=ann", "ann-token", ""); code != http.StatusNoContent {
+		t.Fatalf("delete: %d %s", code, body)
+	}
+	if _, err := os.Lstat(ann); !os.IsNotExist(err) {
+		t.Fatalf("ann's home is still there: %v", err)
+	}
+	if b, err := os.ReadFile(outside); err != nil || string(b) != "keep" {
+		t.Fatalf("the link inside the home was followed: %q %v", b, err)
+	}
+	// An admin deletes bob's, audited as an override.
+	if code, _, body := volCall(t, s, "DELETE", "/v1/homes/bob?confirm=bob", "admin-token", ""); code != http.StatusNoContent {
+		t.Fatalf("admin delete: %d %s", code, body)
+	}
+	entries, _, err := st.ListAudit(ctx, store.AuditFilter{Action: "home.delete"})
+	if err != nil || len(entries) == 0 || entries[0].Target != "home/bob" || entries[0].User != "admin" || !strings.Contains(entries[0].Detail, "admin override") {
+		t.Fatalf("audit: %+v %v", entries, err)
+	}
+	// A home that is a symbolic link is not removed.
+	if err := os.Symlink(filepath.Dir(outside), filepath.Join(root, "cara")); err != nil {
+		t.Fatal(err)
+	}
+	if code, p, body := volCall(t, s, "DELETE", "/v1/homes/cara?confirm=cara", "cara-token", ""); code != http.StatusConflict || p.Field != "user" || !strings.Contains(p.Detail, "left alone") {
+		t.Fatalf("a home that is a link: %d %s", code, body)
+	}
+	if _, err := os.Stat(outside); err != nil {
+		t.Fatalf("the linked directory went: %v", err)
+	}
+}
+
+// GET /v1/homes: a person sees their own home, an admin every home with
+// its directory.
+func TestListHomes(t *testing.T) {
+	s, _ := volumeServer(t)
+	root := filepath.Join(t.TempDir(), "homes")
+	mkHome(t, root, "ann")
+	mkHome(t, root, "bob")
+	used := uint64(4096)
+	s.HomeUsage = fakeHomeUsage{{Kind: api.VolumeHome, Owner: "ann", Name: "ann", UsedBytes: used, Enforcement: "none"}}
+	if code, _, body := volCall(t, s, "GET", "/v1/homes", "ann-token", ""); code != http.StatusNotFound {
+		t.Fatalf("homes off: %d %s", code, body)
+	}
+	s.config().Server.Storage.Homes = config.Homes{Enabled: true, Root: root, Mount: "/gpuvm/home"}
+	list := func(token string) []api.Home {
+		t.Helper()
+		code, _, body := volCall(t, s, "GET", "/v1/homes", token, "")
+		var l api.HomeList
+		if code != http.StatusOK || json.Unmarshal(body, &l) != nil {
+			t.Fatalf("list: %d %s", code, body)
+		}
+		return l.Homes
+	}
+	if h := list("ann-token"); len(h) != 1 || h[0].User != "ann" || !h[0].Exists || h[0].Dir != "" || h[0].UsedBytes == nil || *h[0].UsedBytes != used {
+		t.Errorf("ann: %+v", h)
+	}
+	if h := list("cara-token"); len(h) != 1 || h[0].User != "cara" || h[0].Exists {
+		t.Errorf("cara: %+v", h)
+	}
+	if h := list("admin-token"); len(h) != 2 || h[0].User != "ann" || h[1].User != "bob" || h[1].Dir != filepath.Join(root, "bob") {
+		t.Errorf("admin: %+v", h)
+	}
+}
