@@ -373,6 +373,35 @@ const auditWriteTimeout = 10 * time.Second
 
 // writeAudit stores an entry, and logs it when the configuration asks
 // (server.audit.log). It reports whether the entry was stored; a failure is
+// auditCreated is the audit entry of a create that succeeds (202), for
+// the transaction that makes vm (store.CreateVMOptions.Audit); nil when
+// the request is not audited. A create that fails is audited after it,
+// as any request.
+func (s *Server) auditCreated(c *gin.Context, vm *store.VM) *store.AuditEntry {
+	rec := auditOf(c)
+	if rec == nil || rec.done || rec.forwarded {
+		return nil
+	}
+	ok := *rec // the request's own is left for a create that fails
+	ok.entry.VMID, ok.entry.Target = vm.ID, clip("vm/"+vm.Owner+"/"+vm.Name, maxAuditTarget)
+	ok.entry.Detail = clip(fmt.Sprintf("profile %s, %d hours", vm.Profile, vm.Hours), maxAuditDetail)
+	s.fillAudit(c, &ok, http.StatusAccepted)
+	return &ok.entry
+}
+
+// auditWritten records that e, the request's entry, was stored with what
+// it audits: logged (server.audit.log), not written again.
+func (s *Server) auditWritten(c *gin.Context, e *store.AuditEntry) {
+	rec := auditOf(c)
+	if rec == nil {
+		return
+	}
+	rec.entry, rec.done = *e, true
+	if s.auditSettings().Log {
+		s.auditLog.LogAttrs(c.Request.Context(), slog.LevelInfo, "audit", auditAttrs(e)...)
+	}
+}
+
 // logged at error with the whole entry and counted.
 func (s *Server) writeAudit(ctx context.Context, e *store.AuditEntry) bool {
 	if s.auditSettings().Log {

@@ -116,19 +116,12 @@ func (s *Server) createVM(c *gin.Context) {
 	if !ok {
 		return
 	}
-	auditVM(c, vm)
-	auditDetail(c, "profile %s, %d hours", vm.Profile, vm.Hours)
 	c.Header("Location", "/v1/vms/"+vm.ID)
 	out := toAPIVM(vm, nil)
 	out.Access = vmAccess(p)
 	c.JSON(http.StatusAccepted, api.CreateVMResponse{VM: out, Operation: toAPIOp(op)})
 }
 
-// makeVM checks a request for a VM and queues the VM, as POST /v1/vms
-// does, and as POST /v1/tasks does for the VM of task (nil for a VM of
-// none; a task's request has no Idempotency-Key, and its VM's spec names
-// the task). It answers the request itself when it returns false: a
-// problem, or the first answer to a request with the same Idempotency-Key.
 // newVMName makes a name up for a VM its person did not name (a test
 // makes its own).
 var newVMName = generatedName
@@ -145,6 +138,12 @@ func generatedName(profile string) string {
 	return strings.TrimRight(name[:min(len(name), 55)], "-") + "-" + hex.EncodeToString(b)
 }
 
+// makeVM checks a request for a VM and queues the VM, as POST /v1/vms
+// does, and as POST /v1/tasks does for the VM of task (nil for a VM of
+// none; a task's request has no Idempotency-Key, and its VM's spec names
+// the task). It answers the request itself when it returns false: a
+// problem, or the first answer to a request with the same Idempotency-Key.
+// A VM of no task is audited in the transaction that makes it.
 func (s *Server) makeVM(c *gin.Context, req api.CreateVMRequest, task *store.Task) (*store.VM, *store.Operation, *config.Profile, bool) {
 	u := user(c)
 	var p *config.Profile
@@ -252,13 +251,22 @@ func (s *Server) makeVM(c *gin.Context, req api.CreateVMRequest, task *store.Tas
 	if key != "" {
 		opts.IdempotencyKey = &store.IdempotencyKey{User: u.Name, Key: key, RequestHash: hash}
 	}
-	op, err := s.Store.CreateVM(ctx, vm, opts)
+	create := func() (*store.Operation, error) {
+		if task == nil {
+			opts.Audit = s.auditCreated(c, vm)
+		}
+		return s.Store.CreateVM(ctx, vm, opts)
+	}
+	op, err := create()
 	// A name made up here that one of the person's VMs has already (one in
 	// 16 million a pair) is made up again, not refused.
 	for try := 0; errors.Is(err, store.ErrNameTaken) && req.Name == "" && task == nil && try < 3; try++ {
 		name = newVMName(p.Name)
 		vm.Name = name
-		op, err = s.Store.CreateVM(ctx, vm, opts)
+		op, err = create()
+	}
+	if err == nil && opts.Audit != nil {
+		s.auditWritten(c, opts.Audit)
 	}
 	switch {
 	case errors.Is(err, store.ErrIdempotencyKeyUsed):

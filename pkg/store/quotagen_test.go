@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"testing"
 )
 
@@ -59,5 +60,30 @@ func TestQuotaGeneration(t *testing.T) {
 				return nil
 			})
 		})
+	})
+}
+
+// A create's audit entry is written with the VM, in its transaction, and
+// not at all when the create writes nothing.
+func TestCreateVMWritesItsAudit(t *testing.T) {
+	ctx := context.Background()
+	eachDriver(t, func(t *testing.T, s *Store, _ *testDB) {
+		mustUser(t, s, "alice")
+		e := &AuditEntry{Action: "vm.create", User: "alice", Outcome: AuditOK, Status: 202, Target: "vm/alice/a"}
+		vm := &VM{Name: "a", Owner: "alice", Profile: "p", Hours: 1}
+		if _, err := s.CreateVM(ctx, vm, CreateVMOptions{RequestedBy: "alice", Audit: e}); err != nil {
+			t.Fatal(err)
+		}
+		got, _, err := s.ListAudit(ctx, AuditFilter{VMID: vm.ID})
+		if err != nil || len(got) != 1 || got[0].Action != "vm.create" || got[0].Status != 202 {
+			t.Fatalf("audit of the create: %+v %v", got, err)
+		}
+		again := &AuditEntry{Action: "vm.create", User: "alice", Outcome: AuditOK, Status: 202}
+		if _, err := s.CreateVM(ctx, &VM{Name: "a", Owner: "alice", Profile: "p", Hours: 1}, CreateVMOptions{Audit: again}); !errors.Is(err, ErrNameTaken) {
+			t.Fatalf("the same name again: %v", err)
+		}
+		if n := count(t, s, "audit_log"); n != 1 {
+			t.Errorf("%d audit entries after a create that wrote nothing, want 1", n)
+		}
 	})
 }

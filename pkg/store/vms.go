@@ -28,6 +28,11 @@ type CreateVMOptions struct {
 	// transaction (AttachVolume): one not ready or attached elsewhere
 	// writes nothing.
 	Volumes []string
+	// Audit, when set, is the audit entry of the request that makes the
+	// VM (audit.go), stored in the same transaction (its VMID and, when
+	// zero, CreatedAt are filled): one write of the single writer instead
+	// of two for each create (issue #26).
+	Audit *AuditEntry
 	// Task, when set, is the task the VM serves (tasks.go), stored in the
 	// same transaction with the VM's ID (its ID must be set, its times and
 	// state are filled).
@@ -96,6 +101,12 @@ func (s *Store) CreateVM(ctx context.Context, vm *VM, opts CreateVMOptions) (*Op
 		if k := opts.IdempotencyKey; k != nil {
 			k.VMID, k.OperationID = vm.ID, op.ID
 			if err := tx.putIdempotencyKey(k); err != nil {
+				return err
+			}
+		}
+		if a := opts.Audit; a != nil {
+			a.VMID = vm.ID
+			if err := tx.AppendAudit(ctx, a); err != nil {
 				return err
 			}
 		}
