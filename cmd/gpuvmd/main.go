@@ -333,6 +333,7 @@ func newTaskSupervisor(st *store.Store, hv *hypervisor.Conn, orch *orchestrator.
 		return fmt.Errorf("task %s waits: gpuvmd starts: %w", t.ID, store.ErrConflict)
 	}
 	return task.New(task.Config{Store: st, Log: log, LogDir: taskLogs, Host: orch.Host(), Wake: nd.waker(orch).Wake, Launch: launch,
+		Leader: nd.leader(),
 		Channel: func(ctx context.Context, vmID string) (string, error) {
 			x, err := hv.XML(ctx, vmID, false)
 			if err != nil {

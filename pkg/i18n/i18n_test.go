@@ -17,6 +17,8 @@ func TestText(t *testing.T) {
 		{"no GPU here can ever give H100-4C (boards: L40S, H100; check their modes and models)",
 			"这里没有任何 GPU 能提供 H100-4C（GPU 型号：L40S, H100；请检查它们的模式和型号）"},
 		{"the guest reported no address within 5m", "客户机在 5 分钟内没有报告地址"},
+		{"the task's runner stopped without reporting an exit status", "任务的运行器停止了，未报告退出状态"},
+		{"its VM's node h2 is down (its heartbeat stopped)", "其虚拟机所在节点 h2 已宕机（心跳停止）"},
 		{"the guest is up; its desktop (RDP, port 3389) does not answer yet: cloud-init may still be setting it up",
 			"客户机已启动；它的桌面（RDP，端口 3389）尚未响应：cloud-init 可能仍在设置它"},
 		{"the guest is up but its desktop (Sunshine, port 47984) did not answer within 15m of the boot: it may be failing in the guest (look with gpuvm ssh or the console)",

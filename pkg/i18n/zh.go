@@ -155,6 +155,8 @@ var zh = [][2]string{
 	{"time limit reached: SIGTERM, then after {n}s the VM powered off", "已达时间限制：发送 SIGTERM，{n} 秒后虚拟机关机"},
 	{"cancelled: SIGTERM, then after {n}s the VM powered off", "已取消：发送 SIGTERM，{n} 秒后虚拟机关机"},
 	{"its VM was deleted before the command ended", "命令结束前其虚拟机已被删除"},
+	{"the task's runner stopped without reporting an exit status", "任务的运行器停止了，未报告退出状态"},
+	{"its VM's node {n} is down (its heartbeat stopped)", "其虚拟机所在节点 {n} 已宕机（心跳停止）"},
 	{"name the profile to run the task in", "请指定运行任务的配置文件"},
 	{"give a command (an argv) or a script, one of them", "请给出命令（argv）或脚本，二者选一"},
 	{"the program to run is empty", "要运行的程序为空"},

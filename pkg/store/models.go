@@ -730,6 +730,9 @@ type Task struct {
 	VMGroup string     `gorm:"column:vm_group;not null" json:"vm_group,omitempty"`
 	// LogBase is the bytes of output kept before this attempt.
 	LogBase int64 `gorm:"column:log_base;not null" json:"log_base,omitempty"`
+	// BootingAt is when this attempt's VM was first seen running: the
+	// boot timeout counts from it, across restarts of gpuvmd.
+	BootingAt *time.Time `gorm:"column:booting_at" json:"booting_at,omitempty"`
 }
 
 func (Task) TableName() string { return "tasks" }

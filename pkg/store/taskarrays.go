@@ -133,7 +133,7 @@ func (s *Store) RequeueTask(ctx context.Context, a TaskAttempt, reason string, l
 		}
 		res := tx.db.Model(&Task{}).Where("id = ? AND attempt = ? AND ended_at IS NULL", a.TaskID, a.Attempt).Updates(map[string]any{
 			"state": api.TaskPending, "reason": reason, "vm_id": "", "attempt": a.Attempt + 1, "exit_code": nil, "signal": nil,
-			"started_at": nil, "term_at": nil, "warned_at": nil, "log_base": logBase, "log_bytes": logBase, "updated_at": a.EndedAt})
+			"started_at": nil, "term_at": nil, "warned_at": nil, "booting_at": nil, "log_base": logBase, "log_bytes": logBase, "updated_at": a.EndedAt})
 		if res.Error != nil {
 			return wrap(res.Error, nil, "requeue task %s", a.TaskID)
 		}

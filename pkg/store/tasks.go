@@ -89,6 +89,7 @@ type TaskUpdate struct {
 	TermAt    *time.Time
 	CancelAt  *time.Time
 	WarnedAt  *time.Time
+	BootingAt *time.Time
 	LogBytes  *int64
 }
 
@@ -113,7 +114,8 @@ func (s *Store) UpdateTask(ctx context.Context, id string, from []string, u Task
 			set[col] = *v
 		}
 	}
-	for col, v := range map[string]*time.Time{"started_at": u.StartedAt, "term_at": u.TermAt, "cancel_at": u.CancelAt, "warned_at": u.WarnedAt} {
+	for col, v := range map[string]*time.Time{"started_at": u.StartedAt, "term_at": u.TermAt, "cancel_at": u.CancelAt, "warned_at": u.WarnedAt,
+		"booting_at": u.BootingAt} {
 		if v != nil {
 			set[col] = v.UTC()
 		}
@@ -138,5 +140,5 @@ func (s *Store) UpdateTask(ctx context.Context, id string, from []string, u Task
 func utcTask(t *Task) {
 	t.CreatedAt, t.UpdatedAt = t.CreatedAt.UTC(), t.UpdatedAt.UTC()
 	t.StartedAt, t.EndedAt, t.TermAt, t.CancelAt = utcPtr(t.StartedAt), utcPtr(t.EndedAt), utcPtr(t.TermAt), utcPtr(t.CancelAt)
-	t.WarnedAt, t.StartAt = utcPtr(t.WarnedAt), utcPtr(t.StartAt)
+	t.WarnedAt, t.StartAt, t.BootingAt = utcPtr(t.WarnedAt), utcPtr(t.StartAt), utcPtr(t.BootingAt)
 }

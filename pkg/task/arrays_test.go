@@ -408,19 +408,19 @@ func TestWarningSignal(t *testing.T) {
 	f.round()
 	send(`{"t":"start","pid":7}`)
 	f.waitState(api.TaskRunning)
-	f.clk.add(49*time.Minute + 59*time.Second)
+	f.later(49*time.Minute+59*time.Second, send)
 	f.round()
 	if f.get().WarnedAt != nil {
 		t.Fatal("warned before the lead")
 	}
-	f.clk.add(time.Second)
+	f.later(time.Second, send)
 	f.round()
 	f.round()
 	expect(t, msgs, "from", "signal:USR1")
 	if f.get().WarnedAt == nil {
 		t.Fatal("the warning is not recorded")
 	}
-	f.clk.add(10 * time.Minute)
+	f.later(10*time.Minute, send)
 	f.round()
 	expect(t, msgs, "signal:TERM")
 }

@@ -16,10 +16,12 @@ import (
 )
 
 // Message is a line of the task channel's protocol (docs/tasks.md), both
-// ways. Guest to host: hello, start (Pid), out (Off, D), hb, exit (Code,
-// Signal). Host to guest: from (Off), signal (Sig).
+// ways. Guest to host: hello (V), resume (V, Off), start (Pid), out (Off,
+// D), hb (V), exit (Code, Signal, Off: the output's size). Host to guest:
+// from (V, Off), signal (Sig), bye.
 type Message struct {
 	T      string `json:"t"`
+	V      int    `json:"v,omitempty"`
 	Task   string `json:"task,omitempty"`
 	Pid    int    `json:"pid,omitempty"`
 	Off    int64  `json:"off"`
@@ -29,24 +31,38 @@ type Message struct {
 	Sig    string `json:"sig,omitempty"`
 }
 
-// maxLine bounds a line of the protocol: the runner sends one line of
-// output per message, and a longer one is cut.
+// maxLine bounds a line of the protocol: the runner sends a line of
+// output in pieces of at most 32 KiB (before escaping).
 const maxLine = 1 << 20
+
+// Protocol is the version of the channel's protocol this gpuvmd speaks.
+// 1: the runner sends its output once, as it comes. 2: the runner keeps
+// its output in a file and, on each "from", says "resume" and sends it
+// again from that offset; its heartbeats carry "v"; its exit carries the
+// output's size and is sent until gpuvmd says "bye".
+const Protocol = 2
 
 // conn is the connection to one task's runner.
 type conn struct {
 	s    *Supervisor
 	task string
+	vm   string
 	nc   net.Conn
 	log  *os.File
 
 	mu      sync.Mutex
 	written int64 // bytes of output kept
+	// pos is where the output received in order ends (base + the
+	// runner's offset): written, and what MaxLog dropped.
+	pos     int64
 	base    int64 // bytes kept before this attempt: the runner's offset 0
 	dropped int64 // bytes beyond MaxLog
-	hello   bool
-	lastHB  time.Time
-	done    chan struct{}
+	// proto is the runner's protocol: 0 while not known (no hello or
+	// heartbeat seen on this connection).
+	proto    int
+	hello    bool
+	lastSeen time.Time // its last message, or the connect
+	done     chan struct{}
 }
 
 // connect dials a running VM's task channel and reads it until it closes.
@@ -76,12 +92,15 @@ func (s *Supervisor) connect(ctx context.Context, t *store.Task) (*conn, error) 
 		return nil, err
 	}
 	base := min(t.LogBase, end)
-	c := &conn{s: s, task: t.ID, nc: nc, log: f, written: end, base: base, done: make(chan struct{})}
+	c := &conn{s: s, task: t.ID, vm: t.VMID, nc: nc, log: f, written: end, pos: end, base: base, lastSeen: s.cfg.Store.Now(),
+		done: make(chan struct{})}
 	s.mu.Lock()
 	s.conns[t.ID] = c
 	s.mu.Unlock()
-	// What was kept is not asked for again.
-	c.send(Message{T: "from", Off: end - base})
+	// What was kept is not asked for again; a runner of protocol 2 sends
+	// what came after it, again if it sent it to a gpuvmd that stopped
+	// before keeping it.
+	c.send(Message{T: "from", V: Protocol, Off: end - base})
 	go c.read()
 	s.log.Info("connected to the task's runner", "task", t.ID, "vm", t.VMID, "from", end)
 	return c, nil
@@ -117,15 +136,22 @@ func (c *conn) handle(m Message) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	st := c.s.cfg.Store
+	c.mu.Lock()
+	c.lastSeen = st.Now()
+	switch {
+	case m.V > 0:
+		c.proto = m.V
+	case m.T == "hello" || m.T == "hb":
+		c.proto = 1
+	}
+	c.mu.Unlock()
 	switch m.T {
 	case "hello":
 		c.mu.Lock()
 		c.hello = true
 		c.mu.Unlock()
-	case "hb":
-		c.mu.Lock()
-		c.lastHB = time.Now()
-		c.mu.Unlock()
+	case "resume":
+		c.s.log.Info("the task's runner sends its output again", "task", c.task, "from", m.Off)
 	case "start":
 		c.mu.Lock()
 		c.hello = true
@@ -145,20 +171,25 @@ func (c *conn) handle(m Message) error {
 	return nil
 }
 
-// out keeps a chunk of output at its offset: what was kept already is not
-// written twice; after a gap (output gpuvmd never got: the runner blocks
-// while gpuvmd is not connected, so only a runner that lost some) what
-// comes is kept right after what was kept.
+// out keeps a chunk of output at its offset: what was received already is
+// not written twice. After a gap (output sent to a gpuvmd that stopped
+// before keeping it) a runner of protocol 2 sends it again from "from":
+// what comes after the gap is dropped until then; a runner of protocol 1
+// never does, and what comes is kept right after what was kept.
 func (c *conn) out(off int64, d string) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	off += c.base
-	if off+int64(len(d)) <= c.written {
+	if off+int64(len(d)) <= c.pos {
 		return nil
 	}
-	if off < c.written {
-		d = d[c.written-off:]
+	if off > c.pos && c.proto != 1 {
+		return nil
 	}
+	if off < c.pos {
+		d = d[c.pos-off:]
+	}
+	c.pos += int64(len(d))
 	if room := c.s.cfg.MaxLog - c.written; int64(len(d)) > room {
 		c.dropped += int64(len(d)) - max(room, 0)
 		d = d[:max(room, 0)]
@@ -182,15 +213,27 @@ func (c *conn) exit(ctx context.Context, m Message) error {
 	if m.Signal != nil {
 		sig = *m.Signal
 	}
+	if missing := c.missing(m.Off); missing >= 0 {
+		// Output was lost on the way (a gpuvmd stopped): asked for again;
+		// the runner sends the exit again after it.
+		c.s.log.Info("the task's runner reported its exit before gpuvmd had all its output: asking for the rest", "task", c.task, "from", missing)
+		c.send(Message{T: "from", V: Protocol, Off: missing})
+		return nil
+	}
 	reason := fmt.Sprintf("the command exited %d", code)
 	if sig != 0 {
 		reason = fmt.Sprintf("the command was killed by signal %d", sig)
 	}
 	n := c.size()
 	err := st.UpdateTask(ctx, c.task, nil, store.TaskUpdate{State: api.TaskCompleting, Reason: reason, ExitCode: &code, Signal: &sig, LogBytes: &n})
+	if errors.Is(err, store.ErrConflict) {
+		c.send(Message{T: "bye"}) // ended already: a repeat of the exit
+		return nil
+	}
 	if err != nil {
 		return err
 	}
+	c.send(Message{T: "bye"})
 	// The round, now, asks for the VM's delete: one goroutine asks for
 	// deletes, so that no two are asked for.
 	c.s.kickNow()
@@ -211,6 +254,30 @@ func (c *conn) size() int64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.written
+}
+
+// missing is the runner's offset from which output of size n (an exit's)
+// is missing, -1 when none is.
+func (c *conn) missing(n int64) int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.base+n <= c.pos {
+		return -1
+	}
+	return c.pos - c.base
+}
+
+// silent is how long the runner has said nothing, when that counts in
+// state: while the command runs (the runner heartbeats then), or while it
+// boots once the runner said it speaks protocol 2 (which heartbeats from
+// its hello); else 0.
+func (c *conn) silent(state string, now time.Time) time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if state != api.TaskRunning && (state != api.TaskBooting || c.proto < 2) {
+		return 0
+	}
+	return now.Sub(c.lastSeen)
 }
 
 func (c *conn) helloed() bool {

@@ -31,7 +31,12 @@ type Store interface {
 	ListArrayElements(ctx context.Context, arrayID string) ([]store.Task, error)
 	RequeueTask(ctx context.Context, a store.TaskAttempt, reason string, logBase int64) error
 	RecordTaskAttempt(ctx context.Context, a store.TaskAttempt) error
+	ListHosts(ctx context.Context) ([]store.Host, error)
 }
+
+// Leader says whether this gpuvmd does a fleet's once-only work (a
+// *fleet.Node).
+type Leader interface{ IsLeader() bool }
 
 // ErrLaunchRefused is what Launch wraps when a task's VM can never be made
 // (its profile is gone): the task ends failed, not waits.
@@ -42,7 +47,14 @@ const (
 	DefaultMaxLog      = 64 << 20
 	DefaultBootTimeout = 10 * time.Minute
 	DefaultInterval    = time.Second
+	// DefaultHeartbeatTimeout is four of the runner's heartbeats (every
+	// 10 s) missed.
+	DefaultHeartbeatTimeout = 40 * time.Second
 )
+
+// RunnerGone is the reason of a task whose runner stopped talking while
+// its VM ran (the portal's and the CLI's word tables translate it).
+const RunnerGone = "the task's runner stopped without reporting an exit status"
 
 // Config is what a Supervisor needs.
 type Config struct {
@@ -71,6 +83,13 @@ type Config struct {
 	// BootTimeout is how long a running VM's runner has to say hello
 	// before the task is boot_fail (DefaultBootTimeout when 0).
 	BootTimeout time.Duration
+	// HeartbeatTimeout is how long a connected runner may say nothing
+	// (it sends a heartbeat every 10 s) before its task is failed with
+	// RunnerGone (DefaultHeartbeatTimeout when 0).
+	HeartbeatTimeout time.Duration
+	// Leader, in a fleet, says whether this gpuvmd ends the tasks whose
+	// VM's node is down (node_fail); nil: it does (a single server).
+	Leader Leader
 	// Interval is the time between rounds (DefaultInterval when 0).
 	Interval time.Duration
 }
@@ -82,9 +101,6 @@ type Supervisor struct {
 
 	mu    sync.Mutex
 	conns map[string]*conn // by task ID
-	// booting is when a task's VM was first seen running, for the boot
-	// timeout (kept in memory: a restart gives a task its time again).
-	booting map[string]time.Time
 	// kick starts a round now (a command ended).
 	kick chan struct{}
 }
@@ -108,13 +124,16 @@ func New(cfg Config) (*Supervisor, error) {
 	if cfg.BootTimeout <= 0 {
 		cfg.BootTimeout = DefaultBootTimeout
 	}
+	if cfg.HeartbeatTimeout <= 0 {
+		cfg.HeartbeatTimeout = DefaultHeartbeatTimeout
+	}
 	if cfg.Interval <= 0 {
 		cfg.Interval = DefaultInterval
 	}
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
-	return &Supervisor{cfg: cfg, log: cfg.Log.With("component", "tasks"), conns: map[string]*conn{}, booting: map[string]time.Time{},
+	return &Supervisor{cfg: cfg, log: cfg.Log.With("component", "tasks"), conns: map[string]*conn{},
 		kick: make(chan struct{}, 1)}, nil
 }
 
@@ -165,6 +184,10 @@ func (s *Supervisor) Round(ctx context.Context) error {
 	var errs []error
 	var arrays, waiting []*store.Task
 	active := map[string]int{} // by array: its elements with a VM
+	down, err := s.downHosts(ctx)
+	if err != nil {
+		errs = append(errs, err)
+	}
 	for i := range tasks {
 		t := &tasks[i]
 		switch {
@@ -177,7 +200,7 @@ func (s *Supervisor) Round(ctx context.Context) error {
 		case t.ArrayID != "":
 			active[t.ArrayID]++
 		}
-		if err := s.step(ctx, t); err != nil {
+		if err := s.step(ctx, t, down); err != nil {
 			errs = append(errs, fmt.Errorf("task %s: %w", t.ID, err))
 		}
 	}
@@ -192,8 +215,27 @@ func (s *Supervisor) Round(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// step is one task's part of a round.
-func (s *Supervisor) step(ctx context.Context, t *store.Task) error {
+// downHosts is the nodes declared down (the fleet's leader marks a node
+// whose heartbeat stopped), when this gpuvmd ends their tasks.
+func (s *Supervisor) downHosts(ctx context.Context) (map[string]bool, error) {
+	if s.cfg.Leader != nil && !s.cfg.Leader.IsLeader() {
+		return nil, nil
+	}
+	hosts, err := s.cfg.Store.ListHosts(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("the nodes' states: %w", err)
+	}
+	down := map[string]bool{}
+	for _, h := range hosts {
+		if h.State == store.HostDown && h.Name != s.cfg.Host {
+			down[h.Name] = true
+		}
+	}
+	return down, nil
+}
+
+// step is one task's part of a round; down are the nodes declared down.
+func (s *Supervisor) step(ctx context.Context, t *store.Task, down map[string]bool) error {
 	vm, err := s.cfg.Store.GetVM(ctx, t.VMID)
 	if errors.Is(err, store.ErrNotFound) {
 		vm, err = &store.VM{ID: t.VMID, State: store.VMDeleted}, nil
@@ -202,6 +244,10 @@ func (s *Supervisor) step(ctx context.Context, t *store.Task) error {
 		return err
 	}
 	c := s.conn(t.ID)
+	if c != nil && c.vm != t.VMID {
+		s.forget(t.ID) // an earlier attempt's runner (its node came back)
+		c = nil
+	}
 	if c != nil {
 		n := c.size()
 		if n != t.LogBytes {
@@ -215,6 +261,16 @@ func (s *Supervisor) step(ctx context.Context, t *store.Task) error {
 		return s.vmGone(ctx, t, vm)
 	case store.VMFailed:
 		return s.end(ctx, t, vm, api.TaskNodeFail, "its VM failed: "+vm.StateReason)
+	}
+	if vm.Host != "" && down[vm.Host] && vm.State != store.VMAllocating && t.State != api.TaskCompleting {
+		// The fleet requeues a VM its node had not begun to make; any
+		// other is lost with its node: the task ends (or is retried),
+		// and the VM's delete waits for the node's return.
+		err := s.end(ctx, t, vm, api.TaskNodeFail, fmt.Sprintf("its VM's node %s is down (its heartbeat stopped)", vm.Host))
+		if errors.Is(err, store.ErrConflict) {
+			return nil // another gpuvmd ended it
+		}
+		return err
 	}
 	if t.CancelAt != nil && t.StartedAt == nil && t.State != api.TaskCompleting {
 		// Not started: nothing to stop, the VM goes.
@@ -281,15 +337,20 @@ func (s *Supervisor) running(ctx context.Context, t *store.Task, vm *store.VM) e
 			s.log.Debug("task channel not ready", "task", t.ID, "vm", vm.ID, "err", err)
 		}
 	}
-	s.mu.Lock()
-	since, ok := s.booting[t.ID]
-	if !ok {
-		since = now
-		s.booting[t.ID] = now
+	if t.BootingAt == nil {
+		// Kept, so that a restart of gpuvmd does not give the guest its
+		// time again.
+		if err := s.cfg.Store.UpdateTask(ctx, t.ID, nil, store.TaskUpdate{BootingAt: &now}); err != nil {
+			return err
+		}
+		t.BootingAt = &now
 	}
-	s.mu.Unlock()
-	if t.State == api.TaskBooting && (c == nil || !c.helloed()) && now.Sub(since) > s.cfg.BootTimeout {
+	if t.State == api.TaskBooting && (c == nil || !c.helloed()) && now.Sub(*t.BootingAt) > s.cfg.BootTimeout {
 		return s.end(ctx, t, vm, api.TaskBootFail, fmt.Sprintf("the guest's runner did not report within %s of its VM running", s.cfg.BootTimeout))
+	}
+	if c != nil && c.silent(t.State, now) > s.cfg.HeartbeatTimeout {
+		s.log.Warn("the task's runner stopped talking", "task", t.ID, "vm", vm.ID, "silent", c.silent(t.State, now))
+		return s.end(ctx, t, vm, api.TaskFailed, RunnerGone)
 	}
 	return s.limits(ctx, t, vm, c, now)
 }
@@ -436,5 +497,4 @@ func (s *Supervisor) forget(id string) {
 		c.close()
 	}
 	delete(s.conns, id)
-	delete(s.booting, id)
 }

@@ -257,23 +257,23 @@ func TestTaskTimeLimit(t *testing.T) {
 	send(`{"t":"hello"}`)
 	send(`{"t":"start","pid":7}`)
 	f.waitState(api.TaskRunning)
-	f.clk.add(59 * time.Minute)
+	f.later(59*time.Minute, send)
 	f.round()
 	if f.get().TermAt != nil {
 		t.Fatal("stopped before its time limit")
 	}
-	f.clk.add(time.Minute)
+	f.later(time.Minute, send)
 	f.round()
 	expect(t, msgs, "from", "signal:TERM")
 	if f.get().TermAt == nil || f.deleteRequested() {
 		t.Fatalf("at the limit: %+v, delete asked %v", f.get(), f.deleteRequested())
 	}
-	f.clk.add(29 * time.Second)
+	f.later(29*time.Second, send)
 	f.round()
 	if f.deleteRequested() {
 		t.Fatal("powered off before kill_wait")
 	}
-	f.clk.add(time.Second)
+	f.later(time.Second, send)
 	f.round()
 	expect(t, msgs, "signal:KILL")
 	if !f.deleteRequested() || f.get().State != api.TaskCompleting {
@@ -299,12 +299,12 @@ func TestTaskLeaseBeforeLimit(t *testing.T) {
 	f.round()
 	send(`{"t":"start","pid":7}`)
 	f.waitState(api.TaskRunning)
-	f.clk.add(57*time.Minute + 29*time.Second)
+	f.later(57*time.Minute+29*time.Second, send)
 	f.round()
 	if f.get().TermAt != nil {
 		t.Fatal("stopped more than kill_wait before the lease's end")
 	}
-	f.clk.add(time.Second)
+	f.later(time.Second, send)
 	f.round()
 	expect(t, msgs, "from", "signal:TERM")
 }
@@ -373,4 +373,24 @@ func TestTaskVMGone(t *testing.T) {
 	if err := g.st.UpdateTask(g.ctx, g.task.ID, nil, store.TaskUpdate{State: api.TaskRunning}); !errors.Is(err, store.ErrConflict) {
 		t.Fatalf("an ended task moved: %v", err)
 	}
+}
+
+// later moves the clock on by d, the runner heartbeating meanwhile (its
+// heartbeat seen at the new time).
+func (f *fixture) later(d time.Duration, send func(string)) {
+	f.t.Helper()
+	f.clk.add(d)
+	send(`{"t":"hb","v":2}`)
+	for i := 0; i < 100; i++ {
+		if c := f.sup.conn(f.task.ID); c != nil {
+			c.mu.Lock()
+			seen := c.lastSeen
+			c.mu.Unlock()
+			if !seen.Before(f.clk.Now()) {
+				return
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	f.t.Fatal("the supervisor did not see the runner's heartbeat")
 }

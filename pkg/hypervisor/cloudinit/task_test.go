@@ -67,6 +67,7 @@ func pty(t *testing.T) (*os.File, string) {
 
 type runnerMsg struct {
 	T      string `json:"t"`
+	V      int    `json:"v"`
 	Off    int64  `json:"off"`
 	D      string `json:"d"`
 	Pid    int    `json:"pid"`
@@ -75,9 +76,20 @@ type runnerMsg struct {
 }
 
 // runRunner runs the runner of task on this machine with sh, as root's
-// stand-in (no su), its port a pty, and returns what it said until exit;
-// onStart is called with the port when it says start.
+// stand-in (no su), its port a pty, and returns what it said until exit
+// (then it says bye, as gpuvmd does); onStart is called with the port when
+// it says start.
 func runRunner(t *testing.T, task *Task, onStart func(port *os.File)) []runnerMsg {
+	t.Helper()
+	return runRunnerWith(t, task, func(m runnerMsg, port *os.File) {
+		if m.T == "start" && onStart != nil {
+			onStart(port)
+		}
+	})
+}
+
+// runRunnerWith is runRunner with react called on each message.
+func runRunnerWith(t *testing.T, task *Task, react func(m runnerMsg, port *os.File)) []runnerMsg {
 	t.Helper()
 	port, path := pty(t)
 	dir := t.TempDir()
@@ -109,10 +121,9 @@ func runRunner(t *testing.T, task *Task, onStart func(port *os.File)) []runnerMs
 				continue
 			}
 			out = append(out, m)
-			if m.T == "start" && onStart != nil {
-				onStart(port)
-			}
+			react(m, port)
 			if m.T == "exit" {
+				_, _ = port.WriteString(`{"t":"bye"}` + "\n")
 				break
 			}
 		}
@@ -203,5 +214,66 @@ func TestTaskRunnerArrayAndWarning(t *testing.T) {
 	last := msgs[len(msgs)-1]
 	if !strings.Contains(text.String(), "warned arr-1_7 7 10 arr-1 2\n") || last.T != "exit" || *last.Code != 7 {
 		t.Fatalf("output %q, last %+v", text.String(), last)
+	}
+}
+
+// gpuvmd connects again and keeps the output up to N: the runner says
+// resume and sends its output from byte N again, from the log it keeps,
+// then what comes after; its exit carries the output's size, and a last
+// line without a newline gets one.
+func TestTaskRunnerResumesFrom(t *testing.T) {
+	if _, err := exec.LookPath("setsid"); err != nil {
+		t.Skip("no setsid")
+	}
+	gate := filepath.Join(t.TempDir(), "go")
+	task := &Task{ID: "t-3", Script: "for i in 1 2 3 4 5; do echo \"line $i\"; done\n" +
+		"while [ ! -e \"$GATE\" ]; do sleep 0.05; done\necho line 6\nprintf 'line 7 \\303\\251'\n",
+		Env: map[string]string{"GATE": gate}}
+	full := "line 1\nline 2\nline 3\nline 4\nline 5\nline 6\nline 7 \u00e9\n"
+	from := int64(len("line 1\nline 2\n"))
+	var resumed bool
+	msgs := runRunnerWith(t, task, func(m runnerMsg, port *os.File) {
+		switch {
+		case m.T == "out" && strings.HasPrefix(m.D, "line 5") && !resumed:
+			resumed = true
+			_, _ = fmt.Fprintf(port, `{"t":"from","v":2,"off":%d}`+"\n", from)
+		case m.T == "resume":
+			if err := os.WriteFile(gate, nil, 0o644); err != nil {
+				t.Error(err)
+			}
+		}
+	})
+	var before, after strings.Builder
+	var seen bool
+	for _, m := range msgs {
+		switch m.T {
+		case "resume":
+			if m.Off != from || m.V != 2 {
+				t.Fatalf("resume %+v, want from %d, v 2", m, from)
+			}
+			seen = true
+		case "out":
+			b := &before
+			if seen {
+				b = &after
+			}
+			if m.Off != int64(b.Len()) && !(seen && m.Off == from+int64(b.Len())) {
+				t.Errorf("out at %d after %q", m.Off, b.String())
+			}
+			b.WriteString(m.D)
+		}
+	}
+	if before.String() != full[:len("line 1\nline 2\nline 3\nline 4\nline 5\n")] {
+		t.Fatalf("before the resume: %q", before.String())
+	}
+	if after.String() != full[from:] {
+		t.Fatalf("after the resume from %d: %q, want %q", from, after.String(), full[from:])
+	}
+	last := msgs[len(msgs)-1]
+	if last.T != "exit" || last.Off != int64(len(full)) || *last.Code != 0 {
+		t.Fatalf("last %+v, want exit 0 with off %d", last, len(full))
+	}
+	if hello := msgs[0]; hello.T != "hello" || hello.V != 2 {
+		t.Fatalf("first %+v, want hello v 2", hello)
 	}
 }
