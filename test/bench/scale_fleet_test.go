@@ -53,6 +53,9 @@ func (r *scaleRun) measureSize(size, queued int) sizeResult {
 		}
 		sr.createRate, sr.createTimes, sr.createFails = r.fill(size - queued - paced)
 		if paced > 0 {
+			if cfg.profile != "" { // what the paced creates wait for: go tool trace -pprof=sync (or sched, syscall)
+				go r.saveDebug(filepath.Join(cfg.profile, fmt.Sprintf("paced-%d.trace", size)), "trace?seconds=5", "execution trace")
+			}
 			sr.pacedOffered = cfg.rate
 			sr.pacedRate, sr.pacedTimes, sr.pacedFails = r.fillPaced(paced, cfg.rate)
 		}
