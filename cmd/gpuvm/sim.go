@@ -6,6 +6,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -23,6 +24,9 @@ type simOpts struct {
 	maxWait, tick                 time.Duration
 	json, skipBad, preempt        bool
 	reserve, lookahead            int
+	asTasks                       bool
+	taskSeed                      uint64
+	taskRun                       string
 }
 
 func newSimCmd(getenv func(string) string) *cobra.Command {
@@ -59,6 +63,14 @@ only), +no-preempt, +spread, +mixed-size (every vGPU GPU in mixed-size mode). Wi
 first order with +mixed-size when the trace asks for time-sliced vGPUs that
 share GPUs in equal-size mode.
 
+With --as-tasks, each run is replayed twice: as VMs that hold their GPU for
+their whole lease, and as tasks (gpuvm task submit) that give it back when their
+command ends, each request's real run drawn uniformly from --task-run percent of
+its lease (seeded by --task-seed; the trace's runtime column is replaced). The
+report gives, per run, VMs → tasks: the GPU-hours given back before the lease's
+end, the GPU-hours used, the mean and p90 wait, the requests accepted and the
+largest type's acceptance.
+
 Exit status: 0 done, 1 the files are wrong (every problem is printed), 2 usage.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -78,7 +90,26 @@ Exit status: 0 done, 1 the files are wrong (every problem is printed), 2 usage.`
 	f.BoolVar(&o.preempt, "preempt", true, "let the policy runs preempt (a modifier +no-preempt turns it off for one run)")
 	f.IntVar(&o.reserve, "reserve", scheduler.DefaultReserve, "policy runs: requests that get capacity held while they wait")
 	f.IntVar(&o.lookahead, "lookahead", scheduler.DefaultLookahead, "policy runs: the holds go to the largest of this many first blocked requests")
+	f.BoolVar(&o.asTasks, "as-tasks", false, "replay each run as VMs held to their lease and as tasks that end early, side by side")
+	f.Uint64Var(&o.taskSeed, "task-seed", simulate.DefaultTaskDraw.Seed, "--as-tasks: the seed of the drawn runs")
+	f.StringVar(&o.taskRun, "task-run", "20-100", "--as-tasks: a task's real run, drawn uniformly from this range of percent of its lease")
 	return cmd
+}
+
+// taskDraw is the draw of --as-tasks: --task-run "MIN-MAX" percent.
+func taskDraw(o simOpts) (simulate.TaskDraw, error) {
+	lo, hi, ok := strings.Cut(o.taskRun, "-")
+	d := simulate.TaskDraw{Seed: o.taskSeed}
+	a, errA := strconv.ParseFloat(strings.TrimSpace(lo), 64)
+	b, errB := strconv.ParseFloat(strings.TrimSpace(hi), 64)
+	if !ok || errA != nil || errB != nil {
+		return d, fmt.Errorf("--task-run %q is not MIN-MAX percent of the lease (20-100)", o.taskRun)
+	}
+	d.Min, d.Max = a/100, b/100
+	if err := d.Validate(); err != nil {
+		return d, fmt.Errorf("--task-run %q: percent from above 0 to 100, MIN ≤ MAX", o.taskRun)
+	}
+	return d, nil
 }
 
 func runSim(o simOpts, getenv func(string) string, stdout, stderr io.Writer) error {
@@ -90,6 +121,14 @@ func runSim(o simOpts, getenv func(string) string, stdout, stderr io.Writer) err
 	}
 	if o.reserve < 0 || o.reserve > 1000 || o.lookahead < 0 || o.lookahead > 10000 {
 		return usageError{fmt.Errorf("--reserve is from 0 to 1000 and --lookahead from 0 to 10000")}
+	}
+	var draw simulate.TaskDraw
+	if o.asTasks {
+		d, err := taskDraw(o)
+		if err != nil {
+			return usageError{err}
+		}
+		draw = d
 	}
 	var start time.Time
 	if o.start != "" {
@@ -135,7 +174,24 @@ func runSim(o simOpts, getenv func(string) string, stdout, stderr io.Writer) err
 	if err != nil {
 		return usageError{err}
 	}
+	if o.asTasks {
+		return simTasks(setup, tr, specs, draw, o, stdout, stderr)
+	}
 	rep, err := simulate.Compare(setup, tr, specs)
+	if err != nil {
+		fmt.Fprintf(stderr, "gpuvm: %v\n", err)
+		return exitError{exitFailure}
+	}
+	rep.Trace, rep.Cluster = o.trace, o.cluster
+	if o.json {
+		return writeJSON(stdout, rep)
+	}
+	return rep.WriteText(stdout)
+}
+
+// simTasks is gpuvm sim --as-tasks: each run as VMs and as tasks.
+func simTasks(setup simulate.Setup, tr *simulate.Trace, specs []simulate.Spec, d simulate.TaskDraw, o simOpts, stdout, stderr io.Writer) error {
+	rep, err := simulate.CompareAsTasks(setup, tr, specs, d)
 	if err != nil {
 		fmt.Fprintf(stderr, "gpuvm: %v\n", err)
 		return exitError{exitFailure}

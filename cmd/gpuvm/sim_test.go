@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -41,6 +42,9 @@ func TestSimUsage(t *testing.T) {
 		"--tick":                 {"sim", "--cluster", cluster, "--trace", trace, "--tick", "0s"},
 		"takes no arguments":     {"sim", "extra", "--cluster", cluster, "--trace", trace},
 		"invalid argument \"x\"": {"sim", "--cluster", cluster, "--trace", trace, "--max-wait", "x"},
+		"--task-run \"50\"":      {"sim", "--cluster", cluster, "--trace", trace, "--as-tasks", "--task-run", "50"},
+		"--task-run \"0-100\"":   {"sim", "--cluster", cluster, "--trace", trace, "--as-tasks", "--task-run", "0-100"},
+		"--task-run \"80-40\"":   {"sim", "--cluster", cluster, "--trace", trace, "--as-tasks", "--task-run", "80-40"},
 	}
 	for want, args := range cases {
 		_, errOut, code := runCLI(t, args...)
@@ -116,5 +120,50 @@ func TestSimWithConfig(t *testing.T) {
 	_, errOut, code = runCLI(t, "sim", "--cluster", cluster, "--trace", trace)
 	if code != exitFailure || !strings.Contains(errOut, "needs the configuration (--config)") {
 		t.Errorf("profile column without --config: exit %d, %q", code, errOut)
+	}
+}
+
+// gpuvm sim --as-tasks: each run as VMs and as tasks, side by side; with
+// the whole run (100-100) the tasks give back only what the VMs do.
+func TestSimAsTasks(t *testing.T) {
+	cluster := writeTemp(t, "c.hcl", simCluster)
+	trace := writeTemp(t, "t.csv", simTrace)
+	out, errOut, code := runCLI(t, "sim", "--cluster", cluster, "--trace", trace, "--as-tasks", "--runs", "first-fit,fifo")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	for _, want := range []string{"drawn from 20–100 % of it (seed 1)", "VMs → tasks", "GPU-h given back early", "7g.40gb accepted", "first-fit", "fifo"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("report lacks %q:\n%s", want, out)
+		}
+	}
+	out, errOut, code = runCLI(t, "sim", "--cluster", cluster, "--trace", trace, "--as-tasks", "--task-run", "50-50", "--task-seed", "3", "--runs", "fifo", "--json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	var rep struct {
+		Draw struct {
+			Seed     uint64
+			Min, Max float64
+		}
+		Runs []struct {
+			Run        string
+			VMs, Tasks struct {
+				Granted  float64 `json:"granted_gpu_hours"`
+				Used     float64 `json:"used_gpu_hours"`
+				GaveBack float64 `json:"given_back_gpu_hours"`
+			}
+		}
+	}
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if rep.Draw.Seed != 3 || rep.Draw.Min != 0.5 || len(rep.Runs) != 1 || rep.Runs[0].Run != "fifo" {
+		t.Fatalf("report %+v", rep)
+	}
+	v, k := rep.Runs[0].VMs, rep.Runs[0].Tasks
+	// Every request starts at once on the empty A100s: the tasks use half.
+	if v.GaveBack != 0 || v.Granted == 0 || k.Granted != v.Granted || math.Abs(k.Used-v.Granted/2) > 0.01 || math.Abs(k.GaveBack-v.Granted/2) > 0.01 {
+		t.Errorf("VMs %+v, tasks %+v", v, k)
 	}
 }

@@ -189,14 +189,123 @@ type fixedConfig struct{ c *config.Config }
 func (f fixedConfig) Load() *config.Config    { return f.c }
 func (f fixedConfig) Reload() (string, error) { return "", nil }
 
+// createRig is what BenchmarkCreate and BenchmarkTaskDispatch share: the
+// real SQLite store and server (behind httptest), the real backend plugin
+// binaries on a simulated l40sx4 host, libvirt's test:///default driver,
+// and an orchestrator run inline (Drain) whose backends and hypervisor
+// are wrapped in the timing decorators.
+type createRig struct {
+	cfg    *config.Config
+	st     *store.Store
+	loader *loader.Loader
+	hv     *hypervisor.Conn
+	timer  *callTimer
+	o      *orchestrator.Orchestrator
+	srv    *httptest.Server
+	client *http.Client
+	token  string
+	dir    string
+}
+
+// newCreateRig starts a rig whose configuration is profiles (HCL).
+func newCreateRig(b *testing.B, profiles string) *createRig {
+	b.Helper()
+	ctx := context.Background()
+	r := &createRig{dir: b.TempDir(), client: &http.Client{}, timer: &callTimer{calls: map[string]int{}}}
+	log := quietLog()
+
+	cfg, diags := config.Parse(config.Source{Name: "bench.hcl", Data: []byte(profiles)})
+	if diags.HasErrors() {
+		b.Fatal(diags)
+	}
+	r.cfg = cfg
+	r.st = openStore(b, filepath.Join(r.dir, "gpuvm.db"))
+	b.Cleanup(func() { r.st.Close() })
+	r.token = adminToken(b, r.st, r.dir)
+
+	r.loader = loader.New(loader.Config{Dir: plugins(b), Logger: log,
+		Backend: backend.Config{Simulate: "l40sx4", StateDir: r.dir, NVML: backend.NVMLAuto}})
+	b.Cleanup(r.loader.Close)
+	sctx, cancel := context.WithTimeout(ctx, time.Minute)
+	err := r.loader.Start(sctx)
+	cancel()
+	if err != nil {
+		b.Fatal(err)
+	}
+	// A running gpuvmd has long had its backends' first pushes; the
+	// benchmark waits for them before it measures.
+	if _, errs := r.loader.Inventories(ctx, r.loader.Names()); len(errs) > 0 {
+		b.Fatal(errs)
+	}
+	if r.hv, err = hypervisor.Open(ctx, "test:///default", log); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { r.hv.Close() })
+	// The domain type is the connection's accelerator check's (on the
+	// test driver: software emulation), never an assumed kvm.
+	accel, err := r.hv.Accel(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	r.o = orchestrator.New(orchestrator.Config{
+		Store: r.st, Backends: timedBackends{r.loader, r.timer}, Hypervisor: timedHypervisor{r.hv, r.timer},
+		Profiles: func() *config.Config { return cfg }, Host: "bench-host", DomainPrefix: "bench-",
+		DomainType: accel.Type, Log: log, ShutdownTimeout: time.Second,
+	})
+	// No Worker: the benchmark runs the orchestrator itself (Drain), so
+	// that the measured create is not waiting for a loop to wake up.
+	r.srv = httptest.NewServer(server.New(server.Deps{Auth: r.st, Backends: r.loader, Config: fixedConfig{cfg}, Store: r.st, Log: log,
+		TaskLogs: filepath.Join(r.dir, "tasks")}))
+	b.Cleanup(r.srv.Close)
+	return r
+}
+
+// call is call on the rig's server with its admin token.
+func (r *createRig) call(method, path, body string, want int, out any) error {
+	return call(r.client, method, r.srv.URL+path, r.token, body, want, out)
+}
+
+// deleteVM deletes a VM (DELETE and Drain) and checks it is gone.
+func (r *createRig) deleteVM(b *testing.B, id string) {
+	b.Helper()
+	ctx := context.Background()
+	if err := r.call(http.MethodDelete, "/v1/vms/"+id, "", http.StatusAccepted, nil); err != nil {
+		b.Fatal(err)
+	}
+	r.o.Drain(ctx)
+	if vm, err := r.st.GetVM(ctx, id); err != nil || vm.State != store.VMDeleted {
+		b.Fatalf("after delete: %+v, %v", vm, err)
+	}
+}
+
+// report reports n operations that took total, split by the timer into
+// the backend's and libvirt's calls and gpuvmd's own time (the metrics
+// BenchmarkCreate documents); extra is more external time to take out of
+// gpuvmd's (reported by the caller).
+func (r *createRig) report(b *testing.B, total time.Duration, n int, extra time.Duration) {
+	t := r.timer
+	per := func(d time.Duration) float64 { return ms(d) / float64(max(n, 1)) }
+	ext := t.create + t.libvirt + extra
+	b.ReportMetric(per(total), "total-ms/op")
+	b.ReportMetric(per(t.create), "backend-create-ms/op")
+	b.ReportMetric(per(t.libvirt), "libvirt-ms/op")
+	b.ReportMetric(per(t.create+t.libvirt), "backend+libvirt-ms/op")
+	b.ReportMetric(per(total-ext), "gpuvmd-ms/op")
+	b.ReportMetric(per(t.inv), "inventory-ms/op")
+	b.ReportMetric(per(t.cache), "cache-ms/op")
+	b.ReportMetric(per(total-ext-t.inv-t.other-t.hvOther), "gpuvmd-own-ms/op")
+	b.ReportMetric(0, "ns/op")
+	b.Logf("external calls in %d operations: %v", n, t.calls)
+}
+
 // BenchmarkCreate measures what gpuvmd adds to a VM create over the backend
 // and libvirt calls it makes. One iteration: POST /v1/vms (the real handler
 // on the real SQLite store, behind httptest) and the orchestrator run inline
 // (Drain) until the VM is running, on a simulated l40sx4 host served by the
 // real backend plugin binaries, with libvirt's test:///default driver. The
 // backends and the hypervisor the orchestrator gets are wrapped in timing
-// decorators. The VM is then deleted (DELETE and Drain, not timed) to free
-// the host for the next one.
+// decorators (createRig). The VM is then deleted (DELETE and Drain, not
+// timed) to free the host for the next one.
 //
 // Metrics, per create:
 //
@@ -215,95 +324,30 @@ func (f fixedConfig) Reload() (string, error) { return "", nil }
 //	gpuvmd-own-ms/op      total minus every external call, Inventory included
 func BenchmarkCreate(b *testing.B) {
 	ctx := context.Background()
-	dir := b.TempDir()
-	log := quietLog()
-
-	cfg, diags := config.Parse(config.Source{Name: "bench.hcl", Data: []byte(createProfile)})
-	if diags.HasErrors() {
-		b.Fatal(diags)
-	}
-	st := openStore(b, filepath.Join(dir, "gpuvm.db"))
-	b.Cleanup(func() { st.Close() })
-	token := adminToken(b, st, dir)
-
-	l := loader.New(loader.Config{Dir: plugins(b), Logger: log,
-		Backend: backend.Config{Simulate: "l40sx4", StateDir: dir, NVML: backend.NVMLAuto}})
-	b.Cleanup(l.Close)
-	sctx, cancel := context.WithTimeout(ctx, time.Minute)
-	err := l.Start(sctx)
-	cancel()
-	if err != nil {
-		b.Fatal(err)
-	}
-	// A running gpuvmd has long had its backends' first pushes; the
-	// benchmark waits for them before it measures.
-	if _, errs := l.Inventories(ctx, l.Names()); len(errs) > 0 {
-		b.Fatal(errs)
-	}
-	hv, err := hypervisor.Open(ctx, "test:///default", log)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { hv.Close() })
-	// The domain type is the connection's accelerator check's (on the
-	// test driver: software emulation), never an assumed kvm.
-	accel, err := hv.Accel(ctx)
-	if err != nil {
-		b.Fatal(err)
-	}
-
-	timer := &callTimer{calls: map[string]int{}}
-	o := orchestrator.New(orchestrator.Config{
-		Store: st, Backends: timedBackends{l, timer}, Hypervisor: timedHypervisor{hv, timer},
-		Profiles: func() *config.Config { return cfg }, Host: "bench-host", DomainPrefix: "bench-",
-		DomainType: accel.Type, Log: log, ShutdownTimeout: time.Second,
-	})
-	// No Worker: the benchmark runs the orchestrator itself (Drain), so
-	// that the measured create is not waiting for a loop to wake up.
-	srv := httptest.NewServer(server.New(server.Deps{Auth: st, Backends: l, Config: fixedConfig{cfg}, Store: st, Log: log}))
-	b.Cleanup(srv.Close)
-	client := &http.Client{}
-
+	r := newCreateRig(b, createProfile)
 	var total time.Duration
 	n := 0
 	for b.Loop() {
-		timer.measure(true)
+		r.timer.measure(true)
 		start := time.Now()
 		var resp api.CreateVMResponse
-		if err := call(client, http.MethodPost, srv.URL+"/v1/vms", token, `{"profile":"l40s-seat"}`, http.StatusAccepted, &resp); err != nil {
+		if err := r.call(http.MethodPost, "/v1/vms", `{"profile":"l40s-seat"}`, http.StatusAccepted, &resp); err != nil {
 			b.Fatal(err)
 		}
-		o.Drain(ctx)
+		r.o.Drain(ctx)
 		total += time.Since(start)
-		timer.measure(false)
+		r.timer.measure(false)
 		n++
 
 		b.StopTimer()
-		vm, err := st.GetVM(ctx, resp.VM.ID)
+		vm, err := r.st.GetVM(ctx, resp.VM.ID)
 		if err != nil || vm.State != store.VMRunning {
 			b.Fatalf("after create: %+v, %v", vm, err)
 		}
-		if err := call(client, http.MethodDelete, srv.URL+"/v1/vms/"+vm.ID, token, "", http.StatusAccepted, nil); err != nil {
-			b.Fatal(err)
-		}
-		o.Drain(ctx)
-		if vm, err := st.GetVM(ctx, resp.VM.ID); err != nil || vm.State != store.VMDeleted {
-			b.Fatalf("after delete: %+v, %v", vm, err)
-		}
+		r.deleteVM(b, vm.ID)
 		b.StartTimer()
 	}
-	per := func(d time.Duration) float64 { return ms(d) / float64(n) }
-	ext := timer.create + timer.libvirt
-	b.ReportMetric(per(total), "total-ms/op")
-	b.ReportMetric(per(timer.create), "backend-create-ms/op")
-	b.ReportMetric(per(timer.libvirt), "libvirt-ms/op")
-	b.ReportMetric(per(ext), "backend+libvirt-ms/op")
-	b.ReportMetric(per(total-ext), "gpuvmd-ms/op")
-	b.ReportMetric(per(timer.inv), "inventory-ms/op")
-	b.ReportMetric(per(timer.cache), "cache-ms/op")
-	b.ReportMetric(per(total-ext-timer.inv-timer.other-timer.hvOther), "gpuvmd-own-ms/op")
-	b.ReportMetric(0, "ns/op")
-	b.Logf("external calls in %d creates: %v", n, timer.calls)
+	r.report(b, total, n, 0)
 }
 
 // call sends a request with a JSON body (none when empty) and decodes the

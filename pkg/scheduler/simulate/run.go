@@ -89,8 +89,15 @@ type Result struct {
 	Acceptance        float64 `json:"acceptance"`
 	GPUHoursServed    float64 `json:"gpu_hours_served"`
 	GPUHoursRequested float64 `json:"gpu_hours_requested"`
-	MeanWaitMin       float64 `json:"mean_wait_minutes"`
-	P95WaitMin        float64 `json:"p95_wait_minutes"`
+	// GPUHoursGranted is what the started requests were given: each its
+	// share for its lease (to a booking's or a window's end when that
+	// comes first). GPUHoursGranted − GPUHoursServed is what they gave
+	// back before their lease ended: runs that ended early (the runtime
+	// column, or a replay as tasks), preemptions and window stops.
+	GPUHoursGranted float64 `json:"gpu_hours_granted"`
+	MeanWaitMin     float64 `json:"mean_wait_minutes"`
+	P90WaitMin      float64 `json:"p90_wait_minutes"`
+	P95WaitMin      float64 `json:"p95_wait_minutes"`
 	// Utilization is the time-weighted mean of the GPUs' worth held over
 	// all GPUs, from the first submission to the last end.
 	Utilization float64 `json:"utilization"`
@@ -159,6 +166,7 @@ type reqState struct {
 	last     scheduler.Reason
 	deadline time.Time
 	served   float64 // GPU-hours
+	granted  float64 // GPU-hours: share × lease (to s.End), when started
 }
 
 type vmState struct {
@@ -362,6 +370,11 @@ func applyDecision(now time.Time, d scheduler.Decision, byID map[string]*reqStat
 		if s.End.Before(v.actual) {
 			v.actual = s.End
 		}
+		leaseEnd := now.Add(st.item.Request.Lease)
+		if !s.End.IsZero() && s.End.Before(leaseEnd) {
+			leaseEnd = s.End
+		}
+		st.granted = f.Share * leaseEnd.Sub(now).Hours()
 		running[s.ID] = v
 		gone[s.ID] = true
 	}
@@ -605,6 +618,7 @@ func summarise(res *Result, states []reqState) {
 		s := &states[i]
 		byKey[s.key].t.GPUHours += s.served
 		served[s.item.Request.User] += s.served
+		res.GPUHoursGranted += s.granted
 	}
 	users := make([]string, 0, len(asked))
 	for u := range asked {
@@ -622,6 +636,7 @@ func summarise(res *Result, states []reqState) {
 		res.Acceptance = round(float64(res.Accepted)/float64(res.Requests), 4)
 	}
 	res.MeanWaitMin, res.P95WaitMin = meanP95(waits)
+	res.P90WaitMin = round(quantile(waits, 0.9), 1)
 	keys := make([]string, 0, len(byKey))
 	for k := range byKey {
 		keys = append(keys, k)
@@ -643,6 +658,7 @@ func summarise(res *Result, states []reqState) {
 	}
 	res.GPUHoursServed = round(res.GPUHoursServed, 2)
 	res.GPUHoursRequested = round(res.GPUHoursRequested, 2)
+	res.GPUHoursGranted = round(res.GPUHoursGranted, 2)
 	res.Utilization = round(res.Utilization, 4)
 	res.Stranded = round(res.Stranded, 3)
 	res.StrandedShare = round(res.StrandedShare, 4)
@@ -660,6 +676,16 @@ func meanP95(xs []float64) (float64, float64) {
 	}
 	idx := int(math.Ceil(0.95*float64(len(s)))) - 1
 	return round(sum/float64(len(s)), 1), round(s[max(idx, 0)], 1)
+}
+
+// quantile is the q-quantile of xs (nearest rank; 0 for none).
+func quantile(xs []float64, q float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := append([]float64(nil), xs...)
+	sort.Float64s(s)
+	return s[max(int(math.Ceil(q*float64(len(s))))-1, 0)]
 }
 
 func round(x float64, digits int) float64 {
