@@ -78,6 +78,7 @@ var copiers = []tableCopier{
 	copierOf[Snapshot]("vm_snapshots", "id"),
 	copierOf[Volume]("volumes", "id"),
 	copierOf[Task]("tasks", "id"),
+	copierOf[TaskAttempt]("task_attempts", "task_id, attempt"),
 }
 
 // identityTables have a generated id whose sequence must go on after the

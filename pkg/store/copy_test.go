@@ -78,6 +78,10 @@ func fillEveryTable(t *testing.T, s *Store) {
 	if _, err := s.CreateVM(ctx, taskVM, CreateVMOptions{Task: &Task{ID: "t-1", Owner: "ann", Profile: "tiny", Command: `["true"]`, TimeLimitS: 60}}); err != nil {
 		t.Fatal(err)
 	}
+	code := 3
+	if err := s.RecordTaskAttempt(ctx, TaskAttempt{TaskID: "t-1", Attempt: 1, VMID: taskVM.ID, State: "failed", Reason: "exit 3", ExitCode: &code, EndedAt: s.Now()}); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := s.IssueTicket(ctx, &ConsoleTicket{VMID: vm.ID, User: "ann", Kind: TicketConsole}, time.Minute); err != nil {
 		t.Fatal(err)
 	}
@@ -116,6 +120,10 @@ func dumpRows[T any](t *testing.T, s *Store, table, order string) []string {
 					fields = append(fields, name+"="+x.UTC().Format(time.RFC3339Nano))
 				}
 			case *int64:
+				if x != nil {
+					fields = append(fields, fmt.Sprintf("%s=%d", name, *x))
+				}
+			case *int:
 				if x != nil {
 					fields = append(fields, fmt.Sprintf("%s=%d", name, *x))
 				}
@@ -188,6 +196,7 @@ func TestCopyInto(t *testing.T) {
 		"vm_snapshots":     func(s *Store) []string { return dumpRows[Snapshot](t, s, "vm_snapshots", "id") },
 		"volumes":          func(s *Store) []string { return dumpRows[Volume](t, s, "volumes", "id") },
 		"tasks":            func(s *Store) []string { return dumpRows[Task](t, s, "tasks", "id") },
+		"task_attempts":    func(s *Store) []string { return dumpRows[TaskAttempt](t, s, "task_attempts", "task_id, attempt") },
 	}
 	for _, c := range copiers {
 		dump := dumps[c.table]
