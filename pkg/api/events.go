@@ -63,6 +63,10 @@ const (
 	// (its action is none): the owner no longer has access, or the share
 	// is no longer declared.
 	WarningShare = "share"
+	// WarningTaskPutBack: a task ran in the VM (gpuvm task submit --in)
+	// and the VM could not be resized back to its own profile (its action
+	// is none): 'gpuvm resize VM --back' puts it back.
+	WarningTaskPutBack = "task_put_back"
 )
 
 // What a vm.warning says will happen, or happens now.
