@@ -66,6 +66,9 @@ func taskOfVM(vm *store.VM) string {
 func sayTask(c *gin.Context, t *store.Task) api.Task {
 	out := toAPITask(t)
 	out.Reason = say(c, out.Reason)
+	for i := range out.InSteps {
+		out.InSteps[i] = say(c, out.InSteps[i])
+	}
 	return out
 }
 
