@@ -53,7 +53,7 @@ func newTaskCmd(getenv func(string) string) *cobra.Command {
 
 type taskSubmitOpts struct {
 	time, after, killWait, script string
-	array, retryOn, signal        string
+	array, retryOn, signal, in    string
 	retries                       int
 	env                           []string
 	follow                        bool
@@ -68,6 +68,10 @@ func newTaskSubmitCmd(getenv func(string) string) *cobra.Command {
 		Short: "Submit a task: a command, or a script, run in a new VM of PROFILE",
 		Long: taskLong + `
 
+--in VM runs it in your own VM instead, with its disk: the VM must be
+stopped; it is resized to PROFILE (same image, a disk no smaller), started
+with the task, and afterwards stopped and resized back to its own profile.
+
 The command follows --, as it is (no shell: write sh -c '...' for one); or
 --script FILE sends FILE, run by its #! line or sh. --follow prints the
 output as it comes and exits with the task's end (0 when it completed).
@@ -76,7 +80,8 @@ Output: a line by default; --json prints the api.Task; --quiet its ID only.
 ` + connectionHelp + "\n" + exitHelp,
 		Example: "  gpuvm task submit a100 --time 4h -- python train.py --epochs 30\n  gpuvm task submit a100 --time 90m --env EPOCHS=30 --script job.sh --follow\n" +
 			"  gpuvm task submit a100 --time 1h --array 0-99%4 -- sh -c 'python sweep.py --seed $TASK_INDEX'\n" +
-			"  gpuvm task submit a100 --time 4h --retries 3 --retry-on 2,137,node_fail --signal USR1@10m -- python train.py",
+			"  gpuvm task submit a100 --time 4h --retries 3 --retry-on 2,137,node_fail --signal USR1@10m -- python train.py\n" +
+			"  gpuvm task submit h100-whole --time 8h --in desk -- python train.py",
 		Args: cobra.MinimumNArgs(1),
 		RunE: o.runE(func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
 			req, err := opts.request(cmd, args)
@@ -113,6 +118,7 @@ Output: a line by default; --json prints the api.Task; --quiet its ID only.
 	f.IntVar(&opts.retries, "retries", 0, "run a failed attempt again, in a new VM, up to this many times (0 to 10) when its end is in --retry-on")
 	f.StringVar(&opts.retryOn, "retry-on", "", "the ends retried: exit codes and node_fail, boot_fail, comma-separated (2,137,node_fail)")
 	f.StringVar(&opts.signal, "signal", "", "send this signal a while before the time limit: NAME@LEAD, such as USR1@10m (LEAD 60s when left out)")
+	f.StringVar(&opts.in, "in", "", "run in your own stopped VM (name or ID) rather than a new one: it is resized to PROFILE for the task, then stopped and put back")
 	f.BoolVarP(&opts.follow, "follow", "f", false, "print the output as it comes; exit with the task's end")
 	opts.out.flags(cmd, "print the task's ID only")
 	return cmd
@@ -125,7 +131,7 @@ func (opts *taskSubmitOpts) request(cmd *cobra.Command, args []string) (api.Crea
 	}
 	dash := cmd.ArgsLenAtDash()
 	req := api.CreateTaskRequest{Profile: args[0], TimeLimit: opts.time, KillWait: opts.killWait, Array: opts.array,
-		Retries: opts.retries, Signal: opts.signal}
+		Retries: opts.retries, Signal: opts.signal, In: opts.in}
 	if opts.retryOn != "" {
 		req.RetryOn = strings.Split(opts.retryOn, ",")
 	}
@@ -262,6 +268,9 @@ func printTasks(w io.Writer, list *api.TaskList, out outputOpts) error {
 			// One line an array, its elements counted by state.
 			reason = "array " + t.Array + ": " + countsOf(t.ArrayCounts)
 		}
+		if t.State == api.TaskPending && t.EstimatedStart != nil {
+			reason = orDash(t.Reason) + "; starts about " + t.EstimatedStart.Local().Format(time.DateTime) + staleNote(t.EstimatedStartStale)
+		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", t.ID, t.Owner, t.Profile, t.State, exitOf(t),
 			time.Duration(t.TimeLimit)*time.Second, t.CreatedAt.Local().Format(time.DateTime), orDash(reason))
 	}
@@ -322,7 +331,7 @@ func printTask(w io.Writer, t *api.Task) error {
 		fmt.Fprintf(tw, "Reason:\t%s\n", t.Reason)
 	}
 	if t.EstimatedStart != nil {
-		fmt.Fprintf(tw, "Estimated start:\t%s\n", t.EstimatedStart.Local().Format(time.DateTime))
+		fmt.Fprintf(tw, "Estimated start:\t%s%s\n", t.EstimatedStart.Local().Format(time.DateTime), staleNote(t.EstimatedStartStale))
 	}
 	fmt.Fprintf(tw, "Exit:\t%s\nTime limit:\t%s (kill wait %ds)\nVM:\t%s\nOutput:\t%d bytes\nSubmitted:\t%s\n", exitOf(*t),
 		time.Duration(t.TimeLimit)*time.Second, t.KillWait, orDash(t.VMID), t.LogBytes, t.CreatedAt.Local().Format(time.DateTime))
@@ -357,6 +366,20 @@ func printTaskExtras(tw io.Writer, t *api.Task) {
 	if t.WarningSignal != "" {
 		fmt.Fprintf(tw, "Warning signal:\t%s\n", t.WarningSignal)
 	}
+	if t.In != "" {
+		fmt.Fprintf(tw, "In VM:\t%s (its own profile %s)\n", t.In, t.InProfile)
+		for _, step := range t.InSteps {
+			fmt.Fprintf(tw, "  step:\t%s\n", step)
+		}
+	}
+}
+
+// staleNote marks an estimate made before the queue last changed.
+func staleNote(stale bool) string {
+	if stale {
+		return " (from before the queue last changed)"
+	}
+	return ""
 }
 
 // printTaskParts lists an array's elements and a task's attempts.

@@ -154,3 +154,29 @@ profile "job" {
 		t.Errorf("--follow of an array: exit %d, want 2", code)
 	}
 }
+
+// A pending task in the owner's own VM: show prints its estimated start,
+// the VM and the steps done; ls adds the estimate to its reason.
+func TestPrintTaskInAndEstimate(t *testing.T) {
+	at := time.Date(2026, 12, 1, 22, 30, 0, 0, time.Local)
+	task := &api.Task{ID: "t1", Owner: "ann", Profile: "h100-whole", Command: []string{"train"}, State: api.TaskPending,
+		Reason: "waits for a whole H100", EstimatedStart: &at, EstimatedStartStale: true, In: "vm-1", InProfile: "desk-1g",
+		InSteps: []string{"VM desk resized from profile desk-1g to h100-whole"}}
+	var b strings.Builder
+	if err := printTask(&b, task); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"Estimated start:  2026-12-01 22:30:00 (from before the queue last changed)", "In VM:", "vm-1 (its own profile desk-1g)",
+		"step:", "VM desk resized from profile desk-1g to h100-whole"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("show lacks %q:\n%s", want, b.String())
+		}
+	}
+	b.Reset()
+	if err := printTasks(&b, &api.TaskList{Items: []api.Task{*task}}, outputOpts{}); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), "waits for a whole H100; starts about 2026-12-01 22:30:00") {
+		t.Errorf("ls:\n%s", b.String())
+	}
+}

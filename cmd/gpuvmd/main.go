@@ -332,7 +332,18 @@ func newTaskSupervisor(st *store.Store, hv *hypervisor.Conn, orch *orchestrator.
 		}
 		return fmt.Errorf("task %s waits: gpuvmd starts: %w", t.ID, store.ErrConflict)
 	}
-	return task.New(task.Config{Store: st, Log: log, LogDir: taskLogs, Host: orch.Host(), Wake: nd.waker(orch).Wake, Launch: launch,
+	// A task in its owner's own VM (--in) moves it to the task's profile
+	// and back as the owner's resize would; the profiles were checked for
+	// the owner when the task was submitted.
+	resize := func(ctx context.Context, vm *store.VM, profile string, t *store.Task) error {
+		by := orchestrator.ResizeBy{Name: t.Owner, Admin: true}
+		if t.VMGroup != "" {
+			by.Groups = []string{t.VMGroup}
+		}
+		_, _, _, err := orch.QueueResize(ctx, vm, profile, by)
+		return err
+	}
+	return task.New(task.Config{Store: st, Log: log, LogDir: taskLogs, Host: orch.Host(), Wake: nd.waker(orch).Wake, Launch: launch, Resize: resize,
 		Leader: nd.leader(),
 		Channel: func(ctx context.Context, vmID string) (string, error) {
 			x, err := hv.XML(ctx, vmID, false)

@@ -67,6 +67,10 @@ const (
 	// shares died; the guest's mounts hang until the VM is stopped and
 	// started (its action is none).
 	WarningVirtiofs = "virtiofs"
+	// WarningTaskPutBack: a task ran in the VM (gpuvm task submit --in)
+	// and the VM could not be resized back to its own profile (its action
+	// is none): 'gpuvm resize VM --back' puts it back.
+	WarningTaskPutBack = "task_put_back"
 )
 
 // What a vm.warning says will happen, or happens now.

@@ -60,8 +60,18 @@ type Task struct {
 	CreatedAt time.Time  `json:"created_at"`
 	StartedAt *time.Time `json:"started_at,omitempty"`
 	EndedAt   *time.Time `json:"ended_at,omitempty"`
-	// EstimatedStart is when a pending task's VM is expected to start.
-	EstimatedStart *time.Time `json:"estimated_start,omitempty"`
+	// EstimatedStart is when a pending task's VM is expected to start, from
+	// the VMs' estimates (GET /v1/vms/{id}); EstimatedStartStale says the
+	// estimate is older than the queue it was made of. An array's element
+	// not yet launched has none.
+	EstimatedStart      *time.Time `json:"estimated_start,omitempty"`
+	EstimatedStartStale bool       `json:"estimated_start_stale,omitempty"`
+	// In is the owner's own VM (its ID) the task runs in (submitted with
+	// in); InProfile the profile that VM has again afterwards; InSteps
+	// what was done to it, in order, in words.
+	In        string   `json:"in,omitempty"`
+	InProfile string   `json:"in_profile,omitempty"`
+	InSteps   []string `json:"in_steps,omitempty"`
 	// Array is an array's spec ("0-99%4"): the task is an array, its state
 	// derived from its elements', its exit code their highest.
 	// ArrayCounts is how many elements are in each state; Elements (GET
@@ -164,6 +174,11 @@ type CreateTaskRequest struct {
 	// limit: "USR1@10m" (NAME@LEAD; LEAD a duration, or seconds as
 	// Slurm's --signal; 60s when left out).
 	Signal string `json:"signal,omitempty"`
+	// In, when set, runs the task in the caller's own VM (its name or ID)
+	// rather than a fresh one: the VM must be stopped; it is resized to
+	// Profile for the task, started, and afterwards stopped and resized
+	// back to its own profile. Not with Array or Retries.
+	In string `json:"in,omitempty"`
 }
 
 // TaskList answers GET /v1/tasks, newest first.

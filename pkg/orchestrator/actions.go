@@ -413,6 +413,15 @@ func (lc *lifecycle) startDomain(ctx context.Context, vm *store.VM, op *store.Op
 		}
 		hostdevs = req.Spec.Hostdevs
 	}
+	if err := lc.prepareTask(ctx, vm); err != nil { // tasks.go
+		switch {
+		case hypervisor.IsNotFound(err):
+			return lc.vanished(ctx, vm, op)
+		case interrupted(ctx, err), hypervisor.IsDisconnected(err):
+			return err // the next round tries again
+		}
+		return lc.startFailed(ctx, vm, op, fmt.Errorf("ready the domain for its task: %w", err))
+	}
 	if err := lc.hv.ReplaceHostdevs(ctx, vm.ID, hostdevs); err != nil {
 		switch {
 		case hypervisor.IsNotFound(err):

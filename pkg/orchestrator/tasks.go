@@ -54,3 +54,47 @@ func SeedTask(t *store.Task) (*cloudinit.Task, error) {
 	}
 	return out, nil
 }
+
+// TaskPreparer is what a start asks of a hypervisor (a *hypervisor.Conn)
+// for a task run in its owner's own VM: the shut-off domain given the
+// task channel and a seed that carries the task, or, without a seed, the
+// channel taken away.
+type TaskPreparer interface {
+	PrepareTask(ctx context.Context, uuid, pool string, seed *cloudinit.Config) error
+}
+
+// maxInstanceID is the longest cloud-init instance ID a seed takes.
+const maxInstanceID = 128
+
+// prepareTask readies a stopped VM's domain for its start. A VM whose spec
+// names a task at a start runs it in its owner's own VM (--in,
+// docs/tasks.md; a VM made for a task never starts again): its domain gets
+// the task channel and a seed rendered as a create renders a task VM's,
+// with an instance ID of the task's (cloud-init runs the vendor-data, the
+// runner, once per instance) that keeps the guest's SSH host keys. Any
+// other VM's domain loses a task channel an earlier task gave it; its seed
+// stays that task's, whose instance cloud-init has seen, so the runner
+// does not run again.
+func (lc *lifecycle) prepareTask(ctx context.Context, vm *store.VM) error {
+	tp, ok := lc.hv.(TaskPreparer)
+	if !ok {
+		return nil
+	}
+	id := TaskOfSpec(vm.Spec)
+	if id == "" {
+		return tp.PrepareTask(ctx, vm.ID, "", nil)
+	}
+	req, err := lc.vmRequest(ctx, vm)
+	if err != nil {
+		return err
+	}
+	if req.Seed == nil {
+		return fmt.Errorf("profile %q gives its guests no cloud-init seed: task %s's runner cannot be delivered", vm.Profile, id)
+	}
+	req.Seed.InstanceID = vm.ID + "-task-" + id
+	if len(req.Seed.InstanceID) > maxInstanceID {
+		req.Seed.InstanceID = req.Seed.InstanceID[:maxInstanceID]
+	}
+	req.Seed.KeepHostKeys = true
+	return tp.PrepareTask(ctx, vm.ID, req.Pool, req.Seed)
+}

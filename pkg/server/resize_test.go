@@ -61,7 +61,13 @@ policy {
 // ann, one for cara and a running one for ann.
 func resizeServer(t *testing.T) (*Server, *store.Store, map[string]*store.VM) {
 	t.Helper()
-	cfg, diags := config.Parse(config.Source{Name: "p.hcl", Data: []byte(resizeConfig)})
+	return resizeServerWith(t, resizeConfig)
+}
+
+// resizeServerWith is resizeServer with the configuration text.
+func resizeServerWith(t *testing.T, text string) (*Server, *store.Store, map[string]*store.VM) {
+	t.Helper()
+	cfg, diags := config.Parse(config.Source{Name: "p.hcl", Data: []byte(text)})
 	if diags.HasErrors() {
 		t.Fatal(diags)
 	}

@@ -38,6 +38,7 @@ type TaskStore interface {
 	ArrayCounts(ctx context.Context, ids []string) (map[string]map[string]int, error)
 	ListTaskAttempts(ctx context.Context, taskID string) ([]store.TaskAttempt, error)
 	CancelTask(ctx context.Context, id string) (int64, error)
+	CreateTaskIn(ctx context.Context, t *store.Task, vm *store.VM, spec, reason string) error
 }
 
 // LicenseStore backs the licence state of a VM's vGPUs (licensing.go).

@@ -66,6 +66,9 @@ func taskOfVM(vm *store.VM) string {
 func sayTask(c *gin.Context, t *store.Task) api.Task {
 	out := toAPITask(t)
 	out.Reason = say(c, out.Reason)
+	for i := range out.InSteps {
+		out.InSteps[i] = say(c, out.InSteps[i])
+	}
 	return out
 }
 
@@ -73,7 +76,11 @@ func toAPITask(t *store.Task) api.Task {
 	out := api.Task{ID: t.ID, Owner: t.Owner, Profile: t.Profile, Script: t.Script, TimeLimit: t.TimeLimitS, KillWait: t.KillWaitS,
 		State: t.State, Reason: t.Reason, ExitCode: t.ExitCode, Signal: t.Signal, VMID: t.VMID, LogBytes: t.LogBytes,
 		CreatedAt: t.CreatedAt, StartedAt: t.StartedAt, EndedAt: t.EndedAt, Array: t.ArraySpec, ArrayID: t.ArrayID, ArrayIndex: t.ArrayIndex,
-		Retries: t.Retries, RetryOn: task.RetryOnList(t.RetryOn), Attempt: t.Attempt, WarningSignal: warningSignal(t), WarnedAt: t.WarnedAt}
+		Retries: t.Retries, RetryOn: task.RetryOnList(t.RetryOn), Attempt: t.Attempt, WarningSignal: warningSignal(t), WarnedAt: t.WarnedAt,
+		In: t.InVM, InSteps: t.InStepList()}
+	if t.InVM != "" {
+		out.InProfile = t.InProfile
+	}
 	if t.Command != "" {
 		_ = json.Unmarshal([]byte(t.Command), &out.Command)
 	}
@@ -195,6 +202,10 @@ func (s *Server) createTask(c *gin.Context) {
 		b, _ := json.Marshal(req.Env)
 		t.Env = string(b)
 	}
+	if req.In != "" {
+		s.createTaskIn(c, &req, t) // taskin.go
+		return
+	}
 	if x.hasArray {
 		s.createTaskArray(c, &req, t, x)
 		return
@@ -267,6 +278,7 @@ func (s *Server) listTasks(c *gin.Context) {
 		t.ArrayCounts = counts[t.ID]
 		out.Items = append(out.Items, t)
 	}
+	s.taskEstimates(c.Request.Context(), out.Items) // taskin.go
 	c.JSON(http.StatusOK, out)
 }
 
@@ -284,7 +296,7 @@ func (s *Server) getTask(c *gin.Context) {
 		if vm, err := s.Store.GetVM(c.Request.Context(), t.VMID); err == nil {
 			var v api.VM
 			s.vmEstimate(c.Request.Context(), vm, &v) // estimate.go
-			out.EstimatedStart = v.EstimatedStart
+			out.EstimatedStart, out.EstimatedStartStale = v.EstimatedStart, v.EstimatedStart != nil && v.EstimateStale
 		}
 	}
 	c.JSON(http.StatusOK, out)

@@ -733,7 +733,27 @@ type Task struct {
 	// BootingAt is when this attempt's VM was first seen running: the
 	// boot timeout counts from it, across restarts of gpuvmd.
 	BootingAt *time.Time `gorm:"column:booting_at" json:"booting_at,omitempty"`
+	// InVM is the owner's own VM the task runs in (--in), VMID too;
+	// InProfile the profile it had before, which it is put back to; InStep
+	// how far its use has come (TaskIn*); InSteps the steps done, one a
+	// line; InEnd the state the task ends in once the VM is put back (""
+	// from its exit, time limit or cancel).
+	InVM      string `gorm:"column:in_vm;not null" json:"in_vm,omitempty"`
+	InProfile string `gorm:"column:in_profile;not null" json:"in_profile,omitempty"`
+	InStep    string `gorm:"column:in_step;not null" json:"in_step,omitempty"`
+	InSteps   string `gorm:"column:in_steps;not null" json:"in_steps,omitempty"`
+	InEnd     string `gorm:"column:in_end;not null" json:"in_end,omitempty"`
 }
+
+// Steps of a task that runs in its owner's own VM (Task.InStep).
+const (
+	TaskInSubmitted = ""         // the VM is the task's, nothing done yet
+	TaskInResize    = "resize"   // moved to the task's profile
+	TaskInStart     = "start"    // started with the task
+	TaskInStop      = "stop"     // stopped after the task
+	TaskInPutBack   = "put back" // moved back to its own profile
+	TaskInDone      = "done"     // the VM is its owner's again
+)
 
 func (Task) TableName() string { return "tasks" }
 

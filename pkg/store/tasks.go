@@ -3,7 +3,10 @@ package store
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
+
+	"gorm.io/gorm"
 
 	"github.com/gpuvm/gpuvm/pkg/api"
 )
@@ -91,6 +94,12 @@ type TaskUpdate struct {
 	WarnedAt  *time.Time
 	BootingAt *time.Time
 	LogBytes  *int64
+	// InStep, when set, is the task's new step in its owner's own VM;
+	// InNote, when set, is added as a line to its steps (InSteps); InEnd,
+	// when set, the state it ends in once the VM is put back.
+	InStep *string
+	InNote string
+	InEnd  *string
 }
 
 // UpdateTask changes a task that is in one of from (any live state when
@@ -123,6 +132,15 @@ func (s *Store) UpdateTask(ctx context.Context, id string, from []string, u Task
 	if u.LogBytes != nil {
 		set["log_bytes"] = *u.LogBytes
 	}
+	if u.InStep != nil {
+		set["in_step"] = *u.InStep
+	}
+	if u.InEnd != nil {
+		set["in_end"] = *u.InEnd
+	}
+	if u.InNote != "" {
+		set["in_steps"] = gorm.Expr("in_steps || ?", u.InNote+"\n")
+	}
 	res := q.Updates(set)
 	if res.Error != nil {
 		return wrap(res.Error, nil, "update task %s", id)
@@ -141,4 +159,33 @@ func utcTask(t *Task) {
 	t.CreatedAt, t.UpdatedAt = t.CreatedAt.UTC(), t.UpdatedAt.UTC()
 	t.StartedAt, t.EndedAt, t.TermAt, t.CancelAt = utcPtr(t.StartedAt), utcPtr(t.EndedAt), utcPtr(t.TermAt), utcPtr(t.CancelAt)
 	t.WarnedAt, t.StartAt, t.BootingAt = utcPtr(t.WarnedAt), utcPtr(t.StartAt), utcPtr(t.BootingAt)
+}
+
+// CreateTaskIn writes t, a task that runs in its owner's own VM vm (--in),
+// and gives vm the spec that names the task (the orchestrator's SpecTask),
+// in one transaction: a VM changed since it was read, or that another
+// task that has not ended runs in, is ErrConflict.
+func (s *Store) CreateTaskIn(ctx context.Context, t *Task, vm *VM, spec, reason string) error {
+	return s.Tx(ctx, func(tx *Store) error {
+		var n int64
+		if err := tx.db.WithContext(ctx).Model(&Task{}).Where("in_vm = ? AND ended_at IS NULL", vm.ID).Count(&n).Error; err != nil {
+			return wrap(err, nil, "tasks in vm %s", vm.ID)
+		}
+		if n > 0 {
+			return fmt.Errorf("vm %s runs a task already: %w", vm.ID, ErrConflict)
+		}
+		if _, err := tx.UpdateVMState(ctx, vm.ID, vm.Version, VMUpdate{State: vm.State, Phase: vm.Phase, StateReason: reason, Spec: &spec}); err != nil {
+			return err
+		}
+		t.InVM = vm.ID
+		return tx.insertTask(t, vm.ID)
+	})
+}
+
+// InStepList is a task's steps in its owner's own VM, as a list.
+func (t *Task) InStepList() []string {
+	if t.InSteps == "" {
+		return nil
+	}
+	return strings.Split(strings.TrimSuffix(t.InSteps, "\n"), "\n")
 }

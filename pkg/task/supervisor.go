@@ -32,6 +32,8 @@ type Store interface {
 	RequeueTask(ctx context.Context, a store.TaskAttempt, reason string, logBase int64) error
 	RecordTaskAttempt(ctx context.Context, a store.TaskAttempt) error
 	ListHosts(ctx context.Context) ([]store.Host, error)
+	UpdateVMState(ctx context.Context, id string, version int64, u store.VMUpdate) (*store.VM, error)
+	AppendEvent(ctx context.Context, e *store.Event) error
 }
 
 // Leader says whether this gpuvmd does a fleet's once-only work (a
@@ -80,6 +82,10 @@ type Config struct {
 	// reached, ErrLaunchRefused when it never can be. Without it such
 	// tasks wait.
 	Launch func(ctx context.Context, t *store.Task) error
+	// Resize queues the resize of a stopped VM to profile for task t, which
+	// runs in its owner's own VM (in.go): the orchestrator's QueueResize.
+	// Without it such tasks wait.
+	Resize func(ctx context.Context, vm *store.VM, profile string, t *store.Task) error
 	// BootTimeout is how long a running VM's runner has to say hello
 	// before the task is boot_fail (DefaultBootTimeout when 0).
 	BootTimeout time.Duration
@@ -256,6 +262,15 @@ func (s *Supervisor) step(ctx context.Context, t *store.Task, down map[string]bo
 			}
 		}
 	}
+	if t.InVM != "" {
+		return s.inStep(ctx, t, vm) // in.go
+	}
+	return s.follow(ctx, t, vm)
+}
+
+// follow is a step of a task whose VM is made or started: its state
+// follows the VM's.
+func (s *Supervisor) follow(ctx context.Context, t *store.Task, vm *store.VM) error {
 	switch vm.State {
 	case store.VMDeleted, store.VMDeleting:
 		return s.vmGone(ctx, t, vm)
@@ -403,6 +418,9 @@ func (s *Supervisor) limits(ctx context.Context, t *store.Task, vm *store.VM, c 
 // end moves a task to state (completing, or an ended one) with reason and
 // deletes its VM through the orchestrator's delete.
 func (s *Supervisor) end(ctx context.Context, t *store.Task, vm *store.VM, state, reason string) error {
+	if t.InVM != "" && !(t.State == api.TaskCompleting && state == api.TaskCompleting) {
+		return s.inEnd(ctx, t, vm, state, reason) // in.go: the VM is stopped and put back
+	}
 	if t.State == api.TaskCompleting && state == api.TaskCompleting {
 		return s.deleteVM(ctx, t, vm)
 	}
@@ -428,6 +446,9 @@ func (s *Supervisor) end(ctx context.Context, t *store.Task, vm *store.VM, state
 // deleteVM asks for the delete of the task's VM, unless one is under way
 // or it is gone.
 func (s *Supervisor) deleteVM(ctx context.Context, t *store.Task, vm *store.VM) error {
+	if t.InVM != "" {
+		return s.inRelease(ctx, t, vm) // in.go: never deleted
+	}
 	if vm.State == store.VMDeleted || vm.State == store.VMDeleting {
 		return nil
 	}

@@ -74,6 +74,11 @@ type Config struct {
 	// Task, when set, is the task the VM runs: the seed's vendor-data
 	// carries its runner, gpuvm-task.sh (task.go).
 	Task *Task `json:"-"`
+	// KeepHostKeys, set for a seed that replaces an existing guest's (a
+	// task run in its owner's own VM, with an InstanceID of its own so
+	// that the runner runs), tells cloud-init to keep the guest's SSH host
+	// keys rather than make new ones for the new instance.
+	KeepHostKeys bool
 }
 
 // maxUserData bounds UserData; cloud-init reads the whole of it.

@@ -91,6 +91,10 @@ func hostKeyConfig(k *HostKey) string {
 	return b.String()
 }
 
+// keepHostKeysConfig keeps a guest's SSH host keys when cloud-init runs
+// again for a new instance ID (Config.KeepHostKeys).
+const keepHostKeysConfig = "#cloud-config\nssh_deletekeys: false\n"
+
 // vendorBoundary separates the parts of a vendor-data of more than one.
 const vendorBoundary = "==gpuvm-vendor-data=="
 
@@ -102,6 +106,9 @@ func vendorData(c Config) (string, error) {
 	var parts []part
 	if c.HostKey != nil {
 		parts = append(parts, part{"text/cloud-config", "gpuvm-ssh-host-key.cfg", hostKeyConfig(c.HostKey)})
+	}
+	if c.KeepHostKeys && c.HostKey == nil {
+		parts = append(parts, part{"text/cloud-config", "gpuvm-keep-host-keys.cfg", keepHostKeysConfig})
 	}
 	if c.Home != nil {
 		parts = append(parts, part{"text/x-shellscript", "gpuvm-home.sh", homeScript(c.Home, c.User)}) // home.go

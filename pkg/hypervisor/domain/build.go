@@ -288,10 +288,7 @@ func buildDevices(s Spec) *libvirtxml.DomainDeviceList {
 		})
 	}
 	if s.TaskChannel {
-		dev.Channels = append(dev.Channels, libvirtxml.DomainChannel{
-			Source: &libvirtxml.DomainChardevSource{UNIX: &libvirtxml.DomainChardevSourceUNIX{Mode: "bind"}},
-			Target: &libvirtxml.DomainChannelTarget{VirtIO: &libvirtxml.DomainChannelTargetVirtIO{Name: TaskChannelName}},
-		})
+		dev.Channels = append(dev.Channels, taskChannel())
 	}
 	if g := s.Graphics; g != nil {
 		if g.Type == GraphicsSpice {

@@ -37,3 +37,39 @@ func TaskChannelPath(domainXML string) (string, error) {
 	}
 	return "", ErrNoTaskChannel
 }
+
+// SetTaskChannel gives d the task channel (on) or takes it away, and
+// reports whether d changed.
+func SetTaskChannel(d *libvirtxml.Domain, on bool) bool {
+	if d.Devices == nil {
+		d.Devices = &libvirtxml.DomainDeviceList{}
+	}
+	var kept []libvirtxml.DomainChannel
+	had := false
+	for _, c := range d.Devices.Channels {
+		if c.Target != nil && c.Target.VirtIO != nil && c.Target.VirtIO.Name == TaskChannelName {
+			had = true
+			if on {
+				kept = append(kept, c)
+			}
+			continue
+		}
+		kept = append(kept, c)
+	}
+	switch {
+	case had == on:
+		return false
+	case on:
+		kept = append(kept, taskChannel())
+	}
+	d.Devices.Channels = kept
+	return true
+}
+
+// taskChannel is the task channel's device: a unix socket libvirt places.
+func taskChannel() libvirtxml.DomainChannel {
+	return libvirtxml.DomainChannel{
+		Source: &libvirtxml.DomainChardevSource{UNIX: &libvirtxml.DomainChardevSourceUNIX{Mode: "bind"}},
+		Target: &libvirtxml.DomainChannelTarget{VirtIO: &libvirtxml.DomainChannelTargetVirtIO{Name: TaskChannelName}},
+	}
+}

@@ -1,0 +1,172 @@
+package orchestrator
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"libvirt.org/go/libvirtxml"
+
+	"github.com/gpuvm/gpuvm/pkg/hypervisor/cloudinit"
+	"github.com/gpuvm/gpuvm/pkg/hypervisor/domain"
+	"github.com/gpuvm/gpuvm/pkg/store"
+)
+
+const taskInProfiles = `
+template "in" {
+  content = <<EOT
+#cloud-config
+users:
+  - name: ${user}
+EOT
+}
+profile "in-1g" {
+  vcpus  = 1
+  memory = "512MiB"
+  boot { kernel = "/boot/vmlinuz" }
+  network { type = "none" }
+  cloud_init { template = "in" }
+  gpu {
+    kind    = "mig"
+    profile = "1g.10gb"
+  }
+}
+profile "in-whole" {
+  vcpus  = 2
+  memory = "1GiB"
+  boot { kernel = "/boot/vmlinuz" }
+  network { type = "none" }
+  cloud_init { template = "in" }
+  gpu {
+    kind  = "passthrough"
+    model = "H100"
+  }
+}
+`
+
+// taskInHV resizes and readies domains for tasks.
+type taskInHV struct{ *resizeHV }
+
+func (h taskInHV) PrepareTask(ctx context.Context, uuid, pool string, seed *cloudinit.Config) error {
+	return h.conn.Conn.PrepareTask(ctx, uuid, pool, seed)
+}
+
+// hasTaskChannel reports whether a VM's domain is defined with the task
+// channel.
+func (e *env) hasTaskChannel(vmID string) bool {
+	e.t.Helper()
+	_, d := e.domainXML(vmID)
+	if d.Devices == nil {
+		return false
+	}
+	for _, c := range d.Devices.Channels {
+		if c.Target != nil && c.Target.VirtIO != nil && c.Target.VirtIO.Name == domain.TaskChannelName {
+			return true
+		}
+	}
+	return false
+}
+
+// A task run in its owner's stopped MIG 1g.10gb VM (--in): the VM is
+// resized to the task's whole-GPU profile, started with the task channel
+// and the whole GPU passed through, stopped, resized back; afterwards it
+// is stopped with its own profile and domain size, no task channel, and
+// the same disk.
+func TestTaskInOwnVMWholeGPUForTheNight(t *testing.T) {
+	e := newEnv(t, "h100x8")
+	e.withPolicy(taskInProfiles)
+	e.cfg.Server.Libvirt.StoragePool = "default-pool" // the test driver's pool: the seed is made, not stored
+	ctx := context.Background()
+	o := e.orchWith(taskInHV{&resizeHV{Hypervisor: e.hv, conn: &faultyHV{Conn: e.hv}}})
+	vm := e.stoppedVM(o, "ann", "in-1g", "desk")
+	_, before := e.domainXML(vm.ID)
+	if e.hasTaskChannel(vm.ID) {
+		t.Fatal("a desktop VM has a task channel before any task")
+	}
+
+	tk := &store.Task{ID: "0193b000-0000-7000-8000-000000000001", Owner: "ann", Profile: "in-whole", Command: `["nvidia-smi"]`,
+		TimeLimitS: 3600, KillWaitS: 30, InProfile: "in-1g"}
+	spec, err := withSpecKeys(vm.Spec, map[string]string{SpecTask: tk.ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.st.CreateTaskIn(ctx, tk, e.vm(vm.ID), spec, "runs task "+tk.ID); err != nil {
+		t.Fatal(err)
+	}
+	e.resize(o, e.vm(vm.ID), "in-whole")
+	start := e.action(e.vm(vm.ID), store.OpStart)
+	o.Drain(ctx)
+	e.wantOp(start.ID, store.OpDone, "")
+	e.wantVM(vm.ID, store.VMRunning, "")
+	x, d := e.domainXML(vm.ID)
+	if !strings.Contains(x, "managed='yes'") || d.VCPU.Value != 2 {
+		t.Errorf("during the task the domain has no whole GPU passed through, or not the task's size:\n%s", x)
+	}
+	if !e.hasTaskChannel(vm.ID) {
+		t.Errorf("during the task the domain has no task channel:\n%s", x)
+	}
+	if allocs, _ := liveAllocations(ctx, o.life.st, vm.ID); len(allocs) != 1 || allocs[0].Kind != "passthrough" {
+		t.Errorf("allocations during the task: %+v", allocs)
+	}
+
+	// The task ends: stop, resize back, the spec no longer names it.
+	e.action(e.vm(vm.ID), store.OpStop)
+	o.Drain(ctx)
+	e.wantVM(vm.ID, store.VMStopped, "")
+	back := e.resize(o, e.vm(vm.ID), "in-1g")
+	e.wantOp(back.ID, store.OpDone, "")
+	cur := e.vm(vm.ID)
+	spec, err = withSpecKeys(cur.Spec, map[string]string{SpecTask: ""})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.st.UpdateVMState(ctx, vm.ID, cur.Version, store.VMUpdate{State: cur.State, Phase: cur.Phase, StateReason: cur.StateReason, Spec: &spec}); err != nil {
+		t.Fatal(err)
+	}
+	got := e.wantVM(vm.ID, store.VMStopped, "resized from profile in-whole to in-1g")
+	if got.Profile != "in-1g" || TaskOfSpec(got.Spec) != "" {
+		t.Errorf("after the task: profile %s, spec %s", got.Profile, got.Spec)
+	}
+	_, after := e.domainXML(vm.ID)
+	if after.VCPU.Value != before.VCPU.Value || after.Memory.Value != before.Memory.Value || len(after.Devices.Hostdevs) != 0 {
+		t.Errorf("after the task the domain is vcpu %+v memory %+v hostdevs %d, want vcpu %+v memory %+v and none",
+			after.VCPU, after.Memory, len(after.Devices.Hostdevs), before.VCPU, before.Memory)
+	}
+	if diskSources(before) != diskSources(after) {
+		t.Errorf("the disks changed: %s, then %s", diskSources(before), diskSources(after))
+	}
+	e.wantGPUGivenBack(vm.ID)
+
+	// The next morning's start is the desktop's: its MIG slice, no task
+	// channel.
+	start = e.action(e.vm(vm.ID), store.OpStart)
+	o.Drain(ctx)
+	e.wantOp(start.ID, store.OpDone, "")
+	if e.hasTaskChannel(vm.ID) {
+		t.Error("the desktop's start after the task kept the task channel")
+	}
+	if allocs, _ := liveAllocations(ctx, o.life.st, vm.ID); len(allocs) != 1 || allocs[0].Kind != "mig" || allocs[0].Profile != "1g.10gb" {
+		t.Errorf("allocations after the task: %+v", allocs)
+	}
+}
+
+// diskSources are a domain's disks' sources, in order.
+func diskSources(d *libvirtxml.Domain) string {
+	var out []string
+	if d.Devices == nil {
+		return ""
+	}
+	for _, k := range d.Devices.Disks {
+		switch {
+		case k.Source == nil:
+			out = append(out, k.Device+":none")
+		case k.Source.Volume != nil:
+			out = append(out, k.Device+":"+k.Source.Volume.Pool+"/"+k.Source.Volume.Volume)
+		case k.Source.File != nil:
+			out = append(out, k.Device+":"+k.Source.File.File)
+		default:
+			out = append(out, k.Device+":other")
+		}
+	}
+	return strings.Join(out, " ")
+}
