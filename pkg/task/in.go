@@ -29,7 +29,7 @@ import (
 const specTask = "task"
 
 // inStep is a round's step of a task in its owner's own VM.
-func (s *Supervisor) inStep(ctx context.Context, t *store.Task, vm *store.VM) error {
+func (s *Supervisor) inStep(ctx context.Context, t *store.Task, vm *store.VM, down map[string]bool) error {
 	if s.cfg.Host != "" && vm.Host != "" && vm.Host != s.cfg.Host {
 		return nil // another gpuvmd's
 	}
@@ -70,7 +70,7 @@ func (s *Supervisor) inStep(ctx context.Context, t *store.Task, vm *store.VM) er
 			return s.end(ctx, t, vm, api.TaskFailed, fmt.Sprintf("its VM %s did not start: %s", vm.Name, s.lastError(ctx, vm.ID, store.OpStart)))
 		}
 	}
-	return s.follow(ctx, t, vm) // stopping or stopped after it ran: as a task VM's
+	return s.follow(ctx, t, vm, down) // stopping or stopped after it ran: as a task VM's
 }
 
 // inBegin is the first step: the VM is resized to the task's profile, or,

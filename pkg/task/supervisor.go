@@ -263,14 +263,14 @@ func (s *Supervisor) step(ctx context.Context, t *store.Task, down map[string]bo
 		}
 	}
 	if t.InVM != "" {
-		return s.inStep(ctx, t, vm) // in.go
+		return s.inStep(ctx, t, vm, down) // in.go
 	}
-	return s.follow(ctx, t, vm)
+	return s.follow(ctx, t, vm, down)
 }
 
 // follow is a step of a task whose VM is made or started: its state
 // follows the VM's.
-func (s *Supervisor) follow(ctx context.Context, t *store.Task, vm *store.VM) error {
+func (s *Supervisor) follow(ctx context.Context, t *store.Task, vm *store.VM, down map[string]bool) error {
 	switch vm.State {
 	case store.VMDeleted, store.VMDeleting:
 		return s.vmGone(ctx, t, vm)
