@@ -70,9 +70,13 @@ func storageEnv(t *testing.T, homes bool, facts storageFacts, upLabel, boxLabel 
 	t.Helper()
 	homesBlock := ""
 	if homes {
-		homesBlock = fmt.Sprintf("homes {\n      root  = %q\n      mount = \"/gpuvm/home\"\n    }", t.TempDir())
+		root := facts.homesRoot
+		if root == "" {
+			root = t.TempDir()
+		}
+		homesBlock = fmt.Sprintf("homes {\n      root  = %q\n      mount = \"/gpuvm/home\"\n    }", root)
 	}
-	cfg := fmt.Sprintf(storageConfig, t.TempDir(), t.TempDir(), homesBlock, facts.datasets, facts.course)
+	cfg := fmt.Sprintf(storageConfig, t.TempDir(), t.TempDir(), homesBlock, facts.datasets, facts.course) + facts.profiles
 	env := clienttest.New(t, clienttest.Options{Profiles: cfg, Host: "test-host", Volumes: true, HomeUsage: facts.usage,
 		Capabilities: &capability.Host{Hypervisor: capability.HypervisorOf("QEMU", 9000000, 7002000)}})
 	env.Worker.Pause() // the VMs stay as written
@@ -110,6 +114,8 @@ func storageEnv(t *testing.T, homes bool, facts storageFacts, upLabel, boxLabel 
 type storageFacts struct {
 	usage            homeUsage
 	datasets, course string // the shares' descriptions
+	homesRoot        string // the homes' root (homes only; "": a new directory)
+	profiles         string // more profiles
 }
 
 func finishOps(t *testing.T, st *store.Store, vmID string) {
