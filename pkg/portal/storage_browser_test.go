@@ -3,6 +3,8 @@ package portal_test
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -157,7 +159,11 @@ func (b *browser) click(sel string) {
 func TestStoragePageInChromium(t *testing.T) {
 	needBrowser(t)
 	quota := uint64(10 << 30)
-	env, vms := storageEnv(t, true, storageFacts{usage: homeUsage{{Kind: api.VolumeHome, Owner: "ann", Name: "ann", UsedBytes: 3 << 30, QuotaBytes: &quota,
+	root := t.TempDir() // ann's home is there: the reading below is of it
+	if err := os.Mkdir(filepath.Join(root, "ann"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	env, vms := storageEnv(t, true, storageFacts{homesRoot: root, usage: homeUsage{{Kind: api.VolumeHome, Owner: "ann", Name: "ann", UsedBytes: 3 << 30, QuotaBytes: &quota,
 		Enforcement: "none", Note: "the homes at /srv/homes are on ext4 without project quotas"}},
 		datasets: "the group's datasets", course: "the course's material"}, "before upgrade", "clean install")
 	b := newBrowser(t, env.URL, false)
