@@ -3,6 +3,8 @@ package portal_test
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -70,9 +72,13 @@ func storageEnv(t *testing.T, homes bool, facts storageFacts, upLabel, boxLabel 
 	t.Helper()
 	homesBlock := ""
 	if homes {
-		homesBlock = fmt.Sprintf("homes {\n      root  = %q\n      mount = \"/gpuvm/home\"\n    }", t.TempDir())
+		root := facts.homesRoot
+		if root == "" {
+			root = t.TempDir()
+		}
+		homesBlock = fmt.Sprintf("homes {\n      root  = %q\n      mount = \"/gpuvm/home\"\n    }", root)
 	}
-	cfg := fmt.Sprintf(storageConfig, t.TempDir(), t.TempDir(), homesBlock, facts.datasets, facts.course)
+	cfg := fmt.Sprintf(storageConfig, t.TempDir(), t.TempDir(), homesBlock, facts.datasets, facts.course) + facts.profiles
 	env := clienttest.New(t, clienttest.Options{Profiles: cfg, Host: "test-host", Volumes: true, HomeUsage: facts.usage,
 		Capabilities: &capability.Host{Hypervisor: capability.HypervisorOf("QEMU", 9000000, 7002000)}})
 	env.Worker.Pause() // the VMs stay as written
@@ -110,6 +116,8 @@ func storageEnv(t *testing.T, homes bool, facts storageFacts, upLabel, boxLabel 
 type storageFacts struct {
 	usage            homeUsage
 	datasets, course string // the shares' descriptions
+	homesRoot        string // the homes' root (homes only; "": a new directory)
+	profiles         string // more profiles
 }
 
 func finishOps(t *testing.T, st *store.Store, vmID string) {
@@ -151,7 +159,11 @@ func (b *browser) click(sel string) {
 func TestStoragePageInChromium(t *testing.T) {
 	needBrowser(t)
 	quota := uint64(10 << 30)
-	env, vms := storageEnv(t, true, storageFacts{usage: homeUsage{{Kind: api.VolumeHome, Owner: "ann", Name: "ann", UsedBytes: 3 << 30, QuotaBytes: &quota,
+	root := t.TempDir() // ann's home is there: the reading below is of it
+	if err := os.Mkdir(filepath.Join(root, "ann"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	env, vms := storageEnv(t, true, storageFacts{homesRoot: root, usage: homeUsage{{Kind: api.VolumeHome, Owner: "ann", Name: "ann", UsedBytes: 3 << 30, QuotaBytes: &quota,
 		Enforcement: "none", Note: "the homes at /srv/homes are on ext4 without project quotas"}},
 		datasets: "the group's datasets", course: "the course's material"}, "before upgrade", "clean install")
 	b := newBrowser(t, env.URL, false)

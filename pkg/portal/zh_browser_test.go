@@ -64,6 +64,7 @@ var zhNames = []string{
 	"q-notebook", "q-render", "boot", "ready-one", "making", "broken", "parked", "gpu-hot",
 	"PCIe", "80GB", "test", "H100-4C", // upHost's H100 PCIe 80GB, its gpuvmd's version
 	"box", "up", "scratch", "datasets", "course", "user:ann", // storage_browser_test.go's VMs, disk, shares and a share's principal
+	"plain", "spare", "other", "data1", "withdata", // storage_browser_test.go's profile, catalogue_extras_browser_test.go's disks and VM
 }
 
 // zhCode matches the identifiers of zhAllowed.

@@ -141,6 +141,10 @@ export const attachVolume = (id, vm) => call('POST', volPath(id) + '/actions/att
 export const detachVolume = (id) => call('POST', volPath(id) + '/actions/detach');
 export const deleteVolume = (id) => call('DELETE', volPath(id));
 export const shares = () => call('GET', '/v1/shares');
+export const homes = () => call('GET', '/v1/homes');
+// deleteHome deletes user's home and everything in it; confirm is the
+// person's name typed again.
+export const deleteHome = (user, confirm) => call('DELETE', '/v1/homes/' + enc(user) + '?confirm=' + enc(confirm));
 const snapPath = (vm) => vmPath(vm) + '/snapshots';
 export const snapshots = (vm) => call('GET', snapPath(vm));
 export const takeSnapshot = (vm, label) => call('POST', snapPath(vm), {label});

@@ -29,6 +29,12 @@ addWords({
     windowNow: 'Time window now: {name}, until {end}.', windowAllows: 'This machine may start in it.',
     windowForbids: 'This machine may not start in it.', noWindow: 'No time window applies now.',
     runTask: 'Run a task',
+    shares: 'Shares to mount', sharesHint: 'Mounted in the VM when it starts. You may change files in a read-write share, only read a read-only one.',
+    sharesAlways: 'This profile mounts {names} always.',
+    shareRW: 'read-write', shareRO: 'read-only', shareAt: '{mode}, at {mount}',
+    shareUnavailable: 'not available on this host now: a VM with it does not start',
+    disks: 'Data disks to attach', disksHint: 'A data disk is attached to one VM at a time: this one, until you detach it on My storage.',
+    diskOption: '{name}, {size}',
   },
   'zh-CN': {
     unservable: '此处不可用', unservableWhy: '这台服务器上没有任何 GPU 能提供它：{why}',
@@ -51,6 +57,12 @@ addWords({
     windowNow: '当前时间窗口：{name}，至 {end}。', windowAllows: '这台机器可以在此窗口内开始。',
     windowForbids: '这台机器不能在此窗口内开始。', noWindow: '当前没有适用的时间窗口。',
     runTask: '运行任务',
+    shares: '要挂载的共享', sharesHint: '虚拟机启动时挂载。读写共享中的文件可以修改，只读共享只能读取。',
+    sharesAlways: '此配置总是挂载 {names}。',
+    shareRW: '读写', shareRO: '只读', shareAt: '{mode}，挂载于 {mount}',
+    shareUnavailable: '此宿主机上目前不可用：带有它的虚拟机无法启动',
+    disks: '要挂接的数据盘', disksHint: '数据盘每次只挂接到一台虚拟机：挂接到这台，直到你在“我的存储”中卸下它。',
+    diskOption: '{name}，{size}',
   },
 });
 
@@ -175,6 +187,10 @@ function AskForm({p, me, keys, setKeys, onCancel}) {
     if (f.name.value.trim()) body.name = f.name.value.trim();
     const ks = f.ssh.value.split('\n').map((k) => k.trim()).filter(Boolean);
     if (ks.length) body.ssh_keys = ks;
+    const checked = (n) => [...e.target.querySelectorAll(`input[name="${n}"]:checked`)].map((x) => x.value);
+    const sh = checked('share'), vs = checked('volume');
+    if (sh.length) body.shares = sh;
+    if (vs.length) body.volumes = vs;
     if (later) {
       const at = new Date(f.startAt.value); // datetime-local: the viewer's time
       if (isNaN(at) || at <= new Date()) {
@@ -192,7 +208,7 @@ function AskForm({p, me, keys, setKeys, onCancel}) {
       }
       const r = await api.call('POST', '/v1/vms', body);
       location.assign('/vms#vm-' + encodeURIComponent(r.vm.name));
-    } catch (err) { setError(err); setBusy(false); }
+    } catch (err) { setError(Object.assign(err, {sent: body})); setBusy(false); }
   };
   return html`<form class="ask" onSubmit=${submit} aria-label=${t('askTitle', {p: p.name})}>
     <label for=${fid('name')}>${t('name')}</label>
@@ -217,13 +233,78 @@ function AskForm({p, me, keys, setKeys, onCancel}) {
     <p class="hint" id=${fid('ssh-hint')}>${t('sshHint')}${keys.length ? ' ' + t('keysSaved') : ''}</p>
     <label class="choice"><input type="checkbox" name="remember" id=${fid('remember')} checked=${remember}
       onChange=${(e) => setRemember(e.target.checked)} /> ${t('rememberKeys')}</label>
+    <${Extras} p=${p} fid=${fid} error=${error} />
     <${PolicyAnswer} p=${p} hours=${hours} id=${fid('policy')} />
-    <${Problem} error=${error} />
+    <${Problem} error=${extraField(error) ? null : error} />
     <div class="buttons">
       <button type="submit" disabled=${busy}>${busy ? t('asking') : t('submit')}</button>
       <button type="button" class="quiet" onClick=${onCancel}>${t('cancel')}</button>
     </div>
   </form>`;
+}
+
+// extraField is the group a refusal of POST /v1/vms names: 'shares'
+// (shares or shares[i]), 'volumes' (volumes or volumes[i]), or ''.
+function extraField(err) {
+  const f = (err && err.problem && err.problem.field) || '';
+  const m = /^(shares|volumes)(\[(\d+)\])?$/.exec(f);
+  return m ? m[1] : '';
+}
+
+// refusedName is the share or disk a refusal names by its index in what
+// was sent (shares[1]), or '' when it names the whole group.
+function refusedName(err) {
+  const m = /^(shares|volumes)\[(\d+)\]$/.exec((err && err.problem && err.problem.field) || '');
+  return m && err.sent && err.sent[m[1]] ? err.sent[m[1]][Number(m[2])] || '' : '';
+}
+
+// Extras offers what the ask may add to the profile, as checkboxes: the
+// shares the caller may mount (GET /v1/shares) that the profile does not
+// mount always, and their data disks that are ready and attached to no VM
+// (GET /v1/volumes). A group with nothing to offer is not shown; a
+// server without shares or data disks shows neither. The server's refusal
+// of either is shown beside its group, the checkbox it names marked.
+function Extras({p, fid, error}) {
+  const [shares, setShares] = useState([]);
+  const [disks, setDisks] = useState([]);
+  useEffect(() => {
+    let gone = false;
+    api.shares().then((r) => {
+      if (!gone) setShares((r.shares || []).filter((s) => (s.mode === 'ro' || s.mode === 'rw') && !(p.shares || []).includes(s.name)));
+    }).catch(() => {});
+    api.volumes().then((r) => {
+      if (!gone) setDisks((r.volumes || []).filter((v) => v.kind === 'disk' && v.state === 'ready' && !v.attached_vm));
+    }).catch(() => {});
+    return () => { gone = true; };
+  }, [p.name]);
+  const refused = extraField(error), name = refusedName(error);
+  const always = (p.shares || []).length ? t('sharesAlways', {names: p.shares.join(', ')}) : '';
+  return html`
+    ${shares.length > 0 && html`<${Group} id=${fid('shares')} legend=${t('shares')} hint=${t('sharesHint') + (always ? ' ' + always : '')}
+      error=${refused === 'shares' ? error : null} items=${shares.map((s) => ({
+        name: 'share', value: s.name, id: fid('share-' + s.name), bad: refused === 'shares' && name === s.name, disabled: !s.available,
+        text: s.name, detail: t('shareAt', {mode: t(s.mode === 'ro' ? 'shareRO' : 'shareRW'), mount: s.mount}) + (s.available ? '' : ' — ' + t('shareUnavailable')),
+      }))} />`}
+    ${disks.length > 0 && html`<${Group} id=${fid('volumes')} legend=${t('disks')} hint=${t('disksHint')}
+      error=${refused === 'volumes' ? error : null} items=${disks.map((v) => ({
+        name: 'volume', value: v.name, id: fid('volume-' + v.name), bad: refused === 'volumes' && name === v.name,
+        text: v.name, detail: fmtBytes(v.size_bytes),
+      }))} />`}`;
+}
+
+// Group is one group of checkboxes with its hint and the server's
+// refusal beside it.
+function Group({id, legend, hint, error, items}) {
+  const errID = id + '-error';
+  return html`<fieldset class="extras" id=${id} aria-describedby=${id + '-hint'}>
+    <legend>${legend}</legend>
+    <p class="hint" id=${id + '-hint'}>${hint}</p>
+    ${items.map((it) => html`<label class="choice">
+      <input type="checkbox" name=${it.name} value=${it.value} id=${it.id} disabled=${it.disabled}
+        aria-invalid=${it.bad ? 'true' : undefined} aria-describedby=${it.bad ? errID : undefined} />
+      <span><span class="extra-name">${it.text}</span> <span class="extra-detail">${it.detail}</span></span></label>`)}
+    ${error && html`<p class="field-error" id=${errID} role="alert">${error.message}</p>`}
+  </fieldset>`;
 }
 
 // PolicyAnswer shows what the sharing policy says to this ask before it is

@@ -6,7 +6,7 @@
 // Every refusal is shown in the server's words beside the field its
 // problem names; the page reads everything again after each action and on
 // any event of the caller's VMs.
-import {html, useState, useEffect, useCallback} from '../vendor/preact-htm.js';
+import {html, useState, useEffect, useCallback, useRef} from '../vendor/preact-htm.js';
 import * as api from '../api.js';
 import {t, addWords, lang, stateWord, fmtTime, fmtBytes} from '../i18n.js';
 import {Header, Problem, Confirm, useEvents} from '../ui.js';
@@ -23,6 +23,16 @@ addWords({
     st_enforced: 'The quota is enforced: the file system refuses writes past it.',
     st_notEnforced: 'The quota is not enforced on this server: your home is measured every few minutes and you are warned at 90%, but writes past it are not refused.',
     st_serverWords: 'The server\'s words (for your admin)',
+    st_homeDelete: 'Delete my home',
+    st_homeDeleteTitle: 'Delete your home?',
+    st_homeLoseAll: 'Every file and folder in your home is deleted, for good: nothing can bring it back.',
+    st_homeEveryVM: 'Your home is the same one in all your VMs: it is gone from every one of them at once.',
+    st_homeNothingElse: 'Nothing else is deleted: your VMs, their system disks and snapshots, your data disks and the shares stay as they are.',
+    st_homeStopFirst: 'A VM of yours that mounts your home must be stopped first.',
+    st_homeType: 'Type your user name, {user}, to confirm',
+    st_homeDeleteYes: 'Delete my home',
+    st_homeDeleted: 'Your home is deleted.',
+    st_homeNone: 'You have no home now (none was made yet, or it was deleted). A new, empty one is made the next time a VM of yours that has a home is created, or one of them with a GPU is started.',
     st_shares: 'Shares', st_sharesIntro: 'Folders of this server your admin declared, which your VMs may mount.',
     st_noShares: 'There is no share you may mount.',
     st_rw: 'read-write', st_ro: 'read-only', st_mode: 'Access', st_mount: 'In the guest', st_rule: 'Given by',
@@ -30,7 +40,7 @@ addWords({
     st_roNotEnforced: 'Read-only cannot be enforced on this host.',
     st_unavailable: 'Not available on this host now: a VM with it does not start. Ask your admin{admin}.',
     st_askShare: 'To have a share in a VM, ask for the VM with it; the share is mounted when the VM starts:',
-    st_askShareForm: 'A profile may bring shares of its own; the ask form in GPU machines takes the profile\'s.',
+    st_askShareForm: 'The ask form in GPU machines offers them as checkboxes too; a profile may also mount shares of its own always.',
     st_disks: 'Data disks',
     st_disksIntro: 'Block volumes of your own, attached to one VM at a time while it is stopped or queued, there at its next start. Deleting a VM keeps its disks.',
     st_diskQuota: 'Your disks hold {used} of {quota} ({pct}); the limit is set by {rule}.', st_diskQuotaSR: 'Your data disks hold {used} of {quota}, {pct}.',
@@ -76,6 +86,16 @@ addWords({
     st_enforced: '配额强制执行：超出配额的写入会被文件系统拒绝。',
     st_notEnforced: '此服务器不强制执行配额：每隔几分钟测量一次你的主目录，用到 90% 时会提醒你，但超出配额的写入不会被拒绝。',
     st_serverWords: '服务器的原话（英文，供管理员参考）',
+    st_homeDelete: '删除我的主目录',
+    st_homeDeleteTitle: '删除你的主目录？',
+    st_homeLoseAll: '主目录中的所有文件和文件夹都会被永久删除，无法恢复。',
+    st_homeEveryVM: '你的所有虚拟机用的是同一个主目录：它会同时从每台虚拟机中消失。',
+    st_homeNothingElse: '其他内容都不会被删除：你的虚拟机、它们的系统盘和快照、你的数据盘以及共享都保持不变。',
+    st_homeStopFirst: '挂载你主目录的虚拟机须先停止。',
+    st_homeType: '输入你的用户名 {user} 以确认',
+    st_homeDeleteYes: '删除我的主目录',
+    st_homeDeleted: '你的主目录已删除。',
+    st_homeNone: '你现在没有主目录（尚未创建，或已被删除）。下次创建一台带主目录的虚拟机，或启动其中一台带 GPU 的虚拟机时，会创建一个新的空主目录。',
     st_shares: '共享', st_sharesIntro: '管理员声明的本服务器上的文件夹，你的虚拟机可以挂载。',
     st_noShares: '没有你可以挂载的共享。',
     st_rw: '读写', st_ro: '只读', st_mode: '权限', st_mount: '客户机内路径', st_rule: '依据规则',
@@ -83,7 +103,7 @@ addWords({
     st_roNotEnforced: '此宿主机无法强制只读。',
     st_unavailable: '此宿主机上目前不可用：带有它的虚拟机无法启动。请联系管理员{admin}。',
     st_askShare: '要在虚拟机中使用共享，申请虚拟机时带上它；虚拟机启动时会挂载该共享：',
-    st_askShareForm: '配置本身也可以带有共享；“GPU 机器”中的申请表单使用配置自带的共享。',
+    st_askShareForm: '“GPU 机器”中的申请表单也以复选框提供这些共享；配置本身也可以总是挂载某些共享。',
     st_disks: '数据盘',
     st_disksIntro: '属于你的块存储卷，每次挂接到一台虚拟机，须在虚拟机停止或排队时挂接，下次启动时生效。删除虚拟机时会保留其数据盘。',
     st_diskQuota: '你的数据盘共占 {used} / {quota}（{pct}）；上限由 {rule} 设定。', st_diskQuotaSR: '你的数据盘共占 {used} / {quota}，占 {pct}。',
@@ -130,19 +150,23 @@ const labelOf = (s) => s.label || t('st_noLabel');
 const transient = (s) => ['creating', 'restoring', 'deleting'].includes(s);
 
 // load reads everything the page shows: the volumes, the shares, the
-// caller's VMs and each one's snapshots.
+// caller's VMs and each one's snapshots, and whether the caller's home
+// exists (GET /v1/homes; null where it cannot be read: a server without
+// homes).
 async function load(me) {
-  const [vols, shares, vms] = await Promise.all([
+  const [vols, shares, vms, homes] = await Promise.all([
     api.volumes(),
     api.shares().catch((error) => ({error})),
     api.allVMs(me),
+    api.homes().catch(() => null),
   ]);
   const live = vms.filter((v) => v.state !== 'deleted' && v.owner === me);
   const snaps = {};
   await Promise.all(live.map(async (vm) => {
     try { snaps[vm.id] = await api.snapshots(vm.id); } catch (error) { snaps[vm.id] = {error}; }
   }));
-  return {vols, shares, vms: live, snaps};
+  const home = homes && (homes.homes || []).find((h) => h.user === me);
+  return {vols, shares, vms: live, snaps, home: home || null};
 }
 
 export default function Storage({session}) {
@@ -183,7 +207,7 @@ export default function Storage({session}) {
     <p role="status" class="said">${said}</p>
     ${!d && !error && html`<p class="hint" aria-busy="true">…</p>`}
     ${d && html`
-      <${Home} vol=${home} />
+      <${Home} vol=${home} rec=${d.home} me=${me} act=${act} />
       <${Shares} list=${d.shares} />
       <${Disks} list=${d.vols} disks=${disks} vms=${d.vms} act=${act} ask=${ask} />
       <${Snapshots} vms=${d.vms} snaps=${d.snaps} act=${act} ask=${ask} />`}
@@ -203,11 +227,18 @@ function Bar({used, quota}) {
 }
 
 // Home: where the guest mounts it, used against its quota, how the quota
-// holds; or that the server keeps no homes.
-function Home({vol}) {
+// holds, and the way to delete it; or that the caller has none now (rec,
+// GET /v1/homes, says it does not exist); or that the server keeps no
+// homes.
+function Home({vol, rec, me, act}) {
   if (!vol) {
     return html`<section class="card" id="home" aria-labelledby="home-title"><h2 id="home-title">${t('st_home')}</h2>
       <p>${t('st_noHome')}</p></section>`;
+  }
+  if (rec && !rec.exists) {
+    return html`<section class="card" id="home" aria-labelledby="home-title" data-exists="false"><h2 id="home-title">${t('st_home')}</h2>
+      <p id="home-mount">${homeAt(vol.mount)}</p>
+      <p id="home-none">${t('st_homeNone')}</p></section>`;
   }
   const known = vol.used_bytes != null;
   const q = vol.quota_bytes;
@@ -221,7 +252,65 @@ function Home({vol}) {
     ${known && vol.enforcement === 'project' && html`<p id="home-enforcement">${t('st_enforced')}</p>`}
     ${known && vol.enforcement && vol.enforcement !== 'project' && html`<p id="home-enforcement" class="warn">${t('st_notEnforced')}</p>`}
     <${ServerWords} text=${vol.note} />
+    ${rec && html`<${HomeDelete} me=${me} act=${act} />`}
   </section>`;
+}
+
+// HomeDelete: the button that deletes the caller's home, and its dialog:
+// what is lost, the caller's name typed again (the button to delete
+// stays disabled until it matches), the server's refusal beside the
+// field (a 409 names the VMs to stop). Escape closes it.
+function HomeDelete({me, act}) {
+  const [open, setOpen] = useState(false);
+  const close = () => setOpen(false);
+  return html`<div class="buttons">
+      <button type="button" class="danger" id="home-delete" aria-haspopup="dialog" onClick=${() => setOpen(true)}>${t('st_homeDelete')}</button>
+    </div>
+    ${open && html`<${HomeDeleteDialog} me=${me} act=${act} onClose=${close} />`}`;
+}
+
+function HomeDeleteDialog({me, act, onClose}) {
+  const ref = useRef(null), input = useRef(null);
+  const [typed, setTyped] = useState('');
+  const [err, setErr] = useState(null);
+  const [busy, setBusy] = useState(false);
+  useEffect(() => {
+    const d = ref.current;
+    d.showModal();
+    input.current.focus();
+    return () => d.open && d.close();
+  }, []);
+  const submit = async (e) => {
+    e.preventDefault();
+    if (typed !== me) return;
+    setBusy(true);
+    try {
+      await act(() => api.deleteHome(me, typed), () => t('st_homeDeleted'));
+      onClose();
+    } catch (x) { setErr(x); setBusy(false); }
+  };
+  const errID = 'home-confirm-error';
+  return html`<dialog ref=${ref} class="confirm home-delete" id="home-delete-dialog" aria-labelledby="home-delete-title"
+      onCancel=${(e) => { e.preventDefault(); onClose(); }}>
+    <form onSubmit=${submit}>
+      <h2 id="home-delete-title">${t('st_homeDeleteTitle')}</h2>
+      <ul class="lost">
+        <li>${t('st_homeLoseAll')}</li>
+        <li>${t('st_homeEveryVM')}</li>
+        <li>${t('st_homeNothingElse')}</li>
+        <li>${t('st_homeStopFirst')}</li>
+      </ul>
+      <label for="home-confirm">${t('st_homeType', {user: me})}</label>
+      <input id="home-confirm" ref=${input} value=${typed} autocomplete="off" autocapitalize="off" spellcheck="false"
+        onInput=${(e) => { setTyped(e.target.value); setErr(null); }}
+        aria-invalid=${err ? 'true' : undefined} aria-describedby=${err ? errID : undefined} />
+      ${err && html`<p class="field-error" id=${errID} role="alert">${err.message}</p>`}
+      <div class="buttons">
+        <button type="submit" class="danger" id="home-delete-yes" disabled=${typed !== me || busy}>${t('st_homeDeleteYes')}</button>
+        <button type="button" class="quiet" onClick=${onClose}>${t('cancel')}</button>
+      </div>
+    </form>
+  </dialog>`;
 }
 
 // ServerWords: the server's own words (English, written for admins),
