@@ -412,6 +412,13 @@ func (lc *lifecycle) startDomain(ctx context.Context, vm *store.VM, op *store.Op
 			return lc.startFailed(ctx, vm, op, err)
 		}
 		hostdevs = req.Spec.Hostdevs
+	} else if p := lc.profile(vm.Profile); p != nil && p.Home {
+		// The home is made again (empty) if its person deleted it since,
+		// as vmRequest does for a VM with devices: the domain's virtiofs
+		// points at it.
+		if _, err := lc.home(ctx, lc.settings(), p, vm); err != nil {
+			return lc.startFailed(ctx, vm, op, err)
+		}
 	}
 	if err := lc.prepareTask(ctx, vm); err != nil { // tasks.go
 		switch {

@@ -101,3 +101,53 @@ profile "nohome" {
 		t.Errorf("no virtiofsd: %v", err)
 	}
 }
+
+// A person deleted their home (DELETE /v1/homes) while their GPU-less VM
+// was stopped: its next start makes the home again, empty, as a start of
+// a VM with devices does, instead of starting a domain whose virtiofs
+// points at nothing.
+func TestStartMakesADeletedHomeAgain(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("making a home owned by another uid needs root")
+	}
+	if _, err := homes.FindVirtiofsd(nil); err != nil {
+		t.Skip(err)
+	}
+	root := filepath.Join(t.TempDir(), "homes")
+	e := newEnv(t, "l40sx4")
+	e.withPolicy(`
+server {
+  storage {
+    homes {
+      root = "` + root + `"
+    }
+  }
+}
+template "t" {
+  content = "#cloud-config\n"
+}
+profile "plain-home" {
+  vcpus  = 1
+  memory = "256MiB"
+  boot { kernel = "/boot/vmlinuz" }
+  network { type = "none" }
+  cloud_init { template = "t" }
+}
+`)
+	e.cfg.Server.Libvirt.StoragePool = "default-pool" // the test driver's pool
+	o := e.orch(nil)
+	vm := e.stoppedVM(o, "ann", "plain-home", "desk")
+	home := filepath.Join(root, "ann")
+	if _, err := os.Stat(home); err != nil {
+		t.Fatalf("the create made no home: %v", err)
+	}
+	if err := os.RemoveAll(home); err != nil {
+		t.Fatal(err)
+	}
+	e.action(e.vm(vm.ID), store.OpStart)
+	o.Drain(context.Background())
+	e.wantVM(vm.ID, store.VMRunning, "")
+	if fi, err := os.Stat(home); err != nil || !fi.IsDir() {
+		t.Errorf("the start did not make the home again: %v", err)
+	}
+}
