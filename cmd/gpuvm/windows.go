@@ -34,7 +34,54 @@ func attachWindowsInstall(admin *cobra.Command, co *clientOpts) {
 		image = &cobra.Command{Use: "image", Short: "Build and manage the images VMs are made from"}
 		admin.AddCommand(image)
 	}
-	image.AddCommand(newWindowsInstallCmd(co))
+	image.AddCommand(newWindowsInstallCmd(co), newWindowsTaskRunnerCmd())
+}
+
+// newWindowsTaskRunnerCmd is `gpuvm admin image windows-task-runner`: the
+// Windows guests' task runner, rendered offline, for an image an admin
+// makes without windows-install.
+func newWindowsTaskRunnerCmd() *cobra.Command {
+	var tmplDir, output string
+	cmd := &cobra.Command{
+		Use:   "windows-task-runner [--templates DIR] [-o FILE]",
+		Short: "Print the task runner of Windows guests (gpuvm-task.ps1), to bake into an image",
+		Long: `Prints gpuvm-task.ps1, the task runner of Windows guests, rendered from
+templates/windows/gpuvm-task.ps1.tmpl (--templates DIR overrides it), to
+stdout or to -o FILE. Nothing is asked of gpuvmd.
+
+Images that 'gpuvm admin image windows-install' builds have it already: their
+first logon copies it to C:\ProgramData\gpuvm\gpuvm-task.ps1 and registers the
+scheduled task gpuvm-task that runs it at every start as SYSTEM. For an image
+made another way, do the same in the image (docs/tasks.md, "Windows guests",
+has the commands). The runner holds nothing of any task: it reads the task
+from gpuvm-task.json on a drive's root, and exits where there is none.
+` + exitHelp,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var tmpls fs.FS // the built-in template
+			if tmplDir != "" {
+				if st, err := os.Stat(tmplDir); err != nil || !st.IsDir() {
+					return usageError{fmt.Errorf("windows-task-runner: --templates %s: not a directory", tmplDir)}
+				}
+				tmpls = os.DirFS(tmplDir)
+			}
+			b, err := windows.TaskRunner(tmpls)
+			if err != nil {
+				return fmt.Errorf("windows-task-runner: %w", err)
+			}
+			if output == "" {
+				_, err = cmd.OutOrStdout().Write(b)
+				return err
+			}
+			if err := writeFileMode(output, b, 0o644); err != nil {
+				return fmt.Errorf("windows-task-runner: -o: %w", err)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&tmplDir, "templates", "", "directory overriding templates/windows (gpuvm-task.ps1.tmpl)")
+	cmd.Flags().StringVarP(&output, "output", "o", "", "write to FILE instead of stdout")
+	return cmd
 }
 
 type windowsInstallOpts struct {
@@ -84,8 +131,10 @@ Nothing here knows whether that host can use KVM: --render needs
   gpuvm-firstlogon.ps1   what the first logon runs: virtio-win guest tools and the
                          QEMU guest agent, cloudbase-init (--cloudbase-init), the
                          NVIDIA guest driver (--nvidia-driver), the licensing task,
-                         then sysprep /generalize /oobe /shutdown (unless --no-sysprep)
-  NAME-media.iso         the install medium: both files above and the installers
+                         the task runner and its scheduled task gpuvm-task, then
+                         sysprep /generalize /oobe /shutdown (unless --no-sysprep)
+  gpuvm-task.ps1         the task runner of Windows guests (docs/tasks.md)
+  NAME-media.iso         the install medium: the three files above and the installers
   NAME.xml               the libvirt domain: UEFI with Secure Boot, TPM 2.0, Hyper-V
                          enlightenments, virtio disk and NIC, three CD-ROMs (--iso,
                          --virtio-win, the medium)
@@ -269,6 +318,7 @@ func runWindowsInstall(o windowsInstallOpts, stdout io.Writer) error {
 	}{
 		{windows.AnswerFile, files[windows.AnswerFile], 0o600}, // holds the password
 		{windows.ScriptFile, files[windows.ScriptFile], 0o644},
+		{windows.TaskRunnerFile, files[windows.TaskRunnerFile], 0o644},
 		{o.name + "-media.iso", iso, 0o600}, // holds the answer file
 		{o.name + ".xml", []byte(x + "\n"), 0o644},
 	} {
@@ -276,14 +326,14 @@ func runWindowsInstall(o windowsInstallOpts, stdout io.Writer) error {
 			return fmt.Errorf("windows-install: %w", err)
 		}
 	}
-	_, err = fmt.Fprintf(stdout, `Wrote %s: %s, %s, %s-media.iso, %s.xml
+	_, err = fmt.Fprintf(stdout, `Wrote %s: %s, %s, %s, %s-media.iso, %s.xml
 Next, on the gpuvmd host (docs/windows.md):
   qemu-img create -f qcow2 %s 64G
   virsh define %s
   virsh start %s; virsh send-key %s KEY_ENTER   # answer the installer's "Press any key to boot from CD"
   # wait until 'virsh domstate %s' says shut off (sysprep shut it down), then:
   gpuvm admin image import %s --name IMAGE --os windows --firmware uefi
-`, dir, windows.AnswerFile, windows.ScriptFile, o.name, o.name, w.Disk.Path, filepath.Join(dir, o.name+".xml"), o.name, o.name, o.name, w.Disk.Path)
+`, dir, windows.AnswerFile, windows.ScriptFile, windows.TaskRunnerFile, o.name, o.name, w.Disk.Path, filepath.Join(dir, o.name+".xml"), o.name, o.name, o.name, w.Disk.Path)
 	return err
 }
 

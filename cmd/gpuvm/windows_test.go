@@ -48,7 +48,7 @@ func TestWindowsInstallRender(t *testing.T) {
 		t.Errorf("next steps missing:\n%s", stdout)
 	}
 	for name, mode := range map[string]os.FileMode{
-		windows.AnswerFile: 0o600, windows.ScriptFile: 0o644, "win11-build-media.iso": 0o600, "win11-build.xml": 0o644,
+		windows.AnswerFile: 0o600, windows.ScriptFile: 0o644, windows.TaskRunnerFile: 0o644, "win11-build-media.iso": 0o600, "win11-build.xml": 0o644,
 	} {
 		fi, err := os.Stat(filepath.Join(out, name))
 		if err != nil {
@@ -234,5 +234,40 @@ func TestWindowsInstallThroughServer(t *testing.T) {
 	admin.must(append(slices.Clone(base), "--domain-type", "qemu")...)
 	if len(f.reqs) != 1 || f.reqs[0].DomainType != "qemu" {
 		t.Errorf("--domain-type qemu asked %+v", f.reqs)
+	}
+}
+
+func TestWindowsTaskRunner(t *testing.T) {
+	want, err := windows.TaskRunner(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, stderr, code := runCLI(t, "admin", "image", "windows-task-runner")
+	if code != 0 || stdout != string(want) {
+		t.Fatalf("exit %d, stdout is the runner: %v\n%s", code, stdout == string(want), stderr)
+	}
+	dir := t.TempDir()
+	out := filepath.Join(dir, "gpuvm-task.ps1")
+	if _, stderr, code := runCLI(t, "admin", "image", "windows-task-runner", "-o", out); code != 0 {
+		t.Fatalf("-o: exit %d\n%s", code, stderr)
+	}
+	if b, _ := os.ReadFile(out); string(b) != string(want) {
+		t.Error("-o FILE does not hold the runner")
+	}
+	tmpl := filepath.Join(dir, "tmpl")
+	if err := os.Mkdir(tmpl, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(tmpl, windows.TaskRunnerFile+".tmpl"), []byte("# mine, v{{.Protocol}}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if stdout, _, code := runCLI(t, "admin", "image", "windows-task-runner", "--templates", tmpl); code != 0 || stdout != "# mine, v2\n" {
+		t.Errorf("--templates: exit %d, %q", code, stdout)
+	}
+	for _, args := range [][]string{{"--templates", filepath.Join(dir, "none")}, {"extra"}} {
+		_, stderr, code := runCLI(t, append([]string{"admin", "image", "windows-task-runner"}, args...)...)
+		if code != 2 || !strings.Contains(stderr, "windows-task-runner") {
+			t.Errorf("%v: exit %d, %q; want a usage error naming the command", args, code, stderr)
+		}
 	}
 }

@@ -31,6 +31,36 @@ type Message struct {
 	Sig    string `json:"sig,omitempty"`
 }
 
+// The protocol's message types (Message.T). A runner sends MsgHello,
+// MsgHeartbeat, MsgStart, MsgOut, MsgResume and MsgExit; gpuvmd sends
+// MsgFrom, MsgSignal and MsgBye. The Windows runner's script is checked
+// against these (TestWindowsRunnerSpeaksTheProtocol).
+const (
+	MsgHello     = "hello"
+	MsgHeartbeat = "hb"
+	MsgStart     = "start"
+	MsgOut       = "out"
+	MsgResume    = "resume"
+	MsgExit      = "exit"
+	MsgFrom      = "from"
+	MsgSignal    = "signal"
+	MsgBye       = "bye"
+)
+
+// GuestMessages and HostMessages are the types each side sends.
+var (
+	GuestMessages = []string{MsgHello, MsgHeartbeat, MsgStart, MsgOut, MsgResume, MsgExit}
+	HostMessages  = []string{MsgFrom, MsgSignal, MsgBye}
+)
+
+// The signals gpuvmd itself sends a running command (a task's warning
+// signal, one of WarnSignals, besides): SigTerm at the time limit or a
+// cancel, SigKill kill_wait after it.
+const (
+	SigTerm = "TERM"
+	SigKill = "KILL"
+)
+
 // maxLine bounds a line of the protocol: the runner sends a line of
 // output in pieces of at most 32 KiB (before escaping).
 const maxLine = 1 << 20
@@ -100,7 +130,7 @@ func (s *Supervisor) connect(ctx context.Context, t *store.Task) (*conn, error) 
 	// What was kept is not asked for again; a runner of protocol 2 sends
 	// what came after it, again if it sent it to a gpuvmd that stopped
 	// before keeping it.
-	c.send(Message{T: "from", V: Protocol, Off: end - base})
+	c.send(Message{T: MsgFrom, V: Protocol, Off: end - base})
 	go c.read()
 	s.log.Info("connected to the task's runner", "task", t.ID, "vm", t.VMID, "from", end)
 	return c, nil
@@ -141,18 +171,18 @@ func (c *conn) handle(m Message) error {
 	switch {
 	case m.V > 0:
 		c.proto = m.V
-	case m.T == "hello" || m.T == "hb":
+	case m.T == MsgHello || m.T == MsgHeartbeat:
 		c.proto = 1
 	}
 	c.mu.Unlock()
 	switch m.T {
-	case "hello":
+	case MsgHello:
 		c.mu.Lock()
 		c.hello = true
 		c.mu.Unlock()
-	case "resume":
+	case MsgResume:
 		c.s.log.Info("the task's runner sends its output again", "task", c.task, "from", m.Off)
-	case "start":
+	case MsgStart:
 		c.mu.Lock()
 		c.hello = true
 		c.mu.Unlock()
@@ -163,9 +193,9 @@ func (c *conn) handle(m Message) error {
 			return nil
 		}
 		return err
-	case "out":
+	case MsgOut:
 		return c.out(m.Off, m.D)
-	case "exit":
+	case MsgExit:
 		return c.exit(ctx, m)
 	}
 	return nil
@@ -217,7 +247,7 @@ func (c *conn) exit(ctx context.Context, m Message) error {
 		// Output was lost on the way (a gpuvmd stopped): asked for again;
 		// the runner sends the exit again after it.
 		c.s.log.Info("the task's runner reported its exit before gpuvmd had all its output: asking for the rest", "task", c.task, "from", missing)
-		c.send(Message{T: "from", V: Protocol, Off: missing})
+		c.send(Message{T: MsgFrom, V: Protocol, Off: missing})
 		return nil
 	}
 	reason := fmt.Sprintf("the command exited %d", code)
@@ -227,13 +257,13 @@ func (c *conn) exit(ctx context.Context, m Message) error {
 	n := c.size()
 	err := st.UpdateTask(ctx, c.task, nil, store.TaskUpdate{State: api.TaskCompleting, Reason: reason, ExitCode: &code, Signal: &sig, LogBytes: &n})
 	if errors.Is(err, store.ErrConflict) {
-		c.send(Message{T: "bye"}) // ended already: a repeat of the exit
+		c.send(Message{T: MsgBye}) // ended already: a repeat of the exit
 		return nil
 	}
 	if err != nil {
 		return err
 	}
-	c.send(Message{T: "bye"})
+	c.send(Message{T: MsgBye})
 	// The round, now, asks for the VM's delete: one goroutine asks for
 	// deletes, so that no two are asked for.
 	c.s.kickNow()
@@ -248,7 +278,7 @@ func (c *conn) send(m Message) {
 	}
 }
 
-func (c *conn) signal(sig string) { c.send(Message{T: "signal", Sig: sig}) }
+func (c *conn) signal(sig string) { c.send(Message{T: MsgSignal, Sig: sig}) }
 
 func (c *conn) size() int64 {
 	c.mu.Lock()

@@ -398,13 +398,13 @@ func (s *Supervisor) limits(ctx context.Context, t *store.Task, vm *store.VM, c 
 		}
 		s.log.Info("stopping task", "task", t.ID, "why", why)
 		if c != nil {
-			c.signal("TERM")
+			c.signal(SigTerm)
 		}
 		return s.cfg.Store.UpdateTask(ctx, t.ID, nil, store.TaskUpdate{TermAt: &now})
 	}
 	if t.TermAt != nil && now.Sub(*t.TermAt) >= time.Duration(t.KillWaitS)*time.Second {
 		if c != nil {
-			c.signal("KILL")
+			c.signal(SigKill)
 		}
 		why := fmt.Sprintf("time limit reached: SIGTERM, then after %ds the VM powered off", t.KillWaitS)
 		if t.CancelAt != nil {

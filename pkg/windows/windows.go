@@ -375,7 +375,7 @@ func mediaName(n, ext string) error {
 			return errors.New("want printable ASCII without spaces, quotes, '$', '/', '\\' or ';'")
 		}
 	}
-	if n == ScriptFile || n == AnswerFile || n == LicensingScript {
+	if n == ScriptFile || n == AnswerFile || n == LicensingScript || n == TaskRunnerFile {
 		return fmt.Errorf("%s is gpuvm's own file", n)
 	}
 	if !strings.HasSuffix(strings.ToLower(n), ext) {
@@ -403,6 +403,8 @@ type data struct {
 	FirstLogonCommand string
 	ScriptName        string
 	LicensingScript   string
+	// TaskRunner is the task runner's name on the medium (task.go).
+	TaskRunner string
 }
 
 // driveLetters are where the CD-ROMs land in windowsPE (X: is WinPE's RAM
@@ -411,7 +413,7 @@ type data struct {
 var driveLetters = []string{"D", "E", "F", "G"}
 
 func newData(c Config) data {
-	d := data{Config: c, ScriptName: ScriptFile, LicensingScript: LicensingScript}
+	d := data{Config: c, ScriptName: ScriptFile, LicensingScript: LicensingScript, TaskRunner: TaskRunnerFile}
 	for _, l := range driveLetters {
 		for _, drv := range []string{"viostor", "NetKVM"} {
 			d.DriverPaths = append(d.DriverPaths, fmt.Sprintf(`%s:\%s\%s\amd64`, l, drv, c.Edition.VirtIODir()))
@@ -464,8 +466,8 @@ func DefaultTemplates() fs.FS {
 	return sub
 }
 
-// Render validates c and renders AnswerFile and ScriptFile from
-// "<name>.tmpl" in tmpls (DefaultTemplates() when nil; a template an
+// Render validates c and renders AnswerFile, ScriptFile and TaskRunnerFile
+// from "<name>.tmpl" in tmpls (DefaultTemplates() when nil; a template an
 // override directory lacks is taken from the built-in ones). The answer
 // file must be well-formed XML with an <unattend> root, or Render fails.
 func Render(c Config, tmpls fs.FS) (map[string][]byte, error) {
@@ -501,6 +503,12 @@ func Render(c Config, tmpls fs.FS) (map[string][]byte, error) {
 	if err := WellFormed(out[AnswerFile]); err != nil {
 		return nil, fmt.Errorf("windows template %s.tmpl: %w", AnswerFile, err)
 	}
+	// The task runner, which the first logon installs (task.go).
+	runner, err := TaskRunner(tmpls)
+	if err != nil {
+		return nil, err
+	}
+	out[TaskRunnerFile] = runner
 	return out, nil
 }
 
@@ -560,7 +568,8 @@ func Media(c Config, tmpls fs.FS, extra []MediaFile, mtime time.Time) ([]byte, e
 			return nil, fmt.Errorf("windows install medium: %s is named in the configuration but not given", need)
 		}
 	}
-	fl := []cloudinit.File{{Name: AnswerFile, Data: files[AnswerFile]}, {Name: ScriptFile, Data: files[ScriptFile]}}
+	fl := []cloudinit.File{{Name: AnswerFile, Data: files[AnswerFile]}, {Name: ScriptFile, Data: files[ScriptFile]},
+		{Name: TaskRunnerFile, Data: files[TaskRunnerFile]}}
 	fl = append(fl, extra...)
 	iso, err := cloudinit.ISO(MediaLabel, fl, mtime)
 	if err != nil {
