@@ -222,7 +222,9 @@ type replay struct {
 func (rp *replay) run() {
 	now := rp.s.Now
 	horizon := now.Add(rp.o.Horizon)
+	y := scheduler.NewYielder() // the API's requests go first (issue #26)
 	for cycle := 0; cycle < rp.o.MaxCycles; cycle++ {
+		y.Maybe()
 		rp.endDue(now)
 		for len(rp.later) > 0 && !rp.s.NotBefore[rp.later[0].ID].After(now) {
 			rp.join(rp.later[0])

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"runtime"
 	"sync"
 	"time"
 
@@ -142,6 +143,7 @@ func (dp *dispatcher) dispatch(ctx context.Context, inline bool) {
 		dp.idle.retry()
 		return
 	}
+	runtime.Gosched() // the API's requests before the round's own computing (scheduler.Yielder)
 	var order []string
 	byVM := map[string]*work{}
 	for i := range ops {

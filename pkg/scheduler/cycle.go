@@ -259,7 +259,11 @@ func passMain(now time.Time, inv *Inventory, ordered []Request, s Session, o Opt
 	var waiting []blocked
 	var failed failures
 	yield := lookaheadYield(inv, ordered, held, lookahead)
+	cpu := NewYielder()
 	for i := range ordered {
+		if i%256 == 255 {
+			cpu.Maybe()
+		}
 		r := &ordered[i]
 		if inv.Holds(r.ID) {
 			continue
