@@ -305,13 +305,27 @@ func (rc *reconciler) reconcileHost(ctx context.Context) (Report, error) {
 		}
 		rep.LeakedDomains = append(rep.LeakedDomains, d.Name)
 	}
-	named := rc.orphans.volumes
+	volOrphans, volErrs := rc.volumeOrphans(ctx, pool, vols, wantVolumes)
+	orphans, errs = append(orphans, volOrphans...), append(errs, volErrs...)
+	if err := rc.publishOrphans(ctx, orphans); err != nil {
+		errs = append(errs, err)
+	}
+	rep.Orphans = len(orphans)
+	return rep, errors.Join(errs...)
+}
+
+// volumeOrphans are the pool's volumes gpuvm's names claim that no VM
+// wants (its disks and seeds, or those its domains name), and the data
+// disks whose rows do not say they are this installation's
+// (diskorphans.go). Nothing here removes a volume.
+func (rc *reconciler) volumeOrphans(ctx context.Context, pool string, vols []string, want map[string]bool) ([]orphan, []error) {
+	var orphans []orphan
+	var errs []error
 	for _, v := range vols {
-		if named.MatchString(v) && !wantVolumes[v] {
+		if rc.orphans.volumes.MatchString(v) && !want[v] {
 			orphans = append(orphans, rc.volumeOrphan(pool, v))
 			continue
 		}
-		// Data disks: their rows say whose they are (diskorphans.go).
 		o, ok, err := rc.diskOrphan(ctx, pool, v)
 		if err != nil {
 			errs = append(errs, err)
@@ -319,11 +333,7 @@ func (rc *reconciler) reconcileHost(ctx context.Context) (Report, error) {
 			orphans = append(orphans, o)
 		}
 	}
-	if err := rc.publishOrphans(ctx, orphans); err != nil {
-		errs = append(errs, err)
-	}
-	rep.Orphans = len(orphans)
-	return rep, errors.Join(errs...)
+	return orphans, errs
 }
 
 func (rc *reconciler) deviceOrphan(backendName string, d backend.Device, why string) orphan {
