@@ -260,10 +260,12 @@ func auditOf(c *gin.Context) *auditRecord {
 // recorded ignore it).
 func auditVM(c *gin.Context, vm *store.VM) {
 	if rec := auditOf(c); rec != nil {
-		rec.entry.VMID = vm.ID
-		rec.entry.Target = clip("vm/"+vm.Owner+"/"+vm.Name, maxAuditTarget)
+		rec.entry.VMID, rec.entry.Target = vm.ID, vmTarget(vm)
 	}
 }
+
+// vmTarget is a VM's audit target: vm/OWNER/NAME.
+func vmTarget(vm *store.VM) string { return clip("vm/"+vm.Owner+"/"+vm.Name, maxAuditTarget) }
 
 // auditTarget sets the request's target (what a POST made).
 func auditTarget(c *gin.Context, target string) {
@@ -383,7 +385,7 @@ func (s *Server) auditCreated(c *gin.Context, vm *store.VM) *store.AuditEntry {
 		return nil
 	}
 	ok := *rec // the request's own is left for a create that fails
-	ok.entry.VMID, ok.entry.Target = vm.ID, clip("vm/"+vm.Owner+"/"+vm.Name, maxAuditTarget)
+	ok.entry.VMID, ok.entry.Target = vm.ID, vmTarget(vm)
 	ok.entry.Detail = clip(fmt.Sprintf("profile %s, %d hours", vm.Profile, vm.Hours), maxAuditDetail)
 	s.fillAudit(c, &ok, http.StatusAccepted)
 	return &ok.entry
