@@ -24,6 +24,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"strings"
 	"sync"
 	"time"
@@ -180,6 +181,14 @@ func startEventLoop(log *slog.Logger) error {
 		}()
 	})
 	return eventLoopErr
+}
+
+// LocalSystem reports whether the connection is to this machine's system
+// libvirtd (qemu:///system): only then are its run directories and
+// processes this machine's to look at.
+func (c *Conn) LocalSystem() bool {
+	u, err := url.Parse(c.uri)
+	return err == nil && u.Scheme == "qemu" && u.Host == "" && u.Path == "/system"
 }
 
 // Open connects to libvirt at uri ("qemu:///system", or "test:///default"

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
-	"strings"
 
 	"github.com/gpuvm/gpuvm/pkg/api"
 	"github.com/gpuvm/gpuvm/pkg/store"
@@ -111,14 +110,23 @@ func (rc *reconciler) AdoptVolume(ctx context.Context, req api.AdoptVolumeReques
 	return v, nil
 }
 
-// byFile is the orphaned volume called file: its "pool/name" or its name.
+// byFile is the orphaned volume called file: its "pool/name", or its
+// name when no other pool has an orphan of that name.
 func (s *orphanState) byFile(file string) (orphan, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	var byName []orphan
 	for _, o := range s.items {
-		if o.Kind == api.OrphanVolume && file != "" && (o.Name == file || o.volume == file || strings.HasSuffix(file, "/"+o.volume) && strings.HasPrefix(file, "/")) {
+		switch {
+		case o.Kind != api.OrphanVolume || file == "":
+		case o.Name == file: // pool/name
 			return o, true
+		case o.volume == file:
+			byName = append(byName, o)
 		}
+	}
+	if len(byName) == 1 { // a bare name only when one pool has it
+		return byName[0], true
 	}
 	return orphan{}, false
 }

@@ -278,7 +278,7 @@ func New(cfg Config, opts ...Option) *Orchestrator {
 	o.rec = &reconciler{host: set.Host, installation: set.Installation, st: set.Store, log: o.log, hv: set.Hypervisor, backends: backends, life: o.life,
 		names: names, busy: busy, roundMu: roundMu,
 		orphans:  orphanState{volumes: volumeNames(set.DomainPrefix)},
-		virtiofs: &virtiofsWatch{dirs: libvirtDirs(opt)},
+		virtiofs: &virtiofsWatch{dirs: libvirtDirs(opt), system: opt.libvirtDirs == nil},
 		settings: func() reconcileSettings {
 			c := live()
 			return reconcileSettings{DomainPrefix: set.DomainPrefix,

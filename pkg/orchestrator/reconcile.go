@@ -59,8 +59,7 @@ type reconcileStore interface {
 	AdoptVM(ctx context.Context, vm *store.VM, devices []store.AdoptedDevice, adoptedBy string) error
 	FireAlert(ctx context.Context, a *store.Alert) (fired bool, err error)
 	ResolveAlert(ctx context.Context, rule, subject string, value float64, summary string, at time.Time) (*store.Alert, error)
-	UpdateVMState(ctx context.Context, id string, version int64, u store.VMUpdate) (*store.VM, error)
-	AppendEvent(ctx context.Context, ev *store.Event) error
+	Tx(ctx context.Context, fn func(tx *store.Store) error) error
 }
 
 // reconcileSettings are the reconciler's settings, read at each reconcile.

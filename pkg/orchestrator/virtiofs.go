@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"sync"
 
 	"github.com/gpuvm/gpuvm/pkg/api"
 	"github.com/gpuvm/gpuvm/pkg/homes"
@@ -30,27 +29,17 @@ type domainIDs interface {
 	DomainID(ctx context.Context, uuid string) (int, error)
 }
 
-// virtiofsWatch is what the reconciler keeps between reconciles.
+// virtiofsWatch is where the reconciler looks for the daemons: system,
+// the system libvirtd's directories, looked at only when the hypervisor is
+// this machine's system libvirtd (localSystem).
 type virtiofsWatch struct {
-	dirs homes.LibvirtDirs
-	mu   sync.Mutex
-	told map[string]bool // vm|pid file|pid
+	dirs   homes.LibvirtDirs
+	system bool
 }
 
-func (w *virtiofsWatch) was(key string) bool {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.told[key]
-}
-
-func (w *virtiofsWatch) tell(key string) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.told == nil {
-		w.told = map[string]bool{}
-	}
-	w.told[key] = true
-}
+// localSystem is a hypervisor that says whether it is this machine's
+// system libvirtd (*hypervisor.Conn).
+type localSystem interface{ LocalSystem() bool }
 
 // WithLibvirtDirs has the reconciler look for libvirt's virtiofs daemons
 // in dirs instead of the system libvirtd's (tests: a fake process table).
@@ -64,6 +53,9 @@ func (rc *reconciler) checkVirtiofs(ctx context.Context) []error {
 	ids, ok := rc.hv.(domainIDs)
 	if !ok {
 		return nil
+	}
+	if l, ok := rc.hv.(localSystem); rc.virtiofs.system && (!ok || !l.LocalSystem()) {
+		return nil // another machine's, or a session's: not this /proc's to judge
 	}
 	running, err := listVMs(ctx, rc.st, store.VMFilter{States: []string{store.VMRunning}, Host: rc.host})
 	if err != nil {
@@ -96,27 +88,25 @@ func (rc *reconciler) checkVirtiofs(ctx context.Context) []error {
 	return errs
 }
 
-// virtiofsDied marks vm and tells its owner that daemon d died, once.
+// virtiofsDied marks vm and tells its owner that daemon d died, in one
+// transaction: once, since the VM's reason says it until its next start.
 func (rc *reconciler) virtiofsDied(ctx context.Context, vm *store.VM, d homes.Daemon) error {
-	key := fmt.Sprintf("%s|%s|%d", vm.ID, d.PIDFile, d.PID)
-	if rc.virtiofs.was(key) {
-		return nil
-	}
 	if strings.HasPrefix(vm.StateReason, VirtiofsReasonPrefix) {
-		rc.virtiofs.tell(key) // told before this gpuvmd started
-		return nil
+		return nil // told already
 	}
 	reason := fmt.Sprintf("%s (%s: %s): its home and shares hang in the guest, and the files are safe on the host; stop and start the VM to get them back ('gpuvm stop %s', then 'gpuvm start %s')",
 		VirtiofsReasonPrefix, d.Alias, d.Why, vm.Name, vm.Name)
 	rc.log.Warn("a VM's virtiofs daemon died: its mounts hang in the guest until the VM is stopped and started",
 		"vm", vm.ID, "name", vm.Name, "owner", vm.Owner, "device", d.Alias, "pid", d.PID, "pid_file", d.PIDFile, "why", d.Why)
-	if _, err := rc.st.UpdateVMState(ctx, vm.ID, vm.Version, store.VMUpdate{State: vm.State, Phase: vm.Phase, StateReason: reason}); err != nil {
-		return fmt.Errorf("mark vm %s (virtiofs daemon died): %w", vm.ID, err)
-	}
 	n := api.VMWarningPayload{Kind: api.WarningVirtiofs, Action: api.NoticeNone, At: rc.st.Now(), Reason: reason}
-	rc.virtiofs.tell(key)
-	if err := rc.st.AppendEvent(ctx, warningEvent(vm, n)); err != nil {
-		return fmt.Errorf("tell the owner of vm %s its virtiofs daemon died: %w", vm.ID, err)
+	err := rc.st.Tx(ctx, func(tx *store.Store) error {
+		if _, err := tx.UpdateVMState(ctx, vm.ID, vm.Version, store.VMUpdate{State: vm.State, Phase: vm.Phase, StateReason: reason}); err != nil {
+			return err
+		}
+		return tx.AppendEvent(ctx, warningEvent(vm, n))
+	})
+	if err != nil {
+		return fmt.Errorf("mark vm %s and tell its owner (virtiofs daemon died): %w", vm.ID, err)
 	}
 	return nil
 }

@@ -31,6 +31,11 @@ func (s *Server) createTaskIn(c *gin.Context, req *api.CreateTaskRequest, t *sto
 		fail(errValidation, "a retry runs in a fresh VM: a task in your own VM is not retried (leave out in, or retries)")
 		return
 	}
+	startAt, ok := s.checkStartAt(c, req.StartAt) // as a fresh task's VM's (makeVM)
+	if !ok {
+		return
+	}
+	t.StartAt = startAt
 	vm, ok := s.ownVM(c, req.In)
 	if !ok {
 		return
