@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -155,6 +157,34 @@ func BenchmarkCreateVM(b *testing.B) {
 				}
 			})
 		}
+	}
+}
+
+// BenchmarkCreateVMConcurrent: creates from 8 clients at once, each with its
+// audit entry, as the API makes them. What they share is the database's
+// writer on SQLite and, on PostgreSQL, whatever orders the events.
+func BenchmarkCreateVMConcurrent(b *testing.B) {
+	ctx := context.Background()
+	for _, driver := range drivers {
+		b.Run(driver, func(b *testing.B) {
+			d := newTestDB(b, driver)
+			s := d.open(b)
+			seedVMs(b, s, 1_000)
+			var n atomic.Int64
+			b.SetParallelism(max(1, 8/runtime.GOMAXPROCS(0)))
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					i := n.Add(1)
+					vm := &VM{Name: fmt.Sprint("par", i), Owner: fmt.Sprint("user", i%10), Profile: "render-l40s", Hours: 8}
+					audit := &AuditEntry{User: vm.Owner, Action: "vm.create", Outcome: "ok", Status: 201}
+					if _, err := s.CreateVM(ctx, vm, CreateVMOptions{RequestedBy: vm.Owner, Audit: audit}); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		})
 	}
 }
 

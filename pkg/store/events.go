@@ -9,21 +9,18 @@ import (
 	"gorm.io/gorm"
 )
 
-// eventLock is the PostgreSQL advisory lock held by every transaction that
-// appends an event, until it commits ("gpev" in ASCII). PostgreSQL hands out
-// identity values when rows are inserted, not when they commit: without the
-// lock, event 8 could become visible before event 7, and a watcher that read
-// "after 6" would go on "after 8" and never see 7. With it, events commit in
-// ID order. SQLite needs nothing: it has one writer at a time.
-//
-// The lock is taken by the last statement of CreateVM and UpdateVMState, so
-// that it is held briefly. A Tx that appends an event and then locks other
-// rows can deadlock with one that locks those rows and then appends;
-// PostgreSQL breaks the tie by failing one of them, which may be retried.
-const eventLock = 0x6770_6576
+// Events become visible in ID order: a watcher that read "after 6" and
+// goes on "after 8" must never miss a 7 committed later. SQLite has one
+// writer at a time, so its IDs are in commit order. On PostgreSQL, which
+// hands out identity values at INSERT, an event is inserted with a
+// provisional ID and given its final one inside its transaction's COMMIT,
+// by the deferred trigger of schema 23 (events_order_at_commit), under an
+// advisory lock held only from then until the commit is visible: no
+// round trip of a client inside it, and nothing locked after it.
 
-// AppendEvent records an event. ID and, when zero, CreatedAt are set by the
-// store.
+// AppendEvent records an event. CreatedAt, when zero, is set by the store;
+// ID on SQLite only (on PostgreSQL the ID is given at commit, and ID is
+// left 0).
 func (s *Store) AppendEvent(ctx context.Context, e *Event) error {
 	err := s.Tx(ctx, func(tx *Store) error { return tx.appendEvent(ctx, e) })
 	return wrap(err, nil, "append %s event", e.Type)
@@ -33,11 +30,6 @@ func (s *Store) appendEvent(ctx context.Context, e *Event) error {
 	if e.Type == "" {
 		return fmt.Errorf("%w: event without a type", ErrInvalid)
 	}
-	if s.driver == DriverPostgres {
-		if err := s.db.WithContext(ctx).Exec("SELECT pg_advisory_xact_lock(?)", eventLock).Error; err != nil {
-			return err
-		}
-	}
 	e.ID = 0
 	if e.CreatedAt.IsZero() {
 		e.CreatedAt = s.clock()
@@ -46,6 +38,9 @@ func (s *Store) appendEvent(ctx context.Context, e *Event) error {
 	}
 	if err := s.db.WithContext(ctx).Create(e).Error; err != nil {
 		return err
+	}
+	if s.driver == DriverPostgres {
+		e.ID = 0 // provisional: the final ID is given at commit
 	}
 	if s.appended != nil {
 		*s.appended = true // told when the transaction commits (Tx)

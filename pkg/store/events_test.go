@@ -19,7 +19,8 @@ func TestEvents(t *testing.T) {
 		}
 		for i := range 5 {
 			e := &Event{VMID: fmt.Sprint("vm", i%2), Owner: "alice", Type: "vm.state", Payload: JSON(fmt.Sprintf(`{"n": %d}`, i))}
-			if err := s.AppendEvent(ctx, e); err != nil || e.ID == 0 {
+			// The ID is known once appended on SQLite; on PostgreSQL it is given at commit.
+			if err := s.AppendEvent(ctx, e); err != nil || (e.ID == 0) != (s.driver == DriverPostgres) {
 				t.Fatalf("append: %+v, %v", e, err)
 			}
 		}
@@ -133,16 +134,16 @@ func TestOnEventCommitted(t *testing.T) {
 	ctx := context.Background()
 	eachDriver(t, func(t *testing.T, s *Store, _ *testDB) {
 		var calls atomic.Int32
-		var seen atomic.Int64 // the newest event ID when called: committed
+		var seen atomic.Int64 // the events visible when called: committed
 		cancel := s.OnEventCommitted(func() {
 			calls.Add(1)
 			// A read of the outer Store here would wait for the
 			// transaction on SQLite: a call before the commit hangs.
-			id, err := s.LastEventID(ctx)
+			es, err := s.ListEventsSince(ctx, 0, EventFilter{})
 			if err != nil {
 				t.Error(err)
 			}
-			seen.Store(id)
+			seen.Store(int64(len(es)))
 		})
 		if err := s.AppendEvent(ctx, &Event{Type: "vm.state", Owner: "ann"}); err != nil {
 			t.Fatal(err)
@@ -182,4 +183,57 @@ func TestOnEventCommitted(t *testing.T) {
 			t.Fatalf("after cancel: %v, %d calls", err, calls.Load())
 		}
 	})
+}
+
+// On PostgreSQL an event's ID is given when its transaction commits: a
+// transaction that appended an event and is still open holds up no other
+// one's commit, and what commits after a watcher read "after N" is still
+// after N. (SQLite has one writer: the second transaction would wait.)
+func TestEventIDsInCommitOrder(t *testing.T) {
+	ctx := context.Background()
+	s := newTestDB(t, DriverPostgres).open(t)
+	opened, release := make(chan struct{}), make(chan struct{})
+	first := make(chan error, 1)
+	go func() {
+		first <- s.Tx(ctx, func(tx *Store) error {
+			for _, p := range []string{`{"n":1}`, `{"n":2}`} {
+				if err := tx.appendEvent(ctx, &Event{Type: "first", Payload: JSON(p)}); err != nil {
+					return err
+				}
+			}
+			close(opened)
+			<-release
+			return nil
+		})
+	}()
+	<-opened
+	second := make(chan error, 1)
+	go func() { second <- s.AppendEvent(ctx, &Event{Type: "second"}) }()
+	select {
+	case err := <-second:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		close(release)
+		t.Fatal("an open transaction's event held up another transaction's commit")
+	}
+	seen, err := s.ListEventsSince(ctx, 0, EventFilter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(seen) != 1 || seen[0].Type != "second" {
+		t.Fatalf("before the first commits: %+v, want the second's event alone", seen)
+	}
+	close(release)
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	later, err := s.ListEventsSince(ctx, seen[0].ID, EventFilter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(later) != 2 || string(later[0].Payload) != `{"n": 1}` || string(later[1].Payload) != `{"n": 2}` {
+		t.Fatalf("after %d: %+v, want the first transaction's two events, in the order it appended them", seen[0].ID, later)
+	}
 }

@@ -237,18 +237,23 @@ func (s *Store) apply(ctx context.Context, m migration) (applied bool, err error
 }
 
 // splitStatements cuts a migration into statements: each ends with ';' at the
-// end of a line. Comment lines are dropped. (Statements are sent one by one
-// because PostgreSQL's extended protocol takes one statement per call.)
+// end of a line, outside a $$-quoted body (a PostgreSQL function's). Comment
+// lines are dropped. (Statements are sent one by one because PostgreSQL's
+// extended protocol takes one statement per call.)
 func splitStatements(sql string) []string {
 	var out []string
 	var cur strings.Builder
+	inBody := false
 	for line := range strings.Lines(sql) {
 		trimmed := strings.TrimSpace(line)
 		if trimmed == "" || strings.HasPrefix(trimmed, "--") {
 			continue
 		}
 		cur.WriteString(line)
-		if strings.HasSuffix(trimmed, ";") {
+		if strings.Count(line, "$$")%2 == 1 {
+			inBody = !inBody
+		}
+		if !inBody && strings.HasSuffix(trimmed, ";") {
 			out = append(out, strings.TrimSpace(cur.String()))
 			cur.Reset()
 		}

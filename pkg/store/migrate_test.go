@@ -168,6 +168,17 @@ func TestSplitStatements(t *testing.T) {
 	}
 }
 
+// A function's $$-quoted body is one statement with its CREATE, whatever
+// its lines end with.
+func TestSplitStatementsFunctionBody(t *testing.T) {
+	got := splitStatements("CREATE FUNCTION f() RETURNS trigger LANGUAGE plpgsql AS $$\nBEGIN\n\tPERFORM 1;\n\tRETURN NULL;\nEND\n$$;\nCREATE TRIGGER t AFTER INSERT ON a\n\tFOR EACH ROW EXECUTE FUNCTION f();\n")
+	want := []string{"CREATE FUNCTION f() RETURNS trigger LANGUAGE plpgsql AS $$\nBEGIN\n\tPERFORM 1;\n\tRETURN NULL;\nEND\n$$;",
+		"CREATE TRIGGER t AFTER INSERT ON a\n\tFOR EACH ROW EXECUTE FUNCTION f();"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("%q", got)
+	}
+}
+
 // The gorm structs describe exactly the tables the migrations make: the same
 // columns, and every index they name exists.
 func TestModelsMatchSchema(t *testing.T) {

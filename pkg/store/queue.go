@@ -98,9 +98,6 @@ func (s *Store) SetQueue(ctx context.Context, entries map[string]QueueEntry) (in
 		if err != nil {
 			return err
 		}
-		// The events last: on PostgreSQL the first takes the events' lock
-		// (appendEvent), which every create of every node waits for, and
-		// holds it to the commit.
 		for _, ev := range events {
 			if err := tx.appendEvent(ctx, ev); err != nil {
 				return err

@@ -136,6 +136,17 @@ func seedVMs(b *testing.B, st *store.Store, n int, host string) {
 // environment, or def.
 func envInts(b testing.TB, name string, def ...int) []int {
 	b.Helper()
+	return envIntsFrom(b, name, 1, def)
+}
+
+// envCount is envInts's first number, which may be 0 (none), def when unset.
+func envCount(b testing.TB, name string, def int) int {
+	b.Helper()
+	return envIntsFrom(b, name, 0, []int{def})[0]
+}
+
+func envIntsFrom(b testing.TB, name string, least int, def []int) []int {
+	b.Helper()
 	v := os.Getenv(name)
 	if v == "" {
 		return def
@@ -143,8 +154,8 @@ func envInts(b testing.TB, name string, def ...int) []int {
 	var out []int
 	for _, f := range strings.Split(v, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || n < 1 {
-			b.Fatalf("$%s: %q is not a list of positive integers", name, v)
+		if err != nil || n < least {
+			b.Fatalf("$%s: %q is not a list of integers of at least %d", name, v, least)
 		}
 		out = append(out, n)
 	}

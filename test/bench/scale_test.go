@@ -150,15 +150,8 @@ func scaleEnv(tb testing.TB, sizes []int) scaleConfig {
 	c.budget = envDuration(tb, "GPUVM_SCALE_BUDGET", c.budget)
 	c.timeout = envDuration(tb, "GPUVM_SCALE_TIMEOUT", c.timeout)
 	c.idle = envDuration(tb, "GPUVM_SCALE_IDLE", c.idle)
-	if v := envInts(tb, "GPUVM_SCALE_RATE"); v != nil {
-		c.rate = float64(v[0])
-	}
-	if v := envInts(tb, "GPUVM_SCALE_PACED"); v != nil {
-		c.paced = v[0]
-	}
-	if c.rate < 0 || c.paced < 0 {
-		tb.Fatalf("GPUVM_SCALE_RATE=%g GPUVM_SCALE_PACED=%d: give 0 or more", c.rate, c.paced)
-	}
+	c.rate = float64(envCount(tb, "GPUVM_SCALE_RATE", int(c.rate)))
+	c.paced = envCount(tb, "GPUVM_SCALE_PACED", c.paced)
 	slices.Sort(c.sizes)
 	c.sizes = slices.Compact(c.sizes)
 	if c.dsn != "" {

@@ -1,0 +1,4 @@
+-- gpuvm schema, version 23 (sqlite): nothing. On PostgreSQL an event's ID
+-- is given when its transaction commits (see the other driver's file);
+-- SQLite has one writer at a time, so its IDs are already in commit order.
+-- Keep in step with the other driver's file.
