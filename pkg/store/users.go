@@ -10,10 +10,12 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
+	"gorm.io/gorm/schema"
 )
 
 // CreateUser adds a user and puts it in its groups, creating the groups that
@@ -375,16 +377,17 @@ func (s *Store) AuthenticateToken(ctx context.Context, plain string) (*User, *AP
 	if len(plain) != len(TokenPrefix)+tokenRandomChars || !strings.HasPrefix(plain, TokenPrefix) {
 		return nil, nil, fmt.Errorf("authenticate: %w: malformed", ErrInvalidToken)
 	}
-	var candidates []APIToken
-	if err := s.db.WithContext(ctx).Where("prefix = ?", plain[:tokenPrefixLength]).Find(&candidates).Error; err != nil {
+	candidates, err := s.tokenCandidates(ctx, plain[:tokenPrefixLength])
+	if err != nil {
 		return nil, nil, wrap(err, nil, "authenticate")
 	}
 	want, _ := hex.DecodeString(hashToken(plain))
 	var tok *APIToken
+	var u *User
 	for i := range candidates {
-		got, err := hex.DecodeString(candidates[i].Hash)
+		got, err := hex.DecodeString(candidates[i].token.Hash)
 		if err == nil && subtle.ConstantTimeCompare(got, want) == 1 {
-			tok = &candidates[i]
+			tok, u = &candidates[i].token, &candidates[i].user
 		}
 	}
 	now := s.clock()
@@ -395,10 +398,6 @@ func (s *Store) AuthenticateToken(ctx context.Context, plain string) (*User, *AP
 		return nil, nil, fmt.Errorf("authenticate token %d: %w: revoked", tok.ID, ErrInvalidToken)
 	case tok.ExpiresAt != nil && !now.Before(*tok.ExpiresAt):
 		return nil, nil, fmt.Errorf("authenticate token %d: %w: expired", tok.ID, ErrInvalidToken)
-	}
-	u, err := s.getUser(ctx, "id = ?", tok.UserID)
-	if err != nil {
-		return nil, nil, wrap(err, nil, "authenticate token %d", tok.ID)
 	}
 	if u.DisabledAt != nil {
 		return nil, nil, fmt.Errorf("authenticate token %d: %w: user %q disabled", tok.ID, ErrInvalidToken, u.Name)
@@ -411,6 +410,76 @@ func (s *Store) AuthenticateToken(ctx context.Context, plain string) (*User, *AP
 		tok.LastUsedAt = &now
 	}
 	return u, tok, nil
+}
+
+// tokenCandidate is a token whose prefix matched, with its user and the
+// user's groups.
+type tokenCandidate struct {
+	token APIToken
+	user  User
+}
+
+// tokenUserRow is a row of tokenCandidates' query: a token, its user, and
+// one of the user's groups (none: NULL).
+type tokenUserRow struct {
+	Token       APIToken `gorm:"embedded;embeddedPrefix:t_"`
+	User        User     `gorm:"embedded;embeddedPrefix:u_"`
+	GroupName   *string  `gorm:"column:g_name"`
+	GroupSource *string  `gorm:"column:g_source"`
+}
+
+// tokenUserQuery is tokenCandidates' query, its columns named from the
+// models (a column added to users or api_tokens is read with them).
+var tokenUserQuery = sync.OnceValues(func() (string, error) {
+	cols := []string{"g.name AS g_name", "m.source AS g_source"}
+	for _, t := range []struct {
+		model any
+		alias string
+	}{{&APIToken{}, "t"}, {&User{}, "u"}} {
+		sch, err := schema.Parse(t.model, &sync.Map{}, schema.NamingStrategy{})
+		if err != nil {
+			return "", fmt.Errorf("parse the model of %s: %w", t.alias, err)
+		}
+		for _, name := range sch.DBNames {
+			cols = append(cols, fmt.Sprintf("%s.%s AS %s_%s", t.alias, name, t.alias, name))
+		}
+	}
+	return "SELECT " + strings.Join(cols, ", ") + ` FROM api_tokens AS t
+JOIN users AS u ON u.id = t.user_id
+LEFT JOIN group_members AS m ON m.user_id = u.id
+LEFT JOIN groups AS g ON g.id = m.group_id
+WHERE t.prefix = ? ORDER BY t.id, g.name`, nil
+})
+
+// tokenCandidates reads the tokens of a prefix, each with its user and the
+// user's groups, in one query: every authenticated request asks it, and
+// on PostgreSQL each query is a round trip (issue #26).
+func (s *Store) tokenCandidates(ctx context.Context, prefix string) ([]tokenCandidate, error) {
+	q, err := tokenUserQuery()
+	if err != nil {
+		return nil, err
+	}
+	var rows []tokenUserRow
+	if err := s.db.WithContext(ctx).Raw(q, prefix).Scan(&rows).Error; err != nil {
+		return nil, err
+	}
+	var out []tokenCandidate
+	for _, r := range rows {
+		if len(out) == 0 || out[len(out)-1].token.ID != r.Token.ID {
+			r.User.Groups, r.User.Memberships = []string{}, []Membership{}
+			out = append(out, tokenCandidate{token: r.Token, user: r.User})
+		}
+		if r.GroupName != nil {
+			u := &out[len(out)-1].user
+			src := ""
+			if r.GroupSource != nil {
+				src = *r.GroupSource
+			}
+			u.Groups = append(u.Groups, *r.GroupName)
+			u.Memberships = append(u.Memberships, Membership{Group: *r.GroupName, Source: src})
+		}
+	}
+	return out, nil
 }
 
 // ListTokens lists a user's tokens, revoked ones included, newest first.

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"reflect"
 	"context"
 	"errors"
 	"slices"
@@ -96,6 +97,23 @@ func TestTokens(t *testing.T) {
 		u, got, err := s.AuthenticateToken(ctx, plain)
 		if err != nil || u.Name != "alice" || got.ID != tok.ID || !slices.Equal(u.Groups, []string{"render"}) {
 			t.Fatalf("AuthenticateToken = %+v, %+v, %v", u, got, err)
+		}
+		// The user comes whole, as GetUser reads it (one query reads both).
+		if _, err := s.UserUID(ctx, "alice", 10000, 20000); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.SetUserSSHKeys(ctx, "alice", []string{"ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl alice@laptop"}); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.SetUserGroups(ctx, "alice", []string{"render", "ml"}); err != nil {
+			t.Fatal(err)
+		}
+		whole, err := s.GetUser(ctx, "alice")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if u, _, err := s.AuthenticateToken(ctx, plain); err != nil || !reflect.DeepEqual(u, whole) {
+			t.Fatalf("AuthenticateToken's user = %+v, %v; GetUser's %+v", u, err, whole)
 		}
 		firstUse := *got.LastUsedAt
 		_, got, _ = s.AuthenticateToken(ctx, plain)
