@@ -272,7 +272,18 @@ type unservableCache struct {
 	mu  sync.Mutex
 	key string
 	why map[*config.Profile]string // by the configuration's profile: a reload makes new ones
+	// hosts is what was read of them, at the store's hosts generation gen,
+	// at read (this machine's clock): read again when the generation has
+	// moved or hostsMaxAge has passed (another node's writes).
+	hosts []store.Host
+	gen   uint64
+	read  time.Time
 }
+
+// hostsMaxAge bounds how long a create's check of the hosts keeps what it
+// read of them while this gpuvmd changed none: another node's heartbeat or
+// drain is seen within it. A create reads no host otherwise (issue #26).
+const hostsMaxAge = time.Second
 
 // maxUnservable bounds the profiles the cache keeps (reloads add new ones).
 const maxUnservable = 1024
@@ -284,7 +295,7 @@ func (s *Server) unservableNow(ctx context.Context, p *config.Profile) string {
 	if s.Store == nil || p.GPU == nil {
 		return ""
 	}
-	hosts, err := s.Store.ListHosts(ctx)
+	hosts, err := s.unservable.readHosts(ctx, s.Store)
 	if err != nil {
 		s.log.Warn("read the hosts to tell what the profiles can get", "err", err)
 		return ""
@@ -307,6 +318,33 @@ func (s *Server) unservableNow(ctx context.Context, p *config.Profile) string {
 	why := s.modelHosts(ctx, hosts, false).unservable([]*config.Profile{p})[p.Name]
 	c.why[p] = why
 	return why
+}
+
+// readHosts is the hosts as last read, or read again (unservableCache).
+// The slice is shared: callers only read it.
+func (c *unservableCache) readHosts(ctx context.Context, st HostStore) ([]store.Host, error) {
+	gen := st.HostsGeneration()
+	c.mu.Lock()
+	if c.hosts != nil && c.gen == gen && time.Since(c.read) < hostsMaxAge {
+		hosts := c.hosts
+		c.mu.Unlock()
+		return hosts, nil
+	}
+	c.mu.Unlock()
+	read := time.Now()
+	hosts, err := st.ListHosts(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if hosts == nil {
+		hosts = []store.Host{}
+	}
+	c.mu.Lock()
+	if read.After(c.read) {
+		c.hosts, c.gen, c.read = hosts, gen, read
+	}
+	c.mu.Unlock()
+	return hosts, nil
 }
 
 // profileAdmission answers what the sharing policy would say now to the

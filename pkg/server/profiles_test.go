@@ -442,3 +442,46 @@ func TestProfilesFree(t *testing.T) {
 		t.Errorf("mig-small with an H100 drained: %+v, want 3 of 4", f)
 	}
 }
+
+// A create's check of the hosts reads them once while nothing changes: again
+// at once after this gpuvmd's own write of a host, and, for another node's
+// (a second handle on the database), once hostsMaxAge has passed.
+func TestUnservableHostsRead(t *testing.T) {
+	ctx := context.Background()
+	cfg := storetest.Config(t, store.DriverSQLite, storetest.Quiet)
+	st, other := storetest.Open(t, cfg), storetest.Open(t, cfg)
+	var c unservableCache
+	read := func() []store.Host {
+		t.Helper()
+		hosts, err := c.readHosts(ctx, st)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return hosts
+	}
+	if hosts := read(); len(hosts) != 0 {
+		t.Fatalf("no host yet: %v", hosts)
+	}
+	l40sHost(t, st, "n1")
+	first := read()
+	if len(first) != 1 {
+		t.Fatalf("after this node's registration: %v", first)
+	}
+	if again := read(); &again[0] != &first[0] {
+		t.Error("read again with nothing changed")
+	}
+	l40sHost(t, other, "n2")
+	if kept := read(); len(kept) != 1 {
+		t.Errorf("another node's host seen before hostsMaxAge passed: %v (what was kept is read again only then)", kept)
+	}
+	c.read = c.read.Add(-hostsMaxAge)
+	if late := read(); len(late) != 2 {
+		t.Errorf("another node's host not seen after hostsMaxAge: %v", late)
+	}
+	if err := st.Heartbeat(ctx, "n1", `{"simulated":true}`); err != nil {
+		t.Fatal(err)
+	}
+	if hb := read(); len(hb) != 2 || hb[0].Inventory != `{"simulated":true}` {
+		t.Errorf("this node's heartbeat not seen at once: %v", hb)
+	}
+}

@@ -111,6 +111,9 @@ type SessionStore interface {
 // fleet.go).
 type HostStore interface {
 	ListHosts(ctx context.Context) ([]store.Host, error)
+	// HostsGeneration moves with every change of the hosts or GPU drains
+	// this gpuvmd writes (store.Store.HostsGeneration).
+	HostsGeneration() uint64
 	GetHost(ctx context.Context, name string) (*store.Host, error)
 	SetHostDraining(ctx context.Context, name string, draining bool) (*store.Host, error)
 	ListGPUDrains(ctx context.Context, host string) ([]store.GPUDrain, error)

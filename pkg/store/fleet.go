@@ -104,6 +104,7 @@ func (s *Store) SetHostDraining(ctx context.Context, name string, draining bool)
 		return tx.db.Model(&Host{}).Where("name = ?", name).
 			Updates(map[string]any{"state": h.State, "updated_at": h.UpdatedAt}).Error
 	})
+	s.hostsGen.Add(1)
 	if err != nil {
 		return nil, wrap(err, nil, "set the drain of host %q", name)
 	}

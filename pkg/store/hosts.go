@@ -39,6 +39,7 @@ ON CONFLICT (name) DO UPDATE SET `+sets,
 		}
 		return tx.db.Where("name = ?", h.Name).Take(h).Error
 	})
+	s.hostsGen.Add(1)
 	return wrap(err, nil, "register host %q", h.Name)
 }
 
@@ -53,6 +54,7 @@ func (s *Store) Heartbeat(ctx context.Context, host, inventory string) error {
 		"inventory":    inventory,
 		"state":        gorm.Expr("CASE WHEN state = 'down' THEN 'up' ELSE state END"),
 	})
+	s.hostsGen.Add(1)
 	if res.Error != nil {
 		return wrap(res.Error, nil, "heartbeat of host %q", host)
 	}
@@ -95,6 +97,9 @@ func (s *Store) MarkHostsDown(ctx context.Context, olderThan time.Time) ([]strin
 		return tx.db.Model(&Host{}).Where("name IN ?", names).
 			Updates(map[string]any{"state": HostDown, "updated_at": tx.clock()}).Error
 	})
+	if len(names) > 0 {
+		s.hostsGen.Add(1)
+	}
 	if err != nil {
 		return nil, wrap(err, nil, "mark hosts down")
 	}

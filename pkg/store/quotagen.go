@@ -19,3 +19,11 @@ func (s *Store) touchQuota() {
 	}
 	s.quotaGen.Add(1)
 }
+
+// HostsGeneration counts the changes of the hosts (registrations,
+// heartbeats, hosts marked down or drained) and of the GPU drains made
+// through this Store, once each has been written. A caller that keeps what
+// it read of the hosts reads the generation first, and reads them again
+// when it has moved; it also bounds how long it keeps them, for other
+// processes' writes (a fleet's other nodes), which do not move it.
+func (s *Store) HostsGeneration() uint64 { return s.hostsGen.Load() }

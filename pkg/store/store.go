@@ -74,6 +74,9 @@ type Store struct {
 	// (quotagen.go); quotaTouched, inside a transaction, says it made one.
 	quotaGen     *atomic.Uint64
 	quotaTouched *bool
+	// hostsGen counts the changes of the hosts' rows and GPU drains made
+	// through this Store (HostsGeneration).
+	hostsGen *atomic.Uint64
 	// readers is SQLite's read-only pool (openReaders); nil otherwise.
 	readers *sql.DB
 	// ckpt checkpoints SQLite's log off the writer (checkpoint.go).
@@ -129,6 +132,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		log:      cfg.Logger.With("component", "store", "driver", cfg.Driver),
 		events:   &eventWatch{},
 		quotaGen: &atomic.Uint64{},
+		hostsGen: &atomic.Uint64{},
 	}
 
 	dialector, err := dialect(ctx, cfg)
