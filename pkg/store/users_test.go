@@ -1,9 +1,9 @@
 package store
 
 import (
-	"reflect"
 	"context"
 	"errors"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
