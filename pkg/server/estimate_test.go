@@ -179,11 +179,18 @@ func TestEstimateStaleUntilCaughtUp(t *testing.T) {
 	}
 	e.heartbeat(t, "", e.run[1])
 	e.s.kickEstimates()
-	<-entered // the change is seen; its replay waits
+	changeSeen(t, e.s)
+	// Nobody has read the estimates since: the change is not replayed.
+	select {
+	case <-entered:
+		t.Error("a change replayed before anybody read the estimates")
+	case <-time.After(300 * time.Millisecond):
+	}
 	_, body = do(t, e.s, "GET", "/v1/vms/"+e.queued[0], "ann-token")
 	if body["estimated_start"] != first || body["estimate_stale"] != true {
-		t.Errorf("while the replay waits: estimated %v (first %v), stale %v; want the last one, stale", body["estimated_start"], first, body["estimate_stale"])
+		t.Errorf("before the replay: estimated %v (first %v), stale %v; want the last one, stale", body["estimated_start"], first, body["estimate_stale"])
 	}
+	<-entered // the read asked for the replay
 	close(release)
 	caughtUp(t, e.s)
 	_, body = do(t, e.s, "GET", "/v1/vms/"+e.queued[0], "ann-token")
@@ -203,6 +210,22 @@ func holdEstimates(s *Server) (entered chan uint64, release chan struct{}) {
 	}
 	s.estimates.mu.Unlock()
 	return entered, release
+}
+
+// changeSeen waits until the estimates' worker has seen a change its last
+// snapshot has not.
+func changeSeen(t testing.TB, s *Server) {
+	t.Helper()
+	e := s.estimates
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		e.mu.Lock()
+		seen := e.snap != nil && e.snap.gen < e.gen
+		e.mu.Unlock()
+		if seen {
+			return
+		}
+	}
+	t.Fatal("the estimates' worker did not see the change in a minute")
 }
 
 // caughtUp waits until the estimates' worker has seen every change made

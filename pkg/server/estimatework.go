@@ -25,9 +25,11 @@ import (
 // of a fleet made it), the reservations' stamp, the drained GPUs, each
 // host's state (up, draining, down by its heartbeat's age) and stored
 // inventory, the configuration in force and the time window in force.
-// When it changes, the worker replays the queue, probes NextFree for the
-// user×profile pairs asked for, counts what each profile has free, and
-// publishes the result. Changes that come while it computes are coalesced:
+// When it changes, and a request has read the estimates since the last
+// replay began (a change nobody looks at costs nothing: a burst of creates
+// is replayed once somebody asks), the worker replays the queue, probes
+// NextFree for the user×profile pairs asked for, counts what each profile
+// has free, and publishes the result. Changes that come while it computes are coalesced:
 // one computation runs, at most one more follows. A computation older
 // than estimateRefresh (5 minutes) is redone (the time passes: bookings start, groups
 // change at sign-in).
@@ -73,6 +75,15 @@ type estimates struct {
 	changed chan struct{}
 	// kick asks the worker to read the version now (capacity 1).
 	kick chan struct{}
+	// read is when a request last read the estimates, and wake (capacity
+	// 1) tells the worker that one read a stale snapshot: a change is
+	// replayed once somebody has looked since the last replay began, not
+	// for every create of a burst that nobody reads (a fleet's every node
+	// replayed its whole queue while creates came, issue #26).
+	read time.Time
+	wake chan struct{}
+	// began is when the worker began the replay of the last snapshot.
+	began time.Time
 	// wants are the probes asked for, by probeKey.
 	wants map[string]*probeWant
 	// beforeCompute, when set (tests), is called by the worker before each
@@ -95,7 +106,8 @@ type probeWant struct {
 func probeKey(user, profile string) string { return user + "\x00" + profile }
 
 func newEstimates() *estimates {
-	return &estimates{changed: make(chan struct{}), kick: make(chan struct{}, 1), wants: map[string]*probeWant{}, stopped: make(chan struct{})}
+	return &estimates{changed: make(chan struct{}), kick: make(chan struct{}, 1), wake: make(chan struct{}, 1),
+		wants: map[string]*probeWant{}, stopped: make(chan struct{})}
 }
 
 // StartEstimates starts the estimates' worker now rather than at the first
@@ -176,7 +188,7 @@ func (s *Server) runEstimates(ctx context.Context) {
 	for ctx.Err() == nil {
 		e.mu.Lock()
 		sn := e.snap
-		behind := sn == nil || sn.gen < e.gen
+		behind := sn == nil || sn.gen < e.gen && !e.read.Before(e.began)
 		missing := sn != nil && len(e.missingProbes(sn)) > 0
 		e.mu.Unlock()
 		switch {
@@ -201,6 +213,8 @@ func (s *Server) runEstimates(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
+		case <-e.wake: // a stale snapshot was read: replay now
+			continue
 		case <-e.kick:
 		case <-t.C:
 		}
@@ -268,6 +282,9 @@ func (s *Server) computeEstimates(ctx context.Context) {
 		hook(gen)
 	}
 	start := time.Now()
+	e.mu.Lock()
+	e.began = start
+	e.mu.Unlock()
 	sn := s.replayQueue(ctx)
 	if sn.err != nil && ctx.Err() != nil {
 		return // stopping
@@ -406,10 +423,17 @@ func (s *Server) awaitEstimates(ctx context.Context, limit time.Duration, fresh 
 	}
 	s.startEstimates()
 	e.mu.Lock()
+	e.read = time.Now()
 	sn, after := e.snap, e.pollsStarted
 	if sn != nil && have(sn) {
 		stale := sn.gen < e.gen
 		e.mu.Unlock()
+		if stale {
+			select {
+			case e.wake <- struct{}{}:
+			default:
+			}
+		}
 		return sn, stale
 	}
 	e.mu.Unlock()
