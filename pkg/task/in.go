@@ -52,6 +52,11 @@ func (s *Supervisor) inStep(ctx context.Context, t *store.Task, vm *store.VM, do
 		return s.inStart(ctx, t, vm, fmt.Sprintf("VM %s resized from profile %s to %s", vm.Name, t.InProfile, t.Profile))
 	}
 	// Started: the VM is followed as a task's own is.
+	if t.CancelAt != nil && t.State == api.TaskPending {
+		if done, err := s.inWithdraw(ctx, t, vm); done || err != nil {
+			return err
+		}
+	}
 	switch vm.State {
 	case store.VMFailed:
 		return s.end(ctx, t, vm, api.TaskNodeFail, "its VM failed: "+vm.StateReason)
@@ -111,6 +116,26 @@ func (s *Supervisor) inStart(ctx context.Context, t *store.Task, vm *store.VM, n
 	step := store.TaskInStart
 	return s.cfg.Store.UpdateTask(ctx, t.ID, nil, store.TaskUpdate{State: api.TaskPending, InStep: &step, InNote: note,
 		Reason: fmt.Sprintf("its VM %s is being started with profile %s", vm.Name, t.Profile)})
+}
+
+// inWithdraw ends a task cancelled while its VM's start waits in the
+// queue: the start is withdrawn and the VM put back. It reports false when
+// the start could not be withdrawn (it is past the queue, or this server
+// cannot): the VM is then stopped once it has started.
+func (s *Supervisor) inWithdraw(ctx context.Context, t *store.Task, vm *store.VM) (bool, error) {
+	if s.cfg.Withdraw == nil || (vm.State != store.VMQueued && vm.State != store.VMStopped) {
+		return false, nil
+	}
+	ok, err := s.cfg.Withdraw(ctx, vm.ID, fmt.Sprintf("task %s was cancelled before the VM started", t.ID))
+	if err != nil || !ok {
+		return false, err
+	}
+	s.log.Info("task cancelled while its VM waited to start: the start is withdrawn", "task", t.ID, "vm", vm.ID)
+	cur, err := s.cfg.Store.GetVM(ctx, vm.ID)
+	if err != nil {
+		return true, err
+	}
+	return true, s.inEnd(ctx, t, cur, api.TaskCancelled, "cancelled before it started")
 }
 
 // inEnd is end for a task in its owner's VM: the task is completing (with

@@ -86,6 +86,12 @@ type Config struct {
 	// runs in its owner's own VM (in.go): the orchestrator's QueueResize.
 	// Without it such tasks wait.
 	Resize func(ctx context.Context, vm *store.VM, profile string, t *store.Task) error
+	// Withdraw takes back the start of such a VM that waits in the queue,
+	// when its task is cancelled before it started (the orchestrator's
+	// WithdrawStart): true when it was withdrawn, the VM stopped again;
+	// false when the start is past the queue. Without it a cancel takes
+	// effect when the VM has started.
+	Withdraw func(ctx context.Context, vmID, reason string) (bool, error)
 	// BootTimeout is how long a running VM's runner has to say hello
 	// before the task is boot_fail (DefaultBootTimeout when 0).
 	BootTimeout time.Duration
