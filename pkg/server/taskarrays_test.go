@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"strings"
 	"testing"
 
@@ -142,6 +143,72 @@ func TestTaskArrayRoutes(t *testing.T) {
 	for _, e := range elems {
 		if e.State != api.TaskCancelled || e.CancelAt == nil {
 			t.Fatalf("after the array's cancel: %s is %s", e.ID, e.State)
+		}
+	}
+}
+
+// A GET of an array of 10,000 elements answers a page of them (100 unless
+// ?limit says), with the cursor of the next; the pages, followed, give
+// every element once, in order; the counts on every page are the whole
+// array's.
+func TestTaskArrayElementsPaged(t *testing.T) {
+	s, _ := taskServer(t)
+	rec, _ := send(t, s, "POST", "/v1/tasks", "ann-token", `{"profile":"seat","command":["true"],"time_limit":"1h","array":"0-9999%8"}`)
+	var tk api.Task
+	if rec.Code != 202 || json.Unmarshal(rec.Body.Bytes(), &tk) != nil {
+		t.Fatalf("submit: %d %s", rec.Code, rec.Body)
+	}
+	if rec, _ := send(t, s, "POST", "/v1/tasks/"+tk.ID+"_7000/cancel", "ann-token", ""); rec.Code != 202 {
+		t.Fatalf("element's cancel: %d %s", rec.Code, rec.Body)
+	}
+	wantCounts := map[string]int{api.TaskPending: 9999, api.TaskCancelled: 1}
+	get := func(query string) api.Task {
+		t.Helper()
+		rec, _ := send(t, s, "GET", "/v1/tasks/"+tk.ID+query, "ann-token", "")
+		var got api.Task
+		if rec.Code != 200 || json.Unmarshal(rec.Body.Bytes(), &got) != nil {
+			t.Fatalf("GET %s: %d %s", query, rec.Code, rec.Body)
+		}
+		if !maps.Equal(got.ArrayCounts, wantCounts) {
+			t.Fatalf("GET %s: counts %v, want %v", query, got.ArrayCounts, wantCounts)
+		}
+		return got
+	}
+	first := get("")
+	if len(first.Elements) != 100 || first.Elements[0].ID != tk.ID+"_0" || first.ElementsNext != "99" {
+		t.Fatalf("first page: %d elements, next %q", len(first.Elements), first.ElementsNext)
+	}
+	seen, next, pages := 0, "", 0
+	for {
+		q := "?limit=1000"
+		if next != "" {
+			q += "&after=" + next
+		}
+		page := get(q)
+		pages++
+		for _, e := range page.Elements {
+			if e.ArrayIndex == nil || *e.ArrayIndex != seen || e.ID != fmt.Sprintf("%s_%d", tk.ID, seen) {
+				t.Fatalf("page %d: element %s where %d was due", pages, e.ID, seen)
+			}
+			seen++
+		}
+		if next = page.ElementsNext; next == "" {
+			break
+		}
+		if pages > 10 {
+			t.Fatal("the pages do not end")
+		}
+	}
+	if seen != 10000 || pages != 10 {
+		t.Fatalf("%d elements in %d pages, want 10000 in 10", seen, pages)
+	}
+	if last := get("?after=9998"); len(last.Elements) != 1 || last.ElementsNext != "" {
+		t.Fatalf("the last element's page: %d elements, next %q", len(last.Elements), last.ElementsNext)
+	}
+	for _, q := range []struct{ query, field string }{{"?limit=0", "limit"}, {"?limit=1001", "limit"}, {"?limit=x", "limit"},
+		{"?after=-1", "after"}, {"?after=x", "after"}, {"?after=1000000", "after"}} {
+		if rec, b := send(t, s, "GET", "/v1/tasks/"+tk.ID+q.query, "ann-token", ""); rec.Code != 400 || b["field"] != q.field {
+			t.Errorf("GET %s: %d %v, want 400 naming %s", q.query, rec.Code, b, q.field)
 		}
 	}
 }

@@ -282,8 +282,12 @@ func (s *Server) getTask(c *gin.Context) {
 	if !ok {
 		return
 	}
+	page, ok := s.parseElementsPage(c)
+	if !ok {
+		return
+	}
 	out := sayTask(c, t)
-	if err := s.fillTask(c, t, &out, true); err != nil {
+	if err := s.fillTask(c, t, &out, &page); err != nil {
 		s.writeProblem(c, err)
 		return
 	}

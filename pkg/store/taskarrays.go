@@ -49,6 +49,29 @@ func (s *Store) ListArrayElements(ctx context.Context, arrayID string) ([]Task, 
 	return out, nil
 }
 
+// ListArrayElementsAfter is a page of an array's elements by index: at
+// most limit of those with an index above after (all from the first when
+// after is negative), and whether more follow.
+func (s *Store) ListArrayElementsAfter(ctx context.Context, arrayID string, after, limit int) ([]Task, bool, error) {
+	if limit < 1 {
+		return nil, false, fmt.Errorf("elements of task array %s: %w: a page of at least one", arrayID, ErrInvalid)
+	}
+	var out []Task
+	q := s.db.WithContext(ctx).Where("array_id = ?", arrayID)
+	if after >= 0 {
+		q = q.Where("array_index > ?", after)
+	}
+	if err := q.Order("array_index").Limit(limit + 1).Find(&out).Error; err != nil {
+		return nil, false, wrap(err, nil, "elements of task array %s", arrayID)
+	}
+	more := len(out) > limit
+	out = out[:min(len(out), limit)]
+	for i := range out {
+		utcTask(&out[i])
+	}
+	return out, more, nil
+}
+
 // ArrayCounts is, for each array of ids, how many of its elements are in
 // each state.
 func (s *Store) ArrayCounts(ctx context.Context, ids []string) (map[string]map[string]int, error) {
