@@ -28,7 +28,8 @@ type Store interface {
 	GetVM(ctx context.Context, id string) (*store.VM, error)
 	ListOperations(ctx context.Context, vmID string) ([]store.Operation, error)
 	CreateOperation(ctx context.Context, op *store.Operation) error
-	ListArrayElements(ctx context.Context, arrayID string) ([]store.Task, error)
+	ArraySummaries(ctx context.Context, ids []string) (map[string]*store.ArraySummary, error)
+	ArrayFirstStart(ctx context.Context, arrayID string) (*time.Time, error)
 	RequeueTask(ctx context.Context, a store.TaskAttempt, reason string, logBase int64) error
 	RecordTaskAttempt(ctx context.Context, a store.TaskAttempt) error
 	ListHosts(ctx context.Context) ([]store.Host, error)
@@ -219,10 +220,8 @@ func (s *Supervisor) Round(ctx context.Context) error {
 	if err := s.launchWaiting(ctx, waiting, arrays, active); err != nil {
 		errs = append(errs, err)
 	}
-	for _, a := range arrays {
-		if err := s.arrayStep(ctx, a); err != nil {
-			errs = append(errs, fmt.Errorf("task array %s: %w", a.ID, err))
-		}
+	if err := s.arraySteps(ctx, arrays); err != nil {
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }
