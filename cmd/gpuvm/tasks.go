@@ -266,7 +266,7 @@ func printTasks(w io.Writer, list *api.TaskList, out outputOpts) error {
 		reason := t.Reason
 		if t.Array != "" {
 			// One line an array, its elements counted by state.
-			reason = "array " + t.Array + ": " + countsOf(t.ArrayCounts)
+			reason = "array " + t.Array + ": " + orDash(api.TaskCounts(t.ArrayCounts))
 		}
 		if t.State == api.TaskPending && t.EstimatedStart != nil {
 			reason = orDash(t.Reason) + "; starts about " + t.EstimatedStart.Local().Format(time.DateTime) + staleNote(t.EstimatedStartStale)
@@ -275,17 +275,6 @@ func printTasks(w io.Writer, list *api.TaskList, out outputOpts) error {
 			time.Duration(t.TimeLimit)*time.Second, t.CreatedAt.Local().Format(time.DateTime), orDash(reason))
 	}
 	return tw.Flush()
-}
-
-// countsOf is "2 running, 4 pending", in the states' order of life.
-func countsOf(n map[string]int) string {
-	var parts []string
-	for _, st := range api.TaskStates {
-		if n[st] > 0 {
-			parts = append(parts, fmt.Sprintf("%d %s", n[st], st))
-		}
-	}
-	return orDash(strings.Join(parts, ", "))
 }
 
 func newTaskShowCmd(getenv func(string) string) *cobra.Command {
@@ -362,7 +351,7 @@ func printTask(w io.Writer, t *api.Task) error {
 // signal's lines.
 func printTaskExtras(tw io.Writer, t *api.Task) {
 	if t.Array != "" {
-		fmt.Fprintf(tw, "Array:\t%s (%s)\n", t.Array, countsOf(t.ArrayCounts))
+		fmt.Fprintf(tw, "Array:\t%s (%s)\n", t.Array, orDash(api.TaskCounts(t.ArrayCounts)))
 	}
 	if t.ArrayID != "" && t.ArrayIndex != nil {
 		fmt.Fprintf(tw, "Element:\t%d of array %s\n", *t.ArrayIndex, t.ArrayID)

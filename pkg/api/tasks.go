@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -32,6 +33,19 @@ func TaskEnded(state string) bool {
 		return true
 	}
 	return false
+}
+
+// TaskCounts says how many of an array's elements are in each state (its
+// ArrayCounts) in the states' order of life, "4 pending, 2 running"; ""
+// when none. An array's reason is these words.
+func TaskCounts(n map[string]int) string {
+	var parts []string
+	for _, st := range TaskStates {
+		if n[st] > 0 {
+			parts = append(parts, strconv.Itoa(n[st])+" "+st)
+		}
+	}
+	return strings.Join(parts, ", ")
 }
 
 // Task is a command run in a GPU VM of its own, deleted when it ends.

@@ -87,7 +87,7 @@ func TestTaskInOwnVMWholeGPUForTheNight(t *testing.T) {
 
 	tk := &store.Task{ID: "0193b000-0000-7000-8000-000000000001", Owner: "ann", Profile: "in-whole", Command: `["nvidia-smi"]`,
 		TimeLimitS: 3600, KillWaitS: 30, InProfile: "in-1g"}
-	spec, err := withSpecKeys(vm.Spec, map[string]string{SpecTask: tk.ID})
+	spec, err := store.SpecWithKeys(vm.Spec, map[string]string{SpecTask: tk.ID})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,7 +117,7 @@ func TestTaskInOwnVMWholeGPUForTheNight(t *testing.T) {
 	back := e.resize(o, e.vm(vm.ID), "in-1g")
 	e.wantOp(back.ID, store.OpDone, "")
 	cur := e.vm(vm.ID)
-	spec, err = withSpecKeys(cur.Spec, map[string]string{SpecTask: ""})
+	spec, err = store.SpecWithKeys(cur.Spec, map[string]string{SpecTask: ""})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -187,7 +187,7 @@ func TestTaskInWithdrawnWhileQueued(t *testing.T) {
 
 	tk := &store.Task{ID: "0193b000-0000-7000-8000-000000000002", Owner: "ann", Profile: "in-whole", Command: `["train"]`,
 		TimeLimitS: 3600, KillWaitS: 30, InProfile: "in-1g"}
-	spec, err := withSpecKeys(vm.Spec, map[string]string{SpecTask: tk.ID})
+	spec, err := store.SpecWithKeys(vm.Spec, map[string]string{SpecTask: tk.ID})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,7 +13,7 @@ import (
 
 // SpecTask is the key of a VM's spec that names the task the VM serves
 // (docs/tasks.md): its domain gets the task channel, its seed the runner.
-const SpecTask = "task"
+const SpecTask = store.SpecTask
 
 // TaskOfSpec is the task a VM's recorded spec names; "" when none (or a
 // spec that is not JSON).

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"slices"
-	"strings"
 
 	"github.com/gpuvm/gpuvm/pkg/api"
 	"github.com/gpuvm/gpuvm/pkg/store"
@@ -207,17 +206,6 @@ func ArrayState(sum *store.ArraySummary, cancelled bool) ArrayOutcome {
 			}
 		}
 	}
-	out.Reason = countsText(n)
+	out.Reason = api.TaskCounts(n)
 	return out
-}
-
-// countsText is "2 running, 4 pending", in the states' order of life.
-func countsText(n map[string]int) string {
-	var parts []string
-	for _, st := range api.TaskStates {
-		if n[st] > 0 {
-			parts = append(parts, fmt.Sprintf("%d %s", n[st], st))
-		}
-	}
-	return strings.Join(parts, ", ")
 }

@@ -24,10 +24,6 @@ import (
 // A put-back that fails leaves the task ended as its command ended and the
 // VM stopped, its reason and a vm.warning saying how to put it back.
 
-// specTask is the key of a VM's spec that names the task it serves (the
-// orchestrator's SpecTask).
-const specTask = "task"
-
 // inStep is a round's step of a task in its owner's own VM.
 func (s *Supervisor) inStep(ctx context.Context, t *store.Task, vm *store.VM, down map[string]bool) error {
 	if s.cfg.Host != "" && vm.Host != "" && vm.Host != s.cfg.Host {
@@ -234,7 +230,7 @@ func (s *Supervisor) inFinish(ctx context.Context, t *store.Task, vm *store.VM, 
 		if err != nil {
 			return err
 		}
-		spec, err := withoutSpecTask(cur.Spec)
+		spec, err := store.SpecWithKeys(cur.Spec, map[string]string{store.SpecTask: ""})
 		if err != nil {
 			return err
 		}
@@ -317,21 +313,4 @@ func (s *Supervisor) wake() {
 	if s.cfg.Wake != nil {
 		s.cfg.Wake()
 	}
-}
-
-// withoutSpecTask is a VM's spec without the key that names its task.
-func withoutSpecTask(spec string) (string, error) {
-	if spec == "" {
-		return "", nil
-	}
-	m := map[string]json.RawMessage{}
-	if err := json.Unmarshal([]byte(spec), &m); err != nil {
-		return "", fmt.Errorf("read the VM's spec: %w", err)
-	}
-	delete(m, specTask)
-	if len(m) == 0 {
-		return "", nil
-	}
-	b, err := json.Marshal(m)
-	return string(b), err
 }
