@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"github.com/gpuvm/gpuvm/pkg/config"
 	"github.com/gpuvm/gpuvm/pkg/store"
 	"github.com/gpuvm/gpuvm/pkg/task"
+	"github.com/gpuvm/gpuvm/pkg/windows"
 )
 
 // Task arrays, retries and the warning signal (docs/tasks.md; pkg/task
@@ -65,6 +67,25 @@ func (s *Server) checkTaskExtras(c *gin.Context, req *api.CreateTaskRequest, lim
 		}
 	}
 	return x, true
+}
+
+// checkTaskProfile checks a task against the profile it runs in (one the
+// caller may use): the warning signal its guest can be sent, a guest the
+// task's runner can be given, the time limit in hours within the lease.
+// It answers the field and what is wrong; "" when nothing is.
+func checkTaskProfile(p *config.Profile, warnSig string, hours int) (field, detail string) {
+	if p.OS == "windows" && warnSig != "" && !slices.Contains(windows.TaskSignals, warnSig) {
+		// The Windows runner sends TERM and INT as Ctrl+Break to the
+		// command's process group; any other signal would do nothing.
+		return "signal", fmt.Sprintf("profile %s runs Windows, where a task's command can be warned with TERM or INT only (Ctrl+Break), not %s", p.Name, warnSig)
+	}
+	if p.CloudInit == nil || p.OS == "windows" {
+		return "profile", "profile " + p.Name + " gives its guests no cloud-init seed for a task's runner: tasks need a Linux profile with cloud_init"
+	}
+	if m := p.Lease.MaxHours(); hours > m {
+		return "time_limit", fmt.Sprintf("profile %s allows at most %d hours", p.Name, m)
+	}
+	return "", ""
 }
 
 // checkArrayVM checks what making the array's VMs later needs, as makeVM
