@@ -66,6 +66,10 @@ func (s *Supervisor) inStep(ctx context.Context, t *store.Task, vm *store.VM, do
 		if busy, err := s.unfinishedOp(ctx, vm.ID); err != nil || busy != nil {
 			return err // the start is under way
 		}
+		if t.State == api.TaskPending && t.CancelAt != nil {
+			// Cancelled, its start withdrawn (by another round) or failed.
+			return s.inEnd(ctx, t, vm, api.TaskCancelled, "cancelled before it started")
+		}
 		if t.State == api.TaskPending {
 			// The start failed (its lease ended, the profile is gone…).
 			return s.end(ctx, t, vm, api.TaskFailed, fmt.Sprintf("its VM %s did not start: %s", vm.Name, s.lastError(ctx, vm.ID, store.OpStart)))

@@ -267,3 +267,32 @@ func TestTaskInCancelledWhileQueued(t *testing.T) {
 		}
 	}
 }
+
+// A cancelled task whose VM is found stopped with its start gone (withdrawn
+// by an earlier look, or failed) ends cancelled, not failed.
+func TestTaskInCancelledStartGone(t *testing.T) {
+	f := newInFixture(t)
+	f.round() // resized
+	f.round() // its start queued
+	if _, err := f.st.CancelTask(f.ctx, f.task.ID); err != nil {
+		t.Fatal(err)
+	}
+	ops, _ := f.st.ListOperations(f.ctx, f.vm.ID)
+	for _, op := range ops {
+		if op.Kind == store.OpStart && !op.Finished() {
+			if err := f.st.FinishOperation(f.ctx, op.ID, errors.New("withdrawn: elsewhere")); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	f.round() // put back
+	f.round()
+	got := f.get()
+	if got.State != api.TaskCancelled || f.withdrawn != 0 {
+		t.Errorf("task %s %q, %d withdrawals", got.State, got.Reason, f.withdrawn)
+	}
+	vm, _ := f.st.GetVM(f.ctx, f.vm.ID)
+	if vm.State != store.VMStopped || vm.Profile != "mig-1g" || strings.Contains(vm.Spec, "task") {
+		t.Errorf("the VM: %s %s %s", vm.State, vm.Profile, vm.Spec)
+	}
+}
