@@ -266,7 +266,7 @@ func printTasks(w io.Writer, list *api.TaskList, out outputOpts) error {
 		reason := t.Reason
 		if t.Array != "" {
 			// One line an array, its elements counted by state.
-			reason = "array " + t.Array + ": " + countsOf(t.ArrayCounts)
+			reason = "array " + t.Array + ": " + orDash(api.TaskCounts(t.ArrayCounts))
 		}
 		if t.State == api.TaskPending && t.EstimatedStart != nil {
 			reason = orDash(t.Reason) + "; starts about " + t.EstimatedStart.Local().Format(time.DateTime) + staleNote(t.EstimatedStartStale)
@@ -277,30 +277,25 @@ func printTasks(w io.Writer, list *api.TaskList, out outputOpts) error {
 	return tw.Flush()
 }
 
-// countsOf is "2 running, 4 pending", in the states' order of life.
-func countsOf(n map[string]int) string {
-	var parts []string
-	for _, st := range api.TaskStates {
-		if n[st] > 0 {
-			parts = append(parts, fmt.Sprintf("%d %s", n[st], st))
-		}
-	}
-	return orDash(strings.Join(parts, ", "))
-}
-
 func newTaskShowCmd(getenv func(string) string) *cobra.Command {
 	o := clientOpts{getenv: getenv}
 	var out outputOpts
+	var all bool
 	cmd := &cobra.Command{
 		Use:   "show TASK",
 		Short: "Show a task: its state and why, exit code and signal, its VM",
-		Long:  "Shows one task.\n\nOutput: a few lines; --json prints the api.Task; --quiet its state only.\n" + connectionHelp + "\n" + exitHelp,
-		Args:  exactArgs(1, "one task ID"),
+		Long: "Shows one task. An array's first 100 elements are listed, and how many more there are; --all lists every one " +
+			"(an array has up to 10,000).\n\nOutput: a few lines; --json prints the api.Task; --quiet its state only.\n" + connectionHelp + "\n" + exitHelp,
+		Args: exactArgs(1, "one task ID"),
 		RunE: o.runE(func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
 			if err := out.check(); err != nil {
 				return err
 			}
-			t, err := c.GetTask(ctx, args[0])
+			get := c.GetTask
+			if all {
+				get = c.GetTaskAll
+			}
+			t, err := get(ctx, args[0])
 			if err != nil {
 				return err
 			}
@@ -317,6 +312,7 @@ func newTaskShowCmd(getenv func(string) string) *cobra.Command {
 	}
 	o.flags(cmd, false)
 	out.flags(cmd, "print the task's state only")
+	cmd.Flags().BoolVar(&all, "all", false, "list every element of an array, not the first 100")
 	return cmd
 }
 
@@ -355,7 +351,7 @@ func printTask(w io.Writer, t *api.Task) error {
 // signal's lines.
 func printTaskExtras(tw io.Writer, t *api.Task) {
 	if t.Array != "" {
-		fmt.Fprintf(tw, "Array:\t%s (%s)\n", t.Array, countsOf(t.ArrayCounts))
+		fmt.Fprintf(tw, "Array:\t%s (%s)\n", t.Array, orDash(api.TaskCounts(t.ArrayCounts)))
 	}
 	if t.ArrayID != "" && t.ArrayIndex != nil {
 		fmt.Fprintf(tw, "Element:\t%d of array %s\n", *t.ArrayIndex, t.ArrayID)
@@ -396,6 +392,13 @@ func printTaskParts(w io.Writer, t *api.Task) error {
 		}
 		if err := tw.Flush(); err != nil {
 			return err
+		}
+		if t.ElementsNext != "" {
+			total := 0
+			for _, n := range t.ArrayCounts {
+				total += n
+			}
+			fmt.Fprintf(w, "… and %d more elements: gpuvm task show %s --all lists them all\n", max(total-len(t.Elements), 1), t.ID)
 		}
 	}
 	if len(t.Attempts) > 0 {

@@ -129,6 +129,21 @@ profile "job" {
 			t.Fatalf("show lacks %q:\n%s", want, out)
 		}
 	}
+	// A longer array: the first 100 elements and how many more; --all
+	// pages through them all.
+	long := strings.TrimSpace(ann.must("task", "submit", "job", "--time", "1h", "--array", "0-149", "-q", "--", "true"))
+	out = ann.must("task", "show", long)
+	if !strings.Contains(out, long+"_99 ") || strings.Contains(out, long+"_100 ") || !strings.Contains(out, "… and 50 more elements: gpuvm task show "+long+" --all") {
+		t.Fatalf("show of an array of 150:\n%s", out)
+	}
+	if out := ann.must("task", "show", long, "--all"); !strings.Contains(out, long+"_149 ") || strings.Contains(out, "more elements") {
+		t.Fatalf("show --all of an array of 150:\n%s", out)
+	}
+	var whole api.Task
+	decodeStrict(t, ann.must("task", "show", long, "--all", "--json"), &whole)
+	if len(whole.Elements) != 150 || whole.ElementsNext != "" || whole.ArrayCounts[api.TaskPending] != 150 {
+		t.Fatalf("show --all --json: %d elements, next %q, counts %v", len(whole.Elements), whole.ElementsNext, whole.ArrayCounts)
+	}
 	if out := ann.must("task", "show", id+"_4"); !strings.Contains(out, "4 of array "+id) {
 		t.Fatalf("show of an element:\n%s", out)
 	}

@@ -344,7 +344,7 @@ func newTaskSupervisor(st *store.Store, hv *hypervisor.Conn, orch *orchestrator.
 		return err
 	}
 	return task.New(task.Config{Store: st, Log: log, LogDir: taskLogs, Host: orch.Host(), Wake: nd.waker(orch).Wake, Launch: launch, Resize: resize,
-		Leader: nd.leader(),
+		Withdraw: orch.WithdrawStart, Leader: nd.leader(),
 		Channel: func(ctx context.Context, vmID string) (string, error) {
 			x, err := hv.XML(ctx, vmID, false)
 			if err != nil {

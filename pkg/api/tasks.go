@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -32,6 +33,19 @@ func TaskEnded(state string) bool {
 		return true
 	}
 	return false
+}
+
+// TaskCounts says how many of an array's elements are in each state (its
+// ArrayCounts) in the states' order of life, "4 pending, 2 running"; ""
+// when none. An array's reason is these words.
+func TaskCounts(n map[string]int) string {
+	var parts []string
+	for _, st := range TaskStates {
+		if n[st] > 0 {
+			parts = append(parts, strconv.Itoa(n[st])+" "+st)
+		}
+	}
+	return strings.Join(parts, ", ")
 }
 
 // Task is a command run in a GPU VM of its own, deleted when it ends.
@@ -74,11 +88,14 @@ type Task struct {
 	InSteps   []string `json:"in_steps,omitempty"`
 	// Array is an array's spec ("0-99%4"): the task is an array, its state
 	// derived from its elements', its exit code their highest.
-	// ArrayCounts is how many elements are in each state; Elements (GET
-	// /v1/tasks/{id} only) the elements, by index.
-	Array       string         `json:"array,omitempty"`
-	ArrayCounts map[string]int `json:"array_counts,omitempty"`
-	Elements    []Task         `json:"elements,omitempty"`
+	// ArrayCounts is how many elements are in each state, all of them;
+	// Elements (GET /v1/tasks/{id} only) a page of the elements, by index
+	// (?limit, 100 by default, and ?after), and ElementsNext the cursor of
+	// the next page (pass it as after), "" on the last.
+	Array        string         `json:"array,omitempty"`
+	ArrayCounts  map[string]int `json:"array_counts,omitempty"`
+	Elements     []Task         `json:"elements,omitempty"`
+	ElementsNext string         `json:"elements_next,omitempty"`
 	// ArrayID and ArrayIndex are an element's array and index (its ID is
 	// "ARRAYID_INDEX").
 	ArrayID    string `json:"array_id,omitempty"`

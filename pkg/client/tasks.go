@@ -44,6 +44,44 @@ func (c *Client) GetTask(ctx context.Context, id string) (*api.Task, error) {
 	return &out, nil
 }
 
+// GetTaskPage is one task with, for an array, the page of its elements
+// after the cursor after ("": from the first) of at most limit (0: the
+// server's default).
+func (c *Client) GetTaskPage(ctx context.Context, id, after string, limit int) (*api.Task, error) {
+	q := url.Values{}
+	if after != "" {
+		q.Set("after", after)
+	}
+	if limit > 0 {
+		q.Set("limit", strconv.Itoa(limit))
+	}
+	var out api.Task
+	if err := c.do(ctx, http.MethodGet, "/v1/tasks/"+url.PathEscape(id), q, nil, nil, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// GetTaskAll is one task with, for an array, every element: it follows
+// the pages of its elements to the end (the last page's counts kept).
+func (c *Client) GetTaskAll(ctx context.Context, id string) (*api.Task, error) {
+	const page = 1000 // the server's most
+	var elems []api.Task
+	after := ""
+	for {
+		t, err := c.GetTaskPage(ctx, id, after, page)
+		if err != nil {
+			return nil, err
+		}
+		elems = append(elems, t.Elements...)
+		if t.ElementsNext == "" || t.ElementsNext == after {
+			t.Elements, t.ElementsNext = elems, ""
+			return t, nil
+		}
+		after = t.ElementsNext
+	}
+}
+
 // CancelTask cancels a task.
 func (c *Client) CancelTask(ctx context.Context, id string) (*api.Task, error) {
 	var out api.Task

@@ -71,30 +71,6 @@ func ResizeOfSpec(spec string) (to, previous string) {
 	return s.To, s.Previous
 }
 
-// withSpecKeys sets keys of a VM's spec (an empty value removes the key),
-// keeping every other key as it is.
-func withSpecKeys(spec string, set map[string]string) (string, error) {
-	m := map[string]json.RawMessage{}
-	if spec != "" {
-		if err := json.Unmarshal([]byte(spec), &m); err != nil {
-			return "", fmt.Errorf("read the VM's spec: %w", err)
-		}
-	}
-	for k, v := range set {
-		if v == "" {
-			delete(m, k)
-			continue
-		}
-		b, _ := json.Marshal(v)
-		m[k] = b
-	}
-	if len(m) == 0 {
-		return "", nil // as a VM made without a spec had it
-	}
-	b, err := json.Marshal(m)
-	return string(b), err
-}
-
 // Kinds of a resize's refusal.
 const (
 	RefuseInvalid  = "invalid"   // 422 (400 for malformed input)
@@ -282,7 +258,7 @@ func (o *Orchestrator) QueueResize(ctx context.Context, vm *store.VM, target str
 	if err != nil {
 		return plan, nil, nil, err
 	}
-	spec, err := withSpecKeys(vm.Spec, map[string]string{specResizeTo: target})
+	spec, err := store.SpecWithKeys(vm.Spec, map[string]string{specResizeTo: target})
 	if err != nil {
 		return plan, nil, nil, err
 	}
@@ -370,7 +346,7 @@ func (lc *lifecycle) runResize(ctx context.Context, vm *store.VM, op *store.Oper
 			return fmt.Errorf("resize vm %s: %w", vm.ID, err)
 		}
 	}
-	spec, err := withSpecKeys(vm.Spec, map[string]string{specResizeTo: "", specPreviousProfile: vm.Profile})
+	spec, err := store.SpecWithKeys(vm.Spec, map[string]string{specResizeTo: "", specPreviousProfile: vm.Profile})
 	if err != nil {
 		return lc.resizeFailed(ctx, vm, op, err)
 	}
@@ -392,7 +368,7 @@ func (lc *lifecycle) resizeFailed(ctx context.Context, vm *store.VM, op *store.O
 		if err != nil {
 			return err
 		}
-		spec, err := withSpecKeys(cur.Spec, map[string]string{specResizeTo: ""})
+		spec, err := store.SpecWithKeys(cur.Spec, map[string]string{specResizeTo: ""})
 		if err != nil {
 			spec = cur.Spec
 		}

@@ -7,6 +7,7 @@ import (
 
 	"libvirt.org/go/libvirtxml"
 
+	"github.com/gpuvm/gpuvm/pkg/hypervisor"
 	"github.com/gpuvm/gpuvm/pkg/hypervisor/cloudinit"
 	"github.com/gpuvm/gpuvm/pkg/hypervisor/domain"
 	"github.com/gpuvm/gpuvm/pkg/store"
@@ -86,7 +87,7 @@ func TestTaskInOwnVMWholeGPUForTheNight(t *testing.T) {
 
 	tk := &store.Task{ID: "0193b000-0000-7000-8000-000000000001", Owner: "ann", Profile: "in-whole", Command: `["nvidia-smi"]`,
 		TimeLimitS: 3600, KillWaitS: 30, InProfile: "in-1g"}
-	spec, err := withSpecKeys(vm.Spec, map[string]string{SpecTask: tk.ID})
+	spec, err := store.SpecWithKeys(vm.Spec, map[string]string{SpecTask: tk.ID})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,7 +117,7 @@ func TestTaskInOwnVMWholeGPUForTheNight(t *testing.T) {
 	back := e.resize(o, e.vm(vm.ID), "in-1g")
 	e.wantOp(back.ID, store.OpDone, "")
 	cur := e.vm(vm.ID)
-	spec, err = withSpecKeys(cur.Spec, map[string]string{SpecTask: ""})
+	spec, err = store.SpecWithKeys(cur.Spec, map[string]string{SpecTask: ""})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -169,4 +170,74 @@ func diskSources(d *libvirtxml.Domain) string {
 		}
 	}
 	return strings.Join(out, " ")
+}
+
+// A task in its owner's own VM cancelled while the VM's start waits in the
+// queue (every GPU drained): the start is withdrawn, the VM stopped again
+// with no GPU, and when the GPUs come back no round starts it; put back,
+// its domain is the one it had before the task.
+func TestTaskInWithdrawnWhileQueued(t *testing.T) {
+	e := newEnv(t, "h100x8")
+	e.withPolicy(taskInProfiles)
+	e.cfg.Server.Libvirt.StoragePool = "default-pool"
+	ctx := context.Background()
+	o := e.orchWith(taskInHV{&resizeHV{Hypervisor: e.hv, conn: &faultyHV{Conn: e.hv}}})
+	vm := e.stoppedVM(o, "ann", "in-1g", "desk")
+	_, before := e.domainXML(vm.ID)
+
+	tk := &store.Task{ID: "0193b000-0000-7000-8000-000000000002", Owner: "ann", Profile: "in-whole", Command: `["train"]`,
+		TimeLimitS: 3600, KillWaitS: 30, InProfile: "in-1g"}
+	spec, err := store.SpecWithKeys(vm.Spec, map[string]string{SpecTask: tk.ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.st.CreateTaskIn(ctx, tk, e.vm(vm.ID), spec, "runs task "+tk.ID); err != nil {
+		t.Fatal(err)
+	}
+	e.resize(o, e.vm(vm.ID), "in-whole")
+	gpus := []string{"0000:18:00.0", "0000:2a:00.0", "0000:3a:00.0", "0000:5d:00.0", "0000:9a:00.0", "0000:ab:00.0", "0000:ba:00.0", "0000:db:00.0"}
+	for _, gpu := range gpus {
+		if err := e.st.DrainGPU(ctx, &store.GPUDrain{Host: "test-host", GPUAddress: gpu, Reason: "maintenance", DrainedBy: "admin"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	resized, _ := e.domainXML(vm.ID)
+	start := e.action(e.vm(vm.ID), store.OpStart)
+	o.Drain(ctx)
+	e.wantVM(vm.ID, store.VMQueued, "")
+
+	ok, err := o.WithdrawStart(ctx, vm.ID, "task "+tk.ID+" was cancelled before it started")
+	if err != nil || !ok {
+		t.Fatalf("withdraw: %v %v", ok, err)
+	}
+	e.wantOp(start.ID, store.OpFailed, "withdrawn: task "+tk.ID+" was cancelled")
+	e.wantVM(vm.ID, store.VMStopped, "was cancelled before it started")
+	if ok, err := o.WithdrawStart(ctx, vm.ID, "again"); err != nil || ok {
+		t.Errorf("a second withdraw: %v %v", ok, err)
+	}
+	for _, gpu := range gpus {
+		if _, err := e.st.UndrainGPU(ctx, "test-host", gpu); err != nil {
+			t.Fatal(err)
+		}
+	}
+	o.Drain(ctx)
+	e.wantVM(vm.ID, store.VMStopped, "")
+	if e.domainState(vm.ID) == hypervisor.StateRunning {
+		t.Fatal("the withdrawn start ran")
+	}
+	e.wantGPUGivenBack(vm.ID)
+	if x, _ := e.domainXML(vm.ID); x != resized {
+		t.Errorf("the withdrawn start changed the domain:\n%s\nthen\n%s", resized, x)
+	}
+
+	back := e.resize(o, e.vm(vm.ID), "in-1g")
+	e.wantOp(back.ID, store.OpDone, "")
+	if got := e.vm(vm.ID); got.Profile != "in-1g" || got.State != store.VMStopped {
+		t.Errorf("after the put-back: %s %s", got.Profile, got.State)
+	}
+	_, after := e.domainXML(vm.ID)
+	if after.VCPU.Value != before.VCPU.Value || after.Memory.Value != before.Memory.Value || diskSources(before) != diskSources(after) || e.hasTaskChannel(vm.ID) {
+		t.Errorf("after the put-back the domain is vcpu %+v memory %+v disks %s, want vcpu %+v memory %+v disks %s, no task channel",
+			after.VCPU, after.Memory, diskSources(after), before.VCPU, before.Memory, diskSources(before))
+	}
 }

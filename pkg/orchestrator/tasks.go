@@ -3,15 +3,17 @@ package orchestrator
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 
+	"github.com/gpuvm/gpuvm/pkg/api"
 	"github.com/gpuvm/gpuvm/pkg/hypervisor/cloudinit"
 	"github.com/gpuvm/gpuvm/pkg/store"
 )
 
 // SpecTask is the key of a VM's spec that names the task the VM serves
 // (docs/tasks.md): its domain gets the task channel, its seed the runner.
-const SpecTask = "task"
+const SpecTask = store.SpecTask
 
 // TaskOfSpec is the task a VM's recorded spec names; "" when none (or a
 // spec that is not JSON).
@@ -97,4 +99,73 @@ func (lc *lifecycle) prepareTask(ctx context.Context, vm *store.VM) error {
 	}
 	req.Seed.KeepHostKeys = true
 	return tp.PrepareTask(ctx, vm.ID, req.Pool, req.Seed)
+}
+
+// WithdrawStart takes back a start that has not begun: the VM waits in the
+// queue for a GPU (or is still stopped, its start not yet queued), its
+// start operation the only one unfinished and no GPU claimed. In one
+// transaction the VM is stopped again, with reason, and the start fails
+// with it, so a round that would place the VM finds it changed and leaves
+// it. It reports false, changing nothing, when the start is past that (a
+// GPU claimed, its domain starting), or there is no such start: that start
+// runs on. A task in its owner's own VM (pkg/task) withdraws its VM's
+// start when it is cancelled while the VM waits.
+func (o *Orchestrator) WithdrawStart(ctx context.Context, vmID, reason string) (bool, error) {
+	withdrawn := false
+	var vm *store.VM
+	err := o.life.st.Tx(ctx, func(tx *store.Store) error {
+		cur, err := tx.GetVM(ctx, vmID)
+		if err != nil {
+			return err
+		}
+		vm = cur
+		switch {
+		case cur.State == store.VMQueued:
+		case cur.State == store.VMStopped && cur.Phase != api.PhaseStarting:
+		default:
+			return nil
+		}
+		ops, err := tx.ListOperations(ctx, vmID)
+		if err != nil {
+			return err
+		}
+		var start *store.Operation
+		for i := range ops {
+			if ops[i].Finished() {
+				continue
+			}
+			if start != nil || ops[i].Kind != store.OpStart || (ops[i].Step != "" && ops[i].Step != StepQueue) {
+				return nil // another operation, or a start past the queue
+			}
+			start = &ops[i]
+		}
+		if start == nil {
+			return nil
+		}
+		if allocs, err := liveAllocations(ctx, tx, vmID); err != nil || len(allocs) > 0 {
+			return err // a GPU claimed: the start goes on
+		}
+		if _, err := tx.UpdateVMState(ctx, vmID, cur.Version, store.VMUpdate{State: store.VMStopped, StateReason: reason}); err != nil {
+			return err
+		}
+		cause := errors.New("withdrawn: " + reason)
+		if err := tx.FinishOperation(ctx, start.ID, cause); err != nil {
+			return err
+		}
+		p, _ := json.Marshal(api.VMActionPayload{Action: start.Kind, OperationID: start.ID, RequestedBy: start.RequestedBy,
+			Result: store.OpFailed, Error: cause.Error()})
+		withdrawn = true
+		return tx.AppendEvent(ctx, &store.Event{VMID: vmID, Owner: cur.Owner, Type: api.EventVMAction, Payload: p})
+	})
+	if errors.Is(err, store.ErrConflict) {
+		return false, nil // it moved meanwhile (placed, or started): the next look decides
+	}
+	if err != nil {
+		return false, fmt.Errorf("withdraw the start of vm %s: %w", vmID, err)
+	}
+	if withdrawn {
+		o.life.log.Info("VM's queued start withdrawn", "vm", vmID, "name", vm.Name, "reason", reason)
+		o.disp.wake()
+	}
+	return withdrawn, nil
 }

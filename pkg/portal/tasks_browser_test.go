@@ -325,3 +325,38 @@ func TestTasksPageInChinese(t *testing.T) {
 		t.Errorf("English on the Chinese page:\n%s", strings.Join(bad, "\n"))
 	}
 }
+
+// /tasks?profile=NAME naming a profile the person cannot run a task in (one
+// without a seed or a GPU, or none at all) says so beside the form, in
+// English and in Chinese, and which profile is chosen instead; one that
+// can is chosen without a word.
+func TestTasksPageRefusedProfile(t *testing.T) {
+	needBrowser(t)
+	env, _ := taskEnv(t)
+	b := newBrowser(t, env.URL, false)
+	b.signIn(env.UserToken)
+	open := func(profile string) {
+		t.Helper()
+		b.run(chromedp.Navigate(env.URL+"/tasks?profile="+profile), chromedp.WaitVisible(`#task-profile`, chromedp.ByQuery))
+	}
+	for _, name := range []string{"seat", "nope"} {
+		open(name)
+		var chosen string
+		b.eval(`document.querySelector('#task-profile').value`, &chosen)
+		got := b.text(`#submit-task #task-profile-refused`)
+		if want := "You cannot run a task in “" + name + "”"; !strings.Contains(got, want) || !strings.Contains(got, "train is chosen instead.") || chosen != "train" {
+			t.Errorf("?profile=%s: notice %q, chosen %q; want %q, train chosen", name, got, chosen, want)
+		}
+	}
+	open("train")
+	var notices int
+	b.eval(`document.querySelectorAll('#task-profile-refused').length`, &notices)
+	if notices != 0 {
+		t.Errorf("?profile=train: %d refusals shown", notices)
+	}
+	b.eval(`document.cookie = 'gpuvm_lang=zh-CN; path=/'`, nil)
+	open("seat")
+	if got := b.text(`#task-profile-refused`); !strings.Contains(got, "你不能在“seat”中运行任务") || !strings.Contains(got, "已改为选择 train。") {
+		t.Errorf("in Chinese: %q", got)
+	}
+}

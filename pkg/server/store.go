@@ -34,7 +34,7 @@ type TaskStore interface {
 	ListTasks(ctx context.Context, owner string, limit int) ([]store.Task, error)
 	UpdateTask(ctx context.Context, id string, from []string, u store.TaskUpdate) error
 	CreateTaskArray(ctx context.Context, array *store.Task, elems []store.Task) error
-	ListArrayElements(ctx context.Context, arrayID string) ([]store.Task, error)
+	ListArrayElementsAfter(ctx context.Context, arrayID string, after, limit int) ([]store.Task, bool, error)
 	ArrayCounts(ctx context.Context, ids []string) (map[string]map[string]int, error)
 	ListTaskAttempts(ctx context.Context, taskID string) ([]store.TaskAttempt, error)
 	CancelTask(ctx context.Context, id string) (int64, error)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"github.com/gpuvm/gpuvm/pkg/config"
 	"github.com/gpuvm/gpuvm/pkg/store"
 	"github.com/gpuvm/gpuvm/pkg/task"
+	"github.com/gpuvm/gpuvm/pkg/windows"
 )
 
 // Task arrays, retries and the warning signal (docs/tasks.md; pkg/task
@@ -65,6 +67,25 @@ func (s *Server) checkTaskExtras(c *gin.Context, req *api.CreateTaskRequest, lim
 		}
 	}
 	return x, true
+}
+
+// checkTaskProfile checks a task against the profile it runs in (one the
+// caller may use): the warning signal its guest can be sent, a guest the
+// task's runner can be given, the time limit in hours within the lease.
+// It answers the field and what is wrong; "" when nothing is.
+func checkTaskProfile(p *config.Profile, warnSig string, hours int) (field, detail string) {
+	if p.OS == "windows" && warnSig != "" && !slices.Contains(windows.TaskSignals, warnSig) {
+		// The Windows runner sends TERM and INT as Ctrl+Break to the
+		// command's process group; any other signal would do nothing.
+		return "signal", fmt.Sprintf("profile %s runs Windows, where a task's command can be warned with TERM or INT only (Ctrl+Break), not %s", p.Name, warnSig)
+	}
+	if p.CloudInit == nil || p.OS == "windows" {
+		return "profile", "profile " + p.Name + " gives its guests no cloud-init seed for a task's runner: tasks need a Linux profile with cloud_init"
+	}
+	if m := p.Lease.MaxHours(); hours > m {
+		return "time_limit", fmt.Sprintf("profile %s allows at most %d hours", p.Name, m)
+	}
+	return "", ""
 }
 
 // checkArrayVM checks what making the array's VMs later needs, as makeVM
@@ -181,24 +202,66 @@ func launchVMName(t *store.Task) string {
 	return name
 }
 
-// fillArray adds to an array's answer its elements (elements: GET of one
-// task) and their counts; to a task that may retry, its attempts.
-func (s *Server) fillTask(c *gin.Context, t *store.Task, out *api.Task, elements bool) error {
+// Bounds of a page of an array's elements (GET /v1/tasks/{id}).
+const (
+	defaultElementsPage = 100
+	maxElementsPage     = 1000
+)
+
+// elementsPage is the page of an array's elements a GET of one task asks
+// for: ?limit (1 to maxElementsPage) and ?after (the cursor of an earlier
+// page: the index of its last element; -1 for the first page).
+type elementsPage struct{ after, limit int }
+
+// parseElementsPage reads the page from the query; it answers the
+// problem itself.
+func (s *Server) parseElementsPage(c *gin.Context) (elementsPage, bool) {
+	pg := elementsPage{after: -1, limit: defaultElementsPage}
+	if l := c.Query("limit"); l != "" {
+		n, err := strconv.Atoi(l)
+		if err != nil || n < 1 || n > maxElementsPage {
+			s.writeProblem(c, withField(errBadRequest, "limit", fmt.Sprintf("limit is a number from 1 to %d", maxElementsPage)))
+			return pg, false
+		}
+		pg.limit = n
+	}
+	if a := c.Query("after"); a != "" {
+		n, err := strconv.Atoi(a)
+		if err != nil || n < 0 || n > task.MaxArrayIndex {
+			s.writeProblem(c, withField(errBadRequest, "after", "the cursor is not one this server gave (an element's index, from elements_next)"))
+			return pg, false
+		}
+		pg.after = n
+	}
+	return pg, true
+}
+
+// fillTask adds to an array's answer the counts of its elements by state
+// and, given a page, that page of its elements; to a task that may retry,
+// given a page, its attempts.
+func (s *Server) fillTask(c *gin.Context, t *store.Task, out *api.Task, page *elementsPage) error {
 	ctx := c.Request.Context()
 	if t.IsArray() {
-		elems, err := s.Store.ListArrayElements(ctx, t.ID)
+		counts, err := s.Store.ArrayCounts(ctx, []string{t.ID})
 		if err != nil {
 			return err
 		}
-		out.ArrayCounts = task.ArrayState(elems, t.CancelAt != nil).Counts
-		if elements {
+		out.ArrayCounts = counts[t.ID]
+		if page != nil {
+			elems, more, err := s.Store.ListArrayElementsAfter(ctx, t.ID, page.after, page.limit)
+			if err != nil {
+				return err
+			}
 			out.Elements = make([]api.Task, 0, len(elems))
 			for i := range elems {
 				out.Elements = append(out.Elements, sayTask(c, &elems[i]))
 			}
+			if more && len(elems) > 0 && elems[len(elems)-1].ArrayIndex != nil {
+				out.ElementsNext = strconv.Itoa(*elems[len(elems)-1].ArrayIndex)
+			}
 		}
 	}
-	if t.Retries > 0 && elements {
+	if t.Retries > 0 && page != nil {
 		as, err := s.Store.ListTaskAttempts(ctx, t.ID)
 		if err != nil {
 			return err

@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -62,7 +61,7 @@ func (s *Server) createTaskIn(c *gin.Context, req *api.CreateTaskRequest, t *sto
 	if req.Profile != vm.Profile && !s.taskInResizes(c, vm, req.Profile) {
 		return
 	}
-	spec, err := withTaskSpec(vm.Spec, t.ID)
+	spec, err := store.SpecWithKeys(vm.Spec, map[string]string{store.SpecTask: t.ID})
 	if err != nil {
 		s.writeProblem(c, err)
 		return
@@ -135,20 +134,6 @@ func (s *Server) taskInResizes(c *gin.Context, vm *store.VM, profile string) boo
 		s.writeProblem(c, resizeProblem(err))
 	}
 	return false
-}
-
-// withTaskSpec is a VM's spec naming the task it serves.
-func withTaskSpec(spec, taskID string) (string, error) {
-	m := map[string]json.RawMessage{}
-	if spec != "" {
-		if err := json.Unmarshal([]byte(spec), &m); err != nil {
-			return "", fmt.Errorf("read the VM's spec: %w", err)
-		}
-	}
-	b, _ := json.Marshal(taskID)
-	m[orchestrator.SpecTask] = b
-	out, err := json.Marshal(m)
-	return string(out), err
 }
 
 // taskEstimates fills in the estimated start of the pending tasks whose

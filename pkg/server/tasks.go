@@ -169,12 +169,8 @@ func (s *Server) createTask(c *gin.Context) {
 	u := user(c)
 	hours := int(math.Ceil(limit.Hours()))
 	if p := s.config().Profiles[req.Profile]; p != nil && (u.Admin || p.Allows(u.Name, u.Groups)) {
-		if p.CloudInit == nil || p.OS == "windows" {
-			s.writeProblem(c, withField(errValidation, "profile", "profile "+p.Name+" gives its guests no cloud-init seed for a task's runner: tasks need a Linux profile with cloud_init"))
-			return
-		}
-		if m := p.Lease.MaxHours(); hours > m {
-			s.writeProblem(c, withField(errValidation, "time_limit", fmt.Sprintf("profile %s allows at most %d hours", p.Name, m)))
+		if field, detail := checkTaskProfile(p, x.warnSig, hours); field != "" {
+			s.writeProblem(c, withField(errValidation, field, detail))
 			return
 		}
 	}
@@ -282,8 +278,12 @@ func (s *Server) getTask(c *gin.Context) {
 	if !ok {
 		return
 	}
+	page, ok := s.parseElementsPage(c)
+	if !ok {
+		return
+	}
 	out := sayTask(c, t)
-	if err := s.fillTask(c, t, &out, true); err != nil {
+	if err := s.fillTask(c, t, &out, &page); err != nil {
 		s.writeProblem(c, err)
 		return
 	}

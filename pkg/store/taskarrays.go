@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/gpuvm/gpuvm/pkg/api"
 )
@@ -49,30 +50,105 @@ func (s *Store) ListArrayElements(ctx context.Context, arrayID string) ([]Task, 
 	return out, nil
 }
 
-// ArrayCounts is, for each array of ids, how many of its elements are in
-// each state.
-func (s *Store) ArrayCounts(ctx context.Context, ids []string) (map[string]map[string]int, error) {
-	out := map[string]map[string]int{}
+// ListArrayElementsAfter is a page of an array's elements by index: at
+// most limit of those with an index above after (all from the first when
+// after is negative), and whether more follow.
+func (s *Store) ListArrayElementsAfter(ctx context.Context, arrayID string, after, limit int) ([]Task, bool, error) {
+	if limit < 1 {
+		return nil, false, fmt.Errorf("elements of task array %s: %w: a page of at least one", arrayID, ErrInvalid)
+	}
+	var out []Task
+	q := s.db.WithContext(ctx).Where("array_id = ?", arrayID)
+	if after >= 0 {
+		q = q.Where("array_index > ?", after)
+	}
+	if err := q.Order("array_index").Limit(limit + 1).Find(&out).Error; err != nil {
+		return nil, false, wrap(err, nil, "elements of task array %s", arrayID)
+	}
+	more := len(out) > limit
+	out = out[:min(len(out), limit)]
+	for i := range out {
+		utcTask(&out[i])
+	}
+	return out, more, nil
+}
+
+// ArraySummary is an array's elements in brief, read without reading
+// them: how many are in each state, the highest exit code and signal any
+// has, and how many have started.
+type ArraySummary struct {
+	Counts           map[string]int
+	ExitCode, Signal *int
+	Started          int
+}
+
+// ArraySummaries is, for each array of ids that has elements, its
+// elements in brief: one grouped query, a row per array and state.
+func (s *Store) ArraySummaries(ctx context.Context, ids []string) (map[string]*ArraySummary, error) {
+	out := map[string]*ArraySummary{}
 	if len(ids) == 0 {
 		return out, nil
 	}
 	var rows []struct {
-		ArrayID string
-		State   string
-		N       int
+		ArrayID  string
+		State    string
+		N        int
+		ExitCode *int
+		Signal   *int
+		Started  int
 	}
-	err := s.db.WithContext(ctx).Model(&Task{}).Select("array_id, state, count(*) AS n").
+	err := s.db.WithContext(ctx).Model(&Task{}).
+		Select("array_id, state, count(*) AS n, max(exit_code) AS exit_code, max(signal) AS signal, count(started_at) AS started").
 		Where("array_id IN ?", ids).Group("array_id, state").Scan(&rows).Error
 	if err != nil {
 		return nil, wrap(err, nil, "count task arrays' elements")
 	}
-	for _, r := range rows {
-		if out[r.ArrayID] == nil {
-			out[r.ArrayID] = map[string]int{}
+	higher := func(a, b *int) *int {
+		if b != nil && (a == nil || *b > *a) {
+			return b
 		}
-		out[r.ArrayID][r.State] = r.N
+		return a
+	}
+	for _, r := range rows {
+		sum := out[r.ArrayID]
+		if sum == nil {
+			sum = &ArraySummary{Counts: map[string]int{}}
+			out[r.ArrayID] = sum
+		}
+		sum.Counts[r.State] += r.N
+		sum.ExitCode, sum.Signal = higher(sum.ExitCode, r.ExitCode), higher(sum.Signal, r.Signal)
+		sum.Started += r.Started
 	}
 	return out, nil
+}
+
+// ArrayCounts is, for each array of ids, how many of its elements are in
+// each state.
+func (s *Store) ArrayCounts(ctx context.Context, ids []string) (map[string]map[string]int, error) {
+	sums, err := s.ArraySummaries(ctx, ids)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]map[string]int, len(sums))
+	for id, sum := range sums {
+		out[id] = sum.Counts
+	}
+	return out, nil
+}
+
+// ArrayFirstStart is when the first of an array's elements started; nil
+// when none has.
+func (s *Store) ArrayFirstStart(ctx context.Context, arrayID string) (*time.Time, error) {
+	var first []Task
+	err := s.db.WithContext(ctx).Select("started_at").Where("array_id = ? AND started_at IS NOT NULL", arrayID).
+		Order("started_at").Limit(1).Find(&first).Error
+	if err != nil {
+		return nil, wrap(err, nil, "first start of task array %s", arrayID)
+	}
+	if len(first) == 0 {
+		return nil, nil
+	}
+	return utcPtr(first[0].StartedAt), nil
 }
 
 // TaskLaunch is the task a new VM serves when the task was made before it

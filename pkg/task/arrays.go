@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"os"
 	"slices"
-	"strings"
-	"time"
 
 	"github.com/gpuvm/gpuvm/pkg/api"
 	"github.com/gpuvm/gpuvm/pkg/store"
@@ -108,21 +106,48 @@ func (s *Supervisor) attemptEnded(ctx context.Context, t *store.Task, state, rea
 	return true, nil
 }
 
-// arrayStep brings an array's own row in step with its elements.
-func (s *Supervisor) arrayStep(ctx context.Context, a *store.Task) error {
-	elems, err := s.cfg.Store.ListArrayElements(ctx, a.ID)
+// arraySteps brings the arrays' own rows in step with their elements,
+// read in brief (store.ArraySummaries: a row per array and state, not a
+// row per element).
+func (s *Supervisor) arraySteps(ctx context.Context, arrays []*store.Task) error {
+	if len(arrays) == 0 {
+		return nil
+	}
+	ids := make([]string, len(arrays))
+	for i, a := range arrays {
+		ids[i] = a.ID
+	}
+	sums, err := s.cfg.Store.ArraySummaries(ctx, ids)
 	if err != nil {
 		return err
 	}
-	st := ArrayState(elems, a.CancelAt != nil)
+	var errs []error
+	for _, a := range arrays {
+		if err := s.arrayStep(ctx, a, sums[a.ID]); err != nil {
+			errs = append(errs, fmt.Errorf("task array %s: %w", a.ID, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// arrayStep brings an array's own row in step with its elements.
+func (s *Supervisor) arrayStep(ctx context.Context, a *store.Task, sum *store.ArraySummary) error {
+	if sum == nil {
+		sum = &store.ArraySummary{}
+	}
+	st := ArrayState(sum, a.CancelAt != nil)
 	if st.State == a.State && st.Reason == a.Reason {
 		return nil
 	}
-	u := store.TaskUpdate{State: st.State, Reason: st.Reason, ExitCode: st.ExitCode, Signal: st.Signal, StartedAt: st.StartedAt}
-	if a.StartedAt != nil {
-		u.StartedAt = nil
+	u := store.TaskUpdate{State: st.State, Reason: st.Reason, ExitCode: st.ExitCode, Signal: st.Signal}
+	if a.StartedAt == nil && sum.Started > 0 {
+		first, err := s.cfg.Store.ArrayFirstStart(ctx, a.ID)
+		if err != nil {
+			return err
+		}
+		u.StartedAt = first
 	}
-	err = s.cfg.Store.UpdateTask(ctx, a.ID, nil, u)
+	err := s.cfg.Store.UpdateTask(ctx, a.ID, nil, u)
 	if errors.Is(err, store.ErrConflict) {
 		return nil
 	}
@@ -133,7 +158,6 @@ func (s *Supervisor) arrayStep(ctx context.Context, a *store.Task) error {
 type ArrayOutcome struct {
 	State, Reason    string
 	ExitCode, Signal *int
-	StartedAt        *time.Time
 	Counts           map[string]int
 }
 
@@ -141,27 +165,20 @@ type ArrayOutcome struct {
 // ends in: the first any element is in.
 var arrayEndOrder = []string{api.TaskFailed, api.TaskNodeFail, api.TaskBootFail, api.TaskTimeout, api.TaskCancelled}
 
-// ArrayState derives an array's state from its elements', as Slurm shows
-// an array: running while any element runs (or is completing), booting
-// while any boots, pending while the others wait; when all have ended,
-// completed if all completed, else cancelled when the array was
-// cancelled, else the first of failed, node_fail, boot_fail, timeout,
-// cancelled an element ended in. Its exit code and signal are the
-// highest of its elements'. The reason counts the elements by state.
-func ArrayState(elems []store.Task, cancelled bool) ArrayOutcome {
-	out := ArrayOutcome{Counts: map[string]int{}}
-	for i := range elems {
-		e := &elems[i]
-		out.Counts[e.State]++
-		if e.ExitCode != nil && (out.ExitCode == nil || *e.ExitCode > *out.ExitCode) {
-			out.ExitCode = e.ExitCode
-		}
-		if e.Signal != nil && (out.Signal == nil || *e.Signal > *out.Signal) {
-			out.Signal = e.Signal
-		}
-		if e.StartedAt != nil && (out.StartedAt == nil || e.StartedAt.Before(*out.StartedAt)) {
-			out.StartedAt = e.StartedAt
-		}
+// ArrayState derives an array's state from its elements' in brief, as
+// Slurm shows an array: running while any element runs (or is
+// completing), booting while any boots, pending while the others wait;
+// when all have ended, completed if all completed, else cancelled when
+// the array was cancelled, else the first of failed, node_fail,
+// boot_fail, timeout, cancelled an element ended in. Its exit code and
+// signal are the highest of its elements'. The reason counts the
+// elements by state.
+func ArrayState(sum *store.ArraySummary, cancelled bool) ArrayOutcome {
+	out := ArrayOutcome{Counts: map[string]int{}, ExitCode: sum.ExitCode, Signal: sum.Signal}
+	total := 0
+	for st, k := range sum.Counts {
+		out.Counts[st] = k
+		total += k
 	}
 	n := out.Counts
 	live := 0
@@ -177,7 +194,7 @@ func ArrayState(elems []store.Task, cancelled bool) ArrayOutcome {
 		out.State = api.TaskBooting
 	case live > 0:
 		out.State = api.TaskPending
-	case n[api.TaskCompleted] == len(elems):
+	case n[api.TaskCompleted] == total:
 		out.State = api.TaskCompleted
 	case cancelled && n[api.TaskCancelled] > 0:
 		out.State = api.TaskCancelled
@@ -189,17 +206,6 @@ func ArrayState(elems []store.Task, cancelled bool) ArrayOutcome {
 			}
 		}
 	}
-	out.Reason = countsText(n)
+	out.Reason = api.TaskCounts(n)
 	return out
-}
-
-// countsText is "2 running, 4 pending", in the states' order of life.
-func countsText(n map[string]int) string {
-	var parts []string
-	for _, st := range api.TaskStates {
-		if n[st] > 0 {
-			parts = append(parts, fmt.Sprintf("%d %s", n[st], st))
-		}
-	}
-	return strings.Join(parts, ", ")
 }

@@ -24,10 +24,6 @@ import (
 // A put-back that fails leaves the task ended as its command ended and the
 // VM stopped, its reason and a vm.warning saying how to put it back.
 
-// specTask is the key of a VM's spec that names the task it serves (the
-// orchestrator's SpecTask).
-const specTask = "task"
-
 // inStep is a round's step of a task in its owner's own VM.
 func (s *Supervisor) inStep(ctx context.Context, t *store.Task, vm *store.VM, down map[string]bool) error {
 	if s.cfg.Host != "" && vm.Host != "" && vm.Host != s.cfg.Host {
@@ -52,6 +48,11 @@ func (s *Supervisor) inStep(ctx context.Context, t *store.Task, vm *store.VM, do
 		return s.inStart(ctx, t, vm, fmt.Sprintf("VM %s resized from profile %s to %s", vm.Name, t.InProfile, t.Profile))
 	}
 	// Started: the VM is followed as a task's own is.
+	if t.CancelAt != nil && t.State == api.TaskPending {
+		if done, err := s.inWithdraw(ctx, t, vm); done || err != nil {
+			return err
+		}
+	}
 	switch vm.State {
 	case store.VMFailed:
 		return s.end(ctx, t, vm, api.TaskNodeFail, "its VM failed: "+vm.StateReason)
@@ -64,6 +65,10 @@ func (s *Supervisor) inStep(ctx context.Context, t *store.Task, vm *store.VM, do
 	case store.VMStopped:
 		if busy, err := s.unfinishedOp(ctx, vm.ID); err != nil || busy != nil {
 			return err // the start is under way
+		}
+		if t.State == api.TaskPending && t.CancelAt != nil {
+			// Cancelled, its start withdrawn (by another round) or failed.
+			return s.inEnd(ctx, t, vm, api.TaskCancelled, "cancelled before it started")
 		}
 		if t.State == api.TaskPending {
 			// The start failed (its lease ended, the profile is gone…).
@@ -111,6 +116,26 @@ func (s *Supervisor) inStart(ctx context.Context, t *store.Task, vm *store.VM, n
 	step := store.TaskInStart
 	return s.cfg.Store.UpdateTask(ctx, t.ID, nil, store.TaskUpdate{State: api.TaskPending, InStep: &step, InNote: note,
 		Reason: fmt.Sprintf("its VM %s is being started with profile %s", vm.Name, t.Profile)})
+}
+
+// inWithdraw ends a task cancelled while its VM's start waits in the
+// queue: the start is withdrawn and the VM put back. It reports false when
+// the start could not be withdrawn (it is past the queue, or this server
+// cannot): the VM is then stopped once it has started.
+func (s *Supervisor) inWithdraw(ctx context.Context, t *store.Task, vm *store.VM) (bool, error) {
+	if s.cfg.Withdraw == nil || (vm.State != store.VMQueued && vm.State != store.VMStopped) {
+		return false, nil
+	}
+	ok, err := s.cfg.Withdraw(ctx, vm.ID, fmt.Sprintf("task %s was cancelled before the VM started", t.ID))
+	if err != nil || !ok {
+		return false, err
+	}
+	s.log.Info("task cancelled while its VM waited to start: the start is withdrawn", "task", t.ID, "vm", vm.ID)
+	cur, err := s.cfg.Store.GetVM(ctx, vm.ID)
+	if err != nil {
+		return true, err
+	}
+	return true, s.inEnd(ctx, t, cur, api.TaskCancelled, "cancelled before it started")
 }
 
 // inEnd is end for a task in its owner's VM: the task is completing (with
@@ -209,7 +234,7 @@ func (s *Supervisor) inFinish(ctx context.Context, t *store.Task, vm *store.VM, 
 		if err != nil {
 			return err
 		}
-		spec, err := withoutSpecTask(cur.Spec)
+		spec, err := store.SpecWithKeys(cur.Spec, map[string]string{store.SpecTask: ""})
 		if err != nil {
 			return err
 		}
@@ -292,21 +317,4 @@ func (s *Supervisor) wake() {
 	if s.cfg.Wake != nil {
 		s.cfg.Wake()
 	}
-}
-
-// withoutSpecTask is a VM's spec without the key that names its task.
-func withoutSpecTask(spec string) (string, error) {
-	if spec == "" {
-		return "", nil
-	}
-	m := map[string]json.RawMessage{}
-	if err := json.Unmarshal([]byte(spec), &m); err != nil {
-		return "", fmt.Errorf("read the VM's spec: %w", err)
-	}
-	delete(m, specTask)
-	if len(m) == 0 {
-		return "", nil
-	}
-	b, err := json.Marshal(m)
-	return string(b), err
 }

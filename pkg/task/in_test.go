@@ -22,6 +22,7 @@ type inFixture struct {
 	*fixture
 	resizes    []string
 	failResize func(profile string) error
+	withdrawn  int
 }
 
 func newInFixture(t *testing.T) *inFixture {
@@ -61,6 +62,28 @@ func newInFixture(t *testing.T) *inFixture {
 			}
 			_, err := st.UpdateVMState(ctx, vm.ID, vm.Version, store.VMUpdate{State: vm.State, Phase: vm.Phase, StateReason: "resized", Spec: &vm.Spec, Profile: &profile})
 			return err
+		},
+		// As the orchestrator's WithdrawStart: a start that waits in the
+		// queue is failed and the VM stopped again.
+		Withdraw: func(ctx context.Context, vmID, reason string) (bool, error) {
+			vm, err := st.GetVM(ctx, vmID)
+			if err != nil || vm.State != store.VMQueued {
+				return false, err
+			}
+			f.withdrawn++
+			ops, err := st.ListOperations(ctx, vmID)
+			if err != nil {
+				return false, err
+			}
+			for _, op := range ops {
+				if op.Kind == store.OpStart && !op.Finished() {
+					if err := st.FinishOperation(ctx, op.ID, errors.New("withdrawn: "+reason)); err != nil {
+						return false, err
+					}
+				}
+			}
+			_, err = st.UpdateVMState(ctx, vmID, vm.Version, store.VMUpdate{State: store.VMStopped, StateReason: reason})
+			return err == nil, err
 		}})
 	if err != nil {
 		t.Fatal(err)
@@ -199,5 +222,77 @@ func TestTaskInCancelledBeforeStart(t *testing.T) {
 	vm, _ := f.st.GetVM(f.ctx, f.vm.ID)
 	if got.State != api.TaskCancelled || len(f.resizes) != 0 || vm.Profile != "mig-1g" || strings.Contains(vm.Spec, "task") {
 		t.Errorf("task %+v, resizes %v, vm %s %s", got, f.resizes, vm.Profile, vm.Spec)
+	}
+}
+
+// A cancel while the VM's start waits in the queue for the task's GPU: the
+// start is withdrawn, the VM put back to its own profile, stopped, named
+// by no task, and the task is cancelled, not left pending until a GPU
+// comes.
+func TestTaskInCancelledWhileQueued(t *testing.T) {
+	f := newInFixture(t)
+	f.round() // resized
+	f.round() // its start queued
+	f.setVM(store.VMQueued)
+	f.round()
+	if got := f.get(); got.State != api.TaskPending || got.InStep != store.TaskInStart {
+		t.Fatalf("before the cancel: %+v", got)
+	}
+	if _, err := f.st.CancelTask(f.ctx, f.task.ID); err != nil {
+		t.Fatal(err)
+	}
+	f.round() // the start withdrawn, the put-back queued
+	if f.withdrawn != 1 {
+		t.Fatalf("%d withdrawals, want 1", f.withdrawn)
+	}
+	f.round() // put back
+	got := f.get()
+	if got.State != api.TaskCancelled || got.Reason != "cancelled before it started" || got.InStep != store.TaskInDone {
+		t.Errorf("task %+v", got)
+	}
+	if strings.Join(f.resizes, ",") != "whole,mig-1g" {
+		t.Errorf("resizes %v", f.resizes)
+	}
+	vm, _ := f.st.GetVM(f.ctx, f.vm.ID)
+	if vm.State != store.VMStopped || vm.Profile != "mig-1g" || strings.Contains(vm.Spec, "task") || !strings.Contains(vm.Spec, `"hours":48`) {
+		t.Errorf("the VM after the cancel: %s %s %s", vm.State, vm.Profile, vm.Spec)
+	}
+	if f.deleteRequested() {
+		t.Error("the owner's own VM was deleted")
+	}
+	ops, _ := f.st.ListOperations(f.ctx, f.vm.ID)
+	for _, op := range ops {
+		if !op.Finished() {
+			t.Errorf("operation %s %s left unfinished", op.Kind, op.ID)
+		}
+	}
+}
+
+// A cancelled task whose VM is found stopped with its start gone (withdrawn
+// by an earlier look, or failed) ends cancelled, not failed.
+func TestTaskInCancelledStartGone(t *testing.T) {
+	f := newInFixture(t)
+	f.round() // resized
+	f.round() // its start queued
+	if _, err := f.st.CancelTask(f.ctx, f.task.ID); err != nil {
+		t.Fatal(err)
+	}
+	ops, _ := f.st.ListOperations(f.ctx, f.vm.ID)
+	for _, op := range ops {
+		if op.Kind == store.OpStart && !op.Finished() {
+			if err := f.st.FinishOperation(f.ctx, op.ID, errors.New("withdrawn: elsewhere")); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	f.round() // put back
+	f.round()
+	got := f.get()
+	if got.State != api.TaskCancelled || f.withdrawn != 0 {
+		t.Errorf("task %s %q, %d withdrawals", got.State, got.Reason, f.withdrawn)
+	}
+	vm, _ := f.st.GetVM(f.ctx, f.vm.ID)
+	if vm.State != store.VMStopped || vm.Profile != "mig-1g" || strings.Contains(vm.Spec, "task") {
+		t.Errorf("the VM: %s %s %s", vm.State, vm.Profile, vm.Spec)
 	}
 }

@@ -28,7 +28,8 @@ type Store interface {
 	GetVM(ctx context.Context, id string) (*store.VM, error)
 	ListOperations(ctx context.Context, vmID string) ([]store.Operation, error)
 	CreateOperation(ctx context.Context, op *store.Operation) error
-	ListArrayElements(ctx context.Context, arrayID string) ([]store.Task, error)
+	ArraySummaries(ctx context.Context, ids []string) (map[string]*store.ArraySummary, error)
+	ArrayFirstStart(ctx context.Context, arrayID string) (*time.Time, error)
 	RequeueTask(ctx context.Context, a store.TaskAttempt, reason string, logBase int64) error
 	RecordTaskAttempt(ctx context.Context, a store.TaskAttempt) error
 	ListHosts(ctx context.Context) ([]store.Host, error)
@@ -86,6 +87,12 @@ type Config struct {
 	// runs in its owner's own VM (in.go): the orchestrator's QueueResize.
 	// Without it such tasks wait.
 	Resize func(ctx context.Context, vm *store.VM, profile string, t *store.Task) error
+	// Withdraw takes back the start of such a VM that waits in the queue,
+	// when its task is cancelled before it started (the orchestrator's
+	// WithdrawStart): true when it was withdrawn, the VM stopped again;
+	// false when the start is past the queue. Without it a cancel takes
+	// effect when the VM has started.
+	Withdraw func(ctx context.Context, vmID, reason string) (bool, error)
 	// BootTimeout is how long a running VM's runner has to say hello
 	// before the task is boot_fail (DefaultBootTimeout when 0).
 	BootTimeout time.Duration
@@ -213,10 +220,8 @@ func (s *Supervisor) Round(ctx context.Context) error {
 	if err := s.launchWaiting(ctx, waiting, arrays, active); err != nil {
 		errs = append(errs, err)
 	}
-	for _, a := range arrays {
-		if err := s.arrayStep(ctx, a); err != nil {
-			errs = append(errs, fmt.Errorf("task array %s: %w", a.ID, err))
-		}
+	if err := s.arraySteps(ctx, arrays); err != nil {
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }

@@ -1,13 +1,11 @@
 package windows
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
 	"strings"
-	"text/template"
 	"time"
 
 	"github.com/gpuvm/gpuvm/pkg/hypervisor/cloudinit"
@@ -51,29 +49,8 @@ type taskRunnerData struct {
 // (DefaultTemplates() when nil, or when tmpls lacks it). It holds nothing
 // of any task: an admin bakes it into an image once (docs/tasks.md).
 func TaskRunner(tmpls fs.FS) ([]byte, error) {
-	def := DefaultTemplates()
-	if tmpls == nil {
-		tmpls = def
-	}
-	name := TaskRunnerFile + ".tmpl"
-	src, err := fs.ReadFile(tmpls, name)
-	if errors.Is(err, fs.ErrNotExist) && tmpls != def {
-		src, err = fs.ReadFile(def, name)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("windows template %s: %w", name, err)
-	}
-	t, err := template.New(name).Funcs(funcs).Option("missingkey=error").Parse(string(src))
-	if err != nil {
-		return nil, fmt.Errorf("windows template %s: %w", name, err)
-	}
-	d := taskRunnerData{SpecFile: TaskSpecFile, Port: TaskPort, PortPath: TaskPortPath, Protocol: TaskProtocol,
-		MaxPiece: TaskMaxPiece, HeartbeatS: int(TaskHeartbeat / time.Second), LingerS: int(TaskLinger / time.Second)}
-	var b bytes.Buffer
-	if err := t.Execute(&b, d); err != nil {
-		return nil, fmt.Errorf("windows template %s: %w", name, err)
-	}
-	return b.Bytes(), nil
+	return renderTemplate(tmpls, TaskRunnerFile, taskRunnerData{SpecFile: TaskSpecFile, Port: TaskPort, PortPath: TaskPortPath,
+		Protocol: TaskProtocol, MaxPiece: TaskMaxPiece, HeartbeatS: int(TaskHeartbeat / time.Second), LingerS: int(TaskLinger / time.Second)})
 }
 
 // TaskSpec is TaskSpecFile: the task as the Windows runner reads it

@@ -475,30 +475,14 @@ func Render(c Config, tmpls fs.FS) (map[string][]byte, error) {
 		return nil, err
 	}
 	c = c.WithDefaults()
-	def := DefaultTemplates()
-	if tmpls == nil {
-		tmpls = def
-	}
 	d := newData(c)
 	out := map[string][]byte{}
 	for _, name := range []string{AnswerFile, ScriptFile} {
-		src, err := fs.ReadFile(tmpls, name+".tmpl")
-		if errors.Is(err, fs.ErrNotExist) && tmpls != def {
-			src, err = fs.ReadFile(def, name+".tmpl")
-		}
+		b, err := renderTemplate(tmpls, name, d)
 		if err != nil {
-			return nil, fmt.Errorf("windows template %s.tmpl: %w", name, err)
+			return nil, err
 		}
-		t, err := template.New(name).Funcs(funcs).Option("missingkey=error").Parse(string(src))
-		if err != nil {
-			return nil, fmt.Errorf("windows template %s.tmpl: %w", name, err)
-		}
-		var b bytes.Buffer
-		if err := t.Execute(&b, d); err != nil {
-			// text/template's error quotes no value, only the action.
-			return nil, fmt.Errorf("windows template %s.tmpl: %w", name, err)
-		}
-		out[name] = b.Bytes()
+		out[name] = b
 	}
 	if err := WellFormed(out[AnswerFile]); err != nil {
 		return nil, fmt.Errorf("windows template %s.tmpl: %w", AnswerFile, err)
@@ -510,6 +494,33 @@ func Render(c Config, tmpls fs.FS) (map[string][]byte, error) {
 	}
 	out[TaskRunnerFile] = runner
 	return out, nil
+}
+
+// renderTemplate renders the template "<name>.tmpl" of tmpls with data:
+// from DefaultTemplates() when tmpls is nil or, an override directory,
+// lacks it.
+func renderTemplate(tmpls fs.FS, name string, data any) ([]byte, error) {
+	def := DefaultTemplates()
+	if tmpls == nil {
+		tmpls = def
+	}
+	src, err := fs.ReadFile(tmpls, name+".tmpl")
+	if errors.Is(err, fs.ErrNotExist) && tmpls != def {
+		src, err = fs.ReadFile(def, name+".tmpl")
+	}
+	if err != nil {
+		return nil, fmt.Errorf("windows template %s.tmpl: %w", name, err)
+	}
+	t, err := template.New(name).Funcs(funcs).Option("missingkey=error").Parse(string(src))
+	if err != nil {
+		return nil, fmt.Errorf("windows template %s.tmpl: %w", name, err)
+	}
+	var b bytes.Buffer
+	if err := t.Execute(&b, data); err != nil {
+		// text/template's error quotes no value, only the action.
+		return nil, fmt.Errorf("windows template %s.tmpl: %w", name, err)
+	}
+	return b.Bytes(), nil
 }
 
 // WellFormed checks that b is one well-formed XML document whose root is

@@ -184,3 +184,9 @@ export async function taskLogs(id, offset, follow, onText, signal) {
   if (rest) onText(rest);
   return offset;
 }
+
+// canRunTask: whether a task may run in profile p (GET /v1/profiles): one
+// with a GPU and a cloud-init seed (the runner comes in it), Linux, and
+// makeable here. The catalogue's "Run a task" and the Tasks page's
+// profiles follow it.
+export const canRunTask = (p) => !!(p && p.gpu && p.cloud_init && p.os !== 'windows' && !p.unavailable && !p.unservable);

@@ -151,7 +151,7 @@ function ProfileCard({p, hosts, me, keys, setKeys}) {
       : asking
         ? html`<${AskForm} p=${p} me=${me} keys=${keys} setKeys=${setKeys} onCancel=${() => setAsking(false)} />`
         : html`<div class="card-actions"><button type="button" onClick=${() => setAsking(true)} aria-describedby=${id}>${t('ask')}</button>
-          ${p.gpu && p.cloud_init && p.os !== 'windows' && html`<a class="run-task" href=${'/tasks?profile=' + encodeURIComponent(p.name)}
+          ${api.canRunTask(p) && html`<a class="run-task" href=${'/tasks?profile=' + encodeURIComponent(p.name)}
             aria-describedby=${id}>${t('runTask')}</a>`}</div>`}
   </li>`;
 }

@@ -19,6 +19,8 @@ addWords({
     tk_intro: 'A task runs a command or a script in a GPU VM of its own, made for it and deleted the moment the command ends, so the GPU is given back then. It waits in the queue as a VM does.',
     tk_submit: 'Submit a task', tk_profile: 'Profile', tk_profileHint: 'The machines you may use that have a GPU and can run a task.',
     tk_noProfiles: 'There is no machine with a GPU that you may run a task in. Ask your admin{admin}.',
+    tk_profileRefused: 'You cannot run a task in “{name}”: it is not among the machines you may use that have a GPU and can run a task.',
+    tk_profileInstead: '{first} is chosen instead.',
     tk_what: 'What to run', tk_modeCommand: 'A command', tk_modeScript: 'A script',
     tk_command: 'Command', tk_commandHint: 'Split into words as a shell would (quotes keep words together), then run as it is: no shell runs it. For pipes or several commands, write a script.',
     tk_script: 'Script', tk_scriptHint: 'Run by its `#!` line, else by `sh`.',
@@ -48,6 +50,8 @@ addWords({
     tk_intro: '任务在一台专属的 GPU 虚拟机中运行一条命令或一个脚本；虚拟机为它创建，命令一结束就删除，GPU 随即归还。它和虚拟机一样在队列中等待。',
     tk_submit: '提交任务', tk_profile: '配置', tk_profileHint: '你可以使用的、带 GPU 且能运行任务的机器。',
     tk_noProfiles: '没有你可以运行任务的带 GPU 的机器。请联系管理员{admin}。',
+    tk_profileRefused: '你不能在“{name}”中运行任务：它不在你可以使用的、带 GPU 且能运行任务的机器之中。',
+    tk_profileInstead: '已改为选择 {first}。',
     tk_what: '运行什么', tk_modeCommand: '一条命令', tk_modeScript: '一个脚本',
     tk_command: '命令', tk_commandHint: '像命令解释器（`sh`）那样按空格拆分成参数（引号内的内容保持为一个参数），然后原样运行：不经过命令解释器。需要管道或多条命令时，请写成脚本。',
     tk_script: '脚本', tk_scriptHint: '按其 `#!` 行运行，没有则用 `sh` 运行。',
@@ -143,9 +147,8 @@ function whatRuns(tk) {
   return lines.length ? lines[0] + (lines.length > 1 ? ' …' : '') : (tk.script || '').trim();
 }
 
-// usable: the profiles a task may run in: with a GPU, a cloud-init seed
-// (the runner comes in it), Linux, and makeable here.
-const usable = (ps) => (ps || []).filter((p) => p.gpu && p.cloud_init && p.os !== 'windows' && !p.unavailable && !p.unservable);
+// usable: the profiles a task may run in (api.canRunTask).
+const usable = (ps) => (ps || []).filter(api.canRunTask);
 
 const query = new URLSearchParams(location.search);
 
@@ -238,7 +241,10 @@ function SubmitForm({profiles, chosen, onDone}) {
   const ref = useRef(null);
   // Opened from a profile's card: the form is where the eye goes.
   useEffect(() => { if (chosen && ref.current) ref.current.scrollIntoView({block: 'start'}); }, []);
-  if (!profiles.length) return html`<p class="notice" id="no-task-profiles">${t('tk_noProfiles')}</p>`;
+  // A ?profile= the person cannot run a task in is said, not passed over.
+  const refused = chosen && !profiles.some((x) => x.name === chosen) && html`<p class="notice" id="task-profile-refused" role="status">
+    ${t('tk_profileRefused', {name: chosen})}${profiles.length ? ' ' + t('tk_profileInstead', {first: profiles[0].name}) : ''}</p>`;
+  if (!profiles.length) return html`${refused}<p class="notice" id="no-task-profiles">${t('tk_noProfiles')}</p>`;
   const p = profiles.find((x) => x.name === profile) || profiles[0];
   const max = p.lease && p.lease.max ? hoursOf(p.lease.max) : 0;
   const fail = (field, message) => setErr(Object.assign(new Error(message), {problem: {field}}));
@@ -264,6 +270,7 @@ function SubmitForm({profiles, chosen, onDone}) {
   };
   return html`<form class="card" id="submit-task" ref=${ref} onSubmit=${submit} aria-labelledby="submit-title">
     <h2 id="submit-title">${t('tk_submit')}</h2>
+    ${refused}
     <div class="row">
       <div class="field"><label for="task-profile">${t('tk_profile')}</label>
         <select id="task-profile" value=${p.name} onChange=${(e) => setProfile(e.target.value)} ...${errAttrs(err, 'profile', 'task-profile-error', 'task-profile-hint')}>

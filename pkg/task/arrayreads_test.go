@@ -1,0 +1,138 @@
+package task
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/gpuvm/gpuvm/pkg/api"
+	"github.com/gpuvm/gpuvm/pkg/store"
+	"github.com/gpuvm/gpuvm/pkg/store/storetest"
+)
+
+// rowsStore counts the task rows a supervisor's round reads: tasks
+// listed, elements listed, rows of the arrays' summaries.
+type rowsStore struct {
+	*store.Store
+	rows int
+}
+
+func (r *rowsStore) ListLiveTasks(ctx context.Context) ([]store.Task, error) {
+	ts, err := r.Store.ListLiveTasks(ctx)
+	r.rows += len(ts)
+	return ts, err
+}
+
+func (r *rowsStore) ListArrayElements(ctx context.Context, arrayID string) ([]store.Task, error) {
+	ts, err := r.Store.ListArrayElements(ctx, arrayID)
+	r.rows += len(ts)
+	return ts, err
+}
+
+func (r *rowsStore) ArraySummaries(ctx context.Context, ids []string) (map[string]*store.ArraySummary, error) {
+	sums, err := r.Store.ArraySummaries(ctx, ids)
+	for _, s := range sums {
+		r.rows += len(s.Counts) // a row per array and state
+	}
+	return sums, err
+}
+
+func (r *rowsStore) ArrayFirstStart(ctx context.Context, arrayID string) (*time.Time, error) {
+	r.rows++
+	return r.Store.ArrayFirstStart(ctx, arrayID)
+}
+
+// bigArray is a supervisor over an array of 10,000 elements of which all
+// but the last four have completed (each started a second after the one
+// before, exit code 0 or, for index 17, 3); the four wait for a VM, which
+// no Launch makes.
+func bigArray(tb testing.TB) (*Supervisor, *rowsStore, *store.Task) {
+	tb.Helper()
+	clk := &clock{now: time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)}
+	st := storetest.New(tb, storetest.WithClock(clk.Now))
+	ctx := context.Background()
+	if err := st.CreateUser(ctx, &store.User{Name: "alice"}); err != nil {
+		tb.Fatal(err)
+	}
+	const n = 10000
+	arr := &store.Task{ID: "0193a5c0-big", Owner: "alice", Profile: "tiny", Command: `["true"]`, TimeLimitS: 3600, KillWaitS: 30,
+		ArraySpec: "0-9999%4", ArrayCap: 4}
+	elems := make([]store.Task, n)
+	for i := range elems {
+		idx := i
+		e := store.Task{ID: fmt.Sprintf("%s_%d", arr.ID, i), Owner: "alice", Profile: "tiny", Command: `["true"]`,
+			TimeLimitS: 3600, KillWaitS: 30, ArrayIndex: &idx, ArrayCount: n}
+		if i < n-4 {
+			code, sig := 0, 0
+			if i == 17 {
+				code = 3
+			}
+			started, ended := clk.now.Add(time.Duration(i+1)*time.Second), clk.now.Add(time.Duration(i+2)*time.Second)
+			e.State, e.ExitCode, e.Signal, e.StartedAt, e.EndedAt, e.VMID = api.TaskCompleted, &code, &sig, &started, &ended, fmt.Sprintf("vm-%d", i)
+		}
+		elems[i] = e
+	}
+	if err := st.CreateTaskArray(ctx, arr, elems); err != nil {
+		tb.Fatal(err)
+	}
+	rs := &rowsStore{Store: st}
+	sup, err := New(Config{Store: rs, LogDir: filepath.Join(tb.TempDir(), "tasks"),
+		Channel: func(context.Context, string) (string, error) { return "", fmt.Errorf("no channel in this test") }})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(sup.Close)
+	return sup, rs, arr
+}
+
+// A round over an array of 10,000 elements, 9,996 of them ended, reads
+// the live tasks and a row per state of the array, not its 10,000
+// elements; the array's row is as its elements make it.
+func TestArrayRoundReadsNoEndedElements(t *testing.T) {
+	sup, rs, arr := bigArray(t)
+	ctx := context.Background()
+	if err := sup.Round(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The array and its four waiting elements, its two states' summary,
+	// its first start once.
+	if rs.rows > 5+2+1 {
+		t.Errorf("the round read %d task rows, want at most 8 (not the array's 10,000 elements)", rs.rows)
+	}
+	a, err := rs.GetTask(ctx, arr.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := time.Date(2026, 12, 1, 9, 0, 1, 0, time.UTC)
+	if a.State != api.TaskPending || a.Reason != "4 pending, 9996 completed" || a.ExitCode == nil || *a.ExitCode != 3 ||
+		a.StartedAt == nil || !a.StartedAt.Equal(first) {
+		t.Errorf("array = %s %q exit %v started %v", a.State, a.Reason, a.ExitCode, a.StartedAt)
+	}
+	rs.rows = 0
+	if err := sup.Round(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if rs.rows > 5+2 {
+		t.Errorf("the next round read %d task rows, want at most 7", rs.rows)
+	}
+}
+
+// BenchmarkArrayRound is a supervisor's round over an array of 10,000
+// elements, 9,996 of them ended; rows/op is the task rows it reads.
+func BenchmarkArrayRound(b *testing.B) {
+	sup, rs, _ := bigArray(b)
+	ctx := context.Background()
+	if err := sup.Round(ctx); err != nil {
+		b.Fatal(err)
+	}
+	rs.rows = 0
+	b.ResetTimer()
+	for range b.N {
+		if err := sup.Round(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(rs.rows)/float64(b.N), "rows/op")
+}
