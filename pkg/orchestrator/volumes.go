@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/gpuvm/gpuvm/pkg/hypervisor/domain"
 	"github.com/gpuvm/gpuvm/pkg/store"
@@ -240,6 +241,8 @@ func (lc *lifecycle) dataDisks(ctx context.Context, vm *store.VM) ([]domain.Disk
 		switch {
 		case v.State != store.VolReady:
 			return nil, fmt.Errorf("data disk %q is %s, not ready: detach it or wait", v.Name, v.State)
+		case strings.HasPrefix(v.Error, MissingDiskReason):
+			return nil, fmt.Errorf("data disk %q: %s: detach it", v.Name, v.Error)
 		case v.Host != lc.host:
 			return nil, fmt.Errorf("data disk %q is on host %s, and this VM on %s: detach it", v.Name, v.Host, lc.host)
 		}
