@@ -90,12 +90,8 @@ func (rc *reconciler) AdoptVolume(ctx context.Context, req api.AdoptVolumeReques
 	if !ok1 || !ok2 {
 		return nil, fmt.Errorf("%w: its hypervisor or database has no volumes", ErrNoDataDisks)
 	}
-	if _, err := rc.st.GetUser(ctx, req.Owner); err != nil {
-		if errors.Is(err, store.ErrNotFound) {
-			return nil, fmt.Errorf("%w: owner: no user %q", store.ErrInvalid, req.Owner)
-		}
-		return nil, err
-	}
+	// The owner is read once, by the store, in the transaction that
+	// records the disk: an unknown one is ErrInvalid naming owner.
 	rc.roundMu.Lock()
 	defer rc.roundMu.Unlock()
 	size, err := vs.VolumeCapacity(ctx, it.pool, it.volume)

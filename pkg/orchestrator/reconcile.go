@@ -145,7 +145,7 @@ var liveStates = []string{store.VMAllocating, store.VMCreating, store.VMRunning,
 // failed, giving their GPU back (lifecycle.vanish), and returns them; errs
 // are the VMs it could not judge or mark, err a failure to list them.
 func (rc *reconciler) vanished(ctx context.Context) (ids []string, errs []error, err error) {
-	running, err := listVMs(ctx, rc.st, store.VMFilter{States: []string{store.VMRunning}, Host: rc.host})
+	running, err := store.AllVMs(ctx, rc.st, store.VMFilter{States: []string{store.VMRunning}, Host: rc.host})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -436,26 +436,4 @@ func (rc *reconciler) domainUndefined(ctx context.Context, ev hypervisor.Event) 
 		return err
 	}
 	return rc.life.vanish(ctx, *vm)
-}
-
-// vmLister lists VMs.
-type vmLister interface {
-	ListVMs(ctx context.Context, f store.VMFilter) (store.VMPage, error)
-}
-
-// listVMs lists every VM f selects, page by page.
-func listVMs(ctx context.Context, st vmLister, f store.VMFilter) ([]store.VM, error) {
-	var out []store.VM
-	f.Limit = 1000
-	for {
-		page, err := st.ListVMs(ctx, f)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, page.VMs...)
-		if page.Next == "" {
-			return out, nil
-		}
-		f.After = page.Next
-	}
 }

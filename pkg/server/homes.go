@@ -164,26 +164,20 @@ func (s *Server) deleteHome(c *gin.Context) {
 // has one, or is gone) and are not stopped, failed or deleted.
 func (s *Server) vmsMountingHome(ctx context.Context, owner string) ([]string, error) {
 	cfg := s.config()
-	var out []string
-	f := store.VMFilter{Owner: owner, Limit: 1000}
-	for {
-		page, err := s.Store.ListVMs(ctx, f)
-		if err != nil {
-			return nil, err
-		}
-		for _, vm := range page.VMs {
-			switch vm.State {
-			case store.VMStopped, store.VMFailed, store.VMDeleted:
-				continue
-			}
-			if p := cfg.Profiles[vm.Profile]; p != nil && !p.Home {
-				continue
-			}
-			out = append(out, fmt.Sprintf("%s (%s)", vm.Name, vm.State))
-		}
-		if page.Next == "" {
-			return out, nil
-		}
-		f.After = page.Next
+	vms, err := store.AllVMs(ctx, s.Store, store.VMFilter{Owner: owner})
+	if err != nil {
+		return nil, err
 	}
+	var out []string
+	for _, vm := range vms {
+		switch vm.State {
+		case store.VMStopped, store.VMFailed, store.VMDeleted:
+			continue
+		}
+		if p := cfg.Profiles[vm.Profile]; p != nil && !p.Home {
+			continue
+		}
+		out = append(out, fmt.Sprintf("%s (%s)", vm.Name, vm.State))
+	}
+	return out, nil
 }
