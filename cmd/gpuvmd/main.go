@@ -578,9 +578,9 @@ func (o options) storeConfig(log *slog.Logger) store.Config {
 // are not configuration: gpuvmd ignores them unless they are set, and no
 // deployment should set them.
 const (
-	// envTestPauseAt names an orchestrator hook point (orchestrator.HookPoints:
-	// a create's, a delete's, a stop's, a start's, a reboot's). Every VM
-	// operation that reaches it logs
+	// envTestPauseAt names an orchestrator hook point (orchestrator.PausePoints:
+	// a create's, a delete's, a stop's, a start's, a reboot's, a data disk's
+	// creation). Every VM operation (or disk creation) that reaches it logs
 	// pauseMessage (with point and vm) and blocks there until gpuvmd stops, so
 	// that a test can SIGKILL gpuvmd at exactly that step.
 	envTestPauseAt = "GPUVM_TEST_PAUSE_AT"
@@ -599,8 +599,8 @@ type testSeams struct {
 
 func readTestSeams(getenv func(string) string) (testSeams, error) {
 	s := testSeams{pauseAt: getenv(envTestPauseAt), domainPrefix: getenv(envTestDomainPrefix)}
-	if s.pauseAt != "" && !slices.Contains(orchestrator.HookPoints(), s.pauseAt) {
-		return s, fmt.Errorf("$%s=%q is not a hook point; they are %q", envTestPauseAt, s.pauseAt, orchestrator.HookPoints())
+	if s.pauseAt != "" && !slices.Contains(orchestrator.PausePoints(), s.pauseAt) {
+		return s, fmt.Errorf("$%s=%q is not a hook point; they are %q", envTestPauseAt, s.pauseAt, orchestrator.PausePoints())
 	}
 	if s.domainPrefix != "" && !testDomainPrefix.MatchString(s.domainPrefix) {
 		return s, fmt.Errorf("$%s=%q: a domain prefix is a lower-case letter, then up to 30 letters, digits and dashes", envTestDomainPrefix, s.domainPrefix)

@@ -25,6 +25,9 @@ const (
 	HookVolumeMade     = "volume made"     // create: volume made, row not yet ready
 )
 
+// VolumeHooks lists the hook points of a data disk's creation, in order.
+var VolumeHooks = []string{HookVolumeRecorded, HookVolumeMade}
+
 // DataDisks is what the data disks ask of the hypervisor (a
 // *hypervisor.Conn); a Hypervisor without it refuses them.
 type DataDisks interface {
