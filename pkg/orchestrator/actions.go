@@ -69,10 +69,11 @@ func HookPoints() []string {
 }
 
 // PausePoints are the hook points gpuvmd's test seam may pause at
-// (test/e2e kills gpuvmd there): the VMs' (HookPoints) and a data disk's
-// creation (VolumeHooks, whose pause names the volume as its vm).
+// (test/e2e kills gpuvmd there): the VMs' (HookPoints), the disk
+// snapshots' (SnapshotHooks) and a data disk's creation (VolumeHooks,
+// whose pause names the volume as its vm).
 func PausePoints() []string {
-	return slices.Concat(HookPoints(), VolumeHooks)
+	return slices.Concat(HookPoints(), SnapshotHooks, VolumeHooks)
 }
 
 // PhaseStartAt is the phase of a VM queued until its start time.
