@@ -242,6 +242,7 @@ func runRestore(ctx context.Context, args []string, getenv func(string) string, 
 	fmt.Fprintf(stdout, `
 Next: start gpuvmd: VMs whose domains exist continue; the rest are reported as orphans or vanished, nothing is deleted.
 Then gpuvm admin orphans lists what the host has that the restored database does not (adopt or delete each).
+A data disk the restored database has but its pool does not keeps its row, its error saying the file is missing (gpuvm volume ls).
 The admin token file (%s) is never in a backup: the tokens in the database work as before; keep your own copy of the admin's.
 `, filepath.Join(o.stateDir, "admin.token"))
 	return nil

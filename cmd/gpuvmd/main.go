@@ -200,7 +200,12 @@ func serve(ctx context.Context, o options, cfg *liveConfig, log *slog.Logger) er
 	if created {
 		log.Info("created the admin user; its token is in the state directory", "token_file", tokenPath)
 	}
-	hv, err := hypervisor.Open(ctx, o.libvirtURI, log)
+	var hvOpts []hypervisor.Option
+	if o.test.diskDir != "" {
+		log.Warn("test seam set: the test driver's disk overlays are files of a directory in the disk snapshots", "env", envTestDiskDir, "dir", o.test.diskDir)
+		hvOpts = append(hvOpts, hypervisor.WithTestDiskDir(o.test.diskDir))
+	}
+	hv, err := hypervisor.Open(ctx, o.libvirtURI, log, hvOpts...)
 	if err != nil {
 		return fmt.Errorf("open libvirt (--libvirt-uri test:///default runs gpuvmd without libvirtd): %w", err)
 	}
@@ -578,9 +583,9 @@ func (o options) storeConfig(log *slog.Logger) store.Config {
 // are not configuration: gpuvmd ignores them unless they are set, and no
 // deployment should set them.
 const (
-	// envTestPauseAt names an orchestrator hook point (orchestrator.HookPoints:
-	// a create's, a delete's, a stop's, a start's, a reboot's). Every VM
-	// operation that reaches it logs
+	// envTestPauseAt names an orchestrator hook point (orchestrator.PausePoints:
+	// a create's, a delete's, a stop's, a start's, a reboot's, a data disk's
+	// creation). Every VM operation (or disk creation) that reaches it logs
 	// pauseMessage (with point and vm) and blocks there until gpuvmd stops, so
 	// that a test can SIGKILL gpuvmd at exactly that step.
 	envTestPauseAt = "GPUVM_TEST_PAUSE_AT"
@@ -588,19 +593,27 @@ const (
 	// every domain gpuvmd makes and the only domains its reconciler removes:
 	// tests that share one libvirtd give each gpuvmd its own.
 	envTestDomainPrefix = "GPUVM_TEST_DOMAIN_PREFIX"
-	pauseMessage        = "GPUVM_TEST_PAUSE_AT: paused at a hook point until gpuvmd stops"
+	// envTestDiskDir, on libvirt's test driver only, is the directory of
+	// the qcow2 files that stand for the VMs' disk overlays in the disk
+	// snapshots (hypervisor.WithTestDiskDir): a snapshot or restore of a
+	// stopped VM then runs the real qemu-img without a guest.
+	envTestDiskDir = "GPUVM_TEST_DISK_DIR"
+	pauseMessage   = "GPUVM_TEST_PAUSE_AT: paused at a hook point until gpuvmd stops"
 )
 
 var testDomainPrefix = regexp.MustCompile(`^[a-z][a-z0-9-]{0,30}$`)
 
 type testSeams struct {
-	pauseAt, domainPrefix string
+	pauseAt, domainPrefix, diskDir string
 }
 
 func readTestSeams(getenv func(string) string) (testSeams, error) {
-	s := testSeams{pauseAt: getenv(envTestPauseAt), domainPrefix: getenv(envTestDomainPrefix)}
-	if s.pauseAt != "" && !slices.Contains(orchestrator.HookPoints(), s.pauseAt) {
-		return s, fmt.Errorf("$%s=%q is not a hook point; they are %q", envTestPauseAt, s.pauseAt, orchestrator.HookPoints())
+	s := testSeams{pauseAt: getenv(envTestPauseAt), domainPrefix: getenv(envTestDomainPrefix), diskDir: getenv(envTestDiskDir)}
+	if s.diskDir != "" && !filepath.IsAbs(s.diskDir) {
+		return s, fmt.Errorf("$%s=%q: want an absolute directory", envTestDiskDir, s.diskDir)
+	}
+	if s.pauseAt != "" && !slices.Contains(orchestrator.PausePoints(), s.pauseAt) {
+		return s, fmt.Errorf("$%s=%q is not a hook point; they are %q", envTestPauseAt, s.pauseAt, orchestrator.PausePoints())
 	}
 	if s.domainPrefix != "" && !testDomainPrefix.MatchString(s.domainPrefix) {
 		return s, fmt.Errorf("$%s=%q: a domain prefix is a lower-case letter, then up to 30 letters, digits and dashes", envTestDomainPrefix, s.domainPrefix)

@@ -724,3 +724,118 @@ func TestRestoreKeepsTheHostsLedgers(t *testing.T) {
 		t.Fatal("the archive has no other state file: the test checks nothing")
 	}
 }
+
+// A person's storage survives a backup and a forced restore over a later
+// state: the rows of a detached data disk, of one attached to a VM and of
+// a disk snapshot come back as they were at the backup (attachment and
+// tag included), and their home, a directory of the state directory
+// (homes/, server.storage.homes) that no backup holds, is left in place
+// with what was written to it after the backup. The disks' and
+// snapshots' data are in the pool and the VMs' disks, which a restore
+// does not touch; the reconciler reports a restored row whose file is
+// missing (orchestrator.TestDataDiskMissingFile).
+func TestRestoreVolumesSnapshotsAndHome(t *testing.T) {
+	stateDir, st := newNode(t)
+	ctx := context.Background()
+	page, err := st.ListVMs(ctx, store.VMFilter{Owner: "ann"})
+	if err != nil || len(page.VMs) != 1 {
+		t.Fatalf("ann's VMs: %+v %v", page.VMs, err)
+	}
+	vm := page.VMs[0]
+	var vols []*store.Volume
+	for _, name := range []string{"scratch", "data"} {
+		v := &store.Volume{Owner: "ann", Name: name, SizeBytes: 1 << 30, Host: "h1", Pool: "default", CreatedBy: "ann"}
+		if err := st.CreateVolume(ctx, v, store.DiskQuota{}); err != nil {
+			t.Fatal(err)
+		}
+		if err := st.SetVolumeState(ctx, v.ID, store.VolReady, []string{store.VolCreating}, ""); err != nil {
+			t.Fatal(err)
+		}
+		vols = append(vols, v)
+	}
+	if _, err := st.AttachVolume(ctx, vols[1].ID, vm.ID); err != nil {
+		t.Fatal(err)
+	}
+	snap := &store.Snapshot{VMID: vm.ID, Owner: "ann", Label: "before-upgrade"}
+	if _, err := st.CreateSnapshot(ctx, snap, "ann", store.SnapshotLimit{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.SetSnapshotState(ctx, snap.ID, store.SnapReady, []string{store.SnapCreating}, store.SnapshotUpdate{Consistency: store.SnapCrashConsists}); err != nil {
+		t.Fatal(err)
+	}
+	home := filepath.Join(stateDir, "homes", "ann")
+	if err := os.MkdirAll(home, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(home, "notes.txt"), []byte("before"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	rows := func(s *store.Store) ([]store.Volume, []store.Snapshot) {
+		t.Helper()
+		v, err := s.ListVolumes(ctx, store.VolumeFilter{Owner: "ann"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sn, err := s.ListAllSnapshots(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v, sn
+	}
+	wantVols, wantSnaps := rows(st)
+	archive := filepath.Join(t.TempDir(), "b.tar.gz")
+	m := createBackup(t, stateDir, archive)
+	for _, f := range m.Files {
+		if strings.Contains(f.Name, "homes") {
+			t.Errorf("the archive holds %s of a home", f.Name)
+		}
+	}
+	counts := map[string]int64{}
+	for _, c := range m.Database.Tables {
+		counts[c.Table] = c.Rows
+	}
+	if counts["volumes"] != 2 || counts["vm_snapshots"] != 1 {
+		t.Errorf("the manifest counts %d volumes and %d snapshots, want 2 and 1", counts["volumes"], counts["vm_snapshots"])
+	}
+
+	// After the backup: the disk is detached, deleted, the snapshot gone,
+	// the home written to.
+	if err := st.DetachVolume(ctx, vols[1].ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.RemoveVolume(ctx, vols[0].ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.RemoveSnapshot(ctx, snap.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(home, "notes.txt"), []byte("after"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+
+	res, err := Restore(ctx, archive, Target{StateDir: stateDir, SQLitePath: filepath.Join(stateDir, "gpuvm.db"), Force: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range append(res.Moved, res.Written...) {
+		if strings.HasPrefix(p, filepath.Join(stateDir, "homes")) {
+			t.Errorf("the restore moved or wrote %s, in the homes", p)
+		}
+	}
+	if b, err := os.ReadFile(filepath.Join(home, "notes.txt")); err != nil || string(b) != "after" {
+		t.Errorf("the home after the restore: %q %v; want what was written to it last", b, err)
+	}
+	got := storetest.Open(t, store.Config{DSN: filepath.Join(stateDir, "gpuvm.db"), Logger: quiet})
+	defer got.Close()
+	gotVols, gotSnaps := rows(got)
+	if !reflect.DeepEqual(gotVols, wantVols) {
+		t.Errorf("restored volumes:\n%+v\nwant\n%+v", gotVols, wantVols)
+	}
+	if !reflect.DeepEqual(gotSnaps, wantSnaps) {
+		t.Errorf("restored snapshots:\n%+v\nwant\n%+v", gotSnaps, wantSnaps)
+	}
+	if len(gotVols) != 2 || gotVols[0].AttachedVM == nil || *gotVols[0].AttachedVM != vm.ID {
+		t.Errorf("the attached disk (data) is not attached to %s after the restore: %+v", vm.ID, gotVols)
+	}
+}

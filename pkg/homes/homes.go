@@ -14,8 +14,21 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"sync"
 	"sync/atomic"
 )
+
+// locks hold a home while it is made or found (Ensure) and while its
+// removal checks that no VM may mount it and removes it (Remove), one
+// mutex per home directory: a VM's start never finds a home half-removed.
+var locks sync.Map // home directory -> *sync.Mutex
+
+func lockHome(dir string) (unlock func()) {
+	m, _ := locks.LoadOrStore(dir, &sync.Mutex{})
+	mu := m.(*sync.Mutex)
+	mu.Lock()
+	return mu.Unlock
+}
 
 // loginRE is a person's name as a directory name: gpuvm's user names.
 var loginRE = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9._@+-]{0,63}$`)
@@ -37,11 +50,14 @@ func Path(root, login string) (string, error) {
 // home is kept as it is, its owner corrected when uid changed (the files
 // inside keep theirs, which the log says). A home that is not a directory,
 // or is a symbolic link, is an error: gpuvm shares only what it made.
+// While a Remove of the home runs, Ensure waits for it, then makes the
+// home again (empty).
 func Ensure(root, login string, uid int, log *slog.Logger) (string, error) {
 	dir, err := Path(root, login)
 	if err != nil {
 		return "", err
 	}
+	defer lockHome(dir)()
 	if uid < 1 {
 		return "", fmt.Errorf("home of %q: uid %d: want a person's uid, not root's", login, uid)
 	}
@@ -106,13 +122,24 @@ var ErrNotConfirmed = errors.New("removing a home needs its person's name typed 
 
 // Remove deletes login's home and everything in it, for the person or an
 // admin, when confirm is the person's name. Nothing calls it with a VM.
-func Remove(root, login, confirm string) error {
+// inUse (nil: none) says why the home may not go now (a VM of the person
+// that may mount it); it runs with the home held, as the removal does, and
+// its error is returned as it is, nothing removed. A VM whose start calls
+// Ensure meanwhile waits: it either counts in inUse, or gets the home made
+// again once the removal is done, never a half-removed one.
+func Remove(root, login, confirm string, inUse func() error) error {
 	dir, err := Path(root, login)
 	if err != nil {
 		return err
 	}
 	if confirm != login {
 		return fmt.Errorf("remove the home of %s: %w", login, ErrNotConfirmed)
+	}
+	defer lockHome(dir)()
+	if inUse != nil {
+		if err := inUse(); err != nil {
+			return err
+		}
 	}
 	fi, err := os.Lstat(dir)
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 )
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -47,13 +48,13 @@ func TestEnsureAndRemove(t *testing.T) {
 		t.Fatalf("the home's file after Ensure: %q, %v", b, err)
 	}
 	// Removal needs the name typed again.
-	if err := Remove(root, "ann", "yes"); !errors.Is(err, ErrNotConfirmed) {
+	if err := Remove(root, "ann", "yes", nil); !errors.Is(err, ErrNotConfirmed) {
 		t.Fatalf("remove without confirmation: %v", err)
 	}
 	if _, err := os.Stat(dir); err != nil {
 		t.Fatal("the home went without confirmation")
 	}
-	if err := Remove(root, "ann", "ann"); err != nil {
+	if err := Remove(root, "ann", "ann", nil); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(dir); !os.IsNotExist(err) {
@@ -118,5 +119,63 @@ func TestFindVirtiofsd(t *testing.T) {
 	write(etc, "10-broken.json", `{`)
 	if got, err := FindVirtiofsd([]string{etc, share}); err != nil || got != bin {
 		t.Fatalf("with a broken descriptor first: %q, %v", got, err)
+	}
+}
+
+// A VM's start that needs the home while its removal runs (between the
+// check that no VM mounts it and the removal) waits, and then gets it made
+// again, empty: never a half-removed home. A check that refuses leaves
+// the home whole.
+func TestRemoveHoldsTheHomeAgainstEnsure(t *testing.T) {
+	root := filepath.Join(t.TempDir(), "homes")
+	uid := os.Getuid()
+	if uid == 0 {
+		uid = 20000
+	}
+	dir, err := Ensure(root, "ann", uid, quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "notes.txt"), []byte("day"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	busy := errors.New("a VM may mount it")
+	if err := Remove(root, "ann", "ann", func() error { return busy }); err != busy {
+		t.Fatalf("remove refused by its check = %v, want the check's error", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "notes.txt")); err != nil {
+		t.Fatalf("a refused removal touched the home: %v", err)
+	}
+
+	checking, proceed := make(chan struct{}), make(chan struct{})
+	removed := make(chan error, 1)
+	go func() {
+		removed <- Remove(root, "ann", "ann", func() error {
+			close(checking)
+			<-proceed
+			return nil
+		})
+	}()
+	<-checking // the removal has checked: a VM's start comes now
+	ensured := make(chan error, 1)
+	go func() {
+		_, err := Ensure(root, "ann", uid, quiet)
+		ensured <- err
+	}()
+	select {
+	case err := <-ensured:
+		t.Fatalf("Ensure went ahead (%v) while the home's removal held it", err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	close(proceed)
+	if err := <-removed; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-ensured; err != nil {
+		t.Fatal(err)
+	}
+	ents, err := os.ReadDir(dir)
+	if err != nil || len(ents) != 0 {
+		t.Fatalf("the home after its removal and a start: %v %v; want it made again, empty", ents, err)
 	}
 }

@@ -109,6 +109,9 @@ type Conn struct {
 	// driver write the bytes to the volume's path, and EnsurePool make the
 	// pool's directory, rather than fail with ErrNoUpload.
 	localUploads bool
+	// testDiskDir (WithTestDiskDir, tests only) holds the files that stand
+	// for the test driver's disk overlays in the disk snapshots.
+	testDiskDir string
 
 	// testHook, when set (tests only, or WithCallHook), runs inside every
 	// libvirt call, before it; an error it returns stands for the call's.
@@ -132,6 +135,14 @@ func WithProbeKernel(path string) Option { return func(c *Conn) { c.probeKernel 
 // WithProbeDir is where the KVM probe writes its serial log (default: the
 // system temporary directory).
 func WithProbeDir(dir string) Option { return func(c *Conn) { c.probeDir = dir } }
+
+// WithTestDiskDir makes the disk snapshots (snapshots.go), on libvirt's
+// test driver only, work on the file dir/NAME for a domain's overlay NAME:
+// the test driver's volumes are no files qemu-img could snapshot. The
+// end-to-end tests (test/e2e) make that file with qemu-img, so that a
+// snapshot or restore of a stopped VM runs the real qemu-img without a
+// guest. Any other driver ignores it.
+func WithTestDiskDir(dir string) Option { return func(c *Conn) { c.testDiskDir = dir } }
 
 // WithDomainType skips the accelerator check and uses t.
 func WithDomainType(t domain.Type) Option { return func(c *Conn) { c.forcedType = t } }

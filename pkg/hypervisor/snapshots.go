@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -52,9 +53,13 @@ type SnapshotResult struct {
 // volume of its metadata.
 func (c *Conn) systemDisk(ctx context.Context, h *handle) (string, error) {
 	for _, v := range h.meta.Volumes {
-		if strings.HasSuffix(v.Name, ".qcow2") {
-			return c.VolumePath(ctx, v.Pool, v.Name)
+		if !strings.HasSuffix(v.Name, ".qcow2") {
+			continue
 		}
+		if c.testDiskDir != "" && c.isTestDriver() {
+			return filepath.Join(c.testDiskDir, v.Name), nil // WithTestDiskDir
+		}
+		return c.VolumePath(ctx, v.Pool, v.Name)
 	}
 	return "", errors.New("the VM has no disk overlay (it boots a kernel directly)")
 }

@@ -68,6 +68,14 @@ func HookPoints() []string {
 	return slices.Concat(CreateHooks, DeleteHooks, StopHooks, StartHooks, RebootHooks)
 }
 
+// PausePoints are the hook points gpuvmd's test seam may pause at
+// (test/e2e kills gpuvmd there): the VMs' (HookPoints), the disk
+// snapshots' (SnapshotHooks) and a data disk's creation (VolumeHooks,
+// whose pause names the volume as its vm).
+func PausePoints() []string {
+	return slices.Concat(HookPoints(), SnapshotHooks, VolumeHooks)
+}
+
 // PhaseStartAt is the phase of a VM queued until its start time.
 const PhaseStartAt = api.PhaseStartAt
 

@@ -169,7 +169,7 @@ func (lc *lifecycle) watchBoots(ctx context.Context) {
 // findBooting adds the booting VMs of this host the watcher does not know
 // of: those a gpuvmd that stopped left booting.
 func (lc *lifecycle) findBooting(ctx context.Context) error {
-	vms, err := listVMs(ctx, lc.st, store.VMFilter{States: []string{store.VMRunning}, Host: lc.host})
+	vms, err := store.AllVMs(ctx, lc.st, store.VMFilter{States: []string{store.VMRunning}, Host: lc.host})
 	if err != nil {
 		return fmt.Errorf("list the running VMs: %w", err)
 	}

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"strings"
+	"time"
 
 	"github.com/gpuvm/gpuvm/pkg/api"
 	"github.com/gpuvm/gpuvm/pkg/store"
@@ -88,12 +90,8 @@ func (rc *reconciler) AdoptVolume(ctx context.Context, req api.AdoptVolumeReques
 	if !ok1 || !ok2 {
 		return nil, fmt.Errorf("%w: its hypervisor or database has no volumes", ErrNoDataDisks)
 	}
-	if _, err := rc.st.GetUser(ctx, req.Owner); err != nil {
-		if errors.Is(err, store.ErrNotFound) {
-			return nil, fmt.Errorf("%w: owner: no user %q", store.ErrInvalid, req.Owner)
-		}
-		return nil, err
-	}
+	// The owner is read once, by the store, in the transaction that
+	// records the disk: an unknown one is ErrInvalid naming owner.
 	rc.roundMu.Lock()
 	defer rc.roundMu.Unlock()
 	size, err := vs.VolumeCapacity(ctx, it.pool, it.volume)
@@ -129,4 +127,64 @@ func (s *orphanState) byFile(file string) (orphan, bool) {
 		return byName[0], true
 	}
 	return orphan{}, false
+}
+
+// MissingDiskReason starts the error of a ready data disk whose file its
+// pool does not have.
+const MissingDiskReason = "its file is missing from the host"
+
+// volumeMarker reads and marks data disks' rows (a *store.Store).
+type volumeMarker interface {
+	ListVolumes(ctx context.Context, f store.VolumeFilter) ([]store.Volume, error)
+	SetVolumeState(ctx context.Context, id, state string, from []string, errText string) error
+}
+
+// missingDisks judges the ready data disks of this host in pool against
+// the pool's volumes (vols, listed at listedAt): one whose file is gone
+// (a database restored from a backup without the pool's files, or a file
+// removed by hand) keeps its row, which is never dropped, with an error
+// saying so (a VM it is attached to will not start: dataDisks); one
+// whose file is back loses that error. Rows changed since the listing
+// wait for the next round (a disk made meanwhile is not missing). It
+// returns the disks newly found missing ("owner/name").
+func (rc *reconciler) missingDisks(ctx context.Context, pool string, vols []string, listedAt time.Time) ([]string, []error) {
+	vm, ok := rc.st.(volumeMarker)
+	if !ok {
+		return nil, nil
+	}
+	rows, err := vm.ListVolumes(ctx, store.VolumeFilter{Host: rc.host, States: []string{store.VolReady}})
+	if err != nil {
+		return nil, []error{fmt.Errorf("check the data disks' files: %w", err)}
+	}
+	have := make(map[string]bool, len(vols))
+	for _, v := range vols {
+		have[v] = true
+	}
+	var missing []string
+	var errs []error
+	for _, v := range rows {
+		if v.Kind != store.VolumeDisk || v.Pool != pool || v.UpdatedAt.After(listedAt) {
+			continue
+		}
+		marked := strings.HasPrefix(v.Error, MissingDiskReason)
+		var why string
+		switch {
+		case !have[v.Volume] && !marked:
+			why = fmt.Sprintf("%s (%s/%s): restored from a backup without the pool's files, or removed by hand? Put the file back, or delete the volume", MissingDiskReason, pool, v.Volume)
+		case have[v.Volume] && marked:
+		default:
+			continue
+		}
+		if err := vm.SetVolumeState(ctx, v.ID, store.VolReady, []string{store.VolReady}, why); err != nil {
+			errs = append(errs, fmt.Errorf("mark data disk %s/%s: %w", v.Owner, v.Name, err))
+			continue
+		}
+		if why == "" {
+			rc.log.Info("a data disk's file is back", "volume", v.ID, "owner", v.Owner, "name", v.Name, "file", pool+"/"+v.Volume)
+			continue
+		}
+		rc.log.Error("a data disk's file is missing; its row is kept", "volume", v.ID, "owner", v.Owner, "name", v.Name, "file", pool+"/"+v.Volume)
+		missing = append(missing, v.Owner+"/"+v.Name)
+	}
+	return missing, errs
 }

@@ -120,3 +120,78 @@ func TestDataDiskOrphans(t *testing.T) {
 		}
 	}
 }
+
+// A ready data disk whose file is gone from the pool (a backup restored
+// without the pool's files) keeps its row, which says so in its error; a
+// VM it is attached to does not start with it; once the file is back, the
+// error goes.
+func TestDataDiskMissingFile(t *testing.T) {
+	e := newEnv(t, "l40sx4")
+	ctx := context.Background()
+	cfg := *e.cfg
+	cfg.Server.Libvirt.StoragePool = "default-pool" // the test driver's pool
+	e.cfg = &cfg
+	inst, err := e.st.Installation(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := New(Config{Store: e.st, Backends: e.l, Hypervisor: e.hv, Profiles: func() *config.Config { return e.cfg },
+		Host: "test-host", Installation: inst.ID, DomainPrefix: e.prefix, DomainType: "qemu", Log: e.log,
+		Tick: 50 * time.Millisecond, ShutdownTimeout: time.Second})
+	gone := &store.Volume{Owner: "ann", Name: "gone", SizeBytes: 1 << 20, CreatedBy: "ann"}
+	here := &store.Volume{Owner: "ann", Name: "here", SizeBytes: 1 << 20, CreatedBy: "ann"}
+	for _, v := range []*store.Volume{gone, here} {
+		if err := o.CreateVolume(ctx, v, store.DiskQuota{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() {
+		for _, id := range []string{gone.ID, here.ID} {
+			_ = o.DeleteVolume(context.Background(), id)
+		}
+	})
+	vmID := uuid.NewString()
+	if _, err := e.st.AttachVolume(ctx, gone.ID, vmID); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.hv.DeleteVolume(ctx, "default-pool", gone.Volume); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := o.Reconcile(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.MissingDisks) != 1 || rep.MissingDisks[0] != "ann/gone" {
+		t.Errorf("report's missing disks %q, want [ann/gone]", rep.MissingDisks)
+	}
+	row, err := e.st.GetVolume(ctx, gone.ID)
+	if err != nil {
+		t.Fatalf("the row of a disk whose file is missing: %v", err)
+	}
+	if row.State != store.VolReady || !strings.HasPrefix(row.Error, MissingDiskReason) || !strings.Contains(row.Error, gone.Volume) ||
+		row.AttachedVM == nil || *row.AttachedVM != vmID {
+		t.Fatalf("a disk whose file is missing: %+v", row)
+	}
+	if other, _ := e.st.GetVolume(ctx, here.ID); other == nil || other.Error != "" {
+		t.Fatalf("a disk whose file is there: %+v", other)
+	}
+	if _, err := o.life.dataDisks(ctx, &store.VM{ID: vmID}); err == nil || !strings.Contains(err.Error(), `"gone"`) || !strings.Contains(err.Error(), MissingDiskReason) {
+		t.Fatalf("a VM's start with a missing disk: %v", err)
+	}
+	if rep, err := o.Reconcile(ctx); err != nil || len(rep.MissingDisks) != 0 {
+		t.Fatalf("a second reconcile reports %q again (%v)", rep.MissingDisks, err)
+	}
+	// The admin puts the file back.
+	if _, err := e.hv.CreateDataDisk(ctx, "default-pool", gone.Volume, 1<<20); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := o.Reconcile(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if row, err := e.st.GetVolume(ctx, gone.ID); err != nil || row.Error != "" || row.State != store.VolReady {
+		t.Fatalf("a disk whose file is back: %+v %v", row, err)
+	}
+	if disks, err := o.life.dataDisks(ctx, &store.VM{ID: vmID}); err != nil || len(disks) != 1 {
+		t.Fatalf("a VM's disks once the file is back: %+v %v", disks, err)
+	}
+}

@@ -237,7 +237,7 @@ func (fl *fleetDuties) RequeueFromDownHosts(ctx context.Context, hosts []string)
 	var requeued []string
 	var errs []error
 	for _, host := range hosts {
-		vms, err := listVMs(ctx, fl.st, store.VMFilter{States: []string{store.VMAllocating}, Host: host})
+		vms, err := store.AllVMs(ctx, fl.st, store.VMFilter{States: []string{store.VMAllocating}, Host: host})
 		if err != nil {
 			return requeued, err
 		}

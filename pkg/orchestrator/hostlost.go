@@ -77,7 +77,7 @@ func (rc *reconciler) restoreLost(ctx context.Context) (restarted, queued []stri
 			hit[a.VMID] = true
 		}
 	}
-	running, err := listVMs(ctx, rc.st, store.VMFilter{States: []string{store.VMRunning}, Host: rc.host})
+	running, err := store.AllVMs(ctx, rc.st, store.VMFilter{States: []string{store.VMRunning}, Host: rc.host})
 	if err != nil {
 		return nil, nil, append(errs, err)
 	}

@@ -147,7 +147,7 @@ func (rl *rulesLoop) ApplyRules(ctx context.Context) (RulesReport, error) {
 	cfg := rl.settings().Config
 	r := &round{loop: rl, ctx: ctx, cfg: cfg, now: rl.st.Now(), busy: map[string]bool{}}
 	rl.rules.forget(r.now)
-	vms, err := listVMs(ctx, rl.st, store.VMFilter{States: []string{store.VMRunning, store.VMStopped}})
+	vms, err := store.AllVMs(ctx, rl.st, store.VMFilter{States: []string{store.VMRunning, store.VMStopped}})
 	if err != nil {
 		return r.rep, fmt.Errorf("rules: list the VMs: %w", err)
 	}

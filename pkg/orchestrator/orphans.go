@@ -203,21 +203,23 @@ func volumeNames(prefix string) *regexp.Regexp {
 	return regexp.MustCompile(`^` + regexp.QuoteMeta(prefix) + `[0-9a-f]{12}(\.qcow2|-seed\.iso)$`)
 }
 
-// poolVolumes lists the configured pool's volumes ("" pool: none).
-func (rc *reconciler) poolVolumes(ctx context.Context) (string, []string, error) {
-	pool := rc.settings().StoragePool
+// poolVolumes lists the configured pool's volumes ("" pool: none); listed
+// is false when there was nothing to list (no pool configured, none made
+// yet, or a hypervisor without pools), so that no row is judged by it.
+func (rc *reconciler) poolVolumes(ctx context.Context) (pool string, names []string, listed bool, err error) {
+	pool = rc.settings().StoragePool
 	vh, ok := rc.hv.(volumeLister)
 	if pool == "" || !ok {
-		return "", nil, nil
+		return "", nil, false, nil
 	}
-	names, err := vh.Volumes(ctx, pool)
+	names, err = vh.Volumes(ctx, pool)
 	if hypervisor.IsNotFound(err) {
-		return pool, nil, nil // no pool yet: no volume
+		return pool, nil, false, nil // no pool yet: no volume
 	}
 	if err != nil {
-		return pool, nil, fmt.Errorf("list the volumes of pool %s: %w", pool, err)
+		return pool, nil, false, fmt.Errorf("list the volumes of pool %s: %w", pool, err)
 	}
-	return pool, names, nil
+	return pool, names, true, nil
 }
 
 // volumeLister and volumeDeleter are the storage calls orphans need; a

@@ -91,6 +91,10 @@ type Report struct {
 	LeakedDevices []string
 	// LeakedDomains were gpuvm's domains of no live VM: deleted.
 	LeakedDomains []string
+	// MissingDisks are the ready data disks of this host ("owner/name")
+	// whose file the pool does not have (a backup restored without the
+	// pool's files): kept, their error saying so (diskorphans.go).
+	MissingDisks []string
 	// Orphans is how many things look like gpuvm's but are not provably
 	// this installation's to remove: left as they are, and reported
 	// (Orchestrator.Orphans).
@@ -99,7 +103,7 @@ type Report struct {
 
 // Empty reports whether nothing needed fixing.
 func (r Report) Empty() bool {
-	return len(r.Resumed)+len(r.Vanished)+len(r.Restarted)+len(r.Requeued)+len(r.LeakedDevices)+len(r.LeakedDomains) == 0
+	return len(r.Resumed)+len(r.Vanished)+len(r.Restarted)+len(r.Requeued)+len(r.LeakedDevices)+len(r.LeakedDomains)+len(r.MissingDisks) == 0
 }
 
 func (r Report) log(l *slog.Logger) {
@@ -107,7 +111,7 @@ func (r Report) log(l *slog.Logger) {
 		l.Debug("reconciled: nothing to fix")
 		return
 	}
-	l.Warn("reconciled", "resumed", r.Resumed, "vanished", r.Vanished, "restarted", r.Restarted, "requeued", r.Requeued, "leaked_devices", r.LeakedDevices, "leaked_domains", r.LeakedDomains, "orphans", r.Orphans)
+	l.Warn("reconciled", "resumed", r.Resumed, "vanished", r.Vanished, "restarted", r.Restarted, "requeued", r.Requeued, "leaked_devices", r.LeakedDevices, "leaked_domains", r.LeakedDomains, "missing_disks", r.MissingDisks, "orphans", r.Orphans)
 }
 
 // Reconcile brings the database and the host together, at start-up and
@@ -129,7 +133,7 @@ func (o *Orchestrator) Reconcile(ctx context.Context) (Report, error) {
 	o.disp.dispatch(ctx, true)
 	host, err := o.rec.reconcileHost(ctx)
 	rep.Vanished, rep.LeakedDevices, rep.LeakedDomains, rep.Orphans = host.Vanished, host.LeakedDevices, host.LeakedDomains, host.Orphans
-	rep.Restarted, rep.Requeued = host.Restarted, host.Requeued
+	rep.Restarted, rep.Requeued, rep.MissingDisks = host.Restarted, host.Requeued, host.MissingDisks
 	rep.log(o.log)
 	return rep, err
 }
@@ -141,7 +145,7 @@ var liveStates = []string{store.VMAllocating, store.VMCreating, store.VMRunning,
 // failed, giving their GPU back (lifecycle.vanish), and returns them; errs
 // are the VMs it could not judge or mark, err a failure to list them.
 func (rc *reconciler) vanished(ctx context.Context) (ids []string, errs []error, err error) {
-	running, err := listVMs(ctx, rc.st, store.VMFilter{States: []string{store.VMRunning}, Host: rc.host})
+	running, err := store.AllVMs(ctx, rc.st, store.VMFilter{States: []string{store.VMRunning}, Host: rc.host})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -200,7 +204,8 @@ func (rc *reconciler) reconcileHost(ctx context.Context) (Report, error) {
 	if err != nil {
 		errs = append(errs, err)
 	}
-	pool, vols, err := rc.poolVolumes(ctx)
+	listedAt := rc.st.Now()
+	pool, vols, listed, err := rc.poolVolumes(ctx)
 	if err != nil {
 		errs = append(errs, err)
 	}
@@ -306,6 +311,11 @@ func (rc *reconciler) reconcileHost(ctx context.Context) (Report, error) {
 	}
 	volOrphans, volErrs := rc.volumeOrphans(ctx, pool, vols, wantVolumes)
 	orphans, errs = append(orphans, volOrphans...), append(errs, volErrs...)
+	if listed {
+		var missErrs []error
+		rep.MissingDisks, missErrs = rc.missingDisks(ctx, pool, vols, listedAt)
+		errs = append(errs, missErrs...)
+	}
 	if err := rc.publishOrphans(ctx, orphans); err != nil {
 		errs = append(errs, err)
 	}
@@ -426,26 +436,4 @@ func (rc *reconciler) domainUndefined(ctx context.Context, ev hypervisor.Event) 
 		return err
 	}
 	return rc.life.vanish(ctx, *vm)
-}
-
-// vmLister lists VMs.
-type vmLister interface {
-	ListVMs(ctx context.Context, f store.VMFilter) (store.VMPage, error)
-}
-
-// listVMs lists every VM f selects, page by page.
-func listVMs(ctx context.Context, st vmLister, f store.VMFilter) ([]store.VM, error) {
-	var out []store.VM
-	f.Limit = 1000
-	for {
-		page, err := st.ListVMs(ctx, f)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, page.VMs...)
-		if page.Next == "" {
-			return out, nil
-		}
-		f.After = page.Next
-	}
 }

@@ -733,27 +733,21 @@ func (dp *dispatcher) withoutGPU(ctx context.Context, cfg *config.Config, live [
 		holds[a.VMID] = true
 	}
 	var out []*store.VM
-	f := store.VMFilter{States: withoutGPUStates, Limit: 1000}
-	for {
-		page, err := dp.st.ListVMs(ctx, f)
-		if err != nil {
-			return nil, fmt.Errorf("list the VMs without a GPU: %w", err)
-		}
-		for i := range page.VMs {
-			vm := &page.VMs[i]
-			if holds[vm.ID] {
-				continue
-			}
-			if p := cfg.Profiles[vm.Profile]; p != nil && p.GPU != nil {
-				continue // counted when it holds its devices
-			}
-			out = append(out, vm)
-		}
-		if page.Next == "" {
-			return out, nil
-		}
-		f.After = page.Next
+	vms, err := store.AllVMs(ctx, dp.st, store.VMFilter{States: withoutGPUStates})
+	if err != nil {
+		return nil, fmt.Errorf("list the VMs without a GPU: %w", err)
 	}
+	for i := range vms {
+		vm := &vms[i]
+		if holds[vm.ID] {
+			continue
+		}
+		if p := cfg.Profiles[vm.Profile]; p != nil && p.GPU != nil {
+			continue // counted when it holds its devices
+		}
+		out = append(out, vm)
+	}
+	return out, nil
 }
 
 // mergedInventory merges the backends' inventories, in name order.

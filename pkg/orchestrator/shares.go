@@ -136,22 +136,15 @@ func (o *Orchestrator) ReleaseShareViews(ctx context.Context) error {
 	for n := range set.Shares {
 		keep[n] = true
 	}
-	f := store.VMFilter{Host: o.cfg.Host, Limit: 1000}
-	for {
-		page, err := o.life.st.ListVMs(ctx, f)
-		if err != nil {
-			return err
+	vms, err := store.AllVMs(ctx, o.life.st, store.VMFilter{Host: o.cfg.Host})
+	if err != nil {
+		return err
+	}
+	for _, vm := range vms {
+		names, _ := VMShareNames(nil, vm.Spec)
+		for _, n := range names {
+			keep[n] = true
 		}
-		for _, vm := range page.VMs {
-			names, _ := VMShareNames(nil, vm.Spec)
-			for _, n := range names {
-				keep[n] = true
-			}
-		}
-		if page.Next == "" {
-			break
-		}
-		f.After = page.Next
 	}
 	return shares.Release(set.StateDir, keep)
 }

@@ -39,9 +39,11 @@ const (
 )
 
 // SnapshotHooks lists the hook points of the snapshot operations in order.
-// They are not in HookPoints yet: test/e2e's SIGKILL test at each hook point
-// runs on libvirt's test driver, whose volumes are not files qemu-img can
-// snapshot; the unit tests stop at them with WithHook.
+// They are not in HookPoints, whose SIGKILL test (test/e2e) runs on
+// libvirt's test driver without disk files; test/e2e's snapshot crash test
+// kills gpuvmd at them (PausePoints) with the overlay a qcow2 file
+// (hypervisor.WithTestDiskDir), and the unit tests stop at them with
+// WithHook.
 var SnapshotHooks = []string{HookSnapshotting, HookSnapshotTaken, HookRestoring, HookRestored, HookSnapDeleted}
 
 // DiskSnapshots is what the snapshot operations ask of the hypervisor (a

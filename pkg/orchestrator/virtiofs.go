@@ -57,7 +57,7 @@ func (rc *reconciler) checkVirtiofs(ctx context.Context) []error {
 	if l, ok := rc.hv.(localSystem); rc.virtiofs.system && (!ok || !l.LocalSystem()) {
 		return nil // another machine's, or a session's: not this /proc's to judge
 	}
-	running, err := listVMs(ctx, rc.st, store.VMFilter{States: []string{store.VMRunning}, Host: rc.host})
+	running, err := store.AllVMs(ctx, rc.st, store.VMFilter{States: []string{store.VMRunning}, Host: rc.host})
 	if err != nil {
 		return []error{err}
 	}

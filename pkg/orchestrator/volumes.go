@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/gpuvm/gpuvm/pkg/hypervisor/domain"
 	"github.com/gpuvm/gpuvm/pkg/store"
@@ -23,6 +24,9 @@ const (
 	HookVolumeRecorded = "volume recorded" // create: row written, volume not yet made
 	HookVolumeMade     = "volume made"     // create: volume made, row not yet ready
 )
+
+// VolumeHooks lists the hook points of a data disk's creation, in order.
+var VolumeHooks = []string{HookVolumeRecorded, HookVolumeMade}
 
 // DataDisks is what the data disks ask of the hypervisor (a
 // *hypervisor.Conn); a Hypervisor without it refuses them.
@@ -240,6 +244,8 @@ func (lc *lifecycle) dataDisks(ctx context.Context, vm *store.VM) ([]domain.Disk
 		switch {
 		case v.State != store.VolReady:
 			return nil, fmt.Errorf("data disk %q is %s, not ready: detach it or wait", v.Name, v.State)
+		case strings.HasPrefix(v.Error, MissingDiskReason):
+			return nil, fmt.Errorf("data disk %q: %s: detach it", v.Name, v.Error)
 		case v.Host != lc.host:
 			return nil, fmt.Errorf("data disk %q is on host %s, and this VM on %s: detach it", v.Name, v.Host, lc.host)
 		}

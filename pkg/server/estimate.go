@@ -236,19 +236,11 @@ func (s *Server) schedulerState(ctx context.Context, cfg *config.Config, now tim
 
 // vmsInStates lists every VM in the states, all pages.
 func (s *Server) vmsInStates(ctx context.Context, states []string) ([]store.VM, error) {
-	var out []store.VM
-	f := store.VMFilter{States: states, Limit: 1000}
-	for {
-		page, err := s.Store.ListVMs(ctx, f)
-		if err != nil {
-			return nil, fmt.Errorf("list the VMs %v: %w", states, err)
-		}
-		out = append(out, page.VMs...)
-		if page.Next == "" {
-			return out, nil
-		}
-		f.After = page.Next
+	out, err := store.AllVMs(ctx, s.Store, store.VMFilter{States: states})
+	if err != nil {
+		return nil, fmt.Errorf("list the VMs %v: %w", states, err)
 	}
+	return out, nil
 }
 
 // pinnedBookings are the reservations with an occurrence from now on, as

@@ -233,22 +233,16 @@ func (s *Server) setHostDrain(c *gin.Context, drain bool) {
 // vmsOnHost names the VMs that hold something on a node (owner/name),
 // oldest first.
 func (s *Server) vmsOnHost(ctx context.Context, host string) ([]string, error) {
-	names := []string{}
-	f := store.VMFilter{Host: host, Limit: 1000, States: []string{store.VMAllocating, store.VMCreating, store.VMRunning,
-		store.VMStopping, store.VMStopped, store.VMDeleting}}
-	for {
-		page, err := s.Store.ListVMs(ctx, f)
-		if err != nil {
-			return nil, err
-		}
-		for _, vm := range page.VMs {
-			names = append(names, vm.Owner+"/"+vm.Name)
-		}
-		if page.Next == "" {
-			return names, nil
-		}
-		f.After = page.Next
+	vms, err := store.AllVMs(ctx, s.Store, store.VMFilter{Host: host, States: []string{store.VMAllocating, store.VMCreating, store.VMRunning,
+		store.VMStopping, store.VMStopped, store.VMDeleting}})
+	if err != nil {
+		return nil, err
 	}
+	names := []string{}
+	for _, vm := range vms {
+		names = append(names, vm.Owner+"/"+vm.Name)
+	}
+	return names, nil
 }
 
 // pNode names a node of the fleet.

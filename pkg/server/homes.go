@@ -132,16 +132,19 @@ func (s *Server) deleteHome(c *gin.Context) {
 		s.writeProblem(c, withField(errValidation, "confirm", fmt.Sprintf("confirm is %s, not the person's name %q", strconv.QuoteToASCII(clip(confirm, 80)), who)))
 		return
 	}
-	busy, err := s.vmsMountingHome(ctx, who)
-	if err != nil {
-		s.writeProblem(c, err)
-		return
+	// The check that no VM may mount the home runs with the home held:
+	// a start of the person's VM meanwhile (its homes.Ensure) waits.
+	inUse := func() error {
+		busy, err := s.vmsMountingHome(ctx, who)
+		if err != nil {
+			return err
+		}
+		if len(busy) > 0 {
+			return withField(errConflict, "user", fmt.Sprintf("%s's home is mounted by VMs that are not stopped: %s; stop or delete them first", who, strings.Join(busy, ", ")))
+		}
+		return nil
 	}
-	if len(busy) > 0 {
-		s.writeProblem(c, withField(errConflict, "user", fmt.Sprintf("%s's home is mounted by VMs that are not stopped: %s; stop or delete them first", who, strings.Join(busy, ", "))))
-		return
-	}
-	if err := homes.Remove(root, who, confirm); err != nil {
+	if err := homes.Remove(root, who, confirm, inUse); err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			s.writeProblem(c, withField(errNotFound, "user", "no home of "+who))
 			return
@@ -164,26 +167,20 @@ func (s *Server) deleteHome(c *gin.Context) {
 // has one, or is gone) and are not stopped, failed or deleted.
 func (s *Server) vmsMountingHome(ctx context.Context, owner string) ([]string, error) {
 	cfg := s.config()
-	var out []string
-	f := store.VMFilter{Owner: owner, Limit: 1000}
-	for {
-		page, err := s.Store.ListVMs(ctx, f)
-		if err != nil {
-			return nil, err
-		}
-		for _, vm := range page.VMs {
-			switch vm.State {
-			case store.VMStopped, store.VMFailed, store.VMDeleted:
-				continue
-			}
-			if p := cfg.Profiles[vm.Profile]; p != nil && !p.Home {
-				continue
-			}
-			out = append(out, fmt.Sprintf("%s (%s)", vm.Name, vm.State))
-		}
-		if page.Next == "" {
-			return out, nil
-		}
-		f.After = page.Next
+	vms, err := store.AllVMs(ctx, s.Store, store.VMFilter{Owner: owner})
+	if err != nil {
+		return nil, err
 	}
+	var out []string
+	for _, vm := range vms {
+		switch vm.State {
+		case store.VMStopped, store.VMFailed, store.VMDeleted:
+			continue
+		}
+		if p := cfg.Profiles[vm.Profile]; p != nil && !p.Home {
+			continue
+		}
+		out = append(out, fmt.Sprintf("%s (%s)", vm.Name, vm.State))
+	}
+	return out, nil
 }

@@ -164,6 +164,32 @@ type VMPage struct {
 	Next string
 }
 
+// VMLister lists VMs a page at a time (a *Store).
+type VMLister interface {
+	ListVMs(ctx context.Context, f VMFilter) (VMPage, error)
+}
+
+// AllVMs is every VM f selects, oldest first, read a page at a time (of
+// f.Limit VMs; 0: 1000) from f.After on: the one paging loop of the
+// callers that need them all.
+func AllVMs(ctx context.Context, st VMLister, f VMFilter) ([]VM, error) {
+	if f.Limit <= 0 {
+		f.Limit = 1000
+	}
+	var out []VM
+	for {
+		page, err := st.ListVMs(ctx, f)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, page.VMs...)
+		if page.Next == "" || page.Next == f.After {
+			return out, nil
+		}
+		f.After = page.Next
+	}
+}
+
 // ListVMs lists VMs oldest first, by keyset pagination on (created_at, id):
 // a page never skips or repeats a VM, whatever is inserted meanwhile. It asks
 // for one row more than the page to know whether there is a next page. The

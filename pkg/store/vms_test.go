@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 )
@@ -427,6 +428,35 @@ func TestListVMRefs(t *testing.T) {
 		}
 		if r := got[b.ID]; r.State != VMRunning || r.Host != "gpu-01" || r.LeaseEnd == nil || !r.LeaseEnd.Equal(end) {
 			t.Errorf("b: %+v, want running on gpu-01 until %v", r, end)
+		}
+	})
+}
+
+// AllVMs reads every VM a filter selects across pages, oldest first, none
+// twice.
+func TestAllVMs(t *testing.T) {
+	eachDriver(t, func(t *testing.T, s *Store, d *testDB) {
+		ctx := context.Background()
+		mustUser(t, s, "ann")
+		mustUser(t, s, "bob")
+		var want []string
+		for i := range 5 {
+			want = append(want, mustVM(t, s, "ann", fmt.Sprintf("a%d", i)).ID)
+			mustVM(t, s, "bob", fmt.Sprintf("b%d", i))
+		}
+		got, err := AllVMs(ctx, s, VMFilter{Owner: "ann", Limit: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ids []string
+		for _, vm := range got {
+			ids = append(ids, vm.ID)
+		}
+		if strings.Join(ids, ",") != strings.Join(want, ",") {
+			t.Errorf("AllVMs = %q, want %q", ids, want)
+		}
+		if all, err := AllVMs(ctx, s, VMFilter{}); err != nil || len(all) != 10 {
+			t.Errorf("AllVMs of everyone: %d VMs, %v; want 10", len(all), err)
 		}
 	})
 }

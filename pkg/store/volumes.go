@@ -354,14 +354,18 @@ func utcVolume(v *Volume) {
 // AdoptVolume records a data disk found in a pool without its row (an
 // orphan an admin adopts): v as given, its ID and Volume those its file's
 // name carries, state ready, detached. The owner must exist and not use
-// the name (ErrNameTaken); an ID already recorded is ErrConflict. No quota
+// the name (ErrNameTaken; one who does not is ErrInvalid naming owner, read
+// in the transaction that writes the row); an ID already recorded is
+// ErrConflict. No quota
 // is checked: the disk is there already.
 func (s *Store) AdoptVolume(ctx context.Context, v *Volume) error {
 	if v.ID == "" || v.Owner == "" || v.Name == "" || v.SizeBytes <= 0 || v.Host == "" || v.Pool == "" || v.Volume == "" || v.Installation == "" {
 		return fmt.Errorf("adopt volume: %w: id, owner, name, a positive size, host, pool, volume and installation are required", ErrInvalid)
 	}
 	return s.Tx(ctx, func(tx *Store) error {
-		if _, err := tx.GetUser(ctx, v.Owner); err != nil {
+		if _, err := tx.GetUser(ctx, v.Owner); errors.Is(err, ErrNotFound) {
+			return fmt.Errorf("adopt volume: %w: owner: no user %q", ErrInvalid, v.Owner)
+		} else if err != nil {
 			return err
 		}
 		var n int64

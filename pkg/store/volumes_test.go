@@ -130,3 +130,31 @@ func TestVolumes(t *testing.T) {
 		}
 	})
 }
+
+// Adopting a disk for a person who does not exist is ErrInvalid naming
+// owner (the store reads the owner, in the transaction that writes the
+// row), and writes nothing; for one who does, the row is written ready.
+func TestAdoptVolumeOwner(t *testing.T) {
+	eachDriver(t, func(t *testing.T, s *Store, d *testDB) {
+		ctx := context.Background()
+		mustUser(t, s, "ann")
+		id := "0190a0b0-0000-7000-8000-000000000001"
+		v := func(owner string) *Volume {
+			return &Volume{ID: id, Owner: owner, Name: "found", SizeBytes: 1 << 20, Host: "h1", Pool: "gpuvm",
+				Volume: DiskVolumeName("inst", id), Installation: "inst"}
+		}
+		err := s.AdoptVolume(ctx, v("nobody"))
+		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), `owner: no user "nobody"`) {
+			t.Fatalf("adopt for nobody = %v, want ErrInvalid naming owner", err)
+		}
+		if n := count(t, s, "volumes"); n != 0 {
+			t.Fatalf("%d rows after a refused adoption", n)
+		}
+		if err := s.AdoptVolume(ctx, v("ann")); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := s.GetVolume(ctx, id); err != nil || got.Owner != "ann" || got.State != VolReady {
+			t.Fatalf("adopted: %+v %v", got, err)
+		}
+	})
+}

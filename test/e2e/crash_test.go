@@ -279,6 +279,7 @@ func TestSeamsRefuseBadValues(t *testing.T) {
 	for _, c := range []struct{ env, want string }{
 		{"GPUVM_TEST_PAUSE_AT=device made", `"device made" is not a hook point`},
 		{"GPUVM_TEST_DOMAIN_PREFIX=Bad/Prefix", `"Bad/Prefix": a domain prefix is a lower-case letter`},
+		{"GPUVM_TEST_DISK_DIR=relative/dir", `"relative/dir": want an absolute directory`},
 	} {
 		t.Run(strings.SplitN(c.env, "=", 2)[0], func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

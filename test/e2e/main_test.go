@@ -7,6 +7,13 @@
 //   - TestCrashAtEachHook: gpuvmd is SIGKILLed at every step of a create
 //     and of a delete, restarted, and must reach the right end state with
 //     no leaked device, volume or domain and no slot given twice.
+//   - TestCrashDuringDataDiskCreate: gpuvmd is SIGKILLed at each step of a
+//     data disk's creation; the next gpuvmd makes it ready, with its one
+//     volume in the pool and no orphan.
+//   - TestCrashDuringSnapshot: gpuvmd is SIGKILLed at each step of a disk
+//     snapshot and of a restore of a stopped VM, its overlay a qcow2 file
+//     the real qemu-img works on (no guest boots); the next gpuvmd finishes
+//     them: the tag on the disk once, the disk restored.
 //   - TestConcurrentCreates: 50 creates at once against 8 free slots, on
 //     SQLite and on PostgreSQL.
 //   - TestRealLibvirtTinyGuest: the tiny guest booted by a real libvirtd.
