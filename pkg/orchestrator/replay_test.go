@@ -9,7 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpuvm/gpuvm/pkg/api"
 	"github.com/gpuvm/gpuvm/pkg/clocktest"
+	"github.com/gpuvm/gpuvm/pkg/estimate"
 	"github.com/gpuvm/gpuvm/pkg/policy"
 	"github.com/gpuvm/gpuvm/pkg/scheduler"
 	"github.com/gpuvm/gpuvm/pkg/store"
@@ -101,5 +103,57 @@ func TestReplayInputsAreTheRounds(t *testing.T) {
 		if vm := e.vm(r.ID); vm.State != store.VMQueued || ws.Rank[r.ID] != vm.QueueRank || vm.QueueRank == 0 {
 			t.Errorf("%s: %s, rank %d, the replay's %d", r.ID, vm.State, vm.QueueRank, ws.Rank[r.ID])
 		}
+	}
+}
+
+// TestReplayInputsTasks: the replay knows which queued and running VMs
+// serve a task, with the time each asked for, and what the tasks that
+// ended used of theirs: a person's median with enough of theirs,
+// everyone's otherwise.
+func TestReplayInputsTasks(t *testing.T) {
+	e := newEnv(t, "l40sx4")
+	clock := clocktest.New(time.Date(2026, 12, 1, 10, 0, 0, 0, berlin))
+	e.withClock("", clock)
+	ctx := context.Background()
+	o := e.orch(nil)
+	task := func(owner, id string, limit time.Duration) *store.VM {
+		t.Helper()
+		vm := &store.VM{Name: "task-" + id, Owner: owner, Profile: "l40s-whole", Hours: int((limit + time.Hour - 1) / time.Hour), Spec: "{}"}
+		tk := &store.Task{ID: id, Owner: owner, Profile: "l40s-whole", Command: `["true"]`, TimeLimitS: int64(limit / time.Second), KillWaitS: 30}
+		if _, err := e.st.CreateVM(ctx, vm, store.CreateVMOptions{RequestedBy: owner, Task: tk}); err != nil {
+			t.Fatal(err)
+		}
+		return vm
+	}
+	ended := func(owner, id string, limit, used time.Duration) {
+		t.Helper()
+		vm := task(owner, id, limit)
+		start := clock.Now().Add(-used)
+		if err := e.st.UpdateTask(ctx, id, nil, store.TaskUpdate{State: api.TaskRunning, StartedAt: &start}); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.st.UpdateTask(ctx, id, nil, store.TaskUpdate{State: api.TaskCompleted}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.st.UpdateVMState(ctx, vm.ID, vm.Version, store.VMUpdate{State: store.VMDeleted}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range estimate.MinTaskRuns {
+		ended("ann", fmt.Sprint("a", i), time.Hour, time.Duration(20+5*i)*time.Minute) // 1/3 … 2/3: median 1/2
+	}
+	ended("bob", "b0", time.Hour, time.Hour)
+	pending := task("bob", "b1", 90*time.Minute)
+	in, err := o.ReplayInputs(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := map[string]time.Duration{pending.ID: 90 * time.Minute}; !reflect.DeepEqual(in.State.Tasks, want) {
+		t.Errorf("tasks %v, want %v", in.State.Tasks, want)
+	}
+	// Everyone's six: five of ann's and bob's one whole hour (bob has too
+	// few of his own).
+	if want := map[string]float64{"ann": 0.5, "": (0.5 + float64(35*time.Minute)/float64(time.Hour)) / 2}; !reflect.DeepEqual(in.State.TaskRatio, want) {
+		t.Errorf("ratios %v, want %v", in.State.TaskRatio, want)
 	}
 }
