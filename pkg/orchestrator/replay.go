@@ -52,7 +52,11 @@ func (dp *dispatcher) replayInputs(ctx context.Context) (*ReplayInputs, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Between rounds, never in the middle of one: what a round reads (its
+	// idle state, the bookings' pins) is the round's own.
+	dp.roundMu.Lock()
 	in, err := dp.cycleInputs(ctx, cfg, queue, dp.fleet.backends.Names())
+	dp.roundMu.Unlock()
 	if err != nil {
 		return nil, fmt.Errorf("read what the scheduler sees: %w", err)
 	}
