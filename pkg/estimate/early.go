@@ -95,7 +95,7 @@ func (s *State) taskRatio(r *scheduler.Request) (float64, time.Duration, bool) {
 // before now. r.End itself when r is no task, is told to stop, or has no
 // known end.
 func (s *State) expectedEnd(r *scheduler.Running, now time.Time) time.Time {
-	if r.End.IsZero() || r.Stopping {
+	if len(s.Tasks) == 0 || r.End.IsZero() || r.Stopping {
 		return r.End
 	}
 	x, asked, ok := s.taskRatio(&r.Request)
