@@ -69,6 +69,15 @@ type State struct {
 	// of the queue ("the queue is ordered by fair share"): every estimate
 	// of a VM that waits is then uncertain, with this reason.
 	Overtake string
+	// Tasks are the running and queued requests, by ID, that are tasks,
+	// with the time each asked for (its time limit; 0: its lease): a task
+	// ends when its command does, usually before its limit. TaskRatio
+	// (TaskRatios) is per user, and under "" for everyone, the part of its
+	// asked time a task is expected to use; the replay ends a task then
+	// (early.go), never after its lease. Either unset: every request runs
+	// to its lease's end.
+	Tasks     map[string]time.Duration
+	TaskRatio map[string]float64
 }
 
 // Options bound the replay.
@@ -147,6 +156,7 @@ func queue(s State, o Options, until string) map[string]Estimate {
 		byID: make(map[string]*scheduler.Request, len(s.Queue))}
 	for i := range s.Running {
 		r := s.Running[i]
+		r.End = s.expectedEnd(&r, s.Now)
 		rp.running[r.ID] = &r
 	}
 	for i := range s.Queue {
@@ -299,7 +309,9 @@ func (rp *replay) cycle(now time.Time) {
 		if r == nil {
 			continue
 		}
-		rp.running[st.ID] = &scheduler.Running{Request: *r, Placement: st.Placement, Started: now, End: st.End, Booking: st.Booking}
+		run := &scheduler.Running{Request: *r, Placement: st.Placement, Started: now, End: st.End, Booking: st.Booking}
+		run.End = rp.s.expectedEnd(run, now)
+		rp.running[st.ID] = run
 		rp.out[st.ID] = rp.started(st.ID, now)
 		gone[st.ID] = true
 	}

@@ -43,6 +43,9 @@ type dispatcher struct {
 	cache roundCache
 	// admit is what admissions read of the quotas (admitcache.go).
 	admit admitCache
+	// cycled, when set (tests), is shown what each round's scheduling
+	// cycle decides from, before it runs.
+	cycled func(*cycleInputs)
 }
 
 // dispatchStore is what the dispatch rounds and admission ask of the
@@ -71,6 +74,8 @@ type dispatchStore interface {
 	ListHosts(ctx context.Context) ([]store.Host, error)
 	StateStamp(ctx context.Context, hostTimeout time.Duration) (string, error)
 	QuotaGeneration() uint64
+	ListLiveTasks(ctx context.Context) ([]store.Task, error)
+	ListEndedTaskRuns(ctx context.Context, since time.Time, limit int) ([]store.Task, error)
 }
 
 // dispatchSettings are the dispatcher's settings, read at each round.

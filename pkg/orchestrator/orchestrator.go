@@ -175,9 +175,10 @@ type Config struct {
 //   - lifecycle (lifecycle.go; create.go, delete.go, actions.go, boot.go):
 //     the steps of a create, delete, stop, start and reboot, and their
 //     rollback; the watch of booting guests;
-//   - dispatcher (dispatch.go; schedule.go, placer.go, drain.go): the
-//     dispatch round that hands operations to workers and places the
-//     queued VMs in one scheduling cycle, and admission;
+//   - dispatcher (dispatch.go; schedule.go, placer.go, drain.go,
+//     replay.go): the dispatch round that hands operations to workers and
+//     places the queued VMs in one scheduling cycle, admission, and what
+//     the estimated starts replay (the round's own inputs);
 //   - rulesLoop (rules.go; leases.go, windows.go, preempt.go,
 //     reservations.go): the timed rules of sharing, and bookings;
 //   - reconciler (reconcile.go, orphans.go): the database against the

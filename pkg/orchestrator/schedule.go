@@ -91,29 +91,23 @@ func (dp *dispatcher) schedule(ctx context.Context, qs []queued) []queued {
 		}
 		return out
 	}
-	st, err := dp.placementState(ctx, cfg, dp.st.Now(), dp.withBookedKinds(ctx, cfg, kindsOf(cfg, gpuQueue)))
-	if err == nil {
-		err = dp.markPreempted(ctx, st) // preempt.go
-	}
+	in, err := dp.cycleInputs(ctx, cfg, gpuQueue, dp.withBookedKinds(ctx, cfg, kindsOf(cfg, gpuQueue)))
 	if err != nil {
 		dp.log.Error("scheduling round skipped", "err", err)
 		dp.idle.retry()
 		return out
 	}
+	if dp.cycled != nil {
+		dp.cycled(in)
+	}
+	st, reqs := in.st, in.reqs
 	byID := make(map[string]queued, len(gpuQueue))
-	reqs := make([]scheduler.Request, 0, len(gpuQueue))
 	reqOf := make(map[string]int, len(gpuQueue))
-	for _, q := range gpuQueue {
+	for i, q := range gpuQueue {
 		byID[q.vm.ID] = q
-		reqOf[q.vm.ID] = len(reqs)
-		reqs = append(reqs, requestOf(cfg, q.vm, st.groups[q.vm.Owner]))
-		restartRequest(&reqs[len(reqs)-1], q, st.now) // actions.go
+		reqOf[q.vm.ID] = i
 	}
-	opts := dp.settings().Scheduler
-	if opts.Strategy == "" {
-		opts.Strategy = scheduler.Pack
-	}
-	d := scheduler.Cycle(st.now, st.inv, reqs, st.running, st.engine, opts)
+	d := scheduler.Cycle(st.now, st.inv, reqs, st.running, st.engine, in.opts)
 	// The cycle's window actions (d.Actions) are ApplyRules' to act on, in
 	// every round whether VMs wait or not (windows.go); its preemptions are
 	// announced here, and carried out when their notice ends (preempt.go).
@@ -191,6 +185,39 @@ func (dp *dispatcher) schedule(ctx context.Context, qs []queued) []queued {
 		dp.log.Debug("scheduling round", "queued", len(gpuQueue), "started", len(d.Start), "waiting", len(d.Waiting), "refused", len(d.Refused), "holds", len(d.Holds))
 	}
 	return out
+}
+
+// cycleInputs is what a scheduling cycle decides from: the state
+// (placementState, with the preemptions under way marked), the requests
+// of the queue in its order, and the scheduler's options. A dispatch
+// round places from it, and the estimates replay it (replay.go): one
+// place reads both.
+type cycleInputs struct {
+	st   *state
+	reqs []scheduler.Request
+	opts scheduler.Options
+}
+
+// cycleInputs reads what a cycle places queue (VMs that need a GPU) from,
+// on the GPUs of the backends of kinds.
+func (dp *dispatcher) cycleInputs(ctx context.Context, cfg *config.Config, queue []queued, kinds []string) (*cycleInputs, error) {
+	st, err := dp.placementState(ctx, cfg, dp.st.Now(), kinds)
+	if err == nil {
+		err = dp.markPreempted(ctx, st) // preempt.go
+	}
+	if err != nil {
+		return nil, err
+	}
+	reqs := make([]scheduler.Request, 0, len(queue))
+	for _, q := range queue {
+		reqs = append(reqs, requestOf(cfg, q.vm, st.groups[q.vm.Owner]))
+		restartRequest(&reqs[len(reqs)-1], q, st.now) // actions.go
+	}
+	opts := dp.settings().Scheduler
+	if opts.Strategy == "" {
+		opts.Strategy = scheduler.Pack
+	}
+	return &cycleInputs{st: st, reqs: reqs, opts: opts}, nil
 }
 
 // startWithoutGPU starts the queued VMs that need no GPU, at once unless a

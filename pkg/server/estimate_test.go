@@ -8,8 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpuvm/gpuvm/pkg/backend"
 	"github.com/gpuvm/gpuvm/pkg/config"
 	"github.com/gpuvm/gpuvm/pkg/gpu"
+	"github.com/gpuvm/gpuvm/pkg/orchestrator"
 	"github.com/gpuvm/gpuvm/pkg/store"
 )
 
@@ -58,6 +60,18 @@ func newEstimateEnv(t testing.TB, leaseMax string) *estimateEnv {
 	s := testServer(t, &fakeConfig{cfg: cfg})
 	ctx := context.Background()
 	e := &estimateEnv{s: s, st: s.Store, now: s.Store.Now()}
+	// The orchestrator reads what the replay starts from, as its dispatch
+	// rounds do: its host's GPUs from its backend, the devices held from
+	// the allocations.
+	pt := &backend.Mock{InventoryF: func(context.Context) (backend.Inventory, error) {
+		inv := backend.Inventory{Backend: "passthrough", Host: "gpu-01"}
+		for i := range 2 {
+			inv.GPUs = append(inv.GPUs, backend.GPU{Address: estimateGPU(i), Model: "L40S", DeviceID: "10de:26b9", Memory: 48 << 30, Mode: gpu.ModeIdle, IOMMUGroup: fmt.Sprint(i)})
+		}
+		return inv, nil
+	}}
+	s.Bookings = orchestrator.New(orchestrator.Config{Store: s.Store.(*store.Store), Backends: fakeBackends{"passthrough": pt},
+		Profiles: func() *config.Config { return s.Config.Load() }, Host: "gpu-01", Log: s.log})
 	if err := s.Store.CreateUser(ctx, &store.User{Name: "ann", Groups: []string{"artists"}}); err != nil {
 		t.Fatal(err)
 	}
@@ -80,25 +94,59 @@ func newEstimateEnv(t testing.TB, leaseMax string) *estimateEnv {
 	return e
 }
 
-// heartbeat stores the host's inventory: its two GPUs, the first ones
-// holding the devices of vms.
+func estimateGPU(i int) string { return fmt.Sprintf("0000:%d:00.0", 41+i) }
+
+// heartbeat gives the host's GPUs, in order, to vms ("": free): their
+// allocations (what the replay counts), and the host's stored inventory
+// with their devices (what the profiles' free counts read).
 func (e *estimateEnv) heartbeat(t testing.TB, vms ...string) {
 	t.Helper()
+	ctx := context.Background()
+	st := e.st.(*store.Store)
+	live, err := st.ListLiveAllocations(ctx, "gpu-01")
+	if err != nil {
+		t.Fatal(err)
+	}
+	holder := map[string]string{}
+	for _, a := range live {
+		holder[a.GPUAddress] = a.VMID
+	}
 	inv := gpu.HostInventory{}
 	for i := range 2 {
-		addr := fmt.Sprintf("0000:%d:00.0", 41+i)
+		addr := estimateGPU(i)
 		inv.GPUs = append(inv.GPUs, gpu.HostGPU{Address: addr, Model: "L40S", DeviceID: "10de:26b9", Mode: gpu.ModePassthrough, IOMMUGroup: fmt.Sprint(i), Backends: map[string]string{"passthrough": ""}})
-		if i < len(vms) && vms[i] != "" {
-			inv.Devices = append(inv.Devices, gpu.HostDevice{ID: addr, Backend: "passthrough", Kind: gpu.KindPassthrough, GPU: addr, VMUUID: vms[i]})
+		want := ""
+		if i < len(vms) {
+			want = vms[i]
+		}
+		if old := holder[addr]; old != want && old != "" {
+			if _, err := st.ReleaseAllocations(ctx, old); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if want == "" {
+			continue
+		}
+		inv.Devices = append(inv.Devices, gpu.HostDevice{ID: addr, Backend: "passthrough", Kind: gpu.KindPassthrough, GPU: addr, VMUUID: want})
+		if holder[addr] != want {
+			if _, err := st.ClaimAllocation(ctx, want, []store.SlotClaim{{Host: "gpu-01", GPUAddress: addr, Backend: "passthrough", Kind: gpu.KindPassthrough}}); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
 	b, err := json.Marshal(inv)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := e.st.(*store.Store).RegisterHost(context.Background(), &store.Host{Name: "gpu-01", APIURL: "http://gpu-01:8080", Version: "test", Inventory: string(b)}); err != nil {
+	if err := st.RegisterHost(ctx, &store.Host{Name: "gpu-01", APIURL: "http://gpu-01:8080", Version: "test", Inventory: string(b)}); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// vmsInStates lists every VM in the states.
+func (s *Server) vmsInStates(ctx context.Context, states []string) ([]store.VM, error) {
+	page, err := s.Store.ListVMs(ctx, store.VMFilter{States: states, Limit: 100000})
+	return page.VMs, err
 }
 
 func parseTime(t *testing.T, v any) time.Time {

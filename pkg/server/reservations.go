@@ -16,6 +16,7 @@ import (
 	"github.com/gpuvm/gpuvm/pkg/api"
 	"github.com/gpuvm/gpuvm/pkg/config"
 	"github.com/gpuvm/gpuvm/pkg/gpu"
+	"github.com/gpuvm/gpuvm/pkg/orchestrator"
 	"github.com/gpuvm/gpuvm/pkg/policy"
 	"github.com/gpuvm/gpuvm/pkg/store"
 )
@@ -37,9 +38,13 @@ import (
 // a booking of that slot alone could get (at most most), on the same
 // state as Book; when no GPU could ever give the need the error is a
 // *policy.CapacityError with Never set.
+//
+// ReplayInputs reads, as a dispatch round reads it, the state the
+// estimated starts replay (estimate.go).
 type Booker interface {
 	Book(ctx context.Context, r *store.Reservation, admin bool) error
 	Capacity(ctx context.Context, r *store.Reservation, slots []policy.Interval, most int) ([]int, error)
+	ReplayInputs(ctx context.Context) (*orchestrator.ReplayInputs, error)
 }
 
 // Limits of a reservation's request.

@@ -70,8 +70,9 @@ type Deps struct {
 	// Admission applies the sharing policy to new VMs (the orchestrator);
 	// nil: every valid request is queued.
 	Admission Admitter
-	// Bookings books GPU capacity ahead (the orchestrator); nil: POST
-	// /v1/reservations answers 503 (reservations.go).
+	// Bookings books GPU capacity ahead (the orchestrator), and reads
+	// the state the estimated starts replay; nil: POST /v1/reservations
+	// answers 503 (reservations.go), and no queued VM has an estimate.
 	Bookings Booker
 	// EventPoll is how often the event stream looks for new events
 	// other processes wrote (default 50ms; those of this process, when

@@ -81,6 +81,26 @@ func (s *Store) ListLiveTasks(ctx context.Context) ([]Task, error) {
 	return out, nil
 }
 
+// ListEndedTaskRuns is the tasks that ran in a VM of their own and ended
+// since (their command started; an array's row, and a task in its owner's
+// own VM, are not), newest end first, at most limit: what they used of
+// the time they asked for is what the estimates expect of the tasks that
+// run (pkg/estimate TaskRatios).
+func (s *Store) ListEndedTaskRuns(ctx context.Context, since time.Time, limit int) ([]Task, error) {
+	var out []Task
+	err := s.db.WithContext(ctx).
+		Select("id", "owner", "profile", "time_limit_s", "started_at", "ended_at").
+		Where("ended_at >= ? AND started_at IS NOT NULL AND vm_id <> '' AND in_vm = ''", since.UTC()).
+		Order("ended_at DESC, id").Limit(limit).Find(&out).Error
+	if err != nil {
+		return nil, wrap(err, nil, "list ended tasks")
+	}
+	for i := range out {
+		utcTask(&out[i])
+	}
+	return out, nil
+}
+
 // TaskUpdate is what UpdateTask changes besides the state (and the reason,
 // always): the fields that are set. An ended state sets ended_at.
 type TaskUpdate struct {

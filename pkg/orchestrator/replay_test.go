@@ -1,0 +1,159 @@
+package orchestrator
+
+import (
+	"context"
+	"fmt"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpuvm/gpuvm/pkg/api"
+	"github.com/gpuvm/gpuvm/pkg/clocktest"
+	"github.com/gpuvm/gpuvm/pkg/estimate"
+	"github.com/gpuvm/gpuvm/pkg/policy"
+	"github.com/gpuvm/gpuvm/pkg/scheduler"
+	"github.com/gpuvm/gpuvm/pkg/store"
+)
+
+// TestReplayInputsAreTheRounds: what the estimates replay is what a
+// dispatch round's scheduling cycle decides from, on a mixed state (VMs
+// running on whole GPUs and vGPUs, both kinds queued, a reservation that
+// holds a GPU): the same time, GPUs and devices held, running VMs with
+// their ends, queued requests, bookings, rules and options.
+func TestReplayInputsAreTheRounds(t *testing.T) {
+	e := newEnv(t, "l40sx4")
+	e.withPolicy(bookingPolicy)
+	clock := clocktest.New(time.Date(2026, 12, 1, 10, 0, 0, 0, berlin))
+	e.withClock("", clock)
+	ctx := context.Background()
+	o := e.orch(nil)
+	now := clock.Now()
+	if err := o.Book(ctx, reservation("ann", "l40s-whole", 1, now.Add(3*time.Hour), now.Add(5*time.Hour)), false); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		e.askVM("bob", "l40s-whole", fmt.Sprint("w", i), 1+i)
+	}
+	for i := range 14 {
+		e.askVM([]string{"ann", "cara"}[i%2], "l40s-seat", fmt.Sprint("s", i), 1+i%3)
+	}
+	o.Drain(ctx)
+
+	want, err := o.ReplayInputs(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got *cycleInputs
+	o.disp.cycled = func(in *cycleInputs) { got = in }
+	o.Drain(ctx)
+	if got == nil {
+		t.Fatal("no round ran a scheduling cycle")
+	}
+	ws := want.State
+	if len(ws.Running) == 0 || len(ws.Queue) == 0 || len(want.Bookings()) == 0 {
+		t.Fatalf("not a mixed state: %d running, %d queued, %d bookings", len(ws.Running), len(ws.Queue), len(want.Bookings()))
+	}
+	kinds := map[string]bool{}
+	for _, r := range ws.Queue {
+		kinds[string(r.Need.Kind)] = true
+	}
+	if len(kinds) < 2 {
+		t.Fatalf("the queue is of one kind: %v", kinds)
+	}
+	byID := func(rs []scheduler.Request) []scheduler.Request {
+		return slices.SortedFunc(slices.Values(rs), func(a, b scheduler.Request) int { return strings.Compare(a.ID, b.ID) })
+	}
+	running := func(rs []scheduler.Running) []scheduler.Running {
+		return slices.SortedFunc(slices.Values(rs), func(a, b scheduler.Running) int { return strings.Compare(a.ID, b.ID) })
+	}
+	eng, ok := ws.Policy.(*policy.Engine)
+	if !ok {
+		t.Fatalf("the replay's rules are a %T", ws.Policy)
+	}
+	checks := []struct {
+		what      string
+		got, want any
+	}{
+		{"now", got.st.now, ws.Now},
+		{"devices held", got.st.inv.Allocations(), ws.Inventory.Allocations()},
+		{"GPUs", got.st.inv.Stats(), ws.Inventory.Stats()},
+		{"running", running(got.st.running), running(ws.Running)},
+		{"queue", byID(got.reqs), byID(ws.Queue)},
+		{"bookings", got.st.engine.Bookings(), eng.Bookings()},
+		{"order", got.st.engine.Order(), eng.Order()},
+		{"options", got.opts, ws.Options},
+		{"groups", got.st.groups, want.Groups},
+	}
+	for _, c := range checks {
+		if !reflect.DeepEqual(c.got, c.want) {
+			t.Errorf("%s: the round has\n%+v\nthe replay\n%+v", c.what, c.got, c.want)
+		}
+	}
+	for _, h := range ws.Inventory.HostNames() {
+		gf, _ := got.st.inv.Free(h)
+		wf, _ := ws.Inventory.Free(h)
+		if !reflect.DeepEqual(gf, wf) {
+			t.Errorf("free on %s: the round has %+v, the replay %+v", h, gf, wf)
+		}
+	}
+	// What only the replay needs: the queue order the round gave.
+	for _, r := range ws.Queue {
+		if vm := e.vm(r.ID); vm.State != store.VMQueued || ws.Rank[r.ID] != vm.QueueRank || vm.QueueRank == 0 {
+			t.Errorf("%s: %s, rank %d, the replay's %d", r.ID, vm.State, vm.QueueRank, ws.Rank[r.ID])
+		}
+	}
+}
+
+// TestReplayInputsTasks: the replay knows which queued and running VMs
+// serve a task, with the time each asked for, and what the tasks that
+// ended used of theirs: a person's median with enough of theirs,
+// everyone's otherwise.
+func TestReplayInputsTasks(t *testing.T) {
+	e := newEnv(t, "l40sx4")
+	clock := clocktest.New(time.Date(2026, 12, 1, 10, 0, 0, 0, berlin))
+	e.withClock("", clock)
+	ctx := context.Background()
+	o := e.orch(nil)
+	task := func(owner, id string, limit time.Duration) *store.VM {
+		t.Helper()
+		vm := &store.VM{Name: "task-" + id, Owner: owner, Profile: "l40s-whole", Hours: int((limit + time.Hour - 1) / time.Hour), Spec: "{}"}
+		tk := &store.Task{ID: id, Owner: owner, Profile: "l40s-whole", Command: `["true"]`, TimeLimitS: int64(limit / time.Second), KillWaitS: 30}
+		if _, err := e.st.CreateVM(ctx, vm, store.CreateVMOptions{RequestedBy: owner, Task: tk}); err != nil {
+			t.Fatal(err)
+		}
+		return vm
+	}
+	ended := func(owner, id string, limit, used time.Duration) {
+		t.Helper()
+		vm := task(owner, id, limit)
+		start := clock.Now().Add(-used)
+		if err := e.st.UpdateTask(ctx, id, nil, store.TaskUpdate{State: api.TaskRunning, StartedAt: &start}); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.st.UpdateTask(ctx, id, nil, store.TaskUpdate{State: api.TaskCompleted}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.st.UpdateVMState(ctx, vm.ID, vm.Version, store.VMUpdate{State: store.VMDeleted}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range estimate.MinTaskRuns {
+		ended("ann", fmt.Sprint("a", i), time.Hour, time.Duration(20+5*i)*time.Minute) // 1/3 … 2/3: median 1/2
+	}
+	ended("bob", "b0", time.Hour, time.Hour)
+	pending := task("bob", "b1", 90*time.Minute)
+	in, err := o.ReplayInputs(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := map[string]time.Duration{pending.ID: 90 * time.Minute}; !reflect.DeepEqual(in.State.Tasks, want) {
+		t.Errorf("tasks %v, want %v", in.State.Tasks, want)
+	}
+	// Everyone's six: five of ann's and bob's one whole hour (bob has too
+	// few of his own).
+	if want := map[string]float64{"ann": 0.5, "": (0.5 + float64(35*time.Minute)/float64(time.Hour)) / 2}; !reflect.DeepEqual(in.State.TaskRatio, want) {
+		t.Errorf("ratios %v, want %v", in.State.TaskRatio, want)
+	}
+}
