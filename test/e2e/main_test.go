@@ -16,6 +16,15 @@
 //     one VM, on the host once it is deleted, read in the next; another
 //     person's VM has its own.
 //
+// The tests that boot guests under a real QEMU (TestRealLibvirtTinyGuest,
+// TestTinyGuestOnNetwork, TestHomeFollowsThePerson,
+// TestTaskRunsAndGivesTheGPUBack, TestDesktopOverRDP,
+// TestTwoInstallationsOnOneLibvirtd, TestRestoreOlderDatabase) run side by side
+// (t.Parallel), after the others: each has a gpuvmd, a storage pool and a
+// domain prefix of its own, and they spend most of their time waiting on
+// their guests (a boot timeout waited out, SSH, cloud-init, a task's line a
+// second), waits that then overlap.
+//
 // Tests that need a libvirtd (libvirt's test driver hosted by libvirtd,
 // test+unix:///default, whose state outlives a killed gpuvmd; or QEMU) skip
 // with the reason when it does not answer. Each holds libvirtlock shared
