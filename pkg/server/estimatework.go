@@ -84,6 +84,10 @@ type estimates struct {
 	wake chan struct{}
 	// began is when the worker began the replay of the last snapshot.
 	began time.Time
+	// dirty: this server wrote since the last version read began. A write
+	// kicks a version read only while somebody reads the estimates (see
+	// noteWrite); otherwise the answers say stale until the read.
+	dirty bool
 	// wants are the probes asked for, by probeKey.
 	wants map[string]*probeWant
 	// beforeCompute, when set (tests), is called by the worker before each
@@ -163,6 +167,22 @@ func (s *Server) kickOnWrite(c *gin.Context) {
 		return
 	}
 	if c.Writer.Status() < 400 {
+		s.noteWrite()
+	}
+}
+
+// noteWrite notes a write of this server: the answers say stale until the
+// state version is read again, which it asks for at once while somebody
+// reads the estimates (a read since the last replay began), and else
+// leaves to the next poll or read: a burst of creates nobody looks at costs
+// the database no version reads (issue #26).
+func (s *Server) noteWrite() {
+	e := s.estimates
+	e.mu.Lock()
+	e.dirty = true
+	watched := e.snap == nil || !e.read.Before(e.began)
+	e.mu.Unlock()
+	if watched {
 		s.kickEstimates()
 	}
 }
@@ -213,7 +233,8 @@ func (s *Server) runEstimates(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-e.wake: // a stale snapshot was read: replay now
+		case <-e.wake: // a stale snapshot was read: see what changed, replay now
+			s.pollEstimates(ctx)
 			continue
 		case <-e.kick:
 		case <-t.C:
@@ -227,6 +248,7 @@ func (s *Server) pollEstimates(ctx context.Context) {
 	e := s.estimates
 	e.mu.Lock()
 	e.pollsStarted++
+	e.dirty = false // a write from now on is read next time
 	e.mu.Unlock()
 	v, err := s.stateVersion(ctx)
 	e.mu.Lock()
@@ -426,7 +448,7 @@ func (s *Server) awaitEstimates(ctx context.Context, limit time.Duration, fresh 
 	e.read = time.Now()
 	sn, after := e.snap, e.pollsStarted
 	if sn != nil && have(sn) {
-		stale := sn.gen < e.gen
+		stale := sn.gen < e.gen || e.dirty
 		e.mu.Unlock()
 		if stale {
 			select {
@@ -444,7 +466,7 @@ func (s *Server) awaitEstimates(ctx context.Context, limit time.Duration, fresh 
 		e.mu.Lock()
 		sn = e.snap
 		caughtUp := sn != nil && e.pollsDone > after && sn.gen >= e.gen
-		stale := sn != nil && sn.gen < e.gen
+		stale := sn != nil && (sn.gen < e.gen || e.dirty)
 		ch := e.changed
 		e.mu.Unlock()
 		if sn != nil && (have(sn) || fresh && caughtUp) {

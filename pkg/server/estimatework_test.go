@@ -229,3 +229,43 @@ func TestProbesFollowWhoLooks(t *testing.T) {
 		}
 	}
 }
+
+// TestWritesNobodyReadsCostNoVersionReads: a write of this server reads
+// the state version at once only while somebody reads the estimates; else
+// the answers say stale until the next read of the version, which the
+// first request to find them so asks for.
+func TestWritesNobodyReadsCostNoVersionReads(t *testing.T) {
+	e := newEstimateEnv(t, "2h")
+	caughtUp(t, e.s)
+	est := e.s.estimates
+	polls := func() uint64 {
+		est.mu.Lock()
+		defer est.mu.Unlock()
+		return est.pollsStarted
+	}
+	// Nobody has read since the last replay began (caughtUp's wait began
+	// before it).
+	before := polls()
+	for range 5 {
+		e.s.noteWrite()
+		time.Sleep(50 * time.Millisecond)
+	}
+	if n := polls() - before; n > 1 { // the worker's own poll, once a second, may come
+		t.Errorf("%d version reads for 5 writes nobody looked at; want at most the poll's one", n)
+	}
+	ctx := context.Background()
+	if _, stale := e.s.awaitEstimates(ctx, 0, false, func(*estimateSnap) bool { return true }); !stale {
+		t.Error("after a write, the estimates read are not said stale")
+	}
+	caughtUp(t, e.s)
+	// Somebody read the estimates since the last replay began: a write is
+	// looked at at once.
+	e.s.awaitEstimates(ctx, 0, false, func(*estimateSnap) bool { return true })
+	before = polls()
+	e.s.noteWrite()
+	for deadline := time.Now().Add(10 * time.Second); polls() == before; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("a write while the estimates are read did not read the state version")
+		}
+	}
+}
