@@ -19,18 +19,8 @@ import (
 // installation's as a person's volume and deletes the other explicitly. A
 // disk with its row is no orphan.
 func TestDataDiskOrphans(t *testing.T) {
-	e := newEnv(t, "l40sx4")
+	e, o := diskEnv(t)
 	ctx := context.Background()
-	cfg := *e.cfg
-	cfg.Server.Libvirt.StoragePool = "default-pool" // the test driver's pool
-	e.cfg = &cfg
-	inst, err := e.st.Installation(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	o := New(Config{Store: e.st, Backends: e.l, Hypervisor: e.hv, Profiles: func() *config.Config { return e.cfg },
-		Host: "test-host", Installation: inst.ID, DomainPrefix: e.prefix, DomainType: "qemu", Log: e.log,
-		Tick: 50 * time.Millisecond, ShutdownTimeout: time.Second})
 	keep := &store.Volume{Owner: "ann", Name: "keep", SizeBytes: 1 << 20, CreatedBy: "ann"}
 	lost := &store.Volume{Owner: "ann", Name: "lost", SizeBytes: 2 << 20, CreatedBy: "ann"}
 	for _, v := range []*store.Volume{keep, lost} {
@@ -68,7 +58,7 @@ func TestDataDiskOrphans(t *testing.T) {
 	}
 	got := find()
 	l, f := got["default-pool/"+lost.Volume], got["default-pool/"+foreign]
-	if l.Kind != api.OrphanVolume || !l.Adoptable || l.Installation != inst.ID || !strings.Contains(l.Reason, "no volume "+lost.ID) {
+	if l.Kind != api.OrphanVolume || !l.Adoptable || l.Installation != o.cfg.Installation || !strings.Contains(l.Reason, "no volume "+lost.ID) {
 		t.Fatalf("lost disk: %+v", l)
 	}
 	if f.Kind != api.OrphanVolume || f.Adoptable || f.Installation != "other-installation" || !strings.Contains(f.Reason, "another gpuvm installation") {
@@ -115,7 +105,7 @@ func TestDataDiskOrphans(t *testing.T) {
 		t.Fatal(err)
 	}
 	for name := range find() {
-		if strings.Contains(name, "gpuvm-disk-") && (strings.Contains(name, inst.ID) || strings.Contains(name, "other-installation")) {
+		if strings.Contains(name, "gpuvm-disk-") && (strings.Contains(name, o.cfg.Installation) || strings.Contains(name, "other-installation")) {
 			t.Errorf("orphan left: %s", name)
 		}
 	}
@@ -126,18 +116,8 @@ func TestDataDiskOrphans(t *testing.T) {
 // VM it is attached to does not start with it; once the file is back, the
 // error goes.
 func TestDataDiskMissingFile(t *testing.T) {
-	e := newEnv(t, "l40sx4")
+	e, o := diskEnv(t)
 	ctx := context.Background()
-	cfg := *e.cfg
-	cfg.Server.Libvirt.StoragePool = "default-pool" // the test driver's pool
-	e.cfg = &cfg
-	inst, err := e.st.Installation(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	o := New(Config{Store: e.st, Backends: e.l, Hypervisor: e.hv, Profiles: func() *config.Config { return e.cfg },
-		Host: "test-host", Installation: inst.ID, DomainPrefix: e.prefix, DomainType: "qemu", Log: e.log,
-		Tick: 50 * time.Millisecond, ShutdownTimeout: time.Second})
 	gone := &store.Volume{Owner: "ann", Name: "gone", SizeBytes: 1 << 20, CreatedBy: "ann"}
 	here := &store.Volume{Owner: "ann", Name: "here", SizeBytes: 1 << 20, CreatedBy: "ann"}
 	for _, v := range []*store.Volume{gone, here} {
@@ -194,4 +174,22 @@ func TestDataDiskMissingFile(t *testing.T) {
 	if disks, err := o.life.dataDisks(ctx, &store.VM{ID: vmID}); err != nil || len(disks) != 1 {
 		t.Fatalf("a VM's disks once the file is back: %+v %v", disks, err)
 	}
+}
+
+// diskEnv is an environment whose data disks go to the test driver's
+// pool, and an orchestrator of it with this installation's ID.
+func diskEnv(t *testing.T) (*env, *Orchestrator) {
+	t.Helper()
+	e := newEnv(t, "l40sx4")
+	cfg := *e.cfg
+	cfg.Server.Libvirt.StoragePool = "default-pool" // the test driver's pool
+	e.cfg = &cfg
+	inst, err := e.st.Installation(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := New(Config{Store: e.st, Backends: e.l, Hypervisor: e.hv, Profiles: func() *config.Config { return e.cfg },
+		Host: "test-host", Installation: inst.ID, DomainPrefix: e.prefix, DomainType: "qemu", Log: e.log,
+		Tick: 50 * time.Millisecond, ShutdownTimeout: time.Second})
+	return e, o
 }
