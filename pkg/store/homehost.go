@@ -58,3 +58,11 @@ func (s *Store) HomeHosts(ctx context.Context, names []string) (map[string]strin
 	}
 	return out, nil
 }
+
+// ForgetHomeHost clears user's home host if it is host: their home was
+// removed there, and the next is made where their next VM runs. A home
+// recorded on another host stays so; an unknown user is no error.
+func (s *Store) ForgetHomeHost(ctx context.Context, user, host string) error {
+	err := s.db.WithContext(ctx).Model(&User{}).Where("name = ? AND home_host = ?", user, host).Update("home_host", nil).Error
+	return wrap(err, nil, "forget the home host of user %q", user)
+}

@@ -45,5 +45,15 @@ func TestRecordHomeHost(t *testing.T) {
 		if u, err := s.GetUser(ctx, "cem"); err != nil || u.HomeHost != nil {
 			t.Fatalf("cem after a refused record: %+v, %v; want no home host", u, err)
 		}
+		// A home removed on another host than its recorded one stays
+		// recorded; removed on its host, it is forgotten.
+		for _, c := range []struct{ host, want string }{{"gpu-02", "gpu-01"}, {"gpu-01", ""}} {
+			if err := s.ForgetHomeHost(ctx, "ann", c.host); err != nil {
+				t.Fatal(err)
+			}
+			if hosts, err := s.HomeHosts(ctx, []string{"ann"}); err != nil || hosts["ann"] != c.want {
+				t.Fatalf("ann's home host after forgetting it on %s: %v, %v; want %q", c.host, hosts, err, c.want)
+			}
+		}
 	})
 }
