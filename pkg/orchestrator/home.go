@@ -52,6 +52,7 @@ func (lc *lifecycle) home(ctx context.Context, set lifecycleSettings, p *config.
 	if err != nil {
 		return nil, err
 	}
+	lc.recordHomeHost(ctx, vm)
 	// The person's quota (homequota.go); the rounds apply it again.
 	if lc.quotas != nil && set.Config != nil {
 		if err := lc.quotas.Ensure(ctx, set.Config, h.Root, dir, vm.Owner, uid); err != nil {
@@ -59,4 +60,23 @@ func (lc *lifecycle) home(ctx context.Context, set lifecycleSettings, p *config.
 		}
 	}
 	return &vmHome{fs: domain.Filesystem{Source: dir, Tag: config.HomeTag}, uid: int(uid), mount: h.Mount}, nil
+}
+
+// recordHomeHost records this host as the one the owner's home lives on
+// when none is yet (store.RecordHomeHost: the first home made stays the
+// one): in a fleet the leader places their VMs here when it can
+// (homehost.go). A failure is logged: the VM gets its home all the same,
+// and the next of the owner's VMs records it.
+func (lc *lifecycle) recordHomeHost(ctx context.Context, vm *store.VM) {
+	if lc.host == "" {
+		return
+	}
+	home, err := lc.st.RecordHomeHost(ctx, vm.Owner, lc.host)
+	switch {
+	case err != nil:
+		lc.log.Warn("where the home lives not recorded; the next VM of its person records it", "user", vm.Owner, "host", lc.host, "err", err)
+	case home != lc.host:
+		lc.log.Warn("a VM mounts a home away from its person's first: the files of the home on the other host are not in it",
+			"vm", vm.ID, "user", vm.Owner, "host", lc.host, "home_host", home)
+	}
 }

@@ -62,7 +62,7 @@ profile "nohome" {
 		}
 	}
 	log, _ := logtest.New()
-	lc := &lifecycle{st: st, log: log, virtiofsd: func() (string, error) { return "/usr/lib/qemu/virtiofsd", nil }}
+	lc := &lifecycle{st: st, log: log, host: "gpu-01", virtiofsd: func() (string, error) { return "/usr/lib/qemu/virtiofsd", nil }}
 	set := lifecycleSettings{RenderCloudInit: cfg.RenderCloudInit, Homes: cfg.Server.Storage.Homes}
 	vm := &store.VM{ID: "vm-1", Name: "p-1", Owner: "bob", Profile: "p"}
 	h, err := lc.home(ctx, set, cfg.Profiles["p"], vm)
@@ -90,6 +90,16 @@ profile "nohome" {
 	if h3, err := lc.home(ctx, set, cfg.Profiles["p"], &store.VM{ID: "vm-3", Owner: "ann"}); err != nil || h3.fs.Source != filepath.Join(root, "ann") || h3.uid != 20001 {
 		t.Errorf("ann's home %+v, %v", h3, err)
 	}
+	// Where each home was first made is recorded; a VM of the same person
+	// on another host does not move it.
+	lc.host = "gpu-02"
+	if _, err := lc.home(ctx, set, cfg.Profiles["p"], &store.VM{ID: "vm-4", Owner: "bob"}); err != nil {
+		t.Fatal(err)
+	}
+	if hosts, err := st.HomeHosts(ctx, []string{"ann", "bob"}); err != nil || hosts["ann"] != "gpu-01" || hosts["bob"] != "gpu-01" {
+		t.Errorf("home hosts %v, %v; want both on gpu-01, where they were made", hosts, err)
+	}
+	lc.host = "gpu-01"
 	if h, err := lc.home(ctx, set, cfg.Profiles["nohome"], vm); h != nil || err != nil {
 		t.Errorf("profile without a home: %+v, %v", h, err)
 	}

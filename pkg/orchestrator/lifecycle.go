@@ -79,6 +79,8 @@ type lifecycleStore interface {
 	UserUID(ctx context.Context, name string, min, max int64) (int64, error)
 	// UserGroups: the owner's groups, for a share's access (shares.go).
 	UserGroups(ctx context.Context, names []string) (map[string][]string, error)
+	// RecordHomeHost: where a person's home lives (home.go).
+	RecordHomeHost(ctx context.Context, user, host string) (string, error)
 	AppendEvent(ctx context.Context, e *store.Event) error
 }
 

@@ -119,7 +119,7 @@ func (dp *dispatcher) schedule(ctx context.Context, qs []queued) []queued {
 			entries[s.ID] = store.QueueEntry{Reason: why, Phase: PhaseQueued}
 			continue
 		}
-		next, err := dp.claim(ctx, q, s, st)
+		next, err := dp.claim(ctx, q, s, st, reqs[reqOf[s.ID]].PreferHost)
 		switch {
 		case errors.Is(err, store.ErrSlotTaken), errors.Is(err, store.ErrConflict):
 			dp.log.Info("slot taken or VM changed meanwhile; placing again next round", "vm", q.vm.ID, "err", err)
@@ -213,6 +213,11 @@ func (dp *dispatcher) cycleInputs(ctx context.Context, cfg *config.Config, queue
 		reqs = append(reqs, requestOf(cfg, q.vm, st.groups[q.vm.Owner]))
 		restartRequest(&reqs[len(reqs)-1], q, st.now) // actions.go
 	}
+	if set := dp.life.settings(); set.InFleet && set.Homes.Enabled {
+		if err := preferHomeHosts(ctx, dp.st, cfg, queue, reqs); err != nil { // homehost.go
+			dp.log.Warn("the queued VMs are placed without preferring their homes' hosts this round", "err", err)
+		}
+	}
 	opts := dp.settings().Scheduler
 	if opts.Strategy == "" {
 		opts.Strategy = scheduler.Pack
@@ -303,8 +308,10 @@ func requestOf(cfg *config.Config, vm *store.VM, groups []string) scheduler.Requ
 }
 
 // claim records a start: the slots of every device and the usage records,
-// with the VM moved to allocating, in one transaction.
-func (dp *dispatcher) claim(ctx context.Context, q queued, s scheduler.Start, st *state) (*store.VM, error) {
+// with the VM moved to allocating, in one transaction. home is the host of
+// the owner's home the VM mounts ("" for none): placed elsewhere, its
+// reason says so (homehost.go).
+func (dp *dispatcher) claim(ctx context.Context, q queued, s scheduler.Start, st *state, home string) (*store.VM, error) {
 	claims, err := claimsOf(s.Placement, st.slotsHeld[s.Placement.Host])
 	if err != nil {
 		return nil, err
@@ -319,7 +326,8 @@ func (dp *dispatcher) claim(ctx context.Context, q queued, s scheduler.Start, st
 			return err
 		}
 		var err error
-		next, err = tx.UpdateVMState(ctx, q.vm.ID, q.vm.Version, store.VMUpdate{State: store.VMAllocating, Phase: api.PhaseAllocating, Host: &host})
+		next, err = tx.UpdateVMState(ctx, q.vm.ID, q.vm.Version, store.VMUpdate{State: store.VMAllocating, Phase: api.PhaseAllocating, Host: &host,
+			StateReason: awayFromHome(q.vm.Owner, home, host)})
 		if err != nil {
 			return err
 		}
@@ -343,6 +351,9 @@ func (dp *dispatcher) claim(ctx context.Context, q queued, s scheduler.Start, st
 		}
 	}
 	dp.log.Info("VM placed", "vm", q.vm.ID, "name", q.vm.Name, "host", host, "placement", s.Placement.String())
+	if home != "" && home != host {
+		dp.log.Info("VM placed away from its owner's home: its host could not serve it now", "vm", q.vm.ID, "owner", q.vm.Owner, "host", host, "home_host", home)
+	}
 	if err := dp.life.hook(q.vm.ID, HookClaimed); err != nil {
 		return nil, err
 	}

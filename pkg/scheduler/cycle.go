@@ -285,7 +285,7 @@ func passMain(now time.Time, inv *Inventory, ordered []Request, s Session, o Opt
 		var bk *Hold
 		why, known := failed.m[key]
 		if !plain || !known {
-			p, bk, why = inv.place(r.Need, PlaceOptions{Strategy: o.Strategy, Now: now, End: end, Holds: append(others, against...), Own: own})
+			p, bk, why = inv.place(r.Need, PlaceOptions{Strategy: o.Strategy, Now: now, End: end, Holds: append(others, against...), Own: own, Prefer: r.PreferHost})
 			failed.note(plain, key, why)
 		}
 		if why.OK() {
@@ -366,7 +366,7 @@ func lookaheadHolds(now time.Time, inv *Inventory, ordered []Request, running []
 func (inv *Inventory) shadowNow(now time.Time, r *Request, ends []ending, s Session, held []Hold, st Strategy) (Hold, bool) {
 	end := now.Add(r.Lease)
 	others, own := s.Bookings(r, now, end)
-	if p, _, why := inv.place(r.Need, PlaceOptions{Strategy: st, Now: now, End: end, Holds: append(others, held...), Own: own}); why.OK() {
+	if p, _, why := inv.place(r.Need, PlaceOptions{Strategy: st, Now: now, End: end, Holds: append(others, held...), Own: own, Prefer: r.PreferHost}); why.OK() {
 		return Hold{ID: r.ID, Code: CodeHeld, Host: p.Host, Devices: p.Devices, From: now, To: end}, true
 	}
 	return inv.shadow(now, r, ends, s, held, st)
@@ -467,7 +467,7 @@ func pass(now time.Time, inv *Inventory, ordered []Request, s Session, o Options
 		var bk *Hold
 		why, known := failed.m[key]
 		if !plain || !known {
-			p, bk, why = inv.place(r.Need, PlaceOptions{Strategy: o.Strategy, Now: now, End: end, Holds: others, Own: own})
+			p, bk, why = inv.place(r.Need, PlaceOptions{Strategy: o.Strategy, Now: now, End: end, Holds: others, Own: own, Prefer: r.PreferHost})
 			failed.note(plain, key, why)
 		}
 		if why.OK() {

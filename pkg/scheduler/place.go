@@ -62,6 +62,10 @@ type PlaceOptions struct {
 	// Own is booked capacity of the requester: a device of it that is the
 	// need exactly is taken first.
 	Own []Hold
+	// Prefer, when set, is the host tried first (after Own): a preference,
+	// not a rule; when it cannot give the need, any host may (Placement.
+	// Host tells which was chosen). An unknown host is no preference.
+	Prefer string
 }
 
 // Place chooses where a request's devices go, without changing the
@@ -73,7 +77,15 @@ func (inv *Inventory) Place(need Need, o PlaceOptions) (Placement, Reason) {
 }
 
 // place also returns the booking hold the placement used (nil if none).
+// A preferred host is tried first; what it cannot give is placed as
+// without one, so whether a need fits (and why not) is the same with a
+// preference or without.
 func (inv *Inventory) place(need Need, o PlaceOptions) (Placement, *Hold, Reason) {
+	if hi, ok := inv.byName[o.Prefer]; ok && o.Prefer != "" {
+		if p, h, why := inv.placeOn(need, o, hi); why.OK() {
+			return p, h, why
+		}
+	}
 	return inv.placeOn(need, o, -1)
 }
 

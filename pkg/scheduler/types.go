@@ -144,6 +144,10 @@ type Request struct {
 	// StartBy, when set, is when the requester gives up: the scheduler does
 	// not hold capacity for a request that could only start later.
 	StartBy time.Time `json:"start_by,omitzero"`
+	// PreferHost, when set, is the host the request is placed on when it
+	// can be (PlaceOptions.Prefer): in a fleet, the host of the owner's
+	// home for a VM that mounts it.
+	PreferHost string `json:"prefer_host,omitempty"`
 }
 
 // InGroup reports whether the request's user belongs to group.

@@ -160,6 +160,10 @@ func (s *Server) deleteHome(c *gin.Context) {
 		auditDetail(c, "admin override: home of %s", who)
 	}
 	s.log.Warn("home deleted", "user", who, "by", u.Name)
+	// The next home is made where the person's next VM runs.
+	if err := s.Store.ForgetHomeHost(ctx, who, s.Host); err != nil {
+		s.log.Error("the deleted home is still recorded on this host: the person's next VMs are placed here first", "user", who, "host", s.Host, "err", err)
+	}
 	c.Status(http.StatusNoContent)
 }
 

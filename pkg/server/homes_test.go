@@ -81,6 +81,13 @@ func TestDeleteHome(t *testing.T) {
 	if _, err := st.UpdateVMState(ctx, vm.ID, vm.Version, store.VMUpdate{State: store.VMStopped}); err != nil {
 		t.Fatal(err)
 	}
+	// ann's home was made here, bob's recorded on another host.
+	s.Host = "here"
+	for user, host := range map[string]string{"ann": "here", "bob": "there"} {
+		if _, err := st.RecordHomeHost(ctx, user, host); err != nil {
+			t.Fatal(err)
+		}
+	}
 	if code, _, body := volCall(t, s, "DELETE", "/v1/homes/ann?confirm=ann", "ann-token", ""); code != http.StatusNoContent {
 		t.Fatalf("delete: %d %s", code, body)
 	}
@@ -93,6 +100,11 @@ func TestDeleteHome(t *testing.T) {
 	// An admin deletes bob's, audited as an override.
 	if code, _, body := volCall(t, s, "DELETE", "/v1/homes/bob?confirm=bob", "admin-token", ""); code != http.StatusNoContent {
 		t.Fatalf("admin delete: %d %s", code, body)
+	}
+	// ann's next home is made where her next VM runs; bob's home is still
+	// recorded where it lives.
+	if hosts, err := st.HomeHosts(ctx, []string{"ann", "bob"}); err != nil || hosts["ann"] != "" || hosts["bob"] != "there" {
+		t.Fatalf("home hosts after the deletes here: %v, %v; want ann's forgotten, bob's kept on there", hosts, err)
 	}
 	entries, _, err := st.ListAudit(ctx, store.AuditFilter{Action: "home.delete"})
 	if err != nil || len(entries) == 0 || entries[0].Target != "home/bob" || entries[0].User != "admin" || !strings.Contains(entries[0].Detail, "admin override") {

@@ -19,6 +19,9 @@ func fillEveryTable(t *testing.T, s *Store) {
 	ctx := context.Background()
 	mustUser(t, s, "ann", "render")
 	mustUser(t, s, "bob")
+	if _, err := s.RecordHomeHost(ctx, "ann", "gpu-01"); err != nil {
+		t.Fatal(err)
+	}
 	_, tok, err := s.CreateToken(ctx, "ann", "laptop", nil)
 	if err != nil {
 		t.Fatal(err)

@@ -34,6 +34,10 @@ type User struct {
 	// of their account in every guest (UserUID): the directory's
 	// uidNumber, or one gpuvm assigned. nil until first needed.
 	UID *int64 `gorm:"column:uid;uniqueIndex:users_uid,where:uid IS NOT NULL" json:"uid,omitempty"`
+	// HomeHost is the host the person's home lives on: where it was first
+	// made (RecordHomeHost). In a fleet the VMs that mount it are placed
+	// there when it can serve them. nil until first made.
+	HomeHost *string `gorm:"column:home_host" json:"home_host,omitempty"`
 	// SSHKeys are the public keys the user keeps for new VMs, one a line
 	// (SetUserSSHKeys); "" for none.
 	SSHKeys string `gorm:"column:ssh_keys;not null" json:"ssh_keys,omitempty"`

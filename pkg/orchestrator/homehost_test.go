@@ -1,0 +1,128 @@
+package orchestrator
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/gpuvm/gpuvm/pkg/config"
+	"github.com/gpuvm/gpuvm/pkg/store"
+)
+
+// In a fleet the leader places a VM that mounts its owner's home on the
+// host the home lives on; a person without a home yet is placed as before;
+// when the home's host cannot serve the VM, it goes elsewhere and its
+// reason says that its home's files are not there.
+func TestFleetPrefersHomeHost(t *testing.T) {
+	ctx := context.Background()
+	// n1 leads and has no L40S: the seats go on n2 or n3, which make
+	// nothing here (they do not run rounds), so what the leader chose stays.
+	n1 := newFleetNode(t, "n1", "h100x8", nil)
+	n2 := newFleetNode(t, "n2", "l40sx4", n1.st)
+	n3 := newFleetNode(t, "n3", "l40sx4", n1.st)
+	n1.fleet.leader.Store(true)
+	for _, n := range []*fleetNode{n1, n2, n3} {
+		n.beat(t)
+	}
+	cfg, diags := config.Parse(config.Source{Name: "p.hcl", Data: []byte(testProfiles + `
+server {
+  storage {
+    homes {
+      root = "` + t.TempDir() + `"
+    }
+  }
+}
+profile "home-seat" {
+  vcpus  = 1
+  memory = "512MiB"
+  boot { kernel = "/boot/vmlinuz" }
+  network { type = "none" }
+  gpu {
+    kind = "vgpu"
+    type = "L40S-12Q"
+  }
+  home = true
+}
+`)})
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	if !cfg.Profiles["home-seat"].Home {
+		t.Fatal("home-seat does not mount its owner's home")
+	}
+	n1.cfg = cfg
+	if err := n1.st.CreateUser(ctx, &store.User{Name: "cem"}); err != nil {
+		t.Fatal(err)
+	}
+
+	// bob has no home yet: placed as before, on the host pack chooses.
+	first, _ := n1.submit("bob", "home-seat", "no-home")
+	n1.o.Drain(ctx)
+	vm := n1.wantVM(first.ID, store.VMAllocating, "")
+	packed := vm.Host
+	other := map[string]string{"n2": "n3", "n3": "n2"}[packed]
+	if other == "" || vm.StateReason != "" {
+		t.Fatalf("bob's VM on %q, reason %q; want on n2 or n3, no reason", vm.Host, vm.StateReason)
+	}
+
+	// ann's home is on the other host: her VM goes there, though pack
+	// would put it beside bob's.
+	if _, err := n1.st.RecordHomeHost(ctx, "ann", other); err != nil {
+		t.Fatal(err)
+	}
+	home, _ := n1.submit("ann", "home-seat", "at-home")
+	n1.o.Drain(ctx)
+	if vm := n1.wantVM(home.ID, store.VMAllocating, ""); vm.Host != other || vm.StateReason != "" {
+		t.Fatalf("ann's VM on %q, reason %q; want on %s, her home's host, no reason", vm.Host, vm.StateReason, other)
+	}
+
+	// cem's home is on the other host too, which is drained now: placed
+	// elsewhere, and told.
+	if _, err := n1.st.RecordHomeHost(ctx, "cem", other); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n1.st.SetHostDraining(ctx, other, true); err != nil {
+		t.Fatal(err)
+	}
+	away, _ := n1.submit("cem", "home-seat", "away")
+	n1.o.Drain(ctx)
+	vm = n1.wantVM(away.ID, store.VMAllocating, AwayFromHomePrefix)
+	if vm.Host != packed || !strings.Contains(vm.StateReason, "the home of cem is on "+other) {
+		t.Fatalf("cem's VM on %q, reason %q; want on %s, saying the home is on %s", vm.Host, vm.StateReason, packed, other)
+	}
+	// The node makes it: the note stays in the running VM's reason, and
+	// cem's home stays recorded where it was.
+	n := map[string]*fleetNode{"n2": n2, "n3": n3}[packed]
+	n.cfg = cfg
+	n.o.life.virtiofsd = func() (string, error) { return "/usr/libexec/virtiofsd", nil }
+	n.o.Drain(ctx)
+	if vm := n1.wantVM(away.ID, store.VMRunning, AwayFromHomePrefix); vm.Host != packed {
+		t.Errorf("cem's VM runs on %q, want %s", vm.Host, packed)
+	}
+	if hosts, err := n1.st.HomeHosts(ctx, []string{"bob", "cem"}); err != nil || hosts["cem"] != other || hosts["bob"] != packed {
+		t.Errorf("home hosts %v, %v; want cem's kept on %s, bob's made on %s", hosts, err, other, packed)
+	}
+}
+
+// A VM's note that it runs away from its home stays through its create
+// and boot, beside the other reasons they write.
+func TestAwayNoteKept(t *testing.T) {
+	note := awayFromHome("ann", "n2", "n1")
+	for _, c := range []struct{ prev, reason, want string }{
+		{"", "booted", "booted"},
+		{"something else", "booted", "booted"},
+		{note, "", note},
+		{note, "booted", note + "; booted"},
+		{note + "; waiting for the desktop", "booted", note + "; booted"},
+	} {
+		if got := joinReasons(awayNote(c.prev), c.reason); got != c.want {
+			t.Errorf("prev %q, reason %q: %q, want %q", c.prev, c.reason, got, c.want)
+		}
+	}
+	if awayFromHome("ann", "", "n1") != "" || awayFromHome("ann", "n1", "n1") != "" {
+		t.Error("a note for a VM at home, or without one")
+	}
+	if strings.Contains(note, "; ") {
+		t.Errorf("the note %q holds the separator of reasons", note)
+	}
+}

@@ -1,0 +1,68 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"strings"
+)
+
+// RecordHomeHost records that user's home lives on host, unless a host is
+// recorded already: a home stays where it was first made (a VM placed
+// elsewhere gets a second, empty directory there, not the person's files).
+// It returns the host recorded, host or the one before. An unknown user is
+// ErrNotFound; an empty host ErrInvalid.
+func (s *Store) RecordHomeHost(ctx context.Context, user, host string) (string, error) {
+	if strings.TrimSpace(host) == "" {
+		return "", fmt.Errorf("home host of user %q: %w: empty host", user, ErrInvalid)
+	}
+	var recorded string
+	err := s.Tx(ctx, func(tx *Store) error {
+		res := tx.db.WithContext(ctx).Model(&User{}).Where("name = ? AND home_host IS NULL", user).Update("home_host", host)
+		if res.Error != nil {
+			return res.Error
+		}
+		u, err := tx.getUser(ctx, "name = ?", user)
+		if err != nil {
+			return err
+		}
+		if u.HomeHost == nil {
+			return fmt.Errorf("user %q: %w: no home host recorded", user, ErrConflict)
+		}
+		recorded = *u.HomeHost
+		return nil
+	})
+	if err != nil {
+		return "", wrap(err, nil, "record the home host of user %q", user)
+	}
+	return recorded, nil
+}
+
+// HomeHosts returns the host each of the users named has their home on;
+// a user without one recorded (or unknown) is absent.
+func (s *Store) HomeHosts(ctx context.Context, names []string) (map[string]string, error) {
+	out := make(map[string]string, len(names))
+	if len(names) == 0 {
+		return out, nil
+	}
+	var rows []struct {
+		Name     string
+		HomeHost string
+	}
+	err := s.db.WithContext(ctx).Model(&User{}).Select("name, home_host").
+		Where("name IN ? AND home_host IS NOT NULL", names).Scan(&rows).Error
+	if err != nil {
+		return nil, wrap(err, nil, "read the home hosts of %d users", len(names))
+	}
+	for _, r := range rows {
+		out[r.Name] = r.HomeHost
+	}
+	return out, nil
+}
+
+// ForgetHomeHost clears user's home host if it is host: their home was
+// removed there, and the next is made where their next VM runs. A home
+// recorded on another host stays so; an unknown user is no error.
+func (s *Store) ForgetHomeHost(ctx context.Context, user, host string) error {
+	err := s.db.WithContext(ctx).Model(&User{}).Where("name = ? AND home_host = ?", user, host).Update("home_host", nil).Error
+	return wrap(err, nil, "forget the home host of user %q", user)
+}
