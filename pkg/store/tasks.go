@@ -88,17 +88,21 @@ func (s *Store) ListLiveTasks(ctx context.Context) ([]Task, error) {
 // run (pkg/estimate TaskRatios).
 func (s *Store) ListEndedTaskRuns(ctx context.Context, since time.Time, limit int) ([]Task, error) {
 	var out []Task
-	err := s.db.WithContext(ctx).
-		Select("id", "owner", "profile", "time_limit_s", "started_at", "ended_at").
-		Where("ended_at >= ? AND started_at IS NOT NULL AND vm_id <> '' AND in_vm = ''", since.UTC()).
-		Order("ended_at DESC, id").Limit(limit).Find(&out).Error
-	if err != nil {
+	if err := endedTaskRunsQuery(s.db.WithContext(ctx), since, limit).Find(&out).Error; err != nil {
 		return nil, wrap(err, nil, "list ended tasks")
 	}
 	for i := range out {
 		utcTask(&out[i])
 	}
 	return out, nil
+}
+
+// endedTaskRunsQuery is ListEndedTaskRuns' read: through tasks_ended,
+// not every task ever recorded.
+func endedTaskRunsQuery(db *gorm.DB, since time.Time, limit int) *gorm.DB {
+	return db.Model(&Task{}).Select("id", "owner", "profile", "time_limit_s", "started_at", "ended_at").
+		Where("ended_at >= ? AND started_at IS NOT NULL AND vm_id <> '' AND in_vm = ''", since.UTC()).
+		Order("ended_at DESC, id").Limit(limit)
 }
 
 // TaskUpdate is what UpdateTask changes besides the state (and the reason,
