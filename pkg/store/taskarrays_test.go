@@ -116,6 +116,10 @@ func TestRoundTasksAndWaitingElements(t *testing.T) {
 		if err != nil || ids(round) != "[arr arr_0 arr_2 single]" {
 			t.Fatalf("round's tasks = %s, %v", ids(round), err)
 		}
+		vms, err := s.ListLiveTaskVMs(ctx)
+		if err != nil || ids(vms) != "[arr_0]" || vms[0].VMID != "vm0" || vms[0].TimeLimitS != 60 {
+			t.Fatalf("live tasks' VMs = %+v, %v", vms, err)
+		}
 		page, err := s.ListWaitingElements(ctx, "arr", -1, 2)
 		if err != nil || ids(page) != "[arr_3 arr_4]" {
 			t.Fatalf("first page = %s, %v", ids(page), err)
