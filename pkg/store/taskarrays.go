@@ -277,8 +277,10 @@ func (s *Store) CancelTask(ctx context.Context, id string) (int64, error) {
 }
 
 // waitingElements is the elements that wait for a VM and have not been
-// cancelled (a cancelled one ends at its next round).
-const waitingElements = "array_id <> '' AND vm_id = '' AND ended_at IS NULL AND cancel_at IS NULL"
+// cancelled (a cancelled one ends at its next round). One without an
+// index (gpuvm makes none) is read with the round's tasks: the pages go
+// by index.
+const waitingElements = "array_id <> '' AND array_index IS NOT NULL AND vm_id = '' AND ended_at IS NULL AND cancel_at IS NULL"
 
 // ListRoundTasks is the task supervisor's round: every task that has not
 // ended, oldest first, but an array's elements that wait for a VM (not
