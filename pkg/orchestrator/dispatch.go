@@ -74,7 +74,7 @@ type dispatchStore interface {
 	ListHosts(ctx context.Context) ([]store.Host, error)
 	StateStamp(ctx context.Context, hostTimeout time.Duration) (string, error)
 	QuotaGeneration() uint64
-	ListLiveTasks(ctx context.Context) ([]store.Task, error)
+	ListLiveTaskVMs(ctx context.Context) ([]store.Task, error)
 	ListEndedTaskRuns(ctx context.Context, since time.Time, limit int) ([]store.Task, error)
 	HomeHosts(ctx context.Context, names []string) (map[string]string, error)
 }

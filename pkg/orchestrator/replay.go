@@ -133,15 +133,13 @@ func (dp *dispatcher) queuedForGPU(ctx context.Context, cfg *config.Config) ([]q
 // and what the tasks ended lately used of theirs (estimate.TaskRatios).
 // A task in its owner's own VM is not one: the VM outlives it.
 func (dp *dispatcher) taskEnds(ctx context.Context, now time.Time) (map[string]time.Duration, map[string]float64, error) {
-	live, err := dp.st.ListLiveTasks(ctx)
+	live, err := dp.st.ListLiveTaskVMs(ctx)
 	if err != nil {
 		return nil, nil, fmt.Errorf("list the tasks: %w", err)
 	}
 	tasks := map[string]time.Duration{}
 	for _, t := range live {
-		if t.VMID != "" && t.InVM == "" {
-			tasks[t.VMID] = time.Duration(t.TimeLimitS) * time.Second
-		}
+		tasks[t.VMID] = time.Duration(t.TimeLimitS) * time.Second
 	}
 	if len(tasks) == 0 {
 		return nil, nil, nil

@@ -708,7 +708,7 @@ type Task struct {
 	CreatedAt  time.Time  `gorm:"column:created_at;not null;index:tasks_owner,priority:2" json:"created_at"`
 	UpdatedAt  time.Time  `gorm:"column:updated_at;not null" json:"updated_at"`
 	StartedAt  *time.Time `gorm:"column:started_at" json:"started_at,omitempty"`
-	EndedAt    *time.Time `gorm:"column:ended_at" json:"ended_at,omitempty"`
+	EndedAt    *time.Time `gorm:"column:ended_at;index:tasks_ended,where:ended_at IS NOT NULL" json:"ended_at,omitempty"`
 	TermAt     *time.Time `gorm:"column:term_at" json:"term_at,omitempty"`
 	CancelAt   *time.Time `gorm:"column:cancel_at" json:"cancel_at,omitempty"`
 	// An array's row has ArraySpec, ArrayCap (0: no cap) and ArrayCount

@@ -275,3 +275,62 @@ func (s *Store) CancelTask(ctx context.Context, id string) (int64, error) {
 	}
 	return n, nil
 }
+
+// waitingElements is the elements that wait for a VM and have not been
+// cancelled (a cancelled one ends at its next round). One without an
+// index (gpuvm makes none) is read with the round's tasks: the pages go
+// by index.
+const waitingElements = "array_id <> '' AND array_index IS NOT NULL AND vm_id = '' AND ended_at IS NULL AND cancel_at IS NULL"
+
+// ListRoundTasks is the task supervisor's round: every task that has not
+// ended, oldest first, but an array's elements that wait for a VM (not
+// cancelled), which the round reads per array as far as it can launch
+// them (ListWaitingElements). An array of 10,000 waits with all of them.
+func (s *Store) ListRoundTasks(ctx context.Context) ([]Task, error) {
+	var out []Task
+	err := s.db.WithContext(ctx).Where("ended_at IS NULL AND NOT (" + waitingElements + ")").Order("created_at, id").Find(&out).Error
+	if err != nil {
+		return nil, wrap(err, nil, "list the round's tasks")
+	}
+	for i := range out {
+		utcTask(&out[i])
+	}
+	return out, nil
+}
+
+// ListWaitingElements is, by index, at most limit of an array's elements
+// that wait for a VM and have not been cancelled, those with an index
+// above after (from the first when after is negative).
+func (s *Store) ListWaitingElements(ctx context.Context, arrayID string, after, limit int) ([]Task, error) {
+	if limit < 1 {
+		return nil, fmt.Errorf("waiting elements of task array %s: %w: a page of at least one", arrayID, ErrInvalid)
+	}
+	q := s.db.WithContext(ctx).Where("array_id = ? AND "+waitingElements, arrayID)
+	if after >= 0 {
+		q = q.Where("array_index > ?", after)
+	}
+	var out []Task
+	if err := q.Order("array_index").Limit(limit).Find(&out).Error; err != nil {
+		return nil, wrap(err, nil, "waiting elements of task array %s", arrayID)
+	}
+	for i := range out {
+		utcTask(&out[i])
+	}
+	return out, nil
+}
+
+// SetWaitingReason gives an array's pending elements that wait for a VM
+// (not cancelled) with an index above after (all when after is negative)
+// reason, without reading them; it reports how many changed.
+func (s *Store) SetWaitingReason(ctx context.Context, arrayID string, after int, reason string) (int64, error) {
+	q := s.db.WithContext(ctx).Model(&Task{}).Where("array_id = ? AND "+waitingElements+" AND state = ? AND reason <> ?",
+		arrayID, api.TaskPending, reason)
+	if after >= 0 {
+		q = q.Where("array_index > ?", after)
+	}
+	res := q.Updates(map[string]any{"reason": reason, "updated_at": s.clock()})
+	if res.Error != nil {
+		return 0, wrap(res.Error, nil, "waiting reason of task array %s", arrayID)
+	}
+	return res.RowsAffected, nil
+}

@@ -81,6 +81,21 @@ func (s *Store) ListLiveTasks(ctx context.Context) ([]Task, error) {
 	return out, nil
 }
 
+// ListLiveTaskVMs is the tasks that have not ended and have a VM of their
+// own (not an array's row, not an element or retry that waits for its VM,
+// not a task in its owner's own VM): their ID, VM and time limit, what the
+// estimates expect of the VMs that serve tasks. An array's 10,000 waiting
+// elements are not read.
+func (s *Store) ListLiveTaskVMs(ctx context.Context) ([]Task, error) {
+	var out []Task
+	err := s.db.WithContext(ctx).Select("id", "vm_id", "time_limit_s").
+		Where("ended_at IS NULL AND vm_id <> '' AND in_vm = ''").Order("created_at, id").Find(&out).Error
+	if err != nil {
+		return nil, wrap(err, nil, "list the live tasks' VMs")
+	}
+	return out, nil
+}
+
 // ListEndedTaskRuns is the tasks that ran in a VM of their own and ended
 // since (their command started; an array's row, and a task in its owner's
 // own VM, are not), newest end first, at most limit: what they used of
@@ -88,17 +103,21 @@ func (s *Store) ListLiveTasks(ctx context.Context) ([]Task, error) {
 // run (pkg/estimate TaskRatios).
 func (s *Store) ListEndedTaskRuns(ctx context.Context, since time.Time, limit int) ([]Task, error) {
 	var out []Task
-	err := s.db.WithContext(ctx).
-		Select("id", "owner", "profile", "time_limit_s", "started_at", "ended_at").
-		Where("ended_at >= ? AND started_at IS NOT NULL AND vm_id <> '' AND in_vm = ''", since.UTC()).
-		Order("ended_at DESC, id").Limit(limit).Find(&out).Error
-	if err != nil {
+	if err := endedTaskRunsQuery(s.db.WithContext(ctx), since, limit).Find(&out).Error; err != nil {
 		return nil, wrap(err, nil, "list ended tasks")
 	}
 	for i := range out {
 		utcTask(&out[i])
 	}
 	return out, nil
+}
+
+// endedTaskRunsQuery is ListEndedTaskRuns' read: through tasks_ended,
+// not every task ever recorded.
+func endedTaskRunsQuery(db *gorm.DB, since time.Time, limit int) *gorm.DB {
+	return db.Model(&Task{}).Select("id", "owner", "profile", "time_limit_s", "started_at", "ended_at").
+		Where("ended_at >= ? AND started_at IS NOT NULL AND vm_id <> '' AND in_vm = ''", since.UTC()).
+		Order("ended_at DESC, id").Limit(limit)
 }
 
 // TaskUpdate is what UpdateTask changes besides the state (and the reason,

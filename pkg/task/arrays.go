@@ -16,65 +16,106 @@ import (
 // for a VM, made here through Config.Launch; an array's own row follows
 // its elements.
 
-// launchWaiting makes the VMs of the tasks that wait for one, an array's
-// elements by index and never more than its cap with a VM at once.
+// launchWaiting makes the VMs of the tasks that wait for one: waiting,
+// those the round read (tasks not of an array, cancelled elements, which
+// end), then each array's elements by index, read only as far as they
+// can be launched, never more than its cap with a VM at once (active:
+// by array, its elements with a VM).
 func (s *Supervisor) launchWaiting(ctx context.Context, waiting, arrays []*store.Task, active map[string]int) error {
-	caps := map[string]int{}
-	for _, a := range arrays {
-		caps[a.ID] = a.ArrayCap
-	}
-	slices.SortStableFunc(waiting, func(a, b *store.Task) int {
-		if c := cmp.Compare(a.ArrayID, b.ArrayID); c != 0 || a.ArrayIndex == nil || b.ArrayIndex == nil {
-			return c
-		}
-		return cmp.Compare(*a.ArrayIndex, *b.ArrayIndex)
-	})
+	slices.SortStableFunc(waiting, func(a, b *store.Task) int { return cmp.Compare(a.ArrayID, b.ArrayID) })
 	var errs []error
 	for _, t := range waiting {
-		if t.CancelAt != nil {
-			err := s.cfg.Store.UpdateTask(ctx, t.ID, nil, store.TaskUpdate{State: api.TaskCancelled, Reason: "cancelled before it started"})
-			if err != nil && !errors.Is(err, store.ErrConflict) {
-				errs = append(errs, err)
-			}
-			continue
+		if _, err := s.launchOne(ctx, t); err != nil {
+			errs = append(errs, err)
 		}
-		if t.ArrayID != "" {
-			if c := caps[t.ArrayID]; c > 0 && active[t.ArrayID] >= c {
-				s.wait(ctx, t, fmt.Sprintf("waiting for its turn: at most %d of its array's elements run at once", c))
-				continue
-			}
-		}
-		if s.cfg.Launch == nil {
-			continue
-		}
-		err := s.cfg.Launch(ctx, t)
-		switch {
-		case err == nil:
-			active[t.ArrayID]++
-			s.log.Info("task launched", "task", t.ID, "attempt", t.Attempt)
-		case errors.Is(err, store.ErrConflict):
-			// Another gpuvmd launched it, or the cap was reached.
-		case errors.Is(err, ErrLaunchRefused):
-			err := s.cfg.Store.UpdateTask(ctx, t.ID, nil, store.TaskUpdate{State: api.TaskFailed, Reason: "its VM could not be made: " + err.Error()})
-			if err != nil && !errors.Is(err, store.ErrConflict) {
-				errs = append(errs, err)
-			}
-		default:
-			errs = append(errs, fmt.Errorf("launch task %s: %w", t.ID, err))
+	}
+	arrays = slices.Clone(arrays)
+	slices.SortStableFunc(arrays, func(a, b *store.Task) int { return cmp.Compare(a.ID, b.ID) })
+	for _, a := range arrays {
+		if err := s.launchElements(ctx, a, active[a.ID]); err != nil {
+			errs = append(errs, fmt.Errorf("task array %s: %w", a.ID, err))
 		}
 	}
 	return errors.Join(errs...)
 }
 
-// wait sets a waiting task's reason when it changed.
-func (s *Supervisor) wait(ctx context.Context, t *store.Task, reason string) {
-	if t.Reason == reason {
-		return
+// elementsPage is how many of an array without a cap's waiting elements
+// a round reads at once.
+const elementsPage = 500
+
+// launchElements launches the waiting elements of array a, n of whose
+// elements have a VM: by index, while fewer than its cap have one; those
+// left wait for their turn, told so without being read.
+func (s *Supervisor) launchElements(ctx context.Context, a *store.Task, n int) error {
+	c := a.ArrayCap
+	var errs []error
+	for after := -1; ; {
+		if c > 0 && n >= c {
+			reason := fmt.Sprintf("waiting for its turn: at most %d of its array's elements run at once", c)
+			if _, err := s.cfg.Store.SetWaitingReason(ctx, a.ID, after, reason); err != nil {
+				s.log.Warn("task reason", "array", a.ID, "err", err)
+			}
+			break
+		}
+		if s.cfg.Launch == nil {
+			break
+		}
+		limit := elementsPage
+		if c > 0 {
+			limit = c - n
+		}
+		elems, err := s.cfg.Store.ListWaitingElements(ctx, a.ID, after, limit)
+		if err != nil {
+			errs = append(errs, err)
+			break
+		}
+		for i := range elems {
+			launched, err := s.launchOne(ctx, &elems[i])
+			if err != nil {
+				errs = append(errs, err)
+			}
+			if launched {
+				n++
+			}
+			after = *elems[i].ArrayIndex
+		}
+		if len(elems) < limit {
+			break
+		}
 	}
-	if err := s.cfg.Store.UpdateTask(ctx, t.ID, []string{api.TaskPending}, store.TaskUpdate{State: api.TaskPending, Reason: reason}); err != nil &&
-		!errors.Is(err, store.ErrConflict) {
-		s.log.Warn("task reason", "task", t.ID, "err", err)
+	return errors.Join(errs...)
+}
+
+// launchOne launches t, a task that waits for a VM (ends it when it was
+// cancelled, or when its VM can never be made); launched says whether its
+// VM was made.
+func (s *Supervisor) launchOne(ctx context.Context, t *store.Task) (bool, error) {
+	if t.CancelAt != nil {
+		err := s.cfg.Store.UpdateTask(ctx, t.ID, nil, store.TaskUpdate{State: api.TaskCancelled, Reason: "cancelled before it started"})
+		if err != nil && !errors.Is(err, store.ErrConflict) {
+			return false, err
+		}
+		return false, nil
 	}
+	if s.cfg.Launch == nil {
+		return false, nil
+	}
+	err := s.cfg.Launch(ctx, t)
+	switch {
+	case err == nil:
+		s.log.Info("task launched", "task", t.ID, "attempt", t.Attempt)
+		return true, nil
+	case errors.Is(err, store.ErrConflict):
+		// Another gpuvmd launched it, or the cap was reached.
+	case errors.Is(err, ErrLaunchRefused):
+		err := s.cfg.Store.UpdateTask(ctx, t.ID, nil, store.TaskUpdate{State: api.TaskFailed, Reason: "its VM could not be made: " + err.Error()})
+		if err != nil && !errors.Is(err, store.ErrConflict) {
+			return false, err
+		}
+	default:
+		return false, fmt.Errorf("launch task %s: %w", t.ID, err)
+	}
+	return false, nil
 }
 
 // attemptEnded is called when a task's attempt ends in state: when its

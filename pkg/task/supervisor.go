@@ -22,7 +22,9 @@ import (
 // Store is what the supervisor asks of the database (a *store.Store).
 type Store interface {
 	Now() time.Time
-	ListLiveTasks(ctx context.Context) ([]store.Task, error)
+	ListRoundTasks(ctx context.Context) ([]store.Task, error)
+	ListWaitingElements(ctx context.Context, arrayID string, after, limit int) ([]store.Task, error)
+	SetWaitingReason(ctx context.Context, arrayID string, after int, reason string) (int64, error)
 	GetTask(ctx context.Context, id string) (*store.Task, error)
 	UpdateTask(ctx context.Context, id string, from []string, u store.TaskUpdate) error
 	GetVM(ctx context.Context, id string) (*store.VM, error)
@@ -190,7 +192,9 @@ func (s *Supervisor) Close() {
 // Round brings every live task one step on. Rounds do not overlap: Run
 // is their one caller (a test's own in tests).
 func (s *Supervisor) Round(ctx context.Context) error {
-	tasks, err := s.cfg.Store.ListLiveTasks(ctx)
+	// An array's waiting elements are read per array, as far as they
+	// can be launched (launchWaiting), not all of them every round.
+	tasks, err := s.cfg.Store.ListRoundTasks(ctx)
 	if err != nil {
 		return err
 	}
