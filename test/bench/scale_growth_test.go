@@ -49,12 +49,26 @@ func TestScaleGrowth(t *testing.T) {
 		t.Fatalf("$GPUVM_SCALE_TEST_SIZES: two sizes or more, not %v", cfg.sizes)
 	}
 	cfg.samples, cfg.budget, cfg.idle = 15, 10*time.Second, 2*time.Second
-	var out strings.Builder
-	res := runScale(t, cfg, &out)
-	printGrowth(&out, res)
-	t.Log("\n" + out.String())
-	for _, bad := range tooSteep(res) {
-		t.Error(bad)
+	// A route judged too steep is measured again, with a gpuvmd of its
+	// own, before it fails: the two sizes are timed seconds apart, and the
+	// suite running beside them on two cores can load the second far more
+	// than the first (a CI run once read GET /v1/hosts at 1.8 then 29.7 ms,
+	// and the admin routes after it alike, while the routes timed later
+	// were as fast as at 250). Work per queued VM for each queued VM is
+	// steep in both runs.
+	var bad []string
+	for run := 1; run <= 2; run++ {
+		var out strings.Builder
+		res := runScale(t, cfg, &out)
+		printGrowth(&out, res)
+		t.Logf("run %d:\n%s", run, out.String())
+		if bad = tooSteep(res); len(bad) == 0 {
+			return
+		}
+		t.Logf("run %d: too steep: %s", run, strings.Join(bad, "; "))
+	}
+	for _, b := range bad {
+		t.Error(b)
 	}
 }
 
