@@ -85,7 +85,6 @@ const rdpWidth, rdpHeight = 1024, 768
 // (make desktop-image) and xfreerdp, Xvfb, xwd and virsh
 // (scripts/setup-host.sh installs them); skips, saying which, without.
 func TestDesktopOverRDP(t *testing.T) {
-	t.Parallel() // a guest test: see the package comment
 	hv := needSystemLibvirt(t)
 	img := desktopImage(t)
 	for _, tool := range []string{"xfreerdp", "Xvfb", "xwd", "virsh"} {

@@ -85,7 +85,6 @@ type homePerson struct {
 // each person. As root, with qemu:///system, the network "default" and
 // QEMU's virtiofsd; not with -short or GPUVM_SKIP_SYSTEM_TEST=1.
 func TestHomeFollowsThePerson(t *testing.T) {
-	t.Parallel() // a guest test: see the package comment
 	hv := needSystemLibvirt(t)
 	for _, tool := range []string{"ssh", "ssh-keygen", "virsh"} {
 		if _, err := exec.LookPath(tool); err != nil {

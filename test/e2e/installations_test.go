@@ -64,7 +64,6 @@ func (w *world) untouched() {
 // of another installation, not adoptable. Then each deletes its own VM and
 // libvirt is as before.
 func TestTwoInstallationsOnOneLibvirtd(t *testing.T) {
-	t.Parallel() // a guest test: see the package comment
 	hv := needSystemLibvirt(t)
 	tiny := setUpTinyGuest(t, hv)
 	a := newWorld(t, worldConfig{preset: "h100x8", uri: systemURI, pool: tiny.pool, profiles: tiny.profiles})
@@ -142,7 +141,6 @@ func TestTwoInstallationsOnOneLibvirtd(t *testing.T) {
 // this installation; the domain is adoptable, and adopting it makes it a
 // VM again that deletes like any other.
 func TestRestoreOlderDatabase(t *testing.T) {
-	t.Parallel() // a guest test: see the package comment
 	hv := needSystemLibvirt(t)
 	tiny := setUpTinyGuest(t, hv)
 	w := newWorld(t, worldConfig{preset: "h100x8", uri: systemURI, pool: tiny.pool, profiles: tiny.profiles})

@@ -23,20 +23,10 @@
 //     one VM, on the host once it is deleted, read in the next; another
 //     person's VM has its own.
 //
-// The tests that boot guests under a real QEMU (TestRealLibvirtTinyGuest,
-// TestTinyGuestOnNetwork, TestHomeFollowsThePerson,
-// TestTaskRunsAndGivesTheGPUBack, TestDesktopOverRDP,
-// TestTwoInstallationsOnOneLibvirtd, TestRestoreOlderDatabase) run side by side
-// (t.Parallel), after the others: each has a gpuvmd, a storage pool and a
-// domain prefix of its own, and they spend most of their time waiting on
-// their guests (a boot timeout waited out, SSH, cloud-init, a task's line a
-// second), waits that then overlap.
-//
 // Tests that need a libvirtd (libvirt's test driver hosted by libvirtd,
 // test+unix:///default, whose state outlives a killed gpuvmd; or QEMU) skip
-// with the reason when it does not answer. Each holds libvirtlock shared
-// while it runs (not the whole binary's run), so that a test binary that
-// restarts libvirtd waits for the test, not for the package.
+// with the reason when it does not answer. They hold libvirtlock shared, so
+// that a test binary that restarts libvirtd waits for them.
 package e2e
 
 import (
@@ -81,6 +71,7 @@ const (
 
 func TestMain(m *testing.M) {
 	code := m.Run()
+	closeLibvirt()
 	daemon.Cleanup()
 	os.Exit(code)
 }
@@ -88,50 +79,60 @@ func TestMain(m *testing.M) {
 // quiet is the logger of the test's own libvirt connections.
 func quiet() *slog.Logger { return slog.New(slog.DiscardHandler) }
 
-// Why libvirtd does not answer at a URI, once a test found it so: the
-// tests after it skip at once.
+// Connections to libvirtd, one per URI for the whole test binary, with the
+// libvirtd lock held shared while any is open.
 var (
-	libvirtMu   sync.Mutex
-	libvirtSkip = map[string]string{}
+	libvirtMu     sync.Mutex
+	libvirtConns  = map[string]*hypervisor.Conn{}
+	libvirtSkip   = map[string]string{}
+	unlockLibvirt func()
 )
 
-// libvirt holds the libvirtd lock shared for the test (its subtests
-// included) and returns a connection to uri for it, closed when the test
-// ends (after the cleanups the test registered later, which may use it);
-// or skips the test when libvirtd does not answer there. The connection of
-// the test keeps the test driver's state while its gpuvmd is killed and
-// started again; between tests another binary may restart libvirtd.
+// libvirt returns the test binary's connection to uri, or skips the test
+// when libvirtd does not answer there.
 func libvirt(t *testing.T, uri string) *hypervisor.Conn {
 	t.Helper()
 	libvirtMu.Lock()
-	why, skip := libvirtSkip[uri]
-	libvirtMu.Unlock()
-	if skip {
+	defer libvirtMu.Unlock()
+	if c := libvirtConns[uri]; c != nil {
+		return c
+	}
+	if why, ok := libvirtSkip[uri]; ok {
 		t.Skip(why)
 	}
-	release, err := libvirtlock.Shared()
-	if err != nil {
-		t.Fatal(err)
+	if unlockLibvirt == nil {
+		release, err := libvirtlock.Shared()
+		if err != nil {
+			t.Fatal(err)
+		}
+		unlockLibvirt = release
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	c, err := hypervisor.Open(ctx, uri, quiet(), hypervisor.WithCallTimeout(20*time.Second))
 	if err != nil {
-		release()
 		why := fmt.Sprintf("libvirt %s does not answer (as root, scripts/setup-host.sh starts libvirtd): %v", uri, err)
 		if os.Geteuid() != 0 {
 			why = fmt.Sprintf("libvirt %s needs libvirtd's read-write socket, which is root's: %v", uri, err)
 		}
-		libvirtMu.Lock()
 		libvirtSkip[uri] = why
-		libvirtMu.Unlock()
 		t.Skip(why)
 	}
-	t.Cleanup(func() {
-		_ = c.Close()
-		release()
-	})
+	libvirtConns[uri] = c
 	return c
+}
+
+func closeLibvirt() {
+	libvirtMu.Lock()
+	defer libvirtMu.Unlock()
+	for uri, c := range libvirtConns {
+		_ = c.Close()
+		delete(libvirtConns, uri)
+	}
+	if unlockLibvirt != nil {
+		unlockLibvirt()
+		unlockLibvirt = nil
+	}
 }
 
 // world is what one gpuvmd runs on, across its restarts: a configuration

@@ -103,7 +103,6 @@ func needDefaultNetwork(t *testing.T) {
 // and its reason says so. As root, with qemu:///system and the network
 // "default"; not with -short or GPUVM_SKIP_SYSTEM_TEST=1.
 func TestTinyGuestOnNetwork(t *testing.T) {
-	t.Parallel() // a guest test: see the package comment
 	hv := needSystemLibvirt(t)
 	for _, tool := range []string{"ssh", "ssh-keygen", "virsh"} {
 		if _, err := exec.LookPath(tool); err != nil {

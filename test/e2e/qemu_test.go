@@ -56,7 +56,6 @@ profile "tiny-mig" {
 // and libvirt exactly as before. As root, when qemu:///system answers; not
 // with -short or GPUVM_SKIP_SYSTEM_TEST=1 (as test/system).
 func TestRealLibvirtTinyGuest(t *testing.T) {
-	t.Parallel() // a guest test: see the package comment
 	hv := needSystemLibvirt(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()

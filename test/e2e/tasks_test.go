@@ -57,7 +57,6 @@ profile "tiny-task" {
 // guest boot. As root with qemu:///system; not with -short or
 // GPUVM_SKIP_SYSTEM_TEST=1.
 func TestTaskRunsAndGivesTheGPUBack(t *testing.T) {
-	t.Parallel() // a guest test: see the package comment
 	hv := needSystemLibvirt(t)
 	begin := time.Now()
 	tiny := setUpTinyGuest(t, hv)

@@ -48,10 +48,8 @@ func (t consoleTokens) AuthenticateToken(_ context.Context, plain string) (*stor
 // the client completes the RFB handshake up to a framebuffer update. A
 // second use of the ticket, a ticket for another VM, another user and a
 // request without a ticket are refused. A headless Chromium then opens the
-// browser console (noVNC) and must see it connected and not blank. It runs
-// beside the other guest tests (t.Parallel).
+// browser console (noVNC) and must see it connected and not blank.
 func TestConsoleThroughProxy(t *testing.T) {
-	t.Parallel()
 	e := setup(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()

@@ -29,11 +29,8 @@ import (
 // touched. In each case the accelerator check must choose software emulation
 // and say why, libvirt must refuse a kvm domain (the CI failure this test
 // was written for), and the tiny guest, defined with the check's type, must
-// start (and, without /dev/kvm, boot to its ready marker). The two cases,
-// each with its own libvirtd, run side by side, and beside the other guest
-// tests (t.Parallel): most of their time is libvirt probing QEMU.
+// start (and, without /dev/kvm, boot to its ready marker).
 func TestNoKVM(t *testing.T) {
-	t.Parallel()
 	if testing.Short() {
 		t.Skip("system test: boots a guest under QEMU; skipped with -short")
 	}
@@ -60,7 +57,6 @@ func TestNoKVM(t *testing.T) {
 		{"dev-kvm-unusable", devUnusable},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
 			start := time.Now()
 			testNoKVM(t, tc.dev, kernel, initrd)
 			t.Logf("took %v", time.Since(start).Round(time.Millisecond))

@@ -278,36 +278,6 @@ func tail(s string, n int) string {
 	return s
 }
 
-// poolPath is the directory of a pool of the env: the shared one, or one
-// a test made with ownPool.
-func (e *env) poolPath(pool string) string {
-	if pool == e.pool {
-		return e.poolDir
-	}
-	return filepath.Join(e.dir, pool)
-}
-
-// ownPool makes a storage pool for one test, removed when it ends: a test
-// that runs beside others (t.Parallel) and checks that its pool is left
-// empty does not see their volumes.
-func (e *env) ownPool(t *testing.T, tag string) string {
-	t.Helper()
-	pool := e.pool + "-" + tag
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if err := e.conn.EnsurePool(ctx, pool, e.poolPath(pool)); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		if err := e.conn.DeletePool(ctx, pool); err != nil {
-			t.Errorf("delete pool %s: %v", pool, err)
-		}
-	})
-	return pool
-}
-
 // assertGone proves a VM left nothing: no domain, no volume, no seed file.
 func (e *env) assertGone(t *testing.T, req hypervisor.VMRequest) {
 	t.Helper()
@@ -320,10 +290,10 @@ func (e *env) assertGone(t *testing.T, req hypervisor.VMRequest) {
 		t.Errorf("a domain called %s is still there: %v", req.Spec.Name, err)
 	}
 	for _, v := range []string{hypervisor.OverlayName(req.Spec.Name), hypervisor.SeedName(req.Spec.Name)} {
-		if ok, err := e.conn.VolumeExists(ctx, req.Pool, v); ok || err != nil {
+		if ok, err := e.conn.VolumeExists(ctx, e.pool, v); ok || err != nil {
 			t.Errorf("volume %s still there: %v", v, err)
 		}
-		if _, err := os.Stat(filepath.Join(e.poolPath(req.Pool), v)); !errors.Is(err, os.ErrNotExist) {
+		if _, err := os.Stat(filepath.Join(e.poolDir, v)); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("file %s still there: %v", v, err)
 		}
 	}
@@ -331,17 +301,14 @@ func (e *env) assertGone(t *testing.T, req hypervisor.VMRequest) {
 
 // TestBootTinyGuest is the whole way of a VM on a real host: seed, define,
 // start, boot to the marker, read the seed, VNC console, ACPI shutdown,
-// delete, and nothing left. It runs beside the other guest tests
-// (t.Parallel), with a pool of its own.
+// delete, and nothing left.
 func TestBootTinyGuest(t *testing.T) {
-	t.Parallel()
 	e := setup(t)
 	t.Logf("accelerator: %s (emulated=%v, probed=%v) %s", e.accel.Type, e.accel.Emulated, e.accel.Probed, e.accel.Reason)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 
 	req, serial := e.request("boot")
-	req.Pool = e.ownPool(t, "boot")
 	req.Spec.GuestAgent = true // a channel, and no agent in the guest
 	// A system disk as profiles with an image get: a qcow2 overlay on a
 	// base image, grown to 64 MiB (the tiny guest boots from its initrd and
@@ -453,7 +420,7 @@ func TestBootTinyGuest(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.assertGone(t, req)
-	names, err := e.conn.Volumes(ctx, req.Pool)
+	names, err := e.conn.Volumes(ctx, e.pool)
 	if err != nil || len(names) != 0 {
 		t.Errorf("pool holds %v, %v", names, err)
 	}
