@@ -143,12 +143,6 @@ func (e *estimateEnv) heartbeat(t testing.TB, vms ...string) {
 	}
 }
 
-// vmsInStates lists every VM in the states.
-func (s *Server) vmsInStates(ctx context.Context, states []string) ([]store.VM, error) {
-	page, err := s.Store.ListVMs(ctx, store.VMFilter{States: states, Limit: 100000})
-	return page.VMs, err
-}
-
 func parseTime(t *testing.T, v any) time.Time {
 	t.Helper()
 	s, _ := v.(string)

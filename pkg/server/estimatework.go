@@ -27,7 +27,8 @@ import (
 // inventory, the configuration in force and the time window in force.
 // When it changes, and a request has read the estimates since the last
 // replay began (a change nobody looks at costs nothing: a burst of creates
-// is replayed once somebody asks), the worker replays the queue, probes
+// is replayed once somebody asks) or the last replay is estimateRefresh
+// old, the worker replays the queue, probes
 // NextFree for the user×profile pairs asked for, counts what each profile
 // has free, and publishes the result. Changes that come while it computes are coalesced:
 // one computation runs, at most one more follows. A computation older
@@ -180,11 +181,19 @@ func (s *Server) noteWrite() {
 	e := s.estimates
 	e.mu.Lock()
 	e.dirty = true
-	watched := e.snap == nil || !e.read.Before(e.began)
+	watched := e.watched()
 	e.mu.Unlock()
 	if watched {
 		s.kickEstimates()
 	}
+}
+
+// watched: somebody has read the estimates since the last replay began, or
+// none is made yet (e.mu held). A change is replayed only then, or once the
+// last replay is estimateRefresh old (so that no reader ever meets one
+// older than that, whatever the time since the last look).
+func (e *estimates) watched() bool {
+	return e.snap == nil || !e.read.Before(e.began) || time.Since(e.snap.computed) >= estimateRefresh
 }
 
 // runEstimates is the worker: it reads the state version, and computes
@@ -208,7 +217,7 @@ func (s *Server) runEstimates(ctx context.Context) {
 	for ctx.Err() == nil {
 		e.mu.Lock()
 		sn := e.snap
-		behind := sn == nil || sn.gen < e.gen && !e.read.Before(e.began)
+		behind := sn == nil || sn.gen < e.gen && e.watched()
 		missing := sn != nil && len(e.missingProbes(sn)) > 0
 		e.mu.Unlock()
 		switch {

@@ -39,7 +39,7 @@ func checkServedIsFresh(t *testing.T, e *estimateEnv, step string) {
 	if fresh.err != nil {
 		t.Fatalf("%s: fresh replay: %v", step, fresh.err)
 	}
-	queued, err := e.s.vmsInStates(ctx, []string{store.VMQueued})
+	queued, err := store.AllVMs(ctx, e.s.Store, store.VMFilter{States: []string{store.VMQueued}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -267,5 +267,27 @@ func TestWritesNobodyReadsCostNoVersionReads(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatal("a write while the estimates are read did not read the state version")
 		}
+	}
+}
+
+// TestEstimatesRefreshedUnread: a replay that grows estimateRefresh old is
+// made again though nobody reads the estimates, so that the first reader
+// after a quiet spell never meets an older one.
+func TestEstimatesRefreshedUnread(t *testing.T) {
+	e := newEstimateEnv(t, "2h")
+	caughtUp(t, e.s)
+	entered, release := holdEstimates(e.s)
+	defer close(release)
+	est := e.s.estimates
+	est.mu.Lock()
+	old := *est.snap
+	old.computed = time.Now().Add(-estimateRefresh)
+	est.snap = &old
+	est.read = time.Time{} // nobody has looked since
+	est.mu.Unlock()
+	select {
+	case <-entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("a replay estimateRefresh old was not made again while nobody read it")
 	}
 }
