@@ -20,7 +20,9 @@ func (s *Store) DrainGPU(ctx context.Context, d *GPUDrain) error {
 		Columns:   []clause.Column{{Name: "host"}, {Name: "gpu_address"}},
 		DoUpdates: clause.AssignmentColumns([]string{"reason", "drained_by"}),
 	}).Create(d).Error
-	s.hostsGen.Add(1)
+	if err == nil {
+		s.touchHosts()
+	}
 	return wrap(err, nil, "drain gpu %s on %s", d.GPUAddress, d.Host)
 }
 
@@ -28,10 +30,10 @@ func (s *Store) DrainGPU(ctx context.Context, d *GPUDrain) error {
 // the GPU was drained.
 func (s *Store) UndrainGPU(ctx context.Context, host, gpuAddress string) (bool, error) {
 	res := s.db.WithContext(ctx).Where("host = ? AND gpu_address = ?", host, gpuAddress).Delete(&GPUDrain{})
-	s.hostsGen.Add(1)
 	if res.Error != nil {
 		return false, wrap(res.Error, nil, "undrain gpu %s on %s", gpuAddress, host)
 	}
+	s.touchHosts()
 	return res.RowsAffected > 0, nil
 }
 

@@ -101,10 +101,10 @@ func (s *Store) SetHostDraining(ctx context.Context, name string, draining bool)
 			return nil
 		}
 		h.State, h.UpdatedAt = state, tx.clock()
+		tx.touchHosts()
 		return tx.db.Model(&Host{}).Where("name = ?", name).
 			Updates(map[string]any{"state": h.State, "updated_at": h.UpdatedAt}).Error
 	})
-	s.hostsGen.Add(1)
 	if err != nil {
 		return nil, wrap(err, nil, "set the drain of host %q", name)
 	}

@@ -37,9 +37,9 @@ ON CONFLICT (name) DO UPDATE SET `+sets,
 		if err != nil {
 			return err
 		}
+		tx.touchHosts()
 		return tx.db.Where("name = ?", h.Name).Take(h).Error
 	})
-	s.hostsGen.Add(1)
 	return wrap(err, nil, "register host %q", h.Name)
 }
 
@@ -54,13 +54,13 @@ func (s *Store) Heartbeat(ctx context.Context, host, inventory string) error {
 		"inventory":    inventory,
 		"state":        gorm.Expr("CASE WHEN state = 'down' THEN 'up' ELSE state END"),
 	})
-	s.hostsGen.Add(1)
 	if res.Error != nil {
 		return wrap(res.Error, nil, "heartbeat of host %q", host)
 	}
 	if res.RowsAffected == 0 {
 		return fmt.Errorf("heartbeat of host %q: %w (register it first)", host, ErrNotFound)
 	}
+	s.touchHosts()
 	return nil
 }
 
@@ -94,14 +94,23 @@ func (s *Store) MarkHostsDown(ctx context.Context, olderThan time.Time) ([]strin
 		if len(names) == 0 {
 			return nil
 		}
+		tx.touchHosts()
 		return tx.db.Model(&Host{}).Where("name IN ?", names).
 			Updates(map[string]any{"state": HostDown, "updated_at": tx.clock()}).Error
 	})
-	if len(names) > 0 {
-		s.hostsGen.Add(1)
-	}
 	if err != nil {
 		return nil, wrap(err, nil, "mark hosts down")
 	}
 	return names, nil
 }
+
+// HostsGeneration counts the committed changes of the hosts
+// (registrations, heartbeats, hosts marked down or drained) and of the GPU
+// drains made through this Store. A caller that keeps what it read of the
+// hosts reads the generation first, and reads them again when it has
+// moved; it also bounds how long it keeps them, for other processes'
+// writes (a fleet's other nodes), which do not move it.
+func (s *Store) HostsGeneration() uint64 { return s.hostsGen.Load() }
+
+// touchHosts notes a change of the hosts or drains (HostsGeneration).
+func (s *Store) touchHosts() { touch(s.hostsGen, s.hostsTouched) }

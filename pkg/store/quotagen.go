@@ -1,5 +1,7 @@
 package store
 
+import "sync/atomic"
+
 // QuotaGeneration counts the committed changes, made through this Store, of
 // what the sharing policy's quotas count: allocations claimed or released
 // (and so the usage that ended), a VM's state or lease end, VMs adopted,
@@ -12,18 +14,14 @@ func (s *Store) QuotaGeneration() uint64 { return s.quotaGen.Load() }
 
 // touchQuota notes a change of what the quotas count: at the commit of the
 // transaction s is bound to, or now outside one.
-func (s *Store) touchQuota() {
-	if s.quotaTouched != nil {
-		*s.quotaTouched = true
+func (s *Store) touchQuota() { touch(s.quotaGen, s.quotaTouched) }
+
+// touch moves a generation: at the commit of the transaction whose flag
+// pending is (Tx), or now outside one.
+func touch(gen *atomic.Uint64, pending *bool) {
+	if pending != nil {
+		*pending = true
 		return
 	}
-	s.quotaGen.Add(1)
+	gen.Add(1)
 }
-
-// HostsGeneration counts the changes of the hosts (registrations,
-// heartbeats, hosts marked down or drained) and of the GPU drains made
-// through this Store, once each has been written. A caller that keeps what
-// it read of the hosts reads the generation first, and reads them again
-// when it has moved; it also bounds how long it keeps them, for other
-// processes' writes (a fleet's other nodes), which do not move it.
-func (s *Store) HostsGeneration() uint64 { return s.hostsGen.Load() }

@@ -87,3 +87,41 @@ func TestCreateVMWritesItsAudit(t *testing.T) {
 		}
 	})
 }
+
+// HostsGeneration moves once a host or drain write commits, not for one
+// that failed, and inside a transaction only at its commit.
+func TestHostsGeneration(t *testing.T) {
+	ctx := context.Background()
+	eachDriver(t, func(t *testing.T, s *Store, _ *testDB) {
+		g := s.HostsGeneration()
+		if err := s.Heartbeat(ctx, "nobody", "{}"); err == nil {
+			t.Fatal("heartbeat of an unknown host")
+		}
+		if s.HostsGeneration() != g {
+			t.Error("a heartbeat that failed moved the hosts' generation")
+		}
+		if err := s.RegisterHost(ctx, &Host{Name: "n1", APIURL: "http://n1"}); err != nil {
+			t.Fatal(err)
+		}
+		if s.HostsGeneration() == g {
+			t.Error("a registration did not move the hosts' generation")
+		}
+		g = s.HostsGeneration()
+		err := s.Tx(ctx, func(tx *Store) error {
+			if err := tx.Heartbeat(ctx, "n1", "{}"); err != nil {
+				return err
+			}
+			if s.HostsGeneration() != g {
+				t.Error("moved before the commit")
+			}
+			return nil
+		})
+		if err != nil || s.HostsGeneration() == g {
+			t.Errorf("after the commit: %v, generation %d (was %d)", err, s.HostsGeneration(), g)
+		}
+		g = s.HostsGeneration()
+		if err := s.DrainGPU(ctx, &GPUDrain{Host: "n1", GPUAddress: "0000:01:00.0", DrainedBy: "admin"}); err != nil || s.HostsGeneration() == g {
+			t.Errorf("drain: %v, generation unmoved %v", err, s.HostsGeneration() == g)
+		}
+	})
+}

@@ -74,9 +74,11 @@ type Store struct {
 	// (quotagen.go); quotaTouched, inside a transaction, says it made one.
 	quotaGen     *atomic.Uint64
 	quotaTouched *bool
-	// hostsGen counts the changes of the hosts' rows and GPU drains made
-	// through this Store (HostsGeneration).
-	hostsGen *atomic.Uint64
+	// hostsGen counts the committed changes of the hosts' rows and GPU
+	// drains made through this Store (HostsGeneration); hostsTouched,
+	// inside a transaction, says it made one.
+	hostsGen     *atomic.Uint64
+	hostsTouched *bool
 	// readers is SQLite's read-only pool (openReaders); nil otherwise.
 	readers *sql.DB
 	// ckpt checkpoints SQLite's log off the writer (checkpoint.go).
@@ -405,14 +407,17 @@ func (s *Store) Tx(ctx context.Context, fn func(tx *Store) error) error {
 			return fn(s.with(tx))
 		})
 	}
-	appended, touched := false, false
+	appended, touched, hosts := false, false, false
 	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		c := s.with(tx)
-		c.appended, c.quotaTouched = &appended, &touched
+		c.appended, c.quotaTouched, c.hostsTouched = &appended, &touched, &hosts
 		return fn(c)
 	})
 	if err == nil && touched {
 		s.quotaGen.Add(1)
+	}
+	if err == nil && hosts {
+		s.hostsGen.Add(1)
 	}
 	if err == nil && appended {
 		s.events.fire()
