@@ -15,7 +15,6 @@ import (
 
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
-	"gorm.io/gorm/schema"
 )
 
 // CreateUser adds a user and puts it in its groups, creating the groups that
@@ -285,11 +284,15 @@ func (s *Store) fillGroups(ctx context.Context, us []User) error {
 		return err
 	}
 	for _, r := range rows {
-		u := byID[r.UserID]
-		u.Groups = append(u.Groups, r.Name)
-		u.Memberships = append(u.Memberships, Membership{Group: r.Name, Source: r.Source})
+		byID[r.UserID].addMembership(r.Name, r.Source)
 	}
 	return nil
+}
+
+// addMembership adds a group to u's, in the order read (by name).
+func (u *User) addMembership(group, source string) {
+	u.Groups = append(u.Groups, group)
+	u.Memberships = append(u.Memberships, Membership{Group: group, Source: source})
 }
 
 // TokenPrefix starts every token gpuvm makes, so that secret scanners and
@@ -429,33 +432,45 @@ type tokenUserRow struct {
 }
 
 // tokenUserQuery is tokenCandidates' query, its columns named from the
-// models (a column added to users or api_tokens is read with them).
-var tokenUserQuery = sync.OnceValues(func() (string, error) {
-	cols := []string{"g.name AS g_name", "m.source AS g_source"}
-	for _, t := range []struct {
-		model any
-		alias string
-	}{{&APIToken{}, "t"}, {&User{}, "u"}} {
-		sch, err := schema.Parse(t.model, &sync.Map{}, schema.NamingStrategy{})
-		if err != nil {
-			return "", fmt.Errorf("parse the model of %s: %w", t.alias, err)
+// models as the store's gorm parses them (a column added to users or
+// api_tokens is read with them). Built once.
+var tokenUserQuery struct {
+	once sync.Once
+	sql  string
+	err  error
+}
+
+func (s *Store) tokenUserSQL() (string, error) {
+	q := &tokenUserQuery
+	q.once.Do(func() {
+		cols := []string{"g.name AS g_name", "m.source AS g_source"}
+		for _, t := range []struct {
+			model any
+			alias string
+		}{{&APIToken{}, "t"}, {&User{}, "u"}} {
+			stmt := &gorm.Statement{DB: s.db}
+			if err := stmt.Parse(t.model); err != nil {
+				q.err = fmt.Errorf("parse the model of %s: %w", t.alias, err)
+				return
+			}
+			for _, name := range stmt.Schema.DBNames {
+				cols = append(cols, fmt.Sprintf("%s.%s AS %s_%s", t.alias, name, t.alias, name))
+			}
 		}
-		for _, name := range sch.DBNames {
-			cols = append(cols, fmt.Sprintf("%s.%s AS %s_%s", t.alias, name, t.alias, name))
-		}
-	}
-	return "SELECT " + strings.Join(cols, ", ") + ` FROM api_tokens AS t
+		q.sql = "SELECT " + strings.Join(cols, ", ") + ` FROM api_tokens AS t
 JOIN users AS u ON u.id = t.user_id
 LEFT JOIN group_members AS m ON m.user_id = u.id
 LEFT JOIN groups AS g ON g.id = m.group_id
-WHERE t.prefix = ? ORDER BY t.id, g.name`, nil
-})
+WHERE t.prefix = ? ORDER BY t.id, g.name`
+	})
+	return q.sql, q.err
+}
 
 // tokenCandidates reads the tokens of a prefix, each with its user and the
 // user's groups, in one query: every authenticated request asks it, and
 // on PostgreSQL each query is a round trip (issue #26).
 func (s *Store) tokenCandidates(ctx context.Context, prefix string) ([]tokenCandidate, error) {
-	q, err := tokenUserQuery()
+	q, err := s.tokenUserSQL()
 	if err != nil {
 		return nil, err
 	}
@@ -470,13 +485,11 @@ func (s *Store) tokenCandidates(ctx context.Context, prefix string) ([]tokenCand
 			out = append(out, tokenCandidate{token: r.Token, user: r.User})
 		}
 		if r.GroupName != nil {
-			u := &out[len(out)-1].user
 			src := ""
 			if r.GroupSource != nil {
 				src = *r.GroupSource
 			}
-			u.Groups = append(u.Groups, *r.GroupName)
-			u.Memberships = append(u.Memberships, Membership{Group: *r.GroupName, Source: src})
+			out[len(out)-1].user.addMembership(*r.GroupName, src)
 		}
 	}
 	return out, nil
