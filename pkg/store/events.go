@@ -16,7 +16,10 @@ import (
 // provisional ID and given its final one inside its transaction's COMMIT,
 // by the deferred trigger of schema 23 (events_order_at_commit), under an
 // advisory lock held only from then until the commit is visible: no
-// round trip of a client inside it, and nothing locked after it.
+// round trip of a client inside it, and nothing locked after it. Each event
+// is written again there (its final ID): a transaction of many events (a
+// dispatch round's SetQueue moving thousands) holds the lock, and so every
+// other commit that appends one, while it renumbers them all.
 
 // AppendEvent records an event. CreatedAt, when zero, is set by the store;
 // ID on SQLite only (on PostgreSQL the ID is given at commit, and ID is
