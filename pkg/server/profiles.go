@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -276,6 +277,7 @@ type unservableCache struct {
 	// at read (this machine's clock): read again when the generation has
 	// moved or hostsMaxAge has passed (another node's writes).
 	hosts []store.Host
+	inv   string // the hash of their names and stored inventories
 	gen   uint64
 	read  time.Time
 }
@@ -295,22 +297,24 @@ func (s *Server) unservableNow(ctx context.Context, p *config.Profile) string {
 	if s.Store == nil || p.GPU == nil {
 		return ""
 	}
-	hosts, err := s.unservable.readHosts(ctx, s.Store)
+	hosts, inv, err := s.unservable.readHosts(ctx, s.Store)
 	if err != nil {
 		s.log.Warn("read the hosts to tell what the profiles can get", "err", err)
 		return ""
 	}
+	// The hosts' states move with the time alone (a heartbeat grows old).
 	now := s.Store.Now()
-	h := fnv.New128a()
+	var key strings.Builder
+	key.WriteString(inv)
 	for i := range hosts {
-		fmt.Fprintf(h, "%s\x00%s\x00%d\x00%s\x00", hosts[i].Name, s.hostState(&hosts[i], now), len(hosts[i].Inventory), hosts[i].Inventory)
+		key.WriteString(s.hostState(&hosts[i], now))
+		key.WriteByte(0)
 	}
-	key := string(h.Sum(nil))
 	c := &s.unservable
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.key != key || len(c.why) >= maxUnservable {
-		c.key, c.why = key, map[*config.Profile]string{}
+	if c.key != key.String() || len(c.why) >= maxUnservable {
+		c.key, c.why = key.String(), map[*config.Profile]string{}
 	}
 	if why, ok := c.why[p]; ok {
 		return why
@@ -320,31 +324,37 @@ func (s *Server) unservableNow(ctx context.Context, p *config.Profile) string {
 	return why
 }
 
-// readHosts is the hosts as last read, or read again (unservableCache).
-// The slice is shared: callers only read it.
-func (c *unservableCache) readHosts(ctx context.Context, st HostStore) ([]store.Host, error) {
+// readHosts is the hosts as last read, or read again (unservableCache), and
+// the hash of their names and stored inventories. The slice is shared:
+// callers only read it.
+func (c *unservableCache) readHosts(ctx context.Context, st HostStore) ([]store.Host, string, error) {
 	gen := st.HostsGeneration()
 	c.mu.Lock()
 	if c.hosts != nil && c.gen == gen && time.Since(c.read) < hostsMaxAge {
-		hosts := c.hosts
+		hosts, inv := c.hosts, c.inv
 		c.mu.Unlock()
-		return hosts, nil
+		return hosts, inv, nil
 	}
 	c.mu.Unlock()
 	read := time.Now()
 	hosts, err := st.ListHosts(ctx)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	if hosts == nil {
 		hosts = []store.Host{}
 	}
+	h := fnv.New128a()
+	for i := range hosts {
+		fmt.Fprintf(h, "%s\x00%d\x00%s\x00", hosts[i].Name, len(hosts[i].Inventory), hosts[i].Inventory)
+	}
+	inv := string(h.Sum(nil))
 	c.mu.Lock()
 	if read.After(c.read) {
-		c.hosts, c.gen, c.read = hosts, gen, read
+		c.hosts, c.inv, c.gen, c.read = hosts, inv, gen, read
 	}
 	c.mu.Unlock()
-	return hosts, nil
+	return hosts, inv, nil
 }
 
 // profileAdmission answers what the sharing policy would say now to the

@@ -453,7 +453,7 @@ func TestUnservableHostsRead(t *testing.T) {
 	var c unservableCache
 	read := func() []store.Host {
 		t.Helper()
-		hosts, err := c.readHosts(ctx, st)
+		hosts, _, err := c.readHosts(ctx, st)
 		if err != nil {
 			t.Fatal(err)
 		}
