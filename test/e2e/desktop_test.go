@@ -84,7 +84,12 @@ const rdpWidth, rdpHeight = 1024, 768
 // Needs root, qemu:///system, libvirt's default network, the desktop image
 // (make desktop-image) and xfreerdp, Xvfb, xwd and virsh
 // (scripts/setup-host.sh installs them); skips, saying which, without.
+//
+// It runs after the package's other tests (t.Parallel): `make test` builds
+// the desktop image in the background meanwhile, and the test waits for
+// that build (desktopImage).
 func TestDesktopOverRDP(t *testing.T) {
+	t.Parallel()
 	hv := needSystemLibvirt(t)
 	img := desktopImage(t)
 	for _, tool := range []string{"xfreerdp", "Xvfb", "xwd", "virsh"} {
@@ -253,7 +258,9 @@ func TestDesktopOverRDP(t *testing.T) {
 type desktopFiles struct{ qcow2, kernel, initrd string }
 
 // desktopImage finds the image test/guest/desktop/build.sh made (in
-// $GPUVM_DESKTOP_CACHE, else test/guest/desktop/cache), or skips.
+// $GPUVM_DESKTOP_CACHE, else test/guest/desktop/cache), or skips. A build
+// in progress (make test starts one in the background) holds the cache's
+// lock: the test waits for it, at most desktopBuildWait.
 func desktopImage(t *testing.T) desktopFiles {
 	t.Helper()
 	cache := os.Getenv("GPUVM_DESKTOP_CACHE")
@@ -261,6 +268,9 @@ func desktopImage(t *testing.T) desktopFiles {
 		cache = filepath.Join(testbin.Root(), "test", "guest", "desktop", "cache")
 	}
 	cache, _ = filepath.Abs(cache)
+	if err := waitDesktopBuild(t, filepath.Join(cache, ".lock")); err != nil {
+		t.Fatal(err)
+	}
 	f := desktopFiles{filepath.Join(cache, "desktop.qcow2"), filepath.Join(cache, "vmlinuz"), filepath.Join(cache, "initrd.img")}
 	for _, p := range []string{f.qcow2, f.kernel, f.initrd} {
 		if _, err := os.Stat(p); err != nil {
@@ -271,6 +281,42 @@ func desktopImage(t *testing.T) desktopFiles {
 		}
 	}
 	return f
+}
+
+// desktopBuildWait bounds the wait for a desktop image's build: a fresh
+// machine's downloads and installs, on a loaded machine.
+const desktopBuildWait = 20 * time.Minute
+
+// waitDesktopBuild waits while build.sh holds lock (exclusively, for the
+// whole of a build); a lock nobody holds, or none, returns at once.
+func waitDesktopBuild(t *testing.T, lock string) error {
+	t.Helper()
+	f, err := os.Open(lock)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("open the desktop image's build lock: %w", err)
+	}
+	defer f.Close()
+	begin := time.Now()
+	for {
+		err := syscall.Flock(int(f.Fd()), syscall.LOCK_SH|syscall.LOCK_NB)
+		if err == nil {
+			_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+			if waited := time.Since(begin); waited > time.Second {
+				t.Logf("waited %v for the desktop image's build", waited.Round(time.Second))
+			}
+			return nil
+		}
+		if !errors.Is(err, syscall.EWOULDBLOCK) && !errors.Is(err, syscall.EINTR) {
+			return fmt.Errorf("lock %s: %w", lock, err)
+		}
+		if time.Since(begin) > desktopBuildWait {
+			return fmt.Errorf("the desktop image's build (%s held) did not end in %v", lock, desktopBuildWait)
+		}
+		time.Sleep(2 * time.Second)
+	}
 }
 
 // startXvfb starts Xvfb on a free display and returns its name (":N").

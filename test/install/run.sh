@@ -15,24 +15,38 @@
 # ~40 s of make package with a warm Go build cache).
 #
 # Skips (exit 0, saying why) when not root or without mmdebstrap.
+#
+# test/install/run.sh --root makes (or finds) only the cached root, of the
+# Depends packaging/nfpm.yaml gives the package, without a package: make
+# test runs it in the background while the other tests run. Both serialise
+# on the cache's lock.
 set -euo pipefail
-pkgdir=${1:?usage: run.sh PKGDIR}
+pkgdir=${1:?usage: run.sh PKGDIR | run.sh --root}
 start=$(date +%s)
 skip() { echo "test-install: SKIP: $*"; exit 0; }
 [ "$(id -u)" = 0 ] || skip "needs root (mmdebstrap and chroot)"
 command -v mmdebstrap >/dev/null || skip "mmdebstrap is not installed (apt-get install mmdebstrap)"
 
-deb=$(ls -t "$pkgdir"/gpuvm_*_amd64.deb 2>/dev/null | head -1)
-[ -n "$deb" ] || { echo "test-install: no gpuvm_*_amd64.deb in $pkgdir (make package)"; exit 1; }
 suite=bookworm
 mirror=${GPUVM_DEBIAN_MIRROR:-http://deb.debian.org/debian}
-# The package's Depends, alternatives and versions dropped: if a name is not
-# in the suite, mmdebstrap fails here and says which.
-deps=$(dpkg-deb -f "$deb" Depends | tr ',' '\n' | sed -E 's/[|(].*//; s/ //g' | grep -v '^$' | sort -u | tr '\n' ' ')
+if [ "$pkgdir" = --root ]; then
+	# nfpm.yaml's depends list: the lines "  - NAME" after "depends:".
+	deps=$(awk '/^[a-z_]+:/ { in_deps = ($1 == "depends:"); next } in_deps && /^ *- / { print $2 }' \
+		"$(dirname "$0")/../../packaging/nfpm.yaml" | sort -u | tr '\n' ' ')
+	[ -n "$deps" ] || { echo "test-install: no depends in packaging/nfpm.yaml"; exit 1; }
+else
+	deb=$(ls -t "$pkgdir"/gpuvm_*_amd64.deb 2>/dev/null | head -1)
+	[ -n "$deb" ] || { echo "test-install: no gpuvm_*_amd64.deb in $pkgdir (make package)"; exit 1; }
+	# The package's Depends, alternatives and versions dropped: if a name is not
+	# in the suite, mmdebstrap fails here and says which.
+	deps=$(dpkg-deb -f "$deb" Depends | tr ',' '\n' | sed -E 's/[|(].*//; s/ //g' | grep -v '^$' | sort -u | tr '\n' ' ')
+fi
 include="systemd $deps"
 key=$(printf '%s\n' "$suite" "$mirror" $include | sha256sum | cut -c1-16)
 cache=${GPUVM_INSTALL_CACHE:-/var/cache/gpuvm}/install-root-$suite-$key.tar
 mkdir -p "$(dirname "$cache")"
+exec 9>"$(dirname "$cache")/install-root.lock"
+flock 9
 if [ ! -s "$cache" ]; then
 	echo "test-install: making the $suite root with: $include (cached as $cache)"
 	t0=$(date +%s)
@@ -41,6 +55,11 @@ if [ ! -s "$cache" ]; then
 	# Roots of other package lists are stale: one root is kept.
 	find "$(dirname "$cache")" -maxdepth 1 -name "install-root-$suite-*.tar" ! -name "$(basename "$cache")" -delete
 	echo "test-install: root made in $(($(date +%s) - t0)) s"
+fi
+exec 9>&-
+if [ "$pkgdir" = --root ]; then
+	echo "test-install: the $suite root is $cache"
+	exit 0
 fi
 
 root=$(mktemp -d /tmp/gpuvm-install-root.XXXXXX)

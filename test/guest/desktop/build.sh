@@ -119,7 +119,9 @@ root="$work/root"
 # The apt cache is synced in and out so that .debs survive between builds
 # (mmdebstrap's documented recipe); policy-rc.d keeps services from starting
 # inside the tree; the SSH host keys and the machine id are removed so that
-# every VM makes its own at first boot.
+# every VM makes its own at first boot. dpkg does not sync each file it
+# unpacks (force-unsafe-io): a build that fails leaves only a tree that is
+# thrown away.
 include=$(
 	IFS=,
 	echo "${PACKAGES[*]}"
@@ -127,7 +129,7 @@ include=$(
 mmdebstrap --mode=root --variant=apt --format=directory \
 	--aptopt='APT::Install-Recommends "false"' \
 	--aptopt='Acquire::Retries "3"' \
-	--dpkgopt='force-confold' --dpkgopt='force-confdef' \
+	--dpkgopt='force-confold' --dpkgopt='force-confdef' --dpkgopt='force-unsafe-io' \
 	--dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-include=/usr/share/doc/*/copyright' \
 	--dpkgopt='path-exclude=/usr/share/man/*' --dpkgopt='path-exclude=/usr/share/locale/*' \
 	--dpkgopt='path-include=/usr/share/locale/locale.alias' \
