@@ -203,6 +203,26 @@ func TestArrayStartReadsOnlyWhatItLaunches(t *testing.T) {
 	}
 }
 
+// A round over an array of 10,000 elements with %4 whose launches the
+// store all refuses (another gpuvmd launched them, or the cap was reached
+// there) stops at the cap: it tries four, reading the four, not the next
+// four and the next until the array's end.
+func TestArrayRoundStopsAtRefusedLaunches(t *testing.T) {
+	sup, rs, _ := bigArrayOf(t, 0, false)
+	launches := 0
+	sup.cfg.Launch = func(ctx context.Context, tk *store.Task) error {
+		launches++
+		return fmt.Errorf("launch task %s: 4 of its array's elements run, its cap: %w", tk.ID, store.ErrConflict)
+	}
+	if err := sup.Round(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	// The array, the four elements tried, its one state's summary.
+	if rs.rows > 1+4+1 || launches > 4 {
+		t.Errorf("the round read %d task rows and launched %d times, want at most 6 rows and 4 launches", rs.rows, launches)
+	}
+}
+
 // BenchmarkArrayStartRound is a supervisor's round over an array of
 // 10,000 elements with %4, four of them launched, the others waiting for
 // their turn; rows/op is the task rows it reads.
