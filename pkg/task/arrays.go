@@ -20,7 +20,9 @@ import (
 // those the round read (tasks not of an array, cancelled elements, which
 // end), then each array's elements by index, read only as far as they
 // can be launched, never more than its cap with a VM at once (active:
-// by array, its elements with a VM).
+// by array, its elements with a VM). The arrays go oldest first, as the
+// store lists the round's tasks (ListRoundTasks: by created_at, then ID;
+// an ID is a UUIDv7, in the order it was made).
 func (s *Supervisor) launchWaiting(ctx context.Context, waiting, arrays []*store.Task, active map[string]int) error {
 	slices.SortStableFunc(waiting, func(a, b *store.Task) int { return cmp.Compare(a.ArrayID, b.ArrayID) })
 	var errs []error
@@ -29,8 +31,6 @@ func (s *Supervisor) launchWaiting(ctx context.Context, waiting, arrays []*store
 			errs = append(errs, err)
 		}
 	}
-	arrays = slices.Clone(arrays)
-	slices.SortStableFunc(arrays, func(a, b *store.Task) int { return cmp.Compare(a.ID, b.ID) })
 	for _, a := range arrays {
 		if err := s.launchElements(ctx, a, active[a.ID]); err != nil {
 			errs = append(errs, fmt.Errorf("task array %s: %w", a.ID, err))
