@@ -211,6 +211,9 @@ func TestTaskInWithdrawnWhileQueued(t *testing.T) {
 		t.Fatalf("withdraw: %v %v", ok, err)
 	}
 	e.wantOp(start.ID, store.OpFailed, "withdrawn: task "+tk.ID+" was cancelled")
+	if rs := e.actionResults(vm.ID); len(rs) == 0 || rs[len(rs)-1] != "start failed" {
+		t.Errorf("vm.action events %q, want the last the start failed", rs)
+	}
 	e.wantVM(vm.ID, store.VMStopped, "was cancelled before it started")
 	if ok, err := o.WithdrawStart(ctx, vm.ID, "again"); err != nil || ok {
 		t.Errorf("a second withdraw: %v %v", ok, err)

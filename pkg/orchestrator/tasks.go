@@ -148,14 +148,11 @@ func (o *Orchestrator) WithdrawStart(ctx context.Context, vmID, reason string) (
 		if _, err := tx.UpdateVMState(ctx, vmID, cur.Version, store.VMUpdate{State: store.VMStopped, StateReason: reason}); err != nil {
 			return err
 		}
-		cause := errors.New("withdrawn: " + reason)
-		if err := tx.FinishOperation(ctx, start.ID, cause); err != nil {
+		if err := finishActionTx(ctx, tx, cur, start, errors.New("withdrawn: "+reason)); err != nil {
 			return err
 		}
-		p, _ := json.Marshal(api.VMActionPayload{Action: start.Kind, OperationID: start.ID, RequestedBy: start.RequestedBy,
-			Result: store.OpFailed, Error: cause.Error()})
 		withdrawn = true
-		return tx.AppendEvent(ctx, &store.Event{VMID: vmID, Owner: cur.Owner, Type: api.EventVMAction, Payload: p})
+		return nil
 	})
 	if errors.Is(err, store.ErrConflict) {
 		return false, nil // it moved meanwhile (placed, or started): the next look decides
