@@ -283,7 +283,7 @@ func (s *Server) getTask(c *gin.Context) {
 		return
 	}
 	out := sayTask(c, t)
-	if err := s.fillTask(c, t, &out, &page); err != nil {
+	if err := s.fillTask(c, t, &out, page); err != nil {
 		s.writeProblem(c, err)
 		return
 	}
