@@ -189,7 +189,7 @@ func utcTask(t *Task) {
 }
 
 // CreateTaskIn writes t, a task that runs in its owner's own VM vm (--in),
-// and gives vm the spec that names the task (the orchestrator's SpecTask),
+// and gives vm the spec that names the task (SpecTask),
 // in one transaction: a VM changed since it was read, or that another
 // task that has not ended runs in, is ErrConflict.
 func (s *Store) CreateTaskIn(ctx context.Context, t *Task, vm *VM, spec, reason string) error {
