@@ -292,7 +292,9 @@ func newTaskShowCmd(getenv func(string) string) *cobra.Command {
 				return err
 			}
 			get := c.GetTask
-			if all {
+			if all && !out.quiet {
+				// --quiet prints the state alone: one request, not the
+				// pages of elements it would not print.
 				get = c.GetTaskAll
 			}
 			t, err := get(ctx, args[0])

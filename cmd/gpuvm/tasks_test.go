@@ -2,9 +2,14 @@ package main
 
 import (
 	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -193,5 +198,47 @@ func TestPrintTaskInAndEstimate(t *testing.T) {
 	}
 	if !strings.Contains(b.String(), "waits for a whole H100; starts about 2026-12-01 22:30:00") {
 		t.Errorf("ls:\n%s", b.String())
+	}
+}
+
+// show --all follows the pages of an array's elements; with --quiet,
+// which prints the state alone, it asks for the task once.
+func TestTaskShowAllQuiet(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		out  string
+		gets []string // the ?after of each GET
+	}{
+		{[]string{"--all", "--quiet"}, "pending\n", []string{""}},
+		{[]string{"--quiet"}, "pending\n", []string{""}},
+		{[]string{"--all", "--json"}, `"arr_1"`, []string{"", "0"}},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			var mu sync.Mutex
+			var gets []string
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.Method != "GET" || r.URL.Path != "/v1/tasks/arr" {
+					w.WriteHeader(404)
+					return
+				}
+				mu.Lock()
+				gets = append(gets, r.URL.Query().Get("after"))
+				mu.Unlock()
+				i0, i1 := 0, 1
+				tk := api.Task{ID: "arr", State: api.TaskPending, Array: "0-1", ArrayCounts: map[string]int{api.TaskPending: 2}}
+				if r.URL.Query().Get("after") == "" {
+					tk.Elements, tk.ElementsNext = []api.Task{{ID: "arr_0", State: api.TaskPending, ArrayIndex: &i0}}, "0"
+				} else {
+					tk.Elements = []api.Task{{ID: "arr_1", State: api.TaskPending, ArrayIndex: &i1}}
+				}
+				json.NewEncoder(w).Encode(tk)
+			}))
+			defer srv.Close()
+			c := newCLI(t, map[string]string{"GPUVM_URL": srv.URL, "GPUVM_TOKEN": "t"})
+			out := c.must(append([]string{"task", "show", "arr"}, tc.args...)...)
+			if !strings.Contains(out, tc.out) || !slices.Equal(gets, tc.gets) {
+				t.Errorf("printed %q after GETs after %q; want %q after %q", out, gets, tc.out, tc.gets)
+			}
+		})
 	}
 }

@@ -111,23 +111,28 @@ func (lc *lifecycle) runAction(ctx context.Context, vm *store.VM, op *store.Oper
 }
 
 // finishAction ends an action's operation and records a vm.action event
-// with its result, in one transaction. An operation finished meanwhile is
-// left as it is.
+// with its result, in one transaction (finishActionTx). An operation
+// finished meanwhile is left as it is.
 func (lc *lifecycle) finishAction(ctx context.Context, vm *store.VM, op *store.Operation, opErr error) {
+	err := lc.st.Tx(ctx, func(tx *store.Store) error { return finishActionTx(ctx, tx, vm, op, opErr) })
+	if err != nil && !errors.Is(err, store.ErrConflict) {
+		lc.log.Error("finish operation", "operation", op.ID, "kind", op.Kind, "vm", vm.ID, "err", err)
+	}
+}
+
+// finishActionTx ends op, an action on vm, in tx: done, or failed with
+// opErr (its paths cut), and a vm.action event that says so. Both
+// finishAction and a withdrawn start (WithdrawStart) end an action so.
+func finishActionTx(ctx context.Context, tx *store.Store, vm *store.VM, op *store.Operation, opErr error) error {
 	p := api.VMActionPayload{Action: op.Kind, OperationID: op.ID, RequestedBy: op.RequestedBy, Result: store.OpDone}
 	if opErr != nil {
 		p.Result, p.Error = store.OpFailed, reasonOf(opErr)
 	}
 	payload, _ := json.Marshal(p)
-	err := lc.st.Tx(ctx, func(tx *store.Store) error {
-		if err := tx.FinishOperation(ctx, op.ID, withoutPaths(opErr)); err != nil {
-			return err
-		}
-		return tx.AppendEvent(ctx, &store.Event{VMID: vm.ID, Owner: vm.Owner, Type: api.EventVMAction, Payload: payload})
-	})
-	if err != nil && !errors.Is(err, store.ErrConflict) {
-		lc.log.Error("finish operation", "operation", op.ID, "kind", op.Kind, "vm", vm.ID, "err", err)
+	if err := tx.FinishOperation(ctx, op.ID, withoutPaths(opErr)); err != nil {
+		return err
 	}
+	return tx.AppendEvent(ctx, &store.Event{VMID: vm.ID, Owner: vm.Owner, Type: api.EventVMAction, Payload: payload})
 }
 
 // interrupted: ctx ended or a test hook stopped the work; the operation is

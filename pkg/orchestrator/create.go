@@ -257,7 +257,7 @@ func (lc *lifecycle) vmRequest(ctx context.Context, vm *store.VM) (hypervisor.VM
 		return hypervisor.VMRequest{}, err
 	}
 	spec.Disks = append(spec.Disks, data...)
-	spec.TaskChannel = TaskOfSpec(vm.Spec) != "" // tasks.go
+	spec.TaskChannel = store.TaskOfSpec(vm.Spec) != "" // tasks.go
 	req := hypervisor.VMRequest{Spec: spec, Pool: set.Libvirt.StoragePool}
 	var kind gpu.Kind
 	if len(allocs) > 0 {

@@ -87,7 +87,7 @@ func TestTaskInOwnVMWholeGPUForTheNight(t *testing.T) {
 
 	tk := &store.Task{ID: "0193b000-0000-7000-8000-000000000001", Owner: "ann", Profile: "in-whole", Command: `["nvidia-smi"]`,
 		TimeLimitS: 3600, KillWaitS: 30, InProfile: "in-1g"}
-	spec, err := store.SpecWithKeys(vm.Spec, map[string]string{SpecTask: tk.ID})
+	spec, err := store.SpecWithKeys(vm.Spec, map[string]string{store.SpecTask: tk.ID})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,7 +117,7 @@ func TestTaskInOwnVMWholeGPUForTheNight(t *testing.T) {
 	back := e.resize(o, e.vm(vm.ID), "in-1g")
 	e.wantOp(back.ID, store.OpDone, "")
 	cur := e.vm(vm.ID)
-	spec, err = store.SpecWithKeys(cur.Spec, map[string]string{SpecTask: ""})
+	spec, err = store.SpecWithKeys(cur.Spec, map[string]string{store.SpecTask: ""})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,7 +125,7 @@ func TestTaskInOwnVMWholeGPUForTheNight(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := e.wantVM(vm.ID, store.VMStopped, "resized from profile in-whole to in-1g")
-	if got.Profile != "in-1g" || TaskOfSpec(got.Spec) != "" {
+	if got.Profile != "in-1g" || store.TaskOfSpec(got.Spec) != "" {
 		t.Errorf("after the task: profile %s, spec %s", got.Profile, got.Spec)
 	}
 	_, after := e.domainXML(vm.ID)
@@ -187,7 +187,7 @@ func TestTaskInWithdrawnWhileQueued(t *testing.T) {
 
 	tk := &store.Task{ID: "0193b000-0000-7000-8000-000000000002", Owner: "ann", Profile: "in-whole", Command: `["train"]`,
 		TimeLimitS: 3600, KillWaitS: 30, InProfile: "in-1g"}
-	spec, err := store.SpecWithKeys(vm.Spec, map[string]string{SpecTask: tk.ID})
+	spec, err := store.SpecWithKeys(vm.Spec, map[string]string{store.SpecTask: tk.ID})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -211,6 +211,9 @@ func TestTaskInWithdrawnWhileQueued(t *testing.T) {
 		t.Fatalf("withdraw: %v %v", ok, err)
 	}
 	e.wantOp(start.ID, store.OpFailed, "withdrawn: task "+tk.ID+" was cancelled")
+	if rs := e.actionResults(vm.ID); len(rs) == 0 || rs[len(rs)-1] != "start failed" {
+		t.Errorf("vm.action events %q, want the last the start failed", rs)
+	}
 	e.wantVM(vm.ID, store.VMStopped, "was cancelled before it started")
 	if ok, err := o.WithdrawStart(ctx, vm.ID, "again"); err != nil || ok {
 		t.Errorf("a second withdraw: %v %v", ok, err)

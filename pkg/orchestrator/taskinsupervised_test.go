@@ -69,7 +69,7 @@ func TestTaskInCancelledWhileQueuedSupervised(t *testing.T) {
 	}
 	tk := &store.Task{ID: "0193b000-0000-7000-8000-000000000003", Owner: "ann", Profile: "in-whole", Command: `["train"]`,
 		TimeLimitS: 3600, KillWaitS: 30, InProfile: "in-1g"}
-	spec, err := store.SpecWithKeys(vm.Spec, map[string]string{SpecTask: tk.ID})
+	spec, err := store.SpecWithKeys(vm.Spec, map[string]string{store.SpecTask: tk.ID})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,7 +113,7 @@ func TestTaskInCancelledWhileQueuedSupervised(t *testing.T) {
 	}
 	o.Drain(ctx)
 	cur := e.wantVM(vm.ID, store.VMStopped, "")
-	if cur.Profile != "in-1g" || TaskOfSpec(cur.Spec) != "" {
+	if cur.Profile != "in-1g" || store.TaskOfSpec(cur.Spec) != "" {
 		t.Errorf("the VM after the task: profile %s, spec %s; want in-1g, no task", cur.Profile, cur.Spec)
 	}
 	if e.domainState(vm.ID) == hypervisor.StateRunning {

@@ -11,26 +11,13 @@ import (
 	"github.com/gpuvm/gpuvm/pkg/store"
 )
 
-// SpecTask is the key of a VM's spec that names the task the VM serves
-// (docs/tasks.md): its domain gets the task channel, its seed the runner.
-const SpecTask = store.SpecTask
-
-// TaskOfSpec is the task a VM's recorded spec names; "" when none (or a
-// spec that is not JSON).
-func TaskOfSpec(spec string) string {
-	var s struct {
-		Task string `json:"task"`
-	}
-	if spec == "" || json.Unmarshal([]byte(spec), &s) != nil {
-		return ""
-	}
-	return s.Task
-}
+// A VM whose spec names a task (store.SpecTask, docs/tasks.md) serves
+// it: its domain gets the task channel, its seed the runner.
 
 // seedTask is the task vm serves as its seed carries it; nil for a VM of
 // no task.
 func (lc *lifecycle) seedTask(ctx context.Context, vm *store.VM) (*cloudinit.Task, error) {
-	id := TaskOfSpec(vm.Spec)
+	id := store.TaskOfSpec(vm.Spec)
 	if id == "" {
 		return nil, nil
 	}
@@ -82,7 +69,7 @@ func (lc *lifecycle) prepareTask(ctx context.Context, vm *store.VM) error {
 	if !ok {
 		return nil
 	}
-	id := TaskOfSpec(vm.Spec)
+	id := store.TaskOfSpec(vm.Spec)
 	if id == "" {
 		return tp.PrepareTask(ctx, vm.ID, "", nil)
 	}
@@ -148,14 +135,11 @@ func (o *Orchestrator) WithdrawStart(ctx context.Context, vmID, reason string) (
 		if _, err := tx.UpdateVMState(ctx, vmID, cur.Version, store.VMUpdate{State: store.VMStopped, StateReason: reason}); err != nil {
 			return err
 		}
-		cause := errors.New("withdrawn: " + reason)
-		if err := tx.FinishOperation(ctx, start.ID, cause); err != nil {
+		if err := finishActionTx(ctx, tx, cur, start, errors.New("withdrawn: "+reason)); err != nil {
 			return err
 		}
-		p, _ := json.Marshal(api.VMActionPayload{Action: start.Kind, OperationID: start.ID, RequestedBy: start.RequestedBy,
-			Result: store.OpFailed, Error: cause.Error()})
 		withdrawn = true
-		return tx.AppendEvent(ctx, &store.Event{VMID: vmID, Owner: cur.Owner, Type: api.EventVMAction, Payload: p})
+		return nil
 	})
 	if errors.Is(err, store.ErrConflict) {
 		return false, nil // it moved meanwhile (placed, or started): the next look decides

@@ -328,8 +328,10 @@ func TestTasksPageInChinese(t *testing.T) {
 
 // /tasks?profile=NAME naming a profile the person cannot run a task in (one
 // without a seed or a GPU, or none at all) says so beside the form, in
-// English and in Chinese, and which profile is chosen instead; one that
-// can is chosen without a word.
+// English and in Chinese (its sentences joined as Chinese joins them, no
+// space after "。"), and which profile is chosen instead; one that can is
+// chosen without a word. The page with the notice is checked as every
+// page is, at a phone's width too.
 func TestTasksPageRefusedProfile(t *testing.T) {
 	needBrowser(t)
 	env, _ := taskEnv(t)
@@ -348,6 +350,8 @@ func TestTasksPageRefusedProfile(t *testing.T) {
 			t.Errorf("?profile=%s: notice %q, chosen %q; want %q, train chosen", name, got, chosen, want)
 		}
 	}
+	b.check("tasks-profile-refused")
+	b.phoneFit("tasks-profile-refused")
 	open("train")
 	var notices int
 	b.eval(`document.querySelectorAll('#task-profile-refused').length`, &notices)
@@ -356,7 +360,9 @@ func TestTasksPageRefusedProfile(t *testing.T) {
 	}
 	b.eval(`document.cookie = 'gpuvm_lang=zh-CN; path=/'`, nil)
 	open("seat")
-	if got := b.text(`#task-profile-refused`); !strings.Contains(got, "你不能在“seat”中运行任务") || !strings.Contains(got, "已改为选择 train。") {
+	if got := b.text(`#task-profile-refused`); !strings.Contains(got, "你不能在“seat”中运行任务") || !strings.Contains(got, "之中。已改为选择 train。") {
 		t.Errorf("in Chinese: %q", got)
 	}
+	b.check("tasks-profile-refused-zh")
+	b.phoneFit("tasks-profile-refused-zh")
 }

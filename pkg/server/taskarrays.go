@@ -237,9 +237,9 @@ func (s *Server) parseElementsPage(c *gin.Context) (elementsPage, bool) {
 }
 
 // fillTask adds to an array's answer the counts of its elements by state
-// and, given a page, that page of its elements; to a task that may retry,
-// given a page, its attempts.
-func (s *Server) fillTask(c *gin.Context, t *store.Task, out *api.Task, page *elementsPage) error {
+// and the page of its elements asked for; to a task that may retry, its
+// attempts.
+func (s *Server) fillTask(c *gin.Context, t *store.Task, out *api.Task, page elementsPage) error {
 	ctx := c.Request.Context()
 	if t.IsArray() {
 		counts, err := s.Store.ArrayCounts(ctx, []string{t.ID})
@@ -247,21 +247,19 @@ func (s *Server) fillTask(c *gin.Context, t *store.Task, out *api.Task, page *el
 			return err
 		}
 		out.ArrayCounts = counts[t.ID]
-		if page != nil {
-			elems, more, err := s.Store.ListArrayElementsAfter(ctx, t.ID, page.after, page.limit)
-			if err != nil {
-				return err
-			}
-			out.Elements = make([]api.Task, 0, len(elems))
-			for i := range elems {
-				out.Elements = append(out.Elements, sayTask(c, &elems[i]))
-			}
-			if more && len(elems) > 0 && elems[len(elems)-1].ArrayIndex != nil {
-				out.ElementsNext = strconv.Itoa(*elems[len(elems)-1].ArrayIndex)
-			}
+		elems, more, err := s.Store.ListArrayElementsAfter(ctx, t.ID, page.after, page.limit)
+		if err != nil {
+			return err
+		}
+		out.Elements = make([]api.Task, 0, len(elems))
+		for i := range elems {
+			out.Elements = append(out.Elements, sayTask(c, &elems[i]))
+		}
+		if more && len(elems) > 0 && elems[len(elems)-1].ArrayIndex != nil {
+			out.ElementsNext = strconv.Itoa(*elems[len(elems)-1].ArrayIndex)
 		}
 	}
-	if t.Retries > 0 && page != nil {
+	if t.Retries > 0 {
 		as, err := s.Store.ListTaskAttempts(ctx, t.ID)
 		if err != nil {
 			return err

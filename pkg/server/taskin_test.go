@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/gpuvm/gpuvm/pkg/api"
-	"github.com/gpuvm/gpuvm/pkg/orchestrator"
 	"github.com/gpuvm/gpuvm/pkg/store"
 )
 
@@ -56,7 +55,7 @@ func TestCreateTaskIn(t *testing.T) {
 	if body["in"] != down.ID || body["vm_id"] != down.ID || body["in_profile"] != "slice" || body["state"] != api.TaskPending {
 		t.Errorf("task %s", rec.Body)
 	}
-	if orchestrator.TaskOfSpec(down.Spec) != id || down.Profile != "slice" || down.State != store.VMStopped || !strings.Contains(down.Spec, `"hours":2`) {
+	if store.TaskOfSpec(down.Spec) != id || down.Profile != "slice" || down.State != store.VMStopped || !strings.Contains(down.Spec, `"hours":2`) {
 		t.Errorf("the VM after the submit: %+v", down)
 	}
 	page, _ := st.ListVMs(ctx, store.VMFilter{Limit: 100})

@@ -19,7 +19,6 @@ import (
 
 	"github.com/gpuvm/gpuvm/pkg/api"
 	"github.com/gpuvm/gpuvm/pkg/hypervisor/cloudinit"
-	"github.com/gpuvm/gpuvm/pkg/orchestrator"
 	"github.com/gpuvm/gpuvm/pkg/store"
 	"github.com/gpuvm/gpuvm/pkg/task"
 )
@@ -55,7 +54,7 @@ func taskVMName(id string) string {
 }
 
 // taskOfVM is the task a VM serves, from its spec; "" for none.
-func taskOfVM(vm *store.VM) string { return orchestrator.TaskOfSpec(vm.Spec) }
+func taskOfVM(vm *store.VM) string { return store.TaskOfSpec(vm.Spec) }
 
 // sayTask is a task with its reason in the request's language (words.go).
 func sayTask(c *gin.Context, t *store.Task) api.Task {
@@ -283,7 +282,7 @@ func (s *Server) getTask(c *gin.Context) {
 		return
 	}
 	out := sayTask(c, t)
-	if err := s.fillTask(c, t, &out, &page); err != nil {
+	if err := s.fillTask(c, t, &out, page); err != nil {
 		s.writeProblem(c, err)
 		return
 	}

@@ -92,7 +92,7 @@ func toAPIOp(op *store.Operation) api.Operation {
 type vmSpec struct {
 	Hours   int      `json:"hours"`
 	SSHKeys []string `json:"ssh_keys,omitempty"`
-	// Task is the task the VM serves (tasks.go; orchestrator.SpecTask).
+	// Task is the task the VM serves (tasks.go; store.SpecTask).
 	Task string `json:"task,omitempty"`
 	// SSHHostKeys are what the orchestrator adds at create: the public
 	// halves of the guest's host keys (orchestrator.SpecHostKeys).

@@ -63,13 +63,7 @@ type AuditFilter struct {
 // ListAudit lists one page of entries, newest (highest ID) first. next is
 // the After of the following page, 0 on the last one.
 func (s *Store) ListAudit(ctx context.Context, f AuditFilter) (entries []AuditEntry, next int64, err error) {
-	limit := f.Limit
-	switch {
-	case limit <= 0:
-		limit = DefaultAuditPage
-	case limit > MaxAuditPage:
-		limit = MaxAuditPage
-	}
+	limit := queryLimit(f.Limit, DefaultAuditPage, MaxAuditPage)
 	if f.After < 0 {
 		return nil, 0, fmt.Errorf("list audit entries: %w: cursor %d", ErrInvalid, f.After)
 	}

@@ -119,13 +119,7 @@ func (s *Store) ListEventsSince(ctx context.Context, afterID int64, f EventFilte
 // eventsSinceQuery is ListEventsSince's query. Those of one type are read
 // through the index events_type (type, id), from afterID on (schema 18).
 func eventsSinceQuery(db *gorm.DB, afterID int64, f EventFilter) *gorm.DB {
-	limit := f.Limit
-	switch {
-	case limit <= 0:
-		limit = 100
-	case limit > 1000:
-		limit = 1000
-	}
+	limit := queryLimit(f.Limit, 100, 1000)
 	q := db.Where("id > ?", afterID)
 	if f.VMID != "" {
 		q = q.Where("vm_id = ?", f.VMID)

@@ -286,3 +286,18 @@ func TestTxStoreClose(t *testing.T) {
 		t.Fatal("closed the store inside a transaction")
 	}
 }
+
+func TestQueryLimit(t *testing.T) {
+	for _, tc := range []struct{ limit, def, max, want int }{
+		{0, 50, 1000, 50},
+		{-3, 50, 1000, 50},
+		{1, 50, 1000, 1},
+		{1000, 50, 1000, 1000},
+		{1001, 50, 1000, 1000},
+		{0, 1000, 1000, 1000},
+	} {
+		if got := queryLimit(tc.limit, tc.def, tc.max); got != tc.want {
+			t.Errorf("queryLimit(%d, %d, %d) = %d, want %d", tc.limit, tc.def, tc.max, got, tc.want)
+		}
+	}
+}

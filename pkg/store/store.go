@@ -495,6 +495,18 @@ func (l *gormLog) ParamsFilter(_ context.Context, sql string, _ ...any) (string,
 	return sql, nil
 }
 
+// queryLimit is the size of a page a caller asks for with limit: def
+// when limit is 0 or less, at most max.
+func queryLimit(limit, def, max int) int {
+	switch {
+	case limit <= 0:
+		return def
+	case limit > max:
+		return max
+	}
+	return limit
+}
+
 func expectedError(err error) bool {
 	return errors.Is(err, gorm.ErrRecordNotFound) ||
 		errors.Is(err, gorm.ErrDuplicatedKey) ||

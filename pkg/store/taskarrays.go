@@ -38,18 +38,6 @@ func (s *Store) CreateTaskArray(ctx context.Context, array *Task, elems []Task) 
 	})
 }
 
-// ListArrayElements is an array's elements by index.
-func (s *Store) ListArrayElements(ctx context.Context, arrayID string) ([]Task, error) {
-	var out []Task
-	if err := s.db.WithContext(ctx).Where("array_id = ?", arrayID).Order("array_index").Find(&out).Error; err != nil {
-		return nil, wrap(err, nil, "elements of task array %s", arrayID)
-	}
-	for i := range out {
-		utcTask(&out[i])
-	}
-	return out, nil
-}
-
 // ListArrayElementsAfter is a page of an array's elements by index: at
 // most limit of those with an index above after (all from the first when
 // after is negative), and whether more follow.

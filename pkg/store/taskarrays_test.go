@@ -137,7 +137,7 @@ func TestRoundTasksAndWaitingElements(t *testing.T) {
 				t.Fatalf("set the reason: %d, %v; want %d", n, err, want)
 			}
 		}
-		all, err := s.ListArrayElements(ctx, "arr")
+		all, _, err := s.ListArrayElementsAfter(ctx, "arr", -1, 100)
 		if err != nil {
 			t.Fatal(err)
 		}

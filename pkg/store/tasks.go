@@ -50,7 +50,8 @@ func (s *Store) TaskOfVM(ctx context.Context, vmID string) (*Task, error) {
 // ListTasks is the tasks of owner (everybody's when ""), newest first, at
 // most limit (all when 0).
 func (s *Store) ListTasks(ctx context.Context, owner string, limit int) ([]Task, error) {
-	// An array's elements are listed with it (ListArrayElements).
+	// An array's elements are not: a GET of the array pages through them
+	// (ListArrayElementsAfter).
 	q := s.db.WithContext(ctx).Where("array_id = ''").Order("created_at DESC, id DESC")
 	if owner != "" {
 		q = q.Where("owner = ?", owner)
@@ -61,19 +62,6 @@ func (s *Store) ListTasks(ctx context.Context, owner string, limit int) ([]Task,
 	var out []Task
 	if err := q.Find(&out).Error; err != nil {
 		return nil, wrap(err, nil, "list tasks")
-	}
-	for i := range out {
-		utcTask(&out[i])
-	}
-	return out, nil
-}
-
-// ListLiveTasks is every task that has not ended, oldest first (the task
-// supervisor's round).
-func (s *Store) ListLiveTasks(ctx context.Context) ([]Task, error) {
-	var out []Task
-	if err := s.db.WithContext(ctx).Where("ended_at IS NULL").Order("created_at, id").Find(&out).Error; err != nil {
-		return nil, wrap(err, nil, "list live tasks")
 	}
 	for i := range out {
 		utcTask(&out[i])
@@ -201,7 +189,7 @@ func utcTask(t *Task) {
 }
 
 // CreateTaskIn writes t, a task that runs in its owner's own VM vm (--in),
-// and gives vm the spec that names the task (the orchestrator's SpecTask),
+// and gives vm the spec that names the task (SpecTask),
 // in one transaction: a VM changed since it was read, or that another
 // task that has not ended runs in, is ErrConflict.
 func (s *Store) CreateTaskIn(ctx context.Context, t *Task, vm *VM, spec, reason string) error {

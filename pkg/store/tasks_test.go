@@ -56,7 +56,7 @@ func TestTasks(t *testing.T) {
 		if err := s.UpdateTask(ctx, "nope", nil, TaskUpdate{State: api.TaskRunning}); !errors.Is(err, ErrNotFound) {
 			t.Fatalf("update of a missing task = %v, want ErrNotFound", err)
 		}
-		if live, err := s.ListLiveTasks(ctx); err != nil || len(live) != 0 {
+		if live, err := s.ListRoundTasks(ctx); err != nil || len(live) != 0 {
 			t.Fatalf("live = %+v, %v", live, err)
 		}
 		if l, err := s.ListTasks(ctx, "bob", 0); err != nil || len(l) != 0 {

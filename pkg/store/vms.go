@@ -169,13 +169,14 @@ type VMLister interface {
 	ListVMs(ctx context.Context, f VMFilter) (VMPage, error)
 }
 
+// maxVMsPage is the most VMs ListVMs gives in a page.
+const maxVMsPage = 1000
+
 // AllVMs is every VM f selects, oldest first, read a page at a time (of
 // f.Limit VMs; 0: 1000) from f.After on: the one paging loop of the
 // callers that need them all.
 func AllVMs(ctx context.Context, st VMLister, f VMFilter) ([]VM, error) {
-	if f.Limit <= 0 {
-		f.Limit = 1000
-	}
+	f.Limit = queryLimit(f.Limit, maxVMsPage, maxVMsPage)
 	var out []VM
 	for {
 		page, err := st.ListVMs(ctx, f)
@@ -195,13 +196,7 @@ func AllVMs(ctx context.Context, st VMLister, f VMFilter) ([]VM, error) {
 // for one row more than the page to know whether there is a next page. The
 // queued VMs come with their queue position.
 func (s *Store) ListVMs(ctx context.Context, f VMFilter) (VMPage, error) {
-	limit := f.Limit
-	switch {
-	case limit <= 0:
-		limit = 50
-	case limit > 1000:
-		limit = 1000
-	}
+	limit := queryLimit(f.Limit, 50, maxVMsPage)
 	q := s.db.WithContext(ctx).Model(&VM{})
 	if f.Owner != "" {
 		q = q.Where("owner = ?", f.Owner)

@@ -10,6 +10,18 @@ import (
 // runs in (--in) until the task has ended.
 const SpecTask = "task"
 
+// TaskOfSpec is the task a VM's recorded spec names (SpecTask); "" when
+// none (or a spec that is not JSON).
+func TaskOfSpec(spec string) string {
+	var s struct {
+		Task string `json:"task"` // SpecTask
+	}
+	if spec == "" || json.Unmarshal([]byte(spec), &s) != nil {
+		return ""
+	}
+	return s.Task
+}
+
 // SpecWithKeys is a VM's spec with keys set (an empty value removes the
 // key) and every other key kept as it is; a spec left empty is "", as a VM
 // made without one has it. The one writer of a spec's keys after the VM

@@ -24,3 +24,18 @@ func TestSpecWithKeys(t *testing.T) {
 		}
 	}
 }
+
+func TestTaskOfSpec(t *testing.T) {
+	for _, tc := range []struct{ spec, want string }{
+		{"", ""},
+		{`{"hours":48}`, ""},
+		{`{"hours":48,"task":"t-1"}`, "t-1"},
+		{`{"task":"x\"y"}`, `x"y`},
+		{`not json`, ""},
+		{`{"task":7}`, ""},
+	} {
+		if got := TaskOfSpec(tc.spec); got != tc.want {
+			t.Errorf("TaskOfSpec(%q) = %q, want %q", tc.spec, got, tc.want)
+		}
+	}
+}

@@ -19,12 +19,6 @@ type rowsStore struct {
 	rows int
 }
 
-func (r *rowsStore) ListLiveTasks(ctx context.Context) ([]store.Task, error) {
-	ts, err := r.Store.ListLiveTasks(ctx)
-	r.rows += len(ts)
-	return ts, err
-}
-
 func (r *rowsStore) ListRoundTasks(ctx context.Context) ([]store.Task, error) {
 	ts, err := r.Store.ListRoundTasks(ctx)
 	r.rows += len(ts)
@@ -33,12 +27,6 @@ func (r *rowsStore) ListRoundTasks(ctx context.Context) ([]store.Task, error) {
 
 func (r *rowsStore) ListWaitingElements(ctx context.Context, arrayID string, after, limit int) ([]store.Task, error) {
 	ts, err := r.Store.ListWaitingElements(ctx, arrayID, after, limit)
-	r.rows += len(ts)
-	return ts, err
-}
-
-func (r *rowsStore) ListArrayElements(ctx context.Context, arrayID string) ([]store.Task, error) {
-	ts, err := r.Store.ListArrayElements(ctx, arrayID)
 	r.rows += len(ts)
 	return ts, err
 }
@@ -183,7 +171,7 @@ func TestArrayStartReadsOnlyWhatItLaunches(t *testing.T) {
 	if rs.rows > 1+4+1 {
 		t.Errorf("the round read %d task rows, want at most 6 (not the array's 10,000 waiting elements)", rs.rows)
 	}
-	elems, err := rs.ListArrayElements(ctx, arr.ID)
+	elems, _, err := rs.ListArrayElementsAfter(ctx, arr.ID, -1, 10000)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -200,6 +188,26 @@ func TestArrayStartReadsOnlyWhatItLaunches(t *testing.T) {
 	}
 	if rs.rows > 1+4+1 {
 		t.Errorf("the next round read %d task rows, want at most 6", rs.rows)
+	}
+}
+
+// A round over an array of 10,000 elements with %4 whose launches the
+// store all refuses (another gpuvmd launched them, or the cap was reached
+// there) stops at the cap: it tries four, reading the four, not the next
+// four and the next until the array's end.
+func TestArrayRoundStopsAtRefusedLaunches(t *testing.T) {
+	sup, rs, _ := bigArrayOf(t, 0, false)
+	launches := 0
+	sup.cfg.Launch = func(ctx context.Context, tk *store.Task) error {
+		launches++
+		return fmt.Errorf("launch task %s: 4 of its array's elements run, its cap: %w", tk.ID, store.ErrConflict)
+	}
+	if err := sup.Round(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	// The array, the four elements tried, its one state's summary.
+	if rs.rows > 1+4+1 || launches > 4 {
+		t.Errorf("the round read %d task rows and launched %d times, want at most 6 rows and 4 launches", rs.rows, launches)
 	}
 }
 

@@ -20,7 +20,9 @@ import (
 // those the round read (tasks not of an array, cancelled elements, which
 // end), then each array's elements by index, read only as far as they
 // can be launched, never more than its cap with a VM at once (active:
-// by array, its elements with a VM).
+// by array, its elements with a VM). The arrays go oldest first, as the
+// store lists the round's tasks (ListRoundTasks: by created_at, then ID;
+// an ID is a UUIDv7, in the order it was made).
 func (s *Supervisor) launchWaiting(ctx context.Context, waiting, arrays []*store.Task, active map[string]int) error {
 	slices.SortStableFunc(waiting, func(a, b *store.Task) int { return cmp.Compare(a.ArrayID, b.ArrayID) })
 	var errs []error
@@ -29,8 +31,6 @@ func (s *Supervisor) launchWaiting(ctx context.Context, waiting, arrays []*store
 			errs = append(errs, err)
 		}
 	}
-	arrays = slices.Clone(arrays)
-	slices.SortStableFunc(arrays, func(a, b *store.Task) int { return cmp.Compare(a.ID, b.ID) })
 	for _, a := range arrays {
 		if err := s.launchElements(ctx, a, active[a.ID]); err != nil {
 			errs = append(errs, fmt.Errorf("task array %s: %w", a.ID, err))
@@ -45,7 +45,11 @@ const elementsPage = 500
 
 // launchElements launches the waiting elements of array a, n of whose
 // elements have a VM: by index, while fewer than its cap have one; those
-// left wait for their turn, told so without being read.
+// left wait for their turn, told so without being read. A launch the
+// store refuses (another gpuvmd launched the element, or the cap was
+// reached there) counts toward the cap as a launch does: the round stops
+// there, not reading the array's next waiting elements page after page
+// to have each refused in turn; the next round reads the true count.
 func (s *Supervisor) launchElements(ctx context.Context, a *store.Task, n int) error {
 	c := a.ArrayCap
 	var errs []error
@@ -70,11 +74,11 @@ func (s *Supervisor) launchElements(ctx context.Context, a *store.Task, n int) e
 			break
 		}
 		for i := range elems {
-			launched, err := s.launchOne(ctx, &elems[i])
+			taken, err := s.launchOne(ctx, &elems[i])
 			if err != nil {
 				errs = append(errs, err)
 			}
-			if launched {
+			if taken {
 				n++
 			}
 			after = *elems[i].ArrayIndex
@@ -87,8 +91,10 @@ func (s *Supervisor) launchElements(ctx context.Context, a *store.Task, n int) e
 }
 
 // launchOne launches t, a task that waits for a VM (ends it when it was
-// cancelled, or when its VM can never be made); launched says whether its
-// VM was made.
+// cancelled, or when its VM can never be made); taken says whether its
+// VM was made, or the store refused it with ErrConflict (another gpuvmd
+// launched it, or its array's cap was reached): either way it counts
+// toward its array's cap this round.
 func (s *Supervisor) launchOne(ctx context.Context, t *store.Task) (bool, error) {
 	if t.CancelAt != nil {
 		err := s.cfg.Store.UpdateTask(ctx, t.ID, nil, store.TaskUpdate{State: api.TaskCancelled, Reason: "cancelled before it started"})
@@ -107,6 +113,7 @@ func (s *Supervisor) launchOne(ctx context.Context, t *store.Task) (bool, error)
 		return true, nil
 	case errors.Is(err, store.ErrConflict):
 		// Another gpuvmd launched it, or the cap was reached.
+		return true, nil
 	case errors.Is(err, ErrLaunchRefused):
 		err := s.cfg.Store.UpdateTask(ctx, t.ID, nil, store.TaskUpdate{State: api.TaskFailed, Reason: "its VM could not be made: " + err.Error()})
 		if err != nil && !errors.Is(err, store.ErrConflict) {

@@ -161,13 +161,12 @@ func (c *conn) read() {
 }
 
 // handle acts on one message of the runner.
-// maxOffset bounds the output offsets a runner may send (1 PiB).
-const maxOffset = 1 << 50
-
 func (c *conn) handle(m Message) error {
+	// maxOffset bounds the output offsets a runner may send (1 PiB): the
+	// guest's word, an offset no output reaches would overflow the sums
+	// below and make an exit look complete.
+	const maxOffset = 1 << 50
 	if m.Off < 0 || m.Off > maxOffset {
-		// The guest's word: an offset no output reaches would overflow
-		// the sums below and make an exit look complete.
 		c.s.log.Warn("the task's runner sent an offset out of bounds; message left out", "task", c.task, "type", m.T, "off", m.Off)
 		return nil
 	}

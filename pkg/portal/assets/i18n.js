@@ -105,6 +105,11 @@ const adminContact = () => (!contact ? '' : lang === 'en' ? ` (${contact})` : `ï
 export const stateWord = (s) => t('states')[s] || s;
 export const phaseWord = (p) => t('phases')[p] || p;
 
+// sentences joins sentences as the page's language writes them: a space
+// between English ones, none after Chinese ones (their full stop "ã€‚"
+// has its room); a sentence that is not there ('', false) is left out.
+export const sentences = (...s) => s.filter(Boolean).join(lang === 'en' ? ' ' : '');
+
 // setLanguage remembers the visitor's choice (a cookie the server reads to
 // render the page in it) and reloads.
 export function setLanguage(l) {

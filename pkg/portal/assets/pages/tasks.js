@@ -10,7 +10,7 @@
 // problem names.
 import {html, useState, useEffect, useCallback, useRef} from '../vendor/preact-htm.js';
 import * as api from '../api.js';
-import {t, addWords, fmtTime, fmtRelative, fmtBytes, gpuWords, hoursOf} from '../i18n.js';
+import {t, addWords, sentences, fmtTime, fmtRelative, fmtBytes, gpuWords, hoursOf} from '../i18n.js';
 import {Header, Problem, Confirm, useEvents} from '../ui.js';
 
 addWords({
@@ -243,7 +243,7 @@ function SubmitForm({profiles, chosen, onDone}) {
   useEffect(() => { if (chosen && ref.current) ref.current.scrollIntoView({block: 'start'}); }, []);
   // A ?profile= the person cannot run a task in is said, not passed over.
   const refused = chosen && !profiles.some((x) => x.name === chosen) && html`<p class="notice" id="task-profile-refused" role="status">
-    ${t('tk_profileRefused', {name: chosen})}${profiles.length ? ' ' + t('tk_profileInstead', {first: profiles[0].name}) : ''}</p>`;
+    ${sentences(t('tk_profileRefused', {name: chosen}), profiles.length > 0 && t('tk_profileInstead', {first: profiles[0].name}))}</p>`;
   if (!profiles.length) return html`${refused}<p class="notice" id="no-task-profiles">${t('tk_noProfiles')}</p>`;
   const p = profiles.find((x) => x.name === profile) || profiles[0];
   const max = p.lease && p.lease.max ? hoursOf(p.lease.max) : 0;
@@ -402,7 +402,7 @@ function TaskDetails({id, first, onChanged, setSaid}) {
     ${cut && html`<p class="hint">${t('tk_logCut', {n: fmtBytes(MAX_LOG)})}</p>`}
     <pre class="log" id=${id + '-log'} ref=${pre} tabindex="0" role="log" aria-labelledby=${id + '-log-title'} onScroll=${onScroll}>${log}</pre>
     <p class="hint log-state" id=${id + '-log-state'} aria-live="polite">${logErr ? t('tk_logError', {msg: logErr.message})
-      : waiting ? t('tk_logWaits') : following ? t('tk_following') : (log ? t('tk_logEnded') : t('tk_logNone') + ' ' + t('tk_logEnded'))}</p>
+      : waiting ? t('tk_logWaits') : following ? t('tk_following') : (log ? t('tk_logEnded') : sentences(t('tk_logNone'), t('tk_logEnded')))}</p>
     ${!ended(tk.state) && html`<div class="buttons">
       <button type="button" class="danger" id=${id + '-cancel'} disabled=${cancelling} onClick=${() => setConfirm(true)}>${cancelling ? t('tk_cancelling') : t('tk_cancel')}</button></div>`}
     <${Problem} error=${err} />
