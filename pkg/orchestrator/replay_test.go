@@ -157,3 +157,60 @@ func TestReplayInputsTasks(t *testing.T) {
 		t.Errorf("ratios %v, want %v", in.State.TaskRatio, want)
 	}
 }
+
+// TestReplayQueueIsTheRounds: the replay estimates the queued VMs a round
+// would place, as the round groups their operations: not one to be
+// deleted (its delete goes first), nor one with no operation that places
+// it.
+func TestReplayQueueIsTheRounds(t *testing.T) {
+	e := newEnv(t, "l40sx4")
+	clock := clocktest.New(time.Date(2026, 12, 1, 10, 0, 0, 0, berlin))
+	e.withClock("", clock)
+	ctx := context.Background()
+	o := e.orch(nil)
+	waits, _ := e.askVM("bob", "l40s-whole", "waits", 1)
+	deleted, _ := e.askVM("bob", "l40s-whole", "deleted", 1)
+	e.deleteOp(deleted)
+	// A queued VM whose create ended (no operation places it), and two
+	// queued again by a start: one whose lease has time left, one whose
+	// lease ended (the round fails its start).
+	created := func(name string) *store.VM {
+		vm, op := e.askVM("bob", "l40s-whole", name, 1)
+		if err := e.st.FinishOperation(ctx, op.ID, fmt.Errorf("gone")); err != nil {
+			t.Fatal(err)
+		}
+		return vm
+	}
+	orphan := created("orphan")
+	started := func(name string, leaseEnd time.Time) *store.VM {
+		vm := created(name)
+		if err := e.st.CreateOperation(ctx, &store.Operation{VMID: vm.ID, Kind: store.OpStart, RequestedBy: "bob"}); err != nil {
+			t.Fatal(err)
+		}
+		next, err := e.st.UpdateVMState(ctx, vm.ID, vm.Version, store.VMUpdate{State: store.VMQueued, LeaseEnd: &leaseEnd})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return next
+	}
+	restarts := started("restarts", clock.Now().Add(time.Hour))
+	late := started("late", clock.Now().Add(-time.Minute))
+	in, err := o.ReplayInputs(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var queue []string
+	for _, r := range in.State.Queue {
+		queue = append(queue, r.ID)
+	}
+	want := []string{waits.ID, restarts.ID}
+	slices.Sort(want)
+	if !slices.Equal(queue, want) {
+		t.Errorf("the replay's queue %v, want %v (not %s, to be deleted, nor %s, with no operation, nor %s, its lease ended)",
+			queue, want, deleted.ID, orphan.ID, late.ID)
+	}
+	es := estimate.Queue(in.State, estimate.Options{})
+	if e, ok := es[deleted.ID]; ok {
+		t.Errorf("the VM to be deleted is estimated: %+v", e)
+	}
+}
