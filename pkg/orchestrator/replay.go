@@ -18,8 +18,9 @@ import (
 // through the round's own cycleInputs (the GPUs of every backend and, in a
 // fleet, of every healthy node; the live allocations and drains; the VMs
 // that hold devices, preemptions under way marked; the rules with the
-// usage they count and the reservations they hold; the queue's requests
-// and the scheduler's options), and adds what only the replay needs: the
+// usage they count and the reservations they hold, which it reads and
+// keeps nothing of: peekBookings; the queue's requests and the
+// scheduler's options), and adds what only the replay needs: the
 // queue order the last round gave, the VMs asked to start later, whether
 // leases may be extended, and which VMs are tasks with what tasks use of
 // the time they ask for.
@@ -52,10 +53,11 @@ func (dp *dispatcher) replayInputs(ctx context.Context) (*ReplayInputs, error) {
 	if err != nil {
 		return nil, err
 	}
-	// Between rounds, never in the middle of one: what a round reads (its
-	// idle state, the bookings' pins) is the round's own.
+	// Between rounds, never in the middle of one: the bookings' devices as
+	// a whole round left them. The replay only reads them (peekBookings):
+	// what a round keeps of them, and its idle state, are the round's own.
 	dp.roundMu.Lock()
-	in, err := dp.cycleInputs(ctx, cfg, queue, dp.fleet.backends.Names())
+	in, err := dp.cycleInputs(ctx, cfg, queue, dp.fleet.backends.Names(), dp.peekBookings)
 	dp.roundMu.Unlock()
 	if err != nil {
 		return nil, fmt.Errorf("read what the scheduler sees: %w", err)

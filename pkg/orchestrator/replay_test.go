@@ -3,6 +3,7 @@ package orchestrator
 import (
 	"context"
 	"fmt"
+	"maps"
 	"reflect"
 	"slices"
 	"strings"
@@ -212,5 +213,111 @@ func TestReplayQueueIsTheRounds(t *testing.T) {
 	es := estimate.Queue(in.State, estimate.Options{})
 	if e, ok := es[deleted.ID]; ok {
 		t.Errorf("the VM to be deleted is estimated: %+v", e)
+	}
+}
+
+// writeCounter counts the writes of a dispatcher's store.
+type writeCounter struct {
+	dispatchStore
+	writes []string
+}
+
+func (w *writeCounter) Tx(ctx context.Context, fn func(tx *store.Store) error) error {
+	w.writes = append(w.writes, "Tx")
+	return w.dispatchStore.Tx(ctx, fn)
+}
+
+func (w *writeCounter) SetOperationStep(ctx context.Context, id, step string) error {
+	w.writes = append(w.writes, "SetOperationStep")
+	return w.dispatchStore.SetOperationStep(ctx, id, step)
+}
+
+func (w *writeCounter) UpdateVMState(ctx context.Context, id string, version int64, u store.VMUpdate) (*store.VM, error) {
+	w.writes = append(w.writes, "UpdateVMState")
+	return w.dispatchStore.UpdateVMState(ctx, id, version, u)
+}
+
+func (w *writeCounter) SetQueue(ctx context.Context, entries map[string]store.QueueEntry) (int, error) {
+	w.writes = append(w.writes, "SetQueue")
+	return w.dispatchStore.SetQueue(ctx, entries)
+}
+
+func (w *writeCounter) AppendEvent(ctx context.Context, e *store.Event) error {
+	w.writes = append(w.writes, "AppendEvent")
+	return w.dispatchStore.AppendEvent(ctx, e)
+}
+
+// TestReplayReadsBookingsOnly: the replay reads the reservations' bookings
+// as a round makes them, and writes nothing: not to the store, not the
+// devices the rounds keep for each reservation nor the reservations that
+// hold nothing (nor a warning about them), not the rounds' idle state. A
+// round after it keeps what it chose.
+func TestReplayReadsBookingsOnly(t *testing.T) {
+	e := newEnv(t, "l40sx4")
+	e.withPolicy(bookingPolicy)
+	clock := clocktest.New(time.Date(2026, 12, 1, 10, 0, 0, 0, berlin))
+	e.withClock("", clock)
+	ctx := context.Background()
+	o := e.orch(nil)
+	now := clock.Now()
+	booked := reservation("ann", "l40s-whole", 1, now.Add(3*time.Hour), now.Add(5*time.Hour))
+	if err := o.Book(ctx, booked, false); err != nil {
+		t.Fatal(err)
+	}
+	gone := reservation("ann", "gone", 1, now.Add(time.Hour), now.Add(2*time.Hour)) // its profile is not configured
+	if err := e.st.CreateReservation(ctx, gone); err != nil {
+		t.Fatal(err)
+	}
+	e.askVM("bob", "l40s-whole", "waits", 4)
+	// As after a restart: no devices are kept, and no round has run. A
+	// round would choose the reservation's devices and keep them.
+	dp := o.disp
+	dp.bookings.mu.Lock()
+	dp.bookings.pins = nil
+	pins, problems := maps.Clone(dp.bookings.pins), maps.Clone(dp.bookings.problems)
+	dp.bookings.mu.Unlock()
+	idle := dp.idle
+	logged := len(e.logs.String())
+	w := &writeCounter{dispatchStore: dp.st}
+	dp.st = w
+
+	in, err := o.ReplayInputs(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bs := in.Bookings(); len(bs) != 1 || bs[0].ID != bookingID(booked.ID) || len(bs[0].Pinned) == 0 {
+		t.Fatalf("the replay's bookings %+v, want reservation %d's with its devices", bs, booked.ID)
+	}
+	if len(w.writes) > 0 {
+		t.Errorf("the replay wrote to the store: %v", w.writes)
+	}
+	dp.bookings.mu.Lock()
+	if !maps.EqualFunc(dp.bookings.pins, pins, func(a, b keptPins) bool { return reflect.DeepEqual(a, b) }) {
+		t.Errorf("the replay changed the kept devices: %+v, were %+v", dp.bookings.pins, pins)
+	}
+	if !maps.Equal(dp.bookings.problems, problems) {
+		t.Errorf("the replay changed the reservations that hold nothing: %v, were %v", dp.bookings.problems, problems)
+	}
+	dp.bookings.mu.Unlock()
+	if dp.idle != idle {
+		t.Errorf("the replay changed the rounds' idle state: %+v, was %+v", dp.idle, idle)
+	}
+	if got := e.logs.String()[logged:]; strings.Contains(got, "level=WARN") {
+		t.Errorf("the replay warned:\n%s", got)
+	}
+
+	// A round chooses the same devices, keeps them, and says that the
+	// other reservation holds nothing.
+	dp.st = w.dispatchStore
+	o.Drain(ctx)
+	dp.bookings.mu.Lock()
+	k, ok := dp.bookings.pins[booked.ID]
+	_, noted := dp.bookings.problems[gone.ID]
+	dp.bookings.mu.Unlock()
+	if !ok || !reflect.DeepEqual(scheduler.MergeByHost(k.vms), in.Bookings()[0].Pinned) {
+		t.Errorf("a round kept %+v (%v), the replay read %+v", k, ok, in.Bookings()[0].Pinned)
+	}
+	if !noted || !strings.Contains(e.logs.String()[logged:], "a reservation holds no GPU now") {
+		t.Errorf("a round did not note that reservation %d holds nothing", gone.ID)
 	}
 }
