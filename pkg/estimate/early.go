@@ -92,10 +92,18 @@ func (s *State) taskRatio(r *scheduler.Request) (float64, time.Duration, bool) {
 // the part of its asked time its ratio gives from its start; when that is
 // past, the same part of what is left of it from now. Never after its limit
 // (its start and asked time, or its lease's end r.End if sooner), never
-// before now. r.End itself when r is no task, is told to stop, or has no
+// before now: a task already past its limit is expected to end now (its
+// ratio is 0: nothing is left of it to use), and so is any running VM past
+// its end. r.End itself when r is no task, is told to stop, or has no
 // known end.
 func (s *State) expectedEnd(r *scheduler.Running, now time.Time) time.Time {
-	if len(s.Tasks) == 0 || r.End.IsZero() || r.Stopping {
+	if r.End.IsZero() {
+		return r.End
+	}
+	if !r.End.After(now) {
+		return now
+	}
+	if len(s.Tasks) == 0 || r.Stopping {
 		return r.End
 	}
 	x, asked, ok := s.taskRatio(&r.Request)
@@ -103,8 +111,11 @@ func (s *State) expectedEnd(r *scheduler.Running, now time.Time) time.Time {
 		return r.End
 	}
 	limit := r.End
-	if l := r.Started.Add(asked); !r.Started.IsZero() && l.Before(limit) && l.After(now) {
+	if l := r.Started.Add(asked); !r.Started.IsZero() && l.Before(limit) {
 		limit = l
+	}
+	if !limit.After(now) {
+		return now // past its limit: its ratio is 0, nothing is left to use
 	}
 	e := r.Started.Add(time.Duration(x * float64(asked)))
 	if r.Started.IsZero() || !e.After(now) {
@@ -113,8 +124,5 @@ func (s *State) expectedEnd(r *scheduler.Running, now time.Time) time.Time {
 	if e.After(limit) {
 		return limit
 	}
-	if e.Before(now) {
-		return now
-	}
-	return e
+	return e // not before now: x > 0 and limit is after now
 }

@@ -83,3 +83,45 @@ func TestTaskEndsEarly(t *testing.T) {
 		})
 	}
 }
+
+// TestExpectedEnd: when a running VM is expected to end, seen at t0: a
+// task by its ratio of its limit, within its lease; one already past its
+// limit, or any VM past its lease's end, at t0 itself, never before.
+func TestExpectedEnd(t *testing.T) {
+	h := time.Hour
+	cases := []struct {
+		name     string
+		task     bool          // r is a task
+		asked    time.Duration // its time limit (0: its lease)
+		ratio    float64       // its owner's ratio (0: none)
+		started  time.Duration // from t0
+		end      time.Duration // its lease's end, from t0
+		stopping bool
+		want     time.Duration // from t0
+	}{
+		{"no task: its lease's end", false, 0, 0, -h, 2 * h, false, 2 * h},
+		{"no task past its lease's end: now", false, 0, 0, -3 * h, -h, false, 0},
+		{"told to stop, past its end: now", false, 0, 0, -3 * h, -h, true, 0},
+		{"a task by its ratio", true, 4 * h, 0.5, -h, 5 * h, false, h},
+		{"a task past its expected end: the ratio of what is left of its limit", true, 4 * h, 0.25, -2 * h, 5 * h, false, 30 * time.Minute},
+		{"a task past its limit: now, not its ratio of the lease left", true, 2 * h, 0.5, -3 * h, 5 * h, false, 0},
+		{"a task past its limit without a ratio: now, not its lease's end", true, 2 * h, 0, -3 * h, 5 * h, false, 0},
+		{"a task at its limit: now", true, 2 * h, 0.5, -2 * h, 5 * h, false, 0},
+		{"a task past its lease's end: now", true, 4 * h, 0.5, -2 * h, -time.Minute, false, 0},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			r := scheduler.Running{Request: whole("r", 4, t0.Add(c.started)), Started: t0.Add(c.started), End: t0.Add(c.end), Stopping: c.stopping}
+			s := State{Now: t0, Tasks: map[string]time.Duration{"other": h}}
+			if c.task {
+				s.Tasks["r"] = c.asked
+			}
+			if c.ratio > 0 {
+				s.TaskRatio = map[string]float64{r.User: c.ratio}
+			}
+			if got := s.expectedEnd(&r, t0); !got.Equal(t0.Add(c.want)) {
+				t.Errorf("expected end %s, want %s", got.Sub(t0), c.want)
+			}
+		})
+	}
+}

@@ -33,7 +33,7 @@ type VMIdle struct {
 
 // IdleStore is what idle detection reads (a *store.Store).
 type IdleStore interface {
-	ListVMs(ctx context.Context, f store.VMFilter) (store.VMPage, error)
+	store.VMLister // the running VMs (store.AllVMs)
 	ListVMActivity(ctx context.Context, vmIDs []string, since time.Time, busy float64) (map[string]store.VMActivity, error)
 }
 
@@ -68,17 +68,9 @@ var _ IdleDetector = (*Idle)(nil)
 // known.
 func (d *Idle) IdleVMs(ctx context.Context) ([]VMIdle, error) {
 	now := d.clock.Now().UTC()
-	var vms []store.VM
-	for after := ""; ; {
-		page, err := d.st.ListVMs(ctx, store.VMFilter{States: []string{store.VMRunning}, Host: d.host, After: after, Limit: 1000})
-		if err != nil {
-			return nil, fmt.Errorf("idle VMs: %w", err)
-		}
-		vms = append(vms, page.VMs...)
-		if page.Next == "" {
-			break
-		}
-		after = page.Next
+	vms, err := store.AllVMs(ctx, d.st, store.VMFilter{States: []string{store.VMRunning}, Host: d.host})
+	if err != nil {
+		return nil, fmt.Errorf("idle VMs: list the running VMs: %w", err)
 	}
 	if len(vms) == 0 {
 		return nil, nil

@@ -132,6 +132,46 @@ type work struct {
 	others         []store.Operation
 }
 
+// groupOps groups unfinished operations (oldest first) by VM: each VM's
+// first create and first delete, and its other operations in order. order
+// is the VMs in the order of their oldest operation.
+func groupOps(ops []store.Operation) (order []string, byVM map[string]*work) {
+	byVM = map[string]*work{}
+	for i := range ops {
+		op := &ops[i]
+		w := byVM[op.VMID]
+		if w == nil {
+			w = &work{vmID: op.VMID}
+			byVM[op.VMID] = w
+			order = append(order, op.VMID)
+		}
+		switch {
+		case op.Kind == store.OpCreate && w.create == nil:
+			w.create = op
+		case op.Kind == store.OpDelete && w.delete == nil:
+			w.delete = op
+		default:
+			w.others = append(w.others, *op)
+		}
+	}
+	return order, byVM
+}
+
+// placedWith is the operation a round carries out for a VM with work w
+// that it neither deletes nor runs an action of (dispatchActions): its
+// create, or a start that waits for a GPU (waitingStart); a queued VM
+// waits for placement with it. nil when there is none, or when the VM is
+// to be deleted (the delete goes first).
+func placedWith(vm *store.VM, w *work) *store.Operation {
+	switch {
+	case w.delete != nil:
+		return nil
+	case w.create != nil:
+		return w.create
+	}
+	return waitingStart(vm, w)
+}
+
 // dispatch looks at every unfinished operation, oldest first, and hands the
 // slow steps to workers, or runs them inline; it places the queued VMs
 // itself, all together after the others, in one scheduling cycle under the
@@ -150,25 +190,7 @@ func (dp *dispatcher) dispatch(ctx context.Context, inline bool) {
 		return
 	}
 	runtime.Gosched() // the API's requests before the round's own computing (scheduler.Yielder)
-	var order []string
-	byVM := map[string]*work{}
-	for i := range ops {
-		op := &ops[i]
-		w := byVM[op.VMID]
-		if w == nil {
-			w = &work{vmID: op.VMID}
-			byVM[op.VMID] = w
-			order = append(order, op.VMID)
-		}
-		switch {
-		case op.Kind == store.OpCreate && w.create == nil:
-			w.create = op
-		case op.Kind == store.OpDelete && w.delete == nil:
-			w.delete = op
-		default:
-			w.others = append(w.others, *op)
-		}
-	}
+	order, byVM := groupOps(ops)
 	var queue []queued
 	for _, id := range order {
 		if ctx.Err() != nil {
@@ -193,10 +215,7 @@ func (dp *dispatcher) dispatch(ctx context.Context, inline bool) {
 			dp.start(ctx, inline, vm.ID, func(ctx context.Context) error { return dp.life.runDelete(ctx, vm, w.delete, w.create) })
 			continue
 		}
-		op := w.create
-		if op == nil {
-			op = waitingStart(vm, w) // actions.go: a start that waits for a GPU
-		}
+		op := placedWith(vm, w)
 		if op == nil {
 			continue
 		}

@@ -18,8 +18,9 @@ import (
 // through the round's own cycleInputs (the GPUs of every backend and, in a
 // fleet, of every healthy node; the live allocations and drains; the VMs
 // that hold devices, preemptions under way marked; the rules with the
-// usage they count and the reservations they hold; the queue's requests
-// and the scheduler's options), and adds what only the replay needs: the
+// usage they count and the reservations they hold, which it reads and
+// keeps nothing of: peekBookings; the queue's requests and the
+// scheduler's options), and adds what only the replay needs: the
 // queue order the last round gave, the VMs asked to start later, whether
 // leases may be extended, and which VMs are tasks with what tasks use of
 // the time they ask for.
@@ -52,10 +53,11 @@ func (dp *dispatcher) replayInputs(ctx context.Context) (*ReplayInputs, error) {
 	if err != nil {
 		return nil, err
 	}
-	// Between rounds, never in the middle of one: what a round reads (its
-	// idle state, the bookings' pins) is the round's own.
+	// Between rounds, never in the middle of one: the bookings' devices as
+	// a whole round left them. The replay only reads them (peekBookings):
+	// what a round keeps of them, and its idle state, are the round's own.
 	dp.roundMu.Lock()
-	in, err := dp.cycleInputs(ctx, cfg, queue, dp.fleet.backends.Names())
+	in, err := dp.cycleInputs(ctx, cfg, queue, dp.fleet.backends.Names(), dp.peekBookings)
 	dp.roundMu.Unlock()
 	if err != nil {
 		return nil, fmt.Errorf("read what the scheduler sees: %w", err)
@@ -84,46 +86,38 @@ func (dp *dispatcher) replayInputs(ctx context.Context) (*ReplayInputs, error) {
 	return &ReplayInputs{State: s, Groups: st.groups, Config: cfg}, nil
 }
 
-// queuedForGPU is every queued VM whose profile asks for a GPU, by ID,
-// each with the operation that queued it (a create, or the start of a
-// stopped VM: restartRequest).
+// queuedForGPU is every queued VM whose profile asks for a GPU and that a
+// dispatch round would place now, by ID, each with the operation it is
+// placed with: the round's own grouping of the operations (groupOps) and
+// choice of that operation (placedWith: a create, or the start of a
+// stopped VM, restartRequest). A VM to be deleted is not placed, nor one
+// without such an operation, nor a start after the lease ended
+// (dispatchActions fails it).
 func (dp *dispatcher) queuedForGPU(ctx context.Context, cfg *config.Config) ([]queued, error) {
 	ops, err := dp.st.ListUnfinishedOperations(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("list unfinished operations: %w", err)
 	}
-	opOf := map[string]*store.Operation{}
-	for i := range ops {
-		op := &ops[i]
-		switch prev := opOf[op.VMID]; {
-		case op.Kind == store.OpCreate && (prev == nil || prev.Kind != store.OpCreate):
-			opOf[op.VMID] = op
-		case op.Kind == store.OpStart && prev == nil:
-			opOf[op.VMID] = op
-		}
+	_, byVM := groupOps(ops)
+	vms, err := store.AllVMs(ctx, dp.st, store.VMFilter{States: []string{store.VMQueued}})
+	if err != nil {
+		return nil, fmt.Errorf("list the queued VMs: %w", err)
 	}
 	var out []queued
-	f := store.VMFilter{States: []string{store.VMQueued}, Limit: 1000}
-	for {
-		page, err := dp.st.ListVMs(ctx, f)
-		if err != nil {
-			return nil, fmt.Errorf("list the queued VMs: %w", err)
+	for i := range vms {
+		vm := &vms[i]
+		if p := cfg.Profiles[vm.Profile]; p == nil || p.GPU == nil {
+			continue
 		}
-		for i := range page.VMs {
-			vm := &page.VMs[i]
-			if p := cfg.Profiles[vm.Profile]; p == nil || p.GPU == nil {
-				continue
-			}
-			op := opOf[vm.ID]
-			if op == nil {
-				op = &store.Operation{VMID: vm.ID, Kind: store.OpCreate}
-			}
-			out = append(out, queued{vm, op})
+		w := byVM[vm.ID]
+		if w == nil {
+			continue // no operation: no round places it
 		}
-		if page.Next == "" {
-			break
+		op := placedWith(vm, w)
+		if op == nil || op.Kind == store.OpStart && dp.life.leaseOver(vm) != nil {
+			continue
 		}
-		f.After = page.Next
+		out = append(out, queued{vm, op})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].vm.ID < out[j].vm.ID })
 	return out, nil

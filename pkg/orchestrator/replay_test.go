@@ -3,6 +3,7 @@ package orchestrator
 import (
 	"context"
 	"fmt"
+	"maps"
 	"reflect"
 	"slices"
 	"strings"
@@ -155,5 +156,168 @@ func TestReplayInputsTasks(t *testing.T) {
 	// few of his own).
 	if want := map[string]float64{"ann": 0.5, "": (0.5 + float64(35*time.Minute)/float64(time.Hour)) / 2}; !reflect.DeepEqual(in.State.TaskRatio, want) {
 		t.Errorf("ratios %v, want %v", in.State.TaskRatio, want)
+	}
+}
+
+// TestReplayQueueIsTheRounds: the replay estimates the queued VMs a round
+// would place, as the round groups their operations: not one to be
+// deleted (its delete goes first), nor one with no operation that places
+// it.
+func TestReplayQueueIsTheRounds(t *testing.T) {
+	e := newEnv(t, "l40sx4")
+	clock := clocktest.New(time.Date(2026, 12, 1, 10, 0, 0, 0, berlin))
+	e.withClock("", clock)
+	ctx := context.Background()
+	o := e.orch(nil)
+	waits, _ := e.askVM("bob", "l40s-whole", "waits", 1)
+	deleted, _ := e.askVM("bob", "l40s-whole", "deleted", 1)
+	e.deleteOp(deleted)
+	// A queued VM whose create ended (no operation places it), and two
+	// queued again by a start: one whose lease has time left, one whose
+	// lease ended (the round fails its start).
+	created := func(name string) *store.VM {
+		vm, op := e.askVM("bob", "l40s-whole", name, 1)
+		if err := e.st.FinishOperation(ctx, op.ID, fmt.Errorf("gone")); err != nil {
+			t.Fatal(err)
+		}
+		return vm
+	}
+	orphan := created("orphan")
+	started := func(name string, leaseEnd time.Time) *store.VM {
+		vm := created(name)
+		if err := e.st.CreateOperation(ctx, &store.Operation{VMID: vm.ID, Kind: store.OpStart, RequestedBy: "bob"}); err != nil {
+			t.Fatal(err)
+		}
+		next, err := e.st.UpdateVMState(ctx, vm.ID, vm.Version, store.VMUpdate{State: store.VMQueued, LeaseEnd: &leaseEnd})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return next
+	}
+	restarts := started("restarts", clock.Now().Add(time.Hour))
+	late := started("late", clock.Now().Add(-time.Minute))
+	in, err := o.ReplayInputs(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var queue []string
+	for _, r := range in.State.Queue {
+		queue = append(queue, r.ID)
+	}
+	want := []string{waits.ID, restarts.ID}
+	slices.Sort(want)
+	if !slices.Equal(queue, want) {
+		t.Errorf("the replay's queue %v, want %v (not %s, to be deleted, nor %s, with no operation, nor %s, its lease ended)",
+			queue, want, deleted.ID, orphan.ID, late.ID)
+	}
+	es := estimate.Queue(in.State, estimate.Options{})
+	if e, ok := es[deleted.ID]; ok {
+		t.Errorf("the VM to be deleted is estimated: %+v", e)
+	}
+}
+
+// writeCounter counts the writes of a dispatcher's store.
+type writeCounter struct {
+	dispatchStore
+	writes []string
+}
+
+func (w *writeCounter) Tx(ctx context.Context, fn func(tx *store.Store) error) error {
+	w.writes = append(w.writes, "Tx")
+	return w.dispatchStore.Tx(ctx, fn)
+}
+
+func (w *writeCounter) SetOperationStep(ctx context.Context, id, step string) error {
+	w.writes = append(w.writes, "SetOperationStep")
+	return w.dispatchStore.SetOperationStep(ctx, id, step)
+}
+
+func (w *writeCounter) UpdateVMState(ctx context.Context, id string, version int64, u store.VMUpdate) (*store.VM, error) {
+	w.writes = append(w.writes, "UpdateVMState")
+	return w.dispatchStore.UpdateVMState(ctx, id, version, u)
+}
+
+func (w *writeCounter) SetQueue(ctx context.Context, entries map[string]store.QueueEntry) (int, error) {
+	w.writes = append(w.writes, "SetQueue")
+	return w.dispatchStore.SetQueue(ctx, entries)
+}
+
+func (w *writeCounter) AppendEvent(ctx context.Context, e *store.Event) error {
+	w.writes = append(w.writes, "AppendEvent")
+	return w.dispatchStore.AppendEvent(ctx, e)
+}
+
+// TestReplayReadsBookingsOnly: the replay reads the reservations' bookings
+// as a round makes them, and writes nothing: not to the store, not the
+// devices the rounds keep for each reservation nor the reservations that
+// hold nothing (nor a warning about them), not the rounds' idle state. A
+// round after it keeps what it chose.
+func TestReplayReadsBookingsOnly(t *testing.T) {
+	e := newEnv(t, "l40sx4")
+	e.withPolicy(bookingPolicy)
+	clock := clocktest.New(time.Date(2026, 12, 1, 10, 0, 0, 0, berlin))
+	e.withClock("", clock)
+	ctx := context.Background()
+	o := e.orch(nil)
+	now := clock.Now()
+	booked := reservation("ann", "l40s-whole", 1, now.Add(3*time.Hour), now.Add(5*time.Hour))
+	if err := o.Book(ctx, booked, false); err != nil {
+		t.Fatal(err)
+	}
+	gone := reservation("ann", "gone", 1, now.Add(time.Hour), now.Add(2*time.Hour)) // its profile is not configured
+	if err := e.st.CreateReservation(ctx, gone); err != nil {
+		t.Fatal(err)
+	}
+	e.askVM("bob", "l40s-whole", "waits", 4)
+	// As after a restart: no devices are kept, and no round has run. A
+	// round would choose the reservation's devices and keep them.
+	dp := o.disp
+	dp.bookings.mu.Lock()
+	dp.bookings.pins = nil
+	pins, problems := maps.Clone(dp.bookings.pins), maps.Clone(dp.bookings.problems)
+	dp.bookings.mu.Unlock()
+	idle := dp.idle
+	logged := len(e.logs.String())
+	w := &writeCounter{dispatchStore: dp.st}
+	dp.st = w
+
+	in, err := o.ReplayInputs(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bs := in.Bookings(); len(bs) != 1 || bs[0].ID != bookingID(booked.ID) || len(bs[0].Pinned) == 0 {
+		t.Fatalf("the replay's bookings %+v, want reservation %d's with its devices", bs, booked.ID)
+	}
+	if len(w.writes) > 0 {
+		t.Errorf("the replay wrote to the store: %v", w.writes)
+	}
+	dp.bookings.mu.Lock()
+	if !maps.EqualFunc(dp.bookings.pins, pins, func(a, b keptPins) bool { return reflect.DeepEqual(a, b) }) {
+		t.Errorf("the replay changed the kept devices: %+v, were %+v", dp.bookings.pins, pins)
+	}
+	if !maps.Equal(dp.bookings.problems, problems) {
+		t.Errorf("the replay changed the reservations that hold nothing: %v, were %v", dp.bookings.problems, problems)
+	}
+	dp.bookings.mu.Unlock()
+	if dp.idle != idle {
+		t.Errorf("the replay changed the rounds' idle state: %+v, was %+v", dp.idle, idle)
+	}
+	if got := e.logs.String()[logged:]; strings.Contains(got, "level=WARN") {
+		t.Errorf("the replay warned:\n%s", got)
+	}
+
+	// A round chooses the same devices, keeps them, and says that the
+	// other reservation holds nothing.
+	dp.st = w.dispatchStore
+	o.Drain(ctx)
+	dp.bookings.mu.Lock()
+	k, ok := dp.bookings.pins[booked.ID]
+	_, noted := dp.bookings.problems[gone.ID]
+	dp.bookings.mu.Unlock()
+	if !ok || !reflect.DeepEqual(scheduler.MergeByHost(k.vms), in.Bookings()[0].Pinned) {
+		t.Errorf("a round kept %+v (%v), the replay read %+v", k, ok, in.Bookings()[0].Pinned)
+	}
+	if !noted || !strings.Contains(e.logs.String()[logged:], "a reservation holds no GPU now") {
+		t.Errorf("a round did not note that reservation %d holds nothing", gone.ID)
 	}
 }

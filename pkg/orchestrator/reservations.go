@@ -214,33 +214,65 @@ func pinReservations(rs []store.Reservation, cfg *config.Config, now time.Time, 
 	return bookings, next, problems
 }
 
+// heldBookings are the reservations that have an occurrence from a
+// round's time on, and the bookings of them (pinReservations) from the
+// devices the rounds kept.
+type heldBookings struct {
+	stamp    string // the reservations' (claimBookings)
+	listed   []store.Reservation
+	bookings []*policy.Booking
+	next     map[int64]keptPins // the devices to keep for the next round
+	problems map[int64]error    // the reservations that hold nothing
+}
+
+// readBookings reads the reservations of a round at st.now and pins them
+// (pinReservations) from the devices the last round kept. It writes
+// nothing, and logs nothing.
+func (dp *dispatcher) readBookings(ctx context.Context, st *state) (*heldBookings, error) {
+	stamp, err := dp.st.ReservationsStamp(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("reservations: %w", err)
+	}
+	rs, err := dp.st.ListReservations(ctx, store.ReservationFilter{From: st.now})
+	if err != nil {
+		return nil, fmt.Errorf("reservations: %w", err)
+	}
+	dp.bookings.mu.Lock()
+	kept := dp.bookings.pins
+	dp.bookings.mu.Unlock()
+	hb := &heldBookings{stamp: stamp, listed: rs}
+	hb.bookings, hb.next, hb.problems = pinReservations(rs, st.cfg, st.now, st.engine.Location(), st.inv, st.running, kept)
+	return hb, nil
+}
+
+// give gives st's engine the bookings, and notes in st which reservations
+// they were (the stamp claims check).
+func (hb *heldBookings) give(st *state) {
+	st.engine.SetBookings(hb.bookings)
+	st.reservations = hb.stamp
+}
+
 // holdBookings gives the round's engine the reservations with the devices
-// they hold (pinReservations), and notes in st which reservations they
-// were (the stamp claims check). Fleet: st.inv is every node's GPUs
+// they hold (readBookings, give), and keeps the devices chosen for the
+// next round (bookingState), saying which reservations hold nothing (once
+// each, while they do). Fleet: st.inv is every node's GPUs
 // (placementHosts), so a reservation's devices may be on any node; each
 // node keeps its own choice (bookingState) and only the leader's places VMs,
 // so a booking made through another node is chosen again by the leader,
 // around what runs, on its first round.
 func (dp *dispatcher) holdBookings(ctx context.Context, st *state) error {
-	stamp, err := dp.st.ReservationsStamp(ctx)
+	hb, err := dp.readBookings(ctx, st)
 	if err != nil {
-		return fmt.Errorf("reservations: %w", err)
+		return err
 	}
-	rs, err := dp.st.ListReservations(ctx, store.ReservationFilter{From: st.now})
-	if err != nil {
-		return fmt.Errorf("reservations: %w", err)
-	}
-	if len(rs) > 0 {
+	if len(hb.listed) > 0 {
 		dp.idle.dueBy(st.now) // booked capacity moves with time: every Tick runs (idle.go)
 	}
-	dp.bookings.mu.Lock()
-	kept := dp.bookings.pins
-	dp.bookings.mu.Unlock()
-	bookings, next, problems := pinReservations(rs, st.cfg, st.now, st.engine.Location(), st.inv, st.running, kept)
 	var listed int64
-	for i := range rs {
-		listed = max(listed, rs[i].ID)
+	for i := range hb.listed {
+		listed = max(listed, hb.listed[i].ID)
 	}
+	next := hb.next
 	dp.bookings.mu.Lock()
 	for id, k := range dp.bookings.pins {
 		if id > listed {
@@ -251,22 +283,33 @@ func (dp *dispatcher) holdBookings(ctx context.Context, st *state) error {
 	if dp.bookings.problems == nil {
 		dp.bookings.problems = map[int64]string{}
 	}
-	for id, err := range problems {
+	for id, err := range hb.problems {
 		if dp.bookings.problems[id] != err.Error() {
 			dp.log.Warn("a reservation holds no GPU now", "reservation", id, "err", err)
 		}
 	}
 	for id := range dp.bookings.problems {
-		if _, ok := problems[id]; !ok {
+		if _, ok := hb.problems[id]; !ok {
 			delete(dp.bookings.problems, id)
 		}
 	}
-	for id, err := range problems {
+	for id, err := range hb.problems {
 		dp.bookings.problems[id] = err.Error()
 	}
 	dp.bookings.mu.Unlock()
-	st.engine.SetBookings(bookings)
-	st.reservations = stamp
+	hb.give(st)
+	return nil
+}
+
+// peekBookings is holdBookings for a reader of the state that is no round
+// (the estimates' replay): the same bookings given to st's engine, from
+// the devices the rounds kept, and nothing kept, logged or brought forward.
+func (dp *dispatcher) peekBookings(ctx context.Context, st *state) error {
+	hb, err := dp.readBookings(ctx, st)
+	if err != nil {
+		return err
+	}
+	hb.give(st)
 	return nil
 }
 

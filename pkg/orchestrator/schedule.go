@@ -91,7 +91,7 @@ func (dp *dispatcher) schedule(ctx context.Context, qs []queued) []queued {
 		}
 		return out
 	}
-	in, err := dp.cycleInputs(ctx, cfg, gpuQueue, dp.withBookedKinds(ctx, cfg, kindsOf(cfg, gpuQueue)))
+	in, err := dp.cycleInputs(ctx, cfg, gpuQueue, dp.withBookedKinds(ctx, cfg, kindsOf(cfg, gpuQueue)), dp.holdBookings)
 	if err != nil {
 		dp.log.Error("scheduling round skipped", "err", err)
 		dp.idle.retry()
@@ -199,9 +199,10 @@ type cycleInputs struct {
 }
 
 // cycleInputs reads what a cycle places queue (VMs that need a GPU) from,
-// on the GPUs of the backends of kinds.
-func (dp *dispatcher) cycleInputs(ctx context.Context, cfg *config.Config, queue []queued, kinds []string) (*cycleInputs, error) {
-	st, err := dp.placementState(ctx, cfg, dp.st.Now(), kinds)
+// on the GPUs of the backends of kinds, the reservations' bookings by book
+// (a round's holdBookings; the replay's peekBookings, which keeps nothing).
+func (dp *dispatcher) cycleInputs(ctx context.Context, cfg *config.Config, queue []queued, kinds []string, book bookingsStep) (*cycleInputs, error) {
+	st, err := dp.readPlacement(ctx, cfg, dp.st.Now(), kinds, book)
 	if err == nil {
 		err = dp.markPreempted(ctx, st) // preempt.go
 	}
@@ -364,8 +365,17 @@ func (dp *dispatcher) claim(ctx context.Context, q queued, s scheduler.Start, st
 // VMs that hold devices (policyState), and the GPUs of the hosts it places
 // on (placementHosts: this host's as the backends of kinds report them;
 // in a fleet every healthy node's too), with the live allocations and the
-// drains.
+// drains; and the reservations' bookings (holdBookings).
 func (dp *dispatcher) placementState(ctx context.Context, cfg *config.Config, now time.Time, kinds []string) (*state, error) {
+	return dp.readPlacement(ctx, cfg, now, kinds, dp.holdBookings)
+}
+
+// bookingsStep gives a state's engine the reservations' bookings
+// (holdBookings, peekBookings).
+type bookingsStep func(ctx context.Context, st *state) error
+
+// readPlacement is placementState with the bookings given by book.
+func (dp *dispatcher) readPlacement(ctx context.Context, cfg *config.Config, now time.Time, kinds []string, book bookingsStep) (*state, error) {
 	live, err := dp.st.ListLiveAllocations(ctx, "")
 	if err != nil {
 		return nil, err
@@ -402,7 +412,7 @@ func (dp *dispatcher) placementState(ctx context.Context, cfg *config.Config, no
 		return nil, err
 	}
 	// The reservations: capacity held for their owners (reservations.go).
-	if err := dp.holdBookings(ctx, st); err != nil {
+	if err := book(ctx, st); err != nil {
 		return nil, err
 	}
 	return st, nil
