@@ -250,8 +250,10 @@ func (w *writeCounter) AppendEvent(ctx context.Context, e *store.Event) error {
 // TestReplayReadsBookingsOnly: the replay reads the reservations' bookings
 // as a round makes them, and writes nothing: not to the store, not the
 // devices the rounds keep for each reservation nor the reservations that
-// hold nothing (nor a warning about them), not the rounds' idle state. A
-// round after it keeps what it chose.
+// hold nothing (nor a warning about them), not the rounds' idle state; nor
+// do the rules' readers of the bookings (ReservationConflicts, Capacity,
+// CheckExtend), which run beside the rounds without their lock. A round
+// after them keeps what it chose.
 func TestReplayReadsBookingsOnly(t *testing.T) {
 	e := newEnv(t, "l40sx4")
 	e.withPolicy(bookingPolicy)
@@ -288,22 +290,42 @@ func TestReplayReadsBookingsOnly(t *testing.T) {
 	if bs := in.Bookings(); len(bs) != 1 || bs[0].ID != bookingID(booked.ID) || len(bs[0].Pinned) == 0 {
 		t.Fatalf("the replay's bookings %+v, want reservation %d's with its devices", bs, booked.ID)
 	}
-	if len(w.writes) > 0 {
-		t.Errorf("the replay wrote to the store: %v", w.writes)
+	// The rules' readers of the bookings, too, run outside any round (and
+	// without its lock): they read only.
+	ask := reservation("bob", "l40s-whole", 1, now.Add(3*time.Hour), now.Add(4*time.Hour))
+	readers := []struct {
+		name string
+		read func() error
+	}{
+		{"the replay", func() error { return nil }}, // read above
+		{"ReservationConflicts", func() error { _, err := o.ReservationConflicts(ctx); return err }},
+		{"Capacity", func() error {
+			_, err := o.Capacity(ctx, ask, []policy.Interval{{Start: ask.StartAt, End: ask.EndAt}}, 1)
+			return err
+		}},
+		{"CheckExtend", func() error { return o.CheckExtend(ctx, "no-such-vm", now.Add(time.Hour)) }},
 	}
-	dp.bookings.mu.Lock()
-	if !maps.EqualFunc(dp.bookings.pins, pins, func(a, b keptPins) bool { return reflect.DeepEqual(a, b) }) {
-		t.Errorf("the replay changed the kept devices: %+v, were %+v", dp.bookings.pins, pins)
-	}
-	if !maps.Equal(dp.bookings.problems, problems) {
-		t.Errorf("the replay changed the reservations that hold nothing: %v, were %v", dp.bookings.problems, problems)
-	}
-	dp.bookings.mu.Unlock()
-	if dp.idle != idle {
-		t.Errorf("the replay changed the rounds' idle state: %+v, was %+v", dp.idle, idle)
-	}
-	if got := e.logs.String()[logged:]; strings.Contains(got, "level=WARN") {
-		t.Errorf("the replay warned:\n%s", got)
+	for _, r := range readers {
+		if err := r.read(); err != nil && r.name != "CheckExtend" {
+			t.Fatalf("%s: %v", r.name, err)
+		}
+		if len(w.writes) > 0 {
+			t.Errorf("%s wrote to the store: %v", r.name, w.writes)
+		}
+		dp.bookings.mu.Lock()
+		if !maps.EqualFunc(dp.bookings.pins, pins, func(a, b keptPins) bool { return reflect.DeepEqual(a, b) }) {
+			t.Errorf("%s changed the kept devices: %+v, were %+v", r.name, dp.bookings.pins, pins)
+		}
+		if !maps.Equal(dp.bookings.problems, problems) {
+			t.Errorf("%s changed the reservations that hold nothing: %v, were %v", r.name, dp.bookings.problems, problems)
+		}
+		dp.bookings.mu.Unlock()
+		if dp.idle != idle {
+			t.Errorf("%s changed the rounds' idle state: %+v, was %+v", r.name, dp.idle, idle)
+		}
+		if got := e.logs.String()[logged:]; strings.Contains(got, "level=WARN") {
+			t.Errorf("%s warned:\n%s", r.name, got)
+		}
 	}
 
 	// A round chooses the same devices, keeps them, and says that the

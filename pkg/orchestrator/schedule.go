@@ -365,9 +365,12 @@ func (dp *dispatcher) claim(ctx context.Context, q queued, s scheduler.Start, st
 // VMs that hold devices (policyState), and the GPUs of the hosts it places
 // on (placementHosts: this host's as the backends of kinds report them;
 // in a fleet every healthy node's too), with the live allocations and the
-// drains; and the reservations' bookings (holdBookings).
+// drains; and the reservations' bookings. Its readers are the rules'
+// (Book, Capacity, CheckExtend, ReservationConflicts), outside any round
+// and without roundMu: they read the bookings only (peekBookings); the
+// round keeps them (holdBookings, in its own cycleInputs).
 func (dp *dispatcher) placementState(ctx context.Context, cfg *config.Config, now time.Time, kinds []string) (*state, error) {
-	return dp.readPlacement(ctx, cfg, now, kinds, dp.holdBookings)
+	return dp.readPlacement(ctx, cfg, now, kinds, dp.peekBookings)
 }
 
 // bookingsStep gives a state's engine the reservations' bookings
