@@ -120,7 +120,8 @@ type RulesWindow struct {
 	// Spans are the stretches of the week it covers, in Zone.
 	Spans []RulesSpan `json:"spans"`
 	// ThisWeek are its occurrences that start in the current week (Monday
-	// 00:00 to Monday 00:00 in Zone), as absolute times.
+	// 00:00 to Monday 00:00 in Zone), as absolute times; a window open all
+	// week has the week itself.
 	ThisWeek []RulesOccurrence `json:"this_week"`
 }
 

@@ -463,8 +463,13 @@ func (b *builder) windows() []api.RulesSentence {
 		// A week on either side, so that an occurrence that crosses the
 		// week's start or end is whole.
 		for _, st := range wins.Stretches(ws.AddDate(0, 0, -7), we.AddDate(0, 0, 7)) {
-			if st.Window == win && !st.Start.Before(ws) && st.Start.Before(we) {
+			switch {
+			case st.Window != win:
+			case !st.Start.Before(ws) && st.Start.Before(we):
 				rw.ThisWeek = append(rw.ThisWeek, api.RulesOccurrence{Start: st.Start.UTC(), End: st.End.UTC()})
+			case !st.Start.After(ws) && !st.End.Before(we):
+				// Open all week (every day, 00:00-24:00): the week itself.
+				rw.ThisWeek = append(rw.ThisWeek, api.RulesOccurrence{Start: ws.UTC(), End: we.UTC()})
 			}
 		}
 		facts := []api.RulesFact{{Field: "windows.classes", List: append([]string{}, win.Classes...)}, {Field: "windows.at_end", Text: win.AtEnd}}

@@ -405,3 +405,43 @@ func TestAdminsMayBook(t *testing.T) {
 		}
 	}
 }
+
+// A window open at every hour of every day occurs this week as the week
+// itself (it has no start in the week, being open since before it).
+func TestWindowOpenAllWeek(t *testing.T) {
+	dir := t.TempDir()
+	for _, f := range []string{"profiles.hcl", "server.hcl", "policy.hcl"} {
+		b, err := os.ReadFile(filepath.Join("testdata/full", f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if f == "policy.hcl" {
+			s := string(b)
+			i, j := strings.Index(s, `  window "day"`), strings.Index(s, "  reservations {")
+			if i < 0 || j < i {
+				t.Fatal("testdata/full/policy.hcl: no windows before its reservations")
+			}
+			b = []byte(s[:i] + "  window \"always\" {\n    days    = \"mon-sun\"\n    hours   = \"00:00-24:00\"\n    classes = [\"interactive\", \"batch\"]\n  }\n\n" + s[j:])
+		}
+		if err := os.WriteFile(filepath.Join(dir, f), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	doc, err := Build(load(t, dir), viewers["ann"], English, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var w *api.RulesWindow
+	for _, s := range doc.Sections {
+		for _, st := range s.Sentences {
+			if st.Window != nil && st.Window.Name == "always" {
+				w = st.Window
+			}
+		}
+	}
+	// The week of now in Paris: Monday 30 November 00:00 (23:00 UTC the day before).
+	ws := time.Date(2026, 11, 29, 23, 0, 0, 0, time.UTC)
+	if w == nil || len(w.ThisWeek) != 1 || !w.ThisWeek[0].Start.Equal(ws) || !w.ThisWeek[0].End.Equal(ws.AddDate(0, 0, 7)) {
+		t.Fatalf("window always: %+v", w)
+	}
+}

@@ -25,7 +25,7 @@ addWords({
     winLocal: 'Window “{name}”, {when} (your time): {rule}.', winPolicy: 'In the rules\' time zone ({zone}): {when}.',
     winNone: 'Window “{name}” does not occur this week: {rule}.',
     everyDay: 'every day', dayRange: '{a} to {b}', sameDay: '{days}, {from} to {to}', nextDay: '{days}, {from} to {to} the next day',
-    span: 'from {fromDay} {from} to {toDay} {to}',
+    span: 'from {fromDay} {from} to {toDay} {to}', allWeek: 'at every hour of the week',
   },
   'zh-CN': {
     rulesTitle: '使用规则', rulesIntro: '本服务器如何共享，根据当前生效的规则写成。有不清楚的地方请询问管理员{admin}。',
@@ -42,7 +42,7 @@ addWords({
     winLocal: '窗口“{name}”，你的时间{when}：{rule}。', winPolicy: '按规则的时区（{zone}）：{when}。',
     winNone: '窗口“{name}”本周不出现：{rule}。',
     everyDay: '每天', dayRange: '{a}至{b}', sameDay: '{days} {from} 至 {to}', nextDay: '{days} {from} 至次日 {to}',
-    span: '{fromDay} {from} 至{toDay} {to}',
+    span: '{fromDay} {from} 至{toDay} {to}', allWeek: '全周每个小时',
   },
 });
 
@@ -87,6 +87,10 @@ export function localWhen(occurrences) {
   for (const o of occurrences) {
     const a = new Date(o.start), b = new Date(o.end);
     const days = localDays(a, b);
+    if (b - a >= 7 * 24 * 3600e3) {
+      spans.push(t('allWeek'));
+      continue;
+    }
     if (days > 1) {
       spans.push(t('span', {fromDay: dayName(weekday(a)), from: hm(a), toDay: dayName(weekday(b)), to: hm(b)}));
       continue;
