@@ -17,7 +17,8 @@ import (
 )
 
 // zhProfiles are the browser tests' profiles and a policy whose quota
-// makes VMs wait (two at once) and refuses whole GPUs (none at all).
+// makes VMs wait (two at once) and refuses whole GPUs (none at all), with
+// a window open at every hour (its words are on the ask form).
 const zhProfiles = profiles + `
 policy {
   timezone = "UTC"
@@ -26,6 +27,11 @@ policy {
       vms  = 2
       gpus = 0
     }
+  }
+  window "all-day" {
+    days    = "mon-sun"
+    hours   = "00:00-24:00"
+    classes = ["interactive"]
   }
 }
 `
@@ -61,7 +67,7 @@ var zhNames = []string{
 	"mig-small", "render-l40s", "whole-l40s", "seat",
 	"1g.10gb", "L40S-12Q",
 	"nb-0", "nb-1", "nb-2", "nb-3", "desk-0", "desk-1", "desk-2", "desk-3", "sim-big", "train",
-	"q-notebook", "q-render", "boot", "ready-one", "making", "broken", "parked", "gpu-hot",
+	"q-notebook", "q-render", "boot", "ready-one", "making", "broken", "parked", "gpu-hot", "all-day",
 	"PCIe", "80GB", "test", "H100-4C", // upHost's H100 PCIe 80GB, its gpuvmd's version
 	"box", "up", "scratch", "datasets", "course", "user:ann", // storage_browser_test.go's VMs, disk, shares and a share's principal
 	"plain", "spare", "other", "data1", "withdata", // storage_browser_test.go's profile, catalogue_extras_browser_test.go's disks and VM
@@ -97,14 +103,21 @@ const visibleText = `(() => {
   return text;
 })()`
 
+// zhPunctSpace is a space after Chinese punctuation: sentences joined as
+// English joins them (i18n.js's sentences joins them without).
+var zhPunctSpace = regexp.MustCompile(`[。，：；！？] `)
+
 // english lists the Latin words of the page in view that are on no
-// allow-list, each with its line.
+// allow-list, and the spaces after Chinese punctuation, each with its line.
 func (b *browser) english(page string) []string {
 	b.t.Helper()
 	var text string
 	b.eval(visibleText, &text)
 	var bad []string
 	for _, line := range strings.Split(text, "\n") {
+		if m := zhPunctSpace.FindString(line); m != "" {
+			bad = append(bad, page+": "+strings.TrimSpace(line)+"  [a space after "+strings.TrimSpace(m)+"]")
+		}
 		for _, w := range latinWord.FindAllString(strings.ReplaceAll(line, "°C", ""), -1) {
 			if zhCode.MatchString(w) {
 				continue

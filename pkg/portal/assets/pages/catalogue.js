@@ -4,7 +4,7 @@
 // with the SSH keys the user keeps and the policy's answer before asking.
 import {html, useState, useEffect, useRef} from '../vendor/preact-htm.js';
 import * as api from '../api.js';
-import {t, addWords, lang, fmtBytes, fmtTime, hoursOf, gpuWords, freeWords} from '../i18n.js';
+import {t, addWords, lang, sentences, fmtBytes, fmtTime, hoursOf, gpuWords, freeWords} from '../i18n.js';
 import {Header, Problem} from '../ui.js';
 
 addWords({
@@ -359,6 +359,6 @@ function PolicyAnswer({p, hours, id}) {
     ${answer}
     ${adm && html`<p class="quota-title">${t('yourQuota')}</p>
       ${limits.length ? html`<ul class="quota">${limits.map((l) => html`<li>${l}</li>`)}</ul>` : html`<p class="quota none">${t('noQuota')}</p>`}
-      <p class="window">${w ? t('windowNow', {name: w.name, end: fmtTime(w.end)}) + ' ' + t(w.allows ? 'windowAllows' : 'windowForbids') : t('noWindow')}</p>`}
+      <p class="window">${w ? sentences(t('windowNow', {name: w.name, end: fmtTime(w.end)}), t(w.allows ? 'windowAllows' : 'windowForbids')) : t('noWindow')}</p>`}
   </section>`;
 }
