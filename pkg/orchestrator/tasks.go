@@ -11,11 +11,9 @@ import (
 	"github.com/gpuvm/gpuvm/pkg/store"
 )
 
-// A VM whose spec names a task (store.SpecTask, docs/tasks.md) serves
-// it: its domain gets the task channel, its seed the runner.
-
 // seedTask is the task vm serves as its seed carries it; nil for a VM of
-// no task.
+// no task. A VM whose spec names a task (store.SpecTask, docs/tasks.md)
+// serves it: its domain gets the task channel, its seed the runner.
 func (lc *lifecycle) seedTask(ctx context.Context, vm *store.VM) (*cloudinit.Task, error) {
 	id := store.TaskOfSpec(vm.Spec)
 	if id == "" {
