@@ -309,8 +309,8 @@ func requestOf(cfg *config.Config, vm *store.VM, groups []string) scheduler.Requ
 
 // claim records a start: the slots of every device and the usage records,
 // with the VM moved to allocating, in one transaction. home is the host of
-// the owner's home the VM mounts ("" for none): placed elsewhere, its
-// reason says so (homehost.go).
+// the owner's home the VM mounts ("" for none): placed elsewhere, the
+// leader logs it (homehost.go).
 func (dp *dispatcher) claim(ctx context.Context, q queued, s scheduler.Start, st *state, home string) (*store.VM, error) {
 	claims, err := claimsOf(s.Placement, st.slotsHeld[s.Placement.Host])
 	if err != nil {
@@ -326,8 +326,7 @@ func (dp *dispatcher) claim(ctx context.Context, q queued, s scheduler.Start, st
 			return err
 		}
 		var err error
-		next, err = tx.UpdateVMState(ctx, q.vm.ID, q.vm.Version, store.VMUpdate{State: store.VMAllocating, Phase: api.PhaseAllocating, Host: &host,
-			StateReason: awayFromHome(q.vm.Owner, home, host)})
+		next, err = tx.UpdateVMState(ctx, q.vm.ID, q.vm.Version, store.VMUpdate{State: store.VMAllocating, Phase: api.PhaseAllocating, Host: &host})
 		if err != nil {
 			return err
 		}

@@ -188,3 +188,38 @@ func (s *Server) vmsMountingHome(ctx context.Context, owner string) ([]string, e
 	}
 	return out, nil
 }
+
+// setVMHomes fills in, for each of vms whose profile mounts its owner's
+// home, the node that home lives on and whether the VM is on another
+// (api.VM's HomeHost and AwayFromHome), from one read of the owners' home
+// hosts. A read that fails leaves them out: the VMs are answered without.
+func (s *Server) setVMHomes(ctx context.Context, vms ...*api.VM) {
+	cfg := s.config()
+	if cfg == nil || !cfg.Server.Storage.Homes.Enabled {
+		return
+	}
+	var owners []string
+	mounts := make([]bool, len(vms))
+	for i, vm := range vms {
+		if p := cfg.Profiles[vm.Profile]; p == nil || !p.Home || vm.State == store.VMDeleted {
+			continue
+		}
+		mounts[i] = true
+		owners = append(owners, vm.Owner)
+	}
+	if len(owners) == 0 {
+		return
+	}
+	hosts, err := s.Store.HomeHosts(ctx, owners)
+	if err != nil {
+		s.log.Warn("VMs answered without the hosts of their homes", "vms", len(owners), "err", err)
+		return
+	}
+	for i, vm := range vms {
+		if !mounts[i] {
+			continue
+		}
+		vm.HomeHost = hosts[vm.Owner]
+		vm.AwayFromHome = vm.HomeHost != "" && vm.Host != "" && vm.Host != vm.HomeHost
+	}
+}

@@ -154,3 +154,74 @@ func TestListHomes(t *testing.T) {
 		t.Errorf("admin: %+v", h)
 	}
 }
+
+// A VM whose profile mounts its owner's home is read with the node that
+// home lives on and whether it is on another (in GET /v1/vms/{id} and in
+// the list); a VM that mounts no home, or whose owner has none yet, is
+// read without.
+func TestVMHomeHost(t *testing.T) {
+	s, st := volumeServer(t)
+	ctx := context.Background()
+	cfg := s.config()
+	cfg.Server.Storage.Homes = config.Homes{Enabled: true, Root: filepath.Join(t.TempDir(), "homes"), Mount: "/gpuvm/home"}
+	cfg.Profiles["seat"].Home = true // "whole" mounts none
+	if _, err := st.RecordHomeHost(ctx, "ann", "n1"); err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name, owner, profile, host string
+		wantHome                   string
+		wantAway                   bool
+	}{
+		{"at-home", "ann", "seat", "n1", "n1", false},
+		{"away", "ann", "seat", "n2", "n1", true},
+		{"queued", "ann", "seat", "", "n1", false},
+		{"no-home-mount", "ann", "whole", "n2", "", false},
+		{"no-home-yet", "bob", "seat", "n2", "", false},
+	}
+	ids := map[string]string{}
+	for _, c := range cases {
+		vm := &store.VM{Name: c.name, Owner: c.owner, Profile: c.profile, Hours: 1}
+		if _, err := st.CreateVM(ctx, vm, store.CreateVMOptions{RequestedBy: c.owner}); err != nil {
+			t.Fatal(err)
+		}
+		if c.host != "" {
+			host := c.host
+			if _, err := st.UpdateVMState(ctx, vm.ID, vm.Version, store.VMUpdate{State: store.VMRunning, Phase: api.PhaseReady, Host: &host}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		ids[c.name] = vm.ID
+	}
+	code, _, body := volCall(t, s, "GET", "/v1/vms", "admin-token", "")
+	var list api.VMList
+	if code != http.StatusOK || json.Unmarshal(body, &list) != nil {
+		t.Fatalf("list: %d %s", code, body)
+	}
+	listed := map[string]api.VM{}
+	for _, vm := range list.Items {
+		listed[vm.Name] = vm
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			code, _, body := volCall(t, s, "GET", "/v1/vms/"+ids[c.name], "admin-token", "")
+			var one api.VM
+			if code != http.StatusOK || json.Unmarshal(body, &one) != nil {
+				t.Fatalf("get: %d %s", code, body)
+			}
+			for how, vm := range map[string]api.VM{"read": one, "listed": listed[c.name]} {
+				if vm.HomeHost != c.wantHome || vm.AwayFromHome != c.wantAway {
+					t.Errorf("%s: home_host %q, away_from_home %v; want %q, %v", how, vm.HomeHost, vm.AwayFromHome, c.wantHome, c.wantAway)
+				}
+			}
+			if c.wantHome == "" && strings.Contains(string(body), "home_host") {
+				t.Errorf("a VM without a home host says home_host: %s", body)
+			}
+		})
+	}
+	// Homes turned off: no VM mounts one.
+	cfg.Server.Storage.Homes.Enabled = false
+	if code, _, body := volCall(t, s, "GET", "/v1/vms/"+ids["away"], "admin-token", ""); code != http.StatusOK || strings.Contains(string(body), "home_host") {
+		t.Errorf("homes off: %d %s", code, body)
+	}
+}
