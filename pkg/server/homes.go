@@ -133,7 +133,9 @@ func (s *Server) deleteHome(c *gin.Context) {
 		return
 	}
 	// The check that no VM may mount the home runs with the home held:
-	// a start of the person's VM meanwhile (its homes.Ensure) waits.
+	// a start of the person's VM meanwhile (its homes.Ensure) waits. The
+	// hold is this gpuvmd's (homes.Remove): a start on another node of a
+	// fleet makes or finds that node's directory.
 	inUse := func() error {
 		busy, err := s.vmsMountingHome(ctx, who)
 		if err != nil {
@@ -144,7 +146,16 @@ func (s *Server) deleteHome(c *gin.Context) {
 		}
 		return nil
 	}
-	if err := homes.Remove(root, who, confirm, inUse); err != nil {
+	// Where the home lived is forgotten (the next is made where the
+	// person's next VM runs) with the home still held, as a VM's start
+	// records it (orchestrator's lifecycle.home): a start that makes the
+	// home again records it after, never before.
+	forget := func() {
+		if err := s.Store.ForgetHomeHost(ctx, who, s.Host); err != nil {
+			s.log.Error("the deleted home is still recorded on this host: the person's next VMs are placed here first", "user", who, "host", s.Host, "err", err)
+		}
+	}
+	if err := homes.Remove(root, who, confirm, inUse, forget); err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			s.writeProblem(c, withField(errNotFound, "user", "no home of "+who))
 			return
@@ -160,10 +171,6 @@ func (s *Server) deleteHome(c *gin.Context) {
 		auditDetail(c, "admin override: home of %s", who)
 	}
 	s.log.Warn("home deleted", "user", who, "by", u.Name)
-	// The next home is made where the person's next VM runs.
-	if err := s.Store.ForgetHomeHost(ctx, who, s.Host); err != nil {
-		s.log.Error("the deleted home is still recorded on this host: the person's next VMs are placed here first", "user", who, "host", s.Host, "err", err)
-	}
 	c.Status(http.StatusNoContent)
 }
 

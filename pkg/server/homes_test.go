@@ -3,14 +3,17 @@ package server
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gpuvm/gpuvm/pkg/api"
 	"github.com/gpuvm/gpuvm/pkg/config"
+	"github.com/gpuvm/gpuvm/pkg/homes"
 	"github.com/gpuvm/gpuvm/pkg/store"
 )
 
@@ -223,5 +226,56 @@ func TestVMHomeHost(t *testing.T) {
 	cfg.Server.Storage.Homes.Enabled = false
 	if code, _, body := volCall(t, s, "GET", "/v1/vms/"+ids["away"], "admin-token", ""); code != http.StatusOK || strings.Contains(string(body), "home_host") {
 		t.Errorf("homes off: %d %s", code, body)
+	}
+}
+
+// forgetProbe is a store whose ForgetHomeHost says whether the home was
+// held when it was called: a removal of the home that comes then waits.
+type forgetProbe struct {
+	Store
+	root         string
+	called, held bool
+}
+
+var errProbe = errors.New("probe: nothing is removed")
+
+func (p *forgetProbe) ForgetHomeHost(ctx context.Context, user, host string) error {
+	p.called = true
+	tried := make(chan struct{})
+	go func() {
+		_ = homes.Remove(p.root, user, user, func() error { return errProbe }, nil)
+		close(tried)
+	}()
+	select {
+	case <-tried:
+	case <-time.After(200 * time.Millisecond):
+		p.held = true
+	}
+	return p.Store.ForgetHomeHost(ctx, user, host)
+}
+
+// Where a deleted home lived is forgotten while the home is still held, as
+// a VM's start records it: a start that makes the home again meanwhile
+// records it after the forgetting, not before.
+func TestDeleteHomeForgetsWithTheHomeHeld(t *testing.T) {
+	s, st := volumeServer(t)
+	ctx := context.Background()
+	root := filepath.Join(t.TempDir(), "homes")
+	s.config().Server.Storage.Homes = config.Homes{Enabled: true, Root: root, Mount: "/gpuvm/home"}
+	mkHome(t, root, "ann")
+	s.Host = "here"
+	if _, err := st.RecordHomeHost(ctx, "ann", "here"); err != nil {
+		t.Fatal(err)
+	}
+	probe := &forgetProbe{Store: s.Store, root: root}
+	s.Store = probe
+	if code, _, body := volCall(t, s, "DELETE", "/v1/homes/ann?confirm=ann", "ann-token", ""); code != http.StatusNoContent {
+		t.Fatalf("delete: %d %s", code, body)
+	}
+	if !probe.called || !probe.held {
+		t.Errorf("ForgetHomeHost called %v, with the home held %v; want called with it held", probe.called, probe.held)
+	}
+	if hosts, err := st.HomeHosts(ctx, []string{"ann"}); err != nil || hosts["ann"] != "" {
+		t.Errorf("ann's home host after the delete: %v, %v; want none", hosts, err)
 	}
 }
