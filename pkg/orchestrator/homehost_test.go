@@ -2,10 +2,13 @@ package orchestrator
 
 import (
 	"context"
+	"maps"
 	"testing"
 
 	"github.com/gpuvm/gpuvm/pkg/config"
+	"github.com/gpuvm/gpuvm/pkg/scheduler"
 	"github.com/gpuvm/gpuvm/pkg/store"
+	"github.com/gpuvm/gpuvm/pkg/store/storetest"
 )
 
 // In a fleet the leader places a VM that mounts its owner's home on the
@@ -100,5 +103,59 @@ profile "home-seat" {
 	}
 	if hosts, err := n1.st.HomeHosts(ctx, []string{"bob", "cem"}); err != nil || hosts["cem"] != other || hosts["bob"] != packed {
 		t.Errorf("home hosts %v, %v; want cem's kept on %s, bob's made on %s", hosts, err, other, packed)
+	}
+}
+
+// A round reads where homes live with its users, in its one read of them
+// (readGroups: no query of its own), and a queued VM prefers its home's
+// host when its profile mounts the home, unless it is a start on the node
+// that keeps its disk. An admission, which names the users it reads,
+// reads no homes.
+func TestPreferHomeHosts(t *testing.T) {
+	ctx := context.Background()
+	st := storetest.New(t, storetest.Quiet)
+	for _, n := range []string{"ann", "bob"} {
+		if err := st.CreateUser(ctx, &store.User{Name: n}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := st.RecordHomeHost(ctx, "ann", "n2"); err != nil {
+		t.Fatal(err)
+	}
+	dp := &dispatcher{st: st}
+	round := &state{}
+	if err := dp.readGroups(ctx, round, nil, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	if want := map[string]string{"ann": "n2"}; !maps.Equal(round.homeHosts, want) {
+		t.Fatalf("a round's home hosts %v, want %v", round.homeHosts, want)
+	}
+	admission := &state{}
+	if err := dp.readGroups(ctx, admission, []string{"ann"}, nil, nil); err != nil || admission.homeHosts != nil {
+		t.Fatalf("an admission's home hosts %v, %v; want none read", admission.homeHosts, err)
+	}
+
+	cfg := &config.Config{Profiles: map[string]*config.Profile{"homed": {Name: "homed", Home: true}, "plain": {Name: "plain"}}}
+	cases := []struct {
+		name, owner, profile, op, host string
+		want                           string
+	}{
+		{"a create that mounts the home", "ann", "homed", store.OpCreate, "", "n2"},
+		{"a profile without a home", "ann", "plain", store.OpCreate, "", ""},
+		{"a profile gone", "ann", "gone", store.OpCreate, "", ""},
+		{"an owner without a home yet", "bob", "homed", store.OpCreate, "", ""},
+		{"a start on the node of its disk", "ann", "homed", store.OpStart, "n3", ""},
+		{"a start of a VM on no node", "ann", "homed", store.OpStart, "", "n2"},
+	}
+	queue := make([]queued, len(cases))
+	for i, c := range cases {
+		queue[i] = queued{vm: &store.VM{Owner: c.owner, Profile: c.profile, Host: c.host}, op: &store.Operation{Kind: c.op}}
+	}
+	reqs := make([]scheduler.Request, len(queue))
+	preferHomeHosts(cfg, queue, reqs, round.homeHosts)
+	for i, c := range cases {
+		if reqs[i].PreferHost != c.want {
+			t.Errorf("%s: prefers %q, want %q", c.name, reqs[i].PreferHost, c.want)
+		}
 	}
 }
