@@ -31,7 +31,7 @@ func (s *Server) homeRoutes(g *gin.RouterGroup) {
 
 // homeAPIRoutes are the routes of this file, for the OpenAPI document.
 var homeAPIRoutes = []route{
-	{Method: "GET", Path: "/v1/homes", Summary: "The caller's home (admins: every home under the homes' root, with its directory), with what it uses as the home quotas last read it", Auth: authUser, Status: 200, Answer: api.HomeList{}, Errors: []int{404}},
+	{Method: "GET", Path: "/v1/homes", Summary: "The caller's home (admins: every home under the homes' root, with its directory), with what it uses as the home quotas last read it and the node it lives on (home_host)", Auth: authUser, Status: 200, Answer: api.HomeList{}, Errors: []int{404}},
 	{Method: "DELETE", Path: "/v1/homes/{user}", Summary: "Delete a person's home and everything in it: the person or an admin, with confirm=<user>; refused (409, naming them) while a VM of theirs that mounts it is not stopped, failed or deleted. Another person's home is a 404 for a non-admin", Auth: authUser, Params: []param{pHomeUser, pConfirm}, Status: 204, Errors: []int{404, 409, 422}},
 }
 
@@ -66,13 +66,18 @@ func (s *Server) listHomes(c *gin.Context) {
 			return
 		}
 	}
+	hosts, err := s.Store.HomeHosts(c.Request.Context(), names)
+	if err != nil {
+		s.writeProblem(c, err)
+		return
+	}
 	out := api.HomeList{Homes: []api.Home{}}
 	for _, n := range names {
 		dir, err := homes.Path(root, n)
 		if err != nil {
 			continue
 		}
-		h := api.Home{User: n, Mount: mount}
+		h := api.Home{User: n, Mount: mount, HomeHost: hosts[n]}
 		if fi, err := os.Lstat(dir); err == nil && fi.IsDir() {
 			h.Exists = true
 		}

@@ -126,9 +126,15 @@ func TestDeleteHome(t *testing.T) {
 }
 
 // GET /v1/homes: a person sees their own home, an admin every home with
-// its directory.
+// its directory; each with the node it lives on, when one is recorded
+// (cara's lives on another node: none here).
 func TestListHomes(t *testing.T) {
-	s, _ := volumeServer(t)
+	s, st := volumeServer(t)
+	for user, host := range map[string]string{"ann": "gpu-01", "cara": "gpu-02"} {
+		if _, err := st.RecordHomeHost(context.Background(), user, host); err != nil {
+			t.Fatal(err)
+		}
+	}
 	root := filepath.Join(t.TempDir(), "homes")
 	mkHome(t, root, "ann")
 	mkHome(t, root, "bob")
@@ -147,13 +153,13 @@ func TestListHomes(t *testing.T) {
 		}
 		return l.Homes
 	}
-	if h := list("ann-token"); len(h) != 1 || h[0].User != "ann" || !h[0].Exists || h[0].Dir != "" || h[0].UsedBytes == nil || *h[0].UsedBytes != used {
+	if h := list("ann-token"); len(h) != 1 || h[0].User != "ann" || !h[0].Exists || h[0].Dir != "" || h[0].UsedBytes == nil || *h[0].UsedBytes != used || h[0].HomeHost != "gpu-01" {
 		t.Errorf("ann: %+v", h)
 	}
-	if h := list("cara-token"); len(h) != 1 || h[0].User != "cara" || h[0].Exists {
+	if h := list("cara-token"); len(h) != 1 || h[0].User != "cara" || h[0].Exists || h[0].HomeHost != "gpu-02" {
 		t.Errorf("cara: %+v", h)
 	}
-	if h := list("admin-token"); len(h) != 2 || h[0].User != "ann" || h[1].User != "bob" || h[1].Dir != filepath.Join(root, "bob") {
+	if h := list("admin-token"); len(h) != 2 || h[0].User != "ann" || h[0].HomeHost != "gpu-01" || h[1].User != "bob" || h[1].Dir != filepath.Join(root, "bob") || h[1].HomeHost != "" {
 		t.Errorf("admin: %+v", h)
 	}
 }
