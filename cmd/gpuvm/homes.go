@@ -37,7 +37,7 @@ func newHomeLsCmd(getenv func(string) string) *cobra.Command {
 		Use:     "ls",
 		Aliases: []string{"list"},
 		Short:   "Show your home (admins: every home)",
-		Long: "Shows your home: whether it exists yet, what it uses and its quota as last measured. An admin sees every home, with its directory on the server.\n\nOutput: a table; --json prints the api.HomeList; --quiet the users only.\n" +
+		Long: "Shows your home: whether it exists yet, the host it lives on (HOST: where it was first made; in a fleet your VMs that mount it are placed there when they can be), what it uses and its quota as last measured. An admin sees every home, with its directory on the server.\n\nOutput: a table; --json prints the api.HomeList; --quiet the users only.\n" +
 			connectionHelp + "\n" + exitHelp,
 		Args: noArgs,
 		RunE: o.runE(func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
@@ -99,13 +99,13 @@ func printHomes(w io.Writer, list *api.HomeList, out outputOpts) error {
 		return err
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "USER\tEXISTS\tUSED\tQUOTA\tMOUNT\tDIR")
+	fmt.Fprintln(tw, "USER\tEXISTS\tHOST\tUSED\tQUOTA\tMOUNT\tDIR")
 	for _, h := range list.Homes {
 		exists := "yes"
 		if !h.Exists {
 			exists = "not yet"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", h.User, exists, sizeOrDash(h.UsedBytes), sizeOrDash(h.QuotaBytes), h.Mount, orDash(h.Dir))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", h.User, exists, orDash(h.HomeHost), sizeOrDash(h.UsedBytes), sizeOrDash(h.QuotaBytes), h.Mount, orDash(h.Dir))
 	}
 	return tw.Flush()
 }

@@ -1,8 +1,10 @@
 package main
 
 import (
+	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -30,9 +32,19 @@ server {
 `})
 	ann := newCLI(t, map[string]string{"GPUVM_URL": env.URL, "GPUVM_TOKEN": env.UserToken})
 	admin := newCLI(t, map[string]string{"GPUVM_URL": env.URL, "GPUVM_TOKEN": env.AdminToken})
+	if _, err := env.Store.RecordHomeHost(context.Background(), "ann", "gpu-01"); err != nil {
+		t.Fatal(err)
+	}
 	out := ann.must("home", "ls")
-	if lines := strings.Split(strings.TrimSpace(out), "\n"); len(lines) != 2 || !strings.HasPrefix(lines[0], "USER") || !strings.Contains(lines[1], "ann") || !strings.Contains(lines[1], "yes") {
+	if lines := strings.Split(strings.TrimSpace(out), "\n"); len(lines) != 2 || !slices.Equal(strings.Fields(lines[0])[:3], []string{"USER", "EXISTS", "HOST"}) ||
+		!slices.Equal(strings.Fields(lines[1])[:3], []string{"ann", "yes", "gpu-01"}) {
 		t.Errorf("ann's ls:\n%s", out)
+	}
+	// admin's home has no host recorded.
+	out = admin.must("home", "ls")
+	if lines := strings.Split(strings.TrimSpace(out), "\n"); len(lines) != 3 || !slices.Equal(strings.Fields(lines[1])[:3], []string{"admin", "yes", "-"}) ||
+		!slices.Equal(strings.Fields(lines[2])[:3], []string{"ann", "yes", "gpu-01"}) {
+		t.Errorf("admin's ls:\n%s", out)
 	}
 	if out := admin.must("home", "ls", "-q"); out != "admin\nann\n" {
 		t.Errorf("admin's ls -q: %q", out)

@@ -110,3 +110,35 @@ func TestPrintVMCapabilities(t *testing.T) {
 		t.Errorf("no capabilities, no section: %v\n%s", err, b.String())
 	}
 }
+
+// gpuvm show's Home line says where the owner's home lives and whether the
+// VM is there; a VM that mounts no home has none.
+func TestPrintVMHome(t *testing.T) {
+	for _, c := range []struct {
+		name, host, home string
+		away             bool
+		want             string
+	}{
+		{"at home", "gpu-01", "gpu-01", false, "on gpu-01, this VM's host"},
+		{"away", "gpu-02", "gpu-01", true, "on gpu-01, not here: this VM runs on gpu-02, so the home it mounts is another folder, on gpu-02, without the files of the home on gpu-01"},
+		{"queued", "", "gpu-01", false, "on gpu-01"},
+		{"no home", "gpu-02", "", false, ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			vm := api.VM{Name: "box", State: "running", Host: c.host, HomeHost: c.home, AwayFromHome: c.away}
+			var b strings.Builder
+			if err := printVM(&b, vm, time.Now()); err != nil {
+				t.Fatal(err)
+			}
+			home := ""
+			for _, line := range strings.Split(b.String(), "\n") {
+				if rest, ok := strings.CutPrefix(line, "  Home:"); ok {
+					home = strings.TrimSpace(rest)
+				}
+			}
+			if home != c.want {
+				t.Errorf("Home: %q, want %q:\n%s", home, c.want, b.String())
+			}
+		})
+	}
+}

@@ -708,7 +708,9 @@ running leases and the reservations through its scheduler ("Expected start:
 move it; VMs deleted before their lease ends make it sooner). Always: what its
 state allows ("Can:"): a disk snapshot, a RAM snapshot, suspend and live
 migration, each yes or no with the reason, judged on its profile's GPU kind and
-disk and the host's libvirt, QEMU and NVIDIA driver.
+disk and the host's libvirt, QEMU and NVIDIA driver. For a VM that mounts your
+home ("Home:"): the host your home lives on, and whether this VM runs there
+(one that runs elsewhere mounts another, empty home on its own host).
 
 Output: a description by default; --json prints the api.VM.
 ` + connectionHelp + "\n" + exitHelp,
@@ -763,6 +765,9 @@ func printVM(w io.Writer, vm api.VM, now time.Time) error {
 	fmt.Fprintf(tw, "  Owner:\t%s\n", vm.Owner)
 	fmt.Fprintf(tw, "  Profile:\t%s\n", vm.Profile)
 	fmt.Fprintf(tw, "  Host:\t%s\n", orDash(vm.Host))
+	if h := describeHome(vm); h != "" {
+		fmt.Fprintf(tw, "  Home:\t%s\n", h)
+	}
 	if len(vm.GPUs) == 0 {
 		fmt.Fprintf(tw, "  GPU:\tnone\n")
 	}
@@ -791,6 +796,22 @@ func printVM(w io.Writer, vm api.VM, now time.Time) error {
 	fmt.Fprintf(tw, "  Created:\t%s\n", vm.CreatedAt.Local().Format(time.DateTime))
 	fmt.Fprintf(tw, "  Updated:\t%s\n", vm.UpdatedAt.Local().Format(time.DateTime))
 	return tw.Flush()
+}
+
+// describeHome is the Home line of gpuvm show: the node the owner's home
+// lives on and whether this VM is there; "" for a VM that mounts no home
+// or whose owner has none yet.
+func describeHome(vm api.VM) string {
+	switch {
+	case vm.HomeHost == "":
+		return ""
+	case vm.AwayFromHome:
+		return fmt.Sprintf("on %s, not here: this VM runs on %s, so the home it mounts is another folder, on %s, without the files of the home on %s",
+			vm.HomeHost, vm.Host, vm.Host, vm.HomeHost)
+	case vm.Host == vm.HomeHost:
+		return "on " + vm.HomeHost + ", this VM's host"
+	}
+	return "on " + vm.HomeHost
 }
 
 // printCapabilities is the "Can:" section of gpuvm show: what the VM's

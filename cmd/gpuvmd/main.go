@@ -143,7 +143,7 @@ func runOpts(ctx context.Context, args []string, getenv func(string) string, std
 	if o.pluginDir == "" {
 		o.pluginDir = loader.DefaultDir()
 	}
-	seams, err := readTestSeams(getenv)
+	seams, err := readTestSeams(getenv, o.libvirtURI)
 	if err != nil {
 		return err
 	}
@@ -596,7 +596,10 @@ const (
 	// envTestDiskDir, on libvirt's test driver only, is the directory of
 	// the qcow2 files that stand for the VMs' disk overlays in the disk
 	// snapshots (hypervisor.WithTestDiskDir): a snapshot or restore of a
-	// stopped VM then runs the real qemu-img without a guest.
+	// stopped VM then runs the real qemu-img without a guest. gpuvmd
+	// refuses to start with it on a libvirt URI of another driver
+	// (isTestDriverURI), so a production host cannot be pointed at it by
+	// mistake.
 	envTestDiskDir = "GPUVM_TEST_DISK_DIR"
 	pauseMessage   = "GPUVM_TEST_PAUSE_AT: paused at a hook point until gpuvmd stops"
 )
@@ -607,10 +610,15 @@ type testSeams struct {
 	pauseAt, domainPrefix, diskDir string
 }
 
-func readTestSeams(getenv func(string) string) (testSeams, error) {
+// readTestSeams reads the test seams from the environment, for a gpuvmd
+// on libvirtURI, and refuses a value they cannot honour.
+func readTestSeams(getenv func(string) string, libvirtURI string) (testSeams, error) {
 	s := testSeams{pauseAt: getenv(envTestPauseAt), domainPrefix: getenv(envTestDomainPrefix), diskDir: getenv(envTestDiskDir)}
 	if s.diskDir != "" && !filepath.IsAbs(s.diskDir) {
 		return s, fmt.Errorf("$%s=%q: want an absolute directory", envTestDiskDir, s.diskDir)
+	}
+	if s.diskDir != "" && !isTestDriverURI(libvirtURI) {
+		return s, fmt.Errorf("$%s is set, but the libvirt URI is %q: it is a test seam for libvirt's test driver (test:///…, test+unix:///…) only; unset it", envTestDiskDir, libvirtURI)
 	}
 	if s.pauseAt != "" && !slices.Contains(orchestrator.PausePoints(), s.pauseAt) {
 		return s, fmt.Errorf("$%s=%q is not a hook point; they are %q", envTestPauseAt, s.pauseAt, orchestrator.PausePoints())
@@ -619,6 +627,14 @@ func readTestSeams(getenv func(string) string) (testSeams, error) {
 		return s, fmt.Errorf("$%s=%q: a domain prefix is a lower-case letter, then up to 30 letters, digits and dashes", envTestDomainPrefix, s.domainPrefix)
 	}
 	return s, nil
+}
+
+// isTestDriverURI says whether uri names libvirt's test driver: test:///…
+// in this process, or test+TRANSPORT://… through a libvirtd.
+func isTestDriverURI(uri string) bool {
+	scheme, _, ok := strings.Cut(uri, "://")
+	driver, _, _ := strings.Cut(scheme, "+")
+	return ok && driver == "test"
 }
 
 // hook is the orchestrator's hook: nil unless a pause point is set.

@@ -9,6 +9,12 @@ type Home struct {
 	Exists bool `json:"exists"`
 	// Dir is its directory on the host (admins only).
 	Dir string `json:"dir,omitempty"`
+	// HomeHost is the node the person's home lives on (where it was first
+	// made: the node their VMs that mount it are placed on when it can
+	// serve them); absent while none is recorded. In a fleet it may be
+	// another node than the one answering, whose directory (Exists, Dir)
+	// is then not that home.
+	HomeHost string `json:"home_host,omitempty"`
 	// UsedBytes, QuotaBytes, Enforcement and Note are as the home quotas
 	// last read them (absent before the first reading).
 	UsedBytes   *uint64 `json:"used_bytes,omitempty"`

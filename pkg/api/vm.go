@@ -56,7 +56,19 @@ type VM struct {
 	// draining (it takes no new VMs), or down (its heartbeat stopped: the
 	// VM is host-down, kept as it is until the node returns, and nothing
 	// can be done to it meanwhile). Absent while the VM is on no node.
-	HostState string     `json:"host_state,omitempty"`
+	HostState string `json:"host_state,omitempty"`
+
+	// HomeHost is the node its owner's home lives on (server.storage.homes:
+	// the node where it was first made), for a VM whose profile mounts the
+	// home; absent for one that mounts none, or while the owner has no
+	// home yet. Worked out at each read, never stored with the VM.
+	HomeHost string `json:"home_host,omitempty"`
+	// AwayFromHome is true when the VM is on another node than HomeHost
+	// (in a fleet, placed where its home's node could not serve it): the
+	// home it mounts is a second directory on its own node, without the
+	// files of the home on HomeHost.
+	AwayFromHome bool `json:"away_from_home,omitempty"`
+
 	GPUs      []VMGPU    `json:"gpus,omitempty"`
 	Hours     int        `json:"hours"`
 	LeaseEnd  *time.Time `json:"lease_end,omitempty"`

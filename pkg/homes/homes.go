@@ -21,6 +21,12 @@ import (
 // locks hold a home while it is made or found (Ensure) and while its
 // removal checks that no VM may mount it and removes it (Remove), one
 // mutex per home directory: a VM's start never finds a home half-removed.
+// What the callers run with the home held (Ensure's made, Remove's
+// removed: where the home lives, recorded and forgotten) is ordered with
+// them. The locks are this process's: each gpuvmd of a fleet holds the
+// homes of its own node, and a removal on one node does not hold a start
+// on another (with the homes' root on storage several nodes mount, nor
+// the same directory).
 var locks sync.Map // home directory -> *sync.Mutex
 
 func lockHome(dir string) (unlock func()) {
@@ -51,8 +57,9 @@ func Path(root, login string) (string, error) {
 // inside keep theirs, which the log says). A home that is not a directory,
 // or is a symbolic link, is an error: gpuvm shares only what it made.
 // While a Remove of the home runs, Ensure waits for it, then makes the
-// home again (empty).
-func Ensure(root, login string, uid int, log *slog.Logger) (string, error) {
+// home again (empty). made (nil: none) runs once the home is made or
+// found, with it still held: a Remove waits for it.
+func Ensure(root, login string, uid int, log *slog.Logger, made func()) (string, error) {
 	dir, err := Path(root, login)
 	if err != nil {
 		return "", err
@@ -75,6 +82,9 @@ func Ensure(root, login string, uid int, log *slog.Logger) (string, error) {
 			return "", fmt.Errorf("give the home of %s to uid %d: %w", login, uid, err)
 		}
 		log.Info("home made", "user", login, "dir", dir, "uid", uid)
+		if made != nil {
+			made()
+		}
 		return dir, nil
 	case err != nil:
 		return "", fmt.Errorf("home of %s: %w", login, err)
@@ -87,6 +97,9 @@ func Ensure(root, login string, uid int, log *slog.Logger) (string, error) {
 		}
 		log.Warn("home's owner corrected to the person's uid; files inside keep their owner (chown -R to move them)",
 			"user", login, "dir", dir, "old_uid", owner, "uid", uid)
+	}
+	if made != nil {
+		made()
 	}
 	return dir, nil
 }
@@ -126,8 +139,10 @@ var ErrNotConfirmed = errors.New("removing a home needs its person's name typed 
 // that may mount it); it runs with the home held, as the removal does, and
 // its error is returned as it is, nothing removed. A VM whose start calls
 // Ensure meanwhile waits: it either counts in inUse, or gets the home made
-// again once the removal is done, never a half-removed one.
-func Remove(root, login, confirm string, inUse func() error) error {
+// again once the removal is done, never a half-removed one. removed (nil:
+// none) runs once the home is gone, with it still held: an Ensure waits
+// for it.
+func Remove(root, login, confirm string, inUse func() error, removed func()) error {
 	dir, err := Path(root, login)
 	if err != nil {
 		return err
@@ -150,5 +165,11 @@ func Remove(root, login, confirm string, inUse func() error) error {
 	}
 	// RemoveAll removes a symbolic link inside the home, never what it
 	// points to.
-	return os.RemoveAll(dir)
+	if err := os.RemoveAll(dir); err != nil {
+		return err
+	}
+	if removed != nil {
+		removed()
+	}
+	return nil
 }

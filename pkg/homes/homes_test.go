@@ -20,7 +20,7 @@ func TestEnsureAndRemove(t *testing.T) {
 	if uid == 0 {
 		uid = 20000 // as root, a person's uid
 	}
-	dir, err := Ensure(root, "ann", uid, quiet)
+	dir, err := Ensure(root, "ann", uid, quiet, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,20 +41,20 @@ func TestEnsureAndRemove(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "notes.txt"), []byte("day"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Ensure(root, "ann", uid, quiet); err != nil {
+	if _, err := Ensure(root, "ann", uid, quiet, nil); err != nil {
 		t.Fatal(err)
 	}
 	if b, err := os.ReadFile(filepath.Join(dir, "notes.txt")); err != nil || string(b) != "day" {
 		t.Fatalf("the home's file after Ensure: %q, %v", b, err)
 	}
 	// Removal needs the name typed again.
-	if err := Remove(root, "ann", "yes", nil); !errors.Is(err, ErrNotConfirmed) {
+	if err := Remove(root, "ann", "yes", nil, nil); !errors.Is(err, ErrNotConfirmed) {
 		t.Fatalf("remove without confirmation: %v", err)
 	}
 	if _, err := os.Stat(dir); err != nil {
 		t.Fatal("the home went without confirmation")
 	}
-	if err := Remove(root, "ann", "ann", nil); err != nil {
+	if err := Remove(root, "ann", "ann", nil, nil); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(dir); !os.IsNotExist(err) {
@@ -84,7 +84,7 @@ func TestEnsureRefuses(t *testing.T) {
 		{"homes", "ann", 20000, "absolute"},
 		{"/", "ann", 20000, "other than /"},
 	} {
-		if _, err := Ensure(tc.root, tc.login, tc.uid, quiet); err == nil || !strings.Contains(err.Error(), tc.want) {
+		if _, err := Ensure(tc.root, tc.login, tc.uid, quiet, nil); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("Ensure(%q, %q, %d) = %v; want %q", tc.root, tc.login, tc.uid, err, tc.want)
 		}
 	}
@@ -132,7 +132,7 @@ func TestRemoveHoldsTheHomeAgainstEnsure(t *testing.T) {
 	if uid == 0 {
 		uid = 20000
 	}
-	dir, err := Ensure(root, "ann", uid, quiet)
+	dir, err := Ensure(root, "ann", uid, quiet, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,7 +140,7 @@ func TestRemoveHoldsTheHomeAgainstEnsure(t *testing.T) {
 		t.Fatal(err)
 	}
 	busy := errors.New("a VM may mount it")
-	if err := Remove(root, "ann", "ann", func() error { return busy }); err != busy {
+	if err := Remove(root, "ann", "ann", func() error { return busy }, nil); err != busy {
 		t.Fatalf("remove refused by its check = %v, want the check's error", err)
 	}
 	if _, err := os.Stat(filepath.Join(dir, "notes.txt")); err != nil {
@@ -154,12 +154,12 @@ func TestRemoveHoldsTheHomeAgainstEnsure(t *testing.T) {
 			close(checking)
 			<-proceed
 			return nil
-		})
+		}, nil)
 	}()
 	<-checking // the removal has checked: a VM's start comes now
 	ensured := make(chan error, 1)
 	go func() {
-		_, err := Ensure(root, "ann", uid, quiet)
+		_, err := Ensure(root, "ann", uid, quiet, nil)
 		ensured <- err
 	}()
 	select {
@@ -177,5 +177,69 @@ func TestRemoveHoldsTheHomeAgainstEnsure(t *testing.T) {
 	ents, err := os.ReadDir(dir)
 	if err != nil || len(ents) != 0 {
 		t.Fatalf("the home after its removal and a start: %v %v; want it made again, empty", ents, err)
+	}
+}
+
+// What the callers run with the home held (where it lives, recorded once
+// Ensure made or found it, forgotten once Remove removed it) is ordered
+// with the other: a Remove waits for Ensure's made, an Ensure for
+// Remove's removed. The hooks run only when their step did.
+func TestHooksRunWithTheHomeHeld(t *testing.T) {
+	root := filepath.Join(t.TempDir(), "homes")
+	uid := os.Getuid()
+	if uid == 0 {
+		uid = 20000
+	}
+	ensure := func(hook func()) error { _, err := Ensure(root, "ann", uid, quiet, hook); return err }
+	remove := func(hook func()) error { return Remove(root, "ann", "ann", nil, hook) }
+	for _, c := range []struct {
+		name          string
+		there         bool // the home is there before
+		first, second func(hook func()) error
+	}{
+		{"a removal waits for a made home's record", false, ensure, remove},
+		{"and for a found home's", true, ensure, remove},
+		{"a start waits for a removed home's forgetting", true, remove, ensure},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if err := os.RemoveAll(filepath.Join(root, "ann")); err != nil {
+				t.Fatal(err)
+			}
+			if c.there {
+				if err := ensure(nil); err != nil {
+					t.Fatal(err)
+				}
+			}
+			inHook, proceed := make(chan struct{}), make(chan struct{})
+			first := make(chan error, 1)
+			go func() { first <- c.first(func() { close(inHook); <-proceed }) }()
+			<-inHook // the first holds the home, in its hook
+			second := make(chan error, 1)
+			go func() { second <- c.second(nil) }()
+			select {
+			case err := <-second:
+				t.Fatalf("the second went ahead (%v) while the first's hook held the home", err)
+			case <-time.After(200 * time.Millisecond):
+			}
+			close(proceed)
+			if err := <-first; err != nil {
+				t.Fatal(err)
+			}
+			if err := <-second; err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+	// A removal that fails, or is refused, runs no removed hook.
+	if err := ensure(nil); err != nil {
+		t.Fatal(err)
+	}
+	called := false
+	busy := errors.New("a VM may mount it")
+	if err := Remove(root, "ann", "ann", func() error { return busy }, func() { called = true }); err != busy || called {
+		t.Fatalf("a refused removal: %v, hook called %v", err, called)
+	}
+	if err := Remove(root, "bob", "bob", nil, func() { called = true }); err == nil || called {
+		t.Fatalf("no home to remove: %v, hook called %v", err, called)
 	}
 }

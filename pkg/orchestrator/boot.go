@@ -325,13 +325,10 @@ func (lc *lifecycle) checkBoot(ctx context.Context, vm *store.VM, since time.Tim
 		}
 		return nil
 	}
-	// The create's notes stay: that the VM runs away from its home
-	// (homehost.go), and without its seed.
-	away := awayNote(vm.StateReason)
-	if rest := strings.TrimPrefix(strings.TrimPrefix(vm.StateReason, away), "; "); strings.HasPrefix(rest, hypervisor.SeedNotAttached) {
-		reason = strings.TrimSuffix(rest+"; "+reason, "; ")
+	if strings.HasPrefix(vm.StateReason, hypervisor.SeedNotAttached) {
+		// The create's note that the VM runs without its seed stays.
+		reason = strings.TrimSuffix(vm.StateReason+"; "+reason, "; ")
 	}
-	reason = joinReasons(away, reason)
 	_, err := lc.st.UpdateVMState(ctx, vm.ID, vm.Version, store.VMUpdate{State: store.VMRunning, Phase: api.PhaseReady, StateReason: reason})
 	if errors.Is(err, store.ErrConflict) {
 		return nil // changed meanwhile (an extend, a stop): the next look reads it again
@@ -363,7 +360,6 @@ func (lc *lifecycle) checkBoot(ctx context.Context, vm *store.VM, since time.Tim
 // stillBooting keeps a booting VM booting, with why as its reason (written
 // once, when it changes).
 func (lc *lifecycle) stillBooting(ctx context.Context, vm *store.VM, why string) error {
-	why = joinReasons(awayNote(vm.StateReason), why) // homehost.go
 	if vm.StateReason == why {
 		return nil
 	}

@@ -55,8 +55,7 @@ func (lc *lifecycle) runCreate(ctx context.Context, vm *store.VM, op *store.Oper
 		if err := lc.hook(vm.ID, HookDeviceRecorded); err != nil {
 			return err
 		}
-		next, err := lc.st.UpdateVMState(ctx, vm.ID, vm.Version, store.VMUpdate{State: store.VMCreating, Phase: api.PhasePreparingDisk, Spec: spec,
-			StateReason: awayNote(vm.StateReason)}) // homehost.go
+		next, err := lc.st.UpdateVMState(ctx, vm.ID, vm.Version, store.VMUpdate{State: store.VMCreating, Phase: api.PhasePreparingDisk, Spec: spec})
 		if err != nil {
 			return err
 		}
@@ -102,7 +101,7 @@ func (lc *lifecycle) runCreate(ctx context.Context, vm *store.VM, op *store.Oper
 	}
 	lease := lc.st.Now().Add(time.Duration(max(vm.Hours, 1)) * time.Hour)
 	running, err := lc.st.UpdateVMState(ctx, vm.ID, vm.Version, store.VMUpdate{State: store.VMRunning, Phase: lc.startedPhase(),
-		LeaseEnd: &lease, StateReason: joinReasons(awayNote(vm.StateReason), info.SeedSkipped)})
+		LeaseEnd: &lease, StateReason: info.SeedSkipped})
 	if err != nil {
 		return err
 	}

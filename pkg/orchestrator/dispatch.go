@@ -76,7 +76,6 @@ type dispatchStore interface {
 	QuotaGeneration() uint64
 	ListLiveTaskVMs(ctx context.Context) ([]store.Task, error)
 	ListEndedTaskRuns(ctx context.Context, since time.Time, limit int) ([]store.Task, error)
-	HomeHosts(ctx context.Context, names []string) (map[string]string, error)
 }
 
 // dispatchSettings are the dispatcher's settings, read at each round.

@@ -48,11 +48,13 @@ func (lc *lifecycle) home(ctx context.Context, set lifecycleSettings, p *config.
 	if err != nil {
 		return nil, fmt.Errorf("home of %s: %w", vm.Owner, err)
 	}
-	dir, err := homes.Ensure(h.Root, vm.Owner, int(uid), lc.log)
+	// Where the home lives is recorded with the home held: a removal of
+	// it meanwhile (server's DELETE /v1/homes, which forgets the record
+	// with the home held too) comes wholly before or after.
+	dir, err := homes.Ensure(h.Root, vm.Owner, int(uid), lc.log, func() { lc.recordHomeHost(ctx, vm) })
 	if err != nil {
 		return nil, err
 	}
-	lc.recordHomeHost(ctx, vm)
 	// The person's quota (homequota.go); the rounds apply it again.
 	if lc.quotas != nil && set.Config != nil {
 		if err := lc.quotas.Ensure(ctx, set.Config, h.Root, dir, vm.Owner, uid); err != nil {

@@ -2,17 +2,20 @@ package orchestrator
 
 import (
 	"context"
-	"strings"
+	"maps"
 	"testing"
 
 	"github.com/gpuvm/gpuvm/pkg/config"
+	"github.com/gpuvm/gpuvm/pkg/scheduler"
 	"github.com/gpuvm/gpuvm/pkg/store"
+	"github.com/gpuvm/gpuvm/pkg/store/storetest"
 )
 
 // In a fleet the leader places a VM that mounts its owner's home on the
 // host the home lives on; a person without a home yet is placed as before;
-// when the home's host cannot serve the VM, it goes elsewhere and its
-// reason says that its home's files are not there.
+// when the home's host cannot serve the VM, it goes elsewhere, its reason
+// untouched (what it is told of its home is worked out when it is read:
+// pkg/server's TestVMHomeHost), and the home stays recorded where it was.
 func TestFleetPrefersHomeHost(t *testing.T) {
 	ctx := context.Background()
 	// n1 leads and has no L40S: the seats go on n2 or n3, which make
@@ -77,7 +80,7 @@ profile "home-seat" {
 	}
 
 	// cem's home is on the other host too, which is drained now: placed
-	// elsewhere, and told.
+	// elsewhere.
 	if _, err := n1.st.RecordHomeHost(ctx, "cem", other); err != nil {
 		t.Fatal(err)
 	}
@@ -86,43 +89,73 @@ profile "home-seat" {
 	}
 	away, _ := n1.submit("cem", "home-seat", "away")
 	n1.o.Drain(ctx)
-	vm = n1.wantVM(away.ID, store.VMAllocating, AwayFromHomePrefix)
-	if vm.Host != packed || !strings.Contains(vm.StateReason, "the home of cem is on "+other) {
-		t.Fatalf("cem's VM on %q, reason %q; want on %s, saying the home is on %s", vm.Host, vm.StateReason, packed, other)
+	vm = n1.wantVM(away.ID, store.VMAllocating, "")
+	if vm.Host != packed || vm.StateReason != "" {
+		t.Fatalf("cem's VM on %q, reason %q; want on %s, no reason", vm.Host, vm.StateReason, packed)
 	}
-	// The node makes it: the note stays in the running VM's reason, and
-	// cem's home stays recorded where it was.
+	// The node makes it, and cem's home stays recorded where it was.
 	n := map[string]*fleetNode{"n2": n2, "n3": n3}[packed]
 	n.cfg = cfg
 	n.o.life.virtiofsd = func() (string, error) { return "/usr/libexec/virtiofsd", nil }
 	n.o.Drain(ctx)
-	if vm := n1.wantVM(away.ID, store.VMRunning, AwayFromHomePrefix); vm.Host != packed {
-		t.Errorf("cem's VM runs on %q, want %s", vm.Host, packed)
+	if vm := n1.wantVM(away.ID, store.VMRunning, ""); vm.Host != packed || vm.StateReason != "" {
+		t.Errorf("cem's VM runs on %q, reason %q; want on %s, no reason", vm.Host, vm.StateReason, packed)
 	}
 	if hosts, err := n1.st.HomeHosts(ctx, []string{"bob", "cem"}); err != nil || hosts["cem"] != other || hosts["bob"] != packed {
 		t.Errorf("home hosts %v, %v; want cem's kept on %s, bob's made on %s", hosts, err, other, packed)
 	}
 }
 
-// A VM's note that it runs away from its home stays through its create
-// and boot, beside the other reasons they write.
-func TestAwayNoteKept(t *testing.T) {
-	note := awayFromHome("ann", "n2", "n1")
-	for _, c := range []struct{ prev, reason, want string }{
-		{"", "booted", "booted"},
-		{"something else", "booted", "booted"},
-		{note, "", note},
-		{note, "booted", note + "; booted"},
-		{note + "; waiting for the desktop", "booted", note + "; booted"},
-	} {
-		if got := joinReasons(awayNote(c.prev), c.reason); got != c.want {
-			t.Errorf("prev %q, reason %q: %q, want %q", c.prev, c.reason, got, c.want)
+// A round reads where homes live with its users, in its one read of them
+// (readGroups: no query of its own), and a queued VM prefers its home's
+// host when its profile mounts the home, unless it is a start on the node
+// that keeps its disk. An admission, which names the users it reads,
+// reads no homes.
+func TestPreferHomeHosts(t *testing.T) {
+	ctx := context.Background()
+	st := storetest.New(t, storetest.Quiet)
+	for _, n := range []string{"ann", "bob"} {
+		if err := st.CreateUser(ctx, &store.User{Name: n}); err != nil {
+			t.Fatal(err)
 		}
 	}
-	if awayFromHome("ann", "", "n1") != "" || awayFromHome("ann", "n1", "n1") != "" {
-		t.Error("a note for a VM at home, or without one")
+	if _, err := st.RecordHomeHost(ctx, "ann", "n2"); err != nil {
+		t.Fatal(err)
 	}
-	if strings.Contains(note, "; ") {
-		t.Errorf("the note %q holds the separator of reasons", note)
+	dp := &dispatcher{st: st}
+	round := &state{}
+	if err := dp.readGroups(ctx, round, nil, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	if want := map[string]string{"ann": "n2"}; !maps.Equal(round.homeHosts, want) {
+		t.Fatalf("a round's home hosts %v, want %v", round.homeHosts, want)
+	}
+	admission := &state{}
+	if err := dp.readGroups(ctx, admission, []string{"ann"}, nil, nil); err != nil || admission.homeHosts != nil {
+		t.Fatalf("an admission's home hosts %v, %v; want none read", admission.homeHosts, err)
+	}
+
+	cfg := &config.Config{Profiles: map[string]*config.Profile{"homed": {Name: "homed", Home: true}, "plain": {Name: "plain"}}}
+	cases := []struct {
+		name, owner, profile, op, host string
+		want                           string
+	}{
+		{"a create that mounts the home", "ann", "homed", store.OpCreate, "", "n2"},
+		{"a profile without a home", "ann", "plain", store.OpCreate, "", ""},
+		{"a profile gone", "ann", "gone", store.OpCreate, "", ""},
+		{"an owner without a home yet", "bob", "homed", store.OpCreate, "", ""},
+		{"a start on the node of its disk", "ann", "homed", store.OpStart, "n3", ""},
+		{"a start of a VM on no node", "ann", "homed", store.OpStart, "", "n2"},
+	}
+	queue := make([]queued, len(cases))
+	for i, c := range cases {
+		queue[i] = queued{vm: &store.VM{Owner: c.owner, Profile: c.profile, Host: c.host}, op: &store.Operation{Kind: c.op}}
+	}
+	reqs := make([]scheduler.Request, len(queue))
+	preferHomeHosts(cfg, queue, reqs, round.homeHosts)
+	for i, c := range cases {
+		if reqs[i].PreferHost != c.want {
+			t.Errorf("%s: prefers %q, want %q", c.name, reqs[i].PreferHost, c.want)
+		}
 	}
 }

@@ -51,6 +51,10 @@ type state struct {
 	engine  *policy.Engine
 	running []scheduler.Running
 	groups  map[string][]string // user → groups
+	// homeHosts is where each user's home lives (store.User.HomeHost),
+	// read with the groups by a round, which reads every user (nil for an
+	// admission): the home's host a queued VM prefers (homehost.go).
+	homeHosts map[string]string
 
 	// Of the hosts placed on (this one; in a fleet every healthy node,
 	// fleet.go), for placement only (nil for an admission):
@@ -215,9 +219,7 @@ func (dp *dispatcher) cycleInputs(ctx context.Context, cfg *config.Config, queue
 		restartRequest(&reqs[len(reqs)-1], q, st.now) // actions.go
 	}
 	if set := dp.life.settings(); set.InFleet && set.Homes.Enabled {
-		if err := preferHomeHosts(ctx, dp.st, cfg, queue, reqs); err != nil { // homehost.go
-			dp.log.Warn("the queued VMs are placed without preferring their homes' hosts this round", "err", err)
-		}
+		preferHomeHosts(cfg, queue, reqs, st.homeHosts) // homehost.go
 	}
 	opts := dp.settings().Scheduler
 	if opts.Strategy == "" {
@@ -310,8 +312,8 @@ func requestOf(cfg *config.Config, vm *store.VM, groups []string) scheduler.Requ
 
 // claim records a start: the slots of every device and the usage records,
 // with the VM moved to allocating, in one transaction. home is the host of
-// the owner's home the VM mounts ("" for none): placed elsewhere, its
-// reason says so (homehost.go).
+// the owner's home the VM mounts ("" for none): placed elsewhere, the
+// leader logs it (homehost.go).
 func (dp *dispatcher) claim(ctx context.Context, q queued, s scheduler.Start, st *state, home string) (*store.VM, error) {
 	claims, err := claimsOf(s.Placement, st.slotsHeld[s.Placement.Host])
 	if err != nil {
@@ -327,8 +329,7 @@ func (dp *dispatcher) claim(ctx context.Context, q queued, s scheduler.Start, st
 			return err
 		}
 		var err error
-		next, err = tx.UpdateVMState(ctx, q.vm.ID, q.vm.Version, store.VMUpdate{State: store.VMAllocating, Phase: api.PhaseAllocating, Host: &host,
-			StateReason: awayFromHome(q.vm.Owner, home, host)})
+		next, err = tx.UpdateVMState(ctx, q.vm.ID, q.vm.Version, store.VMUpdate{State: store.VMAllocating, Phase: api.PhaseAllocating, Host: &host})
 		if err != nil {
 			return err
 		}
@@ -568,9 +569,10 @@ func (dp *dispatcher) policyState(ctx context.Context, st *state, live []store.A
 }
 
 // readGroups reads into st.groups the groups of owners and of the owners of
-// vms and plain; owners nil reads every user's. An admission counts the
-// few VMs that hold something: reading every user for each (hundreds,
-// with their groups) was most of a create's time (issue #26).
+// vms and plain; owners nil reads every user's, and where their homes live
+// (st.homeHosts) in the same read. An admission counts the few VMs that
+// hold something: reading every user for each (hundreds, with their
+// groups) was most of a create's time (issue #26).
 func (dp *dispatcher) readGroups(ctx context.Context, st *state, owners []string, vms map[string]*store.VM, plain []*store.VM) error {
 	if owners == nil {
 		users, err := dp.st.ListUsers(ctx)
@@ -578,8 +580,12 @@ func (dp *dispatcher) readGroups(ctx context.Context, st *state, owners []string
 			return err
 		}
 		st.groups = make(map[string][]string, len(users))
+		st.homeHosts = map[string]string{}
 		for _, u := range users {
 			st.groups[u.Name] = u.Groups
+			if u.HomeHost != nil && *u.HomeHost != "" {
+				st.homeHosts[u.Name] = *u.HomeHost
+			}
 		}
 		return nil
 	}

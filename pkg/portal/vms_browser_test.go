@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -636,4 +637,46 @@ func (b *browser) openCapabilities(name string) {
 	b.t.Helper()
 	b.waitFor(name+"'s capabilities", `(() => { const d = document.querySelector('#vm-`+name+`-caps');
 	  if (!d) return false; d.open = true; return d.querySelector('[data-cap="suspend"] .why').innerText !== ''; })()`)
+}
+
+// A VM placed on another node than its owner's home says so on its card,
+// naming both nodes, in English and in Chinese; a VM at home says nothing.
+func TestVMsPageSaysAwayFromHome(t *testing.T) {
+	needBrowser(t)
+	cfg := profiles + homedProfile + fmt.Sprintf("server {\n  storage {\n    homes {\n      root = %q\n    }\n  }\n}\n", t.TempDir())
+	env := clienttest.New(t, clienttest.Options{Profiles: cfg, Host: "gpu-01"})
+	env.Worker.Pause() // the VMs stay as written
+	ctx := context.Background()
+	if _, err := env.Store.RecordHomeHost(ctx, "ann", "gpu-01"); err != nil {
+		t.Fatal(err)
+	}
+	for name, host := range map[string]string{"near": "gpu-01", "far": "gpu-02"} {
+		vm := &store.VM{Name: name, Owner: "ann", Profile: "homed", Hours: 2}
+		if _, err := env.Store.CreateVM(ctx, vm, store.CreateVMOptions{RequestedBy: "ann"}); err != nil {
+			t.Fatal(err)
+		}
+		finishOps(t, env.Store, vm.ID)
+		if _, err := env.Store.UpdateVMState(ctx, vm.ID, vm.Version, store.VMUpdate{State: store.VMRunning, Phase: api.PhaseReady, Host: &host}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b := newBrowser(t, env.URL, false)
+	b.signIn(env.UserToken)
+	for _, c := range []struct{ lang, want string }{
+		{"en", "This VM runs on gpu-02, but the home of ann is on gpu-01, which could not serve it: the home it mounts is another folder, on gpu-02, without the files of the home on gpu-01."},
+		{"zh-CN", "此虚拟机运行在 gpu-02 上，但 ann 的主目录在 gpu-01 上，而 gpu-01 当时无法运行它：它挂载的主目录是 gpu-02 上的另一个文件夹，其中没有 gpu-01 上主目录的文件。"},
+	} {
+		b.eval(`document.cookie = 'gpuvm_lang=`+c.lang+`; path=/'`, nil)
+		b.run(chromedp.Navigate(env.URL+"/vms"), chromedp.WaitVisible(`#vm-far [data-testid="away-from-home"]`, chromedp.ByQuery),
+			chromedp.WaitVisible(`#vm-near`, chromedp.ByQuery))
+		if got := b.text(`#vm-far [data-testid="away-from-home"]`); got != c.want {
+			t.Errorf("%s: the notice of far says %q, want %q", c.lang, got, c.want)
+		}
+		var atHome int
+		b.eval(`document.querySelectorAll('#vm-near [data-testid="away-from-home"]').length`, &atHome)
+		if atHome != 0 {
+			t.Errorf("%s: the VM at home says it is away", c.lang)
+		}
+		b.check("vms-away-from-home-" + c.lang)
+	}
 }

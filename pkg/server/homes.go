@@ -31,7 +31,7 @@ func (s *Server) homeRoutes(g *gin.RouterGroup) {
 
 // homeAPIRoutes are the routes of this file, for the OpenAPI document.
 var homeAPIRoutes = []route{
-	{Method: "GET", Path: "/v1/homes", Summary: "The caller's home (admins: every home under the homes' root, with its directory), with what it uses as the home quotas last read it", Auth: authUser, Status: 200, Answer: api.HomeList{}, Errors: []int{404}},
+	{Method: "GET", Path: "/v1/homes", Summary: "The caller's home (admins: every home under the homes' root, with its directory), with what it uses as the home quotas last read it and the node it lives on (home_host)", Auth: authUser, Status: 200, Answer: api.HomeList{}, Errors: []int{404}},
 	{Method: "DELETE", Path: "/v1/homes/{user}", Summary: "Delete a person's home and everything in it: the person or an admin, with confirm=<user>; refused (409, naming them) while a VM of theirs that mounts it is not stopped, failed or deleted. Another person's home is a 404 for a non-admin", Auth: authUser, Params: []param{pHomeUser, pConfirm}, Status: 204, Errors: []int{404, 409, 422}},
 }
 
@@ -66,13 +66,18 @@ func (s *Server) listHomes(c *gin.Context) {
 			return
 		}
 	}
+	hosts, err := s.Store.HomeHosts(c.Request.Context(), names)
+	if err != nil {
+		s.writeProblem(c, err)
+		return
+	}
 	out := api.HomeList{Homes: []api.Home{}}
 	for _, n := range names {
 		dir, err := homes.Path(root, n)
 		if err != nil {
 			continue
 		}
-		h := api.Home{User: n, Mount: mount}
+		h := api.Home{User: n, Mount: mount, HomeHost: hosts[n]}
 		if fi, err := os.Lstat(dir); err == nil && fi.IsDir() {
 			h.Exists = true
 		}
@@ -133,7 +138,9 @@ func (s *Server) deleteHome(c *gin.Context) {
 		return
 	}
 	// The check that no VM may mount the home runs with the home held:
-	// a start of the person's VM meanwhile (its homes.Ensure) waits.
+	// a start of the person's VM meanwhile (its homes.Ensure) waits. The
+	// hold is this gpuvmd's (homes.Remove): a start on another node of a
+	// fleet makes or finds that node's directory.
 	inUse := func() error {
 		busy, err := s.vmsMountingHome(ctx, who)
 		if err != nil {
@@ -144,7 +151,16 @@ func (s *Server) deleteHome(c *gin.Context) {
 		}
 		return nil
 	}
-	if err := homes.Remove(root, who, confirm, inUse); err != nil {
+	// Where the home lived is forgotten (the next is made where the
+	// person's next VM runs) with the home still held, as a VM's start
+	// records it (orchestrator's lifecycle.home): a start that makes the
+	// home again records it after, never before.
+	forget := func() {
+		if err := s.Store.ForgetHomeHost(ctx, who, s.Host); err != nil {
+			s.log.Error("the deleted home is still recorded on this host: the person's next VMs are placed here first", "user", who, "host", s.Host, "err", err)
+		}
+	}
+	if err := homes.Remove(root, who, confirm, inUse, forget); err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			s.writeProblem(c, withField(errNotFound, "user", "no home of "+who))
 			return
@@ -160,10 +176,6 @@ func (s *Server) deleteHome(c *gin.Context) {
 		auditDetail(c, "admin override: home of %s", who)
 	}
 	s.log.Warn("home deleted", "user", who, "by", u.Name)
-	// The next home is made where the person's next VM runs.
-	if err := s.Store.ForgetHomeHost(ctx, who, s.Host); err != nil {
-		s.log.Error("the deleted home is still recorded on this host: the person's next VMs are placed here first", "user", who, "host", s.Host, "err", err)
-	}
 	c.Status(http.StatusNoContent)
 }
 
@@ -187,4 +199,39 @@ func (s *Server) vmsMountingHome(ctx context.Context, owner string) ([]string, e
 		out = append(out, fmt.Sprintf("%s (%s)", vm.Name, vm.State))
 	}
 	return out, nil
+}
+
+// setVMHomes fills in, for each of vms whose profile mounts its owner's
+// home, the node that home lives on and whether the VM is on another
+// (api.VM's HomeHost and AwayFromHome), from one read of the owners' home
+// hosts. A read that fails leaves them out: the VMs are answered without.
+func (s *Server) setVMHomes(ctx context.Context, vms ...*api.VM) {
+	cfg := s.config()
+	if cfg == nil || !cfg.Server.Storage.Homes.Enabled {
+		return
+	}
+	var owners []string
+	mounts := make([]bool, len(vms))
+	for i, vm := range vms {
+		if p := cfg.Profiles[vm.Profile]; p == nil || !p.Home || vm.State == store.VMDeleted {
+			continue
+		}
+		mounts[i] = true
+		owners = append(owners, vm.Owner)
+	}
+	if len(owners) == 0 {
+		return
+	}
+	hosts, err := s.Store.HomeHosts(ctx, owners)
+	if err != nil {
+		s.log.Warn("VMs answered without the hosts of their homes", "vms", len(owners), "err", err)
+		return
+	}
+	for i, vm := range vms {
+		if !mounts[i] {
+			continue
+		}
+		vm.HomeHost = hosts[vm.Owner]
+		vm.AwayFromHome = vm.HomeHost != "" && vm.Host != "" && vm.Host != vm.HomeHost
+	}
 }

@@ -410,6 +410,7 @@ func (s *Server) listVMs(c *gin.Context) {
 	}
 	s.passwordsRead(c.Request.Context(), read...)               // desktop.go
 	setHostStates(out.Items, s.hostStates(c.Request.Context())) // fleet.go
+	s.setVMHomes(c.Request.Context(), read...)                  // homes.go
 	for i := range out.Items {
 		sayVM(c, &out.Items[i])
 	}
@@ -460,6 +461,7 @@ func (s *Server) getVM(c *gin.Context) {
 	out := toAPIVM(vm, allocs)
 	out.Access = vmAccess(s.vmProfile(vm)) // desktop.go
 	s.passwordsRead(c.Request.Context(), &out)
+	s.setVMHomes(c.Request.Context(), &out) // homes.go
 	if vm.Host != "" && vm.State != store.VMDeleted {
 		out.HostState = s.hostStates(c.Request.Context())[vm.Host] // fleet.go
 	}

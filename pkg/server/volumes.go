@@ -20,6 +20,9 @@ type VolumeStore interface {
 	GetVolume(ctx context.Context, id string) (*store.Volume, error)
 	// ForgetHomeHost: a home removed here no longer lives here (homes.go).
 	ForgetHomeHost(ctx context.Context, user, host string) error
+	// HomeHosts: where people's homes live, for their VMs and homes as
+	// read (homes.go).
+	HomeHosts(ctx context.Context, names []string) (map[string]string, error)
 	GetVolumeByName(ctx context.Context, owner, name string) (*store.Volume, error)
 	ListVolumes(ctx context.Context, f store.VolumeFilter) ([]store.Volume, error)
 	AttachVolume(ctx context.Context, id, vmID string) (*store.Volume, error)

@@ -3,21 +3,25 @@ package store
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 )
 
-// RecordHomeHost records that user's home lives on host, unless a host is
-// recorded already: a home stays where it was first made (a VM placed
-// elsewhere gets a second, empty directory there, not the person's files).
+// RecordHomeHost records that user's home lives on host (spaces around it
+// trimmed), unless a host is recorded already: a home stays where it was
+// first made (a VM placed elsewhere gets a second, empty directory there,
+// not the person's files). The write touches the row only while no host
+// is recorded (NULL, or an empty one), so a record made meanwhile stays.
 // It returns the host recorded, host or the one before. An unknown user is
 // ErrNotFound; an empty host ErrInvalid.
 func (s *Store) RecordHomeHost(ctx context.Context, user, host string) (string, error) {
-	if strings.TrimSpace(host) == "" {
+	host = strings.TrimSpace(host)
+	if host == "" {
 		return "", fmt.Errorf("home host of user %q: %w: empty host", user, ErrInvalid)
 	}
 	var recorded string
 	err := s.Tx(ctx, func(tx *Store) error {
-		res := tx.db.WithContext(ctx).Model(&User{}).Where("name = ? AND home_host IS NULL", user).Update("home_host", host)
+		res := tx.db.WithContext(ctx).Model(&User{}).Where("name = ? AND (home_host IS NULL OR home_host = '')", user).Update("home_host", host)
 		if res.Error != nil {
 			return res.Error
 		}
@@ -25,7 +29,7 @@ func (s *Store) RecordHomeHost(ctx context.Context, user, host string) (string, 
 		if err != nil {
 			return err
 		}
-		if u.HomeHost == nil {
+		if u.HomeHost == nil || *u.HomeHost == "" {
 			return fmt.Errorf("user %q: %w: no home host recorded", user, ErrConflict)
 		}
 		recorded = *u.HomeHost
@@ -38,8 +42,10 @@ func (s *Store) RecordHomeHost(ctx context.Context, user, host string) (string, 
 }
 
 // HomeHosts returns the host each of the users named has their home on;
-// a user without one recorded (or unknown) is absent.
+// a user without one recorded (or unknown) is absent. A name given more
+// than once (the owner of many VMs) is asked for once.
 func (s *Store) HomeHosts(ctx context.Context, names []string) (map[string]string, error) {
+	names = slices.Compact(slices.Sorted(slices.Values(names)))
 	out := make(map[string]string, len(names))
 	if len(names) == 0 {
 		return out, nil
@@ -49,7 +55,7 @@ func (s *Store) HomeHosts(ctx context.Context, names []string) (map[string]strin
 		HomeHost string
 	}
 	err := s.db.WithContext(ctx).Model(&User{}).Select("name, home_host").
-		Where("name IN ? AND home_host IS NOT NULL", names).Scan(&rows).Error
+		Where("name IN ? AND home_host IS NOT NULL AND home_host <> ''", names).Scan(&rows).Error
 	if err != nil {
 		return nil, wrap(err, nil, "read the home hosts of %d users", len(names))
 	}
@@ -63,6 +69,6 @@ func (s *Store) HomeHosts(ctx context.Context, names []string) (map[string]strin
 // removed there, and the next is made where their next VM runs. A home
 // recorded on another host stays so; an unknown user is no error.
 func (s *Store) ForgetHomeHost(ctx context.Context, user, host string) error {
-	err := s.db.WithContext(ctx).Model(&User{}).Where("name = ? AND home_host = ?", user, host).Update("home_host", nil).Error
+	err := s.db.WithContext(ctx).Model(&User{}).Where("name = ? AND home_host = ?", user, strings.TrimSpace(host)).Update("home_host", nil).Error
 	return wrap(err, nil, "forget the home host of user %q", user)
 }

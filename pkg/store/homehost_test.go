@@ -57,3 +57,47 @@ func TestRecordHomeHost(t *testing.T) {
 		}
 	})
 }
+
+// A host is recorded without the spaces around it, and only while none is:
+// an empty one counts as none (and is not read as a host); a name asked
+// for many times is asked once (70,000 copies would pass every driver's
+// limit of parameters in one query).
+func TestRecordHomeHostUnsetOnly(t *testing.T) {
+	ctx := context.Background()
+	eachDriver(t, func(t *testing.T, s *Store, _ *testDB) {
+		for _, n := range []string{"dan", "eve"} {
+			mustUser(t, s, n)
+		}
+		if err := s.db.Model(&User{}).Where("name = ?", "eve").Update("home_host", "").Error; err != nil {
+			t.Fatal(err)
+		}
+		if hosts, err := s.HomeHosts(ctx, []string{"eve"}); err != nil || len(hosts) != 0 {
+			t.Fatalf("an empty home host read as %v, %v; want none", hosts, err)
+		}
+		for _, c := range []struct{ user, host, want string }{
+			{"dan", "  gpu-03\t", "gpu-03"},
+			{"dan", "gpu-04", "gpu-03"},  // recorded: stays
+			{"eve", "gpu-04 ", "gpu-04"}, // empty: as none
+			{"eve", "gpu-05", "gpu-04"},
+		} {
+			if got, err := s.RecordHomeHost(ctx, c.user, c.host); err != nil || got != c.want {
+				t.Fatalf("record %s's home on %q: %q, %v; want %q", c.user, c.host, got, err, c.want)
+			}
+		}
+		many := make([]string, 70000)
+		for i := range many {
+			many[i] = []string{"dan", "eve"}[i%2]
+		}
+		hosts, err := s.HomeHosts(ctx, many)
+		if want := map[string]string{"dan": "gpu-03", "eve": "gpu-04"}; err != nil || !maps.Equal(hosts, want) {
+			t.Fatalf("home hosts of 70,000 names: %v, %v; want %v", hosts, err, want)
+		}
+		// Forgotten on the host as recorded, spaces or not.
+		if err := s.ForgetHomeHost(ctx, "dan", " gpu-03 "); err != nil {
+			t.Fatal(err)
+		}
+		if hosts, err := s.HomeHosts(ctx, []string{"dan"}); err != nil || len(hosts) != 0 {
+			t.Fatalf("dan's home host after forgetting it: %v, %v; want none", hosts, err)
+		}
+	})
+}

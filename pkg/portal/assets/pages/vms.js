@@ -33,6 +33,7 @@ addWords({
     vm_gpuMig: 'MIG {p} on {on}', vm_gpuVgpu: '{t} vGPU on {on}', vm_gpuWhole: 'whole {on}', vm_gpuAny: 'GPU',
     vm_copy: 'Copy', vm_copied: 'Copied {what}.', vm_copyFailed: 'Could not copy: select the text and copy it yourself.',
     vm_virtiofsDied: 'The file server of this VM\'s home and shares stopped: in the VM they hang. Your files are safe on the server. Stop the VM and start it again to get them back.',
+    vm_awayFromHome: 'This VM runs on {host}, but the home of {owner} is on {home}, which could not serve it: the home it mounts is another folder, on {host}, without the files of the home on {home}.',
     vm_desktopTitle: 'Desktop of {name}',
     vm_rdpHow: 'Remote Desktop (RDP) listens in the guest on port {port}, reached through gpuvmd: run this on your computer; it opens the tunnel and your RDP client.',
     vm_rdpFile: 'Or keep a tunnel open on 127.0.0.1:{port} with the command below and open the .rdp file in your RDP client (its user is {user}; it asks for the password).',
@@ -77,6 +78,7 @@ addWords({
     vm_gpuMig: '{on} 上的 MIG {p}', vm_gpuVgpu: '{on} 上的 {t} 虚拟 GPU', vm_gpuWhole: '整块 {on}', vm_gpuAny: 'GPU',
     vm_copy: '复制', vm_copied: '已复制 {what}。', vm_copyFailed: '无法复制：请手动选中文本复制。',
     vm_virtiofsDied: '此虚拟机的主目录和共享的文件服务已停止：它们在虚拟机中无响应。你的文件在服务器上安然无恙。停止虚拟机再启动即可恢复。',
+    vm_awayFromHome: '此虚拟机运行在 {host} 上，但 {owner} 的主目录在 {home} 上，而 {home} 当时无法运行它：它挂载的主目录是 {host} 上的另一个文件夹，其中没有 {home} 上主目录的文件。',
     vm_desktopTitle: '{name} 的桌面',
     vm_rdpHow: '远程桌面（RDP）在客户机的 {port} 端口监听，需经 gpuvmd 访问：在你的电脑上运行下面的命令，它会打开隧道并启动 RDP 客户端。',
     vm_rdpFile: '或者用下面的命令在 127.0.0.1:{port} 保持隧道，再用 RDP 客户端打开 .rdp 文件（用户为 {user}，密码会在连接时询问）。',
@@ -384,6 +386,7 @@ function VMCard({vm, prof, now, mine, panel, cred, onAct, onDesktop, onConsole, 
       <span class=${'state s-' + vm.state} data-testid="state">${stateWord(vm.state)}${vm.phase ? ' · ' + phaseWord(vm.phase) : ''}</span>
     </div>
     ${running && (vm.reason || '').startsWith(virtiofsDied) && html`<p class="notice error" role="alert" data-testid="virtiofs">${t('vm_virtiofsDied')}</p>`}
+    ${vm.away_from_home && html`<p class="notice" data-testid="away-from-home">${t('vm_awayFromHome', {host: vm.host, owner: vm.owner, home: vm.home_host})}</p>`}
     ${vm.reason && html`<p class="reason">${vm.reason}${vm.queue_position ? ' (' + t('queuePos', {n: vm.queue_position}) + ')' : ''}</p>`}
     ${est && html`<p class="estimate" id=${id + '-estimate'}>${est.text}${est.uncertain && html` <span class="uncertain">${est.uncertain}</span>`}${est.stale && html` <span class="stale">${t('vm_estimateUpdating')}</span>`}</p>`}
     <dl class="facts">
