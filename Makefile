@@ -9,6 +9,11 @@ VERSION     ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo 
 # go-nvml's cgo code prints hundreds of deprecation warnings; they are not ours.
 export CGO_CFLAGS := -O2 -g -Wno-deprecated-declarations
 LDFLAGS     := -s -w
+# Every build of the binaries, and vet, compiles with -trimpath, as the
+# package build (packaging/build.sh) does: the compiles are the same, so
+# the build cache shares them (a fresh machine compiles the tree once for
+# vet, the test binaries, the run and the package, not once each).
+TRIM        := -trimpath
 PLUGINS     := vgpu mig passthrough
 RUN_STATE   ?= $(CURDIR)/.cache/run
 RUN_LISTEN  ?= 127.0.0.1:8080
@@ -32,11 +37,11 @@ portal:
 	@bash scripts/fetch-portal.sh
 
 build: novnc portal
-	$(GO) build -ldflags '$(LDFLAGS) -X main.version=$(VERSION)' -o $(BIN)/gpuvmd ./cmd/gpuvmd
-	CGO_ENABLED=0 $(GO) build -ldflags '$(LDFLAGS) -X main.version=$(VERSION)' -o $(BIN)/gpuvm ./cmd/gpuvm
+	$(GO) build $(TRIM) -ldflags '$(LDFLAGS) -X main.version=$(VERSION)' -o $(BIN)/gpuvmd ./cmd/gpuvmd
+	CGO_ENABLED=0 $(GO) build $(TRIM) -ldflags '$(LDFLAGS) -X main.version=$(VERSION)' -o $(BIN)/gpuvm ./cmd/gpuvm
 	@for p in $(PLUGINS); do \
 		echo "$(GO) build -o $(BIN)/plugins/gpuvm-backend-$$p ./plugins/$$p"; \
-		$(GO) build -ldflags '$(LDFLAGS) -X main.Version=$(VERSION)' -o $(BIN)/plugins/gpuvm-backend-$$p ./plugins/$$p || exit 1; \
+		$(GO) build $(TRIM) -ldflags '$(LDFLAGS) -X main.Version=$(VERSION)' -o $(BIN)/plugins/gpuvm-backend-$$p ./plugins/$$p || exit 1; \
 	done
 
 # The .deb in $(BIN)/pkg, built with nfpm
@@ -119,10 +124,10 @@ test: setup novnc portal
 TESTBIN := $(CURDIR)/.cache/test-bin
 test-bin:
 	@rm -rf $(TESTBIN) && mkdir -p $(TESTBIN)/plugins
-	$(GO) build -ldflags '$(LDFLAGS)' -o $(TESTBIN)/gpuvmd ./cmd/gpuvmd
-	CGO_ENABLED=0 $(GO) build -ldflags '$(LDFLAGS)' -o $(TESTBIN)/gpuvm ./cmd/gpuvm
-	$(GO) build -ldflags '$(LDFLAGS)' -o $(TESTBIN)/oidcop ./test/oidcop
-	@for p in $(PLUGINS); do $(GO) build -ldflags '$(LDFLAGS)' -o $(TESTBIN)/plugins/gpuvm-backend-$$p ./plugins/$$p || exit 1; done
+	$(GO) build $(TRIM) -ldflags '$(LDFLAGS)' -o $(TESTBIN)/gpuvmd ./cmd/gpuvmd
+	CGO_ENABLED=0 $(GO) build $(TRIM) -ldflags '$(LDFLAGS)' -o $(TESTBIN)/gpuvm ./cmd/gpuvm
+	$(GO) build $(TRIM) -ldflags '$(LDFLAGS)' -o $(TESTBIN)/oidcop ./test/oidcop
+	@for p in $(PLUGINS); do $(GO) build $(TRIM) -ldflags '$(LDFLAGS)' -o $(TESTBIN)/plugins/gpuvm-backend-$$p ./plugins/$$p || exit 1; done
 
 #
 # The packages that boot real guests (test/e2e, test/system) spend minutes
@@ -153,7 +158,7 @@ bench-scale:
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '\.pb\.go$$')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
-	$(GO) vet ./...
+	$(GO) vet $(TRIM) ./...
 	# The CLI is pure Go for laptops: it must build for Windows and macOS too.
 	for os in windows darwin; do CGO_ENABLED=0 GOOS=$$os $(GO) build -o /dev/null ./cmd/gpuvm || exit 1; done
 
