@@ -19,17 +19,7 @@ import (
 )
 
 func TestTaskCommands(t *testing.T) {
-	env := clienttest.New(t, clienttest.Options{Profiles: clienttest.Profiles + `
-template "plain" {
-  content = "#cloud-config\n"
-}
-profile "job" {
-  vcpus  = 1
-  memory = "1GiB"
-  boot { kernel = "/k" }
-  cloud_init { template = "plain" }
-}
-`})
+	env := clienttest.New(t, clienttest.Options{Profiles: clienttest.TaskProfiles})
 	ann := newCLI(t, map[string]string{"GPUVM_URL": env.URL, "GPUVM_TOKEN": env.UserToken})
 	admin := newCLI(t, map[string]string{"GPUVM_URL": env.URL, "GPUVM_TOKEN": env.AdminToken})
 	id := strings.TrimSpace(ann.must("task", "submit", "job", "--time", "90m", "--env", "EPOCHS=30", "-q", "--", "python", "train.py", "--epochs", "30"))
@@ -110,17 +100,7 @@ func TestPrintTaskTimesInOrder(t *testing.T) {
 // element is ID_INDEX; bad arrays, retries and signals are refused naming
 // the field.
 func TestTaskArrayCommands(t *testing.T) {
-	env := clienttest.New(t, clienttest.Options{Profiles: clienttest.Profiles + `
-template "plain" {
-  content = "#cloud-config\n"
-}
-profile "job" {
-  vcpus  = 1
-  memory = "1GiB"
-  boot { kernel = "/k" }
-  cloud_init { template = "plain" }
-}
-`})
+	env := clienttest.New(t, clienttest.Options{Profiles: clienttest.TaskProfiles})
 	ann := newCLI(t, map[string]string{"GPUVM_URL": env.URL, "GPUVM_TOKEN": env.UserToken})
 	id := strings.TrimSpace(ann.must("task", "submit", "job", "--time", "1h", "--array", "0-5%2", "--retries", "2", "--retry-on", "2,137,node_fail",
 		"--signal", "USR1@10m", "-q", "--", "sh", "-c", "echo $TASK_INDEX"))

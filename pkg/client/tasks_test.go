@@ -32,17 +32,7 @@ func (q *queries) RoundTrip(r *http.Request) (*http.Response, error) {
 // page follows its pages: every element once, by index, its counts kept,
 // in as many requests as pages.
 func TestGetTaskAllPages(t *testing.T) {
-	env := clienttest.New(t, clienttest.Options{Profiles: clienttest.Profiles + `
-template "plain" {
-  content = "#cloud-config\n"
-}
-profile "job" {
-  vcpus  = 1
-  memory = "1GiB"
-  boot { kernel = "/k" }
-  cloud_init { template = "plain" }
-}
-`})
+	env := clienttest.New(t, clienttest.Options{Profiles: clienttest.TaskProfiles})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	ann, err := client.New(env.URL, env.UserToken)

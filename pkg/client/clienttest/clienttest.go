@@ -60,6 +60,20 @@ profile "broken" {
 }
 `
 
+// TaskProfiles is Profiles and "job", a profile tasks can run in (a cloud-init
+// template, so the runner can be seeded).
+const TaskProfiles = Profiles + `
+template "plain" {
+  content = "#cloud-config\n"
+}
+profile "job" {
+  vcpus  = 1
+  memory = "1GiB"
+  boot { kernel = "/k" }
+  cloud_init { template = "plain" }
+}
+`
+
 // FailProfile is the profile whose VMs the fake worker fails.
 const FailProfile = "broken"
 
