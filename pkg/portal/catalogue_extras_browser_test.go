@@ -144,7 +144,7 @@ func TestCatalogueSharesAndDisksInChromium(t *testing.T) {
 	if got := b.text(`#ask-seat-shares`); !strings.Contains(got, "要挂载的共享") || !strings.Contains(got, "只读") {
 		t.Errorf("the shares in Chinese: %q", got)
 	}
-	if bad := b.english("catalogue"); len(bad) > 0 {
+	if bad := b.chinese("catalogue"); len(bad) > 0 {
 		t.Errorf("English on the Chinese page:\n%s", strings.Join(bad, "\n"))
 	}
 	b.run(chromedp.ScrollIntoView(`#ask-seat-shares`, chromedp.ByQuery))

@@ -316,7 +316,7 @@ func TestStoragePageInChinese(t *testing.T) {
 			t.Errorf("%s: %q, want %q", sel, got, want)
 		}
 	}
-	if bad := b.english("storage"); len(bad) > 0 {
+	if bad := b.chinese("storage"); len(bad) > 0 {
 		t.Errorf("English on the Chinese page:\n%s", strings.Join(bad, "\n"))
 	}
 	b.check("storage-zh")

@@ -141,7 +141,7 @@ func TestStorageHomeDeleteInChromium(t *testing.T) {
 	if got := b.text(`#home-delete-dialog`); !strings.Contains(got, "输入你的用户名 ann 以确认") || !strings.Contains(got, "其他内容都不会被删除") {
 		t.Errorf("the dialog in Chinese:\n%s", got)
 	}
-	if bad := b.english("storage"); len(bad) > 0 {
+	if bad := b.chinese("storage"); len(bad) > 0 {
 		t.Errorf("English on the Chinese page:\n%s", strings.Join(bad, "\n"))
 	}
 	b.check("home-delete-dialog-zh")

@@ -319,7 +319,9 @@ func TestTasksPageInChinese(t *testing.T) {
 	// command, the IDs and the output (code and pre) are left out: hidden
 	// by a style sheet of the document's, which the page's refresh of a live
 	// task (every 3 s) does not undo, as it did a removal of the elements
-	// (a constructed sheet: the portal's CSP refuses inline style).
+	// (a constructed sheet: the portal's CSP refuses inline style). The
+	// spaces the hidden code leaves are not read as spaces after Chinese
+	// punctuation (english, not chinese).
 	b.eval(`(() => { const s = new CSSStyleSheet(); s.replaceSync('code, pre { display: none !important; }'); document.adoptedStyleSheets = [...document.adoptedStyleSheets, s]; })()`, nil)
 	if bad := b.english("tasks"); len(bad) > 0 {
 		t.Errorf("English on the Chinese page:\n%s", strings.Join(bad, "\n"))

@@ -107,17 +107,30 @@ const visibleText = `(() => {
 // English joins them (i18n.js's sentences joins them without).
 var zhPunctSpace = regexp.MustCompile(`[。，：；！？] `)
 
+// chinese lists what english does, and the spaces after Chinese
+// punctuation, each with its line. (A page whose code a test hides leaves
+// the spaces around it: such a test reads it with english.)
+func (b *browser) chinese(page string) []string {
+	b.t.Helper()
+	var text string
+	b.eval(visibleText, &text)
+	var bad []string
+	for _, line := range strings.Split(text, "\n") {
+		if m := zhPunctSpace.FindString(strings.TrimSpace(line)); m != "" {
+			bad = append(bad, page+": "+strings.TrimSpace(line)+"  [a space after "+strings.TrimSpace(m)+"]")
+		}
+	}
+	return append(bad, b.english(page)...)
+}
+
 // english lists the Latin words of the page in view that are on no
-// allow-list, and the spaces after Chinese punctuation, each with its line.
+// allow-list, each with its line.
 func (b *browser) english(page string) []string {
 	b.t.Helper()
 	var text string
 	b.eval(visibleText, &text)
 	var bad []string
 	for _, line := range strings.Split(text, "\n") {
-		if m := zhPunctSpace.FindString(line); m != "" {
-			bad = append(bad, page+": "+strings.TrimSpace(line)+"  [a space after "+strings.TrimSpace(m)+"]")
-		}
 		for _, w := range latinWord.FindAllString(strings.ReplaceAll(line, "°C", ""), -1) {
 			if zhCode.MatchString(w) {
 				continue
@@ -217,7 +230,7 @@ func TestChineseHasNoEnglishInChromium(t *testing.T) {
 		b.t.Helper()
 		b.run(chromedp.Navigate(env.URL+path), chromedp.WaitVisible(ready, chromedp.ByQuery))
 		time.Sleep(500 * time.Millisecond) // what is read after the first draw
-		bad = append(bad, b.english(name)...)
+		bad = append(bad, b.chinese(name)...)
 	}
 	visit("login", "/login", `#token`)
 	b.run(chromedp.SendKeys(`#token`, env.UserToken+"\r", chromedp.ByQuery), chromedp.WaitVisible(`ul.cards li`, chromedp.ByQuery))
@@ -226,25 +239,25 @@ func TestChineseHasNoEnglishInChromium(t *testing.T) {
 	// The ask form with the rules' answer: waits for the quota.
 	b.run(chromedp.Click(`li[aria-labelledby="profile-mig-small"] button`, chromedp.ByQuery))
 	b.waitFor("the rules' answer", `document.querySelector('#ask-mig-small-policy p.answer')`)
-	bad = append(bad, b.english("ask (waits)")...)
+	bad = append(bad, b.chinese("ask (waits)")...)
 	// A refused ask: a whole GPU, which the quota never allows.
 	b.run(chromedp.Navigate(env.URL+"/"), chromedp.WaitVisible(`li[aria-labelledby="profile-whole-l40s"] button`, chromedp.ByQuery),
 		chromedp.Click(`li[aria-labelledby="profile-whole-l40s"] button`, chromedp.ByQuery))
 	b.waitFor("the refusal", `document.querySelector('#ask-whole-l40s-policy p.answer')`)
 	b.run(chromedp.Click(`li[aria-labelledby="profile-whole-l40s"] button[type=submit]`, chromedp.ByQuery),
 		chromedp.WaitVisible(`li[aria-labelledby="profile-whole-l40s"] form [role=alert]`, chromedp.ByQuery))
-	bad = append(bad, b.english("ask (refused)")...)
+	bad = append(bad, b.chinese("ask (refused)")...)
 	b.screenshots("zh-ask-refused")
 
 	visit("vms", "/vms", `#vm-boot`)
 	b.waitFor("the queue's reason", `document.querySelector('#vm-q-notebook .reason')`)
-	bad = append(bad, b.english("vms (read)")...)
+	bad = append(bad, b.chinese("vms (read)")...)
 	b.screenshots("zh-vms")
 	// A refused extend: more than the profile allows.
 	b.run(chromedp.Click(`//li[@id="vm-nb-0"]//button[text()="延长"]`, chromedp.BySearch), chromedp.WaitVisible(`#extend-hours`, chromedp.ByQuery),
 		chromedp.SetValue(`#extend-hours`, "40", chromedp.ByQuery), chromedp.Click(`#extend-yes`, chromedp.ByQuery),
 		chromedp.WaitVisible(`#extend-problem`, chromedp.ByQuery))
-	bad = append(bad, b.english("vms (extend refused)")...)
+	bad = append(bad, b.chinese("vms (extend refused)")...)
 	b.screenshots("zh-extend-refused")
 
 	visit("book", "/book", `main h1`)
@@ -259,7 +272,7 @@ func TestChineseHasNoEnglishInChromium(t *testing.T) {
 	b.waitFor("the report's notes", `document.querySelector('#report ul.notes li')`)
 	b.waitFor("the alert", `document.querySelector('#alert-table tbody tr')`)
 	b.waitFor("the queue", `document.querySelector('#queue-table tr[data-vm="bob/q-render"]')`)
-	bad = append(bad, b.english("admin (read)")...)
+	bad = append(bad, b.chinese("admin (read)")...)
 	b.screenshots("zh-admin")
 	visit("rules (admin)", "/rules", `main h1`)
 

@@ -110,6 +110,10 @@ export const phaseWord = (p) => t('phases')[p] || p;
 // has its room); a sentence that is not there ('', false) is left out.
 export const sentences = (...s) => s.filter(Boolean).join(lang === 'en' ? ' ' : '');
 
+// gap is what stands after a sentence before what follows it in the page
+// (a command, a name): a space in English, none after Chinese punctuation.
+export const gap = () => (lang === 'en' ? ' ' : '');
+
 // setLanguage remembers the visitor's choice (a cookie the server reads to
 // render the page in it) and reloads.
 export function setLanguage(l) {

@@ -8,7 +8,7 @@
 // any event of the caller's VMs.
 import {html, useState, useEffect, useCallback, useRef} from '../vendor/preact-htm.js';
 import * as api from '../api.js';
-import {t, addWords, lang, stateWord, fmtTime, fmtBytes} from '../i18n.js';
+import {t, addWords, lang, sentences, gap, stateWord, fmtTime, fmtBytes} from '../i18n.js';
 import {Header, Problem, Confirm, useEvents} from '../ui.js';
 
 addWords({
@@ -344,7 +344,7 @@ function Shares({list}) {
       ${!s.available && html`<p class="warn">${t('st_unavailable')}</p>
         <${ServerWords} text=${s.unavailable} />`}
     </li>`)}</ul>`}
-    <p>${t('st_askShare')} <code>gpuvm create PROFILE --share ${shares.length ? shares[0].name : 'NAME'}</code></p>
+    <p>${t('st_askShare')}${gap()}<code>gpuvm create PROFILE --share ${shares.length ? shares[0].name : 'NAME'}</code></p>
     <p class="hint">${t('st_askShareForm')}</p>
   </section>`;
 }
@@ -372,7 +372,7 @@ function Disks({list, disks, vms, act, ask}) {
   return html`<section class="card" id="disks" aria-labelledby="disks-title"><h2 id="disks-title">${t('st_disks')}</h2>
     <p class="hint">${t('st_disksIntro')}</p>
     <div class="meter" id="disk-quota">
-      ${q ? html`<p><span aria-hidden="true">${t('st_diskQuota', words)}</span><span class="sr-only">${t('st_diskQuotaSR', words)} ${list.rule}</span></p>
+      ${q ? html`<p><span aria-hidden="true">${t('st_diskQuota', words)}</span><span class="sr-only">${sentences(t('st_diskQuotaSR', words), list.rule)}</span></p>
         <${Bar} used=${list.used_bytes || 0} quota=${q} />` : html`<p>${t('st_diskNoQuota', words)}</p>`}
     </div>
     ${!disks.length && html`<p id="no-disks">${t('st_noDisks')}</p>`}
