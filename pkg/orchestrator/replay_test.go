@@ -24,12 +24,8 @@ import (
 // holds a GPU): the same time, GPUs and devices held, running VMs with
 // their ends, queued requests, bookings, rules and options.
 func TestReplayInputsAreTheRounds(t *testing.T) {
-	e := newEnv(t, "l40sx4")
-	e.withPolicy(bookingPolicy)
-	clock := clocktest.New(time.Date(2026, 12, 1, 10, 0, 0, 0, berlin))
-	e.withClock("", clock)
+	e, clock, o := bookingEnv(t, time.Date(2026, 12, 1, 10, 0, 0, 0, berlin))
 	ctx := context.Background()
-	o := e.orch(nil)
 	now := clock.Now()
 	if err := o.Book(ctx, reservation("ann", "l40s-whole", 1, now.Add(3*time.Hour), now.Add(5*time.Hour)), false); err != nil {
 		t.Fatal(err)
@@ -255,12 +251,8 @@ func (w *writeCounter) AppendEvent(ctx context.Context, e *store.Event) error {
 // CheckExtend), which run beside the rounds without their lock. A round
 // after them keeps what it chose.
 func TestReplayReadsBookingsOnly(t *testing.T) {
-	e := newEnv(t, "l40sx4")
-	e.withPolicy(bookingPolicy)
-	clock := clocktest.New(time.Date(2026, 12, 1, 10, 0, 0, 0, berlin))
-	e.withClock("", clock)
+	e, clock, o := bookingEnv(t, time.Date(2026, 12, 1, 10, 0, 0, 0, berlin))
 	ctx := context.Background()
-	o := e.orch(nil)
 	now := clock.Now()
 	booked := reservation("ann", "l40s-whole", 1, now.Add(3*time.Hour), now.Add(5*time.Hour))
 	if err := o.Book(ctx, booked, false); err != nil {

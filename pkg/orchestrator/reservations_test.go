@@ -74,6 +74,17 @@ func openClockStore(t testing.TB, driver, dsn string, clock *clocktest.Clock, e 
 }
 
 // reservation is a one-off reservation of count VMs of a profile.
+// bookingEnv is an l40sx4 host under bookingPolicy, its clock at now, and
+// its orchestrator.
+func bookingEnv(t *testing.T, now time.Time) (*env, *clocktest.Clock, *Orchestrator) {
+	t.Helper()
+	e := newEnv(t, "l40sx4")
+	e.withPolicy(bookingPolicy)
+	clock := clocktest.New(now)
+	e.withClock("", clock)
+	return e, clock, e.orch(nil)
+}
+
 func reservation(owner, prof string, count int, start, end time.Time) *store.Reservation {
 	return &store.Reservation{OwnerKind: store.OwnerUser, Owner: owner, Profile: prof, Count: count, StartAt: start, EndAt: end, CreatedBy: owner}
 }
@@ -83,12 +94,8 @@ func reservation(owner, prof string, count int, start, end time.Time) *store.Res
 // one that ends before T starts; at T ann's VM starts on it. A second
 // booking of the same GPU at that time is refused with the reason.
 func TestReservationHoldsGPU(t *testing.T) {
-	e := newEnv(t, "l40sx4") // one GPU for passthrough: 0000:a1:00.0
-	e.withPolicy(bookingPolicy)
-	clock := clocktest.New(time.Date(2026, 12, 1, 10, 0, 0, 0, berlin))
-	e.withClock("", clock)
+	e, clock, o := bookingEnv(t, time.Date(2026, 12, 1, 10, 0, 0, 0, berlin)) // one GPU for passthrough: 0000:a1:00.0
 	ctx := context.Background()
-	o := e.orch(nil)
 	T := time.Date(2026, 12, 1, 12, 0, 0, 0, berlin)
 	r := reservation("ann", "l40s-whole", 1, T, T.Add(2*time.Hour))
 	if err := o.Book(ctx, r, false); err != nil {
@@ -150,12 +157,9 @@ func (e *env) askVM(owner, prof, name string, hours int) (*store.VM, *store.Oper
 // What is wrong with a booking is a field error; an admin's booking
 // is held to the capacity only.
 func TestBookRules(t *testing.T) {
-	e := newEnv(t, "l40sx4")
-	e.withPolicy(bookingPolicy)
 	now := time.Date(2026, 12, 1, 10, 0, 0, 0, berlin)
-	e.withClock("", clocktest.New(now))
+	e, _, o := bookingEnv(t, now)
 	ctx := context.Background()
-	o := e.orch(nil)
 	tests := []struct {
 		name  string
 		r     *store.Reservation
@@ -255,12 +259,8 @@ func TestBookConcurrent(t *testing.T) {
 // week after the change bob's VM that would run into it waits, citing
 // 14:00 CEST.
 func TestWeeklyReservationAcrossDST(t *testing.T) {
-	e := newEnv(t, "l40sx4")
-	e.withPolicy(bookingPolicy)
-	clock := clocktest.New(time.Date(2026, 3, 16, 9, 0, 0, 0, berlin))
-	e.withClock("", clock)
+	e, clock, o := bookingEnv(t, time.Date(2026, 3, 16, 9, 0, 0, 0, berlin))
 	ctx := context.Background()
-	o := e.orch(nil)
 	first := time.Date(2026, 3, 17, 14, 0, 0, 0, berlin) // a Tuesday
 	r := reservation("cara", "l40s-whole", 1, first, first.Add(2*time.Hour))
 	r.OwnerKind, r.Owner = store.OwnerGroup, "lab"
@@ -298,13 +298,9 @@ func TestWeeklyReservationAcrossDST(t *testing.T) {
 // A VM whose lease runs into another's reservation is found, warned the
 // profile's warn_before ahead, and deleted at the reservation's start.
 func TestReservationConflictRule(t *testing.T) {
-	e := newEnv(t, "l40sx4")
-	e.withPolicy(bookingPolicy)
 	now := time.Date(2026, 12, 1, 10, 0, 0, 0, berlin)
-	clock := clocktest.New(now)
-	e.withClock("", clock)
+	e, clock, o := bookingEnv(t, now)
 	ctx := context.Background()
-	o := e.orch(nil)
 	// bob's VM runs on the whole GPU until 12:00.
 	vm, op := e.askVM("bob", "l40s-whole", "bob", 2)
 	o.Drain(ctx)
@@ -700,12 +696,9 @@ func TestConflictsOfYoungestFirst(t *testing.T) {
 // A lease may be extended up to another's reservation of its GPU, not
 // into it.
 func TestCheckExtend(t *testing.T) {
-	e := newEnv(t, "l40sx4")
-	e.withPolicy(bookingPolicy)
 	now := time.Date(2026, 12, 1, 10, 0, 0, 0, berlin)
-	e.withClock("", clocktest.New(now))
+	e, _, o := bookingEnv(t, now)
 	ctx := context.Background()
-	o := e.orch(nil)
 	vm, op := e.askVM("bob", "l40s-whole", "bob", 2)
 	o.Drain(ctx)
 	e.checkRunning(vm, op, o, "type='pci'")
