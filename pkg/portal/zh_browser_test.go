@@ -112,10 +112,8 @@ var zhPunctSpace = regexp.MustCompile(`[。，：；！？] `)
 // the spaces around it: such a test reads it with english.)
 func (b *browser) chinese(page string) []string {
 	b.t.Helper()
-	var text string
-	b.eval(visibleText, &text)
 	var bad []string
-	for _, line := range strings.Split(text, "\n") {
+	for _, line := range b.lines() {
 		if m := zhPunctSpace.FindString(strings.TrimSpace(line)); m != "" {
 			bad = append(bad, page+": "+strings.TrimSpace(line)+"  [a space after "+strings.TrimSpace(m)+"]")
 		}
@@ -123,14 +121,20 @@ func (b *browser) chinese(page string) []string {
 	return append(bad, b.english(page)...)
 }
 
+// lines is the visible text of the page in view, by line.
+func (b *browser) lines() []string {
+	b.t.Helper()
+	var text string
+	b.eval(visibleText, &text)
+	return strings.Split(text, "\n")
+}
+
 // english lists the Latin words of the page in view that are on no
 // allow-list, each with its line.
 func (b *browser) english(page string) []string {
 	b.t.Helper()
-	var text string
-	b.eval(visibleText, &text)
 	var bad []string
-	for _, line := range strings.Split(text, "\n") {
+	for _, line := range b.lines() {
 		for _, w := range latinWord.FindAllString(strings.ReplaceAll(line, "°C", ""), -1) {
 			if zhCode.MatchString(w) {
 				continue
