@@ -6,6 +6,7 @@ import (
 	"math"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -274,6 +275,40 @@ func TestSQLitePragmas(t *testing.T) {
 	sqlDB, _ := s.db.DB()
 	if n := sqlDB.Stats().MaxOpenConnections; n != 1 {
 		t.Errorf("MaxOpenConnections = %d, want 1", n)
+	}
+}
+
+// PostgreSQL's pool keeps the connections a burst opened: one closed on
+// its return and opened again at the next burst costs a backend's start,
+// its password exchange and every statement prepared again, which under
+// issue #26's creates was most of the database's CPU and their p99.
+func TestPostgresPoolKeepsBurstConnections(t *testing.T) {
+	d := newTestDB(t, DriverPostgres)
+	s := d.open(t)
+	sqlDB, err := s.db.DB()
+	if err != nil {
+		t.Fatal(err)
+	}
+	burst := func() {
+		var wg sync.WaitGroup
+		for range DefaultMaxOpenConns {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if _, err := sqlDB.ExecContext(context.Background(), "SELECT pg_sleep(0.05)"); err != nil {
+					t.Error(err)
+				}
+			}()
+		}
+		wg.Wait()
+	}
+	burst()
+	opened := sqlDB.Stats().OpenConnections
+	burst()
+	st := sqlDB.Stats()
+	if st.MaxIdleClosed != 0 || st.OpenConnections != opened || opened < 2 {
+		t.Errorf("after two bursts of %d: %d open after the first, %d after the second, %d closed as surplus idle; want none closed",
+			DefaultMaxOpenConns, opened, st.OpenConnections, st.MaxIdleClosed)
 	}
 }
 

@@ -104,7 +104,10 @@ type Store struct {
 // them instead of failing. An in-memory database keeps one connection for
 // everything: another connection would open another database.
 //
-// PostgreSQL gets an ordinary pool (MaxOpenConns, idle connections recycled).
+// PostgreSQL gets a pool of MaxOpenConns that keeps every connection it
+// opened idle (for five minutes at most), not half: a connection closed on
+// its return and opened at the next burst costs a backend, a password
+// exchange and every prepared statement again (issue #26).
 func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if cfg.Driver == "" {
 		cfg.Driver = DriverSQLite
@@ -283,7 +286,7 @@ func pool(ctx context.Context, sqlDB *sql.DB, cfg Config) error {
 		return nil
 	}
 	sqlDB.SetMaxOpenConns(cfg.MaxOpenConns)
-	sqlDB.SetMaxIdleConns(max(2, cfg.MaxOpenConns/2))
+	sqlDB.SetMaxIdleConns(cfg.MaxOpenConns)
 	sqlDB.SetConnMaxLifetime(30 * time.Minute)
 	sqlDB.SetConnMaxIdleTime(5 * time.Minute)
 	if err := sqlDB.PingContext(ctx); err != nil {
