@@ -54,7 +54,7 @@ type dispatchStore interface {
 	Now() time.Time
 	Tx(ctx context.Context, fn func(tx *store.Store) error) error
 	ListUnfinishedOperations(ctx context.Context) ([]store.Operation, error)
-	ListUnfinishedOperationStamps(ctx context.Context) ([]store.OpStamp, map[string]store.VMStamp, error)
+	ListUnfinishedOperationStamps(ctx context.Context, onHost string) ([]store.OpStamp, map[string]store.VMStamp, error)
 	GetOperations(ctx context.Context, ids []string) (map[string]*store.Operation, error)
 	SetOperationStep(ctx context.Context, id, step string) error
 	GetVMs(ctx context.Context, ids []string) (map[string]*store.VM, error)
@@ -181,8 +181,8 @@ func (dp *dispatcher) dispatch(ctx context.Context, inline bool) {
 	if ctx.Err() != nil {
 		return
 	}
-	dp.beginRound(ctx)                         // idle.go
-	ops, vms, err := dp.cache.read(ctx, dp.st) // roundcache.go
+	dp.beginRound(ctx)                                               // idle.go
+	ops, vms, err := dp.cache.read(ctx, dp.st, dp.fleet.readsOnly()) // roundcache.go, fleet.go
 	if err != nil {
 		dp.log.Error("list unfinished operations", "err", err)
 		dp.idle.retry()

@@ -54,6 +54,17 @@ func (fl *fleetDuties) owns(vm *store.VM) bool {
 	return vm.Host == fl.host
 }
 
+// readsOnly is the host whose VMs' operations a round reads: this node's
+// when it is a fleet's node that does not lead, since it makes only the
+// VMs placed on it (owns); "" (all) on a single server and on the leader,
+// which places the queue and makes what has no host.
+func (fl *fleetDuties) readsOnly() string {
+	if fl.fleet == nil || fl.fleet.IsLeader() {
+		return ""
+	}
+	return fl.host
+}
+
 // wakeNode wakes another node of the fleet ("" the leader); nothing on a
 // single server.
 func (fl *fleetDuties) wakeNode(node string) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -105,10 +106,15 @@ func TestFleetPlacement(t *testing.T) {
 	l40s, l40sOp := n1.submit("ann", "l40s-seat", "on-l40s")
 	h100, h100Op := n1.submit("bob", "h100-mig", "on-h100")
 
-	// n2 does not lead: it places nothing.
+	// n2 does not lead: it places nothing, and its rounds do not even
+	// read the queue, which is the leader's (issue #26: ten thousand
+	// waiting, read by every node's every round).
 	n2.o.Drain(ctx)
 	if vm := n1.vm(l40s.ID); vm.State != store.VMQueued || vm.Host != "" {
 		t.Fatalf("a node that does not lead placed %s: %s on %q", vm.Name, vm.State, vm.Host)
+	}
+	if read := n2.o.disp.cache.vms; len(read) != 0 {
+		t.Errorf("n2's round read the queue's VMs %v; want none", slices.Collect(maps.Keys(read)))
 	}
 	// n1 leads: both placed, n1's made at once, n2 woken for its own.
 	n1.o.Drain(ctx)

@@ -24,9 +24,10 @@ type cachedOp struct {
 
 // read returns the unfinished operations, oldest first, and their VMs,
 // keyed by ID (a VM that does not exist has no key), as they are now: each
-// a copy the round may change. It keeps only these for the next round.
-func (c *roundCache) read(ctx context.Context, st dispatchStore) ([]store.Operation, map[string]*store.VM, error) {
-	stamps, vmStamps, err := st.ListUnfinishedOperationStamps(ctx)
+// a copy the round may change; onHost ("": all) reads only those of VMs on
+// that host. It keeps only these for the next round.
+func (c *roundCache) read(ctx context.Context, st dispatchStore, onHost string) ([]store.Operation, map[string]*store.VM, error) {
+	stamps, vmStamps, err := st.ListUnfinishedOperationStamps(ctx, onHost)
 	if err != nil {
 		return nil, nil, err
 	}

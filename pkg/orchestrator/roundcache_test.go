@@ -18,7 +18,7 @@ func TestRoundCacheFollowsChanges(t *testing.T) {
 	a, opA := e.submit("ann", "l40s-whole", "a")
 	read := func() ([]store.Operation, map[string]*store.VM) {
 		t.Helper()
-		ops, vms, err := c.read(ctx, st)
+		ops, vms, err := c.read(ctx, st, "")
 		if err != nil {
 			t.Fatal(err)
 		}

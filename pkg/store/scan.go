@@ -89,8 +89,18 @@ type OpStamp struct {
 // one text value, split here: the SQLite driver's cost is per value read
 // (a cgo call or more each), and this read is of every unfinished
 // operation, every round.
-func (s *Store) ListUnfinishedOperationStamps(ctx context.Context) ([]OpStamp, map[string]VMStamp, error) {
+//
+// onHost, when not "", reads only the operations of VMs on that host: a
+// fleet node that does not lead makes only the VMs placed on its own GPUs,
+// and reading the whole queue (ten thousand waiting: all of it the
+// leader's) every round of every node was most of a follower's work and
+// of the database's (issue #26).
+func (s *Store) ListUnfinishedOperationStamps(ctx context.Context, onHost string) ([]OpStamp, map[string]VMStamp, error) {
 	vms := map[string]VMStamp{}
+	onHostCond, onHostWords, args := "", "", []any(nil)
+	if onHost != "" {
+		onHostCond, onHostWords, args = " AND v.host = ?", " of VMs on "+onHost, []any{onHost}
+	}
 	ops, err := scanAll(ctx, s, func(rows *sql.Rows, op *OpStamp) error {
 		var row string
 		if err := rows.Scan(&row); err != nil {
@@ -113,9 +123,9 @@ func (s *Store) ListUnfinishedOperationStamps(ctx context.Context) ([]OpStamp, m
 		return nil
 	}, "SELECT o.id || '|' || o.vm_id || '|' || COALESCE(CAST(v.version AS TEXT), '') || '|' || COALESCE(CAST(v.queue_position AS TEXT), '')"+
 		" || '|' || o.state || '|' || CAST(o.updated_at AS TEXT) || '|' || o.step"+
-		" FROM operations o LEFT JOIN vms v ON v.id = o.vm_id WHERE o."+unfinishedOp+" ORDER BY o.created_at, o.id")
+		" FROM operations o LEFT JOIN vms v ON v.id = o.vm_id WHERE o."+unfinishedOp+onHostCond+" ORDER BY o.created_at, o.id", args...)
 	if err != nil {
-		return nil, nil, wrap(err, nil, "list unfinished operations")
+		return nil, nil, wrap(err, nil, "list unfinished operations%s", onHostWords)
 	}
 	return ops, vms, nil
 }

@@ -72,7 +72,7 @@ func TestScanMatchesModels(t *testing.T) {
 		}
 		// The stamps: one per operation, in order, with its VM's version
 		// and rank; a new step changes the operation's.
-		stamps, vms, err := s.ListUnfinishedOperationStamps(ctx)
+		stamps, vms, err := s.ListUnfinishedOperationStamps(ctx, "")
 		if err != nil || len(stamps) != 2 {
 			t.Fatalf("stamps %+v %v", stamps, err)
 		}
@@ -84,10 +84,18 @@ func TestScanMatchesModels(t *testing.T) {
 		if v := vms[a.ID]; v.Version != got[a.ID].Version || v.QueueRank != 7 || len(vms) != 2 {
 			t.Errorf("vm stamps %+v", vms)
 		}
+		// A fleet node that does not lead reads its own host's alone.
+		onH1, onH1VMs, err := s.ListUnfinishedOperationStamps(ctx, "h1")
+		if err != nil || len(onH1) != 1 || onH1[0].VMID != a.ID || len(onH1VMs) != 1 || onH1VMs[a.ID] != vms[a.ID] {
+			t.Errorf("stamps on h1: %+v %+v %v; want a's alone", onH1, onH1VMs, err)
+		}
+		if none, _, err := s.ListUnfinishedOperationStamps(ctx, "h2"); err != nil || len(none) != 0 {
+			t.Errorf("stamps on h2: %+v %v; want none", none, err)
+		}
 		if err := s.SetOperationStep(ctx, ops[0].ID, "allocate"); err != nil {
 			t.Fatal(err)
 		}
-		again, _, err := s.ListUnfinishedOperationStamps(ctx)
+		again, _, err := s.ListUnfinishedOperationStamps(ctx, "")
 		if err != nil || again[0].Stamp == stamps[0].Stamp || again[1].Stamp != stamps[1].Stamp {
 			t.Errorf("after a step: %+v, before %+v (%v)", again, stamps, err)
 		}
