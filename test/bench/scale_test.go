@@ -73,6 +73,8 @@ type scaleConfig struct {
 	dsn     string        // --database: "" (SQLite in the state directory) or a PostgreSQL DSN
 	profile string        // a directory: each idle window's CPU profile of gpuvmd is saved there
 	nodes   int           // gpuvmd nodes on one PostgreSQL schema (a fleet), 1 by default
+	// profiled is the node (0: n1) whose profiles are saved with profile.
+	profiled int
 	// rate is the steady rate (creates a second) of the paced creates that
 	// end each fill, timed from when each was due; paced is how many (at
 	// most a fifth of the fill). 0: none.
@@ -140,6 +142,10 @@ func scaleEnv(tb testing.TB, sizes []int) scaleConfig {
 	}
 	if c.nodes < 1 || c.nodes > 9 {
 		tb.Fatalf("GPUVM_SCALE_NODES=%d: give 1 to 9 nodes", c.nodes)
+	}
+	c.profiled = envCount(tb, "GPUVM_SCALE_PROFILE_NODE", 1) - 1
+	if c.profiled < 0 || c.profiled >= c.nodes {
+		tb.Fatalf("GPUVM_SCALE_PROFILE_NODE=%d: give a node from 1 to %d", c.profiled+1, c.nodes)
 	}
 	if c.nodes > 1 && c.dsn == "" {
 		tb.Fatalf("GPUVM_SCALE_NODES=%d: a fleet shares one PostgreSQL database; set GPUVM_BENCH_PG to its DSN", c.nodes)
@@ -264,7 +270,7 @@ func (r *scaleRun) start() {
 		}
 		args := []string{"--config", conf, "--state-dir", state, "--database", db, "--libvirt-uri", "test:///default",
 			"--simulate", "h100x8", "--plugin-dir", pluginDir}
-		if r.cfg.profile != "" && i == 0 {
+		if r.cfg.profile != "" && i == r.cfg.profiled {
 			r.debugAddr = freeLoopback(tb)
 			args = append(args, "--debug-listen", r.debugAddr)
 		}
