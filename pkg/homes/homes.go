@@ -3,7 +3,10 @@
 // (store.UserUID), and attached to each of their VMs over virtiofs
 // (domain.Filesystem). A home outlives every VM: nothing here is called
 // when a VM is deleted, a lease ends or the reconciler repairs; Remove
-// takes the person's name typed again as confirmation.
+// takes the person's name typed again as confirmation. Making a home and
+// removing it hold it (lockHome): a mutex of this process and a lock file
+// under the homes root, which also holds other processes, such as the
+// gpuvmds of a fleet whose nodes mount the same homes root.
 package homes
 
 import (
@@ -14,27 +17,8 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"sync"
 	"sync/atomic"
 )
-
-// locks hold a home while it is made or found (Ensure) and while its
-// removal checks that no VM may mount it and removes it (Remove), one
-// mutex per home directory: a VM's start never finds a home half-removed.
-// What the callers run with the home held (Ensure's made, Remove's
-// removed: where the home lives, recorded and forgotten) is ordered with
-// them. The locks are this process's: each gpuvmd of a fleet holds the
-// homes of its own node, and a removal on one node does not hold a start
-// on another (with the homes' root on storage several nodes mount, nor
-// the same directory).
-var locks sync.Map // home directory -> *sync.Mutex
-
-func lockHome(dir string) (unlock func()) {
-	m, _ := locks.LoadOrStore(dir, &sync.Mutex{})
-	mu := m.(*sync.Mutex)
-	mu.Lock()
-	return mu.Unlock
-}
 
 // loginRE is a person's name as a directory name: gpuvm's user names.
 var loginRE = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9._@+-]{0,63}$`)
@@ -56,21 +40,23 @@ func Path(root, login string) (string, error) {
 // home is kept as it is, its owner corrected when uid changed (the files
 // inside keep theirs, which the log says). A home that is not a directory,
 // or is a symbolic link, is an error: gpuvm shares only what it made.
-// While a Remove of the home runs, Ensure waits for it, then makes the
-// home again (empty). made (nil: none) runs once the home is made or
+// While a Remove of the home runs, in this process or another on the same
+// homes root (lockHome), Ensure waits for it, then makes the home again
+// (empty). made (nil: none) runs once the home is made or
 // found, with it still held: a Remove waits for it.
 func Ensure(root, login string, uid int, log *slog.Logger, made func()) (string, error) {
 	dir, err := Path(root, login)
 	if err != nil {
 		return "", err
 	}
-	defer lockHome(dir)()
 	if uid < 1 {
 		return "", fmt.Errorf("home of %q: uid %d: want a person's uid, not root's", login, uid)
 	}
-	if err := os.MkdirAll(root, 0o711); err != nil {
-		return "", fmt.Errorf("homes root: %w", err)
+	unlock, err := lockHome(root, login, dir, true)
+	if err != nil {
+		return "", err
 	}
+	defer unlock()
 	fi, err := os.Lstat(dir)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
@@ -150,7 +136,11 @@ func Remove(root, login, confirm string, inUse func() error, removed func()) err
 	if confirm != login {
 		return fmt.Errorf("remove the home of %s: %w", login, ErrNotConfirmed)
 	}
-	defer lockHome(dir)()
+	unlock, err := lockHome(root, login, dir, false)
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	if inUse != nil {
 		if err := inUse(); err != nil {
 			return err

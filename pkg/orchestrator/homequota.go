@@ -114,6 +114,9 @@ func (q *HomeQuotas) Round(ctx context.Context) {
 		if !e.IsDir() || ctx.Err() != nil {
 			continue
 		}
+		if _, err := homes.Path(root, e.Name()); err != nil {
+			continue // not named as a person: the homes' lock files (homes.LocksDir)
+		}
 		u, err := q.st.GetUser(ctx, e.Name())
 		if err != nil || u.UID == nil {
 			continue // not a person's home, or one whose person is gone

@@ -11,6 +11,7 @@ import (
 
 	"github.com/gpuvm/gpuvm/pkg/api"
 	"github.com/gpuvm/gpuvm/pkg/config"
+	"github.com/gpuvm/gpuvm/pkg/homes"
 	"github.com/gpuvm/gpuvm/pkg/logtest"
 	"github.com/gpuvm/gpuvm/pkg/quota"
 	"github.com/gpuvm/gpuvm/pkg/store"
@@ -60,6 +61,17 @@ func homeQuotaEnv(t *testing.T, ops quotaOps) (*HomeQuotas, *store.Store, *atomi
 		}
 	}
 	if err := os.Mkdir(filepath.Join(root, "lost+found"), 0o700); err != nil { // no person's
+		t.Fatal(err)
+	}
+	// The homes' lock files, beside the homes: never a home, even where
+	// the store had a row of that name (no user name can be it).
+	if err := os.Mkdir(filepath.Join(root, homes.LocksDir), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.CreateUser(ctx, &store.User{Name: homes.LocksDir}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.UserUID(ctx, homes.LocksDir, 20000, 59999); err != nil {
 		t.Fatal(err)
 	}
 	var cfg atomic.Pointer[config.Config]

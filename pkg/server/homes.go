@@ -138,9 +138,11 @@ func (s *Server) deleteHome(c *gin.Context) {
 		return
 	}
 	// The check that no VM may mount the home runs with the home held:
-	// a start of the person's VM meanwhile (its homes.Ensure) waits. The
-	// hold is this gpuvmd's (homes.Remove): a start on another node of a
-	// fleet makes or finds that node's directory.
+	// a start of the person's VM meanwhile (its homes.Ensure) waits: one
+	// of this gpuvmd, of another on this host, or of another node whose
+	// homes root is the same storage where its filesystem honours flock(2)
+	// (homes.Remove). A node with its own homes root makes or finds its
+	// own directory, not held.
 	inUse := func() error {
 		busy, err := s.vmsMountingHome(ctx, who)
 		if err != nil {

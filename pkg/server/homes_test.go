@@ -138,6 +138,16 @@ func TestListHomes(t *testing.T) {
 	root := filepath.Join(t.TempDir(), "homes")
 	mkHome(t, root, "ann")
 	mkHome(t, root, "bob")
+	// The homes' lock files, beside the homes: not a home.
+	if _, err := homes.Ensure(root, "dan", 20000, s.log, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := homes.Remove(root, "dan", "dan", nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(root, homes.LocksDir, "dan.lock")); err != nil {
+		t.Fatal(err)
+	}
 	used := uint64(4096)
 	s.HomeUsage = fakeHomeUsage{{Kind: api.VolumeHome, Owner: "ann", Name: "ann", UsedBytes: used, Enforcement: "none"}}
 	if code, _, body := volCall(t, s, "GET", "/v1/homes", "ann-token", ""); code != http.StatusNotFound {
