@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/gpuvm/gpuvm/pkg/api"
-	"github.com/gpuvm/gpuvm/pkg/clocktest"
 	"github.com/gpuvm/gpuvm/pkg/estimate"
 	"github.com/gpuvm/gpuvm/pkg/policy"
 	"github.com/gpuvm/gpuvm/pkg/scheduler"
@@ -108,11 +107,8 @@ func TestReplayInputsAreTheRounds(t *testing.T) {
 // ended used of theirs: a person's median with enough of theirs,
 // everyone's otherwise.
 func TestReplayInputsTasks(t *testing.T) {
-	e := newEnv(t, "l40sx4")
-	clock := clocktest.New(time.Date(2026, 12, 1, 10, 0, 0, 0, berlin))
-	e.withClock("", clock)
+	e, clock, o := clockEnv(t, time.Date(2026, 12, 1, 10, 0, 0, 0, berlin))
 	ctx := context.Background()
-	o := e.orch(nil)
 	task := func(owner, id string, limit time.Duration) *store.VM {
 		t.Helper()
 		vm := &store.VM{Name: "task-" + id, Owner: owner, Profile: "l40s-whole", Hours: int((limit + time.Hour - 1) / time.Hour), Spec: "{}"}
@@ -160,11 +156,8 @@ func TestReplayInputsTasks(t *testing.T) {
 // deleted (its delete goes first), nor one with no operation that places
 // it.
 func TestReplayQueueIsTheRounds(t *testing.T) {
-	e := newEnv(t, "l40sx4")
-	clock := clocktest.New(time.Date(2026, 12, 1, 10, 0, 0, 0, berlin))
-	e.withClock("", clock)
+	e, clock, o := clockEnv(t, time.Date(2026, 12, 1, 10, 0, 0, 0, berlin))
 	ctx := context.Background()
-	o := e.orch(nil)
 	waits, _ := e.askVM("bob", "l40s-whole", "waits", 1)
 	deleted, _ := e.askVM("bob", "l40s-whole", "deleted", 1)
 	e.deleteOp(deleted)
