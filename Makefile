@@ -103,11 +103,17 @@ run: setup build guest $(if $(DESKTOP),desktop-image)
 # the desktop image (test/e2e's desktop test runs last in its package and
 # waits for the build's lock), then test-install's Debian root (test-install
 # waits for its lock). A failed build fails make test once the rest has run.
+# The background build has TEST_ROOTS_TIMEOUT (a hung package mirror would
+# keep make test waiting for ever): past it, it is sent TERM, and KILL 30
+# seconds later if it is still there; make test then fails and says so.
+TEST_ROOTS_TIMEOUT ?= 40m
 test: setup novnc portal
 	@mkdir -p .cache; \
-	{ $(MAKE) --no-print-directory test-desktop-image && bash test/install/run.sh --root; } >.cache/test-roots.log 2>&1 & roots=$$!; \
+	timeout -k 30s $(TEST_ROOTS_TIMEOUT) bash -c '$(MAKE) --no-print-directory test-desktop-image && bash test/install/run.sh --root' >.cache/test-roots.log 2>&1 & roots=$$!; \
 	$(MAKE) --no-print-directory lint check-generate unit fuzz test-install; rc=$$?; \
-	if ! wait $$roots; then cat .cache/test-roots.log; echo "make test: the desktop image's or the install root's build failed"; rc=1; fi; \
+	wait $$roots; roots_rc=$$?; \
+	if [ $$roots_rc -eq 124 ] || [ $$roots_rc -eq 137 ]; then cat .cache/test-roots.log; echo "make test: the desktop image's or the install root's build ran over $(TEST_ROOTS_TIMEOUT) (TEST_ROOTS_TIMEOUT) and was stopped"; rc=1; \
+	elif [ $$roots_rc -ne 0 ]; then cat .cache/test-roots.log; echo "make test: the desktop image's or the install root's build failed"; rc=1; fi; \
 	exit $$rc
 
 # PostgreSQL tests run against the local Debian cluster, which

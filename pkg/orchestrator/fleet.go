@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"sync"
 	"time"
@@ -127,11 +128,11 @@ type placeHost struct {
 // heartbeat. A node's devices of VMs the database knows are left out: the
 // live ones are counted by their allocations, and the others were removed
 // before their slots were released (what a heartbeat older than the
-// removal still lists).
-func (fl *fleetDuties) placementHosts(ctx context.Context, cfg *config.Config, kinds []string) ([]placeHost, error) {
+// removal still lists). What it leaves out it warns of on log.
+func (fl *fleetDuties) placementHosts(ctx context.Context, cfg *config.Config, kinds []string, log *slog.Logger) ([]placeHost, error) {
 	invs, errs := fl.backends.currentInventoriesOf(ctx, kinds)
 	for _, err := range errs {
-		fl.log.Warn("a backend did not answer; its GPUs are not offered this round", "err", err)
+		log.Warn("a backend did not answer; its GPUs are not offered this round", "err", err)
 	}
 	self, devices := fl.spec(cfg, mergedInventory(invs))
 	if fl.fleet == nil {
@@ -154,7 +155,7 @@ func (fl *fleetDuties) placementHosts(ctx context.Context, cfg *config.Config, k
 		}
 		ph, err := fl.remote.get(cfg, h)
 		if err != nil {
-			fl.log.Warn("a node's published inventory is unusable; nothing is placed on it this round", "host", h.Name, "err", err)
+			log.Warn("a node's published inventory is unusable; nothing is placed on it this round", "host", h.Name, "err", err)
 			continue
 		}
 		for _, d := range ph.devices {

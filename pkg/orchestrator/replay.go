@@ -3,6 +3,7 @@ package orchestrator
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"sort"
 	"time"
 
@@ -40,6 +41,13 @@ type ReplayInputs struct {
 	Config *config.Config
 }
 
+// quietLog is where the replay's read of the round's inputs warns: nowhere.
+// The round reads the same and warns of it (a backend that did not answer,
+// a node's unusable inventory, a GPU it cannot account for), once a round;
+// the replay runs again at every estimate read after a change, and would
+// repeat it each time.
+var quietLog = slog.New(slog.DiscardHandler)
+
 // ReplayInputs reads the state the estimates replay (dispatcher.replayInputs).
 func (o *Orchestrator) ReplayInputs(ctx context.Context) (*ReplayInputs, error) {
 	return o.disp.replayInputs(ctx)
@@ -57,7 +65,7 @@ func (dp *dispatcher) replayInputs(ctx context.Context) (*ReplayInputs, error) {
 	// a whole round left them. The replay only reads them (peekBookings):
 	// what a round keeps of them, and its idle state, are the round's own.
 	dp.roundMu.Lock()
-	in, err := dp.cycleInputs(ctx, cfg, queue, dp.fleet.backends.Names(), dp.peekBookings)
+	in, err := dp.cycleInputs(ctx, cfg, queue, dp.fleet.backends.Names(), dp.peekBookings, quietLog)
 	dp.roundMu.Unlock()
 	if err != nil {
 		return nil, fmt.Errorf("read what the scheduler sees: %w", err)

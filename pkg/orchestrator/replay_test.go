@@ -2,6 +2,7 @@ package orchestrator
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"maps"
 	"reflect"
@@ -11,8 +12,8 @@ import (
 	"time"
 
 	"github.com/gpuvm/gpuvm/pkg/api"
-	"github.com/gpuvm/gpuvm/pkg/clocktest"
 	"github.com/gpuvm/gpuvm/pkg/estimate"
+	"github.com/gpuvm/gpuvm/pkg/gpu"
 	"github.com/gpuvm/gpuvm/pkg/policy"
 	"github.com/gpuvm/gpuvm/pkg/scheduler"
 	"github.com/gpuvm/gpuvm/pkg/store"
@@ -108,11 +109,8 @@ func TestReplayInputsAreTheRounds(t *testing.T) {
 // ended used of theirs: a person's median with enough of theirs,
 // everyone's otherwise.
 func TestReplayInputsTasks(t *testing.T) {
-	e := newEnv(t, "l40sx4")
-	clock := clocktest.New(time.Date(2026, 12, 1, 10, 0, 0, 0, berlin))
-	e.withClock("", clock)
+	e, clock, o := clockEnv(t, time.Date(2026, 12, 1, 10, 0, 0, 0, berlin))
 	ctx := context.Background()
-	o := e.orch(nil)
 	task := func(owner, id string, limit time.Duration) *store.VM {
 		t.Helper()
 		vm := &store.VM{Name: "task-" + id, Owner: owner, Profile: "l40s-whole", Hours: int((limit + time.Hour - 1) / time.Hour), Spec: "{}"}
@@ -160,11 +158,8 @@ func TestReplayInputsTasks(t *testing.T) {
 // deleted (its delete goes first), nor one with no operation that places
 // it.
 func TestReplayQueueIsTheRounds(t *testing.T) {
-	e := newEnv(t, "l40sx4")
-	clock := clocktest.New(time.Date(2026, 12, 1, 10, 0, 0, 0, berlin))
-	e.withClock("", clock)
+	e, clock, o := clockEnv(t, time.Date(2026, 12, 1, 10, 0, 0, 0, berlin))
 	ctx := context.Background()
-	o := e.orch(nil)
 	waits, _ := e.askVM("bob", "l40s-whole", "waits", 1)
 	deleted, _ := e.askVM("bob", "l40s-whole", "deleted", 1)
 	e.deleteOp(deleted)
@@ -333,5 +328,66 @@ func TestReplayReadsBookingsOnly(t *testing.T) {
 	}
 	if !noted || !strings.Contains(e.logs.String()[logged:], "a reservation holds no GPU now") {
 		t.Errorf("a round did not note that reservation %d holds nothing", gone.ID)
+	}
+}
+
+// What a round reads and leaves out it warns of, once a round; the
+// replay, which reads the same through the round's own code at every
+// estimate read after a change, warns of none of it: before a round and
+// after one, with the round's warning between them.
+func TestReplayInputsDoNotRepeatTheRoundsWarnings(t *testing.T) {
+	tests := []struct {
+		name, warning string
+		heartbeat     func(t *testing.T, n2 *fleetNode) string // n2's inventory
+	}{
+		{"a node's inventory unusable", "a node's published inventory is unusable",
+			func(*testing.T, *fleetNode) string { return "{not json" }},
+		{"a GPU's holders not accounted for", "a GPU holds what gpuvm cannot account for",
+			func(t *testing.T, n2 *fleetNode) string {
+				// Two whole-GPU devices of no VM the database knows on n2's
+				// first GPU, which is in vGPU mode: nothing gpuvm can
+				// account for.
+				invs, errs := n2.o.life.backends.inventoriesOf(context.Background(), n2.l.Names())
+				if len(errs) > 0 {
+					t.Fatal(errs)
+				}
+				hi := mergedInventory(invs)
+				spec := n2.o.HostSpec(hi)
+				for _, id := range []string{"ghost-a", "ghost-b"} {
+					hi.Devices = append(hi.Devices, gpu.HostDevice{ID: id, VMUUID: id, GPU: spec.GPUs[0].Address, Kind: gpu.KindPassthrough})
+				}
+				b, err := json.Marshal(HeartbeatInventory{HostInventory: hi, Spec: &spec})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return string(b)
+			}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			n1, n2 := newTwoNodeFleet(t, "l40sx4")
+			if err := n1.st.Heartbeat(ctx, "n2", tc.heartbeat(t, n2)); err != nil {
+				t.Fatal(err)
+			}
+			n1.submit("ann", "l40s-whole", "waits") // a round reads the GPUs for it
+			replay := func(when string) {
+				t.Helper()
+				logged := len(n1.logs.String())
+				if _, err := n1.o.ReplayInputs(ctx); err != nil {
+					t.Fatal(err)
+				}
+				if got := n1.logs.String()[logged:]; strings.Contains(got, tc.warning) {
+					t.Errorf("the replay %s warned:\n%s", when, got)
+				}
+			}
+			replay("before a round")
+			logged := len(n1.logs.String())
+			n1.o.Drain(ctx)
+			if got := n1.logs.String()[logged:]; !strings.Contains(got, tc.warning) {
+				t.Errorf("the round did not warn %q:\n%s", tc.warning, got)
+			}
+			replay("after a round")
+		})
 	}
 }

@@ -73,18 +73,27 @@ func openClockStore(t testing.TB, driver, dsn string, clock *clocktest.Clock, e 
 	return st
 }
 
-// reservation is a one-off reservation of count VMs of a profile.
-// bookingEnv is an l40sx4 host under bookingPolicy, its clock at now, and
-// its orchestrator.
-func bookingEnv(t *testing.T, now time.Time) (*env, *clocktest.Clock, *Orchestrator) {
+// clockEnv is an l40sx4 host under the test profiles, its clock at now,
+// and its orchestrator.
+func clockEnv(t *testing.T, now time.Time) (*env, *clocktest.Clock, *Orchestrator) {
 	t.Helper()
 	e := newEnv(t, "l40sx4")
-	e.withPolicy(bookingPolicy)
 	clock := clocktest.New(now)
 	e.withClock("", clock)
 	return e, clock, e.orch(nil)
 }
 
+// bookingEnv is clockEnv under bookingPolicy. The orchestrator reads the
+// configuration (e.cfg) at each call, not when it is made: the policy set
+// after it is the one its first call reads.
+func bookingEnv(t *testing.T, now time.Time) (*env, *clocktest.Clock, *Orchestrator) {
+	t.Helper()
+	e, clock, o := clockEnv(t, now)
+	e.withPolicy(bookingPolicy)
+	return e, clock, o
+}
+
+// reservation is a one-off reservation of count VMs of a profile.
 func reservation(owner, prof string, count int, start, end time.Time) *store.Reservation {
 	return &store.Reservation{OwnerKind: store.OwnerUser, Owner: owner, Profile: prof, Count: count, StartAt: start, EndAt: end, CreatedBy: owner}
 }

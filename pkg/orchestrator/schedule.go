@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"sort"
 	"strings"
@@ -95,7 +96,7 @@ func (dp *dispatcher) schedule(ctx context.Context, qs []queued) []queued {
 		}
 		return out
 	}
-	in, err := dp.cycleInputs(ctx, cfg, gpuQueue, dp.withBookedKinds(ctx, cfg, kindsOf(cfg, gpuQueue)), dp.holdBookings)
+	in, err := dp.cycleInputs(ctx, cfg, gpuQueue, dp.withBookedKinds(ctx, cfg, kindsOf(cfg, gpuQueue)), dp.holdBookings, dp.log)
 	if err != nil {
 		dp.log.Error("scheduling round skipped", "err", err)
 		dp.idle.retry()
@@ -204,9 +205,11 @@ type cycleInputs struct {
 
 // cycleInputs reads what a cycle places queue (VMs that need a GPU) from,
 // on the GPUs of the backends of kinds, the reservations' bookings by book
-// (a round's holdBookings; the replay's peekBookings, which keeps nothing).
-func (dp *dispatcher) cycleInputs(ctx context.Context, cfg *config.Config, queue []queued, kinds []string, book bookingsStep) (*cycleInputs, error) {
-	st, err := dp.readPlacement(ctx, cfg, dp.st.Now(), kinds, book)
+// (a round's holdBookings; the replay's peekBookings, which keeps nothing),
+// warning on log of what it leaves out (a round's dp.log; the replay's
+// quietLog: the round warns of the same, once a round).
+func (dp *dispatcher) cycleInputs(ctx context.Context, cfg *config.Config, queue []queued, kinds []string, book bookingsStep, log *slog.Logger) (*cycleInputs, error) {
+	st, err := dp.readPlacement(ctx, cfg, dp.st.Now(), kinds, book, log)
 	if err == nil {
 		err = dp.markPreempted(ctx, st) // preempt.go
 	}
@@ -371,15 +374,17 @@ func (dp *dispatcher) claim(ctx context.Context, q queued, s scheduler.Start, st
 // and without roundMu: they read the bookings only (peekBookings); the
 // round keeps them (holdBookings, in its own cycleInputs).
 func (dp *dispatcher) placementState(ctx context.Context, cfg *config.Config, now time.Time, kinds []string) (*state, error) {
-	return dp.readPlacement(ctx, cfg, now, kinds, dp.peekBookings)
+	return dp.readPlacement(ctx, cfg, now, kinds, dp.peekBookings, dp.log)
 }
 
 // bookingsStep gives a state's engine the reservations' bookings
 // (holdBookings, peekBookings).
 type bookingsStep func(ctx context.Context, st *state) error
 
-// readPlacement is placementState with the bookings given by book.
-func (dp *dispatcher) readPlacement(ctx context.Context, cfg *config.Config, now time.Time, kinds []string, book bookingsStep) (*state, error) {
+// readPlacement is placementState with the bookings given by book, and
+// its warnings (a backend that did not answer, a node's unusable
+// inventory, a GPU's holders it cannot account for) on log.
+func (dp *dispatcher) readPlacement(ctx context.Context, cfg *config.Config, now time.Time, kinds []string, book bookingsStep, log *slog.Logger) (*state, error) {
 	live, err := dp.st.ListLiveAllocations(ctx, "")
 	if err != nil {
 		return nil, err
@@ -388,7 +393,7 @@ func (dp *dispatcher) readPlacement(ctx context.Context, cfg *config.Config, now
 	if err != nil {
 		return nil, fmt.Errorf("list drained gpus: %w", err)
 	}
-	hosts, err := dp.fleet.placementHosts(ctx, cfg, kinds)
+	hosts, err := dp.fleet.placementHosts(ctx, cfg, kinds, log)
 	if err != nil {
 		return nil, err
 	}
@@ -406,7 +411,7 @@ func (dp *dispatcher) readPlacement(ctx context.Context, cfg *config.Config, now
 	}
 	inv, problems := buildInventory(st.specs, st.allocs)
 	for _, p := range problems {
-		dp.log.Warn("inventory: a GPU holds what gpuvm cannot account for; nothing is placed on it", "err", p)
+		log.Warn("inventory: a GPU holds what gpuvm cannot account for; nothing is placed on it", "err", p)
 	}
 	if inv == nil {
 		return nil, fmt.Errorf("build the inventory of %s: %w", dp.host, errors.Join(problems...))

@@ -149,13 +149,12 @@ func (b *browser) click(sel string) {
 }
 
 // My storage, in English: the home's used/quota from the home quotas'
-// reading and how it holds; the shares ann may mount; a data disk
-// created, refused (name taken, over the quota, shrunk, attached to a
-// running VM) beside the field the server names, grown, attached,
-// detached and deleted, all
-// through the page; the snapshots with their consistency, a restore
-// refused while the VM runs, a hostile label refused, and a snapshot
-// taken.
+// reading and how it holds (and no node, none being recorded); the
+// shares ann may mount; a data disk created, refused (name taken, over
+// the quota, shrunk, attached to a running VM) beside the field the
+// server names, grown, attached, detached and deleted, all through the
+// page; the snapshots with their consistency, a restore refused while
+// the VM runs, a hostile label refused, and a snapshot taken.
 func TestStoragePageInChromium(t *testing.T) {
 	needBrowser(t)
 	quota := uint64(10 << 30)
@@ -188,6 +187,13 @@ func TestStoragePageInChromium(t *testing.T) {
 		if got := b.text(sel); !strings.Contains(got, want) {
 			t.Errorf("%s: %q, want %q", sel, got, want)
 		}
+	}
+	// No node recorded for ann's home (a single node's server): the card
+	// names none.
+	var hostShown int
+	b.eval(`document.querySelectorAll('#home-host').length`, &hostShown)
+	if hostShown != 0 {
+		t.Errorf("the home's card names a node, with none recorded: %q", b.text(`#home-host`))
 	}
 	var restore map[string]bool
 	b.eval(`(() => { const [u, x] = ['#snaps-up .restore', '#snaps-box .restore'].map((s) => document.querySelector(s));

@@ -23,11 +23,12 @@ profile "homed" {
 }
 `
 
-// Delete my home, from My storage: the dialog says what is lost, its
-// button stays disabled until ann's name is typed, Escape closes it; a
-// running VM that mounts the home is named in the server's 409 beside the
-// field; stopped, the home is deleted and the page says there is none
-// now. In Chinese too, and at a phone's width.
+// Delete my home, from My storage: the card names the node the home
+// lives on; the dialog says what is lost, its button stays disabled until
+// ann's name is typed, Escape closes it; a running VM that mounts the
+// home is named in the server's 409 beside the field; stopped, the home
+// is deleted and the page says there is none now. In Chinese too, and at
+// a phone's width.
 func TestStorageHomeDeleteInChromium(t *testing.T) {
 	needBrowser(t)
 	root := t.TempDir()
@@ -50,10 +51,17 @@ func TestStorageHomeDeleteInChromium(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The node ann's home lives on, as a fleet's leader records it.
+	if _, err := env.Store.RecordHomeHost(ctx, "ann", "gpu-01"); err != nil {
+		t.Fatal(err)
+	}
 
 	b := newBrowser(t, env.URL, false)
 	b.signIn(env.UserToken)
 	b.run(chromedp.Navigate(env.URL+"/storage"), chromedp.WaitVisible(`#home-delete`, chromedp.ByQuery))
+	if got, want := b.text(`#home-host`), "It lives on the node gpu-01: your VMs that mount it are placed on that node when it can run them."; got != want {
+		t.Errorf("the home's node: %q, want %q", got, want)
+	}
 	// Checked first with no dialog open: axe-core's negative control, once
 	// a page, cannot see through a modal dialog.
 	b.check("home")
@@ -135,6 +143,9 @@ func TestStorageHomeDeleteInChromium(t *testing.T) {
 	}
 	b.eval(`document.cookie = 'gpuvm_lang=zh-CN; path=/'`, nil)
 	b.run(chromedp.Navigate(env.URL+"/storage"), chromedp.WaitVisible(`#home-delete`, chromedp.ByQuery))
+	if got, want := b.text(`#home-host`), "它位于节点 gpu-01 上：挂载它的虚拟机在该节点能运行时会被放置在那里。"; got != want {
+		t.Errorf("the home's node in Chinese: %q, want %q", got, want)
+	}
 	b.check("home-zh")
 	b.click(`#home-delete`)
 	b.run(chromedp.WaitVisible(`#home-delete-dialog`, chromedp.ByQuery))

@@ -1,8 +1,9 @@
 // pages/storage.js: /storage, "My storage": the caller's home (where the
-// guest mounts it, used against its quota and how the quota holds), the
-// shares they may mount (GET /v1/shares), their data disks with the disk
-// quota (create, grow, attach, detach, delete: /v1/volumes), and their
-// VMs' disk snapshots (take, restore, delete: /v1/vms/{id}/snapshots).
+// guest mounts it, the node it lives on, used against its quota and how
+// the quota holds), the shares they may mount (GET /v1/shares), their
+// data disks with the disk quota (create, grow, attach, detach, delete:
+// /v1/volumes), and their VMs' disk snapshots (take, restore, delete:
+// /v1/vms/{id}/snapshots).
 // Every refusal is shown in the server's words beside the field its
 // problem names; the page reads everything again after each action and on
 // any event of the caller's VMs.
@@ -16,6 +17,7 @@ addWords({
     st_title: 'My storage',
     st_intro: 'What you keep beyond a VM: your home, the shares you may mount, your data disks, and your VMs\' snapshots.',
     st_home: 'Home', st_homeAt: 'In each of your VMs whose profile has a home, it is mounted at {mount}: the same files in every VM.',
+    st_homeHost: 'It lives on the node {host}: your VMs that mount it are placed on that node when it can run them.',
     st_noHome: 'This server keeps no homes: what you keep lives on each VM\'s own disk, or on a data disk.',
     st_used: '{used} of {quota} used ({pct})', st_usedNoQuota: '{used} used (no quota)',
     st_usedSR: 'Your home uses {used} of its {quota} quota, {pct}.',
@@ -79,6 +81,7 @@ addWords({
     st_title: '我的存储',
     st_intro: '虚拟机之外属于你的存储：你的主目录、你可以挂载的共享、你的数据盘，以及你的虚拟机的快照。',
     st_home: '主目录', st_homeAt: '在你的每台配置带有主目录的虚拟机中，它都挂载在 {mount}：每台虚拟机里都是同一批文件。',
+    st_homeHost: '它位于节点 {host} 上：挂载它的虚拟机在该节点能运行时会被放置在那里。',
     st_noHome: '此服务器不提供主目录：你的文件保存在各虚拟机自己的磁盘上，或保存在数据盘上。',
     st_used: '已用 {used} / {quota}（{pct}）', st_usedNoQuota: '已用 {used}（无配额）',
     st_usedSR: '你的主目录已用 {used}，配额 {quota}，占 {pct}。',
@@ -226,10 +229,10 @@ function Bar({used, quota}) {
   </svg>`;
 }
 
-// Home: where the guest mounts it, used against its quota, how the quota
-// holds, and the way to delete it; or that the caller has none now (rec,
-// GET /v1/homes, says it does not exist); or that the server keeps no
-// homes.
+// Home: where the guest mounts it, the node it lives on, used against
+// its quota, how the quota holds, and the way to delete it; or that the
+// caller has none now (rec, GET /v1/homes, says it does not exist); or
+// that the server keeps no homes.
 function Home({vol, rec, me, act}) {
   if (!vol) {
     return html`<section class="card" id="home" aria-labelledby="home-title"><h2 id="home-title">${t('st_home')}</h2>
@@ -238,6 +241,7 @@ function Home({vol, rec, me, act}) {
   if (rec && !rec.exists) {
     return html`<section class="card" id="home" aria-labelledby="home-title" data-exists="false"><h2 id="home-title">${t('st_home')}</h2>
       <p id="home-mount">${homeAt(vol.mount)}</p>
+      <${HomeHost} rec=${rec} />
       <p id="home-none">${t('st_homeNone')}</p></section>`;
   }
   const known = vol.used_bytes != null;
@@ -245,6 +249,7 @@ function Home({vol, rec, me, act}) {
   const words = {used: fmtBytes(vol.used_bytes || 0), quota: q ? fmtBytes(q) : '', pct: q ? pctFmt.format((vol.used_bytes || 0) / q) : ''};
   return html`<section class="card" id="home" aria-labelledby="home-title"><h2 id="home-title">${t('st_home')}</h2>
     <p id="home-mount">${homeAt(vol.mount)}</p>
+    <${HomeHost} rec=${rec} />
     ${!known && html`<p class="hint" id="home-usage">${t('st_notMeasured')}</p>`}
     ${known && html`<div class="meter"><p id="home-usage"><span aria-hidden="true">${q ? t('st_used', words) : t('st_usedNoQuota', words)}</span>
       <span class="sr-only">${q ? t('st_usedSR', words) : t('st_usedNoQuota', words)}</span></p>
@@ -254,6 +259,14 @@ function Home({vol, rec, me, act}) {
     <${ServerWords} text=${vol.note} />
     ${rec && html`<${HomeDelete} me=${me} act=${act} />`}
   </section>`;
+}
+
+// HomeHost: the node the caller's home lives on (GET /v1/homes'
+// home_host), where one is recorded; nothing on a server that records
+// none (a single node's).
+function HomeHost({rec}) {
+  if (!rec || !rec.home_host) return null;
+  return html`<p id="home-host">${t('st_homeHost', {host: rec.home_host})}</p>`;
 }
 
 // HomeDelete: the button that deletes the caller's home, and its dialog:
