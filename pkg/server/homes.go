@@ -182,7 +182,9 @@ func (s *Server) deleteHome(c *gin.Context) {
 }
 
 // vmsMountingHome names owner's VMs that mount their home (their profile
-// has one, or is gone) and are not stopped, failed or deleted.
+// has one, or is gone) and are not stopped, failed or deleted: a stopped
+// VM whose start is under way (phase starting, set before the start makes
+// the home and starts the domain on it) counts.
 func (s *Server) vmsMountingHome(ctx context.Context, owner string) ([]string, error) {
 	cfg := s.config()
 	vms, err := store.AllVMs(ctx, s.Store, store.VMFilter{Owner: owner})
@@ -191,14 +193,17 @@ func (s *Server) vmsMountingHome(ctx context.Context, owner string) ([]string, e
 	}
 	var out []string
 	for _, vm := range vms {
-		switch vm.State {
-		case store.VMStopped, store.VMFailed, store.VMDeleted:
+		state := vm.State
+		switch {
+		case vm.State == store.VMStopped && vm.Phase == api.PhaseStarting:
+			state = api.PhaseStarting
+		case vm.State == store.VMStopped, vm.State == store.VMFailed, vm.State == store.VMDeleted:
 			continue
 		}
 		if p := cfg.Profiles[vm.Profile]; p != nil && !p.Home {
 			continue
 		}
-		out = append(out, fmt.Sprintf("%s (%s)", vm.Name, vm.State))
+		out = append(out, fmt.Sprintf("%s (%s)", vm.Name, state))
 	}
 	return out, nil
 }

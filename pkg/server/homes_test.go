@@ -81,7 +81,16 @@ func TestDeleteHome(t *testing.T) {
 	if code, p, body := volCall(t, s, "DELETE", "/v1/homes/ann?confirm=ann", "ann-token", ""); code != http.StatusConflict || p.Field != "user" || !strings.Contains(p.Detail, "box (queued)") {
 		t.Fatalf("with a queued VM: %d %s", code, body)
 	}
-	if _, err := st.UpdateVMState(ctx, vm.ID, vm.Version, store.VMUpdate{State: store.VMStopped}); err != nil {
+	// Stopped, with its start under way (which makes the home, then
+	// starts the domain on it): in use too.
+	starting, err := st.UpdateVMState(ctx, vm.ID, vm.Version, store.VMUpdate{State: store.VMStopped, Phase: api.PhaseStarting})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code, p, body := volCall(t, s, "DELETE", "/v1/homes/ann?confirm=ann", "ann-token", ""); code != http.StatusConflict || p.Field != "user" || !strings.Contains(p.Detail, "box (starting)") {
+		t.Fatalf("with a VM starting: %d %s", code, body)
+	}
+	if _, err := st.UpdateVMState(ctx, vm.ID, starting.Version, store.VMUpdate{State: store.VMStopped}); err != nil {
 		t.Fatal(err)
 	}
 	// ann's home was made here, bob's recorded on another host.
