@@ -3,7 +3,9 @@ package orchestrator
 import (
 	"context"
 	"maps"
+	"slices"
 	"testing"
+	"time"
 
 	"github.com/gpuvm/gpuvm/pkg/config"
 	"github.com/gpuvm/gpuvm/pkg/scheduler"
@@ -157,5 +159,83 @@ func TestPreferHomeHosts(t *testing.T) {
 		if reqs[i].PreferHost != c.want {
 			t.Errorf("%s: prefers %q, want %q", c.name, reqs[i].PreferHost, c.want)
 		}
+	}
+}
+
+// In a fleet a VM that needs no GPU and mounts its owner's home is made on
+// the node the home lives on, as a GPU VM is placed there: the leader
+// gives it that host and wakes the node, which makes it. Without a home
+// yet, or with the home's node drained or silent, it is made on the
+// leader (which made every VM without a GPU before).
+func TestFleetWithoutGPUOnHomeHost(t *testing.T) {
+	ctx := context.Background()
+	n1, n2 := newTwoNodeFleet(t, "h100x8")
+	n3 := newFleetNode(t, "n3", "l40sx4", n1.st)
+	n3.beat(t)
+	cfg, diags := config.Parse(config.Source{Name: "p.hcl", Data: []byte(testProfiles + `
+server {
+  storage {
+    homes {
+      root = "` + t.TempDir() + `"
+    }
+  }
+}
+profile "home-plain" {
+  vcpus  = 1
+  memory = "512MiB"
+  boot { kernel = "/boot/vmlinuz" }
+  network { type = "none" }
+  home = true
+}
+`)})
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	for _, n := range []*fleetNode{n1, n2, n3} {
+		n.cfg = cfg
+		n.o.life.virtiofsd = func() (string, error) { return "/usr/libexec/virtiofsd", nil }
+	}
+	if err := n1.st.CreateUser(ctx, &store.User{Name: "cem"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n1.st.RecordHomeHost(ctx, "ann", "n2"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n1.st.RecordHomeHost(ctx, "cem", "n3"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n1.st.SetHostDraining(ctx, "n3", true); err != nil {
+		t.Fatal(err)
+	}
+	atHome, _ := n1.submit("ann", "home-plain", "at-home")
+	noHome, _ := n1.submit("bob", "home-plain", "no-home")
+	drained, _ := n1.submit("cem", "home-plain", "home-drained")
+	n1.o.Drain(ctx)
+	if vm := n1.vm(atHome.ID); vm.Host != "n2" || vm.State != store.VMCreating {
+		t.Fatalf("ann's VM: %s on %q; want creating on n2, her home's node", vm.State, vm.Host)
+	}
+	if !slices.Contains(n1.fleet.notified(), "n2") {
+		t.Errorf("the leader woke %v, not n2", n1.fleet.notified())
+	}
+	for _, id := range []string{noHome.ID, drained.ID} {
+		if vm := n1.wantVM(id, store.VMRunning, ""); vm.Host != "n1" {
+			t.Errorf("%s runs on %q; want on n1, the leader", vm.Name, vm.Host)
+		}
+	}
+	n2.o.Drain(ctx)
+	if vm := n1.wantVM(atHome.ID, store.VMRunning, ""); vm.Host != "n2" {
+		t.Errorf("ann's VM runs on %q, want n2", vm.Host)
+	}
+	if len(n2.domains()) != 1 || len(n1.domains()) != 2 {
+		t.Errorf("domains: n1 %v, n2 %v", n1.domains(), n2.domains())
+	}
+
+	// n2 stops beating: past the timeout a new VM of ann's is made here.
+	time.Sleep(2500 * time.Millisecond)
+	n1.beat(t)
+	late, _ := n1.submit("ann", "home-plain", "home-silent")
+	n1.o.Drain(ctx)
+	if vm := n1.wantVM(late.ID, store.VMRunning, ""); vm.Host != "n1" {
+		t.Errorf("with n2 silent, ann's VM runs on %q; want n1", vm.Host)
 	}
 }

@@ -233,10 +233,13 @@ func (dp *dispatcher) cycleInputs(ctx context.Context, cfg *config.Config, queue
 
 // startWithoutGPU starts the queued VMs that need no GPU, at once unless a
 // quota keeps them waiting (they count against it, the vms quota, as every
-// VM does; entries gets why), and refuses those whose profile is gone. It
-// returns those it started (now creating) and the VMs that need a GPU.
+// VM does; entries gets why), and refuses those whose profile is gone: on
+// this host, or in a fleet on the node their owner's home lives on
+// (withoutGPUHost), which dispatch wakes to make them. It returns those it
+// started (now creating) and the VMs that need a GPU.
 func (dp *dispatcher) startWithoutGPU(ctx context.Context, cfg *config.Config, qs []queued, entries map[string]store.QueueEntry) (out, gpuQueue []queued) {
 	var plain *state
+	var up map[string]bool // the fleet's nodes that take VMs, read when first needed
 	plainSkipped := false
 	for _, q := range qs {
 		p := cfg.Profiles[q.vm.Profile]
@@ -267,7 +270,7 @@ func (dp *dispatcher) startWithoutGPU(ctx context.Context, cfg *config.Config, q
 				entries[q.vm.ID] = store.QueueEntry{Reason: why.Text(), Phase: PhaseQueued}
 				continue
 			}
-			host := dp.host
+			host := dp.withoutGPUHost(ctx, p, q.vm, plain.homeHosts, &up) // homehost.go
 			next, err := dp.st.UpdateVMState(ctx, q.vm.ID, q.vm.Version, store.VMUpdate{State: store.VMCreating, Phase: api.PhasePreparingDisk, Host: &host})
 			if err == nil {
 				err = dp.st.SetOperationStep(ctx, q.op.ID, StepAllocate)
