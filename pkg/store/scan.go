@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"gorm.io/gorm"
 )
 
 // The dispatch rounds read every unfinished operation and its VM, and the
@@ -52,6 +54,24 @@ func scanOp(rows *sql.Rows, op *Operation) error {
 // scanAll runs a query and scans each row with scan into a new T.
 func scanAll[T any](ctx context.Context, s *Store, scan func(*sql.Rows, *T) error, query string, args ...any) ([]T, error) {
 	rows, err := s.db.WithContext(ctx).Raw(query, args...).Rows()
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []T
+	for rows.Next() {
+		out = append(out, *new(T))
+		if err := scan(rows, &out[len(out)-1]); err != nil {
+			return nil, err
+		}
+	}
+	return out, rows.Err()
+}
+
+// scanRows runs the query q has built and scans each row with scan into
+// a new T: scanAll for a query gorm builds (its conditions, its order).
+func scanRows[T any](q *gorm.DB, scan func(*sql.Rows, *T) error) ([]T, error) {
+	rows, err := q.Rows()
 	if err != nil {
 		return nil, err
 	}
