@@ -41,7 +41,8 @@ type ReplayInputs struct {
 	Config *config.Config
 }
 
-// quietLog is where the replay's read of the round's inputs warns: nowhere.
+// quietLog is where the replay's read of the round's inputs, and the rules'
+// readers' (placementState), warn: nowhere.
 // The round reads the same and warns of it (a backend that did not answer,
 // a node's unusable inventory, a GPU it cannot account for), once a round;
 // the replay runs again at every estimate read after a change, and would

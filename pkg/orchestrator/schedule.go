@@ -375,9 +375,11 @@ func (dp *dispatcher) claim(ctx context.Context, q queued, s scheduler.Start, st
 // drains; and the reservations' bookings. Its readers are the rules'
 // (Book, Capacity, CheckExtend, ReservationConflicts), outside any round
 // and without roundMu: they read the bookings only (peekBookings); the
-// round keeps them (holdBookings, in its own cycleInputs).
+// round keeps them (holdBookings, in its own cycleInputs). They warn of
+// nothing (quietLog): they read as often as people ask, and the round
+// warns of the same, once a round.
 func (dp *dispatcher) placementState(ctx context.Context, cfg *config.Config, now time.Time, kinds []string) (*state, error) {
-	return dp.readPlacement(ctx, cfg, now, kinds, dp.peekBookings, dp.log)
+	return dp.readPlacement(ctx, cfg, now, kinds, dp.peekBookings, quietLog)
 }
 
 // bookingsStep gives a state's engine the reservations' bookings
