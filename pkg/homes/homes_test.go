@@ -128,17 +128,7 @@ func TestFindVirtiofsd(t *testing.T) {
 // the home whole.
 func TestRemoveHoldsTheHomeAgainstEnsure(t *testing.T) {
 	root := filepath.Join(t.TempDir(), "homes")
-	uid := os.Getuid()
-	if uid == 0 {
-		uid = 20000
-	}
-	dir, err := Ensure(root, "ann", uid, quiet, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "notes.txt"), []byte("day"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	uid, dir := homeWithNotes(t, root)
 	busy := errors.New("a VM may mount it")
 	if err := Remove(root, "ann", "ann", func() error { return busy }, nil); err != busy {
 		t.Fatalf("remove refused by its check = %v, want the check's error", err)
@@ -242,4 +232,22 @@ func TestHooksRunWithTheHomeHeld(t *testing.T) {
 	if err := Remove(root, "bob", "bob", nil, func() { called = true }); err == nil || called {
 		t.Fatalf("no home to remove: %v, hook called %v", err, called)
 	}
+}
+
+// homeWithNotes makes ann's home under root with a file in it, owned by
+// this process's uid (20000 for root), and returns the uid and the home.
+func homeWithNotes(t *testing.T, root string) (int, string) {
+	t.Helper()
+	uid := os.Getuid()
+	if uid == 0 {
+		uid = 20000
+	}
+	dir, err := Ensure(root, "ann", uid, quiet, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "notes.txt"), []byte("day"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return uid, dir
 }

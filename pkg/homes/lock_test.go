@@ -78,17 +78,7 @@ func waitFile(name string, done <-chan struct{}) error {
 func TestHomeHeldAcrossProcesses(t *testing.T) {
 	root := filepath.Join(t.TempDir(), "homes")
 	sigs := t.TempDir()
-	uid := os.Getuid()
-	if uid == 0 {
-		uid = 20000
-	}
-	dir, err := Ensure(root, "ann", uid, quiet, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "notes.txt"), []byte("day"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	uid, dir := homeWithNotes(t, root)
 
 	var out bytes.Buffer
 	child := exec.Command(os.Args[0], "-test.run=^TestHomesChild$", "-test.count=1", "-test.v")

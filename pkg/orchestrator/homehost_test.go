@@ -29,14 +29,7 @@ func TestFleetPrefersHomeHost(t *testing.T) {
 	for _, n := range []*fleetNode{n1, n2, n3} {
 		n.beat(t)
 	}
-	cfg, diags := config.Parse(config.Source{Name: "p.hcl", Data: []byte(testProfiles + `
-server {
-  storage {
-    homes {
-      root = "` + t.TempDir() + `"
-    }
-  }
-}
+	cfg := homesConfig(t, `
 profile "home-seat" {
   vcpus  = 1
   memory = "512MiB"
@@ -48,10 +41,7 @@ profile "home-seat" {
   }
   home = true
 }
-`)})
-	if diags.HasErrors() {
-		t.Fatal(diags)
-	}
+`)
 	if !cfg.Profiles["home-seat"].Home {
 		t.Fatal("home-seat does not mount its owner's home")
 	}
@@ -172,14 +162,7 @@ func TestFleetWithoutGPUOnHomeHost(t *testing.T) {
 	n1, n2 := newTwoNodeFleet(t, "h100x8")
 	n3 := newFleetNode(t, "n3", "l40sx4", n1.st)
 	n3.beat(t)
-	cfg, diags := config.Parse(config.Source{Name: "p.hcl", Data: []byte(testProfiles + `
-server {
-  storage {
-    homes {
-      root = "` + t.TempDir() + `"
-    }
-  }
-}
+	cfg := homesConfig(t, `
 profile "home-plain" {
   vcpus  = 1
   memory = "512MiB"
@@ -187,10 +170,7 @@ profile "home-plain" {
   network { type = "none" }
   home = true
 }
-`)})
-	if diags.HasErrors() {
-		t.Fatal(diags)
-	}
+`)
 	for _, n := range []*fleetNode{n1, n2, n3} {
 		n.cfg = cfg
 		n.o.life.virtiofsd = func() (string, error) { return "/usr/libexec/virtiofsd", nil }
@@ -238,4 +218,23 @@ profile "home-plain" {
 	if vm := n1.wantVM(late.ID, store.VMRunning, ""); vm.Host != "n1" {
 		t.Errorf("with n2 silent, ann's VM runs on %q; want n1", vm.Host)
 	}
+}
+
+// homesConfig is the test profiles and more, with homes under a temporary
+// root.
+func homesConfig(t *testing.T, more string) *config.Config {
+	t.Helper()
+	cfg, diags := config.Parse(config.Source{Name: "p.hcl", Data: []byte(testProfiles + `
+server {
+  storage {
+    homes {
+      root = "` + t.TempDir() + `"
+    }
+  }
+}
+` + more)})
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	return cfg
 }

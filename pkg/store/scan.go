@@ -53,19 +53,7 @@ func scanOp(rows *sql.Rows, op *Operation) error {
 
 // scanAll runs a query and scans each row with scan into a new T.
 func scanAll[T any](ctx context.Context, s *Store, scan func(*sql.Rows, *T) error, query string, args ...any) ([]T, error) {
-	rows, err := s.db.WithContext(ctx).Raw(query, args...).Rows()
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []T
-	for rows.Next() {
-		out = append(out, *new(T))
-		if err := scan(rows, &out[len(out)-1]); err != nil {
-			return nil, err
-		}
-	}
-	return out, rows.Err()
+	return scanRows(s.db.WithContext(ctx).Raw(query, args...), scan)
 }
 
 // scanRows runs the query q has built and scans each row with scan into
