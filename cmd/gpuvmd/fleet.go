@@ -172,6 +172,18 @@ func (w fleetWaker) Wake() {
 	w.fleet.Notify(fleet.Everyone)
 }
 
+// WakeLeader wakes the fleet's leader alone (server.LeaderWaker): this
+// node's workers when it leads, else the leader by notification. A VM
+// just queued is the leader's to place; the other nodes' rounds would
+// find nothing to do for it.
+func (w fleetWaker) WakeLeader() {
+	if w.fleet.IsLeader() {
+		w.local.Wake()
+		return
+	}
+	w.fleet.Notify(fleet.ToLeader)
+}
+
 // waker is the API's Waker.
 func (n *node) waker(orch *orchestrator.Orchestrator) server.Waker {
 	if n.fleet == nil {

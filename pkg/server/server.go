@@ -156,6 +156,25 @@ type ProfileAvailability interface {
 // Waker is told that a VM operation was queued.
 type Waker interface{ Wake() }
 
+// LeaderWaker is a Waker that can wake the fleet's leader alone: what a
+// new queued VM needs, since the leader places the whole queue
+// (cmd/gpuvmd's fleet waker). A create that woke every node had each
+// follower run a round for nothing, a couple of hundred a second while
+// creates came at that rate (issue #26).
+type LeaderWaker interface{ WakeLeader() }
+
+// wakeQueue wakes what places a VM just queued: the fleet's leader alone
+// where the Worker can (LeaderWaker), else the Worker.
+func (s *Server) wakeQueue() {
+	switch w := s.Worker.(type) {
+	case LeaderWaker:
+		w.WakeLeader()
+	case nil:
+	default:
+		w.Wake()
+	}
+}
+
 // Server is gpuvmd's HTTP API.
 type Server struct {
 	Deps

@@ -284,9 +284,7 @@ func (s *Server) makeVM(c *gin.Context, req api.CreateVMRequest, task *store.Tas
 		s.writeProblem(c, err)
 		return nil, nil, nil, false
 	}
-	if s.Worker != nil {
-		s.Worker.Wake()
-	}
+	s.wakeQueue()
 	return vm, op, p, true
 }
 

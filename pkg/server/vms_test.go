@@ -18,6 +18,32 @@ type countWaker struct{ n atomic.Int32 }
 
 func (w *countWaker) Wake() { w.n.Add(1) }
 
+// leaderWaker is a fleet's node's Waker: Wake wakes every node, WakeLeader
+// the leader alone.
+type leaderWaker struct{ all, leader atomic.Int32 }
+
+func (w *leaderWaker) Wake()       { w.all.Add(1) }
+func (w *leaderWaker) WakeLeader() { w.leader.Add(1) }
+
+// In a fleet a create wakes the leader alone, which places the queue; a
+// delete wakes every node (the VM's own makes it go).
+func TestCreateWakesTheLeaderAlone(t *testing.T) {
+	s, _, _ := vmServer(t)
+	w := &leaderWaker{}
+	s.Worker = w
+	rec, m := send(t, s, "POST", "/v1/vms", "ann-token", `{"profile":"seat","name":"one"}`)
+	if rec.Code != 202 {
+		t.Fatalf("create: %d %s", rec.Code, rec.Body)
+	}
+	if w.leader.Load() != 1 || w.all.Load() != 0 {
+		t.Errorf("a create woke the leader %d times and every node %d times; want the leader once", w.leader.Load(), w.all.Load())
+	}
+	id := m["vm"].(map[string]any)["id"].(string)
+	if rec, _ := send(t, s, "DELETE", "/v1/vms/"+id, "ann-token", ""); rec.Code != 202 || w.all.Load() != 1 {
+		t.Errorf("delete: %d, every node woken %d times; want once", rec.Code, w.all.Load())
+	}
+}
+
 func vmServer(t *testing.T) (*Server, *store.Store, *countWaker) {
 	t.Helper()
 	cfg, diags := config.Parse(config.Source{Name: "p.hcl", Data: []byte(`
