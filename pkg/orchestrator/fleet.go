@@ -66,6 +66,29 @@ func (fl *fleetDuties) readsOnly() string {
 	return fl.host
 }
 
+// beating says whether a fleet's node is not down and its heartbeat came
+// within the host timeout at now: a node whose capacity rounds offer
+// (placementHosts; a draining one too, which takes no new VM).
+func (fl *fleetDuties) beating(h store.Host, now time.Time) bool {
+	return h.State != store.HostDown && now.Sub(h.HeartbeatAt) <= fl.hostTimeout()
+}
+
+// takingVMs is the fleet's nodes that take new VMs now: beating and not
+// draining. None when they cannot be read, which it logs on log.
+func (fl *fleetDuties) takingVMs(ctx context.Context, log *slog.Logger) map[string]bool {
+	rows, err := fl.st.ListHosts(ctx)
+	if err != nil {
+		log.Warn("the fleet's nodes not read: VMs without a GPU are made here this round, not on their homes' nodes", "err", err)
+		return map[string]bool{}
+	}
+	now := fl.st.Now()
+	up := make(map[string]bool, len(rows))
+	for _, h := range rows {
+		up[h.Name] = h.State != store.HostDraining && fl.beating(h, now)
+	}
+	return up
+}
+
 // wakeNode wakes another node of the fleet ("" the leader); nothing on a
 // single server.
 func (fl *fleetDuties) wakeNode(node string) {
@@ -150,7 +173,7 @@ func (fl *fleetDuties) placementHosts(ctx context.Context, cfg *config.Config, k
 			out[0].spec.Draining = h.State == store.HostDraining
 			continue
 		}
-		if h.State == store.HostDown || now.Sub(h.HeartbeatAt) > fl.hostTimeout() {
+		if !fl.beating(h, now) {
 			continue // down: its capacity is not offered
 		}
 		ph, err := fl.remote.get(cfg, h)

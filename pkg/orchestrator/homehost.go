@@ -1,8 +1,6 @@
 package orchestrator
 
 import (
-	"context"
-
 	"github.com/gpuvm/gpuvm/pkg/config"
 	"github.com/gpuvm/gpuvm/pkg/scheduler"
 	"github.com/gpuvm/gpuvm/pkg/store"
@@ -34,38 +32,14 @@ func preferHomeHosts(cfg *config.Config, queue []queued, reqs []scheduler.Reques
 // withoutGPUHost is the host a queued VM that needs no GPU is made on:
 // this one (a single server; the fleet's leader, which places it), or, in
 // a fleet, the node its owner's home lives on when its profile mounts the
-// home and that node is up (homes: user → host, from the round's read of
-// the users; up: upNodes, read once a round when first needed). A node
-// that cannot take it now leaves it here, with a second, empty home, as a
-// GPU VM placed away from its home is (what it is told of that is worked
-// out when it is read).
-func (dp *dispatcher) withoutGPUHost(ctx context.Context, p *config.Profile, vm *store.VM, homes map[string]string, up *map[string]bool) string {
-	home := homes[vm.Owner]
-	if set := dp.life.settings(); !set.InFleet || !set.Homes.Enabled || !p.Home || home == "" || home == dp.host {
-		return dp.host
-	}
-	if *up == nil {
-		*up = dp.upNodes(ctx)
-	}
-	if (*up)[home] {
+// home and that node takes VMs now (homes: user → host, from the round's
+// read of the users; taking: fleetDuties.takingVMs, nil outside a fleet
+// with homes). A node that cannot take it now leaves it here, with a
+// second, empty home, as a GPU VM placed away from its home is (what it
+// is told of that is worked out when it is read).
+func (dp *dispatcher) withoutGPUHost(p *config.Profile, vm *store.VM, homes map[string]string, taking map[string]bool) string {
+	if home := homes[vm.Owner]; p.Home && taking[home] {
 		return home
 	}
 	return dp.host
-}
-
-// upNodes is the fleet's nodes that take new VMs now: up (not drained or
-// down) and beating within the host timeout. None when they cannot be
-// read, which it logs: the VMs are then made here.
-func (dp *dispatcher) upNodes(ctx context.Context) map[string]bool {
-	rows, err := dp.st.ListHosts(ctx)
-	if err != nil {
-		dp.log.Warn("the fleet's nodes not read: VMs without a GPU are made here this round, not on their homes' nodes", "err", err)
-		return map[string]bool{}
-	}
-	now := dp.st.Now()
-	up := make(map[string]bool, len(rows))
-	for _, h := range rows {
-		up[h.Name] = h.State == store.HostUp && now.Sub(h.HeartbeatAt) <= dp.fleet.hostTimeout()
-	}
-	return up
 }

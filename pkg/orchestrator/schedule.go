@@ -239,7 +239,7 @@ func (dp *dispatcher) cycleInputs(ctx context.Context, cfg *config.Config, queue
 // started (now creating) and the VMs that need a GPU.
 func (dp *dispatcher) startWithoutGPU(ctx context.Context, cfg *config.Config, qs []queued, entries map[string]store.QueueEntry) (out, gpuQueue []queued) {
 	var plain *state
-	var up map[string]bool // the fleet's nodes that take VMs, read when first needed
+	var taking map[string]bool // in a fleet with homes, the nodes that take VMs (withoutGPUHost)
 	plainSkipped := false
 	for _, q := range qs {
 		p := cfg.Profiles[q.vm.Profile]
@@ -254,6 +254,9 @@ func (dp *dispatcher) startWithoutGPU(ctx context.Context, cfg *config.Config, q
 				if plain, err = dp.quotaState(ctx, cfg, dp.st.Now(), nil); err != nil {
 					dp.log.Error("VMs without a GPU wait this round: their quotas could not be read", "err", err)
 					plainSkipped = true
+				}
+				if set := dp.life.settings(); set.InFleet && set.Homes.Enabled {
+					taking = dp.fleet.takingVMs(ctx, dp.log) // fleet.go
 				}
 			}
 			if plain == nil {
@@ -270,7 +273,7 @@ func (dp *dispatcher) startWithoutGPU(ctx context.Context, cfg *config.Config, q
 				entries[q.vm.ID] = store.QueueEntry{Reason: why.Text(), Phase: PhaseQueued}
 				continue
 			}
-			host := dp.withoutGPUHost(ctx, p, q.vm, plain.homeHosts, &up) // homehost.go
+			host := dp.withoutGPUHost(p, q.vm, plain.homeHosts, taking) // homehost.go
 			next, err := dp.st.UpdateVMState(ctx, q.vm.ID, q.vm.Version, store.VMUpdate{State: store.VMCreating, Phase: api.PhasePreparingDisk, Host: &host})
 			if err == nil {
 				err = dp.st.SetOperationStep(ctx, q.op.ID, StepAllocate)
