@@ -40,6 +40,9 @@ func TestStorageHomeDeleteInChromium(t *testing.T) {
 		t.Fatal(err)
 	}
 	env, _ := storageEnv(t, true, storageFacts{homesRoot: root, profiles: homedProfile, datasets: "小组的数据集", course: "课程资料"}, "升级前", "全新安装")
+	// The VM stays as written: the worker, unpaused by storageEnv for the
+	// snapshots other tests take, would place it between the writes.
+	env.Worker.Pause()
 	ctx := context.Background()
 	host := "test-host"
 	work := &store.VM{Name: "train", Owner: "ann", Profile: "homed", Hours: 8}
