@@ -51,7 +51,7 @@ func (t consoleTokens) AuthenticateToken(_ context.Context, plain string) (*stor
 // browser console (noVNC) and must see it connected and not blank.
 func TestConsoleThroughProxy(t *testing.T) {
 	e := setup(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 
 	req, serial := e.request("console")
@@ -198,14 +198,20 @@ func browserConsole(t *testing.T, ctx context.Context, get func(path, token stri
 	defer acancel()
 	bctx, bcancel := chromedp.NewContext(actx)
 	defer bcancel()
-	wctx, wcancel := context.WithTimeout(bctx, 60*time.Second)
+	// Two minutes: under a full make test on two cores, Chromium's start,
+	// the page and noVNC's modules took over a minute once.
+	wctx, wcancel := context.WithTimeout(bctx, 2*time.Minute)
 	defer wcancel()
 	var status string
 	if err := chromedp.Run(wctx, chromedp.Navigate(con.BrowserURL),
 		chromedp.WaitVisible(`#status[data-state="connected"]`, chromedp.ByQuery),
 		chromedp.Text("#status", &status, chromedp.ByQuery)); err != nil {
-		_ = chromedp.Run(bctx, chromedp.Text("#status", &status, chromedp.ByQuery))
-		t.Fatalf("noVNC did not connect: %v (status %q)", err, status)
+		var page string
+		lctx, lcancel := context.WithTimeout(bctx, 10*time.Second)
+		_ = chromedp.Run(lctx, chromedp.Evaluate(`location.href + ' ' + document.readyState + ' ' +
+  JSON.stringify((document.querySelector('#status') || {}).dataset || null) + ' ' + (document.querySelector('#status') || {}).textContent`, &page))
+		lcancel()
+		t.Fatalf("noVNC did not connect: %v (the page: %s)", err, page)
 	}
 	var lit int
 	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline) && lit == 0; time.Sleep(200 * time.Millisecond) {
