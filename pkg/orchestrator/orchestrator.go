@@ -117,6 +117,11 @@ type Config struct {
 	// Tick is how often queued VMs are retried without a wake-up (default
 	// 5s); ReconcileEvery how often Run reconciles (default 1m).
 	Tick, ReconcileEvery time.Duration
+	// VirtiofsCheck is how often, besides each reconcile, the virtiofs
+	// daemons of this host's running VMs are looked at when homes or
+	// shares are configured (default 10s; virtiofs.go): a dead one hangs
+	// its guest's mounts, which its owner should hear of in seconds.
+	VirtiofsCheck time.Duration
 	// ShutdownTimeout is how long a deleted or stopped VM gets to shut down
 	// before it is forced off (default 30s).
 	ShutdownTimeout time.Duration
@@ -284,7 +289,8 @@ func New(cfg Config, opts ...Option) *Orchestrator {
 			c := live()
 			return reconcileSettings{DomainPrefix: set.DomainPrefix,
 				ShutdownTimeout: set.ShutdownTimeout, InFleet: set.Fleet != nil,
-				Profiles: c.Profiles, StoragePool: c.Server.Libvirt.StoragePool}
+				Profiles: c.Profiles, StoragePool: c.Server.Libvirt.StoragePool,
+				Virtiofs: c.Server.Storage.Homes.Root != "" || len(c.Server.Storage.Shares) > 0}
 		}}
 	return o
 }
@@ -324,6 +330,9 @@ func withDefaults(cfg Config) Config {
 	}
 	if cfg.ReconcileEvery <= 0 {
 		cfg.ReconcileEvery = time.Minute
+	}
+	if cfg.VirtiofsCheck <= 0 {
+		cfg.VirtiofsCheck = 10 * time.Second
 	}
 	if cfg.ShutdownTimeout <= 0 {
 		cfg.ShutdownTimeout = 30 * time.Second
@@ -432,8 +441,8 @@ func (o *Orchestrator) Wake() { o.wake.Wake() }
 // started: on every wake-up, and every Tick unless nothing changed since
 // the last round (idle.go); it reconciles every
 // ReconcileEvery; it applies the timed rules every RulesEvery. Alongside,
-// it watches booting VMs until their guests are up (boot.go) and libvirt's
-// domain events (reconcile.go). Reconcile once before Run at start-up.
+// it watches booting VMs until their guests are up (boot.go), libvirt's
+// domain events (reconcile.go) and the virtiofs daemons (virtiofs.go). Reconcile once before Run at start-up.
 func (o *Orchestrator) Run(ctx context.Context) {
 	tick := time.NewTicker(o.cfg.Tick)
 	defer tick.Stop()
@@ -447,6 +456,8 @@ func (o *Orchestrator) Run(ctx context.Context) {
 	go func() { defer o.wg.Done(); o.life.watchBoots(ctx) }()
 	o.wg.Add(1)
 	go func() { defer o.wg.Done(); o.rec.watchDomains(ctx) }()
+	o.wg.Add(1)
+	go func() { defer o.wg.Done(); o.rec.watchVirtiofs(ctx, o.cfg.VirtiofsCheck) }()
 	o.life.resumeVolumes(ctx) // volumes.go: what a killed gpuvmd left half-made
 	o.disp.dispatch(ctx, false)
 	var took time.Duration // the last round's

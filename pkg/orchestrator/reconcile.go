@@ -71,6 +71,9 @@ type reconcileSettings struct {
 	// Of the configuration in force:
 	Profiles    map[string]*config.Profile
 	StoragePool string
+	// Virtiofs: homes or shares are configured, which VMs mount over
+	// virtiofs.
+	Virtiofs bool
 }
 
 // Report says what a Reconcile found and fixed.

@@ -2,8 +2,10 @@ package orchestrator
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/gpuvm/gpuvm/pkg/api"
 	"github.com/gpuvm/gpuvm/pkg/homes"
@@ -17,7 +19,9 @@ import (
 // for a dead one the VM is marked — its state reason says what happened
 // and how to recover, which gpuvm show and the portal show — and its owner
 // gets a vm.warning (kind virtiofs) once per death: not again while the
-// reason stays, which the next start of the VM replaces.
+// reason stays, which the next start of the VM replaces. Between
+// reconciles, a watch looks every Config.VirtiofsCheck while homes or
+// shares are configured.
 
 // VirtiofsReasonPrefix starts the state reason of a VM whose virtiofs
 // daemon died.
@@ -45,6 +49,31 @@ type localSystem interface{ LocalSystem() bool }
 // in dirs instead of the system libvirtd's (tests: a fake process table).
 func WithLibvirtDirs(dirs homes.LibvirtDirs) Option {
 	return func(o *options) { o.libvirtDirs = &dirs }
+}
+
+// watchVirtiofs looks at the virtiofs daemons every interval until ctx
+// ends, while homes or shares are configured, a round or a reconcile not
+// running meanwhile. What it cannot judge is logged at debug level: the
+// next reconcile reports it.
+func (rc *reconciler) watchVirtiofs(ctx context.Context, every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if !rc.settings().Virtiofs {
+			continue
+		}
+		rc.roundMu.Lock()
+		errs := rc.checkVirtiofs(ctx)
+		rc.roundMu.Unlock()
+		if len(errs) > 0 {
+			rc.log.Debug("virtiofs daemons not judged", "err", errors.Join(errs...))
+		}
+	}
 }
 
 // checkVirtiofs marks the running VMs of this host whose virtiofs daemon

@@ -110,6 +110,45 @@ func TestVirtiofsDaemonDeath(t *testing.T) {
 	}
 }
 
+// Between reconciles (an hour apart here), the watch finds a dead daemon
+// within its interval once homes are configured.
+func TestVirtiofsWatchBetweenReconciles(t *testing.T) {
+	e := newEnv(t, "l40sx4")
+	e.cfg.Server.Storage.Homes.Root = t.TempDir()
+	root := t.TempDir()
+	dirs := homes.LibvirtDirs{StateDir: filepath.Join(root, "run"), LibDir: filepath.Join(root, "lib"), Proc: filepath.Join(root, "proc")}
+	o := New(Config{Store: e.st, Backends: e.l, Hypervisor: e.hv, Profiles: func() *config.Config { return e.cfg }, Host: "test-host",
+		DomainPrefix: e.prefix, DomainType: "qemu", Log: e.log, Tick: 50 * time.Millisecond, ShutdownTimeout: time.Second,
+		ReconcileEvery: time.Hour, VirtiofsCheck: 20 * time.Millisecond},
+		WithLibvirtDirs(dirs))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	vm, _ := e.submit("ann", "l40s-seat", "dead")
+	o.Drain(ctx)
+	info, err := e.hv.Lookup(ctx, vm.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := e.hv.DomainID(ctx, vm.ID)
+	if err != nil || id <= 0 {
+		t.Fatalf("domain id: %d, %v", id, err)
+	}
+	writeFile(t, filepath.Join(dirs.LibDir, "domain-"+strconv.Itoa(id)+"-"+info.Name[:min(20, len(info.Name))], "fs0-fs.pid"), "4242\n")
+	done := make(chan struct{})
+	go func() { defer close(done); o.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.HasPrefix(e.vm(vm.ID).StateReason, VirtiofsReasonPrefix) {
+		if time.Now().After(deadline) {
+			t.Fatalf("not marked by the watch: %q", e.vm(vm.ID).StateReason)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if ws := virtiofsWarnings(t, e.st, vm.ID); len(ws) != 1 {
+		t.Fatalf("warnings %+v", ws)
+	}
+}
+
 // The portal recognises the reason by its start: both say the same.
 func TestPortalKnowsVirtiofsReason(t *testing.T) {
 	b, err := os.ReadFile("../portal/assets/pages/vms.js")
