@@ -25,8 +25,9 @@ import (
 )
 
 // homeProfiles are netProfiles' tiny-mig with the owner's home (home =
-// true) and configs/dev's tiny-seed template, which gives the account the
-// owner's uid. KERNEL, INITRD and CMDLINE are filled in.
+// true), a system disk (an overlay of the blank image, which the
+// snapshots take), and configs/dev's tiny-seed template, which gives the
+// account the owner's uid. KERNEL, INITRD, CMDLINE and BLANK are filled in.
 const homeProfiles = `
 template "tiny-seed" {
   content = <<EOT
@@ -44,10 +45,17 @@ users:
 EOT
 }
 
+image "blank" {
+  path     = "BLANK"
+  format   = "raw"
+  firmware = "bios"
+}
+
 profile "tiny-home" {
   vcpus  = 1
   memory = "512MiB"
   home   = true
+  disk { image = "blank" }
   boot {
     kernel  = "KERNEL"
     initrd  = "INITRD"
@@ -81,7 +89,11 @@ type homePerson struct {
 // owned in the guest by her stable uid; the VM is deleted; the file is on
 // the host, in her home, with that content and owner; her second VM reads
 // it back. bob's VM, running beside ann's first, has his own home at the
-// same path: empty, his uid, not hers. Everything through `gpuvm ssh` as
+// same path: empty, his uid, not hers. bob's virtiofs daemon is then
+// killed under his running guest, and his VM says so within seconds; ann
+// snapshots ann-2's system disk while it runs, writes over it, stops it,
+// restores the snapshot and starts it: the disk holds what it held
+// (homefaults_test.go). Everything through `gpuvm ssh` and the CLI as
 // each person. As root, with qemu:///system, the network "default" and
 // QEMU's virtiofsd; not with -short or GPUVM_SKIP_SYSTEM_TEST=1.
 func TestHomeFollowsThePerson(t *testing.T) {
@@ -99,7 +111,7 @@ func TestHomeFollowsThePerson(t *testing.T) {
 	tiny := setUpTinyGuest(t, hv)
 	root := t.TempDir()
 	profiles := strings.NewReplacer("KERNEL", tiny.files[tiny.kernel], "INITRD", tiny.files[tiny.initrd],
-		"CMDLINE", guest.Cmdline).Replace(homeProfiles)
+		"CMDLINE", guest.Cmdline, "BLANK", tiny.blank).Replace(homeProfiles)
 	team := newTeamShare(t) // shares_test.go
 	w := newWorld(t, worldConfig{preset: "h100x8", uri: systemURI, pool: tiny.pool, profiles: team.profile(profiles),
 		storage: fmt.Sprintf("    homes {\n      root = %q\n    }", root) + team.storage})
@@ -155,6 +167,8 @@ func TestHomeFollowsThePerson(t *testing.T) {
 	}
 	diskBytes := w.diskWritten(sh, ann, bob, disk, bob1)
 	team.check(t, w, hv, sh, ann, bob, bob1) // shares_test.go
+	// bob's file server dies under his running guest (homefaults_test.go).
+	virtiofsSeen := w.virtiofsdKilled(hv, bob, bob1, ann1)
 
 	// ann's first VM goes (and bob's); her notes stay on the host, hers.
 	delBob := w.deleteAsync(bob1)
@@ -179,6 +193,8 @@ func TestHomeFollowsThePerson(t *testing.T) {
 		t.Errorf("ann-2 reads %q from %s/notes.txt, want what ann-1 wrote, %q", got["notes"], homeMount, content)
 	}
 	w.diskRead(sh, ann, disk, diskBytes)
+	// A snapshot of ann-2's system disk, restored (homefaults_test.go).
+	snapTook, restoreTook := w.snapshotRestored(sh, ann, ann2)
 
 	delBob()
 	vms.done(bob1)
@@ -195,8 +211,9 @@ func TestHomeFollowsThePerson(t *testing.T) {
 	} else {
 		w.noErrors()
 	}
-	t.Logf("ann (uid %d) and bob (uid %d): gpuvmd up %v after the start, ann-1 and bob-1 ready at %v, the notes read back in ann-2 at %v",
-		annUID, bobUID, up.Round(100*time.Millisecond), booted.Round(100*time.Millisecond), time.Since(begin).Round(100*time.Millisecond))
+	t.Logf("ann (uid %d) and bob (uid %d): gpuvmd up %v after the start, ann-1 and bob-1 ready at %v, all done at %v; bob-1's killed virtiofs daemon said %v after the kill; ann-2's live snapshot %v, its restore %v (the CLI's --wait, end to end)",
+		annUID, bobUID, up.Round(100*time.Millisecond), booted.Round(100*time.Millisecond), time.Since(begin).Round(100*time.Millisecond),
+		virtiofsSeen.Round(100*time.Millisecond), snapTook.Round(10*time.Millisecond), restoreTook.Round(10*time.Millisecond))
 }
 
 // guestFacts is the shell of the guest that prints what checkHomeFacts

@@ -121,6 +121,7 @@ type tinyGuest struct {
 	kernel, initrd string            // the cached files
 	files          map[string]string // cached file → the copy QEMU reads
 	pool           string
+	blank          string // a raw image of 1 MiB of zeros, for system disks
 	profiles       string
 }
 
@@ -162,7 +163,7 @@ func setUpTinyGuest(t *testing.T, hv *hypervisor.Conn) tinyGuest {
 			t.Errorf("delete pool %s: %v", pool, err)
 		}
 	})
-	return tinyGuest{kernel: kernel, initrd: initrd, files: files, pool: pool,
+	return tinyGuest{kernel: kernel, initrd: initrd, files: files, pool: pool, blank: blank,
 		profiles: fmt.Sprintf(tinyProfiles, blank, files[kernel], files[initrd], guest.Cmdline)}
 }
 
