@@ -18,7 +18,7 @@ PLUGINS     := vgpu mig passthrough
 RUN_STATE   ?= $(CURDIR)/.cache/run
 RUN_LISTEN  ?= 127.0.0.1:8080
 
-.PHONY: all setup novnc portal build test-bin guest desktop-image test-desktop-image run test unit lint generate check-generate fuzz clean package test-install bench-scale
+.PHONY: all setup novnc portal build test-bin guest desktop-image test-desktop-image run test unit lint generate check-generate fuzz clean package test-install bench-scale bench-homeio
 
 all: build
 
@@ -163,6 +163,14 @@ unit: test-bin
 # GPUVM_BENCH_PG=<postgres DSN> runs it on PostgreSQL.
 bench-scale:
 	$(GO) test -run '^$$' -bench '^BenchmarkScale$$' -benchtime 1x -timeout 120m ./test/bench/
+
+# The home I/O benchmark (test/e2e/homeio_test.go, issue #27): from inside
+# the tiny guest under a real libvirtd and QEMU (as root), a home over
+# virtiofs against an ext4 data disk on virtio-blk, on one host file
+# system: sequential write MB/s, small files made a second, and their
+# ratios. Minutes; not part of `make test`.
+bench-homeio: setup test-bin
+	GPUVM_BENCH_HOMEIO=1 GPUVM_TEST_BIN=$(TESTBIN) $(GO) test -count=1 -v -run '^TestHomeIOBenchmark$$' -timeout 30m ./test/e2e/
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '\.pb\.go$$')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
