@@ -89,6 +89,7 @@ type windowsInstallOpts struct {
 	imageName, productKeyFile, passwordFile string
 	user, computer, locale, inputLocale, tz string
 	nvidiaDriver, nvidiaArgs, cloudbase     string
+	winfsp                                  string
 	licensing, disk, network, templates     string
 	domainType, gpuMdev                     string
 	gpuPCI                                  []string
@@ -129,12 +130,14 @@ Nothing here knows whether that host can use KVM: --render needs
                          locale, UEFI/GPT disk, the virtio-win storage driver, the
                          image, RDP with NLA, the local admin, no OOBE questions
   gpuvm-firstlogon.ps1   what the first logon runs: virtio-win guest tools and the
-                         QEMU guest agent, cloudbase-init (--cloudbase-init), the
-                         NVIDIA guest driver (--nvidia-driver), the licensing task,
-                         the task runner and its scheduled task gpuvm-task, then
-                         sysprep /generalize /oobe /shutdown (unless --no-sysprep)
+                         QEMU guest agent, cloudbase-init (--cloudbase-init), WinFsp
+                         and the home's mount (--winfsp), the NVIDIA guest driver
+                         (--nvidia-driver), the licensing task, the task runner and
+                         its scheduled task gpuvm-task, then sysprep /generalize
+                         /oobe /shutdown (unless --no-sysprep)
   gpuvm-task.ps1         the task runner of Windows guests (docs/tasks.md)
-  NAME-media.iso         the install medium: the three files above and the installers
+  gpuvm-mounts.ps1       with --winfsp: mounts the VM's home on H: at every start
+  NAME-media.iso         the install medium: the files above and the installers
   NAME.xml               the libvirt domain: UEFI with Secure Boot, TPM 2.0, Hyper-V
                          enlightenments, virtio disk and NIC, three CD-ROMs (--iso,
                          --virtio-win, the medium)
@@ -182,6 +185,7 @@ with --wait).
 	f.StringVar(&o.nvidiaDriver, "nvidia-driver", "", "the NVIDIA guest driver installer (.exe) to put on the medium")
 	f.StringVar(&o.nvidiaArgs, "nvidia-args", "", `the installer's arguments, space-separated (default "-s -noreboot")`)
 	f.StringVar(&o.cloudbase, "cloudbase-init", "", "the cloudbase-init MSI to put on the medium")
+	f.StringVar(&o.winfsp, "winfsp", "", "WinFsp's MSI to put on the medium: the image's VMs then mount their owner's home on H: (docs/windows.md)")
 	f.StringVar(&o.licensing, "licensing-script", "", "a gpuvm-licensing.ps1 to run at first logon (it stays in the image)")
 	f.BoolVar(&o.noSysprep, "no-sysprep", false, "leave the installed VM running instead of generalizing and shutting it down")
 	f.StringVar(&o.disk, "disk", "", "with --render: the system disk, a qcow2 file to create (default /var/lib/libvirt/images/NAME.qcow2)")
@@ -231,6 +235,11 @@ func runWindowsInstall(o windowsInstallOpts, stdout io.Writer) error {
 	}
 	if o.cloudbase != "" {
 		if c.CloudbaseInitMSI, err = addFile("--cloudbase-init", o.cloudbase); err != nil {
+			return err
+		}
+	}
+	if o.winfsp != "" {
+		if c.WinFspMSI, err = addFile("--winfsp", o.winfsp); err != nil {
 			return err
 		}
 	}
@@ -308,32 +317,45 @@ func runWindowsInstall(o windowsInstallOpts, stdout io.Writer) error {
 		return usageError{fmt.Errorf("windows-install: %w", err)}
 	}
 
+	return writeWindowsRender(stdout, dir, o.name, files, iso, x, w.Disk.Path)
+}
+
+// writeWindowsRender writes what --render made into dir (the answer file
+// and the medium, which hold the password, 0600) and says what is next.
+func writeWindowsRender(stdout io.Writer, dir, name string, files map[string][]byte, iso []byte, x, disk string) error {
 	if err := os.MkdirAll(dir, 0o711); err != nil {
 		return fmt.Errorf("windows-install: %w", err)
 	}
-	for _, f := range []struct {
+	type outFile struct {
 		name string
 		data []byte
 		mode os.FileMode
-	}{
+	}
+	out := []outFile{
 		{windows.AnswerFile, files[windows.AnswerFile], 0o600}, // holds the password
 		{windows.ScriptFile, files[windows.ScriptFile], 0o644},
 		{windows.TaskRunnerFile, files[windows.TaskRunnerFile], 0o644},
-		{o.name + "-media.iso", iso, 0o600}, // holds the answer file
-		{o.name + ".xml", []byte(x + "\n"), 0o644},
-	} {
+	}
+	runner := windows.TaskRunnerFile
+	if b, ok := files[windows.MountsScriptFile]; ok { // --winfsp
+		out = append(out, outFile{windows.MountsScriptFile, b, 0o644})
+		runner += ", " + windows.MountsScriptFile
+	}
+	out = append(out, outFile{name + "-media.iso", iso, 0o600}, // holds the answer file
+		outFile{name + ".xml", []byte(x + "\n"), 0o644})
+	for _, f := range out {
 		if err := writeFileMode(filepath.Join(dir, f.name), f.data, f.mode); err != nil {
 			return fmt.Errorf("windows-install: %w", err)
 		}
 	}
-	_, err = fmt.Fprintf(stdout, `Wrote %s: %s, %s, %s, %s-media.iso, %s.xml
+	_, err := fmt.Fprintf(stdout, `Wrote %s: %s, %s, %s, %s-media.iso, %s.xml
 Next, on the gpuvmd host (docs/windows.md):
   qemu-img create -f qcow2 %s 64G
   virsh define %s
   virsh start %s; virsh send-key %s KEY_ENTER   # answer the installer's "Press any key to boot from CD"
   # wait until 'virsh domstate %s' says shut off (sysprep shut it down), then:
   gpuvm admin image import %s --name IMAGE --os windows --firmware uefi
-`, dir, windows.AnswerFile, windows.ScriptFile, windows.TaskRunnerFile, o.name, o.name, w.Disk.Path, filepath.Join(dir, o.name+".xml"), o.name, o.name, o.name, w.Disk.Path)
+`, dir, windows.AnswerFile, windows.ScriptFile, runner, name, name, disk, filepath.Join(dir, name+".xml"), name, name, name, disk)
 	return err
 }
 
@@ -392,7 +414,7 @@ func startWindowsInstall(ctx context.Context, c *client.Client, o windowsInstall
 	}
 	req := api.WindowsInstallRequest{
 		Name: o.name, Edition: o.edition, ISO: o.iso, VirtIOWin: o.virtio, PasswordFile: o.passwordFile,
-		ProductKeyFile: o.productKeyFile, CloudbaseInit: o.cloudbase, NVIDIADriver: o.nvidiaDriver,
+		ProductKeyFile: o.productKeyFile, CloudbaseInit: o.cloudbase, WinFsp: o.winfsp, NVIDIADriver: o.nvidiaDriver,
 		NVIDIAArgs: strings.Fields(o.nvidiaArgs), LicensingScript: o.licensing,
 		ImageIndex: o.imageIndex, ImageName: o.imageName, User: o.user, ComputerName: o.computer,
 		Locale: o.locale, InputLocale: o.inputLocale, TimeZone: o.tz, NoSysprep: o.noSysprep,
@@ -400,7 +422,8 @@ func startWindowsInstall(ctx context.Context, c *client.Client, o windowsInstall
 		InsecureBoot: o.insecureBoot, HideHypervisor: o.hide, GPUMdev: o.gpuMdev, GPUPCI: o.gpuPCI,
 	}
 	for _, p := range []struct{ flag, v string }{{"--iso", req.ISO}, {"--virtio-win", req.VirtIOWin}, {"--password-file", req.PasswordFile},
-		{"--product-key-file", req.ProductKeyFile}, {"--cloudbase-init", req.CloudbaseInit}, {"--nvidia-driver", req.NVIDIADriver}, {"--licensing-script", req.LicensingScript}} {
+		{"--product-key-file", req.ProductKeyFile}, {"--cloudbase-init", req.CloudbaseInit}, {"--winfsp", req.WinFsp}, {"--nvidia-driver", req.NVIDIADriver},
+		{"--licensing-script", req.LicensingScript}} {
 		if p.v != "" && !filepath.IsAbs(p.v) {
 			return usageError{fmt.Errorf("windows-install: %s %q must be an absolute path on the gpuvmd host (or use --render to work here)", p.flag, p.v)}
 		}

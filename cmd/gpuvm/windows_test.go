@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
@@ -32,11 +33,12 @@ func TestWindowsInstallRender(t *testing.T) {
 	virtio := write("virtio-win.iso", "not really an ISO either")
 	driver := write("grid-driver.exe", "NVIDIA installer bytes")
 	msi := write("CloudbaseInitSetup_x64.msi", "MSI bytes")
+	winfsp := write("winfsp-2.0.msi", "WinFsp MSI bytes")
 	out := filepath.Join(dir, "out")
 
 	stdout, stderr, code := runCLI(t, "admin", "image", "windows-install",
 		"--iso", iso, "--virtio-win", virtio, "--name", "win11-build", "--password-file", pwFile,
-		"--nvidia-driver", driver, "--nvidia-args", "-s -noreboot -clean", "--cloudbase-init", msi,
+		"--nvidia-driver", driver, "--nvidia-args", "-s -noreboot -clean", "--cloudbase-init", msi, "--winfsp", winfsp,
 		"--locale", "fr-FR", "--timezone", "Romance Standard Time", "--gpu-mdev", "B3C4D5E6-F7A8-4B9C-8D0E-1F2A3B4C5D6E", "--domain-type", "kvm", "--render", out)
 	if code != 0 {
 		t.Fatalf("exit %d\n%s%s", code, stdout, stderr)
@@ -48,7 +50,8 @@ func TestWindowsInstallRender(t *testing.T) {
 		t.Errorf("next steps missing:\n%s", stdout)
 	}
 	for name, mode := range map[string]os.FileMode{
-		windows.AnswerFile: 0o600, windows.ScriptFile: 0o644, windows.TaskRunnerFile: 0o644, "win11-build-media.iso": 0o600, "win11-build.xml": 0o644,
+		windows.AnswerFile: 0o600, windows.ScriptFile: 0o644, windows.TaskRunnerFile: 0o644, windows.MountsScriptFile: 0o644,
+		"win11-build-media.iso": 0o600, "win11-build.xml": 0o644,
 	} {
 		fi, err := os.Stat(filepath.Join(out, name))
 		if err != nil {
@@ -70,6 +73,13 @@ func TestWindowsInstallRender(t *testing.T) {
 	script, _ := os.ReadFile(filepath.Join(out, windows.ScriptFile))
 	if !strings.Contains(string(script), "Run (Join-Path $media 'grid-driver.exe') @('-s', '-noreboot', '-clean')") {
 		t.Errorf("script does not run the driver:\n%s", script)
+	}
+	if !strings.Contains(string(script), "Join-Path $media 'winfsp-2.0.msi'") || !strings.Contains(stdout, windows.MountsScriptFile) {
+		t.Errorf("--winfsp: the script does not install WinFsp, or the output does not name %s:\n%s\n%s", windows.MountsScriptFile, stdout, script)
+	}
+	media, _ := os.ReadFile(filepath.Join(out, "win11-build-media.iso"))
+	if !bytes.Contains(media, []byte("WinFsp MSI bytes")) {
+		t.Error("the medium lacks WinFsp's MSI")
 	}
 	x, _ := os.ReadFile(filepath.Join(out, "win11-build.xml"))
 	for _, want := range []string{iso, virtio, filepath.Join(out, "win11-build-media.iso"), `<tpm model="tpm-crb">`, `<loader secure="yes">`, `<address uuid="b3c4d5e6-f7a8-4b9c-8d0e-1f2a3b4c5d6e">`} {
@@ -185,6 +195,7 @@ func TestWindowsInstallThroughServer(t *testing.T) {
 		{append(slices.Clone(base), "--templates", "/srv/t"), "--templates works with --render only"},
 		{append(slices.Clone(base), "--disk", "/srv/d.qcow2"), "--disk works with --render only"},
 		{append(slices.Clone(base), "--cloudbase-init", "cb.msi"), `--cloudbase-init "cb.msi" must be an absolute path`},
+		{append(slices.Clone(base), "--winfsp", "winfsp.msi"), `--winfsp "winfsp.msi" must be an absolute path`},
 		{append(slices.Clone(base), "--nvidia-args", "-s"), "--nvidia-args needs --nvidia-driver"},
 		{append(slices.Clone(base), "--poll", "0s"), "--poll must be positive"},
 	} {
@@ -196,7 +207,7 @@ func TestWindowsInstallThroughServer(t *testing.T) {
 		t.Fatalf("usage errors reached the server: %+v", f.reqs)
 	}
 
-	out := admin.must(append(slices.Clone(base), "--edition", "server2022", "--cloudbase-init", "/srv/cb.msi", "--nvidia-driver", "/srv/grid.exe",
+	out := admin.must(append(slices.Clone(base), "--edition", "server2022", "--cloudbase-init", "/srv/cb.msi", "--winfsp", "/srv/winfsp.msi", "--nvidia-driver", "/srv/grid.exe",
 		"--nvidia-args", "-s -noreboot -clean", "--disk-gib", "80", "--gpu-pci", "0000:c1:00.0,0000:c1:00.1", "--wait", "--poll", "10ms")...)
 	for _, want := range []string{"Started the install VM win11-build", "virsh send-key win11-build KEY_ENTER", "win11-build running", "win11-build shutoff",
 		"gpuvm admin image import /pool/win11-build.qcow2 --name IMAGE --os windows --firmware uefi"} {
@@ -211,7 +222,7 @@ func TestWindowsInstallThroughServer(t *testing.T) {
 		t.Errorf("%d GETs (want 3: two running, one off), auth %q", f.gets, f.auth)
 	}
 	want := api.WindowsInstallRequest{Name: "win11-build", Edition: "server2022", ISO: "/srv/iso/Win11.iso", VirtIOWin: "/srv/iso/virtio-win.iso",
-		PasswordFile: "/etc/gpuvm/win.pw", CloudbaseInit: "/srv/cb.msi", NVIDIADriver: "/srv/grid.exe", NVIDIAArgs: []string{"-s", "-noreboot", "-clean"},
+		PasswordFile: "/etc/gpuvm/win.pw", CloudbaseInit: "/srv/cb.msi", WinFsp: "/srv/winfsp.msi", NVIDIADriver: "/srv/grid.exe", NVIDIAArgs: []string{"-s", "-noreboot", "-clean"},
 		DiskGiB: 80, Network: "default", VCPUs: 4, MemoryGiB: 8, GPUPCI: []string{"0000:c1:00.0", "0000:c1:00.1"}}
 	if len(f.reqs) != 1 || !reflect.DeepEqual(f.reqs[0], want) {
 		t.Errorf("asked\n%+v\nwant\n%+v", f.reqs, want)

@@ -17,10 +17,12 @@ type WindowsInstallRequest struct {
 	// is dropped); ProductKeyFile, optional, the product key.
 	PasswordFile   string `json:"password_file"`
 	ProductKeyFile string `json:"product_key_file,omitempty"`
-	// CloudbaseInit is the cloudbase-init MSI, NVIDIADriver the NVIDIA guest
+	// CloudbaseInit is the cloudbase-init MSI, WinFsp WinFsp's MSI (homes
+	// in the image's VMs: docs/windows.md), NVIDIADriver the NVIDIA guest
 	// driver installer (.exe) with NVIDIAArgs, LicensingScript a
 	// gpuvm-licensing.ps1 to run at first logon: put on the medium.
 	CloudbaseInit   string   `json:"cloudbase_init,omitempty"`
+	WinFsp          string   `json:"winfsp,omitempty"`
 	NVIDIADriver    string   `json:"nvidia_driver,omitempty"`
 	NVIDIAArgs      []string `json:"nvidia_args,omitempty"`
 	LicensingScript string   `json:"licensing_script,omitempty"`

@@ -124,11 +124,13 @@ func checkGuestMount(p, what, example string) error {
 }
 
 // resolveProfileHome reads the profile's home switch: on by default when
-// the server has homes, for Linux guests whose seed mounts it (a Windows
-// guest would need virtio-win's virtiofs service and WinFsp, which gpuvm
-// does not install yet; a guest without cloud_init would get a device
-// nothing mounts, and its VMs the costs of virtiofs for nothing: its
-// profile says home = true if its image mounts the tag itself).
+// the server has homes, for Linux guests whose seed mounts it. A Windows
+// guest mounts it only when its image was built with WinFsp (gpuvm admin
+// image windows-install --winfsp; docs/windows.md), which the
+// configuration cannot see: its profile says home = true. A guest without
+// cloud_init would get a device nothing mounts, and its VMs the costs of
+// virtiofs for nothing: its profile says home = true if its image mounts
+// the tag itself.
 func (r *resolver) resolveProfileHome(b *profileBlock, p *Profile) {
 	homes := r.cfg.Server.Storage.Homes
 	if b.Home == nil {
@@ -143,8 +145,8 @@ func (r *resolver) resolveProfileHome(b *profileBlock, p *Profile) {
 	switch {
 	case !homes.Enabled:
 		r.errf(rng, "Homes are off", "Profile %q asks for home = true, but the server has no homes: add storage { homes { … } } to the server block, or leave home out.", b.Name)
-	case p.OS == "windows":
-		r.errf(rng, "No home in Windows guests", "Profile %q is os = \"windows\": homes reach Linux guests only (over virtiofs, which Windows needs extra drivers for); write home = false or leave it out.", b.Name)
+	case p.OS == "windows" && p.CloudInit == nil:
+		r.warnf(rng, "Nothing tells Windows where the home is", "Profile %q has no cloud_init block: its Windows guests get the home as virtiofs tag %q, but no seed lists it for the image's mount task (docs/windows.md, \"Homes\").", b.Name, HomeTag)
 	case p.CloudInit == nil:
 		r.warnf(rng, "Nothing mounts the home", "Profile %q has no cloud_init block: its guests get the home as virtiofs tag %q but must mount it themselves.", b.Name, HomeTag)
 	}

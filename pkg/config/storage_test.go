@@ -84,7 +84,10 @@ func TestProfileHome(t *testing.T) {
 		{"homes on, no cloud-init", "storage {\n homes {}\n}", " home = true", true, "", "Nothing mounts the home", 5},
 		{"homes off, asked", "", " home = true", false, "Homes are off", "", 5},
 		{"homes disabled, asked", "storage {\n homes {\n  enabled = false\n }\n}", "\n home = true", false, "Homes are off", "", 6},
-		{"windows, asked", "storage {\n homes {}\n}", " os = \"windows\"\n home = true", false, "No home in Windows guests", "", 6},
+		// A Windows image mounts it when built with WinFsp: asked for, it
+		// is attached; the seed tells the image's task what to mount.
+		{"windows, asked", "storage {\n homes {}\n}", " os = \"windows\"\n disk {\n  image = \"w\"\n }\n cloud_init {\n  template = \"t\"\n }\n home = true", true, "", "", 0},
+		{"windows, asked, no cloud-init", "storage {\n homes {}\n}", " os = \"windows\"\n disk {\n  image = \"w\"\n }\n home = true", true, "", "Nothing tells Windows where the home is", 9},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			srv := "server {\n" + tc.server + "\n}\ntemplate \"t\" {\n content = \"#cloud-config\\n\"\n}\nimage \"w\" {\n path = \"/w.qcow2\"\n os = \"windows\"\n firmware = \"uefi\"\n}\n"

@@ -13,6 +13,7 @@ import (
 	"github.com/gpuvm/gpuvm/pkg/logtest"
 	"github.com/gpuvm/gpuvm/pkg/store"
 	"github.com/gpuvm/gpuvm/pkg/store/storetest"
+	"github.com/gpuvm/gpuvm/pkg/windows"
 )
 
 // A VM whose profile has a home gets its owner's, made at the first VM
@@ -51,6 +52,16 @@ profile "nohome" {
   cloud_init { template = "t" }
   home = false
 }
+image "w" {
+  path     = "/images/win11.qcow2"
+  os       = "windows"
+  firmware = "uefi"
+}
+profile "win" {
+  disk { image = "w" }
+  cloud_init { template = "t" }
+  home = true
+}
 `)})
 	if diags.HasErrors() {
 		t.Fatal(diags)
@@ -81,6 +92,16 @@ profile "nohome" {
 	}
 	if seed.Home == nil || seed.Home.UID != 20000 || !strings.Contains(seed.UserData, "uid: 20000") {
 		t.Errorf("seed home %+v, user-data:\n%s", seed.Home, seed.UserData)
+	}
+	// A Windows guest: no vendor-data mounts it; the seed lists it for the
+	// image's mount task (pkg/windows), on H:.
+	wseed, err := lc.seed(ctx, set, cfg.Profiles["win"], vm, "", h, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if wseed.Home != nil || len(wseed.Extra) != 1 || wseed.Extra[0].Name != windows.MountsFile ||
+		string(wseed.Extra[0].Data) != "[\n  {\n    \"tag\": \"gpuvm-home\",\n    \"drive\": \"H:\",\n    \"name\": \"bob's home\"\n  }\n]" {
+		t.Errorf("windows seed: home %+v, extra %+v", wseed.Home, wseed.Extra)
 	}
 	// The next VM of the same person: the same home and uid; another
 	// person's: theirs.

@@ -11,6 +11,7 @@ import (
 	"github.com/gpuvm/gpuvm/pkg/hypervisor/cloudinit"
 	"github.com/gpuvm/gpuvm/pkg/licensing"
 	"github.com/gpuvm/gpuvm/pkg/store"
+	"github.com/gpuvm/gpuvm/pkg/windows"
 )
 
 // seed is the cloud-init NoCloud seed of a VM whose profile has a
@@ -49,7 +50,9 @@ func (lc *lifecycle) seed(ctx context.Context, set lifecycleSettings, p *config.
 		VMID: vm.ID, VMName: vm.Name, PasswordHash: c.PasswordHash}
 	if home != nil {
 		in.UID = home.uid
-		c.Home = &cloudinit.Home{Tag: home.fs.Tag, Mount: home.mount, UID: home.uid}
+		if err := homeInSeed(c, p, vm, home); err != nil {
+			return nil, err
+		}
 	}
 	for _, s := range shares {
 		c.Shares = append(c.Shares, s.mount)
@@ -66,6 +69,23 @@ func (lc *lifecycle) seed(ctx context.Context, set lifecycleSettings, p *config.
 		return nil, fmt.Errorf("vm %s: %w", vm.ID, err)
 	}
 	return c, nil
+}
+
+// homeInSeed tells the guest where its owner's home is: a Linux guest's
+// vendor-data mounts it at its path (cloudinit.Home); a Windows guest's
+// image, built with WinFsp, mounts what the seed's windows.MountsFile
+// lists, the home on windows.HomeDrive (docs/windows.md, "Homes").
+func homeInSeed(c *cloudinit.Config, p *config.Profile, vm *store.VM, home *vmHome) error {
+	if p.OS != "windows" {
+		c.Home = &cloudinit.Home{Tag: home.fs.Tag, Mount: home.mount, UID: home.uid}
+		return nil
+	}
+	b, err := windows.MountsJSON([]windows.Mount{{Tag: home.fs.Tag, Drive: windows.HomeDrive, Name: vm.Owner + "'s home"}})
+	if err != nil {
+		return fmt.Errorf("vm %s: %w", vm.ID, err)
+	}
+	c.Extra = append(c.Extra, cloudinit.File{Name: windows.MountsFile, Data: b})
+	return nil
 }
 
 // newHostKey makes the SSH host key of a VM whose profile gives its Linux

@@ -101,7 +101,7 @@ var windowsFields = map[windows.Field]string{
 	windows.FieldEdition: "edition", windows.FieldComputerName: "computer_name", windows.FieldAdminUser: "user",
 	windows.FieldAdminPassword: "password_file", windows.FieldLocale: "locale", windows.FieldInputLocale: "input_locale",
 	windows.FieldTimeZone: "timezone", windows.FieldImageIndex: "image_index", windows.FieldImageName: "image_name",
-	windows.FieldProductKey: "product_key_file", windows.FieldCloudbaseInitMSI: "cloudbase_init",
+	windows.FieldProductKey: "product_key_file", windows.FieldCloudbaseInitMSI: "cloudbase_init", windows.FieldWinFspMSI: "winfsp",
 	windows.FieldNVIDIADriver: "nvidia_driver", windows.FieldNVIDIADriverArgs: "nvidia_args",
 }
 
@@ -188,6 +188,11 @@ func windowsBuildOf(req api.WindowsInstallRequest) (*windowsBuild, error) {
 	}
 	if req.CloudbaseInit != "" {
 		if b.cfg.CloudbaseInitMSI, err = add("cloudbase_init", req.CloudbaseInit); err != nil {
+			return nil, err
+		}
+	}
+	if req.WinFsp != "" {
+		if b.cfg.WinFspMSI, err = add("winfsp", req.WinFsp); err != nil {
 			return nil, err
 		}
 	}

@@ -125,6 +125,8 @@ func TestWindowsInstallRefusals(t *testing.T) {
 		{"missing password file", func(r *api.WindowsInstallRequest) { r.PasswordFile = e.path("nope") }, 422, "password_file"},
 		{"empty password file", func(r *api.WindowsInstallRequest) { r.PasswordFile = e.path("empty-pw") }, 422, "password_file"},
 		{"missing MSI", func(r *api.WindowsInstallRequest) { r.CloudbaseInit = e.path("gone.msi") }, 422, "cloudbase_init"},
+		{"missing WinFsp", func(r *api.WindowsInstallRequest) { r.WinFsp = e.path("winfsp-gone.msi") }, 422, "winfsp"},
+		{"WinFsp not an MSI", func(r *api.WindowsInstallRequest) { r.WinFsp = e.path("pw") }, 422, "winfsp"},
 		{"bad edition", func(r *api.WindowsInstallRequest) { r.Edition = "windows95" }, 422, "edition"},
 		{"NVIDIA args alone", func(r *api.WindowsInstallRequest) { r.NVIDIAArgs = []string{"-s"} }, 422, "nvidia_args"},
 		{"bad name", func(r *api.WindowsInstallRequest) { r.Name = "no/slash" }, 422, "name"},

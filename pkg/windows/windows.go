@@ -129,6 +129,11 @@ type Config struct {
 	// CloudbaseInitMSI is the file name, on the install medium, of the
 	// cloudbase-init MSI; empty skips cloudbase-init.
 	CloudbaseInitMSI string
+	// WinFspMSI is the file name, on the install medium, of WinFsp's MSI,
+	// which virtio-win's virtiofs needs: with it the image mounts the
+	// owner's home on HomeDrive in every VM of a profile with a home
+	// (mounts.go); empty: no home in its VMs.
+	WinFspMSI string
 	// NVIDIADriver is the file name, on the install medium, of the NVIDIA
 	// guest-driver installer (setup.exe or the self-extracting .exe);
 	// empty skips it. NVIDIADriverArgs default to DefaultNVIDIADriverArgs.
@@ -195,13 +200,14 @@ const (
 	FieldImageName        Field = "image name"
 	FieldProductKey       Field = "product key"
 	FieldCloudbaseInitMSI Field = "cloudbase-init MSI"
+	FieldWinFspMSI        Field = "WinFsp MSI"
 	FieldNVIDIADriver     Field = "NVIDIA driver"
 	FieldNVIDIADriverArgs Field = "NVIDIA driver arguments"
 )
 
 // Fields are every Field.
 var Fields = []Field{FieldEdition, FieldComputerName, FieldAdminUser, FieldAdminPassword, FieldLocale, FieldInputLocale,
-	FieldTimeZone, FieldImageIndex, FieldImageName, FieldProductKey, FieldCloudbaseInitMSI, FieldNVIDIADriver, FieldNVIDIADriverArgs}
+	FieldTimeZone, FieldImageIndex, FieldImageName, FieldProductKey, FieldCloudbaseInitMSI, FieldWinFspMSI, FieldNVIDIADriver, FieldNVIDIADriverArgs}
 
 // FieldError is one refused value of a Config; its message never quotes
 // the password.
@@ -297,6 +303,13 @@ func (c Config) Validate() error {
 			add(FieldCloudbaseInitMSI, "%q: %v", c.CloudbaseInitMSI, err)
 		}
 	}
+	if c.WinFspMSI != "" {
+		if err := mediaName(c.WinFspMSI, ".msi"); err != nil {
+			add(FieldWinFspMSI, "%q: %v", c.WinFspMSI, err)
+		} else if strings.EqualFold(c.WinFspMSI, c.CloudbaseInitMSI) {
+			add(FieldWinFspMSI, "%q is the cloudbase-init MSI's name too", c.WinFspMSI)
+		}
+	}
 	if c.NVIDIADriver != "" {
 		if err := mediaName(c.NVIDIADriver, ".exe"); err != nil {
 			add(FieldNVIDIADriver, "%q: %v", c.NVIDIADriver, err)
@@ -375,7 +388,7 @@ func mediaName(n, ext string) error {
 			return errors.New("want printable ASCII without spaces, quotes, '$', '/', '\\' or ';'")
 		}
 	}
-	if n == ScriptFile || n == AnswerFile || n == LicensingScript || n == TaskRunnerFile {
+	if n == ScriptFile || n == AnswerFile || n == LicensingScript || n == TaskRunnerFile || n == MountsScriptFile {
 		return fmt.Errorf("%s is gpuvm's own file", n)
 	}
 	if !strings.HasSuffix(strings.ToLower(n), ext) {
@@ -405,6 +418,10 @@ type data struct {
 	LicensingScript   string
 	// TaskRunner is the task runner's name on the medium (task.go).
 	TaskRunner string
+	// MountsScript is the mounts script's name on the medium, MountsFile
+	// the seed's list, VioFSExe virtiofs.exe on the virtio-win media
+	// (mounts.go).
+	MountsScript, MountsFile, VioFSExe string
 }
 
 // driveLetters are where the CD-ROMs land in windowsPE (X: is WinPE's RAM
@@ -413,7 +430,8 @@ type data struct {
 var driveLetters = []string{"D", "E", "F", "G"}
 
 func newData(c Config) data {
-	d := data{Config: c, ScriptName: ScriptFile, LicensingScript: LicensingScript, TaskRunner: TaskRunnerFile}
+	d := data{Config: c, ScriptName: ScriptFile, LicensingScript: LicensingScript, TaskRunner: TaskRunnerFile,
+		MountsScript: MountsScriptFile, MountsFile: MountsFile, VioFSExe: fmt.Sprintf(`viofs\%s\amd64\virtiofs.exe`, c.Edition.VirtIODir())}
 	for _, l := range driveLetters {
 		for _, drv := range []string{"viostor", "NetKVM"} {
 			d.DriverPaths = append(d.DriverPaths, fmt.Sprintf(`%s:\%s\%s\amd64`, l, drv, c.Edition.VirtIODir()))
@@ -466,8 +484,8 @@ func DefaultTemplates() fs.FS {
 	return sub
 }
 
-// Render validates c and renders AnswerFile, ScriptFile and TaskRunnerFile
-// from "<name>.tmpl" in tmpls (DefaultTemplates() when nil; a template an
+// Render validates c and renders AnswerFile, ScriptFile, TaskRunnerFile
+// and, with WinFspMSI, MountsScriptFile from "<name>.tmpl" in tmpls (DefaultTemplates() when nil; a template an
 // override directory lacks is taken from the built-in ones). The answer
 // file must be well-formed XML with an <unattend> root, or Render fails.
 func Render(c Config, tmpls fs.FS) (map[string][]byte, error) {
@@ -493,6 +511,13 @@ func Render(c Config, tmpls fs.FS) (map[string][]byte, error) {
 		return nil, err
 	}
 	out[TaskRunnerFile] = runner
+	// The mounts script, which the first logon installs beside WinFsp
+	// (mounts.go).
+	if c.WinFspMSI != "" {
+		if out[MountsScriptFile], err = MountsScript(tmpls); err != nil {
+			return nil, err
+		}
+	}
 	return out, nil
 }
 
@@ -574,13 +599,16 @@ func Media(c Config, tmpls fs.FS, extra []MediaFile, mtime time.Time) ([]byte, e
 	for _, f := range extra {
 		have[f.Name] = true
 	}
-	for _, need := range []string{c.CloudbaseInitMSI, c.NVIDIADriver} {
+	for _, need := range []string{c.CloudbaseInitMSI, c.WinFspMSI, c.NVIDIADriver} {
 		if need != "" && !have[need] {
 			return nil, fmt.Errorf("windows install medium: %s is named in the configuration but not given", need)
 		}
 	}
 	fl := []cloudinit.File{{Name: AnswerFile, Data: files[AnswerFile]}, {Name: ScriptFile, Data: files[ScriptFile]},
 		{Name: TaskRunnerFile, Data: files[TaskRunnerFile]}}
+	if b, ok := files[MountsScriptFile]; ok {
+		fl = append(fl, cloudinit.File{Name: MountsScriptFile, Data: b})
+	}
 	fl = append(fl, extra...)
 	iso, err := cloudinit.ISO(MediaLabel, fl, mtime)
 	if err != nil {

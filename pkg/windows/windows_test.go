@@ -28,6 +28,7 @@ func goldenConfigs() map[string]Config {
 			AdminPassword: nastyPassword, Locale: "de-DE", InputLocale: "0407:00000407",
 			TimeZone: "W. Europe Standard Time", Image: Image{Index: 6},
 			CloudbaseInitMSI: "CloudbaseInitSetup_x64.msi",
+			WinFspMSI:        "winfsp-2.0.23075.msi",
 			NVIDIADriver:     "552.74_grid_win10_win11_server2022_dch_64bit_international.exe",
 			Sysprep:          true,
 		},
@@ -251,6 +252,11 @@ func TestAnswerFileStructure(t *testing.T) {
 			if got := strings.Contains(script, "cloudbase-init'"); got != (c.CloudbaseInitMSI != "") {
 				t.Errorf("script installs cloudbase-init = %v", got)
 			}
+			// WinFsp, and the mounts script beside it, for homes.
+			_, mounts := files[MountsScriptFile]
+			if got := strings.Contains(script, "fsreg.bat"); got != (c.WinFspMSI != "") || mounts != got {
+				t.Errorf("script registers virtiofs with WinFsp = %v, the mounts script rendered = %v; WinFsp MSI %q", got, mounts, c.WinFspMSI)
+			}
 			if c.NVIDIADriver != "" {
 				want := "Run (Join-Path $media '" + c.NVIDIADriver + "') @("
 				for i, a := range c.NVIDIADriverArgs {
@@ -328,6 +334,9 @@ func TestValidate(t *testing.T) {
 		{"product key", func(c *Config) { c.ProductKey = "ABCDE-12345" }, "product key"},
 		{"msi name", func(c *Config) { c.CloudbaseInitMSI = "cloudbase init.msi" }, "cloudbase-init MSI"},
 		{"msi ext", func(c *Config) { c.CloudbaseInitMSI = "cloudbase.exe" }, "cloudbase-init MSI"},
+		{"winfsp ext", func(c *Config) { c.WinFspMSI = "winfsp.exe" }, "WinFsp MSI"},
+		{"winfsp own name", func(c *Config) { c.WinFspMSI = MountsScriptFile }, "WinFsp MSI"},
+		{"winfsp is cloudbase", func(c *Config) { c.CloudbaseInitMSI, c.WinFspMSI = "x.msi", "X.msi" }, "WinFsp MSI"},
 		{"driver quote", func(c *Config) { c.NVIDIADriver = "x'.exe" }, "NVIDIA driver"},
 		{"driver own name", func(c *Config) { c.NVIDIADriver = LicensingScript }, "NVIDIA driver"},
 		{"args without driver", func(c *Config) { c.NVIDIADriverArgs = []string{"-s"} }, "NVIDIA driver arguments"},
@@ -386,22 +395,27 @@ func TestOverrideTemplates(t *testing.T) {
 func TestMedia(t *testing.T) {
 	c := goldenConfigs()["windows11-image-build"]
 	msi := MediaFile{Name: c.CloudbaseInitMSI, Data: []byte("MSI bytes")}
+	winfsp := MediaFile{Name: c.WinFspMSI, Data: []byte("WinFsp MSI bytes")}
 	drv := MediaFile{Name: c.NVIDIADriver, Data: []byte("NVIDIA installer bytes")}
 	mtime := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-	if _, err := Media(c, nil, []MediaFile{msi}, mtime); err == nil || !strings.Contains(err.Error(), c.NVIDIADriver) {
+	if _, err := Media(c, nil, []MediaFile{msi, winfsp}, mtime); err == nil || !strings.Contains(err.Error(), c.NVIDIADriver) {
 		t.Errorf("missing driver: %v", err)
 	}
-	iso, err := Media(c, nil, []MediaFile{msi, drv}, mtime)
+	if _, err := Media(c, nil, []MediaFile{msi, drv}, mtime); err == nil || !strings.Contains(err.Error(), c.WinFspMSI) {
+		t.Errorf("missing WinFsp: %v", err)
+	}
+	iso, err := Media(c, nil, []MediaFile{msi, winfsp, drv}, mtime)
 	if err != nil {
 		t.Fatal(err)
 	}
 	files, _ := Render(c, nil)
-	for _, want := range [][]byte{files[AnswerFile], files[ScriptFile], msi.Data, drv.Data, []byte(MediaLabel), ucs2(AnswerFile), ucs2(c.NVIDIADriver)} {
+	for _, want := range [][]byte{files[AnswerFile], files[ScriptFile], files[MountsScriptFile], msi.Data, winfsp.Data, drv.Data, []byte(MediaLabel),
+		ucs2(AnswerFile), ucs2(c.NVIDIADriver), ucs2(MountsScriptFile)} {
 		if !bytes.Contains(iso, want) {
 			t.Errorf("medium lacks %.40q", want)
 		}
 	}
-	again, _ := Media(c, nil, []MediaFile{msi, drv}, mtime)
+	again, _ := Media(c, nil, []MediaFile{msi, winfsp, drv}, mtime)
 	if !bytes.Equal(iso, again) {
 		t.Error("medium is not reproducible")
 	}
@@ -465,6 +479,7 @@ func TestValidateNamesTheField(t *testing.T) {
 		tcase{"image index", func(c *Config) { c.Image.Index = -2 }, FieldImageIndex},
 		tcase{"image index and name", func(c *Config) { c.Image = Image{Index: 2, Name: "Pro"} }, FieldImageName},
 		tcase{"MSI", func(c *Config) { c.CloudbaseInitMSI = "x.exe" }, FieldCloudbaseInitMSI},
+		tcase{"WinFsp", func(c *Config) { c.WinFspMSI = "w f.msi" }, FieldWinFspMSI},
 		tcase{"driver", func(c *Config) { c.NVIDIADriver = "x y.exe" }, FieldNVIDIADriver},
 		tcase{"driver arguments", func(c *Config) { c.NVIDIADriverArgs = []string{"-s"} }, FieldNVIDIADriverArgs},
 	)
