@@ -72,18 +72,11 @@ func TestHomeIOBenchmark(t *testing.T) {
 		storage: fmt.Sprintf("    homes {\n      root = %q\n    }", root)})
 	w.start()
 	vms := w.deleteLeftOnFailure()
-	key := filepath.Join(t.TempDir(), "id_ed25519")
-	if out, err := exec.Command("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "gpuvm-bench", "-f", key).CombinedOutput(); err != nil {
-		t.Fatalf("ssh-keygen: %v %s", err, out)
-	}
-	pub, err := os.ReadFile(key + ".pub")
-	if err != nil {
-		t.Fatal(err)
-	}
+	key, pub := sshKeyPair(t)
 	sh := &guestShell{t: t, key: key}
 	ann := w.homePerson("ann")
 	w.dataDiskWithFS(hv, ann, "data", 512)
-	vm := w.createFor(ann, "bench", strings.TrimSpace(string(pub)), vms, "data")
+	vm := w.createFor(ann, "bench", pub, vms, "data")
 	w.login(&ann)
 	w.waitReady(vm, 3*time.Minute)
 	got := sh.run(ann, "bench", `awk '$2 == "/mnt/gpuvm-data" || $2 == "`+homeMount+`" { print "fs_" $3 "=" $2 }' /proc/mounts; echo fs=done`)

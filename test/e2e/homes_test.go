@@ -121,15 +121,7 @@ func TestHomeFollowsThePerson(t *testing.T) {
 	hostBefore, lvBefore := w.simHost(), w.libvirtState(hv)
 	vms := w.deleteLeftOnFailure()
 
-	key := filepath.Join(t.TempDir(), "id_ed25519")
-	if out, err := exec.Command("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "gpuvm-e2e", "-f", key).CombinedOutput(); err != nil {
-		t.Fatalf("ssh-keygen: %v %s", err, out)
-	}
-	pub, err := os.ReadFile(key + ".pub")
-	if err != nil {
-		t.Fatal(err)
-	}
-	sshKey := strings.TrimSpace(string(pub))
+	key, sshKey := sshKeyPair(t)
 	sh := &guestShell{t: t, key: key}
 	ann, bob := w.homePerson("ann"), w.homePerson("bob")
 
@@ -230,6 +222,21 @@ func checkHomeFacts(t *testing.T, vm string, got map[string]string, uid int) {
 	if got["uid"] != strconv.Itoa(uid) {
 		t.Errorf("%s: the account has uid %q, want its owner's, %d (the owner of the home on the host)", vm, got["uid"], uid)
 	}
+}
+
+// sshKeyPair makes an ed25519 key without a passphrase: the private
+// key's path and the public key's authorized_keys line.
+func sshKeyPair(t *testing.T) (key, pub string) {
+	t.Helper()
+	key = filepath.Join(t.TempDir(), "id_ed25519")
+	if out, err := exec.Command("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "gpuvm-e2e", "-f", key).CombinedOutput(); err != nil {
+		t.Fatalf("ssh-keygen: %v %s", err, out)
+	}
+	b, err := os.ReadFile(key + ".pub")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return key, strings.TrimSpace(string(b))
 }
 
 // guestShell runs shell commands in the test's VMs with `gpuvm ssh`.

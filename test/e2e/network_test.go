@@ -119,21 +119,13 @@ func TestTinyGuestOnNetwork(t *testing.T) {
 	w.start()
 	hostBefore, lvBefore := w.simHost(), w.libvirtState(hv)
 
-	dir := t.TempDir()
-	key := filepath.Join(dir, "id_ed25519")
-	if out, err := exec.Command("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "gpuvm-e2e", "-f", key).CombinedOutput(); err != nil {
-		t.Fatalf("ssh-keygen: %v %s", err, out)
-	}
-	pub, err := os.ReadFile(key + ".pub")
-	if err != nil {
-		t.Fatal(err)
-	}
+	key, pub := sshKeyPair(t) // homes_test.go
 
 	// The offline guest first: its boot timeout runs while the other boots.
 	begin := time.Now()
 	offline := w.create("offline", "offline")
 	resp, err := w.cl.CreateVM(w.ctx(30*time.Second), api.CreateVMRequest{Profile: "tiny-mig", Name: "net-1",
-		SSHKeys: []string{strings.TrimSpace(string(pub))}}, "")
+		SSHKeys: []string{pub}}, "")
 	if err != nil {
 		t.Fatal(err)
 	}
