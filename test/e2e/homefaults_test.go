@@ -156,3 +156,37 @@ func (w *world) virtiofsdKilled(hv *hypervisor.Conn, bob homePerson, bobVM, annV
 	}
 	return seen
 }
+
+// virtiofsRecovering begins what the VM's reason advises after its
+// virtiofs daemon died: bob stops his VM with the CLI (the guest's
+// shutdown waits on its hung mount until gpuvmd forces it off, the
+// shutdown timeout later: the test goes on meanwhile). The function it
+// returns finishes: bob starts the VM again; the home is mounted and
+// writable again and the reason is gone. It returns how long the stop and
+// the start (until the guest answered over SSH) took.
+func (w *world) virtiofsRecovering(sh *guestShell, bob homePerson, vmID string) func() (stopped, started time.Duration) {
+	w.t.Helper()
+	begin := time.Now()
+	if out, errOut, code := bob.cli.run("", "stop", "bob-1"); code != 0 {
+		w.t.Fatalf("gpuvm stop bob-1: exit %d\n%s%s", code, out, errOut)
+	}
+	return func() (stopped, started time.Duration) {
+		w.t.Helper()
+		w.waitState(vmID, stateStopped, 2*time.Minute)
+		stopped = time.Since(begin)
+		if out, errOut, code := bob.cli.run("", "start", "bob-1", "--wait"); code != 0 {
+			w.t.Fatalf("gpuvm start bob-1 --wait: exit %d\n%s%s", code, out, errOut)
+		}
+		w.waitReady(vmID, 3*time.Minute)
+		got := sh.run(bob, "bob-1", "echo mounted=$(awk '$2 == \""+homeMount+"\" { print $3 }' /proc/mounts) && echo x > "+homeMount+
+			"/back.txt && rm "+homeMount+"/back.txt && echo wrote=yes")
+		started = time.Since(begin) - stopped
+		if got["mounted"] != "virtiofs" || got["wrote"] != "yes" {
+			w.t.Errorf("bob-1 after its stop and start: %s mounted as %q, written %q; want its home back", homeMount, got["mounted"], got["wrote"])
+		}
+		if vm, err := bob.cl.GetVM(w.ctx(30*time.Second), vmID); err != nil || strings.HasPrefix(vm.Reason, orchestrator.VirtiofsReasonPrefix) {
+			w.t.Errorf("bob-1 after its stop and start: %+v %v; want the virtiofs reason gone", vm, err)
+		}
+		return stopped, started
+	}
+}

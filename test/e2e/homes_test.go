@@ -90,7 +90,8 @@ type homePerson struct {
 // the host, in her home, with that content and owner; her second VM reads
 // it back. bob's VM, running beside ann's first, has his own home at the
 // same path: empty, his uid, not hers. bob's virtiofs daemon is then
-// killed under his running guest, and his VM says so within seconds; ann
+// killed under his running guest, his VM says so within seconds, and the
+// stop and start the reason advises give him his home back; ann
 // snapshots ann-2's system disk while it runs, writes over it, stops it,
 // restores the snapshot and starts it: the disk holds what it held
 // (homefaults_test.go). Everything through `gpuvm ssh` and the CLI as
@@ -161,9 +162,9 @@ func TestHomeFollowsThePerson(t *testing.T) {
 	team.check(t, w, hv, sh, ann, bob, bob1) // shares_test.go
 	// bob's file server dies under his running guest (homefaults_test.go).
 	virtiofsSeen := w.virtiofsdKilled(hv, bob, bob1, ann1)
+	recovered := w.virtiofsRecovering(sh, bob, bob1) // bob stops it; started below
 
-	// ann's first VM goes (and bob's); her notes stay on the host, hers.
-	delBob := w.deleteAsync(bob1)
+	// ann's first VM goes; her notes stay on the host, hers.
 	w.deleteVM(ann1)
 	vms.done(ann1)
 	notes := filepath.Join(root, "ann", "notes.txt")
@@ -187,6 +188,9 @@ func TestHomeFollowsThePerson(t *testing.T) {
 	w.diskRead(sh, ann, disk, diskBytes)
 	// A snapshot of ann-2's system disk, restored (homefaults_test.go).
 	snapTook, restoreTook := w.snapshotRestored(sh, ann, ann2)
+	// bob's VM, stopped meanwhile, is started again: its home is back.
+	bobStop, bobStart := recovered()
+	delBob := w.deleteAsync(bob1)
 
 	delBob()
 	vms.done(bob1)
@@ -206,6 +210,8 @@ func TestHomeFollowsThePerson(t *testing.T) {
 	t.Logf("ann (uid %d) and bob (uid %d): gpuvmd up %v after the start, ann-1 and bob-1 ready at %v, all done at %v; bob-1's killed virtiofs daemon said %v after the kill; ann-2's live snapshot %v, its restore %v (the CLI's --wait, end to end)",
 		annUID, bobUID, up.Round(100*time.Millisecond), booted.Round(100*time.Millisecond), time.Since(begin).Round(100*time.Millisecond),
 		virtiofsSeen.Round(100*time.Millisecond), snapTook.Round(10*time.Millisecond), restoreTook.Round(10*time.Millisecond))
+	t.Logf("bob-1 after its virtiofs daemon died: stopped %v after 'gpuvm stop' (its shutdown waits on the hung mount until forced off), started and answering over SSH %v later",
+		bobStop.Round(100*time.Millisecond), bobStart.Round(100*time.Millisecond))
 }
 
 // guestFacts is the shell of the guest that prints what checkHomeFacts
