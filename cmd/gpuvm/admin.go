@@ -24,6 +24,7 @@ func newAdminCmd(getenv func(string) string) *cobra.Command {
 	admin.AddCommand(newAdminAlertsCmd(o))                                                                  // alerts.go
 	admin.AddCommand(newAdminImagesCmd(o)...)                                                               // images.go
 	admin.AddCommand(newAdminOrphansCmd(o))                                                                 // orphans.go
+	admin.AddCommand(newAdminDriverChangeCmd(o))                                                            // driverchange.go
 	admin.AddCommand(newAdminDoctorCmd(getenv), newAdminHostPrepCmd(getenv))                                // doctor.go, hostprep.go
 	attachWindowsInstall(admin, o)                                                                          // windows.go
 	return admin

@@ -121,3 +121,32 @@ func (c *Client) UndrainGPU(ctx context.Context, address string) (*api.GPUDrainS
 	}
 	return &out, nil
 }
+
+// AnnounceDriverChange announces a change of the hosts' NVIDIA vGPU
+// manager (admins only): the owners of the VMs that hold a vGPU are told,
+// and offered a snapshot, until then.
+func (c *Client) AnnounceDriverChange(ctx context.Context, req api.DriverChangeRequest) (*api.DriverChange, error) {
+	var out api.DriverChange
+	if err := c.do(ctx, http.MethodPost, "/v1/admin/driver-changes", nil, nil, req, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// DriverChanges lists the announced driver changes, the next first.
+func (c *Client) DriverChanges(ctx context.Context) (*api.DriverChangeList, error) {
+	var out api.DriverChangeList
+	if err := c.do(ctx, http.MethodGet, "/v1/admin/driver-changes", nil, nil, nil, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// WithdrawDriverChange withdraws an announced driver change.
+func (c *Client) WithdrawDriverChange(ctx context.Context, id string) (*api.DriverChange, error) {
+	var out api.DriverChange
+	if err := c.do(ctx, http.MethodDelete, "/v1/admin/driver-changes/"+url.PathEscape(id), nil, nil, nil, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}

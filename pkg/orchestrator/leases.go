@@ -174,6 +174,7 @@ func (rl *rulesLoop) ApplyRules(ctx context.Context) (RulesReport, error) {
 	if err != nil {
 		r.errs = append(r.errs, err)
 	}
+	drivers := r.driverChanges() // driverchange.go
 	for i := range vms {
 		if ctx.Err() != nil {
 			break
@@ -182,6 +183,7 @@ func (rl *rulesLoop) ApplyRules(ctx context.Context) (RulesReport, error) {
 		if r.busy[vm.ID] {
 			continue
 		}
+		r.driverChange(vm, drivers)
 		if p, ok := pre[vm.ID]; ok && r.preemption(vm, p) {
 			continue
 		}

@@ -2,6 +2,7 @@ package orchestrator
 
 import (
 	"context"
+	"github.com/gpuvm/gpuvm/pkg/api"
 	"log/slog"
 	"time"
 
@@ -49,6 +50,7 @@ type rulesStore interface {
 	ListReservations(ctx context.Context, f store.ReservationFilter) ([]store.Reservation, error)
 	BookReservation(ctx context.Context, r *store.Reservation, check func(tx *store.Store) error) error
 	BookingStamp(ctx context.Context) (store.BookingStamp, error)
+	DriverChanges(ctx context.Context) ([]api.DriverChange, error)
 }
 
 // rulesSettings are the rules' settings, read at each round.

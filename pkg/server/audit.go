@@ -104,6 +104,8 @@ var auditRoutes = map[string]auditRoute{
 	"POST /v1/reservations":                {"reservation.create", ""},
 	"DELETE /v1/reservations/{id}":         {"reservation.delete", "reservation/{id}"},
 	"POST /v1/admin/gpus/{addr}/drain":     {"gpu.drain", "gpu/{addr}"},
+	"POST /v1/admin/driver-changes":        {"driver.announce", "driver-changes"},
+	"DELETE /v1/admin/driver-changes/{id}": {"driver.withdraw", "driver-change/{id}"},
 	"DELETE /v1/admin/gpus/{addr}/drain":   {"gpu.undrain", "gpu/{addr}"},
 	"POST /v1/admin/hosts/{name}/drain":    {"host.drain", "host/{name}"},
 	"DELETE /v1/admin/hosts/{name}/drain":  {"host.undrain", "host/{name}"},

@@ -45,6 +45,7 @@ var hostileBodies = map[string]struct {
 	"POST /v1/users":                    {body: `{"name":"zed","admin":false,"groups":["lab"]}`, status: 201},
 	"POST /v1/users/{name}/tokens":      {body: `{"name":"ci","expires_in_hours":24}`, status: 201},
 	"POST /v1/admin/gpus/{addr}/drain":  {body: `{"reason":"fan"}`, status: 200, optional: true},
+	"POST /v1/admin/driver-changes":     {body: `{"driver":"550.90.07","at":"2027-01-10T09:00:00Z","note":"vGPU 17.4"}`, status: 201},
 	"POST /v1/reservations":             {body: `{"profile":"whole","count":1,"start":"2026-12-02T14:00:00+01:00","end":"2026-12-02T16:00:00+01:00","note":"lab"}`, status: 201},
 	"POST /v1/vms/{id}/tunnel":          {body: `{"port":22}`, status: 409}, // the VM is not running
 	"POST /v1/vms/{id}/actions/start":   {status: 409, optional: true},      // the VM is queued

@@ -80,6 +80,7 @@ var (
 	pTokenID        = param{Name: "id", In: "path", Description: "the token's ID", Type: "integer"}
 	pGPU            = param{Name: "addr", In: "path", Description: "the GPU's PCI address (0000:41:00.0 or 41:00.0)", Type: "string"}
 	p404            = []int{http.StatusNotFound}
+	pDriverChange   = param{Name: "id", In: "path", Description: "the announcement's ID", Type: "string"}
 
 	// login.go
 	pReturnTo  = param{Name: "return_to", In: "query", Description: "the portal's sign-in: a path of this server (one leading '/') where the browser goes, signed in with the session cookie, after the provider", Type: "string"}
@@ -181,6 +182,9 @@ var coreAPIRoutes = []route{
 	{Method: "GET", Path: "/v1/hosts", Summary: "Every host (gpuvmd) with its health and free capacity; for admins also every GPU with the devices on it and the VM, owner and profile holding each (gpu_detail)", Auth: authUser, Status: 200, Answer: api.HostList{}},
 	{Method: "POST", Path: "/v1/admin/gpus/{addr}/drain", Summary: "Drain a GPU: it takes no new VMs, what it holds keeps running", Auth: authAdmin, Params: []param{pGPU}, Body: api.DrainRequest{}, Status: 200, Answer: api.GPUDrainState{}, Errors: []int{400, 404, 413, 422, 503}},
 	{Method: "DELETE", Path: "/v1/admin/gpus/{addr}/drain", Summary: "Undrain a GPU", Auth: authAdmin, Params: []param{pGPU}, Status: 200, Answer: api.GPUDrainState{}, Errors: p404},
+	{Method: "POST", Path: "/v1/admin/driver-changes", Summary: "Announce a change of the hosts' NVIDIA vGPU manager: the owners of VMs with a vGPU are told, a snapshot offered", Auth: authAdmin, Body: api.DriverChangeRequest{}, Status: 201, Answer: api.DriverChange{}, Errors: []int{400, 413, 422}},
+	{Method: "GET", Path: "/v1/admin/driver-changes", Summary: "The announced driver changes, the next first", Auth: authAdmin, Status: 200, Answer: api.DriverChangeList{}},
+	{Method: "DELETE", Path: "/v1/admin/driver-changes/{id}", Summary: "Withdraw an announced driver change: nobody else is told", Auth: authAdmin, Params: []param{pDriverChange}, Status: 200, Answer: api.DriverChange{}, Errors: p404},
 	{Method: "GET", Path: "/v1/gpus", Summary: "The host's GPUs and devices, with drained state", Auth: authAdmin, Status: 200, Answer: api.HostInventory{}},
 	{Method: "POST", Path: "/v1/admin/reload", Summary: "Reload the configuration files, all or nothing; no body. A refusal (422, invalid-configuration) lists every diagnostic with its file, line and column in config_diagnostics", Auth: authAdmin, Status: 200, Answer: api.ReloadResult{}, Errors: []int{400, 413, 422, 503}},
 	{Method: "GET", Path: "/metrics", Summary: "Prometheus metrics (text format; docs/metrics.md); open to all unless server.monitor.metrics_auth = \"token\", which wants any valid API token", Auth: authNone, Status: 200, Answer: "", ContentType: "text/plain; version=0.0.4", Errors: []int{401, 503}},

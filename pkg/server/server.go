@@ -314,6 +314,7 @@ func (s *Server) routes() {
 	s.orphanRoutes(admin)                                   // orphans.go
 	s.imageRoutes(v1, admin)                                // images.go
 	s.windowsRoutes(admin)                                  // windowsinstall.go
+	s.driverChangeRoutes(admin)                             // driverchange.go
 	v1.GET("/whoami", s.whoami)
 	v1.GET("/usage", s.usage)                      // usage.go
 	v1.GET("/usage/periods", s.usagePeriods)       // usage.go

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"github.com/gpuvm/gpuvm/pkg/api"
 	"time"
 
 	"github.com/gpuvm/gpuvm/pkg/store"
@@ -119,6 +120,10 @@ type HostStore interface {
 	ListGPUDrains(ctx context.Context, host string) ([]store.GPUDrain, error)
 	DrainGPU(ctx context.Context, d *store.GPUDrain) error
 	UndrainGPU(ctx context.Context, host, gpuAddress string) (bool, error)
+	// The announced changes of the hosts' vGPU manager (driverchange.go).
+	AnnounceDriverChange(ctx context.Context, dc *api.DriverChange) error
+	DriverChanges(ctx context.Context) ([]api.DriverChange, error)
+	WithdrawDriverChange(ctx context.Context, id, by string) (*api.DriverChange, error)
 }
 
 // BookingStore backs the reservation routes (reservations.go); creating
