@@ -81,12 +81,12 @@ type DriverChangeList struct {
 	DriverChanges []DriverChange `json:"driver_changes"`
 }
 
-// DriverChangeEventPayload is the payload of driver.announced (the
-// announcement) and driver.withdrawn (ID and By only).
+// DriverChangeEventPayload is the payload of driver.announced and
+// driver.withdrawn: the announcement, and By who announced or withdrew it.
 type DriverChangeEventPayload struct {
 	ID     string    `json:"id"`
-	Driver string    `json:"driver,omitempty"`
-	At     time.Time `json:"at,omitempty"`
+	Driver string    `json:"driver"`
+	At     time.Time `json:"at"`
 	Note   string    `json:"note,omitempty"`
 	By     string    `json:"by"`
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/gpuvm/gpuvm/pkg/api"
 	"github.com/gpuvm/gpuvm/pkg/config"
+	"github.com/gpuvm/gpuvm/pkg/store"
 )
 
 // An announced change of the hosts' vGPU manager: the owners of the VMs
@@ -94,6 +95,11 @@ func TestDriverChangesStored(t *testing.T) {
 	got, err := e.st.WithdrawDriverChange(ctx, later.ID, "root")
 	if err != nil || got.WithdrawnAt == nil || got.WithdrawnBy != "root" || got.Driver != "560.35.03" {
 		t.Fatalf("withdraw: %+v %v", got, err)
+	}
+	// The withdrawal's event says what was withdrawn, for the stream's readers.
+	evs, err := e.st.ListEventsSince(ctx, 0, store.EventFilter{Type: api.EventDriverWithdrawn})
+	if err != nil || len(evs) != 1 || !strings.Contains(string(evs[0].Payload), `"driver":"560.35.03"`) || !strings.Contains(string(evs[0].Payload), `"by":"root"`) {
+		t.Fatalf("withdrawal events %+v %v", evs, err)
 	}
 	for _, id := range []string{later.ID, "no-such-id"} {
 		if _, err := e.st.WithdrawDriverChange(ctx, id, "root"); err == nil || !strings.Contains(err.Error(), "no announced driver change") {

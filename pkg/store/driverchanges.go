@@ -53,7 +53,8 @@ func (s *Store) WithdrawDriverChange(ctx context.Context, id, by string) (*api.D
 		if out == nil {
 			return fmt.Errorf("%w: no announced driver change %q", ErrNotFound, id)
 		}
-		b, err := json.Marshal(api.DriverChangeEventPayload{ID: id, By: by})
+		// The announcement withdrawn, for whoever reads the event stream.
+		b, err := json.Marshal(api.DriverChangeEventPayload{ID: id, Driver: out.Driver, At: out.At, Note: out.Note, By: by})
 		if err != nil {
 			return err
 		}
