@@ -1,7 +1,6 @@
 package hypervisor
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"os"
@@ -88,12 +87,24 @@ func BenchmarkBuildXML(b *testing.B) {
 // RevertDisk run them), the overlay holding GPUVM_BENCH_OVERLAY_MIB
 // (default 1024) of the VM's own writes, then 256 MiB written after the
 // snapshot and thrown away by the restore. The image is the desktop
-// build's ($GPUVM_DESKTOP_CACHE, or make test's /var/cache/gpuvm/desktop):
-// skipped without it. Reports snapshot-ms and restore-ms.
+// build's: $GPUVM_DESKTOP_CACHE, else where make test keeps it as root
+// (/var/cache/gpuvm/desktop) or make desktop-image in the checkout
+// (test/guest/desktop/cache): skipped without one. Reports snapshot-ms and
+// restore-ms.
 func BenchmarkDiskSnapshotDesktop(b *testing.B) {
-	image := filepath.Join(cmp.Or(os.Getenv("GPUVM_DESKTOP_CACHE"), "/var/cache/gpuvm/desktop"), "desktop.qcow2")
-	if _, err := os.Stat(image); err != nil {
-		b.Skipf("no desktop image (make desktop-image): %v", err)
+	dirs := []string{"/var/cache/gpuvm/desktop", filepath.Join("..", "..", "test", "guest", "desktop", "cache")}
+	if d := os.Getenv("GPUVM_DESKTOP_CACHE"); d != "" {
+		dirs = []string{d}
+	}
+	image := ""
+	for _, d := range dirs {
+		if _, err := os.Stat(filepath.Join(d, "desktop.qcow2")); err == nil {
+			image = filepath.Join(d, "desktop.qcow2")
+			break
+		}
+	}
+	if image == "" {
+		b.Skipf("no desktop image in %q (make desktop-image)", dirs)
 	}
 	for _, bin := range []string{"qemu-img", "qemu-io"} {
 		if _, err := exec.LookPath(bin); err != nil {
