@@ -22,8 +22,8 @@ func newAdminDriverChangeCmd(o *clientOpts) *cobra.Command {
 		Long: `A guest's NVIDIA driver must be one the host's vGPU manager supports: when the
 hosts move to a new manager, the people whose VMs hold a vGPU (time-sliced or
 MIG-backed) must change the driver inside them. Announced ahead, gpuvm tells
-each of them once (a vm.warning of kind driver_change, by the webhook or mail
-of the policy too) and offers a snapshot of the VM's disk first. VMs with a
+each of them once (a vm.warning of kind driver_change, posted to the policy's
+webhook too) and offers a snapshot of the VM's disk first. VMs with a
 passed-through GPU are not told: the data-centre driver does not depend on
 the vGPU manager.
 ` + exitHelp,

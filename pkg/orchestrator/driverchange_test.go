@@ -17,7 +17,7 @@ import (
 // GPU-less VM's are not; a change already past, or withdrawn, tells
 // nobody; a gpuvmd started again does not tell twice.
 func TestDriverChangeNotices(t *testing.T) {
-	e := newRulesEnv(t, "h100x8", "policy {\n  timezone = \"UTC\"\n}\n")
+	e := newRulesEnv(t, "h100x8", "policy {\n  timezone = \"UTC\"\n  webhook  = \"https://hooks.example.com/notices\"\n}\n")
 	ctx := context.Background()
 	o := e.orchRules(nil)
 	seat := e.submitHours("ann", "h100-vgpu", "seat", 8)
@@ -59,6 +59,10 @@ func TestDriverChangeNotices(t *testing.T) {
 			!strings.Contains(ws[0].Reason, want) {
 			t.Errorf("%s: %+v; want one notice saying %q", id, ws, want)
 		}
+	}
+	// The same notices go to the policy's webhook.
+	if sent := e.notify.sent(); len(sent) != 2 || !strings.HasPrefix(sent[0], api.WarningDriverChange+" vm/") || !strings.HasPrefix(sent[1], api.WarningDriverChange+" vm/") {
+		t.Errorf("webhook notifications %q, want two driver_change", sent)
 	}
 	if ws := e.warnings(plain.ID); len(ws) != 0 {
 		t.Errorf("the VM without a GPU was told: %+v", ws)
