@@ -136,7 +136,8 @@ func newVolumeLsCmd(getenv func(string) string) *cobra.Command {
 func newVolumeOneCmd(getenv func(string) string, verb string) *cobra.Command {
 	o := clientOpts{getenv: getenv}
 	var out outputOpts
-	short := map[string]string{"show": "Show a data disk", "rm": "Delete a detached data disk and its data", "detach": "Detach a data disk from its stopped VM"}[verb]
+	var wait bool
+	short := map[string]string{"show": "Show a data disk", "rm": "Delete a detached data disk and its data", "detach": "Detach a data disk from its VM (unplugged from a running one)"}[verb]
 	cmd := &cobra.Command{
 		Use:   verb + " NAME",
 		Short: short,
@@ -152,7 +153,9 @@ func newVolumeOneCmd(getenv func(string) string, verb string) *cobra.Command {
 			case "show":
 				v, err = c.GetVolume(ctx, args[0])
 			case "detach":
-				v, err = c.DetachVolume(ctx, args[0])
+				if v, err = c.DetachVolume(ctx, args[0]); err == nil {
+					v, err = volumePlugged(ctx, c, cmd, v, verb, wait)
+				}
 			default:
 				if err = c.DeleteVolume(ctx, args[0]); err == nil && !out.quiet && !out.json {
 					_, err = fmt.Fprintf(cmd.OutOrStdout(), "volume %s deleted\n", args[0])
@@ -167,6 +170,10 @@ func newVolumeOneCmd(getenv func(string) string, verb string) *cobra.Command {
 	}
 	if verb == "rm" {
 		cmd.Aliases = []string{"delete"}
+	}
+	if verb == "detach" {
+		cmd.Long = "Detaches a data disk from its VM. A stopped or queued VM no longer has it at its next start; a running VM's guest is asked to let it go (unmount it first), and the disk stays attached until it has (a guest that keeps it 30 s fails the detach; the disk stays attached).\n" + connectionHelp + "\n" + exitHelp
+		cmd.Flags().BoolVar(&wait, "wait", false, "wait until a running VM's guest has let the disk go")
 	}
 	o.flags(cmd, false)
 	out.flags(cmd, "print the volume's ID only")
@@ -205,16 +212,21 @@ func newVolumeResizeCmd(getenv func(string) string) *cobra.Command {
 func newVolumeAttachCmd(getenv func(string) string) *cobra.Command {
 	o := clientOpts{getenv: getenv}
 	var out outputOpts
+	var wait bool
 	cmd := &cobra.Command{
 		Use:   "attach NAME VM",
-		Short: "Attach a data disk to your stopped or queued VM",
-		Long:  "Attaches a data disk to a VM of yours on the same host; the VM has it at its next start. A disk attached to another VM is refused: detach it first.\n" + connectionHelp + "\n" + exitHelp,
-		Args:  exactArgs(2, "a volume and a VM"),
+		Short: "Attach a data disk to your VM (plugged in at once when it runs)",
+		Long: "Attaches a data disk to a VM of yours on the same host: a running VM has it plugged in at once (a new virtio disk in the guest, " +
+			"/dev/disk/by-id/virtio-<the disk's ID>), a stopped or queued one has it at its next start. A disk attached to another VM is refused: detach it first.\n" + connectionHelp + "\n" + exitHelp,
+		Args: exactArgs(2, "a volume and a VM"),
 		RunE: o.runE(func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
 			if err := out.check(); err != nil {
 				return err
 			}
 			v, err := c.AttachVolume(ctx, args[0], args[1])
+			if err == nil {
+				v, err = volumePlugged(ctx, c, cmd, v, "attach", wait)
+			}
 			if err != nil {
 				return err
 			}
@@ -222,8 +234,32 @@ func newVolumeAttachCmd(getenv func(string) string) *cobra.Command {
 		}),
 	}
 	o.flags(cmd, false)
+	cmd.Flags().BoolVar(&wait, "wait", false, "wait until a running VM has the disk plugged in")
 	out.flags(cmd, "print the volume's ID only")
 	return cmd
+}
+
+// volumePlugged follows, with wait, the operation that plugs a disk into or
+// out of a running VM (v.OperationID) to its end: a failure is the
+// command's (its reason on standard error); done, the volume as it is now.
+// Without wait, or for a VM that does not run, v as answered.
+func volumePlugged(ctx context.Context, c *client.Client, cmd *cobra.Command, v *api.Volume, verb string, wait bool) (*api.Volume, error) {
+	if !wait || v.OperationID == "" {
+		return v, nil
+	}
+	last, err := c.WaitOperation(ctx, v.OperationID, func(api.Operation) {})
+	if err != nil {
+		return nil, err
+	}
+	if last.State != api.OpDone {
+		fmt.Fprintf(cmd.ErrOrStderr(), "gpuvm: the %s failed: %s\n", verb, orDash(last.Error))
+		return nil, exitError{exitFailure}
+	}
+	now, err := c.GetVolume(ctx, v.ID)
+	if err != nil {
+		return nil, err
+	}
+	return now, nil
 }
 
 func printVolume(w io.Writer, v *api.Volume, out outputOpts) error {
@@ -240,6 +276,13 @@ func printVolume(w io.Writer, v *api.Volume, out outputOpts) error {
 		fmt.Fprintf(tw, "Error:\t%s\n", v.Error)
 	}
 	fmt.Fprintf(tw, "Host:\t%s\nAttached to:\t%s\nIn the guest:\t%s\n", orDash(v.Host), orDash(v.AttachedVMName), orDash(v.GuestDevice))
+	if v.OperationID != "" {
+		what := "plugging it into the running VM"
+		if v.State == api.VolumeDetaching {
+			what = "unplugging it from the running VM"
+		}
+		fmt.Fprintf(tw, "Operation:\t%s (%s; --wait follows it)\n", v.OperationID, what)
+	}
 	return tw.Flush()
 }
 

@@ -2,10 +2,15 @@ package main
 
 import (
 	"bytes"
+	"context"
+	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gpuvm/gpuvm/pkg/api"
+	"github.com/gpuvm/gpuvm/pkg/client/clienttest"
+	"github.com/gpuvm/gpuvm/pkg/store"
 )
 
 // gpuvm volume ls shows what each volume uses and its quota: a home's as
@@ -43,5 +48,76 @@ func TestPrintVolumesUsedAndQuota(t *testing.T) {
 	}
 	if f := strings.Fields(strings.Split(buf.String(), "\n")[1]); len(f) < 5 || f[3] != "-" || f[4] != "-" {
 		t.Errorf("an unmeasured home: %q", f)
+	}
+}
+
+// 'gpuvm volume attach' and 'detach' of a running VM through a real server:
+// the answer names the operation that plugs the disk in or out; --wait
+// follows it to the end and prints the disk as it is then (the test's
+// worker plugs at once; a real guest: test/e2e's TestHomeFollowsThePerson).
+func TestVolumeAttachRunningVM(t *testing.T) {
+	env := clienttest.New(t, clienttest.Options{Host: "test-host", Volumes: true})
+	ann := newCLI(t, map[string]string{"GPUVM_URL": env.URL, "GPUVM_TOKEN": env.UserToken})
+	ctx := context.Background()
+	env.Worker.Pause()
+	vm := &store.VM{Name: "up", Owner: "ann", Profile: "plain", Hours: 8}
+	if _, err := env.Store.CreateVM(ctx, vm, store.CreateVMOptions{RequestedBy: "ann"}); err != nil {
+		t.Fatal(err)
+	}
+	host := "test-host"
+	ops, _ := env.Store.ListOperations(ctx, vm.ID)
+	for _, op := range ops {
+		if err := env.Store.FinishOperation(ctx, op.ID, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := env.Store.UpdateVMState(ctx, vm.ID, vm.Version, store.VMUpdate{State: store.VMRunning, Host: &host}); err != nil {
+		t.Fatal(err)
+	}
+	ann.must("volume", "create", "scratch", "--size", "1GiB")
+
+	// Without --wait: the answer, naming the operation under way.
+	out := ann.must("volume", "attach", "scratch", "up")
+	if !strings.Contains(out, "Attached to:   up") || !regexp.MustCompile(`Operation:\s+\S+ \(plugging it into the running VM; --wait follows it\)`).MatchString(out) {
+		t.Errorf("attach:\n%s", out)
+	}
+	var v api.Volume
+	decodeStrict(t, ann.must("volume", "show", "scratch", "--json"), &v)
+	if v.AttachedVMName != "up" || v.OperationID != "" {
+		t.Errorf("shown: %+v", v)
+	}
+	// The operation is still pending: detaching now is busy, naming it.
+	if _, errOut, code := ann.run("volume", "detach", "scratch"); code != 1 || !strings.Contains(errOut, "unfinished disks operation") {
+		t.Errorf("detach while plugging: exit %d %q", code, errOut)
+	}
+	env.Worker.Paused.Store(false)
+	env.Worker.Wake()
+
+	// --wait: unplugged, then printed as it is at the end.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		got, errOut, code := ann.run("volume", "detach", "scratch", "--wait", "--json")
+		if code == 0 {
+			var w api.Volume
+			decodeStrict(t, got, &w)
+			if w.AttachedVM != "" || w.State != api.VolumeReady {
+				t.Errorf("detach --wait printed %+v, want it detached, ready", w)
+			}
+			break
+		}
+		if !strings.Contains(errOut, "unfinished disks operation") || time.Now().After(deadline) {
+			t.Fatalf("detach --wait: exit %d %q", code, errOut)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	v = api.Volume{}
+	decodeStrict(t, ann.must("volume", "show", "scratch", "--json"), &v)
+	if v.AttachedVM != "" || v.State != api.VolumeReady {
+		t.Errorf("after detach --wait: %+v", v)
+	}
+	v = api.Volume{}
+	decodeStrict(t, ann.must("volume", "attach", "scratch", "up", "--wait", "--json"), &v)
+	if v.AttachedVMName != "up" || v.OperationID != "" || v.State != api.VolumeReady {
+		t.Errorf("attach --wait: %+v", v)
 	}
 }

@@ -11,6 +11,9 @@ const (
 	VolumeReady    = "ready"
 	VolumeDeleting = "deleting"
 	VolumeError    = "error"
+	// VolumeDetaching: being unplugged from its running VM; attached
+	// until its guest has let it go.
+	VolumeDetaching = "detaching"
 )
 
 // MaxVolumeBytes is the largest data disk, 64 TiB.
@@ -26,7 +29,8 @@ type Volume struct {
 	Owner string `json:"owner"`
 	// SizeBytes is the disk's size (0 for a home: not sized here).
 	SizeBytes int64 `json:"size_bytes"`
-	// State: creating, ready, deleting or error.
+	// State: creating, ready, deleting, error, or detaching (being
+	// unplugged from its running VM).
 	State string `json:"state"`
 	Error string `json:"error,omitempty"`
 	// Host is the server the disk lives on: it attaches to VMs there.
@@ -55,6 +59,10 @@ type Volume struct {
 	Note        string     `json:"note,omitempty"`
 	CreatedAt   *time.Time `json:"created_at,omitempty"`
 	UpdatedAt   *time.Time `json:"updated_at,omitempty"`
+	// OperationID is the operation that plugs the disk into, or unplugs
+	// it from, its running VM (GET /v1/operations/{id}): only in the
+	// answer (202) to an attach or detach of a running VM.
+	OperationID string `json:"operation_id,omitempty"`
 }
 
 // VolumeList answers GET /v1/volumes: the caller's volumes by name, and

@@ -188,7 +188,19 @@ func (c *Conn) Define(ctx context.Context, spec domain.Spec) (Info, error) {
 	if err != nil {
 		return Info{}, vmError(vm, "build domain XML", err)
 	}
-	return c.defineXML(ctx, spec, xml)
+	info, err := c.defineXML(ctx, spec, xml)
+	if err != nil {
+		return info, err
+	}
+	// Empty ports for data disks plugged in while it runs, added once
+	// libvirt has given every device its address (datadisks.go). Without
+	// them the VM runs as well; a plug into it is refused then.
+	if err := c.redefine(ctx, spec.UUID, "add hot-plug ports", "PCIe ports", domain.EnsureHotplugPorts, func(name string) {
+		c.log.Debug("domain given empty PCIe root ports for data disks", "vm", name, "ports", domain.HotplugPorts)
+	}); err != nil {
+		c.log.Warn("domain defined without empty PCIe root ports: data disks cannot be plugged into it while it runs", "vm", vm, "err", err)
+	}
+	return info, nil
 }
 
 // defineXML defines xml, the domain XML built for spec (Define,

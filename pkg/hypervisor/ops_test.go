@@ -57,12 +57,13 @@ func TestRebootAndForceOff(t *testing.T) {
 	if err := c.ForceOff(ctx, spec.UUID); err != nil {
 		t.Errorf("forcing off a stopped domain: %v", err)
 	}
-	// Defined, started, whatever the reboot makes, then destroyed.
+	// Defined (twice: then given its empty PCIe root ports), started,
+	// whatever the reboot makes, then destroyed.
 	var got []Event
 	for len(got) == 0 || got[len(got)-1].Detail != "destroyed" {
 		got = append(got, nextEvent(t, events, spec.UUID))
 	}
-	if got[0].Type != EventDefined || got[1].Type != EventStarted || got[len(got)-1].Type != EventStopped {
+	if got[0].Type != EventDefined || got[1].Type != EventDefined || got[1].Detail != "updated" || got[2].Type != EventStarted || got[len(got)-1].Type != EventStopped {
 		t.Errorf("events %+v", got)
 	}
 

@@ -104,6 +104,8 @@ func (lc *lifecycle) runAction(ctx context.Context, vm *store.VM, op *store.Oper
 		return lc.runSnapshotOp(ctx, vm, op) // snapshots.go
 	case store.OpResize:
 		return lc.runResize(ctx, vm, op) // resize.go
+	case store.OpDisks:
+		return lc.runDisks(ctx, vm, op) // diskplugs.go
 	}
 	// Extend is applied by the API at once; nothing else is known.
 	lc.finishAction(ctx, vm, op, fmt.Errorf("the worker does not carry out %q operations", op.Kind))
@@ -450,6 +452,15 @@ func (lc *lifecycle) startDomain(ctx context.Context, vm *store.VM, op *store.Op
 			return err // the next round tries again
 		}
 		return lc.startFailed(ctx, vm, op, fmt.Errorf("give the domain its GPU devices: %w", err))
+	}
+	if err := lc.startDisks(ctx, vm); err != nil { // diskplugs.go
+		switch {
+		case hypervisor.IsNotFound(err):
+			return lc.vanished(ctx, vm, op)
+		case interrupted(ctx, err), hypervisor.IsDisconnected(err):
+			return err // the next round tries again
+		}
+		return lc.startFailed(ctx, vm, op, fmt.Errorf("give the domain its data disks: %w", err))
 	}
 	if err := lc.hook(vm.ID, HookDevicesAttached); err != nil {
 		return err

@@ -249,7 +249,12 @@ func (lc *lifecycle) dataDisks(ctx context.Context, vm *store.VM) ([]domain.Disk
 		case v.Host != lc.host:
 			return nil, fmt.Errorf("data disk %q is on host %s, and this VM on %s: detach it", v.Name, v.Host, lc.host)
 		}
-		out = append(out, domain.Disk{Pool: v.Pool, Volume: v.Volume, Format: domain.FormatQCOW2, Bus: domain.BusVirtIO, Serial: v.ID})
+		out = append(out, dataDiskOf(v))
 	}
 	return out, nil
+}
+
+// dataDiskOf is the virtio disk of a data disk, its volume's id as serial.
+func dataDiskOf(v store.Volume) domain.Disk {
+	return domain.Disk{Pool: v.Pool, Volume: v.Volume, Format: domain.FormatQCOW2, Bus: domain.BusVirtIO, Serial: v.ID}
 }

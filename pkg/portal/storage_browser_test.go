@@ -242,13 +242,22 @@ func TestStoragePageInChromium(t *testing.T) {
 	if got := b.text(`#disk-quota`); !strings.Contains(got, "2 GiB of 3 GiB (67%)") {
 		t.Errorf("the disk quota after the grow: %q", got)
 	}
-	// Attach: to the running VM, refused beside the VM's select; to the
-	// stopped one, done.
+	// Attach to the running VM: plugged in by an operation the page waits
+	// for (the test's worker plugs at once), then unplugged; then to the
+	// stopped one, there at its next start.
 	b.click(`#disk-scratch .buttons button:nth-child(2)`)
 	b.run(chromedp.WaitVisible(`#disk-scratch-vm`, chromedp.ByQuery))
 	b.fill(`#disk-scratch-vm`, vms["up"].ID)
 	b.click(`#disk-scratch form button[type=submit]`)
-	b.waitFor("attach refused", `document.querySelector('#disk-scratch-vm-error')?.textContent.includes('stop it first')`)
+	b.waitFor("plugged into up", `document.querySelector('#disk-scratch[data-attached="up"]') && document.querySelector('.said')?.textContent.includes('scratch is plugged into up: the guest has a new disk, /dev/disk/by-id/virtio-')`)
+	b.check("storage-plugged")
+	b.click(`#disk-scratch .buttons button:nth-child(2)`)
+	b.waitFor("unplugged", `document.querySelector('#disk-scratch[data-attached=""]') && document.querySelector('.said')?.textContent.includes('scratch is unplugged and detached')`)
+	if v, err := env.Store.GetVolumeByName(context.Background(), "ann", "scratch"); err != nil || v.AttachedVM != nil || v.State != store.VolReady {
+		t.Errorf("after the unplug: %+v, %v", v, err)
+	}
+	b.click(`#disk-scratch .buttons button:nth-child(2)`)
+	b.run(chromedp.WaitVisible(`#disk-scratch-vm`, chromedp.ByQuery))
 	b.fill(`#disk-scratch-vm`, vms["box"].ID)
 	b.click(`#disk-scratch form button[type=submit]`)
 	b.waitFor("attached", `document.querySelector('#disk-scratch[data-attached="box"]')`)

@@ -27,6 +27,10 @@ type VolumeStore interface {
 	ListVolumes(ctx context.Context, f store.VolumeFilter) ([]store.Volume, error)
 	AttachVolume(ctx context.Context, id, vmID string) (*store.Volume, error)
 	DetachVolume(ctx context.Context, id string) error
+	// AttachVolumeLive and BeginDetachVolume: a running VM's, with the
+	// operation that plugs the disk in or out.
+	AttachVolumeLive(ctx context.Context, id, vmID, requestedBy string) (*store.Volume, *store.Operation, error)
+	BeginDetachVolume(ctx context.Context, id, requestedBy string) (*store.Volume, *store.Operation, error)
 }
 
 // Volumes makes, grows and deletes data disks on the host (the
@@ -425,11 +429,14 @@ func (s *Server) attachVolume(c *gin.Context) {
 		return
 	}
 	switch {
-	case !vmHoldsNoDisk(vm) || vm.State == store.VMFailed:
-		s.writeProblem(c, withField(errConflict, "vm", fmt.Sprintf("VM %q is %s: stop it first (gpuvm stop %s); a disk is attached to a stopped or queued VM and is there at its next start", vm.Name, vm.State, vm.Name)))
+	case vm.State != store.VMRunning && (!vmHoldsNoDisk(vm) || vm.State == store.VMFailed):
+		s.writeProblem(c, withField(errConflict, "vm", fmt.Sprintf("VM %q is %s: a disk is attached to a running VM (plugged in at once), or to a stopped or queued one (there at its next start); wait until it runs, or stop it (gpuvm stop %s)", vm.Name, vm.State, vm.Name)))
 		return
 	case vm.Host != "" && vm.Host != v.Host:
 		s.writeProblem(c, withField(errConflict, "vm", fmt.Sprintf("VM %q is on host %s and volume %q on %s: a disk attaches to VMs on its own host", vm.Name, vm.Host, v.Name, v.Host)))
+		return
+	case vm.State == store.VMRunning:
+		s.plugVolume(c, v, vm, true)
 		return
 	}
 	got, err := s.Store.AttachVolume(c.Request.Context(), v.ID, vm.ID)
@@ -439,6 +446,52 @@ func (s *Server) attachVolume(c *gin.Context) {
 	}
 	auditDetail(c, "attached to VM %s (%s)", vm.Name, vm.ID)
 	s.answerVolume(c, http.StatusOK, got)
+}
+
+// plugVolume attaches v to (in) or detaches it from its running VM vm:
+// the row and the operation that plugs the disk in or out, on the VM's host
+// (the orchestrator's diskplugs.go), answered 202 with the operation's id.
+// A VM with an unfinished operation is busy (409).
+func (s *Server) plugVolume(c *gin.Context, v *store.Volume, vm *store.VM, in bool) {
+	ctx := c.Request.Context()
+	ops, err := s.Store.ListOperations(ctx, vm.ID)
+	if err != nil {
+		s.writeProblem(c, err)
+		return
+	}
+	if op := unfinished(ops, ""); op != nil {
+		p := busy(vm, op)
+		p.Field = map[bool]string{true: "vm", false: "id"}[in]
+		s.writeProblem(c, p)
+		return
+	}
+	var got *store.Volume
+	var op *store.Operation
+	if in {
+		got, op, err = s.Store.AttachVolumeLive(ctx, v.ID, vm.ID, user(c).Name)
+	} else {
+		got, op, err = s.Store.BeginDetachVolume(ctx, v.ID, user(c).Name)
+	}
+	if err != nil {
+		s.writeProblem(c, volumeProblem(err, "id"))
+		return
+	}
+	if in {
+		auditDetail(c, "plugged into running VM %s (%s), operation %s", vm.Name, vm.ID, op.ID)
+	} else {
+		auditDetail(c, "unplugged from running VM %s (%s), operation %s", vm.Name, vm.ID, op.ID)
+	}
+	if s.Worker != nil {
+		s.Worker.Wake()
+	}
+	vms, err := s.attachedVMs(ctx, *got)
+	if err != nil {
+		s.writeProblem(c, err)
+		return
+	}
+	out := toAPIVolume(got, vms)
+	out.OperationID = op.ID
+	c.JSON(http.StatusAccepted, out)
 }
 
 // ownersVM finds the live VM ref names among owner's: its ID or name.
@@ -478,10 +531,16 @@ func (s *Server) detachVolume(c *gin.Context) {
 		s.writeProblem(c, p)
 		return
 	}
+	ctx := c.Request.Context()
+	if v.AttachedVM != nil && v.State == store.VolReady {
+		if vm, err := s.Store.GetVM(ctx, *v.AttachedVM); err == nil && vm.State == store.VMRunning {
+			s.plugVolume(c, v, vm, false)
+			return
+		}
+	}
 	if !s.stoppedOrDetached(c, v, "detach") {
 		return
 	}
-	ctx := c.Request.Context()
 	if err := s.Store.DetachVolume(ctx, v.ID); err != nil {
 		s.writeProblem(c, volumeProblem(err, "id"))
 		return

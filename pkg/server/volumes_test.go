@@ -221,3 +221,68 @@ func TestVolumeListShowsUsage(t *testing.T) {
 		t.Errorf("cara's home: %+v", l.Volumes)
 	}
 }
+
+// A running VM's disk is attached and detached through an operation of the
+// VM (202, its id in the answer, audited): the row says attached, or
+// detaching until the guest has let it go; a VM between states is a 409
+// naming vm; a VM with an operation under way is busy.
+func TestVolumePlugRunningVM(t *testing.T) {
+	s, st := volumeServer(t)
+	ctx := context.Background()
+	code, _, body := volCall(t, s, "POST", "/v1/vms", "ann-token", `{"profile":"seat","name":"ann-1","hours":2}`)
+	var made api.CreateVMResponse
+	if code != http.StatusAccepted || json.Unmarshal(body, &made) != nil {
+		t.Fatalf("create: %d %s", code, body)
+	}
+	vm, _ := st.GetVM(ctx, made.VM.ID)
+	host := "test"
+	for _, step := range []struct{ state, want string }{{store.VMCreating, "is creating"}, {store.VMRunning, ""}} {
+		ops, _ := st.ListOperations(ctx, vm.ID)
+		for _, op := range ops {
+			_ = st.FinishOperation(ctx, op.ID, nil)
+		}
+		var err error
+		if vm, err = st.UpdateVMState(ctx, vm.ID, vm.Version, store.VMUpdate{State: step.state, Host: &host}); err != nil {
+			t.Fatal(err)
+		}
+		if step.want != "" {
+			volCall(t, s, "POST", "/v1/volumes", "ann-token", `{"name":"scratch","size":"1GiB"}`)
+			if code, p, _ := volCall(t, s, "POST", "/v1/volumes/scratch/actions/attach", "ann-token", `{"vm":"ann-1"}`); code != http.StatusConflict || p.Field != "vm" || !strings.Contains(p.Detail, step.want) {
+				t.Errorf("attach to a VM that is %s: %d %+v", step.state, code, p)
+			}
+		}
+	}
+	code, _, body = volCall(t, s, "POST", "/v1/volumes/scratch/actions/attach", "ann-token", `{"vm":"ann-1"}`)
+	var v api.Volume
+	if code != http.StatusAccepted || json.Unmarshal(body, &v) != nil || v.OperationID == "" || v.AttachedVMName != "ann-1" {
+		t.Fatalf("attach to the running VM: %d %s", code, body)
+	}
+	op, err := st.GetOperation(ctx, v.OperationID)
+	if err != nil || op.Kind != store.OpDisks || op.VMID != vm.ID || op.RequestedBy != "ann" {
+		t.Fatalf("its operation: %+v %v", op, err)
+	}
+	// Busy until it ends: a detach names the operation.
+	if code, p, _ := volCall(t, s, "POST", "/v1/volumes/scratch/actions/detach", "ann-token", ""); code != http.StatusConflict || p.Field != "id" || !strings.Contains(p.Detail, v.OperationID) {
+		t.Errorf("detach while plugging: %d %+v", code, p)
+	}
+	_ = st.FinishOperation(ctx, op.ID, nil)
+	code, _, body = volCall(t, s, "POST", "/v1/volumes/scratch/actions/detach", "ann-token", "")
+	v = api.Volume{}
+	if code != http.StatusAccepted || json.Unmarshal(body, &v) != nil || v.OperationID == "" || v.State != api.VolumeDetaching || v.AttachedVMName != "ann-1" {
+		t.Fatalf("detach from the running VM: %d %s", code, body)
+	}
+	// Detaching: it cannot be grown, deleted or attached elsewhere.
+	_ = st.FinishOperation(ctx, v.OperationID, nil)
+	for _, r := range []struct{ method, path, body string }{
+		{"POST", "/v1/volumes/scratch/actions/resize", `{"size":"2GiB"}`},
+		{"DELETE", "/v1/volumes/scratch", ""},
+	} {
+		if code, _, _ := volCall(t, s, r.method, r.path, "ann-token", r.body); code != http.StatusConflict {
+			t.Errorf("%s %s while detaching: %d, want 409", r.method, r.path, code)
+		}
+	}
+	entries, _, err := st.ListAudit(ctx, store.AuditFilter{Action: "volume.attach"})
+	if err != nil || len(entries) == 0 || !strings.Contains(entries[0].Detail, "plugged into running VM ann-1") {
+		t.Errorf("audit: %+v %v", entries, err)
+	}
+}

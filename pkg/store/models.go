@@ -172,6 +172,7 @@ const (
 	OpReboot  = "reboot"
 	OpExtend  = "extend"
 	OpResize  = "resize" // a stopped VM moved to another profile (the orchestrator's resize.go)
+	OpDisks   = "disks"  // a running VM's data disks plugged in or out as its volumes' rows say (volumes.go)
 	OpPending = api.OpPending
 	OpRunning = api.OpRunning
 	OpDone    = api.OpDone
@@ -659,6 +660,9 @@ const (
 	VolReady    = "ready"    // made; may be attached, resized, deleted
 	VolDeleting = "deleting" // being removed from the host; the row goes last
 	VolError    = "error"    // its creation failed; it may be deleted
+	// VolDetaching: still attached, being unplugged from its running VM
+	// (OpDisks); detached, and ready, once the guest let it go.
+	VolDetaching = "detaching"
 )
 
 // Volume is a person's data disk: a qcow2 volume named Volume in the

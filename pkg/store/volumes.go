@@ -8,6 +8,7 @@ import (
 	"slices"
 
 	"github.com/google/uuid"
+	"gorm.io/gorm"
 )
 
 // DiskVolumeName is the name of a data disk's volume in its libvirt pool:
@@ -245,11 +246,80 @@ func (s *Store) AttachVolume(ctx context.Context, id, vmID string) (*Volume, err
 	return out, err
 }
 
-// DetachVolume detaches a volume from whatever VM holds it; a detached one
-// is no error.
+// AttachVolumeLive attaches a ready volume to vmID, a running VM, and
+// queues the operation (OpDisks) that plugs it into the VM's domain, in one
+// transaction: the intent first, as every change of a host.
+func (s *Store) AttachVolumeLive(ctx context.Context, id, vmID, requestedBy string) (*Volume, *Operation, error) {
+	var v *Volume
+	op := &Operation{VMID: vmID, Kind: OpDisks, RequestedBy: requestedBy}
+	err := s.Tx(ctx, func(tx *Store) error {
+		// The operation first: a disk attached at or after its creation
+		// is one it plugs in (and detaches again when it cannot).
+		if err := tx.createOperation(op); err != nil {
+			return err
+		}
+		var err error
+		v, err = tx.AttachVolume(ctx, id, vmID)
+		return err
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	return v, op, nil
+}
+
+// BeginDetachVolume marks a ready volume attached to a running VM
+// detaching and queues the operation (OpDisks) that unplugs it, in one
+// transaction. It stays attached (nothing else may take it) until the
+// guest has let it go (EndDetachVolume). Not ready, or detached, is
+// ErrConflict.
+func (s *Store) BeginDetachVolume(ctx context.Context, id, requestedBy string) (*Volume, *Operation, error) {
+	var v *Volume
+	var op *Operation
+	err := s.Tx(ctx, func(tx *Store) error {
+		cur, err := tx.GetVolume(ctx, id)
+		if err != nil {
+			return err
+		}
+		if cur.State != VolReady || cur.AttachedVM == nil {
+			return fmt.Errorf("volume %q is %s and attached to %v: %w", cur.Name, cur.State, cur.AttachedVM != nil, ErrConflict)
+		}
+		op = &Operation{VMID: *cur.AttachedVM, Kind: OpDisks, RequestedBy: requestedBy}
+		if err := tx.createOperation(op); err != nil {
+			return err
+		}
+		if err := tx.SetVolumeState(ctx, id, VolDetaching, []string{VolReady}, ""); err != nil {
+			return err
+		}
+		cur.State = VolDetaching
+		v = cur
+		return nil
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	return v, op, nil
+}
+
+// EndDetachVolume detaches a detaching volume, ready again: its VM's
+// domain no longer has it.
+func (s *Store) EndDetachVolume(ctx context.Context, id string) error {
+	res := s.db.WithContext(ctx).Model(&Volume{}).Where("id = ? AND state = ?", id, VolDetaching).
+		Updates(map[string]any{"attached_vm": nil, "attached_at": nil, "state": VolReady, "updated_at": s.clock()})
+	if res.Error != nil {
+		return wrap(res.Error, nil, "detach volume %s", id)
+	}
+	if res.RowsAffected == 0 {
+		return fmt.Errorf("volume %s is not detaching: %w", id, ErrConflict)
+	}
+	return nil
+}
+
+// DetachVolume detaches a volume from whatever VM holds it (one being
+// detached from it is ready again); a detached one is no error.
 func (s *Store) DetachVolume(ctx context.Context, id string) error {
 	res := s.db.WithContext(ctx).Model(&Volume{}).Where("id = ?", id).
-		Updates(map[string]any{"attached_vm": nil, "attached_at": nil, "updated_at": s.clock()})
+		Updates(map[string]any{"attached_vm": nil, "attached_at": nil, "state": readyIfDetaching, "updated_at": s.clock()})
 	if res.Error != nil {
 		return wrap(res.Error, nil, "detach volume %s", id)
 	}
@@ -259,11 +329,15 @@ func (s *Store) DetachVolume(ctx context.Context, id string) error {
 	return nil
 }
 
+// readyIfDetaching sets a detaching volume's state ready, and keeps any
+// other.
+var readyIfDetaching = gorm.Expr("CASE WHEN state = ? THEN ? ELSE state END", VolDetaching, VolReady)
+
 // DetachVolumesOfVM detaches every volume attached to vmID (its deletion:
 // the disks stay, detached).
 func (s *Store) DetachVolumesOfVM(ctx context.Context, vmID string) (int64, error) {
 	res := s.db.WithContext(ctx).Model(&Volume{}).Where("attached_vm = ?", vmID).
-		Updates(map[string]any{"attached_vm": nil, "attached_at": nil, "updated_at": s.clock()})
+		Updates(map[string]any{"attached_vm": nil, "attached_at": nil, "state": readyIfDetaching, "updated_at": s.clock()})
 	return res.RowsAffected, wrap(res.Error, nil, "detach the volumes of vm %s", vmID)
 }
 

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
@@ -16,7 +17,8 @@ import (
 // it and writes bytes on it; a second VM of hers asking for it meanwhile is
 // refused with 409, bob can neither see nor attach it; her first VM is
 // deleted, the disk stays; her second VM, created with it, reads the bytes
-// back; deleted, the disk leaves the pool.
+// back; while it runs the disk is unplugged and plugged in again
+// (diskReplugged); deleted, the disk leaves the pool.
 
 // diskSize is the e2e disk's size: small, the guest writes one block.
 const diskSize = "64MiB"
@@ -83,6 +85,59 @@ func (w *world) diskRead(sh *guestShell, ann homePerson, disk api.Volume, conten
 	if got["read"] != content {
 		w.t.Errorf("ann-2 reads %q from the disk (%s), want what ann-1 wrote, %q", got["read"], got["dev"], content)
 	}
+}
+
+// diskPlugged is the guest's shell that prints how many virtio disks carry
+// serial (plugged=), and every virtio disk with its serial (serials=).
+func diskPlugged(serial string) string {
+	return `n=0; s=""; for d in /sys/block/vd*; do x=$(cat $d/serial 2>/dev/null); s="$s ${d##*/}:$x"; ` +
+		`case "$x" in "` + serial + `"*) n=$((n+1));; esac; done; echo serials=$s; echo plugged=$n`
+}
+
+// diskReplugged: ann-2 runs with the disk. ann detaches it with her CLI
+// while it runs (--wait): the guest lets it go (ACPI hot-unplug), it is
+// gone from the guest's disks and detached; she attaches it again, still
+// running: plugged into a free root port, the guest finds it by its serial
+// and reads what ann-1 wrote. It returns how long each took, end to end.
+func (w *world) diskReplugged(sh *guestShell, ann homePerson, disk api.Volume, content string) (unplugged, plugged time.Duration) {
+	w.t.Helper()
+	serial := diskSerial(disk)
+	run := func(args ...string) (api.Volume, time.Duration) {
+		w.t.Helper()
+		begin := time.Now()
+		out, errOut, code := ann.cli.run("", args...)
+		took := time.Since(begin)
+		var v api.Volume
+		if code != 0 || json.Unmarshal([]byte(out), &v) != nil {
+			w.t.Fatalf("gpuvm %s: exit %d\n%s%s", strings.Join(args, " "), code, out, errOut)
+		}
+		return v, took
+	}
+	v, unplugged := run("volume", "detach", "scratch", "--wait", "--json")
+	if v.AttachedVM != "" || v.State != api.VolumeReady {
+		w.t.Errorf("after detach --wait from the running ann-2: %+v, want it detached, ready", v)
+	}
+	if got := sh.run(ann, "ann-2", diskPlugged(serial)); got["plugged"] != "0" {
+		w.t.Errorf("ann-2 still has the disk after its unplug: %s", got["serials"])
+	}
+	v, plugged = run("volume", "attach", "scratch", "ann-2", "--wait", "--json")
+	if v.AttachedVMName != "ann-2" || v.State != api.VolumeReady {
+		w.t.Errorf("after attach --wait to the running ann-2: %+v", v)
+	}
+	// The guest's kernel binds the new device within moments of the plug.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		got := sh.run(ann, "ann-2", diskPlugged(serial))
+		if got["plugged"] == "1" {
+			break
+		}
+		if time.Now().After(deadline) {
+			w.t.Fatalf("30 s after the plug ann-2's disks are %q, without serial %s", got["serials"], serial)
+		}
+		time.Sleep(time.Second)
+	}
+	w.diskRead(sh, ann, disk, content)
+	return unplugged, plugged
 }
 
 // diskGone grows the disk once ann-2 is deleted (which detached it), then

@@ -188,6 +188,8 @@ func TestHomeFollowsThePerson(t *testing.T) {
 	w.diskRead(sh, ann, disk, diskBytes)
 	// A snapshot of ann-2's system disk, restored (homefaults_test.go).
 	snapTook, restoreTook := w.snapshotRestored(sh, ann, ann2)
+	// Its data disk unplugged and plugged in again while it runs.
+	unplugTook, plugTook := w.diskReplugged(sh, ann, disk, diskBytes) // disks_test.go
 	// bob's VM, stopped meanwhile, is started again: its home is back.
 	bobStop, bobStart := recovered()
 	delBob := w.deleteAsync(bob1)
@@ -210,6 +212,8 @@ func TestHomeFollowsThePerson(t *testing.T) {
 	t.Logf("ann (uid %d) and bob (uid %d): gpuvmd up %v after the start, ann-1 and bob-1 ready at %v, all done at %v; bob-1's killed virtiofs daemon said %v after the kill; ann-2's live snapshot %v, its restore %v (the CLI's --wait, end to end)",
 		annUID, bobUID, up.Round(100*time.Millisecond), booted.Round(100*time.Millisecond), time.Since(begin).Round(100*time.Millisecond),
 		virtiofsSeen.Round(100*time.Millisecond), snapTook.Round(10*time.Millisecond), restoreTook.Round(10*time.Millisecond))
+	t.Logf("ann-2's data disk, while it runs: unplugged in %v, plugged in again in %v (the CLI's --wait, end to end)",
+		unplugTook.Round(10*time.Millisecond), plugTook.Round(10*time.Millisecond))
 	t.Logf("bob-1 after its virtiofs daemon died: stopped %v after 'gpuvm stop' (its shutdown waits on the hung mount until forced off), started and answering over SSH %v later",
 		bobStop.Round(100*time.Millisecond), bobStart.Round(100*time.Millisecond))
 }

@@ -352,6 +352,24 @@ func (w *Worker) round(ctx context.Context) error {
 				return err
 			}
 			continue
+		case op.Kind == store.OpDisks:
+			// A running VM's disks plugged in or out at once, as by a guest
+			// that lets a disk go.
+			vols, err := w.st.ListVolumes(ctx, store.VolumeFilter{AttachedVM: vm.ID})
+			if err != nil {
+				return err
+			}
+			for _, v := range vols {
+				if v.State == store.VolDetaching {
+					if err := w.st.EndDetachVolume(ctx, v.ID); err != nil {
+						return err
+					}
+				}
+			}
+			if err := w.st.FinishOperation(ctx, op.ID, nil); err != nil {
+				return err
+			}
+			continue
 		default:
 			// A create overtaken by a delete, or an operation this worker
 			// does not know: finish it.

@@ -137,6 +137,9 @@ const volPath = (id) => '/v1/volumes/' + enc(id);
 export const volumes = () => call('GET', '/v1/volumes');
 export const createVolume = (name, size) => call('POST', '/v1/volumes', {name, size});
 export const resizeVolume = (id, size) => call('POST', volPath(id) + '/actions/resize', {size});
+// operation reads one operation of the caller's VMs (a disk plugged into a
+// running VM answers with its id).
+export const operation = (id) => call('GET', '/v1/operations/' + encodeURIComponent(id));
 export const attachVolume = (id, vm) => call('POST', volPath(id) + '/actions/attach', {vm});
 export const detachVolume = (id) => call('POST', volPath(id) + '/actions/detach');
 export const deleteVolume = (id) => call('DELETE', volPath(id));

@@ -44,7 +44,7 @@ addWords({
     st_askShare: 'To have a share in a VM, ask for the VM with it; the share is mounted when the VM starts:',
     st_askShareForm: 'The ask form in GPU machines offers them as checkboxes too; a profile may also mount shares of its own always.',
     st_disks: 'Data disks',
-    st_disksIntro: 'Block volumes of your own, attached to one VM at a time while it is stopped or queued, there at its next start. Deleting a VM keeps its disks.',
+    st_disksIntro: 'Block volumes of your own, attached to one VM at a time: plugged in at once when it runs, there at its next start when it is stopped or queued. Deleting a VM keeps its disks.',
     st_diskQuota: 'Your disks hold {used} of {quota} ({pct}); the limit is set by {rule}.', st_diskQuotaSR: 'Your data disks hold {used} of {quota}, {pct}.',
     st_diskNoQuota: 'Your disks hold {used}; no rule bounds them.',
     st_noDisks: 'You have no data disks.',
@@ -53,12 +53,15 @@ addWords({
     st_create: 'Create a data disk', st_createYes: 'Create', st_created: 'Data disk {name} is made.',
     st_grow: 'Grow', st_growTo: 'New size of {name}', st_growYes: 'Grow', st_grown: '{name} is now {size}. Grow its file system inside the guest (resize2fs).',
     st_attach: 'Attach', st_attachTo: 'VM to attach {name} to', st_attachYes: 'Attach', st_attachedTo: '{name} is attached to {vm}: it is there at the VM\'s next start.',
+    st_plugged: '{name} is plugged into {vm}: the guest has a new disk, {dev}.', st_unplugged: '{name} is unplugged and detached.',
+    st_plugging: 'Plugging {name} into {vm}…', st_unplugging: 'Unplugging {name}: waiting for the guest to let it go…',
+    st_stillPlugging: 'Not finished after two minutes: see operation {op} (GET /v1/operations/{op}).',
     st_noVMs: 'You have no VM to attach it to.',
     st_vmOption: '{name} ({state})',
     st_detach: 'Detach', st_detachedFrom: '{name} is detached.',
     st_delete: 'Delete', st_confirmDeleteDisk: 'Delete data disk {name} and everything on it? This cannot be undone.',
     st_deleted: '{name} is deleted.', st_detachFirst: 'Detach it before deleting it.',
-    st_diskStates: {creating: 'being made', ready: 'ready', deleting: 'being deleted', error: 'failed'},
+    st_diskStates: {creating: 'being made', ready: 'ready', deleting: 'being deleted', error: 'failed', detaching: 'being unplugged'},
     st_snaps: 'Snapshots',
     st_snapsIntro: 'A snapshot keeps a VM\'s system disk as it was (not its data disks, home or shares). Restoring one puts the disk back as it was; the VM must be stopped.',
     st_snapKeep: 'You may keep {n} snapshots in all, of all your VMs together (set by {rule}).',
@@ -108,7 +111,7 @@ addWords({
     st_askShare: '要在虚拟机中使用共享，申请虚拟机时带上它；虚拟机启动时会挂载该共享：',
     st_askShareForm: '“GPU 机器”中的申请表单也以复选框提供这些共享；配置本身也可以总是挂载某些共享。',
     st_disks: '数据盘',
-    st_disksIntro: '属于你的块存储卷，每次挂接到一台虚拟机，须在虚拟机停止或排队时挂接，下次启动时生效。删除虚拟机时会保留其数据盘。',
+    st_disksIntro: '属于你的块存储卷，每次挂接到一台虚拟机：运行中的虚拟机立即热插入，停止或排队的虚拟机在下次启动时生效。删除虚拟机时会保留其数据盘。',
     st_diskQuota: '你的数据盘共占 {used} / {quota}（{pct}）；上限由 {rule} 设定。', st_diskQuotaSR: '你的数据盘共占 {used} / {quota}，占 {pct}。',
     st_diskNoQuota: '你的数据盘共占 {used}；没有规则限制。',
     st_noDisks: '你还没有数据盘。',
@@ -117,12 +120,15 @@ addWords({
     st_create: '创建数据盘', st_createYes: '创建', st_created: '数据盘 {name} 已创建。',
     st_grow: '扩容', st_growTo: '{name} 的新大小', st_growYes: '扩容', st_grown: '{name} 现在为 {size}。请在客户机内扩展其文件系统（resize2fs）。',
     st_attach: '挂接', st_attachTo: '要挂接 {name} 的虚拟机', st_attachYes: '挂接', st_attachedTo: '{name} 已挂接到 {vm}：虚拟机下次启动时可用。',
+    st_plugged: '{name} 已热插入 {vm}：客户机多了一块磁盘 {dev}。', st_unplugged: '{name} 已拔出并卸下。',
+    st_plugging: '正在把 {name} 热插入 {vm}……', st_unplugging: '正在拔出 {name}：等待客户机释放它……',
+    st_stillPlugging: '两分钟后仍未完成：请查看操作 {op}（GET /v1/operations/{op}）。',
     st_noVMs: '你没有可以挂接的虚拟机。',
     st_vmOption: '{name}（{state}）',
     st_detach: '卸下', st_detachedFrom: '{name} 已卸下。',
     st_delete: '删除', st_confirmDeleteDisk: '删除数据盘 {name} 及其中的所有数据？此操作无法撤销。',
     st_deleted: '{name} 已删除。', st_detachFirst: '请先卸下再删除。',
-    st_diskStates: {creating: '创建中', ready: '就绪', deleting: '删除中', error: '失败'},
+    st_diskStates: {creating: '创建中', ready: '就绪', deleting: '删除中', error: '失败', detaching: '拔出中'},
     st_snaps: '快照',
     st_snapsIntro: '快照保存虚拟机系统盘当时的状态（不含数据盘、主目录和共享）。恢复快照会把磁盘还原到当时的状态；虚拟机必须已停止。',
     st_snapKeep: '你的所有虚拟机合计最多可保留 {n} 个快照（由 {rule} 设定）。',
@@ -212,7 +218,7 @@ export default function Storage({session}) {
     ${d && html`
       <${Home} vol=${home} rec=${d.home} me=${me} act=${act} />
       <${Shares} list=${d.shares} />
-      <${Disks} list=${d.vols} disks=${disks} vms=${d.vms} act=${act} ask=${ask} />
+      <${Disks} list=${d.vols} disks=${disks} vms=${d.vms} act=${act} ask=${ask} say=${setSaid} />
       <${Snapshots} vms=${d.vms} snaps=${d.snaps} act=${act} ask=${ask} />`}
     ${confirm && html`<${Confirm} text=${confirm.text} yes=${confirm.yes} danger=${true}
       onYes=${() => { const c = confirm; setConfirm(null); c.go(); }} onNo=${() => setConfirm(null)} />`}
@@ -379,7 +385,7 @@ const errAttrs = (err, field, id) => (err && fieldOf(err) === field ? {'aria-inv
 
 // Disks: the disk quota, each data disk with its actions, and the form
 // that makes one.
-function Disks({list, disks, vms, act, ask}) {
+function Disks({list, disks, vms, act, ask, say}) {
   const q = list.quota_bytes;
   const words = {used: fmtBytes(list.used_bytes || 0), quota: q ? fmtBytes(q) : '', pct: q ? pctFmt.format((list.used_bytes || 0) / q) : '', rule: list.rule || ''};
   return html`<section class="card" id="disks" aria-labelledby="disks-title"><h2 id="disks-title">${t('st_disks')}</h2>
@@ -389,7 +395,7 @@ function Disks({list, disks, vms, act, ask}) {
         <${Bar} used=${list.used_bytes || 0} quota=${q} />` : html`<p>${t('st_diskNoQuota', words)}</p>`}
     </div>
     ${!disks.length && html`<p id="no-disks">${t('st_noDisks')}</p>`}
-    ${disks.length > 0 && html`<ul class="items">${disks.map((v) => html`<${Disk} key=${v.id} v=${v} vms=${vms} act=${act} ask=${ask} />`)}</ul>`}
+    ${disks.length > 0 && html`<ul class="items">${disks.map((v) => html`<${Disk} key=${v.id} v=${v} vms=${vms} act=${act} ask=${ask} say=${say} />`)}</ul>`}
     <${CreateDisk} act=${act} />
   </section>`;
 }
@@ -426,9 +432,23 @@ function CreateDisk({act}) {
   </form>`;
 }
 
-// Disk: one data disk, its facts and its actions: grow, attach or detach,
-// delete (detached only).
-function Disk({v, vms, act, ask}) {
+// settle waits for the operation that plugs a disk into, or out of, a
+// running VM (the answer's operation_id): its failure is the action's, in
+// the server's words.
+async function settle(r) {
+  if (!r || !r.operation_id) return r;
+  for (let i = 0; i < 240; i++) {
+    const op = await api.operation(r.operation_id);
+    if (op.state === 'done') return r;
+    if (op.state === 'failed') throw new api.APIError(409, {detail: op.error});
+    await new Promise((ok) => setTimeout(ok, 500));
+  }
+  throw new api.APIError(504, {detail: t('st_stillPlugging', {op: r.operation_id})});
+}
+
+// Disk: one data disk, its facts and its actions: grow, attach or detach
+// (plugged in or out at once when its VM runs), delete (detached only).
+function Disk({v, vms, act, ask, say}) {
   const [open, setOpen] = useState(''); // '', 'grow' or 'attach'
   const [err, setErr] = useState(null);
   const id = 'disk-' + v.name;
@@ -447,14 +467,18 @@ function Disk({v, vms, act, ask}) {
     <div class="buttons">
       <button type="button" class="quiet" aria-expanded=${open === 'grow'} onClick=${() => toggle('grow')}>${t('st_grow')}</button>
       ${v.attached_vm_name
-        ? html`<button type="button" class="quiet" onClick=${() => run(() => api.detachVolume(v.id), () => t('st_detachedFrom', {name: v.name}))}>${t('st_detach')}</button>`
+        ? html`<button type="button" class="quiet" disabled=${v.state === 'detaching'} onClick=${() => run(async () => {
+            const r = await api.detachVolume(v.id);
+            if (r.operation_id) say(t('st_unplugging', {name: v.name}));
+            return settle(r);
+          }, (r) => t(r.operation_id ? 'st_unplugged' : 'st_detachedFrom', {name: v.name}))}>${t('st_detach')}</button>`
         : html`<button type="button" class="quiet" aria-expanded=${open === 'attach'} onClick=${() => toggle('attach')}>${t('st_attach')}</button>`}
       <button type="button" class="danger" disabled=${!!v.attached_vm_name} aria-describedby=${v.attached_vm_name ? id + '-why' : undefined}
         onClick=${() => ask(t('st_confirmDeleteDisk', {name: v.name}), t('st_delete'), () => api.deleteVolume(v.id), () => t('st_deleted', {name: v.name}))}>${t('st_delete')}</button>
     </div>
     ${v.attached_vm_name && html`<p class="hint" id=${id + '-why'}>${t('st_detachFirst')}</p>`}
     ${open === 'grow' && html`<${Grow} v=${v} id=${id} err=${err} run=${run} />`}
-    ${open === 'attach' && html`<${Attach} v=${v} id=${id} vms=${vms} err=${err} run=${run} />`}
+    ${open === 'attach' && html`<${Attach} v=${v} id=${id} vms=${vms} err=${err} run=${run} say=${say} />`}
     <${Err} id=${id + '-error'} err=${!open ? err : null} field="*" fields=${[]} />
   </li>`;
 }
@@ -475,12 +499,16 @@ function Grow({v, id, err, run}) {
   </form>`;
 }
 
-function Attach({v, id, vms, err, run}) {
+function Attach({v, id, vms, err, run, say}) {
   const [vm, setVM] = useState(vms.length ? vms[0].id : '');
   const submit = (e) => {
     e.preventDefault();
     const name = (vms.find((x) => x.id === vm) || {}).name || vm;
-    run(() => api.attachVolume(v.id, vm), () => t('st_attachedTo', {name: v.name, vm: name}));
+    run(async () => {
+      const r = await api.attachVolume(v.id, vm);
+      if (r.operation_id) say(t('st_plugging', {name: v.name, vm: name}));
+      return settle(r);
+    }, (r) => r.operation_id ? t('st_plugged', {name: v.name, vm: name, dev: r.guest_device}) : t('st_attachedTo', {name: v.name, vm: name}));
   };
   if (!vms.length) return html`<p class="hint">${t('st_noVMs')}</p>`;
   return html`<form class="inline" onSubmit=${submit}>
