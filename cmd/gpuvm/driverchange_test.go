@@ -1,12 +1,14 @@
 package main
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/gpuvm/gpuvm/pkg/api"
 	"github.com/gpuvm/gpuvm/pkg/client/clienttest"
+	"github.com/gpuvm/gpuvm/pkg/store"
 )
 
 // 'gpuvm admin driver-change': announce, list, withdraw through a real
@@ -57,5 +59,44 @@ func TestAdminDriverChange(t *testing.T) {
 	}
 	if _, errOut, code := admin.run("admin", "driver-change", "rm", dc.ID); code != 1 || !strings.Contains(errOut, "no announced driver change") {
 		t.Errorf("rm again: exit %d %q", code, errOut)
+	}
+}
+
+// gpuvm show of a vGPU VM names the driver change announced ahead, and
+// what to do first.
+func TestShowDriverChange(t *testing.T) {
+	env := clienttest.New(t, clienttest.Options{Host: "test-host", Profiles: `
+profile "render" {
+  vcpus  = 1
+  memory = "1GiB"
+  boot { kernel = "/k" }
+  gpu {
+    kind = "vgpu"
+    type = "L40S-12Q"
+  }
+}
+`})
+	env.Worker.Pause()
+	ctx := context.Background()
+	vm := &store.VM{Name: "box", Owner: "ann", Profile: "render", Hours: 8}
+	if _, err := env.Store.CreateVM(ctx, vm, store.CreateVMOptions{RequestedBy: "ann"}); err != nil {
+		t.Fatal(err)
+	}
+	host := "test-host"
+	if _, err := env.Store.UpdateVMState(ctx, vm.ID, vm.Version, store.VMUpdate{State: store.VMStopped, Host: &host}); err != nil {
+		t.Fatal(err)
+	}
+	admin := newCLI(t, map[string]string{"GPUVM_URL": env.URL, "GPUVM_TOKEN": env.AdminToken, "TZ": "UTC"})
+	ann := newCLI(t, map[string]string{"GPUVM_URL": env.URL, "GPUVM_TOKEN": env.UserToken, "TZ": "UTC"})
+	if out := ann.must("show", "box"); strings.Contains(out, "Driver change") {
+		t.Fatalf("before any announcement:\n%s", out)
+	}
+	at := time.Now().UTC().Add(72 * time.Hour).Truncate(time.Minute)
+	admin.must("admin", "driver-change", "announce", "--driver", "550.90.07", "--at", at.Format(time.RFC3339), "--note", "vGPU 17.4")
+	out := ann.must("show", "box")
+	want := "Driver change:  the hosts' NVIDIA vGPU manager moves to 550.90.07 at " + at.Format("Mon 2 Jan 2006 15:04 MST") +
+		" (vGPU 17.4): the NVIDIA driver inside must then be one it supports; its disk cannot be snapshotted (it boots a kernel directly)"
+	if !strings.Contains(out, want) {
+		t.Errorf("show:\n%s\nwant the line %q", out, want)
 	}
 }

@@ -793,6 +793,7 @@ func printVM(w io.Writer, vm api.VM, now time.Time) error {
 	printAccess(tw, vm)
 	printShares(tw, vm.Shares) // shares.go
 	printCapabilities(tw, vm.Capabilities)
+	printDriverChanges(tw, vm)
 	fmt.Fprintf(tw, "  Created:\t%s\n", vm.CreatedAt.Local().Format(time.DateTime))
 	fmt.Fprintf(tw, "  Updated:\t%s\n", vm.UpdatedAt.Local().Format(time.DateTime))
 	return tw.Flush()
@@ -812,6 +813,24 @@ func describeHome(vm api.VM) string {
 		return "on " + vm.HomeHost + ", this VM's host"
 	}
 	return "on " + vm.HomeHost
+}
+
+// printDriverChanges is the "Driver change:" lines of gpuvm show: each
+// change of the hosts' vGPU manager announced ahead that concerns the VM,
+// with the snapshot to take first.
+func printDriverChanges(tw io.Writer, vm api.VM) {
+	for _, dc := range vm.DriverChanges {
+		note := ""
+		if dc.Note != "" {
+			note = " (" + dc.Note + ")"
+		}
+		then := "its disk cannot be snapshotted (it boots a kernel directly)"
+		if dc.SnapshotLabel != "" {
+			then = fmt.Sprintf("take a snapshot first: gpuvm snapshot %s --label %s", vm.Name, dc.SnapshotLabel)
+		}
+		fmt.Fprintf(tw, "  Driver change:\tthe hosts' NVIDIA vGPU manager moves to %s at %s%s: the NVIDIA driver inside must then be one it supports; %s\n",
+			dc.Driver, dc.At.Local().Format("Mon 2 Jan 2006 15:04 MST"), note, then)
+	}
 }
 
 // printCapabilities is the "Can:" section of gpuvm show: what the VM's

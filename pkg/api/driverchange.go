@@ -90,3 +90,16 @@ type DriverChangeEventPayload struct {
 	Note   string    `json:"note,omitempty"`
 	By     string    `json:"by"`
 }
+
+// VMDriverChange is an announced driver change as a VM's owner reads it
+// (VM.DriverChanges): when, to which driver, the admin's note, and the
+// snapshot it offers first (SnapshotLabel, for POST
+// /v1/vms/{id}/snapshots; empty when the VM's disk cannot be snapshotted:
+// it boots a kernel directly).
+type VMDriverChange struct {
+	ID            string    `json:"id"`
+	Driver        string    `json:"driver"`
+	At            time.Time `json:"at"`
+	Note          string    `json:"note,omitempty"`
+	SnapshotLabel string    `json:"snapshot_label,omitempty"`
+}

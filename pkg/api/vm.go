@@ -112,6 +112,13 @@ type VM struct {
 	// reports (pkg/capability). GET /v1/vms/{id} only (never in lists).
 	Capabilities *VMCapabilities `json:"capabilities,omitempty"`
 
+	// DriverChanges are the announced changes of the hosts' NVIDIA vGPU
+	// manager still ahead that concern this VM (one of a vGPU profile,
+	// time-sliced or MIG-backed, running or stopped): its guest driver must
+	// then be one the new manager supports. The next first; GET
+	// /v1/vms/{id} only (never in lists).
+	DriverChanges []VMDriverChange `json:"driver_changes,omitempty"`
+
 	// QueuePosition is the VM's place in the queue while it is queued and
 	// ranked (1 = next), as the last scheduling round saw it; absent
 	// otherwise (not queued, or waiting for its start time or for a GPU

@@ -680,3 +680,85 @@ func TestVMsPageSaysAwayFromHome(t *testing.T) {
 		b.check("vms-away-from-home-" + c.lang)
 	}
 }
+
+// driverProfile is a vGPU profile with a disk (its VMs' disks can be
+// snapshotted), beside the catalogue's kernel-booted ones.
+const driverProfile = `
+image "desk" { imported = "ubuntu" }
+profile "render-desk" {
+  vcpus  = 8
+  memory = "32GiB"
+  disk { image = "desk" }
+  gpu {
+    kind = "vgpu"
+    type = "L40S-12Q"
+  }
+}
+`
+
+// A driver change an admin announced is said on the cards of the VMs it
+// concerns (vGPU and MIG, in English and Chinese): a VM with a disk offers
+// the snapshot first, and the button takes it with the server's label; a
+// kernel-booted one says its disk cannot be; a whole GPU's card says
+// nothing.
+func TestVMsPageSaysDriverChange(t *testing.T) {
+	needBrowser(t)
+	env := clienttest.New(t, clienttest.Options{Profiles: profiles + driverProfile, Host: "gpu-01"})
+	env.Worker.Pause() // the VMs stay as written
+	ctx := context.Background()
+	host := "gpu-01"
+	ids := map[string]string{}
+	for name, prof := range map[string]string{"desk": "render-desk", "slice": "mig-small", "whole": "whole-l40s"} {
+		vm := &store.VM{Name: name, Owner: "ann", Profile: prof, Hours: 2}
+		if _, err := env.Store.CreateVM(ctx, vm, store.CreateVMOptions{RequestedBy: "ann"}); err != nil {
+			t.Fatal(err)
+		}
+		finishOps(t, env.Store, vm.ID)
+		state := store.VMRunning
+		if name == "slice" {
+			state = store.VMStopped // told too: it starts again on the new manager
+		}
+		if _, err := env.Store.UpdateVMState(ctx, vm.ID, vm.Version, store.VMUpdate{State: state, Phase: api.PhaseReady, Host: &host}); err != nil {
+			t.Fatal(err)
+		}
+		ids[name] = vm.ID
+	}
+	at := time.Date(2031, 12, 12, 9, 0, 0, 0, time.UTC)
+	dc := &api.DriverChange{Driver: "550.90.07", At: at, Note: "vGPU 17.4", By: "admin"}
+	if err := env.Store.AnnounceDriverChange(ctx, dc); err != nil {
+		t.Fatal(err)
+	}
+	b := newBrowser(t, env.URL, false)
+	b.signIn(env.UserToken)
+	for _, c := range []struct{ lang, desk, offer, slice string }{
+		{"en", "The hosts' NVIDIA vGPU manager moves to 550.90.07 on ", "Take a snapshot of its disk first, labelled before-driver-550.90.07, to go back to if the new driver does not work:",
+			"Its disk cannot be snapshotted: it boots a kernel directly."},
+		{"zh-CN", "主机的 NVIDIA vGPU 管理器将于 ", "请先为它的磁盘拍一个快照（标签 before-driver-550.90.07），新驱动不可用时可以恢复：", "它的磁盘无法拍快照：它直接引导内核。"},
+	} {
+		b.eval(`document.cookie = 'gpuvm_lang=`+c.lang+`; path=/'`, nil)
+		b.run(chromedp.Navigate(env.URL+"/vms"), chromedp.WaitVisible(`#vm-desk [data-testid="driver-change"]`, chromedp.ByQuery),
+			chromedp.WaitVisible(`#vm-slice [data-testid="driver-change"]`, chromedp.ByQuery), chromedp.WaitVisible(`#vm-whole`, chromedp.ByQuery))
+		desk := b.text(`#vm-desk [data-testid="driver-change"]`)
+		for _, want := range []string{c.desk, "(vGPU 17.4)", "desk", c.offer} {
+			if !strings.Contains(desk, want) {
+				t.Errorf("%s: desk's notice %q lacks %q", c.lang, desk, want)
+			}
+		}
+		if got := b.text(`#vm-slice [data-testid="driver-change"]`); !strings.Contains(got, c.slice) || !strings.Contains(got, "550.90.07") {
+			t.Errorf("%s: slice's notice %q, want it to say %q", c.lang, got, c.slice)
+		}
+		var whole int
+		b.eval(`document.querySelectorAll('#vm-whole [data-testid="driver-change"]').length`, &whole)
+		if whole != 0 {
+			t.Errorf("%s: the whole GPU's card names the vGPU manager's change", c.lang)
+		}
+		b.check("vms-driver-change-" + c.lang)
+	}
+	// The offered snapshot, taken from the card with the server's label.
+	b.click(`#vm-desk [data-testid="driver-change"] button`)
+	b.waitFor("the snapshot taken", `document.querySelector('#vm-desk [data-testid="driver-change"] .taken')`)
+	snaps, err := env.Store.ListSnapshots(ctx, ids["desk"])
+	if err != nil || len(snaps) != 1 || snaps[0].Label != "before-driver-550.90.07" {
+		t.Errorf("desk's snapshots after the click: %+v %v", snaps, err)
+	}
+}

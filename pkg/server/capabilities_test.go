@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gpuvm/gpuvm/pkg/api"
 	"github.com/gpuvm/gpuvm/pkg/capability"
@@ -153,5 +154,59 @@ func TestVMGPUKind(t *testing.T) {
 		if got := vmGPUKind(tc.p, tc.allocs); got != tc.want {
 			t.Errorf("vmGPUKind(%v, %v) = %q; want %q", tc.p, tc.allocs, got, tc.want)
 		}
+	}
+}
+
+// GET /v1/vms/{id} of a running vGPU VM names the driver changes announced
+// ahead, with the snapshot label offered first; a withdrawn or past one is
+// not named, nor does a queued VM or one without a vGPU get any.
+func TestGetVMDriverChanges(t *testing.T) {
+	ctx := context.Background()
+	cfg, diags := new(config.Loader).Parse(config.Source{Name: "p.hcl", Data: []byte(capabilityProfiles)})
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	st := storetest.New(t, storetest.Quiet)
+	vgpuVM := storetest.RunningVM(t, st, "gpu01", "ann", "render", store.SlotClaim{Kind: gpu.KindVGPU, GPUAddress: "0000:41:00.0", VF: "0000:41:00.4", Profile: "L40S-12Q"}, "0000:41:00.4")
+	plain := &store.VM{Name: "plain-1", Owner: "ann", Profile: "plain", Hours: 8}
+	if _, err := st.CreateVM(ctx, plain, store.CreateVMOptions{RequestedBy: "ann"}); err != nil {
+		t.Fatal(err)
+	}
+	srv := newServer(t, Deps{Auth: fakeAuth{"ann-token": {Name: "ann"}}, Backends: fakeBackends{}, Store: st, Host: "gpu01",
+		Config: &fakeConfig{cfg: cfg}, Log: slog.New(slog.DiscardHandler)})
+	get := func(id string) api.VM {
+		t.Helper()
+		rec := httptest.NewRecorder()
+		req := httptest.NewRequest("GET", "/v1/vms/"+id, nil)
+		req.Header.Set("Authorization", "Bearer ann-token")
+		srv.ServeHTTP(rec, req)
+		var got api.VM
+		if err := json.Unmarshal(rec.Body.Bytes(), &got); err != nil || rec.Code != 200 {
+			t.Fatalf("GET %s: %d %s", id, rec.Code, rec.Body)
+		}
+		return got
+	}
+	if got := get(vgpuVM.ID); len(got.DriverChanges) != 0 {
+		t.Fatalf("none announced: %+v", got.DriverChanges)
+	}
+	now := st.Now()
+	next := &api.DriverChange{Driver: "550.90.07", At: now.Add(72 * time.Hour), Note: "vGPU 17.4", By: "admin"}
+	later := &api.DriverChange{Driver: "550.127.05", At: now.Add(240 * time.Hour), By: "admin"}
+	gone := &api.DriverChange{Driver: "535.1.1", At: now.Add(48 * time.Hour), By: "admin"}
+	for _, dc := range []*api.DriverChange{later, next, gone} {
+		if err := st.AnnounceDriverChange(ctx, dc); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := st.WithdrawDriverChange(ctx, gone.ID, "admin"); err != nil {
+		t.Fatal(err)
+	}
+	got := get(vgpuVM.ID).DriverChanges
+	if len(got) != 2 || got[0].ID != next.ID || got[0].Driver != "550.90.07" || got[0].Note != "vGPU 17.4" ||
+		got[0].SnapshotLabel != "before-driver-550.90.07" || !got[0].At.Equal(next.At) || got[1].ID != later.ID {
+		t.Errorf("the vGPU VM's driver changes: %+v; want 550.90.07 then 550.127.05, each with its snapshot label", got)
+	}
+	if got := get(plain.ID).DriverChanges; len(got) != 0 {
+		t.Errorf("a queued VM without a vGPU: %+v", got)
 	}
 }

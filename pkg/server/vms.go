@@ -466,6 +466,7 @@ func (s *Server) getVM(c *gin.Context) {
 	s.addLiveInfo(c, vm, &out)                         // addresses and console: here only, never in lists
 	s.addLicenses(c, vm, &out)                         // licensing.go
 	out.Capabilities = s.vmCapabilities(c, vm, allocs) // capabilities.go
+	out.DriverChanges = s.vmDriverChanges(c, vm)       // driverchange.go
 	out.Shares = s.vmShares(c.Request.Context(), vm)   // shares.go
 	// The estimated start of a queued VM (estimate.go).
 	s.vmEstimate(c.Request.Context(), vm, &out)

@@ -34,6 +34,10 @@ addWords({
     vm_copy: 'Copy', vm_copied: 'Copied {what}.', vm_copyFailed: 'Could not copy: select the text and copy it yourself.',
     vm_virtiofsDied: 'The file server of this VM\'s home and shares stopped: in the VM they hang. Your files are safe on the server. Stop the VM and start it again to get them back.',
     vm_awayFromHome: 'This VM runs on {host}, but the home of {owner} is on {home}, which could not serve it: the home it mounts is another folder, on {host}, without the files of the home on {home}.',
+    vm_driverChange: 'The hosts\' NVIDIA vGPU manager moves to {driver} on {at}{note}: the NVIDIA driver inside {name} must then be one it supports.',
+    vm_driverSnapOffer: 'Take a snapshot of its disk first, labelled {label}, to go back to if the new driver does not work:',
+    vm_driverSnap: 'Take a snapshot', vm_driverSnapTaken: 'A snapshot labelled {label} is being taken: My storage shows it.',
+    vm_driverNoSnap: 'Its disk cannot be snapshotted: it boots a kernel directly.',
     vm_desktopTitle: 'Desktop of {name}',
     vm_rdpHow: 'Remote Desktop (RDP) listens in the guest on port {port}, reached through gpuvmd: run this on your computer; it opens the tunnel and your RDP client.',
     vm_rdpFile: 'Or keep a tunnel open on 127.0.0.1:{port} with the command below and open the .rdp file in your RDP client (its user is {user}; it asks for the password).',
@@ -79,6 +83,10 @@ addWords({
     vm_copy: '复制', vm_copied: '已复制 {what}。', vm_copyFailed: '无法复制：请手动选中文本复制。',
     vm_virtiofsDied: '此虚拟机的主目录和共享的文件服务已停止：它们在虚拟机中无响应。你的文件在服务器上安然无恙。停止虚拟机再启动即可恢复。',
     vm_awayFromHome: '此虚拟机运行在 {host} 上，但 {owner} 的主目录在 {home} 上，而 {home} 当时无法运行它：它挂载的主目录是 {host} 上的另一个文件夹，其中没有 {home} 上主目录的文件。',
+    vm_driverChange: '主机的 NVIDIA vGPU 管理器将于 {at} 升级到 {driver}{note}：届时 {name} 内的 NVIDIA 驱动必须是它支持的版本。',
+    vm_driverSnapOffer: '请先为它的磁盘拍一个快照（标签 {label}），新驱动不可用时可以恢复：',
+    vm_driverSnap: '拍快照', vm_driverSnapTaken: '正在拍标签为 {label} 的快照：可在“我的存储”中查看。',
+    vm_driverNoSnap: '它的磁盘无法拍快照：它直接引导内核。',
     vm_desktopTitle: '{name} 的桌面',
     vm_rdpHow: '远程桌面（RDP）在客户机的 {port} 端口监听，需经 gpuvmd 访问：在你的电脑上运行下面的命令，它会打开隧道并启动 RDP 客户端。',
     vm_rdpFile: '或者用下面的命令在 127.0.0.1:{port} 保持隧道，再用 RDP 客户端打开 .rdp 文件（用户为 {user}，密码会在连接时询问）。',
@@ -109,7 +117,10 @@ addWords({
 const finished = (vm) => vm.state === 'deleted';
 // GET /v1/vms/{id} of these states says more than the list: addresses and
 // the console (running), the estimated start (queued).
-const detailed = (vm) => vm.state === 'running' || vm.state === 'queued';
+// detailed: a VM read whole (GET /v1/vms/{id}) for its card: running or
+// queued, or stopped with a vGPU (driver changes concern it).
+const detailed = (vm, prof) => vm.state === 'running' || vm.state === 'queued' ||
+  (vm.state === 'stopped' && !!prof && !!prof.gpu && (prof.gpu.kind === 'vgpu' || prof.gpu.kind === 'mig'));
 const actionWord = (a) => t({reboot: 'vm_reboot', extend: 'vm_extend'}[a] || a);
 const MIN = 60000;
 
@@ -224,7 +235,7 @@ export default function VMs({session}) {
       // few at a time).
       // They are drawn once all are read: a re-render of a long list per
       // four answers would be slow on an old laptop.
-      const more = items.filter(detailed).slice(0, 50);
+      const more = items.filter((vm) => detailed(vm, profs[vm.profile])).slice(0, 50);
       const got = [];
       for (let i = 0; i < more.length; i += 4) {
         got.push(...await Promise.all(more.slice(i, i + 4).map((vm) => api.getVM(vm.id).catch(() => null))));
@@ -387,6 +398,7 @@ function VMCard({vm, prof, now, mine, panel, cred, onAct, onDesktop, onConsole, 
     </div>
     ${running && (vm.reason || '').startsWith(virtiofsDied) && html`<p class="notice error" role="alert" data-testid="virtiofs">${t('vm_virtiofsDied')}</p>`}
     ${vm.away_from_home && html`<p class="notice" data-testid="away-from-home">${t('vm_awayFromHome', {host: vm.host, owner: vm.owner, home: vm.home_host})}</p>`}
+    ${(vm.driver_changes || []).map((dc) => html`<${DriverChange} key=${dc.id} vm=${vm} dc=${dc} />`)}
     ${vm.reason && html`<p class="reason">${vm.reason}${vm.queue_position ? ' (' + t('queuePos', {n: vm.queue_position}) + ')' : ''}</p>`}
     ${est && html`<p class="estimate" id=${id + '-estimate'}>${est.text}${est.uncertain && html` <span class="uncertain">${est.uncertain}</span>`}${est.stale && html` <span class="stale">${t('vm_estimateUpdating')}</span>`}</p>`}
     <dl class="facts">
@@ -403,7 +415,7 @@ function VMCard({vm, prof, now, mine, panel, cred, onAct, onDesktop, onConsole, 
         : t('none')}</dd></div>
       ${running && acc.ssh && html`<div><dt>${t('vm_ssh')}</dt><dd class="ssh"><${Command} cmd=${'gpuvm ssh ' + vm.name} onCopy=${onCopy} /></dd></div>`}
     </dl>
-    ${vm.capabilities && html`<${Capabilities} id=${id + '-caps'} caps=${vm.capabilities} />`}
+    ${vm.capabilities && vm.state !== 'stopped' && html`<${Capabilities} id=${id + '-caps'} caps=${vm.capabilities} />`}
     <div class="buttons" role="group" aria-label=${t('actions', {name: vm.name})}>
       ${canDesktop && html`<button type="button" onClick=${onDesktop} aria-expanded=${proto === 'vnc' ? undefined : !!panel}>${t('openDesktop')}</button>`}
       ${canConsole && html`<button type="button" class="quiet" onClick=${onConsole}>${t('vm_openConsole')}</button>`}
@@ -426,6 +438,26 @@ function VMCard({vm, prof, now, mine, panel, cred, onAct, onDesktop, onConsole, 
     </section>`}
     ${cred && cred.error && html`<p class="notice error" role="alert" id=${id + '-password'}>${cred.error}</p>`}
   </li>`;
+}
+
+// DriverChange says an announced change of the hosts' vGPU manager that
+// concerns the VM (driver_changes of GET /v1/vms/{id}): when, to which
+// driver, and the snapshot of its disk offered first, taken here with the
+// label the server gives.
+function DriverChange({vm, dc}) {
+  const [state, setState] = useState(null); // null, 'taking', {done: true} or {error}
+  const words = {driver: dc.driver, at: fmtTime(dc.at), name: vm.name, note: dc.note ? ' (' + dc.note + ')' : '', label: dc.snapshot_label};
+  const take = async () => {
+    setState('taking');
+    try { await api.takeSnapshot(vm.id, dc.snapshot_label); setState({done: true}); } catch (err) { setState({error: err.message}); }
+  };
+  return html`<div class="notice" data-testid="driver-change" id=${'vm-' + vm.name + '-driver-' + dc.id}>
+    <p>${t('vm_driverChange', words)}</p>
+    ${!dc.snapshot_label ? html`<p>${t('vm_driverNoSnap')}</p>`
+      : state && state.done ? html`<p role="status" class="taken">${t('vm_driverSnapTaken', words)}</p>`
+      : html`<p>${t('vm_driverSnapOffer', words)} <button type="button" class="quiet" disabled=${state === 'taking'} onClick=${take}>${t('vm_driverSnap')}</button></p>`}
+    ${state && state.error && html`<p class="field-error" role="alert">${state.error}</p>`}
+  </div>`;
 }
 
 // capRows are the capabilities of GET /v1/vms/{id}, in the order shown.
