@@ -97,13 +97,7 @@ func (s *Server) doVMAction(c *gin.Context, action string) {
 		return
 	}
 	ctx := c.Request.Context()
-	ops, err := s.Store.ListOperations(ctx, vm.ID)
-	if err != nil {
-		s.writeProblem(c, err)
-		return
-	}
-	if op := unfinished(ops, ""); op != nil {
-		s.writeProblem(c, busy(vm, op))
+	if !s.notBusy(c, vm, "") {
 		return
 	}
 	if need := actionNeeds[action]; vm.State != need {
@@ -112,7 +106,7 @@ func (s *Server) doVMAction(c *gin.Context, action string) {
 	}
 	u := user(c)
 	op := &store.Operation{VMID: vm.ID, Kind: actionKinds[action], RequestedBy: u.Name}
-	err = s.Store.Tx(ctx, func(tx *store.Store) error {
+	err := s.Store.Tx(ctx, func(tx *store.Store) error {
 		if err := tx.CreateOperation(ctx, op); err != nil {
 			return err
 		}
@@ -143,6 +137,23 @@ func unfinished(ops []store.Operation, kind string) *store.Operation {
 		}
 	}
 	return nil
+}
+
+// notBusy refuses a change of vm while it has an unfinished operation
+// (busy, naming field when not ""); false when it answered.
+func (s *Server) notBusy(c *gin.Context, vm *store.VM, field string) bool {
+	ops, err := s.Store.ListOperations(c.Request.Context(), vm.ID)
+	if err != nil {
+		s.writeProblem(c, err)
+		return false
+	}
+	if op := unfinished(ops, ""); op != nil {
+		p := busy(vm, op)
+		p.Field = field
+		s.writeProblem(c, p)
+		return false
+	}
+	return true
 }
 
 // busy is the conflict of an action on a VM with an unfinished operation.

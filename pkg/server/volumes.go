@@ -454,19 +454,12 @@ func (s *Server) attachVolume(c *gin.Context) {
 // A VM with an unfinished operation is busy (409).
 func (s *Server) plugVolume(c *gin.Context, v *store.Volume, vm *store.VM, in bool) {
 	ctx := c.Request.Context()
-	ops, err := s.Store.ListOperations(ctx, vm.ID)
-	if err != nil {
-		s.writeProblem(c, err)
-		return
-	}
-	if op := unfinished(ops, ""); op != nil {
-		p := busy(vm, op)
-		p.Field = map[bool]string{true: "vm", false: "id"}[in]
-		s.writeProblem(c, p)
+	if !s.notBusy(c, vm, map[bool]string{true: "vm", false: "id"}[in]) {
 		return
 	}
 	var got *store.Volume
 	var op *store.Operation
+	var err error
 	if in {
 		got, op, err = s.Store.AttachVolumeLive(ctx, v.ID, vm.ID, user(c).Name)
 	} else {
