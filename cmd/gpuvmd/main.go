@@ -260,7 +260,7 @@ func serve(ctx context.Context, o options, cfg *liveConfig, log *slog.Logger) er
 	deps := server.Deps{Auth: st, Backends: l, Log: log, Store: st, Worker: nd.waker(orch), Admission: orch,
 		Fleet: nd.serverFleet(), HostTimeout: nd.timeout, Bookings: orch, Host: orch.Host(),
 		Metrics: mon.Exporter(), MetricsAuth: profiles().Server.Monitor.MetricsAuth, Ledger: ledger, Orphans: orch,
-		HTTP: server.LimitsOf(profiles().Server.HTTP), Version: version, EventPoll: nd.eventPoll(), TaskLogs: taskLogs}
+		HTTP: server.LimitsOf(profiles().Server.HTTP), Version: version, EventPoll: nd.eventPoll(), TaskLogs: taskLogs, Tasks: sup}
 	if cfg != nil {
 		deps.Config = cfg
 	}

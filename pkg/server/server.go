@@ -132,6 +132,9 @@ type Deps struct {
 	// TaskLogs is the directory the task supervisor keeps tasks' output
 	// in (pkg/task), read by GET /v1/tasks/{id}/logs; "": no output.
 	TaskLogs string
+	// Tasks is the task supervisor, woken when a task is submitted or
+	// cancelled (it rounds slowly while no task lives); nil: none.
+	Tasks Waker
 	// Volumes makes, grows and deletes data disks (the orchestrator;
 	// volumes.go); nil: creating, resizing and deleting one answer 503.
 	Volumes Volumes

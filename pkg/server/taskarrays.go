@@ -148,6 +148,7 @@ func (s *Server) createTaskArray(c *gin.Context, req *api.CreateTaskRequest, t *
 	c.Header("Location", "/v1/tasks/"+t.ID)
 	out := sayTask(c, t)
 	out.ArrayCounts = map[string]int{api.TaskPending: len(elems)}
+	s.wakeTasks()
 	c.JSON(202, out)
 }
 

@@ -86,6 +86,7 @@ func (s *Server) createTaskIn(c *gin.Context, req *api.CreateTaskRequest, t *sto
 	}
 	auditDetail(c, "profile %s, in VM %s (profile %s)", t.Profile, vm.Name, vm.Profile)
 	c.Header("Location", "/v1/tasks/"+t.ID)
+	s.wakeTasks()
 	c.JSON(http.StatusAccepted, sayTask(c, t))
 }
 

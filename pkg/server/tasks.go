@@ -211,7 +211,15 @@ func (s *Server) createTask(c *gin.Context) {
 	}
 	auditDetail(c, "profile %s, time limit %s, VM %s", t.Profile, limit, vm.Name)
 	c.Header("Location", "/v1/tasks/"+t.ID)
+	s.wakeTasks()
 	c.JSON(http.StatusAccepted, sayTask(c, t))
+}
+
+// wakeTasks has the task supervisor look at the tasks now.
+func (s *Server) wakeTasks() {
+	if s.Tasks != nil {
+		s.Tasks.Wake()
+	}
 }
 
 // findTask is the task of the path the caller may see (admins: any);
@@ -328,6 +336,7 @@ func (s *Server) cancelTask(c *gin.Context) {
 			return
 		}
 	}
+	s.wakeTasks()
 	c.JSON(http.StatusAccepted, sayTask(c, t))
 }
 

@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gpuvm/gpuvm/pkg/api"
@@ -52,6 +53,11 @@ const (
 	DefaultMaxLog      = 64 << 20
 	DefaultBootTimeout = 10 * time.Minute
 	DefaultInterval    = time.Second
+	// DefaultIdleInterval: a round every 5 s while no task lives (each
+	// round reads the tasks table: an idle gpuvmd's CPU). A task submitted
+	// to this gpuvmd wakes it; one submitted to another node of a fleet
+	// is seen within this.
+	DefaultIdleInterval = 5 * time.Second
 	// DefaultHeartbeatTimeout is four of the runner's heartbeats (every
 	// 10 s) missed.
 	DefaultHeartbeatTimeout = 40 * time.Second
@@ -107,6 +113,10 @@ type Config struct {
 	Leader Leader
 	// Interval is the time between rounds (DefaultInterval when 0).
 	Interval time.Duration
+	// IdleInterval is the time between rounds while no task lives
+	// (DefaultIdleInterval when 0, never under Interval): a new task
+	// wakes the supervisor (Wake), so nothing waits for it.
+	IdleInterval time.Duration
 }
 
 // Supervisor follows the live tasks: one round each Interval.
@@ -118,7 +128,12 @@ type Supervisor struct {
 	conns map[string]*conn // by task ID
 	// kick starts a round now (a command ended).
 	kick chan struct{}
+	// idle: the last round found no live task (Run waits IdleInterval).
+	idle atomic.Bool
 }
+
+// Wake starts a round now: a task was submitted or cancelled.
+func (s *Supervisor) Wake() { s.kickNow() }
 
 // kickNow starts a round without waiting for the next interval.
 func (s *Supervisor) kickNow() {
@@ -145,6 +160,10 @@ func New(cfg Config) (*Supervisor, error) {
 	if cfg.Interval <= 0 {
 		cfg.Interval = DefaultInterval
 	}
+	if cfg.IdleInterval <= 0 {
+		cfg.IdleInterval = DefaultIdleInterval
+	}
+	cfg.IdleInterval = max(cfg.IdleInterval, cfg.Interval)
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
@@ -155,15 +174,21 @@ func New(cfg Config) (*Supervisor, error) {
 // LogPath is the file that keeps a task's output under dir.
 func LogPath(dir, taskID string) string { return filepath.Join(dir, taskID+".log") }
 
-// Run does a round each Interval until ctx ends, then closes the runners'
+// Run does a round each Interval (IdleInterval while no task lives, or
+// at once when woken) until ctx ends, then closes the runners'
 // connections.
 func (s *Supervisor) Run(ctx context.Context) {
-	t := time.NewTicker(s.cfg.Interval)
+	t := time.NewTimer(s.cfg.Interval)
 	defer t.Stop()
 	for {
 		if err := s.Round(ctx); err != nil && ctx.Err() == nil {
 			s.log.Warn("task round", "err", err)
 		}
+		wait := s.cfg.Interval
+		if s.idle.Load() {
+			wait = s.cfg.IdleInterval
+		}
+		t.Reset(wait)
 		select {
 		case <-ctx.Done():
 			s.Close()
@@ -196,8 +221,12 @@ func (s *Supervisor) Round(ctx context.Context) error {
 	// can be launched (launchWaiting), not all of them every round.
 	tasks, err := s.cfg.Store.ListRoundTasks(ctx)
 	if err != nil {
+		s.idle.Store(false)
 		return err
 	}
+	s.mu.Lock()
+	s.idle.Store(len(tasks) == 0 && len(s.conns) == 0)
+	s.mu.Unlock()
 	var errs []error
 	var arrays, waiting []*store.Task
 	active := map[string]int{} // by array: its elements with a VM
