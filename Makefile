@@ -167,8 +167,9 @@ bench-scale:
 # The home I/O benchmark (test/e2e/homeio_test.go, issue #27): from inside
 # the tiny guest under a real libvirtd and QEMU (as root), a home over
 # virtiofs against an ext4 data disk on virtio-blk, on one host file
-# system: sequential write MB/s, small files made a second, and their
-# ratios. Minutes; not part of `make test`.
+# system: sequential write MB/s, small files made a second, random 4 KiB
+# reads a second (O_DIRECT), and their ratios. Minutes; not part of
+# `make test`.
 bench-homeio: setup test-bin
 	GPUVM_BENCH_HOMEIO=1 GPUVM_TEST_BIN=$(TESTBIN) $(GO) test -count=1 -v -run '^TestHomeIOBenchmark$$' -timeout 30m ./test/e2e/
 

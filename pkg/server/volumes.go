@@ -525,6 +525,10 @@ func (s *Server) detachVolume(c *gin.Context) {
 		return
 	}
 	ctx := c.Request.Context()
+	if v.State == store.VolDetaching {
+		s.writeProblem(c, withField(errConflict, "id", fmt.Sprintf("volume %q is being unplugged from its VM already: wait until its guest has let it go (gpuvm volume show %s)", v.Name, v.Name)))
+		return
+	}
 	if v.AttachedVM != nil && v.State == store.VolReady {
 		if vm, err := s.Store.GetVM(ctx, *v.AttachedVM); err == nil && vm.State == store.VMRunning {
 			s.plugVolume(c, v, vm, false)

@@ -271,8 +271,12 @@ func TestVolumePlugRunningVM(t *testing.T) {
 	if code != http.StatusAccepted || json.Unmarshal(body, &v) != nil || v.OperationID == "" || v.State != api.VolumeDetaching || v.AttachedVMName != "ann-1" {
 		t.Fatalf("detach from the running VM: %d %s", code, body)
 	}
-	// Detaching: it cannot be grown, deleted or attached elsewhere.
+	// Detaching: it cannot be detached again, grown, deleted or attached
+	// elsewhere.
 	_ = st.FinishOperation(ctx, v.OperationID, nil)
+	if code, p, _ := volCall(t, s, "POST", "/v1/volumes/scratch/actions/detach", "ann-token", ""); code != http.StatusConflict || p.Field != "id" || !strings.Contains(p.Detail, "being unplugged") {
+		t.Errorf("detach while detaching: %d %+v", code, p)
+	}
 	for _, r := range []struct{ method, path, body string }{
 		{"POST", "/v1/volumes/scratch/actions/resize", `{"size":"2GiB"}`},
 		{"DELETE", "/v1/volumes/scratch", ""},

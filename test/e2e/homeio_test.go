@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -106,9 +107,55 @@ func TestHomeIOBenchmark(t *testing.T) {
 	}
 	fmt.Fprintf(&b, "  data disk / home: sequential write %.2f×, rewrite %.2f×, small files %.2f×\n",
 		median(seq["disk"])/median(seq["home"]), median(rewrite["disk"])/median(rewrite["home"]), median(files["disk"])/median(files["home"]))
+	randomReads(t, sh, ann, root, &b)
 	t.Log(b.String())
 	w.deleteVM(vm)
 	vms.done(vm)
+}
+
+// Random reads (the published gap between virtio-blk and virtiofs is
+// widest there): gpuvm-randread (test/guest/randread), built here and put
+// in ann's home on the host, reads 4 KiB blocks at random offsets of a
+// file of randReadMiB, one at a time, for randReadSeconds, with O_DIRECT
+// (the guest's page cache out of the way; both paths end in the host's
+// page cache), in the home and on the data disk, and in the guest's memory
+// (a smaller file, cached: the reference).
+const (
+	randReadMiB     = 256
+	randReadSeconds = 10
+)
+
+func randomReads(t *testing.T, sh *guestShell, ann homePerson, root string, b *strings.Builder) {
+	t.Helper()
+	tool := filepath.Join(root, "ann", "gpuvm-randread")
+	build := exec.Command(goTool(), "build", "-trimpath", "-o", tool, "github.com/gpuvm/gpuvm/test/guest/randread")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH=amd64")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build gpuvm-randread: %v\n%s", err, out)
+	}
+	uid := fileOwner(t, filepath.Join(root, "ann"))
+	if err := os.Chown(tool, uid, uid); err != nil {
+		t.Fatal(err)
+	}
+	iops := map[string]float64{}
+	for _, p := range []struct {
+		key, file, what string
+		mib             int
+	}{
+		{"home", homeMount + "/rr", "home (virtiofs)", randReadMiB},
+		{"disk", "/mnt/gpuvm-data/b/rr", "data disk (ext4 on virtio-blk)", randReadMiB},
+		{"ram", "/home/ann/rr", "the guest's memory (its root)", 64},
+	} {
+		got := sh.run(ann, "bench", fmt.Sprintf("%s/gpuvm-randread %s %d %d && rm -f %s", homeMount, p.file, p.mib, randReadSeconds, p.file))
+		n, err := strconv.ParseFloat(got["iops"], 64)
+		if err != nil {
+			t.Fatalf("gpuvm-randread in %s: %v", p.what, got)
+		}
+		iops[p.key] = n
+		fmt.Fprintf(b, "  %-32s random 4 KiB reads %6.0f /s (direct %s; p50 %s µs, p99 %s µs; %d MiB file, %d s)\n",
+			p.what, n, got["direct"], got["p50_us"], got["p99_us"], p.mib, randReadSeconds)
+	}
+	fmt.Fprintf(b, "  data disk / home: random reads %.2f×\n", iops["disk"]/iops["home"])
 }
 
 // span is the seconds between the two /proc/uptime readings of "a,b".
@@ -169,4 +216,12 @@ func (w *world) dataDiskWithFS(hv *hypervisor.Conn, p homePerson, name string, s
 			w.t.Fatalf("%s: %v\n%s", strings.Join(c, " "), err, out)
 		}
 	}
+}
+
+// goTool is the go command: on PATH, else the one that built this test.
+func goTool() string {
+	if p, err := exec.LookPath("go"); err == nil {
+		return p
+	}
+	return filepath.Join(runtime.GOROOT(), "bin", "go")
 }
