@@ -111,6 +111,15 @@ func (lc *lifecycle) runDisks(ctx context.Context, vm *store.VM, op *store.Opera
 		lc.finishAction(ctx, vm, op, errors.New("this server's hypervisor or database cannot plug data disks into a running VM"))
 		return nil
 	}
+	// undo ends the operation with cause, its disks as they were: those it
+	// attached detached, those being detached attached and ready again.
+	undo := func(cause error) error {
+		if err := lc.undoDisks(ctx, ps, vm, op); err != nil {
+			return err
+		}
+		lc.finishAction(ctx, vm, op, cause)
+		return nil
+	}
 	if err := lc.st.SetOperationStep(ctx, op.ID, StepPlugDisks); err != nil {
 		return err
 	}
@@ -122,8 +131,7 @@ func (lc *lifecycle) runDisks(ctx context.Context, vm *store.VM, op *store.Opera
 	case interrupted(ctx, err), hypervisor.IsDisconnected(err):
 		return err // the next round tries again
 	default:
-		lc.finishAction(ctx, vm, op, fmt.Errorf("read the domain's disks: %w", err))
-		return nil
+		return undo(fmt.Errorf("read the domain's disks: %w", err))
 	}
 	if vm.State != store.VMRunning || !running {
 		return lc.disksNotRunning(ctx, ps, vm, op)
@@ -181,6 +189,28 @@ func (lc *lifecycle) disksNotRunning(ctx context.Context, ps plugStore, vm *stor
 		failed = append(failed, fmt.Errorf("data disk %q not attached: VM %s is recorded as running but its domain does not run on %s", v.Name, vm.Name, lc.host))
 	}
 	lc.finishAction(ctx, vm, op, errors.Join(failed...))
+	return nil
+}
+
+// undoDisks puts the disks of op's VM back as they were before op: a disk
+// op attached (at or after its creation) detached, one being detached
+// attached and ready.
+func (lc *lifecycle) undoDisks(ctx context.Context, ps plugStore, vm *store.VM, op *store.Operation) error {
+	list, err := ps.ListVolumes(ctx, store.VolumeFilter{AttachedVM: vm.ID})
+	if err != nil {
+		return err
+	}
+	for _, v := range list {
+		switch {
+		case v.State == store.VolDetaching:
+			err = ps.SetVolumeState(ctx, v.ID, store.VolReady, []string{store.VolDetaching}, "")
+		case v.AttachedAt != nil && !v.AttachedAt.Before(op.CreatedAt):
+			err = ps.DetachVolume(ctx, v.ID)
+		}
+		if err != nil && !errors.Is(err, store.ErrConflict) {
+			return err
+		}
+	}
 	return nil
 }
 

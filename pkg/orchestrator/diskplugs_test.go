@@ -19,12 +19,18 @@ import (
 // real one does in test/e2e's TestHomeFollowsThePerson).
 type plugHV struct {
 	*hypervisor.Conn
-	mu                 sync.Mutex
-	live               map[string][]string // VM id → plugged volumes
-	plugErr, unplugErr error
+	mu                          sync.Mutex
+	live                        map[string][]string // VM id → plugged volumes
+	plugErr, unplugErr, liveErr error
 }
 
 func (f *plugHV) LiveDataDisks(ctx context.Context, uuid string) ([]string, bool, error) {
+	f.mu.Lock()
+	liveErr := f.liveErr
+	f.mu.Unlock()
+	if liveErr != nil {
+		return nil, false, liveErr
+	}
 	info, err := f.Conn.Lookup(ctx, uuid)
 	if err != nil || !info.Active() {
 		return nil, false, err
@@ -267,5 +273,41 @@ func TestDataDiskPlugWithoutDomain(t *testing.T) {
 	e.wantOp(op.ID, store.OpFailed, `data disk "scratch" not attached: VM ann-1 is recorded as running but its domain does not run`)
 	if v, _ := e.st.GetVolume(ctx, vols[0].ID); v.AttachedVM != nil || v.State != store.VolReady {
 		t.Fatalf("after the failed plug: %+v", v)
+	}
+}
+
+// The domain's disks cannot be read: the operation fails and undoes its
+// change (the disk it attached detached; the one being detached attached
+// and ready again), so nothing stays detaching while the VM runs.
+func TestDataDiskPlugUndone(t *testing.T) {
+	e, o, f, vols := plugEnv(t)
+	ctx := context.Background()
+	vm, _ := e.submit("ann", "nogpu", "ann-1")
+	o.Drain(ctx)
+	if _, _, err := e.st.AttachVolumeLive(ctx, vols[0].ID, vm.ID, "ann"); err != nil {
+		t.Fatal(err)
+	}
+	o.Drain(ctx)
+	f.liveErr = errors.New("libvirt said no")
+	_, detach, err := e.st.BeginDetachVolume(ctx, vols[0].ID, "ann")
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.Drain(ctx)
+	e.wantOp(detach.ID, store.OpFailed, "read the domain's disks: libvirt said no")
+	if v, _ := e.st.GetVolume(ctx, vols[0].ID); v.AttachedVM == nil || v.State != store.VolReady {
+		t.Fatalf("the disk being detached after the failure: %+v", v)
+	}
+	_, attach, err := e.st.AttachVolumeLive(ctx, vols[1].ID, vm.ID, "ann")
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.Drain(ctx)
+	e.wantOp(attach.ID, store.OpFailed, "libvirt said no")
+	if v, _ := e.st.GetVolume(ctx, vols[1].ID); v.AttachedVM != nil {
+		t.Fatalf("the disk attached by the failed operation: %+v", v)
+	}
+	if v, _ := e.st.GetVolume(ctx, vols[0].ID); v.AttachedVM == nil || *v.AttachedVM != vm.ID {
+		t.Fatalf("the disk attached before it: %+v", v)
 	}
 }
