@@ -232,16 +232,26 @@ func TestDataDiskHotplug(t *testing.T) {
 	}
 }
 
+// runningWithDisk is a running VM of ann's with v plugged in.
+func (e *env) runningWithDisk(o *Orchestrator, v *store.Volume) *store.VM {
+	e.t.Helper()
+	ctx := context.Background()
+	vm, _ := e.submit("ann", "nogpu", "ann-1")
+	o.Drain(ctx)
+	_, op, err := e.st.AttachVolumeLive(ctx, v.ID, vm.ID, "ann")
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	o.Drain(ctx)
+	e.wantOp(op.ID, store.OpDone, "")
+	return e.vm(vm.ID)
+}
+
 // Deleting a VM detaches a disk being detached from it, ready.
 func TestDeleteVMSettlesDetaching(t *testing.T) {
 	e, o, f, vols := plugEnv(t)
 	ctx := context.Background()
-	vm, _ := e.submit("ann", "nogpu", "ann-1")
-	o.Drain(ctx)
-	if _, _, err := e.st.AttachVolumeLive(ctx, vols[0].ID, vm.ID, "ann"); err != nil {
-		t.Fatal(err)
-	}
-	o.Drain(ctx)
+	vm := e.runningWithDisk(o, vols[0])
 	f.unplugErr = errors.New("never")
 	if _, _, err := e.st.BeginDetachVolume(ctx, vols[0].ID, "ann"); err != nil {
 		t.Fatal(err)
@@ -282,12 +292,7 @@ func TestDataDiskPlugWithoutDomain(t *testing.T) {
 func TestDataDiskPlugUndone(t *testing.T) {
 	e, o, f, vols := plugEnv(t)
 	ctx := context.Background()
-	vm, _ := e.submit("ann", "nogpu", "ann-1")
-	o.Drain(ctx)
-	if _, _, err := e.st.AttachVolumeLive(ctx, vols[0].ID, vm.ID, "ann"); err != nil {
-		t.Fatal(err)
-	}
-	o.Drain(ctx)
+	vm := e.runningWithDisk(o, vols[0])
 	f.liveErr = errors.New("libvirt said no")
 	_, detach, err := e.st.BeginDetachVolume(ctx, vols[0].ID, "ann")
 	if err != nil {
