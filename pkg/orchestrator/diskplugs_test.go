@@ -3,6 +3,7 @@ package orchestrator
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -22,6 +23,18 @@ type plugHV struct {
 	mu                          sync.Mutex
 	live                        map[string][]string // VM id → plugged volumes
 	plugErr, unplugErr, liveErr error
+	// lostAfter: the next plug or unplug is done, then the connection to
+	// libvirt is lost before its answer (as when gpuvmd is killed there).
+	lostAfter bool
+}
+
+// lost reports, once, that the connection went after the call was done.
+func (f *plugHV) lost() error {
+	if !f.lostAfter {
+		return nil
+	}
+	f.lostAfter = false
+	return fmt.Errorf("plug: %w", hypervisor.ErrDisconnected)
 }
 
 func (f *plugHV) LiveDataDisks(ctx context.Context, uuid string) ([]string, bool, error) {
@@ -49,7 +62,7 @@ func (f *plugHV) PlugDataDisk(ctx context.Context, uuid string, disk domain.Disk
 	if !slices.Contains(f.live[uuid], disk.Volume) {
 		f.live[uuid] = append(f.live[uuid], disk.Volume)
 	}
-	return nil
+	return f.lost()
 }
 
 func (f *plugHV) UnplugDataDisk(ctx context.Context, uuid, volume string, wait time.Duration) error {
@@ -59,7 +72,7 @@ func (f *plugHV) UnplugDataDisk(ctx context.Context, uuid, volume string, wait t
 		return f.unplugErr
 	}
 	f.live[uuid] = slices.DeleteFunc(f.live[uuid], func(v string) bool { return v == volume })
-	return nil
+	return f.lost()
 }
 
 // plugEnv is an environment with a storage pool and two data disks of ann's.
@@ -314,5 +327,51 @@ func TestDataDiskPlugUndone(t *testing.T) {
 	}
 	if v, _ := e.st.GetVolume(ctx, vols[0].ID); v.AttachedVM == nil || *v.AttachedVM != vm.ID {
 		t.Fatalf("the disk attached before it: %+v", v)
+	}
+}
+
+// The connection to libvirt lost right after a plug and after an unplug
+// (gpuvmd killed there would be the same): the operation is left for the
+// next round, which finds the domain as the call left it and finishes it
+// — the disk plugged once, then detached — without doing it twice.
+func TestDataDiskPlugResumes(t *testing.T) {
+	e, o, f, vols := plugEnv(t)
+	ctx := context.Background()
+	vm, _ := e.submit("ann", "nogpu", "ann-1")
+	o.Drain(ctx)
+	for _, step := range []struct {
+		name string
+		do   func() (*store.Operation, error)
+		want func(v *store.Volume) bool
+		live int
+	}{
+		{"plug", func() (*store.Operation, error) {
+			_, op, err := e.st.AttachVolumeLive(ctx, vols[0].ID, vm.ID, "ann")
+			return op, err
+		}, func(v *store.Volume) bool { return v.AttachedVM != nil && v.State == store.VolReady }, 1},
+		{"unplug", func() (*store.Operation, error) {
+			_, op, err := e.st.BeginDetachVolume(ctx, vols[0].ID, "ann")
+			return op, err
+		}, func(v *store.Volume) bool { return v.AttachedVM == nil && v.State == store.VolReady }, 0},
+	} {
+		f.mu.Lock()
+		f.lostAfter = true
+		f.mu.Unlock()
+		op, err := step.do()
+		if err != nil {
+			t.Fatal(err)
+		}
+		o.Drain(ctx)
+		if got := e.op(op.ID); got.Finished() {
+			t.Fatalf("%s: the operation ended though libvirt's answer was lost: %+v", step.name, got)
+		}
+		o.Drain(ctx) // the next round
+		e.wantOp(op.ID, store.OpDone, "")
+		if v, _ := e.st.GetVolume(ctx, vols[0].ID); !step.want(v) {
+			t.Errorf("%s: the volume after the resumed operation: %+v", step.name, v)
+		}
+		if got, _, _ := f.LiveDataDisks(ctx, vm.ID); len(got) != step.live {
+			t.Errorf("%s: the domain's disks %v, want %d", step.name, got, step.live)
+		}
 	}
 }
