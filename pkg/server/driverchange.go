@@ -7,7 +7,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/gpuvm/gpuvm/pkg/api"
-	"github.com/gpuvm/gpuvm/pkg/gpu"
+	"github.com/gpuvm/gpuvm/pkg/orchestrator"
 	"github.com/gpuvm/gpuvm/pkg/store"
 )
 
@@ -63,14 +63,12 @@ func (s *Server) withdrawDriverChange(c *gin.Context) {
 	c.JSON(http.StatusOK, dc)
 }
 
-// vmDriverChanges are the announcements still ahead that concern vm: one
-// of a vGPU profile (time-sliced or MIG-backed, as the rules of sharing
-// tell: orchestrator's driverchange.go), running or stopped. A read error
-// only leaves them out; other VMs read nothing.
+// vmDriverChanges are the announcements still ahead that concern vm
+// (orchestrator.DriverChangesFor), running or stopped. A read error only
+// leaves them out; other VMs read nothing.
 func (s *Server) vmDriverChanges(c *gin.Context, vm *store.VM) []api.VMDriverChange {
 	p := s.vmProfile(vm) // desktop.go
-	if p == nil || p.GPU == nil || (p.GPU.Kind != gpu.KindVGPU && p.GPU.Kind != gpu.KindMIG) ||
-		(vm.State != store.VMRunning && vm.State != store.VMStopped) {
+	if !orchestrator.DriverChangesConcern(p) || (vm.State != store.VMRunning && vm.State != store.VMStopped) {
 		return nil
 	}
 	all, err := s.Store.DriverChanges(c.Request.Context())
@@ -78,17 +76,5 @@ func (s *Server) vmDriverChanges(c *gin.Context, vm *store.VM) []api.VMDriverCha
 		s.log.Warn("read the driver changes for a VM", "vm", vm.ID, "err", err)
 		return nil
 	}
-	now := s.Store.Now()
-	var out []api.VMDriverChange
-	for _, dc := range all {
-		if dc.WithdrawnAt != nil || !dc.At.After(now) {
-			continue
-		}
-		n := api.VMDriverChange{ID: dc.ID, Driver: dc.Driver, At: dc.At, Note: dc.Note}
-		if p.Disk != nil {
-			n.SnapshotLabel = "before-driver-" + dc.Driver
-		}
-		out = append(out, n)
-	}
-	return out
+	return orchestrator.DriverChangesFor(p, all, s.Store.Now())
 }
