@@ -144,7 +144,7 @@ test-bin:
 FIRST_TESTS := ./test/e2e ./test/system
 unit: test-bin
 	GPUVM_TEST_POSTGRES_DSN="$${GPUVM_TEST_POSTGRES_DSN:-$$(bash pkg/store/testdata/start-postgres.sh || true)}" \
-	GPUVM_TEST_BIN=$(TESTBIN) $(GO) test -p 3 -race -ldflags '$(LDFLAGS)' -count=1 -timeout 20m \
+	GPUVM_TEST_BIN=$(TESTBIN) $(GO) test -p 3 -race -ldflags '$(LDFLAGS)' -count=1 -timeout 30m \
 		$(FIRST_TESTS) $$($(GO) list ./... | grep -v -x -e '$(MODULE)/test/e2e' -e '$(MODULE)/test/system')
 	# One goroutine's computations that -race slows tenfold (they skip
 	# under it): the scheduler's claims on the example traces, the
