@@ -308,8 +308,12 @@ func printVolumes(w io.Writer, list *api.VolumeList, out outputOpts) error {
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", v.Name, v.Kind, size, sizeOrDash(v.UsedBytes), volumeQuota(v), v.State,
 			orDash(v.AttachedVMName), orDash(v.ID))
-		if v.Kind == api.VolumeHome && v.Enforcement != "" && v.Enforcement != "project" {
+		switch {
+		case v.Kind != api.VolumeHome:
+		case v.Enforcement == "none":
 			notes = append(notes, fmt.Sprintf("your home's quota is not enforced: %s", orDash(v.Note)))
+		case v.Note != "": // an image home not (yet) the size of its quota
+			notes = append(notes, v.Note)
 		}
 	}
 	if err := tw.Flush(); err != nil {

@@ -40,6 +40,15 @@ func TestPrintVolumesUsedAndQuota(t *testing.T) {
 			}
 		}
 	}
+	// An image home: enforced, its note said when it has one.
+	list.Volumes[0].Enforcement, list.Volumes[0].Note = "image", "your home is a filesystem of 8GiB: it grows to its quota the next time none of your VMs runs"
+	buf.Reset()
+	if err := printVolumes(&buf, list, outputOpts{}); err != nil {
+		t.Fatal(err)
+	}
+	if out := buf.String(); strings.Contains(out, "not enforced") || !strings.Contains(out, "\nyour home is a filesystem of 8GiB") {
+		t.Errorf("an image home:\n%s", out)
+	}
 	// A home not measured yet: no figures, not "0".
 	list.Volumes[0].UsedBytes, list.Volumes[0].QuotaBytes, list.Volumes[0].Enforcement = nil, nil, ""
 	buf.Reset()

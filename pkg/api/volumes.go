@@ -53,8 +53,9 @@ type Volume struct {
 	// the list's quota_bytes.
 	QuotaBytes *uint64 `json:"quota_bytes,omitempty"`
 	// Enforcement is how a home's quota holds: "project" (the filesystem
-	// refuses writes past it) or "none" (measured, nothing refused); Note
-	// says why (api.VolumeUsage).
+	// refuses writes past it), "image" (the home is a filesystem of its
+	// own, of the quota's size: writes past it are refused) or "none"
+	// (measured, nothing refused); Note says why (api.VolumeUsage).
 	Enforcement string     `json:"enforcement,omitempty"`
 	Note        string     `json:"note,omitempty"`
 	CreatedAt   *time.Time `json:"created_at,omitempty"`

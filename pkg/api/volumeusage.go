@@ -15,8 +15,12 @@ type VolumeUsage struct {
 	// QuotaBytes is its limit; absent: none.
 	QuotaBytes *uint64 `json:"quota_bytes,omitempty"`
 	// Enforcement is how the quota holds: "project" (the filesystem's
-	// project quotas refuse writes past it) or "none" (usage is measured
-	// every few minutes, nothing is refused); Note says why.
+	// project quotas refuse writes past it), "image" (where there are no
+	// project quotas, the home is a filesystem image of the quota's size,
+	// loop-mounted: writes past it are refused, "No space left on
+	// device") or "none" (usage is measured every few minutes, nothing is
+	// refused); Note says why, or, for an image, when it is not the
+	// quota's size.
 	Enforcement string `json:"enforcement"`
 	Note        string `json:"note,omitempty"`
 }

@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/gpuvm/gpuvm/pkg/config"
+	"github.com/gpuvm/gpuvm/pkg/homes"
 	"github.com/gpuvm/gpuvm/pkg/host"
 	"github.com/gpuvm/gpuvm/pkg/quota"
 )
@@ -110,6 +111,9 @@ type Env struct {
 	// ProbeQuotas says what a directory's filesystem does about project
 	// quotas (quota.Probe when nil).
 	ProbeQuotas func(dir string) (quota.Enforcement, error)
+	// ImageHomes says why homes cannot be filesystem images under a
+	// root, nil where they can (homes.ImageSupport when nil).
+	ImageHomes func(root string) error
 }
 
 // OSEnv fills the seams that a caller left nil with the real machine's.
@@ -134,6 +138,9 @@ func (e *Env) OSEnv() {
 	}
 	if e.ProbeQuotas == nil {
 		e.ProbeQuotas = quota.Probe
+	}
+	if e.ImageHomes == nil {
+		e.ImageHomes = homes.ImageSupport
 	}
 	if e.Config == nil {
 		e.Config = &config.Config{}

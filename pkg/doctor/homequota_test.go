@@ -2,11 +2,13 @@ package doctor
 
 import (
 	"errors"
+	"fmt"
 	"io/fs"
 	"strings"
 	"testing"
 
 	"github.com/gpuvm/gpuvm/pkg/config"
+	"github.com/gpuvm/gpuvm/pkg/homes"
 	"github.com/gpuvm/gpuvm/pkg/quota"
 )
 
@@ -36,6 +38,7 @@ func TestCheckHomeQuotas(t *testing.T) {
 		{"none, a quota set", withQuota, none, nil, Warning, []string{"without project quotas", "not refused", "mounted without project quotas"}, true},
 		{"none, no quota", homesOn, none, nil, OK, []string{"without project quotas", "no policy sets storage.home_quota"}, false},
 		{"unreadable", homesOn, none, errors.New("permission denied"), Warning, []string{"/srv/homes: permission denied"}, false},
+		{"images, a quota set", withQuota, none, nil, OK, []string{"without project quotas", "filesystem image of its size", "writes past it are refused"}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var probed string
@@ -47,6 +50,12 @@ func TestCheckHomeQuotas(t *testing.T) {
 					return nil, fs.ErrNotExist
 				},
 				ProbeQuotas: func(dir string) (quota.Enforcement, error) { probed = dir; return tc.enf, tc.err },
+				ImageHomes: func(string) error {
+					if strings.HasPrefix(tc.name, "images") {
+						return nil
+					}
+					return fmt.Errorf("%w: gpuvmd is not root", homes.ErrNoImages)
+				},
 			}
 			f := checkHomeQuotas(e)
 			if f.Check != "home quotas" || f.Severity != tc.sev || (f.Fix != "") != tc.fixed {

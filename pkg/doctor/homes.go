@@ -39,8 +39,10 @@ func checkVirtiofsd(ctx context.Context, e Env) Finding {
 
 // checkHomeQuotas: with homes on, which enforcement of the home quotas
 // (policy storage.home_quota) is in force on the homes root's filesystem,
-// and why: project quotas refuse writes past a quota; without them homes
-// are only measured, which is a warning when some person has a quota.
+// and why: project quotas refuse writes past a quota, and so do homes made
+// as filesystem images of their quota's size where there are none
+// (pkg/homes, image.go); without either homes are only measured, which is
+// a warning when some person has a quota.
 func checkHomeQuotas(e Env) Finding {
 	f := Finding{Check: "home quotas"}
 	h := e.Config.Server.Storage.Homes
@@ -60,9 +62,13 @@ func checkHomeQuotas(e Env) Finding {
 		f.Severity, f.Seen = Warning, fmt.Sprintf("the homes at %s: %v", h.Root, err)
 		return f
 	}
+	if enf.Mode != quota.Project && e.ImageHomes != nil {
+		probed := enf
+		enf = homes.QuotaEnforcement(h.Root, func(string) (quota.Enforcement, error) { return probed, nil }, e.ImageHomes)
+	}
 	f.Seen = enf.Describe("the homes", h.Root)
 	switch {
-	case enf.Mode == quota.Project:
+	case enf.Mode == quota.Project || enf.Mode == quota.Image:
 		f.Severity = OK
 	case anyHomeQuota(e.Config):
 		f.Severity, f.Fix = Warning, quota.Fix

@@ -10,6 +10,7 @@
 package homes
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -36,15 +37,18 @@ func Path(root, login string) (string, error) {
 
 // Ensure returns login's home under root, made when it is missing: root
 // 0711 (others may pass, not list), the home 0700 and owned by uid:uid
-// (the group of the same number the guest's account gets). An existing
-// home is kept as it is, its owner corrected when uid changed (the files
-// inside keep theirs, which the log says). A home that is not a directory,
-// or is a symbolic link, is an error: gpuvm shares only what it made.
-// While a Remove of the home runs, in this process or another on the same
-// homes root (lockHome), Ensure waits for it, then makes the home again
-// (empty). made (nil: none) runs once the home is made or
-// found, with it still held: a Remove waits for it.
-func Ensure(root, login string, uid int, log *slog.Logger, made func()) (string, error) {
+// (the group of the same number the guest's account gets). With image
+// above 0, a missing home is made as an image home of that many bytes
+// (image.go; the caller has checked ImageSupport), else as a directory.
+// An existing home is kept as it is, its owner corrected when uid changed
+// (the files inside keep theirs, which the log says); an image home is
+// mounted when it is not, grown to image first when that is larger. A
+// home that is not a directory, or is a symbolic link, is an error: gpuvm
+// shares only what it made. While a Remove of the home runs, in this
+// process or another on the same homes root (lockHome), Ensure waits for
+// it, then makes the home again (empty). made (nil: none) runs once the
+// home is made or found, with it still held: a Remove waits for it.
+func Ensure(ctx context.Context, root, login string, uid int, image uint64, log *slog.Logger, made func()) (string, error) {
 	dir, err := Path(root, login)
 	if err != nil {
 		return "", err
@@ -57,8 +61,19 @@ func Ensure(root, login string, uid int, log *slog.Logger, made func()) (string,
 		return "", err
 	}
 	defer unlock()
+	img := imageFile(root, login)
+	_, err = os.Lstat(img)
+	hasImage := err == nil
 	fi, err := os.Lstat(dir)
 	switch {
+	case errors.Is(err, fs.ErrNotExist) && (hasImage || image > 0):
+		if err := makeImageHome(ctx, img, dir, login, uid, image, hasImage, log); err != nil {
+			return "", err
+		}
+		if made != nil {
+			made()
+		}
+		return dir, nil
 	case errors.Is(err, fs.ErrNotExist):
 		if err := os.Mkdir(dir, 0o700); err != nil {
 			return "", fmt.Errorf("make the home of %s: %w", login, err)
@@ -77,6 +92,14 @@ func Ensure(root, login string, uid int, log *slog.Logger, made func()) (string,
 	case !fi.IsDir() || fi.Mode()&fs.ModeSymlink != 0:
 		return "", fmt.Errorf("home of %s: %s is not a directory (%s); move it away", login, dir, fi.Mode().Type())
 	}
+	if hasImage {
+		if err := keepImage(ctx, img, dir, image, log); err != nil {
+			return "", fmt.Errorf("home of %s: %w", login, err)
+		}
+		if fi, err = os.Lstat(dir); err != nil {
+			return "", fmt.Errorf("home of %s: %w", login, err)
+		}
+	}
 	if owner, group, ok := ownerOf(fi); ok && (owner != uid || group != uid) && !ownHome(owner) {
 		if err := giveTo(dir, uid, log); err != nil {
 			return "", fmt.Errorf("give the home of %s to uid %d: %w", login, uid, err)
@@ -88,6 +111,30 @@ func Ensure(root, login string, uid int, log *slog.Logger, made func()) (string,
 		made()
 	}
 	return dir, nil
+}
+
+// makeImageHome makes login's home at dir as an image home (its image
+// made when missing: hasImage says it is there, from an Ensure cut short
+// after it), mounted, its root 0700 and without the lost+found mkfs.ext4
+// puts there (e2fsck makes one again when it needs it).
+func makeImageHome(ctx context.Context, img, dir, login string, uid int, size uint64, hasImage bool, log *slog.Logger) error {
+	if !hasImage {
+		if err := makeImage(ctx, img, size, uid); err != nil {
+			return fmt.Errorf("home of %s: %w", login, err)
+		}
+	}
+	if err := keepImage(ctx, img, dir, size, log); err != nil {
+		return fmt.Errorf("home of %s: %w", login, err)
+	}
+	if err := os.Chmod(dir, 0o700); err != nil {
+		return fmt.Errorf("home of %s: %w", login, err)
+	}
+	_ = os.Remove(filepath.Join(dir, "lost+found")) // only when empty
+	if err := giveTo(dir, uid, log); err != nil {
+		return fmt.Errorf("give the home of %s to uid %d: %w", login, uid, err)
+	}
+	log.Info("home made", "user", login, "dir", dir, "uid", uid, "image", img, "bytes", max(size, MinImage))
+	return nil
 }
 
 // unowned is set once gpuvmd, not root, has said that homes stay its own.
@@ -146,9 +193,26 @@ func Remove(root, login, confirm string, inUse func() error, removed func()) err
 			return err
 		}
 	}
+	wasImage := false
+	if img := imageFile(root, login); exists(img) {
+		if err := removeImage(img, dir, login); err != nil {
+			return err
+		}
+		wasImage = true
+	}
 	fi, err := os.Lstat(dir)
+	if wasImage && errors.Is(err, fs.ErrNotExist) {
+		err = nil // an image whose mount point was never made: gone now
+		fi = nil
+	}
 	if err != nil {
 		return fmt.Errorf("remove the home of %s: %w", login, err)
+	}
+	if fi == nil {
+		if removed != nil {
+			removed()
+		}
+		return nil
 	}
 	if !fi.IsDir() {
 		return fmt.Errorf("remove the home of %s: %s is not a directory (%s): %w", login, dir, fi.Mode().Type(), ErrNotAHome)
@@ -163,3 +227,5 @@ func Remove(root, login, confirm string, inUse func() error, removed func()) err
 	}
 	return nil
 }
+
+func exists(p string) bool { _, err := os.Lstat(p); return err == nil }

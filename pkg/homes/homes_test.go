@@ -1,6 +1,7 @@
 package homes
 
 import (
+	"context"
 	"errors"
 	"io"
 	"log/slog"
@@ -20,7 +21,7 @@ func TestEnsureAndRemove(t *testing.T) {
 	if uid == 0 {
 		uid = 20000 // as root, a person's uid
 	}
-	dir, err := Ensure(root, "ann", uid, quiet, nil)
+	dir, err := Ensure(context.Background(), root, "ann", uid, 0, quiet, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,7 +42,7 @@ func TestEnsureAndRemove(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "notes.txt"), []byte("day"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Ensure(root, "ann", uid, quiet, nil); err != nil {
+	if _, err := Ensure(context.Background(), root, "ann", uid, 0, quiet, nil); err != nil {
 		t.Fatal(err)
 	}
 	if b, err := os.ReadFile(filepath.Join(dir, "notes.txt")); err != nil || string(b) != "day" {
@@ -84,7 +85,7 @@ func TestEnsureRefuses(t *testing.T) {
 		{"homes", "ann", 20000, "absolute"},
 		{"/", "ann", 20000, "other than /"},
 	} {
-		if _, err := Ensure(tc.root, tc.login, tc.uid, quiet, nil); err == nil || !strings.Contains(err.Error(), tc.want) {
+		if _, err := Ensure(context.Background(), tc.root, tc.login, tc.uid, 0, quiet, nil); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("Ensure(%q, %q, %d) = %v; want %q", tc.root, tc.login, tc.uid, err, tc.want)
 		}
 	}
@@ -149,7 +150,7 @@ func TestRemoveHoldsTheHomeAgainstEnsure(t *testing.T) {
 	<-checking // the removal has checked: a VM's start comes now
 	ensured := make(chan error, 1)
 	go func() {
-		_, err := Ensure(root, "ann", uid, quiet, nil)
+		_, err := Ensure(context.Background(), root, "ann", uid, 0, quiet, nil)
 		ensured <- err
 	}()
 	select {
@@ -180,7 +181,10 @@ func TestHooksRunWithTheHomeHeld(t *testing.T) {
 	if uid == 0 {
 		uid = 20000
 	}
-	ensure := func(hook func()) error { _, err := Ensure(root, "ann", uid, quiet, hook); return err }
+	ensure := func(hook func()) error {
+		_, err := Ensure(context.Background(), root, "ann", uid, 0, quiet, hook)
+		return err
+	}
 	remove := func(hook func()) error { return Remove(root, "ann", "ann", nil, hook) }
 	for _, c := range []struct {
 		name          string
@@ -242,7 +246,7 @@ func homeWithNotes(t *testing.T, root string) (int, string) {
 	if uid == 0 {
 		uid = 20000
 	}
-	dir, err := Ensure(root, "ann", uid, quiet, nil)
+	dir, err := Ensure(context.Background(), root, "ann", uid, 0, quiet, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

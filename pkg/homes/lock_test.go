@@ -4,6 +4,7 @@ package homes
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"io/fs"
 	"os"
@@ -102,7 +103,7 @@ func TestHomeHeldAcrossProcesses(t *testing.T) {
 	var removedFirst bool
 	ensured := make(chan error, 1)
 	go func() {
-		_, err := Ensure(root, "ann", uid, quiet, func() {
+		_, err := Ensure(context.Background(), root, "ann", uid, 0, quiet, func() {
 			_, err := os.Stat(filepath.Join(sigs, sigRemoved))
 			removedFirst = err == nil
 		})
@@ -174,7 +175,7 @@ func TestLockHomeErrors(t *testing.T) {
 				t.Fatal(err)
 			}
 			tc.setup(t, root)
-			_, err := Ensure(root, "ann", uid, quiet, func() { t.Error("made ran") })
+			_, err := Ensure(context.Background(), root, "ann", uid, 0, quiet, func() { t.Error("made ran") })
 			if err == nil || !strings.HasPrefix(err.Error(), "lock the home of ann: ") || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("Ensure = %v; want lock the home of ann: …%s", err, tc.want)
 			}

@@ -4,6 +4,7 @@ package homes
 
 import (
 	"bytes"
+	"context"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -22,7 +23,7 @@ func TestEnsureNotRoot(t *testing.T) {
 		var log bytes.Buffer
 		l := slog.New(slog.NewTextHandler(&log, nil))
 		for _, who := range []string{"ann", "ann", "bob"} {
-			if _, err := Ensure(filepath.Join(dir, "homes"), who, 20000, l, nil); err != nil {
+			if _, err := Ensure(context.Background(), filepath.Join(dir, "homes"), who, 20000, 0, l, nil); err != nil {
 				t.Fatalf("as uid %d, Ensure(%s): %v", os.Geteuid(), who, err)
 			}
 		}

@@ -51,7 +51,15 @@ func (lc *lifecycle) home(ctx context.Context, set lifecycleSettings, p *config.
 	// Where the home lives is recorded with the home held: a removal of
 	// it meanwhile (server's DELETE /v1/homes, which forgets the record
 	// with the home held too) comes wholly before or after.
-	dir, err := homes.Ensure(h.Root, vm.Owner, int(uid), lc.log, func() { lc.recordHomeHost(ctx, vm) })
+	// Where the homes' filesystem has no project quotas, a home made for
+	// a person with a quota is a filesystem of its size (homequota.go).
+	var image uint64
+	if lc.quotas != nil && set.Config != nil {
+		if image, err = lc.quotas.ImageBytes(ctx, set.Config, h.Root, vm.Owner); err != nil {
+			return nil, err
+		}
+	}
+	dir, err := homes.Ensure(ctx, h.Root, vm.Owner, int(uid), image, lc.log, func() { lc.recordHomeHost(ctx, vm) })
 	if err != nil {
 		return nil, err
 	}

@@ -42,17 +42,27 @@ type quotaOps struct {
 	setLimit   func(dev string, id uint32, bytes uint64) error
 	get        func(dev string, id uint32) (quota.Usage, error)
 	walk       func(ctx context.Context, dir string, max int) (uint64, error)
+	// images and imageOf are pkg/homes' image homes (ImageSupport,
+	// ImageOf).
+	images  func(root string) error
+	imageOf func(ctx context.Context, root, login string, want uint64, log *slog.Logger) (homes.Image, bool, error)
 }
 
-var realQuotaOps = quotaOps{probe: quota.Probe, setProject: quota.SetProject, setLimit: quota.SetLimit, get: quota.Get, walk: quota.WalkUsage}
+var realQuotaOps = quotaOps{probe: quota.Probe, setProject: quota.SetProject, setLimit: quota.SetLimit, get: quota.Get, walk: quota.WalkUsage,
+	images: homes.ImageSupport, imageOf: homes.ImageOf}
 
 // HomeQuotas keeps each home's quota: policy storage.home_quota, as the
 // filesystem's project quota of the project numbered as the person's uid
 // (store.UserUID: unique per person, in the homes' uid range, so no two
 // homes share a project; other uses of project quotas on the same
 // filesystem must keep out of that range). Where the homes' filesystem
-// has no project quotas, homes are measured by a walk, nothing is
-// refused, and the log, gpuvm doctor and the volume rows say so. Every
+// has no project quotas, a home made for a person with a quota is a
+// filesystem image of its size (pkg/homes, image.go: ImageBytes says the
+// size as a VM's start makes it), grown when the quota grows; where
+// images cannot be made either (gpuvmd not root, no loop devices, homes
+// on a filesystem hosts share), and for a home made as a directory
+// before, homes are measured by a walk, nothing is refused, and the log,
+// gpuvm doctor and the volume rows say so. Every
 // HomeQuotaEvery it reads the usage (never on a request path), applies
 // the limits again and warns a person at api.QuotaWarnPercent.
 type HomeQuotas struct {
@@ -141,14 +151,11 @@ func (q *HomeQuotas) set(rows []api.VolumeUsage) {
 // enforcement probes the homes root, and logs, when it changes, that
 // nothing is enforced.
 func (q *HomeQuotas) enforcement(root string) quota.Enforcement {
-	enf, err := q.ops.probe(root)
-	if err != nil {
-		enf = quota.Enforcement{Mode: quota.None, Why: err.Error()}
-	}
+	enf := homes.QuotaEnforcement(root, q.ops.probe, q.ops.images)
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	why := ""
-	if enf.Mode != quota.Project {
+	if enf.Mode == quota.None {
 		why = enf.Describe("the homes", root)
 	}
 	if why != q.lastWhy && why != "" {
@@ -170,7 +177,10 @@ func (q *HomeQuotas) read(ctx context.Context, cfg *config.Config, enf quota.Enf
 	if err != nil {
 		return row, err
 	}
-	if enf.Mode != quota.Project {
+	switch enf.Mode {
+	case quota.Image:
+		return q.readImage(ctx, root, dir, u, row)
+	case quota.None:
 		row.Note = enf.Describe("the homes", root)
 		row.UsedBytes, err = q.ops.walk(ctx, dir, homeWalkMax)
 		return row, err
@@ -178,6 +188,54 @@ func (q *HomeQuotas) read(ctx context.Context, cfg *config.Config, enf quota.Enf
 	used, err := q.apply(enf, dir, uint32(*u.UID), row.QuotaBytes)
 	row.UsedBytes = used
 	return row, err
+}
+
+// readImage reads an image home (mounting it when it is not, grown to
+// the quota first when that is larger); a home made as a directory is
+// walked and says it is not limited.
+func (q *HomeQuotas) readImage(ctx context.Context, root, dir string, u *store.User, row api.VolumeUsage) (api.VolumeUsage, error) {
+	want := uint64(0)
+	if row.QuotaBytes != nil {
+		want = max(*row.QuotaBytes, homes.MinImage)
+	}
+	im, isImage, err := q.ops.imageOf(ctx, root, u.Name, want, q.log)
+	if !isImage {
+		row.Enforcement = quota.None
+		row.Note = "your home was made as a directory, before it had a quota: its use is measured, writes past the quota are not refused " +
+			"(a home made now is a filesystem of its quota's size; an admin can move your files into one)"
+		row.UsedBytes, err = q.ops.walk(ctx, dir, homeWalkMax)
+		return row, err
+	}
+	row.UsedBytes = im.Used
+	switch {
+	case err != nil:
+	case row.QuotaBytes != nil && *row.QuotaBytes < homes.MinImage && im.Size == homes.MinImage:
+		row.Note = fmt.Sprintf("your quota is less than the smallest home filesystem, %s, which is what your home may hold", config.FormatSize(homes.MinImage))
+	case row.QuotaBytes == nil || want < im.Size:
+		row.Note = fmt.Sprintf("your home is a filesystem of %s, which is what it may hold: an image is not shrunk when its quota is lowered or lifted",
+			config.FormatSize(im.Size))
+	case want > im.Size:
+		row.Note = fmt.Sprintf("your home is a filesystem of %s: it grows to its quota the next time none of your VMs runs", config.FormatSize(im.Size))
+	}
+	return row, err
+}
+
+// ImageBytes is the size a home made now under root for login is made
+// with as an image home: the person's quota where the homes' filesystem
+// has no project quotas and images can be made (at least
+// homes.MinImage), else 0 (a directory).
+func (q *HomeQuotas) ImageBytes(ctx context.Context, cfg *config.Config, root, login string) (uint64, error) {
+	if q.enforcement(root).Mode != quota.Image {
+		return 0, nil
+	}
+	u, err := q.st.GetUser(ctx, login)
+	if err != nil {
+		return 0, fmt.Errorf("home quota of %s: %w", login, err)
+	}
+	if l := homeLimit(cfg, u); l != nil {
+		return max(*l, homes.MinImage), nil
+	}
+	return 0, nil
 }
 
 // apply gives dir the project uid and the limit (nil: none, clearing one
@@ -235,7 +293,7 @@ func (q *HomeQuotas) warn(ctx context.Context, row api.VolumeUsage) {
 	pct := int(row.UsedBytes * 100 / *row.QuotaBytes)
 	p := api.VolumeWarningPayload{VolumeUsage: row, Percent: pct,
 		Reason: fmt.Sprintf("your home uses %s of its %s quota (%d %%)", config.FormatSize(row.UsedBytes), config.FormatSize(*row.QuotaBytes), pct)}
-	if row.Enforcement == quota.Project {
+	if row.Enforcement == quota.Project || row.Enforcement == quota.Image {
 		p.Reason += "; writes past the quota will fail"
 	}
 	b, _ := json.Marshal(p)

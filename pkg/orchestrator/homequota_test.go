@@ -3,6 +3,8 @@ package orchestrator
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -78,6 +80,9 @@ func homeQuotaEnv(t *testing.T, ops quotaOps) (*HomeQuotas, *store.Store, *atomi
 	cfg.Store(homeQuotaConfig(t, root, "16MiB"))
 	log, _ := logtest.New()
 	q := newHomeQuotas(st, cfg.Load, log)
+	if ops.images == nil {
+		ops.images = func(string) error { return fmt.Errorf("%w: the test says so", homes.ErrNoImages) }
+	}
 	q.ops = ops
 	return q, st, &cfg, root
 }
@@ -194,5 +199,77 @@ func TestHomeQuotaProject(t *testing.T) {
 	}
 	if limits[uint32(*ann.UID)] != 1<<30 {
 		t.Errorf("Ensure: limit %d", limits[uint32(*ann.UID)])
+	}
+}
+
+// Without project quotas, where images can be made: ann's home, an image
+// home, is read from its filesystem (ImageOf, asked for her quota), and
+// says when it is not the size of her quota (not yet grown, or not
+// shrunk); bob's, a directory, is walked and says it is not limited; a
+// home made now is an image of its person's quota (ImageBytes), none for
+// a person without one or where images cannot be made.
+func TestHomeQuotaImage(t *testing.T) {
+	asked := map[string]uint64{}
+	size := uint64(16 << 20)
+	ops := quotaOps{
+		probe: func(string) (quota.Enforcement, error) {
+			return quota.Enforcement{Mode: quota.None, FSType: "ext4", Why: "ext4 mounted without prjquota"}, nil
+		},
+		images: func(string) error { return nil },
+		imageOf: func(_ context.Context, _, login string, want uint64, _ *slog.Logger) (homes.Image, bool, error) {
+			asked[login] = want
+			if login != "ann" {
+				return homes.Image{}, false, nil
+			}
+			return homes.Image{Size: size, Mounted: true, Used: 3 << 20, Capacity: size - 1<<20}, true, nil
+		},
+		walk: func(context.Context, string, int) (uint64, error) { return 5 << 20, nil },
+	}
+	q, st, cfg, root := homeQuotaEnv(t, ops)
+	ctx := context.Background()
+	q.Round(ctx)
+	rows := q.Usage()
+	if len(rows) != 2 || rows[0].Owner != "ann" || rows[0].Enforcement != quota.Image || rows[0].UsedBytes != 3<<20 || rows[0].Note != "" {
+		t.Fatalf("ann's row %+v", rows)
+	}
+	if rows[1].Owner != "bob" || rows[1].Enforcement != quota.None || rows[1].UsedBytes != 5<<20 || !strings.Contains(rows[1].Note, "made as a directory") {
+		t.Errorf("bob's row %+v", rows[1])
+	}
+	if asked["ann"] != 16<<20 || asked["bob"] != 0 {
+		t.Errorf("ImageOf asked for %v, want ann's quota and nothing for bob", asked)
+	}
+	for _, tc := range []struct{ quota, note string }{
+		{"32MiB", "grows to its quota the next time none of your VMs runs"},
+		{"", "is not shrunk when its quota is lowered or lifted"},
+		{"1MiB", "less than the smallest home filesystem"},
+	} {
+		if tc.quota == "1MiB" {
+			size = homes.MinImage
+		}
+		cfg.Store(homeQuotaConfig(t, root, tc.quota))
+		q.Round(ctx)
+		if rows := q.Usage(); !strings.Contains(rows[0].Note, tc.note) || !strings.Contains(rows[0].Note, "16MiB") {
+			t.Errorf("quota %q: ann's note %q, want %q", tc.quota, rows[0].Note, tc.note)
+		}
+	}
+	if w := warnings(t, st); len(w) != 1 || w[0].Enforcement != quota.Image || !strings.HasSuffix(w[0].Reason, "writes past the quota will fail") {
+		t.Errorf("warnings %+v, want one, at the 1MiB quota", w)
+	}
+	cfg.Store(homeQuotaConfig(t, root, "1GiB"))
+	for _, tc := range []struct {
+		login string
+		want  uint64
+	}{{"ann", 1 << 30}, {"bob", 0}} {
+		if got, err := q.ImageBytes(ctx, cfg.Load(), root, tc.login); err != nil || got != tc.want {
+			t.Errorf("ImageBytes(%s) = %d, %v; want %d", tc.login, got, err, tc.want)
+		}
+	}
+	cfg.Store(homeQuotaConfig(t, root, "1KiB"))
+	if got, _ := q.ImageBytes(ctx, cfg.Load(), root, "ann"); got != homes.MinImage {
+		t.Errorf("a 1KiB quota's image: %d bytes, want homes.MinImage", got)
+	}
+	q.ops.images = func(string) error { return homes.ErrNoImages }
+	if got, err := q.ImageBytes(ctx, cfg.Load(), root, "ann"); err != nil || got != 0 {
+		t.Errorf("ImageBytes without images = %d, %v; want 0", got, err)
 	}
 }

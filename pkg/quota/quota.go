@@ -24,6 +24,11 @@ const (
 	// Project: the filesystem counts the directory's project and refuses
 	// writes past its limit (EDQUOT, "Disk quota exceeded").
 	Project = "project"
+	// Image: the filesystem has no project quotas, and each home with a
+	// quota is a filesystem of its own, an image of the quota's size
+	// (pkg/homes): writes past it are refused (ENOSPC, "No space left on
+	// device").
+	Image = "image"
 	// None: usage is measured by walking the directory; nothing is refused.
 	None = "none"
 )
@@ -33,7 +38,7 @@ var ErrUnsupported = errors.New("filesystem project quotas are not on this OS")
 
 // Enforcement is what a directory's filesystem does about quotas.
 type Enforcement struct {
-	// Mode is Project or None.
+	// Mode is Project, Image or None.
 	Mode string `json:"mode"`
 	// FSType is the filesystem's type (ext4, xfs, tmpfs, ...); Device the
 	// block device quotactl is given (Project only).
@@ -57,6 +62,10 @@ func (e Enforcement) Describe(what, dir string) string {
 	fsType := e.FSType
 	if fsType == "" {
 		fsType = "a filesystem"
+	}
+	if e.Mode == Image {
+		return fmt.Sprintf("%s at %s are on %s without project quotas (%s): a home with a quota is made as a filesystem image of its size, "+
+			"loop-mounted, and writes past it are refused; a home made as a directory before its person had a quota is measured only", what, dir, fsType, e.Why)
 	}
 	return fmt.Sprintf("%s at %s are on %s without project quotas (%s): usage is measured, writes past the quota are not refused; %s",
 		what, dir, fsType, e.Why, Fix)

@@ -167,7 +167,7 @@ func (s *Server) deleteHome(c *gin.Context) {
 			s.writeProblem(c, withField(errNotFound, "user", "no home of "+who))
 			return
 		}
-		if errors.Is(err, homes.ErrNotAHome) {
+		if errors.Is(err, homes.ErrNotAHome) || errors.Is(err, homes.ErrBusy) {
 			s.writeProblem(c, withField(errConflict, "user", err.Error()))
 			return
 		}

@@ -148,7 +148,7 @@ func TestListHomes(t *testing.T) {
 	mkHome(t, root, "ann")
 	mkHome(t, root, "bob")
 	// The homes' lock files, beside the homes: not a home.
-	if _, err := homes.Ensure(root, "dan", 20000, s.log, nil); err != nil {
+	if _, err := homes.Ensure(context.Background(), root, "dan", 20000, 0, s.log, nil); err != nil {
 		t.Fatal(err)
 	}
 	if err := homes.Remove(root, "dan", "dan", nil, nil); err != nil {

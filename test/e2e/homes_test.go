@@ -21,6 +21,7 @@ import (
 	"github.com/gpuvm/gpuvm/pkg/config"
 	"github.com/gpuvm/gpuvm/pkg/homes"
 	"github.com/gpuvm/gpuvm/pkg/hypervisor"
+	"github.com/gpuvm/gpuvm/pkg/quota"
 	"github.com/gpuvm/gpuvm/test/guest"
 )
 
@@ -111,8 +112,11 @@ func TestHomeFollowsThePerson(t *testing.T) {
 	begin := time.Now()
 	tiny := setUpTinyGuest(t, hv)
 	root := t.TempDir()
+	// ann's home may be an image home (a quota, no project quotas here):
+	// unmounted before the directory goes, lazily should a VM still hold it.
+	t.Cleanup(func() { _ = syscall.Unmount(filepath.Join(root, "ann"), syscall.MNT_DETACH) })
 	profiles := strings.NewReplacer("KERNEL", tiny.files[tiny.kernel], "INITRD", tiny.files[tiny.initrd],
-		"CMDLINE", guest.Cmdline, "BLANK", tiny.blank).Replace(homeProfiles)
+		"CMDLINE", guest.Cmdline, "BLANK", tiny.blank).Replace(homeProfiles) + annHomeQuota
 	team := newTeamShare(t) // shares_test.go
 	w := newWorld(t, worldConfig{preset: "h100x8", uri: systemURI, pool: tiny.pool, profiles: team.profile(profiles),
 		storage: fmt.Sprintf("    homes {\n      root = %q\n    }", root) + team.storage})
@@ -148,6 +152,8 @@ func TestHomeFollowsThePerson(t *testing.T) {
 	if got["file_uid"] != strconv.Itoa(annUID) {
 		t.Errorf("ann-1: notes.txt is owned by uid %q in the guest, want ann's %d", got["file_uid"], annUID)
 	}
+	// Her quota holds in the guest.
+	quotaHeld := w.homeQuotaHolds(sh, ann, "ann-1", root)
 	// bob's home, at the same path, is his: empty, his uid.
 	got = sh.run(bob, "bob-1", guestFacts+" && echo entries=$(ls -A "+homeMount+" | tr '\\n' ' ')")
 	bobUID := homeOwner(t, root, "bob")
@@ -214,6 +220,7 @@ func TestHomeFollowsThePerson(t *testing.T) {
 		virtiofsSeen.Round(100*time.Millisecond), snapTook.Round(10*time.Millisecond), restoreTook.Round(10*time.Millisecond))
 	t.Logf("ann-2's data disk, while it runs: unplugged in %v, plugged in again in %v (the CLI's --wait, end to end)",
 		unplugTook.Round(10*time.Millisecond), plugTook.Round(10*time.Millisecond))
+	t.Logf("ann's home quota: %s", quotaHeld)
 	t.Logf("bob-1 after its virtiofs daemon died: stopped %v after 'gpuvm stop' (its shutdown waits on the hung mount until forced off), started and answering over SSH %v later",
 		bobStop.Round(100*time.Millisecond), bobStart.Round(100*time.Millisecond))
 }
@@ -462,4 +469,39 @@ func (w *world) recordConsole(hv *hypervisor.Conn, vmID string) {
 			w.t.Logf("the console of VM %s:\n%s", vmID, seen.String())
 		}
 	})
+}
+
+// annHomeQuota is ann's home quota (policy storage.home_quota).
+const annHomeQuota = `
+policy {
+  user "ann" {
+    storage {
+      home_quota = "32MiB"
+    }
+  }
+}
+`
+
+// homeQuotaHolds checks, in p's VM vm, that p's 32 MiB home quota holds
+// where this host makes image homes (no project quotas on the test's
+// temporary directory, gpuvmd root, loop devices): the home is a
+// filesystem of that size on the host, and a 48 MiB write in the guest,
+// through virtiofs, fails. It says which enforcement it found.
+func (w *world) homeQuotaHolds(sh *guestShell, p homePerson, vm, root string) string {
+	w.t.Helper()
+	enf := homes.QuotaEnforcement(root, quota.Probe, homes.ImageSupport)
+	if enf.Mode != quota.Image {
+		return enf.Mode + " (" + enf.Why + "): not checked in the guest"
+	}
+	img := filepath.Join(root, homes.ImagesDir, p.name+".ext4")
+	if fi, err := os.Stat(img); err != nil || fi.Size() != 32<<20 {
+		w.t.Fatalf("%s's home: image %s: %v, want one of 32MiB", p.name, img, err)
+	}
+	got := sh.run(p, vm, "dd if=/dev/zero of="+homeMount+"/big bs=1M count=48 2>/dev/null; "+
+		"ls -l "+homeMount+"/big | awk '{ print \"size=\" $5 }'; rm -f "+homeMount+"/big; echo gone=$(ls -A "+homeMount+" | grep -c '^big$')")
+	size, _ := strconv.ParseInt(got["size"], 10, 64)
+	if size <= 0 || size >= 32<<20 || got["gone"] != "0" {
+		w.t.Errorf("%s: a 48MiB write into a home of 32MiB: %v; want it cut short, under 32MiB, and removable", vm, got)
+	}
+	return fmt.Sprintf("a filesystem image of 32MiB; a 48MiB write in the guest stopped at %d bytes", size)
 }

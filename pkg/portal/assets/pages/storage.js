@@ -260,8 +260,8 @@ function Home({vol, rec, me, act}) {
     ${known && html`<div class="meter"><p id="home-usage"><span aria-hidden="true">${q ? t('st_used', words) : t('st_usedNoQuota', words)}</span>
       <span class="sr-only">${q ? t('st_usedSR', words) : t('st_usedNoQuota', words)}</span></p>
       ${q ? html`<${Bar} used=${vol.used_bytes} quota=${q} />` : null}</div>`}
-    ${known && vol.enforcement === 'project' && html`<p id="home-enforcement">${t('st_enforced')}</p>`}
-    ${known && vol.enforcement && vol.enforcement !== 'project' && html`<p id="home-enforcement" class="warn">${t('st_notEnforced')}</p>`}
+    ${known && (vol.enforcement === 'project' || vol.enforcement === 'image') && html`<p id="home-enforcement">${t('st_enforced')}</p>`}
+    ${known && vol.enforcement === 'none' && html`<p id="home-enforcement" class="warn">${t('st_notEnforced')}</p>`}
     <${ServerWords} text=${vol.note} />
     ${rec && html`<${HomeDelete} me=${me} act=${act} />`}
   </section>`;
