@@ -75,7 +75,7 @@ type options struct {
 	db                                                                                                          profileDB
 	ready                                                                                                       func(addr string)
 	stdout                                                                                                      io.Writer
-	bootTimeout                                                                                                 time.Duration
+	bootTimeout, homeQuotaEvery                                                                                 time.Duration
 	test                                                                                                        testSeams
 }
 
@@ -115,6 +115,7 @@ func runOpts(ctx context.Context, args []string, getenv func(string) string, std
 	fs.StringVar(&o.backends, "backends", "", "comma-separated backends to start (default: all)")
 	fs.StringVar(&o.libvirtURI, "libvirt-uri", "", "libvirt connection URI (default: the configuration's libvirt uri, else qemu:///system; test:///default runs without libvirtd)")
 	fs.DurationVar(&o.bootTimeout, "boot-timeout", orchestrator.DefaultBootTimeout, "a started VM is booting until its guest has an address, at most this long; then it is ready")
+	fs.DurationVar(&o.homeQuotaEvery, "home-quota-every", orchestrator.HomeQuotaEvery, "how often the homes' usage is read, their quotas applied again and people near theirs warned")
 	showVersion := fs.Bool("version", false, "print the version and exit")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -125,6 +126,9 @@ func runOpts(ctx context.Context, args []string, getenv func(string) string, std
 	}
 	if o.bootTimeout <= 0 {
 		return fmt.Errorf("--boot-timeout must be positive, not %s", o.bootTimeout)
+	}
+	if o.homeQuotaEvery < time.Second {
+		return fmt.Errorf("--home-quota-every must be a second or more, not %s", o.homeQuotaEvery)
 	}
 	if o.nvml != "auto" && o.nvml != "none" {
 		return fmt.Errorf("--nvml must be auto or none, not %q", o.nvml)
@@ -380,7 +384,7 @@ func newOrchestrator(ctx context.Context, o options, st *store.Store, l *loader.
 		log.Info("libvirt's test driver runs no guest: VMs are ready as soon as their domain runs", "libvirt", o.libvirtURI)
 	}
 	orch := orchestrator.New(orchestrator.Config{Store: st, Backends: l, Hypervisor: hv, Profiles: profiles, Log: log, DetachSimulatedGPUs: detach,
-		Guests: guests, BootTimeout: o.bootTimeout, Installation: installation, StateDir: o.stateDir,
+		Guests: guests, BootTimeout: o.bootTimeout, HomeQuotaEvery: o.homeQuotaEvery, Installation: installation, StateDir: o.stateDir,
 		Idle: idle, Notifier: notices,
 		DomainPrefix: o.test.domainPrefix, Host: nd.name, Fleet: nd.orchestratorFleet(), Leader: nd.leader(), HostTimeout: nd.timeout,
 		Availability: availability(st, hv)},

@@ -91,7 +91,9 @@ func imageFile(root, login string) string {
 
 // Image is an image home as it is: the image file's size (the most the
 // home may take of the host's disk) and, mounted, what its filesystem
-// counts (its own bookkeeping, the journal above all, is not Capacity).
+// counts: Used, and Capacity, what its person can hold (used and
+// available: its own bookkeeping, the journal and inode tables above all,
+// is not in it).
 type Image struct {
 	Size           uint64
 	Mounted        bool

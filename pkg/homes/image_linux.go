@@ -30,15 +30,18 @@ func sharedFS(dir string) (string, bool) {
 	return name, ok
 }
 
-// fsUsage is what the filesystem mounted at dir counts: bytes used and
-// its capacity (statfs(2): ext4 leaves its own bookkeeping out of both).
+// fsUsage is what the filesystem mounted at dir counts: bytes used, and
+// what it can hold, used and available together (statfs(2): ext4 leaves
+// its own bookkeeping out of both, and the clusters it keeps back for
+// its delayed allocations out of what is available).
 func fsUsage(dir string) (used, capacity uint64, err error) {
 	var st syscall.Statfs_t
 	if err := syscall.Statfs(dir, &st); err != nil {
 		return 0, 0, fmt.Errorf("home's filesystem: %w", err)
 	}
 	bs := uint64(st.Bsize)
-	return (st.Blocks - st.Bfree) * bs, st.Blocks * bs, nil
+	used = (st.Blocks - st.Bfree) * bs
+	return used, used + st.Bavail*bs, nil
 }
 
 // unmount unmounts the filesystem at dir, and the loop device under it

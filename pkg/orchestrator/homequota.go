@@ -1,6 +1,7 @@
 package orchestrator
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -70,6 +71,7 @@ type HomeQuotas struct {
 	profiles func() *config.Config
 	log      *slog.Logger
 	ops      quotaOps
+	every    time.Duration // HomeQuotaEvery unless Config.HomeQuotaEvery says
 
 	mu      sync.Mutex
 	usage   []api.VolumeUsage
@@ -77,8 +79,9 @@ type HomeQuotas struct {
 	lastWhy string          // the last "no enforcement" logged
 }
 
-func newHomeQuotas(st homeQuotaStore, profiles func() *config.Config, log *slog.Logger) *HomeQuotas {
-	return &HomeQuotas{st: st, profiles: profiles, log: log.With("component", "home-quotas"), ops: realQuotaOps, warned: map[string]bool{}}
+func newHomeQuotas(st homeQuotaStore, profiles func() *config.Config, log *slog.Logger, every time.Duration) *HomeQuotas {
+	return &HomeQuotas{st: st, profiles: profiles, log: log.With("component", "home-quotas"), ops: realQuotaOps, warned: map[string]bool{},
+		every: cmp.Or(every, HomeQuotaEvery)}
 }
 
 // Usage is the homes' usage as last read (metrics, listings).
@@ -88,9 +91,10 @@ func (q *HomeQuotas) Usage() []api.VolumeUsage {
 	return append([]api.VolumeUsage(nil), q.usage...)
 }
 
-// Run reads the homes every HomeQuotaEvery until ctx ends.
+// Run reads the homes every HomeQuotaEvery (Config.HomeQuotaEvery) until
+// ctx ends.
 func (q *HomeQuotas) Run(ctx context.Context) {
-	t := time.NewTicker(HomeQuotaEvery)
+	t := time.NewTicker(q.every)
 	defer t.Stop()
 	for {
 		q.Round(ctx)
@@ -131,12 +135,12 @@ func (q *HomeQuotas) Round(ctx context.Context) {
 		if err != nil || u.UID == nil {
 			continue // not a person's home, or one whose person is gone
 		}
-		row, err := q.read(ctx, cfg, enf, root, u)
+		row, holds, err := q.read(ctx, cfg, enf, root, u)
 		if err != nil {
 			q.log.Warn("home quota", "user", u.Name, "err", err)
 		}
 		rows = append(rows, row)
-		q.warn(ctx, row)
+		q.warn(ctx, row, holds)
 	}
 	sort.Slice(rows, func(i, j int) bool { return rows[i].Owner < rows[j].Owner })
 	q.set(rows)
@@ -170,12 +174,14 @@ func homeLimit(cfg *config.Config, u *store.User) *uint64 {
 	return cfg.Policy.Effective(u.Name, u.Groups).Storage.HomeQuota
 }
 
-// read applies u's limit to their home and reads its usage.
-func (q *HomeQuotas) read(ctx context.Context, cfg *config.Config, enf quota.Enforcement, root string, u *store.User) (api.VolumeUsage, error) {
-	row := api.VolumeUsage{Kind: api.VolumeHome, Owner: u.Name, Name: u.Name, QuotaBytes: homeLimit(cfg, u), Enforcement: enf.Mode}
+// read applies u's limit to their home and reads its usage. holds, when
+// not 0, is what an image home can hold (its filesystem's own bookkeeping
+// left out): its person is warned near that rather than the quota.
+func (q *HomeQuotas) read(ctx context.Context, cfg *config.Config, enf quota.Enforcement, root string, u *store.User) (row api.VolumeUsage, holds uint64, err error) {
+	row = api.VolumeUsage{Kind: api.VolumeHome, Owner: u.Name, Name: u.Name, QuotaBytes: homeLimit(cfg, u), Enforcement: enf.Mode}
 	dir, err := homes.Path(root, u.Name)
 	if err != nil {
-		return row, err
+		return row, 0, err
 	}
 	switch enf.Mode {
 	case quota.Image:
@@ -183,17 +189,17 @@ func (q *HomeQuotas) read(ctx context.Context, cfg *config.Config, enf quota.Enf
 	case quota.None:
 		row.Note = enf.Describe("the homes", root)
 		row.UsedBytes, err = q.ops.walk(ctx, dir, homeWalkMax)
-		return row, err
+		return row, 0, err
 	}
 	used, err := q.apply(enf, dir, uint32(*u.UID), row.QuotaBytes)
 	row.UsedBytes = used
-	return row, err
+	return row, 0, err
 }
 
 // readImage reads an image home (mounting it when it is not, grown to
 // the quota first when that is larger); a home made as a directory is
 // walked and says it is not limited.
-func (q *HomeQuotas) readImage(ctx context.Context, root, dir string, u *store.User, row api.VolumeUsage) (api.VolumeUsage, error) {
+func (q *HomeQuotas) readImage(ctx context.Context, root, dir string, u *store.User, row api.VolumeUsage) (api.VolumeUsage, uint64, error) {
 	want := uint64(0)
 	if row.QuotaBytes != nil {
 		want = max(*row.QuotaBytes, homes.MinImage)
@@ -202,9 +208,10 @@ func (q *HomeQuotas) readImage(ctx context.Context, root, dir string, u *store.U
 	if !isImage {
 		row.Enforcement = quota.None
 		row.Note = "your home was made as a directory, before it had a quota: its use is measured, writes past the quota are not refused " +
-			"(a home made now is a filesystem of its quota's size; an admin can move your files into one)"
+			"(a home made now is a filesystem of its quota's size: copy your files out, delete the home with 'gpuvm home rm " + u.Name +
+			" --yes' while none of your VMs runs, and your next VM makes one)"
 		row.UsedBytes, err = q.ops.walk(ctx, dir, homeWalkMax)
-		return row, err
+		return row, 0, err
 	}
 	row.UsedBytes = im.Used
 	switch {
@@ -217,7 +224,7 @@ func (q *HomeQuotas) readImage(ctx context.Context, root, dir string, u *store.U
 	case want > im.Size:
 		row.Note = fmt.Sprintf("your home is a filesystem of %s: it grows to its quota the next time none of your VMs runs", config.FormatSize(im.Size))
 	}
-	return row, err
+	return row, im.Capacity, err
 }
 
 // ImageBytes is the size a home made now under root for login is made
@@ -280,9 +287,17 @@ func (q *HomeQuotas) Ensure(ctx context.Context, cfg *config.Config, root, dir, 
 }
 
 // warn gives row's owner a volume.warning once at api.QuotaWarnPercent of
-// the quota, and again only after the home went below and came back.
-func (q *HomeQuotas) warn(ctx context.Context, row api.VolumeUsage) {
-	over := row.QuotaBytes != nil && *row.QuotaBytes > 0 && row.UsedBytes*100 >= *row.QuotaBytes*api.QuotaWarnPercent
+// the quota (of holds, what an image home can hold, when that is less),
+// and again only after the home went below and came back.
+func (q *HomeQuotas) warn(ctx context.Context, row api.VolumeUsage, holds uint64) {
+	limit := uint64(0)
+	if row.QuotaBytes != nil {
+		limit = *row.QuotaBytes
+		if holds > 0 && holds < limit {
+			limit = holds
+		}
+	}
+	over := limit > 0 && row.UsedBytes*100 >= limit*api.QuotaWarnPercent
 	q.mu.Lock()
 	was := q.warned[row.Owner]
 	q.warned[row.Owner] = over
@@ -290,9 +305,13 @@ func (q *HomeQuotas) warn(ctx context.Context, row api.VolumeUsage) {
 	if !over || was {
 		return
 	}
-	pct := int(row.UsedBytes * 100 / *row.QuotaBytes)
+	pct := int(row.UsedBytes * 100 / limit)
 	p := api.VolumeWarningPayload{VolumeUsage: row, Percent: pct,
 		Reason: fmt.Sprintf("your home uses %s of its %s quota (%d %%)", config.FormatSize(row.UsedBytes), config.FormatSize(*row.QuotaBytes), pct)}
+	if limit < *row.QuotaBytes {
+		p.Reason = fmt.Sprintf("your home uses %s of the %s it can hold (%d %%; its quota is %s, of which its filesystem's own bookkeeping takes the rest)",
+			config.FormatSize(row.UsedBytes), config.FormatSize(limit), pct, config.FormatSize(*row.QuotaBytes))
+	}
 	if row.Enforcement == quota.Project || row.Enforcement == quota.Image {
 		p.Reason += "; writes past the quota will fail"
 	}

@@ -79,7 +79,7 @@ func homeQuotaEnv(t *testing.T, ops quotaOps) (*HomeQuotas, *store.Store, *atomi
 	var cfg atomic.Pointer[config.Config]
 	cfg.Store(homeQuotaConfig(t, root, "16MiB"))
 	log, _ := logtest.New()
-	q := newHomeQuotas(st, cfg.Load, log)
+	q := newHomeQuotas(st, cfg.Load, log, 0)
 	if ops.images == nil {
 		ops.images = func(string) error { return fmt.Errorf("%w: the test says so", homes.ErrNoImages) }
 	}
@@ -254,6 +254,20 @@ func TestHomeQuotaImage(t *testing.T) {
 	}
 	if w := warnings(t, st); len(w) != 1 || w[0].Enforcement != quota.Image || !strings.HasSuffix(w[0].Reason, "writes past the quota will fail") {
 		t.Errorf("warnings %+v, want one, at the 1MiB quota", w)
+	}
+	// Full: warned near what the image holds (its filesystem's bookkeeping
+	// left out), not only near the quota, which it cannot reach.
+	cfg.Store(homeQuotaConfig(t, root, "16MiB"))
+	q.ops.imageOf = func(context.Context, string, string, uint64, *slog.Logger) (homes.Image, bool, error) {
+		return homes.Image{Size: 16 << 20, Mounted: true, Used: 12 << 20, Capacity: 14 << 20}, true, nil
+	}
+	q.Round(ctx) // below 90 % (of 14MiB): the 1MiB quota's warning is withdrawn
+	q.ops.imageOf = func(context.Context, string, string, uint64, *slog.Logger) (homes.Image, bool, error) {
+		return homes.Image{Size: 16 << 20, Mounted: true, Used: 13<<20 + 512<<10, Capacity: 14 << 20}, true, nil
+	}
+	q.Round(ctx)
+	if w := warnings(t, st); len(w) != 2 || w[1].Percent != 96 || !strings.Contains(w[1].Reason, "of the 14MiB it can hold (96 %; its quota is 16MiB") {
+		t.Errorf("warnings %+v, want a second, of 96 %% of what the image holds", w)
 	}
 	cfg.Store(homeQuotaConfig(t, root, "1GiB"))
 	for _, tc := range []struct {

@@ -122,6 +122,9 @@ type Config struct {
 	// shares are configured (default 10s; virtiofs.go): a dead one hangs
 	// its guest's mounts, which its owner should hear of in seconds.
 	VirtiofsCheck time.Duration
+	// HomeQuotaEvery is how often the homes' usage is read and their
+	// quotas applied again (default HomeQuotaEvery, 5 minutes).
+	HomeQuotaEvery time.Duration
 	// ShutdownTimeout is how long a deleted or stopped VM gets to shut down
 	// before it is forced off (default 30s).
 	ShutdownTimeout time.Duration
@@ -270,7 +273,7 @@ func New(cfg Config, opts ...Option) *Orchestrator {
 				Shares: c.Server.Storage.Shares, StateDir: cmp.Or(set.StateDir, c.Server.StateDir),
 				RenderCloudInit: c.RenderCloudInit, Config: c}
 		}}
-	o.quotas = newHomeQuotas(set.Store, live, o.log)
+	o.quotas = newHomeQuotas(set.Store, live, o.log, set.HomeQuotaEvery)
 	o.life.quotas = o.quotas
 	o.disp = &dispatcher{host: set.Host, st: set.Store, log: o.log, life: o.life, fleet: o.fleet, notifier: set.Notifier,
 		busy: busy, roundMu: roundMu, bookings: bookings, sem: make(chan struct{}, set.Workers), wake: o.wake.Wake,

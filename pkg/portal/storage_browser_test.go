@@ -337,3 +337,36 @@ func TestStoragePageInChinese(t *testing.T) {
 	b.check("storage-zh")
 	b.phoneFit("storage-zh")
 }
+
+// My storage with an image home (no project quotas on the server; the
+// home is a filesystem of its own): the quota is said enforced, not
+// warned about, and the server's note on the image's size is shown, in
+// English and in Chinese.
+func TestStoragePageImageHome(t *testing.T) {
+	needBrowser(t)
+	quota := uint64(10 << 30)
+	root := t.TempDir()
+	if err := os.Mkdir(filepath.Join(root, "ann"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	note := "your home is a filesystem of 8GiB: it grows to its quota the next time none of your VMs runs"
+	env, _ := storageEnv(t, true, storageFacts{homesRoot: root, usage: homeUsage{{Kind: api.VolumeHome, Owner: "ann", Name: "ann", UsedBytes: 1 << 30,
+		QuotaBytes: &quota, Enforcement: "image", Note: note}}, datasets: "the group's datasets", course: "the course's material"}, "a", "b")
+	b := newBrowser(t, env.URL, false)
+	b.signIn(env.UserToken)
+	for _, lang := range []struct{ cookie, enforced string }{{"en", "The quota is enforced"}, {"zh-CN", "配额强制执行"}} {
+		b.eval(fmt.Sprintf(`document.cookie = 'gpuvm_lang=%s; path=/'`, lang.cookie), nil)
+		b.run(chromedp.Navigate(env.URL+"/storage"), chromedp.WaitVisible(`#home-enforcement`, chromedp.ByQuery))
+		if got := b.text(`#home-enforcement`); !strings.Contains(got, lang.enforced) {
+			t.Errorf("%s: #home-enforcement %q, want %q", lang.cookie, got, lang.enforced)
+		}
+		var warned bool
+		b.eval(`document.querySelector('#home-enforcement').classList.contains('warn')`, &warned)
+		if warned {
+			t.Errorf("%s: an image home's quota is shown as a warning", lang.cookie)
+		}
+		if got := b.text(`#home`); !strings.Contains(got, note) {
+			t.Errorf("%s: the home's card %q lacks the server's note %q", lang.cookie, got, note)
+		}
+	}
+}
