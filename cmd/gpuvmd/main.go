@@ -34,6 +34,7 @@ import (
 	"github.com/gpuvm/gpuvm/pkg/config"
 	"github.com/gpuvm/gpuvm/pkg/gpu"
 	"github.com/gpuvm/gpuvm/pkg/heartbeat"
+	"github.com/gpuvm/gpuvm/pkg/hostmount"
 	"github.com/gpuvm/gpuvm/pkg/hypervisor"
 	"github.com/gpuvm/gpuvm/pkg/hypervisor/domain"
 	"github.com/gpuvm/gpuvm/pkg/monitor"
@@ -389,6 +390,14 @@ func newOrchestrator(ctx context.Context, o options, st *store.Store, l *loader.
 		DomainPrefix: o.test.domainPrefix, Host: nd.name, Fleet: nd.orchestratorFleet(), Leader: nd.leader(), HostTimeout: nd.timeout,
 		Availability: availability(st, hv)},
 		orchestrator.WithHook(o.test.hook(ctx, log)))
+	// Where the shares' read-only views and image homes are mounted
+	// (pkg/hostmount): said once, a warning where the VMs may not see them.
+	switch where := hostmount.Detect(); {
+	case where.Unseen:
+		log.Warn(where.Why)
+	case where.ViaSystemd:
+		log.Info(where.Why)
+	}
 	if err := orch.ReleaseShareViews(ctx); err != nil { // read-only views of shares no longer declared
 		log.Warn("could not remove the read-only views of shares no longer declared", "err", err)
 	}

@@ -11,7 +11,9 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
+	"github.com/gpuvm/gpuvm/pkg/hostmount"
 	"github.com/gpuvm/gpuvm/pkg/quota"
 )
 
@@ -45,7 +47,7 @@ const ImagesDir = ".images"
 const MinImage = 16 << 20
 
 // imageTools are the programs image homes run.
-var imageTools = []string{"mkfs.ext4", "e2fsck", "resize2fs", "mount", "losetup"}
+var imageTools = []string{"mkfs.ext4", "e2fsck", "resize2fs", "mount", "umount", "losetup"}
 
 // ErrBusy: an image home's filesystem could not be unmounted, something
 // (a VM's virtiofs daemon, a shell on the host) having a file open in it.
@@ -202,7 +204,9 @@ func keepImage(ctx context.Context, img, dir string, want uint64, log *slog.Logg
 		}
 		log.Info("home's image grown to its quota", "image", img, "bytes", want)
 	}
-	if err := run(ctx, "mount", "-t", "ext4", "-o", "loop,nosuid,nodev", img, dir); err != nil {
+	// In the host's mount namespace, where libvirtd starts the virtiofs
+	// daemons (pkg/hostmount).
+	if err := hostmount.Run(ctx, "mount", "-t", "ext4", "-o", "loop,nosuid,nodev", img, dir); err != nil {
 		return fmt.Errorf("mount the home's image: %w", err)
 	}
 	return nil
@@ -266,7 +270,7 @@ func removeImage(img, dir, login string) error {
 		return err
 	}
 	if mounted {
-		if err := unmount(dir); err != nil {
+		if err := unmountHome(dir); err != nil {
 			return fmt.Errorf("remove the home of %s: unmount its image: %w", login, err)
 		}
 	}
@@ -274,6 +278,22 @@ func removeImage(img, dir, login string) error {
 		return fmt.Errorf("remove the home of %s: %w", login, err)
 	}
 	return nil
+}
+
+// unmountHome unmounts an image home, in the host's mount namespace
+// (pkg/hostmount): umount(8) through systemd-run where gpuvmd has a
+// namespace of its own, else umount(2). A busy filesystem is ErrBusy.
+func unmountHome(dir string) error {
+	if !hostmount.Detect().ViaSystemd {
+		return unmount(dir)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	err := hostmount.Run(ctx, "umount", dir)
+	if err != nil && strings.Contains(err.Error(), "busy") {
+		return fmt.Errorf("%w: %w", ErrBusy, err)
+	}
+	return err
 }
 
 // mountedAt says whether something is mounted at dir.

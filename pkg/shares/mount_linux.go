@@ -3,11 +3,17 @@
 package shares
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
+	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/gpuvm/gpuvm/pkg/hostmount"
+	"github.com/gpuvm/gpuvm/pkg/quota"
 )
 
 // CanEnforceReadOnly says why read-only shares cannot be enforced here,
@@ -32,9 +38,12 @@ func bindReadOnly(path, view string) error {
 	if mounted {
 		// A view of another directory (the share's path changed) or made
 		// writable: replaced.
-		if err := unix.Unmount(view, unix.MNT_DETACH); err != nil {
+		if err := unmount(view); err != nil {
 			return fmt.Errorf("unmount the old view: %w", err)
 		}
+	}
+	if hostmount.Detect().ViaSystemd {
+		return bindInHost(path, view)
 	}
 	if err := unix.Mount(path, view, "", unix.MS_BIND, ""); err != nil {
 		return fmt.Errorf("bind mount: %w", err)
@@ -77,11 +86,63 @@ func isReadOnlyBind(path, view string) (ok, mounted bool, err error) {
 	return fs.Flags&unix.ST_RDONLY != 0, mounted, nil
 }
 
-// unmount detaches view when it is a mount point.
+// bindInHost makes the read-only view in the host's mount namespace, as
+// gpuvmd in its systemd unit's sandbox must (pkg/hostmount): mount(8)
+// through systemd-run, checked from here once it has propagated.
+func bindInHost(path, view string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), hostMountTimeout)
+	defer cancel()
+	if err := hostmount.Run(ctx, "mount", "--bind", path, view); err != nil {
+		return fmt.Errorf("bind mount: %w", err)
+	}
+	if err := hostmount.Run(ctx, "mount", "-o", "remount,bind,ro,nosuid,nodev", view); err != nil {
+		_ = unmount(view)
+		return fmt.Errorf("make the bind mount read-only: %w", err)
+	}
+	if ok, _, err := isReadOnlyBind(path, view); err != nil || !ok {
+		_ = unmount(view)
+		return errors.Join(errors.New("the bind mount is not read-only (as gpuvmd sees it) after it was made so"), err)
+	}
+	return nil
+}
+
+// hostMountTimeout bounds one mount(8) through systemd-run.
+const hostMountTimeout = 30 * time.Second
+
+// unmount detaches view when it is a mount point (through systemd-run
+// into the host's mount namespace where gpuvmd has one of its own).
 func unmount(view string) error {
+	if hostmount.Detect().ViaSystemd {
+		if mounted, err := isMountPoint(view); err != nil || !mounted {
+			return err
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), hostMountTimeout)
+		defer cancel()
+		return hostmount.Run(ctx, "umount", "--lazy", view)
+	}
 	err := unix.Unmount(view, unix.MNT_DETACH)
 	if err == nil || errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOENT) {
 		return nil // not a mount point, or gone
 	}
 	return fmt.Errorf("unmount %s: %w", view, err)
+}
+
+// isMountPoint: view is a mount point (its device is not its parent's, or
+// it is a bind mount of a directory: isReadOnlyBind's test, from /proc).
+func isMountPoint(view string) (bool, error) {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return false, err
+	}
+	mounts, err := quota.ParseMountinfo(string(b))
+	if err != nil {
+		return false, err
+	}
+	view = filepath.Clean(view)
+	for _, m := range mounts {
+		if m.MountPoint == view {
+			return true, nil
+		}
+	}
+	return false, nil
 }
