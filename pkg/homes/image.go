@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/gpuvm/gpuvm/pkg/hostmount"
@@ -83,8 +84,35 @@ func ImageSupport(root string) error {
 	if name, shared := sharedFS(dir); shared {
 		return fmt.Errorf("%w: the homes root %s is on %s, shared between hosts: an image mounted by two at once would be corrupted", ErrNoImages, root, name)
 	}
+	if err := trialMount(); err != nil {
+		return fmt.Errorf("%w: a trial image could not be made and mounted (%v)", ErrNoImages, err)
+	}
 	return nil
 }
+
+// trialMount makes, mounts and removes a small image once per process,
+// in a temporary directory: a kernel or a container that refuses loop
+// mounts is found here, not at a person's VM's start.
+var trialMount = sync.OnceValue(func() error {
+	dir, err := os.MkdirTemp("", "gpuvm-image-trial-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	img, mnt := filepath.Join(dir, "trial.ext4"), filepath.Join(dir, "mnt")
+	if err := makeImage(ctx, img, MinImage, 1); err != nil {
+		return err
+	}
+	if err := os.Mkdir(mnt, 0o700); err != nil {
+		return err
+	}
+	if err := hostmount.Run(ctx, "mount", "-t", "ext4", "-o", "loop,nosuid,nodev", img, mnt); err != nil {
+		return err
+	}
+	return unmountHome(mnt)
+})
 
 // imageFile is login's image under root.
 func imageFile(root, login string) string {
