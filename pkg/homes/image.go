@@ -325,23 +325,7 @@ func unmountHome(dir string) error {
 }
 
 // mountedAt says whether something is mounted at dir.
-func mountedAt(dir string) (bool, error) {
-	b, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		return false, fmt.Errorf("read the mounts: %w", err)
-	}
-	mounts, err := quota.ParseMountinfo(string(b))
-	if err != nil {
-		return false, err
-	}
-	dir = filepath.Clean(dir)
-	for _, m := range mounts {
-		if m.MountPoint == dir {
-			return true, nil
-		}
-	}
-	return false, nil
-}
+func mountedAt(dir string) (bool, error) { return hostmount.Mounted(dir) }
 
 func run(ctx context.Context, name string, args ...string) error {
 	_, err := output(ctx, name, args...)

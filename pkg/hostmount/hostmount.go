@@ -21,8 +21,11 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
+
+	"github.com/gpuvm/gpuvm/pkg/quota"
 )
 
 // Where says how mounts are made here.
@@ -93,4 +96,25 @@ func Run(ctx context.Context, name string, args ...string) error {
 		return fmt.Errorf("%s: %w", name, err)
 	}
 	return nil
+}
+
+// Mounted says whether something is mounted at dir, as this process sees
+// it (/proc/self/mountinfo; a mount made in the host's namespace is seen
+// here once it has propagated).
+func Mounted(dir string) (bool, error) {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return false, fmt.Errorf("read the mounts: %w", err)
+	}
+	mounts, err := quota.ParseMountinfo(string(b))
+	if err != nil {
+		return false, err
+	}
+	dir = filepath.Clean(dir)
+	for _, m := range mounts {
+		if m.MountPoint == dir {
+			return true, nil
+		}
+	}
+	return false, nil
 }

@@ -77,3 +77,12 @@ func TestRun(t *testing.T) {
 		t.Errorf("a refused mount: %v", err)
 	}
 }
+
+// Mounted tells a mount point from a directory that is not one.
+func TestMounted(t *testing.T) {
+	for dir, want := range map[string]bool{"/proc": true, "/proc/self": false} {
+		if got, err := Mounted(dir); err != nil || got != want {
+			t.Errorf("Mounted(%s) = %v, %v; want %v", dir, got, err, want)
+		}
+	}
+}

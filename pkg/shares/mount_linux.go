@@ -7,13 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/gpuvm/gpuvm/pkg/hostmount"
-	"github.com/gpuvm/gpuvm/pkg/quota"
 )
 
 // CanEnforceReadOnly says why read-only shares cannot be enforced here,
@@ -113,7 +111,7 @@ const hostMountTimeout = 30 * time.Second
 // into the host's mount namespace where gpuvmd has one of its own).
 func unmount(view string) error {
 	if hostmount.Detect().ViaSystemd {
-		if mounted, err := isMountPoint(view); err != nil || !mounted {
+		if mounted, err := hostmount.Mounted(view); err != nil || !mounted {
 			return err
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), hostMountTimeout)
@@ -125,24 +123,4 @@ func unmount(view string) error {
 		return nil // not a mount point, or gone
 	}
 	return fmt.Errorf("unmount %s: %w", view, err)
-}
-
-// isMountPoint: view is a mount point (its device is not its parent's, or
-// it is a bind mount of a directory: isReadOnlyBind's test, from /proc).
-func isMountPoint(view string) (bool, error) {
-	b, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		return false, err
-	}
-	mounts, err := quota.ParseMountinfo(string(b))
-	if err != nil {
-		return false, err
-	}
-	view = filepath.Clean(view)
-	for _, m := range mounts {
-		if m.MountPoint == view {
-			return true, nil
-		}
-	}
-	return false, nil
 }
