@@ -10,6 +10,7 @@ import (
 
 	"github.com/gpuvm/gpuvm/pkg/api"
 	"github.com/gpuvm/gpuvm/pkg/client"
+	"github.com/gpuvm/gpuvm/pkg/config"
 )
 
 // gpuvm share ls: the admin-declared shares one may mount
@@ -72,15 +73,32 @@ func printShareList(w io.Writer, list *api.ShareList, out outputOpts) error {
 		return err
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tMODE\tMOUNT\tAVAILABLE\tRULE\tDESCRIPTION")
+	fmt.Fprintln(tw, "NAME\tMODE\tMOUNT\tAVAILABLE\tUSED\tQUOTA\tRULE\tDESCRIPTION")
+	var notes []string
 	for _, s := range list.Shares {
 		avail := "yes"
 		if !s.Available {
 			avail = "no: " + s.Unavailable
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", s.Name, orDash(s.Mode), s.Mount, avail, orDash(s.Rule), orDash(s.Description))
+		quota := "-"
+		if s.QuotaBytes != nil {
+			quota = config.FormatSize(*s.QuotaBytes)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.Name, orDash(s.Mode), s.Mount, avail, sizeOrDash(s.UsedBytes), quota,
+			orDash(s.Rule), orDash(s.Description))
+		if s.QuotaBytes != nil && s.QuotaEnforcement == "none" {
+			notes = append(notes, fmt.Sprintf("share %s's quota is not enforced: %s", s.Name, orDash(s.QuotaNote)))
+		}
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, n := range notes {
+		if _, err := fmt.Fprintln(w, n); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // printShares is the "Shares:" lines of gpuvm show: each share of the VM,

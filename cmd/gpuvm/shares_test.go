@@ -22,6 +22,20 @@ func TestPrintShares(t *testing.T) {
 		!strings.Contains(lines[2], "no: share directory /srv/lab") || !strings.Contains(lines[2], "read_only: group:ml") {
 		t.Errorf("table:\n%s", b.String())
 	}
+	// A quota: used and quota in their columns, and why it is not
+	// enforced under the table.
+	used, quota := uint64(7<<30), uint64(500<<30)
+	list.Shares[0].UsedBytes, list.Shares[0].QuotaBytes = &used, &quota
+	list.Shares[0].QuotaEnforcement, list.Shares[0].QuotaNote = "none", "the files of share team at /srv/team are on ext4 without project quotas"
+	b.Reset()
+	if err := printShareList(&b, list, outputOpts{}); err != nil {
+		t.Fatal(err)
+	}
+	lines = strings.Split(strings.TrimSpace(b.String()), "\n")
+	if len(lines) != 4 || !strings.Contains(lines[0], "USED  QUOTA") || !strings.Contains(lines[1], "7GiB  500GiB") ||
+		lines[3] != "share team's quota is not enforced: the files of share team at /srv/team are on ext4 without project quotas" {
+		t.Errorf("with a quota:\n%s", b.String())
+	}
 	b.Reset()
 	if err := printShareList(&b, list, outputOpts{quiet: true}); err != nil || b.String() != "team\nlab\n" {
 		t.Errorf("quiet: %q, %v", b.String(), err)

@@ -53,7 +53,9 @@ server {
   }
 
   # The team's dataset: the ML group reads and writes it; other engineers
-  # may mount it read-only with `gpuvm create --share team-data`.
+  # may mount it read-only with `gpuvm create --share team-data`. Its
+  # checkpoints may take 2 TiB at most (refused past it where /tank has
+  # project quotas; else measured, and the admins warned at 90 %).
   storage {
     share "team-data" {
       description = "the team's training data and checkpoints"
@@ -61,6 +63,7 @@ server {
       mount       = "/data/team"
       read_write  = ["group:ml"]
       read_only   = ["group:engineers"]
+      quota       = "2TiB"
     }
   }
 }

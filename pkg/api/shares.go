@@ -34,6 +34,13 @@ type Share struct {
 	Unavailable string `json:"unavailable,omitempty"`
 	// Enforcement says how ro is enforced ("host read-only bind mount").
 	Enforcement string `json:"enforcement,omitempty"`
+	// QuotaBytes is the share's quota (absent: none); UsedBytes,
+	// QuotaEnforcement ("project" or "none") and QuotaNote are as the
+	// quotas last read them (absent before the first reading).
+	QuotaBytes       *uint64 `json:"quota_bytes,omitempty"`
+	UsedBytes        *uint64 `json:"used_bytes,omitempty"`
+	QuotaEnforcement string  `json:"quota_enforcement,omitempty"`
+	QuotaNote        string  `json:"quota_note,omitempty"`
 }
 
 // ShareList is the answer of GET /v1/shares.

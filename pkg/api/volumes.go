@@ -6,6 +6,9 @@ import "time"
 const (
 	VolumeDisk = "disk" // a data disk: a block volume on one host
 	VolumeHome = "home" // the person's home (read-only entry: homes are not managed here)
+	// VolumeShare: an admin-declared share, in the quotas' readings
+	// (metrics, GET /v1/shares); never in GET /v1/volumes.
+	VolumeShare = "share"
 
 	VolumeCreating = "creating"
 	VolumeReady    = "ready"

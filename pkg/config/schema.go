@@ -62,6 +62,7 @@ type shareBlock struct {
 	ReadWrite   []string  `hcl:"read_write,optional"`
 	ReadOnly    []string  `hcl:"read_only,optional"`
 	Description *string   `hcl:"description,optional"`
+	Quota       *string   `hcl:"quota,optional"`
 	DefRange    hcl.Range `hcl:",def_range"`
 	LabelRange  hcl.Range `hcl:"name,label_range"`
 	Body        hcl.Body  `hcl:",body"`

@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"hash/fnv"
 	"path"
 	"path/filepath"
 	"slices"
@@ -40,6 +41,10 @@ type Share struct {
 	// ReadWrite and ReadOnly are principals, "user:NAME" or "group:NAME".
 	ReadWrite []string `json:"read_write,omitempty"`
 	ReadOnly  []string `json:"read_only,omitempty"`
+	// Quota bounds what the share's directory may hold (nil: no limit):
+	// the filesystem's project quota numbered ShareProject(Name) where the
+	// directory's filesystem has project quotas, else measured only.
+	Quota *uint64 `json:"quota,omitempty"`
 	// Source is "file:line" of the block.
 	Source    string    `json:"source"`
 	DeclRange hcl.Range `json:"-"`
@@ -117,6 +122,13 @@ func (r *resolver) resolveShare(b *shareBlock) *Share {
 	if b.Description != nil {
 		s.Description = *b.Description
 	}
+	if b.Quota != nil {
+		v, ok := r.size(body, "quota", b.Quota, 0, def)
+		if ok && v == 0 {
+			r.errf(valueRange(body, "quota", def), "Invalid quota", "Share %q: quota is a size above 0, e.g. \"500GiB\"; leave it out for no limit.", b.Name)
+		}
+		s.Quota = &v
+	}
 	if err := checkSharePath(b.Path); err != nil {
 		r.errf(valueRange(body, "path", def), "Invalid path", "Share %q: %v.", b.Name, err)
 	}
@@ -152,6 +164,16 @@ func (r *resolver) resolveShare(b *shareBlock) *Share {
 		r.warnf(def, "Nobody may mount the share", "Share %q has no read_write or read_only principals: no VM can mount it. Write e.g. read_only = [\"group:NAME\"].", b.Name)
 	}
 	return s
+}
+
+// ShareProject is the filesystem project a share's quota counts and
+// limits where its directory's filesystem has project quotas: 2^31 and
+// above, from its name (FNV-1a), out of the homes' projects, which are
+// their people's uids (keep those below 2^31).
+func ShareProject(name string) uint32 {
+	h := fnv.New32a()
+	h.Write([]byte(name))
+	return 1<<31 | h.Sum32()&(1<<31-1)
 }
 
 // checkSharePath checks a share's host directory.

@@ -29,6 +29,8 @@ func TestShareBlocks(t *testing.T) {
 		{"bad principal name", "share \"d\" {\n path = \"/srv/d\"\n read_write = [\"user:\"]\n}", "Invalid principal", "", 6},
 		{"principal in both", "share \"d\" {\n path = \"/srv/d\"\n read_write = [\"group:ml\"]\n read_only = [\"group:ml\"]\n}", "Principal in both lists", "", 7},
 		{"duplicate principal", "share \"d\" {\n path = \"/srv/d\"\n read_only = [\"user:a\",\n \"user:a\"]\n}", "Duplicate principal", "", 7},
+		{"zero quota", "share \"d\" {\n path = \"/srv/d\"\n read_only = [\"user:a\"]\n quota = \"0\"\n}", "Invalid size", "", 7},
+		{"bad quota", "share \"d\" {\n path = \"/srv/d\"\n read_only = [\"user:a\"]\n quota = \"lots\"\n}", "Invalid size", "", 7},
 		{"duplicate share", "share \"d\" {\n path = \"/srv/d\"\n read_only = [\"user:a\"]\n}\nshare \"d\" {\n path = \"/srv/e\"\n read_only = [\"user:a\"]\n}", "Duplicate share", "", 8},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -132,5 +134,29 @@ func TestProfileShares(t *testing.T) {
 			}
 			t.Errorf("diagnostics %v; want %q", diags, want)
 		})
+	}
+}
+
+// A share's quota, and the project it counts on: 2^31 and above, stable,
+// one per name.
+func TestShareQuota(t *testing.T) {
+	src := "server {\n storage {\n  share \"data\" {\n   path = \"/srv/data\"\n   read_only = [\"group:s\"]\n   quota = \"500GiB\"\n  }\n }\n}\n"
+	cfg, diags := Parse(Source{Name: "server.hcl", Data: []byte(src)})
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	if q := cfg.Server.Storage.Shares["data"].Quota; q == nil || *q != 500<<30 {
+		t.Errorf("quota %v, want 500GiB", q)
+	}
+	seen := map[uint32]string{}
+	for _, n := range []string{"data", "datasets", "ml101-data", "team-data", "assets", "a"} {
+		p := ShareProject(n)
+		if p < 1<<31 || ShareProject(n) != p {
+			t.Errorf("ShareProject(%q) = %d: want 2^31 or more, the same each time", n, p)
+		}
+		if other, ok := seen[p]; ok {
+			t.Errorf("%q and %q have one project, %d", n, other, p)
+		}
+		seen[p] = n
 	}
 }

@@ -106,12 +106,22 @@ func (q *HomeQuotas) Run(ctx context.Context) {
 	}
 }
 
-// Round reads every home under the homes root once.
+// Round reads every home under the homes root once, and every share
+// with a quota.
 func (q *HomeQuotas) Round(ctx context.Context) {
 	cfg := q.profiles()
-	if cfg == nil || !cfg.Server.Storage.Homes.Enabled {
+	if cfg == nil {
 		q.set(nil)
 		return
+	}
+	rows := append(q.homeRows(ctx, cfg), q.shareRows(ctx, cfg)...)
+	q.set(rows)
+}
+
+// homeRows reads the homes (none when homes are off).
+func (q *HomeQuotas) homeRows(ctx context.Context, cfg *config.Config) []api.VolumeUsage {
+	if !cfg.Server.Storage.Homes.Enabled {
+		return nil
 	}
 	root := cfg.Server.Storage.Homes.Root
 	ents, err := os.ReadDir(root)
@@ -119,8 +129,7 @@ func (q *HomeQuotas) Round(ctx context.Context) {
 		if !errors.Is(err, os.ErrNotExist) {
 			q.log.Warn("home quotas: the homes root cannot be read", "root", root, "err", err)
 		}
-		q.set(nil)
-		return
+		return nil
 	}
 	enf := q.enforcement(root)
 	var rows []api.VolumeUsage
@@ -143,7 +152,47 @@ func (q *HomeQuotas) Round(ctx context.Context) {
 		q.warn(ctx, row, holds)
 	}
 	sort.Slice(rows, func(i, j int) bool { return rows[i].Owner < rows[j].Owner })
-	q.set(rows)
+	return rows
+}
+
+// shareRows reads the shares that have a quota (config.Share.Quota), in
+// name order: the filesystem's project quota numbered
+// config.ShareProject(name) where the share's directory has project
+// quotas (applied as for homes), else a walk, measured only. Their
+// warnings go to the admins (an event of no owner).
+func (q *HomeQuotas) shareRows(ctx context.Context, cfg *config.Config) []api.VolumeUsage {
+	names := make([]string, 0, len(cfg.Server.Storage.Shares))
+	for n, sh := range cfg.Server.Storage.Shares {
+		if sh.Quota != nil {
+			names = append(names, n)
+		}
+	}
+	sort.Strings(names)
+	rows := make([]api.VolumeUsage, 0, len(names))
+	for _, n := range names {
+		if ctx.Err() != nil {
+			break
+		}
+		sh := cfg.Server.Storage.Shares[n]
+		row := api.VolumeUsage{Kind: api.VolumeShare, Name: n, QuotaBytes: sh.Quota}
+		enf, err := q.ops.probe(sh.Path)
+		if err != nil {
+			enf = quota.Enforcement{Mode: quota.None, Why: err.Error()}
+		}
+		row.Enforcement = enf.Mode
+		if enf.Mode == quota.Project {
+			row.UsedBytes, err = q.apply(enf, sh.Path, config.ShareProject(n), sh.Quota)
+		} else {
+			row.Note = enf.Describe("the files of share "+n, sh.Path)
+			row.UsedBytes, err = q.ops.walk(ctx, sh.Path, homeWalkMax)
+		}
+		if err != nil {
+			q.log.Warn("share quota", "share", n, "path", sh.Path, "err", err)
+		}
+		rows = append(rows, row)
+		q.warn(ctx, row, 0)
+	}
+	return rows
 }
 
 func (q *HomeQuotas) set(rows []api.VolumeUsage) {
@@ -286,7 +335,8 @@ func (q *HomeQuotas) Ensure(ctx context.Context, cfg *config.Config, root, dir, 
 	return err
 }
 
-// warn gives row's owner a volume.warning once at api.QuotaWarnPercent of
+// warn gives row's owner (the admins for a share: an event of no owner)
+// a volume.warning once at api.QuotaWarnPercent of
 // the quota (of holds, what an image home can hold, when that is less),
 // and again only after the home went below and came back.
 func (q *HomeQuotas) warn(ctx context.Context, row api.VolumeUsage, holds uint64) {
@@ -298,9 +348,10 @@ func (q *HomeQuotas) warn(ctx context.Context, row api.VolumeUsage, holds uint64
 		}
 	}
 	over := limit > 0 && row.UsedBytes*100 >= limit*api.QuotaWarnPercent
+	key := row.Kind + "/" + row.Owner + "/" + row.Name
 	q.mu.Lock()
-	was := q.warned[row.Owner]
-	q.warned[row.Owner] = over
+	was := q.warned[key]
+	q.warned[key] = over
 	q.mu.Unlock()
 	if !over || was {
 		return
@@ -308,6 +359,9 @@ func (q *HomeQuotas) warn(ctx context.Context, row api.VolumeUsage, holds uint64
 	pct := int(row.UsedBytes * 100 / limit)
 	p := api.VolumeWarningPayload{VolumeUsage: row, Percent: pct,
 		Reason: fmt.Sprintf("your home uses %s of its %s quota (%d %%)", config.FormatSize(row.UsedBytes), config.FormatSize(*row.QuotaBytes), pct)}
+	if row.Kind == api.VolumeShare {
+		p.Reason = fmt.Sprintf("share %s uses %s of its %s quota (%d %%)", row.Name, config.FormatSize(row.UsedBytes), config.FormatSize(*row.QuotaBytes), pct)
+	}
 	if limit < *row.QuotaBytes {
 		p.Reason = fmt.Sprintf("your home uses %s of the %s it can hold (%d %%; its quota is %s, of which its filesystem's own bookkeeping takes the rest)",
 			config.FormatSize(row.UsedBytes), config.FormatSize(limit), pct, config.FormatSize(*row.QuotaBytes))
@@ -317,11 +371,11 @@ func (q *HomeQuotas) warn(ctx context.Context, row api.VolumeUsage, holds uint64
 	}
 	b, _ := json.Marshal(p)
 	if err := q.st.AppendEvent(ctx, &store.Event{Owner: row.Owner, Type: api.EventVolumeWarning, Payload: b}); err != nil {
-		q.log.Warn("home quota warning not recorded; it is tried again next round", "user", row.Owner, "err", err)
+		q.log.Warn("quota warning not recorded; it is tried again next round", "kind", row.Kind, "user", row.Owner, "name", row.Name, "err", err)
 		q.mu.Lock()
-		q.warned[row.Owner] = false
+		q.warned[key] = false
 		q.mu.Unlock()
 		return
 	}
-	q.log.Info("home near its quota", "user", row.Owner, "used", row.UsedBytes, "quota", *row.QuotaBytes)
+	q.log.Info("near its quota", "kind", row.Kind, "user", row.Owner, "name", row.Name, "used", row.UsedBytes, "quota", *row.QuotaBytes)
 }

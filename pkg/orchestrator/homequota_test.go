@@ -287,3 +287,83 @@ func TestHomeQuotaImage(t *testing.T) {
 		t.Errorf("ImageBytes without images = %d, %v; want 0", got, err)
 	}
 }
+
+// Shares with a quota: the project quota where the share's filesystem
+// has one (the share's project, config.ShareProject, with its limit),
+// else a walk, said not enforced; one near its quota warns the admins (an
+// event of no owner); a share without a quota is not read.
+func TestShareQuota(t *testing.T) {
+	data, team, free := t.TempDir(), t.TempDir(), t.TempDir()
+	cfg, diags := config.Parse(config.Source{Name: "s.hcl", Data: []byte(fmt.Sprintf(`
+server {
+ storage {
+  share "data" {
+   path = %q
+   read_only = ["group:s"]
+   quota = "10MiB"
+  }
+  share "team" {
+   path = %q
+   read_write = ["group:s"]
+   quota = "1GiB"
+  }
+  share "free" {
+   path = %q
+   read_write = ["group:s"]
+  }
+ }
+}
+`, data, team, free))})
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	projects, limits, walked := map[string]uint32{}, map[uint32]uint64{}, map[string]bool{}
+	ops := quotaOps{
+		probe: func(dir string) (quota.Enforcement, error) {
+			if dir == data {
+				return quota.Enforcement{Mode: quota.Project, FSType: "xfs", Device: "/dev/block/8:1"}, nil
+			}
+			return quota.Enforcement{Mode: quota.None, FSType: "ext4", Why: "mounted without prjquota"}, nil
+		},
+		setProject: func(dir string, id uint32) error { projects[dir] = id; return nil },
+		setLimit:   func(_ string, id uint32, b uint64) error { limits[id] = (b + 1023) / 1024 * 1024; return nil },
+		get: func(_ string, id uint32) (quota.Usage, error) {
+			return quota.Usage{Used: 9<<20 + 512<<10, Limit: limits[id]}, nil
+		},
+		walk:   func(_ context.Context, dir string, _ int) (uint64, error) { walked[dir] = true; return 100 << 20, nil },
+		images: func(string) error { return homes.ErrNoImages },
+	}
+	st := storetest.New(t)
+	log, _ := logtest.New()
+	q := newHomeQuotas(st, func() *config.Config { return cfg }, log, 0)
+	q.ops = ops
+	ctx := context.Background()
+	q.Round(ctx)
+	q.Round(ctx) // once warned, not again
+	id := config.ShareProject("data")
+	if projects[data] != id || limits[id] != 10<<20 || len(projects) != 1 {
+		t.Errorf("projects %v, limits %v: want data's project %d with 10MiB", projects, limits, id)
+	}
+	if !walked[team] || walked[free] || walked[data] {
+		t.Errorf("walked %v: want team's directory only", walked)
+	}
+	rows := q.Usage()
+	if len(rows) != 2 || rows[0].Kind != api.VolumeShare || rows[0].Name != "data" || rows[0].Enforcement != quota.Project || rows[0].UsedBytes != 9<<20+512<<10 ||
+		rows[1].Name != "team" || rows[1].Enforcement != quota.None || !strings.Contains(rows[1].Note, "the files of share team at "+team) {
+		t.Fatalf("rows %+v", rows)
+	}
+	es, err := st.ListEventsSince(ctx, 0, store.EventFilter{Type: api.EventVolumeWarning})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(es) != 1 || es[0].Owner != "" {
+		t.Fatalf("warnings %+v: want one, the admins'", es)
+	}
+	var w api.VolumeWarningPayload
+	if err := json.Unmarshal(es[0].Payload, &w); err != nil {
+		t.Fatal(err)
+	}
+	if w.Kind != api.VolumeShare || w.Name != "data" || w.Percent != 95 || w.Reason != "share data uses 9.5MiB of its 10MiB quota (95 %); writes past the quota will fail" {
+		t.Errorf("warning %+v", w)
+	}
+}

@@ -38,6 +38,7 @@ server {
       description = "%[4]s"
       path        = "%[1]s"
       read_write  = ["user:ann"]
+      quota       = "500GiB"
     }
     share "course" {
       description = "%[5]s"
@@ -340,8 +341,9 @@ func TestStoragePageInChinese(t *testing.T) {
 
 // My storage with an image home (no project quotas on the server; the
 // home is a filesystem of its own): the quota is said enforced, not
-// warned about, and the server's note on the image's size is shown, in
-// English and in Chinese.
+// warned about, and the server's note on the image's size is shown; a
+// share with a quota shows its use and that its quota is not enforced;
+// in English and in Chinese.
 func TestStoragePageImageHome(t *testing.T) {
 	needBrowser(t)
 	quota := uint64(10 << 30)
@@ -350,11 +352,17 @@ func TestStoragePageImageHome(t *testing.T) {
 		t.Fatal(err)
 	}
 	note := "your home is a filesystem of 8GiB: it grows to its quota the next time none of your VMs runs"
+	shareQuota := uint64(500 << 30)
 	env, _ := storageEnv(t, true, storageFacts{homesRoot: root, usage: homeUsage{{Kind: api.VolumeHome, Owner: "ann", Name: "ann", UsedBytes: 1 << 30,
-		QuotaBytes: &quota, Enforcement: "image", Note: note}}, datasets: "the group's datasets", course: "the course's material"}, "a", "b")
+		QuotaBytes: &quota, Enforcement: "image", Note: note},
+		{Kind: api.VolumeShare, Name: "datasets", UsedBytes: 50 << 30, QuotaBytes: &shareQuota, Enforcement: "none", Note: "the files of share datasets at … are on tmpfs"}},
+		datasets: "the group's datasets", course: "the course's material"}, "a", "b")
 	b := newBrowser(t, env.URL, false)
 	b.signIn(env.UserToken)
-	for _, lang := range []struct{ cookie, enforced string }{{"en", "The quota is enforced"}, {"zh-CN", "配额强制执行"}} {
+	for _, lang := range []struct{ cookie, enforced, shareUsed, shareNot string }{
+		{"en", "The quota is enforced", "50 GiB of 500 GiB used (10%)", "The share's quota is not enforced"},
+		{"zh-CN", "配额强制执行", "已用 50 GiB / 500 GiB（10%）", "此服务器不强制执行该共享的配额"},
+	} {
 		b.eval(fmt.Sprintf(`document.cookie = 'gpuvm_lang=%s; path=/'`, lang.cookie), nil)
 		b.run(chromedp.Navigate(env.URL+"/storage"), chromedp.WaitVisible(`#home-enforcement`, chromedp.ByQuery))
 		if got := b.text(`#home-enforcement`); !strings.Contains(got, lang.enforced) {
@@ -364,6 +372,13 @@ func TestStoragePageImageHome(t *testing.T) {
 		b.eval(`document.querySelector('#home-enforcement').classList.contains('warn')`, &warned)
 		if warned {
 			t.Errorf("%s: an image home's quota is shown as a warning", lang.cookie)
+		}
+		// A share's quota: its use as last read, and that it is not enforced.
+		if got := b.text(`#share-datasets .share-usage`); got != lang.shareUsed {
+			t.Errorf("%s: the share's usage %q, want %q", lang.cookie, got, lang.shareUsed)
+		}
+		if got := b.text(`#share-datasets .share-enforcement`); !strings.Contains(got, lang.shareNot) {
+			t.Errorf("%s: the share's enforcement %q, want %q", lang.cookie, got, lang.shareNot)
 		}
 		var words string // the server's words, folded under their summary
 		b.eval(`(document.querySelector('#home .server-words p') || {}).textContent || ''`, &words)

@@ -60,9 +60,26 @@ func (s *Server) listShares(c *gin.Context) {
 		}
 		a.Unavailable, a.Enforcement = shareState(sh, mode)
 		a.Available = a.Unavailable == ""
+		s.shareQuota(&a, sh)
 		out.Shares = append(out.Shares, a)
 	}
 	c.JSON(http.StatusOK, out)
+}
+
+// shareQuota gives a its quota, and what the quotas last read of it
+// (HomeUsage's rows of kind share): nothing read before the first reading.
+func (s *Server) shareQuota(a *api.Share, sh *config.Share) {
+	a.QuotaBytes = sh.Quota
+	if sh.Quota == nil || s.HomeUsage == nil {
+		return
+	}
+	for _, u := range s.HomeUsage.Usage() {
+		if u.Kind == api.VolumeShare && u.Name == a.Name {
+			used := u.UsedBytes
+			a.UsedBytes, a.QuotaEnforcement, a.QuotaNote = &used, u.Enforcement, u.Note
+			return
+		}
+	}
 }
 
 // shareState says why sh cannot be mounted in mode on this host ("" when

@@ -26,6 +26,7 @@ server {
       description = "the team's dataset"
       read_write  = ["user:ann"]
       read_only   = ["group:ml"]
+      quota       = "500GiB"
     }
     share "lab" {
       path      = "/nonexistent/gpuvm-test/lab"
@@ -159,5 +160,18 @@ func TestListShares(t *testing.T) {
 	}
 	if admin := list("admin-token"); len(admin) != 2 || admin["team"].Mode != "" || admin["team"].Path == "" {
 		t.Errorf("admin's shares %+v", admin)
+	}
+	// The quota, and what the quotas last read: nothing before a reading;
+	// the homes' rows are not the share's.
+	if q := ann["team"].QuotaBytes; q == nil || *q != 500<<30 || ann["team"].UsedBytes != nil || ann["lab"].QuotaBytes != nil {
+		t.Errorf("before a reading: team %+v, lab %+v", ann["team"], ann["lab"])
+	}
+	s.HomeUsage = fakeHomeUsage{
+		{Kind: api.VolumeHome, Owner: "ann", Name: "team", UsedBytes: 1},
+		{Kind: api.VolumeShare, Name: "team", UsedBytes: 7 << 30, Enforcement: "none", Note: "the files of share team at … are on tmpfs"},
+	}
+	if team := list("bob-token")["team"]; team.UsedBytes == nil || *team.UsedBytes != 7<<30 || team.QuotaEnforcement != "none" ||
+		!strings.HasPrefix(team.QuotaNote, "the files of share team") {
+		t.Errorf("after a reading: %+v", team)
 	}
 }

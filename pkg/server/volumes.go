@@ -225,7 +225,7 @@ func (s *Server) listedHome(owner, mount string) api.Volume {
 		return v
 	}
 	for _, u := range s.HomeUsage.Usage() {
-		if u.Owner == owner {
+		if u.Kind == api.VolumeHome && u.Owner == owner {
 			used := u.UsedBytes
 			v.UsedBytes, v.QuotaBytes, v.Enforcement, v.Note = &used, u.QuotaBytes, u.Enforcement, u.Note
 			break

@@ -40,6 +40,8 @@ addWords({
     st_rw: 'read-write', st_ro: 'read-only', st_mode: 'Access', st_mount: 'In the guest', st_rule: 'Given by',
     st_roEnforced: 'Read-only is enforced on the host: the share is served through a read-only bind mount, so nothing in the VM can write to it.',
     st_roNotEnforced: 'Read-only cannot be enforced on this host.',
+    st_shareQuota: 'Quota {quota}, not measured yet.',
+    st_shareNotEnforced: 'The share\'s quota is not enforced on this server: it is measured every few minutes, but writes past it are not refused.',
     st_unavailable: 'Not available on this host now: a VM with it does not start. Ask your admin{admin}.',
     st_askShare: 'To have a share in a VM, ask for the VM with it; the share is mounted when the VM starts:',
     st_askShareForm: 'The ask form in GPU machines offers them as checkboxes too; a profile may also mount shares of its own always.',
@@ -107,6 +109,8 @@ addWords({
     st_rw: '读写', st_ro: '只读', st_mode: '权限', st_mount: '客户机内路径', st_rule: '依据规则',
     st_roEnforced: '只读在宿主机上强制执行：共享通过只读绑定挂载提供，虚拟机内无法写入。',
     st_roNotEnforced: '此宿主机无法强制只读。',
+    st_shareQuota: '配额 {quota}，尚未测量。',
+    st_shareNotEnforced: '此服务器不强制执行该共享的配额：每隔几分钟测量一次，但超出配额的写入不会被拒绝。',
     st_unavailable: '此宿主机上目前不可用：带有它的虚拟机无法启动。请联系管理员{admin}。',
     st_askShare: '要在虚拟机中使用共享，申请虚拟机时带上它；虚拟机启动时会挂载该共享：',
     st_askShareForm: '“GPU 机器”中的申请表单也以复选框提供这些共享；配置本身也可以总是挂载某些共享。',
@@ -360,12 +364,23 @@ function Shares({list}) {
         ${s.rule && html`<div><dt>${t('st_rule')}</dt><dd><code>${s.rule}</code></dd></div>`}
       </dl>
       ${s.mode === 'ro' && html`<p class="enforcement">${s.enforcement && s.enforcement !== 'none' ? t('st_roEnforced') : t('st_roNotEnforced')}</p>`}
+      <${ShareQuota} s=${s} />
       ${!s.available && html`<p class="warn">${t('st_unavailable')}</p>
         <${ServerWords} text=${s.unavailable} />`}
     </li>`)}</ul>`}
     <p>${t('st_askShare')}${gap()}<code>gpuvm create PROFILE --share ${shares.length ? shares[0].name : 'NAME'}</code></p>
     <p class="hint">${t('st_askShareForm')}</p>
   </section>`;
+}
+
+// ShareQuota: a share's quota, what it uses as last read, and whether
+// the quota is enforced (nothing for a share without one).
+function ShareQuota({s}) {
+  if (!s.quota_bytes) return null;
+  if (s.used_bytes == null) return html`<p class="share-usage">${t('st_shareQuota', {quota: fmtBytes(s.quota_bytes)})}</p>`;
+  const words = {used: fmtBytes(s.used_bytes), quota: fmtBytes(s.quota_bytes), pct: pctFmt.format(s.used_bytes / s.quota_bytes)};
+  return html`<div class="meter"><p class="share-usage">${t('st_used', words)}</p><${Bar} used=${s.used_bytes} quota=${s.quota_bytes} /></div>
+    ${s.quota_enforcement === 'none' && html`<p class="warn share-enforcement">${t('st_shareNotEnforced')}</p>`}`;
 }
 
 // fieldOf is the field a refusal names (problem+json's field), or ''.
