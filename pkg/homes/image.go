@@ -48,7 +48,7 @@ const ImagesDir = ".images"
 const MinImage = 16 << 20
 
 // imageTools are the programs image homes run.
-var imageTools = []string{"mkfs.ext4", "e2fsck", "resize2fs", "mount", "umount", "losetup"}
+var imageTools = []string{"mkfs.ext4", "e2fsck", "resize2fs", "dumpe2fs", "mount", "umount", "losetup"}
 
 // ErrBusy: an image home's filesystem could not be unmounted, something
 // (a VM's virtiofs daemon, a shell on the host) having a file open in it.
@@ -182,7 +182,7 @@ func makeImage(ctx context.Context, img string, size uint64, uid int) error {
 	if err != nil {
 		return fmt.Errorf("make image %s: %w", tmp, err)
 	}
-	err = f.Truncate(int64(max(size, MinImage)))
+	err = f.Truncate(int64(max(size, MinImage) &^ 4095)) // whole 4 KiB blocks
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
@@ -216,6 +216,7 @@ func keepImage(ctx context.Context, img, dir string, want uint64, log *slog.Logg
 	if err != nil {
 		return fmt.Errorf("image %s: %w", img, err)
 	}
+	want &^= 4095 // whole 4 KiB blocks, as makeImage makes them
 	grow := want > uint64(fi.Size())
 	switch {
 	case mounted && grow:
@@ -226,11 +227,16 @@ func keepImage(ctx context.Context, img, dir string, want uint64, log *slog.Logg
 		return nil
 	case mounted:
 		return nil
-	case grow:
+	case want > 0 && fsBytes(ctx, img) < want:
+		// A growth that fails leaves the home mounted at its size: its
+		// person gets it, and the growth is tried again at its next
+		// mount (the filesystem's size, not the file's, is compared: a
+		// growth cut short after the file grew is finished then).
 		if err := growUnmounted(ctx, img, want); err != nil {
-			return err
+			log.Warn("the home's image is not grown to its quota now; it is mounted at its size and grown at its next mount", "image", img, "bytes", want, "err", err)
+		} else {
+			log.Info("home's image grown to its quota", "image", img, "bytes", want)
 		}
-		log.Info("home's image grown to its quota", "image", img, "bytes", want)
 	}
 	// In the host's mount namespace, where libvirtd starts the virtiofs
 	// daemons (pkg/hostmount).
@@ -240,22 +246,50 @@ func keepImage(ctx context.Context, img, dir string, want uint64, log *slog.Logg
 	return nil
 }
 
-// growUnmounted grows an unmounted image to want bytes: resize2fs grows
-// an unmounted ext4 only once e2fsck -f has checked it. The file is
-// grown first: a growth cut short leaves a larger file with the old
-// filesystem, grown again next time.
+// growUnmounted grows an unmounted image's filesystem to want bytes:
+// resize2fs grows an unmounted ext4 only once e2fsck -f has checked it.
+// The check comes first, then the file (never shrunk), then the
+// filesystem.
 func growUnmounted(ctx context.Context, img string, want uint64) error {
-	if err := os.Truncate(img, int64(want)); err != nil {
-		return fmt.Errorf("grow the home's image: %w", err)
-	}
 	// e2fsck -p: 1 is "errors corrected"; 2 and above are refusals.
 	if err := run(ctx, "e2fsck", "-f", "-p", img); err != nil && exitCode(err) != 1 {
 		return fmt.Errorf("check the home's image before it grows: %w", err)
+	}
+	if fi, err := os.Stat(img); err != nil || uint64(fi.Size()) < want {
+		if err := os.Truncate(img, int64(want)); err != nil {
+			return fmt.Errorf("grow the home's image: %w", err)
+		}
 	}
 	if err := run(ctx, "resize2fs", img); err != nil {
 		return fmt.Errorf("grow the home's filesystem: %w", err)
 	}
 	return nil
+}
+
+// fsBytes is the size of the ext4 filesystem in the unmounted image img
+// (dumpe2fs -h: its block count times its block size), or the file's
+// size when it cannot be read.
+func fsBytes(ctx context.Context, img string) uint64 {
+	out, err := output(ctx, "dumpe2fs", "-h", img)
+	var count, size uint64
+	for _, line := range strings.Split(out, "\n") {
+		k, v, ok := strings.Cut(line, ":")
+		n, perr := strconv.ParseUint(strings.TrimSpace(v), 10, 64)
+		switch {
+		case !ok || perr != nil:
+		case k == "Block count":
+			count = n
+		case k == "Block size":
+			size = n
+		}
+	}
+	if err != nil || count == 0 || size == 0 {
+		if fi, err := os.Stat(img); err == nil {
+			return uint64(fi.Size())
+		}
+		return 0
+	}
+	return count * size
 }
 
 // growMounted grows a mounted image in place: the file, the loop

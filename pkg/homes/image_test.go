@@ -85,6 +85,21 @@ func TestImageHome(t *testing.T) {
 		t.Fatalf("asked to grow to 48MiB while mounted: %+v", im)
 	}
 
+	// A growth cut short after the file grew (killed before resize2fs):
+	// the next mount compares the filesystem's size, and finishes it.
+	if err := unmount(dir); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(imageFile(root, "ann"), 64<<20); err != nil {
+		t.Fatal(err)
+	}
+	if im := mustImage(t, root, "ann", 64<<20); !im.Mounted || im.Capacity < 56<<20 {
+		t.Fatalf("after a growth cut short, remounted at 64MiB: %+v", im)
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "keep")); err != nil || !bytes.Equal(b, keep) {
+		t.Fatalf("the home's file after the growths: %d bytes, %v", len(b), err)
+	}
+
 	// Busy: a file open in it keeps it whole; closed, the home goes.
 	f, err := os.Open(filepath.Join(dir, "keep"))
 	if err != nil {
