@@ -3,6 +3,7 @@ package e2e
 import (
 	"encoding/json"
 	"fmt"
+	"os"
 	"os/exec"
 	"strings"
 	"syscall"
@@ -148,8 +149,14 @@ func (w *world) virtiofsdKilled(hv *hypervisor.Conn, bob homePerson, bobVM, annV
 		var p api.VMWarningPayload
 		warned = ev.Type == api.EventVMWarning && json.Unmarshal(ev.Payload, &p) == nil && p.Kind == api.WarningVirtiofs
 	}
-	if syscall.Kill(d.PID, 0) == nil {
-		w.t.Errorf("the daemon's first process %d outlived the one serving the guest", d.PID)
+	// The parent ends once it has seen its child's end, which may come
+	// after the watch has (here as soon as 0.3 s after the kill); ended,
+	// it may stay a zombie until whoever it was left to reaps it.
+	for deadline := time.Now().Add(10 * time.Second); processLives(d.PID); time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			w.t.Errorf("the daemon's first process %d outlived the one serving the guest by 10s", d.PID)
+			break
+		}
 	}
 	if a, err := w.cl.GetVM(ctx, annVM); err != nil || strings.HasPrefix(a.Reason, orchestrator.VirtiofsReasonPrefix) {
 		w.t.Errorf("ann-1 beside it: %+v %v", a, err)
@@ -189,4 +196,17 @@ func (w *world) virtiofsRecovering(sh *guestShell, bob homePerson, vmID string) 
 		}
 		return stopped, started
 	}
+}
+
+// processLives: pid is a process that has not ended (not gone, not a
+// zombie).
+func processLives(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	// pid (comm) state ...: the state follows the last ')'.
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	return i >= 0 && i+2 < len(s) && s[i+2] != 'Z' && s[i+2] != 'X'
 }
