@@ -62,8 +62,7 @@ func Ensure(ctx context.Context, root, login string, uid int, image uint64, log 
 	}
 	defer unlock()
 	img := imageFile(root, login)
-	_, err = os.Lstat(img)
-	hasImage := err == nil
+	hasImage := exists(img)
 	fi, err := os.Lstat(dir)
 	switch {
 	case errors.Is(err, fs.ErrNotExist) && (hasImage || image > 0):
@@ -133,7 +132,7 @@ func makeImageHome(ctx context.Context, img, dir, login string, uid int, size ui
 	if err := giveTo(dir, uid, log); err != nil {
 		return fmt.Errorf("give the home of %s to uid %d: %w", login, uid, err)
 	}
-	log.Info("home made", "user", login, "dir", dir, "uid", uid, "image", img, "bytes", max(size, MinImage))
+	log.Info("home made", "user", login, "dir", dir, "uid", uid, "image", img, "bytes", ImageSize(size))
 	return nil
 }
 
@@ -193,26 +192,18 @@ func Remove(root, login, confirm string, inUse func() error, removed func()) err
 			return err
 		}
 	}
-	wasImage := false
 	if img := imageFile(root, login); exists(img) {
 		if err := removeImage(img, dir, login); err != nil {
 			return err
 		}
-		wasImage = true
-	}
-	fi, err := os.Lstat(dir)
-	if wasImage && errors.Is(err, fs.ErrNotExist) {
-		err = nil // an image whose mount point was never made: gone now
-		fi = nil
-	}
-	if err != nil {
-		return fmt.Errorf("remove the home of %s: %w", login, err)
-	}
-	if fi == nil {
 		if removed != nil {
 			removed()
 		}
 		return nil
+	}
+	fi, err := os.Lstat(dir)
+	if err != nil {
+		return fmt.Errorf("remove the home of %s: %w", login, err)
 	}
 	if !fi.IsDir() {
 		return fmt.Errorf("remove the home of %s: %s is not a directory (%s): %w", login, dir, fi.Mode().Type(), ErrNotAHome)

@@ -47,12 +47,16 @@ const ImagesDir = ".images"
 // few MiB; a smaller quota gets an image this big.
 const MinImage = 16 << 20
 
+// ImageSize is the size of the image a quota of q bytes makes: at least
+// MinImage, in whole 4 KiB blocks.
+func ImageSize(q uint64) uint64 { return max(q, MinImage) &^ 4095 }
+
 // imageTools are the programs image homes run.
 var imageTools = []string{"mkfs.ext4", "e2fsck", "resize2fs", "dumpe2fs", "mount", "umount", "losetup"}
 
 // ErrBusy: an image home's filesystem could not be unmounted, something
 // (a VM's virtiofs daemon, a shell on the host) having a file open in it.
-var ErrBusy = errors.New("the home's filesystem is in use: something has a file open in it")
+var ErrBusy = hostmount.ErrBusy
 
 // ErrNoImages wraps why image homes cannot be made under a root.
 var ErrNoImages = errors.New("homes cannot be made as filesystem images here")
@@ -108,31 +112,40 @@ var trialMount = sync.OnceValue(func() error {
 	if err := os.Mkdir(mnt, 0o700); err != nil {
 		return err
 	}
-	if err := hostmount.Run(ctx, "mount", "-t", "ext4", "-o", "loop,nosuid,nodev", img, mnt); err != nil {
+	if err := mountImage(ctx, img, mnt); err != nil {
 		return err
 	}
-	return unmountHome(mnt)
+	return hostmount.Unmount(ctx, mnt, false)
 })
+
+// mountImage loop-mounts img at dir (nosuid, nodev), where mounts are
+// made: in the host's mount namespace, where libvirtd starts the virtiofs
+// daemons (pkg/hostmount).
+func mountImage(ctx context.Context, img, dir string) error {
+	if err := hostmount.Run(ctx, "mount", "-t", "ext4", "-o", "loop,nosuid,nodev", img, dir); err != nil {
+		return fmt.Errorf("mount the home's image: %w", err)
+	}
+	return nil
+}
 
 // imageFile is login's image under root.
 func imageFile(root, login string) string {
 	return filepath.Join(filepath.Clean(root), ImagesDir, login+".ext4")
 }
 
-// Image is an image home as it is: the image file's size (the most the
-// home may take of the host's disk) and, mounted, what its filesystem
+// Image is a mounted image home as it is: the image file's size (the
+// most the home may take of the host's disk) and what its filesystem
 // counts: Used, and Capacity, what its person can hold (used and
 // available: its own bookkeeping, the journal and inode tables above all,
 // is not in it).
 type Image struct {
-	Size           uint64
-	Mounted        bool
-	Used, Capacity uint64
+	Size, Used, Capacity uint64
 }
 
 // ImageOf says whether login's home under root is an image home, and what
 // it is. An image home found unmounted is mounted (with the home held),
-// and grown first to want when want is larger (0: as it is).
+// and grown first to the image of quota want when that is larger (0: as
+// it is).
 func ImageOf(ctx context.Context, root, login string, want uint64, log *slog.Logger) (Image, bool, error) {
 	dir, err := Path(root, login)
 	if err != nil {
@@ -150,21 +163,11 @@ func ImageOf(ctx context.Context, root, login string, want uint64, log *slog.Log
 	if err := keepImage(ctx, img, dir, want, log); err != nil {
 		return Image{}, true, err
 	}
-	return readImage(img, dir)
-}
-
-// readImage is what img and its mount at dir say.
-func readImage(img, dir string) (Image, bool, error) {
 	fi, err := os.Stat(img)
 	if err != nil {
 		return Image{}, true, fmt.Errorf("image %s: %w", img, err)
 	}
 	im := Image{Size: uint64(fi.Size())}
-	mounted, err := mountedAt(dir)
-	if err != nil || !mounted {
-		return im, true, err
-	}
-	im.Mounted = true
 	im.Used, im.Capacity, err = fsUsage(dir)
 	return im, true, err
 }
@@ -182,7 +185,7 @@ func makeImage(ctx context.Context, img string, size uint64, uid int) error {
 	if err != nil {
 		return fmt.Errorf("make image %s: %w", tmp, err)
 	}
-	err = f.Truncate(int64(max(size, MinImage) &^ 4095)) // whole 4 KiB blocks
+	err = f.Truncate(int64(ImageSize(size)))
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
@@ -200,15 +203,15 @@ func makeImage(ctx context.Context, img string, size uint64, uid int) error {
 	return nil
 }
 
-// keepImage mounts img at dir when it is not (made first when missing),
-// grown to want beforehand when want is larger than it; a mounted one is
+// keepImage mounts img at dir when it is not, grown beforehand to the
+// image of quota want (0: as it is) when that is larger; a mounted one is
 // grown in place where the kernel allows it, else at its next mount (a
-// warning says so).
+// warning says so). On return without an error it is mounted.
 func keepImage(ctx context.Context, img, dir string, want uint64, log *slog.Logger) error {
 	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
 		return fmt.Errorf("home's mount point: %w", err)
 	}
-	mounted, err := mountedAt(dir)
+	mounted, err := hostmount.Mounted(dir)
 	if err != nil {
 		return err
 	}
@@ -216,7 +219,9 @@ func keepImage(ctx context.Context, img, dir string, want uint64, log *slog.Logg
 	if err != nil {
 		return fmt.Errorf("image %s: %w", img, err)
 	}
-	want &^= 4095 // whole 4 KiB blocks, as makeImage makes them
+	if want > 0 {
+		want = ImageSize(want)
+	}
 	grow := want > uint64(fi.Size())
 	switch {
 	case mounted && grow:
@@ -238,12 +243,7 @@ func keepImage(ctx context.Context, img, dir string, want uint64, log *slog.Logg
 			log.Info("home's image grown to its quota", "image", img, "bytes", want)
 		}
 	}
-	// In the host's mount namespace, where libvirtd starts the virtiofs
-	// daemons (pkg/hostmount).
-	if err := hostmount.Run(ctx, "mount", "-t", "ext4", "-o", "loop,nosuid,nodev", img, dir); err != nil {
-		return fmt.Errorf("mount the home's image: %w", err)
-	}
-	return nil
+	return mountImage(ctx, img, dir)
 }
 
 // growUnmounted grows an unmounted image's filesystem to want bytes:
@@ -323,43 +323,24 @@ func growMounted(ctx context.Context, img string, want uint64) error {
 	return nil
 }
 
-// removeImage unmounts an image home and deletes its image, then the
-// mount point (Remove, with the home held). A busy filesystem (something
-// still has files open in it) is an error, nothing removed.
+// removeImage unmounts an image home, deletes its image, then its mount
+// point and whatever was written under it while it was unmounted (Remove,
+// with the home held). A busy filesystem (something still has a file open
+// in it) is ErrBusy, nothing removed.
 func removeImage(img, dir, login string) error {
-	mounted, err := mountedAt(dir)
-	if err != nil {
-		return err
-	}
-	if mounted {
-		if err := unmountHome(dir); err != nil {
-			return fmt.Errorf("remove the home of %s: unmount its image: %w", login, err)
-		}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := hostmount.Unmount(ctx, dir, false); err != nil {
+		return fmt.Errorf("remove the home of %s: unmount its image: %w", login, err)
 	}
 	if err := os.Remove(img); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("remove the home of %s: %w", login, err)
 	}
+	if err := os.RemoveAll(dir); err != nil {
+		return fmt.Errorf("remove the home of %s: %w", login, err)
+	}
 	return nil
 }
-
-// unmountHome unmounts an image home, in the host's mount namespace
-// (pkg/hostmount): umount(8) through systemd-run where gpuvmd has a
-// namespace of its own, else umount(2). A busy filesystem is ErrBusy.
-func unmountHome(dir string) error {
-	if !hostmount.Detect().ViaSystemd {
-		return unmount(dir)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	err := hostmount.Run(ctx, "umount", dir)
-	if err != nil && strings.Contains(err.Error(), "busy") {
-		return fmt.Errorf("%w: %w", ErrBusy, err)
-	}
-	return err
-}
-
-// mountedAt says whether something is mounted at dir.
-func mountedAt(dir string) (bool, error) { return hostmount.Mounted(dir) }
 
 func run(ctx context.Context, name string, args ...string) error {
 	_, err := output(ctx, name, args...)
@@ -372,25 +353,10 @@ func output(ctx context.Context, name string, args ...string) (string, error) {
 	out, err := exec.CommandContext(ctx, name, args...).CombinedOutput()
 	s := strings.TrimSpace(string(out))
 	if err != nil {
-		return s, &toolError{name: name, err: err, out: s}
+		return s, fmt.Errorf("%s: %w: %s", name, err, s)
 	}
 	return s, nil
 }
-
-type toolError struct {
-	name string
-	err  error
-	out  string
-}
-
-func (e *toolError) Error() string {
-	if e.out == "" {
-		return e.name + ": " + e.err.Error()
-	}
-	return e.name + ": " + e.err.Error() + ": " + e.out
-}
-
-func (e *toolError) Unwrap() error { return e.err }
 
 func exitCode(err error) int {
 	var ee *exec.ExitError

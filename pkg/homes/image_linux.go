@@ -43,15 +43,3 @@ func fsUsage(dir string) (used, capacity uint64, err error) {
 	used = (st.Blocks - st.Bfree) * bs
 	return used, used + st.Bavail*bs, nil
 }
-
-// unmount unmounts the filesystem at dir, and the loop device under it
-// goes with it (mount made it autoclear).
-func unmount(dir string) error {
-	if err := syscall.Unmount(dir, 0); err != nil {
-		if err == syscall.EBUSY {
-			return fmt.Errorf("%w: umount %s: %w", ErrBusy, dir, err)
-		}
-		return fmt.Errorf("umount %s: %w", dir, err)
-	}
-	return nil
-}

@@ -9,5 +9,3 @@ var errNotLinux = errors.New("image homes are Linux's")
 func sharedFS(string) (string, bool) { return "", false }
 
 func fsUsage(string) (used, capacity uint64, err error) { return 0, 0, errNotLinux }
-
-func unmount(string) error { return errNotLinux }

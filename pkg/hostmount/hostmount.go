@@ -80,15 +80,18 @@ func (w Where) Command(name string, args ...string) []string {
 	if !w.ViaSystemd {
 		return cmd
 	}
-	return append([]string{"systemd-run", "--quiet", "--wait", "--pipe", "--collect", "--service-type=exec",
+	return append([]string{"systemd-run", "--quiet", "--wait", "--pipe", "--collect", "--service-type=exec", "--setenv=LC_ALL=C",
 		"--description=gpuvm: " + name + " " + strings.Join(args, " "), "--"}, cmd...)
 }
 
 // Run runs the mount program name (mount, umount) with args where mounts
-// are made; its error names the program and carries what it said.
+// are made, in the C locale; its error names the program and carries what
+// it said.
 func Run(ctx context.Context, name string, args ...string) error {
 	argv := Detect().Command(name, args...)
-	out, err := exec.CommandContext(ctx, argv[0], argv[1:]...).CombinedOutput()
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	cmd.Env = append(os.Environ(), "LC_ALL=C")
+	out, err := cmd.CombinedOutput()
 	if err != nil {
 		if s := strings.TrimSpace(string(out)); s != "" {
 			return fmt.Errorf("%s: %w: %s", name, err, s)
@@ -96,6 +99,28 @@ func Run(ctx context.Context, name string, args ...string) error {
 		return fmt.Errorf("%s: %w", name, err)
 	}
 	return nil
+}
+
+// ErrBusy: a filesystem could not be unmounted, something (a VM's virtiofs
+// daemon, a shell on the host) having a file open in it.
+var ErrBusy = errors.New("the filesystem is in use: something has a file open in it")
+
+// Unmount unmounts what is mounted at dir, where mounts are made
+// (umount(8); lazy: detached now, gone once nothing uses it). Nothing
+// mounted there is no error; a busy filesystem is ErrBusy.
+func Unmount(ctx context.Context, dir string, lazy bool) error {
+	if mounted, err := Mounted(dir); err != nil || !mounted {
+		return err
+	}
+	args := []string{dir}
+	if lazy {
+		args = []string{"--lazy", dir}
+	}
+	err := Run(ctx, "umount", args...)
+	if err != nil && strings.Contains(err.Error(), "target is busy") {
+		return fmt.Errorf("%w: %w", ErrBusy, err)
+	}
+	return err
 }
 
 // Mounted says whether something is mounted at dir, as this process sees

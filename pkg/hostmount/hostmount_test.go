@@ -1,8 +1,10 @@
 package hostmount
 
 import (
+	"context"
 	"errors"
 	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -55,7 +57,7 @@ func TestCommand(t *testing.T) {
 		t.Errorf("directly: %q", got)
 	}
 	got := Where{ViaSystemd: true}.Command("mount", args...)
-	want := append([]string{"systemd-run", "--quiet", "--wait", "--pipe", "--collect", "--service-type=exec",
+	want := append([]string{"systemd-run", "--quiet", "--wait", "--pipe", "--collect", "--service-type=exec", "--setenv=LC_ALL=C",
 		"--description=gpuvm: mount -t ext4 -o loop,nosuid,nodev /srv/homes/.images/ann.ext4 /srv/homes/ann", "--", "mount"}, args...)
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("through systemd:\n%q\nwant\n%q", got, want)
@@ -84,5 +86,39 @@ func TestMounted(t *testing.T) {
 		if got, err := Mounted(dir); err != nil || got != want {
 			t.Errorf("Mounted(%s) = %v, %v; want %v", dir, got, err, want)
 		}
+	}
+}
+
+// Unmount, for real (as root): a busy filesystem is ErrBusy and stays;
+// closed, it goes; nothing mounted is no error.
+func TestUnmount(t *testing.T) {
+	if os.Geteuid() != 0 || Detect().ViaSystemd {
+		t.Skip("mounts need root (and, under a systemd unit, would start transient units)")
+	}
+	dir := t.TempDir()
+	ctx := t.Context()
+	if err := Run(ctx, "mount", "-t", "tmpfs", "-o", "size=1m", "gpuvm-test", dir); err != nil {
+		t.Skipf("no tmpfs mount here: %v", err)
+	}
+	t.Cleanup(func() { _ = Unmount(context.Background(), dir, true) })
+	f, err := os.Create(filepath.Join(dir, "open"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := Unmount(ctx, dir, false); !errors.Is(err, ErrBusy) {
+		t.Errorf("a busy filesystem: %v, want ErrBusy", err)
+	}
+	if m, err := Mounted(dir); err != nil || !m {
+		t.Errorf("after a refused unmount, mounted %v %v", m, err)
+	}
+	f.Close()
+	if err := Unmount(ctx, dir, false); err != nil {
+		t.Fatal(err)
+	}
+	if m, err := Mounted(dir); err != nil || m {
+		t.Errorf("after the unmount, mounted %v %v", m, err)
+	}
+	if err := Unmount(ctx, dir, false); err != nil {
+		t.Errorf("nothing mounted: %v", err)
 	}
 }

@@ -221,7 +221,7 @@ func TestHomeQuotaImage(t *testing.T) {
 			if login != "ann" {
 				return homes.Image{}, false, nil
 			}
-			return homes.Image{Size: size, Mounted: true, Used: 3 << 20, Capacity: size - 1<<20}, true, nil
+			return homes.Image{Size: size, Used: 3 << 20, Capacity: size - 1<<20}, true, nil
 		},
 		walk: func(context.Context, string, int) (uint64, error) { return 5 << 20, nil },
 	}
@@ -259,11 +259,11 @@ func TestHomeQuotaImage(t *testing.T) {
 	// left out), not only near the quota, which it cannot reach.
 	cfg.Store(homeQuotaConfig(t, root, "16MiB"))
 	q.ops.imageOf = func(context.Context, string, string, uint64, *slog.Logger) (homes.Image, bool, error) {
-		return homes.Image{Size: 16 << 20, Mounted: true, Used: 12 << 20, Capacity: 14 << 20}, true, nil
+		return homes.Image{Size: 16 << 20, Used: 12 << 20, Capacity: 14 << 20}, true, nil
 	}
 	q.Round(ctx) // below 90 % (of 14MiB): the 1MiB quota's warning is withdrawn
 	q.ops.imageOf = func(context.Context, string, string, uint64, *slog.Logger) (homes.Image, bool, error) {
-		return homes.Image{Size: 16 << 20, Mounted: true, Used: 13<<20 + 512<<10, Capacity: 14 << 20}, true, nil
+		return homes.Image{Size: 16 << 20, Used: 13<<20 + 512<<10, Capacity: 14 << 20}, true, nil
 	}
 	q.Round(ctx)
 	if w := warnings(t, st); len(w) != 2 || w[1].Percent != 96 || !strings.Contains(w[1].Reason, "of the 14MiB it can hold (96 %; its quota is 16MiB") {

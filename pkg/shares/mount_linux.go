@@ -40,18 +40,19 @@ func bindReadOnly(path, view string) error {
 			return fmt.Errorf("unmount the old view: %w", err)
 		}
 	}
-	if hostmount.Detect().ViaSystemd {
-		return bindInHost(path, view)
-	}
-	if err := unix.Mount(path, view, "", unix.MS_BIND, ""); err != nil {
+	// mount(8) where mounts are made (pkg/hostmount: in the host's mount
+	// namespace, where libvirtd's virtiofs daemons see them).
+	ctx, cancel := context.WithTimeout(context.Background(), hostMountTimeout)
+	defer cancel()
+	if err := hostmount.Run(ctx, "mount", "--bind", path, view); err != nil {
 		return fmt.Errorf("bind mount: %w", err)
 	}
-	if err := unix.Mount("", view, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
-		_ = unix.Unmount(view, unix.MNT_DETACH)
+	if err := hostmount.Run(ctx, "mount", "-o", "remount,bind,ro,nosuid,nodev", view); err != nil {
+		_ = unmount(view)
 		return fmt.Errorf("make the bind mount read-only: %w", err)
 	}
 	if ok, _, err := isReadOnlyBind(path, view); err != nil || !ok {
-		_ = unix.Unmount(view, unix.MNT_DETACH)
+		_ = unmount(view)
 		return errors.Join(errors.New("the bind mount is not read-only after it was made so"), err)
 	}
 	return nil
@@ -84,43 +85,12 @@ func isReadOnlyBind(path, view string) (ok, mounted bool, err error) {
 	return fs.Flags&unix.ST_RDONLY != 0, mounted, nil
 }
 
-// bindInHost makes the read-only view in the host's mount namespace, as
-// gpuvmd in its systemd unit's sandbox must (pkg/hostmount): mount(8)
-// through systemd-run, checked from here once it has propagated.
-func bindInHost(path, view string) error {
-	ctx, cancel := context.WithTimeout(context.Background(), hostMountTimeout)
-	defer cancel()
-	if err := hostmount.Run(ctx, "mount", "--bind", path, view); err != nil {
-		return fmt.Errorf("bind mount: %w", err)
-	}
-	if err := hostmount.Run(ctx, "mount", "-o", "remount,bind,ro,nosuid,nodev", view); err != nil {
-		_ = unmount(view)
-		return fmt.Errorf("make the bind mount read-only: %w", err)
-	}
-	if ok, _, err := isReadOnlyBind(path, view); err != nil || !ok {
-		_ = unmount(view)
-		return errors.Join(errors.New("the bind mount is not read-only (as gpuvmd sees it) after it was made so"), err)
-	}
-	return nil
-}
-
-// hostMountTimeout bounds one mount(8) through systemd-run.
+// hostMountTimeout bounds one mount(8) or umount(8).
 const hostMountTimeout = 30 * time.Second
 
-// unmount detaches view when it is a mount point (through systemd-run
-// into the host's mount namespace where gpuvmd has one of its own).
+// unmount detaches view when it is a mount point.
 func unmount(view string) error {
-	if hostmount.Detect().ViaSystemd {
-		if mounted, err := hostmount.Mounted(view); err != nil || !mounted {
-			return err
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), hostMountTimeout)
-		defer cancel()
-		return hostmount.Run(ctx, "umount", "--lazy", view)
-	}
-	err := unix.Unmount(view, unix.MNT_DETACH)
-	if err == nil || errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOENT) {
-		return nil // not a mount point, or gone
-	}
-	return fmt.Errorf("unmount %s: %w", view, err)
+	ctx, cancel := context.WithTimeout(context.Background(), hostMountTimeout)
+	defer cancel()
+	return hostmount.Unmount(ctx, view, true)
 }
