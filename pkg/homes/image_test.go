@@ -161,3 +161,11 @@ func mustImage(t *testing.T, root, login string, want uint64) Image {
 	}
 	return im
 }
+
+func TestImageSize(t *testing.T) {
+	for q, want := range map[uint64]uint64{1 << 10: MinImage, MinImage: MinImage, 1<<30 + 1: 1 << 30, 1<<30 + 4096: 1<<30 + 4096} {
+		if got := ImageSize(q); got != want {
+			t.Errorf("ImageSize(%d) = %d, want %d", q, got, want)
+		}
+	}
+}

@@ -51,21 +51,22 @@ func (lc *lifecycle) home(ctx context.Context, set lifecycleSettings, p *config.
 	// Where the home lives is recorded with the home held: a removal of
 	// it meanwhile (server's DELETE /v1/homes, which forgets the record
 	// with the home held too) comes wholly before or after.
-	// Where the homes' filesystem has no project quotas, a home made for
-	// a person with a quota is a filesystem of its size (homequota.go).
-	var image uint64
+	// The person's quota (homequota.go): where the homes' filesystem has
+	// no project quotas, a home made for a person with one is a
+	// filesystem of its size; where it has them, the project's limit is
+	// applied once the home is there.
+	var hq HomeQuota
 	if lc.quotas != nil && set.Config != nil {
-		if image, err = lc.quotas.ImageBytes(ctx, set.Config, h.Root, vm.Owner); err != nil {
+		if hq, err = lc.quotas.ForStart(ctx, set.Config, h.Root, vm.Owner); err != nil {
 			return nil, err
 		}
 	}
-	dir, err := homes.Ensure(ctx, h.Root, vm.Owner, int(uid), image, lc.log, func() { lc.recordHomeHost(ctx, vm) })
+	dir, err := homes.Ensure(ctx, h.Root, vm.Owner, int(uid), hq.ImageBytes(), lc.log, func() { lc.recordHomeHost(ctx, vm) })
 	if err != nil {
 		return nil, err
 	}
-	// The person's quota (homequota.go); the rounds apply it again.
-	if lc.quotas != nil && set.Config != nil {
-		if err := lc.quotas.Ensure(ctx, set.Config, h.Root, dir, vm.Owner, uid); err != nil {
+	if lc.quotas != nil {
+		if err := lc.quotas.Apply(hq, dir, uid); err != nil {
 			lc.log.Error("home quota not applied now; the next round of home quotas tries again", "user", vm.Owner, "dir", dir, "err", err)
 		}
 	}

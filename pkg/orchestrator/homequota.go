@@ -251,7 +251,7 @@ func (q *HomeQuotas) read(ctx context.Context, cfg *config.Config, enf quota.Enf
 func (q *HomeQuotas) readImage(ctx context.Context, root, dir string, u *store.User, row api.VolumeUsage) (api.VolumeUsage, uint64, error) {
 	want := uint64(0)
 	if row.QuotaBytes != nil {
-		want = max(*row.QuotaBytes, homes.MinImage)
+		want = homes.ImageSize(*row.QuotaBytes)
 	}
 	im, isImage, err := q.ops.imageOf(ctx, root, u.Name, want, q.log)
 	if !isImage {
@@ -276,22 +276,46 @@ func (q *HomeQuotas) readImage(ctx context.Context, root, dir string, u *store.U
 	return row, im.Capacity, err
 }
 
-// ImageBytes is the size a home made now under root for login is made
-// with as an image home: the person's quota where the homes' filesystem
-// has no project quotas and images can be made (at least
-// homes.MinImage), else 0 (a directory).
-func (q *HomeQuotas) ImageBytes(ctx context.Context, cfg *config.Config, root, login string) (uint64, error) {
-	if q.enforcement(root).Mode != quota.Image {
-		return 0, nil
+// HomeQuota is a person's home quota and how it holds, as a VM's start
+// reads them once (HomeQuotas.ForStart).
+type HomeQuota struct {
+	Enforcement quota.Enforcement
+	Limit       *uint64 // nil: none
+}
+
+// ImageBytes is the quota a home made now is made with as an image home
+// (homes.Ensure): the person's, where the homes' filesystem has no
+// project quotas and images can be made; else 0, a directory.
+func (h HomeQuota) ImageBytes() uint64 {
+	if h.Enforcement.Mode != quota.Image || h.Limit == nil {
+		return 0
+	}
+	return *h.Limit
+}
+
+// ForStart reads login's home quota and how it holds under root.
+func (q *HomeQuotas) ForStart(ctx context.Context, cfg *config.Config, root, login string) (HomeQuota, error) {
+	h := HomeQuota{Enforcement: q.enforcement(root)}
+	if h.Enforcement.Mode == quota.None {
+		return h, nil
 	}
 	u, err := q.st.GetUser(ctx, login)
 	if err != nil {
-		return 0, fmt.Errorf("home quota of %s: %w", login, err)
+		return h, fmt.Errorf("home quota of %s: %w", login, err)
 	}
-	if l := homeLimit(cfg, u); l != nil {
-		return max(*l, homes.MinImage), nil
+	h.Limit = homeLimit(cfg, u)
+	return h, nil
+}
+
+// Apply gives the home at dir its project quota (the project uid, h's
+// limit) as a VM of its person gets it: the rounds apply it again. Image
+// homes and measured ones have nothing to apply.
+func (q *HomeQuotas) Apply(h HomeQuota, dir string, uid int64) error {
+	if h.Enforcement.Mode != quota.Project {
+		return nil
 	}
-	return 0, nil
+	_, err := q.apply(h.Enforcement, dir, uint32(uid), h.Limit)
+	return err
 }
 
 // apply gives dir the project uid and the limit (nil: none, clearing one
@@ -312,28 +336,12 @@ func (q *HomeQuotas) apply(enf quota.Enforcement, dir string, uid uint32, limit 
 		if err := q.ops.setLimit(enf.Device, uid, want); err != nil {
 			return u.Used, err
 		}
-		q.log.Info("home quota set", "dir", dir, "project", uid, "bytes", want)
+		q.log.Info("quota set", "dir", dir, "project", uid, "bytes", want)
 	}
 	return u.Used, nil
 }
 
 func roundKiB(b uint64) uint64 { return (b + 1023) / 1024 * 1024 }
-
-// Ensure applies a person's quota to their home as a VM of theirs gets it
-// (homes.Ensure made or found it). Where the filesystem has no project
-// quotas there is nothing to apply.
-func (q *HomeQuotas) Ensure(ctx context.Context, cfg *config.Config, root, dir, login string, uid int64) error {
-	enf := q.enforcement(root)
-	if enf.Mode != quota.Project {
-		return nil
-	}
-	u, err := q.st.GetUser(ctx, login)
-	if err != nil {
-		return fmt.Errorf("home quota of %s: %w", login, err)
-	}
-	_, err = q.apply(enf, dir, uint32(uid), homeLimit(cfg, u))
-	return err
-}
 
 // warn gives row's owner (the admins for a share: an event of no owner)
 // a volume.warning once at api.QuotaWarnPercent of

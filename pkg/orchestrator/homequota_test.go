@@ -194,7 +194,11 @@ func TestHomeQuotaProject(t *testing.T) {
 	}
 	// As a VM gets the home: the limit is applied at once.
 	cfg.Store(homeQuotaConfig(t, root, "1GiB"))
-	if err := q.Ensure(ctx, cfg.Load(), root, filepath.Join(root, "ann"), "ann", *ann.UID); err != nil {
+	hq, err := q.ForStart(ctx, cfg.Load(), root, "ann")
+	if err != nil || hq.ImageBytes() != 0 {
+		t.Fatalf("ForStart: %+v %v, want no image where there are project quotas", hq, err)
+	}
+	if err := q.Apply(hq, filepath.Join(root, "ann"), *ann.UID); err != nil {
 		t.Fatal(err)
 	}
 	if limits[uint32(*ann.UID)] != 1<<30 {
@@ -206,7 +210,7 @@ func TestHomeQuotaProject(t *testing.T) {
 // home, is read from its filesystem (ImageOf, asked for her quota), and
 // says when it is not the size of her quota (not yet grown, or not
 // shrunk); bob's, a directory, is walked and says it is not limited; a
-// home made now is an image of its person's quota (ImageBytes), none for
+// home made now is an image of its person's quota (ForStart's ImageBytes), none for
 // a person without one or where images cannot be made.
 func TestHomeQuotaImage(t *testing.T) {
 	asked := map[string]uint64{}
@@ -270,21 +274,26 @@ func TestHomeQuotaImage(t *testing.T) {
 		t.Errorf("warnings %+v, want a second, of 96 %% of what the image holds", w)
 	}
 	cfg.Store(homeQuotaConfig(t, root, "1GiB"))
-	for _, tc := range []struct {
-		login string
-		want  uint64
-	}{{"ann", 1 << 30}, {"bob", 0}} {
-		if got, err := q.ImageBytes(ctx, cfg.Load(), root, tc.login); err != nil || got != tc.want {
-			t.Errorf("ImageBytes(%s) = %d, %v; want %d", tc.login, got, err, tc.want)
+	imageBytes := func(login string) uint64 {
+		t.Helper()
+		hq, err := q.ForStart(ctx, cfg.Load(), root, login)
+		if err != nil {
+			t.Fatal(err)
 		}
+		if err := q.Apply(hq, filepath.Join(root, login), 20000); err != nil {
+			t.Errorf("Apply of an image home: %v, want nothing to apply", err)
+		}
+		return hq.ImageBytes()
 	}
-	cfg.Store(homeQuotaConfig(t, root, "1KiB"))
-	if got, _ := q.ImageBytes(ctx, cfg.Load(), root, "ann"); got != homes.MinImage {
-		t.Errorf("a 1KiB quota's image: %d bytes, want homes.MinImage", got)
+	if got := imageBytes("ann"); got != 1<<30 {
+		t.Errorf("ann's image: %d bytes, want her 1GiB quota", got)
+	}
+	if got := imageBytes("bob"); got != 0 {
+		t.Errorf("bob, without a quota: an image of %d bytes, want a directory", got)
 	}
 	q.ops.images = func(string) error { return homes.ErrNoImages }
-	if got, err := q.ImageBytes(ctx, cfg.Load(), root, "ann"); err != nil || got != 0 {
-		t.Errorf("ImageBytes without images = %d, %v; want 0", got, err)
+	if got := imageBytes("ann"); got != 0 {
+		t.Errorf("without images: an image of %d bytes, want a directory", got)
 	}
 }
 
