@@ -29,7 +29,7 @@ func TestShareBlocks(t *testing.T) {
 		{"bad principal name", "share \"d\" {\n path = \"/srv/d\"\n read_write = [\"user:\"]\n}", "Invalid principal", "", 6},
 		{"principal in both", "share \"d\" {\n path = \"/srv/d\"\n read_write = [\"group:ml\"]\n read_only = [\"group:ml\"]\n}", "Principal in both lists", "", 7},
 		{"duplicate principal", "share \"d\" {\n path = \"/srv/d\"\n read_only = [\"user:a\",\n \"user:a\"]\n}", "Duplicate principal", "", 7},
-		{"zero quota", "share \"d\" {\n path = \"/srv/d\"\n read_only = [\"user:a\"]\n quota = \"0\"\n}", "Invalid size", "", 7},
+		{"zero quota", "share \"d\" {\n path = \"/srv/d\"\n read_only = [\"user:a\"]\n quota = \"0GiB\"\n}", "Invalid quota", "", 7},
 		{"bad quota", "share \"d\" {\n path = \"/srv/d\"\n read_only = [\"user:a\"]\n quota = \"lots\"\n}", "Invalid size", "", 7},
 		{"duplicate share", "share \"d\" {\n path = \"/srv/d\"\n read_only = [\"user:a\"]\n}\nshare \"d\" {\n path = \"/srv/e\"\n read_only = [\"user:a\"]\n}", "Duplicate share", "", 8},
 	} {

@@ -48,6 +48,7 @@ func (s *Server) listShares(c *gin.Context) {
 		names = append(names, n)
 	}
 	slices.Sort(names)
+	read := s.shareUsage()
 	for _, n := range names {
 		sh := all[n]
 		mode, rule := sh.Access(u.Name, u.Groups)
@@ -60,26 +61,29 @@ func (s *Server) listShares(c *gin.Context) {
 		}
 		a.Unavailable, a.Enforcement = shareState(sh, mode)
 		a.Available = a.Unavailable == ""
-		s.shareQuota(&a, sh)
+		a.QuotaBytes = sh.Quota
+		if u, ok := read[n]; ok && sh.Quota != nil {
+			used := u.UsedBytes
+			a.UsedBytes, a.QuotaEnforcement, a.QuotaNote = &used, u.Enforcement, u.Note
+		}
 		out.Shares = append(out.Shares, a)
 	}
 	c.JSON(http.StatusOK, out)
 }
 
-// shareQuota gives a its quota, and what the quotas last read of it
-// (HomeUsage's rows of kind share): nothing read before the first reading.
-func (s *Server) shareQuota(a *api.Share, sh *config.Share) {
-	a.QuotaBytes = sh.Quota
-	if sh.Quota == nil || s.HomeUsage == nil {
-		return
+// shareUsage is what the quotas last read of the shares, by name (read
+// once a request: HomeUsage's rows of kind share).
+func (s *Server) shareUsage() map[string]api.VolumeUsage {
+	out := map[string]api.VolumeUsage{}
+	if s.HomeUsage == nil {
+		return out
 	}
 	for _, u := range s.HomeUsage.Usage() {
-		if u.Kind == api.VolumeShare && u.Name == a.Name {
-			used := u.UsedBytes
-			a.UsedBytes, a.QuotaEnforcement, a.QuotaNote = &used, u.Enforcement, u.Note
-			return
+		if u.Kind == api.VolumeShare {
+			out[u.Name] = u
 		}
 	}
+	return out
 }
 
 // shareState says why sh cannot be mounted in mode on this host ("" when
