@@ -337,6 +337,25 @@ func (r *resolver) resolveReservations(b *policyBlock) {
 	r.cfg.Policy.Reservations = res
 }
 
+// AnyHomeQuota says whether some rule of the policy (defaults, a user's,
+// a group's) sets storage.home_quota.
+func (p *Policy) AnyHomeQuota() bool {
+	if p.Defaults.Storage.HomeQuota != nil {
+		return true
+	}
+	for _, r := range p.Users {
+		if r != nil && r.Storage.HomeQuota != nil {
+			return true
+		}
+	}
+	for _, r := range p.Groups {
+		if r != nil && r.Storage.HomeQuota != nil {
+			return true
+		}
+	}
+	return false
+}
+
 // Effective returns the policy that applies to a user who belongs to groups:
 // their user block, else the most generous of their groups' blocks (highest
 // priority, preemptible only if every such group is, each limit the largest,

@@ -70,30 +70,12 @@ func checkHomeQuotas(e Env) Finding {
 	switch {
 	case enf.Mode == quota.Project || enf.Mode == quota.Image:
 		f.Severity = OK
-	case anyHomeQuota(e.Config):
+	case e.Config.Policy.AnyHomeQuota():
 		f.Severity, f.Fix = Warning, quota.Fix
 	default:
 		f.Severity, f.Seen = OK, f.Seen+" (no policy sets storage.home_quota)"
 	}
 	return f
-}
-
-// anyHomeQuota: some rule of the policy sets storage.home_quota.
-func anyHomeQuota(c *config.Config) bool {
-	if c.Policy.Defaults.Storage.HomeQuota != nil {
-		return true
-	}
-	for _, p := range c.Policy.Users {
-		if p != nil && p.Storage.HomeQuota != nil {
-			return true
-		}
-	}
-	for _, p := range c.Policy.Groups {
-		if p != nil && p.Storage.HomeQuota != nil {
-			return true
-		}
-	}
-	return false
 }
 
 // libvirtdPIDFile is where libvirtd writes its process ID.

@@ -131,7 +131,7 @@ func (q *HomeQuotas) homeRows(ctx context.Context, cfg *config.Config) []api.Vol
 		}
 		return nil
 	}
-	enf := q.enforcement(root)
+	enf := q.enforcement(cfg, root)
 	var rows []api.VolumeUsage
 	for _, e := range ents {
 		if !e.IsDir() || ctx.Err() != nil {
@@ -202,9 +202,16 @@ func (q *HomeQuotas) set(rows []api.VolumeUsage) {
 }
 
 // enforcement probes the homes root, and logs, when it changes, that
-// nothing is enforced.
-func (q *HomeQuotas) enforcement(root string) quota.Enforcement {
-	enf := homes.QuotaEnforcement(root, q.ops.probe, q.ops.images)
+// nothing is enforced. Whether images can be made is only asked (a trial
+// mount, once a process) while some rule of the policy sets a home quota.
+func (q *HomeQuotas) enforcement(cfg *config.Config, root string) quota.Enforcement {
+	images := q.ops.images
+	if !cfg.Policy.AnyHomeQuota() {
+		images = func(string) error {
+			return fmt.Errorf("%w: no rule of the policy sets storage.home_quota", homes.ErrNoImages)
+		}
+	}
+	enf := homes.QuotaEnforcement(root, q.ops.probe, images)
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	why := ""
@@ -232,37 +239,35 @@ func (q *HomeQuotas) read(ctx context.Context, cfg *config.Config, enf quota.Enf
 	if err != nil {
 		return row, 0, err
 	}
-	switch enf.Mode {
-	case quota.Image:
-		return q.readImage(ctx, root, dir, u, row)
-	case quota.None:
-		row.Note = enf.Describe("the homes", root)
-		row.UsedBytes, err = q.ops.walk(ctx, dir, homeWalkMax)
+	if enf.Mode == quota.Project {
+		row.UsedBytes, err = q.apply(enf, dir, uint32(*u.UID), row.QuotaBytes)
 		return row, 0, err
 	}
-	used, err := q.apply(enf, dir, uint32(*u.UID), row.QuotaBytes)
-	row.UsedBytes = used
-	return row, 0, err
-}
-
-// readImage reads an image home (mounting it when it is not, grown to
-// the quota first when that is larger); a home made as a directory is
-// walked and says it is not limited.
-func (q *HomeQuotas) readImage(ctx context.Context, root, dir string, u *store.User, row api.VolumeUsage) (api.VolumeUsage, uint64, error) {
+	// An image home is one whatever images are offered now (a reload that
+	// lifted every quota, a trial mount refused): it is read as one.
 	want := uint64(0)
 	if row.QuotaBytes != nil {
 		want = homes.ImageSize(*row.QuotaBytes)
 	}
 	im, isImage, err := q.ops.imageOf(ctx, root, u.Name, want, q.log)
-	if !isImage {
-		row.Enforcement = quota.None
+	if isImage {
+		return imageRow(row, im, want, err)
+	}
+	row.Enforcement, row.Note = quota.None, enf.Describe("the homes", root)
+	if enf.Mode == quota.Image {
 		row.Note = "your home was made as a directory, before it had a quota: its use is measured, writes past the quota are not refused " +
 			"(a home made now is a filesystem of its quota's size: copy your files out, delete the home with 'gpuvm home rm " + u.Name +
 			" --yes' while none of your VMs runs, and your next VM makes one)"
-		row.UsedBytes, err = q.ops.walk(ctx, dir, homeWalkMax)
-		return row, 0, err
 	}
-	row.UsedBytes = im.Used
+	row.UsedBytes, err = q.ops.walk(ctx, dir, homeWalkMax)
+	return row, 0, err
+}
+
+// imageRow is an image home's row as it was read (im, for a quota whose
+// image is want bytes; 0: none), with a note when the image is not the
+// quota's size, and what it can hold.
+func imageRow(row api.VolumeUsage, im homes.Image, want uint64, err error) (api.VolumeUsage, uint64, error) {
+	row.Enforcement, row.UsedBytes = quota.Image, im.Used
 	switch {
 	case err != nil:
 	case row.QuotaBytes != nil && *row.QuotaBytes < homes.MinImage && im.Size == homes.MinImage:
@@ -295,7 +300,7 @@ func (h HomeQuota) ImageBytes() uint64 {
 
 // ForStart reads login's home quota and how it holds under root.
 func (q *HomeQuotas) ForStart(ctx context.Context, cfg *config.Config, root, login string) (HomeQuota, error) {
-	h := HomeQuota{Enforcement: q.enforcement(root)}
+	h := HomeQuota{Enforcement: q.enforcement(cfg, root)}
 	if h.Enforcement.Mode == quota.None {
 		return h, nil
 	}

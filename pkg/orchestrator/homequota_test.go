@@ -83,6 +83,11 @@ func homeQuotaEnv(t *testing.T, ops quotaOps) (*HomeQuotas, *store.Store, *atomi
 	if ops.images == nil {
 		ops.images = func(string) error { return fmt.Errorf("%w: the test says so", homes.ErrNoImages) }
 	}
+	if ops.imageOf == nil { // every home a directory
+		ops.imageOf = func(context.Context, string, string, uint64, *slog.Logger) (homes.Image, bool, error) {
+			return homes.Image{}, false, nil
+		}
+	}
 	q.ops = ops
 	return q, st, &cfg, root
 }
