@@ -356,7 +356,7 @@ func TestStoragePageImageHome(t *testing.T) {
 	env, _ := storageEnv(t, true, storageFacts{homesRoot: root, usage: homeUsage{{Kind: api.VolumeHome, Owner: "ann", Name: "ann", UsedBytes: 1 << 30,
 		QuotaBytes: &quota, Enforcement: "image", Note: note},
 		{Kind: api.VolumeShare, Name: "datasets", UsedBytes: 50 << 30, QuotaBytes: &shareQuota, Enforcement: "none", Note: "the files of share datasets at … are on tmpfs"}},
-		datasets: "the group's datasets", course: "the course's material"}, "a", "b")
+		datasets: "小组的数据集", course: "课程资料"}, "一", "二") // people's words, in the Chinese page's language
 	b := newBrowser(t, env.URL, false)
 	b.signIn(env.UserToken)
 	for _, lang := range []struct{ cookie, enforced, shareUsed, shareNot string }{
@@ -385,5 +385,12 @@ func TestStoragePageImageHome(t *testing.T) {
 		if words != note {
 			t.Errorf("%s: the home's card gives the server's words %q, want its note %q", lang.cookie, words, note)
 		}
+		if lang.cookie == "zh-CN" {
+			if bad := b.chinese("storage-image-home"); len(bad) > 0 {
+				t.Errorf("English on the Chinese page:\n%s", strings.Join(bad, "\n"))
+			}
+		}
+		b.check("storage-image-home-" + lang.cookie)
+		b.phoneFit("storage-image-home-" + lang.cookie)
 	}
 }
