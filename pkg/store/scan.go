@@ -59,12 +59,18 @@ func scanAll[T any](ctx context.Context, s *Store, scan func(*sql.Rows, *T) erro
 // scanRows runs the query q has built and scans each row with scan into
 // a new T: scanAll for a query gorm builds (its conditions, its order).
 func scanRows[T any](q *gorm.DB, scan func(*sql.Rows, *T) error) ([]T, error) {
+	return scanRowsSized(q, 0, scan)
+}
+
+// scanRowsSized is scanRows for a query expected to return about n rows (a
+// page): its slice is made once, not grown (and copied) a dozen times.
+func scanRowsSized[T any](q *gorm.DB, n int, scan func(*sql.Rows, *T) error) ([]T, error) {
 	rows, err := q.Rows()
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var out []T
+	out := make([]T, 0, n)
 	for rows.Next() {
 		out = append(out, *new(T))
 		if err := scan(rows, &out[len(out)-1]); err != nil {
