@@ -386,15 +386,21 @@ func (s *Server) listVMs(c *gin.Context) {
 		s.writeProblem(c, err)
 		return
 	}
-	// The page's allocations in one query, not one per VM.
-	ids := make([]string, len(page.VMs))
+	// The page's allocations in one query, not one per VM; none for a
+	// queued VM: every way back to the queue gives its GPU back first, so
+	// the admin's queue page of 1,000 asks for none (issue #26).
+	var ids []string
 	for i := range page.VMs {
-		ids[i] = page.VMs[i].ID
+		if page.VMs[i].State != store.VMQueued {
+			ids = append(ids, page.VMs[i].ID)
+		}
 	}
-	allocs, err := s.Store.ListAllocationsForVMs(c.Request.Context(), ids)
-	if err != nil {
-		s.writeProblem(c, err)
-		return
+	allocs := map[string][]store.Allocation{}
+	if len(ids) > 0 {
+		if allocs, err = s.Store.ListAllocationsForVMs(c.Request.Context(), ids); err != nil {
+			s.writeProblem(c, err)
+			return
+		}
 	}
 	out := api.VMList{Items: make([]api.VM, 0, len(page.VMs)), Next: page.Next}
 	for i := range page.VMs {
@@ -412,7 +418,7 @@ func (s *Server) listVMs(c *gin.Context) {
 	for i := range out.Items {
 		sayVM(c, &out.Items[i])
 	}
-	writeJSON(c, http.StatusOK, out) // jsonout.go: hundreds of kilobytes
+	writeJSON(c, http.StatusOK, out) // jsonout.go: up to a megabyte
 }
 
 // findVM finds a VM the caller may see by ID, or by name among the

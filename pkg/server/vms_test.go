@@ -3,13 +3,17 @@ package server
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"maps"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
 
 	"github.com/gpuvm/gpuvm/pkg/api"
 	"github.com/gpuvm/gpuvm/pkg/config"
+	"github.com/gpuvm/gpuvm/pkg/gpu"
 	"github.com/gpuvm/gpuvm/pkg/store"
 	"github.com/gpuvm/gpuvm/pkg/store/storetest"
 )
@@ -339,5 +343,73 @@ func TestCreateVMNameMadeUpAgain(t *testing.T) {
 	}
 	if rec, body := send(t, s, "POST", "/v1/vms", "ann-token", `{"profile":"seat","name":"seat-000002"}`); rec.Code != 409 || body["field"] != "name" {
 		t.Errorf("a name given twice: %d %v", rec.Code, body)
+	}
+}
+
+// allocRecorder records the VMs whose allocations a request asked for.
+type allocRecorder struct {
+	Store
+	asked [][]string
+}
+
+func (r *allocRecorder) ListAllocationsForVMs(ctx context.Context, ids []string) (map[string][]store.Allocation, error) {
+	r.asked = append(r.asked, slices.Clone(ids))
+	return r.Store.ListAllocationsForVMs(ctx, ids)
+}
+
+// A page of VMs asks for the allocations of its placed VMs only: a queued
+// VM holds no GPU (every way back to the queue gives it back first), so
+// the admin's queue page asks for none (issue #26); a running VM's GPU is
+// still in the page.
+func TestListVMsAsksAllocationsOfPlacedVMsOnly(t *testing.T) {
+	s, st, _ := vmServer(t)
+	ctx := context.Background()
+	ids := map[string]string{}
+	for _, name := range []string{"waits", "runs"} {
+		rec, body := send(t, s, "POST", "/v1/vms", "ann-token", `{"profile":"seat","name":"`+name+`"}`)
+		if rec.Code != 202 {
+			t.Fatalf("create %s: %d %s", name, rec.Code, rec.Body)
+		}
+		ids[name] = body["vm"].(map[string]any)["id"].(string)
+	}
+	vm, err := st.GetVM(ctx, ids["runs"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	host := "gpu-01"
+	if _, err := st.UpdateVMState(ctx, vm.ID, vm.Version, store.VMUpdate{State: store.VMRunning, Host: &host}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.ClaimAllocation(ctx, vm.ID, []store.SlotClaim{{Host: host, GPUAddress: "0000:41:00.0", Backend: "passthrough", Kind: gpu.KindPassthrough}}); err != nil {
+		t.Fatal(err)
+	}
+	rec := &allocRecorder{Store: s.Store}
+	s.Store = rec
+	for _, tc := range []struct {
+		query     string
+		wantAsked string // the IDs asked for, per call
+		wantGPUs  map[string]int
+	}{
+		{"?state=queued&limit=1000", "", map[string]int{"waits": 0}},
+		{"", "[" + ids["runs"] + "]", map[string]int{"waits": 0, "runs": 1}},
+		{"?state=running", "[" + ids["runs"] + "]", map[string]int{"runs": 1}},
+	} {
+		rec.asked = nil
+		resp, _ := send(t, s, "GET", "/v1/vms"+tc.query, "admin-token", "")
+		var list api.VMList
+		if resp.Code != 200 || json.Unmarshal(resp.Body.Bytes(), &list) != nil {
+			t.Fatalf("GET /v1/vms%s: %d %s", tc.query, resp.Code, resp.Body)
+		}
+		got := map[string]int{}
+		for _, vm := range list.Items {
+			got[vm.Name] = len(vm.GPUs)
+		}
+		asked := ""
+		for _, a := range rec.asked {
+			asked += fmt.Sprint(a)
+		}
+		if asked != tc.wantAsked || !maps.Equal(got, tc.wantGPUs) {
+			t.Errorf("GET /v1/vms%s: asked allocations of %q, GPUs %v; want %q, %v", tc.query, asked, got, tc.wantAsked, tc.wantGPUs)
+		}
 	}
 }
