@@ -53,11 +53,12 @@ func (r *scaleRun) measureSize(size, queued int) sizeResult {
 		}
 		sr.createRate, sr.createTimes, sr.createFails = r.fill(size - queued - paced)
 		if paced > 0 {
+			sr.ranked = r.waitRanked()
 			if cfg.profile != "" { // what the paced creates wait for: go tool trace -pprof=sync (or sched, syscall)
 				go r.saveDebug(filepath.Join(cfg.profile, fmt.Sprintf("paced-%d.trace", size)), "trace?seconds=5", "execution trace")
 			}
 			sr.pacedOffered = cfg.rate
-			sr.pacedRate, sr.pacedTimes, sr.pacedFails = r.fillPaced(paced, cfg.rate)
+			sr.pacedRate, sr.pacedTimes, sr.pacedFails, sr.pacedSlowest = r.fillPaced(paced, cfg.rate)
 		}
 		sr.fillLoad = r.dbLoadSince(db)
 	}
@@ -68,7 +69,18 @@ func (r *scaleRun) measureSize(size, queued int) sizeResult {
 	}
 	cpus, load := r.idleCPU(size)
 	sr.idleCPU, sr.idleLoad = cpus[0], load
+	var readProfile chan struct{}
+	if cfg.profile != "" { // what the reads cost the profiled node (its routes come in their turn)
+		readProfile = make(chan struct{})
+		go func() {
+			defer close(readProfile)
+			r.saveProfile(filepath.Join(cfg.profile, fmt.Sprintf("reads-%d.pprof", size)), 20*time.Second)
+		}()
+	}
 	sr.routes = r.readRoutes()
+	if readProfile != nil {
+		<-readProfile
+	}
 	leader := ""
 	if len(r.procs) > 1 {
 		leader = r.leader()
@@ -134,4 +146,13 @@ func (r *scaleRun) leader() string {
 		return "none"
 	}
 	return strings.Join(names, "+")
+}
+
+// nodeName is the name of the node at index i of the run's processes,
+// "(leader)" after the leader's.
+func (sr sizeResult) nodeName(i int) string {
+	if i < 0 || i >= len(sr.nodes) {
+		return fmt.Sprintf("node %d", i+1)
+	}
+	return sr.nodes[i].name + sr.nodes[i].role()
 }

@@ -2,6 +2,7 @@ package bench_test
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -106,9 +107,13 @@ type sizeResult struct {
 	pacedOffered float64
 	pacedRate    float64
 	pacedTimes   []time.Duration
-	pacedFails   int
-	routes       []routeResult
-	idleCPU      float64 // percent of one core (the first node's)
+	pacedSlowest []pacedCreate // the slowest few, slowest first
+	// ranked is how long after the fill its last VM was ranked, when the
+	// paced creates waited for that (0: they did not, or not in time).
+	ranked     time.Duration
+	pacedFails int
+	routes     []routeResult
+	idleCPU    float64 // percent of one core (the first node's)
 	// nodes are each node's own figures when there are several; routes
 	// then hold every node's, each name prefixed by its node's.
 	nodes []nodeResult
@@ -465,9 +470,10 @@ const pacedInFlight = 64
 // or not) and times each from when it was due, so that a create that
 // waited for a free client counts that wait (no coordinated omission). It
 // returns the rate achieved, the sorted times and the failures.
-func (r *scaleRun) fillPaced(n int, rate float64) (float64, []time.Duration, int) {
+func (r *scaleRun) fillPaced(n int, rate float64) (float64, []time.Duration, int, []pacedCreate) {
 	var fails atomic.Int64
 	times := make([]time.Duration, n)
+	each := make([]pacedCreate, n)
 	slots := make(chan struct{}, pacedInFlight)
 	var wg sync.WaitGroup
 	begin := time.Now()
@@ -481,6 +487,7 @@ func (r *scaleRun) fillPaced(n int, rate float64) (float64, []time.Duration, int
 			defer func() { <-slots; wg.Done() }()
 			_, ok := r.createOne(base + k)
 			times[k] = time.Since(due)
+			each[k] = pacedCreate{due: due.Sub(begin), node: (base + k) % len(r.procs), took: times[k]}
 			if !ok {
 				fails.Add(1)
 			}
@@ -489,7 +496,23 @@ func (r *scaleRun) fillPaced(n int, rate float64) (float64, []time.Duration, int
 	wg.Wait()
 	achieved := float64(n) / time.Since(begin).Seconds()
 	slices.Sort(times)
-	return achieved, times, int(fails.Load())
+	return achieved, times, int(fails.Load()), slowestPaced(each, 5)
+}
+
+// pacedCreate is one paced create: when it was due (from the first), the
+// node it was sent to (an index of r.procs) and how long it took from due.
+type pacedCreate struct {
+	due  time.Duration
+	node int
+	took time.Duration
+}
+
+// slowestPaced is the n slowest of each, slowest first: whether the tail
+// is one stall (close together, on every node) or spread.
+func slowestPaced(each []pacedCreate, n int) []pacedCreate {
+	out := slices.Clone(each)
+	slices.SortFunc(out, func(a, b pacedCreate) int { return cmp.Compare(b.took, a.took) })
+	return out[:min(n, len(out))]
 }
 
 // queuedLen is how many VMs the users have queued so far.
@@ -543,6 +566,31 @@ func (r *scaleRun) settle() time.Duration {
 			continue
 		}
 		time.Sleep(250 * time.Millisecond)
+	}
+	return 0
+}
+
+// waitRanked waits, at most settleLimit, until the last VM queued has its
+// place in the queue (a round of the leader ranked it), reading it in its
+// owner's list, which asks for no estimate. The paced creates start after
+// it: they measure creates at a steady rate, not behind the rounds that
+// the closed-loop fill before them left to run. It returns how long that
+// took, 0 if not within settleLimit.
+func (r *scaleRun) waitRanked() time.Duration {
+	r.mu.Lock()
+	last := r.queue[len(r.queue)-1]
+	r.mu.Unlock()
+	begin := time.Now()
+	for time.Since(begin) < settleLimit {
+		var list api.VMList
+		if _, err := r.call("GET", "/v1/vms?state=queued&limit=1000", last.token, nil, &list); err == nil {
+			for _, vm := range list.Items {
+				if vm.ID == last.id && vm.QueuePosition > 0 {
+					return time.Since(begin)
+				}
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 	return 0
 }
@@ -717,10 +765,18 @@ func printSize(w io.Writer, sr sizeResult) {
 		fmt.Fprintf(w, "%-52s %8.1f/s  p50 %8.1f ms  p99 %8.1f ms  (%d creates, %d failed)\n", "POST /v1/vms (filling)",
 			sr.createRate, percentileMS(sr.createTimes, 50), percentileMS(sr.createTimes, 99), len(sr.createTimes), sr.createFails)
 	}
+	if sr.ranked > 0 {
+		fmt.Fprintf(w, "%-52s %8.1f s\n", "the fill's last VM ranked after", sr.ranked.Seconds())
+	}
 	if len(sr.pacedTimes) > 0 {
 		fmt.Fprintf(w, "%-52s %8.1f/s  p50 %8.1f ms  p99 %8.1f ms  (%d creates, %d failed)\n",
 			fmt.Sprintf("POST /v1/vms (paced, %g/s offered, open loop)", sr.pacedOffered),
 			sr.pacedRate, percentileMS(sr.pacedTimes, 50), percentileMS(sr.pacedTimes, 99), len(sr.pacedTimes), sr.pacedFails)
+		var slow []string
+		for _, p := range sr.pacedSlowest {
+			slow = append(slow, fmt.Sprintf("%.0f ms due at %.2f s on %s", float64(p.took.Microseconds())/1000, p.due.Seconds(), sr.nodeName(p.node)))
+		}
+		fmt.Fprintf(w, "  slowest: %s\n", strings.Join(slow, "; "))
 	}
 	if sr.settle > 0 {
 		fmt.Fprintf(w, "%-52s %8.1f s\n", "estimates caught up with the fill after", sr.settle.Seconds())
@@ -796,8 +852,8 @@ func printGrowth(w io.Writer, res []sizeResult) {
 }
 
 // saveProfile fetches gpuvmd's CPU profile over d from its debug listener
-// into path (at each size: over the first 20 s of the fill, and over the
-// idle window).
+// into path (at each size: over the first 20 s of the fill, over the idle
+// window, and over the first 20 s of the read routes).
 func (r *scaleRun) saveProfile(path string, d time.Duration) {
 	secs := max(1, int(d.Round(time.Second)/time.Second))
 	r.saveDebug(path, fmt.Sprintf("profile?seconds=%d", secs), "CPU profile")
