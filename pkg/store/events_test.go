@@ -237,3 +237,72 @@ func TestEventIDsInCommitOrder(t *testing.T) {
 		t.Fatalf("after %d: %+v, want the first transaction's two events, in the order it appended them", seen[0].ID, later)
 	}
 }
+
+// On PostgreSQL a transaction's events are given their final IDs at its
+// commit in one UPDATE (schema 26): every event kept, in the order it was
+// appended, none left with its provisional (negative) ID; an event of a
+// savepoint rolled back gone; an event appended after the deferred
+// triggers ran early (SET CONSTRAINTS ALL IMMEDIATE) given its ID too.
+func TestEventIDsOfABatch(t *testing.T) {
+	ctx := context.Background()
+	s := newTestDB(t, DriverPostgres).open(t)
+	appendN := func(tx *Store, typ string, from, to int) error {
+		for n := from; n <= to; n++ {
+			if err := tx.appendEvent(ctx, &Event{Type: typ, Payload: JSON(fmt.Sprintf(`{"n": %d}`, n))}); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	err := s.Tx(ctx, func(tx *Store) error {
+		if err := appendN(tx, "batch", 1, 300); err != nil {
+			return err
+		}
+		undone := tx.Tx(ctx, func(sp *Store) error {
+			if err := appendN(sp, "undone", 1, 3); err != nil {
+				return err
+			}
+			return errors.New("rolled back")
+		})
+		if undone == nil {
+			return errors.New("the savepoint was not rolled back")
+		}
+		if err := appendN(tx, "batch", 301, 400); err != nil {
+			return err
+		}
+		if err := tx.db.Exec("SET CONSTRAINTS ALL IMMEDIATE").Error; err != nil {
+			return err
+		}
+		if err := tx.db.Exec("SET CONSTRAINTS ALL DEFERRED").Error; err != nil {
+			return err
+		}
+		return appendN(tx, "batch", 401, 402)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []Event
+	for after := int64(0); ; {
+		page, err := s.ListEventsSince(ctx, after, EventFilter{Limit: 1000})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(page) == 0 {
+			break
+		}
+		got = append(got, page...)
+		after = page[len(page)-1].ID
+	}
+	if len(got) != 402 {
+		t.Fatalf("%d events after the commit, want the 402 of the batch", len(got))
+	}
+	for i, e := range got {
+		if want := fmt.Sprintf(`{"n": %d}`, i+1); e.Type != "batch" || string(e.Payload) != want || e.ID <= 0 || (i > 0 && e.ID <= got[i-1].ID) {
+			t.Fatalf("event %d: %s %s ID %d; want batch %s, its ID above %d", i, e.Type, e.Payload, e.ID, want, got[max(i-1, 0)].ID)
+		}
+	}
+	var provisional int64
+	if err := s.db.Raw("SELECT COUNT(*) FROM events WHERE id < 0").Scan(&provisional).Error; err != nil || provisional != 0 {
+		t.Fatalf("%d events left with a provisional ID (%v)", provisional, err)
+	}
+}
