@@ -774,7 +774,11 @@ func printSize(w io.Writer, sr sizeResult) {
 			sr.pacedRate, percentileMS(sr.pacedTimes, 50), percentileMS(sr.pacedTimes, 99), len(sr.pacedTimes), sr.pacedFails)
 		var slow []string
 		for _, p := range sr.pacedSlowest {
-			slow = append(slow, fmt.Sprintf("%.0f ms due at %.2f s on %s", float64(p.took.Microseconds())/1000, p.due.Seconds(), sr.nodeName(p.node)))
+			one := fmt.Sprintf("%.0f ms due at %.2f s", float64(p.took.Microseconds())/1000, p.due.Seconds())
+			if len(sr.nodes) > 1 {
+				one += " on " + sr.nodeName(p.node)
+			}
+			slow = append(slow, one)
 		}
 		fmt.Fprintf(w, "  slowest: %s\n", strings.Join(slow, "; "))
 	}
