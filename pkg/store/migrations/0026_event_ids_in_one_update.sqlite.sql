@@ -1,4 +1,0 @@
--- gpuvm schema, version 26 (sqlite): nothing. On PostgreSQL a transaction's
--- events are given their final IDs by one UPDATE at commit (see the other
--- driver's file); SQLite's IDs are already in commit order. Keep in step
--- with the other driver's file.
