@@ -418,7 +418,7 @@ func (s *Server) listVMs(c *gin.Context) {
 	for i := range out.Items {
 		sayVM(c, &out.Items[i])
 	}
-	writeJSON(c, http.StatusOK, out) // jsonout.go: up to a megabyte
+	writeJSON(c, http.StatusOK, out) // jsonout.go: hundreds of kilobytes
 }
 
 // findVM finds a VM the caller may see by ID, or by name among the

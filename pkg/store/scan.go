@@ -70,7 +70,10 @@ func scanRowsSized[T any](q *gorm.DB, n int, scan func(*sql.Rows, *T) error) ([]
 		return nil, err
 	}
 	defer rows.Close()
-	out := make([]T, 0, n)
+	var out []T // nil when no row, as before
+	if n > 0 {
+		out = make([]T, 0, n)
+	}
 	for rows.Next() {
 		out = append(out, *new(T))
 		if err := scan(rows, &out[len(out)-1]); err != nil {
