@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/gpuvm/gpuvm/pkg/hostmount"
+	"github.com/gpuvm/gpuvm/pkg/logtest"
 )
 
 // An image home, for real (as root, with loop devices and e2fsprogs;
@@ -62,11 +63,12 @@ func TestImageHome(t *testing.T) {
 	if err := hostmount.Unmount(ctx, dir, false); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Ensure(ctx, root, "ann", uid, 32<<20, quiet, nil); err != nil {
+	growLog, grew := logtest.New() // a growth that fails says why there
+	if _, err := Ensure(ctx, root, "ann", uid, 32<<20, growLog, nil); err != nil {
 		t.Fatal(err)
 	}
 	if im := mustImage(t, root, "ann", 0); im.Size != 32<<20 || im.Capacity < 24<<20 {
-		t.Fatalf("after an Ensure at 32MiB: %+v", im)
+		t.Fatalf("after an Ensure at 32MiB: %+v; its log:\n%s", im, grew)
 	}
 	if b, err := os.ReadFile(filepath.Join(dir, "keep")); err != nil || !bytes.Equal(b, keep) {
 		t.Fatalf("the home's file after the growth: %d bytes, %v", len(b), err)
