@@ -3,7 +3,7 @@ package server
 import (
 	"bytes"
 	"encoding/json"
-	"net/http"
+	"fmt"
 	"strconv"
 	"sync"
 
@@ -21,8 +21,9 @@ var jsonBuffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 const maxKeptJSONBuffer = 8 << 20
 
 // writeJSON answers status with v in JSON, as c.JSON does (HTML characters
-// escaped, the same Content-Type), with its Content-Length.
-func writeJSON(c *gin.Context, status int, v any) {
+// escaped, the same Content-Type), with its Content-Length; a value that
+// cannot be encoded is an internal error's problem, logged, as any other.
+func (s *Server) writeJSON(c *gin.Context, status int, v any) {
 	buf := jsonBuffers.Get().(*bytes.Buffer)
 	buf.Reset()
 	defer func() {
@@ -31,8 +32,7 @@ func writeJSON(c *gin.Context, status int, v any) {
 		}
 	}()
 	if err := json.NewEncoder(buf).Encode(v); err != nil {
-		_ = c.Error(err)
-		c.AbortWithStatus(http.StatusInternalServerError)
+		s.writeProblem(c, fmt.Errorf("encode the answer: %w", err))
 		return
 	}
 	buf.Truncate(buf.Len() - 1) // Encode's newline: the bytes c.JSON would write

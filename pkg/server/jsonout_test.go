@@ -1,6 +1,7 @@
 package server
 
 import (
+	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -14,9 +15,11 @@ import (
 
 // writeJSON answers what c.JSON would, byte for byte (HTML characters
 // escaped, no trailing newline), with a Content-Length, and keeps no
-// state between answers.
+// state between answers; what cannot be encoded is the API's internal
+// error, as problem+json.
 func TestWriteJSONAnswersAsGinDoes(t *testing.T) {
 	gin.SetMode(gin.TestMode)
+	s := testServer(t, &fakeConfig{})
 	at := time.Date(2026, 12, 5, 9, 30, 0, 0, time.UTC)
 	tests := []struct {
 		name string
@@ -37,7 +40,8 @@ func TestWriteJSONAnswersAsGinDoes(t *testing.T) {
 			for range 2 { // the second reuses the first's buffer
 				got := httptest.NewRecorder()
 				gc, _ := gin.CreateTestContext(got)
-				writeJSON(gc, http.StatusOK, tt.v)
+				gc.Request = httptest.NewRequest("GET", "/", nil)
+				s.writeJSON(gc, http.StatusOK, tt.v)
 				if got.Code != http.StatusOK {
 					t.Fatalf("status %d", got.Code)
 				}
@@ -53,11 +57,15 @@ func TestWriteJSONAnswersAsGinDoes(t *testing.T) {
 			}
 		})
 	}
-	// A value JSON cannot encode: a 500, nothing half written.
+	// A value JSON cannot encode: the internal error's problem, nothing
+	// of the value written.
 	rec := httptest.NewRecorder()
 	c, _ := gin.CreateTestContext(rec)
-	writeJSON(c, http.StatusOK, map[string]any{"f": func() {}})
-	if rec.Code != http.StatusInternalServerError || rec.Body.Len() != 0 {
-		t.Fatalf("unencodable: %d %q", rec.Code, rec.Body)
+	c.Request = httptest.NewRequest("GET", "/", nil)
+	s.writeJSON(c, http.StatusOK, map[string]any{"f": func() {}})
+	var p Problem
+	if rec.Code != http.StatusInternalServerError || rec.Header().Get("Content-Type") != "application/problem+json" ||
+		json.Unmarshal(rec.Body.Bytes(), &p) != nil || p.Type != errInternal.Type {
+		t.Fatalf("unencodable: %d %s %q", rec.Code, rec.Header().Get("Content-Type"), rec.Body)
 	}
 }

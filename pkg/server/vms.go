@@ -395,7 +395,7 @@ func (s *Server) listVMs(c *gin.Context) {
 			ids = append(ids, page.VMs[i].ID)
 		}
 	}
-	allocs := map[string][]store.Allocation{}
+	var allocs map[string][]store.Allocation // none read: a nil map reads as none
 	if len(ids) > 0 {
 		if allocs, err = s.Store.ListAllocationsForVMs(c.Request.Context(), ids); err != nil {
 			s.writeProblem(c, err)
@@ -418,7 +418,7 @@ func (s *Server) listVMs(c *gin.Context) {
 	for i := range out.Items {
 		sayVM(c, &out.Items[i])
 	}
-	writeJSON(c, http.StatusOK, out) // jsonout.go: hundreds of kilobytes
+	s.writeJSON(c, http.StatusOK, out) // jsonout.go: hundreds of kilobytes
 }
 
 // findVM finds a VM the caller may see by ID, or by name among the

@@ -224,7 +224,7 @@ func (s *Store) ListVMs(ctx context.Context, f VMFilter) (VMPage, error) {
 	}
 	// Scanned without gorm's reflection (scanVM, as GetVMs): the admin's
 	// queue page of 1,000, 9.2 → 8.0 ms (BenchmarkQueuePage, issue #26).
-	vms, err := scanRowsSized(q.Select(vmColumns).Order("created_at, id").Limit(limit+1), min(limit+1, 1024), scanVM)
+	vms, err := scanRowsSized(q.Select(vmColumns).Order("created_at, id").Limit(limit+1), limit+1, scanVM)
 	if err != nil {
 		return VMPage{}, wrap(err, nil, "list vms")
 	}
