@@ -108,8 +108,8 @@ type sizeResult struct {
 	pacedRate    float64
 	pacedTimes   []time.Duration
 	pacedSlowest []pacedCreate // the slowest few, slowest first
-	// ranked is how long after the fill its last VM was ranked, when the
-	// paced creates waited for that (0: they did not, or not in time).
+	// ranked is how long after the fill its last VM was ranked, which
+	// the paced creates wait for (0: not within settleLimit).
 	ranked     time.Duration
 	pacedFails int
 	routes     []routeResult
@@ -472,7 +472,6 @@ const pacedInFlight = 64
 // returns the rate achieved, the sorted times and the failures.
 func (r *scaleRun) fillPaced(n int, rate float64) (float64, []time.Duration, int, []pacedCreate) {
 	var fails atomic.Int64
-	times := make([]time.Duration, n)
 	each := make([]pacedCreate, n)
 	slots := make(chan struct{}, pacedInFlight)
 	var wg sync.WaitGroup
@@ -486,8 +485,7 @@ func (r *scaleRun) fillPaced(n int, rate float64) (float64, []time.Duration, int
 		go func() {
 			defer func() { <-slots; wg.Done() }()
 			_, ok := r.createOne(base + k)
-			times[k] = time.Since(due)
-			each[k] = pacedCreate{due: due.Sub(begin), node: (base + k) % len(r.procs), took: times[k]}
+			each[k] = pacedCreate{due: due.Sub(begin), node: r.nodeOf(base + k), took: time.Since(due)}
 			if !ok {
 				fails.Add(1)
 			}
@@ -495,6 +493,10 @@ func (r *scaleRun) fillPaced(n int, rate float64) (float64, []time.Duration, int
 	}
 	wg.Wait()
 	achieved := float64(n) / time.Since(begin).Seconds()
+	times := make([]time.Duration, n)
+	for k, p := range each {
+		times[k] = p.took
+	}
 	slices.Sort(times)
 	return achieved, times, int(fails.Load()), slowestPaced(each, 5)
 }
@@ -515,6 +517,10 @@ func slowestPaced(each []pacedCreate, n int) []pacedCreate {
 	return out[:min(n, len(out))]
 }
 
+// nodeOf is the node (an index of r.procs) the k-th create of the fill is
+// sent to: round robin.
+func (r *scaleRun) nodeOf(k int) int { return k % len(r.procs) }
+
 // queuedLen is how many VMs the users have queued so far.
 func (r *scaleRun) queuedLen() int {
 	r.mu.Lock()
@@ -528,7 +534,7 @@ func (r *scaleRun) queuedLen() int {
 func (r *scaleRun) createOne(k int) (time.Duration, bool) {
 	var cr api.CreateVMResponse
 	tok := r.tokens[k%len(r.tokens)]
-	took, err := r.callOn(k%len(r.procs), "POST", "/v1/vms", tok, api.CreateVMRequest{Profile: "scale-mig"}, &cr)
+	took, err := r.callOn(r.nodeOf(k), "POST", "/v1/vms", tok, api.CreateVMRequest{Profile: "scale-mig"}, &cr)
 	if err != nil {
 		if r.failures.Add(1) <= 3 {
 			r.tb.Logf("create: %v", err)
@@ -570,12 +576,12 @@ func (r *scaleRun) settle() time.Duration {
 	return 0
 }
 
-// waitRanked waits, at most settleLimit, until the last VM queued has its
-// place in the queue (a round of the leader ranked it), reading it in its
-// owner's list, which asks for no estimate. The paced creates start after
-// it: they measure creates at a steady rate, not behind the rounds that
-// the closed-loop fill before them left to run. It returns how long that
-// took, 0 if not within settleLimit.
+// waitRanked waits, at most settleLimit, until a round of the leader has
+// seen the last VM queued: ranked, or no longer queued. It reads the VM in
+// its owner's list, which asks for no estimate. The paced creates start
+// after it: they measure creates at a steady rate, not behind the rounds
+// that the closed-loop fill before them left to run. It returns how long
+// that took, 0 if not within settleLimit.
 func (r *scaleRun) waitRanked() time.Duration {
 	r.mu.Lock()
 	last := r.queue[len(r.queue)-1]
@@ -583,9 +589,9 @@ func (r *scaleRun) waitRanked() time.Duration {
 	begin := time.Now()
 	for time.Since(begin) < settleLimit {
 		var list api.VMList
-		if _, err := r.call("GET", "/v1/vms?state=queued&limit=1000", last.token, nil, &list); err == nil {
+		if _, err := r.call("GET", "/v1/vms?limit=1000", last.token, nil, &list); err == nil {
 			for _, vm := range list.Items {
-				if vm.ID == last.id && vm.QueuePosition > 0 {
+				if vm.ID == last.id && (vm.QueuePosition > 0 || vm.State != api.VMQueued) {
 					return time.Since(begin)
 				}
 			}
@@ -765,10 +771,12 @@ func printSize(w io.Writer, sr sizeResult) {
 		fmt.Fprintf(w, "%-52s %8.1f/s  p50 %8.1f ms  p99 %8.1f ms  (%d creates, %d failed)\n", "POST /v1/vms (filling)",
 			sr.createRate, percentileMS(sr.createTimes, 50), percentileMS(sr.createTimes, 99), len(sr.createTimes), sr.createFails)
 	}
-	if sr.ranked > 0 {
-		fmt.Fprintf(w, "%-52s %8.1f s\n", "the fill's last VM ranked after", sr.ranked.Seconds())
-	}
 	if len(sr.pacedTimes) > 0 {
+		if sr.ranked > 0 {
+			fmt.Fprintf(w, "%-52s %8.1f s\n", "the fill's last VM ranked after", sr.ranked.Seconds())
+		} else {
+			fmt.Fprintf(w, "%-52s %v\n", "the fill's last VM ranked", "NOT within "+settleLimit.String()+": the paced creates began behind it")
+		}
 		fmt.Fprintf(w, "%-52s %8.1f/s  p50 %8.1f ms  p99 %8.1f ms  (%d creates, %d failed)\n",
 			fmt.Sprintf("POST /v1/vms (paced, %g/s offered, open loop)", sr.pacedOffered),
 			sr.pacedRate, percentileMS(sr.pacedTimes, 50), percentileMS(sr.pacedTimes, 99), len(sr.pacedTimes), sr.pacedFails)
