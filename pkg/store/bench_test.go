@@ -251,3 +251,50 @@ func BenchmarkQueueReads(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkEvents: what ordering the events costs their writers and
+// readers: a transaction of one event (a create's), one of 1,000 (a
+// dispatch round moving a queue), and a watcher's read of what is new.
+func BenchmarkEvents(b *testing.B) {
+	ctx := context.Background()
+	for _, driver := range drivers {
+		b.Run(driver+"/one-event-tx", func(b *testing.B) {
+			s := newTestDB(b, driver).open(b)
+			for b.Loop() {
+				if err := s.AppendEvent(ctx, &Event{Type: "vm.state", VMID: "vm", Owner: "ann"}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run(driver+"/1000-event-tx", func(b *testing.B) {
+			s := newTestDB(b, driver).open(b)
+			for b.Loop() {
+				err := s.Tx(ctx, func(tx *Store) error {
+					for range 1000 {
+						if err := tx.appendEvent(ctx, &Event{Type: "vm.queue", VMID: "vm", Owner: "ann"}); err != nil {
+							return err
+						}
+					}
+					return nil
+				})
+				if err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run(driver+"/read-new", func(b *testing.B) {
+			s := newTestDB(b, driver).open(b)
+			var last int64
+			for b.Loop() {
+				if err := s.AppendEvent(ctx, &Event{Type: "vm.state"}); err != nil {
+					b.Fatal(err)
+				}
+				es, err := s.ListEventsSince(ctx, last, EventFilter{})
+				if err != nil || len(es) != 1 {
+					b.Fatalf("%d new events, %v; want 1", len(es), err)
+				}
+				last = es[0].ID
+			}
+		})
+	}
+}

@@ -114,11 +114,6 @@ func (s *Store) CopyInto(ctx context.Context, dst *Store) ([]TableCount, error) 
 				if err := tx.Exec("SELECT pg_advisory_xact_lock(?)", copyLock).Error; err != nil {
 					return err
 				}
-				// The events keep their IDs (schema 23's trigger would
-				// number them again at commit).
-				if err := tx.Exec("SET LOCAL gpuvm.event_ids = 'kept'").Error; err != nil {
-					return err
-				}
 			}
 			var held []string
 			for _, c := range copiers {

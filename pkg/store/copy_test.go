@@ -229,6 +229,18 @@ func TestCopyInto(t *testing.T) {
 	if u.ID <= 2 {
 		t.Errorf("a new user got id %d, which the copied users hold", u.ID)
 	}
+	// A new event too, and a watcher of the copy reads it (the sequence
+	// the claims and the horizon read is the one the copy moved on).
+	copied, err := dst.LastEventID(ctx)
+	if err != nil || copied == 0 {
+		t.Fatalf("the copy's last event: %d, %v", copied, err)
+	}
+	if err := dst.AppendEvent(ctx, &Event{Type: "after.copy"}); err != nil {
+		t.Fatal(err)
+	}
+	if es, err := dst.ListEventsSince(ctx, copied, EventFilter{}); err != nil || len(es) != 1 || es[0].Type != "after.copy" {
+		t.Errorf("events after the copied ones: %+v, %v; want the one appended", es, err)
+	}
 	if _, _, err := dst.AuthenticateToken(ctx, "wrong"); !errors.Is(err, ErrInvalidToken) {
 		t.Errorf("authenticate on the copy: %v", err)
 	}

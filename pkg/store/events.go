@@ -11,19 +11,20 @@ import (
 
 // Events become visible in ID order: a watcher that read "after 6" and
 // goes on "after 8" must never miss a 7 committed later. SQLite has one
-// writer at a time, so its IDs are in commit order. On PostgreSQL, which
-// hands out identity values at INSERT, an event is inserted with a
-// provisional ID and given its final one inside its transaction's COMMIT,
-// by the deferred trigger of schema 23 (events_order_at_commit), under an
-// advisory lock held only from then until the commit is visible: no
-// round trip of a client inside it, and nothing locked after it. Each event
-// is written again there (its final ID): a transaction of many events (a
-// dispatch round's SetQueue moving thousands) holds the lock, and so every
-// other commit that appends one, while it renumbers them all.
+// writer at a time, so its IDs are in commit order. On PostgreSQL an event
+// takes its ID at INSERT (events_next_id, schema 26), and a transaction
+// claims, before its first event takes one, every ID above the sequence's
+// last value, by a shared advisory lock held until its commit is visible. A
+// reader reads up to the horizon only (events_horizon): the IDs at or below
+// the lowest claim held, all final. An event committed late holds the
+// readers back until it is visible (its commit wakes them: OnEventCommitted
+// here, the fleet's notification on the other nodes); no commit waits for
+// another (schema 23's lock, taken inside every commit, stalled a fleet's
+// creates: issue 26). A transaction that appends an event holds the
+// readers back for its whole life: every one is database work alone.
 
 // AppendEvent records an event. CreatedAt, when zero, is set by the store;
-// ID on SQLite only (on PostgreSQL the ID is given at commit, and ID is
-// left 0).
+// ID too.
 func (s *Store) AppendEvent(ctx context.Context, e *Event) error {
 	err := s.Tx(ctx, func(tx *Store) error { return tx.appendEvent(ctx, e) })
 	return wrap(err, nil, "append %s event", e.Type)
@@ -41,9 +42,6 @@ func (s *Store) appendEvent(ctx context.Context, e *Event) error {
 	}
 	if err := s.db.WithContext(ctx).Create(e).Error; err != nil {
 		return err
-	}
-	if s.driver == DriverPostgres {
-		e.ID = 0 // provisional: the final ID is given at commit
 	}
 	if s.appended != nil {
 		*s.appended = true // told when the transaction commits (Tx)
@@ -109,11 +107,35 @@ type EventFilter struct {
 }
 
 // ListEventsSince lists the events after an ID, in ID order: a watcher asks
-// again with the last ID it saw and misses nothing.
+// again with the last ID it saw and misses nothing. On PostgreSQL it lists
+// those at or below the horizon only (see the top of this file): one that a
+// transaction still open may precede comes at a later call.
 func (s *Store) ListEventsSince(ctx context.Context, afterID int64, f EventFilter) ([]Event, error) {
+	q := s.db.WithContext(ctx)
+	if s.driver == DriverPostgres {
+		h, err := s.eventsHorizon(ctx)
+		if err != nil {
+			return nil, wrap(err, nil, "list events after %d", afterID)
+		}
+		if h <= afterID {
+			return nil, nil
+		}
+		q = q.Where("id <= ?", h)
+	}
 	var es []Event
-	err := eventsSinceQuery(s.db.WithContext(ctx), afterID, f).Find(&es).Error
+	err := eventsSinceQuery(q, afterID, f).Find(&es).Error
 	return es, wrap(err, nil, "list events after %d", afterID)
+}
+
+// eventsHorizon is the highest event ID at or below which every event is
+// final (PostgreSQL): read in a statement of its own, before the events, so
+// that the events are read in a snapshot taken after it.
+func (s *Store) eventsHorizon(ctx context.Context) (int64, error) {
+	var h int64
+	if err := s.db.WithContext(ctx).Raw("SELECT events_horizon()").Row().Scan(&h); err != nil {
+		return 0, fmt.Errorf("read the events' horizon: %w", err)
+	}
+	return h, nil
 }
 
 // eventsSinceQuery is ListEventsSince's query. Those of one type are read
@@ -137,11 +159,19 @@ func eventsSinceQuery(db *gorm.DB, afterID int64, f EventFilter) *gorm.DB {
 }
 
 // LastEventID is the ID of the newest event, 0 when there is none: where a
-// new watcher that wants only what comes next starts.
+// new watcher that wants only what comes next starts. On PostgreSQL, the
+// newest at or below the horizon: one above it may yet be preceded.
 func (s *Store) LastEventID(ctx context.Context) (int64, error) {
+	q := s.db.WithContext(ctx).Model(&Event{})
+	if s.driver == DriverPostgres {
+		h, err := s.eventsHorizon(ctx)
+		if err != nil {
+			return 0, wrap(err, nil, "read last event id")
+		}
+		q = q.Where("id <= ?", h)
+	}
 	var id *int64
-	err := s.db.WithContext(ctx).Model(&Event{}).Select("MAX(id)").Row().Scan(&id)
-	if err != nil {
+	if err := q.Select("MAX(id)").Row().Scan(&id); err != nil {
 		return 0, wrap(err, nil, "read last event id")
 	}
 	if id == nil {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -19,8 +20,7 @@ func TestEvents(t *testing.T) {
 		}
 		for i := range 5 {
 			e := &Event{VMID: fmt.Sprint("vm", i%2), Owner: "alice", Type: "vm.state", Payload: JSON(fmt.Sprintf(`{"n": %d}`, i))}
-			// The ID is known once appended on SQLite; on PostgreSQL it is given at commit.
-			if err := s.AppendEvent(ctx, e); err != nil || (e.ID == 0) != (s.driver == DriverPostgres) {
+			if err := s.AppendEvent(ctx, e); err != nil || e.ID <= 0 {
 				t.Fatalf("append: %+v, %v", e, err)
 			}
 		}
@@ -80,7 +80,9 @@ func TestEvents(t *testing.T) {
 }
 
 // A watcher that polls "after the last ID I saw" while many writers append
-// sees every event: IDs become visible in order.
+// sees every event, each once, in ID order, though the writers keep their
+// transactions open a while after their event took its ID, and so commit
+// out of ID order (on PostgreSQL; SQLite's writers take turns).
 func TestEventsWatcherMissesNothing(t *testing.T) {
 	ctx := context.Background()
 	eachDriver(t, func(t *testing.T, s *Store, _ *testDB) {
@@ -90,7 +92,14 @@ func TestEventsWatcherMissesNothing(t *testing.T) {
 		for w := range writers {
 			wg.Go(func() {
 				for i := range each {
-					if err := s.AppendEvent(ctx, &Event{Type: "t", Owner: fmt.Sprint(w), Payload: JSON(fmt.Sprintf(`{"i":%d}`, i))}); err != nil {
+					err := s.Tx(ctx, func(tx *Store) error {
+						if err := tx.appendEvent(ctx, &Event{Type: "t", Owner: fmt.Sprint(w), Payload: JSON(fmt.Sprintf(`{"i":%d}`, i))}); err != nil {
+							return err
+						}
+						time.Sleep(time.Duration((w*7+i*3)%4) * 500 * time.Microsecond)
+						return nil
+					})
+					if err != nil {
 						t.Error(err)
 						return
 					}
@@ -107,6 +116,9 @@ func TestEventsWatcherMissesNothing(t *testing.T) {
 				t.Fatal(err)
 			}
 			for _, e := range es {
+				if seen[e.ID] || e.ID <= last {
+					t.Fatalf("event %d seen after %d", e.ID, last)
+				}
 				seen[e.ID] = true
 				last = e.ID
 			}
@@ -185,14 +197,20 @@ func TestOnEventCommitted(t *testing.T) {
 	})
 }
 
-// On PostgreSQL an event's ID is given when its transaction commits: a
-// transaction that appended an event and is still open holds up no other
-// one's commit, and what commits after a watcher read "after N" is still
-// after N. (SQLite has one writer: the second transaction would wait.)
+// On PostgreSQL an event takes its ID at INSERT (schema 26): a transaction
+// that appended an event and is still open holds up no other one's commit,
+// and holds the readers back below its IDs instead: what commits after a
+// watcher read "after N" is still after N. (SQLite has one writer: the
+// second transaction would wait.)
 func TestEventIDsInCommitOrder(t *testing.T) {
 	ctx := context.Background()
 	s := newTestDB(t, DriverPostgres).open(t)
+	if err := s.AppendEvent(ctx, &Event{Type: "before"}); err != nil {
+		t.Fatal(err)
+	}
 	opened, release := make(chan struct{}), make(chan struct{})
+	let := sync.OnceFunc(func() { close(release) })
+	defer let() // a failure below must not leave the transaction open
 	first := make(chan error, 1)
 	go func() {
 		first <- s.Tx(ctx, func(tx *Store) error {
@@ -207,25 +225,29 @@ func TestEventIDsInCommitOrder(t *testing.T) {
 		})
 	}()
 	<-opened
-	second := make(chan error, 1)
-	go func() { second <- s.AppendEvent(ctx, &Event{Type: "second"}) }()
+	second := &Event{Type: "second"}
+	done := make(chan error, 1)
+	go func() { done <- s.AppendEvent(ctx, second) }()
 	select {
-	case err := <-second:
+	case err := <-done:
 		if err != nil {
 			t.Fatal(err)
 		}
 	case <-time.After(10 * time.Second):
-		close(release)
+		let()
 		t.Fatal("an open transaction's event held up another transaction's commit")
 	}
 	seen, err := s.ListEventsSince(ctx, 0, EventFilter{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(seen) != 1 || seen[0].Type != "second" {
-		t.Fatalf("before the first commits: %+v, want the second's event alone", seen)
+	if len(seen) != 1 || seen[0].Type != "before" {
+		t.Fatalf("before the first commits: %+v, want the event before it alone (the second's is above its IDs)", seen)
 	}
-	close(release)
+	if id, err := s.LastEventID(ctx); err != nil || id != seen[0].ID {
+		t.Fatalf("LastEventID before the first commits = %d, %v; want %d, below the open transaction's", id, err, seen[0].ID)
+	}
+	let()
 	if err := <-first; err != nil {
 		t.Fatal(err)
 	}
@@ -233,20 +255,23 @@ func TestEventIDsInCommitOrder(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(later) != 2 || string(later[0].Payload) != `{"n": 1}` || string(later[1].Payload) != `{"n": 2}` {
-		t.Fatalf("after %d: %+v, want the first transaction's two events, in the order it appended them", seen[0].ID, later)
+	if len(later) != 3 || string(later[0].Payload) != `{"n": 1}` || string(later[1].Payload) != `{"n": 2}` || later[2].ID != second.ID {
+		t.Fatalf("after %d: %+v, want the first transaction's two events, in the order it appended them, then the second's (%d)", seen[0].ID, later, second.ID)
+	}
+	if id, err := s.LastEventID(ctx); err != nil || id != second.ID {
+		t.Fatalf("LastEventID after = %d, %v; want %d", id, err, second.ID)
 	}
 }
 
-// On PostgreSQL a transaction's events are given their final IDs at its
-// commit (schema 23): every event of a batch kept, in the order it was
-// appended, none left with a provisional ID (the IDs seen skip them); an
-// event of a savepoint rolled back gone; an event appended after the
-// deferred triggers ran early (SET CONSTRAINTS ALL IMMEDIATE) given its ID
-// too.
+// On PostgreSQL a transaction's events keep the IDs they took at INSERT,
+// in the order it appended them; a savepoint that appended the
+// transaction's first event and was rolled back lets its claim go (the
+// readers are not held back by it), and the next event claims again; two
+// schemas in one database do not hold each other's readers back.
 func TestEventIDsOfABatch(t *testing.T) {
 	ctx := context.Background()
 	s := newTestDB(t, DriverPostgres).open(t)
+	other := newTestDB(t, DriverPostgres).open(t) // another schema, same database
 	appendN := func(tx *Store, typ string, from, to int) error {
 		for n := from; n <= to; n++ {
 			if err := tx.appendEvent(ctx, &Event{Type: typ, Payload: JSON(fmt.Sprintf(`{"n": %d}`, n))}); err != nil {
@@ -255,10 +280,22 @@ func TestEventIDsOfABatch(t *testing.T) {
 		}
 		return nil
 	}
-	err := s.Tx(ctx, func(tx *Store) error {
-		if err := appendN(tx, "batch", 1, 300); err != nil {
-			return err
+	// visible appends one event outside the open transaction and says
+	// whether a reader sees it.
+	visible := func(st *Store, typ string) bool {
+		t.Helper()
+		e := &Event{Type: typ}
+		if err := st.AppendEvent(ctx, e); err != nil {
+			t.Fatal(err)
 		}
+		es, err := st.ListEventsSince(ctx, e.ID-1, EventFilter{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(es) == 1 && es[0].ID == e.ID
+	}
+	var outside []string
+	err := s.Tx(ctx, func(tx *Store) error {
 		undone := tx.Tx(ctx, func(sp *Store) error {
 			if err := appendN(sp, "undone", 1, 3); err != nil {
 				return err
@@ -268,16 +305,21 @@ func TestEventIDsOfABatch(t *testing.T) {
 		if undone == nil {
 			return errors.New("the savepoint was not rolled back")
 		}
-		if err := appendN(tx, "batch", 301, 400); err != nil {
+		if !visible(s, "outside") {
+			return errors.New("a savepoint rolled back still holds the readers back")
+		}
+		outside = append(outside, "outside")
+		if err := appendN(tx, "batch", 1, 300); err != nil {
 			return err
 		}
-		if err := tx.db.Exec("SET CONSTRAINTS ALL IMMEDIATE").Error; err != nil {
-			return err
+		if visible(s, "held") {
+			return errors.New("an event above an open transaction's IDs was read before it committed")
 		}
-		if err := tx.db.Exec("SET CONSTRAINTS ALL DEFERRED").Error; err != nil {
-			return err
+		if !visible(other, "elsewhere") {
+			return errors.New("a transaction in another schema held this one's readers back")
 		}
-		return appendN(tx, "batch", 401, 402)
+		outside = append(outside, "held")
+		return appendN(tx, "batch", 301, 400)
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -294,16 +336,73 @@ func TestEventIDsOfABatch(t *testing.T) {
 		got = append(got, page...)
 		after = page[len(page)-1].ID
 	}
-	if len(got) != 402 {
-		t.Fatalf("%d events after the commit, want the 402 of the batch", len(got))
+	// In ID order: the event outside, the batch's first 300, the one held
+	// back (appended between them and the rest), the batch's last 100.
+	var want []string
+	for n := 1; n <= 400; n++ {
+		want = append(want, fmt.Sprintf(`batch {"n": %d}`, n))
+	}
+	want = slices.Insert(want, 300, "held {}")
+	want = slices.Insert(want, 0, "outside {}")
+	if len(got) != len(want) {
+		t.Fatalf("%d events after the commit, want %d", len(got), len(want))
 	}
 	for i, e := range got {
-		if want := fmt.Sprintf(`{"n": %d}`, i+1); e.Type != "batch" || string(e.Payload) != want || e.ID <= 0 || (i > 0 && e.ID <= got[i-1].ID) {
-			t.Fatalf("event %d: %s %s ID %d; want batch %s, its ID above %d", i, e.Type, e.Payload, e.ID, want, got[max(i-1, 0)].ID)
+		if s := e.Type + " " + string(e.Payload); s != want[i] || (i > 0 && e.ID <= got[i-1].ID) {
+			t.Fatalf("event %d: %s ID %d; want %s, its ID above %d", i, s, e.ID, want[i], got[max(i-1, 0)].ID)
 		}
 	}
 	var all int64
 	if err := s.db.Raw("SELECT COUNT(*) FROM events").Scan(&all).Error; err != nil || all != 402 {
 		t.Fatalf("%d events in the table (%v), want the 402 read", all, err)
+	}
+}
+
+// Schema 26 moves the events' IDs to a sequence of its own: it goes on from
+// the IDs schema 25 handed out, even when every event was deleted since, so
+// that a watcher's last ID stays below every new one; and the events kept
+// keep theirs.
+func TestEventIDsGoOnAcrossSchema26(t *testing.T) {
+	ctx := context.Background()
+	d := newTestDB(t, DriverPostgres)
+	all := migrations
+	at26 := slices.IndexFunc(all, func(m migration) bool { return m.Version == 26 })
+	if at26 < 0 {
+		t.Fatal("no migration 26")
+	}
+	migrations = all[:at26]
+	old, err := Open(ctx, d.config())
+	migrations = all
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Raw SQL: schema 25 gives an event's final ID at commit.
+	for range 5 {
+		if err := old.db.Exec("INSERT INTO events (created_at, type) VALUES (now(), 'old')").Error; err != nil {
+			t.Fatal(err)
+		}
+	}
+	var seen int64
+	if err := old.db.Raw("SELECT MAX(id) FROM events").Scan(&seen).Error; err != nil || seen < 5 {
+		t.Fatalf("schema 25's last event: %d, %v", seen, err)
+	}
+	if err := old.db.Exec("DELETE FROM events WHERE id NOT IN (SELECT id FROM events ORDER BY id LIMIT 2)").Error; err != nil {
+		t.Fatal(err)
+	}
+	_ = old.Close()
+	s := d.open(t)
+	kept, err := s.ListEventsSince(ctx, 0, EventFilter{})
+	if err != nil || len(kept) != 2 {
+		t.Fatalf("the events kept: %+v, %v", kept, err)
+	}
+	e := &Event{Type: "new"}
+	if err := s.AppendEvent(ctx, e); err != nil {
+		t.Fatal(err)
+	}
+	if e.ID <= seen {
+		t.Fatalf("the first event of schema 26 took ID %d; schema 25 had handed out %d", e.ID, seen)
+	}
+	if es, err := s.ListEventsSince(ctx, seen, EventFilter{}); err != nil || len(es) != 1 || es[0].ID != e.ID {
+		t.Fatalf("after %d: %+v, %v; want the new event", seen, es, err)
 	}
 }

@@ -1,0 +1,5 @@
+-- gpuvm schema, version 26 (sqlite): nothing. On PostgreSQL an event's ID is
+-- taken at its INSERT again, and readers read up to the IDs no open
+-- transaction has claimed (see the other driver's file); SQLite has one
+-- writer at a time, so its IDs are already in commit order. Keep in step
+-- with the other driver's file.
