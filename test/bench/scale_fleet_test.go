@@ -58,7 +58,9 @@ func (r *scaleRun) measureSize(size, queued int) sizeResult {
 				go r.saveDebug(filepath.Join(cfg.profile, fmt.Sprintf("paced-%d.trace", size)), "trace?seconds=5", "execution trace")
 			}
 			sr.pacedOffered = cfg.rate
+			waits := r.sampleWaits()
 			sr.pacedRate, sr.pacedTimes, sr.pacedFails, sr.pacedSlowest = r.fillPaced(paced, cfg.rate)
+			sr.pacedWaits, sr.slowestWaits = r.waitsOf(waits, sr.pacedSlowest)
 		}
 		sr.fillLoad = r.dbLoadSince(db)
 	}
@@ -113,6 +115,48 @@ func (r *scaleRun) dbStats() *testcluster.Stats {
 		return nil
 	}
 	return &s
+}
+
+// waitSample is how often the database's backends are sampled while the
+// paced creates run.
+const waitSample = 10 * time.Millisecond
+
+// sampleWaits starts sampling what the database's backends do (nil with
+// SQLite, or when it cannot: logged).
+func (r *scaleRun) sampleWaits() *testcluster.WaitSampler {
+	if r.cfg.dsn == "" {
+		return nil
+	}
+	w, err := testcluster.SampleWaits(context.Background(), r.cfg.dsn, waitSample)
+	if err != nil {
+		r.tb.Logf("database waits: %v", err)
+		return nil
+	}
+	return w
+}
+
+// waitsOf stops w and says what the database's backends did over the
+// whole of its sampling, and while the slowest of the creates waited
+// ("" when nothing was sampled).
+func (r *scaleRun) waitsOf(w *testcluster.WaitSampler, slowest []pacedCreate) (all, slow string) {
+	if w == nil {
+		return "", ""
+	}
+	samples, err := w.Stop()
+	if err != nil {
+		r.tb.Logf("database waits: %v", err)
+	}
+	shares, n := testcluster.Waits(samples, 0, time.Hour)
+	if n == 0 {
+		return "", ""
+	}
+	all = fmt.Sprintf("(%d samples) %s", n, testcluster.FormatWaits(shares, 6))
+	if len(slowest) > 0 {
+		p := slowest[0]
+		shares, n := testcluster.Waits(samples, p.due, p.due+p.took)
+		slow = fmt.Sprintf("(%d samples) %s", n, testcluster.FormatWaits(shares, 6))
+	}
+	return all, slow
 }
 
 // dbLoadSince is the database's load since before (nil when either read

@@ -108,6 +108,10 @@ type sizeResult struct {
 	pacedRate    float64
 	pacedTimes   []time.Duration
 	pacedSlowest []pacedCreate // the slowest few, slowest first
+	// pacedWaits and slowestWaits say what the database's backends were
+	// doing, on average, while the paced creates ran and while the slowest
+	// of them waited (PostgreSQL only).
+	pacedWaits, slowestWaits string
 	// ranked is how long after the fill its last VM was ranked, which
 	// the paced creates wait for (0: not within settleLimit).
 	ranked     time.Duration
@@ -789,6 +793,10 @@ func printSize(w io.Writer, sr sizeResult) {
 			slow = append(slow, one)
 		}
 		fmt.Fprintf(w, "  slowest: %s\n", strings.Join(slow, "; "))
+		if sr.pacedWaits != "" {
+			fmt.Fprintf(w, "  the database's backends, busy on average (every %v): %s\n", waitSample, sr.pacedWaits)
+			fmt.Fprintf(w, "    while the slowest waited: %s\n", sr.slowestWaits)
+		}
 	}
 	if sr.settle > 0 {
 		fmt.Fprintf(w, "%-52s %8.1f s\n", "estimates caught up with the fill after", sr.settle.Seconds())

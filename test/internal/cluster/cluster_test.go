@@ -70,3 +70,32 @@ func TestWithApplication(t *testing.T) {
 		t.Errorf("key=value: %q", got)
 	}
 }
+
+func TestWaits(t *testing.T) {
+	ms := time.Millisecond
+	samples := []WaitSample{
+		{At: 0, Doing: []string{what("gpuvmd", "active", "", ""), what("gpuvmd", "active", "IO", "WALSync")}},
+		{At: 20 * ms, Doing: []string{what("gpuvmd", "active", "IO", "WALSync"), what("gpuvmd", "idle in transaction", "Client", "ClientRead")}},
+		{At: 40 * ms, Doing: nil},
+		{At: 60 * ms, Doing: []string{what("checkpointer", "", "IO", "DataFileSync")}},
+	}
+	got, n := Waits(samples, 0, 60*ms)
+	want := []WaitShare{{"gpuvmd IO:WALSync", 2.0 / 3}, {"gpuvmd idle in transaction", 1.0 / 3}, {"gpuvmd running", 1.0 / 3}}
+	if n != 3 || len(got) != len(want) {
+		t.Fatalf("Waits = %v over %d samples; want %v over 3", got, n, want)
+	}
+	for i := range want {
+		if got[i].Doing != want[i].Doing || got[i].Mean-want[i].Mean > 1e-9 || want[i].Mean-got[i].Mean > 1e-9 {
+			t.Fatalf("share %d = %+v, want %+v", i, got[i], want[i])
+		}
+	}
+	if s := FormatWaits(got, 2); s != "0.67 gpuvmd IO:WALSync, 0.33 gpuvmd idle in transaction" {
+		t.Errorf("FormatWaits = %q", s)
+	}
+	if got, n := Waits(samples, 50*ms, time.Second); n != 1 || FormatWaits(got, 3) != "1.00 checkpointer IO:DataFileSync" {
+		t.Errorf("the last window: %v over %d", got, n)
+	}
+	if s := FormatWaits(nil, 3); s != "nothing busy" {
+		t.Errorf("FormatWaits(nil) = %q", s)
+	}
+}
