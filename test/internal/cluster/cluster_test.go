@@ -99,3 +99,18 @@ func TestWaits(t *testing.T) {
 		t.Errorf("FormatWaits(nil) = %q", s)
 	}
 }
+
+func TestStatementOf(t *testing.T) {
+	for _, tc := range []struct{ query, want string }{
+		{`INSERT INTO "audit_log" ("at","user") VALUES ($1,$2)`, "INSERT audit_log"},
+		{`UPDATE "vms" SET "state"=$1 WHERE id = $2`, "UPDATE vms"},
+		{`SELECT * FROM "vms" WHERE "vms"."id" = $1`, "SELECT vms"},
+		{`SELECT events_horizon()`, "SELECT"},
+		{`select pg_advisory_xact_lock($1)`, "SELECT"},
+		{``, "?"},
+	} {
+		if got := statementOf(tc.query); got != tc.want {
+			t.Errorf("statementOf(%q) = %q, want %q", tc.query, got, tc.want)
+		}
+	}
+}

@@ -39,7 +39,7 @@ type WaitSampler struct {
 // processes (checkpointer, WAL writer, autovacuum) unless they idle in
 // their main loop (wait type Activity).
 const sampleQuery = `SELECT CASE WHEN backend_type = 'client backend' THEN 'gpuvmd' ELSE backend_type END,
-	COALESCE(state, ''), COALESCE(wait_event_type, ''), COALESCE(wait_event, '')
+	COALESCE(state, ''), COALESCE(wait_event_type, ''), COALESCE(wait_event, ''), left(COALESCE(query, ''), 200)
 FROM pg_stat_activity
 WHERE pid <> pg_backend_pid() AND (
 	(backend_type = 'client backend' AND datname = current_database() AND state IN ('active', 'idle in transaction'))
@@ -91,11 +91,15 @@ func sampleOnce(ctx context.Context, conn *pgx.Conn) ([]string, error) {
 	}
 	var doing []string
 	for rows.Next() {
-		var who, state, typ, event string
-		if err := rows.Scan(&who, &state, &typ, &event); err != nil {
+		var who, state, typ, event, query string
+		if err := rows.Scan(&who, &state, &typ, &event, &query); err != nil {
 			return nil, fmt.Errorf("cluster: pg_stat_activity: %w", err)
 		}
-		doing = append(doing, what(who, state, typ, event))
+		d := what(who, state, typ, event)
+		if state == "idle in transaction" {
+			d += " after " + statementOf(query)
+		}
+		doing = append(doing, d)
 	}
 	return doing, rows.Err()
 }
@@ -109,6 +113,26 @@ func what(who, state, typ, event string) string {
 		return who + " running"
 	}
 	return who + " " + typ + ":" + event
+}
+
+// statementOf names a statement by its verb and first table: "INSERT
+// audit_log", "UPDATE vms", "SELECT vms" (the verb alone when it names
+// none): which transactions wait for their gpuvmd.
+func statementOf(query string) string {
+	words := strings.Fields(query)
+	if len(words) == 0 {
+		return "?"
+	}
+	verb := strings.ToUpper(words[0])
+	for i, w := range words[:len(words)-1] {
+		switch strings.ToUpper(w) {
+		case "INTO", "FROM", "UPDATE":
+			if i > 0 || verb == "UPDATE" {
+				return verb + " " + strings.Trim(words[i+1], `"(`)
+			}
+		}
+	}
+	return verb
 }
 
 // Stop ends the sampling and returns its samples (an error when it could
