@@ -109,6 +109,7 @@ func (r *resolver) resolveShares(bs []*shareBlock) {
 		shares[b.Name] = s
 	}
 	r.checkShareMounts(shares)
+	r.checkShareProjects(bs, shares)
 	if len(shares) > 0 {
 		r.cfg.Server.Storage.Shares = shares
 	}
@@ -174,6 +175,26 @@ func ShareProject(name string) uint32 {
 	h := fnv.New32a()
 	h.Write([]byte(name))
 	return 1<<31 | h.Sum32()&(1<<31-1)
+}
+
+// checkShareProjects refuses two shares with quotas whose names give one
+// project (ShareProject: 31 bits of a hash): the filesystem would count
+// and limit them as one.
+func (r *resolver) checkShareProjects(bs []*shareBlock, shares map[string]*Share) {
+	byProject := map[uint32]string{}
+	for _, b := range bs {
+		s := shares[b.Name]
+		if s == nil || s.Quota == nil || s.DeclRange != b.DefRange {
+			continue // not resolved, a duplicate, or no quota
+		}
+		p := ShareProject(b.Name)
+		if other, ok := byProject[p]; ok {
+			r.errf(b.LabelRange, "Shares on one quota project",
+				"Shares %q and %q both have a quota, and their names give one filesystem project (%d), which would count and limit them as one; rename one of them.", other, b.Name, p)
+			continue
+		}
+		byProject[p] = b.Name
+	}
 }
 
 // checkSharePath checks a share's host directory.

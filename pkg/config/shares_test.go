@@ -1,6 +1,8 @@
 package config
 
 import (
+	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -158,5 +160,39 @@ func TestShareQuota(t *testing.T) {
 			t.Errorf("%q and %q have one project, %d", n, other, p)
 		}
 		seen[p] = n
+	}
+}
+
+// Two shares with quotas whose names give one project are refused, at the
+// second, naming both; without a quota on one of them they are not.
+func TestShareProjectsCollide(t *testing.T) {
+	byProject := map[uint32]string{}
+	var a, b string
+	for i := 0; a == ""; i++ {
+		n := fmt.Sprintf("s%d", i)
+		if other, ok := byProject[ShareProject(n)]; ok {
+			a, b = other, n
+		}
+		byProject[ShareProject(n)] = n
+	}
+	share := func(name, quota string) string {
+		q := ""
+		if quota != "" {
+			q = "   quota = \"" + quota + "\"\n"
+		}
+		return "  share \"" + name + "\" {\n   path = \"/srv/" + name + "\"\n   read_only = [\"group:s\"]\n" + q + "  }\n"
+	}
+	src := "server {\n storage {\n" + share(a, "1GiB") + share(b, "2GiB") + " }\n}\n"
+	_, diags := Parse(Source{Name: "server.hcl", Data: []byte(src)})
+	if !diags.HasErrors() || !strings.Contains(diags.Error(), "one filesystem project") ||
+		!strings.Contains(diags.Error(), strconv.Quote(a)) || !strings.Contains(diags.Error(), strconv.Quote(b)) {
+		t.Fatalf("shares %q and %q on project %d: %v", a, b, ShareProject(a), diags)
+	}
+	if d := diags[0]; d.Subject == nil || d.Subject.Start.Line != 8 {
+		t.Errorf("the error is at %v, want the second share's label, line 8", d.Subject)
+	}
+	src = "server {\n storage {\n" + share(a, "1GiB") + share(b, "") + " }\n}\n"
+	if _, diags := Parse(Source{Name: "server.hcl", Data: []byte(src)}); diags.HasErrors() {
+		t.Errorf("one of them without a quota: %v", diags)
 	}
 }
