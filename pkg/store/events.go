@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"fmt"
+	"math"
 	"sync"
 	"time"
 
@@ -111,31 +112,29 @@ type EventFilter struct {
 // those at or below the horizon only (see the top of this file): one that a
 // transaction still open may precede comes at a later call.
 func (s *Store) ListEventsSince(ctx context.Context, afterID int64, f EventFilter) ([]Event, error) {
-	q := s.db.WithContext(ctx)
-	if s.driver == DriverPostgres {
-		h, err := s.eventsHorizon(ctx)
-		if err != nil {
-			return nil, wrap(err, nil, "list events after %d", afterID)
-		}
-		if h <= afterID {
-			return nil, nil
-		}
-		q = q.Where("id <= ?", h)
+	q, horizon, err := s.finalEvents(ctx)
+	if err != nil || horizon <= afterID {
+		return nil, wrap(err, nil, "list events after %d", afterID)
 	}
 	var es []Event
-	err := eventsSinceQuery(q, afterID, f).Find(&es).Error
+	err = eventsSinceQuery(q, afterID, f).Find(&es).Error
 	return es, wrap(err, nil, "list events after %d", afterID)
 }
 
-// eventsHorizon is the highest event ID at or below which every event is
-// final (PostgreSQL): read in a statement of its own, before the events, so
-// that the events are read in a snapshot taken after it.
-func (s *Store) eventsHorizon(ctx context.Context) (int64, error) {
+// finalEvents is the events that are final (all on SQLite; on PostgreSQL
+// those at or below the horizon, read in a statement of its own first, so
+// that the events are read in a snapshot taken after it), and the highest
+// ID they may have.
+func (s *Store) finalEvents(ctx context.Context) (*gorm.DB, int64, error) {
+	q := s.db.WithContext(ctx).Model(&Event{})
+	if s.driver != DriverPostgres {
+		return q, math.MaxInt64, nil
+	}
 	var h int64
 	if err := s.db.WithContext(ctx).Raw("SELECT events_horizon()").Row().Scan(&h); err != nil {
-		return 0, fmt.Errorf("read the events' horizon: %w", err)
+		return nil, 0, fmt.Errorf("read the events' horizon: %w", err)
 	}
-	return h, nil
+	return q.Where("id <= ?", h), h, nil
 }
 
 // eventsSinceQuery is ListEventsSince's query. Those of one type are read
@@ -162,13 +161,9 @@ func eventsSinceQuery(db *gorm.DB, afterID int64, f EventFilter) *gorm.DB {
 // new watcher that wants only what comes next starts. On PostgreSQL, the
 // newest at or below the horizon: one above it may yet be preceded.
 func (s *Store) LastEventID(ctx context.Context) (int64, error) {
-	q := s.db.WithContext(ctx).Model(&Event{})
-	if s.driver == DriverPostgres {
-		h, err := s.eventsHorizon(ctx)
-		if err != nil {
-			return 0, wrap(err, nil, "read last event id")
-		}
-		q = q.Where("id <= ?", h)
+	q, _, err := s.finalEvents(ctx)
+	if err != nil {
+		return 0, wrap(err, nil, "read last event id")
 	}
 	var id *int64
 	if err := q.Select("MAX(id)").Row().Scan(&id); err != nil {
