@@ -3,6 +3,7 @@ package bench_test
 import (
 	"context"
 	"fmt"
+	"math"
 	"path/filepath"
 	"strings"
 	"time"
@@ -137,7 +138,9 @@ func (r *scaleRun) sampleWaits() *testcluster.WaitSampler {
 
 // waitsOf stops w and says what the database's backends did over the
 // whole of its sampling, and while the slowest of the creates waited
-// ("" when nothing was sampled).
+// ("" when nothing was sampled). The sampling starts just before the
+// paced creates: its times and theirs differ by a few milliseconds, less
+// than a sample.
 func (r *scaleRun) waitsOf(w *testcluster.WaitSampler, slowest []pacedCreate) (all, slow string) {
 	if w == nil {
 		return "", ""
@@ -146,15 +149,10 @@ func (r *scaleRun) waitsOf(w *testcluster.WaitSampler, slowest []pacedCreate) (a
 	if err != nil {
 		r.tb.Logf("database waits: %v", err)
 	}
-	shares, n := testcluster.Waits(samples, 0, time.Hour)
-	if n == 0 {
-		return "", ""
-	}
-	all = fmt.Sprintf("(%d samples) %s", n, testcluster.FormatWaits(shares, 6))
-	if len(slowest) > 0 {
+	all = testcluster.DescribeWaits(samples, 0, math.MaxInt64, 6)
+	if all != "" && len(slowest) > 0 {
 		p := slowest[0]
-		shares, n := testcluster.Waits(samples, p.due, p.due+p.took)
-		slow = fmt.Sprintf("(%d samples) %s", n, testcluster.FormatWaits(shares, 6))
+		slow = testcluster.DescribeWaits(samples, p.due, p.due+p.took, 6)
 	}
 	return all, slow
 }

@@ -795,7 +795,9 @@ func printSize(w io.Writer, sr sizeResult) {
 		fmt.Fprintf(w, "  slowest: %s\n", strings.Join(slow, "; "))
 		if sr.pacedWaits != "" {
 			fmt.Fprintf(w, "  the database's backends, busy on average (every %v): %s\n", waitSample, sr.pacedWaits)
-			fmt.Fprintf(w, "    while the slowest waited: %s\n", sr.slowestWaits)
+			if sr.slowestWaits != "" {
+				fmt.Fprintf(w, "    while the slowest waited: %s\n", sr.slowestWaits)
+			}
 		}
 	}
 	if sr.settle > 0 {

@@ -95,6 +95,12 @@ func TestWaits(t *testing.T) {
 	if got, n := Waits(samples, 50*ms, time.Second); n != 1 || FormatWaits(got, 3) != "1.00 checkpointer IO:DataFileSync" {
 		t.Errorf("the last window: %v over %d", got, n)
 	}
+	if s := DescribeWaits(samples, 0, 60*ms, 1); s != "(3 samples) 0.67 gpuvmd IO:WALSync" {
+		t.Errorf("DescribeWaits = %q", s)
+	}
+	if s := DescribeWaits(samples, time.Second, 2*time.Second, 1); s != "" {
+		t.Errorf("DescribeWaits of no sample = %q", s)
+	}
 	if s := FormatWaits(nil, 3); s != "nothing busy" {
 		t.Errorf("FormatWaits(nil) = %q", s)
 	}

@@ -45,15 +45,16 @@ WHERE pid <> pg_backend_pid() AND (
 	(backend_type = 'client backend' AND datname = current_database() AND state IN ('active', 'idle in transaction'))
 	OR (backend_type <> 'client backend' AND COALESCE(wait_event_type, '') <> 'Activity'))`
 
-// SampleWaits starts sampling the database at dsn every interval.
+// SampleWaits connects to the database at dsn (within ctx) and samples it
+// every interval until Stop.
 func SampleWaits(ctx context.Context, dsn string, every time.Duration) (*WaitSampler, error) {
 	conn, err := pgx.Connect(ctx, dsn)
 	if err != nil {
 		return nil, fmt.Errorf("cluster: sample the database's waits: %w", err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
+	sampling, cancel := context.WithCancel(context.Background())
 	w := &WaitSampler{cancel: cancel, done: make(chan struct{})}
-	go w.run(ctx, conn, every)
+	go w.run(sampling, conn, every)
 	return w, nil
 }
 
@@ -187,4 +188,14 @@ func FormatWaits(shares []WaitShare, few int) string {
 		return "nothing busy"
 	}
 	return strings.Join(parts, ", ")
+}
+
+// DescribeWaits is what the samples taken in [from, to) show, on one line
+// with their number: "(12 samples) 2.10 gpuvmd running, …"; "" for none.
+func DescribeWaits(samples []WaitSample, from, to time.Duration, few int) string {
+	shares, n := Waits(samples, from, to)
+	if n == 0 {
+		return ""
+	}
+	return fmt.Sprintf("(%d samples) %s", n, FormatWaits(shares, few))
 }
