@@ -272,6 +272,11 @@ func TestEventIDsOfABatch(t *testing.T) {
 	ctx := context.Background()
 	s := newTestDB(t, DriverPostgres).open(t)
 	other := newTestDB(t, DriverPostgres).open(t) // another schema, same database
+	// Its IDs far above this one's, so that a claim of this one's, were it
+	// seen there, would hold its readers back.
+	if err := other.db.Exec("SELECT setval('events_ids', 1000000)").Error; err != nil {
+		t.Fatal(err)
+	}
 	appendN := func(tx *Store, typ string, from, to int) error {
 		for n := from; n <= to; n++ {
 			if err := tx.appendEvent(ctx, &Event{Type: typ, Payload: JSON(fmt.Sprintf(`{"n": %d}`, n))}); err != nil {
