@@ -42,7 +42,9 @@ if [ "$status" != "online" ]; then
 	pg_ctlcluster --skip-systemctl-redirect "$ver" "$name" start >&2
 fi
 
-psql() { runuser -u postgres -- psql -X -q -v ON_ERROR_STOP=1 -p "$port" "$@"; }
+# From /: psql, as the postgres user, cannot enter a checkout it may not
+# read (a clone in a 0700 mktemp directory) and would say so each time.
+psql() { (cd / && runuser -u postgres -- psql -X -q -v ON_ERROR_STOP=1 -p "$port" "$@"); }
 for _ in $(seq 1 50); do
 	psql -d postgres -c 'SELECT 1' >/dev/null 2>&1 && break
 	sleep 0.2
