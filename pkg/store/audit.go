@@ -28,18 +28,22 @@ func (s *Store) AppendAudit(ctx context.Context, e *AuditEntry) error {
 	default:
 		return fmt.Errorf("append %s audit entry: %w: outcome %q (want %s, %s or %s)", e.Action, ErrInvalid, e.Outcome, AuditOK, AuditRefused, AuditFailed)
 	}
-	row := *e
-	row.ID = 0
-	if row.CreatedAt.IsZero() {
-		row.CreatedAt = s.clock()
+	// e is filled (its ID and time) only when it is written: in a
+	// pipelined transaction, when the transaction is sent.
+	was := *e
+	e.ID = 0
+	if e.CreatedAt.IsZero() {
+		e.CreatedAt = s.clock()
 	} else {
-		row.CreatedAt = row.CreatedAt.UTC().Truncate(time.Microsecond)
+		e.CreatedAt = e.CreatedAt.UTC().Truncate(time.Microsecond)
 	}
-	if err := s.db.WithContext(ctx).Create(&row).Error; err != nil {
-		return wrap(err, nil, "append %s audit entry", e.Action)
+	err := s.withContext(ctx).insert(e, func(err error) error {
+		return wrap(err, nil, "append %s audit entry", was.Action)
+	})
+	if err != nil {
+		*e = was
 	}
-	*e = row
-	return nil
+	return err
 }
 
 // AuditFilter selects the entries ListAudit returns; empty fields select

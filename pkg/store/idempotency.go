@@ -19,10 +19,7 @@ func (s *Store) putIdempotencyKey(k *IdempotencyKey) error {
 		return fmt.Errorf("%w: idempotency key needs a user, a key and a request hash", ErrInvalid)
 	}
 	k.CreatedAt = s.clock()
-	if err := s.db.Create(k).Error; err != nil {
-		return wrap(err, ErrIdempotencyKeyUsed, "insert idempotency key")
-	}
-	return nil
+	return s.insert(k, func(err error) error { return wrap(err, ErrIdempotencyKeyUsed, "insert idempotency key") })
 }
 
 // GetIdempotencyKey finds what a user's earlier request with this key did.

@@ -66,6 +66,8 @@ type Store struct {
 	clock  func() time.Time
 	log    *slog.Logger
 	inTx   bool
+	// pipe, in a pipelined transaction (pipeline.go), queues its inserts.
+	pipe *pipeline
 	// events are called after a transaction that appended events commits
 	// (events.go); appended, inside a transaction, says it did.
 	events   *eventWatch

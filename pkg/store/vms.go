@@ -62,16 +62,25 @@ func (s *Store) CreateVM(ctx context.Context, vm *VM, opts CreateVMOptions) (*Op
 	if vm.State == "" {
 		vm.State = VMQueued
 	}
+	// Only inserts, unless data disks or a task come with it: one round
+	// trip (pipeline.go).
+	run := s.pipelined
+	if len(opts.Volumes) > 0 || opts.Task != nil || opts.Launch != nil {
+		run = s.Tx
+	}
 	var op *Operation
-	err := s.Tx(ctx, func(tx *Store) error {
+	err := run(ctx, func(tx *Store) error {
 		if vm.State != VMQueued {
 			tx.touchQuota() // not what a queue of creates writes
 		}
 		now := tx.clock()
 		vm.CreatedAt, vm.UpdatedAt, vm.Version = now, now, 1
 		vm.LeaseEnd = utcPtr(vm.LeaseEnd)
-		if err := tx.db.Create(vm).Error; err != nil {
-			return wrap(err, ErrNameTaken, "insert vm %q of %q", vm.Name, vm.Owner)
+		name := vm.Name
+		if err := tx.insert(vm, func(err error) error {
+			return wrap(err, ErrNameTaken, "insert vm %q of %q", name, vm.Owner)
+		}); err != nil {
+			return err
 		}
 		op = &Operation{VMID: vm.ID, Kind: OpCreate, RequestedBy: opts.RequestedBy}
 		if err := tx.createOperation(op); err != nil {
@@ -79,8 +88,10 @@ func (s *Store) CreateVM(ctx context.Context, vm *VM, opts CreateVMOptions) (*Op
 		}
 		if cr := opts.Credential; cr != nil {
 			cr.VMID, cr.CreatedAt, cr.ReadAt, cr.ReadBy = vm.ID, now, nil, ""
-			if err := tx.db.Create(cr).Error; err != nil {
-				return wrap(err, nil, "insert the credential of vm %q", vm.Name)
+			if err := tx.insert(cr, func(err error) error {
+				return wrap(err, nil, "insert the credential of vm %q", name)
+			}); err != nil {
+				return err
 			}
 		}
 		for _, id := range opts.Volumes {
@@ -399,7 +410,7 @@ func (s *Store) createOperation(op *Operation) error {
 	now := s.clock()
 	op.State, op.CreatedAt, op.UpdatedAt = OpPending, now, now
 	op.StartedAt, op.FinishedAt, op.Step, op.Error = nil, nil, "", ""
-	return s.db.Create(op).Error
+	return s.insert(op, func(err error) error { return err })
 }
 
 // GetOperation finds an operation by ID.
@@ -517,8 +528,11 @@ func (s *Store) AdoptVM(ctx context.Context, vm *VM, devices []AdoptedDevice, ad
 		now := tx.clock()
 		vm.CreatedAt, vm.UpdatedAt, vm.Version = now, now, 1
 		vm.LeaseEnd = utcPtr(vm.LeaseEnd)
-		if err := tx.db.Create(vm).Error; err != nil {
-			return wrap(err, ErrNameTaken, "insert vm %q of %q", vm.Name, vm.Owner)
+		name := vm.Name
+		if err := tx.insert(vm, func(err error) error {
+			return wrap(err, ErrNameTaken, "insert vm %q of %q", name, vm.Owner)
+		}); err != nil {
+			return err
 		}
 		for _, d := range devices {
 			allocs, err := tx.ClaimAllocation(ctx, vm.ID, []SlotClaim{d.Claim})
