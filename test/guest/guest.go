@@ -39,9 +39,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
+
+	"github.com/gpuvm/gpuvm/test/testbin"
 )
 
 // Lines the guest prints on its serial console.
@@ -68,11 +69,7 @@ const CacheEnv = "GPUVM_GUEST_CACHE"
 
 // Dir is the directory holding build.sh: this source file's directory.
 func Dir() string {
-	_, file, _, ok := runtime.Caller(0)
-	if !ok {
-		return "test/guest"
-	}
-	return filepath.Dir(file)
+	return filepath.Join(testbin.Root(), "test", "guest")
 }
 
 // CacheDir is where the guest is built: $GPUVM_GUEST_CACHE, or cache/ beside

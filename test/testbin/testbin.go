@@ -8,15 +8,37 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strings"
 
 	"github.com/gpuvm/gpuvm/pkg/backend"
 )
 
-// Root is the repository root.
+// Root is the repository root: found from this source file's path, or, in
+// a binary built with -trimpath (make test's: its compiles are then the same
+// in every checkout, and cached), where that path is the module's rather
+// than the disk's, from the working directory up to this module's go.mod
+// (go test runs a package's tests in the package's directory).
 func Root() string {
-	_, file, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "..", "..")
+	_, file, _, ok := runtime.Caller(0)
+	if ok && filepath.IsAbs(file) {
+		return filepath.Join(filepath.Dir(file), "..", "..")
+	}
+	wd, err := os.Getwd()
+	if err != nil {
+		return "."
+	}
+	for dir := wd; ; dir = filepath.Dir(dir) {
+		if b, err := os.ReadFile(filepath.Join(dir, "go.mod")); err == nil && strings.HasPrefix(string(b), "module "+module+"\n") {
+			return dir
+		}
+		if filepath.Dir(dir) == dir {
+			return wd
+		}
+	}
 }
+
+// module is this repository's Go module.
+const module = "github.com/gpuvm/gpuvm"
 
 // EnvPrebuilt names a directory of binaries built once for a whole test
 // run (make test's test-bin: gpuvmd, gpuvm, oidcop and plugins/): tests
