@@ -140,12 +140,23 @@ test-bin:
 # waiting on them (boot timeouts, libvirt's probes of QEMU) with the CPU
 # idle: they start first, and three test binaries run at once (-p 3), so
 # the others' work fills those waits (a clean run on two cores had two
-# cores 5 % busy for 90 s at its end, the two waiting side by side).
-FIRST_TESTS := ./test/e2e ./test/system
+# cores 5 % busy for 90 s at its end, the two waiting side by side). The
+# packages that take longest besides them (pkg/portal and pkg/server, about
+# 400 s each, less than half of it on a core) come next, then the busiest:
+# in list order the two started after ten minutes, and ended the run
+# four minutes after the guests' (a run timed per test binary, with the
+# CPU 16-46 % idle for five minutes while the guests booted).
+#
+# -trimpath: the test binaries' compiles are then the same in every
+# checkout, so a fresh clone finds them in the build cache (without it,
+# every package of the module is compiled again with -race: about three
+# minutes here). Tests find the checkout from their working directory
+# (test/testbin.Root).
+FIRST_TESTS := ./test/e2e ./test/system ./pkg/portal ./pkg/server ./test/fleet ./pkg/orchestrator ./pkg/store ./test/plugins
 unit: test-bin
 	GPUVM_TEST_POSTGRES_DSN="$${GPUVM_TEST_POSTGRES_DSN:-$$(bash pkg/store/testdata/start-postgres.sh || true)}" \
-	GPUVM_TEST_BIN=$(TESTBIN) $(GO) test -p 3 -race -ldflags '$(LDFLAGS)' -count=1 -timeout 30m \
-		$(FIRST_TESTS) $$($(GO) list ./... | grep -v -x -e '$(MODULE)/test/e2e' -e '$(MODULE)/test/system')
+	GPUVM_TEST_BIN=$(TESTBIN) $(GO) test -p 3 -race $(TRIM) -ldflags '$(LDFLAGS)' -count=1 -timeout 30m \
+		$(FIRST_TESTS) $$($(GO) list ./... | grep -v -x $(foreach p,$(FIRST_TESTS),-e '$(MODULE)/$(patsubst ./%,%,$(p))'))
 	# One goroutine's computations that -race slows tenfold (they skip
 	# under it): the scheduler's claims on the example traces, the
 	# estimate's replay against its reference, the bookings' property.
