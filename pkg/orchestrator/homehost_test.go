@@ -190,6 +190,11 @@ profile "home-plain" {
 	atHome, _ := n1.submit("ann", "home-plain", "at-home")
 	noHome, _ := n1.submit("bob", "home-plain", "no-home")
 	drained, _ := n1.submit("cem", "home-plain", "home-drained")
+	// Beats now: the set-up above (a third node's plugins) can take longer
+	// than HostTimeout on a busy machine, and a node silent since its first
+	// beat would be passed over.
+	n1.beat(t)
+	n2.beat(t)
 	n1.o.Drain(ctx)
 	if vm := n1.vm(atHome.ID); vm.Host != "n2" || vm.State != store.VMCreating {
 		t.Fatalf("ann's VM: %s on %q; want creating on n2, her home's node", vm.State, vm.Host)
