@@ -41,7 +41,7 @@ func (s *Store) appendEvent(ctx context.Context, e *Event) error {
 	} else {
 		e.CreatedAt = e.CreatedAt.UTC().Truncate(time.Microsecond)
 	}
-	if err := s.withContext(ctx).insert(e, func(err error) error { return err }); err != nil {
+	if err := s.withContext(ctx).insert(e, nil); err != nil {
 		return err
 	}
 	if s.appended != nil {

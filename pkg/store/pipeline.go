@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/stdlib"
 	"gorm.io/gorm"
+	"gorm.io/gorm/clause"
 	gormlogger "gorm.io/gorm/logger"
 	"gorm.io/gorm/schema"
 )
@@ -39,8 +40,8 @@ type pipeline struct {
 type pipedRow struct {
 	sql  string
 	vars []any
-	// returning are the fields the INSERT returns (those with a database
-	// default: an event's or an audit entry's ID), set on value when sent.
+	// returning are the fields the INSERT returns (its RETURNING clause:
+	// an event's or an audit entry's ID), set on value when sent.
 	returning []*schema.Field
 	value     reflect.Value
 	wrap      func(error) error
@@ -55,36 +56,30 @@ func (s *Store) pipelined(ctx context.Context, fn func(tx *Store) error) error {
 	if s.driver != DriverPostgres || s.inTx {
 		return s.Tx(ctx, fn)
 	}
-	appended, touched, hosts := false, false, false
+	var m commitMarks
 	p := &pipeline{ctx: ctx, db: s.db}
 	c := *s
 	c.db = s.db.Session(&gorm.Session{NewDB: true, Context: ctx})
 	_ = c.db.AddError(errPipelined)
 	c.inTx, c.pipe = true, p
-	c.appended, c.quotaTouched, c.hostsTouched = &appended, &touched, &hosts
-	if err := fn(&c); err != nil {
+	if err := fn(m.bind(&c)); err != nil {
 		return err
 	}
-	if err := p.send(ctx); err != nil {
+	if err := p.send(); err != nil {
 		return err
 	}
-	if touched {
-		s.quotaGen.Add(1)
-	}
-	if hosts {
-		s.hostsGen.Add(1)
-	}
-	if appended {
-		s.events.fire()
-	}
+	s.committed(&m)
 	return nil
 }
 
 // insert inserts the row v (a pointer to a model), as gorm's Create does,
 // filling what the database returns (an ID from a sequence). In a pipelined
-// transaction the INSERT is queued, and its error (wrapped by wrapErr) comes
-// when the transaction is sent; otherwise it runs now.
+// transaction the INSERT is queued, and its error (wrapped by wrapErr, when
+// not nil) comes when the transaction is sent; otherwise it runs now.
 func (s *Store) insert(v any, wrapErr func(error) error) error {
+	if wrapErr == nil {
+		wrapErr = func(err error) error { return err }
+	}
 	if s.pipe == nil {
 		return wrapErr(s.db.Create(v).Error)
 	}
@@ -100,8 +95,15 @@ func (p *pipeline) queue(v any, wrapErr func(error) error) error {
 		return wrapErr(stmt.Error)
 	}
 	row := pipedRow{sql: stmt.SQL.String(), vars: stmt.Vars, value: stmt.ReflectValue, wrap: wrapErr}
-	if strings.Contains(row.sql, " RETURNING ") {
-		row.returning = stmt.Schema.FieldsWithDefaultDBValue
+	if c, ok := stmt.Clauses["RETURNING"]; ok {
+		ret, _ := c.Expression.(clause.Returning)
+		for _, col := range ret.Columns {
+			f := stmt.Schema.LookUpField(col.Name)
+			if f == nil {
+				return wrapErr(fmt.Errorf("queue an insert into %s: it returns %q, not a field", stmt.Table, col.Name))
+			}
+			row.returning = append(row.returning, f)
+		}
 	}
 	p.rows = append(p.rows, row)
 	return nil
@@ -110,7 +112,8 @@ func (p *pipeline) queue(v any, wrapErr func(error) error) error {
 // send sends the queued inserts in one batch, on one connection of the
 // pool, and reads their answers in order: the first that failed is the
 // error (the database rolled the whole batch back).
-func (p *pipeline) send(ctx context.Context) error {
+func (p *pipeline) send() error {
+	ctx := p.ctx
 	if len(p.rows) == 0 {
 		return nil
 	}

@@ -412,22 +412,38 @@ func (s *Store) Tx(ctx context.Context, fn func(tx *Store) error) error {
 			return fn(s.with(tx))
 		})
 	}
-	appended, touched, hosts := false, false, false
+	var m commitMarks
 	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-		c := s.with(tx)
-		c.appended, c.quotaTouched, c.hostsTouched = &appended, &touched, &hosts
-		return fn(c)
+		return fn(m.bind(s.with(tx)))
 	})
-	if err == nil && touched {
-		s.quotaGen.Add(1)
-	}
-	if err == nil && hosts {
-		s.hostsGen.Add(1)
-	}
-	if err == nil && appended {
-		s.events.fire()
+	if err == nil {
+		s.committed(&m)
 	}
 	return err
+}
+
+// commitMarks are what a transaction's Store notes for its commit: it
+// appended events, changed what the quotas count, changed the hosts.
+type commitMarks struct{ appended, quota, hosts bool }
+
+// bind points tx's notes at m.
+func (m *commitMarks) bind(tx *Store) *Store {
+	tx.appended, tx.quotaTouched, tx.hostsTouched = &m.appended, &m.quota, &m.hosts
+	return tx
+}
+
+// committed tells this process what a committed transaction changed: the
+// quota and hosts generations move, the events' watchers are woken.
+func (s *Store) committed(m *commitMarks) {
+	if m.quota {
+		s.quotaGen.Add(1)
+	}
+	if m.hosts {
+		s.hostsGen.Add(1)
+	}
+	if m.appended {
+		s.events.fire()
+	}
 }
 
 func (s *Store) with(tx *gorm.DB) *Store {

@@ -410,7 +410,7 @@ func (s *Store) createOperation(op *Operation) error {
 	now := s.clock()
 	op.State, op.CreatedAt, op.UpdatedAt = OpPending, now, now
 	op.StartedAt, op.FinishedAt, op.Step, op.Error = nil, nil, "", ""
-	return s.insert(op, func(err error) error { return err })
+	return s.insert(op, nil)
 }
 
 // GetOperation finds an operation by ID.
