@@ -23,7 +23,9 @@
 // precision, from Config.Now. Rows that change under concurrent writers (VMs,
 // reservations) carry a version, and updates name the version they read.
 // Tx runs several calls in one transaction; a method that fails inside it
-// undoes only its own writes (a savepoint).
+// undoes only its own writes (a savepoint). A transaction that only inserts
+// (a create) is pipelined on PostgreSQL: its INSERTs go as one batch, one
+// round trip, one implicit transaction (pipeline.go).
 //
 // # The slot invariant
 //
