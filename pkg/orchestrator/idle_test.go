@@ -86,3 +86,32 @@ func TestIdleRoundSkipped(t *testing.T) {
 		t.Fatal("no round after maxIdleRound")
 	}
 }
+
+// A wake-up after a round waits twice the round's time, at most maxPace,
+// and not at all before the first round; it gives up when its context ends.
+func TestPaceRestsTwiceTheRound(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		took, least time.Duration
+	}{
+		{0, 0},
+		{40 * time.Millisecond, 80 * time.Millisecond},
+		{10 * time.Second, maxPace},
+	} {
+		start := time.Now()
+		if !pace(ctx, tc.took) {
+			t.Fatalf("pace(%v) = false with a live context", tc.took)
+		}
+		// Timers never fire early: the lower bound cannot flake. The
+		// upper bound is loose (a busy machine), but fails on a wait of
+		// the round's 10 s uncapped.
+		if got := time.Since(start); got < tc.least || got > tc.least+3*time.Second {
+			t.Errorf("pace(%v) waited %v, want %v (and not much more)", tc.took, got, tc.least)
+		}
+	}
+	cancelled, cancel := context.WithCancel(ctx)
+	cancel()
+	if pace(cancelled, time.Hour) {
+		t.Error("pace with an ended context = true, want false")
+	}
+}

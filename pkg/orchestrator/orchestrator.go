@@ -497,18 +497,22 @@ func (o *Orchestrator) Run(ctx context.Context) {
 // maxPace bounds how long a wake-up waits after a slow round (pace).
 const maxPace = time.Second
 
-// pace holds a wake-up back as long as the last round took (at most
+// paceRest is how many times the last round's duration a wake-up waits.
+const paceRest = 2
+
+// pace holds a wake-up back twice as long as the last round took (at most
 // maxPace): a round reads every unfinished operation and places the whole
 // queue, so with thousands queued and creates arriving hundreds a second
-// (each a wake-up) rounds would otherwise run back to back and the API's
-// statements would wait behind them for the database (issue #26). The
-// worker then takes at most about half of it; a VM that can start waits at
-// most one round longer. It reports false when ctx ended.
+// (each a wake-up) rounds would otherwise run back to back, and the API's
+// requests, on this node and on the database, would wait behind them for
+// the cores (issue #26). The worker then takes at most about a third of a
+// core while wake-ups keep coming; a VM that can start waits at most two
+// rounds' time longer. It reports false when ctx ended.
 func pace(ctx context.Context, took time.Duration) bool {
 	if took <= 0 {
 		return ctx.Err() == nil
 	}
-	t := time.NewTimer(min(took, maxPace))
+	t := time.NewTimer(min(paceRest*took, maxPace))
 	defer t.Stop()
 	select {
 	case <-ctx.Done():
