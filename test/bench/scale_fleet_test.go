@@ -44,7 +44,7 @@ func (r *scaleRun) measureSize(size, queued int) sizeResult {
 			fillProfile = make(chan struct{})
 			go func() {
 				defer close(fillProfile)
-				r.saveProfile(filepath.Join(cfg.profile, fmt.Sprintf("fill-%d.pprof", size)), 20*time.Second)
+				r.saveProfile(filepath.Join(cfg.profile, fmt.Sprintf("fill-%d.pprof", size)), 10*time.Second)
 			}()
 		}
 		db := r.dbStats()
@@ -57,10 +57,17 @@ func (r *scaleRun) measureSize(size, queued int) sizeResult {
 			sr.ranked = r.waitRanked()
 			if cfg.profile != "" { // what the paced creates wait for: go tool trace -pprof=sync (or sched, syscall)
 				go r.saveDebug(filepath.Join(cfg.profile, fmt.Sprintf("paced-%d.trace", size)), "trace?seconds=5", "execution trace")
+				for i, addr := range r.debugAddrs { // every node's: which one takes the cores from the creates
+					secs := max(1, paced/int(cfg.rate))
+					go r.saveDebugOf(addr, filepath.Join(cfg.profile, fmt.Sprintf("paced-%d-n%d.pprof", size, i+1)), fmt.Sprintf("profile?seconds=%d", secs), "CPU profile")
+				}
 			}
 			sr.pacedOffered = cfg.rate
 			waits := r.sampleWaits()
+			shares := r.readShares()
+			sr.pacedBegan = shares.at
 			sr.pacedRate, sr.pacedTimes, sr.pacedFails, sr.pacedSlowest = r.fillPaced(paced, cfg.rate)
+			sr.pacedCPU = r.readShares().since(shares, r.names)
 			sr.pacedWaits, sr.slowestWaits = r.waitsOf(waits, sr.pacedSlowest)
 		}
 		sr.fillLoad = r.dbLoadSince(db)

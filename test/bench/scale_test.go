@@ -112,6 +112,10 @@ type sizeResult struct {
 	// doing, on average, while the paced creates ran and while the slowest
 	// of them waited (PostgreSQL only).
 	pacedWaits, slowestWaits string
+	// pacedCPU is the CPU each process took while the paced creates ran,
+	// from pacedBegan (to match with the database's log).
+	pacedCPU   string
+	pacedBegan time.Time
 	// ranked is how long after the fill its last VM was ranked, which
 	// the paced creates wait for (0: not within settleLimit).
 	ranked     time.Duration
@@ -203,9 +207,11 @@ type scaleRun struct {
 	cookie *http.Cookie
 	mu     sync.Mutex
 	queue  []queuedVM // VMs queued by the users, in the order their creates returned
-	// debugAddr is gpuvmd's --debug-listen, with cfg.profile.
-	debugAddr string
-	failures  atomic.Int64 // failed creates, the first few logged
+	// debugAddr is the profiled node's --debug-listen, with cfg.profile;
+	// debugAddrs every node's.
+	debugAddr  string
+	debugAddrs []string
+	failures   atomic.Int64 // failed creates, the first few logged
 }
 
 // queuedVM is a VM a user queued, and that user's token.
@@ -279,9 +285,13 @@ func (r *scaleRun) start() {
 		}
 		args := []string{"--config", conf, "--state-dir", state, "--database", db, "--libvirt-uri", "test:///default",
 			"--simulate", "h100x8", "--plugin-dir", pluginDir}
-		if r.cfg.profile != "" && i == r.cfg.profiled {
-			r.debugAddr = freeLoopback(tb)
-			args = append(args, "--debug-listen", r.debugAddr)
+		if r.cfg.profile != "" {
+			addr := freeLoopback(tb)
+			args = append(args, "--debug-listen", addr)
+			r.debugAddrs = append(r.debugAddrs, addr)
+			if i == r.cfg.profiled {
+				r.debugAddr = addr
+			}
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		p, err := daemon.Start(ctx, daemon.Config{Binary: gpuvmd, ReadyTimeout: time.Minute, Args: args,
@@ -557,27 +567,38 @@ const settleLimit = 3 * time.Minute
 // settle waits until gpuvmd has caught up with the fill: the last VM
 // queued has its place in the queue (a dispatch round ranked it) and an
 // estimate computed since the state's last change (not stale), on every
-// node (each computes its own). It returns how long that took from its
-// call, 0 if not within settleLimit. Idle CPU is read after it, so that it
-// is gpuvmd's cost at rest, not the round and the replay that the fill's
-// last creates asked for (a round that ranks them changes the state, and
-// the estimates are computed again).
+// node (each computes its own), asked on every node at once, as people
+// looking at different nodes would. It returns how long that took from
+// its call on the slowest node, 0 if not within settleLimit. Idle CPU is
+// read after it, so that it is gpuvmd's cost at rest, not the round and
+// the replay that the fill's last creates asked for (a round that ranks
+// them changes the state, and the estimates are computed again).
 func (r *scaleRun) settle() time.Duration {
 	r.mu.Lock()
 	last := r.queue[len(r.queue)-1]
 	r.mu.Unlock()
 	begin := time.Now()
-	for node := 0; node < len(r.procs) && time.Since(begin) < settleLimit; {
-		var vm api.VM
-		if _, err := r.callOn(node, "GET", "/v1/vms/"+last.id, last.token, nil, &vm); err == nil && vm.QueuePosition > 0 && vm.EstimateComputedAt != nil && !vm.EstimateStale {
-			if node++; node == len(r.procs) {
-				return time.Since(begin)
+	took := make([]time.Duration, len(r.procs))
+	var wg sync.WaitGroup
+	for node := range r.procs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Since(begin) < settleLimit {
+				var vm api.VM
+				if _, err := r.callOn(node, "GET", "/v1/vms/"+last.id, last.token, nil, &vm); err == nil && vm.QueuePosition > 0 && vm.EstimateComputedAt != nil && !vm.EstimateStale {
+					took[node] = time.Since(begin)
+					return
+				}
+				time.Sleep(250 * time.Millisecond)
 			}
-			continue
-		}
-		time.Sleep(250 * time.Millisecond)
+		}()
 	}
-	return 0
+	wg.Wait()
+	if slices.Contains(took, 0) {
+		return 0
+	}
+	return slices.Max(took)
 }
 
 // waitRanked waits, at most settleLimit, until a round of the leader has
@@ -792,7 +813,10 @@ func printSize(w io.Writer, sr sizeResult) {
 			}
 			slow = append(slow, one)
 		}
-		fmt.Fprintf(w, "  slowest: %s\n", strings.Join(slow, "; "))
+		fmt.Fprintf(w, "  slowest: %s (from %s)\n", strings.Join(slow, "; "), sr.pacedBegan.UTC().Format("15:04:05.000"))
+		if sr.pacedCPU != "" {
+			fmt.Fprintf(w, "  CPU while they ran: %s\n", sr.pacedCPU)
+		}
 		if sr.pacedWaits != "" {
 			fmt.Fprintf(w, "  the database's backends, busy on average (every %v): %s\n", waitSample, sr.pacedWaits)
 			if sr.slowestWaits != "" {
@@ -874,7 +898,7 @@ func printGrowth(w io.Writer, res []sizeResult) {
 }
 
 // saveProfile fetches gpuvmd's CPU profile over d from its debug listener
-// into path (at each size: over the first 20 s of the fill, over the idle
+// into path (at each size: over the first 10 s of the fill, over the idle
 // window, and over the first 20 s of the read routes).
 func (r *scaleRun) saveProfile(path string, d time.Duration) {
 	secs := max(1, int(d.Round(time.Second)/time.Second))
@@ -890,9 +914,13 @@ func (r *scaleRun) saveHeap(path string) {
 	r.saveDebug(strings.TrimSuffix(path, ".pprof")+".txt", "heap?debug=1", "heap statistics")
 }
 
-// saveDebug saves what gpuvmd's /debug/pprof/ serves at query to path.
-func (r *scaleRun) saveDebug(path, query, what string) {
-	resp, err := http.Get(fmt.Sprintf("http://%s/debug/pprof/%s", r.debugAddr, query))
+// saveDebug saves what the profiled gpuvmd's /debug/pprof/ serves at
+// query to path.
+func (r *scaleRun) saveDebug(path, query, what string) { r.saveDebugOf(r.debugAddr, path, query, what) }
+
+// saveDebugOf saves what the gpuvmd listening at addr serves at query.
+func (r *scaleRun) saveDebugOf(addr, path, query, what string) {
+	resp, err := http.Get(fmt.Sprintf("http://%s/debug/pprof/%s", addr, query))
 	if err != nil {
 		r.tb.Logf("%s: %v", what, err)
 		return
