@@ -44,9 +44,9 @@ func (r *scaleRun) readShares() cpuShares {
 }
 
 // since says, in cores, what each process took between before and s:
-// "n1 0.41, n2 0.22, n3 0.20, postgres 0.63, harness 0.15 (of 2 cores)".
+// "n1 0.41, n2 0.13, n3 0.13, postgres 0.45, harness 0.15 (cores, over
+// 7.0 s; this machine has 2)".
 func (s cpuShares) since(before cpuShares, names []string) string {
-	const clkTck = 100 // USER_HZ on Linux
 	secs := s.at.Sub(before.at).Seconds()
 	cores := func(t int64) string { return fmt.Sprintf("%.2f", float64(t)/clkTck/secs) }
 	var parts []string

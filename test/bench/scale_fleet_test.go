@@ -57,7 +57,10 @@ func (r *scaleRun) measureSize(size, queued int) sizeResult {
 			sr.ranked = r.waitRanked()
 			if cfg.profile != "" { // what the paced creates wait for: go tool trace -pprof=sync (or sched, syscall)
 				go r.saveDebug(filepath.Join(cfg.profile, fmt.Sprintf("paced-%d.trace", size)), "trace?seconds=5", "execution trace")
-				for i, addr := range r.debugAddrs { // every node's: which one takes the cores from the creates
+				// Every node's: which one takes the cores from the creates. The
+				// profiled node's is refused (logged) while its fill profile still
+				// runs: at 1,000 and 3,000 the fill is shorter than that profile.
+				for i, addr := range r.debugAddrs {
 					secs := max(1, paced/int(cfg.rate))
 					go r.saveDebugOf(addr, filepath.Join(cfg.profile, fmt.Sprintf("paced-%d-n%d.pprof", size, i+1)), fmt.Sprintf("profile?seconds=%d", secs), "CPU profile")
 				}

@@ -649,7 +649,6 @@ func (r *scaleRun) idleCPU(size int) ([]float64, *testcluster.Load) {
 	}
 	time.Sleep(r.cfg.idle - time.Since(start))
 	load := r.dbLoadSince(db)
-	const clkTck = 100 // USER_HZ on Linux
 	for i, p := range r.procs {
 		t, err := cpuTicks(p.Pid())
 		if err != nil || before[i] < 0 {
@@ -661,6 +660,10 @@ func (r *scaleRun) idleCPU(size int) ([]float64, *testcluster.Load) {
 	}
 	return out, load
 }
+
+// clkTck is the clock ticks a second of /proc/PID/stat's times (USER_HZ on
+// Linux).
+const clkTck = 100
 
 // cpuTicks is utime+stime of /proc/PID/stat, in clock ticks.
 func cpuTicks(pid int) (int64, error) {
