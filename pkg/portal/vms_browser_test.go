@@ -282,7 +282,13 @@ func TestVMsPageInChromium(t *testing.T) {
 		t.Errorf("no reboot operation by ann: %+v", ops)
 	}
 
-	// Under 30 minutes left, the countdown warns.
+	// Under 30 minutes left, the countdown warns. The card keeps what
+	// only the VM's whole read has (its addresses) while it is read
+	// again: a card that shrank and grew moved the buttons below it under
+	// the pointer (a click on win's "Open desktop" hit nothing).
+	b.run(chromedp.Evaluate(`window.boxShrank = false; new MutationObserver(() => {
+		if (!document.querySelector('#vm-box .addrs')) window.boxShrank = true;
+	}).observe(document.querySelector('main'), {childList: true, subtree: true, characterData: true})`, nil))
 	cur, err := env.Store.GetVM(ctx, box.ID)
 	if err != nil {
 		t.Fatal(err)
@@ -294,6 +300,11 @@ func TestVMsPageInChromium(t *testing.T) {
 	b.waitFor("the warning", `document.querySelector('#vm-box-left.warn')?.textContent.includes('20 min left')`)
 	if s := b.text(`#vm-box-left`); !strings.Contains(s, "ends soon") {
 		t.Errorf("the warning says %q", s)
+	}
+	var shrank bool
+	b.run(chromedp.Evaluate(`window.boxShrank`, &shrank))
+	if shrank {
+		t.Error("box's card lost its addresses while it was read again after its lease changed")
 	}
 
 	// Open desktop of an RDP profile: the command to copy, and the .rdp

@@ -121,6 +121,9 @@ const finished = (vm) => vm.state === 'deleted';
 // queued, or stopped with a vGPU (driver changes concern it).
 const detailed = (vm, prof) => vm.state === 'running' || vm.state === 'queued' ||
   (vm.state === 'stopped' && !!prof && !!prof.gpu && (prof.gpu.kind === 'vgpu' || prof.gpu.kind === 'mig'));
+// wholeOnly are the fields of GET /v1/vms/{id} that lists never have.
+const wholeOnly = ['addresses', 'console', 'desktop', 'capabilities', 'driver_changes',
+  'estimated_start', 'estimated_start_uncertain', 'estimated_start_note', 'estimate_computed_at'];
 const actionWord = (a) => t({reboot: 'vm_reboot', extend: 'vm_extend'}[a] || a);
 const MIN = 60000;
 
@@ -202,6 +205,27 @@ export function accessOf(vm) {
     password: vm.desktop === 'rdp' || vm.desktop === 'dcv'};
 }
 
+// shownVM is the VM its card draws: d, its whole read (GET /v1/vms/{id}),
+// while the list's vm is no newer. Changed since, in the same state (a
+// lease extended, a reboot asked), the card keeps what only the whole read
+// has until it is read again (load does at once), so it neither shrinks
+// nor grows under the pointer; its estimate says it is being made again.
+// In another state, none of it holds.
+function shownVM(vm, d) {
+  if (!d || d.updated_at === vm.updated_at) return d || vm;
+  if (d.state !== vm.state) return vm;
+  const n = {...vm};
+  wholeOnly.forEach((k) => { if (n[k] === undefined && d[k] !== undefined) n[k] = d[k]; });
+  if (n.estimate_computed_at) n.estimate_stale = true;
+  return n;
+}
+
+// endsWithin: the VM's lease ends within ms of now (not already ended).
+function endsWithin(vm, now, ms) {
+  const left = vm.lease_end ? new Date(vm.lease_end).getTime() - now : -1;
+  return left > 0 && left < ms;
+}
+
 export default function VMs({session}) {
   const [vms, setVMs] = useState(null);
   const [details, setDetails] = useState({});
@@ -261,16 +285,13 @@ export default function VMs({session}) {
   useEvents(['vm.created', 'vm.state', 'vm.action', 'vm.warning'], load, setLive, setError);
   // The countdowns: every second while a lease is in its last minute,
   // else every 15 s.
-  const fast = (vms || []).some((vm) => {
-    const ms = vm.lease_end ? new Date(vm.lease_end).getTime() - now : -1;
-    return ms > 0 && ms < 2 * MIN;
-  });
+  const fast = (vms || []).some((vm) => endsWithin(vm, now, 2 * MIN));
   useEffect(() => {
     const tick = setInterval(() => setNow(Date.now()), fast ? 1000 : 15000);
     return () => clearInterval(tick);
   }, [fast]);
 
-  const shown = (vm) => (details[vm.id] && details[vm.id].updated_at === vm.updated_at ? details[vm.id] : vm);
+  const shown = (vm) => shownVM(vm, details[vm.id]);
 
   const act = async (vm, action) => {
     setConfirm(null);
