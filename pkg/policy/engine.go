@@ -121,17 +121,14 @@ type session struct {
 	groups  map[string]*tally
 	running []scheduler.Running
 	usage   map[string]float64
+	tallies []tally // where users' and groups' tallies are made
 	// The windows at now, and the batch leases that would run into a
 	// window that forbids batch, looked up once per session.
 	atDone    bool
 	at        Stretch
 	atOK      bool
-	forbidden map[time.Duration]forbidding
-}
-
-type forbidding struct {
-	st Stretch
-	ok bool
+	atWhy     scheduler.Reason // why the window at now holds a class back
+	forbidden map[time.Duration]scheduler.Reason
 }
 
 // windowAt is the window stretch now falls in (Windows.At), once a session.
@@ -143,23 +140,27 @@ func (s *session) windowAt() (Stretch, bool) {
 	return s.at, s.atOK
 }
 
-// forbiddingBatch is Windows.Forbidding of batch over a lease from now,
-// once a session per lease.
-func (s *session) forbiddingBatch(lease time.Duration) (Stretch, bool) {
-	if f, ok := s.forbidden[lease]; ok {
-		return f.st, f.ok
+// forbiddingBatch is why a batch lease from now waits: it runs into a
+// window that forbids batch (Windows.Forbidding); once a session per lease.
+func (s *session) forbiddingBatch(lease time.Duration) scheduler.Reason {
+	if why, ok := s.forbidden[lease]; ok {
+		return why
 	}
-	st, ok := s.e.windows.Forbidding(config.ClassBatch, s.now, s.now.Add(lease))
+	var why scheduler.Reason
+	if st, ok := s.e.windows.Forbidding(config.ClassBatch, s.now, s.now.Add(lease)); ok {
+		why = scheduler.Reason{Code: scheduler.CodeWindow, Detail: fmt.Sprintf("the lease would run into window %q (%s), which forbids batch; a preemptible VM could", st.Window.Name, stamp(st.Start, s.e.loc))}
+	}
 	if s.forbidden == nil {
-		s.forbidden = map[time.Duration]forbidding{}
+		s.forbidden = map[time.Duration]scheduler.Reason{}
 	}
-	s.forbidden[lease] = forbidding{st, ok}
-	return st, ok
+	s.forbidden[lease] = why
+	return why
 }
 
 // Begin opens a cycle.
 func (e *Engine) Begin(now time.Time, running []scheduler.Running) scheduler.Session {
-	s := &session{e: e, now: now, users: map[string]*tally{}, groups: map[string]*tally{}, running: running}
+	s := &session{e: e, now: now, users: map[string]*tally{}, groups: map[string]*tally{}, running: running,
+		tallies: make([]tally, 0, min(len(running)+len(e.plain), 64))}
 	for i := range running {
 		r := &running[i]
 		f := PlacedFootprint(r.Placement)
@@ -184,7 +185,14 @@ func (e *Engine) Begin(now time.Time, running []scheduler.Running) scheduler.Ses
 func (s *session) tally(m map[string]*tally, k string) *tally {
 	t, ok := m[k]
 	if !ok {
-		t = &tally{}
+		// From a block of them: a scheduling cycle begins several
+		// sessions, an estimate's replay thousands (issue #26). A full
+		// block is left to the tallies that point into it.
+		if len(s.tallies) == cap(s.tallies) {
+			s.tallies = make([]tally, 0, max(16, 2*cap(s.tallies)))
+		}
+		s.tallies = append(s.tallies, tally{})
+		t = &s.tallies[len(s.tallies)-1]
 		m[k] = t
 	}
 	return t
@@ -355,14 +363,19 @@ func (s *session) window(r *scheduler.Request) (scheduler.Reason, bool) {
 		return why, true
 	}
 	if st, ok := s.windowAt(); ok && !st.Window.Allows(class) {
-		return scheduler.Reason{Code: scheduler.CodeWindow, Detail: fmt.Sprintf("window %q lets only %s start, until %s", st.Window.Name, classList(st.Window), stamp(st.End, s.e.loc))}, false
+		// The same words for every request the window holds back, made
+		// once a session (thousands wait behind a long queue's head).
+		if s.atWhy.Detail == "" {
+			s.atWhy = scheduler.Reason{Code: scheduler.CodeWindow, Detail: fmt.Sprintf("window %q lets only %s start, until %s", st.Window.Name, classList(st.Window), stamp(st.End, s.e.loc))}
+		}
+		return s.atWhy, false
 	}
 	if class == config.ClassBatch && !r.Preemptible {
 		if why, refuse := w.batchTooLong(r, class); refuse {
 			return why, true
 		}
-		if st, ok := s.forbiddingBatch(r.Lease); ok {
-			return scheduler.Reason{Code: scheduler.CodeWindow, Detail: fmt.Sprintf("the lease would run into window %q (%s), which forbids batch; a preemptible VM could", st.Window.Name, stamp(st.Start, s.e.loc))}, false
+		if why := s.forbiddingBatch(r.Lease); !why.OK() {
+			return why, false
 		}
 	}
 	return scheduler.Reason{}, false

@@ -103,6 +103,10 @@ type Options struct {
 	Preempt    bool
 	Notice     time.Duration
 	MinRuntime time.Duration
+	// Unexplained leaves Decision.Waiting and Order out: for a caller that
+	// reads neither (pkg/estimate's trial cycles on the head of a long
+	// queue, thousands a replay).
+	Unexplained bool
 }
 
 // Decision is what a cycle decided.
@@ -208,7 +212,10 @@ func CycleReport(now time.Time, inv *Inventory, queue []Request, running []Runni
 		o.Strategy = Pack
 	}
 	s := pol.Begin(now, running)
-	d := Decision{Waiting: make(map[string]Wait, len(queue)), Actions: s.Actions(running)}
+	d := Decision{Actions: s.Actions(running)}
+	if !o.Unexplained {
+		d.Waiting = make(map[string]Wait, len(queue))
+	}
 	ordered := s.Order(queue)
 
 	var ends []ending
@@ -240,6 +247,9 @@ func CycleReport(now time.Time, inv *Inventory, queue []Request, running []Runni
 		}
 	}
 	for i, w := range waiting {
+		if o.Unexplained {
+			break
+		}
 		wt := Wait{Reason: w.why, Position: i + 1}
 		for _, h := range held {
 			if h.ID == w.r.ID {
@@ -258,6 +268,7 @@ func CycleReport(now time.Time, inv *Inventory, queue []Request, running []Runni
 func passMain(now time.Time, inv *Inventory, ordered []Request, s Session, o Options, held []Hold, lookahead bool, reserved int, ends []ending, preempting map[string]time.Time, d *Decision) ([]blocked, []Hold, int) {
 	var waiting []blocked
 	var failed failures
+	var against []Hold // the holds the request placed keeps off, bookings first (reused)
 	yield := lookaheadYield(inv, ordered, held, lookahead)
 	cpu := NewYielder()
 	for i := range ordered {
@@ -279,13 +290,14 @@ func passMain(now time.Time, inv *Inventory, ordered []Request, s Session, o Opt
 		}
 		end := now.Add(r.Lease)
 		others, own := s.Bookings(r, now, end)
-		against := holdsAgainst(held, r.ID, yield[r.ID])
-		key, plain := failed.key(r, others, own, len(against) == len(held))
+		skip, small := holdsSkipped(held, r.ID, yield[r.ID])
+		key, plain := failed.key(r, others, own, skip, small)
 		var p Placement
 		var bk *Hold
 		why, known := failed.m[key]
 		if !plain || !known {
-			p, bk, why = inv.place(r.Need, PlaceOptions{Strategy: o.Strategy, Now: now, End: end, Holds: append(others, against...), Own: own, Prefer: r.PreferHost})
+			against = holdsAgainst(append(against[:0], others...), held, r.ID, yield[r.ID])
+			p, bk, why = inv.place(r.Need, PlaceOptions{Strategy: o.Strategy, Now: now, End: end, Holds: against, Own: own, Prefer: r.PreferHost})
 			failed.note(plain, key, why)
 		}
 		if why.OK() {
@@ -336,7 +348,7 @@ func passMain(now time.Time, inv *Inventory, ordered []Request, s Session, o Opt
 // the planning pass found its Lookahead blocked requests before the end of
 // ordered.
 func lookaheadHolds(now time.Time, inv *Inventory, ordered []Request, running []Running, ends []ending, pol Policy, o Options) (held []Hold, stopped bool) {
-	trial := inv.Clone()
+	trial := inv.trial()
 	var blockedFirst []*Request
 	s1 := pol.Begin(now, running)
 	stopped = pass(now, trial, ordered, s1, o, func(r *Request, why Reason) bool {
@@ -345,6 +357,7 @@ func lookaheadHolds(now time.Time, inv *Inventory, ordered []Request, running []
 		}
 		return len(blockedFirst) < o.Lookahead
 	})
+	trial.drop()
 	sizes := make(map[string]float64, len(blockedFirst))
 	for _, r := range blockedFirst {
 		sizes[r.ID] = inv.size(r.Need)
@@ -415,16 +428,31 @@ func lookaheadYield(inv *Inventory, ordered []Request, held []Hold, lookahead bo
 	return out
 }
 
-// holdsAgainst are the holds request id keeps off: all but its own and
-// those it need not yield to.
-func holdsAgainst(held []Hold, id string, yield map[string]bool) []Hold {
-	out := make([]Hold, 0, len(held))
+// holdsAgainst appends to out the holds request id keeps off: all of held
+// but its own and those it need not keep off (yield).
+func holdsAgainst(out, held []Hold, id string, yield map[string]bool) []Hold {
 	for _, h := range held {
 		if h.ID != id && !yield[h.ID] {
 			out = append(out, h)
 		}
 	}
 	return out
+}
+
+// holdsSkipped is the set of the holds request id need not keep off (its
+// own and those it yields to; holdsAgainst keeps off the others), as bits
+// by place in held: false when held is too long to say so in 64 bits.
+func holdsSkipped(held []Hold, id string, yield map[string]bool) (uint64, bool) {
+	if len(held) > 64 {
+		return 0, false
+	}
+	var skip uint64
+	for i, h := range held {
+		if h.ID == id || yield[h.ID] {
+			skip |= 1 << i
+		}
+	}
+	return skip, true
 }
 
 // holdsExcept leaves out the holds of request id: its own.
@@ -462,7 +490,7 @@ func pass(now time.Time, inv *Inventory, ordered []Request, s Session, o Options
 		}
 		end := now.Add(r.Lease)
 		others, own := s.Bookings(r, now, end)
-		key, plain := failed.key(r, others, own, true)
+		key, plain := failed.key(r, others, own, 0, true)
 		var p Placement
 		var bk *Hold
 		why, known := failed.m[key]
@@ -491,16 +519,18 @@ func pass(now time.Time, inv *Inventory, ordered []Request, s Session, o Options
 }
 
 // failures remembers, within one pass, why needs failed to place for a
-// lease on the inventory as it is, against the holds that every request
-// keeps off: placing is a function of those, so a request of the same need
-// and lease fails the same way until a start changes the inventory or a
-// hold is added (reset). A request with bookings of its own or others', or
-// that need not keep off all the holds, is placed as always.
+// lease on the inventory as it is, against the holds the request keeps off
+// (all of the pass's but those it need not: its own, those it yields to):
+// placing is a function of those, so a request of the same need and lease
+// that keeps off the same holds fails the same way until a start changes
+// the inventory or a hold is added (reset). A request with bookings of its
+// own or others' is placed as always.
 type failures struct {
 	m map[failKey]Reason
 }
 
-// failKey is a need (with up to four Kinds) and a lease.
+// failKey is a need (with up to four Kinds), a lease and the holds not kept
+// off (bits by place in the pass's holds).
 type failKey struct {
 	kind                        gpu.Kind
 	typ, profile, model, series string
@@ -509,17 +539,18 @@ type failKey struct {
 	nkinds                      int
 	kinds                       [4]gpu.Kind
 	lease                       time.Duration
+	skip                        uint64
 }
 
 // key is r's key, and whether r's placement may be remembered: no booking
-// in the way or its own, all holds kept off (all), a need of at most four
-// kinds.
-func (f *failures) key(r *Request, others, own []Hold, all bool) (failKey, bool) {
+// in the way or its own, the holds it does not keep off said in skip (ok),
+// a need of at most four kinds.
+func (f *failures) key(r *Request, others, own []Hold, skip uint64, ok bool) (failKey, bool) {
 	n := &r.Need
-	if len(others) > 0 || len(own) > 0 || !all || len(n.Kinds) > 4 {
+	if len(others) > 0 || len(own) > 0 || !ok || len(n.Kinds) > 4 {
 		return failKey{}, false
 	}
-	k := failKey{kind: n.Kind, typ: n.Type, profile: n.Profile, model: n.Model, series: n.Series, count: n.Count, memory: n.Memory, nkinds: len(n.Kinds), lease: r.Lease}
+	k := failKey{kind: n.Kind, typ: n.Type, profile: n.Profile, model: n.Model, series: n.Series, count: n.Count, memory: n.Memory, nkinds: len(n.Kinds), lease: r.Lease, skip: skip}
 	copy(k.kinds[:], n.Kinds)
 	return k, true
 }
@@ -579,7 +610,8 @@ func (inv *Inventory) shadow(now time.Time, r *Request, ends []ending, s Session
 		}
 		return strings.Compare(a.id, b.id)
 	})
-	c := inv.Clone()
+	c := inv.trial()
+	defer c.drop()
 	for k := 0; k < len(sorted); {
 		at := sorted[k].end
 		if at.IsZero() || !at.Before(never) {
@@ -623,8 +655,13 @@ func (inv *Inventory) shadow(now time.Time, r *Request, ends []ending, s Session
 // preemptible VMs of lower priority whose stopping makes room; each victim
 // serves one request.
 func (inv *Inventory) preempt(now time.Time, waiting []blocked, running []Running, s Session, o Options, held []Hold) []Preemption {
+	if !slices.ContainsFunc(running, func(v Running) bool { return v.Preemptible && !v.Stopping }) {
+		return nil // no VM to stop: most cycles
+	}
 	var out []Preemption
-	future := inv.Clone()
+	// future is inv with the preemptions chosen so far; only read (each
+	// try is on a copy).
+	future := inv
 	taken := map[string]bool{}
 	pending := map[string]bool{}
 	for _, r := range running {

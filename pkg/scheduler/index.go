@@ -187,18 +187,23 @@ func (inv *Inventory) reindex(gi int) {
 	x.add(int32(gi), b)
 }
 
-// clone copies what Allocate and Release change.
-func (x *gpuIndex) clone() *gpuIndex {
+// cloneInto copies what Allocate and Release change into c, reusing its
+// memory (nil: a new index).
+func (x *gpuIndex) cloneInto(c *gpuIndex) *gpuIndex {
 	if x == nil {
 		return nil
 	}
-	c := *x
-	c.of = append([]int32(nil), x.of...)
-	c.next = append([]int32(nil), x.next...)
-	c.prev = append([]int32(nil), x.prev...)
-	c.head = append([]int32(nil), x.head...)
-	c.size = append([]int32(nil), x.size...)
-	return &c
+	if c == nil {
+		c = &gpuIndex{}
+	}
+	of, next, prev, head, size := c.of[:0], c.next[:0], c.prev[:0], c.head[:0], c.size[:0]
+	*c = *x
+	c.of = append(of, x.of...)
+	c.next = append(next, x.next...)
+	c.prev = append(prev, x.prev...)
+	c.head = append(head, x.head...)
+	c.size = append(size, x.size...)
+	return c
 }
 
 // scoreMask marks places of a score.

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -76,7 +77,7 @@ type Inventory struct {
 	allocs  map[string][]int // VM → GPUs it holds (each once)
 	ends    map[string]time.Time
 	// resolved caches Need → []concrete; shared by clones (same boards).
-	resolved *sync.Map
+	resolved *resolveCache
 	// idx keeps plain GPUs in buckets of one placement state (index.go);
 	// nil on small inventories.
 	idx *gpuIndex
@@ -153,7 +154,7 @@ var never = time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)
 // holds slices. All problems are reported together; no Inventory is returned
 // with them.
 func NewInventory(hosts []HostSpec, allocs []Allocation) (*Inventory, error) {
-	inv := &Inventory{byName: map[string]int{}, byAddr: map[string]int{}, allocs: map[string][]int{}, ends: map[string]time.Time{}, resolved: &sync.Map{}}
+	inv := &Inventory{byName: map[string]int{}, byAddr: map[string]int{}, allocs: map[string][]int{}, ends: map[string]time.Time{}, resolved: &resolveCache{}}
 	var errs []error
 	modelIdx := map[string]int{}
 	for hi, h := range hosts {
@@ -417,27 +418,55 @@ func (inv *Inventory) addExisting(as []Allocation) error {
 }
 
 // Clone returns an independent copy.
-func (inv *Inventory) Clone() *Inventory {
-	c := &Inventory{
-		hosts:    append([]hostState(nil), inv.hosts...),
-		gpus:     append([]gpuState(nil), inv.gpus...),
-		byName:   inv.byName, // never written after NewInventory
-		byAddr:   inv.byAddr,
-		models:   inv.models,
-		byModel:  inv.byModel,
-		resolved: inv.resolved,
-		allocs:   maps.Clone(inv.allocs), // the slices are never changed in place
-		ends:     maps.Clone(inv.ends),
-		idx:      inv.idx.clone(),
+func (inv *Inventory) Clone() *Inventory { return inv.CloneInto(nil) }
+
+// CloneInto is Clone made in c, an inventory nothing uses any more (one
+// made by Clone or CloneInto, not inv), whose memory it reuses; nil: a new
+// one. A scheduling cycle, and an estimate's replay of hundreds of them,
+// try placements on copies they then drop (issue #26).
+func (inv *Inventory) CloneInto(c *Inventory) *Inventory {
+	if c == nil {
+		c = &Inventory{}
 	}
-	for i := range c.gpus {
+	c.hosts = append(c.hosts[:0], inv.hosts...)
+	c.gpus = slices.Grow(c.gpus[:0], len(inv.gpus))[:len(inv.gpus)]
+	for i := range inv.gpus {
 		g := &c.gpus[i]
-		g.inst = append([]migInst(nil), g.inst...)
-		g.vgpus = append([]vgpuInst(nil), g.vgpus...)
-		g.ends = append([]time.Time(nil), g.ends...)
+		inst, vgpus, ends := g.inst[:0], g.vgpus[:0], g.ends[:0]
+		*g = inv.gpus[i]
+		g.inst = append(inst, g.inst...)
+		g.vgpus = append(vgpus, g.vgpus...)
+		g.ends = append(ends, g.ends...)
 	}
+	c.byName, c.byAddr = inv.byName, inv.byAddr // never written after NewInventory
+	c.models, c.byModel, c.resolved = inv.models, inv.byModel, inv.resolved
+	c.allocs = copyMap(c.allocs, inv.allocs) // the slices are never changed in place
+	c.ends = copyMap(c.ends, inv.ends)
+	c.idx = inv.idx.cloneInto(c.idx)
 	return c
 }
+
+// copyMap is src copied into dst, emptied first (nil: a new map).
+func copyMap[K comparable, V any](dst, src map[K]V) map[K]V {
+	if dst == nil || src == nil {
+		return maps.Clone(src)
+	}
+	clear(dst)
+	maps.Copy(dst, src)
+	return dst
+}
+
+// trials keep the inventories of the placements a cycle tries and drops.
+var trials sync.Pool
+
+// trial is a copy of inv to try placements on; drop gives it back.
+func (inv *Inventory) trial() *Inventory {
+	t, _ := trials.Get().(*Inventory)
+	return inv.CloneInto(t)
+}
+
+// drop gives back a copy of trial: nothing may use it after.
+func (inv *Inventory) drop() { trials.Put(inv) }
 
 func (inv *Inventory) gpuIndex(host, addr string) (int, bool) {
 	i, ok := inv.byAddr[host+"/"+addr]

@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/gpuvm/gpuvm/pkg/gpu"
@@ -102,6 +102,7 @@ func (inv *Inventory) placeOn(need Need, o PlaceOptions, only int) (Placement, *
 		return Placement{}, nil, Reason{CodeNever, inv.neverDetail(need)}
 	}
 	pc := inv.newCtx(o)
+	defer pc.done()
 	pc.only = only
 	// Booked capacity first.
 	for i := range o.Own {
@@ -253,31 +254,55 @@ type concrete struct {
 // first; empty when no board of the inventory has it. The answer depends
 // only on the need and the boards, and is kept (callers do not change it).
 func (inv *Inventory) resolve(n Need) []concrete {
-	key := needKey(n)
-	if cs, ok := inv.resolved.Load(key); ok {
-		return cs.([]concrete)
-	}
-	cs := inv.resolveNew(n)
-	inv.resolved.Store(key, cs)
-	return cs
+	return inv.resolved.get(n, inv.resolveNew)
 }
 
-func needKey(n Need) string {
-	var b strings.Builder
-	b.WriteString(string(n.Kind))
-	for _, f := range []string{n.Type, n.Profile, n.Model, n.Series} {
-		b.WriteByte('|')
-		b.WriteString(f)
+// resolveCache keeps Need → []concrete for an inventory and its clones (the
+// same boards), which may be used at once from several goroutines.
+type resolveCache struct {
+	mu sync.RWMutex
+	m  map[needKey][]concrete
+}
+
+// needKey is a Need as a map key: its Kinds joined, the rest as they are.
+type needKey struct {
+	kind                        gpu.Kind
+	typ, profile, model, series string
+	count                       int
+	memory                      uint64
+	kinds                       string
+}
+
+func keyOf(n Need) needKey {
+	k := needKey{kind: n.Kind, typ: n.Type, profile: n.Profile, model: n.Model, series: n.Series, count: n.Count, memory: n.Memory}
+	if len(n.Kinds) > 0 {
+		var b strings.Builder
+		for _, kd := range n.Kinds {
+			b.WriteString(string(kd))
+			b.WriteByte('|')
+		}
+		k.kinds = b.String()
 	}
-	b.WriteByte('|')
-	b.WriteString(strconv.Itoa(n.Count))
-	b.WriteByte('|')
-	b.WriteString(strconv.FormatUint(n.Memory, 10))
-	for _, k := range n.Kinds {
-		b.WriteByte('|')
-		b.WriteString(string(k))
+	return k
+}
+
+// get is n's concrete needs, made by resolve the first time.
+func (rc *resolveCache) get(n Need, resolve func(Need) []concrete) []concrete {
+	k := keyOf(n)
+	rc.mu.RLock()
+	cs, ok := rc.m[k]
+	rc.mu.RUnlock()
+	if ok {
+		return cs
 	}
-	return b.String()
+	cs = resolve(n)
+	rc.mu.Lock()
+	if rc.m == nil {
+		rc.m = map[needKey][]concrete{}
+	}
+	rc.m[k] = cs
+	rc.mu.Unlock()
+	return cs
 }
 
 func (inv *Inventory) resolveNew(n Need) []concrete {
@@ -401,8 +426,16 @@ type placeCtx struct {
 	cd cand
 }
 
+// ctxs keeps placement contexts, and their buffers, between placements: a
+// scheduling cycle places thousands of times, an estimate's replay of a
+// long queue hundreds of thousands (issue #26).
+var ctxs = sync.Pool{New: func() any { return new(placeCtx) }}
+
 func (inv *Inventory) newCtx(o PlaceOptions) *placeCtx {
-	pc := &placeCtx{o: o, end: o.End, only: -1}
+	pc := ctxs.Get().(*placeCtx)
+	holds := pc.holds
+	clear(holds)
+	*pc = placeCtx{o: o, end: o.End, only: -1, holds: holds, buf: pc.buf[:0], taken: pc.taken[:0]}
 	if pc.end.IsZero() {
 		pc.end = never
 	}
@@ -433,6 +466,12 @@ func (inv *Inventory) newCtx(o PlaceOptions) *placeCtx {
 		}
 	}
 	return pc
+}
+
+// done gives pc back for another placement: nothing may use it after.
+func (pc *placeCtx) done() {
+	pc.o = PlaceOptions{} // let go of the caller's holds
+	ctxs.Put(pc)
 }
 
 type score [6]int64
