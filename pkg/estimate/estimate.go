@@ -175,6 +175,8 @@ func queue(s State, o Options, until string) map[string]Estimate {
 	}
 	if rf := refuserOf(s, rp.order != nil); rf != nil {
 		rp.setupPrefix(rf)
+		rp.unexplained = s.Options
+		rp.unexplained.Unexplained = true
 	}
 	var later []scheduler.Request
 	rp.queue = make([]scheduler.Request, 0, len(s.Queue))
@@ -219,8 +221,11 @@ type replay struct {
 	dup     map[string]bool
 	startBy int  // requests of the queue with a StartBy
 	twice   bool // an ID is twice in the queue: byID is made each cycle
-	// pre runs the cycles on prefixes of a long queue (prefix.go).
-	pre prefixState
+	// pre runs the cycles on prefixes of a long queue (prefix.go), with
+	// unexplained, the options without the waiting requests' reasons:
+	// finalWaiting works out those of the last cycle.
+	pre         prefixState
+	unexplained scheduler.Options
 
 	// What the replay assumed so far.
 	ends       int             // running VMs ended at their lease's end

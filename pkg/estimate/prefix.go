@@ -41,8 +41,9 @@ import (
 var firstPrefix = 64
 
 // onPrefix, when set (by the tests), is told of each cycle kept from a
-// prefix: its length, the queue's, and the requests behind it refused.
-var onPrefix func(p, n, refused int)
+// head: its length, the queue's, the requests behind it refused, and the
+// requests it picked behind the queue's first p.
+var onPrefix func(p, n, refused, picked int)
 
 // bookingLister is a Policy that says its bookings (pkg/policy's Engine).
 type bookingLister interface {
@@ -97,6 +98,14 @@ type prefixState struct {
 	// the VMs that ran, its time, and the requests it took off the queue.
 	partial bool
 	prev    *scheduler.Inventory
+	// spare is an inventory nothing uses, whose memory the next trial of
+	// a prefix reuses (nil: none).
+	spare *scheduler.Inventory
+	// picks are the places in the queue of the requests behind the first
+	// p that the head being tried takes in, ascending; head is where it is
+	// put together.
+	picks   []int
+	head    []scheduler.Request
 	lastRun []scheduler.Running
 	lastNow time.Time
 	gone    []scheduler.Request
@@ -157,48 +166,89 @@ func (ps *prefixState) queued(id string, d int) {
 	}
 }
 
-// decide runs the cycle at now: on a prefix of the queue when that
-// decides as the whole queue would, else on the whole queue. It returns
-// the decision and the length of the queue's head it took requests from.
+// decide runs the cycle at now: on a head of the queue when that decides
+// as the whole queue would, else on the whole queue. It returns the
+// decision and the length of the queue's head it took requests from.
+//
+// The head is the queue's first p and, further back, requests picked one
+// at a time: the first behind the head that could start (restWaits), with
+// the requests the rules refuse before it. Every request skipped for it
+// would have waited, at its place in the whole cycle, on what the head
+// left; so picked, a request that starts deep in a long queue (a vGPU type
+// whose requests all wait behind thousands of others, a lease the queue
+// order puts last) costs a cycle on the head and it, not on all the queue
+// down to it.
 func (rp *replay) decide(now time.Time, runList []scheduler.Running) (scheduler.Decision, int) {
 	ps := &rp.pre
 	ps.partial = false
 	if ps.on && len(rp.dup) == 0 && !rp.mayPreempt(now, runList) {
+		ps.picks = ps.picks[:0]
 		for p := ps.plen; p < len(rp.queue); {
-			trial := rp.inv.Clone()
-			d, rep := scheduler.CycleReport(now, trial, rp.queue[:p], runList, rp.policy, rp.s.Options)
-			if more := rp.restWaits(now, trial, d, rep, p, runList); more > 0 {
-				p = more
+			head, last := rp.head(p)
+			trial := rp.inv.CloneInto(ps.spare)
+			ps.spare = nil
+			d, rep := scheduler.CycleReport(now, trial, head, runList, rp.policy, rp.unexplained)
+			more, pick := rp.restWaits(now, trial, d, rep, p, last, runList)
+			if pick != nil && len(ps.picks)+len(pick) <= maxPicks {
+				ps.picks, ps.spare = append(ps.picks, pick...), trial
 				continue
 			}
+			if pick != nil { // many starts deep in the queue: take all down to them
+				more = max(pick[len(pick)-1]+1+firstPrefix/4, p+1)
+			}
+			if more > 0 {
+				p, ps.spare, ps.picks = more, trial, ps.picks[:0]
+				continue
+			}
+			ps.spare = ps.prev // the inventory before the last cycle kept from a prefix: no longer needed
 			ps.partial, ps.prev, ps.lastRun, ps.lastNow, ps.gone = true, rp.inv, runList, now, ps.gone[:0]
 			rp.inv = trial
-			head := p
-			rf := rp.refusedBehind(rep.Session, p)
+			took := last + 1
+			rf := rp.refusedBehind(rep.Session, last)
 			if len(rf) > 0 {
 				d.Refused = append(d.Refused, rf...)
-				head = len(rp.queue)
+				took = len(rp.queue)
 			}
 			if onPrefix != nil {
-				onPrefix(p, len(rp.queue), len(rf))
+				onPrefix(len(head), len(rp.queue), len(rf), len(ps.picks))
 			}
-			return d, head
+			return d, took
 		}
 	}
 	return scheduler.Cycle(now, rp.inv, rp.queue, runList, rp.policy, rp.s.Options), len(rp.queue)
 }
 
-// refusedBehind are the requests behind the first p of the queue that the
-// rules, as the prefix's cycle left them, refuse.
-func (rp *replay) refusedBehind(s scheduler.Session, p int) []scheduler.Refusal {
+// maxPicks is how many requests behind the first p a head takes in one at
+// a time before it takes all the queue down to them.
+const maxPicks = 32
+
+// head is the head a cycle runs on: the first p of the queue and the
+// requests picked behind them, in queue order; last is the place in the
+// queue of its last request.
+func (rp *replay) head(p int) (head []scheduler.Request, last int) {
+	ps := &rp.pre
+	if len(ps.picks) == 0 {
+		return rp.queue[:p], p - 1
+	}
+	ps.head = append(ps.head[:0], rp.queue[:p]...)
+	for _, j := range ps.picks {
+		ps.head = append(ps.head, rp.queue[j])
+	}
+	return ps.head, ps.picks[len(ps.picks)-1]
+}
+
+// refusedBehind are the requests behind the head (the queue's request at
+// last and those before it) that the rules, as the head's cycle left
+// them, refuse.
+func (rp *replay) refusedBehind(s scheduler.Session, last int) []scheduler.Refusal {
 	ps := &rp.pre
 	if len(ps.queuedRefused) == 0 {
 		return nil
 	}
-	last := rp.order[rp.queue[p-1].ID]
+	lastOrder := rp.order[rp.queue[last].ID]
 	ids := make([]string, 0, len(ps.queuedRefused))
 	for id := range ps.queuedRefused {
-		if rp.order[id] > last {
+		if rp.order[id] > lastOrder {
 			ids = append(ids, id)
 		}
 	}
@@ -229,31 +279,78 @@ func (rp *replay) mayPreempt(now time.Time, runList []scheduler.Running) bool {
 	return false
 }
 
-// restWaits reports whether the requests behind the first p of the queue
-// would all have waited in the cycle that decided d on the first p, and
-// changed nothing (see the comment at the top of the file): 0 when they
-// would; else the longer prefix to try.
-func (rp *replay) restWaits(now time.Time, after *scheduler.Inventory, d scheduler.Decision, rep scheduler.Report, p int, runList []scheduler.Running) int {
+// restWaits reports whether the requests behind the head (the queue's
+// first p, the picks, down to the queue's request at last) would all have
+// waited in the cycle that decided d on the head, and changed nothing (see
+// the comment at the top of the file): more is 0 and pick nil when they
+// would. Else pick, when set, is what to add to the head, in queue order:
+// the first request behind it that could start — of a shape that would
+// place on what the head left, and that the rules, as the head left them,
+// let try (rep.Session's Admit: what the whole cycle would have told it at
+// its place) — and the requests the rules refuse before it; or more is the
+// longer prefix to try.
+func (rp *replay) restWaits(now time.Time, after *scheduler.Inventory, d scheduler.Decision, rep scheduler.Report, p, last int, runList []scheduler.Running) (more int, pick []int) {
 	o := rp.s.Options
 	if o.Reserve > 0 && o.Lookahead > o.Reserve {
 		if !rep.Lookahead {
-			return 2 * p
+			return 2 * p, nil
 		}
 	} else if rep.Reserved < o.Reserve {
-		return 2 * p
+		return 2 * p, nil
 	}
-	last := rp.order[rp.queue[p-1].ID]
+	ps := &rp.pre
+	dense := rp.order[rp.queue[p-1].ID]
 	for i := range runList {
 		id := runList[i].PreemptedFor
 		if id == "" {
 			continue
 		}
-		if k, ok := rp.order[id]; ok && k > last {
+		if k, ok := rp.order[id]; ok && k > dense && !rp.picked(k) {
 			if _, done := rp.out[id]; !done {
-				return 2 * p
+				return 2 * p, nil
 			}
 		}
 	}
+	starts := rp.placing(now, after, d, p)
+	if len(starts) == 0 {
+		return 0, nil
+	}
+	var refused []int
+	for j := last + 1; j < len(rp.queue); j++ {
+		r := &rp.queue[j]
+		k, ok := ps.shape[r.ID]
+		if !ok {
+			if ps.queuedRefused[r.ID] {
+				refused = append(refused, j)
+			}
+			continue
+		}
+		if !slices.Contains(starts, k) {
+			continue
+		}
+		if why, refuse := rep.Session.Admit(r); !refuse && !why.OK() {
+			continue // the rules make it wait: it changes nothing
+		}
+		return 0, append(refused, j)
+	}
+	return 0, nil
+}
+
+// picked reports whether the request at place k of the queue order is
+// among the picks.
+func (rp *replay) picked(k int) bool {
+	for _, j := range rp.pre.picks {
+		if rp.order[rp.queue[j].ID] == k {
+			return true
+		}
+	}
+	return false
+}
+
+// placing are the shapes of which some request is behind the head (the
+// queue's first p and the picks) that would place, or be refused for
+// good, on what the head's cycle left.
+func (rp *replay) placing(now time.Time, after *scheduler.Inventory, d scheduler.Decision, p int) []int {
 	ps := &rp.pre
 	clear(ps.count)
 	for i := range rp.queue[:p] {
@@ -261,12 +358,17 @@ func (rp *replay) restWaits(now time.Time, after *scheduler.Inventory, d schedul
 			ps.count[k]++
 		}
 	}
-	st := o.Strategy
+	for _, j := range ps.picks {
+		if k, ok := ps.shape[rp.queue[j].ID]; ok {
+			ps.count[k]++
+		}
+	}
+	st := rp.s.Options.Strategy
 	if st == "" {
 		st = scheduler.Pack
 	}
 	held := slices.Clone(d.Holds)
-	var starts []int // shapes that would place
+	var starts []int
 	for i, k := range ps.shapes {
 		if ps.total[i] <= ps.count[i] {
 			continue
@@ -276,23 +378,7 @@ func (rp *replay) restWaits(now time.Time, after *scheduler.Inventory, d schedul
 			starts = append(starts, i)
 		}
 	}
-	if len(starts) == 0 {
-		return 0
-	}
-	// The prefix to try takes in the first request behind of each shape
-	// that would place, and a little more.
-	more := p
-	for j := p; j < len(rp.queue) && len(starts) > 0; j++ {
-		k, ok := ps.shape[rp.queue[j].ID]
-		if !ok {
-			continue
-		}
-		if i := slices.Index(starts, k); i >= 0 {
-			more = j + 1
-			starts = slices.Delete(starts, i, i+1)
-		}
-	}
-	return max(more+firstPrefix/4, p+1)
+	return starts
 }
 
 // finalWaiting is why each request waited in the last cycle, when that

@@ -226,26 +226,30 @@ func TestQueueIsTheReference(t *testing.T) {
 			t.Errorf("seed %d (%s): NextFree %+v %v, want %+v %v", seed, desc, ge, gnow, we, wnow)
 		}
 	}
-	if prefixCycles < 100 || shortPrefixes < 10 || refusedBehind < 5 {
-		t.Errorf("%d cycles kept from a prefix, %d of them from one shorter than the queue by half, %d refusals behind one: the prefixes are not tested",
-			prefixCycles, shortPrefixes, refusedBehind)
+	if prefixCycles < 100 || shortPrefixes < 10 || refusedBehind < 5 || pickedHeads < 10 {
+		t.Errorf("%d cycles kept from a prefix, %d of them from one shorter than the queue by half, %d refusals behind one, %d with requests picked behind it: the prefixes are not tested",
+			prefixCycles, shortPrefixes, refusedBehind, pickedHeads)
 	}
-	t.Logf("%d cycles kept from a prefix, %d from one under half the queue, %d refusals behind one", prefixCycles, shortPrefixes, refusedBehind)
+	t.Logf("%d cycles kept from a prefix, %d from one under half the queue, %d refusals behind one, %d with requests picked behind it", prefixCycles, shortPrefixes, refusedBehind, pickedHeads)
 }
 
 // prefixCycles and shortPrefixes count the cycles withPrefix saw kept from
 // a prefix of the queue, and of those, from one under half of it;
-// refusedBehind the refusals of requests behind the prefix.
-var prefixCycles, shortPrefixes, refusedBehind int
+// refusedBehind the refusals of requests behind the prefix; pickedHeads
+// the cycles kept from a head with requests picked behind its prefix.
+var prefixCycles, shortPrefixes, refusedBehind, pickedHeads int
 
 // withPrefix runs f with the replay's first prefix set to p, counting the
 // cycles run on prefixes.
 func withPrefix[T any](p int, f func() T) T {
 	defer func(old int) { firstPrefix, onPrefix = old, nil }(firstPrefix)
 	firstPrefix = p
-	onPrefix = func(p, n, refused int) {
+	onPrefix = func(p, n, refused, picked int) {
 		prefixCycles++
 		refusedBehind += refused
+		if picked > 0 {
+			pickedHeads++
+		}
 		if 2*p < n {
 			shortPrefixes++
 		}
