@@ -227,6 +227,12 @@ type replay struct {
 	pre         prefixState
 	unexplained scheduler.Options
 
+	// Reused from cycle to cycle: the VMs that run, their IDs, the
+	// requests a cycle took off the queue.
+	runList []scheduler.Running
+	ids     []string
+	gone    map[string]bool
+
 	// What the replay assumed so far.
 	ends       int             // running VMs ended at their lease's end
 	extendable bool            // one of them may have its lease extended
@@ -293,17 +299,25 @@ func (rp *replay) endDue(now time.Time) {
 
 // cycle runs one scheduling cycle at now and records what it decides.
 func (rp *replay) cycle(now time.Time) {
-	runList := make([]scheduler.Running, 0, len(rp.running))
+	// The VMs that run, in a slice the cycles share: what a cycle keeps
+	// of it (the last cycle's, pre.lastRun) is needed only while no other
+	// has begun.
+	runList := rp.runList[:0]
 	for _, id := range rp.sortedRunning() {
 		runList = append(runList, *rp.running[id])
 	}
+	rp.runList = runList
 	d, head := rp.decide(now, runList)
 	if now.Equal(rp.s.Now) {
 		for _, h := range d.Holds {
 			rp.held[h.ID] = true
 		}
 	}
-	gone := make(map[string]bool, len(d.Start)+len(d.Refused))
+	if rp.gone == nil {
+		rp.gone = map[string]bool{}
+	}
+	gone := rp.gone
+	clear(gone)
 	if rp.twice {
 		for i := range rp.queue {
 			rp.byID[rp.queue[i].ID] = &rp.queue[i]
@@ -502,12 +516,15 @@ func (rp *replay) unknown(r scheduler.Request, until time.Time) Estimate {
 	return e
 }
 
+// sortedRunning are the IDs of the VMs that run, sorted, in a slice the
+// next call reuses.
 func (rp *replay) sortedRunning() []string {
-	ids := make([]string, 0, len(rp.running))
+	ids := rp.ids[:0]
 	for id := range rp.running {
 		ids = append(ids, id)
 	}
 	slices.Sort(ids)
+	rp.ids = ids
 	return ids
 }
 

@@ -42,6 +42,11 @@ type queueCase struct {
 	// twentieth of the queue, as gpuvmd's replay has them while creates
 	// come (those since the last round unranked).
 	ranked bool
+	// hourly: every request a 1g.10gb for an hour and the running VMs'
+	// leases ending within the hour, as the scale harness asks
+	// (test/bench): all of a long queue starts within the horizon, a
+	// cycle for each VM that ends.
+	hourly bool
 }
 
 var queueCases = []queueCase{
@@ -50,6 +55,7 @@ var queueCases = []queueCase{
 	{name: "mig-fairshare-ranked", order: config.OrderFairshare, ranked: true},
 	{name: "mig-fifo-windows", order: config.OrderFIFO, windows: true},
 	{name: "mixed-sjf-windows", mixed: true, order: config.OrderSJF, windows: true},
+	{name: "mig1g-fifo-hourly", order: config.OrderFIFO, ranked: true, hourly: true},
 }
 
 // fullServer is an h100x8-like server that is full: with mixed, bigState's
@@ -101,6 +107,16 @@ func queueState(tb testing.TB, c queueCase, n int) (State, Options) {
 	tb.Helper()
 	rng := rand.New(rand.NewSource(int64(n)))
 	inv, run := fullServer(tb, c.mixed, rng)
+	if c.hourly {
+		for i := range run {
+			r := &run[i]
+			r.End = t0.Add(time.Duration(1+rng.Intn(60)) * time.Minute)
+			inv.Release(r.ID)
+			if err := inv.Allocate(r.ID, r.Placement, r.End); err != nil {
+				tb.Fatal(err)
+			}
+		}
+	}
 	pc := policy.Config{Order: c.order}
 	o := Options{Horizon: 7 * 24 * time.Hour}
 	if c.windows {
@@ -130,6 +146,9 @@ func queueState(tb testing.TB, c queueCase, n int) (State, Options) {
 	for i := 0; i < n; i++ {
 		r := scheduler.Request{ID: fmt.Sprintf("q%05d", i), User: fmt.Sprintf("u%03d", rng.Intn(200)), Need: needs[rng.Intn(len(needs))],
 			Lease: time.Duration(1+rng.Intn(8)) * time.Hour, Submitted: t0.Add(-time.Duration(n-i) * 7 * time.Second)}
+		if c.hourly {
+			r.Need, r.Lease = needs[0], time.Hour
+		}
 		if c.windows && rng.Intn(4) == 0 {
 			r.Class = config.ClassBatch
 		}

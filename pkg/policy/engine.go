@@ -53,6 +53,9 @@ type Engine struct {
 	// plain are the VMs that hold no GPU and count against the quotas as
 	// one VM each (SetWithoutGPU).
 	plain []scheduler.Request
+	// budgets: some quota has a GPU-hour budget, which counts what each
+	// principal's running VMs have used (their tallies keep them).
+	budgets bool
 }
 
 var _ scheduler.Policy = (*Engine)(nil)
@@ -78,7 +81,38 @@ func New(c Config) (*Engine, error) {
 		e.order = config.OrderFIFO
 	}
 	e.windows = NewWindows(c.Policy)
+	e.budgets = budgeted(c)
 	return e, nil
+}
+
+// budgeted reports whether a quota of c has a GPU-hour budget.
+func budgeted(c Config) bool {
+	has := func(q config.Quota) bool {
+		return q.GPUHoursPerDay != nil || q.GPUHoursPerWeek != nil || q.GPUHoursPerMonth != nil
+	}
+	for _, q := range c.GroupTotals {
+		if has(q) {
+			return true
+		}
+	}
+	p := c.Policy
+	if p == nil {
+		return false
+	}
+	if has(p.Defaults.Quota) {
+		return true
+	}
+	for _, u := range p.Users {
+		if has(u.Quota) {
+			return true
+		}
+	}
+	for _, g := range p.Groups {
+		if has(g.Quota) {
+			return true
+		}
+	}
+	return false
 }
 
 // Order is the queue order the engine applies.
@@ -159,17 +193,22 @@ func (s *session) forbiddingBatch(lease time.Duration) scheduler.Reason {
 
 // Begin opens a cycle.
 func (e *Engine) Begin(now time.Time, running []scheduler.Running) scheduler.Session {
-	s := &session{e: e, now: now, users: map[string]*tally{}, groups: map[string]*tally{}, running: running,
-		tallies: make([]tally, 0, min(len(running)+len(e.plain), 64))}
+	n := min(len(running)+len(e.plain), 64)
+	s := &session{e: e, now: now, users: make(map[string]*tally, n), groups: map[string]*tally{}, running: running,
+		tallies: make([]tally, 0, n)}
 	for i := range running {
 		r := &running[i]
 		f := PlacedFootprint(r.Placement)
 		ut := s.tally(s.users, r.User)
 		ut.add(f)
-		ut.running = append(ut.running, r)
+		if e.budgets {
+			ut.running = append(ut.running, r)
+		}
 		if gt := s.groupTally(r.Group); gt != nil {
 			gt.add(f)
-			gt.running = append(gt.running, r)
+			if e.budgets {
+				gt.running = append(gt.running, r)
+			}
 		}
 	}
 	for i := range e.plain {

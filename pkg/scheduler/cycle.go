@@ -363,6 +363,9 @@ func lookaheadHolds(now time.Time, inv *Inventory, ordered []Request, running []
 		sizes[r.ID] = inv.size(r.Need)
 	}
 	sort.SliceStable(blockedFirst, func(i, j int) bool { return sizes[blockedFirst[i].ID] > sizes[blockedFirst[j].ID] })
+	if len(blockedFirst) == 0 || o.Reserve <= 0 {
+		return nil, stopped
+	}
 	s2 := pol.Begin(now, running)
 	for _, r := range blockedFirst {
 		if len(held) >= o.Reserve {
