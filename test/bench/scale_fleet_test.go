@@ -76,7 +76,14 @@ func (r *scaleRun) measureSize(size, queued int) sizeResult {
 		sr.fillLoad = r.dbLoadSince(db)
 	}
 	sr.queued = max(queued, size)
+	if cfg.profile != "" && len(r.debugAddrs) > 0 { // what the catching up costs each node: its rounds and replays
+		for i, addr := range r.debugAddrs {
+			go r.saveDebugOf(addr, filepath.Join(cfg.profile, fmt.Sprintf("settle-%d-n%d.pprof", size, i+1)), "profile?seconds=15", "CPU profile")
+		}
+	}
+	shares := r.readShares()
 	sr.settle = r.settle()
+	sr.settleCPU = r.readShares().since(shares, r.names)
 	if fillProfile != nil {
 		<-fillProfile // Go takes one CPU profile at a time: the idle window's waits for it
 	}

@@ -132,7 +132,9 @@ type sizeResult struct {
 	// (the last VM's estimate computed and not stale); 0: they did not
 	// within settleLimit.
 	settle time.Duration
-	rssMB  float64
+	// settleCPU is the CPU each process took while they caught up.
+	settleCPU string
+	rssMB     float64
 }
 
 // scaleEnv reads the harness's knobs from the environment.
@@ -831,6 +833,9 @@ func printSize(w io.Writer, sr sizeResult) {
 		fmt.Fprintf(w, "%-52s %8.1f s\n", "estimates caught up with the fill after", sr.settle.Seconds())
 	} else {
 		fmt.Fprintf(w, "%-52s %v\n", "estimates caught up with the fill", "NOT within "+settleLimit.String())
+	}
+	if sr.settleCPU != "" {
+		fmt.Fprintf(w, "  CPU while they caught up: %s\n", sr.settleCPU)
 	}
 	for _, rt := range sr.routes {
 		line := fmt.Sprintf("%-52s n=%-3d     p50 %8.1f ms  p99 %8.1f ms", rt.name, len(rt.times), rt.p(50), rt.p(99))
