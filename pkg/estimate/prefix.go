@@ -16,9 +16,13 @@ import (
 // no request behind is the one running VMs were told to make room for, no
 // preemption can be chosen, and no request behind could start or be
 // refused: each shape (need and lease) of the requests behind fails to
-// place, for capacity, on what the prefix left, whatever the rules say of
-// each request. Else the cycle runs again on a prefix twice as long. A
-// request behind the prefix then waits, as it would have in the full cycle
+// place, for capacity, on what the prefix left, or the rules, as the prefix
+// left them, make each request of it wait. Else, when a request behind
+// could start, the cycle runs again on the prefix and that request (the
+// first such; those skipped for it would have waited at their place), one
+// at a time (decide); when the holds are not settled inside the prefix, on
+// a prefix twice as long. A request behind then waits, as it would have in
+// the full cycle
 // (the requests behind change nothing that a request behind them sees); why
 // it waits is worked out only where the estimate says it, after the last
 // cycle, by running that cycle again on the whole queue.
