@@ -2,7 +2,6 @@ package estimate
 
 import (
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/gpuvm/gpuvm/pkg/policy"
@@ -132,15 +131,7 @@ func (rp *replay) setupPrefix(rf scheduler.Refuser) {
 			ps.maxPrio, first = r.Priority, false
 		}
 		n := r.Need
-		k := shapeKey{kind: string(n.Kind), typ: n.Type, profile: n.Profile, model: n.Model, series: n.Series, count: n.Count, memory: n.Memory, lease: r.Lease}
-		if len(n.Kinds) > 0 {
-			var b strings.Builder
-			for _, kd := range n.Kinds {
-				b.WriteString(string(kd))
-				b.WriteByte(',')
-			}
-			k.kinds = b.String()
-		}
+		k := shapeKey{kind: string(n.Kind), typ: n.Type, profile: n.Profile, model: n.Model, series: n.Series, count: n.Count, memory: n.Memory, lease: r.Lease, kinds: n.KindsKey()}
 		i, ok := index[k]
 		if !ok {
 			i = len(ps.shapes)

@@ -274,16 +274,7 @@ type needKey struct {
 }
 
 func keyOf(n Need) needKey {
-	k := needKey{kind: n.Kind, typ: n.Type, profile: n.Profile, model: n.Model, series: n.Series, count: n.Count, memory: n.Memory}
-	if len(n.Kinds) > 0 {
-		var b strings.Builder
-		for _, kd := range n.Kinds {
-			b.WriteString(string(kd))
-			b.WriteByte('|')
-		}
-		k.kinds = b.String()
-	}
-	return k
+	return needKey{kind: n.Kind, typ: n.Type, profile: n.Profile, model: n.Model, series: n.Series, count: n.Count, memory: n.Memory, kinds: n.KindsKey()}
 }
 
 // get is n's concrete needs, made by resolve the first time.

@@ -29,6 +29,19 @@ type Need struct {
 	Series string `json:"series,omitempty"`
 }
 
+// KindsKey is n.Kinds as one string, for a map key ("" when none).
+func (n Need) KindsKey() string {
+	if len(n.Kinds) == 0 {
+		return ""
+	}
+	var b strings.Builder
+	for _, k := range n.Kinds {
+		b.WriteString(string(k))
+		b.WriteByte('|')
+	}
+	return b.String()
+}
+
 // String describes the need for people: "3g.40gb", "2× L40S-12Q",
 // "a whole H100", "20GiB as mig or vgpu".
 func (n Need) String() string {
