@@ -343,3 +343,100 @@ func httpGet(t *testing.T, s *Server, path, token string) []byte {
 	}
 	return rec.Body.Bytes()
 }
+
+// TestEstimatesRestEndsWhenQuiet: after a replay that the state changed
+// under, the worker rests a multiple of the replay's time while changes
+// keep coming, but only the replay's time once they have stopped (a
+// burst's estimates catch up a replay sooner).
+func TestEstimatesRestEndsWhenQuiet(t *testing.T) {
+	e := newEstimateEnv(t, "8h")
+	do(t, e.s, "GET", "/v1/vms/"+e.queued[0], "ann-token")
+	const took = 600 * time.Millisecond
+	starts := make(chan time.Time, 16)
+	hold := make(chan struct{}, 16) // one value: the next replay takes took
+	e.s.estimates.mu.Lock()
+	e.s.estimates.restTimes = 8 // a full rest: 4.8 s
+	e.s.estimates.beforeCompute = func(uint64) {
+		starts <- time.Now()
+		select {
+		case <-hold:
+			time.Sleep(took)
+		default:
+		}
+	}
+	e.s.estimates.mu.Unlock()
+	lease := 0
+	change := func() { // the lease of a running VM extended: an event
+		t.Helper()
+		ctx := context.Background()
+		vm, err := e.st.GetVM(ctx, e.run[1])
+		if err != nil {
+			t.Fatal(err)
+		}
+		lease++
+		end := vm.LeaseEnd.Add(time.Duration(lease) * time.Minute)
+		if _, err := e.st.UpdateVMState(ctx, vm.ID, vm.Version, store.VMUpdate{State: vm.State, Phase: vm.Phase, LeaseEnd: &end}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	read := func() { do(t, e.s, "GET", "/v1/vms/"+e.queued[0], "ann-token") }
+	// replayUnder starts a replay of took, changes the state while it
+	// runs, reads the estimates once it is over (the stale answer a person
+	// sees), and returns when that replay began.
+	replayUnder := func() time.Time {
+		t.Helper()
+		hold <- struct{}{}
+		change()
+		e.s.kickEstimates()
+		changeSeen(t, e.s)
+		read() // asks for the replay
+		var began time.Time
+		select {
+		case began = <-starts:
+		case <-time.After(time.Minute):
+			t.Fatal("no replay in a minute")
+		}
+		time.Sleep(took / 3)
+		change() // while it replays
+		time.Sleep(took)
+		read()
+		return began
+	}
+	next := func() time.Time {
+		t.Helper()
+		select {
+		case at := <-starts:
+			return at
+		case <-time.After(time.Minute):
+			t.Fatal("no next replay in a minute")
+		}
+		return time.Time{}
+	}
+
+	// Quiet after the replay: the next one follows its own time, not
+	// eight times it.
+	began := replayUnder()
+	if gap := next().Sub(began); gap > took+3*time.Second {
+		t.Errorf("quiet after the replay: the next began %v after it, want about 2 × %v (a full rest: %v more)", gap, took, 8*took)
+	}
+	caughtUp(t, e.s)
+
+	// Changes in the rest too: the full rest.
+	began = replayUnder()
+	var at time.Time
+	for deadline := time.Now().Add(time.Minute); at.IsZero(); {
+		select {
+		case at = <-starts:
+		case <-time.After(100 * time.Millisecond):
+			if time.Now().After(deadline) {
+				t.Fatal("no next replay in a minute")
+			}
+			if time.Since(began) < 4*took {
+				change()
+			}
+		}
+	}
+	if gap := at.Sub(began); gap < 7*took {
+		t.Errorf("changes still coming: the next replay began %v after the last began, want at least %v (its time and eight times it)", gap, 9*took)
+	}
+}

@@ -94,6 +94,9 @@ type estimates struct {
 	// beforeCompute, when set (tests), is called by the worker before each
 	// computation, with the gen it computes for.
 	beforeCompute func(gen uint64)
+	// restTimes is how many times a replay's duration the worker rests
+	// while changes keep coming (estimateRest; tests set more).
+	restTimes int
 
 	started, closed bool
 	stopped         chan struct{} // closed when the worker returns
@@ -112,7 +115,7 @@ func probeKey(user, profile string) string { return user + "\x00" + profile }
 
 func newEstimates() *estimates {
 	return &estimates{changed: make(chan struct{}), kick: make(chan struct{}, 1), wake: make(chan struct{}, 1),
-		wants: map[string]*probeWant{}, stopped: make(chan struct{})}
+		wants: map[string]*probeWant{}, stopped: make(chan struct{}), restTimes: estimateRest}
 }
 
 // StartEstimates starts the estimates' worker now rather than at the first
@@ -198,42 +201,41 @@ func (e *estimates) watched() bool {
 
 // runEstimates is the worker: it reads the state version, and computes
 // what is behind, until ctx ends.
-// estimateRest is how many times a replay's duration the worker rests
-// before the next while changes keep coming.
-const estimateRest = 2
-
 func (s *Server) runEstimates(ctx context.Context) {
 	e := s.estimates
 	t := time.NewTicker(estimatePoll)
 	defer t.Stop()
 	s.pollEstimates(ctx)
-	// rest: after a computation the worker rests twice as long as it
-	// took before the next, so that a stream of changes (creates
-	// arriving) gets at most a third of a core's worth of replays, and
-	// the creates the rest of the machine; meanwhile the answers say they
-	// are stale. At 10,000 waiting a replay takes about a second: a
-	// burst's estimates are at most three seconds behind it.
-	var restUntil time.Time
+	var rs rest
 	for ctx.Err() == nil {
 		e.mu.Lock()
 		sn := e.snap
 		behind := sn == nil || sn.gen < e.gen && e.watched()
 		missing := sn != nil && len(e.missingProbes(sn)) > 0
+		version, times := e.version, e.restTimes
 		e.mu.Unlock()
 		switch {
 		case missing: // asked for by a waiting request: first
 			s.addProbes(ctx)
 			continue
-		case behind && !time.Now().Before(restUntil):
+		case behind && rs.over(time.Now()):
 			start := time.Now()
 			s.computeEstimates(ctx)
-			restUntil = time.Now().Add(estimateRest * time.Since(start))
+			rs = newRest(time.Now(), time.Since(start), times)
+			s.pollEstimates(ctx) // what changed while it ran: the rest's first look
 			continue
 		case behind:
+			rs.seen(version)
 			select {
 			case <-ctx.Done():
 				return
-			case <-time.After(time.Until(restUntil)):
+			case <-time.After(rs.wait(time.Now())):
+				if rs.checkQuiet(time.Now()) {
+					s.pollEstimates(ctx)
+					e.mu.Lock()
+					rs.quiet(time.Now(), e.version)
+					e.mu.Unlock()
+				}
 			case <-e.kick: // a request may wait for a probe: see to it
 				s.pollEstimates(ctx)
 			}
@@ -250,6 +252,63 @@ func (s *Server) runEstimates(ctx context.Context) {
 		}
 		s.pollEstimates(ctx)
 	}
+}
+
+// estimateRest is how many times a replay's duration the worker rests
+// before the next while changes keep coming.
+const estimateRest = 2
+
+// rest is the worker's pause after a replay that the state changed under:
+// estimateRest times the replay's duration, so that a stream of changes
+// (creates arriving) gets at most a third of a core's worth of replays,
+// and the creates the rest of the machine; meanwhile the answers say they
+// are stale. Cut to the replay's duration when the state has not changed
+// since the worker first saw the replay stale: the changes came while it
+// ran (a burst's last creates, the rounds that rank them) and have
+// stopped, and the next replay catches up (at most half a core while it
+// does). The zero rest is over.
+type rest struct {
+	until, early time.Time
+	version      string // the state version the worker first saw stale; "" until then
+}
+
+// newRest is the rest after a replay that ended at end and took took.
+func newRest(end time.Time, took time.Duration, times int) rest {
+	return rest{until: end.Add(time.Duration(times) * took), early: end.Add(took)}
+}
+
+// over reports whether the rest is over at now.
+func (r *rest) over(now time.Time) bool { return !now.Before(r.until) }
+
+// seen notes the state version the worker saw stale, the first time.
+func (r *rest) seen(version string) {
+	if r.version == "" {
+		r.version = version
+	}
+}
+
+// wait is how long the worker waits before it looks again: to the
+// replay's duration (to see whether the state was quiet), then to the end.
+func (r *rest) wait(now time.Time) time.Duration {
+	if !r.early.IsZero() && now.Before(r.early) {
+		return r.early.Sub(now)
+	}
+	return r.until.Sub(now)
+}
+
+// checkQuiet reports whether it is time to read the state version and see
+// whether it was quiet.
+func (r *rest) checkQuiet(now time.Time) bool {
+	return !r.early.IsZero() && !now.Before(r.early) && now.Before(r.until)
+}
+
+// quiet is told the state version read at the replay's duration: the
+// same as first seen stale, the rest is over.
+func (r *rest) quiet(now time.Time, version string) {
+	if r.version != "" && version == r.version {
+		r.until = now
+	}
+	r.early = time.Time{}
 }
 
 // pollEstimates reads the state version; a new one is a change.
