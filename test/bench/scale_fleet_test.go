@@ -6,6 +6,7 @@ import (
 	"math"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/gpuvm/gpuvm/pkg/api"
@@ -76,9 +77,12 @@ func (r *scaleRun) measureSize(size, queued int) sizeResult {
 		sr.fillLoad = r.dbLoadSince(db)
 	}
 	sr.queued = max(queued, size)
-	if cfg.profile != "" && len(r.debugAddrs) > 0 { // what the catching up costs each node: its rounds and replays
+	var settleProfiles sync.WaitGroup
+	if cfg.profile != "" { // what the catching up costs each node: its rounds and replays
 		for i, addr := range r.debugAddrs {
-			go r.saveDebugOf(addr, filepath.Join(cfg.profile, fmt.Sprintf("settle-%d-n%d.pprof", size, i+1)), "profile?seconds=15", "CPU profile")
+			settleProfiles.Go(func() {
+				r.saveDebugOf(addr, filepath.Join(cfg.profile, fmt.Sprintf("settle-%d-n%d.pprof", size, i+1)), "profile?seconds=15", "CPU profile")
+			})
 		}
 	}
 	shares := r.readShares()
@@ -87,6 +91,7 @@ func (r *scaleRun) measureSize(size, queued int) sizeResult {
 	if fillProfile != nil {
 		<-fillProfile // Go takes one CPU profile at a time: the idle window's waits for it
 	}
+	settleProfiles.Wait()
 	cpus, load := r.idleCPU(size)
 	sr.idleCPU, sr.idleLoad = cpus[0], load
 	var readProfile chan struct{}
