@@ -607,6 +607,12 @@ type Quota struct {
 	GPUHoursPerMonth *float64 `json:"gpu_hours_per_month,omitempty"`
 }
 
+// HasBudget reports whether q has a GPU-hour budget (per day, week or
+// month), which counts what has run, not only what runs now.
+func (q Quota) HasBudget() bool {
+	return q.GPUHoursPerDay != nil || q.GPUHoursPerWeek != nil || q.GPUHoursPerMonth != nil
+}
+
 // At-end actions of a window.
 const (
 	AtEndWarn    = "warn"

@@ -87,11 +87,8 @@ func New(c Config) (*Engine, error) {
 
 // budgeted reports whether a quota of c has a GPU-hour budget.
 func budgeted(c Config) bool {
-	has := func(q config.Quota) bool {
-		return q.GPUHoursPerDay != nil || q.GPUHoursPerWeek != nil || q.GPUHoursPerMonth != nil
-	}
 	for _, q := range c.GroupTotals {
-		if has(q) {
+		if q.HasBudget() {
 			return true
 		}
 	}
@@ -99,16 +96,16 @@ func budgeted(c Config) bool {
 	if p == nil {
 		return false
 	}
-	if has(p.Defaults.Quota) {
+	if p.Defaults.Quota.HasBudget() {
 		return true
 	}
 	for _, u := range p.Users {
-		if has(u.Quota) {
+		if u.Quota.HasBudget() {
 			return true
 		}
 	}
 	for _, g := range p.Groups {
-		if has(g.Quota) {
+		if g.Quota.HasBudget() {
 			return true
 		}
 	}

@@ -225,7 +225,7 @@ type period struct {
 // periods are the calendar day, week (from Monday) and month around now in
 // loc.
 func periods(q config.Quota, now time.Time, loc *time.Location) []period {
-	if q.GPUHoursPerDay == nil && q.GPUHoursPerWeek == nil && q.GPUHoursPerMonth == nil {
+	if !q.HasBudget() {
 		return nil // no budget: no calendar to work out
 	}
 	if loc == nil {

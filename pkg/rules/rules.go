@@ -227,10 +227,6 @@ func storageFacts(prefix string, s config.StorageLimits) []api.RulesFact {
 
 func hasLimit(q config.Quota) bool { return len(quotaFacts("", q)) > 0 }
 
-func hasBudget(q config.Quota) bool {
-	return q.GPUHoursPerDay != nil || q.GPUHoursPerWeek != nil || q.GPUHoursPerMonth != nil
-}
-
 // effective is the viewer's principal and where it comes from.
 func (b *builder) effective() (config.Principal, string, []string) {
 	eff := b.pol.Effective(b.v.User, b.v.Groups)
@@ -327,7 +323,7 @@ func (b *builder) quotas() []api.RulesSentence {
 	for _, e := range ps {
 		q := e.p.Quota
 		anyLimit = anyLimit || hasLimit(q)
-		anyBudget = anyBudget || hasBudget(q)
+		anyBudget = anyBudget || q.HasBudget()
 		anySlices = anySlices || q.Slices != nil || q.GPUs != nil
 		facts := quotaFacts(e.key+".quota", q)
 		if e.who.kind != "defaults" && !hasLimit(q) {
