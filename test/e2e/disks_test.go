@@ -55,10 +55,10 @@ func findDisk(serial string) string {
 func (w *world) diskWritten(sh *guestShell, ann, bob homePerson, disk api.Volume, bobVM string) string {
 	w.t.Helper()
 	content := "gpuvm-disk-" + randHex(8)
-	got := sh.run(ann, "ann-1", findDisk(diskSerial(disk))+fmt.Sprintf(
+	got := sh.run(ann, "ann-1", findDisk(diskSerial(disk))+diskOpen("-w")+fmt.Sprintf(
 		` && printf '%%s' %s | dd of=$dev bs=512 count=1 conv=sync && sync && echo wrote=yes`, content))
 	if got["dev"] == "" || got["wrote"] != "yes" {
-		w.t.Fatalf("ann-1 found the disk at %q (serial %s) and wrote: %q", got["dev"], diskSerial(disk), got["wrote"])
+		w.t.Fatalf("ann-1 found the disk at %q (serial %s; %s, after %s s) and wrote: %q", got["dev"], diskSerial(disk), got["mode"], got["waited"], got["wrote"])
 	}
 	// In use: a second VM of ann's with it is refused, naming ann-1.
 	_, err := ann.cl.CreateVM(w.ctx(30*time.Second), api.CreateVMRequest{Profile: "tiny-home", Name: "ann-x", Volumes: []string{"scratch"}}, "")
@@ -81,10 +81,26 @@ func (w *world) diskWritten(sh *guestShell, ann, bob homePerson, disk api.Volume
 // diskRead reads the bytes back from ann-2.
 func (w *world) diskRead(sh *guestShell, ann homePerson, disk api.Volume, content string) {
 	w.t.Helper()
-	got := sh.run(ann, "ann-2", findDisk(diskSerial(disk))+` && echo read=$(dd if=$dev bs=512 count=1 | tr -d '\000')`)
+	got := sh.run(ann, "ann-2", findDisk(diskSerial(disk))+diskOpen("-r")+
+		` && echo read=$(dd if=$dev bs=512 count=1 2>/dev/null | tr -d '\000')`+
+		` && echo dd=$(dd if=$dev of=/dev/null bs=512 count=1 2>&1 | tr '\n' ' ')`)
 	if got["read"] != content {
-		w.t.Errorf("ann-2 reads %q from the disk (%s), want what ann-1 wrote, %q", got["read"], got["dev"], content)
+		w.t.Errorf("ann-2 reads %q from the disk (%s; %s, after %s s; dd said %q), want what ann-1 wrote, %q",
+			got["read"], got["dev"], got["mode"], got["waited"], got["dd"], content)
 	}
+	if got["waited"] != "0" {
+		w.t.Logf("ann-2 could read its disk %s s after it answered SSH", got["waited"])
+	}
+}
+
+// diskOpen is the guest's shell that waits, up to 30 s, until the guest's
+// user may open $dev as flag says (-r, -w): the test guest makes its
+// data disks its users' within a second of their device node (it has no
+// udev), so a disk a guest just found may still be root's. It prints how
+// long it waited (waited=) and the node's mode (mode=).
+func diskOpen(flag string) string {
+	return ` && { waited=0; while [ ! ` + flag + ` "$dev" ] && [ $waited -lt 30 ]; do sleep 1; waited=$((waited+1)); done;` +
+		` echo waited=$waited; echo mode=$(ls -l "$dev" | cut -d' ' -f1); }`
 }
 
 // diskPlugged is the guest's shell that prints how many virtio disks carry
