@@ -278,12 +278,11 @@ func (inv *Inventory) hostKey(s Strategy, hi int32) int64 {
 	return 0
 }
 
-// fitting evaluates one GPU of each bucket of c's boards with free (pc
-// without holds) and returns the buckets whose GPUs fit, to be taken least
-// bound first.
-func (inv *Inventory) fitting(c *concrete, free *placeCtx, n *notes, byModel [][]int32) *minHeap[bound] {
+// fitting looks at what one GPU of each bucket of c's boards gives c with
+// free (pc without holds; ev: kept between placements) and returns the
+// buckets whose GPUs fit, to be taken least bound first.
+func (inv *Inventory) fitting(c *concrete, free *placeCtx, op *ownParts, ev *evalView, n *notes, byModel [][]int32) *minHeap[bound] {
 	x := inv.idx
-	mask, _, _ := c.pl.varies(free.o.Strategy)
 	out := (*boundPool.Get().(*[]bound))[:0]
 	for mi, bs := range byModel {
 		if !c.match[mi] {
@@ -294,10 +293,10 @@ func (inv *Inventory) fitting(c *concrete, free *placeCtx, n *notes, byModel [][
 			if gi < 0 {
 				continue
 			}
-			st, code := inv.evalGPU(gi, &inv.gpus[gi], c, free, &free.cd)
-			n.add(st, code)
-			if st == stOK {
-				out = append(out, bound{b, free.cd.score.floor(mask)})
+			e := ev.get(inv, b, gi, c, op, free)
+			n.add(e.st, e.code)
+			if e.st == stOK {
+				out = append(out, bound{b, e.first.score.floor(op.mask)})
 			}
 		}
 	}
@@ -310,33 +309,36 @@ func (inv *Inventory) fitting(c *concrete, free *placeCtx, n *notes, byModel [][
 
 // bestOne is the best GPU for one device of c (gi < 0 when none fits): the
 // GPUs evalGPU must see one by one, then the buckets, least bound first,
-// until a bucket's bound is worse than the best GPU found. n gets what a
-// look at every GPU would have noted.
+// until a bucket's bound is worse than the best GPU found; a bucket's GPUs
+// are scored from what the bucket gives c and their own part. n gets what
+// a look at every GPU would have noted.
 func (inv *Inventory) bestOne(c *concrete, pc *placeCtx, n *notes) cand {
 	best := cand{gi: -1}
-	cd := &pc.cd
-	keep := func() {
+	keep := func(cd *cand) {
 		if best.gi < 0 || cd.score.less(best.score) {
 			best = *cd
 		}
 	}
-	inv.eachSingle(c, pc, n, func(int) { keep() })
+	inv.eachSingle(c, pc, n, func(int) { keep(&pc.cd) })
 	free := pc.free()
+	op := ownPartsOf(c, pc)
+	ev := evalsOf(c, pc.o.Strategy)
+	defer ev.publish()
 	x := inv.idx
 	sigs, byModel := x.tab.view()
-	h := inv.fitting(c, free, n, byModel)
+	h := inv.fitting(c, free, &op, &ev, n, byModel)
 	defer func() { xs := h.xs[:0]; boundPool.Put(&xs) }()
 	for len(h.xs) > 0 {
 		b := h.pop()
 		if best.gi >= 0 && best.score.less(b.lb) {
 			break
 		}
+		e := ev.evs[b.b] // fitting made it
 		if sig := &sigs[b.b]; sig.n == 0 && !sig.owned {
 			// Empty GPUs: their scores differ only by hostKey and index.
 			if gi := inv.firstEmpty(b.b, pc); gi >= 0 {
-				if st, _ := inv.evalGPU(gi, &inv.gpus[gi], c, free, cd); st == stOK {
-					keep()
-				}
+				cd := inv.ownCand(e, &op, free, gi)
+				keep(&cd)
 			}
 			continue
 		}
@@ -344,9 +346,8 @@ func (inv *Inventory) bestOne(c *concrete, pc *placeCtx, n *notes) cand {
 			if pc.isHeld(int(gi)) {
 				continue // seen by eachSingle
 			}
-			if st, _ := inv.evalGPU(int(gi), &inv.gpus[gi], c, free, cd); st == stOK {
-				keep()
-			}
+			cd := inv.ownCand(e, &op, free, int(gi))
+			keep(&cd)
 		}
 	}
 	return best
@@ -399,6 +400,9 @@ func (inv *Inventory) bestOnHosts(c *concrete, pc *placeCtx, n *notes) (Placemen
 		lower(pc.cd.score)
 	})
 	free := pc.free()
+	op := ownPartsOf(c, pc)
+	ev := evalsOf(c, pc.o.Strategy)
+	defer ev.publish()
 	_, byModel := x.tab.view()
 	for mi, bs := range byModel {
 		if !c.match[mi] {
@@ -409,12 +413,12 @@ func (inv *Inventory) bestOnHosts(c *concrete, pc *placeCtx, n *notes) (Placemen
 			if rep < 0 {
 				continue
 			}
-			st, code := inv.evalGPU(int(rep), &inv.gpus[rep], c, free, &free.cd)
-			n.add(st, code)
-			if st != stOK {
+			e := ev.get(inv, b, int(rep), c, &op, free)
+			n.add(e.st, e.code)
+			if e.st != stOK {
 				continue
 			}
-			lower(free.cd.score.floor(mask))
+			lower(e.first.score.floor(mask))
 			for gi := rep; gi >= 0; gi = x.next[gi] {
 				if !pc.isHeld(int(gi)) {
 					ok[x.hostOf[gi]]++

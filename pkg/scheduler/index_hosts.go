@@ -156,7 +156,6 @@ type chained struct {
 type sharedSearch struct {
 	chains [][]score // by bucket: its chain; nil when its GPUs cannot take c
 	floors []score   // by bucket: its chain's floor
-	flat   []score   // the chains' scores
 	order  minHeap[chained]
 	met    []bool // by host
 	hosts  minHeap[hostBound]
@@ -176,7 +175,7 @@ func (ss *sharedSearch) reset(inv *Inventory, buckets int) {
 	ss.chains = grow(ss.chains, buckets)
 	ss.floors = grow(ss.floors, buckets)
 	ss.met = grow(ss.met, len(inv.hosts))
-	ss.flat, ss.order.xs, ss.hosts.xs = ss.flat[:0], ss.order.xs[:0], ss.hosts.xs[:0]
+	ss.order.xs, ss.hosts.xs = ss.order.xs[:0], ss.hosts.xs[:0]
 }
 
 // grow is xs with n zero values.
@@ -189,10 +188,10 @@ func grow[T any](xs []T, n int) []T {
 	return xs
 }
 
-// sharedChains evaluates one GPU of each bucket of c's boards (noting what
-// it says in n) and makes ss's chains, floors and order (the buckets with a
-// chain, least floor first).
-func (inv *Inventory) sharedChains(c *concrete, op *ownParts, free *placeCtx, n *notes, ss *sharedSearch) {
+// sharedChains looks at what one GPU of each bucket of c's boards gives c
+// (ev: kept between placements; noting it in n) and makes ss's chains,
+// floors and order (the buckets with a chain, least floor first).
+func (inv *Inventory) sharedChains(c *concrete, op *ownParts, free *placeCtx, ev *evalView, n *notes, ss *sharedSearch) {
 	x := inv.idx
 	sigs, byModel := x.tab.view()
 	ss.reset(inv, len(sigs))
@@ -205,16 +204,14 @@ func (inv *Inventory) sharedChains(c *concrete, op *ownParts, free *placeCtx, n 
 			if rep < 0 {
 				continue
 			}
-			st, code := inv.evalGPU(rep, &inv.gpus[rep], c, free, &free.cd)
-			n.add(st, code)
-			if st != stOK {
+			e := ev.get(inv, b, rep, c, op, free)
+			n.add(e.st, e.code)
+			if e.st != stOK {
 				continue
 			}
-			from := len(ss.flat)
-			ss.flat = inv.chainOf(rep, free.cd, c, op, free, ss.flat)
-			ss.chains[b] = ss.flat[from:len(ss.flat):len(ss.flat)]
-			ss.floors[b] = chainFloor(ss.chains[b])
-			ss.order.xs = append(ss.order.xs, chained{b, ss.floors[b]})
+			ss.chains[b] = e.chain
+			ss.floors[b] = e.floor
+			ss.order.xs = append(ss.order.xs, chained{b, e.floor})
 		}
 	}
 	ss.order.init()
@@ -313,7 +310,9 @@ func (inv *Inventory) sharedOnHosts(c *concrete, pc *placeCtx, n *notes) (Placem
 	ss := sharedPool.Get().(*sharedSearch)
 	defer sharedPool.Put(ss)
 	free := pc.free()
-	inv.sharedChains(c, &op, free, n, ss)
+	ev := evalsOf(c, pc.o.Strategy)
+	defer ev.publish()
+	inv.sharedChains(c, &op, free, &ev, n, ss)
 	var bestS score
 	bestH := -1
 	keep := func(hi int, s score, ok bool) {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand"
 	"reflect"
+	"sync"
 	"testing"
 	"time"
 
@@ -168,6 +169,9 @@ func TestPlaceMatchesReference(t *testing.T) {
 		}
 		for step := 0; step < 60; step++ {
 			need := equivNeeds[rng.Intn(len(equivNeeds))]
+			if rng.Intn(2) == 0 {
+				need = severalNeeds[rng.Intn(len(severalNeeds))]
+			}
 			now := t0.Add(time.Duration(rng.Intn(4*60)) * time.Minute)
 			o := PlaceOptions{Strategy: strategies[rng.Intn(len(strategies))], Now: now}
 			if rng.Intn(4) > 0 {
@@ -371,5 +375,76 @@ func TestPlaceSeveralMatchesReference(t *testing.T) {
 	t.Logf("%d placements compared (%v), %d allocated", compared, codes, placed)
 	if codes[""] < compared/2 {
 		t.Errorf("only %d of %d placements placed: the test hardly covers the search", codes[""], compared)
+	}
+}
+
+// TestClonesPlaceAtOnce: clones of one inventory share what the index's
+// buckets give each need (index_evals.go) and the signature table; placed
+// on from several goroutines at once (as a cycle and an estimate's replay
+// are), each clone places exactly as a clone placed on alone. Run with
+// -race, it also checks that the sharing is safe.
+func TestClonesPlaceAtOnce(t *testing.T) {
+	defer func(n int) { indexFrom = n }(indexFrom)
+	indexFrom = 0
+	made := func() *Inventory {
+		rng := rand.New(rand.NewSource(7))
+		inv, err := NewInventory(manySpecs(rng, 40), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		vm := 0
+		fillRandom(rng, inv, &vm)
+		return inv
+	}
+	const workers, steps = 4, 200
+	strategies := []Strategy{Pack, Spread, FirstFit}
+	// run places steps needs on c, allocating every other one that fits
+	// (new signatures: buckets the shared entries have not met), and
+	// returns what it placed.
+	run := func(c *Inventory, seed int64) []string {
+		rng := rand.New(rand.NewSource(seed))
+		var out []string
+		for step := 0; step < steps; step++ {
+			need := equivNeeds[rng.Intn(len(equivNeeds))]
+			if rng.Intn(2) == 0 {
+				need = severalNeeds[rng.Intn(len(severalNeeds))]
+			}
+			now := t0.Add(time.Duration(rng.Intn(4*60)) * time.Minute)
+			o := PlaceOptions{Strategy: strategies[rng.Intn(len(strategies))], Now: now, End: now.Add(time.Duration(15+rng.Intn(600)) * time.Minute)}
+			p, why := c.Place(need, o)
+			out = append(out, fmt.Sprintf("%v %+v %v", need, p, why))
+			if why.OK() && step%2 == 0 {
+				if err := c.Allocate(fmt.Sprint("w", seed, "-", step), p, o.End); err != nil {
+					out = append(out, err.Error())
+				}
+			}
+		}
+		return out
+	}
+	want := make([][]string, workers)
+	for w := range workers {
+		want[w] = run(made(), int64(w))
+	}
+	inv := made()
+	got := make([][]string, workers)
+	var wg sync.WaitGroup
+	for w := range workers {
+		c := inv.Clone()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			got[w] = run(c, int64(w))
+		}()
+	}
+	wg.Wait()
+	for w := range workers {
+		if !reflect.DeepEqual(got[w], want[w]) {
+			for i := range got[w] {
+				if i >= len(want[w]) || got[w][i] != want[w][i] {
+					t.Fatalf("clone %d, step %d: placed at once with the others\n %s\nalone\n %s", w, i, got[w][i], want[w][min(i, len(want[w])-1)])
+				}
+			}
+			t.Fatalf("clone %d placed %d, alone %d", w, len(got[w]), len(want[w]))
+		}
 	}
 }

@@ -248,6 +248,8 @@ type concrete struct {
 	vt    []gpu.VGPUTypeInfo
 	share float64 // for ordering abstract options
 	mem   uint64
+	// evals is what the index's buckets give it (index_evals.go).
+	evals *evalCache
 }
 
 // resolve turns a need into the concrete devices that meet it, cheapest
@@ -300,7 +302,8 @@ func (inv *Inventory) resolveNew(n Need) []concrete {
 	count := n.count()
 	mk := func(k gpu.Kind, name, model string) concrete {
 		c := concrete{kind: k, pl: placerOf(k), name: name, model: model, count: count,
-			match: make([]bool, len(inv.models)), prof: make([]int, len(inv.models)), vt: make([]gpu.VGPUTypeInfo, len(inv.models))}
+			match: make([]bool, len(inv.models)), prof: make([]int, len(inv.models)), vt: make([]gpu.VGPUTypeInfo, len(inv.models)),
+			evals: &evalCache{}}
 		return c
 	}
 	fill := func(c *concrete) bool {
