@@ -152,3 +152,74 @@ func TestGetVMsAndEndedUsage(t *testing.T) {
 		}
 	})
 }
+
+// TestListedQueuePositions: a page of VMs spread over a long queue (a
+// user's, a page of the admin's) reads each queued VM's place in the whole
+// queue: after VMs ahead of it left (the ranks kept, with gaps), with VMs
+// not ranked beside them, across pages.
+func TestListedQueuePositions(t *testing.T) {
+	eachDriver(t, func(t *testing.T, s *Store, _ *testDB) {
+		ctx := context.Background()
+		mustUser(t, s, "ann")
+		mustUser(t, s, "bob")
+		var vms []*VM
+		for i := range 60 {
+			vms = append(vms, mustVM(t, s, []string{"ann", "bob", "bob"}[i%3], fmt.Sprintf("q%d", i)))
+		}
+		// The queue: every VM but each seventh (not ranked), in an order
+		// of its own (a stride through them).
+		var order []*VM
+		for i := range vms {
+			if vm := vms[(i*17)%len(vms)]; (i*17)%len(vms)%7 != 3 {
+				order = append(order, vm)
+			}
+		}
+		entries := map[string]QueueEntry{}
+		for i, vm := range order {
+			entries[vm.ID] = QueueEntry{Position: i + 1, Phase: "waiting for a GPU", Reason: "full"}
+		}
+		if _, err := s.SetQueue(ctx, entries); err != nil {
+			t.Fatal(err)
+		}
+		// Every fifth of the queue starts: gaps in the ranks, no round yet.
+		left := map[string]bool{}
+		for i := 0; i < len(order); i += 5 {
+			vm, err := s.GetVM(ctx, order[i].ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.UpdateVMState(ctx, vm.ID, vm.Version, VMUpdate{State: VMAllocating}); err != nil {
+				t.Fatal(err)
+			}
+			left[vm.ID] = true
+		}
+		want := map[string]int{}
+		for _, vm := range order {
+			if !left[vm.ID] {
+				want[vm.ID] = len(want) + 1
+			}
+		}
+		for _, f := range []VMFilter{{Owner: "ann", Limit: 1000}, {Owner: "bob", Limit: 1000}, {Limit: 7}, {States: []string{VMQueued}, Limit: 11}} {
+			listed := 0
+			for {
+				page, err := s.ListVMs(ctx, f)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, vm := range page.VMs {
+					listed++
+					if vm.QueuePosition != want[vm.ID] {
+						t.Errorf("%+v: %s (%s) at %d, want %d", f, vm.Name, vm.State, vm.QueuePosition, want[vm.ID])
+					}
+				}
+				if page.Next == "" {
+					break
+				}
+				f.After = page.Next
+			}
+			if listed == 0 {
+				t.Errorf("%+v listed nothing", f)
+			}
+		}
+	})
+}

@@ -3,8 +3,8 @@ package store
 import (
 	"context"
 	"fmt"
-	"slices"
 	"sort"
+	"strings"
 )
 
 // The queue is stored as ranks, not positions: vms.queue_position of a
@@ -123,38 +123,55 @@ func longestIncreasing(r []int) []bool {
 
 // fillQueuePositions sets the QueuePosition of the queued, ranked VMs of
 // vms: 1 + how many queued VMs have a smaller rank. One statement, one
-// snapshot: the count below the smallest rank of the page, and the ranks
-// from its smallest to its largest (vms_queue_rank).
+// snapshot: the count below the smallest rank of the page, plus each rank's
+// place among the ranks from the smallest to the largest of the page
+// (vms_queue_rank), counted in the database, which returns the page's ranks
+// alone — a user's page of 1,000 VMs spread over a queue of 10,000 read
+// every rank between them, a value each, which on SQLite costs a cgo call
+// each (issue #26). A VM whose rank is not found (ranked again meanwhile)
+// gets no position until it is read again.
 func (s *Store) fillQueuePositions(ctx context.Context, vms ...*VM) error {
-	var ranks []int
+	var ranks []any
+	seen := map[int]bool{}
+	lo, hi := 0, 0
 	for i := range vms {
 		vms[i].QueuePosition = 0
-		if vms[i].State == VMQueued && vms[i].QueueRank > 0 {
-			ranks = append(ranks, vms[i].QueueRank)
+		r := vms[i].QueueRank
+		if vms[i].State != VMQueued || r <= 0 || seen[r] {
+			continue
 		}
+		seen[r] = true
+		ranks = append(ranks, r)
+		if lo == 0 || r < lo {
+			lo = r
+		}
+		hi = max(hi, r)
 	}
 	if len(ranks) == 0 {
 		return nil
 	}
-	lo, hi := slices.Min(ranks), slices.Max(ranks)
 	var rows []struct {
-		Rank  int   `gorm:"column:queue_position"`
-		Ahead int64 `gorm:"column:ahead"`
+		Rank     int   `gorm:"column:queue_position"`
+		Position int64 `gorm:"column:position"`
 	}
-	err := s.db.WithContext(ctx).Raw("SELECT queue_position, (SELECT COUNT(*) FROM vms WHERE "+queuedVM+" AND queue_position > 0 AND queue_position < ?) AS ahead"+
-		" FROM vms WHERE "+queuedVM+" AND queue_position >= ? AND queue_position <= ? ORDER BY queue_position", lo, lo, hi).Scan(&rows).Error
+	in := strings.Repeat("?,", len(ranks))
+	args := append([]any{lo, lo, hi}, ranks...)
+	err := s.db.WithContext(ctx).Raw("SELECT queue_position, position FROM ("+
+		"SELECT queue_position, (SELECT COUNT(*) FROM vms WHERE "+queuedVM+" AND queue_position > 0 AND queue_position < ?)"+
+		" + RANK() OVER (ORDER BY queue_position) AS position"+
+		" FROM vms WHERE "+queuedVM+" AND queue_position >= ? AND queue_position <= ?) ranked"+
+		" WHERE queue_position IN ("+in[:len(in)-1]+")", args...).Scan(&rows).Error
 	if err != nil {
 		return wrap(err, nil, "count the queue ahead of %d vms", len(ranks))
 	}
-	if len(rows) == 0 {
-		return nil // ranked again meanwhile: no position until read again
+	pos := make(map[int]int, len(rows))
+	for _, r := range rows {
+		pos[r.Rank] = int(r.Position)
 	}
 	for i := range vms {
-		if vms[i].State != VMQueued || vms[i].QueueRank <= 0 {
-			continue
+		if vms[i].State == VMQueued && vms[i].QueueRank > 0 {
+			vms[i].QueuePosition = pos[vms[i].QueueRank]
 		}
-		k := sort.Search(len(rows), func(j int) bool { return rows[j].Rank >= vms[i].QueueRank })
-		vms[i].QueuePosition = int(rows[0].Ahead) + k + 1
 	}
 	return nil
 }
