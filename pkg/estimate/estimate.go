@@ -159,6 +159,7 @@ func queue(s State, o Options, until string) map[string]Estimate {
 		r.End = s.expectedEnd(&r, s.Now)
 		rp.running[r.ID] = &r
 	}
+	rp.sorted = slices.Sorted(maps.Keys(rp.running))
 	for i := range s.Queue {
 		r := &s.Queue[i]
 		if _, ok := rp.byID[r.ID]; ok {
@@ -227,10 +228,12 @@ type replay struct {
 	pre         prefixState
 	unexplained scheduler.Options
 
-	// Reused from cycle to cycle: the VMs that run, their IDs, the
-	// requests a cycle took off the queue.
+	// sorted are the IDs of the VMs that run (running's keys), sorted:
+	// kept as VMs start and end, not sorted again each cycle.
+	sorted []string
+	// Reused from cycle to cycle: the VMs that run, the requests a cycle
+	// took off the queue.
 	runList []scheduler.Running
-	ids     []string
 	gone    map[string]bool
 
 	// What the replay assumed so far.
@@ -278,9 +281,11 @@ func (rp *replay) run() {
 
 // endDue frees the devices of the VMs whose end is due at now.
 func (rp *replay) endDue(now time.Time) {
-	for _, id := range rp.sortedRunning() {
+	kept := rp.sorted[:0] // filtered in place: writes trail the reads
+	for _, id := range rp.sorted {
 		r := rp.running[id]
 		if r.End.IsZero() || r.End.After(now) {
+			kept = append(kept, id)
 			continue
 		}
 		rp.inv.Release(id)
@@ -295,6 +300,7 @@ func (rp *replay) endDue(now time.Time) {
 			rp.extendable = true
 		}
 	}
+	rp.sorted = kept
 }
 
 // cycle runs one scheduling cycle at now and records what it decides.
@@ -303,7 +309,7 @@ func (rp *replay) cycle(now time.Time) {
 	// of it (the last cycle's, pre.lastRun) is needed only while no other
 	// has begun.
 	runList := rp.runList[:0]
-	for _, id := range rp.sortedRunning() {
+	for _, id := range rp.sorted {
 		runList = append(runList, *rp.running[id])
 	}
 	rp.runList = runList
@@ -330,6 +336,10 @@ func (rp *replay) cycle(now time.Time) {
 		}
 		run := &scheduler.Running{Request: *r, Placement: st.Placement, Started: now, End: st.End, Booking: st.Booking}
 		run.End = rp.s.expectedEnd(run, now)
+		if _, ok := rp.running[st.ID]; !ok {
+			k, _ := slices.BinarySearch(rp.sorted, st.ID)
+			rp.sorted = slices.Insert(rp.sorted, k, st.ID)
+		}
 		rp.running[st.ID] = run
 		rp.out[st.ID] = rp.started(st.ID, now)
 		gone[st.ID] = true
@@ -516,18 +526,6 @@ func (rp *replay) unknown(r scheduler.Request, until time.Time) Estimate {
 	return e
 }
 
-// sortedRunning are the IDs of the VMs that run, sorted, in a slice the
-// next call reuses.
-func (rp *replay) sortedRunning() []string {
-	ids := rp.ids[:0]
-	for id := range rp.running {
-		ids = append(ids, id)
-	}
-	slices.Sort(ids)
-	rp.ids = ids
-	return ids
-}
-
 // ProbeID is the ID of the request NextFree adds to the queue.
 const ProbeID = "estimate:probe"
 
@@ -605,18 +603,19 @@ func (rp *replay) index(r *scheduler.Request) {
 
 // completeRanks ranks the requests the dispatcher has not ranked yet
 // (asked for since its last round: a burst of creates, an array of tasks)
-// after the ranked ones, in the order the Policy gives them now, when some
-// are ranked and the order is not by the requests' own fields (fair
-// share). The replay then keeps the whole queue in one order, as it keeps
-// the ranked ones: it models fair share's changes of order for neither
-// (estimates under fair share are uncertain, Overtake). Before, each cycle
-// of the replay ordered the unranked ones again, sorting the whole queue:
-// with ten thousand queued, twenty seconds a replay (issue #26).
+// after the ranked ones, in the order the Policy gives them now, when the
+// order is not by the requests' own fields (fair share) and some are
+// ranked — or none is, under one of pkg/policy's orders: a burst onto an
+// empty queue before the dispatcher's first round ranks it, in the order
+// that round will give it. The replay then keeps the whole queue in one
+// order, as it keeps the ranked ones: it models fair share's changes of
+// order for neither (estimates under fair share are uncertain, Overtake).
+// Before, each cycle of the replay ordered the unranked ones again,
+// sorting the whole queue: with ten thousand queued, twenty seconds a
+// replay (issue #26); twelve with none ranked.
 func completeRanks(s State) State {
-	if len(s.Rank) == 0 {
-		return s
-	}
-	if o, ok := s.Policy.(interface{ Order() string }); ok && fixedOrders[o.Order()] {
+	o, known := s.Policy.(interface{ Order() string })
+	if known && fixedOrders[o.Order()] || len(s.Rank) == 0 && !known {
 		return s
 	}
 	last := 0

@@ -1,6 +1,7 @@
 package estimate
 
 import (
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -246,5 +247,49 @@ func TestHorizon(t *testing.T) {
 	}
 	if e := Queue(s, Options{Horizon: 4 * time.Hour})["q1"]; !e.At.Equal(t0.Add(3 * time.Hour)) {
 		t.Errorf("within the horizon: %+v", e)
+	}
+}
+
+// TestCompleteRanks: the requests the dispatcher has not ranked are ranked
+// once, after the ranked ones, in the order the rules give them now, under
+// fair share — also when none is ranked yet (a burst onto an empty queue
+// before the first round) — so that a replay does not sort the queue again
+// each cycle; under an order by the requests' own fields, or rules whose
+// order is not known, the ranks are left as they are.
+func TestCompleteRanks(t *testing.T) {
+	by := func(id, user string, at time.Duration) scheduler.Request {
+		r := whole(id, 1, t0.Add(at))
+		r.User = user
+		return r
+	}
+	// ann runs a VM: under fair share bob and cy, who run none, go first.
+	running := []scheduler.Request{by("r1", "ann", 0)}
+	queue := []scheduler.Request{by("a1", "ann", time.Minute), by("b1", "bob", 2*time.Minute), by("a2", "ann", 3*time.Minute), by("c1", "cy", 4*time.Minute)}
+	cases := []struct {
+		name  string
+		order string
+		rank  map[string]int
+		other bool // rules that do not say their order
+		want  map[string]int
+	}{
+		{name: "fair share, none ranked", order: config.OrderFairshare, want: map[string]int{"b1": 1, "c1": 2, "a1": 3, "a2": 4}},
+		{name: "fair share, some ranked", order: config.OrderFairshare, rank: map[string]int{"a2": 5, "a1": 9},
+			want: map[string]int{"a2": 5, "a1": 9, "b1": 10, "c1": 11}},
+		{name: "fifo, none ranked", order: config.OrderFIFO},
+		{name: "fifo, some ranked", order: config.OrderFIFO, rank: map[string]int{"a2": 1}, want: map[string]int{"a2": 1}},
+		{name: "rules of unknown order, none ranked", order: config.OrderFairshare, other: true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			s := state(t, passthroughHost(2), running, []time.Duration{time.Hour}, queue, c.order)
+			s.Rank = c.rank
+			if c.other {
+				s.Policy = struct{ scheduler.Policy }{s.Policy}
+			}
+			got := completeRanks(s).Rank
+			if len(got) != len(c.want) || (len(c.want) > 0 && !reflect.DeepEqual(got, c.want)) {
+				t.Errorf("ranks %v, want %v", got, c.want)
+			}
+		})
 	}
 }
