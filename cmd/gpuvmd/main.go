@@ -237,6 +237,7 @@ func serve(ctx context.Context, o options, cfg *liveConfig, log *slog.Logger) er
 	mon.Observe(alert.NewEvaluator(alert.Config{Host: orch.Host(), Store: st, Rules: func() []*config.Alert { return profiles().Policy.Alerts },
 		Idle: mon.Idle(), Backends: alert.LoaderHealth(l), Notifier: alertHooks, Log: log, Interval: mon.Settings().Interval}))
 	mon.Exporter().ExportOrphans(orch.OrphanCounts)
+	orch.ObserveRounds(mon.Exporter().ObserveDispatchRound)
 	// The homes' usage, read every few minutes by the home quotas' loop.
 	mon.Exporter().ExportVolumes(api.VolumeHome, orch.HomeQuotas().Usage)
 	// This host's row in the hosts table: registered now, then a heartbeat

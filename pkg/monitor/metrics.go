@@ -92,6 +92,8 @@ var MetricDefs = []MetricDef{
 	{"gpuvm_backup_failures_total", Counter, "Scheduled backups (server.backup) that failed since gpuvmd started.", []string{"host"}},
 	{"gpuvm_last_backup_timestamp_seconds", Gauge, "Unix time of the last scheduled backup that succeeded (absent until one has).", []string{"host"}},
 	{"gpuvm_provisioning_seconds", Histogram, "Time from a VM's create request to the VM running, queue time included.", []string{"host"}},
+	{"gpuvm_dispatch_round_seconds", Histogram, "How long each dispatch round of this gpuvmd took: reading the unfinished operations, placing the queue in one scheduling cycle, writing its order.", nil},
+	{"gpuvm_estimate_replay_seconds", Histogram, "How long each replay of the queue that makes the estimated starts took (one per change of the state somebody looks at), with the NextFree probes asked for.", nil},
 	{"gpuvm_audit_write_failures_total", Counter, "Audit entries that could not be written to the database (each one is logged at error), by action.", []string{"action"}},
 	{"gpuvm_tunnel_udp_dropped_datagrams_total", Counter, "Datagrams UDP tunnels dropped, by direction (client_to_guest, guest_to_client) and reason: oversize (over udp_max_datagram), rate (over udp_datagrams_per_second or udp_bytes_per_second), backlog (the guest's socket could not take it at once).", []string{"direction", "reason"}},
 }
@@ -100,6 +102,9 @@ var MetricDefs = []MetricDef{
 var (
 	requestBuckets      = prometheus.DefBuckets
 	provisioningBuckets = []float64{1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1800, 3600, 7200, 14400, 43200, 86400}
+	// workBuckets: a round or a replay of a queue of a few to tens of
+	// thousands (issue #26).
+	workBuckets = []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}
 )
 
 func metricDef(name string) MetricDef {
@@ -124,6 +129,8 @@ type Exporter struct {
 	requests     *prometheus.CounterVec
 	durations    *prometheus.HistogramVec
 	provisioning prometheus.Observer
+	rounds       prometheus.Histogram
+	replays      prometheus.Histogram
 	auditFails   *prometheus.CounterVec
 	udpDrops     *prometheus.CounterVec
 	handler      http.Handler
@@ -179,11 +186,13 @@ func NewExporter(host string, sampler *Sampler, st MetricsStore, clock Clock, lo
 	prov := metricDef("gpuvm_provisioning_seconds")
 	pv := prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: prov.Name, Help: prov.Help, Buckets: provisioningBuckets}, prov.Labels)
 	e.provisioning = pv.WithLabelValues(host)
+	e.rounds = workHistogram("gpuvm_dispatch_round_seconds")
+	e.replays = workHistogram("gpuvm_estimate_replay_seconds")
 	af := metricDef("gpuvm_audit_write_failures_total")
 	e.auditFails = prometheus.NewCounterVec(prometheus.CounterOpts{Name: af.Name, Help: af.Help}, af.Labels)
 	ud := metricDef("gpuvm_tunnel_udp_dropped_datagrams_total")
 	e.udpDrops = prometheus.NewCounterVec(prometheus.CounterOpts{Name: ud.Name, Help: ud.Help}, ud.Labels)
-	e.reg.MustRegister(e.requests, e.durations, pv, e.auditFails, e.udpDrops, (*collector)(e),
+	e.reg.MustRegister(e.requests, e.durations, pv, e.rounds, e.replays, e.auditFails, e.udpDrops, (*collector)(e),
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	e.handler = promhttp.HandlerFor(e.reg, promhttp.HandlerOpts{ErrorLog: slogErrorLog{log}, ErrorHandling: promhttp.ContinueOnError})
 	return e
@@ -223,6 +232,18 @@ func (e *Exporter) ObserveProvisioning(d time.Duration) {
 	if d >= 0 {
 		e.provisioning.Observe(d.Seconds())
 	}
+}
+
+// ObserveDispatchRound records how long a dispatch round took.
+func (e *Exporter) ObserveDispatchRound(d time.Duration) { e.rounds.Observe(d.Seconds()) }
+
+// ObserveEstimateReplay records how long a replay of the queue for the
+// estimates took.
+func (e *Exporter) ObserveEstimateReplay(d time.Duration) { e.replays.Observe(d.Seconds()) }
+
+func workHistogram(name string) prometheus.Histogram {
+	d := metricDef(name)
+	return prometheus.NewHistogram(prometheus.HistogramOpts{Name: d.Name, Help: d.Help, Buckets: workBuckets})
 }
 
 // ObserveBackup records a scheduled backup's outcome: err nil for one that

@@ -129,6 +129,9 @@ func metricsEnv(t *testing.T) (*Monitor, *store.Store, *clocktest.Clock, map[str
 	mon.Exporter().ObserveAuditFailure("vm.create")
 	mon.Exporter().ObserveUDPDrop("client_to_guest", "backlog")
 	mon.Exporter().ObserveUDPDrop("client_to_guest", "backlog")
+	mon.Exporter().ObserveDispatchRound(80 * time.Millisecond)
+	mon.Exporter().ObserveEstimateReplay(600 * time.Millisecond)
+	mon.Exporter().ObserveEstimateReplay(400 * time.Millisecond)
 	return mon, st, clock, vms
 }
 
@@ -179,6 +182,8 @@ func TestMetricsEndpoint(t *testing.T) {
 		{"gpuvm_api_requests_total", map[string]string{"method": "OTHER", "route": "unmatched", "code": "404"}, 1},
 		{"gpuvm_api_request_duration_seconds", map[string]string{"method": "GET", "route": "/v1/vms/:id"}, 2},
 		{"gpuvm_provisioning_seconds", map[string]string{"host": testHost}, 1},
+		{"gpuvm_dispatch_round_seconds", nil, 1},
+		{"gpuvm_estimate_replay_seconds", nil, 2},
 		{"gpuvm_audit_write_failures_total", map[string]string{"action": "vm.create"}, 1},
 		{"gpuvm_tunnel_udp_dropped_datagrams_total", map[string]string{"direction": "client_to_guest", "reason": "backlog"}, 2},
 	} {
@@ -205,6 +210,9 @@ func TestMetricsEndpoint(t *testing.T) {
 	h := fams["gpuvm_provisioning_seconds"].Metric[0].Histogram
 	if h.GetSampleSum() != 90 {
 		t.Errorf("provisioning sum %g, want 90", h.GetSampleSum())
+	}
+	if h := fams["gpuvm_estimate_replay_seconds"].Metric[0].Histogram; !near(h.GetSampleSum(), 1) {
+		t.Errorf("replays' sum %g, want 1", h.GetSampleSum())
 	}
 	if fams["gpuvm_gpu_xid_errors_total"].GetType() != dto.MetricType_COUNTER || fams["gpuvm_api_request_duration_seconds"].GetType() != dto.MetricType_HISTOGRAM {
 		t.Error("metric types")

@@ -8,6 +8,7 @@ import (
 	"maps"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gpuvm/gpuvm/pkg/config"
@@ -46,6 +47,9 @@ type dispatcher struct {
 	// cycled, when set (tests), is shown what each round's scheduling
 	// cycle decides from, before it runs.
 	cycled func(*cycleInputs)
+	// observe, when set, is told how long each round that read the
+	// operations took (Orchestrator.ObserveRounds).
+	observe atomic.Pointer[func(time.Duration)]
 }
 
 // dispatchStore is what the dispatch rounds and admission ask of the
@@ -181,12 +185,16 @@ func (dp *dispatcher) dispatch(ctx context.Context, inline bool) {
 	if ctx.Err() != nil {
 		return
 	}
+	began := time.Now()
 	dp.beginRound(ctx)                                               // idle.go
 	ops, vms, err := dp.cache.read(ctx, dp.st, dp.fleet.readsOnly()) // roundcache.go, fleet.go
 	if err != nil {
 		dp.log.Error("list unfinished operations", "err", err)
 		dp.idle.retry()
 		return
+	}
+	if f := dp.observe.Load(); f != nil {
+		defer func() { (*f)(time.Since(began)) }()
 	}
 	runtime.Gosched() // the API's requests before the round's own computing (scheduler.Yielder)
 	order, byVM := groupOps(ops)

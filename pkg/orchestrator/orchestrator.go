@@ -527,6 +527,16 @@ func pace(ctx context.Context, took time.Duration) bool {
 // run an orchestrator without its loop.
 func (o *Orchestrator) Drain(ctx context.Context) { o.disp.dispatch(ctx, true) }
 
+// ObserveRounds has f told how long each dispatch round took (gpuvmd: the
+// gpuvm_dispatch_round_seconds metric); nil stops it.
+func (o *Orchestrator) ObserveRounds(f func(time.Duration)) {
+	if f == nil {
+		o.disp.observe.Store(nil)
+		return
+	}
+	o.disp.observe.Store(&f)
+}
+
 // The jobs' services, for the server and gpuvmd.
 
 // ApplyRules applies the timed rules of sharing once (rulesLoop.ApplyRules).

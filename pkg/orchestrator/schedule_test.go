@@ -95,12 +95,17 @@ func TestQueuePositionsAndReasons(t *testing.T) {
 	e := newEnv(t, "l40sx4") // one GPU for passthrough
 	ctx := context.Background()
 	o := e.orch(nil)
+	var rounds []time.Duration // each round is timed (gpuvm_dispatch_round_seconds)
+	o.ObserveRounds(func(d time.Duration) { rounds = append(rounds, d) })
 	var vms []*store.VM
 	for i := range 4 {
 		vm, _ := e.submit([]string{"ann", "bob"}[i%2], "l40s-whole", fmt.Sprintf("w%d", i))
 		vms = append(vms, vm)
 	}
 	o.Drain(ctx)
+	if len(rounds) != 1 || rounds[0] <= 0 {
+		t.Errorf("one round observed as %v", rounds)
+	}
 	check := func(running int, waiting []*store.VM) {
 		t.Helper()
 		if got := e.vm(vms[running].ID); got.State != store.VMRunning || got.QueuePosition != 0 {
@@ -127,6 +132,14 @@ func TestQueuePositionsAndReasons(t *testing.T) {
 	}
 	if got := e.vm(vms[3].ID); got.QueuePosition != 1 {
 		t.Errorf("last VM at %d, want 1", got.QueuePosition)
+	}
+	if len(rounds) != 4 {
+		t.Errorf("4 rounds observed as %v", rounds)
+	}
+	o.ObserveRounds(nil)
+	o.Drain(ctx)
+	if len(rounds) != 4 {
+		t.Errorf("a round observed after ObserveRounds(nil): %v", rounds)
 	}
 }
 

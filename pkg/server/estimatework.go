@@ -399,6 +399,9 @@ func (s *Server) computeEstimates(ctx context.Context) {
 	ps := sn.cfg.SortedProfiles()
 	sn.never, sn.free = models.unservable(ps), models.free(ps)
 	sn.computed = time.Now()
+	if s.Metrics != nil {
+		s.Metrics.ObserveEstimateReplay(sn.computed.Sub(start))
+	}
 	s.log.Debug("estimates computed", "queued", len(sn.state.Queue), "probes", len(wants), "took", sn.computed.Sub(start), "err", sn.err)
 	if sn.err != nil {
 		s.log.Warn("estimate the queued VMs' starts", "err", sn.err)

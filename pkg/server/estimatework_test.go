@@ -13,6 +13,7 @@ import (
 	"github.com/gpuvm/gpuvm/pkg/api"
 	"github.com/gpuvm/gpuvm/pkg/config"
 	"github.com/gpuvm/gpuvm/pkg/estimate"
+	"github.com/gpuvm/gpuvm/pkg/monitor"
 	"github.com/gpuvm/gpuvm/pkg/store"
 )
 
@@ -111,6 +112,8 @@ func TestEstimateFollowsEachChange(t *testing.T) {
 	sc := &swapConfig{next: estimateConfig(t, "2h")}
 	sc.cur.Store(e.s.Config.Load())
 	e.s.Config = sc
+	metrics := monitor.NewExporter("gpu-01", nil, nil, nil, e.s.log)
+	e.s.Metrics = metrics
 	ctx := context.Background()
 	st := e.st.(*store.Store)
 	checkServedIsFresh(t, e, "at first")
@@ -160,6 +163,22 @@ func TestEstimateFollowsEachChange(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkServedIsFresh(t, e, "host down")
+
+	// Each replay is timed for /metrics: one at least for each of the 8
+	// states above.
+	fams, err := metrics.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	replays := uint64(0)
+	for _, f := range fams {
+		if f.GetName() == "gpuvm_estimate_replay_seconds" {
+			replays = f.Metric[0].Histogram.GetSampleCount()
+		}
+	}
+	if replays < 8 {
+		t.Errorf("gpuvm_estimate_replay_seconds counts %d replays, want at least 8", replays)
+	}
 }
 
 // TestEstimatesWorkerStopsWithClose: the worker starts with the first

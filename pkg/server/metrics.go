@@ -25,6 +25,9 @@ type MetricsExporter interface {
 	// direction ("client_to_guest", "guest_to_client") for reason
 	// ("oversize", "rate", "backlog"): udp.go.
 	ObserveUDPDrop(direction, reason string)
+	// ObserveEstimateReplay records how long a replay of the queue for
+	// the estimates took (estimatework.go).
+	ObserveEstimateReplay(d time.Duration)
 }
 
 // Who may read /metrics (Deps.MetricsAuth).
