@@ -26,6 +26,8 @@ type nodeResult struct {
 	leader  bool
 	idleCPU float64 // percent of one core
 	rssMB   float64
+	// idleWork is what rounds and replays ran in the idle window.
+	idleWork work
 }
 
 func (n nodeResult) role() string {
@@ -92,7 +94,9 @@ func (r *scaleRun) measureSize(size, queued int) sizeResult {
 		<-fillProfile // Go takes one CPU profile at a time: the idle window's waits for it
 	}
 	settleProfiles.Wait()
-	cpus, load := r.idleCPU(size)
+	time.Sleep(time.Second) // the last creates' wake-ups
+	sr.quiet, sr.tail, sr.quietOK = r.waitQuiet()
+	cpus, works, load := r.idleCPU(size)
 	sr.idleCPU, sr.idleLoad = cpus[0], load
 	var readProfile chan struct{}
 	if cfg.profile != "" { // what the reads cost the profiled node (its routes come in their turn)
@@ -111,7 +115,7 @@ func (r *scaleRun) measureSize(size, queued int) sizeResult {
 		leader = r.leader()
 	}
 	for i, p := range r.procs {
-		n := nodeResult{name: r.names[i], leader: r.names[i] == leader, idleCPU: cpus[i], rssMB: -1}
+		n := nodeResult{name: r.names[i], leader: r.names[i] == leader, idleCPU: cpus[i], idleWork: works[i], rssMB: -1}
 		if st, err := procStatus(p.Pid()); err == nil {
 			n.rssMB = st["VmRSS"]
 		}

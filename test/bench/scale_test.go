@@ -134,7 +134,13 @@ type sizeResult struct {
 	settle time.Duration
 	// settleCPU is the CPU each process took while they caught up.
 	settleCPU string
-	rssMB     float64
+	// quiet is how long after that every node had run no round and no
+	// replay for a while (the idle window opens then), tail what ran
+	// meanwhile; quietOK is false when they did not go quiet.
+	quiet   time.Duration
+	tail    work
+	quietOK bool
+	rssMB   float64
 }
 
 // scaleEnv reads the harness's knobs from the environment.
@@ -632,10 +638,13 @@ func (r *scaleRun) waitRanked() time.Duration {
 // cfg.idle with no request in flight, in percent of one core, and with
 // PostgreSQL the database's load over the same window. With cfg.profile it
 // also saves the first node's CPU profile of that window there.
-func (r *scaleRun) idleCPU(size int) ([]float64, *testcluster.Load) {
-	time.Sleep(time.Second) // the last creates' wake-ups
+func (r *scaleRun) idleCPU(size int) ([]float64, []work, *testcluster.Load) {
 	out := make([]float64, len(r.procs))
 	before := make([]int64, len(r.procs))
+	works := make([]work, len(r.procs))
+	for i := range r.procs {
+		works[i] = r.readWork(i)
+	}
 	for i, p := range r.procs {
 		t, err := cpuTicks(p.Pid())
 		if err != nil {
@@ -660,7 +669,10 @@ func (r *scaleRun) idleCPU(size int) ([]float64, *testcluster.Load) {
 		}
 		out[i] = float64(t-before[i]) / clkTck / time.Since(start).Seconds() * 100
 	}
-	return out, load
+	for i := range r.procs {
+		works[i] = r.readWork(i).since(works[i])
+	}
+	return out, works, load
 }
 
 // clkTck is the clock ticks a second of /proc/PID/stat's times (USER_HZ on
@@ -837,6 +849,12 @@ func printSize(w io.Writer, sr sizeResult) {
 	if sr.settleCPU != "" {
 		fmt.Fprintf(w, "  CPU while they caught up: %s\n", sr.settleCPU)
 	}
+	switch {
+	case sr.quietOK:
+		fmt.Fprintf(w, "%-52s %8.1f s (meanwhile %s)\n", "then quiet, the idle window opens, after", sr.quiet.Seconds(), sr.tail)
+	case sr.quiet > 0:
+		fmt.Fprintf(w, "%-52s %v (meanwhile %s)\n", "then quiet", "NOT within "+quietLimit.String(), sr.tail)
+	}
 	for _, rt := range sr.routes {
 		line := fmt.Sprintf("%-52s n=%-3d     p50 %8.1f ms  p99 %8.1f ms", rt.name, len(rt.times), rt.p(50), rt.p(99))
 		if rt.timeouts > 0 {
@@ -850,9 +868,13 @@ func printSize(w io.Writer, sr sizeResult) {
 	if len(sr.nodes) > 1 {
 		for _, n := range sr.nodes {
 			fmt.Fprintf(w, "%-52s %.2f %% of a core, RSS %.1f MB\n", fmt.Sprintf("[%s] gpuvmd idle%s", n.name, n.role()), n.idleCPU, n.rssMB)
+			fmt.Fprintf(w, "  in that window: %s\n", n.idleWork)
 		}
 	} else {
 		fmt.Fprintf(w, "%-52s %.2f %% of a core\n", "gpuvmd idle CPU", sr.idleCPU)
+		if len(sr.nodes) == 1 {
+			fmt.Fprintf(w, "  in that window: %s\n", sr.nodes[0].idleWork)
+		}
 		fmt.Fprintf(w, "%-52s %.1f MB\n", "gpuvmd RSS (VmRSS)", sr.rssMB)
 	}
 	if sr.fillLoad != nil {
