@@ -93,7 +93,7 @@ var MetricDefs = []MetricDef{
 	{"gpuvm_last_backup_timestamp_seconds", Gauge, "Unix time of the last scheduled backup that succeeded (absent until one has).", []string{"host"}},
 	{"gpuvm_provisioning_seconds", Histogram, "Time from a VM's create request to the VM running, queue time included.", []string{"host"}},
 	{"gpuvm_dispatch_round_seconds", Histogram, "How long each dispatch round of this gpuvmd took: reading the unfinished operations, placing the queue in one scheduling cycle, writing its order.", nil},
-	{"gpuvm_estimate_replay_seconds", Histogram, "How long each replay of the queue that makes the estimated starts took (one per change of the state somebody looks at), with the NextFree probes asked for.", nil},
+	{"gpuvm_estimate_replay_seconds", Histogram, "How long each replay of the queue that makes the estimated starts took (one per change of the state somebody looks at, with the NextFree probes asked for; one per probe first asked for between changes).", nil},
 	{"gpuvm_audit_write_failures_total", Counter, "Audit entries that could not be written to the database (each one is logged at error), by action.", []string{"action"}},
 	{"gpuvm_tunnel_udp_dropped_datagrams_total", Counter, "Datagrams UDP tunnels dropped, by direction (client_to_guest, guest_to_client) and reason: oversize (over udp_max_datagram), rate (over udp_datagrams_per_second or udp_bytes_per_second), backlog (the guest's socket could not take it at once).", []string{"direction", "reason"}},
 }

@@ -428,7 +428,11 @@ func (s *Server) addProbes(ctx context.Context) {
 	}
 	for _, w := range missing {
 		k := probeKey(w.user, w.profile)
-		sn.probes[k] = probe(&sn, w)
+		began := time.Now()
+		sn.probes[k] = probe(&sn, w) // a replay, the probe at the queue's tail
+		if s.Metrics != nil {
+			s.Metrics.ObserveEstimateReplay(time.Since(began))
+		}
 		delete(sn.oldProbes, k)
 	}
 	if ctx.Err() == nil {

@@ -166,17 +166,7 @@ func TestEstimateFollowsEachChange(t *testing.T) {
 
 	// Each replay is timed for /metrics: one at least for each of the 8
 	// states above.
-	fams, err := metrics.Registry().Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	replays := uint64(0)
-	for _, f := range fams {
-		if f.GetName() == "gpuvm_estimate_replay_seconds" {
-			replays = f.Metric[0].Histogram.GetSampleCount()
-		}
-	}
-	if replays < 8 {
+	if replays := replaysOf(t, metrics); replays < 8 {
 		t.Errorf("gpuvm_estimate_replay_seconds counts %d replays, want at least 8", replays)
 	}
 }
@@ -202,6 +192,8 @@ func TestEstimatesWorkerStopsWithClose(t *testing.T) {
 // said stale, and redone once asked for.
 func TestProbesFollowWhoLooks(t *testing.T) {
 	e := newEstimateEnv(t, "8h")
+	metrics := monitor.NewExporter("gpu-01", nil, nil, nil, e.s.log)
+	e.s.Metrics = metrics
 	ctx := context.Background()
 	st := e.st.(*store.Store)
 	staleOf := func() bool {
@@ -239,6 +231,7 @@ func TestProbesFollowWhoLooks(t *testing.T) {
 	if !old {
 		t.Fatal("a probe nobody asked for since the last snapshot was redone at a change")
 	}
+	replays := replaysOf(t, metrics)
 	if !staleOf() {
 		t.Error("a carried-over probe is not said stale")
 	}
@@ -247,6 +240,25 @@ func TestProbesFollowWhoLooks(t *testing.T) {
 			t.Fatal("a carried-over probe asked for again was not redone")
 		}
 	}
+	// The probe redone alone is a replay too (gpuvm_estimate_replay_seconds).
+	if got := replaysOf(t, metrics); got <= replays {
+		t.Errorf("the probe redone was not counted as a replay: %d, then %d", replays, got)
+	}
+}
+
+// replaysOf is what gpuvm_estimate_replay_seconds counts.
+func replaysOf(t *testing.T, m *monitor.Exporter) uint64 {
+	t.Helper()
+	fams, err := m.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range fams {
+		if f.GetName() == "gpuvm_estimate_replay_seconds" {
+			return f.Metric[0].Histogram.GetSampleCount()
+		}
+	}
+	return 0
 }
 
 // TestWritesNobodyReadsCostNoVersionReads: a write of this server reads

@@ -773,11 +773,22 @@ func (r *scaleRun) middleCursor() string {
 
 // readRoutes times each route on each node: cfg.samples requests one
 // after another, fewer once cfg.budget is spent (at least one). With
-// several nodes a route's name starts with its node's.
+// several nodes a route's name starts with its node's, and each node's
+// reads begin once every node has run no round and no replay for a while
+// (waitQuiet).
 func (r *scaleRun) readRoutes() []routeResult {
 	var out []routeResult
 	routes := r.routes()
 	for node, name := range r.names {
+		if node > 0 {
+			// The nodes share this machine's cores; on a fleet each has
+			// its own server. The node read before asked its estimates'
+			// probe last (GET /v1/profiles) and replays for it now: its
+			// replay would take the cores from this node's reads.
+			if took, w, ok := r.waitQuiet(); !ok || w.replays+w.rounds > 0 {
+				r.tb.Logf("before %s's reads: quiet after %v (%v), meanwhile %s", name, took.Round(100*time.Millisecond), ok, w)
+			}
+		}
 		for _, rt := range routes {
 			res := routeResult{name: rt.name, whole: rt.whole}
 			if name != "" {
