@@ -75,10 +75,8 @@ func refuserOf(s State, static bool) scheduler.Refuser {
 
 // shapeKey is what a request's placement depends on, without bookings.
 type shapeKey struct {
-	kind, typ, profile, model, series, kinds string
-	count                                    int
-	memory                                   uint64
-	lease                                    time.Duration
+	need  scheduler.NeedKey
+	lease time.Duration
 }
 
 // prefixState is what the replay keeps to run cycles on prefixes.
@@ -130,8 +128,7 @@ func (rp *replay) setupPrefix(rf scheduler.Refuser) {
 		if !r.Preemptible && (first || r.Priority > ps.maxPrio) {
 			ps.maxPrio, first = r.Priority, false
 		}
-		n := r.Need
-		k := shapeKey{kind: string(n.Kind), typ: n.Type, profile: n.Profile, model: n.Model, series: n.Series, count: n.Count, memory: n.Memory, lease: r.Lease, kinds: n.KindsKey()}
+		k := shapeKey{need: r.Need.MapKey(), lease: r.Lease}
 		i, ok := index[k]
 		if !ok {
 			i = len(ps.shapes)

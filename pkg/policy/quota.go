@@ -47,17 +47,7 @@ func PlacedFootprint(p scheduler.Placement) Footprint {
 // footprints are the needs' footprints worked out so far.
 var footprints struct {
 	sync.RWMutex
-	m map[footprintKey]Footprint
-}
-
-// footprintKey is a need as a map key: its fields, Kinds as a count and
-// up to four kinds (a need with more is not kept).
-type footprintKey struct {
-	kind, typ, profile, model, series string
-	count                             int
-	memory                            uint64
-	nkinds                            int
-	kinds                             [4]gpu.Kind
+	m map[scheduler.NeedKey]Footprint
 }
 
 // NeedFootprint estimates what a need will hold before it is placed, from
@@ -65,11 +55,7 @@ type footprintKey struct {
 // matching board for passthrough, and a lower bound for abstract needs
 // (their memory, as slices).
 func NeedFootprint(n scheduler.Need) Footprint {
-	if len(n.Kinds) > 4 {
-		return needFootprint(n)
-	}
-	key := footprintKey{kind: string(n.Kind), typ: n.Type, profile: n.Profile, model: n.Model, series: n.Series, count: n.Count, memory: n.Memory, nkinds: len(n.Kinds)}
-	copy(key.kinds[:], n.Kinds)
+	key := n.MapKey()
 	footprints.RLock()
 	f, ok := footprints.m[key]
 	footprints.RUnlock()
@@ -79,7 +65,7 @@ func NeedFootprint(n scheduler.Need) Footprint {
 	f = needFootprint(n)
 	footprints.Lock()
 	if footprints.m == nil {
-		footprints.m = map[footprintKey]Footprint{}
+		footprints.m = map[scheduler.NeedKey]Footprint{}
 	}
 	footprints.m[key] = f
 	footprints.Unlock()

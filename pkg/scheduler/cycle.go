@@ -532,30 +532,21 @@ type failures struct {
 	m map[failKey]Reason
 }
 
-// failKey is a need (with up to four Kinds), a lease and the holds not kept
-// off (bits by place in the pass's holds).
+// failKey is a need, a lease and the holds not kept off (bits by place in
+// the pass's holds).
 type failKey struct {
-	kind                        gpu.Kind
-	typ, profile, model, series string
-	count                       int
-	memory                      uint64
-	nkinds                      int
-	kinds                       [4]gpu.Kind
-	lease                       time.Duration
-	skip                        uint64
+	need  NeedKey
+	lease time.Duration
+	skip  uint64
 }
 
 // key is r's key, and whether r's placement may be remembered: no booking
-// in the way or its own, the holds it does not keep off said in skip (ok),
-// a need of at most four kinds.
+// in the way or its own, the holds it does not keep off said in skip (ok).
 func (f *failures) key(r *Request, others, own []Hold, skip uint64, ok bool) (failKey, bool) {
-	n := &r.Need
-	if len(others) > 0 || len(own) > 0 || !ok || len(n.Kinds) > 4 {
+	if len(others) > 0 || len(own) > 0 || !ok {
 		return failKey{}, false
 	}
-	k := failKey{kind: n.Kind, typ: n.Type, profile: n.Profile, model: n.Model, series: n.Series, count: n.Count, memory: n.Memory, nkinds: len(n.Kinds), lease: r.Lease, skip: skip}
-	copy(k.kinds[:], n.Kinds)
-	return k, true
+	return failKey{need: r.Need.MapKey(), lease: r.Lease, skip: skip}, true
 }
 
 // note remembers why a placement failed.

@@ -232,3 +232,36 @@ func TestPlaceManyAsAllocating(t *testing.T) {
 		t.Errorf("only %d hosts compared, %d with IOMMU groups", compared, groups)
 	}
 }
+
+// TestNeedMapKey: needs that differ in any field, or in their Kinds (their
+// number, their order, more than four), have different keys; equal needs,
+// one key.
+func TestNeedMapKey(t *testing.T) {
+	base := Need{Kind: gpu.KindAny, Memory: 10 << 30, Kinds: []gpu.Kind{gpu.KindMIG, gpu.KindVGPU}}
+	many := []gpu.Kind{gpu.KindMIG, gpu.KindVGPU, gpu.KindPassthrough, gpu.KindMIG, gpu.KindVGPU}
+	needs := []Need{
+		base,
+		{Kind: gpu.KindAny, Memory: 20 << 30, Kinds: base.Kinds},
+		{Kind: gpu.KindAny, Memory: 10 << 30, Kinds: []gpu.Kind{gpu.KindVGPU, gpu.KindMIG}},
+		{Kind: gpu.KindAny, Memory: 10 << 30, Kinds: []gpu.Kind{gpu.KindMIG}},
+		{Kind: gpu.KindAny, Memory: 10 << 30},
+		{Kind: gpu.KindAny, Memory: 10 << 30, Kinds: many},
+		{Kind: gpu.KindAny, Memory: 10 << 30, Kinds: many[:4]},
+		{Kind: gpu.KindAny, Memory: 10 << 30, Kinds: base.Kinds, Count: 2},
+		{Kind: gpu.KindMIG, Profile: "1g.10gb"},
+		{Kind: gpu.KindMIG, Profile: "1g.10gb", Model: "H100"},
+		{Kind: gpu.KindVGPU, Type: "L40S-4Q"},
+		{Kind: gpu.KindVGPU, Type: "L40S-4Q", Series: "Q"},
+	}
+	seen := map[NeedKey]int{}
+	for i, n := range needs {
+		if j, ok := seen[n.MapKey()]; ok {
+			t.Errorf("%+v and %+v have one key", needs[j], n)
+		}
+		seen[n.MapKey()] = i
+	}
+	same := Need{Kind: gpu.KindAny, Memory: 10 << 30, Kinds: append([]gpu.Kind(nil), many...)}
+	if same.MapKey() != needs[5].MapKey() {
+		t.Error("two equal needs of five kinds have two keys")
+	}
+}

@@ -384,7 +384,7 @@ func (inv *Inventory) bestOnHosts(c *concrete, pc *placeCtx, n *notes) (Placemen
 	}
 	x := inv.idx
 	ok := make([]int32, len(inv.hosts))
-	mask, hp, gp := c.pl.varies(pc.o.Strategy)
+	op := ownPartsOf(c, pc)
 	var low score
 	seen := false
 	lower := func(s score) {
@@ -400,7 +400,6 @@ func (inv *Inventory) bestOnHosts(c *concrete, pc *placeCtx, n *notes) (Placemen
 		lower(pc.cd.score)
 	})
 	free := pc.free()
-	op := ownPartsOf(c, pc)
 	ev := evalsOf(c, pc.o.Strategy)
 	defer ev.publish()
 	_, byModel := x.tab.view()
@@ -418,7 +417,7 @@ func (inv *Inventory) bestOnHosts(c *concrete, pc *placeCtx, n *notes) (Placemen
 			if e.st != stOK {
 				continue
 			}
-			lower(e.first.score.floor(mask))
+			lower(e.first.score.floor(op.mask))
 			for gi := rep; gi >= 0; gi = x.next[gi] {
 				if !pc.isHeld(int(gi)) {
 					ok[x.hostOf[gi]]++
@@ -433,10 +432,10 @@ func (inv *Inventory) bestOnHosts(c *concrete, pc *placeCtx, n *notes) (Placemen
 		for i := range lb {
 			lb[i] = low[i] * int64(c.count)
 		}
-		if hp >= 0 {
-			lb[hp] = inv.hostKey(pc.o.Strategy, hi) * int64(c.count)
+		if op.host >= 0 {
+			lb[op.host] = inv.hostKey(pc.o.Strategy, hi) * int64(c.count)
 		}
-		lb[gp] = max(lb[gp], int64(inv.hosts[hi].first)*c.pl.unit()*int64(c.count))
+		lb[op.gpu] = max(lb[op.gpu], int64(inv.hosts[hi].first)*op.unit*int64(c.count))
 		return lb
 	}
 	cands := &minHeap[hostBound]{less: func(a, b hostBound) bool {

@@ -263,25 +263,12 @@ func (inv *Inventory) resolve(n Need) []concrete {
 // same boards), which may be used at once from several goroutines.
 type resolveCache struct {
 	mu sync.RWMutex
-	m  map[needKey][]concrete
-}
-
-// needKey is a Need as a map key: its Kinds joined, the rest as they are.
-type needKey struct {
-	kind                        gpu.Kind
-	typ, profile, model, series string
-	count                       int
-	memory                      uint64
-	kinds                       string
-}
-
-func keyOf(n Need) needKey {
-	return needKey{kind: n.Kind, typ: n.Type, profile: n.Profile, model: n.Model, series: n.Series, count: n.Count, memory: n.Memory, kinds: n.KindsKey()}
+	m  map[NeedKey][]concrete
 }
 
 // get is n's concrete needs, made by resolve the first time.
 func (rc *resolveCache) get(n Need, resolve func(Need) []concrete) []concrete {
-	k := keyOf(n)
+	k := n.MapKey()
 	rc.mu.RLock()
 	cs, ok := rc.m[k]
 	rc.mu.RUnlock()
@@ -291,7 +278,7 @@ func (rc *resolveCache) get(n Need, resolve func(Need) []concrete) []concrete {
 	cs = resolve(n)
 	rc.mu.Lock()
 	if rc.m == nil {
-		rc.m = map[needKey][]concrete{}
+		rc.m = map[NeedKey][]concrete{}
 	}
 	rc.m[k] = cs
 	rc.mu.Unlock()

@@ -29,17 +29,33 @@ type Need struct {
 	Series string `json:"series,omitempty"`
 }
 
-// KindsKey is n.Kinds as one string, for a map key ("" when none).
-func (n Need) KindsKey() string {
-	if len(n.Kinds) == 0 {
-		return ""
+// NeedKey is a Need as a comparable value, for a map key: a cache of what
+// a need resolves to, fails with or holds (pkg/policy, pkg/estimate).
+type NeedKey struct {
+	kind                        gpu.Kind
+	typ, profile, model, series string
+	count                       int
+	memory                      uint64
+	nkinds                      int
+	kinds                       [4]gpu.Kind
+	more                        string // Kinds joined, when more than four
+}
+
+// MapKey is n as a NeedKey. Up to four Kinds are kept as they are (no
+// allocation: it is made for every placement); more are joined.
+func (n Need) MapKey() NeedKey {
+	k := NeedKey{kind: n.Kind, typ: n.Type, profile: n.Profile, model: n.Model, series: n.Series, count: n.Count, memory: n.Memory, nkinds: len(n.Kinds)}
+	if len(n.Kinds) <= len(k.kinds) {
+		copy(k.kinds[:], n.Kinds)
+		return k
 	}
 	var b strings.Builder
-	for _, k := range n.Kinds {
-		b.WriteString(string(k))
+	for _, kind := range n.Kinds {
+		b.WriteString(string(kind))
 		b.WriteByte('|')
 	}
-	return b.String()
+	k.more = b.String()
+	return k
 }
 
 // String describes the need for people: "3g.40gb", "2× L40S-12Q",
