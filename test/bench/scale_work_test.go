@@ -90,10 +90,12 @@ const (
 // waitQuiet waits until no node has run a round or a replay for quietFor
 // (at most quietLimit): what the fill's last creates asked for (a round
 // ranking them, the replay that round made stale) is over, and the idle
-// window measures gpuvmd at rest. It returns how long it waited and what
-// ran meanwhile, on all nodes together; ok is false when the metrics
-// cannot be read (the window then opens at once) or the nodes never went
-// quiet.
+// window measures gpuvmd at rest. A round or replay is counted when it
+// ends, so one still running after quietFor (a replay of tens of
+// thousands on a busy machine) is not seen. It returns how long it waited
+// and what ran meanwhile, on all nodes together; ok is false when the
+// metrics cannot be read (the window then opens at once) or the nodes
+// never went quiet.
 func (r *scaleRun) waitQuiet() (time.Duration, work, bool) {
 	begin := time.Now()
 	first := r.allWork()
