@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand"
 	"reflect"
+	"slices"
 	"testing"
 	"time"
 
@@ -234,8 +235,8 @@ func TestPlaceManyAsAllocating(t *testing.T) {
 }
 
 // TestNeedMapKey: needs that differ in any field, or in their Kinds (their
-// number, their order, more than four), have different keys; equal needs,
-// one key.
+// number, their order, a kind not known, more than sixteen), have
+// different keys; equal needs, one key.
 func TestNeedMapKey(t *testing.T) {
 	base := Need{Kind: gpu.KindAny, Memory: 10 << 30, Kinds: []gpu.Kind{gpu.KindMIG, gpu.KindVGPU}}
 	many := []gpu.Kind{gpu.KindMIG, gpu.KindVGPU, gpu.KindPassthrough, gpu.KindMIG, gpu.KindVGPU}
@@ -252,6 +253,10 @@ func TestNeedMapKey(t *testing.T) {
 		{Kind: gpu.KindMIG, Profile: "1g.10gb", Model: "H100"},
 		{Kind: gpu.KindVGPU, Type: "L40S-4Q"},
 		{Kind: gpu.KindVGPU, Type: "L40S-4Q", Series: "Q"},
+		{Kind: gpu.KindAny, Memory: 10 << 30, Kinds: []gpu.Kind{"tpu"}},
+		{Kind: gpu.KindAny, Memory: 10 << 30, Kinds: []gpu.Kind{"tpu", gpu.KindMIG}},
+		{Kind: gpu.KindAny, Memory: 10 << 30, Kinds: slices.Repeat(many[:1], 17)},
+		{Kind: gpu.KindAny, Memory: 10 << 30, Kinds: slices.Repeat(many[:1], 16)},
 	}
 	seen := map[NeedKey]int{}
 	for i, n := range needs {
@@ -260,8 +265,11 @@ func TestNeedMapKey(t *testing.T) {
 		}
 		seen[n.MapKey()] = i
 	}
-	same := Need{Kind: gpu.KindAny, Memory: 10 << 30, Kinds: append([]gpu.Kind(nil), many...)}
-	if same.MapKey() != needs[5].MapKey() {
-		t.Error("two equal needs of five kinds have two keys")
+	for _, i := range []int{5, 12, 14} {
+		same := needs[i]
+		same.Kinds = slices.Clone(same.Kinds)
+		if same.MapKey() != needs[i].MapKey() {
+			t.Errorf("two equal needs %+v have two keys", same)
+		}
 	}
 }

@@ -36,26 +36,43 @@ type NeedKey struct {
 	typ, profile, model, series string
 	count                       int
 	memory                      uint64
-	nkinds                      int
-	kinds                       [4]gpu.Kind
-	more                        string // Kinds joined, when more than four
+	kinds                       uint64 // Kinds, four bits each (kindCode)
+	more                        string // Kinds joined, when kinds cannot say them
 }
 
-// MapKey is n as a NeedKey. Up to four Kinds are kept as they are (no
-// allocation: it is made for every placement); more are joined.
+// MapKey is n as a NeedKey. Kinds are kept as numbers (no allocation, and
+// little to hash: it is made for every placement); a list of more than 16,
+// or of a kind gpuvm does not know, is joined instead.
 func (n Need) MapKey() NeedKey {
-	k := NeedKey{kind: n.Kind, typ: n.Type, profile: n.Profile, model: n.Model, series: n.Series, count: n.Count, memory: n.Memory, nkinds: len(n.Kinds)}
-	if len(n.Kinds) <= len(k.kinds) {
-		copy(k.kinds[:], n.Kinds)
-		return k
+	k := NeedKey{kind: n.Kind, typ: n.Type, profile: n.Profile, model: n.Model, series: n.Series, count: n.Count, memory: n.Memory}
+	for i, kind := range n.Kinds {
+		c := kindCode(kind)
+		if c == 0 || i >= 16 {
+			var b strings.Builder
+			for _, kind := range n.Kinds {
+				b.WriteString(string(kind))
+				b.WriteByte('|')
+			}
+			return NeedKey{kind: k.kind, typ: k.typ, profile: k.profile, model: k.model, series: k.series, count: k.count, memory: k.memory, more: b.String()}
+		}
+		k.kinds |= c << (4 * i)
 	}
-	var b strings.Builder
-	for _, kind := range n.Kinds {
-		b.WriteString(string(kind))
-		b.WriteByte('|')
-	}
-	k.more = b.String()
 	return k
+}
+
+// kindCode numbers the device kinds for NeedKey (0: not one of them).
+func kindCode(k gpu.Kind) uint64 {
+	switch k {
+	case gpu.KindMIG:
+		return 1
+	case gpu.KindVGPU:
+		return 2
+	case gpu.KindPassthrough:
+		return 3
+	case gpu.KindAny:
+		return 4
+	}
+	return 0
 }
 
 // String describes the need for people: "3g.40gb", "2× L40S-12Q",
